@@ -1,1 +1,32 @@
+"""Loam's passes, registered lazily by their pipeline name."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.passes import ModulePass
+
+
+def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    """Each Loam pass's name and a zero-argument function that imports and returns its class."""
+
+    def get_stage0() -> type[ModulePass]:
+        from loam.passes.stage0 import Stage0Pass
+
+        return Stage0Pass
+
+    def get_name_axes() -> type[ModulePass]:
+        from loam.passes.name_axes import NameAxesPass
+
+        return NameAxesPass
+
+    def get_lower_to_kernel() -> type[ModulePass]:
+        from loam.passes.lower_to_kernel import LowerToKernelPass
+
+        return LowerToKernelPass
+
+    return {
+        "stage0": get_stage0,
+        "name-axes": get_name_axes,
+        "lower-to-kernel": get_lower_to_kernel,
+    }
