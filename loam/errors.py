@@ -51,3 +51,7 @@ class CheckpointError(LoamError):
 
 class LoadError(CheckpointError):
     """`Weights.load` was given bytes that disagree with the graph (run time)."""
+
+
+class PolyError(ShapeError):
+    """A polynomial extent is malformed (bad text) or cannot be evaluated (a symbol has no value)."""
