@@ -1,0 +1,184 @@
+"""The `shape_poly` dialect: extents as integer polynomials over named symbols.
+
+Stage 0 gives every value whose shape it knows a `!shape_poly.tensor` type: an element type and
+one `loam.poly.Poly` per axis.  A number is a constant polynomial, a dim_param a symbol, and the
+shape arithmetic an exporter writes (merges, sums, differences) stays exact.
+
+Syntax::
+
+    #shape_poly.extent<2*N + 1>                  // ExtentAttr: one polynomial
+    !shape_poly.tensor<f32, [4, N, 2*N + 1]>     // PolyTensorType; rank 0 is `[]`
+    !shape_poly.tensor<i64, ["seq-len" - 1]>     // a symbol that is not an identifier is quoted
+    shape_poly.owe "N <= 1024" for "Slice 'attn/mask_slice'"   // OweOp: a condition forward checks
+
+The polynomial text is `loam.poly`'s (`str(Poly)` prints it); inside the IR it is read with
+xDSL's own lexer, so it needs no quotes around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NoReturn
+
+from xdsl.dialects.builtin import ArrayAttr, StringAttr
+from xdsl.ir import Attribute, Data, Dialect, ParametrizedAttribute, TypeAttribute
+from xdsl.irdl import IRDLOperation, irdl_attr_definition, irdl_op_definition, prop_def
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import VerifyException
+
+from loam.dtypes import BY_NAME, ElementType, by_name
+from loam.poly import Poly, is_plain_symbol, parse_poly
+
+
+class XdslPolyTokens:
+    """`loam.poly.PolyTokens` over an xDSL parser: the polynomial grammar on xDSL's lexer."""
+
+    def __init__(self, parser: AttrParser) -> None:
+        self.parser = parser
+
+    def integer(self) -> int | None:
+        return self.parser.parse_optional_integer(allow_boolean=False, allow_negative=False)
+
+    def symbol(self) -> str | None:
+        if (literal := self.parser.parse_optional_str_literal()) is not None:
+            return literal
+        if (ident := self.parser.parse_optional_identifier()) is not None:
+            # xDSL identifiers may hold `.` and `$`; Loam prints those names quoted, so a bare one
+            # here would read text that `str(Poly)` never writes.
+            if not is_plain_symbol(ident):
+                self.error(f"symbol '{ident}' must be quoted: \"{ident}\"")
+            return ident
+        return None
+
+    def punct(self, spelling: str) -> bool:
+        return self.parser.parse_optional_punctuation(spelling) is not None  # type: ignore[arg-type]
+
+    def error(self, message: str) -> NoReturn:
+        self.parser.raise_error(message)
+
+
+def parse_poly_attr_text(parser: AttrParser) -> Poly:
+    """Read one polynomial at the parser's position (used by every Loam type holding extents)."""
+    return parse_poly(XdslPolyTokens(parser))
+
+
+def parse_element_type(parser: AttrParser) -> str:
+    """Read an element type name (`f32`, `i64`, ...), refusing one `loam.dtypes` does not define."""
+    name = parser.parse_optional_identifier()
+    if name is None:
+        parser.raise_error("expected an element type such as f32")
+    if name not in BY_NAME:
+        parser.raise_error(f"unknown element type '{name}'")
+    return name
+
+
+@irdl_attr_definition
+class ExtentAttr(Data[Poly]):
+    """One extent: a `loam.poly.Poly` as an attribute.
+
+    Syntax: `#shape_poly.extent<POLY>`, e.g. `#shape_poly.extent<2*N + 1>`.
+    """
+
+    name = "shape_poly.extent"
+
+    def __init__(self, value: Poly | int) -> None:
+        super().__init__(Poly.lift(value))
+
+    @property
+    def poly(self) -> Poly:
+        return self.data
+
+    @classmethod
+    def parse_parameter(cls, parser: AttrParser) -> Poly:
+        with parser.in_angle_brackets():
+            return parse_poly_attr_text(parser)
+
+    def print_parameter(self, printer: Printer) -> None:
+        printer.print_string(f"<{self.data}>")
+
+
+def _check_dims(dims: Sequence[Poly], what: str) -> None:
+    for i, dim in enumerate(dims):
+        if dim.is_const and dim.const_value < 0:
+            raise VerifyException(f"{what}: axis {i} has negative extent {dim}")
+
+
+@irdl_attr_definition
+class PolyTensorType(ParametrizedAttribute, TypeAttribute):
+    """A tensor whose extents are polynomials.
+
+    Syntax: `!shape_poly.tensor<ELEM, [POLY, ...]>`, e.g. `!shape_poly.tensor<f32, [4, N, 2*N + 1]>`;
+    a scalar is `!shape_poly.tensor<f32, []>`.  API: `.elem` (`loam.dtypes.ElementType`),
+    `.shape` (tuple of `Poly`).
+    """
+
+    name = "shape_poly.tensor"
+
+    elem_name: StringAttr
+    dims: ArrayAttr[ExtentAttr]
+
+    def __init__(self, elem: ElementType | str, shape: Sequence[Poly | int]) -> None:
+        elem_name = elem if isinstance(elem, str) else elem.name
+        super().__init__(StringAttr(elem_name), ArrayAttr([ExtentAttr(d) for d in shape]))
+
+    @property
+    def elem(self) -> ElementType:
+        return by_name(self.elem_name.data)
+
+    @property
+    def shape(self) -> tuple[Poly, ...]:
+        return tuple(d.data for d in self.dims.data)
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims.data)
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        with parser.in_angle_brackets():
+            elem = parse_element_type(parser)
+            parser.parse_punctuation(",")
+            dims = parser.parse_comma_separated_list(
+                parser.Delimiter.SQUARE, lambda: parse_poly_attr_text(parser)
+            )
+        return (StringAttr(elem), ArrayAttr([ExtentAttr(d) for d in dims]))
+
+    def print_parameters(self, printer: Printer) -> None:
+        dims = ", ".join(str(d) for d in self.shape)
+        printer.print_string(f"<{self.elem_name.data}, [{dims}]>")
+
+    def verify(self) -> None:
+        if self.elem_name.data not in BY_NAME:
+            raise VerifyException(f"unknown element type '{self.elem_name.data}'")
+        _check_dims(self.shape, "!shape_poly.tensor")
+
+
+@irdl_op_definition
+class OweOp(IRDLOperation):
+    """A condition on the inputs that `forward` checks before any kernel runs.
+
+    Stage 0 writes one where it cannot discharge an inequality over the input symbols; `reason`
+    names the node that relies on it.  Syntax and example::
+
+        shape_poly.owe "N <= 1024" for "Slice 'attn/mask_slice'"
+    """
+
+    name = "shape_poly.owe"
+
+    condition = prop_def(StringAttr)
+    reason = prop_def(StringAttr)
+
+    assembly_format = "$condition `for` $reason attr-dict"
+
+    def __init__(self, condition: str, reason: str) -> None:
+        super().__init__(properties={"condition": StringAttr(condition), "reason": StringAttr(reason)})
+
+    def verify_(self) -> None:
+        if not self.condition.data.strip():
+            raise VerifyException("shape_poly.owe needs a non-empty condition")
+        if not self.reason.data.strip():
+            raise VerifyException(f"shape_poly.owe '{self.condition.data}' must name what relies on it")
+
+
+ShapePoly = Dialect("shape_poly", [OweOp], [ExtentAttr, PolyTensorType])
