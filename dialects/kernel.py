@@ -1,0 +1,894 @@
+"""The `kernel` dialect: what the generated module computes, one kernel call per op.
+
+A `kernel.program` is the body of `forward`: its block arguments are forward's inputs, its ops
+run in order, and `kernel.return` hands back the outputs.  Every value is typed
+`!tensor_axes.tensor<...>` (the op definitions accept any type, so this module does not import
+`tensor_axes`; verifiers read `.axes` where the type has them, and the backends require it).
+Every compute op carries `node`, the ONNX node it computes, for comments and the fusion report.
+
+Example:
+
+```mlir
+kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: 4, In: 8]>) names ["x"] {
+  %w = kernel.weight "fc1.weight" : !tensor_axes.tensor<f32, [In: 8, Hidden: 16]>
+  %b = kernel.weight "fc1.bias" : !tensor_axes.tensor<f32, [Hidden: 16]>
+  %0 = kernel.matmul %x, %w {node = "fc1"} : (...) -> !tensor_axes.tensor<f32, [Batch: 4, Hidden: 16]>
+  %1 = kernel.zip(%0, %b) #kernel.expr<[operand 0, operand 1, add 0 1, relu 2]> {node = "fc1"}
+       : (...) -> !tensor_axes.tensor<f32, [Batch: 4, Hidden: 16]>
+  kernel.return %1 names ["y"] : !tensor_axes.tensor<f32, [Batch: 4, Hidden: 16]>
+}
+```
+
+An elementwise computation is an `Expr`: data, never a closure, so fusion can compose it and a
+backend can print it as numpy or WGSL.  `#kernel.expr<[step, ...]>` lists its steps; each step is
+`operand I`, `const V : ELEM`, `UNARY J` or `BINARY J K`, reading earlier steps by index; the last
+step is the result.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Self
+
+from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, StringAttr, i64
+from xdsl.ir import Attribute, Block, Data, Dialect, Operation, Region, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    ParsePropInAttrDict,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    prop_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.parser import AttrParser, Parser
+from xdsl.printer import Printer
+from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, Pure
+from xdsl.utils.exceptions import VerifyException
+
+from loam import dtypes
+
+# ---------------------------------------------------------------------------------------------
+# Expr: elementwise computations as data
+# ---------------------------------------------------------------------------------------------
+
+UNARY_OPS: frozenset[str] = frozenset(
+    {
+        "neg", "abs", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "reciprocal", "floor",
+        "ceil", "round", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+        "acosh", "atanh", "erf", "sign", "softplus", "softsign", "identity",
+    }
+)  # fmt: skip
+"""Unary step operators (ONNX's elementwise unary operators, lower-cased)."""
+
+BINARY_OPS: frozenset[str] = frozenset({"add", "sub", "mul", "div", "pow", "max", "min"})
+"""Binary step operators (ONNX's Add, Sub, Mul, Div, Pow, Max, Min on two operands)."""
+
+
+@dataclass(frozen=True)
+class Operand:
+    """Step `operand I`: the kernel's operand `index`, broadcast to the result's extents."""
+
+    index: int
+
+    def __str__(self) -> str:
+        return f"operand {self.index}"
+
+
+@dataclass(frozen=True, eq=False)
+class Const:
+    """Step `const V : ELEM`: a scalar folded into the expression (`elem` is a Loam element type).
+
+    Equality compares the value's bits, so `nan` equals `nan` and `-0.0` differs from `0.0`: two
+    constants are equal exactly when they print the same.
+    """
+
+    value: float
+    elem: str = "f32"
+
+    def __post_init__(self) -> None:
+        value = float(self.value)
+        if math.isnan(value):
+            value = math.nan  # one canonical NaN: the text form cannot spell payloads
+        object.__setattr__(self, "value", value)
+
+    def _key(self) -> tuple[bytes, str]:
+        return struct.pack("<d", self.value), self.elem
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Const) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __str__(self) -> str:
+        return f"const {format_float(self.value)} : {self.elem}"
+
+
+@dataclass(frozen=True)
+class Unary:
+    """Step `OP J`: a unary operator applied to step `arg`."""
+
+    op: str
+    arg: int
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.arg}"
+
+
+@dataclass(frozen=True)
+class Binary:
+    """Step `OP J K`: a binary operator applied to steps `lhs` and `rhs`."""
+
+    op: str
+    lhs: int
+    rhs: int
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.lhs} {self.rhs}"
+
+
+Step = Operand | Const | Unary | Binary
+
+
+def format_float(value: float) -> str:
+    """`value` as MLIR-lexable text that parses back to the same float (`1.0e-05`, `-inf`, `nan`)."""
+    if math.isnan(value) or math.isinf(value):
+        return repr(value)
+    text = repr(value)
+    mantissa, sep, exponent = text.partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"  # MLIR's float literal needs a point: `1e-05` would lex as `1` and `e`
+    return mantissa + sep + exponent
+
+
+def _step_args(step: Step) -> tuple[int, ...]:
+    if isinstance(step, Unary):
+        return (step.arg,)
+    if isinstance(step, Binary):
+        return (step.lhs, step.rhs)
+    return ()
+
+
+def _shift(step: Step, mapping: Sequence[int]) -> Step:
+    """`step` with its step references renumbered through `mapping`."""
+    if isinstance(step, Unary):
+        return Unary(step.op, mapping[step.arg])
+    if isinstance(step, Binary):
+        return Binary(step.op, mapping[step.lhs], mapping[step.rhs])
+    return step
+
+
+class _Builder:
+    """Appends steps with sharing: a step equal to an existing one reuses its index."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self._index: dict[Step, int] = {}
+
+    def add(self, step: Step) -> int:
+        found = self._index.get(step)
+        if found is not None:
+            return found
+        self.steps.append(step)
+        self._index[step] = len(self.steps) - 1
+        return len(self.steps) - 1
+
+    def splice(self, expr: Expr, operands: Sequence[int] | None = None) -> int:
+        """Copy `expr`'s steps in; `operands[i]` (a step here) replaces `operand i` when given."""
+        mapping: list[int] = []
+        for step in expr.steps:
+            if isinstance(step, Operand) and operands is not None:
+                mapping.append(operands[step.index])
+            else:
+                mapping.append(self.add(_shift(step, mapping)))
+        return mapping[-1]
+
+    def finish(self, root: int) -> Expr:
+        """The expression computing step `root`, keeping only the steps it reads (so it is last)."""
+        live: set[int] = set()
+        stack = [root]
+        while stack:
+            i = stack.pop()
+            if i not in live:
+                live.add(i)
+                stack.extend(_step_args(self.steps[i]))
+        renumber: dict[int, int] = {}
+        kept: list[Step] = []
+        for i, step in enumerate(self.steps):
+            if i in live:
+                kept.append(_shift(step, renumber))  # type: ignore[arg-type]
+                renumber[i] = len(kept) - 1
+        return Expr(tuple(kept))
+
+
+@dataclass(frozen=True)
+class Expr:
+    """An elementwise computation over a kernel's operands, as a list of steps.
+
+    Each step reads only steps before it; the last step is the result.  Build one with the
+    builders (they share equal sub-expressions and drop unused steps):
+
+    >>> x, b = Expr.operand(0), Expr.operand(1)
+    >>> str(x.binary("add", b).unary("relu"))
+    '[operand 0, operand 1, add 0 1, relu 2]'
+    >>> str(x.binary("mul", Expr.const(0.5)))
+    '[operand 0, const 0.5 : f32, mul 0 1]'
+    """
+
+    steps: tuple[Step, ...]
+
+    def __post_init__(self) -> None:
+        if not self.steps:
+            raise ValueError("an expression needs at least one step")
+        for i, step in enumerate(self.steps):
+            if isinstance(step, Operand):
+                if step.index < 0:
+                    raise ValueError(f"step {i}: operand index {step.index} is negative")
+            elif isinstance(step, Const):
+                if step.elem not in dtypes.BY_NAME:
+                    raise ValueError(f"step {i}: unknown element type '{step.elem}'")
+            elif isinstance(step, Unary):
+                if step.op not in UNARY_OPS:
+                    raise ValueError(f"step {i}: unknown unary operator '{step.op}'")
+            elif isinstance(step, Binary):
+                if step.op not in BINARY_OPS:
+                    raise ValueError(f"step {i}: unknown binary operator '{step.op}'")
+            else:
+                raise ValueError(f"step {i}: {step!r} is not a step")
+            for arg in _step_args(step):
+                if not 0 <= arg < i:
+                    raise ValueError(f"step {i} ({step}) reads step {arg}, which is not an earlier step")
+
+    # -- builders ----------------------------------------------------------------------------
+
+    @staticmethod
+    def operand(index: int) -> Expr:
+        """The kernel's operand `index`."""
+        return Expr((Operand(index),))
+
+    @staticmethod
+    def const(value: float, elem: str = "f32") -> Expr:
+        """A scalar constant of element type `elem`."""
+        return Expr((Const(value, elem),))
+
+    def unary(self, op: str) -> Expr:
+        """`op` applied to this expression's result (`op` in `UNARY_OPS`)."""
+        b = _Builder()
+        root = b.splice(self)
+        return b.finish(b.add(Unary(op, root)))
+
+    def binary(self, op: str, other: Expr | float) -> Expr:
+        """`op(self, other)` (`op` in `BINARY_OPS`); a float `other` is an f32 constant."""
+        if not isinstance(other, Expr):
+            other = Expr.const(other)
+        b = _Builder()
+        lhs = b.splice(self)
+        rhs = b.splice(other)
+        return b.finish(b.add(Binary(op, lhs, rhs)))
+
+    def __add__(self, other: Expr | float) -> Expr:
+        return self.binary("add", other)
+
+    def __sub__(self, other: Expr | float) -> Expr:
+        return self.binary("sub", other)
+
+    def __mul__(self, other: Expr | float) -> Expr:
+        return self.binary("mul", other)
+
+    def __truediv__(self, other: Expr | float) -> Expr:
+        return self.binary("div", other)
+
+    def __neg__(self) -> Expr:
+        return self.unary("neg")
+
+    # -- composition (for fusion) ----------------------------------------------------------------
+
+    def substitute(self, operands: Sequence[Expr]) -> Expr:
+        """This expression with `operand i` replaced by `operands[i]` (fusing producers into it).
+
+        `Expr.operand(0).unary("relu").substitute([a + b])` computes `relu(a + b)`.
+        """
+        if len(operands) < self.arity:
+            raise ValueError(f"expression reads {self.arity} operands, {len(operands)} given")
+        b = _Builder()
+        roots = [b.splice(e) for e in operands]
+        return b.finish(b.splice(self, roots))
+
+    def remap_operands(self, mapping: Sequence[int] | Mapping[int, int]) -> Expr:
+        """This expression reading operand `mapping[i]` wherever it read operand `i`."""
+        return self.substitute([Expr.operand(mapping[i]) for i in range(self.arity)])
+
+    # -- queries ----------------------------------------------------------------------------------
+
+    @property
+    def operand_indices(self) -> frozenset[int]:
+        """The operand indices the steps read."""
+        return frozenset(s.index for s in self.steps if isinstance(s, Operand))
+
+    @property
+    def arity(self) -> int:
+        """One more than the largest operand index read (0 when no operand is read)."""
+        return max(self.operand_indices, default=-1) + 1
+
+    def __str__(self) -> str:
+        return "[" + ", ".join(str(s) for s in self.steps) + "]"
+
+    # -- text ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def parse_steps(parser: AttrParser) -> Expr:
+        """Parse `[step, ...]` with an xDSL parser, reporting bad steps at their position."""
+        start = parser.pos
+        steps = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: _parse_step(parser))
+        try:
+            return Expr(tuple(steps))
+        except ValueError as e:
+            parser.raise_error(str(e), start, parser.pos)
+
+
+def _parse_step(parser: AttrParser) -> Step:
+    at = parser.pos
+    word = parser.parse_identifier(context_msg=" (an expression step)")
+    if word == "operand":
+        return Operand(parser.parse_integer(allow_boolean=False, allow_negative=False))
+    if word == "const":
+        value = _parse_float_word(parser)
+        parser.parse_punctuation(":")
+        elem = parser.parse_identifier(context_msg=" (an element type)")
+        if elem not in dtypes.BY_NAME:
+            parser.raise_error(f"unknown element type '{elem}'", at, parser.pos)
+        return Const(value, elem)
+    if word in UNARY_OPS:
+        return Unary(word, parser.parse_integer(allow_boolean=False, allow_negative=False))
+    if word in BINARY_OPS:
+        lhs = parser.parse_integer(allow_boolean=False, allow_negative=False)
+        return Binary(word, lhs, parser.parse_integer(allow_boolean=False, allow_negative=False))
+    parser.raise_error(f"unknown expression step '{word}'", at, parser.pos)
+
+
+def _parse_float_word(parser: AttrParser) -> float:
+    """A number, or `inf` / `-inf` / `nan` (which MLIR's lexer reads as identifiers)."""
+    negative = parser.parse_optional_punctuation("-") is not None
+    word = parser.parse_optional_keyword_in(("inf", "nan"))
+    if word is not None:
+        value = math.inf if word == "inf" else math.nan
+    else:
+        value = float(parser.parse_number(context_msg=" (a constant)"))
+    return -value if negative else value
+
+
+@irdl_attr_definition
+class ExprAttr(Data[Expr]):
+    """An `Expr` as an attribute.
+
+    Syntax: `#kernel.expr<[operand 0, const 0.5 : f32, mul 0 1, tanh 2]>`
+    """
+
+    name = "kernel.expr"
+
+    @classmethod
+    def parse_parameter(cls, parser: AttrParser) -> Expr:
+        with parser.in_angle_brackets():
+            return Expr.parse_steps(parser)
+
+    def print_parameter(self, printer: Printer) -> None:
+        printer.print_string(f"<{self.data}>")
+
+
+# ---------------------------------------------------------------------------------------------
+# Type helpers (duck-typed: `!tensor_axes.tensor` has `.elem` and `.axes`)
+# ---------------------------------------------------------------------------------------------
+
+
+def _extents(t: Attribute) -> tuple[Any, ...] | None:
+    """The extents (Polys) of a tensor_axes type, or None for a type without axes."""
+    axes = getattr(t, "axes", None)
+    if axes is None:
+        return None
+    return tuple(a.extent for a in axes)
+
+
+def _is_one(extent: Any) -> bool:
+    return bool(extent.is_const) and extent.const_value == 1
+
+
+def _product(extents: Sequence[Any]) -> Any:
+    """The element count as a Poly, or the int 1 for rank 0."""
+    total: Any = None
+    for e in extents:
+        total = e if total is None else total * e
+    return 1 if total is None else total
+
+
+def _same_count(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    pa, pb = _product(a), _product(b)
+    if isinstance(pa, int) or isinstance(pb, int):
+        other = pb if isinstance(pa, int) else pa
+        return isinstance(other, int) or _is_one(other)
+    return bool(pa == pb)
+
+
+def _node_prop() -> Any:
+    return prop_def(StringAttr)
+
+
+class _KernelOp(IRDLOperation):
+    """Shared helpers for ops with a `node` property."""
+
+    @property
+    def node_name(self) -> str:
+        """The ONNX node this op computes."""
+        node = self.properties.get("node")
+        return node.data if isinstance(node, StringAttr) else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Ops
+# ---------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class ProgramOp(IRDLOperation):
+    """The body of `forward`.
+
+    Syntax: `kernel.program "NAME" (%arg : TYPE, ...) names ["onnx_input", ...] [attributes {...}] { ... }`
+
+    The block arguments are forward's inputs in order, `input_names` their ONNX names; the body
+    ends in `kernel.return`.  `model` (optional) names the model for the generated docstring.
+
+    Example:
+        kernel.program "forward" (%x : !tensor_axes.tensor<f32, [N: 2]>) names ["x"] {
+          kernel.return %x names ["y"] : !tensor_axes.tensor<f32, [N: 2]>
+        }
+    """
+
+    name = "kernel.program"
+
+    sym_name = prop_def(StringAttr)
+    input_names = prop_def(ArrayAttr[StringAttr])
+    model = opt_prop_def(StringAttr)
+    body = region_def("single_block")
+
+    traits = traits_def(IsolatedFromAbove())
+
+    def __init__(
+        self,
+        input_types: Sequence[Attribute],
+        input_names: Sequence[str],
+        body: Region | None = None,
+        *,
+        sym_name: str = "forward",
+        model: str | None = None,
+    ) -> None:
+        if body is None:
+            body = Region(Block(arg_types=input_types))
+        props: dict[str, Attribute] = {
+            "sym_name": StringAttr(sym_name),
+            "input_names": ArrayAttr([StringAttr(n) for n in input_names]),
+        }
+        if model is not None:
+            props["model"] = StringAttr(model)
+        super().__init__(properties=props, regions=[body])
+
+    @property
+    def block(self) -> Block:
+        """The single block of the body."""
+        return self.body.block
+
+    @property
+    def return_op(self) -> ReturnOp:
+        """The terminator."""
+        last = self.block.last_op
+        assert isinstance(last, ReturnOp)
+        return last
+
+    def verify_(self) -> None:
+        n_args = len(self.body.block.args) if self.body.blocks else 0
+        if len(self.input_names) != n_args:
+            raise VerifyException(
+                f"kernel.program has {n_args} inputs but {len(self.input_names)} input names"
+            )
+        if not self.body.blocks or not isinstance(self.body.block.last_op, ReturnOp):
+            raise VerifyException("kernel.program must end in kernel.return")
+
+    @classmethod
+    def parse(cls, parser: Parser) -> Self:
+        sym_name = parser.parse_str_literal(" (the program's name)")
+        args = parser.parse_comma_separated_list(parser.Delimiter.PAREN, parser.parse_argument)
+        parser.parse_keyword("names")
+        names = parser.parse_attribute()
+        attrs = parser.parse_optional_attr_dict_with_keyword()
+        body = parser.parse_region(args)
+        props: dict[str, Attribute] = {"sym_name": StringAttr(sym_name), "input_names": names}
+        extra = dict(attrs.data) if attrs is not None else {}
+        if "model" in extra:
+            props["model"] = extra.pop("model")
+        op = cls.create(properties=props, attributes=extra, regions=[body])
+        return op
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_string_literal(self.sym_name.data)
+        printer.print_string(" (")
+        printer.print_list(self.body.block.args, printer.print_block_argument)
+        printer.print_string(") names ")
+        printer.print_attribute(self.input_names)
+        extra: dict[str, Attribute] = dict(self.attributes)
+        if self.model is not None:
+            extra["model"] = self.model
+        printer.print_op_attributes(extra, print_keyword=True)
+        printer.print_string(" ")
+        printer.print_region(self.body, print_entry_block_args=False)
+
+
+@irdl_op_definition
+class ReturnOp(IRDLOperation):
+    """The outputs of `forward`, with their ONNX names.
+
+    Syntax: `kernel.return %v, ... names ["onnx_output", ...] : TYPE, ...`
+
+    Example:
+        kernel.return %y, %z names ["y", "z"] : !tensor_axes.tensor<f32, [N: 2]>,
+            !tensor_axes.tensor<f32, [N: 2]>
+    """
+
+    name = "kernel.return"
+
+    outputs = var_operand_def()
+    output_names = prop_def(ArrayAttr[StringAttr])
+
+    traits = traits_def(IsTerminator(), HasParent(ProgramOp))
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$outputs `names` $output_names attr-dict `:` type($outputs)"
+
+    def __init__(self, outputs: Sequence[SSAValue | Operation], names: Sequence[str]) -> None:
+        super().__init__(
+            operands=[outputs],
+            properties={"output_names": ArrayAttr([StringAttr(n) for n in names])},
+        )
+
+    def verify_(self) -> None:
+        if not self.outputs:
+            raise VerifyException("kernel.return needs at least one output")
+        if len(self.outputs) != len(self.output_names):
+            raise VerifyException(
+                f"kernel.return has {len(self.outputs)} outputs but {len(self.output_names)} output names"
+            )
+
+
+@irdl_op_definition
+class WeightOp(IRDLOperation):
+    """An initializer, read from `Weights` by its ONNX name.
+
+    Syntax: `kernel.weight "NAME" [= #graph.data<...>] : TYPE`
+
+    With data the graph carries the value itself, so the module can embed it (`Weights.embedded()`).
+
+    Example:
+        %w = kernel.weight "fc1.weight" : !tensor_axes.tensor<f32, [In: 8, Hidden: 16]>
+    """
+
+    name = "kernel.weight"
+
+    weight_name = prop_def(StringAttr)
+    data = opt_prop_def(Attribute)
+    result = result_def()
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$weight_name (`=` qualified($data)^)? attr-dict `:` type($result)"
+
+    def __init__(self, weight_name: str, result_type: Attribute, data: Attribute | None = None) -> None:
+        props: dict[str, Attribute] = {"weight_name": StringAttr(weight_name)}
+        if data is not None:
+            props["data"] = data
+        super().__init__(properties=props, result_types=[result_type])
+
+
+@irdl_op_definition
+class ConstantOp(_KernelOp):
+    """A folded tensor literal (a `#graph.data` value).
+
+    Syntax: `kernel.constant #graph.data<...> {node = "NODE"} : TYPE`
+
+    Example:
+        %p = kernel.constant #graph.data<i64, [3], ...> {node = "pos/Range"}
+             : !tensor_axes.tensor<i64, [Seq: 3]>
+    """
+
+    name = "kernel.constant"
+
+    value = prop_def(Attribute)
+    node = _node_prop()
+    result = result_def()
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "qualified($value) attr-dict `:` type($result)"
+
+    def __init__(self, value: Attribute, result_type: Attribute, node: str) -> None:
+        super().__init__(properties={"value": value, "node": StringAttr(node)}, result_types=[result_type])
+
+
+@irdl_op_definition
+class MatmulOp(_KernelOp):
+    """ONNX MatMul (opset 13): a matrix product over the last two axes, batch axes broadcast.
+
+    Ranks 1 to 4; a rank-1 operand is a row (lhs) or a column (rhs) whose unit axis the result drops.
+
+    Syntax: `kernel.matmul %a, %b {node = "NODE"} : (A, B) -> R`
+
+    Example:
+        %y = kernel.matmul %x, %w {node = "fc1"} : (!tensor_axes.tensor<f32, [B: 4, In: 8]>,
+             !tensor_axes.tensor<f32, [In: 8, H: 16]>) -> !tensor_axes.tensor<f32, [B: 4, H: 16]>
+    """
+
+    name = "kernel.matmul"
+
+    lhs = operand_def()
+    rhs = operand_def()
+    node = _node_prop()
+    result = result_def()
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+
+    def __init__(
+        self, lhs: SSAValue | Operation, rhs: SSAValue | Operation, result_type: Attribute, node: str
+    ):
+        super().__init__(
+            operands=[lhs, rhs], properties={"node": StringAttr(node)}, result_types=[result_type]
+        )
+
+    def verify_(self) -> None:
+        a, b, r = (_extents(v.type) for v in (self.lhs, self.rhs, self.result))
+        if a is None or b is None or r is None:
+            return
+        for side, ext in (("lhs", a), ("rhs", b)):
+            if not 1 <= len(ext) <= 4:
+                raise VerifyException(
+                    f"kernel.matmul '{self.node.data}': {side} has rank {len(ext)}, not 1 to 4"
+                )
+        k_a = a[-1]
+        k_b = b[0] if len(b) == 1 else b[-2]
+        if k_a != k_b:
+            raise VerifyException(
+                f"kernel.matmul '{self.node.data}': contraction extents disagree: lhs {k_a}, rhs {k_b}"
+            )
+        batch_a, batch_b = a[:-2], b[:-2]
+        batch: list[Any] = []
+        for i in range(max(len(batch_a), len(batch_b))):
+            ea = batch_a[len(batch_a) - 1 - i] if i < len(batch_a) else None
+            eb = batch_b[len(batch_b) - 1 - i] if i < len(batch_b) else None
+            if ea is None or (eb is not None and _is_one(ea)):
+                batch.append(eb)
+            elif eb is None or _is_one(eb) or ea == eb:
+                batch.append(ea)
+            else:
+                raise VerifyException(
+                    f"kernel.matmul '{self.node.data}': batch extents {ea} and {eb} do not broadcast"
+                )
+        expected = [*reversed(batch)]
+        if len(a) > 1:
+            expected.append(a[-2])
+        if len(b) > 1:
+            expected.append(b[-1])
+        if list(r) != expected:
+            raise VerifyException(
+                f"kernel.matmul '{self.node.data}': result extents [{', '.join(map(str, r))}] "
+                f"should be [{', '.join(map(str, expected))}]"
+            )
+
+
+@irdl_op_definition
+class PermuteOp(_KernelOp):
+    """ONNX Transpose: result axis `i` is input axis `perm[i]`.
+
+    Syntax: `kernel.permute %x [P, ...] {node = "NODE"} : T -> R`
+
+    Example:
+        %t = kernel.permute %w [1, 0] {node = "t"} : !tensor_axes.tensor<f32, [A: 2, B: 3]>
+             -> !tensor_axes.tensor<f32, [B: 3, A: 2]>
+    """
+
+    name = "kernel.permute"
+
+    input = operand_def()
+    perm = prop_def(DenseArrayBase)
+    node = _node_prop()
+    result = result_def()
+
+    traits = traits_def(Pure())
+
+    def __init__(self, input: SSAValue | Operation, perm: Sequence[int], result_type: Attribute, node: str):
+        super().__init__(
+            operands=[input],
+            properties={"perm": DenseArrayBase.from_list(i64, list(perm)), "node": StringAttr(node)},
+            result_types=[result_type],
+        )
+
+    @property
+    def permutation(self) -> tuple[int, ...]:
+        """`perm` as Python ints."""
+        return tuple(int(p) for p in self.perm.get_values())
+
+    def verify_(self) -> None:
+        perm = self.permutation
+        ext = _extents(self.input.type)
+        rank = len(ext) if ext is not None else len(perm)
+        if sorted(perm) != list(range(rank)):
+            raise VerifyException(
+                f"kernel.permute '{self.node.data}': {list(perm)} is not a permutation of rank {rank}"
+            )
+        out = _extents(self.result.type)
+        if ext is not None and out is not None and list(out) != [ext[p] for p in perm]:
+            raise VerifyException(
+                f"kernel.permute '{self.node.data}': result extents do not follow permutation {list(perm)}"
+            )
+
+    @classmethod
+    def parse(cls, parser: Parser) -> Self:
+        x = parser.parse_operand()
+        perm = parser.parse_comma_separated_list(
+            parser.Delimiter.SQUARE, lambda: parser.parse_integer(allow_boolean=False)
+        )
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        parser.parse_type()
+        parser.parse_punctuation("->")
+        result_type = parser.parse_type()
+        props: dict[str, Attribute] = {"perm": DenseArrayBase.from_list(i64, perm)}
+        if "node" in attrs:
+            props["node"] = attrs.pop("node")
+        return cls.create(operands=[x], properties=props, attributes=attrs, result_types=[result_type])
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.input)
+        printer.print_string(" [" + ", ".join(str(p) for p in self.permutation) + "]")
+        printer.print_op_attributes({"node": self.node, **self.attributes})
+        printer.print_string(" : ")
+        printer.print_attribute(self.input.type)
+        printer.print_string(" -> ")
+        printer.print_attribute(self.result.type)
+
+
+@irdl_op_definition
+class ZipOp(_KernelOp):
+    """Elementwise: the operands broadcast (ONNX multidirectional) to the result, then `expr`.
+
+    Syntax: `kernel.zip(%a, ...) #kernel.expr<[...]> {node = "NODE"} : (A, ...) -> R`
+
+    Example:
+        %y = kernel.zip(%x, %b) #kernel.expr<[operand 0, operand 1, add 0 1, relu 2]> {node = "fc1"}
+             : (!tensor_axes.tensor<f32, [B: 4, H: 16]>, !tensor_axes.tensor<f32, [H: 16]>)
+             -> !tensor_axes.tensor<f32, [B: 4, H: 16]>
+    """
+
+    name = "kernel.zip"
+
+    inputs = var_operand_def()
+    expr = prop_def(ExprAttr)
+    node = _node_prop()
+    result = result_def()
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "`(` $inputs `)` qualified($expr) attr-dict `:` functional-type($inputs, $result)"
+
+    def __init__(
+        self, inputs: Sequence[SSAValue | Operation], expr: Expr | ExprAttr, result_type: Attribute, node: str
+    ) -> None:
+        if isinstance(expr, Expr):
+            expr = ExprAttr(expr)
+        super().__init__(
+            operands=[inputs], properties={"expr": expr, "node": StringAttr(node)}, result_types=[result_type]
+        )
+
+    def verify_(self) -> None:
+        expr = self.expr.data
+        n = len(self.inputs)
+        if expr.operand_indices != frozenset(range(n)):
+            raise VerifyException(
+                f"kernel.zip '{self.node.data}': {n} operands but the expression reads operands "
+                f"{sorted(expr.operand_indices)}"
+            )
+        out = _extents(self.result.type)
+        if out is None:
+            return
+        for i, v in enumerate(self.inputs):
+            ext = _extents(v.type)
+            if ext is None:
+                continue
+            if len(ext) > len(out):
+                raise VerifyException(
+                    f"kernel.zip '{self.node.data}': operand {i} has rank {len(ext)}, result {len(out)}"
+                )
+            for j, e in enumerate(ext):
+                o = out[len(out) - len(ext) + j]
+                if e != o and not _is_one(e):
+                    raise VerifyException(
+                        f"kernel.zip '{self.node.data}': operand {i} axis {j} is {e}, "
+                        f"which does not broadcast to {o}"
+                    )
+
+
+@irdl_op_definition
+class CastOp(_KernelOp):
+    """ONNX Cast: the same extents, converted to the result's element type.
+
+    Syntax: `kernel.cast %x {node = "NODE"} : T -> R`
+
+    Example:
+        %f = kernel.cast %ids {node = "c"} : !tensor_axes.tensor<i64, [N: 3]>
+             -> !tensor_axes.tensor<f32, [N: 3]>
+    """
+
+    name = "kernel.cast"
+
+    input = operand_def()
+    node = _node_prop()
+    result = result_def()
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue | Operation, result_type: Attribute, node: str) -> None:
+        super().__init__(operands=[input], properties={"node": StringAttr(node)}, result_types=[result_type])
+
+    def verify_(self) -> None:
+        a, r = _extents(self.input.type), _extents(self.result.type)
+        if a is not None and r is not None and a != r:
+            raise VerifyException(f"kernel.cast '{self.node.data}': a cast keeps the extents")
+
+
+@irdl_op_definition
+class RegroupOp(_KernelOp):
+    """ONNX Reshape/Flatten/Squeeze/Unsqueeze: the same elements in row-major order, regrouped.
+
+    Syntax: `kernel.regroup %x {node = "NODE"} : T -> R`
+
+    Example:
+        %f = kernel.regroup %x {node = "flat"} : !tensor_axes.tensor<f32, [C: 2, W: 3]>
+             -> !tensor_axes.tensor<f32, [(C W): 6]>
+    """
+
+    name = "kernel.regroup"
+
+    input = operand_def()
+    node = _node_prop()
+    result = result_def()
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue | Operation, result_type: Attribute, node: str) -> None:
+        super().__init__(operands=[input], properties={"node": StringAttr(node)}, result_types=[result_type])
+
+    def verify_(self) -> None:
+        a, r = _extents(self.input.type), _extents(self.result.type)
+        if a is None or r is None:
+            return
+        if not _same_count(a, r):
+            raise VerifyException(
+                f"kernel.regroup '{self.node.data}': {_product(a)} elements cannot regroup into {_product(r)}"
+            )
+
+
+Kernel = Dialect(
+    "kernel",
+    [ProgramOp, ReturnOp, WeightOp, ConstantOp, MatmulOp, PermuteOp, ZipOp, CastOp, RegroupOp],
+    [ExprAttr],
+)
+"""The `kernel` dialect."""
