@@ -1,0 +1,266 @@
+"""`Options`: the one typed set of build options, filled by the Python API, the CLI and a TOML file.
+
+Why one object: `loam build` flags, an `--options loam.toml` file and `loam.build(..., options=...)`
+must mean exactly the same thing, so all three produce an `Options` and the pipeline reads nothing
+else.  This module checks the *form* of the options (types, unknown keys); whether the names it
+mentions exist in the graph (a `dims` entry, an output name, an axis pattern that reaches nothing)
+is checked by the pipeline, which has the graph.
+
+The TOML form (paths are relative to the TOML file)::
+
+    architecture = "bert"            # optional, a built-in architecture table
+    inline_weights = false
+    outputs = ["logits"]             # cut the graph at these outputs
+    checkpoint = "model.safetensors" # or a list of shards
+    [dims]
+    N = 4                            # fix a dim_param
+    [[layout]]
+    pattern = "encoder.*.weight"     # glob over tensor names
+    axes = ["Hidden", "(C H W)"]     # one name per axis; a merged axis names its parts
+    graph = "main"                   # optional: only in this graph
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from loam.errors import LoamError, OptionsError
+
+if TYPE_CHECKING:
+    from loam.layout import LayoutRule
+
+__all__ = ["Options"]
+
+_TOP_LEVEL_KEYS = ("architecture", "inline_weights", "outputs", "checkpoint", "dims", "layout")
+_LAYOUT_KEYS = ("pattern", "axes", "graph")
+
+
+def _type_name(value: object) -> str:
+    """The TOML-ish name of a parsed value's type, for error messages."""
+    names = {bool: "a boolean", int: "an integer", float: "a float", str: "a string",
+             list: "an array", dict: "a table"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _check_dim(name: object, value: object, where: str) -> None:
+    if not isinstance(name, str) or not name:
+        raise OptionsError(f"{where}: a dim name must be a non-empty string, got {name!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise OptionsError(f"{where}: dim {name!r} must be a non-negative integer, got {value!r}")
+
+
+def _check_names(values: object, what: str) -> tuple[str, ...]:
+    if isinstance(values, str) or not isinstance(values, Iterable):
+        raise OptionsError(f"{what} must be a list of strings, got {values!r}")
+    names = tuple(values)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise OptionsError(f"{what} must be a list of non-empty strings, got {name!r}")
+    return names
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to build: everything that is not the model or the checkpoint bytes.
+
+    - `architecture`: the name of a built-in architecture table that names axes, or None.
+    - `inline_weights`: embed the weights in the generated module (`Weights.embedded()`).
+    - `outputs`: cut the graph at these tensor names (None: the graph's own outputs).
+    - `dims`: fix a dim_param (a symbolic input extent) to a number.
+    - `layout`: ordered `loam.layout.LayoutRule`s (glob pattern -> axis names); the first rule
+      that matches a tensor names its axes.
+    - `checkpoints`: checkpoint files (several for a sharded checkpoint).
+
+    Lists given through the Python API are normalized to tuples and `dims` to a read-only mapping,
+    so an `Options` never changes after it is made.
+    """
+
+    architecture: str | None = None
+    inline_weights: bool = False
+    outputs: tuple[str, ...] | None = None
+    dims: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    layout: tuple[LayoutRule, ...] = ()
+    checkpoints: tuple[Path, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.architecture is not None and (not isinstance(self.architecture, str)
+                                              or not self.architecture):
+            raise OptionsError(f"options: 'architecture' must be a non-empty string, "
+                               f"got {self.architecture!r}")
+        if not isinstance(self.inline_weights, bool):
+            raise OptionsError(f"options: 'inline_weights' must be True or False, "
+                               f"got {self.inline_weights!r}")
+        if self.outputs is not None:
+            outputs = _check_names(self.outputs, "options: 'outputs'")
+            if not outputs:
+                raise OptionsError("options: 'outputs' is empty; give at least one output name "
+                                   "or leave it unset to keep the graph's outputs")
+            object.__setattr__(self, "outputs", outputs)
+        if not isinstance(self.dims, Mapping):
+            raise OptionsError(f"options: 'dims' must be a mapping of name to integer, "
+                               f"got {self.dims!r}")
+        for name, value in self.dims.items():
+            _check_dim(name, value, "options: 'dims'")
+        object.__setattr__(self, "dims", MappingProxyType(dict(self.dims)))
+        if isinstance(self.layout, str | bytes) or not isinstance(self.layout, Iterable):
+            raise OptionsError(f"options: 'layout' must be a sequence of LayoutRule, "
+                               f"got {self.layout!r}")
+        object.__setattr__(self, "layout", tuple(self.layout))
+        if isinstance(self.checkpoints, str | Path) or not isinstance(self.checkpoints, Iterable):
+            raise OptionsError(f"options: 'checkpoints' must be a sequence of paths, "
+                               f"got {self.checkpoints!r} (write [path] for one file)")
+        checkpoints: list[Path] = []
+        for item in self.checkpoints:
+            if not isinstance(item, str | Path) or str(item) == "":
+                raise OptionsError(f"options: 'checkpoints' entries must be paths, got {item!r}")
+            checkpoints.append(Path(item))
+        object.__setattr__(self, "checkpoints", tuple(checkpoints))
+
+    # -- the TOML file -------------------------------------------------------------------------
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> Options:
+        """Read options from a TOML file; relative checkpoint paths are relative to the file.
+
+        Raises `OptionsError` naming the file (and the key, and the `[[layout]]` entry's index
+        counting from 1) for a missing file, a syntax error, an unknown key or a wrong type.
+        """
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise OptionsError(f"{path}: no such options file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise OptionsError(f"{path}: cannot read the options file: {exc}") from None
+        try:
+            table = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise OptionsError(f"{path}: not valid TOML: {exc}") from None
+        return cls.from_mapping(table, source=path)
+
+    @classmethod
+    def from_mapping(cls, table: Mapping[str, Any], *, source: str | Path = "<options>") -> Options:
+        """Options from an already parsed TOML table; `source` names it in errors (and, when it
+        is a file path, relative checkpoint paths are taken relative to its folder)."""
+        where = str(source)
+        base = Path(source).parent if isinstance(source, Path) else Path(".")
+        unknown = [key for key in table if key not in _TOP_LEVEL_KEYS]
+        if unknown:
+            raise OptionsError(f"{where}: unknown key {unknown[0]!r} "
+                               f"(known keys: {', '.join(_TOP_LEVEL_KEYS)})")
+
+        def expect(key: str, value: object, kind: type | tuple[type, ...], what: str) -> None:
+            if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
+                raise OptionsError(f"{where}: key {key!r} must be {what}, got {_type_name(value)} "
+                                   f"({value!r})")
+
+        kwargs: dict[str, Any] = {}
+        if "architecture" in table:
+            expect("architecture", table["architecture"], str, "a string")
+            kwargs["architecture"] = table["architecture"]
+        if "inline_weights" in table:
+            expect("inline_weights", table["inline_weights"], bool, "true or false")
+            kwargs["inline_weights"] = table["inline_weights"]
+        if "outputs" in table:
+            outputs = table["outputs"]
+            expect("outputs", outputs, list, "an array of strings")
+            for item in outputs:
+                expect("outputs", item, str, "an array of strings")
+            if not outputs:
+                raise OptionsError(f"{where}: key 'outputs' is empty; list at least one output "
+                                   f"name or remove the key")
+            kwargs["outputs"] = tuple(outputs)
+        if "checkpoint" in table:
+            raw = table["checkpoint"]
+            items = raw if isinstance(raw, list) else [raw]
+            for item in items:
+                expect("checkpoint", item, str, "a path string or an array of path strings")
+                if not item:
+                    raise OptionsError(f"{where}: key 'checkpoint' has an empty path")
+            kwargs["checkpoints"] = tuple(base / item for item in items)
+        if "dims" in table:
+            dims = table["dims"]
+            expect("dims", dims, dict, "a table of name = integer")
+            for name, value in dims.items():
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise OptionsError(f"{where}: key 'dims.{name}' must be a non-negative "
+                                       f"integer, got {_type_name(value)} ({value!r})")
+            kwargs["dims"] = dims
+        if "layout" in table:
+            entries = table["layout"]
+            if not isinstance(entries, list):
+                raise OptionsError(f"{where}: key 'layout' must be an array of tables, written "
+                                   f"[[layout]], got {_type_name(entries)}")
+            kwargs["layout"] = tuple(_layout_rule(entry, index, where)
+                                     for index, entry in enumerate(entries, start=1))
+        return cls(**kwargs)
+
+    # -- combining a file with flags -----------------------------------------------------------
+
+    def merged(
+        self,
+        *,
+        architecture: str | None = None,
+        inline_weights: bool | None = None,
+        outputs: Iterable[str] | None = None,
+        dims: Mapping[str, int] | None = None,
+        layout: Iterable[LayoutRule] = (),
+        checkpoints: Iterable[str | Path] = (),
+    ) -> Options:
+        """These options with command-line flags applied on top (None / empty: flag not given).
+
+        `architecture`, `inline_weights` and `outputs` replace the file's value; `dims` entries
+        replace the file's entry of the same name and add the others; `layout` rules from flags
+        are consulted *before* the file's rules; `checkpoints` from flags replace the file's list
+        (name all shards on the command line when overriding a sharded checkpoint).
+        """
+        changes: dict[str, Any] = {}
+        if architecture is not None:
+            changes["architecture"] = architecture
+        if inline_weights is not None:
+            changes["inline_weights"] = inline_weights
+        if outputs is not None:
+            changes["outputs"] = tuple(outputs)
+        if dims:
+            changes["dims"] = {**self.dims, **dims}
+        flag_rules = tuple(layout)
+        if flag_rules:
+            changes["layout"] = flag_rules + self.layout
+        flag_checkpoints = tuple(checkpoints)
+        if flag_checkpoints:
+            changes["checkpoints"] = flag_checkpoints
+        return dataclasses.replace(self, **changes)
+
+
+def _layout_rule(entry: object, index: int, where: str) -> LayoutRule:
+    """One `[[layout]]` table as a `LayoutRule`; errors name the file and the entry's index."""
+    from loam.layout import LayoutRule  # lazily: loam.layout may import the dialects
+
+    at = f"{where}: [[layout]] entry {index}"
+    if not isinstance(entry, dict):
+        raise OptionsError(f"{at}: must be a table with 'pattern' and 'axes', "
+                           f"got {_type_name(entry)}")
+    unknown = [key for key in entry if key not in _LAYOUT_KEYS]
+    if unknown:
+        raise OptionsError(f"{at}: unknown key {unknown[0]!r} (known keys: {', '.join(_LAYOUT_KEYS)})")
+    for key in ("pattern", "axes"):
+        if key not in entry:
+            raise OptionsError(f"{at}: missing key {key!r}")
+    pattern, axes, graph = entry["pattern"], entry["axes"], entry.get("graph")
+    if not isinstance(pattern, str) or not pattern:
+        raise OptionsError(f"{at}: key 'pattern' must be a non-empty string, got {pattern!r}")
+    if not isinstance(axes, list) or not all(isinstance(a, str) and a for a in axes):
+        raise OptionsError(f"{at}: key 'axes' must be an array of axis names "
+                           f"(a merged axis is written \"(C H W)\"), got {axes!r}")
+    if graph is not None and (not isinstance(graph, str) or not graph):
+        raise OptionsError(f"{at}: key 'graph' must be a non-empty string, got {graph!r}")
+    try:
+        return LayoutRule(pattern, tuple(axes), graph=graph)
+    except LoamError as exc:
+        raise OptionsError(f"{at}: {exc}") from None

@@ -1,0 +1,179 @@
+"""`loam`: the one-shot driver for model deployers (`loam build MODEL -o OUT.py`).
+
+`loam build` turns a model (`.onnx`, `.onnxtext` or graph-dialect `.mlir`) plus a checkpoint and
+options into one self-contained Python module, and prints the build report (fusion decisions)
+on stderr.  The options come from an optional TOML file (`--options`) with the flags applied on
+top (`loam.options.Options.merged`), so a flag and a TOML key always mean the same thing.
+
+This module only turns the command line into a call of `loam.pipeline.build`; it checks what it
+can without the graph (flag syntax, that the files exist) so that those mistakes are reported
+before any compiling starts.  Errors follow `loam.tools._cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from loam.errors import CheckpointError, LoamError, ModelError
+from loam.options import Options
+from loam.tools._cli import CliParser, run_guarded, wants_debug
+
+if TYPE_CHECKING:
+    from loam.layout import LayoutRule
+
+__all__ = ["build_parser", "main", "options_from_args"]
+
+PROG = "loam"
+
+
+def _version_line() -> str:
+    def of(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "unknown"
+
+    return f"{PROG} {of('loam')} (xdsl {of('xdsl')}, onnx {of('onnx')})"
+
+
+def _dims_flag(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    name, value = name.strip(), value.strip()
+    if not sep or not name or not value.isdigit():
+        raise argparse.ArgumentTypeError(f"expected NAME=N with N a non-negative integer, "
+                                         f"got {text!r}")
+    return name, int(value)
+
+
+def _outputs_flag(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated output names, got {text!r}")
+    return names
+
+
+def _layout_flag(text: str) -> LayoutRule:
+    from loam.layout import parse_layout_flag
+
+    try:
+        return parse_layout_flag(text)
+    except LoamError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+_LAYOUT_HELP = """\
+name the axes of the tensors whose names match GLOB, e.g.
+'fc1.weight=Hidden,In' or 'encoder.*.bias=Hidden'; a merged axis
+is written '(C H W)'; repeatable; tried in order, before the
+options file's [[layout]] rules"""
+
+_EPILOG = """\
+The options file (--options) holds the same settings as the flags:
+  architecture = "NAME"      inline_weights = true      outputs = ["y"]
+  checkpoint = "weights.safetensors"   (or a list; relative to the file)
+  [dims]      N = 4
+  [[layout]]  pattern = "fc1.weight"  axes = ["Hidden", "In"]  graph = "main" (optional)
+Flags override the file: --outputs, --architecture and --inline-weights replace its value,
+--dims replaces the same name, --layout rules come before the file's rules, and
+--checkpoint replaces the file's checkpoint list.
+
+Exit status: 0 built, 1 the model/checkpoint/options were refused (one message on stderr),
+2 bad command line, 3 internal error (please report it; --debug shows the traceback)."""
+
+
+def build_parser() -> CliParser:
+    """The `loam` command line (exposed for tests and documentation)."""
+    parser = CliParser(prog=PROG, description="Loam: compile an ONNX model ahead of time into a "
+                       "self-contained Python module.")
+    parser.add_argument("--version", action="version", version=_version_line())
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                     parser_class=CliParser)
+    build = commands.add_parser(
+        "build", help="compile MODEL into a Python module",
+        description="Compile MODEL (.onnx, .onnxtext or graph-dialect .mlir) with its checkpoint "
+                    "into one Python module that imports only numpy, and print the build report "
+                    "on stderr.",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    build.add_argument("model", type=Path, metavar="MODEL", help="the model file")
+    build.add_argument("-o", "--output", required=True, metavar="OUT.py",
+                       help="where to write the generated module ('-' for stdout)")
+    build.add_argument("--checkpoint", action="append", type=Path, default=[], metavar="FILE",
+                       help="a checkpoint (.safetensors) with the weights; repeat for shards")
+    build.add_argument("--options", type=Path, metavar="FILE.toml",
+                       help="read build options from a TOML file (see below)")
+    build.add_argument("--layout", action="append", type=_layout_flag, default=[],
+                       metavar="GLOB=Ax1,Ax2", help=_LAYOUT_HELP)
+    build.add_argument("--dims", action="append", type=_dims_flag, default=[], metavar="NAME=N",
+                       help="fix the symbolic extent (dim_param) NAME to N; repeatable")
+    build.add_argument("--outputs", type=_outputs_flag, metavar="a,b",
+                       help="cut the graph: compute only these outputs (comma-separated names)")
+    build.add_argument("--architecture", metavar="NAME",
+                       help="name axes from a built-in architecture table")
+    build.add_argument("--inline-weights", action="store_true", default=None,
+                       help="embed the weights in the module (Weights.embedded())")
+    build.add_argument("--dump-ir", type=Path, metavar="DIR",
+                       help="write the IR after each stage into DIR (as .mlir files)")
+    build.add_argument("--debug", action="store_true",
+                       help="show the Python traceback of an error instead of one line")
+    return parser
+
+
+def options_from_args(args: argparse.Namespace) -> Options:
+    """The build options: the `--options` file (if any) with the flags applied on top."""
+    base = Options.from_toml(args.options) if args.options is not None else Options()
+    return base.merged(
+        architecture=args.architecture,
+        inline_weights=args.inline_weights,
+        outputs=args.outputs,
+        dims=dict(args.dims),
+        layout=args.layout,
+        checkpoints=args.checkpoint,
+    )
+
+
+def _build(args: argparse.Namespace) -> None:
+    model: Path = args.model
+    if not model.is_file():
+        raise ModelError(f"{model}: no such model file")
+    options = options_from_args(args)
+    for checkpoint in options.checkpoints:
+        if not checkpoint.is_file():
+            raise CheckpointError(f"{checkpoint}: no such checkpoint file")
+    to_stdout = args.output == "-"
+    output = Path(args.output)
+    if not to_stdout and not output.parent.is_dir():
+        raise LoamError(f"-o {output}: folder '{output.parent}' does not exist")
+
+    from loam.pipeline import build
+
+    result = build(model, checkpoints=options.checkpoints, options=options, dump_ir=args.dump_ir)
+    if to_stdout:
+        sys.stdout.write(result.source)
+        sys.stdout.flush()
+    else:
+        output.write_text(result.source, encoding="utf-8")
+    if result.report:
+        sys.stderr.write(result.report if result.report.endswith("\n") else result.report + "\n")
+    if not to_stdout:
+        sys.stderr.write(f"{PROG}: wrote {output}\n")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the `loam` console script."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+
+    def body() -> None:
+        args = build_parser().parse_args(arguments)
+        if args.command == "build":
+            _build(args)
+
+    raise SystemExit(run_guarded(PROG, body, debug=wants_debug(arguments)))
+
+
+if __name__ == "__main__":
+    main()
