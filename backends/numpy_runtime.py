@@ -1,0 +1,388 @@
+"""The runtime a generated numpy module inlines: plain functions whose source is copied in.
+
+`backends/numpy_module.py` copies only the pieces a program uses (`pieces_for`, `source_of`), so
+the generated file imports nothing but numpy and carries no separate runtime package to drift out
+of date.  Every piece here is ordinary, tested Python that reads only numpy, the builtins and the
+other pieces it lists in `DEPENDS`; nothing in this file outside those pieces is copied.
+
+Pieces:
+
+- `ShapeError`, `LoadError`: the module's own errors (it cannot import Loam's).
+- `_parse_json`: a strict JSON reader (the safetensors header), since `json` is not numpy.
+- `_read_safetensors`: header length, header JSON, dtypes and offsets, refusing malformed bytes.
+- `_take_weight`: one checkpoint tensor checked against the graph (name, dtype, rank, extents).
+- `_check_input`: one `forward` input checked (ndarray, dtype, rank, extents, symbol binding).
+- `_relu`, `_sigmoid`, `_erf`, `_softplus`, `_softsign`: unary steps numpy has no ufunc for.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable
+
+import numpy as np
+
+from loam import dtypes
+
+
+class ShapeError(ValueError):
+    """`forward` was given an input that disagrees with the graph: kind, dtype, rank or an extent."""
+
+
+class LoadError(ValueError):
+    """`Weights.load` was given bytes that are not a safetensors checkpoint matching the graph."""
+
+
+def _parse_json(text: str) -> object:
+    """Parse strict JSON (RFC 8259) text; ValueError names the offset of the first fault."""
+
+    def fail(pos: int, what: str) -> ValueError:
+        return ValueError(f"{what} at offset {pos}")
+
+    def skip(pos: int) -> int:
+        while pos < len(text) and text[pos] in " \t\n\r":
+            pos += 1
+        return pos
+
+    def string(pos: int) -> tuple[str, int]:
+        out: list[str] = []
+        pos += 1  # the opening quote
+        while True:
+            if pos >= len(text):
+                raise fail(pos, "unterminated string")
+            ch = text[pos]
+            if ch == '"':
+                return "".join(out), pos + 1
+            if ch == "\\":
+                esc = text[pos + 1 : pos + 2]
+                simple = '"\\/bfnrt'
+                if esc and esc in simple:
+                    out.append('"\\/\b\f\n\r\t'[simple.index(esc)])
+                    pos += 2
+                elif esc == "u":
+                    digits = text[pos + 2 : pos + 6]
+                    if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+                        raise fail(pos, "bad \\u escape")
+                    code = int(digits, 16)
+                    pos += 6
+                    low = text[pos : pos + 6]
+                    if 0xD800 <= code < 0xDC00 and low[:2] == "\\u":  # a surrogate pair
+                        tail = int(low[2:], 16) if all(c in "0123456789abcdefABCDEF" for c in low[2:]) else 0
+                        if 0xDC00 <= tail < 0xE000:
+                            code = 0x10000 + ((code - 0xD800) << 10) + (tail - 0xDC00)
+                            pos += 6
+                    out.append(chr(code))
+                else:
+                    raise fail(pos, "bad escape")
+            elif ch < " ":
+                raise fail(pos, "control character in string")
+            else:
+                out.append(ch)
+                pos += 1
+
+    def number(pos: int) -> tuple[int | float, int]:
+        start = pos
+        if text[pos : pos + 1] == "-":
+            pos += 1
+        digits_start = pos
+        while pos < len(text) and text[pos].isdigit() and text[pos].isascii():
+            pos += 1
+        if pos == digits_start or (text[digits_start] == "0" and pos - digits_start > 1):
+            raise fail(start, "bad number")
+        is_float = False
+        if text[pos : pos + 1] == ".":
+            is_float = True
+            pos += 1
+            frac = pos
+            while pos < len(text) and text[pos] in "0123456789":
+                pos += 1
+            if pos == frac:
+                raise fail(start, "bad number")
+        if text[pos : pos + 1] in ("e", "E"):
+            is_float = True
+            pos += 1
+            if text[pos : pos + 1] in ("+", "-"):
+                pos += 1
+            exp = pos
+            while pos < len(text) and text[pos] in "0123456789":
+                pos += 1
+            if pos == exp:
+                raise fail(start, "bad number")
+        literal = text[start:pos]
+        return (float(literal) if is_float else int(literal)), pos
+
+    def value(pos: int, depth: int) -> tuple[object, int]:
+        if depth > 64:
+            raise fail(pos, "nesting too deep")
+        pos = skip(pos)
+        ch = text[pos : pos + 1]
+        if ch == "{":
+            obj: dict[str, object] = {}
+            pos = skip(pos + 1)
+            if text[pos : pos + 1] == "}":
+                return obj, pos + 1
+            while True:
+                pos = skip(pos)
+                if text[pos : pos + 1] != '"':
+                    raise fail(pos, "expected a string key")
+                key, pos = string(pos)
+                pos = skip(pos)
+                if text[pos : pos + 1] != ":":
+                    raise fail(pos, "expected ':'")
+                if key in obj:
+                    raise fail(pos, f"duplicate key {key!r}")
+                obj[key], pos = value(pos + 1, depth + 1)
+                pos = skip(pos)
+                if text[pos : pos + 1] == ",":
+                    pos += 1
+                elif text[pos : pos + 1] == "}":
+                    return obj, pos + 1
+                else:
+                    raise fail(pos, "expected ',' or '}'")
+        if ch == "[":
+            arr: list[object] = []
+            pos = skip(pos + 1)
+            if text[pos : pos + 1] == "]":
+                return arr, pos + 1
+            while True:
+                item, pos = value(pos, depth + 1)
+                arr.append(item)
+                pos = skip(pos)
+                if text[pos : pos + 1] == ",":
+                    pos += 1
+                elif text[pos : pos + 1] == "]":
+                    return arr, pos + 1
+                else:
+                    raise fail(pos, "expected ',' or ']'")
+        if ch == '"':
+            return string(pos)
+        for word, result in (("true", True), ("false", False), ("null", None)):
+            if text.startswith(word, pos):
+                return result, pos + len(word)
+        if ch == "-" or ch.isdigit():
+            return number(pos)
+        raise fail(pos, "expected a value")
+
+    result, end = value(0, 0)
+    end = skip(end)
+    if end != len(text):
+        raise fail(end, "extra data")
+    return result
+
+
+def _read_safetensors(data: bytes) -> dict[str, tuple[str, tuple[int, ...], memoryview]]:
+    """The tensors of a safetensors checkpoint: name -> (dtype name, shape, raw little-endian bytes).
+
+    The layout is an 8-byte little-endian header length, that many bytes of JSON mapping each
+    tensor name to its dtype, shape and `data_offsets` (begin, end) into the payload that follows.
+    Anything else is refused with a LoadError: nothing past the header is trusted until checked.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise LoadError(f"a checkpoint is bytes, got {type(data).__name__}")
+    view = memoryview(data).cast("B")
+    if len(view) < 8:
+        raise LoadError(f"checkpoint is {len(view)} bytes long, too short for its 8-byte header length")
+    header_len = int.from_bytes(view[:8], "little")
+    if header_len > len(view) - 8:
+        raise LoadError(
+            f"checkpoint header length {header_len} runs past the end of the data "
+            f"({len(view) - 8} bytes follow)"
+        )
+    try:
+        header = _parse_json(bytes(view[8 : 8 + header_len]).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise LoadError(f"checkpoint header is not valid JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise LoadError("checkpoint header is not a JSON object")
+    payload = view[8 + header_len :]
+    tensors: dict[str, tuple[str, tuple[int, ...], memoryview]] = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(entry, dict):
+            raise LoadError(f"tensor '{name}': header entry is not an object")
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if dtype not in _SAFETENSORS_DTYPES:
+            raise LoadError(f"tensor '{name}' has unknown dtype {dtype!r}")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise LoadError(f"tensor '{name}': shape {shape!r} is not a list of extents")
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(type(o) is int for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1] <= len(payload)
+        ):
+            raise LoadError(
+                f"tensor '{name}': data_offsets {offsets!r} lie outside the payload of {len(payload)} bytes"
+            )
+        tensors[name] = (dtype, tuple(shape), payload[offsets[0] : offsets[1]])
+    return tensors
+
+
+def _take_weight(
+    tensors: dict[str, tuple[str, tuple[int, ...], memoryview]],
+    name: str,
+    dtype: str,
+    axes: tuple[tuple[str, int | None], ...],
+) -> np.ndarray:
+    """Checkpoint tensor `name` as an array of `dtype`, checked against the graph's `axes`.
+
+    `axes` holds (axis name, extent) per axis, None where the graph leaves the extent open.  A
+    dtype converts only without loss and within its kind (F16 to f32, I32 to i64): an integer
+    tensor given for a float weight, or a wider float for a narrower one, is refused.
+    """
+    entry = tensors.get(name)
+    if entry is None:
+        raise LoadError(f"tensor '{name}' is missing from the checkpoint")
+    st_dtype, shape, raw = entry
+    source_name = _SAFETENSORS_DTYPES[st_dtype]
+    target = np.dtype(dtype)
+    if source_name is None:
+        raise LoadError(f"tensor '{name}' is {st_dtype} in the checkpoint, which this module cannot read")
+    source = np.dtype(source_name).newbyteorder("<")
+    kinds = {"f": "float", "i": "int", "u": "int", "b": "bool"}
+    if kinds.get(source.kind) != kinds.get(target.kind) or not np.can_cast(source, target, "safe"):
+        raise LoadError(
+            f"tensor '{name}' is {st_dtype} in the checkpoint; the graph reads {target.name}, "
+            f"which {st_dtype} does not convert to without loss"
+        )
+    if len(shape) != len(axes):
+        raise LoadError(f"tensor '{name}' has rank {len(axes)} in the graph, {len(shape)} in the checkpoint")
+    for i, ((axis, extent), got) in enumerate(zip(axes, shape, strict=True)):
+        if extent is not None and extent != got:
+            raise LoadError(
+                f"tensor '{name}' axis {i} ({axis}) is {extent} in the graph, {got} in the checkpoint"
+            )
+    count = 1
+    for extent in shape:
+        count *= extent
+    if len(raw) != count * source.itemsize:
+        raise LoadError(
+            f"tensor '{name}' holds {len(raw)} bytes; shape {list(shape)} of {st_dtype} needs "
+            f"{count * source.itemsize}"
+        )
+    # astype copies into native order and owned memory, so the checkpoint bytes can be dropped.
+    return np.frombuffer(raw, dtype=source).reshape(shape).astype(target)
+
+
+def _check_input(
+    name: str, value: object, dtype: str, axes: tuple[tuple[str, int | str], ...], env: dict[str, int]
+) -> None:
+    """Refuse `value` for input `name` unless it is an ndarray of `dtype` with the graph's extents.
+
+    An extent is an int or a symbol's name; the first axis carrying a symbol binds it in `env` and
+    every later one must agree.  No dtype is converted: a float64 array for an f32 input is most
+    likely a caller's mistake, and a silent copy would hide it.
+    """
+    if not isinstance(value, np.ndarray):
+        raise ShapeError(f"input '{name}' must be a numpy.ndarray, got {type(value).__name__}")
+    want = np.dtype(dtype)
+    if value.dtype != want:
+        raise ShapeError(
+            f"input '{name}' must have dtype {want.name}, got {value.dtype.name} "
+            f"(convert it with .astype(np.{want.name}))"
+        )
+    if value.ndim != len(axes):
+        axis_names = ", ".join(axis for axis, _ in axes)
+        raise ShapeError(f"input '{name}' must have rank {len(axes)} [{axis_names}], got {value.ndim}")
+    for i, ((axis, extent), got) in enumerate(zip(axes, value.shape, strict=True)):
+        if isinstance(extent, str):
+            bound = env.setdefault(extent, got)
+            if bound != got:
+                raise ShapeError(
+                    f"input '{name}' axis {i} ({axis}) must be {extent} = {bound} as bound by an earlier "
+                    f"input, got {got}"
+                )
+        elif extent != got:
+            raise ShapeError(f"input '{name}' axis {i} ({axis}) must be {extent}, got {got}")
+
+
+def _relu(x: np.ndarray) -> np.ndarray:
+    """max(x, 0) in x's dtype."""
+    return np.maximum(x, np.zeros((), dtype=np.result_type(x)))
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)), computed without overflow for large |x|."""
+    x = np.asarray(x)
+    e = np.exp(-np.abs(x))
+    one = np.ones((), dtype=x.dtype)
+    return np.where(x >= 0, one / (one + e), e / (one + e))
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """The error function (Abramowitz and Stegun 7.1.26, absolute error under 1.5e-7)."""
+    x = np.asarray(x)
+    t = np.float64(1.0) / (np.float64(1.0) + np.float64(0.3275911) * np.abs(x.astype(np.float64)))
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    y = 1.0 - poly * np.exp(-(x.astype(np.float64) ** 2))
+    return (np.sign(x) * y).astype(x.dtype)
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    """log(1 + exp(x)), computed without overflow."""
+    return np.logaddexp(np.zeros((), dtype=np.result_type(x)), x)
+
+
+def _softsign(x: np.ndarray) -> np.ndarray:
+    """x / (1 + |x|)."""
+    return x / (np.ones((), dtype=np.result_type(x)) + np.abs(x))
+
+
+_SAFETENSORS_DTYPES: dict[str, str | None] = {}  # filled below; the emitter prints it as a literal
+
+
+def safetensors_dtypes() -> dict[str, str | None]:
+    """safetensors dtype name -> numpy dtype name, None where plain numpy has no such dtype (BF16)."""
+    table: dict[str, str | None] = {}
+    for st_name, loam_name in dtypes.SAFETENSORS_NAMES.items():
+        np_dtype = dtypes.by_name(loam_name).numpy
+        # Extension dtypes (ml_dtypes) are not plain numpy, which the module is limited to.
+        plain = np_dtype is not None and np_dtype.type.__module__ == "numpy"
+        table[st_name] = np_dtype.name if plain and np_dtype is not None else None
+    return table
+
+
+_SAFETENSORS_DTYPES.update(safetensors_dtypes())
+
+PIECES: dict[str, object] = {
+    "ShapeError": ShapeError,
+    "LoadError": LoadError,
+    "_parse_json": _parse_json,
+    "_read_safetensors": _read_safetensors,
+    "_take_weight": _take_weight,
+    "_check_input": _check_input,
+    "_relu": _relu,
+    "_sigmoid": _sigmoid,
+    "_erf": _erf,
+    "_softplus": _softplus,
+    "_softsign": _softsign,
+}
+"""Every piece that may be copied, in the order the module declares them."""
+
+DEPENDS: dict[str, tuple[str, ...]] = {
+    "_read_safetensors": ("LoadError", "_parse_json", "_SAFETENSORS_DTYPES"),
+    "_take_weight": ("LoadError", "_SAFETENSORS_DTYPES"),
+    "_check_input": ("ShapeError",),
+}
+"""The other pieces (and `_SAFETENSORS_DTYPES`, a generated table) each piece reads."""
+
+
+def pieces_for(names: Iterable[str]) -> list[str]:
+    """`names` and everything they read, in declaration order (`_SAFETENSORS_DTYPES` first)."""
+    wanted: set[str] = set()
+    stack = list(names)
+    while stack:
+        name = stack.pop()
+        if name not in wanted:
+            wanted.add(name)
+            stack.extend(DEPENDS.get(name, ()))
+    order = ["_SAFETENSORS_DTYPES", *PIECES]
+    return [n for n in order if n in wanted]
+
+
+def source_of(name: str) -> str:
+    """The source text the module declares for piece `name`."""
+    if name == "_SAFETENSORS_DTYPES":
+        return f"_SAFETENSORS_DTYPES = {_SAFETENSORS_DTYPES!r}\n"
+    return inspect.getsource(PIECES[name])  # type: ignore[arg-type]
