@@ -31,6 +31,22 @@ from loam.dtypes import BY_NAME, ElementType, by_name
 from loam.poly import Poly, is_plain_symbol, parse_poly
 
 
+def parse_optional_text_literal(parser: AttrParser) -> str | None:
+    """A quoted string at the parser's position, if one is there.
+
+    xDSL's printer escapes non-ASCII characters byte by byte, and its lexer then calls the literal
+    bytes rather than a string; both read back here as the UTF-8 text they spell.
+    """
+    if (text := parser.parse_optional_str_literal()) is not None:
+        return text
+    if (raw := parser.parse_optional_bytes_literal()) is None:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        parser.raise_error("string literal is not valid UTF-8")
+
+
 class XdslPolyTokens:
     """`loam.poly.PolyTokens` over an xDSL parser: the polynomial grammar on xDSL's lexer."""
 
@@ -41,7 +57,7 @@ class XdslPolyTokens:
         return self.parser.parse_optional_integer(allow_boolean=False, allow_negative=False)
 
     def symbol(self) -> str | None:
-        if (literal := self.parser.parse_optional_str_literal()) is not None:
+        if (literal := parse_optional_text_literal(self.parser)) is not None:
             return literal
         if (ident := self.parser.parse_optional_identifier()) is not None:
             # xDSL identifiers may hold `.` and `$`; Loam prints those names quoted, so a bare one

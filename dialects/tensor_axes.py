@@ -25,7 +25,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from loam.dialects.shape_poly import ExtentAttr, parse_element_type, parse_poly_attr_text
+from loam.dialects.shape_poly import (
+    ExtentAttr,
+    parse_element_type,
+    parse_optional_text_literal,
+    parse_poly_attr_text,
+)
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
 from xdsl.ir import Attribute, Data, Dialect, ParametrizedAttribute, TypeAttribute
 from xdsl.irdl import irdl_attr_definition
@@ -220,11 +225,17 @@ class LayoutAttr(Data[tuple[LayoutRule, ...]]):
 
     @classmethod
     def parse_parameter(cls, parser: AttrParser) -> tuple[LayoutRule, ...]:
+        def parse_text(what: str) -> str:
+            text = parse_optional_text_literal(parser)
+            if text is None:
+                parser.raise_error(f"expected {what}")
+            return text
+
         def parse_rule() -> LayoutRule:
-            pattern = parser.parse_str_literal("expected a quoted glob pattern")
+            pattern = parse_text("a quoted glob pattern")
             graph = None
             if parser.parse_optional_keyword("in") is not None:
-                graph = parser.parse_str_literal("expected a quoted graph name after 'in'")
+                graph = parse_text("a quoted graph name after 'in'")
             parser.parse_punctuation("->")
             axes = parser.parse_comma_separated_list(
                 parser.Delimiter.SQUARE, lambda: _parse_axis_name(parser)[0]

@@ -19,7 +19,7 @@ from xdsl.utils.exceptions import ParseError, VerifyException
 from loam.dtypes import BY_NAME, by_name
 from loam.poly import Poly
 
-SYMBOLS = ["N", "M", "seq_len", "seq-len", "batch size", 'q"uote', "x.y"]
+SYMBOLS = ["N", "M", "seq_len", "seq-len", "batch size", 'q"uote', "x.y", "naïve"]
 ELEMS = sorted(BY_NAME)
 
 
