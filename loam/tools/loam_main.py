@@ -151,7 +151,8 @@ def _build(args: argparse.Namespace) -> None:
 
     from loam.pipeline import build
 
-    result = build(model, checkpoints=options.checkpoints, options=options, dump_ir=args.dump_ir)
+    # The checkpoints travel inside `options` (already merged: flags replace the file's list).
+    result = build(model, checkpoints=(), options=options, dump_ir=args.dump_ir)
     if to_stdout:
         sys.stdout.write(result.source)
         sys.stdout.flush()
