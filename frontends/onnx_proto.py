@@ -1,0 +1,370 @@
+"""The ONNX importer: a `ModelProto` (from a `.onnx` or `.onnxtext` file) to the `graph` dialect.
+
+    module = read_model("model.onnx")            # builtin.module { graph.model {...} }
+    module = import_model(onnx.load(path), source="model.onnx")
+
+The IR keeps everything the exporter needs to write the model back (`loam.frontends.onnx_export`).
+Nothing is interpreted here: no shape inference, no opset conversion, and external data is never
+read (only its location is checked).  Every refusal is a `ModelError` or `UnsupportedError` that
+names the file and the node, tensor or value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+import onnx
+from google.protobuf.message import DecodeError
+from loam.dialects.graph import (
+    BytesValueAttr,
+    GraphOp,
+    InitializerOp,
+    ListAttr,
+    MapType,
+    ModelOp,
+    NodeOp,
+    NoneOp,
+    OptType,
+    ReturnOp,
+    SeqType,
+    SparseDataAttr,
+    SparseTensorType,
+    SubgraphAttr,
+    SubgraphInfoOp,
+    TensorDataAttr,
+    TensorType,
+    UnknownType,
+    set_name_hint,
+)
+from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, TypeProto, numpy_helper
+from xdsl.dialects.builtin import (
+    BytesAttr,
+    DictionaryAttr,
+    Float32Type,
+    FloatAttr,
+    IntAttr,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.utils.exceptions import VerifyException
+
+from loam.dtypes import ElementType, by_onnx
+from loam.errors import ModelError, UnsupportedError
+
+__all__ = ["import_model", "read_model"]
+
+
+def read_model(path: str | Path) -> ModuleOp:
+    """Read `.onnx` (protobuf) or `.onnxtext` (ONNX's textual form) at `path` into the graph dialect."""
+    path = Path(path)
+    if path.suffix == ".onnxtext":
+        from loam.frontends.onnx_text import read_onnx_text  # another reader; imported only when used
+
+        return import_model(read_onnx_text(path), source=str(path))
+    if path.suffix != ".onnx":
+        raise ModelError(f"{path}: expected a .onnx or .onnxtext file")
+    try:
+        # External data stays where it is: the importer only records (and checks) its location.
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, RuntimeWarning, ValueError) as err:
+        raise ModelError(f"{path}: not a readable ONNX protobuf ({err})") from None
+    except OSError as err:
+        raise ModelError(f"{path}: cannot read the file ({err.strerror or err})") from None
+    return import_model(model, source=str(path))
+
+
+def import_model(model: ModelProto, source: str = "<model>") -> ModuleOp:
+    """The graph-dialect module of `model`; `source` names the file in error messages."""
+    return ModuleOp([_Importer(model, source).model_op()])
+
+
+class _Importer:
+    def __init__(self, model: ModelProto, source: str) -> None:
+        self.model = model
+        self.source = source
+        self.opsets: dict[str, int] = {}
+        for entry in model.opset_import:
+            self.opsets["" if entry.domain == "ai.onnx" else entry.domain] = entry.version
+
+    def fail(self, message: str) -> ModelError:
+        return ModelError(f"{self.source}: {message}")
+
+    # ---- model and graphs
+
+    def model_op(self) -> ModelOp:
+        m = self.model
+        if m.functions:
+            raise UnsupportedError(
+                f"{self.source}: model-local functions ({', '.join(f.name for f in m.functions)}) "
+                "are not supported; inline them first (onnx.inliner.inline_local_functions)"
+            )
+        if m.training_info:
+            raise UnsupportedError(f"{self.source}: training_info is not supported")
+        props: dict[str, Attribute] = {
+            "ir_version": IntegerAttr(m.ir_version, i64),
+            "opset_import": DictionaryAttr({e.domain: IntegerAttr(e.version, i64) for e in m.opset_import}),
+        }
+        for field in ("producer_name", "producer_version", "domain", "doc_string"):
+            if m.HasField(field):
+                props[field] = StringAttr(getattr(m, field))
+        if m.HasField("model_version"):
+            props["model_version"] = IntegerAttr(m.model_version, i64)
+        if m.metadata_props:
+            props["metadata_props"] = DictionaryAttr({p.key: StringAttr(p.value) for p in m.metadata_props})
+        graph = self.graph(m.graph, [], top=True)
+        assert isinstance(graph, GraphOp)
+        return ModelOp(props, Region(Block([graph])))
+
+    def graph(self, g: GraphProto, scopes: list[dict[str, SSAValue]], top: bool) -> GraphOp | Region:
+        """The top graph as a `graph.graph`, or a subgraph as a region (`scopes`: enclosing names)."""
+        where = f"graph '{g.name}'"
+        if g.sparse_initializer:
+            raise UnsupportedError(f"{self.source}: {where}: sparse initializers are not supported")
+        if g.quantization_annotation:
+            raise UnsupportedError(f"{self.source}: {where}: quantization annotations are not supported")
+        value_types = {vi.name: self.type(vi.type, f"value_info '{vi.name}'") for vi in g.value_info}
+        block = Block(arg_types=[self.type(vi.type, f"input '{vi.name}'") for vi in g.input])
+        scope: dict[str, SSAValue] = {}
+        scopes = [*scopes, scope]
+
+        def define(name: str, value: SSAValue, what: str) -> None:
+            if not name:
+                return
+            if name in scope:
+                raise self.fail(f"{where}: {what} '{name}' is defined twice")
+            scope[name] = value
+            set_name_hint(value, name)
+
+        for vi, arg in zip(g.input, block.args, strict=True):
+            define(vi.name, arg, "input")
+        ops: list[Operation] = []
+        if not top:
+            ops.append(SubgraphInfoOp(g.name, [vi.name for vi in g.input], g.doc_string or None))
+        for init in g.initializer:
+            data = self.tensor(init, f"initializer '{init.name}'", keep_name=False)
+            ty = TensorType(data.elem, data.shape)
+            default_of = scope.get(init.name)
+            if default_of is not None and isinstance(default_of.owner, Block):
+                # An initializer named like an input is that input's default value.
+                op = InitializerOp(init.name, ty, data, default_of)
+                ops.append(op)
+                continue
+            op = InitializerOp(init.name, ty, data)
+            ops.append(op)
+            define(init.name, op.result, "initializer")
+
+        def lookup(name: str) -> SSAValue | None:
+            for frame in reversed(scopes):
+                if name in frame:
+                    return frame[name]
+            return None
+
+        for index, node in enumerate(g.node):
+            node_where = f"{where}: node '{node.name}' ({node.op_type}, #{index})"
+            inputs: list[SSAValue] = []
+            for name in node.input:
+                if not name:
+                    none = NoneOp()
+                    ops.append(none)
+                    inputs.append(none.result)
+                    continue
+                value = lookup(name)
+                if value is None:
+                    raise self.fail(
+                        f"{node_where}: input '{name}' is not defined earlier "
+                        "(ONNX nodes are in topological order)"
+                    )
+                inputs.append(value)
+            op = self.node(node, inputs, scopes, value_types, node_where)
+            ops.append(op)
+            for name, result in zip(node.output, op.results, strict=True):
+                define(name, result, f"value (output of node '{node.name}')")
+        outputs: list[SSAValue] = []
+        for vi in g.output:
+            value = lookup(vi.name)
+            if value is None:
+                raise self.fail(f"{where}: output '{vi.name}' is not computed by the graph")
+            outputs.append(value)
+        ops.append(
+            ReturnOp(
+                outputs,
+                [vi.name for vi in g.output],
+                [self.type(vi.type, f"output '{vi.name}'") for vi in g.output],
+            )
+        )
+        block.add_ops(ops)
+        if top:
+            return GraphOp(g.name, [vi.name for vi in g.input], Region(block), g.doc_string or None)
+        return Region(block)
+
+    def node(
+        self,
+        node: NodeProto,
+        inputs: list[SSAValue],
+        scopes: list[dict[str, SSAValue]],
+        value_types: dict[str, Attribute],
+        where: str,
+    ) -> NodeOp:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if domain not in self.opsets:
+            raise self.fail(f"{where}: its domain '{node.domain}' is not in the model's opset_import")
+        regions: list[Region] = []
+        attrs: dict[str, Attribute] = {}
+        for attr in node.attribute:
+            if attr.name in attrs:
+                raise self.fail(f"{where}: attribute '{attr.name}' is given twice")
+            attrs[attr.name] = self.attribute(attr, regions, scopes, f"{where}: attribute '{attr.name}'")
+        return NodeOp(
+            node.op_type,
+            inputs,
+            [value_types.get(name, UnknownType()) if name else UnknownType() for name in node.output],
+            list(node.output),
+            node_name=node.name,
+            domain=node.domain,
+            since=self.opsets[domain],
+            attrs=attrs,
+            regions=regions,
+            doc_string=node.doc_string or None,
+        )
+
+    # ---- attributes, tensors and types
+
+    def attribute(
+        self, a: AttributeProto, regions: list[Region], scopes: list[dict[str, SSAValue]], where: str
+    ) -> Attribute:
+        if a.ref_attr_name:
+            raise UnsupportedError(f"{self.source}: {where}: attribute references only occur in functions")
+        kind = a.type
+        A = AttributeProto
+        if kind == A.INT:
+            return IntegerAttr(a.i, i64)
+        if kind == A.FLOAT:
+            return FloatAttr(a.f, Float32Type())
+        if kind == A.STRING:
+            return _string_attr(a.s)
+        if kind == A.TENSOR:
+            return self.tensor(a.t, where, keep_name=True)
+        if kind == A.SPARSE_TENSOR:
+            return self.sparse(a.sparse_tensor, where)
+        if kind == A.TYPE_PROTO:
+            return self.type(a.tp, where)
+        if kind == A.GRAPH:
+            regions.append(self.subgraph(a.g, scopes))
+            return SubgraphAttr(len(regions) - 1)
+        if kind == A.INTS:
+            return ListAttr("ints", [IntAttr(v) for v in a.ints])
+        if kind == A.FLOATS:
+            return ListAttr("floats", [FloatAttr(v, Float32Type()) for v in a.floats])
+        if kind == A.STRINGS:
+            return ListAttr("strings", [BytesAttr(v) for v in a.strings])
+        if kind == A.TENSORS:
+            return ListAttr("tensors", [self.tensor(t, where, keep_name=True) for t in a.tensors])
+        if kind == A.SPARSE_TENSORS:
+            return ListAttr("sparse_tensors", [self.sparse(t, where) for t in a.sparse_tensors])
+        if kind == A.TYPE_PROTOS:
+            return ListAttr("types", [self.type(t, where) for t in a.type_protos])
+        if kind == A.GRAPHS:
+            indices: list[Attribute] = []
+            for g in a.graphs:
+                regions.append(self.subgraph(g, scopes))
+                indices.append(IntAttr(len(regions) - 1))
+            return ListAttr("graphs", indices)
+        raise self.fail(f"{where}: attribute type {kind} is not one ONNX defines")
+
+    def subgraph(self, g: GraphProto, scopes: list[dict[str, SSAValue]]) -> Region:
+        region = self.graph(g, scopes, top=False)
+        assert isinstance(region, Region)
+        return region
+
+    def elem(self, code: int, where: str) -> ElementType:
+        try:
+            return by_onnx(code)
+        except KeyError:
+            raise self.fail(f"{where}: element type code {code} is not one ONNX defines") from None
+
+    def tensor(self, t: TensorProto, where: str, keep_name: bool) -> TensorDataAttr:
+        elem = self.elem(t.data_type, where)
+        name = t.name if keep_name else ""
+        shape = list(t.dims)
+        if t.data_location == TensorProto.EXTERNAL:
+            entries = [(e.key, e.value) for e in t.external_data]
+            for key, value in entries:
+                if key == "location":
+                    self.check_location(value, where)
+            if not any(key == "location" for key, _ in entries):
+                raise self.fail(f"{where}: external data without a location")
+            return TensorDataAttr(elem, shape, external=entries, name=name)
+        if elem.name == "string":
+            return TensorDataAttr(elem, shape, strings=list(t.string_data), name=name)
+        if t.HasField("raw_data"):
+            raw = t.raw_data
+        elif elem.numpy is None:
+            raise UnsupportedError(f"{self.source}: {where}: {elem.name} data must be given as raw_data")
+        else:
+            # Typed fields (float_data, int32_data, ...) become the canonical raw bytes.
+            try:
+                array = numpy_helper.to_array(t)
+            except Exception as err:  # onnx raises bare exceptions for inconsistent fields
+                raise self.fail(f"{where}: malformed tensor data ({err})") from None
+            return _checked(lambda: TensorDataAttr.from_numpy(array, elem, name), self.fail, where)
+        return _checked(lambda: TensorDataAttr(elem, shape, raw=raw, name=name), self.fail, where)
+
+    def sparse(self, s: onnx.SparseTensorProto, where: str) -> SparseDataAttr:
+        return SparseDataAttr(
+            list(s.dims),
+            self.tensor(s.values, where, keep_name=True),
+            self.tensor(s.indices, where, keep_name=True),
+        )
+
+    def check_location(self, location: str, where: str) -> None:
+        """External data must stay inside the model's folder: no absolute path, no `..`."""
+        for flavour in (PurePosixPath, PureWindowsPath):
+            path = flavour(location)
+            if path.is_absolute() or path.drive or ".." in path.parts:
+                raise self.fail(f"{where}: external data location '{location}' is outside the model's folder")
+
+    def type(self, tp: TypeProto, where: str) -> Attribute:
+        which = tp.WhichOneof("value")
+        if which is None:
+            return UnknownType()
+        if which in ("tensor_type", "sparse_tensor_type"):
+            inner = getattr(tp, which)
+            elem = self.elem(inner.elem_type, where)
+            dims: list[int | str | None] | None = None
+            if inner.HasField("shape"):
+                dims = []
+                for d in inner.shape.dim:
+                    kind = d.WhichOneof("value")
+                    dims.append(d.dim_value if kind == "dim_value" else d.dim_param if kind else None)
+                    if kind == "dim_value" and d.dim_value < 0:
+                        raise self.fail(f"{where}: negative dim {d.dim_value}")
+            cls = TensorType if which == "tensor_type" else SparseTensorType
+            return cls(elem, dims)
+        if which == "sequence_type":
+            return SeqType(self.type(tp.sequence_type.elem_type, where))
+        if which == "optional_type":
+            return OptType(self.type(tp.optional_type.elem_type, where))
+        if which == "map_type":
+            return MapType(self.elem(tp.map_type.key_type, where), self.type(tp.map_type.value_type, where))
+        raise UnsupportedError(f"{self.source}: {where}: type '{which}' is not supported")
+
+
+def _string_attr(value: bytes) -> Attribute:
+    try:
+        return StringAttr(value.decode("utf-8"))
+    except UnicodeDecodeError:
+        return BytesValueAttr(value)
+
+
+def _checked(
+    make: Callable[[], TensorDataAttr], fail: Callable[[str], ModelError], where: str
+) -> TensorDataAttr:
+    """Build a data attribute, turning a size mismatch into a ModelError naming the tensor."""
+    try:
+        return make()
+    except VerifyException as err:
+        raise fail(f"{where}: {err}") from None
