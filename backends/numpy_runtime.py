@@ -384,5 +384,6 @@ def pieces_for(names: Iterable[str]) -> list[str]:
 def source_of(name: str) -> str:
     """The source text the module declares for piece `name`."""
     if name == "_SAFETENSORS_DTYPES":
-        return f"_SAFETENSORS_DTYPES = {_SAFETENSORS_DTYPES!r}\n"
+        rows = "".join(f"    {k!r}: {v!r},\n" for k, v in _SAFETENSORS_DTYPES.items())
+        return f"# safetensors dtype -> numpy dtype (None: not plain numpy)\n_SAFETENSORS_DTYPES = {{\n{rows}}}\n"
     return inspect.getsource(PIECES[name])  # type: ignore[arg-type]

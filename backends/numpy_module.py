@@ -1,0 +1,506 @@
+"""Print a `kernel.program` as one readable Python module that imports only numpy.
+
+`emit_python(module)` returns the module's source.  It declares, in order: a docstring naming the
+model; `import numpy as np`; the runtime pieces the program uses, copied from
+`loam.backends.numpy_runtime` (so `ShapeError` and `LoadError` are the module's own); one marker
+class per axis (with `EXTENT` where every value the program declares gives the axis one constant
+extent); one function per distinct `Expr`; the folded constants and embedded weights as byte
+literals; `class Weights` (`load(data: bytes)`, and `embedded()` when the IR carries every weight);
+`class Outputs` when there are several outputs; and `forward(weights, *inputs)`, which checks its
+inputs and then runs one line per kernel, each commented with the ONNX node it computes.
+
+Example of the output for a one-layer MLP:
+
+```python
+def forward(weights: "Weights", x: np.ndarray) -> np.ndarray:
+    _env: dict[str, int] = {}
+    _check_input("x", x, "float32", (("Batch", 4), ("In", 8)), _env)
+    t = np.matmul(x, weights.fc1_weight)  # fc1
+    y = _zip_0(t, weights.fc1_bias)  # fc1
+    return y
+```
+
+Identifiers come from one set: every name the module declares is reserved first, then each ONNX
+name is sanitised (`fc1.weight` -> `fc1_weight`, `_` appended while taken, keywords avoided).  An
+axis whose marker would take a declared name stops emission with an `AxisError`.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from loam.backends import numpy_runtime
+from loam.dialects.kernel import (
+    Binary,
+    CastOp,
+    Const,
+    ConstantOp,
+    Expr,
+    MatmulOp,
+    Operand,
+    PermuteOp,
+    ProgramOp,
+    RegroupOp,
+    ReturnOp,
+    Unary,
+    WeightOp,
+    ZipOp,
+    format_float,
+)
+from loam.dialects.tensor_axes import AxesTensorType
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from loam.errors import AxisError, LoamError, UnsupportedError
+from loam.poly import Poly
+
+__all__ = ["emit_python"]
+
+# Unary steps: numpy ufuncs, or runtime pieces where numpy has none.
+_UNARY: dict[str, str] = {
+    "neg": "np.negative", "abs": "np.abs", "relu": "_relu", "sigmoid": "_sigmoid", "tanh": "np.tanh",
+    "exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "reciprocal": "np.reciprocal",
+    "floor": "np.floor", "ceil": "np.ceil", "round": "np.round", "sin": "np.sin", "cos": "np.cos",
+    "tan": "np.tan", "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan", "sinh": "np.sinh",
+    "cosh": "np.cosh", "asinh": "np.arcsinh", "acosh": "np.arccosh", "atanh": "np.arctanh",
+    "erf": "_erf", "sign": "np.sign", "softplus": "_softplus", "softsign": "_softsign", "identity": "",
+}  # fmt: skip
+_BINARY: dict[str, str] = {
+    "add": "np.add", "sub": "np.subtract", "mul": "np.multiply", "div": "np.divide",
+    "pow": "np.power", "max": "np.maximum", "min": "np.minimum",
+}  # fmt: skip
+
+# Names the module declares whatever the program holds; reserved before any ONNX name.
+_FIXED_NAMES = ("np", "Weights", "Outputs", "forward", "weights", "_env", "_SPECS", "_fields", "self", "cls")
+
+
+def emit_python(module: ModuleOp) -> str:
+    """The Python source of the one `kernel.program` in `module`.
+
+    Raises `UnsupportedError` for IR the numpy backend does not print (a type without named axes,
+    an element type plain numpy lacks, an extent no input binds) and `AxisError` for an axis
+    whose marker class would take a name the module declares.
+    """
+    programs = [op for op in module.walk() if isinstance(op, ProgramOp)]
+    if len(programs) != 1:
+        raise UnsupportedError(f"the numpy backend prints one kernel.program, found {len(programs)}")
+    return _Emitter(programs[0]).emit()
+
+
+def _identifier(text: str) -> str:
+    """`text` made a Python identifier: other characters become `_`, a leading digit gets `v_`."""
+    ident = re.sub(r"\W", "_", text, flags=re.ASCII)
+    if not ident:
+        return "v"
+    return "v_" + ident if ident[0].isdigit() else ident
+
+
+class _Names:
+    """One set of identifiers for the whole module, so no two declarations can collide."""
+
+    def __init__(self) -> None:
+        self.taken: set[str] = set(keyword.kwlist) | set(keyword.softkwlist)
+
+    def reserve(self, name: str) -> None:
+        self.taken.add(name)
+
+    def mint(self, text: str) -> str:
+        """A fresh identifier spelling `text` as closely as possible."""
+        ident = _identifier(text)
+        while ident in self.taken:
+            ident += "_"
+        self.taken.add(ident)
+        return ident
+
+
+def _axes_type(value: SSAValue, what: str) -> AxesTensorType:
+    t = value.type
+    if not isinstance(t, AxesTensorType):
+        raise UnsupportedError(f"{what} has type {t}; the numpy backend needs !tensor_axes.tensor")
+    return t
+
+
+def _numpy_dtype(t: AxesTensorType, what: str) -> np.dtype:
+    dtype = t.elem.numpy
+    if dtype is None or dtype.type.__module__ != "numpy" or dtype.kind == "O":
+        raise UnsupportedError(f"{what} has element type {t.elem.name}, which plain numpy cannot hold")
+    return dtype
+
+
+def _plain_symbol(p: Poly) -> str | None:
+    """The symbol's name when `p` is one symbol alone."""
+    if len(p.terms) == 1:
+        mono, coeff = p.terms[0]
+        if coeff == 1 and len(mono) == 1 and mono[0][1] == 1:
+            return mono[0][0]
+    return None
+
+
+def _type_text(t: AxesTensorType) -> str:
+    return f"{t.elem.name} [{', '.join(str(a) for a in t.axes)}]"
+
+
+class _Emitter:
+    """Collects what the program needs, then prints the module top to bottom."""
+
+    def __init__(self, program: ProgramOp) -> None:
+        self.program = program
+        self.names = _Names()
+        self.pieces: set[str] = set()
+        self.exprs: dict[Expr, str] = {}
+        self.consts: list[tuple[str, np.ndarray]] = []
+        self.env_symbols: set[str] = set()
+        self.value_text: dict[SSAValue, str] = {}
+
+    # -- collection -----------------------------------------------------------------------------
+
+    def _ops(self) -> list[Operation]:
+        return list(self.program.block.ops)
+
+    def _all_types(self) -> list[AxesTensorType]:
+        types = [_axes_type(a, f"input '{n.data}'") for a, n in
+                 zip(self.program.block.args, self.program.input_names, strict=True)]  # fmt: skip
+        for op in self._ops():
+            for r in op.results:
+                types.append(_axes_type(r, f"{op.name} result"))
+        return types
+
+    def _markers(self) -> dict[str, int | None]:
+        """Axis marker name -> EXTENT (None where the program gives the axis no single constant)."""
+        extents: dict[str, set[Poly | None]] = {}
+        for t in self._all_types():
+            for axis in t.axes:
+                if axis.parts:
+                    for part in axis.parts:
+                        extents.setdefault(part, set())  # a merge states no extent for its parts
+                else:
+                    extents.setdefault(axis.name, set()).add(axis.extent)
+        markers: dict[str, int | None] = {}
+        for name, found in extents.items():
+            only = next(iter(found)) if len(found) == 1 else None  # type: ignore[misc]
+            markers[name] = only.const_value if only is not None and only.is_const else None
+        return markers
+
+    def _reserve_declared(self, markers: Iterable[str]) -> None:
+        declared = {*_FIXED_NAMES, *numpy_runtime.PIECES, "_SAFETENSORS_DTYPES"}
+        for name in declared:
+            self.names.reserve(name)
+        for name in markers:
+            if name in declared or keyword.iskeyword(name) or keyword.issoftkeyword(name):
+                raise AxisError(
+                    f"axis '{name}' would declare a marker class named like the module's own '{name}'; "
+                    "rename the axis in the layout"
+                )
+            if not name.isidentifier() or name.startswith("_"):
+                raise AxisError(f"axis '{name}' is not a Python identifier, so it cannot name a marker class")
+            self.names.reserve(name)
+
+    # -- shapes ---------------------------------------------------------------------------------
+
+    def _poly_py(self, p: Poly) -> str:
+        if p.is_const:
+            return str(p.const_value)
+        terms: list[str] = []
+        for mono, coeff in p.terms:
+            factors = [str(coeff)] if coeff != 1 or not mono else []
+            for sym, power in mono:
+                if sym not in self.env_symbols:
+                    raise UnsupportedError(f"extent symbol '{sym}' is not carried alone by any input axis")
+                factors.extend([f"_env[{sym!r}]"] * power)
+            terms.append("*".join(factors))
+        return "(" + " + ".join(terms) + ")"
+
+    def _shape_py(self, t: AxesTensorType) -> str:
+        items = [self._poly_py(a.extent) for a in t.axes]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+    # -- kernels -----------------------------------------------------------------------------------
+
+    def _expr_function(self, expr: Expr) -> str:
+        name = self.exprs.get(expr)
+        if name is None:
+            name = self.names.mint(f"_zip_{len(self.exprs)}")
+            self.exprs[expr] = name
+            for step in expr.steps:
+                if isinstance(step, Unary) and _UNARY[step.op].startswith("_"):
+                    self.pieces.add(_UNARY[step.op])
+        return name
+
+    def _expr_source(self, expr: Expr, name: str) -> str:
+        params = [f"a{i}" for i in range(expr.arity)]
+        lines = [f"def {name}({', '.join(p + ': np.ndarray' for p in params)}) -> np.ndarray:"]
+        lines.append(f'    """#kernel.expr<{expr}>"""')
+        refs: list[str] = []
+        for i, step in enumerate(expr.steps):
+            if isinstance(step, Operand):
+                refs.append(f"a{step.index}")
+                continue
+            if isinstance(step, Const):
+                dtype = np.dtype(_plain_dtype_name(step.elem))
+                text = format_float(step.value)
+                literal = {"inf": "np.inf", "-inf": "-np.inf", "nan": "np.nan"}.get(text, text)
+                rhs = f"np.{dtype.name}({literal})"
+            elif isinstance(step, Unary):
+                fn = _UNARY[step.op]
+                rhs = f"{fn}({refs[step.arg]})" if fn else refs[step.arg]
+            else:
+                assert isinstance(step, Binary)
+                rhs = f"{_BINARY[step.op]}({refs[step.lhs]}, {refs[step.rhs]})"
+            if i == len(expr.steps) - 1:
+                lines.append(f"    return np.asarray({rhs})")
+            else:
+                lines.append(f"    s{i} = {rhs}")
+                refs.append(f"s{i}")
+        if isinstance(expr.steps[-1], Operand):
+            lines.append(f"    return np.asarray({refs[-1]})")
+        return "\n".join(lines) + "\n"
+
+    def _kernel_line(self, op: Operation) -> str | None:
+        """The right-hand side computing `op`, or None for ops that declare no line."""
+        arg = [self.value_text[v] for v in op.operands]
+        if isinstance(op, MatmulOp):
+            return f"np.matmul({arg[0]}, {arg[1]})"
+        if isinstance(op, PermuteOp):
+            return f"np.transpose({arg[0]}, {tuple(op.permutation)!r})"
+        if isinstance(op, RegroupOp):
+            return f"np.reshape({arg[0]}, {self._shape_py(_axes_type(op.result, 'kernel.regroup'))})"
+        if isinstance(op, CastOp):
+            dtype = _numpy_dtype(_axes_type(op.result, "kernel.cast"), f"kernel.cast '{op.node.data}'")
+            return f"{arg[0]}.astype(np.{'bool_' if dtype.name == 'bool' else dtype.name})"
+        if isinstance(op, ZipOp):
+            expr = op.expr.data
+            call = f"{self._expr_function(expr)}({', '.join(arg)})"
+            out = _axes_type(op.result, "kernel.zip")
+            broadcast = _broadcast([_axes_type(v, "kernel.zip operand").shape for v in op.inputs])
+            if broadcast != out.shape:  # the operands alone do not reach the result's extents
+                return f"np.broadcast_to({call}, {self._shape_py(out)})"
+            return call
+        raise UnsupportedError(f"the numpy backend does not print {op.name}")
+
+    # -- printing --------------------------------------------------------------------------------
+
+    def emit(self) -> str:
+        program = self.program
+        markers = self._markers()
+        self._reserve_declared(markers)
+        self.pieces.update({"_check_input", "_read_safetensors", "_take_weight"})
+
+        # Inputs first: their names are forward's parameters, their symbols bind extents.
+        params: list[str] = []
+        checks: list[str] = []
+        for arg, onnx_name in zip(program.block.args, program.input_names.data, strict=True):
+            t = _axes_type(arg, f"input '{onnx_name.data}'")
+            ident = self.names.mint(onnx_name.data)
+            params.append(ident)
+            self.value_text[arg] = ident
+            dtype = _numpy_dtype(t, f"input '{onnx_name.data}'")
+            axes: list[tuple[str, int | str]] = []
+            for axis in t.axes:
+                symbol = _plain_symbol(axis.extent)
+                if axis.extent.is_const:
+                    axes.append((axis.name, axis.extent.const_value))
+                elif symbol is not None:
+                    axes.append((axis.name, symbol))
+                    self.env_symbols.add(symbol)
+                else:
+                    raise UnsupportedError(
+                        f"input '{onnx_name.data}' axis {axis.name} has extent {axis.extent}; an input "
+                        "extent must be a number or one symbol"
+                    )
+            checks.append(
+                f"_check_input({onnx_name.data!r}, {ident}, {dtype.name!r}, {_tuple_py(axes)}, _env)"
+            )
+
+        ret = program.return_op
+        output_names = [n.data for n in ret.output_names.data]
+        # Output names are minted before any other local: they are the Outputs fields too.
+        out_idents = [self.names.mint(n) for n in output_names]
+        returned: dict[SSAValue, str] = {}
+        for v, ident in zip(ret.outputs, out_idents, strict=True):
+            returned.setdefault(v, ident)
+
+        weights: list[tuple[WeightOp, str]] = []
+        body: list[str] = []
+        for op in self._ops():
+            if isinstance(op, ReturnOp):
+                continue
+            if isinstance(op, WeightOp):
+                attr = self.names.mint(op.weight_name.data)
+                weights.append((op, attr))
+                self.value_text[op.result] = f"weights.{attr}"
+                continue
+            if isinstance(op, ConstantOp):
+                name = self.names.mint(f"_CONST_{len(self.consts)}")
+                self.consts.append((name, _to_numpy(op.value, f"kernel.constant '{op.node.data}'")))
+                self.value_text[op.result] = name
+                continue
+            rhs = self._kernel_line(op)
+            result = op.results[0]
+            hint = result.name_hint if result.name_hint and not result.name_hint.isdigit() else "t"
+            ident = returned[result] if result in returned else self.names.mint(hint)
+            self.value_text[result] = ident
+            node = op.properties.get("node")
+            comment = node.data if isinstance(node, StringAttr) else op.name
+            body.append(f"{ident} = {rhs}  # {comment}")
+
+        embedded = bool(weights) and all(op.data is not None for op, _ in weights)
+        out_fields = out_idents if len(output_names) > 1 else []
+
+        parts: list[str] = [self._docstring(output_names), "import numpy as np\n"]
+        parts += [numpy_runtime.source_of(p) for p in numpy_runtime.pieces_for(self.pieces)]
+        parts += [_marker_source(name, extent) for name, extent in markers.items()]
+        parts += [self._expr_source(e, n) for e, n in self.exprs.items()]
+        parts += [f"{name} = {_array_literal(arr)}\n" for name, arr in self.consts]
+        data_names: list[str] = []
+        if embedded:
+            for op, attr in weights:
+                name = self.names.mint(f"_DATA_{attr}")
+                data_names.append(name)
+                assert op.data is not None
+                parts.append(
+                    f"{name} = {_array_literal(_to_numpy(op.data, f'weight {op.weight_name.data!r}'))}\n"
+                )
+        parts.append(self._weights_source(weights, data_names))
+        if out_fields:
+            parts.append(_outputs_source(out_fields, output_names))
+        parts.append(self._forward_source(params, checks, body, ret, out_fields))
+        return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
+
+    def _docstring(self, outputs: Sequence[str]) -> str:
+        program = self.program
+        model = program.model.data if program.model is not None else "an unnamed model"
+        inputs = ", ".join(n.data for n in program.input_names.data)
+        return (
+            f'"""The model {model!r}, compiled by Loam: forward(weights, {inputs}) -> {", ".join(outputs)}.\n\n'
+            "Generated code: imports only numpy and carries its own runtime.  Regenerate it from the\n"
+            'model rather than editing it.\n"""\n'
+        )
+
+    def _weights_source(self, weights: Sequence[tuple[WeightOp, str]], data_names: Sequence[str]) -> str:
+        lines = [
+            "class Weights:",
+            '    """The initializers forward reads, checked against the graph when loaded."""',
+            "",
+            f"    __slots__ = {tuple(attr for _, attr in weights)!r}",
+            "",
+            "    # ONNX name, attribute, dtype, and (axis, extent) per axis; None where the graph leaves it open",
+            "    _SPECS = (",
+        ]
+        for op, attr in weights:
+            t = _axes_type(op.result, f"weight '{op.weight_name.data}'")
+            dtype = _numpy_dtype(t, f"weight '{op.weight_name.data}'")
+            axes = [(a.name, a.extent.const_value if a.extent.is_const else None) for a in t.axes]
+            lines.append(f"        ({op.weight_name.data!r}, {attr!r}, {dtype.name!r}, {_tuple_py(axes)}),")
+        lines.append("    )")
+        lines.append("")
+        sig = "".join(f", {attr}: np.ndarray" for _, attr in weights)
+        lines.append(f"    def __init__(self{sig}) -> None:")
+        lines += [f"        self.{attr} = {attr}" for _, attr in weights] or ["        pass"]
+        lines += [
+            "",
+            "    @classmethod",
+            '    def load(cls, data: bytes) -> "Weights":',
+            '        """Read a safetensors checkpoint from its bytes; LoadError names what disagrees."""',
+            "        tensors = _read_safetensors(data)",
+            "        return cls(*(_take_weight(tensors, name, dtype, axes) for name, _, dtype, axes in cls._SPECS))",
+        ]
+        if data_names:
+            lines += [
+                "",
+                "    @classmethod",
+                '    def embedded(cls) -> "Weights":',
+                '        """The weights the graph carries, embedded in this module."""',
+                f"        return cls({', '.join(data_names)})",
+            ]
+        return "\n".join(lines) + "\n"
+
+    def _forward_source(
+        self, params: Sequence[str], checks: Sequence[str], body: Sequence[str], ret: ReturnOp,
+        out_fields: Sequence[str],
+    ) -> str:  # fmt: skip
+        sig = "".join(f", {p}: np.ndarray" for p in params)
+        result_type = '"Outputs"' if out_fields else "np.ndarray"
+        lines = [f'def forward(weights: "Weights"{sig}) -> {result_type}:']
+        ins = "; ".join(f"{n.data}: {_type_text(_axes_type(a, n.data))}" for a, n in
+                        zip(self.program.block.args, self.program.input_names.data, strict=True))  # fmt: skip
+        lines.append(
+            f'    """Run the model.  Inputs: {ins or "none"}.  ShapeError names a disagreeing input."""'
+        )
+        lines.append("    _env: dict[str, int] = {}")
+        lines += [f"    {c}" for c in checks]
+        lines += [f"    {b}" for b in body]
+        outs = [self.value_text[v] for v in ret.outputs]
+        lines.append(f"    return Outputs({', '.join(outs)})" if out_fields else f"    return {outs[0]}")
+        return "\n".join(lines) + "\n"
+
+
+def _plain_dtype_name(elem: str) -> str:
+    from loam.dtypes import by_name
+
+    dtype = by_name(elem).numpy
+    if dtype is None or dtype.type.__module__ != "numpy":
+        raise UnsupportedError(f"expression constant of element type {elem} has no plain numpy dtype")
+    return dtype.name
+
+
+def _broadcast(shapes: Sequence[tuple[Poly, ...]]) -> tuple[Poly, ...] | None:
+    """The ONNX broadcast of `shapes` (None when there are none)."""
+    if not shapes:
+        return None
+    rank = max(len(s) for s in shapes)
+    out: list[Poly] = []
+    for i in range(rank):
+        found = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
+        big = [e for e in found if not (e.is_const and e.const_value == 1)]
+        out.append(big[0] if big else found[0])
+    return tuple(out)
+
+
+def _to_numpy(attr: Attribute, what: str) -> np.ndarray:
+    to_numpy = getattr(attr, "to_numpy", None)
+    if to_numpy is None:
+        raise LoamError(f"{what} carries {attr}, not a #graph.data value")
+    return np.asarray(to_numpy())
+
+
+def _array_literal(arr: np.ndarray) -> str:
+    """`arr` as `np.frombuffer(b"...", dtype=...).reshape(...)` (little-endian bytes)."""
+    little = arr.dtype.newbyteorder("<") if arr.dtype.byteorder not in ("|", "=") else arr.dtype
+    data = np.ascontiguousarray(arr, dtype=little).tobytes()
+    return f"np.frombuffer({data!r}, dtype={little.str!r}).reshape({tuple(arr.shape)!r})"
+
+
+def _tuple_py(items: Sequence[object]) -> str:
+    return repr(tuple(items))
+
+
+def _marker_source(name: str, extent: int | None) -> str:
+    lines = [f"class {name}:", f'    """Axis {name}."""']
+    if extent is not None:
+        lines += ["", f"    EXTENT = {extent}"]
+    return "\n".join(lines) + "\n"
+
+
+def _outputs_source(fields: Sequence[str], onnx_names: Sequence[str]) -> str:
+    """A hand-written named tuple (the module imports nothing but numpy, so not typing.NamedTuple)."""
+    params = ", ".join(f"{f}: np.ndarray" for f in fields)
+    lines = [
+        "class Outputs(tuple):",
+        f'    """forward\'s outputs, in graph order: {", ".join(repr(n) for n in onnx_names)}."""',
+        "",
+        "    __slots__ = ()",
+        f"    _fields = {tuple(fields)!r}",
+        "",
+        f'    def __new__(cls, {params}) -> "Outputs":',
+        f"        return tuple.__new__(cls, ({', '.join(fields)},))",
+        "",
+        "    def __repr__(self) -> str:",
+        '        return "Outputs(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self)) + ")"',
+        "",
+    ]
+    for i, (f, n) in enumerate(zip(fields, onnx_names, strict=True)):
+        lines.append(f"    {f} = property(lambda self: self[{i}], doc={f'ONNX output {n!r}'!r})")
+    return "\n".join(lines) + "\n"
