@@ -374,7 +374,8 @@ class _Emitter:
         model = program.model.data if program.model is not None else "an unnamed model"
         inputs = ", ".join(n.data for n in program.input_names.data)
         return (
-            f'"""The model {model!r}, compiled by Loam: forward(weights, {inputs}) -> {", ".join(outputs)}.\n\n'
+            f'"""The model {model!r}, compiled by Loam: '
+            f'forward(weights, {inputs}) -> {", ".join(outputs)}.\n\n'
             "Generated code: imports only numpy and carries its own runtime.  Regenerate it from the\n"
             'model rather than editing it.\n"""\n'
         )
@@ -386,7 +387,7 @@ class _Emitter:
             "",
             f"    __slots__ = {tuple(attr for _, attr in weights)!r}",
             "",
-            "    # ONNX name, attribute, dtype, and (axis, extent) per axis; None where the graph leaves it open",
+            "    # ONNX name, attribute, dtype, (axis, extent) per axis; None where the graph leaves it open",
             "    _SPECS = (",
         ]
         for op, attr in weights:
@@ -405,7 +406,9 @@ class _Emitter:
             '    def load(cls, data: bytes) -> "Weights":',
             '        """Read a safetensors checkpoint from its bytes; LoadError names what disagrees."""',
             "        tensors = _read_safetensors(data)",
-            "        return cls(*(_take_weight(tensors, name, dtype, axes) for name, _, dtype, axes in cls._SPECS))",
+            "        return cls(",
+            "            *(_take_weight(tensors, name, dtype, axes) for name, _, dtype, axes in cls._SPECS)",
+            "        )",
         ]
         if data_names:
             lines += [
@@ -427,7 +430,7 @@ class _Emitter:
         ins = "; ".join(f"{n.data}: {_type_text(_axes_type(a, n.data))}" for a, n in
                         zip(self.program.block.args, self.program.input_names.data, strict=True))  # fmt: skip
         lines.append(
-            f'    """Run the model.  Inputs: {ins or "none"}.  ShapeError names a disagreeing input."""'
+            f'    """Run the model on {ins or "no inputs"}; ShapeError names a disagreeing input."""'
         )
         lines.append("    _env: dict[str, int] = {}")
         lines += [f"    {c}" for c in checks]

@@ -385,5 +385,6 @@ def source_of(name: str) -> str:
     """The source text the module declares for piece `name`."""
     if name == "_SAFETENSORS_DTYPES":
         rows = "".join(f"    {k!r}: {v!r},\n" for k, v in _SAFETENSORS_DTYPES.items())
-        return f"# safetensors dtype -> numpy dtype (None: not plain numpy)\n_SAFETENSORS_DTYPES = {{\n{rows}}}\n"
+        head = "# safetensors dtype -> numpy dtype (None: not plain numpy)\n_SAFETENSORS_DTYPES = {\n"
+        return head + rows + "}\n"
     return inspect.getsource(PIECES[name])  # type: ignore[arg-type]
