@@ -1,0 +1,27 @@
+"""The operator rules Loam knows, keyed by ONNX op type (default domain)."""
+
+from __future__ import annotations
+
+from loam.errors import UnsupportedError
+from loam.ops.base import NodeInfo, OpRule
+from loam.ops.constant import ConstantRule, IdentityRule
+from loam.ops.elementwise import ElementwiseRule
+from loam.ops.matmul import GemmRule, MatMulRule
+
+_RULES: tuple[OpRule, ...] = (ConstantRule(), IdentityRule(), ElementwiseRule(), MatMulRule(), GemmRule())
+
+RULES: dict[str, OpRule] = {op_type: rule for rule in _RULES for op_type in rule.op_types}
+
+# Domains whose operators are ONNX's own.
+ONNX_DOMAINS = ("", "ai.onnx")
+
+
+def rule_for(node: NodeInfo, domain: str = "") -> OpRule:
+    """The rule for `node`'s operator, or an UnsupportedError naming the node and the operator."""
+    rule = RULES.get(node.op_type) if domain in ONNX_DOMAINS else None
+    if rule is None:
+        qualified = node.op_type if domain in ONNX_DOMAINS else f"{domain}.{node.op_type}"
+        raise UnsupportedError(
+            f"node '{node.name}' uses operator '{qualified}', which Loam does not compile"
+        )
+    return rule

@@ -1,0 +1,169 @@
+"""The operator rule interface: one object per ONNX operator holds all of its meaning in Loam.
+
+Each rule answers the three questions the pipeline asks of a node, so an operator's semantics live
+in one place rather than spread across the passes:
+
+- `infer` (stage 0): the element type and extents of every output, and the output values where the
+  build knows every input (folding);
+- `axes` (name-axes): the named axes of every output from those of the inputs, or `None` for an axis
+  the operator leaves undetermined (the layout names it);
+- `lower` (lower-to-kernel): the kernel-dialect ops that compute the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from loam.dtypes import ElementType
+from loam.errors import ShapeError, UnsupportedError
+from loam.poly import Poly
+
+if TYPE_CHECKING:
+    from xdsl.ir import Operation, SSAValue
+
+    from loam.dialects.tensor_axes import Axis
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What stage 0 knows of one value: its element type, its extents and, when folded, its value."""
+
+    elem: ElementType
+    shape: tuple[Poly, ...]
+    value: np.ndarray | None = None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def static_shape(self) -> tuple[int, ...] | None:
+        """The extents as integers, or None where one is symbolic."""
+        if all(d.is_const for d in self.shape):
+            return tuple(d.const_value for d in self.shape)
+        return None
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node as the rules see it: its identity and attribute reader, detached from the IR."""
+
+    op_type: str
+    name: str
+    since: int
+    get_attr: Callable[[str, Any], Any]
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return self.get_attr(key, default)
+
+    def where(self) -> str:
+        """How messages name the node: `Gemm node 'fc1'`."""
+        return f"{self.op_type} node '{self.name}'"
+
+    def fail(self, message: str) -> ShapeError:
+        return ShapeError(f"{self.where()}: {message}")
+
+    def unsupported(self, message: str) -> UnsupportedError:
+        return UnsupportedError(f"{self.where()}: {message}")
+
+
+class LowerContext:
+    """What a rule's `lower` uses to build kernel ops: an insertion point and the node's result types.
+
+    `emit(op)` inserts `op` before the node being lowered and returns it; `result_types` are the
+    node's outputs' `!tensor_axes.tensor` types after name-axes.
+    """
+
+    def __init__(self, emit: Callable[[Operation], Operation], result_types: Sequence[Any]) -> None:
+        self.emit = emit
+        self.result_types = list(result_types)
+
+
+class OpRule:
+    """Base class of the operator rules; subclasses set `op_types` and override what applies."""
+
+    op_types: tuple[str, ...] = ()
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        raise node.unsupported("stage 0 has no rule for this operator")
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        """Named axes of each output; `None` marks an axis the layout must name."""
+        return [tuple(None for _ in f.shape) for f in outputs]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        raise node.unsupported("no kernel computes this operator yet")
+
+
+def require_arity(node: NodeInfo, inputs: Sequence[object], low: int, high: int | None = None) -> None:
+    """Stop the build when the node's input count is outside [low, high]."""
+    high = low if high is None else high
+    present = len(inputs)
+    if not low <= present <= high:
+        want = str(low) if low == high else f"{low} to {high}"
+        raise node.fail(f"takes {want} inputs, got {present}")
+
+
+def broadcast_shapes(node: NodeInfo, shapes: Sequence[tuple[Poly, ...]]) -> tuple[Poly, ...]:
+    """ONNX multidirectional (numpy) broadcasting of extents, aligned at the end.
+
+    Two extents meet where they are equal or one is 1; anything else stops the build naming the
+    node and the output axis.
+    """
+    rank = max((len(s) for s in shapes), default=0)
+    one = Poly.const(1)
+    out: list[Poly] = []
+    for i in range(rank):
+        extent = one
+        for s in shapes:
+            j = i - (rank - len(s))
+            if j < 0:
+                continue
+            d = s[j]
+            if d == one or d == extent:
+                continue
+            if extent == one:
+                extent = d
+                continue
+            raise node.fail(f"cannot broadcast extents {extent} and {d} at output axis {i}")
+        out.append(extent)
+    return tuple(out)
+
+
+def broadcast_axes(
+    node: NodeInfo, operands: Sequence[tuple[Axis, ...]], *, onto: tuple[Axis, ...] | None = None
+) -> tuple[Axis, ...]:
+    """Named-axes broadcasting: axes meeting at one position must carry one name.
+
+    An axis of extent 1 holds one element, so it stretches to whatever it meets and may carry a
+    name of its own; any other two names meeting stop the build naming both.  With `onto`, the
+    operands broadcast one way onto that axis list (Gemm's C, an Expand).
+    """
+    from loam.errors import AxisError
+
+    lists = list(operands) if onto is None else [onto, *operands]
+    rank = max((len(a) for a in lists), default=0)
+    one = Poly.const(1)
+    out: list[Axis] = []
+    for i in range(rank):
+        chosen: Axis | None = None
+        for axes in lists:
+            j = i - (rank - len(axes))
+            if j < 0:
+                continue
+            axis = axes[j]
+            if chosen is None or (chosen.extent == one and axis.extent != one):
+                chosen = axis
+            elif axis.extent != one and axis.name != chosen.name:
+                raise AxisError(
+                    f"{node.where()}: axis {chosen.name} meets axis {axis.name} at output axis {i}; "
+                    "two axes meet only where the layout gives them one name"
+                )
+        assert chosen is not None
+        out.append(chosen)
+    return tuple(out)

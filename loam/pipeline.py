@@ -1,0 +1,172 @@
+"""The whole build as one function: model (+ checkpoint headers + options) -> generated module.
+
+`build` runs the same passes `loam-opt` registers, in memory, in this order:
+
+    read (frontends) -> apply-options -> stage0 -> name-axes -> lower-to-kernel -> emit (backends)
+
+The options enter the IR as attributes of the top-level module before the first pass, so the IR
+dumped after any pass (`dump_ir`) can be replayed with `loam-opt` without the original files.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.printer import Printer
+
+from loam.errors import CheckpointError
+from loam.options import Options
+
+
+@dataclass
+class BuildResult:
+    """What a build produces: the module's source, the build report and the module, imported."""
+
+    source: str
+    report: str
+    module: types.ModuleType
+    ir: ModuleOp
+    notes: list[str] = field(default_factory=list[str])
+
+
+def make_context() -> Context:
+    """A context with xDSL's builtin dialects and every Loam dialect."""
+    from xdsl.dialects.builtin import Builtin
+    from xdsl.dialects.test import Test
+
+    from loam.dialects import get_all_dialects
+
+    ctx = Context()
+    ctx.load_dialect(Builtin)
+    ctx.load_dialect(Test)
+    for name, factory in get_all_dialects().items():
+        ctx.register_dialect(name, factory)
+    return ctx
+
+
+def read_model(model: str | Path | onnx.ModelProto) -> ModuleOp:
+    """Graph-dialect IR of a model given as a path (.onnx / .onnxtext) or an in-memory ModelProto."""
+    from loam.frontends.onnx_proto import import_model
+    from loam.frontends.onnx_proto import read_model as read_path
+
+    if isinstance(model, onnx.ModelProto):
+        return import_model(model, source="<model>")
+    return read_path(Path(model))
+
+
+def pipeline_passes(options: Options) -> list[ModulePass]:
+    """The passes `build` runs after reading, configured from `options`."""
+    from loam.passes.apply_options import ApplyOptionsPass
+    from loam.passes.lower_to_kernel import LowerToKernelPass
+    from loam.passes.name_axes import NameAxesPass
+    from loam.passes.stage0 import Stage0Pass
+
+    return [ApplyOptionsPass(), Stage0Pass(), NameAxesPass(), LowerToKernelPass()]
+
+
+def build(
+    model: str | Path | onnx.ModelProto,
+    checkpoints: Sequence[str | Path] = (),
+    options: Options | None = None,
+    *,
+    dump_ir: str | Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> BuildResult:
+    """Compile `model` into a Python module; stop with a LoamError naming the culprit on bad input."""
+    from loam.backends.numpy_module import emit_python
+    from loam.passes.apply_options import attach_options
+
+    options = options or Options()
+    say = progress or (lambda _msg: None)
+    all_checkpoints = [Path(c) for c in (*options.checkpoints, *checkpoints)]
+    for c in all_checkpoints:
+        if not c.is_file():
+            raise CheckpointError(f"checkpoint {c}: no such file")
+
+    say(f"reading {model if not isinstance(model, onnx.ModelProto) else 'model'}")
+    ir = read_model(model)
+    attach_options(ir, options)
+    ctx = make_context()
+    dump_dir = Path(dump_ir) if dump_ir is not None else None
+    if dump_dir is not None:
+        dump_dir.mkdir(parents=True, exist_ok=True)
+        _dump(ir, dump_dir / "00-read.mlir")
+    for i, p in enumerate(pipeline_passes(options), start=1):
+        say(f"running {p.name}")
+        p.apply(ctx, ir)
+        if dump_dir is not None:
+            _dump(ir, dump_dir / f"{i:02d}-{p.name}.mlir")
+
+    notes = check_checkpoints(ir, all_checkpoints)
+    say("emitting the numpy module")
+    source = emit_python(ir)
+    module = import_source(source, "loam_generated")
+    return BuildResult(source, build_report(ir), module, ir, notes)
+
+
+def _dump(ir: ModuleOp, path: Path) -> None:
+    with open(path, "w") as f:
+        Printer(stream=f).print_op(ir)
+        f.write("\n")
+
+
+def import_source(source: str, name: str) -> types.ModuleType:
+    """Import generated source as a module (it is Loam's own output, never model content)."""
+    module = types.ModuleType(name)
+    module.__file__ = f"<{name}>"
+    sys.modules[name] = module  # NamedTuple and dataclass machinery look the module up by name
+    exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+    return module
+
+
+def check_checkpoints(ir: ModuleOp, paths: Iterable[Path]) -> list[str]:
+    """Check every weight the program reads from `Weights.load` against the checkpoints' headers."""
+    from loam.checkpoint import check_weights, read_safetensors_header
+
+    paths = list(paths)
+    if not paths:
+        return []
+    merged = {}
+    owner: dict[str, Path] = {}
+    for p in paths:
+        for name, entry in read_safetensors_header(p).items():
+            if name in owner:
+                raise CheckpointError(f"tensor '{name}' is in two checkpoints: {owner[name]} and {p}")
+            owner[name] = p
+            merged[name] = entry
+    where = str(paths[0]) if len(paths) == 1 else f"{len(paths)} files"
+    return check_weights(where, merged, weight_specs(ir))
+
+
+def weight_specs(ir: ModuleOp):  # -> Iterator[WeightSpec]
+    from loam.checkpoint import WeightSpec
+    from loam.dialects.kernel import WeightOp
+
+    for op in ir.walk():
+        if isinstance(op, WeightOp) and op.data is None:
+            t = op.result.type
+            axes = tuple((a.name, a.extent.const_value) for a in t.axes)
+            yield WeightSpec(op.weight_name.data, t.elem, axes)
+
+
+def build_report(ir: ModuleOp) -> str:
+    """One line per kernel: what it computes and for which ONNX node."""
+    from loam.dialects.kernel import ProgramOp
+
+    lines: list[str] = []
+    for op in ir.walk():
+        if isinstance(op, ProgramOp):
+            continue
+        node = op.properties.get("node")
+        if node is not None:
+            lines.append(f"{getattr(node, 'data', node)!s:30} {op.name}")
+    return "\n".join(lines) + ("\n" if lines else "")
+

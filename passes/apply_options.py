@@ -1,0 +1,135 @@
+"""apply-options: fix what the build options fix in the graph, before stage 0 reads it.
+
+The options enter the IR as attributes of the top-level module (`loam.dims`, `loam.outputs`,
+`loam.layout`, `loam.inline_weights`), so any later pass can be replayed on a dumped `.mlir` file.
+This pass reads `loam.dims` and `loam.outputs`:
+
+- `dims` gives a dim_param a static extent wherever a graph input or output declares it, as
+  onnxruntime's free dimension overrides do;
+- `outputs` names the graph outputs `forward` returns; the graph is cut down to the nodes,
+  initializers and inputs they read.
+
+A name in either option that the graph does not declare stops the build naming it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ArrayAttr, BoolAttr, DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, i64
+from xdsl.ir import Attribute, Block
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+
+from loam.dialects.graph import GraphOp, InitializerOp, ModelOp, NodeOp, ReturnOp, TensorType
+from loam.errors import OptionsError
+from loam.options import Options
+
+DIMS_ATTR = "loam.dims"
+OUTPUTS_ATTR = "loam.outputs"
+LAYOUT_ATTR = "loam.layout"
+INLINE_WEIGHTS_ATTR = "loam.inline_weights"
+
+
+def attach_options(module: ModuleOp, options: Options) -> None:
+    """Record `options` on the top-level module, where the passes read them."""
+    from loam.layout import layout_to_attr
+
+    if options.dims:
+        module.attributes[DIMS_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in options.dims.items()})
+    if options.outputs is not None:
+        module.attributes[OUTPUTS_ATTR] = ArrayAttr([StringAttr(n) for n in options.outputs])
+    if options.layout:
+        module.attributes[LAYOUT_ATTR] = layout_to_attr(options.layout)
+    if options.inline_weights:
+        module.attributes[INLINE_WEIGHTS_ATTR] = BoolAttr.from_bool(True)
+
+
+def main_graph(module: ModuleOp) -> GraphOp:
+    for op in module.ops:
+        if isinstance(op, ModelOp):
+            return op.graph
+    raise OptionsError("the module holds no graph.model")
+
+
+@dataclass(frozen=True)
+class ApplyOptionsPass(ModulePass):
+    """Fix dim_params (`loam.dims`) and cut the graph to the requested outputs (`loam.outputs`)."""
+
+    name = "apply-options"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        graph = main_graph(op)
+        dims = op.attributes.get(DIMS_ATTR)
+        if isinstance(dims, DictionaryAttr) and dims.data:
+            fix_dims(graph, {k: _int(v) for k, v in dims.data.items()})
+        outputs = op.attributes.get(OUTPUTS_ATTR)
+        if isinstance(outputs, ArrayAttr):
+            cut_outputs(graph, [s.data for s in outputs.data if isinstance(s, StringAttr)])
+
+
+def _int(attr: Attribute) -> int:
+    assert isinstance(attr, IntegerAttr)
+    return int(attr.value.data)
+
+
+def _fixed(t: Attribute, dims: dict[str, int], used: set[str]) -> Attribute:
+    if not isinstance(t, TensorType) or t.shape is None:
+        return t
+    shape: list[int | str | None] = []
+    for d in t.shape:
+        if isinstance(d, str) and d in dims:
+            used.add(d)
+            shape.append(dims[d])
+        else:
+            shape.append(d)
+    return TensorType(t.elem, shape)
+
+
+def fix_dims(graph: GraphOp, dims: dict[str, int]) -> None:
+    """Replace each named dim_param by its extent on the graph's inputs and declared outputs."""
+    for name, value in dims.items():
+        if value < 0:
+            raise OptionsError(f"dims: '{name}' must not be negative, got {value}")
+    used: set[str] = set()
+    block = graph.body.block
+    for arg in list(block.args):
+        new = _fixed(arg.type, dims, used)
+        if new != arg.type:
+            Rewriter.replace_value_with_new_type(arg, new)
+    ret = block.last_op
+    assert isinstance(ret, ReturnOp)
+    ret.declared_types = ArrayAttr([_fixed(t, dims, used) for t in ret.declared_types.data])
+    unknown = sorted(set(dims) - used)
+    if unknown:
+        raise OptionsError(
+            f"dims: the graph '{graph.graph_name.data}' declares no dim_param {', '.join(repr(n) for n in unknown)}"
+        )
+
+
+def cut_outputs(graph: GraphOp, wanted: list[str]) -> None:
+    """Keep only the outputs named in `wanted` (in that order), then drop what nothing reads."""
+    block = graph.body.block
+    ret = block.last_op
+    assert isinstance(ret, ReturnOp)
+    declared = [s.data for s in ret.output_names.data]
+    unknown = [n for n in wanted if n not in declared]
+    if unknown:
+        raise OptionsError(
+            f"outputs: the graph declares no output {', '.join(repr(n) for n in unknown)} "
+            f"(it declares {', '.join(declared)})"
+        )
+    index = [declared.index(n) for n in wanted]
+    new_ret = ReturnOp(
+        [ret.values[i] for i in index], wanted, [ret.declared_types.data[i] for i in index]
+    )
+    Rewriter.replace_op(ret, new_ret)
+    _drop_dead(block)
+
+
+def _drop_dead(block: Block) -> None:
+    """Erase nodes and initializers no output reads (walking backwards, so chains go at once)."""
+    for op in reversed(list(block.ops)):
+        if isinstance(op, NodeOp | InitializerOp) and not any(r.uses for r in op.results):
+            Rewriter.erase_op(op)

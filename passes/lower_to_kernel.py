@@ -1,0 +1,92 @@
+"""lower-to-kernel: turn the named-axes graph into the `kernel.program` that `forward` runs.
+
+Graph inputs become the program's arguments, initializers `kernel.weight`s (carrying their data
+when the graph has it, so the module can embed them), folded values `kernel.constant`s, and each
+node the kernels its operator rule (`loam.ops`) emits: MatMul a `kernel.matmul`, Gemm a product and
+a `kernel.zip`, each elementwise operator one `kernel.zip` whose `Expr` is data.  The program
+replaces the `graph.model`; nothing after this pass reads the graph dialect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+
+from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, ModelOp, NodeOp, NoneOp, ReturnOp
+from loam.dialects.kernel import ConstantOp as KernelConstantOp
+from loam.dialects.kernel import ProgramOp, WeightOp
+from loam.dialects.kernel import ReturnOp as KernelReturnOp
+from loam.dialects.tensor_axes import AxesTensorType
+from loam.errors import AxisError, UnsupportedError
+from loam.ops import rule_for
+from loam.ops.base import LowerContext
+from loam.passes.stage0 import node_info
+
+
+def _axes_type(value: SSAValue) -> AxesTensorType:
+    if not isinstance(value.type, AxesTensorType):
+        raise AxisError(f"value {value.name_hint or '?'} has type {value.type}; run name-axes first")
+    return value.type
+
+
+@dataclass(frozen=True)
+class LowerToKernelPass(ModulePass):
+    """Replace each `graph.model` by the `kernel.program` of kernels that computes it."""
+
+    name = "lower-to-kernel"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for model in [m for m in op.ops if isinstance(m, ModelOp)]:
+            program = lower_graph(model.graph)
+            Rewriter.replace_op(model, program, new_results=[])
+
+
+def lower_graph(graph: GraphOp) -> ProgramOp:
+    """The program computing `graph` (a main graph: no outer scope)."""
+    source = graph.body.block
+    block = Block(arg_types=[_axes_type(a) for a in source.args])
+    mapping: dict[SSAValue, SSAValue] = {}
+    for old, new in zip(source.args, block.args, strict=True):
+        mapping[old] = new
+        new.name_hint = old.name_hint
+
+    def emit(op: Operation) -> Operation:
+        block.add_op(op)
+        return op
+
+    for op in source.ops:
+        if isinstance(op, InitializerOp):
+            # External data lives in a checkpoint file: `Weights.load` supplies it, not the module.
+            data = op.value if op.value is not None and not op.value.is_external else None
+            w = emit(WeightOp(op.onnx_name.data, _axes_type(op.result), data))
+            mapping[op.result] = w.results[0]
+        elif isinstance(op, ConstantOp):
+            name = op.value.tensor_name.data or op.result.name_hint or ""
+            c = emit(KernelConstantOp(op.value, _axes_type(op.result), name))
+            mapping[op.result] = c.results[0]
+        elif isinstance(op, NodeOp):
+            info = node_info(op)
+            rule = rule_for(info, op.domain)
+            operands = [None if isinstance(v.owner, NoneOp) else mapping[v] for v in op.args]
+            ctx = LowerContext(emit, [_axes_type(r) for r in op.outs])
+            results = rule.lower(ctx, info, operands)
+            for old, new in zip(op.outs, results, strict=True):
+                mapping[old] = new
+        elif isinstance(op, ReturnOp):
+            emit(KernelReturnOp([mapping[v] for v in op.values], [s.data for s in op.output_names.data]))
+        elif not isinstance(op, NoneOp):
+            raise UnsupportedError(f"lower-to-kernel does not know {op.name}")
+    for old, new in mapping.items():
+        if new.name_hint is None and old.name_hint is not None:
+            new.name_hint = old.name_hint
+    return ProgramOp(
+        [a.type for a in block.args],
+        [s.data for s in graph.input_names.data],
+        Region(block),
+        model=graph.graph_name.data,
+    )

@@ -1,0 +1,122 @@
+"""name-axes: give every value a type with named axes, from the layout rules and the operators.
+
+The layout (ordered glob rules over tensor names, from the module's `loam.layout` attribute and the
+pass's `layout` option, which is consulted first) names the axes of the graph's inputs and
+initializers, and of any node output axis its operator leaves undetermined (a folded constant, a
+split, an inserted unit axis).  Every other axis is carried through each node by its operator rule
+(`loam.ops`), which also stops the build where two different names meet in a contraction or a
+broadcast.  A tensor that needs a name no rule gives stops the build naming the tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+
+from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, NoneOp, ReturnOp
+from loam.dialects.shape_poly import PolyTensorType
+from loam.dialects.tensor_axes import AxesTensorType, Axis, LayoutAttr
+from loam.errors import AxisError
+from loam.layout import LayoutRule, match_layout, parse_layout_flag
+from loam.ops import rule_for
+from loam.ops.base import Facts
+from loam.passes.apply_options import LAYOUT_ATTR
+from loam.passes.stage0 import node_info
+
+
+def _facts(value: SSAValue) -> Facts:
+    t = value.type
+    if not isinstance(t, PolyTensorType):
+        raise AxisError(f"value {value.name_hint or '?'} has type {t}; run stage0 before name-axes")
+    return Facts(t.elem, t.shape)
+
+
+@dataclass(frozen=True)
+class NameAxesPass(ModulePass):
+    """Name every axis of every value from the layout rules; stop where names clash or are missing.
+
+    Options:
+      layout: extra rules `GLOB=Ax1,Ax2;GLOB2=...`, consulted before the module's `loam.layout`.
+    """
+
+    name = "name-axes"
+
+    layout: str = ""
+
+    def rules(self, op: ModuleOp) -> tuple[LayoutRule, ...]:
+        extra = tuple(parse_layout_flag(r) for r in self.layout.split(";") if r.strip())
+        attr = op.attributes.get(LAYOUT_ATTR)
+        return extra + (attr.rules if isinstance(attr, LayoutAttr) else ())
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        rules = self.rules(op)
+        for graph in [g for g in op.walk() if isinstance(g, GraphOp)]:
+            NameAxesGraph(rules, graph.graph_name.data).run(graph)
+
+
+class NameAxesGraph:
+    """Axis naming over one graph."""
+
+    def __init__(self, rules: Sequence[LayoutRule], graph_name: str) -> None:
+        self.rules = rules
+        self.graph_name = graph_name
+
+    def from_layout(self, tensor: str, facts: Facts, given: Sequence[Axis | None] | None = None) -> AxesTensorType:
+        """Axes for `tensor`: those `given`, the layout naming the rest (all, when none are given)."""
+        given = list(given) if given is not None else [None] * facts.rank
+        if all(a is not None for a in given):
+            return AxesTensorType(facts.elem, [a for a in given if a is not None])
+        rule = match_layout(self.rules, tensor, self.graph_name)
+        if rule is None:
+            missing = [str(i) for i, a in enumerate(given) if a is None]
+            raise AxisError(
+                f"tensor '{tensor}' (rank {facts.rank}): no layout rule names its "
+                f"ax{'is' if len(missing) == 1 else 'es'} {', '.join(missing)}; add a layout entry whose "
+                "pattern matches it"
+            )
+        if len(rule.axes) != facts.rank:
+            raise AxisError(
+                f"tensor '{tensor}' has rank {facts.rank}, but layout rule '{rule.pattern}' names "
+                f"{len(rule.axes)} axes ({', '.join(rule.axes)})"
+            )
+        axes = [a if a is not None else Axis.named(n, e) for a, n, e in zip(given, rule.axes, facts.shape, strict=True)]
+        return AxesTensorType(facts.elem, axes)
+
+    def settle(self, value: SSAValue, t: AxesTensorType) -> None:
+        Rewriter.replace_value_with_new_type(value, t)
+
+    def run(self, graph: GraphOp) -> None:
+        block = graph.body.block
+        for arg, name in zip(list(block.args), [s.data for s in graph.input_names.data], strict=True):
+            self.settle(arg, self.from_layout(name, _facts(arg)))
+        for op in list(block.ops):
+            if isinstance(op, InitializerOp):
+                self.settle(op.result, self.from_layout(op.onnx_name.data, _facts(op.result)))
+            elif isinstance(op, ConstantOp):
+                name = op.value.tensor_name.data or op.result.name_hint or "constant"
+                self.settle(op.result, self.from_layout(name, _facts(op.result)))
+            elif isinstance(op, NodeOp):
+                self.node(op)
+            elif not isinstance(op, NoneOp | ReturnOp):
+                raise AxisError(f"graph '{self.graph_name}': name-axes does not know {op.name}")
+
+    def node(self, op: NodeOp) -> None:
+        info = node_info(op)
+        rule = rule_for(info, op.domain)
+        inputs: list[tuple[Axis, ...] | None] = []
+        for v in op.args:
+            if isinstance(v.owner, NoneOp):
+                inputs.append(None)
+            else:
+                assert isinstance(v.type, AxesTensorType)
+                inputs.append(v.type.axes)
+        outputs = [_facts(r) for r in op.outs]
+        named = rule.axes(info, inputs, outputs)
+        for result, name, facts, axes in zip(list(op.outs), op.output_names, outputs, named, strict=True):
+            self.settle(result, self.from_layout(name, facts, axes))

@@ -1,0 +1,171 @@
+"""stage0: settle every value's element type and extents, and fold what the build knows.
+
+Each graph input's dims become extents (`Poly`: a dim_value is a number, a dim_param a symbol; a
+dim with neither stops the build naming the input and the axis).  Each node then asks its operator
+rule (`loam.ops`) for its outputs' element types and extents, which every value's type carries from
+here on as `!shape_poly.tensor`.  A node whose every input the build knows (a Constant, an integer
+initializer, a value already folded) is evaluated by the same rule and replaced by `graph.constant`,
+so it emits no code.  A float initializer is never evaluated: weights belong to the checkpoint.
+Finally the graph's declared output shapes are merged with what the nodes produced (ONNX's
+mergeInDimensionInfo: two numbers that differ, or two ranks, are a conflict).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from loam.dialects.graph import (
+    ConstantOp,
+    GraphOp,
+    InitializerOp,
+    NodeOp,
+    NoneOp,
+    ReturnOp,
+    TensorDataAttr,
+    TensorType,
+)
+from loam.dialects.shape_poly import PolyTensorType
+from loam.errors import ShapeError, UnsupportedError
+from loam.ops import rule_for
+from loam.ops.base import Facts, NodeInfo
+from loam.poly import Poly
+
+
+def node_info(node: NodeOp) -> NodeInfo:
+    """The rule-facing view of a `graph.node`."""
+    name = node.node_name or (node.output_names[0] if node.output_names else "")
+    return NodeInfo(node.op_type, name, node.since, node.get_attr)
+
+
+def facts_of_type(t: object, what: str) -> Facts:
+    """Facts of a value from its ONNX type (inputs, initializers)."""
+    if isinstance(t, PolyTensorType):
+        return Facts(t.elem, t.shape)
+    if not isinstance(t, TensorType):
+        raise UnsupportedError(f"{what} has type {t}; Loam compiles tensors only")
+    shape = t.shape
+    if shape is None:
+        raise ShapeError(f"{what} has no shape; declare its rank and extents in the model")
+    extents: list[Poly] = []
+    for i, dim in enumerate(shape):
+        if dim is None:
+            raise ShapeError(
+                f"{what} axis {i} has an unknown extent; give it a dim_param or a dim_value in the model"
+            )
+        extents.append(Poly.const(dim) if isinstance(dim, int) else Poly.symbol(dim))
+    return Facts(t.elem, tuple(extents))
+
+
+def poly_type(facts: Facts) -> PolyTensorType:
+    return PolyTensorType(facts.elem, facts.shape)
+
+
+def _known_value(init: InitializerOp, elem_name: str) -> np.ndarray | None:
+    """An initializer's value when stage 0 may evaluate over it: integer and bool data only."""
+    if init.value is None or init.value.is_external or elem_name not in ("i64", "i32", "bool"):
+        return None
+    return init.value.to_numpy()
+
+
+@dataclass(frozen=True)
+class Stage0Pass(ModulePass):
+    """Give every value its element type and extents; fold what the build knows into constants."""
+
+    name = "stage0"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for graph in [g for g in op.walk() if isinstance(g, GraphOp)]:
+            Stage0Graph(graph.graph_name.data).run(graph.body.block, [s.data for s in graph.input_names.data])
+
+
+class Stage0Graph:
+    """Stage 0 over one graph's block, keeping what it knows of each value."""
+
+    def __init__(self, graph_name: str) -> None:
+        self.graph_name = graph_name
+        self.facts: dict[SSAValue, Facts] = {}
+
+    def settle(self, value: SSAValue, facts: Facts) -> SSAValue:
+        """Record `facts` for `value` and retype it as `!shape_poly.tensor`."""
+        if value.type != poly_type(facts):
+            value = Rewriter.replace_value_with_new_type(value, poly_type(facts))
+        self.facts[value] = facts
+        return value
+
+    def run(self, block: Block, input_names: list[str]) -> None:
+        for arg, name in zip(list(block.args), input_names, strict=True):
+            self.settle(arg, facts_of_type(arg.type, f"graph input '{name}'"))
+        for op in list(block.ops):
+            if isinstance(op, InitializerOp):
+                self.initializer(op)
+            elif isinstance(op, ConstantOp):
+                array = op.value.to_numpy()
+                self.settle(op.result, Facts(op.value.elem, tuple(Poly.const(d) for d in array.shape), array))
+            elif isinstance(op, NodeOp):
+                self.node(op)
+            elif isinstance(op, ReturnOp):
+                self.merge_outputs(op)
+            elif not isinstance(op, NoneOp):
+                raise UnsupportedError(f"graph '{self.graph_name}': stage 0 does not know {op.name}")
+
+    def initializer(self, op: InitializerOp) -> None:
+        name = op.onnx_name.data
+        if op.default_of is not None:
+            raise UnsupportedError(
+                f"initializer '{name}' gives graph input a default value; Loam needs the input itself"
+            )
+        facts = facts_of_type(op.result.type, f"initializer '{name}'")
+        self.settle(op.result, Facts(facts.elem, facts.shape, _known_value(op, facts.elem.name)))
+
+    def node(self, op: NodeOp) -> None:
+        info = node_info(op)
+        if op.subgraphs:
+            raise UnsupportedError(f"{info.where()}: subgraphs are not compiled yet")
+        rule = rule_for(info, op.domain)
+        inputs = [None if isinstance(v.owner, NoneOp) else self.facts[v] for v in op.args]
+        outputs = rule.infer(info, inputs)
+        if len(outputs) != len(op.outs):
+            raise ShapeError(f"{info.where()}: produces {len(outputs)} outputs, the graph names {len(op.outs)}")
+        if outputs and all(f.value is not None for f in outputs):
+            self.fold(op, outputs)
+            return
+        for result, facts in zip(list(op.outs), outputs, strict=True):
+            self.settle(result, Facts(facts.elem, facts.shape))
+
+    def fold(self, op: NodeOp, outputs: list[Facts]) -> None:
+        """Replace a node the build can evaluate by one `graph.constant` per output."""
+        constants = []
+        for name, facts in zip(op.output_names, outputs, strict=True):
+            assert facts.value is not None
+            data = TensorDataAttr.from_numpy(np.asarray(facts.value), facts.elem, name=name)
+            constants.append(ConstantOp(data, poly_type(facts)))
+        Rewriter.insert_op(constants, InsertPoint.before(op))
+        for c, result, facts in zip(constants, op.outs, outputs, strict=True):
+            c.result.name_hint = result.name_hint
+            result.replace_all_uses_with(c.result)
+            self.facts[c.result] = facts
+        Rewriter.erase_op(op)
+
+    def merge_outputs(self, ret: ReturnOp) -> None:
+        """Merge each declared output shape with the computed one (ONNX's mergeInDimensionInfo)."""
+        for value, name, declared in zip(ret.values, ret.output_names.data, ret.declared_types.data, strict=True):
+            got = self.facts[value]
+            if not isinstance(declared, TensorType) or declared.shape is None:
+                continue
+            where = f"graph output '{name.data}'"
+            if declared.elem != got.elem and declared.elem.name != "undefined":
+                raise ShapeError(f"{where} is declared {declared.elem.name}, the nodes produce {got.elem.name}")
+            if len(declared.shape) != got.rank:
+                raise ShapeError(
+                    f"{where} is declared with rank {len(declared.shape)}, the nodes produce rank {got.rank}"
+                )
+            for i, (want, have) in enumerate(zip(declared.shape, got.shape, strict=True)):
+                if isinstance(want, int) and have.is_const and want != have.const_value:
+                    raise ShapeError(f"{where} axis {i} is declared {want}, the nodes produce {have}")
