@@ -737,19 +737,20 @@ class PermuteOp(_KernelOp):
 
     @classmethod
     def parse(cls, parser: Parser) -> Self:
-        x = parser.parse_operand()
+        x = parser.parse_unresolved_operand()
         perm = parser.parse_comma_separated_list(
             parser.Delimiter.SQUARE, lambda: parser.parse_integer(allow_boolean=False)
         )
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
-        parser.parse_type()
+        input_type = parser.parse_type()
         parser.parse_punctuation("->")
         result_type = parser.parse_type()
         props: dict[str, Attribute] = {"perm": DenseArrayBase.from_list(i64, perm)}
         if "node" in attrs:
             props["node"] = attrs.pop("node")
-        return cls.create(operands=[x], properties=props, attributes=attrs, result_types=[result_type])
+        operand = parser.resolve_operand(x, input_type)
+        return cls.create(operands=[operand], properties=props, attributes=attrs, result_types=[result_type])
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
