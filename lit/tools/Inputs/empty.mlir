@@ -1,0 +1,1 @@
+// An empty module: input for tests that fail before reading it.

@@ -1,0 +1,415 @@
+"""The three command-line tools: argument handling, exit statuses and one-line errors.
+
+`loam build` is driven against a stand-in `loam.pipeline` module (installed in `sys.modules`), so
+these tests check what the CLI hands the pipeline and what it does with the result, not the build.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from loam.errors import AxisError, ShapeError
+from loam.layout import LayoutRule
+from loam.options import Options
+from loam.tools import loam_main, loam_opt, loam_translate
+
+ROOT = Path(__file__).resolve().parents[2]
+MLP = ROOT / "examples" / "mlp"
+
+
+def run(main: Any, argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Run a tool's `main(argv)` in-process; return (exit status, stdout, stderr)."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    out, err = capsys.readouterr()
+    code = info.value.code
+    return (code if isinstance(code, int) else 1), out, err
+
+
+def assert_one_line_error(err: str, prefix: str, needle: str) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"{prefix}: error: "), err
+    assert needle in lines[0], err
+    assert "Traceback" not in err
+
+
+# -- loam build: without the pipeline -------------------------------------------------------------
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    path = tmp_path / "model.onnxtext"
+    path.write_text("stand-in; the pipeline is faked in these tests\n", encoding="utf-8")
+    return path
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(loam_main.main, ["--version"], capsys)
+    assert code == 0
+    assert out.startswith("loam ") and "xdsl 0.75" in out
+
+
+def test_no_command_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(loam_main.main, [], capsys)
+    assert code == 2
+    assert_one_line_error(err, "loam", "required: COMMAND")
+
+
+def test_missing_model_exits_1_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nowhere.onnx"
+    code, _, err = run(loam_main.main, ["build", str(missing), "-o", str(tmp_path / "o.py")], capsys)
+    assert code == 1
+    assert_one_line_error(err, "loam", f"{missing}: no such model file")
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--dims", "N"], "argument --dims: expected NAME=N"),
+        (["--dims", "N=-3"], "argument --dims: expected NAME=N"),
+        (["--dims", "=3"], "argument --dims: expected NAME=N"),
+        (["--outputs", "a,,b"], "argument --outputs: expected comma-separated output names"),
+        (["--layout", "no-equals-sign"], "argument --layout: --layout 'no-equals-sign'"),
+        (["--layout", "x=(C)"], "argument --layout:"),
+        (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+        ([], "required: -o/--output"),
+    ],
+)
+def test_bad_flags_exit_2(model: Path, tmp_path: Path, flags: list[str], needle: str,
+                          capsys: pytest.CaptureFixture[str]) -> None:
+    output = [] if not flags else ["-o", str(tmp_path / "o.py")]
+    code, _, err = run(loam_main.main, ["build", str(model), *output, *flags], capsys)
+    assert code == 2
+    assert_one_line_error(err, "loam" if "unrecognized" in needle else "loam build", needle)
+
+
+def test_bad_options_file_exits_1(model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    toml = tmp_path / "opts.toml"
+    toml.write_text("bogus = 1\n", encoding="utf-8")
+    code, _, err = run(loam_main.main,
+                       ["build", str(model), "--options", str(toml), "-o", str(tmp_path / "o.py")], capsys)
+    assert code == 1
+    assert_one_line_error(err, "loam", f"{toml}: unknown key 'bogus'")
+
+
+def test_missing_checkpoint_exits_1(model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    absent = tmp_path / "w.safetensors"
+    code, _, err = run(loam_main.main, ["build", str(model), "--checkpoint", str(absent),
+                                        "-o", str(tmp_path / "o.py")], capsys)
+    assert code == 1
+    assert_one_line_error(err, "loam", f"{absent}: no such checkpoint file")
+
+
+def test_output_folder_must_exist(model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(loam_main.main, ["build", str(model), "-o", str(tmp_path / "no" / "o.py")], capsys)
+    assert code == 1
+    assert_one_line_error(err, "loam", "does not exist")
+
+
+def test_console_script_prints_no_traceback(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "loam"
+    if not script.exists():
+        pytest.skip("the loam console script is not installed next to this interpreter")
+    done = subprocess.run([str(script), "build", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.py")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    assert_one_line_error(done.stderr, "loam", "m.onnx: no such model file")
+
+
+# -- loam build: against a stand-in pipeline ------------------------------------------------------
+
+
+@dataclass
+class FakeResult:
+    source: str
+    report: str
+    module: types.ModuleType
+
+
+@pytest.fixture
+def fake_pipeline(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Install a `loam.pipeline` whose `build` records its arguments (or raises `calls['raise']`)."""
+    calls: dict[str, Any] = {}
+
+    def build(model: Path, checkpoints: Any = (), options: Options | None = None, *,
+              dump_ir: Path | None = None) -> FakeResult:
+        calls.update(model=model, checkpoints=tuple(checkpoints), options=options, dump_ir=dump_ir)
+        if "raise" in calls:
+            raise calls["raise"]
+        return FakeResult("# generated\nEXTENT = 4\n", "fused fc1+act1: elementwise after matmul",
+                          types.ModuleType("generated"))
+
+    module = types.ModuleType("loam.pipeline")
+    module.build = build  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "loam.pipeline", module)
+    return calls
+
+
+def test_build_passes_merged_options_and_writes_source(
+    model: Path, tmp_path: Path, fake_pipeline: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file.safetensors").write_bytes(b"")
+    (tmp_path / "flag.safetensors").write_bytes(b"")
+    toml = tmp_path / "opts.toml"
+    toml.write_text('checkpoint = "file.safetensors"\noutputs = ["a"]\n[dims]\nN = 1\nS = 7\n'
+                    '[[layout]]\npattern = "x"\naxes = ["Batch", "In"]\n', encoding="utf-8")
+    output = tmp_path / "out.py"
+    code, out, err = run(loam_main.main, [
+        "build", str(model), "--options", str(toml), "--checkpoint", str(tmp_path / "flag.safetensors"),
+        "--dims", "N=4", "--outputs", "y,z", "--layout", "x=Rows,Cols", "--inline-weights",
+        "--dump-ir", str(tmp_path / "ir"), "-o", str(output)], capsys)
+    assert code == 0, err
+    assert output.read_text(encoding="utf-8") == "# generated\nEXTENT = 4\n"
+    assert "fused fc1+act1" in err and f"wrote {output}" in err
+    assert out == ""
+    options: Options = fake_pipeline["options"]
+    assert fake_pipeline["model"] == model
+    assert fake_pipeline["dump_ir"] == tmp_path / "ir"
+    assert dict(options.dims) == {"N": 4, "S": 7}
+    assert options.outputs == ("y", "z")
+    assert options.inline_weights is True
+    assert options.layout == (LayoutRule("x", ("Rows", "Cols")), LayoutRule("x", ("Batch", "In")))
+    # flags replace the file's checkpoint list; they reach the pipeline once, inside the options
+    assert options.checkpoints == (tmp_path / "flag.safetensors",)
+    assert fake_pipeline["checkpoints"] == ()
+
+
+def test_build_defaults_without_options_file(
+    model: Path, tmp_path: Path, fake_pipeline: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, _ = run(loam_main.main, ["build", str(model), "-o", str(tmp_path / "o.py")], capsys)
+    assert code == 0
+    assert fake_pipeline["options"] == Options()
+    assert fake_pipeline["dump_ir"] is None
+
+
+def test_build_to_stdout(model: Path, fake_pipeline: dict[str, Any],
+                         capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(loam_main.main, ["build", str(model), "-o", "-"], capsys)
+    assert code == 0
+    assert out == "# generated\nEXTENT = 4\n"
+    assert "fused fc1+act1" in err and "wrote" not in err
+
+
+def test_build_error_is_one_line(model: Path, tmp_path: Path, fake_pipeline: dict[str, Any],
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    fake_pipeline["raise"] = ShapeError("node 'fc1' (Gemm): axis In is 8 in x but 7 in fc1.weight")
+    output = tmp_path / "o.py"
+    code, _, err = run(loam_main.main, ["build", str(model), "-o", str(output)], capsys)
+    assert code == 1
+    assert_one_line_error(err, "loam", "axis In is 8 in x but 7 in fc1.weight")
+    assert not output.exists()
+
+
+def test_internal_error_is_exit_3_and_debug_shows_it(
+    model: Path, tmp_path: Path, fake_pipeline: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_pipeline["raise"] = RuntimeError("a bug")
+    argv = ["build", str(model), "-o", str(tmp_path / "o.py")]
+    code, _, err = run(loam_main.main, argv, capsys)
+    assert code == 3
+    assert_one_line_error(err, "loam", "internal error: RuntimeError: a bug")
+    with pytest.raises(RuntimeError, match="a bug"):
+        loam_main.main([*argv, "--debug"])
+
+
+def test_build_help_explains_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(loam_main.main, ["build", "--help"], capsys)
+    assert code == 0
+    parser = loam_main.build_parser()
+    build = parser._subparsers._group_actions[0].choices["build"]  # type: ignore[union-attr]
+    for action in build._actions:
+        assert action.help, f"flag {action.option_strings or action.dest} has no help"
+        for flag in action.option_strings:
+            assert flag in out
+
+
+# -- loam-translate -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "needle"),
+    [
+        ([], 2, "one of the arguments --import-onnx --export-onnx --emit-python is required"),
+        (["--import-onnx", "--emit-python", "x.mlir"], 2, "not allowed with argument"),
+        (["--import-onnx"], 2, "--import-onnx needs a model file"),
+        (["--export-onnx", "x.mlir"], 2, "name it with -o OUT.onnx"),
+        (["--import-onnx", "model.txt"], 2, "--import-onnx reads .onnx or .onnxtext files, not '.txt'"),
+        (["--import-onnx", "absent.onnx"], 1, "absent.onnx: no such model file"),
+        (["--emit-python", "absent.mlir"], 1, "'absent.mlir': No such file or directory"),
+    ],
+)
+def test_translate_refusals(argv: list[str], code: int, needle: str, tmp_path: Path,
+                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    got, _, err = run(loam_translate.main, argv, capsys)
+    assert got == code
+    assert_one_line_error(err, "loam-translate", needle)
+
+
+def test_translate_bad_ir_names_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("builtin.module {\n  %0 = \"no_such.op\"( : () -> ()\n}\n", encoding="utf-8")
+    code, _, err = run(loam_translate.main, ["--emit-python", str(bad)], capsys)
+    assert code == 1
+    assert err.startswith(f"loam-translate: error: {bad}:2:")
+    assert "Traceback" not in err
+
+
+def test_parse_ir_knows_loam_dialects(tmp_path: Path) -> None:
+    path = tmp_path / "m.mlir"
+    path.write_text("builtin.module {\n}\n", encoding="utf-8")
+    assert isinstance(loam_translate.parse_ir(path), ModuleOp)
+    from loam.context import make_context
+
+    assert {"builtin", "graph", "shape_poly", "tensor_axes", "kernel"} <= set(
+        make_context().registered_dialect_names)
+
+
+def test_import_then_export_keeps_the_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("loam.frontends.onnx_proto")
+    pytest.importorskip("loam.frontends.onnx_export")
+    import onnx
+    import onnx.parser
+
+    binary = tmp_path / "mlp.onnx"
+    onnx.save(onnx.parser.parse_model((MLP / "mlp.onnxtext").read_text(encoding="utf-8")), binary)
+    code, ir, err = run(loam_translate.main, ["--import-onnx", str(binary)], capsys)
+    assert code == 0, err
+    assert "graph.model" in ir and '"Gemm"' in ir
+    (tmp_path / "mlp.mlir").write_text(ir, encoding="utf-8")
+    code, _, err = run(loam_translate.main, ["--export-onnx", str(tmp_path / "mlp.mlir"),
+                                             "-o", str(tmp_path / "back.onnx")], capsys)
+    assert code == 0, err
+    back = onnx.load(str(tmp_path / "back.onnx"), load_external_data=False)
+    assert [n.op_type for n in back.graph.node] == ["Gemm", "Relu", "MatMul", "Add", "Relu", "Gemm"]
+
+
+# -- loam-opt -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RefusingPass(ModulePass):
+    """Refuses every module, as a pass does that finds bad input."""
+
+    name: ClassVar[str] = "test-refuse"
+    report: bool = False
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        raise AxisError("tensor 'x' axis 0: no layout rule reaches it")
+
+
+@dataclass(frozen=True)
+class UndocumentedPass(ModulePass):
+    name: ClassVar[str] = "test-undocumented"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        return None
+
+
+def _broken() -> type[ModulePass]:
+    raise ImportError("half-written module")
+
+
+@pytest.fixture
+def fake_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = {"test-refuse": lambda: RefusingPass, "test-undocumented": lambda: UndocumentedPass,
+                "test-broken": _broken}
+    monkeypatch.setattr(loam_opt, "get_all_passes", lambda: registry)
+
+
+@pytest.fixture
+def empty_mlir(tmp_path: Path) -> Path:
+    path = tmp_path / "empty.mlir"
+    path.write_text("builtin.module {\n}\n// -----\nbuiltin.module {\n}\n", encoding="utf-8")
+    return path
+
+
+def test_opt_registers_loam_on_top_of_xdsl() -> None:
+    opt = loam_opt.LoamOptMain(args=[])
+    from loam.dialects import get_all_dialects
+    from loam.passes import get_all_passes
+
+    assert set(get_all_passes()) <= set(opt.available_passes)
+    assert "canonicalize" in opt.available_passes  # xDSL's passes stay
+    assert set(get_all_dialects()) <= set(opt.ctx.registered_dialect_names)
+    assert "arith" in opt.ctx.registered_dialect_names
+    assert {"onnx", "onnxtext", "mlir"} <= set(opt.available_frontends)
+
+
+def test_opt_help_lists_passes_with_description_and_options(
+    fake_passes: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(loam_opt.main, ["--help"], capsys)
+    assert code == 0
+    assert "--split-input-file" in out and "--verify-diagnostics" in out
+    lines = out.splitlines()
+    refuse = next(i for i, line in enumerate(lines) if line.lstrip().startswith("test-refuse"))
+    assert "Refuses every module, as a pass does that finds bad input." in lines[refuse]
+    assert "option report: bool = false" in lines[refuse + 1]
+    assert any("test-undocumented" in line and "(no description)" in line for line in lines)
+    assert any("test-broken" in line and "cannot be loaded: ImportError: half-written module" in line
+               for line in lines)
+
+
+def test_opt_loam_error_is_one_line(fake_passes: None, empty_mlir: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(loam_opt.main, [str(empty_mlir), "-p", "test-refuse"], capsys)
+    assert code == 1
+    assert_one_line_error(err, "loam-opt", "tensor 'x' axis 0: no layout rule reaches it")
+
+
+def test_opt_verify_diagnostics_prints_loam_errors_per_chunk(
+    fake_passes: None, empty_mlir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(loam_opt.main, [str(empty_mlir), "-p", "test-refuse", "--split-input-file",
+                                       "--verify-diagnostics"], capsys)
+    assert code == 0
+    assert out.count("no layout rule reaches it") == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["-p", "no-such-pass"], "Unrecognized passes: ['no-such-pass']"),
+        (["-p", "test-refuse{"], "malformed pass pipeline 'test-refuse{'"),
+    ],
+)
+def test_opt_bad_pipeline_is_usage_error(fake_passes: None, empty_mlir: Path, argv: list[str], needle: str,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(loam_opt.main, [str(empty_mlir), *argv], capsys)
+    assert code == 2
+    assert err.startswith("loam-opt: error: ") and needle in err
+    assert "Traceback" not in err
+
+
+def test_opt_unknown_extension_is_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n", encoding="utf-8")
+    code, _, err = run(loam_opt.main, [str(notes)], capsys)
+    assert code == 2
+    assert_one_line_error(err, "loam-opt", "Unrecognized file extension 'txt'")
+
+
+def test_opt_reads_onnx_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("loam.frontends.onnx_proto")
+    import onnx
+    import onnx.parser
+
+    binary = tmp_path / "mlp.onnx"
+    onnx.save(onnx.parser.parse_model((MLP / "mlp.onnxtext").read_text(encoding="utf-8")), binary)
+    code, out, err = run(loam_opt.main, [str(binary)], capsys)
+    assert code == 0, err
+    assert "graph.model" in out
+    assert out.count("graph.node") == 6
