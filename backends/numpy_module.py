@@ -32,6 +32,9 @@ import re
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.ir import Attribute, Operation, SSAValue
+
 from loam.backends import numpy_runtime
 from loam.dialects.kernel import (
     Binary,
@@ -51,9 +54,6 @@ from loam.dialects.kernel import (
     format_float,
 )
 from loam.dialects.tensor_axes import AxesTensorType
-from xdsl.dialects.builtin import ModuleOp, StringAttr
-from xdsl.ir import Attribute, Operation, SSAValue
-
 from loam.errors import AxisError, LoamError, UnsupportedError
 from loam.poly import Poly
 
@@ -507,3 +507,30 @@ def _outputs_source(fields: Sequence[str], onnx_names: Sequence[str]) -> str:
     for i, (f, n) in enumerate(zip(fields, onnx_names, strict=True)):
         lines.append(f"    {f} = property(lambda self: self[{i}], doc={f'ONNX output {n!r}'!r})")
     return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m loam.backends.numpy_module FILE.mlir`: print the module for FILE's program."""
+    import sys
+
+    from xdsl.parser import Parser
+
+    from loam.context import make_context
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    if len(args) != 1:
+        print("usage: python -m loam.backends.numpy_module FILE.mlir", file=sys.stderr)
+        return 2
+    with open(args[0], encoding="utf-8") as f:
+        module = Parser(make_context(), f.read(), args[0]).parse_module()
+    module.verify()
+    try:
+        sys.stdout.write(emit_python(module))
+    except LoamError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

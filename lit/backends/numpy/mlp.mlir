@@ -1,0 +1,34 @@
+// RUN: %python -m loam.backends.numpy_module %s | filecheck %s
+// RUN: %python -m loam.backends.numpy_module %s > %t.py && %python -c "import ast, sys; t = ast.parse(open(sys.argv[1]).read()); print(sorted({a.name for n in ast.walk(t) if isinstance(n, ast.Import) for a in n.names}))" %t.py | filecheck %s --check-prefix=IMPORTS
+
+kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) names ["x"] attributes {model = "mlp"} {
+  %w = kernel.weight "fc1.weight" : !tensor_axes.tensor<f32, [In: 8, Hidden: 16]>
+  %b = kernel.weight "fc1.bias" : !tensor_axes.tensor<f32, [Hidden: 16]>
+  %0 = kernel.matmul %x, %w {node = "fc1"} : (!tensor_axes.tensor<f32, [Batch: N, In: 8]>, !tensor_axes.tensor<f32, [In: 8, Hidden: 16]>) -> !tensor_axes.tensor<f32, [Batch: N, Hidden: 16]>
+  %1 = kernel.zip(%0, %b) #kernel.expr<[operand 0, operand 1, add 0 1, relu 2]> {node = "fc1"} : (!tensor_axes.tensor<f32, [Batch: N, Hidden: 16]>, !tensor_axes.tensor<f32, [Hidden: 16]>) -> !tensor_axes.tensor<f32, [Batch: N, Hidden: 16]>
+  kernel.return %1 names ["y"] : !tensor_axes.tensor<f32, [Batch: N, Hidden: 16]>
+}
+
+// CHECK:      """The model 'mlp', compiled by Loam: forward(weights, x) -> y.
+// CHECK:      import numpy as np
+// CHECK:      def _relu(
+// CHECK-NOT:  def _sigmoid(
+// CHECK:      class Batch:
+// CHECK-NOT:  EXTENT
+// CHECK:      class In:
+// CHECK:          EXTENT = 8
+// CHECK:      class Hidden:
+// CHECK:          EXTENT = 16
+// CHECK:      def _zip_0(a0: np.ndarray, a1: np.ndarray) -> np.ndarray:
+// CHECK-NEXT:     """#kernel.expr<[operand 0, operand 1, add 0 1, relu 2]>"""
+// CHECK-NEXT:     s2 = np.add(a0, a1)
+// CHECK-NEXT:     return np.asarray(_relu(s2))
+// CHECK:      class Weights:
+// CHECK:              ('fc1.weight', 'fc1_weight', 'float32', (('In', 8), ('Hidden', 16))),
+// CHECK:      def forward(weights: "Weights", x: np.ndarray) -> np.ndarray:
+// CHECK:          _check_input('x', x, 'float32', (('Batch', 'N'), ('In', 8)), _env)
+// CHECK-NEXT:     t = np.matmul(x, weights.fc1_weight)  # fc1
+// CHECK-NEXT:     y = _zip_0(t, weights.fc1_bias)  # fc1
+// CHECK-NEXT:     return y
+
+// IMPORTS: ['numpy']
