@@ -10,6 +10,11 @@ from xdsl.passes import ModulePass
 def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     """Each Loam pass's name and a zero-argument function that imports and returns its class."""
 
+    def get_apply_options() -> type[ModulePass]:
+        from loam.passes.apply_options import ApplyOptionsPass
+
+        return ApplyOptionsPass
+
     def get_stage0() -> type[ModulePass]:
         from loam.passes.stage0 import Stage0Pass
 
@@ -26,6 +31,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         return LowerToKernelPass
 
     return {
+        "apply-options": get_apply_options,
         "stage0": get_stage0,
         "name-axes": get_name_axes,
         "lower-to-kernel": get_lower_to_kernel,

@@ -34,6 +34,13 @@ def _axes_type(value: SSAValue) -> AxesTensorType:
     return value.type
 
 
+def _named(new: SSAValue, old: SSAValue) -> SSAValue:
+    """`new`, carrying `old`'s name unless it has one of its own."""
+    if new.name_hint is None and old.name_hint is not None:
+        new.name_hint = old.name_hint
+    return new
+
+
 @dataclass(frozen=True)
 class LowerToKernelPass(ModulePass):
     """Replace each `graph.model` by the `kernel.program` of kernels that computes it."""
@@ -64,11 +71,11 @@ def lower_graph(graph: GraphOp) -> ProgramOp:
             # External data lives in a checkpoint file: `Weights.load` supplies it, not the module.
             data = op.value if op.value is not None and not op.value.is_external else None
             w = emit(WeightOp(op.onnx_name.data, _axes_type(op.result), data))
-            mapping[op.result] = w.results[0]
+            mapping[op.result] = _named(w.results[0], op.result)
         elif isinstance(op, ConstantOp):
             name = op.value.tensor_name.data or op.result.name_hint or ""
             c = emit(KernelConstantOp(op.value, _axes_type(op.result), name))
-            mapping[op.result] = c.results[0]
+            mapping[op.result] = _named(c.results[0], op.result)
         elif isinstance(op, NodeOp):
             info = node_info(op)
             rule = rule_for(info, op.domain)
@@ -76,14 +83,16 @@ def lower_graph(graph: GraphOp) -> ProgramOp:
             ctx = LowerContext(emit, [_axes_type(r) for r in op.outs])
             results = rule.lower(ctx, info, operands)
             for old, new in zip(op.outs, results, strict=True):
-                mapping[old] = new
+                mapping[old] = _named(new, old)
         elif isinstance(op, ReturnOp):
             emit(KernelReturnOp([mapping[v] for v in op.values], [s.data for s in op.output_names.data]))
         elif not isinstance(op, NoneOp):
             raise UnsupportedError(f"lower-to-kernel does not know {op.name}")
-    for old, new in mapping.items():
-        if new.name_hint is None and old.name_hint is not None:
-            new.name_hint = old.name_hint
+    # A constant folded into every Expr that read it, or a weight no kernel reads, is not kept:
+    # Weights must not ask the checkpoint for a tensor forward never reads.
+    for op in reversed(list(block.ops)):
+        if isinstance(op, WeightOp | KernelConstantOp) and not op.results[0].uses:
+            block.erase_op(op)
     return ProgramOp(
         [a.type for a in block.args],
         [s.data for s in graph.input_names.data],

@@ -28,6 +28,10 @@ from loam.ops import rule_for
 from loam.ops.base import Facts
 from loam.passes.apply_options import LAYOUT_ATTR
 from loam.passes.stage0 import node_info
+from loam.poly import Poly
+
+# The name of a folded one-element value's unit axes when no layout rule names them.
+UNIT_AXIS = "Unit"
 
 
 def _facts(value: SSAValue) -> Facts:
@@ -67,12 +71,18 @@ class NameAxesGraph:
         self.rules = rules
         self.graph_name = graph_name
 
-    def from_layout(self, tensor: str, facts: Facts, given: Sequence[Axis | None] | None = None) -> AxesTensorType:
+    def from_layout(
+        self, tensor: str, facts: Facts, given: Sequence[Axis | None] | None = None, *, unit_fallback: bool = False
+    ) -> AxesTensorType:
         """Axes for `tensor`: those `given`, the layout naming the rest (all, when none are given)."""
         given = list(given) if given is not None else [None] * facts.rank
         if all(a is not None for a in given):
             return AxesTensorType(facts.elem, [a for a in given if a is not None])
         rule = match_layout(self.rules, tensor, self.graph_name)
+        if rule is None and unit_fallback and all(e == Poly.const(1) for e in facts.shape):
+            # A one-element folded value: it folds into the Expr that reads it, or stretches to
+            # whatever it meets, so its unit axes need no name from the layout.
+            return AxesTensorType(facts.elem, [a or Axis.named(UNIT_AXIS, 1) for a in given])
         if rule is None:
             missing = [str(i) for i, a in enumerate(given) if a is None]
             raise AxisError(
@@ -100,7 +110,7 @@ class NameAxesGraph:
                 self.settle(op.result, self.from_layout(op.onnx_name.data, _facts(op.result)))
             elif isinstance(op, ConstantOp):
                 name = op.value.tensor_name.data or op.result.name_hint or "constant"
-                self.settle(op.result, self.from_layout(name, _facts(op.result)))
+                self.settle(op.result, self.from_layout(name, _facts(op.result), unit_fallback=True))
             elif isinstance(op, NodeOp):
                 self.node(op)
             elif not isinstance(op, NoneOp | ReturnOp):

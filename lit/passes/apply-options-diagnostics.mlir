@@ -1,0 +1,22 @@
+// RUN: loam-opt %s -p apply-options --split-input-file --verify-diagnostics | filecheck %s
+
+
+// CHECK: dims: the graph 'g' declares no dim_param 'M'
+builtin.module attributes {loam.dims = {M = 4 : i64}} {
+  graph.model {ir_version = 8 : i64, opset_import = {"" = 17 : i64}} {
+    graph.graph "g" (%x: !graph.tensor<f32, ["N", 8]>) inputs ["x"] {
+      graph.return %x ["x"] : !graph.tensor<f32, ["N", 8]>
+    }
+  }
+}
+
+// -----
+
+// CHECK: outputs: the graph declares no output 'logits' (it declares x)
+builtin.module attributes {loam.outputs = ["logits"]} {
+  graph.model {ir_version = 8 : i64, opset_import = {"" = 17 : i64}} {
+    graph.graph "g" (%x: !graph.tensor<f32, ["N", 8]>) inputs ["x"] {
+      graph.return %x ["x"] : !graph.tensor<f32, ["N", 8]>
+    }
+  }
+}
