@@ -1,10 +1,31 @@
 """Loam: Lowered Operators, Ahead-of-time Modules.
 
-The public Python API is `loam.build(...)` and `loam.Options`; see README.md.
+The public Python API: `loam.build(model, checkpoints=(), options=None)` compiles an ONNX model into
+a module and returns a `BuildResult` (`.source`, `.report`, `.module`); `loam.Options` is the typed
+options object the CLI flags and the TOML file fill.  See README.md.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from loam.errors import LoamError
 
-__all__ = ["LoamError"]
+if TYPE_CHECKING:
+    from loam.options import Options
+    from loam.pipeline import BuildResult, build
+
+__all__ = ["BuildResult", "LoamError", "Options", "build"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use, so `import loam` (and every console script) stays cheap.
+    if name in ("build", "BuildResult"):
+        from loam import pipeline
+
+        return getattr(pipeline, name)
+    if name == "Options":
+        from loam.options import Options
+
+        return Options
+    raise AttributeError(f"module 'loam' has no attribute {name!r}")

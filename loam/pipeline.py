@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
-from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.printer import Printer
 
+from loam.context import make_context
 from loam.errors import CheckpointError
 from loam.options import Options
 
@@ -35,21 +35,6 @@ class BuildResult:
     module: types.ModuleType
     ir: ModuleOp
     notes: list[str] = field(default_factory=list[str])
-
-
-def make_context() -> Context:
-    """A context with xDSL's builtin dialects and every Loam dialect."""
-    from xdsl.dialects.builtin import Builtin
-    from xdsl.dialects.test import Test
-
-    from loam.dialects import get_all_dialects
-
-    ctx = Context()
-    ctx.load_dialect(Builtin)
-    ctx.load_dialect(Test)
-    for name, factory in get_all_dialects().items():
-        ctx.register_dialect(name, factory)
-    return ctx
 
 
 def read_model(model: str | Path | onnx.ModelProto) -> ModuleOp:
