@@ -111,7 +111,8 @@ def describe_loam_passes(passes: dict[str, Callable[[], type[ModulePass]]] | Non
         lines.append(f"  {name:<{width}}{description}")
         for info in get_pass_option_infos(pass_class):
             kind = info.expected_type.strip("'\"")
-            default = "" if info.default_value is None else f" = {info.default_value}"
+            shown = info.default_value if info.default_value != "" else '""'
+            default = "" if info.default_value is None else f" = {shown}"
             lines.append(f"  {'':<{width}}  option {info.name}: {kind}{default}")
     lines.append("")
     lines.append("Input files: .mlir (IR text), .onnx and .onnxtext (ONNX models, imported to the "
