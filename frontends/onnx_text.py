@@ -145,7 +145,8 @@ def _round_f32(text: str, value: float) -> float:
     near = float(f32)
     if near == value or math.isnan(value):
         return near
-    other = float(np.nextafter(f32, np.float32(math.copysign(math.inf, value - near))))
+    with np.errstate(over="ignore"):
+        other = float(np.nextafter(f32, np.float32(math.copysign(math.inf, value - near))))
     if (near + other) / 2 != value:
         return near
     exact = Fraction(text)
@@ -500,6 +501,8 @@ class _Builder(lark.Transformer):  # type: ignore[type-arg]
             dim = shape.dim.add()
             if tok.type == "IDENT":
                 dim.dim_param = tok.value
+            elif tok.type == "STRING":
+                dim.dim_param = _unquote(tok)
             elif tok.type == "INTEGER":
                 dim.dim_value = _parse_int(tok)
         return shape
@@ -576,9 +579,9 @@ class _Builder(lark.Transformer):  # type: ignore[type-arg]
         return node
 
     def node_name(self, children: list[Any]) -> _NodeName:
-        return _NodeName(_name(children[0]))
+        return _NodeName(_name(children[0] if children else None))
 
-    def id_list(self, children: list[Token]) -> _Names:
+    def node_outputs(self, children: list[Token]) -> _Names:
         """onnx's identifier-list rule: an entry is a name, or empty when a comma comes next."""
         names: list[str] = []
         i, n = 0, len(children)
@@ -593,6 +596,8 @@ class _Builder(lark.Transformer):  # type: ignore[type-arg]
                     raise _Located(children[i], f"expected ',' between names, got '{children[i].value}'")
             i += 1  # past the comma; a trailing comma adds nothing
         return _Names(names)
+
+    node_inputs = node_outputs
 
     def op_name(self, children: list[Any]) -> _Op:
         overload = None
@@ -634,7 +639,8 @@ class _Builder(lark.Transformer):  # type: ignore[type-arg]
         return [c for c in children if c is not None]
 
     def int_value(self, children: list[Token]) -> _Value:
-        return _Value(AP.INT, _parse_int(children[0]), children[0])
+        # Converted once the attribute's type is known: a float attribute rereads the digits.
+        return _Value(AP.INT, None, children[0])
 
     def float_value(self, children: list[Token]) -> _Value:
         return _Value(AP.FLOAT, _parse_float32(children[0]), children[0])
@@ -725,10 +731,16 @@ class _Builder(lark.Transformer):  # type: ignore[type-arg]
 
 def _check_kind(value: _Value, expected: int) -> _Value:
     """onnx.parser's check of a value against its annotation: an integer may stand for a float."""
+    if value.kind == AP.INT and expected in (AP.UNDEFINED, AP.INT):
+        assert value.token is not None
+        return _Value(AP.INT, _parse_int(value.token), value.token)
     if expected == AP.UNDEFINED or value.kind in (expected, _REF):
         return value
     if expected == AP.FLOAT and value.kind == AP.INT:
-        return _Value(AP.FLOAT, float(np.float32(value.value)), value.token)
+        # onnx.parser reads the integer's digits as a float: `-0` stays negative zero and
+        # integers beyond int64 are still floats.
+        assert value.token is not None
+        return _Value(AP.FLOAT, _parse_float32(value.token), value.token)
     raise _Located(
         value.token,
         f"attribute value of type {AP.AttributeType.Name(value.kind)} where "
