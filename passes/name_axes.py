@@ -81,8 +81,11 @@ class NameAxesGraph:
         rule = match_layout(self.rules, tensor, self.graph_name)
         if rule is None and unit_fallback and all(e == Poly.const(1) for e in facts.shape):
             # A one-element folded value: it folds into the Expr that reads it, or stretches to
-            # whatever it meets, so its unit axes need no name from the layout.
-            return AxesTensorType(facts.elem, [a or Axis.named(UNIT_AXIS, 1) for a in given])
+            # whatever it meets, so its unit axes need no name from the layout.  Axis names are
+            # unique within a type: the first is Unit, the later ones Unit1, Unit2, ...
+            return AxesTensorType(
+                facts.elem, [a or Axis.named(f"{UNIT_AXIS}{i or ''}", 1) for i, a in enumerate(given)]
+            )
         if rule is None:
             missing = [str(i) for i, a in enumerate(given) if a is None]
             raise AxisError(
