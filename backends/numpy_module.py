@@ -262,7 +262,9 @@ class _Emitter:
         """The right-hand side computing `op`, or None for ops that declare no line."""
         arg = [self.value_text[v] for v in op.operands]
         if isinstance(op, MatmulOp):
-            return f"np.matmul({arg[0]}, {arg[1]})"
+            call = f"np.matmul({arg[0]}, {arg[1]})"
+            # 1-D by 1-D gives a numpy scalar, not an array: keep every value an ndarray.
+            return call if _axes_type(op.result, "kernel.matmul").rank else f"np.asarray({call})"
         if isinstance(op, PermuteOp):
             return f"np.transpose({arg[0]}, {tuple(op.permutation)!r})"
         if isinstance(op, RegroupOp):
@@ -346,7 +348,8 @@ class _Emitter:
             comment = node.data if isinstance(node, StringAttr) else op.name
             body.append(f"{ident} = {rhs}  # {comment}")
 
-        embedded = bool(weights) and all(op.data is not None for op, _ in weights)
+        # A program reading no weight carries all of them: `Weights.embedded()` is `Weights()`.
+        embedded = all(op.data is not None for op, _ in weights)
         out_fields = out_idents if len(output_names) > 1 else []
 
         parts: list[str] = [self._docstring(output_names), "import numpy as np\n"]
@@ -363,7 +366,7 @@ class _Emitter:
                 parts.append(
                     f"{name} = {_array_literal(_to_numpy(op.data, f'weight {op.weight_name.data!r}'))}\n"
                 )
-        parts.append(self._weights_source(weights, data_names))
+        parts.append(self._weights_source(weights, data_names if embedded else None))
         if out_fields:
             parts.append(_outputs_source(out_fields, output_names))
         parts.append(self._forward_source(params, checks, body, ret, out_fields))
@@ -380,7 +383,8 @@ class _Emitter:
             'model rather than editing it.\n"""\n'
         )
 
-    def _weights_source(self, weights: Sequence[tuple[WeightOp, str]], data_names: Sequence[str]) -> str:
+    def _weights_source(self, weights: Sequence[tuple[WeightOp, str]], data_names: Sequence[str] | None) -> str:
+        """`class Weights`; with `data_names` (None: not every weight is embedded), `embedded()`."""
         lines = [
             "class Weights:",
             '    """The initializers forward reads, checked against the graph when loaded."""',
@@ -410,7 +414,7 @@ class _Emitter:
             "            *(_take_weight(tensors, name, dtype, axes) for name, _, dtype, axes in cls._SPECS)",
             "        )",
         ]
-        if data_names:
+        if data_names is not None:
             lines += [
                 "",
                 "    @classmethod",
