@@ -80,10 +80,11 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _UINT64_MAX = 2**64 - 1
 
 # Literal forms, the same as the grammar's INTEGER, DECIMAL and FLOATWORD terminals.
-_INT_RE = r"-?[0-9]+"
-_NUM_RE = r"-?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|-?(?i:infinity|inf|nan)"
-_INT_BLOCK = re.compile(rf"\s*(?:(?:{_INT_RE})\s*(?:,\s*(?:{_INT_RE})\s*)*)?")
-_NUM_BLOCK = re.compile(rf"\s*(?:(?:{_NUM_RE})\s*(?:,\s*(?:{_NUM_RE})\s*)*)?")
+# Possessive quantifiers: these validate blocks of a million numbers, so no backtracking.
+_INT_RE = r"-?[0-9]++"
+_NUM_RE = r"-?[0-9]++(?:\.[0-9]*+)?+(?:[eE][+-]?+[0-9]++)?+|-?+(?i:infinity|inf|nan)"
+_INT_BLOCK = re.compile(rf"\s*+(?:(?:{_INT_RE})\s*+(?:,\s*+(?:{_INT_RE})\s*+)*+)?+")
+_NUM_BLOCK = re.compile(rf"\s*+(?:(?:{_NUM_RE})\s*+(?:,\s*+(?:{_NUM_RE})\s*+)*+)?+")
 _INT_FULL = re.compile(_INT_RE)
 _NUM_FULL = re.compile(_NUM_RE)
 _COMMENT = re.compile(r"#[^\n]*")
@@ -194,8 +195,13 @@ def _floats_to_f32(parts: Sequence[str], token: Token) -> list[float]:
     if overflow.any():
         index = int(np.argmax(overflow))
         raise _Located(token, f"{parts[index].strip()} is out of the range of float")
+    # Only a double lying exactly halfway between two float32 values can be rounded wrongly.
+    with np.errstate(over="ignore"):
+        toward = np.where(doubles > back, np.float32(np.inf), np.float32(-np.inf)).astype(np.float32)
+        other = np.nextafter(singles, toward).astype(np.float64)
+    halfway = inexact & ((back + other) / 2 == doubles)
     values = back.tolist()
-    for index in np.nonzero(inexact)[0].tolist():
+    for index in np.nonzero(halfway)[0].tolist():
         values[index] = _round_f32(parts[index].strip(), float(doubles[index]))
     return values
 

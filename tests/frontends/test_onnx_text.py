@@ -229,6 +229,19 @@ def test_float_range_errors() -> None:
     assert list(ours.graph.initializer[0].float_data)[1] == 0.0
 
 
+@pytest.mark.parametrize(
+    ("digits", "ulps"),
+    [("", 0), ("0000000000000000000001", 1)],
+)
+def test_floats_round_once_to_float32(digits: str, ulps: int) -> None:
+    # 1 + 2**-24 lies halfway between two float32 values; a decimal just above it reads as the
+    # same double, so only rounding straight to float32 (as onnx.parser does) rounds it up.
+    text = "1.000000059604644775390625" + digits
+    _, ours = _both(f"g (float[1] x = {{{text}}}) => (float y) {{ y = Op <a = {text}> (x) }}")
+    assert ours.graph.initializer[0].float_data[0] == 1 + ulps * 2**-23
+    assert ours.graph.node[0].attribute[0].f == 1 + ulps * 2**-23
+
+
 def test_string_escapes() -> None:
     _, ours = _both(r'g (string[3] x = {"a\"b", "c\\d", "e\nf"}) => (float y) { y = Op <s = "q\"r"> (x) }')
     assert list(ours.graph.initializer[0].string_data) == [b'a"b', b"c\\d", b"enf"]
