@@ -5,7 +5,7 @@ reads it back into a `ModelProto`; nothing in between is lost.  One `graph.node`
 ONNX operator; ONNX's own schemas, not this dialect, define arity and attributes.
 
     graph.model {ir_version = 8 : i64, opset_import = {"" = 17 : i64}} {
-      graph.graph "mlp" (%x : !graph.tensor<f32, [4, "N", ?]>) inputs ["x"] {
+      graph.graph "mlp" (%x: !graph.tensor<f32, [4, "N", ?]>) inputs ["x"] {
         %w = graph.initializer "fc1.weight" : !graph.tensor<f32, [8, 16]>
         %b = graph.initializer "fc1.bias" = #graph.data<f32, [16], "0x0000803f..."> : ...
         %y = graph.node "Gemm" "fc1" since 17 (%x, %w, %b) {transB = 1 : i64} -> ["y"] : !graph.unknown
@@ -76,7 +76,7 @@ from xdsl.irdl import (
     var_region_def,
     var_result_def,
 )
-from xdsl.parser import AttrParser, Parser
+from xdsl.parser import AttrParser, Parser, UnresolvedOperand
 from xdsl.printer import Printer
 from xdsl.traits import IsTerminator, NoTerminator
 from xdsl.utils.exceptions import VerifyException
@@ -512,9 +512,7 @@ class TensorDataAttr(ParametrizedAttribute):
                 except ValueError:
                     parser.raise_error(f"malformed hex string {text!r}")
             else:
-                strings = parser.parse_comma_separated_list(
-                    parser.Delimiter.SQUARE, lambda: _parse_bytes(parser)
-                )
+                strings = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: _parse_bytes(parser))
         attr = TensorDataAttr(elem, dims, raw=raw, strings=strings, external=external, name=name or "")
         return attr.parameters
 
@@ -793,6 +791,18 @@ def attr_to_python(attr: Attribute) -> Any:
 # Operations
 
 
+def _parse_defined_operand(parser: Parser) -> SSAValue:
+    """An operand defined earlier (ONNX graphs are topologically ordered), resolved with its own type."""
+    return _resolve_defined(parser, parser.parse_unresolved_operand())
+
+
+def _resolve_defined(parser: Parser, unresolved: UnresolvedOperand) -> SSAValue:
+    values = parser.ssa_values.get(unresolved.operand_name)
+    if not values or unresolved.index >= len(values):
+        parser.raise_error("a graph value is used before it is defined", unresolved.span)
+    return parser.resolve_operand(unresolved, values[unresolved.index].type)
+
+
 def _print_names(printer: Printer, names: ArrayAttr[StringAttr]) -> None:
     printer.print_string("[")
     printer.print_list(names.data, lambda s: printer.print_string_literal(s.data))
@@ -917,7 +927,7 @@ class GraphOp(IRDLOperation):
     Syntax: `graph.graph "NAME" (%arg : T, ...) inputs ["name", ...] [doc "..."] { ... }`
 
     Example:
-        graph.graph "g" (%x : !graph.tensor<f32, [2]>) inputs ["x"] {
+        graph.graph "g" (%x: !graph.tensor<f32, [2]>) inputs ["x"] {
           %y = graph.node "Relu" "" since 17 (%x) -> ["y"] : !graph.unknown
           graph.return %y ["y"] : !graph.tensor<f32, [2]>
         }
@@ -1029,7 +1039,7 @@ class InitializerOp(IRDLOperation):
     @classmethod
     def parse(cls, parser: Parser) -> InitializerOp:
         name = parser.parse_str_literal()
-        default_of = parser.parse_operand() if parser.parse_optional_keyword("default_of") else None
+        default_of = _parse_defined_operand(parser) if parser.parse_optional_keyword("default_of") else None
         value = parser.parse_attribute() if parser.parse_optional_punctuation("=") else None
         parser.parse_punctuation(":")
         result_type = parser.parse_type()
@@ -1039,9 +1049,7 @@ class InitializerOp(IRDLOperation):
 
     def verify_(self) -> None:
         if self.default_of is not None and not isinstance(self.default_of.owner, Block):
-            raise VerifyException(
-                f"graph.initializer '{self.onnx_name.data}': default_of must be a graph input"
-            )
+            raise VerifyException(f"graph.initializer '{self.onnx_name.data}': default_of must be a graph input")
 
 
 @irdl_op_definition
@@ -1180,7 +1188,7 @@ class NodeOp(IRDLOperation):
         domain = parser.parse_str_literal() if parser.parse_optional_keyword("domain") else ""
         parser.parse_keyword("since")
         since = parser.parse_integer(allow_boolean=False)
-        inputs = parser.parse_comma_separated_list(parser.Delimiter.PAREN, parser.parse_operand)
+        inputs = parser.parse_comma_separated_list(parser.Delimiter.PAREN, lambda: _parse_defined_operand(parser))
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation("->")
         names = [s.data for s in _parse_names(parser).data]
@@ -1189,9 +1197,7 @@ class NodeOp(IRDLOperation):
             types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
         regions: list[Region] = []
         if parser.parse_optional_keyword("regions"):
-            regions = parser.parse_comma_separated_list(
-                parser.Delimiter.PAREN, lambda: _parse_subgraph_region(parser)
-            )
+            regions = parser.parse_comma_separated_list(parser.Delimiter.PAREN, lambda: _parse_subgraph_region(parser))
         doc = parser.parse_str_literal() if parser.parse_optional_keyword("doc") else None
         return cls(
             op_type, inputs, types, names, node_name=node_name, domain=domain, since=since,
@@ -1377,10 +1383,11 @@ class ReturnOp(IRDLOperation):
     @classmethod
     def parse(cls, parser: Parser) -> ReturnOp:
         values: list[SSAValue] = []
-        if (first := parser.parse_optional_operand()) is not None:
-            values = [first]
+        if (first := parser.parse_optional_unresolved_operand()) is not None:
+            pending = [first]
             while parser.parse_optional_punctuation(","):
-                values.append(parser.parse_operand())
+                pending.append(parser.parse_unresolved_operand())
+            values = [_resolve_defined(parser, u) for u in pending]
         names = [s.data for s in _parse_names(parser).data]
         types: list[Attribute] = []
         if parser.parse_optional_punctuation(":"):

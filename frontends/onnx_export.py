@@ -10,6 +10,21 @@ declared types.
 
 from __future__ import annotations
 
+from onnx import (
+    AttributeProto,
+    GraphProto,
+    ModelProto,
+    NodeProto,
+    OperatorSetIdProto,
+    SparseTensorProto,
+    StringStringEntryProto,
+    TensorProto,
+    TypeProto,
+    ValueInfoProto,
+)
+from xdsl.dialects.builtin import BytesAttr, FloatAttr, IntAttr, IntegerAttr, ModuleOp, StringAttr
+from xdsl.ir import Attribute, Block, Region, SSAValue, TypeAttribute
+
 from loam.dialects.graph import (
     BytesValueAttr,
     InitializerOp,
@@ -30,21 +45,6 @@ from loam.dialects.graph import (
     TensorType,
     UnknownType,
 )
-from onnx import (
-    AttributeProto,
-    GraphProto,
-    ModelProto,
-    NodeProto,
-    OperatorSetIdProto,
-    SparseTensorProto,
-    StringStringEntryProto,
-    TensorProto,
-    TypeProto,
-    ValueInfoProto,
-)
-from xdsl.dialects.builtin import BytesAttr, FloatAttr, IntAttr, IntegerAttr, ModuleOp, StringAttr
-from xdsl.ir import Attribute, Block, Region, SSAValue, TypeAttribute
-
 from loam.errors import UnsupportedError
 
 __all__ = ["export_model"]
@@ -76,9 +76,7 @@ def _model(op: ModelOp) -> ModelProto:
             m.metadata_props.append(StringStringEntryProto(key=key, value=value.data))
     graph = op.graph
     names: dict[SSAValue, str] = {}
-    m.graph.CopyFrom(
-        _graph(graph.body.block, graph.graph_name.data, graph.input_names.data, graph.doc_string, names)
-    )
+    m.graph.CopyFrom(_graph(graph.body.block, graph.graph_name.data, graph.input_names.data, graph.doc_string, names))
     return m
 
 
@@ -114,9 +112,7 @@ def _graph(
                 if out_name and not isinstance(result.type, UnknownType):
                     g.value_info.append(_value_info(out_name, result.type))
         elif isinstance(op, ReturnOp):
-            for value, out_name, declared in zip(
-                op.values, op.output_names.data, op.declared_types.data, strict=True
-            ):
+            for value, out_name, declared in zip(op.values, op.output_names.data, op.declared_types.data, strict=True):
                 g.output.append(_value_info(out_name.data, declared))
                 if names[value] != out_name.data:
                     raise UnsupportedError(
@@ -221,7 +217,8 @@ def _sparse(data: SparseDataAttr) -> SparseTensorProto:
 
 def _value_info(name: str, ty: Attribute) -> ValueInfoProto:
     vi = ValueInfoProto(name=name)
-    vi.type.CopyFrom(_type(ty))
+    if not isinstance(ty, UnknownType):  # an unknown type is written as no type at all
+        vi.type.CopyFrom(_type(ty))
     return vi
 
 

@@ -16,6 +16,21 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import onnx
 from google.protobuf.message import DecodeError
+from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, TypeProto, numpy_helper
+from xdsl.dialects.builtin import (
+    BytesAttr,
+    DictionaryAttr,
+    Float32Type,
+    FloatAttr,
+    IntAttr,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.utils.exceptions import VerifyException
+
 from loam.dialects.graph import (
     BytesValueAttr,
     GraphOp,
@@ -37,21 +52,6 @@ from loam.dialects.graph import (
     UnknownType,
     set_name_hint,
 )
-from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, TypeProto, numpy_helper
-from xdsl.dialects.builtin import (
-    BytesAttr,
-    DictionaryAttr,
-    Float32Type,
-    FloatAttr,
-    IntAttr,
-    IntegerAttr,
-    ModuleOp,
-    StringAttr,
-    i64,
-)
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
-from xdsl.utils.exceptions import VerifyException
-
 from loam.dtypes import ElementType, by_onnx
 from loam.errors import ModelError, UnsupportedError
 
@@ -126,8 +126,8 @@ class _Importer:
             raise UnsupportedError(f"{self.source}: {where}: sparse initializers are not supported")
         if g.quantization_annotation:
             raise UnsupportedError(f"{self.source}: {where}: quantization annotations are not supported")
-        value_types = {vi.name: self.type(vi.type, f"value_info '{vi.name}'") for vi in g.value_info}
-        block = Block(arg_types=[self.type(vi.type, f"input '{vi.name}'") for vi in g.input])
+        value_types = {vi.name: self.type(vi.type, f"{where}: value_info '{vi.name}'") for vi in g.value_info}
+        block = Block(arg_types=[self.type(vi.type, f"{where}: input '{vi.name}'") for vi in g.input])
         scope: dict[str, SSAValue] = {}
         scopes = [*scopes, scope]
 
@@ -145,7 +145,7 @@ class _Importer:
         if not top:
             ops.append(SubgraphInfoOp(g.name, [vi.name for vi in g.input], g.doc_string or None))
         for init in g.initializer:
-            data = self.tensor(init, f"initializer '{init.name}'", keep_name=False)
+            data = self.tensor(init, f"{where}: initializer '{init.name}'", keep_name=False)
             ty = TensorType(data.elem, data.shape)
             default_of = scope.get(init.name)
             if default_of is not None and isinstance(default_of.owner, Block):
@@ -175,8 +175,7 @@ class _Importer:
                 value = lookup(name)
                 if value is None:
                     raise self.fail(
-                        f"{node_where}: input '{name}' is not defined earlier "
-                        "(ONNX nodes are in topological order)"
+                        f"{node_where}: input '{name}' is not defined earlier (ONNX nodes are in topological order)"
                     )
                 inputs.append(value)
             op = self.node(node, inputs, scopes, value_types, node_where)
@@ -193,7 +192,7 @@ class _Importer:
             ReturnOp(
                 outputs,
                 [vi.name for vi in g.output],
-                [self.type(vi.type, f"output '{vi.name}'") for vi in g.output],
+                [self.type(vi.type, f"{where}: output '{vi.name}'") for vi in g.output],
             )
         )
         block.add_ops(ops)
@@ -360,9 +359,7 @@ def _string_attr(value: bytes) -> Attribute:
         return BytesValueAttr(value)
 
 
-def _checked(
-    make: Callable[[], TensorDataAttr], fail: Callable[[str], ModelError], where: str
-) -> TensorDataAttr:
+def _checked(make: Callable[[], TensorDataAttr], fail: Callable[[str], ModelError], where: str) -> TensorDataAttr:
     """Build a data attribute, turning a size mismatch into a ModelError naming the tensor."""
     try:
         return make()
