@@ -72,12 +72,21 @@ class NameAxesGraph:
         self.graph_name = graph_name
 
     def from_layout(
-        self, tensor: str, facts: Facts, given: Sequence[Axis | None] | None = None, *, unit_fallback: bool = False
+        self,
+        tensor: str,
+        facts: Facts,
+        given: Sequence[Axis | None] | None = None,
+        *,
+        unit_fallback: bool = False,
+        node: str | None = None,
     ) -> AxesTensorType:
-        """Axes for `tensor`: those `given`, the layout naming the rest (all, when none are given)."""
+        """Axes for `tensor`: those `given`, the layout naming the rest (all, when none are given).
+
+        `node` names the node computing the tensor, for the message when one name lands twice.
+        """
         given = list(given) if given is not None else [None] * facts.rank
         if all(a is not None for a in given):
-            return AxesTensorType(facts.elem, [a for a in given if a is not None])
+            return _distinct(tensor, facts, [a for a in given if a is not None], node)
         rule = match_layout(self.rules, tensor, self.graph_name)
         if rule is None and unit_fallback and all(e == Poly.const(1) for e in facts.shape):
             # A one-element folded value: it folds into the Expr that reads it, or stretches to
@@ -99,7 +108,7 @@ class NameAxesGraph:
                 f"{len(rule.axes)} axes ({', '.join(rule.axes)})"
             )
         axes = [a if a is not None else Axis.named(n, e) for a, n, e in zip(given, rule.axes, facts.shape, strict=True)]
-        return AxesTensorType(facts.elem, axes)
+        return _distinct(tensor, facts, axes, node or f"layout rule '{rule.pattern}'")
 
     def settle(self, value: SSAValue, t: AxesTensorType) -> None:
         Rewriter.replace_value_with_new_type(value, t)
@@ -132,4 +141,17 @@ class NameAxesGraph:
         outputs = [_facts(r) for r in op.outs]
         named = rule.axes(info, inputs, outputs)
         for result, name, facts, axes in zip(list(op.outs), op.output_names, outputs, named, strict=True):
-            self.settle(result, self.from_layout(name, facts, axes))
+            self.settle(result, self.from_layout(name, facts, axes, node=info.where()))
+
+
+def _distinct(tensor: str, facts: Facts, axes: Sequence[Axis], source: str | None) -> AxesTensorType:
+    """The type of `tensor` with `axes`; an axis name given twice stops the build naming it."""
+    names = [a.name for a in axes]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            by = f" by {source}" if source else ""
+            raise AxisError(
+                f"tensor '{tensor}': axis {name} is named twice{by} ({', '.join(names)}); a tensor's axes "
+                "need distinct names, so give one of them another name in the layout"
+            )
+    return AxesTensorType(facts.elem, list(axes))
