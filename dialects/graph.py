@@ -236,6 +236,12 @@ class TensorType(_ShapedType):
 
     name = "graph.tensor"
 
+    # Parameters are redeclared on each definition: xDSL takes a ParametrizedAttribute's
+    # parameters (and so its equality) from the decorated class's own annotations.
+    elem_name: StringAttr
+    ranked: IntAttr
+    dims: ArrayAttr[Attribute]
+
 
 @irdl_attr_definition
 class SparseTensorType(_ShapedType):
@@ -246,6 +252,12 @@ class SparseTensorType(_ShapedType):
     """
 
     name = "graph.sparse"
+
+    # Parameters are redeclared on each definition: xDSL takes a ParametrizedAttribute's
+    # parameters (and so its equality) from the decorated class's own annotations.
+    elem_name: StringAttr
+    ranked: IntAttr
+    dims: ArrayAttr[Attribute]
 
 
 class _WrapperType(ParametrizedAttribute, TypeAttribute):
@@ -276,6 +288,9 @@ class SeqType(_WrapperType):
 
     name = "graph.seq"
 
+    # Redeclared so xDSL counts it as this definition's parameter (see TensorType).
+    elem_type: Attribute
+
 
 @irdl_attr_definition
 class OptType(_WrapperType):
@@ -286,6 +301,9 @@ class OptType(_WrapperType):
     """
 
     name = "graph.opt"
+
+    # Redeclared so xDSL counts it as this definition's parameter (see TensorType).
+    elem_type: Attribute
 
 
 @irdl_attr_definition
@@ -1315,7 +1333,7 @@ class ConstantOp(IRDLOperation):
 
     value = prop_def(TensorDataAttr)
     result = result_def()
-    assembly_format = "$value attr-dict `:` type($result)"
+    assembly_format = "qualified($value) attr-dict `:` type($result)"
 
     def __init__(self, value: TensorDataAttr, result_type: Attribute | None = None) -> None:
         if result_type is None:
