@@ -414,6 +414,52 @@ def test_identity_of_a_weight(tmp_path: Path) -> None:
     check_model(model, {"x": ("B", "K"), "w": ("K", "N")}, tmp_path)
 
 
+def test_names_that_are_not_python_identifiers(tmp_path: Path) -> None:
+    nodes = [
+        helper.make_node("MatMul", ["input:0", "class"], ["lambda"], name="def"),
+        helper.make_node("Add", ["lambda", "1bias"], ["out/put"], name="for"),
+    ]
+    inits = {"class": weight((3, 4), 12), "1bias": weight((4,), 13)}
+    model = make_model(nodes, {"input:0": (2, 3)}, ["out/put", "lambda"], inits)
+    check_model(model, {"input:0": ("B", "K"), "class": ("K", "N"), "1bias": ("N",)}, tmp_path)
+
+
+def test_outputs_option_cuts_the_graph() -> None:
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="proj"),
+        helper.make_node("Relu", ["h"], ["y"], name="act"),
+        helper.make_node("Add", ["x", "b"], ["z"], name="bias"),
+    ]
+    model = make_model(nodes, {"x": (2, 3)}, ["y", "z"], {"w": weight((3, 4), 14), "b": weight((3,), 15)})
+    options = Options(outputs=("z",), layout=rules({"x": ("B", "K"), "w": ("K", "N"), "b": ("K",)}))
+    result = build(model, options=options)
+    module = result.module
+    assert [name for name, *_ in module.Weights._SPECS] == ["b"]  # w feeds only the cut-off output
+    feeds = random_inputs(model)
+    (z,) = onnxruntime_outputs(model, feeds)[1:]
+    got = module.forward(module.Weights.embedded(), feeds["x"])
+    assert_matches([got], [z])
+
+
+def test_dims_option_makes_a_dim_param_static() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transB=1)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])],
+        [numpy_helper.from_array(weight((2, 3), 16), "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    result = build(model, options=Options(dims={"N": 5}, layout=rules({"x": ("B", "K"), "w": ("Out", "K")})))
+    module = result.module
+    assert module.B.EXTENT == 5
+    x = np.random.default_rng(7).standard_normal((5, 3)).astype(np.float32)
+    assert_matches([module.forward(module.Weights.embedded(), x)], onnxruntime_outputs(model, {"x": x}))
+    with pytest.raises(module.ShapeError, match=re.escape("input 'x' axis 0 (B) must be 5, got 4")):
+        module.forward(module.Weights.embedded(), x[:4])
+
+
 # -- 4. MLPs ----------------------------------------------------------------------------------------
 
 
