@@ -22,7 +22,8 @@ ONNX node attributes live in the node's `attrs` dictionary, one xDSL attribute p
 
     INT           1 : i64                        INTS           #graph.list<ints [1, -2]>
     FLOAT         5.000000e-01 : f32             FLOATS         #graph.list<floats [0.5, 0x7fc00000]>
-    STRING        "utf-8 text"  (#graph.bytes<"\\FF"> when not UTF-8)
+    STRING        "ascii text"  (#graph.bytes<"\\C3\\BC"> otherwise: xDSL 0.75 does not read back
+                                 the non-ASCII StringAttrs it prints)
                                                  STRINGS        #graph.list<strings ["a", "\\FF"]>
     TENSOR        #graph.data<...>               TENSORS        #graph.list<tensors [#graph.data<...>]>
     SPARSE_TENSOR #graph.sparse_data<...>        SPARSE_TENSORS #graph.list<sparse_tensors [...]>
@@ -96,11 +97,33 @@ def _parse_bytes(parser: AttrParser) -> bytes:
     return parser.parse_bytes_literal()
 
 
+def _parse_optional_text(parser: AttrParser) -> str | None:
+    """A string literal, if present.  The printer escapes non-ASCII UTF-8 as `\\C3\\BC`, which the
+    lexer then hands out as a bytes literal, so both token kinds are read and decoded."""
+    text = parser.parse_optional_str_literal()
+    if text is not None:
+        return text
+    raw = parser.parse_optional_bytes_literal()
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        parser.raise_error("expected a UTF-8 string")
+
+
+def _parse_text(parser: AttrParser) -> str:
+    text = _parse_optional_text(parser)
+    if text is None:
+        parser.raise_error("string literal expected")
+    return text
+
+
 def _print_float(value: float) -> str:
     """A float32 as the shortest decimal that reads back exactly, or its IEEE bits when not finite."""
     if not math.isfinite(value):
         return f"0x{struct.unpack('<I', struct.pack('<f', value))[0]:08x}"
-    text = repr(float(np.float32(value)))
+    text = str(np.float32(value))  # numpy's shortest digits that read back as the same float32
     # MLIR float literals need a dot: `1e+16` would lex as the integer 1 followed by `e`.
     if "e" in text and "." not in text:
         mantissa, exponent = text.split("e")
@@ -133,7 +156,7 @@ def _parse_dims(parser: AttrParser) -> ArrayAttr[Attribute]:
     def one() -> Attribute:
         if parser.parse_optional_punctuation("?") is not None:
             return IntAttr(_DYNAMIC)
-        text = parser.parse_optional_str_literal()
+        text = _parse_optional_text(parser)
         if text is not None:
             return StringAttr(text)
         return IntAttr(parser.parse_integer(allow_boolean=False))
@@ -504,7 +527,7 @@ class TensorDataAttr(ParametrizedAttribute):
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
         with parser.in_angle_brackets():
-            name = parser.parse_optional_str_literal()
+            name = _parse_optional_text(parser)
             if name is not None:
                 parser.parse_punctuation(",")
             elem = parser.parse_identifier()
@@ -517,12 +540,12 @@ class TensorDataAttr(ParametrizedAttribute):
             if parser.parse_optional_keyword("external") is not None:
 
                 def entry() -> tuple[str, str]:
-                    key = parser.parse_identifier_or_str_literal()
+                    key = parser.parse_optional_identifier() or _parse_text(parser)
                     parser.parse_punctuation("=")
-                    return key, parser.parse_str_literal()
+                    return key, _parse_text(parser)
 
                 external = parser.parse_comma_separated_list(parser.Delimiter.BRACES, entry)
-            elif (text := parser.parse_optional_str_literal()) is not None:
+            elif (text := _parse_optional_text(parser)) is not None:
                 if not text.startswith("0x"):
                     parser.raise_error('tensor bytes are written as a hex string "0x..."')
                 try:
@@ -588,6 +611,7 @@ def _elem_for_dtype(dtype: np.dtype) -> ElementType:
 
     if dtype.kind in ("U", "S", "O"):
         return by_name("string")
+    dtype = dtype.newbyteorder("=")  # a big-endian array has the same element type
     for elem in BY_ONNX.values():
         if elem.numpy is not None and elem.numpy == dtype and elem.name != "string":
             return elem
@@ -642,7 +666,7 @@ class SparseDataAttr(ParametrizedAttribute):
 @irdl_attr_definition
 class BytesValueAttr(ParametrizedAttribute):
     """
-    A STRING node attribute that is not valid UTF-8 (UTF-8 strings are plain `StringAttr`s).
+    A STRING node attribute that is not ASCII (ASCII strings are plain `StringAttr`s).
 
     Syntax and example: `#graph.bytes<"\\FF\\00">`
     """
@@ -784,7 +808,10 @@ def attr_to_python(attr: Attribute) -> Any:
     if isinstance(attr, StringAttr):
         return attr.data
     if isinstance(attr, BytesValueAttr):
-        return attr.value.data
+        try:
+            return attr.value.data.decode("utf-8")
+        except UnicodeDecodeError:
+            return attr.value.data
     if isinstance(attr, TensorDataAttr):
         return attr.to_numpy()
     if isinstance(attr, SubgraphAttr):
@@ -828,7 +855,7 @@ def _print_names(printer: Printer, names: ArrayAttr[StringAttr]) -> None:
 
 
 def _parse_names(parser: Parser) -> ArrayAttr[StringAttr]:
-    names = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_str_literal)
+    names = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: _parse_text(parser))
     return ArrayAttr([StringAttr(n) for n in names])
 
 
@@ -984,11 +1011,11 @@ class GraphOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> GraphOp:
-        name = parser.parse_str_literal()
+        name = _parse_text(parser)
         args = parser.parse_comma_separated_list(parser.Delimiter.PAREN, parser.parse_argument)
         parser.parse_keyword("inputs")
         inputs = [s.data for s in _parse_names(parser).data]
-        doc = parser.parse_str_literal() if parser.parse_optional_keyword("doc") else None
+        doc = _parse_text(parser) if parser.parse_optional_keyword("doc") else None
         body = parser.parse_region(args)
         return cls(name, inputs, body, doc)
 
@@ -1056,7 +1083,7 @@ class InitializerOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> InitializerOp:
-        name = parser.parse_str_literal()
+        name = _parse_text(parser)
         default_of = _parse_defined_operand(parser) if parser.parse_optional_keyword("default_of") else None
         value = parser.parse_attribute() if parser.parse_optional_punctuation("=") else None
         parser.parse_punctuation(":")
@@ -1201,9 +1228,9 @@ class NodeOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> NodeOp:
-        op_type = parser.parse_str_literal()
-        node_name = parser.parse_str_literal()
-        domain = parser.parse_str_literal() if parser.parse_optional_keyword("domain") else ""
+        op_type = _parse_text(parser)
+        node_name = _parse_text(parser)
+        domain = _parse_text(parser) if parser.parse_optional_keyword("domain") else ""
         parser.parse_keyword("since")
         since = parser.parse_integer(allow_boolean=False)
         inputs = parser.parse_comma_separated_list(parser.Delimiter.PAREN, lambda: _parse_defined_operand(parser))
@@ -1216,7 +1243,7 @@ class NodeOp(IRDLOperation):
         regions: list[Region] = []
         if parser.parse_optional_keyword("regions"):
             regions = parser.parse_comma_separated_list(parser.Delimiter.PAREN, lambda: _parse_subgraph_region(parser))
-        doc = parser.parse_str_literal() if parser.parse_optional_keyword("doc") else None
+        doc = _parse_text(parser) if parser.parse_optional_keyword("doc") else None
         return cls(
             op_type, inputs, types, names, node_name=node_name, domain=domain, since=since,
             attrs=attrs, regions=regions, doc_string=doc,
@@ -1312,10 +1339,10 @@ class SubgraphInfoOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> SubgraphInfoOp:
-        name = parser.parse_str_literal()
+        name = _parse_text(parser)
         parser.parse_keyword("inputs")
         names = [s.data for s in _parse_names(parser).data]
-        doc = parser.parse_str_literal() if parser.parse_optional_keyword("doc") else None
+        doc = _parse_text(parser) if parser.parse_optional_keyword("doc") else None
         return cls(name, names, doc)
 
 

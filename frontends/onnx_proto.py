@@ -353,10 +353,11 @@ class _Importer:
 
 
 def _string_attr(value: bytes) -> Attribute:
-    try:
-        return StringAttr(value.decode("utf-8"))
-    except UnicodeDecodeError:
-        return BytesValueAttr(value)
+    # xDSL 0.75 prints a non-ASCII StringAttr as escaped bytes it then reads back as bytes, so only
+    # ASCII strings become StringAttr; the rest keep their bytes in #graph.bytes.
+    if value.isascii():
+        return StringAttr(value.decode("ascii"))
+    return BytesValueAttr(value)
 
 
 def _checked(make: Callable[[], TensorDataAttr], fail: Callable[[str], ModelError], where: str) -> TensorDataAttr:
