@@ -121,6 +121,11 @@ class NameAxesGraph:
             if isinstance(op, InitializerOp):
                 self.settle(op.result, self.from_layout(op.onnx_name.data, _facts(op.result)))
             elif isinstance(op, ConstantOp):
+                if not op.result.uses:
+                    # Left behind by a node stage 0 folded: nothing reads it, so the layout need not
+                    # name it (lower-to-kernel would drop it anyway).
+                    Rewriter.erase_op(op)
+                    continue
                 name = op.value.tensor_name.data or op.result.name_hint or "constant"
                 self.settle(op.result, self.from_layout(name, _facts(op.result), unit_fallback=True))
             elif isinstance(op, NodeOp):
