@@ -365,6 +365,16 @@ def test_one_element_constant_that_sets_the_result_rank(tmp_path: Path) -> None:
     check_model(model, {"x": ("M", "N")}, tmp_path)
 
 
+def test_folded_nodes_need_no_layout_for_the_constants_they_consumed(tmp_path: Path) -> None:
+    # Constant -> Relu folds at build time; only the folded result, which Add reads, needs axis names.
+    nodes = [_constant("c", np.array([[1.0, -2.0, 3.0]], np.float32)),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Add", ["x", "r"], ["y"], name="add")]
+    model = make_model(nodes, {"x": (2, 3)}, ["y"])
+    embedded, _ = check_model(model, {"x": ("B", "N"), "r": ("One", "N")}, tmp_path)
+    assert "Relu" not in ir_text(embedded) and "relu" not in embedded.report
+
+
 def test_constant_tensor_operand(tmp_path: Path) -> None:
     # A many-element Constant is not a scalar: it stays a tensor the kernel reads.
     nodes = [_constant("c", np.arange(4, dtype=np.float32)), helper.make_node("Mul", ["x", "c"], ["y"], name="mul")]
