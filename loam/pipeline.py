@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 from xdsl.printer import Printer
 
@@ -143,15 +143,18 @@ def weight_specs(ir: ModuleOp):  # -> Iterator[WeightSpec]
 
 
 def build_report(ir: ModuleOp) -> str:
-    """One line per kernel: what it computes and for which ONNX node."""
+    """One line per ONNX node that emits code: the node's name and the kernels that compute it."""
     from loam.dialects.kernel import ProgramOp
 
-    lines: list[str] = []
+    kernels: dict[str, list[str]] = {}
     for op in ir.walk():
         if isinstance(op, ProgramOp):
             continue
         node = op.properties.get("node")
-        if node is not None:
-            lines.append(f"{getattr(node, 'data', node)!s:30} {op.name}")
-    return "\n".join(lines) + ("\n" if lines else "")
-
+        if isinstance(node, StringAttr):
+            kernels.setdefault(node.data, []).append(op.name)
+    if not kernels:
+        return ""
+    width = max(len(n) for n in kernels) + 2
+    lines = [f"{'node':<{width}}kernels"] + [f"{n:<{width}}{', '.join(k)}" for n, k in kernels.items()]
+    return "\n".join(lines) + "\n"

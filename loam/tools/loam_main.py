@@ -152,7 +152,12 @@ def _build(args: argparse.Namespace) -> None:
     from loam.pipeline import build
 
     # The checkpoints travel inside `options` (already merged: flags replace the file's list).
-    result = build(model, checkpoints=(), options=options, dump_ir=args.dump_ir)
+    def progress(message: str) -> None:
+        print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+    result = build(model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=progress)
+    for note in result.notes:
+        progress(f"note: {note}")
     if to_stdout:
         sys.stdout.write(result.source)
         sys.stdout.flush()

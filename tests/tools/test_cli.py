@@ -1,11 +1,11 @@
 """The three command-line tools: argument handling, exit statuses and one-line errors.
 
-`loam build` is driven against a stand-in `loam.pipeline` module (installed in `sys.modules`), so
-these tests check what the CLI hands the pipeline and what it does with the result, not the build.
+`loam build` runs the real pipeline on the shipped MLP example.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import types
@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import pytest
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from loam.errors import AxisError, ShapeError
+from loam.errors import AxisError
 from loam.layout import LayoutRule
-from loam.options import Options
 from loam.tools import loam_main, loam_opt, loam_translate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,99 +127,86 @@ def test_console_script_prints_no_traceback(tmp_path: Path) -> None:
     assert_one_line_error(done.stderr, "loam", "m.onnx: no such model file")
 
 
-# -- loam build: against a stand-in pipeline ------------------------------------------------------
+# -- loam build: the real pipeline -----------------------------------------------------------------
 
 
-@dataclass
-class FakeResult:
-    source: str
-    report: str
-    module: types.ModuleType
+def import_file(path: Path, name: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-@pytest.fixture
-def fake_pipeline(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """Install a `loam.pipeline` whose `build` records its arguments (or raises `calls['raise']`)."""
-    calls: dict[str, Any] = {}
-
-    def build(model: Path, checkpoints: Any = (), options: Options | None = None, *,
-              dump_ir: Path | None = None) -> FakeResult:
-        calls.update(model=model, checkpoints=tuple(checkpoints), options=options, dump_ir=dump_ir)
-        if "raise" in calls:
-            raise calls["raise"]
-        return FakeResult("# generated\nEXTENT = 4\n", "fused fc1+act1: elementwise after matmul",
-                          types.ModuleType("generated"))
-
-    module = types.ModuleType("loam.pipeline")
-    module.build = build  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "loam.pipeline", module)
-    return calls
+def test_build_writes_a_module_matching_onnxruntime(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "mlp_mod.py"
+    code, out, err = run(loam_main.main, [
+        "build", str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"),
+        "--dump-ir", str(tmp_path / "ir"), "-o", str(output)], capsys)
+    assert code == 0, err
+    assert out == ""
+    assert "loam: running stage0" in err and f"loam: wrote {output}" in err
+    assert sorted(p.name for p in (tmp_path / "ir").iterdir())[-1] == "04-lower-to-kernel.mlir"
+    module = import_file(output, "cli_mlp_mod")
+    weights = module.Weights.load((MLP / "mlp.safetensors").read_bytes())
+    got = module.forward(weights, np.load(MLP / "input.npy"))
+    np.testing.assert_allclose(got, np.load(MLP / "expected.npy"), rtol=1e-5, atol=1e-6)
 
 
-def test_build_passes_merged_options_and_writes_source(
-    model: Path, tmp_path: Path, fake_pipeline: dict[str, Any], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_flags_are_merged_over_the_options_file(tmp_path: Path) -> None:
     (tmp_path / "file.safetensors").write_bytes(b"")
     (tmp_path / "flag.safetensors").write_bytes(b"")
     toml = tmp_path / "opts.toml"
     toml.write_text('checkpoint = "file.safetensors"\noutputs = ["a"]\n[dims]\nN = 1\nS = 7\n'
                     '[[layout]]\npattern = "x"\naxes = ["Batch", "In"]\n', encoding="utf-8")
-    output = tmp_path / "out.py"
-    code, out, err = run(loam_main.main, [
-        "build", str(model), "--options", str(toml), "--checkpoint", str(tmp_path / "flag.safetensors"),
-        "--dims", "N=4", "--outputs", "y,z", "--layout", "x=Rows,Cols", "--inline-weights",
-        "--dump-ir", str(tmp_path / "ir"), "-o", str(output)], capsys)
-    assert code == 0, err
-    assert output.read_text(encoding="utf-8") == "# generated\nEXTENT = 4\n"
-    assert "fused fc1+act1" in err and f"wrote {output}" in err
-    assert out == ""
-    options: Options = fake_pipeline["options"]
-    assert fake_pipeline["model"] == model
-    assert fake_pipeline["dump_ir"] == tmp_path / "ir"
+    args = loam_main.build_parser().parse_args([
+        "build", "m.onnx", "--options", str(toml), "--checkpoint", str(tmp_path / "flag.safetensors"),
+        "--dims", "N=4", "--outputs", "y,z", "--layout", "x=Rows,Cols", "--inline-weights", "-o", "o.py"])
+    options = loam_main.options_from_args(args)
     assert dict(options.dims) == {"N": 4, "S": 7}
     assert options.outputs == ("y", "z")
     assert options.inline_weights is True
     assert options.layout == (LayoutRule("x", ("Rows", "Cols")), LayoutRule("x", ("Batch", "In")))
-    # flags replace the file's checkpoint list; they reach the pipeline once, inside the options
+    # flags replace the file's checkpoint list
     assert options.checkpoints == (tmp_path / "flag.safetensors",)
-    assert fake_pipeline["checkpoints"] == ()
 
 
-def test_build_defaults_without_options_file(
-    model: Path, tmp_path: Path, fake_pipeline: dict[str, Any], capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, _, _ = run(loam_main.main, ["build", str(model), "-o", str(tmp_path / "o.py")], capsys)
-    assert code == 0
-    assert fake_pipeline["options"] == Options()
-    assert fake_pipeline["dump_ir"] is None
+def test_build_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(loam_main.main, [
+        "build", str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"), "-o", "-"], capsys)
+    assert code == 0, err
+    assert "def forward(weights" in out and "class Weights" in out
+    assert "wrote" not in err
 
 
-def test_build_to_stdout(model: Path, fake_pipeline: dict[str, Any],
-                         capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(loam_main.main, ["build", str(model), "-o", "-"], capsys)
-    assert code == 0
-    assert out == "# generated\nEXTENT = 4\n"
-    assert "fused fc1+act1" in err and "wrote" not in err
-
-
-def test_build_error_is_one_line(model: Path, tmp_path: Path, fake_pipeline: dict[str, Any],
-                                 capsys: pytest.CaptureFixture[str]) -> None:
-    fake_pipeline["raise"] = ShapeError("node 'fc1' (Gemm): axis In is 8 in x but 7 in fc1.weight")
+def test_build_error_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     output = tmp_path / "o.py"
-    code, _, err = run(loam_main.main, ["build", str(model), "-o", str(output)], capsys)
+    code, _, err = run(loam_main.main, [
+        "build", str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"),
+        "--layout", "fc2.weight=Wrong,Hidden2", "-o", str(output)], capsys)
     assert code == 1
-    assert_one_line_error(err, "loam", "axis In is 8 in x but 7 in fc1.weight")
+    # Progress lines come first; the refusal is one line, the last, with no traceback.
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert errors == [err.splitlines()[-1]] and "Traceback" not in err
+    assert errors[0].startswith("loam: error: MatMul node 'fc2.matmul': contracts axis Hidden of the first "
+                                "operand with axis Wrong of the second")
     assert not output.exists()
 
 
 def test_internal_error_is_exit_3_and_debug_shows_it(
-    model: Path, tmp_path: Path, fake_pipeline: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fake_pipeline["raise"] = RuntimeError("a bug")
-    argv = ["build", str(model), "-o", str(tmp_path / "o.py")]
+    # A bug inside the compiler is injected where the pipeline reads the model.
+    import loam.pipeline
+
+    def broken_reader(model: object) -> ModuleOp:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(loam.pipeline, "read_model", broken_reader)
+    argv = ["build", str(MLP / "mlp.onnxtext"), "-o", str(tmp_path / "o.py")]
     code, _, err = run(loam_main.main, argv, capsys)
     assert code == 3
-    assert_one_line_error(err, "loam", "internal error: RuntimeError: a bug")
+    assert "loam: error: internal error: RuntimeError: a bug" in err and "Traceback" not in err
     with pytest.raises(RuntimeError, match="a bug"):
         loam_main.main([*argv, "--debug"])
 
