@@ -11,8 +11,10 @@ import json
 import math
 import struct
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import numpy as np
 
 from loam import dtypes
 from loam.errors import CheckpointError
@@ -28,8 +30,9 @@ class HeaderEntry:
     name: str
     elem: dtypes.ElementType
     shape: tuple[int, ...]
-    begin: int
+    begin: int  # byte range within the payload
     end: int
+    payload_start: int = 0  # file offset of the payload (8 + header length)
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,39 @@ def read_safetensors_header(path: Path) -> dict[str, HeaderEntry]:
             raw = f.read(length)
     except OSError as e:
         raise CheckpointError(f"checkpoint {path}: cannot read: {e.strerror}") from None
-    return parse_header(raw, str(path), payload_size=None)
+    entries = parse_header(raw, str(path), payload_size=None)
+    return {name: replace(e, payload_start=8 + length) for name, e in entries.items()}
+
+
+def read_headers(paths: Iterable[Path]) -> dict[str, tuple[Path, HeaderEntry]]:
+    """Every tensor of several checkpoint files (shards), with the file holding it.
+
+    A tensor in two files is refused naming both: which one the graph meant is not for Loam to guess.
+    """
+    found: dict[str, tuple[Path, HeaderEntry]] = {}
+    for path in paths:
+        for name, entry in read_safetensors_header(path).items():
+            if name in found:
+                raise CheckpointError(f"tensor '{name}' is in two checkpoints: {found[name][0]} and {path}")
+            found[name] = (path, entry)
+    return found
+
+
+def read_tensor(path: Path, entry: HeaderEntry) -> np.ndarray:
+    """The value of one tensor, reading only its byte range (for `inline_weights`)."""
+    assert entry.elem.numpy is not None
+    size = entry.end - entry.begin
+    try:
+        with open(path, "rb") as f:
+            f.seek(entry.payload_start + entry.begin)
+            raw = f.read(size)
+    except OSError as e:
+        raise CheckpointError(f"checkpoint {path}: cannot read: {e.strerror}") from None
+    if len(raw) != size:
+        raise CheckpointError(
+            f"checkpoint {path}: tensor '{entry.name}' needs {size} bytes, the file ends after {len(raw)}"
+        )
+    return np.frombuffer(raw, dtype=entry.elem.numpy.newbyteorder("<")).reshape(entry.shape)
 
 
 def parse_header(raw: bytes, where: str, payload_size: int | None) -> dict[str, HeaderEntry]:

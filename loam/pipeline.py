@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 from xdsl.dialects.builtin import ModuleOp, StringAttr
@@ -22,8 +23,13 @@ from xdsl.passes import ModulePass
 from xdsl.printer import Printer
 
 from loam.context import make_context
+from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import CheckpointError
 from loam.options import Options
+
+if TYPE_CHECKING:
+    from loam.checkpoint import WeightSpec
+    from loam.dialects.kernel import WeightOp
 
 
 @dataclass
@@ -90,7 +96,9 @@ def build(
         if dump_dir is not None:
             _dump(ir, dump_dir / f"{i:02d}-{p.name}.mlir")
 
-    notes = check_checkpoints(ir, all_checkpoints)
+    if all_checkpoints or options.inline_weights:
+        say("checking the checkpoint" + (" and inlining its weights" if options.inline_weights else ""))
+    notes = check_checkpoints(ir, all_checkpoints, inline=options.inline_weights)
     say("emitting the numpy module")
     source = emit_python(ir)
     module = import_source(source, "loam_generated")
@@ -112,34 +120,45 @@ def import_source(source: str, name: str) -> types.ModuleType:
     return module
 
 
-def check_checkpoints(ir: ModuleOp, paths: Iterable[Path]) -> list[str]:
-    """Check every weight the program reads from `Weights.load` against the checkpoints' headers."""
-    from loam.checkpoint import check_weights, read_safetensors_header
-
-    paths = list(paths)
-    if not paths:
-        return []
-    merged = {}
-    owner: dict[str, Path] = {}
-    for p in paths:
-        for name, entry in read_safetensors_header(p).items():
-            if name in owner:
-                raise CheckpointError(f"tensor '{name}' is in two checkpoints: {owner[name]} and {p}")
-            owner[name] = p
-            merged[name] = entry
-    where = str(paths[0]) if len(paths) == 1 else f"{len(paths)} files"
-    return check_weights(where, merged, weight_specs(ir))
-
-
-def weight_specs(ir: ModuleOp):  # -> Iterator[WeightSpec]
+def weight_specs(ir: ModuleOp) -> Iterator[tuple[WeightOp, WeightSpec]]:
+    """Each weight the program reads from a checkpoint (it carries no data), with what it expects."""
     from loam.checkpoint import WeightSpec
     from loam.dialects.kernel import WeightOp
 
     for op in ir.walk():
         if isinstance(op, WeightOp) and op.data is None:
             t = op.result.type
+            assert isinstance(t, AxesTensorType)
             axes = tuple((a.name, a.extent.const_value) for a in t.axes)
-            yield WeightSpec(op.weight_name.data, t.elem, axes)
+            yield op, WeightSpec(op.weight_name.data, t.elem, axes)
+
+
+def check_checkpoints(ir: ModuleOp, paths: Sequence[Path], *, inline: bool) -> list[str]:
+    """Check every weight the program reads against the checkpoints' headers; inline them if asked.
+
+    Only the headers are read, unless `inline` (the `inline_weights` option) asks for the weights
+    to be written into the module: then each weight's own byte range is read too.
+    """
+    from loam.checkpoint import check_weights, read_headers, read_tensor
+    from loam.dialects.graph import TensorDataAttr
+
+    specs = list(weight_specs(ir))
+    if not paths:
+        if inline and specs:
+            raise CheckpointError(
+                f"inline_weights: the graph reads {len(specs)} weights it does not carry "
+                f"(first '{specs[0][1].name}'); give the checkpoint that holds them"
+            )
+        return []
+    found = read_headers(paths)
+    where = str(paths[0]) if len(paths) == 1 else f"{len(paths)} files"
+    notes = check_weights(where, {name: entry for name, (_, entry) in found.items()}, [s for _, s in specs])
+    if inline:
+        for op, spec in specs:
+            path, entry = found[spec.name]
+            value = read_tensor(path, entry).astype(spec.elem.numpy)
+            op.properties["data"] = TensorDataAttr.from_numpy(value, spec.elem, name=spec.name)
+    return notes
 
 
 def build_report(ir: ModuleOp) -> str:

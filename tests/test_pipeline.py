@@ -1,0 +1,65 @@
+"""`loam.build` as a Python API: options, checkpoint headers, inlined weights and IR dumps."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import loam
+from loam.errors import CheckpointError
+from loam.options import Options
+
+ROOT = Path(__file__).resolve().parents[1]
+MLP = ROOT / "examples" / "mlp"
+
+
+def mlp_options(**flags: object) -> Options:
+    return Options.from_toml(MLP / "loam.toml").merged(**flags)
+
+
+def test_inline_weights_embeds_the_checkpoint() -> None:
+    result = loam.build(MLP / "mlp.onnxtext", options=mlp_options(inline_weights=True))
+    weights = result.module.Weights.embedded()
+    got = result.module.forward(weights, np.load(MLP / "input.npy"))
+    np.testing.assert_allclose(got, np.load(MLP / "expected.npy"), rtol=1e-5, atol=1e-6)
+    # The module still reads checkpoints too, and agrees with itself on both paths.
+    loaded = result.module.Weights.load((MLP / "mlp.safetensors").read_bytes())
+    np.testing.assert_array_equal(result.module.forward(loaded, np.load(MLP / "input.npy")), got)
+
+
+def test_without_inline_weights_the_module_has_no_embedded_weights() -> None:
+    result = loam.build(MLP / "mlp.onnxtext", options=mlp_options())
+    assert not hasattr(result.module.Weights, "embedded")
+    # Only numpy is imported by the generated module.
+    imports = [n for n in ast.walk(ast.parse(result.source)) if isinstance(n, ast.Import | ast.ImportFrom)]
+    assert {alias.name for n in imports for alias in n.names} == {"numpy"}
+
+
+def test_inline_weights_without_a_checkpoint_is_refused() -> None:
+    options = Options(layout=mlp_options().layout, inline_weights=True)
+    with pytest.raises(CheckpointError, match=r"inline_weights: the graph reads 6 weights it does not carry"):
+        loam.build(MLP / "mlp.onnxtext", options=options)
+
+
+def test_dump_ir_writes_every_stage(tmp_path: Path) -> None:
+    loam.build(MLP / "mlp.onnxtext", options=mlp_options(), dump_ir=tmp_path)
+    stages = sorted(p.name for p in tmp_path.iterdir())
+    assert stages == [
+        "00-read.mlir", "01-apply-options.mlir", "02-stage0.mlir", "03-name-axes.mlir", "04-lower-to-kernel.mlir"
+    ]
+    assert "graph.node \"Gemm\"" in (tmp_path / "00-read.mlir").read_text()
+    assert "!shape_poly.tensor<f32, [4, 16]>" in (tmp_path / "02-stage0.mlir").read_text()
+    assert "!tensor_axes.tensor<f32, [Batch: 4, Hidden: 16]>" in (tmp_path / "03-name-axes.mlir").read_text()
+    assert "kernel.matmul" in (tmp_path / "04-lower-to-kernel.mlir").read_text()
+
+
+def test_progress_names_each_stage() -> None:
+    said: list[str] = []
+    loam.build(MLP / "mlp.onnxtext", options=mlp_options(), progress=said.append)
+    assert said[0] == f"reading {MLP / 'mlp.onnxtext'}"
+    assert [s for s in said if s.startswith("running")] == [
+        "running apply-options", "running stage0", "running name-axes", "running lower-to-kernel"
+    ]
