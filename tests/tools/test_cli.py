@@ -400,3 +400,53 @@ def test_opt_reads_onnx_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert code == 0, err
     assert "graph.model" in out
     assert out.count("graph.node") == 6
+
+
+# -- loam-translate: import | export through the console scripts -----------------------------------
+
+
+def _pipe_import_export(model: Path, back: Path) -> None:
+    bin_dir = Path(sys.executable).parent
+    if not (bin_dir / "loam-translate").exists():
+        pytest.skip("the loam-translate console script is not installed next to this interpreter")
+    imported = subprocess.run([str(bin_dir / "loam-translate"), "--import-onnx", str(model)],
+                              capture_output=True, check=True)
+    subprocess.run([str(bin_dir / "loam-translate"), "--export-onnx", "-o", str(back)],
+                   input=imported.stdout, capture_output=True, check=True)
+
+
+def test_import_export_pipe_keeps_the_model_computing_the_same(tmp_path: Path) -> None:
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((5, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal((5,)).astype(np.float32), "b")
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["h"], name="g", transB=1, alpha=0.5),
+         helper.make_node("Tanh", ["h"], ["y"], name="t")],
+        "pipe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])], [w, b])
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(original, tmp_path / "m.onnx")
+    _pipe_import_export(tmp_path / "m.onnx", tmp_path / "back.onnx")
+    back = onnx.load(tmp_path / "back.onnx")
+    onnx.checker.check_model(back, full_check=True)
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    run = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+           for m in (original, back)]
+    np.testing.assert_array_equal(run[0], run[1])
+
+
+def test_text_model_with_external_weights_round_trips_through_the_pipe(tmp_path: Path) -> None:
+    import onnx
+    import onnxruntime as ort
+
+    # The exported model names mlp.safetensors as its external data, next to it.
+    (tmp_path / "mlp.safetensors").write_bytes((MLP / "mlp.safetensors").read_bytes())
+    _pipe_import_export(MLP / "mlp.onnxtext", tmp_path / "back.onnx")
+    onnx.checker.check_model(str(tmp_path / "back.onnx"), full_check=True)
+    session = ort.InferenceSession(str(tmp_path / "back.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"x": np.load(MLP / "input.npy")})[0]
+    np.testing.assert_allclose(got, np.load(MLP / "expected.npy"), rtol=1e-6, atol=0)
