@@ -312,9 +312,7 @@ class _Emitter:
                         f"input '{onnx_name.data}' axis {axis.name} has extent {axis.extent}; an input "
                         "extent must be a number or one symbol"
                     )
-            checks.append(
-                f"_check_input({onnx_name.data!r}, {ident}, {dtype.name!r}, {_tuple_py(axes)}, _env)"
-            )
+            checks.append(f"_check_input({onnx_name.data!r}, {ident}, {dtype.name!r}, {_tuple_py(axes)}, _env)")
 
         ret = program.return_op
         output_names = [n.data for n in ret.output_names.data]
@@ -363,9 +361,7 @@ class _Emitter:
                 name = self.names.mint(f"_DATA_{attr}")
                 data_names.append(name)
                 assert op.data is not None
-                parts.append(
-                    f"{name} = {_array_literal(_to_numpy(op.data, f'weight {op.weight_name.data!r}'))}\n"
-                )
+                parts.append(f"{name} = {_array_literal(_to_numpy(op.data, f'weight {op.weight_name.data!r}'))}\n")
         parts.append(self._weights_source(weights, data_names if embedded else None))
         if out_fields:
             parts.append(_outputs_source(out_fields, output_names))
@@ -378,7 +374,7 @@ class _Emitter:
         inputs = ", ".join(n.data for n in program.input_names.data)
         return (
             f'"""The model {model!r}, compiled by Loam: '
-            f'forward(weights, {inputs}) -> {", ".join(outputs)}.\n\n'
+            f"forward(weights, {inputs}) -> {', '.join(outputs)}.\n\n"
             "Generated code: imports only numpy and carries its own runtime.  Regenerate it from the\n"
             'model rather than editing it.\n"""\n'
         )
@@ -433,9 +429,7 @@ class _Emitter:
         lines = [f'def forward(weights: "Weights"{sig}) -> {result_type}:']
         ins = "; ".join(f"{n.data}: {_type_text(_axes_type(a, n.data))}" for a, n in
                         zip(self.program.block.args, self.program.input_names.data, strict=True))  # fmt: skip
-        lines.append(
-            f'    """Run the model on {ins or "no inputs"}; ShapeError names a disagreeing input."""'
-        )
+        lines.append(f'    """Run the model on {ins or "no inputs"}; ShapeError names a disagreeing input."""')
         lines.append("    _env: dict[str, int] = {}")
         lines += [f"    {c}" for c in checks]
         lines += [f"    {b}" for b in body]

@@ -185,8 +185,7 @@ def _read_safetensors(data: bytes) -> dict[str, tuple[str, tuple[int, ...], memo
     header_len = int.from_bytes(view[:8], "little")
     if header_len > len(view) - 8:
         raise LoadError(
-            f"checkpoint header length {header_len} runs past the end of the data "
-            f"({len(view) - 8} bytes follow)"
+            f"checkpoint header length {header_len} runs past the end of the data ({len(view) - 8} bytes follow)"
         )
     try:
         header = _parse_json(bytes(view[8 : 8 + header_len]).decode("utf-8"))
@@ -250,16 +249,13 @@ def _take_weight(
         raise LoadError(f"tensor '{name}' has rank {len(axes)} in the graph, {len(shape)} in the checkpoint")
     for i, ((axis, extent), got) in enumerate(zip(axes, shape, strict=True)):
         if extent is not None and extent != got:
-            raise LoadError(
-                f"tensor '{name}' axis {i} ({axis}) is {extent} in the graph, {got} in the checkpoint"
-            )
+            raise LoadError(f"tensor '{name}' axis {i} ({axis}) is {extent} in the graph, {got} in the checkpoint")
     count = 1
     for extent in shape:
         count *= extent
     if len(raw) != count * source.itemsize:
         raise LoadError(
-            f"tensor '{name}' holds {len(raw)} bytes; shape {list(shape)} of {st_dtype} needs "
-            f"{count * source.itemsize}"
+            f"tensor '{name}' holds {len(raw)} bytes; shape {list(shape)} of {st_dtype} needs {count * source.itemsize}"
         )
     # astype copies into native order and owned memory, so the checkpoint bytes can be dropped.
     return np.frombuffer(raw, dtype=source).reshape(shape).astype(target)

@@ -493,9 +493,7 @@ class ProgramOp(IRDLOperation):
     def verify_(self) -> None:
         n_args = len(self.body.block.args) if self.body.blocks else 0
         if len(self.input_names) != n_args:
-            raise VerifyException(
-                f"kernel.program has {n_args} inputs but {len(self.input_names)} input names"
-            )
+            raise VerifyException(f"kernel.program has {n_args} inputs but {len(self.input_names)} input names")
         if not self.body.blocks or not isinstance(self.body.block.last_op, ReturnOp):
             raise VerifyException("kernel.program must end in kernel.return")
 
@@ -642,12 +640,8 @@ class MatmulOp(_KernelOp):
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
 
-    def __init__(
-        self, lhs: SSAValue | Operation, rhs: SSAValue | Operation, result_type: Attribute, node: str
-    ):
-        super().__init__(
-            operands=[lhs, rhs], properties={"node": StringAttr(node)}, result_types=[result_type]
-        )
+    def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation, result_type: Attribute, node: str):
+        super().__init__(operands=[lhs, rhs], properties={"node": StringAttr(node)}, result_types=[result_type])
 
     def verify_(self) -> None:
         a, b, r = (_extents(v.type) for v in (self.lhs, self.rhs, self.result))
@@ -655,9 +649,7 @@ class MatmulOp(_KernelOp):
             return
         for side, ext in (("lhs", a), ("rhs", b)):
             if not 1 <= len(ext) <= 4:
-                raise VerifyException(
-                    f"kernel.matmul '{self.node.data}': {side} has rank {len(ext)}, not 1 to 4"
-                )
+                raise VerifyException(f"kernel.matmul '{self.node.data}': {side} has rank {len(ext)}, not 1 to 4")
         k_a = a[-1]
         k_b = b[0] if len(b) == 1 else b[-2]
         if k_a != k_b:
@@ -674,9 +666,7 @@ class MatmulOp(_KernelOp):
             elif eb is None or _is_one(eb) or ea == eb:
                 batch.append(ea)
             else:
-                raise VerifyException(
-                    f"kernel.matmul '{self.node.data}': batch extents {ea} and {eb} do not broadcast"
-                )
+                raise VerifyException(f"kernel.matmul '{self.node.data}': batch extents {ea} and {eb} do not broadcast")
         expected = [*reversed(batch)]
         if len(a) > 1:
             expected.append(a[-2])
@@ -818,8 +808,7 @@ class ZipOp(_KernelOp):
                 o = out[len(out) - len(ext) + j]
                 if e != o and not _is_one(e):
                     raise VerifyException(
-                        f"kernel.zip '{self.node.data}': operand {i} axis {j} is {e}, "
-                        f"which does not broadcast to {o}"
+                        f"kernel.zip '{self.node.data}': operand {i} axis {j} is {e}, which does not broadcast to {o}"
                     )
 
 

@@ -155,9 +155,7 @@ class PolyTensorType(ParametrizedAttribute, TypeAttribute):
         with parser.in_angle_brackets():
             elem = parse_element_type(parser)
             parser.parse_punctuation(",")
-            dims = parser.parse_comma_separated_list(
-                parser.Delimiter.SQUARE, lambda: parse_poly_attr_text(parser)
-            )
+            dims = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_poly_attr_text(parser))
         return (StringAttr(elem), ArrayAttr([ExtentAttr(d) for d in dims]))
 
     def print_parameters(self, printer: Printer) -> None:

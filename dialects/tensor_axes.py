@@ -25,12 +25,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from loam.dialects.shape_poly import (
-    ExtentAttr,
-    parse_element_type,
-    parse_optional_text_literal,
-    parse_poly_attr_text,
-)
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
 from xdsl.ir import Attribute, Data, Dialect, ParametrizedAttribute, TypeAttribute
 from xdsl.irdl import irdl_attr_definition
@@ -38,6 +32,12 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
+from loam.dialects.shape_poly import (
+    ExtentAttr,
+    parse_element_type,
+    parse_optional_text_literal,
+    parse_poly_attr_text,
+)
 from loam.dtypes import BY_NAME, ElementType, by_name
 from loam.errors import AxisError, LoamError
 from loam.layout import LayoutRule, merged_axis_name, parse_axis_name
@@ -105,9 +105,7 @@ class AxisAttr(ParametrizedAttribute):
     parts: ArrayAttr[StringAttr]
 
     def __init__(self, axis: Axis) -> None:
-        super().__init__(
-            StringAttr(axis.name), ExtentAttr(axis.extent), ArrayAttr([StringAttr(p) for p in axis.parts])
-        )
+        super().__init__(StringAttr(axis.name), ExtentAttr(axis.extent), ArrayAttr([StringAttr(p) for p in axis.parts]))
 
     @property
     def axis(self) -> Axis:
@@ -186,9 +184,7 @@ class AxesTensorType(ParametrizedAttribute, TypeAttribute):
         with parser.in_angle_brackets():
             elem = parse_element_type(parser)
             parser.parse_punctuation(",")
-            axes = parser.parse_comma_separated_list(
-                parser.Delimiter.SQUARE, lambda: AxisAttr.parse_body(parser)
-            )
+            axes = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: AxisAttr.parse_body(parser))
         return (StringAttr(elem), ArrayAttr(axes))
 
     def print_parameters(self, printer: Printer) -> None:
@@ -237,9 +233,7 @@ class LayoutAttr(Data[tuple[LayoutRule, ...]]):
             if parser.parse_optional_keyword("in") is not None:
                 graph = parse_text("a quoted graph name after 'in'")
             parser.parse_punctuation("->")
-            axes = parser.parse_comma_separated_list(
-                parser.Delimiter.SQUARE, lambda: _parse_axis_name(parser)[0]
-            )
+            axes = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: _parse_axis_name(parser)[0])
             try:
                 return LayoutRule(pattern, tuple(axes), graph)
             except LoamError as err:

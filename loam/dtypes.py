@@ -68,10 +68,21 @@ BY_NAME: dict[str, ElementType] = {e.name: e for e in _TABLE}
 
 # safetensors dtype strings (header "dtype") for the element types a checkpoint may hold.
 SAFETENSORS_NAMES: dict[str, str] = {
-    "F64": "f64", "F32": "f32", "F16": "f16", "BF16": "bf16",
-    "I64": "i64", "I32": "i32", "I16": "i16", "I8": "i8",
-    "U64": "ui64", "U32": "ui32", "U16": "ui16", "U8": "ui8", "BOOL": "bool",
-    "F8_E4M3": "f8E4M3FN", "F8_E5M2": "f8E5M2",
+    "F64": "f64",
+    "F32": "f32",
+    "F16": "f16",
+    "BF16": "bf16",
+    "I64": "i64",
+    "I32": "i32",
+    "I16": "i16",
+    "I8": "i8",
+    "U64": "ui64",
+    "U32": "ui32",
+    "U16": "ui16",
+    "U8": "ui8",
+    "BOOL": "bool",
+    "F8_E4M3": "f8E4M3FN",
+    "F8_E5M2": "f8E5M2",
 }
 
 

@@ -89,9 +89,7 @@ class LayoutRule:
         return fnmatchcase(tensor_name, self.pattern)
 
 
-def match_layout(
-    rules: Iterable[LayoutRule], tensor_name: str, graph_name: str | None = None
-) -> LayoutRule | None:
+def match_layout(rules: Iterable[LayoutRule], tensor_name: str, graph_name: str | None = None) -> LayoutRule | None:
     """The first rule (in order) that reaches `tensor_name` in `graph_name`, or None."""
     for rule in rules:
         if rule.reaches(tensor_name, graph_name):

@@ -43,8 +43,7 @@ _LAYOUT_KEYS = ("pattern", "axes", "graph")
 
 def _type_name(value: object) -> str:
     """The TOML-ish name of a parsed value's type, for error messages."""
-    names = {bool: "a boolean", int: "an integer", float: "a float", str: "a string",
-             list: "an array", dict: "a table"}
+    names = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "an array", dict: "a table"}
     return names.get(type(value), type(value).__name__)
 
 
@@ -89,32 +88,31 @@ class Options:
     checkpoints: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.architecture is not None and (not isinstance(self.architecture, str)
-                                              or not self.architecture):
-            raise OptionsError(f"options: 'architecture' must be a non-empty string, "
-                               f"got {self.architecture!r}")
+        if self.architecture is not None and (not isinstance(self.architecture, str) or not self.architecture):
+            raise OptionsError(f"options: 'architecture' must be a non-empty string, got {self.architecture!r}")
         if not isinstance(self.inline_weights, bool):
-            raise OptionsError(f"options: 'inline_weights' must be True or False, "
-                               f"got {self.inline_weights!r}")
+            raise OptionsError(f"options: 'inline_weights' must be True or False, got {self.inline_weights!r}")
         if self.outputs is not None:
             outputs = _check_names(self.outputs, "options: 'outputs'")
             if not outputs:
-                raise OptionsError("options: 'outputs' is empty; give at least one output name "
-                                   "or leave it unset to keep the graph's outputs")
+                raise OptionsError(
+                    "options: 'outputs' is empty; give at least one output name "
+                    "or leave it unset to keep the graph's outputs"
+                )
             object.__setattr__(self, "outputs", outputs)
         if not isinstance(self.dims, Mapping):
-            raise OptionsError(f"options: 'dims' must be a mapping of name to integer, "
-                               f"got {self.dims!r}")
+            raise OptionsError(f"options: 'dims' must be a mapping of name to integer, got {self.dims!r}")
         for name, value in self.dims.items():
             _check_dim(name, value, "options: 'dims'")
         object.__setattr__(self, "dims", MappingProxyType(dict(self.dims)))
         if isinstance(self.layout, str | bytes) or not isinstance(self.layout, Iterable):
-            raise OptionsError(f"options: 'layout' must be a sequence of LayoutRule, "
-                               f"got {self.layout!r}")
+            raise OptionsError(f"options: 'layout' must be a sequence of LayoutRule, got {self.layout!r}")
         object.__setattr__(self, "layout", tuple(self.layout))
         if isinstance(self.checkpoints, str | Path) or not isinstance(self.checkpoints, Iterable):
-            raise OptionsError(f"options: 'checkpoints' must be a sequence of paths, "
-                               f"got {self.checkpoints!r} (write [path] for one file)")
+            raise OptionsError(
+                f"options: 'checkpoints' must be a sequence of paths, "
+                f"got {self.checkpoints!r} (write [path] for one file)"
+            )
         checkpoints: list[Path] = []
         for item in self.checkpoints:
             if not isinstance(item, str | Path) or str(item) == "":
@@ -152,13 +150,11 @@ class Options:
         base = Path(source).parent if isinstance(source, Path) else Path(".")
         unknown = [key for key in table if key not in _TOP_LEVEL_KEYS]
         if unknown:
-            raise OptionsError(f"{where}: unknown key {unknown[0]!r} "
-                               f"(known keys: {', '.join(_TOP_LEVEL_KEYS)})")
+            raise OptionsError(f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(_TOP_LEVEL_KEYS)})")
 
         def expect(key: str, value: object, kind: type | tuple[type, ...], what: str) -> None:
             if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-                raise OptionsError(f"{where}: key {key!r} must be {what}, got {_type_name(value)} "
-                                   f"({value!r})")
+                raise OptionsError(f"{where}: key {key!r} must be {what}, got {_type_name(value)} ({value!r})")
 
         kwargs: dict[str, Any] = {}
         if "architecture" in table:
@@ -173,8 +169,7 @@ class Options:
             for item in outputs:
                 expect("outputs", item, str, "an array of strings")
             if not outputs:
-                raise OptionsError(f"{where}: key 'outputs' is empty; list at least one output "
-                                   f"name or remove the key")
+                raise OptionsError(f"{where}: key 'outputs' is empty; list at least one output name or remove the key")
             kwargs["outputs"] = tuple(outputs)
         if "checkpoint" in table:
             raw = table["checkpoint"]
@@ -189,16 +184,18 @@ class Options:
             expect("dims", dims, dict, "a table of name = integer")
             for name, value in dims.items():
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                    raise OptionsError(f"{where}: key 'dims.{name}' must be a non-negative "
-                                       f"integer, got {_type_name(value)} ({value!r})")
+                    raise OptionsError(
+                        f"{where}: key 'dims.{name}' must be a non-negative "
+                        f"integer, got {_type_name(value)} ({value!r})"
+                    )
             kwargs["dims"] = dims
         if "layout" in table:
             entries = table["layout"]
             if not isinstance(entries, list):
-                raise OptionsError(f"{where}: key 'layout' must be an array of tables, written "
-                                   f"[[layout]], got {_type_name(entries)}")
-            kwargs["layout"] = tuple(_layout_rule(entry, index, where)
-                                     for index, entry in enumerate(entries, start=1))
+                raise OptionsError(
+                    f"{where}: key 'layout' must be an array of tables, written [[layout]], got {_type_name(entries)}"
+                )
+            kwargs["layout"] = tuple(_layout_rule(entry, index, where) for index, entry in enumerate(entries, start=1))
         return cls(**kwargs)
 
     # -- combining a file with flags -----------------------------------------------------------
@@ -244,8 +241,7 @@ def _layout_rule(entry: object, index: int, where: str) -> LayoutRule:
 
     at = f"{where}: [[layout]] entry {index}"
     if not isinstance(entry, dict):
-        raise OptionsError(f"{at}: must be a table with 'pattern' and 'axes', "
-                           f"got {_type_name(entry)}")
+        raise OptionsError(f"{at}: must be a table with 'pattern' and 'axes', got {_type_name(entry)}")
     unknown = [key for key in entry if key not in _LAYOUT_KEYS]
     if unknown:
         raise OptionsError(f"{at}: unknown key {unknown[0]!r} (known keys: {', '.join(_LAYOUT_KEYS)})")
@@ -256,8 +252,9 @@ def _layout_rule(entry: object, index: int, where: str) -> LayoutRule:
     if not isinstance(pattern, str) or not pattern:
         raise OptionsError(f"{at}: key 'pattern' must be a non-empty string, got {pattern!r}")
     if not isinstance(axes, list) or not all(isinstance(a, str) and a for a in axes):
-        raise OptionsError(f"{at}: key 'axes' must be an array of axis names "
-                           f"(a merged axis is written \"(C H W)\"), got {axes!r}")
+        raise OptionsError(
+            f"{at}: key 'axes' must be an array of axis names (a merged axis is written \"(C H W)\"), got {axes!r}"
+        )
     if graph is not None and (not isinstance(graph, str) or not graph):
         raise OptionsError(f"{at}: key 'graph' must be a non-empty string, got {graph!r}")
     try:

@@ -121,9 +121,7 @@ def cut_outputs(graph: GraphOp, wanted: list[str]) -> None:
             f"(it declares {', '.join(declared)})"
         )
     index = [declared.index(n) for n in wanted]
-    new_ret = ReturnOp(
-        [ret.values[i] for i in index], wanted, [ret.declared_types.data[i] for i in index]
-    )
+    new_ret = ReturnOp([ret.values[i] for i in index], wanted, [ret.declared_types.data[i] for i in index])
     Rewriter.replace_op(ret, new_ret)
     _drop_dead(block)
 

@@ -56,9 +56,7 @@ def facts_of_type(t: object, what: str) -> Facts:
     extents: list[Poly] = []
     for i, dim in enumerate(shape):
         if dim is None:
-            raise ShapeError(
-                f"{what} axis {i} has an unknown extent; give it a dim_param or a dim_value in the model"
-            )
+            raise ShapeError(f"{what} axis {i} has an unknown extent; give it a dim_param or a dim_value in the model")
         extents.append(Poly.const(dim) if isinstance(dim, int) else Poly.symbol(dim))
     return Facts(t.elem, tuple(extents))
 

@@ -14,8 +14,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-COUNT = re.compile(r"^\s*(Passed|Failed|Unresolved|Timed Out|Unexpectedly Passed|Expectedly Failed|"
-                   r"Unsupported|Skipped|Excluded)\s*:\s*(\d+)", re.MULTILINE)
+COUNT = re.compile(
+    r"^\s*(Passed|Failed|Unresolved|Timed Out|Unexpectedly Passed|Expectedly Failed|"
+    r"Unsupported|Skipped|Excluded)\s*:\s*(\d+)",
+    re.MULTILINE,
+)
 
 
 def lit_command() -> list[str]:
@@ -38,15 +41,18 @@ def test_parse_counts_reads_lit_summary() -> None:
 @pytest.mark.xdist_group("lit")
 def test_lit_suite_passes() -> None:
     pytest.importorskip("lit")
-    done = subprocess.run([*lit_command(), "-v", "lit/"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=1200, check=False)
+    done = subprocess.run(
+        [*lit_command(), "-v", "lit/"], cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False
+    )
     output = done.stdout + done.stderr
     counts = parse_counts(output)
     failing = re.findall(r"^(?:FAIL|UNRESOLVED|XPASS|TIMEOUT): (.+)$", output, re.MULTILINE)
-    assert done.returncode == 0 and not failing, (
-        f"lit failed (status {done.returncode}): {failing}\n{output[-6000:]}")
-    bad = {kind: n for kind, n in counts.items()
-           if kind in ("Failed", "Unresolved", "Timed Out", "Unexpectedly Passed") and n}
+    assert done.returncode == 0 and not failing, f"lit failed (status {done.returncode}): {failing}\n{output[-6000:]}"
+    bad = {
+        kind: n
+        for kind, n in counts.items()
+        if kind in ("Failed", "Unresolved", "Timed Out", "Unexpectedly Passed") and n
+    }
     assert not bad, output[-6000:]
     assert counts.get("Passed", 0) >= 5, output[-3000:]
     total = re.search(r"Total Discovered Tests:\s*(\d+)", output)

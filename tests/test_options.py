@@ -131,8 +131,7 @@ def test_missing_file_is_named(tmp_path: Path) -> None:
 
 
 def test_python_api_normalizes_and_freezes() -> None:
-    options = Options(outputs=["y"], dims={"N": 2}, checkpoints=["a.safetensors"],
-                      layout=[LayoutRule("x", ("A",))])
+    options = Options(outputs=["y"], dims={"N": 2}, checkpoints=["a.safetensors"], layout=[LayoutRule("x", ("A",))])
     assert options.outputs == ("y",)
     assert options.checkpoints == (Path("a.safetensors"),)
     assert isinstance(options.layout, tuple)
@@ -196,7 +195,6 @@ def test_example_options_name_every_declared_tensor() -> None:
     example = Path(__file__).resolve().parents[1] / "examples" / "mlp" / "loam.toml"
     options = Options.from_toml(example)
     patterns = {rule.pattern for rule in options.layout}
-    assert patterns == {"x", "y", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
-                        "fc3.weight", "fc3.bias"}
+    assert patterns == {"x", "y", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias"}
     assert options.checkpoints == (example.parent / "mlp.safetensors",)
     assert options.checkpoints[0].is_file()

@@ -112,24 +112,31 @@ def test_regular_install_from_a_wheel_works(tmp_path: Path) -> None:
     assert built.returncode == 0, built.stdout + built.stderr
     (wheel,) = dist.glob("loam-*.whl")
     in_wheel = set(zipfile.ZipFile(wheel).namelist())
-    expected = {f"{package.replace('.', '/')}/{source.name}"
-                for package, folder in package_folders().items() for source in folder.glob("*.py")}
+    expected = {
+        f"{package.replace('.', '/')}/{source.name}"
+        for package, folder in package_folders().items()
+        for source in folder.glob("*.py")
+    }
     expected |= {f"loam/grammar/{p.name}" for p in (ROOT / "grammar").glob("*.lark")}
     assert not sorted(expected - in_wheel), f"left out of the wheel: {sorted(expected - in_wheel)}"
 
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True,
-                   timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
     python = venv / ("Scripts" if os.name == "nt" else "bin") / "python"
     # The dependencies come from the environment running this test: its site-packages folder is
     # added as a plain path (a .pth line), so its editable-install hook for loam is NOT activated.
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     xdsl_spec = find_spec("xdsl")
     assert xdsl_spec is not None and xdsl_spec.origin is not None
     (Path(purelib) / "loam-test-deps.pth").write_text(str(Path(xdsl_spec.origin).parents[1]) + "\n")
-    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
-                   check=True, timeout=300)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], check=True, timeout=300
+    )
 
     probe = (
         "import importlib.resources, pathlib, loam, loam.dialects.graph, loam.tools.loam_opt\n"
@@ -137,8 +144,9 @@ def test_regular_install_from_a_wheel_works(tmp_path: Path) -> None:
         "print(pathlib.Path(loam.dialects.graph.__file__).resolve())\n"
         "print(importlib.resources.files('loam.grammar').joinpath('onnx.lark').is_file())\n"
     )
-    ran = subprocess.run([str(python), "-I", "-c", probe], cwd=tmp_path, capture_output=True, text=True,
-                         check=False, timeout=300)
+    ran = subprocess.run(
+        [str(python), "-I", "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300
+    )
     assert ran.returncode == 0, ran.stderr
     loam_file, graph_file, has_grammar = ran.stdout.split()
     installed = venv.resolve()
@@ -147,6 +155,7 @@ def test_regular_install_from_a_wheel_works(tmp_path: Path) -> None:
     assert has_grammar == "True"
 
     script = venv / ("Scripts" if os.name == "nt" else "bin") / "loam"
-    version = subprocess.run([str(script), "--version"], cwd=tmp_path, capture_output=True, text=True,
-                             check=False, timeout=300)
+    version = subprocess.run(
+        [str(script), "--version"], cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300
+    )
     assert version.returncode == 0 and version.stdout.startswith("loam 0."), version.stdout + version.stderr

@@ -48,9 +48,13 @@ def test_dump_ir_writes_every_stage(tmp_path: Path) -> None:
     loam.build(MLP / "mlp.onnxtext", options=mlp_options(), dump_ir=tmp_path)
     stages = sorted(p.name for p in tmp_path.iterdir())
     assert stages == [
-        "00-read.mlir", "01-apply-options.mlir", "02-stage0.mlir", "03-name-axes.mlir", "04-lower-to-kernel.mlir"
+        "00-read.mlir",
+        "01-apply-options.mlir",
+        "02-stage0.mlir",
+        "03-name-axes.mlir",
+        "04-lower-to-kernel.mlir",
     ]
-    assert "graph.node \"Gemm\"" in (tmp_path / "00-read.mlir").read_text()
+    assert 'graph.node "Gemm"' in (tmp_path / "00-read.mlir").read_text()
     assert "!shape_poly.tensor<f32, [4, 16]>" in (tmp_path / "02-stage0.mlir").read_text()
     assert "!tensor_axes.tensor<f32, [Batch: 4, Hidden: 16]>" in (tmp_path / "03-name-axes.mlir").read_text()
     assert "kernel.matmul" in (tmp_path / "04-lower-to-kernel.mlir").read_text()
@@ -61,5 +65,8 @@ def test_progress_names_each_stage() -> None:
     loam.build(MLP / "mlp.onnxtext", options=mlp_options(), progress=said.append)
     assert said[0] == f"reading {MLP / 'mlp.onnxtext'}"
     assert [s for s in said if s.startswith("running")] == [
-        "running apply-options", "running stage0", "running name-axes", "running lower-to-kernel"
+        "running apply-options",
+        "running stage0",
+        "running name-axes",
+        "running lower-to-kernel",
     ]

@@ -39,9 +39,7 @@ polys: st.SearchStrategy[Poly] = st.recursive(
 # Expression trees evaluated directly (no Poly involved) and built as Poly, to check evaluate.
 Tree = tuple
 trees: st.SearchStrategy[Tree] = st.recursive(
-    st.one_of(
-        st.tuples(st.just("c"), st.integers(-20, 20)), st.tuples(st.just("s"), st.sampled_from(SYMBOLS))
-    ),
+    st.one_of(st.tuples(st.just("c"), st.integers(-20, 20)), st.tuples(st.just("s"), st.sampled_from(SYMBOLS))),
     lambda inner: st.tuples(st.sampled_from(["+", "-", "*"]), inner, inner),
     max_leaves=8,
 )
@@ -98,9 +96,7 @@ def test_evaluate_agrees_with_direct_computation(tree: Tree, env: dict[str, int]
 
 
 @given(polys, st.sampled_from(SYMBOLS), polys, envs)
-def test_substitute_is_evaluation_of_the_replacement(
-    p: Poly, name: str, q: Poly, env: dict[str, int]
-) -> None:
+def test_substitute_is_evaluation_of_the_replacement(p: Poly, name: str, q: Poly, env: dict[str, int]) -> None:
     inner = dict(env)
     inner[name] = q.evaluate(env)
     substituted = p.substitute(name, q)

@@ -110,8 +110,9 @@ def make_graph(initializers: list[TensorProto]) -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [BATCH, OUT])],
         initializer=initializers,
     )
-    return helper.make_model(graph, producer_name="loam-example", ir_version=8,
-                             opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(
+        graph, producer_name="loam-example", ir_version=8, opset_imports=[helper.make_opsetid("", 17)]
+    )
 
 
 def safetensors_offsets(path: Path) -> dict[str, tuple[int, int]]:
@@ -120,8 +121,11 @@ def safetensors_offsets(path: Path) -> dict[str, tuple[int, int]]:
     (header_len,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + header_len])
     start = 8 + header_len
-    return {name: (start + info["data_offsets"][0], info["data_offsets"][1] - info["data_offsets"][0])
-            for name, info in header.items() if name != "__metadata__"}
+    return {
+        name: (start + info["data_offsets"][0], info["data_offsets"][1] - info["data_offsets"][0])
+        for name, info in header.items()
+        if name != "__metadata__"
+    }
 
 
 def main() -> int:
@@ -143,7 +147,10 @@ def main() -> int:
     text = onnx.printer.to_text(make_graph(external))
     (HERE / "mlp.onnxtext").write_text(
         "# A 3-layer MLP; written by make_mlp.py. Weights: external data in mlp.safetensors.\n"
-        + text + ("" if text.endswith("\n") else "\n"), encoding="utf-8")
+        + text
+        + ("" if text.endswith("\n") else "\n"),
+        encoding="utf-8",
+    )
 
     # The text, read back with its external data, must be exactly the model with its weights.
     reread = onnx.parser.parse_model((HERE / "mlp.onnxtext").read_text(encoding="utf-8"))

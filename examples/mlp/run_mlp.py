@@ -52,8 +52,17 @@ def build_with_cli(keep: Path | None) -> ModuleType:
     with tempfile.TemporaryDirectory(prefix="loam-mlp-") as scratch:
         folder = keep if keep is not None else Path(scratch)
         target = folder / "mlp_module.py"
-        command = [sys.executable, "-m", "loam.tools.loam_main", "build", str(MODEL),
-                   "--options", str(OPTIONS), "-o", str(target)]
+        command = [
+            sys.executable,
+            "-m",
+            "loam.tools.loam_main",
+            "build",
+            str(MODEL),
+            "--options",
+            str(OPTIONS),
+            "-o",
+            str(target),
+        ]
         completed = subprocess.run(command, check=False)
         if completed.returncode != 0:
             raise SystemExit(f"run_mlp: `loam build` failed with status {completed.returncode}")
@@ -96,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     print("onnxruntime:")
     print(reference)
     if y.shape != reference.shape or y.dtype != reference.dtype:
-        print(f"FAIL: loam gave {y.dtype}{list(y.shape)}, "
-              f"onnxruntime {reference.dtype}{list(reference.shape)}")
+        print(f"FAIL: loam gave {y.dtype}{list(y.shape)}, onnxruntime {reference.dtype}{list(reference.shape)}")
         return 1
     abs_diff = np.abs(y.astype(np.float64) - reference)
     rel_diff = abs_diff / np.maximum(np.abs(reference.astype(np.float64)), np.finfo(np.float32).tiny)

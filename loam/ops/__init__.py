@@ -21,7 +21,5 @@ def rule_for(node: NodeInfo, domain: str = "") -> OpRule:
     rule = RULES.get(node.op_type) if domain in ONNX_DOMAINS else None
     if rule is None:
         qualified = node.op_type if domain in ONNX_DOMAINS else f"{domain}.{node.op_type}"
-        raise UnsupportedError(
-            f"node '{node.name}' uses operator '{qualified}', which Loam does not compile"
-        )
+        raise UnsupportedError(f"node '{node.name}' uses operator '{qualified}', which Loam does not compile")
     return rule

@@ -78,9 +78,7 @@ def zip_of(ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue], step
     return emit_zip(ctx, node, operands, expr)
 
 
-def matmul_of(
-    ctx: LowerContext, node: NodeInfo, a: SSAValue, b: SSAValue, result_type: AxesTensorType
-) -> SSAValue:
+def matmul_of(ctx: LowerContext, node: NodeInfo, a: SSAValue, b: SSAValue, result_type: AxesTensorType) -> SSAValue:
     require_compute_type(node, [a, b])
     op = MatmulOp(a, b, result_type, node.name)
     ctx.emit(op)

@@ -88,6 +88,9 @@ def run_guarded(prog: str, body: Callable[[], int | None], *, debug: bool) -> in
     except Exception as exc:  # a bug in Loam, not bad input
         if debug:
             raise
-        fail(prog, f"internal error: {type(exc).__name__}: {exc} "
-                   f"(rerun with --debug for the traceback, and please report it)", EXIT_INTERNAL)
+        fail(
+            prog,
+            f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback, and please report it)",
+            EXIT_INTERNAL,
+        )
     return status or 0

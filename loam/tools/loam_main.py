@@ -45,8 +45,7 @@ def _dims_flag(text: str) -> tuple[str, int]:
     name, sep, value = text.partition("=")
     name, value = name.strip(), value.strip()
     if not sep or not name or not value.isdigit():
-        raise argparse.ArgumentTypeError(f"expected NAME=N with N a non-negative integer, "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected NAME=N with N a non-negative integer, got {text!r}")
     return name, int(value)
 
 
@@ -88,38 +87,63 @@ Exit status: 0 built, 1 the model/checkpoint/options were refused (one message o
 
 def build_parser() -> CliParser:
     """The `loam` command line (exposed for tests and documentation)."""
-    parser = CliParser(prog=PROG, description="Loam: compile an ONNX model ahead of time into a "
-                       "self-contained Python module.")
+    parser = CliParser(
+        prog=PROG, description="Loam: compile an ONNX model ahead of time into a self-contained Python module."
+    )
     parser.add_argument("--version", action="version", version=_version_line())
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
-                                     parser_class=CliParser)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=CliParser)
     build = commands.add_parser(
-        "build", help="compile MODEL into a Python module",
+        "build",
+        help="compile MODEL into a Python module",
         description="Compile MODEL (.onnx, .onnxtext or graph-dialect .mlir) with its checkpoint "
-                    "into one Python module that imports only numpy, and print the build report "
-                    "on stderr.",
-        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "into one Python module that imports only numpy, and print the build report "
+        "on stderr.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     build.add_argument("model", type=Path, metavar="MODEL", help="the model file")
-    build.add_argument("-o", "--output", required=True, metavar="OUT.py",
-                       help="where to write the generated module ('-' for stdout)")
-    build.add_argument("--checkpoint", action="append", type=Path, default=[], metavar="FILE",
-                       help="a checkpoint (.safetensors) with the weights; repeat for shards")
-    build.add_argument("--options", type=Path, metavar="FILE.toml",
-                       help="read build options from a TOML file (see below)")
-    build.add_argument("--layout", action="append", type=_layout_flag, default=[],
-                       metavar="GLOB=Ax1,Ax2", help=_LAYOUT_HELP)
-    build.add_argument("--dims", action="append", type=_dims_flag, default=[], metavar="NAME=N",
-                       help="fix the symbolic extent (dim_param) NAME to N; repeatable")
-    build.add_argument("--outputs", type=_outputs_flag, metavar="a,b",
-                       help="cut the graph: compute only these outputs (comma-separated names)")
-    build.add_argument("--architecture", metavar="NAME",
-                       help="name axes from a built-in architecture table")
-    build.add_argument("--inline-weights", action="store_true", default=None,
-                       help="embed the weights in the module (Weights.embedded())")
-    build.add_argument("--dump-ir", type=Path, metavar="DIR",
-                       help="write the IR after each stage into DIR (as .mlir files)")
-    build.add_argument("--debug", action="store_true",
-                       help="show the Python traceback of an error instead of one line")
+    build.add_argument(
+        "-o", "--output", required=True, metavar="OUT.py", help="where to write the generated module ('-' for stdout)"
+    )
+    build.add_argument(
+        "--checkpoint",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="a checkpoint (.safetensors) with the weights; repeat for shards",
+    )
+    build.add_argument(
+        "--options", type=Path, metavar="FILE.toml", help="read build options from a TOML file (see below)"
+    )
+    build.add_argument(
+        "--layout", action="append", type=_layout_flag, default=[], metavar="GLOB=Ax1,Ax2", help=_LAYOUT_HELP
+    )
+    build.add_argument(
+        "--dims",
+        action="append",
+        type=_dims_flag,
+        default=[],
+        metavar="NAME=N",
+        help="fix the symbolic extent (dim_param) NAME to N; repeatable",
+    )
+    build.add_argument(
+        "--outputs",
+        type=_outputs_flag,
+        metavar="a,b",
+        help="cut the graph: compute only these outputs (comma-separated names)",
+    )
+    build.add_argument("--architecture", metavar="NAME", help="name axes from a built-in architecture table")
+    build.add_argument(
+        "--inline-weights",
+        action="store_true",
+        default=None,
+        help="embed the weights in the module (Weights.embedded())",
+    )
+    build.add_argument(
+        "--dump-ir", type=Path, metavar="DIR", help="write the IR after each stage into DIR (as .mlir files)"
+    )
+    build.add_argument("--debug", action="store_true", help="show the Python traceback of an error instead of one line")
     return parser
 
 

@@ -115,8 +115,10 @@ def describe_loam_passes(passes: dict[str, Callable[[], type[ModulePass]]] | Non
             default = "" if info.default_value is None else f" = {shown}"
             lines.append(f"  {'':<{width}}  option {info.name}: {kind}{default}")
     lines.append("")
-    lines.append("Input files: .mlir (IR text), .onnx and .onnxtext (ONNX models, imported to the "
-                 "graph dialect); stdin is read as .mlir unless -f names a frontend.")
+    lines.append(
+        "Input files: .mlir (IR text), .onnx and .onnxtext (ONNX models, imported to the "
+        "graph dialect); stdin is read as .mlir unless -f names a frontend."
+    )
     return "\n".join(lines)
 
 
@@ -125,8 +127,11 @@ class LoamOptMain(xDSLOptMain):
 
     version_format: ClassVar[str] = f"{PROG} (loam {_loam_version()}) built on xdsl {{xdsl_version}}"
 
-    def __init__(self, description: str = "Loam's modular optimizer driver: runs pass pipelines "
-                 "on Loam and xDSL IR.", args: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        description: str = "Loam's modular optimizer driver: runs pass pipelines on Loam and xDSL IR.",
+        args: Sequence[str] | None = None,
+    ) -> None:
         super().__init__(description=description, args=args)
 
     def register_all_dialects(self) -> None:
@@ -146,8 +151,9 @@ class LoamOptMain(xDSLOptMain):
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
-        arg_parser.add_argument("--debug", action="store_true",
-                                help="show the Python traceback of an error instead of one line")
+        arg_parser.add_argument(
+            "--debug", action="store_true", help="show the Python traceback of an error instead of one line"
+        )
         arg_parser.formatter_class = argparse.RawDescriptionHelpFormatter
         plain_format_help = arg_parser.format_help
 
@@ -170,11 +176,11 @@ class LoamOptMain(xDSLOptMain):
         try:
             return super().prepare_input()
         except ValueError as exc:
-            raise UsageError(f"{exc}; known: {', '.join(sorted(self.available_frontends))} "
-                             f"(or choose one with -f)") from None
+            raise UsageError(
+                f"{exc}; known: {', '.join(sorted(self.available_frontends))} (or choose one with -f)"
+            ) from None
 
-    def parse_chunk(self, chunk: IO[bytes], file_extension: str,
-                    start_offset: int = 0) -> ModuleOp | None:
+    def parse_chunk(self, chunk: IO[bytes], file_extension: str, start_offset: int = 0) -> ModuleOp | None:
         try:
             return super().parse_chunk(chunk, file_extension, start_offset)
         except LoamError as exc:

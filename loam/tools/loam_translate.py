@@ -62,8 +62,9 @@ def _import_onnx(input_path: Path | None, output: Path | None) -> None:
     if input_path is None:
         raise UsageError("--import-onnx needs a model file (MODEL.onnx or MODEL.onnxtext)")
     if input_path.suffix not in (".onnx", ".onnxtext"):
-        raise UsageError(f"{input_path}: --import-onnx reads .onnx or .onnxtext files, "
-                         f"not '{input_path.suffix or 'no suffix'}'")
+        raise UsageError(
+            f"{input_path}: --import-onnx reads .onnx or .onnxtext files, not '{input_path.suffix or 'no suffix'}'"
+        )
     if not input_path.is_file():
         raise ModelError(f"{input_path}: no such model file")
     from loam.frontends.onnx_proto import read_model
@@ -95,31 +96,41 @@ def _emit_python(input_path: Path | None, output: Path | None) -> None:
 
 
 TRANSLATIONS: tuple[Translation, ...] = (
-    Translation("import-onnx", "read MODEL (.onnx or .onnxtext) and print graph-dialect IR",
-                _import_onnx),
-    Translation("export-onnx", "read graph-dialect IR (INPUT or stdin) and write an ONNX model to "
-                "-o OUT.onnx", _export_onnx),
-    Translation("emit-python", "read kernel-dialect IR (INPUT or stdin) and print the generated "
-                "numpy module", _emit_python),
+    Translation("import-onnx", "read MODEL (.onnx or .onnxtext) and print graph-dialect IR", _import_onnx),
+    Translation(
+        "export-onnx", "read graph-dialect IR (INPUT or stdin) and write an ONNX model to -o OUT.onnx", _export_onnx
+    ),
+    Translation(
+        "emit-python", "read kernel-dialect IR (INPUT or stdin) and print the generated numpy module", _emit_python
+    ),
 )
 
 
 def _parser() -> CliParser:
     parser = CliParser(
         prog=PROG,
-        description="Translate between ONNX, Loam IR and generated code. Exactly one translation "
-                    "flag is required.",
+        description="Translate between ONNX, Loam IR and generated code. Exactly one translation flag is required.",
     )
     group = parser.add_mutually_exclusive_group(required=True)
     for translation in TRANSLATIONS:
-        group.add_argument(f"--{translation.flag}", dest="translation", action="store_const",
-                           const=translation.flag, help=translation.help)
-    parser.add_argument("input", nargs="?", type=Path, metavar="INPUT",
-                        help="the file to translate (IR is read from stdin when omitted)")
-    parser.add_argument("-o", "--output", type=Path, metavar="OUT",
-                        help="write the result here instead of stdout")
-    parser.add_argument("--debug", action="store_true",
-                        help="show the Python traceback of an error instead of one line")
+        group.add_argument(
+            f"--{translation.flag}",
+            dest="translation",
+            action="store_const",
+            const=translation.flag,
+            help=translation.help,
+        )
+    parser.add_argument(
+        "input",
+        nargs="?",
+        type=Path,
+        metavar="INPUT",
+        help="the file to translate (IR is read from stdin when omitted)",
+    )
+    parser.add_argument("-o", "--output", type=Path, metavar="OUT", help="write the result here instead of stdout")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the Python traceback of an error instead of one line"
+    )
     return parser
 
 

@@ -7,7 +7,6 @@ from io import StringIO
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from loam.dialects.shape_poly import ExtentAttr, OweOp, PolyTensorType, ShapePoly
 from xdsl.context import Context
 from xdsl.dialects import test
 from xdsl.dialects.builtin import Builtin, ModuleOp
@@ -16,6 +15,7 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
+from loam.dialects.shape_poly import ExtentAttr, OweOp, PolyTensorType, ShapePoly
 from loam.dtypes import BY_NAME, by_name
 from loam.poly import Poly
 
@@ -102,7 +102,7 @@ def test_parsed_text_reads_the_polynomial() -> None:
 
 def test_owe_round_trips_and_needs_a_reason() -> None:
     owe = OweOp("N <= 1024", "Slice 'attn/mask_slice'")
-    assert str(owe) == "shape_poly.owe \"N <= 1024\" for \"Slice 'attn/mask_slice'\""
+    assert str(owe) == 'shape_poly.owe "N <= 1024" for "Slice \'attn/mask_slice\'"'
     module = ModuleOp(Region(Block([owe])))
     round_trip(module)
     with pytest.raises(VerifyException, match="must name what relies on it"):

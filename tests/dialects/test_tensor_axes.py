@@ -7,8 +7,6 @@ from io import StringIO
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from loam.dialects.shape_poly import ShapePoly
-from loam.dialects.tensor_axes import AxesTensorType, Axis, AxisAttr, LayoutAttr, TensorAxes
 from xdsl.context import Context
 from xdsl.dialects import test
 from xdsl.dialects.builtin import Builtin, ModuleOp
@@ -17,6 +15,8 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
+from loam.dialects.shape_poly import ShapePoly
+from loam.dialects.tensor_axes import AxesTensorType, Axis, AxisAttr, LayoutAttr, TensorAxes
 from loam.dtypes import BY_NAME, by_name
 from loam.errors import AxisError
 from loam.layout import LayoutRule, layout_from_attr, layout_to_attr
@@ -54,9 +54,7 @@ axis_names = st.one_of(
 @st.composite
 def axes_types(draw: st.DrawFn) -> AxesTensorType:
     names = draw(st.lists(axis_names, max_size=4, unique=True))
-    return AxesTensorType(
-        draw(st.sampled_from(sorted(BY_NAME))), [(name, draw(extents)) for name in names]
-    )
+    return AxesTensorType(draw(st.sampled_from(sorted(BY_NAME))), [(name, draw(extents)) for name in names])
 
 
 rules = st.builds(
@@ -131,8 +129,7 @@ def test_layout_attr_syntax_and_conversion() -> None:
     )
     attr = layout_to_attr(rules)
     assert str(attr) == (
-        '#tensor_axes.layout<["*.weight" -> [In, Out], "mask" in "decoder" -> [Seq, (C H W)], '
-        '"scale" -> []]>'
+        '#tensor_axes.layout<["*.weight" -> [In, Out], "mask" in "decoder" -> [Seq, (C H W)], "scale" -> []]>'
     )
     assert layout_from_attr(attr) == rules
     ctx = make_ctx()
@@ -164,7 +161,7 @@ def test_malformed_types_are_refused(text: str, message: str) -> None:
     [
         ('#tensor_axes.layout<["" -> [A]]>', "non-empty pattern"),
         ('#tensor_axes.layout<["x" -> [A B]]>', "']' expected"),
-        ('#tensor_axes.layout<[x -> [A]]>', "quoted glob pattern"),
+        ("#tensor_axes.layout<[x -> [A]]>", "quoted glob pattern"),
         ('#tensor_axes.layout<["x" in -> [A]]>', "quoted graph name"),
         ('#tensor_axes.layout<["x" -> [(A)]]>', "at least two parts"),
     ],

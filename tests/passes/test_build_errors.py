@@ -44,8 +44,10 @@ def make_model(
         list(nodes),
         "g",
         [helper.make_tensor_value_info(name, elem, list(dims)) for name, dims in inputs.items()],
-        [helper.make_tensor_value_info(name, elem, None if dims is None else list(dims))
-         for name, dims in outputs.items()],
+        [
+            helper.make_tensor_value_info(name, elem, None if dims is None else list(dims))
+            for name, dims in outputs.items()
+        ],
         [numpy_helper.from_array(array, name) for name, array in (initializers or {}).items()],
     )
     opset_imports = [helper.make_opsetid(domain, v) for domain, v in {"": 17, **(opsets or {})}.items()]
@@ -78,11 +80,17 @@ W = np.arange(20, dtype=np.float32).reshape(4, 5)
 
 
 def test_unknown_operator_names_the_node_and_op_type() -> None:
-    nodes = [helper.make_node("Relu", ["x"], ["h"], name="act"),
-             helper.make_node("Softmax", ["h"], ["y"], name="probs", axis=-1)]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["h"], name="act"),
+        helper.make_node("Softmax", ["h"], ["y"], name="probs", axis=-1),
+    ]
     model = make_model(nodes, {"x": (2, 3)}, {"y": (2, 3)})
-    refused(UnsupportedError, "node 'probs' uses operator 'Softmax', which Loam does not compile", model,
-            options=layout(x=("B", "N")))
+    refused(
+        UnsupportedError,
+        "node 'probs' uses operator 'Softmax', which Loam does not compile",
+        model,
+        options=layout(x=("B", "N")),
+    )
 
 
 def test_unknown_operator_of_another_domain_is_qualified() -> None:
@@ -105,94 +113,145 @@ def test_unknown_operator_without_a_node_name_is_named_by_its_output() -> None:
     ids=["weight", "input"],
 )
 def test_layout_gap_names_the_tensor(options: Options, tensor: str) -> None:
-    refused(AxisError, f"tensor '{tensor}' (rank 2): no layout rule names its axes 0, 1", matmul_model(),
-            options=options)
+    refused(
+        AxisError, f"tensor '{tensor}' (rank 2): no layout rule names its axes 0, 1", matmul_model(), options=options
+    )
 
 
 def test_layout_rule_of_the_wrong_rank() -> None:
-    refused(AxisError, "tensor 'w' has rank 2, but layout rule 'w*' names 1 axes (K)", matmul_model(),
-            options=Options(layout=(LayoutRule("x", ("M", "K")), LayoutRule("w*", ("K",)))))
+    refused(
+        AxisError,
+        "tensor 'w' has rank 2, but layout rule 'w*' names 1 axes (K)",
+        matmul_model(),
+        options=Options(layout=(LayoutRule("x", ("M", "K")), LayoutRule("w*", ("K",)))),
+    )
 
 
 def test_axis_clash_in_a_contraction_names_both_axes_and_the_node() -> None:
-    refused(AxisError, "MatMul node 'proj': contracts axis K of the first operand with axis J of the second",
-            matmul_model(), options=layout(x=("M", "K"), w=("J", "N")))
+    refused(
+        AxisError,
+        "MatMul node 'proj': contracts axis K of the first operand with axis J of the second",
+        matmul_model(),
+        options=layout(x=("M", "K"), w=("J", "N")),
+    )
 
 
 def test_axis_clash_in_a_gemm_contraction_respects_transB() -> None:
     node = helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transB=1)
     model = make_model([node], {"x": (3, 4)}, {"y": None}, {"w": np.ones((5, 4), np.float32)})
     # With transB the contracted axis of w is its second: naming w (K, N) puts N against K.
-    refused(AxisError, "Gemm node 'fc': contracts axis K of the first operand with axis N of the second",
-            model, options=layout(x=("M", "K"), w=("K", "N")))
+    refused(
+        AxisError,
+        "Gemm node 'fc': contracts axis K of the first operand with axis N of the second",
+        model,
+        options=layout(x=("M", "K"), w=("K", "N")),
+    )
 
 
 def test_axis_clash_in_a_broadcast_names_both_axes_and_the_node() -> None:
     node = helper.make_node("Add", ["x", "b"], ["y"], name="bias")
     model = make_model([node], {"x": (3, 4)}, {"y": None}, {"b": np.ones(4, np.float32)})
-    refused(AxisError, "Add node 'bias': axis Hidden meets axis Out at output axis 1", model,
-            options=layout(x=("Batch", "Hidden"), b=("Out",)))
+    refused(
+        AxisError,
+        "Add node 'bias': axis Hidden meets axis Out at output axis 1",
+        model,
+        options=layout(x=("Batch", "Hidden"), b=("Out",)),
+    )
 
 
 def test_axis_clash_of_gemm_bias() -> None:
     node = helper.make_node("Gemm", ["x", "w", "c"], ["y"], name="fc")
-    model = make_model([node], {"x": (3, 4)}, {"y": None},
-                       {"w": np.ones((4, 5), np.float32), "c": np.ones(5, np.float32)})
-    refused(AxisError, "Gemm node 'fc': axis N meets axis Out at output axis 1", model,
-            options=layout(x=("M", "K"), w=("K", "N"), c=("Out",)))
+    model = make_model(
+        [node], {"x": (3, 4)}, {"y": None}, {"w": np.ones((4, 5), np.float32), "c": np.ones(5, np.float32)}
+    )
+    refused(
+        AxisError,
+        "Gemm node 'fc': axis N meets axis Out at output axis 1",
+        model,
+        options=layout(x=("M", "K"), w=("K", "N"), c=("Out",)),
+    )
 
 
 def test_one_axis_name_twice_from_a_node() -> None:
     # [M, K] @ [K, M] would give an output with two axes named M.
-    refused(AxisError, "tensor 'y': axis M is named twice by MatMul node 'proj' (M, M)",
-            matmul_model(w=(4, 3)), options=layout(x=("M", "K"), w=("K", "M")))
+    refused(
+        AxisError,
+        "tensor 'y': axis M is named twice by MatMul node 'proj' (M, M)",
+        matmul_model(w=(4, 3)),
+        options=layout(x=("M", "K"), w=("K", "M")),
+    )
 
 
 def test_one_axis_name_twice_from_a_layout_rule() -> None:
-    refused(AxisError, "tensor 'w': axis K is named twice by layout rule 'w' (K, K)",
-            matmul_model(w=(4, 4)), options=layout(x=("M", "K"), w=("K", "K")))
+    refused(
+        AxisError,
+        "tensor 'w': axis K is named twice by layout rule 'w' (K, K)",
+        matmul_model(w=(4, 4)),
+        options=layout(x=("M", "K"), w=("K", "K")),
+    )
 
 
 # -- extents ----------------------------------------------------------------------------------------
 
 
 def test_contraction_extent_mismatch() -> None:
-    refused(ShapeError, "MatMul node 'proj': contracted extents disagree: 6 in the first operand, 4 in the second",
-            matmul_model(x=(3, 6)), options=layout(x=("M", "K"), w=("K", "N")))
+    refused(
+        ShapeError,
+        "MatMul node 'proj': contracted extents disagree: 6 in the first operand, 4 in the second",
+        matmul_model(x=(3, 6)),
+        options=layout(x=("M", "K"), w=("K", "N")),
+    )
 
 
 def test_gemm_contraction_extent_mismatch_after_transA() -> None:
     node = helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transA=1)
     model = make_model([node], {"x": (3, 4)}, {"y": None}, {"w": W})
     # transA makes x [K=3, M=4] -> contracted extent 3 against w's 4.
-    refused(ShapeError, "Gemm node 'fc': contracted extents disagree: 3 in the first operand, 4 in the second",
-            model, options=layout(x=("K", "M"), w=("K", "N")))
+    refused(
+        ShapeError,
+        "Gemm node 'fc': contracted extents disagree: 3 in the first operand, 4 in the second",
+        model,
+        options=layout(x=("K", "M"), w=("K", "N")),
+    )
 
 
 def test_broadcast_extent_mismatch() -> None:
     node = helper.make_node("Mul", ["x", "s"], ["y"], name="scale")
     model = make_model([node], {"x": (3, 4)}, {"y": None}, {"s": np.ones(5, np.float32)})
-    refused(ShapeError, "Mul node 'scale': cannot broadcast extents 4 and 5 at output axis 1", model,
-            options=layout(x=("M", "N"), s=("N",)))
+    refused(
+        ShapeError,
+        "Mul node 'scale': cannot broadcast extents 4 and 5 at output axis 1",
+        model,
+        options=layout(x=("M", "N"), s=("N",)),
+    )
 
 
 def test_gemm_bias_that_does_not_stretch() -> None:
     node = helper.make_node("Gemm", ["x", "w", "c"], ["y"], name="fc")
     model = make_model([node], {"x": (3, 4)}, {"y": None}, {"w": W, "c": np.ones((2, 5), np.float32)})
-    refused(ShapeError, "Gemm node 'fc': cannot broadcast extents 3 and 2 at output axis 0", model,
-            options=layout(x=("M", "K"), w=("K", "N"), c=("Two", "N")))
+    refused(
+        ShapeError,
+        "Gemm node 'fc': cannot broadcast extents 3 and 2 at output axis 0",
+        model,
+        options=layout(x=("M", "K"), w=("K", "N"), c=("Two", "N")),
+    )
 
 
 def test_declared_output_extent_disagrees() -> None:
     model = make_model([helper.make_node("Relu", ["x"], ["y"], name="act")], {"x": (3, 4)}, {"y": (3, 5)})
-    refused(ShapeError, "graph output 'y' axis 1 is declared 5, the nodes produce 4", model,
-            options=layout(x=("M", "N")))
+    refused(
+        ShapeError, "graph output 'y' axis 1 is declared 5, the nodes produce 4", model, options=layout(x=("M", "N"))
+    )
 
 
 def test_input_dim_with_neither_value_nor_param() -> None:
     model = make_model([helper.make_node("Relu", ["x"], ["y"], name="act")], {"x": (3, None)}, {"y": None})
-    refused(ShapeError, "graph input 'x' axis 1 has an unknown extent; give it a dim_param or a dim_value",
-            model, options=layout(x=("M", "N")))
+    refused(
+        ShapeError,
+        "graph input 'x' axis 1 has an unknown extent; give it a dim_param or a dim_value",
+        model,
+        options=layout(x=("M", "N")),
+    )
 
 
 # -- options naming what the graph does not declare -------------------------------------------------------
@@ -220,24 +279,37 @@ def test_outputs_option_naming_an_undeclared_output() -> None:
     [(TensorProto.INT64, "Add", "i64"), (TensorProto.INT32, "Mul", "i32"), (TensorProto.DOUBLE, "Sub", "f64")],
 )
 def test_non_f32_arithmetic_names_the_element_type(elem: int, op: str, name: str) -> None:
-    model = make_model([helper.make_node(op, ["a", "b"], ["y"], name="arith")], {"a": (3,), "b": (3,)},
-                       {"y": None}, elem=elem)
-    refused(UnsupportedError, f"{op} node 'arith': computes in element type {name}; Loam's kernels compute in f32",
-            model, options=layout(a=("N",), b=("N",)))
+    model = make_model(
+        [helper.make_node(op, ["a", "b"], ["y"], name="arith")], {"a": (3,), "b": (3,)}, {"y": None}, elem=elem
+    )
+    refused(
+        UnsupportedError,
+        f"{op} node 'arith': computes in element type {name}; Loam's kernels compute in f32",
+        model,
+        options=layout(a=("N",), b=("N",)),
+    )
 
 
 def test_non_f32_matmul_names_the_element_type() -> None:
     node = helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")
     model = make_model([node], {"a": (3, 4), "b": (4, 2)}, {"y": None}, elem=TensorProto.INT64)
-    refused(UnsupportedError, "MatMul node 'mm': computes in element type i64", model,
-            options=layout(a=("M", "K"), b=("K", "N")))
+    refused(
+        UnsupportedError,
+        "MatMul node 'mm': computes in element type i64",
+        model,
+        options=layout(a=("M", "K"), b=("K", "N")),
+    )
 
 
 def test_mixed_element_types_are_refused() -> None:
     node = helper.make_node("Add", ["x", "b"], ["y"], name="bias")
     model = make_model([node], {"x": (3,)}, {"y": None}, {"b": np.ones(3, np.float64)})
-    refused(ShapeError, "Add node 'bias': operands have element types f32 and f64", model,
-            options=layout(x=("N",), b=("N",)))
+    refused(
+        ShapeError,
+        "Add node 'bias': operands have element types f32 and f64",
+        model,
+        options=layout(x=("N",), b=("N",)),
+    )
 
 
 # -- checkpoint headers ---------------------------------------------------------------------------------
@@ -270,40 +342,63 @@ def test_checkpoint_that_matches_builds(tmp_path: Path) -> None:
 def test_checkpoint_missing_a_tensor(tmp_path: Path) -> None:
     path = tmp_path / "w.safetensors"
     save_file({"weight": W}, str(path))
-    refused(CheckpointError, f"checkpoint {path}: has no tensor 'w', which the graph reads", stripped_matmul(),
-            checkpoints=[path], options=MATMUL_LAYOUT)
+    refused(
+        CheckpointError,
+        f"checkpoint {path}: has no tensor 'w', which the graph reads",
+        stripped_matmul(),
+        checkpoints=[path],
+        options=MATMUL_LAYOUT,
+    )
 
 
 @pytest.mark.parametrize(
     ("shape", "message"),
-    [((4, 6), "tensor 'w' axis 1 (N) is 5 in the graph, 6 in the checkpoint"),
-     ((3, 5), "tensor 'w' axis 0 (K) is 4 in the graph, 3 in the checkpoint")],
+    [
+        ((4, 6), "tensor 'w' axis 1 (N) is 5 in the graph, 6 in the checkpoint"),
+        ((3, 5), "tensor 'w' axis 0 (K) is 4 in the graph, 3 in the checkpoint"),
+    ],
 )
 def test_checkpoint_with_a_wrong_axis_extent(tmp_path: Path, shape: tuple[int, int], message: str) -> None:
     path = tmp_path / "w.safetensors"
     save_file({"w": np.zeros(shape, np.float32)}, str(path))
-    refused(CheckpointError, f"checkpoint {path}: {message}", stripped_matmul(), checkpoints=[path],
-            options=MATMUL_LAYOUT)
+    refused(
+        CheckpointError, f"checkpoint {path}: {message}", stripped_matmul(), checkpoints=[path], options=MATMUL_LAYOUT
+    )
 
 
 def test_checkpoint_with_a_wrong_rank(tmp_path: Path) -> None:
     path = tmp_path / "w.safetensors"
     save_file({"w": np.zeros(20, np.float32)}, str(path))
-    refused(CheckpointError, "tensor 'w' has rank 1, the graph's has rank 2 (K, N)", stripped_matmul(),
-            checkpoints=[path], options=MATMUL_LAYOUT)
+    refused(
+        CheckpointError,
+        "tensor 'w' has rank 1, the graph's has rank 2 (K, N)",
+        stripped_matmul(),
+        checkpoints=[path],
+        options=MATMUL_LAYOUT,
+    )
 
 
 def test_checkpoint_with_an_integer_tensor_for_a_float_weight(tmp_path: Path) -> None:
     path = tmp_path / "w.safetensors"
     save_file({"w": np.zeros((4, 5), np.int32)}, str(path))
-    refused(CheckpointError, "tensor 'w' is i32, the graph reads it as f32", stripped_matmul(),
-            checkpoints=[path], options=MATMUL_LAYOUT)
+    refused(
+        CheckpointError,
+        "tensor 'w' is i32, the graph reads it as f32",
+        stripped_matmul(),
+        checkpoints=[path],
+        options=MATMUL_LAYOUT,
+    )
 
 
 def test_checkpoint_file_that_does_not_exist(tmp_path: Path) -> None:
     path = tmp_path / "nowhere.safetensors"
-    refused(CheckpointError, f"checkpoint {path}: no such file", stripped_matmul(), checkpoints=[path],
-            options=MATMUL_LAYOUT)
+    refused(
+        CheckpointError,
+        f"checkpoint {path}: no such file",
+        stripped_matmul(),
+        checkpoints=[path],
+        options=MATMUL_LAYOUT,
+    )
 
 
 def test_checkpoint_truncated_inside_its_header(tmp_path: Path) -> None:
@@ -311,21 +406,35 @@ def test_checkpoint_truncated_inside_its_header(tmp_path: Path) -> None:
     save_file({"w": W}, str(path))
     data = path.read_bytes()
     path.write_bytes(data[:20])
-    refused(CheckpointError, "runs past the end of the file (20 bytes)", stripped_matmul(), checkpoints=[path],
-            options=MATMUL_LAYOUT)
+    refused(
+        CheckpointError,
+        "runs past the end of the file (20 bytes)",
+        stripped_matmul(),
+        checkpoints=[path],
+        options=MATMUL_LAYOUT,
+    )
 
 
 def test_checkpoint_named_in_the_options(tmp_path: Path) -> None:
     path = tmp_path / "w.safetensors"
     save_file({"w": np.zeros((4, 6), np.float32)}, str(path))
     options = Options(layout=MATMUL_LAYOUT.layout, checkpoints=(path,))
-    refused(CheckpointError, "tensor 'w' axis 1 (N) is 5 in the graph, 6 in the checkpoint", stripped_matmul(),
-            options=options)
+    refused(
+        CheckpointError,
+        "tensor 'w' axis 1 (N) is 5 in the graph, 6 in the checkpoint",
+        stripped_matmul(),
+        options=options,
+    )
 
 
 def test_tensor_in_two_checkpoint_shards(tmp_path: Path) -> None:
     first, second = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
     save_file({"w": W}, str(first))
     save_file({"w": W}, str(second))
-    refused(CheckpointError, f"tensor 'w' is in two checkpoints: {first} and {second}", stripped_matmul(),
-            checkpoints=[first, second], options=MATMUL_LAYOUT)
+    refused(
+        CheckpointError,
+        f"tensor 'w' is in two checkpoints: {first} and {second}",
+        stripped_matmul(),
+        checkpoints=[first, second],
+        options=MATMUL_LAYOUT,
+    )

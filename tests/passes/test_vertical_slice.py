@@ -348,8 +348,11 @@ def _constant(name: str, value: np.ndarray | float) -> onnx.NodeProto:
 def test_one_element_constant_folds_into_the_expr(op: str, value: np.ndarray | float, tmp_path: Path) -> None:
     # The constant is the first operand of Sub/Div: folding must keep the operand order.
     operands = ["x", "c"] if op == "Mul" else ["c", "x"]
-    nodes = [_constant("c", value), helper.make_node(op, operands, ["t"], name="op"),
-             helper.make_node("Add", ["t", "x"], ["y"], name="add")]
+    nodes = [
+        _constant("c", value),
+        helper.make_node(op, operands, ["t"], name="op"),
+        helper.make_node("Add", ["t", "x"], ["y"], name="add"),
+    ]
     model = make_model(nodes, {"x": (3, 4)}, ["y"])
     embedded, _ = check_model(model, {"x": ("M", "N")}, tmp_path, seed=3)
     text = ir_text(embedded)
@@ -367,9 +370,11 @@ def test_one_element_constant_that_sets_the_result_rank(tmp_path: Path) -> None:
 
 def test_folded_nodes_need_no_layout_for_the_constants_they_consumed(tmp_path: Path) -> None:
     # Constant -> Relu folds at build time; only the folded result, which Add reads, needs axis names.
-    nodes = [_constant("c", np.array([[1.0, -2.0, 3.0]], np.float32)),
-             helper.make_node("Relu", ["c"], ["r"], name="relu"),
-             helper.make_node("Add", ["x", "r"], ["y"], name="add")]
+    nodes = [
+        _constant("c", np.array([[1.0, -2.0, 3.0]], np.float32)),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Add", ["x", "r"], ["y"], name="add"),
+    ]
     model = make_model(nodes, {"x": (2, 3)}, ["y"])
     embedded, _ = check_model(model, {"x": ("B", "N"), "r": ("One", "N")}, tmp_path)
     assert "Relu" not in ir_text(embedded) and "relu" not in embedded.report
@@ -394,8 +399,10 @@ def test_several_outputs(tmp_path: Path) -> None:
     feeds = random_inputs(model)
     want = onnxruntime_outputs(model, feeds)
     checkpoint = (tmp_path / "weights.safetensors").read_bytes()
-    for module, weights in ((embedded.module, embedded.module.Weights.embedded()),
-                            (loaded.module, loaded.module.Weights.load(checkpoint))):
+    for module, weights in (
+        (embedded.module, embedded.module.Weights.embedded()),
+        (loaded.module, loaded.module.Weights.load(checkpoint)),
+    ):
         out = module.forward(weights, feeds["x"])
         assert isinstance(out, tuple) and isinstance(out, module.Outputs)
         # Fields are the ONNX output names, in the graph's order (`act.relu` sanitised).
@@ -510,15 +517,22 @@ def test_mlp_written_with_helper(tmp_path: Path) -> None:
         helper.make_node("Sigmoid", ["logits"], ["probs"], name="probs"),
     ]
     inits = {
-        "fc1.weight": weight((hidden, d_in), 20), "fc1.bias": weight((hidden,), 21),
-        "fc2.weight": weight((hidden, hidden2), 22), "fc2.bias": weight((hidden2,), 23),
-        "fc3.weight": weight((hidden2, d_out), 24), "fc3.bias": weight((1, d_out), 25),
+        "fc1.weight": weight((hidden, d_in), 20),
+        "fc1.bias": weight((hidden,), 21),
+        "fc2.weight": weight((hidden, hidden2), 22),
+        "fc2.bias": weight((hidden2,), 23),
+        "fc3.weight": weight((hidden2, d_out), 24),
+        "fc3.bias": weight((1, d_out), 25),
     }
     model = make_model(nodes, {"x": (batch, d_in)}, ["probs", "logits"], inits)
     layout = {
-        "x": ("Batch", "In"), "fc1.weight": ("Hidden", "In"), "fc1.bias": ("Hidden",),
-        "fc2.weight": ("Hidden", "Hidden2"), "fc2.bias": ("Hidden2",),
-        "fc3.weight": ("Hidden2", "Out"), "fc3.bias": ("One", "Out"),
+        "x": ("Batch", "In"),
+        "fc1.weight": ("Hidden", "In"),
+        "fc1.bias": ("Hidden",),
+        "fc2.weight": ("Hidden", "Hidden2"),
+        "fc2.bias": ("Hidden2",),
+        "fc3.weight": ("Hidden2", "Out"),
+        "fc3.bias": ("One", "Out"),
     }
     embedded, _ = check_model(model, layout, tmp_path)
     module = embedded.module
@@ -533,8 +547,12 @@ def test_mlp_with_glob_layout_rules(tmp_path: Path) -> None:
         helper.make_node("Relu", ["hb"], ["a"], name="relu"),
         helper.make_node("Gemm", ["a", "l2.weight", "l2.bias"], ["y"], name="l2", transB=1),
     ]
-    inits = {"l1.weight": weight((8, 6), 30), "l1.bias": weight((6,), 31),
-             "l2.weight": weight((2, 6), 32), "l2.bias": weight((2,), 33)}
+    inits = {
+        "l1.weight": weight((8, 6), 30),
+        "l1.bias": weight((6,), 31),
+        "l2.weight": weight((2, 6), 32),
+        "l2.bias": weight((2,), 33),
+    }
     model = make_model(nodes, {"x": (5, 8)}, ["y"], inits)
     layout = {"l1.bias": ("H",), "l2.bias": ("Out",), "l1.*": ("In", "H"), "l2.*": ("Out", "H"), "x": ("B", "In")}
     check_model(model, layout, tmp_path)

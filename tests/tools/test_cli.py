@@ -86,8 +86,9 @@ def test_missing_model_exits_1_naming_it(tmp_path: Path, capsys: pytest.CaptureF
         ([], "required: -o/--output"),
     ],
 )
-def test_bad_flags_exit_2(model: Path, tmp_path: Path, flags: list[str], needle: str,
-                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_flags_exit_2(
+    model: Path, tmp_path: Path, flags: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     output = [] if not flags else ["-o", str(tmp_path / "o.py")]
     code, _, err = run(loam_main.main, ["build", str(model), *output, *flags], capsys)
     assert code == 2
@@ -97,16 +98,18 @@ def test_bad_flags_exit_2(model: Path, tmp_path: Path, flags: list[str], needle:
 def test_bad_options_file_exits_1(model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     toml = tmp_path / "opts.toml"
     toml.write_text("bogus = 1\n", encoding="utf-8")
-    code, _, err = run(loam_main.main,
-                       ["build", str(model), "--options", str(toml), "-o", str(tmp_path / "o.py")], capsys)
+    code, _, err = run(
+        loam_main.main, ["build", str(model), "--options", str(toml), "-o", str(tmp_path / "o.py")], capsys
+    )
     assert code == 1
     assert_one_line_error(err, "loam", f"{toml}: unknown key 'bogus'")
 
 
 def test_missing_checkpoint_exits_1(model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     absent = tmp_path / "w.safetensors"
-    code, _, err = run(loam_main.main, ["build", str(model), "--checkpoint", str(absent),
-                                        "-o", str(tmp_path / "o.py")], capsys)
+    code, _, err = run(
+        loam_main.main, ["build", str(model), "--checkpoint", str(absent), "-o", str(tmp_path / "o.py")], capsys
+    )
     assert code == 1
     assert_one_line_error(err, "loam", f"{absent}: no such checkpoint file")
 
@@ -121,8 +124,12 @@ def test_console_script_prints_no_traceback(tmp_path: Path) -> None:
     script = Path(sys.executable).parent / "loam"
     if not script.exists():
         pytest.skip("the loam console script is not installed next to this interpreter")
-    done = subprocess.run([str(script), "build", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.py")],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [str(script), "build", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.py")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 1
     assert_one_line_error(done.stderr, "loam", "m.onnx: no such model file")
 
@@ -140,9 +147,20 @@ def import_file(path: Path, name: str) -> types.ModuleType:
 
 def test_build_writes_a_module_matching_onnxruntime(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     output = tmp_path / "mlp_mod.py"
-    code, out, err = run(loam_main.main, [
-        "build", str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"),
-        "--dump-ir", str(tmp_path / "ir"), "-o", str(output)], capsys)
+    code, out, err = run(
+        loam_main.main,
+        [
+            "build",
+            str(MLP / "mlp.onnxtext"),
+            "--options",
+            str(MLP / "loam.toml"),
+            "--dump-ir",
+            str(tmp_path / "ir"),
+            "-o",
+            str(output),
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert out == ""
     assert "loam: running stage0" in err and f"loam: wrote {output}" in err
@@ -157,11 +175,30 @@ def test_flags_are_merged_over_the_options_file(tmp_path: Path) -> None:
     (tmp_path / "file.safetensors").write_bytes(b"")
     (tmp_path / "flag.safetensors").write_bytes(b"")
     toml = tmp_path / "opts.toml"
-    toml.write_text('checkpoint = "file.safetensors"\noutputs = ["a"]\n[dims]\nN = 1\nS = 7\n'
-                    '[[layout]]\npattern = "x"\naxes = ["Batch", "In"]\n', encoding="utf-8")
-    args = loam_main.build_parser().parse_args([
-        "build", "m.onnx", "--options", str(toml), "--checkpoint", str(tmp_path / "flag.safetensors"),
-        "--dims", "N=4", "--outputs", "y,z", "--layout", "x=Rows,Cols", "--inline-weights", "-o", "o.py"])
+    toml.write_text(
+        'checkpoint = "file.safetensors"\noutputs = ["a"]\n[dims]\nN = 1\nS = 7\n'
+        '[[layout]]\npattern = "x"\naxes = ["Batch", "In"]\n',
+        encoding="utf-8",
+    )
+    args = loam_main.build_parser().parse_args(
+        [
+            "build",
+            "m.onnx",
+            "--options",
+            str(toml),
+            "--checkpoint",
+            str(tmp_path / "flag.safetensors"),
+            "--dims",
+            "N=4",
+            "--outputs",
+            "y,z",
+            "--layout",
+            "x=Rows,Cols",
+            "--inline-weights",
+            "-o",
+            "o.py",
+        ]
+    )
     options = loam_main.options_from_args(args)
     assert dict(options.dims) == {"N": 4, "S": 7}
     assert options.outputs == ("y", "z")
@@ -172,8 +209,9 @@ def test_flags_are_merged_over_the_options_file(tmp_path: Path) -> None:
 
 
 def test_build_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(loam_main.main, [
-        "build", str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"), "-o", "-"], capsys)
+    code, out, err = run(
+        loam_main.main, ["build", str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"), "-o", "-"], capsys
+    )
     assert code == 0, err
     assert "def forward(weights" in out and "class Weights" in out
     assert "wrote" not in err
@@ -181,15 +219,28 @@ def test_build_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_build_error_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     output = tmp_path / "o.py"
-    code, _, err = run(loam_main.main, [
-        "build", str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"),
-        "--layout", "fc2.weight=Wrong,Hidden2", "-o", str(output)], capsys)
+    code, _, err = run(
+        loam_main.main,
+        [
+            "build",
+            str(MLP / "mlp.onnxtext"),
+            "--options",
+            str(MLP / "loam.toml"),
+            "--layout",
+            "fc2.weight=Wrong,Hidden2",
+            "-o",
+            str(output),
+        ],
+        capsys,
+    )
     assert code == 1
     # Progress lines come first; the refusal is one line, the last, with no traceback.
     errors = [line for line in err.splitlines() if "error:" in line]
     assert errors == [err.splitlines()[-1]] and "Traceback" not in err
-    assert errors[0].startswith("loam: error: MatMul node 'fc2.matmul': contracts axis Hidden of the first "
-                                "operand with axis Wrong of the second")
+    assert errors[0].startswith(
+        "loam: error: MatMul node 'fc2.matmul': contracts axis Hidden of the first "
+        "operand with axis Wrong of the second"
+    )
     assert not output.exists()
 
 
@@ -237,8 +288,14 @@ def test_build_help_explains_every_flag(capsys: pytest.CaptureFixture[str]) -> N
         (["--emit-python", "absent.mlir"], 1, "'absent.mlir': No such file or directory"),
     ],
 )
-def test_translate_refusals(argv: list[str], code: int, needle: str, tmp_path: Path,
-                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_translate_refusals(
+    argv: list[str],
+    code: int,
+    needle: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.chdir(tmp_path)
     got, _, err = run(loam_translate.main, argv, capsys)
     assert got == code
@@ -247,7 +304,7 @@ def test_translate_refusals(argv: list[str], code: int, needle: str, tmp_path: P
 
 def test_translate_bad_ir_names_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.mlir"
-    bad.write_text("builtin.module {\n  %0 = \"no_such.op\"( : () -> ()\n}\n", encoding="utf-8")
+    bad.write_text('builtin.module {\n  %0 = "no_such.op"( : () -> ()\n}\n', encoding="utf-8")
     code, _, err = run(loam_translate.main, ["--emit-python", str(bad)], capsys)
     assert code == 1
     assert err.startswith(f"loam-translate: error: {bad}:2:")
@@ -260,8 +317,7 @@ def test_parse_ir_knows_loam_dialects(tmp_path: Path) -> None:
     assert isinstance(loam_translate.parse_ir(path), ModuleOp)
     from loam.context import make_context
 
-    assert {"builtin", "graph", "shape_poly", "tensor_axes", "kernel"} <= set(
-        make_context().registered_dialect_names)
+    assert {"builtin", "graph", "shape_poly", "tensor_axes", "kernel"} <= set(make_context().registered_dialect_names)
 
 
 def test_import_then_export_keeps_the_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -276,8 +332,9 @@ def test_import_then_export_keeps_the_nodes(tmp_path: Path, capsys: pytest.Captu
     assert code == 0, err
     assert "graph.model" in ir and '"Gemm"' in ir
     (tmp_path / "mlp.mlir").write_text(ir, encoding="utf-8")
-    code, _, err = run(loam_translate.main, ["--export-onnx", str(tmp_path / "mlp.mlir"),
-                                             "-o", str(tmp_path / "back.onnx")], capsys)
+    code, _, err = run(
+        loam_translate.main, ["--export-onnx", str(tmp_path / "mlp.mlir"), "-o", str(tmp_path / "back.onnx")], capsys
+    )
     assert code == 0, err
     back = onnx.load(str(tmp_path / "back.onnx"), load_external_data=False)
     assert [n.op_type for n in back.graph.node] == ["Gemm", "Relu", "MatMul", "Add", "Relu", "Gemm"]
@@ -311,8 +368,11 @@ def _broken() -> type[ModulePass]:
 
 @pytest.fixture
 def fake_passes(monkeypatch: pytest.MonkeyPatch) -> None:
-    registry = {"test-refuse": lambda: RefusingPass, "test-undocumented": lambda: UndocumentedPass,
-                "test-broken": _broken}
+    registry = {
+        "test-refuse": lambda: RefusingPass,
+        "test-undocumented": lambda: UndocumentedPass,
+        "test-broken": _broken,
+    }
     monkeypatch.setattr(loam_opt, "get_all_passes", lambda: registry)
 
 
@@ -346,12 +406,10 @@ def test_opt_help_lists_passes_with_description_and_options(
     assert "Refuses every module, as a pass does that finds bad input." in lines[refuse]
     assert "option report: bool = false" in lines[refuse + 1]
     assert any("test-undocumented" in line and "(no description)" in line for line in lines)
-    assert any("test-broken" in line and "cannot be loaded: ImportError: half-written module" in line
-               for line in lines)
+    assert any("test-broken" in line and "cannot be loaded: ImportError: half-written module" in line for line in lines)
 
 
-def test_opt_loam_error_is_one_line(fake_passes: None, empty_mlir: Path,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_opt_loam_error_is_one_line(fake_passes: None, empty_mlir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(loam_opt.main, [str(empty_mlir), "-p", "test-refuse"], capsys)
     assert code == 1
     assert_one_line_error(err, "loam-opt", "tensor 'x' axis 0: no layout rule reaches it")
@@ -360,8 +418,9 @@ def test_opt_loam_error_is_one_line(fake_passes: None, empty_mlir: Path,
 def test_opt_verify_diagnostics_prints_loam_errors_per_chunk(
     fake_passes: None, empty_mlir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = run(loam_opt.main, [str(empty_mlir), "-p", "test-refuse", "--split-input-file",
-                                       "--verify-diagnostics"], capsys)
+    code, out, _ = run(
+        loam_opt.main, [str(empty_mlir), "-p", "test-refuse", "--split-input-file", "--verify-diagnostics"], capsys
+    )
     assert code == 0
     assert out.count("no layout rule reaches it") == 2
 
@@ -373,8 +432,9 @@ def test_opt_verify_diagnostics_prints_loam_errors_per_chunk(
         (["-p", "test-refuse{"], "malformed pass pipeline 'test-refuse{'"),
     ],
 )
-def test_opt_bad_pipeline_is_usage_error(fake_passes: None, empty_mlir: Path, argv: list[str], needle: str,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_opt_bad_pipeline_is_usage_error(
+    fake_passes: None, empty_mlir: Path, argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _, err = run(loam_opt.main, [str(empty_mlir), *argv], capsys)
     assert code == 2
     assert err.startswith("loam-opt: error: ") and needle in err
@@ -409,10 +469,15 @@ def _pipe_import_export(model: Path, back: Path) -> None:
     bin_dir = Path(sys.executable).parent
     if not (bin_dir / "loam-translate").exists():
         pytest.skip("the loam-translate console script is not installed next to this interpreter")
-    imported = subprocess.run([str(bin_dir / "loam-translate"), "--import-onnx", str(model)],
-                              capture_output=True, check=True)
-    subprocess.run([str(bin_dir / "loam-translate"), "--export-onnx", "-o", str(back)],
-                   input=imported.stdout, capture_output=True, check=True)
+    imported = subprocess.run(
+        [str(bin_dir / "loam-translate"), "--import-onnx", str(model)], capture_output=True, check=True
+    )
+    subprocess.run(
+        [str(bin_dir / "loam-translate"), "--export-onnx", "-o", str(back)],
+        input=imported.stdout,
+        capture_output=True,
+        check=True,
+    )
 
 
 def test_import_export_pipe_keeps_the_model_computing_the_same(tmp_path: Path) -> None:
@@ -424,18 +489,25 @@ def test_import_export_pipe_keeps_the_model_computing_the_same(tmp_path: Path) -
     w = numpy_helper.from_array(rng.standard_normal((5, 3)).astype(np.float32), "w")
     b = numpy_helper.from_array(rng.standard_normal((5,)).astype(np.float32), "b")
     graph = helper.make_graph(
-        [helper.make_node("Gemm", ["x", "w", "b"], ["h"], name="g", transB=1, alpha=0.5),
-         helper.make_node("Tanh", ["h"], ["y"], name="t")],
-        "pipe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])], [w, b])
+        [
+            helper.make_node("Gemm", ["x", "w", "b"], ["h"], name="g", transB=1, alpha=0.5),
+            helper.make_node("Tanh", ["h"], ["y"], name="t"),
+        ],
+        "pipe",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])],
+        [w, b],
+    )
     original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(original, tmp_path / "m.onnx")
     _pipe_import_export(tmp_path / "m.onnx", tmp_path / "back.onnx")
     back = onnx.load(tmp_path / "back.onnx")
     onnx.checker.check_model(back, full_check=True)
     x = rng.standard_normal((4, 3)).astype(np.float32)
-    run = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-           for m in (original, back)]
+    run = [
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        for m in (original, back)
+    ]
     np.testing.assert_array_equal(run[0], run[1])
 
 
