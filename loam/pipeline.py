@@ -24,7 +24,7 @@ from xdsl.printer import Printer
 
 from loam.context import make_context
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.errors import CheckpointError
+from loam.errors import CheckpointError, OptionsError
 from loam.options import Options
 
 if TYPE_CHECKING:
@@ -76,6 +76,12 @@ def build(
     from loam.passes.apply_options import attach_options
 
     options = options or Options()
+    if options.architecture is not None:
+        # Refused rather than ignored: a build that silently skipped the table would name no axis.
+        raise OptionsError(
+            f"architecture '{options.architecture}': Loam ships no built-in architecture tables yet; "
+            "name the axes with layout rules"
+        )
     say = progress or (lambda _msg: None)
     all_checkpoints = [Path(c) for c in (*options.checkpoints, *checkpoints)]
     for c in all_checkpoints:

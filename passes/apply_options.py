@@ -2,18 +2,22 @@
 
 The options enter the IR as attributes of the top-level module (`loam.dims`, `loam.outputs`,
 `loam.layout`, `loam.inline_weights`), so any later pass can be replayed on a dumped `.mlir` file.
-This pass reads `loam.dims` and `loam.outputs`:
+This pass reads `loam.dims`, `loam.outputs` and `loam.layout`:
 
 - `dims` gives a dim_param a static extent wherever a graph input or output declares it, as
   onnxruntime's free dimension overrides do;
 - `outputs` names the graph outputs `forward` returns; the graph is cut down to the nodes,
   initializers and inputs they read.
 
-A name in either option that the graph does not declare stops the build naming it.
+- every `layout` rule must reach a tensor the graph declares (and a graph it names must exist),
+  so a misspelt pattern stops the build instead of silently naming nothing.
+
+A name in any option that the graph does not declare stops the build naming it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -22,8 +26,10 @@ from xdsl.ir import Attribute, Block
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
-from loam.dialects.graph import GraphOp, InitializerOp, ModelOp, NodeOp, ReturnOp, TensorType
+from loam.dialects.graph import GraphOp, InitializerOp, ModelOp, NodeOp, ReturnOp, SubgraphInfoOp, TensorType
+from loam.dialects.tensor_axes import LayoutAttr
 from loam.errors import OptionsError
+from loam.layout import LayoutRule
 from loam.options import Options
 
 DIMS_ATTR = "loam.dims"
@@ -64,9 +70,45 @@ class ApplyOptionsPass(ModulePass):
         dims = op.attributes.get(DIMS_ATTR)
         if isinstance(dims, DictionaryAttr) and dims.data:
             fix_dims(graph, {k: _int(v) for k, v in dims.data.items()})
+        layout = op.attributes.get(LAYOUT_ATTR)
+        if isinstance(layout, LayoutAttr):
+            check_layout_reaches(op, layout.rules)
         outputs = op.attributes.get(OUTPUTS_ATTR)
         if isinstance(outputs, ArrayAttr):
             cut_outputs(graph, [s.data for s in outputs.data if isinstance(s, StringAttr)])
+
+
+def _tensor_names(block: Block) -> Iterator[str]:
+    for op in block.ops:
+        if isinstance(op, InitializerOp):
+            yield op.onnx_name.data
+        elif isinstance(op, NodeOp):
+            yield from op.output_names
+            for region in op.subgraphs:
+                yield from _tensor_names(region.block)
+        elif isinstance(op, SubgraphInfoOp):
+            yield from (s.data for s in op.input_names.data)
+
+
+def check_layout_reaches(module: ModuleOp, rules: Sequence[LayoutRule]) -> None:
+    """Every layout rule reaches at least one tensor of a graph it applies to."""
+    names: dict[str, set[str]] = {}
+    for op in module.walk():
+        if isinstance(op, GraphOp):
+            names[op.graph_name.data] = {s.data for s in op.input_names.data} | set(_tensor_names(op.body.block))
+        elif isinstance(op, SubgraphInfoOp):
+            block = op.parent_block()
+            assert block is not None
+            names[op.graph_name.data] = set(_tensor_names(block)) | {s.data for s in op.input_names.data}
+    for rule in rules:
+        if rule.graph is not None and rule.graph not in names:
+            raise OptionsError(
+                f"layout rule '{rule.pattern}' names graph '{rule.graph}', which the model does not declare "
+                f"(it declares {', '.join(sorted(names))})"
+            )
+        reachable = names.values() if rule.graph is None else [names[rule.graph]]
+        if not any(rule.reaches(n, rule.graph) for tensors in reachable for n in tensors):
+            raise OptionsError(f"layout rule '{rule.pattern}' reaches no tensor the model declares")
 
 
 def _int(attr: Attribute) -> int:

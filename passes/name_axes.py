@@ -85,9 +85,11 @@ class NameAxesGraph:
         `node` names the node computing the tensor, for the message when one name lands twice.
         """
         given = list(given) if given is not None else [None] * facts.rank
+        rule = match_layout(self.rules, tensor, self.graph_name)
+        if rule is not None:
+            self.check_agreement(rule, tensor, facts, given, node)
         if all(a is not None for a in given):
             return _distinct(tensor, facts, [a for a in given if a is not None], node)
-        rule = match_layout(self.rules, tensor, self.graph_name)
         if rule is None and unit_fallback and all(e == Poly.const(1) for e in facts.shape):
             # A one-element folded value: it folds into the Expr that reads it, or stretches to
             # whatever it meets, so its unit axes need no name from the layout.  Axis names are
@@ -109,6 +111,27 @@ class NameAxesGraph:
             )
         axes = [a if a is not None else Axis.named(n, e) for a, n, e in zip(given, rule.axes, facts.shape, strict=True)]
         return _distinct(tensor, facts, axes, node or f"layout rule '{rule.pattern}'")
+
+    @staticmethod
+    def check_agreement(
+        rule: LayoutRule, tensor: str, facts: Facts, given: Sequence[Axis | None], node: str | None
+    ) -> None:
+        """A rule reaching a tensor must not contradict the names its operator gives it.
+
+        The operator's names win (the layout is consulted only for what it leaves open), so a rule
+        that disagrees would be silently ignored; it stops the build instead.
+        """
+        if len(rule.axes) != facts.rank:
+            raise AxisError(
+                f"tensor '{tensor}' has rank {facts.rank}, but layout rule '{rule.pattern}' names "
+                f"{len(rule.axes)} axes ({', '.join(rule.axes)})"
+            )
+        for i, (axis, name) in enumerate(zip(given, rule.axes, strict=True)):
+            if axis is not None and axis.name != name:
+                raise AxisError(
+                    f"layout rule '{rule.pattern}' names axis {i} of tensor '{tensor}' {name}, but "
+                    f"{node or 'its operator'} gives it {axis.name}"
+                )
 
     def settle(self, value: SSAValue, t: AxesTensorType) -> None:
         Rewriter.replace_value_with_new_type(value, t)

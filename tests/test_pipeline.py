@@ -70,3 +70,22 @@ def test_progress_names_each_stage() -> None:
         "running name-axes",
         "running lower-to-kernel",
     ]
+
+
+def test_an_architecture_table_that_does_not_exist_is_refused() -> None:
+    from loam.errors import OptionsError
+
+    with pytest.raises(OptionsError, match=r"architecture 'llama': Loam ships no built-in architecture tables yet"):
+        loam.build(MLP / "mlp.onnxtext", options=mlp_options(architecture="llama"))
+
+
+def test_a_layout_rule_reaching_nothing_is_refused() -> None:
+    from loam.errors import OptionsError
+    from loam.layout import LayoutRule
+
+    options = mlp_options()
+    options = Options(
+        layout=(*options.layout, LayoutRule("fc4.weight", ("Hidden", "Out"))), checkpoints=options.checkpoints
+    )
+    with pytest.raises(OptionsError, match=r"layout rule 'fc4.weight' reaches no tensor the model declares"):
+        loam.build(MLP / "mlp.onnxtext", options=options)

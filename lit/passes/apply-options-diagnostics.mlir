@@ -20,3 +20,25 @@ builtin.module attributes {loam.outputs = ["logits"]} {
     }
   }
 }
+
+// -----
+
+// CHECK: layout rule 'fc9.*' reaches no tensor the model declares
+builtin.module attributes {loam.layout = #tensor_axes.layout<["x" -> [Batch, In], "fc9.*" -> [In, Out]]>} {
+  graph.model {ir_version = 8 : i64, opset_import = {"" = 17 : i64}} {
+    graph.graph "g" (%x: !graph.tensor<f32, [2, 8]>) inputs ["x"] {
+      graph.return %x ["x"] : !graph.tensor<f32, [2, 8]>
+    }
+  }
+}
+
+// -----
+
+// CHECK: layout rule 'x' names graph 'decoder', which the model does not declare (it declares g)
+builtin.module attributes {loam.layout = #tensor_axes.layout<["x" in "decoder" -> [Batch, In]]>} {
+  graph.model {ir_version = 8 : i64, opset_import = {"" = 17 : i64}} {
+    graph.graph "g" (%x: !graph.tensor<f32, [2, 8]>) inputs ["x"] {
+      graph.return %x ["x"] : !graph.tensor<f32, [2, 8]>
+    }
+  }
+}

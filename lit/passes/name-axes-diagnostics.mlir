@@ -53,3 +53,17 @@ builtin.module attributes {loam.layout = #tensor_axes.layout<["x" -> [Batch, Out
     }
   }
 }
+
+// -----
+
+// A rule that contradicts the names an operator gives is not silently ignored.
+// CHECK: layout rule 'y' names axis 1 of tensor 'y' Cols, but Add node 'add' gives it Out
+builtin.module attributes {loam.layout = #tensor_axes.layout<["x" -> [Batch, Out], "b" -> [Out], "y" -> [Batch, Cols]]>} {
+  graph.model {ir_version = 8 : i64, opset_import = {"" = 17 : i64}} {
+    graph.graph "agree" (%x: !graph.tensor<f32, [2, 3]>) inputs ["x"] {
+      %b = graph.initializer "b" : !graph.tensor<f32, [3]>
+      %y = graph.node "Add" "add" since 17 (%x, %b) -> ["y"] : !graph.unknown
+      graph.return %y ["y"] : !graph.tensor<f32, [2, 3]>
+    }
+  }
+}
