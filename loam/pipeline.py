@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +22,7 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 from xdsl.printer import Printer
 
+from loam.checkpoint import HeaderEntry, read_headers
 from loam.context import make_context
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import CheckpointError, OptionsError
@@ -53,8 +54,8 @@ def read_model(model: str | Path | onnx.ModelProto) -> ModuleOp:
     return read_path(Path(model))
 
 
-def pipeline_passes(options: Options) -> list[ModulePass]:
-    """The passes `build` runs after reading, configured from `options`."""
+def pipeline_passes() -> list[ModulePass]:
+    """The passes `build` runs after reading (they read the options from the module's attributes)."""
     from loam.passes.apply_options import ApplyOptionsPass
     from loam.passes.lower_to_kernel import LowerToKernelPass
     from loam.passes.name_axes import NameAxesPass
@@ -88,6 +89,8 @@ def build(
         if not c.is_file():
             raise CheckpointError(f"checkpoint {c}: no such file")
 
+    # Headers are read (and refused when malformed) before the model, so a bad checkpoint fails fast.
+    headers = read_headers(all_checkpoints)
     say(f"reading {model if not isinstance(model, onnx.ModelProto) else 'model'}")
     ir = read_model(model)
     attach_options(ir, options)
@@ -96,7 +99,7 @@ def build(
     if dump_dir is not None:
         dump_dir.mkdir(parents=True, exist_ok=True)
         _dump(ir, dump_dir / "00-read.mlir")
-    for i, p in enumerate(pipeline_passes(options), start=1):
+    for i, p in enumerate(pipeline_passes(), start=1):
         say(f"running {p.name}")
         p.apply(ctx, ir)
         if dump_dir is not None:
@@ -104,7 +107,7 @@ def build(
 
     if all_checkpoints or options.inline_weights:
         say("checking the checkpoint" + (" and inlining its weights" if options.inline_weights else ""))
-    notes = check_checkpoints(ir, all_checkpoints, inline=options.inline_weights)
+    notes = check_checkpoints(ir, all_checkpoints, headers, inline=options.inline_weights)
     say("emitting the numpy module")
     source = emit_python(ir)
     module = import_source(source, "loam_generated")
@@ -139,13 +142,15 @@ def weight_specs(ir: ModuleOp) -> Iterator[tuple[WeightOp, WeightSpec]]:
             yield op, WeightSpec(op.weight_name.data, t.elem, axes)
 
 
-def check_checkpoints(ir: ModuleOp, paths: Sequence[Path], *, inline: bool) -> list[str]:
+def check_checkpoints(
+    ir: ModuleOp, paths: Sequence[Path], found: Mapping[str, tuple[Path, HeaderEntry]], *, inline: bool
+) -> list[str]:
     """Check every weight the program reads against the checkpoints' headers; inline them if asked.
 
     Only the headers are read, unless `inline` (the `inline_weights` option) asks for the weights
     to be written into the module: then each weight's own byte range is read too.
     """
-    from loam.checkpoint import check_weights, read_headers, read_tensor
+    from loam.checkpoint import check_weights, read_tensor
     from loam.dialects.graph import TensorDataAttr
 
     specs = list(weight_specs(ir))
@@ -156,7 +161,6 @@ def check_checkpoints(ir: ModuleOp, paths: Sequence[Path], *, inline: bool) -> l
                 f"(first '{specs[0][1].name}'); give the checkpoint that holds them"
             )
         return []
-    found = read_headers(paths)
     where = str(paths[0]) if len(paths) == 1 else f"{len(paths)} files"
     notes = check_weights(where, {name: entry for name, (_, entry) in found.items()}, [s for _, s in specs])
     if inline:
@@ -180,6 +184,6 @@ def build_report(ir: ModuleOp) -> str:
             kernels.setdefault(node.data, []).append(op.name)
     if not kernels:
         return ""
-    width = max(len(n) for n in kernels) + 2
+    width = max(len("node"), *(len(n) for n in kernels)) + 2
     lines = [f"{'node':<{width}}kernels"] + [f"{n:<{width}}{', '.join(k)}" for n, k in kernels.items()]
     return "\n".join(lines) + "\n"
