@@ -127,6 +127,7 @@ class Stage0Graph:
         if op.subgraphs:
             raise UnsupportedError(f"{info.where()}: subgraphs are not compiled yet")
         rule = rule_for(info, op.domain)
+        rule.check_attributes(info, op.attr_names())
         inputs = [None if isinstance(v.owner, NoneOp) else self.facts[v] for v in op.args]
         outputs = rule.infer(info, inputs)
         if len(outputs) != len(op.outs):

@@ -86,6 +86,17 @@ class OpRule:
     """Base class of the operator rules; subclasses set `op_types` and override what applies."""
 
     op_types: tuple[str, ...] = ()
+    # The attributes the rule reads; any other stops the build, so an attribute whose meaning the
+    # rule would ignore (an old opset's `broadcast` and `axis`, say) never yields a wrong number.
+    attributes: frozenset[str] = frozenset()
+
+    def check_attributes(self, node: NodeInfo, names: Sequence[str]) -> None:
+        unknown = sorted(n for n in names if n not in self.attributes)
+        if unknown:
+            raise node.unsupported(
+                f"attribute{'s' if len(unknown) > 1 else ''} {', '.join(repr(n) for n in unknown)} "
+                f"of opset {node.since} {'are' if len(unknown) > 1 else 'is'} not supported"
+            )
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         raise node.unsupported("stage 0 has no rule for this operator")

@@ -36,6 +36,7 @@ class ConstantRule(OpRule):
     """ONNX Constant: exactly one of `value`, `value_float(s)`, `value_int(s)`, `value_string(s)`."""
 
     op_types = ("Constant",)
+    attributes = frozenset({"value", "sparse_value", *_VALUE_ATTRS})
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 0)

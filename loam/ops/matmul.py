@@ -96,6 +96,7 @@ class GemmRule(OpRule):
     """ONNX Gemm: Y = alpha * A' B' + beta * C, A' and B' optionally transposed, C stretched to Y."""
 
     op_types = ("Gemm",)
+    attributes = frozenset({"alpha", "beta", "transA", "transB"})
 
     def _shapes(self, node: NodeInfo, a: Facts, b: Facts) -> tuple[Poly, Poly, Poly, Poly]:
         if a.rank != 2 or b.rank != 2:
