@@ -61,7 +61,7 @@ def main_graph(module: ModuleOp) -> GraphOp:
 
 @dataclass(frozen=True)
 class ApplyOptionsPass(ModulePass):
-    """Fix dim_params (`loam.dims`) and cut the graph to the requested outputs (`loam.outputs`)."""
+    """Fix dim_params (`loam.dims`), cut the graph to `loam.outputs`, check `loam.layout` reaches it."""
 
     name = "apply-options"
 
