@@ -145,8 +145,8 @@ class AxesTensorType(ParametrizedAttribute, TypeAttribute):
     """A tensor type whose axes carry names and polynomial extents.
 
     Syntax: `!tensor_axes.tensor<ELEM, [NAME: POLY, ...]>`, e.g.
-    `!tensor_axes.tensor<f32, [Batch: N, (C H W): 784]>`; rank 0 is `[]`.  No axis name may occur
-    twice in one type.
+    `!tensor_axes.tensor<f32, [Batch: N, (C H W): 784]>`; rank 0 is `[]`.  A name may occur twice in
+    one type (a square projection is `[Hidden: 768, Hidden: 768]`), always with one extent.
     """
 
     name = "tensor_axes.tensor"
@@ -194,11 +194,13 @@ class AxesTensorType(ParametrizedAttribute, TypeAttribute):
     def verify(self) -> None:
         if self.elem_name.data not in BY_NAME:
             raise VerifyException(f"unknown element type '{self.elem_name.data}'")
-        seen: set[str] = set()
-        for name in self.axis_names:
-            if name in seen:
-                raise VerifyException(f"axis '{name}' occurs twice in {self}")
-            seen.add(name)
+        seen: dict[str, Poly] = {}
+        for axis in self.axes:
+            extent = seen.setdefault(axis.name, axis.extent)
+            if extent != axis.extent:
+                raise VerifyException(
+                    f"axis '{axis.name}' occurs twice in {self} with extents {extent} and {axis.extent}"
+                )
 
 
 @irdl_attr_definition

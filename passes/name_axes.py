@@ -82,7 +82,7 @@ class NameAxesGraph:
     ) -> AxesTensorType:
         """Axes for `tensor`: those `given`, the layout naming the rest (all, when none are given).
 
-        `node` names the node computing the tensor, for the message when one name lands twice.
+        `node` names the node computing the tensor, for the message when one name gets two extents.
         """
         given = list(given) if given is not None else [None] * facts.rank
         rule = match_layout(self.rules, tensor, self.graph_name)
@@ -173,13 +173,18 @@ class NameAxesGraph:
 
 
 def _distinct(tensor: str, facts: Facts, axes: Sequence[Axis], source: str | None) -> AxesTensorType:
-    """The type of `tensor` with `axes`; an axis name given twice stops the build naming it."""
-    names = [a.name for a in axes]
-    for i, name in enumerate(names):
-        if name in names[:i]:
+    """The type of `tensor` with `axes`.
+
+    One name may name two axes of a tensor (a square projection is [Hidden, Hidden]); they are then
+    one axis, so two different extents under one name stop the build naming both.
+    """
+    first: dict[str, Axis] = {}
+    for i, axis in enumerate(axes):
+        seen = first.setdefault(axis.name, axis)
+        if seen.extent != axis.extent:
             by = f" by {source}" if source else ""
             raise AxisError(
-                f"tensor '{tensor}': axis {name} is named twice{by} ({', '.join(names)}); a tensor's axes "
-                "need distinct names, so give one of them another name in the layout"
+                f"tensor '{tensor}': axis {axis.name} is {seen.extent} long at axis {axes.index(seen)} and "
+                f"{axis.extent} long at axis {i}{by}; one name is one axis, so give one of them another name"
             )
     return AxesTensorType(facts.elem, list(axes))

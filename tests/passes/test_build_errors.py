@@ -172,21 +172,26 @@ def test_axis_clash_of_gemm_bias() -> None:
     )
 
 
-def test_one_axis_name_twice_from_a_node() -> None:
-    # [M, K] @ [K, M] would give an output with two axes named M.
+def test_one_name_on_two_axes_of_one_tensor_is_one_axis() -> None:
+    # [M, K] @ [K, M] gives [M, M]: one name on two axes is allowed where the extents agree ...
+    result = build(matmul_model(x=(3, 4), w=(4, 3)), options=layout(x=("M", "K"), w=("K", "M")))
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    got = result.module.forward(result.module.Weights.embedded(), x)
+    np.testing.assert_array_equal(got, x @ np.ones((4, 3), np.float32))
+
+
+def test_one_name_on_two_axes_of_different_extents_is_refused() -> None:
+    # ... and refused where they do not: one name is one axis.
     refused(
         AxisError,
-        "tensor 'y': axis M is named twice by MatMul node 'proj' (M, M)",
-        matmul_model(w=(4, 3)),
+        "tensor 'y': axis M is 3 long at axis 0 and 5 long at axis 1 by MatMul node 'proj'",
+        matmul_model(x=(3, 4), w=(4, 5)),
         options=layout(x=("M", "K"), w=("K", "M")),
     )
-
-
-def test_one_axis_name_twice_from_a_layout_rule() -> None:
     refused(
         AxisError,
-        "tensor 'w': axis K is named twice by layout rule 'w' (K, K)",
-        matmul_model(w=(4, 4)),
+        "tensor 'w': axis K is 4 long at axis 0 and 5 long at axis 1 by layout rule 'w'",
+        matmul_model(w=(4, 5)),
         options=layout(x=("M", "K"), w=("K", "K")),
     )
 

@@ -4,14 +4,14 @@
 // `expected-error` lines say where each error belongs, as MLIR's checker would read them.
 
 // expected-error @+1 {{axis 'Batch' occurs twice}}
-%0 = "test.op"() : () -> !tensor_axes.tensor<f32, [Batch: 4, Batch: 4]>
-// CHECK: axis 'Batch' occurs twice in !tensor_axes.tensor<f32, [Batch: 4, Batch: 4]>
+%0 = "test.op"() : () -> !tensor_axes.tensor<f32, [Batch: 4, Batch: 5]>
+// CHECK: axis 'Batch' occurs twice in !tensor_axes.tensor<f32, [Batch: 4, Batch: 5]> with extents 4 and 5
 
 // -----
 
 // expected-error @+1 {{axis '(C H)' occurs twice}}
-%0 = "test.op"() : () -> !tensor_axes.tensor<f32, [(C H): 4, (C  H): 4]>
-// CHECK: axis '(C H)' occurs twice
+%0 = "test.op"() : () -> !tensor_axes.tensor<f32, [(C H): 4, (C  H): 6]>
+// CHECK: axis '(C H)' occurs twice {{.*}} with extents 4 and 6
 
 // -----
 
