@@ -31,6 +31,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass, get_pass_option_infos
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException
 from xdsl.utils.frontend import Frontend
+from xdsl.utils.target import Target
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from loam.dialects import get_all_dialects
@@ -38,7 +39,7 @@ from loam.errors import LoamError, UsageError
 from loam.passes import get_all_passes
 from loam.tools._cli import run_guarded, wants_debug
 
-__all__ = ["LoamOptMain", "OnnxFrontend", "OnnxTextFrontend", "describe_loam_passes", "main"]
+__all__ = ["LoamOptMain", "OnnxFrontend", "OnnxTextFrontend", "PythonTarget", "describe_loam_passes", "main"]
 
 PROG = "loam-opt"
 
@@ -85,6 +86,18 @@ class OnnxTextFrontend(Frontend):
 
     def parse(self, ctx: Context, input: IO[bytes], input_name: str) -> ModuleOp:
         return _read_onnx_input(input, input_name, ".onnxtext")
+
+
+@dataclass(frozen=True)
+class PythonTarget(Target):
+    """Prints the numpy module of a kernel-dialect program (`-t python`), as `loam build` writes it."""
+
+    name: ClassVar[str] = "python"
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        from loam.backends.numpy_module import emit_python
+
+        output.write(emit_python(module))
 
 
 def _first_doc_line(cls: type) -> str:
@@ -148,6 +161,10 @@ class LoamOptMain(xDSLOptMain):
         super().register_all_frontends()
         self.available_frontends["onnx"] = lambda: OnnxFrontend
         self.available_frontends["onnxtext"] = lambda: OnnxTextFrontend
+
+    def register_all_targets(self) -> None:
+        super().register_all_targets()
+        self.available_targets["python"] = lambda: PythonTarget
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
