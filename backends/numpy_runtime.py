@@ -218,6 +218,12 @@ def _read_safetensors(data: bytes) -> dict[str, tuple[str, tuple[int, ...], memo
     return tensors
 
 
+def _convertible(source: np.dtype, target: np.dtype) -> bool:
+    """Whether checkpoint dtype `source` supplies graph dtype `target`: same kind, without loss."""
+    kinds = {"f": "float", "i": "int", "u": "int", "b": "bool"}
+    return kinds.get(source.kind) == kinds.get(target.kind) and bool(np.can_cast(source, target, "safe"))
+
+
 def _take_weight(
     tensors: dict[str, tuple[str, tuple[int, ...], memoryview]],
     name: str,
@@ -239,8 +245,7 @@ def _take_weight(
     if source_name is None:
         raise LoadError(f"tensor '{name}' is {st_dtype} in the checkpoint, which this module cannot read")
     source = np.dtype(source_name).newbyteorder("<")
-    kinds = {"f": "float", "i": "int", "u": "int", "b": "bool"}
-    if kinds.get(source.kind) != kinds.get(target.kind) or not np.can_cast(source, target, "safe"):
+    if not _convertible(source, target):
         raise LoadError(
             f"tensor '{name}' is {st_dtype} in the checkpoint; the graph reads {target.name}, "
             f"which {st_dtype} does not convert to without loss"
@@ -346,6 +351,7 @@ PIECES: dict[str, object] = {
     "LoadError": LoadError,
     "_parse_json": _parse_json,
     "_read_safetensors": _read_safetensors,
+    "_convertible": _convertible,
     "_take_weight": _take_weight,
     "_check_input": _check_input,
     "_relu": _relu,
@@ -358,7 +364,7 @@ PIECES: dict[str, object] = {
 
 DEPENDS: dict[str, tuple[str, ...]] = {
     "_read_safetensors": ("LoadError", "_parse_json", "_SAFETENSORS_DTYPES"),
-    "_take_weight": ("LoadError", "_SAFETENSORS_DTYPES"),
+    "_take_weight": ("LoadError", "_SAFETENSORS_DTYPES", "_convertible"),
     "_check_input": ("ShapeError",),
 }
 """The other pieces (and `_SAFETENSORS_DTYPES`, a generated table) each piece reads."""

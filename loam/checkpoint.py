@@ -153,11 +153,15 @@ def _check_ranges(where: str, entries: Iterable[HeaderEntry], payload_size: int 
 
 
 def convertible(stored: dtypes.ElementType, wanted: dtypes.ElementType) -> bool:
-    """Whether a checkpoint element type can supply a graph element type without losing meaning."""
-    if stored == wanted:
-        return True
-    floats = {"f16", "bf16", "f32", "f64"}
-    return stored.name in floats and wanted.name in floats
+    """Whether a checkpoint element type supplies a graph element type: the generated module's own
+    rule (`Weights.load` applies it again), so the build accepts exactly what the load will."""
+    from loam.backends.numpy_runtime import _convertible, safetensors_dtypes
+
+    readable = {loam for st, loam in dtypes.SAFETENSORS_NAMES.items() if safetensors_dtypes()[st] is not None}
+    if stored.name not in readable or wanted.numpy is None:
+        return False
+    assert stored.numpy is not None
+    return _convertible(stored.numpy, wanted.numpy)
 
 
 def check_weights(where: str, header: Mapping[str, HeaderEntry], weights: Iterable[WeightSpec]) -> list[str]:
@@ -170,7 +174,8 @@ def check_weights(where: str, header: Mapping[str, HeaderEntry], weights: Iterab
             raise CheckpointError(f"checkpoint {where}: has no tensor '{w.name}', which the graph reads")
         if not convertible(entry.elem, w.elem):
             raise CheckpointError(
-                f"checkpoint {where}: tensor '{w.name}' is {entry.elem.name}, the graph reads it as {w.elem.name}"
+                f"checkpoint {where}: tensor '{w.name}' is {entry.elem.name}, the graph reads it as {w.elem.name}, "
+                f"and {entry.elem.name} does not convert to {w.elem.name} without loss"
             )
         if len(entry.shape) != len(w.axes):
             raise CheckpointError(

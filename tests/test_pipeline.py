@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors.numpy import load as load_safetensors
+from safetensors.numpy import save_file as save_safetensors
 
 import loam
 from loam.errors import CheckpointError
@@ -89,3 +91,27 @@ def test_a_layout_rule_reaching_nothing_is_refused() -> None:
     )
     with pytest.raises(OptionsError, match=r"layout rule 'fc4.weight' reaches no tensor the model declares"):
         loam.build(MLP / "mlp.onnxtext", options=options)
+
+
+@pytest.mark.parametrize(
+    ("stored", "accepted"),
+    [("float16", True), ("float32", True), ("float64", False), ("int64", False)],
+)
+def test_build_accepts_exactly_the_checkpoint_dtypes_the_load_accepts(
+    tmp_path: Path, stored: str, accepted: bool
+) -> None:
+    # The MLP's checkpoint with every tensor stored as `stored`.
+    tensors = {k: v.astype(stored) for k, v in load_safetensors((MLP / "mlp.safetensors").read_bytes()).items()}
+    path = tmp_path / "w.safetensors"
+    save_safetensors(tensors, str(path))
+    options = Options(layout=mlp_options().layout, checkpoints=(path,))
+    if not accepted:
+        name = {"float64": "f64", "int64": "i64"}[stored]
+        with pytest.raises(CheckpointError, match=f"is {name}, the graph reads it as f32, and {name} does not convert"):
+            loam.build(MLP / "mlp.onnxtext", options=options)
+        return
+    result = loam.build(MLP / "mlp.onnxtext", options=options)
+    got = result.module.forward(result.module.Weights.load(path.read_bytes()), np.load(MLP / "input.npy"))
+    # float16 weights carry about three decimal digits.
+    tolerance = {"float32": 1e-5, "float16": 2e-2}[stored]
+    np.testing.assert_allclose(got, np.load(MLP / "expected.npy"), rtol=tolerance, atol=1e-3 * (stored != "float32"))
