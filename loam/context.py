@@ -8,11 +8,14 @@ on which dialects exist.  Loam's dialects are registered lazily (by name, from
 from __future__ import annotations
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import Builtin
+from xdsl.dialects.builtin import Builtin, ModuleOp
+from xdsl.parser import Parser
+from xdsl.utils.exceptions import DiagnosticException, ParseError
 
 from loam.dialects import get_all_dialects
+from loam.errors import ModelError
 
-__all__ = ["make_context"]
+__all__ = ["make_context", "parse_ir"]
 
 
 def make_context(*, allow_unregistered: bool = False) -> Context:
@@ -22,3 +25,13 @@ def make_context(*, allow_unregistered: bool = False) -> Context:
     for name, factory in get_all_dialects().items():
         ctx.register_dialect(name, factory)
     return ctx
+
+
+def parse_ir(text: str, name: str) -> ModuleOp:
+    """Parse and verify Loam IR text; a malformed text is a ModelError naming `name` and the place."""
+    try:
+        module = Parser(make_context(), text, name).parse_module()
+        module.verify()
+    except (ParseError, DiagnosticException) as err:
+        raise ModelError(str(err).strip()) from None
+    return module

@@ -23,9 +23,9 @@ from xdsl.passes import ModulePass
 from xdsl.printer import Printer
 
 from loam.checkpoint import HeaderEntry, read_headers
-from loam.context import make_context
+from loam.context import make_context, parse_ir
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.errors import CheckpointError, OptionsError
+from loam.errors import CheckpointError, ModelError, OptionsError
 from loam.options import Options
 
 if TYPE_CHECKING:
@@ -45,13 +45,21 @@ class BuildResult:
 
 
 def read_model(model: str | Path | onnx.ModelProto) -> ModuleOp:
-    """Graph-dialect IR of a model given as a path (.onnx / .onnxtext) or an in-memory ModelProto."""
+    """Graph-dialect IR of a model: a path (.onnx, .onnxtext, or graph-dialect .mlir, as
+    `loam-translate --import-onnx` writes it) or an in-memory ModelProto."""
     from loam.frontends.onnx_proto import import_model
     from loam.frontends.onnx_proto import read_model as read_path
 
     if isinstance(model, onnx.ModelProto):
         return import_model(model, source="<model>")
-    return read_path(Path(model))
+    path = Path(model)
+    if path.suffix == ".mlir":
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise ModelError(f"{path}: cannot read the file ({err})") from None
+        return parse_ir(text, str(path))
+    return read_path(path)
 
 
 def pipeline_passes() -> list[ModulePass]:

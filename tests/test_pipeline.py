@@ -115,3 +115,19 @@ def test_build_accepts_exactly_the_checkpoint_dtypes_the_load_accepts(
     # float16 weights carry about three decimal digits.
     tolerance = {"float32": 1e-5, "float16": 2e-2}[stored]
     np.testing.assert_allclose(got, np.load(MLP / "expected.npy"), rtol=tolerance, atol=1e-3 * (stored != "float32"))
+
+
+def test_graph_dialect_text_builds_like_the_model_it_came_from(tmp_path: Path) -> None:
+    from xdsl.printer import Printer
+
+    from loam.errors import ModelError
+    from loam.frontends.onnx_proto import read_model
+
+    ir = tmp_path / "mlp.mlir"
+    with open(ir, "w") as f:
+        Printer(stream=f).print_op(read_model(MLP / "mlp.onnxtext"))
+    from_ir = loam.build(ir, options=mlp_options())
+    assert from_ir.source == loam.build(MLP / "mlp.onnxtext", options=mlp_options()).source
+    (tmp_path / "bad.mlir").write_text("builtin.module { graph.bogus }\n")
+    with pytest.raises(ModelError, match=r"bad.mlir:1:\d+"):
+        loam.build(tmp_path / "bad.mlir", options=mlp_options())

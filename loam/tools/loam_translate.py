@@ -18,10 +18,9 @@ from io import StringIO
 from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from loam.context import make_context
+from loam.context import parse_ir as parse_ir_text
 from loam.errors import ModelError, UsageError
 from loam.tools._cli import CliParser, run_guarded, wants_debug
 
@@ -45,9 +44,7 @@ def parse_ir(input_path: Path | None) -> ModuleOp:
         text, name = sys.stdin.read(), "<stdin>"
     else:
         text, name = input_path.read_text(encoding="utf-8"), str(input_path)
-    module = Parser(make_context(), text, name).parse_module()
-    module.verify()
-    return module
+    return parse_ir_text(text, name)
 
 
 def _write_text(text: str, output: Path | None) -> None:
