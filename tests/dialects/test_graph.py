@@ -10,9 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from xdsl.context import Context
 from xdsl.dialects.builtin import (
-    Builtin,
     BytesAttr,
     Float32Type,
     FloatAttr,
@@ -27,10 +25,10 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
+from loam.context import make_context
 from loam.dialects.graph import (
     BytesValueAttr,
     ConstantOp,
-    Graph,
     GraphOp,
     InitializerOp,
     ListAttr,
@@ -52,15 +50,7 @@ from loam.dialects.graph import (
 )
 from loam.dtypes import BY_NAME, by_name
 
-
-def context() -> Context:
-    ctx = Context()
-    ctx.load_dialect(Builtin)
-    ctx.load_dialect(Graph)
-    return ctx
-
-
-CTX = context()
+CTX = make_context()
 
 
 def text(module: ModuleOp, generic: bool = False) -> str:

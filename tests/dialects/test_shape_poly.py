@@ -9,13 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from xdsl.context import Context
 from xdsl.dialects import test
-from xdsl.dialects.builtin import Builtin, ModuleOp
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Attribute, Block, Region
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
-from loam.dialects.shape_poly import ExtentAttr, OweOp, PolyTensorType, ShapePoly
+from loam.context import make_context
+from loam.dialects.shape_poly import ExtentAttr, OweOp, PolyTensorType
 from loam.dtypes import BY_NAME, by_name
 from loam.poly import Poly
 
@@ -24,9 +25,8 @@ ELEMS = sorted(BY_NAME)
 
 
 def make_ctx() -> Context:
-    ctx = Context()
-    for dialect in (Builtin, test.Test, ShapePoly):
-        ctx.load_dialect(dialect)
+    ctx = make_context()
+    ctx.load_dialect(test.Test)  # `test.op` carries the types under test
     return ctx
 
 

@@ -9,14 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from xdsl.context import Context
 from xdsl.dialects import test
-from xdsl.dialects.builtin import Builtin, ModuleOp
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Attribute, Block, Region
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
-from loam.dialects.shape_poly import ShapePoly
-from loam.dialects.tensor_axes import AxesTensorType, Axis, AxisAttr, LayoutAttr, TensorAxes
+from loam.context import make_context
+from loam.dialects.tensor_axes import AxesTensorType, Axis, AxisAttr, LayoutAttr
 from loam.dtypes import BY_NAME, by_name
 from loam.errors import AxisError
 from loam.layout import LayoutRule, layout_from_attr, layout_to_attr
@@ -27,9 +27,8 @@ SYMBOLS = ["N", "S", "seq-len", "past len", "naïve"]
 
 
 def make_ctx() -> Context:
-    ctx = Context()
-    for dialect in (Builtin, test.Test, ShapePoly, TensorAxes):
-        ctx.load_dialect(dialect)
+    ctx = make_context()
+    ctx.load_dialect(test.Test)  # `test.op` carries the types under test
     return ctx
 
 

@@ -25,11 +25,12 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from xdsl.context import Context
-from xdsl.dialects.builtin import Builtin, ModuleOp
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from loam.dialects.graph import Graph, NodeOp
+from loam.context import make_context
+from loam.dialects.graph import NodeOp
 from loam.errors import LoamError, ModelError, UnsupportedError
 from loam.frontends.onnx_export import export_model
 from loam.frontends.onnx_proto import import_model, read_model
@@ -48,13 +49,6 @@ def node_cases() -> list[tuple[str, onnx.ModelProto]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the generators overflow casts on purpose
         return [(case.name, case.model) for case in collect_testcases(None)]
-
-
-def context() -> Context:
-    ctx = Context()
-    ctx.load_dialect(Builtin)
-    ctx.load_dialect(Graph)
-    return ctx
 
 
 def to_text(module: ModuleOp, generic: bool) -> str:
@@ -160,7 +154,7 @@ def check_one(name: str, model: onnx.ModelProto, ctx: Context) -> list[str]:
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_node_cases_oracle(chunk: int) -> None:
-    ctx = context()
+    ctx = make_context()
     cases = node_cases()[chunk::CHUNKS]
     assert cases
     problems = [p for name, model in cases for p in check_one(name, model, ctx)]
@@ -295,7 +289,7 @@ def _run(model: onnx.ModelProto, feeds: dict[str, Any]) -> list[Any]:
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_data_models_oracle(chunk: int) -> None:
-    ctx = context()
+    ctx = make_context()
     paths = DATA_MODELS[chunk::CHUNKS]
     assert paths
     problems: list[str] = []
