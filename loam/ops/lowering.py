@@ -49,8 +49,8 @@ def folded_scalar(value: SSAValue) -> float | None:
 def emit_zip(ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue], expr: Expr) -> SSAValue:
     """A `kernel.zip` computing `expr` over `operands`; one-element float constants fold into it.
 
-    A folded constant that sets the result's rank or extents is kept as an operand, since the Expr
-    constant is a scalar that cannot stretch the result.
+    The zip keeps the node's result type, so where a folded constant of higher rank set the
+    result's rank (x[3] * c[1, 1] is [1, 3]), the kernel stretches its value to that type.
     """
     require_compute_type(node, operands)
     result_type = ctx.result_types[0]
@@ -58,7 +58,7 @@ def emit_zip(ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue], ex
     kept: list[SSAValue] = []
     for v in operands:
         scalar = folded_scalar(v)
-        if scalar is not None and axes_type(v).rank <= result_type.rank:
+        if scalar is not None:
             substitutes.append(Expr.const(scalar))
         else:
             substitutes.append(Expr.operand(len(kept)))
