@@ -12,6 +12,7 @@ import math
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -152,13 +153,21 @@ def _check_ranges(where: str, entries: Iterable[HeaderEntry], payload_size: int 
         raise CheckpointError(f"checkpoint {where}: tensors cover {position} bytes of a {payload_size}-byte payload")
 
 
+@cache
+def _readable_by_the_module() -> frozenset[str]:
+    """Loam names of the checkpoint element types the generated module can read."""
+    from loam.backends.numpy_runtime import safetensors_dtypes
+
+    table = safetensors_dtypes()
+    return frozenset(loam for st, loam in dtypes.SAFETENSORS_NAMES.items() if table[st] is not None)
+
+
 def convertible(stored: dtypes.ElementType, wanted: dtypes.ElementType) -> bool:
     """Whether a checkpoint element type supplies a graph element type: the generated module's own
     rule (`Weights.load` applies it again), so the build accepts exactly what the load will."""
-    from loam.backends.numpy_runtime import _convertible, safetensors_dtypes
+    from loam.backends.numpy_runtime import _convertible
 
-    readable = {loam for st, loam in dtypes.SAFETENSORS_NAMES.items() if safetensors_dtypes()[st] is not None}
-    if stored.name not in readable or wanted.numpy is None:
+    if stored.name not in _readable_by_the_module() or wanted.numpy is None:
         return False
     assert stored.numpy is not None
     return _convertible(stored.numpy, wanted.numpy)
