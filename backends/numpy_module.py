@@ -42,6 +42,7 @@ from loam.dialects.kernel import (
     Const,
     ConstantOp,
     Expr,
+    LibraryOp,
     MatmulOp,
     Operand,
     PermuteOp,
@@ -280,6 +281,13 @@ class _Emitter:
             if broadcast != out.shape:  # the operands alone do not reach the result's extents
                 return f"np.broadcast_to({call}, {self._shape_py(out)})"
             return call
+        if isinstance(op, LibraryOp):
+            piece = f"_k_{op.kernel_name}"
+            if piece not in numpy_runtime.PIECES:
+                raise UnsupportedError(f"the numpy backend has no kernel for {op.name} (node '{op.node.data}')")
+            self.pieces.add(piece)
+            params = [f"{k}={_py_literal(v)}" for k, v in op.params.items()]
+            return f"{piece}({', '.join([*arg, *params])})"
         raise UnsupportedError(f"the numpy backend does not print {op.name}")
 
     # -- printing --------------------------------------------------------------------------------
@@ -338,13 +346,15 @@ class _Emitter:
                 self.value_text[op.result] = name
                 continue
             rhs = self._kernel_line(op)
-            result = op.results[0]
-            hint = result.name_hint if result.name_hint and not result.name_hint.isdigit() else "t"
-            ident = returned[result] if result in returned else self.names.mint(hint)
-            self.value_text[result] = ident
+            idents: list[str] = []
+            for result in op.results:
+                hint = result.name_hint if result.name_hint and not result.name_hint.isdigit() else "t"
+                ident = returned[result] if result in returned else self.names.mint(hint)
+                self.value_text[result] = ident
+                idents.append(ident)
             node = op.properties.get("node")
             comment = node.data if isinstance(node, StringAttr) else op.name
-            body.append(f"{ident} = {rhs}  # {comment}")
+            body.append(f"{', '.join(idents)} = {rhs}  # {comment}")
 
         # A program reading no weight carries all of them: `Weights.embedded()` is `Weights()`.
         embedded = all(op.data is not None for op, _ in weights)
@@ -472,6 +482,15 @@ def _array_literal(arr: np.ndarray) -> str:
     little = arr.dtype.newbyteorder("<") if arr.dtype.byteorder not in ("|", "=") else arr.dtype
     data = np.ascontiguousarray(arr, dtype=little).tobytes()
     return f"np.frombuffer({data!r}, dtype={little.str!r}).reshape({tuple(arr.shape)!r})"
+
+
+def _py_literal(value: object) -> str:
+    """A kernel parameter as Python source (`float("inf")` where repr is not source)."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return f"float({repr(value)!r})"
+    if isinstance(value, tuple):
+        return "(" + "".join(_py_literal(v) + ", " for v in value).rstrip(" ") + ")"
+    return repr(value)
 
 
 def _tuple_py(items: Sequence[object]) -> str:

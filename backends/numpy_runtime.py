@@ -23,6 +23,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from loam import dtypes
+from loam.backends import numpy_kernels
 
 
 class ShapeError(ValueError):
@@ -362,12 +363,16 @@ PIECES: dict[str, object] = {
 }
 """Every piece that may be copied, in the order the module declares them."""
 
+PIECES.update(numpy_kernels.PIECES)
+
 DEPENDS: dict[str, tuple[str, ...]] = {
     "_read_safetensors": ("LoadError", "_parse_json", "_SAFETENSORS_DTYPES"),
     "_take_weight": ("LoadError", "_SAFETENSORS_DTYPES", "_convertible"),
     "_check_input": ("ShapeError",),
 }
 """The other pieces (and `_SAFETENSORS_DTYPES`, a generated table) each piece reads."""
+
+DEPENDS.update(numpy_kernels.DEPENDS)
 
 
 def pieces_for(names: Iterable[str]) -> list[str]:

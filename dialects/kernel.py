@@ -31,9 +31,17 @@ import math
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
-from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, StringAttr, i64
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DenseArrayBase,
+    FloatAttr,
+    IntegerAttr,
+    StringAttr,
+    f64,
+    i64,
+)
 from xdsl.ir import Attribute, Block, Data, Dialect, Operation, Region, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
@@ -47,6 +55,7 @@ from xdsl.irdl import (
     result_def,
     traits_def,
     var_operand_def,
+    var_result_def,
 )
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
@@ -876,9 +885,150 @@ class RegroupOp(_KernelOp):
             )
 
 
+# ---------------------------------------------------------------------------------------------
+# Library kernels: one op per computation the backends implement as one library function
+# ---------------------------------------------------------------------------------------------
+
+Param = int | float | str | tuple[int, ...] | tuple[float, ...]
+"""A library kernel's parameter value: a number, a word, or a list of numbers."""
+
+
+def param_attr(value: Param) -> Attribute:
+    """`value` as the attribute that carries it (`1 : i64`, `5.0e-01 : f64`, `"max"`, `array<i64: 1, 2>`)."""
+    if isinstance(value, bool):
+        return IntegerAttr(int(value), i64)
+    if isinstance(value, int):
+        return IntegerAttr(value, i64)
+    if isinstance(value, float):
+        return FloatAttr(value, f64)
+    if isinstance(value, str):
+        return StringAttr(value)
+    items = list(value)
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+        return DenseArrayBase.from_list(i64, [int(v) for v in items])
+    return DenseArrayBase.from_list(f64, [float(v) for v in items])
+
+
+def param_value(attr: Attribute) -> Param:
+    """The Python value `attr` carries (the inverse of `param_attr`)."""
+    if isinstance(attr, IntegerAttr):
+        return int(attr.value.data)
+    if isinstance(attr, FloatAttr):
+        return float(attr.value.data)
+    if isinstance(attr, StringAttr):
+        return attr.data
+    if isinstance(attr, DenseArrayBase):
+        values = attr.get_values()
+        return tuple(int(v) for v in values) if attr.elt_type == i64 else tuple(float(v) for v in values)
+    raise VerifyException(f"{attr} is not a kernel parameter (a number, a string or an array)")
+
+
+class LibraryOp(_KernelOp):
+    """Base of the kernels a backend computes with one library function each.
+
+    Syntax: `kernel.NAME(%a, ...) {node = "NODE", PARAM = VALUE, ...} : (A, ...) -> (R, ...)`
+
+    `PARAMS` maps each parameter the kernel reads to its Python type (`int`, `float`, `str`,
+    `tuple`); `OPTIONAL` lists those that may be absent.  The parameters are plain attributes, so
+    the generic and the custom form print them alike, and the numpy backend calls
+    `_k_NAME(operands..., PARAM=VALUE, ...)` (see `backends/numpy_kernels/`).
+    """
+
+    PARAMS: ClassVar[dict[str, type]] = {}
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset()
+
+    inputs = var_operand_def()
+    outputs = var_result_def()
+    node = _node_prop()
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "`(` $inputs `)` attr-dict `:` functional-type($inputs, $outputs)"
+
+    def __init__(
+        self,
+        inputs: Sequence[SSAValue | Operation],
+        result_types: Sequence[Attribute],
+        node: str,
+        **params: Param,
+    ) -> None:
+        super().__init__(
+            operands=[inputs],
+            result_types=[list(result_types)],
+            properties={"node": StringAttr(node)},
+            attributes={k: param_attr(v) for k, v in params.items()},
+        )
+
+    @property
+    def kernel_name(self) -> str:
+        """The op's name without the dialect prefix (`conv` for `kernel.conv`)."""
+        return self.name.split(".", 1)[1]
+
+    @property
+    def params(self) -> dict[str, Param]:
+        """The parameters as Python values, in `PARAMS` order."""
+        return {k: param_value(self.attributes[k]) for k in self.PARAMS if k in self.attributes}
+
+    def param(self, key: str) -> Any:
+        return param_value(self.attributes[key])
+
+    def verify_(self) -> None:
+        where = f"{self.name} '{self.node.data}'"
+        for key in self.attributes:
+            if key not in self.PARAMS:
+                raise VerifyException(f"{where}: unknown parameter '{key}'")
+        for key, kind in self.PARAMS.items():
+            if key not in self.attributes:
+                if key in self.OPTIONAL:
+                    continue
+                raise VerifyException(f"{where}: missing parameter '{key}'")
+            value = param_value(self.attributes[key])
+            if kind is float and isinstance(value, int):
+                continue
+            if not isinstance(value, kind):
+                raise VerifyException(f"{where}: parameter '{key}' must be {kind.__name__}, got {value!r}")
+        self.verify_kernel()
+
+    def verify_kernel(self) -> None:
+        """Kernel-specific checks of operand and result types; override where there are any."""
+
+
+# Each family below lists its ops in a tuple the dialect collects.  Keep one section per family.
+
+# -- movement: transpose-free regrouping, slicing, concatenation, padding, tiling ---------------
+MOVEMENT_OPS: tuple[type[LibraryOp], ...] = ()
+
+# -- indexing: gather, scatter, ranges -----------------------------------------------------------
+INDEXING_OPS: tuple[type[LibraryOp], ...] = ()
+
+# -- reductions, arg-reductions, top-k, cumulative sums, softmax ---------------------------------
+REDUCE_OPS: tuple[type[LibraryOp], ...] = ()
+
+# -- normalisations and einsum ---------------------------------------------------------------------
+NORMALIZATION_OPS: tuple[type[LibraryOp], ...] = ()
+
+# -- convolution, pooling, resize ------------------------------------------------------------------
+CONV_OPS: tuple[type[LibraryOp], ...] = ()
+
+
 Kernel = Dialect(
     "kernel",
-    [ProgramOp, ReturnOp, WeightOp, ConstantOp, MatmulOp, PermuteOp, ZipOp, CastOp, RegroupOp],
+    [
+        ProgramOp,
+        ReturnOp,
+        WeightOp,
+        ConstantOp,
+        MatmulOp,
+        PermuteOp,
+        ZipOp,
+        CastOp,
+        RegroupOp,
+        *MOVEMENT_OPS,
+        *INDEXING_OPS,
+        *REDUCE_OPS,
+        *NORMALIZATION_OPS,
+        *CONV_OPS,
+    ],
     [ExprAttr],
 )
 """The `kernel` dialect."""

@@ -852,6 +852,11 @@ def parse_model_text(text: str, filename: str = "<string>") -> onnx.ModelProto:
 
     Raises `OnnxSyntaxError` (a `ModelError`) naming `filename`, the line and the column.
     """
+    nul = text.find("\x00")
+    if nul >= 0:
+        # onnx's C++ parser reads a NUL as the end of the text; no spelling of a model contains one.
+        line = text.count("\n", 0, nul) + 1
+        raise OnnxSyntaxError(filename, line, nul - (text.rfind("\n", 0, nul) + 1) + 1, "a NUL character")
     try:
         return _parser().parse(text)  # type: ignore[no-any-return]
     except lark.exceptions.UnexpectedToken as err:

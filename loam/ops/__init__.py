@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 from loam.errors import UnsupportedError
+from loam.ops import (
+    constant,
+    conv,
+    einsum,
+    elementwise,
+    indexing,
+    matmul,
+    movement,
+    normalization,
+    pool,
+    reduce,
+    resize,
+)
 from loam.ops.base import NodeInfo, OpRule
-from loam.ops.constant import ConstantRule, IdentityRule
-from loam.ops.elementwise import ElementwiseRule
-from loam.ops.matmul import GemmRule, MatMulRule
 
-_RULES: tuple[OpRule, ...] = (ConstantRule(), IdentityRule(), ElementwiseRule(), MatMulRule(), GemmRule())
+# One module per operator family; each lists its rules in `RULES`.
+FAMILIES = (constant, elementwise, matmul, movement, indexing, reduce, normalization, einsum, conv, pool, resize)
+
+_RULES: tuple[OpRule, ...] = tuple(rule for family in FAMILIES for rule in family.RULES)
 
 RULES: dict[str, OpRule] = {op_type: rule for rule in _RULES for op_type in rule.op_types}
 

@@ -83,3 +83,6 @@ class IdentityRule(OpRule):
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         assert operands[0] is not None
         return [operands[0]]
+
+
+RULES: tuple[OpRule, ...] = (ConstantRule(), IdentityRule())

@@ -88,3 +88,6 @@ class ElementwiseRule(OpRule):
         present = [v for v in operands if v is not None]
         step = self.step(node)
         return [zip_of(ctx, node, present, step)]
+
+
+RULES: tuple[OpRule, ...] = (ElementwiseRule(),)

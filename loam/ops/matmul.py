@@ -140,3 +140,6 @@ class GemmRule(OpRule):
         from loam.ops.lowering import gemm_of
 
         return [gemm_of(ctx, node, operands)]
+
+
+RULES: tuple[OpRule, ...] = (MatMulRule(), GemmRule())

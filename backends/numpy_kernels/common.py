@@ -1,0 +1,23 @@
+"""Pieces every kernel family may read: computing halves in f32."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _widened(x: np.ndarray) -> np.ndarray:
+    """`x` in the dtype its arithmetic runs in: f16 and bf16 widen to f32, others stay as they are."""
+    x = np.asarray(x)
+    if (x.dtype.kind == "f" and x.dtype.itemsize == 2) or x.dtype.name == "bfloat16":
+        return x.astype(np.float32)
+    return x
+
+
+def _narrowed(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`y` computed in a widened dtype, stored back as `dtype` (a no-op when it already is)."""
+    y = np.asarray(y)
+    return y if y.dtype == dtype else y.astype(dtype)
+
+
+PIECES: dict[str, object] = {"_widened": _widened, "_narrowed": _narrowed}
+DEPENDS: dict[str, tuple[str, ...]] = {}

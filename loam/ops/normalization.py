@@ -1,0 +1,7 @@
+"""Operator rules of the normalization family."""
+
+from __future__ import annotations
+
+from loam.ops.base import OpRule
+
+RULES: tuple[OpRule, ...] = ()
