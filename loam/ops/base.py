@@ -89,6 +89,12 @@ class OpRule:
     # The attributes the rule reads; any other stops the build, so an attribute whose meaning the
     # rule would ignore (an old opset's `broadcast` and `axis`, say) never yields a wrong number.
     attributes: frozenset[str] = frozenset()
+    # What docs/operators.md says of the rule (generated from these, so it cannot drift): the first
+    # opset the rule reads (older models are refused), the element types it computes, and what it
+    # does not do yet.
+    first_opset: int = 1
+    elem_types: tuple[str, ...] = ("f32",)
+    limitations: str = ""
 
     def check_attributes(self, node: NodeInfo, names: Sequence[str]) -> None:
         unknown = sorted(n for n in names if n not in self.attributes)
@@ -118,6 +124,34 @@ def require_arity(node: NodeInfo, inputs: Sequence[object], low: int, high: int 
     if not low <= present <= high:
         want = str(low) if low == high else f"{low} to {high}"
         raise node.fail(f"takes {want} inputs, got {present}")
+
+
+def same_axis(node: NodeInfo, a: Axis, b: Axis, where: str, message: str | None = None) -> None:
+    """Two axes the operator makes one (a contraction, a broadcast, concatenation's other axes)
+    must carry one name.
+
+    `where` says where they meet (`"at output axis 1"`); `message` replaces the whole explanation
+    when the operator words it better.  The layout drafter (`loam.draft`) turns this check into a
+    unification of the two names.
+    """
+    from loam.errors import AxisError
+
+    hook = _AXIS_HOOK[0]
+    if hook is not None:
+        hook(a, b)
+        return
+    if a.name != b.name:
+        raise AxisError(
+            f"{node.where()}: "
+            + (
+                message
+                or f"axis {a.name} meets axis {b.name} {where}; two axes meet only where the layout gives them one name"
+            )
+        )
+
+
+# While the layout drafter runs, a function unifying two axes that must be one (see `same_axis`).
+_AXIS_HOOK: list[Callable[[Axis, Axis], None] | None] = [None]
 
 
 def broadcast_shapes(node: NodeInfo, shapes: Sequence[tuple[Poly, ...]]) -> tuple[Poly, ...]:
@@ -155,8 +189,6 @@ def broadcast_axes(
     name of its own; any other two names meeting stop the build naming both.  With `onto`, the
     operands broadcast one way onto that axis list (Gemm's C, an Expand).
     """
-    from loam.errors import AxisError
-
     lists = list(operands) if onto is None else [onto, *operands]
     rank = max((len(a) for a in lists), default=0)
     one = Poly.const(1)
@@ -170,11 +202,8 @@ def broadcast_axes(
             axis = axes[j]
             if chosen is None or (chosen.extent == one and axis.extent != one):
                 chosen = axis
-            elif axis.extent != one and axis.name != chosen.name:
-                raise AxisError(
-                    f"{node.where()}: axis {chosen.name} meets axis {axis.name} at output axis {i}; "
-                    "two axes meet only where the layout gives them one name"
-                )
+            elif axis.extent != one:
+                same_axis(node, chosen, axis, f"at output axis {i}")
         assert chosen is not None
         out.append(chosen)
     return tuple(out)

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam.errors import AxisError
 from loam.ops.base import (
     Facts,
     LowerContext,
@@ -21,6 +20,7 @@ from loam.ops.base import (
     broadcast_axes,
     broadcast_shapes,
     require_arity,
+    same_axis,
 )
 from loam.poly import Poly
 
@@ -36,11 +36,14 @@ def _check_contraction(node: NodeInfo, k_a: Poly, k_b: Poly) -> None:
 
 
 def _check_contracted_axes(node: NodeInfo, a: Axis, b: Axis) -> None:
-    if a.name != b.name:
-        raise AxisError(
-            f"{node.where()}: contracts axis {a.name} of the first operand with axis {b.name} of the "
-            "second; a contraction needs one axis name on both sides"
-        )
+    same_axis(
+        node,
+        a,
+        b,
+        "in the contraction",
+        f"contracts axis {a.name} of the first operand with axis {b.name} of the second; a contraction needs one "
+        "axis name on both sides",
+    )
 
 
 def _float_operands(node: NodeInfo, facts: Sequence[Facts]) -> None:

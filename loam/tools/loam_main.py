@@ -144,6 +144,41 @@ def build_parser() -> CliParser:
         "--dump-ir", type=Path, metavar="DIR", help="write the IR after each stage into DIR (as .mlir files)"
     )
     build.add_argument("--debug", action="store_true", help="show the Python traceback of an error instead of one line")
+
+    layout = commands.add_parser(
+        "layout",
+        help="draft a complete axis layout for MODEL",
+        description="Draft a complete axis layout for MODEL: one [[layout]] rule per tensor that needs one, "
+        "naming axes from dim_params and from the axes each tensor meets in the nodes that read it, "
+        "and inventing readable names for the rest (listed on stderr; rename them freely). The "
+        "draft is checked by a full build before it is written, and `loam build MODEL --options "
+        "OUT.toml` accepts it unedited.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    layout.add_argument("model", type=Path, metavar="MODEL", help="the model file")
+    layout.add_argument(
+        "-o", "--output", required=True, metavar="OUT.toml", help="where to write the layout ('-' for stdout)"
+    )
+    layout.add_argument(
+        "--checkpoint",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="a checkpoint to check the drafted layout against; repeat for shards",
+    )
+    layout.add_argument(
+        "--options", type=Path, metavar="FILE.toml", help="build options whose layout rules the draft keeps"
+    )
+    layout.add_argument(
+        "--layout", action="append", type=_layout_flag, default=[], metavar="GLOB=Ax1,Ax2", help=_LAYOUT_HELP
+    )
+    layout.add_argument(
+        "--dims", action="append", type=_dims_flag, default=[], metavar="NAME=N", help="fix dim_param NAME to N"
+    )
+    layout.add_argument(
+        "--debug", action="store_true", help="show the Python traceback of an error instead of one line"
+    )
     return parser
 
 
@@ -151,13 +186,44 @@ def options_from_args(args: argparse.Namespace) -> Options:
     """The build options: the `--options` file (if any) with the flags applied on top."""
     base = Options.from_toml(args.options) if args.options is not None else Options()
     return base.merged(
-        architecture=args.architecture,
-        inline_weights=args.inline_weights,
-        outputs=args.outputs,
+        architecture=getattr(args, "architecture", None),
+        inline_weights=getattr(args, "inline_weights", None),
+        outputs=getattr(args, "outputs", None),
         dims=dict(args.dims),
         layout=args.layout,
         checkpoints=args.checkpoint,
     )
+
+
+def _layout(args: argparse.Namespace) -> None:
+    model: Path = args.model
+    if not model.is_file():
+        raise ModelError(f"{model}: no such model file")
+    options = options_from_args(args)
+    for checkpoint in options.checkpoints:
+        if not checkpoint.is_file():
+            raise CheckpointError(f"{checkpoint}: no such checkpoint file")
+    to_stdout = args.output == "-"
+    output = Path(args.output)
+    if not to_stdout and not output.parent.is_dir():
+        raise LoamError(f"-o {output}: folder '{output.parent}' does not exist")
+
+    from loam.draft import draft_layout
+    from loam.pipeline import build
+
+    print(f"{PROG}: drafting the layout of {model}", file=sys.stderr, flush=True)
+    draft = draft_layout(model, options=options)
+    print(f"{PROG}: checking the draft with a full build", file=sys.stderr, flush=True)
+    build(model, options=draft.options(options))
+    text = draft.toml()
+    if to_stdout:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text, encoding="utf-8")
+    invented = ", ".join(draft.invented) if draft.invented else "none"
+    print(f"{PROG}: invented axis names (rename them in the layout): {invented}", file=sys.stderr)
+    if not to_stdout:
+        print(f"{PROG}: wrote {output} ({len(draft.given) + len(draft.rules)} rules)", file=sys.stderr)
 
 
 def _build(args: argparse.Namespace) -> None:
@@ -201,6 +267,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         args = build_parser().parse_args(arguments)
         if args.command == "build":
             _build(args)
+        elif args.command == "layout":
+            _layout(args)
 
     raise SystemExit(run_guarded(PROG, body, debug=wants_debug(arguments)))
 

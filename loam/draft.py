@@ -1,0 +1,287 @@
+"""Draft a complete axis layout for a graph, so an unfamiliar export builds before anyone names its axes.
+
+`draft_layout(model)` runs stage 0, then walks the graph as name-axes does, but where name-axes
+needs a name from the layout it takes a fresh axis variable instead, and where an operator requires
+two axes to be one (`loam.ops.base.same_axis`: a contraction, a broadcast, a concatenation) it
+unifies their variables rather than stopping the build.  Each class of unified axes then gets one
+name: a layout rule the caller gave wins (two different given names meeting is a real conflict and
+stops the draft), then a dim_param the axis carries, then a readable invented name made from the
+first tensor the axis appears in (`Conv1Weight_0`).  The draft is one exact rule per tensor that
+needs one (graph inputs, initializers, multi-element constants, node outputs with an axis their
+operator leaves open), which `loam build` accepts unedited; `invented` lists the names the author
+may want to rename.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import onnx
+from xdsl.ir import SSAValue
+
+from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, NoneOp, ReturnOp
+from loam.dialects.shape_poly import PolyTensorType
+from loam.dialects.tensor_axes import Axis
+from loam.errors import AxisError
+from loam.layout import LayoutRule, match_layout
+from loam.ops import base, rule_for
+from loam.options import Options
+from loam.poly import Poly
+
+__all__ = ["LayoutDraft", "draft_layout"]
+
+_VAR = "LoamDraftVar"  # prefix of axis variables while drafting; never in a finished draft
+
+
+@dataclass(frozen=True)
+class LayoutDraft:
+    """A complete layout: `rules` in graph order, and the axis names Loam made up (`invented`)."""
+
+    rules: tuple[LayoutRule, ...]
+    invented: tuple[str, ...]
+    given: tuple[LayoutRule, ...] = field(default=())
+
+    def options(self, options: Options | None = None) -> Options:
+        """`options` with the given rules followed by the drafted ones."""
+        options = options or Options()
+        return replace(options, layout=(*options.layout, *self.rules))
+
+    def toml(self) -> str:
+        """The draft as the `[[layout]]` tables of a loam.toml."""
+        lines = [
+            "# Axis layout drafted by `loam layout`: one rule per tensor that needs one.",
+            f"# Invented axis names (rename them freely): {', '.join(self.invented) or 'none'}.",
+        ]
+        for rule in (*self.given, *self.rules):
+            lines += ["", "[[layout]]", f"pattern = {_toml_string(rule.pattern)}"]
+            lines.append("axes = [" + ", ".join(_toml_string(a) for a in rule.axes) + "]")
+            if rule.graph is not None:
+                lines.append(f"graph = {_toml_string(rule.graph)}")
+        return "\n".join(lines) + "\n"
+
+
+def _toml_string(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    escaped = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in escaped)
+    return f'"{escaped}"'
+
+
+def glob_escape(name: str) -> str:
+    """A glob pattern matching exactly `name` (`*`, `?` and `[` become one-character classes)."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def draft_layout(
+    model: str | Path | onnx.ModelProto, checkpoints: Sequence[str | Path] = (), options: Options | None = None
+) -> LayoutDraft:
+    """Draft the layout of `model`'s main graph, keeping every rule `options` already gives."""
+    from loam.passes.apply_options import ApplyOptionsPass, attach_options, main_graph
+    from loam.passes.stage0 import Stage0Pass
+    from loam.pipeline import read_model
+
+    options = options or Options()
+    ir = read_model(model)
+    attach_options(ir, options)
+    from loam.context import make_context
+
+    ctx = make_context()
+    ApplyOptionsPass().apply(ctx, ir)
+    Stage0Pass().apply(ctx, ir)
+    return _Drafter(options.layout).run(main_graph(ir))
+
+
+class _Drafter:
+    """One walk over a stage-0 graph with axis variables and their union-find."""
+
+    def __init__(self, given: Sequence[LayoutRule]) -> None:
+        self.given = tuple(given)
+        self.parent: list[int] = []
+        self.fixed: dict[int, str] = {}  # class root -> name a given rule fixes
+        self.origin: list[tuple[str, int, Poly]] = []  # variable -> (tensor, axis index, extent)
+        self.graph_name = ""
+
+    # -- union-find ----------------------------------------------------------------------------
+
+    def fresh(self, tensor: str, index: int, extent: Poly) -> Axis:
+        self.parent.append(len(self.parent))
+        self.origin.append((tensor, index, extent))
+        return Axis(f"{_VAR}{len(self.parent) - 1}", extent)
+
+    def find(self, var: int) -> int:
+        while self.parent[var] != var:
+            self.parent[var] = self.parent[self.parent[var]]
+            var = self.parent[var]
+        return var
+
+    @staticmethod
+    def var_of(name: str) -> int | None:
+        return int(name[len(_VAR) :]) if name.startswith(_VAR) else None
+
+    def unify_names(self, a: str, b: str) -> None:
+        va, vb = self.var_of(a), self.var_of(b)
+        if va is None and vb is None:
+            if a != b:
+                raise AxisError(f"the layout names axis {a} and axis {b}, which the graph makes one axis")
+            return
+        if va is None or vb is None:
+            var, name = (vb, a) if va is None else (va, b)
+            assert var is not None
+            root = self.find(var)
+            known = self.fixed.get(root)
+            if known is not None and known != name:
+                raise AxisError(f"the layout names one axis both {known} and {name}")
+            self.fixed[root] = name
+            return
+        ra, rb = self.find(va), self.find(vb)
+        if ra == rb:
+            return
+        fa, fb = self.fixed.get(ra), self.fixed.get(rb)
+        if fa is not None and fb is not None and fa != fb:
+            raise AxisError(f"the layout names axis {fa} and axis {fb}, which the graph makes one axis")
+        low, high = min(ra, rb), max(ra, rb)  # the earlier variable stays the root: names stay stable
+        self.parent[high] = low
+        if fa or fb:
+            self.fixed[low] = fa or fb  # type: ignore[assignment]
+            self.fixed.pop(high, None)
+
+    def unify(self, a: Axis, b: Axis) -> None:
+        if a.parts and b.parts and len(a.parts) == len(b.parts):
+            for pa, pb in zip(a.parts, b.parts, strict=True):
+                self.unify_names(pa, pb)
+        elif not a.parts and not b.parts:
+            self.unify_names(a.name, b.name)
+        elif a.name != b.name:
+            raise AxisError(f"axis {a.name} and merged axis {b.name} would have to be one axis")
+
+    # -- the walk --------------------------------------------------------------------------------
+
+    def axes_for(self, tensor: str, shape: Sequence[Poly], given: Sequence[Axis | None]) -> tuple[list[Axis], bool]:
+        """Axes of `tensor`: the operator's, a given rule's, else fresh variables; and whether a rule is needed."""
+        rule = match_layout(self.given, tensor, self.graph_name)
+        out: list[Axis] = []
+        needs_rule = False
+        for i, (extent, axis) in enumerate(zip(shape, given, strict=True)):
+            if rule is not None and len(rule.axes) == len(shape):
+                named = Axis.named(rule.axes[i], extent)
+                if axis is not None:
+                    self.unify(axis, named)
+                out.append(named if axis is None else axis)
+            elif axis is not None:
+                out.append(axis)
+            else:
+                out.append(self.fresh(tensor, i, extent))
+                needs_rule = True
+        return out, needs_rule
+
+    def run(self, graph: GraphOp) -> LayoutDraft:
+        from loam.passes.stage0 import node_info
+
+        self.graph_name = graph.graph_name.data
+        block = graph.body.block
+        axes_of: dict[SSAValue, tuple[Axis, ...]] = {}
+        wanted: list[tuple[str, list[Axis]]] = []  # tensors that need a rule, in graph order
+
+        def settle(value: SSAValue, tensor: str, given: Sequence[Axis | None] | None = None) -> None:
+            t = value.type
+            assert isinstance(t, PolyTensorType)
+            axes, needs_rule = self.axes_for(tensor, t.shape, given if given is not None else [None] * len(t.shape))
+            axes_of[value] = tuple(axes)
+            if needs_rule:
+                wanted.append((tensor, axes))
+
+        for arg, name in zip(block.args, [s.data for s in graph.input_names.data], strict=True):
+            settle(arg, name)
+        previous, base._AXIS_HOOK[0] = base._AXIS_HOOK[0], self.unify
+        try:
+            for op in block.ops:
+                if isinstance(op, InitializerOp):
+                    settle(op.result, op.onnx_name.data)
+                elif isinstance(op, ConstantOp):
+                    if not op.result.uses:
+                        continue
+                    name = op.value.tensor_name.data or op.result.name_hint or "constant"
+                    t = op.result.type
+                    assert isinstance(t, PolyTensorType)
+                    if all(e == Poly.const(1) for e in t.shape) and match_layout(self.given, name) is None:
+                        # name-axes names a one-element constant's unit axes itself (Unit, Unit1, ...).
+                        axes_of[op.result] = tuple(Axis(f"Unit{i or ''}", Poly.const(1)) for i in range(len(t.shape)))
+                    else:
+                        settle(op.result, name)
+                elif isinstance(op, NodeOp):
+                    info = node_info(op)
+                    rule = rule_for(info, op.domain)
+                    inputs = [None if isinstance(v.owner, NoneOp) else axes_of[v] for v in op.args]
+                    outputs = [base.Facts(r.type.elem, r.type.shape) for r in op.outs]  # type: ignore[attr-defined]
+                    named = rule.axes(info, inputs, outputs)
+                    for result, name, axes in zip(op.outs, op.output_names, named, strict=True):
+                        settle(result, name, axes)
+                elif not isinstance(op, NoneOp | ReturnOp):
+                    raise AxisError(f"graph '{self.graph_name}': the layout drafter does not know {op.name}")
+        finally:
+            base._AXIS_HOOK[0] = previous
+        return self.finish(wanted)
+
+    # -- naming ------------------------------------------------------------------------------------
+
+    def finish(self, wanted: Sequence[tuple[str, Sequence[Axis]]]) -> LayoutDraft:
+        names: dict[int, str] = {}
+        taken: set[str] = set(self.fixed.values())
+        for rule in self.given:
+            taken.update(rule.axes)
+        invented: list[str] = []
+
+        def name_of(var: int) -> str:
+            root = self.find(var)
+            if root in names:
+                return names[root]
+            if root in self.fixed:
+                names[root] = self.fixed[root]
+                return names[root]
+            tensor, index, extent = self.origin[root]
+            symbol = _plain_symbol(extent)
+            stem = _identifier(symbol) if symbol is not None else f"{_camel(tensor)}_{index}"
+            name = stem
+            n = 2
+            while name in taken:
+                name = f"{stem}_{n}"
+                n += 1
+            taken.add(name)
+            names[root] = name
+            if symbol is None:
+                invented.append(name)
+            return name
+
+        def resolve(axis: Axis) -> str:
+            if axis.parts:
+                return "(" + " ".join(resolve_name(p) for p in axis.parts) + ")"
+            return resolve_name(axis.name)
+
+        def resolve_name(name: str) -> str:
+            var = self.var_of(name)
+            return name if var is None else name_of(var)
+
+        rules = tuple(LayoutRule(glob_escape(tensor), tuple(resolve(a) for a in axes), None) for tensor, axes in wanted)
+        return LayoutDraft(rules, tuple(invented), self.given)
+
+
+def _plain_symbol(p: Poly) -> str | None:
+    if len(p.terms) == 1:
+        mono, coeff = p.terms[0]
+        if coeff == 1 and len(mono) == 1 and mono[0][1] == 1:
+            return str(mono[0][0])
+    return None
+
+
+def _identifier(text: str) -> str:
+    ident = re.sub(r"\W", "_", text, flags=re.ASCII).strip("_") or "Axis"
+    return ident if ident[0].isalpha() else f"D{ident}"
+
+
+def _camel(tensor: str) -> str:
+    """`/conv1/Conv_output_0` -> `Conv1ConvOutput0`: a readable identifier stem for a tensor."""
+    words = re.findall(r"[A-Za-z]+|[0-9]+", tensor)
+    stem = "".join(w[:1].upper() + w[1:] for w in words) or "Tensor"
+    return stem if stem[0].isalpha() else f"T{stem}"

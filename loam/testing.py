@@ -1,0 +1,78 @@
+"""Helpers for checking Loam against onnxruntime: build any model with a drafted layout, run both.
+
+Used by the test suite and the conformance harness; also handy at a prompt:
+
+>>> outputs = run_loam(model, {"x": x})          # doctest: +SKIP
+>>> expected = run_onnxruntime(model, {"x": x})  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from loam.draft import draft_layout
+from loam.options import Options
+from loam.pipeline import BuildResult, build
+
+__all__ = ["assert_same", "build_for", "forward_inputs", "run_built", "run_loam", "run_onnxruntime"]
+
+
+def build_for(model: onnx.ModelProto, options: Options | None = None) -> BuildResult:
+    """Build `model` with its weights embedded, naming every axis the options leave open by a draft."""
+    draft = draft_layout(model, options=options)
+    return build(model, options=draft.options(options))
+
+
+def forward_inputs(result: BuildResult) -> list[str]:
+    """The ONNX names of `forward`'s inputs, in order."""
+    from loam.dialects.kernel import ProgramOp
+
+    for op in result.ir.walk():
+        if isinstance(op, ProgramOp):
+            return [s.data for s in op.input_names.data]
+    raise AssertionError("the build holds no kernel.program")
+
+
+def run_built(result: BuildResult, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Run a built module's forward on `feeds` (by ONNX input name); the outputs as a list."""
+    module = result.module
+    weights = module.Weights.embedded() if hasattr(module.Weights, "embedded") else module.Weights()
+    out = module.forward(weights, *[feeds[name] for name in forward_inputs(result)])
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+def run_loam(
+    model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], options: Options | None = None
+) -> list[np.ndarray]:
+    """Build `model` (drafted layout, embedded weights) and run it on `feeds`."""
+    return run_built(build_for(model, options), feeds)
+
+
+def run_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime's outputs for `model` on `feeds`, with every graph optimisation off (the oracle)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    wanted = {i.name for i in session.get_inputs()}
+    return list(session.run(None, {k: v for k, v in feeds.items() if k in wanted}))
+
+
+def assert_same(got: Sequence[np.ndarray], want: Sequence[np.ndarray], rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """Outputs agree in count, dtype, shape and value (NaN where the other has NaN)."""
+    assert len(got) == len(want), f"{len(got)} outputs, expected {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype, f"output {i}: dtype {g.dtype}, expected {w.dtype}"
+        assert g.shape == w.shape, f"output {i}: shape {g.shape}, expected {w.shape}"
+        if g.dtype.kind in "biu":
+            np.testing.assert_array_equal(g, w, err_msg=f"output {i}")
+        else:
+            np.testing.assert_allclose(
+                g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True, err_msg=f"output {i}"
+            )
