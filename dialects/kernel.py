@@ -21,8 +21,8 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: 4, In: 8]>) name
 
 An elementwise computation is an `Expr`: data, never a closure, so fusion can compose it and a
 backend can print it as numpy or WGSL.  `#kernel.expr<[step, ...]>` lists its steps; each step is
-`operand I`, `const V : ELEM`, `UNARY J` or `BINARY J K`, reading earlier steps by index; the last
-step is the result.
+`operand I`, `const V : ELEM`, `UNARY J`, `BINARY J K`, `select C A B` or `cast J : ELEM`, reading
+earlier steps by index; the last step is the result.
 """
 
 from __future__ import annotations
@@ -72,13 +72,22 @@ UNARY_OPS: frozenset[str] = frozenset(
     {
         "neg", "abs", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "reciprocal", "floor",
         "ceil", "round", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
-        "acosh", "atanh", "erf", "sign", "softplus", "softsign", "identity",
+        "acosh", "atanh", "erf", "sign", "softplus", "softsign", "identity", "not", "isnan",
+        "isinf",
     }
 )  # fmt: skip
-"""Unary step operators (ONNX's elementwise unary operators, lower-cased)."""
+"""Unary step operators: ONNX's elementwise unary operators, lower-cased, and `not` (logical),
+`isnan`, `isinf` (either sign), which produce bool."""
 
-BINARY_OPS: frozenset[str] = frozenset({"add", "sub", "mul", "div", "pow", "max", "min"})
-"""Binary step operators (ONNX's Add, Sub, Mul, Div, Pow, Max, Min on two operands)."""
+BINARY_OPS: frozenset[str] = frozenset(
+    {
+        "add", "sub", "mul", "div", "pow", "max", "min", "mod", "fmod", "equal", "less",
+        "less_equal", "greater", "greater_equal", "and", "or", "xor", "shl", "shr",
+    }
+)  # fmt: skip
+"""Binary step operators.  `div` truncates toward zero on integers; `pow` keeps the base's type;
+`mod` takes the divisor's sign, `fmod` the dividend's; comparisons and `and`/`or`/`xor` produce bool;
+`shl`/`shr` shift unsigned integers."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +153,34 @@ class Binary:
         return f"{self.op} {self.lhs} {self.rhs}"
 
 
-Step = Operand | Const | Unary | Binary
+@dataclass(frozen=True)
+class Select:
+    """Step `select C A B`: step `a` where step `cond` (bool) holds, else step `b` (ONNX Where)."""
+
+    cond: int
+    a: int
+    b: int
+
+    def __str__(self) -> str:
+        return f"select {self.cond} {self.a} {self.b}"
+
+
+@dataclass(frozen=True)
+class Convert:
+    """Step `cast J : ELEM`: step `arg` converted to element type `elem` (ONNX Cast's meaning).
+
+    Halves are computed in f32: the lowering widens them with a cast at the start of an Expr and
+    narrows the result with one at its end, so each node rounds where onnxruntime rounds.
+    """
+
+    arg: int
+    elem: str
+
+    def __str__(self) -> str:
+        return f"cast {self.arg} : {self.elem}"
+
+
+Step = Operand | Const | Unary | Binary | Select | Convert
 
 
 def format_float(value: float) -> str:
@@ -163,6 +199,10 @@ def _step_args(step: Step) -> tuple[int, ...]:
         return (step.arg,)
     if isinstance(step, Binary):
         return (step.lhs, step.rhs)
+    if isinstance(step, Select):
+        return (step.cond, step.a, step.b)
+    if isinstance(step, Convert):
+        return (step.arg,)
     return ()
 
 
@@ -172,6 +212,10 @@ def _shift(step: Step, mapping: Sequence[int]) -> Step:
         return Unary(step.op, mapping[step.arg])
     if isinstance(step, Binary):
         return Binary(step.op, mapping[step.lhs], mapping[step.rhs])
+    if isinstance(step, Select):
+        return Select(mapping[step.cond], mapping[step.a], mapping[step.b])
+    if isinstance(step, Convert):
+        return Convert(mapping[step.arg], step.elem)
     return step
 
 
@@ -250,7 +294,10 @@ class Expr:
             elif isinstance(step, Binary):
                 if step.op not in BINARY_OPS:
                     raise ValueError(f"step {i}: unknown binary operator '{step.op}'")
-            else:
+            elif isinstance(step, Convert):
+                if step.elem not in dtypes.BY_NAME:
+                    raise ValueError(f"step {i}: unknown element type '{step.elem}'")
+            elif not isinstance(step, Select):
                 raise ValueError(f"step {i}: {step!r} is not a step")
             for arg in _step_args(step):
                 if not 0 <= arg < i:
@@ -282,6 +329,21 @@ class Expr:
         lhs = b.splice(self)
         rhs = b.splice(other)
         return b.finish(b.add(Binary(op, lhs, rhs)))
+
+    def cast(self, elem: str) -> Expr:
+        """This expression's result converted to element type `elem`."""
+        b = _Builder()
+        root = b.splice(self)
+        return b.finish(b.add(Convert(root, elem)))
+
+    @staticmethod
+    def select(cond: Expr, a: Expr | float, b: Expr | float) -> Expr:
+        """`a` where `cond` holds, else `b`; a float is an f32 constant."""
+        a = a if isinstance(a, Expr) else Expr.const(a)
+        b = b if isinstance(b, Expr) else Expr.const(b)
+        builder = _Builder()
+        roots = [builder.splice(e) for e in (cond, a, b)]
+        return builder.finish(builder.add(Select(*roots)))
 
     def __add__(self, other: Expr | float) -> Expr:
         return self.binary("add", other)
@@ -360,6 +422,16 @@ def _parse_step(parser: AttrParser) -> Step:
     if word in BINARY_OPS:
         lhs = parser.parse_integer(allow_boolean=False, allow_negative=False)
         return Binary(word, lhs, parser.parse_integer(allow_boolean=False, allow_negative=False))
+    if word == "select":
+        args = [parser.parse_integer(allow_boolean=False, allow_negative=False) for _ in range(3)]
+        return Select(*args)
+    if word == "cast":
+        arg = parser.parse_integer(allow_boolean=False, allow_negative=False)
+        parser.parse_punctuation(":")
+        elem = parser.parse_identifier(context_msg=" (an element type)")
+        if elem not in dtypes.BY_NAME:
+            parser.raise_error(f"unknown element type '{elem}'", at, parser.pos)
+        return Convert(arg, elem)
     parser.raise_error(f"unknown expression step '{word}'", at, parser.pos)
 
 
@@ -996,19 +1068,425 @@ class LibraryOp(_KernelOp):
 # Each family below lists its ops in a tuple the dialect collects.  Keep one section per family.
 
 # -- movement: transpose-free regrouping, slicing, concatenation, padding, tiling ---------------
-MOVEMENT_OPS: tuple[type[LibraryOp], ...] = ()
+
+
+def _library_types(op: LibraryOp) -> tuple[list[tuple[Any, ...] | None], list[tuple[Any, ...] | None]]:
+    """The extents of a library op's operands and results (None for a type without axes)."""
+    return [_extents(v.type) for v in op.inputs], [_extents(v.type) for v in op.outputs]
+
+
+def _require(op: LibraryOp, ok: bool, message: str) -> None:
+    if not ok:
+        raise VerifyException(f"{op.name} '{op.node.data}': {message}")
+
+
+@irdl_op_definition
+class ConcatOp(LibraryOp):
+    """ONNX Concat: the operands joined along `axis`; every other extent is shared.
+
+    Example: `%y = kernel.concat(%a, %b) {node = "cat", axis = 1 : i64} : (A, B) -> R`
+    """
+
+    name = "kernel.concat"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int}
+
+    def verify_kernel(self) -> None:
+        ins, outs = _library_types(self)
+        _require(self, len(ins) >= 1 and len(outs) == 1, "takes one or more operands and gives one result")
+        if any(e is None for e in (*ins, *outs)):
+            return
+        axis, out = self.param("axis"), outs[0]
+        assert out is not None
+        _require(self, 0 <= axis < len(out), f"axis {axis} is outside the result's rank {len(out)}")
+        for i, ext in enumerate(ins):
+            assert ext is not None
+            same = len(ext) == len(out) and all(
+                e == o for j, (e, o) in enumerate(zip(ext, out, strict=True)) if j != axis
+            )
+            _require(self, same, f"operand {i} does not match the result outside axis {axis}")
+
+
+@irdl_op_definition
+class SplitOp(LibraryOp):
+    """ONNX Split: consecutive chunks of `sizes` elements along `axis`, one result per chunk.
+
+    Example: `%a, %b = kernel.split(%x) {node = "s", axis = 0 : i64, sizes = array<i64: 2, 1>} : (X) -> (A, B)`
+    """
+
+    name = "kernel.split"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int, "sizes": tuple}
+
+    def verify_kernel(self) -> None:
+        ins, outs = _library_types(self)
+        sizes = self.param("sizes")
+        _require(self, len(ins) == 1 and len(outs) == len(sizes), "takes one operand and gives one result per size")
+
+
+@irdl_op_definition
+class SliceOp(LibraryOp):
+    """ONNX Slice, normalised: per axis `counts[i]` elements from `starts[i]`, every `steps[i]`.
+
+    Example: `%y = kernel.slice(%x) {node = "s", starts = array<i64: 1>, counts = array<i64: 2>,
+    steps = array<i64: 1>} : (X) -> Y`
+    """
+
+    name = "kernel.slice"
+    PARAMS: ClassVar[dict[str, type]] = {"starts": tuple, "counts": tuple, "steps": tuple}
+
+    def verify_kernel(self) -> None:
+        ins, outs = _library_types(self)
+        _require(self, len(ins) == 1 and len(outs) == 1, "takes one operand and gives one result")
+        starts, counts, steps = self.param("starts"), self.param("counts"), self.param("steps")
+        _require(self, len(starts) == len(counts) == len(steps), "starts, counts and steps differ in length")
+        _require(self, all(s != 0 for s in steps), "a step is 0")
+        out = outs[0]
+        if out is not None:
+            _require(self, len(out) == len(counts), "the result's rank differs from the slice's")
+            same = all(not e.is_const or e.const_value == c for e, c in zip(out, counts, strict=True))
+            _require(self, same, "the result's extents are not the counts")
+
+
+@irdl_op_definition
+class PadOp(LibraryOp):
+    """ONNX Pad: `pads` (begins, then ends, per axis; negative crops) in mode constant/reflect/edge/wrap.
+
+    An optional second operand is the constant fill computed at run time; otherwise `value` is.
+    Example: `%y = kernel.pad(%x) {node = "p", pads = array<i64: 1, 1>, mode = "constant", value = 0.0 : f64}`
+    """
+
+    name = "kernel.pad"
+    PARAMS: ClassVar[dict[str, type]] = {"pads": tuple, "mode": str, "value": float}
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"value"})
+
+    def verify_kernel(self) -> None:
+        ins, outs = _library_types(self)
+        _require(self, len(ins) in (1, 2) and len(outs) == 1, "takes one or two operands and gives one result")
+        mode = self.param("mode")
+        _require(self, mode in ("constant", "reflect", "edge", "wrap"), f"unknown mode '{mode}'")
+        x = ins[0]
+        if x is not None:
+            _require(self, len(self.param("pads")) == 2 * len(x), "pads needs two entries per axis")
+
+
+@irdl_op_definition
+class TileOp(LibraryOp):
+    """ONNX Tile: the operand repeated `repeats[i]` times along axis i.
+
+    Example: `%y = kernel.tile(%x) {node = "t", repeats = array<i64: 2, 1>} : (X) -> Y`
+    """
+
+    name = "kernel.tile"
+    PARAMS: ClassVar[dict[str, type]] = {"repeats": tuple}
+
+    def verify_kernel(self) -> None:
+        ins, outs = _library_types(self)
+        _require(self, len(ins) == 1 and len(outs) == 1, "takes one operand and gives one result")
+        x = ins[0]
+        if x is not None:
+            _require(self, len(self.param("repeats")) == len(x), "repeats needs one entry per axis")
+
+
+@irdl_op_definition
+class TriluOp(LibraryOp):
+    """ONNX Trilu over the last two axes: `upper` (1) or lower (0) triangle from diagonal `offset`.
+
+    An optional second operand is the diagonal offset `k` computed at run time.
+    Example: `%y = kernel.trilu(%x) {node = "t", upper = 1 : i64, offset = 0 : i64} : (X) -> Y`
+    """
+
+    name = "kernel.trilu"
+    PARAMS: ClassVar[dict[str, type]] = {"upper": int, "offset": int}
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"offset"})
+
+    def verify_kernel(self) -> None:
+        ins, outs = _library_types(self)
+        _require(self, len(ins) in (1, 2) and len(outs) == 1, "takes one or two operands and gives one result")
+        _require(self, ins[0] is None or len(ins[0]) >= 2, "the operand needs rank 2 or more")
+
+
+MOVEMENT_OPS: tuple[type[LibraryOp], ...] = (ConcatOp, SplitOp, SliceOp, PadOp, TileOp, TriluOp)
 
 # -- indexing: gather, scatter, ranges -----------------------------------------------------------
-INDEXING_OPS: tuple[type[LibraryOp], ...] = ()
+
+
+@irdl_op_definition
+class GatherOp(LibraryOp):
+    """ONNX Gather: the data indexed along `axis` by an index tensor of any rank.
+
+    Example: `%y = kernel.gather(%x, %i) {node = "g", axis = 0 : i64} : (X, I) -> Y`
+    """
+
+    name = "kernel.gather"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int}
+
+    def verify_kernel(self) -> None:
+        ins, outs = _library_types(self)
+        _require(self, len(ins) == 2 and len(outs) == 1, "takes data and indices and gives one result")
+        x, i, out = ins[0], ins[1], outs[0]
+        if x is not None and i is not None and out is not None:
+            axis = self.param("axis")
+            _require(self, 0 <= axis < len(x), f"axis {axis} is outside the data's rank {len(x)}")
+            want = [*x[:axis], *i, *x[axis + 1 :]]
+            _require(self, list(out) == want, "the result's extents are not data[:axis] + indices + data[axis+1:]")
+
+
+@irdl_op_definition
+class GatherElementsOp(LibraryOp):
+    """ONNX GatherElements: out[i][j] = data[indices[i][j]][j] (axis 0); the result has the indices' extents.
+
+    Example: `%y = kernel.gather_elements(%x, %i) {node = "g", axis = 1 : i64} : (X, I) -> Y`
+    """
+
+    name = "kernel.gather_elements"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int}
+
+    def verify_kernel(self) -> None:
+        ins, outs = _library_types(self)
+        _require(self, len(ins) == 2 and len(outs) == 1, "takes data and indices and gives one result")
+        if ins[1] is not None and outs[0] is not None:
+            _require(self, ins[1] == outs[0], "the result's extents are not the indices' extents")
+
+
+@irdl_op_definition
+class ScatterElementsOp(LibraryOp):
+    """ONNX ScatterElements: a copy of the data with updates written (or reduced) at indices along `axis`.
+
+    Example: `%y = kernel.scatter_elements(%x, %i, %u) {node = "s", axis = 0 : i64, reduction = "add"}`
+    """
+
+    name = "kernel.scatter_elements"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int, "reduction": str}
+
+    def verify_kernel(self) -> None:
+        ins, outs = _library_types(self)
+        _require(self, len(ins) == 3 and len(outs) == 1, "takes data, indices and updates and gives one result")
+        reduction = self.param("reduction")
+        _require(self, reduction in ("none", "add", "mul", "max", "min"), f"unknown reduction '{reduction}'")
+        if ins[0] is not None and outs[0] is not None:
+            _require(self, ins[0] == outs[0], "the result's extents are not the data's")
+
+
+INDEXING_OPS: tuple[type[LibraryOp], ...] = (GatherOp, GatherElementsOp, ScatterElementsOp)
 
 # -- reductions, arg-reductions, top-k, cumulative sums, softmax ---------------------------------
-REDUCE_OPS: tuple[type[LibraryOp], ...] = ()
+
+REDUCE_KINDS = frozenset({"sum", "mean", "max", "min", "prod", "l1", "l2", "log_sum", "log_sum_exp", "sum_square"})
+"""The reductions `kernel.reduce` computes (ONNX's Reduce* operators, in snake case)."""
+
+
+def _kernel_rank(op: LibraryOp, value: SSAValue) -> int | None:
+    ext = _extents(value.type)
+    return None if ext is None else len(ext)
+
+
+def _check_axes(op: LibraryOp, axes: Sequence[int], rank: int | None) -> None:
+    where = f"{op.name} '{op.node.data}'"
+    if len(set(axes)) != len(axes):
+        raise VerifyException(f"{where}: axes {list(axes)} repeat an axis")
+    if rank is not None and any(not 0 <= a < rank for a in axes):
+        raise VerifyException(f"{where}: axes {list(axes)} are not all in [0, {rank})")
+
+
+@irdl_op_definition
+class ReduceOp(LibraryOp):
+    """ONNX Reduce*: `kind` over the (non-negative, resolved) `axes`, keeping them as extent 1 with `keepdims`.
+
+    An axis of extent 0 reduces to the identity of the reduction (0 for sums, 1 for a product,
+    the lowest value for a maximum, NaN for a mean).
+
+    Example:
+        %s = kernel.reduce(%x) {node = "r", kind = "sum", axes = array<i64: 1>, keepdims = 1 : i64}
+             : (!tensor_axes.tensor<f32, [N: 2, C: 3]>) -> !tensor_axes.tensor<f32, [N: 2, Unit: 1]>
+    """
+
+    name = "kernel.reduce"
+    PARAMS: ClassVar[dict[str, type]] = {"kind": str, "axes": tuple, "keepdims": int}
+
+    def verify_kernel(self) -> None:
+        if self.param("kind") not in REDUCE_KINDS:
+            raise VerifyException(f"kernel.reduce '{self.node.data}': unknown kind {self.param('kind')!r}")
+        _check_axes(self, self.param("axes"), _kernel_rank(self, self.inputs[0]))
+
+
+@irdl_op_definition
+class ArgReduceOp(LibraryOp):
+    """ONNX ArgMax/ArgMin: the i64 index of the first (or, with `select_last_index`, last) extreme along `axis`."""
+
+    name = "kernel.arg_reduce"
+    PARAMS: ClassVar[dict[str, type]] = {"kind": str, "axis": int, "keepdims": int, "select_last_index": int}
+
+    def verify_kernel(self) -> None:
+        if self.param("kind") not in ("max", "min"):
+            raise VerifyException(f"kernel.arg_reduce '{self.node.data}': kind must be 'max' or 'min'")
+        _check_axes(self, (self.param("axis"),), _kernel_rank(self, self.inputs[0]))
+
+
+@irdl_op_definition
+class TopKOp(LibraryOp):
+    """ONNX TopK: the `k` largest (or smallest) values along `axis` and their i64 indices, ties by lower index."""
+
+    name = "kernel.topk"
+    PARAMS: ClassVar[dict[str, type]] = {"k": int, "axis": int, "largest": int, "sorted": int}
+
+    def verify_kernel(self) -> None:
+        if len(self.outputs) != 2:
+            raise VerifyException(f"kernel.topk '{self.node.data}': has two results, values and indices")
+        _check_axes(self, (self.param("axis"),), _kernel_rank(self, self.inputs[0]))
+
+
+@irdl_op_definition
+class CumSumOp(LibraryOp):
+    """ONNX CumSum along `axis`, `exclusive` (each sum leaves its own element out) and/or `reverse`."""
+
+    name = "kernel.cumsum"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int, "exclusive": int, "reverse": int}
+
+    def verify_kernel(self) -> None:
+        _check_axes(self, (self.param("axis"),), _kernel_rank(self, self.inputs[0]))
+
+
+@irdl_op_definition
+class SoftmaxOp(LibraryOp):
+    """ONNX Softmax/LogSoftmax/Hardmax (`kind`), normalising over the `axes` jointly.
+
+    From opset 13 `axes` is one axis; before, it is every axis from ONNX's `axis` on (the input
+    flattened to 2-D at `axis`).  Hardmax marks the first maximum of the joint block.
+    """
+
+    name = "kernel.softmax"
+    PARAMS: ClassVar[dict[str, type]] = {"kind": str, "axes": tuple}
+
+    def verify_kernel(self) -> None:
+        if self.param("kind") not in ("softmax", "log_softmax", "hardmax"):
+            raise VerifyException(f"kernel.softmax '{self.node.data}': unknown kind {self.param('kind')!r}")
+        _check_axes(self, self.param("axes"), _kernel_rank(self, self.inputs[0]))
+
+
+REDUCE_OPS: tuple[type[LibraryOp], ...] = (ReduceOp, ArgReduceOp, TopKOp, CumSumOp, SoftmaxOp)
 
 # -- normalisations and einsum ---------------------------------------------------------------------
-NORMALIZATION_OPS: tuple[type[LibraryOp], ...] = ()
+
+
+@irdl_op_definition
+class NormalizeOp(LibraryOp):
+    """LayerNormalization / InstanceNormalization: (x - mean) / sqrt(var + epsilon) * scale + bias.
+
+    Mean and variance are taken over `axes`, computed in `stash` (a numpy float dtype name).
+    `channel_axis` -1 broadcasts scale and bias numpy-style (LayerNorm); otherwise they are 1-D
+    along that axis (InstanceNorm).  With `stats` 1 the kernel also returns the mean and
+    1/sqrt(var + epsilon), keeping the reduced axes as extent 1.
+    """
+
+    name = "kernel.normalize"
+    PARAMS: ClassVar[dict[str, type]] = {
+        "axes": tuple, "epsilon": float, "channel_axis": int, "stash": str, "stats": int,
+    }  # fmt: skip
+
+    def verify_kernel(self) -> None:
+        _check_axes(self, self.param("axes"), _kernel_rank(self, self.inputs[0]))
+        want = 3 if self.param("stats") else 1
+        if len(self.outputs) != want:
+            raise VerifyException(
+                f"kernel.normalize '{self.node.data}': stats={self.param('stats')} gives {want} results"
+            )
+
+
+@irdl_op_definition
+class GroupNormOp(LibraryOp):
+    """ONNX GroupNormalization: channels split into `num_groups`, each normalised over itself and the
+    spatial axes, then scaled per channel (or per group, opset 18's meaning, with `per_group`)."""
+
+    name = "kernel.group_norm"
+    PARAMS: ClassVar[dict[str, type]] = {"num_groups": int, "epsilon": float, "per_group": int, "stash": str}
+
+
+@irdl_op_definition
+class LrnOp(LibraryOp):
+    """ONNX LRN: x / (bias + alpha / size * (sum of squares over `size` neighbouring channels)) ** beta."""
+
+    name = "kernel.lrn"
+    PARAMS: ClassVar[dict[str, type]] = {"size": int, "alpha": float, "beta": float, "bias": float}
+
+
+@irdl_op_definition
+class EinsumOp(LibraryOp):
+    """ONNX Einsum: numpy.einsum's meaning of `equation` (always with an explicit output)."""
+
+    name = "kernel.einsum"
+    PARAMS: ClassVar[dict[str, type]] = {"equation": str}
+
+
+NORMALIZATION_OPS: tuple[type[LibraryOp], ...] = (NormalizeOp, GroupNormOp, LrnOp, EinsumOp)
 
 # -- convolution, pooling, resize ------------------------------------------------------------------
-CONV_OPS: tuple[type[LibraryOp], ...] = ()
+
+
+@irdl_op_definition
+class ConvOp(LibraryOp):
+    """ONNX Conv with its geometry resolved: `(x, w[, b])`, explicit begin/end `pads`, `group`."""
+
+    name = "kernel.conv"
+    PARAMS: ClassVar[dict[str, type]] = {"strides": tuple, "pads": tuple, "dilations": tuple, "group": int}
+
+
+@irdl_op_definition
+class ConvTransposeOp(LibraryOp):
+    """ONNX ConvTranspose: `(x, w[, b])`; `pads` crop the full scatter, `output_padding` extends its end."""
+
+    name = "kernel.conv_transpose"
+    PARAMS: ClassVar[dict[str, type]] = {
+        "strides": tuple,
+        "pads": tuple,
+        "dilations": tuple,
+        "group": int,
+        "output_padding": tuple,
+    }
+
+
+@irdl_op_definition
+class PoolOp(LibraryOp):
+    """Max/average/Lp pooling over the axes after N and C; with two results max also gives indices."""
+
+    name = "kernel.pool"
+    PARAMS: ClassVar[dict[str, type]] = {
+        "mode": str,
+        "kernel_shape": tuple,
+        "strides": tuple,
+        "pads": tuple,
+        "dilations": tuple,
+        "out_shape": tuple,
+        "count_include_pad": int,
+        "p": float,
+        "storage_order": int,
+        "indices": int,
+    }
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"count_include_pad", "p", "storage_order", "indices"})
+
+    def verify_kernel(self) -> None:
+        if self.param("mode") not in ("max", "avg", "lp"):
+            raise VerifyException(f"{self.name} '{self.node.data}': mode must be max, avg or lp")
+
+
+@irdl_op_definition
+class ResizeOp(LibraryOp):
+    """ONNX Resize with the output extents (`sizes`) and the mapping's `scales` settled by the build."""
+
+    name = "kernel.resize"
+    PARAMS: ClassVar[dict[str, type]] = {
+        "mode": str,
+        "coordinate_mode": str,
+        "nearest_mode": str,
+        "scales": tuple,
+        "sizes": tuple,
+        "roi": tuple,
+        "cubic_coeff_a": float,
+        "exclude_outside": int,
+        "extrapolation_value": float,
+    }
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"roi", "cubic_coeff_a", "exclude_outside", "extrapolation_value"})
+
+
+CONV_OPS: tuple[type[LibraryOp], ...] = (ConvOp, ConvTransposeOp, PoolOp, ResizeOp)
 
 
 Kernel = Dialect(
