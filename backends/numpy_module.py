@@ -1,13 +1,14 @@
 """Print a `kernel.program` as one readable Python module that imports only numpy.
 
 `emit_python(module)` returns the module's source.  It declares, in order: a docstring naming the
-model; `import numpy as np`; the runtime pieces the program uses, copied from
-`loam.backends.numpy_runtime` (so `ShapeError` and `LoadError` are the module's own); one marker
-class per axis (with `EXTENT` where every value the program declares gives the axis one constant
-extent); one function per distinct `Expr`; the folded constants and embedded weights as byte
-literals; `class Weights` (`load(data: bytes)`, and `embedded()` when the IR carries every weight);
-`class Outputs` when there are several outputs; and `forward(weights, *inputs)`, which checks its
-inputs and then runs one line per kernel, each commented with the ONNX node it computes.
+model; `import numpy as np` (and `import ml_dtypes` where a bf16 value appears); the runtime
+pieces the program uses, copied from `loam.backends.numpy_runtime` (so `ShapeError` and
+`LoadError` are the module's own); one marker class per axis (with `EXTENT` where every value
+the program declares gives the axis one constant extent); one function per distinct `Expr`; the
+folded constants and embedded weights as byte literals; `class Weights` (`load(data: bytes)`, and
+`embedded()` when the IR carries every weight); `class Outputs` when there are several outputs;
+and `forward(weights, *inputs)`, which checks its inputs and then runs one line per kernel, each
+commented with the ONNX node it computes.
 
 Example of the output for a one-layer MLP:
 
@@ -36,11 +37,13 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from loam.backends import numpy_runtime
+from loam.backends.numpy_kernels import elementwise as elementwise_kernels
 from loam.dialects.kernel import (
     Binary,
     CastOp,
     Const,
     ConstantOp,
+    Convert,
     Expr,
     LibraryOp,
     MatmulOp,
@@ -49,6 +52,7 @@ from loam.dialects.kernel import (
     ProgramOp,
     RegroupOp,
     ReturnOp,
+    Select,
     Unary,
     WeightOp,
     ZipOp,
@@ -60,22 +64,14 @@ from loam.poly import Poly
 
 __all__ = ["emit_python"]
 
-# Unary steps: numpy ufuncs, or runtime pieces where numpy has none.
-_UNARY: dict[str, str] = {
-    "neg": "np.negative", "abs": "np.abs", "relu": "_relu", "sigmoid": "_sigmoid", "tanh": "np.tanh",
-    "exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "reciprocal": "np.reciprocal",
-    "floor": "np.floor", "ceil": "np.ceil", "round": "np.round", "sin": "np.sin", "cos": "np.cos",
-    "tan": "np.tan", "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan", "sinh": "np.sinh",
-    "cosh": "np.cosh", "asinh": "np.arcsinh", "acosh": "np.arccosh", "atanh": "np.arctanh",
-    "erf": "_erf", "sign": "np.sign", "softplus": "_softplus", "softsign": "_softsign", "identity": "",
-}  # fmt: skip
-_BINARY: dict[str, str] = {
-    "add": "np.add", "sub": "np.subtract", "mul": "np.multiply", "div": "np.divide",
-    "pow": "np.power", "max": "np.maximum", "min": "np.minimum",
-}  # fmt: skip
+# Step spellings: numpy ufuncs, or pieces where the meaning depends on the element type.
+_UNARY: dict[str, str] = elementwise_kernels.UNARY_SOURCE
+_BINARY: dict[str, str] = elementwise_kernels.BINARY_SOURCE
 
 # Names the module declares whatever the program holds; reserved before any ONNX name.
-_FIXED_NAMES = ("np", "Weights", "Outputs", "forward", "weights", "_env", "_SPECS", "_fields", "self", "cls")
+_FIXED_NAMES = (
+    "np", "ml_dtypes", "Weights", "Outputs", "forward", "weights", "_env", "_SPECS", "_fields", "self", "cls",
+)  # fmt: skip
 
 
 def emit_python(module: ModuleOp) -> str:
@@ -125,10 +121,18 @@ def _axes_type(value: SSAValue, what: str) -> AxesTensorType:
 
 
 def _numpy_dtype(t: AxesTensorType, what: str) -> np.dtype:
+    """The dtype holding `t`'s elements: a plain numpy one, or ml_dtypes.bfloat16."""
     dtype = t.elem.numpy
-    if dtype is None or dtype.type.__module__ != "numpy" or dtype.kind == "O":
+    if dtype is None or dtype.kind == "O" or (dtype.type.__module__ != "numpy" and t.elem.name != "bf16"):
         raise UnsupportedError(f"{what} has element type {t.elem.name}, which plain numpy cannot hold")
     return dtype
+
+
+def _dtype_source(dtype: np.dtype) -> str:
+    """How the module spells `dtype`: `np.float32`, `np.bool_`, `ml_dtypes.bfloat16`."""
+    if dtype.type.__module__ != "numpy":
+        return f"ml_dtypes.{dtype.name}"
+    return f"np.{'bool_' if dtype.name == 'bool' else dtype.name}"
 
 
 def _plain_symbol(p: Poly) -> str | None:
@@ -155,6 +159,8 @@ class _Emitter:
         self.consts: list[tuple[str, np.ndarray]] = []
         self.env_symbols: set[str] = set()
         self.value_text: dict[SSAValue, str] = {}
+        # Whether a bf16 value appears, so the module imports ml_dtypes (and only then).
+        self.ml_dtypes = False
 
     # -- collection -----------------------------------------------------------------------------
 
@@ -226,8 +232,11 @@ class _Emitter:
             name = self.names.mint(f"_zip_{len(self.exprs)}")
             self.exprs[expr] = name
             for step in expr.steps:
-                if isinstance(step, Unary) and _UNARY[step.op].startswith("_"):
-                    self.pieces.add(_UNARY[step.op])
+                source = _UNARY[step.op] if isinstance(step, Unary) else _BINARY.get(getattr(step, "op", ""), "")
+                if source.startswith("_"):
+                    self.pieces.add(source)
+                if isinstance(step, (Const, Convert)) and step.elem == "bf16":
+                    self.ml_dtypes = True
         return name
 
     def _expr_source(self, expr: Expr, name: str) -> str:
@@ -240,16 +249,20 @@ class _Emitter:
                 refs.append(f"a{step.index}")
                 continue
             if isinstance(step, Const):
-                dtype = np.dtype(_plain_dtype_name(step.elem))
+                dtype = _expr_dtype(step.elem)
                 text = format_float(step.value)
                 literal = {"inf": "np.inf", "-inf": "-np.inf", "nan": "np.nan"}.get(text, text)
-                rhs = f"np.{dtype.name}({literal})"
+                rhs = f"{_dtype_source(dtype)}({literal})"
             elif isinstance(step, Unary):
                 fn = _UNARY[step.op]
                 rhs = f"{fn}({refs[step.arg]})" if fn else refs[step.arg]
-            else:
-                assert isinstance(step, Binary)
+            elif isinstance(step, Binary):
                 rhs = f"{_BINARY[step.op]}({refs[step.lhs]}, {refs[step.rhs]})"
+            elif isinstance(step, Select):
+                rhs = f"np.where({refs[step.cond]}, {refs[step.a]}, {refs[step.b]})"
+            else:
+                assert isinstance(step, Convert)
+                rhs = f"np.asarray({refs[step.arg]}).astype({_dtype_source(_expr_dtype(step.elem))})"
             if i == len(expr.steps) - 1:
                 lines.append(f"    return np.asarray({rhs})")
             else:
@@ -272,7 +285,7 @@ class _Emitter:
             return f"np.reshape({arg[0]}, {self._shape_py(_axes_type(op.result, 'kernel.regroup'))})"
         if isinstance(op, CastOp):
             dtype = _numpy_dtype(_axes_type(op.result, "kernel.cast"), f"kernel.cast '{op.node.data}'")
-            return f"{arg[0]}.astype(np.{'bool_' if dtype.name == 'bool' else dtype.name})"
+            return f"{arg[0]}.astype({_dtype_source(dtype)})"
         if isinstance(op, ZipOp):
             expr = op.expr.data
             call = f"{self._expr_function(expr)}({', '.join(arg)})"
@@ -360,7 +373,9 @@ class _Emitter:
         embedded = all(op.data is not None for op, _ in weights)
         out_fields = out_idents if len(output_names) > 1 else []
 
-        parts: list[str] = [self._docstring(output_names), "import numpy as np\n"]
+        self.ml_dtypes = self.ml_dtypes or any(t.elem.name == "bf16" for t in self._all_types())
+        imports = "import ml_dtypes\nimport numpy as np\n" if self.ml_dtypes else "import numpy as np\n"
+        parts: list[str] = [self._docstring(output_names), imports]
         parts += [numpy_runtime.source_of(p) for p in numpy_runtime.pieces_for(self.pieces)]
         parts += [_marker_source(name, extent) for name, extent in markers.items()]
         parts += [self._expr_source(e, n) for e, n in self.exprs.items()]
@@ -448,13 +463,14 @@ class _Emitter:
         return "\n".join(lines) + "\n"
 
 
-def _plain_dtype_name(elem: str) -> str:
+def _expr_dtype(elem: str) -> np.dtype:
+    """The dtype of an Expr constant or cast: plain numpy, or ml_dtypes.bfloat16."""
     from loam.dtypes import by_name
 
     dtype = by_name(elem).numpy
-    if dtype is None or dtype.type.__module__ != "numpy":
-        raise UnsupportedError(f"expression constant of element type {elem} has no plain numpy dtype")
-    return dtype.name
+    if dtype is None or dtype.kind == "O" or (dtype.type.__module__ != "numpy" and elem != "bf16"):
+        raise UnsupportedError(f"expression step of element type {elem} has no numpy dtype")
+    return dtype
 
 
 def _broadcast(shapes: Sequence[tuple[Poly, ...]]) -> tuple[Poly, ...] | None:
@@ -479,6 +495,9 @@ def _to_numpy(attr: Attribute, what: str) -> np.ndarray:
 
 def _array_literal(arr: np.ndarray) -> str:
     """`arr` as `np.frombuffer(b"...", dtype=...).reshape(...)` (little-endian bytes)."""
+    if arr.dtype.type.__module__ != "numpy":  # ml_dtypes.bfloat16: its bits, viewed back
+        data = np.ascontiguousarray(arr).view(np.uint16).astype("<u2").tobytes()
+        return f"np.frombuffer({data!r}, dtype='<u2').view(ml_dtypes.{arr.dtype.name}).reshape({tuple(arr.shape)!r})"
     little = arr.dtype.newbyteorder("<") if arr.dtype.byteorder not in ("|", "=") else arr.dtype
     data = np.ascontiguousarray(arr, dtype=little).tobytes()
     return f"np.frombuffer({data!r}, dtype={little.str!r}).reshape({tuple(arr.shape)!r})"

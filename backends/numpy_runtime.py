@@ -313,12 +313,30 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    """The error function (Abramowitz and Stegun 7.1.26, absolute error under 1.5e-7)."""
+    """The error function in x's dtype, to a relative error under 2e-7.
+
+    Near 0 its Maclaurin series (where 1 - erfc would cancel); beyond, 1 - erfc with the Chebyshev
+    fit of erfc from Numerical Recipes (fractional error under 1.2e-7).  Computed in f64.
+    """
     x = np.asarray(x)
-    t = np.float64(1.0) / (np.float64(1.0) + np.float64(0.3275911) * np.abs(x.astype(np.float64)))
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    y = 1.0 - poly * np.exp(-(x.astype(np.float64) ** 2))
-    return (np.sign(x) * y).astype(x.dtype)
+    z = np.abs(x.astype(np.float64))
+    t = 1.0 / (1.0 + 0.5 * z)
+    coeffs = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
+              1.48851587, -0.82215223, 0.17087277)  # fmt: skip
+    poly = np.zeros_like(t)
+    for c in coeffs[:0:-1]:
+        poly = t * (c + poly)
+    with np.errstate(all="ignore"):
+        far = 1.0 - t * np.exp(-z * z + coeffs[0] + poly)
+        # erf(z) = 2/sqrt(pi) * sum_n (-1)^n z^(2n+1) / (n! (2n+1)); 12 terms reach 1e-16 below 0.5
+        term = z.copy()
+        near = z.copy()
+        for n in range(1, 12):
+            term = term * (-z * z) / n
+            near = near + term / (2 * n + 1)
+        near = near * 1.1283791670955126
+    y = np.where(z < 0.5, near, far)
+    return (np.where(np.isnan(z), z, np.sign(x) * y)).astype(x.dtype)
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:

@@ -1,6 +1,127 @@
-"""Library kernels of the elementwise family (see `backends/numpy_kernels/__init__.py`)."""
+"""The elementwise family's numpy meaning: how each `Expr` step is spelled, and the pieces it calls.
+
+`UNARY_SOURCE` and `BINARY_SOURCE` map each step operator to the numpy ufunc or the piece that
+computes it; the numpy printer spells a step with them, and `evaluate` (stage 0's folding) calls
+the very same functions, so a step's numeric meaning is written once.  The pieces here are the
+steps whose meaning depends on the element type, as ONNX defines it:
+
+- `_div`: integers truncate toward zero (numpy's `//` floors), floats divide;
+- `_pow`: the result has the base's type, whatever the exponent's (ONNX Pow's T and T1);
+- `_mod`: the divisor's sign (ONNX Mod with fmod=0);
+- `_shl`, `_shr`: ONNX BitShift, defined for shifts outside the type's width.
+"""
 
 from __future__ import annotations
 
-PIECES: dict[str, object] = {}
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from loam.dialects.kernel import Expr
+
+
+def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ONNX Div: integer operands truncate toward zero; float operands divide."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        with np.errstate(all="ignore"):
+            q = np.floor_divide(a, b)
+            inexact = np.remainder(a, b) != 0
+        # floor and truncation differ where the quotient is negative and inexact
+        return q + (inexact & ((a < 0) != (b < 0))).astype(q.dtype)
+    return np.divide(a, b)
+
+
+def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ONNX Pow: `a ** b` in the base's type; a mixed pair is computed in f64, as C's pow does."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype == b.dtype and a.dtype.kind == "f":
+        return np.power(a, b)
+    with np.errstate(all="ignore"):
+        return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+
+
+def _mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ONNX Mod, fmod=0: `a - floor(a / b) * b`, with the divisor's sign (Python's `%`)."""
+    with np.errstate(all="ignore"):
+        return np.remainder(a, b)
+
+
+def _shl(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ONNX BitShift LEFT: bits past the top are dropped; a shift < 0 or >= the width gives 0."""
+    a, b = np.asarray(a), np.asarray(b)
+    outside = (b < 0) | (b >= 8 * a.dtype.itemsize)
+    shifted = np.left_shift(a, np.where(outside, 0, b).astype(a.dtype))
+    return np.where(outside, np.zeros((), a.dtype), shifted)
+
+
+def _shr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ONNX BitShift RIGHT: arithmetic for signed types; a shift < 0 or >= the width leaves the sign fill."""
+    a, b = np.asarray(a), np.asarray(b)
+    outside = (b < 0) | (b >= 8 * a.dtype.itemsize)
+    shifted = np.right_shift(a, np.where(outside, 0, b).astype(a.dtype))
+    fill = np.where(a < 0, np.asarray(-1).astype(a.dtype), np.zeros((), a.dtype))
+    return np.where(outside, fill, shifted)
+
+
+# Step operator -> the numpy function or piece computing it ("" is the identity).
+UNARY_SOURCE: dict[str, str] = {
+    "neg": "np.negative", "abs": "np.abs", "relu": "_relu", "sigmoid": "_sigmoid", "tanh": "np.tanh",
+    "exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "reciprocal": "np.reciprocal",
+    "floor": "np.floor", "ceil": "np.ceil", "round": "np.round", "sin": "np.sin", "cos": "np.cos",
+    "tan": "np.tan", "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan", "sinh": "np.sinh",
+    "cosh": "np.cosh", "asinh": "np.arcsinh", "acosh": "np.arccosh", "atanh": "np.arctanh",
+    "erf": "_erf", "sign": "np.sign", "softplus": "_softplus", "softsign": "_softsign", "identity": "",
+    "not": "np.logical_not", "isnan": "np.isnan", "isinf": "np.isinf",
+}  # fmt: skip
+BINARY_SOURCE: dict[str, str] = {
+    "add": "np.add", "sub": "np.subtract", "mul": "np.multiply", "div": "_div", "pow": "_pow",
+    "max": "np.maximum", "min": "np.minimum", "mod": "_mod", "fmod": "np.fmod", "equal": "np.equal",
+    "less": "np.less", "less_equal": "np.less_equal", "greater": "np.greater",
+    "greater_equal": "np.greater_equal", "and": "np.logical_and", "or": "np.logical_or",
+    "xor": "np.logical_xor", "shl": "_shl", "shr": "_shr",
+}  # fmt: skip
+
+
+def function_of(source: str) -> Any:
+    """The function a step's source spelling names (`np.tanh`, `_relu`)."""
+    if source.startswith("np."):
+        return getattr(np, source[3:])
+    from loam.backends import numpy_runtime
+
+    return numpy_runtime.PIECES[source]
+
+
+def evaluate(expr: Expr, operands: Sequence[np.ndarray]) -> np.ndarray:
+    """`expr` over `operands` with the functions the generated module calls (stage 0's folding)."""
+    from loam import dtypes
+    from loam.dialects.kernel import Binary, Const, Convert, Operand, Select, Unary
+
+    values: list[Any] = []
+    with np.errstate(all="ignore"):
+        for step in expr.steps:
+            if isinstance(step, Operand):
+                values.append(np.asarray(operands[step.index]))
+            elif isinstance(step, Const):
+                dtype = dtypes.by_name(step.elem).numpy
+                assert dtype is not None
+                values.append(np.asarray(step.value).astype(dtype))
+            elif isinstance(step, Unary):
+                source = UNARY_SOURCE[step.op]
+                values.append(function_of(source)(values[step.arg]) if source else values[step.arg])
+            elif isinstance(step, Binary):
+                values.append(function_of(BINARY_SOURCE[step.op])(values[step.lhs], values[step.rhs]))
+            elif isinstance(step, Select):
+                values.append(np.where(values[step.cond], values[step.a], values[step.b]))
+            else:
+                assert isinstance(step, Convert)
+                dtype = dtypes.by_name(step.elem).numpy
+                assert dtype is not None
+                values.append(np.asarray(values[step.arg]).astype(dtype))
+    return np.asarray(values[-1])
+
+
+PIECES: dict[str, object] = {"_div": _div, "_pow": _pow, "_mod": _mod, "_shl": _shl, "_shr": _shr}
 DEPENDS: dict[str, tuple[str, ...]] = {}

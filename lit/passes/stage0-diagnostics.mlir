@@ -42,12 +42,11 @@ graph.model {ir_version = 8 : i64, opset_import = {"" = 17 : i64}} {
 
 // -----
 
-// An attribute a rule would ignore stops the build: opset 6's Add broadcasts at `axis`, not at the end.
-// CHECK: Add node 'old_add': attributes 'axis', 'broadcast' of opset 6 are not supported
-graph.model {ir_version = 3 : i64, opset_import = {"" = 6 : i64}} {
-  graph.graph "old" (%x: !graph.tensor<f32, [2, 3, 4]>) inputs ["x"] {
-    %b = graph.initializer "b" : !graph.tensor<f32, [3]>
-    %y = graph.node "Add" "old_add" since 6 (%x, %b) {broadcast = 1 : i64, axis = 1 : i64} -> ["y"] : !graph.unknown
-    graph.return %y ["y"] : !graph.tensor<f32, [2, 3, 4]>
+// An attribute a rule would ignore stops the build: LeakyRelu reads only `alpha`.
+// CHECK: LeakyRelu node 'leaky': attribute 'gamma' of opset 17 is not supported
+graph.model {ir_version = 8 : i64, opset_import = {"" = 17 : i64}} {
+  graph.graph "g" (%x: !graph.tensor<f32, [2, 3]>) inputs ["x"] {
+    %y = graph.node "LeakyRelu" "leaky" since 17 (%x) {alpha = 0.5 : f32, gamma = 1.0 : f32} -> ["y"] : !graph.unknown
+    graph.return %y ["y"] : !graph.tensor<f32, [2, 3]>
   }
 }

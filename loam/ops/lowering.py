@@ -11,12 +11,17 @@ from collections.abc import Sequence
 import numpy as np
 from xdsl.ir import SSAValue
 
-from loam.dialects.kernel import ConstantOp, Expr, MatmulOp, PermuteOp, ZipOp
+from loam.dialects.kernel import ConstantOp, Convert, Expr, MatmulOp, PermuteOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.ops.base import LowerContext, NodeInfo
 
-# Element types the numpy and WGSL kernels compute in.
-COMPUTE_TYPES = ("f32",)
+# Element types Loam's kernels compute in (each operator allows those of them ONNX allows it).
+COMPUTE_TYPES: tuple[str, ...] = (
+    "f32", "f64", "f16", "bf16", "i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64", "bool",
+)  # fmt: skip
+FLOAT_TYPES: tuple[str, ...] = ("f32", "f64", "f16", "bf16")
+# Halves are computed in f32 and narrowed where the node's result is stored.
+HALF_TYPES: tuple[str, ...] = ("f16", "bf16")
 
 
 def axes_type(value: SSAValue) -> AxesTensorType:
@@ -25,14 +30,38 @@ def axes_type(value: SSAValue) -> AxesTensorType:
     return t
 
 
-def require_compute_type(node: NodeInfo, values: Sequence[SSAValue]) -> None:
-    """Arithmetic kernels compute in f32; any other element type stops the build naming it."""
-    for v in values:
-        elem = axes_type(v).elem
-        if elem.name not in COMPUTE_TYPES:
-            raise node.unsupported(
-                f"computes in element type {elem.name}; Loam's kernels compute in {', '.join(COMPUTE_TYPES)}"
-            )
+def require_compute_type(node: NodeInfo, values: Sequence[SSAValue], allowed: Sequence[str] = COMPUTE_TYPES) -> None:
+    """Stop the build, naming the type, where a value's element type is not one of `allowed`."""
+    require_elem_types(node, [axes_type(v).elem.name for v in values], allowed)
+
+
+def require_elem_types(node: NodeInfo, elems: Sequence[str], allowed: Sequence[str] = COMPUTE_TYPES) -> None:
+    """`require_compute_type` over element type names (stage 0 checks these before any lowering)."""
+    for elem in elems:
+        if elem not in allowed:
+            raise node.unsupported(f"computes in element type {elem}; Loam computes it in {', '.join(allowed)}")
+
+
+def compute_elem(elem: str) -> str:
+    """The element type arithmetic on `elem` runs in: f32 for halves, `elem` itself otherwise."""
+    return "f32" if elem in HALF_TYPES else elem
+
+
+def typed_expr(expr: Expr, operand_elems: Sequence[str], result_elem: str) -> Expr:
+    """`expr` with half operands widened to f32 at its start and a half result narrowed at its end.
+
+    The same Expr both folds in stage 0 and runs in the module, so the two round alike; the
+    narrowing sits in the Expr (not around the kernel) so that fusing two zips keeps the rounding
+    between the nodes that onnxruntime does.
+    """
+    if any(e in HALF_TYPES for e in operand_elems):
+        expr = expr.substitute(
+            [Expr.operand(i).cast("f32") if e in HALF_TYPES else Expr.operand(i) for i, e in enumerate(operand_elems)]
+        )
+    last = expr.steps[-1]
+    if result_elem in HALF_TYPES and not (isinstance(last, Convert) and last.elem == result_elem):
+        expr = expr.cast(result_elem)
+    return expr
 
 
 def folded_scalar(value: SSAValue) -> float | None:
@@ -46,20 +75,28 @@ def folded_scalar(value: SSAValue) -> float | None:
     return float(np.asarray(array, dtype=np.float64).reshape(()))
 
 
-def emit_zip(ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue], expr: Expr) -> SSAValue:
+def emit_zip(
+    ctx: LowerContext,
+    node: NodeInfo,
+    operands: Sequence[SSAValue],
+    expr: Expr,
+    allowed: Sequence[str] = COMPUTE_TYPES,
+) -> SSAValue:
     """A `kernel.zip` computing `expr` over `operands`; one-element float constants fold into it.
 
-    The zip keeps the node's result type, so where a folded constant of higher rank set the
-    result's rank (x[3] * c[1, 1] is [1, 3]), the kernel stretches its value to that type.
+    Half operands and results are widened and narrowed around `expr` (`typed_expr`).  The zip
+    keeps the node's result type, so where a folded constant of higher rank set the result's rank
+    (x[3] * c[1, 1] is [1, 3]), the kernel stretches its value to that type.
     """
-    require_compute_type(node, operands)
+    require_compute_type(node, operands, allowed)
     result_type = ctx.result_types[0]
+    expr = typed_expr(expr, [axes_type(v).elem.name for v in operands], result_type.elem.name)
     substitutes: list[Expr] = []
     kept: list[SSAValue] = []
     for v in operands:
         scalar = folded_scalar(v)
         if scalar is not None:
-            substitutes.append(Expr.const(scalar))
+            substitutes.append(Expr.const(scalar, axes_type(v).elem.name))
         else:
             substitutes.append(Expr.operand(len(kept)))
             kept.append(v)
@@ -71,15 +108,17 @@ def emit_zip(ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue], ex
     return op.result
 
 
-def zip_of(ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue], step: str) -> SSAValue:
+def zip_of(
+    ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue], step: str, allowed: Sequence[str] = COMPUTE_TYPES
+) -> SSAValue:
     """One elementwise step over the operands (`add`, `relu`, ...)."""
     x = Expr.operand(0)
     expr = x.unary(step) if len(operands) == 1 else x.binary(step, Expr.operand(1))
-    return emit_zip(ctx, node, operands, expr)
+    return emit_zip(ctx, node, operands, expr, allowed)
 
 
 def matmul_of(ctx: LowerContext, node: NodeInfo, a: SSAValue, b: SSAValue, result_type: AxesTensorType) -> SSAValue:
-    require_compute_type(node, [a, b])
+    require_compute_type(node, [a, b], ("f32",))
     op = MatmulOp(a, b, result_type, node.name)
     ctx.emit(op)
     return op.result

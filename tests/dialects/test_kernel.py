@@ -13,21 +13,27 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
 from loam.context import make_context
-from loam.dialects.kernel import BINARY_OPS, UNARY_OPS, Binary, Const, Expr, ExprAttr, Operand, Unary
+from loam.dialects.kernel import BINARY_OPS, UNARY_OPS, Binary, Const, Convert, Expr, ExprAttr, Operand, Select, Unary
 
 T = "!tensor_axes.tensor"
+ELEMS = ["f32", "f64", "f16", "bf16", "i8", "i32", "i64", "ui8", "ui64", "bool"]
 
 
 @st.composite
 def exprs(draw: st.DrawFn) -> Expr:
     steps: list[object] = []
     for i in range(draw(st.integers(1, 8))):
-        kinds = ["operand", "const"] + (["unary", "binary"] if i else [])
+        kinds = ["operand", "const"] + (["unary", "binary", "select", "cast"] if i else [])
         kind = draw(st.sampled_from(kinds))
         if kind == "operand":
             steps.append(Operand(draw(st.integers(0, 3))))
         elif kind == "const":
-            steps.append(Const(draw(st.floats(allow_nan=True, allow_infinity=True, width=32))))
+            elem = draw(st.sampled_from(ELEMS))
+            steps.append(Const(draw(st.floats(allow_nan=True, allow_infinity=True, width=32)), elem))
+        elif kind == "select":
+            steps.append(Select(*(draw(st.integers(0, i - 1)) for _ in range(3))))
+        elif kind == "cast":
+            steps.append(Convert(draw(st.integers(0, i - 1)), draw(st.sampled_from(ELEMS))))
         elif kind == "unary":
             steps.append(Unary(draw(st.sampled_from(sorted(UNARY_OPS))), draw(st.integers(0, i - 1))))
         else:
@@ -57,6 +63,17 @@ def test_builders_share_and_compose() -> None:
     assert (x * 0.5).arity == 1 and (x + b).operand_indices == {0, 1}
 
 
+def test_select_and_cast_steps() -> None:
+    c, x = Expr.operand(0), Expr.operand(1)
+    where = Expr.select(c, x, 0.0)
+    assert str(where) == "[operand 0, operand 1, const 0.0 : f32, select 0 1 2]"
+    assert str(x.cast("f16")) == "[operand 1, cast 0 : f16]"
+    assert str(x.binary("less_equal", x).binary("and", c)) == "[operand 1, less_equal 0 0, operand 0, and 1 2]"
+    widened = (c * 2.0).substitute([Expr.operand(0).cast("f32")])
+    assert str(widened) == "[operand 0, cast 0 : f32, const 2.0 : f32, mul 1 2]"
+    assert parse_attr(f"#kernel.expr<{where}>") == ExprAttr(where)
+
+
 def test_const_equality_is_by_bits() -> None:
     assert Const(math.nan) == Const(float("nan"))
     assert Const(0.0) != Const(-0.0)
@@ -69,6 +86,8 @@ def test_const_equality_is_by_bits() -> None:
         ((Unary("relu", 0),), "not an earlier step"),
         ((Operand(0), Unary("frobnicate", 0)), "unknown unary operator"),
         ((Operand(0), Binary("add", 0, 1)), "not an earlier step"),
+        ((Operand(0), Select(0, 0, 1)), "not an earlier step"),
+        ((Operand(0), Convert(0, "f7")), "unknown element type 'f7'"),
         ((), "at least one step"),
     ],
 )
@@ -80,6 +99,8 @@ def test_bad_exprs_are_refused(steps: tuple[object, ...], message: str) -> None:
 def test_bad_expr_text_is_a_parse_error() -> None:
     with pytest.raises(ParseError, match="unknown expression step 'frob'"):
         parse_attr("#kernel.expr<[operand 0, frob 0]>")
+    with pytest.raises(ParseError, match="unknown element type 'f7'"):
+        parse_attr("#kernel.expr<[operand 0, cast 0 : f7]>")
 
 
 def t(axes: str) -> str:

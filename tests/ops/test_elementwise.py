@@ -1,0 +1,518 @@
+"""The elementwise family against onnxruntime: arithmetic, comparisons, logic, activations, Clip,
+Where, Cast/CastLike, over every element type ONNX allows them, with broadcasting; stage-0 folding
+of known values; the older opsets' meanings Loam restates; and what the build refuses.
+
+Each case is a small model built with `onnx.helper`, compiled by `loam.testing.run_loam` (drafted
+layout) and compared with onnxruntime.  onnxruntime cannot hand bf16 arrays to numpy, so bf16
+cases cast their f32 inputs to bf16 and the result back to f32 inside the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from loam.errors import ShapeError, UnsupportedError
+from loam.testing import assert_same, build_for, run_loam, run_onnxruntime
+
+ELEM: dict[str, int] = {
+    "f32": TensorProto.FLOAT, "f64": TensorProto.DOUBLE, "f16": TensorProto.FLOAT16,
+    "bf16": TensorProto.BFLOAT16, "i8": TensorProto.INT8, "i16": TensorProto.INT16, "i32": TensorProto.INT32,
+    "i64": TensorProto.INT64, "ui8": TensorProto.UINT8, "ui16": TensorProto.UINT16,
+    "ui32": TensorProto.UINT32, "ui64": TensorProto.UINT64, "bool": TensorProto.BOOL,
+}  # fmt: skip
+NP: dict[str, Any] = {
+    "f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "i8": np.int8,
+    "i16": np.int16, "i32": np.int32, "i64": np.int64, "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32,
+    "ui64": np.uint64, "bool": np.bool_,
+}  # fmt: skip
+
+
+def model_of(
+    op: str,
+    inputs: Mapping[str, np.ndarray | None],
+    attrs: Mapping[str, Any] | None = None,
+    opset: int = 21,
+    elems: Mapping[str, str] | None = None,
+    nodes_before: Sequence[onnx.NodeProto] = (),
+) -> onnx.ModelProto:
+    """One `op` node over `inputs` (None: an absent optional input) giving `y`.
+
+    `elems` overrides an input's element type; a bf16 input is fed as f32 and cast inside, and a
+    bf16 result is cast back to f32, so onnxruntime can take and give it.
+    """
+    elems = dict(elems or {})
+    nodes: list[onnx.NodeProto] = list(nodes_before)
+    graph_inputs = []
+    args: list[str] = []
+    for name, value in inputs.items():
+        if value is None:
+            args.append("")
+            continue
+        elem = elems.get(name) or _elem_of(value)
+        if elem == "bf16":
+            graph_inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, list(value.shape)))
+            nodes.append(helper.make_node("Cast", [name], [f"{name}_bf16"], to=TensorProto.BFLOAT16))
+            args.append(f"{name}_bf16")
+        else:
+            graph_inputs.append(helper.make_tensor_value_info(name, ELEM[elem], list(value.shape)))
+            args.append(name)
+    bf16_out = elems.get("y") == "bf16" or (elems.get("y") is None and "bf16" in elems.values())
+    out = "y_bf16" if bf16_out else "y"
+    nodes.append(helper.make_node(op, args, [out], name="n", **dict(attrs or {})))
+    if bf16_out:
+        nodes.append(helper.make_node("Cast", ["y_bf16"], ["y"], to=TensorProto.FLOAT))
+    graph = helper.make_graph(nodes, "g", graph_inputs, [helper.make_value_info("y", onnx.TypeProto())])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _elem_of(value: np.ndarray) -> str:
+    for name, t in NP.items():
+        if np.dtype(t) == value.dtype and name != "bf16":
+            return name
+    raise AssertionError(value.dtype)
+
+
+def feeds_of(inputs: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:
+    return {k: v for k, v in inputs.items() if v is not None}
+
+
+# Where onnxruntime has no kernel for a type (bf16 arithmetic, f64 trigonometry at opset 22, bool
+# Where, i64 Relu), the oracle is onnxruntime on a type it has, converted to the tested one.
+STAND_IN = {"bf16": "f32", "f64": "f32", "i64": "i32", "bool": "i32"}
+
+
+def check(
+    op: str,
+    inputs: Mapping[str, np.ndarray | None],
+    attrs: Mapping[str, Any] | None = None,
+    opset: int = 21,
+    elems: Mapping[str, str] | None = None,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+) -> None:
+    model = model_of(op, inputs, attrs, opset, elems)
+    feeds = feeds_of(inputs)
+    got = run_loam(model, feeds)
+    try:
+        want = run_onnxruntime(model, feeds)
+    except Exception as e:  # onnxruntime's NotImplemented
+        if "NOT_IMPLEMENTED" not in str(e):
+            raise
+        explicit = dict(elems or {})
+        stand_in: dict[str, str] = {}
+        for name, value in feeds.items():
+            elem = explicit.get(name) or _elem_of(value)
+            if elem in STAND_IN and (elem != "bool" or name in explicit):
+                stand_in[name] = STAND_IN[elem]
+        assert stand_in, str(e)
+        other = {k: (v.astype(NP[stand_in[k]]) if k in stand_in else v) for k, v in feeds.items()}
+        want = run_onnxruntime(model_of(op, other, attrs, opset, {**explicit, **stand_in}), other)
+        want = [w.astype(g.dtype) for g, w in zip(got, want, strict=True)]
+        rtol, atol = max(rtol, 1e-4), max(atol, 1e-5)  # the stand-in computed in a narrower type
+    assert_same(got, want, rtol=rtol, atol=atol)
+
+
+def data(elem: str, shape: tuple[int, ...], seed: int = 0, low: int = -5, high: int = 6) -> np.ndarray:
+    """Test values of `elem`: normal floats (bf16 fed as f32), small integers, random bools."""
+    rng = np.random.default_rng(seed)
+    if elem == "bool":
+        return rng.integers(0, 2, shape).astype(np.bool_)
+    if elem.startswith("ui"):
+        return rng.integers(max(low, 0), high, shape).astype(NP[elem])
+    if elem.startswith("i"):
+        return rng.integers(low, high, shape).astype(NP[elem])
+    return rng.standard_normal(shape).astype(np.float32 if elem == "bf16" else NP[elem])
+
+
+def tolerance(elem: str) -> dict[str, float]:
+    return {"f16": {"rtol": 2e-3, "atol": 2e-3}, "bf16": {"rtol": 1e-2, "atol": 1e-2}}.get(
+        elem, {"rtol": 1e-5, "atol": 1e-6}
+    )
+
+
+# -- binary arithmetic ---------------------------------------------------------------------------------
+
+SHAPES = [((2, 3), (3,)), ((2, 1, 3), (4, 1)), ((), (2, 2)), ((3,), (3,))]
+ARITH_TYPES = ["f32", "f64", "f16", "bf16", "i8", "i32", "i64", "ui8", "ui32"]
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+@pytest.mark.parametrize("elem", ARITH_TYPES)
+@pytest.mark.parametrize("shapes", SHAPES, ids=str)
+def test_arithmetic(op: str, elem: str, shapes: tuple[tuple[int, ...], tuple[int, ...]]) -> None:
+    a = data(elem, shapes[0], 1, -20, 21)
+    b = data(elem, shapes[1], 2, 1, 6)
+    if op == "Div" and not elem.startswith(("f", "bf")):
+        b = np.where(np.arange(b.size).reshape(b.shape) % 2 == 0, b, -b) if not elem.startswith("ui") else b
+    check(op, {"a": a, "b": b}, elems={"a": elem, "b": elem}, **tolerance(elem))
+
+
+def test_integer_division_truncates_toward_zero() -> None:
+    a = np.array([-7, 7, -7, 7, -1, 0], np.int32)
+    b = np.array([2, -2, -2, 2, 3, -3], np.int32)
+    model = model_of("Div", {"a": a, "b": b})
+    (got,) = run_loam(model, {"a": a, "b": b})
+    np.testing.assert_array_equal(got, [-3, -3, 3, 3, 0, 0])
+    assert_same([got], run_onnxruntime(model, {"a": a, "b": b}))
+
+
+@pytest.mark.parametrize(
+    ("base", "exponent"),
+    [("f32", "f32"), ("f64", "f64"), ("f16", "f16"), ("i32", "i32"), ("i64", "i64"), ("f32", "i64"), ("i32", "f32")],
+)
+def test_pow_keeps_the_base_type(base: str, exponent: str) -> None:
+    a = np.abs(data(base, (2, 3), 3, 1, 5)).astype(NP[base])
+    b = np.abs(data(exponent, (3,), 4, 0, 4)).astype(NP[exponent])
+    check("Pow", {"a": a, "b": b}, opset=15, **tolerance(base))
+
+
+@pytest.mark.parametrize("elem", ["i8", "i32", "i64", "ui8", "f32", "f64", "f16"])
+@pytest.mark.parametrize("fmod", [0, 1])
+def test_mod(elem: str, fmod: int) -> None:
+    a = data(elem, (2, 4), 5, -9, 10)
+    b = np.array([3, -3, 2, -5], NP[elem]) if not elem.startswith("ui") else np.array([3, 4, 2, 5], NP[elem])
+    if elem.startswith("f") and fmod == 0:
+        # onnxruntime refuses fmod=0 on floats (ONNX defined it in opset 28): Python's % is the meaning.
+        (got,) = run_loam(model_of("Mod", {"a": a, "b": b}, {"fmod": 0}, opset=13), {"a": a, "b": b})
+        np.testing.assert_allclose(got, np.asarray(a.astype(np.float64) % b.astype(np.float64), a.dtype), rtol=1e-3)
+        return
+    check("Mod", {"a": a, "b": b}, {"fmod": fmod}, opset=13, **tolerance(elem))
+
+
+# -- comparisons, logic, shifts ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"])
+@pytest.mark.parametrize("elem", ["f32", "f16", "i32", "i64", "ui8"])
+def test_comparisons(op: str, elem: str) -> None:
+    a = data(elem, (2, 3), 6, -2, 3)
+    b = data(elem, (3,), 7, -2, 3)
+    if elem.startswith("f"):
+        a[0, 0] = np.nan
+        b[1] = a[1, 1]
+    check(op, {"a": a, "b": b})
+
+
+def test_equal_on_bool() -> None:
+    check("Equal", {"a": data("bool", (2, 3), 1), "b": data("bool", (3,), 2)})
+
+
+@pytest.mark.parametrize("op", ["And", "Or", "Xor"])
+def test_logic(op: str) -> None:
+    check(op, {"a": data("bool", (2, 1, 3), 1), "b": data("bool", (4, 1), 2)})
+
+
+def test_not() -> None:
+    check("Not", {"x": data("bool", (2, 3))})
+
+
+@pytest.mark.parametrize("elem", ["ui8", "ui16", "ui32", "ui64"])
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+def test_bitshift(elem: str, direction: str) -> None:
+    a = data(elem, (2, 3), 8, 0, 200)
+    b = data(elem, (3,), 9, 0, 7)
+    check("BitShift", {"a": a, "b": b}, {"direction": direction})
+
+
+# -- variadic ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("op", "elem"),
+    [
+        (op, e)
+        for op in ("Max", "Min", "Sum", "Mean")
+        for e in ("f32", "f16", "i32")
+        if e[0] == "f" or op in ("Max", "Min")
+    ],
+)
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_variadic(op: str, count: int, elem: str) -> None:
+    """Sum and Mean are defined on floats only."""
+    shapes = [(2, 3), (3,), (1, 3)][:count]
+    inputs = {f"x{i}": data(elem, s, i) for i, s in enumerate(shapes)}
+    if elem.startswith("f"):
+        inputs["x0"][0, 1] = np.nan  # Max and Min propagate NaN, as onnxruntime does
+    check(op, inputs, opset=13, **tolerance(elem))
+
+
+# -- unary ------------------------------------------------------------------------------------------------
+
+# op -> a transform making the input lie in the op's domain
+UNARY: dict[str, Any] = {
+    "Relu": None, "Sigmoid": None, "Tanh": None, "Exp": None, "Log": np.abs, "Sqrt": np.abs,
+    "Reciprocal": None, "Neg": None, "Abs": None, "Floor": None, "Ceil": None, "Round": None, "Sign": None,
+    "Erf": None, "Softplus": None, "Softsign": None, "Sin": None, "Cos": None, "Tan": None,
+    "Asin": np.tanh, "Acos": np.tanh, "Atan": None, "Sinh": None, "Cosh": None, "Asinh": None,
+    "Acosh": lambda x: 1 + np.abs(x), "Atanh": np.tanh, "IsNaN": None, "HardSwish": None,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("op", sorted(UNARY))
+@pytest.mark.parametrize("elem", ["f32", "f64", "f16"])
+def test_unary(op: str, elem: str) -> None:
+    x = data(elem, (3, 4), 11) * 3
+    transform = UNARY[op]
+    if transform is not None:
+        x = transform(x).astype(x.dtype)
+    x[0, 0] = np.round(x[0, 0]) + 0.5  # a tie for Round: half to even
+    if op == "IsNaN":
+        x[1, 1] = np.nan
+    check(op, {"x": x}, opset=22 if op != "IsNaN" else 20, **tolerance(elem))
+
+
+@pytest.mark.parametrize("op", ["Relu", "Abs", "Neg", "Sign"])
+@pytest.mark.parametrize("elem", ["i8", "i32", "i64"])
+def test_unary_integers(op: str, elem: str) -> None:
+    check(op, {"x": data(elem, (3, 4), 12, -100, 100)}, opset=14)
+
+
+@pytest.mark.parametrize("op", ["Relu", "Sigmoid", "Erf", "Exp", "Gelu"])
+def test_unary_bf16(op: str) -> None:
+    check(op, {"x": data("bf16", (3, 4), 13)}, opset=20, elems={"x": "bf16"}, **tolerance("bf16"))
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "opset"),
+    [
+        ("LeakyRelu", {}, 16),
+        ("LeakyRelu", {"alpha": 0.3}, 16),
+        ("Elu", {"alpha": 0.7}, 22),
+        ("Selu", {}, 22),
+        ("Selu", {"alpha": 1.5, "gamma": 2.0}, 22),
+        ("Celu", {"alpha": 2.0}, 12),
+        ("Gelu", {}, 20),
+        ("Gelu", {"approximate": "tanh"}, 20),
+        ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, 22),
+        ("HardSigmoid", {}, 6),
+        ("IsInf", {}, 20),
+        ("IsInf", {"detect_negative": 0}, 20),
+        ("IsInf", {"detect_positive": 0}, 20),
+        ("IsInf", {"detect_positive": 0, "detect_negative": 0}, 20),
+    ],
+)
+def test_activations_with_attributes(op: str, attrs: dict[str, Any], opset: int) -> None:
+    x = data("f32", (3, 4), 14) * 3
+    x[0, :3] = [np.inf, -np.inf, np.nan]
+    check(op, {"x": x}, attrs, opset=opset)
+
+
+@pytest.mark.parametrize("slope_shape", [(1,), (4,), (3, 4), (3, 1)])
+@pytest.mark.parametrize("elem", ["f32", "f16", "i32"])
+def test_prelu(slope_shape: tuple[int, ...], elem: str) -> None:
+    x = data(elem, (2, 3, 4), 15)
+    slope = np.abs(data(elem, slope_shape, 16, 1, 4)).astype(NP[elem])
+    check("PRelu", {"x": x, "slope": slope}, opset=16, **tolerance(elem))
+
+
+# -- Clip, Where --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bounds", ["both", "min", "max", "none", "crossed"])
+@pytest.mark.parametrize("elem", ["f32", "f16", "i32", "ui8"])
+def test_clip(bounds: str, elem: str) -> None:
+    x = data(elem, (3, 4), 17, 0, 20)
+    if elem.startswith("f"):
+        x[0, 0] = np.nan
+    lo = np.array(2 if bounds != "crossed" else 9, NP[elem])
+    hi = np.array(7 if bounds != "crossed" else 3, NP[elem])
+    inputs: dict[str, np.ndarray | None] = {"x": x, "lo": lo, "hi": hi}
+    if bounds in ("max", "none"):
+        inputs["lo"] = None
+    if bounds in ("min", "none"):
+        inputs["hi"] = None
+    if bounds == "min":
+        del inputs["hi"]
+    check("Clip", inputs, opset=13, **tolerance(elem))
+
+
+def test_clip_before_opset_11_reads_attributes() -> None:
+    x = data("f32", (3, 4), 18) * 3
+    check("Clip", {"x": x}, {"min": -1.0, "max": 0.5}, opset=6)
+    check("Clip", {"x": x}, {"max": 0.5}, opset=6)
+
+
+@pytest.mark.parametrize("elem", ["f32", "f16", "i64", "bool", "bf16"])
+def test_where(elem: str) -> None:
+    cond = data("bool", (2, 1, 3), 19)
+    a, b = data(elem, (4, 1), 20), data(elem, (3,), 21)
+    check("Where", {"c": cond, "a": a, "b": b}, elems={"a": elem, "b": elem}, **tolerance(elem))
+
+
+# -- Cast, CastLike ---------------------------------------------------------------------------------------
+
+CAST_TYPES = ["f32", "f64", "f16", "i8", "i32", "i64", "ui8", "bool"]
+
+
+@pytest.mark.parametrize("source", CAST_TYPES)
+@pytest.mark.parametrize("target", CAST_TYPES)
+def test_cast(source: str, target: str) -> None:
+    x = data(source, (3, 4), 22, -100, 100)
+    if source.startswith("f"):
+        x = (x * 40).astype(x.dtype)  # fractions to truncate, both signs, values beyond f16's step
+        if target in ("bool", "f32", "f64", "f16"):
+            x[0, 0] = 0
+    check("Cast", {"x": x}, {"to": ELEM[target]}, opset=13)
+
+
+@pytest.mark.parametrize("source", ["f32", "f64", "i32", "bool"])
+def test_cast_to_and_from_bf16(source: str) -> None:
+    x = data(source, (3, 4), 23)
+    if source == "f32":
+        x[0, :3] = [1.00390625, 1.01171875, 3.14159]  # ties and rounding to nearest even
+    nodes = [
+        helper.make_node("Cast", ["x"], ["h"], to=TensorProto.BFLOAT16),
+        helper.make_node("Cast", ["h"], ["y"], to=TensorProto.FLOAT),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", ELEM[source], [3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    assert_same(run_loam(model, {"x": x}), run_onnxruntime(model, {"x": x}), rtol=0, atol=0)
+
+
+def test_castlike() -> None:
+    x = data("f32", (3, 4), 24) * 10
+    like = np.zeros((1,), np.int32)
+    check("CastLike", {"x": x, "like": like}, opset=15)
+
+
+def test_cast_opset_1_names_the_type() -> None:
+    x = data("f32", (3,), 25) * 10
+    model = model_of("Cast", {"x": x}, {"to": "INT32"}, opset=1)
+    (got,) = run_loam(model, {"x": x})
+    np.testing.assert_array_equal(got, x.astype(np.int32))
+
+
+def test_bf16_module_imports_ml_dtypes_only_where_needed() -> None:
+    x = data("f32", (3,), 26)
+    plain = build_for(model_of("Relu", {"x": x}))
+    assert "ml_dtypes" not in plain.source
+    halves = build_for(model_of("Relu", {"x": x}, elems={"x": "bf16"}))
+    assert "import ml_dtypes" in halves.source
+
+
+# -- stage-0 folding --------------------------------------------------------------------------------------
+
+
+def constant(name: str, value: np.ndarray) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(value, name))
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "values"),
+    [
+        ("Div", {}, [np.array([-7, 7, 9], np.int64), np.array([2, 2, -4], np.int64)]),
+        ("Mod", {}, [np.array([-7, 7, 9], np.int64), np.array([2, -3, 4], np.int64)]),
+        ("Pow", {}, [np.array([2, 3, 4], np.int64), np.array([3, 2, 0], np.int64)]),
+        ("Where", {}, [np.array([True, False, True]), np.array([1, 2, 3], np.int64), np.array([9], np.int64)]),
+        ("Cast", {"to": TensorProto.FLOAT}, [np.array([-7, 7, 9], np.int64)]),
+        ("Max", {}, [np.array([-7, 7, 9], np.int64), np.array([0], np.int64)]),
+        ("Equal", {}, [np.array([-7, 7, 9], np.int64), np.array([7], np.int64)]),
+    ],
+)
+def test_known_values_fold(op: str, attrs: dict[str, Any], values: list[np.ndarray]) -> None:
+    """A node over Constants is computed by the build (same Expr, same numpy functions)."""
+    from loam.dialects.kernel import ConstantOp, ZipOp
+
+    names = [f"c{i}" for i in range(len(values))]
+    nodes = [constant(n, v) for n, v in zip(names, values, strict=True)]
+    nodes.append(helper.make_node(op, names, ["k"], **attrs))
+    nodes.append(helper.make_node("Add", ["x", "k"] if op != "Equal" and op != "Where" else ["x", "x"], ["y"]))
+    if op in ("Equal",):
+        nodes[-1] = helper.make_node("Where", ["k", "x", "x"], ["y"])
+    k_elem = TensorProto.FLOAT if op == "Cast" else TensorProto.INT64
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", k_elem, [3])],
+        [
+            helper.make_tensor_value_info("y", k_elem, None),
+            helper.make_value_info("k", onnx.TypeProto()),
+        ],
+    )
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)]))
+    feeds = {"x": np.arange(3).astype(np.float32 if op == "Cast" else np.int64)}
+    result = build_for(model)
+    folded = [op for op in result.ir.walk() if isinstance(op, ConstantOp)]
+    assert folded, "the known node was not folded"
+    assert sum(isinstance(o, ZipOp) for o in result.ir.walk()) <= 1  # only the node reading x computes
+    from loam.testing import run_built
+
+    assert_same(run_built(result, feeds), run_onnxruntime(model, feeds))
+
+
+# -- older opsets --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("b_shape", "attrs"),
+    [((3,), {"broadcast": 1, "axis": 1}), ((3, 4), {"broadcast": 1, "axis": 1}), ((4,), {"broadcast": 1}),
+     ((2, 3, 4), {})],
+)  # fmt: skip
+@pytest.mark.parametrize("op", ["Add", "Mul", "Sub", "Div"])
+def test_binary_before_opset_7_aligns_at_axis(b_shape: tuple[int, ...], attrs: dict[str, int], op: str) -> None:
+    a = data("f32", (2, 3, 4), 27)
+    b = data("f32", b_shape, 28) + 3
+    model = model_of(op, {"a": a, "b": b}, {"consumed_inputs": [0, 0], **attrs} if op != "Sub" else attrs, opset=6)
+    (got,) = run_loam(model, {"a": a, "b": b})
+    axis = attrs.get("axis", 3 - len(b_shape))
+    aligned = b.reshape(b_shape + (1,) * (3 - axis - len(b_shape)))
+    fn = {"Add": np.add, "Mul": np.multiply, "Sub": np.subtract, "Div": np.divide}[op]
+    np.testing.assert_allclose(got, fn(a, aligned), rtol=1e-6)
+
+
+def test_binary_before_opset_7_needs_equal_shapes_without_broadcast() -> None:
+    model = model_of("Add", {"a": data("f32", (2, 3), 1), "b": data("f32", (3,), 2)}, opset=6)
+    with pytest.raises(ShapeError, match=r"Add node 'n': opset 6 without broadcast=1 needs equal shapes"):
+        build_for(model)
+
+
+def test_variadic_before_opset_8_needs_equal_shapes() -> None:
+    model = model_of("Sum", {"a": data("f32", (2, 3), 1), "b": data("f32", (3,), 2)}, opset=6)
+    with pytest.raises(ShapeError, match=r"Sum node 'n': opset 6 needs inputs of one shape"):
+        build_for(model)
+
+
+# -- refusals ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("op", "inputs", "attrs", "opset", "kind", "message"),
+    [
+        ("Sub", {"a": np.ones(3, bool), "b": np.ones(3, bool)}, {}, 14, UnsupportedError, "element type bool"),
+        ("Sqrt", {"x": np.ones(3, np.int32)}, {}, 13, UnsupportedError, "Sqrt node 'n': computes in element type i32"),
+        ("Cast", {"x": np.ones(3, np.float32)}, {"to": TensorProto.STRING}, 13, UnsupportedError,
+         "casts to element type string"),
+        ("Cast", {"x": np.ones(3, np.float32)}, {"to": TensorProto.FLOAT8E4M3FN}, 19, UnsupportedError,
+         "casts to element type f8E4M3FN"),
+        ("Clip", {"x": np.ones(3, np.float32)}, {"min": 0.0}, 13, UnsupportedError,
+         "attribute 'min' of opset 13 is not supported"),
+        ("Gelu", {"x": np.ones(3, np.float32)}, {"approximate": "fast"}, 20, ShapeError,
+         "approximate must be 'none' or 'tanh'"),
+        ("Add", {"a": np.ones(3, np.float32), "b": np.ones(3, np.float64)}, {}, 14, ShapeError,
+         "operands have element types f32 and f64"),
+        ("Where", {"c": np.ones(3, np.int32), "a": np.ones(3, np.float32), "b": np.ones(3, np.float32)}, {}, 16,
+         ShapeError, "the condition must be bool"),
+        ("PRelu", {"x": np.ones(3, np.float32), "s": np.ones((2, 3), np.float32)}, {}, 16, ShapeError,
+         "unidirectional"),
+    ],
+)  # fmt: skip
+def test_refusals(
+    op: str, inputs: dict[str, np.ndarray], attrs: dict[str, Any], opset: int, kind: type[Exception], message: str
+) -> None:
+    model = model_of(op, inputs, attrs, opset)
+    with pytest.raises(kind, match=message):
+        build_for(model)
