@@ -1,6 +1,75 @@
-"""Library kernels of the movement family (see `backends/numpy_kernels/__init__.py`)."""
+"""Library kernels of the movement family (see `backends/numpy_kernels/__init__.py`).
+
+Data movement copies elements without arithmetic, so every kernel here serves every element type
+as it is (no widening).  Stage 0 folds known values through these same functions.
+"""
 
 from __future__ import annotations
 
-PIECES: dict[str, object] = {}
+import numpy as np
+
+
+def _k_concat(*xs: np.ndarray, axis: int) -> np.ndarray:
+    """ONNX Concat: the operands joined along `axis`."""
+    return np.concatenate(xs, axis=axis)
+
+
+def _k_split(x: np.ndarray, *, axis: int, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """ONNX Split: consecutive chunks of `sizes` elements along `axis`."""
+    bounds = np.cumsum(sizes)[:-1]
+    return tuple(np.split(x, bounds, axis=axis))
+
+
+def _k_slice(x: np.ndarray, *, starts: tuple[int, ...], counts: tuple[int, ...], steps: tuple[int, ...]) -> np.ndarray:
+    """ONNX Slice, normalised: per axis, `counts[i]` elements from `starts[i]` every `steps[i]`."""
+    index = []
+    for start, count, step in zip(starts, counts, steps, strict=True):
+        if count == 0:
+            index.append(slice(0, 0))
+            continue
+        stop = start + step * count
+        # A negative step that runs past element 0 has no stop index (-1 would wrap to the end).
+        index.append(slice(start, stop if stop >= 0 else None, step))
+    return x[tuple(index)]
+
+
+def _k_pad(
+    x: np.ndarray, fill: np.ndarray | None = None, *, pads: tuple[int, ...], mode: str, value: float = 0.0
+) -> np.ndarray:
+    """ONNX Pad: `pads` = begins then ends per axis; negative pads crop after padding.
+
+    In constant mode the fill is the `fill` operand when given (Pad 11+ `constant_value` computed at
+    run time), else `value`.
+    """
+    rank = x.ndim
+    begins, ends = pads[:rank], pads[rank:]
+    widths = [(max(b, 0), max(e, 0)) for b, e in zip(begins, ends, strict=True)]
+    if mode == "constant":
+        constant = np.asarray(value).astype(x.dtype) if fill is None or fill.size == 0 else fill.reshape(-1)[0]
+        y = np.pad(x, widths, mode="constant", constant_values=constant)
+    else:
+        y = np.pad(x, widths, mode=mode)
+    crop = tuple(slice(max(-b, 0), y.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(begins, ends, strict=True)))
+    return np.asarray(y[crop], dtype=x.dtype)
+
+
+def _k_tile(x: np.ndarray, *, repeats: tuple[int, ...]) -> np.ndarray:
+    """ONNX Tile: `x` repeated `repeats[i]` times along axis i."""
+    return np.tile(x, repeats)
+
+
+def _k_trilu(x: np.ndarray, k: np.ndarray | None = None, *, upper: int, offset: int = 0) -> np.ndarray:
+    """ONNX Trilu over the last two axes; the diagonal offset is `k` when given, else `offset`."""
+    diagonal = int(np.asarray(k).reshape(-1)[0]) if k is not None else offset
+    return np.triu(x, diagonal) if upper else np.tril(x, diagonal)
+
+
+PIECES: dict[str, object] = {
+    "_k_concat": _k_concat,
+    "_k_split": _k_split,
+    "_k_slice": _k_slice,
+    "_k_pad": _k_pad,
+    "_k_tile": _k_tile,
+    "_k_trilu": _k_trilu,
+}
 DEPENDS: dict[str, tuple[str, ...]] = {}

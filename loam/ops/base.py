@@ -55,6 +55,7 @@ class NodeInfo:
     name: str
     since: int
     get_attr: Callable[[str, Any], Any]
+    outputs: int = 1  # how many outputs the graph names for the node (Split, Dropout's mask, ...)
 
     def attr(self, key: str, default: Any = None) -> Any:
         return self.get_attr(key, default)
