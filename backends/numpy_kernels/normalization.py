@@ -1,6 +1,114 @@
-"""Library kernels of the normalization family (see `backends/numpy_kernels/__init__.py`)."""
+"""Library kernels of the normalization family (see `backends/numpy_kernels/__init__.py`).
+
+`kernel.normalize` (LayerNormalization, InstanceNormalization), `kernel.group_norm`, `kernel.lrn`
+and `kernel.einsum`.  Statistics are computed in f32 (f64 for f64 inputs, or as `stash` says) and
+the result narrowed to the input's element type.
+"""
 
 from __future__ import annotations
 
-PIECES: dict[str, object] = {}
-DEPENDS: dict[str, tuple[str, ...]] = {}
+import numpy as np
+
+from loam.backends.numpy_kernels.common import _narrowed, _widened
+
+
+def _k_normalize(
+    x: np.ndarray,
+    scale: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    *,
+    axes: tuple[int, ...],
+    epsilon: float,
+    channel_axis: int,
+    stash: str,
+    stats: int,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x - mean) / sqrt(var + epsilon) * scale + bias, the moments taken over `axes` in dtype `stash`.
+
+    `channel_axis` -1: scale and bias broadcast numpy-style; otherwise they are 1-D along that
+    axis.  With `stats`, also the mean and the inverse standard deviation (reduced axes kept).
+    """
+    x = np.asarray(x)
+    compute = np.dtype(stash)
+    w = x.astype(compute)
+    axes = tuple(axes)
+    mean = np.mean(w, axis=axes, keepdims=True)
+    centred = w - mean
+    inv = compute.type(1) / np.sqrt(np.mean(centred * centred, axis=axes, keepdims=True) + compute.type(epsilon))
+    # ONNX's function body casts the normalised value back to the input type before the affine part.
+    y = _widened(_narrowed(centred * inv, x.dtype))
+
+    def aligned(p: np.ndarray) -> np.ndarray:
+        p = _widened(np.asarray(p))
+        if channel_axis < 0:
+            return p
+        return p.reshape((-1,) + (1,) * (x.ndim - 1 - channel_axis))
+
+    if scale is not None:
+        y = y * aligned(scale)
+    if bias is not None:
+        y = y + aligned(bias)
+    y = _narrowed(y, x.dtype)
+    if stats:
+        return y, mean, inv
+    return y
+
+
+def _k_group_norm(
+    x: np.ndarray, scale: np.ndarray, bias: np.ndarray, *, num_groups: int, epsilon: float, per_group: int, stash: str
+) -> np.ndarray:
+    """ONNX GroupNormalization over [N, C, ...]: moments per (sample, group of C / num_groups channels).
+
+    Scale and bias are per channel, or per group with `per_group` (opset 18).
+    """
+    x = np.asarray(x)
+    compute = np.dtype(stash)
+    w = x.astype(compute)
+    n, c = w.shape[0], w.shape[1]
+    grouped = w.reshape((n, num_groups, -1)) if w.size else w.reshape((n, num_groups, 0))
+    mean = np.mean(grouped, axis=2, keepdims=True)
+    centred = grouped - mean
+    var = np.mean(centred * centred, axis=2, keepdims=True)
+    y = (centred / np.sqrt(var + compute.type(epsilon))).reshape(w.shape)
+    s, b = np.asarray(scale).astype(compute), np.asarray(bias).astype(compute)
+    if per_group:
+        s, b = np.repeat(s, c // num_groups), np.repeat(b, c // num_groups)
+    shape = (c,) + (1,) * (w.ndim - 2)
+    return _narrowed(y * s.reshape(shape) + b.reshape(shape), x.dtype)
+
+
+def _k_lrn(x: np.ndarray, *, size: int, alpha: float, beta: float, bias: float) -> np.ndarray:
+    """ONNX LRN across channels (axis 1): each window holds floor((size-1)/2) channels before, the rest after."""
+    x = np.asarray(x)
+    w = _widened(x)
+    before = (size - 1) // 2
+    after = size - 1 - before
+    squares = np.pad(w * w, [(0, 0), (before, after)] + [(0, 0)] * (w.ndim - 2))
+    channels = w.shape[1]
+    total = np.zeros_like(w)
+    for offset in range(size):
+        total = total + squares[:, offset : offset + channels]
+    t = w.dtype.type
+    y = w / (t(bias) + t(alpha) / t(size) * total) ** t(beta)
+    return _narrowed(y, x.dtype)
+
+
+def _k_einsum(*operands: np.ndarray, equation: str) -> np.ndarray:
+    """ONNX Einsum: numpy.einsum of the operands (halves computed in f32)."""
+    arrays = [np.asarray(a) for a in operands]
+    y = np.einsum(equation, *[_widened(a) for a in arrays])
+    return _narrowed(np.asarray(y), arrays[0].dtype)
+
+
+PIECES: dict[str, object] = {
+    "_k_normalize": _k_normalize,
+    "_k_group_norm": _k_group_norm,
+    "_k_lrn": _k_lrn,
+    "_k_einsum": _k_einsum,
+}
+DEPENDS: dict[str, tuple[str, ...]] = {
+    "_k_normalize": ("_widened", "_narrowed"),
+    "_k_group_norm": ("_narrowed",),
+    "_k_lrn": ("_widened", "_narrowed"),
+    "_k_einsum": ("_widened", "_narrowed"),
+}

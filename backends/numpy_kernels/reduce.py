@@ -1,6 +1,157 @@
-"""Library kernels of the reduce family (see `backends/numpy_kernels/__init__.py`)."""
+"""Library kernels of the reduce family (see `backends/numpy_kernels/__init__.py`).
+
+`kernel.reduce`, `kernel.arg_reduce`, `kernel.topk`, `kernel.cumsum` and `kernel.softmax`.  Each
+takes its axes already resolved (non-negative, explicit), so the ONNX conventions (negative axes,
+empty axes meaning all, opset differences) live in `loam/ops/reduce.py` alone.
+"""
 
 from __future__ import annotations
 
-PIECES: dict[str, object] = {}
-DEPENDS: dict[str, tuple[str, ...]] = {}
+import numpy as np
+
+from loam.backends.numpy_kernels.common import _narrowed, _widened
+
+
+def _k_reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], keepdims: int) -> np.ndarray:
+    """ONNX Reduce<kind> over `axes`; a reduction over no element gives the reduction's identity."""
+    x = np.asarray(x)
+    w = _widened(x)
+    axes = tuple(axes)
+    keep = bool(keepdims)
+    count = 1
+    for a in axes:
+        count *= x.shape[a]
+    integer = w.dtype.kind in "iu"
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if w.dtype == np.bool_:
+            # ReduceMax/ReduceMin of bool (opset 20): any / all, whose empty results are False / True.
+            y = np.any(w, axis=axes, keepdims=keep) if kind == "max" else np.all(w, axis=axes, keepdims=keep)
+        elif kind in ("max", "min"):
+            if integer:
+                info = np.iinfo(w.dtype)
+                low, high = w.dtype.type(info.min), w.dtype.type(info.max)
+            else:
+                low, high = w.dtype.type(-np.inf), w.dtype.type(np.inf)
+            if kind == "max":
+                y = np.max(w, axis=axes, keepdims=keep, initial=low)
+            else:
+                y = np.min(w, axis=axes, keepdims=keep, initial=high)
+        elif kind == "sum":
+            y = np.sum(w, axis=axes, keepdims=keep, dtype=w.dtype)
+        elif kind == "prod":
+            y = np.prod(w, axis=axes, keepdims=keep, dtype=w.dtype)
+        elif kind == "mean":
+            total = np.sum(w, axis=axes, keepdims=keep, dtype=w.dtype)
+            if integer:
+                # Integer means divide the integer sum, truncating toward zero as C++ division does.
+                y = (np.sign(total) * (np.abs(total) // max(count, 1))).astype(w.dtype)
+            else:
+                y = total / w.dtype.type(count)
+        elif kind == "l1":
+            y = np.sum(np.abs(w), axis=axes, keepdims=keep, dtype=w.dtype)
+        elif kind == "sum_square":
+            y = np.sum(w * w, axis=axes, keepdims=keep, dtype=w.dtype)
+        else:
+            # Logarithms and roots of integers are taken in f64 and truncated back.
+            f = w.astype(np.float64) if integer else w
+            if kind == "l2":
+                y = np.sqrt(np.sum(f * f, axis=axes, keepdims=keep))
+            elif kind == "log_sum":
+                y = np.log(np.sum(f, axis=axes, keepdims=keep))
+            else:  # log_sum_exp, shifted by the maximum so exp cannot overflow
+                top = np.max(f, axis=axes, keepdims=True, initial=-np.inf)
+                top = np.where(np.isfinite(top), top, np.zeros((), f.dtype))
+                y = np.log(np.sum(np.exp(f - top), axis=axes, keepdims=True)) + top
+                if not keep:
+                    y = np.squeeze(y, axis=axes)
+    return _narrowed(np.asarray(y), x.dtype)
+
+
+def _k_arg_reduce(x: np.ndarray, kind: str, axis: int, keepdims: int, select_last_index: int) -> np.ndarray:
+    """ONNX ArgMax/ArgMin along `axis`: the first extreme's index, or the last with `select_last_index`."""
+    w = _widened(np.asarray(x))
+    if select_last_index:
+        w = np.flip(w, axis)
+    index = np.argmax(w, axis=axis, keepdims=True) if kind == "max" else np.argmin(w, axis=axis, keepdims=True)
+    if select_last_index:
+        index = w.shape[axis] - 1 - index
+    if not keepdims:
+        index = np.squeeze(index, axis=axis)
+    return np.asarray(index, dtype=np.int64)
+
+
+def _k_topk(x: np.ndarray, k: int, axis: int, largest: int, sorted: int) -> tuple[np.ndarray, np.ndarray]:
+    """ONNX TopK: values and i64 indices of the `k` largest (smallest) along `axis`, ties by lower index.
+
+    Results are always sorted (ONNX leaves the order open when `sorted` is 0).
+    """
+    x = np.asarray(x)
+    w = _widened(x)
+    n = w.shape[axis]
+    if largest:
+        # A stable ascending sort of the reversed axis, read backwards, is descending with ties
+        # in increasing index order.
+        order = n - 1 - np.flip(np.argsort(np.flip(w, axis), axis=axis, kind="stable"), axis)
+    else:
+        order = np.argsort(w, axis=axis, kind="stable")
+    index = np.take(order, np.arange(k), axis=axis)
+    return np.take_along_axis(x, index, axis=axis), np.asarray(index, dtype=np.int64)
+
+
+def _k_cumsum(x: np.ndarray, axis: int, exclusive: int, reverse: int) -> np.ndarray:
+    """ONNX CumSum along `axis`; `exclusive` leaves each element out of its own sum."""
+    x = np.asarray(x)
+    w = _widened(x)
+    if reverse:
+        w = np.flip(w, axis)
+    y = np.cumsum(w, axis=axis, dtype=w.dtype)
+    n = w.shape[axis]
+    if exclusive and n > 0:
+        head = np.zeros_like(np.take(y, [0], axis=axis))
+        y = np.concatenate([head, np.take(y, np.arange(n - 1), axis=axis)], axis=axis)
+    if reverse:
+        y = np.flip(y, axis)
+    return _narrowed(np.ascontiguousarray(y), x.dtype)
+
+
+def _k_softmax(x: np.ndarray, kind: str, axes: tuple[int, ...]) -> np.ndarray:
+    """Softmax, LogSoftmax or Hardmax (`kind`) over `axes` taken jointly."""
+    x = np.asarray(x)
+    w = _widened(x)
+    axes = tuple(axes)
+    if kind == "hardmax":
+        # Move the axes last and flatten them: the first maximum of the joint block gets the 1.
+        last = tuple(range(w.ndim - len(axes), w.ndim))
+        moved = np.moveaxis(w, axes, last)
+        lead = moved.shape[: w.ndim - len(axes)]
+        block = 1
+        for e in moved.shape[len(lead) :]:
+            block *= e
+        flat = moved.reshape((*lead, block))
+        hot = np.zeros(flat.shape, dtype=w.dtype)
+        if block and flat.size:
+            np.put_along_axis(hot, np.argmax(flat, axis=-1)[..., None], w.dtype.type(1), axis=-1)
+        y = np.moveaxis(hot.reshape(moved.shape), last, axes)
+    else:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            shifted = w - np.max(w, axis=axes, keepdims=True)
+            e = np.exp(shifted)
+            total = np.sum(e, axis=axes, keepdims=True)
+            y = e / total if kind == "softmax" else shifted - np.log(total)
+    return _narrowed(np.asarray(y), x.dtype)
+
+
+PIECES: dict[str, object] = {
+    "_k_reduce": _k_reduce,
+    "_k_arg_reduce": _k_arg_reduce,
+    "_k_topk": _k_topk,
+    "_k_cumsum": _k_cumsum,
+    "_k_softmax": _k_softmax,
+}
+DEPENDS: dict[str, tuple[str, ...]] = {
+    "_k_reduce": ("_widened", "_narrowed"),
+    "_k_arg_reduce": ("_widened",),
+    "_k_topk": ("_widened",),
+    "_k_cumsum": ("_widened", "_narrowed"),
+    "_k_softmax": ("_widened", "_narrowed"),
+}

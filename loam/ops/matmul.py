@@ -27,7 +27,7 @@ from loam.poly import Poly
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
-    from loam.dialects.tensor_axes import Axis
+    from loam.dialects.tensor_axes import AxesTensorType, Axis
 
 
 def _check_contraction(node: NodeInfo, k_a: Poly, k_b: Poly) -> None:
@@ -46,17 +46,45 @@ def _check_contracted_axes(node: NodeInfo, a: Axis, b: Axis) -> None:
     )
 
 
+# Element types the products compute (ONNX also allows ui32/ui64, which Loam does not carry).
+PRODUCT_TYPES = ("f32", "f64", "f16", "bf16", "i32", "i64")
+
+
 def _float_operands(node: NodeInfo, facts: Sequence[Facts]) -> None:
+    """One element type for every operand, and one the products compute."""
     elem = facts[0].elem
+    if elem.name not in PRODUCT_TYPES:
+        raise node.unsupported(
+            f"operands have element type {elem.name}; Loam computes {node.op_type} in {', '.join(PRODUCT_TYPES)}"
+        )
     for f in facts[1:]:
         if f.elem != elem:
             raise node.fail(f"operands have element types {elem.name} and {f.elem.name}; ONNX needs one")
+
+
+def product_of(ctx: LowerContext, node: NodeInfo, a: SSAValue, b: SSAValue, result_type: AxesTensorType) -> SSAValue:
+    """One `kernel.matmul` (numpy.matmul in the operands' own element type, one of `PRODUCT_TYPES`)."""
+    from loam.dialects.kernel import CastOp, MatmulOp
+    from loam.dialects.tensor_axes import AxesTensorType
+
+    if result_type.elem.name != "bf16":
+        op = MatmulOp(a, b, result_type, node.name)
+        ctx.emit(op)
+        return op.result
+    # numpy.matmul of bfloat16 (ml_dtypes) yields f32: the product is typed so and narrowed once.
+    wide = MatmulOp(a, b, AxesTensorType("f32", result_type.axes), node.name)
+    ctx.emit(wide)
+    narrow = CastOp(wide.result, result_type, node.name)
+    ctx.emit(narrow)
+    return narrow.result
 
 
 class MatMulRule(OpRule):
     """ONNX MatMul: numpy.matmul, rank 1 operands promoted and their unit axis removed again."""
 
     op_types = ("MatMul",)
+    elem_types = PRODUCT_TYPES
+    limitations = "halves are multiplied by numpy.matmul in their own type"
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 2)
@@ -88,11 +116,9 @@ class MatMulRule(OpRule):
         return [(*batch, *(a[-2:-1] if len(a) > 1 else ()), *(b[-1:] if len(b) > 1 else ()))]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.ops.lowering import matmul_of
-
         a, b = operands
         assert a is not None and b is not None
-        return [matmul_of(ctx, node, a, b, ctx.result_types[0])]
+        return [product_of(ctx, node, a, b, ctx.result_types[0])]
 
 
 class GemmRule(OpRule):
@@ -100,6 +126,9 @@ class GemmRule(OpRule):
 
     op_types = ("Gemm",)
     attributes = frozenset({"alpha", "beta", "transA", "transB"})
+    first_opset = 7
+    elem_types = PRODUCT_TYPES
+    limitations = "integer Gemm only with alpha 1 and beta 0 or 1; opsets 1-6 (broadcast attribute) refused"
 
     def _shapes(self, node: NodeInfo, a: Facts, b: Facts) -> tuple[Poly, Poly, Poly, Poly]:
         if a.rank != 2 or b.rank != 2:
@@ -115,6 +144,12 @@ class GemmRule(OpRule):
         if a is None or b is None:
             raise node.fail("A and B must be given")
         _float_operands(node, [a, b] + ([c] if c is not None else []))
+        if not a.elem.is_float:
+            alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+            if alpha != 1.0 or (c is not None and beta not in (0.0, 1.0)):
+                raise node.unsupported(
+                    f"integer Gemm with alpha {alpha} and beta {beta} is not supported (alpha 1, beta 0 or 1 only)"
+                )
         m, k_a, k_b, n = self._shapes(node, a, b)
         _check_contraction(node, k_a, k_b)
         if c is not None:
@@ -140,9 +175,32 @@ class GemmRule(OpRule):
         return [out]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.ops.lowering import gemm_of
+        from loam.dialects.kernel import Expr
+        from loam.ops.lowering import emit_zip, transposed
 
-        return [gemm_of(ctx, node, operands)]
+        a, b = operands[0], operands[1]
+        c = operands[2] if len(operands) > 2 else None
+        assert a is not None and b is not None
+        if node.attr("transA", 0):
+            a = transposed(ctx, node, a)
+        if node.attr("transB", 0):
+            b = transposed(ctx, node, b)
+        alpha = float(node.attr("alpha", 1.0))
+        beta = float(node.attr("beta", 1.0))
+        product = product_of(ctx, node, a, b, ctx.result_types[0])
+        product.name_hint = f"{node.name}_product"
+        # alpha * A'B' + beta * C as one zip; an integer Gemm reaches here only with alpha 1, beta 0 or 1.
+        expr = Expr.operand(0)
+        if alpha != 1.0:
+            expr = expr.binary("mul", alpha)
+        inputs = [product]
+        if c is not None and beta != 0.0:
+            bias = Expr.operand(1) if beta == 1.0 else Expr.operand(1).binary("mul", beta)
+            expr = expr.binary("add", bias)
+            inputs.append(c)
+        if len(inputs) == 1 and alpha == 1.0:
+            return [product]
+        return [emit_zip(ctx, node, inputs, expr)]
 
 
 RULES: tuple[OpRule, ...] = (MatMulRule(), GemmRule())

@@ -1,7 +1,421 @@
-"""Operator rules of the normalization family."""
+"""Normalisations: BatchNormalization, InstanceNormalization, LayerNormalization, GroupNormalization, LRN.
+
+BatchNormalization at inference is one affine map per channel, so it is composed from existing
+kernels: each parameter regrouped to [C, 1, ...] and one `kernel.zip`.  The others take moments
+of the data and are library kernels (`kernel.normalize`, `kernel.group_norm`, `kernel.lrn`,
+computed by `backends/numpy_kernels/normalization.py`).
+
+Opset history restated here: BatchNormalization's `is_test`/`spatial` (opsets 1-8: only the
+inference, spatial meaning is compiled; more than one output means training and is refused, as is
+`training_mode` 1); GroupNormalization's scale and bias were per group at opset 18 and per channel
+from 21.
+"""
 
 from __future__ import annotations
 
-from loam.ops.base import OpRule
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-RULES: tuple[OpRule, ...] = ()
+import numpy as np
+
+from loam import dtypes
+from loam.backends.numpy_kernels.common import _narrowed, _widened
+from loam.backends.numpy_kernels.normalization import _k_group_norm, _k_lrn, _k_normalize
+from loam.dialects.tensor_axes import Axis
+from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity, same_axis
+from loam.ops.reduce import FLOATS, emit_all, require_elem, resolve_axis, unit_axis
+from loam.poly import Poly
+
+if TYPE_CHECKING:
+    from xdsl.ir import SSAValue
+
+    from loam.dialects.tensor_axes import AxesTensorType
+
+
+def _present(node: NodeInfo, inputs: Sequence[Facts | None], names: Sequence[str]) -> list[Facts]:
+    """The inputs named in `names`, each required."""
+    found: list[Facts] = []
+    for f, name in zip(inputs, names, strict=False):
+        if f is None:
+            raise node.fail(f"input {name} is absent")
+        found.append(f)
+    if len(found) < len(names):
+        raise node.fail(f"takes inputs {', '.join(names)}, got {len(inputs)}")
+    return found
+
+
+def _same_elem(node: NodeInfo, x: Facts, others: Sequence[Facts], names: Sequence[str]) -> None:
+    for f, name in zip(others, names, strict=True):
+        if f.elem != x.elem:
+            raise node.unsupported(
+                f"{name} has element type {f.elem.name} and X {x.elem.name}; Loam needs one element type"
+            )
+
+
+def _channel_vector(node: NodeInfo, f: Facts, channels: Poly, name: str) -> None:
+    if f.rank != 1 or f.shape[0] != channels:
+        raise node.fail(f"{name} must have extents [{channels}], got [{', '.join(map(str, f.shape))}]")
+
+
+def _stash(x: Facts) -> str:
+    """The numpy dtype the moments are computed in: f64 for f64 data, f32 otherwise."""
+    return "float64" if x.elem.name == "f64" else "float32"
+
+
+# ---------------------------------------------------------------------------------------------
+# BatchNormalization
+# ---------------------------------------------------------------------------------------------
+
+
+class BatchNormRule(OpRule):
+    """ONNX BatchNormalization at inference: (X - mean) / sqrt(var + epsilon) * scale + B per channel."""
+
+    op_types = ("BatchNormalization",)
+    attributes = frozenset({"epsilon", "momentum", "training_mode", "is_test", "spatial", "consumed_inputs"})
+    elem_types = FLOATS
+    limitations = "inference only (one output; training_mode 1 and is_test 0 are refused); spatial 1 only"
+
+    def check(self, node: NodeInfo, outputs: int) -> None:
+        if outputs > 1:
+            raise node.unsupported("more than one output means training (batch statistics); export for inference")
+        if node.attr("training_mode", 0):
+            raise node.unsupported("training_mode 1 (batch statistics) is not supported; export for inference")
+        if node.since < 7 and not node.attr("is_test", 0):
+            raise node.unsupported(f"is_test 0 at opset {node.since} means training; export for inference")
+        if node.since < 9 and not node.attr("spatial", 1):
+            raise node.unsupported("spatial 0 (per-activation statistics) is not supported")
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 5)
+        self.check(node, node.outputs)
+        x, scale, bias, mean, var = _present(node, inputs, ("X", "scale", "B", "mean", "var"))
+        require_elem(node, x, self.elem_types, "X")
+        _same_elem(node, x, (scale, bias, mean, var), ("scale", "B", "mean", "var"))
+        if x.rank < 2:
+            raise node.fail(f"X must have rank 2 or more, got {x.rank}")
+        for f, name in ((scale, "scale"), (bias, "B"), (mean, "mean"), (var, "var")):
+            _channel_vector(node, f, x.shape[1], name)
+        value = None
+        if all(f.value is not None for f in (x, scale, bias, mean, var)):
+            value = self.fold(node, x, scale, bias, mean, var)
+        return [Facts(x.elem, x.shape, value)]
+
+    @staticmethod
+    def fold(node: NodeInfo, *facts: Facts) -> np.ndarray:
+        x, scale, bias, mean, var = (_widened(np.asarray(f.value)) for f in facts)
+        shape = (-1,) + (1,) * (x.ndim - 2)
+        eps = x.dtype.type(node.attr("epsilon", 1e-5))
+        y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * scale.reshape(shape)
+        return _narrowed(y + bias.reshape(shape), np.asarray(facts[0].value).dtype)
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        x = inputs[0]
+        assert x is not None
+        for p, name in zip(inputs[1:], ("scale", "B", "mean", "var"), strict=True):
+            assert p is not None
+            same_axis(node, x[1], p[0], f"between X's channel axis and {name}")
+        return [x]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import Expr, RegroupOp
+        from loam.dialects.tensor_axes import AxesTensorType
+        from loam.ops.lowering import emit_zip
+
+        x = operands[0]
+        assert x is not None
+        x_type: AxesTensorType = x.type  # type: ignore[assignment]
+        trailing = x_type.rank - 2
+        params: list[SSAValue] = []
+        for p in operands[1:]:
+            assert p is not None
+            p_type: AxesTensorType = p.type  # type: ignore[assignment]
+            if trailing == 0:
+                params.append(p)
+                continue
+            # [C] -> [C, 1, ...]: the parameters stretch over the spatial axes.
+            taken = [p_type.axes[0].name]
+            units: list[Axis] = []
+            for _ in range(trailing):
+                units.append(unit_axis(taken))
+                taken.append(units[-1].name)
+            op = RegroupOp(p, AxesTensorType(p_type.elem, [p_type.axes[0], *units]), node.name)
+            ctx.emit(op)
+            params.append(op.result)
+        eps = float(node.attr("epsilon", 1e-5))
+        xs, scale, bias, mean, var = (Expr.operand(i) for i in range(5))
+        expr = (xs - mean) / (var + eps).unary("sqrt") * scale + bias
+        return [emit_zip(ctx, node, [x, *params], expr)]
+
+
+# ---------------------------------------------------------------------------------------------
+# InstanceNormalization and LayerNormalization: kernel.normalize
+# ---------------------------------------------------------------------------------------------
+
+
+class InstanceNormRule(OpRule):
+    """ONNX InstanceNormalization: each (sample, channel) normalised over the spatial axes, then scale + B."""
+
+    op_types = ("InstanceNormalization",)
+    attributes = frozenset({"epsilon", "consumed_inputs"})
+    elem_types = FLOATS
+
+    def params(self, node: NodeInfo, rank: int, stash: str) -> dict[str, object]:
+        return {
+            "axes": tuple(range(2, rank)),
+            "epsilon": float(node.attr("epsilon", 1e-5)),
+            "channel_axis": 1,
+            "stash": stash,
+            "stats": 0,
+        }
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 3)
+        x, scale, bias = _present(node, inputs, ("input", "scale", "B"))
+        require_elem(node, x, self.elem_types, "the input")
+        _same_elem(node, x, (scale, bias), ("scale", "B"))
+        if x.rank < 3:
+            raise node.fail(f"the input must have rank 3 or more, got {x.rank}")
+        _channel_vector(node, scale, x.shape[1], "scale")
+        _channel_vector(node, bias, x.shape[1], "B")
+        value = None
+        if all(f.value is not None for f in (x, scale, bias)):
+            value = _k_normalize(x.value, scale.value, bias.value, **self.params(node, x.rank, _stash(x)))  # type: ignore[arg-type]
+        return [Facts(x.elem, x.shape, value)]  # type: ignore[arg-type]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        x = inputs[0]
+        assert x is not None
+        for p, name in zip(inputs[1:], ("scale", "B"), strict=True):
+            assert p is not None
+            same_axis(node, x[1], p[0], f"between the input's channel axis and {name}")
+        return [x]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import NormalizeOp
+
+        x = operands[0]
+        assert x is not None
+        t: AxesTensorType = x.type  # type: ignore[assignment]
+        params = self.params(node, t.rank, "float64" if t.elem.name == "f64" else "float32")
+        return emit_all(ctx, NormalizeOp(list(operands), ctx.result_types, node.name, **params))  # type: ignore[arg-type]
+
+
+class LayerNormRule(OpRule):
+    """ONNX LayerNormalization (opset 17): normalised over the axes from `axis` (default -1) on.
+
+    Scale and the optional B broadcast numpy-style to those trailing axes.  The optional Mean and
+    InvStdDev outputs (the reduced axes kept as extent 1, element type `stash_type`) are computed
+    when the graph reads them.
+    """
+
+    op_types = ("LayerNormalization",)
+    attributes = frozenset({"axis", "epsilon", "stash_type"})
+    first_opset = 17
+    elem_types = FLOATS
+    limitations = "stash_type must be f32 (1) or f64 (11)"
+
+    def stash(self, node: NodeInfo, elem: str) -> tuple[str, str]:
+        """(numpy dtype of the moments, Loam element type of Mean and InvStdDev)."""
+        code = int(node.attr("stash_type", 1))
+        if code == 1:
+            return ("float64" if elem == "f64" else "float32"), "f32"
+        if code == 11:
+            return "float64", "f64"
+        raise node.unsupported(f"stash_type {code} is not supported (f32 = 1 or f64 = 11)")
+
+    def params(self, node: NodeInfo, rank: int, elem: str, outputs: int) -> dict[str, object]:
+        axis = resolve_axis(node, int(node.attr("axis", -1)), rank)
+        return {
+            "axes": tuple(range(axis, rank)),
+            "epsilon": float(node.attr("epsilon", 1e-5)),
+            "channel_axis": -1,
+            "stash": self.stash(node, elem)[0],
+            "stats": int(outputs > 1),
+        }
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 2, 3)
+        x, scale = _present(node, inputs, ("X", "Scale"))
+        bias = inputs[2] if len(inputs) == 3 else None
+        require_elem(node, x, self.elem_types, "X")
+        _same_elem(node, x, [scale] + ([bias] if bias else []), ["Scale"] + (["B"] if bias else []))
+        if x.rank == 0:
+            raise node.fail("X must have rank 1 or more")
+        axis = resolve_axis(node, int(node.attr("axis", -1)), x.rank)
+        trailing = x.shape[axis:]
+        for f, name in ((scale, "Scale"), (bias, "B")):
+            if f is not None and (f.rank > len(trailing) or any(
+                d != Poly.const(1) and d != t for d, t in zip(f.shape[::-1], trailing[::-1], strict=False)
+            )):  # fmt: skip
+                raise node.fail(
+                    f"{name} of extents [{', '.join(map(str, f.shape))}] does not stretch to the normalised axes"
+                )
+        stats_elem = dtypes.by_name(self.stash(node, x.elem.name)[1])
+        stats_shape = tuple(d if i < axis else Poly.const(1) for i, d in enumerate(x.shape))
+        y = Facts(x.elem, x.shape)
+        facts = [y, Facts(stats_elem, stats_shape), Facts(stats_elem, stats_shape)]
+        if x.value is not None and scale.value is not None and (bias is None or bias.value is not None):
+            operands = [x.value, scale.value] + ([bias.value] if bias is not None else [])
+            y_value, mean, inv = _k_normalize(*operands, **self.params(node, x.rank, x.elem.name, 3))  # type: ignore[misc]
+            facts = [
+                Facts(x.elem, x.shape, y_value),
+                Facts(stats_elem, stats_shape, np.asarray(mean, stats_elem.numpy)),
+                Facts(stats_elem, stats_shape, np.asarray(inv, stats_elem.numpy)),
+            ]
+        # The graph names one to three outputs; stage 0 compares the count with the node's.
+        return facts[: self._outputs(node)]
+
+    @staticmethod
+    def _outputs(node: NodeInfo) -> int:
+        return node.outputs
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        x = inputs[0]
+        assert x is not None
+        axis = resolve_axis(node, int(node.attr("axis", -1)), len(x))
+        taken = [a.name for a in x[:axis]]
+        stats: list[Axis] = list(x[:axis])
+        for a in x[axis:]:
+            if a.extent == Poly.const(1):
+                stats.append(a)
+            else:
+                stats.append(unit_axis(taken))
+            taken.append(stats[-1].name)
+        return [x, tuple(stats), tuple(stats)][: len(outputs)]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import NormalizeOp
+
+        x = operands[0]
+        assert x is not None
+        t: AxesTensorType = x.type  # type: ignore[assignment]
+        present = [v for v in operands if v is not None]
+        n = len(ctx.result_types)
+        params = self.params(node, t.rank, t.elem.name, n)
+        types = ctx.result_types if n == 3 else [ctx.result_types[0]]
+        if 1 < n < 3:
+            # Mean alone: the kernel computes both statistics; InvStdDev's type is Mean's.
+            types = [*ctx.result_types, ctx.result_types[1]]
+        results = emit_all(ctx, NormalizeOp(present, types, node.name, **params))  # type: ignore[arg-type]
+        return results[:n]
+
+
+# ---------------------------------------------------------------------------------------------
+# GroupNormalization and LRN
+# ---------------------------------------------------------------------------------------------
+
+
+class GroupNormRule(OpRule):
+    """ONNX GroupNormalization: channels in `num_groups` groups, each normalised with the spatial axes.
+
+    At opset 18 scale and bias hold one value per group; from 21 one per channel (the kernel
+    repeats the per-group values for opset 18).
+    """
+
+    op_types = ("GroupNormalization",)
+    attributes = frozenset({"epsilon", "num_groups", "stash_type"})
+    first_opset = 18
+    elem_types = FLOATS
+    limitations = "stash_type must be f32 (1)"
+
+    def params(self, node: NodeInfo, elem: str) -> dict[str, object]:
+        if int(node.attr("stash_type", 1)) != 1:
+            raise node.unsupported(f"stash_type {node.attr('stash_type')} is not supported (f32 = 1)")
+        return {
+            "num_groups": int(node.attr("num_groups", 0)),
+            "epsilon": float(node.attr("epsilon", 1e-5)),
+            "per_group": int(node.since < 21),
+            "stash": "float64" if elem == "f64" else "float32",
+        }
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 3)
+        x, scale, bias = _present(node, inputs, ("X", "scale", "bias"))
+        require_elem(node, x, self.elem_types, "X")
+        _same_elem(node, x, (scale, bias), ("scale", "bias"))
+        if node.attr("num_groups") is None:
+            raise node.fail("has no num_groups attribute")
+        params = self.params(node, x.elem.name)
+        groups = int(params["num_groups"])  # type: ignore[call-overload]
+        if x.rank < 2:
+            raise node.fail(f"X must have rank 2 or more, got {x.rank}")
+        channels = x.shape[1]
+        if not channels.is_const or groups <= 0 or channels.const_value % groups:
+            raise node.fail(f"{channels} channels do not split into num_groups = {groups} groups")
+        per = Poly.const(groups) if params["per_group"] else channels
+        _channel_vector(node, scale, per, "scale")
+        _channel_vector(node, bias, per, "bias")
+        value = None
+        if all(f.value is not None for f in (x, scale, bias)):
+            value = _k_group_norm(x.value, scale.value, bias.value, **params)  # type: ignore[arg-type]
+        return [Facts(x.elem, x.shape, value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        x = inputs[0]
+        assert x is not None
+        if node.since >= 21:
+            for p, name in zip(inputs[1:], ("scale", "bias"), strict=True):
+                assert p is not None
+                same_axis(node, x[1], p[0], f"between X's channel axis and {name}")
+        return [x]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import GroupNormOp
+
+        x = operands[0]
+        assert x is not None
+        params = self.params(node, x.type.elem.name)  # type: ignore[attr-defined]
+        return emit_all(ctx, GroupNormOp(list(operands), ctx.result_types, node.name, **params))  # type: ignore[arg-type]
+
+
+class LrnRule(OpRule):
+    """ONNX LRN: local response normalisation across channels (axis 1)."""
+
+    op_types = ("LRN",)
+    attributes = frozenset({"size", "alpha", "beta", "bias"})
+    elem_types = FLOATS
+
+    def params(self, node: NodeInfo) -> dict[str, object]:
+        size = node.attr("size")
+        if size is None or int(size) < 1:
+            raise node.fail("needs a size attribute of 1 or more")
+        return {
+            "size": int(size),
+            "alpha": float(node.attr("alpha", 1e-4)),
+            "beta": float(node.attr("beta", 0.75)),
+            "bias": float(node.attr("bias", 1.0)),
+        }
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 1)
+        (x,) = _present(node, inputs, ("X",))
+        require_elem(node, x, self.elem_types, "X")
+        if x.rank < 2:
+            raise node.fail(f"X must have rank 2 or more, got {x.rank}")
+        params = self.params(node)
+        value = _k_lrn(x.value, **params) if x.value is not None else None  # type: ignore[arg-type]
+        return [Facts(x.elem, x.shape, value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        assert inputs[0] is not None
+        return [inputs[0]]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import LrnOp
+
+        x = operands[0]
+        assert x is not None
+        return emit_all(ctx, LrnOp([x], ctx.result_types, node.name, **self.params(node)))  # type: ignore[arg-type]
+
+
+RULES: tuple[OpRule, ...] = (BatchNormRule(), InstanceNormRule(), LayerNormRule(), GroupNormRule(), LrnRule())

@@ -1,7 +1,472 @@
-"""Operator rules of the reduce family."""
+"""Reductions: Reduce*, ArgMax/ArgMin, TopK, CumSum and the softmax family.
+
+Every rule here resolves ONNX's conventions to explicit, non-negative axes before anything is
+emitted: negative axes count from the end, an empty axes list reduces every axis (unless
+`noop_with_empty_axes`), and the opset changes are restated in the current meaning (Reduce*'s
+`axes` attribute became an input at opset 18, ReduceSum's at 13; TopK's `k` at 10; Softmax and
+its siblings normalised the whole trailing block from `axis` on before 13).  Operands that decide
+a shape (axes, k, CumSum's axis) must be known at build time.
+
+The kernels are library ops (`kernel.reduce`, `kernel.arg_reduce`, `kernel.topk`,
+`kernel.cumsum`, `kernel.softmax`) computed by `backends/numpy_kernels/reduce.py`, whose functions
+also fold the values the build knows.
+"""
 
 from __future__ import annotations
 
-from loam.ops.base import OpRule
+from collections.abc import Iterable, Sequence
+from itertools import combinations
+from typing import TYPE_CHECKING
 
-RULES: tuple[OpRule, ...] = ()
+import numpy as np
+
+from loam import dtypes
+from loam.backends.numpy_kernels.reduce import _k_arg_reduce, _k_cumsum, _k_reduce, _k_softmax, _k_topk
+from loam.dialects.tensor_axes import Axis
+from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity
+from loam.poly import Poly
+
+if TYPE_CHECKING:
+    from xdsl.ir import Operation, SSAValue
+
+FLOATS = ("f32", "f64", "f16", "bf16")
+INTS = ("i32", "i64")
+UNIT_AXIS = "Unit"
+
+
+def unit_axis(taken: Iterable[str]) -> Axis:
+    """An extent-1 axis named `Unit`, `Unit1`, ... (the first name not in `taken`), as name-axes names them.
+
+    A reduced axis kept by `keepdims` holds one element, so it needs no name from the layout.
+    """
+    used = set(taken)
+    i = 0
+    while f"{UNIT_AXIS}{i or ''}" in used:
+        i += 1
+    return Axis.named(f"{UNIT_AXIS}{i or ''}", 1)
+
+
+def require_elem(node: NodeInfo, facts: Facts, allowed: Sequence[str], what: str = "the input") -> None:
+    """Stop the build when `facts` has an element type the rule does not compute."""
+    if facts.elem.name not in allowed:
+        raise node.unsupported(
+            f"{what} has element type {facts.elem.name}; Loam computes this operator in {', '.join(allowed)}"
+        )
+
+
+def resolve_axis(node: NodeInfo, axis: int, rank: int, what: str = "axis") -> int:
+    """`axis` in [-rank, rank) as a non-negative index; anything else stops the build."""
+    if not -rank <= axis < rank:
+        raise node.fail(f"{what} {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def known_ints(node: NodeInfo, facts: Facts | None, what: str) -> list[int]:
+    """The integers of an operand the build must know (axes, k, CumSum's axis)."""
+    if facts is None:
+        raise node.fail(f"{what} is absent")
+    if facts.elem.name not in ("i32", "i64"):
+        raise node.fail(f"{what} has element type {facts.elem.name}; ONNX needs i32 or i64")
+    if facts.value is None:
+        raise node.unsupported(f"{what} is computed at run time; Loam needs it known at build time")
+    return [int(v) for v in np.asarray(facts.value).reshape(-1)]
+
+
+def static_extents(node: NodeInfo, facts: Facts) -> tuple[int, ...]:
+    shape = facts.static_shape()
+    if shape is None:
+        raise node.unsupported("symbolic extents are not supported by this operator yet")
+    return shape
+
+
+def _single_input(node: NodeInfo, inputs: Sequence[Facts | None]) -> Facts:
+    x = inputs[0] if inputs else None
+    if x is None:
+        raise node.fail("the data input is absent")
+    return x
+
+
+def emit_all(ctx: LowerContext, op: Operation) -> list[SSAValue]:
+    """Emit `op` and return all its results."""
+    ctx.emit(op)
+    return list(op.results)
+
+
+def operand_ints(node: NodeInfo, value: SSAValue | None) -> list[int] | None:
+    """The integers a folded operand holds at lowering (a `kernel.constant`); None when absent."""
+    from loam.dialects.kernel import ConstantOp, WeightOp
+
+    if value is None:
+        return None
+    op = value.owner
+    data = None
+    if isinstance(op, ConstantOp):
+        data = op.value
+    elif isinstance(op, WeightOp):
+        data = op.data  # an integer initializer: stage 0 read it, so the graph holds its data
+    if data is None:
+        raise node.unsupported("an operand that sets a shape is computed at run time; Loam needs it known")
+    return [int(v) for v in np.asarray(data.to_numpy()).reshape(-1)]
+
+
+def dropped_axes(x: Sequence[Axis], out: Sequence[Poly]) -> tuple[Axis | None, ...]:
+    """The output's axes when some of `x`'s axes are dropped, named where the extents say which.
+
+    Every way of dropping `len(x) - len(out)` axes that leaves the output's extents is tried; an
+    output axis takes the input axis every such way gives it, and is left to the layout (None)
+    where two ways disagree (reducing one of two equally long axes through an axes input).
+    """
+    drop = len(x) - len(out)
+    choices: list[set[str]] = [set() for _ in out]
+    by_name: dict[str, Axis] = {}
+    for dropped in combinations(range(len(x)), drop):
+        kept = [a for i, a in enumerate(x) if i not in dropped]
+        if [a.extent for a in kept] != list(out):
+            continue
+        for j, a in enumerate(kept):
+            choices[j].add(a.name)
+            by_name[a.name] = a
+    return tuple(by_name[next(iter(c))] if len(c) == 1 else None for c in choices)
+
+
+def kept_unit_axes(x: Sequence[Axis], out: Sequence[Poly]) -> tuple[Axis, ...]:
+    """The output's axes when reduced axes stay as extent 1: an axis whose extent became 1 is a unit axis.
+
+    An axis of extent 1 reduced or not is the same axis, so it keeps its name.
+    """
+    one = Poly.const(1)
+    taken = {a.name for a, d in zip(x, out, strict=True) if a.extent == d}
+    result: list[Axis] = []
+    for a, d in zip(x, out, strict=True):
+        if a.extent == d:
+            result.append(a)
+        else:
+            assert d == one
+            unit = unit_axis(taken)
+            taken.add(unit.name)
+            result.append(unit)
+    return tuple(result)
+
+
+# ONNX op type -> `kernel.reduce` kind.
+REDUCE_KINDS: dict[str, str] = {
+    "ReduceSum": "sum",
+    "ReduceMean": "mean",
+    "ReduceMax": "max",
+    "ReduceMin": "min",
+    "ReduceProd": "prod",
+    "ReduceL1": "l1",
+    "ReduceL2": "l2",
+    "ReduceLogSum": "log_sum",
+    "ReduceLogSumExp": "log_sum_exp",
+    "ReduceSumSquare": "sum_square",
+}
+
+# Reductions whose value over no axis is their input: the others (l1, l2, log_sum, log_sum_exp,
+# sum_square) still apply their elementwise part when `noop_with_empty_axes` skips the reduction.
+PASS_THROUGH_KINDS = frozenset({"sum", "mean", "max", "min", "prod"})
+
+
+class ReduceRule(OpRule):
+    """ONNX Reduce*: axes (attribute, or input from opset 18 / ReduceSum 13), keepdims, noop_with_empty_axes."""
+
+    op_types = tuple(REDUCE_KINDS)
+    attributes = frozenset({"axes", "keepdims", "noop_with_empty_axes"})
+    elem_types = (*FLOATS, *INTS, "i8", "ui8", "bool")
+    limitations = (
+        "the axes input must be known at build time; i8, ui8 and bool only for ReduceMax/ReduceMin; "
+        "integer ReduceL2/LogSum/LogSumExp computed in f64 and truncated"
+    )
+
+    @staticmethod
+    def axes_are_input(node: NodeInfo) -> bool:
+        return node.since >= (13 if node.op_type == "ReduceSum" else 18)
+
+    def reduced_axes(self, node: NodeInfo, given: list[int] | None, rank: int) -> tuple[int, ...]:
+        """The axes reduced, sorted; empty when `noop_with_empty_axes` skips the reduction.
+
+        `given` is the axes input's value (None when absent); before the input existed the
+        attribute says.  Skipping the reduction still applies the operator's elementwise part, as
+        onnxruntime and ONNX's reference evaluator do (ReduceL1 gives |x|, ReduceSumSquare x * x,
+        ReduceLogSum log(x)): a reduction over no axis is exactly that.
+        """
+        if self.axes_are_input(node):
+            axes = given or []
+            noop = bool(node.attr("noop_with_empty_axes", 0))
+        else:
+            if node.attr("noop_with_empty_axes") is not None:
+                raise node.unsupported(f"attribute 'noop_with_empty_axes' does not exist at opset {node.since}")
+            axes = [int(a) for a in node.attr("axes", None) or []]
+            noop = False
+        if not axes:
+            return () if noop else tuple(range(rank))
+        resolved = [resolve_axis(node, a, rank, "reduced axis") for a in axes]
+        if len(set(resolved)) != len(resolved):
+            raise node.fail(f"axes {axes} name one axis twice")
+        return tuple(sorted(resolved))
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        if self.axes_are_input(node):
+            require_arity(node, inputs, 1, 2)
+        else:
+            require_arity(node, inputs, 1)
+        x = _single_input(node, inputs)
+        kind = REDUCE_KINDS[node.op_type]
+        allowed = (*FLOATS, *INTS, "i8", "ui8", "bool") if kind in ("max", "min") else (*FLOATS, *INTS)
+        require_elem(node, x, allowed)
+        given = inputs[1] if len(inputs) == 2 else None
+        axes = self.reduced_axes(node, None if given is None else known_ints(node, given, "the axes input"), x.rank)
+        if not axes and kind in PASS_THROUGH_KINDS:
+            return [x]
+        keep = bool(node.attr("keepdims", 1))
+        one = Poly.const(1)
+        shape = tuple(one if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes)
+        value = None
+        if x.value is not None:
+            value = _k_reduce(x.value, kind=kind, axes=axes, keepdims=int(keep))
+        return [Facts(x.elem, shape, value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        x = inputs[0]
+        assert x is not None
+        out = outputs[0].shape
+        if len(out) == len(x):
+            return [kept_unit_axes(x, out)]
+        return [dropped_axes(x, out)]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import ReduceOp
+
+        x = operands[0]
+        assert x is not None
+        given = operand_ints(node, operands[1]) if len(operands) == 2 else None
+        rank = len(x.type.axes)  # type: ignore[attr-defined]
+        axes = self.reduced_axes(node, given, rank)
+        kind = REDUCE_KINDS[node.op_type]
+        if not axes and kind in PASS_THROUGH_KINDS:
+            return [x]
+        keep = int(bool(node.attr("keepdims", 1)))
+        return emit_all(ctx, ReduceOp([x], ctx.result_types, node.name, kind=kind, axes=axes, keepdims=keep))
+
+
+class ArgReduceRule(OpRule):
+    """ONNX ArgMax/ArgMin: i64 indices along `axis` (default 0), keepdims, select_last_index (opset 12)."""
+
+    op_types = ("ArgMax", "ArgMin")
+    attributes = frozenset({"axis", "keepdims", "select_last_index"})
+    elem_types = (*FLOATS, *INTS, "i8", "i16", "ui8")
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 1)
+        x = _single_input(node, inputs)
+        require_elem(node, x, self.elem_types)
+        if x.rank == 0:
+            raise node.fail("the input must have rank 1 or more")
+        axis = resolve_axis(node, int(node.attr("axis", 0)), x.rank)
+        keep = bool(node.attr("keepdims", 1))
+        shape = tuple(Poly.const(1) if i == axis else d for i, d in enumerate(x.shape) if keep or i != axis)
+        if x.shape[axis] == Poly.const(0):
+            raise node.fail(f"axis {axis} has extent 0, which has no {node.op_type[3:].lower()}imum")
+        value = None
+        if x.value is not None:
+            value = _k_arg_reduce(x.value, **self.params(node, x.rank))
+        return [Facts(dtypes.by_name("i64"), shape, value)]
+
+    def params(self, node: NodeInfo, rank: int) -> dict[str, int | str]:
+        return {
+            "kind": "max" if node.op_type == "ArgMax" else "min",
+            "axis": resolve_axis(node, int(node.attr("axis", 0)), rank),
+            "keepdims": int(bool(node.attr("keepdims", 1))),
+            "select_last_index": int(bool(node.attr("select_last_index", 0))),
+        }
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        x = inputs[0]
+        assert x is not None
+        axis = resolve_axis(node, int(node.attr("axis", 0)), len(x))
+        if bool(node.attr("keepdims", 1)):
+            if x[axis].extent == Poly.const(1):
+                return [x]
+            others = [a.name for i, a in enumerate(x) if i != axis]
+            return [tuple(unit_axis(others) if i == axis else a for i, a in enumerate(x))]
+        return [tuple(a for i, a in enumerate(x) if i != axis)]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import ArgReduceOp
+
+        x = operands[0]
+        assert x is not None
+        params = self.params(node, len(x.type.axes))  # type: ignore[attr-defined]
+        return emit_all(ctx, ArgReduceOp([x], ctx.result_types, node.name, **params))
+
+
+class TopKRule(OpRule):
+    """ONNX TopK: `k` (attribute before opset 10, a known input from 10) along `axis` (default -1).
+
+    `largest` and `sorted` arrived at opset 11 (before: the largest, sorted).  Ties go to the lower
+    index, as onnxruntime breaks them; the results are always sorted.
+    """
+
+    op_types = ("TopK",)
+    attributes = frozenset({"axis", "k", "largest", "sorted"})
+    elem_types = (*FLOATS, *INTS, "i8", "i16", "ui8")
+    limitations = "k must be known at build time; results are always sorted"
+
+    def k_of(self, node: NodeInfo, given: list[int] | None) -> int:
+        if node.since < 10:
+            k = node.attr("k")
+            if k is None:
+                raise node.fail("has no k attribute")
+            return int(k)
+        if node.attr("k") is not None:
+            raise node.unsupported(f"attribute 'k' does not exist at opset {node.since}; k is an input")
+        if given is None or len(given) != 1:
+            raise node.fail("k must be a tensor of one integer")
+        return given[0]
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 1 if node.since < 10 else 2)
+        x = _single_input(node, inputs)
+        require_elem(node, x, self.elem_types)
+        if x.rank == 0:
+            raise node.fail("the input must have rank 1 or more")
+        k = self.k_of(node, known_ints(node, inputs[1], "the k input") if node.since >= 10 else None)
+        axis = resolve_axis(node, int(node.attr("axis", -1)), x.rank)
+        extent = static_extents(node, x)[axis]
+        if not 0 <= k <= extent:
+            raise node.fail(f"k = {k} is not in [0, {extent}], the extent of axis {axis}")
+        shape = tuple(Poly.const(k) if i == axis else d for i, d in enumerate(x.shape))
+        values = indices = None
+        if x.value is not None:
+            values, indices = _k_topk(x.value, **self.params(node, k, x.rank))
+        return [Facts(x.elem, shape, values), Facts(dtypes.by_name("i64"), shape, indices)]
+
+    def params(self, node: NodeInfo, k: int, rank: int) -> dict[str, int]:
+        return {
+            "k": k,
+            "axis": resolve_axis(node, int(node.attr("axis", -1)), rank),
+            "largest": int(bool(node.attr("largest", 1))),
+            "sorted": int(bool(node.attr("sorted", 1))),
+        }
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        x = inputs[0]
+        assert x is not None
+        axis = resolve_axis(node, int(node.attr("axis", -1)), len(x))
+        # k of n elements is a new axis (the layout names it) unless it keeps them all.
+        kept = x[axis] if outputs[0].shape[axis] == x[axis].extent else None
+        named = tuple(kept if i == axis else a for i, a in enumerate(x))
+        return [named, named]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import TopKOp
+
+        x = operands[0]
+        assert x is not None
+        rank = len(x.type.axes)  # type: ignore[attr-defined]
+        axis = resolve_axis(node, int(node.attr("axis", -1)), rank)
+        k = ctx.result_types[0].shape[axis].const_value
+        return emit_all(ctx, TopKOp([x], ctx.result_types, node.name, **self.params(node, k, rank)))
+
+
+class CumSumRule(OpRule):
+    """ONNX CumSum: running sums along the axis input (known at build time), exclusive and/or reverse."""
+
+    op_types = ("CumSum",)
+    attributes = frozenset({"exclusive", "reverse"})
+    first_opset = 11
+    elem_types = (*FLOATS, *INTS)
+    limitations = "the axis input must be known at build time"
+
+    def params(self, node: NodeInfo, axis: list[int] | None, rank: int) -> dict[str, int]:
+        if axis is None or len(axis) != 1:
+            raise node.fail("the axis input must hold one integer")
+        return {
+            "axis": resolve_axis(node, axis[0], rank),
+            "exclusive": int(bool(node.attr("exclusive", 0))),
+            "reverse": int(bool(node.attr("reverse", 0))),
+        }
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 2)
+        x = _single_input(node, inputs)
+        require_elem(node, x, self.elem_types)
+        if x.rank == 0:
+            raise node.fail("the input must have rank 1 or more")
+        params = self.params(node, known_ints(node, inputs[1], "the axis input"), x.rank)
+        value = _k_cumsum(x.value, **params) if x.value is not None else None
+        return [Facts(x.elem, x.shape, value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        assert inputs[0] is not None
+        return [inputs[0]]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import CumSumOp
+
+        x = operands[0]
+        assert x is not None
+        params = self.params(node, operand_ints(node, operands[1]), len(x.type.axes))  # type: ignore[attr-defined]
+        return emit_all(ctx, CumSumOp([x], ctx.result_types, node.name, **params))
+
+
+SOFTMAX_KINDS: dict[str, str] = {"Softmax": "softmax", "LogSoftmax": "log_softmax", "Hardmax": "hardmax"}
+
+
+class SoftmaxRule(OpRule):
+    """ONNX Softmax/LogSoftmax/Hardmax.
+
+    From opset 13 they normalise along `axis` (default -1).  Before, the input is read as a 2-D
+    matrix [prod(dims before axis), prod(dims from axis on)] (default axis 1) and normalised along
+    its rows: that is the joint block of every axis from `axis` on, which is what Loam computes.
+    """
+
+    op_types = tuple(SOFTMAX_KINDS)
+    attributes = frozenset({"axis"})
+    elem_types = FLOATS
+
+    def normalised_axes(self, node: NodeInfo, rank: int) -> tuple[int, ...]:
+        if node.since >= 13:
+            return (resolve_axis(node, int(node.attr("axis", -1)), rank),)
+        # Opsets 1-11 accept axis = rank (an empty trailing block): each element is its own row.
+        axis = int(node.attr("axis", 1))
+        if not -rank <= axis <= rank:
+            raise node.fail(f"axis {axis} is out of range for rank {rank}")
+        axis = axis + rank if axis < 0 else axis
+        return tuple(range(axis, rank))
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 1)
+        x = _single_input(node, inputs)
+        require_elem(node, x, self.elem_types)
+        if x.rank == 0 and node.since >= 13:
+            raise node.fail("the input must have rank 1 or more")
+        axes = self.normalised_axes(node, x.rank)
+        value = _k_softmax(x.value, kind=SOFTMAX_KINDS[node.op_type], axes=axes) if x.value is not None else None
+        return [Facts(x.elem, x.shape, value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        assert inputs[0] is not None
+        return [inputs[0]]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import SoftmaxOp
+
+        x = operands[0]
+        assert x is not None
+        axes = self.normalised_axes(node, len(x.type.axes))  # type: ignore[attr-defined]
+        kind = SOFTMAX_KINDS[node.op_type]
+        return emit_all(ctx, SoftmaxOp([x], ctx.result_types, node.name, kind=kind, axes=axes))
+
+
+RULES: tuple[OpRule, ...] = (ReduceRule(), ArgReduceRule(), TopKRule(), CumSumRule(), SoftmaxRule())

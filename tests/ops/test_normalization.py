@@ -1,0 +1,198 @@
+"""The normalisations against onnxruntime: BatchNormalization, InstanceNormalization,
+LayerNormalization, GroupNormalization and LRN; and MatMul/Gemm element types.
+
+Parameters (scale, bias, mean, var) are float initializers, so the build treats them as weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from loam.errors import UnsupportedError
+from loam.testing import assert_same, run_loam, run_onnxruntime
+
+NP_TO_ONNX = {
+    np.dtype(np.float32): onnx.TensorProto.FLOAT,
+    np.dtype(np.float64): onnx.TensorProto.DOUBLE,
+    np.dtype(np.float16): onnx.TensorProto.FLOAT16,
+    np.dtype(ml_dtypes.bfloat16): onnx.TensorProto.BFLOAT16,
+    np.dtype(np.int32): onnx.TensorProto.INT32,
+    np.dtype(np.int64): onnx.TensorProto.INT64,
+}
+
+
+def model_of(
+    op: str,
+    inputs: Mapping[str, np.ndarray],
+    weights: Mapping[str, np.ndarray],
+    opset: int,
+    outputs: Sequence[str] = ("y",),
+    **attrs: object,
+) -> onnx.ModelProto:
+    """One `op` node over the graph inputs then the initializers, in order."""
+    node = helper.make_node(op, [*inputs, *weights], list(outputs), **attrs)
+    first = next(iter(inputs.values()))
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(k, NP_TO_ONNX[v.dtype], list(v.shape)) for k, v in inputs.items()],
+        [
+            helper.make_tensor_value_info(o, NP_TO_ONNX[first.dtype] if i == 0 else onnx.TensorProto.FLOAT, None)
+            for i, o in enumerate(outputs)
+        ],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def check(
+    model: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    rtol: float = 1e-5,
+    atol: float = 1e-5,
+    oracle: str = "onnxruntime",
+) -> None:
+    """Loam against onnxruntime, or ONNX's reference evaluator where onnxruntime has no kernel."""
+    if oracle == "onnxruntime":
+        want = run_onnxruntime(model, feeds)
+    else:
+        want = list(ReferenceEvaluator(model).run(None, dict(feeds)))
+    assert_same(run_loam(model, feeds), want, rtol=rtol, atol=atol)
+
+
+def rand(shape: Sequence[int], seed: int, dtype: type = np.float32) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (2, 3, 4), (1, 3, 2, 2)])
+@pytest.mark.parametrize("opset", [15, 9, 7, 6])
+def test_batch_norm(shape: tuple[int, ...], opset: int) -> None:
+    c = shape[1]
+    weights = {
+        "scale": rand((c,), 1),
+        "b": rand((c,), 2),
+        "mean": rand((c,), 3),
+        "var": np.abs(rand((c,), 4)) + 0.5,
+    }
+    attrs: dict[str, object] = {"epsilon": 1e-3}
+    if opset < 7:
+        attrs["is_test"] = 1
+    x = rand(shape, 0)
+    # onnxruntime has no kernel for opset 6; ONNX's reference evaluator is the oracle there.
+    oracle = "reference" if opset < 7 else "onnxruntime"
+    check(model_of("BatchNormalization", {"x": x}, weights, opset, **attrs), {"x": x}, oracle=oracle)
+
+
+def test_batch_norm_refuses_training() -> None:
+    c = 3
+    weights = {k: np.ones(c, np.float32) for k in ("scale", "b", "mean", "var")}
+    x = rand((2, c), 0)
+    model = model_of("BatchNormalization", {"x": x}, weights, 15, outputs=("y", "m", "v"), training_mode=1)
+    with pytest.raises(UnsupportedError, match=r"BatchNormalization node 'y': .*training"):
+        run_loam(model, {"x": x})
+    with pytest.raises(UnsupportedError, match="is_test 0 at opset 6 means training"):
+        run_loam(model_of("BatchNormalization", {"x": x}, weights, 6), {"x": x})
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4), (1, 2, 3, 3)])
+def test_instance_norm(shape: tuple[int, ...]) -> None:
+    c = shape[1]
+    x = rand(shape, 0)
+    weights = {"scale": rand((c,), 1), "b": rand((c,), 2)}
+    check(model_of("InstanceNormalization", {"x": x}, weights, 6, epsilon=1e-4), {"x": x})
+
+
+@pytest.mark.parametrize(("axis", "outputs", "bias"), [(-1, 1, True), (1, 3, True), (0, 2, False), (2, 3, False)])
+def test_layer_norm(axis: int, outputs: int, bias: bool) -> None:
+    x = rand((2, 3, 4), 0)
+    axis_ = axis % 3
+    weights = {"scale": rand(x.shape[axis_:], 1)}
+    if bias:
+        weights["b"] = rand(x.shape[axis_:], 2)
+    names = ("y", "mean", "inv")[:outputs]
+    check(model_of("LayerNormalization", {"x": x}, weights, 17, outputs=names, axis=axis), {"x": x})
+
+
+def test_layer_norm_half() -> None:
+    x = rand((2, 8), 0, np.float16)
+    weights = {"scale": rand((8,), 1, np.float16), "b": rand((8,), 2, np.float16)}
+    check(model_of("LayerNormalization", {"x": x}, weights, 17), {"x": x}, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize(("opset", "groups"), [(21, 2), (21, 4), (18, 2), (18, 1)])
+def test_group_norm(opset: int, groups: int) -> None:
+    x = rand((2, 4, 3, 2), 0)
+    per = groups if opset < 21 else 4
+    weights = {"scale": rand((per,), 1), "bias": rand((per,), 2)}
+    model = model_of("GroupNormalization", {"x": x}, weights, opset, num_groups=groups, epsilon=1e-3)
+    if opset < 21:
+        # onnxruntime runs opset 18's GroupNormalization as its function body; compare with the
+        # per-channel reading of the same scale and bias at opset 21.
+        expanded = {k: np.repeat(v, 4 // groups) for k, v in weights.items()}
+        oracle = model_of("GroupNormalization", {"x": x}, expanded, 21, num_groups=groups, epsilon=1e-3)
+        want = ReferenceEvaluator(oracle).run(None, {"x": x})
+        assert_same(run_loam(model, {"x": x}), want, rtol=1e-5, atol=1e-5)
+    else:
+        check(model, {"x": x}, oracle="reference")
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_lrn(size: int) -> None:
+    x = rand((2, 5, 3, 3), 0)
+    model = model_of("LRN", {"x": x}, {}, 13, size=size, alpha=1e-3, beta=0.6, bias=2.0)
+    if size % 2:
+        check(model, {"x": x})
+        return
+    # onnxruntime takes odd sizes only (and ONNX's reference evaluator sums the wrong axis range), so
+    # even sizes are checked against the specification's formula, written channel by channel.
+    c = x.shape[1]
+    lo, hi = (size - 1) // 2, -(-(size - 1) // 2)
+    squares = np.stack([np.sum(x[:, max(0, i - lo) : min(c - 1, i + hi) + 1] ** 2, axis=1) for i in range(c)], axis=1)
+    want = x / (2.0 + 1e-3 / size * squares) ** 0.6
+    assert_same(run_loam(model, {"x": x}), [want.astype(np.float32)], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.float16])
+@pytest.mark.parametrize(("a_shape", "b_shape"), [((3,), (3, 2)), ((2, 1, 3, 4), (5, 4, 2)), ((4,), (4,))])
+def test_matmul_types(dtype: type, a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(0)
+    a = rng.integers(-4, 5, a_shape).astype(dtype)
+    b = rng.integers(-4, 5, b_shape).astype(dtype)
+    check(model_of("MatMul", {"a": a, "b": b}, {}, 13), {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.int64])
+def test_gemm_types(dtype: type) -> None:
+    rng = np.random.default_rng(0)
+    a = rng.integers(-4, 5, (3, 4)).astype(dtype)
+    b = rng.integers(-4, 5, (5, 4)).astype(dtype)
+    c = rng.integers(-4, 5, (5,)).astype(dtype)
+    # onnxruntime has no integer Gemm kernel: the reference evaluator checks those.
+    oracle = "reference" if np.dtype(dtype).kind == "i" else "onnxruntime"
+    check(model_of("Gemm", {"a": a, "b": b, "c": c}, {}, 13, transB=1), {"a": a, "b": b, "c": c}, oracle=oracle)
+
+
+def test_gemm_integer_scaling_is_refused() -> None:
+    a = np.ones((2, 2), np.int32)
+    with pytest.raises(UnsupportedError, match=r"integer Gemm with alpha 2\.0"):
+        run_loam(model_of("Gemm", {"a": a, "b": a}, {}, 13, alpha=2.0), {"a": a, "b": a})
+
+
+def test_matmul_bf16_is_narrowed_once() -> None:
+    """numpy multiplies bfloat16 into f32; the kernel narrows the product back to bf16."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 3)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((3, 4)).astype(ml_dtypes.bfloat16)
+    (y,) = run_loam(model_of("MatMul", {"a": a, "b": b}, {}, 13), {"a": a, "b": b})
+    want = (a.astype(np.float32) @ b.astype(np.float32)).astype(ml_dtypes.bfloat16)
+    assert y.dtype == want.dtype
+    np.testing.assert_allclose(y.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
