@@ -1,6 +1,301 @@
-"""Library kernels of the conv family (see `backends/numpy_kernels/__init__.py`)."""
+"""Library kernels of the conv family: convolution, transposed convolution, pooling and resize.
+
+Each kernel takes its geometry fully resolved by the operator rule (explicit begin/end pads, the
+output extents ceil_mode or auto_pad chose, the scales Resize's coordinate mapping reads), so the
+generated module does no shape reasoning of its own.  Windows are read with
+`sliding_window_view` (a view; the reshape that flattens them is the im2col copy) and contracted
+with one `matmul` per call; loops run over kernel offsets or axes only, never over elements.
+Halves (f16, bf16) compute in f32 and are narrowed back, as ONNX defines them.
+"""
 
 from __future__ import annotations
 
-PIECES: dict[str, object] = {}
-DEPENDS: dict[str, tuple[str, ...]] = {}
+import numpy as np
+
+from loam.backends.numpy_kernels.common import _narrowed, _widened
+
+
+def _conv_windows(xp: np.ndarray, kernel: tuple, strides: tuple, dilations: tuple, out: tuple) -> np.ndarray:
+    """The windows of a padded `xp` (N, C, *S): a view (N, C, *out, *kernel) of the taps each output reads."""
+    nsp = len(kernel)
+    span = tuple((k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True))
+    win = np.lib.stride_tricks.sliding_window_view(xp, span, axis=tuple(range(2, 2 + nsp)))
+    picks = tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, strides, strict=True))
+    taps = tuple(slice(None, None, d) for d in dilations)
+    return win[(slice(None), slice(None), *picks, *taps)]
+
+
+def _k_conv(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    strides: tuple,
+    pads: tuple,
+    dilations: tuple,
+    group: int,
+) -> np.ndarray:
+    """ONNX Conv: x (N, C, *S) with w (M, C/group, *K), zero pads `pads` (begins then ends), bias b (M)."""
+    dtype = x.dtype
+    nsp = x.ndim - 2
+    kernel = tuple(w.shape[2:])
+    xp = np.pad(_widened(x), [(0, 0), (0, 0)] + [(pads[i], pads[i + nsp]) for i in range(nsp)])
+    out = tuple((xp.shape[2 + i] - (kernel[i] - 1) * dilations[i] - 1) // strides[i] + 1 for i in range(nsp))
+    n, c = x.shape[0], x.shape[1]
+    m = w.shape[0]
+    cg, mg = c // group, m // group
+    points = int(np.prod(out, dtype=np.int64))
+    taps = int(np.prod(kernel, dtype=np.int64))
+    win = _conv_windows(xp, kernel, strides, dilations, out)
+    # im2col: (group, N * points, C/group * taps), one matmul per group against (C/group * taps, M/group).
+    cols = win.reshape(n, group, cg, points, taps).transpose(1, 0, 3, 2, 4).reshape(group, n * points, cg * taps)
+    wg = _widened(w).reshape(group, mg, cg * taps).transpose(0, 2, 1)
+    y = np.matmul(cols, wg).reshape(group, n, points, mg).transpose(1, 0, 3, 2).reshape(n, m, *out)
+    if b is not None:
+        y = y + _widened(b).reshape(m, *([1] * nsp))
+    return _narrowed(y, dtype)
+
+
+def _k_conv_transpose(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    strides: tuple,
+    pads: tuple,
+    dilations: tuple,
+    group: int,
+    output_padding: tuple,
+) -> np.ndarray:
+    """ONNX ConvTranspose: x (N, C, *S) with w (C, M/group, *K); the full output cropped by `pads`.
+
+    Each input element scatters `w` times itself at stride `strides`: one matmul gives every
+    product, then one strided add per kernel offset places them (col2im).
+    """
+    dtype = x.dtype
+    nsp = x.ndim - 2
+    kernel = tuple(w.shape[2:])
+    spatial = tuple(x.shape[2:])
+    n, c = x.shape[0], x.shape[1]
+    mg = w.shape[1]
+    cg = c // group
+    m = mg * group
+    points = int(np.prod(spatial, dtype=np.int64))
+    taps = int(np.prod(kernel, dtype=np.int64))
+    cols = _widened(x).reshape(n, group, cg, points).transpose(1, 0, 3, 2)  # (group, N, points, C/group)
+    wg = _widened(w).reshape(group, 1, cg, mg * taps)
+    products = np.matmul(cols, wg).reshape(group, n, *spatial, mg, *kernel)
+    # -> (N, group, M/group, *S, *K) -> (N, M, *S, *K)
+    order = (1, 0, 2 + nsp, *range(2, 2 + nsp), *range(3 + nsp, 3 + 2 * nsp))
+    products = products.transpose(order).reshape(n, m, *spatial, *kernel)
+    full = tuple(
+        (spatial[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 + output_padding[i] for i in range(nsp)
+    )
+    # A negative end pad (output_shape past the scatter) extends the output with zeros.
+    room = tuple(full[i] + max(0, -pads[i + nsp]) for i in range(nsp))
+    buf = np.zeros((n, m, *room), dtype=products.dtype)
+    for offset in np.ndindex(*kernel):
+        at = tuple(
+            slice(offset[i] * dilations[i], offset[i] * dilations[i] + (spatial[i] - 1) * strides[i] + 1, strides[i])
+            for i in range(nsp)
+        )
+        buf[(slice(None), slice(None), *at)] += products[(Ellipsis, *offset)]
+    y = buf[(slice(None), slice(None), *(slice(pads[i], full[i] - pads[i + nsp]) for i in range(nsp)))]
+    if b is not None:
+        y = y + _widened(b).reshape(m, *([1] * nsp))
+    return _narrowed(y, dtype)
+
+
+def _k_pool(
+    x: np.ndarray,
+    *,
+    mode: str,
+    kernel_shape: tuple,
+    strides: tuple,
+    pads: tuple,
+    dilations: tuple,
+    out_shape: tuple,
+    count_include_pad: int = 0,
+    p: float = 2.0,
+    storage_order: int = 0,
+    indices: int = 0,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """ONNX MaxPool (`max`), AveragePool (`avg`) and LpPool (`lp`) over the axes after N and C.
+
+    `out_shape` gives the spatial output extents (ceil_mode may ask for one window more than the
+    padded input holds: the input is padded further at the end, and those extra taps never count).
+    Max pads with the lowest value, so a pad never wins; avg divides by the taps inside the input
+    (and inside `pads` too with count_include_pad); lp is (sum |x|^p)^(1/p).  With `indices`, max
+    also returns each maximum's flat index in x (row-major, or column-major over the spatial axes
+    with storage_order=1), as MaxPool's second output.
+    """
+    dtype = x.dtype
+    nsp = x.ndim - 2
+    spatial = tuple(x.shape[2:])
+    span = tuple((k - 1) * d + 1 for k, d in zip(kernel_shape, dilations, strict=True))
+    extra = tuple(
+        max(0, (out_shape[i] - 1) * strides[i] + span[i] - (spatial[i] + pads[i] + pads[i + nsp])) for i in range(nsp)
+    )
+    widths = [(0, 0), (0, 0)] + [(pads[i], pads[i + nsp] + extra[i]) for i in range(nsp)]
+    xw = _widened(x) if mode != "max" else x
+    if mode == "max":
+        low = -np.inf if xw.dtype.kind == "f" or xw.dtype.name == "bfloat16" else np.iinfo(xw.dtype).min
+        xp = np.pad(xw, widths, constant_values=np.asarray(low).astype(xw.dtype))
+    else:
+        xp = np.pad(xw, widths)
+    taps = int(np.prod(kernel_shape, dtype=np.int64))
+    win = _conv_windows(xp, kernel_shape, strides, dilations, out_shape)
+    flat = win.reshape(*win.shape[: 2 + nsp], taps)
+    if mode == "max":
+        if not indices:
+            return flat.max(axis=-1)
+        arg = flat.argmax(axis=-1)
+        y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
+        offsets = np.unravel_index(arg, kernel_shape)
+        index = np.zeros(arg.shape, dtype=np.int64)
+        stride = 1
+        order = range(nsp - 1, -1, -1) if storage_order == 0 else range(nsp)
+        for i in order:
+            grid = np.arange(out_shape[i], dtype=np.int64).reshape([-1 if j == i else 1 for j in range(nsp)])
+            coord = grid * strides[i] - pads[i] + offsets[i].astype(np.int64) * dilations[i]
+            index = index + coord * stride
+            stride *= spatial[i]
+        planes = np.arange(x.shape[0] * x.shape[1], dtype=np.int64).reshape(x.shape[0], x.shape[1], *([1] * nsp))
+        return y, index + planes * stride
+    if mode == "lp":
+        y = np.power(np.sum(np.power(np.abs(flat), p), axis=-1), 1.0 / p)
+        return _narrowed(y, dtype)
+    total = flat.sum(axis=-1)
+    inside = np.pad(np.ones(spatial, dtype=np.float32), [w for w in widths[2:]])
+    if count_include_pad:
+        inside = np.pad(
+            np.ones([s + pads[i] + pads[i + nsp] for i, s in enumerate(spatial)], dtype=np.float32),
+            [(0, e) for e in extra],
+        )
+    counts = _conv_windows(inside[None, None], kernel_shape, strides, dilations, out_shape)
+    counts = counts.reshape(*counts.shape[: 2 + nsp], taps).sum(axis=-1)
+    return _narrowed(total / counts.astype(total.dtype), dtype)
+
+
+def _k_resize(
+    x: np.ndarray,
+    *,
+    mode: str,
+    coordinate_mode: str,
+    nearest_mode: str,
+    scales: tuple,
+    sizes: tuple,
+    roi: tuple = (),
+    cubic_coeff_a: float = -0.75,
+    exclude_outside: int = 0,
+    extrapolation_value: float = 0.0,
+) -> np.ndarray:
+    """ONNX Resize, one axis at a time (nearest, N-linear and N-cubic interpolation are separable).
+
+    `sizes` are the output extents, `scales` the per-axis factors the coordinate mapping divides
+    by (both settled by the build); `roi` (starts then ends, normalised) serves tf_crop_and_resize,
+    whose outputs mapped outside the input take `extrapolation_value`.  Coordinates are computed in
+    f32, as onnxruntime does.  `nearest_mode="simple"` is opset 10's rule: floor when enlarging,
+    ceil when shrinking.
+    """
+    dtype = x.dtype
+    f32 = np.float32
+    y = x if mode == "nearest" else _widened(x)
+    outside = None
+    for axis in range(x.ndim):
+        n_in, n_out, scale = x.shape[axis], sizes[axis], f32(scales[axis])
+        # An axis the node does not resize is left alone (tf_crop_and_resize still crops it by roi).
+        cropped = coordinate_mode == "tf_crop_and_resize" and (roi[axis], roi[axis + x.ndim]) != (0, 1)
+        if n_in == n_out and scale == 1 and not cropped:
+            continue
+        o = np.arange(n_out, dtype=f32)
+        # The resized length as ONNX's mapping reads it: scale * input length, not rounded down.
+        length = scale * f32(n_in)
+        if coordinate_mode == "half_pixel":
+            c = (o + f32(0.5)) / scale - f32(0.5)
+        elif coordinate_mode == "half_pixel_symmetric":
+            adjustment = f32(n_out) / (scale * f32(n_in))
+            center = f32(n_in) / f32(2)
+            c = center * (f32(1) - adjustment) + (o + f32(0.5)) / scale - f32(0.5)
+        elif coordinate_mode == "pytorch_half_pixel":
+            c = (o + f32(0.5)) / scale - f32(0.5) if n_out > 1 else np.zeros_like(o)
+        elif coordinate_mode == "align_corners":
+            c = o * f32(n_in - 1) / (length - f32(1)) if length != 1 else np.zeros_like(o)
+        elif coordinate_mode == "asymmetric":
+            c = o / scale
+        elif coordinate_mode == "tf_half_pixel_for_nn":
+            c = (o + f32(0.5)) / scale
+        else:  # tf_crop_and_resize
+            start, end = f32(roi[axis]), f32(roi[axis + x.ndim])
+            if length != 1:
+                c = start * f32(n_in - 1) + o * (end - start) * f32(n_in - 1) / (length - f32(1))
+            else:
+                c = np.full_like(o, f32(0.5) * (start + end) * f32(n_in - 1))
+            off = (c < 0) | (c > n_in - 1)
+            shape = [1] * x.ndim
+            shape[axis] = n_out
+            off = off.reshape(shape)
+            outside = off if outside is None else (outside | off)
+        last = n_in - 1
+        if mode == "nearest":
+            if nearest_mode == "round_prefer_floor":
+                k = np.ceil(c - f32(0.5))
+            elif nearest_mode == "round_prefer_ceil":
+                k = np.floor(c + f32(0.5))
+            elif nearest_mode == "floor":
+                k = np.floor(c)
+            elif nearest_mode == "ceil":
+                k = np.ceil(c)
+            else:  # simple
+                k = np.ceil(c) if scale < 1 else np.floor(c)
+            y = np.take(y, np.clip(k, 0, last).astype(np.int64), axis=axis)
+            continue
+        shape = [1] * x.ndim
+        shape[axis] = n_out
+        if mode == "linear":
+            c = np.clip(c, 0, last)
+            lo = np.floor(c).astype(np.int64)
+            hi = np.minimum(lo + 1, last)
+            t = (c - lo).astype(y.dtype).reshape(shape)
+            y = np.take(y, lo, axis=axis) * (1 - t) + np.take(y, hi, axis=axis) * t
+            continue
+        # cubic: four taps around floor(c), Keys' coefficients with parameter a
+        base = np.floor(c)
+        t = (c - base).astype(np.float64)
+        a = float(cubic_coeff_a)
+        d = [t + 1, t, 1 - t, 2 - t]
+        weights = []
+        for j, dist in enumerate(d):
+            if j in (1, 2):
+                wj = ((a + 2) * dist - (a + 3)) * dist * dist + 1
+            else:
+                wj = ((a * dist - 5 * a) * dist + 8 * a) * dist - 4 * a
+            weights.append(wj)
+        taps = [base.astype(np.int64) - 1 + j for j in range(4)]
+        if exclude_outside:
+            weights = [np.where((tj < 0) | (tj > last), 0.0, wj) for tj, wj in zip(taps, weights, strict=True)]
+            total = weights[0] + weights[1] + weights[2] + weights[3]
+            weights = [wj / total for wj in weights]
+        acc = None
+        for tj, wj in zip(taps, weights, strict=True):
+            term = np.take(y, np.clip(tj, 0, last), axis=axis) * wj.astype(y.dtype).reshape(shape)
+            acc = term if acc is None else acc + term
+        y = acc
+    if outside is not None:
+        y = np.where(outside, np.asarray(extrapolation_value).astype(y.dtype), y)
+    return _narrowed(y, dtype)
+
+
+PIECES: dict[str, object] = {
+    "_conv_windows": _conv_windows,
+    "_k_conv": _k_conv,
+    "_k_conv_transpose": _k_conv_transpose,
+    "_k_pool": _k_pool,
+    "_k_resize": _k_resize,
+}
+DEPENDS: dict[str, tuple[str, ...]] = {
+    "_k_conv": ("_conv_windows", "_widened", "_narrowed"),
+    "_k_conv_transpose": ("_widened", "_narrowed"),
+    "_k_pool": ("_conv_windows", "_widened", "_narrowed"),
+    "_k_resize": ("_widened", "_narrowed"),
+}

@@ -1,7 +1,324 @@
-"""Operator rules of the conv family."""
+"""Convolutions: ONNX Conv and ConvTranspose over 1 to 3 spatial axes, lowered to one library kernel each.
+
+The build settles the whole window geometry (auto_pad, output_shape and the output extents) from
+the static extents, so `kernel.conv` and `kernel.conv_transpose` carry explicit begin/end pads and
+the generated module does no shape reasoning.  The helpers here (`window_geometry`,
+`spatial_attrs`) are shared with the pooling rules, which read the same attributes.
+
+Axes: N carries through from X; Conv's output channel axis is W's axis 0, and with group=1 X's
+channel axis must be W's axis 1 (the contraction).  A spatial output axis keeps X's axis when its
+extent is unchanged (a SAME convolution's output grid is its input's, so a residual Add meets one
+axis); otherwise it is new and the layout names it.
+"""
 
 from __future__ import annotations
 
-from loam.ops.base import OpRule
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-RULES: tuple[OpRule, ...] = ()
+import numpy as np
+
+from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity, same_axis
+from loam.poly import Poly
+
+if TYPE_CHECKING:
+    from xdsl.ir import SSAValue
+
+    from loam.dialects.tensor_axes import Axis
+
+FLOATS = ("f32", "f64", "f16", "bf16")
+_AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+def static_extents(node: NodeInfo, facts: Facts, what: str) -> tuple[int, ...]:
+    """`facts`' extents as integers; a symbolic one stops the build (window geometry is settled statically)."""
+    shape = facts.static_shape()
+    if shape is None:
+        raise node.unsupported(
+            f"{what} has symbolic extents [{', '.join(map(str, facts.shape))}]; Loam settles window geometry "
+            "at build time, so fix them with the `dims` option"
+        )
+    return shape
+
+
+def require_elem(node: NodeInfo, facts: Sequence[Facts], allowed: Sequence[str]) -> None:
+    """All operands share one element type among `allowed`; anything else stops the build naming it."""
+    elem = facts[0].elem
+    for f in facts[1:]:
+        if f.elem != elem:
+            raise node.fail(f"operands have element types {elem.name} and {f.elem.name}; ONNX needs one")
+    if elem.name not in allowed:
+        raise node.unsupported(f"element type {elem.name} is not supported; Loam computes it in {', '.join(allowed)}")
+
+
+def spatial_attrs(node: NodeInfo, nsp: int, name: str, default: int) -> tuple[int, ...]:
+    """A per-spatial-axis attribute list (strides, dilations), checked for length and sign."""
+    values = tuple(int(v) for v in node.attr(name, [default] * nsp))
+    if len(values) != nsp:
+        raise node.fail(f"{name} has {len(values)} values for {nsp} spatial axes")
+    if any(v < 1 for v in values):
+        raise node.fail(f"{name} must be positive, got {list(values)}")
+    return values
+
+
+def auto_pad_of(node: NodeInfo) -> str:
+    mode = str(node.attr("auto_pad", "NOTSET"))
+    if mode not in _AUTO_PADS:
+        raise node.fail(f"auto_pad {mode!r} is not one of {', '.join(_AUTO_PADS)}")
+    return mode
+
+
+def explicit_pads(node: NodeInfo, nsp: int) -> tuple[int, ...]:
+    pads = tuple(int(v) for v in node.attr("pads", [0] * (2 * nsp)))
+    if len(pads) != 2 * nsp:
+        raise node.fail(f"pads has {len(pads)} values for {nsp} spatial axes (it needs begins then ends)")
+    if any(p < 0 for p in pads):
+        raise node.unsupported(f"negative pads {list(pads)} are not supported")
+    return pads
+
+
+def window_geometry(
+    node: NodeInfo,
+    spatial: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    *,
+    ceil_mode: bool = False,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The explicit pads (begins then ends) and output extents of a sliding window, as ONNX defines them.
+
+    auto_pad SAME_* pads so the output has ceil(S / stride) positions, the odd pad at the end
+    (UPPER) or the beginning (LOWER); VALID pads nothing.  With ceil_mode the last window may run
+    past the padded input, but must start inside the input or its begin pad.
+    """
+    nsp = len(spatial)
+    mode = auto_pad_of(node)
+    if mode != "NOTSET" and node.attr("pads") is not None:
+        raise node.fail(f"gives both auto_pad {mode} and explicit pads")
+    pads = [0] * (2 * nsp) if mode != "NOTSET" else list(explicit_pads(node, nsp))
+    out: list[int] = []
+    for i in range(nsp):
+        span = (kernel[i] - 1) * dilations[i] + 1
+        if mode in ("SAME_UPPER", "SAME_LOWER"):
+            o = -(-spatial[i] // strides[i])
+            total = max(0, (o - 1) * strides[i] + span - spatial[i])
+            small, large = total // 2, total - total // 2
+            pads[i], pads[i + nsp] = (small, large) if mode == "SAME_UPPER" else (large, small)
+        room = spatial[i] + pads[i] + pads[i + nsp] - span
+        if room < 0:
+            raise node.fail(
+                f"spatial axis {i}: the window spans {span} but the padded input holds {room + span} elements"
+            )
+        if ceil_mode and mode not in ("SAME_UPPER", "SAME_LOWER"):
+            o = -(-room // strides[i]) + 1
+            if (o - 1) * strides[i] >= spatial[i] + pads[i]:
+                o -= 1
+        elif mode not in ("SAME_UPPER", "SAME_LOWER"):
+            o = room // strides[i] + 1
+        out.append(o)
+    return tuple(pads), tuple(out)
+
+
+def kept_spatial_axes(x_axes: tuple[Axis, ...], out: Facts) -> tuple[Axis | None, ...]:
+    """X's spatial axes where the output extent is the input's, new axes (None) elsewhere."""
+    return tuple(a if a.extent == e else None for a, e in zip(x_axes[2:], out.shape[2:], strict=True))
+
+
+def fold_if_known(inputs: Sequence[Facts | None], compute: object) -> np.ndarray | None:
+    """The value `compute(*values)` when every present input is known, else None (stage 0 folding)."""
+    present = [f for f in inputs if f is not None]
+    if not all(f.value is not None for f in present):
+        return None
+    assert callable(compute)
+    return compute(*[np.asarray(f.value) for f in present])
+
+
+class ConvRule(OpRule):
+    """ONNX Conv (opsets 1-22): X (N, C, *S) with W (M, C/group, *K) and an optional bias B (M)."""
+
+    op_types = ("Conv",)
+    attributes = frozenset({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
+    elem_types = FLOATS
+    limitations = "static extents only; negative pads are refused"
+
+    def geometry(self, node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]) -> dict[str, object]:
+        if len(x) < 3 or len(x) > 5:
+            raise node.unsupported(f"X has rank {len(x)}; Loam convolves over 1 to 3 spatial axes")
+        if len(w) != len(x):
+            raise node.fail(f"W has rank {len(w)}, X has rank {len(x)}; they must agree")
+        nsp = len(x) - 2
+        kernel = tuple(w[2:])
+        given = node.attr("kernel_shape")
+        if given is not None and tuple(int(k) for k in given) != kernel:
+            raise node.fail(f"kernel_shape {list(given)} disagrees with W's spatial extents {list(kernel)}")
+        group = int(node.attr("group", 1))
+        if group < 1 or x[1] % group or w[0] % group:
+            raise node.fail(f"group {group} does not divide the {x[1]} input and {w[0]} output channels")
+        if x[1] // group != w[1]:
+            raise node.fail(f"X has {x[1]} channels in {group} group(s), W expects {w[1]} per group")
+        strides = spatial_attrs(node, nsp, "strides", 1)
+        dilations = spatial_attrs(node, nsp, "dilations", 1)
+        pads, out = window_geometry(node, x[2:], kernel, strides, dilations)
+        return {"strides": strides, "pads": pads, "dilations": dilations, "group": group, "out": out}
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 2, 3)
+        x, w = inputs[0], inputs[1]
+        b = inputs[2] if len(inputs) == 3 else None
+        if x is None or w is None:
+            raise node.fail("X and W must be given")
+        require_elem(node, [f for f in (x, w, b) if f is not None], FLOATS)
+        xs, ws = static_extents(node, x, "X"), static_extents(node, w, "W")
+        geo = self.geometry(node, xs, ws)
+        if b is not None and static_extents(node, b, "B") != (ws[0],):
+            raise node.fail(f"B has extents {list(b.shape)}, expected [{ws[0]}]")
+        shape = (xs[0], ws[0], *geo.pop("out"))  # type: ignore[misc]
+        from loam.backends.numpy_kernels.conv import _k_conv
+
+        value = fold_if_known(inputs, lambda *v: _k_conv(*v, **geo))
+        return [Facts(x.elem, tuple(Poly.const(d) for d in shape), value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        x, w = inputs[0], inputs[1]
+        assert x is not None and w is not None
+        if int(node.attr("group", 1)) == 1:
+            same_axis(node, x[1], w[1], "input channels of X and W")
+        b = inputs[2] if len(inputs) == 3 else None
+        if b is not None:
+            same_axis(node, b[0], w[0], "output channels of B and W")
+        return [(x[0], w[0], *kept_spatial_axes(x, outputs[0]))]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import ConvOp
+
+        present = [v for v in operands if v is not None]
+        geo = self.geometry(node, _ints(present[0]), _ints(present[1]))
+        geo.pop("out")
+        op = ConvOp(present, ctx.result_types[:1], node.name, **geo)  # type: ignore[arg-type]
+        ctx.emit(op)
+        return [op.results[0]]
+
+
+class ConvTransposeRule(OpRule):
+    """ONNX ConvTranspose (opsets 1-22): X (N, C, *S) with W (C, M/group, *K), optional B (M).
+
+    output_shape, when given, settles the pads as ONNX's text and onnxruntime do (the odd element
+    cropped at the beginning, or at the end with SAME_UPPER); SAME_* pads so the output is S * stride.
+    """
+
+    op_types = ("ConvTranspose",)
+    attributes = frozenset(
+        {"auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads", "strides"}
+    )
+    elem_types = FLOATS
+    limitations = "static extents only; negative pads are refused"
+
+    def geometry(self, node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]) -> dict[str, object]:
+        if len(x) < 3 or len(x) > 5:
+            raise node.unsupported(f"X has rank {len(x)}; Loam convolves over 1 to 3 spatial axes")
+        if len(w) != len(x):
+            raise node.fail(f"W has rank {len(w)}, X has rank {len(x)}; they must agree")
+        nsp = len(x) - 2
+        kernel = tuple(w[2:])
+        given = node.attr("kernel_shape")
+        if given is not None and tuple(int(k) for k in given) != kernel:
+            raise node.fail(f"kernel_shape {list(given)} disagrees with W's spatial extents {list(kernel)}")
+        group = int(node.attr("group", 1))
+        if group < 1 or x[1] % group:
+            raise node.fail(f"group {group} does not divide the {x[1]} input channels")
+        if x[1] != w[0]:
+            raise node.fail(f"X has {x[1]} channels, W's first axis has {w[0]}; they must agree")
+        strides = spatial_attrs(node, nsp, "strides", 1)
+        dilations = spatial_attrs(node, nsp, "dilations", 1)
+        out_pad = tuple(int(v) for v in node.attr("output_padding", [0] * nsp))
+        if len(out_pad) != nsp or any(p < 0 for p in out_pad):
+            raise node.fail(f"output_padding {list(out_pad)} must hold {nsp} non-negative values")
+        mode = auto_pad_of(node)
+        full = [(x[2 + i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 + out_pad[i] for i in range(nsp)]
+        target = node.attr("output_shape")
+        if target is not None:
+            target = [int(v) for v in target][-nsp:]
+            if len(target) != nsp:
+                raise node.fail(f"output_shape {list(target)} must give {nsp} spatial extents")
+        elif mode in ("SAME_UPPER", "SAME_LOWER"):
+            target = [x[2 + i] * strides[i] for i in range(nsp)]
+        if target is not None:
+            pads = [0] * (2 * nsp)
+            for i in range(nsp):
+                total = full[i] - target[i]
+                small, large = total // 2, total - total // 2
+                # The odd element goes to the end with SAME_UPPER, to the beginning otherwise (ONNX's
+                # text and onnxruntime; a negative total extends the output at the end).
+                pads[i], pads[i + nsp] = (small, large) if mode == "SAME_UPPER" else (large, small)
+        elif mode == "VALID":
+            pads = [0] * (2 * nsp)
+        else:
+            pads = list(explicit_pads(node, nsp))
+        out = tuple(full[i] - pads[i] - pads[i + nsp] for i in range(nsp))
+        if any(o < 1 for o in out):
+            raise node.fail(f"pads {pads} leave no output (spatial extents {list(out)})")
+        return {
+            "strides": strides,
+            "pads": tuple(pads),
+            "dilations": dilations,
+            "group": group,
+            "output_padding": out_pad,
+            "out": out,
+            "channels": w[1] * group,
+        }
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 2, 3)
+        x, w = inputs[0], inputs[1]
+        b = inputs[2] if len(inputs) == 3 else None
+        if x is None or w is None:
+            raise node.fail("X and W must be given")
+        require_elem(node, [f for f in (x, w, b) if f is not None], FLOATS)
+        xs, ws = static_extents(node, x, "X"), static_extents(node, w, "W")
+        geo = self.geometry(node, xs, ws)
+        channels = geo.pop("channels")
+        if b is not None and static_extents(node, b, "B") != (channels,):
+            raise node.fail(f"B has extents {list(b.shape)}, expected [{channels}]")
+        shape = (xs[0], channels, *geo.pop("out"))  # type: ignore[misc]
+        from loam.backends.numpy_kernels.conv import _k_conv_transpose
+
+        value = fold_if_known(inputs, lambda *v: _k_conv_transpose(*v, **geo))
+        return [Facts(x.elem, tuple(Poly.const(int(d)) for d in shape), value)]  # type: ignore[call-overload]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        x, w = inputs[0], inputs[1]
+        assert x is not None and w is not None
+        same_axis(node, x[1], w[0], "input channels of X and W")
+        channel: Axis | None = None
+        if int(node.attr("group", 1)) == 1:
+            channel = w[1]
+            b = inputs[2] if len(inputs) == 3 else None
+            if b is not None:
+                same_axis(node, b[0], w[1], "output channels of B and W")
+        return [(x[0], channel, *kept_spatial_axes(x, outputs[0]))]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import ConvTransposeOp
+
+        present = [v for v in operands if v is not None]
+        geo = self.geometry(node, _ints(present[0]), _ints(present[1]))
+        geo.pop("out")
+        geo.pop("channels")
+        op = ConvTransposeOp(present, ctx.result_types[:1], node.name, **geo)  # type: ignore[arg-type]
+        ctx.emit(op)
+        return [op.results[0]]
+
+
+def _ints(value: SSAValue) -> tuple[int, ...]:
+    """The static extents of a lowered operand."""
+    from loam.ops.lowering import axes_type
+
+    return tuple(d.const_value for d in axes_type(value).shape)
+
+
+RULES: tuple[OpRule, ...] = (ConvRule(), ConvTransposeRule())

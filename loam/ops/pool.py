@@ -1,7 +1,149 @@
-"""Operator rules of the pool family."""
+"""Pooling: MaxPool, AveragePool, LpPool and their Global forms, lowered to one `kernel.pool` each.
+
+The window geometry (auto_pad, ceil_mode, the output extents) is settled at build time by the
+helpers Conv uses; the kernel receives explicit pads and the output extents.  A Global pool is the
+same kernel with one window covering all spatial axes.  N and C carry through from X; a spatial
+axis whose extent is unchanged keeps X's axis, any other is new (the layout names it).
+
+Older opsets read the same attributes with narrower defaults (no ceil_mode or dilations before
+opset 10/18/19, no count_include_pad before 7), so every opset restates as the current one; LpPool
+and GlobalLpPool before opset 2 take `p` as a float, read the same way.
+"""
 
 from __future__ import annotations
 
-from loam.ops.base import OpRule
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-RULES: tuple[OpRule, ...] = ()
+from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity
+from loam.ops.conv import (
+    FLOATS,
+    fold_if_known,
+    kept_spatial_axes,
+    require_elem,
+    spatial_attrs,
+    static_extents,
+    window_geometry,
+)
+from loam.poly import Poly
+
+if TYPE_CHECKING:
+    from xdsl.ir import SSAValue
+
+    from loam.dialects.tensor_axes import Axis
+
+_MODES = {
+    "MaxPool": "max",
+    "AveragePool": "avg",
+    "LpPool": "lp",
+    "GlobalMaxPool": "max",
+    "GlobalAveragePool": "avg",
+    "GlobalLpPool": "lp",
+}
+
+
+class PoolRule(OpRule):
+    """The six pooling operators; `params` settles each node's `kernel.pool` parameters."""
+
+    op_types = tuple(_MODES)
+    attributes = frozenset(
+        {
+            "auto_pad",
+            "ceil_mode",
+            "count_include_pad",
+            "dilations",
+            "kernel_shape",
+            "p",
+            "pads",
+            "storage_order",
+            "strides",
+        }
+    )
+    elem_types = (*FLOATS, "i8", "ui8")
+    limitations = "static extents only; i8/ui8 for MaxPool only; negative pads are refused"
+
+    def params(self, node: NodeInfo, x: tuple[int, ...], n_outputs: int) -> dict[str, object]:
+        if len(x) < 3:
+            raise node.fail(f"X has rank {len(x)}; pooling needs N, C and at least one spatial axis")
+        mode = _MODES[node.op_type]
+        nsp = len(x) - 2
+        spatial = x[2:]
+        params: dict[str, object] = {"mode": mode}
+        if node.op_type.startswith("Global"):
+            kernel, strides, dilations = spatial, (1,) * nsp, (1,) * nsp
+            pads, out = (0,) * (2 * nsp), (1,) * nsp
+        else:
+            given = node.attr("kernel_shape")
+            if given is None:
+                raise node.fail("kernel_shape is required")
+            kernel = tuple(int(k) for k in given)
+            if len(kernel) != nsp or any(k < 1 for k in kernel):
+                raise node.fail(f"kernel_shape {list(kernel)} must give {nsp} positive extents")
+            strides = spatial_attrs(node, nsp, "strides", 1)
+            dilations = spatial_attrs(node, nsp, "dilations", 1)
+            ceil_mode = bool(node.attr("ceil_mode", 0))
+            pads, out = window_geometry(node, spatial, kernel, strides, dilations, ceil_mode=ceil_mode)
+        params.update(kernel_shape=kernel, strides=strides, pads=pads, dilations=dilations, out_shape=out)
+        if mode == "avg":
+            params["count_include_pad"] = int(node.attr("count_include_pad", 0))
+        if mode == "lp":
+            p = float(node.attr("p", 2))
+            if p <= 0:
+                raise node.fail(f"p must be positive, got {p}")
+            params["p"] = p
+        if n_outputs == 2:
+            storage_order = int(node.attr("storage_order", 0))
+            if storage_order not in (0, 1):
+                raise node.fail(f"storage_order must be 0 or 1, got {storage_order}")
+            params.update(storage_order=storage_order, indices=1)
+        return params
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 1)
+        x = inputs[0]
+        if x is None:
+            raise node.fail("X must be given")
+        require_elem(node, [x], self.elem_types if node.op_type == "MaxPool" else FLOATS)
+        xs = static_extents(node, x, "X")
+        # MaxPool's optional Indices output: the graph names it, so the node's outputs decide.
+        n_outputs = self.outputs_wanted(node)
+        params = self.params(node, xs, n_outputs)
+        shape = tuple(Poly.const(d) for d in (*xs[:2], *params["out_shape"]))  # type: ignore[misc]
+        from loam.backends.numpy_kernels.conv import _k_pool
+
+        value = fold_if_known(inputs, lambda v: _k_pool(v, **params))
+        from loam import dtypes
+
+        if n_outputs == 2:
+            y, index = value if value is not None else (None, None)
+            return [Facts(x.elem, shape, y), Facts(dtypes.by_name("i64"), shape, index)]
+        return [Facts(x.elem, shape, value)]
+
+    def outputs_wanted(self, node: NodeInfo) -> int:
+        """How many outputs the node names (MaxPool's Indices is optional)."""
+        count = node.outputs
+        if (count == 2 and node.op_type != "MaxPool") or count > 2:
+            raise node.fail(f"names {count} outputs; {node.op_type} has {2 if node.op_type == 'MaxPool' else 1}")
+        return count
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        x = inputs[0]
+        assert x is not None
+        axes = (x[0], x[1], *kept_spatial_axes(x, outputs[0]))
+        return [axes for _ in outputs]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import PoolOp
+        from loam.ops.conv import _ints
+
+        x = operands[0]
+        assert x is not None
+        params = self.params(node, _ints(x), len(ctx.result_types))
+        op = PoolOp([x], ctx.result_types, node.name, **params)  # type: ignore[arg-type]
+        ctx.emit(op)
+        return list(op.results)
+
+
+RULES: tuple[OpRule, ...] = (PoolRule(),)

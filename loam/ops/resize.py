@@ -1,7 +1,260 @@
-"""Operator rules of the resize family."""
+"""Resize and Upsample, lowered to one `kernel.resize` with its output extents and scales settled.
+
+The build needs the scales or sizes (and roi for tf_crop_and_resize) as known values: they fix
+the output extents, which Loam settles statically.  Every opset restates as the current Resize:
+
+- Resize 10, Upsample 7/9 (and Upsample 1's height_scale/width_scale): scales only, the
+  `asymmetric` mapping, nearest taking floor when enlarging and ceil when shrinking (onnxruntime's
+  reading of those opsets) and linear as N-linear;
+- Resize 11/13: `roi`, `scales` or `sizes`, coordinate_transformation_mode, nearest_mode, cubic;
+- Resize 18/19: `axes`, `keep_aspect_ratio_policy`, half_pixel_symmetric; `antialias=1` is refused.
+
+N-linear and N-cubic compute in floats; nearest gathers, so it serves every element type.  A kept
+extent keeps its axis, a resized one is new (the layout names it).
+"""
 
 from __future__ import annotations
 
-from loam.ops.base import OpRule
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-RULES: tuple[OpRule, ...] = ()
+import numpy as np
+
+from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity
+from loam.ops.conv import FLOATS, static_extents
+from loam.poly import Poly
+
+if TYPE_CHECKING:
+    from xdsl.ir import SSAValue
+
+    from loam.dialects.tensor_axes import Axis
+
+_COORDINATE_MODES = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_half_pixel_for_nn",
+    "tf_crop_and_resize",
+)
+_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+_ALL_TYPES = (*FLOATS, "i8", "i16", "i32", "i64", "ui8", "bool")
+
+
+class ResizeRule(OpRule):
+    """ONNX Resize (opsets 10-19) and Upsample (opsets 1-9, deprecated at 10)."""
+
+    op_types = ("Resize", "Upsample")
+    attributes = frozenset(
+        {
+            "antialias",
+            "axes",
+            "coordinate_transformation_mode",
+            "cubic_coeff_a",
+            "exclude_outside",
+            "extrapolation_value",
+            "keep_aspect_ratio_policy",
+            "mode",
+            "nearest_mode",
+            "scales",
+            "height_scale",
+            "width_scale",
+        }
+    )
+    elem_types = _ALL_TYPES
+    first_opset = 1
+    limitations = (
+        "scales/sizes (and roi for tf_crop_and_resize) must be known at build time; antialias=1 is refused; "
+        "linear and cubic compute floats only; tf_half_pixel_for_nn only with floor-like nearest modes"
+    )
+
+    # -- settling the geometry -------------------------------------------------------------------
+
+    def settle(
+        self,
+        node: NodeInfo,
+        shape: tuple[int, ...],
+        roi: np.ndarray | None,
+        scales: np.ndarray | None,
+        sizes: np.ndarray | None,
+    ) -> dict[str, object]:
+        """The `kernel.resize` parameters: mode, mapping, output `sizes` and per-axis `scales`."""
+        rank = len(shape)
+        legacy = node.op_type == "Upsample" or node.since < 11
+        mode = str(node.attr("mode", "nearest"))
+        if mode == "bilinear" and node.op_type == "Upsample":  # Upsample 1's spelling of linear
+            mode = "linear"
+        if mode not in ("nearest", "linear", "cubic") or (legacy and mode == "cubic"):
+            raise node.fail(f"mode {mode!r} is not defined at opset {node.since}")
+        if legacy:
+            params: dict[str, object] = {
+                "mode": mode,
+                "coordinate_mode": "asymmetric",
+                "nearest_mode": "simple",
+            }
+        else:
+            coordinate = str(node.attr("coordinate_transformation_mode", "half_pixel"))
+            if coordinate not in _COORDINATE_MODES:
+                raise node.fail(f"coordinate_transformation_mode {coordinate!r} is not one of Resize's")
+            nearest = str(node.attr("nearest_mode", "round_prefer_floor"))
+            if nearest not in _NEAREST_MODES:
+                raise node.fail(f"nearest_mode {nearest!r} is not one of {', '.join(_NEAREST_MODES)}")
+            if coordinate == "tf_half_pixel_for_nn" and (
+                mode != "nearest" or nearest not in ("round_prefer_floor", "floor")
+            ):
+                raise node.unsupported(
+                    f"coordinate_transformation_mode tf_half_pixel_for_nn is supported with nearest_mode "
+                    f"round_prefer_floor or floor only, not mode {mode} with nearest_mode {nearest}"
+                )
+            if int(node.attr("antialias", 0)) and mode != "nearest":
+                raise node.unsupported("antialias=1 is not supported")
+            params = {"mode": mode, "coordinate_mode": coordinate, "nearest_mode": nearest}
+            if mode == "cubic":
+                params["cubic_coeff_a"] = float(node.attr("cubic_coeff_a", -0.75))
+                params["exclude_outside"] = int(node.attr("exclude_outside", 0))
+            if coordinate == "tf_crop_and_resize":
+                params["extrapolation_value"] = float(node.attr("extrapolation_value", 0.0))
+
+        axes = list(range(rank))
+        if node.attr("axes") is not None:
+            axes = [int(a) + rank if int(a) < 0 else int(a) for a in node.attr("axes")]
+            if any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
+                raise node.fail(f"axes {node.attr('axes')} are not distinct axes of a rank-{rank} input")
+
+        f32 = np.float32
+        full_scales = [f32(1)] * rank
+        out = list(shape)
+        if node.op_type == "Upsample" and node.since < 7:
+            scales = np.array([1, 1, node.attr("height_scale", 1.0), node.attr("width_scale", 1.0)], dtype=f32)
+        elif node.op_type == "Upsample" and node.since < 9:
+            scales = np.asarray(node.attr("scales", []), dtype=f32)
+        if scales is not None and scales.size:
+            if scales.size != len(axes):
+                raise node.fail(f"scales has {scales.size} values for {len(axes)} axes")
+            for a, s in zip(axes, scales.astype(f32).reshape(-1), strict=True):
+                if not s > 0:
+                    raise node.fail(f"scale {float(s)} on axis {a} must be positive")
+                full_scales[a] = s
+                out[a] = int(np.float64(s) * shape[a])
+        elif sizes is not None and sizes.size and not legacy:
+            if sizes.size != len(axes):
+                raise node.fail(f"sizes has {sizes.size} values for {len(axes)} axes")
+            wanted = [int(v) for v in sizes.reshape(-1)]
+            policy = str(node.attr("keep_aspect_ratio_policy", "stretch"))
+            ratios = [f32(n) / f32(shape[a]) for a, n in zip(axes, wanted, strict=True)]
+            if policy in ("not_larger", "not_smaller"):
+                scale = min(ratios) if policy == "not_larger" else max(ratios)
+                for a in axes:
+                    full_scales[a] = scale
+                    out[a] = int(float(scale) * shape[a] + 0.5)
+            elif policy == "stretch":
+                for a, n, r in zip(axes, wanted, ratios, strict=True):
+                    full_scales[a], out[a] = r, n
+            else:
+                raise node.fail(f"keep_aspect_ratio_policy {policy!r} is not stretch, not_larger or not_smaller")
+        else:
+            raise node.unsupported(
+                "needs its scales or sizes known at build time (a Constant or an integer initializer); "
+                "Loam settles the output extents statically"
+            )
+        if any(o < 1 for o in out):
+            raise node.fail(f"the output extents {out} must be positive")
+        params["scales"] = tuple(float(s) for s in full_scales)
+        params["sizes"] = tuple(out)
+        if params.get("coordinate_mode") == "tf_crop_and_resize":
+            if roi is None or roi.size != 2 * len(axes):
+                raise node.unsupported(
+                    "tf_crop_and_resize needs roi known at build time, with a start and an end per resized axis"
+                )
+            values = roi.astype(f32).reshape(-1)
+            full = [0.0] * rank + [1.0] * rank
+            for i, a in enumerate(axes):
+                full[a], full[a + rank] = float(values[i]), float(values[i + len(axes)])
+            params["roi"] = tuple(full)
+        return params
+
+    def _operands(self, node: NodeInfo, items: Sequence[object]) -> tuple[object, object, object]:
+        """(roi, scales, sizes) among the inputs after X, by opset."""
+        rest = list(items[1:])
+        if node.op_type == "Upsample" or node.since < 11:
+            return None, (rest[0] if rest else None), None
+        rest += [None] * (3 - len(rest))
+        return rest[0], rest[1], rest[2]
+
+    # -- the three questions -----------------------------------------------------------------------
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        legacy = node.op_type == "Upsample" or node.since < 11
+        if node.op_type == "Upsample" and node.since < 9:
+            require_arity(node, inputs, 1)
+        elif legacy:
+            require_arity(node, inputs, 2)
+        else:
+            require_arity(node, inputs, 1, 4)
+        x = inputs[0]
+        if x is None:
+            raise node.fail("X must be given")
+        shape = static_extents(node, x, "X")
+        roi, scales, sizes = (f.value if isinstance(f, Facts) else None for f in self._operands(node, inputs))
+        for f, what in zip(self._operands(node, inputs), ("roi", "scales", "sizes"), strict=True):
+            if isinstance(f, Facts) and f.value is None and what != "roi":
+                raise node.unsupported(
+                    f"needs its {what} known at build time (a Constant or an integer initializer); "
+                    "Loam settles the output extents statically"
+                )
+        params = self.settle(node, shape, roi, scales, sizes)
+        allowed = _ALL_TYPES if params["mode"] == "nearest" else FLOATS
+        if x.elem.name not in allowed:
+            raise node.unsupported(
+                f"element type {x.elem.name} is not supported with mode {params['mode']}; "
+                f"Loam computes it in {', '.join(allowed)}"
+            )
+        value = None
+        if x.value is not None:
+            from loam.backends.numpy_kernels.conv import _k_resize
+
+            value = _k_resize(np.asarray(x.value), **params)  # type: ignore[arg-type]
+        return [Facts(x.elem, tuple(Poly.const(d) for d in params["sizes"]), value)]  # type: ignore[attr-defined]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        x = inputs[0]
+        assert x is not None
+        # Resize may resize any axis (N and C too), so every axis is compared.
+        return [tuple(a if a.extent == e else None for a, e in zip(x, outputs[0].shape, strict=True))]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import ResizeOp
+        from loam.ops.conv import _ints
+
+        x = operands[0]
+        assert x is not None
+        roi, scales, sizes = (_constant(v) for v in self._operands(node, operands))
+        params = self.settle(node, _ints(x), roi, scales, sizes)
+        op = ResizeOp([x], ctx.result_types[:1], node.name, **params)  # type: ignore[arg-type]
+        ctx.emit(op)
+        return [op.results[0]]
+
+
+def _constant(value: object) -> np.ndarray | None:
+    """The value a lowered operand holds when it is known: a folded constant or an integer initializer.
+
+    Integer initializers (Resize's `sizes`) lower to `kernel.weight`s carrying their data; stage 0
+    knows them too, so `infer` and `lower` settle the same geometry.  A float initializer is a
+    weight whose value is never read at build time (`infer` has refused it already).
+    """
+    from loam.dialects.kernel import ConstantOp, WeightOp
+
+    owner = getattr(value, "owner", None)
+    if isinstance(owner, ConstantOp):
+        return owner.value.to_numpy()
+    if isinstance(owner, WeightOp) and owner.data is not None:
+        data = np.asarray(owner.data.to_numpy())  # type: ignore[attr-defined]
+        if data.dtype.kind in "iu":
+            return data
+    return None
+
+
+RULES: tuple[OpRule, ...] = (ResizeRule(),)

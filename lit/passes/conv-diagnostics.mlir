@@ -1,0 +1,34 @@
+// RUN: loam-opt %s -p stage0 --split-input-file --verify-diagnostics | filecheck %s
+
+// Resize's output extents come from its scales: fed at run time, the build cannot settle them.
+// CHECK: Resize node 'up': needs its scales known at build time (a Constant or an integer initializer); Loam settles the output extents statically
+graph.model {ir_version = 8 : i64, opset_import = {"" = 19 : i64}} {
+  graph.graph "runtime_scales" (%x: !graph.tensor<f32, [1, 1, 4, 4]>, %s: !graph.tensor<f32, [4]>) inputs ["x", "s"] {
+    %none = graph.none
+    %y = graph.node "Resize" "up" since 19 (%x, %none, %s) -> ["y"] : !graph.unknown
+    graph.return %y ["y"] : !graph.tensor<f32, [1, 1, 8, 8]>
+  }
+}
+
+// -----
+
+// Conv's group must divide both channel counts.
+// CHECK: Conv node 'conv': group 3 does not divide the 4 input and 3 output channels
+graph.model {ir_version = 8 : i64, opset_import = {"" = 19 : i64}} {
+  graph.graph "groups" (%x: !graph.tensor<f32, [1, 4, 5, 5]>) inputs ["x"] {
+    %w = graph.initializer "w" : !graph.tensor<f32, [3, 1, 3, 3]>
+    %y = graph.node "Conv" "conv" since 19 (%x, %w) {group = 3 : i64} -> ["y"] : !graph.unknown
+    graph.return %y ["y"] : !graph.tensor<f32, [1, 3, 3, 3]>
+  }
+}
+
+// -----
+
+// An attribute the rule does not read stops the build rather than being ignored.
+// CHECK: MaxPool node 'pool': attribute 'bogus' of opset 19 is not supported
+graph.model {ir_version = 8 : i64, opset_import = {"" = 19 : i64}} {
+  graph.graph "unknown_attr" (%x: !graph.tensor<f32, [1, 1, 4, 4]>) inputs ["x"] {
+    %y = graph.node "MaxPool" "pool" since 19 (%x) {kernel_shape = #graph.list<ints [2, 2]>, bogus = 1 : i64} -> ["y"] : !graph.unknown
+    graph.return %y ["y"] : !graph.tensor<f32, [1, 1, 3, 3]>
+  }
+}

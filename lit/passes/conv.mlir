@@ -1,0 +1,46 @@
+// RUN: loam-opt %s -p 'stage0,name-axes,lower-to-kernel' --split-input-file | filecheck %s
+
+// A SAME-padded Conv settles its pads at build time and keeps X's spatial axes (its output grid is
+// its input's); the output channel axis is W's first.  MaxPool's ceil_mode output extents and
+// Resize's scales (a Constant) settle too; the new spatial axes take the layout's names.
+// CHECK-LABEL: kernel.program "forward" (%x: !tensor_axes.tensor<f32, [N: 1, C: 3, H: 8, W: 8]>) names ["x"]
+// CHECK:        %c = kernel.conv(%x, %w, %b) {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 1 : i64, node = "conv"}
+// CHECK-SAME:     -> !tensor_axes.tensor<f32, [N: 1, O: 4, H: 8, W: 8]>
+// CHECK:        %p = kernel.pool(%c) {mode = "max", kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, out_shape = array<i64: 4, 4>, node = "pool"}
+// CHECK-SAME:     -> !tensor_axes.tensor<f32, [N: 1, O: 4, H2: 4, W2: 4]>
+// CHECK:        %r = kernel.resize(%p) {mode = "nearest", coordinate_mode = "half_pixel", nearest_mode = "round_prefer_floor", scales = array<f64: 1.000000e+00, 1.000000e+00, 2.000000e+00, 2.000000e+00>, sizes = array<i64: 1, 4, 8, 8>, node = "up"}
+// CHECK-SAME:     -> !tensor_axes.tensor<f32, [N: 1, O: 4, H4: 8, W4: 8]>
+// CHECK-NOT:    kernel.constant
+// CHECK:        kernel.return %r names ["r"]
+builtin.module attributes {loam.layout = #tensor_axes.layout<["x" -> [N, C, H, W], "w" -> [O, C, KH, KW], "b" -> [O], "p" -> [N, O, H2, W2], "s" -> [Four], "r" -> [N, O, H4, W4]]>} {
+  graph.model {ir_version = 8 : i64, opset_import = {"" = 19 : i64}} {
+    graph.graph "g" (%x: !graph.tensor<f32, [1, 3, 8, 8]>) inputs ["x"] {
+      %w = graph.initializer "w" : !graph.tensor<f32, [4, 3, 3, 3]>
+      %b = graph.initializer "b" : !graph.tensor<f32, [4]>
+      %c = graph.node "Conv" "conv" since 19 (%x, %w, %b) {auto_pad = "SAME_UPPER", kernel_shape = #graph.list<ints [3, 3]>} -> ["c"] : !graph.unknown
+      %p = graph.node "MaxPool" "pool" since 19 (%c) {kernel_shape = #graph.list<ints [2, 2]>, strides = #graph.list<ints [2, 2]>, ceil_mode = 1 : i64} -> ["p"] : !graph.unknown
+      %s = graph.node "Constant" "k" since 19 () {value = #graph.data<f32, [4], "0x0000803f0000803f0000004000000040">} -> ["s"] : !graph.unknown
+      %none = graph.none
+      %r = graph.node "Resize" "up" since 19 (%p, %none, %s) {mode = "nearest"} -> ["r"] : !graph.unknown
+      graph.return %r ["r"] : !graph.tensor<f32, [1, 4, 8, 8]>
+    }
+  }
+}
+
+// -----
+
+// An AveragePool over a value the build knows folds in stage 0 (the module's own kernel computes
+// it): the mean of 1, 2, 3, 4 is 2.5, a one-element constant the Add's Expr carries.
+// CHECK-LABEL: kernel.program "forward" (%x: !tensor_axes.tensor<f32, [N: 1, C: 1, H: 1, W: 1]>)
+// CHECK-NOT:   kernel.pool
+// CHECK:       kernel.zip(%x) #kernel.expr<[operand 0, const 2.5 : f32, add 0 1]>
+builtin.module attributes {loam.layout = #tensor_axes.layout<["x" -> [N, C, H, W], "a" -> [N, C, H, W]]>} {
+  graph.model {ir_version = 8 : i64, opset_import = {"" = 19 : i64}} {
+    graph.graph "fold" (%x: !graph.tensor<f32, [1, 1, 1, 1]>) inputs ["x"] {
+      %k = graph.node "Constant" "k" since 19 () {value = #graph.data<f32, [1, 1, 2, 2], "0x0000803f000000400000404000008040">} -> ["k"] : !graph.unknown
+      %a = graph.node "AveragePool" "avg" since 19 (%k) {kernel_shape = #graph.list<ints [2, 2]>} -> ["a"] : !graph.unknown
+      %y = graph.node "Add" "add" since 19 (%x, %a) -> ["y"] : !graph.unknown
+      graph.return %y ["y"] : !graph.tensor<f32, [1, 1, 1, 1]>
+    }
+  }
+}
