@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, SSAValue
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.ir import Block, BlockArgument, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
@@ -41,7 +41,7 @@ from loam.poly import Poly
 def node_info(node: NodeOp) -> NodeInfo:
     """The rule-facing view of a `graph.node`."""
     name = node.node_name or (node.output_names[0] if node.output_names else "")
-    return NodeInfo(node.op_type, name, node.since, node.get_attr)
+    return NodeInfo(node.op_type, name, node.since, node.get_attr, len(node.outs))
 
 
 def facts_of_type(t: object, what: str) -> Facts:
@@ -80,7 +80,33 @@ class Stage0Pass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for graph in [g for g in op.walk() if isinstance(g, GraphOp)]:
+            weights_as_weights(graph)
             Stage0Graph(graph.graph_name.data).run(graph.body.block, [s.data for s in graph.input_names.data])
+
+
+def weights_as_weights(graph: GraphOp) -> None:
+    """A graph input that an initializer gives a default value is that initializer: a weight.
+
+    Models before ONNX IR version 4 had to list every initializer among the graph inputs, so old
+    exports (and many converted ones) declare their weights that way.  `forward` does not take
+    them as inputs: they are weights, read from `Weights` (embedded, or from a checkpoint, which
+    is how a deployer supplies another value).
+    """
+    block = graph.body.block
+    names = [s.data for s in graph.input_names.data]
+    dropped: list[int] = []
+    for op in list(block.ops):
+        if isinstance(op, InitializerOp) and op.default_of is not None:
+            arg = op.default_of
+            assert isinstance(arg, BlockArgument)
+            op.operands = []
+            arg.replace_all_uses_with(op.result)
+            dropped.append(arg.index)
+    for index in sorted(dropped, reverse=True):
+        block.erase_arg(block.args[index])
+        del names[index]
+    if dropped:
+        graph.input_names = ArrayAttr([StringAttr(n) for n in names])
 
 
 class Stage0Graph:
@@ -115,10 +141,6 @@ class Stage0Graph:
 
     def initializer(self, op: InitializerOp) -> None:
         name = op.onnx_name.data
-        if op.default_of is not None:
-            raise UnsupportedError(
-                f"initializer '{name}' gives graph input a default value; Loam needs the input itself"
-            )
         facts = facts_of_type(op.result.type, f"initializer '{name}'")
         self.settle(op.result, Facts(facts.elem, facts.shape, _known_value(op, facts.elem.name)))
 
