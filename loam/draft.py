@@ -100,6 +100,7 @@ class _Drafter:
         self.given = tuple(given)
         self.parent: list[int] = []
         self.fixed: dict[int, str] = {}  # class root -> name a given rule fixes
+        self.merges: dict[int, tuple[str, ...]] = {}  # class root -> the merge of parts it is
         self.origin: list[tuple[str, int, Poly]] = []  # variable -> (tensor, axis index, extent)
         self.graph_name = ""
 
@@ -141,20 +142,50 @@ class _Drafter:
         fa, fb = self.fixed.get(ra), self.fixed.get(rb)
         if fa is not None and fb is not None and fa != fb:
             raise AxisError(f"the layout names axis {fa} and axis {fb}, which the graph makes one axis")
+        ma, mb = self.merges.get(ra), self.merges.get(rb)
+        if (ma and (fa or fb)) or (mb and (fa or fb)):
+            raise AxisError(f"axis {fa or fb} would have to be a merged axis")
         low, high = min(ra, rb), max(ra, rb)  # the earlier variable stays the root: names stay stable
         self.parent[high] = low
         if fa or fb:
             self.fixed[low] = fa or fb  # type: ignore[assignment]
             self.fixed.pop(high, None)
+        if ma and mb:
+            self.merges.pop(high)
+            self.merges[low] = ma if low == ra else mb
+            self.alias_merge(f"{_VAR}{low}", mb if low == ra else ma)
+        elif ma or mb:
+            self.merges.pop(high, None)
+            self.merges[low] = ma or mb  # type: ignore[assignment]
 
     def unify(self, a: Axis, b: Axis) -> None:
-        if a.parts and b.parts and len(a.parts) == len(b.parts):
+        if a.parts and b.parts:
+            if len(a.parts) != len(b.parts):
+                raise AxisError(f"merged axes {a.name} and {b.name} would have to be one axis")
             for pa, pb in zip(a.parts, b.parts, strict=True):
                 self.unify_names(pa, pb)
         elif not a.parts and not b.parts:
             self.unify_names(a.name, b.name)
-        elif a.name != b.name:
-            raise AxisError(f"axis {a.name} and merged axis {b.name} would have to be one axis")
+        else:
+            plain, merged = (a, b) if b.parts else (b, a)
+            self.alias_merge(plain.name, merged.parts)
+
+    def alias_merge(self, name: str, parts: tuple[str, ...]) -> None:
+        """A plain axis met a merged one: the plain axis's class is that merge (`(Heads Groups)`)."""
+        var = self.var_of(name)
+        if var is None:
+            raise AxisError(f"axis {name} and merged axis ({' '.join(parts)}) would have to be one axis")
+        root = self.find(var)
+        known = self.merges.get(root)
+        if known is not None:
+            if len(known) != len(parts):
+                raise AxisError(f"merged axes ({' '.join(known)}) and ({' '.join(parts)}) would have to be one axis")
+            for pa, pb in zip(known, parts, strict=True):
+                self.unify_names(pa, pb)
+            return
+        if root in self.fixed:
+            raise AxisError(f"axis {self.fixed[root]} and merged axis ({' '.join(parts)}) would have to be one axis")
+        self.merges[root] = parts
 
     # -- the walk --------------------------------------------------------------------------------
 
@@ -240,6 +271,9 @@ class _Drafter:
             if root in self.fixed:
                 names[root] = self.fixed[root]
                 return names[root]
+            if root in self.merges:
+                names[root] = "(" + " ".join(resolve_name(p) for p in self.merges[root]) + ")"
+                return names[root]
             tensor, index, extent = self.origin[root]
             symbol = _plain_symbol(extent)
             stem = _identifier(symbol) if symbol is not None else f"{_camel(tensor)}_{index}"
@@ -257,7 +291,8 @@ class _Drafter:
         def resolve(axis: Axis) -> str:
             if axis.parts:
                 return "(" + " ".join(resolve_name(p) for p in axis.parts) + ")"
-            return resolve_name(axis.name)
+            name = resolve_name(axis.name)
+            return name
 
         def resolve_name(name: str) -> str:
             var = self.var_of(name)

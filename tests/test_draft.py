@@ -131,3 +131,19 @@ def test_loam_layout_cli_writes_a_layout_loam_build_accepts(tmp_path: Path) -> N
     )
     assert built.returncode == 0, built.stderr
     assert "class X_0:" in module.read_text()
+
+
+def test_an_axis_meeting_a_merged_axis_is_named_by_the_merge() -> None:
+    shape = numpy_helper.from_array(np.array([6], np.int64), "shape")
+    model = _model(
+        [helper.make_node("Reshape", ["x", "shape"], ["flat"]), helper.make_node("Add", ["flat", "y"], ["z"])],
+        [_f32("x", [2, 3]), _f32("y", [6])],
+        [_f32("z", [6])],
+        [shape],
+    )
+    draft = draft_layout(model)
+    rules = {r.pattern: r.axes for r in draft.rules}
+    assert rules["y"] == (f"({rules['x'][0]} {rules['x'][1]})",)
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.standard_normal((2, 3)).astype(np.float32), "y": rng.standard_normal(6).astype(np.float32)}
+    assert_same(run_loam(model, feeds), run_onnxruntime(model, feeds))
