@@ -1,0 +1,1252 @@
+"""Write the operators suite: one small model per operator x edge case into tests/conformance/operators/.
+
+    python -m tests.conformance.make_operator_cases          # rewrite operators/ (deletes stale cases)
+
+Each case is `<Op>.<variant>.onnx`; where input values matter (indices, divisors, NaN/inf, overflow, a
+variance) they are stored next to it as `<Op>.<variant>.npz`, otherwise the harness draws seeded random
+inputs from the input types.  Inputs that fix extents or axes are integer initializers (or Constants, for
+float scales), as exports carry them.  Every model is checked with onnx's checker and shape inference and
+run by onnxruntime before it is written; a case onnxruntime cannot run (a type it has no kernel for) is
+reported and skipped, since onnxruntime is the suite's oracle.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnx.helper as oh
+from onnx import TensorProto, numpy_helper
+
+OUT = Path(__file__).resolve().parent / "operators"
+DEFAULT_OPSET = 21
+
+NP: dict[str, Any] = {
+    "f32": np.float32,
+    "f64": np.float64,
+    "f16": np.float16,
+    "bf16": ml_dtypes.bfloat16,
+    "i8": np.int8,
+    "i16": np.int16,
+    "i32": np.int32,
+    "i64": np.int64,
+    "ui8": np.uint8,
+    "bool": np.bool_,
+}
+ELEM: dict[str, int] = {
+    "f32": TensorProto.FLOAT,
+    "f64": TensorProto.DOUBLE,
+    "f16": TensorProto.FLOAT16,
+    "bf16": TensorProto.BFLOAT16,
+    "i8": TensorProto.INT8,
+    "i16": TensorProto.INT16,
+    "i32": TensorProto.INT32,
+    "i64": TensorProto.INT64,
+    "ui8": TensorProto.UINT8,
+    "bool": TensorProto.BOOL,
+}
+FLOATS = ("f32", "f64", "f16", "bf16")
+INTS = ("i8", "i16", "i32", "i64", "ui8")
+
+
+@dataclass
+class In:
+    """A run-time input: its type and shape, and the values to store (None: random at test time)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "f32"
+    values: np.ndarray | None = None
+
+
+@dataclass
+class Known:
+    """An input known at build time: an integer initializer, or a Constant node for floats."""
+
+    name: str
+    value: np.ndarray
+
+
+@dataclass
+class Spec:
+    op: str
+    variant: str
+    inputs: Sequence[In | Known | None]  # None: an omitted optional input
+    attrs: dict[str, Any] = field(default_factory=dict)
+    outputs: int = 1
+    opset: int = DEFAULT_OPSET
+    out_shape: tuple[int, ...] | None = None  # where onnx's shape inference leaves the output untyped
+
+
+def arr(values: Any, dtype: str) -> np.ndarray:
+    return np.asarray(values, dtype=np.float64 if dtype in FLOATS else None).astype(NP[dtype])
+
+
+def i64(*values: int) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
+
+
+def make_model(spec: Spec) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The one-node model of `spec` (outputs typed by shape inference) and the input values to store."""
+    graph_inputs, initializers, nodes, stored, names = [], [], [], {}, []
+    for item in spec.inputs:
+        if item is None:
+            names.append("")
+        elif isinstance(item, In):
+            graph_inputs.append(oh.make_tensor_value_info(item.name, ELEM[item.dtype], item.shape))
+            if item.values is not None:
+                stored[item.name] = item.values
+            names.append(item.name)
+        else:
+            tensor = numpy_helper.from_array(item.value, item.name)
+            if item.value.dtype.kind in "iub":
+                initializers.append(tensor)
+            else:
+                nodes.append(oh.make_node("Constant", [], [item.name], name=f"{item.name}_const", value=tensor))
+            names.append(item.name)
+    outs = [f"y{i}" for i in range(spec.outputs)]
+    nodes.append(oh.make_node(spec.op, names, outs, name=f"{spec.op.lower()}_node", **spec.attrs))
+    graph = oh.make_graph(
+        nodes, f"{spec.op}_{spec.variant}", graph_inputs, [onnx.ValueInfoProto(name=o) for o in outs], initializers
+    )
+    opsets = [oh.make_opsetid("", spec.opset)]
+    try:
+        model = oh.make_model_gen_version(graph, opset_imports=opsets)
+    except ValueError:  # an opset onnx's version table does not list: the oldest IR version
+        model = oh.make_model(graph, opset_imports=opsets, ir_version=3)
+    model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    first = next((i for i in spec.inputs if isinstance(i, In)), In("none", ()))
+    for out in model.graph.output:
+        if not out.type.HasField("tensor_type"):  # untyped by inference: the first input's type, or out_shape
+            shape = spec.out_shape if spec.out_shape is not None else first.shape
+            out.CopyFrom(oh.make_tensor_value_info(out.name, ELEM[first.dtype], shape))
+    onnx.checker.check_model(model, full_check=True)
+    return model, stored
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The cases, by family
+
+BINARY_ARITH = ("Add", "Sub", "Mul", "Div")
+SHAPES_BINARY: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "same": ((3, 4), (3, 4)),
+    "scalar": ((2, 3), ()),
+    "rank1": ((2, 3, 4), (4,)),
+    "ones": ((3, 1), (1, 4)),
+    "left_scalar": ((), (2, 3)),
+}
+
+
+def nonzero(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
+    low, high = (1, 6) if dtype == "ui8" else (-5, 6)
+    v = rng.integers(low, high, size=shape)
+    v[v == 0] = 3
+    return v.astype(NP[dtype])
+
+
+def elementwise(rng: np.random.Generator) -> list[Spec]:
+    specs: list[Spec] = []
+    for op in BINARY_ARITH:
+        for shape_name, (sa, sb) in SHAPES_BINARY.items():
+            specs.append(Spec(op, f"f32_{shape_name}", [In("a", sa), In("b", sb)]))
+        for dt in ("f64", "f16", "bf16", *INTS):
+            b = In("b", (3, 4), dt, nonzero((3, 4), dt, rng)) if op == "Div" and dt in INTS else In("b", (3, 4), dt)
+            specs.append(Spec(op, dt, [In("a", (3, 4), dt), b]))
+    # integer overflow wraps
+    big = arr([[120, 127, -128, 100]], "i8")
+    specs.append(
+        Spec("Add", "i8_overflow", [In("a", (1, 4), "i8", big), In("b", (1, 4), "i8", arr([[10, 1, -1, 100]], "i8"))])
+    )
+    specs.append(
+        Spec(
+            "Mul",
+            "i32_overflow",
+            [
+                In("a", (3,), "i32", arr([2**30, -(2**30), 65536], "i32")),
+                In("b", (3,), "i32", arr([4, 4, 65536], "i32")),
+            ],
+        )
+    )
+    specs.append(
+        Spec(
+            "Sub",
+            "ui8_wrap",
+            [In("a", (4,), "ui8", arr([0, 1, 5, 255], "ui8")), In("b", (4,), "ui8", arr([1, 2, 10, 0], "ui8"))],
+        )
+    )
+    # integer Div truncates toward zero
+    specs.append(
+        Spec(
+            "Div",
+            "i32_negative",
+            [
+                In("a", (6,), "i32", arr([7, -7, 7, -7, 0, 1], "i32")),
+                In("b", (6,), "i32", arr([2, 2, -2, -2, 3, -3], "i32")),
+            ],
+        )
+    )
+    nan = np.array([np.nan, np.inf, -np.inf, 1.0, 0.0, -0.0], np.float32)
+    specs.append(
+        Spec(
+            "Div",
+            "f32_by_zero",
+            [In("a", (6,), "f32", nan), In("b", (6,), "f32", np.array([0, 0, 0, 0, 0, 1], np.float32))],
+        )
+    )
+    for op in ("Max", "Min", "Mean", "Sum"):
+        specs.append(Spec(op, "three_bcast", [In("a", (2, 3)), In("b", (3,)), In("c", (1, 1))]))
+        specs.append(Spec(op, "one", [In("a", (2, 3))]))
+        specs.append(Spec(op, "nan", [In("a", (6,), "f32", nan), In("b", (6,), "f32", np.ones(6, np.float32))]))
+    for op in ("Max", "Min"):
+        for dt in ("f64", "f16", "i8", "i32", "i64", "ui8"):
+            specs.append(Spec(op, dt, [In("a", (3, 4), dt), In("b", (4,), dt)]))
+    # Pow
+    specs.append(
+        Spec(
+            "Pow",
+            "f32",
+            [In("a", (3, 4), "f32", np.abs(rng.standard_normal((3, 4))).astype(np.float32)), In("b", (3, 4))],
+        )
+    )
+    specs.append(Spec("Pow", "f32_scalar_exp", [In("a", (3, 4)), Known("b", np.array(2.0, np.float32))]))
+    specs.append(
+        Spec(
+            "Pow",
+            "f32_negative_base",
+            [In("a", (4,), "f32", arr([-2, -1.5, 0, 3], "f32")), In("b", (4,), "f32", arr([2, 0.5, 0, -1], "f32"))],
+        )
+    )
+    specs.append(
+        Spec(
+            "Pow",
+            "i32",
+            [In("a", (4,), "i32", arr([2, -3, 0, 5], "i32")), In("b", (4,), "i32", arr([3, 2, 4, 1], "i32"))],
+        )
+    )
+    specs.append(
+        Spec(
+            "Pow",
+            "i64_f32",
+            [In("a", (4,), "i64", arr([2, -3, 1, 5], "i64")), In("b", (4,), "f32", arr([3, 2, 4, 1], "f32"))],
+        )
+    )
+    specs.append(Spec("Pow", "f32_i64", [In("a", (4,)), In("b", (4,), "i64", arr([3, 2, 0, 1], "i64"))]))
+    specs.append(
+        Spec(
+            "Pow",
+            "f16",
+            [In("a", (3,), "f16", arr([1.5, 2, 0.5], "f16")), In("b", (3,), "f16", arr([2, -1, 3], "f16"))],
+        )
+    )
+    # Mod
+    for dt in ("i8", "i32", "i64", "ui8"):
+        a = nonzero((8,), dt, rng) * (3 if dt != "ui8" else 1)
+        specs.append(
+            Spec("Mod", f"{dt}", [In("a", (8,), dt, a.astype(NP[dt])), In("b", (8,), dt, nonzero((8,), dt, rng))])
+        )
+        if dt != "ui8":
+            specs.append(
+                Spec(
+                    "Mod",
+                    f"{dt}_fmod",
+                    [In("a", (8,), dt, a.astype(NP[dt])), In("b", (8,), dt, nonzero((8,), dt, rng))],
+                    {"fmod": 1},
+                )
+            )
+    for dt in ("f32", "f64", "f16"):
+        specs.append(
+            Spec(
+                "Mod",
+                f"{dt}_fmod",
+                [In("a", (3, 4), dt), In("b", (3, 4), dt, nonzero((3, 4), "i32", rng).astype(NP[dt]))],
+                {"fmod": 1},
+            )
+        )
+    specs.append(
+        Spec(
+            "Mod",
+            "i32_bcast",
+            [In("a", (2, 4), "i32", nonzero((2, 4), "i32", rng)), Known("b", np.array([3], np.int32))],
+        )
+    )
+    # comparisons and logic
+    for op in ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"):
+        for dt in ("f32", "i32", "i64", "f16"):
+            specs.append(Spec(op, dt, [In("a", (3, 4), dt), In("b", (4,), dt)]))
+        specs.append(Spec(op, "nan", [In("a", (6,), "f32", nan), In("b", (6,), "f32", nan[::-1].copy())]))
+    specs.append(Spec("Equal", "bool", [In("a", (3, 4), "bool"), In("b", (3, 4), "bool")]))
+    for op in ("And", "Or", "Xor"):
+        specs.append(Spec(op, "same", [In("a", (3, 4), "bool"), In("b", (3, 4), "bool")]))
+        specs.append(Spec(op, "bcast", [In("a", (2, 3, 4), "bool"), In("b", (4,), "bool")]))
+    for direction in ("LEFT", "RIGHT"):
+        specs.append(
+            Spec(
+                "BitShift",
+                f"ui8_{direction.lower()}",
+                [
+                    In("a", (5,), "ui8", arr([1, 2, 255, 128, 7], "ui8")),
+                    In("b", (5,), "ui8", arr([1, 3, 1, 7, 0], "ui8")),
+                ],
+                {"direction": direction},
+            )
+        )
+    # Where
+    specs.append(Spec("Where", "f32", [In("c", (3, 4), "bool"), In("a", (3, 4)), In("b", (3, 4))]))
+    specs.append(Spec("Where", "bcast", [In("c", (4,), "bool"), In("a", (2, 1, 4)), In("b", ())]))
+    specs.append(Spec("Where", "i64", [In("c", (3, 1), "bool"), In("a", (3, 4), "i64"), In("b", (4,), "i64")]))
+    # PRelu
+    specs.append(Spec("PRelu", "channel", [In("x", (2, 3, 4)), In("s", (3, 1))]))
+    specs.append(Spec("PRelu", "scalar", [In("x", (2, 3)), In("s", (1,))]))
+    specs.append(Spec("PRelu", "f16", [In("x", (2, 3), "f16"), In("s", (3,), "f16")]))
+    return specs
+
+
+UNARY = (
+    "Relu Sigmoid Tanh Exp Log Sqrt Reciprocal Neg Abs Sign Floor Ceil Round Erf Sin Cos Tan Asin Acos Atan "
+    "Sinh Cosh Softplus Softsign HardSwish Elu Selu Celu Gelu LeakyRelu HardSigmoid"
+).split()
+UNIT_DOMAIN = ("Asin", "Acos")
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 1e30, -1e30], np.float32)
+
+
+def unary(rng: np.random.Generator) -> list[Spec]:
+    specs: list[Spec] = []
+    for op in UNARY:
+        values = rng.uniform(-0.99, 0.99, (3, 4)).astype(np.float32) if op in UNIT_DOMAIN else None
+        specs.append(Spec(op, "f32", [In("x", (3, 4), "f32", values)]))
+        specs.append(Spec(op, "special", [In("x", SPECIAL.shape, "f32", SPECIAL)]))
+        for dt in ("f64", "f16"):
+            v = values.astype(NP[dt]) if values is not None else None
+            specs.append(Spec(op, dt, [In("x", (3, 4), dt, v)]))
+        specs.append(Spec(op, "rank0", [In("x", ())]))
+    for op in ("Relu", "Abs", "Neg", "Sign"):
+        for dt in ("i8", "i32", "i64"):
+            specs.append(Spec(op, dt, [In("x", (3, 4), dt)]))
+    specs.append(Spec("Abs", "i8_min", [In("x", (3,), "i8", arr([-128, -1, 127], "i8"))]))
+    specs.append(Spec("Neg", "i8_min", [In("x", (3,), "i8", arr([-128, -1, 127], "i8"))]))
+    specs.append(Spec("Relu", "bf16", [In("x", (3, 4), "bf16")]))
+    specs.append(Spec("Sigmoid", "bf16", [In("x", (3, 4), "bf16")]))
+    specs.append(Spec("LeakyRelu", "alpha", [In("x", (3, 4))], {"alpha": 0.3}))
+    specs.append(Spec("Elu", "alpha", [In("x", (3, 4))], {"alpha": 2.0}))
+    specs.append(Spec("Celu", "alpha", [In("x", (3, 4))], {"alpha": 0.5}))
+    specs.append(Spec("Selu", "params", [In("x", (3, 4))], {"alpha": 2.0, "gamma": 3.0}))
+    specs.append(Spec("HardSigmoid", "params", [In("x", (3, 4))], {"alpha": 0.5, "beta": 0.6}))
+    specs.append(Spec("Gelu", "tanh", [In("x", (3, 4))], {"approximate": "tanh"}))
+    specs.append(Spec("Elu", "opset6", [In("x", (3, 4))], opset=6))
+    specs.append(Spec("LeakyRelu", "opset6", [In("x", (3, 4))], {"alpha": 0.2}, opset=6))
+    specs.append(Spec("Not", "bool", [In("x", (3, 4), "bool")]))
+    specs.append(Spec("IsNaN", "f32", [In("x", SPECIAL.shape, "f32", SPECIAL)]))
+    specs.append(Spec("IsNaN", "f16", [In("x", SPECIAL.shape, "f16", SPECIAL.astype(np.float16))]))
+    for pos, neg in ((1, 1), (1, 0), (0, 1)):
+        specs.append(
+            Spec(
+                "IsInf",
+                f"p{pos}_n{neg}",
+                [In("x", SPECIAL.shape, "f32", SPECIAL)],
+                {"detect_positive": pos, "detect_negative": neg},
+            )
+        )
+    # Clip: attributes before 11, inputs from 11 (known, run-time, omitted)
+    specs.append(Spec("Clip", "opset6", [In("x", (3, 4))], {"min": -0.5, "max": 0.5}, opset=6))
+    specs.append(Spec("Clip", "opset6_default", [In("x", (3, 4))], opset=6))
+    specs.append(
+        Spec(
+            "Clip",
+            "known",
+            [In("x", (3, 4)), Known("lo", np.array(-0.5, np.float32)), Known("hi", np.array(0.5, np.float32))],
+        )
+    )
+    specs.append(
+        Spec("Clip", "runtime", [In("x", (3, 4)), In("lo", ()), In("hi", (), "f32", np.array(1.0, np.float32))])
+    )
+    specs.append(Spec("Clip", "min_only", [In("x", (3, 4)), Known("lo", np.array(0.0, np.float32))]))
+    specs.append(Spec("Clip", "max_only", [In("x", (3, 4)), None, Known("hi", np.array(0.0, np.float32))]))
+    specs.append(Spec("Clip", "none", [In("x", (3, 4))]))
+    specs.append(
+        Spec(
+            "Clip",
+            "i32",
+            [In("x", (3, 4), "i32"), Known("lo", np.array(-3, np.int32)), Known("hi", np.array(4, np.int32))],
+        )
+    )
+    specs.append(
+        Spec(
+            "Clip",
+            "nan",
+            [
+                In("x", SPECIAL.shape, "f32", SPECIAL),
+                Known("lo", np.array(-1, np.float32)),
+                Known("hi", np.array(1, np.float32)),
+            ],
+        )
+    )
+    return specs
+
+
+def casts(rng: np.random.Generator) -> list[Spec]:
+    specs: list[Spec] = []
+    pairs = [
+        ("f32", "i32"), ("f32", "f16"), ("f32", "bf16"), ("f32", "f64"), ("f32", "bool"), ("f32", "i8"), ("f32", "ui8"),
+        ("f64", "f32"), ("f16", "f32"), ("bf16", "f32"), ("i64", "f32"), ("i32", "i64"), ("i64", "i32"), ("i32", "i8"),
+        ("bool", "f32"), ("bool", "i64"), ("i32", "bool"), ("ui8", "f32"), ("i8", "i32"), ("f16", "i32"),
+    ]  # fmt: skip
+    for src, dst in pairs:
+        values = None
+        if src in FLOATS and dst in INTS:
+            values = rng.uniform(-100 if dst != "ui8" else 0, 100, (3, 4)).astype(NP[src])
+        specs.append(Spec("Cast", f"{src}_to_{dst}", [In("x", (3, 4), src, values)], {"to": ELEM[dst]}))
+        specs.append(Spec("CastLike", f"{src}_to_{dst}", [In("x", (3, 4), src, values), In("t", (1,), dst)]))
+    specs.append(
+        Spec(
+            "Cast",
+            "i32_to_i8_wrap",
+            [In("x", (4,), "i32", arr([127, 128, 300, -129], "i32"))],
+            {"to": TensorProto.INT8},
+        )
+    )
+    specs.append(
+        Spec("Cast", "f32_special_to_f16", [In("x", SPECIAL.shape, "f32", SPECIAL)], {"to": TensorProto.FLOAT16})
+    )
+    specs.append(
+        Spec(
+            "Cast",
+            "f32_to_f16_overflow",
+            [In("x", (3,), "f32", arr([70000, -70000, 65504], "f32"))],
+            {"to": TensorProto.FLOAT16},
+        )
+    )
+    specs.append(Spec("Cast", "opset6", [In("x", (3, 4))], {"to": TensorProto.DOUBLE}, opset=6))
+    specs.append(Spec("Identity", "f32", [In("x", (3, 4))]))
+    specs.append(Spec("Identity", "i64", [In("x", (3,), "i64")]))
+    specs.append(Spec("Identity", "bool_rank0", [In("x", (), "bool")]))
+    specs.append(Spec("Dropout", "inference", [In("x", (3, 4))]))
+    specs.append(Spec("Dropout", "ratio_mask", [In("x", (3, 4)), Known("r", np.array(0.5, np.float32))], outputs=2))
+    specs.append(Spec("Dropout", "opset7", [In("x", (3, 4))], {"ratio": 0.3}, opset=7))
+    specs.append(Spec("Dropout", "opset10_mask", [In("x", (3, 4))], {"ratio": 0.3}, outputs=2, opset=10))
+    return specs
+
+
+def movement(rng: np.random.Generator) -> list[Spec]:
+    specs: list[Spec] = []
+    specs.append(Spec("Transpose", "default", [In("x", (2, 3, 4))]))
+    specs.append(Spec("Transpose", "perm", [In("x", (2, 3, 4))], {"perm": [1, 2, 0]}))
+    specs.append(Spec("Transpose", "rank4", [In("x", (2, 1, 3, 4))], {"perm": [0, 3, 1, 2]}))
+    specs.append(Spec("Transpose", "i64", [In("x", (2, 3), "i64")]))
+    specs.append(Spec("Transpose", "rank1", [In("x", (5,))]))
+    for variant, shape, target in (
+        ("basic", (2, 3, 4), (6, 4)),
+        ("minus1", (2, 3, 4), (-1, 2)),
+        ("zero_copies", (2, 3, 4), (0, 12)),
+        ("to_rank0", (1, 1), ()),
+        ("from_rank0", (), (1, 1)),
+        ("extents_1", (4,), (1, 4, 1)),
+    ):
+        specs.append(Spec("Reshape", variant, [In("x", shape), Known("s", i64(*target))]))
+    specs.append(Spec("Reshape", "allowzero", [In("x", (0, 3)), Known("s", i64(3, 0))], {"allowzero": 1}))
+    specs.append(Spec("Reshape", "opset1", [In("x", (2, 3, 4))], {"shape": [4, 6]}, opset=1, out_shape=(4, 6)))
+    specs.append(Spec("Reshape", "bool", [In("x", (2, 3), "bool"), Known("s", i64(3, 2))]))
+    for axis in (0, 1, 2, 3, -1, -3):
+        specs.append(Spec("Flatten", f"axis{axis}".replace("-", "m"), [In("x", (2, 3, 4))], {"axis": axis}))
+    specs.append(Spec("Flatten", "opset1", [In("x", (2, 3, 4))], {"axis": 2}, opset=1))
+    specs.append(Spec("Unsqueeze", "axes", [In("x", (3, 4)), Known("a", i64(0, 3))]))
+    specs.append(Spec("Unsqueeze", "negative", [In("x", (3, 4)), Known("a", i64(-1))]))
+    specs.append(Spec("Unsqueeze", "unsorted", [In("x", (3, 4)), Known("a", i64(3, 1))]))
+    specs.append(Spec("Unsqueeze", "rank0", [In("x", ()), Known("a", i64(0))]))
+    specs.append(Spec("Unsqueeze", "opset11", [In("x", (3, 4))], {"axes": [1, -1]}, opset=11))
+    specs.append(Spec("Unsqueeze", "opset1", [In("x", (3, 4))], {"axes": [0]}, opset=1))
+    specs.append(Spec("Squeeze", "axes", [In("x", (1, 3, 1, 4)), Known("a", i64(0, 2))]))
+    specs.append(Spec("Squeeze", "negative", [In("x", (1, 3, 1, 4)), Known("a", i64(-2))]))
+    specs.append(Spec("Squeeze", "all", [In("x", (1, 3, 1, 4))]))
+    specs.append(Spec("Squeeze", "to_rank0", [In("x", (1, 1))]))
+    specs.append(Spec("Squeeze", "opset11", [In("x", (1, 3, 1))], {"axes": [-1]}, opset=11))
+    specs.append(Spec("Expand", "bcast", [In("x", (3, 1)), Known("s", i64(2, 3, 4))]))
+    specs.append(Spec("Expand", "smaller_shape", [In("x", (2, 3)), Known("s", i64(3))]))
+    specs.append(Spec("Expand", "ones", [In("x", (1, 4)), Known("s", i64(3, 1))]))
+    specs.append(Spec("Expand", "rank0", [In("x", ()), Known("s", i64(2, 2))]))
+    specs.append(Spec("Expand", "i64", [In("x", (3,), "i64"), Known("s", i64(2, 3))]))
+    specs.append(Spec("Tile", "basic", [In("x", (2, 3)), Known("r", i64(2, 3))]))
+    specs.append(Spec("Tile", "ones", [In("x", (2, 1, 3)), Known("r", i64(1, 4, 1))]))
+    specs.append(Spec("Tile", "bool", [In("x", (2,), "bool"), Known("r", i64(3))]))
+    for mode in ("constant", "reflect", "edge"):
+        specs.append(Spec("Pad", mode, [In("x", (3, 4)), Known("p", i64(1, 2, 2, 1))], {"mode": mode}))
+        specs.append(
+            Spec(
+                "Pad", f"{mode}_rank4", [In("x", (1, 2, 3, 4)), Known("p", i64(0, 0, 1, 2, 0, 0, 2, 1))], {"mode": mode}
+            )
+        )
+        specs.append(
+            Spec(
+                "Pad",
+                f"{mode}_axes",
+                [In("x", (2, 3, 4)), Known("p", i64(1, 2, 2, 1)), None, Known("a", i64(-1, 1))],
+                {"mode": mode},
+            )
+        )
+        specs.append(Spec("Pad", f"{mode}_opset2", [In("x", (3, 4))], {"mode": mode, "pads": [0, 1, 0, 2]}, opset=2))
+    specs.append(
+        Spec(
+            "Pad",
+            "constant_value",
+            [In("x", (3, 4)), Known("p", i64(1, 0, 0, 1)), Known("v", np.array(2.5, np.float32))],
+        )
+    )
+    specs.append(Spec("Pad", "negative", [In("x", (3, 4)), Known("p", i64(-1, 1, 0, -2))]))
+    specs.append(
+        Spec("Pad", "i32", [In("x", (3, 4), "i32"), Known("p", i64(1, 1, 1, 1)), Known("v", np.array(7, np.int32))])
+    )
+    specs.append(Spec("Pad", "opset2_value", [In("x", (3, 4))], {"pads": [1, 1, 1, 1], "value": 1.5}, opset=2))
+    specs.append(Spec("Split", "equal", [In("x", (6, 4))], {"num_outputs": 3}, outputs=3))
+    specs.append(Spec("Split", "sizes", [In("x", (2, 7)), Known("s", i64(2, 5))], {"axis": 1}, outputs=2))
+    specs.append(Spec("Split", "negative_axis", [In("x", (2, 6)), Known("s", i64(1, 2, 3))], {"axis": -1}, outputs=3))
+    specs.append(Spec("Split", "num_outputs_uneven", [In("x", (7, 2))], {"num_outputs": 3}, outputs=3))
+    specs.append(Spec("Split", "opset11_attr", [In("x", (5, 2))], {"split": [2, 3]}, outputs=2, opset=11))
+    specs.append(Spec("Split", "opset2_attr", [In("x", (4, 2))], {"split": [1, 3]}, outputs=2, opset=2))
+    specs.append(Spec("Split", "opset13_equal", [In("x", (4, 6))], {"axis": 1}, outputs=2, opset=13))
+    specs.append(Spec("Concat", "axis0", [In("a", (2, 3)), In("b", (1, 3))], {"axis": 0}))
+    specs.append(Spec("Concat", "negative", [In("a", (2, 3)), In("b", (2, 1)), In("c", (2, 2))], {"axis": -1}))
+    specs.append(Spec("Concat", "one", [In("a", (2, 3))], {"axis": 1}))
+    specs.append(Spec("Concat", "i64", [In("a", (2,), "i64"), In("b", (3,), "i64")], {"axis": 0}))
+    specs.append(Spec("Concat", "opset1_default_axis", [In("a", (2, 3)), In("b", (2, 3))], opset=1, out_shape=(2, 6)))
+    specs.append(Spec("Concat", "opset4", [In("a", (2, 3)), In("b", (2, 3))], {"axis": 1}, opset=4))
+    # Slice: inputs from 10, attributes before
+    for variant, shape, starts, ends, axes, steps in (
+        ("basic", (4, 5), (1, 0), (3, 5), None, None),
+        ("axes", (4, 5), (1,), (4,), (1,), None),
+        ("negative", (4, 5), (-3,), (-1,), (-1,), None),
+        ("steps", (6, 5), (0, 4), (6, 0), (0, 1), (2, -1)),
+        ("reverse_all", (5,), (-1,), (-(2**63),), (0,), (-1,)),
+        ("out_of_bounds", (4, 5), (-100, 2), (100, 1000), (0, 1), None),
+        ("empty", (4, 5), (3,), (1,), (0,), None),
+    ):
+        ins: list[In | Known | None] = [In("x", shape), Known("s", i64(*starts)), Known("e", i64(*ends))]
+        if axes is not None:
+            ins.append(Known("a", i64(*axes)))
+        if steps is not None:
+            ins.append(Known("t", i64(*steps)))
+        specs.append(Spec("Slice", variant, ins))
+    specs.append(Spec("Slice", "opset1", [In("x", (4, 5))], {"starts": [1], "ends": [-1], "axes": [1]}, opset=1))
+    specs.append(Spec("Slice", "opset1_no_axes", [In("x", (4, 5))], {"starts": [1, 1], "ends": [3, 100]}, opset=1))
+    specs.append(Spec("DepthToSpace", "dcr", [In("x", (1, 8, 2, 3))], {"blocksize": 2}))
+    specs.append(Spec("DepthToSpace", "crd", [In("x", (2, 8, 2, 3))], {"blocksize": 2, "mode": "CRD"}))
+    specs.append(Spec("DepthToSpace", "opset1", [In("x", (1, 4, 2, 2))], {"blocksize": 2}, opset=1))
+    specs.append(Spec("SpaceToDepth", "basic", [In("x", (2, 2, 4, 6))], {"blocksize": 2}))
+    specs.append(Spec("SpaceToDepth", "block3", [In("x", (1, 1, 3, 6))], {"blocksize": 3}))
+    return specs
+
+
+def indexing(rng: np.random.Generator) -> list[Spec]:
+    specs: list[Spec] = []
+    idx = arr([[0, 2], [-1, 1]], "i64")
+    specs.append(Spec("Gather", "axis0", [In("x", (3, 4)), In("i", (2, 2), "i64", idx)]))
+    specs.append(Spec("Gather", "axis1", [In("x", (3, 4)), In("i", (3,), "i64", arr([3, -4, 0], "i64"))], {"axis": 1}))
+    specs.append(
+        Spec("Gather", "negative_axis", [In("x", (2, 3, 4)), In("i", (2,), "i32", arr([1, 2], "i32"))], {"axis": -2})
+    )
+    specs.append(Spec("Gather", "scalar_index", [In("x", (3, 4)), In("i", (), "i64", np.array(2, np.int64))]))
+    specs.append(Spec("Gather", "known_index", [In("x", (5, 2)), Known("i", i64(4, 0, 0))]))
+    specs.append(Spec("Gather", "i64_data", [In("x", (4,), "i64"), In("i", (2,), "i64", arr([3, 1], "i64"))]))
+    ge = arr([[0, 1, 2], [2, -1, 0]], "i64")
+    specs.append(Spec("GatherElements", "axis0", [In("x", (3, 3)), In("i", (2, 3), "i64", ge)]))
+    specs.append(Spec("GatherElements", "axis1", [In("x", (2, 4)), In("i", (2, 3), "i64", ge)], {"axis": 1}))
+    specs.append(
+        Spec(
+            "GatherElements",
+            "negative",
+            [In("x", (2, 3, 4)), In("i", (2, 3, 1), "i32", arr([[[0], [3], [-1]], [[1], [2], [0]]], "i32"))],
+            {"axis": -1},
+        )
+    )
+    for reduction in ("none", "add", "mul", "max", "min"):
+        specs.append(
+            Spec(
+                "ScatterElements",
+                reduction,
+                [In("x", (3, 3)), In("i", (2, 3), "i64", arr([[1, 0, 2], [0, 2, 1]], "i64")), In("u", (2, 3))],
+                {"reduction": reduction} if reduction != "none" else {},
+            )
+        )
+    specs.append(
+        Spec(
+            "ScatterElements",
+            "axis1_negative",
+            [In("x", (2, 5)), In("i", (2, 2), "i64", arr([[1, -1], [0, 2]], "i64")), In("u", (2, 2))],
+            {"axis": 1},
+        )
+    )
+    specs.append(
+        Spec(
+            "ScatterElements",
+            "duplicates_add",
+            [In("x", (4,)), In("i", (3,), "i64", arr([1, 1, 1], "i64")), In("u", (3,))],
+            {"reduction": "add"},
+        )
+    )
+    specs.append(
+        Spec(
+            "ScatterElements",
+            "opset11",
+            [In("x", (3, 3)), In("i", (1, 2), "i64", arr([[1, 0]], "i64")), In("u", (1, 2))],
+            opset=11,
+        )
+    )
+    specs.append(
+        Spec(
+            "Range",
+            "f32",
+            [
+                Known("s", np.array(1.0, np.float32)),
+                Known("l", np.array(5.5, np.float32)),
+                Known("d", np.array(0.5, np.float32)),
+            ],
+        )
+    )
+    specs.append(
+        Spec(
+            "Range",
+            "i64_negative",
+            [
+                Known("s", np.array(10, np.int64)),
+                Known("l", np.array(-3, np.int64)),
+                Known("d", np.array(-4, np.int64)),
+            ],
+        )
+    )
+    specs.append(
+        Spec(
+            "Range",
+            "i32_empty",
+            [Known("s", np.array(3, np.int32)), Known("l", np.array(3, np.int32)), Known("d", np.array(1, np.int32))],
+        )
+    )
+    specs.append(Spec("ConstantOfShape", "default", [Known("s", i64(2, 3))]))
+    specs.append(
+        Spec(
+            "ConstantOfShape",
+            "i32_value",
+            [Known("s", i64(4))],
+            {"value": numpy_helper.from_array(np.array([7], np.int32))},
+        )
+    )
+    specs.append(
+        Spec(
+            "ConstantOfShape",
+            "rank0",
+            [Known("s", np.zeros(0, np.int64))],
+            {"value": numpy_helper.from_array(np.array([1.5], np.float32))},
+        )
+    )
+    specs.append(
+        Spec("Constant", "f32", [], {"value": numpy_helper.from_array(rng.standard_normal((2, 3)).astype(np.float32))})
+    )
+    specs.append(Spec("Constant", "value_ints", [], {"value_ints": [1, 2, 3]}))
+    specs.append(Spec("Constant", "value_float", [], {"value_float": 2.5}))
+    specs.append(Spec("Shape", "basic", [In("x", (2, 3, 4))]))
+    specs.append(Spec("Shape", "start_end", [In("x", (2, 3, 4))], {"start": 1, "end": -1}))
+    specs.append(Spec("Shape", "start_negative", [In("x", (2, 3, 4))], {"start": -1}))
+    specs.append(Spec("Shape", "rank0", [In("x", ())]))
+    specs.append(Spec("Size", "basic", [In("x", (2, 3, 4))]))
+    specs.append(Spec("Size", "rank0", [In("x", ())]))
+    for upper in (0, 1):
+        specs.append(Spec("Trilu", f"upper{upper}", [In("x", (3, 4))], {"upper": upper}))
+        specs.append(
+            Spec("Trilu", f"upper{upper}_k", [In("x", (2, 4, 3)), Known("k", np.array(-1, np.int64))], {"upper": upper})
+        )
+        specs.append(
+            Spec(
+                "Trilu", f"upper{upper}_k_large", [In("x", (3, 3)), Known("k", np.array(5, np.int64))], {"upper": upper}
+            )
+        )
+    specs.append(Spec("Trilu", "i64", [In("x", (3, 3), "i64"), Known("k", np.array(1, np.int64))]))
+    for exclusive in (0, 1):
+        for reverse in (0, 1):
+            specs.append(
+                Spec(
+                    "CumSum",
+                    f"e{exclusive}_r{reverse}",
+                    [In("x", (3, 4)), Known("a", np.array(1, np.int64))],
+                    {"exclusive": exclusive, "reverse": reverse},
+                )
+            )
+    specs.append(Spec("CumSum", "negative_axis", [In("x", (2, 3, 4)), Known("a", np.array(-3, np.int32))]))
+    specs.append(Spec("CumSum", "i32", [In("x", (5,), "i32"), Known("a", np.array(0, np.int64))]))
+    specs.append(Spec("CumSum", "i64", [In("x", (2, 3), "i64"), Known("a", np.array(1, np.int64))]))
+    return specs
+
+
+REDUCE = (
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+)
+REDUCE_AXES_INPUT_SINCE = {op: 18 for op in REDUCE} | {"ReduceSum": 13}
+
+
+def reductions(rng: np.random.Generator) -> list[Spec]:
+    specs: list[Spec] = []
+    for op in (*REDUCE, "ReduceLogSum"):
+        values = np.abs(rng.standard_normal((2, 3, 4))).astype(np.float32) + 0.1 if op == "ReduceLogSum" else None
+        x = In("x", (2, 3, 4), "f32", values)
+        since = REDUCE_AXES_INPUT_SINCE.get(op, 18)
+        for keepdims in (0, 1):
+            specs.append(Spec(op, f"axes_k{keepdims}", [x, Known("a", i64(0, -1))], {"keepdims": keepdims}))
+            specs.append(Spec(op, f"all_k{keepdims}", [x], {"keepdims": keepdims}))
+            specs.append(
+                Spec(
+                    op,
+                    f"attr_k{keepdims}",
+                    [x],
+                    {"axes": [1], "keepdims": keepdims},
+                    opset=since - 1 if since > 13 else 11,
+                )
+            )
+        specs.append(Spec(op, "empty_axes_noop", [x, Known("a", np.zeros(0, np.int64))], {"noop_with_empty_axes": 1}))
+        specs.append(Spec(op, "empty_axes_all", [x, Known("a", np.zeros(0, np.int64))]))
+        specs.append(Spec(op, "noop_no_axes", [x], {"noop_with_empty_axes": 1}))
+        specs.append(Spec(op, "attr_negative", [x], {"axes": [-2]}, opset=11))
+        specs.append(
+            Spec(
+                op,
+                "extent1",
+                [In("x", (1, 3, 1), "f32", None if values is None else values[:1, :, :1])],
+                {"keepdims": 0},
+            )
+        )
+        specs.append(
+            Spec(
+                op,
+                "f16",
+                [In("x", (3, 4), "f16", None if values is None else values[0].astype(np.float16)), Known("a", i64(1))],
+            )
+        )
+    for op in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd"):
+        specs.append(Spec(op, "i64", [In("x", (3, 4), "i64"), Known("a", i64(1))]))
+        specs.append(Spec(op, "i32", [In("x", (3, 4), "i32"), Known("a", i64(0))]))
+    for op in ("ReduceMax", "ReduceMin"):
+        specs.append(
+            Spec(op, "nan", [In("x", (2, 6), "f32", np.stack([SPECIAL[:6], SPECIAL[6:]])), Known("a", i64(1))])
+        )
+        specs.append(Spec(op, "ui8", [In("x", (3, 4), "ui8"), Known("a", i64(1))]))
+    specs.append(
+        Spec("ReduceSum", "i32_overflow", [In("x", (3,), "i32", arr([2**31 - 1, 1, 5], "i32"))], {"keepdims": 0})
+    )
+    specs.append(
+        Spec(
+            "ReduceLogSumExp",
+            "large",
+            [In("x", (2, 3), "f32", arr([[1000, 1000, 999], [-1000, -1000, 0]], "f32")), Known("a", i64(1))],
+        )
+    )
+    # ArgMax / ArgMin / TopK
+    ties = arr([[1, 3, 3, 2], [5, 5, 1, 5], [0, 0, 0, 0]], "f32")
+    for op in ("ArgMax", "ArgMin"):
+        for keepdims in (0, 1):
+            specs.append(Spec(op, f"axis1_k{keepdims}", [In("x", (3, 4))], {"axis": 1, "keepdims": keepdims}))
+        specs.append(Spec(op, "default", [In("x", (3, 4))]))
+        specs.append(Spec(op, "negative_axis", [In("x", (2, 3, 4))], {"axis": -2}))
+        specs.append(Spec(op, "ties_first", [In("x", (3, 4), "f32", ties)], {"axis": 1}))
+        specs.append(Spec(op, "ties_last", [In("x", (3, 4), "f32", ties)], {"axis": 1, "select_last_index": 1}))
+        specs.append(Spec(op, "i32", [In("x", (3, 4), "i32")], {"axis": 0}))
+        specs.append(Spec(op, "opset11", [In("x", (3, 4))], {"axis": 1}, opset=11))
+    for largest in (0, 1):
+        specs.append(
+            Spec("TopK", f"largest{largest}", [In("x", (3, 5)), Known("k", i64(2))], {"largest": largest}, outputs=2)
+        )
+    specs.append(Spec("TopK", "axis0", [In("x", (4, 3)), Known("k", i64(3))], {"axis": 0}, outputs=2))
+    specs.append(Spec("TopK", "negative_axis", [In("x", (2, 4, 3)), Known("k", i64(1))], {"axis": -2}, outputs=2))
+    specs.append(Spec("TopK", "ties", [In("x", (3, 4), "f32", ties), Known("k", i64(2))], outputs=2))
+    specs.append(Spec("TopK", "i64", [In("x", (6,), "i64"), Known("k", i64(6))], outputs=2))
+    specs.append(Spec("TopK", "opset1", [In("x", (3, 5))], {"k": 2}, outputs=2, opset=1))
+    # Softmax family
+    for op in ("Softmax", "LogSoftmax", "Hardmax"):
+        for axis in (0, 1, -1):
+            specs.append(Spec(op, f"axis{axis}".replace("-", "m"), [In("x", (2, 3, 4))], {"axis": axis}))
+        specs.append(Spec(op, "default", [In("x", (2, 3, 4))]))
+        specs.append(Spec(op, "opset11_flatten", [In("x", (2, 3, 4))], {"axis": 1}, opset=11))
+        specs.append(Spec(op, "opset11_default", [In("x", (2, 3, 4))], opset=11))
+        specs.append(Spec(op, "opset1_axis2", [In("x", (2, 3, 4))], {"axis": 2}, opset=1))
+        specs.append(Spec(op, "f16", [In("x", (3, 4), "f16")]))
+        specs.append(Spec(op, "f64", [In("x", (3, 4), "f64")]))
+    specs.append(Spec("Softmax", "large", [In("x", (2, 3), "f32", arr([[1000, 1000, 999], [-1e30, 0, 1]], "f32"))]))
+    specs.append(Spec("Hardmax", "ties", [In("x", (3, 4), "f32", ties)]))
+    return specs
+
+
+def linear(rng: np.random.Generator) -> list[Spec]:
+    specs: list[Spec] = []
+    for variant, sa, sb in (
+        ("2d", (3, 4), (4, 5)),
+        ("1d_1d", (4,), (4,)),
+        ("1d_2d", (4,), (4, 5)),
+        ("2d_1d", (3, 4), (4,)),
+        ("3d", (2, 3, 4), (2, 4, 5)),
+        ("batch_bcast", (2, 1, 3, 4), (3, 4, 5)),
+        ("4d", (2, 2, 3, 4), (2, 2, 4, 2)),
+        ("3d_2d", (2, 3, 4), (4, 5)),
+        ("1d_3d", (4,), (2, 4, 3)),
+    ):
+        specs.append(Spec("MatMul", variant, [In("a", sa), In("b", sb)]))
+    for dt in ("f64", "f16", "bf16", "i32", "i64"):
+        specs.append(Spec("MatMul", dt, [In("a", (3, 4), dt), In("b", (4, 2), dt)]))
+    specs.append(
+        Spec("MatMul", "weight", [In("a", (3, 4)), Known("w", rng.standard_normal((4, 2)).astype(np.float32))])
+    )
+    for ta in (0, 1):
+        for tb in (0, 1):
+            sa, sb = ((4, 3) if ta else (3, 4)), ((5, 4) if tb else (4, 5))
+            specs.append(
+                Spec(
+                    "Gemm", f"ta{ta}_tb{tb}", [In("a", sa), In("b", sb), In("c", (3, 5))], {"transA": ta, "transB": tb}
+                )
+            )
+    specs.append(
+        Spec("Gemm", "alpha_beta", [In("a", (3, 4)), In("b", (4, 5)), In("c", (5,))], {"alpha": 0.5, "beta": 2.0})
+    )
+    specs.append(Spec("Gemm", "c_scalar", [In("a", (3, 4)), In("b", (4, 5)), In("c", ())]))
+    specs.append(Spec("Gemm", "c_column", [In("a", (3, 4)), In("b", (4, 5)), In("c", (3, 1))]))
+    specs.append(Spec("Gemm", "no_c", [In("a", (3, 4)), In("b", (4, 5))]))
+    specs.append(Spec("Gemm", "f64", [In("a", (3, 4), "f64"), In("b", (4, 5), "f64"), In("c", (5,), "f64")]))
+    specs.append(
+        Spec("Gemm", "opset6_broadcast", [In("a", (3, 4)), In("b", (4, 5)), In("c", (5,))], {"broadcast": 1}, opset=6)
+    )
+    specs.append(Spec("Gemm", "opset9", [In("a", (3, 4)), In("b", (5, 4)), In("c", (1, 5))], {"transB": 1}, opset=9))
+    specs.append(
+        Spec(
+            "Gemm",
+            "weights",
+            [
+                In("a", (2, 4)),
+                Known("w", rng.standard_normal((3, 4)).astype(np.float32)),
+                Known("c", rng.standard_normal(3).astype(np.float32)),
+            ],
+            {"transB": 1},
+        )
+    )
+    for eq, shapes in (
+        ("ij,jk->ik", ((3, 4), (4, 5))),
+        ("bij,bjk->bik", ((2, 3, 4), (2, 4, 5))),
+        ("ij->ji", ((3, 4),)),
+        ("ii->i", ((3, 3),)),
+        ("ij->", ((3, 4),)),
+        ("i,i->", ((4,), (4,))),
+        ("i,j->ij", ((3,), (4,))),
+        ("...ij,...jk->...ik", ((2, 3, 4), (2, 4, 5))),
+        ("bhqd,bhkd->bhqk", ((1, 2, 3, 4), (1, 2, 5, 4))),
+        ("ij,ij->i", ((3, 4), (3, 4))),
+        ("ij", ((3, 4),)),
+    ):
+        variant = eq.replace("->", "_to_").replace(",", "_").replace("...", "ell") or "x"
+        specs.append(Spec("Einsum", variant, [In(f"x{i}", s) for i, s in enumerate(shapes)], {"equation": eq}))
+    specs.append(Spec("Einsum", "f64", [In("x0", (3, 4), "f64"), In("x1", (4, 2), "f64")], {"equation": "ij,jk->ik"}))
+    specs.append(Spec("Einsum", "i64", [In("x0", (3, 4), "i64"), In("x1", (4, 2), "i64")], {"equation": "ij,jk->ik"}))
+    return specs
+
+
+def conv(rng: np.random.Generator) -> list[Spec]:
+    specs: list[Spec] = []
+    base = [
+        ("1d", (1, 2, 7), (3, 2, 3), {}),
+        ("2d", (1, 2, 5, 5), (3, 2, 3, 3), {}),
+        ("3d", (1, 2, 4, 4, 4), (2, 2, 2, 2, 2), {}),
+        ("strides", (1, 1, 7, 6), (2, 1, 3, 3), {"strides": [2, 2]}),
+        ("pads", (1, 1, 5, 5), (2, 1, 3, 3), {"pads": [1, 1, 1, 1]}),
+        ("asymmetric_pads", (1, 1, 5, 6), (2, 1, 3, 2), {"pads": [0, 1, 2, 0]}),
+        ("dilations", (1, 1, 7, 7), (1, 1, 3, 3), {"dilations": [2, 1]}),
+        ("groups", (1, 4, 5, 5), (6, 2, 3, 3), {"group": 2}),
+        ("depthwise", (2, 3, 5, 5), (3, 1, 3, 3), {"group": 3}),
+        ("same_upper", (1, 1, 5, 6), (1, 1, 2, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+        ("same_lower", (1, 1, 5, 6), (1, 1, 2, 3), {"auto_pad": "SAME_LOWER"}),
+        ("valid", (1, 1, 5, 6), (1, 1, 2, 3), {"auto_pad": "VALID"}),
+        ("kernel_shape", (1, 1, 4, 4), (1, 1, 3, 3), {"kernel_shape": [3, 3]}),
+        ("1x1", (2, 3, 4, 4), (5, 3, 1, 1), {}),
+        ("all", (1, 4, 9, 8), (4, 2, 3, 2), {"group": 2, "strides": [2, 3], "dilations": [2, 1], "pads": [1, 0, 2, 1]}),
+    ]
+    for variant, sx, sw, attrs in base:
+        specs.append(Spec("Conv", variant, [In("x", sx), In("w", sw)], attrs))
+    specs.append(Spec("Conv", "bias", [In("x", (1, 2, 5, 5)), In("w", (3, 2, 3, 3)), In("b", (3,))]))
+    specs.append(
+        Spec(
+            "Conv",
+            "weights",
+            [
+                In("x", (1, 2, 5, 5)),
+                Known("w", rng.standard_normal((3, 2, 3, 3)).astype(np.float32)),
+                Known("b", rng.standard_normal(3).astype(np.float32)),
+            ],
+        )
+    )
+    specs.append(Spec("Conv", "f64", [In("x", (1, 2, 5, 5), "f64"), In("w", (3, 2, 3, 3), "f64")]))
+    specs.append(Spec("Conv", "f16", [In("x", (1, 2, 5, 5), "f16"), In("w", (3, 2, 3, 3), "f16")]))
+    specs.append(
+        Spec("Conv", "opset1", [In("x", (1, 2, 5, 5)), In("w", (3, 2, 3, 3))], {"pads": [1, 1, 1, 1]}, opset=1)
+    )
+    tbase = [
+        ("1d", (1, 2, 5), (2, 3, 3), {}),
+        ("2d", (1, 2, 3, 3), (2, 3, 3, 3), {}),
+        ("strides", (1, 1, 3, 3), (1, 2, 3, 3), {"strides": [2, 2]}),
+        ("pads", (1, 1, 4, 4), (1, 2, 3, 3), {"pads": [1, 0, 1, 2], "strides": [2, 1]}),
+        ("output_padding", (1, 1, 3, 3), (1, 1, 3, 3), {"strides": [3, 2], "output_padding": [1, 1]}),
+        ("dilations", (1, 1, 3, 3), (1, 1, 2, 2), {"dilations": [2, 2]}),
+        ("groups", (1, 4, 3, 3), (4, 1, 3, 3), {"group": 2}),
+        ("same_upper", (1, 1, 3, 4), (1, 2, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+        ("same_lower", (1, 1, 3, 4), (1, 2, 3, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}),
+        ("output_shape", (1, 1, 3, 3), (1, 2, 3, 3), {"strides": [3, 2], "output_shape": [10, 8]}),
+        ("3d", (1, 1, 2, 3, 3), (1, 2, 2, 2, 2), {}),
+    ]
+    for variant, sx, sw, attrs in tbase:
+        specs.append(Spec("ConvTranspose", variant, [In("x", sx), In("w", sw)], attrs))
+    specs.append(Spec("ConvTranspose", "bias", [In("x", (1, 2, 3, 3)), In("w", (2, 3, 3, 3)), In("b", (3,))]))
+    # pooling
+    pools = [
+        ("1d", (1, 2, 7), {"kernel_shape": [3]}),
+        ("2d", (1, 2, 5, 5), {"kernel_shape": [2, 2]}),
+        ("3d", (1, 1, 4, 4, 4), {"kernel_shape": [2, 2, 2]}),
+        ("strides", (1, 1, 7, 6), {"kernel_shape": [3, 3], "strides": [2, 2]}),
+        ("pads", (1, 1, 5, 5), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+        ("asymmetric_pads", (1, 1, 5, 6), {"kernel_shape": [3, 2], "pads": [0, 1, 2, 0]}),
+        ("ceil", (1, 1, 6, 6), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+        ("ceil_pads", (1, 1, 5, 5), {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+        ("same_upper", (1, 1, 5, 6), {"kernel_shape": [2, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+        ("same_lower", (1, 1, 5, 6), {"kernel_shape": [2, 3], "auto_pad": "SAME_LOWER"}),
+        ("valid", (1, 1, 5, 6), {"kernel_shape": [2, 3], "auto_pad": "VALID"}),
+    ]
+    for variant, sx, attrs in pools:
+        specs.append(Spec("MaxPool", variant, [In("x", sx)], attrs))
+        specs.append(Spec("AveragePool", variant, [In("x", sx)], attrs))
+        specs.append(Spec("LpPool", variant, [In("x", sx)], {k: v for k, v in attrs.items()}))
+    specs.append(Spec("MaxPool", "dilations", [In("x", (1, 1, 7, 7))], {"kernel_shape": [2, 2], "dilations": [2, 2]}))
+    specs.append(
+        Spec("MaxPool", "indices", [In("x", (1, 2, 4, 4))], {"kernel_shape": [2, 2], "strides": [2, 2]}, outputs=2)
+    )
+    specs.append(
+        Spec("MaxPool", "nan", [In("x", (1, 1, 2, 6), "f32", SPECIAL.reshape(1, 1, 2, 6))], {"kernel_shape": [2, 2]})
+    )
+    specs.append(Spec("MaxPool", "f16", [In("x", (1, 2, 4, 4), "f16")], {"kernel_shape": [2, 2]}))
+    specs.append(Spec("MaxPool", "i8", [In("x", (1, 2, 4, 4), "i8")], {"kernel_shape": [2, 2]}))
+    specs.append(Spec("MaxPool", "ui8", [In("x", (1, 2, 4, 4), "ui8")], {"kernel_shape": [2, 2]}))
+    specs.append(Spec("MaxPool", "opset1", [In("x", (1, 1, 4, 4))], {"kernel_shape": [2, 2]}, opset=1))
+    specs.append(Spec("MaxPool", "opset8_storage", [In("x", (1, 1, 4, 4))], {"kernel_shape": [2, 2]}, opset=8))
+    specs.append(
+        Spec(
+            "AveragePool",
+            "count_include_pad",
+            [In("x", (1, 1, 5, 5))],
+            {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+        )
+    )
+    specs.append(
+        Spec(
+            "AveragePool",
+            "ceil_count_include_pad",
+            [In("x", (1, 1, 5, 5))],
+            {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1, "count_include_pad": 1},
+        )
+    )
+    specs.append(
+        Spec("AveragePool", "dilations", [In("x", (1, 1, 7, 7))], {"kernel_shape": [2, 2], "dilations": [2, 2]})
+    )
+    specs.append(Spec("AveragePool", "f16", [In("x", (1, 2, 4, 4), "f16")], {"kernel_shape": [2, 2]}))
+    specs.append(
+        Spec("AveragePool", "opset7", [In("x", (1, 1, 4, 4))], {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1]}, opset=7)
+    )
+    specs.append(Spec("LpPool", "p1", [In("x", (1, 2, 5, 5))], {"kernel_shape": [2, 2], "p": 1}))
+    specs.append(Spec("LpPool", "p3", [In("x", (1, 2, 5, 5))], {"kernel_shape": [3, 3], "p": 3, "strides": [2, 2]}))
+    for op in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"):
+        specs.append(Spec(op, "2d", [In("x", (2, 3, 4, 5))]))
+        specs.append(Spec(op, "1d", [In("x", (1, 3, 4))]))
+        specs.append(Spec(op, "3d", [In("x", (1, 2, 2, 3, 2))]))
+        specs.append(Spec(op, "extent1", [In("x", (1, 1, 1, 1))]))
+    specs.append(Spec("GlobalMaxPool", "f16", [In("x", (1, 2, 3, 3), "f16")]))
+    return specs
+
+
+def normalization(rng: np.random.Generator) -> list[Spec]:
+    specs: list[Spec] = []
+
+    def var(n: int, dt: str = "f32") -> np.ndarray:
+        return (np.abs(rng.standard_normal(n)) + 0.5).astype(NP[dt])
+
+    for variant, shape in (("2d", (2, 3, 4, 4)), ("1d", (2, 3, 5)), ("0d", (4, 3)), ("3d", (1, 3, 2, 2, 2))):
+        c = shape[1]
+        specs.append(
+            Spec(
+                "BatchNormalization",
+                variant,
+                [In("x", shape), In("s", (c,)), In("b", (c,)), In("m", (c,)), In("v", (c,), "f32", var(c))],
+            )
+        )
+    specs.append(
+        Spec(
+            "BatchNormalization",
+            "epsilon",
+            [In("x", (2, 3, 2)), In("s", (3,)), In("b", (3,)), In("m", (3,)), In("v", (3,), "f32", var(3))],
+            {"epsilon": 0.1},
+        )
+    )
+    specs.append(
+        Spec(
+            "BatchNormalization",
+            "weights",
+            [
+                In("x", (2, 3, 2, 2)),
+                *(Known(n, rng.standard_normal(3).astype(np.float32)) for n in "sbm"),
+                Known("v", var(3)),
+            ],
+        )
+    )
+    specs.append(
+        Spec(
+            "BatchNormalization",
+            "f16",
+            [
+                In("x", (2, 3, 2), "f16"),
+                In("s", (3,), "f16"),
+                In("b", (3,), "f16"),
+                In("m", (3,), "f16"),
+                In("v", (3,), "f16", var(3, "f16")),
+            ],
+        )
+    )
+    specs.append(
+        Spec(
+            "BatchNormalization",
+            "f16_f32_params",
+            [In("x", (2, 3, 2), "f16"), In("s", (3,)), In("b", (3,)), In("m", (3,)), In("v", (3,), "f32", var(3))],
+        )
+    )
+    for opset in (7, 9, 14):
+        specs.append(
+            Spec(
+                "BatchNormalization",
+                f"opset{opset}",
+                [In("x", (2, 3, 2, 2)), In("s", (3,)), In("b", (3,)), In("m", (3,)), In("v", (3,), "f32", var(3))],
+                opset=opset,
+            )
+        )
+    for variant, shape in (("2d", (2, 3, 4, 5)), ("1d", (2, 3, 5)), ("3d", (1, 2, 2, 3, 2))):
+        c = shape[1]
+        specs.append(Spec("InstanceNormalization", variant, [In("x", shape), In("s", (c,)), In("b", (c,))]))
+    specs.append(
+        Spec("InstanceNormalization", "epsilon", [In("x", (2, 3, 4)), In("s", (3,)), In("b", (3,))], {"epsilon": 0.01})
+    )
+    specs.append(
+        Spec("InstanceNormalization", "f16", [In("x", (2, 3, 4), "f16"), In("s", (3,), "f16"), In("b", (3,), "f16")])
+    )
+    for axis in (-1, 1, 0, -2):
+        norm = (2, 3, 4)[axis:]
+        variant = f"axis{axis}".replace("-", "m")
+        specs.append(
+            Spec("LayerNormalization", variant, [In("x", (2, 3, 4)), In("s", norm), In("b", norm)], {"axis": axis})
+        )
+    specs.append(Spec("LayerNormalization", "no_bias", [In("x", (2, 3, 4)), In("s", (4,))], {"epsilon": 0.01}))
+    specs.append(
+        Spec("LayerNormalization", "three_outputs", [In("x", (2, 3, 4)), In("s", (4,)), In("b", (4,))], outputs=3)
+    )
+    specs.append(
+        Spec("LayerNormalization", "f16", [In("x", (2, 3, 4), "f16"), In("s", (4,), "f16"), In("b", (4,), "f16")])
+    )
+    specs.append(Spec("LayerNormalization", "extent1", [In("x", (2, 3, 1)), In("s", (1,)), In("b", (1,))]))
+    for groups in (1, 2, 4):
+        specs.append(
+            Spec(
+                "GroupNormalization",
+                f"g{groups}",
+                [In("x", (2, 4, 3, 3)), In("s", (4,)), In("b", (4,))],
+                {"num_groups": groups},
+            )
+        )
+    specs.append(
+        Spec(
+            "GroupNormalization",
+            "epsilon_1d",
+            [In("x", (2, 6, 5)), In("s", (6,)), In("b", (6,))],
+            {"num_groups": 3, "epsilon": 0.1},
+        )
+    )
+    specs.append(
+        Spec(
+            "GroupNormalization",
+            "opset18",
+            [In("x", (2, 4, 3)), In("s", (2,)), In("b", (2,))],
+            {"num_groups": 2},
+            opset=18,
+        )
+    )
+    specs.append(Spec("LRN", "basic", [In("x", (2, 5, 3, 3))], {"size": 3}))
+    specs.append(Spec("LRN", "params", [In("x", (1, 6, 2, 2))], {"size": 5, "alpha": 0.001, "beta": 0.5, "bias": 2.0}))
+    specs.append(Spec("LRN", "size1", [In("x", (1, 3, 2, 1))], {"size": 1}))
+    specs.append(Spec("LRN", "f16", [In("x", (1, 4, 2, 2), "f16")], {"size": 3}))
+    return specs
+
+
+def resize(rng: np.random.Generator) -> list[Spec]:
+    specs: list[Spec] = []
+
+    def scales(*v: float) -> Known:
+        return Known("scales", np.asarray(v, np.float32))
+
+    def sizes(*v: int) -> Known:
+        return Known("sizes", i64(*v))
+
+    x = In("x", (1, 2, 4, 4))
+    for nearest in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+        specs.append(
+            Spec(
+                "Resize",
+                f"nearest_{nearest}_up",
+                [x, None, scales(1, 1, 2, 1.5)],
+                {"mode": "nearest", "nearest_mode": nearest},
+            )
+        )
+        specs.append(
+            Spec(
+                "Resize",
+                f"nearest_{nearest}_down",
+                [x, None, scales(1, 1, 0.5, 0.75)],
+                {"mode": "nearest", "nearest_mode": nearest},
+            )
+        )
+    for ct in ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "half_pixel_symmetric"):
+        specs.append(
+            Spec(
+                "Resize",
+                f"linear_{ct}_up",
+                [x, None, scales(1, 1, 2, 1.5)],
+                {"mode": "linear", "coordinate_transformation_mode": ct},
+            )
+        )
+        specs.append(
+            Spec(
+                "Resize",
+                f"linear_{ct}_down",
+                [x, None, None, sizes(1, 2, 3, 2)],
+                {"mode": "linear", "coordinate_transformation_mode": ct},
+            )
+        )
+        specs.append(
+            Spec(
+                "Resize",
+                f"nearest_{ct}_sizes",
+                [x, None, None, sizes(1, 2, 7, 5)],
+                {"mode": "nearest", "coordinate_transformation_mode": ct},
+            )
+        )
+    specs.append(Spec("Resize", "linear_1d", [In("x", (2, 5)), None, scales(1, 2.5)], {"mode": "linear"}))
+    specs.append(
+        Spec("Resize", "linear_3d", [In("x", (1, 1, 2, 3, 3)), None, scales(1, 1, 2, 2, 2)], {"mode": "linear"})
+    )
+    specs.append(Spec("Resize", "axes", [x, None, scales(2, 3)], {"mode": "nearest", "axes": [2, 3]}))
+    specs.append(
+        Spec(
+            "Resize",
+            "keep_aspect_not_larger",
+            [x, None, None, sizes(6, 5)],
+            {"axes": [2, 3], "keep_aspect_ratio_policy": "not_larger"},
+        )
+    )
+    specs.append(
+        Spec(
+            "Resize",
+            "keep_aspect_not_smaller",
+            [x, None, None, sizes(6, 5)],
+            {"axes": [2, 3], "keep_aspect_ratio_policy": "not_smaller"},
+        )
+    )
+    specs.append(
+        Spec(
+            "Resize",
+            "opset11_nearest",
+            [x, Known("roi", np.zeros(0, np.float32)), scales(1, 1, 2, 2)],
+            {"mode": "nearest"},
+            opset=11,
+        )
+    )
+    specs.append(Spec("Resize", "opset10", [x, scales(1, 1, 2, 3)], {"mode": "nearest"}, opset=10))
+    specs.append(Spec("Resize", "opset10_linear", [x, scales(1, 1, 2, 3)], {"mode": "linear"}, opset=10))
+    specs.append(
+        Spec("Resize", "f16_nearest", [In("x", (1, 1, 2, 2), "f16"), None, scales(1, 1, 2, 2)], {"mode": "nearest"})
+    )
+    specs.append(
+        Spec("Resize", "i64_nearest", [In("x", (1, 1, 2, 2), "i64"), None, scales(1, 1, 2, 2)], {"mode": "nearest"})
+    )
+    specs.append(Spec("Upsample", "nearest", [x, scales(1, 1, 2, 3)], {"mode": "nearest"}, opset=9))
+    return specs
+
+
+FAMILIES: tuple[Callable[[np.random.Generator], list[Spec]], ...] = (
+    elementwise,
+    unary,
+    casts,
+    movement,
+    indexing,
+    reductions,
+    linear,
+    conv,
+    normalization,
+    resize,
+)
+
+
+def random_feeds(model: onnx.ModelProto, stored: dict[str, np.ndarray], stem: str) -> dict[str, np.ndarray]:
+    """The feeds the harness will use: the stored values, else its seeded random draw."""
+    import zlib
+
+    from tests.conformance.harness import random_input
+
+    rng = np.random.default_rng(zlib.crc32(stem.encode()))
+    feeds = {}
+    for vi in model.graph.input:
+        feeds[vi.name] = stored[vi.name] if vi.name in stored else random_input(vi, rng)
+    return feeds
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from loam.testing import run_onnxruntime
+
+    rng = np.random.default_rng(2024)
+    specs = [s for family in FAMILIES for s in family(rng)]
+    names = [f"{s.op}.{s.variant}" for s in specs]
+    dupes = {n for n in names if names.count(n) > 1}
+    if dupes:
+        raise SystemExit(f"duplicate case names: {sorted(dupes)}")
+    OUT.mkdir(parents=True, exist_ok=True)
+    written: set[str] = set()
+    skipped = []
+    for spec, stem in zip(specs, names, strict=True):
+        try:
+            model, stored = make_model(spec)
+            run_onnxruntime(model, random_feeds(model, stored, stem))
+        except Exception as err:  # onnx or onnxruntime cannot take it: the oracle has no answer
+            skipped.append(f"{stem}: {type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:160]}")
+            continue
+        onnx.save(model, OUT / f"{stem}.onnx")
+        written.add(f"{stem}.onnx")
+        npz = OUT / f"{stem}.npz"
+        if stored:
+            np.savez(npz, **stored)
+            written.add(npz.name)
+        elif npz.exists():
+            npz.unlink()
+    for stale in OUT.iterdir():
+        if stale.name not in written:
+            stale.unlink()
+    print(f"wrote {len([w for w in written if w.endswith('.onnx')])} cases to {OUT}")
+    if skipped:
+        print(f"skipped {len(skipped)} (onnx/onnxruntime refused them):")
+        print("\n".join(f"  {s}" for s in skipped))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
