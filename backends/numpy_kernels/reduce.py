@@ -64,7 +64,9 @@ def _k_reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], keepdims: int) ->
                 y = np.log(np.sum(np.exp(f - top), axis=axes, keepdims=True)) + top
                 if not keep:
                     y = np.squeeze(y, axis=axes)
-    return _narrowed(np.asarray(y), x.dtype)
+        # An integer ReduceLogSum of a negative number is NaN, whose conversion is the platform's (on
+        # x86 the lowest integer, as onnxruntime gives there); numpy would warn about that cast.
+        return _narrowed(np.asarray(y), x.dtype)
 
 
 def _k_arg_reduce(x: np.ndarray, kind: str, axis: int, keepdims: int, select_last_index: int) -> np.ndarray:

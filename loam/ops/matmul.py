@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from loam.backends.numpy_kernels.common import _narrowed, _widened
 from loam.ops.base import (
     Facts,
     LowerContext,
@@ -22,6 +23,7 @@ from loam.ops.base import (
     require_arity,
     same_axis,
 )
+from loam.ops.lowering import HALF_TYPES
 from loam.poly import Poly
 
 if TYPE_CHECKING:
@@ -62,21 +64,51 @@ def _float_operands(node: NodeInfo, facts: Sequence[Facts]) -> None:
             raise node.fail(f"operands have element types {elem.name} and {f.elem.name}; ONNX needs one")
 
 
-def product_of(ctx: LowerContext, node: NodeInfo, a: SSAValue, b: SSAValue, result_type: AxesTensorType) -> SSAValue:
-    """One `kernel.matmul` (numpy.matmul in the operands' own element type, one of `PRODUCT_TYPES`)."""
+def _widened_operand(ctx: LowerContext, node: NodeInfo, value: SSAValue) -> SSAValue:
+    """A half operand converted to f32 (exact), so the product runs in f32."""
+    from loam.dialects.kernel import CastOp
+    from loam.dialects.tensor_axes import AxesTensorType
+
+    t: AxesTensorType = value.type  # type: ignore[assignment]
+    op = CastOp(value, AxesTensorType("f32", t.axes), node.name)
+    ctx.emit(op)
+    return op.result
+
+
+def product_of(
+    ctx: LowerContext, node: NodeInfo, a: SSAValue, b: SSAValue, result_type: AxesTensorType, narrow: bool = True
+) -> SSAValue:
+    """One `kernel.matmul` (numpy.matmul) of operands of one of `PRODUCT_TYPES`.
+
+    Halves (f16, bf16) are widened to f32, multiplied and summed there, and narrowed once to the
+    result's type, as the rest of Loam computes halves; with `narrow` False the f32 product is
+    returned, for a caller (Gemm) that goes on computing before it narrows.
+    """
     from loam.dialects.kernel import CastOp, MatmulOp
     from loam.dialects.tensor_axes import AxesTensorType
 
-    if result_type.elem.name != "bf16":
+    if result_type.elem.name not in HALF_TYPES:
         op = MatmulOp(a, b, result_type, node.name)
         ctx.emit(op)
         return op.result
-    # numpy.matmul of bfloat16 (ml_dtypes) yields f32: the product is typed so and narrowed once.
-    wide = MatmulOp(a, b, AxesTensorType("f32", result_type.axes), node.name)
+    wide = MatmulOp(
+        _widened_operand(ctx, node, a),
+        _widened_operand(ctx, node, b),
+        AxesTensorType("f32", result_type.axes),
+        node.name,
+    )
     ctx.emit(wide)
-    narrow = CastOp(wide.result, result_type, node.name)
-    ctx.emit(narrow)
-    return narrow.result
+    if not narrow:
+        return wide.result
+    narrowed = CastOp(wide.result, result_type, node.name)
+    ctx.emit(narrowed)
+    return narrowed.result
+
+
+def matmul_value(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy.matmul as the kernels compute it (halves in f32, narrowed once): stage 0's folding."""
+    a, b = np.asarray(a), np.asarray(b)
+    return _narrowed(np.asarray(np.matmul(_widened(a), _widened(b))), a.dtype)
 
 
 class MatMulRule(OpRule):
@@ -84,7 +116,7 @@ class MatMulRule(OpRule):
 
     op_types = ("MatMul",)
     elem_types = PRODUCT_TYPES
-    limitations = "halves are multiplied by numpy.matmul in their own type"
+    limitations = "halves are multiplied in f32 and narrowed once"
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 2)
@@ -101,7 +133,7 @@ class MatMulRule(OpRule):
         shape = (*batch, *(a_shape[-2:-1] if a.rank > 1 else ()), *(b_shape[-1:] if b.rank > 1 else ()))
         value = None
         if a.value is not None and b.value is not None:
-            value = np.matmul(a.value, b.value)
+            value = matmul_value(a.value, b.value)
         return [Facts(a.elem, shape, value)]
 
     def axes(
@@ -122,13 +154,16 @@ class MatMulRule(OpRule):
 
 
 class GemmRule(OpRule):
-    """ONNX Gemm: Y = alpha * A' B' + beta * C, A' and B' optionally transposed, C stretched to Y."""
+    """ONNX Gemm: Y = alpha * A' B' + beta * C, A' and B' optionally transposed, C stretched to Y.
+
+    Opsets 1-6 carry a `broadcast` attribute: with 1, C stretches to [M, N] as from opset 7 on
+    (numpy's rules, towards Y only); with 0 (the default), C must be [M, N] itself.
+    """
 
     op_types = ("Gemm",)
-    attributes = frozenset({"alpha", "beta", "transA", "transB"})
-    first_opset = 7
+    attributes = frozenset({"alpha", "beta", "transA", "transB", "broadcast"})
     elem_types = PRODUCT_TYPES
-    limitations = "integer Gemm only with alpha 1 and beta 0 or 1; opsets 1-6 (broadcast attribute) refused"
+    limitations = "integer Gemm only with alpha 1 and beta 0 or 1"
 
     def _shapes(self, node: NodeInfo, a: Facts, b: Facts) -> tuple[Poly, Poly, Poly, Poly]:
         if a.rank != 2 or b.rank != 2:
@@ -136,6 +171,15 @@ class GemmRule(OpRule):
         m, k_a = a.shape[::-1] if node.attr("transA", 0) else a.shape
         k_b, n = b.shape[::-1] if node.attr("transB", 0) else b.shape
         return m, k_a, k_b, n
+
+    @staticmethod
+    def c_stretches(node: NodeInfo) -> bool:
+        """Whether C may broadcast to [M, N]: always from opset 7, with `broadcast` 1 before."""
+        if node.since >= 7:
+            if node.attr("broadcast") is not None:
+                raise node.unsupported(f"attribute 'broadcast' does not exist at opset {node.since}")
+            return True
+        return bool(node.attr("broadcast", 0))
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 2, 3)
@@ -152,12 +196,16 @@ class GemmRule(OpRule):
                 )
         m, k_a, k_b, n = self._shapes(node, a, b)
         _check_contraction(node, k_a, k_b)
+        stretches = self.c_stretches(node)
         if c is not None:
+            extents = ", ".join(map(str, c.shape))
+            if not stretches and c.shape != (m, n):
+                raise node.fail(f"C of extents [{extents}] must be [{m}, {n}]: broadcast is 0 at opset {node.since}")
             if c.rank > 2:
                 raise node.fail(f"C must have rank 2 or less, got {c.rank}")
             stretched = broadcast_shapes(node, [(m, n), c.shape])
             if stretched != (m, n):
-                raise node.fail(f"C of extents [{', '.join(map(str, c.shape))}] does not stretch to [{m}, {n}]")
+                raise node.fail(f"C of extents [{extents}] does not stretch to [{m}, {n}]")
         return [Facts(a.elem, (m, n))]
 
     def axes(
@@ -175,6 +223,7 @@ class GemmRule(OpRule):
         return [out]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.graph import set_name_hint
         from loam.dialects.kernel import Expr
         from loam.ops.lowering import emit_zip, transposed
 
@@ -187,8 +236,13 @@ class GemmRule(OpRule):
             b = transposed(ctx, node, b)
         alpha = float(node.attr("alpha", 1.0))
         beta = float(node.attr("beta", 1.0))
-        product = product_of(ctx, node, a, b, ctx.result_types[0])
-        product.name_hint = f"{node.name}_product"
+        result_type = ctx.result_types[0]
+        plain = alpha == 1.0 and (c is None or beta == 0.0)
+        # A half product stays in f32 until the zip below narrows it with the scaling and bias.
+        product = product_of(ctx, node, a, b, result_type, narrow=plain)
+        set_name_hint(product, f"{node.name}_product")  # not where the node's name is no valid SSA name
+        if plain:
+            return [product]
         # alpha * A'B' + beta * C as one zip; an integer Gemm reaches here only with alpha 1, beta 0 or 1.
         expr = Expr.operand(0)
         if alpha != 1.0:
@@ -198,8 +252,6 @@ class GemmRule(OpRule):
             bias = Expr.operand(1) if beta == 1.0 else Expr.operand(1).binary("mul", beta)
             expr = expr.binary("add", bias)
             inputs.append(c)
-        if len(inputs) == 1 and alpha == 1.0:
-            return [product]
         return [emit_zip(ctx, node, inputs, expr)]
 
 

@@ -90,7 +90,7 @@ class BatchNormRule(OpRule):
         self.check(node, node.outputs)
         x, scale, bias, mean, var = _present(node, inputs, ("X", "scale", "B", "mean", "var"))
         require_elem(node, x, self.elem_types, "X")
-        _same_elem(node, x, (scale, bias, mean, var), ("scale", "B", "mean", "var"))
+        self.check_elems(node, (x, scale, bias, mean, var))
         if x.rank < 2:
             raise node.fail(f"X must have rank 2 or more, got {x.rank}")
         for f, name in ((scale, "scale"), (bias, "B"), (mean, "mean"), (var, "var")):
@@ -101,10 +101,42 @@ class BatchNormRule(OpRule):
         return [Facts(x.elem, x.shape, value)]
 
     @staticmethod
+    def type_groups(node: NodeInfo) -> tuple[tuple[int, ...], ...]:
+        """Which of (X, scale, B, mean, var) share one element type at the node's opset.
+
+        Before 14 all five (T); at 14 mean and var may differ from X (U); from 15 scale and B
+        (T1) and mean and var (T2) each may.
+        """
+        if node.since >= 15:
+            return ((0,), (1, 2), (3, 4))
+        if node.since == 14:
+            return ((0, 1, 2), (3, 4))
+        return ((0, 1, 2, 3, 4),)
+
+    def check_elems(self, node: NodeInfo, facts: Sequence[Facts]) -> None:
+        names = ("X", "scale", "B", "mean", "var")
+        for f, name in zip(facts[1:], names[1:], strict=True):
+            require_elem(node, f, self.elem_types, name)
+        for group in self.type_groups(node):
+            first = facts[group[0]].elem
+            for i in group[1:]:
+                if facts[i].elem != first:
+                    raise node.fail(
+                        f"{names[i]} has element type {facts[i].elem.name} and {names[group[0]]} {first.name}; "
+                        f"ONNX needs one at opset {node.since}"
+                    )
+
+    @staticmethod
+    def compute_type(elems: Sequence[str]) -> str:
+        """The type the affine map runs in: f64 when any operand is f64, else f32 (halves widened)."""
+        return "f64" if "f64" in elems else "f32"
+
+    @staticmethod
     def fold(node: NodeInfo, *facts: Facts) -> np.ndarray:
+        # numpy's promotion of the widened operands is `compute_type`'s rule.
         x, scale, bias, mean, var = (_widened(np.asarray(f.value)) for f in facts)
         shape = (-1,) + (1,) * (x.ndim - 2)
-        eps = x.dtype.type(node.attr("epsilon", 1e-5))
+        eps = np.float32(node.attr("epsilon", 1e-5))
         y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * scale.reshape(shape)
         return _narrowed(y + bias.reshape(shape), np.asarray(facts[0].value).dtype)
 
@@ -121,7 +153,7 @@ class BatchNormRule(OpRule):
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import Expr, RegroupOp
         from loam.dialects.tensor_axes import AxesTensorType
-        from loam.ops.lowering import emit_zip
+        from loam.ops.lowering import compute_elem, emit_zip
 
         x = operands[0]
         assert x is not None
@@ -144,8 +176,16 @@ class BatchNormRule(OpRule):
             ctx.emit(op)
             params.append(op.result)
         eps = float(node.attr("epsilon", 1e-5))
-        xs, scale, bias, mean, var = (Expr.operand(i) for i in range(5))
+        # Operands of mixed types (opset 14+) meet in one compute type and the result takes X's;
+        # emit_zip widens halves to f32 itself, so only a widening beyond that is written here.
+        elems = [x_type.elem.name] + [p.type.elem.name for p in params]  # type: ignore[attr-defined]
+        wide = self.compute_type(elems)
+        xs, scale, bias, mean, var = (
+            Expr.operand(i) if compute_elem(e) == wide else Expr.operand(i).cast(wide) for i, e in enumerate(elems)
+        )
         expr = (xs - mean) / (var + eps).unary("sqrt") * scale + bias
+        if compute_elem(elems[0]) != wide:
+            expr = expr.cast(elems[0])
         return [emit_zip(ctx, node, [x, *params], expr)]
 
 

@@ -15,7 +15,7 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from loam.errors import UnsupportedError
+from loam.errors import ShapeError, UnsupportedError
 from loam.testing import assert_same, run_loam, run_onnxruntime
 
 NP_TO_ONNX = {
@@ -90,6 +90,44 @@ def test_batch_norm(shape: tuple[int, ...], opset: int) -> None:
     # onnxruntime has no kernel for opset 6; ONNX's reference evaluator is the oracle there.
     oracle = "reference" if opset < 7 else "onnxruntime"
     check(model_of("BatchNormalization", {"x": x}, weights, opset, **attrs), {"x": x}, oracle=oracle)
+
+
+@pytest.mark.parametrize(
+    ("x_type", "scale_type", "mean_type", "opset"),
+    [
+        (np.float16, np.float32, np.float32, 15),
+        (np.float32, np.float16, np.float16, 15),
+        (np.float16, np.float16, np.float32, 15),
+        (np.float16, np.float16, np.float32, 14),
+        (np.float64, np.float32, np.float32, 15),
+    ],
+)
+def test_batch_norm_mixed_types(x_type: type, scale_type: type, mean_type: type, opset: int) -> None:
+    """From opset 14 mean/var (U, T2) and from 15 scale/B (T1) may differ from X's type: computed in
+    f32 (f64 where an operand is f64), the result in X's type."""
+    c = 3
+    x = rand((2, c, 4), 0, x_type)
+    weights = {
+        "scale": rand((c,), 1, scale_type),
+        "b": rand((c,), 2, scale_type),
+        "mean": rand((c,), 3, mean_type),
+        "var": np.abs(rand((c,), 4, mean_type)) + mean_type(0.5),
+    }
+    model = model_of("BatchNormalization", {"x": x}, weights, opset, epsilon=1e-3)
+    # onnxruntime has no kernel for f64 X with f32 parameters: the reference evaluator checks it.
+    oracle = "reference" if x_type is np.float64 else "onnxruntime"
+    half = np.float16 in (x_type, scale_type, mean_type)
+    check(model, {"x": x}, rtol=1e-3 if half else 1e-5, atol=1e-3 if half else 1e-5, oracle=oracle)
+    (y,) = run_loam(model, {"x": x})
+    assert y.dtype == x_type
+
+
+def test_batch_norm_mixed_types_need_their_opset() -> None:
+    c = 3
+    x = rand((2, c), 0, np.float16)
+    weights = {k: np.ones(c, np.float32) for k in ("scale", "b", "mean", "var")}
+    with pytest.raises(ShapeError, match="scale has element type f32 and X f16; ONNX needs one at opset 14"):
+        run_loam(model_of("BatchNormalization", {"x": x}, weights, 14), {"x": x})
 
 
 def test_batch_norm_refuses_training() -> None:
@@ -196,3 +234,65 @@ def test_matmul_bf16_is_narrowed_once() -> None:
     want = (a.astype(np.float32) @ b.astype(np.float32)).astype(ml_dtypes.bfloat16)
     assert y.dtype == want.dtype
     np.testing.assert_allclose(y.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
+def _gemm_model(
+    opset: int, shapes: Sequence[tuple[int, ...]], dtype: type = np.float32, **attrs: object
+) -> onnx.ModelProto:
+    """A Gemm over graph inputs a, b[, c] (built without the checker, which refuses old broadcasts)."""
+    names = "abc"[: len(shapes)]
+    node = helper.make_node("Gemm", list(names), ["y"], **attrs)
+    elem = NP_TO_ONNX[np.dtype(dtype)]
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(n, elem, list(s)) for n, s in zip(names, shapes, strict=True)],
+        [helper.make_tensor_value_info("y", elem, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 3
+    return model
+
+
+@pytest.mark.parametrize("c_shape", [(4,), (1, 4), (2, 1), (2, 4), ()])
+@pytest.mark.parametrize("opset", [6, 1])
+def test_gemm_broadcast_attribute(c_shape: tuple[int, ...], opset: int) -> None:
+    """Opsets 1-6: broadcast 1 stretches C to [M, N] as opset 7 does (onnxruntime has no kernel
+    before 7, so the same node at opset 7 is the oracle)."""
+    shapes = [(2, 3), (3, 4), c_shape]
+    feeds = {n: rand(s, i) for i, (n, s) in enumerate(zip("abc", shapes, strict=True))}
+    old = _gemm_model(opset, shapes, broadcast=1, alpha=0.5, beta=2.0)
+    new = _gemm_model(7, shapes, alpha=0.5, beta=2.0)
+    assert_same(run_loam(old, feeds), run_onnxruntime(new, feeds))
+
+
+def test_gemm_without_broadcast_needs_c_of_m_by_n() -> None:
+    shapes = [(2, 3), (3, 4), (2, 4)]
+    feeds = {n: rand(s, i) for i, (n, s) in enumerate(zip("abc", shapes, strict=True))}
+    assert_same(run_loam(_gemm_model(6, shapes), feeds), run_onnxruntime(_gemm_model(7, shapes), feeds))
+    feeds["c"] = rand((4,), 2)
+    with pytest.raises(ShapeError, match=r"Gemm node 'y': C of extents \[4\] must be \[2, 4\]: broadcast is 0"):
+        run_loam(_gemm_model(6, [(2, 3), (3, 4), (4,)]), feeds)
+    with pytest.raises(UnsupportedError, match="attribute 'broadcast' does not exist at opset 7"):
+        run_loam(_gemm_model(7, shapes, broadcast=1), feeds)
+
+
+@pytest.mark.parametrize(
+    ("op", "shapes", "attrs"),
+    [
+        ("MatMul", [(8, 256), (256, 16)], {}),
+        ("MatMul", [(3, 8, 64), (64, 5)], {}),
+        ("Gemm", [(8, 256), (256, 16), (16,)], {"alpha": 0.5, "beta": 2.0}),
+        ("Gemm", [(8, 256), (256, 16)], {}),
+    ],
+)
+def test_half_products_in_f32(op: str, shapes: list[tuple[int, ...]], attrs: dict[str, object]) -> None:
+    """f16 products are summed in f32 and narrowed once (Gemm: after alpha and beta * C), which
+    matches onnxruntime bit for bit on these long contractions."""
+    names = "abc"[: len(shapes)]
+    feeds = {n: (rand(s, i) * 2).astype(np.float16) for i, (n, s) in enumerate(zip(names, shapes, strict=True))}
+    model = model_of(op, feeds, {}, 13, **attrs)
+    (y,) = run_loam(model, feeds)
+    (want,) = run_onnxruntime(model, feeds)
+    assert y.dtype == np.float16
+    np.testing.assert_array_equal(y, want)

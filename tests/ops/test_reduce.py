@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 from loam.backends.numpy_kernels.reduce import _k_reduce, _k_topk
 from loam.errors import ShapeError, UnsupportedError
@@ -99,6 +100,34 @@ def test_reduce_log_sum_of_positive_data() -> None:
 def test_reduce_noop_with_empty_axes() -> None:
     x = data((2, 3))
     check(one_node("ReduceSum", x, 13, noop_with_empty_axes=1), x)
+
+
+ALL_REDUCE_OPS = [*REDUCE_OPS, "ReduceLogSum"]
+
+
+@pytest.mark.parametrize("op", ALL_REDUCE_OPS)
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+@pytest.mark.parametrize("axes_input", [True, False])
+def test_reduce_noop_keeps_the_elementwise_part(op: str, dtype: type, axes_input: bool) -> None:
+    """noop_with_empty_axes skips only the reduction: ReduceL1 gives |x|, ReduceSumSquare x * x,
+    ReduceLogSum log(x) (NaN for negative x, converted to an integer as onnxruntime does on x86)."""
+    x = np.array([[-1, 2, 3], [4, 0, 7]]).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        x = x * dtype(1.7)
+    consts = {"axes": np.array([], np.int64)} if axes_input else {}
+    check(one_node(op, x, 18, consts=consts, noop_with_empty_axes=1, keepdims=0), x)
+
+
+def test_reduce_i32_sum_wraps_as_onnx_reference() -> None:
+    """ONNX leaves integer overflow undefined; Loam wraps (two's complement, as numpy and ONNX's
+    reference evaluator), where onnxruntime's CPU kernel sums in f64 and saturates."""
+    x = np.array([2**31 - 1, 1, 5], np.int32)
+    model = one_node("ReduceSum", x, 13, keepdims=0)
+    (y,) = run_loam(model, {"x": x})
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    assert y.dtype == np.int32 and want.dtype == np.int32
+    np.testing.assert_array_equal(y, want)
+    np.testing.assert_array_equal(y, np.int32(-(2**31) + 5))
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float16, np.int32, np.int64])
