@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loam import dtypes
-from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity
+from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.movement import MOVABLE, check_movable
 from loam.poly import Poly
 
@@ -34,26 +34,42 @@ def facts_of_array(array: np.ndarray, elem: dtypes.ElementType) -> Facts:
 
 
 class ConstantRule(OpRule):
-    """ONNX Constant: exactly one of `value`, `value_float(s)`, `value_int(s)`, `value_string(s)`."""
+    """ONNX Constant: exactly one of `value`, `value_float(s)`, `value_int(s)`, `value_string(s)`.
+
+    String constants (and a string `value` tensor) are refused: no Loam kernel takes strings.
+    """
 
     op_types = ("Constant",)
     attributes = frozenset({"value", "sparse_value", *_VALUE_ATTRS})
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 0)
-        if node.attr("sparse_value") is not None:
+        given = [key for key in ("value", "sparse_value", *_VALUE_ATTRS) if node.attr(key) is not None]
+        if len(given) != 1:
+            raise node.fail(f"needs exactly one value attribute, has {', '.join(given) or 'none'}")
+        (key,) = given
+        if key == "sparse_value":
             raise node.unsupported("a sparse_value is not supported")
-        tensor = node.attr("value")
-        if tensor is not None:
-            array = np.asarray(tensor)
-            elem = _elem_of(node, array)
-            return [facts_of_array(array, elem)]
-        for key, (elem_name, np_type) in _VALUE_ATTRS.items():
-            given = node.attr(key)
-            if given is not None:
-                array = np.asarray(given, dtype=np_type if np_type is not None else object)
-                return [facts_of_array(array, dtypes.by_name(elem_name))]
-        raise node.fail("has no value attribute")
+        value = node.attr(key)
+        if key == "value":
+            if not isinstance(value, np.ndarray):
+                raise node.fail(f"attribute 'value' must be a tensor, got {value!r}")
+            return [facts_of_array(value, _elem_of(node, value))]
+        elem_name, np_type = _VALUE_ATTRS[key]
+        if np_type is None:
+            raise node.unsupported(f"'{key}' makes a string tensor; Loam compiles no strings")
+        items = value if key.endswith("s") and isinstance(value, list) else [value]
+        # An int attribute is a valid float; anything else (a string, a float for an int) is malformed.
+        kinds = (int, float) if np_type is np.float32 else (int,)
+        if (key.endswith("s") and not isinstance(value, list)) or not all(
+            isinstance(v, kinds) and not isinstance(v, bool) for v in items
+        ):
+            raise node.fail(f"attribute '{key}' must hold {'floats' if np_type is np.float32 else 'integers'}")
+        try:
+            array = np.asarray(value, dtype=np_type)
+        except OverflowError:
+            raise node.fail(f"attribute '{key}' holds a value outside int64") from None
+        return [facts_of_array(array, dtypes.by_name(elem_name))]
 
 
 def _elem_of(node: NodeInfo, array: np.ndarray) -> dtypes.ElementType:
@@ -89,11 +105,18 @@ class IdentityRule(OpRule):
 
 
 class DropoutRule(OpRule):
-    """ONNX Dropout at inference: the output is the input, and the optional mask is all true.
+    """ONNX Dropout at inference: the output is the input, and the optional mask is constant.
 
     Before opset 7 `is_test` (default 0: training) chooses; opsets 7-11 always infer; from 12 the
     `training_mode` input does, and a known true (or one computed at run time) is refused, since
     training drops random elements.  The mask is bool from opset 10 and the data's type before.
+
+    The mask's value at inference: from opset 12 ONNX defines `output = scale * data * mask`, so
+    a mask that keeps every element is all true (as onnxruntime and ONNX's reference evaluator
+    give it).  Before 12 the specification leaves it undefined ("not filled" in test mode for
+    opsets 1 and 6, no word for 7-11); onnxruntime fills it with zeros (false) there, while the
+    reference evaluator gives ones.  Loam follows onnxruntime for opsets before 12, the runtime
+    models are deployed with and this project's oracle: zeros in the mask's type.
     """
 
     op_types = ("Dropout",)
@@ -104,7 +127,7 @@ class DropoutRule(OpRule):
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         if node.since < 7:
             require_arity(node, inputs, 1)
-            if not node.attr("is_test", 0):
+            if not int_attr(node, "is_test", 0):
                 raise node.unsupported(
                     f"is_test=0 (training, the default before opset 7) drops random elements; Loam compiles "
                     f"inference only (opset {node.since})"
@@ -115,6 +138,10 @@ class DropoutRule(OpRule):
             require_arity(node, inputs, 1, 3)
             mode = inputs[2] if len(inputs) > 2 else None
             if mode is not None:
+                if mode.elem.name != "bool" or mode.static_shape() not in ((), (1,)):
+                    raise node.fail(
+                        f"training_mode must be a bool scalar, got {mode.elem.name} [{', '.join(map(str, mode.shape))}]"
+                    )
                 if mode.value is None:
                     raise node.unsupported("training_mode is computed at run time; Loam compiles inference only")
                 if bool(np.asarray(mode.value).reshape(-1)[0]):
@@ -127,7 +154,7 @@ class DropoutRule(OpRule):
         check_movable(node, x, "data")
         mask_elem = dtypes.by_name("bool") if node.since >= 10 else x.elem
         dims = x.static_shape()
-        mask = None if dims is None or mask_elem.numpy is None else np.ones(dims, dtype=mask_elem.numpy)
+        mask = None if dims is None or mask_elem.numpy is None else _mask(node, dims, mask_elem.numpy)
         # stage 0 asks for every output the graph names; the mask is the second when named.
         return [x, Facts(mask_elem, x.shape, mask)][: node.outputs]
 
@@ -147,11 +174,16 @@ class DropoutRule(OpRule):
         if len(ctx.result_types) > 1:
             t = ctx.result_types[1]
             assert t.elem.numpy is not None
-            ones = np.ones(tuple(a.extent.const_value for a in t.axes), dtype=t.elem.numpy)
-            mask = KernelConstantOp(TensorDataAttr.from_numpy(ones, t.elem), t, node.name)
+            value = _mask(node, tuple(a.extent.const_value for a in t.axes), t.elem.numpy)
+            mask = KernelConstantOp(TensorDataAttr.from_numpy(value, t.elem), t, node.name)
             ctx.emit(mask)
             results.append(mask.result)
         return results
+
+
+def _mask(node: NodeInfo, dims: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Dropout's inference mask: all true from opset 12, zeros before (see `DropoutRule`)."""
+    return (np.ones if node.since >= 12 else np.zeros)(dims, dtype=dtype)
 
 
 RULES: tuple[OpRule, ...] = (ConstantRule(), IdentityRule(), DropoutRule())

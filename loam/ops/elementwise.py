@@ -32,6 +32,8 @@ from loam.ops.base import (
     OpRule,
     broadcast_axes,
     broadcast_shapes,
+    float_attr,
+    int_attr,
     require_arity,
     same_axis,
 )
@@ -132,7 +134,9 @@ class ExprRule(OpRule):
             dims = tuple(d.const_value for d in shape)
             dtype = dtypes.by_name(result).numpy
             assert dtype is not None
-            value = np.ascontiguousarray(np.broadcast_to(folded, dims)).astype(dtype, copy=False)
+            # astype copies into a fresh contiguous array of exactly `dims` (np.ascontiguousarray would
+            # give a rank-0 result rank 1).
+            value = np.broadcast_to(folded, dims).astype(dtype)
         return [Facts(dtypes.by_name(result), shape, value)]
 
     def axes(
@@ -201,15 +205,15 @@ class BinaryRule(ExprRule):
         """Where B starts in A under the pre-7 rules, or None when the opset broadcasts as numpy does."""
         if not self.legacy or node.since >= 7:
             return None
-        if not node.attr("broadcast", 0):
+        if not int_attr(node, "broadcast", 0):
             if a != b:
                 raise node.fail(
                     f"opset {node.since} without broadcast=1 needs equal shapes, got "
                     f"[{', '.join(map(str, a))}] and [{', '.join(map(str, b))}]"
                 )
             return len(a) - len(b)
-        axis = node.attr("axis", None)
-        axis = len(a) - len(b) if axis is None else int(axis) + (len(a) if int(axis) < 0 else 0)
+        axis = len(a) - len(b) if node.attr("axis") is None else int_attr(node, "axis", 0)
+        axis += len(a) if axis < 0 else 0
         if not 0 <= axis <= len(a) - len(b):
             raise node.fail(f"axis {node.attr('axis')} cannot align B of rank {len(b)} with A of rank {len(a)}")
         one = Poly.const(1)
@@ -272,7 +276,7 @@ class ModRule(BinaryRule):
         super().__init__("Mod", "mod", NUMERIC, legacy=False, attributes=frozenset({"fmod"}), first_opset=10)
 
     def build(self, node: NodeInfo, elems: Elems) -> Expr:
-        return _x(0).binary("fmod" if node.attr("fmod", 0) else "mod", _x(1))
+        return _x(0).binary("fmod" if int_attr(node, "fmod", 0, (0, 1)) else "mod", _x(1))
 
 
 class PowRule(BinaryRule):
@@ -332,6 +336,13 @@ class VariadicRule(ExprRule):
         self.mean = mean
         self.attributes = frozenset({"consumed_inputs"})
 
+    def check(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts | None]:
+        checked = super().check(node, inputs)
+        absent = [i for i, f in enumerate(checked) if f is None]
+        if absent:
+            raise node.fail(f"input {absent[0]} is absent; every input of {node.op_type} is required")
+        return checked
+
     def shape(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[Poly, ...]:
         shapes = {f.shape for f in inputs if f is not None}
         if node.since < 8 and len(shapes) > 1:
@@ -390,24 +401,24 @@ def _step(op: str) -> Builder:
 
 def _leaky_relu(node: NodeInfo, x: Expr, elem: str) -> Expr:
     zero = Expr.const(0.0, elem)
-    return Expr.select(x.binary("less", zero), x * Expr.const(node.attr("alpha", 0.01), elem), x)
+    return Expr.select(x.binary("less", zero), x * Expr.const(float_attr(node, "alpha", 0.01), elem), x)
 
 
 def _elu(node: NodeInfo, x: Expr, elem: str) -> Expr:
     zero, one = Expr.const(0.0, elem), Expr.const(1.0, elem)
-    alpha = Expr.const(node.attr("alpha", 1.0), elem)
+    alpha = Expr.const(float_attr(node, "alpha", 1.0), elem)
     return Expr.select(x.binary("less", zero), alpha * (x.unary("exp") - one), x)
 
 
 def _selu(node: NodeInfo, x: Expr, elem: str) -> Expr:
-    alpha = Expr.const(node.attr("alpha", 1.67326319217681884765625), elem)
-    gamma = Expr.const(node.attr("gamma", 1.05070102214813232421875), elem)
+    alpha = Expr.const(float_attr(node, "alpha", 1.67326319217681884765625), elem)
+    gamma = Expr.const(float_attr(node, "gamma", 1.05070102214813232421875), elem)
     zero = Expr.const(0.0, elem)
     return Expr.select(x.binary("less_equal", zero), gamma * (alpha * x.unary("exp") - alpha), gamma * x)
 
 
 def _celu(node: NodeInfo, x: Expr, elem: str) -> Expr:
-    alpha = Expr.const(node.attr("alpha", 1.0), elem)
+    alpha = Expr.const(float_attr(node, "alpha", 1.0), elem)
     zero, one = Expr.const(0.0, elem), Expr.const(1.0, elem)
     negative = (alpha * ((x / alpha).unary("exp") - one)).binary("min", zero)
     return x.binary("max", zero) + negative
@@ -427,8 +438,8 @@ def _gelu(node: NodeInfo, x: Expr, elem: str) -> Expr:
 
 
 def _hard_sigmoid(node: NodeInfo, x: Expr, elem: str, alpha: float | None = None, beta: float | None = None) -> Expr:
-    a = Expr.const(node.attr("alpha", 0.2) if alpha is None else alpha, elem)
-    b = Expr.const(node.attr("beta", 0.5) if beta is None else beta, elem)
+    a = Expr.const(float_attr(node, "alpha", 0.2) if alpha is None else alpha, elem)
+    b = Expr.const(float_attr(node, "beta", 0.5) if beta is None else beta, elem)
     return (a * x + b).binary("min", Expr.const(1.0, elem)).binary("max", Expr.const(0.0, elem))
 
 
@@ -437,7 +448,7 @@ def _hard_swish(node: NodeInfo, x: Expr, elem: str) -> Expr:
 
 
 def _is_inf(node: NodeInfo, x: Expr, elem: str) -> Expr:
-    positive, negative = node.attr("detect_positive", 1), node.attr("detect_negative", 1)
+    positive, negative = int_attr(node, "detect_positive", 1), int_attr(node, "detect_negative", 1)
     inf = x.unary("isinf")
     if positive and negative:
         return inf
@@ -530,6 +541,12 @@ class ClipRule(ExprRule):
     def check(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts | None]:
         if node.since < 11:
             require_arity(node, inputs, 1)
+            x = inputs[0]
+            if x is not None:
+                # Clip-1/6 are float-only; their f32-valued min/max have no integer meaning.
+                require_elem_types(node, [x.elem.name], FLOATS)
+            for key in ("min", "max"):
+                float_attr(node, key, 0.0)
         else:
             for key in ("min", "max"):
                 if node.attr(key, None) is not None:
@@ -561,7 +578,7 @@ class ClipRule(ExprRule):
         x = _x(0)
         if node.since < 11:
             limit = float(np.finfo(np.float32).max)
-            lo, hi = float(node.attr("min", -limit)), float(node.attr("max", limit))
+            lo, hi = float_attr(node, "min", -limit), float_attr(node, "max", limit)
             return x.binary("max", _c(lo, elems[0])).binary("min", _c(hi, elems[0]))
         index = 1
         if len(elems) > 1 and elems[1] is not None:
@@ -628,6 +645,8 @@ def _cast_target(node: NodeInfo) -> str:
         if name.upper() not in TensorProto.DataType.keys():
             raise node.fail(f"'to' names no ONNX element type: {name!r}")
         to = TensorProto.DataType.Value(name.upper())
+    if isinstance(to, (bool, np.bool_)) or not isinstance(to, (int, np.integer)):
+        raise node.fail(f"'to' must be an element type number or name, got {to!r}")
     try:
         return dtypes.by_onnx(int(to)).name
     except KeyError:

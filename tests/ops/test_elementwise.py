@@ -516,3 +516,103 @@ def test_refusals(
     model = model_of(op, inputs, attrs, opset)
     with pytest.raises(kind, match=message):
         build_for(model)
+
+
+# -- fix-up regressions ------------------------------------------------------------------------------------
+
+
+def test_rank_0_value_folds_to_rank_0() -> None:
+    """A folded rank-0 value keeps rank 0 (attention's `1 / sqrt(head size)` once crashed the Div after it)."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        constant("last", np.array(1, np.int64)),
+        helper.make_node("Gather", ["shape", "last"], ["size"], axis=0),
+        helper.make_node("Cast", ["size"], ["size_f"], to=TensorProto.FLOAT),
+        helper.make_node("Sqrt", ["size_f"], ["root"]),
+        constant("one", np.array(1.0, np.float32)),
+        helper.make_node("Div", ["one", "root"], ["scale"]),
+        helper.make_node("Sqrt", ["scale"], ["scale_root"]),
+        helper.make_node("Mul", ["x", "scale_root"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    x = data("f32", (2, 8), 40)
+    assert_same(run_loam(model, {"x": x}), run_onnxruntime(model, {"x": x}))
+
+
+@pytest.mark.parametrize("opset", [7, 9, 10, 11, 12, 13, 22])
+def test_dropout_mask_at_inference(opset: int) -> None:
+    """Dropout's inference mask as onnxruntime gives it: zeros before opset 12 (ONNX leaves it undefined
+    there), all true from 12 (where ONNX defines `output = scale * data * mask`)."""
+    mask_elem = TensorProto.BOOL if opset >= 10 else TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Dropout", ["x"], ["y", "mask"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4]),
+         helper.make_tensor_value_info("mask", mask_elem, [3, 4])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    x = data("f32", (3, 4), 41)
+    got, want = run_loam(model, {"x": x}), run_onnxruntime(model, {"x": x})
+    assert_same(got, want)
+    assert got[1].dtype == want[1].dtype and bool(got[1].all()) == (opset >= 12)
+
+
+def _raw_node_model(op: str, inputs: Mapping[str, int], attrs: Mapping[str, Any], opset: int) -> onnx.ModelProto:
+    """One node, attributes set as given (no ONNX checker, no shape inference): a malformed model."""
+    node = helper.make_node(op, list(inputs), ["y"], name="n")
+    node.attribute.extend(helper.make_attribute(k, v) for k, v in attrs.items())
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(k, t, [2, 3]) for k, t in inputs.items()],
+        [helper.make_value_info("y", onnx.TypeProto())],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+F, I32 = TensorProto.FLOAT, TensorProto.INT32
+
+
+@pytest.mark.parametrize(
+    ("op", "inputs", "attrs", "opset", "kind", "message"),
+    [
+        ("LeakyRelu", {"x": F}, {"alpha": "abc"}, 16, ShapeError, "attribute 'alpha' must be a float, got 'abc'"),
+        ("Elu", {"x": F}, {"alpha": [1.0, 2.0]}, 6, ShapeError, "attribute 'alpha' must be a float"),
+        ("Selu", {"x": F}, {"gamma": "g"}, 6, ShapeError, "attribute 'gamma' must be a float"),
+        ("HardSigmoid", {"x": F}, {"beta": onnx.numpy_helper.from_array(np.ones(1, np.float32))}, 6, ShapeError,
+         "attribute 'beta' must be a float"),
+        ("IsInf", {"x": F}, {"detect_positive": "yes"}, 10, ShapeError, "'detect_positive' must be an integer"),
+        ("Clip", {"x": F}, {"min": "a"}, 6, ShapeError, "Clip node 'n': attribute 'min' must be a float"),
+        ("Clip", {"x": I32}, {"min": -1.0}, 6, UnsupportedError, "Clip node 'n': computes in element type i32"),
+        ("Add", {"a": F, "b": F}, {"broadcast": 1, "axis": "a"}, 6, ShapeError, "attribute 'axis' must be an integer"),
+        ("Mul", {"a": F, "b": F}, {"broadcast": "a"}, 6, ShapeError, "'broadcast' must be an integer"),
+        ("Mod", {"a": I32, "b": I32}, {"fmod": 2}, 13, ShapeError, "attribute 'fmod' must be one of 0, 1, got 2"),
+        ("Cast", {"x": F}, {"to": [1, 2]}, 13, ShapeError, "Cast node 'n': 'to' must be an element type"),
+        ("Cast", {"x": F}, {"to": 1.5}, 13, ShapeError, "'to' must be an element type number or name, got 1.5"),
+        ("Sum", {"a": F, "": F}, {}, 13, ShapeError, "Sum node 'n': input 1 is absent"),
+        ("Constant", {}, {"value_float": "x"}, 13, ShapeError, "'value_float' must hold floats"),
+        ("Constant", {}, {"value_ints": [1.5]}, 13, ShapeError, "'value_ints' must hold integers"),
+        ("Constant", {}, {"value": 1.5}, 13, ShapeError, "attribute 'value' must be a tensor"),
+        ("Constant", {}, {"value_float": 1.0, "value_int": 2}, 13, ShapeError, "exactly one value attribute"),
+        ("Constant", {}, {"value_string": "abc"}, 13, UnsupportedError, "Loam compiles no strings"),
+        ("Dropout", {"x": F}, {"is_test": "x"}, 6, ShapeError, "attribute 'is_test' must be an integer"),
+    ],
+)  # fmt: skip
+def test_malformed_models_stop_with_loam_errors(
+    op: str, inputs: dict[str, int], attrs: dict[str, Any], opset: int, kind: type[Exception], message: str
+) -> None:
+    """A malformed attribute or input ends the build with a LoamError naming the node, never a raw exception."""
+    with pytest.raises(kind, match=message):
+        build_for(_raw_node_model(op, inputs, attrs, opset))
+
+
+def test_dropout_training_mode_must_be_a_bool_scalar() -> None:
+    nodes = [constant("r", np.array(0.5, np.float32)), constant("t", np.zeros((0,), np.bool_))]
+    nodes.append(helper.make_node("Dropout", ["x", "r", "t"], ["y"], name="n"))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", F, [2])], [helper.make_value_info("y", onnx.TypeProto())]
+    )
+    with pytest.raises(ShapeError, match=r"Dropout node 'n': training_mode must be a bool scalar, got bool \[0\]"):
+        build_for(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
