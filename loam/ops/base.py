@@ -118,6 +118,28 @@ class OpRule:
         raise node.unsupported("no kernel computes this operator yet")
 
 
+def float_attr(node: NodeInfo, key: str, default: float) -> float:
+    """ONNX float attribute `key` (an int is taken as its value); any other kind stops the build.
+
+    Rules read attributes through these typed readers so a malformed model (`alpha="x"`, a list
+    where ONNX wants a scalar) ends in a ShapeError naming the node, not in a Python exception.
+    """
+    value = node.attr(key, default)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise node.fail(f"attribute '{key}' must be a float, got {value!r}")
+    return float(value)
+
+
+def int_attr(node: NodeInfo, key: str, default: int, choices: Sequence[int] | None = None) -> int:
+    """ONNX int attribute `key`, one of `choices` when given; any other kind or value stops the build."""
+    value = node.attr(key, default)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise node.fail(f"attribute '{key}' must be an integer, got {value!r}")
+    if choices is not None and int(value) not in choices:
+        raise node.fail(f"attribute '{key}' must be one of {', '.join(map(str, choices))}, got {value}")
+    return int(value)
+
+
 def require_arity(node: NodeInfo, inputs: Sequence[object], low: int, high: int | None = None) -> None:
     """Stop the build when the node's input count is outside [low, high]."""
     high = low if high is None else high

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 from xdsl.ir import SSAValue
 
-from loam.dialects.kernel import ConstantOp, Convert, Expr, MatmulOp, PermuteOp, ZipOp
+from loam.dialects.kernel import ConstantOp, Convert, Expr, PermuteOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.ops.base import LowerContext, NodeInfo
 
@@ -117,13 +117,6 @@ def zip_of(
     return emit_zip(ctx, node, operands, expr, allowed)
 
 
-def matmul_of(ctx: LowerContext, node: NodeInfo, a: SSAValue, b: SSAValue, result_type: AxesTensorType) -> SSAValue:
-    require_compute_type(node, [a, b], ("f32",))
-    op = MatmulOp(a, b, result_type, node.name)
-    ctx.emit(op)
-    return op.result
-
-
 def transposed(ctx: LowerContext, node: NodeInfo, value: SSAValue) -> SSAValue:
     """A rank-2 operand with its two axes swapped (a view in numpy)."""
     t = axes_type(value)
@@ -132,29 +125,3 @@ def transposed(ctx: LowerContext, node: NodeInfo, value: SSAValue) -> SSAValue:
     if value.name_hint:
         op.result.name_hint = f"{value.name_hint}_T"
     return op.result
-
-
-def gemm_of(ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> SSAValue:
-    """Gemm as a product and one zip: alpha * A' B' + beta * C."""
-    a, b = operands[0], operands[1]
-    c = operands[2] if len(operands) > 2 else None
-    assert a is not None and b is not None
-    if node.attr("transA", 0):
-        a = transposed(ctx, node, a)
-    if node.attr("transB", 0):
-        b = transposed(ctx, node, b)
-    alpha = float(node.attr("alpha", 1.0))
-    beta = float(node.attr("beta", 1.0))
-    product = matmul_of(ctx, node, a, b, ctx.result_types[0])
-    product.name_hint = f"{node.name}_product"
-    expr = Expr.operand(0)
-    if alpha != 1.0:
-        expr = expr.binary("mul", alpha)
-    inputs = [product]
-    if c is not None and beta != 0.0:
-        bias = Expr.operand(1) if beta == 1.0 else Expr.operand(1).binary("mul", beta)
-        expr = expr.binary("add", bias)
-        inputs.append(c)
-    if len(inputs) == 1 and alpha == 1.0:
-        return product
-    return emit_zip(ctx, node, inputs, expr)

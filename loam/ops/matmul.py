@@ -20,6 +20,8 @@ from loam.ops.base import (
     OpRule,
     broadcast_axes,
     broadcast_shapes,
+    float_attr,
+    int_attr,
     require_arity,
     same_axis,
 )
@@ -168,8 +170,8 @@ class GemmRule(OpRule):
     def _shapes(self, node: NodeInfo, a: Facts, b: Facts) -> tuple[Poly, Poly, Poly, Poly]:
         if a.rank != 2 or b.rank != 2:
             raise node.fail(f"A and B must have rank 2, got ranks {a.rank} and {b.rank}")
-        m, k_a = a.shape[::-1] if node.attr("transA", 0) else a.shape
-        k_b, n = b.shape[::-1] if node.attr("transB", 0) else b.shape
+        m, k_a = a.shape[::-1] if int_attr(node, "transA", 0, (0, 1)) else a.shape
+        k_b, n = b.shape[::-1] if int_attr(node, "transB", 0, (0, 1)) else b.shape
         return m, k_a, k_b, n
 
     @staticmethod
@@ -189,7 +191,7 @@ class GemmRule(OpRule):
             raise node.fail("A and B must be given")
         _float_operands(node, [a, b] + ([c] if c is not None else []))
         if not a.elem.is_float:
-            alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+            alpha, beta = float_attr(node, "alpha", 1.0), float_attr(node, "beta", 1.0)
             if alpha != 1.0 or (c is not None and beta not in (0.0, 1.0)):
                 raise node.unsupported(
                     f"integer Gemm with alpha {alpha} and beta {beta} is not supported (alpha 1, beta 0 or 1 only)"
@@ -213,8 +215,8 @@ class GemmRule(OpRule):
     ) -> list[tuple[Axis | None, ...]]:
         a, b = inputs[0], inputs[1]
         assert a is not None and b is not None
-        m, k_a = a[::-1] if node.attr("transA", 0) else a
-        k_b, n = b[::-1] if node.attr("transB", 0) else b
+        m, k_a = a[::-1] if int_attr(node, "transA", 0, (0, 1)) else a
+        k_b, n = b[::-1] if int_attr(node, "transB", 0, (0, 1)) else b
         _check_contracted_axes(node, k_a, k_b)
         out: tuple[Axis, ...] = (m, n)
         c = inputs[2] if len(inputs) == 3 else None
@@ -230,12 +232,12 @@ class GemmRule(OpRule):
         a, b = operands[0], operands[1]
         c = operands[2] if len(operands) > 2 else None
         assert a is not None and b is not None
-        if node.attr("transA", 0):
+        if int_attr(node, "transA", 0, (0, 1)):
             a = transposed(ctx, node, a)
-        if node.attr("transB", 0):
+        if int_attr(node, "transB", 0, (0, 1)):
             b = transposed(ctx, node, b)
-        alpha = float(node.attr("alpha", 1.0))
-        beta = float(node.attr("beta", 1.0))
+        alpha = float_attr(node, "alpha", 1.0)
+        beta = float_attr(node, "beta", 1.0)
         result_type = ctx.result_types[0]
         plain = alpha == 1.0 and (c is None or beta == 0.0)
         # A half product stays in f32 until the zip below narrows it with the scaling and bias.
