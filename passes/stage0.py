@@ -61,6 +61,19 @@ def facts_of_type(t: object, what: str) -> Facts:
     return Facts(t.elem, tuple(extents))
 
 
+def _check_folded(node: NodeInfo, index: int, facts: Facts) -> None:
+    """A rule's folded value must be what its facts say: a disagreement is a bug in Loam, caught here
+    rather than as a wrong shape in whatever node reads the value next."""
+    value = np.asarray(facts.value)
+    want = facts.static_shape()
+    if want is not None and value.shape != want:
+        raise AssertionError(f"{node.where()}: output {index} folds to shape {value.shape}, its rule says {want}")
+    if facts.elem.numpy is not None and value.dtype != facts.elem.numpy:
+        raise AssertionError(
+            f"{node.where()}: output {index} folds to dtype {value.dtype}, its rule says {facts.elem.name}"
+        )
+
+
 def poly_type(facts: Facts) -> PolyTensorType:
     return PolyTensorType(facts.elem, facts.shape)
 
@@ -155,6 +168,8 @@ class Stage0Graph:
         if len(outputs) != len(op.outs):
             raise ShapeError(f"{info.where()}: produces {len(outputs)} outputs, the graph names {len(op.outs)}")
         if outputs and all(f.value is not None for f in outputs):
+            for i, f in enumerate(outputs):
+                _check_folded(info, i, f)
             self.fold(op, outputs)
             return
         for result, facts in zip(list(op.outs), outputs, strict=True):
