@@ -16,8 +16,9 @@ Example of the output for a one-layer MLP:
 def forward(weights: "Weights", x: np.ndarray) -> np.ndarray:
     _env: dict[str, int] = {}
     _check_input("x", x, "float32", (("Batch", 4), ("In", 8)), _env)
-    t = np.matmul(x, weights.fc1_weight)  # fc1
-    y = _zip_0(t, weights.fc1_bias)  # fc1
+    with np.errstate(all="ignore"):  # inf and nan are ONNX results, not warnings
+        t = np.matmul(x, weights.fc1_weight)  # fc1
+        y = _zip_0(t, weights.fc1_bias)  # fc1
     return y
 ```
 
@@ -457,7 +458,10 @@ class _Emitter:
         lines.append(f'    """Run the model on {ins or "no inputs"}; ShapeError names a disagreeing input."""')
         lines.append("    _env: dict[str, int] = {}")
         lines += [f"    {c}" for c in checks]
-        lines += [f"    {b}" for b in body]
+        if body:
+            # inf and nan are results ONNX defines (IEEE arithmetic), not errors to warn about.
+            lines.append('    with np.errstate(all="ignore"):')
+            lines += [f"        {b}" for b in body]
         outs = [self.value_text[v] for v in ret.outputs]
         lines.append(f"    return Outputs({', '.join(outs)})" if out_fields else f"    return {outs[0]}")
         return "\n".join(lines) + "\n"
