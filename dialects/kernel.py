@@ -1459,12 +1459,15 @@ class PoolOp(LibraryOp):
         "p": float,
         "storage_order": int,
         "indices": int,
+        "nan_rule": str,
     }
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"count_include_pad", "p", "storage_order", "indices"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"count_include_pad", "p", "storage_order", "indices", "nan_rule"})
 
     def verify_kernel(self) -> None:
         if self.param("mode") not in ("max", "avg", "lp"):
             raise VerifyException(f"{self.name} '{self.node.data}': mode must be max, avg or lp")
+        if self.params.get("nan_rule", "ignore") not in ("ignore", "first"):
+            raise VerifyException(f"{self.name} '{self.node.data}': nan_rule must be ignore or first")
 
 
 @irdl_op_definition

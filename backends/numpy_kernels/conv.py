@@ -119,38 +119,71 @@ def _k_pool(
     p: float = 2.0,
     storage_order: int = 0,
     indices: int = 0,
+    nan_rule: str = "ignore",
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """ONNX MaxPool (`max`), AveragePool (`avg`) and LpPool (`lp`) over the axes after N and C.
 
     `out_shape` gives the spatial output extents (ceil_mode may ask for one window more than the
     padded input holds: the input is padded further at the end, and those extra taps never count).
-    Max pads with the lowest value, so a pad never wins; avg divides by the taps inside the input
-    (and inside `pads` too with count_include_pad); lp is (sum |x|^p)^(1/p).  With `indices`, max
-    also returns each maximum's flat index in x (row-major, or column-major over the spatial axes
-    with storage_order=1), as MaxPool's second output.
+    A negative pad (auto_pad SAME with a kernel shorter than the stride) crops the input instead.
+    avg divides by the taps inside the input (and inside `pads` too with count_include_pad); lp is
+    (sum |x|^p)^(1/p).  max reads only the taps inside the input; a window holding none gives the
+    element type's lowest finite value, as onnxruntime does.  NaN taps, by `nan_rule`:
+    `ignore`: the max of the other taps (NaN when every tap is NaN); `first`: onnxruntime's
+    scan, which keeps the first tap and replaces it by a strictly greater one, so a NaN first tap
+    wins and a later NaN never does.  With `indices`, max also returns the flat index in x of the
+    tap it kept (row-major, or column-major over the spatial axes with storage_order=1), as
+    MaxPool's second output.
     """
     dtype = x.dtype
     nsp = x.ndim - 2
-    spatial = tuple(x.shape[2:])
+    # Negative pads crop: no window reads the cropped elements.
+    crop = tuple(slice(max(0, -pads[i]), x.shape[2 + i] - max(0, -pads[i + nsp])) for i in range(nsp))
+    xc = x[(slice(None), slice(None), *crop)]
+    begins = tuple(max(0, pads[i]) for i in range(nsp))
+    ends = tuple(max(0, pads[i + nsp]) for i in range(nsp))
+    spatial = tuple(xc.shape[2:])
     span = tuple((k - 1) * d + 1 for k, d in zip(kernel_shape, dilations, strict=True))
     extra = tuple(
-        max(0, (out_shape[i] - 1) * strides[i] + span[i] - (spatial[i] + pads[i] + pads[i + nsp])) for i in range(nsp)
+        max(0, (out_shape[i] - 1) * strides[i] + span[i] - (spatial[i] + begins[i] + ends[i])) for i in range(nsp)
     )
-    widths = [(0, 0), (0, 0)] + [(pads[i], pads[i + nsp] + extra[i]) for i in range(nsp)]
-    xw = _widened(x) if mode != "max" else x
-    if mode == "max":
-        low = -np.inf if xw.dtype.kind == "f" or xw.dtype.name == "bfloat16" else np.iinfo(xw.dtype).min
-        xp = np.pad(xw, widths, constant_values=np.asarray(low).astype(xw.dtype))
-    else:
-        xp = np.pad(xw, widths)
+    widths = [(0, 0), (0, 0)] + [(begins[i], ends[i] + extra[i]) for i in range(nsp)]
     taps = int(np.prod(kernel_shape, dtype=np.int64))
-    win = _conv_windows(xp, kernel_shape, strides, dilations, out_shape)
-    flat = win.reshape(*win.shape[: 2 + nsp], taps)
+
+    def windows(a: np.ndarray) -> np.ndarray:
+        win = _conv_windows(a, kernel_shape, strides, dilations, out_shape)
+        return win.reshape(*win.shape[: 2 + nsp], taps)
+
+    # Which taps of each window lie inside the input: (1, 1, *out, taps).
+    inside = windows(np.pad(np.ones((1, 1, *spatial), dtype=bool), widths))
     if mode == "max":
-        if not indices:
-            return flat.max(axis=-1)
-        arg = flat.argmax(axis=-1)
+        flat = windows(np.pad(xc, widths))
+        is_float = flat.dtype.kind == "f" or flat.dtype.name == "bfloat16"
+        if is_float:  # the largest finite value is the bit pattern below inf (f16, bf16, f32, f64 alike)
+            bits = np.asarray(np.inf).astype(flat.dtype).view(f"u{flat.dtype.itemsize}") - 1
+            lowest = -bits.view(flat.dtype)
+        else:
+            lowest = np.asarray(np.iinfo(flat.dtype).min).astype(flat.dtype)
+        # The taps that compete: inside the input and, for floats, not NaN.
+        number = inside & ~np.isnan(flat) if is_float else np.broadcast_to(inside, flat.shape)
+        floor = -np.inf if is_float else lowest
+        keyed = np.where(number, flat, floor)
+        best = np.argmax(keyed, axis=-1)  # the first greatest
+        # When the greatest is the floor itself, argmax may name a tap that does not compete.
+        top = np.take_along_axis(keyed, best[..., None], axis=-1)[..., 0]
+        best = np.where(top == floor, np.argmax(number, axis=-1), best)
+        # No competing tap (all NaN, or none inside): the first tap inside, as onnxruntime's scan keeps.
+        first_inside = np.argmax(inside, axis=-1)
+        fallback = ~number.any(axis=-1)
+        if is_float and nan_rule == "first":
+            fallback = fallback | (np.isnan(flat) & (np.arange(taps) == first_inside[..., None])).any(axis=-1)
+        best = np.where(fallback, first_inside, best)
+        any_inside = inside.any(axis=-1)
+        arg = np.broadcast_to(best, flat.shape[:-1])
         y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
+        y = np.where(any_inside, y, lowest).astype(flat.dtype)
+        if not indices:
+            return y
         offsets = np.unravel_index(arg, kernel_shape)
         index = np.zeros(arg.shape, dtype=np.int64)
         stride = 1
@@ -158,22 +191,26 @@ def _k_pool(
         for i in order:
             grid = np.arange(out_shape[i], dtype=np.int64).reshape([-1 if j == i else 1 for j in range(nsp)])
             coord = grid * strides[i] - pads[i] + offsets[i].astype(np.int64) * dilations[i]
+            # onnxruntime's index of a window with no tap inside reads coordinate -1 on every axis.
+            coord = np.where(any_inside, coord, -1)
             index = index + coord * stride
-            stride *= spatial[i]
+            stride *= x.shape[2 + i]
         planes = np.arange(x.shape[0] * x.shape[1], dtype=np.int64).reshape(x.shape[0], x.shape[1], *([1] * nsp))
         return y, index + planes * stride
+    flat = windows(np.pad(_widened(xc), widths))
     if mode == "lp":
         y = np.power(np.sum(np.power(np.abs(flat), p), axis=-1), 1.0 / p)
         return _narrowed(y, dtype)
     total = flat.sum(axis=-1)
-    inside = np.pad(np.ones(spatial, dtype=np.float32), [w for w in widths[2:]])
     if count_include_pad:
-        inside = np.pad(
-            np.ones([s + pads[i] + pads[i + nsp] for i, s in enumerate(spatial)], dtype=np.float32),
-            [(0, e) for e in extra],
+        counted = np.pad(
+            np.ones((1, 1, *(s + begins[i] + ends[i] for i, s in enumerate(spatial))), dtype=bool),
+            [(0, 0), (0, 0)] + [(0, e) for e in extra],
         )
-    counts = _conv_windows(inside[None, None], kernel_shape, strides, dilations, out_shape)
-    counts = counts.reshape(*counts.shape[: 2 + nsp], taps).sum(axis=-1)
+        counts = windows(counted).sum(axis=-1)
+    else:
+        # A window with no tap inside the input (dilations can skip it) averages to 0, as in onnxruntime.
+        counts = np.maximum(inside.sum(axis=-1), 1)
     return _narrowed(total / counts.astype(total.dtype), dtype)
 
 

@@ -32,3 +32,28 @@ graph.model {ir_version = 8 : i64, opset_import = {"" = 19 : i64}} {
     graph.return %y ["y"] : !graph.tensor<f32, [1, 1, 3, 3]>
   }
 }
+
+// -----
+
+// Scales as a float initializer are a weight, whose value stage 0 never reads: refused, naming the node.
+// CHECK: Resize node 'up': needs its scales known at build time (a Constant or an integer initializer); Loam settles the output extents statically
+graph.model {ir_version = 8 : i64, opset_import = {"" = 19 : i64}} {
+  graph.graph "weight_scales" (%x: !graph.tensor<f32, [1, 1, 4, 4]>) inputs ["x"] {
+    %s = graph.initializer "s" = #graph.data<f32, [4], "0x0000803f0000803f0000004000000040"> : !graph.tensor<f32, [4]>
+    %none = graph.none
+    %y = graph.node "Resize" "up" since 19 (%x, %none, %s) -> ["y"] : !graph.unknown
+    graph.return %y ["y"] : !graph.tensor<f32, [1, 1, 8, 8]>
+  }
+}
+
+// -----
+
+// Without ceil_mode a window longer than the padded input leaves no output (onnxruntime's integer
+// division makes one anyway; ONNX's floor does not): refused rather than an empty tensor.
+// CHECK: MaxPool node 'pool': spatial axis 0: the window spans 3 but the padded input holds 2 elements
+graph.model {ir_version = 8 : i64, opset_import = {"" = 19 : i64}} {
+  graph.graph "short" (%x: !graph.tensor<f32, [1, 1, 2, 4]>) inputs ["x"] {
+    %y = graph.node "MaxPool" "pool" since 19 (%x) {kernel_shape = #graph.list<ints [3, 1]>} -> ["y"] : !graph.unknown
+    graph.return %y ["y"] : !graph.tensor<f32, [1, 1, 0, 4]>
+  }
+}

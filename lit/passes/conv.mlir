@@ -44,3 +44,24 @@ builtin.module attributes {loam.layout = #tensor_axes.layout<["x" -> [N, C, H, W
     }
   }
 }
+
+// -----
+
+// Resize's sizes as an i64 initializer (roi and scales absent), as exporters write them: stage 0
+// knows the value and the lowering reads the weight's data, so the extents and scales settle.
+// MaxPool with its Indices output scans as onnxruntime does (nan_rule "first").
+// CHECK-LABEL: kernel.program "forward" (%x: !tensor_axes.tensor<f32, [N: 1, C: 2, H: 4, W: 4]>)
+// CHECK:       %r = kernel.resize(%x) {mode = "nearest", coordinate_mode = "half_pixel", nearest_mode = "round_prefer_floor", scales = array<f64: 1.000000e+00, 1.000000e+00, 1.500000e+00, 1.250000e+00>, sizes = array<i64: 1, 2, 6, 5>, node = "up"}
+// CHECK-SAME:    -> !tensor_axes.tensor<f32, [N: 1, C: 2, H6: 6, W5: 5]>
+// CHECK:       %p, %i = kernel.pool(%r) {mode = "max", {{.*}}, nan_rule = "first", storage_order = 0 : i64, indices = 1 : i64, node = "pool"}
+builtin.module attributes {loam.layout = #tensor_axes.layout<["x" -> [N, C, H, W], "sizes" -> [Four], "r" -> [N, C, H6, W5], "p" -> [N, C, H3, W2], "i" -> [N, C, H3, W2]]>} {
+  graph.model {ir_version = 8 : i64, opset_import = {"" = 19 : i64}} {
+    graph.graph "sizes" (%x: !graph.tensor<f32, [1, 2, 4, 4]>) inputs ["x"] {
+      %sizes = graph.initializer "sizes" = #graph.data<i64, [4], "0x0100000000000000020000000000000006000000000000000500000000000000"> : !graph.tensor<i64, [4]>
+      %none = graph.none
+      %r = graph.node "Resize" "up" since 19 (%x, %none, %none, %sizes) {mode = "nearest"} -> ["r"] : !graph.unknown
+      %p, %i = graph.node "MaxPool" "pool" since 19 (%r) {kernel_shape = #graph.list<ints [2, 2]>, strides = #graph.list<ints [2, 2]>} -> ["p", "i"] : !graph.unknown, !graph.unknown
+      graph.return %p, %i ["p", "i"] : !graph.tensor<f32, [1, 2, 3, 2]>, !graph.tensor<i64, [1, 2, 3, 2]>
+    }
+  }
+}

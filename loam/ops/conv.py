@@ -85,12 +85,19 @@ def window_geometry(
     dilations: Sequence[int],
     *,
     ceil_mode: bool = False,
+    negative_same: bool = False,
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The explicit pads (begins then ends) and output extents of a sliding window, as ONNX defines them.
 
     auto_pad SAME_* pads so the output has ceil(S / stride) positions, the odd pad at the end
     (UPPER) or the beginning (LOWER); VALID pads nothing.  With ceil_mode the last window may run
-    past the padded input, but must start inside the input or its begin pad.
+    past the padded input, but must start inside the input or its begin pad: a window that would
+    start in the end pad is dropped (ONNX's text, onnxruntime and ONNX's reference agree; onnx's
+    shape inference up to at least 1.23 keeps it).
+
+    A window shorter than its stride leaves SAME a negative total pad.  Conv clamps it at 0 (as
+    onnxruntime does); the pools pass `negative_same` and keep it, split as onnxruntime's pooling
+    splits it (halves rounded toward zero), so the windows start past the input's first element.
     """
     nsp = len(spatial)
     mode = auto_pad_of(node)
@@ -102,20 +109,24 @@ def window_geometry(
         span = (kernel[i] - 1) * dilations[i] + 1
         if mode in ("SAME_UPPER", "SAME_LOWER"):
             o = -(-spatial[i] // strides[i])
-            total = max(0, (o - 1) * strides[i] + span - spatial[i])
-            small, large = total // 2, total - total // 2
-            pads[i], pads[i + nsp] = (small, large) if mode == "SAME_UPPER" else (large, small)
+            total = (o - 1) * strides[i] + span - spatial[i]
+            if not negative_same:
+                total = max(0, total)
+            # Halves rounded toward zero (C++ division): equal to floor for the usual total >= 0.
+            head = int(total / 2) if mode == "SAME_UPPER" else int((total + 1) / 2)
+            pads[i], pads[i + nsp] = head, total - head
         room = spatial[i] + pads[i] + pads[i + nsp] - span
-        if room < 0:
-            raise node.fail(
-                f"spatial axis {i}: the window spans {span} but the padded input holds {room + span} elements"
-            )
         if ceil_mode and mode not in ("SAME_UPPER", "SAME_LOWER"):
+            # ceil((S + pads - span) / stride) + 1 windows; the first may overrun a short padded input.
             o = -(-room // strides[i]) + 1
             if (o - 1) * strides[i] >= spatial[i] + pads[i]:
                 o -= 1
         elif mode not in ("SAME_UPPER", "SAME_LOWER"):
             o = room // strides[i] + 1
+        if o < 1:
+            raise node.fail(
+                f"spatial axis {i}: the window spans {span} but the padded input holds {room + span} elements"
+            )
         out.append(o)
     return tuple(pads), tuple(out)
 

@@ -5,6 +5,12 @@ helpers Conv uses; the kernel receives explicit pads and the output extents.  A 
 same kernel with one window covering all spatial axes.  N and C carry through from X; a spatial
 axis whose extent is unchanged keeps X's axis, any other is new (the layout names it).
 
+MaxPool's NaN handling follows onnxruntime's: its scan (used for the Indices output, dilations and
+f64) keeps each window's first tap unless a later one is strictly greater (`nan_rule="first"`);
+its f32/f16 kernels otherwise skip NaNs (`"ignore"`, a window of NaNs only giving NaN).  Those
+kernels are SIMD code whose NaN results depend on where the NaN sits (and on the CPU), so with
+NaN inputs `ignore` is the rule they follow for the common placements, not for every one.
+
 Older opsets read the same attributes with narrower defaults (no ceil_mode or dilations before
 opset 10/18/19, no count_include_pad before 7), so every opset restates as the current one; LpPool
 and GlobalLpPool before opset 2 take `p` as a float, read the same way.
@@ -62,7 +68,7 @@ class PoolRule(OpRule):
     elem_types = (*FLOATS, "i8", "ui8")
     limitations = "static extents only; i8/ui8 for MaxPool only; negative pads are refused"
 
-    def params(self, node: NodeInfo, x: tuple[int, ...], n_outputs: int) -> dict[str, object]:
+    def params(self, node: NodeInfo, x: tuple[int, ...], n_outputs: int, elem: str) -> dict[str, object]:
         if len(x) < 3:
             raise node.fail(f"X has rank {len(x)}; pooling needs N, C and at least one spatial axis")
         mode = _MODES[node.op_type]
@@ -82,7 +88,9 @@ class PoolRule(OpRule):
             strides = spatial_attrs(node, nsp, "strides", 1)
             dilations = spatial_attrs(node, nsp, "dilations", 1)
             ceil_mode = bool(node.attr("ceil_mode", 0))
-            pads, out = window_geometry(node, spatial, kernel, strides, dilations, ceil_mode=ceil_mode)
+            pads, out = window_geometry(
+                node, spatial, kernel, strides, dilations, ceil_mode=ceil_mode, negative_same=True
+            )
         params.update(kernel_shape=kernel, strides=strides, pads=pads, dilations=dilations, out_shape=out)
         if mode == "avg":
             params["count_include_pad"] = int(node.attr("count_include_pad", 0))
@@ -91,6 +99,11 @@ class PoolRule(OpRule):
             if p <= 0:
                 raise node.fail(f"p must be positive, got {p}")
             params["p"] = p
+        if mode == "max" and (n_outputs == 2 or any(d > 1 for d in dilations) or elem == "f64"):
+            # onnxruntime's MaxPool scans each window keeping the first tap unless a later one is
+            # strictly greater (so a NaN first tap wins, a later NaN never does); that loop serves the
+            # Indices output, dilations and f64.  Its f32/f16 kernels otherwise skip NaNs (`ignore`).
+            params["nan_rule"] = "first"
         if n_outputs == 2:
             storage_order = int(node.attr("storage_order", 0))
             if storage_order not in (0, 1):
@@ -107,7 +120,7 @@ class PoolRule(OpRule):
         xs = static_extents(node, x, "X")
         # MaxPool's optional Indices output: the graph names it, so the node's outputs decide.
         n_outputs = self.outputs_wanted(node)
-        params = self.params(node, xs, n_outputs)
+        params = self.params(node, xs, n_outputs, x.elem.name)
         shape = tuple(Poly.const(d) for d in (*xs[:2], *params["out_shape"]))  # type: ignore[misc]
         from loam.backends.numpy_kernels.conv import _k_pool
 
@@ -140,7 +153,7 @@ class PoolRule(OpRule):
 
         x = operands[0]
         assert x is not None
-        params = self.params(node, _ints(x), len(ctx.result_types))
+        params = self.params(node, _ints(x), len(ctx.result_types), ctx.result_types[0].elem.name)
         op = PoolOp([x], ctx.result_types, node.name, **params)  # type: ignore[arg-type]
         ctx.emit(op)
         return list(op.results)

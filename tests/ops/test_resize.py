@@ -174,3 +174,42 @@ def test_resize_refusals() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
     with pytest.raises(UnsupportedError, match="Resize node 'n': needs its scales known at build time"):
         run_loam(model, {"x": X, "s": scales(1, 1, 2, 2)})
+
+
+def _with_initializers(x: np.ndarray, inputs: Mapping[str, np.ndarray | None], **attrs: object) -> onnx.ModelProto:
+    """A Resize reading `x`, then `inputs` in order as initializers (None: an absent input)."""
+    names = ["x", *(k if v is not None else "" for k, v in inputs.items())]
+    graph = helper.make_graph(
+        [helper.make_node("Resize", names, ["y"], name="n", **attrs)],
+        "g",
+        [helper.make_tensor_value_info("x", ONNX_TYPES[x.dtype], list(x.shape))],
+        [helper.make_tensor_value_info("y", ONNX_TYPES[x.dtype], None)],
+        [numpy_helper.from_array(v, k) for k, v in inputs.items() if v is not None],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"mode": "linear", "coordinate_transformation_mode": "half_pixel"},
+        {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
+        {"mode": "nearest", "coordinate_transformation_mode": "pytorch_half_pixel"},
+        {"mode": "nearest", "axes": [2, 3], "keep_aspect_ratio_policy": "not_larger"},
+        {"mode": "nearest", "axes": [2, 3], "keep_aspect_ratio_policy": "not_smaller"},
+    ],
+)
+def test_sizes_from_an_integer_initializer(attrs: dict[str, object]) -> None:
+    # Regression: roi and scales given as empty names, sizes as an i64 initializer (what exporters
+    # write).  Stage 0 knew the sizes but the lowering only read folded Constants, so the build refused.
+    sizes = np.array([6, 5] if "axes" in attrs else [1, 2, 3, 7], np.int64)
+    check(_with_initializers(X, {"roi": None, "scales": None, "sizes": sizes}, **attrs), X)
+
+
+def test_scales_as_a_float_initializer_are_refused() -> None:
+    # A float initializer is a weight: stage 0 never reads its value, so the extents are unknown.
+    model = _with_initializers(X, {"roi": None, "scales": scales(1, 1, 2, 2)}, mode="nearest")
+    with pytest.raises(UnsupportedError, match="Resize node 'n': needs its scales known at build time"):
+        run_loam(model, {"x": X})
