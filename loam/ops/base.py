@@ -140,6 +140,16 @@ def int_attr(node: NodeInfo, key: str, default: int, choices: Sequence[int] | No
     return int(value)
 
 
+class KeepsAxes(OpRule):
+    """A rule whose one output carries its first input's axes (a cast, a cumulative sum, an LRN)."""
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        assert inputs[0] is not None
+        return [inputs[0]]
+
+
 def require_arity(node: NodeInfo, inputs: Sequence[object], low: int, high: int | None = None) -> None:
     """Stop the build when the node's input count is outside [low, high]."""
     high = low if high is None else high

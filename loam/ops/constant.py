@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loam import dtypes
-from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
+from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.movement import MOVABLE, check_movable
 from loam.poly import Poly
 
@@ -79,7 +79,7 @@ def _elem_of(node: NodeInfo, array: np.ndarray) -> dtypes.ElementType:
     raise node.unsupported(f"value of numpy dtype {array.dtype} has no ONNX element type")
 
 
-class IdentityRule(OpRule):
+class IdentityRule(KeepsAxes):
     """ONNX Identity: the input, unchanged (any element type but strings)."""
 
     op_types = ("Identity",)
@@ -92,12 +92,6 @@ class IdentityRule(OpRule):
             raise node.fail("the input is absent")
         check_movable(node, x, "input")
         return [x]
-
-    def axes(
-        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
-    ) -> list[tuple[Axis | None, ...]]:
-        assert inputs[0] is not None
-        return [inputs[0]]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         assert operands[0] is not None

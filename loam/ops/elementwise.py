@@ -27,6 +27,7 @@ from loam.backends.numpy_kernels.elementwise import evaluate
 from loam.dialects.kernel import Expr
 from loam.ops.base import (
     Facts,
+    KeepsAxes,
     LowerContext,
     NodeInfo,
     OpRule,
@@ -527,7 +528,7 @@ class PReluRule(ExprRule):
         return Expr.select(x.binary("less", _c(0.0, elems[0])), x * slope, x)
 
 
-class ClipRule(ExprRule):
+class ClipRule(KeepsAxes, ExprRule):
     """ONNX Clip: min(max(x, lo), hi); `lo`/`hi` are attributes before opset 11, optional inputs after.
 
     A NaN input stays NaN, and `lo > hi` gives `hi`, as onnxruntime computes it.
@@ -563,12 +564,6 @@ class ClipRule(ExprRule):
         x = inputs[0]
         assert x is not None
         return x.shape
-
-    def axes(
-        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
-    ) -> list[tuple[Axis | None, ...]]:
-        assert inputs[0] is not None
-        return [inputs[0]]
 
     def operand_values(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[np.ndarray]:
         values = super().operand_values(node, inputs)
@@ -653,7 +648,7 @@ def _cast_target(node: NodeInfo) -> str:
         raise node.fail(f"'to' is {to}, which is no ONNX element type") from None
 
 
-class CastRule(OpRule):
+class CastRule(KeepsAxes):
     """ONNX Cast and CastLike: the same extents in another element type, as numpy's astype converts.
 
     Floats to integers truncate toward zero, anything to bool is `!= 0`, f32 to f16/bf16 rounds to
@@ -690,12 +685,6 @@ class CastRule(OpRule):
             with np.errstate(all="ignore"):
                 value = np.asarray(x.value).astype(dtype)
         return [Facts(dtypes.by_name(target), x.shape, value)]
-
-    def axes(
-        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
-    ) -> list[tuple[Axis | None, ...]]:
-        assert inputs[0] is not None
-        return [inputs[0]]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import CastOp

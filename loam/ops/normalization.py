@@ -22,7 +22,7 @@ from loam import dtypes
 from loam.backends.numpy_kernels.common import _narrowed, _widened
 from loam.backends.numpy_kernels.normalization import _k_group_norm, _k_lrn, _k_normalize
 from loam.dialects.tensor_axes import Axis
-from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity, same_axis
+from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, require_arity, same_axis
 from loam.ops.reduce import FLOATS, emit_all, require_elem, resolve_axis, unit_axis
 from loam.poly import Poly
 
@@ -416,7 +416,7 @@ class GroupNormRule(OpRule):
         return emit_all(ctx, GroupNormOp(list(operands), ctx.result_types, node.name, **params))  # type: ignore[arg-type]
 
 
-class LrnRule(OpRule):
+class LrnRule(KeepsAxes):
     """ONNX LRN: local response normalisation across channels (axis 1)."""
 
     op_types = ("LRN",)
@@ -443,12 +443,6 @@ class LrnRule(OpRule):
         params = self.params(node)
         value = _k_lrn(x.value, **params) if x.value is not None else None  # type: ignore[arg-type]
         return [Facts(x.elem, x.shape, value)]
-
-    def axes(
-        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
-    ) -> list[tuple[Axis | None, ...]]:
-        assert inputs[0] is not None
-        return [inputs[0]]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import LrnOp

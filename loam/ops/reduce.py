@@ -23,7 +23,7 @@ import numpy as np
 from loam import dtypes
 from loam.backends.numpy_kernels.reduce import _k_arg_reduce, _k_cumsum, _k_reduce, _k_softmax, _k_topk
 from loam.dialects.tensor_axes import Axis
-from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity
+from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, require_arity
 from loam.poly import Poly
 
 if TYPE_CHECKING:
@@ -375,7 +375,7 @@ class TopKRule(OpRule):
         return emit_all(ctx, TopKOp([x], ctx.result_types, node.name, **self.params(node, k, rank)))
 
 
-class CumSumRule(OpRule):
+class CumSumRule(KeepsAxes):
     """ONNX CumSum: running sums along the axis input (known at build time), exclusive and/or reverse."""
 
     op_types = ("CumSum",)
@@ -403,12 +403,6 @@ class CumSumRule(OpRule):
         value = _k_cumsum(x.value, **params) if x.value is not None else None
         return [Facts(x.elem, x.shape, value)]
 
-    def axes(
-        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
-    ) -> list[tuple[Axis | None, ...]]:
-        assert inputs[0] is not None
-        return [inputs[0]]
-
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import CumSumOp
 
@@ -421,7 +415,7 @@ class CumSumRule(OpRule):
 SOFTMAX_KINDS: dict[str, str] = {"Softmax": "softmax", "LogSoftmax": "log_softmax", "Hardmax": "hardmax"}
 
 
-class SoftmaxRule(OpRule):
+class SoftmaxRule(KeepsAxes):
     """ONNX Softmax/LogSoftmax/Hardmax.
 
     From opset 13 they normalise along `axis` (default -1).  Before, the input is read as a 2-D
@@ -452,12 +446,6 @@ class SoftmaxRule(OpRule):
         axes = self.normalised_axes(node, x.rank)
         value = _k_softmax(x.value, kind=SOFTMAX_KINDS[node.op_type], axes=axes) if x.value is not None else None
         return [Facts(x.elem, x.shape, value)]
-
-    def axes(
-        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
-    ) -> list[tuple[Axis | None, ...]]:
-        assert inputs[0] is not None
-        return [inputs[0]]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import SoftmaxOp
