@@ -499,13 +499,31 @@ def _unary_rules() -> list[OpRule]:
 # -- operators with several roles per input --------------------------------------------------------
 
 
-class PReluRule(ExprRule):
-    """ONNX PRelu: `slope * x` where x < 0; the slope broadcasts one way, onto x's shape."""
+class PReluRule(BinaryRule):
+    """ONNX PRelu: `slope * x` where x < 0; the slope broadcasts one way, onto x's shape.
 
-    op_types = ("PRelu",)
-    low = high = 2
-    elem_types = (*FLOATS, "i32", "i64", "ui32", "ui64")
-    attributes = frozenset({"consumed_inputs"})
+    Before opset 7 a slope is per channel: one value shared by every channel, or a slope whose
+    axes are x's from axis 1 on (`[C]` for an NCHW input, as PyTorch's old exporter writes it);
+    it is aligned there exactly as the binary operators' old `broadcast`/`axis` attributes align B.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("PRelu", "prelu", (*FLOATS, "i32", "i64", "ui32", "ui64"), legacy=False)
+        self.attributes = frozenset({"consumed_inputs"})
+
+    def _old_alignment(self, node: NodeInfo, a: tuple[Poly, ...], b: tuple[Poly, ...]) -> int | None:
+        if node.since >= 7:
+            return None
+        one = Poly.const(1)
+        if all(e == one for e in b) and len(b) <= len(a):
+            return len(a) - len(b)
+        axis = 1 if len(a) >= 2 else 0
+        if axis + len(b) > len(a) or any(e != a[axis + j] and e != one for j, e in enumerate(b)):
+            raise node.fail(
+                f"opset {node.since} applies the slope per channel (from axis {axis}); slope "
+                f"[{', '.join(map(str, b))}] does not fit input [{', '.join(map(str, a))}]"
+            )
+        return axis
 
     def shape(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[Poly, ...]:
         x = inputs[0]
@@ -520,6 +538,8 @@ class PReluRule(ExprRule):
     ) -> list[tuple[Axis | None, ...]]:
         x, slope = inputs[0], inputs[1]
         assert x is not None and slope is not None
+        if self._old_alignment(node, tuple(a.extent for a in x), tuple(a.extent for a in slope)) is not None:
+            return super().axes(node, inputs, outputs)
         broadcast_axes(node, [slope], onto=x)
         return [x]
 

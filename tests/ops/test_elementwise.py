@@ -16,7 +16,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from loam.errors import ShapeError, UnsupportedError
 from loam.testing import assert_same, build_for, run_loam, run_onnxruntime
@@ -616,3 +616,21 @@ def test_dropout_training_mode_must_be_a_bool_scalar() -> None:
     )
     with pytest.raises(ShapeError, match=r"Dropout node 'n': training_mode must be a bool scalar, got bool \[0\]"):
         build_for(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+
+
+def test_prelu_before_opset_7_applies_a_slope_per_channel() -> None:
+    # PRelu-6 has no broadcasting: PyTorch's old exporter writes a [C] slope for an NCHW input.
+    x = np.random.default_rng(7).standard_normal((2, 3, 4)).astype(np.float32)
+    slope = np.array([0.1, 0.2, 0.3], np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("PRelu", ["x", "slope"], ["y"], name="prelu")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])],
+        initializer=[numpy_helper.from_array(slope, "slope")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 6)])
+    model.ir_version = 3
+    (y,) = run_loam(model, {"x": x})
+    want = np.where(x < 0, x * slope[None, :, None], x)
+    np.testing.assert_allclose(y, want, rtol=1e-6)
