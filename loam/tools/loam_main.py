@@ -85,6 +85,19 @@ Exit status: 0 built, 1 the model/checkpoint/options were refused (one message o
 2 bad command line, 3 internal error (please report it; --debug shows the traceback)."""
 
 
+def _model_arguments(
+    parser: argparse.ArgumentParser, *, output: tuple[str, str], checkpoint: str, options: str
+) -> None:
+    """The arguments `loam build` and `loam layout` share: MODEL, -o, --checkpoint, --options, --layout."""
+    parser.add_argument("model", type=Path, metavar="MODEL", help="the model file")
+    parser.add_argument("-o", "--output", required=True, metavar=output[0], help=output[1])
+    parser.add_argument("--checkpoint", action="append", type=Path, default=[], metavar="FILE", help=checkpoint)
+    parser.add_argument("--options", type=Path, metavar="FILE.toml", help=options)
+    parser.add_argument(
+        "--layout", action="append", type=_layout_flag, default=[], metavar="GLOB=Ax1,Ax2", help=_LAYOUT_HELP
+    )
+
+
 def build_parser() -> CliParser:
     """The `loam` command line (exposed for tests and documentation)."""
     parser = CliParser(
@@ -101,23 +114,11 @@ def build_parser() -> CliParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    build.add_argument("model", type=Path, metavar="MODEL", help="the model file")
-    build.add_argument(
-        "-o", "--output", required=True, metavar="OUT.py", help="where to write the generated module ('-' for stdout)"
-    )
-    build.add_argument(
-        "--checkpoint",
-        action="append",
-        type=Path,
-        default=[],
-        metavar="FILE",
-        help="a checkpoint (.safetensors) with the weights; repeat for shards",
-    )
-    build.add_argument(
-        "--options", type=Path, metavar="FILE.toml", help="read build options from a TOML file (see below)"
-    )
-    build.add_argument(
-        "--layout", action="append", type=_layout_flag, default=[], metavar="GLOB=Ax1,Ax2", help=_LAYOUT_HELP
+    _model_arguments(
+        build,
+        output=("OUT.py", "where to write the generated module ('-' for stdout)"),
+        checkpoint="a checkpoint (.safetensors) with the weights; repeat for shards",
+        options="read build options from a TOML file (see below)",
     )
     build.add_argument(
         "--dims",
@@ -155,23 +156,11 @@ def build_parser() -> CliParser:
         "OUT.toml` accepts it unedited.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    layout.add_argument("model", type=Path, metavar="MODEL", help="the model file")
-    layout.add_argument(
-        "-o", "--output", required=True, metavar="OUT.toml", help="where to write the layout ('-' for stdout)"
-    )
-    layout.add_argument(
-        "--checkpoint",
-        action="append",
-        type=Path,
-        default=[],
-        metavar="FILE",
-        help="a checkpoint to check the drafted layout against; repeat for shards",
-    )
-    layout.add_argument(
-        "--options", type=Path, metavar="FILE.toml", help="build options whose layout rules the draft keeps"
-    )
-    layout.add_argument(
-        "--layout", action="append", type=_layout_flag, default=[], metavar="GLOB=Ax1,Ax2", help=_LAYOUT_HELP
+    _model_arguments(
+        layout,
+        output=("OUT.toml", "where to write the layout ('-' for stdout)"),
+        checkpoint="a checkpoint to check the drafted layout against; repeat for shards",
+        options="build options whose layout rules the draft keeps",
     )
     layout.add_argument(
         "--dims", action="append", type=_dims_flag, default=[], metavar="NAME=N", help="fix dim_param NAME to N"
@@ -195,7 +184,9 @@ def options_from_args(args: argparse.Namespace) -> Options:
     )
 
 
-def _layout(args: argparse.Namespace) -> None:
+def _checked_paths(args: argparse.Namespace) -> tuple[Path, Options, Path | None]:
+    """The model, the options and the output file (None: stdout), refused before any compiling
+    when a file is missing or the output folder does not exist."""
     model: Path = args.model
     if not model.is_file():
         raise ModelError(f"{model}: no such model file")
@@ -203,10 +194,16 @@ def _layout(args: argparse.Namespace) -> None:
     for checkpoint in options.checkpoints:
         if not checkpoint.is_file():
             raise CheckpointError(f"{checkpoint}: no such checkpoint file")
-    to_stdout = args.output == "-"
+    if args.output == "-":
+        return model, options, None
     output = Path(args.output)
-    if not to_stdout and not output.parent.is_dir():
+    if not output.parent.is_dir():
         raise LoamError(f"-o {output}: folder '{output.parent}' does not exist")
+    return model, options, output
+
+
+def _layout(args: argparse.Namespace) -> None:
+    model, options, output = _checked_paths(args)
 
     from loam.draft import draft_layout
     from loam.pipeline import build
@@ -216,28 +213,18 @@ def _layout(args: argparse.Namespace) -> None:
     print(f"{PROG}: checking the draft with a full build", file=sys.stderr, flush=True)
     build(model, options=draft.options(options))
     text = draft.toml()
-    if to_stdout:
+    if output is None:
         sys.stdout.write(text)
     else:
         output.write_text(text, encoding="utf-8")
     invented = ", ".join(draft.invented) if draft.invented else "none"
     print(f"{PROG}: invented axis names (rename them in the layout): {invented}", file=sys.stderr)
-    if not to_stdout:
+    if output is not None:
         print(f"{PROG}: wrote {output} ({len(draft.given) + len(draft.rules)} rules)", file=sys.stderr)
 
 
 def _build(args: argparse.Namespace) -> None:
-    model: Path = args.model
-    if not model.is_file():
-        raise ModelError(f"{model}: no such model file")
-    options = options_from_args(args)
-    for checkpoint in options.checkpoints:
-        if not checkpoint.is_file():
-            raise CheckpointError(f"{checkpoint}: no such checkpoint file")
-    to_stdout = args.output == "-"
-    output = Path(args.output)
-    if not to_stdout and not output.parent.is_dir():
-        raise LoamError(f"-o {output}: folder '{output.parent}' does not exist")
+    model, options, output = _checked_paths(args)
 
     from loam.pipeline import build
 
@@ -248,14 +235,14 @@ def _build(args: argparse.Namespace) -> None:
     result = build(model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=progress)
     for note in result.notes:
         progress(f"note: {note}")
-    if to_stdout:
+    if output is None:
         sys.stdout.write(result.source)
         sys.stdout.flush()
     else:
         output.write_text(result.source, encoding="utf-8")
     if result.report:
         sys.stderr.write(result.report if result.report.endswith("\n") else result.report + "\n")
-    if not to_stdout:
+    if output is not None:
         sys.stderr.write(f"{PROG}: wrote {output}\n")
 
 
