@@ -17,8 +17,8 @@ def forward(weights: "Weights", x: np.ndarray) -> np.ndarray:
     _env: dict[str, int] = {}
     _check_input("x", x, "float32", (("Batch", 4), ("In", 8)), _env)
     with np.errstate(all="ignore"):  # inf and nan are ONNX results, not warnings
-        t = np.matmul(x, weights.fc1_weight)  # fc1
-        y = _zip_0(t, weights.fc1_bias)  # fc1
+        x_matmul = np.matmul(x, weights.fc1_weight)  # fc1
+        y = _zip_0(x_matmul, weights.fc1_bias)  # fc1
     return y
 ```
 
@@ -362,7 +362,13 @@ class _Emitter:
             rhs = self._kernel_line(op)
             idents: list[str] = []
             for result in op.results:
-                hint = result.name_hint if result.name_hint and not result.name_hint.isdigit() else "t"
+                hint = result.name_hint if result.name_hint and not result.name_hint.isdigit() else None
+                if hint is None and op.operands:
+                    # An unnamed intermediate (a regrouped weight, a transposed operand) is named after
+                    # what it computes from: `bn1_scale_regroup` reads better than `t_`.
+                    source = self.value_text[op.operands[0]].rpartition(".")[2]
+                    hint = f"{source}_{op.name.rpartition('.')[2]}"
+                hint = hint or "t"
                 ident = returned[result] if result in returned else self.names.mint(hint)
                 self.value_text[result] = ident
                 idents.append(ident)
@@ -512,7 +518,8 @@ def _py_literal(value: object) -> str:
     if isinstance(value, float) and not np.isfinite(value):
         return f"float({repr(value)!r})"
     if isinstance(value, tuple):
-        return "(" + "".join(_py_literal(v) + ", " for v in value).rstrip(" ") + ")"
+        items = [_py_literal(v) for v in value]
+        return "(" + items[0] + ",)" if len(items) == 1 else "(" + ", ".join(items) + ")"
     return repr(value)
 
 

@@ -28,8 +28,8 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) name
 // CHECK:      def forward(weights: "Weights", x: np.ndarray) -> np.ndarray:
 // CHECK:          _check_input('x', x, 'float32', (('Batch', 'N'), ('In', 8)), _env)
 // CHECK-NEXT:     with np.errstate(all="ignore"):
-// CHECK-NEXT:         t = np.matmul(x, weights.fc1_weight)  # fc1
-// CHECK-NEXT:         y = _zip_0(t, weights.fc1_bias)  # fc1
+// CHECK-NEXT:         x_matmul = np.matmul(x, weights.fc1_weight)  # fc1
+// CHECK-NEXT:         y = _zip_0(x_matmul, weights.fc1_bias)  # fc1
 // CHECK-NEXT:     return y
 
 // IMPORTS: ['numpy']
