@@ -12,6 +12,7 @@ in one place rather than spread across the passes:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -98,6 +99,17 @@ class OpRule:
     limitations: str = ""
 
     def check_attributes(self, node: NodeInfo, names: Sequence[str]) -> None:
+        """Refuse an attribute the rule does not read, or one ONNX does not define for the operator
+        at the model's opset (a rule shared by several operators reads the union of theirs)."""
+        defined = schema_attributes(node.op_type, node.since)
+        foreign = sorted(n for n in names if defined is not None and n not in defined)
+        if foreign:
+            from loam.errors import ModelError
+
+            raise ModelError(
+                f"{node.where()}: attribute{'s' if len(foreign) > 1 else ''} {', '.join(repr(n) for n in foreign)} "
+                f"{'are' if len(foreign) > 1 else 'is'} not defined for {node.op_type} at opset {node.since}"
+            )
         unknown = sorted(n for n in names if n not in self.attributes)
         if unknown:
             raise node.unsupported(
@@ -138,6 +150,18 @@ def int_attr(node: NodeInfo, key: str, default: int, choices: Sequence[int] | No
     if choices is not None and int(value) not in choices:
         raise node.fail(f"attribute '{key}' must be one of {', '.join(map(str, choices))}, got {value}")
     return int(value)
+
+
+@functools.cache
+def schema_attributes(op_type: str, opset: int) -> frozenset[str] | None:
+    """The attributes ONNX defines for `op_type` (default domain) at `opset`; None without a schema."""
+    import onnx.defs
+
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return None
+    return frozenset(schema.attributes)
 
 
 class KeepsAxes(OpRule):

@@ -21,6 +21,7 @@ from loam.errors import (
     AxisError,
     CheckpointError,
     LoamError,
+    ModelError,
     OptionsError,
     ShapeError,
     UnsupportedError,
@@ -442,4 +443,16 @@ def test_tensor_in_two_checkpoint_shards(tmp_path: Path) -> None:
         stripped_matmul(),
         checkpoints=[first, second],
         options=MATMUL_LAYOUT,
+    )
+
+
+def test_an_attribute_onnx_does_not_define_for_the_operator_is_refused() -> None:
+    # One rule computes MaxPool, AveragePool and LpPool; LpPool's `p` on an AveragePool is not ONNX.
+    node = helper.make_node("AveragePool", ["x"], ["y"], name="pool", kernel_shape=[2], p=3)
+    model = make_model([node], {"x": (1, 1, 4)}, {"y": None})
+    refused(
+        ModelError,
+        "AveragePool node 'pool': attribute 'p' is not defined for AveragePool at opset 17",
+        model,
+        options=layout(x=("N", "C", "W"), y=("N", "C", "W2")),
     )
