@@ -134,6 +134,8 @@ def _k_softmax(x: np.ndarray, kind: str, axes: tuple[int, ...]) -> np.ndarray:
         if block and flat.size:
             np.put_along_axis(hot, np.argmax(flat, axis=-1)[..., None], w.dtype.type(1), axis=-1)
         y = np.moveaxis(hot.reshape(moved.shape), last, axes)
+    elif w.size == 0:
+        y = w  # nothing to normalise (np.max has no identity on an empty axis)
     else:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             shifted = w - np.max(w, axis=axes, keepdims=True)

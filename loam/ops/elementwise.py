@@ -415,7 +415,10 @@ def _selu(node: NodeInfo, x: Expr, elem: str) -> Expr:
     alpha = Expr.const(float_attr(node, "alpha", 1.67326319217681884765625), elem)
     gamma = Expr.const(float_attr(node, "gamma", 1.05070102214813232421875), elem)
     zero = Expr.const(0.0, elem)
-    return Expr.select(x.binary("less_equal", zero), gamma * (alpha * x.unary("exp") - alpha), gamma * x)
+    one = Expr.const(1.0, elem)
+    # alpha * (exp(x) - 1) rather than ONNX's alpha * exp(x) - alpha: the same number, and -inf (not NaN) for
+    # an infinite alpha, as onnxruntime gives.
+    return Expr.select(x.binary("less_equal", zero), gamma * (alpha * (x.unary("exp") - one)), gamma * x)
 
 
 def _celu(node: NodeInfo, x: Expr, elem: str) -> Expr:
@@ -449,7 +452,8 @@ def _hard_swish(node: NodeInfo, x: Expr, elem: str) -> Expr:
 
 
 def _is_inf(node: NodeInfo, x: Expr, elem: str) -> Expr:
-    positive, negative = int_attr(node, "detect_positive", 1), int_attr(node, "detect_negative", 1)
+    positive = int_attr(node, "detect_positive", 1, (0, 1))
+    negative = int_attr(node, "detect_negative", 1, (0, 1))
     inf = x.unary("isinf")
     if positive and negative:
         return inf
@@ -694,6 +698,7 @@ class CastRule(KeepsAxes):
             raise node.fail("an input is absent")
         x = inputs[0]
         assert x is not None
+        int_attr(node, "saturate", 1, (0, 1))  # a flag; another value is a malformed model
         target = self.target(node, inputs)
         for which, elem in (("from", x.elem.name), ("to", target)):
             if elem not in COMPUTE_TYPES:

@@ -178,9 +178,7 @@ class GemmRule(OpRule):
     def c_stretches(node: NodeInfo) -> bool:
         """Whether C may broadcast to [M, N]: always from opset 7, with `broadcast` 1 before."""
         if node.since >= 7:
-            if node.attr("broadcast") is not None:
-                raise node.unsupported(f"attribute 'broadcast' does not exist at opset {node.since}")
-            return True
+            return True  # (a `broadcast` attribute at opset 7+ is refused as undefined by check_attributes)
         return bool(node.attr("broadcast", 0))
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:

@@ -23,7 +23,7 @@ import numpy as np
 from loam import dtypes
 from loam.backends.numpy_kernels.movement import _k_concat, _k_pad, _k_slice, _k_split, _k_tile, _k_trilu
 from loam.errors import AxisError
-from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity, same_axis
+from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
 from loam.poly import Poly
 
 if TYPE_CHECKING:
@@ -323,7 +323,7 @@ class ReshapeRule(_RegroupRule):
             require_arity(node, inputs, 2)
             target = known_ints(node, given(node, inputs, 1, "shape"), "shape")
         dims = static(node, x)
-        allowzero = int(node.attr("allowzero", 0))
+        allowzero = int_attr(node, "allowzero", 0, (0, 1))
         if allowzero and 0 in target and -1 in target:
             raise node.fail("with allowzero=1 a shape cannot hold both 0 and -1")
         out: list[int] = []
@@ -381,6 +381,9 @@ class SqueezeRule(_RegroupRule):
             axes = ints_of(node, inputs, 1, "axes")
         if axes is None:
             return [i for i, d in enumerate(dims) if d == 1]
+        if not len(axes) and 1 in dims:
+            # onnxruntime drops every extent-1 axis, ONNX's reference none: the meaning is not settled.
+            raise node.unsupported("the axes given are empty; ONNX does not say whether that squeezes every unit axis")
         dropped = norm_axes(node, [int(a) for a in axes], len(dims))
         for a in dropped:
             if dims[a] != 1:
@@ -592,6 +595,8 @@ class SplitRule(MovementRule):
                 num = int(num)
                 if num < 1:
                     raise node.fail(f"num_outputs {num} is not positive")
+                if count is not None and count != num:  # before listing num sizes: num may be huge
+                    raise node.fail(f"num_outputs is {num}, but the node has {count} outputs")
                 chunk = -(-extent // num)
                 sizes = [min(chunk, max(extent - chunk * i, 0)) for i in range(num)]
         if sum(sizes) != extent or any(s < 0 for s in sizes):
@@ -756,6 +761,16 @@ class PadRule(MovementRule):
                 raise node.fail(f"pads {pads} crop axis {a} of extent {dims[a]} below nothing")
             if mode != "constant" and (full[a] > 0 or full[rank + a] > 0) and dims[a] == 0:
                 raise node.fail(f"cannot pad the empty axis {a} in mode '{mode}'")
+            if mode != "constant" and min(full[a], full[rank + a]) < 0 < max(full[a], full[rank + a]):
+                # Padding that reads input the crop removes depends on whether the crop comes first (as in
+                # onnxruntime) or after; ONNX does not say, so no order is guessed where it matters.
+                kept = dims[a] + min(full[a], 0) + min(full[rank + a], 0)
+                added = max(full[a], full[rank + a])
+                if mode == "wrap" or (mode == "edge" and kept < 1) or (mode == "reflect" and added > kept - 1):
+                    raise node.unsupported(
+                        f"pads {pads} both pad and crop axis {a} in mode '{mode}', and the padding reads what "
+                        "the crop removes; ONNX leaves their order open"
+                    )
         return tuple(full), mode, value
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
@@ -847,11 +862,13 @@ class TriluRule(MovementRule):
         if x.rank < 2:
             raise node.fail(f"the input has rank {x.rank}; Trilu needs 2 or more")
         k = optional(inputs, 1)
-        if k is not None and (k.elem.name != "i64" or k.rank not in (0, 1)):
-            raise node.fail("k must be an i64 scalar")
+        if k is not None and (k.elem.name != "i64" or k.rank not in (0, 1) or k.static_shape() not in ((), (1,))):
+            raise node.fail("k must be an i64 scalar (one value)")
         value = None
         if x.value is not None and (k is None or k.value is not None):
-            value = _k_trilu(np.asarray(x.value), None if k is None else k.value, upper=int(node.attr("upper", 1)))
+            value = _k_trilu(
+                np.asarray(x.value), None if k is None else k.value, upper=int_attr(node, "upper", 1, (0, 1))
+            )
         return [Facts(x.elem, x.shape, value)]
 
     def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
@@ -864,7 +881,7 @@ class TriluRule(MovementRule):
         x = operands[0]
         assert x is not None
         k = operands[1] if len(operands) > 1 else None
-        upper = int(node.attr("upper", 1))
+        upper = int_attr(node, "upper", 1, (0, 1))
         k_facts = operand_facts([k])[0]
         if k is None or (k_facts is not None and k_facts.value is not None):
             offset = 0 if k_facts is None else int(np.asarray(k_facts.value).reshape(-1)[0])

@@ -22,7 +22,7 @@ from loam import dtypes
 from loam.backends.numpy_kernels.common import _narrowed, _widened
 from loam.backends.numpy_kernels.normalization import _k_group_norm, _k_lrn, _k_normalize
 from loam.dialects.tensor_axes import Axis
-from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, require_arity, same_axis
+from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
 from loam.ops.reduce import FLOATS, emit_all, require_elem, resolve_axis, unit_axis
 from loam.poly import Poly
 
@@ -78,11 +78,11 @@ class BatchNormRule(OpRule):
     def check(self, node: NodeInfo, outputs: int) -> None:
         if outputs > 1:
             raise node.unsupported("more than one output means training (batch statistics); export for inference")
-        if node.attr("training_mode", 0):
+        if int_attr(node, "training_mode", 0, (0, 1)):
             raise node.unsupported("training_mode 1 (batch statistics) is not supported; export for inference")
-        if node.since < 7 and not node.attr("is_test", 0):
+        if node.since < 7 and not int_attr(node, "is_test", 0, (0, 1)):
             raise node.unsupported(f"is_test 0 at opset {node.since} means training; export for inference")
-        if node.since < 9 and not node.attr("spatial", 1):
+        if node.since < 9 and not int_attr(node, "spatial", 1, (0, 1)):
             raise node.unsupported("spatial 0 (per-activation statistics) is not supported")
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:

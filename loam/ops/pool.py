@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity
+from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.conv import (
     FLOATS,
     fold_if_known,
@@ -87,13 +87,13 @@ class PoolRule(OpRule):
                 raise node.fail(f"kernel_shape {list(kernel)} must give {nsp} positive extents")
             strides = spatial_attrs(node, nsp, "strides", 1)
             dilations = spatial_attrs(node, nsp, "dilations", 1)
-            ceil_mode = bool(node.attr("ceil_mode", 0))
+            ceil_mode = bool(int_attr(node, "ceil_mode", 0, (0, 1)))
             pads, out = window_geometry(
                 node, spatial, kernel, strides, dilations, ceil_mode=ceil_mode, negative_same=True
             )
         params.update(kernel_shape=kernel, strides=strides, pads=pads, dilations=dilations, out_shape=out)
         if mode == "avg":
-            params["count_include_pad"] = int(node.attr("count_include_pad", 0))
+            params["count_include_pad"] = int_attr(node, "count_include_pad", 0, (0, 1))
         if mode == "lp":
             p = float(node.attr("p", 2))
             if p <= 0:
@@ -105,7 +105,7 @@ class PoolRule(OpRule):
             # Indices output, dilations and f64.  Its f32/f16 kernels otherwise skip NaNs (`ignore`).
             params["nan_rule"] = "first"
         if n_outputs == 2:
-            storage_order = int(node.attr("storage_order", 0))
+            storage_order = int_attr(node, "storage_order", 0, (0, 1))
             if storage_order not in (0, 1):
                 raise node.fail(f"storage_order must be 0 or 1, got {storage_order}")
             params.update(storage_order=storage_order, indices=1)

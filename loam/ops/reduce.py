@@ -23,7 +23,7 @@ import numpy as np
 from loam import dtypes
 from loam.backends.numpy_kernels.reduce import _k_arg_reduce, _k_cumsum, _k_reduce, _k_softmax, _k_topk
 from loam.dialects.tensor_axes import Axis
-from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, require_arity
+from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.poly import Poly
 
 if TYPE_CHECKING:
@@ -192,10 +192,8 @@ class ReduceRule(OpRule):
         """
         if self.axes_are_input(node):
             axes = given or []
-            noop = bool(node.attr("noop_with_empty_axes", 0))
+            noop = bool(int_attr(node, "noop_with_empty_axes", 0, (0, 1)))
         else:
-            if node.attr("noop_with_empty_axes") is not None:
-                raise node.unsupported(f"attribute 'noop_with_empty_axes' does not exist at opset {node.since}")
             axes = [int(a) for a in node.attr("axes", None) or []]
             noop = False
         if not axes:
@@ -218,7 +216,7 @@ class ReduceRule(OpRule):
         axes = self.reduced_axes(node, None if given is None else known_ints(node, given, "the axes input"), x.rank)
         if not axes and kind in PASS_THROUGH_KINDS:
             return [x]
-        keep = bool(node.attr("keepdims", 1))
+        keep = bool(int_attr(node, "keepdims", 1, (0, 1)))
         one = Poly.const(1)
         shape = tuple(one if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes)
         value = None
@@ -247,7 +245,7 @@ class ReduceRule(OpRule):
         kind = REDUCE_KINDS[node.op_type]
         if not axes and kind in PASS_THROUGH_KINDS:
             return [x]
-        keep = int(bool(node.attr("keepdims", 1)))
+        keep = int_attr(node, "keepdims", 1, (0, 1))
         return emit_all(ctx, ReduceOp([x], ctx.result_types, node.name, kind=kind, axes=axes, keepdims=keep))
 
 
@@ -265,7 +263,7 @@ class ArgReduceRule(OpRule):
         if x.rank == 0:
             raise node.fail("the input must have rank 1 or more")
         axis = resolve_axis(node, int(node.attr("axis", 0)), x.rank)
-        keep = bool(node.attr("keepdims", 1))
+        keep = bool(int_attr(node, "keepdims", 1, (0, 1)))
         shape = tuple(Poly.const(1) if i == axis else d for i, d in enumerate(x.shape) if keep or i != axis)
         if x.shape[axis] == Poly.const(0):
             raise node.fail(f"axis {axis} has extent 0, which has no {node.op_type[3:].lower()}imum")
@@ -278,8 +276,8 @@ class ArgReduceRule(OpRule):
         return {
             "kind": "max" if node.op_type == "ArgMax" else "min",
             "axis": resolve_axis(node, int(node.attr("axis", 0)), rank),
-            "keepdims": int(bool(node.attr("keepdims", 1))),
-            "select_last_index": int(bool(node.attr("select_last_index", 0))),
+            "keepdims": int_attr(node, "keepdims", 1, (0, 1)),
+            "select_last_index": int_attr(node, "select_last_index", 0, (0, 1)),
         }
 
     def axes(
@@ -288,7 +286,7 @@ class ArgReduceRule(OpRule):
         x = inputs[0]
         assert x is not None
         axis = resolve_axis(node, int(node.attr("axis", 0)), len(x))
-        if bool(node.attr("keepdims", 1)):
+        if bool(int_attr(node, "keepdims", 1, (0, 1))):
             if x[axis].extent == Poly.const(1):
                 return [x]
             others = [a.name for i, a in enumerate(x) if i != axis]
@@ -322,8 +320,6 @@ class TopKRule(OpRule):
             if k is None:
                 raise node.fail("has no k attribute")
             return int(k)
-        if node.attr("k") is not None:
-            raise node.unsupported(f"attribute 'k' does not exist at opset {node.since}; k is an input")
         if given is None or len(given) != 1:
             raise node.fail("k must be a tensor of one integer")
         return given[0]
@@ -349,8 +345,8 @@ class TopKRule(OpRule):
         return {
             "k": k,
             "axis": resolve_axis(node, int(node.attr("axis", -1)), rank),
-            "largest": int(bool(node.attr("largest", 1))),
-            "sorted": int(bool(node.attr("sorted", 1))),
+            "largest": int_attr(node, "largest", 1, (0, 1)),
+            "sorted": int_attr(node, "sorted", 1, (0, 1)),
         }
 
     def axes(
@@ -389,8 +385,8 @@ class CumSumRule(KeepsAxes):
             raise node.fail("the axis input must hold one integer")
         return {
             "axis": resolve_axis(node, axis[0], rank),
-            "exclusive": int(bool(node.attr("exclusive", 0))),
-            "reverse": int(bool(node.attr("reverse", 0))),
+            "exclusive": int_attr(node, "exclusive", 0, (0, 1)),
+            "reverse": int_attr(node, "reverse", 0, (0, 1)),
         }
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:

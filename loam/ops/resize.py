@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity
+from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.conv import FLOATS, static_extents
 from loam.poly import Poly
 
@@ -107,12 +107,12 @@ class ResizeRule(OpRule):
                     f"coordinate_transformation_mode tf_half_pixel_for_nn is supported with nearest_mode "
                     f"round_prefer_floor or floor only, not mode {mode} with nearest_mode {nearest}"
                 )
-            if int(node.attr("antialias", 0)) and mode != "nearest":
+            if int_attr(node, "antialias", 0, (0, 1)) and mode != "nearest":
                 raise node.unsupported("antialias=1 is not supported")
             params = {"mode": mode, "coordinate_mode": coordinate, "nearest_mode": nearest}
             if mode == "cubic":
                 params["cubic_coeff_a"] = float(node.attr("cubic_coeff_a", -0.75))
-                params["exclude_outside"] = int(node.attr("exclude_outside", 0))
+                params["exclude_outside"] = int_attr(node, "exclude_outside", 0, (0, 1))
             if coordinate == "tf_crop_and_resize":
                 params["extrapolation_value"] = float(node.attr("extrapolation_value", 0.0))
 
@@ -141,6 +141,11 @@ class ResizeRule(OpRule):
             if sizes.size != len(axes):
                 raise node.fail(f"sizes has {sizes.size} values for {len(axes)} axes")
             wanted = [int(v) for v in sizes.reshape(-1)]
+            for a, n in zip(axes, wanted, strict=True):
+                if n < 0:
+                    raise node.fail(f"sizes asks extent {n} on axis {a}")
+                if shape[a] == 0 and n:
+                    raise node.fail(f"axis {a} is empty: no scale stretches it to extent {n}")
             policy = str(node.attr("keep_aspect_ratio_policy", "stretch"))
             ratios = [f32(n) / f32(shape[a]) for a, n in zip(axes, wanted, strict=True)]
             if policy in ("not_larger", "not_smaller"):

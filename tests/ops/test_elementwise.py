@@ -18,7 +18,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from loam.errors import ShapeError, UnsupportedError
+from loam.errors import ModelError, ShapeError, UnsupportedError
 from loam.testing import assert_same, build_for, run_loam, run_onnxruntime
 
 ELEM: dict[str, int] = {
@@ -466,12 +466,14 @@ def test_known_values_fold(op: str, attrs: dict[str, Any], values: list[np.ndarr
 def test_binary_before_opset_7_aligns_at_axis(b_shape: tuple[int, ...], attrs: dict[str, int], op: str) -> None:
     a = data("f32", (2, 3, 4), 27)
     b = data("f32", b_shape, 28) + 3
-    model = model_of(op, {"a": a, "b": b}, {"consumed_inputs": [0, 0], **attrs} if op != "Sub" else attrs, opset=6)
-    (got,) = run_loam(model, {"a": a, "b": b})
-    axis = attrs.get("axis", 3 - len(b_shape))
-    aligned = b.reshape(b_shape + (1,) * (3 - axis - len(b_shape)))
-    fn = {"Add": np.add, "Mul": np.multiply, "Sub": np.subtract, "Div": np.divide}[op]
-    np.testing.assert_allclose(got, fn(a, aligned), rtol=1e-6)
+    # Opset 1 also had `consumed_inputs` (a no-op at inference); opset 6 dropped it.
+    for opset, extra in ((1, {"consumed_inputs": [0, 0]}), (6, {})):
+        model = model_of(op, {"a": a, "b": b}, {**extra, **attrs}, opset=opset)
+        (got,) = run_loam(model, {"a": a, "b": b})
+        axis = attrs.get("axis", 3 - len(b_shape))
+        aligned = b.reshape(b_shape + (1,) * (3 - axis - len(b_shape)))
+        fn = {"Add": np.add, "Mul": np.multiply, "Sub": np.subtract, "Div": np.divide}[op]
+        np.testing.assert_allclose(got, fn(a, aligned), rtol=1e-6)
 
 
 def test_binary_before_opset_7_needs_equal_shapes_without_broadcast() -> None:
@@ -498,8 +500,8 @@ def test_variadic_before_opset_8_needs_equal_shapes() -> None:
          "casts to element type string"),
         ("Cast", {"x": np.ones(3, np.float32)}, {"to": TensorProto.FLOAT8E4M3FN}, 19, UnsupportedError,
          "casts to element type f8E4M3FN"),
-        ("Clip", {"x": np.ones(3, np.float32)}, {"min": 0.0}, 13, UnsupportedError,
-         "attribute 'min' of opset 13 is not supported"),
+        ("Clip", {"x": np.ones(3, np.float32)}, {"min": 0.0}, 13, ModelError,
+         "attribute 'min' is not defined for Clip at opset 13"),
         ("Gelu", {"x": np.ones(3, np.float32)}, {"approximate": "fast"}, 20, ShapeError,
          "approximate must be 'none' or 'tanh'"),
         ("Add", {"a": np.ones(3, np.float32), "b": np.ones(3, np.float64)}, {}, 14, ShapeError,
@@ -634,3 +636,21 @@ def test_prelu_before_opset_7_applies_a_slope_per_channel() -> None:
     (y,) = run_loam(model, {"x": x})
     want = np.where(x < 0, x * slope[None, :, None], x)
     np.testing.assert_allclose(y, want, rtol=1e-6)
+
+
+# -- Robustness regressions (found by tests/test_robustness.py's mutation sweep) ---------------------------
+
+
+@pytest.mark.parametrize(("op", "flag"), [("Cast", "saturate"), ("IsInf", "detect_positive")])
+@pytest.mark.parametrize("value", [2, -1])
+def test_flag_attribute_other_than_0_or_1_is_refused(op: str, flag: str, value: int) -> None:
+    """onnxruntime reads such a flag as garbage (Cast) or as false; ONNX only defines 0 and 1."""
+    attrs: dict[str, Any] = {flag: value, **({"to": TensorProto.DOUBLE} if op == "Cast" else {})}
+    model = model_of(op, {"x": data("f32", (2, 3))}, attrs, opset=21)
+    with pytest.raises(ShapeError, match=f"{op} node 'n': attribute '{flag}' must be one of 0, 1, got {value}"):
+        build_for(model)
+
+
+def test_selu_with_infinite_alpha_is_minus_infinity_below_zero() -> None:
+    x = np.array([-1.0, 0.0, 3.0], np.float32)
+    check("Selu", {"x": x}, {"alpha": float("inf")}, opset=6)

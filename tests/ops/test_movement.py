@@ -195,3 +195,46 @@ def test_regroup_names_merges() -> None:
     assert regroup_axes((n, c, Axis.named("One", 1)), [2, 3]) == (n, c)
     assert regroup_axes((n, c), [6])[0] is not None
     assert regroup_axes((n, c), [3, 2]) == (None, None)
+
+
+# -- Robustness regressions (found by tests/test_robustness.py's mutation sweep) ---------------------------
+
+
+def test_trilu_k_must_hold_one_value() -> None:
+    refuse(one_node("Trilu", X, {"k": np.zeros(0, np.int64)}), loam.errors.ShapeError, "k must be an i64 scalar")
+    refuse(one_node("Trilu", X, {"k": i64(1, 2)}), loam.errors.ShapeError, "k must be an i64 scalar")
+
+
+@pytest.mark.parametrize("flag", ["upper", "allowzero"])
+def test_flags_other_than_0_or_1_are_refused(flag: str) -> None:
+    op, consts = ("Trilu", {}) if flag == "upper" else ("Reshape", {"s": i64(4, 6)})
+    refuse(one_node(op, X, consts, {flag: 2}), loam.errors.ShapeError, f"'{flag}' must be one of 0, 1, got 2")
+
+
+def test_squeeze_with_empty_axes_is_refused_where_the_meaning_differs() -> None:
+    """onnxruntime squeezes every unit axis for an empty axes input, ONNX's reference none."""
+    x = np.zeros((1, 3, 1), np.float32)
+    with pytest.raises(loam.errors.UnsupportedError, match="Squeeze node 'n': the axes given are empty"):
+        run_loam(one_node("Squeeze", x, {"a": i64()}), {"x": x})
+    check(one_node("Squeeze", X, {"a": i64()}), X)  # no unit axis: both readings agree
+
+
+@pytest.mark.parametrize(("mode", "pads"), [("wrap", (0, 0, 1, 0, 0, -1)), ("reflect", (0, 0, 2, 0, 0, -2))])
+def test_pad_whose_padding_reads_what_it_crops_is_refused(mode: str, pads: tuple[int, ...]) -> None:
+    """onnxruntime crops before it wraps or reflects; ONNX does not say which comes first."""
+    refuse(one_node("Pad", X, {"p": i64(*pads)}, {"mode": mode}), loam.errors.UnsupportedError,
+           "both pad and crop axis 2")  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["wrap", "reflect", "edge", "constant"])
+@pytest.mark.parametrize("pads", [(0, 0, -1, 0, 0, -2), (0, 0, 1, 0, 0, -2), (0, -1, 0, 0, 1, 0)])
+def test_pad_and_crop_where_the_order_does_not_matter(mode: str, pads: tuple[int, ...]) -> None:
+    if mode == "wrap" and min(pads) < 0 < max(pads):
+        return
+    check(one_node("Pad", X, {"p": i64(*pads)}, {"mode": mode}), X)
+
+
+def test_split_num_outputs_disagreeing_with_the_outputs_is_refused_at_once() -> None:
+    """A huge num_outputs listed that many sizes before the count check (the build hung)."""
+    refuse(one_node("Split", X, {}, {"num_outputs": 1 << 40}, outputs=2), loam.errors.ShapeError,
+           "num_outputs is 1099511627776, but the node has 2 outputs")  # fmt: skip

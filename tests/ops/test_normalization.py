@@ -15,7 +15,7 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from loam.errors import ShapeError, UnsupportedError
+from loam.errors import ModelError, ShapeError, UnsupportedError
 from loam.testing import assert_same, run_loam, run_onnxruntime
 
 NP_TO_ONNX = {
@@ -273,7 +273,7 @@ def test_gemm_without_broadcast_needs_c_of_m_by_n() -> None:
     feeds["c"] = rand((4,), 2)
     with pytest.raises(ShapeError, match=r"Gemm node 'y': C of extents \[4\] must be \[2, 4\]: broadcast is 0"):
         run_loam(_gemm_model(6, [(2, 3), (3, 4), (4,)]), feeds)
-    with pytest.raises(UnsupportedError, match="attribute 'broadcast' does not exist at opset 7"):
+    with pytest.raises(ModelError, match="attribute 'broadcast' is not defined for Gemm at opset 7"):
         run_loam(_gemm_model(7, shapes, broadcast=1), feeds)
 
 
@@ -296,3 +296,20 @@ def test_half_products_in_f32(op: str, shapes: list[tuple[int, ...]], attrs: dic
     (want,) = run_onnxruntime(model, feeds)
     assert y.dtype == np.float16
     np.testing.assert_array_equal(y, want)
+
+
+# -- Robustness regressions (found by tests/test_robustness.py's mutation sweep) ---------------------------
+
+
+def test_batch_norm_training_mode_other_than_0_or_1_is_refused() -> None:
+    x = np.ones((2, 3, 4), np.float32)
+    params = {k: np.ones(3, np.float32) for k in ("scale", "b", "mean", "var")}
+    node = helper.make_node("BatchNormalization", ["x", *params], ["y"], name="n", training_mode=2)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in params.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    with pytest.raises(ShapeError, match="attribute 'training_mode' must be one of 0, 1, got 2"):
+        run_loam(model, {"x": x})

@@ -213,3 +213,14 @@ def test_max_pool_nan_ignored_without_indices() -> None:
     check(model, x)
     y = run_loam(model, {"x": x})[0]
     assert np.isnan(y[0, 0, 0, 0]) and y[0, 0, 0, 1] == INF
+
+
+# -- Robustness regressions (found by tests/test_robustness.py's mutation sweep) ---------------------------
+
+
+@pytest.mark.parametrize(("op", "flag"), [("MaxPool", "ceil_mode"), ("AveragePool", "count_include_pad")])
+def test_flag_other_than_0_or_1_is_refused(op: str, flag: str) -> None:
+    """onnxruntime reads ceil_mode=2 as false; Loam read it as true: the output extents differed."""
+    model = one_node(op, data(1, 1, 4, 4), kernel_shape=[3, 3], strides=[2, 2], **{flag: 2})
+    with pytest.raises(ShapeError, match=f"{op} node 'n': attribute '{flag}' must be one of 0, 1, got 2"):
+        run_loam(model, {"x": data(1, 1, 4, 4)})

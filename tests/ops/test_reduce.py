@@ -263,3 +263,30 @@ def test_softmax_family(op: str, opset: int, axis: int | None) -> None:
 def test_softmax_half() -> None:
     x = data((2, 5), np.float16)
     check(one_node("Softmax", x, 13), x, rtol=1e-3, atol=1e-3)
+
+
+# -- Robustness regressions (found by tests/test_robustness.py's mutation sweep) ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("op", "opset", "flag", "consts"),
+    [
+        ("ReduceSum", 18, "noop_with_empty_axes", {}),
+        ("ReduceMax", 18, "keepdims", {"axes": np.array([1], np.int64)}),
+        ("ArgMax", 13, "select_last_index", {}),
+        ("TopK", 11, "largest", {"k": np.array([2], np.int64)}),
+        ("CumSum", 14, "reverse", {"axis": np.array(1, np.int64)}),
+    ],
+)
+def test_flags_other_than_0_or_1_are_refused(op: str, opset: int, flag: str, consts: dict[str, np.ndarray]) -> None:
+    """onnxruntime reads noop_with_empty_axes=7 as false; Loam read it as true: a different output shape."""
+    outputs = ("values", "indices") if op == "TopK" else ("y",)
+    model = one_node(op, data((3, 4)), opset, consts=consts, outputs=outputs, **{flag: 7})
+    with pytest.raises(ShapeError, match=f"attribute '{flag}' must be one of 0, 1, got 7"):
+        run_loam(model, {"x": data((3, 4))})
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
+def test_softmax_over_an_empty_axis_is_empty(op: str) -> None:
+    """np.max has no identity on an empty axis: the kernel raised a raw ValueError at run time."""
+    check(one_node(op, data((3, 0)), 13, axis=-1), data((3, 0)))

@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from loam.errors import UnsupportedError
+from loam.errors import ShapeError, UnsupportedError
 from loam.testing import assert_same, run_loam, run_onnxruntime
 
 ONNX_TYPES = {
@@ -213,3 +213,18 @@ def test_scales_as_a_float_initializer_are_refused() -> None:
     model = _with_initializers(X, {"roi": None, "scales": scales(1, 1, 2, 2)}, mode="nearest")
     with pytest.raises(UnsupportedError, match="Resize node 'n': needs its scales known at build time"):
         run_loam(model, {"x": X})
+
+
+# -- Robustness regressions (found by tests/test_robustness.py's mutation sweep) ---------------------------
+
+
+def test_sizes_for_an_empty_axis_are_refused() -> None:
+    """A not_smaller ratio over an empty axis was NaN (a raw ValueError); onnxruntime refuses it too."""
+    x = np.zeros((1, 1, 0, 4), np.float32)
+    model = one_node("Resize", x, {"roi": None, "scales": None, "sizes": np.array([3, 2], np.int64)},
+                     axes=[2, 3], keep_aspect_ratio_policy="not_smaller")  # fmt: skip
+    with pytest.raises(ShapeError, match="Resize node 'n': axis 2 is empty"):
+        run_loam(model, {"x": x})
+    negative = one_node("Resize", X, {"roi": None, "scales": None, "sizes": np.array([1, 2, -3, 5], np.int64)})
+    with pytest.raises(ShapeError, match="sizes asks extent -3 on axis 2"):
+        run_loam(negative, {"x": X})
