@@ -25,7 +25,7 @@ graph.model {ir_version = 8 : i64, opset_import = {"" = 19 : i64}} {
 // -----
 
 // An attribute the rule does not read stops the build rather than being ignored.
-// CHECK: MaxPool node 'pool': attribute 'bogus' of opset 19 is not supported
+// CHECK: MaxPool node 'pool': attribute 'bogus' is not defined for MaxPool at opset 19
 graph.model {ir_version = 8 : i64, opset_import = {"" = 19 : i64}} {
   graph.graph "unknown_attr" (%x: !graph.tensor<f32, [1, 1, 4, 4]>) inputs ["x"] {
     %y = graph.node "MaxPool" "pool" since 19 (%x) {kernel_shape = #graph.list<ints [2, 2]>, bogus = 1 : i64} -> ["y"] : !graph.unknown

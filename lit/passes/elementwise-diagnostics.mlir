@@ -23,7 +23,7 @@ graph.model {ir_version = 9 : i64, opset_import = {"" = 19 : i64}} {
 // -----
 
 // From opset 11 Clip's bounds are inputs: an old `min` attribute would be ignored, so it stops the build.
-// CHECK: Clip node 'clamp': attribute 'min' of opset 13 is not supported
+// CHECK: Clip node 'clamp': attribute 'min' is not defined for Clip at opset 13
 graph.model {ir_version = 8 : i64, opset_import = {"" = 13 : i64}} {
   graph.graph "clip_attr" (%x: !graph.tensor<f32, [2]>) inputs ["x"] {
     %y = graph.node "Clip" "clamp" since 13 (%x) {min = 0.0 : f32} -> ["y"] : !graph.unknown

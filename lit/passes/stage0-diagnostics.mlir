@@ -43,7 +43,7 @@ graph.model {ir_version = 8 : i64, opset_import = {"" = 17 : i64}} {
 // -----
 
 // An attribute a rule would ignore stops the build: LeakyRelu reads only `alpha`.
-// CHECK: LeakyRelu node 'leaky': attribute 'gamma' of opset 17 is not supported
+// CHECK: LeakyRelu node 'leaky': attribute 'gamma' is not defined for LeakyRelu at opset 17
 graph.model {ir_version = 8 : i64, opset_import = {"" = 17 : i64}} {
   graph.graph "g" (%x: !graph.tensor<f32, [2, 3]>) inputs ["x"] {
     %y = graph.node "LeakyRelu" "leaky" since 17 (%x) {alpha = 0.5 : f32, gamma = 1.0 : f32} -> ["y"] : !graph.unknown

@@ -14,12 +14,26 @@ from loam.ops import (
     normalization,
     pool,
     reduce,
+    regroup,
     resize,
 )
 from loam.ops.base import NodeInfo, OpRule
 
 # One module per operator family; each lists its rules in `RULES`.
-FAMILIES = (constant, elementwise, matmul, movement, indexing, reduce, normalization, einsum, conv, pool, resize)
+FAMILIES = (
+    constant,
+    elementwise,
+    matmul,
+    regroup,
+    movement,
+    indexing,
+    reduce,
+    normalization,
+    einsum,
+    conv,
+    pool,
+    resize,
+)
 
 _RULES: tuple[OpRule, ...] = tuple(rule for family in FAMILIES for rule in family.RULES)
 

@@ -16,9 +16,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity, same_axis
+from loam.ops.lowering import FLOAT_TYPES as FLOATS
+from loam.ops.operands import (
+    emit_library,
+    fold_if_known,
+    keep_unchanged,
+    lowered_extents,
+    require_elem,
+    require_same_elem,
+    static_extents,
+)
 from loam.poly import Poly
 
 if TYPE_CHECKING:
@@ -26,29 +34,7 @@ if TYPE_CHECKING:
 
     from loam.dialects.tensor_axes import Axis
 
-FLOATS = ("f32", "f64", "f16", "bf16")
 _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
-
-
-def static_extents(node: NodeInfo, facts: Facts, what: str) -> tuple[int, ...]:
-    """`facts`' extents as integers; a symbolic one stops the build (window geometry is settled statically)."""
-    shape = facts.static_shape()
-    if shape is None:
-        raise node.unsupported(
-            f"{what} has symbolic extents [{', '.join(map(str, facts.shape))}]; Loam settles window geometry "
-            "at build time, so fix them with the `dims` option"
-        )
-    return shape
-
-
-def require_elem(node: NodeInfo, facts: Sequence[Facts], allowed: Sequence[str]) -> None:
-    """All operands share one element type among `allowed`; anything else stops the build naming it."""
-    elem = facts[0].elem
-    for f in facts[1:]:
-        if f.elem != elem:
-            raise node.fail(f"operands have element types {elem.name} and {f.elem.name}; ONNX needs one")
-    if elem.name not in allowed:
-        raise node.unsupported(f"element type {elem.name} is not supported; Loam computes it in {', '.join(allowed)}")
 
 
 def spatial_attrs(node: NodeInfo, nsp: int, name: str, default: int) -> tuple[int, ...]:
@@ -133,16 +119,7 @@ def window_geometry(
 
 def kept_spatial_axes(x_axes: tuple[Axis, ...], out: Facts) -> tuple[Axis | None, ...]:
     """X's spatial axes where the output extent is the input's, new axes (None) elsewhere."""
-    return tuple(a if a.extent == e else None for a, e in zip(x_axes[2:], out.shape[2:], strict=True))
-
-
-def fold_if_known(inputs: Sequence[Facts | None], compute: object) -> np.ndarray | None:
-    """The value `compute(*values)` when every present input is known, else None (stage 0 folding)."""
-    present = [f for f in inputs if f is not None]
-    if not all(f.value is not None for f in present):
-        return None
-    assert callable(compute)
-    return compute(*[np.asarray(f.value) for f in present])
+    return keep_unchanged(x_axes, out)[2:]
 
 
 class ConvRule(OpRule):
@@ -179,7 +156,8 @@ class ConvRule(OpRule):
         b = inputs[2] if len(inputs) == 3 else None
         if x is None or w is None:
             raise node.fail("X and W must be given")
-        require_elem(node, [f for f in (x, w, b) if f is not None], FLOATS)
+        require_same_elem(node, [f for f in (x, w, b) if f is not None])
+        require_elem(node, x, FLOATS, "X")
         xs, ws = static_extents(node, x, "X"), static_extents(node, w, "W")
         geo = self.geometry(node, xs, ws)
         if b is not None and static_extents(node, b, "B") != (ws[0],):
@@ -206,11 +184,9 @@ class ConvRule(OpRule):
         from loam.dialects.kernel import ConvOp
 
         present = [v for v in operands if v is not None]
-        geo = self.geometry(node, _ints(present[0]), _ints(present[1]))
+        geo = self.geometry(node, lowered_extents(present[0]), lowered_extents(present[1]))
         geo.pop("out")
-        op = ConvOp(present, ctx.result_types[:1], node.name, **geo)  # type: ignore[arg-type]
-        ctx.emit(op)
-        return [op.results[0]]
+        return emit_library(ctx, ConvOp(present, ctx.result_types[:1], node.name, **geo))  # type: ignore[arg-type]
 
 
 class ConvTransposeRule(OpRule):
@@ -287,7 +263,8 @@ class ConvTransposeRule(OpRule):
         b = inputs[2] if len(inputs) == 3 else None
         if x is None or w is None:
             raise node.fail("X and W must be given")
-        require_elem(node, [f for f in (x, w, b) if f is not None], FLOATS)
+        require_same_elem(node, [f for f in (x, w, b) if f is not None])
+        require_elem(node, x, FLOATS, "X")
         xs, ws = static_extents(node, x, "X"), static_extents(node, w, "W")
         geo = self.geometry(node, xs, ws)
         channels = geo.pop("channels")
@@ -317,19 +294,10 @@ class ConvTransposeRule(OpRule):
         from loam.dialects.kernel import ConvTransposeOp
 
         present = [v for v in operands if v is not None]
-        geo = self.geometry(node, _ints(present[0]), _ints(present[1]))
+        geo = self.geometry(node, lowered_extents(present[0]), lowered_extents(present[1]))
         geo.pop("out")
         geo.pop("channels")
-        op = ConvTransposeOp(present, ctx.result_types[:1], node.name, **geo)  # type: ignore[arg-type]
-        ctx.emit(op)
-        return [op.results[0]]
-
-
-def _ints(value: SSAValue) -> tuple[int, ...]:
-    """The static extents of a lowered operand."""
-    from loam.ops.lowering import axes_type
-
-    return tuple(d.const_value for d in axes_type(value).shape)
+        return emit_library(ctx, ConvTransposeOp(present, ctx.result_types[:1], node.name, **geo))  # type: ignore[arg-type]
 
 
 RULES: tuple[OpRule, ...] = (ConvRule(), ConvTransposeRule())

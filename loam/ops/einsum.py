@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 
 from loam.backends.numpy_kernels.normalization import _k_einsum
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, broadcast_axes, broadcast_shapes, same_axis
-from loam.ops.reduce import FLOATS, INTS, emit_all, require_elem
+from loam.ops.lowering import FLOAT_TYPES as FLOATS
+from loam.ops.operands import emit_library, require_elem
+from loam.ops.reduce import INTS
 from loam.poly import Poly
 
 if TYPE_CHECKING:
@@ -161,7 +163,7 @@ class EinsumRule(OpRule):
 
         present = [v for v in operands if v is not None]
         eq = self.equation(node, len(present))
-        return emit_all(ctx, EinsumOp(present, ctx.result_types, node.name, equation=str(eq)))
+        return emit_library(ctx, EinsumOp(present, ctx.result_types, node.name, equation=str(eq)))
 
 
 RULES: tuple[OpRule, ...] = (EinsumRule(),)

@@ -46,6 +46,7 @@ from loam.ops.lowering import (
     require_elem_types,
     typed_expr,
 )
+from loam.ops.lowering import FLOAT_TYPES as FLOATS
 from loam.poly import Poly
 
 if TYPE_CHECKING:
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
 
     from loam.dialects.tensor_axes import Axis
 
-FLOATS = ("f32", "f64", "f16", "bf16")
 INTS = ("i8", "i16", "i32", "i64")
 UINTS = ("ui8", "ui16", "ui32", "ui64")
 NUMERIC = FLOATS + INTS + UINTS

@@ -18,20 +18,8 @@ import numpy as np
 from loam import dtypes
 from loam.backends.numpy_kernels.indexing import _k_gather, _k_gather_elements, _k_scatter_elements
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity
-from loam.ops.movement import (
-    INDEX_TYPES,
-    MOVABLE,
-    AxesIn,
-    AxesOut,
-    MovementRule,
-    check_movable,
-    emit_library,
-    facts,
-    given,
-    known_ints,
-    norm_axis,
-    static,
-)
+from loam.ops.movement import MOVABLE, AxesIn, AxesOut, MovementRule, check_movable
+from loam.ops.operands import INDEX_TYPES, emit_library, facts, given, known_ints, norm_axis, static_extents
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -102,7 +90,7 @@ class GatherElementsRule(MovementRule):
         if x.rank != i.rank:
             raise node.fail(f"data and indices have ranks {x.rank} and {i.rank}; ONNX needs one")
         axis = norm_axis(node, int(node.attr("axis", 0)), x.rank)
-        dims, idims = static(node, x), static(node, i, "indices")
+        dims, idims = static_extents(node, x), static_extents(node, i, "the indices")
         for k, (d, e) in enumerate(zip(dims, idims, strict=True)):
             if k != axis and e > d:
                 raise node.fail(f"indices extent {e} exceeds the data's {d} at axis {k}")
@@ -154,7 +142,7 @@ class ScatterElementsRule(MovementRule):
             raise node.fail("indices and updates have different extents")
         axis = norm_axis(node, int(node.attr("axis", 0)), x.rank)
         reduction = self.reduction(node)
-        dims = static(node, x)
+        dims = static_extents(node, x)
         _bounded(node, i.value, dims[axis])
         value = None
         if x.value is not None and i.value is not None and u.value is not None:

@@ -1,20 +1,19 @@
 """Operator rules of the movement family: operators that move elements without arithmetic.
 
-Transpose lowers to `kernel.permute`; Reshape, Flatten, Squeeze and Unsqueeze to `kernel.regroup`
-(the same elements in row-major order); Expand to a `kernel.zip` that only broadcasts; Concat,
-Split, Slice, Pad, Tile and Trilu to library kernels; DepthToSpace and SpaceToDepth compose a
-regroup, a permute and a regroup.  Shape, Size and ConstantOfShape always fold, since this issue's
-extents are static.  Each rule restates the operator's older opsets in its current meaning (an
-attribute that later became an input is read either way) and refuses what it does not restate.
+Expand lowers to a `kernel.zip` that only broadcasts; Concat, Split, Slice, Pad, Tile and Trilu
+to library kernels.  Shape and Size always fold, since this issue's extents are static.  (The
+regrouping operators -- Transpose, Reshape, Flatten, Squeeze, Unsqueeze, DepthToSpace,
+SpaceToDepth -- live in `loam.ops.regroup`.)  Each rule restates the operator's older opsets in
+its current meaning (an attribute that later became an input is read either way) and refuses
+what it does not restate.
 
-Every operand that shapes the result (a Reshape target, Slice bounds, Pad widths, ...) must be
-known at build time: the result's extents would otherwise depend on a run-time value, which needs
-symbolic extents (a later issue).
+Every operand that shapes the result (Slice bounds, Pad widths, Split sizes, ...) must be known at
+build time: the result's extents would otherwise depend on a run-time value, which needs symbolic
+extents (a later issue).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -22,33 +21,31 @@ import numpy as np
 
 from loam import dtypes
 from loam.backends.numpy_kernels.movement import _k_concat, _k_pad, _k_slice, _k_split, _k_tile, _k_trilu
-from loam.errors import AxisError
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
+from loam.ops.lowering import COMPUTE_TYPES
+from loam.ops.operands import (
+    emit_library,
+    facts,
+    given,
+    ints_of,
+    keep_unchanged,
+    known_ints,
+    norm_axes,
+    norm_axis,
+    operand_facts,
+    optional,
+    static_extents,
+)
 from loam.poly import Poly
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
-    from loam.dialects.tensor_axes import AxesTensorType, Axis
+    from loam.dialects.tensor_axes import Axis
 
 # Element types the movement and indexing kernels carry: every type plain numpy (or ml_dtypes'
 # bfloat16) holds; strings and the sub-byte and 8-bit float types stop the build.
-MOVABLE: tuple[str, ...] = (
-    "f32",
-    "f64",
-    "f16",
-    "bf16",
-    "i8",
-    "i16",
-    "i32",
-    "i64",
-    "ui8",
-    "ui16",
-    "ui32",
-    "ui64",
-    "bool",
-)
-INDEX_TYPES: tuple[str, ...] = ("i32", "i64")
+MOVABLE: tuple[str, ...] = COMPUTE_TYPES
 # ONNX spells "to the end" as INT64_MAX (and exporters as INT32_MAX); both clamp like any end.
 
 AxesIn = Sequence["tuple[Axis, ...] | None"]
@@ -56,184 +53,13 @@ AxesOut = list["tuple[Axis | None, ...]"]
 
 
 # ---------------------------------------------------------------------------------------------
-# Helpers the movement and indexing rules share
+# Helpers the movement, regrouping and indexing rules share
 # ---------------------------------------------------------------------------------------------
-
-
-def given(node: NodeInfo, inputs: Sequence[Facts | None], index: int, what: str) -> Facts:
-    """Input `index`, which the operator requires."""
-    f = inputs[index] if index < len(inputs) else None
-    if f is None:
-        raise node.fail(f"the {what} input is absent")
-    return f
-
-
-def optional(inputs: Sequence[Facts | None], index: int) -> Facts | None:
-    return inputs[index] if index < len(inputs) else None
 
 
 def check_movable(node: NodeInfo, f: Facts, what: str = "data") -> None:
     if f.elem.name not in MOVABLE:
         raise node.unsupported(f"the {what} has element type {f.elem.name}; Loam moves {', '.join(MOVABLE)}")
-
-
-def static(node: NodeInfo, f: Facts, what: str = "data") -> tuple[int, ...]:
-    """`f`'s extents as integers; a symbolic extent stops the build (symbolic extents come later)."""
-    shape = f.static_shape()
-    if shape is None:
-        raise node.unsupported(
-            f"the {what} has symbolic extents [{', '.join(map(str, f.shape))}]; this operator needs numbers"
-        )
-    return shape
-
-
-def known_ints(node: NodeInfo, f: Facts, what: str) -> list[int]:
-    """The integers input `what` holds, which the build must know."""
-    if f.value is None:
-        raise node.unsupported(
-            f"the {what} input must be known at build time (a Constant, an integer initializer or a value "
-            f"the build folds); a {what} computed from a run-time value needs symbolic extents, not supported yet"
-        )
-    if f.elem.name not in ("i64", "i32", "i16", "i8", "ui8", "ui16", "ui32", "ui64"):
-        raise node.fail(f"the {what} input has element type {f.elem.name}; ONNX needs integers")
-    return [int(v) for v in np.asarray(f.value).reshape(-1)]
-
-
-def ints_of(node: NodeInfo, inputs: Sequence[Facts | None], index: int, what: str) -> list[int] | None:
-    """Optional integer input `index` (None when absent)."""
-    f = optional(inputs, index)
-    return None if f is None else known_ints(node, f, what)
-
-
-def norm_axis(node: NodeInfo, axis: int, rank: int, what: str = "axis") -> int:
-    """`axis` in [-rank, rank) as a non-negative index."""
-    if not -rank <= axis < rank:
-        raise node.fail(f"{what} {axis} is outside [{-rank}, {rank - 1}] for rank {rank}")
-    return axis + rank if axis < 0 else axis
-
-
-def norm_axes(node: NodeInfo, axes: Sequence[int], rank: int, what: str = "axes") -> list[int]:
-    out = [norm_axis(node, a, rank, what) for a in axes]
-    if len(set(out)) != len(out):
-        raise node.fail(f"{what} {list(axes)} name an axis twice")
-    return out
-
-
-def facts(elem: dtypes.ElementType, dims: Sequence[int], value: np.ndarray | None = None) -> Facts:
-    return Facts(elem, tuple(Poly.const(int(d)) for d in dims), value)
-
-
-def const_of(t: AxesTensorType) -> tuple[int, ...]:
-    return tuple(a.extent.const_value for a in t.axes)
-
-
-def keep_unchanged(inp: tuple[Axis, ...], out: Facts) -> tuple[Axis | None, ...]:
-    """Each input axis whose extent the operator left alone; a resized axis is new (None)."""
-    return tuple(a if a.extent == e else None for a, e in zip(inp, out.shape, strict=True))
-
-
-def _parts(axis: Axis) -> tuple[str, ...]:
-    return axis.parts or (axis.name,)
-
-
-def regroup_axes(inp: tuple[Axis, ...], out_dims: Sequence[int]) -> tuple[Axis | None, ...]:
-    """Name a row-major regrouping's output axes from its input axes (the WEP's regrouping rule).
-
-    Extent-1 axes hold nothing to regroup: an input one is dropped, an output one is new.  The
-    other axes pair up in consecutive runs whose extents multiply alike: one axis to one keeps
-    the axis, several to one is their merge `(A B)`, and one merge to as many axes as it has parts
-    splits it back into its parts.  Any other run is new (None): the layout names it.
-    """
-    result: list[Axis | None] = [None] * len(out_dims)
-    if any(not a.extent.is_const or a.extent.const_value == 0 for a in inp) or 0 in out_dims:
-        return tuple(result)
-    ins = [i for i, a in enumerate(inp) if a.extent.const_value != 1]
-    outs = [j for j, d in enumerate(out_dims) if d != 1]
-    i = j = 0
-    while i < len(ins) and j < len(outs):
-        group_in, group_out = [ins[i]], [outs[j]]
-        p_in, p_out = inp[ins[i]].extent.const_value, out_dims[outs[j]]
-        i, j = i + 1, j + 1
-        while p_in != p_out:
-            if p_in < p_out and i < len(ins):
-                group_in.append(ins[i])
-                p_in *= inp[ins[i]].extent.const_value
-                i += 1
-            elif p_out < p_in and j < len(outs):
-                group_out.append(outs[j])
-                p_out *= out_dims[outs[j]]
-                j += 1
-            else:
-                return tuple(result)
-        axes = [inp[k] for k in group_in]
-        try:
-            if len(group_in) == 1 and len(group_out) == 1:
-                result[group_out[0]] = axes[0]
-            elif len(group_out) == 1:
-                parts = [p for a in axes for p in _parts(a)]
-                from loam.dialects.tensor_axes import Axis
-
-                result[group_out[0]] = Axis.merged(parts, p_out)
-            elif len(group_in) == 1 and len(axes[0].parts) == len(group_out):
-                from loam.dialects.tensor_axes import Axis
-
-                for part, k in zip(axes[0].parts, group_out, strict=True):
-                    result[k] = Axis.named(part, out_dims[k])
-        except AxisError:
-            pass  # a merge naming one part twice ([Hidden, Hidden]) has no name: the layout gives one
-    return tuple(result)
-
-
-def positional_axes(inp: tuple[Axis, ...], out_dims: Sequence[int]) -> tuple[Axis | None, ...]:
-    """Squeeze and Unsqueeze carry every other axis by its position; an inserted axis is new.
-
-    The output's extents are the input's with extent-1 axes dropped or inserted.  `axes` sees
-    extents, not the node's axes operand, so where extent-1 axes sit side by side the earliest
-    ones are taken as the kept ones (the unit axes are interchangeable in what they hold).
-    """
-    result: list[Axis | None] = []
-    i = 0
-    for d in out_dims:
-        if i < len(inp) and inp[i].extent == Poly.const(d):
-            result.append(inp[i])
-            i += 1
-            continue
-        while i < len(inp) and inp[i].extent == Poly.const(1) and len(inp) - i > len(out_dims) - len(result):
-            i += 1  # a squeezed axis
-        if i < len(inp) and inp[i].extent == Poly.const(d):
-            result.append(inp[i])
-            i += 1
-        else:
-            result.append(None)
-    return tuple(result)
-
-
-def emit_library(ctx: LowerContext, op: object) -> list[SSAValue]:
-    ctx.emit(op)  # type: ignore[arg-type]
-    return list(op.results)  # type: ignore[attr-defined]
-
-
-def regroup(ctx: LowerContext, node: NodeInfo, x: SSAValue, result_type: AxesTensorType) -> SSAValue:
-    """`x` regrouped to `result_type` (no kernel when nothing changes)."""
-    from loam.dialects.kernel import RegroupOp
-
-    if x.type == result_type:
-        return x
-    op = RegroupOp(x, result_type, node.name)
-    ctx.emit(op)
-    return op.result
-
-
-def permute(
-    ctx: LowerContext, node: NodeInfo, x: SSAValue, perm: Sequence[int], result_type: AxesTensorType
-) -> SSAValue:
-    from loam.dialects.kernel import PermuteOp
-
-    if list(perm) == list(range(len(perm))) and x.type == result_type:
-        return x
-    op = PermuteOp(x, perm, result_type, node.name)
-    ctx.emit(op)
-    return op.result
 
 
 class MovementRule(OpRule):
@@ -242,219 +68,12 @@ class MovementRule(OpRule):
     elem_types = MOVABLE
 
 
-class _RegroupRule(MovementRule):
-    """A rule whose output is its input regrouped (Reshape, Flatten, Squeeze, Unsqueeze)."""
-
-    def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[int]:
-        raise NotImplementedError
-
-    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
-        x = given(node, inputs, 0, "data")
-        check_movable(node, x)
-        dims = self.out_dims(node, x, inputs)
-        value = None if x.value is None else np.reshape(x.value, dims)
-        return [facts(x.elem, dims, value)]
+class _ResizesAxes(MovementRule):
+    """A rule whose outputs keep the input's axes, resizing some (Split, Slice, Pad, Tile): a resized axis is new."""
 
     def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
         assert inputs[0] is not None
-        return [regroup_axes(inputs[0], static(node, outputs[0], "output"))]
-
-    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        assert operands[0] is not None
-        return [regroup(ctx, node, operands[0], ctx.result_types[0])]
-
-
-# ---------------------------------------------------------------------------------------------
-# Transpose, Reshape, Flatten, Squeeze, Unsqueeze
-# ---------------------------------------------------------------------------------------------
-
-
-class TransposeRule(MovementRule):
-    """ONNX Transpose: output axis i is input axis perm[i]; perm defaults to reversing the axes."""
-
-    op_types = ("Transpose",)
-    attributes = frozenset({"perm"})
-
-    def perm(self, node: NodeInfo, rank: int) -> list[int]:
-        perm = node.attr("perm")
-        if perm is None:
-            return list(range(rank))[::-1]
-        perm = [int(p) for p in perm]
-        if sorted(perm) != list(range(rank)):
-            raise node.fail(f"perm {perm} is not a permutation of the {rank} axes")
-        return perm
-
-    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
-        require_arity(node, inputs, 1)
-        x = given(node, inputs, 0, "data")
-        check_movable(node, x)
-        perm = self.perm(node, x.rank)
-        value = None if x.value is None else np.transpose(x.value, perm)
-        return [Facts(x.elem, tuple(x.shape[p] for p in perm), value)]
-
-    def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
-        assert inputs[0] is not None
-        return [tuple(inputs[0][p] for p in self.perm(node, len(inputs[0])))]
-
-    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        assert operands[0] is not None
-        rank = len(ctx.result_types[0].axes)
-        return [permute(ctx, node, operands[0], self.perm(node, rank), ctx.result_types[0])]
-
-
-class ReshapeRule(_RegroupRule):
-    """ONNX Reshape: 0 copies the input extent (unless allowzero), -1 takes what is left.
-
-    Opsets 1-4 give the shape as an attribute, 5+ as an input the build must know.
-    """
-
-    op_types = ("Reshape",)
-    attributes = frozenset({"shape", "allowzero", "consumed_inputs"})
-    limitations = "the shape input must be known at build time"
-
-    def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[int]:
-        if node.since < 5:
-            require_arity(node, inputs, 1)
-            target = node.attr("shape")
-            if target is None:
-                raise node.fail("has no shape attribute")
-            target = [int(t) for t in target]
-        else:
-            require_arity(node, inputs, 2)
-            target = known_ints(node, given(node, inputs, 1, "shape"), "shape")
-        dims = static(node, x)
-        allowzero = int_attr(node, "allowzero", 0, (0, 1))
-        if allowzero and 0 in target and -1 in target:
-            raise node.fail("with allowzero=1 a shape cannot hold both 0 and -1")
-        out: list[int] = []
-        for i, t in enumerate(target):
-            if t == 0 and not allowzero:
-                if i >= len(dims):
-                    raise node.fail(f"shape {target} copies axis {i}, which the data ({len(dims)} axes) lacks")
-                out.append(dims[i])
-            elif t < -1:
-                raise node.fail(f"shape {target} holds {t}")
-            else:
-                out.append(t)
-        total = int(np.prod(dims, dtype=np.int64))
-        if out.count(-1) > 1:
-            raise node.fail(f"shape {target} holds -1 more than once")
-        if -1 in out:
-            known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
-            if known == 0 or total % known:
-                raise node.fail(f"cannot reshape {total} elements into {target}")
-            out[out.index(-1)] = total // known
-        if int(np.prod(out, dtype=np.int64)) != total:
-            raise node.fail(f"cannot reshape {total} elements [{', '.join(map(str, dims))}] into {out}")
-        return out
-
-
-class FlattenRule(_RegroupRule):
-    """ONNX Flatten: axes [0, axis) and [axis, rank) merge into two (negative axis from opset 11)."""
-
-    op_types = ("Flatten",)
-    attributes = frozenset({"axis"})
-
-    def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[int]:
-        require_arity(node, inputs, 1)
-        dims = static(node, x)
-        axis = int(node.attr("axis", 1))
-        if not -len(dims) <= axis <= len(dims):
-            raise node.fail(f"axis {axis} is outside [{-len(dims)}, {len(dims)}]")
-        axis = axis + len(dims) if axis < 0 else axis
-        return [int(np.prod(dims[:axis], dtype=np.int64)), int(np.prod(dims[axis:], dtype=np.int64))]
-
-
-class SqueezeRule(_RegroupRule):
-    """ONNX Squeeze: drop the named extent-1 axes, or every one (axes attribute before 13, input from 13)."""
-
-    op_types = ("Squeeze",)
-    attributes = frozenset({"axes"})
-    limitations = "the axes input must be known at build time"
-
-    def dropped(self, node: NodeInfo, dims: Sequence[int], inputs: Sequence[Facts | None]) -> list[int]:
-        if node.since < 13:
-            require_arity(node, inputs, 1)
-            axes = node.attr("axes")
-        else:
-            require_arity(node, inputs, 1, 2)
-            axes = ints_of(node, inputs, 1, "axes")
-        if axes is None:
-            return [i for i, d in enumerate(dims) if d == 1]
-        if not len(axes) and 1 in dims:
-            # onnxruntime drops every extent-1 axis, ONNX's reference none: the meaning is not settled.
-            raise node.unsupported("the axes given are empty; ONNX does not say whether that squeezes every unit axis")
-        dropped = norm_axes(node, [int(a) for a in axes], len(dims))
-        for a in dropped:
-            if dims[a] != 1:
-                raise node.fail(f"cannot squeeze axis {a} of extent {dims[a]}")
-        return dropped
-
-    def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[int]:
-        dims = static(node, x)
-        dropped = self.dropped(node, dims, inputs)
-        return [d for i, d in enumerate(dims) if i not in dropped]
-
-    def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
-        assert inputs[0] is not None
-        return [positional_axes(inputs[0], static(node, outputs[0], "output"))]
-
-
-class UnsqueezeRule(_RegroupRule):
-    """ONNX Unsqueeze: insert extent-1 axes at the output positions named (attribute before 13, input from 13)."""
-
-    op_types = ("Unsqueeze",)
-    attributes = frozenset({"axes"})
-    limitations = "the axes input must be known at build time"
-
-    def inserted(self, node: NodeInfo, rank: int, inputs: Sequence[Facts | None]) -> list[int]:
-        if node.since < 13:
-            require_arity(node, inputs, 1)
-            axes = node.attr("axes")
-            if axes is None:
-                raise node.fail("has no axes attribute")
-        else:
-            require_arity(node, inputs, 2)
-            axes = known_ints(node, given(node, inputs, 1, "axes"), "axes")
-        return norm_axes(node, [int(a) for a in axes], rank + len(axes))
-
-    def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[int]:
-        dims = list(static(node, x))
-        inserted = self.inserted(node, len(dims), inputs)
-        rest = iter(dims)
-        return [1 if i in inserted else next(rest) for i in range(len(dims) + len(inserted))]
-
-    def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
-        assert inputs[0] is not None
-        return [positional_axes(inputs[0], static(node, outputs[0], "output"))]
-
-
-# ---------------------------------------------------------------------------------------------
-# Operands read again at lowering
-# ---------------------------------------------------------------------------------------------
-
-
-def operand_facts(operands: Sequence[SSAValue | None]) -> list[Facts | None]:
-    """What `lower` knows of its operands: extents, and the value of a folded constant.
-
-    Lowering recomputes a kernel's parameters from these with the same code `infer` used.
-    """
-    from loam.dialects.kernel import ConstantOp, WeightOp
-
-    out: list[Facts | None] = []
-    for v in operands:
-        if v is None:
-            out.append(None)
-            continue
-        t = v.type
-        value = None
-        if isinstance(v.owner, ConstantOp):
-            value = np.asarray(v.owner.value.to_numpy())  # type: ignore[attr-defined]
-        elif isinstance(v.owner, WeightOp) and v.owner.data is not None and v.type.elem.name in ("i64", "i32"):  # type: ignore[attr-defined]
-            # An integer initializer: stage 0 read it as known (weights are the float ones).
-            value = np.asarray(v.owner.data.to_numpy())
-        out.append(Facts(t.elem, tuple(a.extent for a in t.axes), value))  # type: ignore[attr-defined]
-    return out
+        return [keep_unchanged(inputs[0], f) for f in outputs]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -561,7 +180,7 @@ class ConcatRule(MovementRule):
         return emit_library(ctx, ConcatOp(present, [ctx.result_types[0]], node.name, axis=axis))
 
 
-class SplitRule(MovementRule):
+class SplitRule(_ResizesAxes):
     """ONNX Split: consecutive chunks along `axis`.
 
     The sizes come from the `split` attribute (before 13) or input (13+), else from `num_outputs`
@@ -574,7 +193,7 @@ class SplitRule(MovementRule):
 
     def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[int, list[int]]:
         x = given(node, inputs, 0, "input")
-        dims = static(node, x, "input")
+        dims = static_extents(node, x, "the input")
         axis = norm_axis(node, int(node.attr("axis", 0)), len(dims))
         extent = dims[axis]
         sizes: list[int] | None
@@ -609,7 +228,7 @@ class SplitRule(MovementRule):
         x = given(node, inputs, 0, "input")
         check_movable(node, x, "input")
         axis, sizes = self.plan(node, inputs)
-        dims = static(node, x, "input")
+        dims = static_extents(node, x, "the input")
         values: Sequence[np.ndarray | None] = [None] * len(sizes)
         if x.value is not None:
             values = _k_split(np.asarray(x.value), axis=axis, sizes=tuple(sizes))
@@ -617,10 +236,6 @@ class SplitRule(MovementRule):
         for s, v in zip(sizes, values, strict=True):
             out.append(facts(x.elem, [s if k == axis else d for k, d in enumerate(dims)], v))
         return out
-
-    def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
-        assert inputs[0] is not None
-        return [keep_unchanged(inputs[0], f) for f in outputs]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import SplitOp
@@ -670,7 +285,7 @@ def slice_plan(
     return tuple(first), tuple(counts), tuple(strides)
 
 
-class SliceRule(MovementRule):
+class SliceRule(_ResizesAxes):
     """ONNX Slice: starts/ends/axes attributes before opset 10; inputs (and steps) from 10."""
 
     op_types = ("Slice",)
@@ -679,7 +294,7 @@ class SliceRule(MovementRule):
 
     def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[tuple[int, ...], ...]:
         x = given(node, inputs, 0, "data")
-        dims = static(node, x)
+        dims = static_extents(node, x)
         if node.since < 10:
             require_arity(node, inputs, 1)
             starts, ends = node.attr("starts"), node.attr("ends")
@@ -701,10 +316,6 @@ class SliceRule(MovementRule):
             value = np.array(_k_slice(np.asarray(x.value), starts=starts, counts=counts, steps=steps))
         return [facts(x.elem, counts, value)]
 
-    def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
-        assert inputs[0] is not None
-        return [keep_unchanged(inputs[0], outputs[0])]
-
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import SliceOp
 
@@ -720,7 +331,7 @@ class SliceRule(MovementRule):
 PAD_MODES = ("constant", "reflect", "edge", "wrap")
 
 
-class PadRule(MovementRule):
+class PadRule(_ResizesAxes):
     """ONNX Pad: `paddings` (opset 1) / `pads` and `value` attributes (2-10), inputs from 11, `axes` from 18.
 
     Pads list the begins and then the ends of the padded axes; a negative pad crops.
@@ -732,7 +343,7 @@ class PadRule(MovementRule):
 
     def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[tuple[int, ...], str, float]:
         x = given(node, inputs, 0, "data")
-        dims = static(node, x)
+        dims = static_extents(node, x)
         rank = len(dims)
         mode = node.attr("mode", "constant")
         if mode not in PAD_MODES:
@@ -778,7 +389,7 @@ class PadRule(MovementRule):
         check_movable(node, x)
         pads, mode, value = self.plan(node, inputs)
         rank = x.rank
-        dims = [d + pads[a] + pads[rank + a] for a, d in enumerate(static(node, x))]
+        dims = [d + pads[a] + pads[rank + a] for a, d in enumerate(static_extents(node, x))]
         fill = optional(inputs, 2)
         if fill is not None and fill.elem != x.elem:
             raise node.fail(f"constant_value has element type {fill.elem.name}, the data {x.elem.name}")
@@ -787,10 +398,6 @@ class PadRule(MovementRule):
             fill_value = None if fill is None else np.asarray(fill.value)
             out = _k_pad(np.asarray(x.value), fill_value, pads=pads, mode=mode, value=value)
         return [facts(x.elem, dims, out)]
-
-    def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
-        assert inputs[0] is not None
-        return [keep_unchanged(inputs[0], outputs[0])]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import PadOp
@@ -808,7 +415,7 @@ class PadRule(MovementRule):
         return emit_library(ctx, PadOp(kernel_inputs, [ctx.result_types[0]], node.name, **params))  # type: ignore[arg-type]
 
 
-class TileRule(MovementRule):
+class TileRule(_ResizesAxes):
     """ONNX Tile (opset 6+): the input repeated along each axis; the repeats known at build time."""
 
     op_types = ("Tile",)
@@ -829,13 +436,9 @@ class TileRule(MovementRule):
         x = given(node, inputs, 0, "input")
         check_movable(node, x, "input")
         reps = self.repeats(node, inputs)
-        dims = [d * r for d, r in zip(static(node, x, "input"), reps, strict=True)]
+        dims = [d * r for d, r in zip(static_extents(node, x, "the input"), reps, strict=True)]
         value = None if x.value is None else _k_tile(np.asarray(x.value), repeats=reps)
         return [facts(x.elem, dims, value)]
-
-    def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
-        assert inputs[0] is not None
-        return [keep_unchanged(inputs[0], outputs[0])]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import TileOp
@@ -890,108 +493,6 @@ class TriluRule(MovementRule):
 
 
 # ---------------------------------------------------------------------------------------------
-# DepthToSpace and SpaceToDepth: regroup, permute, regroup
-# ---------------------------------------------------------------------------------------------
-
-
-def _fresh(node: NodeInfo, what: str) -> str:
-    """A name for an axis only a composition's intermediate value carries."""
-    stem = re.sub(r"\W+", "_", node.name).strip("_")
-    return f"Block{what}_{stem}" if stem else f"Block{what}"
-
-
-class _BlockRule(MovementRule):
-    """DepthToSpace and SpaceToDepth over [N, C, H, W] with `blocksize` b, mode DCR or CRD."""
-
-    attributes = frozenset({"blocksize", "mode"})
-
-    def params(self, node: NodeInfo) -> tuple[int, str]:
-        b = node.attr("blocksize")
-        if b is None or int(b) < 1:
-            raise node.fail("needs a positive blocksize")
-        mode = node.attr("mode", "DCR")
-        if mode not in ("DCR", "CRD"):
-            raise node.fail(f"mode '{mode}' is neither DCR nor CRD")
-        return int(b), mode
-
-    def out_dims(self, node: NodeInfo, dims: Sequence[int], b: int) -> list[int]:
-        raise NotImplementedError
-
-    def steps(self, dims: Sequence[int], b: int, mode: str) -> tuple[list[int], list[int]]:
-        """The 6-axis regrouping of the input and the permutation that follows it."""
-        raise NotImplementedError
-
-    def compute(self, x: np.ndarray, out: Sequence[int], b: int, mode: str) -> np.ndarray:
-        grouped, perm = self.steps(x.shape, b, mode)
-        return np.reshape(np.transpose(np.reshape(x, grouped), perm), out)
-
-    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
-        require_arity(node, inputs, 1)
-        x = given(node, inputs, 0, "input")
-        check_movable(node, x, "input")
-        dims = static(node, x, "input")
-        if len(dims) != 4:
-            raise node.fail(f"the input has rank {len(dims)}; {node.op_type} needs [N, C, H, W]")
-        b, mode = self.params(node)
-        out = self.out_dims(node, dims, b)
-        value = None if x.value is None else self.compute(np.asarray(x.value), out, b, mode)
-        return [facts(x.elem, out, value)]
-
-    def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
-        assert inputs[0] is not None
-        return [(inputs[0][0], None, None, None)]
-
-    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.dialects.tensor_axes import AxesTensorType, Axis
-
-        x = operands[0]
-        assert x is not None
-        xt: AxesTensorType = x.type  # type: ignore[assignment]
-        b, mode = self.params(node)
-        grouped, perm = self.steps(const_of(xt), b, mode)
-        names = [_fresh(node, str(k)) for k in range(len(grouped))]
-        g_axes = [Axis.named(n, d) for n, d in zip(names, grouped, strict=True)]
-        g = regroup(ctx, node, x, AxesTensorType(xt.elem, g_axes))
-        p = permute(ctx, node, g, perm, AxesTensorType(xt.elem, [g_axes[i] for i in perm]))
-        return [regroup(ctx, node, p, ctx.result_types[0])]
-
-
-class DepthToSpaceRule(_BlockRule):
-    """ONNX DepthToSpace: channel blocks moved into b x b spatial blocks (DCR before opset 11)."""
-
-    op_types = ("DepthToSpace",)
-
-    def out_dims(self, node: NodeInfo, dims: Sequence[int], b: int) -> list[int]:
-        n, c, h, w = dims
-        if c % (b * b):
-            raise node.fail(f"channels {c} are not a multiple of blocksize {b} squared")
-        return [n, c // (b * b), h * b, w * b]
-
-    def steps(self, dims: Sequence[int], b: int, mode: str) -> tuple[list[int], list[int]]:
-        n, c, h, w = dims
-        if mode == "DCR":
-            return [n, b, b, c // (b * b), h, w], [0, 3, 4, 1, 5, 2]
-        return [n, c // (b * b), b, b, h, w], [0, 1, 4, 2, 5, 3]
-
-
-class SpaceToDepthRule(_BlockRule):
-    """ONNX SpaceToDepth: b x b spatial blocks moved into channels (the inverse of DepthToSpace)."""
-
-    op_types = ("SpaceToDepth",)
-
-    def out_dims(self, node: NodeInfo, dims: Sequence[int], b: int) -> list[int]:
-        n, c, h, w = dims
-        if h % b or w % b:
-            raise node.fail(f"spatial extents {h}x{w} are not multiples of blocksize {b}")
-        return [n, c * b * b, h // b, w // b]
-
-    def steps(self, dims: Sequence[int], b: int, mode: str) -> tuple[list[int], list[int]]:
-        n, c, h, w = dims
-        grouped = [n, c, h // b, b, w // b, b]
-        return grouped, ([0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4])
-
-
-# ---------------------------------------------------------------------------------------------
 # Shape and Size: known at build time, since extents are
 # ---------------------------------------------------------------------------------------------
 
@@ -1005,7 +506,7 @@ class ShapeRule(MovementRule):
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 1)
-        dims = static(node, given(node, inputs, 0, "data"))
+        dims = static_extents(node, given(node, inputs, 0, "data"))
         rank = len(dims)
         start, end = int(node.attr("start", 0)), node.attr("end")
         end = rank if end is None else int(end)
@@ -1023,16 +524,11 @@ class SizeRule(MovementRule):
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 1)
-        dims = static(node, given(node, inputs, 0, "data"))
+        dims = static_extents(node, given(node, inputs, 0, "data"))
         return [facts(dtypes.by_name("i64"), (), np.array(int(np.prod(dims, dtype=np.int64)), dtype=np.int64))]
 
 
 RULES: tuple[OpRule, ...] = (
-    TransposeRule(),
-    ReshapeRule(),
-    FlattenRule(),
-    SqueezeRule(),
-    UnsqueezeRule(),
     ExpandRule(),
     ConcatRule(),
     SplitRule(),
@@ -1040,8 +536,6 @@ RULES: tuple[OpRule, ...] = (
     PadRule(),
     TileRule(),
     TriluRule(),
-    DepthToSpaceRule(),
-    SpaceToDepthRule(),
     ShapeRule(),
     SizeRule(),
 )

@@ -23,7 +23,9 @@ from loam.backends.numpy_kernels.common import _narrowed, _widened
 from loam.backends.numpy_kernels.normalization import _k_group_norm, _k_lrn, _k_normalize
 from loam.dialects.tensor_axes import Axis
 from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
-from loam.ops.reduce import FLOATS, emit_all, require_elem, resolve_axis, unit_axis
+from loam.ops.lowering import FLOAT_TYPES as FLOATS
+from loam.ops.operands import emit_library, norm_axis, require_elem
+from loam.ops.reduce import unit_axis
 from loam.poly import Poly
 
 if TYPE_CHECKING:
@@ -241,7 +243,7 @@ class InstanceNormRule(OpRule):
         assert x is not None
         t: AxesTensorType = x.type  # type: ignore[assignment]
         params = self.params(node, t.rank, "float64" if t.elem.name == "f64" else "float32")
-        return emit_all(ctx, NormalizeOp(list(operands), ctx.result_types, node.name, **params))  # type: ignore[arg-type]
+        return emit_library(ctx, NormalizeOp(list(operands), ctx.result_types, node.name, **params))  # type: ignore[arg-type]
 
 
 class LayerNormRule(OpRule):
@@ -268,7 +270,7 @@ class LayerNormRule(OpRule):
         raise node.unsupported(f"stash_type {code} is not supported (f32 = 1 or f64 = 11)")
 
     def params(self, node: NodeInfo, rank: int, elem: str, outputs: int) -> dict[str, object]:
-        axis = resolve_axis(node, int(node.attr("axis", -1)), rank)
+        axis = norm_axis(node, int(node.attr("axis", -1)), rank)
         return {
             "axes": tuple(range(axis, rank)),
             "epsilon": float(node.attr("epsilon", 1e-5)),
@@ -285,7 +287,7 @@ class LayerNormRule(OpRule):
         _same_elem(node, x, [scale] + ([bias] if bias else []), ["Scale"] + (["B"] if bias else []))
         if x.rank == 0:
             raise node.fail("X must have rank 1 or more")
-        axis = resolve_axis(node, int(node.attr("axis", -1)), x.rank)
+        axis = norm_axis(node, int(node.attr("axis", -1)), x.rank)
         trailing = x.shape[axis:]
         for f, name in ((scale, "Scale"), (bias, "B")):
             if f is not None and (f.rank > len(trailing) or any(
@@ -318,7 +320,7 @@ class LayerNormRule(OpRule):
     ) -> list[tuple[Axis | None, ...]]:
         x = inputs[0]
         assert x is not None
-        axis = resolve_axis(node, int(node.attr("axis", -1)), len(x))
+        axis = norm_axis(node, int(node.attr("axis", -1)), len(x))
         taken = [a.name for a in x[:axis]]
         stats: list[Axis] = list(x[:axis])
         for a in x[axis:]:
@@ -342,7 +344,7 @@ class LayerNormRule(OpRule):
         if 1 < n < 3:
             # Mean alone: the kernel computes both statistics; InvStdDev's type is Mean's.
             types = [*ctx.result_types, ctx.result_types[1]]
-        results = emit_all(ctx, NormalizeOp(present, types, node.name, **params))  # type: ignore[arg-type]
+        results = emit_library(ctx, NormalizeOp(present, types, node.name, **params))  # type: ignore[arg-type]
         return results[:n]
 
 
@@ -413,7 +415,7 @@ class GroupNormRule(OpRule):
         x = operands[0]
         assert x is not None
         params = self.params(node, x.type.elem.name)  # type: ignore[attr-defined]
-        return emit_all(ctx, GroupNormOp(list(operands), ctx.result_types, node.name, **params))  # type: ignore[arg-type]
+        return emit_library(ctx, GroupNormOp(list(operands), ctx.result_types, node.name, **params))  # type: ignore[arg-type]
 
 
 class LrnRule(KeepsAxes):
@@ -449,7 +451,7 @@ class LrnRule(KeepsAxes):
 
         x = operands[0]
         assert x is not None
-        return emit_all(ctx, LrnOp([x], ctx.result_types, node.name, **self.params(node)))  # type: ignore[arg-type]
+        return emit_library(ctx, LrnOp([x], ctx.result_types, node.name, **self.params(node)))  # type: ignore[arg-type]
 
 
 RULES: tuple[OpRule, ...] = (BatchNormRule(), InstanceNormRule(), LayerNormRule(), GroupNormRule(), LrnRule())

@@ -22,15 +22,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
-from loam.ops.conv import (
-    FLOATS,
-    fold_if_known,
-    kept_spatial_axes,
-    require_elem,
-    spatial_attrs,
-    static_extents,
-    window_geometry,
-)
+from loam.ops.conv import kept_spatial_axes, spatial_attrs, window_geometry
+from loam.ops.lowering import FLOAT_TYPES as FLOATS
+from loam.ops.operands import emit_library, fold_if_known, given, lowered_extents, require_elem, static_extents
 from loam.poly import Poly
 
 if TYPE_CHECKING:
@@ -113,10 +107,8 @@ class PoolRule(OpRule):
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 1)
-        x = inputs[0]
-        if x is None:
-            raise node.fail("X must be given")
-        require_elem(node, [x], self.elem_types if node.op_type == "MaxPool" else FLOATS)
+        x = given(node, inputs, 0, "X")
+        require_elem(node, x, self.elem_types if node.op_type == "MaxPool" else FLOATS, "X")
         xs = static_extents(node, x, "X")
         # MaxPool's optional Indices output: the graph names it, so the node's outputs decide.
         n_outputs = self.outputs_wanted(node)
@@ -149,14 +141,11 @@ class PoolRule(OpRule):
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import PoolOp
-        from loam.ops.conv import _ints
 
         x = operands[0]
         assert x is not None
-        params = self.params(node, _ints(x), len(ctx.result_types), ctx.result_types[0].elem.name)
-        op = PoolOp([x], ctx.result_types, node.name, **params)  # type: ignore[arg-type]
-        ctx.emit(op)
-        return list(op.results)
+        params = self.params(node, lowered_extents(x), len(ctx.result_types), ctx.result_types[0].elem.name)
+        return emit_library(ctx, PoolOp([x], ctx.result_types, node.name, **params))  # type: ignore[arg-type]
 
 
 RULES: tuple[OpRule, ...] = (PoolRule(),)

@@ -18,18 +18,27 @@ from collections.abc import Iterable, Sequence
 from itertools import combinations
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from loam import dtypes
 from loam.backends.numpy_kernels.reduce import _k_arg_reduce, _k_cumsum, _k_reduce, _k_softmax, _k_topk
 from loam.dialects.tensor_axes import Axis
 from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity
+from loam.ops.lowering import FLOAT_TYPES as FLOATS
+from loam.ops.operands import (
+    INDEX_TYPES,
+    emit_library,
+    given,
+    ints_of,
+    known_ints,
+    norm_axis,
+    operand_facts,
+    require_elem,
+    static_extents,
+)
 from loam.poly import Poly
 
 if TYPE_CHECKING:
-    from xdsl.ir import Operation, SSAValue
+    from xdsl.ir import SSAValue
 
-FLOATS = ("f32", "f64", "f16", "bf16")
 INTS = ("i32", "i64")
 UNIT_AXIS = "Unit"
 
@@ -44,69 +53,6 @@ def unit_axis(taken: Iterable[str]) -> Axis:
     while f"{UNIT_AXIS}{i or ''}" in used:
         i += 1
     return Axis.named(f"{UNIT_AXIS}{i or ''}", 1)
-
-
-def require_elem(node: NodeInfo, facts: Facts, allowed: Sequence[str], what: str = "the input") -> None:
-    """Stop the build when `facts` has an element type the rule does not compute."""
-    if facts.elem.name not in allowed:
-        raise node.unsupported(
-            f"{what} has element type {facts.elem.name}; Loam computes this operator in {', '.join(allowed)}"
-        )
-
-
-def resolve_axis(node: NodeInfo, axis: int, rank: int, what: str = "axis") -> int:
-    """`axis` in [-rank, rank) as a non-negative index; anything else stops the build."""
-    if not -rank <= axis < rank:
-        raise node.fail(f"{what} {axis} is out of range for rank {rank}")
-    return axis + rank if axis < 0 else axis
-
-
-def known_ints(node: NodeInfo, facts: Facts | None, what: str) -> list[int]:
-    """The integers of an operand the build must know (axes, k, CumSum's axis)."""
-    if facts is None:
-        raise node.fail(f"{what} is absent")
-    if facts.elem.name not in ("i32", "i64"):
-        raise node.fail(f"{what} has element type {facts.elem.name}; ONNX needs i32 or i64")
-    if facts.value is None:
-        raise node.unsupported(f"{what} is computed at run time; Loam needs it known at build time")
-    return [int(v) for v in np.asarray(facts.value).reshape(-1)]
-
-
-def static_extents(node: NodeInfo, facts: Facts) -> tuple[int, ...]:
-    shape = facts.static_shape()
-    if shape is None:
-        raise node.unsupported("symbolic extents are not supported by this operator yet")
-    return shape
-
-
-def _single_input(node: NodeInfo, inputs: Sequence[Facts | None]) -> Facts:
-    x = inputs[0] if inputs else None
-    if x is None:
-        raise node.fail("the data input is absent")
-    return x
-
-
-def emit_all(ctx: LowerContext, op: Operation) -> list[SSAValue]:
-    """Emit `op` and return all its results."""
-    ctx.emit(op)
-    return list(op.results)
-
-
-def operand_ints(node: NodeInfo, value: SSAValue | None) -> list[int] | None:
-    """The integers a folded operand holds at lowering (a `kernel.constant`); None when absent."""
-    from loam.dialects.kernel import ConstantOp, WeightOp
-
-    if value is None:
-        return None
-    op = value.owner
-    data = None
-    if isinstance(op, ConstantOp):
-        data = op.value
-    elif isinstance(op, WeightOp):
-        data = op.data  # an integer initializer: stage 0 read it, so the graph holds its data
-    if data is None:
-        raise node.unsupported("an operand that sets a shape is computed at run time; Loam needs it known")
-    return [int(v) for v in np.asarray(data.to_numpy()).reshape(-1)]
 
 
 def dropped_axes(x: Sequence[Axis], out: Sequence[Poly]) -> tuple[Axis | None, ...]:
@@ -198,7 +144,7 @@ class ReduceRule(OpRule):
             noop = False
         if not axes:
             return () if noop else tuple(range(rank))
-        resolved = [resolve_axis(node, a, rank, "reduced axis") for a in axes]
+        resolved = [norm_axis(node, a, rank, "reduced axis") for a in axes]
         if len(set(resolved)) != len(resolved):
             raise node.fail(f"axes {axes} name one axis twice")
         return tuple(sorted(resolved))
@@ -208,12 +154,11 @@ class ReduceRule(OpRule):
             require_arity(node, inputs, 1, 2)
         else:
             require_arity(node, inputs, 1)
-        x = _single_input(node, inputs)
+        x = given(node, inputs, 0, "data")
         kind = REDUCE_KINDS[node.op_type]
         allowed = (*FLOATS, *INTS, "i8", "ui8", "bool") if kind in ("max", "min") else (*FLOATS, *INTS)
         require_elem(node, x, allowed)
-        given = inputs[1] if len(inputs) == 2 else None
-        axes = self.reduced_axes(node, None if given is None else known_ints(node, given, "the axes input"), x.rank)
+        axes = self.reduced_axes(node, ints_of(node, inputs, 1, "axes", INDEX_TYPES), x.rank)
         if not axes and kind in PASS_THROUGH_KINDS:
             return [x]
         keep = bool(int_attr(node, "keepdims", 1, (0, 1)))
@@ -239,14 +184,14 @@ class ReduceRule(OpRule):
 
         x = operands[0]
         assert x is not None
-        given = operand_ints(node, operands[1]) if len(operands) == 2 else None
+        axes_in = ints_of(node, operand_facts(operands), 1, "axes", INDEX_TYPES)
         rank = len(x.type.axes)  # type: ignore[attr-defined]
-        axes = self.reduced_axes(node, given, rank)
+        axes = self.reduced_axes(node, axes_in, rank)
         kind = REDUCE_KINDS[node.op_type]
         if not axes and kind in PASS_THROUGH_KINDS:
             return [x]
         keep = int_attr(node, "keepdims", 1, (0, 1))
-        return emit_all(ctx, ReduceOp([x], ctx.result_types, node.name, kind=kind, axes=axes, keepdims=keep))
+        return emit_library(ctx, ReduceOp([x], ctx.result_types, node.name, kind=kind, axes=axes, keepdims=keep))
 
 
 class ArgReduceRule(OpRule):
@@ -258,11 +203,11 @@ class ArgReduceRule(OpRule):
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 1)
-        x = _single_input(node, inputs)
+        x = given(node, inputs, 0, "data")
         require_elem(node, x, self.elem_types)
         if x.rank == 0:
             raise node.fail("the input must have rank 1 or more")
-        axis = resolve_axis(node, int(node.attr("axis", 0)), x.rank)
+        axis = norm_axis(node, int(node.attr("axis", 0)), x.rank)
         keep = bool(int_attr(node, "keepdims", 1, (0, 1)))
         shape = tuple(Poly.const(1) if i == axis else d for i, d in enumerate(x.shape) if keep or i != axis)
         if x.shape[axis] == Poly.const(0):
@@ -275,7 +220,7 @@ class ArgReduceRule(OpRule):
     def params(self, node: NodeInfo, rank: int) -> dict[str, int | str]:
         return {
             "kind": "max" if node.op_type == "ArgMax" else "min",
-            "axis": resolve_axis(node, int(node.attr("axis", 0)), rank),
+            "axis": norm_axis(node, int(node.attr("axis", 0)), rank),
             "keepdims": int_attr(node, "keepdims", 1, (0, 1)),
             "select_last_index": int_attr(node, "select_last_index", 0, (0, 1)),
         }
@@ -285,7 +230,7 @@ class ArgReduceRule(OpRule):
     ) -> list[tuple[Axis | None, ...]]:
         x = inputs[0]
         assert x is not None
-        axis = resolve_axis(node, int(node.attr("axis", 0)), len(x))
+        axis = norm_axis(node, int(node.attr("axis", 0)), len(x))
         if bool(int_attr(node, "keepdims", 1, (0, 1))):
             if x[axis].extent == Poly.const(1):
                 return [x]
@@ -299,7 +244,7 @@ class ArgReduceRule(OpRule):
         x = operands[0]
         assert x is not None
         params = self.params(node, len(x.type.axes))  # type: ignore[attr-defined]
-        return emit_all(ctx, ArgReduceOp([x], ctx.result_types, node.name, **params))
+        return emit_library(ctx, ArgReduceOp([x], ctx.result_types, node.name, **params))
 
 
 class TopKRule(OpRule):
@@ -326,12 +271,12 @@ class TopKRule(OpRule):
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 1 if node.since < 10 else 2)
-        x = _single_input(node, inputs)
+        x = given(node, inputs, 0, "data")
         require_elem(node, x, self.elem_types)
         if x.rank == 0:
             raise node.fail("the input must have rank 1 or more")
-        k = self.k_of(node, known_ints(node, inputs[1], "the k input") if node.since >= 10 else None)
-        axis = resolve_axis(node, int(node.attr("axis", -1)), x.rank)
+        k = self.k_of(node, known_ints(node, inputs[1], "k", INDEX_TYPES) if node.since >= 10 else None)
+        axis = norm_axis(node, int(node.attr("axis", -1)), x.rank)
         extent = static_extents(node, x)[axis]
         if not 0 <= k <= extent:
             raise node.fail(f"k = {k} is not in [0, {extent}], the extent of axis {axis}")
@@ -344,7 +289,7 @@ class TopKRule(OpRule):
     def params(self, node: NodeInfo, k: int, rank: int) -> dict[str, int]:
         return {
             "k": k,
-            "axis": resolve_axis(node, int(node.attr("axis", -1)), rank),
+            "axis": norm_axis(node, int(node.attr("axis", -1)), rank),
             "largest": int_attr(node, "largest", 1, (0, 1)),
             "sorted": int_attr(node, "sorted", 1, (0, 1)),
         }
@@ -354,7 +299,7 @@ class TopKRule(OpRule):
     ) -> list[tuple[Axis | None, ...]]:
         x = inputs[0]
         assert x is not None
-        axis = resolve_axis(node, int(node.attr("axis", -1)), len(x))
+        axis = norm_axis(node, int(node.attr("axis", -1)), len(x))
         # k of n elements is a new axis (the layout names it) unless it keeps them all.
         kept = x[axis] if outputs[0].shape[axis] == x[axis].extent else None
         named = tuple(kept if i == axis else a for i, a in enumerate(x))
@@ -366,9 +311,9 @@ class TopKRule(OpRule):
         x = operands[0]
         assert x is not None
         rank = len(x.type.axes)  # type: ignore[attr-defined]
-        axis = resolve_axis(node, int(node.attr("axis", -1)), rank)
+        axis = norm_axis(node, int(node.attr("axis", -1)), rank)
         k = ctx.result_types[0].shape[axis].const_value
-        return emit_all(ctx, TopKOp([x], ctx.result_types, node.name, **self.params(node, k, rank)))
+        return emit_library(ctx, TopKOp([x], ctx.result_types, node.name, **self.params(node, k, rank)))
 
 
 class CumSumRule(KeepsAxes):
@@ -384,18 +329,18 @@ class CumSumRule(KeepsAxes):
         if axis is None or len(axis) != 1:
             raise node.fail("the axis input must hold one integer")
         return {
-            "axis": resolve_axis(node, axis[0], rank),
+            "axis": norm_axis(node, axis[0], rank),
             "exclusive": int_attr(node, "exclusive", 0, (0, 1)),
             "reverse": int_attr(node, "reverse", 0, (0, 1)),
         }
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 2)
-        x = _single_input(node, inputs)
+        x = given(node, inputs, 0, "data")
         require_elem(node, x, self.elem_types)
         if x.rank == 0:
             raise node.fail("the input must have rank 1 or more")
-        params = self.params(node, known_ints(node, inputs[1], "the axis input"), x.rank)
+        params = self.params(node, known_ints(node, inputs[1], "axis", INDEX_TYPES), x.rank)
         value = _k_cumsum(x.value, **params) if x.value is not None else None
         return [Facts(x.elem, x.shape, value)]
 
@@ -404,8 +349,8 @@ class CumSumRule(KeepsAxes):
 
         x = operands[0]
         assert x is not None
-        params = self.params(node, operand_ints(node, operands[1]), len(x.type.axes))  # type: ignore[attr-defined]
-        return emit_all(ctx, CumSumOp([x], ctx.result_types, node.name, **params))
+        params = self.params(node, ints_of(node, operand_facts(operands), 1, "axis", INDEX_TYPES), len(x.type.axes))  # type: ignore[attr-defined]
+        return emit_library(ctx, CumSumOp([x], ctx.result_types, node.name, **params))
 
 
 SOFTMAX_KINDS: dict[str, str] = {"Softmax": "softmax", "LogSoftmax": "log_softmax", "Hardmax": "hardmax"}
@@ -425,7 +370,7 @@ class SoftmaxRule(KeepsAxes):
 
     def normalised_axes(self, node: NodeInfo, rank: int) -> tuple[int, ...]:
         if node.since >= 13:
-            return (resolve_axis(node, int(node.attr("axis", -1)), rank),)
+            return (norm_axis(node, int(node.attr("axis", -1)), rank),)
         # Opsets 1-11 accept axis = rank (an empty trailing block): each element is its own row.
         axis = int(node.attr("axis", 1))
         if not -rank <= axis <= rank:
@@ -435,7 +380,7 @@ class SoftmaxRule(KeepsAxes):
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 1)
-        x = _single_input(node, inputs)
+        x = given(node, inputs, 0, "data")
         require_elem(node, x, self.elem_types)
         if x.rank == 0 and node.since >= 13:
             raise node.fail("the input must have rank 1 or more")
@@ -450,7 +395,7 @@ class SoftmaxRule(KeepsAxes):
         assert x is not None
         axes = self.normalised_axes(node, len(x.type.axes))  # type: ignore[attr-defined]
         kind = SOFTMAX_KINDS[node.op_type]
-        return emit_all(ctx, SoftmaxOp([x], ctx.result_types, node.name, kind=kind, axes=axes))
+        return emit_library(ctx, SoftmaxOp([x], ctx.result_types, node.name, kind=kind, axes=axes))
 
 
 RULES: tuple[OpRule, ...] = (ReduceRule(), ArgReduceRule(), TopKRule(), CumSumRule(), SoftmaxRule())

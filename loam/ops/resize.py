@@ -15,13 +15,15 @@ extent keeps its axis, a resized one is new (the layout names it).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
-from loam.ops.conv import FLOATS, static_extents
+from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, float_attr, int_attr, require_arity
+from loam.ops.lowering import FLOAT_TYPES as FLOATS
+from loam.ops.operands import emit_library, keep_unchanged, lowered_extents, operand_facts, static_extents
 from loam.poly import Poly
 
 if TYPE_CHECKING:
@@ -111,7 +113,11 @@ class ResizeRule(OpRule):
                 raise node.unsupported("antialias=1 is not supported")
             params = {"mode": mode, "coordinate_mode": coordinate, "nearest_mode": nearest}
             if mode == "cubic":
-                params["cubic_coeff_a"] = float(node.attr("cubic_coeff_a", -0.75))
+                coeff = float_attr(node, "cubic_coeff_a", -0.75)
+                if not math.isfinite(coeff):
+                    # A NaN or infinite coefficient makes every cubic weight NaN: a model error, not a number.
+                    raise node.fail(f"cubic_coeff_a must be finite, got {coeff}")
+                params["cubic_coeff_a"] = coeff
                 params["exclude_outside"] = int_attr(node, "exclude_outside", 0, (0, 1))
             if coordinate == "tf_crop_and_resize":
                 params["extrapolation_value"] = float(node.attr("extrapolation_value", 0.0))
@@ -228,38 +234,16 @@ class ResizeRule(OpRule):
         x = inputs[0]
         assert x is not None
         # Resize may resize any axis (N and C too), so every axis is compared.
-        return [tuple(a if a.extent == e else None for a, e in zip(x, outputs[0].shape, strict=True))]
+        return [keep_unchanged(x, outputs[0])]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import ResizeOp
-        from loam.ops.conv import _ints
 
         x = operands[0]
         assert x is not None
-        roi, scales, sizes = (_constant(v) for v in self._operands(node, operands))
-        params = self.settle(node, _ints(x), roi, scales, sizes)
-        op = ResizeOp([x], ctx.result_types[:1], node.name, **params)  # type: ignore[arg-type]
-        ctx.emit(op)
-        return [op.results[0]]
-
-
-def _constant(value: object) -> np.ndarray | None:
-    """The value a lowered operand holds when it is known: a folded constant or an integer initializer.
-
-    Integer initializers (Resize's `sizes`) lower to `kernel.weight`s carrying their data; stage 0
-    knows them too, so `infer` and `lower` settle the same geometry.  A float initializer is a
-    weight whose value is never read at build time (`infer` has refused it already).
-    """
-    from loam.dialects.kernel import ConstantOp, WeightOp
-
-    owner = getattr(value, "owner", None)
-    if isinstance(owner, ConstantOp):
-        return owner.value.to_numpy()
-    if isinstance(owner, WeightOp) and owner.data is not None:
-        data = np.asarray(owner.data.to_numpy())  # type: ignore[attr-defined]
-        if data.dtype.kind in "iu":
-            return data
-    return None
+        roi, scales, sizes = (None if f is None else f.value for f in self._operands(node, operand_facts(operands)))
+        params = self.settle(node, lowered_extents(x), roi, scales, sizes)
+        return emit_library(ctx, ResizeOp([x], ctx.result_types[:1], node.name, **params))  # type: ignore[arg-type]
 
 
 RULES: tuple[OpRule, ...] = (ResizeRule(),)

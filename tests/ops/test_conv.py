@@ -149,5 +149,5 @@ def test_conv_refuses_integer_input() -> None:
     model = one_node("Conv", x, {"w": np.ones((1, 1, 1, 1), np.float32)})
     model.graph.input[0].type.tensor_type.elem_type = onnx.TensorProto.INT32
     model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.ones((1, 1, 1, 1), np.int32), "w"))
-    with pytest.raises(UnsupportedError, match="Conv node 'n': element type i32 is not supported"):
+    with pytest.raises(UnsupportedError, match="Conv node 'n': X has element type i32; Loam computes this operator in"):
         build_for(model)

@@ -185,7 +185,7 @@ def test_refusals() -> None:
 
 def test_regroup_names_merges() -> None:
     from loam.dialects.tensor_axes import Axis
-    from loam.ops.movement import regroup_axes
+    from loam.ops.regroup import regroup_axes
 
     n, c, h, w = (Axis.named(a, e) for a, e in (("N", 2), ("C", 3), ("H", 4), ("W", 5)))
     merged = regroup_axes((n, c, h, w), [2, 60])

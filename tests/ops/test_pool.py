@@ -130,7 +130,7 @@ def test_pool_refusals() -> None:
     with pytest.raises(ShapeError, match="AveragePool node 'n': spatial axis 0: the window spans 7"):
         run_loam(one_node("AveragePool", x, kernel_shape=[7, 1]), {"x": x})
     xi = x.astype(np.int8)
-    with pytest.raises(UnsupportedError, match="AveragePool node 'n': element type i8 is not supported"):
+    with pytest.raises(UnsupportedError, match="AveragePool node 'n': X has element type i8; Loam computes"):
         run_loam(one_node("AveragePool", xi, kernel_shape=[2, 2]), {"x": xi})
 
 

@@ -176,6 +176,13 @@ def test_resize_refusals() -> None:
         run_loam(model, {"x": X, "s": scales(1, 1, 2, 2)})
 
 
+@pytest.mark.parametrize("coeff", [float("nan"), float("inf"), float("-inf")])
+def test_resize_refuses_non_finite_cubic_coeff(coeff: float) -> None:
+    model = one_node("Resize", X, {"roi": None, "scales": scales(1, 1, 2, 2)}, mode="cubic", cubic_coeff_a=coeff)
+    with pytest.raises(ShapeError, match="Resize node 'n': cubic_coeff_a must be finite"):
+        run_loam(model, {"x": X})
+
+
 def _with_initializers(x: np.ndarray, inputs: Mapping[str, np.ndarray | None], **attrs: object) -> onnx.ModelProto:
     """A Resize reading `x`, then `inputs` in order as initializers (None: an absent input)."""
     names = ["x", *(k if v is not None else "" for k, v in inputs.items())]

@@ -1,0 +1,167 @@
+"""Reading a node's operands: known values, static extents, axes; emitting a library kernel.
+
+Every operator family reads its operands the same way: an input it requires, the integers an
+operand the build must know holds (a Reshape target, reduced axes, Pad widths, ...), extents as
+numbers (symbolic extents are a later issue), an axis attribute in [-rank, rank).  `lower`
+reads the same operands again from the kernel graph (`operand_facts`) and recomputes a kernel's
+parameters with the code `infer` used.  One version of each lives here, so a rule and its
+refusals read alike in every family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from loam import dtypes
+from loam.ops.base import Facts, LowerContext, NodeInfo
+from loam.poly import Poly
+
+if TYPE_CHECKING:
+    from xdsl.ir import Operation, SSAValue
+
+    from loam.dialects.tensor_axes import Axis
+
+# The element types an operand holding integers (a shape, axes, pads) may have.
+INTEGER_TYPES: tuple[str, ...] = ("i64", "i32", "i16", "i8", "ui8", "ui16", "ui32", "ui64")
+# Indices, axes and counts where ONNX allows only these.
+INDEX_TYPES: tuple[str, ...] = ("i32", "i64")
+
+
+def given(node: NodeInfo, inputs: Sequence[Facts | None], index: int, what: str) -> Facts:
+    """Input `index`, which the operator requires."""
+    f = optional(inputs, index)
+    if f is None:
+        raise node.fail(f"the {what} input is absent")
+    return f
+
+
+def optional(inputs: Sequence[Facts | None], index: int) -> Facts | None:
+    """Input `index`, None when absent or beyond the inputs given."""
+    return inputs[index] if index < len(inputs) else None
+
+
+def known_ints(node: NodeInfo, f: Facts | None, what: str, types: Sequence[str] = INTEGER_TYPES) -> list[int]:
+    """The integers input `what` holds, which the build must know (a shape, axes, k, pads, ...)."""
+    if f is None:
+        raise node.fail(f"the {what} input is absent")
+    if f.elem.name not in types:
+        needs = "integers" if tuple(types) == INTEGER_TYPES else " or ".join(types)
+        raise node.fail(f"the {what} input has element type {f.elem.name}; ONNX needs {needs}")
+    if f.value is None:
+        raise node.unsupported(
+            f"the {what} input must be known at build time (a Constant, an integer initializer or a value "
+            f"the build folds); one computed from a run-time value needs symbolic extents, not supported yet"
+        )
+    return [int(v) for v in np.asarray(f.value).reshape(-1)]
+
+
+def ints_of(
+    node: NodeInfo, inputs: Sequence[Facts | None], index: int, what: str, types: Sequence[str] = INTEGER_TYPES
+) -> list[int] | None:
+    """Optional integer input `index` (None when absent), which the build must know when given."""
+    f = optional(inputs, index)
+    return None if f is None else known_ints(node, f, what, types)
+
+
+def static_extents(node: NodeInfo, f: Facts, what: str = "the data") -> tuple[int, ...]:
+    """`f`'s extents as integers; a symbolic extent stops the build (symbolic extents come later)."""
+    shape = f.static_shape()
+    if shape is None:
+        raise node.unsupported(
+            f"{what} has symbolic extents [{', '.join(map(str, f.shape))}]; {node.op_type} needs them as numbers "
+            "at build time, so fix them with the `dims` option"
+        )
+    return shape
+
+
+def norm_axis(node: NodeInfo, axis: int, rank: int, what: str = "axis") -> int:
+    """`axis` in [-rank, rank) as a non-negative index; anything else stops the build."""
+    if not -rank <= axis < rank:
+        raise node.fail(f"{what} {axis} is out of range for rank {rank} (it must lie in [{-rank}, {rank - 1}])")
+    return axis + rank if axis < 0 else axis
+
+
+def norm_axes(node: NodeInfo, axes: Sequence[int], rank: int, what: str = "axes") -> list[int]:
+    """Each of `axes` as by `norm_axis`; naming one axis twice stops the build."""
+    out = [norm_axis(node, a, rank, what) for a in axes]
+    if len(set(out)) != len(out):
+        raise node.fail(f"{what} {list(axes)} name an axis twice")
+    return out
+
+
+def require_elem(node: NodeInfo, f: Facts, allowed: Sequence[str], what: str = "the input") -> None:
+    """Stop the build when `f` has an element type the rule does not compute."""
+    if f.elem.name not in allowed:
+        raise node.unsupported(
+            f"{what} has element type {f.elem.name}; Loam computes this operator in {', '.join(allowed)}"
+        )
+
+
+def require_same_elem(node: NodeInfo, facts: Sequence[Facts]) -> None:
+    """All of `facts` share one element type, as ONNX's type constraint asks."""
+    elem = facts[0].elem
+    for f in facts[1:]:
+        if f.elem != elem:
+            raise node.fail(f"operands have element types {elem.name} and {f.elem.name}; ONNX needs one")
+
+
+def keep_unchanged(inp: tuple[Axis, ...], out: Facts) -> tuple[Axis | None, ...]:
+    """Each input axis whose extent the operator left alone; a resized axis is new (None)."""
+    return tuple(a if a.extent == e else None for a, e in zip(inp, out.shape, strict=True))
+
+
+def facts(elem: dtypes.ElementType, dims: Sequence[int], value: np.ndarray | None = None) -> Facts:
+    """Facts of a value with the static extents `dims`."""
+    return Facts(elem, tuple(Poly.const(int(d)) for d in dims), value)
+
+
+def fold_if_known(inputs: Sequence[Facts | None], compute: Callable[..., np.ndarray]) -> np.ndarray | None:
+    """The value `compute(*values)` when every present input is known, else None (stage 0 folding)."""
+    present = [f for f in inputs if f is not None]
+    if not all(f.value is not None for f in present):
+        return None
+    return compute(*[np.asarray(f.value) for f in present])
+
+
+# ---------------------------------------------------------------------------------------------
+# Operands read again at lowering
+# ---------------------------------------------------------------------------------------------
+
+
+def operand_facts(operands: Sequence[SSAValue | None]) -> list[Facts | None]:
+    """What `lower` knows of its operands: extents, and the value of a folded constant.
+
+    Lowering recomputes a kernel's parameters from these with the same code `infer` used.
+    """
+    from loam.dialects.kernel import ConstantOp, WeightOp
+
+    out: list[Facts | None] = []
+    for v in operands:
+        if v is None:
+            out.append(None)
+            continue
+        t = v.type
+        value = None
+        if isinstance(v.owner, ConstantOp):
+            value = np.asarray(v.owner.value.to_numpy())  # type: ignore[attr-defined]
+        elif isinstance(v.owner, WeightOp) and v.owner.data is not None and v.type.elem.name in INTEGER_TYPES:  # type: ignore[attr-defined]
+            # An integer initializer: stage 0 read it as known (weights are the float ones, never read).
+            value = np.asarray(v.owner.data.to_numpy())
+        out.append(Facts(t.elem, tuple(a.extent for a in t.axes), value))  # type: ignore[attr-defined]
+    return out
+
+
+def lowered_extents(value: SSAValue) -> tuple[int, ...]:
+    """The static extents of a lowered operand."""
+    from loam.ops.lowering import axes_type
+
+    return tuple(d.const_value for d in axes_type(value).shape)
+
+
+def emit_library(ctx: LowerContext, op: Operation) -> list[SSAValue]:
+    """Emit `op` (a library kernel, or any op) and return all its results."""
+    ctx.emit(op)
+    return list(op.results)
