@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity, same_axis
+from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
 from loam.ops.operands import (
     emit_library,
@@ -122,6 +122,20 @@ def kept_spatial_axes(x_axes: tuple[Axis, ...], out: Facts) -> tuple[Axis | None
     return keep_unchanged(x_axes, out)[2:]
 
 
+def _frame(node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]) -> tuple[int, tuple[int, ...], int]:
+    """What Conv and ConvTranspose check alike: the ranks, kernel_shape against W, and `group`;
+    returns the number of spatial axes, the kernel extents and the group count."""
+    if len(x) < 3 or len(x) > 5:
+        raise node.unsupported(f"X has rank {len(x)}; Loam convolves over 1 to 3 spatial axes")
+    if len(w) != len(x):
+        raise node.fail(f"W has rank {len(w)}, X has rank {len(x)}; they must agree")
+    kernel = tuple(w[2:])
+    given = node.attr("kernel_shape")
+    if given is not None and tuple(int(k) for k in given) != kernel:
+        raise node.fail(f"kernel_shape {list(given)} disagrees with W's spatial extents {list(kernel)}")
+    return len(x) - 2, kernel, int_attr(node, "group", 1)
+
+
 class ConvRule(OpRule):
     """ONNX Conv (opsets 1-22): X (N, C, *S) with W (M, C/group, *K) and an optional bias B (M)."""
 
@@ -131,16 +145,7 @@ class ConvRule(OpRule):
     limitations = "static extents only; negative pads are refused"
 
     def geometry(self, node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]) -> dict[str, object]:
-        if len(x) < 3 or len(x) > 5:
-            raise node.unsupported(f"X has rank {len(x)}; Loam convolves over 1 to 3 spatial axes")
-        if len(w) != len(x):
-            raise node.fail(f"W has rank {len(w)}, X has rank {len(x)}; they must agree")
-        nsp = len(x) - 2
-        kernel = tuple(w[2:])
-        given = node.attr("kernel_shape")
-        if given is not None and tuple(int(k) for k in given) != kernel:
-            raise node.fail(f"kernel_shape {list(given)} disagrees with W's spatial extents {list(kernel)}")
-        group = int(node.attr("group", 1))
+        nsp, kernel, group = _frame(node, x, w)
         if group < 1 or x[1] % group or w[0] % group:
             raise node.fail(f"group {group} does not divide the {x[1]} input and {w[0]} output channels")
         if x[1] // group != w[1]:
@@ -204,16 +209,7 @@ class ConvTransposeRule(OpRule):
     limitations = "static extents only; negative pads are refused"
 
     def geometry(self, node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]) -> dict[str, object]:
-        if len(x) < 3 or len(x) > 5:
-            raise node.unsupported(f"X has rank {len(x)}; Loam convolves over 1 to 3 spatial axes")
-        if len(w) != len(x):
-            raise node.fail(f"W has rank {len(w)}, X has rank {len(x)}; they must agree")
-        nsp = len(x) - 2
-        kernel = tuple(w[2:])
-        given = node.attr("kernel_shape")
-        if given is not None and tuple(int(k) for k in given) != kernel:
-            raise node.fail(f"kernel_shape {list(given)} disagrees with W's spatial extents {list(kernel)}")
-        group = int(node.attr("group", 1))
+        nsp, kernel, group = _frame(node, x, w)
         if group < 1 or x[1] % group:
             raise node.fail(f"group {group} does not divide the {x[1]} input channels")
         if x[1] != w[0]:
