@@ -59,6 +59,18 @@ def _channel_vector(node: NodeInfo, f: Facts, channels: Poly, name: str) -> None
         raise node.fail(f"{name} must have extents [{channels}], got [{', '.join(map(str, f.shape))}]")
 
 
+def _per_channel_axes(
+    node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], names: Sequence[str]
+) -> tuple[Axis, ...]:
+    """X's axes, after checking each per-channel parameter's axis is X's channel axis (axis 1)."""
+    x = inputs[0]
+    assert x is not None
+    for p, name in zip(inputs[1:], names, strict=True):
+        assert p is not None
+        same_axis(node, x[1], p[0], f"between X's channel axis and {name}")
+    return x
+
+
 def _stash(x: Facts) -> str:
     """The numpy dtype the moments are computed in: f64 for f64 data, f32 otherwise."""
     return "float64" if x.elem.name == "f64" else "float32"
@@ -145,12 +157,7 @@ class BatchNormRule(OpRule):
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
     ) -> list[tuple[Axis | None, ...]]:
-        x = inputs[0]
-        assert x is not None
-        for p, name in zip(inputs[1:], ("scale", "B", "mean", "var"), strict=True):
-            assert p is not None
-            same_axis(node, x[1], p[0], f"between X's channel axis and {name}")
-        return [x]
+        return [_per_channel_axes(node, inputs, ("scale", "B", "mean", "var"))]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import Expr, RegroupOp
@@ -229,12 +236,7 @@ class InstanceNormRule(OpRule):
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
     ) -> list[tuple[Axis | None, ...]]:
-        x = inputs[0]
-        assert x is not None
-        for p, name in zip(inputs[1:], ("scale", "B"), strict=True):
-            assert p is not None
-            same_axis(node, x[1], p[0], f"between the input's channel axis and {name}")
-        return [x]
+        return [_per_channel_axes(node, inputs, ("scale", "B"))]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import NormalizeOp
