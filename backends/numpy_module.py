@@ -39,25 +39,18 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from loam.backends import numpy_runtime
 from loam.backends.numpy_kernels import elementwise as elementwise_kernels
+from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, format_float
 from loam.dialects.kernel import (
-    Binary,
     CastOp,
-    Const,
     ConstantOp,
-    Convert,
-    Expr,
     LibraryOp,
     MatmulOp,
-    Operand,
     PermuteOp,
     ProgramOp,
     RegroupOp,
     ReturnOp,
-    Select,
-    Unary,
     WeightOp,
     ZipOp,
-    format_float,
 )
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import AxisError, LoamError, UnsupportedError

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from loam.dialects.kernel import Expr
+    from loam.dialects.expr import Expr
 
 
 def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -97,7 +97,7 @@ def function_of(source: str) -> Any:
 def evaluate(expr: Expr, operands: Sequence[np.ndarray]) -> np.ndarray:
     """`expr` over `operands` with the functions the generated module calls (stage 0's folding)."""
     from loam import dtypes
-    from loam.dialects.kernel import Binary, Const, Convert, Operand, Select, Unary
+    from loam.dialects.expr import Binary, Const, Convert, Operand, Select, Unary
 
     values: list[Any] = []
     with np.errstate(all="ignore"):

@@ -24,7 +24,7 @@ from onnx import TensorProto
 
 from loam import dtypes
 from loam.backends.numpy_kernels.elementwise import evaluate
-from loam.dialects.kernel import Expr
+from loam.dialects.expr import Expr
 from loam.ops.base import (
     Facts,
     KeepsAxes,

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 import numpy as np
 from xdsl.ir import SSAValue
 
-from loam.dialects.kernel import ConstantOp, Convert, Expr, PermuteOp, ZipOp
+from loam.dialects.expr import Convert, Expr
+from loam.dialects.kernel import ConstantOp, PermuteOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.ops.base import LowerContext, NodeInfo
 

@@ -223,8 +223,8 @@ class GemmRule(OpRule):
         return [out]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.expr import Expr
         from loam.dialects.graph import set_name_hint
-        from loam.dialects.kernel import Expr
         from loam.ops.lowering import emit_zip, transposed
 
         a, b = operands[0], operands[1]

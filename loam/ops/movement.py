@@ -109,7 +109,8 @@ class ExpandRule(MovementRule):
         return [tuple(x[k - lead] if k >= lead and x[k - lead].extent == e else None for k, e in enumerate(out))]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.dialects.kernel import Expr, ZipOp
+        from loam.dialects.expr import Expr
+        from loam.dialects.kernel import ZipOp
 
         x = operands[0]
         assert x is not None

@@ -160,7 +160,8 @@ class BatchNormRule(OpRule):
         return [_per_channel_axes(node, inputs, ("scale", "B", "mean", "var"))]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.dialects.kernel import Expr, RegroupOp
+        from loam.dialects.expr import Expr
+        from loam.dialects.kernel import RegroupOp
         from loam.dialects.tensor_axes import AxesTensorType
         from loam.ops.lowering import compute_elem, emit_zip
 

@@ -1,0 +1,397 @@
+"""`Expr`: an elementwise computation as data, the value of the `#kernel.expr` attribute.
+
+A `kernel.zip` computes an `Expr` over its broadcast operands.  It is data, never a closure, so
+fusion can compose it (`substitute`) and a backend can print it as numpy or WGSL.  Its text form,
+`[step, ...]`, lists the steps; each is `operand I`, `const V : ELEM`, `UNARY J`, `BINARY J K`,
+`select C A B` or `cast J : ELEM`, reading earlier steps by index; the last step is the result.
+Kept apart from `loam.dialects.kernel` (which defines the attribute) because the operator rules,
+stage-0 folding and the backends build and evaluate Exprs without any IR.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from xdsl.parser import AttrParser
+
+from loam import dtypes
+
+UNARY_OPS: frozenset[str] = frozenset(
+    {
+        "neg", "abs", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "reciprocal", "floor",
+        "ceil", "round", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+        "acosh", "atanh", "erf", "sign", "softplus", "softsign", "identity", "not", "isnan",
+        "isinf",
+    }
+)  # fmt: skip
+"""Unary step operators: ONNX's elementwise unary operators, lower-cased, and `not` (logical),
+`isnan`, `isinf` (either sign), which produce bool."""
+
+BINARY_OPS: frozenset[str] = frozenset(
+    {
+        "add", "sub", "mul", "div", "pow", "max", "min", "mod", "fmod", "equal", "less",
+        "less_equal", "greater", "greater_equal", "and", "or", "xor", "shl", "shr",
+    }
+)  # fmt: skip
+"""Binary step operators.  `div` truncates toward zero on integers; `pow` keeps the base's type;
+`mod` takes the divisor's sign, `fmod` the dividend's; comparisons and `and`/`or`/`xor` produce bool;
+`shl`/`shr` shift unsigned integers."""
+
+
+@dataclass(frozen=True)
+class Operand:
+    """Step `operand I`: the kernel's operand `index`, broadcast to the result's extents."""
+
+    index: int
+
+    def __str__(self) -> str:
+        return f"operand {self.index}"
+
+
+@dataclass(frozen=True, eq=False)
+class Const:
+    """Step `const V : ELEM`: a scalar folded into the expression (`elem` is a Loam element type).
+
+    Equality compares the value's bits, so `nan` equals `nan` and `-0.0` differs from `0.0`: two
+    constants are equal exactly when they print the same.
+    """
+
+    value: float
+    elem: str = "f32"
+
+    def __post_init__(self) -> None:
+        value = float(self.value)
+        if math.isnan(value):
+            value = math.nan  # one canonical NaN: the text form cannot spell payloads
+        object.__setattr__(self, "value", value)
+
+    def _key(self) -> tuple[bytes, str]:
+        return struct.pack("<d", self.value), self.elem
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Const) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __str__(self) -> str:
+        return f"const {format_float(self.value)} : {self.elem}"
+
+
+@dataclass(frozen=True)
+class Unary:
+    """Step `OP J`: a unary operator applied to step `arg`."""
+
+    op: str
+    arg: int
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.arg}"
+
+
+@dataclass(frozen=True)
+class Binary:
+    """Step `OP J K`: a binary operator applied to steps `lhs` and `rhs`."""
+
+    op: str
+    lhs: int
+    rhs: int
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.lhs} {self.rhs}"
+
+
+@dataclass(frozen=True)
+class Select:
+    """Step `select C A B`: step `a` where step `cond` (bool) holds, else step `b` (ONNX Where)."""
+
+    cond: int
+    a: int
+    b: int
+
+    def __str__(self) -> str:
+        return f"select {self.cond} {self.a} {self.b}"
+
+
+@dataclass(frozen=True)
+class Convert:
+    """Step `cast J : ELEM`: step `arg` converted to element type `elem` (ONNX Cast's meaning).
+
+    Halves are computed in f32: the lowering widens them with a cast at the start of an Expr and
+    narrows the result with one at its end, so each node rounds where onnxruntime rounds.
+    """
+
+    arg: int
+    elem: str
+
+    def __str__(self) -> str:
+        return f"cast {self.arg} : {self.elem}"
+
+
+Step = Operand | Const | Unary | Binary | Select | Convert
+
+
+def format_float(value: float) -> str:
+    """`value` as MLIR-lexable text that parses back to the same float (`1.0e-05`, `-inf`, `nan`)."""
+    if math.isnan(value) or math.isinf(value):
+        return repr(value)
+    text = repr(value)
+    mantissa, sep, exponent = text.partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"  # MLIR's float literal needs a point: `1e-05` would lex as `1` and `e`
+    return mantissa + sep + exponent
+
+
+def _step_args(step: Step) -> tuple[int, ...]:
+    if isinstance(step, Unary):
+        return (step.arg,)
+    if isinstance(step, Binary):
+        return (step.lhs, step.rhs)
+    if isinstance(step, Select):
+        return (step.cond, step.a, step.b)
+    if isinstance(step, Convert):
+        return (step.arg,)
+    return ()
+
+
+def _shift(step: Step, mapping: Sequence[int]) -> Step:
+    """`step` with its step references renumbered through `mapping`."""
+    if isinstance(step, Unary):
+        return Unary(step.op, mapping[step.arg])
+    if isinstance(step, Binary):
+        return Binary(step.op, mapping[step.lhs], mapping[step.rhs])
+    if isinstance(step, Select):
+        return Select(mapping[step.cond], mapping[step.a], mapping[step.b])
+    if isinstance(step, Convert):
+        return Convert(mapping[step.arg], step.elem)
+    return step
+
+
+class _Builder:
+    """Appends steps with sharing: a step equal to an existing one reuses its index."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self._index: dict[Step, int] = {}
+
+    def add(self, step: Step) -> int:
+        found = self._index.get(step)
+        if found is not None:
+            return found
+        self.steps.append(step)
+        self._index[step] = len(self.steps) - 1
+        return len(self.steps) - 1
+
+    def splice(self, expr: Expr, operands: Sequence[int] | None = None) -> int:
+        """Copy `expr`'s steps in; `operands[i]` (a step here) replaces `operand i` when given."""
+        mapping: list[int] = []
+        for step in expr.steps:
+            if isinstance(step, Operand) and operands is not None:
+                mapping.append(operands[step.index])
+            else:
+                mapping.append(self.add(_shift(step, mapping)))
+        return mapping[-1]
+
+    def finish(self, root: int) -> Expr:
+        """The expression computing step `root`, keeping only the steps it reads (so it is last)."""
+        live: set[int] = set()
+        stack = [root]
+        while stack:
+            i = stack.pop()
+            if i not in live:
+                live.add(i)
+                stack.extend(_step_args(self.steps[i]))
+        renumber: dict[int, int] = {}
+        kept: list[Step] = []
+        for i, step in enumerate(self.steps):
+            if i in live:
+                kept.append(_shift(step, renumber))  # type: ignore[arg-type]
+                renumber[i] = len(kept) - 1
+        return Expr(tuple(kept))
+
+
+@dataclass(frozen=True)
+class Expr:
+    """An elementwise computation over a kernel's operands, as a list of steps.
+
+    Each step reads only steps before it; the last step is the result.  Build one with the
+    builders (they share equal sub-expressions and drop unused steps):
+
+    >>> x, b = Expr.operand(0), Expr.operand(1)
+    >>> str(x.binary("add", b).unary("relu"))
+    '[operand 0, operand 1, add 0 1, relu 2]'
+    >>> str(x.binary("mul", Expr.const(0.5)))
+    '[operand 0, const 0.5 : f32, mul 0 1]'
+    """
+
+    steps: tuple[Step, ...]
+
+    def __post_init__(self) -> None:
+        if not self.steps:
+            raise ValueError("an expression needs at least one step")
+        for i, step in enumerate(self.steps):
+            if isinstance(step, Operand):
+                if step.index < 0:
+                    raise ValueError(f"step {i}: operand index {step.index} is negative")
+            elif isinstance(step, Const):
+                if step.elem not in dtypes.BY_NAME:
+                    raise ValueError(f"step {i}: unknown element type '{step.elem}'")
+            elif isinstance(step, Unary):
+                if step.op not in UNARY_OPS:
+                    raise ValueError(f"step {i}: unknown unary operator '{step.op}'")
+            elif isinstance(step, Binary):
+                if step.op not in BINARY_OPS:
+                    raise ValueError(f"step {i}: unknown binary operator '{step.op}'")
+            elif isinstance(step, Convert):
+                if step.elem not in dtypes.BY_NAME:
+                    raise ValueError(f"step {i}: unknown element type '{step.elem}'")
+            elif not isinstance(step, Select):
+                raise ValueError(f"step {i}: {step!r} is not a step")
+            for arg in _step_args(step):
+                if not 0 <= arg < i:
+                    raise ValueError(f"step {i} ({step}) reads step {arg}, which is not an earlier step")
+
+    # -- builders ----------------------------------------------------------------------------
+
+    @staticmethod
+    def operand(index: int) -> Expr:
+        """The kernel's operand `index`."""
+        return Expr((Operand(index),))
+
+    @staticmethod
+    def const(value: float, elem: str = "f32") -> Expr:
+        """A scalar constant of element type `elem`."""
+        return Expr((Const(value, elem),))
+
+    def unary(self, op: str) -> Expr:
+        """`op` applied to this expression's result (`op` in `UNARY_OPS`)."""
+        b = _Builder()
+        root = b.splice(self)
+        return b.finish(b.add(Unary(op, root)))
+
+    def binary(self, op: str, other: Expr | float) -> Expr:
+        """`op(self, other)` (`op` in `BINARY_OPS`); a float `other` is an f32 constant."""
+        if not isinstance(other, Expr):
+            other = Expr.const(other)
+        b = _Builder()
+        lhs = b.splice(self)
+        rhs = b.splice(other)
+        return b.finish(b.add(Binary(op, lhs, rhs)))
+
+    def cast(self, elem: str) -> Expr:
+        """This expression's result converted to element type `elem`."""
+        b = _Builder()
+        root = b.splice(self)
+        return b.finish(b.add(Convert(root, elem)))
+
+    @staticmethod
+    def select(cond: Expr, a: Expr | float, b: Expr | float) -> Expr:
+        """`a` where `cond` holds, else `b`; a float is an f32 constant."""
+        a = a if isinstance(a, Expr) else Expr.const(a)
+        b = b if isinstance(b, Expr) else Expr.const(b)
+        builder = _Builder()
+        roots = [builder.splice(e) for e in (cond, a, b)]
+        return builder.finish(builder.add(Select(*roots)))
+
+    def __add__(self, other: Expr | float) -> Expr:
+        return self.binary("add", other)
+
+    def __sub__(self, other: Expr | float) -> Expr:
+        return self.binary("sub", other)
+
+    def __mul__(self, other: Expr | float) -> Expr:
+        return self.binary("mul", other)
+
+    def __truediv__(self, other: Expr | float) -> Expr:
+        return self.binary("div", other)
+
+    def __neg__(self) -> Expr:
+        return self.unary("neg")
+
+    # -- composition (for fusion) ----------------------------------------------------------------
+
+    def substitute(self, operands: Sequence[Expr]) -> Expr:
+        """This expression with `operand i` replaced by `operands[i]` (fusing producers into it).
+
+        `Expr.operand(0).unary("relu").substitute([a + b])` computes `relu(a + b)`.
+        """
+        if len(operands) < self.arity:
+            raise ValueError(f"expression reads {self.arity} operands, {len(operands)} given")
+        b = _Builder()
+        roots = [b.splice(e) for e in operands]
+        return b.finish(b.splice(self, roots))
+
+    def remap_operands(self, mapping: Sequence[int] | Mapping[int, int]) -> Expr:
+        """This expression reading operand `mapping[i]` wherever it read operand `i`."""
+        return self.substitute([Expr.operand(mapping[i]) for i in range(self.arity)])
+
+    # -- queries ----------------------------------------------------------------------------------
+
+    @property
+    def operand_indices(self) -> frozenset[int]:
+        """The operand indices the steps read."""
+        return frozenset(s.index for s in self.steps if isinstance(s, Operand))
+
+    @property
+    def arity(self) -> int:
+        """One more than the largest operand index read (0 when no operand is read)."""
+        return max(self.operand_indices, default=-1) + 1
+
+    def __str__(self) -> str:
+        return "[" + ", ".join(str(s) for s in self.steps) + "]"
+
+    # -- text ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def parse_steps(parser: AttrParser) -> Expr:
+        """Parse `[step, ...]` with an xDSL parser, reporting bad steps at their position."""
+        start = parser.pos
+        steps = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: _parse_step(parser))
+        try:
+            return Expr(tuple(steps))
+        except ValueError as e:
+            parser.raise_error(str(e), start, parser.pos)
+
+
+def _parse_step(parser: AttrParser) -> Step:
+    at = parser.pos
+    word = parser.parse_identifier(context_msg=" (an expression step)")
+    if word == "operand":
+        return Operand(parser.parse_integer(allow_boolean=False, allow_negative=False))
+    if word == "const":
+        value = _parse_float_word(parser)
+        parser.parse_punctuation(":")
+        elem = parser.parse_identifier(context_msg=" (an element type)")
+        if elem not in dtypes.BY_NAME:
+            parser.raise_error(f"unknown element type '{elem}'", at, parser.pos)
+        return Const(value, elem)
+    if word in UNARY_OPS:
+        return Unary(word, parser.parse_integer(allow_boolean=False, allow_negative=False))
+    if word in BINARY_OPS:
+        lhs = parser.parse_integer(allow_boolean=False, allow_negative=False)
+        return Binary(word, lhs, parser.parse_integer(allow_boolean=False, allow_negative=False))
+    if word == "select":
+        args = [parser.parse_integer(allow_boolean=False, allow_negative=False) for _ in range(3)]
+        return Select(*args)
+    if word == "cast":
+        arg = parser.parse_integer(allow_boolean=False, allow_negative=False)
+        parser.parse_punctuation(":")
+        elem = parser.parse_identifier(context_msg=" (an element type)")
+        if elem not in dtypes.BY_NAME:
+            parser.raise_error(f"unknown element type '{elem}'", at, parser.pos)
+        return Convert(arg, elem)
+    parser.raise_error(f"unknown expression step '{word}'", at, parser.pos)
+
+
+def _parse_float_word(parser: AttrParser) -> float:
+    """A number, or `inf` / `-inf` / `nan` (which MLIR's lexer reads as identifiers)."""
+    negative = parser.parse_optional_punctuation("-") is not None
+    word = parser.parse_optional_keyword_in(("inf", "nan"))
+    if word is not None:
+        value = math.inf if word == "inf" else math.nan
+    else:
+        value = float(parser.parse_number(context_msg=" (a constant)"))
+    return -value if negative else value
