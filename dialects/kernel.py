@@ -509,8 +509,26 @@ class ZipOp(_KernelOp):
                     )
 
 
+class _OneInputOp(_KernelOp):
+    """The shape of `kernel.cast` and `kernel.regroup`: one operand, one result, `node`.
+
+    Syntax: `kernel.NAME %x {node = "NODE"} : T -> R`
+    """
+
+    input = operand_def()
+    node = _node_prop()
+    result = result_def()
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue | Operation, result_type: Attribute, node: str) -> None:
+        super().__init__(operands=[input], properties={"node": StringAttr(node)}, result_types=[result_type])
+
+
 @irdl_op_definition
-class CastOp(_KernelOp):
+class CastOp(_OneInputOp):
     """ONNX Cast: the same extents, converted to the result's element type.
 
     Syntax: `kernel.cast %x {node = "NODE"} : T -> R`
@@ -522,17 +540,6 @@ class CastOp(_KernelOp):
 
     name = "kernel.cast"
 
-    input = operand_def()
-    node = _node_prop()
-    result = result_def()
-
-    traits = traits_def(Pure())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
-
-    def __init__(self, input: SSAValue | Operation, result_type: Attribute, node: str) -> None:
-        super().__init__(operands=[input], properties={"node": StringAttr(node)}, result_types=[result_type])
-
     def verify_(self) -> None:
         a, r = _extents(self.input.type), _extents(self.result.type)
         if a is not None and r is not None and a != r:
@@ -540,7 +547,7 @@ class CastOp(_KernelOp):
 
 
 @irdl_op_definition
-class RegroupOp(_KernelOp):
+class RegroupOp(_OneInputOp):
     """ONNX Reshape/Flatten/Squeeze/Unsqueeze: the same elements in row-major order, regrouped.
 
     Syntax: `kernel.regroup %x {node = "NODE"} : T -> R`
@@ -551,17 +558,6 @@ class RegroupOp(_KernelOp):
     """
 
     name = "kernel.regroup"
-
-    input = operand_def()
-    node = _node_prop()
-    result = result_def()
-
-    traits = traits_def(Pure())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
-
-    def __init__(self, input: SSAValue | Operation, result_type: Attribute, node: str) -> None:
-        super().__init__(operands=[input], properties={"node": StringAttr(node)}, result_types=[result_type])
 
     def verify_(self) -> None:
         a, r = _extents(self.input.type), _extents(self.result.type)
