@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loam import dtypes
-from loam.backends.numpy_kernels.common import _narrowed, _widened
 from loam.backends.numpy_kernels.normalization import _k_group_norm, _k_lrn, _k_normalize
 from loam.dialects.tensor_axes import Axis
 from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
@@ -31,6 +30,7 @@ from loam.poly import Poly
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
+    from loam.dialects.expr import Expr
     from loam.dialects.tensor_axes import AxesTensorType
 
 
@@ -145,14 +145,31 @@ class BatchNormRule(OpRule):
         """The type the affine map runs in: f64 when any operand is f64, else f32 (halves widened)."""
         return "f64" if "f64" in elems else "f32"
 
-    @staticmethod
-    def fold(node: NodeInfo, *facts: Facts) -> np.ndarray:
-        # numpy's promotion of the widened operands is `compute_type`'s rule.
-        x, scale, bias, mean, var = (_widened(np.asarray(f.value)) for f in facts)
+    def affine(self, node: NodeInfo, elems: Sequence[str]) -> Expr:
+        """(X - mean) / sqrt(var + epsilon) * scale + B over the operands (X, scale, B, mean, var).
+
+        Operands of mixed types (opset 14+) meet in one compute type and the result takes X's;
+        `typed_expr` widens halves to f32 itself, so only a widening beyond that is written here.
+        """
+        from loam.dialects.expr import Expr
+        from loam.ops.lowering import compute_elem
+
+        wide = self.compute_type(elems)
+        xs, scale, bias, mean, var = (
+            Expr.operand(i) if compute_elem(e) == wide else Expr.operand(i).cast(wide) for i, e in enumerate(elems)
+        )
+        expr = (xs - mean) / (var + float(node.attr("epsilon", 1e-5))).unary("sqrt") * scale + bias
+        return expr.cast(elems[0]) if compute_elem(elems[0]) != wide else expr
+
+    def fold(self, node: NodeInfo, *facts: Facts) -> np.ndarray:
+        """The value of a node whose every input is known: the same Expr its kernel computes."""
+        from loam.backends.numpy_kernels.elementwise import evaluate
+        from loam.ops.lowering import typed_expr
+
+        elems = [f.elem.name for f in facts]
+        x, *params = (np.asarray(f.value) for f in facts)
         shape = (-1,) + (1,) * (x.ndim - 2)
-        eps = np.float32(node.attr("epsilon", 1e-5))
-        y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * scale.reshape(shape)
-        return _narrowed(y + bias.reshape(shape), np.asarray(facts[0].value).dtype)
+        return evaluate(typed_expr(self.affine(node, elems), elems, elems[0]), [x, *(p.reshape(shape) for p in params)])
 
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
@@ -160,10 +177,9 @@ class BatchNormRule(OpRule):
         return [_per_channel_axes(node, inputs, ("scale", "B", "mean", "var"))]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.dialects.expr import Expr
         from loam.dialects.kernel import RegroupOp
         from loam.dialects.tensor_axes import AxesTensorType
-        from loam.ops.lowering import compute_elem, emit_zip
+        from loam.ops.lowering import emit_zip
 
         x = operands[0]
         assert x is not None
@@ -185,18 +201,8 @@ class BatchNormRule(OpRule):
             op = RegroupOp(p, AxesTensorType(p_type.elem, [p_type.axes[0], *units]), node.name)
             ctx.emit(op)
             params.append(op.result)
-        eps = float(node.attr("epsilon", 1e-5))
-        # Operands of mixed types (opset 14+) meet in one compute type and the result takes X's;
-        # emit_zip widens halves to f32 itself, so only a widening beyond that is written here.
         elems = [x_type.elem.name] + [p.type.elem.name for p in params]  # type: ignore[attr-defined]
-        wide = self.compute_type(elems)
-        xs, scale, bias, mean, var = (
-            Expr.operand(i) if compute_elem(e) == wide else Expr.operand(i).cast(wide) for i, e in enumerate(elems)
-        )
-        expr = (xs - mean) / (var + eps).unary("sqrt") * scale + bias
-        if compute_elem(elems[0]) != wide:
-            expr = expr.cast(elems[0])
-        return [emit_zip(ctx, node, [x, *params], expr)]
+        return [emit_zip(ctx, node, [x, *params], self.affine(node, elems))]
 
 
 # ---------------------------------------------------------------------------------------------

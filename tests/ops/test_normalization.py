@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from loam.errors import ModelError, ShapeError, UnsupportedError
-from loam.testing import assert_same, run_loam, run_onnxruntime
+from loam.testing import assert_same, build_for, run_built, run_loam, run_onnxruntime
 
 NP_TO_ONNX = {
     np.dtype(np.float32): onnx.TensorProto.FLOAT,
@@ -313,3 +313,34 @@ def test_batch_norm_training_mode_other_than_0_or_1_is_refused() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
     with pytest.raises(ShapeError, match="attribute 'training_mode' must be one of 0, 1, got 2"):
         run_loam(model, {"x": x})
+
+
+@pytest.mark.parametrize(
+    ("dtype", "elem"), [(np.float32, onnx.TensorProto.FLOAT), (np.float16, onnx.TensorProto.FLOAT16)]
+)
+def test_batch_norm_of_constants_folds_to_what_its_kernel_computes(dtype: type, elem: int) -> None:
+    # Every operand a Constant: stage 0 folds the node with the Expr the kernel would run; y = folded + x.
+    values = {
+        "X": rand((2, 3, 4), 1, dtype),
+        "scale": rand((3,), 2, dtype),
+        "B": rand((3,), 3, dtype),
+        "mean": rand((3,), 4, dtype),
+        "var": np.abs(rand((3,), 5, dtype)) + dtype(0.5),
+    }
+    nodes = [helper.make_node("Constant", [], [n], value=numpy_helper.from_array(v, n)) for n, v in values.items()]
+    nodes += [
+        helper.make_node("BatchNormalization", list(values), ["bn"], name="bn", epsilon=1e-3),
+        helper.make_node("Add", ["bn", "x"], ["y"], name="add"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", elem, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", elem, [2, 3, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    x = rand((2, 3, 4), 6, dtype)
+    result = build_for(model)
+    assert "bn    kernel.constant\n" in result.report  # folded: a literal, no kernel computes it
+    rtol = 1e-5 if dtype is np.float32 else 2e-3
+    assert_same(run_built(result, {"x": x}), run_onnxruntime(model, {"x": x}), rtol=rtol, atol=rtol)
