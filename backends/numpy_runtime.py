@@ -12,7 +12,6 @@ Pieces:
 - `_read_safetensors`: header length, header JSON, dtypes and offsets, refusing malformed bytes.
 - `_take_weight`: one checkpoint tensor checked against the graph (name, dtype, rank, extents).
 - `_check_input`: one `forward` input checked (ndarray, dtype, rank, extents, symbol binding).
-- `_relu`, `_sigmoid`, `_erf`, `_softplus`, `_softsign`: unary steps numpy has no ufunc for.
 """
 
 from __future__ import annotations
@@ -299,56 +298,6 @@ def _check_input(
             raise ShapeError(f"input '{name}' axis {i} ({axis}) must be {extent}, got {got}")
 
 
-def _relu(x: np.ndarray) -> np.ndarray:
-    """max(x, 0) in x's dtype."""
-    return np.maximum(x, np.zeros((), dtype=np.result_type(x)))
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    """1 / (1 + exp(-x)), computed without overflow for large |x|."""
-    x = np.asarray(x)
-    e = np.exp(-np.abs(x))
-    one = np.ones((), dtype=x.dtype)
-    return np.where(x >= 0, one / (one + e), e / (one + e))
-
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    """The error function in x's dtype, to a relative error under 2e-7.
-
-    Near 0 its Maclaurin series (where 1 - erfc would cancel); beyond, 1 - erfc with the Chebyshev
-    fit of erfc from Numerical Recipes (fractional error under 1.2e-7).  Computed in f64.
-    """
-    x = np.asarray(x)
-    z = np.abs(x.astype(np.float64))
-    t = 1.0 / (1.0 + 0.5 * z)
-    coeffs = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
-              1.48851587, -0.82215223, 0.17087277)  # fmt: skip
-    poly = np.zeros_like(t)
-    for c in coeffs[:0:-1]:
-        poly = t * (c + poly)
-    with np.errstate(all="ignore"):
-        far = 1.0 - t * np.exp(-z * z + coeffs[0] + poly)
-        # erf(z) = 2/sqrt(pi) * sum_n (-1)^n z^(2n+1) / (n! (2n+1)); 12 terms reach 1e-16 below 0.5
-        term = z.copy()
-        near = z.copy()
-        for n in range(1, 12):
-            term = term * (-z * z) / n
-            near = near + term / (2 * n + 1)
-        near = near * 1.1283791670955126
-    y = np.where(z < 0.5, near, far)
-    return (np.where(np.isnan(z), z, np.sign(x) * y)).astype(x.dtype)
-
-
-def _softplus(x: np.ndarray) -> np.ndarray:
-    """log(1 + exp(x)), computed without overflow."""
-    return np.logaddexp(np.zeros((), dtype=np.result_type(x)), x)
-
-
-def _softsign(x: np.ndarray) -> np.ndarray:
-    """x / (1 + |x|)."""
-    return x / (np.ones((), dtype=np.result_type(x)) + np.abs(x))
-
-
 _SAFETENSORS_DTYPES: dict[str, str | None] = {}  # filled below; the emitter prints it as a literal
 
 
@@ -373,11 +322,6 @@ PIECES: dict[str, object] = {
     "_convertible": _convertible,
     "_take_weight": _take_weight,
     "_check_input": _check_input,
-    "_relu": _relu,
-    "_sigmoid": _sigmoid,
-    "_erf": _erf,
-    "_softplus": _softplus,
-    "_softsign": _softsign,
 }
 """Every piece that may be copied, in the order the module declares them."""
 
