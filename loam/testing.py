@@ -8,7 +8,7 @@ Used by the test suite and the conformance harness; also handy at a prompt:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -63,16 +63,29 @@ def run_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> 
     return list(session.run(None, {k: v for k, v in feeds.items() if k in wanted}))
 
 
-def assert_same(got: Sequence[np.ndarray], want: Sequence[np.ndarray], rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    """Outputs agree in count, dtype, shape and value (NaN where the other has NaN)."""
+def assert_same(
+    got: Sequence[np.ndarray],
+    want: Sequence[np.ndarray],
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    *,
+    tolerance: Callable[[np.dtype], tuple[float, float]] | None = None,
+) -> None:
+    """Outputs agree in count, dtype, shape and value (NaN where the other has NaN).
+
+    Integers, bools and strings must be equal; floats (and complex) agree within `rtol`/`atol`, or
+    within what `tolerance` gives for the expected output's dtype.  AssertionError names the output.
+    """
     assert len(got) == len(want), f"{len(got)} outputs, expected {len(want)}"
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         g, w = np.asarray(g), np.asarray(w)
         assert g.dtype == w.dtype, f"output {i}: dtype {g.dtype}, expected {w.dtype}"
         assert g.shape == w.shape, f"output {i}: shape {g.shape}, expected {w.shape}"
-        if g.dtype.kind in "biu":
-            np.testing.assert_array_equal(g, w, err_msg=f"output {i}")
+        if w.dtype.kind in "biuOSU":
+            np.testing.assert_array_equal(g, w, err_msg=f"output {i}", strict=True)
         else:
+            r, a = tolerance(w.dtype) if tolerance is not None else (rtol, atol)
+            wide = np.complex128 if w.dtype.kind == "c" else np.float64
             np.testing.assert_allclose(
-                g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True, err_msg=f"output {i}"
+                g.astype(wide), w.astype(wide), rtol=r, atol=a, equal_nan=True, err_msg=f"output {i}"
             )

@@ -451,26 +451,13 @@ def tolerance_for(case: Case, dtype: np.dtype) -> tuple[float, float]:
 
 def compare(case: Case, got: Sequence[Any], want: Sequence[Any]) -> None:
     """Outputs agree in count, dtype, shape, NaN positions and value; raises CaseFailure naming the output."""
-    if len(got) != len(want):
-        raise CaseFailure(f"{len(got)} outputs, expected {len(want)}")
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        g, w = np.asarray(g), np.asarray(w)
-        if g.dtype != w.dtype:
-            raise CaseFailure(f"output {i}: dtype {g.dtype}, expected {w.dtype}")
-        if g.shape != w.shape:
-            raise CaseFailure(f"output {i}: shape {g.shape}, expected {w.shape}")
-        try:
-            if w.dtype.kind in "biuOSU":
-                np.testing.assert_array_equal(g, w, err_msg=f"output {i}", strict=True)
-            else:
-                rtol, atol = tolerance_for(case, w.dtype)
-                wide = np.complex128 if w.dtype.kind == "c" else np.float64
-                np.testing.assert_allclose(
-                    g.astype(wide), w.astype(wide), rtol=rtol, atol=atol, equal_nan=True, err_msg=f"output {i}"
-                )
-        except AssertionError as err:
-            text = str(err).strip().splitlines()
-            raise CaseFailure(" ".join(line.strip() for line in text if line.strip())[:2000]) from None
+    from loam.testing import assert_same
+
+    try:
+        assert_same(got, want, tolerance=lambda dtype: tolerance_for(case, dtype))
+    except AssertionError as err:
+        text = str(err).strip().splitlines()
+        raise CaseFailure(" ".join(line.strip() for line in text if line.strip())[:2000]) from None
 
 
 def _build(model: onnx.ModelProto) -> Any:
