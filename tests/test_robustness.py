@@ -29,7 +29,7 @@ from onnx import AttributeProto, TensorProto, numpy_helper
 
 from loam.errors import LoamError
 from loam.ops import RULES
-from loam.testing import build_for, run_built, run_onnxruntime
+from loam.testing import assert_same, build_for, run_built, run_onnxruntime
 from tests.conformance import harness
 
 # The fixed sample: every node case of supported operators (its function expansions aside: they are large
@@ -291,21 +291,10 @@ def tolerances(dtype: np.dtype) -> tuple[float, float]:
 
 def agree(got: list[np.ndarray], want: list[Any]) -> str | None:
     """Why `got` differs from `want` (count, dtype, shape, values), or None."""
-    if len(got) != len(want):
-        return f"{len(got)} outputs, expected {len(want)}"
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        g, w = np.asarray(g), np.asarray(w)
-        if g.dtype != w.dtype or g.shape != w.shape:
-            return f"output {i}: {g.dtype}{g.shape}, expected {w.dtype}{w.shape}"
-        try:
-            if w.dtype.kind in "biu":
-                np.testing.assert_array_equal(g, w)
-            else:
-                rtol, atol = tolerances(w.dtype)
-                wide = g.astype(np.float64), w.astype(np.float64)
-                np.testing.assert_allclose(*wide, rtol=rtol, atol=atol, equal_nan=True)
-        except AssertionError as err:
-            return f"output {i}: " + " ".join(str(err).split())[:300]
+    try:
+        assert_same(got, want, tolerance=tolerances)
+    except AssertionError as err:
+        return " ".join(str(err).split())[:300]
     return None
 
 
