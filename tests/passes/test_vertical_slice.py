@@ -23,7 +23,6 @@ from types import ModuleType
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from safetensors.numpy import save as save_safetensors
@@ -31,6 +30,7 @@ from safetensors.numpy import save as save_safetensors
 from loam.layout import LayoutRule
 from loam.options import Options
 from loam.pipeline import BuildResult, build
+from loam.testing import assert_same, run_onnxruntime
 
 RTOL, ATOL = 1e-5, 1e-6
 OPSET = 17
@@ -80,11 +80,6 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0, scale: float = 1.0) -> 
     return feeds
 
 
-def onnxruntime_outputs(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return [np.asarray(y) for y in session.run(None, dict(feeds))]
-
-
 def strip(model: onnx.ModelProto, location: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """The model with every initializer's data moved out (external data in `location`), and that data."""
     stripped = onnx.ModelProto()
@@ -105,12 +100,9 @@ def as_list(result: object) -> list[object]:
 
 
 def assert_matches(got: Sequence[object], want: Sequence[np.ndarray]) -> None:
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
+    for g in got:
         assert isinstance(g, np.ndarray), f"forward returned {type(g).__name__}, not an ndarray"
-        assert g.dtype == w.dtype
-        assert g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
+    assert_same(got, want, RTOL, ATOL)  # type: ignore[arg-type]
 
 
 def check_model(
@@ -127,7 +119,7 @@ def check_model(
     The inputs are random (`seed`, `scale`) except those `given`.
     """
     feeds = {**random_inputs(model, seed, scale), **(given or {})}
-    want = onnxruntime_outputs(model, feeds)
+    want = run_onnxruntime(model, feeds)
     options = Options(layout=rules(layout))
 
     embedded = build(model, options=options)
@@ -397,7 +389,7 @@ def test_several_outputs(tmp_path: Path) -> None:
     model = make_model(nodes, {"x": (3, 4)}, ["y", "act.relu", "h"], {"w": weight((4, 5), 9)})
     embedded, loaded = check_model(model, {"x": ("M", "K"), "w": ("K", "N")}, tmp_path)
     feeds = random_inputs(model)
-    want = onnxruntime_outputs(model, feeds)
+    want = run_onnxruntime(model, feeds)
     checkpoint = (tmp_path / "weights.safetensors").read_bytes()
     for module, weights in (
         (embedded.module, embedded.module.Weights.embedded()),
@@ -453,7 +445,7 @@ def test_outputs_option_cuts_the_graph() -> None:
     module = result.module
     assert [name for name, *_ in module.Weights._SPECS] == ["b"]  # w feeds only the cut-off output
     feeds = random_inputs(model)
-    (z,) = onnxruntime_outputs(model, feeds)[1:]
+    (z,) = run_onnxruntime(model, feeds)[1:]
     got = module.forward(module.Weights.embedded(), feeds["x"])
     assert_matches([got], [z])
 
@@ -472,7 +464,7 @@ def test_dims_option_makes_a_dim_param_static() -> None:
     module = result.module
     assert module.B.EXTENT == 5
     x = np.random.default_rng(7).standard_normal((5, 3)).astype(np.float32)
-    assert_matches([module.forward(module.Weights.embedded(), x)], onnxruntime_outputs(model, {"x": x}))
+    assert_matches([module.forward(module.Weights.embedded(), x)], run_onnxruntime(model, {"x": x}))
     with pytest.raises(module.ShapeError, match=re.escape("input 'x' axis 0 (B) must be 5, got 4")):
         module.forward(module.Weights.embedded(), x[:4])
 
@@ -498,7 +490,7 @@ def test_shipped_mlp_example_matches_expected_and_onnxruntime() -> None:
     filled = [numpy_helper.from_array(tensors[init.name], init.name) for init in model.graph.initializer]
     del model.graph.initializer[:]
     model.graph.initializer.extend(filled)
-    (reference,) = onnxruntime_outputs(model, {"x": x})
+    (reference,) = run_onnxruntime(model, {"x": x})
     np.testing.assert_allclose(y, reference, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(y, np.load(EXAMPLES / "expected.npy"), rtol=RTOL, atol=ATOL)
     for node in ("fc1", "act1", "fc2.matmul", "fc2.add", "act2", "fc3"):
