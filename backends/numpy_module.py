@@ -129,15 +129,6 @@ def _dtype_source(dtype: np.dtype) -> str:
     return f"np.{'bool_' if dtype.name == 'bool' else dtype.name}"
 
 
-def _plain_symbol(p: Poly) -> str | None:
-    """The symbol's name when `p` is one symbol alone."""
-    if len(p.terms) == 1:
-        mono, coeff = p.terms[0]
-        if coeff == 1 and len(mono) == 1 and mono[0][1] == 1:
-            return mono[0][0]
-    return None
-
-
 def _type_text(t: AxesTensorType) -> str:
     return f"{t.elem.name} [{', '.join(str(a) for a in t.axes)}]"
 
@@ -316,7 +307,7 @@ class _Emitter:
             dtype = _numpy_dtype(t, f"input '{onnx_name.data}'")
             axes: list[tuple[str, int | str]] = []
             for axis in t.axes:
-                symbol = _plain_symbol(axis.extent)
+                symbol = axis.extent.lone_symbol
                 if axis.extent.is_const:
                     axes.append((axis.name, axis.extent.const_value))
                 elif symbol is not None:

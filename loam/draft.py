@@ -275,7 +275,7 @@ class _Drafter:
                 names[root] = "(" + " ".join(resolve_name(p) for p in self.merges[root]) + ")"
                 return names[root]
             tensor, index, extent = self.origin[root]
-            symbol = _plain_symbol(extent)
+            symbol = extent.lone_symbol
             stem = _identifier(symbol) if symbol is not None else f"{_camel(tensor)}_{index}"
             name = stem
             n = 2
@@ -300,14 +300,6 @@ class _Drafter:
 
         rules = tuple(LayoutRule(glob_escape(tensor), tuple(resolve(a) for a in axes), None) for tensor, axes in wanted)
         return LayoutDraft(rules, tuple(invented), self.given)
-
-
-def _plain_symbol(p: Poly) -> str | None:
-    if len(p.terms) == 1:
-        mono, coeff = p.terms[0]
-        if coeff == 1 and len(mono) == 1 and mono[0][1] == 1:
-            return str(mono[0][0])
-    return None
 
 
 def _identifier(text: str) -> str:

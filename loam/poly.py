@@ -132,6 +132,15 @@ class Poly:
         return self.terms[0][1] if self.terms else 0
 
     @property
+    def lone_symbol(self) -> str | None:
+        """The symbol's name when this polynomial is one symbol alone (`N`, not `2*N` or `N + 1`)."""
+        if len(self.terms) == 1:
+            mono, coeff = self.terms[0]
+            if coeff == 1 and len(mono) == 1 and mono[0][1] == 1:
+                return mono[0][0]
+        return None
+
+    @property
     def symbols(self) -> frozenset[str]:
         """The names of the symbols that occur."""
         return frozenset(name for m, _ in self.terms for name, _ in m)

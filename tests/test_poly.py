@@ -180,3 +180,10 @@ def test_bool_is_not_an_int_operand() -> None:
         Poly.const(True)
     with pytest.raises(TypeError):
         _ = Poly.symbol("N") + True
+
+
+def test_lone_symbol_is_a_symbol_alone() -> None:
+    assert Poly.symbol("N").lone_symbol == "N"
+    assert Poly.parse('"seq-len"').lone_symbol == "seq-len"
+    for text in ("2*N", "N + 1", "N*N", "N*M", "3", "0", "-N"):
+        assert Poly.parse(text).lone_symbol is None, text
