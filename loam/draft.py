@@ -26,7 +26,7 @@ from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, None
 from loam.dialects.shape_poly import PolyTensorType
 from loam.dialects.tensor_axes import Axis
 from loam.errors import AxisError
-from loam.layout import LayoutRule, match_layout
+from loam.layout import LayoutRule, match_layout, merged_axis_name
 from loam.ops import base, rule_for
 from loam.options import Options
 from loam.poly import Poly
@@ -121,6 +121,17 @@ class _Drafter:
     def var_of(name: str) -> int | None:
         return int(name[len(_VAR) :]) if name.startswith(_VAR) else None
 
+    def describe(self, name: str) -> str:
+        """How a message names an axis: its layout name, or where an unnamed one first appears."""
+        var = self.var_of(name)
+        if var is None:
+            return f"axis {name}"
+        tensor, index, _ = self.origin[var]
+        return f"axis {index} of tensor '{tensor}'"
+
+    def describe_merge(self, parts: Sequence[str]) -> str:
+        return "the merge of " + ", ".join(self.describe(p) for p in parts)
+
     def unify_names(self, a: str, b: str) -> None:
         va, vb = self.var_of(a), self.var_of(b)
         if va is None and vb is None:
@@ -161,7 +172,9 @@ class _Drafter:
     def unify(self, a: Axis, b: Axis) -> None:
         if a.parts and b.parts:
             if len(a.parts) != len(b.parts):
-                raise AxisError(f"merged axes {a.name} and {b.name} would have to be one axis")
+                raise AxisError(
+                    f"{self.describe_merge(a.parts)} and {self.describe_merge(b.parts)} would have to be one axis"
+                )
             for pa, pb in zip(a.parts, b.parts, strict=True):
                 self.unify_names(pa, pb)
         elif not a.parts and not b.parts:
@@ -174,17 +187,19 @@ class _Drafter:
         """A plain axis met a merged one: the plain axis's class is that merge (`(Heads Groups)`)."""
         var = self.var_of(name)
         if var is None:
-            raise AxisError(f"axis {name} and merged axis ({' '.join(parts)}) would have to be one axis")
+            raise AxisError(f"{self.describe(name)} and {self.describe_merge(parts)} would have to be one axis")
         root = self.find(var)
         known = self.merges.get(root)
         if known is not None:
             if len(known) != len(parts):
-                raise AxisError(f"merged axes ({' '.join(known)}) and ({' '.join(parts)}) would have to be one axis")
+                raise AxisError(
+                    f"{self.describe_merge(known)} and {self.describe_merge(parts)} would have to be one axis"
+                )
             for pa, pb in zip(known, parts, strict=True):
                 self.unify_names(pa, pb)
             return
         if root in self.fixed:
-            raise AxisError(f"axis {self.fixed[root]} and merged axis ({' '.join(parts)}) would have to be one axis")
+            raise AxisError(f"axis {self.fixed[root]} and {self.describe_merge(parts)} would have to be one axis")
         self.merges[root] = parts
 
     # -- the walk --------------------------------------------------------------------------------
@@ -272,7 +287,7 @@ class _Drafter:
                 names[root] = self.fixed[root]
                 return names[root]
             if root in self.merges:
-                names[root] = "(" + " ".join(resolve_name(p) for p in self.merges[root]) + ")"
+                names[root] = merged_axis_name([resolve_name(p) for p in self.merges[root]])
                 return names[root]
             tensor, index, extent = self.origin[root]
             symbol = extent.lone_symbol
@@ -290,9 +305,8 @@ class _Drafter:
 
         def resolve(axis: Axis) -> str:
             if axis.parts:
-                return "(" + " ".join(resolve_name(p) for p in axis.parts) + ")"
-            name = resolve_name(axis.name)
-            return name
+                return merged_axis_name([resolve_name(p) for p in axis.parts])
+            return resolve_name(axis.name)
 
         def resolve_name(name: str) -> str:
             var = self.var_of(name)

@@ -147,3 +147,16 @@ def test_an_axis_meeting_a_merged_axis_is_named_by_the_merge() -> None:
     rng = np.random.default_rng(1)
     feeds = {"x": rng.standard_normal((2, 3)).astype(np.float32), "y": rng.standard_normal(6).astype(np.float32)}
     assert_same(run_loam(model, feeds), run_onnxruntime(model, feeds))
+
+
+def test_a_given_name_that_would_have_to_be_a_merge_stops_the_draft_naming_the_parts() -> None:
+    shape = numpy_helper.from_array(np.array([6], np.int64), "shape")
+    model = _model(
+        [helper.make_node("Reshape", ["x", "shape"], ["flat"]), helper.make_node("Add", ["flat", "y"], ["z"])],
+        [_f32("x", [2, 3]), _f32("y", [6])],
+        [_f32("z", [6])],
+        [shape],
+    )
+    options = Options(layout=(LayoutRule("y", ("Flat",)),))
+    with pytest.raises(AxisError, match=r"axis Flat and the merge of axis 0 of tensor 'x', axis 1 of tensor 'x'"):
+        draft_layout(model, options=options)
