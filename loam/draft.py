@@ -240,8 +240,7 @@ class _Drafter:
 
         for arg, name in zip(block.args, [s.data for s in graph.input_names.data], strict=True):
             settle(arg, name)
-        previous, base._AXIS_HOOK[0] = base._AXIS_HOOK[0], self.unify
-        try:
+        with base.axes_unified_by(self.unify):
             for op in block.ops:
                 if isinstance(op, InitializerOp):
                     settle(op.result, op.onnx_name.data)
@@ -253,7 +252,7 @@ class _Drafter:
                     assert isinstance(t, PolyTensorType)
                     if all(e == Poly.const(1) for e in t.shape) and match_layout(self.given, name) is None:
                         # name-axes names a one-element constant's unit axes itself (Unit, Unit1, ...).
-                        axes_of[op.result] = tuple(Axis(f"Unit{i or ''}", Poly.const(1)) for i in range(len(t.shape)))
+                        axes_of[op.result] = tuple(base.unit_axes([None] * len(t.shape)))
                     else:
                         settle(op.result, name)
                 elif isinstance(op, NodeOp):
@@ -266,8 +265,6 @@ class _Drafter:
                         settle(result, name, axes)
                 elif not isinstance(op, NoneOp | ReturnOp):
                     raise AxisError(f"graph '{self.graph_name}': the layout drafter does not know {op.name}")
-        finally:
-            base._AXIS_HOOK[0] = previous
         return self.finish(wanted)
 
     # -- naming ------------------------------------------------------------------------------------

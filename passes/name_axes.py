@@ -25,13 +25,10 @@ from loam.dialects.tensor_axes import AxesTensorType, Axis, LayoutAttr
 from loam.errors import AxisError
 from loam.layout import LayoutRule, match_layout, parse_layout_flag
 from loam.ops import rule_for
-from loam.ops.base import Facts
+from loam.ops.base import Facts, unit_axes
 from loam.passes.apply_options import LAYOUT_ATTR
 from loam.passes.stage0 import node_info
 from loam.poly import Poly
-
-# The name of a folded one-element value's unit axes when no layout rule names them.
-UNIT_AXIS = "Unit"
 
 
 def _facts(value: SSAValue) -> Facts:
@@ -94,9 +91,7 @@ class NameAxesGraph:
             # A one-element folded value: it folds into the Expr that reads it, or stretches to
             # whatever it meets, so its unit axes need no name from the layout.  Axis names are
             # unique within a type: the first is Unit, the later ones Unit1, Unit2, ...
-            return AxesTensorType(
-                facts.elem, [a or Axis.named(f"{UNIT_AXIS}{i or ''}", 1) for i, a in enumerate(given)]
-            )
+            return AxesTensorType(facts.elem, unit_axes(given))
         if rule is None:
             missing = [str(i) for i, a in enumerate(given) if a is None]
             raise AxisError(

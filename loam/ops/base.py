@@ -12,8 +12,10 @@ in one place rather than spread across the passes:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -193,7 +195,7 @@ def same_axis(node: NodeInfo, a: Axis, b: Axis, where: str, message: str | None 
     """
     from loam.errors import AxisError
 
-    hook = _AXIS_HOOK[0]
+    hook = _UNIFY.get()
     if hook is not None:
         hook(a, b)
         return
@@ -207,8 +209,33 @@ def same_axis(node: NodeInfo, a: Axis, b: Axis, where: str, message: str | None 
         )
 
 
+UNIT_AXIS = "Unit"
+"""The stem of the names of extent-1 axes no layout names (`Unit`, `Unit1`, ...)."""
+
+
+def unit_axes(given: Sequence[Axis | None]) -> list[Axis]:
+    """`given` with each open axis named by its position (`Unit`, `Unit1`, ...) and extent 1.
+
+    A one-element value folds into the Expr that reads it, or stretches to whatever it meets, so
+    its unit axes need no name from the layout.
+    """
+    from loam.dialects.tensor_axes import Axis
+
+    return [a or Axis.named(f"{UNIT_AXIS}{i or ''}", 1) for i, a in enumerate(given)]
+
+
 # While the layout drafter runs, a function unifying two axes that must be one (see `same_axis`).
-_AXIS_HOOK: list[Callable[[Axis, Axis], None] | None] = [None]
+_UNIFY: contextvars.ContextVar[Callable[[Axis, Axis], None] | None] = contextvars.ContextVar("unify", default=None)
+
+
+@contextlib.contextmanager
+def axes_unified_by(unify: Callable[[Axis, Axis], None]) -> Iterator[None]:
+    """Within the block, `same_axis` calls `unify(a, b)` instead of checking that the names agree."""
+    token = _UNIFY.set(unify)
+    try:
+        yield
+    finally:
+        _UNIFY.reset(token)
 
 
 def broadcast_shapes(node: NodeInfo, shapes: Sequence[tuple[Poly, ...]]) -> tuple[Poly, ...]:

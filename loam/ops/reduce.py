@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from loam import dtypes
 from loam.backends.numpy_kernels.reduce import _k_arg_reduce, _k_cumsum, _k_reduce, _k_softmax, _k_topk
 from loam.dialects.tensor_axes import Axis
-from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity
+from loam.ops.base import UNIT_AXIS, Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
 from loam.ops.operands import (
     INDEX_TYPES,
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
 INTS = ("i32", "i64")
-UNIT_AXIS = "Unit"
 
 
 def unit_axis(taken: Iterable[str]) -> Axis:
