@@ -298,6 +298,46 @@ def _check_input(
             raise ShapeError(f"input '{name}' axis {i} ({axis}) must be {extent}, got {got}")
 
 
+def _derived(function: str, *args: int) -> int:
+    """The value of a derived extent symbol (`loam.derived`): ONNX's shape arithmetic on ints.
+
+    `min(N, 1024)` is `_derived("min", N, 1024)`.  Python ints do not wrap, so every operation is
+    exact; the build refuses a value that some input could carry past int64.
+    """
+    if function == "min":
+        return min(args[0], args[1])
+    if function == "max":
+        return max(args[0], args[1])
+    if function in ("floordiv", "ceildiv", "truncdiv", "mod", "fmod"):
+        a, b = args
+        if b == 0:
+            raise ShapeError(f"{function}({a}, {b}) divides by zero")
+        if function == "floordiv":
+            return a // b
+        if function == "ceildiv":
+            return -((-a) // b)
+        if function == "truncdiv":
+            q = abs(a) // abs(b)
+            return q if (a >= 0) == (b > 0) else -q
+        if function == "mod":
+            return a % b
+        r = abs(a) % abs(b)
+        return r if a >= 0 else -r
+    if function == "fromend":
+        return args[0] + args[1] if args[0] < 0 else args[0]
+    if function == "wrap32":
+        return (args[0] + 2**31) % 2**32 - 2**31
+    if function == "half":
+        return int(np.float16(args[0]))
+    if function == "select":
+        return args[1] if args[0] else args[2]
+    if function == "eq":
+        return int(args[0] == args[1])
+    if function == "lt":
+        return int(args[0] < args[1])
+    raise ValueError(f"unknown derived operation {function!r}")
+
+
 _SAFETENSORS_DTYPES: dict[str, str | None] = {}  # filled below; the emitter prints it as a literal
 
 
@@ -322,6 +362,7 @@ PIECES: dict[str, object] = {
     "_convertible": _convertible,
     "_take_weight": _take_weight,
     "_check_input": _check_input,
+    "_derived": _derived,
 }
 """Every piece that may be copied, in the order the module declares them."""
 
@@ -331,6 +372,7 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "_read_safetensors": ("LoadError", "_parse_json", "_SAFETENSORS_DTYPES"),
     "_take_weight": ("LoadError", "_SAFETENSORS_DTYPES", "_convertible"),
     "_check_input": ("ShapeError",),
+    "_derived": ("ShapeError",),
 }
 """The other pieces (and `_SAFETENSORS_DTYPES`, a generated table) each piece reads."""
 

@@ -9,7 +9,8 @@ Syntax::
     #shape_poly.extent<2*N + 1>                  // ExtentAttr: one polynomial
     !shape_poly.tensor<f32, [4, N, 2*N + 1]>     // PolyTensorType; rank 0 is `[]`
     !shape_poly.tensor<i64, ["seq-len" - 1]>     // a symbol that is not an identifier is quoted
-    shape_poly.owe "N <= 1024" for "Slice 'attn/mask_slice'"   // OweOp: a condition forward checks
+    shape_poly.owe N <= 1024 for "Slice node 'attn/mask_slice'"   // OweOp: a condition forward checks
+    %s = shape_poly.values [N, 768] : !shape_poly.tensor<i64, [2]>  // ValuesOp: a shape as polynomials
 
 The polynomial text is `loam.poly`'s (`str(Poly)` prints it); inside the IR it is read with
 xDSL's own lexer, so it needs no quotes around it.
@@ -22,8 +23,8 @@ from typing import NoReturn
 
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
 from xdsl.ir import Attribute, Data, Dialect, ParametrizedAttribute, TypeAttribute
-from xdsl.irdl import IRDLOperation, irdl_attr_definition, irdl_op_definition, prop_def
-from xdsl.parser import AttrParser
+from xdsl.irdl import IRDLOperation, irdl_attr_definition, irdl_op_definition, prop_def, result_def
+from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
@@ -172,27 +173,126 @@ class PolyTensorType(ParametrizedAttribute, TypeAttribute):
 class OweOp(IRDLOperation):
     """A condition on the inputs that `forward` checks before any kernel runs.
 
-    Stage 0 writes one where it cannot discharge an inequality over the input symbols; `reason`
-    names the node that relies on it.  Syntax and example::
+    Stage 0 writes one where it cannot decide an inequality (or an equality of two lengths) over
+    the symbols the run binds; `reason` names the node that relies on it.  Syntax and example::
 
-        shape_poly.owe "N <= 1024" for "Slice 'attn/mask_slice'"
+        shape_poly.owe N + S <= 1024 for "Slice node 'attn/mask_slice'"
+        shape_poly.owe attention_length == past + S for "Add node 'mask_add'"
     """
 
     name = "shape_poly.owe"
 
-    condition = prop_def(StringAttr)
+    lhs = prop_def(ExtentAttr)
+    rhs = prop_def(ExtentAttr)
+    relation = prop_def(StringAttr)  # "le" or "eq"
     reason = prop_def(StringAttr)
 
-    assembly_format = "$condition `for` $reason attr-dict"
+    def __init__(self, lhs: Poly | int, rhs: Poly | int, reason: str, *, equal: bool = False) -> None:
+        super().__init__(
+            properties={
+                "lhs": ExtentAttr(lhs),
+                "rhs": ExtentAttr(rhs),
+                "relation": StringAttr("eq" if equal else "le"),
+                "reason": StringAttr(reason),
+            }
+        )
 
-    def __init__(self, condition: str, reason: str) -> None:
-        super().__init__(properties={"condition": StringAttr(condition), "reason": StringAttr(reason)})
+    @property
+    def equal(self) -> bool:
+        return self.relation.data == "eq"
+
+    @property
+    def condition(self) -> str:
+        """The condition as text: `N + S <= 1024`."""
+        return f"{self.lhs.data} {'==' if self.equal else '<='} {self.rhs.data}"
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" {self.condition} for ")
+        printer.print_string_literal(self.reason.data)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> OweOp:
+        lhs = parse_poly_attr_text(parser)
+        if parser.parse_optional_punctuation("<") is not None:
+            equal = False
+        else:
+            parser.parse_punctuation("=", " in an owed condition (<= or ==)")
+            equal = True
+        parser.parse_punctuation("=", " in an owed condition (<= or ==)")
+        rhs = parse_poly_attr_text(parser)
+        parser.parse_keyword("for")
+        reason = parse_optional_text_literal(parser)
+        if reason is None:
+            parser.raise_error("expected the quoted name of the node relying on the condition")
+        return cls(lhs, rhs, reason, equal=equal)
 
     def verify_(self) -> None:
-        if not self.condition.data.strip():
-            raise VerifyException("shape_poly.owe needs a non-empty condition")
+        if self.relation.data not in ("le", "eq"):
+            raise VerifyException(f"shape_poly.owe: relation must be 'le' or 'eq', got '{self.relation.data}'")
         if not self.reason.data.strip():
-            raise VerifyException(f"shape_poly.owe '{self.condition.data}' must name what relies on it")
+            raise VerifyException(f"shape_poly.owe '{self.condition}' must name what relies on it")
 
 
-ShapePoly = Dialect("shape_poly", [OweOp], [ExtentAttr, PolyTensorType])
+@irdl_op_definition
+class ValuesOp(IRDLOperation):
+    """An integer tensor stage 0 knows element by element as polynomials (a Shape of a symbolic tensor).
+
+    Nothing computes it while it only feeds other shape arithmetic; a kernel that reads it gets the
+    numbers from the symbols the run bound.  Syntax and example (row-major elements)::
+
+        %s = shape_poly.values "shape_of_x" [N, 768] : !shape_poly.tensor<i64, [2]>
+
+    The optional string is the ONNX tensor's name, by which a layout rule reaches it.
+    """
+
+    name = "shape_poly.values"
+
+    elements = prop_def(ArrayAttr[ExtentAttr])
+    tensor_name = prop_def(StringAttr)
+    result = result_def(PolyTensorType)
+
+    def __init__(self, elements: Sequence[Poly | int], result_type: PolyTensorType, tensor_name: str = "") -> None:
+        super().__init__(
+            properties={
+                "elements": ArrayAttr([ExtentAttr(e) for e in elements]),
+                "tensor_name": StringAttr(tensor_name),
+            },
+            result_types=[result_type],
+        )
+
+    @property
+    def polys(self) -> tuple[Poly, ...]:
+        return tuple(e.data for e in self.elements.data)
+
+    def print(self, printer: Printer) -> None:
+        if self.tensor_name.data:
+            printer.print_string(" ")
+            printer.print_string_literal(self.tensor_name.data)
+        printer.print_string(f" [{', '.join(str(p) for p in self.polys)}] : ")
+        printer.print_attribute(self.result.type)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> ValuesOp:
+        name = parse_optional_text_literal(parser) or ""
+        polys = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_poly_attr_text(parser))
+        parser.parse_punctuation(":")
+        t = parser.parse_type()
+        if not isinstance(t, PolyTensorType):
+            parser.raise_error("shape_poly.values needs a !shape_poly.tensor type")
+        return cls(polys, t, name)
+
+    def verify_(self) -> None:
+        t = self.result.type
+        assert isinstance(t, PolyTensorType)
+        count = 1
+        for d in t.shape:
+            if not d.is_const:
+                raise VerifyException("shape_poly.values: the tensor's own extents must be numbers")
+            count *= d.const_value
+        if count != len(self.elements.data):
+            raise VerifyException(f"shape_poly.values: {len(self.elements.data)} elements for a tensor of {count}")
+        if not t.elem.name.startswith(("i", "ui")) and t.elem.name != "bool":
+            raise VerifyException(f"shape_poly.values holds integers, not {t.elem.name}")
+
+
+ShapePoly = Dialect("shape_poly", [OweOp, ValuesOp], [ExtentAttr, PolyTensorType])

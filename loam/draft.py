@@ -23,7 +23,7 @@ import onnx
 from xdsl.ir import SSAValue
 
 from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, NoneOp, ReturnOp
-from loam.dialects.shape_poly import PolyTensorType
+from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp
 from loam.dialects.tensor_axes import Axis
 from loam.errors import AxisError
 from loam.layout import LayoutRule, match_layout, merged_axis_name
@@ -223,6 +223,7 @@ class _Drafter:
         return out, needs_rule
 
     def run(self, graph: GraphOp) -> LayoutDraft:
+        from loam.passes.name_axes import folded_name
         from loam.passes.stage0 import node_info
 
         self.graph_name = graph.graph_name.data
@@ -244,10 +245,10 @@ class _Drafter:
             for op in block.ops:
                 if isinstance(op, InitializerOp):
                     settle(op.result, op.onnx_name.data)
-                elif isinstance(op, ConstantOp):
+                elif isinstance(op, ConstantOp | ValuesOp):
                     if not op.result.uses:
                         continue
-                    name = op.value.tensor_name.data or op.result.name_hint or "constant"
+                    name = folded_name(op)
                     t = op.result.type
                     assert isinstance(t, PolyTensorType)
                     if all(e == Poly.const(1) for e in t.shape) and match_layout(self.given, name) is None:
@@ -263,7 +264,7 @@ class _Drafter:
                     named = rule.axes(info, inputs, outputs)
                     for result, name, axes in zip(op.outs, op.output_names, named, strict=True):
                         settle(result, name, axes)
-                elif not isinstance(op, NoneOp | ReturnOp):
+                elif not isinstance(op, NoneOp | ReturnOp | OweOp):
                     raise AxisError(f"graph '{self.graph_name}': the layout drafter does not know {op.name}")
         return self.finish(wanted)
 

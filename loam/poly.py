@@ -12,8 +12,9 @@ Text form (`str(p)` prints it, `Poly.parse` reads it back)::
 
     poly   ::= term (('+' | '-') term)*
     term   ::= factor ('*' factor)*
-    factor ::= '-' factor | integer | symbol | '(' poly ')'
+    factor ::= '-' factor | integer | symbol | call | '(' poly ')'
     symbol ::= identifier | string-literal      # "seq-len": any name that is not [A-Za-z_][A-Za-z0-9_]*
+    call   ::= function '(' poly (',' poly)* ')'  # a derived symbol: min(N, 1024), floordiv(N + 1, 2)
 
 Example::
 
@@ -23,8 +24,11 @@ Example::
     >>> Poly.parse('"seq-len" + 1').evaluate({"seq-len": 7})
     8
 
-A monomial names its symbols by string only.  Derived symbols (`min(N, 1024)`, ...) will be names
-too, defined in a table beside the polynomial, so this representation does not change for them.
+A monomial names its symbols by string only.  A derived symbol -- a value the run computes from
+the input symbols by an operation that leaves the polynomials, such as `min(N, 1024)` -- is a
+symbol whose name is its definition in canonical text (`DerivedCall.name`), so the same operation
+on equal operands is the same symbol, and its meaning travels with every extent that mentions it.
+`loam.derived` gives those symbols their meaning (simplification, bounds, evaluation).
 """
 
 from __future__ import annotations
@@ -41,10 +45,73 @@ Monomial = tuple[tuple[str, int], ...]
 
 _PLAIN_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
+# The operations a derived symbol may name, with their arity; `loam.derived` defines each.
+DERIVED_FUNCTIONS: dict[str, int] = {
+    "min": 2,  # the smaller
+    "max": 2,  # the larger
+    "floordiv": 2,  # quotient rounded down
+    "ceildiv": 2,  # quotient rounded up
+    "truncdiv": 2,  # quotient rounded toward zero (ONNX integer Div)
+    "mod": 2,  # remainder with the divisor's sign (ONNX Mod, fmod=0)
+    "fmod": 2,  # remainder with the dividend's sign (ONNX Mod, fmod=1)
+    "fromend": 2,  # fromend(i, d): an index i counted from the end of a length d when negative
+    "wrap32": 1,  # the low 32 bits, as a signed int32 (a Cast to int32)
+    "half": 1,  # the nearest float16 value, for values a float16 holds as an integer
+    "select": 3,  # select(c, a, b): a where c is nonzero, else b
+    "eq": 2,  # 1 where equal, else 0
+    "lt": 2,  # 1 where a < b, else 0
+}
+
+
+@dataclass(frozen=True)
+class DerivedCall:
+    """A derived symbol's definition: an operation of `DERIVED_FUNCTIONS` over polynomials."""
+
+    function: str
+    args: tuple[Poly, ...]
+
+    def __post_init__(self) -> None:
+        arity = DERIVED_FUNCTIONS.get(self.function)
+        if arity is None:
+            raise PolyError(f"unknown derived operation '{self.function}'")
+        if len(self.args) != arity:
+            raise PolyError(f"{self.function} takes {arity} operands, got {len(self.args)}")
+
+    @property
+    def name(self) -> str:
+        """The symbol's name: its canonical text, `min(N, 1024)`."""
+        return f"{self.function}({', '.join(str(a) for a in self.args)})"
+
+    @property
+    def symbol(self) -> Poly:
+        """The derived symbol as a polynomial."""
+        return Poly.symbol(self.name)
+
+
+def derived_call(name: str) -> DerivedCall | None:
+    """The definition a derived symbol's name spells, or None for an input symbol's name."""
+    head, paren, _ = name.partition("(")
+    if not paren or head not in DERIVED_FUNCTIONS or not name.endswith(")"):
+        return None
+    try:
+        tokens = _TextTokens(name)
+        poly = parse_poly(tokens)
+        tokens.expect_end()
+    except PolyError:
+        return None
+    lone = poly.lone_symbol
+    if lone != name:
+        return None
+    return _CALLS.get(name)
+
+
+# Every DerivedCall parsed or built, by name (names are canonical, so this is a pure cache).
+_CALLS: dict[str, DerivedCall] = {}
+
 
 def is_plain_symbol(name: str) -> bool:
-    """Whether `name` prints without quotes (an ASCII identifier)."""
-    return _PLAIN_SYMBOL.fullmatch(name) is not None
+    """Whether `name` prints without quotes (an ASCII identifier, or a derived symbol's call)."""
+    return _PLAIN_SYMBOL.fullmatch(name) is not None or name in _CALLS
 
 
 def quote_symbol(name: str) -> str:
@@ -238,6 +305,12 @@ class Poly:
         return poly
 
 
+def derived_symbol(call: DerivedCall) -> Poly:
+    """The symbol `call` defines (registered, so its name prints bare and reads back)."""
+    _CALLS.setdefault(call.name, call)
+    return call.symbol
+
+
 def poly_sum(values: Iterable[Poly | int]) -> Poly:
     """The sum of `values` (0 when empty)."""
     total = Poly()
@@ -269,7 +342,7 @@ class PolyTokens(Protocol):
         ...
 
     def punct(self, spelling: str) -> bool:
-        """Consume the punctuation `spelling` (`+ - * ( )`) if it is next."""
+        """Consume the punctuation `spelling` (`+ - * ( ) ,`) if it is next."""
         ...
 
     def error(self, message: str) -> NoReturn:
@@ -302,6 +375,17 @@ def _parse_factor(tokens: PolyTokens) -> Poly:
     if (value := tokens.integer()) is not None:
         return Poly.const(value)
     if (name := tokens.symbol()) is not None:
+        if name in DERIVED_FUNCTIONS and tokens.punct("("):
+            args = [parse_poly(tokens)]
+            while tokens.punct(","):
+                args.append(parse_poly(tokens))
+            if not tokens.punct(")"):
+                tokens.error(f"expected ')' to close {name}(...)")
+            try:
+                call = DerivedCall(name, tuple(args))
+            except PolyError as e:
+                tokens.error(str(e))
+            return derived_symbol(call)
         return Poly.symbol(name)
     if tokens.punct("("):
         inner = parse_poly(tokens)
@@ -316,7 +400,7 @@ _TOKEN = re.compile(
         (?P<int>[0-9]+)
       | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
       | (?P<str>"(?:[^"\\]|\\.)*")
-      | (?P<punct>[-+*()])
+      | (?P<punct>[-+*(),])
     )""",
     re.VERBOSE,
 )

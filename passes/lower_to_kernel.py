@@ -1,7 +1,8 @@
 """lower-to-kernel: turn the named-axes graph into the `kernel.program` that `forward` runs.
 
 Graph inputs become the program's arguments, initializers `kernel.weight`s (carrying their data
-when the graph has it, so the module can embed them), folded values `kernel.constant`s, and each
+when the graph has it, so the module can embed them), folded values `kernel.constant`s (a
+`shape_poly.values` one holding its polynomials), owed conditions stay `shape_poly.owe`, and each
 node the kernels its operator rule (`loam.ops`) emits: MatMul a `kernel.matmul`, Gemm a product and
 a `kernel.zip`, each elementwise operator one `kernel.zip` whose `Expr` is data.  The program
 replaces the `graph.model`; nothing after this pass reads the graph dialect.
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
@@ -21,6 +22,7 @@ from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, ModelOp, Nod
 from loam.dialects.kernel import ConstantOp as KernelConstantOp
 from loam.dialects.kernel import ProgramOp, WeightOp
 from loam.dialects.kernel import ReturnOp as KernelReturnOp
+from loam.dialects.shape_poly import OweOp, ValuesOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import AxisError, UnsupportedError
 from loam.ops import rule_for
@@ -76,6 +78,12 @@ def lower_graph(graph: GraphOp) -> ProgramOp:
             name = op.value.tensor_name.data or op.result.name_hint or ""
             c = emit(KernelConstantOp(op.value, _axes_type(op.result), name))
             mapping[op.result] = _named(c.results[0], op.result)
+        elif isinstance(op, ValuesOp):
+            # Computed from the symbols forward binds, where a kernel reads it.
+            c = emit(KernelConstantOp(ArrayAttr(op.elements.data), _axes_type(op.result), op.tensor_name.data))
+            mapping[op.result] = _named(c.results[0], op.result)
+        elif isinstance(op, OweOp):
+            emit(op.clone())
         elif isinstance(op, NodeOp):
             info = node_info(op)
             rule = rule_for(info, op.domain)

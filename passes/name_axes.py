@@ -20,7 +20,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, NoneOp, ReturnOp
-from loam.dialects.shape_poly import PolyTensorType
+from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis, LayoutAttr
 from loam.errors import AxisError
 from loam.layout import LayoutRule, match_layout, parse_layout_flag
@@ -138,17 +138,16 @@ class NameAxesGraph:
         for op in list(block.ops):
             if isinstance(op, InitializerOp):
                 self.settle(op.result, self.from_layout(op.onnx_name.data, _facts(op.result)))
-            elif isinstance(op, ConstantOp):
+            elif isinstance(op, ConstantOp | ValuesOp):
                 if not op.result.uses:
                     # Left behind by a node stage 0 folded: nothing reads it, so the layout need not
                     # name it (lower-to-kernel would drop it anyway).
                     Rewriter.erase_op(op)
                     continue
-                name = op.value.tensor_name.data or op.result.name_hint or "constant"
-                self.settle(op.result, self.from_layout(name, _facts(op.result), unit_fallback=True))
+                self.settle(op.result, self.from_layout(folded_name(op), _facts(op.result), unit_fallback=True))
             elif isinstance(op, NodeOp):
                 self.node(op)
-            elif not isinstance(op, NoneOp | ReturnOp):
+            elif not isinstance(op, NoneOp | ReturnOp | OweOp):
                 raise AxisError(f"graph '{self.graph_name}': name-axes does not know {op.name}")
 
     def node(self, op: NodeOp) -> None:
@@ -165,6 +164,12 @@ class NameAxesGraph:
         named = rule.axes(info, inputs, outputs)
         for result, name, facts, axes in zip(list(op.outs), op.output_names, outputs, named, strict=True):
             self.settle(result, self.from_layout(name, facts, axes, node=info.where()))
+
+
+def folded_name(op: ConstantOp | ValuesOp) -> str:
+    """The tensor name a layout rule reaches a folded value by."""
+    name = op.value.tensor_name.data if isinstance(op, ConstantOp) else op.tensor_name.data
+    return name or op.result.name_hint or "constant"
 
 
 def _distinct(tensor: str, facts: Facts, axes: Sequence[Axis], source: str | None) -> AxesTensorType:

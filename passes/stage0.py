@@ -8,6 +8,12 @@ initializer, a value already folded) is evaluated by the same rule and replaced 
 so it emits no code.  A float initializer is never evaluated: weights belong to the checkpoint.
 Finally the graph's declared output shapes are merged with what the nodes produced (ONNX's
 mergeInDimensionInfo: two numbers that differ, or two ranks, are a conflict).
+
+The build also knows integers it can only state as polynomials: Shape of a tensor with a symbolic
+extent.  A rule gives such a value as a numpy object array of `Poly`, and a node whose outputs are
+all known that way becomes a `shape_poly.values` instead of a `graph.constant`.  What stage 0 cannot
+prove of the inputs it owes (`loam.owed`): the graph's owed conditions become `shape_poly.owe` ops
+at the top of its block, which `forward` checks before any kernel runs.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from xdsl.ir import Block, BlockArgument, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
+from loam import owed
+from loam.derived import I32, I64, bounds_of
 from loam.dialects.graph import (
     ConstantOp,
     GraphOp,
@@ -31,8 +39,8 @@ from loam.dialects.graph import (
     TensorDataAttr,
     TensorType,
 )
-from loam.dialects.shape_poly import PolyTensorType
-from loam.errors import ShapeError, UnsupportedError
+from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp
+from loam.errors import PolyError, ShapeError, UnsupportedError
 from loam.ops import rule_for
 from loam.ops.base import Facts, NodeInfo
 from loam.poly import Poly
@@ -61,6 +69,36 @@ def facts_of_type(t: object, what: str) -> Facts:
     return Facts(t.elem, tuple(extents))
 
 
+def symbolic_value(value: object) -> bool:
+    """Whether a folded value holds polynomials (an object array of `Poly`) rather than numbers."""
+    return value is not None and np.asarray(value).dtype == object
+
+
+def settled_value(node: NodeInfo, facts: Facts) -> Facts:
+    """`facts` with a polynomial value that holds numbers only turned back into numbers, and one that
+    some input could carry past its element type refused."""
+    if not symbolic_value(facts.value):
+        return facts
+    value = np.asarray(facts.value)
+    polys = [Poly.lift(v) if isinstance(v, (int, np.integer)) else v for v in value.reshape(-1).tolist()]
+    if not all(isinstance(v, Poly) for v in polys):
+        raise AssertionError(f"{node.where()}: a folded object array must hold polynomials")
+    if all(v.is_const for v in polys):
+        numbers = np.array([v.const_value for v in polys]).reshape(value.shape)
+        return Facts(facts.elem, facts.shape, numbers.astype(facts.elem.numpy))
+    fits = {"i64": I64, "i32": I32}.get(facts.elem.name)
+    if fits is None:
+        raise node.unsupported(f"a {facts.elem.name} value computed from symbolic extents is not supported")
+    for v in polys:
+        reach = bounds_of(v, owed.bounds())
+        if reach.lo < fits.lo or reach.hi > fits.hi:
+            raise node.fail(
+                f"the value {v} may reach {reach} for some input, past {facts.elem.name}; "
+                "fix the symbols with the `dims` option"
+            )
+    return Facts(facts.elem, facts.shape, np.array(polys, dtype=object).reshape(value.shape))
+
+
 def _check_folded(node: NodeInfo, index: int, facts: Facts) -> None:
     """A rule's folded value must be what its facts say: a disagreement is a bug in Loam, caught here
     rather than as a wrong shape in whatever node reads the value next."""
@@ -68,6 +106,8 @@ def _check_folded(node: NodeInfo, index: int, facts: Facts) -> None:
     want = facts.static_shape()
     if want is not None and value.shape != want:
         raise AssertionError(f"{node.where()}: output {index} folds to shape {value.shape}, its rule says {want}")
+    if symbolic_value(value):
+        return
     if facts.elem.numpy is not None and value.dtype != facts.elem.numpy:
         raise AssertionError(
             f"{node.where()}: output {index} folds to dtype {value.dtype}, its rule says {facts.elem.name}"
@@ -128,6 +168,7 @@ class Stage0Graph:
     def __init__(self, graph_name: str) -> None:
         self.graph_name = graph_name
         self.facts: dict[SSAValue, Facts] = {}
+        self.scope = owed.ExtentScope()
 
     def settle(self, value: SSAValue, facts: Facts) -> SSAValue:
         """Record `facts` for `value` and retype it as `!shape_poly.tensor`."""
@@ -138,7 +179,21 @@ class Stage0Graph:
 
     def run(self, block: Block, input_names: list[str]) -> None:
         for arg, name in zip(list(block.args), input_names, strict=True):
-            self.settle(arg, facts_of_type(arg.type, f"graph input '{name}'"))
+            facts = facts_of_type(arg.type, f"graph input '{name}'")
+            self.scope.bound.update(s for e in facts.shape for s in e.symbols)
+            self.settle(arg, facts)
+        with owed.scope(self.scope):
+            self.run_ops(block)
+        remove_unread_constants(block)
+        first = block.first_op
+        checks = [OweOp(o.lhs, o.rhs, o.node, equal=o.equal) for o in self.scope.owed]
+        if checks:
+            if first is None:
+                block.add_ops(checks)
+            else:
+                Rewriter.insert_op(checks, InsertPoint.before(first))
+
+    def run_ops(self, block: Block) -> None:
         for op in list(block.ops):
             if isinstance(op, InitializerOp):
                 self.initializer(op)
@@ -147,9 +202,14 @@ class Stage0Graph:
                 self.settle(op.result, Facts(op.value.elem, tuple(Poly.const(d) for d in array.shape), array))
             elif isinstance(op, NodeOp):
                 self.node(op)
+            elif isinstance(op, ValuesOp):
+                t = op.result.type
+                assert isinstance(t, PolyTensorType)
+                polys = np.array(op.polys, dtype=object).reshape([d.const_value for d in t.shape])
+                self.settle(op.result, Facts(t.elem, t.shape, polys))
             elif isinstance(op, ReturnOp):
                 self.merge_outputs(op)
-            elif not isinstance(op, NoneOp):
+            elif not isinstance(op, NoneOp | OweOp):
                 raise UnsupportedError(f"graph '{self.graph_name}': stage 0 does not know {op.name}")
 
     def initializer(self, op: InitializerOp) -> None:
@@ -164,7 +224,10 @@ class Stage0Graph:
         rule = rule_for(info, op.domain)
         rule.check_attributes(info, op.attr_names())
         inputs = [None if isinstance(v.owner, NoneOp) else self.facts[v] for v in op.args]
-        outputs = rule.infer(info, inputs)
+        try:
+            outputs = [settled_value(info, f) for f in rule.infer(info, inputs)]
+        except PolyError as e:
+            raise info.fail(str(e)) from None
         if len(outputs) != len(op.outs):
             raise ShapeError(f"{info.where()}: produces {len(outputs)} outputs, the graph names {len(op.outs)}")
         if outputs and all(f.value is not None for f in outputs):
@@ -177,9 +240,12 @@ class Stage0Graph:
 
     def fold(self, op: NodeOp, outputs: list[Facts]) -> None:
         """Replace a node the build can evaluate by one `graph.constant` per output."""
-        constants = []
+        constants: list[ConstantOp | ValuesOp] = []
         for name, facts in zip(op.output_names, outputs, strict=True):
             assert facts.value is not None
+            if symbolic_value(facts.value):
+                constants.append(ValuesOp(np.asarray(facts.value).reshape(-1).tolist(), poly_type(facts), name))
+                continue
             data = TensorDataAttr.from_numpy(np.asarray(facts.value), facts.elem, name=name)
             constants.append(ConstantOp(data, poly_type(facts)))
         Rewriter.insert_op(constants, InsertPoint.before(op))
@@ -205,3 +271,10 @@ class Stage0Graph:
             for i, (want, have) in enumerate(zip(declared.shape, got.shape, strict=True)):
                 if isinstance(want, int) and have.is_const and want != have.const_value:
                     raise ShapeError(f"{where} axis {i} is declared {want}, the nodes produce {have}")
+
+
+def remove_unread_constants(block: Block) -> None:
+    """Drop the folded values nothing reads any more (the operands of nodes stage 0 folded)."""
+    for op in reversed(list(block.ops)):
+        if isinstance(op, ConstantOp | ValuesOp) and not op.result.uses:
+            Rewriter.erase_op(op)

@@ -241,9 +241,12 @@ def axes_unified_by(unify: Callable[[Axis, Axis], None]) -> Iterator[None]:
 def broadcast_shapes(node: NodeInfo, shapes: Sequence[tuple[Poly, ...]]) -> tuple[Poly, ...]:
     """ONNX multidirectional (numpy) broadcasting of extents, aligned at the end.
 
-    Two extents meet where they are equal or one is 1; anything else stops the build naming the
-    node and the output axis.
+    Two extents meet where they are equal or one is 1.  Symbolic extents meet by `loam.owed`'s
+    rules (a derived symbol read as its operand, two symbolic lengths owed equal); two numbers that
+    differ stop the build naming the node and the output axis.
     """
+    from loam import owed
+
     rank = max((len(s) for s in shapes), default=0)
     one = Poly.const(1)
     out: list[Poly] = []
@@ -259,7 +262,9 @@ def broadcast_shapes(node: NodeInfo, shapes: Sequence[tuple[Poly, ...]]) -> tupl
             if extent == one:
                 extent = d
                 continue
-            raise node.fail(f"cannot broadcast extents {extent} and {d} at output axis {i}")
+            if extent.is_const and d.is_const:
+                raise node.fail(f"cannot broadcast extents {extent} and {d} at output axis {i}")
+            extent = owed.broadcast(extent, d, node, f"broadcast at output axis {i}")
         out.append(extent)
     return tuple(out)
 

@@ -36,7 +36,7 @@ from loam.ops.operands import (
     optional,
     static_extents,
 )
-from loam.poly import Poly
+from loam.poly import Poly, poly_product
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -499,21 +499,22 @@ class TriluRule(MovementRule):
 
 
 class ShapeRule(MovementRule):
-    """ONNX Shape: the input's extents as i64 (start/end from opset 15, clamped); always folds."""
+    """ONNX Shape: the input's extents as i64 (start/end from opset 15, clamped); always folds, to
+    polynomials where an extent is symbolic."""
 
     op_types = ("Shape",)
     attributes = frozenset({"start", "end"})
-    limitations = "folds at build time; symbolic extents are not supported yet"
+    limitations = "folds at build time (symbolic extents as polynomials)"
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 1)
-        dims = static_extents(node, given(node, inputs, 0, "data"))
+        dims = given(node, inputs, 0, "data").shape
         rank = len(dims)
         start, end = int(node.attr("start", 0)), node.attr("end")
         end = rank if end is None else int(end)
         start = min(max(start + rank if start < 0 else start, 0), rank)
         end = min(max(end + rank if end < 0 else end, 0), rank)
-        value = np.array(dims[start:end], dtype=np.int64).reshape(-1)
+        value = np.array(list(dims[start:end]), dtype=object).reshape(-1)
         return [facts(dtypes.by_name("i64"), value.shape, value)]
 
 
@@ -521,12 +522,12 @@ class SizeRule(MovementRule):
     """ONNX Size: the input's element count as an i64 scalar; always folds."""
 
     op_types = ("Size",)
-    limitations = "folds at build time; symbolic extents are not supported yet"
+    limitations = "folds at build time (a polynomial where an extent is symbolic)"
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 1)
-        dims = static_extents(node, given(node, inputs, 0, "data"))
-        return [facts(dtypes.by_name("i64"), (), np.array(int(np.prod(dims, dtype=np.int64)), dtype=np.int64))]
+        count = poly_product(given(node, inputs, 0, "data").shape)
+        return [facts(dtypes.by_name("i64"), (), np.array(count, dtype=object))]
 
 
 RULES: tuple[OpRule, ...] = (

@@ -52,10 +52,36 @@ def known_ints(node: NodeInfo, f: Facts | None, what: str, types: Sequence[str] 
         raise node.fail(f"the {what} input has element type {f.elem.name}; ONNX needs {needs}")
     if f.value is None:
         raise node.unsupported(
-            f"the {what} input must be known at build time (a Constant, an integer initializer or a value "
-            f"the build folds); one computed from a run-time value needs symbolic extents, not supported yet"
+            f"the {what} input must be known at build time (a Constant, an integer initializer, a Shape or "
+            "a value the build folds from them); this one is computed from a run-time value"
         )
+    if is_symbolic(f):
+        values = ", ".join(str(v) for v in np.asarray(f.value).reshape(-1).tolist())
+        raise node.unsupported(f"the {what} input depends on symbolic extents ([{values}]); it must be numbers here")
     return [int(v) for v in np.asarray(f.value).reshape(-1)]
+
+
+def known_extents(node: NodeInfo, f: Facts | None, what: str, types: Sequence[str] = INTEGER_TYPES) -> list[Poly]:
+    """The integers input `what` holds as polynomials: numbers, or what a Shape of a symbolic tensor
+    gave (a Reshape target, Slice bounds, a Range's limit, ...); the build must know them."""
+    if is_symbolic(f):
+        assert f is not None
+        if f.elem.name not in types:
+            raise node.fail(f"the {what} input has element type {f.elem.name}; ONNX needs integers")
+        return [Poly.lift(v if isinstance(v, Poly) else int(v)) for v in np.asarray(f.value).reshape(-1).tolist()]
+    return [Poly.const(v) for v in known_ints(node, f, what, types)]
+
+
+def polys_of(value: object) -> np.ndarray:
+    """`value` (numbers or polynomials) as an object array of `Poly`, for arithmetic over extents."""
+    arr = np.asarray(value)
+    flat = [v if isinstance(v, Poly) else Poly.const(int(v)) for v in arr.reshape(-1).tolist()]
+    return np.array(flat, dtype=object).reshape(arr.shape)
+
+
+def is_symbolic(f: Facts | None) -> bool:
+    """Whether `f`'s value is known as polynomials rather than numbers (a Shape of a symbolic tensor)."""
+    return f is not None and f.value is not None and np.asarray(f.value).dtype == object
 
 
 def ints_of(
@@ -146,12 +172,23 @@ def operand_facts(operands: Sequence[SSAValue | None]) -> list[Facts | None]:
         t = v.type
         value = None
         if isinstance(v.owner, ConstantOp):
-            value = np.asarray(v.owner.value.to_numpy())  # type: ignore[attr-defined]
+            value = constant_value(v.owner)
         elif isinstance(v.owner, WeightOp) and v.owner.data is not None and v.type.elem.name in INTEGER_TYPES:  # type: ignore[attr-defined]
             # An integer initializer: stage 0 read it as known (weights are the float ones, never read).
             value = np.asarray(v.owner.data.to_numpy())
         out.append(Facts(t.elem, tuple(a.extent for a in t.axes), value))  # type: ignore[attr-defined]
     return out
+
+
+def constant_value(op: Operation) -> np.ndarray:
+    """A `kernel.constant`'s value: numbers, or an object array of `Poly` for symbolic values."""
+    from xdsl.dialects.builtin import ArrayAttr
+
+    value = op.value  # type: ignore[attr-defined]
+    if isinstance(value, ArrayAttr):
+        shape = [a.extent.const_value for a in op.results[0].type.axes]  # type: ignore[attr-defined]
+        return np.array([e.data for e in value.data], dtype=object).reshape(shape)
+    return np.asarray(value.to_numpy())
 
 
 def lowered_extents(value: SSAValue) -> tuple[int, ...]:

@@ -34,5 +34,11 @@
 // -----
 
 // expected-error @+1 {{shape_poly.owe 'N <= 1024' must name what relies on it}}
-shape_poly.owe "N <= 1024" for ""
+shape_poly.owe N <= 1024 for ""
 // CHECK: shape_poly.owe 'N <= 1024' must name what relies on it
+
+// -----
+
+// expected-error @+1 {{min takes 2 operands, got 1}}
+%0 = "test.op"() : () -> !shape_poly.tensor<f32, [min(N)]>
+// CHECK: min takes 2 operands, got 1

@@ -16,5 +16,18 @@
 %3 = "test.op"() {e = #shape_poly.extent<-(S) + "past len" + S*2>} : () -> !shape_poly.tensor<f8E4M3FN, ["x.y"]>
 // CHECK-NEXT: %3 = "test.op"() {e = #shape_poly.extent<S + "past len">} : () -> !shape_poly.tensor<f8E4M3FN, ["x.y"]>
 
-shape_poly.owe "N <= 1024" for "Slice 'attn/mask_slice'"
-// CHECK-NEXT: shape_poly.owe "N <= 1024" for "Slice 'attn/mask_slice'"
+shape_poly.owe N <= 1024 for "Slice node 'attn/mask_slice'"
+// CHECK-NEXT: shape_poly.owe N <= 1024 for "Slice node 'attn/mask_slice'"
+
+shape_poly.owe attention_length == S + past for "Add node 'mask'"
+// CHECK-NEXT: shape_poly.owe attention_length == S + past for "Add node 'mask'"
+
+// A derived symbol is named by its definition, which reads back as the same symbol.
+%4 = "test.op"() : () -> !shape_poly.tensor<f32, [min(N, 1024), floordiv(min(8, N) + 1, 2) + 1]>
+// CHECK-NEXT: %4 = "test.op"() : () -> !shape_poly.tensor<f32, [min(N, 1024), floordiv(min(8, N) + 1, 2) + 1]>
+
+%5 = shape_poly.values [N, 2*S + 1, 768] : !shape_poly.tensor<i64, [3]>
+// CHECK-NEXT: %5 = shape_poly.values [N, 2*S + 1, 768] : !shape_poly.tensor<i64, [3]>
+
+%6 = shape_poly.values "x/shape" [N] : !shape_poly.tensor<i64, [1]>
+// CHECK-NEXT: %6 = shape_poly.values "x/shape" [N] : !shape_poly.tensor<i64, [1]>
