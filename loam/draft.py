@@ -20,9 +20,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import onnx
-from xdsl.ir import SSAValue
+from xdsl.ir import Block, SSAValue
 
-from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, NoneOp, ReturnOp
+from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, NoneOp, ReturnOp, SubgraphInfoOp
 from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp
 from loam.dialects.tensor_axes import Axis
 from loam.errors import AxisError
@@ -223,54 +223,75 @@ class _Drafter:
         return out, needs_rule
 
     def run(self, graph: GraphOp) -> LayoutDraft:
-        from loam.passes.name_axes import folded_name
-        from loam.passes.stage0 import node_info
-
         self.graph_name = graph.graph_name.data
         block = graph.body.block
-        axes_of: dict[SSAValue, tuple[Axis, ...]] = {}
-        wanted: list[tuple[str, list[Axis]]] = []  # tensors that need a rule, in graph order
-
-        def settle(value: SSAValue, tensor: str, given: Sequence[Axis | None] | None = None) -> None:
-            t = value.type
-            assert isinstance(t, PolyTensorType)
-            axes, needs_rule = self.axes_for(tensor, t.shape, given if given is not None else [None] * len(t.shape))
-            axes_of[value] = tuple(axes)
-            if needs_rule:
-                wanted.append((tensor, axes))
-
+        self.axes_of: dict[SSAValue, tuple[Axis, ...]] = {}
+        self.wanted: list[tuple[str, list[Axis], str | None]] = []  # tensors needing a rule, in graph order
+        self.main_graph = self.graph_name
         for arg, name in zip(block.args, [s.data for s in graph.input_names.data], strict=True):
-            settle(arg, name)
+            self.settle(arg, name)
         with base.axes_unified_by(self.unify):
-            for op in block.ops:
-                if isinstance(op, InitializerOp):
-                    settle(op.result, op.onnx_name.data)
-                elif isinstance(op, ConstantOp | ValuesOp):
-                    if not op.result.uses:
-                        continue
-                    name = folded_name(op)
-                    t = op.result.type
-                    assert isinstance(t, PolyTensorType)
-                    if all(e == Poly.const(1) for e in t.shape) and match_layout(self.given, name) is None:
-                        # name-axes names a one-element constant's unit axes itself (Unit, Unit1, ...).
-                        axes_of[op.result] = tuple(base.unit_axes([None] * len(t.shape)))
-                    else:
-                        settle(op.result, name)
-                elif isinstance(op, NodeOp):
-                    info = node_info(op)
-                    rule = rule_for(info, op.domain)
+            self.walk(block)
+        return self.finish(self.wanted)
+
+    def settle(self, value: SSAValue, tensor: str, given: Sequence[Axis | None] | None = None) -> None:
+        t = value.type
+        assert isinstance(t, PolyTensorType)
+        axes, needs_rule = self.axes_for(tensor, t.shape, given if given is not None else [None] * len(t.shape))
+        self.axes_of[value] = tuple(axes)
+        if needs_rule:
+            # A tensor inside an If branch gets a rule scoped to that branch's graph: both branches
+            # may name their tensors alike.
+            scoped = self.graph_name if self.graph_name != self.main_graph else None
+            self.wanted.append((tensor, axes, scoped))
+
+    def walk(self, block: Block) -> None:
+        from loam.ops.control import IfRule, merge_axes
+        from loam.passes.name_axes import branch_values, folded_name
+        from loam.passes.stage0 import node_info
+
+        axes_of = self.axes_of
+        for op in block.ops:
+            if isinstance(op, InitializerOp):
+                self.settle(op.result, op.onnx_name.data)
+            elif isinstance(op, ConstantOp | ValuesOp):
+                if not op.result.uses:
+                    continue
+                name = folded_name(op)
+                t = op.result.type
+                assert isinstance(t, PolyTensorType)
+                if all(e == Poly.const(1) for e in t.shape) and match_layout(self.given, name, self.graph_name) is None:
+                    # name-axes names a one-element constant's unit axes itself (Unit, Unit1, ...).
+                    axes_of[op.result] = tuple(base.unit_axes([None] * len(t.shape)))
+                else:
+                    self.settle(op.result, name)
+            elif isinstance(op, NodeOp):
+                info = node_info(op)
+                rule = rule_for(info, op.domain)
+                outputs = [base.Facts(r.type.elem, r.type.shape) for r in op.outs]  # type: ignore[attr-defined]
+                if isinstance(rule, IfRule):
+                    outer = self.graph_name
+                    returned = []
+                    for key in ("then_branch", "else_branch"):
+                        self.graph_name, branch, values = branch_values(op, key)
+                        self.walk(branch)
+                        returned.append([axes_of[v] for v in values])
+                    self.graph_name = outer
+                    named = [
+                        merge_axes(info, name, t, e, f)
+                        for name, t, e, f in zip(op.output_names, returned[0], returned[1], outputs, strict=True)
+                    ]
+                else:
                     inputs = [None if isinstance(v.owner, NoneOp) else axes_of[v] for v in op.args]
-                    outputs = [base.Facts(r.type.elem, r.type.shape) for r in op.outs]  # type: ignore[attr-defined]
                     named = rule.axes(info, inputs, outputs)
-                    for result, name, axes in zip(op.outs, op.output_names, named, strict=True):
-                        settle(result, name, axes)
-                elif not isinstance(op, NoneOp | ReturnOp | OweOp):
-                    raise AxisError(f"graph '{self.graph_name}': the layout drafter does not know {op.name}")
-        return self.finish(wanted)
+                for result, name, axes in zip(op.outs, op.output_names, named, strict=True):
+                    self.settle(result, name, axes)
+            elif not isinstance(op, NoneOp | ReturnOp | OweOp | SubgraphInfoOp):
+                raise AxisError(f"graph '{self.graph_name}': the layout drafter does not know {op.name}")
 
     # -- naming ------------------------------------------------------------------------------------
 
-    def finish(self, wanted: Sequence[tuple[str, Sequence[Axis]]]) -> LayoutDraft:
+    def finish(self, wanted: Sequence[tuple[str, Sequence[Axis], str | None]]) -> LayoutDraft:
         names: dict[int, str] = {}
         taken: set[str] = set(self.fixed.values())
         for rule in self.given:
@@ -310,7 +331,9 @@ class _Drafter:
             var = self.var_of(name)
             return name if var is None else name_of(var)
 
-        rules = tuple(LayoutRule(glob_escape(tensor), tuple(resolve(a) for a in axes), None) for tensor, axes in wanted)
+        rules = tuple(
+            LayoutRule(glob_escape(tensor), tuple(resolve(a) for a in axes), graph) for tensor, axes, graph in wanted
+        )
         return LayoutDraft(rules, tuple(invented), self.given)
 
 

@@ -71,8 +71,16 @@ class ExtentScope:
 
     bound: set[str] = field(default_factory=set)
     bounds: dict[str, Interval] = field(default_factory=dict)
+    sizes: list[Poly] = field(default_factory=list)  # the inputs' element counts, which fit memory
     owed: list[Owed] = field(default_factory=list)
     lenient: bool = False
+
+    def within_an_input(self, p: Poly) -> bool:
+        """Whether `p <= ` some input's element count for every input (coefficient by coefficient,
+        all non-negative), so it fits int64 whatever the symbols: that input exists in memory."""
+        if any(c < 0 for _, c in p.terms) or derived_symbols(p):
+            return False
+        return any(all(c >= 0 for _, c in (size - p).terms) for size in self.sizes)
 
     def computable(self, p: Poly) -> bool:
         """Whether the run can compute `p` before any kernel: its symbols are bound or derived from them."""

@@ -18,9 +18,18 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
-from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, ModelOp, NodeOp, NoneOp, ReturnOp
+from loam.dialects.graph import (
+    ConstantOp,
+    GraphOp,
+    InitializerOp,
+    ModelOp,
+    NodeOp,
+    NoneOp,
+    ReturnOp,
+    SubgraphInfoOp,
+)
 from loam.dialects.kernel import ConstantOp as KernelConstantOp
-from loam.dialects.kernel import ProgramOp, WeightOp
+from loam.dialects.kernel import IfOp, ProgramOp, WeightOp, YieldOp
 from loam.dialects.kernel import ReturnOp as KernelReturnOp
 from loam.dialects.shape_poly import OweOp, ValuesOp
 from loam.dialects.tensor_axes import AxesTensorType
@@ -63,6 +72,23 @@ def lower_graph(graph: GraphOp) -> ProgramOp:
     for old, new in zip(source.args, block.args, strict=True):
         mapping[old] = new
         new.name_hint = old.name_hint
+    lower_ops(source, block, mapping)
+    # A constant folded into every Expr that read it, or a weight no kernel reads, is not kept:
+    # Weights must not ask the checkpoint for a tensor forward never reads.
+    for op in reversed(list(block.walk())):
+        if isinstance(op, WeightOp | KernelConstantOp) and not op.results[0].uses:
+            op.detach()
+            op.erase()
+    return ProgramOp(
+        [a.type for a in block.args],
+        [s.data for s in graph.input_names.data],
+        Region(block),
+        model=graph.graph_name.data,
+    )
+
+
+def lower_ops(source: Block, block: Block, mapping: dict[SSAValue, SSAValue]) -> None:
+    """Lower the ops of `source` into `block`; `mapping` carries values of the enclosing scopes."""
 
     def emit(op: Operation) -> Operation:
         block.add_op(op)
@@ -84,6 +110,17 @@ def lower_graph(graph: GraphOp) -> ProgramOp:
             mapping[op.result] = _named(c.results[0], op.result)
         elif isinstance(op, OweOp):
             emit(op.clone())
+        elif isinstance(op, NodeOp) and op.op_type == "If":
+            info = node_info(op)
+            regions = []
+            for key in ("then_branch", "else_branch"):
+                branch = op.subgraph(key).block
+                inner = Block()
+                lower_ops(branch, inner, mapping)
+                regions.append(Region(inner))
+            if_op = emit(IfOp(mapping[op.args[0]], [_axes_type(r) for r in op.outs], info.name, *regions))
+            for old, new in zip(op.outs, if_op.results, strict=True):
+                mapping[old] = _named(new, old)
         elif isinstance(op, NodeOp):
             info = node_info(op)
             rule = rule_for(info, op.domain)
@@ -93,17 +130,10 @@ def lower_graph(graph: GraphOp) -> ProgramOp:
             for old, new in zip(op.outs, results, strict=True):
                 mapping[old] = _named(new, old)
         elif isinstance(op, ReturnOp):
-            emit(KernelReturnOp([mapping[v] for v in op.values], [s.data for s in op.output_names.data]))
-        elif not isinstance(op, NoneOp):
+            values = [mapping[v] for v in op.values]
+            if isinstance(source.first_op, SubgraphInfoOp):
+                emit(YieldOp(values))
+            else:
+                emit(KernelReturnOp(values, [s.data for s in op.output_names.data]))
+        elif not isinstance(op, NoneOp | SubgraphInfoOp):
             raise UnsupportedError(f"lower-to-kernel does not know {op.name}")
-    # A constant folded into every Expr that read it, or a weight no kernel reads, is not kept:
-    # Weights must not ask the checkpoint for a tensor forward never reads.
-    for op in reversed(list(block.ops)):
-        if isinstance(op, WeightOp | KernelConstantOp) and not op.results[0].uses:
-            block.erase_op(op)
-    return ProgramOp(
-        [a.type for a in block.args],
-        [s.data for s in graph.input_names.data],
-        Region(block),
-        model=graph.graph_name.data,
-    )

@@ -15,17 +15,18 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import SSAValue
+from xdsl.ir import Block, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
-from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, NoneOp, ReturnOp
+from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, NoneOp, ReturnOp, SubgraphInfoOp
 from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis, LayoutAttr
 from loam.errors import AxisError
 from loam.layout import LayoutRule, match_layout, parse_layout_flag
 from loam.ops import rule_for
-from loam.ops.base import Facts, unit_axes
+from loam.ops.base import Facts, NodeInfo, unit_axes
+from loam.ops.control import IfRule, merge_axes
 from loam.passes.apply_options import LAYOUT_ATTR
 from loam.passes.stage0 import node_info
 from loam.poly import Poly
@@ -135,6 +136,9 @@ class NameAxesGraph:
         block = graph.body.block
         for arg, name in zip(list(block.args), [s.data for s in graph.input_names.data], strict=True):
             self.settle(arg, self.from_layout(name, _facts(arg)))
+        self.run_ops(block)
+
+    def run_ops(self, block: Block) -> None:
         for op in list(block.ops):
             if isinstance(op, InitializerOp):
                 self.settle(op.result, self.from_layout(op.onnx_name.data, _facts(op.result)))
@@ -147,12 +151,15 @@ class NameAxesGraph:
                 self.settle(op.result, self.from_layout(folded_name(op), _facts(op.result), unit_fallback=True))
             elif isinstance(op, NodeOp):
                 self.node(op)
-            elif not isinstance(op, NoneOp | ReturnOp | OweOp):
+            elif not isinstance(op, NoneOp | ReturnOp | OweOp | SubgraphInfoOp):
                 raise AxisError(f"graph '{self.graph_name}': name-axes does not know {op.name}")
 
     def node(self, op: NodeOp) -> None:
         info = node_info(op)
         rule = rule_for(info, op.domain)
+        if isinstance(rule, IfRule):
+            self.if_node(op, info)
+            return
         inputs: list[tuple[Axis, ...] | None] = []
         for v in op.args:
             if isinstance(v.owner, NoneOp):
@@ -164,6 +171,26 @@ class NameAxesGraph:
         named = rule.axes(info, inputs, outputs)
         for result, name, facts, axes in zip(list(op.outs), op.output_names, outputs, named, strict=True):
             self.settle(result, self.from_layout(name, facts, axes, node=info.where()))
+
+    def if_node(self, op: NodeOp, info: NodeInfo) -> None:
+        """Name each branch with the rules that reach its graph; outputs take what both give."""
+        returned = []
+        for key in ("then_branch", "else_branch"):
+            graph_name, block, _ = branch_values(op, key)
+            NameAxesGraph(self.rules, graph_name).run_ops(block)
+            returned.append([v.type for v in branch_values(op, key)[2]])
+        for result, name, t, e in zip(list(op.outs), op.output_names, returned[0], returned[1], strict=True):
+            facts = _facts(result)
+            axes = merge_axes(info, name, t.axes, e.axes, facts)
+            self.settle(result, self.from_layout(name, facts, axes, node=info.where()))
+
+
+def branch_values(op: NodeOp, key: str) -> tuple[str, Block, list[SSAValue]]:
+    """An If branch's graph name, block and returned values."""
+    block = op.subgraph(key).block
+    header, ret = block.first_op, block.last_op
+    assert isinstance(header, SubgraphInfoOp) and isinstance(ret, ReturnOp)
+    return header.graph_name.data, block, list(ret.values)
 
 
 def folded_name(op: ConstantOp | ValuesOp) -> str:

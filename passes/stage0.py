@@ -36,6 +36,7 @@ from loam.dialects.graph import (
     NodeOp,
     NoneOp,
     ReturnOp,
+    SubgraphInfoOp,
     TensorDataAttr,
     TensorType,
 )
@@ -43,7 +44,8 @@ from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp
 from loam.errors import PolyError, ShapeError, UnsupportedError
 from loam.ops import rule_for
 from loam.ops.base import Facts, NodeInfo
-from loam.poly import Poly
+from loam.ops.control import IfRule
+from loam.poly import Poly, poly_product
 
 
 def node_info(node: NodeOp) -> NodeInfo:
@@ -91,7 +93,7 @@ def settled_value(node: NodeInfo, facts: Facts) -> Facts:
         raise node.unsupported(f"a {facts.elem.name} value computed from symbolic extents is not supported")
     for v in polys:
         reach = bounds_of(v, owed.bounds())
-        if reach.lo < fits.lo or reach.hi > fits.hi:
+        if (reach.lo < fits.lo or reach.hi > fits.hi) and not (fits is I64 and owed.current().within_an_input(v)):
             raise node.fail(
                 f"the value {v} may reach {reach} for some input, past {facts.elem.name}; "
                 "fix the symbols with the `dims` option"
@@ -181,6 +183,7 @@ class Stage0Graph:
         for arg, name in zip(list(block.args), input_names, strict=True):
             facts = facts_of_type(arg.type, f"graph input '{name}'")
             self.scope.bound.update(s for e in facts.shape for s in e.symbols)
+            self.scope.sizes.append(poly_product(facts.shape))
             self.settle(arg, facts)
         with owed.scope(self.scope):
             self.run_ops(block)
@@ -209,7 +212,7 @@ class Stage0Graph:
                 self.settle(op.result, Facts(t.elem, t.shape, polys))
             elif isinstance(op, ReturnOp):
                 self.merge_outputs(op)
-            elif not isinstance(op, NoneOp | OweOp):
+            elif not isinstance(op, NoneOp | OweOp | SubgraphInfoOp):
                 raise UnsupportedError(f"graph '{self.graph_name}': stage 0 does not know {op.name}")
 
     def initializer(self, op: InitializerOp) -> None:
@@ -219,10 +222,13 @@ class Stage0Graph:
 
     def node(self, op: NodeOp) -> None:
         info = node_info(op)
-        if op.subgraphs:
-            raise UnsupportedError(f"{info.where()}: subgraphs are not compiled yet")
         rule = rule_for(info, op.domain)
         rule.check_attributes(info, op.attr_names())
+        if isinstance(rule, IfRule):
+            self.if_node(op, info, rule)
+            return
+        if op.subgraphs:
+            raise UnsupportedError(f"{info.where()}: subgraphs are not compiled yet")
         inputs = [None if isinstance(v.owner, NoneOp) else self.facts[v] for v in op.args]
         try:
             outputs = [settled_value(info, f) for f in rule.infer(info, inputs)]
@@ -237,6 +243,35 @@ class Stage0Graph:
             return
         for result, facts in zip(list(op.outs), outputs, strict=True):
             self.settle(result, Facts(facts.elem, facts.shape))
+
+    def if_node(self, op: NodeOp, info: NodeInfo, rule: IfRule) -> None:
+        """Check each branch in a copy of the scope around it; the outputs take what both give."""
+        cond = None if isinstance(op.args[0].owner, NoneOp) else self.facts.get(op.args[0])
+        rule.check_condition(info, cond)
+        returned: list[list[Facts]] = []
+        for key in ("then_branch", "else_branch"):
+            block = op.subgraph(key).block
+            header = block.first_op
+            if not isinstance(header, SubgraphInfoOp):
+                raise AssertionError(f"{info.where()}: {key} has no graph.subgraph_info")
+            if block.args:
+                raise info.unsupported(f"{key} '{header.graph_name.data}' declares inputs of its own")
+            branch = Stage0Graph(header.graph_name.data)
+            branch.facts = dict(self.facts)
+            outer = self.scope
+            branch.scope = owed.ExtentScope(set(outer.bound), dict(outer.bounds), list(outer.sizes))
+            with owed.scope(branch.scope):
+                branch.run_ops(block)
+            remove_unread_constants(block)
+            checks = [OweOp(o.lhs, o.rhs, o.node, equal=o.equal) for o in branch.scope.owed]
+            if checks:
+                Rewriter.insert_op(checks, InsertPoint.after(header))
+            ret = block.last_op
+            assert isinstance(ret, ReturnOp)
+            returned.append([branch.facts[v] for v in ret.values])
+        outputs = rule.merge(info, op.output_names, returned[0], returned[1])
+        for result, facts in zip(list(op.outs), outputs, strict=True):
+            self.settle(result, facts)
 
     def fold(self, op: NodeOp, outputs: list[Facts]) -> None:
         """Replace a node the build can evaluate by one `graph.constant` per output."""
@@ -256,7 +291,12 @@ class Stage0Graph:
         Rewriter.erase_op(op)
 
     def merge_outputs(self, ret: ReturnOp) -> None:
-        """Merge each declared output shape with the computed one (ONNX's mergeInDimensionInfo)."""
+        """Merge each declared output shape with the computed one (ONNX's mergeInDimensionInfo).
+
+        Two numbers that differ, or two ranks, are a conflict.  A dim_param names the axis in the
+        author's words and a `?` names nothing, so neither disagrees with what the nodes produce;
+        a number declared where the nodes produce a polynomial is owed by the inputs.
+        """
         for value, name, declared in zip(ret.values, ret.output_names.data, ret.declared_types.data, strict=True):
             got = self.facts[value]
             if not isinstance(declared, TensorType) or declared.shape is None:
@@ -269,8 +309,13 @@ class Stage0Graph:
                     f"{where} is declared with rank {len(declared.shape)}, the nodes produce rank {got.rank}"
                 )
             for i, (want, have) in enumerate(zip(declared.shape, got.shape, strict=True)):
-                if isinstance(want, int) and have.is_const and want != have.const_value:
+                if not isinstance(want, int):
+                    continue
+                if have.is_const and want != have.const_value:
                     raise ShapeError(f"{where} axis {i} is declared {want}, the nodes produce {have}")
+                if not have.is_const:
+                    with owed.scope(self.scope):
+                        owed.current().owe_equal(have, Poly.const(want), where, f"axis {i} as declared")
 
 
 def remove_unread_constants(block: Block) -> None:

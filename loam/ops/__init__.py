@@ -5,6 +5,7 @@ from __future__ import annotations
 from loam.errors import UnsupportedError
 from loam.ops import (
     constant,
+    control,
     conv,
     einsum,
     elementwise,
@@ -33,6 +34,7 @@ FAMILIES = (
     conv,
     pool,
     resize,
+    control,
 )
 
 _RULES: tuple[OpRule, ...] = tuple(rule for family in FAMILIES for rule in family.RULES)
