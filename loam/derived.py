@@ -369,7 +369,11 @@ def _readings(call: DerivedCall) -> list[tuple[Poly, list[Poly]]]:
         return [(args[0], [args[0] - I32.lo, I32.hi - args[0]])]
     if fn == "half":
         return [(args[0], [args[0] + HALF_EXACT, HALF_EXACT - args[0]])]
-    return []  # a rounded quotient, a remainder, a comparison or a select takes no operand unchanged
+    if fn == "select" and bounds_of(args[0]).lo >= 0:
+        # A select on a length (ONNX's Reshape 0, torch's `Where(Equal(n, 0), ...)`) takes its first
+        # branch wherever the length is not 0.
+        return [(args[1], [args[0] - 1])]
+    return []  # a rounded quotient, a remainder or a comparison takes no operand unchanged
 
 
 @functools.cache
@@ -380,13 +384,14 @@ def _read_options(name: str) -> tuple[tuple[Poly, tuple[Poly, ...]], ...]:
         return ((Poly.symbol(name), ()),)
     # Operands read inside the call first: a rounded quotient keeps its operation over them.
     inner: list[tuple[DerivedCall, tuple[Poly, ...]]] = []
-    for choice in itertools.islice(itertools.product(*[read_options(a) for a in call.args]), 16):
+    for choice in itertools.islice(itertools.product(*[read_options(a) for a in call.args]), 64):
         args = tuple(r for r, _ in choice)
         owed = tuple(s for _, slacks in choice for s in slacks)
         inner.append((DerivedCall(call.function, args), owed))
     options: list[tuple[Poly, tuple[Poly, ...]]] = []
     for read_call, owed in inner:
-        for operand, slacks in _readings(read_call):
+        # A clamp reads first as what it clamps, not as its bound: `min(1024, S)` as S.
+        for operand, slacks in sorted(_readings(read_call), key=lambda r: r[0].is_const):
             options.append((operand, owed + tuple(slacks)))
     for read_call, owed in inner:
         if owed:  # the call kept, over operands that were read

@@ -124,9 +124,29 @@ class ExtentScope:
                 f"{where(node)}: needs {text}{about}, which the build cannot prove and the run cannot check "
                 f"before the kernels: {', '.join(unbound)} {'is' if len(unbound) == 1 else 'are'} bound by no input"
             )
-        owed = Owed(lhs, rhs, where(node), equal)
-        if owed not in self.owed:
-            self.owed.append(owed)
+        if equal and str(lhs) > str(rhs):
+            lhs, rhs = rhs, lhs  # one spelling per equality: `a == b` and `b == a` are one condition
+        self.record(Owed(lhs, rhs, where(node), equal))
+
+    def record(self, new: Owed) -> None:
+        """Keep `new` unless an owed condition already implies it; drop those it implies.
+
+        `past + S <= 128` implies `past <= 128` (S is a length): the run checks the stronger one,
+        naming the first node that relies on it.
+        """
+        for old in self.owed:
+            if old.equal != new.equal:
+                continue
+            if new.equal:
+                if (old.lhs, old.rhs) == (new.lhs, new.rhs):
+                    return
+            elif decide(new.slack - old.slack, self.bounds) is Verdict.HOLDS:
+                return
+        if not new.equal:
+            self.owed = [
+                o for o in self.owed if o.equal or decide(o.slack - new.slack, self.bounds) is not Verdict.HOLDS
+            ]
+        self.owed.append(new)
 
     def require_equal(self, a: Poly, b: Poly, node: object, what: str) -> Poly:
         """Two extents that must be one length (a contraction, a broadcast, concat's other axes).
@@ -169,11 +189,25 @@ class ExtentScope:
         """ONNX's broadcast of two extents: a 1 stretches to the other; else they must be equal."""
         if a == b:
             return a
+        for s, x in ((a, b), (b, a)):
+            if _stretches(s, x):
+                return s
         if self.is_one(a, node, what):
             return b
         if self.is_one(b, node, what):
             return a
         return self.require_equal(a, b, node, what)
+
+
+def _stretches(s: Poly, x: Poly) -> bool:
+    """Whether `s` is `select(eq(1, x), y, x)`: x where x is not 1, else y -- the broadcast of x
+    with y itself (torch's `expand` exports it as `Where(Equal(x, 1), y, x)`)."""
+    call = derived_call(s.lone_symbol) if s.lone_symbol else None
+    if call is None or call.function != "select" or call.args[2] != x:
+        return False
+    cond = call.args[0].lone_symbol
+    test = derived_call(cond) if cond else None
+    return test is not None and test.function == "eq" and sorted(map(str, test.args)) == sorted(["1", str(x)])
 
 
 def derived_symbols(p: Poly) -> list[str]:

@@ -23,10 +23,11 @@ graph.model {ir_version = 8 : i64, opset_import = {"" = 17 : i64}} {
 
 // -----
 
-// A node whose inputs the build knows is evaluated and replaced by graph.constant.
+// A node whose inputs the build knows is evaluated and replaced by graph.constant; a folded value
+// nothing reads any more (here the Constant the Add read) is dropped.
 // CHECK-LABEL: graph.graph "fold"
 // CHECK-NOT:   graph.node "Constant"
-// CHECK:       %c = graph.constant #graph.data<"c", i64, [2], "0x02000000000000000300000000000000"> : !shape_poly.tensor<i64, [2]>
+// CHECK-NOT:   %c = graph.constant
 // CHECK-NOT:   graph.node "Add"
 // CHECK:       graph.constant #graph.data<"d", i64, [2], "0x04000000000000000600000000000000"> : !shape_poly.tensor<i64, [2]>
 graph.model {ir_version = 8 : i64, opset_import = {"" = 17 : i64}} {

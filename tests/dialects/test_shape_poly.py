@@ -102,9 +102,9 @@ def test_parsed_text_reads_the_polynomial() -> None:
 
 def test_owe_round_trips_and_needs_a_reason() -> None:
     owe = OweOp(Poly.symbol("N"), 1024, "Slice 'attn/mask_slice'")
-    assert str(owe) == 'shape_poly.owe N <= 1024 for "Slice \'attn/mask_slice\'"'
+    assert str(owe) == "shape_poly.owe N <= 1024 for \"Slice 'attn/mask_slice'\""
     same = OweOp(Poly.parse("a"), Poly.parse("S + past"), "Add 'm'", equal=True)
-    assert str(same) == 'shape_poly.owe a == S + past for "Add \'m\'"'
+    assert str(same) == "shape_poly.owe a == S + past for \"Add 'm'\""
     module = ModuleOp(Region(Block([owe, same])))
     round_trip(module)
     with pytest.raises(VerifyException, match="must name what relies on it"):
