@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
+from loam.ops.lowering import axes_type
 from loam.ops.operands import (
     emit_library,
     fold_if_known,
@@ -117,6 +118,19 @@ def window_geometry(
     return tuple(pads), tuple(out)
 
 
+def framed_extents(node: NodeInfo, shape: Sequence[Poly], what: str = "X") -> tuple[int, ...]:
+    """X's extents as the window geometry reads them: the channel and spatial extents as numbers (they
+    settle the pads and the kernel's parameters), the batch axis, which the geometry never reads and
+    the kernel takes from the data, as 0 where it is symbolic."""
+    if any(not d.is_const for d in shape[1:]):
+        raise node.unsupported(
+            f"{what} has symbolic extents [{', '.join(map(str, shape))}]; {node.op_type} needs its channel and "
+            "spatial extents as numbers at build time (only the batch axis may be symbolic), so fix them with "
+            "the `dims` option"
+        )
+    return tuple(d.const_value if d.is_const else 0 for d in shape)
+
+
 def kept_spatial_axes(x_axes: tuple[Axis, ...], out: Facts) -> tuple[Axis | None, ...]:
     """X's spatial axes where the output extent is the input's, new axes (None) elsewhere."""
     return keep_unchanged(x_axes, out)[2:]
@@ -142,7 +156,7 @@ class ConvRule(OpRule):
     op_types = ("Conv",)
     attributes = frozenset({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
     elem_types = FLOATS
-    limitations = "static extents only; negative pads are refused"
+    limitations = "channel and spatial extents must be numbers (the batch may be symbolic); negative pads are refused"
 
     def geometry(self, node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]) -> dict[str, object]:
         nsp, kernel, group = _frame(node, x, w)
@@ -163,15 +177,15 @@ class ConvRule(OpRule):
             raise node.fail("X and W must be given")
         require_same_elem(node, [f for f in (x, w, b) if f is not None])
         require_elem(node, x, FLOATS, "X")
-        xs, ws = static_extents(node, x, "X"), static_extents(node, w, "W")
+        xs, ws = framed_extents(node, x.shape), static_extents(node, w, "W")
         geo = self.geometry(node, xs, ws)
         if b is not None and static_extents(node, b, "B") != (ws[0],):
             raise node.fail(f"B has extents {list(b.shape)}, expected [{ws[0]}]")
-        shape = (xs[0], ws[0], *geo.pop("out"))  # type: ignore[misc]
+        out = (ws[0], *geo.pop("out"))  # type: ignore[misc]
         from loam.backends.numpy_kernels.conv import _k_conv
 
         value = fold_if_known(inputs, lambda *v: _k_conv(*v, **geo))
-        return [Facts(x.elem, tuple(Poly.const(d) for d in shape), value)]
+        return [Facts(x.elem, (x.shape[0], *(Poly.const(int(d)) for d in out)), value)]
 
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
@@ -189,7 +203,7 @@ class ConvRule(OpRule):
         from loam.dialects.kernel import ConvOp
 
         present = [v for v in operands if v is not None]
-        geo = self.geometry(node, lowered_extents(present[0]), lowered_extents(present[1]))
+        geo = self.geometry(node, framed_extents(node, axes_type(present[0]).shape), lowered_extents(present[1]))
         geo.pop("out")
         return emit_library(ctx, ConvOp(present, ctx.result_types[:1], node.name, **geo))  # type: ignore[arg-type]
 
@@ -206,7 +220,7 @@ class ConvTransposeRule(OpRule):
         {"auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads", "strides"}
     )
     elem_types = FLOATS
-    limitations = "static extents only; negative pads are refused"
+    limitations = "channel and spatial extents must be numbers (the batch may be symbolic); negative pads are refused"
 
     def geometry(self, node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]) -> dict[str, object]:
         nsp, kernel, group = _frame(node, x, w)
@@ -261,16 +275,16 @@ class ConvTransposeRule(OpRule):
             raise node.fail("X and W must be given")
         require_same_elem(node, [f for f in (x, w, b) if f is not None])
         require_elem(node, x, FLOATS, "X")
-        xs, ws = static_extents(node, x, "X"), static_extents(node, w, "W")
+        xs, ws = framed_extents(node, x.shape), static_extents(node, w, "W")
         geo = self.geometry(node, xs, ws)
         channels = geo.pop("channels")
         if b is not None and static_extents(node, b, "B") != (channels,):
             raise node.fail(f"B has extents {list(b.shape)}, expected [{channels}]")
-        shape = (xs[0], channels, *geo.pop("out"))  # type: ignore[misc]
+        out = (channels, *geo.pop("out"))  # type: ignore[misc]
         from loam.backends.numpy_kernels.conv import _k_conv_transpose
 
         value = fold_if_known(inputs, lambda *v: _k_conv_transpose(*v, **geo))
-        return [Facts(x.elem, tuple(Poly.const(int(d)) for d in shape), value)]  # type: ignore[call-overload]
+        return [Facts(x.elem, (x.shape[0], *(Poly.const(int(d)) for d in out)), value)]  # type: ignore[call-overload]
 
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
@@ -290,7 +304,7 @@ class ConvTransposeRule(OpRule):
         from loam.dialects.kernel import ConvTransposeOp
 
         present = [v for v in operands if v is not None]
-        geo = self.geometry(node, lowered_extents(present[0]), lowered_extents(present[1]))
+        geo = self.geometry(node, framed_extents(node, axes_type(present[0]).shape), lowered_extents(present[1]))
         geo.pop("out")
         geo.pop("channels")
         return emit_library(ctx, ConvTransposeOp(present, ctx.result_types[:1], node.name, **geo))  # type: ignore[arg-type]

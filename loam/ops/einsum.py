@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from loam import owed
 from loam.backends.numpy_kernels.normalization import _k_einsum
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, broadcast_axes, broadcast_shapes, same_axis
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
@@ -128,8 +129,10 @@ class EinsumRule(OpRule):
             ellipses.append(tuple(f.shape[j] for j in middle))
             for ch, j in zip(term.letters, [*head, *tail], strict=True):
                 seen = extents.setdefault(ch, f.shape[j])
-                if seen != f.shape[j]:
+                if seen.is_const and f.shape[j].is_const and seen != f.shape[j]:
                     raise node.fail(f"letter '{ch}' has extent {seen} and, in input {i}, {f.shape[j]}")
+                # Two symbolic lengths under one letter are owed equal by the inputs.
+                extents[ch] = owed.require_equal(seen, f.shape[j], node, f"letter '{ch}' of input {i}")
         batch = broadcast_shapes(node, ellipses) if eq.output.ellipsis else ()
         shape = (
             *(extents[ch] for ch in eq.output.head),

@@ -11,6 +11,14 @@ Older opsets are restated: the `broadcast`/`axis` attributes of the binary opera
 (an optimisation hint with no meaning for inference), Clip's `min`/`max` attributes before opset
 11, the equal shapes Max/Min/Sum/Mean required before opset 8, and Cast's `to` as a type name in
 opset 1.  Cast and CastLike lower to `kernel.cast`.
+
+Integer values the build knows only as polynomials of the symbols (a Shape of a symbolic tensor, and
+what shape arithmetic makes of it) fold through the integer operators as the run computes them:
+the ring operators exactly, Div/Mod/Max/Min/Abs and the comparisons through `loam.derived`'s
+constructors, which decide the operation from bounds or name it as a derived symbol (`truncdiv(N,
+2)`, `eq(N, 1)`), and an i32 result through `wrap32`.  A comparison's bool is the polynomial 0 or 1.
+Float arithmetic over such a value is not folded: the kernel computes it from the symbols at run
+time.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from onnx import TensorProto
 
-from loam import dtypes
+from loam import derived, dtypes
 from loam.backends.numpy_kernels.elementwise import evaluate
 from loam.dialects.expr import Expr
 from loam.ops.base import (
@@ -47,6 +55,7 @@ from loam.ops.lowering import (
     typed_expr,
 )
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
+from loam.ops.operands import is_symbolic, polys_of
 from loam.poly import Poly
 
 if TYPE_CHECKING:
@@ -129,7 +138,9 @@ class ExprRule(OpRule):
         shape = self.shape(node, inputs)
         value = None
         present = [f for f in inputs if f is not None]
-        if all(f.value is not None for f in present):
+        if all(f.value is not None for f in present) and any(is_symbolic(f) for f in present):
+            value = self.fold_symbolic(node, inputs, result, shape)
+        elif all(f.value is not None for f in present):
             expr = typed_expr(self.build(node, elems), [e for e in elems if e is not None], result)
             folded = evaluate(expr, self.operand_values(node, inputs))
             dims = tuple(d.const_value for d in shape)
@@ -139,6 +150,32 @@ class ExprRule(OpRule):
             # give a rank-0 result rank 1).
             value = np.broadcast_to(folded, dims).astype(dtype)
         return [Facts(dtypes.by_name(result), shape, value)]
+
+    def symbolic(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> Symbolic | None:
+        """The operator on integers known as polynomials, one element at a time; None: not folded."""
+        make = SYMBOLIC.get(node.op_type)
+        return None if make is None else make(node)
+
+    def fold_symbolic(
+        self, node: NodeInfo, inputs: Sequence[Facts | None], result: str, shape: tuple[Poly, ...]
+    ) -> np.ndarray | None:
+        """The value over operands some of which hold polynomials, broadcast as numpy broadcasts;
+        None where the result is no integer (float arithmetic is the run's) or the operator has no
+        symbolic meaning here."""
+        if result not in SYMBOLIC_TYPES:
+            return None
+        step = self.symbolic(node, inputs)
+        if step is None:
+            return None
+        stretched = np.broadcast_arrays(*[polys_of(v) for v in self.operand_values(node, inputs)])
+        out = np.empty(stretched[0].shape, dtype=object)
+        for index in np.ndindex(out.shape):
+            v = step(*[a[index] for a in stretched])
+            if v is None:
+                return None
+            # An int32 result wraps as the run's int32 arithmetic does (only where it may leave int32).
+            out[index] = derived.wrap32(v) if result == "i32" else v
+        return out.reshape(tuple(d.const_value for d in shape))
 
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
@@ -593,6 +630,21 @@ class ClipRule(KeepsAxes, ExprRule):
         values = super().operand_values(node, inputs)
         return [values[0]] + [v.reshape(()) for v in values[1:]]
 
+    def symbolic(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> Symbolic | None:
+        if node.since < 11:
+            return None  # Clip-1/6 compute floats only
+        lo, hi = (len(inputs) > i and inputs[i] is not None for i in (1, 2))
+
+        def clip(x: Poly, *limits: Poly) -> Poly:
+            rest = iter(limits)
+            if lo:
+                x = derived.maximum(x, next(rest))
+            if hi:
+                x = derived.minimum(x, next(rest))
+            return x
+
+        return clip
+
     def build(self, node: NodeInfo, elems: Elems) -> Expr:
         x = _x(0)
         if node.since < 11:
@@ -683,7 +735,10 @@ class CastRule(KeepsAxes):
     op_types = ("Cast", "CastLike")
     attributes = frozenset({"to", "saturate", "round_mode"})
     elem_types = ALL
-    limitations = "no string, float8 or 4-bit types"
+    limitations = (
+        "no string, float8 or 4-bit types; a value known from symbolic extents folds to i64, i32 or bool, "
+        "other casts of it run"
+    )
 
     def target(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> str:
         if node.op_type == "CastLike":
@@ -704,12 +759,28 @@ class CastRule(KeepsAxes):
             if elem not in COMPUTE_TYPES:
                 raise node.unsupported(f"casts {which} element type {elem}; Loam casts {', '.join(COMPUTE_TYPES)}")
         value = None
-        if x.value is not None:
+        if is_symbolic(x):
+            value = self.fold_symbolic(x, target)
+        elif x.value is not None:
             dtype = dtypes.by_name(target).numpy
             assert dtype is not None
             with np.errstate(all="ignore"):
                 value = np.asarray(x.value).astype(dtype)
         return [Facts(dtypes.by_name(target), x.shape, value)]
+
+    @staticmethod
+    def fold_symbolic(x: Facts, target: str) -> np.ndarray | None:
+        """An integer value known as polynomials, cast: to i64 unchanged (it holds every such value),
+        to i32 wrapped, to bool compared with 0; a cast to a float is computed by the run."""
+        convert: Callable[[Poly], Poly] | None = {
+            "i64": lambda v: v,
+            "i32": derived.wrap32,
+            "bool": _truth,
+        }.get(target)
+        if convert is None:
+            return None
+        values = polys_of(x.value)
+        return np.array([convert(v) for v in values.reshape(-1)], dtype=object).reshape(values.shape)
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import CastOp
@@ -721,6 +792,71 @@ class CastRule(KeepsAxes):
         op = CastOp(x, ctx.result_types[0], node.name)
         ctx.emit(op)
         return [op.result]
+
+
+# -- symbolic values ---------------------------------------------------------------------------------
+
+Symbolic = Callable[..., Poly | None]
+"""An operator on polynomials (the operands' elements), giving the result's element (None: the run's)."""
+
+# The result types a symbolic value may have (stage 0 carries i64 and i32 values; a bool is 0 or 1).
+SYMBOLIC_TYPES = ("i64", "i32", "bool")
+
+
+def _truth(a: Poly) -> Poly:
+    """1 where `a` is nonzero, else 0 (a Cast to bool)."""
+    return 1 - derived.equal(a, 0)
+
+
+def _power(node: NodeInfo) -> Symbolic | None:
+    def power(base: Poly, exponent: Poly) -> Poly | None:
+        if not exponent.is_const or exponent.const_value < 0:
+            return None  # the run computes it
+        result = Poly.const(1)
+        for _ in range(exponent.const_value):
+            result = result * base
+        return result
+
+    return power
+
+
+def _variadic(step: Callable[[Poly, Poly], Poly]) -> Callable[[NodeInfo], Symbolic]:
+    def fold(*values: Poly) -> Poly:
+        result = values[0]
+        for v in values[1:]:
+            result = step(result, v)
+        return result
+
+    return lambda node: fold
+
+
+# ONNX op type -> the operator over one element of each operand, for a node whose result is an integer
+# (or bool) and some operand holds polynomials.  Booleans are the polynomials 0 and 1; each entry gives
+# 0 or 1 for them (And as select(a, b, 0), not a * b, so the result's bounds stay [0, 1]).
+SYMBOLIC: dict[str, Callable[[NodeInfo], Symbolic | None]] = {
+    "Add": lambda node: lambda a, b: a + b,
+    "Sub": lambda node: lambda a, b: a - b,
+    "Mul": lambda node: lambda a, b: a * b,
+    "Div": lambda node: derived.truncdiv,
+    "Mod": lambda node: lambda a, b: derived.modulo(a, b, fmod=bool(int_attr(node, "fmod", 0, (0, 1)))),
+    "Pow": _power,
+    "Neg": lambda node: lambda a: -a,
+    "Abs": lambda node: lambda a: derived.maximum(a, -a),
+    "Sign": lambda node: lambda a: derived.less(0, a) - derived.less(a, 0),
+    "Relu": lambda node: lambda a: derived.maximum(a, 0),
+    "Max": _variadic(derived.maximum),
+    "Min": _variadic(derived.minimum),
+    "Equal": lambda node: derived.equal,
+    "Less": lambda node: derived.less,
+    "Greater": lambda node: lambda a, b: derived.less(b, a),
+    "LessOrEqual": lambda node: lambda a, b: 1 - derived.less(b, a),
+    "GreaterOrEqual": lambda node: lambda a, b: 1 - derived.less(a, b),
+    "Not": lambda node: lambda a: 1 - a,
+    "And": lambda node: lambda a, b: derived.select(a, b, 0),
+    "Or": lambda node: lambda a, b: derived.select(a, 1, b),
+    "Xor": lambda node: lambda a, b: derived.select(a, 1 - b, b),
+    "Where": lambda node: derived.select,
+}
 
 
 _LOGIC = ("bool",)

@@ -67,8 +67,11 @@ def typed_expr(expr: Expr, operand_elems: Sequence[str], result_elem: str) -> Ex
 
 def folded_scalar(value: SSAValue) -> float | None:
     """The number a one-element float constant holds, so an Expr can carry it instead of a tensor."""
+    from loam.dialects.graph import TensorDataAttr
+
     op = value.owner
-    if not isinstance(op, ConstantOp):
+    # A constant of polynomials (a symbolic value) is computed by the run from the symbols: an operand.
+    if not isinstance(op, ConstantOp) or not isinstance(op.value, TensorDataAttr):
         return None
     array = op.value.to_numpy()
     if array.size != 1 or array.dtype.kind != "f":

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from loam import owed
 from loam.backends.numpy_kernels.common import _narrowed, _widened
 from loam.ops.base import (
     Facts,
@@ -35,8 +36,26 @@ if TYPE_CHECKING:
 
 
 def _check_contraction(node: NodeInfo, k_a: Poly, k_b: Poly) -> None:
-    if k_a != k_b:
+    """The contracted extents are one length: equal numbers, or symbolic lengths the inputs owe equal."""
+    if k_a.is_const and k_b.is_const and k_a != k_b:
         raise node.fail(f"contracted extents disagree: {k_a} in the first operand, {k_b} in the second")
+    owed.require_equal(k_a, k_b, node, "the contracted axis")
+
+
+def stretch_onto(node: NodeInfo, c: tuple[Poly, ...], y: tuple[Poly, ...], what: str) -> None:
+    """ONNX's unidirectional broadcast of `c` onto `y`: each axis of `c`, aligned at the end, is 1 or `y`'s."""
+    if len(c) > len(y):
+        raise node.fail(f"{what} of rank {len(c)} does not stretch to rank {len(y)}")
+    for i, (ce, ye) in enumerate(zip(c[::-1], y[::-1], strict=False)):
+        if ce == Poly.const(1) or ce == ye:
+            continue
+        if ce.is_const and ye.is_const:
+            if ye != Poly.const(1):
+                raise node.fail(f"cannot broadcast extents {ye} and {ce} at output axis {len(y) - 1 - i}")
+            raise node.fail(
+                f"{what} of extents [{', '.join(map(str, c))}] does not stretch to [{', '.join(map(str, y))}]"
+            )
+        owed.require_equal(ce, ye, node, f"{what} stretched at axis {len(y) - 1 - i}")
 
 
 def _check_contracted_axes(node: NodeInfo, a: Axis, b: Axis) -> None:
@@ -199,13 +218,18 @@ class GemmRule(OpRule):
         stretches = self.c_stretches(node)
         if c is not None:
             extents = ", ".join(map(str, c.shape))
-            if not stretches and c.shape != (m, n):
-                raise node.fail(f"C of extents [{extents}] must be [{m}, {n}]: broadcast is 0 at opset {node.since}")
             if c.rank > 2:
                 raise node.fail(f"C must have rank 2 or less, got {c.rank}")
-            stretched = broadcast_shapes(node, [(m, n), c.shape])
-            if stretched != (m, n):
-                raise node.fail(f"C of extents [{extents}] does not stretch to [{m}, {n}]")
+            if not stretches:
+                pairs = zip(c.shape, (m, n), strict=False)
+                if c.rank != 2 or any(ce.is_const and ye.is_const and ce != ye for ce, ye in pairs):
+                    raise node.fail(
+                        f"C of extents [{extents}] must be [{m}, {n}]: broadcast is 0 at opset {node.since}"
+                    )
+                for i, (ce, ye) in enumerate(zip(c.shape, (m, n), strict=True)):
+                    owed.require_equal(ce, ye, node, f"C axis {i}")
+            else:
+                stretch_onto(node, c.shape, (m, n), "C")
         return [Facts(a.elem, (m, n))]
 
     def axes(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import dtypes
+from loam import dtypes, owed
 from loam.backends.numpy_kernels.normalization import _k_group_norm, _k_lrn, _k_normalize
 from loam.dialects.tensor_axes import Axis
 from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
@@ -55,8 +55,10 @@ def _same_elem(node: NodeInfo, x: Facts, others: Sequence[Facts], names: Sequenc
 
 
 def _channel_vector(node: NodeInfo, f: Facts, channels: Poly, name: str) -> None:
-    if f.rank != 1 or f.shape[0] != channels:
+    """`f` holds one value per channel: equal numbers, or a symbolic length the inputs owe equal."""
+    if f.rank != 1 or (f.shape[0].is_const and channels.is_const and f.shape[0] != channels):
         raise node.fail(f"{name} must have extents [{channels}], got [{', '.join(map(str, f.shape))}]")
+    owed.require_equal(channels, f.shape[0], node, f"{name}'s one value per channel")
 
 
 def _per_channel_axes(
@@ -300,11 +302,16 @@ class LayerNormRule(OpRule):
         trailing = x.shape[axis:]
         for f, name in ((scale, "Scale"), (bias, "B")):
             if f is not None and (f.rank > len(trailing) or any(
-                d != Poly.const(1) and d != t for d, t in zip(f.shape[::-1], trailing[::-1], strict=False)
+                d.is_const and t.is_const and d != Poly.const(1) and d != t
+                for d, t in zip(f.shape[::-1], trailing[::-1], strict=False)
             )):  # fmt: skip
                 raise node.fail(
                     f"{name} of extents [{', '.join(map(str, f.shape))}] does not stretch to the normalised axes"
                 )
+            if f is not None:
+                for d, t in zip(f.shape[::-1], trailing[::-1], strict=False):
+                    if d != Poly.const(1) and d != t:
+                        owed.require_equal(t, d, node, f"{name} stretched to the normalised axes")
         stats_elem = dtypes.by_name(self.stash(node, x.elem.name)[1])
         stats_shape = tuple(d if i < axis else Poly.const(1) for i, d in enumerate(x.shape))
         y = Facts(x.elem, x.shape)
@@ -329,6 +336,12 @@ class LayerNormRule(OpRule):
     ) -> list[tuple[Axis | None, ...]]:
         x = inputs[0]
         assert x is not None
+        # Scale and B broadcast onto X's trailing axes: each axis they carry is the axis it meets.
+        for what, operand in zip(("Scale", "B"), inputs[1:3], strict=False):
+            for i, a in enumerate(reversed(operand or ())):
+                b = x[len(x) - 1 - i]
+                if a.extent != Poly.const(1):
+                    same_axis(node, a, b, f"where {what} axis {len(operand or ()) - 1 - i} meets X")
         axis = norm_axis(node, int(node.attr("axis", -1)), len(x))
         taken = [a.name for a in x[:axis]]
         stats: list[Axis] = list(x[:axis])
@@ -373,7 +386,7 @@ class GroupNormRule(OpRule):
     attributes = frozenset({"epsilon", "num_groups", "stash_type"})
     first_opset = 18
     elem_types = FLOATS
-    limitations = "stash_type must be f32 (1)"
+    limitations = "stash_type must be f32 (1); the channel extent must be a number"
 
     def params(self, node: NodeInfo, elem: str) -> dict[str, object]:
         if int(node.attr("stash_type", 1)) != 1:
@@ -398,6 +411,11 @@ class GroupNormRule(OpRule):
             raise node.fail(f"X must have rank 2 or more, got {x.rank}")
         channels = x.shape[1]
         if not channels.is_const or groups <= 0 or channels.const_value % groups:
+            if not channels.is_const and groups > 0:
+                raise node.unsupported(
+                    f"the channel extent {channels} is symbolic; GroupNormalization needs it as a number to split "
+                    f"it into num_groups = {groups} groups, so fix it with the `dims` option"
+                )
             raise node.fail(f"{channels} channels do not split into num_groups = {groups} groups")
         per = Poly.const(groups) if params["per_group"] else channels
         _channel_vector(node, scale, per, "scale")

@@ -22,9 +22,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
-from loam.ops.conv import kept_spatial_axes, spatial_attrs, window_geometry
+from loam.ops.conv import framed_extents, kept_spatial_axes, spatial_attrs, window_geometry
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
-from loam.ops.operands import emit_library, fold_if_known, given, lowered_extents, require_elem, static_extents
+from loam.ops.lowering import axes_type
+from loam.ops.operands import emit_library, fold_if_known, given, require_elem
 from loam.poly import Poly
 
 if TYPE_CHECKING:
@@ -60,7 +61,10 @@ class PoolRule(OpRule):
         }
     )
     elem_types = (*FLOATS, "i8", "ui8")
-    limitations = "static extents only; i8/ui8 for MaxPool only; negative pads are refused"
+    limitations = (
+        "channel and spatial extents must be numbers (the batch may be symbolic); i8/ui8 for MaxPool only; "
+        "negative pads are refused"
+    )
 
     def params(self, node: NodeInfo, x: tuple[int, ...], n_outputs: int, elem: str) -> dict[str, object]:
         if len(x) < 3:
@@ -109,11 +113,13 @@ class PoolRule(OpRule):
         require_arity(node, inputs, 1)
         x = given(node, inputs, 0, "X")
         require_elem(node, x, self.elem_types if node.op_type == "MaxPool" else FLOATS, "X")
-        xs = static_extents(node, x, "X")
+        if x.rank < 3:
+            raise node.fail(f"X has rank {x.rank}; pooling needs N, C and at least one spatial axis")
+        xs = framed_extents(node, x.shape)
         # MaxPool's optional Indices output: the graph names it, so the node's outputs decide.
         n_outputs = self.outputs_wanted(node)
         params = self.params(node, xs, n_outputs, x.elem.name)
-        shape = tuple(Poly.const(d) for d in (*xs[:2], *params["out_shape"]))  # type: ignore[misc]
+        shape = (x.shape[0], *(Poly.const(d) for d in (xs[1], *params["out_shape"])))  # type: ignore[misc]
         from loam.backends.numpy_kernels.conv import _k_pool
 
         value = fold_if_known(inputs, lambda v: _k_pool(v, **params))
@@ -144,7 +150,9 @@ class PoolRule(OpRule):
 
         x = operands[0]
         assert x is not None
-        params = self.params(node, lowered_extents(x), len(ctx.result_types), ctx.result_types[0].elem.name)
+        params = self.params(
+            node, framed_extents(node, axes_type(x).shape), len(ctx.result_types), ctx.result_types[0].elem.name
+        )
         return emit_library(ctx, PoolOp([x], ctx.result_types, node.name, **params))  # type: ignore[arg-type]
 
 

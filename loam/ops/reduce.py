@@ -18,7 +18,9 @@ from collections.abc import Iterable, Sequence
 from itertools import combinations
 from typing import TYPE_CHECKING
 
-from loam import dtypes
+import numpy as np
+
+from loam import dtypes, owed
 from loam.backends.numpy_kernels.reduce import _k_arg_reduce, _k_cumsum, _k_reduce, _k_softmax, _k_topk
 from loam.dialects.tensor_axes import Axis
 from loam.ops.base import UNIT_AXIS, Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity
@@ -28,11 +30,12 @@ from loam.ops.operands import (
     emit_library,
     given,
     ints_of,
+    is_symbolic,
     known_ints,
     norm_axis,
     operand_facts,
+    polys_of,
     require_elem,
-    static_extents,
 )
 from loam.poly import Poly
 
@@ -91,6 +94,51 @@ def kept_unit_axes(x: Sequence[Axis], out: Sequence[Poly]) -> tuple[Axis, ...]:
             taken.add(unit.name)
             result.append(unit)
     return tuple(result)
+
+
+def symbolic_reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], keepdims: bool, elem: str) -> np.ndarray | None:
+    """Reduce<kind> of an integer value known as polynomials (ReduceProd of a Shape is an element count),
+    as `_k_reduce` computes it on numbers; None for the kinds with no integer meaning here (logs, roots)."""
+    from loam import derived
+
+    polys = polys_of(x)
+    bits = 32 if elem == "i32" else 64
+    identity = {
+        "sum": 0,
+        "l1": 0,
+        "sum_square": 0,
+        "mean": 0,
+        "prod": 1,
+        "max": -(2 ** (bits - 1)),
+        "min": 2 ** (bits - 1) - 1,
+    }
+    if kind not in identity:
+        return None
+    kept = [i for i in range(polys.ndim) if i not in axes]
+    count = int(np.prod([polys.shape[i] for i in axes], dtype=np.int64))
+    rows = np.transpose(polys, kept + list(axes)).reshape([polys.shape[i] for i in kept] + [count])
+    out = np.empty(rows.shape[:-1], dtype=object)
+    for index in np.ndindex(out.shape):
+        total = Poly.const(identity[kind])
+        for v in rows[index]:
+            if kind in ("sum", "mean"):
+                total = total + v
+            elif kind == "l1":
+                total = total + derived.maximum(v, -v)
+            elif kind == "sum_square":
+                total = total + v * v
+            elif kind == "prod":
+                total = total * v
+            elif kind == "max":
+                total = derived.maximum(total, v)
+            else:
+                total = derived.minimum(total, v)
+        if kind == "mean":
+            total = derived.truncdiv(total, max(count, 1))
+        out[index] = derived.wrap32(total) if elem == "i32" else total
+    if keepdims:
+        out = out.reshape([1 if i in axes else d for i, d in enumerate(polys.shape)])
+    return out
 
 
 # ONNX op type -> `kernel.reduce` kind.
@@ -164,7 +212,9 @@ class ReduceRule(OpRule):
         one = Poly.const(1)
         shape = tuple(one if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes)
         value = None
-        if x.value is not None:
+        if is_symbolic(x):
+            value = symbolic_reduce(np.asarray(x.value), kind, axes, keep, x.elem.name)
+        elif x.value is not None:
             value = _k_reduce(x.value, kind=kind, axes=axes, keepdims=int(keep))
         return [Facts(x.elem, shape, value)]
 
@@ -211,8 +261,9 @@ class ArgReduceRule(OpRule):
         shape = tuple(Poly.const(1) if i == axis else d for i, d in enumerate(x.shape) if keep or i != axis)
         if x.shape[axis] == Poly.const(0):
             raise node.fail(f"axis {axis} has extent 0, which has no {node.op_type[3:].lower()}imum")
+        owed.owe(x.shape[axis] - 1, node, f"axis {axis} has an {node.op_type[3:].lower()}imum")
         value = None
-        if x.value is not None:
+        if x.value is not None and not is_symbolic(x):
             value = _k_arg_reduce(x.value, **self.params(node, x.rank))
         return [Facts(dtypes.by_name("i64"), shape, value)]
 
@@ -276,12 +327,13 @@ class TopKRule(OpRule):
             raise node.fail("the input must have rank 1 or more")
         k = self.k_of(node, known_ints(node, inputs[1], "k", INDEX_TYPES) if node.since >= 10 else None)
         axis = norm_axis(node, int(node.attr("axis", -1)), x.rank)
-        extent = static_extents(node, x)[axis]
-        if not 0 <= k <= extent:
+        extent = x.shape[axis]
+        if k < 0 or (extent.is_const and k > extent.const_value):
             raise node.fail(f"k = {k} is not in [0, {extent}], the extent of axis {axis}")
+        owed.owe(extent - k, node, f"k = {k} of the extent of axis {axis}")
         shape = tuple(Poly.const(k) if i == axis else d for i, d in enumerate(x.shape))
         values = indices = None
-        if x.value is not None:
+        if x.value is not None and not is_symbolic(x):
             values, indices = _k_topk(x.value, **self.params(node, k, x.rank))
         return [Facts(x.elem, shape, values), Facts(dtypes.by_name("i64"), shape, indices)]
 
@@ -340,7 +392,7 @@ class CumSumRule(KeepsAxes):
         if x.rank == 0:
             raise node.fail("the input must have rank 1 or more")
         params = self.params(node, known_ints(node, inputs[1], "axis", INDEX_TYPES), x.rank)
-        value = _k_cumsum(x.value, **params) if x.value is not None else None
+        value = _k_cumsum(x.value, **params) if x.value is not None and not is_symbolic(x) else None
         return [Facts(x.elem, x.shape, value)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
