@@ -60,6 +60,8 @@ from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from loam.dialects.expr import Expr
+from loam.dialects.shape_poly import ExtentAttr
+from loam.poly import Poly
 
 
 @irdl_attr_definition
@@ -546,6 +548,15 @@ class CastOp(_OneInputOp):
             raise VerifyException(f"kernel.cast '{self.node.data}': a cast keeps the extents")
 
 
+def _owed_count(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Whether two element counts differ only as stage 0 owes them equal: one holds a derived symbol
+    (a Reshape's -1 rounded down, `floordiv(N, 3)`), whose count forward checks before any kernel."""
+    from loam.poly import derived_call
+
+    pa, pb = Poly.lift(_product(a)), Poly.lift(_product(b))
+    return any(derived_call(n) is not None for n in pa.symbols | pb.symbols)
+
+
 @irdl_op_definition
 class RegroupOp(_OneInputOp):
     """ONNX Reshape/Flatten/Squeeze/Unsqueeze: the same elements in row-major order, regrouped.
@@ -563,7 +574,7 @@ class RegroupOp(_OneInputOp):
         a, r = _extents(self.input.type), _extents(self.result.type)
         if a is None or r is None:
             return
-        if not _same_count(a, r):
+        if not _same_count(a, r) and not _owed_count(a, r):
             raise VerifyException(
                 f"kernel.regroup '{self.node.data}': {_product(a)} elements cannot regroup into {_product(r)}"
             )
@@ -573,38 +584,67 @@ class RegroupOp(_OneInputOp):
 # Library kernels: one op per computation the backends implement as one library function
 # ---------------------------------------------------------------------------------------------
 
-Param = int | float | str | tuple[int, ...] | tuple[float, ...]
-"""A library kernel's parameter value: a number, a word, or a list of numbers."""
+Param = int | float | str | Poly | tuple[int | Poly, ...] | tuple[float, ...]
+"""A library kernel's parameter value: a number, a word, an extent only the run knows (a `Poly` over
+the symbols forward binds, such as a Slice start `min(N, 8)`), or a list of numbers or extents."""
 
 
 def param_attr(value: Param) -> Attribute:
-    """`value` as the attribute that carries it (`1 : i64`, `5.0e-01 : f64`, `"max"`, `array<i64: 1, 2>`)."""
+    """`value` as the attribute that carries it (`1 : i64`, `5.0e-01 : f64`, `"max"`, `array<i64: 1, 2>`).
+
+    A symbolic extent is `#shape_poly.extent<N - 1>`; a list holding one is an array of extents
+    (`[#shape_poly.extent<0>, #shape_poly.extent<min(8, N)>]`), constants included, so one list
+    keeps one kind.
+    """
     if isinstance(value, bool):
         return IntegerAttr(int(value), i64)
     if isinstance(value, int):
         return IntegerAttr(value, i64)
+    if isinstance(value, Poly):
+        return IntegerAttr(value.const_value, i64) if value.is_const else ExtentAttr(value)
     if isinstance(value, float):
         return FloatAttr(value, f64)
     if isinstance(value, str):
         return StringAttr(value)
     items = list(value)
+    if any(isinstance(v, Poly) and not v.is_const for v in items):
+        return ArrayAttr([ExtentAttr(Poly.lift(v)) for v in items])  # type: ignore[arg-type]
+    items = [v.const_value if isinstance(v, Poly) else v for v in items]
     if all(isinstance(v, int) and not isinstance(v, bool) for v in items):
         return DenseArrayBase.from_list(i64, [int(v) for v in items])
     return DenseArrayBase.from_list(f64, [float(v) for v in items])
 
 
+def _extent_value(p: Poly) -> int | Poly:
+    return p.const_value if p.is_const else p
+
+
 def param_value(attr: Attribute) -> Param:
-    """The Python value `attr` carries (the inverse of `param_attr`)."""
+    """The Python value `attr` carries (the inverse of `param_attr`): an int for a constant extent,
+    a `Poly` for a symbolic one."""
     if isinstance(attr, IntegerAttr):
         return int(attr.value.data)
     if isinstance(attr, FloatAttr):
         return float(attr.value.data)
     if isinstance(attr, StringAttr):
         return attr.data
+    if isinstance(attr, ExtentAttr):
+        return _extent_value(attr.data)
     if isinstance(attr, DenseArrayBase):
         values = attr.get_values()
         return tuple(int(v) for v in values) if attr.elt_type == i64 else tuple(float(v) for v in values)
-    raise VerifyException(f"{attr} is not a kernel parameter (a number, a string or an array)")
+    if isinstance(attr, ArrayAttr) and all(isinstance(a, ExtentAttr) for a in attr.data):
+        return tuple(_extent_value(a.data) for a in attr.data)  # type: ignore[attr-defined]
+    raise VerifyException(f"{attr} is not a kernel parameter (a number, a string, an extent or an array)")
+
+
+def _param_kind_ok(value: Param, kind: type) -> bool:
+    """Whether `value` is of the PARAMS kind `kind` (an extent only the run knows counts as an int)."""
+    if kind is float and isinstance(value, int):
+        return True
+    if kind is int and isinstance(value, Poly):
+        return True
+    return isinstance(value, kind)
 
 
 class LibraryOp(_KernelOp):
@@ -613,9 +653,11 @@ class LibraryOp(_KernelOp):
     Syntax: `kernel.NAME(%a, ...) {node = "NODE", PARAM = VALUE, ...} : (A, ...) -> (R, ...)`
 
     `PARAMS` maps each parameter the kernel reads to its Python type (`int`, `float`, `str`,
-    `tuple`); `OPTIONAL` lists those that may be absent.  The parameters are plain attributes, so
-    the generic and the custom form print them alike, and the numpy backend calls
-    `_k_NAME(operands..., PARAM=VALUE, ...)` (see `backends/numpy_kernels/`).
+    `tuple`); `OPTIONAL` lists those that may be absent.  An `int` parameter, or an item of a
+    `tuple` one, may be an extent only the run knows (a `Poly`, carried as `#shape_poly.extent`).
+    The parameters are plain attributes, so the generic and the custom form print them alike, and
+    the numpy backend calls `_k_NAME(operands..., PARAM=VALUE, ...)` (see
+    `backends/numpy_kernels/`), computing a symbolic parameter from the bound symbols.
     """
 
     PARAMS: ClassVar[dict[str, type]] = {}
@@ -667,9 +709,7 @@ class LibraryOp(_KernelOp):
                     continue
                 raise VerifyException(f"{where}: missing parameter '{key}'")
             value = param_value(self.attributes[key])
-            if kind is float and isinstance(value, int):
-                continue
-            if not isinstance(value, kind):
+            if not _param_kind_ok(value, kind):
                 raise VerifyException(f"{where}: parameter '{key}' must be {kind.__name__}, got {value!r}")
         self.verify_kernel()
 
@@ -739,7 +779,8 @@ class SliceOp(LibraryOp):
     """ONNX Slice, normalised: per axis `counts[i]` elements from `starts[i]`, every `steps[i]`.
 
     Example: `%y = kernel.slice(%x) {node = "s", starts = array<i64: 1>, counts = array<i64: 2>,
-    steps = array<i64: 1>} : (X) -> Y`
+    steps = array<i64: 1>} : (X) -> Y`; over a symbolic axis the starts and counts may be extents
+    (`starts = [#shape_poly.extent<N - 2>]`), the steps are numbers.
     """
 
     name = "kernel.slice"
@@ -750,11 +791,11 @@ class SliceOp(LibraryOp):
         _require(self, len(ins) == 1 and len(outs) == 1, "takes one operand and gives one result")
         starts, counts, steps = self.param("starts"), self.param("counts"), self.param("steps")
         _require(self, len(starts) == len(counts) == len(steps), "starts, counts and steps differ in length")
-        _require(self, all(s != 0 for s in steps), "a step is 0")
+        _require(self, all(isinstance(s, int) and s != 0 for s in steps), "a step is 0 or not a number")
         out = outs[0]
         if out is not None:
             _require(self, len(out) == len(counts), "the result's rank differs from the slice's")
-            same = all(not e.is_const or e.const_value == c for e, c in zip(out, counts, strict=True))
+            same = all(e == Poly.lift(c) for e, c in zip(out, counts, strict=True))
             _require(self, same, "the result's extents are not the counts")
 
 
@@ -878,7 +919,28 @@ class ScatterElementsOp(LibraryOp):
             _require(self, ins[0] == outs[0], "the result's extents are not the data's")
 
 
-INDEXING_OPS: tuple[type[LibraryOp], ...] = (GatherOp, GatherElementsOp, ScatterElementsOp)
+@irdl_op_definition
+class RangeOp(LibraryOp):
+    """ONNX Range over integers the run knows: `start`, `start + delta`, ... below `limit` (above it
+    for a negative delta), as `dtype`; start and limit may be extents only the run knows.
+
+    Example: `%p = kernel.range() {node = "r", start = 0 : i64, limit = #shape_poly.extent<S>,
+    delta = 1 : i64, dtype = "int64"} : () -> R`
+    """
+
+    name = "kernel.range"
+    PARAMS: ClassVar[dict[str, type]] = {"start": int, "limit": int, "delta": int, "dtype": str}
+
+    def verify_kernel(self) -> None:
+        ins, outs = _library_types(self)
+        _require(self, not ins and len(outs) == 1, "takes no operand and gives one result")
+        _require(
+            self, self.param("dtype") in ("int64", "int32"), f"dtype '{self.param('dtype')}' is not int64 or int32"
+        )
+        _require(self, outs[0] is None or len(outs[0]) == 1, "the result has rank 1")
+
+
+INDEXING_OPS: tuple[type[LibraryOp], ...] = (GatherOp, GatherElementsOp, ScatterElementsOp, RangeOp)
 
 # -- reductions, arg-reductions, top-k, cumulative sums, softmax ---------------------------------
 
@@ -1104,6 +1166,72 @@ class ResizeOp(LibraryOp):
 CONV_OPS: tuple[type[LibraryOp], ...] = (ConvOp, ConvTransposeOp, PoolOp, ResizeOp)
 
 
+# -- control: ONNX If as one branch of forward per region ------------------------------------------
+
+
+@irdl_op_definition
+class IfOp(_KernelOp):
+    """ONNX If: run one of two blocks on a one-element bool; each ends in `kernel.yield`.
+
+    The blocks read values of the enclosing program directly, and each starts with the owed
+    conditions (`shape_poly.owe`) only its branch relies on.  A result's type is the If's output
+    type; a yielded value may name an axis differently (the printer relabels nothing: types are
+    descriptions, the data is the same).  Printed in the generic form.
+    """
+
+    name = "kernel.if"
+
+    cond = operand_def()
+    outputs = var_result_def()
+    node = _node_prop()
+    then_region = region_def("single_block")
+    else_region = region_def("single_block")
+
+    irdl_options = (ParsePropInAttrDict(),)
+
+    def __init__(
+        self, cond: SSAValue | Operation, result_types: Sequence[Attribute], node: str, then: Region, other: Region
+    ) -> None:
+        super().__init__(
+            operands=[cond],
+            result_types=[list(result_types)],
+            properties={"node": StringAttr(node)},
+            regions=[then, other],
+        )
+
+    def verify_(self) -> None:
+        for key, region in (("then", self.then_region), ("else", self.else_region)):
+            last = region.block.last_op
+            if not isinstance(last, YieldOp):
+                raise VerifyException(f"kernel.if '{self.node.data}': the {key} block must end in kernel.yield")
+            if len(last.values) != len(self.outputs):
+                raise VerifyException(
+                    f"kernel.if '{self.node.data}': the {key} block yields {len(last.values)} values "
+                    f"for {len(self.outputs)} results"
+                )
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    """The values a `kernel.if` block gives its results.
+
+    Syntax: `kernel.yield %a, %b : A, B`
+    """
+
+    name = "kernel.yield"
+
+    values = var_operand_def()
+
+    traits = traits_def(IsTerminator(), HasParent(IfOp))
+    assembly_format = "($values^ `:` type($values))? attr-dict"
+
+    def __init__(self, values: Sequence[SSAValue | Operation]) -> None:
+        super().__init__(operands=[values])
+
+
+CONTROL_OPS: tuple[type[IRDLOperation], ...] = (IfOp, YieldOp)
+
+
 Kernel = Dialect(
     "kernel",
     [
@@ -1121,6 +1249,7 @@ Kernel = Dialect(
         *REDUCE_OPS,
         *NORMALIZATION_OPS,
         *CONV_OPS,
+        *CONTROL_OPS,
     ],
     [ExprAttr],
 )

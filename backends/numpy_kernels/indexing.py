@@ -1,6 +1,7 @@
 """Library kernels of the indexing family (see `backends/numpy_kernels/__init__.py`).
 
-Indices may be negative (counted from the end, as ONNX allows) and of any integer type.  Gathers
+Indices may be negative (counted from the end, as ONNX allows) and of any integer type.  A Range
+the build cannot fold (its start or limit is an extent only the run knows) counts here too.  Gathers
 move elements of any type as they are; a scatter's reduction computes halves in f32.
 """
 
@@ -45,8 +46,14 @@ def _k_scatter_elements(
     return _narrowed(out, x.dtype)
 
 
+def _k_range(*, start: int, limit: int, delta: int, dtype: str) -> np.ndarray:
+    """ONNX Range over integers: start, start + delta, ... up to (not including) limit."""
+    return np.arange(int(start), int(limit), int(delta), dtype=np.dtype(dtype))
+
+
 PIECES: dict[str, object] = {
     "_k_gather": _k_gather,
+    "_k_range": _k_range,
     "_element_index": _element_index,
     "_k_gather_elements": _k_gather_elements,
     "_k_scatter_elements": _k_scatter_elements,

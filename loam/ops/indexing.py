@@ -2,9 +2,10 @@
 
 Gathers and scatters lower to library kernels (`kernel.gather`, `kernel.gather_elements`,
 `kernel.scatter_elements`) whose numpy pieces also fold known values.  Range and ConstantOfShape
-make values whose extents come from their inputs, so the build must know those inputs and folds
-the node: a Range over a run-time value would have an extent no number gives (symbolic extents
-are a later issue), and is refused naming the node.
+make values whose extents come from their inputs, so the build must know those inputs: as numbers
+(the node folds) or as polynomials over the input symbols (a Shape of a symbolic tensor), when the
+extent is symbolic and a kernel fills the value at run time.  A Range over a run-time value would
+have an extent no polynomial states, and is refused naming the node.
 """
 
 from __future__ import annotations
@@ -15,11 +16,23 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import dtypes
+from loam import dtypes, owed
 from loam.backends.numpy_kernels.indexing import _k_gather, _k_gather_elements, _k_scatter_elements
+from loam.bounds import Verdict
+from loam.derived import ceildiv, decide, from_end, maximum
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity
 from loam.ops.movement import MOVABLE, AxesIn, AxesOut, MovementRule, check_movable
-from loam.ops.operands import INDEX_TYPES, emit_library, facts, given, known_ints, norm_axis, static_extents
+from loam.ops.operands import (
+    INDEX_TYPES,
+    emit_library,
+    facts,
+    given,
+    known_extents,
+    norm_axis,
+    operand_facts,
+    polys_of,
+)
+from loam.poly import Poly
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -30,20 +43,60 @@ def _indices(node: NodeInfo, f: Facts) -> None:
         raise node.fail(f"the indices have element type {f.elem.name}; ONNX needs i32 or i64")
 
 
-def _bounded(node: NodeInfo, indices: np.ndarray | None, extent: int) -> None:
-    """Known indices must lie in [-extent, extent): the build says so rather than numpy at run time."""
+def _bounded(node: NodeInfo, indices: np.ndarray | None, extent: Poly) -> None:
+    """Known indices must lie in [-extent, extent): the build says so rather than numpy at run time.
+
+    Over a symbolic extent, or with indices known only as polynomials, the inputs owe it."""
     if indices is None or indices.size == 0:
         return
+    if not extent.is_const or is_symbolic_array(indices):
+        for index in polys_of(indices).reshape(-1).tolist():
+            owed.owe(index + extent, node, f"index {index} lies within the extent {extent}")
+            owed.owe(extent - 1 - index, node, f"index {index} lies within the extent {extent}")
+        return
+    extent = extent.const_value  # type: ignore[assignment]
     low, high = int(indices.min()), int(indices.max())
     if low < -extent or high >= extent:
         raise node.fail(f"index {low if low < -extent else high} is outside [{-extent}, {extent - 1}]")
 
 
+def is_symbolic_array(value: object) -> bool:
+    return np.asarray(value).dtype == object
+
+
+def _index_numbers(indices: object, extent: Poly) -> np.ndarray:
+    """Known indices as numbers for folding a gather: an index known as a polynomial (a length less
+    two) is read from the end where negative, as ONNX does; one the build cannot settle stays
+    symbolic, so the value is not folded (the caller gets an object array only when all settle)."""
+    arr = np.asarray(indices)
+    if not is_symbolic_array(arr):
+        return arr
+    flat = []
+    for v in polys_of(arr).reshape(-1).tolist():
+        index = from_end(v, extent, owed.bounds())
+        flat.append(index.const_value if index.is_const else index)
+    if all(isinstance(v, int) for v in flat):
+        return np.array(flat, dtype=np.int64).reshape(arr.shape)
+    raise _Unsettled
+
+
+class _Unsettled(Exception):
+    """Gather indices the build knows only as polynomials it cannot settle to positions."""
+
+
 class GatherRule(MovementRule):
-    """ONNX Gather: data[..., indices, ...] along `axis`; indices of any rank, negative from the end."""
+    """ONNX Gather: data[..., indices, ...] along `axis`; indices of any rank, negative from the end.
+
+    Known data folds with known indices, including a Shape's entries gathered at a constant index
+    (negative ones read from the end); the data's gathered axis may be symbolic.
+    """
 
     op_types = ("Gather",)
     attributes = frozenset({"axis"})
+    limitations = (
+        "indices known at build time owe that they lie within a symbolic axis; indices computed at run "
+        "time are checked by the kernel, not before it"
+    )
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 2)
@@ -52,12 +105,14 @@ class GatherRule(MovementRule):
         _indices(node, i)
         axis = norm_axis(node, int(node.attr("axis", 0)), x.rank)
         extent = x.shape[axis]
-        if extent.is_const:
-            _bounded(node, i.value, extent.const_value)
+        _bounded(node, None if i.value is None else np.asarray(i.value), extent)
         shape = (*x.shape[:axis], *i.shape, *x.shape[axis + 1 :])
         value = None
         if x.value is not None and i.value is not None:
-            value = _k_gather(np.asarray(x.value), np.asarray(i.value), axis=axis)
+            try:
+                value = _k_gather(np.asarray(x.value), _index_numbers(i.value, extent), axis=axis)
+            except _Unsettled:
+                value = None
         return [Facts(x.elem, shape, value)]
 
     def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
@@ -90,13 +145,18 @@ class GatherElementsRule(MovementRule):
         if x.rank != i.rank:
             raise node.fail(f"data and indices have ranks {x.rank} and {i.rank}; ONNX needs one")
         axis = norm_axis(node, int(node.attr("axis", 0)), x.rank)
-        dims, idims = static_extents(node, x), static_extents(node, i, "the indices")
+        dims, idims = x.shape, i.shape
         for k, (d, e) in enumerate(zip(dims, idims, strict=True)):
-            if k != axis and e > d:
-                raise node.fail(f"indices extent {e} exceeds the data's {d} at axis {k}")
-        _bounded(node, i.value, dims[axis])
+            if k == axis:
+                continue
+            if d.is_const and e.is_const:
+                if e.const_value > d.const_value:
+                    raise node.fail(f"indices extent {e} exceeds the data's {d} at axis {k}")
+            else:
+                owed.owe(d - e, node, f"the indices' axis {k} lies within the data's")
+        _bounded(node, None if i.value is None else np.asarray(i.value), dims[axis])
         value = None
-        if x.value is not None and i.value is not None:
+        if x.value is not None and i.value is not None and not is_symbolic_array(i.value):
             value = _k_gather_elements(np.asarray(x.value), np.asarray(i.value), axis=axis)
         return [Facts(x.elem, i.shape, value)]
 
@@ -138,14 +198,19 @@ class ScatterElementsRule(MovementRule):
             raise node.fail(f"updates have element type {u.elem.name}, the data {x.elem.name}")
         if not x.rank == i.rank == u.rank:
             raise node.fail(f"data, indices and updates have ranks {x.rank}, {i.rank}, {u.rank}; ONNX needs one")
-        if i.shape != u.shape:
-            raise node.fail("indices and updates have different extents")
+        for k, (a, b) in enumerate(zip(i.shape, u.shape, strict=True)):
+            if a != b:
+                if a.is_const and b.is_const:
+                    raise node.fail("indices and updates have different extents")
+                owed.require_equal(a, b, node, f"axis {k} of the indices and the updates")
         axis = norm_axis(node, int(node.attr("axis", 0)), x.rank)
         reduction = self.reduction(node)
-        dims = static_extents(node, x)
-        _bounded(node, i.value, dims[axis])
+        for k, (d, e) in enumerate(zip(x.shape, i.shape, strict=True)):
+            if k != axis and not (d.is_const and e.is_const):
+                owed.owe(d - e, node, f"the indices' axis {k} lies within the data's")
+        _bounded(node, None if i.value is None else np.asarray(i.value), x.shape[axis])
         value = None
-        if x.value is not None and i.value is not None and u.value is not None:
+        if x.value is not None and i.value is not None and u.value is not None and not is_symbolic_array(i.value):
             value = _k_scatter_elements(
                 np.asarray(x.value), np.asarray(i.value), np.asarray(u.value), axis=axis, reduction=reduction
             )
@@ -169,14 +234,23 @@ RANGE_TYPES = ("f32", "f64", "f16", "bf16", "i16", "i32", "i64")
 
 
 class RangeRule(OpRule):
-    """ONNX Range (opset 11): start, start + delta, ... below limit; folded, since its extent is its value."""
+    """ONNX Range (opset 11): start, start + delta, ... below limit.
+
+    Known numbers fold.  Integer start, limit and delta known as polynomials (extents from Shape)
+    give max(0, ceil((limit - start) / delta)) elements, a derived symbol where the build cannot
+    settle it, and the node is a `kernel.range` whose bounds forward computes.  The delta's sign
+    decides which way it counts, so the build must know it; a delta that may be 0 owes that it is not.
+    """
 
     op_types = ("Range",)
     first_opset = 11
     elem_types = RANGE_TYPES
-    limitations = "start, limit and delta must be known at build time (the node folds)"
+    limitations = (
+        "start, limit and delta must be known at build time: numbers, or integer extents from Shape "
+        "(then delta's sign must be known)"
+    )
 
-    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+    def operands(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[Facts, Facts, Facts]:
         require_arity(node, inputs, 3)
         start, limit, delta = (given(node, inputs, k, w) for k, w in enumerate(("start", "limit", "delta")))
         elem = start.elem
@@ -187,41 +261,78 @@ class RangeRule(OpRule):
                 raise node.fail(f"inputs have element types {elem.name} and {f.elem.name}; ONNX needs one")
             if f.value is None:
                 raise node.unsupported(
-                    "start, limit and delta must be known at build time: a Range over a run-time value has an "
-                    "extent only symbolic extents could state, not supported yet"
+                    "start, limit and delta must be known at build time (numbers, or extents from Shape): a Range "
+                    "over a run-time value has an extent no polynomial states"
                 )
             if np.asarray(f.value).size != 1:
                 raise node.fail("start, limit and delta must be scalars")
+        return start, limit, delta
+
+    def symbolic_plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[Poly, Poly, Poly, Poly]:
+        """(start, limit, delta, count) of a Range over polynomials, with what the inputs owe for it."""
+        start, limit, delta = (polys_of(f.value).reshape(-1)[0] for f in self.operands(node, inputs))  # type: ignore[arg-type]
+        bounds = owed.bounds()
+        if decide(delta - 1, bounds) is not Verdict.HOLDS and decide(-delta - 1, bounds) is not Verdict.HOLDS:
+            if decide(delta, bounds) is Verdict.HOLDS:
+                owed.owe(delta - 1, node, "delta is not 0")
+            elif decide(-delta, bounds) is Verdict.HOLDS:
+                owed.owe(-delta - 1, node, "delta is not 0")
+            else:
+                raise node.unsupported(
+                    f"the sign of delta {delta} depends on the input, and it decides which way Range counts"
+                )
+        count = maximum(0, ceildiv(limit - start, delta, bounds), bounds)
+        return start, limit, delta, count
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        start, limit, delta = self.operands(node, inputs)
+        elem = start.elem
+        if any(is_symbolic_array(f.value) for f in (start, limit, delta)):
+            if elem.name not in ("i64", "i32"):
+                raise node.unsupported(f"a Range of element type {elem.name} over symbolic extents is not supported")
+            first, _, step, count = self.symbolic_plan(node, inputs)
+            value = None
+            if count.is_const:  # a known number of values, each a polynomial
+                value = np.array([first + step * k for k in range(count.const_value)], dtype=object)
+            return [Facts(elem, (count,), value)]
         assert elem.numpy is not None
         s, lim, d = (np.asarray(f.value, dtype=elem.numpy).reshape(()) for f in (start, limit, delta))  # type: ignore[union-attr]
         if d == 0:
             raise node.fail("delta is 0")
         # ONNX: max(ceil((limit - start) / delta), 0) elements, element i being start + i * delta.
         if elem.is_float:
-            count = max(math.ceil((float(lim) - float(s)) / float(d)), 0)
+            n = max(math.ceil((float(lim) - float(s)) / float(d)), 0)
             # Halves compute in f32, as every Loam kernel does, and narrow at the end.
             wide = np.float64 if elem.name == "f64" else np.float32
-            value = (wide(s) + np.arange(count, dtype=wide) * wide(d)).astype(elem.numpy)
+            value = (wide(s) + np.arange(n, dtype=wide) * wide(d)).astype(elem.numpy)
         else:
-            count = max(-(-(int(lim) - int(s)) // int(d)), 0)
-            value = (int(s) + np.arange(count, dtype=np.int64) * int(d)).astype(elem.numpy)
-        return [facts(elem, (count,), value)]
+            n = max(-(-(int(lim) - int(s)) // int(d)), 0)
+            value = (int(s) + np.arange(n, dtype=np.int64) * int(d)).astype(elem.numpy)
+        return [facts(elem, (n,), value)]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import RangeOp
+
+        start, limit, delta, _ = self.symbolic_plan(node, operand_facts(operands))
+        dtype = "int32" if ctx.result_types[0].elem.name == "i32" else "int64"
+        op = RangeOp([], [ctx.result_types[0]], node.name, start=start, limit=limit, delta=delta, dtype=dtype)
+        return emit_library(ctx, op)
 
 
 class ConstantOfShapeRule(OpRule):
-    """ONNX ConstantOfShape (opset 9): a tensor of the given extents filled with `value` (0.0 f32 by default)."""
+    """ONNX ConstantOfShape (opset 9): a tensor of the given extents filled with `value` (0.0 f32 by default).
+
+    Known numbers fold; a shape known as polynomials (from Shape) gives symbolic extents, and the
+    value is then filled at run time (the one-element value broadcast to them).
+    """
 
     op_types = ("ConstantOfShape",)
     attributes = frozenset({"value"})
     first_opset = 9
     elem_types = MOVABLE
-    limitations = "the shape input must be known at build time (the node folds)"
+    limitations = "the shape input must be known at build time (numbers or extents from Shape)"
 
-    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
-        require_arity(node, inputs, 1)
-        dims = known_ints(node, given(node, inputs, 0, "shape"), "shape")
-        if any(d < 0 for d in dims):
-            raise node.fail(f"shape {dims} holds a negative extent")
+    def fill(self, node: NodeInfo) -> tuple[dtypes.ElementType, np.ndarray]:
         given_value = node.attr("value")
         fill = np.zeros((1,), np.float32) if given_value is None else np.asarray(given_value)
         if fill.size != 1:
@@ -229,7 +340,34 @@ class ConstantOfShapeRule(OpRule):
         elem = next((e for e in dtypes.BY_ONNX.values() if e.numpy == fill.dtype and e.name != "string"), None)
         if elem is None or elem.name not in MOVABLE:
             raise node.unsupported(f"a value of numpy dtype {fill.dtype} is not supported")
-        return [facts(elem, dims, np.full(dims, fill.reshape(-1)[0], dtype=fill.dtype))]
+        return elem, fill
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 1)
+        dims = known_extents(node, given(node, inputs, 0, "shape"), "shape")
+        shown = "[" + ", ".join(map(str, dims)) + "]"
+        for k, d in enumerate(dims):
+            if d.is_const and d.const_value < 0:
+                raise node.fail(f"shape {shown} holds a negative extent")
+            owed.owe(d, node, f"extent {k} of shape {shown} is not negative")
+        elem, fill = self.fill(node)
+        value = None
+        if all(d.is_const for d in dims):
+            value = np.full([d.const_value for d in dims], fill.reshape(-1)[0], dtype=fill.dtype)
+        return [Facts(elem, tuple(dims), value)]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.expr import Expr
+        from loam.dialects.graph import TensorDataAttr
+        from loam.dialects.kernel import ConstantOp, ZipOp
+        from loam.dialects.tensor_axes import AxesTensorType
+
+        elem, fill = self.fill(node)
+        scalar = ConstantOp(TensorDataAttr.from_numpy(fill.reshape(()), elem), AxesTensorType(elem, []), node.name)
+        ctx.emit(scalar)
+        op = ZipOp([scalar.result], Expr.operand(0), ctx.result_types[0], node.name)  # broadcasting is all it does
+        ctx.emit(op)
+        return [op.result]
 
 
 RULES: tuple[OpRule, ...] = (

@@ -1,15 +1,18 @@
 """Operator rules of the movement family: operators that move elements without arithmetic.
 
 Expand lowers to a `kernel.zip` that only broadcasts; Concat, Split, Slice, Pad, Tile and Trilu
-to library kernels.  Shape and Size always fold, since this issue's extents are static.  (The
+to library kernels.  Shape and Size always fold, to polynomials over symbolic extents.  (The
 regrouping operators -- Transpose, Reshape, Flatten, Squeeze, Unsqueeze, DepthToSpace,
 SpaceToDepth -- live in `loam.ops.regroup`.)  Each rule restates the operator's older opsets in
 its current meaning (an attribute that later became an input is read either way) and refuses
 what it does not restate.
 
 Every operand that shapes the result (Slice bounds, Pad widths, Split sizes, ...) must be known at
-build time: the result's extents would otherwise depend on a run-time value, which needs symbolic
-extents (a later issue).
+build time, as numbers or as polynomials over the input symbols (a Shape of a symbolic tensor):
+the result's extents would otherwise depend on a run-time value.  What a symbolic extent needs of
+the inputs (a Split's parts within the axis, a Concat's other axes equal) is owed (`loam.owed`):
+forward checks it before any kernel runs.  Clamps, from-the-end indices and rounded counts are
+decided where the build can, else they are derived symbols (`loam.derived`).
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import dtypes
+from loam import dtypes, owed
 from loam.backends.numpy_kernels.movement import _k_concat, _k_pad, _k_slice, _k_split, _k_tile, _k_trilu
+from loam.bounds import Verdict
+from loam.derived import ceildiv, clamp, decide, exact_quotient, floordiv, from_end, maximum, minimum
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
 from loam.ops.lowering import COMPUTE_TYPES
 from loam.ops.operands import (
@@ -29,14 +34,14 @@ from loam.ops.operands import (
     given,
     ints_of,
     keep_unchanged,
+    known_extents,
     known_ints,
     norm_axes,
     norm_axis,
     operand_facts,
     optional,
-    static_extents,
 )
-from loam.poly import Poly, poly_product
+from loam.poly import Poly, derived_call, poly_product, poly_sum
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -82,11 +87,15 @@ class _ResizesAxes(MovementRule):
 
 
 class ExpandRule(MovementRule):
-    """ONNX Expand: the input broadcast (both ways, numpy-style) with a shape known at build time."""
+    """ONNX Expand: the input broadcast (both ways, numpy-style) with a shape known at build time,
+    as numbers or as polynomials (a Shape of a symbolic tensor)."""
 
     op_types = ("Expand",)
     first_opset = 8
-    limitations = "the shape input must be known at build time"
+    limitations = (
+        "the shape input must be known at build time (numbers or extents from Shape); a symbolic "
+        "shape entry meeting another extent owes their equality rather than broadcasting a run-time 1"
+    )
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         from loam.ops.base import broadcast_shapes
@@ -94,10 +103,13 @@ class ExpandRule(MovementRule):
         require_arity(node, inputs, 2)
         x = given(node, inputs, 0, "input")
         check_movable(node, x, "input")
-        target = known_ints(node, given(node, inputs, 1, "shape"), "shape")
-        shape = broadcast_shapes(node, [x.shape, tuple(Poly.const(t) for t in target)])
+        target = known_extents(node, given(node, inputs, 1, "shape"), "shape")
+        for k, t in enumerate(target):
+            if t.is_const and t.const_value < 0:
+                raise node.fail(f"shape [{', '.join(map(str, target))}] holds the negative extent {t} at {k}")
+        shape = broadcast_shapes(node, [x.shape, tuple(target)])
         value = None
-        if x.value is not None:
+        if x.value is not None and all(d.is_const for d in shape):
             value = np.array(np.broadcast_to(x.value, [d.const_value for d in shape]))
         return [Facts(x.elem, shape, value)]
 
@@ -122,7 +134,11 @@ class ExpandRule(MovementRule):
 
 
 class ConcatRule(MovementRule):
-    """ONNX Concat: inputs joined along `axis` (required from opset 4; 1 by default before)."""
+    """ONNX Concat: inputs joined along `axis` (required from opset 4; 1 by default before).
+
+    The joined extent is the sum of the inputs' (`N + M`); two symbolic extents meeting on another
+    axis are owed equal.
+    """
 
     op_types = ("Concat",)
     attributes = frozenset({"axis"})
@@ -147,18 +163,19 @@ class ConcatRule(MovementRule):
             if f.rank != first.rank:
                 raise node.fail(f"inputs have ranks {first.rank} and {f.rank}")
         axis = self.axis(node, first.rank)
+        shape = list(first.shape)
         for i, f in enumerate(parts):
             for k, (a, b) in enumerate(zip(first.shape, f.shape, strict=True)):
-                if k != axis and a != b:
+                if k == axis or a == b:
+                    continue
+                if a.is_const and b.is_const:
                     raise node.fail(f"input {i} has extent {b} at axis {k}, input 0 has {a}")
-        total = first.shape[axis]
-        for f in parts[1:]:
-            total = total + f.shape[axis]
-        shape = tuple(total if k == axis else d for k, d in enumerate(first.shape))
+                shape[k] = owed.require_equal(shape[k], b, node, f"input {i} at axis {k}")
+        shape[axis] = poly_sum(f.shape[axis] for f in parts)
         value = None
         if all(f.value is not None for f in parts):
             value = _k_concat(*[np.asarray(f.value) for f in parts], axis=axis)
-        return [Facts(first.elem, shape, value)]
+        return [Facts(first.elem, tuple(shape), value)]
 
     def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
         parts = [a for a in inputs if a is not None]
@@ -184,58 +201,81 @@ class ConcatRule(MovementRule):
 class SplitRule(_ResizesAxes):
     """ONNX Split: consecutive chunks along `axis`.
 
-    The sizes come from the `split` attribute (before 13) or input (13+), else from `num_outputs`
-    (18+, the last chunk smaller when uneven) or the number of outputs (equal chunks).
+    The sizes come from the `split` attribute (before 13) or input (13+, numbers or extents from
+    Shape), else from `num_outputs` (18+, the last chunk smaller when uneven) or the number of
+    outputs (equal chunks).  Over a symbolic axis each part owes that it lies within the axis and
+    the parts that they sum to it; equal chunks of a symbolic axis owe that they divide it.
     """
 
     op_types = ("Split",)
     attributes = frozenset({"axis", "split", "num_outputs"})
-    limitations = "the split input must be known at build time"
+    limitations = "the split input must be known at build time (numbers or extents from Shape)"
 
-    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[int, list[int]]:
+    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[int, list[Poly]]:
         x = given(node, inputs, 0, "input")
-        dims = static_extents(node, x, "the input")
-        axis = norm_axis(node, int(node.attr("axis", 0)), len(dims))
-        extent = dims[axis]
-        sizes: list[int] | None
+        axis = norm_axis(node, int(node.attr("axis", 0)), x.rank)
+        extent = x.shape[axis]
+        sizes: list[Poly] | None
         if node.since < 13 and node.attr("split") is not None:
             require_arity(node, inputs, 1)
-            sizes = [int(s) for s in node.attr("split")]
+            sizes = [Poly.const(int(s)) for s in node.attr("split")]
         else:
             require_arity(node, inputs, 1, 2)
-            sizes = ints_of(node, inputs, 1, "split")
+            split = optional(inputs, 1)
+            sizes = None if split is None else known_extents(node, split, "split")
         count = node.outputs
         if sizes is None:
-            num = node.attr("num_outputs")
-            if num is None:
-                if extent % count:
-                    raise node.fail(f"cannot split extent {extent} into {count} equal parts")
-                sizes = [extent // count] * count
-            else:
-                num = int(num)
-                if num < 1:
-                    raise node.fail(f"num_outputs {num} is not positive")
-                if count is not None and count != num:  # before listing num sizes: num may be huge
-                    raise node.fail(f"num_outputs is {num}, but the node has {count} outputs")
-                chunk = -(-extent // num)
-                sizes = [min(chunk, max(extent - chunk * i, 0)) for i in range(num)]
-        if sum(sizes) != extent or any(s < 0 for s in sizes):
-            raise node.fail(f"split sizes {sizes} do not add up to the extent {extent} of axis {axis}")
+            sizes = self.chunks(node, extent, count)
         if count is not None and count != len(sizes):
             raise node.fail(f"splits into {len(sizes)} parts, but the node has {count} outputs")
+        total = poly_sum(sizes)
+        if extent.is_const and total.is_const and all(p.is_const for p in sizes):
+            if total != extent or any(p.const_value < 0 for p in sizes):
+                shown = [p.const_value for p in sizes]
+                raise node.fail(f"split sizes {shown} do not add up to the extent {extent} of axis {axis}")
+            return axis, sizes
+        # Parts that are not negative and sum to the axis each lie within it.
+        for k, part in enumerate(sizes):
+            owed.owe(part, node, f"part {k} is not negative")
+        owed.require_equal(extent, total, node, f"the parts sum to axis {axis}")
         return axis, sizes
+
+    def chunks(self, node: NodeInfo, extent: Poly, count: int) -> list[Poly]:
+        """The sizes of equal chunks: `count` of them, or `num_outputs` (18+) with the last smaller."""
+        num = node.attr("num_outputs")
+        if num is None:
+            if extent.is_const:
+                if extent.const_value % count:
+                    raise node.fail(f"cannot split extent {extent} into {count} equal parts")
+                return [Poly.const(extent.const_value // count)] * count
+            part = exact_quotient(extent, Poly.const(count))
+            if part is None:
+                part = floordiv(extent, count, owed.bounds())
+                owed.require_equal(extent, part * count, node, f"{count} equal parts of {extent}")
+            return [part] * count
+        num = int(num)
+        if num < 1:
+            raise node.fail(f"num_outputs {num} is not positive")
+        if count is not None and count != num:  # before listing num sizes: num may be huge
+            raise node.fail(f"num_outputs is {num}, but the node has {count} outputs")
+        if extent.is_const:
+            e = extent.const_value
+            chunk = -(-e // num)
+            return [Poly.const(min(chunk, max(e - chunk * i, 0))) for i in range(num)]
+        # ONNX 18: parts of ceil(extent / num), the last one what remains (which owes not to be negative).
+        chunk = ceildiv(extent, num, owed.bounds())
+        return [chunk] * (num - 1) + [extent - chunk * (num - 1)]
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         x = given(node, inputs, 0, "input")
         check_movable(node, x, "input")
         axis, sizes = self.plan(node, inputs)
-        dims = static_extents(node, x, "the input")
         values: Sequence[np.ndarray | None] = [None] * len(sizes)
-        if x.value is not None:
-            values = _k_split(np.asarray(x.value), axis=axis, sizes=tuple(sizes))
+        if x.value is not None and all(p.is_const for p in sizes):
+            values = _k_split(np.asarray(x.value), axis=axis, sizes=tuple(p.const_value for p in sizes))
         out = []
-        for s, v in zip(sizes, values, strict=True):
-            out.append(facts(x.elem, [s if k == axis else d for k, d in enumerate(dims)], v))
+        for size, v in zip(sizes, values, strict=True):
+            out.append(Facts(x.elem, tuple(size if k == axis else d for k, d in enumerate(x.shape)), v))
         return out
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
@@ -250,14 +290,20 @@ class SplitRule(_ResizesAxes):
 
 def slice_plan(
     node: NodeInfo,
-    dims: Sequence[int],
-    starts: Sequence[int],
-    ends: Sequence[int],
+    dims: Sequence[Poly],
+    starts: Sequence[Poly],
+    ends: Sequence[Poly],
     axes: Sequence[int] | None,
     steps: Sequence[int] | None,
-) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """ONNX Slice bounds normalised per axis to (start, count, step): negative indices count from
-    the end, and out-of-range ones (INT_MAX ends included) clamp."""
+) -> tuple[tuple[Poly, ...], tuple[Poly, ...], tuple[int, ...]]:
+    """ONNX Slice bounds normalised per axis to (start, count, step).
+
+    A negative bound counts from the end, and one out of range (an INT_MAX end included) clamps: to
+    [0, d] for a positive step, start to [0, d - 1] and end to [-1, d - 1] for a negative one.  The
+    count is the steps between them rounded up, never below 0.  Over symbolic extents or bounds each
+    operation is decided where the build can (`loam.derived`), else it is a derived symbol forward
+    computes before any kernel.
+    """
     rank = len(dims)
     axes = norm_axes(node, axes, rank) if axes is not None else list(range(len(starts)))
     steps = list(steps) if steps is not None else [1] * len(starts)
@@ -267,55 +313,97 @@ def slice_plan(
         )
     if len(axes) > rank:
         raise node.fail(f"slices {len(axes)} axes of a rank-{rank} input")
-    first = [0] * rank
+    bounds = owed.bounds()
+    first = [Poly()] * rank
     counts = list(dims)
     strides = [1] * rank
     for axis, s, e, p in zip(axes, starts, ends, steps, strict=True):
         d = dims[axis]
         if p == 0:
             raise node.fail(f"step 0 at axis {axis}")
-        s = s + d if s < 0 else s
-        e = e + d if e < 0 else e
+        s, e = from_end(s, d, bounds), from_end(e, d, bounds)
         if p > 0:
-            s, e = min(max(s, 0), d), min(max(e, 0), d)
-            count = max(0, -(-(e - s) // p))
+            s, e = _clamp(s, 0, d), _clamp(e, 0, d)
+            span = ceildiv(e - s, p, bounds)
         else:
-            s, e = min(max(s, 0), d - 1), min(max(e, -1), d - 1)
-            count = max(0, -(-(s - e) // -p)) if d else 0
-        first[axis], counts[axis], strides[axis] = (s if count else 0), count, p
+            s, e = _clamp(s, 0, d - 1), _clamp(e, -1, d - 1)
+            span = ceildiv(s - e, -p, bounds)
+        count = span if _holds_by_cases(span) else maximum(0, span, bounds)
+        first[axis], counts[axis], strides[axis] = (Poly() if count == Poly() else s), count, p
     return tuple(first), tuple(counts), tuple(strides)
 
 
+def _clamp(x: Poly, lo: Poly | int, hi: Poly | int) -> Poly:
+    """x clamped to [lo, hi], one side dropped where the build shows x within it (and lo <= hi)."""
+    bounds = owed.bounds()
+    if _holds_by_cases(Poly.lift(hi) - lo):
+        if _holds_by_cases(Poly.lift(hi) - x):
+            return maximum(x, lo, bounds)
+        if _holds_by_cases(x - lo):
+            return minimum(x, hi, bounds)
+    return clamp(x, lo, hi, bounds)
+
+
+def _holds_by_cases(p: Poly) -> bool:
+    """Whether `p >= 0` for every input, taking each min or max in `p` as each of its operands in
+    turn (it is one of them, so `N - max(0, N - 2)` holds: N - 0 and N - (N - 2) both do)."""
+    bounds = owed.bounds()
+    if decide(p, bounds) is Verdict.HOLDS:
+        return True
+    names = [n for n in sorted(p.symbols) if (c := derived_call(n)) is not None and c.function in ("min", "max")]
+    if not names or len(names) > 3:
+        return False
+    call = derived_call(names[0])
+    assert call is not None
+    return all(_holds_by_cases(p.substitute(names[0], operand)) for operand in call.args)
+
+
 class SliceRule(_ResizesAxes):
-    """ONNX Slice: starts/ends/axes attributes before opset 10; inputs (and steps) from 10."""
+    """ONNX Slice: starts/ends/axes attributes before opset 10; inputs (and steps) from 10.
+
+    Starts and ends may be extents from Shape, and the sliced axes symbolic: the clamped bounds and
+    the count are then derived symbols (`min(N, 8)`), and the kernel reads the starts as parameters
+    forward computes.
+    """
 
     op_types = ("Slice",)
     attributes = frozenset({"starts", "ends", "axes"})
-    limitations = "starts, ends, axes and steps must be known at build time"
+    limitations = (
+        "starts and ends must be known at build time (numbers or extents from Shape); axes and steps must be numbers"
+    )
 
-    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[tuple[int, ...], ...]:
+    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[tuple[Poly, ...], ...]:
         x = given(node, inputs, 0, "data")
-        dims = static_extents(node, x)
         if node.since < 10:
             require_arity(node, inputs, 1)
             starts, ends = node.attr("starts"), node.attr("ends")
             if starts is None or ends is None:
                 raise node.fail("needs the starts and ends attributes")
             axes = node.attr("axes")
-            return slice_plan(node, dims, starts, ends, axes, None)
+            lift = [Poly.const(int(v)) for v in starts], [Poly.const(int(v)) for v in ends]
+            return slice_plan(node, x.shape, *lift, axes, None)
         require_arity(node, inputs, 3, 5)
-        starts = known_ints(node, given(node, inputs, 1, "starts"), "starts")
-        ends = known_ints(node, given(node, inputs, 2, "ends"), "ends")
-        return slice_plan(node, dims, starts, ends, ints_of(node, inputs, 3, "axes"), ints_of(node, inputs, 4, "steps"))
+        starts = known_extents(node, given(node, inputs, 1, "starts"), "starts")
+        ends = known_extents(node, given(node, inputs, 2, "ends"), "ends")
+        return slice_plan(
+            node, x.shape, starts, ends, ints_of(node, inputs, 3, "axes"), ints_of(node, inputs, 4, "steps")
+        )
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         x = given(node, inputs, 0, "data")
         check_movable(node, x)
         starts, counts, steps = self.plan(node, inputs)
         value = None
-        if x.value is not None:
-            value = np.array(_k_slice(np.asarray(x.value), starts=starts, counts=counts, steps=steps))
-        return [facts(x.elem, counts, value)]
+        if x.value is not None and all(p.is_const for p in (*starts, *counts)):
+            value = np.array(
+                _k_slice(
+                    np.asarray(x.value),
+                    starts=tuple(p.const_value for p in starts),
+                    counts=tuple(p.const_value for p in counts),
+                    steps=steps,  # type: ignore[arg-type]
+                )
+            )
+        return [Facts(x.elem, counts, value)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import SliceOp
@@ -323,7 +411,7 @@ class SliceRule(_ResizesAxes):
         x = operands[0]
         assert x is not None
         starts, counts, steps = self.plan(node, operand_facts(operands))
-        if all(s == 0 for s in starts) and all(p == 1 for p in steps) and x.type == ctx.result_types[0]:
+        if all(s == Poly() for s in starts) and all(p == 1 for p in steps) and x.type == ctx.result_types[0]:
             return [x]
         op = SliceOp([x], [ctx.result_types[0]], node.name, starts=starts, counts=counts, steps=steps)
         return emit_library(ctx, op)
@@ -340,11 +428,14 @@ class PadRule(_ResizesAxes):
 
     op_types = ("Pad",)
     attributes = frozenset({"mode", "pads", "paddings", "value"})
-    limitations = "pads and axes must be known at build time"
+    limitations = (
+        "pads and axes must be numbers known at build time; a symbolic axis is not both padded and cropped "
+        "outside constant mode"
+    )
 
     def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[tuple[int, ...], str, float]:
         x = given(node, inputs, 0, "data")
-        dims = static_extents(node, x)
+        dims = x.shape
         rank = len(dims)
         mode = node.attr("mode", "constant")
         if mode not in PAD_MODES:
@@ -369,15 +460,20 @@ class PadRule(_ResizesAxes):
         for i, a in enumerate(axes):
             full[a], full[rank + a] = pads[i], pads[len(axes) + i]
         for a in range(rank):
-            if dims[a] + full[a] + full[rank + a] < 0:
-                raise node.fail(f"pads {pads} crop axis {a} of extent {dims[a]} below nothing")
-            if mode != "constant" and (full[a] > 0 or full[rank + a] > 0) and dims[a] == 0:
+            d, begin, end = dims[a], full[a], full[rank + a]
+            if not d.is_const:
+                self.symbolic_axis(node, a, d, begin, end, mode)
+                continue
+            n = d.const_value
+            if n + begin + end < 0:
+                raise node.fail(f"pads {pads} crop axis {a} of extent {n} below nothing")
+            if mode != "constant" and (begin > 0 or end > 0) and n == 0:
                 raise node.fail(f"cannot pad the empty axis {a} in mode '{mode}'")
-            if mode != "constant" and min(full[a], full[rank + a]) < 0 < max(full[a], full[rank + a]):
+            if mode != "constant" and min(begin, end) < 0 < max(begin, end):
                 # Padding that reads input the crop removes depends on whether the crop comes first (as in
                 # onnxruntime) or after; ONNX does not say, so no order is guessed where it matters.
-                kept = dims[a] + min(full[a], 0) + min(full[rank + a], 0)
-                added = max(full[a], full[rank + a])
+                kept = n + min(begin, 0) + min(end, 0)
+                added = max(begin, end)
                 if mode == "wrap" or (mode == "edge" and kept < 1) or (mode == "reflect" and added > kept - 1):
                     raise node.unsupported(
                         f"pads {pads} both pad and crop axis {a} in mode '{mode}', and the padding reads what "
@@ -385,12 +481,25 @@ class PadRule(_ResizesAxes):
                     )
         return tuple(full), mode, value
 
+    @staticmethod
+    def symbolic_axis(node: NodeInfo, a: int, d: Poly, begin: int, end: int, mode: str) -> None:
+        """What padding a symbolic axis owes: a crop leaves something, a reading mode has something to read."""
+        owed.owe(d + begin + end, node, f"the pads leave axis {a} a length")
+        if mode != "constant" and (begin > 0 or end > 0):
+            if min(begin, end) < 0:
+                raise node.unsupported(
+                    f"pads both pad and crop the symbolic axis {a} ({d}) in mode '{mode}'; ONNX leaves their order open"
+                )
+            owed.owe(d - 1, node, f"mode '{mode}' pads axis {a}, which must not be empty")
+            if mode == "reflect":
+                owed.owe(d - 1 - max(begin, end), node, f"mode 'reflect' reads within axis {a}")
+
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         x = given(node, inputs, 0, "data")
         check_movable(node, x)
         pads, mode, value = self.plan(node, inputs)
         rank = x.rank
-        dims = [d + pads[a] + pads[rank + a] for a, d in enumerate(static_extents(node, x))]
+        dims = tuple(d + pads[a] + pads[rank + a] for a, d in enumerate(x.shape))
         fill = optional(inputs, 2)
         if fill is not None and fill.elem != x.elem:
             raise node.fail(f"constant_value has element type {fill.elem.name}, the data {x.elem.name}")
@@ -398,7 +507,7 @@ class PadRule(_ResizesAxes):
         if x.value is not None and (fill is None or fill.value is not None):
             fill_value = None if fill is None else np.asarray(fill.value)
             out = _k_pad(np.asarray(x.value), fill_value, pads=pads, mode=mode, value=value)
-        return [facts(x.elem, dims, out)]
+        return [Facts(x.elem, dims, out)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import PadOp
@@ -417,29 +526,36 @@ class PadRule(_ResizesAxes):
 
 
 class TileRule(_ResizesAxes):
-    """ONNX Tile (opset 6+): the input repeated along each axis; the repeats known at build time."""
+    """ONNX Tile (opset 6+): the input repeated along each axis; the repeats known at build time
+    (numbers, or extents from Shape)."""
 
     op_types = ("Tile",)
     first_opset = 6
-    limitations = "the repeats input must be known at build time"
+    limitations = "the repeats input must be known at build time (numbers or extents from Shape)"
 
-    def repeats(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[int, ...]:
+    def repeats(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[Poly, ...]:
         if node.since < 6:
             raise node.unsupported("Tile before opset 6 (tiles and axis inputs) is not supported")
         require_arity(node, inputs, 2)
         x = given(node, inputs, 0, "input")
-        reps = known_ints(node, given(node, inputs, 1, "repeats"), "repeats")
-        if len(reps) != x.rank or any(r < 0 for r in reps):
-            raise node.fail(f"repeats {reps} must hold one non-negative count per axis ({x.rank})")
+        reps = known_extents(node, given(node, inputs, 1, "repeats"), "repeats")
+        if len(reps) != x.rank or any(r.is_const and r.const_value < 0 for r in reps):
+            raise node.fail(
+                f"repeats [{', '.join(map(str, reps))}] must hold one non-negative count per axis ({x.rank})"
+            )
+        for k, r in enumerate(reps):
+            owed.owe(r, node, f"the repeats of axis {k} are not negative")
         return tuple(reps)
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         x = given(node, inputs, 0, "input")
         check_movable(node, x, "input")
         reps = self.repeats(node, inputs)
-        dims = [d * r for d, r in zip(static_extents(node, x, "the input"), reps, strict=True)]
-        value = None if x.value is None else _k_tile(np.asarray(x.value), repeats=reps)
-        return [facts(x.elem, dims, value)]
+        dims = tuple(d * r for d, r in zip(x.shape, reps, strict=True))
+        value = None
+        if x.value is not None and all(r.is_const for r in reps):
+            value = _k_tile(np.asarray(x.value), repeats=tuple(r.const_value for r in reps))
+        return [Facts(x.elem, dims, value)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import TileOp
@@ -447,7 +563,7 @@ class TileRule(_ResizesAxes):
         x = operands[0]
         assert x is not None
         reps = self.repeats(node, operand_facts(operands))
-        if all(r == 1 for r in reps):
+        if all(r == Poly.const(1) for r in reps):
             return [x]
         return emit_library(ctx, TileOp([x], [ctx.result_types[0]], node.name, repeats=reps))
 

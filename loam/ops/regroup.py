@@ -7,7 +7,9 @@ and a regroup.  Their output axes are named from the input axes by the regroupin
 parts) or by position (`positional_axes`, for Squeeze and Unsqueeze).  Each rule restates the
 operator's older opsets in its current meaning (an attribute that later became an input is read
 either way) and refuses what it does not restate; a Reshape target or Squeeze/Unsqueeze axes must
-be known at build time (symbolic extents are a later issue).
+be known at build time.  Extents may be symbolic: a Reshape target may hold extents from Shape
+(`[B, S, 12, 64]`), its -1 is the exact quotient of the element counts where the polynomials
+divide, and what only the run can confirm (the counts agree, a -1 that rounds) is owed.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from loam import owed
+from loam.derived import exact_quotient, floordiv, reading_where, select
 from loam.errors import AxisError
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.movement import AxesIn, AxesOut, MovementRule, check_movable
@@ -25,12 +29,13 @@ from loam.ops.operands import (
     facts,
     given,
     ints_of,
+    known_extents,
     known_ints,
     lowered_extents,
     norm_axes,
     static_extents,
 )
-from loam.poly import Poly
+from loam.poly import Poly, poly_product
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -47,32 +52,49 @@ def _parts(axis: Axis) -> tuple[str, ...]:
     return axis.parts or (axis.name,)
 
 
-def regroup_axes(inp: tuple[Axis, ...], out_dims: Sequence[int]) -> tuple[Axis | None, ...]:
+def _grows_first(a: Poly, b: Poly) -> bool | None:
+    """Which side of a regrouping run to extend while the products `a` (input) and `b` (output)
+    differ: the input's (True) where `a` is the smaller number, or divides `b` as a polynomial; the
+    output's (False) the other way round; None where neither tells (the run is left unnamed)."""
+    if a.is_const and b.is_const:
+        return a.const_value < b.const_value
+    if exact_quotient(b, a) is not None:
+        return True
+    if exact_quotient(a, b) is not None:
+        return False
+    return None
+
+
+def regroup_axes(inp: tuple[Axis, ...], out_dims: Sequence[Poly | int]) -> tuple[Axis | None, ...]:
     """Name a row-major regrouping's output axes from its input axes (the WEP's regrouping rule).
 
     Extent-1 axes hold nothing to regroup: an input one is dropped, an output one is new.  The
-    other axes pair up in consecutive runs whose extents multiply alike: one axis to one keeps
-    the axis, several to one is their merge `(A B)`, and one merge to as many axes as it has parts
-    splits it back into its parts.  Any other run is new (None): the layout names it.
+    other axes pair up in consecutive runs whose extents multiply alike (as polynomials, so
+    `[B, S, 16]` into `[B*S, 16]` merges B and S): one axis to one keeps the axis, several to one
+    is their merge `(A B)`, and one merge to as many axes as it has parts splits it back into its
+    parts.  Any other run is new (None): the layout names it.
     """
-    result: list[Axis | None] = [None] * len(out_dims)
-    if any(not a.extent.is_const or a.extent.const_value == 0 for a in inp) or 0 in out_dims:
+    dims = [Poly.lift(d) for d in out_dims]
+    result: list[Axis | None] = [None] * len(dims)
+    zero, one = Poly(), Poly.const(1)
+    if any(a.extent == zero for a in inp) or zero in dims:
         return tuple(result)
-    ins = [i for i, a in enumerate(inp) if a.extent.const_value != 1]
-    outs = [j for j, d in enumerate(out_dims) if d != 1]
+    ins = [i for i, a in enumerate(inp) if a.extent != one]
+    outs = [j for j, d in enumerate(dims) if d != one]
     i = j = 0
     while i < len(ins) and j < len(outs):
         group_in, group_out = [ins[i]], [outs[j]]
-        p_in, p_out = inp[ins[i]].extent.const_value, out_dims[outs[j]]
+        p_in, p_out = inp[ins[i]].extent, dims[outs[j]]
         i, j = i + 1, j + 1
         while p_in != p_out:
-            if p_in < p_out and i < len(ins):
+            grow_in = _grows_first(p_in, p_out)
+            if grow_in is True and i < len(ins):
                 group_in.append(ins[i])
-                p_in *= inp[ins[i]].extent.const_value
+                p_in = p_in * inp[ins[i]].extent
                 i += 1
-            elif p_out < p_in and j < len(outs):
+            elif grow_in is False and j < len(outs):
                 group_out.append(outs[j])
-                p_out *= out_dims[outs[j]]
+                p_out = p_out * dims[outs[j]]
                 j += 1
             else:
                 return tuple(result)
@@ -89,13 +111,13 @@ def regroup_axes(inp: tuple[Axis, ...], out_dims: Sequence[int]) -> tuple[Axis |
                 from loam.dialects.tensor_axes import Axis
 
                 for part, k in zip(axes[0].parts, group_out, strict=True):
-                    result[k] = Axis.named(part, out_dims[k])
+                    result[k] = Axis.named(part, dims[k])
         except AxisError:
             pass  # a merge naming one part twice ([Hidden, Hidden]) has no name: the layout gives one
     return tuple(result)
 
 
-def positional_axes(inp: tuple[Axis, ...], out_dims: Sequence[int]) -> tuple[Axis | None, ...]:
+def positional_axes(inp: tuple[Axis, ...], out_dims: Sequence[Poly | int]) -> tuple[Axis | None, ...]:
     """Squeeze and Unsqueeze carry every other axis by its position; an inserted axis is new.
 
     The output's extents are the input's with extent-1 axes dropped or inserted.  `axes` sees
@@ -104,14 +126,14 @@ def positional_axes(inp: tuple[Axis, ...], out_dims: Sequence[int]) -> tuple[Axi
     """
     result: list[Axis | None] = []
     i = 0
-    for d in out_dims:
-        if i < len(inp) and inp[i].extent == Poly.const(d):
+    for d in map(Poly.lift, out_dims):
+        if i < len(inp) and inp[i].extent == d:
             result.append(inp[i])
             i += 1
             continue
         while i < len(inp) and inp[i].extent == Poly.const(1) and len(inp) - i > len(out_dims) - len(result):
             i += 1  # a squeezed axis
-        if i < len(inp) and inp[i].extent == Poly.const(d):
+        if i < len(inp) and inp[i].extent == d:
             result.append(inp[i])
             i += 1
         else:
@@ -145,19 +167,21 @@ def permute(
 class _RegroupRule(MovementRule):
     """A rule whose output is its input regrouped (Reshape, Flatten, Squeeze, Unsqueeze)."""
 
-    def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[int]:
+    def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[Poly]:
         raise NotImplementedError
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         x = given(node, inputs, 0, "data")
         check_movable(node, x)
         dims = self.out_dims(node, x, inputs)
-        value = None if x.value is None else np.reshape(x.value, dims)
-        return [facts(x.elem, dims, value)]
+        value = None
+        if x.value is not None and all(d.is_const for d in dims):
+            value = np.reshape(x.value, [d.const_value for d in dims])
+        return [Facts(x.elem, tuple(dims), value)]
 
     def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
         assert inputs[0] is not None
-        return [regroup_axes(inputs[0], static_extents(node, outputs[0], "the output"))]
+        return [regroup_axes(inputs[0], outputs[0].shape)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         assert operands[0] is not None
@@ -210,43 +234,98 @@ class ReshapeRule(_RegroupRule):
 
     op_types = ("Reshape",)
     attributes = frozenset({"shape", "allowzero", "consumed_inputs"})
-    limitations = "the shape input must be known at build time"
+    limitations = (
+        "the shape input must be known at build time (numbers or extents from Shape); a symbolic entry "
+        "owes that it is not -1, and is 0 only where the extent it would copy is"
+    )
 
-    def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[int]:
+    def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[Poly]:
         if node.since < 5:
             require_arity(node, inputs, 1)
-            target = node.attr("shape")
-            if target is None:
+            shape = node.attr("shape")
+            if shape is None:
                 raise node.fail("has no shape attribute")
-            target = [int(t) for t in target]
+            target = [Poly.const(int(t)) for t in shape]
         else:
             require_arity(node, inputs, 2)
-            target = known_ints(node, given(node, inputs, 1, "shape"), "shape")
-        dims = static_extents(node, x)
-        allowzero = int_attr(node, "allowzero", 0, (0, 1))
-        if allowzero and 0 in target and -1 in target:
-            raise node.fail("with allowzero=1 a shape cannot hold both 0 and -1")
-        out: list[int] = []
-        for i, t in enumerate(target):
-            if t == 0 and not allowzero:
+            target = known_extents(node, given(node, inputs, 1, "shape"), "shape")
+        return reshape_extents(node, x.shape, target, int_attr(node, "allowzero", 0, (0, 1)))
+
+
+def reshape_extents(node: NodeInfo, dims: Sequence[Poly], target: Sequence[Poly], allowzero: int) -> list[Poly]:
+    """The extents ONNX Reshape gives `dims` for `target`, with what the inputs owe for them.
+
+    A 0 copies the data's extent at its position (unless `allowzero`), a -1 takes what is left.  A
+    symbolic target entry is the data's extent at its position where it is or reads as it; any
+    other owes that it is not -1, and that it is 0 only where the extent it would copy is 0 too
+    (so the entry means itself either way).  The -1 is the element count divided by
+    the other extents, exactly where the polynomials divide, else rounded down (`floordiv`), owing
+    that they divide the count; either way the other extents owe that they do not multiply to 0.
+    Last, the element counts must agree.
+    """
+    zero, minus_one = Poly(), Poly.const(-1)
+    shown = "[" + ", ".join(map(str, target)) + "]"
+    if allowzero and zero in target and minus_one in target:
+        raise node.fail("with allowzero=1 a shape cannot hold both 0 and -1")
+    out: list[Poly | None] = []
+    for i, t in enumerate(target):
+        if t.is_const:
+            v = t.const_value
+            if v == 0 and not allowzero:
                 if i >= len(dims):
-                    raise node.fail(f"shape {target} copies axis {i}, which the data ({len(dims)} axes) lacks")
+                    raise node.fail(f"shape {shown} copies axis {i}, which the data ({len(dims)} axes) lacks")
                 out.append(dims[i])
-            elif t < -1:
-                raise node.fail(f"shape {target} holds {t}")
+            elif v == -1:
+                out.append(None)
+            elif v < -1:
+                raise node.fail(f"shape {shown} holds {v}")
             else:
                 out.append(t)
-        total = int(np.prod(dims, dtype=np.int64))
-        if out.count(-1) > 1:
-            raise node.fail(f"shape {target} holds -1 more than once")
-        if -1 in out:
-            known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
-            if known == 0 or total % known:
-                raise node.fail(f"cannot reshape {total} elements into {target}")
-            out[out.index(-1)] = total // known
-        if int(np.prod(out, dtype=np.int64)) != total:
-            raise node.fail(f"cannot reshape {total} elements [{', '.join(map(str, dims))}] into {out}")
-        return out
+            continue
+        if not allowzero and i < len(dims):
+            slacks = reading_where(t - dims[i], lambda p: p == Poly(), owed.bounds())
+            if slacks is not None:  # the data's extent itself: a 0 would copy the same length
+                for slack in slacks:
+                    owed.owe(slack, node, f"shape entry {i} reads as the data's extent {dims[i]}")
+                out.append(dims[i])
+                continue
+        if allowzero or i >= len(dims):
+            owed.owe(
+                t if allowzero else t - 1, node, f"shape entry {i} ({t}) is not {'-1' if allowzero else '0 or -1'}"
+            )
+        else:
+            # A 0 copies the data's extent here, so where t is 0 that extent must be 0 as well: the
+            # exact condition, `select(t, t, d) == t`, accepts every input ONNX does.
+            owed.owe(t, node, f"shape entry {i} ({t}) is not -1")
+            owed.current().owe_equal(
+                select(t, t, dims[i], owed.bounds()), t, node, f"shape entry {i} ({t}) is 0 only where {dims[i]} is"
+            )
+        out.append(t)
+    if out.count(None) > 1:
+        raise node.fail(f"shape {shown} holds -1 more than once")
+    total = poly_product(dims)
+    if None in out:
+        known = poly_product(d for d in out if d is not None)
+        if known.is_const and total.is_const:
+            if known.const_value == 0 or total.const_value % known.const_value:
+                raise node.fail(f"cannot reshape {total} elements into {shown}")
+            rest = Poly.const(total.const_value // known.const_value)
+        else:
+            owed.owe(known - 1, node, "the extents beside -1 multiply to more than 0")
+            rest = exact_quotient(total, known) if known != zero else None
+            if rest is None:
+                rest = floordiv(total, known, owed.bounds())
+        out[out.index(None)] = rest
+    final = [d for d in out if d is not None]
+    count = poly_product(final)
+    if total.is_const and count.is_const:
+        if total != count:
+            raise node.fail(
+                f"cannot reshape {total} elements [{', '.join(map(str, dims))}] into [{', '.join(map(str, final))}]"
+            )
+    else:
+        owed.require_equal(total, count, node, "the element counts of the data and the result")
+    return final
 
 
 class FlattenRule(_RegroupRule):
@@ -255,14 +334,14 @@ class FlattenRule(_RegroupRule):
     op_types = ("Flatten",)
     attributes = frozenset({"axis"})
 
-    def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[int]:
+    def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[Poly]:
         require_arity(node, inputs, 1)
-        dims = static_extents(node, x)
+        dims = x.shape
         axis = int(node.attr("axis", 1))
         if not -len(dims) <= axis <= len(dims):
             raise node.fail(f"axis {axis} is outside [{-len(dims)}, {len(dims)}]")
         axis = axis + len(dims) if axis < 0 else axis
-        return [int(np.prod(dims[:axis], dtype=np.int64)), int(np.prod(dims[axis:], dtype=np.int64))]
+        return [poly_product(dims[:axis]), poly_product(dims[axis:])]
 
 
 class _UnitAxesRule(_RegroupRule):
@@ -270,7 +349,7 @@ class _UnitAxesRule(_RegroupRule):
 
     def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
         assert inputs[0] is not None
-        return [positional_axes(inputs[0], static_extents(node, outputs[0], "the output"))]
+        return [positional_axes(inputs[0], outputs[0].shape)]
 
 
 class SqueezeRule(_UnitAxesRule):
@@ -278,9 +357,13 @@ class SqueezeRule(_UnitAxesRule):
 
     op_types = ("Squeeze",)
     attributes = frozenset({"axes"})
-    limitations = "the axes input must be known at build time"
+    limitations = (
+        "the axes input must be known at build time; without axes, every extent must be a number "
+        "(which symbolic one is 1 only the run knows)"
+    )
 
-    def dropped(self, node: NodeInfo, dims: Sequence[int], inputs: Sequence[Facts | None]) -> list[int]:
+    def dropped(self, node: NodeInfo, dims: Sequence[Poly], inputs: Sequence[Facts | None]) -> list[int]:
+        one = Poly.const(1)
         if node.since < 13:
             require_arity(node, inputs, 1)
             axes = node.attr("axes")
@@ -288,18 +371,28 @@ class SqueezeRule(_UnitAxesRule):
             require_arity(node, inputs, 1, 2)
             axes = ints_of(node, inputs, 1, "axes")
         if axes is None:
-            return [i for i, d in enumerate(dims) if d == 1]
-        if not len(axes) and 1 in dims:
+            symbolic = [str(d) for d in dims if not d.is_const]
+            if symbolic:
+                # Which axes go would depend on the run (an extent that is 1 there is squeezed too).
+                raise node.unsupported(
+                    f"squeezes every extent-1 axis of [{', '.join(map(str, dims))}], and whether "
+                    f"{', '.join(symbolic)} is 1 only the run knows; name the axes to squeeze"
+                )
+            return [i for i, d in enumerate(dims) if d == one]
+        if not len(axes) and one in dims:
             # onnxruntime drops every extent-1 axis, ONNX's reference none: the meaning is not settled.
             raise node.unsupported("the axes given are empty; ONNX does not say whether that squeezes every unit axis")
         dropped = norm_axes(node, [int(a) for a in axes], len(dims))
         for a in dropped:
-            if dims[a] != 1:
+            if dims[a] == one:
+                continue
+            if dims[a].is_const:
                 raise node.fail(f"cannot squeeze axis {a} of extent {dims[a]}")
+            owed.require_equal(dims[a], one, node, f"squeezed axis {a}")
         return dropped
 
-    def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[int]:
-        dims = static_extents(node, x)
+    def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[Poly]:
+        dims = x.shape
         dropped = self.dropped(node, dims, inputs)
         return [d for i, d in enumerate(dims) if i not in dropped]
 
@@ -322,11 +415,11 @@ class UnsqueezeRule(_UnitAxesRule):
             axes = known_ints(node, given(node, inputs, 1, "axes"), "axes")
         return norm_axes(node, [int(a) for a in axes], rank + len(axes))
 
-    def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[int]:
-        dims = list(static_extents(node, x))
+    def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[Poly]:
+        dims = list(x.shape)
         inserted = self.inserted(node, len(dims), inputs)
         rest = iter(dims)
-        return [1 if i in inserted else next(rest) for i in range(len(dims) + len(inserted))]
+        return [Poly.const(1) if i in inserted else next(rest) for i in range(len(dims) + len(inserted))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,6 +437,7 @@ class _BlockRule(MovementRule):
     """DepthToSpace and SpaceToDepth over [N, C, H, W] with `blocksize` b, mode DCR or CRD."""
 
     attributes = frozenset({"blocksize", "mode"})
+    limitations = "the input's extents must be numbers (fix symbolic ones with the `dims` option)"
 
     def params(self, node: NodeInfo) -> tuple[int, str]:
         b = node.attr("blocksize")
