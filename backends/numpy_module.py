@@ -7,19 +7,44 @@ pieces the program uses, copied from `loam.backends.numpy_runtime` (so `ShapeErr
 the program declares gives the axis one constant extent); one function per distinct `Expr`; the
 folded constants and embedded weights as byte literals; `class Weights` (`load(data: bytes)`, and
 `embedded()` when the IR carries every weight); `class Outputs` when there are several outputs;
-and `forward(weights, *inputs)`, which checks its inputs and then runs one line per kernel, each
+and `forward(weights, *inputs)`, which runs its prologue and then one line per kernel, each
 commented with the ONNX node it computes.
+
+The prologue runs before any kernel.  It checks each input (ndarray, dtype, rank, numbers) and binds
+each extent symbol from the first input axis that is the symbol alone, recording in `_src` which
+axis gave it; reads back a symbol no input carries alone from a spelled axis (`2*n`: n is half the
+length); checks every spelled axis against its spelling (`past + 1`); then checks each owed
+condition (`shape_poly.owe`), computing each derived symbol (`min(S, 1024)`, with the runtime's
+`_derived`) into `_env` just before the first condition that reads it, and last the derived symbols
+the kernels' shapes and parameters read.  Every extent in the module is an expression over `_env`.
+
+A `kernel.if` prints as `if bool(np.asarray(cond).reshape(-1)[0]):` / `else:`, each block laid out
+like forward's body: the owed conditions only its branch relies on, the derived symbols they and its
+kernels read (computed there, so a branch not taken computes nothing and refuses nothing), its
+kernels, and last the If's results assigned from what it yields, so they are bound after the If
+either way.  Blocks nest.  A length only an If's result has (`present.0.key[2]`, when the branches
+give it differently) is bound from the result right after the If where a later extent reads it, and
+a condition owed on it is checked there; read anywhere else, it stops emission.
 
 Example of the output for a one-layer MLP:
 
 ```python
 def forward(weights: "Weights", x: np.ndarray) -> np.ndarray:
-    _env: dict[str, int] = {}
-    _check_input("x", x, "float32", (("Batch", 4), ("In", 8)), _env)
+    _env: dict[str, int] = {}  # each extent symbol's value
+    _src: dict[str, str] = {}  # the input axis that gave it
+    _check_input("x", x, "float32", (("Batch", "N"), ("In", 8)), _env, _src)
     with np.errstate(all="ignore"):  # inf and nan are ONNX results, not warnings
         x_matmul = np.matmul(x, weights.fc1_weight)  # fc1
         y = _zip_0(x_matmul, weights.fc1_bias)  # fc1
     return y
+```
+
+and of a prologue that owes a condition:
+
+```python
+    _check_input("input_ids", input_ids, "int64", (("Batch", "batch"), ("Seq", "seq")), _env, _src)
+    _check_spelled("mask", 1, "Total", mask.shape[1], "past + seq", _env["past"] + _env["seq"], ...)
+    _owe(_env["past"] + _env["seq"] <= 128, "past + seq <= 128", "Slice node 'attn/Slice_3'", ...)
 ```
 
 Identifiers come from one set: every name the module declares is reserved first, then each ONNX
@@ -32,9 +57,10 @@ from __future__ import annotations
 import keyword
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from loam.backends import numpy_runtime
@@ -43,6 +69,7 @@ from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Un
 from loam.dialects.kernel import (
     CastOp,
     ConstantOp,
+    IfOp,
     LibraryOp,
     MatmulOp,
     PermuteOp,
@@ -50,11 +77,14 @@ from loam.dialects.kernel import (
     RegroupOp,
     ReturnOp,
     WeightOp,
+    YieldOp,
     ZipOp,
 )
+from loam.dialects.shape_poly import ExtentAttr, OweOp
 from loam.dialects.tensor_axes import AxesTensorType
+from loam.dim_params import binding_plan
 from loam.errors import AxisError, LoamError, UnsupportedError
-from loam.poly import Poly
+from loam.poly import Poly, derived_call
 
 __all__ = ["emit_python"]
 
@@ -64,7 +94,8 @@ _BINARY: dict[str, str] = elementwise_kernels.BINARY_SOURCE
 
 # Names the module declares whatever the program holds; reserved before any ONNX name.
 _FIXED_NAMES = (
-    "np", "ml_dtypes", "Weights", "Outputs", "forward", "weights", "_env", "_SPECS", "_fields", "self", "cls",
+    "np", "ml_dtypes", "Weights", "Outputs", "forward", "weights", "_env", "_src", "_SPECS", "_fields", "self",
+    "cls",
 )  # fmt: skip
 
 
@@ -142,15 +173,27 @@ class _Emitter:
         self.pieces: set[str] = set()
         self.exprs: dict[Expr, str] = {}
         self.consts: list[tuple[str, np.ndarray]] = []
-        self.env_symbols: set[str] = set()
+        # Symbols forward binds from its inputs, in binding order (for messages).
+        self.input_symbols: list[str] = []
+        # The block being collected (None while rendering): derived symbols a printed extent reads
+        # are registered in it, so each is computed in the innermost block that needs it.
+        self.scope: _Scope | None = None
+        # Symbols naming a length only an If's result has (`y[0]` when the branches differ): the If
+        # node, and whether some later extent reads it (then forward binds it from the result).
+        self.if_symbols: dict[str, str] = {}
+        self.if_symbols_read: set[str] = set()
         self.value_text: dict[SSAValue, str] = {}
+        # Each program output's identifier, so the value computing it is named that way.
+        self.returned: dict[SSAValue, str] = {}
+        self.weights: list[tuple[WeightOp, str]] = []
         # Whether a bf16 value appears, so the module imports ml_dtypes (and only then).
         self.ml_dtypes = False
 
     # -- collection -----------------------------------------------------------------------------
 
     def _ops(self) -> list[Operation]:
-        return list(self.program.block.ops)
+        """Every op of the program, those inside If branches included."""
+        return [op for op in self.program.walk() if op is not self.program]
 
     def _all_types(self) -> list[AxesTensorType]:
         types = [_axes_type(a, f"input '{n.data}'") for a, n in
@@ -192,18 +235,89 @@ class _Emitter:
 
     # -- shapes ---------------------------------------------------------------------------------
 
+    def _symbol_py(self, name: str) -> str:
+        """`_env[name]`, once `name` is known to be bound by an input or derived from bound symbols.
+
+        While collecting, a derived symbol not yet computed where the current block runs is
+        registered: in the block's own set (computed at its top), or, where it reads the length
+        an If's result has, as a line at this point of the block (that length is bound only after
+        the If ran).
+        """
+        scope = self.scope
+        if scope is None or name in self.input_symbols or scope.knows(name):
+            return f"_env[{name!r}]"
+        if name in self.if_symbols:
+            if scope.binds(name):
+                self.if_symbols_read.add(name)
+                return f"_env[{name!r}]"
+            raise UnsupportedError(
+                f"extent symbol '{name}' is the length If node '{self.if_symbols[name]}' gives its result, "
+                "which forward knows only after the If ran; it is read before that or outside the branch"
+            )
+        call = derived_call(name)
+        if call is None:
+            raise UnsupportedError(f"extent symbol '{name}' is bound by no input axis and derived from none")
+        for arg in call.args:
+            self._poly_py(arg)
+        if self._reads_if_symbol([name]):
+            args = ", ".join([repr(call.function), *(self._poly_py(a) for a in call.args)])
+            scope.items.append(f"_env[{name!r}] = _derived({args})")
+            self.pieces.add("_derived")
+            scope.inline.add(name)
+        else:
+            scope.derived.add(name)
+        return f"_env[{name!r}]"
+
+    def _reads_if_symbol(self, names: Iterable[str]) -> bool:
+        """Whether any of `names`, or a derived symbol's operands, is the length an If's result has."""
+        return any(n in self.if_symbols for n in _symbols_closure(names))
+
     def _poly_py(self, p: Poly) -> str:
+        """`p` as a Python expression over the bound symbols (`2*_env['N'] + 1`)."""
         if p.is_const:
             return str(p.const_value)
-        terms: list[str] = []
+        text = ""
         for mono, coeff in p.terms:
-            factors = [str(coeff)] if coeff != 1 or not mono else []
-            for sym, power in mono:
-                if sym not in self.env_symbols:
-                    raise UnsupportedError(f"extent symbol '{sym}' is not carried alone by any input axis")
-                factors.extend([f"_env[{sym!r}]"] * power)
-            terms.append("*".join(factors))
-        return "(" + " + ".join(terms) + ")"
+            factors = [self._symbol_py(sym) for sym, power in mono for _ in range(power)]
+            magnitude = abs(coeff)
+            if magnitude != 1 or not factors:
+                factors.insert(0, str(magnitude))
+            body = "*".join(factors)
+            if not text:
+                text = f"-{body}" if coeff < 0 else body
+            else:
+                text += f" - {body}" if coeff < 0 else f" + {body}"
+        return text
+
+    def _input_symbols_of(self, polys: Iterable[Poly]) -> tuple[str, ...]:
+        """The symbols forward binds (from inputs, or from an If's result) that `polys` read, through
+        their derived symbols, in binding order."""
+        seen: set[str] = set()
+        stack = [name for p in polys for name in p.symbols]
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            call = derived_call(name)
+            if call is not None:
+                stack.extend(n for a in call.args for n in a.symbols)
+        return tuple(s for s in [*self.input_symbols, *self.if_symbols] if s in seen)
+
+    def _derived_lines(self, names: Iterable[str], done: set[str]) -> list[str]:
+        """Lines computing each derived symbol of `names` not in `done`, its operands' symbols first."""
+        lines: list[str] = []
+        for name in sorted(names, key=lambda n: (len(n), n)):
+            call = derived_call(name)
+            if call is None or name in done:
+                continue
+            inner = {n for a in call.args for n in a.symbols}
+            lines += self._derived_lines(inner, done)
+            args = ", ".join([repr(call.function), *(self._poly_py(a) for a in call.args)])
+            lines.append(f"_env[{name!r}] = _derived({args})")
+            self.pieces.add("_derived")
+            done.add(name)
+        return lines
 
     def _shape_py(self, t: AxesTensorType) -> str:
         items = [self._poly_py(a.extent) for a in t.axes]
@@ -284,9 +398,116 @@ class _Emitter:
             if piece not in numpy_runtime.PIECES:
                 raise UnsupportedError(f"the numpy backend has no kernel for {op.name} (node '{op.node.data}')")
             self.pieces.add(piece)
-            params = [f"{k}={_py_literal(v)}" for k, v in op.params.items()]
+            params = [f"{k}={self._param_py(v)}" for k, v in op.params.items()]
             return f"{piece}({', '.join([*arg, *params])})"
         raise UnsupportedError(f"the numpy backend does not print {op.name}")
+
+    def _param_py(self, value: object) -> str:
+        """A kernel parameter as Python source; a `Poly` (or a tuple holding some) over the bound symbols."""
+        if isinstance(value, Poly):
+            return self._poly_py(value)
+        if isinstance(value, tuple) and any(isinstance(v, Poly) for v in value):
+            items = [self._param_py(v) for v in value]
+            return "(" + items[0] + ",)" if len(items) == 1 else "(" + ", ".join(items) + ")"
+        return _py_literal(value)
+
+    def _values_line(self, op: ConstantOp) -> str:
+        """A `kernel.constant` holding polynomials: computed in forward from the bound symbols."""
+        t = _axes_type(op.result, "kernel.constant")
+        dtype = _numpy_dtype(t, f"kernel.constant '{op.node.data}'")
+        assert isinstance(op.value, ArrayAttr)
+        items = ", ".join(self._poly_py(e.data) for e in op.value.data if isinstance(e, ExtentAttr))
+        return f"np.array([{items}], dtype={_dtype_source(dtype)}).reshape({self._shape_py(t)})"
+
+    # -- the prologue: bind the symbols, check the inputs and what the build owes ------------------
+
+    def _inputs(self) -> tuple[list[str], list[str]]:
+        """forward's parameters, and its input checks: each input, then each symbol read back from a
+        spelled axis, then every spelled axis against its spelling."""
+        program = self.program
+        args = list(zip(program.block.args, [n.data for n in program.input_names.data], strict=True))
+        types = [_axes_type(a, f"input '{name}'") for a, name in args]
+        for (_, name), t in zip(args, types, strict=True):
+            for axis in t.axes:
+                if any(derived_call(s) is not None for s in axis.extent.symbols):
+                    raise UnsupportedError(
+                        f"input '{name}' axis {axis.name} has extent {axis.extent}, which reads a derived "
+                        "symbol; an input's extent is a number or a spelling over input symbols"
+                    )
+        plan, unyielded = binding_plan([[axis.extent for axis in t.axes] for t in types])
+        if unyielded:
+            raise UnsupportedError(
+                f"input extent symbols {', '.join(sorted(unyielded))} are carried alone by no input axis and "
+                "read back from none"
+            )
+        self.input_symbols = [b.symbol for b in plan]
+        params: list[str] = []
+        checks: list[str] = []
+        for (arg, onnx_name), t in zip(args, types, strict=True):
+            ident = self.names.mint(onnx_name)
+            params.append(ident)
+            self.value_text[arg] = ident
+            dtype = _numpy_dtype(t, f"input '{onnx_name}'")
+            axes: list[tuple[str, int | str | None]] = []
+            for axis in t.axes:
+                e = axis.extent
+                axes.append((axis.name, e.const_value if e.is_const else e.lone_symbol))
+            checks.append(f"_check_input({onnx_name!r}, {ident}, {dtype.name!r}, {_tuple_py(axes)}, _env, _src)")
+        read_from: set[tuple[int, int]] = set()
+        for b in plan:
+            if b.alone:
+                continue
+            name, ident = args[b.input][1], params[b.input]
+            axis = types[b.input].axes[b.axis]
+            read_from.add((b.input, b.axis))
+            self.pieces.add("_read_back")
+            checks.append(
+                f"_read_back({name!r}, {b.axis}, {axis.name!r}, {ident}.shape[{b.axis}], {b.symbol!r}, "
+                f"{str(axis.extent)!r}, {self._poly_py(b.coefficient)}, {self._poly_py(b.rest)}, _env, _src)"
+            )
+        for i, ((_, name), t) in enumerate(zip(args, types, strict=True)):
+            for a, axis in enumerate(t.axes):
+                e = axis.extent
+                if e.is_const or e.lone_symbol is not None or (i, a) in read_from:
+                    continue
+                self.pieces.add("_check_spelled")
+                checks.append(
+                    f"_check_spelled({name!r}, {a}, {axis.name!r}, {params[i]}.shape[{a}], {str(e)!r}, "
+                    f"{self._poly_py(e)}, {_tuple_py(self._input_symbols_of([e]))}, _env, _src)"
+                )
+        return params, checks
+
+    def _owed_line(self, op: OweOp) -> str:
+        """The check of one owed condition (registering the derived symbols it reads)."""
+        lhs, rhs = op.lhs.data, op.rhs.data
+        test = f"{self._poly_py(lhs)} {'==' if op.equal else '<='} {self._poly_py(rhs)}"
+        symbols = _tuple_py(self._input_symbols_of([lhs, rhs]))
+        self.pieces.add("_owe")
+        return f"_owe({test}, {op.condition!r}, {op.reason.data!r}, {symbols}, _env, _src)"
+
+    def _owe_now_or_later(self, op: OweOp) -> None:
+        """Check `op` at the top of the current block, or, where it reads the length an If's result
+        has, right after that If binds it (no kernel before it relies on the condition)."""
+        scope = self.scope
+        assert scope is not None
+        polys = (op.lhs.data, op.rhs.data)
+        if self._reads_if_symbol(n for p in polys for n in p.symbols):
+            scope.deferred.append(op)
+            return
+        scope.owed.append(({n for p in polys for n in p.symbols}, self._owed_line(op)))
+
+    def _owe_deferred(self) -> None:
+        """Check each deferred condition of the current block whose If lengths are now bound."""
+        scope = self.scope
+        assert scope is not None
+        waiting = scope.deferred
+        scope.deferred = []
+        for op in waiting:
+            names = [n for p in (op.lhs.data, op.rhs.data) for n in _symbols_closure(p.symbols)]
+            if all(scope.binds(n) for n in names if n in self.if_symbols):
+                scope.items.append(self._owed_line(op))
+            else:
+                scope.deferred.append(op)
 
     # -- printing --------------------------------------------------------------------------------
 
@@ -297,68 +518,22 @@ class _Emitter:
         self.pieces.update({"_check_input", "_read_safetensors", "_take_weight"})
 
         # Inputs first: their names are forward's parameters, their symbols bind extents.
-        params: list[str] = []
-        checks: list[str] = []
-        for arg, onnx_name in zip(program.block.args, program.input_names.data, strict=True):
-            t = _axes_type(arg, f"input '{onnx_name.data}'")
-            ident = self.names.mint(onnx_name.data)
-            params.append(ident)
-            self.value_text[arg] = ident
-            dtype = _numpy_dtype(t, f"input '{onnx_name.data}'")
-            axes: list[tuple[str, int | str]] = []
-            for axis in t.axes:
-                symbol = axis.extent.lone_symbol
-                if axis.extent.is_const:
-                    axes.append((axis.name, axis.extent.const_value))
-                elif symbol is not None:
-                    axes.append((axis.name, symbol))
-                    self.env_symbols.add(symbol)
-                else:
-                    raise UnsupportedError(
-                        f"input '{onnx_name.data}' axis {axis.name} has extent {axis.extent}; an input "
-                        "extent must be a number or one symbol"
-                    )
-            checks.append(f"_check_input({onnx_name.data!r}, {ident}, {dtype.name!r}, {_tuple_py(axes)}, _env)")
+        params, checks = self._inputs()
 
         ret = program.return_op
         output_names = [n.data for n in ret.output_names.data]
         # Output names are minted before any other local: they are the Outputs fields too.
         out_idents = [self.names.mint(n) for n in output_names]
-        returned: dict[SSAValue, str] = {}
         for v, ident in zip(ret.outputs, out_idents, strict=True):
-            returned.setdefault(v, ident)
+            self.returned.setdefault(v, ident)
+        self._find_if_symbols()
 
-        weights: list[tuple[WeightOp, str]] = []
-        body: list[str] = []
-        for op in self._ops():
-            if isinstance(op, ReturnOp):
-                continue
-            if isinstance(op, WeightOp):
-                attr = self.names.mint(op.weight_name.data)
-                weights.append((op, attr))
-                self.value_text[op.result] = f"weights.{attr}"
-                continue
-            if isinstance(op, ConstantOp):
-                name = self.names.mint(f"_CONST_{len(self.consts)}")
-                self.consts.append((name, _to_numpy(op.value, f"kernel.constant '{op.node.data}'")))
-                self.value_text[op.result] = name
-                continue
-            rhs = self._kernel_line(op)
-            idents: list[str] = []
-            for result in op.results:
-                hint = result.name_hint if result.name_hint and not result.name_hint.isdigit() else None
-                if hint is None and op.operands:
-                    # An unnamed intermediate (a regrouped weight, a transposed operand) is named after
-                    # what it computes from: `bn1_scale_regroup` reads better than `t_`.
-                    source = self.value_text[op.operands[0]].rpartition(".")[2]
-                    hint = f"{source}_{op.name.rpartition('.')[2]}"
-                hint = hint or "t"
-                ident = returned[result] if result in returned else self.names.mint(hint)
-                self.value_text[result] = ident
-                idents.append(ident)
-            node = op.properties.get("node")
-            comment = node.data if isinstance(node, StringAttr) else op.name
-            body.append(f"{', '.join(idents)} = {rhs}  # {comment}")
+        # forward's body, then its prologue: each owed condition, with the derived symbols it reads
+        # computed just before it, then the derived symbols the kernels' shapes and parameters read.
+        top = self._collect(program.block.ops, None)
+        head, body = self._render(top, set())
+        prologue = [*checks, *head]
+        weights = self.weights
 
         # A program reading no weight carries all of them: `Weights.embedded()` is `Weights()`.
         embedded = all(op.data is not None for op, _ in weights)
@@ -381,8 +556,143 @@ class _Emitter:
         parts.append(self._weights_source(weights, data_names if embedded else None))
         if out_fields:
             parts.append(_outputs_source(out_fields, output_names))
-        parts.append(self._forward_source(params, checks, body, ret, out_fields))
+        parts.append(self._forward_source(params, prologue, body, ret, out_fields))
         return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
+
+    def _find_if_symbols(self) -> None:
+        """Record each symbol that names a length only an If's result has (no input binds it)."""
+        for op in self._ops():
+            if not isinstance(op, IfOp):
+                continue
+            for r in op.outputs:
+                for axis in _axes_type(r, f"kernel.if '{op.node.data}' result").axes:
+                    for name in axis.extent.symbols:
+                        if name not in self.input_symbols and derived_call(name) is None:
+                            self.if_symbols.setdefault(name, op.node.data)
+
+    def _collect(self, ops: Iterable[Operation], parent: _Scope | None) -> _Scope:
+        """One block's owed conditions and lines (an If's branches collected recursively)."""
+        scope = _Scope(parent)
+        outer, self.scope = self.scope, scope
+        try:
+            ops = list(ops)
+            for op in ops:
+                if isinstance(op, OweOp):
+                    self._owe_now_or_later(op)
+            for op in ops:
+                if isinstance(op, (ReturnOp, YieldOp, OweOp)):
+                    continue
+                if isinstance(op, IfOp):
+                    self._collect_if(op)
+                    continue
+                self._collect_op(op)
+            if scope.deferred:
+                op = scope.deferred[0]
+                unbound = sorted(n for p in (op.lhs.data, op.rhs.data) for n in _symbols_closure(p.symbols)
+                                 if n in self.if_symbols and not scope.binds(n))  # fmt: skip
+                raise UnsupportedError(
+                    f"owed condition {op.condition} ({op.reason.data}) reads extent symbol '{unbound[0]}', "
+                    f"the length If node '{self.if_symbols[unbound[0]]}' gives its result, which this block "
+                    "never binds"
+                )
+        finally:
+            self.scope = outer
+        return scope
+
+    def _collect_op(self, op: Operation) -> None:
+        """The line computing one op of a block (none for weights and numeric constants)."""
+        scope = self.scope
+        assert scope is not None
+        if isinstance(op, WeightOp):
+            attr = self.names.mint(op.weight_name.data)
+            self.weights.append((op, attr))
+            self.value_text[op.result] = f"weights.{attr}"
+            return
+        if isinstance(op, ConstantOp) and isinstance(op.value, ArrayAttr):
+            hint = op.result.name_hint or op.node.data or "values"
+            ident = self.returned.get(op.result) or self.names.mint(hint)
+            self.value_text[op.result] = ident
+            rhs = self._values_line(op)
+            scope.items.append(f"{ident} = {rhs}  # {op.node.data or 'shape values'}")
+            return
+        if isinstance(op, ConstantOp):
+            name = self.names.mint(f"_CONST_{len(self.consts)}")
+            self.consts.append((name, _to_numpy(op.value, f"kernel.constant '{op.node.data}'")))
+            self.value_text[op.result] = name
+            return
+        rhs = self._kernel_line(op)
+        idents = [self._result_ident(op, result) for result in op.results]
+        node = op.properties.get("node")
+        comment = node.data if isinstance(node, StringAttr) else op.name
+        scope.items.append(f"{', '.join(idents)} = {rhs}  # {comment}")
+
+    def _result_ident(self, op: Operation, result: SSAValue) -> str:
+        hint = result.name_hint if result.name_hint and not result.name_hint.isdigit() else None
+        if hint is None and op.operands:
+            # An unnamed intermediate (a regrouped weight, a transposed operand) is named after
+            # what it computes from: `bn1_scale_regroup` reads better than `t_`.
+            source = self.value_text[op.operands[0]].rpartition(".")[2]
+            hint = f"{source}_{op.name.rpartition('.')[2]}"
+        hint = hint or "t"
+        ident = self.returned[result] if result in self.returned else self.names.mint(hint)
+        self.value_text[result] = ident
+        return ident
+
+    def _collect_if(self, op: IfOp) -> None:
+        """`if`/`else` over the one-element condition, each block assigning the If's results.
+
+        A result length no input binds (the branches give it differently) is bound from the result
+        after the If, for the later extents that read it.
+        """
+        scope = self.scope
+        assert scope is not None
+        cond = self.value_text[op.cond]
+        idents = [self._result_ident(op, r) for r in op.outputs]
+        blocks: list[_Scope] = []
+        for region in (op.then_region, op.else_region):
+            block = self._collect(region.block.ops, scope)
+            last = region.block.last_op
+            assert isinstance(last, YieldOp)
+            for ident, value in zip(idents, last.values, strict=True):
+                block.items.append(f"{ident} = {self.value_text[value]}")
+            blocks.append(block)
+        scope.items.append(_If(cond, op.node.data, blocks[0], blocks[1]))
+        for ident, r in zip(idents, op.outputs, strict=True):
+            for a, axis in enumerate(_axes_type(r, "kernel.if result").axes):
+                name = axis.extent.lone_symbol
+                if name is not None and name in self.if_symbols and not scope.binds(name):
+                    scope.bound.add(name)
+                    scope.items.append(_Bind(name, f"{ident}.shape[{a}]", op.node.data))
+        self._owe_deferred()
+
+    def _render(self, scope: _Scope, done: set[str]) -> tuple[list[str], list[str]]:
+        """A block's head (owed checks, the derived symbols they and its kernels read) and body.
+
+        `done` holds the derived symbols computed where the block runs; a branch gets a copy, as
+        what one branch computes is not there after the If.
+        """
+        done = set(done)
+        head: list[str] = []
+        for symbols, line in scope.owed:
+            head += self._derived_lines(symbols, done)
+            head.append(line)
+        head += self._derived_lines(scope.derived, done)
+        body: list[str] = []
+        for item in scope.items:
+            if isinstance(item, str):
+                body.append(item)
+            elif isinstance(item, _Bind):
+                if item.symbol in self.if_symbols_read:
+                    body.append(f"_env[{item.symbol!r}] = {item.source}  # the length If node '{item.node}' gave")
+                    body.append(f"_src[{item.symbol!r}] = {f'If node {item.node!r}'!r}")
+            else:
+                body.append(f"if bool(np.asarray({item.cond}).reshape(-1)[0]):  # {item.node}")
+                for key, branch in (("then", item.then), ("else", item.other)):
+                    if key == "else":
+                        body.append("else:")
+                    lines = [line for part in self._render(branch, done) for line in part]
+                    body += [f"    {line}" for line in lines or ["pass"]]
+        return head, body
 
     def _docstring(self, outputs: Sequence[str]) -> str:
         program = self.program
@@ -446,7 +756,8 @@ class _Emitter:
         ins = "; ".join(f"{n.data}: {_type_text(_axes_type(a, n.data))}" for a, n in
                         zip(self.program.block.args, self.program.input_names.data, strict=True))  # fmt: skip
         lines.append(f'    """Run the model on {ins or "no inputs"}; ShapeError names a disagreeing input."""')
-        lines.append("    _env: dict[str, int] = {}")
+        lines.append("    _env: dict[str, int] = {}  # each extent symbol's value")
+        lines.append("    _src: dict[str, str] = {}  # the input axis that gave it")
         lines += [f"    {c}" for c in checks]
         if body:
             # inf and nan are results ONNX defines (IEEE arithmetic), not errors to warn about.
@@ -455,6 +766,72 @@ class _Emitter:
         outs = [self.value_text[v] for v in ret.outputs]
         lines.append(f"    return Outputs({', '.join(outs)})" if out_fields else f"    return {outs[0]}")
         return "\n".join(lines) + "\n"
+
+
+@dataclass(eq=False)
+class _Scope:
+    """One block being printed (forward's body or an If branch), inside `parent`."""
+
+    parent: _Scope | None
+    # Owed conditions checked at the block's top: the symbols each reads, and its line.
+    owed: list[tuple[set[str], str]] = field(default_factory=list)
+    # Conditions reading an If's result length, checked once the block has bound it.
+    deferred: list[OweOp] = field(default_factory=list)
+    # Derived symbols computed at the block's top, and those computed inline (they read an If's result).
+    derived: set[str] = field(default_factory=set)
+    inline: set[str] = field(default_factory=set)
+    # If result lengths bound so far in this block.
+    bound: set[str] = field(default_factory=set)
+    items: list[str | _If | _Bind] = field(default_factory=list)
+
+    def knows(self, name: str) -> bool:
+        """Whether derived symbol `name` is computed where this block runs (here or around it)."""
+        scope: _Scope | None = self
+        while scope is not None:
+            if name in scope.derived or name in scope.inline:
+                return True
+            scope = scope.parent
+        return False
+
+    def binds(self, name: str) -> bool:
+        """Whether If result length `name` is bound at this point of the block."""
+        scope: _Scope | None = self
+        while scope is not None:
+            if name in scope.bound:
+                return True
+            scope = scope.parent
+        return False
+
+
+@dataclass(eq=False)
+class _If:
+    cond: str
+    node: str
+    then: _Scope
+    other: _Scope
+
+
+@dataclass(eq=False)
+class _Bind:
+    """An If result length bound after the If (printed only where a later extent reads it)."""
+
+    symbol: str
+    source: str
+    node: str
+
+
+def _symbols_closure(names: Iterable[str]) -> set[str]:
+    """`names` and every symbol their derived symbols read, transitively."""
+    seen: set[str] = set()
+    stack = list(names)
+    while stack:
+        name = stack.pop()
+        if name not in seen:
+            seen.add(name)
+            call = derived_call(name)
+            if call is not None:
+                stack.extend(n for a in call.args for n in a.symbols)
+    return seen
 
 
 def _expr_dtype(elem: str) -> np.dtype:

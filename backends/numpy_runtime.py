@@ -12,6 +12,11 @@ Pieces:
 - `_read_safetensors`: header length, header JSON, dtypes and offsets, refusing malformed bytes.
 - `_take_weight`: one checkpoint tensor checked against the graph (name, dtype, rank, extents).
 - `_check_input`: one `forward` input checked (ndarray, dtype, rank, extents, symbol binding).
+- `_read_back`, `_check_spelled`: a symbol read back from a spelled input axis (`past + 1`), and a
+  spelled axis checked once every symbol is bound.
+- `_owe`: an owed condition checked before any kernel (`shape_poly.owe`), naming the node relying on
+  it and the values the inputs gave (`_gives`).
+- `_derived`: the value of a derived extent symbol (`min(N, 1024)`), shared with the build.
 """
 
 from __future__ import annotations
@@ -267,13 +272,20 @@ def _take_weight(
 
 
 def _check_input(
-    name: str, value: object, dtype: str, axes: tuple[tuple[str, int | str], ...], env: dict[str, int]
+    name: str,
+    value: object,
+    dtype: str,
+    axes: tuple[tuple[str, int | str | None], ...],
+    env: dict[str, int],
+    src: dict[str, str],
 ) -> None:
     """Refuse `value` for input `name` unless it is an ndarray of `dtype` with the graph's extents.
 
-    An extent is an int or a symbol's name; the first axis carrying a symbol binds it in `env` and
-    every later one must agree.  No dtype is converted: a float64 array for an f32 input is most
-    likely a caller's mistake, and a silent copy would hide it.
+    An extent is an int, a symbol's name, or None for a spelled extent (`past + 1`) that forward
+    checks once every symbol is bound (`_check_spelled`).  The first axis carrying a symbol alone
+    binds it in `env` (and records in `src` where it came from); every later one must agree.  No
+    dtype is converted: a float64 array for an f32 input is most likely a caller's mistake, and a
+    silent copy would hide it.
     """
     if not isinstance(value, np.ndarray):
         raise ShapeError(f"input '{name}' must be a numpy.ndarray, got {type(value).__name__}")
@@ -287,15 +299,83 @@ def _check_input(
         axis_names = ", ".join(axis for axis, _ in axes)
         raise ShapeError(f"input '{name}' must have rank {len(axes)} [{axis_names}], got {value.ndim}")
     for i, ((axis, extent), got) in enumerate(zip(axes, value.shape, strict=True)):
+        if extent is None:
+            continue
         if isinstance(extent, str):
-            bound = env.setdefault(extent, got)
-            if bound != got:
+            if extent not in env:
+                env[extent] = got
+                src[extent] = f"{name} axis {i}"
+            elif env[extent] != got:
                 raise ShapeError(
-                    f"input '{name}' axis {i} ({axis}) must be {extent} = {bound} as bound by an earlier "
-                    f"input, got {got}"
+                    f"input '{name}' axis {i} ({axis}) must be {extent} = {env[extent]} as {src[extent]} "
+                    f"gives it, got {got}"
                 )
         elif extent != got:
             raise ShapeError(f"input '{name}' axis {i} ({axis}) must be {extent}, got {got}")
+
+
+def _gives(symbols: tuple[str, ...], env: dict[str, int], src: dict[str, str]) -> str:
+    """Where each of `symbols` came from: `input_ids axis 1 gives sequence_length = 130, ...`."""
+    return ", ".join(f"{src[s]} gives {s} = {env[s]}" for s in symbols)
+
+
+def _read_back(
+    name: str,
+    axis: int,
+    axis_name: str,
+    got: int,
+    symbol: str,
+    spelling: str,
+    coefficient: int,
+    rest: int,
+    env: dict[str, int],
+    src: dict[str, str],
+) -> None:
+    """Bind `symbol` from axis `axis` of input `name`, whose length `got` is `coefficient * symbol + rest`.
+
+    The spelling `spelling` is the axis's dim_param (`past + 1`, `2 * n`); the length must give a
+    whole, non-negative value, or the input disagrees with it.
+    """
+    where = f"input '{name}' axis {axis} ({axis_name}) is {spelling}"
+    if coefficient == 0:
+        raise ShapeError(f"{where}, which reads no value of {symbol} here: its coefficient is 0")
+    value, remainder = divmod(got - rest, coefficient)
+    if remainder:
+        raise ShapeError(f"{where}, got {got}, which gives no whole {symbol}")
+    if value < 0:
+        raise ShapeError(f"{where}, got {got}, which gives {symbol} = {value}; a length cannot be negative")
+    env[symbol] = value
+    src[symbol] = f"{name} axis {axis}"
+
+
+def _check_spelled(
+    name: str,
+    axis: int,
+    axis_name: str,
+    got: int,
+    spelling: str,
+    want: int,
+    symbols: tuple[str, ...],
+    env: dict[str, int],
+    src: dict[str, str],
+) -> None:
+    """Refuse axis `axis` of input `name` unless its length `got` is `want`, what its spelling gives."""
+    if got != want:
+        raise ShapeError(
+            f"input '{name}' axis {axis} ({axis_name}) must be {spelling} = {want}, got {got} "
+            f"({_gives(symbols, env, src)})"
+        )
+
+
+def _owe(
+    holds: bool, condition: str, node: str, symbols: tuple[str, ...], env: dict[str, int], src: dict[str, str]
+) -> None:
+    """Refuse the inputs unless an owed condition `holds`: one the build could not prove for every input.
+
+    The error names the condition, the node relying on it and the values the inputs gave.
+    """
+    if not holds:
+        raise ShapeError(f"{condition} ({node}); {_gives(symbols, env, src)}")
 
 
 def _derived(function: str, *args: int) -> int:
@@ -362,6 +442,10 @@ PIECES: dict[str, object] = {
     "_convertible": _convertible,
     "_take_weight": _take_weight,
     "_check_input": _check_input,
+    "_gives": _gives,
+    "_read_back": _read_back,
+    "_check_spelled": _check_spelled,
+    "_owe": _owe,
     "_derived": _derived,
 }
 """Every piece that may be copied, in the order the module declares them."""
@@ -372,6 +456,10 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "_read_safetensors": ("LoadError", "_parse_json", "_SAFETENSORS_DTYPES"),
     "_take_weight": ("LoadError", "_SAFETENSORS_DTYPES", "_convertible"),
     "_check_input": ("ShapeError",),
+    "_gives": (),
+    "_read_back": ("ShapeError",),
+    "_check_spelled": ("ShapeError", "_gives"),
+    "_owe": ("ShapeError", "_gives"),
     "_derived": ("ShapeError",),
 }
 """The other pieces (and `_SAFETENSORS_DTYPES`, a generated table) each piece reads."""

@@ -13,7 +13,7 @@ The TOML form (paths are relative to the TOML file)::
     outputs = ["logits"]             # cut the graph at these outputs
     checkpoint = "model.safetensors" # or a list of shards
     [dims]
-    N = 4                            # fix a dim_param
+    N = 4                            # fix a dim_param, or a name inside a spelled one (`N` in `N + 1`)
     [[layout]]
     pattern = "encoder.*.weight"     # glob over tensor names
     axes = ["Hidden", "(C H W)"]     # one name per axis; a merged axis names its parts
@@ -71,7 +71,8 @@ class Options:
     - `architecture`: the name of a built-in architecture table that names axes, or None.
     - `inline_weights`: embed the weights in the generated module (`Weights.embedded()`).
     - `outputs`: cut the graph at these tensor names (None: the graph's own outputs).
-    - `dims`: fix a dim_param (a symbolic input extent) to a number.
+    - `dims`: fix a dim_param (a symbolic input extent) to a number, or a name inside a spelled
+      one (`past` in `past + 1`); a spelling becomes a number once every name it reads is fixed.
     - `layout`: ordered `loam.layout.LayoutRule`s (glob pattern -> axis names); the first rule
       that matches a tensor names its axes.
     - `checkpoints`: checkpoint files (several for a sharded checkpoint).

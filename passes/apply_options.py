@@ -5,7 +5,9 @@ The options enter the IR as attributes of the top-level module (`loam.dims`, `lo
 This pass reads `loam.dims`, `loam.outputs` and `loam.layout`:
 
 - `dims` gives a dim_param a static extent wherever a graph input or output declares it, as
-  onnxruntime's free dimension overrides do;
+  onnxruntime's free dimension overrides do; it also fixes a name inside a spelled dim_param
+  (`past` in `past + 1`), which becomes a number once every name it reads is fixed (fixing some of
+  them only, or to a negative extent, stops the build);
 - `outputs` names the graph outputs `forward` returns; the graph is cut down to the nodes,
   initializers and inputs they read.
 
@@ -28,6 +30,7 @@ from xdsl.rewriter import Rewriter
 
 from loam.dialects.graph import GraphOp, InitializerOp, ModelOp, NodeOp, ReturnOp, SubgraphInfoOp, TensorType
 from loam.dialects.tensor_axes import LayoutAttr
+from loam.dim_params import read_spelling
 from loam.errors import OptionsError
 from loam.layout import LayoutRule
 from loam.options import Options
@@ -100,6 +103,10 @@ def check_layout_reaches(module: ModuleOp, rules: Sequence[LayoutRule]) -> None:
             block = op.parent_block()
             assert block is not None
             names[op.graph_name.data] = set(_tensor_names(block)) | {s.data for s in op.input_names.data}
+    # A branch reads the tensors of the graph around it, and a rule scoped to it may relabel them.
+    outer = set().union(*names.values()) if names else set()
+    for graph in names:
+        names[graph] |= outer
     for rule in rules:
         if rule.graph is not None and rule.graph not in names:
             raise OptionsError(
@@ -116,33 +123,63 @@ def _int(attr: Attribute) -> int:
     return int(attr.value.data)
 
 
-def _fixed(t: Attribute, dims: dict[str, int], used: set[str]) -> Attribute:
+def _fixed_dim(dim: str, dims: dict[str, int], used: set[str], what: str) -> int | str:
+    """A dim_param with the `dims` option applied: a number where it fixes the dim_param whole or every
+    name its spelling reads (`past + 1`), else unchanged; half a spelling fixed stops the build."""
+    if dim in dims:
+        used.add(dim)
+        return dims[dim]
+    spelled = read_spelling(dim)
+    if spelled is None:
+        return dim
+    names = spelled.symbols
+    fixed = sorted(names & dims.keys())
+    if not fixed:
+        return dim
+    used.update(fixed)
+    open_names = sorted(names - dims.keys())
+    if open_names:
+        raise OptionsError(
+            f"dims: {what} is spelled '{dim}', and dims fixes {', '.join(fixed)} but not "
+            f"{', '.join(open_names)}; fix all of its names or none"
+        )
+    value = spelled.evaluate(dims)
+    if value < 0:
+        given = ", ".join(f"{n} = {dims[n]}" for n in fixed)
+        raise OptionsError(f"dims: {what} is spelled '{dim}', which is {value} with {given}: a negative extent")
+    return value
+
+
+def _fixed(t: Attribute, dims: dict[str, int], used: set[str], what: str) -> Attribute:
     if not isinstance(t, TensorType) or t.shape is None:
         return t
-    shape: list[int | str | None] = []
-    for d in t.shape:
-        if isinstance(d, str) and d in dims:
-            used.add(d)
-            shape.append(dims[d])
-        else:
-            shape.append(d)
+    shape = [_fixed_dim(d, dims, used, f"{what} axis {i}") if isinstance(d, str) else d for i, d in enumerate(t.shape)]
     return TensorType(t.elem, shape)
 
 
 def fix_dims(graph: GraphOp, dims: dict[str, int]) -> None:
-    """Replace each named dim_param by its extent on the graph's inputs and declared outputs."""
+    """Replace each named dim_param by its extent on the graph's inputs and declared outputs.
+
+    A name may be a whole dim_param or a name inside a spelled one (`past` in `past + 1`): a spelling
+    whose every name is fixed becomes its number.
+    """
     for name, value in dims.items():
         if value < 0:
             raise OptionsError(f"dims: '{name}' must not be negative, got {value}")
     used: set[str] = set()
     block = graph.body.block
-    for arg in list(block.args):
-        new = _fixed(arg.type, dims, used)
+    for arg, name in zip(list(block.args), graph.input_names.data, strict=True):
+        new = _fixed(arg.type, dims, used, f"graph input '{name.data}'")
         if new != arg.type:
             Rewriter.replace_value_with_new_type(arg, new)
     ret = block.last_op
     assert isinstance(ret, ReturnOp)
-    ret.declared_types = ArrayAttr([_fixed(t, dims, used) for t in ret.declared_types.data])
+    ret.declared_types = ArrayAttr(
+        [
+            _fixed(t, dims, used, f"graph output '{n.data}'")
+            for t, n in zip(ret.declared_types.data, ret.output_names.data, strict=True)
+        ]
+    )
     unknown = sorted(set(dims) - used)
     if unknown:
         raise OptionsError(

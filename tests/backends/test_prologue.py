@@ -1,0 +1,221 @@
+"""forward's prologue in the numpy module: binding symbols from spelled input axes, checking every
+input axis against its spelling, computing derived symbols, and the owed conditions' checks.
+
+The programs here are written as kernel IR by hand, so each piece of the prologue is tested on its
+own; tests/test_dim_params.py builds whole ONNX models and compares them with onnxruntime.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+from xdsl.parser import Parser
+
+from loam.backends import numpy_runtime
+from loam.backends.numpy_module import emit_python
+from loam.context import make_context
+from loam.errors import UnsupportedError
+
+T = "!tensor_axes.tensor"
+RNG = np.random.default_rng(0)
+
+
+def t(elem: str, axes: str) -> str:
+    return f"{T}<{elem}, [{axes}]>"
+
+
+def emit(text: str) -> str:
+    module = Parser(make_context(), text).parse_module()
+    module.verify()
+    return emit_python(module)
+
+
+def load(text: str, tmp_path: Path, name: str = "gen") -> ModuleType:
+    path = tmp_path / f"{name}.py"
+    path.write_text(emit(text))
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def f32(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+# A decoder-like boundary: the past keys carry `past` alone, the mask is `past + 1` long, and `y` is
+# `2*n` long, so forward reads n back from it.  The owed conditions read an input symbol, a derived
+# one (min(n, 4)), and two symbols that must be equal.
+K, M, Y = t("f32", "B: 1, Past: past, D: 4"), t("f32", "B: 1, Total: past + 1"), t("f32", "Y: 2*n")
+C = t("i64", "Two: 3")
+OWING = f"""
+kernel.program "forward" (%k : {K}, %m : {M}, %y : {Y}) names ["past_key", "mask", "y"] attributes {{model = "owe"}} {{
+  shape_poly.owe past + 1 <= 128 for "Slice node '/attn/Slice_3'"
+  shape_poly.owe min(n, 4) + past <= 16 for "Reshape node '/Reshape'"
+  shape_poly.owe n == past for "Add node '/Add'"
+  %c = kernel.constant [#shape_poly.extent<min(n, 4)>, #shape_poly.extent<2*n - past>,
+       #shape_poly.extent<floordiv(past + 1, 2)>] {{node = "/Shape"}} : {C}
+  kernel.return %c names ["s"] : {C}
+}}
+"""
+
+
+def run_owing(mod: ModuleType, past: int, total: int, y: int) -> np.ndarray:
+    return mod.forward(mod.Weights(), f32(1, past, 4), f32(1, total), f32(y))
+
+
+@pytest.mark.parametrize("past", [0, 3, 5])
+def test_symbols_bound_read_back_and_derived_values_computed(tmp_path: Path, past: int) -> None:
+    mod = load(OWING, tmp_path)
+    s = run_owing(mod, past, past + 1, 2 * past)
+    assert s.dtype == np.int64 and s.shape == (3,)
+    assert s.tolist() == [min(past, 4), 2 * past - past, (past + 1) // 2]
+
+
+def test_spelled_axis_that_disagrees_names_input_spelling_and_source(tmp_path: Path) -> None:
+    mod = load(OWING, tmp_path)
+    with pytest.raises(mod.ShapeError, match=r"input 'mask' axis 1 \(Total\) must be past \+ 1 = 4, got 5") as err:
+        run_owing(mod, 3, 5, 6)
+    assert "past_key axis 1 gives past = 3" in str(err.value)
+
+
+def test_read_back_length_that_gives_no_whole_symbol(tmp_path: Path) -> None:
+    mod = load(OWING, tmp_path)
+    with pytest.raises(mod.ShapeError, match=r"input 'y' axis 0 \(Y\) is 2\*n, got 5, which gives no whole n"):
+        run_owing(mod, 2, 3, 5)
+
+
+def test_owed_condition_names_condition_node_and_input_values(tmp_path: Path) -> None:
+    mod = load(OWING, tmp_path)
+    with pytest.raises(mod.ShapeError) as err:
+        run_owing(mod, 200, 201, 400)
+    assert str(err.value) == ("past + 1 <= 128 (Slice node '/attn/Slice_3'); past_key axis 1 gives past = 200")
+    with pytest.raises(mod.ShapeError) as err:
+        run_owing(mod, 14, 15, 28)
+    assert str(err.value) == (
+        "min(n, 4) + past <= 16 (Reshape node '/Reshape'); past_key axis 1 gives past = 14, y axis 0 gives n = 14"
+    )
+
+
+def test_owed_equality(tmp_path: Path) -> None:
+    mod = load(OWING, tmp_path)
+    with pytest.raises(mod.ShapeError) as err:
+        run_owing(mod, 2, 3, 6)
+    assert str(err.value) == "n == past (Add node '/Add'); past_key axis 1 gives past = 2, y axis 0 gives n = 3"
+
+
+def test_prologue_lines_read_in_order(tmp_path: Path) -> None:
+    source = emit(OWING)
+    body = source[source.index("def forward") :]
+    order = [
+        "_check_input('past_key'",
+        "_check_input('mask'",
+        "_check_input('y'",
+        "_read_back('y', 0, 'Y', y.shape[0], 'n', '2*n', 2, 0, _env, _src)",
+        "_check_spelled('mask', 1, 'Total', mask.shape[1], 'past + 1', _env['past'] + 1,",
+        "_owe(_env['past'] + 1 <= 128, 'past + 1 <= 128',",
+        "_env['min(n, 4)'] = _derived('min', _env['n'], 4)",
+        "_owe(_env['min(n, 4)'] + _env['past'] <= 16,",
+        "_owe(_env['n'] == _env['past'],",
+        "_env['floordiv(past + 1, 2)'] = _derived('floordiv', _env['past'] + 1, 2)",
+        'with np.errstate(all="ignore"):',
+        "s = np.array([_env['min(n, 4)'], 2*_env['n'] - _env['past'], _env['floordiv(past + 1, 2)']], "
+        "dtype=np.int64).reshape((3,))  # /Shape",
+    ]
+    positions = [body.index(line) for line in order]
+    assert positions == sorted(positions)
+
+
+def test_negative_read_back_stops_the_run(tmp_path: Path) -> None:
+    x = t("f32", "X: n - 2")
+    text = f"""
+    kernel.program "forward" (%x : {x}) names ["x"] {{
+      kernel.return %x names ["y"] : {x}
+    }}
+    """
+    mod = load(text, tmp_path)
+    assert mod.forward(mod.Weights(), f32(0)).shape == (0,)  # n - 2 = 0: n = 2
+    y = t("f32", "Y: m + 2")
+    text = f"""
+    kernel.program "forward" (%y : {y}) names ["y"] {{
+      kernel.return %y names ["z"] : {y}
+    }}
+    """
+    mod = load(text, tmp_path, "gen2")
+    assert mod.forward(mod.Weights(), f32(2)).shape == (2,)
+    with pytest.raises(mod.ShapeError, match=r"input 'y' axis 0 \(Y\) is m \+ 2, got 1, which gives m = -1"):
+        mod.forward(mod.Weights(), f32(1))
+
+
+def test_symbol_read_back_with_a_symbolic_coefficient(tmp_path: Path) -> None:
+    # batch is carried alone by x, so y's `batch*seq` reads seq back once batch is bound.
+    x, y = t("f32", "B: batch, D: 2"), t("f32", "(B S): batch*seq")
+    text = f"""
+    kernel.program "forward" (%x : {x}, %y : {y}) names ["x", "y"] {{
+      kernel.return %y names ["z"] : {y}
+    }}
+    """
+    mod = load(text, tmp_path)
+    assert mod.forward(mod.Weights(), f32(3, 2), f32(12)).shape == (12,)
+    with pytest.raises(mod.ShapeError, match="gives no whole seq"):
+        mod.forward(mod.Weights(), f32(3, 2), f32(10))
+    with pytest.raises(mod.ShapeError, match="reads no value of seq here: its coefficient is 0"):
+        mod.forward(mod.Weights(), f32(0, 2), f32(0))
+
+
+def test_derived_symbols_in_shapes_and_kernel_parameters(tmp_path: Path) -> None:
+    # A regroup to a derived extent: the reshape target reads `_env['min(N, 4)']`.
+    x = t("f32", "A: min(N, 4), B: 3")
+    flat = t("f32", "(A B): 3*min(N, 4)")
+    n = t("f32", "N: N")
+    text = f"""
+    kernel.program "forward" (%n : {n}, %x : {x}) names ["n", "x"] {{
+      %0 = kernel.regroup %x {{node = "flat"}} : {x} -> {flat}
+      kernel.return %0 names ["y"] : {flat}
+    }}
+    """
+    with pytest.raises(UnsupportedError, match=r"input 'x' axis A has extent min\(N, 4\)"):
+        # An input extent is a spelling over input names only; a derived one is never an input's.
+        emit(text)
+    text = f"""
+    kernel.program "forward" (%n : {n}) names ["n"] {{
+      %c = kernel.constant [#shape_poly.extent<min(N, 4)>, #shape_poly.extent<3>] {{node = "shape"}}
+           : {t("i64", "Two: 2")}
+      kernel.return %c names ["s"] : {t("i64", "Two: 2")}
+    }}
+    """
+    mod = load(text, tmp_path)
+    assert mod.forward(mod.Weights(), f32(7)).tolist() == [4, 3]
+    assert mod.forward(mod.Weights(), f32(2)).tolist() == [2, 3]
+
+
+def test_unbound_symbol_is_refused() -> None:
+    x = t("f32", "X: N")
+    text = f"""
+    kernel.program "forward" (%x : {x}) names ["x"] {{
+      %c = kernel.constant [#shape_poly.extent<M + 1>] {{node = "shape"}} : {t("i64", "One: 1")}
+      kernel.return %c names ["s"] : {t("i64", "One: 1")}
+    }}
+    """
+    with pytest.raises(UnsupportedError, match="extent symbol 'M' is bound by no input axis"):
+        emit(text)
+
+
+def test_runtime_pieces_directly() -> None:
+    env: dict[str, int] = {}
+    src: dict[str, str] = {}
+    numpy_runtime._check_input("a", np.zeros((2, 3), np.float32), "float32", (("A", "N"), ("B", None)), env, src)
+    assert env == {"N": 2} and src == {"N": "a axis 0"}
+    numpy_runtime._read_back("b", 1, "T", 7, "p", "p + 1", 1, 1, env, src)
+    assert env["p"] == 6 and src["p"] == "b axis 1"
+    with pytest.raises(numpy_runtime.ShapeError, match=r"as a axis 0 gives it, got 5"):
+        numpy_runtime._check_input("c", np.zeros(5, np.float32), "float32", (("A", "N"),), env, src)
+    numpy_runtime._owe(True, "N <= 4", "Slice node 's'", ("N",), env, src)
+    with pytest.raises(numpy_runtime.ShapeError) as err:
+        numpy_runtime._owe(False, "N + p <= 4", "Slice node 's'", ("N", "p"), env, src)
+    assert str(err.value) == "N + p <= 4 (Slice node 's'); a axis 0 gives N = 2, b axis 1 gives p = 6"
