@@ -26,8 +26,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
-from xdsl.ir import Attribute, Data, Dialect, ParametrizedAttribute, TypeAttribute
-from xdsl.irdl import irdl_attr_definition
+from xdsl.ir import Attribute, Data, Dialect, ParametrizedAttribute, SSAValue, TypeAttribute
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    prop_def,
+    result_def,
+)
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
@@ -257,4 +264,36 @@ class LayoutAttr(Data[tuple[LayoutRule, ...]]):
         printer.print_string("]>")
 
 
-TensorAxes = Dialect("tensor_axes", [], [AxisAttr, AxesTensorType, LayoutAttr])
+@irdl_op_definition
+class RelabelOp(IRDLOperation):
+    """A value of an enclosing graph read inside an If branch under axes of the branch's own.
+
+    The WEP's "A branch that reads it under other axes relabels it": a merged decoder's mask is as
+    long as the sequence in one branch and as the past and the sequence in the other, so each branch
+    names its axis after what it meets there.  Same element type, rank and data; only the names
+    change (a layout rule scoped to the branch's graph gives them).
+
+    Syntax: `%m = tensor_axes.relabel %mask "attention_mask" : T -> R`
+    """
+
+    name = "tensor_axes.relabel"
+
+    input = operand_def(AxesTensorType)
+    tensor_name = prop_def(StringAttr)
+    result = result_def(AxesTensorType)
+
+    assembly_format = "$input $tensor_name attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, value: SSAValue, tensor_name: str, result_type: AxesTensorType) -> None:
+        super().__init__(
+            operands=[value], properties={"tensor_name": StringAttr(tensor_name)}, result_types=[result_type]
+        )
+
+    def verify_(self) -> None:
+        a, r = self.input.type, self.result.type
+        assert isinstance(a, AxesTensorType) and isinstance(r, AxesTensorType)
+        if a.elem != r.elem or len(a.axes) != len(r.axes):
+            raise VerifyException(f"tensor_axes.relabel '{self.tensor_name.data}' must keep element type and rank")
+
+
+TensorAxes = Dialect("tensor_axes", [RelabelOp], [AxisAttr, AxesTensorType, LayoutAttr])

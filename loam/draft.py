@@ -90,14 +90,28 @@ def draft_layout(
     ctx = make_context()
     ApplyOptionsPass().apply(ctx, ir)
     Stage0Pass().apply(ctx, ir)
-    return _Drafter(options.layout).run(main_graph(ir))
+    graph = main_graph(ir)
+    # A graph input an If branch reads where its outer axis names would make one name two lengths
+    # (a merged decoder's mask: as long as the sequence in one branch, the past and the sequence
+    # in the other) is relabelled in each branch; find those inputs by drafting until none clash.
+    relabel: frozenset[str] = frozenset()
+    while True:
+        drafter = _Drafter(options.layout, relabel)
+        draft = drafter.run(graph)
+        more = drafter.clashing_inputs() - relabel
+        if not more:
+            return draft
+        relabel = relabel | more
 
 
 class _Drafter:
     """One walk over a stage-0 graph with axis variables and their union-find."""
 
-    def __init__(self, given: Sequence[LayoutRule]) -> None:
+    def __init__(self, given: Sequence[LayoutRule], relabel: frozenset[str] = frozenset()) -> None:
         self.given = tuple(given)
+        # Graph inputs each If branch reads under axes of its own (branch-scoped rules), because
+        # reading them under the outer names made one name two lengths in some tensor.
+        self.relabel = relabel
         self.parent: list[int] = []
         self.fixed: dict[int, str] = {}  # class root -> name a given rule fixes
         self.merges: dict[int, tuple[str, ...]] = {}  # class root -> the merge of parts it is
@@ -228,25 +242,73 @@ class _Drafter:
         self.axes_of: dict[SSAValue, tuple[Axis, ...]] = {}
         self.wanted: list[tuple[str, list[Axis], str | None]] = []  # tensors needing a rule, in graph order
         self.main_graph = self.graph_name
+        self.branched = any(isinstance(op, NodeOp) and op.subgraphs for op in block.ops)
+        self.settled: list[tuple[tuple[Axis, ...], tuple[Poly, ...]]] = []
+        self.inputs: dict[SSAValue, str] = {}
         for arg, name in zip(block.args, [s.data for s in graph.input_names.data], strict=True):
             self.settle(arg, name)
+            self.inputs[arg] = name
         with base.axes_unified_by(self.unify):
             self.walk(block)
         return self.finish(self.wanted)
+
+    def class_key(self, axis: Axis) -> str | None:
+        """Which axis `axis` is after unification (None for a merge, which names its parts)."""
+        if axis.parts:
+            return None
+        var = self.var_of(axis.name)
+        if var is None:
+            return axis.name
+        root = self.find(var)
+        return self.fixed.get(root, f"#{root}")
+
+    def clashing_inputs(self) -> set[str]:
+        """Graph inputs read in a branch whose axis is one axis with two lengths in some tensor."""
+        clashes: set[str] = set()
+        for axes, shape in self.settled:
+            seen: dict[str, Poly] = {}
+            for axis, extent in zip(axes, shape, strict=True):
+                key = self.class_key(axis)
+                if key is not None and seen.setdefault(key, extent) != extent:
+                    clashes.add(key)
+        found: set[str] = set()
+        for value, name in self.inputs.items():
+            if any(self.class_key(a) in clashes for a in self.axes_of[value]):
+                found.add(name)
+        return found
+
+    def relabel_in(self, branch: Block) -> dict[SSAValue, tuple[Axis, ...]]:
+        """Give the inputs to relabel their branch axes; return their outer axes to restore."""
+        saved: dict[SSAValue, tuple[Axis, ...]] = {}
+        read = {v for op in branch.walk() for v in op.operands}
+        for value, name in self.inputs.items():
+            if name not in self.relabel or value not in read:
+                continue
+            saved[value] = self.axes_of[value]
+            t = value.type
+            assert isinstance(t, PolyTensorType)
+            axes, needs_rule = self.axes_for(name, t.shape, [None] * len(t.shape))
+            self.axes_of[value] = tuple(axes)
+            if needs_rule:
+                self.wanted.append((name, axes, self.graph_name))
+        return saved
 
     def settle(self, value: SSAValue, tensor: str, given: Sequence[Axis | None] | None = None) -> None:
         t = value.type
         assert isinstance(t, PolyTensorType)
         axes, needs_rule = self.axes_for(tensor, t.shape, given if given is not None else [None] * len(t.shape))
         self.axes_of[value] = tuple(axes)
+        self.settled.append((tuple(axes), t.shape))
         if needs_rule:
             # A tensor inside an If branch gets a rule scoped to that branch's graph: both branches
             # may name their tensors alike.
-            scoped = self.graph_name if self.graph_name != self.main_graph else None
+            # In a graph with branches, the outer graph's rules are scoped too, since a branch's
+            # tensors may carry the names of the If's outputs.
+            scoped = self.graph_name if self.graph_name != self.main_graph or self.branched else None
             self.wanted.append((tensor, axes, scoped))
 
     def walk(self, block: Block) -> None:
-        from loam.ops.control import IfRule, merge_axes
+        from loam.ops.control import IfRule, branch_length, merge_axes
         from loam.passes.name_axes import branch_values, folded_name
         from loam.passes.stage0 import node_info
 
@@ -274,13 +336,22 @@ class _Drafter:
                     returned = []
                     for key in ("then_branch", "else_branch"):
                         self.graph_name, branch, values = branch_values(op, key)
+                        saved = self.relabel_in(branch)
                         self.walk(branch)
                         returned.append([axes_of[v] for v in values])
+                        axes_of.update(saved)
                     self.graph_name = outer
-                    named = [
-                        merge_axes(info, name, t, e, f)
-                        for name, t, e, f in zip(op.output_names, returned[0], returned[1], outputs, strict=True)
-                    ]
+                    # An axis both branches give one length is drafted as one axis (so the layout
+                    # needs no rule for it); one they give two lengths gets the output's own rule.
+                    named = []
+                    for name, t, e, f in zip(op.output_names, returned[0], returned[1], outputs, strict=True):
+                        axes = merge_axes(info, name, t, e, f)
+                        for i, (a, b) in enumerate(zip(t, e, strict=True)):
+                            apart = f.shape[i] == branch_length(name, i)
+                            if axes[i] is None and not apart and not a.parts and not b.parts:
+                                self.unify(a, b)
+                                axes[i] = a
+                        named.append(axes)
                 else:
                     inputs = [None if isinstance(v.owner, NoneOp) else axes_of[v] for v in op.args]
                     named = rule.axes(info, inputs, outputs)

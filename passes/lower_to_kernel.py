@@ -29,10 +29,10 @@ from loam.dialects.graph import (
     SubgraphInfoOp,
 )
 from loam.dialects.kernel import ConstantOp as KernelConstantOp
-from loam.dialects.kernel import IfOp, ProgramOp, WeightOp, YieldOp
+from loam.dialects.kernel import IfOp, ProgramOp, RegroupOp, WeightOp, YieldOp
 from loam.dialects.kernel import ReturnOp as KernelReturnOp
 from loam.dialects.shape_poly import OweOp, ValuesOp
-from loam.dialects.tensor_axes import AxesTensorType
+from loam.dialects.tensor_axes import AxesTensorType, RelabelOp
 from loam.errors import AxisError, UnsupportedError
 from loam.ops import rule_for
 from loam.ops.base import LowerContext
@@ -110,6 +110,10 @@ def lower_ops(source: Block, block: Block, mapping: dict[SSAValue, SSAValue]) ->
             mapping[op.result] = _named(c.results[0], op.result)
         elif isinstance(op, OweOp):
             emit(op.clone())
+        elif isinstance(op, RelabelOp):
+            # The same data under the branch's axis names: a regroup that moves nothing.
+            r = emit(RegroupOp(mapping[op.input], _axes_type(op.result), f"relabel {op.tensor_name.data}"))
+            mapping[op.result] = _named(r.results[0], op.input)
         elif isinstance(op, NodeOp) and op.op_type == "If":
             info = node_info(op)
             regions = []

@@ -17,11 +17,11 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.rewriter import Rewriter
+from xdsl.rewriter import InsertPoint, Rewriter
 
 from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, NoneOp, ReturnOp, SubgraphInfoOp
 from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp
-from loam.dialects.tensor_axes import AxesTensorType, Axis, LayoutAttr
+from loam.dialects.tensor_axes import AxesTensorType, Axis, LayoutAttr, RelabelOp
 from loam.errors import AxisError
 from loam.layout import LayoutRule, match_layout, parse_layout_flag
 from loam.ops import rule_for
@@ -68,6 +68,7 @@ class NameAxesGraph:
     def __init__(self, rules: Sequence[LayoutRule], graph_name: str) -> None:
         self.rules = rules
         self.graph_name = graph_name
+        self.inputs: dict[SSAValue, str] = {}  # the main graph's inputs, which a branch may relabel
 
     def from_layout(
         self,
@@ -136,6 +137,9 @@ class NameAxesGraph:
         block = graph.body.block
         for arg, name in zip(list(block.args), [s.data for s in graph.input_names.data], strict=True):
             self.settle(arg, self.from_layout(name, _facts(arg)))
+        self.inputs = {
+            arg: name for arg, name in zip(block.args, [s.data for s in graph.input_names.data], strict=True)
+        }
         self.run_ops(block)
 
     def run_ops(self, block: Block) -> None:
@@ -151,7 +155,7 @@ class NameAxesGraph:
                 self.settle(op.result, self.from_layout(folded_name(op), _facts(op.result), unit_fallback=True))
             elif isinstance(op, NodeOp):
                 self.node(op)
-            elif not isinstance(op, NoneOp | ReturnOp | OweOp | SubgraphInfoOp):
+            elif not isinstance(op, NoneOp | ReturnOp | OweOp | SubgraphInfoOp | RelabelOp):
                 raise AxisError(f"graph '{self.graph_name}': name-axes does not know {op.name}")
 
     def node(self, op: NodeOp) -> None:
@@ -172,12 +176,39 @@ class NameAxesGraph:
         for result, name, facts, axes in zip(list(op.outs), op.output_names, outputs, named, strict=True):
             self.settle(result, self.from_layout(name, facts, axes, node=info.where()))
 
+    def relabel_inputs(self, block: Block) -> None:
+        """Read a graph input under the axes a rule scoped to this branch's graph gives it."""
+        header = block.first_op
+        assert header is not None
+        scoped = [r for r in self.rules if r.graph == self.graph_name]
+        for value, name in self.inputs.items():
+            rule = match_layout(scoped, name, self.graph_name)
+            uses = [u for u in list(value.uses) if block.is_ancestor(u.operation)]
+            if rule is None or not uses:
+                continue
+            t = value.type
+            assert isinstance(t, AxesTensorType)
+            if len(rule.axes) != len(t.axes):
+                raise AxisError(
+                    f"tensor '{name}' has rank {len(t.axes)}, but layout rule '{rule.pattern}' for graph "
+                    f"'{self.graph_name}' names {len(rule.axes)} axes"
+                )
+            axes = [Axis.named(n, e) for n, e in zip(rule.axes, t.shape, strict=True)]
+            relabelled = _distinct(name, Facts(t.elem, t.shape), axes, f"layout rule '{rule.pattern}'")
+            op = RelabelOp(value, name, relabelled)
+            Rewriter.insert_op(op, InsertPoint.after(header))
+            for use in uses:
+                use.operation.operands[use.index] = op.result
+
     def if_node(self, op: NodeOp, info: NodeInfo) -> None:
         """Name each branch with the rules that reach its graph; outputs take what both give."""
         returned = []
         for key in ("then_branch", "else_branch"):
             graph_name, block, _ = branch_values(op, key)
-            NameAxesGraph(self.rules, graph_name).run_ops(block)
+            branch = NameAxesGraph(self.rules, graph_name)
+            branch.inputs = self.inputs
+            branch.relabel_inputs(block)
+            branch.run_ops(block)
             returned.append([v.type for v in branch_values(op, key)[2]])
         for result, name, t, e in zip(list(op.outs), op.output_names, returned[0], returned[1], strict=True):
             facts = _facts(result)

@@ -28,6 +28,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from loam import owed
+from loam.bounds import Interval
 from loam.derived import I32, I64, bounds_of
 from loam.dialects.graph import (
     ConstantOp,
@@ -41,10 +42,11 @@ from loam.dialects.graph import (
     TensorType,
 )
 from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp
+from loam.dim_params import read_dim_param, spell_graph_inputs
 from loam.errors import PolyError, ShapeError, UnsupportedError
 from loam.ops import rule_for
 from loam.ops.base import Facts, NodeInfo
-from loam.ops.control import IfRule
+from loam.ops.control import IfRule, branch_length
 from loam.poly import Poly, poly_product
 
 
@@ -67,7 +69,7 @@ def facts_of_type(t: object, what: str) -> Facts:
     for i, dim in enumerate(shape):
         if dim is None:
             raise ShapeError(f"{what} axis {i} has an unknown extent; give it a dim_param or a dim_value in the model")
-        extents.append(Poly.const(dim) if isinstance(dim, int) else Poly.symbol(dim))
+        extents.append(Poly.const(dim) if isinstance(dim, int) else read_dim_param(dim))
     return Facts(t.elem, tuple(extents))
 
 
@@ -88,7 +90,7 @@ def settled_value(node: NodeInfo, facts: Facts) -> Facts:
     if all(v.is_const for v in polys):
         numbers = np.array([v.const_value for v in polys]).reshape(value.shape)
         return Facts(facts.elem, facts.shape, numbers.astype(facts.elem.numpy))
-    fits = {"i64": I64, "i32": I32}.get(facts.elem.name)
+    fits = {"i64": I64, "i32": I32, "bool": Interval(0, 1)}.get(facts.elem.name)
     if fits is None:
         raise node.unsupported(f"a {facts.elem.name} value computed from symbolic extents is not supported")
     for v in polys:
@@ -136,6 +138,7 @@ class Stage0Pass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for graph in [g for g in op.walk() if isinstance(g, GraphOp)]:
             weights_as_weights(graph)
+            spell_graph_inputs(graph)
             Stage0Graph(graph.graph_name.data).run(graph.body.block, [s.data for s in graph.input_names.data])
 
 
@@ -269,9 +272,17 @@ class Stage0Graph:
             ret = block.last_op
             assert isinstance(ret, ReturnOp)
             returned.append([branch.facts[v] for v in ret.values])
-        outputs = rule.merge(info, op.output_names, returned[0], returned[1])
-        for result, facts in zip(list(op.outs), outputs, strict=True):
+        outputs = rule.merge(info, op.output_names, returned[0], returned[1], cond)
+        if outputs and all(f.value is not None for f in outputs):
+            self.fold(op, [settled_value(info, f) for f in outputs])
+            return
+        for result, name, facts in zip(list(op.outs), op.output_names, outputs, strict=True):
             self.settle(result, facts)
+            # A length the branches give differently is known once the If has run: `forward`
+            # binds it from the result, and checks what is owed of it right there.
+            for axis, extent in enumerate(facts.shape):
+                if extent == branch_length(name, axis):
+                    self.scope.bound.add(f"{name}[{axis}]")
 
     def fold(self, op: NodeOp, outputs: list[Facts]) -> None:
         """Replace a node the build can evaluate by one `graph.constant` per output."""

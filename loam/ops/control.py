@@ -44,8 +44,19 @@ class IfRule(OpRule):
         if count != Poly.const(1):
             raise node.fail(f"the condition has extents [{', '.join(map(str, cond.shape))}]; If needs one element")
 
-    def merge(self, node: NodeInfo, names: Sequence[str], then: Sequence[Facts], other: Sequence[Facts]) -> list[Facts]:
-        """The node's outputs from what the then and else branches return."""
+    def merge(
+        self,
+        node: NodeInfo,
+        names: Sequence[str],
+        then: Sequence[Facts],
+        other: Sequence[Facts],
+        cond: Facts | None = None,
+    ) -> list[Facts]:
+        """The node's outputs from what the then and else branches return.
+
+        Where the build knows the condition, an output the branch it picks folds to a value has
+        that value (the If then folds away; both branches were still checked).
+        """
         if len(then) != len(other) or len(then) != len(names):
             raise node.fail(
                 f"the branches return {len(then)} and {len(other)} values; the node names {len(names)} outputs"
@@ -57,11 +68,21 @@ class IfRule(OpRule):
             if a.rank != b.rank:
                 raise node.fail(f"output '{name}' has rank {a.rank} in the then branch and {b.rank} in the else")
             shape = tuple(
-                x if x == y else Poly.symbol(f"{name}[{axis}]")
+                x if x == y else branch_length(name, axis)
                 for axis, (x, y) in enumerate(zip(a.shape, b.shape, strict=True))
             )
             out.append(Facts(a.elem, shape))
+        if cond is not None and cond.value is not None:
+            import numpy as np
+
+            taken = then if bool(np.asarray(cond.value).reshape(-1)[0]) else other
+            out = [Facts(f.elem, t.shape, t.value) for f, t in zip(out, taken, strict=True)]
         return out
+
+
+def branch_length(output: str, axis: int) -> Poly:
+    """The symbol of a length the two branches give output `output` differently at `axis`."""
+    return Poly.symbol(f"{output}[{axis}]")
 
 
 RULES: tuple[OpRule, ...] = (IfRule(),)
