@@ -321,6 +321,9 @@ def select(cond: Poly | int, a: Poly | int, b: Poly | int, bounds: Bounds | None
         return a
     if cond.is_const:
         return a if cond.const_value else b
+    name = cond.lone_symbol
+    if cond == a and name is not None and b.substitute(name, 0) == Poly():
+        return a  # `a where a != 0, else b` where b is 0 wherever a is: a (Reshape's 0 over B*S)
     interval = bounds_of(cond, bounds)
     if interval.lo > 0 or interval.hi < 0:
         return a

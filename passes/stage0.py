@@ -244,8 +244,10 @@ class Stage0Graph:
                 _check_folded(info, i, f)
             self.fold(op, outputs)
             return
+        if rule.keeps_values and outputs and outputs[0].span is None and inputs and inputs[0] is not None:
+            outputs[0] = Facts(outputs[0].elem, outputs[0].shape, outputs[0].value, inputs[0].span)
         for result, facts in zip(list(op.outs), outputs, strict=True):
-            self.settle(result, Facts(facts.elem, facts.shape))
+            self.settle(result, Facts(facts.elem, facts.shape, span=facts.span))
 
     def if_node(self, op: NodeOp, info: NodeInfo, rule: IfRule) -> None:
         """Check each branch in a copy of the scope around it; the outputs take what both give."""

@@ -38,6 +38,10 @@ class Facts:
     elem: ElementType
     shape: tuple[Poly, ...]
     value: np.ndarray | None = None
+    # Where the value is not known: bounds (inclusive) every element lies within, as far as the build
+    # knows them (a Range over symbols counts from start toward limit), so a Gather can owe its
+    # indices' range instead of failing inside the kernel.
+    span: tuple[Poly, Poly] | None = None
 
     @property
     def rank(self) -> int:
@@ -99,6 +103,9 @@ class OpRule:
     first_opset: int = 1
     elem_types: tuple[str, ...] = ("f32",)
     limitations: str = ""
+    # Whether output 0 holds only elements of input 0 (moved, not computed), so stage 0 carries a
+    # value span (`Facts.span`) through it.
+    keeps_values: bool = False
 
     def check_attributes(self, node: NodeInfo, names: Sequence[str]) -> None:
         """Refuse an attribute the rule does not read, or one ONNX does not define for the operator

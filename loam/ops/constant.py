@@ -83,6 +83,7 @@ class IdentityRule(KeepsAxes):
     """ONNX Identity: the input, unchanged (any element type but strings)."""
 
     op_types = ("Identity",)
+    keeps_values = True
     elem_types = MOVABLE
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:

@@ -106,6 +106,12 @@ class GatherRule(MovementRule):
         axis = norm_axis(node, int(node.attr("axis", 0)), x.rank)
         extent = x.shape[axis]
         _bounded(node, None if i.value is None else np.asarray(i.value), extent)
+        if i.value is None and i.span is not None:
+            # Indices the run computes from the symbols (a Range of positions): they must lie in
+            # [-extent, extent - 1] (ONNX), which the inputs owe.
+            lo, hi = i.span
+            owed.owe(extent - 1 - hi, node, f"the indices (up to {hi}) lie within axis {axis} ({extent})")
+            owed.owe(lo + extent, node, f"the indices (from {lo}) lie within axis {axis} ({extent})")
         shape = (*x.shape[:axis], *i.shape, *x.shape[axis + 1 :])
         value = None
         if x.value is not None and i.value is not None:
@@ -290,11 +296,14 @@ class RangeRule(OpRule):
         if any(is_symbolic_array(f.value) for f in (start, limit, delta)):
             if elem.name not in ("i64", "i32"):
                 raise node.unsupported(f"a Range of element type {elem.name} over symbolic extents is not supported")
-            first, _, step, count = self.symbolic_plan(node, inputs)
+            first, limit, step, count = self.symbolic_plan(node, inputs)
             value = None
             if count.is_const:  # a known number of values, each a polynomial
                 value = np.array([first + step * k for k in range(count.const_value)], dtype=object)
-            return [Facts(elem, (count,), value)]
+            # Every element lies between start and the last step short of limit.
+            up = decide(step - 1, owed.bounds()) is Verdict.HOLDS
+            span = (first, limit - 1) if up else (limit + 1, first)
+            return [Facts(elem, (count,), value, None if value is not None else span)]
         assert elem.numpy is not None
         s, lim, d = (np.asarray(f.value, dtype=elem.numpy).reshape(()) for f in (start, limit, delta))  # type: ignore[union-attr]
         if d == 0:

@@ -91,6 +91,7 @@ class ExpandRule(MovementRule):
     as numbers or as polynomials (a Shape of a symbolic tensor)."""
 
     op_types = ("Expand",)
+    keeps_values = True
     first_opset = 8
     limitations = (
         "the shape input must be known at build time (numbers or extents from Shape); a symbolic "
@@ -530,6 +531,7 @@ class TileRule(_ResizesAxes):
     (numbers, or extents from Shape)."""
 
     op_types = ("Tile",)
+    keeps_values = True
     first_opset = 6
     limitations = "the repeats input must be known at build time (numbers or extents from Shape)"
 

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loam import owed
-from loam.derived import exact_quotient, floordiv, reading_where, select
+from loam.bounds import Verdict
+from loam.derived import decide, exact_quotient, floordiv, reading_where, select
 from loam.errors import AxisError
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.movement import AxesIn, AxesOut, MovementRule, check_movable
@@ -197,6 +198,7 @@ class TransposeRule(MovementRule):
     """ONNX Transpose: output axis i is input axis perm[i]; perm defaults to reversing the axes."""
 
     op_types = ("Transpose",)
+    keeps_values = True
     attributes = frozenset({"perm"})
 
     def perm(self, node: NodeInfo, rank: int) -> list[int]:
@@ -233,6 +235,7 @@ class ReshapeRule(_RegroupRule):
     """
 
     op_types = ("Reshape",)
+    keeps_values = True
     attributes = frozenset({"shape", "allowzero", "consumed_inputs"})
     limitations = (
         "the shape input must be known at build time (numbers or extents from Shape); a symbolic entry "
@@ -297,9 +300,13 @@ def reshape_extents(node: NodeInfo, dims: Sequence[Poly], target: Sequence[Poly]
             # A 0 copies the data's extent here, so where t is 0 that extent must be 0 as well: the
             # exact condition, `select(t, t, d) == t`, accepts every input ONNX does.
             owed.owe(t, node, f"shape entry {i} ({t}) is not -1")
-            owed.current().owe_equal(
-                select(t, t, dims[i], owed.bounds()), t, node, f"shape entry {i} ({t}) is 0 only where {dims[i]} is"
-            )
+            copied = select(t, t, dims[i], owed.bounds())
+            lone = t.lone_symbol
+            if copied != t and lone is not None and decide(dims[i].substitute(lone, 0) - 1) is Verdict.HOLDS:
+                # Where t is 0 the data's extent is not: the plain condition says the same.
+                owed.owe(t - 1, node, f"shape entry {i} ({t}) is not 0")
+            elif copied != t:
+                owed.current().owe_equal(copied, t, node, f"shape entry {i} ({t}) is 0 only where {dims[i]} is")
         out.append(t)
     if out.count(None) > 1:
         raise node.fail(f"shape {shown} holds -1 more than once")
@@ -332,6 +339,7 @@ class FlattenRule(_RegroupRule):
     """ONNX Flatten: axes [0, axis) and [axis, rank) merge into two (negative axis from opset 11)."""
 
     op_types = ("Flatten",)
+    keeps_values = True
     attributes = frozenset({"axis"})
 
     def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[Poly]:
@@ -356,6 +364,7 @@ class SqueezeRule(_UnitAxesRule):
     """ONNX Squeeze: drop the named extent-1 axes, or every one (axes attribute before 13, input from 13)."""
 
     op_types = ("Squeeze",)
+    keeps_values = True
     attributes = frozenset({"axes"})
     limitations = (
         "the axes input must be known at build time; without axes, every extent must be a number "
@@ -401,6 +410,7 @@ class UnsqueezeRule(_UnitAxesRule):
     """ONNX Unsqueeze: insert extent-1 axes at the output positions named (attribute before 13, input from 13)."""
 
     op_types = ("Unsqueeze",)
+    keeps_values = True
     attributes = frozenset({"axes"})
     limitations = "the axes input must be known at build time"
 
