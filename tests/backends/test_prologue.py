@@ -7,41 +7,17 @@ own; tests/test_dim_params.py builds whole ONNX models and compares them with on
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
-from xdsl.parser import Parser
 
 from loam.backends import numpy_runtime
-from loam.backends.numpy_module import emit_python
-from loam.context import make_context
 from loam.errors import UnsupportedError
+from tests.backends.printing import emit, load, t
 
-T = "!tensor_axes.tensor"
 RNG = np.random.default_rng(0)
-
-
-def t(elem: str, axes: str) -> str:
-    return f"{T}<{elem}, [{axes}]>"
-
-
-def emit(text: str) -> str:
-    module = Parser(make_context(), text).parse_module()
-    module.verify()
-    return emit_python(module)
-
-
-def load(text: str, tmp_path: Path, name: str = "gen") -> ModuleType:
-    path = tmp_path / f"{name}.py"
-    path.write_text(emit(text))
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def f32(*shape: int) -> np.ndarray:
