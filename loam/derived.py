@@ -245,8 +245,11 @@ def _divide(function: str, a: Poly | int, b: Poly | int, bounds: Bounds | None) 
         # Rounding down over -k is rounding up over k with the sign turned, and so on.
         flipped = {"floordiv": "ceildiv", "ceildiv": "floordiv", "truncdiv": "truncdiv"}[function]
         return -_divide(flipped, a, -b, bounds)
-    if function == "truncdiv" and _holds(a, bounds) and _holds(b - 1, bounds):
-        return _divide("floordiv", a, b, bounds)
+    if function == "truncdiv" and _holds(b - 1, bounds):
+        if _holds(a, bounds):  # a >= 0: toward zero is down
+            return _divide("floordiv", a, b, bounds)
+        if _holds(-a, bounds):  # a <= 0: toward zero is up, the negated quotient of -a rounded down
+            return -_divide("floordiv", -a, b, bounds)
     return _derive(function, a, b)
 
 

@@ -146,6 +146,7 @@ def test_decided_where_the_bounds_prove_it() -> None:
     assert derived.floordiv(2 * n + 4, 2) == n + 2
     assert derived.ceildiv(n, 1) == n
     assert derived.truncdiv(n, 2) == derived.floordiv(n, 2)  # N >= 0
+    assert derived.truncdiv(-n, 2) == -derived.floordiv(n, 2)  # -N <= 0 rounds up
     assert derived.from_end(n, 8) == n
     assert derived.from_end(-n - 1, 8) == 7 - n
     assert derived.wrap32(n) == n  # an input length fits int32
