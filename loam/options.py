@@ -11,13 +11,25 @@ The TOML form (paths are relative to the TOML file)::
     architecture = "bert"            # optional, a built-in architecture table
     inline_weights = false
     outputs = ["logits"]             # cut the graph at these outputs
-    checkpoint = "model.safetensors" # or a list of shards
+    checkpoint = "model.safetensors" # or a list of shards, a .gguf, or a model.safetensors.index.json
     [dims]
     N = 4                            # fix a dim_param, or a name inside a spelled one (`N` in `N + 1`)
     [[layout]]
     pattern = "encoder.*.weight"     # glob over tensor names
     axes = ["Hidden", "(C H W)"]     # one name per axis; a merged axis names its parts
     graph = "main"                   # optional: only in this graph
+    [checkpoint_names]               # checkpoint tensor name -> graph initializer name
+    "blk.*.attn_q.weight" = "model.layers.*.self_attn.q_proj.weight"
+    "token_embd.weight" = "model.embed_tokens.weight"
+
+`[checkpoint_names]` renames checkpoint tensors (a GGUF's `blk.0.attn_q.weight`, a published
+checkpoint without the exporter's `transformer.` prefix) to the graph's initializer names.  Each key
+is a glob over checkpoint tensor names in which `*` matches a run of characters other than `.` (so
+one `*` never spans two path segments) and every other character matches itself; its value is the
+graph name, whose `*`s take what the key's `*`s matched, in order (the two must have as many).  The
+first entry, in file order, whose key matches the whole name wins; a name no entry matches is its own
+graph name.  With `architecture` set, the architecture's own rules follow these.  Two checkpoint
+tensors that become one graph name are refused.
 """
 
 from __future__ import annotations
@@ -37,7 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Options"]
 
-_TOP_LEVEL_KEYS = ("architecture", "inline_weights", "outputs", "checkpoint", "dims", "layout")
+_TOP_LEVEL_KEYS = ("architecture", "inline_weights", "outputs", "checkpoint", "checkpoint_names", "dims", "layout")
 _LAYOUT_KEYS = ("pattern", "axes", "graph")
 
 
@@ -75,7 +87,10 @@ class Options:
       one (`past` in `past + 1`); a spelling becomes a number once every name it reads is fixed.
     - `layout`: ordered `loam.layout.LayoutRule`s (glob pattern -> axis names); the first rule
       that matches a tensor names its axes.
-    - `checkpoints`: checkpoint files (several for a sharded checkpoint).
+    - `checkpoints`: checkpoint files (several for a sharded checkpoint): safetensors, GGUF, or a
+      Hugging Face `*.index.json` naming safetensors shards beside it.
+    - `checkpoint_names`: ordered (glob over checkpoint tensor names, graph name template) rules,
+      given as a mapping or as pairs; see the module docstring.
 
     Lists given through the Python API are normalized to tuples and `dims` to a read-only mapping,
     so an `Options` never changes after it is made.
@@ -87,6 +102,7 @@ class Options:
     dims: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     layout: tuple[LayoutRule, ...] = ()
     checkpoints: tuple[Path, ...] = ()
+    checkpoint_names: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.architecture is not None and (not isinstance(self.architecture, str) or not self.architecture):
@@ -120,6 +136,7 @@ class Options:
                 raise OptionsError(f"options: 'checkpoints' entries must be paths, got {item!r}")
             checkpoints.append(Path(item))
         object.__setattr__(self, "checkpoints", tuple(checkpoints))
+        object.__setattr__(self, "checkpoint_names", _name_rules(self.checkpoint_names, "options: 'checkpoint_names'"))
 
     # -- the TOML file -------------------------------------------------------------------------
 
@@ -180,6 +197,10 @@ class Options:
                 if not item:
                     raise OptionsError(f"{where}: key 'checkpoint' has an empty path")
             kwargs["checkpoints"] = tuple(base / item for item in items)
+        if "checkpoint_names" in table:
+            names = table["checkpoint_names"]
+            expect("checkpoint_names", names, dict, 'a table of "checkpoint glob" = "graph name"')
+            kwargs["checkpoint_names"] = _name_rules(names, f"{where}: [checkpoint_names]")
         if "dims" in table:
             dims = table["dims"]
             expect("dims", dims, dict, "a table of name = integer")
@@ -234,6 +255,33 @@ class Options:
         if flag_checkpoints:
             changes["checkpoints"] = flag_checkpoints
         return dataclasses.replace(self, **changes)
+
+
+def _name_rules(rules: object, where: str) -> tuple[tuple[str, str], ...]:
+    """`[checkpoint_names]` as ordered (pattern, template) pairs, each checked: non-empty strings,
+    no `**`, and as many `*` in the template as in the pattern."""
+    if isinstance(rules, Mapping):
+        pairs = list(rules.items())
+    elif isinstance(rules, str | bytes) or not isinstance(rules, Iterable):
+        raise OptionsError(f"{where} must map checkpoint globs to graph names, got {rules!r}")
+    else:
+        pairs = list(rules)
+    checked: list[tuple[str, str]] = []
+    for pair in pairs:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise OptionsError(f"{where}: each rule is a (checkpoint glob, graph name) pair, got {pair!r}")
+        pattern, template = pair
+        if not isinstance(pattern, str) or not pattern or not isinstance(template, str) or not template:
+            raise OptionsError(f"{where}: {pattern!r} = {template!r}: both must be non-empty strings")
+        if "**" in pattern:
+            raise OptionsError(f"{where}: {pattern!r}: '**' is not a glob here; one '*' matches one run without '.'")
+        if template.count("*") != pattern.count("*"):
+            raise OptionsError(
+                f"{where}: {pattern!r} = {template!r}: the graph name has {template.count('*')} '*', "
+                f"the glob {pattern.count('*')}; each '*' of the name takes what one '*' of the glob matched"
+            )
+        checked.append((pattern, template))
+    return tuple(checked)
 
 
 def _layout_rule(entry: object, index: int, where: str) -> LayoutRule:

@@ -340,7 +340,7 @@ def test_checkpoint_that_matches_builds(tmp_path: Path) -> None:
     path = tmp_path / "w.safetensors"
     save_file({"w": W, "unused": np.zeros(2, np.float32)}, str(path))
     result = build(stripped_matmul(), checkpoints=[path], options=MATMUL_LAYOUT)
-    assert result.notes == [f"checkpoint {path}: 1 tensors the graph never reads: unused"]
+    assert result.notes == [f"checkpoint {path}: 1 tensor the graph never reads: unused"]
     x = np.ones((3, 4), np.float32)
     np.testing.assert_allclose(result.module.forward(result.module.Weights.load(path.read_bytes()), x), x @ W)
 
