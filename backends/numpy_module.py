@@ -5,10 +5,14 @@ model; `import numpy as np` (and `import ml_dtypes` where a bf16 value appears);
 pieces the program uses, copied from `loam.backends.numpy_runtime` (so `ShapeError` and
 `LoadError` are the module's own); one marker class per axis (with `EXTENT` where every value
 the program declares gives the axis one constant extent); one function per distinct `Expr`; the
-folded constants and embedded weights as byte literals; `class Weights` (`load(data: bytes)`, and
-`embedded()` when the IR carries every weight); `class Outputs` when there are several outputs;
-and `forward(weights, *inputs)`, which runs its prologue and then one line per kernel, each
-commented with the ONNX node it computes.
+folded constants as byte literals; the weights the IR carries as ONE bytes literal (`_WEIGHT_BYTES`,
+read back as numpy.frombuffer views); `class Weights` (`load(data)` of one safetensors or GGUF
+file's bytes or a mapping of shard name -> bytes, `load_file(path)` through a read-only memory map,
+`stored(name)`, and `embedded()` when the IR carries every weight: see `_weights_source`);
+`class Outputs` when there are several outputs; and `forward(weights, *inputs)`, which runs its
+prologue and then one line per kernel, each commented with the ONNX node it computes.  A half
+weight that forward computes with in f32 (a matmul's cast, an expression's widening, a kernel in
+`numpy_runtime.WIDENED_OPERANDS`) is read from a float32 twin `Weights` prepares once.
 
 The prologue runs before any kernel.  It checks each input (ndarray, dtype, rank, numbers) and binds
 each extent symbol from the first input axis that is the symbol alone, recording in `_src` which
@@ -95,12 +99,23 @@ _BINARY: dict[str, str] = elementwise_kernels.BINARY_SOURCE
 # Names the module declares whatever the program holds; reserved before any ONNX name.
 _FIXED_NAMES = (
     "np", "ml_dtypes", "Weights", "Outputs", "forward", "weights", "_env", "_src", "_SPECS", "_fields", "self",
-    "cls",
+    "cls", "load", "load_file", "embedded", "stored", "data", "path", "values", "tensors", "_from", "_carried",
+    "_stored", "_source", "_EMBEDDED", "_CHECKPOINT_NAMES", "_WEIGHT_BYTES",
 )  # fmt: skip
+
+# Element types whose arithmetic runs in float32: a weight of one is prepared in f32 once by `Weights`.
+_HALVES = ("f16", "bf16")
+
+# Byte alignment of each tensor within the embedded weights' one bytes literal.
+_EMBED_ALIGN = 64
 
 
 def emit_python(module: ModuleOp) -> str:
     """The Python source of the one `kernel.program` in `module`.
+
+    The module attribute `loam.checkpoint_names` (an array of [pattern, template] string pairs, the
+    `[checkpoint_names]` rules), where present, becomes `Weights._CHECKPOINT_NAMES`: `Weights.load`
+    renames each checkpoint tensor by the first matching rule before checking it against the graph.
 
     Raises `UnsupportedError` for IR the numpy backend does not print (a type without named axes,
     an element type plain numpy lacks, an extent no input binds) and `AxisError` for an axis
@@ -109,7 +124,23 @@ def emit_python(module: ModuleOp) -> str:
     programs = [op for op in module.walk() if isinstance(op, ProgramOp)]
     if len(programs) != 1:
         raise UnsupportedError(f"the numpy backend prints one kernel.program, found {len(programs)}")
-    return _Emitter(programs[0]).emit()
+    return _Emitter(programs[0], _checkpoint_names(module)).emit()
+
+
+def _checkpoint_names(module: ModuleOp) -> tuple[tuple[str, str], ...]:
+    """The `[checkpoint_names]` rules the build attached to `module` (none: checkpoint names are the graph's)."""
+    attr = module.attributes.get("loam.checkpoint_names")
+    if attr is None:
+        return ()
+    if not isinstance(attr, ArrayAttr):
+        raise UnsupportedError(f"loam.checkpoint_names is {attr}, not an array of [pattern, template] pairs")
+    rules: list[tuple[str, str]] = []
+    for pair in attr.data:
+        items = pair.data if isinstance(pair, ArrayAttr) else ()
+        if len(items) != 2 or not isinstance(items[0], StringAttr) or not isinstance(items[1], StringAttr):
+            raise UnsupportedError(f"loam.checkpoint_names holds {pair}, not a [pattern, template] pair of strings")
+        rules.append((items[0].data, items[1].data))
+    return tuple(rules)
 
 
 def _identifier(text: str) -> str:
@@ -167,11 +198,13 @@ def _type_text(t: AxesTensorType) -> str:
 class _Emitter:
     """Collects what the program needs, then prints the module top to bottom."""
 
-    def __init__(self, program: ProgramOp) -> None:
+    def __init__(self, program: ProgramOp, checkpoint_names: tuple[tuple[str, str], ...] = ()) -> None:
         self.program = program
+        self.checkpoint_names = checkpoint_names
         self.names = _Names()
         self.pieces: set[str] = set()
-        self.exprs: dict[Expr, str] = {}
+        # Each expression function, keyed by the expression and the operands given in prepared f32.
+        self.exprs: dict[tuple[Expr, frozenset[int]], str] = {}
         self.consts: list[tuple[str, np.ndarray]] = []
         # Symbols forward binds from its inputs, in binding order (for messages).
         self.input_symbols: list[str] = []
@@ -186,6 +219,10 @@ class _Emitter:
         # Each program output's identifier, so the value computing it is named that way.
         self.returned: dict[SSAValue, str] = {}
         self.weights: list[tuple[WeightOp, str]] = []
+        # Half weights (f16, bf16) by value -> attribute, and the attribute of each one's float32
+        # form, prepared once by `Weights` wherever forward would widen it on every call.
+        self.half_weights: dict[SSAValue, str] = {}
+        self.prepared: dict[str, str] = {}
         # Whether a bf16 value appears, so the module imports ml_dtypes (and only then).
         self.ml_dtypes = False
 
@@ -325,11 +362,20 @@ class _Emitter:
 
     # -- kernels -----------------------------------------------------------------------------------
 
-    def _expr_function(self, expr: Expr) -> str:
-        name = self.exprs.get(expr)
+    def _prepared_text(self, value: SSAValue) -> str:
+        """`weights.ATTR_f32`: the float32 form `Weights` prepares once for half weight `value`."""
+        attr = self.half_weights[value]
+        if attr not in self.prepared:
+            self.prepared[attr] = self.names.mint(f"{attr}_f32")
+            self.pieces.add("_prepared")
+        return f"weights.{self.prepared[attr]}"
+
+    def _expr_function(self, expr: Expr, wide: frozenset[int] = frozenset()) -> str:
+        """The function computing `expr`; operands in `wide` arrive as the f32 their casts would make."""
+        name = self.exprs.get((expr, wide))
         if name is None:
             name = self.names.mint(f"_zip_{len(self.exprs)}")
-            self.exprs[expr] = name
+            self.exprs[(expr, wide)] = name
             for step in expr.steps:
                 source = _UNARY[step.op] if isinstance(step, Unary) else _BINARY.get(getattr(step, "op", ""), "")
                 if source.startswith("_"):
@@ -338,10 +384,12 @@ class _Emitter:
                     self.ml_dtypes = True
         return name
 
-    def _expr_source(self, expr: Expr, name: str) -> str:
+    def _expr_source(self, key: tuple[Expr, frozenset[int]], name: str) -> str:
+        expr, wide = key
         params = [f"a{i}" for i in range(expr.arity)]
         lines = [f"def {name}({', '.join(p + ': np.ndarray' for p in params)}) -> np.ndarray:"]
-        lines.append(f'    """#kernel.expr<{expr}>"""')
+        note = f" (operands {', '.join(map(str, sorted(wide)))} arrive in prepared f32)" if wide else ""
+        lines.append(f'    """#kernel.expr<{expr}>{note}"""')
         refs: list[str] = []
         for i, step in enumerate(expr.steps):
             if isinstance(step, Operand):
@@ -361,7 +409,11 @@ class _Emitter:
                 rhs = f"np.where({refs[step.cond]}, {refs[step.a]}, {refs[step.b]})"
             else:
                 assert isinstance(step, Convert)
-                rhs = f"np.asarray({refs[step.arg]}).astype({_dtype_source(_expr_dtype(step.elem))})"
+                source = expr.steps[step.arg]
+                if isinstance(source, Operand) and source.index in wide:
+                    rhs = refs[step.arg]  # already the float32 this cast makes, prepared once by Weights
+                else:
+                    rhs = f"np.asarray({refs[step.arg]}).astype({_dtype_source(_expr_dtype(step.elem))})"
             if i == len(expr.steps) - 1:
                 lines.append(f"    return np.asarray({rhs})")
             else:
@@ -383,11 +435,17 @@ class _Emitter:
         if isinstance(op, RegroupOp):
             return f"np.reshape({arg[0]}, {self._shape_py(_axes_type(op.result, 'kernel.regroup'))})"
         if isinstance(op, CastOp):
-            dtype = _numpy_dtype(_axes_type(op.result, "kernel.cast"), f"kernel.cast '{op.node.data}'")
+            result = _axes_type(op.result, "kernel.cast")
+            if op.operands[0] in self.half_weights and result.elem.name == "f32":
+                return self._prepared_text(op.operands[0])  # widened once, by Weights
+            dtype = _numpy_dtype(result, f"kernel.cast '{op.node.data}'")
             return f"{arg[0]}.astype({_dtype_source(dtype)})"
         if isinstance(op, ZipOp):
             expr = op.expr.data
-            call = f"{self._expr_function(expr)}({', '.join(arg)})"
+            wide = frozenset(i for i in _widened_only(expr) if op.inputs[i] in self.half_weights)
+            for i in wide:
+                arg[i] = self._prepared_text(op.inputs[i])
+            call = f"{self._expr_function(expr, wide)}({', '.join(arg)})"
             out = _axes_type(op.result, "kernel.zip")
             broadcast = _broadcast([_axes_type(v, "kernel.zip operand").shape for v in op.inputs])
             if broadcast != out.shape:  # the operands alone do not reach the result's extents
@@ -398,6 +456,9 @@ class _Emitter:
             if piece not in numpy_runtime.PIECES:
                 raise UnsupportedError(f"the numpy backend has no kernel for {op.name} (node '{op.node.data}')")
             self.pieces.add(piece)
+            for i in numpy_runtime.WIDENED_OPERANDS.get(piece, ()):
+                if i < len(op.operands) and op.operands[i] in self.half_weights:
+                    arg[i] = self._prepared_text(op.operands[i])
             params = [f"{k}={self._param_py(v)}" for k, v in op.params.items()]
             return f"{piece}({', '.join([*arg, *params])})"
         raise UnsupportedError(f"the numpy backend does not print {op.name}")
@@ -515,7 +576,7 @@ class _Emitter:
         program = self.program
         markers = self._markers()
         self._reserve_declared(markers)
-        self.pieces.update({"_check_input", "_read_safetensors", "_take_weight"})
+        self.pieces.update({"_check_input", "_read_checkpoint", "_load_weights", "_mapped", "_check_index"})
 
         # Inputs first: their names are forward's parameters, their symbols bind extents.
         params, checks = self._inputs()
@@ -537,6 +598,7 @@ class _Emitter:
 
         # A program reading no weight carries all of them: `Weights.embedded()` is `Weights()`.
         embedded = all(op.data is not None for op, _ in weights)
+        carried = [(op, attr) for op, attr in weights if op.data is not None]
         out_fields = out_idents if len(output_names) > 1 else []
 
         self.ml_dtypes = self.ml_dtypes or any(t.elem.name == "bf16" for t in self._all_types())
@@ -544,16 +606,16 @@ class _Emitter:
         parts: list[str] = [self._docstring(output_names), imports]
         parts += [numpy_runtime.source_of(p) for p in numpy_runtime.pieces_for(self.pieces)]
         parts += [_marker_source(name, extent) for name, extent in markers.items()]
-        parts += [self._expr_source(e, n) for e, n in self.exprs.items()]
+        parts += [self._expr_source(key, n) for key, n in self.exprs.items()]
         parts += [f"{name} = {_array_literal(arr)}\n" for name, arr in self.consts]
-        data_names: list[str] = []
-        if embedded:
-            for op, attr in weights:
-                name = self.names.mint(f"_DATA_{attr}")
-                data_names.append(name)
-                assert op.data is not None
-                parts.append(f"{name} = {_array_literal(_to_numpy(op.data, f'weight {op.weight_name.data!r}'))}\n")
-        parts.append(self._weights_source(weights, data_names if embedded else None))
+        rows: list[str] = []
+        if carried:
+            blob, rows = _embedded_bytes(carried)
+            parts.append(
+                f"# The bytes of every weight the module carries, little-endian, each at an offset aligned to "
+                f"{_EMBED_ALIGN}\n_WEIGHT_BYTES = {blob!r}\n"
+            )
+        parts.append(self._weights_source(weights, rows, embedded))
         if out_fields:
             parts.append(_outputs_source(out_fields, output_names))
         parts.append(self._forward_source(params, prologue, body, ret, out_fields))
@@ -606,6 +668,8 @@ class _Emitter:
         if isinstance(op, WeightOp):
             attr = self.names.mint(op.weight_name.data)
             self.weights.append((op, attr))
+            if _axes_type(op.result, f"weight '{op.weight_name.data}'").elem.name in _HALVES:
+                self.half_weights[op.result] = attr
             self.value_text[op.result] = f"weights.{attr}"
             return
         if isinstance(op, ConstantOp) and isinstance(op.value, ArrayAttr):
@@ -705,13 +769,26 @@ class _Emitter:
             'model rather than editing it.\n"""\n'
         )
 
-    def _weights_source(self, weights: Sequence[tuple[WeightOp, str]], data_names: Sequence[str] | None) -> str:
-        """`class Weights`; with `data_names` (None: not every weight is embedded), `embedded()`."""
+    def _weights_source(
+        self, weights: Sequence[tuple[WeightOp, str]], embedded_rows: Sequence[str], all_carried: bool
+    ) -> str:
+        """`class Weights`: `load`, `load_file`, `stored`, and `embedded()` where the IR carries every weight.
+
+        `embedded_rows` describe the weights the module carries (`_EMBEDDED`); a checkpoint need not
+        hold those.  Each half weight that forward would widen gets a float32 twin made in `__init__`.
+        """
+        prepared = [(attr, self.prepared[attr]) for _, attr in weights if attr in self.prepared]
+        slots = (*(attr for _, attr in weights), *(p for _, p in prepared), "_stored", "_source")
         lines = [
             "class Weights:",
-            '    """The initializers forward reads, checked against the graph when loaded."""',
+            '    """The initializers forward reads, checked against the graph when loaded.',
             "",
-            f"    __slots__ = {tuple(attr for _, attr in weights)!r}",
+            "    Each attribute holds a weight in the graph's dtype: a view of the checkpoint's bytes where the",
+            "    stored dtype is the graph's, else converted once.  A half weight stays half; where forward",
+            "    computes with it in float32, that float32 form is made here once, never per call.",
+            '    """',
+            "",
+            f"    __slots__ = {slots!r}",
             "",
             "    # ONNX name, attribute, dtype, (axis, extent) per axis; None where the graph leaves it open",
             "    _SPECS = (",
@@ -720,29 +797,70 @@ class _Emitter:
             t = _axes_type(op.result, f"weight '{op.weight_name.data}'")
             dtype = _numpy_dtype(t, f"weight '{op.weight_name.data}'")
             axes = [(a.name, a.extent.const_value if a.extent.is_const else None) for a in t.axes]
-            lines.append(f"        ({op.weight_name.data!r}, {attr!r}, {dtype.name!r}, {_tuple_py(axes)}),")
+            # A plain numpy dtype by name; bfloat16 as ml_dtypes' type, which numpy knows by no name.
+            spelled = _dtype_source(dtype) if dtype.type.__module__ != "numpy" else repr(dtype.name)
+            lines.append(f"        ({op.weight_name.data!r}, {attr!r}, {spelled}, {_tuple_py(axes)}),")
         lines.append("    )")
+        lines.append("")
+        lines.append(
+            "    # (pattern, template) rules renaming checkpoint tensors to graph names; none: names are the graph's"
+        )
+        lines.append(f"    _CHECKPOINT_NAMES = {self.checkpoint_names!r}")
+        lines.append("")
+        lines.append("    # The weights the graph carries: ONNX name, offset in _WEIGHT_BYTES, dtype, count, shape")
+        lines += ["    _EMBEDDED = (", *[f"        {row}," for row in embedded_rows], "    )"]
         lines.append("")
         sig = "".join(f", {attr}: np.ndarray" for _, attr in weights)
         lines.append(f"    def __init__(self{sig}) -> None:")
-        lines += [f"        self.{attr} = {attr}" for _, attr in weights] or ["        pass"]
+        lines += [f"        self.{attr} = {attr}" for _, attr in weights]
+        lines += [f"        self.{p} = _prepared({attr})  # the float32 forward computes in" for attr, p in prepared]
         lines += [
+            "        self._stored: dict[str, np.ndarray] = {}  # each weight as the checkpoint stores it",
+            "        self._source: object = None  # the checkpoint's buffer (a memory map), kept while viewed",
             "",
             "    @classmethod",
-            '    def load(cls, data: bytes) -> "Weights":',
-            '        """Read a safetensors checkpoint from its bytes; LoadError names what disagrees."""',
-            "        tensors = _read_safetensors(data)",
-            "        return cls(",
-            "            *(_take_weight(tensors, name, dtype, axes) for name, _, dtype, axes in cls._SPECS)",
-            "        )",
+            '    def load(cls, data: object) -> "Weights":',
+            '        """Read a checkpoint: the bytes (or memoryview) of one safetensors or GGUF file, or a mapping',
+            "        of shard name -> bytes.  Every tensor is checked against the graph before any is used;",
+            '        LoadError names the tensor and the axis that disagree."""',
+            "        return cls._from(data, _read_checkpoint(data))",
+            "",
+            "    @classmethod",
+            '    def load_file(cls, path: object) -> "Weights":',
+            '        """Memory-map a checkpoint file read-only and load it: a path, a list of shard paths, or a',
+            '        Hugging Face `*.index.json` naming its shards.  The weights view the map, kept open with them."""',
+            "        data = _mapped(path)",
+            "        tensors = _read_checkpoint(data)",
+            "        _check_index(path, tensors)",
+            "        return cls._from(data, tensors)",
+            "",
+            "    @classmethod",
+            '    def _from(cls, data: object, tensors: dict) -> "Weights":',
+            "        values, stored = _load_weights(tensors, cls._SPECS, cls._CHECKPOINT_NAMES, cls._carried())",
+            "        weights = cls(*values)",
+            "        weights._stored, weights._source = stored, data",
+            "        return weights",
+            "",
+            "    def stored(self, name: str) -> np.ndarray:",
+            '        """Weight `name` (its ONNX name) as the checkpoint stores it: a half stays half."""',
+            "        return self._stored[name]",
+            "",
+            "    @classmethod",
+            "    def _carried(cls) -> dict[str, np.ndarray]:",
+            '        """The weights the module carries, as read-only views of `_WEIGHT_BYTES`."""',
+            "        return {",
+            "            name: np.frombuffer(_WEIGHT_BYTES, dtype=dtype, count=count, offset=offset).reshape(shape)",
+            "            for name, offset, dtype, count, shape in cls._EMBEDDED",
+            "        }",
         ]
-        if data_names is not None:
+        if all_carried:
             lines += [
                 "",
                 "    @classmethod",
                 '    def embedded(cls) -> "Weights":',
                 '        """The weights the graph carries, embedded in this module."""',
-                f"        return cls({', '.join(data_names)})",
+                "        carried = cls._carried()",
+                "        return cls(*(carried[name] for name, *_ in cls._SPECS))",
             ]
         return "\n".join(lines) + "\n"
 
@@ -862,6 +980,48 @@ def _to_numpy(attr: Attribute, what: str) -> np.ndarray:
     if to_numpy is None:
         raise LoamError(f"{what} carries {attr}, not a #graph.data value")
     return np.asarray(to_numpy())
+
+
+def _widened_only(expr: Expr) -> set[int]:
+    """The operands `expr` reads only through a cast to f32: given in f32 already, they need no cast."""
+    readers: dict[int, list[object]] = {}
+    for step in expr.steps:
+        for field_name in ("arg", "lhs", "rhs", "cond", "a", "b"):
+            source = getattr(step, field_name, None)
+            if isinstance(source, int) and not isinstance(step, Operand):
+                readers.setdefault(source, []).append(step)
+    found: set[int] = set()
+    refused: set[int] = set()
+    last = len(expr.steps) - 1
+    for i, step in enumerate(expr.steps):
+        if not isinstance(step, Operand):
+            continue
+        uses = readers.get(i, [])
+        if i != last and uses and all(isinstance(u, Convert) and u.elem == "f32" for u in uses):
+            found.add(step.index)
+        else:
+            refused.add(step.index)
+    return found - refused
+
+
+def _embedded_bytes(carried: Sequence[tuple[WeightOp, str]]) -> tuple[bytes, list[str]]:
+    """The carried weights' bytes as one literal, and their `_EMBEDDED` rows (offsets aligned)."""
+    blob = bytearray()
+    rows: list[str] = []
+    for op, _ in carried:
+        assert op.data is not None
+        arr = _to_numpy(op.data, f"weight {op.weight_name.data!r}")
+        if arr.dtype.type.__module__ != "numpy":  # ml_dtypes.bfloat16: its bits, little-endian
+            data = np.ascontiguousarray(arr).view(np.uint16).astype("<u2").tobytes()
+            dtype = f"ml_dtypes.{arr.dtype.name}"
+        else:
+            little = arr.dtype.newbyteorder("<") if arr.dtype.byteorder not in ("|", "=") else arr.dtype
+            data = np.ascontiguousarray(arr, dtype=little).tobytes()
+            dtype = repr(little.str)
+        blob += bytes(-len(blob) % _EMBED_ALIGN)
+        rows.append(f"({op.weight_name.data!r}, {len(blob)}, {dtype}, {arr.size}, {tuple(arr.shape)!r})")
+        blob += data
+    return bytes(blob), rows
 
 
 def _array_literal(arr: np.ndarray) -> str:

@@ -9,8 +9,16 @@ Pieces:
 
 - `ShapeError`, `LoadError`: the module's own errors (it cannot import Loam's).
 - `_parse_json`: a strict JSON reader (the safetensors header), since `json` is not numpy.
-- `_read_safetensors`: header length, header JSON, dtypes and offsets, refusing malformed bytes.
-- `_take_weight`: one checkpoint tensor checked against the graph (name, dtype, rank, extents).
+- `_read_safetensors`, `_read_gguf` (over `numpy_gguf._gguf_read`), `_read_checkpoint` (one file or
+  a mapping of shard name -> bytes): every tensor's encoding, shape and raw bytes, refusing malformed
+  headers, byte ranges that overlap, leave holes or pass the end (naming the first tensor cut off).
+- `_mapped`, `_check_index`: `Weights.load_file`'s read-only memory map (numpy.memmap), of one file,
+  a list of shards or a Hugging Face `*.index.json` and the shards it names.
+- `_supplies`, `_check_weight`: one checkpoint tensor checked against the graph (dtype convertible
+  without loss, rank, extents by axis, byte length), before any tensor is decoded.
+- `_decoded`, `_load_weights`: the checked tensors as arrays of the graph's dtypes: zero-copy views of
+  the checkpoint where the dtype and alignment allow, else converted once (dequantized with
+  `numpy_dequant`'s pieces); `_prepared`: a half weight's float32 form, made once by `Weights`.
 - `_check_input`: one `forward` input checked (ndarray, dtype, rank, extents, symbol binding).
 - `_read_back`, `_check_spelled`: a symbol read back from a spelled input axis (`past + 1`), and a
   spelled axis checked once every symbol is bound.
@@ -27,7 +35,9 @@ from collections.abc import Iterable
 import numpy as np
 
 from loam import dtypes
-from loam.backends import numpy_kernels
+from loam.backends import numpy_dequant, numpy_gguf, numpy_kernels
+from loam.backends.numpy_dequant import _bf16_to_f32, _dequantized
+from loam.backends.numpy_gguf import _gguf_read, _graph_name
 
 
 class ShapeError(ValueError):
@@ -35,7 +45,7 @@ class ShapeError(ValueError):
 
 
 class LoadError(ValueError):
-    """`Weights.load` was given bytes that are not a safetensors checkpoint matching the graph."""
+    """`Weights.load` was given a checkpoint (safetensors or GGUF) that is malformed or disagrees with the graph."""
 
 
 def _parse_json(text: str) -> object:
@@ -175,52 +185,165 @@ def _parse_json(text: str) -> object:
     return result
 
 
-def _read_safetensors(data: bytes) -> dict[str, tuple[str, tuple[int, ...], memoryview]]:
+def _bytes_of(data: object, what: str) -> memoryview:
+    """`data` (bytes, bytearray, memoryview, a numpy uint8 array such as a memmap) as flat bytes."""
+    if not isinstance(data, (bytes, bytearray, memoryview, np.ndarray)):
+        raise LoadError(
+            f"a {what} is bytes, got {type(data).__name__} (a memoryview, a numpy uint8 array or, for a "
+            "sharded checkpoint, a mapping of shard name -> bytes also serve)"
+        )
+    try:
+        return memoryview(data).cast("B")
+    except (TypeError, ValueError) as e:
+        raise LoadError(f"{what} is not one contiguous run of bytes: {e}") from None
+
+
+def _read_safetensors(data: object, where: str = "checkpoint") -> dict[str, tuple[str, tuple[int, ...], memoryview]]:
     """The tensors of a safetensors checkpoint: name -> (dtype name, shape, raw little-endian bytes).
 
     The layout is an 8-byte little-endian header length, that many bytes of JSON mapping each
     tensor name to its dtype, shape and `data_offsets` (begin, end) into the payload that follows.
     Anything else is refused with a LoadError: nothing past the header is trusted until checked.
+    No two byte ranges may overlap; a payload cut short names the first tensor, in payload order,
+    it cannot hold.  Each range's length is checked against its shape (`_check_weight`) for the
+    tensors the graph reads.
     """
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise LoadError(f"a checkpoint is bytes, got {type(data).__name__}")
-    view = memoryview(data).cast("B")
+    view = _bytes_of(data, where)
     if len(view) < 8:
-        raise LoadError(f"checkpoint is {len(view)} bytes long, too short for its 8-byte header length")
+        raise LoadError(f"{where} is {len(view)} bytes long, too short for its 8-byte header length")
     header_len = int.from_bytes(view[:8], "little")
     if header_len > len(view) - 8:
         raise LoadError(
-            f"checkpoint header length {header_len} runs past the end of the data ({len(view) - 8} bytes follow)"
+            f"{where} header length {header_len} runs past the end of the data ({len(view) - 8} bytes follow)"
         )
     try:
         header = _parse_json(bytes(view[8 : 8 + header_len]).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
-        raise LoadError(f"checkpoint header is not valid JSON: {e}") from None
+        raise LoadError(f"{where} header is not valid JSON: {e}") from None
     if not isinstance(header, dict):
-        raise LoadError("checkpoint header is not a JSON object")
+        raise LoadError(f"{where} header is not a JSON object")
     payload = view[8 + header_len :]
+    ranges: list[tuple[int, int, str]] = []
     tensors: dict[str, tuple[str, tuple[int, ...], memoryview]] = {}
     for name, entry in header.items():
         if name == "__metadata__":
             continue
         if not isinstance(entry, dict):
-            raise LoadError(f"tensor '{name}': header entry is not an object")
+            raise LoadError(f"{where}: tensor '{name}': header entry is not an object")
         dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
         if dtype not in _SAFETENSORS_DTYPES:
-            raise LoadError(f"tensor '{name}' has unknown dtype {dtype!r}")
+            raise LoadError(f"{where}: tensor '{name}' has unknown dtype {dtype!r}")
         if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
-            raise LoadError(f"tensor '{name}': shape {shape!r} is not a list of extents")
-        if (
-            not isinstance(offsets, list)
-            or len(offsets) != 2
-            or not all(type(o) is int for o in offsets)
-            or not 0 <= offsets[0] <= offsets[1] <= len(payload)
-        ):
-            raise LoadError(
-                f"tensor '{name}': data_offsets {offsets!r} lie outside the payload of {len(payload)} bytes"
-            )
+            raise LoadError(f"{where}: tensor '{name}': shape {shape!r} is not a list of extents")
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int for o in offsets):
+            raise LoadError(f"{where}: tensor '{name}': data_offsets {offsets!r} are not two integers")
+        if not 0 <= offsets[0] <= offsets[1]:
+            raise LoadError(f"{where}: tensor '{name}': data_offsets {offsets!r} are not an ordered byte range")
+        ranges.append((offsets[0], offsets[1], name))
         tensors[name] = (dtype, tuple(shape), payload[offsets[0] : offsets[1]])
+    position, before = 0, ""
+    for begin, end, name in sorted(ranges):
+        if begin < position and end > begin:  # an empty tensor overlaps nothing
+            raise LoadError(f"{where}: tensor '{name}' overlaps tensor '{before}' (bytes {begin}..{position})")
+        if end > len(payload):
+            raise LoadError(
+                f"{where}: tensor '{name}': data_offsets [{begin}, {end}] lie outside the payload of "
+                f"{len(payload)} bytes (the checkpoint is cut short, or its header is wrong)"
+            )
+        position, before = max(position, end), name
     return tensors
+
+
+def _read_gguf(data: object, where: str = "checkpoint") -> dict[str, tuple[str, tuple[int, ...], memoryview]]:
+    """The tensors of a GGUF checkpoint: name -> (ggml type name, numpy shape, raw bytes).
+
+    The header is parsed by `_gguf_read`; a data section cut short names the first tensor, in file
+    order, whose bytes it does not hold.
+    """
+    view = _bytes_of(data, where)
+    try:
+        _, infos = _gguf_read(view)
+    except ValueError as e:
+        raise LoadError(f"{where} is not a GGUF file Loam reads: {e}") from None
+    tensors: dict[str, tuple[str, tuple[int, ...], memoryview]] = {}
+    for name, (encoding, shape, start, nbytes) in sorted(infos.items(), key=lambda item: item[1][2]):
+        if start + nbytes > len(view):
+            raise LoadError(
+                f"{where}: tensor '{name}' needs bytes {start}..{start + nbytes} of the file, which ends "
+                f"after {len(view)} (the checkpoint is cut short)"
+            )
+        tensors[name] = (encoding, shape, view[start : start + nbytes])
+    return tensors
+
+
+def _read_checkpoint(data: object) -> dict[str, tuple[str, tuple[int, ...], memoryview, str]]:
+    """Every tensor of a checkpoint: name -> (encoding, shape, raw bytes, shard name or "").
+
+    `data` is one file's bytes (safetensors, or GGUF by its magic), or a mapping of shard name ->
+    bytes; a tensor in two shards is refused naming both.
+    """
+    shards = dict(data.items()) if hasattr(data, "items") and not isinstance(data, np.ndarray) else {"": data}
+    if not shards:
+        raise LoadError("a sharded checkpoint needs at least one shard")
+    found: dict[str, tuple[str, tuple[int, ...], memoryview, str]] = {}
+    for shard, blob in shards.items():
+        where = f"checkpoint shard '{shard}'" if shard else "checkpoint"
+        view = _bytes_of(blob, where)
+        read = _read_gguf if bytes(view[:4]) == b"GGUF" else _read_safetensors
+        for name, (encoding, shape, raw) in read(view, where).items():
+            if name in found:
+                raise LoadError(f"tensor '{name}' is in two checkpoint shards: '{found[name][3]}' and '{shard}'")
+            found[name] = (encoding, shape, raw, str(shard))
+    return found
+
+
+def _mapped(path: object) -> object:
+    """A checkpoint file memory-mapped read-only; several paths (a list) or a Hugging Face
+    `*.index.json` map to a dict of shard name -> mapping, for `_read_checkpoint`."""
+
+    def one(p: object) -> np.ndarray:
+        try:
+            return np.memmap(p, dtype=np.uint8, mode="r")
+        except (OSError, ValueError) as e:
+            raise LoadError(f"checkpoint {str(p)!r}: cannot map the file: {e}") from None
+
+    if isinstance(path, (list, tuple)):
+        return {str(p): one(p) for p in path}
+    text = str(path)
+    if not text.endswith(".json"):
+        return one(path)
+    try:
+        with open(text, encoding="utf-8") as f:
+            index = _parse_json(f.read())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise LoadError(f"checkpoint index {text!r}: cannot read it: {e}") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise LoadError(f"checkpoint index {text!r}: no 'weight_map' of tensor name -> shard file")
+    folder = text.rpartition("/")[0] or "."
+    shards: dict[str, object] = {}
+    for name, shard in weight_map.items():
+        if shard.startswith("/") or ".." in shard.replace("\\", "/").split("/"):
+            raise LoadError(f"checkpoint index {text!r}: tensor '{name}' names shard {shard!r}, outside its folder")
+        if shard not in shards:
+            shards[shard] = one(f"{folder}/{shard}")
+    return shards
+
+
+def _check_index(path: object, tensors: dict[str, tuple[str, tuple[int, ...], memoryview, str]]) -> None:
+    """Each tensor a Hugging Face index places is in the shard the index names."""
+    text = str(path)
+    if not text.endswith(".json"):
+        return
+    with open(text, encoding="utf-8") as f:
+        index = _parse_json(f.read())
+    assert isinstance(index, dict)
+    for name, shard in index["weight_map"].items():
+        got = tensors.get(name)
+        if got is None:
+            raise LoadError(f"checkpoint index {text!r} places tensor '{name}' in shard '{shard}', which lacks it")
+        if got[3] != shard:
+            raise LoadError(f"checkpoint index {text!r} places tensor '{name}' in shard '{shard}'; it is in '{got[3]}'")
 
 
 def _convertible(source: np.dtype, target: np.dtype) -> bool:
@@ -229,46 +352,140 @@ def _convertible(source: np.dtype, target: np.dtype) -> bool:
     return kinds.get(source.kind) == kinds.get(target.kind) and bool(np.can_cast(source, target, "safe"))
 
 
-def _take_weight(
-    tensors: dict[str, tuple[str, tuple[int, ...], memoryview]],
+def _supplies(encoding: str, target: np.dtype) -> bool | None:
+    """Whether a checkpoint tensor stored as `encoding` supplies graph dtype `target` without loss;
+    None where this module cannot decode `encoding` at all."""
+    if encoding in ("Q8_0", "Q4_0", "Q4_1"):  # dequantized in float32, as ggml does
+        return target.name in ("float32", "float64")
+    if encoding == "BF16":  # widened from its bits, or viewed as bfloat16 where the graph reads that
+        return target.name in ("bfloat16", "float32", "float64")
+    source = _SAFETENSORS_DTYPES.get(encoding)
+    if source is None:
+        return None
+    return _convertible(np.dtype(source), target)
+
+
+def _check_weight(
+    entry: tuple[str, tuple[int, ...], memoryview, str] | None,
     name: str,
-    dtype: str,
+    dtype: object,
     axes: tuple[tuple[str, int | None], ...],
-) -> np.ndarray:
-    """Checkpoint tensor `name` as an array of `dtype`, checked against the graph's `axes`.
+) -> None:
+    """Refuse checkpoint tensor `entry` for graph weight `name` unless its encoding converts to
+    `dtype` without loss, its extents are the graph's `axes` and its bytes are as many as they need.
 
     `axes` holds (axis name, extent) per axis, None where the graph leaves the extent open.  A
     dtype converts only without loss and within its kind (F16 to f32, I32 to i64): an integer
     tensor given for a float weight, or a wider float for a narrower one, is refused.
     """
-    entry = tensors.get(name)
     if entry is None:
         raise LoadError(f"tensor '{name}' is missing from the checkpoint")
-    st_dtype, shape, raw = entry
-    source_name = _SAFETENSORS_DTYPES[st_dtype]
+    encoding, shape, raw, shard = entry
+    where = f"the checkpoint shard '{shard}'" if shard else "the checkpoint"
     target = np.dtype(dtype)
-    if source_name is None:
-        raise LoadError(f"tensor '{name}' is {st_dtype} in the checkpoint, which this module cannot read")
-    source = np.dtype(source_name).newbyteorder("<")
-    if not _convertible(source, target):
+    supplies = _supplies(encoding, target)
+    if supplies is None:
+        raise LoadError(f"tensor '{name}' is {encoding} in {where}, which this module cannot read")
+    if not supplies:
         raise LoadError(
-            f"tensor '{name}' is {st_dtype} in the checkpoint; the graph reads {target.name}, "
-            f"which {st_dtype} does not convert to without loss"
+            f"tensor '{name}' is {encoding} in {where}; the graph reads {target.name}, "
+            f"which {encoding} does not convert to without loss"
         )
     if len(shape) != len(axes):
-        raise LoadError(f"tensor '{name}' has rank {len(axes)} in the graph, {len(shape)} in the checkpoint")
+        raise LoadError(f"tensor '{name}' has rank {len(axes)} in the graph, {len(shape)} in {where}")
     for i, ((axis, extent), got) in enumerate(zip(axes, shape, strict=True)):
         if extent is not None and extent != got:
-            raise LoadError(f"tensor '{name}' axis {i} ({axis}) is {extent} in the graph, {got} in the checkpoint")
+            raise LoadError(f"tensor '{name}' axis {i} ({axis}) is {extent} in the graph, {got} in {where}")
     count = 1
     for extent in shape:
         count *= extent
-    if len(raw) != count * source.itemsize:
-        raise LoadError(
-            f"tensor '{name}' holds {len(raw)} bytes; shape {list(shape)} of {st_dtype} needs {count * source.itemsize}"
-        )
-    # astype copies into native order and owned memory, so the checkpoint bytes can be dropped.
-    return np.frombuffer(raw, dtype=source).reshape(shape).astype(target)
+    blocks = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20)}
+    if encoding in blocks:
+        per, size = blocks[encoding]
+        if count % per:
+            raise LoadError(f"tensor '{name}' has {count} elements, not whole {encoding} blocks of {per}")
+        need = count // per * size
+    else:
+        source = _SAFETENSORS_DTYPES.get(encoding)
+        need = count * (2 if source is None else np.dtype(source).itemsize)
+    if len(raw) != need:
+        raise LoadError(f"tensor '{name}' holds {len(raw)} bytes; shape {list(shape)} of {encoding} needs {need}")
+
+
+def _decoded(entry: tuple[str, tuple[int, ...], memoryview, str], dtype: object) -> tuple[np.ndarray, np.ndarray]:
+    """A checked checkpoint tensor as (the array it stores, the array of graph dtype `dtype`).
+
+    Both are zero-copy views of the checkpoint's bytes where the stored dtype is the graph's and
+    the bytes are aligned for it (read-only: the checkpoint is shared); otherwise the graph's array
+    is converted once, here.  A quantized tensor's stored array is its raw bytes.
+    """
+    encoding, shape, raw, _ = entry
+    target = np.dtype(dtype)
+    count = 1
+    for extent in shape:
+        count *= extent
+    if count == 0:
+        return np.zeros(shape, target), np.zeros(shape, target)
+    if encoding in ("Q8_0", "Q4_0", "Q4_1"):
+        stored = np.frombuffer(raw, dtype=np.uint8)
+        value = _dequantized(encoding, raw, count).reshape(shape)
+    elif encoding == "BF16":
+        stored = np.frombuffer(raw, dtype="<u2").reshape(shape)
+        if target.name == "bfloat16":
+            stored = stored.view(target)
+            value = stored
+        else:
+            value = _bf16_to_f32(raw).reshape(shape)
+    else:
+        stored = np.frombuffer(raw, dtype=np.dtype(_SAFETENSORS_DTYPES[encoding]).newbyteorder("<")).reshape(shape)
+        value = stored
+    if value.dtype != target or not value.flags.aligned:
+        value = value.astype(target)  # converted once, into native order and memory of its own
+    for array in (stored, value):
+        if array.base is not None and array.flags.writeable:
+            array.flags.writeable = False  # a view of the caller's buffer: forward never writes it
+    return stored, value
+
+
+def _load_weights(
+    tensors: dict[str, tuple[str, tuple[int, ...], memoryview, str]],
+    specs: tuple[tuple[str, str, object, tuple[tuple[str, int | None], ...]], ...],
+    rules: tuple[tuple[str, str], ...],
+    carried: dict[str, np.ndarray],
+) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+    """Every weight `specs` lists, checked (all of them, before any is decoded) and decoded.
+
+    `rules` rename checkpoint tensors to graph names (`[checkpoint_names]`; empty: the names are
+    the graph's); `carried` holds the weights the graph carries itself, taken from the module
+    where the checkpoint lacks them.  Returns the graph's arrays in `specs` order and each tensor
+    as the checkpoint stores it, by graph name.
+    """
+    if rules:
+        renamed: dict[str, tuple[str, tuple[int, ...], memoryview, str]] = {}
+        origin: dict[str, str] = {}
+        for key, entry in tensors.items():
+            name = _graph_name(key, rules)
+            if name in renamed:
+                raise LoadError(f"checkpoint tensors '{origin[name]}' and '{key}' both map to graph tensor '{name}'")
+            renamed[name], origin[name] = entry, key
+        tensors = renamed
+    for name, _, dtype, axes in specs:
+        if name not in carried or name in tensors:
+            _check_weight(tensors.get(name), name, dtype, axes)
+    values: list[np.ndarray] = []
+    stored: dict[str, np.ndarray] = {}
+    for name, _, dtype, _ in specs:
+        if name in tensors:
+            stored[name], value = _decoded(tensors[name], dtype)
+        else:
+            value = carried[name]
+        values.append(value)
+    return values, stored
+
+
+def _prepared(weight: np.ndarray) -> np.ndarray:
+    """A half weight (f16, bf16) in the float32 forward computes it in, converted once by `Weights`."""
+    return np.asarray(weight).astype(np.float32)
 
 
 def _check_input(
@@ -438,9 +655,18 @@ PIECES: dict[str, object] = {
     "ShapeError": ShapeError,
     "LoadError": LoadError,
     "_parse_json": _parse_json,
+    "_bytes_of": _bytes_of,
     "_read_safetensors": _read_safetensors,
+    "_read_gguf": _read_gguf,
+    "_read_checkpoint": _read_checkpoint,
+    "_mapped": _mapped,
+    "_check_index": _check_index,
     "_convertible": _convertible,
-    "_take_weight": _take_weight,
+    "_supplies": _supplies,
+    "_check_weight": _check_weight,
+    "_decoded": _decoded,
+    "_load_weights": _load_weights,
+    "_prepared": _prepared,
     "_check_input": _check_input,
     "_gives": _gives,
     "_read_back": _read_back,
@@ -450,11 +676,21 @@ PIECES: dict[str, object] = {
 }
 """Every piece that may be copied, in the order the module declares them."""
 
+PIECES.update(numpy_gguf.PIECES)
+PIECES.update(numpy_dequant.PIECES)
 PIECES.update(numpy_kernels.PIECES)
 
 DEPENDS: dict[str, tuple[str, ...]] = {
-    "_read_safetensors": ("LoadError", "_parse_json", "_SAFETENSORS_DTYPES"),
-    "_take_weight": ("LoadError", "_SAFETENSORS_DTYPES", "_convertible"),
+    "_bytes_of": ("LoadError",),
+    "_read_safetensors": ("LoadError", "_bytes_of", "_parse_json", "_SAFETENSORS_DTYPES"),
+    "_read_gguf": ("LoadError", "_bytes_of", "_gguf_read"),
+    "_read_checkpoint": ("LoadError", "_bytes_of", "_read_gguf", "_read_safetensors"),
+    "_mapped": ("LoadError", "_parse_json"),
+    "_check_index": ("LoadError", "_parse_json"),
+    "_supplies": ("_SAFETENSORS_DTYPES", "_convertible"),
+    "_check_weight": ("LoadError", "_SAFETENSORS_DTYPES", "_supplies"),
+    "_decoded": ("_SAFETENSORS_DTYPES", "_dequantized", "_bf16_to_f32"),
+    "_load_weights": ("LoadError", "_graph_name", "_check_weight", "_decoded"),
     "_check_input": ("ShapeError",),
     "_gives": (),
     "_read_back": ("ShapeError",),
@@ -464,7 +700,14 @@ DEPENDS: dict[str, tuple[str, ...]] = {
 }
 """The other pieces (and `_SAFETENSORS_DTYPES`, a generated table) each piece reads."""
 
+DEPENDS.update(numpy_gguf.DEPENDS)
+DEPENDS.update(numpy_dequant.DEPENDS)
 DEPENDS.update(numpy_kernels.DEPENDS)
+
+# Library kernels that read these operands (by position) only through `_widened`: where such an
+# operand is a half weight, forward passes the float32 form `Weights` prepared once instead, which
+# the kernel computes with unchanged (tests/backends/test_halves.py holds each entry to that).
+WIDENED_OPERANDS: dict[str, tuple[int, ...]] = {"_k_normalize": (1, 2), "_k_conv": (1, 2)}
 
 
 def pieces_for(names: Iterable[str]) -> list[str]:

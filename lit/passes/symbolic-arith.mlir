@@ -5,7 +5,7 @@
 // to a float stays a node (the run computes it from the symbols).
 // CHECK-LABEL: graph.graph "arith"
 // CHECK:       %half = shape_poly.values "half" [floordiv(N, 2), 2] : !shape_poly.tensor<i64, [2]>
-// CHECK-NEXT:  %q = shape_poly.values "q" [truncdiv(-N, 2), -2] : !shape_poly.tensor<i64, [2]>
+// CHECK-NEXT:  %q = shape_poly.values "q" [-floordiv(N, 2), -2] : !shape_poly.tensor<i64, [2]>
 // CHECK-NEXT:  %big = shape_poly.values "big" [max(M, N), 4] : !shape_poly.tensor<i64, [2]>
 // CHECK-NEXT:  %n32 = shape_poly.values "n32" [max(M, N), 4] : !shape_poly.tensor<i32, [2]>
 // CHECK-NEXT:  %p32 = shape_poly.values "p32" [wrap32(M*N), 16] : !shape_poly.tensor<i32, [2]>

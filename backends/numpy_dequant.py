@@ -1,0 +1,59 @@
+"""Decoding a checkpoint tensor's stored bytes into numbers: ggml's block quantizations and bfloat16.
+
+`Weights.load` in a generated module reads a GGUF checkpoint whose tensors may be stored quantized;
+these pieces turn such a tensor's raw bytes into float32 once, when `Weights` is built (never per
+call to `forward`).  Like `numpy_runtime`, each piece is a self-contained top-level function whose
+source is copied into the module, reading only numpy, the builtins and the pieces in `DEPENDS`; each
+is vectorised over whole blocks, with no loop per element.
+
+The block formats, as ggml defines them (`ggml-quants.c`), 32 elements per block, little-endian:
+
+- `Q8_0`: f16 scale `d`, then 32 int8 `q`; element j is `d * q[j]`.
+- `Q4_0`: f16 `d`, then 16 bytes of nibbles; element j < 16 is the low nibble of byte j, element
+  16 + j its high nibble, each read as `d * (nibble - 8)`.
+- `Q4_1`: f16 `d`, f16 minimum `m`, then 16 bytes of nibbles as in Q4_0, each read as `d * nibble + m`.
+
+ggml computes each in float32 (the f16 scales widened first), and so do these pieces.
+`_bf16_to_f32` widens bfloat16 bits without ml_dtypes: a bfloat16 is the top half of a float32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _dequantized(encoding: str, raw: object, count: int) -> np.ndarray:
+    """The `count` float32 elements of a ggml-quantized tensor (`Q8_0`, `Q4_0`, `Q4_1`) stored in `raw`.
+
+    The caller has checked that `raw` holds exactly `count / 32` whole blocks.
+    """
+    if encoding == "Q8_0":
+        blocks = np.frombuffer(raw, dtype=np.dtype([("d", "<f2"), ("q", "i1", (32,))]))
+        values = blocks["d"].astype(np.float32)[:, None] * blocks["q"].astype(np.float32)
+    elif encoding in ("Q4_0", "Q4_1"):
+        fields = [("d", "<f2"), ("m", "<f2")] if encoding == "Q4_1" else [("d", "<f2")]
+        blocks = np.frombuffer(raw, dtype=np.dtype([*fields, ("qs", "u1", (16,))]))
+        qs = blocks["qs"]
+        # Elements 0..15 are the low nibbles of the 16 bytes, 16..31 the high ones.
+        nibbles = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float32)
+        d = blocks["d"].astype(np.float32)[:, None]
+        if encoding == "Q4_0":
+            values = d * (nibbles - np.float32(8))
+        else:
+            values = d * nibbles + blocks["m"].astype(np.float32)[:, None]
+    else:
+        raise ValueError(f"no dequantization for {encoding}")
+    return values.reshape(-1)[:count]
+
+
+def _bf16_to_f32(raw: object) -> np.ndarray:
+    """bfloat16 values stored in `raw` (little-endian), widened exactly to float32."""
+    bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << np.uint32(16)
+    return bits.view(np.float32)
+
+
+# Elements per block and bytes per block of the encodings `_dequantized` reads.
+QUANT_BLOCKS: dict[str, tuple[int, int]] = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20)}
+
+PIECES: dict[str, object] = {"_dequantized": _dequantized, "_bf16_to_f32": _bf16_to_f32}
+DEPENDS: dict[str, tuple[str, ...]] = {"_dequantized": (), "_bf16_to_f32": ()}
