@@ -5,13 +5,14 @@
 
 The IR keeps everything the exporter needs to write the model back (`loam.frontends.onnx_export`).
 Nothing is interpreted here: no shape inference, no opset conversion, and external data is never
-read (only its location is checked).  Every refusal is a `ModelError` or `UnsupportedError` that
-names the file and the node, tensor or value.
+read (only its location is checked: it must resolve inside the model's folder, symlinks followed, so
+a graph cannot point the build or `loam split` at a file elsewhere).  Every refusal is a `ModelError`
+or `UnsupportedError` that names the file and the node, tensor or value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import onnx
@@ -55,7 +56,7 @@ from loam.dialects.graph import (
 from loam.dtypes import ElementType, by_onnx
 from loam.errors import ModelError, UnsupportedError
 
-__all__ = ["import_model", "read_model"]
+__all__ = ["check_external_data_sources", "external_data_path", "import_model", "read_model"]
 
 
 def read_model(path: str | Path) -> ModuleOp:
@@ -64,7 +65,7 @@ def read_model(path: str | Path) -> ModuleOp:
     if path.suffix == ".onnxtext":
         from loam.frontends.onnx_text import read_onnx_text  # another reader; imported only when used
 
-        return import_model(read_onnx_text(path), source=str(path))
+        return import_model(read_onnx_text(path), source=str(path), folder=path.parent)
     if path.suffix != ".onnx":
         raise ModelError(f"{path}: expected a .onnx or .onnxtext file")
     try:
@@ -74,18 +75,75 @@ def read_model(path: str | Path) -> ModuleOp:
         raise ModelError(f"{path}: not a readable ONNX protobuf ({err})") from None
     except OSError as err:
         raise ModelError(f"{path}: cannot read the file ({err.strerror or err})") from None
-    return import_model(model, source=str(path))
+    return import_model(model, source=str(path), folder=path.parent)
 
 
-def import_model(model: ModelProto, source: str = "<model>") -> ModuleOp:
-    """The graph-dialect module of `model`; `source` names the file in error messages."""
-    return ModuleOp([_Importer(model, source).model_op()])
+def import_model(model: ModelProto, source: str = "<model>", *, folder: Path | None = None) -> ModuleOp:
+    """The graph-dialect module of `model`; `source` names the file in error messages.
+
+    `folder` is the model file's folder: external data locations must resolve inside it (symlinks
+    followed).  Without it (an in-memory model) only the location's spelling is checked.
+    """
+    return ModuleOp([_Importer(model, source, folder).model_op()])
+
+
+def external_data_path(folder: Path | None, location: str) -> tuple[Path | None, str | None]:
+    """Where external data at `location` lives: (the resolved path, None), or (None, why it is refused).
+
+    Refused: an absolute path or drive, a `..` part (in POSIX or Windows spelling), and, given the
+    model's `folder`, a path whose real location (symlinks resolved) is outside that folder.  Without
+    a folder the path is None when the spelling is fine.
+    """
+    if not location:
+        return None, "external data location is empty"
+    for flavour in (PurePosixPath, PureWindowsPath):
+        spelled = flavour(location)
+        if spelled.is_absolute() or spelled.drive or ".." in spelled.parts:
+            return None, f"external data location '{location}' is outside the model's folder"
+    if folder is None:
+        return None, None
+    base = folder.resolve()
+    real = (base / location).resolve()
+    if not real.is_relative_to(base):
+        return None, f"external data location '{location}' resolves to '{real}', outside the model's folder"
+    return real, None
+
+
+def check_external_data_sources(ir: ModuleOp, model: str | Path | None, supplied: Mapping[str, Path | str]) -> None:
+    """Refuse an initializer that names its own data file while a checkpoint also supplies it.
+
+    The two would say different things about where one tensor's bytes are.  "Its own data file" is
+    ONNX external data proper: raw bytes beside the model (`model.onnx.data`, `weights.bin`), as
+    `onnx.save_model(..., save_as_external_data=True)` writes them.  A location inside a
+    `.safetensors` file is a checkpoint reference (what `loam split` writes, and the shipped
+    examples); the checkpoints the invocation names supply those tensors (a sharded or GGUF copy of
+    the same weights included), so it is accepted.  `supplied` maps each tensor a checkpoint holds
+    to that checkpoint's path; `model` is the model file (None for an in-memory model).
+    """
+    from loam.dialects.graph import InitializerOp
+
+    for op in ir.walk():
+        if not isinstance(op, InitializerOp) or op.value is None or not op.value.is_external:
+            continue
+        name = op.onnx_name.data
+        checkpoint = supplied.get(name)
+        if checkpoint is None:
+            continue
+        location = dict(op.value.external_entries).get("location", "")
+        if PurePosixPath(location.replace("\\", "/")).suffix.lower() == ".safetensors":
+            continue
+        where = f"{model}: " if model is not None else ""
+        raise ModelError(
+            f"{where}initializer '{name}' names its own data file '{location}', but checkpoint {checkpoint} "
+            "also supplies it; drop one of them (`loam split` writes a graph whose weights are the checkpoint's)"
+        )
 
 
 class _Importer:
-    def __init__(self, model: ModelProto, source: str) -> None:
+    def __init__(self, model: ModelProto, source: str, folder: Path | None = None) -> None:
         self.model = model
         self.source = source
+        self.folder = folder
         self.opsets: dict[str, int] = {}
         for entry in model.opset_import:
             self.opsets["" if entry.domain == "ai.onnx" else entry.domain] = entry.version
@@ -320,11 +378,10 @@ class _Importer:
         )
 
     def check_location(self, location: str, where: str) -> None:
-        """External data must stay inside the model's folder: no absolute path, no `..`."""
-        for flavour in (PurePosixPath, PureWindowsPath):
-            path = flavour(location)
-            if path.is_absolute() or path.drive or ".." in path.parts:
-                raise self.fail(f"{where}: external data location '{location}' is outside the model's folder")
+        """External data must stay inside the model's folder: no absolute path, no `..`, no symlink out."""
+        _, refusal = external_data_path(self.folder, location)
+        if refusal is not None:
+            raise self.fail(f"{where}: {refusal}")
 
     def type(self, tp: TypeProto, where: str) -> Attribute:
         which = tp.WhichOneof("value")

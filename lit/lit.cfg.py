@@ -25,6 +25,8 @@ config.environment["PATH"] = os.pathsep.join([bin_dir, inherited_path])
 # Stable help text (argparse wraps at $COLUMNS) and no bytecode written into the source tree.
 config.environment["PYTHONDONTWRITEBYTECODE"] = "1"
 config.environment["COLUMNS"] = "100"
+# `loam build` caches by default: lit runs keep theirs beside the test outputs, never in the home.
+config.environment["LOAM_CACHE_DIR"] = os.path.join(config.test_source_root, "tools", "Output", "loam-cache")
 
 # Substitutions apply in order, the longer names first.
 config.substitutions.append(("%loam_root", root))

@@ -18,15 +18,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import onnx
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 from xdsl.printer import Printer
 
 from loam.checkpoint import HeaderEntry, read_headers
 from loam.context import make_context, parse_ir
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.errors import CheckpointError, ModelError, OptionsError
+from loam.errors import CheckpointError, ModelError
+from loam.frontends.onnx_proto import check_external_data_sources
 from loam.options import Options
+
+CHECKPOINT_NAMES_ATTR = "loam.checkpoint_names"
+"""Module attribute: the `[checkpoint_names]` rules, an array of [pattern, template] string pairs."""
 
 if TYPE_CHECKING:
     from loam.checkpoint import WeightSpec
@@ -85,23 +89,29 @@ def build(
     from loam.passes.apply_options import attach_options
 
     options = options or Options()
+    names = options.checkpoint_names
     if options.architecture is not None:
-        # Refused rather than ignored: a build that silently skipped the table would name no axis.
-        raise OptionsError(
-            f"architecture '{options.architecture}': Loam ships no built-in architecture tables yet; "
-            "name the axes with layout rules"
-        )
+        from loam.architectures import architecture
+
+        names = names + architecture(options.architecture).checkpoint_names
     say = progress or (lambda _msg: None)
     all_checkpoints = [Path(c) for c in (*options.checkpoints, *checkpoints)]
-    for c in all_checkpoints:
-        if not c.is_file():
-            raise CheckpointError(f"checkpoint {c}: no such file")
-
     # Headers are read (and refused when malformed) before the model, so a bad checkpoint fails fast.
-    headers = read_headers(all_checkpoints)
+    headers = read_headers(all_checkpoints, names=names, architecture=options.architecture)
     say(f"reading {model if not isinstance(model, onnx.ModelProto) else 'model'}")
     ir = read_model(model)
+    # An initializer pointing at a raw data file of its own while a checkpoint also supplies it: which
+    # one the graph meant is not for Loam to guess.
+    check_external_data_sources(
+        ir, None if isinstance(model, onnx.ModelProto) else model, {n: p for n, (p, _) in headers.items()}
+    )
     attach_options(ir, options)
+    if names:
+        # The module renames checkpoint tensors at load time by the same rules (options' first, then
+        # the architecture's), read from here by the emitter.
+        ir.attributes[CHECKPOINT_NAMES_ATTR] = ArrayAttr(
+            [ArrayAttr([StringAttr(pattern), StringAttr(template)]) for pattern, template in names]
+        )
     ctx = make_context()
     dump_dir = Path(dump_ir) if dump_ir is not None else None
     if dump_dir is not None:
@@ -169,8 +179,7 @@ def check_checkpoints(
                 f"(first '{specs[0][1].name}'); give the checkpoint that holds them"
             )
         return []
-    where = str(paths[0]) if len(paths) == 1 else f"{len(paths)} files"
-    notes = check_weights(where, {name: entry for name, (_, entry) in found.items()}, [s for _, s in specs])
+    notes = check_weights(paths, found, [s for _, s in specs])
     if inline:
         for op, spec in specs:
             path, entry = found[spec.name]

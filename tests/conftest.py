@@ -3,6 +3,9 @@
 Hypothesis runs without a per-example deadline: the suite shares two cores with xdist workers,
 where a slow example says nothing about the code under test, and a deadline would make it flaky.
 
+Every test gets a build cache of its own (LOAM_CACHE_DIR under its tmp_path): `loam build` caches by
+default, and a test must neither write into the real home nor be served another test's build.
+
 The repository root goes on sys.path so tests can import the conformance harness as
 `tests.conformance.harness` (pytest runs with `--import-mode=importlib`, which adds no test folder),
 the same name `python -m tests.conformance.summary` uses from the root.
@@ -13,6 +16,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 _ROOT = str(Path(__file__).resolve().parents[1])
@@ -21,3 +25,8 @@ if _ROOT not in sys.path:
 
 settings.register_profile("loam", deadline=None, print_blob=True)
 settings.load_profile("loam")
+
+
+@pytest.fixture(autouse=True)
+def _private_build_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOAM_CACHE_DIR", str(tmp_path_factory.mktemp("loam-cache")))

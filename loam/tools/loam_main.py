@@ -3,7 +3,10 @@
 `loam build` turns a model (`.onnx`, `.onnxtext` or graph-dialect `.mlir`) plus a checkpoint and
 options into one self-contained Python module, and prints the build report (fusion decisions)
 on stderr.  The options come from an optional TOML file (`--options`) with the flags applied on
-top (`loam.options.Options.merged`), so a flag and a TOML key always mean the same thing.
+top (`loam.options.Options.merged`), so a flag and a TOML key always mean the same thing.  A build
+is stored in the build cache (`loam.cache`) under a key of the graph, the checkpoint headers and
+the options, so rebuilding after a checkpoint's payload changed costs nothing.  `loam split` turns
+an `.onnx` with its weights into the textual graph + safetensors pair the build reads (`loam.split`).
 
 This module only turns the command line into a call of `loam.pipeline.build`; it checks what it
 can without the graph (flag syntax, that the files exist) so that those mistakes are reported
@@ -81,6 +84,15 @@ Flags override the file: --outputs, --architecture and --inline-weights replace 
 --dims replaces the same name, --layout rules come before the file's rules, and
 --checkpoint replaces the file's checkpoint list.
 
+Checkpoints: a .safetensors file (repeat --checkpoint for shards), a Hugging Face
+model.safetensors.index.json (its weight_map names each tensor's shard), or a .gguf file.
+The build reads only their headers.
+
+Build cache: a build is stored under a key of the graph file's bytes, each checkpoint's
+header, the options and Loam's version, in $LOAM_CACHE_DIR (default ~/.cache/loam).  A
+rebuild whose only change is a checkpoint's payload is a hit ("loam: cache hit (KEY)")
+unless inline_weights is on.  --no-cache neither reads nor writes it; --dump-ir always builds.
+
 Exit status: 0 built, 1 the model/checkpoint/options were refused (one message on stderr),
 2 bad command line, 3 internal error (please report it; --debug shows the traceback)."""
 
@@ -117,7 +129,8 @@ def build_parser() -> CliParser:
     _model_arguments(
         build,
         output=("OUT.py", "where to write the generated module ('-' for stdout)"),
-        checkpoint="a checkpoint (.safetensors) with the weights; repeat for shards",
+        checkpoint="a checkpoint with the weights: .safetensors (repeat for shards), a Hugging Face "
+        "model.safetensors.index.json, or .gguf",
         options="read build options from a TOML file (see below)",
     )
     build.add_argument(
@@ -144,7 +157,24 @@ def build_parser() -> CliParser:
     build.add_argument(
         "--dump-ir", type=Path, metavar="DIR", help="write the IR after each stage into DIR (as .mlir files)"
     )
+    build.add_argument(
+        "--no-cache", action="store_true", help="build without reading or writing the build cache (see below)"
+    )
     build.add_argument("--debug", action="store_true", help="show the Python traceback of an error instead of one line")
+
+    split = commands.add_parser(
+        "split",
+        help="split MODEL.onnx into a textual graph and a safetensors checkpoint",
+        description="Write DIR/MODEL.onnxtext, whose float initializers carry no values (external-data "
+        "entries pointing into the checkpoint), and DIR/MODEL.safetensors holding them under the "
+        "graph's names; integer and bool initializers keep their values in the graph. Build the pair "
+        "with `loam build DIR/MODEL.onnxtext --checkpoint DIR/MODEL.safetensors`.",
+    )
+    split.add_argument("model", type=Path, metavar="MODEL", help="the model (.onnx, or .onnxtext carrying values)")
+    split.add_argument(
+        "-o", "--output", required=True, type=Path, metavar="DIR", help="the folder to write into (created)"
+    )
+    split.add_argument("--debug", action="store_true", help="show the Python traceback of an error instead of one line")
 
     layout = commands.add_parser(
         "layout",
@@ -226,24 +256,45 @@ def _layout(args: argparse.Namespace) -> None:
 def _build(args: argparse.Namespace) -> None:
     model, options, output = _checked_paths(args)
 
-    from loam.pipeline import build
+    from loam import cache
 
-    # The checkpoints travel inside `options` (already merged: flags replace the file's list).
     def progress(message: str) -> None:
         print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
-    result = build(model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=progress)
-    for note in result.notes:
+    # --dump-ir asks for the IR of a real build, so it bypasses the cache.
+    key = None if args.no_cache or args.dump_ir is not None else cache.build_key(model, options)
+    folder = cache.cache_dir()
+    built = cache.load(folder, key) if key is not None else None
+    if built is not None:
+        progress(f"cache hit ({key[:12] if key else ''})")
+    else:
+        from loam.pipeline import build
+
+        # The checkpoints travel inside `options` (already merged: flags replace the file's list).
+        result = build(model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=progress)
+        built = cache.CachedBuild(result.source, result.report, tuple(result.notes))
+        if key is not None:
+            try:
+                cache.store(folder, key, built)
+            except OSError as err:  # a cache that cannot be written costs a rebuild, not the build
+                progress(f"note: build cache not written ({err.strerror or err}: {err.filename or folder})")
+    for note in built.notes:
         progress(f"note: {note}")
     if output is None:
-        sys.stdout.write(result.source)
+        sys.stdout.write(built.source)
         sys.stdout.flush()
     else:
-        output.write_text(result.source, encoding="utf-8")
-    if result.report:
-        sys.stderr.write(result.report if result.report.endswith("\n") else result.report + "\n")
+        output.write_text(built.source, encoding="utf-8")
+    if built.report:
+        sys.stderr.write(built.report if built.report.endswith("\n") else built.report + "\n")
     if output is not None:
         sys.stderr.write(f"{PROG}: wrote {output}\n")
+
+
+def _split(args: argparse.Namespace) -> None:
+    from loam.split import main_split
+
+    main_split(args.model, args.output, prog=PROG)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -256,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             _build(args)
         elif args.command == "layout":
             _layout(args)
+        elif args.command == "split":
+            _split(args)
 
     raise SystemExit(run_guarded(PROG, body, debug=wants_debug(arguments)))
 
