@@ -79,34 +79,58 @@ def test_writer_lays_out_the_same_bytes_as_the_hand() -> None:
     assert written == data
 
 
-def test_reader_agrees_with_the_gguf_package_when_installed(tmp_path: Path) -> None:
-    """Cross-check against the `gguf` package if present; otherwise against the hand-laid bytes."""
+def test_reader_agrees_with_the_gguf_package(tmp_path: Path) -> None:
+    """Our writer's file, read by our reader, by hand and by llama.cpp's `gguf` package alike."""
+    import gguf
+
     path = write_gguf(
         tmp_path / "x.gguf",
         {"a": Tensor("F16", (4, 64)), "b": Tensor("Q4_1", (3, 32)), "c": Tensor("F32", (5,))},
         {"general.alignment": 64, "x.ints": Typed(ARRAY, [-1, 2], INT8), "x.big": Typed(UINT64, 2**40)},
     )
     metadata, tensors = _gguf_read(path.read_bytes())
-    try:
-        import gguf  # type: ignore[import-not-found]
-    except ImportError:
-        header = 4 + 4 + 8 + 8
-        header += (8 + 17 + 4 + 4) + (8 + 6 + 4 + 4 + 8 + 2) + (8 + 5 + 4 + 8)
-        header += (8 + 1 + 4 + 16 + 4 + 8) * 2 + (8 + 1 + 4 + 8 + 4 + 8)
-        start = (header + 63) // 64 * 64
-        assert tensors == {
-            "a": ("F16", (4, 64), start, 512),
-            "b": ("Q4_1", (3, 32), start + 512, 60),
-            "c": ("F32", (5,), start + 576, 20),
-        }
-    else:
-        reader = gguf.GGUFReader(path)
-        theirs = {
-            t.name: (t.tensor_type.name, tuple(reversed(t.shape.tolist())), t.data_offset, t.n_bytes)
-            for t in reader.tensors
-        }
-        assert tensors == theirs
+    header = 4 + 4 + 8 + 8
+    header += (8 + 17 + 4 + 4) + (8 + 6 + 4 + 4 + 8 + 2) + (8 + 5 + 4 + 8)
+    header += (8 + 1 + 4 + 16 + 4 + 8) * 2 + (8 + 1 + 4 + 8 + 4 + 8)
+    start = (header + 63) // 64 * 64
+    assert tensors == {
+        "a": ("F16", (4, 64), start, 512),
+        "b": ("Q4_1", (3, 32), start + 512, 60),
+        "c": ("F32", (5,), start + 576, 20),
+    }
+    reader = gguf.GGUFReader(path)
+    theirs = {
+        t.name: (t.tensor_type.name, tuple(reversed(t.shape.tolist())), t.data_offset, t.n_bytes)
+        for t in reader.tensors
+    }
+    assert tensors == theirs
     assert metadata == {"general.alignment": 64, "x.ints": [-1, 2], "x.big": 2**40}
+
+
+def test_reader_reads_what_the_gguf_package_writes(tmp_path: Path) -> None:
+    """A file written by llama.cpp's own `gguf.GGUFWriter` (F32, F16 and a Q8_0 tensor it quantized)."""
+    import gguf
+    from gguf import quants
+
+    path = tmp_path / "theirs.gguf"
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_uint32("llama.block_count", 2)
+    writer.add_tensor("a", np.arange(12, dtype=np.float32).reshape(3, 4))
+    writer.add_tensor("h", np.ones((2, 8), np.float16))
+    q8 = quants.quantize(np.linspace(-1, 1, 128, dtype=np.float32).reshape(2, 64), gguf.GGMLQuantizationType.Q8_0)
+    writer.add_tensor("q", q8, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    metadata, tensors = _gguf_read(path.read_bytes())
+    assert metadata["general.architecture"] == "llama" and metadata["llama.block_count"] == 2
+    reader = gguf.GGUFReader(path)
+    assert tensors == {
+        t.name: (t.tensor_type.name, tuple(reversed(t.shape.tolist())), t.data_offset, t.n_bytes)
+        for t in reader.tensors
+    }
+    assert tensors["q"][:2] == ("Q8_0", (2, 64))
 
 
 def test_reader_reads_every_value_type() -> None:
