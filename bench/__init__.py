@@ -1,0 +1,1 @@
+"""Loam's benchmark: the generated numpy module against onnxruntime (`python -m bench`; see bench/run.py)."""

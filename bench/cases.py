@@ -1,0 +1,163 @@
+"""The models `python -m bench` times, each at the size it is timed at, and the inputs it feeds them.
+
+A case names a graph with its weights kept outside (external data pointing into a safetensors
+checkpoint, as the committed examples ship them), the `loam.toml` to build it with, the checkpoint,
+and a seeded input.  The MLP and the digits CNN are committed with a fixed batch, so their graphs
+are re-declared here at the batch being timed (the input's and outputs' first extent rewritten);
+nothing else in them depends on the batch.  The tiny GPT-2's graphs are symbolic in batch and
+sequence and are built as committed.
+
+onnxruntime gets the same graph with its initializers read in (`full_model`), so both sides compute
+from the same bytes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.parser
+from onnx.external_data_helper import load_external_data_for_model
+
+ROOT = Path(__file__).resolve().parents[1]
+MLP = ROOT / "examples" / "mlp"
+DIGITS = ROOT / "examples" / "digits"
+GPT2 = ROOT / "tests" / "models" / "tiny_gpt2"
+GPT2_LAYERS, GPT2_HEADS, GPT2_HEAD_SIZE, GPT2_VOCAB = 2, 4, 16, 1000
+
+Feeds = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the bench: a graph at the size it is timed at."""
+
+    name: str
+    """The row's label (no spaces: the smoke test finds rows by it)."""
+    source: Path
+    """The committed graph text; its external data resolves against its folder."""
+    options: Path
+    """The `loam.toml` the graph is built with."""
+    checkpoint: Path
+    """The safetensors file holding the weights (Loam loads it through `Weights.load_file`)."""
+    make_feeds: Callable[[np.random.Generator], Feeds]
+    """The inputs, by ONNX name, from a seeded generator."""
+    batch: int | None = None
+    """The batch to re-declare the graph at (None: the graph is built as committed)."""
+
+    def model(self) -> onnx.ModelProto:
+        """The graph, weights still external, at this case's batch."""
+        model = onnx.parser.parse_model(self.source.read_text(encoding="utf-8"))
+        if self.batch is not None:
+            for value in (*model.graph.input, *model.graph.output):
+                value.type.tensor_type.shape.dim[0].dim_value = self.batch
+        return model
+
+    def full_model(self) -> onnx.ModelProto:
+        """The graph with every initializer's bytes read in, for onnxruntime."""
+        model = copy.deepcopy(self.model())
+        load_external_data_for_model(model, str(self.source.parent))
+        return model
+
+
+def mlp_feeds(batch: int) -> Callable[[np.random.Generator], Feeds]:
+    return lambda rng: {"x": rng.standard_normal((batch, 8)).astype(np.float32)}
+
+
+def digits_feeds(batch: int) -> Callable[[np.random.Generator], Feeds]:
+    def make(_rng: np.random.Generator) -> Feeds:
+        images = np.load(DIGITS / "test_images.npy")
+        return {"x": np.ascontiguousarray(images[:batch])}
+
+    return make
+
+
+def prefill_feeds(length: int) -> Callable[[np.random.Generator], Feeds]:
+    def make(rng: np.random.Generator) -> Feeds:
+        return {
+            "input_ids": rng.integers(0, GPT2_VOCAB, size=(1, length), dtype=np.int64),
+            "attention_mask": np.ones((1, length), dtype=np.int64),
+        }
+
+    return make
+
+
+def decode_feeds(past: int) -> Callable[[np.random.Generator], Feeds]:
+    def make(rng: np.random.Generator) -> Feeds:
+        feeds: Feeds = {
+            "input_ids": rng.integers(0, GPT2_VOCAB, size=(1, 1), dtype=np.int64),
+            "attention_mask": np.ones((1, past + 1), dtype=np.int64),
+        }
+        for layer in range(GPT2_LAYERS):
+            for kv in ("key", "value"):
+                shape = (1, GPT2_HEADS, past, GPT2_HEAD_SIZE)
+                feeds[f"past_key_values.{layer}.{kv}"] = rng.standard_normal(shape).astype(np.float32)
+        return feeds
+
+    return make
+
+
+def mlp(batch: int) -> Case:
+    return Case(
+        f"mlp-b{batch}", MLP / "mlp.onnxtext", MLP / "loam.toml", MLP / "mlp.safetensors", mlp_feeds(batch), batch
+    )
+
+
+def digits(batch: int) -> Case:
+    return Case(
+        f"digits-b{batch}",
+        DIGITS / "digits.onnxtext",
+        DIGITS / "loam.toml",
+        DIGITS / "digits.safetensors",
+        digits_feeds(batch),
+        batch,
+    )
+
+
+def gpt2_prefill(length: int) -> Case:
+    return Case(
+        f"gpt2-prefill-s{length}",
+        GPT2 / "decoder.onnxtext",
+        GPT2 / "decoder.loam.toml",
+        GPT2 / "tiny_gpt2.safetensors",
+        prefill_feeds(length),
+    )
+
+
+def gpt2_decode(past: int) -> Case:
+    return Case(
+        f"gpt2-decode-p{past}",
+        GPT2 / "decoder_with_past.onnxtext",
+        GPT2 / "decoder_with_past.loam.toml",
+        GPT2 / "tiny_gpt2.safetensors",
+        decode_feeds(past),
+    )
+
+
+def all_cases() -> list[Case]:
+    """Every row, in the order the tables list them."""
+    return [mlp(1), mlp(256), digits(64), gpt2_prefill(64), gpt2_decode(64)]
+
+
+BLAS_CASE = "mlp-b256"
+"""The case whose forward time is compared with its matrix products alone (`mlp_products`)."""
+
+
+def mlp_products(weights: dict[str, np.ndarray], x: np.ndarray) -> Callable[[], object]:
+    """The MLP's three matrix products alone, on operands shaped and laid out as its forward's are
+    (the first weight transposed as a view, as `Gemm transB=1` lowers): the BLAS limit of a forward."""
+    w1t = weights["fc1.weight"].T
+    a1 = np.maximum(x @ w1t + weights["fc1.bias"], 0)
+    a2 = np.maximum(a1 @ weights["fc2.weight"] + weights["fc2.bias"], 0)
+    w2, w3 = weights["fc2.weight"], weights["fc3.weight"]
+
+    def products() -> object:
+        np.matmul(x, w1t)
+        np.matmul(a1, w2)
+        return np.matmul(a2, w3)
+
+    return products

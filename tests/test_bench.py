@@ -1,0 +1,51 @@
+"""`python -m bench --quick` runs end to end: every case builds, runs on both sides and gets a row.
+
+No timing is asserted (this machine's numbers are not a property of the code): each case must have
+its warm-forward row and its build/cold-start/memory row, with every number positive, the outputs
+of the two sides must agree (the bench would otherwise time a wrong module), and the MLP at batch
+256 must have its BLAS-limit row.  A quick run writes no RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.cases import BLAS_CASE, all_cases
+from bench.run import rows
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.xdist_group("bench")
+
+
+def number(cell: str) -> float:
+    return float(cell)
+
+
+def test_quick_bench_reports_every_case() -> None:
+    results = ROOT / "bench" / "RESULTS.md"
+    before = results.read_bytes() if results.is_file() else None
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    found = rows(done.stdout)
+    for case in all_cases():
+        assert case.name in found, f"no row for {case.name}:\n{done.stdout}"
+        table_rows = found[case.name]
+        warm = [r for r in table_rows if len(r) == 5]
+        startup = [r for r in table_rows if len(r) == 7]
+        assert len(warm) == 1 and len(startup) == 1, table_rows
+        threads, loam_ms, ort_ms, ratio, diff = warm[0]
+        assert int(threads) >= 1
+        assert min(number(loam_ms), number(ort_ms), number(ratio)) > 0
+        assert number(diff) <= 1e-3, f"{case.name}: Loam and onnxruntime differ by {diff}"
+        assert all(number(cell) > 0 for cell in startup[0]), startup[0]
+    blas = [r for r in found[BLAS_CASE] if len(r) == 4]
+    assert len(blas) == 1 and all(number(cell) > 0 for cell in blas[0])
+    assert "Where the time goes" not in done.stdout
+    assert (results.read_bytes() if results.is_file() else None) == before
