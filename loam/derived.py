@@ -162,7 +162,11 @@ def call_bounds(call: DerivedCall, bounds: Bounds) -> Interval:
 
 
 def _derive(function: str, *args: Poly | int) -> Poly:
-    return derived_symbol(DerivedCall(function, tuple(Poly.lift(a) for a in args)))
+    call = DerivedCall(function, tuple(Poly.lift(a) for a in args))
+    interval = call_bounds(call, {})
+    if interval.lo == interval.hi:  # one value for every input (`floordiv(mod(N, 2), 2)` is 0)
+        return Poly.const(interval.lo)
+    return derived_symbol(call)
 
 
 def _consts(*args: Poly) -> list[int] | None:
