@@ -328,6 +328,43 @@ class Expr:
         """This expression reading operand `mapping[i]` wherever it read operand `i`."""
         return self.substitute([Expr.operand(mapping[i]) for i in range(self.arity)])
 
+    def inline_operand(self, index: int, producer: Expr) -> Expr:
+        """This expression with operand `index` computed by `producer` instead (vertical fusion).
+
+        The producer's operand `j` becomes operand `arity + j`; the operands above `index` move
+        down by one, so the result reads `arity - 1 + producer.arity` operands in this order: this
+        expression's own (without `index`), then the producer's.
+
+        >>> relu = Expr.operand(0).unary("relu")
+        >>> str(relu.inline_operand(0, Expr.operand(0) + Expr.operand(1)))
+        '[operand 0, operand 1, add 0 1, relu 2]'
+        """
+        arity = self.arity
+        if not 0 <= index < arity:
+            raise ValueError(f"operand {index} is not read by an expression of arity {arity}")
+        inlined = producer.remap_operands([arity - 1 + j for j in range(producer.arity)])
+        own = [inlined if i == index else Expr.operand(i if i < index else i - 1) for i in range(arity)]
+        return self.substitute(own)
+
+    def dedupe_operands(self, keys: Sequence[object]) -> tuple[Expr, list[int]]:
+        """Merge operands whose `keys` are equal and drop operands no step reads.
+
+        Returns the expression over the kept operands and, for each kept operand in its new order,
+        the old index it came from (`keys[i]` names operand `i`, e.g. the SSA value it will read).
+        """
+        first: dict[object, int] = {}
+        kept: list[int] = []
+        mapping: dict[int, int] = {}
+        read = self.operand_indices
+        for i, key in enumerate(keys):
+            if i not in read:
+                continue
+            if key not in first:
+                first[key] = len(kept)
+                kept.append(i)
+            mapping[i] = first[key]
+        return self.remap_operands(mapping), kept
+
     # -- queries ----------------------------------------------------------------------------------
 
     @property

@@ -2,7 +2,11 @@
 
 `build` runs the same passes `loam-opt` registers, in memory, in this order:
 
-    read (frontends) -> apply-options -> stage0 -> name-axes -> lower-to-kernel -> emit (backends)
+    read (frontends) -> apply-options -> stage0 -> name-axes -> lower-to-kernel -> fuse -> emit (backends)
+
+`fuse` (objective `memory`) runs unless `build(..., fuse=None)` turns it off (`loam build --no-fuse`);
+its decision report is `BuildResult.fusion`.  The graph's nodes before and after stage 0 are given
+to it (`loam.report.node_list`) so the report names the folded nodes too.
 
 The options enter the IR as attributes of the top-level module before the first pass, so the IR
 dumped after any pass (`dump_ir`) can be replayed with `loam-opt` without the original files.
@@ -35,6 +39,7 @@ CHECKPOINT_NAMES_ATTR = "loam.checkpoint_names"
 if TYPE_CHECKING:
     from loam.checkpoint import WeightSpec
     from loam.dialects.kernel import WeightOp
+    from loam.report import FusionReport
 
 
 @dataclass
@@ -46,6 +51,8 @@ class BuildResult:
     module: types.ModuleType
     ir: ModuleOp
     notes: list[str] = field(default_factory=list[str])
+    fusion: FusionReport | None = None
+    """The `fuse` pass's decision report (None when the build ran without fusion)."""
 
 
 def read_model(model: str | Path | onnx.ModelProto) -> ModuleOp:
@@ -66,14 +73,23 @@ def read_model(model: str | Path | onnx.ModelProto) -> ModuleOp:
     return read_path(path)
 
 
-def pipeline_passes() -> list[ModulePass]:
-    """The passes `build` runs after reading (they read the options from the module's attributes)."""
+DEFAULT_FUSE = "memory"
+"""The `fuse` objective `build` uses unless told otherwise (None: no fusion)."""
+
+
+def pipeline_passes(fuse: str | None = DEFAULT_FUSE) -> list[ModulePass]:
+    """The passes `build` runs after reading (they read the options from the module's attributes);
+    `fuse` is the fuse pass's objective, None to leave it out."""
     from loam.passes.apply_options import ApplyOptionsPass
+    from loam.passes.fuse import FusePass
     from loam.passes.lower_to_kernel import LowerToKernelPass
     from loam.passes.name_axes import NameAxesPass
     from loam.passes.stage0 import Stage0Pass
 
-    return [ApplyOptionsPass(), Stage0Pass(), NameAxesPass(), LowerToKernelPass()]
+    passes: list[ModulePass] = [ApplyOptionsPass(), Stage0Pass(), NameAxesPass(), LowerToKernelPass()]
+    if fuse is not None:
+        passes.append(FusePass(objective=fuse))
+    return passes
 
 
 def build(
@@ -83,10 +99,16 @@ def build(
     *,
     dump_ir: str | Path | None = None,
     progress: Callable[[str], None] | None = None,
+    fuse: str | None = DEFAULT_FUSE,
 ) -> BuildResult:
-    """Compile `model` into a Python module; stop with a LoamError naming the culprit on bad input."""
+    """Compile `model` into a Python module; stop with a LoamError naming the culprit on bad input.
+
+    `fuse` is the fuse pass's objective (`memory` or `dispatch`), None to build without fusion."""
     from loam.backends.numpy_module import emit_python
     from loam.passes.apply_options import attach_options
+    from loam.passes.fuse import FusePass, fuse_program
+    from loam.passes.stage0 import Stage0Pass
+    from loam.report import graph_nodes, node_list
 
     options = options or Options()
     names = options.checkpoint_names
@@ -117,9 +139,17 @@ def build(
     if dump_dir is not None:
         dump_dir.mkdir(parents=True, exist_ok=True)
         _dump(ir, dump_dir / "00-read.mlir")
-    for i, p in enumerate(pipeline_passes(), start=1):
+    nodes_before = graph_nodes(ir)
+    nodes: list[tuple[str, str, bool]] = []
+    fusion = None
+    for i, p in enumerate(pipeline_passes(fuse), start=1):
         say(f"running {p.name}")
-        p.apply(ctx, ir)
+        if isinstance(p, FusePass):
+            fusion = fuse_program(ir, p.objective, nodes)
+        else:
+            p.apply(ctx, ir)
+        if isinstance(p, Stage0Pass):
+            nodes = node_list(nodes_before, graph_nodes(ir))
         if dump_dir is not None:
             _dump(ir, dump_dir / f"{i:02d}-{p.name}.mlir")
 
@@ -129,7 +159,7 @@ def build(
     say("emitting the numpy module")
     source = emit_python(ir)
     module = import_source(source, "loam_generated")
-    return BuildResult(source, build_report(ir), module, ir, notes)
+    return BuildResult(source, build_report(ir), module, ir, notes, fusion)
 
 
 def _dump(ir: ModuleOp, path: Path) -> None:
@@ -189,7 +219,8 @@ def check_checkpoints(
 
 
 def build_report(ir: ModuleOp) -> str:
-    """One line per ONNX node that emits code: the node's name and the kernels that compute it."""
+    """One line per ONNX node that emits code: the node's name and the kernels that compute it
+    (a node whose zip was fused into another node's names the zip and that node)."""
     from loam.dialects.kernel import ProgramOp
 
     kernels: dict[str, list[str]] = {}
@@ -198,6 +229,10 @@ def build_report(ir: ModuleOp) -> str:
             continue
         node = op.properties.get("node")
         if isinstance(node, StringAttr):
+            fused = op.attributes.get("fused")  # a zip the fuse pass composed: its producers' nodes
+            for member in fused.data if isinstance(fused, ArrayAttr) else ():
+                if isinstance(member, StringAttr) and member.data != node.data:
+                    kernels.setdefault(member.data, []).append(f"{op.name} (fused into {node.data})")
             kernels.setdefault(node.data, []).append(op.name)
     if not kernels:
         return ""

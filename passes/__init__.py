@@ -30,9 +30,15 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return LowerToKernelPass
 
+    def get_fuse() -> type[ModulePass]:
+        from loam.passes.fuse import FusePass
+
+        return FusePass
+
     return {
         "apply-options": get_apply_options,
         "stage0": get_stage0,
         "name-axes": get_name_axes,
         "lower-to-kernel": get_lower_to_kernel,
+        "fuse": get_fuse,
     }

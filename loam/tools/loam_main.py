@@ -22,7 +22,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loam.errors import CheckpointError, LoamError, ModelError
+from loam.errors import CheckpointError, LoamError, ModelError, UsageError
 from loam.options import Options
 from loam.tools._cli import CliParser, run_guarded, wants_debug
 
@@ -91,7 +91,13 @@ The build reads only their headers.
 Build cache: a build is stored under a key of the graph file's bytes, each checkpoint's
 header, the options and Loam's version, in $LOAM_CACHE_DIR (default ~/.cache/loam).  A
 rebuild whose only change is a checkpoint's payload is a hit ("loam: cache hit (KEY)")
-unless inline_weights is on.  --no-cache neither reads nor writes it; --dump-ir always builds.
+unless inline_weights is on.  --no-cache neither reads nor writes it; --dump-ir and
+--report always build.
+
+Fusion: chains of elementwise kernels are fused (the `fuse` pass, objective memory) unless
+--no-fuse; --fuse-objective dispatch fuses for fewer launches instead (no i64 chains).
+--report FILE writes every ONNX node's decision (folded / fused into group G / kept alone, with
+a reason and the bytes fusion saves) as aligned text, or as --report-format json or dot.
 
 Exit status: 0 built, 1 the model/checkpoint/options were refused (one message on stderr),
 2 bad command line, 3 internal error (please report it; --debug shows the traceback)."""
@@ -159,6 +165,22 @@ def build_parser() -> CliParser:
     )
     build.add_argument(
         "--no-cache", action="store_true", help="build without reading or writing the build cache (see below)"
+    )
+    build.add_argument("--no-fuse", action="store_true", help="build without the fuse pass (see below)")
+    build.add_argument(
+        "--fuse-objective",
+        choices=("memory", "dispatch"),
+        default="memory",
+        help="what fusion minimises: passes over memory (default) or kernel launches",
+    )
+    build.add_argument(
+        "--report", metavar="FILE", help="write the fusion decision report to FILE ('-' for stderr; see below)"
+    )
+    build.add_argument(
+        "--report-format",
+        choices=("text", "json", "dot"),
+        default="text",
+        help="the report's format: aligned text (default), JSON (one object per node) or Graphviz DOT",
     )
     build.add_argument("--debug", action="store_true", help="show the Python traceback of an error instead of one line")
 
@@ -261,8 +283,12 @@ def _build(args: argparse.Namespace) -> None:
     def progress(message: str) -> None:
         print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
-    # --dump-ir asks for the IR of a real build, so it bypasses the cache.
-    key = None if args.no_cache or args.dump_ir is not None else cache.build_key(model, options)
+    fuse = None if args.no_fuse else args.fuse_objective
+    if args.no_fuse and args.report is not None:
+        raise UsageError("--report describes the fuse pass's decisions; it cannot be given with --no-fuse")
+    # --dump-ir and --report ask for the IR of a real build, so they bypass the cache.
+    real = args.no_cache or args.dump_ir is not None or args.report is not None
+    key = None if real else cache.build_key(model, options, {"fuse": fuse})
     folder = cache.cache_dir()
     built = cache.load(folder, key) if key is not None else None
     if built is not None:
@@ -271,8 +297,14 @@ def _build(args: argparse.Namespace) -> None:
         from loam.pipeline import build
 
         # The checkpoints travel inside `options` (already merged: flags replace the file's list).
-        result = build(model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=progress)
+        result = build(model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=progress, fuse=fuse)
         built = cache.CachedBuild(result.source, result.report, tuple(result.notes))
+        if args.report is not None and result.fusion is not None:
+            from loam.passes.fuse import write_report
+
+            write_report(result.fusion, args.report, args.report_format)
+            if args.report != "-":
+                progress(f"wrote the fusion report to {args.report}")
         if key is not None:
             try:
                 cache.store(folder, key, built)

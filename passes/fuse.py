@@ -1,0 +1,303 @@
+"""fuse: compose chains of `kernel.zip` into one zip, and report every node's decision.
+
+Why: each `kernel.zip` writes its whole result to memory and the next one reads it back.  When a
+zip's result feeds exactly one other zip of the same extents, the consumer can compute the
+producer's `Expr` itself (`Expr.inline_operand`): the intermediate tensor is never materialised, a
+pass over memory and a launch disappear, and the numbers are the same, since every step keeps its
+element type (Expr carries its own casts; halves round where they did before).
+
+A producer stays a kernel of its own when
+  - the program returns its result (`result is an output`),
+  - two or more ops read it (`producer has N consumers`): fusing would compute it twice,
+  - its consumer is not a zip (`reduction boundary` for reductions, softmax and normalisations,
+    `no elementwise neighbour` otherwise) or sits in another block (an `If` branch),
+  - the consumer broadcasts it to larger extents (`broadcast changes extent`): the fused Expr
+    would compute the producer once per broadcast element,
+  - with `objective=dispatch` (WebGPU: fewer launches, no 64-bit integers in WGSL), either side
+    computes i64 (`element type i64`).
+With `objective=memory` (CPU) i64 and bool chains fuse like any other.
+
+A fused zip keeps the consumer's `node` and lists the ONNX nodes it computes in the discardable
+attribute `fused = ["producer", ..., "consumer"]`.  The decisions go to `loam.report`; the option
+`report=-` prints the report on stderr (`report=FILE` writes it), `format=text|json|dot`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+
+from loam.dialects.kernel import (
+    ArgReduceOp,
+    CumSumOp,
+    GroupNormOp,
+    IfOp,
+    LrnOp,
+    NormalizeOp,
+    PoolOp,
+    ProgramOp,
+    ReduceOp,
+    ReturnOp,
+    SoftmaxOp,
+    TopKOp,
+    YieldOp,
+    ZipOp,
+)
+from loam.dialects.tensor_axes import AxesTensorType
+from loam.errors import UsageError
+from loam.poly import Poly
+from loam.report import FOLDED, FUSED, KEPT, REPORT_FORMATS, FusionReport, NodeDecision, Reason
+
+OBJECTIVES: tuple[str, ...] = ("memory", "dispatch")
+FUSED_ATTR = "fused"
+"""Discardable attribute of a fused `kernel.zip`: the ONNX nodes it computes, the consumer last."""
+
+_REDUCTIONS: tuple[type[Operation], ...] = (
+    ReduceOp, ArgReduceOp, TopKOp, CumSumOp, SoftmaxOp, NormalizeOp, GroupNormOp, LrnOp, PoolOp,
+)  # fmt: skip
+
+
+def _node(op: Operation) -> str:
+    node = op.properties.get("node")
+    return node.data if isinstance(node, StringAttr) else ""
+
+
+def _members(op: ZipOp) -> list[str]:
+    attr = op.attributes.get(FUSED_ATTR)
+    if isinstance(attr, ArrayAttr):
+        return [m.data for m in attr.data if isinstance(m, StringAttr)]
+    return [_node(op)]
+
+
+def _users(value: SSAValue) -> list[Operation]:
+    """The distinct ops reading `value`, in no particular order."""
+    seen: dict[int, Operation] = {}
+    for use in value.uses:
+        seen.setdefault(id(use.operation), use.operation)
+    return list(seen.values())
+
+
+def _shape(value: SSAValue) -> tuple[Poly, ...] | None:
+    t = value.type
+    return t.shape if isinstance(t, AxesTensorType) else None
+
+
+def _elem(value: SSAValue) -> str:
+    t = value.type
+    return t.elem.name if isinstance(t, AxesTensorType) else ""
+
+
+def _bytes(value: SSAValue) -> Poly | int:
+    """2 x the bytes of `value` (written once, read once), as an int or a Poly."""
+    t = value.type
+    assert isinstance(t, AxesTensorType)
+    total: Poly | int = 2 * t.elem.bits // 8
+    for extent in t.shape:
+        total = extent * total if isinstance(total, int) else total * extent
+    if isinstance(total, Poly) and total.is_const:
+        return int(total.const_value)
+    return total
+
+
+def refusal(producer: ZipOp, objective: str) -> tuple[Reason, int | None] | None:
+    """Why `producer` cannot be fused into its consumer, or None when it can."""
+    users = _users(producer.result)
+    if any(isinstance(u, (ReturnOp, YieldOp)) for u in users):
+        return Reason.OUTPUT, None
+    if len(users) >= 2:
+        return Reason.CONSUMERS, len(users)
+    if not users:
+        return Reason.NO_NEIGHBOUR, None
+    consumer = users[0]
+    if not isinstance(consumer, ZipOp):
+        return (Reason.REDUCTION if isinstance(consumer, _REDUCTIONS) else Reason.NO_NEIGHBOUR), None
+    if consumer.parent_block() is not producer.parent_block():
+        return Reason.OTHER_BLOCK, None
+    shape = _shape(producer.result)
+    if shape is None or shape != _shape(consumer.result):
+        return Reason.BROADCAST, None
+    if objective == "dispatch" and "i64" in (_elem(producer.result), _elem(consumer.result)):
+        return Reason.I64, None
+    return None
+
+
+class _Fuser:
+    def __init__(self, objective: str) -> None:
+        self.objective = objective
+        self.saved: dict[str, Poly | int] = {}
+
+    def run_block(self, block: Block) -> None:
+        for op in list(block.ops):
+            for region in op.regions:
+                for inner in region.blocks:
+                    self.run_block(inner)
+            if isinstance(op, ZipOp):
+                self.absorb(op)
+
+    def absorb(self, consumer: ZipOp) -> ZipOp:
+        """Fuse every eligible producer into `consumer` (repeatedly); the resulting zip."""
+        while True:
+            for index, value in enumerate(consumer.inputs):
+                producer = value.owner
+                if isinstance(producer, ZipOp) and refusal(producer, self.objective) is None:
+                    consumer = self.fuse(producer, consumer, index)
+                    break
+            else:
+                return consumer
+
+    def fuse(self, producer: ZipOp, consumer: ZipOp, index: int) -> ZipOp:
+        # The consumer may read the producer's result as several operands (`Mul(a, a)`): merge
+        # equal operands first, so inlining one operand replaces every read.
+        own, kept = consumer.expr.data.dedupe_operands(list(consumer.inputs))
+        own_inputs = [consumer.inputs[i] for i in kept]
+        index = own_inputs.index(consumer.inputs[index])
+        expr = own.inline_operand(index, producer.expr.data)
+        values = [v for i, v in enumerate(own_inputs) if i != index] + list(producer.inputs)
+        expr, kept = expr.dedupe_operands(values)
+        inputs = [values[i] for i in kept]
+        fused = ZipOp(inputs, expr, consumer.result.type, _node(consumer))
+        fused.attributes.update(consumer.attributes)
+        members = list(dict.fromkeys([*_members(producer), *_members(consumer)]))
+        fused.attributes[FUSED_ATTR] = ArrayAttr([StringAttr(m) for m in members])
+        node = _node(producer)
+        amount = _bytes(producer.result)
+        previous = self.saved.get(node, 0)
+        self.saved[node] = previous + amount if isinstance(previous, Poly) else amount + previous
+        Rewriter.replace_op(consumer, fused)
+        Rewriter.erase_op(producer)
+        return fused
+
+
+def _programs(module: ModuleOp) -> list[ProgramOp]:
+    return [op for op in module.walk() if isinstance(op, ProgramOp)]
+
+
+def _kernel_ops(program: ProgramOp) -> list[Operation]:
+    return [op for op in program.walk() if op is not program and _node(op)]
+
+
+def _edges(programs: list[ProgramOp]) -> list[tuple[str, str]]:
+    edges: dict[tuple[str, str], None] = {}
+    for program in programs:
+        for op in _kernel_ops(program):
+            for value in op.operands:
+                owner = value.owner
+                if isinstance(owner, Operation) and _node(owner) and _node(owner) != _node(op):
+                    edges[(_node(owner), _node(op))] = None
+    return list(edges)
+
+
+def fuse_program(
+    module: ModuleOp, objective: str = "memory", nodes: Sequence[tuple[str, str, bool]] = ()
+) -> FusionReport:
+    """Fuse the zip chains of every `kernel.program` in `module`; the decision of every node.
+
+    `nodes` lists the model's ONNX nodes as (name, op type, folded by stage 0), in graph order
+    (`loam.report.node_list`); without it the report covers the nodes the kernels name."""
+    if objective not in OBJECTIVES:
+        raise UsageError(f"fuse: objective '{objective}' is not one of {', '.join(OBJECTIVES)}")
+    programs = _programs(module)
+    edges = _edges(programs)
+    kinds: dict[str, list[str]] = {}  # each node's kernels before fusion, in program order
+    for program in programs:
+        for op in _kernel_ops(program):
+            kinds.setdefault(_node(op), []).append(op.name.removeprefix("kernel."))
+    fuser = _Fuser(objective)
+    for program in programs:
+        fuser.run_block(program.block)
+    return _report(nodes, programs, objective, edges, fuser.saved, kinds)
+
+
+def _report(
+    nodes: Sequence[tuple[str, str, bool]],
+    programs: list[ProgramOp],
+    objective: str,
+    edges: list[tuple[str, str]],
+    saved: dict[str, Poly | int],
+    kinds: dict[str, list[str]],
+) -> FusionReport:
+    report = FusionReport(objective, edges=edges)
+    ops_of: dict[str, list[Operation]] = {}
+    group_of: dict[str, str] = {}
+    for program in programs:
+        for op in _kernel_ops(program):
+            ops_of.setdefault(_node(op), []).append(op)
+            if isinstance(op, ZipOp) and FUSED_ATTR in op.attributes:
+                group = f"g{len(report.groups) + 1}"
+                report.groups[group] = _members(op)
+                for m in report.groups[group]:
+                    group_of.setdefault(m, group)
+
+    def bytes_text(node: str) -> int | str:
+        amount = saved.get(node, 0)
+        return amount if isinstance(amount, int) else str(amount)
+
+    def kernel_decision(node: str, op_type: str | None) -> NodeDecision:
+        ops = ops_of.get(node, [])
+        op_type = op_type or "+".join(dict.fromkeys(kinds.get(node, [])))
+        if node in group_of:
+            return NodeDecision(node, op_type, FUSED, Reason.CHAIN.text(), group_of[node], bytes_text(node))
+        zips = [op for op in ops if isinstance(op, ZipOp)]
+        if zips:
+            why = refusal(zips[-1], objective)
+            reason, n = why if why is not None else (Reason.NO_NEIGHBOUR, None)
+            if any(isinstance(op, IfOp) for op in ops):
+                reason, n = Reason.NOT_ELEMENTWISE, None
+        elif any(isinstance(op, _REDUCTIONS) for op in ops):
+            reason, n = Reason.REDUCTION, None
+        else:
+            reason, n = Reason.NOT_ELEMENTWISE, None
+        return NodeDecision(node, op_type, KEPT, reason.text(n))
+
+    listed: set[str] = set()
+    for name, op_type, folded in nodes:
+        listed.add(name)
+        if name in kinds:
+            report.decisions.append(kernel_decision(name, op_type))
+        elif folded:
+            report.decisions.append(NodeDecision(name, op_type, FOLDED, Reason.FOLDED.text()))
+        else:
+            report.decisions.append(NodeDecision(name, op_type, KEPT, Reason.NO_KERNEL.text()))
+    for name in kinds:
+        if name not in listed:
+            report.decisions.append(kernel_decision(name, None))
+    return report
+
+
+def write_report(report: FusionReport, destination: str, fmt: str = "text") -> None:
+    """Write the report in `fmt` to `destination`: a file path, or `-` for stderr."""
+    text = report.render(fmt)
+    if destination == "-":
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    else:
+        Path(destination).write_text(text, encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class FusePass(ModulePass):
+    """Fuse kernel.zip chains into one zip each and report every ONNX node's fusion decision."""
+
+    name = "fuse"
+
+    objective: str = "memory"
+    """`memory` (CPU: fewer passes over memory) or `dispatch` (WebGPU: fewer launches, no i64)."""
+    report: str = ""
+    """Where to write the decision report: `-` for stderr, a file path, or empty for nowhere."""
+    format: str = "text"
+    """The report's format: `text`, `json` or `dot`."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.format not in REPORT_FORMATS:
+            raise UsageError(f"fuse: format '{self.format}' is not one of {', '.join(REPORT_FORMATS)}")
+        report = fuse_program(op, self.objective)
+        if self.report:
+            write_report(report, self.report, self.format)
