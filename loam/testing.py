@@ -20,10 +20,13 @@ from loam.pipeline import BuildResult, build
 __all__ = ["assert_same", "build_for", "forward_inputs", "run_built", "run_loam", "run_onnxruntime"]
 
 
-def build_for(model: onnx.ModelProto, options: Options | None = None) -> BuildResult:
-    """Build `model` with its weights embedded, naming every axis the options leave open by a draft."""
+def build_for(model: onnx.ModelProto, options: Options | None = None, *, fuse: str | None = "memory") -> BuildResult:
+    """Build `model` with its weights embedded, naming every axis the options leave open by a draft.
+
+    `fuse` is the fuse pass's objective (None: unfused), as `loam.build` takes it.
+    """
     draft = draft_layout(model, options=options)
-    return build(model, options=draft.options(options))
+    return build(model, options=draft.options(options), fuse=fuse)
 
 
 def forward_inputs(result: BuildResult) -> list[str]:

@@ -466,6 +466,17 @@ def _build(model: onnx.ModelProto) -> Any:
     return build_for(model)
 
 
+def _builds(model: onnx.ModelProto) -> list[Any]:
+    """The fused build and, where the fuse pass fused anything, the unfused one too: fused code must
+    compute what unfused code does, so every case runs both ways."""
+    from loam.testing import build_for
+
+    fused = _build(model)
+    if fused.fusion is None or not fused.fusion.groups:
+        return [fused]
+    return [fused, build_for(model, fuse=None)]
+
+
 def check_case(case: Case, honour_refused: bool = True) -> str:
     """Check `case` against what it must do: 'pass' or 'refused', or raise CaseFailure (or Loam's crash).
 
@@ -504,14 +515,14 @@ def check_case(case: Case, honour_refused: bool = True) -> str:
         key = special.SerializeToString()
         if key not in builds:
             try:
-                builds[key] = _build(special)
+                builds[key] = _builds(special)
             except LoamError as err:
                 raise CaseFailure(
                     f"build stopped: {first_line(err)}", err, refusal=isinstance(err, UnsupportedError)
                 ) from err
         want = ds.expected if ds.expected is not None else run_onnxruntime(model, ds.feeds)
-        got = run_built(builds[key], feeds)
-        compare(case, got, want)
+        for built in builds[key]:
+            compare(case, run_built(built, feeds), want)
     return "pass"
 
 
