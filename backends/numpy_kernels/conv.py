@@ -164,9 +164,16 @@ def _k_pool(
             lowest = -bits.view(flat.dtype)
         else:
             lowest = np.asarray(np.iinfo(flat.dtype).min).astype(flat.dtype)
+        floor = -np.inf if is_float else lowest
+        if not indices and not (is_float and np.isnan(xc).any()):
+            # No NaN to order the taps by and no index asked for: each window's largest tap inside
+            # the input (padding never wins; a window with none inside gives `lowest`).
+            if not any(begins) and not any(ends) and not any(extra):
+                return flat.max(axis=-1)
+            top = np.where(inside, flat, floor).max(axis=-1)
+            return np.where(inside.any(axis=-1), top, lowest).astype(flat.dtype)
         # The taps that compete: inside the input and, for floats, not NaN.
         number = inside & ~np.isnan(flat) if is_float else np.broadcast_to(inside, flat.shape)
-        floor = -np.inf if is_float else lowest
         keyed = np.where(number, flat, floor)
         best = np.argmax(keyed, axis=-1)  # the first greatest
         # When the greatest is the floor itself, argmax may name a tap that does not compete.
