@@ -27,7 +27,7 @@ True
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from loam.errors import PolyError
@@ -76,15 +76,21 @@ INPUT_INTERVAL = Interval(0, INPUT_MAX)
 """Where an input symbol (a dim_param) lies unless the build knows better."""
 
 
-def poly_bounds(p: Poly, bounds: Mapping[str, Interval]) -> Interval:
-    """An interval holding every value of `p` for symbols within `bounds` (absent: an input's)."""
+def interval_of(p: Poly, symbol: Callable[[str], Interval]) -> Interval:
+    """An interval holding every value of `p`, each symbol within `symbol(name)` (interval
+    arithmetic over the monomials: sound, not always tight)."""
     total = Interval(0, 0)
     for mono, coeff in p.terms:
         term = Interval(1, 1)
         for name, exponent in mono:
-            term = term * bounds.get(name, INPUT_INTERVAL).power(exponent)
+            term = term * symbol(name).power(exponent)
         total = total + term.scale(coeff)
     return total
+
+
+def poly_bounds(p: Poly, bounds: Mapping[str, Interval]) -> Interval:
+    """An interval holding every value of `p` for symbols within `bounds` (absent: an input's)."""
+    return interval_of(p, lambda name: bounds.get(name, INPUT_INTERVAL))
 
 
 class Verdict(enum.Enum):
@@ -97,7 +103,11 @@ class Verdict(enum.Enum):
 
 def decide(p: Poly, bounds: Mapping[str, Interval]) -> Verdict:
     """Whether `p >= 0` holds for every assignment within `bounds`, fails for every one, or neither."""
-    interval = poly_bounds(p, bounds)
+    return verdict(poly_bounds(p, bounds))
+
+
+def verdict(interval: Interval) -> Verdict:
+    """What `p >= 0` is for every input, where `interval` holds every value of `p`."""
     if interval.lo >= 0:
         return Verdict.HOLDS
     if interval.hi < 0:

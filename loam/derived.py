@@ -20,7 +20,7 @@ import functools
 import itertools
 from collections.abc import Callable, Mapping
 
-from loam.bounds import INPUT_INTERVAL, Interval, Verdict
+from loam.bounds import INPUT_INTERVAL, Interval, Verdict, interval_of, verdict
 from loam.errors import PolyError
 from loam.poly import DerivedCall, Poly, derived_call, derived_symbol
 
@@ -75,23 +75,13 @@ def bounds_of(p: Poly, bounds: Bounds | None = None) -> Interval:
         from loam.owed import bounds as scope_bounds
 
         bounds = scope_bounds()
-    total = Interval(0, 0)
-    for mono, coeff in p.terms:
-        term = Interval(1, 1)
-        for name, exponent in mono:
-            term = term * symbol_bounds(name, bounds).power(exponent)
-        total = total + term.scale(coeff)
-    return total
+    known = bounds
+    return interval_of(p, lambda name: symbol_bounds(name, known))
 
 
 def decide(p: Poly, bounds: Bounds | None = None) -> Verdict:
     """Whether `p >= 0` holds for every input, fails for every input, or depends on the input."""
-    interval = bounds_of(p, bounds)
-    if interval.lo >= 0:
-        return Verdict.HOLDS
-    if interval.hi < 0:
-        return Verdict.FAILS
-    return Verdict.UNKNOWN
+    return verdict(bounds_of(p, bounds))
 
 
 def _holds(p: Poly, bounds: Bounds | None) -> bool:
