@@ -2,9 +2,10 @@
 
 Each kernel takes its geometry fully resolved by the operator rule (explicit begin/end pads, the
 output extents ceil_mode or auto_pad chose, the scales Resize's coordinate mapping reads), so the
-generated module does no shape reasoning of its own.  Windows are read with
-`sliding_window_view` (a view; the reshape that flattens them is the im2col copy) and contracted
-with one `matmul` per call; loops run over kernel offsets or axes only, never over elements.
+generated module does no shape reasoning of its own.  Windows are read as strided views (the
+reshape that flattens them is the im2col copy) and contracted with one `matmul` per call; MaxPool
+takes running maxima over strided views; loops run over kernel offsets or axes only, never over
+elements.
 Halves (f16, bf16) compute in f32 and are narrowed back, as ONNX defines them.
 """
 
@@ -35,24 +36,66 @@ def _k_conv(
     dilations: tuple,
     group: int,
 ) -> np.ndarray:
-    """ONNX Conv: x (N, C, *S) with w (M, C/group, *K), zero pads `pads` (begins then ends), bias b (M)."""
+    """ONNX Conv: x (N, C, *S) with w (M, C/group, *K), zero pads `pads` (begins then ends), bias b (M).
+
+    im2col into the layout a batched matmul wants, (N, group, C/group * taps, points), so that
+    w (group, M/group, C/group * taps) times it gives (N, group, M/group, points): the output's
+    layout.  With unit strides the points of each row are taken across the whole padded row (the
+    surplus columns are computed, then dropped by one compacting copy), which makes every window
+    a contiguous run of the padded input.
+    """
     dtype = x.dtype
+    xw = _widened(x)
     nsp = x.ndim - 2
     kernel = tuple(w.shape[2:])
-    xp = np.pad(_widened(x), [(0, 0), (0, 0)] + [(pads[i], pads[i + nsp]) for i in range(nsp)])
-    out = tuple((xp.shape[2 + i] - (kernel[i] - 1) * dilations[i] - 1) // strides[i] + 1 for i in range(nsp))
+    if min(pads, default=0) < 0:
+        raise ValueError("Conv pads must not be negative")
     n, c = x.shape[0], x.shape[1]
     m = w.shape[0]
     cg, mg = c // group, m // group
-    points = int(np.prod(out, dtype=np.int64))
-    taps = int(np.prod(kernel, dtype=np.int64))
-    win = _conv_windows(xp, kernel, strides, dilations, out)
-    # im2col: (group, N * points, C/group * taps), one matmul per group against (C/group * taps, M/group).
-    cols = win.reshape(n, group, cg, points, taps).transpose(1, 0, 3, 2, 4).reshape(group, n * points, cg * taps)
-    wg = _widened(w).reshape(group, mg, cg * taps).transpose(0, 2, 1)
-    y = np.matmul(cols, wg).reshape(group, n, points, mg).transpose(1, 0, 3, 2).reshape(n, m, *out)
+    spatial = tuple(x.shape[2:])
+    padded = tuple(spatial[i] + pads[i] + pads[i + nsp] for i in range(nsp))
+    out = tuple((padded[i] - (kernel[i] - 1) * dilations[i] - 1) // strides[i] + 1 for i in range(nsp))
+    if min(out, default=1) < 1:
+        raise ValueError("Conv kernel larger than the padded input")
+    # The padded input lies in one flat buffer (element strides `pitch`), with room after its end
+    # for the reads of the surplus columns.
+    pitch = [1] * nsp
+    for i in range(nsp - 2, -1, -1):
+        pitch[i] = pitch[i + 1] * padded[i + 1]
+    plane = pitch[0] * padded[0] if nsp else 1
+    unit = nsp > 0 and all(s == 1 for s in strides)
+    if unit:
+        # Points on the grid (out[0], *padded[1:]): one run of out[0] * pitch[0] elements per window.
+        grid = (out[0], *padded[1:])
+        extent, walk = (out[0] * pitch[0],), (1,)
+        room = sum((kernel[i] - 1) * dilations[i] * pitch[i] for i in range(1, nsp))
+    else:
+        grid, extent, walk, room = out, out, tuple(strides[i] * pitch[i] for i in range(nsp)), 0
+    buf = np.zeros(n * c * plane + room, dtype=xw.dtype)
+    xp = buf[: n * c * plane].reshape(n, c, *padded)
+    xp[(slice(None), slice(None), *(slice(pads[i], pads[i] + spatial[i]) for i in range(nsp)))] = xw
+    size = buf.itemsize
+    # (N, C, *K, *extent): the taps each point reads, a view of the padded input (never written).
+    win = np.ndarray(
+        (n, c, *kernel, *extent),
+        dtype=buf.dtype,
+        buffer=buf,
+        strides=tuple(e * size for e in (c * plane, plane, *(dilations[i] * pitch[i] for i in range(nsp)), *walk)),
+    )
+    taps = points = 1
+    for e in kernel:
+        taps *= e
+    for e in extent:
+        points *= e
+    cols = win.reshape(n, group, cg * taps, points)  # the im2col copy
+    y = np.matmul(_widened(w).reshape(group, mg, cg * taps), cols).reshape(n, m, *grid)
+    if grid != out:
+        y = np.ascontiguousarray(y[(Ellipsis, *(slice(0, o) for o in out))])
     if b is not None:
-        y = y + _widened(b).reshape(m, *([1] * nsp))
+        bias = _widened(b).reshape(m, *([1] * nsp))
+        # y is this function's own buffer: add in place when that keeps its dtype.
+        y = np.add(y, bias, out=y) if bias.dtype == y.dtype else y + bias
     return _narrowed(y, dtype)
 
 
@@ -148,30 +191,69 @@ def _k_pool(
         max(0, (out_shape[i] - 1) * strides[i] + span[i] - (spatial[i] + begins[i] + ends[i])) for i in range(nsp)
     )
     widths = [(0, 0), (0, 0)] + [(begins[i], ends[i] + extra[i]) for i in range(nsp)]
-    taps = int(np.prod(kernel_shape, dtype=np.int64))
+    taps = 1
+    for k in kernel_shape:
+        taps *= k
 
     def windows(a: np.ndarray) -> np.ndarray:
         win = _conv_windows(a, kernel_shape, strides, dilations, out_shape)
         return win.reshape(*win.shape[: 2 + nsp], taps)
 
+    def window_max(a: np.ndarray) -> np.ndarray:
+        # The maximum over each window of the padded `a`: (N, C, *out).  Max over a box is max over
+        # one axis after another, each a running maximum over that axis' kernel offsets (max is
+        # exact and NaN-propagating, so neither the order nor the grouping of the taps matters).
+        for i in range(nsp):
+            k, d, n, s = kernel_shape[i], dilations[i], out_shape[i], strides[i]
+            lead = (slice(None),) * (2 + i)
+            parts = [a[(*lead, slice(o * d, o * d + (n - 1) * s + 1, s))] for o in range(k)]
+            a = np.maximum(parts[0], parts[1]) if k > 1 else parts[0]
+            for part in parts[2:]:
+                np.maximum(a, part, out=a)
+        return a
+
+    padding = any(begins) or any(ends) or any(extra)
+    if mode == "max":
+        is_float = xc.dtype.kind == "f" or xc.dtype.type.__name__ == "bfloat16"
+        if is_float:  # the largest finite value is the bit pattern below inf (f16, bf16, f32, f64 alike)
+            lowest = None  # computed below where needed
+        else:
+            lowest = np.asarray(np.iinfo(xc.dtype).min).astype(xc.dtype)
+        if not indices and taps:
+            # No index asked for: each window's largest tap inside the input, the input padded with
+            # the lowest value there is so that padding never wins; a window with no tap inside
+            # gives `lowest`.  Windows with a NaN tap are left to the general path below.
+            xp = xc
+            interior = (slice(None), slice(None), *(slice(b, b + e) for b, e in zip(begins, spatial, strict=True)))
+            if padding:
+                xp = np.full(
+                    (*xc.shape[:2], *(e + w[0] + w[1] for e, w in zip(spatial, widths[2:], strict=True))),
+                    -np.inf if is_float else lowest,
+                    dtype=xc.dtype,
+                )
+                xp[interior] = xc
+            top = window_max(xp)
+            if xp is xc and all(k == 1 for k in kernel_shape):
+                top = top.copy()  # a one-tap kernel's maximum is a view of the input itself
+            if not (is_float and np.isnan(top).any()):
+                if padding:
+                    mask = np.zeros((1, 1, *xp.shape[2:]), dtype=bool)
+                    mask[interior] = True
+                    any_inside = window_max(mask)
+                    if not any_inside.all():
+                        if is_float:
+                            bits = np.asarray(np.inf).astype(xc.dtype).view(f"u{xc.dtype.itemsize}") - 1
+                            lowest = -bits.view(xc.dtype)
+                        top = np.where(any_inside, top, lowest).astype(xc.dtype)
+                return top
+        if is_float:
+            bits = np.asarray(np.inf).astype(xc.dtype).view(f"u{xc.dtype.itemsize}") - 1
+            lowest = -bits.view(xc.dtype)
+        floor = -np.inf if is_float else lowest
     # Which taps of each window lie inside the input: (1, 1, *out, taps).
     inside = windows(np.pad(np.ones((1, 1, *spatial), dtype=bool), widths))
     if mode == "max":
         flat = windows(np.pad(xc, widths))
-        is_float = flat.dtype.kind == "f" or flat.dtype.name == "bfloat16"
-        if is_float:  # the largest finite value is the bit pattern below inf (f16, bf16, f32, f64 alike)
-            bits = np.asarray(np.inf).astype(flat.dtype).view(f"u{flat.dtype.itemsize}") - 1
-            lowest = -bits.view(flat.dtype)
-        else:
-            lowest = np.asarray(np.iinfo(flat.dtype).min).astype(flat.dtype)
-        floor = -np.inf if is_float else lowest
-        if not indices and not (is_float and np.isnan(xc).any()):
-            # No NaN to order the taps by and no index asked for: each window's largest tap inside
-            # the input (padding never wins; a window with none inside gives `lowest`).
-            if not any(begins) and not any(ends) and not any(extra):
-                return flat.max(axis=-1)
-            top = np.where(inside, flat, floor).max(axis=-1)
-            return np.where(inside.any(axis=-1), top, lowest).astype(flat.dtype)
         # The taps that compete: inside the input and, for floats, not NaN.
         number = inside & ~np.isnan(flat) if is_float else np.broadcast_to(inside, flat.shape)
         keyed = np.where(number, flat, floor)
@@ -338,7 +420,7 @@ PIECES: dict[str, object] = {
     "_k_resize": _k_resize,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
-    "_k_conv": ("_conv_windows", "_widened", "_narrowed"),
+    "_k_conv": ("_widened", "_narrowed"),
     "_k_conv_transpose": ("_widened", "_narrowed"),
     "_k_pool": ("_conv_windows", "_widened", "_narrowed"),
     "_k_resize": ("_widened", "_narrowed"),

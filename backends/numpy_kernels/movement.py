@@ -15,9 +15,19 @@ def _k_concat(*xs: np.ndarray, axis: int) -> np.ndarray:
 
 
 def _k_split(x: np.ndarray, *, axis: int, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-    """ONNX Split: consecutive chunks of `sizes` elements along `axis`."""
-    bounds = np.cumsum(sizes)[:-1]
-    return tuple(np.split(x, bounds, axis=axis))
+    """ONNX Split: consecutive chunks of `sizes` elements along `axis` (views of `x`).
+
+    As np.split at the running sums of `sizes`: the last chunk runs to the end of the axis.
+    """
+    x = np.asarray(x)
+    lead = (slice(None),) * (axis if axis >= 0 else x.ndim + axis)
+    chunks = []
+    start = 0
+    for size in sizes[:-1]:
+        chunks.append(x[(*lead, slice(start, start + size))])
+        start += size
+    chunks.append(x[(*lead, slice(start, x.shape[axis]))])
+    return tuple(chunks)
 
 
 def _k_slice(x: np.ndarray, *, starts: tuple[int, ...], counts: tuple[int, ...], steps: tuple[int, ...]) -> np.ndarray:

@@ -32,6 +32,32 @@ def _k_normalize(
     compute = np.dtype(stash)
     w = x.astype(compute)
     axes = tuple(axes)
+    if compute.kind == "f" and compute.itemsize >= 4 and w.size and w.ndim and w.flags.c_contiguous:
+        # The arithmetic below without np.mean's wrapper: np.mean is the pairwise sum divided in place by
+        # the count as a numpy intp (the same bits), and the full-size buffers are written in place; all
+        # of them were allocated here (`w` is a copy of `x`).
+        count = 1
+        for a in axes:
+            count *= w.shape[a]
+        count = np.intp(count)
+        mean = np.add.reduce(w, axis=axes, keepdims=True)
+        mean /= count  # in place, as np.mean divides: the quotient is rounded to the sum's dtype
+        np.subtract(w, mean, out=w)
+        var = np.add.reduce(np.multiply(w, w), axis=axes, keepdims=True)
+        var /= count
+        inv = compute.type(1) / np.sqrt(var + compute.type(epsilon))
+        y = _widened(_narrowed(np.multiply(w, inv, out=w), x.dtype))
+        for p, op in ((scale, np.multiply), (bias, np.add)):
+            if p is not None:
+                p = _widened(np.asarray(p))
+                if channel_axis >= 0:
+                    p = p.reshape((-1,) + (1,) * (x.ndim - 1 - channel_axis))
+                # In place only where that changes nothing: the same dtype, and p spans y's last axes.
+                y = op(y, p, out=y) if p.dtype == y.dtype and p.shape == y.shape[y.ndim - p.ndim :] else op(y, p)
+        y = _narrowed(y, x.dtype)
+        if stats:
+            return y, mean, inv
+        return y
     mean = np.mean(w, axis=axes, keepdims=True)
     centred = w - mean
     inv = compute.type(1) / np.sqrt(np.mean(centred * centred, axis=axes, keepdims=True) + compute.type(epsilon))

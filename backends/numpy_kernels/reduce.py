@@ -32,25 +32,26 @@ def _k_reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], keepdims: int) ->
                 low, high = w.dtype.type(info.min), w.dtype.type(info.max)
             else:
                 low, high = w.dtype.type(-np.inf), w.dtype.type(np.inf)
+            # The ufunc reductions np.max / np.min / np.sum / np.prod call, without their wrappers.
             if kind == "max":
-                y = np.max(w, axis=axes, keepdims=keep, initial=low)
+                y = np.maximum.reduce(w, axis=axes, keepdims=keep, initial=low)
             else:
-                y = np.min(w, axis=axes, keepdims=keep, initial=high)
+                y = np.minimum.reduce(w, axis=axes, keepdims=keep, initial=high)
         elif kind == "sum":
-            y = np.sum(w, axis=axes, keepdims=keep, dtype=w.dtype)
+            y = np.add.reduce(w, axis=axes, dtype=w.dtype, keepdims=keep)
         elif kind == "prod":
-            y = np.prod(w, axis=axes, keepdims=keep, dtype=w.dtype)
+            y = np.multiply.reduce(w, axis=axes, dtype=w.dtype, keepdims=keep)
         elif kind == "mean":
-            total = np.sum(w, axis=axes, keepdims=keep, dtype=w.dtype)
+            total = np.add.reduce(w, axis=axes, dtype=w.dtype, keepdims=keep)
             if integer:
                 # Integer means divide the integer sum, truncating toward zero as C++ division does.
                 y = (np.sign(total) * (np.abs(total) // max(count, 1))).astype(w.dtype)
             else:
                 y = total / w.dtype.type(count)
         elif kind == "l1":
-            y = np.sum(np.abs(w), axis=axes, keepdims=keep, dtype=w.dtype)
+            y = np.add.reduce(np.abs(w), axis=axes, dtype=w.dtype, keepdims=keep)
         elif kind == "sum_square":
-            y = np.sum(w * w, axis=axes, keepdims=keep, dtype=w.dtype)
+            y = np.add.reduce(w * w, axis=axes, dtype=w.dtype, keepdims=keep)
         else:
             # Logarithms and roots of integers are taken in f64 and truncated back.
             f = w.astype(np.float64) if integer else w
@@ -136,6 +137,16 @@ def _k_softmax(x: np.ndarray, kind: str, axes: tuple[int, ...]) -> np.ndarray:
         y = np.moveaxis(hot.reshape(moved.shape), last, axes)
     elif w.size == 0:
         y = w  # nothing to normalise (np.max has no identity on an empty axis)
+    elif w.ndim and w.dtype.kind == "f":
+        # What the branch below computes, without the np.max / np.sum wrappers (they call these
+        # reductions) and writing in place into the buffers allocated here (`w` may be `x` itself).
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            shifted = np.subtract(w, np.maximum.reduce(w, axis=axes, keepdims=True))
+            if kind == "softmax":
+                e = np.exp(shifted, out=shifted)
+                y = np.divide(e, np.add.reduce(e, axis=axes, keepdims=True), out=e)
+            else:
+                y = np.subtract(shifted, np.log(np.add.reduce(np.exp(shifted), axis=axes, keepdims=True)), out=shifted)
     else:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             shifted = w - np.max(w, axis=axes, keepdims=True)
