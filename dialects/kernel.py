@@ -315,34 +315,84 @@ class ConstantOp(_KernelOp):
         super().__init__(properties={"value": value, "node": StringAttr(node)}, result_types=[result_type])
 
 
+def _check_broadcast(operands: Sequence[SSAValue], result: SSAValue, what: str) -> None:
+    """Each of `operands` broadcasts (ONNX multidirectional) to `result`'s extents."""
+    out = _extents(result.type)
+    if out is None:
+        return
+    for i, v in enumerate(operands):
+        ext = _extents(v.type)
+        if ext is None:
+            continue
+        if len(ext) > len(out):
+            raise VerifyException(f"{what} operand {i} has rank {len(ext)}, result {len(out)}")
+        for j, e in enumerate(ext):
+            o = out[len(out) - len(ext) + j]
+            if e != o and not _is_one(e):
+                raise VerifyException(f"{what} operand {i} axis {j} is {e}, which does not broadcast to {o}")
+
+
 @irdl_op_definition
 class MatmulOp(_KernelOp):
     """ONNX MatMul (opset 13): a matrix product over the last two axes, batch axes broadcast.
 
     Ranks 1 to 4; a rank-1 operand is a row (lhs) or a column (rhs) whose unit axis the result drops.
 
-    Syntax: `kernel.matmul %a, %b {node = "NODE"} : (A, B) -> R`
+    An optional `epilogue` (an elementwise `Expr`, put there by the `fuse` pass) is applied to the
+    product before it is stored: its operand 0 is the product, operand i the `extras[i - 1]`, which
+    broadcast to the product's extents (a bias, a residual).  The epilogue keeps the product's
+    extents and element type, so a backend can compute it in the product's own buffer.
+
+    Syntax: `kernel.matmul %a, %b [then #kernel.expr<...> (%extra, ...)] {node = "NODE"} : (A, B, ...) -> R`
 
     Example:
-        %y = kernel.matmul %x, %w {node = "fc1"} : (!tensor_axes.tensor<f32, [B: 4, In: 8]>,
-             !tensor_axes.tensor<f32, [In: 8, H: 16]>) -> !tensor_axes.tensor<f32, [B: 4, H: 16]>
+        %y = kernel.matmul %x, %w then #kernel.expr<[operand 0, operand 1, add 0 1, relu 2]> (%b)
+             {node = "fc1"} : (!tensor_axes.tensor<f32, [B: 4, In: 8]>,
+             !tensor_axes.tensor<f32, [In: 8, H: 16]>, !tensor_axes.tensor<f32, [H: 16]>)
+             -> !tensor_axes.tensor<f32, [B: 4, H: 16]>
     """
 
     name = "kernel.matmul"
 
     lhs = operand_def()
     rhs = operand_def()
+    extras = var_operand_def()
+    epilogue = opt_prop_def(ExprAttr)
     node = _node_prop()
     result = result_def()
 
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+    assembly_format = (
+        "$lhs `,` $rhs (`then` qualified($epilogue)^ `(` $extras `)`)? attr-dict `:` functional-type(operands, results)"
+    )
 
-    def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation, result_type: Attribute, node: str):
-        super().__init__(operands=[lhs, rhs], properties={"node": StringAttr(node)}, result_types=[result_type])
+    def __init__(
+        self,
+        lhs: SSAValue | Operation,
+        rhs: SSAValue | Operation,
+        result_type: Attribute,
+        node: str,
+        epilogue: Expr | None = None,
+        extras: Sequence[SSAValue | Operation] = (),
+    ):
+        props: dict[str, Attribute] = {"node": StringAttr(node)}
+        if epilogue is not None:
+            props["epilogue"] = ExprAttr(epilogue)
+        super().__init__(operands=[lhs, rhs, list(extras)], properties=props, result_types=[result_type])
 
     def verify_(self) -> None:
+        if self.epilogue is None:
+            if self.extras:
+                raise VerifyException(f"kernel.matmul '{self.node.data}': extra operands without an epilogue")
+        else:
+            reads = self.epilogue.data.operand_indices
+            if reads - frozenset(range(1 + len(self.extras))) or len(reads) != 1 + len(self.extras):
+                raise VerifyException(
+                    f"kernel.matmul '{self.node.data}': the epilogue reads operands {sorted(reads)}, "
+                    f"but the product and {len(self.extras)} extras are operands 0 to {len(self.extras)}"
+                )
+            _check_broadcast(self.extras, self.result, f"kernel.matmul '{self.node.data}' extra")
         a, b, r = (_extents(v.type) for v in (self.lhs, self.rhs, self.result))
         if a is None or b is None or r is None:
             return
@@ -492,23 +542,7 @@ class ZipOp(_KernelOp):
                 f"kernel.zip '{self.node.data}': {n} operands but the expression reads operands "
                 f"{sorted(expr.operand_indices)}"
             )
-        out = _extents(self.result.type)
-        if out is None:
-            return
-        for i, v in enumerate(self.inputs):
-            ext = _extents(v.type)
-            if ext is None:
-                continue
-            if len(ext) > len(out):
-                raise VerifyException(
-                    f"kernel.zip '{self.node.data}': operand {i} has rank {len(ext)}, result {len(out)}"
-                )
-            for j, e in enumerate(ext):
-                o = out[len(out) - len(ext) + j]
-                if e != o and not _is_one(e):
-                    raise VerifyException(
-                        f"kernel.zip '{self.node.data}': operand {i} axis {j} is {e}, which does not broadcast to {o}"
-                    )
+        _check_broadcast(self.inputs, self.result, f"kernel.zip '{self.node.data}':")
 
 
 class _OneInputOp(_KernelOp):

@@ -229,11 +229,13 @@ def build_report(ir: ModuleOp) -> str:
             continue
         node = op.properties.get("node")
         if isinstance(node, StringAttr):
-            fused = op.attributes.get("fused")  # a zip the fuse pass composed: its producers' nodes
+            # A product finished by an epilogue the fuse pass gave it.
+            name = f"{op.name}+epilogue" if op.properties.get("epilogue") is not None else op.name
+            fused = op.attributes.get("fused")  # a kernel the fuse pass composed: its producers' nodes
             for member in fused.data if isinstance(fused, ArrayAttr) else ():
                 if isinstance(member, StringAttr) and member.data != node.data:
-                    kernels.setdefault(member.data, []).append(f"{op.name} (fused into {node.data})")
-            kernels.setdefault(node.data, []).append(op.name)
+                    kernels.setdefault(member.data, []).append(f"{name} (fused into {node.data})")
+            kernels.setdefault(node.data, []).append(name)
     if not kernels:
         return ""
     width = max(len("node"), *(len(n) for n in kernels)) + 2

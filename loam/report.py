@@ -34,6 +34,7 @@ class Reason(StrEnum):
 
     FOLDED = "folded at build time"
     CHAIN = "elementwise chain"
+    EPILOGUE = "epilogue into product"
     CONSUMERS = "producer has {n} consumers"
     OUTPUT = "result is an output"
     REDUCTION = "reduction boundary"
@@ -45,6 +46,8 @@ class Reason(StrEnum):
     NOT_ELEMENTWISE = "not an elementwise kernel"
     OTHER_BLOCK = "consumer in another block"
     NO_KERNEL = "emits no kernel"
+    CAST = "epilogue changes element type"
+    SCALAR = "scalar product"
 
     def text(self, n: int | None = None) -> str:
         """The reason as printed (`CONSUMERS` with its count filled in)."""

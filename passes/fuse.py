@@ -1,4 +1,4 @@
-"""fuse: compose chains of `kernel.zip` into one zip, and report every node's decision.
+"""fuse: compose chains of `kernel.zip` into one zip, epilogues into products, and report every node's decision.
 
 Why: each `kernel.zip` writes its whole result to memory and the next one reads it back.  When a
 zip's result feeds exactly one other zip of the same extents, the consumer can compute the
@@ -16,6 +16,16 @@ A producer stays a kernel of its own when
   - with `objective=dispatch` (WebGPU: fewer launches, no 64-bit integers in WGSL), either side
     computes i64 (`element type i64`).
 With `objective=memory` (CPU) i64 and bool chains fuse like any other.
+
+Then each `kernel.matmul` whose result only an elementwise zip reads takes that zip as its
+`epilogue` (bias, scale, activation, residual): the product is stored once, already finished.
+The same refusals apply, plus `epilogue changes element type` (the epilogue must keep the
+product's element type and extents, so it can run in the product's buffer) and `scalar product`
+(a rank-0 product has no buffer to finish in place).
+
+`objective=dispatch` counts launches rather than passes over memory: a cheap producer
+(at most `DUPLICATE_STEPS` steps) read by several zips of its own extents is computed again in each
+of them, saving its launch, where `objective=memory` keeps it (`producer has N consumers`).
 
 A fused zip keeps the consumer's `node` and lists the ONNX nodes it computes in the discardable
 attribute `fused = ["producer", ..., "consumer"]`.  The decisions go to `loam.report`; the option
@@ -35,12 +45,14 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
+from loam.dialects.expr import Operand
 from loam.dialects.kernel import (
     ArgReduceOp,
     CumSumOp,
     GroupNormOp,
     IfOp,
     LrnOp,
+    MatmulOp,
     NormalizeOp,
     PoolOp,
     ProgramOp,
@@ -58,7 +70,9 @@ from loam.report import FOLDED, FUSED, KEPT, REPORT_FORMATS, FusionReport, NodeD
 
 OBJECTIVES: tuple[str, ...] = ("memory", "dispatch")
 FUSED_ATTR = "fused"
-"""Discardable attribute of a fused `kernel.zip`: the ONNX nodes it computes, the consumer last."""
+"""Discardable attribute of a fused `kernel.zip` or `kernel.matmul`: the ONNX nodes it computes, the consumer last."""
+DUPLICATE_STEPS = 4
+"""With `objective=dispatch`, a producer of at most this many non-operand steps is recomputed in each consumer."""
 
 _REDUCTIONS: tuple[type[Operation], ...] = (
     ReduceOp, ArgReduceOp, TopKOp, CumSumOp, SoftmaxOp, NormalizeOp, GroupNormOp, LrnOp, PoolOp,
@@ -70,7 +84,7 @@ def _node(op: Operation) -> str:
     return node.data if isinstance(node, StringAttr) else ""
 
 
-def _members(op: ZipOp) -> list[str]:
+def _members(op: Operation) -> list[str]:
     attr = op.attributes.get(FUSED_ATTR)
     if isinstance(attr, ArrayAttr):
         return [m.data for m in attr.data if isinstance(m, StringAttr)]
@@ -112,19 +126,51 @@ def refusal(producer: ZipOp, objective: str) -> tuple[Reason, int | None] | None
     users = _users(producer.result)
     if any(isinstance(u, (ReturnOp, YieldOp)) for u in users):
         return Reason.OUTPUT, None
+    if not users:
+        return Reason.NO_NEIGHBOUR, None
+    if len(users) >= 2 and not (objective == "dispatch" and _duplicable(producer)):
+        return Reason.CONSUMERS, len(users)
+    for consumer in users:
+        if not isinstance(consumer, ZipOp):
+            return (Reason.REDUCTION if isinstance(consumer, _REDUCTIONS) else Reason.NO_NEIGHBOUR), None
+        if consumer.parent_block() is not producer.parent_block():
+            return Reason.OTHER_BLOCK, None
+        shape = _shape(producer.result)
+        if shape is None or shape != _shape(consumer.result):
+            return Reason.BROADCAST, None
+        if objective == "dispatch" and "i64" in (_elem(producer.result), _elem(consumer.result)):
+            return Reason.I64, None
+    return None
+
+
+def _duplicable(producer: ZipOp) -> bool:
+    """Whether `producer` is cheap enough to compute again in each consumer (objective dispatch)."""
+    steps = producer.expr.data.steps
+    return sum(1 for step in steps if not isinstance(step, Operand)) <= DUPLICATE_STEPS
+
+
+def epilogue_refusal(product: MatmulOp, objective: str) -> tuple[Reason, int | None] | None:
+    """Why the zip reading `product` cannot become its epilogue, or None when it can."""
+    users = _users(product.result)
+    if any(isinstance(u, (ReturnOp, YieldOp)) for u in users):
+        return Reason.OUTPUT, None
     if len(users) >= 2:
         return Reason.CONSUMERS, len(users)
-    if not users:
+    if not users or product.epilogue is not None:
         return Reason.NO_NEIGHBOUR, None
     consumer = users[0]
     if not isinstance(consumer, ZipOp):
         return (Reason.REDUCTION if isinstance(consumer, _REDUCTIONS) else Reason.NO_NEIGHBOUR), None
-    if consumer.parent_block() is not producer.parent_block():
+    if consumer.parent_block() is not product.parent_block():
         return Reason.OTHER_BLOCK, None
-    shape = _shape(producer.result)
+    shape = _shape(product.result)
     if shape is None or shape != _shape(consumer.result):
         return Reason.BROADCAST, None
-    if objective == "dispatch" and "i64" in (_elem(producer.result), _elem(consumer.result)):
+    if not shape:
+        return Reason.SCALAR, None
+    if _elem(product.result) != _elem(consumer.result):
+        return Reason.CAST, None
+    if objective == "dispatch" and "i64" in (_elem(product.result), _elem(consumer.result)):
         return Reason.I64, None
     return None
 
@@ -141,6 +187,9 @@ class _Fuser:
                     self.run_block(inner)
             if isinstance(op, ZipOp):
                 self.absorb(op)
+        for op in list(block.ops):
+            if isinstance(op, MatmulOp) and epilogue_refusal(op, self.objective) is None:
+                self.finish(op)
 
     def absorb(self, consumer: ZipOp) -> ZipOp:
         """Fuse every eligible producer into `consumer` (repeatedly); the resulting zip."""
@@ -152,6 +201,29 @@ class _Fuser:
                     break
             else:
                 return consumer
+
+    def finish(self, product: MatmulOp) -> MatmulOp:
+        """`product` with its one consumer zip as its epilogue (the product becomes operand 0)."""
+        (consumer,) = _users(product.result)
+        assert isinstance(consumer, ZipOp)
+        own, kept = consumer.expr.data.dedupe_operands(list(consumer.inputs))
+        inputs = [consumer.inputs[i] for i in kept]
+        at = inputs.index(product.result)
+        order = [at, *(i for i in range(len(inputs)) if i != at)]
+        expr = own.remap_operands({old: new for new, old in enumerate(order)})
+        extras = [inputs[i] for i in order[1:]]
+        fused = MatmulOp(product.lhs, product.rhs, consumer.result.type, _node(consumer), expr, extras)
+        fused.attributes.update(consumer.attributes)
+        members = list(dict.fromkeys([*_members(product), *_members(consumer)]))
+        fused.attributes[FUSED_ATTR] = ArrayAttr([StringAttr(m) for m in members])
+        self._saved(_node(product), _bytes(product.result))
+        Rewriter.replace_op(consumer, fused)
+        Rewriter.erase_op(product)
+        return fused
+
+    def _saved(self, node: str, amount: Poly | int) -> None:
+        previous = self.saved.get(node, 0)
+        self.saved[node] = previous + amount if isinstance(previous, Poly) else amount + previous
 
     def fuse(self, producer: ZipOp, consumer: ZipOp, index: int) -> ZipOp:
         # The consumer may read the producer's result as several operands (`Mul(a, a)`): merge
@@ -167,12 +239,10 @@ class _Fuser:
         fused.attributes.update(consumer.attributes)
         members = list(dict.fromkeys([*_members(producer), *_members(consumer)]))
         fused.attributes[FUSED_ATTR] = ArrayAttr([StringAttr(m) for m in members])
-        node = _node(producer)
-        amount = _bytes(producer.result)
-        previous = self.saved.get(node, 0)
-        self.saved[node] = previous + amount if isinstance(previous, Poly) else amount + previous
         Rewriter.replace_op(consumer, fused)
-        Rewriter.erase_op(producer)
+        if not producer.result.uses:  # a producer duplicated into several consumers goes with the last
+            self._saved(_node(producer), _bytes(producer.result))
+            Rewriter.erase_op(producer)
         return fused
 
 
@@ -227,12 +297,14 @@ def _report(
     report = FusionReport(objective, edges=edges)
     ops_of: dict[str, list[Operation]] = {}
     group_of: dict[str, str] = {}
+    why: dict[str, Reason] = {}
     for program in programs:
         for op in _kernel_ops(program):
             ops_of.setdefault(_node(op), []).append(op)
-            if isinstance(op, ZipOp) and FUSED_ATTR in op.attributes:
+            if isinstance(op, (ZipOp, MatmulOp)) and FUSED_ATTR in op.attributes:
                 group = f"g{len(report.groups) + 1}"
                 report.groups[group] = _members(op)
+                why[group] = Reason.EPILOGUE if isinstance(op, MatmulOp) else Reason.CHAIN
                 for m in report.groups[group]:
                     group_of.setdefault(m, group)
 
@@ -244,11 +316,14 @@ def _report(
         ops = ops_of.get(node, [])
         op_type = op_type or "+".join(dict.fromkeys(kinds.get(node, [])))
         if node in group_of:
-            return NodeDecision(node, op_type, FUSED, Reason.CHAIN.text(), group_of[node], bytes_text(node))
+            group = group_of[node]
+            return NodeDecision(node, op_type, FUSED, why[group].text(), group, bytes_text(node))
         zips = [op for op in ops if isinstance(op, ZipOp)]
-        if zips:
-            why = refusal(zips[-1], objective)
-            reason, n = why if why is not None else (Reason.NO_NEIGHBOUR, None)
+        products = [op for op in ops if isinstance(op, MatmulOp)]
+        if zips or products:
+            last = (zips or products)[-1]
+            found = refusal(last, objective) if isinstance(last, ZipOp) else epilogue_refusal(last, objective)
+            reason, n = found if found is not None else (Reason.NO_NEIGHBOUR, None)
             if any(isinstance(op, IfOp) for op in ops):
                 reason, n = Reason.NOT_ELEMENTWISE, None
         elif any(isinstance(op, _REDUCTIONS) for op in ops):

@@ -70,3 +70,31 @@ builtin.module {
     kernel.return %n, %t, %b, %m names ["n", "t", "b", "m"] : !tensor_axes.tensor<f32, [R: 2, S: s]>, !tensor_axes.tensor<f32, [S: s]>, !tensor_axes.tensor<f32, [R: 2, C: 3]>, !tensor_axes.tensor<f32, [C: 3]>
   }
 }
+
+// -----
+
+// Epilogues: the bias + GELU-like chain after a product becomes the product's epilogue (operand 0
+// is the product, the bias an extra); a product that casts in its zip keeps the zip apart, and so
+// does a product whose zip is reduced after a broadcast.
+// CHECK-LABEL: kernel.program "epilogue"
+// CHECK:       %t = kernel.matmul %x, %w then #kernel.expr<[operand 0, operand 1, add 0 1, tanh 2]>(%b) {fused = ["mm", "bias", "tanh"], node = "tanh"}
+// CHECK:       %q = kernel.matmul %x, %w {node = "mm2"}
+// CHECK-NEXT:  %c = kernel.zip(%q) #kernel.expr<[operand 0, cast 0 : f16]> {node = "cast"}
+// REPORT:      fusion report (objective memory): 5 nodes, 1 groups
+// REPORT-NEXT: node  op      decision       reason                         bytes saved
+// REPORT-NEXT: mm    matmul  fused into g1  epilogue into product          48
+// REPORT-NEXT: bias  zip     fused into g1  epilogue into product          48
+// REPORT-NEXT: tanh  zip     fused into g1  epilogue into product          0
+// REPORT-NEXT: mm2   matmul  kept alone     epilogue changes element type  0
+// REPORT-NEXT: cast  zip     kept alone     result is an output            0
+// REPORT-NEXT: group g1: mm, bias, tanh
+builtin.module {
+  kernel.program "epilogue" (%x: !tensor_axes.tensor<f32, [R: 2, K: 4]>, %w: !tensor_axes.tensor<f32, [K: 4, C: 3]>, %b: !tensor_axes.tensor<f32, [C: 3]>) names ["x", "w", "b"] {
+    %p = kernel.matmul %x, %w {node = "mm"} : (!tensor_axes.tensor<f32, [R: 2, K: 4]>, !tensor_axes.tensor<f32, [K: 4, C: 3]>) -> !tensor_axes.tensor<f32, [R: 2, C: 3]>
+    %a = kernel.zip(%p, %b) #kernel.expr<[operand 0, operand 1, add 0 1]> {node = "bias"} : (!tensor_axes.tensor<f32, [R: 2, C: 3]>, !tensor_axes.tensor<f32, [C: 3]>) -> !tensor_axes.tensor<f32, [R: 2, C: 3]>
+    %t = kernel.zip(%a) #kernel.expr<[operand 0, tanh 0]> {node = "tanh"} : (!tensor_axes.tensor<f32, [R: 2, C: 3]>) -> !tensor_axes.tensor<f32, [R: 2, C: 3]>
+    %q = kernel.matmul %x, %w {node = "mm2"} : (!tensor_axes.tensor<f32, [R: 2, K: 4]>, !tensor_axes.tensor<f32, [K: 4, C: 3]>) -> !tensor_axes.tensor<f32, [R: 2, C: 3]>
+    %c = kernel.zip(%q) #kernel.expr<[operand 0, cast 0 : f16]> {node = "cast"} : (!tensor_axes.tensor<f32, [R: 2, C: 3]>) -> !tensor_axes.tensor<f16, [R: 2, C: 3]>
+    kernel.return %t, %c names ["t", "c"] : !tensor_axes.tensor<f32, [R: 2, C: 3]>, !tensor_axes.tensor<f16, [R: 2, C: 3]>
+  }
+}

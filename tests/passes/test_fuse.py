@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from loam.dialects.expr import Expr
-from loam.dialects.kernel import ZipOp
+from loam.dialects.kernel import MatmulOp, ZipOp
 from loam.draft import draft_layout
 from loam.options import Options
 from loam.pipeline import BuildResult, build
@@ -291,3 +291,74 @@ def test_tiny_gpt2_fused_equals_unfused(graph: str) -> None:
         outputs.append(list(out) if isinstance(out, tuple) else [out])
     for a, b in zip(*outputs, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+
+
+def _matmul_model(nodes: list, outputs: list[str]) -> onnx.ModelProto:
+    w = helper.make_tensor("w", F32, [4, 3], np.arange(12, dtype=np.float32) / 7 - 0.8)
+    b = helper.make_tensor("b", F32, [3], np.array([0.5, -0.25, 0.125], dtype=np.float32))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", F32, [5, 4]), helper.make_tensor_value_info("r", F32, [5, 3])],
+        [helper.make_tensor_value_info(o, F32, None) for o in outputs],
+        [w, b],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_bias_activation_and_residual_finish_the_product() -> None:
+    model = _matmul_model(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["p"], name="mm"),
+            helper.make_node("Add", ["p", "b"], ["a"], name="bias"),
+            helper.make_node("Tanh", ["a"], ["t"], name="act"),
+            helper.make_node("Add", ["t", "r"], ["out"], name="residual"),
+        ],
+        ["out"],
+    )
+    result = _check(model)
+    (product,) = [op for op in result.ir.walk() if isinstance(op, MatmulOp)]
+    assert product.epilogue is not None and len(product.extras) == 2 and not _zips(result)
+    report = result.fusion
+    assert report is not None and report.groups == {"g1": ["mm", "bias", "act", "residual"]}
+    assert {d.reason for d in report.decisions} == {"epilogue into product"}
+    assert report.decision("mm").bytes_saved == 2 * 5 * 3 * 4
+    # The module finishes the product in its own buffer.
+    assert "out = np.matmul(x, weights.w)  # mm" in result.source
+    assert "_zip_0(out, r, weights.b, out=out)  # bias, act, residual: epilogue" in result.source
+
+
+def test_a_product_read_twice_or_returned_keeps_its_zips_apart() -> None:
+    model = _matmul_model(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["p"], name="mm"),
+            helper.make_node("Relu", ["p"], ["out1"], name="relu"),
+            helper.make_node("Neg", ["p"], ["out2"], name="neg"),
+            helper.make_node("Sigmoid", ["r"], ["out3"], name="unused_input_keeper"),
+        ],
+        ["out1", "out2", "out3"],
+    )
+    result = _check(model)
+    report = result.fusion
+    assert report is not None
+    assert report.decision("mm").decision == KEPT and report.decision("mm").reason == "producer has 2 consumers"
+    assert all(op.epilogue is None for op in result.ir.walk() if isinstance(op, MatmulOp))
+
+
+def test_dispatch_computes_a_cheap_shared_producer_in_each_consumer() -> None:
+    model = _model(
+        [
+            helper.make_node("Add", ["x", "y"], ["a"], name="add"),
+            helper.make_node("Relu", ["a"], ["out1"], name="relu"),
+            helper.make_node("Neg", ["a"], ["out2"], name="neg"),
+        ],
+        {"x": (F32, [4]), "y": (F32, [4])},
+        ["out1", "out2"],
+    )
+    memory = _check(model)
+    assert memory.fusion is not None and memory.fusion.decision("add").reason == "producer has 2 consumers"
+    assert len(_zips(memory)) == 3
+    dispatch = _check(model, "dispatch")  # one launch per output: add is computed in both
+    assert dispatch.fusion is not None and len(_zips(dispatch)) == 2
+    assert dispatch.fusion.decision("add").decision == FUSED
+    assert all("add 0 1" in str(z.expr.data) for z in _zips(dispatch))
