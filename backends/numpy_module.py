@@ -59,6 +59,7 @@ axis whose marker would take a declared name stops emission with an `AxisError`.
 from __future__ import annotations
 
 import keyword
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,8 @@ from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from loam.backends import numpy_runtime
+from loam.backends.numpy_buffers import BufferPlan, plan_buffers
+from loam.backends.numpy_inplace import OUT, InPlacePlan, plan_in_place
 from loam.backends.numpy_kernels import elementwise as elementwise_kernels
 from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, format_float
 from loam.dialects.kernel import (
@@ -100,11 +103,14 @@ _BINARY: dict[str, str] = elementwise_kernels.BINARY_SOURCE
 _FIXED_NAMES = (
     "np", "ml_dtypes", "Weights", "Outputs", "forward", "weights", "_env", "_src", "_SPECS", "_fields", "self",
     "cls", "load", "load_file", "embedded", "stored", "data", "path", "values", "tensors", "_from", "_carried",
-    "_stored", "_source", "_EMBEDDED", "_CHECKPOINT_NAMES", "_WEIGHT_BYTES",
+    "_stored", "_source", "_EMBEDDED", "_CHECKPOINT_NAMES", "_WEIGHT_BYTES", "_POOL", "_buf", "_key",
 )  # fmt: skip
 
 # Element types whose arithmetic runs in float32: a weight of one is prepared in f32 once by `Weights`.
 _HALVES = ("f16", "bf16")
+
+# A preallocated buffer is worth its bookkeeping from this many elements on (or for a symbolic extent).
+_SLOT_MIN = 16384
 
 # Byte alignment of each tensor within the embedded weights' one bytes literal.
 _EMBED_ALIGN = 64
@@ -204,7 +210,7 @@ class _Emitter:
         self.names = _Names()
         self.pieces: set[str] = set()
         # Each expression function, keyed by the expression and the operands given in prepared f32.
-        self.exprs: dict[tuple[Expr, frozenset[int]], str] = {}
+        self.exprs: dict[tuple[Expr, frozenset[int], InPlacePlan], str] = {}
         self.consts: list[tuple[str, np.ndarray]] = []
         # Symbols forward binds from its inputs, in binding order (for messages).
         self.input_symbols: list[str] = []
@@ -225,6 +231,8 @@ class _Emitter:
         self.prepared: dict[str, str] = {}
         # Whether a bf16 value appears, so the module imports ml_dtypes (and only then).
         self.ml_dtypes = False
+        # Where forward's top-level block stores its intermediates (`loam.backends.numpy_buffers`).
+        self.buffers = BufferPlan()
 
     # -- collection -----------------------------------------------------------------------------
 
@@ -370,28 +378,67 @@ class _Emitter:
             self.pieces.add("_prepared")
         return f"weights.{self.prepared[attr]}"
 
-    def _expr_function(self, expr: Expr, wide: frozenset[int] = frozenset()) -> str:
-        """The function computing `expr`; operands in `wide` arrive as the f32 their casts would make."""
-        name = self.exprs.get((expr, wide))
+    def _expr_function(self, expr: Expr, wide: frozenset[int], plan: InPlacePlan) -> str:
+        """The function computing `expr`; operands in `wide` arrive as the f32 their casts would make,
+        and the steps `plan` names write into the result buffer."""
+        key = (expr, wide, plan)
+        name = self.exprs.get(key)
         if name is None:
             name = self.names.mint(f"_zip_{len(self.exprs)}")
-            self.exprs[(expr, wide)] = name
-            for step in expr.steps:
+            self.exprs[key] = name
+            for step, into in zip(expr.steps, plan.into, strict=True):
                 source = _UNARY[step.op] if isinstance(step, Unary) else _BINARY.get(getattr(step, "op", ""), "")
-                if source.startswith("_"):
+                if source.startswith("_") and not (into is not None and source == "_relu"):
                     self.pieces.add(source)
                 if isinstance(step, (Const, Convert)) and step.elem == "bf16":
                     self.ml_dtypes = True
+            if plan.into[-1] != OUT:
+                self.pieces.add("_finished")
         return name
 
-    def _expr_source(self, key: tuple[Expr, frozenset[int]], name: str) -> str:
-        expr, wide = key
-        params = [f"a{i}" for i in range(expr.arity)]
-        lines = [f"def {name}({', '.join(p + ': np.ndarray' for p in params)}) -> np.ndarray:"]
-        note = f" (operands {', '.join(map(str, sorted(wide)))} arrive in prepared f32)" if wide else ""
-        lines.append(f'    """#kernel.expr<{expr}>{note}"""')
+    def _zip_call(self, op: ZipOp | MatmulOp, args: list[str], out: str | None, alias: int | None = None) -> str:
+        """A call of the function computing `op`'s Expr over `args` (writing into `out` when given)."""
+        if isinstance(op, ZipOp):
+            expr, values = op.expr.data, list(op.inputs)
+        else:
+            assert op.epilogue is not None
+            expr, values = op.epilogue.data, [op.result, *op.extras]
+        wide = frozenset(i for i in _widened_only(expr) if values[i] in self.half_weights)
+        for i in wide:
+            args[i] = self._prepared_text(values[i])
+        types = [_axes_type(v, "kernel.zip operand") for v in values]
+        result = _axes_type(op.result, op.name)
+        plan = plan_in_place(
+            expr, [t.shape for t in types], [t.elem.name for t in types], (result.shape, result.elem.name), alias, wide
+        )
+        call_args = [*args, f"out={out}"] if out is not None else args
+        return f"{self._expr_function(expr, wide, plan)}({', '.join(call_args)})"
+
+    def _expr_source(self, key: tuple[Expr, frozenset[int], InPlacePlan], name: str) -> str:
+        expr, wide, plan = key
+        params = [f"a{i}: np.ndarray" for i in range(expr.arity)]
+        lines = [f"def {name}({', '.join([*params, 'out: np.ndarray | None = None'])}) -> np.ndarray:"]
+        notes = []
+        if wide:
+            notes.append(f"operands {', '.join(map(str, sorted(wide)))} arrive in prepared f32")
+        if plan.alias is not None:
+            notes.append(f"operand {plan.alias} arrives in out")
+        written = [str(i) for i, into in enumerate(plan.into) if into == OUT]
+        if written:
+            notes.append(f"step {written[0]} writes" if len(written) == 1 else f"steps {', '.join(written)} write")
+            notes[-1] += " into out"
+        reused = [str(i) for i, into in enumerate(plan.into) if into is not None and into != OUT]
+        if reused:
+            notes.append(f"step{'s' * (len(reused) > 1)} {', '.join(reused)} reuse{'s' * (len(reused) == 1)} a buffer")
+        note = f"; {'; '.join(notes)}" if notes else ""
+        lines.append(f'    """#kernel.expr<{expr}>{note}."""')
         refs: list[str] = []
+        # The variable holding each buffer now: `out` (None until a step makes it), or a step's array.
+        buffer: dict[int, str] = {OUT: "out"}
+        last = len(expr.steps) - 1
         for i, step in enumerate(expr.steps):
+            into = plan.into[i]
+            target = f", out={buffer[into]}" if into is not None else ""
             if isinstance(step, Operand):
                 refs.append(f"a{step.index}")
                 continue
@@ -402,9 +449,12 @@ class _Emitter:
                 rhs = f"{_dtype_source(dtype)}({literal})"
             elif isinstance(step, Unary):
                 fn = _UNARY[step.op]
-                rhs = f"{fn}({refs[step.arg]})" if fn else refs[step.arg]
+                if fn == "_relu" and into is not None:
+                    rhs = f"np.maximum({refs[step.arg]}, 0{target})"
+                else:
+                    rhs = f"{fn}({refs[step.arg]}{target})" if fn else refs[step.arg]
             elif isinstance(step, Binary):
-                rhs = f"{_BINARY[step.op]}({refs[step.lhs]}, {refs[step.rhs]})"
+                rhs = f"{_BINARY[step.op]}({refs[step.lhs]}, {refs[step.rhs]}{target})"
             elif isinstance(step, Select):
                 rhs = f"np.where({refs[step.cond]}, {refs[step.a]}, {refs[step.b]})"
             else:
@@ -414,26 +464,35 @@ class _Emitter:
                     rhs = refs[step.arg]  # already the float32 this cast makes, prepared once by Weights
                 else:
                     rhs = f"np.asarray({refs[step.arg]}).astype({_dtype_source(_expr_dtype(step.elem))})"
-            if i == len(expr.steps) - 1:
-                lines.append(f"    return np.asarray({rhs})")
+            if into is not None:
+                buffer[into] = f"s{i}"
+            else:
+                buffer[i] = f"s{i}"  # a new array; a later step may reuse it
+            if i == last and into == OUT:
+                lines.append(f"    return {rhs}")
+            elif i == last:
+                lines.append(f"    return _finished({rhs}, out)")
             else:
                 lines.append(f"    s{i} = {rhs}")
                 refs.append(f"s{i}")
         if isinstance(expr.steps[-1], Operand):
-            lines.append(f"    return np.asarray({refs[-1]})")
+            lines.append(f"    return _finished({refs[-1]}, out)")
         return "\n".join(lines) + "\n"
 
     def _kernel_line(self, op: Operation) -> str | None:
         """The right-hand side computing `op`, or None for ops that declare no line."""
         arg = [self.value_text[v] for v in op.operands]
         if isinstance(op, MatmulOp):
-            call = f"np.matmul({arg[0]}, {arg[1]})"
+            slot = self.buffers.slot_of.get(op.result)
+            out = "" if slot is None else f", out=_buf[{slot}]"
+            call = f"np.matmul({arg[0]}, {arg[1]}{out})"
             # 1-D by 1-D gives a numpy scalar, not an array: keep every value an ndarray.
             return call if _axes_type(op.result, "kernel.matmul").rank else f"np.asarray({call})"
+        # The methods, not np.transpose/np.reshape: the same views at a fifth of the call's cost.
         if isinstance(op, PermuteOp):
-            return f"np.transpose({arg[0]}, {tuple(op.permutation)!r})"
+            return f"{arg[0]}.transpose({tuple(op.permutation)!r})"
         if isinstance(op, RegroupOp):
-            return f"np.reshape({arg[0]}, {self._shape_py(_axes_type(op.result, 'kernel.regroup'))})"
+            return f"{arg[0]}.reshape({self._shape_py(_axes_type(op.result, 'kernel.regroup'))})"
         if isinstance(op, CastOp):
             result = _axes_type(op.result, "kernel.cast")
             if op.operands[0] in self.half_weights and result.elem.name == "f32":
@@ -441,11 +500,12 @@ class _Emitter:
             dtype = _numpy_dtype(result, f"kernel.cast '{op.node.data}'")
             return f"{arg[0]}.astype({_dtype_source(dtype)})"
         if isinstance(op, ZipOp):
-            expr = op.expr.data
-            wide = frozenset(i for i in _widened_only(expr) if op.inputs[i] in self.half_weights)
-            for i in wide:
-                arg[i] = self._prepared_text(op.inputs[i])
-            call = f"{self._expr_function(expr, wide)}({', '.join(arg)})"
+            slot = self.buffers.slot_of.get(op.result)
+            at = self.buffers.in_place.get(op)
+            if at is not None:
+                call = self._zip_call(op, arg, arg[at], alias=at)  # computed in a dead operand
+            else:
+                call = self._zip_call(op, arg, None if slot is None else f"_buf[{slot}]")
             out = _axes_type(op.result, "kernel.zip")
             broadcast = _broadcast([_axes_type(v, "kernel.zip operand").shape for v in op.inputs])
             if broadcast != out.shape:  # the operands alone do not reach the result's extents
@@ -607,6 +667,11 @@ class _Emitter:
         parts += [numpy_runtime.source_of(p) for p in numpy_runtime.pieces_for(self.pieces)]
         parts += [_marker_source(name, extent) for name, extent in markers.items()]
         parts += [self._expr_source(key, n) for key, n in self.exprs.items()]
+        if self.buffers.slots:
+            parts.append(
+                "# forward's preallocated intermediates, by the extents they read (see _keep)\n"
+                "_POOL: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}\n"
+            )
         parts += [f"{name} = {_array_literal(arr)}\n" for name, arr in self.consts]
         rows: list[str] = []
         if carried:
@@ -641,6 +706,8 @@ class _Emitter:
             for op in ops:
                 if isinstance(op, OweOp):
                     self._owe_now_or_later(op)
+            if parent is None:
+                self._plan_buffers(ops)
             for op in ops:
                 if isinstance(op, (ReturnOp, YieldOp, OweOp)):
                     continue
@@ -648,6 +715,8 @@ class _Emitter:
                     self._collect_if(op)
                     continue
                 self._collect_op(op)
+            if parent is None and self.buffers.slots:
+                scope.items.append("_keep(_POOL, _key, _buf)  # the buffers serve the next call with these extents")
             if scope.deferred:
                 op = scope.deferred[0]
                 unbound = sorted(n for p in (op.lhs.data, op.rhs.data) for n in _symbols_closure(p.symbols)
@@ -660,6 +729,43 @@ class _Emitter:
         finally:
             self.scope = outer
         return scope
+
+    def _plan_buffers(self, ops: Sequence[Operation]) -> None:
+        """Plan the top-level block's buffers and open forward's body with the preallocated ones.
+
+        A slot whose extents read the length an If's result has is dropped (known only after the If)."""
+        broadcast = set()
+        for op in ops:
+            if isinstance(op, ZipOp):
+                shapes = [_axes_type(v, "kernel.zip operand").shape for v in op.inputs]
+                if _broadcast(shapes) != _axes_type(op.result, "kernel.zip").shape:
+                    broadcast.add(op)
+        plan = plan_buffers(ops, broadcast)
+        late = {s for s, (shape, _) in enumerate(plan.slots)
+                if self._reads_if_symbol({n for p in shape for n in p.symbols})}  # fmt: skip
+        # numpy's allocator serves a small array faster than the pool's bookkeeping would.
+        small = {s for s, (shape, _) in enumerate(plan.slots)
+                 if all(p.is_const for p in shape) and math.prod(p.const_value for p in shape) < _SLOT_MIN}  # fmt: skip
+        used = sorted({s for s in plan.slot_of.values() if s not in late | small})
+        renumber = {old: new for new, old in enumerate(used)}
+        plan.slot_of = {v: renumber[s] for v, s in plan.slot_of.items() if s in renumber}
+        plan.slots = [plan.slots[s] for s in used]
+        self.buffers = plan
+        if not plan.slots:
+            return
+        arrays = []
+        for shape, elem in plan.slots:
+            dims = [self._poly_py(p) for p in shape]
+            text = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+            arrays.append(f"np.empty({text}, {_dtype_source(_expr_dtype(elem))})")
+        symbols = self._input_symbols_of([p for shape, _ in plan.slots for p in shape])
+        items = [f"_env[{n!r}]" for n in symbols]
+        key = "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+        self.pieces.add("_keep")
+        scope = self.scope
+        assert scope is not None
+        scope.items.append(f"_key = {key}  # the extents the preallocated buffers read")
+        scope.items.append(f"_buf = _POOL.pop(_key, None) or ({', '.join(arrays)},)")
 
     def _collect_op(self, op: Operation) -> None:
         """The line computing one op of a block (none for weights and numeric constants)."""
@@ -688,17 +794,39 @@ class _Emitter:
         idents = [self._result_ident(op, result) for result in op.results]
         node = op.properties.get("node")
         comment = node.data if isinstance(node, StringAttr) else op.name
+        members = op.attributes.get("fused")
+        names = [m.data for m in members.data] if isinstance(members, ArrayAttr) else [comment]
+        if isinstance(op, MatmulOp) and op.epilogue is not None:
+            # The product finished in its own buffer: the epilogue writes where np.matmul wrote.
+            scope.items.append(f"{idents[0]} = {rhs}  # {names[0]}")
+            extras = [self.value_text[v] for v in op.extras]
+            call = self._zip_call(op, [idents[0], *extras], idents[0], alias=0)
+            scope.items.append(f"{call}  # {', '.join(names[1:] or names)}: epilogue")
+            return
         scope.items.append(f"{', '.join(idents)} = {rhs}  # {comment}")
 
     def _result_ident(self, op: Operation, result: SSAValue) -> str:
         hint = result.name_hint if result.name_hint and not result.name_hint.isdigit() else None
+        node = op.properties.get("node")
+        if result in self.returned:
+            return self._named(result, self.returned[result])
+        if hint is None and isinstance(node, StringAttr) and node.data:
+            # Named after the ONNX node computing it (`/transformer/h.0/attn/Softmax` -> h_0_attn_softmax):
+            # short, and the same name the comment at the line's end gives in full.
+            parts = [p for p in node.data.split("/") if p]
+            base = _identifier("_".join(parts[1:] if len(parts) >= 3 else parts).lower())
+            ident, n = base, 1
+            while ident in self.names.taken:
+                ident, n = f"{base}_{n}", n + 1
+            return self._named(result, self.names.mint(ident))
         if hint is None and op.operands:
             # An unnamed intermediate (a regrouped weight, a transposed operand) is named after
             # what it computes from: `bn1_scale_regroup` reads better than `t_`.
             source = self.value_text[op.operands[0]].rpartition(".")[2]
             hint = f"{source}_{op.name.rpartition('.')[2]}"
-        hint = hint or "t"
-        ident = self.returned[result] if result in self.returned else self.names.mint(hint)
+        return self._named(result, self.names.mint(hint or "t"))
+
+    def _named(self, result: SSAValue, ident: str) -> str:
         self.value_text[result] = ident
         return ident
 

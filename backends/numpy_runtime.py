@@ -595,6 +595,17 @@ def _owe(
         raise ShapeError(f"{condition} ({node}); {_gives(symbols, env, src)}")
 
 
+def _keep(pool: dict, key: tuple, buffers: tuple) -> None:  # type: ignore[type-arg]
+    """Give forward's preallocated buffers back to `pool` for the next call with the extents `key`.
+
+    A call takes its buffers out of the pool (`pool.pop`) and puts them back when it returns, so two
+    threads never share one set (the second allocates its own); the four latest bindings are kept.
+    """
+    pool[key] = buffers
+    while len(pool) > 4:
+        del pool[next(iter(pool))]
+
+
 def _derived(function: str, *args: int) -> int:
     """The value of a derived extent symbol (`loam.derived`): ONNX's shape arithmetic on ints.
 
@@ -673,6 +684,7 @@ PIECES: dict[str, object] = {
     "_check_spelled": _check_spelled,
     "_owe": _owe,
     "_derived": _derived,
+    "_keep": _keep,
 }
 """Every piece that may be copied, in the order the module declares them."""
 

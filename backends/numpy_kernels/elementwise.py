@@ -123,6 +123,14 @@ def _shr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(outside, fill, shifted)
 
 
+def _finished(value: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """A zip's result: `value` itself, or stored into the buffer `out` when the caller gave one."""
+    if out is None:
+        return np.asarray(value)
+    out[...] = value
+    return out
+
+
 # Step operator -> the numpy function or piece computing it ("" is the identity).
 UNARY_SOURCE: dict[str, str] = {
     "neg": "np.negative", "abs": "np.abs", "relu": "_relu", "sigmoid": "_sigmoid", "tanh": "np.tanh",
@@ -179,6 +187,7 @@ def evaluate(expr: Expr, operands: Sequence[np.ndarray]) -> np.ndarray:
 
 
 PIECES: dict[str, object] = {
+    "_finished": _finished,
     "_relu": _relu,
     "_sigmoid": _sigmoid,
     "_erf": _erf,

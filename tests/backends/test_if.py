@@ -279,7 +279,7 @@ kernel.program "forward" (%x : {_X}, %c : !tensor_axes.tensor<bool, []>) names [
 def test_a_condition_on_the_if_length_is_checked_right_after_the_if() -> None:
     source, generated = _emit(_IF_LENGTH)
     body = source.split("def forward")[1]
-    assert body.index("_env['y[0]'] = y.shape[0]") < body.index("_owe(_env['y[0]'] <= 8") < body.index("np.reshape")
+    assert body.index("_env['y[0]'] = y.shape[0]") < body.index("_owe(_env['y[0]'] <= 8") < body.index("r = y.reshape(")
     x = _x(5)
     assert_same(_forward(generated, x, np.array(False)), x[:, None, :], rtol=0, atol=0)
     with pytest.raises(generated.ShapeError, match=r"If node '/grow' gives y\[0\] = 10"):

@@ -51,5 +51,5 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [N: N, D: 4]>, %c : !ten
 // CHECK-NEXT:         _env['y[0]'] = y.shape[0]  # the length If node '/grow' gave
 // CHECK-NEXT:         _src['y[0]'] = "If node '/grow'"
 // CHECK-NEXT:         _owe(_env['y[0]'] <= 32, '"y[0]" <= 32', "Reshape node '/after'", ('y[0]',), _env, _src)
-// CHECK-NEXT:         r = np.reshape(y, (_env['y[0]'], 1, 4))  # /after
+// CHECK-NEXT:         r = y.reshape((_env['y[0]'], 1, 4))  # /after
 // CHECK-NEXT:     return r

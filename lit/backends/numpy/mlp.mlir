@@ -11,7 +11,6 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) name
 
 // CHECK:      """The model 'mlp', compiled by Loam: forward(weights, x) -> y.
 // CHECK:      import numpy as np
-// CHECK:      def _relu(
 // CHECK-NOT:  def _sigmoid(
 // CHECK:      class Batch:
 // CHECK-NOT:  EXTENT
@@ -19,17 +18,18 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) name
 // CHECK:          EXTENT = 8
 // CHECK:      class Hidden:
 // CHECK:          EXTENT = 16
-// CHECK:      def _zip_0(a0: np.ndarray, a1: np.ndarray) -> np.ndarray:
-// CHECK-NEXT:     """#kernel.expr<[operand 0, operand 1, add 0 1, relu 2]>"""
-// CHECK-NEXT:     s2 = np.add(a0, a1)
-// CHECK-NEXT:     return np.asarray(_relu(s2))
+// The zip runs in the product's buffer (no other reader): both steps write into out.
+// CHECK:      def _zip_0(a0: np.ndarray, a1: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+// CHECK-NEXT:     """#kernel.expr<[operand 0, operand 1, add 0 1, relu 2]>; operand 0 arrives in out; steps 2, 3 write into out."""
+// CHECK-NEXT:     s2 = np.add(a0, a1, out=out)
+// CHECK-NEXT:     return np.maximum(s2, 0, out=s2)
 // CHECK:      class Weights:
 // CHECK:              ('fc1.weight', 'fc1_weight', 'float32', (('In', 8), ('Hidden', 16))),
 // CHECK:      def forward(weights: "Weights", x: np.ndarray) -> np.ndarray:
 // CHECK:          _check_input('x', x, 'float32', (('Batch', 'N'), ('In', 8)), _env, _src)
 // CHECK-NEXT:     with np.errstate(all="ignore"):
-// CHECK-NEXT:         x_matmul = np.matmul(x, weights.fc1_weight)  # fc1
-// CHECK-NEXT:         y = _zip_0(x_matmul, weights.fc1_bias)  # fc1
+// CHECK-NEXT:         fc1 = np.matmul(x, weights.fc1_weight)  # fc1
+// CHECK-NEXT:         y = _zip_0(fc1, weights.fc1_bias, out=fc1)  # fc1
 // CHECK-NEXT:     return y
 
 // IMPORTS: ['numpy']
