@@ -508,9 +508,15 @@ class _Emitter:
                 call = self._zip_call(op, arg, None if slot is None else f"_buf[{slot}]")
             out = _axes_type(op.result, "kernel.zip")
             broadcast = _broadcast([_axes_type(v, "kernel.zip operand").shape for v in op.inputs])
-            if broadcast != out.shape:  # the operands alone do not reach the result's extents
-                return f"np.broadcast_to({call}, {self._shape_py(out)})"
+            if broadcast != out.shape:  # the operands alone may not reach the result's extents
+                self.pieces.add("_reach")
+                return f"_reach({call}, {self._shape_py(out)})"
             return call
+        if isinstance(op, LibraryOp) and op.kernel_name == "slice" and self._plain_slice(op):
+            # A unit-step slice is plain indexing (a view), without the kernel's call.
+            bounds = zip(op.param("starts"), op.param("counts"), strict=True)
+            index = [self._slice_py(start, count) for start, count in bounds]
+            return f"{arg[0]}[{', '.join(index)}{',' if len(index) == 1 else ''}]"
         if isinstance(op, LibraryOp):
             piece = f"_k_{op.kernel_name}"
             if piece not in numpy_runtime.PIECES:
@@ -522,6 +528,26 @@ class _Emitter:
             params = [f"{k}={self._param_py(v)}" for k, v in op.params.items()]
             return f"{piece}({', '.join([*arg, *params])})"
         raise UnsupportedError(f"the numpy backend does not print {op.name}")
+
+    @staticmethod
+    def _plain_slice(op: LibraryOp) -> bool:
+        """Whether a `kernel.slice` is plain Python indexing: unit steps, starts never negative."""
+        from loam.bounds import Verdict
+        from loam.derived import decide
+
+        def never_negative(start: int | Poly) -> bool:
+            return start >= 0 if isinstance(start, int) else decide(start) is Verdict.HOLDS
+
+        return all(step == 1 for step in op.param("steps")) and all(map(never_negative, op.param("starts")))
+
+    def _slice_py(self, start: int | Poly, count: int | Poly) -> str:
+        """`start:start + count` as Python source (both known non-negative, as `kernel.slice` states them)."""
+        first = self._param_py(start)
+        if isinstance(start, int) and isinstance(count, int):
+            return f"{start}:{start + count}"
+        if isinstance(start, int) and start == 0:
+            return f":{self._param_py(count)}"
+        return f"{first}:{first} + {self._param_py(count)}"
 
     def _param_py(self, value: object) -> str:
         """A kernel parameter as Python source; a `Poly` (or a tuple holding some) over the bound symbols."""

@@ -94,7 +94,11 @@ def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             # the square is exact and the cube rounds once before the narrowing, as close as powf
             # gets, at a twentieth of the time.
             w = a.astype(np.float64)
-            return np.broadcast_to((w * w * w).astype(np.float32), np.broadcast_shapes(a.shape, b.shape)).copy()
+            cube = np.multiply(w, w)
+            cube = np.multiply(cube, w, out=cube).astype(np.float32)
+            if b.ndim > a.ndim:  # the exponent's extra (unit) axes lead the result's shape
+                cube = cube.reshape((1,) * (b.ndim - a.ndim) + cube.shape)
+            return cube
         return np.power(a, b)
     with np.errstate(all="ignore"):
         return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
@@ -129,6 +133,12 @@ def _finished(value: np.ndarray, out: np.ndarray | None) -> np.ndarray:
         return np.asarray(value)
     out[...] = value
     return out
+
+
+def _reach(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """`value` at `shape`: itself when it already has it (the usual case: the build could not prove
+    that two spellings of an extent agree), else a broadcast view."""
+    return value if value.shape == shape else np.broadcast_to(value, shape)
 
 
 # Step operator -> the numpy function or piece computing it ("" is the identity).
@@ -188,6 +198,7 @@ def evaluate(expr: Expr, operands: Sequence[np.ndarray]) -> np.ndarray:
 
 PIECES: dict[str, object] = {
     "_finished": _finished,
+    "_reach": _reach,
     "_relu": _relu,
     "_sigmoid": _sigmoid,
     "_erf": _erf,
