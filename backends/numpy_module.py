@@ -33,13 +33,13 @@ a condition owed on it is checked there; read anywhere else, it stops emission.
 Example of the output for a one-layer MLP:
 
 ```python
+@np.errstate(all="ignore")  # inf and nan are ONNX results, not warnings
 def forward(weights: "Weights", x: np.ndarray) -> np.ndarray:
     _env: dict[str, int] = {}  # each extent symbol's value
     _src: dict[str, str] = {}  # the input axis that gave it
     _check_input("x", x, "float32", (("Batch", "N"), ("In", 8)), _env, _src)
-    with np.errstate(all="ignore"):  # inf and nan are ONNX results, not warnings
-        x_matmul = np.matmul(x, weights.fc1_weight)  # fc1
-        y = _zip_0(x_matmul, weights.fc1_bias)  # fc1
+    fc1 = np.matmul(x, weights.fc1_weight)  # fc1
+    y = _zip_0(fc1, weights.fc1_bias, out=fc1)  # fc1: bias and ReLU in the product's buffer
     return y
 ```
 
@@ -599,7 +599,13 @@ class _Emitter:
             for axis in t.axes:
                 e = axis.extent
                 axes.append((axis.name, e.const_value if e.is_const else e.lone_symbol))
-            checks.append(f"_check_input({onnx_name!r}, {ident}, {dtype.name!r}, {_tuple_py(axes)}, _env, _src)")
+            check = f"_check_input({onnx_name!r}, {ident}, {dtype.name!r}, {_tuple_py(axes)}, _env, _src)"
+            if all(e.is_const for e in t.shape) and dtype.type.__module__ == "numpy":
+                # A fixed shape: the common case costs three comparisons; _check_input words a refusal.
+                shape = _tuple_py([e.const_value for e in t.shape])
+                same = f"{ident}.__class__ is np.ndarray and {ident}.dtype == {_dtype_source(dtype)}"
+                check = f"if not ({same} and {ident}.shape == {shape}):\n    {check}"
+            checks.append(check)
         read_from: set[tuple[int, int]] = set()
         for b in plan:
             if b.alone:
@@ -1024,17 +1030,16 @@ class _Emitter:
     ) -> str:  # fmt: skip
         sig = "".join(f", {p}: np.ndarray" for p in params)
         result_type = '"Outputs"' if out_fields else "np.ndarray"
-        lines = [f'def forward(weights: "Weights"{sig}) -> {result_type}:']
+        # inf and nan are results ONNX defines (IEEE arithmetic), not errors to warn about; the
+        # decorator costs half of a `with np.errstate(...)` block per call.
+        lines = ['@np.errstate(all="ignore")', f'def forward(weights: "Weights"{sig}) -> {result_type}:']
         ins = "; ".join(f"{n.data}: {_type_text(_axes_type(a, n.data))}" for a, n in
                         zip(self.program.block.args, self.program.input_names.data, strict=True))  # fmt: skip
         lines.append(f'    """Run the model on {ins or "no inputs"}; ShapeError names a disagreeing input."""')
         lines.append("    _env: dict[str, int] = {}  # each extent symbol's value")
         lines.append("    _src: dict[str, str] = {}  # the input axis that gave it")
-        lines += [f"    {c}" for c in checks]
-        if body:
-            # inf and nan are results ONNX defines (IEEE arithmetic), not errors to warn about.
-            lines.append('    with np.errstate(all="ignore"):')
-            lines += [f"        {b}" for b in body]
+        lines += [f"    {line}" for c in checks for line in c.split("\n")]
+        lines += [f"    {b}" for b in body]
         outs = [self.value_text[v] for v in ret.outputs]
         lines.append(f"    return Outputs({', '.join(outs)})" if out_fields else f"    return {outs[0]}")
         return "\n".join(lines) + "\n"

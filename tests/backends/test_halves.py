@@ -34,16 +34,19 @@ GPT2 = Path(__file__).parents[1] / "models" / "tiny_gpt2"
 def count_conversions(module: ModuleType, monkeypatch: pytest.MonkeyPatch, weights: object) -> list[str]:
     """Calls, from now on, that convert one of `weights`' arrays: `_widened` given a half one (it
     returns any other unchanged), or `_prepared`."""
-    arrays = {
-        id(getattr(weights, a)): a for a in type(weights).__slots__ if isinstance(getattr(weights, a), np.ndarray)
-    }
+    held = {a: getattr(weights, a) for a in type(weights).__slots__ if isinstance(getattr(weights, a), np.ndarray)}
+    # Ids name the arrays only while they live: `held` keeps them alive (a test may take a weight
+    # away from `weights`), so no array made later can take one's id.
+    arrays = {id(array): a for a, array in held.items()}
     calls: list[str] = []
     for piece in ("_widened", "_prepared"):
         original = getattr(module, piece, None)
         if original is None:
             continue
 
-        def counted(x: object, *args: object, _original: object = original, _piece: str = piece) -> object:
+        def counted(
+            x: object, *args: object, _original: object = original, _piece: str = piece, _held: object = held
+        ) -> object:
             converts = _piece == "_prepared" or np.asarray(x).dtype.itemsize == 2
             if id(x) in arrays and converts:
                 calls.append(f"{_piece}({arrays[id(x)]})")

@@ -206,7 +206,7 @@ def test_nested_ifs() -> None:
             for d in (True, False):
                 feeds = {"x": _x(n), "c": np.array([c]), "d": np.array(d)}
                 assert_same(run_built(result, feeds)[0], run_onnxruntime(model, feeds)[0], rtol=1e-6, atol=1e-6)
-    assert "            if bool(np.asarray(d).reshape(-1)[0]):  # inner" in result.source
+    assert "        if bool(np.asarray(d).reshape(-1)[0]):  # inner" in result.source
 
 
 # -- hand-written kernel programs ----------------------------------------------------------------------
@@ -241,7 +241,7 @@ def _forward(generated, *inputs: np.ndarray) -> np.ndarray:
 
 def test_an_owed_condition_and_derived_symbols_live_in_their_branch() -> None:
     source, generated = _emit(_BRANCH_OWES)
-    then, other = source.split("def forward")[1].split("        else:\n")
+    then, other = source.split("def forward")[1].split("    else:\n")
     assert "_owe(_env['N'] <= 16" in then and "_owe(" not in other
     assert "_derived('floordiv', _env['N'], _env['M'])" in then and "floordiv" not in other
     assert "_derived('min', _env['M'], 3)" in other and "'min'" not in then

@@ -99,7 +99,6 @@ def test_prologue_lines_read_in_order(tmp_path: Path) -> None:
         "_owe(_env['min(n, 4)'] + _env['past'] <= 16,",
         "_owe(_env['n'] == _env['past'],",
         "_env['floordiv(past + 1, 2)'] = _derived('floordiv', _env['past'] + 1, 2)",
-        'with np.errstate(all="ignore"):',
         "s = np.array([_env['min(n, 4)'], 2*_env['n'] - _env['past'], _env['floordiv(past + 1, 2)']], "
         "dtype=np.int64).reshape((3,))  # /Shape",
     ]

@@ -33,23 +33,22 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [N: N, D: 4]>, %c : !ten
 // CHECK:      def forward(weights: "Weights", x: np.ndarray, c: np.ndarray, d: np.ndarray) -> np.ndarray:
 // CHECK:          _check_input('d', d, 'bool', (), _env, _src)
 // CHECK-NEXT:     _owe(_env['N'] <= 64, 'N <= 64', "Add node '/top'", ('N',), _env, _src)
-// CHECK-NEXT:     with np.errstate(all="ignore"):
-// CHECK-NEXT:         if bool(np.asarray(c).reshape(-1)[0]):  # /grow
-// CHECK-NEXT:             _env['min(N, 16)'] = _derived('min', _env['N'], 16)
-// CHECK-NEXT:             _owe(_env['min(N, 16)'] == _env['N'], 'min(N, 16) == N', "Where node '/then/where'", ('N',), _env, _src)
-// CHECK-NEXT:             _env['floordiv(N, 2)'] = _derived('floordiv', _env['N'], 2)
-// CHECK-NEXT:             s = np.array([_env['min(N, 16)'], _env['floordiv(N, 2)']], dtype=np.int64).reshape((2,))  # /then/Shape
-// CHECK-NEXT:             t = _k_concat(x, x, axis=0)  # /then/concat
-// CHECK-NEXT:             y = t
+// CHECK-NEXT:     if bool(np.asarray(c).reshape(-1)[0]):  # /grow
+// CHECK-NEXT:         _env['min(N, 16)'] = _derived('min', _env['N'], 16)
+// CHECK-NEXT:         _owe(_env['min(N, 16)'] == _env['N'], 'min(N, 16) == N', "Where node '/then/where'", ('N',), _env, _src)
+// CHECK-NEXT:         _env['floordiv(N, 2)'] = _derived('floordiv', _env['N'], 2)
+// CHECK-NEXT:         s = np.array([_env['min(N, 16)'], _env['floordiv(N, 2)']], dtype=np.int64).reshape((2,))  # /then/Shape
+// CHECK-NEXT:         t = _k_concat(x, x, axis=0)  # /then/concat
+// CHECK-NEXT:         y = t
+// CHECK-NEXT:     else:
+// CHECK-NEXT:         if bool(np.asarray(d).reshape(-1)[0]):  # /else/inner
+// CHECK-NEXT:             n = _zip_0(x)  # /else/inner/neg
+// CHECK-NEXT:             z = n
 // CHECK-NEXT:         else:
-// CHECK-NEXT:             if bool(np.asarray(d).reshape(-1)[0]):  # /else/inner
-// CHECK-NEXT:                 n = _zip_0(x)  # /else/inner/neg
-// CHECK-NEXT:                 z = n
-// CHECK-NEXT:             else:
-// CHECK-NEXT:                 z = x
-// CHECK-NEXT:             y = z
-// CHECK-NEXT:         _env['y[0]'] = y.shape[0]  # the length If node '/grow' gave
-// CHECK-NEXT:         _src['y[0]'] = "If node '/grow'"
-// CHECK-NEXT:         _owe(_env['y[0]'] <= 32, '"y[0]" <= 32', "Reshape node '/after'", ('y[0]',), _env, _src)
-// CHECK-NEXT:         r = y.reshape((_env['y[0]'], 1, 4))  # /after
+// CHECK-NEXT:             z = x
+// CHECK-NEXT:         y = z
+// CHECK-NEXT:     _env['y[0]'] = y.shape[0]  # the length If node '/grow' gave
+// CHECK-NEXT:     _src['y[0]'] = "If node '/grow'"
+// CHECK-NEXT:     _owe(_env['y[0]'] <= 32, '"y[0]" <= 32', "Reshape node '/after'", ('y[0]',), _env, _src)
+// CHECK-NEXT:     r = y.reshape((_env['y[0]'], 1, 4))  # /after
 // CHECK-NEXT:     return r

@@ -27,9 +27,8 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) name
 // CHECK:              ('fc1.weight', 'fc1_weight', 'float32', (('In', 8), ('Hidden', 16))),
 // CHECK:      def forward(weights: "Weights", x: np.ndarray) -> np.ndarray:
 // CHECK:          _check_input('x', x, 'float32', (('Batch', 'N'), ('In', 8)), _env, _src)
-// CHECK-NEXT:     with np.errstate(all="ignore"):
-// CHECK-NEXT:         fc1 = np.matmul(x, weights.fc1_weight)  # fc1
-// CHECK-NEXT:         y = _zip_0(fc1, weights.fc1_bias, out=fc1)  # fc1
+// CHECK-NEXT:     fc1 = np.matmul(x, weights.fc1_weight)  # fc1
+// CHECK-NEXT:     y = _zip_0(fc1, weights.fc1_bias, out=fc1)  # fc1
 // CHECK-NEXT:     return y
 
 // IMPORTS: ['numpy']
