@@ -51,7 +51,8 @@ def ufunc_call(source: str) -> bool:
     return source.startswith("np.") and isinstance(getattr(np, source[3:], None), np.ufunc)
 
 
-def _broadcast(shapes: Sequence[Shape]) -> Shape:
+def broadcast_extents(shapes: Sequence[Shape]) -> Shape:
+    """The ONNX (multidirectional) broadcast of `shapes`: per axis, the extent that is not 1."""
     rank = max((len(s) for s in shapes), default=0)
     out: list[Poly] = []
     for i in range(rank):
@@ -82,7 +83,7 @@ def step_types(expr: Expr, shapes: Sequence[Shape], elems: Sequence[str]) -> lis
             found.append(((), step.elem))
             continue
         args = _args(step)
-        shape = _broadcast([found[a][0] for a in args])
+        shape = broadcast_extents([found[a][0] for a in args])
         if isinstance(step, Convert):
             elem = step.elem
         elif isinstance(step, Select):

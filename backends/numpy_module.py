@@ -70,7 +70,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from loam.backends import numpy_runtime
 from loam.backends.numpy_buffers import BufferPlan, plan_buffers
-from loam.backends.numpy_inplace import OUT, InPlacePlan, plan_in_place
+from loam.backends.numpy_inplace import OUT, InPlacePlan, broadcast_extents, plan_in_place
 from loam.backends.numpy_kernels import elementwise as elementwise_kernels
 from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, format_float
 from loam.dialects.kernel import (
@@ -507,7 +507,7 @@ class _Emitter:
             else:
                 call = self._zip_call(op, arg, None if slot is None else f"_buf[{slot}]")
             out = _axes_type(op.result, "kernel.zip")
-            broadcast = _broadcast([_axes_type(v, "kernel.zip operand").shape for v in op.inputs])
+            broadcast = broadcast_extents([_axes_type(v, "kernel.zip operand").shape for v in op.inputs])
             if broadcast != out.shape:  # the operands alone may not reach the result's extents
                 self.pieces.add("_reach")
                 return f"_reach({call}, {self._shape_py(out)})"
@@ -770,7 +770,7 @@ class _Emitter:
         for op in ops:
             if isinstance(op, ZipOp):
                 shapes = [_axes_type(v, "kernel.zip operand").shape for v in op.inputs]
-                if _broadcast(shapes) != _axes_type(op.result, "kernel.zip").shape:
+                if broadcast_extents(shapes) != _axes_type(op.result, "kernel.zip").shape:
                     broadcast.add(op)
         plan = plan_buffers(ops, broadcast)
         late = {s for s, (shape, _) in enumerate(plan.slots)
@@ -1119,19 +1119,6 @@ def _expr_dtype(elem: str) -> np.dtype:
     if dtype is None or dtype.kind == "O" or (dtype.type.__module__ != "numpy" and elem != "bf16"):
         raise UnsupportedError(f"expression step of element type {elem} has no numpy dtype")
     return dtype
-
-
-def _broadcast(shapes: Sequence[tuple[Poly, ...]]) -> tuple[Poly, ...] | None:
-    """The ONNX broadcast of `shapes` (None when there are none)."""
-    if not shapes:
-        return None
-    rank = max(len(s) for s in shapes)
-    out: list[Poly] = []
-    for i in range(rank):
-        found = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
-        big = [e for e in found if not (e.is_const and e.const_value == 1)]
-        out.append(big[0] if big else found[0])
-    return tuple(out)
 
 
 def _to_numpy(attr: Attribute, what: str) -> np.ndarray:

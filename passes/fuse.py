@@ -121,26 +121,41 @@ def _bytes(value: SSAValue) -> Poly | int:
     return total
 
 
-def refusal(producer: ZipOp, objective: str) -> tuple[Reason, int | None] | None:
-    """Why `producer` cannot be fused into its consumer, or None when it can."""
-    users = _users(producer.result)
+Refusal = tuple[Reason, int | None] | None
+"""Why a kernel cannot take its reader in (a reason and, for `CONSUMERS`, the count), or None."""
+
+
+def _reader_refusal(result: SSAValue, reader: Operation, objective: str) -> Refusal:
+    """Why `reader` cannot compute inside the kernel producing `result` (the checks both fusions share)."""
+    if not isinstance(reader, ZipOp):
+        return (Reason.REDUCTION if isinstance(reader, _REDUCTIONS) else Reason.NO_NEIGHBOUR), None
+    if reader.parent_block() is not result.owner.parent_block():  # type: ignore[union-attr]
+        return Reason.OTHER_BLOCK, None
+    shape = _shape(result)
+    if shape is None or shape != _shape(reader.result):
+        return Reason.BROADCAST, None
+    if objective == "dispatch" and "i64" in (_elem(result), _elem(reader.result)):
+        return Reason.I64, None
+    return None
+
+
+def _output_refusal(users: list[Operation]) -> Refusal:
     if any(isinstance(u, (ReturnOp, YieldOp)) for u in users):
         return Reason.OUTPUT, None
     if not users:
         return Reason.NO_NEIGHBOUR, None
-    if len(users) >= 2 and not (objective == "dispatch" and _duplicable(producer)):
-        return Reason.CONSUMERS, len(users)
-    for consumer in users:
-        if not isinstance(consumer, ZipOp):
-            return (Reason.REDUCTION if isinstance(consumer, _REDUCTIONS) else Reason.NO_NEIGHBOUR), None
-        if consumer.parent_block() is not producer.parent_block():
-            return Reason.OTHER_BLOCK, None
-        shape = _shape(producer.result)
-        if shape is None or shape != _shape(consumer.result):
-            return Reason.BROADCAST, None
-        if objective == "dispatch" and "i64" in (_elem(producer.result), _elem(consumer.result)):
-            return Reason.I64, None
     return None
+
+
+def refusal(producer: ZipOp, objective: str) -> Refusal:
+    """Why `producer` cannot be fused into its consumer, or None when it can."""
+    users = _users(producer.result)
+    found = _output_refusal(users)
+    if found is None and len(users) >= 2 and not (objective == "dispatch" and _duplicable(producer)):
+        found = Reason.CONSUMERS, len(users)
+    for consumer in users:
+        found = found or _reader_refusal(producer.result, consumer, objective)
+    return found
 
 
 def _duplicable(producer: ZipOp) -> bool:
@@ -149,30 +164,20 @@ def _duplicable(producer: ZipOp) -> bool:
     return sum(1 for step in steps if not isinstance(step, Operand)) <= DUPLICATE_STEPS
 
 
-def epilogue_refusal(product: MatmulOp, objective: str) -> tuple[Reason, int | None] | None:
+def epilogue_refusal(product: MatmulOp, objective: str) -> Refusal:
     """Why the zip reading `product` cannot become its epilogue, or None when it can."""
     users = _users(product.result)
-    if any(isinstance(u, (ReturnOp, YieldOp)) for u in users):
-        return Reason.OUTPUT, None
-    if len(users) >= 2:
-        return Reason.CONSUMERS, len(users)
-    if not users or product.epilogue is not None:
-        return Reason.NO_NEIGHBOUR, None
-    consumer = users[0]
-    if not isinstance(consumer, ZipOp):
-        return (Reason.REDUCTION if isinstance(consumer, _REDUCTIONS) else Reason.NO_NEIGHBOUR), None
-    if consumer.parent_block() is not product.parent_block():
-        return Reason.OTHER_BLOCK, None
-    shape = _shape(product.result)
-    if shape is None or shape != _shape(consumer.result):
-        return Reason.BROADCAST, None
-    if not shape:
-        return Reason.SCALAR, None
-    if _elem(product.result) != _elem(consumer.result):
-        return Reason.CAST, None
-    if objective == "dispatch" and "i64" in (_elem(product.result), _elem(consumer.result)):
-        return Reason.I64, None
-    return None
+    found = _output_refusal(users)
+    if found is None and len(users) >= 2:
+        found = Reason.CONSUMERS, len(users)
+    if found is None and product.epilogue is not None:
+        found = Reason.NO_NEIGHBOUR, None
+    found = found or _reader_refusal(product.result, users[0], objective)
+    if found is None and not _shape(product.result):
+        found = Reason.SCALAR, None
+    if found is None and _elem(product.result) != _elem(users[0].results[0]):
+        found = Reason.CAST, None
+    return found
 
 
 class _Fuser:
