@@ -204,6 +204,9 @@ def _type_text(t: AxesTensorType) -> str:
 class _Emitter:
     """Collects what the program needs, then prints the module top to bottom."""
 
+    # Further attributes of `Weights` (name -> what it holds), for a backend keeping more per weights.
+    weight_slots: dict[str, str] = {}  # noqa: RUF012 - read-only; a subclass replaces it whole
+
     def __init__(self, program: ProgramOp, checkpoint_names: tuple[tuple[str, str], ...] = ()) -> None:
         self.program = program
         self.checkpoint_names = checkpoint_names
@@ -694,16 +697,10 @@ class _Emitter:
         out_fields = out_idents if len(output_names) > 1 else []
 
         self.ml_dtypes = self.ml_dtypes or any(t.elem.name == "bf16" for t in self._all_types())
-        imports = "import ml_dtypes\nimport numpy as np\n" if self.ml_dtypes else "import numpy as np\n"
-        parts: list[str] = [self._docstring(output_names), imports]
-        parts += [numpy_runtime.source_of(p) for p in numpy_runtime.pieces_for(self.pieces)]
+        parts: list[str] = [self._docstring(output_names), self._imports()]
+        parts += self._runtime_sources()
         parts += [_marker_source(name, extent) for name, extent in markers.items()]
-        parts += [self._expr_source(key, n) for key, n in self.exprs.items()]
-        if self.buffers.slots:
-            parts.append(
-                "# forward's preallocated intermediates, by the extents they read (see _keep)\n"
-                "_POOL: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}\n"
-            )
+        parts += self._declarations()
         parts += [f"{name} = {_array_literal(arr)}\n" for name, arr in self.consts]
         rows: list[str] = []
         if carried:
@@ -717,6 +714,30 @@ class _Emitter:
             parts.append(_outputs_source(out_fields, output_names))
         parts.append(self._forward_source(params, prologue, body, ret, out_fields))
         return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
+
+    # -- what the module declares besides forward (the WGSL printer declares its own) ---------------
+
+    def _imports(self) -> str:
+        return "import ml_dtypes\nimport numpy as np\n" if self.ml_dtypes else "import numpy as np\n"
+
+    def _runtime_sources(self) -> list[str]:
+        """The runtime pieces the module carries, each as its source text."""
+        return [numpy_runtime.source_of(p) for p in numpy_runtime.pieces_for(self.pieces)]
+
+    def _declarations(self) -> list[str]:
+        """The expression functions and the buffer pool."""
+        parts = [self._expr_source(key, n) for key, n in self.exprs.items()]
+        if self.buffers.slots:
+            parts.append(
+                "# forward's preallocated intermediates, by the extents they read (see _keep)\n"
+                "_POOL: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}\n"
+            )
+        return parts
+
+    def _finish_block(self, scope: _Scope) -> None:
+        """Lines ending forward's top-level block, after its kernels."""
+        if self.buffers.slots:
+            scope.items.append("_keep(_POOL, _key, _buf)  # the buffers serve the next call with these extents")
 
     def _find_if_symbols(self) -> None:
         """Record each symbol that names a length only an If's result has (no input binds it)."""
@@ -747,8 +768,8 @@ class _Emitter:
                     self._collect_if(op)
                     continue
                 self._collect_op(op)
-            if parent is None and self.buffers.slots:
-                scope.items.append("_keep(_POOL, _key, _buf)  # the buffers serve the next call with these extents")
+            if parent is None:
+                self._finish_block(scope)
             if scope.deferred:
                 op = scope.deferred[0]
                 unbound = sorted(n for p in (op.lhs.data, op.rhs.data) for n in _symbols_closure(p.symbols)
@@ -938,7 +959,7 @@ class _Emitter:
         hold those.  Each half weight that forward would widen gets a float32 twin made in `__init__`.
         """
         prepared = [(attr, self.prepared[attr]) for _, attr in weights if attr in self.prepared]
-        slots = (*(attr for _, attr in weights), *(p for _, p in prepared), "_stored", "_source")
+        slots = (*(attr for _, attr in weights), *(p for _, p in prepared), "_stored", "_source", *self.weight_slots)
         lines = [
             "class Weights:",
             '    """The initializers forward reads, checked against the graph when loaded.',
@@ -977,6 +998,7 @@ class _Emitter:
         lines += [
             "        self._stored: dict[str, np.ndarray] = {}  # each weight as the checkpoint stores it",
             "        self._source: object = None  # the checkpoint's buffer (a memory map), kept while viewed",
+            *(f"        self.{slot}: object = None  # {why}" for slot, why in self.weight_slots.items()),
             "",
             "    @classmethod",
             '    def load(cls, data: object) -> "Weights":',

@@ -29,7 +29,7 @@ from xdsl.printer import Printer
 from loam.checkpoint import HeaderEntry, read_headers
 from loam.context import make_context, parse_ir
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.errors import CheckpointError, ModelError
+from loam.errors import CheckpointError, ModelError, UsageError
 from loam.frontends.onnx_proto import check_external_data_sources
 from loam.options import Options
 
@@ -77,6 +77,10 @@ DEFAULT_FUSE = "memory"
 """The `fuse` objective `build` uses unless told otherwise (None: no fusion)."""
 
 
+BACKENDS: tuple[str, ...] = ("numpy", "wgsl")
+"""The backends `build` prints a module with."""
+
+
 def pipeline_passes(fuse: str | None = DEFAULT_FUSE) -> list[ModulePass]:
     """The passes `build` runs after reading (they read the options from the module's attributes);
     `fuse` is the fuse pass's objective, None to leave it out."""
@@ -100,10 +104,13 @@ def build(
     dump_ir: str | Path | None = None,
     progress: Callable[[str], None] | None = None,
     fuse: str | None = DEFAULT_FUSE,
+    backend: str = "numpy",
 ) -> BuildResult:
     """Compile `model` into a Python module; stop with a LoamError naming the culprit on bad input.
 
-    `fuse` is the fuse pass's objective (`memory` or `dispatch`), None to build without fusion."""
+    `fuse` is the fuse pass's objective (`memory` or `dispatch`), None to build without fusion;
+    `backend` is `numpy` (the module computes with numpy) or `wgsl` (with WebGPU compute shaders,
+    through wgpu)."""
     from loam.backends.numpy_module import emit_python
     from loam.passes.apply_options import attach_options
     from loam.passes.fuse import FusePass, fuse_program
@@ -156,8 +163,15 @@ def build(
     if all_checkpoints or options.inline_weights:
         say("checking the checkpoint" + (" and inlining its weights" if options.inline_weights else ""))
     notes = check_checkpoints(ir, all_checkpoints, headers, inline=options.inline_weights)
-    say("emitting the numpy module")
-    source = emit_python(ir)
+    if backend not in BACKENDS:
+        raise UsageError(f"backend '{backend}' is not one of {', '.join(BACKENDS)}")
+    say(f"emitting the {backend} module")
+    if backend == "wgsl":
+        from loam.backends.wgsl_module import emit_wgsl
+
+        source = emit_wgsl(ir)
+    else:
+        source = emit_python(ir)
     module = import_source(source, "loam_generated")
     return BuildResult(source, build_report(ir), module, ir, notes, fusion)
 

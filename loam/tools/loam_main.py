@@ -94,8 +94,14 @@ rebuild whose only change is a checkpoint's payload is a hit ("loam: cache hit (
 unless inline_weights is on.  --no-cache neither reads nor writes it; --dump-ir and
 --report always build.
 
-Fusion: chains of elementwise kernels are fused (the `fuse` pass, objective memory) unless
---no-fuse; --fuse-objective dispatch fuses for fewer launches instead (no i64 chains).
+Backends: --backend numpy (default) prints a module that computes with numpy; --backend wgsl
+one that runs every kernel as a WebGPU compute shader through the `wgpu` package (weights
+uploaded once, activations kept on the device, only inputs and outputs crossing), with the same
+API.  A kernel with no WGSL form stops the build naming its node.
+
+Fusion: chains of elementwise kernels and the epilogues of products are fused (the `fuse` pass;
+objective memory for numpy, dispatch for wgsl) unless --no-fuse; --fuse-objective picks the
+objective (dispatch: fewer launches, cheap producers computed in each reader, no i64 chains).
 --report FILE writes every ONNX node's decision (folded / fused into group G / kept alone, with
 a reason and the bytes fusion saves) as aligned text, or as --report-format json or dot.
 
@@ -166,12 +172,18 @@ def build_parser() -> CliParser:
     build.add_argument(
         "--no-cache", action="store_true", help="build without reading or writing the build cache (see below)"
     )
+    build.add_argument(
+        "--backend",
+        choices=("numpy", "wgsl"),
+        default="numpy",
+        help="what the module computes with: numpy (default) or WebGPU compute shaders through wgpu (see below)",
+    )
     build.add_argument("--no-fuse", action="store_true", help="build without the fuse pass (see below)")
     build.add_argument(
         "--fuse-objective",
         choices=("memory", "dispatch"),
-        default="memory",
-        help="what fusion minimises: passes over memory (default) or kernel launches",
+        default=None,
+        help="what fusion minimises: passes over memory (the numpy default) or kernel launches (the wgsl default)",
     )
     build.add_argument(
         "--report", metavar="FILE", help="write the fusion decision report to FILE ('-' for stderr; see below)"
@@ -283,12 +295,13 @@ def _build(args: argparse.Namespace) -> None:
     def progress(message: str) -> None:
         print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
-    fuse = None if args.no_fuse else args.fuse_objective
+    objective = args.fuse_objective or ("dispatch" if args.backend == "wgsl" else "memory")
+    fuse = None if args.no_fuse else objective
     if args.no_fuse and args.report is not None:
         raise UsageError("--report describes the fuse pass's decisions; it cannot be given with --no-fuse")
     # --dump-ir and --report ask for the IR of a real build, so they bypass the cache.
     real = args.no_cache or args.dump_ir is not None or args.report is not None
-    key = None if real else cache.build_key(model, options, {"fuse": fuse})
+    key = None if real else cache.build_key(model, options, {"fuse": fuse, "backend": args.backend})
     folder = cache.cache_dir()
     built = cache.load(folder, key) if key is not None else None
     if built is not None:
@@ -297,7 +310,10 @@ def _build(args: argparse.Namespace) -> None:
         from loam.pipeline import build
 
         # The checkpoints travel inside `options` (already merged: flags replace the file's list).
-        result = build(model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=progress, fuse=fuse)
+        result = build(
+            model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=progress, fuse=fuse,
+            backend=args.backend,
+        )  # fmt: skip
         built = cache.CachedBuild(result.source, result.report, tuple(result.notes))
         if args.report is not None and result.fusion is not None:
             from loam.passes.fuse import write_report

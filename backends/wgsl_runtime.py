@@ -1,0 +1,216 @@
+"""The runtime a WGSL module carries: one device, its pipelines, resident buffers, and dispatch.
+
+Like `numpy_runtime`, each piece here is copied as source text into every generated module that
+uses it (`PIECES`, `DEPENDS`), so a module imports only numpy and `wgpu`.  `_Gpu` owns the
+process's adapter and device for one module: it compiles every shader of the module once, keeps
+the buffers a forward needs per binding of the extent symbols (`buffers`), caches each dispatch's
+parameter buffer and bind group (so after the first call with a binding only inputs go up and
+outputs come down), records one command encoder per forward, and counts what crosses between host
+and device (`stats`).
+
+Device element types: f32 holds f32, f16 and bf16 (a half is rounded to its precision by the
+kernels and stored widened); i32 holds every integer type (an i64 value is narrowed only after the
+host checked that it fits); u32 holds bool (0 or 1).  `_device_array` and `_host_array` convert.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loam.backends.numpy_runtime import ShapeError
+
+try:  # the generated module imports wgpu at its top; here it is optional (tests skip without it)
+    import wgpu
+except ImportError:  # pragma: no cover - exercised only where wgpu is missing
+    wgpu = None  # type: ignore[assignment]
+
+
+class DeviceError(Exception):
+    """No WebGPU adapter, or the device refused a shader or a buffer."""
+
+
+def _device_dtype(dtype: str) -> np.dtype:
+    """The dtype a value of host dtype `dtype` has on the device."""
+    if dtype in ("float32", "float16", "bfloat16"):
+        return np.dtype(np.float32)
+    if dtype == "bool":
+        return np.dtype(np.uint32)
+    return np.dtype(np.int32)
+
+
+def _device_array(name: str, value: np.ndarray) -> np.ndarray:
+    """`value` in its device dtype, refusing an integer that i32 cannot hold (never a silent wrap)."""
+    value = np.asarray(value)
+    want = _device_dtype(value.dtype.name)
+    if value.dtype.kind in "iu" and value.dtype.itemsize >= 4 and value.size:
+        low, high = int(value.min()), int(value.max())
+        if low < -(2**31) or high >= 2**31:
+            raise ShapeError(
+                f"'{name}' holds {low if low < -(2**31) else high}, outside the i32 range WGSL computes in "
+                "(values must lie in [-2^31, 2^31))"
+            )
+    return np.ascontiguousarray(value.astype(want, copy=False))
+
+
+def _host_array(data: memoryview | bytes, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A downloaded buffer's bytes as the host dtype `dtype`, shaped `shape`."""
+    count = 1
+    for e in shape:
+        count *= e
+    raw = np.frombuffer(data, dtype=_device_dtype(dtype), count=count).reshape(shape)
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return raw.astype(ml_dtypes.bfloat16)
+    return raw.astype(np.dtype(dtype))
+
+
+class _Gpu:
+    """The device one module computes on, its pipelines, and what crossed between host and device."""
+
+    def __init__(self, shaders: dict[str, str]) -> None:
+        if wgpu is None:
+            raise DeviceError("the wgpu package is not installed (pip install wgpu)")
+        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+        if adapter is None:
+            raise DeviceError("no WebGPU adapter: install a driver (Mesa's llvmpipe runs on any CPU)")
+        wanted = ("max-storage-buffers-per-shader-stage", "max-storage-buffer-binding-size", "max-buffer-size")
+        limits = {k: adapter.limits[k] for k in wanted if k in adapter.limits}
+        self.device = adapter.request_device_sync(required_limits=limits)
+        self.adapter = adapter.info.get("device", "")
+        self.pipelines: dict[str, object] = {}
+        for name, code in shaders.items():
+            self.add(name, code)
+        self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+        self.params_cache: dict[tuple[int, ...], object] = {}
+        self.values_cache: dict[tuple, object] = {}  # type: ignore[type-arg]
+        self.groups: dict[tuple, object] = {}  # type: ignore[type-arg]
+        self.pools: dict[tuple[int, ...], tuple[object, ...]] = {}
+        self.stats = {"dispatches": 0, "bytes_up": 0, "bytes_down": 0, "forwards": 0}
+        self.encoder: object = None
+        self.compute: object = None
+
+    def add(self, name: str, code: str) -> None:
+        """Compile shader `code` into pipeline `name`."""
+        module = self.device.create_shader_module(code=code)
+        self.pipelines[name] = self.device.create_compute_pipeline(
+            layout="auto", compute={"module": module, "entry_point": "main"}
+        )
+
+    # -- buffers --------------------------------------------------------------------------------------
+
+    def buffer(self, nbytes: int) -> object:
+        """A storage buffer of `nbytes` (at least 4: WebGPU has no empty binding)."""
+        return self.device.create_buffer(size=max(4, (nbytes + 3) // 4 * 4), usage=self.usage)
+
+    def upload(self, name: str, value: np.ndarray) -> object:
+        """A new buffer holding `value` in its device dtype (weights, once)."""
+        data = _device_array(name, value)
+        buffer = self.buffer(data.nbytes)
+        if data.nbytes:
+            self.device.queue.write_buffer(buffer, 0, data)
+        self.stats["bytes_up"] += data.nbytes
+        return buffer
+
+    def write(self, name: str, buffer: object, value: np.ndarray) -> None:
+        """Copy `value` (an input) into `buffer`."""
+        data = _device_array(name, value)
+        if data.nbytes:
+            self.device.queue.write_buffer(buffer, 0, data)
+        self.stats["bytes_up"] += data.nbytes
+
+    def read(self, buffer: object, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+        """Download `buffer` (an output) as host dtype `dtype`, shaped `shape`."""
+        count = 1
+        for e in shape:
+            count *= e
+        nbytes = count * _device_dtype(dtype).itemsize
+        data = self.device.queue.read_buffer(buffer, 0, max(4, (nbytes + 3) // 4 * 4)) if nbytes else b""
+        self.stats["bytes_down"] += nbytes
+        return _host_array(memoryview(data)[:nbytes] if nbytes else b"", dtype, shape)
+
+    def values(self, value: np.ndarray) -> object:
+        """A buffer holding `value`, computed on the host from the bound extents: uploaded the first
+        time these numbers appear, then reused."""
+        data = _device_array("shape values", value)
+        key = (data.dtype.str, data.shape, data.tobytes())
+        found = self.values_cache.get(key)
+        if found is None:
+            found = self.upload("shape values", data)
+            self.values_cache[key] = found
+        return found
+
+    def pool(self, key: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[object, ...]:
+        """The activation buffers of one binding of the extent symbols (`sizes` in bytes), made once."""
+        found = self.pools.get(key)
+        if found is None:
+            found = tuple(self.buffer(n) for n in sizes)
+            self.pools[key] = found
+            while len(self.pools) > 4:  # the latest bindings; their bind groups go with them
+                stale = self.pools.pop(next(iter(self.pools)))
+                ids = {id(b) for b in stale}
+                self.groups = {k: v for k, v in self.groups.items() if not ids & set(k[1])}
+        return found
+
+    # -- dispatch -------------------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        self.encoder = self.device.create_command_encoder()
+        self.compute = self.encoder.begin_compute_pass()  # type: ignore[attr-defined]
+        self.stats["forwards"] += 1
+
+    def dispatch(self, name: str, buffers: tuple[object, ...], params: tuple[int, ...], grid: int) -> None:
+        """Record kernel `name` over `buffers` (outputs then inputs) with `params`, `grid` workgroups."""
+        if grid <= 0:
+            return
+        key = (name, tuple(id(b) for b in buffers), params)
+        group = self.groups.get(key)
+        if group is None:
+            pbuf = self.params_cache.get(params)
+            if pbuf is None:
+                data = np.asarray(params or (0,), dtype=np.int64).astype(np.uint32)
+                pbuf = self.device.create_buffer_with_data(data=data, usage=self.usage)
+                self.params_cache[params] = pbuf
+                self.stats["bytes_up"] += data.nbytes
+            pipeline = self.pipelines[name]
+            entries = [{"binding": i, "resource": {"buffer": b}} for i, b in enumerate((pbuf, *buffers))]
+            group = self.device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)  # type: ignore[attr-defined]
+            self.groups[key] = group
+        compute = self.compute
+        compute.set_pipeline(self.pipelines[name])  # type: ignore[attr-defined]
+        compute.set_bind_group(0, group)  # type: ignore[attr-defined]
+        x = min(grid, 65535)
+        compute.dispatch_workgroups(x, (grid + x - 1) // x)  # type: ignore[attr-defined]
+        self.stats["dispatches"] += 1
+
+    def copy(self, source: object, target: object, nbytes: int) -> None:
+        """Record a device-side copy of `nbytes` (a value a branch yields, a regrouping kept apart)."""
+        self.compute.end()  # type: ignore[attr-defined]
+        if nbytes:
+            self.encoder.copy_buffer_to_buffer(source, 0, target, 0, (nbytes + 3) // 4 * 4)  # type: ignore[attr-defined]
+        self.compute = self.encoder.begin_compute_pass()  # type: ignore[attr-defined]
+
+    def end(self) -> None:
+        self.compute.end()  # type: ignore[attr-defined]
+        self.device.queue.submit([self.encoder.finish()])  # type: ignore[attr-defined]
+        self.encoder = self.compute = None
+
+
+def _grid(threads: int, size: int = 64) -> int:
+    """Workgroups of `size` invocations covering `threads` (the kernels read x + y * 65535)."""
+    return (threads + size - 1) // size
+
+
+PIECES: dict[str, object] = {
+    "DeviceError": DeviceError,
+    "_device_dtype": _device_dtype,
+    "_device_array": _device_array,
+    "_host_array": _host_array,
+    "_Gpu": _Gpu,
+    "_grid": _grid,
+}
+DEPENDS: dict[str, tuple[str, ...]] = {
+    "_device_array": ("_device_dtype", "ShapeError"),
+    "_host_array": ("_device_dtype",),
+    "_Gpu": ("DeviceError", "_device_array", "_host_array", "_device_dtype"),
+}

@@ -1,0 +1,121 @@
+# ruff: noqa: E501 - kernel programs are written one op per line
+"""The WGSL backend's module: every kernel on the device (llvmpipe here), the numpy module's numbers.
+
+Each test builds the same model for both backends and compares; the device counters say what
+crossed between host and device and how many kernels ran.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from xdsl.parser import Parser
+
+from loam.backends.numpy_module import emit_python
+from loam.backends.wgsl_module import emit_wgsl
+from loam.context import make_context
+from loam.errors import UnsupportedError
+from loam.options import Options
+from loam.pipeline import build, import_source
+
+pytest.importorskip("wgpu")
+
+ROOT = Path(__file__).resolve().parents[3]
+MLP = ROOT / "examples" / "mlp"
+RNG = np.random.default_rng(11)
+
+
+def _program(text: str) -> object:
+    module = Parser(make_context(), text).parse_module()
+    module.verify()
+    return module
+
+
+def test_mlp_matches_the_numpy_module_and_onnxruntimes_numbers() -> None:
+    options = Options.from_toml(MLP / "loam.toml")
+    gpu = build(MLP / "mlp.onnxtext", options=options, fuse="dispatch", backend="wgsl").module
+    cpu = build(MLP / "mlp.onnxtext", options=options).module
+    weights_gpu = gpu.Weights.load_file(str(MLP / "mlp.safetensors"))
+    weights_cpu = cpu.Weights.load_file(str(MLP / "mlp.safetensors"))
+    x = np.load(MLP / "input.npy")
+    got = gpu.forward(weights_gpu, x)
+    np.testing.assert_allclose(got, cpu.forward(weights_cpu, x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, np.load(MLP / "expected.npy"), rtol=1e-5, atol=1e-6)
+    # After the first call only the input goes up and the output comes down; one dispatch per layer.
+    g = gpu._gpu()
+    before = dict(g.stats)
+    gpu.forward(weights_gpu, x)
+    moved = {k: g.stats[k] - before[k] for k in before}
+    assert moved == {"dispatches": 3, "bytes_up": x.nbytes, "bytes_down": got.nbytes, "forwards": 1}
+
+
+SYMBOLIC_MLP = """
+kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) names ["x"] attributes {model = "mlp"} {
+  %w = kernel.weight "w" = #graph.data<f32, [16, 8], "W"> : !tensor_axes.tensor<f32, [Hidden: 16, In: 8]>
+  %b = kernel.weight "b" = #graph.data<f32, [16], "B"> : !tensor_axes.tensor<f32, [Hidden: 16]>
+  %t = kernel.permute %w [1, 0] {node = "fc1"} : !tensor_axes.tensor<f32, [Hidden: 16, In: 8]> -> !tensor_axes.tensor<f32, [In: 8, Hidden: 16]>
+  %p = kernel.matmul %x, %t then #kernel.expr<[operand 0, operand 1, add 0 1, tanh 2]>(%b) {node = "fc1"} : (!tensor_axes.tensor<f32, [Batch: N, In: 8]>, !tensor_axes.tensor<f32, [In: 8, Hidden: 16]>, !tensor_axes.tensor<f32, [Hidden: 16]>) -> !tensor_axes.tensor<f32, [Batch: N, Hidden: 16]>
+  %q = kernel.permute %p [1, 0] {node = "flip"} : !tensor_axes.tensor<f32, [Batch: N, Hidden: 16]> -> !tensor_axes.tensor<f32, [Hidden: 16, Batch: N]>
+  %s = kernel.zip(%q) #kernel.expr<[operand 0, const 2.0 : f32, mul 0 1]> {node = "double"} : (!tensor_axes.tensor<f32, [Hidden: 16, Batch: N]>) -> !tensor_axes.tensor<f32, [Hidden: 16, Batch: N]>
+  kernel.return %s, %p names ["s", "p"] : !tensor_axes.tensor<f32, [Hidden: 16, Batch: N]>, !tensor_axes.tensor<f32, [Batch: N, Hidden: 16]>
+}
+"""
+W_VALUE = RNG.standard_normal((16, 8)).astype(np.float32)
+B_VALUE = RNG.standard_normal(16).astype(np.float32)
+
+
+def _symbolic() -> object:
+    text = SYMBOLIC_MLP.replace('"W"', '"0x' + W_VALUE.tobytes().hex().upper() + '"')
+    return _program(text.replace('"B"', '"0x' + B_VALUE.tobytes().hex().upper() + '"'))
+
+
+def test_symbolic_batch_runs_each_binding_with_its_own_buffers() -> None:
+    module = _symbolic()
+    gpu = import_source(emit_wgsl(module), "loam_wgsl_symbolic")
+    cpu = import_source(emit_python(module), "loam_numpy_symbolic")
+    weights = gpu.Weights.embedded()
+    results = []
+    for n in (1, 5, 300, 5):
+        x = RNG.standard_normal((n, 8)).astype(np.float32)
+        got = gpu.forward(weights, x)
+        want = cpu.forward(cpu.Weights.embedded(), x)
+        results.append((got, want))
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # Every output a call returned still holds its numbers after later calls.
+    for got, want in results:
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    g = gpu._gpu()
+    assert set(g.pools) == {(1,), (5,), (300,)}
+    source = emit_wgsl(module)
+    # The weight's permutation is folded into the product's strides; the other one is a copy kernel.
+    assert source.count("g.dispatch(") == 3
+    assert "tuple(_row_major((16, 8))[p] for p in (1, 0))" in source
+
+
+def test_an_i64_input_outside_i32_is_refused_before_upload() -> None:
+    text = """
+kernel.program "forward" (%i : !tensor_axes.tensor<i64, [N: 3]>) names ["i"] {
+  %y = kernel.zip(%i) #kernel.expr<[operand 0, const 1 : i64, add 0 1]> {node = "inc"} : (!tensor_axes.tensor<i64, [N: 3]>) -> !tensor_axes.tensor<i64, [N: 3]>
+  kernel.return %y names ["y"] : !tensor_axes.tensor<i64, [N: 3]>
+}
+"""
+    gpu = import_source(emit_wgsl(_program(text)), "loam_wgsl_i64")
+    got = gpu.forward(gpu.Weights(), np.array([1, -7, 2**31 - 2], np.int64))
+    assert got.dtype == np.int64 and got.tolist() == [2, -6, 2**31 - 1]
+    with pytest.raises(gpu.ShapeError, match=r"'i' holds 2147483648, outside the i32 range"):
+        gpu.forward(gpu.Weights(), np.array([0, 2**31, 1], np.int64))
+
+
+def test_a_kernel_with_no_wgsl_form_stops_the_build_naming_its_node() -> None:
+    text = """
+kernel.program "forward" (%x : !tensor_axes.tensor<f64, [N: 3]>) names ["x"] {
+  %y = kernel.zip(%x) #kernel.expr<[operand 0, neg 0]> {node = "negate"} : (!tensor_axes.tensor<f64, [N: 3]>) -> !tensor_axes.tensor<f64, [N: 3]>
+  kernel.return %y names ["y"] : !tensor_axes.tensor<f64, [N: 3]>
+}
+"""
+    with pytest.raises(UnsupportedError, match=r"kernel.zip 'negate': element type f64 has no WGSL form"):
+        emit_wgsl(_program(text))
