@@ -22,6 +22,7 @@ concat is a strided copy.  The shaders are module constants (`_SHADERS`), one pe
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Iterable, Sequence
 
 from xdsl.dialects.builtin import ArrayAttr
@@ -49,6 +50,7 @@ from loam.dialects.kernel import (
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import UnsupportedError
 from loam.poly import Poly
+from loam.report import DeviceSummary
 
 __all__ = ["emit_wgsl"]
 
@@ -91,10 +93,17 @@ def emit_wgsl(module: object) -> str:
     """The Python source of the WebGPU module for the one `kernel.program` in `module`.
 
     Raises `UnsupportedError` naming the node for a kernel the printer has no WGSL for."""
+    return wgsl_module(module)[0]
+
+
+def wgsl_module(module: object) -> tuple[str, DeviceSummary]:
+    """`emit_wgsl`'s source and what the module does per forward (dispatches, bytes)."""
     programs = [op for op in module.walk() if isinstance(op, ProgramOp)]  # type: ignore[attr-defined]
     if len(programs) != 1:
         raise UnsupportedError(f"the WGSL backend prints one kernel.program, found {len(programs)}")
-    return _WgslEmitter(programs[0], _checkpoint_names(module)).emit()  # type: ignore[arg-type]
+    emitter = _WgslEmitter(programs[0], _checkpoint_names(module))  # type: ignore[arg-type]
+    source = emitter.emit()
+    return source, emitter.summary()
 
 
 class _WgslEmitter(_Emitter):
@@ -415,6 +424,22 @@ class _WgslEmitter(_Emitter):
         outs = [self._slot(r, at) for r in op.results]
         self._dispatch(op, self._shader(source, name), outs, [self._buffer(v) for v in op.operands], params)
 
+    def summary(self) -> DeviceSummary:
+        """Dispatches, crossing bytes and device bytes per forward (after `emit`)."""
+        crossing = Poly.lift(0)
+        for value in [*self.program.block.args, *self.program.return_op.outputs]:
+            size = Poly.lift(4)
+            for e in _axes_type(value, "boundary value").shape:
+                size = size * e
+            crossing = crossing + size
+        resident = 0
+        for op in self.ops:
+            if isinstance(op, (WeightOp, ConstantOp)) and op.result in self.device and "_w[" in self.device[op.result]:
+                t = _axes_type(op.result, "resident")
+                count = math.prod(e.const_value if e.is_const else 0 for e in t.shape)
+                resident += 4 * count
+        return DeviceSummary(self.dispatches, str(crossing), str(device_bytes(self.slot_sizes)), str(resident))
+
     # -- forward --------------------------------------------------------------------------------------
 
     def _forward_source(self, params, checks, body, ret, out_fields) -> str:  # type: ignore[no-untyped-def]
@@ -454,3 +479,31 @@ def device_bytes(sizes: Sequence[Poly]) -> Poly:
     for s in sizes:
         total = total + s
     return total
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m loam.backends.wgsl_module FILE.mlir`: print the WGSL module for FILE's program."""
+    import sys
+
+    from xdsl.parser import Parser
+
+    from loam.context import make_context
+    from loam.errors import LoamError
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    if len(args) != 1:
+        print("usage: python -m loam.backends.wgsl_module FILE.mlir", file=sys.stderr)
+        return 2
+    with open(args[0], encoding="utf-8") as f:
+        module = Parser(make_context(), f.read(), args[0]).parse_module()
+    module.verify()
+    try:
+        sys.stdout.write(emit_wgsl(module))
+    except LoamError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

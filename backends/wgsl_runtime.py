@@ -58,11 +58,7 @@ def _host_array(data: memoryview | bytes, dtype: str, shape: tuple[int, ...]) ->
     for e in shape:
         count *= e
     raw = np.frombuffer(data, dtype=_device_dtype(dtype), count=count).reshape(shape)
-    if dtype == "bfloat16":
-        import ml_dtypes
-
-        return raw.astype(ml_dtypes.bfloat16)
-    return raw.astype(np.dtype(dtype))
+    return raw.astype(np.dtype(dtype))  # "bfloat16" is known once the module imported ml_dtypes
 
 
 class _Gpu:

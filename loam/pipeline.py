@@ -167,9 +167,11 @@ def build(
         raise UsageError(f"backend '{backend}' is not one of {', '.join(BACKENDS)}")
     say(f"emitting the {backend} module")
     if backend == "wgsl":
-        from loam.backends.wgsl_module import emit_wgsl
+        from loam.backends.wgsl_module import wgsl_module
 
-        source = emit_wgsl(ir)
+        source, device = wgsl_module(ir)
+        if fusion is not None:
+            fusion.device = device
     else:
         source = emit_python(ir)
     module = import_source(source, "loam_generated")

@@ -76,6 +76,27 @@ class NodeDecision:
         }
 
 
+@dataclass(frozen=True)
+class DeviceSummary:
+    """Per forward of a WGSL module: dispatches, bytes crossing, and device memory (texts of
+    numbers or of polynomials over the extent symbols)."""
+
+    dispatches: int
+    """Compute dispatches per forward (a concat counts one per operand)."""
+    crossing: str
+    """Bytes between host and device per forward after the first call: inputs up, outputs down."""
+    activations: str
+    """Bytes of the activation buffers (inputs, intermediates, outputs) after liveness reuse."""
+    resident: str
+    """Bytes of the weights and constants resident on the device."""
+
+    def text(self) -> str:
+        return (
+            f"per forward: {self.dispatches} dispatches, {self.crossing} bytes crossing (inputs and outputs); "
+            f"device bytes: {self.activations} activations + {self.resident} resident"
+        )
+
+
 @dataclass
 class FusionReport:
     """The decisions of one `fuse` run, in graph order, with the groups and the data-flow edges."""
@@ -86,6 +107,8 @@ class FusionReport:
     """Each group's member nodes, in program order (the last computes the group's result)."""
     edges: list[tuple[str, str]] = field(default_factory=list[tuple[str, str]])
     """Data flow between ONNX nodes (producer, consumer), from the program before fusion."""
+    device: DeviceSummary | None = None
+    """What a WGSL module does per forward (None for the numpy backend)."""
 
     def decision(self, node: str) -> NodeDecision:
         """The decision of node `node` (KeyError when the report has none)."""
@@ -121,6 +144,8 @@ def render_text(report: FusionReport) -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     for g, members in report.groups.items():
         lines.append(f"group {g}: {', '.join(members)}")
+    if report.device is not None:
+        lines.append(report.device.text())
     return "\n".join(lines) + "\n"
 
 

@@ -35,7 +35,12 @@ def _program(text: str) -> object:
 
 def test_mlp_matches_the_numpy_module_and_onnxruntimes_numbers() -> None:
     options = Options.from_toml(MLP / "loam.toml")
-    gpu = build(MLP / "mlp.onnxtext", options=options, fuse="dispatch", backend="wgsl").module
+    result = build(MLP / "mlp.onnxtext", options=options, fuse="dispatch", backend="wgsl")
+    gpu = result.module
+    # The report states what a forward does on the device: 4x8 in and 4x3 out, f32.
+    assert result.fusion is not None and result.fusion.device is not None
+    assert result.fusion.device.dispatches == 3 and result.fusion.device.crossing == str(4 * (32 + 12))
+    assert "per forward: 3 dispatches, 176 bytes crossing" in result.fusion.render("text")
     cpu = build(MLP / "mlp.onnxtext", options=options).module
     weights_gpu = gpu.Weights.load_file(str(MLP / "mlp.safetensors"))
     weights_cpu = cpu.Weights.load_file(str(MLP / "mlp.safetensors"))
