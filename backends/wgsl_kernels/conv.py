@@ -1,0 +1,262 @@
+"""`kernel.conv` and `kernel.pool` as WGSL: one invocation per result element, looping over its taps.
+
+Both read the geometry (extents, strides, dilations, pads, kernel extents) from params, so only the
+number of spatial axes (the rank) and the element types, and pool's mode, count_include_pad, p
+and nan_rule are baked into the shader.  Compute is f32; halves are rounded back once at the end.
+
+conv params: result elements, C, M, C/group, M/group, then per spatial axis (in this order, each
+a block of one entry per axis): input extents, kernel extents, output extents, strides,
+dilations, begin pads.  Taps in the zero padding are skipped; the sum runs over the input
+channels of the group, then the taps row-major (the order of numpy's im2col matmul, which BLAS
+may block differently: results agree to f32 rounding).
+
+pool params: result elements, then per spatial axis: input extents, cropped extents (a negative
+pad crops), begin pads (positive part), crop offset (negative begin pad's size), padded extents
+(cropped + both positive pads: the taps count_include_pad counts; ceil-mode's extra taps past
+them never count), kernel extents, strides, dilations, output extents.
+max reads only taps inside the input; a window with none gives the element type's lowest finite
+value (f32 -3.4028235e38, f16 -65504, bf16 -3.3895314e38, iN its minimum; an i64 gets the i32
+minimum, which differs from numpy's -2^63).  NaN taps follow `nan_rule` exactly as the numpy kernel:
+`ignore`, the first largest non-NaN tap (NaN when every tap inside is NaN); `first`, the first
+tap inside replaced only by a strictly greater number (a NaN first tap wins, a later NaN never).
+avg divides the sum of the taps inside by their count (at least 1), or with count_include_pad by
+the taps inside the padded extents; lp is (sum |x|^p)^(1/p) over the taps inside.
+"""
+
+from __future__ import annotations
+
+from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
+from loam.errors import UnsupportedError
+
+
+def _coords(nsp: int, out_at: int, head: str) -> str:
+    """WGSL lines splitting the flat result index `i` into spatial coordinates o0.. (extents at
+    params[out_at + k]) and what is left, `head`."""
+    lines = ["  var r = i;"]
+    for k in range(nsp - 1, -1, -1):
+        lines.append(f"  let o{k} = r % params[{out_at + k}];")
+        lines.append(f"  r = r / params[{out_at + k}];")
+    lines.append(f"  let {head} = r;")
+    return "\n".join(lines) + "\n"
+
+
+def _f32_literal(value: float) -> str:
+    """A WGSL f32 literal of `value` (finite)."""
+    text = repr(float(value))
+    return text if ("." in text or "e" in text) else text + ".0"
+
+
+# -- conv ------------------------------------------------------------------------------------------
+
+
+def source_conv(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """The conv shader: operands x (N, C, *S), w (M, C/group, *K)[, b (M)]."""
+    rank = operands[0][1]
+    out_elem = results[0][0]
+    for e, _ in operands:
+        if device_type(e) != "f32":
+            raise UnsupportedError(f"WGSL conv: element type {e} is not a float")
+    nsp = rank - 2
+    if nsp < 1:
+        raise UnsupportedError(f"WGSL conv: a rank-{rank} input has no spatial axis")
+    s_at, k_at, o_at = 5, 5 + nsp, 5 + 2 * nsp
+    st_at, d_at, p_at = 5 + 3 * nsp, 5 + 4 * nsp, 5 + 5 * nsp
+    body = FLAT + "  if (i >= params[0]) { return; }\n" + _coords(nsp, o_at, "nm")
+    body += (
+        "  let m = nm % params[2];\n"
+        "  let nb = nm / params[2];\n"
+        "  let cg = params[3];\n"
+        "  let g = m / params[4];\n"
+        "  var acc = 0.0;\n"
+        "  for (var c = 0u; c < cg; c = c + 1u) {\n"
+        "    let xc = nb * params[1] + g * cg + c;\n"
+        "    let wc = m * cg + c;\n"
+    )
+    indent = "    "
+    xo, wo = "xc", "wc"
+    for k in range(nsp):
+        body += (
+            f"{indent}for (var k{k} = 0u; k{k} < params[{k_at + k}]; k{k} = k{k} + 1u) {{\n"
+            f"{indent}  let q{k} = i32(o{k} * params[{st_at + k}] + k{k} * params[{d_at + k}])"
+            f" - param_i({p_at + k}u);\n"
+            f"{indent}  if (q{k} < 0 || q{k} >= i32(params[{s_at + k}])) {{ continue; }}\n"
+            f"{indent}  let x{k} = {xo} * params[{s_at + k}] + u32(q{k});\n"
+            f"{indent}  let w{k} = {wo} * params[{k_at + k}] + k{k};\n"
+        )
+        xo, wo = f"x{k}", f"w{k}"
+        indent += "  "
+    body += f"{indent}acc = acc + in0[{xo}] * in1[{wo}];\n"
+    for _ in range(nsp):
+        indent = indent[:-2]
+        body += f"{indent}}}\n"
+    body += "  }\n"
+    if len(operands) > 2:
+        body += "  acc = acc + in2[m];\n"
+    body += f"  out0[i] = {narrow(out_elem, 'acc')};\n"
+    return kernel([out_elem], [e for e, _ in operands], body)
+
+
+def _p_conv(
+    shapes: tuple[tuple[int, ...], ...], strides: tuple, pads: tuple, dilations: tuple, group: int
+) -> tuple[tuple[int, ...], int]:
+    """The conv kernel's params (result elements, C, M, C/group, M/group; input, kernel and output
+    extents, strides, dilations, begin pads per spatial axis) and its workgroups (64 results each)."""
+    x, w, out = tuple(shapes[0]), tuple(shapes[1]), tuple(shapes[-1])
+    nsp = len(x) - 2
+    total = 1
+    for e in out:
+        total *= e
+    block = [total, x[1], w[0], x[1] // group, max(w[0] // group, 1)]
+    block += list(x[2:]) + list(w[2:]) + list(out[2:]) + list(strides) + list(dilations) + list(pads[:nsp])
+    return tuple(int(v) for v in block), (total + 63) // 64
+
+
+# -- pool ------------------------------------------------------------------------------------------
+
+LOWEST = {
+    "f32": "-3.4028235e38",
+    "f16": "-65504.0",
+    "bf16": "-3.3895314e38",
+    "i8": "-128",
+    "u8": "0",
+    "i16": "-32768",
+    "u16": "0",
+    "i32": "i32(-2147483647 - 1)",
+    "i64": "i32(-2147483647 - 1)",
+}
+"""The lowest finite value of each element type, max pooling's value of a window with no tap inside."""
+
+
+def source_pool(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """The pool shader: max, avg (count_include_pad either way) or lp over the axes after N and C."""
+    elem, rank = operands[0]
+    out_elem = results[0][0]
+    mode = params.get("mode")
+    if params.get("indices") or len(results) > 1:
+        raise UnsupportedError("WGSL pool: MaxPool's indices output (indices=1) is not supported")
+    if mode not in ("max", "avg", "lp"):
+        raise UnsupportedError(f"WGSL pool: mode {mode!r} is not supported")
+    dt = device_type(elem)
+    if dt == "u32" or (dt == "i32" and mode != "max"):
+        raise UnsupportedError(f"WGSL pool: mode {mode} of element type {elem} is not supported")
+    nan_rule = params.get("nan_rule") or "ignore"
+    if nan_rule not in ("ignore", "first"):
+        raise UnsupportedError(f"WGSL pool: nan_rule {nan_rule!r} is not supported")
+    include = params.get("count_include_pad")
+    if mode == "avg" and include is None and "count_include_pad" in params:
+        raise UnsupportedError("WGSL pool: count_include_pad known only at run time is not supported")
+    p = params.get("p", 2.0)
+    if mode == "lp" and p is None:
+        raise UnsupportedError("WGSL pool: p known only at run time is not supported")
+    nsp = rank - 2
+    if nsp < 1:
+        raise UnsupportedError(f"WGSL pool: a rank-{rank} input has no spatial axis")
+    S, SC, B, OFF, PT, K, ST, D, O = (1 + j * nsp for j in range(9))  # the param blocks
+    body = FLAT + "  if (i >= params[0]) { return; }\n" + _coords(nsp, O, "nc")
+    body += "  var plane = 1u;\n"
+    for k in range(nsp):
+        body += f"  plane = plane * params[{S + k}];\n"
+    body += "  let xbase = nc * plane;\n"
+    if mode == "max":
+        if dt == "f32":
+            body += "  var best = 0.0;\n  var first = 0.0;\n"
+        else:
+            body += "  var best: i32 = 0;\n  var first: i32 = 0;\n"
+        body += "  var found = false;\n  var seen = false;\n"
+    else:
+        body += "  var acc = 0.0;\n  var inside_n = 0u;\n  var counted_n = 0u;\n"
+    indent = "  "
+    offset, inside, counted = "0u", "true", "true"
+    for k in range(nsp):
+        body += (
+            f"{indent}for (var k{k} = 0u; k{k} < params[{K + k}]; k{k} = k{k} + 1u) {{\n"
+            f"{indent}  let q{k} = i32(o{k} * params[{ST + k}] + k{k} * params[{D + k}]);\n"
+            f"{indent}  let c{k} = q{k} - i32(params[{B + k}]);\n"
+            f"{indent}  let ins{k} = {inside} && c{k} >= 0 && c{k} < i32(params[{SC + k}]);\n"
+            f"{indent}  let ct{k} = {counted} && q{k} < i32(params[{PT + k}]);\n"
+            f"{indent}  let x{k} = {offset} * params[{S + k}] + u32(max(c{k}, 0)) + params[{OFF + k}];\n"
+        )
+        offset, inside, counted = f"x{k}", f"ins{k}", f"ct{k}"
+        indent += "  "
+    body += f"{indent}if ({inside}) {{\n{indent}  let v = in0[xbase + {offset}];\n"
+    if mode == "max":
+        if dt != "f32":
+            body += f"{indent}  if (!seen || v > best) {{ best = v; }}\n{indent}  seen = true;\n"
+        elif nan_rule == "ignore":
+            body += (
+                f"{indent}  if (!seen) {{ first = v; seen = true; }}\n"
+                f"{indent}  if (!is_nan(v) && (!found || v > best)) {{ best = v; found = true; }}\n"
+            )
+        else:  # first: onnxruntime's scan
+            body += (
+                f"{indent}  if (!seen) {{ best = v; seen = true; }}\n"
+                f"{indent}  else if (!is_nan(v) && !is_nan(best) && v > best) {{ best = v; }}\n"
+            )
+        body += f"{indent}}}\n"
+    else:
+        if mode == "avg":
+            body += f"{indent}  acc = acc + v;\n"
+        elif float(p) == 1.0:  # type: ignore[arg-type]
+            body += f"{indent}  acc = acc + abs(v);\n"
+        elif float(p) == 2.0:  # type: ignore[arg-type]
+            body += f"{indent}  acc = acc + v * v;\n"
+        else:
+            body += f"{indent}  acc = acc + select(pow(abs(v), {_f32_literal(p)}), 0.0, v == 0.0);\n"  # type: ignore[arg-type]
+        body += f"{indent}  inside_n = inside_n + 1u;\n{indent}}}\n"
+        body += f"{indent}if ({counted}) {{ counted_n = counted_n + 1u; }}\n"
+    for _ in range(nsp):
+        indent = indent[:-2]
+        body += f"{indent}}}\n"
+    if mode == "max":
+        lowest = LOWEST[elem]
+        if dt == "f32" and nan_rule == "ignore":
+            result = f"select(select({lowest}, first, seen), best, found)"
+        else:
+            result = f"select({lowest}, best, seen)"
+        body += f"  out0[i] = {narrow(out_elem, result) if dt == 'f32' else result};\n"
+    elif mode == "avg":
+        count = "counted_n" if include else "max(inside_n, 1u)"
+        body += f"  out0[i] = {narrow(out_elem, f'acc / f32({count})')};\n"
+    else:
+        pf = float(p)  # type: ignore[arg-type]
+        root = "acc" if pf == 1.0 else "sqrt(acc)" if pf == 2.0 else f"pow(acc, {_f32_literal(1.0 / pf)})"
+        body += f"  out0[i] = {narrow(out_elem, root)};\n"
+    return kernel([out_elem], [elem], body)
+
+
+def _p_pool(
+    shapes: tuple[tuple[int, ...], ...],
+    mode: str,
+    kernel_shape: tuple,
+    strides: tuple,
+    pads: tuple,
+    dilations: tuple,
+    out_shape: tuple,
+    count_include_pad: int = 0,
+    p: float = 2.0,
+    storage_order: int = 0,
+    indices: int = 0,
+    nan_rule: str = "ignore",
+) -> tuple[tuple[int, ...], int]:
+    """The pool kernel's params (result elements; per spatial axis input extents, cropped extents,
+    begin pads, crop offsets, padded extents, kernel extents, strides, dilations, output extents)
+    and its workgroups (64 results each)."""
+    x = tuple(shapes[0])
+    nsp = len(x) - 2
+    spatial = x[2:]
+    begins = [max(0, pads[k]) for k in range(nsp)]
+    ends = [max(0, pads[k + nsp]) for k in range(nsp)]
+    offs = [max(0, -pads[k]) for k in range(nsp)]
+    cropped = [spatial[k] - offs[k] - max(0, -pads[k + nsp]) for k in range(nsp)]
+    padded = [cropped[k] + begins[k] + ends[k] for k in range(nsp)]
+    total = x[0] * x[1]
+    for e in out_shape:
+        total *= e
+    block = [total, *spatial, *cropped, *begins, *offs, *padded]
+    block += list(kernel_shape) + list(strides) + list(dilations) + list(out_shape)
+    return tuple(int(v) for v in block), (total + 63) // 64
+
+
+PIECES: dict[str, object] = {"_p_conv": _p_conv, "_p_pool": _p_pool}
+DEPENDS: dict[str, tuple[str, ...]] = {}
+SOURCES: dict[str, object] = {"conv": source_conv, "pool": source_pool}

@@ -1,0 +1,126 @@
+"""`kernel.normalize` (LayerNormalization, InstanceNormalization) as WGSL: one workgroup per row.
+
+A row is the block over `axes` at one position of the other axes (see `reduce.py`).  Three
+passes over it in f32: the mean (a tree sum divided by the count), the variance of the centred
+values, then y = (x - mean) * (1 / sqrt(var + epsilon)), rounded to the input's half type (as ONNX's
+function body casts back before the affine part), times scale, plus bias, rounded again.  The
+moments are f32 whatever `stash` says (a float64 stash is computed in f32 here).
+
+Scale and bias are read through strides over x's axes (0 where they broadcast): numpy-style
+broadcasting over the trailing axes with `channel_axis` -1, else 1-D along `channel_axis`.
+With `stats` the kernel also writes the mean and 1 / sqrt(var + epsilon) (reduced axes kept).
+
+Params: the row block (`reduce.py`), epsilon's f32 bits, x's extents, x's strides, then scale's
+and bias's strides over x's axes (for each present).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loam.backends.wgsl_kernels.common import device_type, kernel, narrow
+from loam.backends.wgsl_kernels.reduce import ROW_HELPERS, ROW_START, accumulate, check_axes, row_functions, tree
+from loam.errors import UnsupportedError
+
+
+def source_normalize(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """The normalize shader: `operands` x[, scale[, bias]], `results` y[, mean, inv_std]."""
+    elem, rank = operands[0]
+    out_elem = results[0][0]
+    if device_type(elem) != "f32":
+        raise UnsupportedError(f"WGSL normalize: element type {elem} is not a float")
+    axes = check_axes("normalize", params.get("axes"), rank)
+    stats = params.get("stats")
+    if stats is None:
+        raise UnsupportedError("WGSL normalize: stats known only at run time is not supported")
+    want = 3 if stats else 1
+    if len(results) != want:
+        raise UnsupportedError(f"WGSL normalize: stats={stats} wants {want} results, not {len(results)}")
+    for e, _ in results[1:]:
+        if e not in ("f32", "f16", "bf16"):
+            raise UnsupportedError(f"WGSL normalize: stats of element type {e} (WGSL computes the moments in f32)")
+    if len(operands) > 3:
+        raise UnsupportedError(f"WGSL normalize: {len(operands)} operands (x, scale, bias at most)")
+    channel_axis = params.get("channel_axis")
+    if channel_axis is None or not -1 <= int(channel_axis) < rank:  # type: ignore[call-overload]
+        raise UnsupportedError(f"WGSL normalize: channel_axis {channel_axis} is not supported")
+    eps = 2 + 2 * rank
+    xe, xs = eps + 1, eps + 1 + rank
+    helpers = ROW_HELPERS + row_functions(rank, axes) + "var<workgroup> sh: array<f32, 64>;\n"
+    for p in range(1, len(operands)):
+        ps = xs + rank * p
+        terms = [f"((o / params[{xs + k}]) % params[{xe + k}]) * params[{ps + k}]" for k in range(rank)]
+        helpers += f"fn at{p}(o: u32) -> u32 {{\n  return {' + '.join(terms) or '0u'};\n}}\n"
+    body = ROW_START
+    body += "  var a = 0.0;\n" + accumulate("a", "add_f", "x") + tree("a", "add_f")
+    body += "  let mean = a / f32(params[1]);\n"
+    body += "  var v = 0.0;\n" + accumulate("v", "add_f", "(x - mean) * (x - mean)") + tree("v", "add_f")
+    body += f"  let inv = 1.0 / sqrt(v / f32(params[1]) + bitcast<f32>(params[{eps}]));\n"
+    body += (
+        "  for (var j = lid; j < n; j = j + 64u) {\n"
+        "    let o = base + row_at(j);\n"
+        f"    var y = {narrow(elem, '(in0[o] - mean) * inv')};\n"
+    )
+    if len(operands) > 1:
+        body += "    y = y * in1[at1(o)];\n"
+    if len(operands) > 2:
+        body += "    y = y + in2[at2(o)];\n"
+    body += f"    out0[o] = {narrow(out_elem, 'y')};\n  }}\n"
+    if stats:
+        body += (
+            "  if (live && lid == 0u) {\n"
+            f"    out1[row] = {narrow(results[1][0], 'mean')};\n"
+            f"    out2[row] = {narrow(results[2][0], 'inv')};\n"
+            "  }\n"
+        )
+    return kernel([e for e, _ in results], [e for e, _ in operands], body, helpers)
+
+
+def _p_normalize(
+    shapes: tuple[tuple[int, ...], ...],
+    axes: tuple[int, ...],
+    epsilon: float,
+    channel_axis: int,
+    stash: str,
+    stats: int,
+) -> tuple[tuple[int, ...], int]:
+    """The normalize kernel's params (the row block: rows, row length, kept extents and strides,
+    reduced extents and strides; epsilon's f32 bits; x's extents and strides; scale's and bias's
+    strides over x's axes) and its workgroups (one per row)."""
+    shape = tuple(shapes[0])
+    rank = len(shape)
+    noperands = len(shapes) - (3 if stats else 1)
+    strides = [1] * rank
+    for k in range(rank - 2, -1, -1):
+        strides[k] = strides[k + 1] * shape[k + 1]
+    kept = [a for a in range(rank) if a not in axes]
+    rows = 1
+    for a in kept:
+        rows *= shape[a]
+    length = 1
+    for a in axes:
+        length *= shape[a]
+    block = [rows, length]
+    block += [shape[a] for a in kept] + [strides[a] for a in kept]
+    block += [shape[a] for a in axes] + [strides[a] for a in axes]
+    block.append(int(np.array(epsilon, dtype=np.float32).view(np.uint32)))
+    block += list(shape) + strides
+    for p in range(1, noperands):
+        pshape = tuple(shapes[p])
+        if channel_axis >= 0:  # 1-D along the channel axis
+            aligned = [1] * rank
+            aligned[channel_axis] = pshape[0] if pshape else 1
+        else:  # numpy broadcasting over the trailing axes
+            aligned = [1] * (rank - len(pshape)) + list(pshape)
+        pstrides = [0] * rank
+        step = 1
+        for k in range(rank - 1, -1, -1):
+            pstrides[k] = step if aligned[k] != 1 else 0
+            step *= aligned[k]
+        block += pstrides
+    return tuple(block), rows
+
+
+PIECES: dict[str, object] = {"_p_normalize": _p_normalize}
+DEPENDS: dict[str, tuple[str, ...]] = {}
+SOURCES: dict[str, object] = {"normalize": source_normalize}

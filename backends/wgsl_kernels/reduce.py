@@ -1,0 +1,304 @@
+"""`kernel.softmax` and `kernel.reduce` as WGSL: one workgroup per row, a shared-memory tree reduction.
+
+A *row* is the block of input elements one result element (reduce) or one normalised block
+(softmax, and `kernel.normalize` in `normalization.py`) reads: the reduced axes at one position of
+the kept axes.  Rows are numbered row-major over the kept axes (so row r is also element r of a
+reduce's result, keepdims or not); the elements of a row are numbered row-major over the reduced
+axes taken in the order of `axes` (Hardmax's "first" maximum is the first in that order, as
+numpy's moveaxis + argmax gives).
+
+The row kernels' params start with the same block (`_row_params` in each `_p_NAME`): the row
+count, the row length, then the extents and element strides of the kept axes, then those of the
+reduced axes.  Each of the 64 invocations of a workgroup accumulates the elements j = lid,
+lid + 64, ... of its row, then a tree over `var<workgroup>` memory combines the 64 partials.
+Compute is f32 for floats (halves rounded back with `narrow`), i32 for integers, u32 for bool.
+
+Reduce kinds: sum, mean, max, min, prod, l1, l2, sum_square, log_sum, log_sum_exp on floats;
+sum, mean (truncating), max, min, prod, l1, sum_square on integers (accumulated in i32: an 8- or
+16-bit integer sum that numpy wraps at its width is not wrapped here; the empty max / min of an
+i64 is the i32 extreme); max (any) and min (all) on bool.  max / min propagate NaN as numpy's
+ufuncs do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from loam.backends.wgsl_kernels.common import device_type, kernel, narrow
+from loam.errors import UnsupportedError
+
+ROW_HELPERS = """
+fn max_nan(a: f32, b: f32) -> f32 {
+  if (is_nan(a)) { return a; }
+  if (is_nan(b)) { return b; }
+  return max(a, b);
+}
+fn min_nan(a: f32, b: f32) -> f32 {
+  if (is_nan(a)) { return a; }
+  if (is_nan(b)) { return b; }
+  return min(a, b);
+}
+fn add_f(a: f32, b: f32) -> f32 { return a + b; }
+fn mul_f(a: f32, b: f32) -> f32 { return a * b; }
+fn add_i(a: i32, b: i32) -> i32 { return a + b; }
+fn mul_i(a: i32, b: i32) -> i32 { return a * b; }
+fn max_i(a: i32, b: i32) -> i32 { return max(a, b); }
+fn min_i(a: i32, b: i32) -> i32 { return min(a, b); }
+fn max_u(a: u32, b: u32) -> u32 { return max(a, b); }
+fn min_u(a: u32, b: u32) -> u32 { return min(a, b); }
+fn f_inf() -> f32 { return bitcast<f32>(0x7f800000u); }
+"""
+"""Combining functions of the tree reductions (NaN-propagating max / min, as numpy's)."""
+
+
+def check_axes(kernel_name: str, axes: object, rank: int) -> tuple[int, ...]:
+    """`axes` as a tuple of distinct axes in [0, rank), or UnsupportedError."""
+    if axes is None:
+        raise UnsupportedError(f"WGSL {kernel_name}: axes known only at run time are not supported")
+    axes = tuple(int(a) for a in axes)  # type: ignore[union-attr]
+    if len(set(axes)) != len(axes) or any(not 0 <= a < rank for a in axes):
+        raise UnsupportedError(f"WGSL {kernel_name}: axes {axes} are not distinct axes of a rank-{rank} input")
+    return axes
+
+
+def row_functions(rank: int, axes: Sequence[int]) -> str:
+    """WGSL `row_base(row)` (element offset of a row's first element) and `row_at(j)` (offset of a
+    row's element j from there), reading the row params block (params[2..])."""
+    axes = tuple(axes)
+    kept = [a for a in range(rank) if a not in axes]
+    nk, nr = len(kept), len(axes)
+    if axes == tuple(range(rank - nr, rank)):  # trailing axes: rows are contiguous runs
+        return "fn row_base(row: u32) -> u32 { return row * params[1]; }\nfn row_at(j: u32) -> u32 { return j; }\n"
+
+    def walk(name: str, var: str, count: int, start: int) -> str:
+        lines = [f"fn {name}({var}: u32) -> u32 {{", f"  var r = {var};", "  var o = 0u;"]
+        for k in range(count - 1, -1, -1):
+            e, s = start + k, start + count + k
+            lines.append(f"  o = o + (r % params[{e}]) * params[{s}];")
+            lines.append(f"  r = r / params[{e}];")
+        lines.append("  return o;")
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    return walk("row_base", "row", nk, 2) + walk("row_at", "j", nr, 2 + 2 * nk)
+
+
+ROW_START = (
+    "  let row = wid.y * nwg.x + wid.x;\n"
+    "  let live = row < params[0];\n"
+    "  let n = select(0u, params[1], live);\n"
+    "  let base = row_base(row);\n"
+)
+"""The first lines of a row kernel: `row`, `live` (a real row), `n` (its length, 0 when not)."""
+
+
+def tree(var: str, combine: str, sh: str = "sh") -> str:
+    """Combine every invocation's `var` by `combine` over `sh`; afterwards each holds the total."""
+    return (
+        f"  {sh}[lid] = {var};\n"
+        "  workgroupBarrier();\n"
+        "  for (var s = 32u; s > 0u; s = s >> 1u) {\n"
+        f"    if (lid < s) {{ {sh}[lid] = {combine}({sh}[lid], {sh}[lid + s]); }}\n"
+        "    workgroupBarrier();\n"
+        "  }\n"
+        f"  {var} = {sh}[0];\n"
+        "  workgroupBarrier();\n"
+    )
+
+
+def accumulate(var: str, combine: str, value: str) -> str:
+    """This invocation's share of the row: `var = combine(var, value)` for j = lid, lid + 64, ...
+    (`value` reads `x`, the element at offset base + row_at(j))."""
+    return (
+        "  for (var j = lid; j < n; j = j + 64u) {\n"
+        "    let x = in0[base + row_at(j)];\n"
+        f"    {var} = {combine}({var}, {value});\n"
+        "  }\n"
+    )
+
+
+# -- softmax ---------------------------------------------------------------------------------------
+
+
+def source_softmax(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """Softmax / LogSoftmax / Hardmax over `axes` jointly: max, sum of exp, write (f32 compute)."""
+    kind = params.get("kind")
+    (elem, rank), (out_elem, _) = operands[0], results[0]
+    if device_type(elem) != "f32":
+        raise UnsupportedError(f"WGSL softmax: element type {elem} is not a float")
+    if kind not in ("softmax", "log_softmax", "hardmax"):
+        raise UnsupportedError(f"WGSL softmax: kind {kind!r} is not supported")
+    axes = check_axes("softmax", params.get("axes"), rank)
+    helpers = ROW_HELPERS + row_functions(rank, axes) + "var<workgroup> sh: array<f32, 64>;\n"
+    body = ROW_START
+    if kind == "hardmax":
+        helpers += HARDMAX_HELPERS
+        body += (
+            "  var bv = -f_inf();\n"
+            "  var bi = 0xffffffffu;\n"
+            "  for (var j = lid; j < n; j = j + 64u) {\n"
+            "    let x = in0[base + row_at(j)];\n"
+            "    if (better(x, j, bv, bi)) { bv = x; bi = j; }\n"
+            "  }\n"
+            "  sh[lid] = bv;\n"
+            "  si[lid] = bi;\n"
+            "  workgroupBarrier();\n"
+            "  for (var s = 32u; s > 0u; s = s >> 1u) {\n"
+            "    if (lid < s && better(sh[lid + s], si[lid + s], sh[lid], si[lid])) {\n"
+            "      sh[lid] = sh[lid + s];\n"
+            "      si[lid] = si[lid + s];\n"
+            "    }\n"
+            "    workgroupBarrier();\n"
+            "  }\n"
+            "  let best = si[0];\n"
+            "  for (var j = lid; j < n; j = j + 64u) {\n"
+            "    out0[base + row_at(j)] = select(0.0, 1.0, j == best);\n"
+            "  }\n"
+        )
+        return kernel([out_elem], [elem], body, helpers)
+    body += "  var m = -f_inf();\n" + accumulate("m", "max_nan", "x") + tree("m", "max_nan")
+    body += "  var t = 0.0;\n" + accumulate("t", "add_f", "exp(x - m)") + tree("t", "add_f")
+    value = "exp(x - m) / t" if kind == "softmax" else "(x - m) - log(t)"
+    body += (
+        "  for (var j = lid; j < n; j = j + 64u) {\n"
+        "    let o = base + row_at(j);\n"
+        "    let x = in0[o];\n"
+        f"    out0[o] = {narrow(out_elem, value)};\n"
+        "  }\n"
+    )
+    return kernel([out_elem], [elem], body, helpers)
+
+
+HARDMAX_HELPERS = """
+var<workgroup> si: array<u32, 64>;
+fn better(va: f32, ia: u32, vb: f32, ib: u32) -> bool {
+  let na = is_nan(va);
+  let nb = is_nan(vb);
+  if (na && nb) { return ia < ib; }
+  if (na) { return true; }
+  if (nb) { return false; }
+  if (va != vb) { return va > vb; }
+  return ia < ib;
+}
+"""
+"""Hardmax's order: NaN above every number (numpy's argmax), ties to the lower index."""
+
+
+def _p_softmax(shapes: tuple[tuple[int, ...], ...], kind: str, axes: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+    """The softmax kernel's params (rows, row length, kept extents and strides, reduced extents and
+    strides, the reduced axes in `axes` order) and its workgroups (one per row)."""
+    shape = tuple(shapes[0])
+    rank = len(shape)
+    strides = [1] * rank
+    for k in range(rank - 2, -1, -1):
+        strides[k] = strides[k + 1] * shape[k + 1]
+    kept = [a for a in range(rank) if a not in axes]
+    rows = 1
+    for a in kept:
+        rows *= shape[a]
+    length = 1
+    for a in axes:
+        length *= shape[a]
+    if length == 0:
+        rows = 0
+    block = [rows, length]
+    block += [shape[a] for a in kept] + [strides[a] for a in kept]
+    block += [shape[a] for a in axes] + [strides[a] for a in axes]
+    return tuple(block), rows
+
+
+# -- reduce ----------------------------------------------------------------------------------------
+
+FLOAT_KINDS = ("sum", "mean", "max", "min", "prod", "l1", "l2", "sum_square", "log_sum", "log_sum_exp")
+INT_KINDS = ("sum", "mean", "max", "min", "prod", "l1", "sum_square")
+INT_LIMITS = {
+    "i8": (-128, 127),
+    "u8": (0, 255),
+    "i16": (-32768, 32767),
+    "u16": (0, 65535),
+}
+
+
+def source_reduce(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """ONNX Reduce<kind> over `axes`, one workgroup per result element (a tree reduction)."""
+    kind = params.get("kind")
+    (elem, rank), (out_elem, _) = operands[0], results[0]
+    axes = check_axes("reduce", params.get("axes"), rank)
+    dt = device_type(elem)
+    helpers = ROW_HELPERS + row_functions(rank, axes) + f"var<workgroup> sh: array<{dt}, 64>;\n"
+    body = ROW_START
+    if dt == "u32":
+        if kind not in ("max", "min"):
+            raise UnsupportedError(f"WGSL reduce: kind {kind!r} of bool is not supported (only max and min)")
+        fn = f"{kind}_u"
+        body += f"  var a = {'0u' if kind == 'max' else '1u'};\n" + accumulate("a", fn, "x") + tree("a", fn)
+        body += "  if (live && lid == 0u) { out0[row] = a; }\n"
+        return kernel([out_elem], [elem], body, helpers)
+    if dt == "i32":
+        if kind not in INT_KINDS:
+            raise UnsupportedError(f"WGSL reduce: kind {kind!r} of integers is not supported (it is computed in f64)")
+        low, high = INT_LIMITS.get(elem, (-(2**31), 2**31 - 1))
+        init, fn, value = {
+            "sum": ("0", "add_i", "x"),
+            "mean": ("0", "add_i", "x"),
+            "max": (f"i32({low})" if low > -(2**31) else "i32(-2147483647 - 1)", "max_i", "x"),
+            "min": (f"i32({high})", "min_i", "x"),
+            "prod": ("1", "mul_i", "x"),
+            "l1": ("0", "add_i", "abs(x)"),
+            "sum_square": ("0", "add_i", "x * x"),
+        }[kind]  # type: ignore[index]
+        body += f"  var a: i32 = {init};\n" + accumulate("a", fn, value) + tree("a", fn)
+        result = "a / max(i32(n), 1)" if kind == "mean" else "a"
+        body += f"  if (live && lid == 0u) {{ out0[row] = {result}; }}\n"
+        return kernel([out_elem], [elem], body, helpers)
+    if kind not in FLOAT_KINDS:
+        raise UnsupportedError(f"WGSL reduce: kind {kind!r} is not supported")
+    if kind == "log_sum_exp":
+        body += "  var m = -f_inf();\n" + accumulate("m", "max_nan", "x") + tree("m", "max_nan")
+        body += "  let top = select(0.0, m, !(is_nan(m) || is_inf(m)));\n"
+        body += "  var a = 0.0;\n" + accumulate("a", "add_f", "exp(x - top)") + tree("a", "add_f")
+        result = "log(a) + top"
+    else:
+        init, fn, value = {
+            "sum": ("0.0", "add_f", "x"),
+            "mean": ("0.0", "add_f", "x"),
+            "max": ("-f_inf()", "max_nan", "x"),
+            "min": ("f_inf()", "min_nan", "x"),
+            "prod": ("1.0", "mul_f", "x"),
+            "l1": ("0.0", "add_f", "abs(x)"),
+            "l2": ("0.0", "add_f", "x * x"),
+            "sum_square": ("0.0", "add_f", "x * x"),
+            "log_sum": ("0.0", "add_f", "x"),
+        }[kind]  # type: ignore[index]
+        body += f"  var a = {init};\n" + accumulate("a", fn, value) + tree("a", fn)
+        result = {"mean": "a / f32(params[1])", "l2": "sqrt(a)", "log_sum": "log(a)"}.get(kind, "a")  # type: ignore[arg-type]
+    body += f"  if (live && lid == 0u) {{ out0[row] = {narrow(out_elem, result)}; }}\n"
+    return kernel([out_elem], [elem], body, helpers)
+
+
+def _p_reduce(
+    shapes: tuple[tuple[int, ...], ...], kind: str, axes: tuple[int, ...], keepdims: int
+) -> tuple[tuple[int, ...], int]:
+    """The reduce kernel's params (rows = result elements, row length, kept extents and strides,
+    reduced extents and strides) and its workgroups (one per result element)."""
+    shape = tuple(shapes[0])
+    rank = len(shape)
+    strides = [1] * rank
+    for k in range(rank - 2, -1, -1):
+        strides[k] = strides[k + 1] * shape[k + 1]
+    kept = [a for a in range(rank) if a not in axes]
+    rows = 1
+    for a in kept:
+        rows *= shape[a]
+    length = 1
+    for a in axes:
+        length *= shape[a]
+    block = [rows, length]
+    block += [shape[a] for a in kept] + [strides[a] for a in kept]
+    block += [shape[a] for a in axes] + [strides[a] for a in axes]
+    return tuple(block), rows
+
+
+PIECES: dict[str, object] = {"_p_softmax": _p_softmax, "_p_reduce": _p_reduce}
+DEPENDS: dict[str, tuple[str, ...]] = {}
+SOURCES: dict[str, object] = {"softmax": source_softmax, "reduce": source_reduce}
