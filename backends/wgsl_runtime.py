@@ -67,13 +67,18 @@ class _Gpu:
     def __init__(self, shaders: dict[str, str]) -> None:
         if wgpu is None:
             raise DeviceError("the wgpu package is not installed (pip install wgpu)")
-        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
-        if adapter is None:
-            raise DeviceError("no WebGPU adapter: install a driver (Mesa's llvmpipe runs on any CPU)")
-        wanted = ("max-storage-buffers-per-shader-stage", "max-storage-buffer-binding-size", "max-buffer-size")
-        limits = {k: adapter.limits[k] for k in wanted if k in adapter.limits}
-        self.device = adapter.request_device_sync(required_limits=limits)
-        self.adapter = adapter.info.get("device", "")
+        # One device per process, shared by every Loam module: wgpu polls each device from a thread of
+        # its own, and on OpenGL backends (llvmpipe) two devices in one process crash the process.
+        shared = getattr(wgpu, "_loam_shared_device", None)
+        if shared is None:
+            adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+            if adapter is None:
+                raise DeviceError("no WebGPU adapter: install a driver (Mesa's llvmpipe runs on any CPU)")
+            wanted = ("max-storage-buffers-per-shader-stage", "max-storage-buffer-binding-size", "max-buffer-size")
+            limits = {k: adapter.limits[k] for k in wanted if k in adapter.limits}
+            shared = (adapter.request_device_sync(required_limits=limits), adapter.info.get("device", ""))
+            wgpu._loam_shared_device = shared  # type: ignore[attr-defined]
+        self.device, self.adapter = shared
         self.pipelines: dict[str, object] = {}
         for name, code in shaders.items():
             self.add(name, code)
