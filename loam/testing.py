@@ -20,13 +20,16 @@ from loam.pipeline import BuildResult, build
 __all__ = ["assert_same", "build_for", "forward_inputs", "run_built", "run_loam", "run_onnxruntime"]
 
 
-def build_for(model: onnx.ModelProto, options: Options | None = None, *, fuse: str | None = "memory") -> BuildResult:
+def build_for(
+    model: onnx.ModelProto, options: Options | None = None, *, fuse: str | None = "memory", backend: str = "numpy"
+) -> BuildResult:
     """Build `model` with its weights embedded, naming every axis the options leave open by a draft.
 
-    `fuse` is the fuse pass's objective (None: unfused), as `loam.build` takes it.
+    `fuse` is the fuse pass's objective (None: unfused) and `backend` the module's, as `loam.build`
+    takes them.
     """
     draft = draft_layout(model, options=options)
-    return build(model, options=draft.options(options), fuse=fuse)
+    return build(model, options=draft.options(options), fuse=fuse, backend=backend)
 
 
 def forward_inputs(result: BuildResult) -> list[str]:

@@ -14,7 +14,7 @@ def device_type(elem: str) -> str:
         return "f32"
     if elem == "bool":
         return "u32"
-    if elem in ("i64", "i32", "i16", "i8", "u8", "u16"):
+    if elem in ("i64", "i32", "i16", "i8", "ui8", "ui16"):
         return "i32"
     raise ValueError(f"element type {elem} has no WGSL form (WGSL has no f64, u64 or 8-bit floats)")
 

@@ -25,12 +25,26 @@ from loam.errors import UnsupportedError
 from loam.poly import Poly
 
 HELPERS = """
-fn tanh_(x: f32) -> f32 { return tanh(clamp(x, -15.0, 15.0)); }
+fn nan_() -> f32 { return bitcast<f32>(0x7fc00000u); }
+fn tanh_(x: f32) -> f32 { return select(tanh(clamp(x, -15.0, 15.0)), x, is_nan(x)); }
+fn max_(a: f32, b: f32) -> f32 { return select(max(a, b), nan_(), is_nan(a) || is_nan(b)); }
+fn min_(a: f32, b: f32) -> f32 { return select(min(a, b), nan_(), is_nan(a) || is_nan(b)); }
+fn relu_(x: f32) -> f32 { return select(max(x, 0.0), x, is_nan(x)); }
+fn sign_(x: f32) -> f32 { return select(sign(x), x, is_nan(x)); }
+fn log1p_(y: f32) -> f32 {
+  let u = 1.0 + y;
+  if (u == 1.0) { return y; }
+  return select(log(u) * y / (u - 1.0), log(u), is_inf(u));
+}
+fn outside_(x: f32) -> bool { return is_nan(x) || abs(x) > 1.0; }
+fn asin_(x: f32) -> f32 { return select(atan2(x, sqrt(max(0.0, 1.0 - x * x))), nan_(), outside_(x)); }
+fn acos_(x: f32) -> f32 { return select(atan2(sqrt(max(0.0, 1.0 - x * x)), x), nan_(), outside_(x)); }
+fn atan_(x: f32) -> f32 { return select(atan(x), x, is_nan(x)); }
 fn sigmoid_(x: f32) -> f32 {
   let e = exp(-abs(x));
   return select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
 }
-fn softplus_(x: f32) -> f32 { return max(x, 0.0) + log(1.0 + exp(-abs(x))); }
+fn softplus_(x: f32) -> f32 { return max(x, 0.0) + log1p_(exp(-abs(x))); }
 fn erf_(x: f32) -> f32 {
   let z = abs(x);
   let t = 1.0 / (1.0 + 0.5 * z);
@@ -51,34 +65,36 @@ fn pow_(a: f32, b: f32) -> f32 {
   let odd = (abs(b) < 16777216.0) && (floor(b * 0.5) * 2.0 != b);
   return select(m, -m, odd);
 }
-fn fmod_f(a: f32, b: f32) -> f32 { return a - trunc(a / b) * b; }
+fn fmod_f(a: f32, b: f32) -> f32 {
+  if (is_inf(b) && !is_inf(a) && !is_nan(a)) { return a; }
+  return a - trunc(a / b) * b;
+}
 fn mod_f(a: f32, b: f32) -> f32 {
   let r = fmod_f(a, b);
   return select(r, r + b, r != 0.0 && ((r < 0.0) != (b < 0.0)));
 }
+fn div_i(a: i32, b: i32) -> i32 { if (b == 0) { return 0; } return a / b; }
+fn fmod_i(a: i32, b: i32) -> i32 { if (b == 0) { return 0; } return a - (a / b) * b; }
 fn mod_i(a: i32, b: i32) -> i32 {
-  if (b == 0) { return 0; }
-  let r = a % b;
+  let r = fmod_i(a, b);
   return select(r, r + b, r != 0 && ((r < 0) != (b < 0)));
 }
-fn div_i(a: i32, b: i32) -> i32 { if (b == 0) { return 0; } return a / b; }
-fn fmod_i(a: i32, b: i32) -> i32 { if (b == 0) { return 0; } return a % b; }
 """
 
 _FLOAT_UNARY = {
-    "neg": "-({0})", "abs": "abs({0})", "relu": "max({0}, 0.0)", "sigmoid": "sigmoid_({0})",
+    "neg": "-({0})", "abs": "abs({0})", "relu": "relu_({0})", "sigmoid": "sigmoid_({0})",
     "tanh": "tanh_({0})", "exp": "exp({0})", "log": "log({0})", "sqrt": "sqrt({0})",
     "reciprocal": "(1.0 / ({0}))", "floor": "floor({0})", "ceil": "ceil({0})", "round": "round({0})",
-    "sin": "sin({0})", "cos": "cos({0})", "tan": "tan({0})", "asin": "asin({0})", "acos": "acos({0})",
-    "atan": "atan({0})", "sinh": "sinh({0})", "cosh": "cosh({0})", "asinh": "asinh({0})",
-    "acosh": "acosh({0})", "atanh": "atanh({0})", "erf": "erf_({0})", "sign": "sign({0})",
+    "sin": "sin({0})", "cos": "cos({0})", "tan": "tan({0})", "asin": "asin_({0})", "acos": "acos_({0})",
+    "atan": "atan_({0})", "sinh": "sinh({0})", "cosh": "cosh({0})", "asinh": "asinh({0})",
+    "acosh": "acosh({0})", "atanh": "atanh({0})", "erf": "erf_({0})", "sign": "sign_({0})",
     "softplus": "softplus_({0})", "softsign": "(({0}) / (1.0 + abs({0})))", "identity": "{0}",
     "isnan": "select(0u, 1u, is_nan({0}))", "isinf": "select(0u, 1u, is_inf({0}))",
 }  # fmt: skip
 _INT_UNARY = {"neg": "-({0})", "abs": "abs({0})", "relu": "max({0}, 0)", "sign": "sign({0})", "identity": "{0}"}
 _FLOAT_BINARY = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-    "pow": "pow_({0}, {1})", "max": "max({0}, {1})", "min": "min({0}, {1})", "mod": "mod_f({0}, {1})",
+    "pow": "pow_({0}, {1})", "max": "max_({0}, {1})", "min": "min_({0}, {1})", "mod": "mod_f({0}, {1})",
     "fmod": "fmod_f({0}, {1})",
 }  # fmt: skip
 _INT_BINARY = {
@@ -87,7 +103,7 @@ _INT_BINARY = {
 }  # fmt: skip
 _COMPARE = {"equal": "==", "less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">="}
 _LOGIC = {"and": "&", "or": "|", "xor": "^"}
-_NARROW_INTS = {"i8": 8, "u8": 8, "i16": 16, "u16": 16}
+_NARROW_INTS = {"i8": 8, "ui8": 8, "i16": 16, "ui16": 16}
 
 
 def _literal(value: float, elem: str) -> str:
@@ -168,6 +184,8 @@ def expr_lines(
                 )
                 rhs = narrow(elem, rhs)
             elif arg_dev == "f32" and step.op in _FLOAT_BINARY:
+                if device_type(types[step.rhs][1]) != "f32":  # Pow's exponent may be an integer
+                    b = f"f32({b})"
                 rhs = narrow(elem, _FLOAT_BINARY[step.op].format(a, b))
             elif arg_dev == "i32" and step.op in _INT_BINARY:
                 rhs = _wrap_int(elem, _INT_BINARY[step.op].format(a, b))

@@ -213,9 +213,9 @@ FLOAT_KINDS = ("sum", "mean", "max", "min", "prod", "l1", "l2", "sum_square", "l
 INT_KINDS = ("sum", "mean", "max", "min", "prod", "l1", "sum_square")
 INT_LIMITS = {
     "i8": (-128, 127),
-    "u8": (0, 255),
+    "ui8": (0, 255),
     "i16": (-32768, 32767),
-    "u16": (0, 65535),
+    "ui16": (0, 65535),
 }
 
 

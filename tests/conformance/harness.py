@@ -47,6 +47,9 @@ ONNX_DATA = Path(onnx.backend.test.__file__).resolve().parent / "data"
 OPERATORS_DIR = HERE / "operators"
 NODE_MANIFEST = HERE / "node_cases.json"
 EXPECTATIONS = HERE / "expected_failures.toml"
+WGSL_EXPECTATIONS = HERE / "expected_failures_wgsl.toml"
+"""What the WGSL backend adds to EXPECTATIONS: cases it refuses or fails beyond the numpy module's."""
+BACKENDS = ("numpy", "wgsl")
 
 FOLDER_SUITES = ("pytorch-operator", "pytorch-converted", "simple")
 SUITES = ("node", *FOLDER_SUITES, "operators")
@@ -424,16 +427,20 @@ def first_line(err: BaseException) -> str:
 
 
 @functools.cache
-def expectations() -> dict[str, dict[str, str]]:
-    """`{"xfail": {case id: reason}, "refused": {case id: reason}}` from expected_failures.toml."""
+def expectations(backend: str = "numpy") -> dict[str, dict[str, str]]:
+    """`{"xfail": {case id: reason}, "refused": {case id: reason}}` from expected_failures.toml, and for
+    the WGSL backend with expected_failures_wgsl.toml's entries over them."""
     out: dict[str, dict[str, str]] = {"xfail": {}, "refused": {}}
-    if not EXPECTATIONS.is_file():
-        return out
-    data = tomllib.loads(EXPECTATIONS.read_text(encoding="utf-8"))
-    for table in out:
-        for suite, entries in data.get(table, {}).items():
-            for name, reason in entries.items():
-                out[table][f"{suite}/{name}"] = reason
+    for path in (EXPECTATIONS, *((WGSL_EXPECTATIONS,) if backend == "wgsl" else ())):
+        if not path.is_file():
+            continue
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        for table in out:
+            for suite, entries in data.get(table, {}).items():
+                for name, reason in entries.items():
+                    for other in out:
+                        out[other].pop(f"{suite}/{name}", None)
+                    out[table][f"{suite}/{name}"] = reason
     return out
 
 
@@ -460,24 +467,26 @@ def compare(case: Case, got: Sequence[Any], want: Sequence[Any]) -> None:
         raise CaseFailure(" ".join(line.strip() for line in text if line.strip())[:2000]) from None
 
 
-def _build(model: onnx.ModelProto) -> Any:
+def _build(model: onnx.ModelProto, backend: str = "numpy") -> Any:
     from loam.testing import build_for
 
+    if backend == "wgsl":
+        return build_for(model, fuse="dispatch", backend="wgsl")
     return build_for(model)
 
 
-def _builds(model: onnx.ModelProto) -> list[Any]:
+def _builds(model: onnx.ModelProto, backend: str = "numpy") -> list[Any]:
     """The fused build and, where the fuse pass fused anything, the unfused one too: fused code must
-    compute what unfused code does, so every case runs both ways."""
+    compute what unfused code does, so every case runs both ways (the WGSL module: fused for dispatch)."""
     from loam.testing import build_for
 
-    fused = _build(model)
-    if fused.fusion is None or not fused.fusion.groups:
+    fused = _build(model, backend)
+    if backend == "wgsl" or fused.fusion is None or not fused.fusion.groups:
         return [fused]
     return [fused, build_for(model, fuse=None)]
 
 
-def check_case(case: Case, honour_refused: bool = True) -> str:
+def check_case(case: Case, honour_refused: bool = True, backend: str = "numpy") -> str:
     """Check `case` against what it must do: 'pass' or 'refused', or raise CaseFailure (or Loam's crash).
 
     An `[xfail]` listing is not consulted here (pytest and `outcome` apply it); a `[refused]` listing is,
@@ -489,17 +498,17 @@ def check_case(case: Case, honour_refused: bool = True) -> str:
     model, data = case.load()
     need = needs(model)
     first = specialize(model, data[0].feeds)[0] if data else model  # what the refusals below are asked of
-    listed = expectations()["refused"].get(case.id) if honour_refused else None
+    listed = expectations(backend)["refused"].get(case.id) if honour_refused else None
     if listed is not None or need.refusals:
         try:
-            _build(first)
+            _build(first, backend)
         except LoamError:
             return "refused"
         raise CaseFailure(f"the build must refuse this case ({listed or ', '.join(need.refusals)}) but succeeded")
     if need.unsupported_ops:
         culprits = ", ".join(sorted(need.unsupported_ops))
         try:
-            _build(first)
+            _build(first, backend)
         except LoamError as err:
             if isinstance(err, UnsupportedError) and names_culprit(str(err), need):
                 return "refused"
@@ -515,7 +524,7 @@ def check_case(case: Case, honour_refused: bool = True) -> str:
         key = special.SerializeToString()
         if key not in builds:
             try:
-                builds[key] = _builds(special)
+                builds[key] = _builds(special, backend)
             except LoamError as err:
                 raise CaseFailure(
                     f"build stopped: {first_line(err)}", err, refusal=isinstance(err, UnsupportedError)
@@ -541,12 +550,12 @@ class Result:
     entry: tuple[str, str] | None  # ('xfail' | 'refused', reason) for --write-expectations
 
 
-def run_case(case: Case) -> Result:
+def run_case(case: Case, backend: str = "numpy") -> Result:
     """Run `case` once (ignoring its listings), then judge it as pytest would with them; never raises."""
     build_error: BaseException | None = None
     status = ""
     try:
-        status = check_case(case, honour_refused=False)
+        status = check_case(case, honour_refused=False, backend=backend)
         entry = None
     except CaseFailure as err:
         build_error = err.build_error
@@ -554,8 +563,8 @@ def run_case(case: Case) -> Result:
         entry = ("refused" if err.refusal else "xfail", reason)
     except Exception as err:  # a crash in Loam is a failure to report, not to propagate
         entry = ("xfail", first_line(err))
-    listed_xfail = expectations()["xfail"].get(case.id)
-    listed_refused = expectations()["refused"].get(case.id)
+    listed_xfail = expectations(backend)["xfail"].get(case.id)
+    listed_refused = expectations(backend)["refused"].get(case.id)
     if entry is None:
         if listed_xfail is not None:
             return Result(case, "xpass", f"listed as xfail ({listed_xfail}) but {status}", entry)
@@ -567,11 +576,11 @@ def run_case(case: Case) -> Result:
     return Result(case, "xfail" if listed_xfail is not None else "fail", entry[1], entry)
 
 
-def pytest_params(suite: str, marker: Callable[..., Any]) -> list[Any]:
+def pytest_params(suite: str, marker: Callable[..., Any], backend: str = "numpy") -> list[Any]:
     """pytest parameters for `suite`: one per case, id = case name, strict xfail where listed."""
     import pytest
 
-    listed = expectations()["xfail"]
+    listed = expectations(backend)["xfail"]
     params = []
     for c in cases(suite):
         reason = listed.get(c.id)

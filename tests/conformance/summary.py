@@ -6,6 +6,7 @@
     python -m tests.conformance.summary --write-expectations  # rewrite expected_failures.toml from this run
     python -m tests.conformance.summary --write-manifest      # rewrite node_cases.json from onnx
     python -m tests.conformance.summary --write-docs          # put the summary into docs/conformance.md
+    python -m tests.conformance.summary --backend wgsl        # the same cases through the WGSL module
 
 It runs the same `harness.run_case` the pytest tests judge by, so its counts are pytest's.  Exit status 1
 when any case fails (a `fail` or an `xpass`), as `pytest tests/conformance` would.
@@ -14,6 +15,7 @@ when any case fails (a `fail` or an `xpass`), as `pytest tests/conformance` woul
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import sys
@@ -32,16 +34,18 @@ DOCS_END = "<!-- summary: end -->"
 PER_OPERATOR_SUITES = ("node", "operators")  # the folder suites hold whole models: per-case lines instead
 
 
-def run_all(selected: Sequence[Case], jobs: int) -> list[Result]:
-    """Every case's Result, over `jobs` forked processes (node cases are generated once, before forking)."""
+def run_all(selected: Sequence[Case], jobs: int, backend: str = "numpy") -> list[Result]:
+    """Every case's Result, over `jobs` processes (node cases are generated once, before forking; the
+    WGSL backend's processes are spawned: a WebGPU device does not survive a fork)."""
+    run = functools.partial(harness.run_case, backend=backend)
     if any(c.suite == "node" for c in selected):
         harness._collected_node_cases()
     if jobs <= 1:
-        return [harness.run_case(c) for c in selected]
-    ctx = multiprocessing.get_context("fork")
+        return [run(c) for c in selected]
+    ctx = multiprocessing.get_context("spawn" if backend == "wgsl" else "fork")
     # Small chunks keep both processes busy to the end; a fresh process now and then bounds memory.
     with ctx.Pool(jobs, maxtasksperchild=400) as pool:
-        return list(pool.imap(harness.run_case, selected, chunksize=4))
+        return list(pool.imap(run, selected, chunksize=4))
 
 
 def table(rows: Iterable[tuple[str, Counter[str]]], title: str) -> list[str]:
@@ -84,20 +88,23 @@ def toml_string(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def write_expectations(results: Sequence[Result], selected_suites: Sequence[str]) -> None:
-    """Rewrite expected_failures.toml: every case of the run that fails gets its entry; suites not run keep
-    theirs."""
-    old = harness.expectations()
+def write_expectations(results: Sequence[Result], selected_suites: Sequence[str], backend: str = "numpy") -> None:
+    """Rewrite expected_failures.toml (the WGSL backend: expected_failures_wgsl.toml, with only the entries
+    the numpy module's listing lacks): every case of the run that fails gets its entry; suites not run
+    keep theirs."""
+    base = harness.expectations("numpy") if backend == "wgsl" else {"xfail": {}, "refused": {}}
+    old = harness.expectations(backend)
     entries: dict[str, dict[str, dict[str, str]]] = {"xfail": defaultdict(dict), "refused": defaultdict(dict)}
     for table_name, listed in old.items():
         for case_id, reason in listed.items():
             suite, name = case_id.split("/", 1)
-            if suite not in selected_suites:
+            if suite not in selected_suites and base[table_name].get(case_id) != reason:
                 entries[table_name][suite][name] = reason
     for r in results:
         if r.entry is not None:
             kind, reason = r.entry
-            entries[kind][r.case.suite][r.case.name] = reason
+            if base[kind].get(r.case.id) != reason:
+                entries[kind][r.case.suite][r.case.name] = reason
     out = [
         "# Conformance cases that do not (yet) do what harness.check_case demands, with the first line of why.",
         "# Written by `python -m tests.conformance.summary --write-expectations`; review the reasons.",
@@ -113,7 +120,15 @@ def write_expectations(results: Sequence[Result], selected_suites: Sequence[str]
                 continue
             out += ["", f"[{table_name}.{toml_string(suite)}]"]
             out += [f"{toml_string(name)} = {toml_string(listed[name])}" for name in sorted(listed)]
-    harness.EXPECTATIONS.write_text("\n".join(out) + "\n", encoding="utf-8")
+    if backend == "wgsl":
+        command = "python -m tests.conformance.summary --backend wgsl --write-expectations"
+        out[1] = f"# Written by `{command}`; review the reasons."
+        out[2:2] = [
+            "# Cases listed in expected_failures.toml for the same reason are not repeated here.",
+            "# The WGSL backend's listing: what it refuses or fails beyond expected_failures.toml.",
+        ]
+    path = harness.WGSL_EXPECTATIONS if backend == "wgsl" else harness.EXPECTATIONS
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
 
 
 def manifest_text(manifest: dict[str, Any]) -> str:
@@ -144,6 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--write-expectations", action="store_true", help="rewrite expected_failures.toml")
     parser.add_argument("--write-manifest", action="store_true", help="rewrite node_cases.json and stop")
     parser.add_argument("--write-docs", action="store_true", help="put the summary into docs/conformance.md")
+    parser.add_argument(
+        "--backend", choices=harness.BACKENDS, default="numpy", help="the module the cases run through (numpy)"
+    )
     args = parser.parse_args(argv)
     if args.write_manifest:
         manifest = harness.node_manifest()
@@ -158,13 +176,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.write_expectations and args.pattern:
         parser.error("--write-expectations needs whole suites (no -k)")
     start = time.monotonic()
-    results = run_all(selected, args.jobs)
+    results = run_all(selected, args.jobs, args.backend)
     lines = report(results, args.cases)
     print("\n".join(lines))
     print(f"\n{len(results)} cases in {time.monotonic() - start:.0f} s", file=sys.stderr)
     if args.write_expectations:
-        write_expectations(results, suites)
-        print(f"wrote {harness.EXPECTATIONS}", file=sys.stderr)
+        write_expectations(results, suites, args.backend)
+        print(f"wrote {harness.WGSL_EXPECTATIONS if args.backend == 'wgsl' else harness.EXPECTATIONS}", file=sys.stderr)
     if args.write_docs:
         write_docs(report(results, False))
         print(f"wrote {DOCS}", file=sys.stderr)
