@@ -462,7 +462,7 @@ def _is_runtime(value: object) -> bool:
 
 def _host_dtype(t: AxesTensorType) -> str:
     return {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "bool": "bool", "i64": "int64", "i32": "int32",
-            "i16": "int16", "i8": "int8", "u8": "uint8", "u16": "uint16"}.get(t.elem.name, t.elem.name)  # fmt: skip
+            "i16": "int16", "i8": "int8", "ui8": "uint8", "ui16": "uint16"}.get(t.elem.name, t.elem.name)  # fmt: skip
 
 
 def _check_types(op: Operation, types: Iterable[AxesTensorType]) -> None:
