@@ -60,7 +60,7 @@ def _library_families() -> list[object]:
     import importlib
 
     found = []
-    for name in ("normalization", "reduce", "indexing", "conv"):
+    for name in ("normalization", "reduce", "indexing", "conv", "shape"):
         try:
             found.append(importlib.import_module(f"loam.backends.wgsl_kernels.{name}"))
         except ImportError:

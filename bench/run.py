@@ -103,6 +103,27 @@ class Startup:
 
 
 @dataclass
+class Device:
+    """One case through the WGSL module on this machine's WebGPU adapter (`device_case`)."""
+
+    case: str
+    adapter: str
+    dispatches: int
+    """Compute dispatches of one forward (after the first)."""
+    crossing_bytes: int
+    """Bytes between host and device in one forward after the first: inputs up, outputs down."""
+    activation_bytes: int
+    """The activation buffers of this binding of the extents (after liveness reuse)."""
+    resident_bytes: int
+    """The weights and constants on the device."""
+    wgsl_s: float
+    numpy_s: float
+    ort_s: float
+    max_diff: float
+    """Largest difference between the WGSL module's outputs and the numpy module's."""
+
+
+@dataclass
 class Built:
     """A case built: the module, its source, its weights and inputs, and the ONNX names in forward's order."""
 
@@ -419,6 +440,32 @@ def tables(timings: Sequence[Timing], startups: Sequence[Startup]) -> list[str]:
     return lines
 
 
+def device_table(devices: Sequence[Device]) -> list[str]:
+    """The WGSL module's rows: what one forward does on the device, and its time on this adapter."""
+    if not devices:
+        return []
+    lines = [
+        "",
+        f"### WGSL module (`--backend wgsl`) on this machine's adapter: {devices[0].adapter}",
+        "",
+        "Dispatches and bytes are per forward after the first (only inputs go up and outputs come down);",
+        "device bytes are the activation buffers of the timed binding and the resident weights. Times are",
+        "medians at 1 thread for numpy and onnxruntime; the adapter here is Mesa's llvmpipe, a CPU",
+        "rasteriser, so WGSL times say nothing of a GPU's.",
+        "",
+        "| case | dispatches | bytes crossing | activation KiB | resident KiB | WGSL ms | numpy ms "
+        "| onnxruntime ms | WGSL/numpy | max abs diff |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for d in devices:
+        lines.append(
+            f"| {d.case} | {d.dispatches} | {d.crossing_bytes} | {d.activation_bytes / 1024:.1f} "
+            f"| {d.resident_bytes / 1024:.1f} | {1e3 * d.wgsl_s:.4g} | {1e3 * d.numpy_s:.4g} | {1e3 * d.ort_s:.4g} "
+            f"| {d.wgsl_s / d.numpy_s:.2f} | {d.max_diff:.1e} |"
+        )
+    return lines
+
+
 METHOD = """\
 Method: `python -m bench` (bench/run.py says what each column measures). Warm forward: the median
 of at least {repeats} calls and {seconds} s per side after {warmup} warm-up calls, both sides in the
@@ -444,7 +491,9 @@ def report(
             more=3 if budget.profile else 1,
         )
     )
-    lines += ["", *tables(timings, startups), ""]
+    devices = [Device(**json.loads(row)) for row in profiles.get("_device", [])]
+    profiles = {k: v for k, v in profiles.items() if k != "_device"}
+    lines += ["", *tables(timings, startups), *device_table(devices), ""]
     if budget.profile:
         lines += ["## Where the time goes", ""]
         if not profiles:
@@ -470,6 +519,42 @@ def kept_notes(path: Path) -> str:
 # ---- the run
 
 
+def device_case(built: Built, budget: Budget) -> Device | None:
+    """Build the case for the WGSL backend and time it on the machine's adapter against the numpy
+    module and onnxruntime (1 thread each); None where wgpu or an adapter is missing."""
+    if importlib.util.find_spec("wgpu") is None:
+        return None
+    from loam.options import Options
+    from loam.pipeline import build
+
+    case = built.case
+    options = Options.from_toml(case.options)
+    checkpoints = [] if options.checkpoints else [case.checkpoint]
+    try:
+        module = build(case.model(), checkpoints=checkpoints, options=options, fuse="dispatch", backend="wgsl").module
+        weights = module.Weights.load_file(str(case.checkpoint))  # type: ignore[attr-defined]
+        args = [built.feeds[name] for name in built.inputs]
+        forward = module.forward  # type: ignore[attr-defined]
+        got = forward(weights, *args)
+    except Exception as err:  # no adapter on this machine: the table says so instead
+        print(f"{case.name}: the WGSL module did not run here: {err}", file=sys.stderr)
+        return None
+    g = module._gpu()  # type: ignore[attr-defined]
+    before = dict(g.stats)
+    forward(weights, *args)
+    moved = {k: g.stats[k] - before[k] for k in before}
+    pool = g.pools[next(reversed(g.pools))]
+    with blas_threads(1):
+        wgsl_s = median_time(lambda: forward(weights, *args), budget)
+        numpy_s = median_time(loam_call(built), budget)
+        ort_s = median_time(ort_call(built, ort_session(built, 1)), budget)
+    return Device(
+        case.name, g.adapter, moved["dispatches"], moved["bytes_up"] + moved["bytes_down"],
+        sum(b.size for b in pool), sum(b.size for b in weights._resident[1]), wgsl_s, numpy_s, ort_s,
+        largest_difference(got, loam_call(built)()),
+    )  # fmt: skip
+
+
 def measure(budget: Budget, names: Sequence[str] | None, say: Callable[[str], None]) -> tuple[list, list, dict]:
     cases = [c for c in all_cases() if names is None or c.name in names]
     threads = budget.threads or tuple(sorted({1, os.cpu_count() or 1}))
@@ -488,6 +573,10 @@ def measure(budget: Budget, names: Sequence[str] | None, say: Callable[[str], No
             if budget.profile and max(t.ratio for t in timings if t.case == case.name) > SLOW_RATIO:
                 say(f"{case.name}: profiling")
                 profiles[case.name] = profile_case(built, budget)
+            say(f"{case.name}: the WGSL module")
+            device = device_case(built, budget)
+            if device is not None:
+                profiles.setdefault("_device", []).append(json.dumps(asdict(device)))
     return timings, startups, profiles
 
 

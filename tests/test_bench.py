@@ -2,12 +2,14 @@
 
 No timing is asserted (this machine's numbers are not a property of the code): each case must have
 its warm-forward row and its build/cold-start/memory row, with every number positive, the outputs
-of the two sides must agree (the bench would otherwise time a wrong module), and the MLP at batch
-256 must have its BLAS-limit row.  A quick run writes no RESULTS.md.
+of the two sides must agree (the bench would otherwise time a wrong module), the MLP at batch
+256 must have its BLAS-limit row, and (where wgpu is installed) each case its WGSL-module row.
+A quick run writes no RESULTS.md.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +47,12 @@ def test_quick_bench_reports_every_case() -> None:
         assert min(number(loam_ms), number(ort_ms), number(ratio)) > 0
         assert number(diff) <= 1e-3, f"{case.name}: Loam and onnxruntime differ by {diff}"
         assert all(number(cell) > 0 for cell in startup[0]), startup[0]
+        if importlib.util.find_spec("wgpu") is not None:  # the WGSL module's row: it ran, and agrees
+            device = [r for r in table_rows if len(r) == 9]
+            assert len(device) == 1, table_rows
+            dispatches, crossing, *_, wgsl_diff = device[0]
+            assert int(dispatches) > 0 and int(crossing) > 0
+            assert number(wgsl_diff) <= 1e-3, f"{case.name}: the WGSL and numpy modules differ by {wgsl_diff}"
     blas = [r for r in found[BLAS_CASE] if len(r) == 4]
     assert len(blas) == 1 and all(number(cell) > 0 for cell in blas[0])
     assert "Where the time goes" not in done.stdout
