@@ -29,7 +29,7 @@ from xdsl.dialects.builtin import ArrayAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.backends import wgsl_runtime
-from loam.backends.numpy_module import _axes_type, _checkpoint_names, _Emitter, _Scope
+from loam.backends.numpy_module import _axes_type, _checkpoint_names, _Emitter, _If, _Scope
 from loam.backends.wgsl_kernels import common as wgsl_common
 from loam.backends.wgsl_kernels import elementwise, matmul, movement
 from loam.dialects.expr import Expr
@@ -167,33 +167,52 @@ class _WgslEmitter(_Emitter):
     # -- the device plan ----------------------------------------------------------------------------
 
     def _plan_buffers(self, ops: Sequence[Operation]) -> None:
-        """Fold permutations only products read; everything else is planned as it is printed."""
-        for op in ops:
-            if isinstance(op, IfOp):
+        """Fold permutations only products read; number every op, branches included, in program
+        order, and find each buffer's last reader; buffers are then taken as the ops are printed.
+
+        An If runs on the host: its condition must be a graph input.  Its results are the buffers
+        its branches yield (a Python variable each branch assigns), so what a branch yields lives
+        as long as the If's result is read."""
+        self.ops = [op for op in self.program.walk() if op is not self.program]
+        for op in self.ops:
+            if isinstance(op, IfOp) and op.cond not in self.program.block.args:
                 raise UnsupportedError(
-                    f"If node '{op.node.data}': the WGSL backend runs no If yet (its condition would have "
-                    "to come back to the host)"
+                    f"If node '{op.node.data}': its condition is computed on the device, and the WGSL module "
+                    "decides an If on the host (a graph input as the condition)"
                 )
             if isinstance(op, PermuteOp):
                 users = {id(u.operation): u.operation for u in op.result.uses}.values()
                 if users and all(isinstance(u, MatmulOp) and op.result in (u.lhs, u.rhs) for u in users):
                     self.folded[op.result] = (op.operands[0], tuple(op.permutation))
-        self.ops = list(ops)
         self.index = {op: i for i, op in enumerate(self.ops)}
         self.last_use: dict[SSAValue, int] = {}
         for i, op in enumerate(self.ops):
             for v in op.operands:
-                self.last_use[self._root(v)] = len(self.ops) if isinstance(op, ReturnOp) else i
+                at = len(self.ops) if isinstance(op, ReturnOp) else i
+                self.last_use[self._root(v)] = max(self.last_use.get(self._root(v), -1), at)
+        changed = True
+        while changed:  # a yielded buffer lives as long as the If's result (nested Ifs: to a fixed point)
+            changed = False
+            for op in self.ops:
+                if not isinstance(op, IfOp):
+                    continue
+                for region in (op.then_region, op.else_region):
+                    last = region.block.last_op
+                    assert isinstance(last, YieldOp)
+                    for result, value in zip(op.outputs, last.values, strict=True):
+                        root, until = self._root(value), self.last_use.get(result, -1)
+                        if self.last_use.get(root, -1) < until:
+                            self.last_use[root] = until
+                            changed = True
         self.free: list[tuple[Poly, int]] = []  # per slot: size, busy until op index
         scope = self.scope
         assert scope is not None
         scope.items.append("g = _gpu()")
         scope.items.append("_w = _resident(weights, g)")
         scope.items.append("_b = g.pool(_key, _sizes)  # this binding's activation buffers, made once")
-        for arg in self.program.block.args:
+        for arg, onnx_name in zip(self.program.block.args, self.program.input_names.data, strict=True):
             self._slot(arg, -1, forever=True)
-            name = self.value_text[arg]
-            scope.items.append(f"g.write({name!r}, {self.device[arg]}, {name})")
+            scope.items.append(f"g.write({onnx_name.data!r}, {self.device[arg]}, {self.value_text[arg]})")
         scope.items.append("g.begin()")
 
     def _root(self, value: SSAValue) -> SSAValue:
@@ -213,6 +232,11 @@ class _WgslEmitter(_Emitter):
         size = Poly.lift(4)
         for e in t.shape:
             size = size * e
+        if self._reads_if_symbol(size.symbols):
+            raise UnsupportedError(
+                f"{_node(value.owner) or 'a value'}: its size reads a length only an If's result has; the WGSL "  # type: ignore[arg-type]
+                "module sizes every buffer before its first dispatch"
+            )
         until = len(self.ops) + 1 if forever else self.last_use.get(value, at)
         free = [k for k, (slot_size, busy) in enumerate(self.free) if slot_size == size and busy < at]
         if free and not forever:
@@ -264,11 +288,41 @@ class _WgslEmitter(_Emitter):
         scope.items.append(f"g.dispatch({shader!r}, ({buffers}), *{params})  # {comment}")
         self.dispatches += 1
 
+    def _collect_if(self, op: IfOp) -> None:
+        """`if`/`else` on the host over the input condition, each block dispatching its kernels and
+        naming the buffers it yields as the If's results (and binding the lengths they have)."""
+        scope = self.scope
+        assert scope is not None
+        cond = self.value_text[op.cond]
+        names = [self.names.mint(f"_if{self.index[op]}_{k}") for k in range(len(op.outputs))]
+        blocks: list[_Scope] = []
+        for region in (op.then_region, op.else_region):
+            block = self._collect(region.block.ops, scope)
+            last = region.block.last_op
+            assert isinstance(last, YieldOp)
+            outer, self.scope = self.scope, block
+            for name, result, value in zip(names, op.outputs, last.values, strict=True):
+                block.items.append(f"{name} = {self._buffer(value)}")
+                for a, axis in enumerate(_axes_type(result, "kernel.if result").axes):
+                    symbol = axis.extent.lone_symbol
+                    if symbol is not None and symbol in self.if_symbols:
+                        given = _axes_type(value, "yielded value").axes[a].extent
+                        block.items.append(f"_env[{symbol!r}] = {self._poly_py(given)}  # the length it yields")
+            self.scope = outer
+            blocks.append(block)
+        for name, result in zip(names, op.outputs, strict=True):
+            self.device[result] = name
+            self.value_text[result] = name
+            for axis in _axes_type(result, "kernel.if result").axes:
+                symbol = axis.extent.lone_symbol
+                if symbol is not None and symbol in self.if_symbols:
+                    scope.bound.add(symbol)
+        scope.items.append(_If(cond, op.node.data, blocks[0], blocks[1]))
+        self._owe_deferred()
+
     def _collect_op(self, op: Operation) -> None:
         scope = self.scope
         assert scope is not None
-        if scope.parent is not None:
-            raise UnsupportedError("the WGSL backend prints no nested blocks")
         at = self.index[op]
         if isinstance(op, WeightOp):
             super()._collect_op(op)

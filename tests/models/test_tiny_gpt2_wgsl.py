@@ -1,9 +1,10 @@
+# ruff: noqa: E501 - kernel programs are written one op per line
 """The tiny GPT-2 decoders through the WGSL backend: every kernel on the device (llvmpipe in CI).
 
 The same oracle as `test_tiny_gpt2.py` (onnxruntime's outputs in `expected.npz`, atol 1e-4), the
 same greedy tokens, and the device counters: after the first call with a binding of the extents,
-only the inputs go up and the outputs come down.  The merged decoder branches with `If`, which the
-WGSL backend refuses (its condition would have to come back to the host); a test pins that.
+only the inputs go up and the outputs come down.  The merged decoder branches with `If` on an input,
+which forward decides on the host before dispatching the branch's kernels.
 """
 
 from __future__ import annotations
@@ -87,7 +88,50 @@ def test_greedy_decoding_on_the_device_picks_onnxruntimes_tokens() -> None:
     assert tokens == e["greedy_ids"].tolist()
 
 
-def test_the_merged_decoder_is_refused_naming_its_if() -> None:
-    options = Options.from_toml(HERE / "decoder_merged.loam.toml")
-    with pytest.raises(UnsupportedError, match=r"If node '.*': the WGSL backend runs no If"):
-        build(HERE / "decoder_merged.onnxtext", checkpoints=[CHECKPOINT], options=options, backend="wgsl")
+def test_the_merged_decoder_decides_its_if_on_the_host() -> None:
+    """The merged graph's If reads the input use_cache_branch: forward picks the branch on the host
+    and dispatches only its kernels; the prompt, then two steps through the past, match onnxruntime."""
+    e = expected()
+    past = {
+        f"past_key_values.{i}.{kv}": np.zeros((1, 4, 0, 16), np.float32) for i in range(2) for kv in ("key", "value")
+    }
+    out = call(
+        "decoder_merged",
+        input_ids=e["prompt_ids"],
+        attention_mask=mask(1, 7),
+        use_cache_branch=np.array([False]),
+        **past,
+    )
+    close(out.logits, e["decoder_merged.logits.prompt"])
+    past = presents(out)
+    for step in (1, 2):
+        ids = e["step_ids"][step - 1].reshape(1, 1)
+        out = call(
+            "decoder_merged", input_ids=ids, attention_mask=mask(1, 7 + step), use_cache_branch=np.array([True]), **past
+        )
+        close(out.logits, e[f"decoder_merged.logits.step{step}"])
+        past = presents(out)
+    for name, value in past.items():
+        assert value.shape == (1, 4, 9, 16), name  # the length the taken branch gave, bound after the If
+
+
+def test_an_if_whose_condition_the_device_computes_is_refused() -> None:
+    text = """
+kernel.program "forward" (%x : !tensor_axes.tensor<f32, [N: 3]>) names ["x"] {
+  %c = kernel.zip(%x) #kernel.expr<[operand 0, const 0.0 : f32, greater 0 1]> {node = "positive"} : (!tensor_axes.tensor<f32, [N: 3]>) -> !tensor_axes.tensor<bool, [N: 3]>
+  %y = "kernel.if"(%c) <{node = "/branch"}> ({
+    kernel.yield %x : !tensor_axes.tensor<f32, [N: 3]>
+  }, {
+    kernel.yield %x : !tensor_axes.tensor<f32, [N: 3]>
+  }) : (!tensor_axes.tensor<bool, [N: 3]>) -> !tensor_axes.tensor<f32, [N: 3]>
+  kernel.return %y names ["y"] : !tensor_axes.tensor<f32, [N: 3]>
+}
+"""
+    from xdsl.parser import Parser
+
+    from loam.backends.wgsl_module import emit_wgsl
+    from loam.context import make_context
+
+    module = Parser(make_context(), text).parse_module()
+    with pytest.raises(UnsupportedError, match=r"If node '/branch': its condition is computed on the device"):
+        emit_wgsl(module)

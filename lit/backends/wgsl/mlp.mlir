@@ -17,7 +17,7 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) name
 // CHECK-NEXT:     'matmul_0': '@group(0) @binding(0) var<storage, read> params: array<u32>;\n@group(0) @binding(1) var<storage, read_write> out0: array<f32>;\n@group(0) @binding(2) var<storage, read> in0: array<f32>;\n@group(0) @binding(3) var<storage, read> in1: array<f32>;\n@group(0) @binding(4) var<storage, read> in2: array<f32>;
 // CHECK-SAME:     var<workgroup> ta: array<array<f32, 8>, 8>;
 // CHECK-SAME:     workgroupBarrier();
-// CHECK-SAME:     let s2: f32 = (acc + in2[o_in2]);\n    let s3: f32 = max(s2, 0.0);\n    out0[i] = s3;
+// CHECK-SAME:     let s2: f32 = (acc + in2[o_in2]);\n    let s3: f32 = relu_(s2);\n    out0[i] = s3;
 // CHECK-NEXT:     'copy_1': '
 // CHECK-SAME:     out0[dst] = in0[src];
 // CHECK-NEXT:     'zip_2': '
