@@ -83,6 +83,7 @@ from loam.dialects.kernel import (
     ProgramOp,
     RegroupOp,
     ReturnOp,
+    TileProgramOp,
     WeightOp,
     YieldOp,
     ZipOp,
@@ -236,6 +237,9 @@ class _Emitter:
         self.ml_dtypes = False
         # Where forward's top-level block stores its intermediates (`loam.backends.numpy_buffers`).
         self.buffers = BufferPlan()
+        # Each tile program's numpy function (`loam.backends.numpy_tile`), and their sources.
+        self.tile_functions: dict[object, str] = {}
+        self.tile_sources: list[str] = []
 
     # -- collection -----------------------------------------------------------------------------
 
@@ -726,7 +730,7 @@ class _Emitter:
 
     def _declarations(self) -> list[str]:
         """The expression functions and the buffer pool."""
-        parts = [self._expr_source(key, n) for key, n in self.exprs.items()]
+        parts = [self._expr_source(key, n) for key, n in self.exprs.items()] + self.tile_sources
         if self.buffers.slots:
             parts.append(
                 "# forward's preallocated intermediates, by the extents they read (see _keep)\n"
@@ -782,6 +786,28 @@ class _Emitter:
         finally:
             self.scope = outer
         return scope
+
+    def _tile_line(self, op: TileProgramOp) -> None:
+        """A tile program: its numpy function (declared once per program) into a new result array."""
+        from loam.backends.numpy_tile import tile_function
+
+        scope = self.scope
+        assert scope is not None
+        program = op.program.data
+        name = self.tile_functions.get(program)
+        if name is None:
+            name = self.names.mint(f"_tile_{len(self.tile_functions)}")
+            self.tile_functions[program] = name
+            self.tile_sources.append(tile_function(name, program)[0])
+            self.pieces.update(tile_function(name, program)[1])
+        idents = [self._result_ident(op, r) for r in op.results]
+        for ident, r in zip(idents, op.results, strict=True):
+            t = _axes_type(r, "kernel.tile_program result")
+            dtype = _dtype_source(_numpy_dtype(t, f"kernel.tile_program '{op.node.data}'"))
+            scope.items.append(f"{ident} = np.empty({self._shape_py(t)}, {dtype})  # {op.node.data}")
+        args = ", ".join([*(self.value_text[v] for v in op.operands), *idents])
+        grid, numbers = self._param_py(op.param("grid")), self._param_py(tuple(op.param("numbers")))
+        scope.items.append(f"{name}({grid}, {numbers}, {args})  # {op.node.data}: a tile program")
 
     def _plan_buffers(self, ops: Sequence[Operation]) -> None:
         """Plan the top-level block's buffers and open forward's body with the preallocated ones.
@@ -842,6 +868,9 @@ class _Emitter:
             name = self.names.mint(f"_CONST_{len(self.consts)}")
             self.consts.append((name, _to_numpy(op.value, f"kernel.constant '{op.node.data}'")))
             self.value_text[op.result] = name
+            return
+        if isinstance(op, TileProgramOp):
+            self._tile_line(op)
             return
         rhs = self._kernel_line(op)
         idents = [self._result_ident(op, result) for result in op.results]

@@ -31,7 +31,7 @@ from xdsl.ir import Operation, SSAValue
 from loam.backends import wgsl_runtime
 from loam.backends.numpy_module import _axes_type, _checkpoint_names, _Emitter, _If, _Scope
 from loam.backends.wgsl_kernels import common as wgsl_common
-from loam.backends.wgsl_kernels import elementwise, matmul, movement
+from loam.backends.wgsl_kernels import elementwise, matmul, movement, tile
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import (
     CastOp,
@@ -43,6 +43,7 @@ from loam.dialects.kernel import (
     ProgramOp,
     RegroupOp,
     ReturnOp,
+    TileProgramOp,
     WeightOp,
     YieldOp,
     ZipOp,
@@ -70,14 +71,14 @@ def _library_families() -> list[object]:
 
 def _kernel_pieces() -> dict[str, object]:
     pieces: dict[str, object] = {}
-    for family in (elementwise, matmul, movement, *_library_families()):
+    for family in (elementwise, matmul, movement, tile, *_library_families()):
         pieces.update(family.PIECES)  # type: ignore[attr-defined]
     return pieces
 
 
 def _kernel_depends() -> dict[str, tuple[str, ...]]:
     depends: dict[str, tuple[str, ...]] = {}
-    for family in (elementwise, matmul, movement, *_library_families()):
+    for family in (elementwise, matmul, movement, tile, *_library_families()):
         depends.update(family.DEPENDS)  # type: ignore[attr-defined]
     return depends
 
@@ -448,6 +449,17 @@ class _WgslEmitter(_Emitter):
                 )
                 self._copy(op, at, params, into=out, source=v)
                 at_axis = Poly.lift(at_axis) + _axes_type(v, "concat operand").shape[axis]  # type: ignore[assignment]
+            return
+        if name == "tile_program":
+            assert isinstance(op, TileProgramOp)
+            operands = [_axes_type(v, "operand").elem.name for v in op.operands]
+            results = [_axes_type(r, "result").elem.name for r in op.results]
+            source = tile.source_tile(op.program.data, operands, results)
+            self.gpu_pieces.add("_p_tile_program")
+            numbers = self._param_py(tuple(p["numbers"]))  # type: ignore[arg-type]
+            outs = [self._slot(r, at) for r in op.results]
+            params = f"_p_tile_program({self._param_py(p['grid'])}, {numbers})"
+            self._dispatch(op, self._shader(source, "tile"), outs, [self._buffer(v) for v in op.operands], params)
             return
         if name == "range":
             t = _axes_type(op.results[0], "kernel.range")

@@ -61,6 +61,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from loam.dialects.expr import Expr
 from loam.dialects.shape_poly import ExtentAttr
+from loam.dialects.tile_program import TileProgram, parse_program
 from loam.poly import Poly
 
 
@@ -77,6 +78,24 @@ class ExprAttr(Data[Expr]):
     def parse_parameter(cls, parser: AttrParser) -> Expr:
         with parser.in_angle_brackets():
             return Expr.parse_steps(parser)
+
+    def print_parameter(self, printer: Printer) -> None:
+        printer.print_string(f"<{self.data}>")
+
+
+@irdl_attr_definition
+class TileProgramAttr(Data[TileProgram]):
+    """A `TileProgram` as an attribute (see `loam.dialects.tile_program`).
+
+    Syntax: `#kernel.tile_program<tile 128, [program, param 0, iota, ...]>`
+    """
+
+    name = "kernel.tile_program"
+
+    @classmethod
+    def parse_parameter(cls, parser: AttrParser) -> TileProgram:
+        with parser.in_angle_brackets():
+            return parse_program(parser)
 
     def print_parameter(self, printer: Printer) -> None:
         printer.print_string(f"<{self.data}>")
@@ -1266,6 +1285,42 @@ class YieldOp(IRDLOperation):
 CONTROL_OPS: tuple[type[IRDLOperation], ...] = (IfOp, YieldOp)
 
 
+@irdl_op_definition
+class TileProgramOp(LibraryOp):
+    """A kernel written as a tile program (`program`), run over `grid` programs with the run-time
+    `numbers` it reads as `param K`.  Its operands are the tensors it loads, its results those it
+    stores (row-major, contiguous; every element is stored).
+
+    Example: `%y = kernel.tile_program(%x) {node = "sm", grid = #shape_poly.extent<4*N>,
+    numbers = [#shape_poly.extent<64>], program = #kernel.tile_program<tile 64, [...]>} : (X) -> Y`
+    """
+
+    name = "kernel.tile_program"
+    PARAMS: ClassVar[dict[str, type]] = {"grid": int, "numbers": tuple}
+
+    program = prop_def(TileProgramAttr)
+
+    def __init__(
+        self,
+        inputs: Sequence[SSAValue | Operation],
+        result_types: Sequence[Attribute],
+        node: str,
+        program: TileProgram,
+        grid: int | Poly,
+        numbers: tuple[int | Poly, ...],
+    ) -> None:
+        super().__init__(inputs, result_types, node, grid=grid, numbers=numbers)
+        self.properties["program"] = TileProgramAttr(program)
+
+    def verify_kernel(self) -> None:
+        program = self.program.data
+        if program.operands != len(self.inputs) or program.results != len(self.outputs):
+            raise VerifyException(
+                f"kernel.tile_program '{self.node.data}': the program loads {program.operands} operands and "
+                f"stores {program.results} results; the op has {len(self.inputs)} and {len(self.outputs)}"
+            )
+
+
 Kernel = Dialect(
     "kernel",
     [
@@ -1284,7 +1339,8 @@ Kernel = Dialect(
         *NORMALIZATION_OPS,
         *CONV_OPS,
         *CONTROL_OPS,
+        TileProgramOp,
     ],
-    [ExprAttr],
+    [ExprAttr, TileProgramAttr],
 )
 """The `kernel` dialect."""

@@ -168,6 +168,12 @@ def build(
     say(f"emitting the {backend} module")
     if backend == "wgsl":
         from loam.backends.wgsl_module import wgsl_module
+        from loam.passes.tile_rows import TileRowsPass
+
+        say("running tile-rows")
+        TileRowsPass().apply(ctx, ir)
+        if dump_dir is not None:
+            _dump(ir, dump_dir / "99-tile-rows.mlir")
 
         source, device = wgsl_module(ir)
         if fusion is not None:

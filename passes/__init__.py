@@ -35,10 +35,16 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return FusePass
 
+    def get_tile_rows() -> type[ModulePass]:
+        from loam.passes.tile_rows import TileRowsPass
+
+        return TileRowsPass
+
     return {
         "apply-options": get_apply_options,
         "stage0": get_stage0,
         "name-axes": get_name_axes,
         "lower-to-kernel": get_lower_to_kernel,
         "fuse": get_fuse,
+        "tile-rows": get_tile_rows,
     }
