@@ -61,7 +61,7 @@ from __future__ import annotations
 import keyword
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -449,28 +449,9 @@ class _Emitter:
             if isinstance(step, Operand):
                 refs.append(f"a{step.index}")
                 continue
-            if isinstance(step, Const):
-                dtype = _expr_dtype(step.elem)
-                text = format_float(step.value)
-                literal = {"inf": "np.inf", "-inf": "-np.inf", "nan": "np.nan"}.get(text, text)
-                rhs = f"{_dtype_source(dtype)}({literal})"
-            elif isinstance(step, Unary):
-                fn = _UNARY[step.op]
-                if fn == "_relu" and into is not None:
-                    rhs = f"np.maximum({refs[step.arg]}, 0{target})"
-                else:
-                    rhs = f"{fn}({refs[step.arg]}{target})" if fn else refs[step.arg]
-            elif isinstance(step, Binary):
-                rhs = f"{_BINARY[step.op]}({refs[step.lhs]}, {refs[step.rhs]}{target})"
-            elif isinstance(step, Select):
-                rhs = f"np.where({refs[step.cond]}, {refs[step.a]}, {refs[step.b]})"
-            else:
-                assert isinstance(step, Convert)
-                source = expr.steps[step.arg]
-                if isinstance(source, Operand) and source.index in wide:
-                    rhs = refs[step.arg]  # already the float32 this cast makes, prepared once by Weights
-                else:
-                    rhs = f"np.asarray({refs[step.arg]}).astype({_dtype_source(_expr_dtype(step.elem))})"
+            source = expr.steps[step.arg] if isinstance(step, Convert) else None
+            prepared = isinstance(source, Operand) and source.index in wide
+            rhs = step_source(step, refs, target, into is not None, prepared)
             if into is not None:
                 buffer[into] = f"s{i}"
             else:
@@ -1148,6 +1129,31 @@ class _Bind:
     node: str
 
 
+def step_source(step: object, refs: Sequence[str], target: str = "", in_place: bool = False,
+                prepared: bool = False) -> str:  # fmt: skip
+    """The numpy expression computing one (non-operand) `Expr` step from the earlier steps `refs`.
+
+    `target` (`, out=NAME`) makes a ufunc write into a buffer (`in_place`: ReLU as `np.maximum`); a
+    `prepared` cast reads an operand Weights already holds in float32."""
+    if isinstance(step, Const):
+        text = format_float(step.value)
+        literal = {"inf": "np.inf", "-inf": "-np.inf", "nan": "np.nan"}.get(text, text)
+        return f"{_dtype_source(_expr_dtype(step.elem))}({literal})"
+    if isinstance(step, Unary):
+        fn = _UNARY[step.op]
+        if fn == "_relu" and in_place:
+            return f"np.maximum({refs[step.arg]}, 0{target})"
+        return f"{fn}({refs[step.arg]}{target})" if fn else refs[step.arg]
+    if isinstance(step, Binary):
+        return f"{_BINARY[step.op]}({refs[step.lhs]}, {refs[step.rhs]}{target})"
+    if isinstance(step, Select):
+        return f"np.where({refs[step.cond]}, {refs[step.a]}, {refs[step.b]})"
+    assert isinstance(step, Convert)
+    if prepared:
+        return refs[step.arg]  # already the float32 this cast makes, prepared once by Weights
+    return f"np.asarray({refs[step.arg]}).astype({_dtype_source(_expr_dtype(step.elem))})"
+
+
 def _symbols_closure(names: Iterable[str]) -> set[str]:
     """`names` and every symbol their derived symbols read, transitively."""
     seen: set[str] = set()
@@ -1274,8 +1280,8 @@ def _outputs_source(fields: Sequence[str], onnx_names: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m loam.backends.numpy_module FILE.mlir`: print the module for FILE's program."""
+def print_module(argv: Sequence[str] | None, emit: Callable[[ModuleOp], str], command: str) -> int:
+    """`python -m COMMAND FILE.mlir`: print the module `emit` makes of FILE's program (a backend's main)."""
     import sys
 
     from xdsl.parser import Parser
@@ -1284,17 +1290,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = sys.argv[1:] if argv is None else list(argv)
     if len(args) != 1:
-        print("usage: python -m loam.backends.numpy_module FILE.mlir", file=sys.stderr)
+        print(f"usage: python -m {command} FILE.mlir", file=sys.stderr)
         return 2
     with open(args[0], encoding="utf-8") as f:
         module = Parser(make_context(), f.read(), args[0]).parse_module()
     module.verify()
     try:
-        sys.stdout.write(emit_python(module))
+        sys.stdout.write(emit(module))
     except LoamError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m loam.backends.numpy_module FILE.mlir`: print the module for FILE's program."""
+    return print_module(argv, emit_python, "loam.backends.numpy_module")
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ or programs.  The function is the oracle the WGSL form of the same program is te
 from __future__ import annotations
 
 from loam.backends.numpy_kernels.elementwise import BINARY_SOURCE, UNARY_SOURCE
-from loam.backends.numpy_module import _dtype_source, _expr_dtype
-from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, format_float
+from loam.backends.numpy_module import _dtype_source, _expr_dtype, step_source
+from loam.dialects.expr import Binary, Expr, Operand, Unary
 from loam.dialects.tile_program import Iota, Load, Map, Param, ProgramId, Reduce, Store, TileProgram
 
 
@@ -23,20 +23,7 @@ def _expr(expr: Expr, args: list[str], name: str) -> tuple[list[str], str]:
         if isinstance(step, Operand):
             refs.append(args[step.index])
             continue
-        if isinstance(step, Const):
-            text = format_float(step.value)
-            literal = {"inf": "np.inf", "-inf": "-np.inf", "nan": "np.nan"}.get(text, text)
-            rhs = f"{_dtype_source(_expr_dtype(step.elem))}({literal})"
-        elif isinstance(step, Unary):
-            rhs = f"{UNARY_SOURCE[step.op]}({refs[step.arg]})" if UNARY_SOURCE[step.op] else refs[step.arg]
-        elif isinstance(step, Binary):
-            rhs = f"{BINARY_SOURCE[step.op]}({refs[step.lhs]}, {refs[step.rhs]})"
-        elif isinstance(step, Select):
-            rhs = f"np.where({refs[step.cond]}, {refs[step.a]}, {refs[step.b]})"
-        else:
-            assert isinstance(step, Convert)
-            rhs = f"np.asarray({refs[step.arg]}).astype({_dtype_source(_expr_dtype(step.elem))})"
-        lines.append(f"{name}_{i} = {rhs}")
+        lines.append(f"{name}_{i} = {step_source(step, refs)}")
         refs.append(f"{name}_{i}")
     return lines, refs[-1]
 

@@ -29,7 +29,7 @@ from xdsl.dialects.builtin import ArrayAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.backends import wgsl_runtime
-from loam.backends.numpy_module import _axes_type, _checkpoint_names, _Emitter, _If, _Scope
+from loam.backends.numpy_module import _axes_type, _checkpoint_names, _Emitter, _If, _Scope, print_module
 from loam.backends.wgsl_kernels import common as wgsl_common
 from loam.backends.wgsl_kernels import elementwise, matmul, movement, tile
 from loam.dialects.expr import Expr
@@ -549,26 +549,7 @@ def device_bytes(sizes: Sequence[Poly]) -> Poly:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m loam.backends.wgsl_module FILE.mlir`: print the WGSL module for FILE's program."""
-    import sys
-
-    from xdsl.parser import Parser
-
-    from loam.context import make_context
-    from loam.errors import LoamError
-
-    args = sys.argv[1:] if argv is None else list(argv)
-    if len(args) != 1:
-        print("usage: python -m loam.backends.wgsl_module FILE.mlir", file=sys.stderr)
-        return 2
-    with open(args[0], encoding="utf-8") as f:
-        module = Parser(make_context(), f.read(), args[0]).parse_module()
-    module.verify()
-    try:
-        sys.stdout.write(emit_wgsl(module))
-    except LoamError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return print_module(argv, emit_wgsl, "loam.backends.wgsl_module")
 
 
 if __name__ == "__main__":
