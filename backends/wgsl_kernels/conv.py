@@ -257,6 +257,85 @@ def _p_pool(
     return tuple(int(v) for v in block), (total + 63) // 64
 
 
-PIECES: dict[str, object] = {"_p_conv": _p_conv, "_p_pool": _p_pool}
+# -- conv_transpose --------------------------------------------------------------------------------
+
+
+def source_conv_transpose(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """The conv_transpose shader: operands x (N, C, *S), w (C, M/group, *K)[, b (M)], one invocation
+    per result element gathering what the scatter puts there: result coordinate o (full coordinate
+    o + begin pad) receives x at s = (o + pad - k * dilation) / stride for each tap k where that
+    divides exactly and s is inside.  The sum runs over the taps row-major, each tap's products over
+    the group's input channels summed first (the numpy kernel's matmul, then one add per tap), the
+    bias last.  The params are conv's (`_p_conv`'s layout, M = w's extent 1 times group)."""
+    rank = operands[0][1]
+    out_elem = results[0][0]
+    for e, _ in operands:
+        if device_type(e) != "f32":
+            raise UnsupportedError(f"WGSL conv_transpose: element type {e} is not a float")
+    nsp = rank - 2
+    if nsp < 1:
+        raise UnsupportedError(f"WGSL conv_transpose: a rank-{rank} input has no spatial axis")
+    s_at, k_at, o_at = 5, 5 + nsp, 5 + 2 * nsp
+    st_at, d_at, p_at = 5 + 3 * nsp, 5 + 4 * nsp, 5 + 5 * nsp
+    body = FLAT + "  if (i >= params[0]) { return; }\n" + _coords(nsp, o_at, "nm")
+    body += (
+        "  let m = nm % params[2];\n"
+        "  let nb = nm / params[2];\n"
+        "  let cg = params[3];\n"
+        "  let mg = params[4];\n"
+        "  let g = m / mg;\n"
+        "  var acc = 0.0;\n"
+    )
+    indent = "  "
+    for k in range(nsp):
+        body += (
+            f"{indent}for (var k{k} = 0u; k{k} < params[{k_at + k}]; k{k} = k{k} + 1u) {{\n"
+            f"{indent}  let t{k} = i32(o{k}) + param_i({p_at + k}u) - i32(k{k} * params[{d_at + k}]);\n"
+            f"{indent}  if (t{k} < 0 || u32(t{k}) % params[{st_at + k}] != 0u) {{ continue; }}\n"
+            f"{indent}  let s{k} = u32(t{k}) / params[{st_at + k}];\n"
+            f"{indent}  if (s{k} >= params[{s_at + k}]) {{ continue; }}\n"
+        )
+        indent += "  "
+    xo, wo = "(nb * params[1] + g * cg + c)", "((g * cg + c) * mg + m % mg)"
+    for k in range(nsp):
+        xo = f"({xo} * params[{s_at + k}] + s{k})"
+        wo = f"({wo} * params[{k_at + k}] + k{k})"
+    body += (
+        f"{indent}var part = 0.0;\n"
+        f"{indent}for (var c = 0u; c < cg; c = c + 1u) {{\n"
+        f"{indent}  part = part + in0[{xo}] * in1[{wo}];\n"
+        f"{indent}}}\n"
+        f"{indent}acc = acc + part;\n"
+    )
+    for _ in range(nsp):
+        indent = indent[:-2]
+        body += f"{indent}}}\n"
+    if len(operands) > 2:
+        body += "  acc = acc + in2[m];\n"
+    body += f"  out0[i] = {narrow(out_elem, 'acc')};\n"
+    return kernel([out_elem], [e for e, _ in operands], body)
+
+
+def _p_conv_transpose(
+    shapes: tuple[tuple[int, ...], ...],
+    strides: tuple,
+    pads: tuple,
+    dilations: tuple,
+    group: int,
+    output_padding: tuple,
+) -> tuple[tuple[int, ...], int]:
+    """The conv_transpose kernel's params (result elements, C, M, C/group, M/group; input, kernel
+    and output extents, strides, dilations, begin pads per spatial axis) and its workgroups."""
+    x, w, out = tuple(shapes[0]), tuple(shapes[1]), tuple(shapes[-1])
+    nsp = len(x) - 2
+    total = 1
+    for e in out:
+        total *= e
+    block = [total, x[1], out[1], max(x[1] // group, 1), max(w[1], 1)]
+    block += list(x[2:]) + list(w[2:]) + list(out[2:]) + list(strides) + list(dilations) + list(pads[:nsp])
+    return tuple(int(v) & 0xFFFFFFFF for v in block), (total + 63) // 64
+
+
+PIECES: dict[str, object] = {"_p_conv": _p_conv, "_p_pool": _p_pool, "_p_conv_transpose": _p_conv_transpose}
 DEPENDS: dict[str, tuple[str, ...]] = {}
-SOURCES: dict[str, object] = {"conv": source_conv, "pool": source_pool}
+SOURCES: dict[str, object] = {"conv": source_conv, "pool": source_pool, "conv_transpose": source_conv_transpose}

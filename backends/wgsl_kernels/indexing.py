@@ -11,7 +11,8 @@ Params: the result's element count, inner, count (indices' elements), extent (da
 
 from __future__ import annotations
 
-from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel
+from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
+from loam.backends.wgsl_kernels.reduce import ROW_HELPERS
 from loam.errors import UnsupportedError
 
 
@@ -54,6 +55,163 @@ def _p_gather(shapes: tuple[tuple[int, ...], ...], axis: int) -> tuple[tuple[int
     return (total, max(inner, 1), max(count, 1), data[axis]), (total + 63) // 64
 
 
-PIECES: dict[str, object] = {"_p_gather": _p_gather}
+# -- gather_elements -------------------------------------------------------------------------------
+
+
+def _index_fix() -> str:
+    """WGSL lines turning `at` (an index along the axis of extent `extent`) into [0, extent): negative
+    counts from the end, and what is still outside is clamped (the host checks indices beforehand)."""
+    return "  if (at < 0) { at = at + extent; }\n  at = clamp(at, 0, max(extent - 1, 0));\n"
+
+
+def source_gather_elements(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """GatherElements, one invocation per result element: the element's own coordinates with the
+    axis coordinate replaced by its index.  `axis` comes through the params.
+
+    Params: count, axis, the data's axis extent, the result (indices') extents, the data's strides.
+    """
+    (elem, rank), (index_elem, _) = operands[0], operands[1]
+    if device_type(index_elem) != "i32":
+        raise UnsupportedError(
+            f"WGSL gather_elements: indices of element type {index_elem} (an integer type is needed)"
+        )
+    body = FLAT + "  if (i >= params[0]) { return; }\n  let extent = i32(params[2]);\n"
+    body += "  var at = in1[i];\n" + _index_fix() + "  var rem = i;\n  var src = 0u;\n"
+    for k in range(rank - 1, -1, -1):
+        body += (
+            f"  {{\n    let c = rem % params[{3 + k}];\n    rem = rem / params[{3 + k}];\n"
+            f"    src = src + select(c, u32(at), params[1] == {k}u) * params[{3 + rank + k}];\n  }}\n"
+        )
+    body += "  out0[i] = in0[src];\n"
+    return kernel([results[0][0]], [elem, index_elem], body)
+
+
+def _p_gather_elements(shapes: tuple[tuple[int, ...], ...], axis: int) -> tuple[tuple[int, ...], int]:
+    """The gather_elements kernel's params (count, axis, the data's axis extent, the indices'
+    extents, the data's strides) and its workgroups (64 elements each)."""
+    data, indices = tuple(shapes[0]), tuple(shapes[1])
+    rank = len(data)
+    axis = axis % rank
+    strides = [1] * rank
+    for k in range(rank - 2, -1, -1):
+        strides[k] = strides[k + 1] * data[k + 1]
+    count = 1
+    for e in indices:
+        count *= e
+    return (count, axis, data[axis], *indices, *strides), (count + 63) // 64
+
+
+# -- scatter_elements ------------------------------------------------------------------------------
+
+SCATTER_COMBINE = {
+    "f32": {"add": "add_f", "mul": "mul_f", "max": "max_nan", "min": "min_nan"},
+    "i32": {"add": "add_i", "mul": "mul_i", "max": "max_i", "min": "min_i"},
+    "u32": {"add": "max_u", "mul": "min_u", "max": "max_u", "min": "min_u"},
+}
+"""How a reduction combines on each device type (bool's add is or, its mul is and, as numpy's)."""
+
+
+def source_scatter_elements(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """ScatterElements, one invocation per line of the data along `axis`: it copies the line, then
+    applies the updates aimed at it in order (numpy's order: a later duplicate wins, or reduces
+    after the earlier ones); a half result is rounded once at the end, as the numpy kernel's f32
+    reduction is.  `axis` comes through the params.
+
+    Params: lines, axis, the data's axis extent, the updates' axis extent, the data's extents, the
+    data's strides, the updates' extents, the updates' strides.
+    """
+    reduction = params.get("reduction")
+    (elem, rank), (index_elem, _), (update_elem, _) = operands
+    out_elem = results[0][0]
+    dt = device_type(elem)
+    if reduction not in ("none", "add", "mul", "max", "min"):
+        raise UnsupportedError(f"WGSL scatter_elements: reduction {reduction!r} is not supported")
+    if device_type(index_elem) != "i32":
+        raise UnsupportedError(
+            f"WGSL scatter_elements: indices of element type {index_elem} (an integer type is needed)"
+        )
+    de, ds, ue, us = 4, 4 + rank, 4 + 2 * rank, 4 + 3 * rank
+    body = FLAT + (
+        "  if (i >= params[0]) { return; }\n"
+        "  let extent = i32(params[2]);\n"
+        "  let m = params[3];\n"
+        "  var rem = i;\n"
+        "  var dbase = 0u;\n"
+        "  var ubase = 0u;\n"
+        "  var dstep = 0u;\n"
+        "  var ustep = 0u;\n"
+        "  var covered = true;\n"
+    )
+    for k in range(rank - 1, -1, -1):
+        body += (
+            f"  if (params[1] == {k}u) {{\n"
+            f"    dstep = params[{ds + k}];\n    ustep = params[{us + k}];\n"
+            "  } else {\n"
+            f"    let c = rem % params[{de + k}];\n    rem = rem / params[{de + k}];\n"
+            f"    if (c >= params[{ue + k}]) {{ covered = false; }}\n"
+            f"    dbase = dbase + c * params[{ds + k}];\n    ubase = ubase + c * params[{us + k}];\n"
+            "  }\n"
+        )
+    body += (
+        "  for (var j = 0u; j < u32(extent); j = j + 1u) {\n"
+        "    let o = dbase + j * dstep;\n"
+        "    out0[o] = in0[o];\n"
+        "  }\n"
+    )
+    if reduction == "none":
+        combine = "in2[u]"
+    else:
+        combine = f"{SCATTER_COMBINE[dt][reduction]}(out0[o], in2[u])"
+    body += (
+        "  if (!covered) { return; }\n"
+        "  for (var t = 0u; t < m; t = t + 1u) {\n"
+        "    let u = ubase + t * ustep;\n"
+        "    var at = in1[u];\n"
+        + _index_fix().replace("\n  ", "\n    ").replace("  if", "    if", 1)
+        + "    let o = dbase + u32(at) * dstep;\n"
+        f"    out0[o] = {combine};\n"
+        "  }\n"
+    )
+    if reduction != "none" and out_elem in ("f16", "bf16"):
+        body += (
+            "  for (var j = 0u; j < u32(extent); j = j + 1u) {\n"
+            "    let o = dbase + j * dstep;\n"
+            f"    out0[o] = {narrow(out_elem, 'out0[o]')};\n"
+            "  }\n"
+        )
+    return kernel([out_elem], [elem, index_elem, update_elem], body, ROW_HELPERS)
+
+
+def _p_scatter_elements(shapes: tuple[tuple[int, ...], ...], axis: int, reduction: str) -> tuple[tuple[int, ...], int]:
+    """The scatter_elements kernel's params (lines, axis, the data's and the updates' axis extents,
+    the data's extents and strides, the updates' extents and strides) and its workgroups (64 lines
+    each)."""
+    data, updates = tuple(shapes[0]), tuple(shapes[2])
+    rank = len(data)
+    axis = axis % rank
+    dstrides = [1] * rank
+    ustrides = [1] * rank
+    for k in range(rank - 2, -1, -1):
+        dstrides[k] = dstrides[k + 1] * data[k + 1]
+        ustrides[k] = ustrides[k + 1] * updates[k + 1]
+    lines = 1
+    for k in range(rank):
+        if k != axis:
+            lines *= data[k]
+    if data[axis] == 0:
+        lines = 0
+    block = (lines, axis, data[axis], updates[axis], *data, *dstrides, *updates, *ustrides)
+    return block, (lines + 63) // 64
+
+
+PIECES: dict[str, object] = {
+    "_p_gather": _p_gather,
+    "_p_gather_elements": _p_gather_elements,
+    "_p_scatter_elements": _p_scatter_elements,
+}
 DEPENDS: dict[str, tuple[str, ...]] = {}
-SOURCES: dict[str, object] = {"gather": source_gather}
+SOURCES: dict[str, object] = {
+    "gather": source_gather,
+    "gather_elements": source_gather_elements,
+    "scatter_elements": source_scatter_elements,
+}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loam.backends.wgsl_kernels.common import device_type, kernel, narrow
+from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
 from loam.backends.wgsl_kernels.reduce import ROW_HELPERS, ROW_START, accumulate, check_axes, row_functions, tree
 from loam.errors import UnsupportedError
 
@@ -121,6 +121,115 @@ def _p_normalize(
     return tuple(block), rows
 
 
-PIECES: dict[str, object] = {"_p_normalize": _p_normalize}
+# -- group_norm ------------------------------------------------------------------------------------
+
+
+def source_group_norm(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """GroupNormalization over x [N, C, ...], one workgroup per (sample, group) row (a contiguous
+    block of C / G channels): mean, variance of the centred values, then
+    y = (x - mean) / sqrt(var + epsilon) * scale[c] + bias[c] (per group with `per_group`), rounded
+    once to a half result.  f32 compute (a float64 stash is computed in f32 here).
+
+    Params: rows, row length, C, the spatial size, channels per group, per_group, epsilon's f32 bits.
+    """
+    (elem, rank), out_elem = operands[0], results[0][0]
+    if device_type(elem) != "f32":
+        raise UnsupportedError(f"WGSL group_norm: element type {elem} is not a float")
+    if len(operands) != 3:
+        raise UnsupportedError(f"WGSL group_norm: {len(operands)} operands (x, scale and bias are needed)")
+    if rank < 2:
+        raise UnsupportedError(f"WGSL group_norm: an operand of rank {rank} (2 or more is needed)")
+    stash = params.get("stash")
+    if stash not in ("float32", "float64"):
+        raise UnsupportedError(f"WGSL group_norm: stash {stash!r} is not supported (float32 or float64)")
+    helpers = ROW_HELPERS + "fn row_base(row: u32) -> u32 { return row * params[1]; }\n"
+    helpers += "fn row_at(j: u32) -> u32 { return j; }\nvar<workgroup> sh: array<f32, 64>;\n"
+    body = ROW_START
+    body += "  var a = 0.0;\n" + accumulate("a", "add_f", "x") + tree("a", "add_f")
+    body += "  let mean = a / f32(params[1]);\n"
+    body += "  var v = 0.0;\n" + accumulate("v", "add_f", "(x - mean) * (x - mean)") + tree("v", "add_f")
+    body += "  let root = sqrt(v / f32(params[1]) + bitcast<f32>(params[6]));\n"
+    body += (
+        "  for (var j = lid; j < n; j = j + 64u) {\n"
+        "    let o = base + j;\n"
+        "    let c = (o / params[3]) % params[2];\n"
+        "    let p = select(c, c / params[4], params[5] != 0u);\n"
+        f"    out0[o] = {narrow(out_elem, '(in0[o] - mean) / root * in1[p] + in2[p]')};\n"
+        "  }\n"
+    )
+    return kernel([out_elem], [e for e, _ in operands], body, helpers)
+
+
+def _p_group_norm(
+    shapes: tuple[tuple[int, ...], ...], num_groups: int, epsilon: float, per_group: int, stash: str
+) -> tuple[tuple[int, ...], int]:
+    """The group_norm kernel's params (rows = N * groups, row length, C, spatial size, channels per
+    group, per_group, epsilon's f32 bits) and its workgroups (one per row)."""
+    shape = tuple(shapes[0])
+    n, c = shape[0], shape[1]
+    spatial = 1
+    for e in shape[2:]:
+        spatial *= e
+    groups = max(int(num_groups), 1)
+    length = (c // groups) * spatial
+    rows = n * groups if length > 0 else 0
+    eps = int(np.array(epsilon, dtype=np.float32).view(np.uint32))
+    return (rows, length, max(c, 1), max(spatial, 1), max(c // groups, 1), 1 if per_group else 0, eps), rows
+
+
+# -- lrn -------------------------------------------------------------------------------------------
+
+
+def source_lrn(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """LRN across channels (axis 1), one invocation per element: the squares of the `size`
+    channels from c - floor((size - 1) / 2) summed in order (those outside count 0), then
+    x / (bias + alpha / size * sum) ** beta in f32, rounded to a half result.
+
+    Params: count, C, the spatial size, size, the channels before, alpha / size (f32 bits), beta's
+    and bias's f32 bits.
+    """
+    (elem, rank), out_elem = operands[0], results[0][0]
+    if device_type(elem) != "f32":
+        raise UnsupportedError(f"WGSL lrn: element type {elem} is not a float")
+    if rank < 2:
+        raise UnsupportedError(f"WGSL lrn: an operand of rank {rank} (2 or more is needed)")
+    body = FLAT + (
+        "  if (i >= params[0]) { return; }\n"
+        "  let channels = i32(params[1]);\n"
+        "  let inner = params[2];\n"
+        "  let c = i32((i / inner) % params[1]);\n"
+        "  let first = i - u32(c) * inner;\n"
+        "  var total = 0.0;\n"
+        "  for (var t = 0; t < i32(params[3]); t = t + 1) {\n"
+        "    let ch = c - i32(params[4]) + t;\n"
+        "    if (ch >= 0 && ch < channels) {\n"
+        "      let v = in0[first + u32(ch) * inner];\n"
+        "      total = total + v * v;\n"
+        "    }\n"
+        "  }\n"
+        "  let d = bitcast<f32>(params[7]) + bitcast<f32>(params[5]) * total;\n"
+        f"  out0[i] = {narrow(out_elem, 'in0[i] / pow(d, bitcast<f32>(params[6]))')};\n"
+    )
+    return kernel([out_elem], [elem], body)
+
+
+def _p_lrn(
+    shapes: tuple[tuple[int, ...], ...], size: int, alpha: float, beta: float, bias: float
+) -> tuple[tuple[int, ...], int]:
+    """The lrn kernel's params (count, C, spatial size, size, channels before, alpha / size, beta,
+    bias as f32 bits) and its workgroups (64 elements each)."""
+    shape = tuple(shapes[0])
+    count = 1
+    for e in shape:
+        count *= e
+    inner = 1
+    for e in shape[2:]:
+        inner *= e
+    scaled = np.float32(alpha) / np.float32(size)
+    bits = [int(np.array(v, dtype=np.float32).view(np.uint32)) for v in (scaled, beta, bias)]
+    return (count, max(shape[1], 1), max(inner, 1), int(size), (int(size) - 1) // 2, *bits), (count + 63) // 64
+
+
+PIECES: dict[str, object] = {"_p_normalize": _p_normalize, "_p_group_norm": _p_group_norm, "_p_lrn": _p_lrn}
 DEPENDS: dict[str, tuple[str, ...]] = {}
-SOURCES: dict[str, object] = {"normalize": source_normalize}
+SOURCES: dict[str, object] = {"normalize": source_normalize, "group_norm": source_group_norm, "lrn": source_lrn}

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from loam.backends.wgsl_kernels.common import device_type, kernel, narrow
+from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
 from loam.errors import UnsupportedError
 
 ROW_HELPERS = """
@@ -299,6 +299,154 @@ def _p_reduce(
     return tuple(block), rows
 
 
-PIECES: dict[str, object] = {"_p_softmax": _p_softmax, "_p_reduce": _p_reduce}
-DEPENDS: dict[str, tuple[str, ...]] = {}
-SOURCES: dict[str, object] = {"softmax": source_softmax, "reduce": source_reduce}
+# -- arg_reduce ------------------------------------------------------------------------------------
+
+
+def _line_helpers(dt: str, kind: str) -> str:
+    """WGSL `better(va, ia, vb, ib)`: element (va, ia) beats (vb, ib) in ArgMax / ArgMin order, with
+    NaN above every number (numpy's argmax and argmin both pick a NaN), ties to the lower index, or
+    the higher with `params[3]` (select_last_index); index NONE loses to everything."""
+    nan = "  let na = is_nan(va);\n  let nb = is_nan(vb);\n  if (na && nb) { return tie; }\n"
+    nan += "  if (na) { return true; }\n  if (nb) { return false; }\n"
+    return (
+        f"var<workgroup> sh: array<{dt}, 64>;\n"
+        "var<workgroup> si: array<u32, 64>;\n"
+        "const NONE: u32 = 0xffffffffu;\n"
+        f"fn better(va: {dt}, ia: u32, vb: {dt}, ib: u32) -> bool {{\n"
+        "  if (ia == NONE) { return false; }\n"
+        "  if (ib == NONE) { return true; }\n"
+        "  let tie = select((ia < ib), (ia > ib), params[3] != 0u);\n"
+        + (nan if dt == "f32" else "")
+        + f"  if (va != vb) {{ return va {'>' if kind == 'max' else '<'} vb; }}\n"
+        "  return tie;\n"
+        "}\n"
+    )
+
+
+LINE_START = (
+    "  let row = wid.y * nwg.x + wid.x;\n"
+    "  let live = row < params[0];\n"
+    "  let n = select(0u, params[1], live);\n"
+    "  let inner = params[2];\n"
+    "  let base = (row / inner) * n * inner + row % inner;\n"
+)
+"""The first lines of a kernel over lines along one axis, the operand read as (outer, n, inner):
+line `row` (of outer * inner) starts at `base`, its element j is at base + j * inner."""
+
+
+def source_arg_reduce(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """ArgMax / ArgMin along one axis, one workgroup per line (a tree over (value, index) pairs);
+    the i64 result travels as i32.  `axis`, `keepdims` and `select_last_index` come through the params."""
+    kind = params.get("kind")
+    elem, out_elem = operands[0][0], results[0][0]
+    if kind not in ("max", "min"):
+        raise UnsupportedError(f"WGSL arg_reduce: kind {kind!r} is not supported")
+    if device_type(out_elem) != "i32":
+        raise UnsupportedError(f"WGSL arg_reduce: a result of element type {out_elem} (an integer type is needed)")
+    dt = device_type(elem)
+    body = LINE_START + (
+        "  var bi = NONE;\n"
+        f"  var bv = {dt}(0);\n"
+        "  for (var j = lid; j < n; j = j + 64u) {\n"
+        "    let x = in0[base + j * inner];\n"
+        "    if (better(x, j, bv, bi)) { bv = x; bi = j; }\n"
+        "  }\n"
+        "  sh[lid] = bv;\n"
+        "  si[lid] = bi;\n"
+        "  workgroupBarrier();\n"
+        "  for (var s = 32u; s > 0u; s = s >> 1u) {\n"
+        "    if (lid < s && better(sh[lid + s], si[lid + s], sh[lid], si[lid])) {\n"
+        "      sh[lid] = sh[lid + s];\n"
+        "      si[lid] = si[lid + s];\n"
+        "    }\n"
+        "    workgroupBarrier();\n"
+        "  }\n"
+        "  if (live && lid == 0u) { out0[row] = select(i32(si[0]), 0, si[0] == NONE); }\n"
+    )
+    return kernel([out_elem], [elem], body, _line_helpers(dt, kind))
+
+
+def _lines(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
+    """`shape` read as (outer, extent, inner) around `axis`: (lines = outer * inner, extent, inner)."""
+    rank = len(shape)
+    axis = axis % rank if rank else 0
+    outer = 1
+    for e in shape[:axis]:
+        outer *= e
+    inner = 1
+    for e in shape[axis + 1 :]:
+        inner *= e
+    extent = shape[axis] if rank else 1
+    return outer * inner, extent, max(inner, 1)
+
+
+def _p_arg_reduce(
+    shapes: tuple[tuple[int, ...], ...], kind: str, axis: int, keepdims: int, select_last_index: int
+) -> tuple[tuple[int, ...], int]:
+    """The arg_reduce kernel's params (lines, extent, inner, select_last_index) and its workgroups
+    (one per line, so one per result element)."""
+    lines, extent, inner = _lines(tuple(shapes[0]), axis)
+    if extent == 0:
+        lines = 0
+    return (lines, extent, inner, 1 if select_last_index else 0), lines
+
+
+# -- cumsum ----------------------------------------------------------------------------------------
+
+
+def source_cumsum(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """CumSum along one axis: one invocation per line, summing in order (numpy's cumsum is sequential
+    too); f32 for floats (halves rounded on the way out), i32 for integers.  `axis`, `exclusive`
+    and `reverse` come through the params."""
+    elem, out_elem = operands[0][0], results[0][0]
+    dt = device_type(elem)
+    if dt == "u32":
+        raise UnsupportedError(f"WGSL cumsum: element type {elem} is not a number")
+    body = FLAT + (
+        "  let live = i < params[0];\n"
+        "  let n = select(0u, params[1], live);\n"
+        "  let inner = params[2];\n"
+        "  let base = (i / inner) * n * inner + i % inner;\n"
+        "  let exclusive = params[3] != 0u;\n"
+        "  let reverse = params[4] != 0u;\n"
+        f"  var acc = {dt}(0);\n"
+        "  for (var t = 0u; t < n; t = t + 1u) {\n"
+        "    let o = base + select(t, n - 1u - t, reverse) * inner;\n"
+        "    let x = in0[o];\n"
+        "    if (exclusive) {\n"
+        f"      out0[o] = {narrow(out_elem, 'acc')};\n"
+        "      acc = acc + x;\n"
+        "    } else {\n"
+        "      acc = acc + x;\n"
+        f"      out0[o] = {narrow(out_elem, 'acc')};\n"
+        "    }\n"
+        "  }\n"
+    )
+    return kernel([out_elem], [elem], body)
+
+
+def _p_cumsum(
+    shapes: tuple[tuple[int, ...], ...], axis: int, exclusive: int, reverse: int
+) -> tuple[tuple[int, ...], int]:
+    """The cumsum kernel's params (lines, extent, inner, exclusive, reverse) and its workgroups
+    (64 lines each)."""
+    lines, extent, inner = _lines(tuple(shapes[0]), axis)
+    if extent == 0:
+        lines = 0
+    return (lines, extent, inner, 1 if exclusive else 0, 1 if reverse else 0), (lines + 63) // 64
+
+
+PIECES: dict[str, object] = {
+    "_p_softmax": _p_softmax,
+    "_p_reduce": _p_reduce,
+    "_lines": _lines,
+    "_p_arg_reduce": _p_arg_reduce,
+    "_p_cumsum": _p_cumsum,
+}
+DEPENDS: dict[str, tuple[str, ...]] = {"_p_arg_reduce": ("_lines",), "_p_cumsum": ("_lines",)}
+SOURCES: dict[str, object] = {
+    "softmax": source_softmax,
+    "reduce": source_reduce,
+    "arg_reduce": source_arg_reduce,
+    "cumsum": source_cumsum,
+}
