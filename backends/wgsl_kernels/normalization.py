@@ -19,7 +19,15 @@ from __future__ import annotations
 import numpy as np
 
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
-from loam.backends.wgsl_kernels.reduce import ROW_HELPERS, ROW_START, accumulate, check_axes, row_functions, tree
+from loam.backends.wgsl_kernels.reduce import (
+    ROW_HELPERS,
+    ROW_START,
+    _row_block,
+    accumulate,
+    check_axes,
+    row_functions,
+    tree,
+)
 from loam.errors import UnsupportedError
 
 
@@ -93,16 +101,8 @@ def _p_normalize(
     strides = [1] * rank
     for k in range(rank - 2, -1, -1):
         strides[k] = strides[k + 1] * shape[k + 1]
-    kept = [a for a in range(rank) if a not in axes]
-    rows = 1
-    for a in kept:
-        rows *= shape[a]
-    length = 1
-    for a in axes:
-        length *= shape[a]
-    block = [rows, length]
-    block += [shape[a] for a in kept] + [strides[a] for a in kept]
-    block += [shape[a] for a in axes] + [strides[a] for a in axes]
+    block = _row_block(shape, axes)
+    rows = block[0]
     block.append(int(np.array(epsilon, dtype=np.float32).view(np.uint32)))
     block += list(shape) + strides
     for p in range(1, noperands):
@@ -231,5 +231,5 @@ def _p_lrn(
 
 
 PIECES: dict[str, object] = {"_p_normalize": _p_normalize, "_p_group_norm": _p_group_norm, "_p_lrn": _p_lrn}
-DEPENDS: dict[str, tuple[str, ...]] = {}
+DEPENDS: dict[str, tuple[str, ...]] = {"_p_normalize": ("_row_block",)}
 SOURCES: dict[str, object] = {"normalize": source_normalize, "group_norm": source_group_norm, "lrn": source_lrn}

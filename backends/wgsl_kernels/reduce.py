@@ -281,7 +281,13 @@ def _p_reduce(
 ) -> tuple[tuple[int, ...], int]:
     """The reduce kernel's params (rows = result elements, row length, kept extents and strides,
     reduced extents and strides) and its workgroups (one per result element)."""
-    shape = tuple(shapes[0])
+    block = _row_block(tuple(shapes[0]), axes)
+    return tuple(block), block[0]
+
+
+def _row_block(shape: tuple[int, ...], axes: tuple[int, ...]) -> list[int]:
+    """A row kernel's first params over a contiguous `shape` reduced along `axes`: the number of rows
+    (kept elements), the row length, the kept extents and strides, the reduced extents and strides."""
     rank = len(shape)
     strides = [1] * rank
     for k in range(rank - 2, -1, -1):
@@ -296,7 +302,7 @@ def _p_reduce(
     block = [rows, length]
     block += [shape[a] for a in kept] + [strides[a] for a in kept]
     block += [shape[a] for a in axes] + [strides[a] for a in axes]
-    return tuple(block), rows
+    return block
 
 
 # -- arg_reduce ------------------------------------------------------------------------------------
@@ -437,13 +443,16 @@ def _p_cumsum(
 
 
 PIECES: dict[str, object] = {
+    "_row_block": _row_block,
     "_p_softmax": _p_softmax,
     "_p_reduce": _p_reduce,
     "_lines": _lines,
     "_p_arg_reduce": _p_arg_reduce,
     "_p_cumsum": _p_cumsum,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {"_p_arg_reduce": ("_lines",), "_p_cumsum": ("_lines",)}
+DEPENDS: dict[str, tuple[str, ...]] = {
+    "_p_arg_reduce": ("_lines",), "_p_cumsum": ("_lines",), "_p_reduce": ("_row_block",),
+}  # fmt: skip
 SOURCES: dict[str, object] = {
     "softmax": source_softmax,
     "reduce": source_reduce,
