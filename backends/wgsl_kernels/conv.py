@@ -336,6 +336,201 @@ def _p_conv_transpose(
     return tuple(int(v) & 0xFFFFFFFF for v in block), (total + 63) // 64
 
 
-PIECES: dict[str, object] = {"_p_conv": _p_conv, "_p_pool": _p_pool, "_p_conv_transpose": _p_conv_transpose}
+# -- resize ----------------------------------------------------------------------------------------
+
+
+def source_resize(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """The resize shader: one invocation per result element, reading its taps through the per-axis
+    tables `_p_resize` computes on the host (the numpy kernel's f32 coordinate mapping, so every
+    mode, coordinate mode and nearest mode maps exactly as it does).
+
+    The numpy kernel resizes one axis at a time, axis 0 first; the shader nests the axes' tap loops
+    the same way (axis 0 innermost), so each axis's weighted sum (`tap0 * w0 + tap1 * w1 ...`,
+    linear's `lo * (1 - t) + hi * t`) rounds as numpy's does.  An axis the node leaves alone takes
+    its one tap without arithmetic; nearest never computes (any element type), linear and cubic
+    need a float.  An element mapped outside by tf_crop_and_resize takes extrapolation_value."""
+    elem, rank = operands[0]
+    out_elem = results[0][0]
+    mode = params.get("mode")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise UnsupportedError(f"WGSL resize: mode {mode!r} (known only at run time?) is not supported")
+    if len(operands) != 1:
+        raise UnsupportedError("WGSL resize: scales, sizes or roi as run-time operands are not supported")
+    dt = device_type(elem)
+    if mode != "nearest" and dt != "f32":
+        raise UnsupportedError(f"WGSL resize: {mode} interpolation of element type {elem} is not supported")
+    if rank < 1:
+        raise UnsupportedError("WGSL resize: a rank-0 input is not supported")
+    R = rank
+    OUT, STR, TAPS, MUL, TAB, EXT = 1, 1 + R, 1 + 2 * R, 1 + 3 * R, 1 + 4 * R, 1 + 5 * R
+    body = FLAT + "  if (i >= params[0]) { return; }\n  var r = i;\n"
+    for d in range(R - 1, -1, -1):
+        body += f"  let o{d} = r % params[{OUT + d}];\n  r = r / params[{OUT + d}];\n"
+    body += "  var outside = false;\n"
+    for d in range(R):
+        body += (
+            f"  let n{d} = params[{TAPS + d}];\n"
+            f"  let row{d} = params[{TAB + d}] + o{d} * (1u + 2u * n{d});\n"
+            f"  outside = outside || params[row{d}] != 0u;\n"
+        )
+    indent = "  "
+    for d in range(R - 1, -1, -1):
+        above = f"off{d + 1} + " if d < R - 1 else ""
+        body += (
+            f"{indent}var a{d} = {dt}(0);\n"
+            f"{indent}for (var j{d} = 0u; j{d} < n{d}; j{d} = j{d} + 1u) {{\n"
+            f"{indent}  let off{d} = {above}params[row{d} + 1u + j{d}] * params[{STR + d}];\n"
+        )
+        indent += "  "
+    for d in range(R):
+        inner = f"in0[off{d}]" if d == 0 else f"a{d - 1}"
+        if mode == "nearest":
+            body += f"{indent}a{d} = {inner};\n"
+        else:
+            body += (
+                f"{indent}if (params[{MUL + d}] == 0u) {{ a{d} = {inner}; }} else {{\n"
+                f"{indent}  let w = bitcast<f32>(params[row{d} + 1u + n{d} + j{d}]);\n"
+                f"{indent}  a{d} = select(a{d} + {inner} * w, {inner} * w, j{d} == 0u);\n"
+                f"{indent}}}\n"
+            )
+        indent = indent[:-2]
+        body += f"{indent}}}\n"
+    fill = {"f32": f"bitcast<f32>(params[{EXT}])", "i32": f"param_i({EXT + 1}u)", "u32": f"params[{EXT + 2}]"}[dt]
+    result = f"select(a{R - 1}, {fill}, outside)"
+    body += f"  out0[i] = {narrow(out_elem, result) if dt == 'f32' else result};\n"
+    return kernel([out_elem], [elem], body)
+
+
+def _p_resize(
+    shapes: tuple[tuple[int, ...], ...],
+    mode: str,
+    coordinate_mode: str,
+    nearest_mode: str,
+    scales: tuple,
+    sizes: tuple,
+    roi: tuple = (),
+    cubic_coeff_a: float = -0.75,
+    exclude_outside: int = 0,
+    extrapolation_value: float = 0.0,
+) -> tuple[tuple[int, ...], int]:
+    """The resize kernel's params and its workgroups (64 results each): result elements; per axis
+    the result extents, input strides, taps per result coordinate, whether the taps are weighted
+    (0 where the axis is left alone or mode is nearest), and where the axis's table starts; the
+    extrapolation value (f32 bits, i32, bool); then the tables: per axis and result coordinate,
+    [outside, tap indices..., tap weights (f32 bits)...], computed as the numpy kernel does."""
+    import numpy as np
+
+    x = tuple(shapes[0])
+    R = len(x)
+    f32 = np.float32
+    strides = [1] * R
+    for k in range(R - 2, -1, -1):
+        strides[k] = strides[k + 1] * x[k + 1]
+    taps, mul, tables = [], [], []
+    for axis in range(R):
+        n_in, n_out, scale = x[axis], int(sizes[axis]), f32(scales[axis])
+        cropped = coordinate_mode == "tf_crop_and_resize" and (roi[axis], roi[axis + R]) != (0, 1)
+        o = np.arange(n_out, dtype=f32)
+        if n_in == n_out and scale == 1 and not cropped:
+            taps.append(1)
+            mul.append(0)
+            tables.append(np.stack([np.zeros(n_out, np.int64), np.arange(n_out), np.zeros(n_out, np.int64)], 1))
+            continue
+        length = scale * f32(n_in)
+        off = np.zeros(n_out, dtype=bool)
+        if coordinate_mode == "half_pixel":
+            c = (o + f32(0.5)) / scale - f32(0.5)
+        elif coordinate_mode == "half_pixel_symmetric":
+            adjustment = f32(n_out) / (scale * f32(n_in))
+            center = f32(n_in) / f32(2)
+            c = center * (f32(1) - adjustment) + (o + f32(0.5)) / scale - f32(0.5)
+        elif coordinate_mode == "pytorch_half_pixel":
+            c = (o + f32(0.5)) / scale - f32(0.5) if n_out > 1 else np.zeros_like(o)
+        elif coordinate_mode == "align_corners":
+            c = o * f32(n_in - 1) / (length - f32(1)) if length != 1 else np.zeros_like(o)
+        elif coordinate_mode == "asymmetric":
+            c = o / scale
+        elif coordinate_mode == "tf_half_pixel_for_nn":
+            c = (o + f32(0.5)) / scale
+        elif coordinate_mode == "tf_crop_and_resize":
+            start, end = f32(roi[axis]), f32(roi[axis + R])
+            if length != 1:
+                c = start * f32(n_in - 1) + o * (end - start) * f32(n_in - 1) / (length - f32(1))
+            else:
+                c = np.full_like(o, f32(0.5) * (start + end) * f32(n_in - 1))
+            off = (c < 0) | (c > n_in - 1)
+        else:
+            raise ValueError(f"resize: coordinate_transformation_mode {coordinate_mode!r}")
+        last = n_in - 1
+        if mode == "nearest":
+            if nearest_mode == "round_prefer_floor":
+                k = np.ceil(c - f32(0.5))
+            elif nearest_mode == "round_prefer_ceil":
+                k = np.floor(c + f32(0.5))
+            elif nearest_mode == "floor":
+                k = np.floor(c)
+            elif nearest_mode == "ceil":
+                k = np.ceil(c)
+            else:  # simple
+                k = np.ceil(c) if scale < 1 else np.floor(c)
+            index = [np.clip(k, 0, last).astype(np.int64)]
+            weights = [np.zeros(n_out, f32)]
+        elif mode == "linear":
+            c = np.clip(c, 0, last)
+            lo = np.floor(c).astype(np.int64)
+            hi = np.minimum(lo + 1, last)
+            t = (c - lo).astype(f32)
+            index, weights = [lo, hi], [1 - t, t]
+        else:  # cubic
+            base = np.floor(c)
+            t = (c - base).astype(np.float64)
+            a = float(cubic_coeff_a)
+            d = [t + 1, t, 1 - t, 2 - t]
+            weights = []
+            for j, dist in enumerate(d):
+                if j in (1, 2):
+                    weights.append(((a + 2) * dist - (a + 3)) * dist * dist + 1)
+                else:
+                    weights.append(((a * dist - 5 * a) * dist + 8 * a) * dist - 4 * a)
+            tap = [base.astype(np.int64) - 1 + j for j in range(4)]
+            if exclude_outside:
+                weights = [np.where((tj < 0) | (tj > last), 0.0, wj) for tj, wj in zip(tap, weights, strict=True)]
+                total = weights[0] + weights[1] + weights[2] + weights[3]
+                weights = [wj / total for wj in weights]
+            index = [np.clip(tj, 0, last) for tj in tap]
+            weights = [wj.astype(f32) for wj in weights]
+        bits = [np.asarray(w, dtype=f32).view(np.uint32).astype(np.int64) for w in weights]
+        taps.append(len(index))
+        mul.append(0 if mode == "nearest" else 1)
+        tables.append(np.stack([off.astype(np.int64), *index, *bits], 1))
+    total = 1
+    for e in sizes:
+        total *= int(e)
+    fill = float(extrapolation_value)
+    head = [total, *[int(e) for e in sizes], *strides, *taps, *mul]
+    at = len(head) + R + 3
+    starts = []
+    for table in tables:
+        starts.append(at)
+        at += table.size
+    fbits = int(np.asarray(fill, dtype=f32).view(np.uint32))
+    head += [*starts, fbits, int(fill) if np.isfinite(fill) else 0, 1 if fill else 0]
+    flat = [int(v) & 0xFFFFFFFF for v in head]
+    for table in tables:
+        flat += [int(v) & 0xFFFFFFFF for v in table.reshape(-1)]
+    return tuple(flat), (total + 63) // 64
+
+
+PIECES: dict[str, object] = {
+    "_p_conv": _p_conv,
+    "_p_pool": _p_pool,
+    "_p_conv_transpose": _p_conv_transpose,
+    "_p_resize": _p_resize,
+}
 DEPENDS: dict[str, tuple[str, ...]] = {}
-SOURCES: dict[str, object] = {"conv": source_conv, "pool": source_pool, "conv_transpose": source_conv_transpose}
+SOURCES: dict[str, object] = {
+    "conv": source_conv,
+    "pool": source_pool,
+    "conv_transpose": source_conv_transpose,
+    "resize": source_resize,
+}

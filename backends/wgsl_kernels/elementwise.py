@@ -79,6 +79,38 @@ fn mod_i(a: i32, b: i32) -> i32 {
   let r = fmod_i(a, b);
   return select(r, r + b, r != 0 && ((r < 0) != (b < 0)));
 }
+fn pow_i(a: i32, b: i32) -> i32 {
+  if (b < 0) {
+    if (a == 1) { return 1; }
+    if (a == -1) { return select(1, -1, (b & 1) != 0); }
+    return select(0, i32(-2147483647 - 1), a == 0);
+  }
+  var r = 1;
+  var base = a;
+  var e = b;
+  loop {
+    if ((e & 1) != 0) { r = r * base; }
+    e = e >> 1u;
+    if (e == 0) { break; }
+    base = base * base;
+  }
+  return r;
+}
+fn pow_if(a: i32, b: f32) -> i32 {
+  if (floor(b) == b && abs(b) < 2147483648.0) { return pow_i(a, i32(b)); }
+  let r = pow_(f32(a), b);
+  if (is_nan(r) || !(abs(r) < 2147483648.0)) { return i32(-2147483647 - 1); }
+  let n = round(r);
+  return select(i32(r), i32(n), abs(r - n) <= 1e-6 * max(1.0, abs(n)));
+}
+fn shl_i(a: i32, b: i32, width: i32) -> i32 {
+  if (b < 0 || b >= width) { return 0; }
+  return a << u32(b);
+}
+fn shr_i(a: i32, b: i32, width: i32) -> i32 {
+  if (b < 0 || b >= width) { return select(0, -1, a < 0); }
+  return a >> u32(b);
+}
 """
 
 _FLOAT_UNARY = {
@@ -100,7 +132,10 @@ _FLOAT_BINARY = {
 _INT_BINARY = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "div_i({0}, {1})",
     "max": "max({0}, {1})", "min": "min({0}, {1})", "mod": "mod_i({0}, {1})", "fmod": "fmod_i({0}, {1})",
+    "pow": "pow_i({0}, {1})", "shl": "shl_i({0}, {1}, {2})", "shr": "shr_i({0}, {1}, {2})",
 }  # fmt: skip
+_SHIFT_WIDTH = {"i8": 8, "ui8": 8, "i16": 16, "ui16": 16, "i32": 32}
+"""The widths `shl`/`shr` shift within (an i64 held in i32 would lose its high bits: refused)."""
 _COMPARE = {"equal": "==", "less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">="}
 _LOGIC = {"and": "&", "or": "|", "xor": "^"}
 _NARROW_INTS = {"i8": 8, "ui8": 8, "i16": 16, "ui16": 16}
@@ -187,6 +222,19 @@ def expr_lines(
                 if device_type(types[step.rhs][1]) != "f32":  # Pow's exponent may be an integer
                     b = f"f32({b})"
                 rhs = narrow(elem, _FLOAT_BINARY[step.op].format(a, b))
+            elif arg_dev == "i32" and step.op == "pow":
+                # numpy's integer pow: f64 pow cast back; an exact integer exponent squares exactly
+                if device_type(types[step.rhs][1]) == "f32":
+                    rhs = _wrap_int(elem, f"pow_if({a}, {b})")
+                else:
+                    rhs = _wrap_int(elem, _INT_BINARY["pow"].format(a, f"i32({b})"))
+            elif arg_dev == "i32" and step.op in ("shl", "shr"):
+                width = _SHIFT_WIDTH.get(types[step.lhs][1])
+                if width is None or device_type(types[step.rhs][1]) != "i32":
+                    raise UnsupportedError(
+                        f"WGSL has no form for '{step.op}' of {types[step.lhs][1]} by {types[step.rhs][1]}"
+                    )
+                rhs = _wrap_int(elem, _INT_BINARY[step.op].format(a, b, width))
             elif arg_dev == "i32" and step.op in _INT_BINARY:
                 rhs = _wrap_int(elem, _INT_BINARY[step.op].format(a, b))
             else:

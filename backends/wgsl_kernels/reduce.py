@@ -442,6 +442,93 @@ def _p_cumsum(
     return (lines, extent, inner, 1 if exclusive else 0, 1 if reverse else 0), (lines + 63) // 64
 
 
+# -- topk ------------------------------------------------------------------------------------------
+
+
+def _topk_helpers(dt: str) -> str:
+    """WGSL `before(va, ia, vb, ib)`: element (va, ia) comes before (vb, ib) in TopK's order, the
+    numpy kernel's stable sort: larger first (`params[4]`, largest) or smaller first, NaN above every
+    number, ties to the lower index; index NONE comes after everything."""
+    nan = (
+        "  let na = is_nan(va);\n  let nb = is_nan(vb);\n  if (na && nb) { return ia < ib; }\n"
+        "  if (na) { return largest; }\n  if (nb) { return !largest; }\n"
+    )
+    return (
+        f"var<workgroup> sh: array<{dt}, 64>;\n"
+        "var<workgroup> si: array<u32, 64>;\n"
+        "const NONE: u32 = 0xffffffffu;\n"
+        f"fn before(va: {dt}, ia: u32, vb: {dt}, ib: u32) -> bool {{\n"
+        "  if (ia == NONE) { return false; }\n"
+        "  if (ib == NONE) { return true; }\n"
+        "  let largest = params[4] != 0u;\n"
+        + (nan if dt == "f32" else "")
+        + "  if (va != vb) { return select((va < vb), (va > vb), largest); }\n"
+        "  return ia < ib;\n"
+        "}\n"
+    )
+
+
+def source_topk(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """TopK along one axis, one workgroup per line, by repeated selection: pick t is the first element
+    (in `before`'s order) after pick t - 1, found by each invocation scanning its share of the line
+    and a tree over (value, index) pairs.  Any line length; k picks cost k scans of the line.
+    Results: values (the input's type) and indices (i64 travelling as i32), always sorted (as the
+    numpy kernel; ONNX leaves the order open for sorted=0).  `k`, `axis` and `largest` come through
+    the params."""
+    elem = operands[0][0]
+    if len(results) != 2:
+        raise UnsupportedError("WGSL topk: two results (values, indices) are needed")
+    if device_type(results[1][0]) != "i32":
+        raise UnsupportedError(
+            f"WGSL topk: an index result of element type {results[1][0]} (an integer type is needed)"
+        )
+    if len(operands) != 1:
+        raise UnsupportedError("WGSL topk: k as a run-time operand is not supported")
+    dt = device_type(elem)
+    body = LINE_START + (
+        "  let k = select(0u, params[3], live);\n"
+        "  let obase = (row / inner) * k * inner + row % inner;\n"
+        f"  var pv = {dt}(0);\n"
+        "  var pi = NONE;\n"
+        "  for (var t = 0u; t < k; t = t + 1u) {\n"
+        "    var bi = NONE;\n"
+        f"    var bv = {dt}(0);\n"
+        "    for (var j = lid; j < n; j = j + 64u) {\n"
+        "      let x = in0[base + j * inner];\n"
+        "      if ((pi == NONE || before(pv, pi, x, j)) && before(x, j, bv, bi)) { bv = x; bi = j; }\n"
+        "    }\n"
+        "    sh[lid] = bv;\n"
+        "    si[lid] = bi;\n"
+        "    workgroupBarrier();\n"
+        "    for (var s = 32u; s > 0u; s = s >> 1u) {\n"
+        "      if (lid < s && before(sh[lid + s], si[lid + s], sh[lid], si[lid])) {\n"
+        "        sh[lid] = sh[lid + s];\n"
+        "        si[lid] = si[lid + s];\n"
+        "      }\n"
+        "      workgroupBarrier();\n"
+        "    }\n"
+        "    pv = sh[0];\n"
+        "    pi = si[0];\n"
+        "    workgroupBarrier();\n"
+        "    if (lid == 0u) {\n"
+        "      out0[obase + t * inner] = pv;\n"
+        "      out1[obase + t * inner] = select(i32(pi), 0, pi == NONE);\n"
+        "    }\n"
+        "  }\n"
+    )
+    return kernel([elem, results[1][0]], [elem], body, _topk_helpers(dt))
+
+
+def _p_topk(
+    shapes: tuple[tuple[int, ...], ...], k: int, axis: int, largest: int, sorted: int = 1
+) -> tuple[tuple[int, ...], int]:
+    """The topk kernel's params (lines, extent, inner, k, largest) and its workgroups (one per line)."""
+    lines, extent, inner = _lines(tuple(shapes[0]), axis)
+    if extent == 0 or k == 0:
+        lines = 0
+    return (lines, extent, inner, int(k), 1 if largest else 0), lines
+
+
 PIECES: dict[str, object] = {
     "_row_block": _row_block,
     "_p_softmax": _p_softmax,
@@ -449,13 +536,15 @@ PIECES: dict[str, object] = {
     "_lines": _lines,
     "_p_arg_reduce": _p_arg_reduce,
     "_p_cumsum": _p_cumsum,
+    "_p_topk": _p_topk,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
-    "_p_arg_reduce": ("_lines",), "_p_cumsum": ("_lines",), "_p_reduce": ("_row_block",),
+    "_p_arg_reduce": ("_lines",), "_p_cumsum": ("_lines",), "_p_reduce": ("_row_block",), "_p_topk": ("_lines",),
 }  # fmt: skip
 SOURCES: dict[str, object] = {
     "softmax": source_softmax,
     "reduce": source_reduce,
     "arg_reduce": source_arg_reduce,
     "cumsum": source_cumsum,
+    "topk": source_topk,
 }
