@@ -230,6 +230,110 @@ def _p_lrn(
     return (count, max(shape[1], 1), max(inner, 1), int(size), (int(size) - 1) // 2, *bits), (count + 63) // 64
 
 
-PIECES: dict[str, object] = {"_p_normalize": _p_normalize, "_p_group_norm": _p_group_norm, "_p_lrn": _p_lrn}
-DEPENDS: dict[str, tuple[str, ...]] = {"_p_normalize": ("_row_block",)}
-SOURCES: dict[str, object] = {"normalize": source_normalize, "group_norm": source_group_norm, "lrn": source_lrn}
+def _einsum_axes(equation: str, ranks: tuple[int, ...]) -> tuple[list[str], list[str], list[list[str]]]:
+    """An einsum equation over operands of `ranks`, its ellipsis spelled out as letters of its own:
+    the output letters, the contracted letters (in first-seen order) and each operand's letters."""
+    inputs, output = equation.replace(" ", "").split("->")
+    terms = inputs.split(",")
+    spans = [rank - len(term.replace("...", "")) for term, rank in zip(terms, ranks, strict=True) if "..." in term]
+    extra = max(spans, default=0)
+    dots = [chr(0x3B1 + k) for k in range(extra)]  # Greek letters: never an equation's own
+    spelled = []
+    for term, rank in zip(terms, ranks, strict=True):
+        if "..." in term:
+            head, tail = term.split("...")
+            own = rank - len(head) - len(tail)
+            spelled.append([*head, *dots[extra - own :], *tail])
+        else:
+            spelled.append(list(term))
+    if "..." in output:
+        head, tail = output.split("...")
+        out = [*head, *dots, *tail]
+    else:
+        out = list(output)
+    contracted = []
+    for letters in spelled:
+        for letter in letters:
+            if letter not in out and letter not in contracted:
+                contracted.append(letter)
+    return out, contracted, spelled
+
+
+def source_einsum(operands: list[tuple[str, int]], results: list[tuple[str, int]], equation: str) -> str:
+    """Einsum: one invocation per result element summing the operands' product over the contracted
+    letters; a letter repeated in one operand (a diagonal) adds that operand's strides.  Params: the
+    result size, the contraction size, the result's and the contraction's extents, then per operand
+    its stride for every letter (result letters first)."""
+    if equation is None:
+        raise UnsupportedError("WGSL einsum: the equation must be known at build time")
+    out_elem = results[0][0]
+    dev = device_type(out_elem)
+    if any(device_type(e) != dev for e, _ in operands):
+        raise UnsupportedError("WGSL einsum: every operand must have the result's device type")
+    out, contracted, _ = _einsum_axes(equation, tuple(r for _, r in operands))
+    n_out, n_con, k = len(out), len(contracted), len(operands)
+    lines = ["if (i >= params[0]) { return; }"]
+    base = 2 + n_out + n_con  # each operand's strides start here, (n_out + n_con) apiece
+    lines.append("var rem: u32 = i;")
+    for j in range(k):
+        lines.append(f"var base{j}: u32 = 0u;")
+    for a in range(n_out - 1, -1, -1):
+        lines.append(f"let o{a} = rem % params[{2 + a}]; rem = rem / params[{2 + a}];")
+        for j in range(k):
+            lines.append(f"base{j} = base{j} + o{a} * params[{base + j * (n_out + n_con) + a}];")
+    zero = {"f32": "0.0", "i32": "0", "u32": "0u"}[dev]
+    lines.append(f"var acc: {dev} = {zero};")
+    lines.append("for (var c: u32 = 0u; c < params[1]; c = c + 1u) {")
+    lines.append("  var crem: u32 = c;")
+    for j in range(k):
+        lines.append(f"  var at{j}: u32 = base{j};")
+    for a in range(n_con - 1, -1, -1):
+        lines.append(f"  let c{a} = crem % params[{2 + n_out + a}]; crem = crem / params[{2 + n_out + a}];")
+        for j in range(k):
+            lines.append(f"  at{j} = at{j} + c{a} * params[{base + j * (n_out + n_con) + n_out + a}];")
+    reads = [f"in{j}[at{j}]" for j in range(k)]
+    product = " * ".join(reads) if dev != "u32" else " & ".join(reads)
+    lines.append(f"  acc = acc + {product};" if dev != "u32" else f"  acc = acc | ({product});")
+    lines.append("}")
+    lines.append(f"out0[i] = {narrow(out_elem, 'acc')};")
+    body = FLAT + "".join(f"  {line}\n" for line in lines)
+    return kernel([out_elem], [e for e, _ in operands], body)
+
+
+def _p_einsum(shapes: tuple[tuple[int, ...], ...], equation: str) -> tuple[tuple[int, ...], int]:
+    """The einsum kernel's params (sizes, extents, per-operand strides per letter) and workgroups."""
+    operands = shapes[:-1]
+    out, contracted, spelled = _einsum_axes(equation, tuple(len(s) for s in operands))
+    extent: dict[str, int] = {}
+    for letters, shape in zip(spelled, operands, strict=True):
+        for letter, e in zip(letters, shape, strict=True):
+            if e != 1:
+                extent[letter] = e
+            else:
+                extent.setdefault(letter, 1)  # broadcast: another operand may give the letter its extent
+    total = 1
+    for letter in out:
+        total *= extent.get(letter, 1)
+    ctotal = 1
+    for letter in contracted:
+        ctotal *= extent[letter]
+    params = [total, ctotal if total else 0, *(extent.get(x, 1) for x in out), *(extent[x] for x in contracted)]
+    for letters, shape in zip(spelled, operands, strict=True):
+        strides = [1] * len(shape)
+        for a in range(len(shape) - 2, -1, -1):
+            strides[a] = strides[a + 1] * shape[a + 1]
+        per: dict[str, int] = {}
+        for letter, e, s in zip(letters, shape, strides, strict=True):
+            per[letter] = per.get(letter, 0) + (s if e != 1 else 0)  # a broadcast axis of extent 1 stays put
+        params += [per.get(x, 0) for x in (*out, *contracted)]
+    return tuple(params), (total + 63) // 64
+
+
+PIECES: dict[str, object] = {
+    "_p_normalize": _p_normalize, "_p_group_norm": _p_group_norm, "_p_lrn": _p_lrn, "_einsum_axes": _einsum_axes,
+    "_p_einsum": _p_einsum,
+}  # fmt: skip
+DEPENDS: dict[str, tuple[str, ...]] = {"_p_normalize": ("_row_block",), "_p_einsum": ("_einsum_axes",)}
+SOURCES: dict[str, object] = {
+    "normalize": source_normalize, "group_norm": source_group_norm, "lrn": source_lrn, "einsum": source_einsum,
+}  # fmt: skip
