@@ -371,7 +371,11 @@ class _WgslEmitter(_Emitter):
         result = _axes_type(op.results[0], op.name)
         shapes = [t.shape for t in types]
         _check_types(op, [*types, result])
-        source = elementwise.source_zip(expr, shapes, [t.elem.name for t in types], (result.shape, result.elem.name))
+        try:
+            elems = [t.elem.name for t in types]
+            source = elementwise.source_zip(expr, shapes, elems, (result.shape, result.elem.name))
+        except UnsupportedError as e:
+            raise UnsupportedError(f"{op.name} '{_node(op)}': {e}") from None
         strided = elementwise.strided_operands(shapes, result.shape)
         self.gpu_pieces.add("_p_zip")
         params = f"_p_zip({self._shape_py(result)}, ({''.join(self._shape_of(values[j]) + ', ' for j in strided)}))"
@@ -470,6 +474,14 @@ class _WgslEmitter(_Emitter):
             shader = self._shader(movement.source_range(t.elem.name), "range")
             self._dispatch(op, shader, [out], [], f"_p_range({args})")
             return
+        if any(_axes_type(v, "operand").elem.name == "i64" for v in [*op.operands, *op.results]) and (
+            name in ("cumsum", "einsum") or (name == "reduce" and p["kind"] not in ("max", "min"))
+            or (name == "scatter_elements" and p.get("reduction", "none") in ("add", "mul"))
+        ):  # fmt: skip
+            raise UnsupportedError(
+                f"{op.name} '{op.node.data}': sums and products of i64 run in i32 on the device and could leave "
+                "its range, where numpy's i64 keeps the value; the WGSL backend runs no i64 arithmetic it cannot bound"
+            )
         source_fn = _library_sources().get(name)
         if source_fn is None:
             raise UnsupportedError(f"the WGSL backend has no kernel for {op.name} (node '{op.node.data}')")

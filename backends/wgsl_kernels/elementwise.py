@@ -178,6 +178,23 @@ def _convert(value: str, source: str, target: str) -> str:
     return _wrap_int(target, converted)
 
 
+_I64_GROWING = frozenset({"neg", "abs", "add", "sub", "mul", "div", "pow", "shl"})
+"""Integer steps whose i64 result can leave the range of i32 operands (the device computes i64 in i32)."""
+
+
+def _refuse_unbounded_i64(step: object, types: Sequence[tuple[object, str]]) -> None:
+    """Refuse an i64 step whose result could leave the i32 range WGSL computes it in: a wrap there
+    would be a silent wrong number where numpy's i64 keeps the value."""
+    grows = isinstance(step, (Unary, Binary)) and step.op in _I64_GROWING
+    from_float = isinstance(step, Convert) and device_type(types[step.arg][1]) == "f32"
+    if grows or from_float:
+        what = f"'{step.op}'" if isinstance(step, (Unary, Binary)) else f"a cast from {types[step.arg][1]}"  # type: ignore[union-attr]
+        raise UnsupportedError(
+            f"i64 {what}: WGSL computes i64 in i32, and this result could leave the i32 range that numpy's "
+            "i64 keeps; the WGSL backend runs no i64 arithmetic it cannot bound"
+        )
+
+
 def expr_lines(
     expr: Expr, operands: Sequence[str], shapes: Sequence[tuple[Poly, ...]], elems: Sequence[str], result: tuple
 ) -> tuple[list[str], str]:
@@ -190,6 +207,8 @@ def expr_lines(
     for i, step in enumerate(expr.steps):
         elem = types[i][1]
         dev = device_type(elem)
+        if elem == "i64":
+            _refuse_unbounded_i64(step, types)
         if isinstance(step, Operand):
             names.append(operands[step.index])
             continue

@@ -161,7 +161,7 @@ def run_binary(op: str, a: np.ndarray, b: np.ndarray, elems: tuple[str, str]) ->
     return got
 
 
-@pytest.mark.parametrize("dtype", list(INTS))
+@pytest.mark.parametrize("dtype", [d for d in INTS if d != "int64"])  # i64 Pow is refused (see below)
 def test_pow_int(dtype: str) -> None:
     rng = np.random.default_rng(len(dtype))
     a = rng.integers(-6, 7, (5, 8)).astype(dtype) if dtype[0] == "i" else rng.integers(0, 7, (5, 8)).astype(dtype)
@@ -177,7 +177,7 @@ def test_pow_int(dtype: str) -> None:
     np.testing.assert_array_equal(run_binary("pow", a, b, (INTS[dtype], INTS[dtype])), want)
 
 
-@pytest.mark.parametrize("dtype", ["int32", "int64"])
+@pytest.mark.parametrize("dtype", ["int32"])
 def test_pow_int_float_exponent(dtype: str) -> None:
     a = np.array([[2, 3, -2, 4, 9, 10, 0, 5]], dtype=dtype)
     b = np.array([3.0, 2.0, 3.0, 0.5, 0.5, 0.5, 2.0, -1.0], dtype=np.float32)
@@ -201,8 +201,16 @@ def test_shift(op: str, dtype: str) -> None:
     np.testing.assert_array_equal(run_binary(op, a, one, (INTS[dtype], INTS[dtype])), NP[f"_{op}"](a, one))
 
 
+def test_i64_pow_is_refused() -> None:
+    # An i64 power can leave the i32 range the device computes i64 in: refused, never wrapped.
+    expr = Expr.operand(0).binary("pow", Expr.operand(1))
+    three = (Poly.lift(3),)
+    with pytest.raises(UnsupportedError, match="i64 'pow': WGSL computes i64 in i32"):
+        elementwise.source_zip(expr, [three, three], ["i64", "i64"], (three, "i64"))
+
+
 def test_shift_refusals() -> None:
     expr = Expr.operand(0).binary("shl", Expr.operand(1))
-    with pytest.raises(UnsupportedError, match="'shl' of i64"):
+    with pytest.raises(UnsupportedError, match="i64 'shl'"):
         three = (Poly.lift(3),)
         elementwise.source_zip(expr, [three, three], ["i64", "i64"], (three, "i64"))

@@ -104,15 +104,18 @@ def test_symbolic_batch_runs_each_binding_with_its_own_buffers() -> None:
 def test_an_i64_input_outside_i32_is_refused_before_upload() -> None:
     text = """
 kernel.program "forward" (%i : !tensor_axes.tensor<i64, [N: 3]>) names ["i"] {
-  %y = kernel.zip(%i) #kernel.expr<[operand 0, const 1 : i64, add 0 1]> {node = "inc"} : (!tensor_axes.tensor<i64, [N: 3]>) -> !tensor_axes.tensor<i64, [N: 3]>
+  %y = kernel.zip(%i) #kernel.expr<[operand 0, const 1 : i64, max 0 1]> {node = "floor1"} : (!tensor_axes.tensor<i64, [N: 3]>) -> !tensor_axes.tensor<i64, [N: 3]>
   kernel.return %y names ["y"] : !tensor_axes.tensor<i64, [N: 3]>
 }
 """
     gpu = import_source(emit_wgsl(_program(text)), "loam_wgsl_i64")
-    got = gpu.forward(gpu.Weights(), np.array([1, -7, 2**31 - 2], np.int64))
-    assert got.dtype == np.int64 and got.tolist() == [2, -6, 2**31 - 1]
+    got = gpu.forward(gpu.Weights(), np.array([1, -7, 2**31 - 1], np.int64))
+    assert got.dtype == np.int64 and got.tolist() == [1, 1, 2**31 - 1]
     with pytest.raises(gpu.ShapeError, match=r"'i' holds 2147483648, outside the i32 range"):
         gpu.forward(gpu.Weights(), np.array([0, 2**31, 1], np.int64))
+    # i64 arithmetic that could leave i32 is refused at build time, naming the node: never a wrap.
+    with pytest.raises(UnsupportedError, match=r"kernel.zip 'inc': i64 'add': WGSL computes i64 in i32"):
+        emit_wgsl(_program(text.replace("max 0 1", "add 0 1").replace('"floor1"', '"inc"')))
 
 
 def test_a_kernel_with_no_wgsl_form_stops_the_build_naming_its_node() -> None:
