@@ -86,6 +86,9 @@ def source_range(elem: str) -> str:
 def _p_range(start: int, limit: int, delta: int) -> tuple[tuple[int, ...], int]:
     """Params of `kernel.range`: the count ONNX Range gives, start and delta (u32 bits)."""
     count = max(0, -(-(limit - start) // delta)) if delta else 0
+    last = start + (count - 1) * delta if count else start
+    if not all(-(2**31) <= v < 2**31 for v in (start, delta, last)):
+        raise ValueError(f"Range from {start} by {delta}: values past the i32 range the device computes integers in")
     return (count, start & 0xFFFFFFFF, delta & 0xFFFFFFFF), (count + 63) // 64
 
 
