@@ -160,20 +160,21 @@ def build(
         if dump_dir is not None:
             _dump(ir, dump_dir / f"{i:02d}-{p.name}.mlir")
 
-    if all_checkpoints or options.inline_weights:
-        say("checking the checkpoint" + (" and inlining its weights" if options.inline_weights else ""))
-    notes = check_checkpoints(ir, all_checkpoints, headers, inline=options.inline_weights)
     if backend not in BACKENDS:
         raise UsageError(f"backend '{backend}' is not one of {', '.join(BACKENDS)}")
-    say(f"emitting the {backend} module")
-    if backend == "wgsl":
-        from loam.backends.wgsl_module import wgsl_module
+    if backend == "wgsl":  # the WGSL pipeline runs its row kernels as tile programs
         from loam.passes.tile_rows import TileRowsPass
 
         say("running tile-rows")
         TileRowsPass().apply(ctx, ir)
         if dump_dir is not None:
             _dump(ir, dump_dir / "99-tile-rows.mlir")
+    if all_checkpoints or options.inline_weights:
+        say("checking the checkpoint" + (" and inlining its weights" if options.inline_weights else ""))
+    notes = check_checkpoints(ir, all_checkpoints, headers, inline=options.inline_weights)
+    say(f"emitting the {backend} module")
+    if backend == "wgsl":
+        from loam.backends.wgsl_module import wgsl_module
 
         source, device = wgsl_module(ir)
         if fusion is not None:
