@@ -123,6 +123,7 @@ class _WgslEmitter(_Emitter):
         self.folded: dict[SSAValue, tuple[SSAValue, tuple[int, ...]]] = {}  # permute -> (source, perm)
         self.sizing: list[str] = []
         self.dispatches = 0
+        self.host_nodes: list[str] = []  # kernels the host computes (i64 arithmetic the device could wrap)
 
     # -- declarations -------------------------------------------------------------------------------
 
@@ -146,8 +147,10 @@ class _WgslEmitter(_Emitter):
         return sources
 
     def _declarations(self) -> list[str]:
+        exprs = [self._expr_source(key, n) for key, n in self.exprs.items()]  # the host's zips, if any
         shaders = "".join(f"    {name!r}: {source!r},\n" for source, name in self.shaders.items())
         parts = [
+            *exprs,
             "# Every compute shader forward dispatches, by name (WGSL source)\n_SHADERS = {\n" + shaders + "}\n",
             '_GPU: list = []  # the module\'s device, made on first use\n\n\ndef _gpu() -> "_Gpu":\n'
             '    """The device forward computes on: one per process, every pipeline compiled once."""\n'
@@ -374,6 +377,9 @@ class _WgslEmitter(_Emitter):
         try:
             elems = [t.elem.name for t in types]
             source = elementwise.source_zip(expr, shapes, elems, (result.shape, result.elem.name))
+        except elementwise.UnboundedI64:
+            self._host_zip(op, values, at)
+            return
         except UnsupportedError as e:
             raise UnsupportedError(f"{op.name} '{_node(op)}': {e}") from None
         strided = elementwise.strided_operands(shapes, result.shape)
@@ -381,6 +387,28 @@ class _WgslEmitter(_Emitter):
         params = f"_p_zip({self._shape_py(result)}, ({''.join(self._shape_of(values[j]) + ', ' for j in strided)}))"
         out = self._slot(op.results[0], at)
         self._dispatch(op, self._shader(source, "zip"), [out], [self._buffer(v) for v in values], params)
+
+    def _host_zip(self, op: Operation, values: list[SSAValue], at: int) -> None:
+        """A zip of i64 arithmetic the device could wrap, computed by the host in numpy's i64: its
+        operands come down, its result goes back up (refused there if it left the i32 range)."""
+        scope = self.scope
+        assert scope is not None
+        node = _node(op)
+        reads = []
+        for v in values:
+            t = _axes_type(v, "host operand")
+            reads.append(f"({self._buffer(v)}, {_host_dtype(t)!r}, {self._shape_py(t)})")
+        names = [self.names.mint(f"_h{at}_{k}") for k in range(len(values))]
+        target = ", ".join(names) + ("," if len(names) == 1 else "")
+        scope.items.append(f"{target} = g.host(({', '.join(reads)},))  # {node}: i64 arithmetic on the host")
+        if isinstance(op, ZipOp):
+            call = self._zip_call(op, list(names), None)
+        else:  # a cast
+            call = f"{names[0]}.astype({_host_dtype(_axes_type(op.results[0], 'cast result'))!r})"
+        out = self._slot(op.results[0], at)
+        scope.items.append(f"g.write({node!r}, {out}, {call})")
+        scope.items.append("g.resume()")
+        self.host_nodes.append(node)
 
     def _matmul(self, op: MatmulOp, at: int) -> None:
         result = _axes_type(op.result, "kernel.matmul")
@@ -516,7 +544,9 @@ class _WgslEmitter(_Emitter):
                 t = _axes_type(op.result, "resident")
                 count = math.prod(e.const_value if e.is_const else 0 for e in t.shape)
                 resident += 4 * count
-        return DeviceSummary(self.dispatches, str(crossing), str(device_bytes(self.slot_sizes)), str(resident))
+        return DeviceSummary(
+            self.dispatches, str(crossing), str(device_bytes(self.slot_sizes)), str(resident), tuple(self.host_nodes)
+        )
 
     # -- forward --------------------------------------------------------------------------------------
 

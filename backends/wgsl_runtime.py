@@ -196,6 +196,18 @@ class _Gpu:
         self.device.queue.submit([self.encoder.finish()])  # type: ignore[attr-defined]
         self.encoder = self.compute = None
 
+    def host(self, buffers: tuple[tuple[object, str, tuple[int, ...]], ...]) -> list[np.ndarray]:
+        """Submit what is recorded and download `buffers` (buffer, host dtype, shape) for a kernel the
+        host computes; `resume` records on after it."""
+        self.end()
+        self.stats["host_kernels"] = self.stats.get("host_kernels", 0) + 1
+        return [self.read(b, dtype, shape) for b, dtype, shape in buffers]
+
+    def resume(self) -> None:
+        """Record the forward's next dispatches (after a kernel the host computed)."""
+        self.encoder = self.device.create_command_encoder()
+        self.compute = self.encoder.begin_compute_pass()  # type: ignore[attr-defined]
+
 
 def _grid(threads: int, size: int = 64) -> int:
     """Workgroups of `size` invocations covering `threads` (the kernels read x + y * 65535)."""

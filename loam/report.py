@@ -89,12 +89,18 @@ class DeviceSummary:
     """Bytes of the activation buffers (inputs, intermediates, outputs) after liveness reuse."""
     resident: str
     """Bytes of the weights and constants resident on the device."""
+    host: tuple[str, ...] = ()
+    """Nodes the host computes: i64 arithmetic the device could wrap (their operands come down and
+    their results go up, on top of `crossing`)."""
 
     def text(self) -> str:
-        return (
+        line = (
             f"per forward: {self.dispatches} dispatches, {self.crossing} bytes crossing (inputs and outputs); "
             f"device bytes: {self.activations} activations + {self.resident} resident"
         )
+        if self.host:
+            line += f"\non the host (i64 arithmetic the device's i32 could wrap): {', '.join(self.host)}"
+        return line
 
 
 @dataclass

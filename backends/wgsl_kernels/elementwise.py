@@ -182,6 +182,10 @@ _I64_GROWING = frozenset({"neg", "abs", "add", "sub", "mul", "div", "pow", "shl"
 """Integer steps whose i64 result can leave the range of i32 operands (the device computes i64 in i32)."""
 
 
+class UnboundedI64(UnsupportedError):
+    """An i64 step the device cannot compute without risking a wrap (the module computes it on the host)."""
+
+
 def _refuse_unbounded_i64(step: object, types: Sequence[tuple[object, str]]) -> None:
     """Refuse an i64 step whose result could leave the i32 range WGSL computes it in: a wrap there
     would be a silent wrong number where numpy's i64 keeps the value."""
@@ -189,7 +193,7 @@ def _refuse_unbounded_i64(step: object, types: Sequence[tuple[object, str]]) -> 
     from_float = isinstance(step, Convert) and device_type(types[step.arg][1]) == "f32"
     if grows or from_float:
         what = f"'{step.op}'" if isinstance(step, (Unary, Binary)) else f"a cast from {types[step.arg][1]}"  # type: ignore[union-attr]
-        raise UnsupportedError(
+        raise UnboundedI64(
             f"i64 {what}: WGSL computes i64 in i32, and this result could leave the i32 range that numpy's "
             "i64 keeps; the WGSL backend runs no i64 arithmetic it cannot bound"
         )

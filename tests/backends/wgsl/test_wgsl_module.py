@@ -113,9 +113,27 @@ kernel.program "forward" (%i : !tensor_axes.tensor<i64, [N: 3]>) names ["i"] {
     assert got.dtype == np.int64 and got.tolist() == [1, 1, 2**31 - 1]
     with pytest.raises(gpu.ShapeError, match=r"'i' holds 2147483648, outside the i32 range"):
         gpu.forward(gpu.Weights(), np.array([0, 2**31, 1], np.int64))
-    # i64 arithmetic that could leave i32 is refused at build time, naming the node: never a wrap.
-    with pytest.raises(UnsupportedError, match=r"kernel.zip 'inc': i64 'add': WGSL computes i64 in i32"):
-        emit_wgsl(_program(text.replace("max 0 1", "add 0 1").replace('"floor1"', '"inc"')))
+
+
+def test_i64_arithmetic_the_device_could_wrap_runs_on_the_host() -> None:
+    text = """
+kernel.program "forward" (%i : !tensor_axes.tensor<i64, [N: 3]>) names ["i"] {
+  %d = kernel.zip(%i) #kernel.expr<[operand 0, const 2 : i64, max 0 1]> {node = "floor2"} : (!tensor_axes.tensor<i64, [N: 3]>) -> !tensor_axes.tensor<i64, [N: 3]>
+  %y = kernel.zip(%d) #kernel.expr<[operand 0, operand 0, mul 0 1]> {node = "square"} : (!tensor_axes.tensor<i64, [N: 3]>) -> !tensor_axes.tensor<i64, [N: 3]>
+  %z = kernel.zip(%y) #kernel.expr<[operand 0, const 5 : i64, min 0 1]> {node = "cap"} : (!tensor_axes.tensor<i64, [N: 3]>) -> !tensor_axes.tensor<i64, [N: 3]>
+  kernel.return %z names ["z"] : !tensor_axes.tensor<i64, [N: 3]>
+}
+"""
+    module = _program(text)
+    source = emit_wgsl(module)
+    assert "= g.host(((_b[1], 'int64', (3,)),))  # square: i64 arithmetic on the host" in source
+    gpu = import_source(source, "loam_wgsl_i64_host")
+    assert gpu.forward(gpu.Weights(), np.array([1, 3, -7], np.int64)).tolist() == [4, 5, 4]
+    g = gpu._gpu()
+    assert g.stats["host_kernels"] >= 1
+    # A product past i32 cannot go back to the device: the call stops naming the node, never wraps.
+    with pytest.raises(gpu.ShapeError, match=r"'square' holds 4611686014132420609, outside the i32 range"):
+        gpu.forward(gpu.Weights(), np.array([2**31 - 1, 1, 1], np.int64))
 
 
 def test_a_kernel_with_no_wgsl_form_stops_the_build_naming_its_node() -> None:
