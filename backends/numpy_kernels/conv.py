@@ -303,6 +303,77 @@ def _k_pool(
     return _narrowed(total / counts.astype(total.dtype), dtype)
 
 
+def _resize_coordinates(
+    coordinate_mode: str, n_in: int, n_out: int, scale: np.float32, roi: tuple[float, float]
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Each output position's coordinate in the input along one axis, in f32 as onnxruntime computes it
+    (`roi`: this axis's normalised start and end), and for tf_crop_and_resize which positions fall
+    outside the input (else None)."""
+    f32 = np.float32
+    o = np.arange(n_out, dtype=f32)
+    # The resized length as ONNX's mapping reads it: scale * input length, not rounded down.
+    length = scale * f32(n_in)
+    if coordinate_mode == "half_pixel":
+        return (o + f32(0.5)) / scale - f32(0.5), None
+    if coordinate_mode == "half_pixel_symmetric":
+        adjustment = f32(n_out) / (scale * f32(n_in))
+        center = f32(n_in) / f32(2)
+        return center * (f32(1) - adjustment) + (o + f32(0.5)) / scale - f32(0.5), None
+    if coordinate_mode == "pytorch_half_pixel":
+        return ((o + f32(0.5)) / scale - f32(0.5) if n_out > 1 else np.zeros_like(o)), None
+    if coordinate_mode == "align_corners":
+        return (o * f32(n_in - 1) / (length - f32(1)) if length != 1 else np.zeros_like(o)), None
+    if coordinate_mode == "asymmetric":
+        return o / scale, None
+    if coordinate_mode == "tf_half_pixel_for_nn":
+        return (o + f32(0.5)) / scale, None
+    if coordinate_mode != "tf_crop_and_resize":
+        raise ValueError(f"resize: coordinate_transformation_mode {coordinate_mode!r}")
+    start, end = f32(roi[0]), f32(roi[1])
+    if length != 1:
+        c = start * f32(n_in - 1) + o * (end - start) * f32(n_in - 1) / (length - f32(1))
+    else:
+        c = np.full_like(o, f32(0.5) * (start + end) * f32(n_in - 1))
+    return c, (c < 0) | (c > n_in - 1)
+
+
+def _nearest_taps(c: np.ndarray, nearest_mode: str, scale: np.float32, last: int) -> np.ndarray:
+    """The input position nearest mode rounds each coordinate `c` to, clamped to [0, last].
+    `simple` is opset 10's rule: floor when enlarging, ceil when shrinking."""
+    f32 = np.float32
+    if nearest_mode == "round_prefer_floor":
+        k = np.ceil(c - f32(0.5))
+    elif nearest_mode == "round_prefer_ceil":
+        k = np.floor(c + f32(0.5))
+    elif nearest_mode == "floor":
+        k = np.floor(c)
+    elif nearest_mode == "ceil":
+        k = np.ceil(c)
+    else:  # simple
+        k = np.ceil(c) if scale < 1 else np.floor(c)
+    return np.clip(k, 0, last).astype(np.int64)
+
+
+def _cubic_taps(c: np.ndarray, a: float, exclude_outside: int, last: int) -> tuple[list, list]:
+    """Cubic interpolation at coordinates `c`: the four input positions around floor(c) (clamped to
+    [0, last]) and their weights, Keys' coefficients with parameter `a` in f64; with `exclude_outside`
+    the taps outside the input weigh 0 and the rest are renormalised."""
+    base = np.floor(c)
+    t = (c - base).astype(np.float64)
+    weights = []
+    for j, dist in enumerate([t + 1, t, 1 - t, 2 - t]):
+        if j in (1, 2):
+            weights.append(((a + 2) * dist - (a + 3)) * dist * dist + 1)
+        else:
+            weights.append(((a * dist - 5 * a) * dist + 8 * a) * dist - 4 * a)
+    taps = [base.astype(np.int64) - 1 + j for j in range(4)]
+    if exclude_outside:
+        weights = [np.where((tj < 0) | (tj > last), 0.0, wj) for tj, wj in zip(taps, weights, strict=True)]
+        total = weights[0] + weights[1] + weights[2] + weights[3]
+        weights = [wj / total for wj in weights]
+    return [np.clip(tj, 0, last) for tj in taps], weights
+
+
 def _k_resize(
     x: np.ndarray,
     *,
@@ -334,47 +405,16 @@ def _k_resize(
         cropped = coordinate_mode == "tf_crop_and_resize" and (roi[axis], roi[axis + x.ndim]) != (0, 1)
         if n_in == n_out and scale == 1 and not cropped:
             continue
-        o = np.arange(n_out, dtype=f32)
-        # The resized length as ONNX's mapping reads it: scale * input length, not rounded down.
-        length = scale * f32(n_in)
-        if coordinate_mode == "half_pixel":
-            c = (o + f32(0.5)) / scale - f32(0.5)
-        elif coordinate_mode == "half_pixel_symmetric":
-            adjustment = f32(n_out) / (scale * f32(n_in))
-            center = f32(n_in) / f32(2)
-            c = center * (f32(1) - adjustment) + (o + f32(0.5)) / scale - f32(0.5)
-        elif coordinate_mode == "pytorch_half_pixel":
-            c = (o + f32(0.5)) / scale - f32(0.5) if n_out > 1 else np.zeros_like(o)
-        elif coordinate_mode == "align_corners":
-            c = o * f32(n_in - 1) / (length - f32(1)) if length != 1 else np.zeros_like(o)
-        elif coordinate_mode == "asymmetric":
-            c = o / scale
-        elif coordinate_mode == "tf_half_pixel_for_nn":
-            c = (o + f32(0.5)) / scale
-        else:  # tf_crop_and_resize
-            start, end = f32(roi[axis]), f32(roi[axis + x.ndim])
-            if length != 1:
-                c = start * f32(n_in - 1) + o * (end - start) * f32(n_in - 1) / (length - f32(1))
-            else:
-                c = np.full_like(o, f32(0.5) * (start + end) * f32(n_in - 1))
-            off = (c < 0) | (c > n_in - 1)
+        bounds = (roi[axis], roi[axis + x.ndim]) if roi else (0, 1)
+        c, off = _resize_coordinates(coordinate_mode, n_in, n_out, scale, bounds)
+        if off is not None:
             shape = [1] * x.ndim
             shape[axis] = n_out
             off = off.reshape(shape)
             outside = off if outside is None else (outside | off)
         last = n_in - 1
         if mode == "nearest":
-            if nearest_mode == "round_prefer_floor":
-                k = np.ceil(c - f32(0.5))
-            elif nearest_mode == "round_prefer_ceil":
-                k = np.floor(c + f32(0.5))
-            elif nearest_mode == "floor":
-                k = np.floor(c)
-            elif nearest_mode == "ceil":
-                k = np.ceil(c)
-            else:  # simple
-                k = np.ceil(c) if scale < 1 else np.floor(c)
-            y = np.take(y, np.clip(k, 0, last).astype(np.int64), axis=axis)
+            y = np.take(y, _nearest_taps(c, nearest_mode, scale, last), axis=axis)
             continue
         shape = [1] * x.ndim
         shape[axis] = n_out
@@ -385,26 +425,10 @@ def _k_resize(
             t = (c - lo).astype(y.dtype).reshape(shape)
             y = np.take(y, lo, axis=axis) * (1 - t) + np.take(y, hi, axis=axis) * t
             continue
-        # cubic: four taps around floor(c), Keys' coefficients with parameter a
-        base = np.floor(c)
-        t = (c - base).astype(np.float64)
-        a = float(cubic_coeff_a)
-        d = [t + 1, t, 1 - t, 2 - t]
-        weights = []
-        for j, dist in enumerate(d):
-            if j in (1, 2):
-                wj = ((a + 2) * dist - (a + 3)) * dist * dist + 1
-            else:
-                wj = ((a * dist - 5 * a) * dist + 8 * a) * dist - 4 * a
-            weights.append(wj)
-        taps = [base.astype(np.int64) - 1 + j for j in range(4)]
-        if exclude_outside:
-            weights = [np.where((tj < 0) | (tj > last), 0.0, wj) for tj, wj in zip(taps, weights, strict=True)]
-            total = weights[0] + weights[1] + weights[2] + weights[3]
-            weights = [wj / total for wj in weights]
+        taps, weights = _cubic_taps(c, float(cubic_coeff_a), exclude_outside, last)
         acc = None
         for tj, wj in zip(taps, weights, strict=True):
-            term = np.take(y, np.clip(tj, 0, last), axis=axis) * wj.astype(y.dtype).reshape(shape)
+            term = np.take(y, tj, axis=axis) * wj.astype(y.dtype).reshape(shape)
             acc = term if acc is None else acc + term
         y = acc
     if outside is not None:
@@ -417,11 +441,14 @@ PIECES: dict[str, object] = {
     "_k_conv": _k_conv,
     "_k_conv_transpose": _k_conv_transpose,
     "_k_pool": _k_pool,
+    "_resize_coordinates": _resize_coordinates,
+    "_nearest_taps": _nearest_taps,
+    "_cubic_taps": _cubic_taps,
     "_k_resize": _k_resize,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "_k_conv": ("_widened", "_narrowed"),
     "_k_conv_transpose": ("_widened", "_narrowed"),
     "_k_pool": ("_conv_windows", "_widened", "_narrowed"),
-    "_k_resize": ("_widened", "_narrowed"),
+    "_k_resize": ("_widened", "_narrowed", "_resize_coordinates", "_nearest_taps", "_cubic_taps"),
 }

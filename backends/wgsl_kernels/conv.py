@@ -25,6 +25,7 @@ the taps inside the padded extents; lp is (sum |x|^p)^(1/p) over the taps inside
 
 from __future__ import annotations
 
+from loam.backends.numpy_kernels.conv import _cubic_taps, _nearest_taps, _resize_coordinates
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
 from loam.errors import UnsupportedError
 
@@ -430,50 +431,16 @@ def _p_resize(
     for axis in range(R):
         n_in, n_out, scale = x[axis], int(sizes[axis]), f32(scales[axis])
         cropped = coordinate_mode == "tf_crop_and_resize" and (roi[axis], roi[axis + R]) != (0, 1)
-        o = np.arange(n_out, dtype=f32)
         if n_in == n_out and scale == 1 and not cropped:
             taps.append(1)
             mul.append(0)
             tables.append(np.stack([np.zeros(n_out, np.int64), np.arange(n_out), np.zeros(n_out, np.int64)], 1))
             continue
-        length = scale * f32(n_in)
-        off = np.zeros(n_out, dtype=bool)
-        if coordinate_mode == "half_pixel":
-            c = (o + f32(0.5)) / scale - f32(0.5)
-        elif coordinate_mode == "half_pixel_symmetric":
-            adjustment = f32(n_out) / (scale * f32(n_in))
-            center = f32(n_in) / f32(2)
-            c = center * (f32(1) - adjustment) + (o + f32(0.5)) / scale - f32(0.5)
-        elif coordinate_mode == "pytorch_half_pixel":
-            c = (o + f32(0.5)) / scale - f32(0.5) if n_out > 1 else np.zeros_like(o)
-        elif coordinate_mode == "align_corners":
-            c = o * f32(n_in - 1) / (length - f32(1)) if length != 1 else np.zeros_like(o)
-        elif coordinate_mode == "asymmetric":
-            c = o / scale
-        elif coordinate_mode == "tf_half_pixel_for_nn":
-            c = (o + f32(0.5)) / scale
-        elif coordinate_mode == "tf_crop_and_resize":
-            start, end = f32(roi[axis]), f32(roi[axis + R])
-            if length != 1:
-                c = start * f32(n_in - 1) + o * (end - start) * f32(n_in - 1) / (length - f32(1))
-            else:
-                c = np.full_like(o, f32(0.5) * (start + end) * f32(n_in - 1))
-            off = (c < 0) | (c > n_in - 1)
-        else:
-            raise ValueError(f"resize: coordinate_transformation_mode {coordinate_mode!r}")
+        c, off = _resize_coordinates(coordinate_mode, n_in, n_out, scale, (roi[axis], roi[axis + R]) if roi else (0, 1))
+        off = np.zeros(n_out, dtype=bool) if off is None else off
         last = n_in - 1
         if mode == "nearest":
-            if nearest_mode == "round_prefer_floor":
-                k = np.ceil(c - f32(0.5))
-            elif nearest_mode == "round_prefer_ceil":
-                k = np.floor(c + f32(0.5))
-            elif nearest_mode == "floor":
-                k = np.floor(c)
-            elif nearest_mode == "ceil":
-                k = np.ceil(c)
-            else:  # simple
-                k = np.ceil(c) if scale < 1 else np.floor(c)
-            index = [np.clip(k, 0, last).astype(np.int64)]
+            index = [_nearest_taps(c, nearest_mode, scale, last)]
             weights = [np.zeros(n_out, f32)]
         elif mode == "linear":
             c = np.clip(c, 0, last)
@@ -482,22 +449,7 @@ def _p_resize(
             t = (c - lo).astype(f32)
             index, weights = [lo, hi], [1 - t, t]
         else:  # cubic
-            base = np.floor(c)
-            t = (c - base).astype(np.float64)
-            a = float(cubic_coeff_a)
-            d = [t + 1, t, 1 - t, 2 - t]
-            weights = []
-            for j, dist in enumerate(d):
-                if j in (1, 2):
-                    weights.append(((a + 2) * dist - (a + 3)) * dist * dist + 1)
-                else:
-                    weights.append(((a * dist - 5 * a) * dist + 8 * a) * dist - 4 * a)
-            tap = [base.astype(np.int64) - 1 + j for j in range(4)]
-            if exclude_outside:
-                weights = [np.where((tj < 0) | (tj > last), 0.0, wj) for tj, wj in zip(tap, weights, strict=True)]
-                total = weights[0] + weights[1] + weights[2] + weights[3]
-                weights = [wj / total for wj in weights]
-            index = [np.clip(tj, 0, last) for tj in tap]
+            index, weights = _cubic_taps(c, float(cubic_coeff_a), exclude_outside, last)
             weights = [wj.astype(f32) for wj in weights]
         bits = [np.asarray(w, dtype=f32).view(np.uint32).astype(np.int64) for w in weights]
         taps.append(len(index))
@@ -526,8 +478,11 @@ PIECES: dict[str, object] = {
     "_p_pool": _p_pool,
     "_p_conv_transpose": _p_conv_transpose,
     "_p_resize": _p_resize,
+    "_resize_coordinates": _resize_coordinates,
+    "_nearest_taps": _nearest_taps,
+    "_cubic_taps": _cubic_taps,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {}
+DEPENDS: dict[str, tuple[str, ...]] = {"_p_resize": ("_resize_coordinates", "_nearest_taps", "_cubic_taps")}
 SOURCES: dict[str, object] = {
     "conv": source_conv,
     "pool": source_pool,
