@@ -50,19 +50,25 @@ def _f32_literal(value: float) -> str:
 # -- conv ------------------------------------------------------------------------------------------
 
 
-def source_conv(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
-    """The conv shader: operands x (N, C, *S), w (M, C/group, *K)[, b (M)]."""
+def _conv_start(name: str, operands: list[tuple[str, int]]) -> tuple[int, tuple[int, ...], str]:
+    """What conv and conv_transpose share: the spatial rank (refusing non-floats and inputs without a
+    spatial axis), where their params put the spatial, kernel and result extents, strides, dilations
+    and pads, and the body's start (the invocation's result coordinates, `nm` = n * M + m)."""
     rank = operands[0][1]
-    out_elem = results[0][0]
     for e, _ in operands:
         if device_type(e) != "f32":
-            raise UnsupportedError(f"WGSL conv: element type {e} is not a float")
+            raise UnsupportedError(f"WGSL {name}: element type {e} is not a float")
     nsp = rank - 2
     if nsp < 1:
-        raise UnsupportedError(f"WGSL conv: a rank-{rank} input has no spatial axis")
-    s_at, k_at, o_at = 5, 5 + nsp, 5 + 2 * nsp
-    st_at, d_at, p_at = 5 + 3 * nsp, 5 + 4 * nsp, 5 + 5 * nsp
-    body = FLAT + "  if (i >= params[0]) { return; }\n" + _coords(nsp, o_at, "nm")
+        raise UnsupportedError(f"WGSL {name}: a rank-{rank} input has no spatial axis")
+    offsets = tuple(5 + k * nsp for k in range(6))
+    return nsp, offsets, FLAT + "  if (i >= params[0]) { return; }\n" + _coords(nsp, offsets[2], "nm")
+
+
+def source_conv(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """The conv shader: operands x (N, C, *S), w (M, C/group, *K)[, b (M)]."""
+    out_elem = results[0][0]
+    nsp, (s_at, k_at, _, st_at, d_at, p_at), body = _conv_start("conv", operands)
     body += (
         "  let m = nm % params[2];\n"
         "  let nb = nm / params[2];\n"
@@ -268,17 +274,8 @@ def source_conv_transpose(operands: list[tuple[str, int]], results: list[tuple[s
     divides exactly and s is inside.  The sum runs over the taps row-major, each tap's products over
     the group's input channels summed first (the numpy kernel's matmul, then one add per tap), the
     bias last.  The params are conv's (`_p_conv`'s layout, M = w's extent 1 times group)."""
-    rank = operands[0][1]
     out_elem = results[0][0]
-    for e, _ in operands:
-        if device_type(e) != "f32":
-            raise UnsupportedError(f"WGSL conv_transpose: element type {e} is not a float")
-    nsp = rank - 2
-    if nsp < 1:
-        raise UnsupportedError(f"WGSL conv_transpose: a rank-{rank} input has no spatial axis")
-    s_at, k_at, o_at = 5, 5 + nsp, 5 + 2 * nsp
-    st_at, d_at, p_at = 5 + 3 * nsp, 5 + 4 * nsp, 5 + 5 * nsp
-    body = FLAT + "  if (i >= params[0]) { return; }\n" + _coords(nsp, o_at, "nm")
+    nsp, (s_at, k_at, _, st_at, d_at, p_at), body = _conv_start("conv_transpose", operands)
     body += (
         "  let m = nm % params[2];\n"
         "  let nb = nm / params[2];\n"

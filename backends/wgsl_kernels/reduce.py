@@ -120,6 +120,22 @@ def accumulate(var: str, combine: str, value: str) -> str:
 # -- softmax ---------------------------------------------------------------------------------------
 
 
+PAIR_TREE = (
+    "  sh[lid] = bv;\n"
+    "  si[lid] = bi;\n"
+    "  workgroupBarrier();\n"
+    "  for (var s = 32u; s > 0u; s = s >> 1u) {\n"
+    "    if (lid < s && better(sh[lid + s], si[lid + s], sh[lid], si[lid])) {\n"
+    "      sh[lid] = sh[lid + s];\n"
+    "      si[lid] = si[lid + s];\n"
+    "    }\n"
+    "    workgroupBarrier();\n"
+    "  }\n"
+)
+"""The workgroup tree over (value, index) pairs (`sh`, `si`) that hardmax and arg_reduce share: after
+it, `si[0]` is the index `better` ranks first."""
+
+
 def source_softmax(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
     """Softmax / LogSoftmax / Hardmax over `axes` jointly: max, sum of exp, write (f32 compute)."""
     kind = params.get("kind")
@@ -139,18 +155,7 @@ def source_softmax(operands: list[tuple[str, int]], results: list[tuple[str, int
             "  for (var j = lid; j < n; j = j + 64u) {\n"
             "    let x = in0[base + row_at(j)];\n"
             "    if (better(x, j, bv, bi)) { bv = x; bi = j; }\n"
-            "  }\n"
-            "  sh[lid] = bv;\n"
-            "  si[lid] = bi;\n"
-            "  workgroupBarrier();\n"
-            "  for (var s = 32u; s > 0u; s = s >> 1u) {\n"
-            "    if (lid < s && better(sh[lid + s], si[lid + s], sh[lid], si[lid])) {\n"
-            "      sh[lid] = sh[lid + s];\n"
-            "      si[lid] = si[lid + s];\n"
-            "    }\n"
-            "    workgroupBarrier();\n"
-            "  }\n"
-            "  let best = si[0];\n"
+            "  }\n" + PAIR_TREE + "  let best = si[0];\n"
             "  for (var j = lid; j < n; j = j + 64u) {\n"
             "    out0[base + row_at(j)] = select(0.0, 1.0, j == best);\n"
             "  }\n"
@@ -356,18 +361,7 @@ def source_arg_reduce(operands: list[tuple[str, int]], results: list[tuple[str, 
         "  for (var j = lid; j < n; j = j + 64u) {\n"
         "    let x = in0[base + j * inner];\n"
         "    if (better(x, j, bv, bi)) { bv = x; bi = j; }\n"
-        "  }\n"
-        "  sh[lid] = bv;\n"
-        "  si[lid] = bi;\n"
-        "  workgroupBarrier();\n"
-        "  for (var s = 32u; s > 0u; s = s >> 1u) {\n"
-        "    if (lid < s && better(sh[lid + s], si[lid + s], sh[lid], si[lid])) {\n"
-        "      sh[lid] = sh[lid + s];\n"
-        "      si[lid] = si[lid + s];\n"
-        "    }\n"
-        "    workgroupBarrier();\n"
-        "  }\n"
-        "  if (live && lid == 0u) { out0[row] = select(i32(si[0]), 0, si[0] == NONE); }\n"
+        "  }\n" + PAIR_TREE + "  if (live && lid == 0u) { out0[row] = select(i32(si[0]), 0, si[0] == NONE); }\n"
     )
     return kernel([out_elem], [elem], body, _line_helpers(dt, kind))
 
