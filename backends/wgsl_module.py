@@ -143,7 +143,9 @@ class _WgslEmitter(_Emitter):
                 stack.extend(d for d in depends.get(name, ()) if d in pieces)
         for name in pieces:
             if name in wanted:
-                sources.append(inspect.getsource(pieces[name]))  # type: ignore[arg-type]
+                piece = pieces[name]
+                constant = not callable(piece)  # a module constant: its value
+                sources.append(f"{name} = {piece!r}\n" if constant else inspect.getsource(piece))  # type: ignore[arg-type]
         return sources
 
     def _declarations(self) -> list[str]:

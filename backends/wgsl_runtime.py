@@ -61,6 +61,10 @@ def _host_array(data: memoryview | bytes, dtype: str, shape: tuple[int, ...]) ->
     return raw.astype(np.dtype(dtype))  # "bfloat16" is known once the module imported ml_dtypes
 
 
+_CACHE_LIMIT = 4096
+"""Parameter buffers, bind groups and shape-value buffers a module keeps before it starts over."""
+
+
 class _Gpu:
     """The device one module computes on, its pipelines, and what crossed between host and device."""
 
@@ -137,6 +141,8 @@ class _Gpu:
         key = (data.dtype.str, data.shape, data.tobytes())
         found = self.values_cache.get(key)
         if found is None:
+            if len(self.values_cache) >= _CACHE_LIMIT:
+                self.values_cache.clear()
             found = self.upload("shape values", data)
             self.values_cache[key] = found
         return found
@@ -167,6 +173,11 @@ class _Gpu:
         key = (name, tuple(id(b) for b in buffers), params)
         group = self.groups.get(key)
         if group is None:
+            if len(self.params_cache) >= _CACHE_LIMIT or len(self.groups) >= _CACHE_LIMIT:
+                # Extents that change every call (a decode loop's past) would grow these without end:
+                # start them over; the next calls rebuild what they use.
+                self.params_cache.clear()
+                self.groups.clear()
             pbuf = self.params_cache.get(params)
             if pbuf is None:
                 data = np.asarray(params or (0,), dtype=np.int64).astype(np.uint32)
@@ -215,6 +226,7 @@ def _grid(threads: int, size: int = 64) -> int:
 
 
 PIECES: dict[str, object] = {
+    "_CACHE_LIMIT": _CACHE_LIMIT,
     "DeviceError": DeviceError,
     "_device_dtype": _device_dtype,
     "_device_array": _device_array,
@@ -225,5 +237,5 @@ PIECES: dict[str, object] = {
 DEPENDS: dict[str, tuple[str, ...]] = {
     "_device_array": ("_device_dtype", "ShapeError"),
     "_host_array": ("_device_dtype",),
-    "_Gpu": ("DeviceError", "_device_array", "_host_array", "_device_dtype"),
+    "_Gpu": ("DeviceError", "_device_array", "_host_array", "_device_dtype", "_CACHE_LIMIT"),
 }

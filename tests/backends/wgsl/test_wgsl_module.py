@@ -145,3 +145,16 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f64, [N: 3]>) names ["x"] {
 """
     with pytest.raises(UnsupportedError, match=r"kernel.zip 'negate': element type f64 has no WGSL form"):
         emit_wgsl(_program(text))
+
+
+def test_a_decode_loop_of_ever_new_extents_keeps_the_device_caches_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = import_source(emit_wgsl(_symbolic()), "loam_wgsl_bounded")
+    monkeypatch.setattr(gpu, "_CACHE_LIMIT", 8)
+    weights = gpu.Weights.embedded()
+    cpu = import_source(emit_python(_symbolic()), "loam_numpy_bounded")
+    for n in range(1, 30):  # a new batch each call: new params, new bind groups, a new buffer pool
+        x = RNG.standard_normal((n, 8)).astype(np.float32)
+        got = gpu.forward(weights, x)
+        np.testing.assert_allclose(got.s, cpu.forward(cpu.Weights.embedded(), x).s, rtol=1e-5, atol=1e-6)
+    g = gpu._gpu()
+    assert len(g.params_cache) <= 8 and len(g.groups) <= 8 and len(g.pools) <= 4
