@@ -192,24 +192,10 @@ fn better(va: f32, ia: u32, vb: f32, ib: u32) -> bool {
 def _p_softmax(shapes: tuple[tuple[int, ...], ...], kind: str, axes: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
     """The softmax kernel's params (rows, row length, kept extents and strides, reduced extents and
     strides, the reduced axes in `axes` order) and its workgroups (one per row)."""
-    shape = tuple(shapes[0])
-    rank = len(shape)
-    strides = [1] * rank
-    for k in range(rank - 2, -1, -1):
-        strides[k] = strides[k + 1] * shape[k + 1]
-    kept = [a for a in range(rank) if a not in axes]
-    rows = 1
-    for a in kept:
-        rows *= shape[a]
-    length = 1
-    for a in axes:
-        length *= shape[a]
-    if length == 0:
-        rows = 0
-    block = [rows, length]
-    block += [shape[a] for a in kept] + [strides[a] for a in kept]
-    block += [shape[a] for a in axes] + [strides[a] for a in axes]
-    return tuple(block), rows
+    block = _row_block(tuple(shapes[0]), axes)
+    if block[1] == 0:  # an empty row: nothing to normalise
+        block[0] = 0
+    return tuple(block), block[0]
 
 
 # -- reduce ----------------------------------------------------------------------------------------
@@ -533,7 +519,8 @@ PIECES: dict[str, object] = {
     "_p_topk": _p_topk,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
-    "_p_arg_reduce": ("_lines",), "_p_cumsum": ("_lines",), "_p_reduce": ("_row_block",), "_p_topk": ("_lines",),
+    "_p_arg_reduce": ("_lines",), "_p_cumsum": ("_lines",), "_p_reduce": ("_row_block",),
+    "_p_softmax": ("_row_block",), "_p_topk": ("_lines",),
 }  # fmt: skip
 SOURCES: dict[str, object] = {
     "softmax": source_softmax,
