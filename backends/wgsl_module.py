@@ -13,7 +13,12 @@ anything goes to the device) and differs in what forward does after the checks:
   the params computed on the host from the bound extents by the kernel's `_p_NAME`;
 - the outputs downloaded, converted back to their host dtypes.
 
-No kernel runs on the host: an op the printer has no WGSL for stops the build naming the node.
+A kernel the printer has no WGSL for stops the build naming the node, unless the build asks for a
+host fallback (`host_fallback=True`, `loam build --host-fallback`): then that kernel runs in numpy on
+the host (its device operands downloaded, its results uploaded), and a value whose element type has no
+device form (f64, ui32, ui64) lives on the host from its first kernel to its last.  Elementwise i64
+arithmetic the device's i32 could wrap runs on the host always.  The report lists every host kernel
+with its reason.
 A regrouping is the same buffer (every device tensor is row-major and contiguous); a permutation
 only products read is folded into the product's strides; any other permutation, slice, split and
 concat is a strided copy.  The shaders are module constants (`_SHADERS`), one per distinct source.
@@ -97,12 +102,13 @@ def emit_wgsl(module: object) -> str:
     return wgsl_module(module)[0]
 
 
-def wgsl_module(module: object) -> tuple[str, DeviceSummary]:
-    """`emit_wgsl`'s source and what the module does per forward (dispatches, bytes)."""
+def wgsl_module(module: object, host_fallback: bool = False) -> tuple[str, DeviceSummary]:
+    """`emit_wgsl`'s source and what the module does per forward (dispatches, bytes); with
+    `host_fallback`, kernels with no WGSL form run on the host instead of stopping the build."""
     programs = [op for op in module.walk() if isinstance(op, ProgramOp)]  # type: ignore[attr-defined]
     if len(programs) != 1:
         raise UnsupportedError(f"the WGSL backend prints one kernel.program, found {len(programs)}")
-    emitter = _WgslEmitter(programs[0], _checkpoint_names(module))  # type: ignore[arg-type]
+    emitter = _WgslEmitter(programs[0], _checkpoint_names(module), host_fallback)  # type: ignore[arg-type]
     source = emitter.emit()
     return source, emitter.summary()
 
@@ -110,8 +116,12 @@ def wgsl_module(module: object) -> tuple[str, DeviceSummary]:
 class _WgslEmitter(_Emitter):
     weight_slots = {"_resident": "(device, buffers) the weights were uploaded to, made on first use"}  # noqa: RUF012
 
-    def __init__(self, program: ProgramOp, checkpoint_names: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(
+        self, program: ProgramOp, checkpoint_names: tuple[tuple[str, str], ...] = (), host_fallback: bool = False
+    ) -> None:
         super().__init__(program, checkpoint_names)
+        self.host_fallback = host_fallback
+        self.host_values: set[SSAValue] = set()  # values of no device type: numpy arrays on the host
         self.shaders: dict[str, str] = {}  # source -> shader name
         self.gpu_pieces: set[str] = {"_Gpu"}
         # Device values: the buffer expression of each SSA value (`_b[3]`, `_w[0]`), the resident
@@ -123,7 +133,7 @@ class _WgslEmitter(_Emitter):
         self.folded: dict[SSAValue, tuple[SSAValue, tuple[int, ...]]] = {}  # permute -> (source, perm)
         self.sizing: list[str] = []
         self.dispatches = 0
-        self.host_nodes: list[str] = []  # kernels the host computes (i64 arithmetic the device could wrap)
+        self.host_nodes: list[str] = []  # kernels the host computes: "node (why)"
 
     # -- declarations -------------------------------------------------------------------------------
 
@@ -186,7 +196,7 @@ class _WgslEmitter(_Emitter):
                     f"If node '{op.node.data}': its condition is computed on the device, and the WGSL module "
                     "decides an If on the host (a graph input as the condition)"
                 )
-            if isinstance(op, PermuteOp):
+            if isinstance(op, PermuteOp) and not self._host_typed(op.result):
                 users = {id(u.operation): u.operation for u in op.result.uses}.values()
                 if users and all(isinstance(u, MatmulOp) and op.result in (u.lhs, u.rhs) for u in users):
                     self.folded[op.result] = (op.operands[0], tuple(op.permutation))
@@ -217,6 +227,9 @@ class _WgslEmitter(_Emitter):
         scope.items.append("_w = _resident(weights, g)")
         scope.items.append("_b = g.pool(_key, _sizes)  # this binding's activation buffers, made once")
         for arg, onnx_name in zip(self.program.block.args, self.program.input_names.data, strict=True):
+            if self.host_fallback and self._host_typed(arg):
+                self.host_values.add(arg)  # a numpy array the host kernels read
+                continue
             self._slot(arg, -1, forever=True)
             scope.items.append(f"g.write({onnx_name.data!r}, {self.device[arg]}, {self.value_text[arg]})")
         scope.items.append("g.begin()")
@@ -268,6 +281,12 @@ class _WgslEmitter(_Emitter):
         scope.items.append("g.end()")
         for value in self.program.return_op.outputs:
             t = _axes_type(value, "output")
+            if value in self.host_values:  # computed on the host: returned as it is
+                ident = self.returned.get(value)
+                if ident is not None and ident != self.value_text[value]:
+                    scope.items.append(f"{ident} = {self.value_text[value]}")
+                    self.value_text[value] = ident
+                continue
             dtype = _host_dtype(t)
             ident = self.returned.get(value) or self.names.mint("out")
             scope.items.append(f"{ident} = g.read({self._buffer(value)}, {dtype!r}, {self._shape_py(t)})")
@@ -308,6 +327,11 @@ class _WgslEmitter(_Emitter):
             assert isinstance(last, YieldOp)
             outer, self.scope = self.scope, block
             for name, result, value in zip(names, op.outputs, last.values, strict=True):
+                if value in self.host_values:
+                    raise UnsupportedError(
+                        f"If node '{op.node.data}': a branch yields a value computed on the host (element type "
+                        f"{_axes_type(value, 'yielded value').elem.name}); the WGSL module's If yields device buffers"
+                    )
                 block.items.append(f"{name} = {self._buffer(value)}")
                 for a, axis in enumerate(_axes_type(result, "kernel.if result").axes):
                     symbol = axis.extent.lone_symbol
@@ -330,6 +354,10 @@ class _WgslEmitter(_Emitter):
         scope = self.scope
         assert scope is not None
         at = self.index[op]
+        if isinstance(op, (WeightOp, ConstantOp)) and self.host_fallback and self._host_typed(op.result):
+            super()._collect_op(op)  # a numpy array the host kernels read
+            self.host_values.add(op.result)
+            return
         if isinstance(op, WeightOp):
             super()._collect_op(op)
             self._resident_value(op.result, self.value_text[op.result], op.weight_name.data)
@@ -343,10 +371,36 @@ class _WgslEmitter(_Emitter):
             else:
                 self._resident_value(op.result, text, f"constant of {op.node.data}")
             return
+        if isinstance(op, (ReturnOp, YieldOp)):
+            return
+        host = [v for v in [*op.operands, *op.results] if v in self.host_values or self._host_typed(v)]
+        if host:
+            t = _axes_type(host[0], "host value")
+            if not self.host_fallback:
+                raise UnsupportedError(
+                    f"{op.name} '{_node(op)}': element type {t.elem.name} has no WGSL form (WGSL has no f64, u64 or "
+                    "8-bit floats); build with --host-fallback to compute it on the host"
+                )
+            self._host_kernel(op, at, f"{t.elem.name} has no WGSL form")
+            return
+        if self.host_fallback:
+            mark = (len(scope.items), self.dispatches, len(self.shaders))
+            try:
+                self._device_op(op, at)
+            except UnsupportedError as e:
+                del scope.items[mark[0] :]
+                self.dispatches = mark[1]
+                self._host_kernel(op, at, _reason(str(e)))
+            return
+        try:
+            self._device_op(op, at)
+        except UnsupportedError as e:
+            raise UnsupportedError(f"{e}; build with --host-fallback to compute it on the host") from None
+
+    def _device_op(self, op: Operation, at: int) -> None:
+        """Dispatch `op` on the device (UnsupportedError naming the node when it has no WGSL form)."""
         if isinstance(op, RegroupOp) or (op.results and op.results[0] in self.folded):
             self.value_text[op.results[0]] = self.value_text.get(op.operands[0], "view")
-            return
-        if isinstance(op, (ReturnOp, YieldOp)):
             return
         for r in op.results:
             self._result_ident(op, r)
@@ -380,7 +434,7 @@ class _WgslEmitter(_Emitter):
             elems = [t.elem.name for t in types]
             source = elementwise.source_zip(expr, shapes, elems, (result.shape, result.elem.name))
         except elementwise.UnboundedI64:
-            self._host_zip(op, values, at)
+            self._host_kernel(op, at, "i64 arithmetic the device's i32 could wrap")
             return
         except UnsupportedError as e:
             raise UnsupportedError(f"{op.name} '{_node(op)}': {e}") from None
@@ -390,27 +444,64 @@ class _WgslEmitter(_Emitter):
         out = self._slot(op.results[0], at)
         self._dispatch(op, self._shader(source, "zip"), [out], [self._buffer(v) for v in values], params)
 
-    def _host_zip(self, op: Operation, values: list[SSAValue], at: int) -> None:
-        """A zip of i64 arithmetic the device could wrap, computed by the host in numpy's i64: its
-        operands come down, its result goes back up (refused there if it left the i32 range)."""
+    def _host_kernel(self, op: Operation, at: int, reason: str) -> None:
+        """`op` computed by the host in numpy (the numpy module's own line for it): its device operands
+        come down, its results of a device type go back up (an integer refused there if it left the
+        i32 range), the others stay host values.  The report lists it with `reason`."""
         scope = self.scope
         assert scope is not None
-        node = _node(op)
-        reads = []
-        for v in values:
+        node = _node(op) or op.name
+        reads: list[str] = []
+        down: dict[SSAValue, str] = {}
+        for v in op.operands:
+            if v in self.host_values or v in down:
+                continue
             t = _axes_type(v, "host operand")
-            reads.append(f"({self._buffer(v)}, {_host_dtype(t)!r}, {self._shape_py(t)})")
-        names = [self.names.mint(f"_h{at}_{k}") for k in range(len(values))]
-        target = ", ".join(names) + ("," if len(names) == 1 else "")
-        scope.items.append(f"{target} = g.host(({', '.join(reads)},))  # {node}: i64 arithmetic on the host")
-        if isinstance(op, ZipOp):
-            call = self._zip_call(op, list(names), None)
-        else:  # a cast
-            call = f"{names[0]}.astype({_host_dtype(_axes_type(op.results[0], 'cast result'))!r})"
-        out = self._slot(op.results[0], at)
-        scope.items.append(f"g.write({node!r}, {out}, {call})")
-        scope.items.append("g.resume()")
-        self.host_nodes.append(node)
+            source, perm = self.folded.get(v, (v, None))
+            shape = self._shape_of(source)
+            reads.append(f"({self._buffer(source)}, {_host_dtype(t)!r}, {shape})")
+            name = self.names.mint(f"_h{at}_{len(down)}")
+            down[v] = name if perm is None else f"{name}.transpose({perm!r})"
+        if reads:
+            names = [d.partition(".")[0] for d in down.values()]
+            target = ", ".join(names) + ("," if len(names) == 1 else "")
+            scope.items.append(f"{target} = g.host(({', '.join(reads)},))  # {node}: on the host ({reason})")
+        saved = {v: self.value_text.get(v) for v in down}
+        self.value_text.update(down)
+        try:
+            _Emitter._collect_op(self, op)
+        finally:
+            for v, text in saved.items():
+                if text is None:
+                    del self.value_text[v]
+                else:
+                    self.value_text[v] = text
+        uploads = False
+        for r in op.results:
+            if self._host_typed(r):
+                self.host_values.add(r)
+                continue
+            t = _axes_type(r, "host result")
+            value = f"np.asarray({self.value_text[r]}, dtype={_host_dtype(t)!r})"
+            if not reads and not uploads:
+                scope.items.append("g.host(())  # what is recorded runs before the host's kernel")
+            scope.items.append(f"g.write({node!r}, {self._slot(r, at)}, {value})")
+            uploads = True
+        if reads or uploads:
+            scope.items.append("g.resume()")
+        self.host_nodes.append(f"{node} ({reason})")
+
+    @staticmethod
+    def _host_typed(value: SSAValue) -> bool:
+        """Whether `value`'s element type has no device form."""
+        t = value.type
+        if not isinstance(t, AxesTensorType):
+            return False
+        try:
+            wgsl_common.device_type(t.elem.name)
+        except ValueError:
+            return True
+        return False
 
     def _matmul(self, op: MatmulOp, at: int) -> None:
         result = _axes_type(op.result, "kernel.matmul")
@@ -536,6 +627,8 @@ class _WgslEmitter(_Emitter):
         """Dispatches, crossing bytes and device bytes per forward (after `emit`)."""
         crossing = Poly.lift(0)
         for value in [*self.program.block.args, *self.program.return_op.outputs]:
+            if value in self.host_values:
+                continue
             size = Poly.lift(4)
             for e in _axes_type(value, "boundary value").shape:
                 size = size * e
@@ -560,6 +653,12 @@ class _WgslEmitter(_Emitter):
 def _node(op: Operation) -> str:
     node = op.properties.get("node")
     return getattr(node, "data", "")
+
+
+def _reason(message: str) -> str:
+    """A refusal's message without the node it names (the report names the node already)."""
+    head, sep, tail = message.partition("': ")
+    return tail if sep and head.startswith("kernel.") else message
 
 
 def _is_runtime(value: object) -> bool:

@@ -105,12 +105,18 @@ def build(
     progress: Callable[[str], None] | None = None,
     fuse: str | None = DEFAULT_FUSE,
     backend: str = "numpy",
+    host_fallback: bool = False,
 ) -> BuildResult:
     """Compile `model` into a Python module; stop with a LoamError naming the culprit on bad input.
 
     `fuse` is the fuse pass's objective (`memory` or `dispatch`), None to build without fusion;
     `backend` is `numpy` (the module computes with numpy) or `wgsl` (with WebGPU compute shaders,
-    through wgpu)."""
+    through wgpu); `host_fallback` (wgsl only) runs the kernels that have no WGSL form on the host
+    instead of refusing them, and the report lists them."""
+    if backend not in BACKENDS:
+        raise UsageError(f"backend '{backend}' is not one of {', '.join(BACKENDS)}")
+    if host_fallback and backend != "wgsl":
+        raise UsageError("host_fallback is a WGSL backend choice: the numpy backend computes everything on the host")
     from loam.backends.numpy_module import emit_python
     from loam.passes.apply_options import attach_options
     from loam.passes.fuse import FusePass, fuse_program
@@ -160,8 +166,6 @@ def build(
         if dump_dir is not None:
             _dump(ir, dump_dir / f"{i:02d}-{p.name}.mlir")
 
-    if backend not in BACKENDS:
-        raise UsageError(f"backend '{backend}' is not one of {', '.join(BACKENDS)}")
     if backend == "wgsl":  # the WGSL pipeline runs its row kernels as tile programs
         from loam.passes.tile_rows import TileRowsPass
 
@@ -176,7 +180,7 @@ def build(
     if backend == "wgsl":
         from loam.backends.wgsl_module import wgsl_module
 
-        source, device = wgsl_module(ir)
+        source, device = wgsl_module(ir, host_fallback)
         if fusion is not None:
             fusion.device = device
     else:

@@ -90,8 +90,9 @@ class DeviceSummary:
     resident: str
     """Bytes of the weights and constants resident on the device."""
     host: tuple[str, ...] = ()
-    """Nodes the host computes: i64 arithmetic the device could wrap (their operands come down and
-    their results go up, on top of `crossing`)."""
+    """Kernels the host computes, as `node (why)`: i64 arithmetic the device could wrap, and with a
+    host fallback, kernels with no WGSL form (their device operands come down and their results go
+    up, on top of `crossing`)."""
 
     def text(self) -> str:
         line = (
@@ -99,7 +100,7 @@ class DeviceSummary:
             f"device bytes: {self.activations} activations + {self.resident} resident"
         )
         if self.host:
-            line += f"\non the host (i64 arithmetic the device's i32 could wrap): {', '.join(self.host)}"
+            line += f"\non the host: {', '.join(self.host)}"
         return line
 
 

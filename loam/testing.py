@@ -21,15 +21,20 @@ __all__ = ["assert_same", "build_for", "forward_inputs", "run_built", "run_loam"
 
 
 def build_for(
-    model: onnx.ModelProto, options: Options | None = None, *, fuse: str | None = "memory", backend: str = "numpy"
+    model: onnx.ModelProto,
+    options: Options | None = None,
+    *,
+    fuse: str | None = "memory",
+    backend: str = "numpy",
+    host_fallback: bool = False,
 ) -> BuildResult:
     """Build `model` with its weights embedded, naming every axis the options leave open by a draft.
 
-    `fuse` is the fuse pass's objective (None: unfused) and `backend` the module's, as `loam.build`
-    takes them.
+    `fuse` is the fuse pass's objective (None: unfused), `backend` the module's and `host_fallback`
+    the WGSL module's, as `loam.build` takes them.
     """
     draft = draft_layout(model, options=options)
-    return build(model, options=draft.options(options), fuse=fuse, backend=backend)
+    return build(model, options=draft.options(options), fuse=fuse, backend=backend, host_fallback=host_fallback)
 
 
 def forward_inputs(result: BuildResult) -> list[str]:

@@ -97,7 +97,9 @@ unless inline_weights is on.  --no-cache neither reads nor writes it; --dump-ir 
 Backends: --backend numpy (default) prints a module that computes with numpy; --backend wgsl
 one that runs every kernel as a WebGPU compute shader through the `wgpu` package (weights
 uploaded once, activations kept on the device, only inputs and outputs crossing), with the same
-API.  A kernel with no WGSL form stops the build naming its node.
+API.  A kernel with no WGSL form stops the build naming its node, unless --host-fallback: then it
+runs in numpy on the host (operands down, results up; f64/ui32/ui64 values stay on the host) and
+the report lists it with its reason.
 
 Fusion: chains of elementwise kernels and the epilogues of products are fused (the `fuse` pass;
 objective memory for numpy, dispatch for wgsl) unless --no-fuse; --fuse-objective picks the
@@ -177,6 +179,11 @@ def build_parser() -> CliParser:
         choices=("numpy", "wgsl"),
         default="numpy",
         help="what the module computes with: numpy (default) or WebGPU compute shaders through wgpu (see below)",
+    )
+    build.add_argument(
+        "--host-fallback",
+        action="store_true",
+        help="with --backend wgsl: compute kernels that have no WGSL form on the host instead of refusing them",
     )
     build.add_argument("--no-fuse", action="store_true", help="build without the fuse pass (see below)")
     build.add_argument(
@@ -301,7 +308,10 @@ def _build(args: argparse.Namespace) -> None:
         raise UsageError("--report describes the fuse pass's decisions; it cannot be given with --no-fuse")
     # --dump-ir and --report ask for the IR of a real build, so they bypass the cache.
     real = args.no_cache or args.dump_ir is not None or args.report is not None
-    key = None if real else cache.build_key(model, options, {"fuse": fuse, "backend": args.backend})
+    if args.host_fallback and args.backend != "wgsl":
+        raise UsageError("--host-fallback needs --backend wgsl (the numpy backend computes everything on the host)")
+    extra = {"fuse": fuse, "backend": args.backend, "host_fallback": args.host_fallback}
+    key = None if real else cache.build_key(model, options, extra)
     folder = cache.cache_dir()
     built = cache.load(folder, key) if key is not None else None
     if built is not None:
@@ -312,7 +322,7 @@ def _build(args: argparse.Namespace) -> None:
         # The checkpoints travel inside `options` (already merged: flags replace the file's list).
         result = build(
             model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=progress, fuse=fuse,
-            backend=args.backend,
+            backend=args.backend, host_fallback=args.host_fallback,
         )  # fmt: skip
         built = cache.CachedBuild(result.source, result.report, tuple(result.notes))
         if args.report is not None and result.fusion is not None:

@@ -467,20 +467,20 @@ def compare(case: Case, got: Sequence[Any], want: Sequence[Any]) -> None:
         raise CaseFailure(" ".join(line.strip() for line in text if line.strip())[:2000]) from None
 
 
-def _build(model: onnx.ModelProto, backend: str = "numpy") -> Any:
+def _build(model: onnx.ModelProto, backend: str = "numpy", host_fallback: bool = False) -> Any:
     from loam.testing import build_for
 
     if backend == "wgsl":
-        return build_for(model, fuse="dispatch", backend="wgsl")
+        return build_for(model, fuse="dispatch", backend="wgsl", host_fallback=host_fallback)
     return build_for(model)
 
 
-def _builds(model: onnx.ModelProto, backend: str = "numpy") -> list[Any]:
+def _builds(model: onnx.ModelProto, backend: str = "numpy", host_fallback: bool = False) -> list[Any]:
     """The fused build and, where the fuse pass fused anything, the unfused one too: fused code must
     compute what unfused code does, so every case runs both ways (the WGSL module: fused for dispatch)."""
     from loam.testing import build_for
 
-    fused = _build(model, backend)
+    fused = _build(model, backend, host_fallback)
     if backend == "wgsl" or fused.fusion is None or not fused.fusion.groups:
         return [fused]
     return [fused, build_for(model, fuse=None)]
@@ -493,7 +493,6 @@ def check_case(case: Case, honour_refused: bool = True, backend: str = "numpy") 
     unless `honour_refused` is off (to re-derive the listing).
     """
     from loam.errors import LoamError, UnsupportedError
-    from loam.testing import run_built, run_onnxruntime
 
     model, data = case.load()
     need = needs(model)
@@ -502,7 +501,10 @@ def check_case(case: Case, honour_refused: bool = True, backend: str = "numpy") 
     if listed is not None or need.refusals:
         try:
             _build(first, backend)
-        except LoamError:
+        except LoamError as err:
+            if backend == "wgsl" and isinstance(err, UnsupportedError) and not need.refusals and data:
+                # What the device refuses, the host fallback computes: it must match the same oracle.
+                _check_data(case, model, data, backend, host_fallback=True)
             return "refused"
         raise CaseFailure(f"the build must refuse this case ({listed or ', '.join(need.refusals)}) but succeeded")
     if need.unsupported_ops:
@@ -518,21 +520,32 @@ def check_case(case: Case, honour_refused: bool = True, backend: str = "numpy") 
         raise CaseFailure(f"built although it uses {culprits}, which Loam does not compile")
     if not data:
         raise CaseFailure("the case has no data set")
+    _check_data(case, model, data, backend)
+    return "pass"
+
+
+def _check_data(
+    case: Case, model: onnx.ModelProto, data: Sequence[DataSet], backend: str, host_fallback: bool = False
+) -> None:
+    """Build `model` for each data set's input extents and compare with the oracle (CaseFailure if not)."""
+    from loam.errors import LoamError, UnsupportedError
+    from loam.testing import run_built, run_onnxruntime
+
     builds: dict[bytes, Any] = {}
     for ds in data:
         special, feeds = specialize(model, ds.feeds)
         key = special.SerializeToString()
         if key not in builds:
             try:
-                builds[key] = _builds(special, backend)
+                builds[key] = _builds(special, backend, host_fallback)
             except LoamError as err:
+                how = " with the host fallback" if host_fallback else ""
                 raise CaseFailure(
-                    f"build stopped: {first_line(err)}", err, refusal=isinstance(err, UnsupportedError)
+                    f"build{how} stopped: {first_line(err)}", err, refusal=isinstance(err, UnsupportedError)
                 ) from err
         want = ds.expected if ds.expected is not None else run_onnxruntime(model, ds.feeds)
         for built in builds[key]:
             compare(case, run_built(built, feeds), want)
-    return "pass"
 
 
 # Outcomes the summary counts: pass, refused (as the case must be), xfail (listed, and fails), and the two

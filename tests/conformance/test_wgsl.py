@@ -2,7 +2,8 @@
 `--backend wgsl` (fused for dispatch) and run on the machine's WebGPU adapter (llvmpipe in CI),
 against the same oracle as the numpy module.  expected_failures_wgsl.toml lists what the WGSL
 backend refuses (a kernel or element type it has no WGSL for: the build must stop naming it) or
-computes differently, on top of expected_failures.toml."""
+computes differently, on top of expected_failures.toml; a case refused there is built again with the
+host fallback (its refused kernels in numpy on the host), which must match the oracle."""
 
 from __future__ import annotations
 

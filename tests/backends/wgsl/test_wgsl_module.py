@@ -126,7 +126,7 @@ kernel.program "forward" (%i : !tensor_axes.tensor<i64, [N: 3]>) names ["i"] {
 """
     module = _program(text)
     source = emit_wgsl(module)
-    assert "= g.host(((_b[1], 'int64', (3,)),))  # square: i64 arithmetic on the host" in source
+    assert "= g.host(((_b[1], 'int64', (3,)),))  # square: on the host (i64 arithmetic the device's i32 could wrap)" in source
     gpu = import_source(source, "loam_wgsl_i64_host")
     assert gpu.forward(gpu.Weights(), np.array([1, 3, -7], np.int64)).tolist() == [4, 5, 4]
     g = gpu._gpu()
@@ -158,3 +158,59 @@ def test_a_decode_loop_of_ever_new_extents_keeps_the_device_caches_bounded(monke
         np.testing.assert_allclose(got.s, cpu.forward(cpu.Weights.embedded(), x).s, rtol=1e-5, atol=1e-6)
     g = gpu._gpu()
     assert len(g.params_cache) <= 8 and len(g.groups) <= 8 and len(g.pools) <= 4
+
+
+F64_CHAIN = """
+kernel.program "forward" (%x : !tensor_axes.tensor<f32, [N: 4]>) names ["x"] {
+  %d = kernel.cast %x {node = "widen"} : !tensor_axes.tensor<f32, [N: 4]> -> !tensor_axes.tensor<f64, [N: 4]>
+  %s = kernel.zip(%d) #kernel.expr<[operand 0, const 1.0e-08 : f64, add 0 1]> {node = "nudge"} : (!tensor_axes.tensor<f64, [N: 4]>) -> !tensor_axes.tensor<f64, [N: 4]>
+  %n = kernel.cast %s {node = "narrow"} : !tensor_axes.tensor<f64, [N: 4]> -> !tensor_axes.tensor<f32, [N: 4]>
+  %y = kernel.zip(%n, %x) #kernel.expr<[operand 0, operand 1, sub 0 1]> {node = "gap"} : (!tensor_axes.tensor<f32, [N: 4]>, !tensor_axes.tensor<f32, [N: 4]>) -> !tensor_axes.tensor<f32, [N: 4]>
+  kernel.return %y, %s names ["y", "s"] : !tensor_axes.tensor<f32, [N: 4]>, !tensor_axes.tensor<f64, [N: 4]>
+}
+"""
+
+
+def test_the_host_fallback_computes_what_the_device_cannot_and_the_report_says_so() -> None:
+    from loam.backends.wgsl_module import wgsl_module
+
+    # Refused by default, naming the first kernel and the way out.
+    with pytest.raises(UnsupportedError, match=r"kernel.cast 'widen': element type f64 has no WGSL form.*--host-fallback"):
+        emit_wgsl(_program(F64_CHAIN))
+    source, summary = wgsl_module(_program(F64_CHAIN), host_fallback=True)
+    # f64 lives on the host from the widening cast to the narrowing one; 'gap' runs on the device.
+    assert summary.host == ("widen (f64 has no WGSL form)", "nudge (f64 has no WGSL form)", "narrow (f64 has no WGSL form)")
+    assert summary.dispatches == 1 and "on the host: widen (f64 has no WGSL form)" in summary.text()
+    gpu = import_source(source, "loam_wgsl_host_fallback")
+    x = np.array([1.0, -2.5, 1e-9, 3.0e7], np.float32)
+    got = gpu.forward(gpu.Weights(), x)
+    want_s = x.astype(np.float64) + 1e-8
+    assert got.s.dtype == np.float64 and np.array_equal(got.s, want_s)  # f64 precision kept, not f32's
+    np.testing.assert_array_equal(got.y, want_s.astype(np.float32) - x)
+    g = gpu._gpu()
+    before = dict(g.stats)
+    gpu.forward(gpu.Weights(), x)
+    # Two stops of the device's queue: x comes down for the widening cast, and the narrowed value goes
+    # up before the one dispatch; x's upload, the narrowed value and y are the bytes that cross.
+    moved = {k: g.stats[k] - before[k] for k in before}
+    assert moved == {"dispatches": 1, "host_kernels": 2, "forwards": 1, "bytes_up": 32, "bytes_down": 32}
+
+
+def test_a_kernel_the_printer_refuses_runs_on_the_host_with_the_fallback() -> None:
+    from loam.backends.wgsl_module import wgsl_module
+
+    text = """
+kernel.program "forward" (%a : !tensor_axes.tensor<i64, [M: 2, K: 3]>, %b : !tensor_axes.tensor<i64, [K: 3, N: 2]>) names ["a", "b"] {
+  %p = kernel.matmul %a, %b {node = "intprod"} : (!tensor_axes.tensor<i64, [M: 2, K: 3]>, !tensor_axes.tensor<i64, [K: 3, N: 2]>) -> !tensor_axes.tensor<i64, [M: 2, N: 2]>
+  %y = kernel.zip(%p) #kernel.expr<[operand 0, const 1 : i64, max 0 1]> {node = "floor"} : (!tensor_axes.tensor<i64, [M: 2, N: 2]>) -> !tensor_axes.tensor<i64, [M: 2, N: 2]>
+  kernel.return %y names ["y"] : !tensor_axes.tensor<i64, [M: 2, N: 2]>
+}
+"""
+    with pytest.raises(UnsupportedError, match=r"--host-fallback"):
+        emit_wgsl(_program(text))
+    source, summary = wgsl_module(_program(text), host_fallback=True)
+    assert len(summary.host) == 1 and summary.host[0].startswith("intprod (") and summary.dispatches == 1
+    gpu = import_source(source, "loam_wgsl_host_matmul")
+    a = np.array([[1, -2, 3], [4, 5, -6]], np.int64)
+    b = np.array([[7, 8], [-9, 10], [11, 12]], np.int64)
+    np.testing.assert_array_equal(gpu.forward(gpu.Weights(), a, b), np.maximum(a @ b, 1))
