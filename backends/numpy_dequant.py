@@ -22,28 +22,39 @@ from __future__ import annotations
 import numpy as np
 
 
+def _block_dtype(encoding: str) -> np.dtype:
+    """The numpy dtype of one block of ggml encoding `encoding` (`Q8_0`, `Q4_0`, `Q4_1`)."""
+    if encoding == "Q8_0":
+        return np.dtype([("d", "<f2"), ("q", "i1", (32,))])
+    if encoding == "Q4_0":
+        return np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
+    if encoding == "Q4_1":
+        return np.dtype([("d", "<f2"), ("m", "<f2"), ("qs", "u1", (16,))])
+    raise ValueError(f"no dequantization for {encoding}")
+
+
+def _dequant_blocks(blocks: np.ndarray) -> np.ndarray:
+    """Blocks of any shape [..., B] (a `_block_dtype` array) as float32 elements [..., B * 32]."""
+    d = blocks["d"].astype(np.float32)[..., None]
+    if "q" in blocks.dtype.names:  # Q8_0
+        values = d * blocks["q"].astype(np.float32)
+    else:
+        qs = blocks["qs"]
+        # Elements 0..15 are the low nibbles of the 16 bytes, 16..31 the high ones.
+        nibbles = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).astype(np.float32)
+        if "m" in blocks.dtype.names:  # Q4_1
+            values = d * nibbles + blocks["m"].astype(np.float32)[..., None]
+        else:  # Q4_0
+            values = d * (nibbles - np.float32(8))
+    return values.reshape(*blocks.shape[:-1], blocks.shape[-1] * 32)
+
+
 def _dequantized(encoding: str, raw: object, count: int) -> np.ndarray:
     """The `count` float32 elements of a ggml-quantized tensor (`Q8_0`, `Q4_0`, `Q4_1`) stored in `raw`.
 
     The caller has checked that `raw` holds exactly `count / 32` whole blocks.
     """
-    if encoding == "Q8_0":
-        blocks = np.frombuffer(raw, dtype=np.dtype([("d", "<f2"), ("q", "i1", (32,))]))
-        values = blocks["d"].astype(np.float32)[:, None] * blocks["q"].astype(np.float32)
-    elif encoding in ("Q4_0", "Q4_1"):
-        fields = [("d", "<f2"), ("m", "<f2")] if encoding == "Q4_1" else [("d", "<f2")]
-        blocks = np.frombuffer(raw, dtype=np.dtype([*fields, ("qs", "u1", (16,))]))
-        qs = blocks["qs"]
-        # Elements 0..15 are the low nibbles of the 16 bytes, 16..31 the high ones.
-        nibbles = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float32)
-        d = blocks["d"].astype(np.float32)[:, None]
-        if encoding == "Q4_0":
-            values = d * (nibbles - np.float32(8))
-        else:
-            values = d * nibbles + blocks["m"].astype(np.float32)[:, None]
-    else:
-        raise ValueError(f"no dequantization for {encoding}")
-    return values.reshape(-1)[:count]
+    return _dequant_blocks(np.frombuffer(raw, dtype=_block_dtype(encoding))).reshape(-1)[:count]
 
 
 def _bf16_to_f32(raw: object) -> np.ndarray:
@@ -55,5 +66,15 @@ def _bf16_to_f32(raw: object) -> np.ndarray:
 # Elements per block and bytes per block of the encodings `_dequantized` reads.
 QUANT_BLOCKS: dict[str, tuple[int, int]] = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20)}
 
-PIECES: dict[str, object] = {"_dequantized": _dequantized, "_bf16_to_f32": _bf16_to_f32}
-DEPENDS: dict[str, tuple[str, ...]] = {"_dequantized": (), "_bf16_to_f32": ()}
+PIECES: dict[str, object] = {
+    "_block_dtype": _block_dtype,
+    "_dequant_blocks": _dequant_blocks,
+    "_dequantized": _dequantized,
+    "_bf16_to_f32": _bf16_to_f32,
+}
+DEPENDS: dict[str, tuple[str, ...]] = {
+    "_block_dtype": (),
+    "_dequant_blocks": (),
+    "_dequantized": ("_block_dtype", "_dequant_blocks"),
+    "_bf16_to_f32": (),
+}

@@ -65,7 +65,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, IntAttr, ModuleOp, StringAttr
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from loam.backends import numpy_runtime
@@ -131,7 +131,22 @@ def emit_python(module: ModuleOp) -> str:
     programs = [op for op in module.walk() if isinstance(op, ProgramOp)]
     if len(programs) != 1:
         raise UnsupportedError(f"the numpy backend prints one kernel.program, found {len(programs)}")
-    return _Emitter(programs[0], _checkpoint_names(module)).emit()
+    return _Emitter(programs[0], _checkpoint_names(module), _row_orders(module)).emit()
+
+
+def _row_orders(module: ModuleOp) -> tuple[tuple[str, int], ...]:
+    """The module attribute `loam.row_orders` (an array of [checkpoint tensor, head count] pairs: the
+    tensors whose rows llama.cpp interleaved for its rotary embedding), for `Weights._ROW_ORDERS`."""
+    attr = module.attributes.get("loam.row_orders")
+    if attr is None:
+        return ()
+    pairs: list[tuple[str, int]] = []
+    for pair in attr.data if isinstance(attr, ArrayAttr) else ():
+        items = pair.data if isinstance(pair, ArrayAttr) else ()
+        if len(items) != 2 or not isinstance(items[0], StringAttr) or not isinstance(items[1], IntAttr):
+            raise UnsupportedError(f"loam.row_orders holds {pair}, not a [tensor name, head count] pair")
+        pairs.append((items[0].data, items[1].data))
+    return tuple(pairs)
 
 
 def _checkpoint_names(module: ModuleOp) -> tuple[tuple[str, str], ...]:
@@ -208,9 +223,15 @@ class _Emitter:
     # Further attributes of `Weights` (name -> what it holds), for a backend keeping more per weights.
     weight_slots: dict[str, str] = {}  # noqa: RUF012 - read-only; a subclass replaces it whole
 
-    def __init__(self, program: ProgramOp, checkpoint_names: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(
+        self,
+        program: ProgramOp,
+        checkpoint_names: tuple[tuple[str, str], ...] = (),
+        row_orders: tuple[tuple[str, int], ...] = (),
+    ) -> None:
         self.program = program
         self.checkpoint_names = checkpoint_names
+        self.row_orders = row_orders
         self.names = _Names()
         self.pieces: set[str] = set()
         # Each expression function, keyed by the expression and the operands given in prepared f32.
@@ -998,6 +1019,13 @@ class _Emitter:
         )
         lines.append(f"    _CHECKPOINT_NAMES = {self.checkpoint_names!r}")
         lines.append("")
+        packed = sorted(op.weight_name.data for op, _ in weights if "packed" in op.attributes)
+        lines.append("    # Weights kept in the ggml blocks the checkpoint stores them in (packed kernels read them)")
+        lines.append(f"    _PACKED = frozenset({packed!r})" if packed else "    _PACKED: frozenset = frozenset()")
+        lines.append("")
+        lines.append("    # Checkpoint tensors whose rows llama.cpp interleaved for its rotary embedding: head counts")
+        lines.append(f"    _ROW_ORDERS = {dict(self.row_orders)!r}")
+        lines.append("")
         lines.append("    # The weights the graph carries: ONNX name, offset in _WEIGHT_BYTES, dtype, count, shape")
         lines += ["    _EMBEDDED = (", *[f"        {row}," for row in embedded_rows], "    )"]
         lines.append("")
@@ -1028,7 +1056,9 @@ class _Emitter:
             "",
             "    @classmethod",
             '    def _from(cls, data: object, tensors: dict) -> "Weights":',
-            "        values, stored = _load_weights(tensors, cls._SPECS, cls._CHECKPOINT_NAMES, cls._carried())",
+            "        values, stored = _load_weights(",
+            "            tensors, cls._SPECS, cls._CHECKPOINT_NAMES, cls._carried(), cls._PACKED, cls._ROW_ORDERS",
+            "        )",
             "        weights = cls(*values)",
             "        weights._stored, weights._source = stored, data",
             "        return weights",

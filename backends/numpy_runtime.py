@@ -36,7 +36,7 @@ import numpy as np
 
 from loam import dtypes
 from loam.backends import numpy_dequant, numpy_gguf, numpy_kernels
-from loam.backends.numpy_dequant import _bf16_to_f32, _dequantized
+from loam.backends.numpy_dequant import _bf16_to_f32, _block_dtype, _dequantized
 from loam.backends.numpy_gguf import _gguf_read, _graph_name
 
 
@@ -452,17 +452,22 @@ def _load_weights(
     specs: tuple[tuple[str, str, object, tuple[tuple[str, int | None], ...]], ...],
     rules: tuple[tuple[str, str], ...],
     carried: dict[str, np.ndarray],
+    packed: frozenset[str] = frozenset(),
+    row_orders: dict[str, int] | None = None,
 ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
     """Every weight `specs` lists, checked (all of them, before any is decoded) and decoded.
 
     `rules` rename checkpoint tensors to graph names (`[checkpoint_names]`; empty: the names are
     the graph's); `carried` holds the weights the graph carries itself, taken from the module
-    where the checkpoint lacks them.  Returns the graph's arrays in `specs` order and each tensor
-    as the checkpoint stores it, by graph name.
+    where the checkpoint lacks them.  A weight in `packed` that the checkpoint stores in ggml
+    blocks keeps them (`_packed_blocks`: the packed kernels read it).  `row_orders` maps checkpoint
+    tensors whose rows llama.cpp's converter interleaved for its rotary embedding to their head
+    count; their rows are put back in the graph's order (`_rotary_rows`).  Returns the graph's
+    arrays in `specs` order and each tensor as the checkpoint stores it, by graph name.
     """
+    origin: dict[str, str] = {}
     if rules:
         renamed: dict[str, tuple[str, tuple[int, ...], memoryview, str]] = {}
-        origin: dict[str, str] = {}
         for key, entry in tensors.items():
             name = _graph_name(key, rules)
             if name in renamed:
@@ -476,11 +481,36 @@ def _load_weights(
     stored: dict[str, np.ndarray] = {}
     for name, _, dtype, _ in specs:
         if name in tensors:
-            stored[name], value = _decoded(tensors[name], dtype)
+            if name in packed and tensors[name][0] in ("Q4_0", "Q4_1", "Q8_0"):
+                stored[name] = value = _packed_blocks(tensors[name])
+            else:
+                stored[name], value = _decoded(tensors[name], dtype)
+            heads = (row_orders or {}).get(origin.get(name, name))
+            if heads:
+                value = value[_rotary_rows(value.shape[0], heads)]
         else:
             value = carried[name]
         values.append(value)
     return values, stored
+
+
+def _packed_blocks(entry: tuple[str, tuple[int, ...], memoryview, str]) -> np.ndarray:
+    """A checked 2-D ggml-quantized tensor [N, K] as its blocks [N, K / 32] (a read-only view)."""
+    encoding, shape, raw, _ = entry
+    blocks = np.frombuffer(raw, dtype=_block_dtype(encoding)).reshape(shape[0], shape[1] // 32)
+    blocks.flags.writeable = False
+    return blocks
+
+
+def _rotary_rows(rows: int, heads: int) -> np.ndarray:
+    """The row order undoing llama.cpp's rotary interleave of a q or k projection of `heads` heads.
+
+    Its converter stores row h*D + 2*i + j (D rows a head, i < D/2, j < 2) from the model's row
+    h*D + j*D/2 + i, so the model's rows are the stored ones taken in this order.
+    """
+    if rows % (2 * heads):
+        raise LoadError(f"a rotary projection of {rows} rows does not split into {heads} heads of pairs")
+    return np.arange(rows).reshape(heads, rows // heads // 2, 2).swapaxes(1, 2).reshape(rows)
 
 
 def _prepared(weight: np.ndarray) -> np.ndarray:
@@ -677,6 +707,8 @@ PIECES: dict[str, object] = {
     "_check_weight": _check_weight,
     "_decoded": _decoded,
     "_load_weights": _load_weights,
+    "_packed_blocks": _packed_blocks,
+    "_rotary_rows": _rotary_rows,
     "_prepared": _prepared,
     "_check_input": _check_input,
     "_gives": _gives,
@@ -702,7 +734,9 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "_supplies": ("_SAFETENSORS_DTYPES", "_convertible"),
     "_check_weight": ("LoadError", "_SAFETENSORS_DTYPES", "_supplies"),
     "_decoded": ("_SAFETENSORS_DTYPES", "_dequantized", "_bf16_to_f32"),
-    "_load_weights": ("LoadError", "_graph_name", "_check_weight", "_decoded"),
+    "_load_weights": ("LoadError", "_graph_name", "_check_weight", "_decoded", "_packed_blocks", "_rotary_rows"),
+    "_packed_blocks": ("_block_dtype",),
+    "_rotary_rows": ("LoadError",),
     "_check_input": ("ShapeError",),
     "_gives": (),
     "_read_back": ("ShapeError",),

@@ -34,7 +34,15 @@ from xdsl.dialects.builtin import ArrayAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.backends import wgsl_runtime
-from loam.backends.numpy_module import _axes_type, _checkpoint_names, _Emitter, _If, _Scope, print_module
+from loam.backends.numpy_module import (
+    _axes_type,
+    _checkpoint_names,
+    _Emitter,
+    _If,
+    _row_orders,
+    _Scope,
+    print_module,
+)
 from loam.backends.wgsl_kernels import common as wgsl_common
 from loam.backends.wgsl_kernels import elementwise, matmul, movement, tile
 from loam.dialects.expr import Expr
@@ -108,7 +116,12 @@ def wgsl_module(module: object, host_fallback: bool = False) -> tuple[str, Devic
     programs = [op for op in module.walk() if isinstance(op, ProgramOp)]  # type: ignore[attr-defined]
     if len(programs) != 1:
         raise UnsupportedError(f"the WGSL backend prints one kernel.program, found {len(programs)}")
-    emitter = _WgslEmitter(programs[0], _checkpoint_names(module), host_fallback)  # type: ignore[arg-type]
+    emitter = _WgslEmitter(
+        programs[0],  # type: ignore[arg-type]
+        _checkpoint_names(module),  # type: ignore[arg-type]
+        host_fallback,
+        _row_orders(module),  # type: ignore[arg-type]
+    )
     source = emitter.emit()
     return source, emitter.summary()
 
@@ -117,9 +130,13 @@ class _WgslEmitter(_Emitter):
     weight_slots = {"_resident": "(device, buffers) the weights were uploaded to, made on first use"}  # noqa: RUF012
 
     def __init__(
-        self, program: ProgramOp, checkpoint_names: tuple[tuple[str, str], ...] = (), host_fallback: bool = False
+        self,
+        program: ProgramOp,
+        checkpoint_names: tuple[tuple[str, str], ...] = (),
+        host_fallback: bool = False,
+        row_orders: tuple[tuple[str, int], ...] = (),
     ) -> None:
-        super().__init__(program, checkpoint_names)
+        super().__init__(program, checkpoint_names, row_orders)
         self.host_fallback = host_fallback
         self.host_values: set[SSAValue] = set()  # values of no device type: numpy arrays on the host
         self.shaders: dict[str, str] = {}  # source -> shader name

@@ -81,9 +81,10 @@ BACKENDS: tuple[str, ...] = ("numpy", "wgsl")
 """The backends `build` prints a module with."""
 
 
-def pipeline_passes(fuse: str | None = DEFAULT_FUSE) -> list[ModulePass]:
+def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy") -> list[ModulePass]:
     """The passes `build` runs after reading (they read the options from the module's attributes);
-    `fuse` is the fuse pass's objective, None to leave it out."""
+    `fuse` is the fuse pass's objective, None to leave it out.  The numpy backend keeps weights the
+    checkpoint stores in ggml blocks packed (`pack-quantized`)."""
     from loam.passes.apply_options import ApplyOptionsPass
     from loam.passes.fuse import FusePass
     from loam.passes.lower_to_kernel import LowerToKernelPass
@@ -91,6 +92,10 @@ def pipeline_passes(fuse: str | None = DEFAULT_FUSE) -> list[ModulePass]:
     from loam.passes.stage0 import Stage0Pass
 
     passes: list[ModulePass] = [ApplyOptionsPass(), Stage0Pass(), NameAxesPass(), LowerToKernelPass()]
+    if backend == "numpy":
+        from loam.passes.pack_quantized import PackQuantizedPass
+
+        passes.append(PackQuantizedPass())
     if fuse is not None:
         passes.append(FusePass(objective=fuse))
     return passes
@@ -155,10 +160,14 @@ def build(
     nodes_before = graph_nodes(ir)
     nodes: list[tuple[str, str, bool]] = []
     fusion = None
-    for i, p in enumerate(pipeline_passes(fuse), start=1):
+    packing_notes: list[str] = []
+    for i, p in enumerate(pipeline_passes(fuse, backend), start=1):
         say(f"running {p.name}")
         if isinstance(p, FusePass):
             fusion = fuse_program(ir, p.objective, nodes)
+        elif p.name == "pack-quantized":
+            packing_notes = mark_stored_encodings(ir, headers)
+            p.apply(ctx, ir)
         else:
             p.apply(ctx, ir)
         if isinstance(p, Stage0Pass):
@@ -175,7 +184,7 @@ def build(
             _dump(ir, dump_dir / "99-tile-rows.mlir")
     if all_checkpoints or options.inline_weights:
         say("checking the checkpoint" + (" and inlining its weights" if options.inline_weights else ""))
-    notes = check_checkpoints(ir, all_checkpoints, headers, inline=options.inline_weights)
+    notes = check_checkpoints(ir, all_checkpoints, headers, inline=options.inline_weights) + packing_notes
     say(f"emitting the {backend} module")
     if backend == "wgsl":
         from loam.backends.wgsl_module import wgsl_module
@@ -215,6 +224,28 @@ def weight_specs(ir: ModuleOp) -> Iterator[tuple[WeightOp, WeightSpec]]:
             assert isinstance(t, AxesTensorType)
             axes = tuple((a.name, a.extent.const_value) for a in t.axes)
             yield op, WeightSpec(op.weight_name.data, t.elem, axes)
+
+
+def mark_stored_encodings(ir: ModuleOp, found: Mapping[str, tuple[Path, HeaderEntry]]) -> list[str]:
+    """Give each `kernel.weight` a checkpoint stores in ggml blocks its `stored` encoding, for
+    `pack-quantized`; return a note for each such weight that cannot stay packed, saying why."""
+    from loam.dialects.kernel import WeightOp
+    from loam.passes.pack_quantized import PACKED_ENCODINGS, STORED_ATTR, why_unpacked
+
+    notes = []
+    for op in ir.walk():
+        if not isinstance(op, WeightOp) or op.weight_name.data not in found:
+            continue
+        path, entry = found[op.weight_name.data]
+        if entry.encoding in PACKED_ENCODINGS:
+            op.attributes[STORED_ATTR] = StringAttr(entry.encoding)
+            why = why_unpacked(op)
+            if why is not None:
+                notes.append(
+                    f"checkpoint {path}: tensor '{op.weight_name.data}' is {entry.encoding}; {why}, so Weights "
+                    "dequantizes it to float32 at load"
+                )
+    return notes
 
 
 def check_checkpoints(

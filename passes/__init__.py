@@ -35,6 +35,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return FusePass
 
+    def get_pack_quantized() -> type[ModulePass]:
+        from loam.passes.pack_quantized import PackQuantizedPass
+
+        return PackQuantizedPass
+
     def get_tile_rows() -> type[ModulePass]:
         from loam.passes.tile_rows import TileRowsPass
 
@@ -46,5 +51,6 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "name-axes": get_name_axes,
         "lower-to-kernel": get_lower_to_kernel,
         "fuse": get_fuse,
+        "pack-quantized": get_pack_quantized,
         "tile-rows": get_tile_rows,
     }

@@ -55,13 +55,14 @@ def test_dump_ir_writes_every_stage(tmp_path: Path) -> None:
         "02-stage0.mlir",
         "03-name-axes.mlir",
         "04-lower-to-kernel.mlir",
-        "05-fuse.mlir",
+        "05-pack-quantized.mlir",
+        "06-fuse.mlir",
     ]
     assert 'graph.node "Gemm"' in (tmp_path / "00-read.mlir").read_text()
     assert "!shape_poly.tensor<f32, [4, 16]>" in (tmp_path / "02-stage0.mlir").read_text()
     assert "!tensor_axes.tensor<f32, [Batch: 4, Hidden: 16]>" in (tmp_path / "03-name-axes.mlir").read_text()
     assert "kernel.matmul" in (tmp_path / "04-lower-to-kernel.mlir").read_text()
-    assert 'fused = ["fc1", "act1"]' in (tmp_path / "05-fuse.mlir").read_text()
+    assert 'fused = ["fc1", "act1"]' in (tmp_path / "06-fuse.mlir").read_text()
 
 
 def test_progress_names_each_stage() -> None:
@@ -73,6 +74,7 @@ def test_progress_names_each_stage() -> None:
         "running stage0",
         "running name-axes",
         "running lower-to-kernel",
+        "running pack-quantized",
         "running fuse",
     ]
 

@@ -12,9 +12,18 @@ ONNX defines it: halves (f16, bf16) are widened to f32 for arithmetic and narrow
 
 from __future__ import annotations
 
-from loam.backends.numpy_kernels import common, conv, elementwise, indexing, movement, normalization, reduce
+from loam.backends.numpy_kernels import (
+    common,
+    conv,
+    elementwise,
+    indexing,
+    movement,
+    normalization,
+    quantized,
+    reduce,
+)
 
-FAMILIES = (common, elementwise, movement, indexing, reduce, normalization, conv)
+FAMILIES = (common, elementwise, movement, indexing, reduce, normalization, conv, quantized)
 
 PIECES: dict[str, object] = {name: piece for family in FAMILIES for name, piece in family.PIECES.items()}
 DEPENDS: dict[str, tuple[str, ...]] = {name: deps for family in FAMILIES for name, deps in family.DEPENDS.items()}

@@ -1,0 +1,120 @@
+"""pack-quantized: weights a checkpoint stores in ggml's blocks stay in them, read by kernels that widen as they go.
+
+Why: a 4-bit GGUF weight takes an eighth of its float32 bytes.  Dequantized at load, a 135M-parameter
+model's `Weights` would hold 540 MB for a 98 MB file; kept packed, it holds the file's bytes (views of
+its memory map).  The products and gathers that read such a weight then widen its blocks themselves
+(`backends/numpy_kernels/quantized.py`), a bounded group of rows at a time.
+
+Input: kernel IR whose `kernel.weight` ops carry `stored = "Q4_1"` (or `Q4_0`, `Q8_0`) where the
+checkpoint stores them so (`loam build` sets it from the checkpoint headers before this pass runs).
+A 2-D weight W with rows of whole 32-element blocks is packed when every reader is one of
+
+- `kernel.permute W [1, 0]` read only as the right operand of `kernel.matmul`s without an epilogue
+  (ONNX `MatMul(x, Transpose(W))`, a linear layer), which become `kernel.matmul_packed(x, W)
+  {transposed = 1}`;
+- `kernel.matmul` without an epilogue reading W as its right operand (x @ W, GPT-2's Conv1D), which
+  becomes `kernel.matmul_packed(x, W) {transposed = 0}`;
+- `kernel.gather(W, ids) {axis = 0}` (an embedding lookup), which becomes `kernel.gather_packed`;
+
+and then carries `packed`, which tells the numpy module's `Weights` to keep its blocks.  A weight with
+any other reader stays as it was (dequantized to float32 at load); `unpacked_reasons` says why for
+the build's notes.  The numpy backend runs this pass; the WGSL backend uploads float32 weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, StringAttr, UnitAttr
+from xdsl.ir import Operation
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+
+from loam.dialects.kernel import GatherOp, GatherPackedOp, MatmulOp, MatmulPackedOp, PermuteOp, WeightOp
+from loam.dialects.tensor_axes import AxesTensorType
+
+PACKED_ENCODINGS = frozenset({"Q4_0", "Q4_1", "Q8_0"})
+"""The ggml block encodings the packed kernels read."""
+
+STORED_ATTR = "stored"
+"""A `kernel.weight`'s attribute naming how the checkpoint stores it (set by the build)."""
+
+PACKED_ATTR = "packed"
+"""A `kernel.weight`'s attribute saying `Weights` keeps it in its stored blocks."""
+
+
+@dataclass(frozen=True)
+class PackQuantizedPass(ModulePass):
+    name = "pack-quantized"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for weight in [w for w in op.walk() if isinstance(w, WeightOp)]:
+            if _in_blocks(weight) and why_unpacked(weight) is None:
+                _pack(weight)
+
+
+def _in_blocks(weight: WeightOp) -> bool:
+    """Whether the checkpoint stores `weight` in ggml blocks (and the graph does not carry it)."""
+    stored = weight.attributes.get(STORED_ATTR)
+    return isinstance(stored, StringAttr) and stored.data in PACKED_ENCODINGS and weight.data is None
+
+
+def why_unpacked(weight: WeightOp) -> str | None:
+    """Why `weight`, stored in blocks, cannot stay packed (None: it can, or it is not stored in blocks)."""
+    if not _in_blocks(weight):
+        return None
+    t = weight.result.type
+    if not isinstance(t, AxesTensorType) or t.rank != 2 or not all(e.is_const for e in t.shape):
+        return "it is not a matrix of fixed extents"
+    if t.shape[1].const_value % 32:
+        return f"its rows of {t.shape[1].const_value} elements are not whole blocks of 32"
+    for use in weight.result.uses:
+        user = use.operation
+        if _packable_reader(weight, user) is None:
+            node = user.properties.get("node")
+            name = node.data if isinstance(node, StringAttr) else user.name
+            return f"node '{name}' reads it as float32 ({user.name})"
+    return None
+
+
+def _packable_reader(weight: WeightOp, user: Operation) -> str | None:
+    if isinstance(user, GatherOp) and user.operands[0] is weight.result and user.param("axis") == 0:
+        return "gather"
+    if isinstance(user, MatmulOp) and user.rhs is weight.result and user.lhs is not weight.result:
+        return "product" if user.epilogue is None else None
+    if isinstance(user, PermuteOp) and user.permutation == (1, 0):
+        readers = [u.operation for u in user.result.uses]
+        if readers and all(
+            isinstance(m, MatmulOp) and m.rhs is user.result and m.lhs is not user.result and m.epilogue is None
+            for m in readers
+        ):
+            return "linear"
+    return None
+
+
+def _pack(weight: WeightOp) -> None:
+    rewriter = Rewriter()
+    for use in list(weight.result.uses):
+        user = use.operation
+        if user.parent is None:  # already rewritten through another use
+            continue
+        if isinstance(user, GatherOp):
+            new = GatherPackedOp([weight.result, user.operands[1]], [user.results[0].type], user.node.data, axis=0)
+            rewriter.replace_op(user, new)
+            continue
+        if isinstance(user, MatmulOp):
+            node = user.properties["node"]
+            assert isinstance(node, StringAttr)
+            packed = MatmulPackedOp([user.lhs, weight.result], [user.result.type], node.data, transposed=0)
+            rewriter.replace_op(user, packed)
+            continue
+        assert isinstance(user, PermuteOp)
+        for m in [u.operation for u in user.result.uses]:
+            assert isinstance(m, MatmulOp)
+            node = m.properties["node"]
+            assert isinstance(node, StringAttr)
+            packed = MatmulPackedOp([m.lhs, weight.result], [m.result.type], node.data, transposed=1)
+            rewriter.replace_op(m, packed)
+        rewriter.erase_op(user)
+    weight.attributes[PACKED_ATTR] = UnitAttr()
