@@ -718,8 +718,21 @@ class _Emitter:
         parts.append(self._weights_source(weights, rows, embedded))
         if out_fields:
             parts.append(_outputs_source(out_fields, output_names))
+        parts.append(self._signature_source(output_names))
         parts.append(self._forward_source(params, prologue, body, ret, out_fields))
         return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
+
+    def _signature_source(self, output_names: Sequence[str]) -> str:
+        """`INPUTS` and `OUTPUTS`: forward's parameters and results by ONNX name, for callers (such as
+        `loam generate`) that find a decoder's inputs by name."""
+        inputs = []
+        for arg, name in zip(self.program.block.args, self.program.input_names.data, strict=True):
+            dtype = _numpy_dtype(_axes_type(arg, f"input '{name.data}'"), f"input '{name.data}'")
+            inputs.append((name.data, dtype.name))
+        return (
+            "# forward's inputs in order (ONNX name, dtype) and its outputs' ONNX names\n"
+            f"INPUTS = {tuple(inputs)!r}\nOUTPUTS = {tuple(output_names)!r}\n"
+        )
 
     # -- what the module declares besides forward (the WGSL printer declares its own) ---------------
 

@@ -13,9 +13,12 @@ bring).  Tests register a table of their own by adding to it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 
 from loam.errors import OptionsError
+from loam.layout import LayoutRule
 
 
 @dataclass(frozen=True)
@@ -24,9 +27,79 @@ class Architecture:
 
     name: str  # as GGUF's `general.architecture` spells it
     checkpoint_names: tuple[tuple[str, str], ...] = ()  # (checkpoint glob, graph name), as in the options
+    layout: tuple[LayoutRule, ...] = ()
+    """Axis names of the family's graph inputs and weights, consulted after the options' own rules."""
+    rotary_rows: tuple[tuple[str, str], ...] = ()
+    """(checkpoint glob, GGUF metadata key of the head count): q/k projections whose rows llama.cpp's
+    converter interleaved for its rotary embedding; the module puts them back at load."""
+
+    def layout_for(self, declared: Iterable[str]) -> tuple[LayoutRule, ...]:
+        """The table's rules that reach one of the `declared` tensors, for a graph with a past (the
+        keys attended are `Context`: the past and the new tokens) or without one (they are `Seq`)."""
+        names = set(declared)
+        has_past = any(fnmatchcase(n, "past_key_values.*") for n in names)
+        rules = []
+        for rule in self.layout:
+            if not any(rule.reaches(n) for n in names):
+                continue
+            axes = rule.axes if has_past else tuple("Seq" if a == "Context" else a for a in rule.axes)
+            rules.append(LayoutRule(rule.pattern, axes, rule.graph))
+        return tuple(rules)
 
 
-ARCHITECTURES: dict[str, Architecture] = {}
+def _rules(*rules: tuple[str, tuple[str, ...]]) -> tuple[LayoutRule, ...]:
+    return tuple(LayoutRule(pattern, axes) for pattern, axes in rules)
+
+
+# A decoder's inputs as Hugging Face's exports name them (optimum, torch.onnx of a *ForCausalLM).
+_DECODER_INPUTS = _rules(
+    ("input_ids", ("Batch", "Seq")),
+    ("position_ids", ("Batch", "Seq")),
+    ("attention_mask", ("Batch", "Context")),
+    ("past_key_values.*.key", ("Batch", "KvHeads", "Past", "HeadDim")),
+    ("past_key_values.*.value", ("Batch", "KvHeads", "Past", "HeadDim")),
+)
+
+LLAMA = Architecture(
+    "llama",
+    checkpoint_names=(
+        ("token_embd.weight", "model.embed_tokens.weight"),
+        ("output_norm.weight", "model.norm.weight"),
+        ("output.weight", "lm_head.weight"),
+        ("blk.*.attn_norm.weight", "model.layers.*.input_layernorm.weight"),
+        ("blk.*.ffn_norm.weight", "model.layers.*.post_attention_layernorm.weight"),
+        ("blk.*.attn_q.weight", "model.layers.*.self_attn.q_proj.weight"),
+        ("blk.*.attn_k.weight", "model.layers.*.self_attn.k_proj.weight"),
+        ("blk.*.attn_v.weight", "model.layers.*.self_attn.v_proj.weight"),
+        ("blk.*.attn_output.weight", "model.layers.*.self_attn.o_proj.weight"),
+        ("blk.*.ffn_gate.weight", "model.layers.*.mlp.gate_proj.weight"),
+        ("blk.*.ffn_up.weight", "model.layers.*.mlp.up_proj.weight"),
+        ("blk.*.ffn_down.weight", "model.layers.*.mlp.down_proj.weight"),
+    ),
+    layout=_DECODER_INPUTS
+    + _rules(
+        ("model.embed_tokens.weight", ("Vocab", "Hidden")),
+        ("lm_head.weight", ("Vocab", "Hidden")),
+        ("model.norm.weight", ("Hidden",)),
+        ("model.layers.*.input_layernorm.weight", ("Hidden",)),
+        ("model.layers.*.post_attention_layernorm.weight", ("Hidden",)),
+        ("model.layers.*.self_attn.q_proj.weight", ("Query", "Hidden")),
+        ("model.layers.*.self_attn.k_proj.weight", ("(KvHeads HeadDim)", "Hidden")),
+        ("model.layers.*.self_attn.v_proj.weight", ("(KvHeads HeadDim)", "Hidden")),
+        ("model.layers.*.mlp.gate_proj.weight", ("Ffn", "Hidden")),
+        # Grouped-query attention repeats each key/value head for its Group of query heads.
+        ("/model/layers.*/self_attn/Expand_output_0", ("Batch", "KvHeads", "Group", "Context", "HeadDim")),
+        ("/model/layers.*/self_attn/Expand_1_output_0", ("Batch", "KvHeads", "Group", "Context", "HeadDim")),
+        ("model.layers.*.mlp.up_proj.weight", ("Ffn", "Hidden")),
+        ("model.layers.*.mlp.down_proj.weight", ("Hidden", "Ffn")),
+    ),
+    rotary_rows=(
+        ("blk.*.attn_q.weight", "llama.attention.head_count"),
+        ("blk.*.attn_k.weight", "llama.attention.head_count_kv"),
+    ),
+)
+
+ARCHITECTURES: dict[str, Architecture] = {LLAMA.name: LLAMA}
 
 
 def architecture(name: str) -> Architecture:

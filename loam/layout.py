@@ -38,8 +38,14 @@ def is_axis_identifier(name: str) -> bool:
 
 
 def merged_axis_name(parts: Sequence[str]) -> str:
-    """The canonical name of the merge of `parts`: `("C", "H", "W")` -> `"(C H W)"`."""
-    return "(" + " ".join(parts) + ")"
+    """The canonical name of the merge of `parts`: `("C", "H", "W")` -> `"(C H W)"`.
+
+    A part that is itself a merge contributes its parts (`("(C H)", "W")` -> `"(C H W)"`): merging
+    row-major is associative, and a nested spelling would not read back."""
+    flat: list[str] = []
+    for part in parts:
+        flat.extend(part[1:-1].split() if part.startswith("(") and part.endswith(")") else [part])
+    return "(" + " ".join(flat) + ")"
 
 
 def parse_axis_name(text: str) -> tuple[str, tuple[str, ...]]:

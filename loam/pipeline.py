@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import onnx
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, IntAttr, ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 from xdsl.printer import Printer
 
@@ -34,6 +34,7 @@ from loam.frontends.onnx_proto import check_external_data_sources
 from loam.options import Options
 
 CHECKPOINT_NAMES_ATTR = "loam.checkpoint_names"
+ROW_ORDERS_ATTR = "loam.row_orders"
 """Module attribute: the `[checkpoint_names]` rules, an array of [pattern, template] string pairs."""
 
 if TYPE_CHECKING:
@@ -56,8 +57,9 @@ class BuildResult:
 
 
 def read_model(model: str | Path | onnx.ModelProto) -> ModuleOp:
-    """Graph-dialect IR of a model: a path (.onnx, .onnxtext, or graph-dialect .mlir, as
-    `loam-translate --import-onnx` writes it) or an in-memory ModelProto."""
+    """Graph-dialect IR of a model: a path (.onnx, .onnxtext, or .mlir holding either graph-dialect
+    IR, as `loam-translate --import-onnx` writes it, or StableHLO, as JAX prints it) or an in-memory
+    ModelProto."""
     from loam.frontends.onnx_proto import import_model
     from loam.frontends.onnx_proto import read_model as read_path
 
@@ -65,10 +67,19 @@ def read_model(model: str | Path | onnx.ModelProto) -> ModuleOp:
         return import_model(model, source="<model>")
     path = Path(model)
     if path.suffix == ".mlir":
+        from loam.frontends.stablehlo import import_stablehlo, mlir_kind
+
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
             raise ModelError(f"{path}: cannot read the file ({err})") from None
+        kind = mlir_kind(text)
+        if kind == "stablehlo":
+            return import_stablehlo(text, str(path))
+        if kind is None:
+            raise ModelError(
+                f"{path}: neither Loam graph IR (graph.* ops) nor StableHLO (func.func with stablehlo.* ops)"
+            )
         return parse_ir(text, str(path))
     return read_path(path)
 
@@ -130,14 +141,29 @@ def build(
 
     options = options or Options()
     names = options.checkpoint_names
+    table = None
     if options.architecture is not None:
         from loam.architectures import architecture
 
-        names = names + architecture(options.architecture).checkpoint_names
+        table = architecture(options.architecture)
+        names = names + table.checkpoint_names
     say = progress or (lambda _msg: None)
     all_checkpoints = [Path(c) for c in (*options.checkpoints, *checkpoints)]
     # Headers are read (and refused when malformed) before the model, so a bad checkpoint fails fast.
     headers = read_headers(all_checkpoints, names=names, architecture=options.architecture)
+    if table is not None and table.layout:
+        # The table names the family's inputs and weights after the options' own rules (those of its
+        # rules that reach a tensor of this graph: an export without position_ids is still a Llama);
+        # every other tensor that needs names gets them drafted, as `loam layout` would.
+        from dataclasses import replace
+
+        from loam.draft import draft_layout
+        from loam.passes.apply_options import declared_tensors
+
+        say("drafting the axis names the architecture table leaves open")
+        declared = set().union(*declared_tensors(read_model(model)).values())
+        with_table = replace(options, layout=(*options.layout, *table.layout_for(declared)))
+        options = draft_layout(model, options=with_table).options(with_table)
     say(f"reading {model if not isinstance(model, onnx.ModelProto) else 'model'}")
     ir = read_model(model)
     # An initializer pointing at a raw data file of its own while a checkpoint also supplies it: which
@@ -146,6 +172,12 @@ def build(
         ir, None if isinstance(model, onnx.ModelProto) else model, {n: p for n, (p, _) in headers.items()}
     )
     attach_options(ir, options)
+    if table is not None and table.rotary_rows:
+        orders = rotary_row_orders(table.rotary_rows, headers)
+        if orders:
+            ir.attributes[ROW_ORDERS_ATTR] = ArrayAttr(
+                [ArrayAttr([StringAttr(name), IntAttr(heads)]) for name, heads in orders]
+            )
     if names:
         # The module renames checkpoint tensors at load time by the same rules (options' first, then
         # the architecture's), read from here by the emitter.
@@ -175,13 +207,15 @@ def build(
         if dump_dir is not None:
             _dump(ir, dump_dir / f"{i:02d}-{p.name}.mlir")
 
-    if backend == "wgsl":  # the WGSL pipeline runs its row kernels as tile programs
+    if backend == "wgsl":  # the WGSL pipeline runs its row kernels and f32 products as tile programs
+        from loam.passes.tile_matmul import TileMatmulPass
         from loam.passes.tile_rows import TileRowsPass
 
-        say("running tile-rows")
-        TileRowsPass().apply(ctx, ir)
-        if dump_dir is not None:
-            _dump(ir, dump_dir / "99-tile-rows.mlir")
+        for tile_pass in (TileRowsPass(), TileMatmulPass()):
+            say(f"running {tile_pass.name}")
+            tile_pass.apply(ctx, ir)
+            if dump_dir is not None:
+                _dump(ir, dump_dir / f"99-{tile_pass.name}.mlir")
     if all_checkpoints or options.inline_weights:
         say("checking the checkpoint" + (" and inlining its weights" if options.inline_weights else ""))
     notes = check_checkpoints(ir, all_checkpoints, headers, inline=options.inline_weights) + packing_notes
@@ -224,6 +258,35 @@ def weight_specs(ir: ModuleOp) -> Iterator[tuple[WeightOp, WeightSpec]]:
             assert isinstance(t, AxesTensorType)
             axes = tuple((a.name, a.extent.const_value) for a in t.axes)
             yield op, WeightSpec(op.weight_name.data, t.elem, axes)
+
+
+def rotary_row_orders(
+    rules: Sequence[tuple[str, str]], found: Mapping[str, tuple[Path, HeaderEntry]]
+) -> list[tuple[str, int]]:
+    """(checkpoint tensor, head count) for each GGUF tensor an architecture's `rotary_rows` rule
+    names, the head count read from the file's metadata (CheckpointError when it lacks the key)."""
+    from loam.backends.numpy_gguf import _graph_name
+    from loam.gguf import is_gguf, read_gguf_header
+
+    metadata: dict[Path, dict[str, object]] = {}
+    orders: list[tuple[str, int]] = []
+    for path, entry in sorted(found.values(), key=lambda item: item[1].name):
+        if not is_gguf(path):
+            continue
+        for pattern, key in rules:
+            if _graph_name(entry.name, ((pattern, "\0"),)) != "\0":  # the glob does not match
+                continue
+            if path not in metadata:
+                metadata[path] = read_gguf_header(path)[0]
+            heads = metadata[path].get(key)
+            if not isinstance(heads, int) or heads <= 0:
+                raise CheckpointError(
+                    f"checkpoint {path}: tensor '{entry.name}' has its rows interleaved for a rotary embedding, "
+                    f"and the head count that undoes it, metadata '{key}', is {heads!r}"
+                )
+            orders.append((entry.name, heads))
+            break
+    return orders
 
 
 def mark_stored_encodings(ir: ModuleOp, found: Mapping[str, tuple[Path, HeaderEntry]]) -> list[str]:

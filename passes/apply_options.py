@@ -95,6 +95,25 @@ def _tensor_names(block: Block) -> Iterator[str]:
 
 def check_layout_reaches(module: ModuleOp, rules: Sequence[LayoutRule]) -> None:
     """Every layout rule reaches at least one tensor of a graph it applies to."""
+    names = declared_tensors(module)
+    for rule in rules:
+        if rule.graph is not None and rule.graph not in names:
+            raise OptionsError(
+                f"layout rule '{rule.pattern}' names graph '{rule.graph}', which the model does not declare "
+                f"(it declares {', '.join(sorted(names))})"
+            )
+        if not reaches_any(rule, names):
+            raise OptionsError(f"layout rule '{rule.pattern}' reaches no tensor the model declares")
+
+
+def reaches_any(rule: LayoutRule, names: dict[str, set[str]]) -> bool:
+    """Whether `rule` reaches a tensor of `declared_tensors`."""
+    reachable = names.values() if rule.graph is None else [names.get(rule.graph, set())]
+    return any(rule.reaches(n, rule.graph) for tensors in reachable for n in tensors)
+
+
+def declared_tensors(module: ModuleOp) -> dict[str, set[str]]:
+    """Each graph's name -> the tensors a layout rule may name in it (a branch sees its outer graph's)."""
     names: dict[str, set[str]] = {}
     for op in module.walk():
         if isinstance(op, GraphOp):
@@ -107,15 +126,7 @@ def check_layout_reaches(module: ModuleOp, rules: Sequence[LayoutRule]) -> None:
     outer = set().union(*names.values()) if names else set()
     for graph in names:
         names[graph] |= outer
-    for rule in rules:
-        if rule.graph is not None and rule.graph not in names:
-            raise OptionsError(
-                f"layout rule '{rule.pattern}' names graph '{rule.graph}', which the model does not declare "
-                f"(it declares {', '.join(sorted(names))})"
-            )
-        reachable = names.values() if rule.graph is None else [names[rule.graph]]
-        if not any(rule.reaches(n, rule.graph) for tensors in reachable for n in tensors):
-            raise OptionsError(f"layout rule '{rule.pattern}' reaches no tensor the model declares")
+    return names
 
 
 def _int(attr: Attribute) -> int:

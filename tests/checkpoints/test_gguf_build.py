@@ -358,8 +358,8 @@ def test_architecture_table_names_and_general_architecture(tmp_path: Path, monke
     with pytest.raises(CheckpointError) as info:
         loam.build(MLP / "mlp.onnxtext", checkpoints=[other], options=Options(layout=base.layout, architecture="mlp"))
     assert str(info.value) == f"checkpoint {other}: general.architecture is 'llama', the options' architecture is 'mlp'"
-    with pytest.raises(OptionsError, match=r"architecture 'bert': no such table \(known: mlp\)"):
-        loam.build(MLP / "mlp.onnxtext", checkpoints=[path], options=Options(layout=base.layout, architecture="bert"))
+    with pytest.raises(OptionsError, match=r"architecture 'falcon': no such table \(known: (\w+, )*mlp\b"):
+        loam.build(MLP / "mlp.onnxtext", checkpoints=[path], options=Options(layout=base.layout, architecture="falcon"))
 
 
 def test_a_gguf_whose_data_was_cut_off_still_builds(tmp_path: Path) -> None:
