@@ -53,5 +53,10 @@ class LoadError(CheckpointError):
     """`Weights.load` was given bytes that disagree with the graph (run time)."""
 
 
+class TokenizerError(LoamError):
+    """A tokenizer's description (GGUF metadata, `tokenizer.json`) is missing, malformed or unsupported, or its chat
+    template fails to render."""
+
+
 class PolyError(ShapeError):
     """A polynomial extent is malformed (bad text) or cannot be evaluated (a symbol has no value)."""
