@@ -35,18 +35,24 @@ def _block_dtype(encoding: str) -> np.dtype:
 
 def _dequant_blocks(blocks: np.ndarray) -> np.ndarray:
     """Blocks of any shape [..., B] (a `_block_dtype` array) as float32 elements [..., B * 32]."""
+    out = np.empty((*blocks.shape, 32), np.float32)
     d = blocks["d"].astype(np.float32)[..., None]
     if "q" in blocks.dtype.names:  # Q8_0
-        values = d * blocks["q"].astype(np.float32)
+        out[...] = blocks["q"]
+        out *= d
     else:
         qs = blocks["qs"]
-        # Elements 0..15 are the low nibbles of the 16 bytes, 16..31 the high ones.
-        nibbles = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).astype(np.float32)
-        if "m" in blocks.dtype.names:  # Q4_1
-            values = d * nibbles + blocks["m"].astype(np.float32)[..., None]
-        else:  # Q4_0
-            values = d * (nibbles - np.float32(8))
-    return values.reshape(*blocks.shape[:-1], blocks.shape[-1] * 32)
+        # Elements 0..15 are the low nibbles of the 16 bytes, 16..31 the high ones; each ufunc writes
+        # its uint8 result straight into the float32 buffer, with no temporary of its own.
+        np.bitwise_and(qs, 0x0F, out=out[..., :16], casting="unsafe")
+        np.right_shift(qs, 4, out=out[..., 16:], casting="unsafe")
+        if "m" in blocks.dtype.names:  # Q4_1: d * q + m
+            out *= d
+            out += blocks["m"].astype(np.float32)[..., None]
+        else:  # Q4_0: d * (q - 8)
+            out -= np.float32(8)
+            out *= d
+    return out.reshape(*blocks.shape[:-1], blocks.shape[-1] * 32)
 
 
 def _dequantized(encoding: str, raw: object, count: int) -> np.ndarray:

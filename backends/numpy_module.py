@@ -727,10 +727,12 @@ class _Emitter:
         `loam generate`) that find a decoder's inputs by name."""
         inputs = []
         for arg, name in zip(self.program.block.args, self.program.input_names.data, strict=True):
-            dtype = _numpy_dtype(_axes_type(arg, f"input '{name.data}'"), f"input '{name.data}'")
-            inputs.append((name.data, dtype.name))
+            t = _axes_type(arg, f"input '{name.data}'")
+            extents = tuple(e.const_value if e.is_const else None for e in t.shape)
+            inputs.append((name.data, _numpy_dtype(t, f"input '{name.data}'").name, extents))
         return (
-            "# forward's inputs in order (ONNX name, dtype) and its outputs' ONNX names\n"
+            "# forward's inputs in order (ONNX name, dtype, extents: None where the call decides) and its\n"
+            "# outputs' ONNX names\n"
             f"INPUTS = {tuple(inputs)!r}\nOUTPUTS = {tuple(output_names)!r}\n"
         )
 

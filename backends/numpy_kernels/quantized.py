@@ -73,7 +73,7 @@ def _k_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int) -> np.nda
         step = max(1, scratch // k)
         for s in range(0, n, step):
             widened = _dequant_blocks(w[s : s + step])  # [r, K] in scratch, then BLAS
-            np.matmul(rows, widened.T, out=out[:, s : s + step])
+            out[:, s : s + step] = rows @ widened.T  # (BLAS cannot write a column slice in place)
     return out.reshape(*x.shape[:-1], n)
 
 

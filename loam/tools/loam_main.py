@@ -239,7 +239,76 @@ def build_parser() -> CliParser:
     layout.add_argument(
         "--debug", action="store_true", help="show the Python traceback of an error instead of one line"
     )
+    generate = commands.add_parser(
+        "generate",
+        help="continue a prompt with a decoder module Loam built",
+        description="Continue a prompt with MODULE.py, a causal language model Loam built from its export "
+        "with a past (inputs input_ids, attention_mask, past_key_values.N.key/value; outputs logits, "
+        "present.N.key/value). The prompt goes through in one pass, then one token per step through the "
+        "past; the text streams to stdout as it is produced, and the tokens per second of the prompt and "
+        "of the steps go to stderr at the end. The tokenizer comes from the GGUF checkpoint's metadata "
+        "unless --tokenizer names a tokenizer.json.",
+    )
+    generate.add_argument("module", type=Path, metavar="MODULE.py", help="the module `loam build` wrote")
+    generate.add_argument(
+        "--checkpoint", required=True, type=Path, metavar="FILE", help="the weights (a GGUF file carries the tokenizer)"
+    )
+    generate.add_argument("--prompt", required=True, help="the text to continue (with --chat: the user's message)")
+    generate.add_argument(
+        "--chat", action="store_true", help="render the prompt as a user message with the model's chat template"
+    )
+    generate.add_argument("--system", metavar="TEXT", help="with --chat: a system message before the user's")
+    generate.add_argument(
+        "--max-new-tokens", type=int, default=64, metavar="N", help="stop after N new tokens (default 64)"
+    )
+    generate.add_argument(
+        "--temperature", type=float, default=0.0, metavar="T", help="0 (default): greedy; above 0: sample at T"
+    )
+    generate.add_argument("--seed", type=int, default=0, metavar="S", help="the sampling seed (default 0)")
+    generate.add_argument(
+        "--no-stop", action="store_true", help="go on past the end-of-text token up to --max-new-tokens"
+    )
+    generate.add_argument("--tokenizer", type=Path, metavar="FILE.json", help="a tokenizer.json to use instead")
+    generate.add_argument(
+        "--debug", action="store_true", help="show the Python traceback of an error instead of one line"
+    )
     return parser
+
+
+def _generate(args: argparse.Namespace) -> None:
+    from loam.generate import Decoder, GenerateError, GenerationStats, generate
+    from loam.tokenizer import Tokenizer
+
+    if args.max_new_tokens < 0:
+        raise UsageError(f"--max-new-tokens {args.max_new_tokens}: give 0 or more")
+    if args.system is not None and not args.chat:
+        raise UsageError("--system needs --chat")
+    if not args.checkpoint.is_file():
+        raise CheckpointError(f"{args.checkpoint}: no such checkpoint file")
+    if args.tokenizer is not None:
+        tokenizer = Tokenizer.from_file(args.tokenizer)
+    else:
+        from loam.gguf import is_gguf
+
+        if not is_gguf(args.checkpoint):
+            raise GenerateError(f"{args.checkpoint}: not a GGUF file, so it carries no tokenizer; give --tokenizer")
+        tokenizer = Tokenizer.from_gguf(args.checkpoint)
+    if args.chat:
+        messages = [{"role": "system", "content": args.system}] if args.system is not None else []
+        prompt_ids = tokenizer.encode_chat([*messages, {"role": "user", "content": args.prompt}])
+    else:
+        prompt_ids = tokenizer.encode(args.prompt)
+    decoder = Decoder.load(args.module, args.checkpoint)
+    stats = GenerationStats()
+    pieces = generate(
+        decoder, tokenizer, prompt_ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        seed=args.seed, stop_at_eos=not args.no_stop, stats=stats,
+    )  # fmt: skip
+    for piece in pieces:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    print(f"{PROG}: {stats.text()}", file=sys.stderr)
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
@@ -344,9 +413,26 @@ def _build(args: argparse.Namespace) -> None:
     else:
         output.write_text(built.source, encoding="utf-8")
     if built.report:
-        sys.stderr.write(built.report if built.report.endswith("\n") else built.report + "\n")
+        sys.stderr.write(_node_report_text(built.report))
     if output is not None:
         sys.stderr.write(f"{PROG}: wrote {output}\n")
+
+
+_REPORT_LINES = 100
+"""Nodes up to which `loam build` lists every node's kernels on stderr; a larger graph gets a count per kernel."""
+
+
+def _node_report_text(report: str) -> str:
+    """The build's node report as stderr shows it: whole for a small graph, counted for a large one."""
+    lines = report.rstrip("\n").splitlines()
+    if len(lines) <= _REPORT_LINES + 1:
+        return "\n".join(lines) + "\n"
+    counts: dict[str, int] = {}
+    for line in lines[1:]:
+        for kernel in line.split(None, 1)[1].split(" (")[0].split(", ") if len(line.split(None, 1)) > 1 else []:
+            counts[kernel] = counts.get(kernel, 0) + 1
+    listed = ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+    return f"{len(lines) - 1} nodes emit code: {listed} (--dump-ir DIR shows the kernel of each)\n"
 
 
 def _split(args: argparse.Namespace) -> None:
@@ -367,6 +453,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             _layout(args)
         elif args.command == "split":
             _split(args)
+        elif args.command == "generate":
+            _generate(args)
 
     raise SystemExit(run_guarded(PROG, body, debug=wants_debug(arguments)))
 

