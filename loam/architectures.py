@@ -7,8 +7,12 @@ prefix its export carries.  An architecture table holds, for one model family, t
 own rules, so a build can override any of them).  With `architecture` set, a GGUF checkpoint's
 `general.architecture` must name the same family.
 
-`ARCHITECTURES` is empty today: issue 8 fills in llama, gpt2 and bert (with the axis layouts they
-bring).  Tests register a table of their own by adding to it.
+A table also names the axes of the family's graph inputs and weights (its `layout`, consulted after
+the options' own rules; the build drafts names for every other tensor, as `loam layout` would), so a
+model of the family builds with no layout file.  A GGUF converted by llama.cpp may store tensors
+otherwise than the model computes with them: `rotary_rows` lists the q/k projections whose rows its
+converter interleaved, which the module puts back at load.  Tests register tables of their own by
+adding to `ARCHITECTURES`.
 """
 
 from __future__ import annotations
@@ -99,7 +103,39 @@ LLAMA = Architecture(
     ),
 )
 
-ARCHITECTURES: dict[str, Architecture] = {LLAMA.name: LLAMA}
+GPT2 = Architecture(
+    "gpt2",
+    # Hugging Face's own GPT-2 checkpoints drop the `transformer.` prefix the export carries.  (A GGUF of
+    # GPT-2 stores its Conv1D matrices transposed, [out, in], which this table does not undo.)
+    checkpoint_names=(
+        ("wte.weight", "transformer.wte.weight"),
+        ("wpe.weight", "transformer.wpe.weight"),
+        ("ln_f.*", "transformer.ln_f.*"),
+        ("h.*.*.*", "transformer.h.*.*.*"),
+        ("h.*.*.*.*", "transformer.h.*.*.*.*"),
+    ),
+    layout=_DECODER_INPUTS
+    + _rules(
+        ("past_key_values.*.key", ("Batch", "Heads", "Past", "HeadDim")),
+        ("past_key_values.*.value", ("Batch", "Heads", "Past", "HeadDim")),
+        ("transformer.wte.weight", ("Vocab", "Hidden")),
+        ("transformer.wpe.weight", ("Positions", "Hidden")),
+        ("lm_head.weight", ("Vocab", "Hidden")),
+        ("lm_head.weight.T", ("Hidden", "Vocab")),  # the tied head, as torch's exporter folds its transpose
+        ("transformer.ln_f.*", ("Hidden",)),
+        ("transformer.h.*.ln_*", ("Hidden",)),
+        ("transformer.h.*.attn.c_attn.weight", ("Hidden", "Qkv")),
+        ("transformer.h.*.attn.c_attn.bias", ("Qkv",)),
+        ("transformer.h.*.attn.c_proj.weight", ("Hidden", "Hidden")),
+        ("transformer.h.*.attn.c_proj.bias", ("Hidden",)),
+        ("transformer.h.*.mlp.c_fc.weight", ("Hidden", "Ffn")),
+        ("transformer.h.*.mlp.c_fc.bias", ("Ffn",)),
+        ("transformer.h.*.mlp.c_proj.weight", ("Ffn", "Hidden")),
+        ("transformer.h.*.mlp.c_proj.bias", ("Hidden",)),
+    ),
+)
+
+ARCHITECTURES: dict[str, Architecture] = {table.name: table for table in (LLAMA, GPT2)}
 
 
 def architecture(name: str) -> Architecture:

@@ -176,3 +176,20 @@ def test_a_sequence_longer_than_the_context_is_refused(graph: str) -> None:
     extra = {"use_cache_branch": np.array([False]), **empty_past()} if graph == "decoder_merged" else {}
     with pytest.raises(module.ShapeError, match=r"<= 128 \(.*node '.*'\).*gives sequence_length = 130"):
         call(graph, input_ids=ids, attention_mask=mask(1, 130), **extra)
+
+
+def test_the_gpt2_table_builds_the_export_with_no_layout_from_a_hugging_face_checkpoint(tmp_path: Path) -> None:
+    """`architecture = "gpt2"`: Hugging Face's checkpoint names (no `transformer.` prefix) map onto the
+    export's, the table names the inputs' and weights' axes, and the rest is drafted; no layout given."""
+    from safetensors.numpy import load_file, save_file
+
+    hf = tmp_path / "model.safetensors"
+    save_file({k.removeprefix("transformer."): v for k, v in load_file(CHECKPOINT).items()}, str(hf))
+    e = expected()
+    result = build(HERE / "decoder.onnxtext", options=Options(checkpoints=(hf,), architecture="gpt2"))
+    assert result.notes == []
+    assert "('input_ids', 'int64', (None, None))" in result.source and "class Vocab" in result.source
+    module = result.module
+    ids = e["prompt_ids"]
+    out = module.forward(module.Weights.load_file(str(hf)), ids, mask(1, 7))
+    close(out.logits, e["decoder.logits.len7"])
