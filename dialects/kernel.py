@@ -973,6 +973,38 @@ class ScatterElementsOp(LibraryOp):
 
 
 @irdl_op_definition
+class ScatterNDOp(LibraryOp):
+    """ONNX ScatterND: a copy of the data with updates written (or reduced) at the index tuples that
+    the indices' last axis holds (k entries each, addressing the data's first k axes).
+
+    The updates' extents are the indices' but the last, then the data's after k: where both sides
+    are numbers they must agree (symbolic ones the build proved or owes equal).
+    Example: `%y = kernel.scatter_nd(%x, %i, %u) {node = "s", reduction = "none"} : (X, I, U) -> Y`
+    """
+
+    name = "kernel.scatter_nd"
+    PARAMS: ClassVar[dict[str, type]] = {"reduction": str}
+
+    def verify_kernel(self) -> None:
+        ins, outs = _library_types(self)
+        _require(self, len(ins) == 3 and len(outs) == 1, "takes data, indices and updates and gives one result")
+        reduction = self.param("reduction")
+        _require(self, reduction in ("none", "add", "mul", "max", "min"), f"unknown reduction '{reduction}'")
+        x, i, u = ins
+        if x is not None and outs[0] is not None:
+            _require(self, x == outs[0], "the result's extents are not the data's")
+        if x is None or i is None or u is None:
+            return
+        _require(self, len(i) >= 1, "the indices have rank 0")
+        k = i[-1]
+        _require(self, k.is_const and k.const_value <= len(x), f"the indices' last extent {k} is not a number <= rank")
+        want = (*i[:-1], *x[k.const_value :])
+        _require(self, len(u) == len(want), "the updates' rank is not the indices' rank - 1 + the data's rank - k")
+        agree = all(a == b or not (a.is_const and b.is_const) for a, b in zip(u, want, strict=True))
+        _require(self, agree, "the updates' extents are not indices[:-1] + data[k:]")
+
+
+@irdl_op_definition
 class RangeOp(LibraryOp):
     """ONNX Range over integers the run knows: `start`, `start + delta`, ... below `limit` (above it
     for a negative delta), as `dtype`; start and limit may be extents only the run knows.
@@ -993,7 +1025,7 @@ class RangeOp(LibraryOp):
         _require(self, outs[0] is None or len(outs[0]) == 1, "the result has rank 1")
 
 
-INDEXING_OPS: tuple[type[LibraryOp], ...] = (GatherOp, GatherElementsOp, ScatterElementsOp, RangeOp)
+INDEXING_OPS: tuple[type[LibraryOp], ...] = (GatherOp, GatherElementsOp, ScatterElementsOp, ScatterNDOp, RangeOp)
 
 # -- products and gathers over weights kept in a checkpoint's block form (`pack-quantized`) --------
 

@@ -46,6 +46,44 @@ def _k_scatter_elements(
     return _narrowed(out, x.dtype)
 
 
+def _k_scatter_nd(x: np.ndarray, indices: np.ndarray, updates: np.ndarray, *, reduction: str) -> np.ndarray:
+    """ONNX ScatterND: a copy of `x` with `updates` written (or reduced) at the index tuples of `indices`.
+
+    Each tuple (the last axis of `indices`, k entries) picks a slice x[i0, ..., ik-1] of the
+    data's trailing axes; tuples apply in order, so a later duplicate wins (reduction none) or
+    reduces after the earlier ones, as onnxruntime does.  A tuple outside the data stops the run
+    (IndexError) rather than wrapping a second time.  A value known as polynomials (stage 0) moves
+    with reduction none.
+    """
+    x = np.asarray(x)
+    idx = np.asarray(indices, dtype=np.int64)
+    k = idx.shape[-1]
+    lead, rest = x.shape[:k], x.shape[k:]
+    idx = idx.reshape(int(np.prod(idx.shape[:-1], dtype=np.int64)), k)
+    # Row-major position of each tuple among the data's first k axes.
+    flat = np.zeros(idx.shape[0], dtype=np.int64)
+    for axis, extent in enumerate(lead):
+        column = idx[:, axis]
+        bad = (column < -extent) | (column >= extent)
+        if bad.any():
+            raise IndexError(
+                f"ScatterND: index {int(column[bad][0])} along data axis {axis} is outside [{-extent}, {extent - 1}]"
+            )
+        flat = flat * extent + np.where(column < 0, column + extent, column)
+    count = int(np.prod(lead, dtype=np.int64))
+    rows = np.asarray(updates).reshape(idx.shape[0], *rest)
+    if reduction == "none":
+        # numpy leaves the order of a repeated position's assignments open: keep each one's last tuple.
+        last = flat.size - 1 - np.unique(flat[::-1], return_index=True)[1]
+        out = np.array(x, copy=True).reshape(count, *rest)
+        out[flat[last]] = rows[last]
+        return out.reshape(x.shape)
+    ufunc = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}[reduction]
+    out = np.array(_widened(x), copy=True).reshape(count, *rest)
+    ufunc.at(out, flat, _widened(rows))  # in tuple order, duplicates included
+    return _narrowed(out.reshape(x.shape), x.dtype)
+
+
 def _k_range(*, start: int, limit: int, delta: int, dtype: str) -> np.ndarray:
     """ONNX Range over integers: start, start + delta, ... up to (not including) limit."""
     return np.arange(int(start), int(limit), int(delta), dtype=np.dtype(dtype))
@@ -57,8 +95,10 @@ PIECES: dict[str, object] = {
     "_element_index": _element_index,
     "_k_gather_elements": _k_gather_elements,
     "_k_scatter_elements": _k_scatter_elements,
+    "_k_scatter_nd": _k_scatter_nd,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "_k_gather_elements": ("_element_index",),
     "_k_scatter_elements": ("_element_index", "_widened", "_narrowed"),
+    "_k_scatter_nd": ("_widened", "_narrowed"),
 }

@@ -11,7 +11,7 @@ Params: the result's element count, inner, count (indices' elements), extent (da
 
 from __future__ import annotations
 
-from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
+from loam.backends.wgsl_kernels.common import FLAT, WORKGROUP, device_type, kernel, narrow
 from loam.backends.wgsl_kernels.reduce import ROW_HELPERS
 from loam.errors import UnsupportedError
 
@@ -204,14 +204,138 @@ def _p_scatter_elements(shapes: tuple[tuple[int, ...], ...], axis: int, reductio
     return block, (lines + 63) // 64
 
 
+# -- scatter_nd ------------------------------------------------------------------------------------
+
+I64_SUMS = (
+    "sums and products of i64 run in i32 on the device and could leave its range, where numpy's i64 keeps "
+    "the value; the WGSL backend runs no i64 arithmetic it cannot bound"
+)
+"""Why a scatter_nd adding or multiplying i64 is refused (the words the printer uses for the others)."""
+
+
+def source_scatter_nd(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """ScatterND, one workgroup per *column*: a position among the data's axes after k (the axes one
+    tuple's update slice covers).  The data is read as (rows, columns), rows being the positions
+    among its first k axes, and the updates as (tuples, columns).
+
+    The workgroup copies its column, then takes the tuples 64 at a time in order: each invocation
+    turns its tuple into a row (negative entries count from the end; one still outside the data is
+    clamped into it, so a bad tuple writes a wrong element but never outside the buffer) and shares
+    it in workgroup memory.  With reduction none the last of a batch's tuples naming a row writes
+    it; otherwise the first combines every update the batch aims at that row, in order.  A barrier
+    between batches keeps the tuples' order, so duplicates end as in the numpy kernel (last wins,
+    or reduced in order), and a half result is rounded once at the end, as its f32 reduction is.
+    k (the indices' last extent) follows from the ranks: updates rank = indices rank - 1 + data rank - k.
+
+    Element tuples (k = the data's rank, as a Llama export's causal mask has) make one column, so one
+    workgroup takes every tuple.  On llvmpipe, which caps a loop's iterations in a dispatch at 65535,
+    that bounds rows and tuples to 65535 batches of 64 (about 4.19 million), as the line and row
+    loops of the other kernels are bounded there.
+
+    Params: columns, rows, tuples, then the data's first k extents.
+    """
+    reduction = params.get("reduction")
+    (elem, rank), (index_elem, index_rank), (update_elem, update_rank) = operands
+    out_elem = results[0][0]
+    dt = device_type(elem)
+    if reduction not in ("none", "add", "mul", "max", "min"):
+        raise UnsupportedError(f"WGSL scatter_nd: reduction {reduction!r} is not supported")
+    if device_type(index_elem) != "i32":
+        raise UnsupportedError(f"WGSL scatter_nd: indices of element type {index_elem} (an integer type is needed)")
+    if reduction in ("add", "mul") and "i64" in (elem, update_elem, out_elem):
+        raise UnsupportedError(I64_SUMS)
+    k = index_rank - 1 + rank - update_rank
+    if index_rank < 1 or not 0 <= k <= rank:
+        raise UnsupportedError(
+            f"WGSL scatter_nd: ranks {rank}, {index_rank}, {update_rank} of data, indices and updates give no k"
+        )
+    body = (
+        "  let w = wid.y * nwg.x + wid.x;\n"
+        "  let live = w < params[0];\n"
+        "  let columns = params[0];\n"
+        "  let rows = select(0u, params[1], live);\n"
+        "  let n = select(0u, params[2], live);\n"
+        "  for (var o = lid; o < rows; o = o + 64u) {\n"
+        "    out0[o * columns + w] = in0[o * columns + w];\n"
+        "  }\n"
+        "  storageBarrier();\n"
+        "  for (var c = 0u; c < n; c = c + 64u) {\n"
+        "    let t = c + lid;\n"
+        "    var row = 0xffffffffu;\n"
+        "    if (t < n) {\n"
+        "      row = 0u;\n"
+    )
+    if k == 0:  # every tuple is the empty one (row 0); the indices stay bound, as the dispatch binds them
+        body += "      _ = arrayLength(&in1);\n"
+    for j in range(k):
+        body += (
+            "      {\n"
+            f"        let extent = i32(params[{3 + j}]);\n"
+            f"        var at = in1[t * {k}u + {j}u];\n"
+            + _index_fix().replace("  ", "        ", 1).replace("\n  at", "\n        at")
+            + "        row = row * u32(extent) + u32(at);\n"
+            "      }\n"
+        )
+    body += "    }\n    rows_of[lid] = row;\n    workgroupBarrier();\n    if (t < n) {\n"
+    # The scans over a batch are unrolled: llvmpipe's cap counts a loop's iterations over every entry
+    # into it (measured), so a scan looping 64 times per batch would stop it after ~1000 batches.
+    if reduction == "none":
+        body += "      var last = true;\n"
+        for j in range(1, WORKGROUP):
+            body += f"      if (lid < {j}u && rows_of[{j}] == row) {{ last = false; }}\n"
+        body += "      if (last) { out0[row * columns + w] = in2[t * columns + w]; }\n"
+    else:
+        combine = SCATTER_COMBINE[dt][reduction]
+        body += "      var first = true;\n"
+        for j in range(WORKGROUP - 1):
+            body += f"      if (lid > {j}u && rows_of[{j}] == row) {{ first = false; }}\n"
+        body += "      if (first) {\n        var acc = out0[row * columns + w];\n"
+        for j in range(WORKGROUP):
+            body += (
+                f"        if (lid <= {j}u && rows_of[{j}] == row) "
+                f"{{ acc = {combine}(acc, in2[(c + {j}u) * columns + w]); }}\n"
+            )
+        body += "        out0[row * columns + w] = acc;\n      }\n"
+    body += "    }\n    workgroupBarrier();\n    storageBarrier();\n  }\n"
+    if reduction != "none" and out_elem in ("f16", "bf16"):
+        body += (
+            "  for (var o = lid; o < rows; o = o + 64u) {\n"
+            f"    out0[o * columns + w] = {narrow(out_elem, 'out0[o * columns + w]')};\n"
+            "  }\n"
+        )
+    helpers = ROW_HELPERS + "var<workgroup> rows_of: array<u32, 64>;\n"
+    return kernel([out_elem], [elem, index_elem, update_elem], body, helpers)
+
+
+def _p_scatter_nd(shapes: tuple[tuple[int, ...], ...], reduction: str) -> tuple[tuple[int, ...], int]:
+    """The scatter_nd kernel's params (columns, rows, tuples, the data's first k extents) and its
+    workgroups (one per column)."""
+    data, indices = tuple(shapes[0]), tuple(shapes[1])
+    k = indices[-1]
+    rows = 1
+    for e in data[:k]:
+        rows *= e
+    columns = 1
+    for e in data[k:]:
+        columns *= e
+    tuples = 1
+    for e in indices[:-1]:
+        tuples *= e
+    if rows == 0:
+        columns = 0
+    return (columns, rows, tuples, *data[:k]), columns
+
+
 PIECES: dict[str, object] = {
     "_p_gather": _p_gather,
     "_p_gather_elements": _p_gather_elements,
     "_p_scatter_elements": _p_scatter_elements,
+    "_p_scatter_nd": _p_scatter_nd,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {}
 SOURCES: dict[str, object] = {
     "gather": source_gather,
     "gather_elements": source_gather_elements,
     "scatter_elements": source_scatter_elements,
+    "scatter_nd": source_scatter_nd,
 }

@@ -21,3 +21,25 @@ graph.model {ir_version = 8 : i64, opset_import = {"" = 13 : i64}} {
     graph.return %y ["y"] : !graph.tensor<f32, [1]>
   }
 }
+
+// -----
+
+// ScatterND updates must be the indices' extents but the last, then the data's after k: [2] + [4] here.
+// CHECK: ScatterND node 'put': updates axis 1 against data axis 1: extents 5 and 4 differ
+graph.model {ir_version = 8 : i64, opset_import = {"" = 18 : i64}} {
+  graph.graph "updates_mismatch" (%x: !graph.tensor<f32, [3, 4]>, %i: !graph.tensor<i64, [2, 1]>, %u: !graph.tensor<f32, [2, 5]>) inputs ["x", "i", "u"] {
+    %y = graph.node "ScatterND" "put" since 18 (%x, %i, %u) -> ["y"] : !graph.unknown
+    graph.return %y ["y"] : !graph.tensor<f32, [3, 4]>
+  }
+}
+
+// -----
+
+// The indices' last extent says how many data axes a tuple addresses: a symbol there is refused.
+// CHECK: ScatterND node 'put': the indices' last extent is K
+graph.model {ir_version = 8 : i64, opset_import = {"" = 18 : i64}} {
+  graph.graph "symbolic_depth" (%x: !graph.tensor<f32, [3, 4]>, %i: !graph.tensor<i64, [2, "K"]>, %u: !graph.tensor<f32, [2]>) inputs ["x", "i", "u"] {
+    %y = graph.node "ScatterND" "put" since 18 (%x, %i, %u) -> ["y"] : !graph.unknown
+    graph.return %y ["y"] : !graph.tensor<f32, [3, 4]>
+  }
+}

@@ -1,11 +1,12 @@
-"""Operator rules of the indexing family: Gather, GatherElements, ScatterElements, Range, ConstantOfShape.
+"""Operator rules of the indexing family: Gather, GatherElements, ScatterElements, ScatterND, Range,
+ConstantOfShape.
 
 Gathers and scatters lower to library kernels (`kernel.gather`, `kernel.gather_elements`,
-`kernel.scatter_elements`) whose numpy pieces also fold known values.  Range and ConstantOfShape
-make values whose extents come from their inputs, so the build must know those inputs: as numbers
-(the node folds) or as polynomials over the input symbols (a Shape of a symbolic tensor), when the
-extent is symbolic and a kernel fills the value at run time.  A Range over a run-time value would
-have an extent no polynomial states, and is refused naming the node.
+`kernel.scatter_elements`, `kernel.scatter_nd`) whose numpy pieces also fold known values.  Range
+and ConstantOfShape make values whose extents come from their inputs, so the build must know those
+inputs: as numbers (the node folds) or as polynomials over the input symbols (a Shape of a symbolic
+tensor), when the extent is symbolic and a kernel fills the value at run time.  A Range over a
+run-time value would have an extent no polynomial states, and is refused naming the node.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loam import dtypes, owed
-from loam.backends.numpy_kernels.indexing import _k_gather, _k_gather_elements, _k_scatter_elements
+from loam.backends.numpy_kernels.indexing import _k_gather, _k_gather_elements, _k_scatter_elements, _k_scatter_nd
 from loam.bounds import Verdict
 from loam.derived import ceildiv, decide, from_end, maximum
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity
@@ -182,18 +183,20 @@ class GatherElementsRule(MovementRule):
 REDUCTIONS = ("none", "add", "mul", "max", "min")
 
 
+def scatter_reduction(node: NodeInfo) -> str:
+    """A scatter's `reduction` attribute ("none" when absent); one Loam does not compute stops the build."""
+    reduction = node.attr("reduction", "none")
+    if reduction not in REDUCTIONS:
+        raise node.unsupported(f"reduction '{reduction}' is not supported ({', '.join(REDUCTIONS)})")
+    return reduction
+
+
 class ScatterElementsRule(MovementRule):
     """ONNX ScatterElements (11+; `reduction` from 16) and Scatter (9-10, the same without reduction)."""
 
     op_types = ("ScatterElements", "Scatter")
     attributes = frozenset({"axis", "reduction"})
     first_opset = 9
-
-    def reduction(self, node: NodeInfo) -> str:
-        reduction = node.attr("reduction", "none")
-        if reduction not in REDUCTIONS:
-            raise node.unsupported(f"reduction '{reduction}' is not supported ({', '.join(REDUCTIONS)})")
-        return reduction
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 3)
@@ -210,7 +213,7 @@ class ScatterElementsRule(MovementRule):
                     raise node.fail("indices and updates have different extents")
                 owed.require_equal(a, b, node, f"axis {k} of the indices and the updates")
         axis = norm_axis(node, int(node.attr("axis", 0)), x.rank)
-        reduction = self.reduction(node)
+        reduction = scatter_reduction(node)
         for k, (d, e) in enumerate(zip(x.shape, i.shape, strict=True)):
             if k != axis and not (d.is_const and e.is_const):
                 owed.owe(d - e, node, f"the indices' axis {k} lies within the data's")
@@ -232,7 +235,89 @@ class ScatterElementsRule(MovementRule):
         x, i, u = operands
         assert x is not None and i is not None and u is not None
         axis = norm_axis(node, int(node.attr("axis", 0)), len(x.type.axes))  # type: ignore[attr-defined]
-        op = ScatterElementsOp([x, i, u], [ctx.result_types[0]], node.name, axis=axis, reduction=self.reduction(node))
+        reduction = scatter_reduction(node)
+        op = ScatterElementsOp([x, i, u], [ctx.result_types[0]], node.name, axis=axis, reduction=reduction)
+        return emit_library(ctx, op)
+
+
+class ScatterNDRule(MovementRule):
+    """ONNX ScatterND (11+; `reduction` add/mul from 16, max/min from 18): a copy of the data with
+    updates written (or reduced) at index tuples.
+
+    The indices' last extent k (a number) says how many leading data axes a tuple addresses; the
+    updates' extents must be the indices' but the last, then the data's from axis k on, which the
+    build proves or the inputs owe.  Known tuples must lie within the data (a symbolic axis owes
+    it); tuples computed at run time are checked by the kernel.  Known data, indices and updates fold.
+    """
+
+    op_types = ("ScatterND",)
+    attributes = frozenset({"reduction"})
+    first_opset = 11
+    limitations = (
+        "the indices' last extent must be a number; run-time indices are checked by the numpy kernel and "
+        "clamped by the WGSL one; with reduction none a repeated tuple keeps its last update (as onnxruntime)"
+    )
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 3)
+        x, i, u = (given(node, inputs, k, w) for k, w in enumerate(("data", "indices", "updates")))
+        check_movable(node, x)
+        if i.elem.name != "i64":
+            raise node.fail(f"the indices have element type {i.elem.name}; ONNX needs i64")
+        if u.elem != x.elem:
+            raise node.fail(f"updates have element type {u.elem.name}, the data {x.elem.name}")
+        reduction = scatter_reduction(node)
+        if i.rank == 0:
+            raise node.fail("the indices are a scalar; ONNX needs rank 1 or more (the last axis holds each tuple)")
+        depth = i.shape[-1]
+        if not depth.is_const:
+            raise node.unsupported(
+                f"the indices' last extent is {depth}; it says how many data axes a tuple addresses, so the build "
+                "must know it as a number (fix it with the `dims` option)"
+            )
+        k = depth.const_value
+        if k > x.rank:
+            raise node.fail(f"the indices' last extent {k} exceeds the data's rank {x.rank}")
+        want = (*i.shape[:-1], *x.shape[k:])
+        if u.rank != len(want):
+            raise node.fail(
+                f"the updates have rank {u.rank}; ONNX needs {len(want)} (the indices' extents but the last, "
+                f"then the data's from axis {k})"
+            )
+        for a, (got, need) in enumerate(zip(u.shape, want, strict=True)):
+            source = f"indices axis {a}" if a < i.rank - 1 else f"data axis {k + a - (i.rank - 1)}"
+            owed.require_equal(got, need, node, f"updates axis {a} against {source}")
+        value = None
+        if i.value is not None:
+            known = np.asarray(i.value)
+            for axis in range(k):
+                _bounded(node, known[..., axis], x.shape[axis])
+            value = self.fold(x, known, u, reduction)
+        return [Facts(x.elem, x.shape, value)]
+
+    @staticmethod
+    def fold(x: Facts, indices: np.ndarray, u: Facts, reduction: str) -> np.ndarray | None:
+        """The value where the build knows all three inputs: numbers, or (moved as they are, with
+        reduction none) polynomials; tuples known only as polynomials leave it to the run."""
+        if x.value is None or u.value is None or is_symbolic_array(indices):
+            return None
+        data, updates = np.asarray(x.value), np.asarray(u.value)
+        if is_symbolic_array(data) or is_symbolic_array(updates):
+            if reduction != "none":
+                return None
+            data, updates = polys_of(data), polys_of(updates)
+        return _k_scatter_nd(data, indices, updates, reduction=reduction)
+
+    def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
+        assert inputs[0] is not None
+        return [inputs[0]]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import ScatterNDOp
+
+        x, i, u = operands
+        assert x is not None and i is not None and u is not None
+        op = ScatterNDOp([x, i, u], [ctx.result_types[0]], node.name, reduction=scatter_reduction(node))
         return emit_library(ctx, op)
 
 
@@ -383,6 +468,7 @@ RULES: tuple[OpRule, ...] = (
     GatherRule(),
     GatherElementsRule(),
     ScatterElementsRule(),
+    ScatterNDRule(),
     RangeRule(),
     ConstantOfShapeRule(),
 )

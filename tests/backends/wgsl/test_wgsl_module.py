@@ -126,7 +126,10 @@ kernel.program "forward" (%i : !tensor_axes.tensor<i64, [N: 3]>) names ["i"] {
 """
     module = _program(text)
     source = emit_wgsl(module)
-    assert "= g.host(((_b[1], 'int64', (3,)),))  # square: on the host (i64 arithmetic the device's i32 could wrap)" in source
+    assert (
+        "= g.host(((_b[1], 'int64', (3,)),))  # square: on the host (i64 arithmetic the device's i32 could wrap)"
+        in source
+    )
     gpu = import_source(source, "loam_wgsl_i64_host")
     assert gpu.forward(gpu.Weights(), np.array([1, 3, -7], np.int64)).tolist() == [4, 5, 4]
     g = gpu._gpu()
@@ -175,11 +178,17 @@ def test_the_host_fallback_computes_what_the_device_cannot_and_the_report_says_s
     from loam.backends.wgsl_module import wgsl_module
 
     # Refused by default, naming the first kernel and the way out.
-    with pytest.raises(UnsupportedError, match=r"kernel.cast 'widen': element type f64 has no WGSL form.*--host-fallback"):
+    with pytest.raises(
+        UnsupportedError, match=r"kernel.cast 'widen': element type f64 has no WGSL form.*--host-fallback"
+    ):
         emit_wgsl(_program(F64_CHAIN))
     source, summary = wgsl_module(_program(F64_CHAIN), host_fallback=True)
     # f64 lives on the host from the widening cast to the narrowing one; 'gap' runs on the device.
-    assert summary.host == ("widen (f64 has no WGSL form)", "nudge (f64 has no WGSL form)", "narrow (f64 has no WGSL form)")
+    assert summary.host == (
+        "widen (f64 has no WGSL form)",
+        "nudge (f64 has no WGSL form)",
+        "narrow (f64 has no WGSL form)",
+    )
     assert summary.dispatches == 1 and "on the host: widen (f64 has no WGSL form)" in summary.text()
     gpu = import_source(source, "loam_wgsl_host_fallback")
     x = np.array([1.0, -2.5, 1e-9, 3.0e7], np.float32)
