@@ -46,6 +46,8 @@ PACKED_ATTR = "packed"
 
 @dataclass(frozen=True)
 class PackQuantizedPass(ModulePass):
+    """Keep weights stored in ggml blocks packed: products and gathers over them widen as they go."""
+
     name = "pack-quantized"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
