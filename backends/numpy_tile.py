@@ -1,10 +1,14 @@
 """A `TileProgram` printed as one numpy function: every program of the grid at once.
 
-The grid becomes a leading axis: `program` is a column of program indices, `iota` a row of tile
-offsets, so a tile value is a [grid, B] array and a scalar a [grid, 1] one; a reduction reduces the
-tile axis.  Loads read the operands' flat elements at the indices where the mask holds (others
-there); stores write the results' flat elements where it holds.  No Python loop runs over elements
-or programs.  The function is the oracle the WGSL form of the same program is tested against.
+The grid becomes a leading axis: a value of tile shape S is an array [programs, *S] (S padded with
+leading 1s to the program's largest tile rank, so numpy's broadcasting is the tile program's), a
+scalar one of 1s after the program axis.  `program A` is the program's coordinate along grid axis A
+(axis 0 varying fastest), params and loop variables are alike in every program (the program axis
+is 1), a reduction reduces every tile axis, `dot` is numpy's batched matmul over the program axis.
+Loads read the operands' flat elements at the indices where the mask holds (others there); stores
+write the results' flat elements where it holds.  A tile program's loop is a Python loop (its trip
+count is the same for every program); no Python loop runs over elements or programs.  The function
+is the oracle the WGSL form of the same program is tested against.
 """
 
 from __future__ import annotations
@@ -12,7 +16,23 @@ from __future__ import annotations
 from loam.backends.numpy_kernels.elementwise import BINARY_SOURCE, UNARY_SOURCE
 from loam.backends.numpy_module import _dtype_source, _expr_dtype, step_source
 from loam.dialects.expr import Binary, Expr, Operand, Unary
-from loam.dialects.tile_program import Iota, Load, Map, Param, ProgramId, Reduce, Store, TileProgram
+from loam.dialects.tile_program import (
+    Carry,
+    Dot,
+    End,
+    Fill,
+    Iota,
+    Load,
+    Loop,
+    Map,
+    Param,
+    ProgramId,
+    Reduce,
+    Shape,
+    Store,
+    TileProgram,
+    broadcast,
+)
 
 
 def _expr(expr: Expr, args: list[str], name: str) -> tuple[list[str], str]:
@@ -38,34 +58,61 @@ def tile_function_source(name: str, program: TileProgram) -> str:
 
 
 def tile_function(name: str, program: TileProgram) -> tuple[str, set[str]]:
-    """`def NAME(grid, params, *tensors)`: the program over `grid` programs; `tensors` are the
-    operands then the (preallocated, contiguous) results, written in place.  Also the runtime
-    pieces its expressions call (`_div`, ...), which the module must declare."""
+    """`def NAME(grid, params, *tensors)`: the program over `grid` (the program count, or one
+    count per grid axis); `tensors` are the operands then the (preallocated, contiguous) results,
+    written in place.  Also the runtime pieces its expressions call (`_div`, ...), which the module
+    must declare."""
+    shapes = program.shapes()
     elems = program.elems()
-    shape = f"(grid, {program.tile})"
+    rank = max((len(s) for s in shapes if s), default=1)
+
+    def full(shape: Shape | None) -> str:
+        """The array shape of a value of tile shape `shape` in every program."""
+        assert shape is not None
+        padded = (1,) * (rank - len(shape)) + shape
+        return f"(count, {', '.join(map(str, padded))})"
+
+    ones = "(" + ", ".join(["1"] * (rank + 1)) + ")"
     body = [
+        "sizes = tuple(grid) if isinstance(grid, tuple) else (grid,)",
+        "count = int(np.prod(sizes, dtype=np.int64))",
+        "ids = np.arange(count, dtype=np.int64)",
         "flat = [np.asarray(t).reshape(-1) for t in tensors]  # operands, then results (views)",
     ]
     pieces: set[str] = set()
+    indent = ""
     for i, step in enumerate(program.steps):
         v = f"t{i}"
+        lines: list[str] = []
         if isinstance(step, ProgramId):
-            body.append(f"{v} = np.arange(grid, dtype=np.int32)[:, None]  # {step}")
+            lines.append(
+                f"{v} = ((ids // int(np.prod(sizes[:{step.axis}], dtype=np.int64))) % sizes[{step.axis}])"
+                f".astype(np.int32).reshape(count, {', '.join(['1'] * rank)})  # {step}"
+            )
         elif isinstance(step, Param):
-            body.append(f"{v} = np.full((grid, 1), params[{step.index}], dtype=np.int32)  # {step}")
+            lines.append(f"{v} = np.full({ones}, params[{step.index}], dtype=np.int32)  # {step}")
         elif isinstance(step, Iota):
-            body.append(f"{v} = np.arange({program.tile}, dtype=np.int32)[None, :]  # {step}")
+            shape = shapes[i]
+            assert shape
+            padded = [1] * rank
+            padded[rank - len(shape) + step.axis] = shape[step.axis]
+            layout = ", ".join(map(str, padded))
+            lines.append(f"{v} = np.arange({shape[step.axis]}, dtype=np.int32).reshape(1, {layout})  # {step}")
+        elif isinstance(step, Fill):
+            dtype = _dtype_source(_expr_dtype(step.elem))
+            shape = (1,) * (rank - len(step.shape)) + step.shape
+            lines.append(f"{v} = np.full((1, {', '.join(map(str, shape))}), {step.value!r}, dtype={dtype})  # {step}")
         elif isinstance(step, Load):
             dtype = _dtype_source(_expr_dtype(step.elem))
-            body += [
-                f"mask = np.broadcast_to(t{step.mask}, {shape})  # {step}",
-                f"safe = np.where(mask, np.broadcast_to(t{step.index}, {shape}), 0)",
+            lines += [
+                f"mask = np.broadcast_to(t{step.mask}, {full(shapes[i])})  # {step}",
+                f"safe = np.where(mask, np.broadcast_to(t{step.index}, {full(shapes[i])}), 0)",
                 f"{v} = np.where(mask, flat[{step.tensor}][safe], {dtype}({step.other!r})).astype({dtype})",
             ]
         elif isinstance(step, Map):
-            lines, last = _expr(step.expr, [f"t{a}" for a in step.args], v)
-            body += [f"{line}  # {step}" if k == 0 else line for k, line in enumerate(lines)]
-            body.append(f"{v} = np.asarray({last})")
+            expr_lines, last = _expr(step.expr, [f"t{a}" for a in step.args], v)
+            lines += [f"{line}  # {step}" if k == 0 else line for k, line in enumerate(expr_lines)]
+            lines.append(f"{v} = np.asarray({last})")
             for s in step.expr.steps:
                 source = UNARY_SOURCE.get(getattr(s, "op", ""), "") if isinstance(s, Unary) else ""
                 source = BINARY_SOURCE.get(s.op, "") if isinstance(s, Binary) else source
@@ -73,18 +120,44 @@ def tile_function(name: str, program: TileProgram) -> tuple[str, set[str]]:
                     pieces.add(source)
         elif isinstance(step, Reduce):
             fn = {"sum": "np.add", "max": "np.maximum", "min": "np.minimum"}[step.kind]
-            body.append(f"{v} = {fn}.reduce(t{step.arg}, axis=-1, keepdims=True)  # {step}")
+            axes = tuple(range(1, rank + 1))
+            lines.append(f"{v} = {fn}.reduce(t{step.arg}, axis={axes}, keepdims=True)  # {step}")
+        elif isinstance(step, Dot):
+            lines.append(f"{v} = np.matmul(t{step.lhs}, t{step.rhs}, dtype=np.float32)  # {step}")
+        elif isinstance(step, Loop):
+            lines += [f"t{c} = t{program.steps[c].init}  # {program.steps[c]}" for c in program.carries(i)]  # type: ignore[union-attr]
+            lines.append(f"for k{i} in range(0, int(t{step.stop}.reshape(-1)[0]), {step.step}):  # {step}")
+            body += [indent + line for line in lines]
+            indent += "    "
+            lines = [f"{v} = np.full({ones}, k{i}, dtype=np.int32)"]
+        elif isinstance(step, Carry):
+            continue  # named before the loop
+        elif isinstance(step, End):
+            loop = program.loop_of(i)
+            assert loop is not None
+            carried = program.carries(loop)
+            if carried:
+                targets = "".join(f"t{c}, " for c in carried)
+                values = "".join(f"t{a}, " for a in step.values)
+                lines.append(f"{targets.rstrip(', ')}, = {values.rstrip(', ')},  # {step}")
+            else:
+                lines.append(f"pass  # {step}")
+            body += [indent + line for line in lines]
+            indent = indent[:-4]
+            continue
         else:
             assert isinstance(step, Store)
             value = _dtype_source(_expr_dtype(elems[step.value]))
-            body += [
+            shape = full(broadcast(*(shapes[r] for r in (step.index, step.value, step.mask))))  # type: ignore[misc]
+            lines += [
                 f"mask = np.broadcast_to(t{step.mask}, {shape})  # {step}",
                 f"where = np.broadcast_to(t{step.index}, {shape})[mask]",
                 f"flat[{program.operands + step.result}][where] = "
                 f"np.broadcast_to(t{step.value}, {shape})[mask].astype({value})",
             ]
+        body += [indent + line for line in lines]
     head = [
-        f"def {name}(grid: int, params: tuple[int, ...], *tensors: np.ndarray) -> None:",
-        f'    """The tile program {program} over `grid` programs at once."""',
+        f"def {name}(grid: int | tuple[int, ...], params: tuple[int, ...], *tensors: np.ndarray) -> None:",
+        f'    """The tile program {program} over the programs of `grid` at once."""',
     ]
     return "\n".join([*head, *(f"    {line}" for line in body)]) + "\n", pieces

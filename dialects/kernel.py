@@ -1368,9 +1368,11 @@ CONTROL_OPS: tuple[type[IRDLOperation], ...] = (IfOp, YieldOp)
 
 @irdl_op_definition
 class TileProgramOp(LibraryOp):
-    """A kernel written as a tile program (`program`), run over `grid` programs with the run-time
-    `numbers` it reads as `param K`.  Its operands are the tensors it loads, its results those it
-    stores (row-major, contiguous; every element is stored).
+    """A kernel written as a tile program (`program`), run over a launch `grid` (the program count
+    along one axis, or a tuple of one to three counts, one per axis) with the run-time `numbers` it
+    reads as `param K`.  Its operands are the tensors it loads, its results those it stores
+    (row-major, contiguous; every element is stored).  A `fused` list, when present, names the ONNX
+    nodes of the fused product this op took over (kept for the build report).
 
     Example: `%y = kernel.tile_program(%x) {node = "sm", grid = #shape_poly.extent<4*N>,
     numbers = [#shape_poly.extent<64>], program = #kernel.tile_program<tile 64, [...]>} : (X) -> Y`
@@ -1392,6 +1394,27 @@ class TileProgramOp(LibraryOp):
     ) -> None:
         super().__init__(inputs, result_types, node, grid=grid, numbers=numbers)
         self.properties["program"] = TileProgramAttr(program)
+
+    def verify_(self) -> None:
+        # A library op's checks, but `grid` may be a tuple and a `fused` list may come along.
+        where = f"{self.name} '{self.node.data}'"
+        for key, attr in self.attributes.items():
+            if key == "fused":
+                if not (isinstance(attr, ArrayAttr) and all(isinstance(m, StringAttr) for m in attr.data)):
+                    raise VerifyException(f"{where}: fused must list ONNX node names")
+            elif key not in self.PARAMS:
+                raise VerifyException(f"{where}: unknown parameter '{key}'")
+        for key in self.PARAMS:
+            if key not in self.attributes:
+                raise VerifyException(f"{where}: missing parameter '{key}'")
+        grid, numbers = self.param("grid"), self.param("numbers")
+        axes = grid if isinstance(grid, tuple) else (grid,)
+        if not isinstance(numbers, tuple) or not 1 <= len(axes) <= 3 or any(isinstance(e, float) for e in axes):
+            raise VerifyException(f"{where}: grid must be one to three extents and numbers a list of them")
+        rank = self.program.data.grid_rank
+        if len(axes) < rank:
+            raise VerifyException(f"{where}: the program reads {rank} grid axes, the grid has {len(axes)}")
+        self.verify_kernel()
 
     def verify_kernel(self) -> None:
         program = self.program.data

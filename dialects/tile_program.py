@@ -1,43 +1,79 @@
 """`TileProgram`: a kernel written once as a tile program, printed to WGSL and to numpy.
 
-A tile program runs once per program of a launch grid (one axis), on *tiles*: 1-D values of the
-program's compile-time tile size `B` (or scalars).  It reads its operand tensors only through masked
-loads and writes its results only through masked stores, as the tile programs of the language spec
-in shared/seeds do; everything between is elementwise arithmetic (an `Expr`, the same data the zip
-kernels compute) and reductions over the tile.  A row kernel (softmax, layer normalisation) is one
-program per row with the row's elements in one tile.
+A tile program runs once per program of a launch grid (one to three axes), on *tiles*: small values
+of compile-time shapes (`[B]`, `[BM, BK]`, ...), or scalars.  It reads its operand tensors only
+through masked loads and writes its results only through masked stores, as the tile programs of the
+language spec in shared/seeds do; everything between is elementwise arithmetic (an `Expr`, the same
+data the zip kernels compute), reductions over a tile, a tile product, and loops carrying values
+from one iteration to the next.  A row kernel (softmax, layer normalisation) is one program per row
+with the row's elements in one tile; a matrix product is one program per [BM, BN] block of the
+result, looping over the contraction in steps of BK.
+
+Shapes broadcast as numpy's do (aligned at the last axis, an extent of 1 stretching): a map of an
+[BM, 1] and a [1, BK] tile is a [BM, BK] tile.  `tile B` heads the program: a bare `iota` spans B
+elements, and no tile may hold more than B (so a backend can size its per-invocation storage).
 
 Steps, each reading earlier steps by index (`TileProgram.__str__` is its text form):
 
-- `program` — the program's index along the grid (i32 scalar);
-- `param K` — the K-th run-time number given at launch (an extent: i32 scalar);
-- `iota` — 0, 1, ..., B-1 (i32 tile);
+- `program` / `program A` — the program's index along grid axis A (0 when omitted; i32 scalar);
+- `param K` — the K-th run-time number given at launch (an extent or a stride: i32 scalar);
+- `iota` — 0, 1, ..., B-1 (an i32 tile of the program's tile size);
+- `iota [E0, E1, ...] A` — an i32 tile of that shape counting 0, 1, ... along its axis A (constant
+  along the others): `iota [BM, 1] 0` is a column of row offsets;
+- `fill V [E0, ...] : ELEM` — a tile of that shape holding V everywhere;
 - `load T I M OTHER : ELEM` — operand T's elements at the flat indices of step I, OTHER where the
-  mask step M is false (memory is not read there);
-- `map [EXPR] (A, ...)` — `EXPR` over steps A, ... elementwise (scalars broadcast over tiles);
-- `reduce sum|max|min A` — the reduction of tile A (a scalar);
+  mask step M is false (memory is not read there); the tile has I and M's broadcast shape;
+- `map [EXPR] (A, ...)` — `EXPR` over steps A, ... elementwise, their shapes broadcast;
+- `reduce sum|max|min A` — the reduction of every element of tile A (a scalar);
+- `dot A B` — the matrix product of tiles A [M, K] and B [K, N]: an [M, N] f32 tile, accumulated
+  in f32;
+- `loop S by STEP` — opens a loop whose value, the induction variable (i32 scalar), runs 0, STEP,
+  2 STEP, ... while below scalar step S, which must be the same for every program (computed from
+  params only), so every program of a workgroup takes the same trips;
+- `carry I` — a value the loop carries (only right after `loop` or another `carry`): step I, from
+  before the loop, on the first trip; inside the loop it is the current trip's value, after the
+  loop's `end` the value the last trip left (I when the loop ran no trip);
+- `end (V, ...)` — closes the innermost open loop, giving its carries, in order, their next values
+  (steps of the carries' shapes and element types).  A step inside a loop is read only inside it;
+  a carry is read after the loop too;
 - `store R I V M` — writes step V into result R at the flat indices of step I where M is true.
 
 Like `Expr`, a program is data, never a closure: `backends/numpy_tile.py` prints it as one numpy
 function vectorised over every program at once, `backends/wgsl_kernels/tile.py` as one WGSL shader
 with a workgroup per program, so the numpy form is the oracle for the WGSL form.
+
+The library below writes each kernel once: `softmax_rows`, `layernorm_rows` (a 1-D grid, one row
+per program) and `matmul_tiles` (a 2-D or, batched, 3-D grid of [BM, BN] blocks).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from xdsl.parser import AttrParser
 
 from loam.dialects.expr import Expr, _parse_float_word, format_float
 
 REDUCTIONS = ("sum", "max", "min")
+GRID_AXES = 3
+"""A launch grid has at most this many axes (`program 0` to `program 2`)."""
+
+Shape = tuple[int, ...]
+"""A tile's compile-time shape; `()` for a scalar."""
+
+
+def _shape_text(shape: Shape) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
 
 
 @dataclass(frozen=True)
 class ProgramId:
+    axis: int = 0
+
     def __str__(self) -> str:
-        return "program"
+        return "program" if self.axis == 0 else f"program {self.axis}"
 
 
 @dataclass(frozen=True)
@@ -50,8 +86,23 @@ class Param:
 
 @dataclass(frozen=True)
 class Iota:
+    """`iota` (shape None: the program's tile size) or `iota [shape] axis`."""
+
+    shape: Shape | None = None
+    axis: int = 0
+
     def __str__(self) -> str:
-        return "iota"
+        return "iota" if self.shape is None else f"iota {_shape_text(self.shape)} {self.axis}"
+
+
+@dataclass(frozen=True)
+class Fill:
+    value: float
+    shape: Shape
+    elem: str = "f32"
+
+    def __str__(self) -> str:
+        return f"fill {format_float(self.value)} {_shape_text(self.shape)} : {self.elem}"
 
 
 @dataclass(frozen=True)
@@ -89,6 +140,40 @@ class Reduce:
 
 
 @dataclass(frozen=True)
+class Dot:
+    lhs: int
+    rhs: int
+
+    def __str__(self) -> str:
+        return f"dot {self.lhs} {self.rhs}"
+
+
+@dataclass(frozen=True)
+class Loop:
+    stop: int
+    step: int
+
+    def __str__(self) -> str:
+        return f"loop {self.stop} by {self.step}"
+
+
+@dataclass(frozen=True)
+class Carry:
+    init: int
+
+    def __str__(self) -> str:
+        return f"carry {self.init}"
+
+
+@dataclass(frozen=True)
+class End:
+    values: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"end ({', '.join(map(str, self.values))})"
+
+
+@dataclass(frozen=True)
 class Store:
     result: int
     index: int
@@ -99,7 +184,27 @@ class Store:
         return f"store {self.result} {self.index} {self.value} {self.mask}"
 
 
-Step = ProgramId | Param | Iota | Load | Map | Reduce | Store
+Step = ProgramId | Param | Iota | Fill | Load | Map | Reduce | Dot | Loop | Carry | End | Store
+
+
+def broadcast(*shapes: Shape) -> Shape | None:
+    """The shape `shapes` broadcast to (numpy's rule), or None when two extents disagree."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[int] = []
+    for k in range(rank):
+        extents = {s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0} - {1}
+        if len(extents) > 1:
+            return None
+        out.append(extents.pop() if extents else 1)
+    return tuple(out)
+
+
+def size_of(shape: Shape) -> int:
+    """The number of elements of a tile of `shape` (1 for a scalar)."""
+    n = 1
+    for e in shape:
+        n *= e
+    return n
 
 
 @dataclass(frozen=True)
@@ -114,43 +219,178 @@ class TileProgram:
     def __post_init__(self) -> None:
         if self.tile <= 0:
             raise ValueError("a tile program's tile size must be positive")
+        self._shapes  # noqa: B018  (checks every step)
+
+    # -- what each step is -------------------------------------------------------------------------
+
+    def shapes(self) -> list[Shape | None]:
+        """Each step's shape (`()` for a scalar, None for `end` and `store`)."""
+        return list(self._shapes)
+
+    @cached_property
+    def _shapes(self) -> tuple[Shape | None, ...]:
+        """The steps' shapes, checking the program (ValueError says which step is wrong)."""
+        shapes: list[Shape | None] = []
+        scope: list[int | None] = []  # the loop whose body holds each step's value (None: the program)
+        uniform: list[bool] = []  # the same in every program (params and arithmetic over them)
+        open_loops: list[int] = []
+        carries: dict[int, list[int]] = {}
         for i, step in enumerate(self.steps):
-            refs = _refs(step)
-            if any(r >= i for r in refs):
-                raise ValueError(f"tile step {i} ({step}) reads a step that does not precede it")
-            if isinstance(step, Store) and not 0 <= step.result < self.results:
-                raise ValueError(f"tile step {i} stores result {step.result} of {self.results}")
-            if isinstance(step, Load) and not 0 <= step.tensor < self.operands:
-                raise ValueError(f"tile step {i} loads operand {step.tensor} of {self.operands}")
-            if isinstance(step, Map) and step.expr.arity != len(step.args):
-                raise ValueError(
-                    f"tile step {i} maps an expression of {step.expr.arity} operands over {len(step.args)}"
-                )
+            where = f"tile step {i} ({step})"
+            for r in _refs(step):
+                if not 0 <= r < i:
+                    raise ValueError(f"{where} reads a step that does not precede it")
+                if shapes[r] is None:
+                    raise ValueError(f"{where} reads step {r}, which has no value")
+                if scope[r] is not None and scope[r] not in open_loops:
+                    raise ValueError(f"{where} reads step {r}, which lives inside a loop that ended before")
+            inner = open_loops[-1] if open_loops else None
+            shape: Shape | None = ()
+            if isinstance(step, ProgramId):
+                if not 0 <= step.axis < GRID_AXES:
+                    raise ValueError(f"{where}: a grid has axes 0 to {GRID_AXES - 1}")
+            elif isinstance(step, Iota):
+                shape = (self.tile,) if step.shape is None else step.shape
+                if step.shape is not None and not 0 <= step.axis < len(step.shape):
+                    raise ValueError(f"{where}: axis {step.axis} is outside the tile's rank {len(step.shape)}")
+            elif isinstance(step, Fill):
+                shape = step.shape
+            elif isinstance(step, Load):
+                shape = broadcast(shapes[step.index], shapes[step.mask])  # type: ignore[arg-type]
+                if shape == ():
+                    raise ValueError(f"{where}: a load reads a tile (its index or mask must be one)")
+                if not 0 <= step.tensor < self.operands:
+                    raise ValueError(f"tile step {i} loads operand {step.tensor} of {self.operands}")
+            elif isinstance(step, Map):
+                if step.expr.arity != len(step.args):
+                    raise ValueError(
+                        f"tile step {i} maps an expression of {step.expr.arity} operands over {len(step.args)}"
+                    )
+                shape = broadcast(*(shapes[a] for a in step.args))  # type: ignore[misc]
+            elif isinstance(step, Reduce):
+                if shapes[step.arg] == ():
+                    raise ValueError(f"{where}: reduces a scalar")
+            elif isinstance(step, Dot):
+                a, b = shapes[step.lhs], shapes[step.rhs]
+                if a is None or b is None or len(a) != 2 or len(b) != 2 or a[1] != b[0]:
+                    raise ValueError(f"{where}: multiplies tiles {a} and {b}, not [M, K] and [K, N]")
+                shape = (a[0], b[1])
+            elif isinstance(step, Loop):
+                if shapes[step.stop] != () or not uniform[step.stop]:
+                    raise ValueError(f"{where}: the loop's bound must be a scalar computed from params only")
+                if step.step <= 0:
+                    raise ValueError(f"{where}: the loop's step must be positive")
+                carries[i] = []
+            elif isinstance(step, Carry):
+                previous = self.steps[i - 1] if i else None
+                if inner is None or not isinstance(previous, (Loop, Carry)):
+                    raise ValueError(f"{where}: a carry follows its loop (or another carry) directly")
+                if step.init >= inner:
+                    raise ValueError(f"{where}: its first value must come from before the loop")
+                shape = shapes[step.init]
+                carries[inner].append(i)
+            elif isinstance(step, End):
+                if inner is None:
+                    raise ValueError(f"{where}: no loop is open")
+                own = carries[inner]
+                if [shapes[v] for v in step.values] != [shapes[c] for c in own]:
+                    raise ValueError(
+                        f"{where}: the loop at step {inner} carries {len(own)} values of shapes "
+                        f"{[shapes[c] for c in own]}, given {[shapes[v] for v in step.values]}"
+                    )
+                open_loops.pop()
+                shape = None
+            elif isinstance(step, Store):
+                shape = broadcast(*(shapes[r] for r in (step.index, step.value, step.mask)))  # type: ignore[misc]
+                if shape == ():
+                    raise ValueError(f"{where}: a store writes a tile (its index, value or mask must be one)")
+                if not 0 <= step.result < self.results:
+                    raise ValueError(f"tile step {i} stores result {step.result} of {self.results}")
+            if shape is None and not isinstance(step, End):
+                raise ValueError(f"{where}: shapes {[shapes[r] for r in _refs(step)]} do not broadcast")
+            if shape is not None and (any(e <= 0 for e in shape) or size_of(shape) > self.tile):
+                raise ValueError(f"{where}: a tile of shape {list(shape)} (at most {self.tile} elements, none empty)")
+            if isinstance(step, Store):
+                shape = None
+            shapes.append(shape)
+            if isinstance(step, Loop):
+                scope.append(i)
+                open_loops.append(i)
+            elif isinstance(step, Carry):
+                scope.append(open_loops[-2] if len(open_loops) > 1 else None)
+            else:
+                scope.append(inner)
+            uniform.append(
+                isinstance(step, (Param, Loop)) or (isinstance(step, Map) and all(uniform[a] for a in step.args))
+            )
+        if open_loops:
+            raise ValueError(f"the loop at tile step {open_loops[-1]} has no end")
+        if any(isinstance(s, (End, Dot)) for s in self.steps):
+            self._check_elems()
+        return tuple(shapes)
+
+    def _check_elems(self) -> None:
+        elems = self.elems()
+        for i, step in enumerate(self.steps):
+            if isinstance(step, Dot) and (elems[step.lhs], elems[step.rhs]) != ("f32", "f32"):
+                raise ValueError(f"tile step {i} ({step}): dot multiplies f32 tiles, not {elems[step.lhs]}")
+            if isinstance(step, End):
+                loop = self.loop_of(i)
+                assert loop is not None
+                for v, c in zip(step.values, self.carries(loop), strict=True):
+                    if elems[v] != elems[c]:
+                        raise ValueError(f"tile step {i} ({step}) gives carry {c} ({elems[c]}) a {elems[v]} value")
 
     def is_tile(self, i: int) -> bool:
-        """Whether step `i` is a tile (else a scalar)."""
-        step = self.steps[i]
-        if isinstance(step, (Iota, Load)):
-            return True
-        if isinstance(step, Map):
-            return any(self.is_tile(a) for a in step.args)
-        return False
+        """Whether step `i` is a tile (else a scalar, or no value)."""
+        shape = self._shapes[i]
+        return shape is not None and shape != ()
+
+    @property
+    def grid_rank(self) -> int:
+        """The number of grid axes the program reads (at least 1)."""
+        return 1 + max((s.axis for s in self.steps if isinstance(s, ProgramId)), default=0)
+
+    def loop_of(self, i: int) -> int | None:
+        """The innermost loop step whose body holds step `i` (a loop's own `end` included)."""
+        open_loops: list[int] = []
+        for j, step in enumerate(self.steps[: i + 1]):
+            if j == i:
+                return open_loops[-1] if open_loops else None
+            if isinstance(step, Loop):
+                open_loops.append(j)
+            elif isinstance(step, End):
+                open_loops.pop()
+        return None
+
+    def carries(self, loop: int) -> list[int]:
+        """The carry steps of the loop at step `loop`, in order."""
+        out: list[int] = []
+        for j in range(loop + 1, len(self.steps)):
+            if not isinstance(self.steps[j], Carry):
+                break
+            out.append(j)
+        return out
 
     def elems(self) -> list[str]:
-        """Each step's Loam element type (`none` for a store)."""
+        """Each step's Loam element type (`none` for an end or a store)."""
         from loam.backends.numpy_inplace import step_types
 
         out: list[str] = []
         for step in self.steps:
-            if isinstance(step, (ProgramId, Param, Iota)):
+            if isinstance(step, (ProgramId, Param, Iota, Loop)):
                 out.append("i32")
-            elif isinstance(step, Load):
+            elif isinstance(step, (Load, Fill)):
                 out.append(step.elem)
             elif isinstance(step, Map):
                 types = step_types(step.expr, [() for _ in step.args], [out[a] for a in step.args])
                 out.append(types[-1][1])
             elif isinstance(step, Reduce):
                 out.append(out[step.arg])
+            elif isinstance(step, Dot):
+                out.append("f32")
+            elif isinstance(step, Carry):
+                out.append(out[step.init])
             else:
                 out.append("none")
         return out
@@ -179,15 +419,26 @@ def _int(parser: AttrParser) -> int:
     return parser.parse_integer(allow_boolean=False, allow_negative=False)
 
 
+def _shape(parser: AttrParser) -> Shape:
+    return tuple(parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: _int(parser)))
+
+
 def _parse_step(parser: AttrParser) -> Step:
     at = parser.pos
     word = parser.parse_identifier(context_msg=" (a tile program step)")
     if word == "program":
-        return ProgramId()
+        axis = parser.parse_optional_integer(allow_boolean=False, allow_negative=False)
+        return ProgramId(axis or 0)
     if word == "param":
         return Param(_int(parser))
     if word == "iota":
-        return Iota()
+        shape = parser.parse_optional_comma_separated_list(parser.Delimiter.SQUARE, lambda: _int(parser))
+        return Iota() if shape is None else Iota(tuple(shape), _int(parser))
+    if word == "fill":
+        value = _parse_float_word(parser)
+        shape = _shape(parser)
+        parser.parse_punctuation(":")
+        return Fill(value, shape, parser.parse_identifier(context_msg=" (an element type)"))
     if word == "load":
         tensor, index, mask = _int(parser), _int(parser), _int(parser)
         other = _parse_float_word(parser)
@@ -202,6 +453,16 @@ def _parse_step(parser: AttrParser) -> Step:
         if kind not in REDUCTIONS:
             parser.raise_error(f"unknown tile reduction '{kind}'", at, parser.pos)
         return Reduce(kind, _int(parser))
+    if word == "dot":
+        return Dot(_int(parser), _int(parser))
+    if word == "loop":
+        stop = _int(parser)
+        parser.parse_keyword("by")
+        return Loop(stop, _int(parser))
+    if word == "carry":
+        return Carry(_int(parser))
+    if word == "end":
+        return End(tuple(parser.parse_comma_separated_list(parser.Delimiter.PAREN, lambda: _int(parser))))
     if word == "store":
         return Store(_int(parser), _int(parser), _int(parser), _int(parser))
     parser.raise_error(f"unknown tile program step '{word}'", at, parser.pos)
@@ -214,6 +475,14 @@ def _refs(step: Step) -> tuple[int, ...]:
         return step.args
     if isinstance(step, Reduce):
         return (step.arg,)
+    if isinstance(step, Dot):
+        return (step.lhs, step.rhs)
+    if isinstance(step, Loop):
+        return (step.stop,)
+    if isinstance(step, Carry):
+        return (step.init,)
+    if isinstance(step, End):
+        return step.values
     if isinstance(step, Store):
         return (step.index, step.value, step.mask)
     return ()
@@ -267,3 +536,114 @@ def layernorm_rows(tile: int, epsilon: float) -> TileProgram:
         Store(0, 4, 14, 3),
     ]
     return TileProgram(tuple(steps), tile, 3, 1)
+
+
+def _i(value: int) -> Expr:
+    return Expr.const(value, "i32")
+
+
+class _Builder:
+    """Appends steps, giving each one's index; `map` writes its expression as a Python function of
+    the operands (`lambda r, n: r < n`)."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+
+    def __call__(self, step: Step) -> int:
+        self.steps.append(step)
+        return len(self.steps) - 1
+
+    def map(self, fn: Callable[..., Expr], *args: int) -> int:
+        return self(Map(fn(*(_x(k) for k in range(len(args)))), args))
+
+    def params(self, count: int) -> list[int]:
+        first = sum(isinstance(s, Param) for s in self.steps)
+        return [self(Param(first + k)) for k in range(count)]
+
+
+def _batch_offset(b: Expr, extents: Sequence[Expr], strides: Sequence[Expr]) -> Expr:
+    """The element offset of batch entry `b` (row-major over `extents`) through `strides`."""
+    total: Expr | None = None
+    rest = b
+    for d in range(len(extents) - 1, -1, -1):
+        term = rest.binary("mod", extents[d]) * strides[d]
+        rest = rest.binary("div", extents[d])
+        total = term if total is None else total + term
+    assert total is not None
+    return total
+
+
+MATMUL_FIXED_NUMBERS = 7
+"""`matmul_tiles` numbers before the batch block: M, N, K, A's row and contraction strides, B's
+contraction and column strides."""
+
+
+def matmul_tiles(
+    block_m: int, block_n: int, block_k: int, batch_rank: int = 0, epilogue: Expr | None = None, extras: int = 0
+) -> TileProgram:
+    """C = A @ B over [BM, BN] blocks of C, the contraction in steps of BK, masked at ragged edges;
+    finished by `epilogue` (an `Expr` whose operand 0 is the product, operand i extra operand i - 1)
+    when given.  Operands: A, B, then the extras; result: C, contiguous [batch..., M, N].
+
+    Grid: (ceil(N / BN), ceil(M / BM)), and the batch count (C's batch extents multiplied) as axis 2
+    when `batch_rank` > 0.  Numbers (params), all in elements: M, N, K; A's row and contraction
+    strides; B's contraction and column strides; then with batch axes C's batch extents, A's batch
+    strides and B's (0 along a broadcast axis); then per extra its row and column strides and batch
+    strides (0 where it broadcasts).  Strides make a transposed (permuted) operand free to read.
+    """
+    if not 0 <= batch_rank <= 2:
+        raise ValueError(f"matmul_tiles takes 0 to 2 batch axes, not {batch_rank}")
+    if (epilogue.arity if epilogue is not None else 1) != 1 + extras:
+        raise ValueError(f"matmul_tiles: {extras} extra operands need an epilogue reading the product and each")
+    bm, bn, bk = block_m, block_n, block_k
+    s = _Builder()
+    pn, pm = s(ProgramId(0)), s(ProgramId(1))
+    m, n, k, a_row, a_k, b_k, b_col = s.params(MATMUL_FIXED_NUMBERS)
+    offsets: dict[str, int] = {}
+    pb = s(ProgramId(2)) if batch_rank else -1
+    extents = s.params(batch_rank)
+
+    def offset(strides: list[int]) -> int:
+        return s.map(lambda b, *es: _batch_offset(b, es[:batch_rank], es[batch_rank:]), pb, *extents, *strides)
+
+    if batch_rank:
+        offsets["a"], offsets["b"] = offset(s.params(batch_rank)), offset(s.params(batch_rank))
+        offsets["c"] = s.map(lambda b, m_, n_: b * m_ * n_, pb, m, n)
+    rows = s.map(lambda p, i: p * _i(bm) + i, pm, s(Iota((bm, 1), 0)))
+    cols = s.map(lambda p, i: p * _i(bn) + i, pn, s(Iota((1, bn), 1)))
+    k_row, k_col = s(Iota((1, bk), 1)), s(Iota((bk, 1), 0))
+    row_ok = s.map(lambda r, m_: r.binary("less", m_), rows, m)
+    col_ok = s.map(lambda c, n_: c.binary("less", n_), cols, n)
+
+    def plus_offset(key: str, fn: Callable[..., Expr], *args: int) -> int:
+        """`fn` over `args`, plus the batch offset `key` when there is one."""
+        if key not in offsets:
+            return s.map(fn, *args)
+        return s.map(lambda o, *xs: o + fn(*xs), offsets[key], *args)
+
+    zero = s(Fill(0.0, (bm, bn)))
+    k0 = s(Loop(k, bk))
+    acc = s(Carry(zero))
+    a_at = plus_offset("a", lambda r, rs, k0_, kk, ks: r * rs + (k0_ + kk) * ks, rows, a_row, k0, k_row, a_k)
+    a_ok = s.map(lambda ok, k0_, kk, k_: ok.binary("and", (k0_ + kk).binary("less", k_)), row_ok, k0, k_row, k)
+    a = s(Load(0, a_at, a_ok, 0.0))
+    b_at = plus_offset("b", lambda k0_, kk, ks, c, cs: (k0_ + kk) * ks + c * cs, k0, k_col, b_k, cols, b_col)
+    b_ok = s.map(lambda k0_, kk, k_, ok: (k0_ + kk).binary("less", k_).binary("and", ok), k0, k_col, k, col_ok)
+    b = s(Load(1, b_at, b_ok, 0.0))
+    s(End((s.map(lambda x, y: x + y, acc, s(Dot(a, b))),)))
+    ok = s.map(lambda r, c: r.binary("and", c), row_ok, col_ok)
+    value = acc
+    if epilogue is not None:
+        loaded = []
+        for j in range(extras):
+            e_row, e_col = s.params(2)
+            key = f"e{j}"
+            if batch_rank:
+                offsets[key] = offset(s.params(batch_rank))
+            at = plus_offset(key, lambda r, rs, c, cs: r * rs + c * cs, rows, e_row, cols, e_col)
+            loaded.append(s(Load(2 + j, at, ok, 0.0)))
+        value = s(Map(epilogue, (acc, *loaded)))
+    c_at = plus_offset("c", lambda r, n_, c: r * n_ + c, rows, n, cols)
+    s(Store(0, c_at, value, ok))
+    tile = max(bm * bn, bm * bk, bk * bn)
+    return TileProgram(tuple(s.steps), tile, 2 + extras, 1)

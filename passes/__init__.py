@@ -45,6 +45,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return TileRowsPass
 
+    def get_tile_matmul() -> type[ModulePass]:
+        from loam.passes.tile_matmul import TileMatmulPass
+
+        return TileMatmulPass
+
     return {
         "apply-options": get_apply_options,
         "stage0": get_stage0,
@@ -53,4 +58,5 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "fuse": get_fuse,
         "pack-quantized": get_pack_quantized,
         "tile-rows": get_tile_rows,
+        "tile-matmul": get_tile_matmul,
     }

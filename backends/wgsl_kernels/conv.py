@@ -21,11 +21,16 @@ minimum, which differs from numpy's -2^63).  NaN taps follow `nan_rule` exactly 
 tap inside replaced only by a strictly greater number (a NaN first tap wins, a later NaN never).
 avg divides the sum of the taps inside by their count (at least 1), or with count_include_pad by
 the taps inside the padded extents; lp is (sum |x|^p)^(1/p) over the taps inside.
+MaxPool's second output (indices) is the flat index in x of the tap max kept (row-major over N, C
+and the spatial axes, or column-major over the spatial axes with storage_order 1), coordinate -1 on
+every spatial axis for a window with no tap inside, as the numpy kernel and onnxruntime give it;
+the i64 result travels as i32.
 """
 
 from __future__ import annotations
 
 from loam.backends.numpy_kernels.conv import _cubic_taps, _nearest_taps, _resize_coordinates
+from loam.backends.numpy_runtime import ShapeError
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
 from loam.errors import UnsupportedError
 
@@ -139,8 +144,12 @@ def source_pool(operands: list[tuple[str, int]], results: list[tuple[str, int]],
     elem, rank = operands[0]
     out_elem = results[0][0]
     mode = params.get("mode")
-    if params.get("indices") or len(results) > 1:
-        raise UnsupportedError("WGSL pool: MaxPool's indices output (indices=1) is not supported")
+    indices = bool(params.get("indices")) or len(results) > 1
+    if indices and (mode != "max" or len(results) != 2 or device_type(results[1][0]) != "i32"):
+        raise UnsupportedError("WGSL pool: an indices output comes with max pooling only, as an integer tensor")
+    storage_order = params.get("storage_order", 0)
+    if indices and storage_order not in (0, 1):
+        raise UnsupportedError("WGSL pool: storage_order known only at run time is not supported")
     if mode not in ("max", "avg", "lp"):
         raise UnsupportedError(f"WGSL pool: mode {mode!r} is not supported")
     dt = device_type(elem)
@@ -170,6 +179,15 @@ def source_pool(operands: list[tuple[str, int]], results: list[tuple[str, int]],
         else:
             body += "  var best: i32 = 0;\n  var first: i32 = 0;\n"
         body += "  var found = false;\n  var seen = false;\n"
+        if indices:  # each axis' stride in the index: row-major, or column-major with storage_order 1
+            order = range(nsp) if storage_order else range(nsp - 1, -1, -1)
+            stride = "1"
+            for k in order:
+                body += f"  let is{k} = i32({stride});\n"
+                stride = f"{stride} * params[{S + k}]"
+            # onnxruntime's index of a window with no tap inside reads coordinate -1 on every axis
+            body += f"  let none_at = i32(xbase) - ({' + '.join(f'is{k}' for k in range(nsp))});\n"
+            body += "  var best_at = none_at;\n  var first_at = none_at;\n"
     else:
         body += "  var acc = 0.0;\n  var inside_n = 0u;\n  var counted_n = 0u;\n"
     indent = "  "
@@ -187,17 +205,23 @@ def source_pool(operands: list[tuple[str, int]], results: list[tuple[str, int]],
         indent += "  "
     body += f"{indent}if ({inside}) {{\n{indent}  let v = in0[xbase + {offset}];\n"
     if mode == "max":
+        # With indices, the tap's index in x (its coordinates before cropping) goes where its value goes.
+        keep, keep_first = "", ""
+        if indices:
+            coords = " + ".join(f"(c{k} + i32(params[{OFF + k}])) * is{k}" for k in range(nsp))
+            body += f"{indent}  let at = i32(xbase) + {coords};\n"
+            keep, keep_first = " best_at = at;", " first_at = at;"
         if dt != "f32":
-            body += f"{indent}  if (!seen || v > best) {{ best = v; }}\n{indent}  seen = true;\n"
+            body += f"{indent}  if (!seen || v > best) {{ best = v;{keep} }}\n{indent}  seen = true;\n"
         elif nan_rule == "ignore":
             body += (
-                f"{indent}  if (!seen) {{ first = v; seen = true; }}\n"
-                f"{indent}  if (!is_nan(v) && (!found || v > best)) {{ best = v; found = true; }}\n"
+                f"{indent}  if (!seen) {{ first = v; seen = true;{keep_first} }}\n"
+                f"{indent}  if (!is_nan(v) && (!found || v > best)) {{ best = v; found = true;{keep} }}\n"
             )
         else:  # first: onnxruntime's scan
             body += (
-                f"{indent}  if (!seen) {{ best = v; seen = true; }}\n"
-                f"{indent}  else if (!is_nan(v) && !is_nan(best) && v > best) {{ best = v; }}\n"
+                f"{indent}  if (!seen) {{ best = v; seen = true;{keep} }}\n"
+                f"{indent}  else if (!is_nan(v) && !is_nan(best) && v > best) {{ best = v;{keep} }}\n"
             )
         body += f"{indent}}}\n"
     else:
@@ -218,9 +242,13 @@ def source_pool(operands: list[tuple[str, int]], results: list[tuple[str, int]],
         lowest = LOWEST[elem]
         if dt == "f32" and nan_rule == "ignore":
             result = f"select(select({lowest}, first, seen), best, found)"
+            chosen = "select(first_at, best_at, found)"
         else:
             result = f"select({lowest}, best, seen)"
+            chosen = "best_at"
         body += f"  out0[i] = {narrow(out_elem, result) if dt == 'f32' else result};\n"
+        if indices:
+            body += f"  out1[i] = {chosen};\n"
     elif mode == "avg":
         count = "counted_n" if include else "max(inside_n, 1u)"
         body += f"  out0[i] = {narrow(out_elem, f'acc / f32({count})')};\n"
@@ -228,7 +256,7 @@ def source_pool(operands: list[tuple[str, int]], results: list[tuple[str, int]],
         pf = float(p)  # type: ignore[arg-type]
         root = "acc" if pf == 1.0 else "sqrt(acc)" if pf == 2.0 else f"pow(acc, {_f32_literal(1.0 / pf)})"
         body += f"  out0[i] = {narrow(out_elem, root)};\n"
-    return kernel([out_elem], [elem], body)
+    return kernel([r for r, _ in results], [elem], body)
 
 
 def _p_pool(
@@ -247,10 +275,20 @@ def _p_pool(
 ) -> tuple[tuple[int, ...], int]:
     """The pool kernel's params (result elements; per spatial axis input extents, cropped extents,
     begin pads, crop offsets, padded extents, kernel extents, strides, dilations, output extents)
-    and its workgroups (64 results each)."""
+    and its workgroups (64 results each).  MaxPool's indices travel as i32: an input with more
+    elements than i32 counts is refused (never a wrapped index)."""
     x = tuple(shapes[0])
     nsp = len(x) - 2
     spatial = x[2:]
+    if indices:
+        elements = 1
+        for e in x:
+            elements *= e
+        if elements >= 2**31:
+            raise ShapeError(
+                f"MaxPool's input holds {elements} elements; its indices travel as i32 on the device "
+                "(at most 2^31 - 1 elements)"
+            )
     begins = [max(0, pads[k]) for k in range(nsp)]
     ends = [max(0, pads[k + nsp]) for k in range(nsp)]
     offs = [max(0, -pads[k]) for k in range(nsp)]

@@ -28,7 +28,7 @@ def test_the_gpt2_decoder_through_tile_programs_matches_its_library_kernels() ->
     tiles = [op for op in ops if isinstance(op, TileProgramOp)]
     assert {op.program.data.tile for op in tiles} == {64, 128}
     source = emit_python(result.ir)
-    assert "def _tile_0(grid: int, params: tuple[int, ...], *tensors: np.ndarray) -> None:" in source
+    assert "def _tile_0(grid: int | tuple[int, ...], params: tuple[int, ...], *tensors: np.ndarray) -> None:" in source
     tiled = import_source(source, "loam_tiled_gpt2")
     plain = result.module
     rng = np.random.default_rng(3)

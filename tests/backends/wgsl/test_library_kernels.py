@@ -397,7 +397,7 @@ def test_pool_avg_f16() -> None:
 @pytest.mark.parametrize(
     ("build", "words"),
     [
-        (lambda: conv.source_pool([("f32", 4)], [("f32", 4), ("i64", 4)], mode="max", indices=1), "indices"),
+        (lambda: conv.source_pool([("f32", 4)], [("f32", 4), ("i64", 4)], mode="avg", indices=1), "max pooling only"),
         (lambda: conv.source_pool([("i32", 4)], [("i32", 4)], mode="avg"), "mode avg of element type i32"),
         (lambda: conv.source_pool([("f32", 4)], [("f32", 4)], mode="max", nan_rule="last"), "nan_rule 'last'"),
         (lambda: conv.source_conv([("i32", 4), ("i32", 4)], [("i32", 4)], group=1), "element type i32"),

@@ -2,19 +2,42 @@
 
 The numpy form runs every program of the grid at once and is the oracle: the WGSL form, run on the
 machine's adapter, must give its numbers; both must give the library kernels' (`_k_softmax`,
-`_k_normalize`), which onnxruntime's conformance cases pin.
+`_k_normalize`), which onnxruntime's conformance cases pin, and the tiled product numpy's own
+`np.matmul` (on the IR the tile-matmul pass makes of `kernel.matmul`).
 """
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
+from xdsl.parser import Parser
 
 from loam.backends.numpy_kernels import PIECES as NUMPY
 from loam.backends.numpy_tile import tile_function_source
 from loam.backends.wgsl_kernels.tile import _p_tile_program, source_tile
+from loam.context import make_context
 from loam.dialects.expr import Expr
-from loam.dialects.tile_program import Iota, Load, Map, ProgramId, Store, TileProgram, layernorm_rows, softmax_rows
+from loam.dialects.kernel import MatmulOp, TileProgramAttr
+from loam.dialects.tile_program import (
+    Carry,
+    Dot,
+    End,
+    Fill,
+    Iota,
+    Load,
+    Loop,
+    Map,
+    Param,
+    ProgramId,
+    Store,
+    TileProgram,
+    layernorm_rows,
+    matmul_tiles,
+    softmax_rows,
+)
+from loam.passes.tile_matmul import tiled_matmul
 from tests.backends.wgsl.harness import run_kernel
 
 RNG = np.random.default_rng(5)
@@ -64,3 +87,147 @@ def test_a_program_prints_as_text_and_refuses_a_forward_reference() -> None:
         TileProgram((ProgramId(), Load(0, 2, 1, 0.0), Iota()), 64, 1, 1)
     with pytest.raises(ValueError, match="maps an expression of 2 operands over 1"):
         TileProgram((Iota(), Map(Expr.operand(0) + Expr.operand(1), (0,)), Store(0, 0, 1, 0)), 64, 1, 1)
+
+
+# ---- matmul_tiles: the tiled product, its IR through the tile-matmul pass ---------------------------
+
+
+def _tensor(shape: tuple[int, ...], prefix: str) -> str:
+    axes = ", ".join(f"{prefix}{k}: {e}" for k, e in enumerate(shape))
+    return f"!tensor_axes.tensor<f32, [{axes}]>"
+
+
+def tiled_product(
+    a: tuple[int, ...],
+    b: tuple[int, ...],
+    *,
+    transpose_b: bool = False,
+    epilogue: Expr | None = None,
+    extras: tuple[tuple[int, ...], ...] = (),
+) -> tuple[TileProgram, tuple[int, ...], tuple[int, ...]]:
+    """The tile program, grid and numbers the tile-matmul pass gives `kernel.matmul` of A and B (B
+    given as its transpose over the last two axes and permuted back when `transpose_b`)."""
+    out = np.matmul(np.zeros(a), np.zeros(b)).shape
+    stored = (*b[:-2], b[-1], b[-2]) if transpose_b else b
+    args = [f"%a: {_tensor(a, 'a')}", f"%b: {_tensor(stored, 'b')}"]
+    args += [f"%e{j}: {_tensor(s, f'e{j}_')}" for j, s in enumerate(extras)]
+    names = ", ".join(f'"{n}"' for n in ["a", "b", *(f"e{j}" for j in range(len(extras)))])
+    lines = [f'kernel.program "p" ({", ".join(args)}) names [{names}] {{']
+    rhs = "%b"
+    if transpose_b:
+        perm = [*range(len(b) - 2), len(b) - 1, len(b) - 2]
+        lines.append(f'  %bt = kernel.permute %b {perm} {{node = "t"}} : {_tensor(stored, "b")} -> {_tensor(b, "c")}')
+        rhs = "%bt"
+    then = f" then #kernel.expr<{epilogue}> ({', '.join(f'%e{j}' for j in range(len(extras)))})" if epilogue else ""
+    operand_types = [_tensor(a, "a"), _tensor(b, "c" if transpose_b else "b")]
+    types = ", ".join([*operand_types, *(_tensor(s, f"e{j}_") for j, s in enumerate(extras))])
+    lines.append(f'  %r = kernel.matmul %a, {rhs}{then} {{node = "mm"}} : ({types}) -> {_tensor(out, "r")}')
+    lines += [f'  kernel.return %r names ["r"] : {_tensor(out, "r")}', "}"]
+    module = Parser(make_context(), "\n".join(lines)).parse_module()
+    module.verify()
+    (product,) = [op for op in module.walk() if isinstance(op, MatmulOp)]
+    tiled = tiled_matmul(product)
+    assert tiled is not None
+    tiled.verify()
+    grid, numbers = tiled.param("grid"), tiled.param("numbers")
+    return tiled.program.data, grid, numbers
+
+
+RELU_BIAS_SCALE = (Expr.operand(0) + Expr.operand(1)).unary("relu") * Expr.operand(2)
+PRODUCTS = [
+    # (A, B, transpose B, epilogue, extras): ragged edges, every batch form, rank-1 operands
+    ((1, 1), (1, 1), False, None, ()),
+    ((7, 13), (13, 5), False, None, ()),
+    ((65, 130), (130, 33), False, None, ()),
+    ((1, 200), (200, 77), True, None, ()),  # a decode step's row against a transposed weight
+    ((2, 3, 5, 8), (2, 3, 8, 7), False, None, ()),
+    ((2, 1, 9, 20), (1, 3, 20, 17), False, None, ()),  # both operands' batch axes broadcast
+    ((4, 6, 33), (33, 70), False, None, ()),  # a weight shared by every batch entry
+    ((2, 5, 8), (2, 8, 7), True, None, ()),  # attention scores: K stored [T, D], read transposed
+    ((13,), (13, 5), False, None, ()),
+    ((6, 13), (13,), False, None, ()),
+    ((13,), (13,), False, None, ()),
+    ((7, 13), (13, 5), False, RELU_BIAS_SCALE, ((5,), (7, 1))),
+    ((2, 3, 5, 8), (8, 19), False, RELU_BIAS_SCALE, ((19,), (3, 1, 19))),
+]
+
+
+def _product_case(case: tuple) -> tuple[TileProgram, tuple, tuple, list[np.ndarray], np.ndarray]:
+    """The case's program, grid, numbers, operand arrays (as the tile program reads them) and numpy's result."""
+    a_shape, b_shape, transpose_b, epilogue, extras = case
+    program, grid, numbers = tiled_product(a_shape, b_shape, transpose_b=transpose_b, epilogue=epilogue, extras=extras)
+    a = RNG.standard_normal(a_shape).astype(np.float32)
+    b = RNG.standard_normal(b_shape).astype(np.float32)
+    xs = [RNG.standard_normal(s).astype(np.float32) for s in extras]
+    want = np.matmul(a, b)
+    if epilogue is not None:
+        want = np.maximum(want + xs[0], 0) * xs[1]
+    b_stored = np.ascontiguousarray(np.swapaxes(b, -1, -2)) if transpose_b else b
+    return program, grid, numbers, [a, b_stored, *xs], want.astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "case", PRODUCTS, ids=lambda c: f"{c[0]}x{c[1]}{'T' if c[2] else ''}{'+epilogue' if c[3] else ''}"
+)
+def test_matmul_tiles_numpy_form_is_numpys_matmul(case: tuple) -> None:
+    program, grid, numbers, operands, want = _product_case(case)
+    got = np.full(want.shape, np.nan, np.float32)
+    numpy_form(program)(grid, numbers, *operands, got)  # type: ignore[operator]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "case", PRODUCTS, ids=lambda c: f"{c[0]}x{c[1]}{'T' if c[2] else ''}{'+epilogue' if c[3] else ''}"
+)
+def test_matmul_tiles_wgsl_form_agrees_with_the_numpy_form(case: tuple) -> None:
+    program, grid, numbers, operands, want = _product_case(case)
+    oracle = np.zeros(want.shape, np.float32)
+    numpy_form(program)(grid, numbers, *operands, oracle)  # type: ignore[operator]
+    params, workgroups = _p_tile_program(grid, numbers)
+    source = source_tile(program, ["f32"] * len(operands), ["f32"])
+    (got,) = run_kernel(source, params, workgroups, [("float32", want.shape)], operands)
+    np.testing.assert_allclose(got, oracle, rtol=1e-5, atol=1e-5)
+
+
+def test_a_tiled_product_reads_its_tiles_through_workgroup_memory() -> None:
+    source = source_tile(matmul_tiles(16, 16, 16), ["f32", "f32"], ["f32"])
+    assert source.count("var<workgroup>") >= 2 and "workgroupBarrier();" in source
+    loop = source[source.index("for (var t") :]
+    assert re.search(r"total = total \+ w(\d+)\[r \* 16u \+ q\] \* w(\d+)\[q \* 16u \+ c\]", loop)
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        softmax_rows(128),
+        layernorm_rows(64, 1e-5),
+        matmul_tiles(16, 16, 16),
+        matmul_tiles(1, 64, 16, 2, RELU_BIAS_SCALE, 2),
+    ],
+    ids=["softmax", "layernorm", "matmul", "batched-epilogue"],
+)
+def test_a_program_reads_back_from_its_text(program: TileProgram) -> None:
+    attr = Parser(make_context(), f"#kernel.tile_program<{program}>").parse_attribute()
+    assert isinstance(attr, TileProgramAttr)
+    assert attr.data == program and str(attr.data) == str(program)
+
+
+def test_a_malformed_loop_or_tile_is_refused_naming_the_step() -> None:
+    head: list = [Param(0), Iota((4, 1), 0), Iota((1, 8), 1), Fill(0.0, (4, 8))]
+    with pytest.raises(ValueError, match=r"tile step 5 \(carry 3\): a carry follows its loop"):
+        TileProgram((*head, Map(Expr.operand(0), (0,)), Carry(3)), 64, 0, 0)
+    with pytest.raises(ValueError, match="the loop's bound must be a scalar computed from params only"):
+        TileProgram((*head, ProgramId(), Loop(4, 8), End(())), 64, 0, 0)
+    with pytest.raises(ValueError, match="reads step 6, which lives inside a loop that ended before"):
+        body = [Loop(0, 8), Carry(3), Map(Expr.operand(0) + Expr.operand(1), (5, 1)), End((5,))]
+        TileProgram((*head, *body, Map(Expr.operand(0), (6,))), 64, 0, 0)
+    with pytest.raises(ValueError, match=r"given \[\(4, 1\)\]"):
+        TileProgram((*head, Loop(0, 8), Carry(3), End((1,))), 64, 0, 0)
+    with pytest.raises(ValueError, match=r"multiplies tiles \(4, 1\) and \(4, 8\)"):
+        TileProgram((*head, Dot(1, 3)), 64, 0, 0)
+    with pytest.raises(ValueError, match=r"shapes \[\(4, 8\), \(1, 4\)\] do not broadcast"):
+        TileProgram((*head, Iota((1, 4), 1), Map(Expr.operand(0) + Expr.operand(1), (3, 4))), 64, 0, 0)
+    with pytest.raises(ValueError, match=r"tile step 5 \(store 0 1 2 4\): shapes \[\(4, 1\), \(1, 8\), \(1, 3\)\]"):
+        TileProgram((*head, Iota((1, 3), 1), Store(0, 1, 2, 4)), 64, 0, 1)
+    with pytest.raises(ValueError, match=r"a tile of shape \[4, 8\] \(at most 16 elements"):
+        TileProgram(tuple(head), 16, 0, 0)
