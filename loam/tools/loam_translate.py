@@ -1,6 +1,7 @@
 """`loam-translate`: the translations at the two ends of Loam's pipeline, like `mlir-translate`.
 
 - `--import-onnx MODEL` reads `MODEL.onnx` or `MODEL.onnxtext` and prints graph-dialect IR;
+- `--import-stablehlo MODEL.mlir` reads StableHLO text (as JAX prints it) and prints graph-dialect IR;
 - `--export-onnx [IR] -o OUT.onnx` reads graph-dialect IR (a file, or stdin) and writes ONNX;
 - `--emit-python [IR] [-o OUT.py]` reads kernel-dialect IR and prints the generated numpy module.
 
@@ -73,6 +74,20 @@ def _import_onnx(input_path: Path | None, output: Path | None) -> None:
     _write_text(text.getvalue(), output)
 
 
+def _import_stablehlo(input_path: Path | None, output: Path | None) -> None:
+    if input_path is None:
+        raise UsageError("--import-stablehlo needs a StableHLO file (MODEL.mlir)")
+    if not input_path.is_file():
+        raise ModelError(f"{input_path}: no such model file")
+    from loam.frontends.stablehlo import read_stablehlo
+
+    module = read_stablehlo(input_path)
+    text = StringIO()
+    Printer(stream=text).print_op(module)
+    text.write("\n")
+    _write_text(text.getvalue(), output)
+
+
 def _export_onnx(input_path: Path | None, output: Path | None) -> None:
     if output is None:
         raise UsageError("--export-onnx writes a binary file: name it with -o OUT.onnx")
@@ -94,6 +109,11 @@ def _emit_python(input_path: Path | None, output: Path | None) -> None:
 
 TRANSLATIONS: tuple[Translation, ...] = (
     Translation("import-onnx", "read MODEL (.onnx or .onnxtext) and print graph-dialect IR", _import_onnx),
+    Translation(
+        "import-stablehlo",
+        "read StableHLO text (MODEL.mlir, as JAX prints it) and print graph-dialect IR",
+        _import_stablehlo,
+    ),
     Translation(
         "export-onnx", "read graph-dialect IR (INPUT or stdin) and write an ONNX model to -o OUT.onnx", _export_onnx
     ),

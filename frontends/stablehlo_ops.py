@@ -1,0 +1,661 @@
+"""What each StableHLO op becomes in the `graph` dialect: ONNX nodes with the same meaning.
+
+`loam.frontends.stablehlo` walks a function and calls `lower_op` on each op; the rules here emit
+ONNX nodes through a `GraphBuilder`, so every later pass sees an ordinary ONNX graph:
+
+    add/subtract/multiply/divide/maximum/minimum/power   Add/Sub/Mul/Div/Max/Min/Pow
+    and/or/not                                           And/Or/Not (booleans)
+    negate/abs/exponential/log/tanh/logistic/sqrt        Neg/Abs/Exp/Log/Tanh/Sigmoid/Sqrt
+    rsqrt                                                Reciprocal(Sqrt)
+    maximum(x, 0)                                        Relu (a zero constant on either side)
+    compare EQ/NE/LT/LE/GT/GE                            Equal/Not(Equal)/Less/LessOrEqual/Greater/GreaterOrEqual
+    select, convert                                      Where, Cast
+    constant                                             Constant (a splat: its one element), or an
+                                                         embedded initializer (a weight carrying data)
+    broadcast_in_dim (and dynamic_)                      nothing, an Unsqueeze or a Transpose (see below)
+    reshape (and dynamic_), transpose, concatenate       Reshape, Transpose, Concat
+    slice, iota (and dynamic_)                           Slice, Range (+ Unsqueeze)
+    dot_general                                          MatMul (+ Transpose), else Einsum
+    reduce (body add/maximum/minimum/multiply)           ReduceSum/ReduceMax/ReduceMin/ReduceProd
+    reduce (body or/and, booleans: jnp.any, jnp.all)     ReduceMax/ReduceMin
+    gather (the embedding form: rows of a table)         Clip + Gather
+    get_dimension_size                                   Shape + Reshape + Cast
+
+Broadcasts are kept lazy.  StableHLO spells every broadcast out (`broadcast_in_dim` to the full
+shape) where ONNX's elementwise ops broadcast implicitly, right-aligned, as numpy does.  So an
+`Operand` may stand for a graph value of a smaller shape that broadcasts to its StableHLO shape;
+elementwise ops read it as it is, and any other op (or a function result) first expands it
+(`Expand`).  A bias added after a product thus reads the bias itself, as in an ONNX export, and
+the two front ends reach the same kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    BFloat16Type,
+    DenseIntOrFPElementsAttr,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    IntAttr,
+    IntegerAttr,
+    IntegerType,
+    Signedness,
+    StringAttr,
+    TensorType,
+    i64,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from loam.dialects import stablehlo as hlo
+from loam.dialects.graph import InitializerOp, ListAttr, NodeOp, TensorDataAttr, UnknownType, set_name_hint
+from loam.dialects.graph import TensorType as GraphTensorType
+from loam.dtypes import ElementType, by_name
+
+__all__ = ["GraphBuilder", "LoweringError", "Operand", "element_type", "lower_op", "shape_of"]
+
+Dim = int | None  # an extent, None for StableHLO's `?`
+Shape = tuple[Dim, ...]
+
+
+class LoweringError(Exception):
+    """An op the reader cannot express in ONNX; the reader adds the op's name and place."""
+
+
+def element_type(t: Attribute) -> ElementType:
+    """Loam's element type of a StableHLO element type (i1 is bool, signless integers are signed)."""
+    if isinstance(t, Float32Type):
+        return by_name("f32")
+    if isinstance(t, Float16Type):
+        return by_name("f16")
+    if isinstance(t, BFloat16Type):
+        return by_name("bf16")
+    if isinstance(t, Float64Type):
+        return by_name("f64")
+    if isinstance(t, IntegerType) and t.width.data in (1, 8, 16, 32, 64):
+        if t.width.data == 1:
+            return by_name("bool")
+        prefix = "ui" if t.signedness.data == Signedness.UNSIGNED else "i"
+        return by_name(f"{prefix}{t.width.data}")
+    raise LoweringError(f"element type {t} is not one Loam compiles")
+
+
+def shape_of(t: Attribute) -> Shape:
+    """The StableHLO shape of a tensor type (None for `?`)."""
+    if not isinstance(t, TensorType):
+        raise LoweringError(f"{t} is not a ranked tensor")
+    return tuple(None if d == DYNAMIC_INDEX else int(d) for d in t.get_shape())
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A StableHLO value as the graph holds it.
+
+    `value` has the StableHLO shape `shape`, or, when `actual` is set, the smaller shape `actual`
+    that broadcasts to `shape` (right-aligned, as ONNX broadcasts; None in `actual` is the `?`
+    extent at that place).  `target` is the i64 vector of `shape`'s extents when `shape` has `?`s
+    and `value` must be expanded at run time; `known` is `value`'s contents when they are constant.
+    """
+
+    value: SSAValue
+    shape: Shape
+    elem: ElementType
+    actual: Shape | None = None
+    target: SSAValue | None = None
+    known: np.ndarray | None = None
+
+    @property
+    def held_shape(self) -> Shape:
+        """The shape `value` really has."""
+        return self.shape if self.actual is None else self.actual
+
+
+class GraphBuilder:
+    """Appends initializers and nodes to one graph, naming each uniquely.
+
+    The nodes of one StableHLO op are named after the op's kind and its count among the ops of
+    that kind (`dot_general_2`, `dot_general_2_rhs_T`), which the custom and the generic form of a
+    text agree on; each node's doc string gives the op's place in the file and the JAX source line.
+    """
+
+    def __init__(self, opset: int, reserved: Sequence[str] = ()) -> None:
+        self.opset = opset
+        self.ops: list[Operation] = []
+        self.used: set[str] = set(reserved)
+        self.counts: dict[str, int] = {}
+        self.base = "node"
+        self.doc: str | None = None
+
+    def start(self, kind: str, doc: str | None = None) -> None:
+        """Name the nodes that follow after the next op of `kind`; `doc` says where it is."""
+        count = self.counts.get(kind, 0)
+        self.counts[kind] = count + 1
+        self.base, self.doc = f"{kind}_{count}", doc
+
+    def unique(self, name: str) -> str:
+        if name not in self.used:
+            self.used.add(name)
+            return name
+        k = 1
+        while f"{name}_{k}" in self.used:
+            k += 1
+        self.used.add(f"{name}_{k}")
+        return f"{name}_{k}"
+
+    def node(
+        self, op_type: str, inputs: Sequence[SSAValue], attrs: dict[str, Attribute] | None = None, what: str = ""
+    ) -> SSAValue:
+        """One ONNX node with one output, named after the StableHLO op being lowered (`self.base`)."""
+        name = self.unique(f"{self.base}_{what}" if what else self.base)
+        node = NodeOp(
+            op_type, inputs, [UnknownType()], [name], node_name=name, since=self.opset, attrs=attrs or {},
+            doc_string=self.doc,
+        )  # fmt: skip
+        self.ops.append(node)
+        set_name_hint(node.outs[0], name)
+        return node.outs[0]
+
+    def constant(self, array: np.ndarray, elem: ElementType, what: str = "") -> SSAValue:
+        """A `Constant` node holding `array`."""
+        data = TensorDataAttr.from_numpy(np.asarray(array, dtype=elem.numpy), elem)
+        return self.node("Constant", [], {"value": data}, what)
+
+    def ints(self, values: Sequence[int], what: str) -> SSAValue:
+        """A 1-D i64 `Constant`: axes, shapes, starts and ends."""
+        return self.constant(np.array(list(values), dtype=np.int64), by_name("i64"), what)
+
+    def weight(self, array: np.ndarray, elem: ElementType) -> SSAValue:
+        """An initializer carrying `array`: an embedded weight."""
+        name = self.unique(self.base)
+        data = TensorDataAttr.from_numpy(np.asarray(array, dtype=elem.numpy), elem)
+        op = InitializerOp(name, GraphTensorType(elem, list(array.shape)), data)
+        self.ops.append(op)
+        set_name_hint(op.result, name)
+        return op.result
+
+
+def _ints(values: Sequence[int]) -> ListAttr:
+    return ListAttr("ints", [IntAttr(v) for v in values])
+
+
+def _int(value: int) -> IntegerAttr:
+    return IntegerAttr(value, i64)
+
+
+# --------------------------------------------------------------------------------------------------
+# Broadcasting
+
+
+def full(b: GraphBuilder, x: Operand) -> SSAValue:
+    """`x`'s value in its whole StableHLO shape: expanded when it is held smaller."""
+    if x.actual is None:
+        return x.value
+    static = all(d is not None for d in x.shape)
+    if x.known is not None and static and int(np.prod(x.shape)) <= 16:
+        return b.constant(np.broadcast_to(x.known, x.shape), x.elem, "expanded")  # type: ignore[arg-type]
+    if static:
+        target = b.ints([d for d in x.shape if d is not None], "shape")
+    elif x.target is not None:
+        target = x.target
+    else:
+        raise LoweringError(f"cannot expand a value of shape {_spell(x.held_shape)} to {_spell(x.shape)}")
+    return b.node("Expand", [x.value, target], what="expand")
+
+
+def _strip(shape: Shape) -> Shape:
+    """A shape without its leading 1s (ONNX broadcasting adds them back)."""
+    i = 0
+    while i < len(shape) and shape[i] == 1:
+        i += 1
+    return shape[i:]
+
+
+def broadcast_to(b: GraphBuilder, x: Operand, dims: Sequence[int], shape: Shape, target: SSAValue | None) -> Operand:
+    """`broadcast_in_dim`: x's dim i becomes dim `dims[i]` of `shape`, kept lazy."""
+    held = x.held_shape
+    rank_in = len(x.shape)
+    padded: list[Dim] = [1] * (rank_in - len(held)) + list(held)
+    value, held_dims = x.value, list(dims[rank_in - len(held) :])
+    known = x.known
+    if list(dims) != sorted(dims):  # the operand's dims come in another order: transpose it first
+        if len(held) < rank_in:
+            value = b.node("Unsqueeze", [value, b.ints(range(rank_in - len(held)), "axes")], what="rank")
+            known = None if known is None else known.reshape([1] * (rank_in - len(held)) + list(known.shape))
+        perm = sorted(range(rank_in), key=lambda i: dims[i])
+        value = b.node("Transpose", [value], {"perm": _ints(perm)}, what="order")
+        known = None if known is None else known.transpose(perm)
+        padded = [padded[p] for p in perm]
+        dims = [dims[p] for p in perm]
+        held, held_dims = tuple(padded), list(dims)
+    placed: list[Dim] = [1] * len(shape)
+    for i, d in enumerate(dims):
+        placed[d] = padded[i]
+    if not held_dims or _strip(tuple(placed)) == _strip(tuple(held)):
+        actual = tuple(held)
+    else:  # give the value the result's rank from its first dim on: insert the 1s between
+        first = held_dims[0]
+        axes = [j - first for j in range(first, len(shape)) if j not in held_dims]
+        value = b.node("Unsqueeze", [value, b.ints(axes, "axes")], what="align")
+        actual = tuple(placed[first:])
+        known = None if known is None else known.reshape([1 if d is None else d for d in actual])
+    if actual == shape:
+        return Operand(value, shape, x.elem, known=known)
+    return Operand(value, shape, x.elem, actual, target, known)
+
+
+def _elementwise_result(value: SSAValue, operands: Sequence[Operand], shape: Shape, elem: ElementType) -> Operand:
+    """An elementwise op's result: held at the broadcast of its operands' held shapes."""
+    held = [o.held_shape for o in operands]
+    rank = max((len(h) for h in held), default=0)
+    out: list[Dim] = []
+    for k in range(rank, 0, -1):
+        dims = [h[len(h) - k] if k <= len(h) else 1 for h in held]
+        out.append(None if any(d is None for d in dims) else max(d for d in dims if d is not None))
+    if tuple(out) == shape:
+        return Operand(value, shape, elem)
+    target = next((o.target for o in operands if o.target is not None), None)
+    return Operand(value, shape, elem, tuple(out), target)
+
+
+def _spell(shape: Shape) -> str:
+    return "x".join("?" if d is None else str(d) for d in shape) or "scalar"
+
+
+# --------------------------------------------------------------------------------------------------
+# The rules
+
+Rule = Callable[[GraphBuilder, Operation, list[Operand]], list[Operand]]
+RULES: dict[type[Operation], Rule] = {}
+
+
+def rule(*op_types: type[Operation]) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        for t in op_types:
+            RULES[t] = fn
+        return fn
+
+    return register
+
+
+def lower_op(b: GraphBuilder, op: Operation, operands: list[Operand]) -> list[Operand]:
+    """The operands of `op`'s results (LoweringError when Loam cannot express it)."""
+    fn = RULES.get(type(op))
+    if fn is None:
+        raise LoweringError("Loam does not lower this op")
+    return fn(b, op, operands)
+
+
+def _result(op: Operation) -> tuple[Shape, ElementType]:
+    t = op.results[0].type
+    return shape_of(t), element_type(t.element_type)  # type: ignore[attr-defined]
+
+
+_ELEMENTWISE: dict[type[Operation], str] = {
+    hlo.AddOp: "Add",
+    hlo.SubtractOp: "Sub",
+    hlo.MultiplyOp: "Mul",
+    hlo.DivideOp: "Div",
+    hlo.MaximumOp: "Max",
+    hlo.MinimumOp: "Min",
+    hlo.PowerOp: "Pow",
+    hlo.AndOp: "And",
+    hlo.OrOp: "Or",
+    hlo.NegateOp: "Neg",
+    hlo.AbsOp: "Abs",
+    hlo.ExponentialOp: "Exp",
+    hlo.LogOp: "Log",
+    hlo.TanhOp: "Tanh",
+    hlo.LogisticOp: "Sigmoid",
+    hlo.SqrtOp: "Sqrt",
+    hlo.NotOp: "Not",
+    hlo.SelectOp: "Where",
+}
+_BOOLEAN_ONLY = {"And", "Or", "Not"}
+
+
+def _is_zero(x: Operand) -> bool:
+    """A float 0 broadcast from one element (a splat constant)."""
+    return x.known is not None and x.elem.is_float and x.held_shape == () and not np.any(x.known)
+
+
+@rule(*_ELEMENTWISE)
+def _elementwise(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    shape, elem = _result(op)
+    op_type = _ELEMENTWISE[type(op)]
+    if op_type in _BOOLEAN_ONLY and elem.name != "bool":
+        raise LoweringError(f"{op.name} of {elem.name} (bitwise) has no ONNX counterpart Loam compiles")
+    if op_type == "Max" and (_is_zero(xs[0]) or _is_zero(xs[1])):
+        x = xs[1] if _is_zero(xs[0]) else xs[0]  # max(x, 0) is what ONNX calls Relu
+        return [_elementwise_result(b.node("Relu", [x.value]), [x], shape, elem)]
+    return [_elementwise_result(b.node(op_type, [x.value for x in xs]), xs, shape, elem)]
+
+
+@rule(hlo.RsqrtOp)
+def _rsqrt(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    shape, elem = _result(op)
+    root = b.node("Sqrt", [xs[0].value], what="sqrt")
+    return [_elementwise_result(b.node("Reciprocal", [root]), xs, shape, elem)]
+
+
+_COMPARISONS = {"EQ": "Equal", "LT": "Less", "LE": "LessOrEqual", "GT": "Greater", "GE": "GreaterOrEqual"}
+
+
+@rule(hlo.CompareOp)
+def _compare(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    assert isinstance(op, hlo.CompareOp)
+    shape, elem = _result(op)
+    kind = op.compare_type.text if op.compare_type is not None else None
+    if kind == "TOTALORDER":
+        raise LoweringError("a TOTALORDER comparison (NaNs ordered) has no ONNX counterpart")
+    if kind == "UNSIGNED" and not xs[0].elem.name.startswith("ui"):
+        raise LoweringError(f"an UNSIGNED comparison of {xs[0].elem.name} has no ONNX counterpart")
+    direction = op.comparison_direction.text
+    if direction == "NE":
+        equal = b.node("Equal", [x.value for x in xs], what="equal")
+        return [_elementwise_result(b.node("Not", [equal]), xs, shape, elem)]
+    return [_elementwise_result(b.node(_COMPARISONS[direction], [x.value for x in xs]), xs, shape, elem)]
+
+
+@rule(hlo.ConvertOp)
+def _convert(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    shape, elem = _result(op)
+    x = xs[0]
+    if elem == x.elem:
+        return [x]
+    cast = b.node("Cast", [x.value], {"to": _int(elem.onnx)})
+    known = None if x.known is None else x.known.astype(elem.numpy)
+    return [replace(_elementwise_result(cast, xs, shape, elem), known=known)]
+
+
+@rule(hlo.ConstantOp)
+def _constant(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    assert isinstance(op, hlo.ConstantOp)
+    shape, elem = _result(op)
+    array = dense_array(op.value, elem)
+    flat = array.reshape(-1)
+    if flat.size and flat.tobytes() == flat[:1].tobytes() * flat.size:
+        scalar = flat[:1].reshape(())  # a splat: one element, broadcast where it is read
+        value = b.constant(scalar, elem)
+        if not shape:
+            return [Operand(value, shape, elem, known=scalar)]
+        return [Operand(value, shape, elem, (), None, scalar)]
+    if elem.is_float:
+        return [Operand(b.weight(array, elem), shape, elem, known=array)]
+    return [Operand(b.constant(array, elem), shape, elem, known=array)]
+
+
+def dense_array(attr: DenseIntOrFPElementsAttr, elem: ElementType) -> np.ndarray:
+    """The contents of a `dense<...>` literal as a numpy array of `elem`."""
+    values = attr.get_values()
+    shape = tuple(attr.get_shape())
+    if elem.name == "bool":
+        return np.array([v != 0 for v in values], dtype=np.bool_).reshape(shape)
+    return np.array(values, dtype=np.float64 if elem.is_float else object).astype(elem.numpy).reshape(shape)
+
+
+@rule(hlo.BroadcastInDimOp, hlo.DynamicBroadcastInDimOp)
+def _broadcast(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    assert isinstance(op, hlo.BroadcastInDimOp | hlo.DynamicBroadcastInDimOp)
+    shape, _ = _result(op)
+    target = None
+    if isinstance(op, hlo.DynamicBroadcastInDimOp) and None in shape:
+        target = _as_i64(b, xs[1])
+    return [broadcast_to(b, xs[0], op.dims, shape, target)]
+
+
+def _as_i64(b: GraphBuilder, x: Operand) -> SSAValue:
+    value = full(b, x)
+    if x.elem.name == "i64":
+        return value
+    return b.node("Cast", [value], {"to": _int(by_name("i64").onnx)}, what="i64")
+
+
+@rule(hlo.ReshapeOp, hlo.DynamicReshapeOp)
+def _reshape(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    shape, elem = _result(op)
+    x = xs[0]
+    if x.held_shape == () and x.actual is not None:  # a broadcast scalar stays one
+        target = _as_i64(b, xs[1]) if isinstance(op, hlo.DynamicReshapeOp) and None in shape else None
+        return [Operand(x.value, shape, elem, (), target, x.known)]
+    if isinstance(op, hlo.DynamicReshapeOp):
+        target, zero = _as_i64(b, xs[1]), True
+    else:
+        static = [d for d in shape if d is not None]
+        target, zero = b.ints(static, "shape"), 0 in static
+    attrs = {"allowzero": _int(1)} if zero else {}  # StableHLO's extents are literal: a 0 is a 0
+    known = None if x.known is None or None in shape else x.known.reshape(shape)  # type: ignore[arg-type]
+    return [Operand(b.node("Reshape", [full(b, x), target], attrs), shape, elem, known=known)]
+
+
+@rule(hlo.TransposeOp)
+def _transpose(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    assert isinstance(op, hlo.TransposeOp)
+    shape, elem = _result(op)
+    x = xs[0]
+    if x.held_shape == () and x.actual is not None:
+        return [Operand(x.value, shape, elem, (), x.target, x.known)]
+    perm = list(op.perm)
+    known = None if x.known is None or x.actual is not None else x.known.transpose(perm)
+    return [Operand(b.node("Transpose", [full(b, x)], {"perm": _ints(perm)}), shape, elem, known=known)]
+
+
+@rule(hlo.ConcatenateOp)
+def _concatenate(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    assert isinstance(op, hlo.ConcatenateOp)
+    shape, elem = _result(op)
+    known = None
+    if all(x.known is not None for x in xs) and None not in shape:
+        known = np.concatenate([np.broadcast_to(x.known, x.shape) for x in xs], axis=op.dim)  # type: ignore[arg-type]
+    value = b.node("Concat", [full(b, x) for x in xs], {"axis": _int(op.dim)})
+    return [Operand(value, shape, elem, known=known)]
+
+
+@rule(hlo.SliceOp)
+def _slice(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    assert isinstance(op, hlo.SliceOp)
+    shape, elem = _result(op)
+    x = xs[0]
+    ranges = op.ranges
+    if all(a == 0 and c == 1 and n == e for (a, n, c), e in zip(ranges, x.shape, strict=True)):
+        return [x]
+    starts = b.ints([a for a, _, _ in ranges], "starts")
+    ends = b.ints([n for _, n, _ in ranges], "ends")
+    axes = b.ints(range(len(ranges)), "axes")
+    steps = b.ints([c for _, _, c in ranges], "steps")
+    return [Operand(b.node("Slice", [full(b, x), starts, ends, axes, steps]), shape, elem)]
+
+
+@rule(hlo.IotaOp, hlo.DynamicIotaOp)
+def _iota(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    assert isinstance(op, hlo.IotaOp | hlo.DynamicIotaOp)
+    shape, elem = _result(op)
+    counting = elem if elem.name in ("f32", "f64", "f16", "bf16", "i16", "i32", "i64") else by_name("i64")
+    extent = shape[op.dim]
+    target = None
+    if isinstance(op, hlo.DynamicIotaOp) and None in shape:
+        target = _as_i64(b, xs[0])
+    if extent is None:
+        assert target is not None
+        index = b.constant(np.array(op.dim, dtype=np.int64), by_name("i64"), "dim")
+        limit = b.node("Gather", [target, index], {"axis": _int(0)}, what="extent")
+        if counting.name != "i64":
+            limit = b.node("Cast", [limit], {"to": _int(counting.onnx)}, what="extent_cast")
+    else:
+        limit = b.constant(np.array(extent), counting, "limit")
+    start = b.constant(np.array(0), counting, "start")
+    delta = b.constant(np.array(1), counting, "delta")
+    value = b.node("Range", [start, limit, delta])
+    if counting != elem:
+        value = b.node("Cast", [value], {"to": _int(elem.onnx)}, what="cast")
+    counted = Operand(value, (extent,), elem)
+    return [broadcast_to(b, counted, [op.dim], shape, target)]
+
+
+@rule(hlo.GetDimensionSizeOp)
+def _dimension_size(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    assert isinstance(op, hlo.GetDimensionSizeOp)
+    shape, elem = _result(op)
+    x = xs[0]
+    if x.shape[op.dim] is not None:
+        extent = np.array(x.shape[op.dim])
+        return [Operand(b.constant(extent, elem), shape, elem, known=extent.astype(elem.numpy))]
+    extents = b.node("Shape", [full(b, x)], {"start": _int(op.dim), "end": _int(op.dim + 1)}, what="shape")
+    scalar = b.node("Reshape", [extents, b.ints([], "scalar")], what="scalar")
+    return [Operand(b.node("Cast", [scalar], {"to": _int(elem.onnx)}), shape, elem)]
+
+
+# --------------------------------------------------------------------------------------------------
+# Contractions, reductions and gathers
+
+
+@rule(hlo.DotGeneralOp)
+def _dot_general(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    assert isinstance(op, hlo.DotGeneralOp)
+    shape, elem = _result(op)
+    lhs, rhs = xs
+    lb, rb, lc, rc = op.dot_dimension_numbers.dims()
+    a, c = full(b, lhs), full(b, rhs)
+    if lhs.elem != elem:
+        a = b.node("Cast", [a], {"to": _int(elem.onnx)}, what="lhs")
+    if rhs.elem != elem:
+        c = b.node("Cast", [c], {"to": _int(elem.onnx)}, what="rhs")
+    nl, nr, nb = len(lhs.shape), len(rhs.shape), len(lb)
+    batch = tuple(range(nb))
+    if lb == rb == batch and len(lc) == 1:
+        if nb == 0 and nr == 2 and lc[0] == nl - 1:  # [..., K] x [K, N] (or [N, K])
+            if rc[0] == 1:
+                c = b.node("Transpose", [c], {"perm": _ints([1, 0])}, what="rhs_T")
+            return [Operand(b.node("MatMul", [a, c]), shape, elem)]
+        if nl == nr == nb + 2 and lc[0] in (nb, nb + 1) and rc[0] in (nb, nb + 1):  # [B..., M, K] x [B..., K, N]
+            swap = [*batch, nb + 1, nb]
+            if lc[0] == nb:
+                a = b.node("Transpose", [a], {"perm": _ints(swap)}, what="lhs_T")
+            if rc[0] == nb + 1:
+                c = b.node("Transpose", [c], {"perm": _ints(swap)}, what="rhs_T")
+            return [Operand(b.node("MatMul", [a, c]), shape, elem)]
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    left = [next(letters) for _ in range(nl)]
+    right = [""] * nr
+    for i, j in (*zip(lb, rb, strict=True), *zip(lc, rc, strict=True)):
+        right[j] = left[i]
+    right = [r or next(letters) for r in right]
+    out = [left[i] for i in lb]
+    out += [left[i] for i in range(nl) if i not in lb and i not in lc]
+    out += [right[j] for j in range(nr) if j not in rb and j not in rc]
+    equation = f"{''.join(left)},{''.join(right)}->{''.join(out)}"
+    return [Operand(b.node("Einsum", [a, c], {"equation": StringAttr(equation)}), shape, elem)]
+
+
+_REDUCTIONS: dict[type[Operation], tuple[str, str]] = {  # body op -> (reduction, how an init value joins)
+    hlo.AddOp: ("ReduceSum", "Add"),
+    hlo.MaximumOp: ("ReduceMax", "Max"),
+    hlo.MinimumOp: ("ReduceMin", "Min"),
+    hlo.MultiplyOp: ("ReduceProd", "Mul"),
+    hlo.OrOp: ("ReduceMax", "Or"),  # jnp.any: booleans only
+    hlo.AndOp: ("ReduceMin", "And"),  # jnp.all: booleans only
+}
+
+
+def _identity(reduction: str, elem: ElementType) -> object:
+    """The init value that changes nothing: 0, 1, or the lowest / highest value of `elem`."""
+    if reduction in ("ReduceSum", "ReduceProd"):
+        return 0 if reduction == "ReduceSum" else 1
+    low = reduction == "ReduceMax"
+    if elem.name == "bool":
+        return not low
+    if elem.is_float:
+        return -np.inf if low else np.inf
+    info = np.iinfo(elem.numpy)
+    return info.min if low else info.max
+
+
+@rule(hlo.ReduceOp)
+def _reduce(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    assert isinstance(op, hlo.ReduceOp)
+    if len(op.inputs) != 1:
+        raise LoweringError(f"a reduce of {len(op.inputs)} operands at once (an argmax, say) is not supported")
+    body = list(op.body.block.ops)
+    combine = body[0] if len(body) == 2 else None
+    known = _REDUCTIONS.get(type(combine)) if combine is not None else None
+    args = set(op.body.block.args)
+    if (
+        combine is None
+        or known is None
+        or set(combine.operands) != args
+        or len(combine.operands) != 2
+        or not isinstance(body[1], hlo.ReturnOp)
+        or tuple(body[1].values) != tuple(combine.results)
+    ):
+        names = ", ".join(o.name for o in body[:-1])
+        raise LoweringError(
+            f"its body computes {names or 'nothing'}; Loam reads a body of one stablehlo.add, maximum, "
+            "minimum, multiply, and or or of the two arguments"
+        )
+    reduction, joining = known
+    shape, elem = _result(op)
+    if joining in ("And", "Or") and elem.name != "bool":
+        raise LoweringError(f"a reduce with a bitwise {combine.name} body over {elem.name} is not supported")
+    x, init = xs
+    dims = list(op.dims)
+    if not dims:  # nothing reduced: ONNX would read empty axes as "all of them"
+        value, held = full(b, x), [x]
+    elif reduction == "ReduceSum":
+        value = b.node(reduction, [full(b, x), b.ints(dims, "axes")], {"keepdims": _int(0)})
+        held = [Operand(value, shape, elem)]
+    else:
+        value = b.node(reduction, [full(b, x)], {"axes": _ints(dims), "keepdims": _int(0)})
+        held = [Operand(value, shape, elem)]
+    if init.known is not None and np.all(init.known == _identity(reduction, elem)):
+        return [_elementwise_result(value, held, shape, elem)]
+    combined = b.node(joining, [value, init.value], what="init")
+    return [_elementwise_result(combined, [*held, init], shape, elem)]
+
+
+@rule(hlo.GatherOp)
+def _gather(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    assert isinstance(op, hlo.GatherOp)
+    shape, elem = _result(op)
+    table, ids = xs
+    numbers = op.dimension_numbers
+    rank, q = len(table.shape), len(ids.shape)
+    vector_dim = numbers.index_vector_dim.data
+    sizes = op.sizes
+    rows = table.shape[0]
+    batch = q if vector_dim == q else q - 1
+    embedding = (
+        numbers.field("start_index_map") == (0,)
+        and numbers.field("collapsed_slice_dims") == (0,)
+        and not numbers.field("operand_batching_dims")
+        and not numbers.field("start_indices_batching_dims")
+        and vector_dim in (q, q - 1)
+        and (vector_dim == q or ids.shape[-1] == 1)
+        and sizes == (1, *table.shape[1:])
+        and numbers.field("offset_dims") == tuple(range(batch, batch + rank - 1))
+        and rows is not None
+    )
+    if not embedding:
+        raise LoweringError(
+            "only the embedding form is supported: whole rows of a table with a static row count "
+            "(start_index_map = [0], collapsed_slice_dims = [0], slice_sizes = [1, ...], offset_dims last)"
+        )
+    index = full(b, ids)
+    if vector_dim == q - 1:
+        index = b.node("Squeeze", [index, b.ints([q - 1], "axes")], what="ids")
+    # StableHLO clamps each start index into the table; ONNX's Gather would refuse it instead.
+    low = b.constant(np.array(0), ids.elem, "low")
+    high = b.constant(np.array(rows - 1), ids.elem, "high")
+    index = b.node("Clip", [index, low, high], what="clamp")
+    return [Operand(b.node("Gather", [full(b, table), index], {"axis": _int(0)}), shape, elem)]
+
+
+@rule(hlo.CustomCallOp)
+def _custom_call(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    assert isinstance(op, hlo.CustomCallOp)
+    if op.target == "shape_assertion":  # JAX checks a symbolic dim (b >= 1); forward checks its inputs
+        return []
+    raise LoweringError(f"custom_call @{op.target} is not supported (only JAX's @shape_assertion is)")

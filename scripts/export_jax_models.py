@@ -1,0 +1,442 @@
+"""Export small JAX models as StableHLO text for the StableHLO front end (dev-time only; files committed).
+
+Why this script exists: issue 9's reader must read what JAX really prints, and its tests need JAX
+as the oracle without JAX in CI.  So this script, run once in a venv that has JAX, writes each
+model's StableHLO text (the custom form and the generic form), its weights as safetensors, fixed
+inputs and JAX's outputs for them; the tests read only those files.
+
+Needs jax (CPU), onnx, numpy and safetensors; Loam itself is not imported.  The venv it was last
+run in (outside the repository):
+
+    python3 -m venv /work/venvs/jax
+    /work/venvs/jax/bin/pip install jax==0.10.2 jaxlib==0.10.2 onnx==1.23.2 numpy==2.4.6 safetensors==0.8.0
+    /work/venvs/jax/bin/python scripts/export_jax_models.py          # a few seconds
+
+Models (weights drawn from fixed seeds; every bias and LayerNorm scale is random, so a compiled
+module that drops one cannot still match):
+
+- `examples/jax_mlp/`: a 3-layer MLP, x[4,8] -> 16 -> 12 -> 3 with ReLUs, `jax.jit(...).lower(...)`
+  printed with debug info (`mlp.mlir`) and in the generic form (`mlp.generic.mlir`).  Its ONNX twin
+  `mlp.onnxtext` is written here with onnx.helper from the same weights (MatMul + Add + Relu, the
+  weights ONNX external data pointing into `mlp.safetensors`, as examples/mlp does), so the two
+  front ends can be compared kernel for kernel.
+- `examples/jax_attention/`: a pre-LayerNorm attention block with a GELU MLP over token ids
+  (embedding gather, sliced positions, 2 heads, causal mask, softmax), exported with
+  `jax.export` for a symbolic batch `b` (`attention.mlir`, `attention.generic.mlir`).  Inputs and
+  outputs for two batch sizes; the token ids include -1 (JAX wraps it to the last row) and an id
+  past the table (StableHLO's gather clamps it).
+- `tests/frontends/stablehlo_ops/`: one function returning one result per StableHLO op the reader
+  translates (`ops.mlir`, `ops.generic.mlir`, `ops.npz` with its inputs and JAX's outputs), and a
+  hand-written module for the ops and spellings JAX does not print here (`handwritten.mlir`,
+  `handwritten.npz` with XLA's results for it: XLA compiles StableHLO text directly).
+
+JAX prints absolute paths of this script in the debug locations; they are made relative to the
+repository so the committed text does not depend on where it was written.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx
+import onnx.checker
+import onnx.printer
+from jax import export, lax
+from jax.extend import backend
+from jax.interpreters import mlir as jax_mlir
+from jaxlib import xla_client
+from jaxlib.mlir import ir
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+from safetensors.numpy import save_file
+
+ROOT = Path(__file__).resolve().parents[1]
+MLP_DIR = ROOT / "examples" / "jax_mlp"
+ATTENTION_DIR = ROOT / "examples" / "jax_attention"
+OPS_DIR = ROOT / "tests" / "frontends" / "stablehlo_ops"
+
+Params = dict[str, np.ndarray]
+
+
+def relative_paths(text: str) -> str:
+    return text.replace(str(ROOT) + "/", "")
+
+
+def generic_form(text: str) -> str:
+    """The same module printed in MLIR's generic op form, locations kept."""
+    with jax_mlir.make_ir_context():
+        module = ir.Module.parse(text)
+        return module.operation.get_asm(print_generic_op_form=True, enable_debug_info=True)
+
+
+def write_text(path: Path, text: str) -> None:
+    path.write_text(relative_paths(text).rstrip("\n") + "\n", encoding="utf-8")
+
+
+def uniform(rng: np.random.Generator, shape: tuple[int, ...], fan_in: int) -> np.ndarray:
+    bound = 1.0 / np.sqrt(fan_in)
+    return rng.uniform(-bound, bound, size=shape).astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------------
+# The MLP and its ONNX twin
+
+
+MLP_SEED = 20250109
+BATCH, IN, HIDDEN, HIDDEN2, OUT = 4, 8, 16, 12, 3
+
+MLP_TOML = """\
+# Build options for the JAX MLP: `loam build mlp.mlir --options loam.toml -o mlp.py`.
+# The same rules name the axes of the ONNX twin (mlp.onnxtext): the two share every name.
+checkpoint = "mlp.safetensors"
+
+[[layout]]
+pattern = "x"
+axes = ["Batch", "In"]
+
+[[layout]]
+pattern = "fc1.weight"      # JAX's x @ w: stored [in, out]
+axes = ["In", "Hidden"]
+
+[[layout]]
+pattern = "fc1.bias"
+axes = ["Hidden"]
+
+[[layout]]
+pattern = "fc2.weight"
+axes = ["Hidden", "Hidden2"]
+
+[[layout]]
+pattern = "fc2.bias"
+axes = ["Hidden2"]
+
+[[layout]]
+pattern = "fc3.weight"
+axes = ["Hidden2", "Out"]
+
+[[layout]]
+pattern = "fc3.bias"
+axes = ["Out"]
+
+[[layout]]
+pattern = "result"
+axes = ["Batch", "Out"]
+"""
+
+
+def mlp(params: Params, x: jax.Array) -> jax.Array:
+    h = jnp.maximum(x @ params["fc1.weight"] + params["fc1.bias"], 0)
+    h = jnp.maximum(h @ params["fc2.weight"] + params["fc2.bias"], 0)
+    return h @ params["fc3.weight"] + params["fc3.bias"]
+
+
+def mlp_params(rng: np.random.Generator) -> Params:
+    return {
+        "fc1.weight": uniform(rng, (IN, HIDDEN), IN),
+        "fc1.bias": uniform(rng, (HIDDEN,), IN),
+        "fc2.weight": uniform(rng, (HIDDEN, HIDDEN2), HIDDEN),
+        "fc2.bias": uniform(rng, (HIDDEN2,), HIDDEN),
+        "fc3.weight": uniform(rng, (HIDDEN2, OUT), HIDDEN2),
+        "fc3.bias": uniform(rng, (OUT,), HIDDEN2),
+    }
+
+
+def safetensors_offsets(path: Path) -> dict[str, tuple[int, int]]:
+    """Each tensor's (absolute byte offset, length) inside a safetensors file."""
+    data = path.read_bytes()
+    (header_len,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + header_len])
+    start = 8 + header_len
+    return {
+        name: (start + info["data_offsets"][0], info["data_offsets"][1] - info["data_offsets"][0])
+        for name, info in header.items()
+        if name != "__metadata__"
+    }
+
+
+def mlp_twin(params: Params, checkpoint: Path | None) -> onnx.ModelProto:
+    """The MLP as an ONNX exporter would write it: MatMul + Add (+ Relu) per layer, its weights
+    (in JAX's argument order, by the same names) embedded, or external data inside `checkpoint`."""
+    offsets = safetensors_offsets(checkpoint) if checkpoint is not None else {}
+    initializers = []
+    for name in sorted(params):  # JAX flattens a dict by sorted key: the reader's weight order
+        if checkpoint is None:
+            initializers.append(numpy_helper.from_array(params[name], name))
+            continue
+        tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=params[name].shape)
+        tensor.data_location = TensorProto.EXTERNAL
+        offset, length = offsets[name]
+        for key, value in (("location", checkpoint.name), ("offset", str(offset)), ("length", str(length))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+        initializers.append(tensor)
+    nodes = []
+    previous = "x"
+    for layer in (1, 2, 3):
+        mm, added = f"fc{layer}.mm", f"fc{layer}.out" if layer < 3 else "result"
+        nodes.append(helper.make_node("MatMul", [previous, f"fc{layer}.weight"], [mm], name=f"fc{layer}.matmul"))
+        nodes.append(helper.make_node("Add", [mm, f"fc{layer}.bias"], [added], name=f"fc{layer}.add"))
+        previous = added
+        if layer < 3:
+            nodes.append(helper.make_node("Relu", [added], [f"act{layer}"], name=f"act{layer}"))
+            previous = f"act{layer}"
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [BATCH, IN])],
+        [helper.make_tensor_value_info("result", TensorProto.FLOAT, [BATCH, OUT])],
+        initializer=initializers,
+    )
+    return helper.make_model(
+        graph, producer_name="export_jax_models", ir_version=8, opset_imports=[helper.make_opsetid("", 17)]
+    )
+
+
+def export_mlp() -> None:
+    rng = np.random.default_rng(MLP_SEED)
+    params = mlp_params(rng)
+    x = rng.standard_normal((BATCH, IN)).astype(np.float32)
+    lowered = jax.jit(mlp).lower(params, x)
+    text = lowered.as_text(debug_info=True)
+    MLP_DIR.mkdir(parents=True, exist_ok=True)
+    write_text(MLP_DIR / "mlp.mlir", text)
+    write_text(MLP_DIR / "mlp.generic.mlir", generic_form(text))
+    checkpoint = MLP_DIR / "mlp.safetensors"
+    save_file(params, str(checkpoint))
+    twin = mlp_twin(params, checkpoint)
+    embedded = mlp_twin(params, None)
+    onnx.checker.check_model(embedded, full_check=True)
+    (MLP_DIR / "mlp.onnxtext").write_text(
+        "# The JAX MLP's ONNX twin (scripts/export_jax_models.py). Weights: external data in mlp.safetensors.\n"
+        + onnx.printer.to_text(twin).rstrip("\n")
+        + "\n",
+        encoding="utf-8",
+    )
+    result = np.asarray(jax.jit(mlp)(params, x))
+    by_hand = np.maximum(np.maximum(x @ params["fc1.weight"] + params["fc1.bias"], 0) @ params["fc2.weight"]
+                         + params["fc2.bias"], 0) @ params["fc3.weight"] + params["fc3.bias"]  # fmt: skip
+    np.testing.assert_allclose(result, by_hand, rtol=1e-5, atol=1e-6)
+    (twin_result,) = ReferenceEvaluator(embedded).run(None, {"x": x})  # the twin computes the same
+    np.testing.assert_allclose(twin_result, result, rtol=1e-5, atol=1e-6)
+    np.savez(MLP_DIR / "inputs.npz", x=x)
+    np.savez(MLP_DIR / "outputs.npz", result=result)
+    (MLP_DIR / "loam.toml").write_text(MLP_TOML, encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------------------
+# The attention block (symbolic batch)
+
+
+ATTENTION_SEED = 20250110
+VOCAB, SEQ, MAX_POS, MODEL, HEADS, FFN = 11, 6, 8, 8, 2, 16
+
+
+def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array, eps: float = 1e-5) -> jax.Array:
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+    return (x - mean) * lax.rsqrt(var + eps) * scale + bias
+
+
+def attention(params: Params, tokens: jax.Array) -> jax.Array:
+    batch, seq = tokens.shape
+    head = MODEL // HEADS
+    x = params["embed"][tokens] + params["pos"][:seq]
+    h = layer_norm(x, params["ln1.scale"], params["ln1.bias"])
+
+    def heads(w: jax.Array) -> jax.Array:
+        return (h @ w).reshape(batch, seq, HEADS, head).transpose(0, 2, 1, 3)
+
+    q, k, v = heads(params["wq"]), heads(params["wk"]), heads(params["wv"])
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.float32(np.sqrt(head))
+    causal = jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :]
+    scores = jnp.where(causal, scores, np.float32(-1e9))
+    mixed = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
+    x = x + mixed.transpose(0, 2, 1, 3).reshape(batch, seq, MODEL) @ params["wo"]
+    h2 = layer_norm(x, params["ln2.scale"], params["ln2.bias"])
+    return x + jax.nn.gelu(h2 @ params["w1"] + params["b1"], approximate=True) @ params["w2"] + params["b2"]
+
+
+def attention_params(rng: np.random.Generator) -> Params:
+    def normal(*shape: int, scale: float = 1.0) -> np.ndarray:
+        return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+    return {
+        "embed": normal(VOCAB, MODEL),
+        "pos": normal(MAX_POS, MODEL, scale=0.5),
+        "ln1.scale": 1.0 + normal(MODEL, scale=0.2),
+        "ln1.bias": normal(MODEL, scale=0.2),
+        "wq": uniform(rng, (MODEL, MODEL), MODEL),
+        "wk": uniform(rng, (MODEL, MODEL), MODEL),
+        "wv": uniform(rng, (MODEL, MODEL), MODEL),
+        "wo": uniform(rng, (MODEL, MODEL), MODEL),
+        "ln2.scale": 1.0 + normal(MODEL, scale=0.2),
+        "ln2.bias": normal(MODEL, scale=0.2),
+        "w1": uniform(rng, (MODEL, FFN), MODEL),
+        "b1": uniform(rng, (FFN,), MODEL),
+        "w2": uniform(rng, (FFN, MODEL), FFN),
+        "b2": uniform(rng, (MODEL,), FFN),
+    }
+
+
+def export_attention() -> None:
+    rng = np.random.default_rng(ATTENTION_SEED)
+    params = attention_params(rng)
+    (b,) = export.symbolic_shape("b")
+    exported = export.export(jax.jit(attention))(params, jax.ShapeDtypeStruct((b, SEQ), jnp.int32))
+    text = exported.mlir_module()
+    ATTENTION_DIR.mkdir(parents=True, exist_ok=True)
+    write_text(ATTENTION_DIR / "attention.mlir", text)
+    write_text(ATTENTION_DIR / "attention.generic.mlir", generic_form(text))
+    save_file(params, str(ATTENTION_DIR / "attention.safetensors"))
+    inputs: dict[str, np.ndarray] = {}
+    outputs: dict[str, np.ndarray] = {}
+    for batch in (2, 5):
+        tokens = rng.integers(0, VOCAB, size=(batch, SEQ)).astype(np.int32)
+        tokens[0, 1], tokens[-1, 2] = -1, VOCAB + 2  # wrapped by JAX, clamped by the gather
+        inputs[f"tokens_{batch}"] = tokens
+        outputs[f"result_{batch}"] = np.asarray(exported.call(params, tokens))
+        np.testing.assert_allclose(
+            outputs[f"result_{batch}"], np.asarray(jax.jit(attention)(params, tokens)), rtol=1e-6
+        )
+    np.savez(ATTENTION_DIR / "inputs.npz", **inputs)
+    np.savez(ATTENTION_DIR / "outputs.npz", **outputs)
+
+
+# --------------------------------------------------------------------------------------------------
+# One result per op
+
+
+OPS_SEED = 20250111
+
+
+def ops(x: jax.Array, y: jax.Array, m: jax.Array, t: jax.Array) -> dict[str, jax.Array]:
+    """x, y: f32[3, 4]; m: i32[3, 4]; t: a scalar i32."""
+    return {
+        "add_sub_div": (x + y - 1.5) / (jnp.abs(y) + 1.0),
+        "min_max": jnp.minimum(x, y) * jnp.maximum(x, 0.25),
+        "relu": jnp.maximum(x, 0.0),
+        "power": lax.pow(jnp.abs(x) + 0.5, y),
+        "neg_log": -jnp.log(jnp.abs(x) + 1.0),
+        "exp_tanh": jnp.exp(-jnp.abs(x)) * jnp.tanh(y),
+        "logistic": lax.logistic(x),
+        "sqrt_rsqrt": jnp.sqrt(jnp.abs(x)) + lax.rsqrt(jnp.abs(y) + 1.0),
+        "eq": x == 2.0,
+        "ne": m != 2,
+        "lt": x < y,
+        "le": m <= 1,
+        "gt": x > y,
+        "ge": m >= 2,
+        "and_or_not": ((x > 0) & ~(y > 0)) | (m == 0),
+        "select": jnp.where(x > y, x, 2.0 * y),
+        "select_scalar": jnp.where(t > 2, x, -x),
+        "convert": m.astype(jnp.float32) * 0.5 + (3.0 * x).astype(jnp.int32).astype(jnp.float32),
+        "int_divide": lax.div(m - 2, jnp.int32(2)),
+        "concatenate": jnp.concatenate([x, y[:, ::2]], axis=1),
+        "slice": x[1:, ::2],
+        "iota": lax.broadcasted_iota(jnp.int32, (3, 4), 1) * 10 + m,
+        "reduce_max": jnp.max(x, axis=1),
+        "reduce_min": jnp.min(y, axis=0),
+        "reduce_prod": jnp.prod(x, axis=0),
+        "reduce_init": lax.reduce(x, np.float32(1.0), lax.add, (1,)),
+        "any_all": jnp.any(x > 0.5, axis=1) | jnp.all(m > 0, axis=1),
+        "transpose_reshape": jnp.transpose(x).reshape(2, 6),
+        "broadcast_transposed": lax.broadcast_in_dim(x, (4, 2, 3), (2, 0)),
+        "matmul_transposed": jnp.einsum("ij,kj->ik", x, y),
+        "einsum": jnp.einsum("ij,ij->i", x, y),
+        "batched": jnp.einsum("bij,bjk->bik", x.reshape(2, 3, 2), y.reshape(2, 2, 3)),
+        "splat": x + jnp.full((3, 4), 0.75, jnp.float32),
+        "constant": x * jnp.array([1.0, -2.0, 3.0, 0.5], jnp.float32),
+    }
+
+
+def export_ops() -> None:
+    rng = np.random.default_rng(OPS_SEED)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    y = rng.standard_normal((3, 4)).astype(np.float32)
+    x[0, 0] = 2.0  # `eq` has a true element
+    m = rng.integers(0, 4, size=(3, 4)).astype(np.int32)
+    t = np.int32(3)
+    text = jax.jit(ops).lower(x, y, m, t).as_text(debug_info=True)
+    OPS_DIR.mkdir(parents=True, exist_ok=True)
+    write_text(OPS_DIR / "ops.mlir", text)
+    write_text(OPS_DIR / "ops.generic.mlir", generic_form(text))
+    results = jax.jit(ops)(x, y, m, t)
+    arrays: dict[str, Any] = {"x": x, "y": y, "m": m, "t": t}
+    arrays.update({f"result.{name}": np.asarray(value) for name, value in results.items()})
+    np.savez(OPS_DIR / "ops.npz", **arrays)
+
+
+HANDWRITTEN = """\
+// Hand-written StableHLO (scripts/export_jax_models.py): ops and spellings JAX 0.10 does not print
+// for the models here: stablehlo.logistic, a reduce whose body is written out (its arguments
+// swapped), a dot_general contracting the rhs's last dim, NE, a select in the generic form, hex
+// floats (-inf, inf) in a constant, argument names in some locations only.  XLA computes the
+// expected results.
+module @handwritten {
+  func.func public @main(%x: tensor<3x4xf32> loc("x"), %w: tensor<5x4xf32> loc("params['w']"),
+                         %extra: tensor<2xf32>) -> (tensor<3x4xf32> {jax.result_info = "result['logistic']"},
+                         tensor<3xf32> {jax.result_info = "result['reduce_region']"},
+                         tensor<3x5xf32> {jax.result_info = "result['matmul_nk']"},
+                         tensor<3x4xi1> {jax.result_info = "result['ne']"},
+                         tensor<3x4xf32> {jax.result_info = "result['generic_select']"},
+                         tensor<4x3xf32> {jax.result_info = "result['hex_floats']"},
+                         tensor<2xf32> {jax.result_info = "result['extra']"}) {
+    %0 = stablehlo.logistic %x : tensor<3x4xf32>
+    %ninf = stablehlo.constant dense<0xFF800000> : tensor<f32>
+    %1 = stablehlo.reduce(%x init: %ninf) across dimensions = [1] : (tensor<3x4xf32>, tensor<f32>) -> tensor<3xf32>
+     reducer(%a: tensor<f32>, %b: tensor<f32>)  {
+      %m = stablehlo.maximum %b, %a : tensor<f32>
+      stablehlo.return %m : tensor<f32>
+    }
+    %2 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [1]
+           : (tensor<3x4xf32>, tensor<5x4xf32>) -> tensor<3x5xf32>
+    %3 = stablehlo.compare  NE, %x, %0,  FLOAT : (tensor<3x4xf32>, tensor<3x4xf32>) -> tensor<3x4xi1>
+    %4 = "stablehlo.select"(%3, %x, %0) : (tensor<3x4xi1>, tensor<3x4xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
+    %5 = stablehlo.transpose %x, dims = [1, 0] : (tensor<3x4xf32>) -> tensor<4x3xf32>
+    %c = stablehlo.constant dense<[[1.0, 0xFF800000, 2.0], [0x7F800000, -1.0, 0.0], [0.5, 0.25, -3.0],
+                                   [4.0, -0.5, 1.5]]> : tensor<4x3xf32>
+    %6 = stablehlo.minimum %5, %c : tensor<4x3xf32>
+    %7 = stablehlo.abs %extra : tensor<2xf32>
+    return %0, %1, %2, %3, %4, %6, %7 : tensor<3x4xf32>, tensor<3xf32>, tensor<3x5xf32>, tensor<3x4xi1>,
+                                        tensor<3x4xf32>, tensor<4x3xf32>, tensor<2xf32>
+  }
+}
+"""
+
+
+def export_handwritten() -> None:
+    """The hand-written module and XLA's results for it (XLA compiles StableHLO text directly)."""
+    rng = np.random.default_rng(OPS_SEED + 1)
+    inputs = {
+        "x": rng.standard_normal((3, 4)).astype(np.float32),
+        "w": rng.standard_normal((5, 4)).astype(np.float32),
+        "extra": rng.standard_normal(2).astype(np.float32),
+    }
+    executable = backend.get_backend().compile_and_load(HANDWRITTEN, jax.devices()[:1], xla_client.CompileOptions())
+    results = executable.execute([jax.device_put(a) for a in inputs.values()])
+    names = ["logistic", "reduce_region", "matmul_nk", "ne", "generic_select", "hex_floats", "extra"]
+    np.testing.assert_allclose(np.asarray(results[0]), 1 / (1 + np.exp(-inputs["x"])), rtol=1e-6)
+    (OPS_DIR / "handwritten.mlir").write_text(HANDWRITTEN, encoding="utf-8")
+    arrays: dict[str, Any] = dict(inputs)
+    arrays.update({f"result.{name}": np.asarray(value) for name, value in zip(names, results, strict=True)})
+    np.savez(OPS_DIR / "handwritten.npz", **arrays)
+
+
+def main() -> int:
+    exporters: list[Callable[[], None]] = [export_mlp, export_attention, export_ops, export_handwritten]
+    for exporter in exporters:
+        exporter()
+    print(f"jax {jax.__version__}: wrote {MLP_DIR}, {ATTENTION_DIR} and {OPS_DIR}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
