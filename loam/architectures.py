@@ -135,7 +135,58 @@ GPT2 = Architecture(
     ),
 )
 
-ARCHITECTURES: dict[str, Architecture] = {table.name: table for table in (LLAMA, GPT2)}
+BERT = Architecture(
+    "bert",
+    # A BertModel's own checkpoint is keyed as torch's export names the graph; one saved from a model
+    # with a head (BertForMaskedLM, the published pretraining checkpoints) carries a `bert.` prefix.
+    # llama.cpp's GGUF names map one-to-one onto the parameters, none transposed (it has no name for the
+    # pooler).  torch's export with constant folding on reads the Linear weights as folded transposes
+    # (`<parameter>.T` once renamed), which neither kind of checkpoint holds and this table cannot undo.
+    checkpoint_names=(
+        ("bert.embeddings.*.*", "embeddings.*.*"),
+        ("bert.encoder.layer.*.*.*.*", "encoder.layer.*.*.*.*"),
+        ("bert.encoder.layer.*.*.*.*.*", "encoder.layer.*.*.*.*.*"),
+        ("bert.pooler.dense.*", "pooler.dense.*"),
+        ("token_embd.weight", "embeddings.word_embeddings.weight"),
+        ("position_embd.weight", "embeddings.position_embeddings.weight"),
+        ("token_types.weight", "embeddings.token_type_embeddings.weight"),
+        ("token_embd_norm.*", "embeddings.LayerNorm.*"),
+        ("blk.*.attn_q.*", "encoder.layer.*.attention.self.query.*"),
+        ("blk.*.attn_k.*", "encoder.layer.*.attention.self.key.*"),
+        ("blk.*.attn_v.*", "encoder.layer.*.attention.self.value.*"),
+        ("blk.*.attn_output.*", "encoder.layer.*.attention.output.dense.*"),
+        ("blk.*.attn_output_norm.*", "encoder.layer.*.attention.output.LayerNorm.*"),
+        ("blk.*.ffn_up.*", "encoder.layer.*.intermediate.dense.*"),
+        ("blk.*.ffn_down.*", "encoder.layer.*.output.dense.*"),
+        ("blk.*.layer_output_norm.*", "encoder.layer.*.output.LayerNorm.*"),
+    ),
+    layout=_rules(
+        ("input_ids", ("Batch", "Seq")),
+        ("attention_mask", ("Batch", "Seq")),
+        ("token_type_ids", ("Batch", "Seq")),
+        ("embeddings.word_embeddings.weight", ("Vocab", "Hidden")),
+        ("embeddings.position_embeddings.weight", ("Positions", "Hidden")),
+        ("embeddings.token_type_embeddings.weight", ("TokenTypes", "Hidden")),
+        ("embeddings.LayerNorm.*", ("Hidden",)),
+        ("encoder.layer.*.attention.self.*.weight", ("(Heads HeadDim)", "Hidden")),
+        ("encoder.layer.*.attention.self.*.weight.T", ("Hidden", "(Heads HeadDim)")),
+        ("encoder.layer.*.attention.self.*.bias", ("(Heads HeadDim)",)),
+        ("encoder.layer.*.attention.output.dense.weight", ("Hidden", "(Heads HeadDim)")),
+        ("encoder.layer.*.attention.output.dense.weight.T", ("(Heads HeadDim)", "Hidden")),
+        ("encoder.layer.*.attention.output.dense.bias", ("Hidden",)),
+        ("encoder.layer.*.*.LayerNorm.*", ("Hidden",)),
+        ("encoder.layer.*.intermediate.dense.weight", ("Ffn", "Hidden")),
+        ("encoder.layer.*.intermediate.dense.weight.T", ("Hidden", "Ffn")),
+        ("encoder.layer.*.intermediate.dense.bias", ("Ffn",)),
+        ("encoder.layer.*.output.dense.weight", ("Hidden", "Ffn")),
+        ("encoder.layer.*.output.dense.weight.T", ("Ffn", "Hidden")),
+        ("encoder.layer.*.output.dense.bias", ("Hidden",)),
+        ("pooler.dense.weight", ("Hidden", "Hidden")),
+        ("pooler.dense.bias", ("Hidden",)),
+    ),
+)
+
+ARCHITECTURES: dict[str, Architecture] = {table.name: table for table in (LLAMA, GPT2, BERT)}
 
 
 def architecture(name: str) -> Architecture:
