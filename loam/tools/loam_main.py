@@ -1,7 +1,7 @@
 """`loam`: the one-shot driver for model deployers (`loam build MODEL -o OUT.py`).
 
-`loam build` turns a model (`.onnx`, `.onnxtext` or graph-dialect `.mlir`) plus a checkpoint and
-options into one self-contained Python module, and prints the build report (fusion decisions)
+`loam build` turns a model (`.onnx`, `.onnxtext`, JAX's StableHLO `.mlir` or graph-dialect `.mlir`)
+plus a checkpoint and options into one self-contained Python module, and prints the build report (fusion decisions)
 on stderr.  The options come from an optional TOML file (`--options`) with the flags applied on
 top (`loam.options.Options.merged`), so a flag and a TOML key always mean the same thing.  A build
 is stored in the build cache (`loam.cache`) under a key of the graph, the checkpoint headers and
@@ -134,7 +134,8 @@ def build_parser() -> CliParser:
     build = commands.add_parser(
         "build",
         help="compile MODEL into a Python module",
-        description="Compile MODEL (.onnx, .onnxtext or graph-dialect .mlir) with its checkpoint "
+        description="Compile MODEL (.onnx, .onnxtext, StableHLO .mlir as JAX prints it, or graph-dialect .mlir) "
+        "with its checkpoint "
         "into one Python module that imports only numpy, and print the build report "
         "on stderr.",
         epilog=_EPILOG,
