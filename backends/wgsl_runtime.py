@@ -65,6 +65,38 @@ _CACHE_LIMIT = 4096
 """Parameter buffers, bind groups and shape-value buffers a module keeps before it starts over."""
 
 
+def _loops_counted(code: str) -> str:
+    """`code` with every loop counting its iterations, raising a flag (group 1) near llvmpipe's cap.
+
+    Mesa's llvmpipe stops an invocation's loops once they have run 65,535 iterations in all (its
+    guard against hangs), silently: a kernel looping longer computes wrong numbers.  Each loop body
+    here first counts into a private counter; at 65,000 the invocation sets `_loam_capped[0]`, and
+    the runtime refuses the forward's results.  Code without loops comes back unchanged.
+    """
+    import re
+
+    header = re.compile(r"\bfor\s*\((?:[^(){}]|\((?:[^(){}]|\([^(){}]*\))*\))*\)\s*\{|\bloop\s*\{")
+    if not header.search(code):
+        return code
+    counted, found = header.subn(lambda m: m.group(0) + " _loam_count();", code)
+    if found != len(re.findall(r"\bfor\s*\(|\bloop\s*\{", code)):
+        raise DeviceError("a shader loop's header is beyond what the iteration counter reads; it cannot be counted")
+    # `main` reads the flag once, so the binding is in its layout even where only unused helpers loop.
+    counted, mains = re.subn(
+        r"\bfn\s+main\s*\((?:[^()]|\([^()]*\))*\)\s*\{", lambda m: m.group(0) + " _ = _loam_capped[0];", counted
+    )
+    if mains != 1:
+        raise DeviceError("a shader without one `main` entry point cannot have its loops counted")
+    return (
+        "@group(1) @binding(0) var<storage, read_write> _loam_capped: array<u32>;\n"
+        "var<private> _loam_iters: u32;\n"
+        "fn _loam_count() {\n"
+        "  _loam_iters = _loam_iters + 1u;\n"
+        "  if (_loam_iters == 65000u) { _loam_capped[0] = 1u; }\n"
+        "}\n" + counted
+    )
+
+
 class _Gpu:
     """The device one module computes on, its pipelines, and what crossed between host and device."""
 
@@ -83,10 +115,15 @@ class _Gpu:
             shared = (adapter.request_device_sync(required_limits=limits), adapter.info.get("device", ""))
             wgpu._loam_shared_device = shared  # type: ignore[attr-defined]
         self.device, self.adapter = shared
+        self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+        # llvmpipe caps an invocation's loop iterations (`_loops_counted`): its shaders count theirs.
+        self.capped = "llvmpipe" in str(self.adapter).lower()
+        self.capped_flag = self.buffer(4) if self.capped else None
+        self.counted: dict[str, object] = {}  # pipeline name -> its bind group 1 (the flag)
+        self.unchecked: set[str] = set()  # counted pipelines dispatched since the flag was last read
         self.pipelines: dict[str, object] = {}
         for name, code in shaders.items():
             self.add(name, code)
-        self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         self.params_cache: dict[tuple[int, ...], object] = {}
         self.values_cache: dict[tuple, object] = {}  # type: ignore[type-arg]
         self.groups: dict[tuple, object] = {}  # type: ignore[type-arg]
@@ -96,11 +133,15 @@ class _Gpu:
         self.compute: object = None
 
     def add(self, name: str, code: str) -> None:
-        """Compile shader `code` into pipeline `name`."""
-        module = self.device.create_shader_module(code=code)
-        self.pipelines[name] = self.device.create_compute_pipeline(
-            layout="auto", compute={"module": module, "entry_point": "main"}
-        )
+        """Compile shader `code` into pipeline `name` (its loops counted on llvmpipe)."""
+        counted = _loops_counted(code) if self.capped else code
+        module = self.device.create_shader_module(code=counted)
+        pipeline = self.device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+        self.pipelines[name] = pipeline
+        if counted is not code:
+            entries = [{"binding": 0, "resource": {"buffer": self.capped_flag}}]
+            layout = pipeline.get_bind_group_layout(1)  # type: ignore[attr-defined]
+            self.counted[name] = self.device.create_bind_group(layout=layout, entries=entries)
 
     # -- buffers --------------------------------------------------------------------------------------
 
@@ -191,6 +232,9 @@ class _Gpu:
         compute = self.compute
         compute.set_pipeline(self.pipelines[name])  # type: ignore[attr-defined]
         compute.set_bind_group(0, group)  # type: ignore[attr-defined]
+        if name in self.counted:
+            compute.set_bind_group(1, self.counted[name])  # type: ignore[attr-defined]
+            self.unchecked.add(name)
         x = min(grid, 65535)
         compute.dispatch_workgroups(x, (grid + x - 1) // x)  # type: ignore[attr-defined]
         self.stats["dispatches"] += 1
@@ -206,6 +250,16 @@ class _Gpu:
         self.compute.end()  # type: ignore[attr-defined]
         self.device.queue.submit([self.encoder.finish()])  # type: ignore[attr-defined]
         self.encoder = self.compute = None
+        if self.unchecked:
+            names, self.unchecked = sorted(self.unchecked), set()
+            flag = np.frombuffer(self.device.queue.read_buffer(self.capped_flag, 0, 4), np.uint32)[0]
+            if flag:
+                self.device.queue.write_buffer(self.capped_flag, 0, np.zeros(1, np.uint32))
+                raise DeviceError(
+                    f"llvmpipe stops a shader invocation's loops after 65,535 iterations, and one of "
+                    f"{', '.join(names)} needed more: its results would be wrong, so none are returned "
+                    "(a GPU driver has no such cap; smaller extents stay under it)"
+                )
 
     def host(self, buffers: tuple[tuple[object, str, tuple[int, ...]], ...]) -> list[np.ndarray]:
         """Submit what is recorded and download `buffers` (buffer, host dtype, shape) for a kernel the
@@ -228,6 +282,7 @@ def _grid(threads: int, size: int = 64) -> int:
 PIECES: dict[str, object] = {
     "_CACHE_LIMIT": _CACHE_LIMIT,
     "DeviceError": DeviceError,
+    "_loops_counted": _loops_counted,
     "_device_dtype": _device_dtype,
     "_device_array": _device_array,
     "_host_array": _host_array,
@@ -237,5 +292,5 @@ PIECES: dict[str, object] = {
 DEPENDS: dict[str, tuple[str, ...]] = {
     "_device_array": ("_device_dtype", "ShapeError"),
     "_host_array": ("_device_dtype",),
-    "_Gpu": ("DeviceError", "_device_array", "_host_array", "_device_dtype", "_CACHE_LIMIT"),
+    "_Gpu": ("DeviceError", "_device_array", "_host_array", "_device_dtype", "_CACHE_LIMIT", "_loops_counted"),
 }

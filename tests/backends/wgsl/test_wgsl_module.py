@@ -223,3 +223,40 @@ kernel.program "forward" (%a : !tensor_axes.tensor<i64, [M: 2, K: 3]>, %b : !ten
     a = np.array([[1, -2, 3], [4, 5, -6]], np.int64)
     b = np.array([[7, 8], [-9, 10], [11, 12]], np.int64)
     np.testing.assert_array_equal(gpu.forward(gpu.Weights(), a, b), np.maximum(a @ b, 1))
+
+
+def test_llvmpipes_loop_cap_is_refused_never_returned_as_numbers() -> None:
+    """llvmpipe stops an invocation's loops after 65,535 iterations in all, silently.  There the
+    module counts them and refuses the forward; any other adapter computes the long line."""
+    from loam.backends.wgsl_runtime import _loops_counted
+
+    counted = _loops_counted(
+        "fn main(@builtin(local_invocation_id) l: vec3<u32>) { for (var j = 0u; j < min(n, (m + 1u)); j = j + 1u) { loop { break; } } }"
+    )
+    assert counted.count("_loam_count();") == 2 and counted.count("_ = _loam_capped[0];") == 1
+    assert "@group(1) @binding(0) var<storage, read_write> _loam_capped" in counted
+    assert _loops_counted("fn main() { x = 1u; }") == "fn main() { x = 1u; }"
+    text = """
+kernel.program "forward" (%x : !tensor_axes.tensor<f32, [N: 70000]>, %i : !tensor_axes.tensor<i64, [K: 3]>, %u : !tensor_axes.tensor<f32, [K: 3]>) names ["x", "i", "u"] {
+  %y = kernel.scatter_elements(%x, %i, %u) {node = "scatter", axis = 0 : i64, reduction = "none"} : (!tensor_axes.tensor<f32, [N: 70000]>, !tensor_axes.tensor<i64, [K: 3]>, !tensor_axes.tensor<f32, [K: 3]>) -> !tensor_axes.tensor<f32, [N: 70000]>
+  kernel.return %y names ["y"] : !tensor_axes.tensor<f32, [N: 70000]>
+}
+"""
+    gpu = import_source(emit_wgsl(_program(text)), "loam_wgsl_loop_cap")
+    x = np.arange(70000, dtype=np.float32)
+    i = np.array([0, 69999, 5], np.int64)
+    u = np.full(3, -1.0, np.float32)
+    want = x.copy()
+    want[i] = u
+    if gpu._gpu().capped:
+        with pytest.raises(gpu.DeviceError, match=r"llvmpipe stops a shader invocation's loops after 65,535"):
+            gpu.forward(gpu.Weights(), x, i, u)
+    else:
+        np.testing.assert_array_equal(gpu.forward(gpu.Weights(), x, i, u), want)
+    small = x[:1000].copy()
+    # Below the cap the same kernel computes, and the flag was reset by the refusal.
+    text_small = text.replace("70000", "1000")
+    module = import_source(emit_wgsl(_program(text_small)), "loam_wgsl_loop_cap_small")
+    want_small = small.copy()
+    want_small[np.array([0, 999, 5])] = u
+    np.testing.assert_array_equal(module.forward(module.Weights(), small, np.array([0, 999, 5]), u), want_small)
