@@ -33,25 +33,33 @@ def _block_dtype(encoding: str) -> np.dtype:
     raise ValueError(f"no dequantization for {encoding}")
 
 
-def _dequant_blocks(blocks: np.ndarray) -> np.ndarray:
-    """Blocks of any shape [..., B] (a `_block_dtype` array) as float32 elements [..., B * 32]."""
+def _block_integers(blocks: np.ndarray) -> np.ndarray:
+    """The integers of blocks [..., B] (a `_block_dtype` array) as float32 [..., B, 32]: Q8_0's int8,
+    Q4's nibbles (0..15); what each block's scale multiplies (and, for Q4_0, its offset 8 shifts)."""
     out = np.empty((*blocks.shape, 32), np.float32)
-    d = blocks["d"].astype(np.float32)[..., None]
     if "q" in blocks.dtype.names:  # Q8_0
         out[...] = blocks["q"]
-        out *= d
     else:
         qs = blocks["qs"]
         # Elements 0..15 are the low nibbles of the 16 bytes, 16..31 the high ones; each ufunc writes
         # its uint8 result straight into the float32 buffer, with no temporary of its own.
         np.bitwise_and(qs, 0x0F, out=out[..., :16], casting="unsafe")
         np.right_shift(qs, 4, out=out[..., 16:], casting="unsafe")
-        if "m" in blocks.dtype.names:  # Q4_1: d * q + m
-            out *= d
-            out += blocks["m"].astype(np.float32)[..., None]
-        else:  # Q4_0: d * (q - 8)
-            out -= np.float32(8)
-            out *= d
+    return out
+
+
+def _dequant_blocks(blocks: np.ndarray) -> np.ndarray:
+    """Blocks of any shape [..., B] (a `_block_dtype` array) as float32 elements [..., B * 32]."""
+    out = _block_integers(blocks)
+    d = blocks["d"].astype(np.float32)[..., None]
+    if "m" in blocks.dtype.names:  # Q4_1: d * q + m
+        out *= d
+        out += blocks["m"].astype(np.float32)[..., None]
+    elif "qs" in blocks.dtype.names:  # Q4_0: d * (q - 8)
+        out -= np.float32(8)
+        out *= d
+    else:  # Q8_0: d * q
+        out *= d
     return out.reshape(*blocks.shape[:-1], blocks.shape[-1] * 32)
 
 
@@ -74,13 +82,15 @@ QUANT_BLOCKS: dict[str, tuple[int, int]] = {"Q8_0": (32, 34), "Q4_0": (32, 18), 
 
 PIECES: dict[str, object] = {
     "_block_dtype": _block_dtype,
+    "_block_integers": _block_integers,
     "_dequant_blocks": _dequant_blocks,
     "_dequantized": _dequantized,
     "_bf16_to_f32": _bf16_to_f32,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "_block_dtype": (),
-    "_dequant_blocks": (),
+    "_block_integers": (),
+    "_dequant_blocks": ("_block_integers",),
     "_dequantized": ("_block_dtype", "_dequant_blocks"),
     "_bf16_to_f32": (),
 }

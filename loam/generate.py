@@ -81,8 +81,9 @@ class Decoder:
         self.reset()
 
     @classmethod
-    def load(cls, module_path: str | Path, checkpoint: str | Path) -> Decoder:
-        """Import the module Loam printed at `module_path` and load `checkpoint` into its `Weights`."""
+    def load(cls, module_path: str | Path, checkpoint: str | Path, packed: bool = True) -> Decoder:
+        """Import the module Loam printed at `module_path` and load `checkpoint` into its `Weights`
+        (`packed=False`: quantized weights widened to float32 at load, for speed over memory)."""
         path = Path(module_path)
         if not path.is_file():
             raise GenerateError(f"{path}: no such module file")
@@ -93,7 +94,7 @@ class Decoder:
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
         try:
-            weights = module.Weights.load_file(str(checkpoint))
+            weights = module.Weights.load_file(str(checkpoint), packed=packed)
         except ValueError as e:  # the module's LoadError
             raise GenerateError(f"checkpoint {checkpoint}: {e}") from None
         return cls(module, weights, str(path))

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loam.backends.numpy_dequant import _dequant_blocks
+from loam.backends.numpy_dequant import _block_integers, _dequant_blocks
 
 
 def _k_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int) -> np.ndarray:
@@ -53,22 +53,15 @@ def _k_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int) -> np.nda
         xb = rows.reshape(m, nb, 32)
         sums = xb.sum(axis=2)  # [m, nb]: what a block's offset multiplies
         names = w.dtype.names
-        step = max(1, scratch // (k * m))
+        step = max(1, scratch // k)
         for s in range(0, n, step):
             blocks = w[s : s + step]
-            d = blocks["d"].astype(np.float32)  # [r, nb]
-            if "q" in names:  # Q8_0: d * (q . x)
-                dots = np.einsum("rbj,mbj->mrb", blocks["q"].astype(np.float32), xb)
-            else:  # the low nibbles are elements 0..15 of a block, the high ones 16..31
-                qs = blocks["qs"]
-                dots = np.einsum("rbj,mbj->mrb", (qs & 0x0F).astype(np.float32), xb[:, :, :16])
-                dots += np.einsum("rbj,mbj->mrb", (qs >> 4).astype(np.float32), xb[:, :, 16:])
-                if "m" in names:  # Q4_1: d * (q . x) + m * sum(x)
-                    out[:, s : s + step] = np.einsum("mrb,rb->mr", dots, d)
-                    out[:, s : s + step] += sums @ blocks["m"].astype(np.float32).T
-                    continue
-                dots -= np.float32(8) * sums[:, None, :]  # Q4_0: d * ((q - 8) . x)
-            out[:, s : s + step] = np.einsum("mrb,rb->mr", dots, d)
+            dots = np.einsum("rbj,mbj->mrb", _block_integers(blocks), xb)  # each block's q . x
+            if names == ("d", "qs"):  # Q4_0: d * ((q - 8) . x)
+                dots -= np.float32(8) * sums[:, None, :]
+            out[:, s : s + step] = np.einsum("mrb,rb->mr", dots, blocks["d"].astype(np.float32))
+            if "m" in names:  # Q4_1: d * (q . x) + m * sum(x)
+                out[:, s : s + step] += sums @ blocks["m"].astype(np.float32).T
     else:
         step = max(1, scratch // k)
         for s in range(0, n, step):
@@ -90,6 +83,6 @@ PIECES: dict[str, object] = {
     "_k_gather_packed": _k_gather_packed,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
-    "_k_matmul_packed": ("_dequant_blocks",),
+    "_k_matmul_packed": ("_block_integers", "_dequant_blocks"),
     "_k_gather_packed": ("_dequant_blocks",),
 }

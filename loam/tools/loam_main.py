@@ -271,6 +271,11 @@ def build_parser() -> CliParser:
     )
     generate.add_argument("--tokenizer", type=Path, metavar="FILE.json", help="a tokenizer.json to use instead")
     generate.add_argument(
+        "--widen",
+        action="store_true",
+        help="widen 4/8-bit weights to float32 at load: about 4x their memory, decoding about 3x faster",
+    )
+    generate.add_argument(
         "--debug", action="store_true", help="show the Python traceback of an error instead of one line"
     )
     return parser
@@ -299,7 +304,7 @@ def _generate(args: argparse.Namespace) -> None:
         prompt_ids = tokenizer.encode_chat([*messages, {"role": "user", "content": args.prompt}])
     else:
         prompt_ids = tokenizer.encode(args.prompt)
-    decoder = Decoder.load(args.module, args.checkpoint)
+    decoder = Decoder.load(args.module, args.checkpoint, packed=not args.widen)
     stats = GenerationStats()
     pieces = generate(
         decoder, tokenizer, prompt_ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature,

@@ -133,10 +133,13 @@ def test_a_quantized_checkpoint_stays_packed_and_computes_what_onnxruntime_does(
     del oracle.graph.initializer[:]
     oracle.graph.initializer.extend(numpy_helper.from_array(v, n) for n, v in widened.items())
     session = ort.InferenceSession(oracle.SerializeToString(), providers=["CPUExecutionProvider"])
+    widened_at_load = module.Weights.load_file(str(gguf), packed=False)  # speed over memory, same numbers
+    assert widened_at_load.proj.dtype == np.float32 and np.array_equal(widened_at_load.proj, widened["proj"])
     for shape in [(1, 1), (2, 7)]:  # a decode step (block dot products) and a prefill (widened rows)
         ids = RNG.integers(0, 50, shape).astype(np.int64)
         want = session.run(None, {"ids": ids})[0]
         np.testing.assert_allclose(module.forward(loaded, ids), want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(module.forward(widened_at_load, ids), want, rtol=1e-4, atol=1e-4)
 
 
 def test_a_weight_another_kernel_reads_is_widened_at_load_and_the_notes_say_why(tmp_path: Path) -> None:
