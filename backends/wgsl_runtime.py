@@ -65,28 +65,43 @@ _CACHE_LIMIT = 4096
 """Parameter buffers, bind groups and shape-value buffers a module keeps before it starts over."""
 
 
+def _after_header(code: str, at: int) -> int:
+    """The index just past the `{` opening the body whose header (`for (...)`, `fn main(...)`) is at `at`."""
+    depth, k = 0, code.index("(", at)
+    while True:
+        depth += {"(": 1, ")": -1}.get(code[k], 0)
+        if depth == 0:
+            return code.index("{", k) + 1
+        k += 1
+
+
 def _loops_counted(code: str) -> str:
     """`code` with every loop counting its iterations, raising a flag (group 1) near llvmpipe's cap.
 
     Mesa's llvmpipe stops an invocation's loops once they have run 65,535 iterations in all (its
     guard against hangs), silently: a kernel looping longer computes wrong numbers.  Each loop body
     here first counts into a private counter; at 65,000 the invocation sets `_loam_capped[0]`, and
-    the runtime refuses the forward's results.  Code without loops comes back unchanged.
+    the runtime refuses the forward's results.  `main` reads the flag once, so its binding is in the
+    pipeline's layout even where only helpers loop.  Code without loops comes back unchanged.
     """
-    import re
-
-    header = re.compile(r"\bfor\s*\((?:[^(){}]|\((?:[^(){}]|\([^(){}]*\))*\))*\)\s*\{|\bloop\s*\{")
-    if not header.search(code):
+    pieces: list[str] = []
+    done = 0
+    while True:
+        starts = [k for k in (code.find("for (", done), code.find("loop {", done)) if k >= 0]
+        if not starts:
+            break
+        at = min(starts)
+        end = _after_header(code, at) if code.startswith("for (", at) else at + len("loop {")
+        pieces.append(code[done:end] + " _loam_count();")
+        done = end
+    if not pieces:
         return code
-    counted, found = header.subn(lambda m: m.group(0) + " _loam_count();", code)
-    if found != len(re.findall(r"\bfor\s*\(|\bloop\s*\{", code)):
-        raise DeviceError("a shader loop's header is beyond what the iteration counter reads; it cannot be counted")
-    # `main` reads the flag once, so the binding is in its layout even where only unused helpers loop.
-    counted, mains = re.subn(
-        r"\bfn\s+main\s*\((?:[^()]|\([^()]*\))*\)\s*\{", lambda m: m.group(0) + " _ = _loam_capped[0];", counted
-    )
-    if mains != 1:
+    counted = "".join(pieces) + code[done:]
+    main = counted.find("fn main(")
+    if main < 0 or counted.find("fn main(", main + 1) >= 0:
         raise DeviceError("a shader without one `main` entry point cannot have its loops counted")
+    brace = _after_header(counted, main)
+    counted = counted[:brace] + " _ = _loam_capped[0];" + counted[brace:]
     return (
         "@group(1) @binding(0) var<storage, read_write> _loam_capped: array<u32>;\n"
         "var<private> _loam_iters: u32;\n"
@@ -282,6 +297,7 @@ def _grid(threads: int, size: int = 64) -> int:
 PIECES: dict[str, object] = {
     "_CACHE_LIMIT": _CACHE_LIMIT,
     "DeviceError": DeviceError,
+    "_after_header": _after_header,
     "_loops_counted": _loops_counted,
     "_device_dtype": _device_dtype,
     "_device_array": _device_array,
@@ -292,5 +308,6 @@ PIECES: dict[str, object] = {
 DEPENDS: dict[str, tuple[str, ...]] = {
     "_device_array": ("_device_dtype", "ShapeError"),
     "_host_array": ("_device_dtype",),
+    "_loops_counted": ("DeviceError", "_after_header"),
     "_Gpu": ("DeviceError", "_device_array", "_host_array", "_device_dtype", "_CACHE_LIMIT", "_loops_counted"),
 }
