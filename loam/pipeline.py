@@ -34,8 +34,10 @@ from loam.frontends.onnx_proto import check_external_data_sources
 from loam.options import Options
 
 CHECKPOINT_NAMES_ATTR = "loam.checkpoint_names"
-ROW_ORDERS_ATTR = "loam.row_orders"
 """Module attribute: the `[checkpoint_names]` rules, an array of [pattern, template] string pairs."""
+
+ROW_ORDERS_ATTR = "loam.row_orders"
+"""Module attribute: [checkpoint tensor, head count] pairs whose rows the module un-interleaves at load."""
 
 if TYPE_CHECKING:
     from loam.checkpoint import WeightSpec
@@ -151,6 +153,8 @@ def build(
     all_checkpoints = [Path(c) for c in (*options.checkpoints, *checkpoints)]
     # Headers are read (and refused when malformed) before the model, so a bad checkpoint fails fast.
     headers = read_headers(all_checkpoints, names=names, architecture=options.architecture)
+    say(f"reading {model if not isinstance(model, onnx.ModelProto) else 'model'}")
+    ir = read_model(model)
     if table is not None and table.layout:
         # The table names the family's inputs and weights after the options' own rules (those of its
         # rules that reach a tensor of this graph: an export without position_ids is still a Llama);
@@ -161,11 +165,9 @@ def build(
         from loam.passes.apply_options import declared_tensors
 
         say("drafting the axis names the architecture table leaves open")
-        declared = set().union(*declared_tensors(read_model(model)).values())
+        declared = set().union(*declared_tensors(ir).values())
         with_table = replace(options, layout=(*options.layout, *table.layout_for(declared)))
         options = draft_layout(model, options=with_table).options(with_table)
-    say(f"reading {model if not isinstance(model, onnx.ModelProto) else 'model'}")
-    ir = read_model(model)
     # An initializer pointing at a raw data file of its own while a checkpoint also supplies it: which
     # one the graph meant is not for Loam to guess.
     check_external_data_sources(

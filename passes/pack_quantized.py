@@ -73,26 +73,26 @@ def why_unpacked(weight: WeightOp) -> str | None:
         return f"its rows of {t.shape[1].const_value} elements are not whole blocks of 32"
     for use in weight.result.uses:
         user = use.operation
-        if _packable_reader(weight, user) is None:
+        if not _packable_reader(weight, user):
             node = user.properties.get("node")
             name = node.data if isinstance(node, StringAttr) else user.name
             return f"node '{name}' reads it as float32 ({user.name})"
     return None
 
 
-def _packable_reader(weight: WeightOp, user: Operation) -> str | None:
-    if isinstance(user, GatherOp) and user.operands[0] is weight.result and user.param("axis") == 0:
-        return "gather"
-    if isinstance(user, MatmulOp) and user.rhs is weight.result and user.lhs is not weight.result:
-        return "product" if user.epilogue is None else None
+def _packable_reader(weight: WeightOp, user: Operation) -> bool:
+    """Whether `user` reads `weight` in a way a packed kernel computes (see the module docstring)."""
+    if isinstance(user, GatherOp):
+        return user.operands[0] is weight.result and user.param("axis") == 0
+    if isinstance(user, MatmulOp):
+        return user.rhs is weight.result and user.lhs is not weight.result and user.epilogue is None
     if isinstance(user, PermuteOp) and user.permutation == (1, 0):
         readers = [u.operation for u in user.result.uses]
-        if readers and all(
+        return bool(readers) and all(
             isinstance(m, MatmulOp) and m.rhs is user.result and m.lhs is not user.result and m.epilogue is None
             for m in readers
-        ):
-            return "linear"
-    return None
+        )
+    return False
 
 
 def _pack(weight: WeightOp) -> None:
