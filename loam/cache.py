@@ -34,7 +34,7 @@ import json
 import os
 import struct
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
@@ -42,7 +42,7 @@ from pathlib import Path
 
 from loam.options import Options
 
-__all__ = ["CACHE_ENV", "CachedBuild", "build_key", "cache_dir", "checkpoint_extent", "load", "store"]
+__all__ = ["CACHE_ENV", "CachedBuild", "build_key", "cache_dir", "cached", "checkpoint_extent", "load", "store"]
 
 CACHE_ENV = "LOAM_CACHE_DIR"
 _FORMAT = 1  # bump when the entry layout or the key's meaning changes
@@ -265,3 +265,28 @@ def store(folder: Path, key: str, build: CachedBuild) -> Path:
         Path(temporary).unlink(missing_ok=True)
         raise
     return target
+
+
+def cached(
+    model: Path,
+    options: Options,
+    flags: Mapping[str, object],
+    make: Callable[[], CachedBuild],
+    progress: Callable[[str], None] = lambda _message: None,
+) -> tuple[CachedBuild, bool]:
+    """The build of `model` with `options` and `flags`: the cached entry when there is one, else what
+    `make()` builds, stored for next time.  Returns it and whether it was a hit.  A cache that cannot be
+    written costs the next caller a rebuild, never this build (`progress` says so)."""
+    key = build_key(model, options, flags)
+    folder = cache_dir()
+    built = load(folder, key) if key is not None else None
+    if built is not None:
+        progress(f"cache hit ({key[:12] if key else ''})")
+        return built, True
+    built = make()
+    if key is not None:
+        try:
+            store(folder, key, built)
+        except OSError as err:
+            progress(f"note: build cache not written ({err.strerror or err}: {err.filename or folder})")
+    return built, False

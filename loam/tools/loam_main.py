@@ -386,12 +386,8 @@ def _build(args: argparse.Namespace) -> None:
     if args.host_fallback and args.backend != "wgsl":
         raise UsageError("--host-fallback needs --backend wgsl (the numpy backend computes everything on the host)")
     extra = {"fuse": fuse, "backend": args.backend, "host_fallback": args.host_fallback}
-    key = None if real else cache.build_key(model, options, extra)
-    folder = cache.cache_dir()
-    built = cache.load(folder, key) if key is not None else None
-    if built is not None:
-        progress(f"cache hit ({key[:12] if key else ''})")
-    else:
+
+    def make() -> cache.CachedBuild:
         from loam.pipeline import build
 
         # The checkpoints travel inside `options` (already merged: flags replace the file's list).
@@ -399,18 +395,15 @@ def _build(args: argparse.Namespace) -> None:
             model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=progress, fuse=fuse,
             backend=args.backend, host_fallback=args.host_fallback,
         )  # fmt: skip
-        built = cache.CachedBuild(result.source, result.report, tuple(result.notes))
         if args.report is not None and result.fusion is not None:
             from loam.passes.fuse import write_report
 
             write_report(result.fusion, args.report, args.report_format)
             if args.report != "-":
                 progress(f"wrote the fusion report to {args.report}")
-        if key is not None:
-            try:
-                cache.store(folder, key, built)
-            except OSError as err:  # a cache that cannot be written costs a rebuild, not the build
-                progress(f"note: build cache not written ({err.strerror or err}: {err.filename or folder})")
+        return cache.CachedBuild(result.source, result.report, tuple(result.notes))
+
+    built = make() if real else cache.cached(model, options, extra, make, progress)[0]
     for note in built.notes:
         progress(f"note: {note}")
     if output is None:
