@@ -35,7 +35,11 @@ def _k_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int) -> np.nda
     row length / 32] of a ggml encoding, or a plain array."""
     if w.dtype.names is None:
         plain = np.asarray(w, dtype=np.float32)
-        return np.matmul(x, plain.T if transposed else plain)
+        plain = plain.T if transposed else plain
+        if x.ndim > 2:  # one product over every row: np.matmul would multiply each leading index apart
+            flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
+            return (flat @ plain).reshape(*x.shape[:-1], plain.shape[1])
+        return np.matmul(x, plain)
     few_rows = 8  # rows of x up to which blocks are dotted as they are, never widened
     scratch = 1 << 20  # elements widened (or partial sums held) at a time: 4 MiB of float32
     rows_w, nb = w.shape
