@@ -152,13 +152,17 @@ class Tokenizer:
 
         Its BOS/EOS tokens and chat template come from the `tokenizer_config.json` beside it when there is one
         (`bos_token`, `eos_token`, `chat_template`, else a `chat_template.jinja` file); whether BOS is added is the
-        `tokenizer.json`'s own post-processor's business.
+        `tokenizer.json`'s own post-processor's business.  Its padding and truncation settings are dropped.
         """
         path = Path(path)
         try:
             engine = tokenizers.Tokenizer.from_file(str(path))
         except Exception as e:  # the engine reports unreadable and malformed files alike as plain Exception
             raise TokenizerError(f"tokenizer {path}: cannot read it: {e}") from None
+        # A tokenizer.json may ask for padding and truncation (sentence encoders ship both): padding is the
+        # batcher's business, and cutting a long input short would be a wrong answer where a refusal is right.
+        engine.no_padding()
+        engine.no_truncation()
         config = _tokenizer_config(path.with_name("tokenizer_config.json"))
         ids = {name: _config_token_id(engine, config, name, path) for name in ("bos_token", "eos_token")}
         template = config.get("chat_template")
