@@ -278,7 +278,37 @@ def build_parser() -> CliParser:
     generate.add_argument(
         "--debug", action="store_true", help="show the Python traceback of an error instead of one line"
     )
+    serve = commands.add_parser(
+        "serve",
+        help="serve packages over an OpenAI-compatible HTTP API",
+        description="Serve the model packages in PACKAGE_DIR... (each a folder with a model.json; see the README's "
+        "Serving section) over HTTP: /v1/models, /v1/completions, /v1/chat/completions (with Server-Sent Events "
+        "streaming), /v1/embeddings, /health and Prometheus /metrics. Each package is built through the build "
+        "cache, its checkpoints opened once and every header checked before the server accepts a request. "
+        "Requests of one model run in cohorts, oldest first, on the model's own worker thread.",
+    )
+    serve.add_argument("packages", nargs="*", type=Path, metavar="PACKAGE_DIR", help="package folders to serve")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="the port to listen on (default 8000; 0: any free port)")
+    serve.add_argument(
+        "--package-root",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="allow POST /v1/packages to register folders under DIR (repeatable); without it, HTTP registration "
+        "is refused",
+    )
+    serve.add_argument("--debug", action="store_true", help="show the Python traceback of an error instead of one line")
     return parser
+
+
+def _serve(args: argparse.Namespace) -> None:
+    from loam.serve.cli import serve
+
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: give a port from 0 to 65535")
+    serve(args.packages, host=args.host, port=args.port, package_roots=args.package_root)
 
 
 def _generate(args: argparse.Namespace) -> None:
@@ -454,6 +484,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             _split(args)
         elif args.command == "generate":
             _generate(args)
+        elif args.command == "serve":
+            _serve(args)
 
     raise SystemExit(run_guarded(PROG, body, debug=wants_debug(arguments)))
 

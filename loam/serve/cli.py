@@ -1,0 +1,64 @@
+"""`loam serve`: register the packages named on the command line, then serve HTTP with uvicorn until stopped.
+
+`Listener` runs the same HTTP server on a thread of the calling process, for tests and benchmarks that
+drive a real server on 127.0.0.1 with real clients.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import uvicorn
+
+from loam.serve.app import make_app
+from loam.serve.server import Server
+
+
+def _config(server: Server, host: str, port: int) -> uvicorn.Config:
+    return uvicorn.Config(make_app(server), host=host, port=port, log_level="warning", lifespan="off")
+
+
+def serve(packages: Sequence[Path], *, host: str, port: int, package_roots: Sequence[Path] = ()) -> None:
+    def progress(message: str) -> None:
+        print(f"loam serve: {message}", file=sys.stderr, flush=True)
+
+    server = Server(package_roots, progress)
+    try:
+        for folder in packages:
+            server.register(folder)
+        http = uvicorn.Server(_config(server, host, port))
+        progress(f"listening on http://{host}:{port} ({len(server.models)} models; Ctrl-C stops)")
+        http.run()
+    finally:
+        server.close()
+
+
+class Listener:
+    """`server`'s HTTP API on a background thread, bound to `host` and a free port (`url`)."""
+
+    def __init__(self, server: Server, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.server = server
+        self.http = uvicorn.Server(_config(server, host, port))
+        self.thread = threading.Thread(target=self.http.run, name="loam-serve-http", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.http.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the HTTP server did not start")
+            time.sleep(0.01)
+        bound = self.http.servers[0].sockets[0].getsockname()
+        self.url = f"http://{host}:{bound[1]}"
+
+    def close(self) -> None:
+        self.http.should_exit = True
+        self.thread.join(30)
+
+    def __enter__(self) -> Listener:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

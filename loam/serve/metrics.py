@@ -1,0 +1,91 @@
+"""Prometheus metrics of a server: one registry per server, one label set per model.
+
+Names follow Prometheus' conventions (`_total` counters, `_seconds` histograms); tokens per second
+are `rate()` of the token counters, and the two `_per_second` gauges give the rate over the last ten
+seconds for a scrape that wants a number (llama.cpp's `prompt_tokens_seconds` and
+`predicted_tokens_seconds` say the same).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_WINDOW = 10.0
+
+
+class Metrics:
+    """The server's metric families."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.queue_depth = Gauge("loam_queue_depth", "Requests waiting or running", ["model"], registry=r)
+        self.cohort_size = Histogram(
+            "loam_cohort_size", "Requests per cohort", ["model"], registry=r, buckets=(1, 2, 4, 8, 16, 32, 64)
+        )
+        self.cohort_units = Histogram(
+            "loam_cohort_units", "Units (tokens) per cohort", ["model"], registry=r,
+            buckets=(1, 4, 16, 64, 256, 1024, 4096),
+        )  # fmt: skip
+        self.prompt_tokens = Counter("loam_prompt_tokens", "Prompt tokens read", ["model"], registry=r)
+        self.cached_tokens = Counter(
+            "loam_cached_prompt_tokens", "Prompt tokens found in retained state", ["model"], registry=r
+        )
+        self.generated_tokens = Counter("loam_generation_tokens", "Tokens generated", ["model"], registry=r)
+        self.prompt_rate = Gauge("loam_prompt_tokens_per_second", "Prompt tokens/s, last 10 s", ["model"], registry=r)
+        self.generation_rate = Gauge(
+            "loam_generation_tokens_per_second", "Generated tokens/s, last 10 s", ["model"], registry=r
+        )
+        self.ttft = Histogram(
+            "loam_time_to_first_token_seconds", "Arrival to first token", ["model"], registry=r,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )  # fmt: skip
+        self.requests = Counter("loam_requests", "Finished requests by outcome", ["model", "outcome"], registry=r)
+        self.kv_blocks_used = Gauge("loam_kv_blocks_used", "KV blocks held by requests", ["model"], registry=r)
+        self.kv_blocks_cached = Gauge(
+            "loam_kv_blocks_cached", "KV blocks retained for prefix reuse", ["model"], registry=r
+        )
+
+    def model(self, name: str) -> ModelMetrics:
+        return ModelMetrics(self, name)
+
+
+class ModelMetrics:
+    """The metrics of one model, labels bound."""
+
+    def __init__(self, metrics: Metrics, name: str) -> None:
+        self.queue_depth = metrics.queue_depth.labels(name)
+        self.cohort_size = metrics.cohort_size.labels(name)
+        self.cohort_units = metrics.cohort_units.labels(name)
+        self._prompt = metrics.prompt_tokens.labels(name)
+        self._cached = metrics.cached_tokens.labels(name)
+        self._generated = metrics.generated_tokens.labels(name)
+        self._prompt_rate = metrics.prompt_rate.labels(name)
+        self._generation_rate = metrics.generation_rate.labels(name)
+        self.ttft = metrics.ttft.labels(name)
+        self._requests = metrics.requests
+        self._name = name
+        self.kv_used = metrics.kv_blocks_used.labels(name)
+        self.kv_cached = metrics.kv_blocks_cached.labels(name)
+        self._lock = threading.Lock()
+        self._recent: deque[tuple[float, int, int]] = deque()
+
+    def tokens(self, prompt: int, generated: int, cached: int = 0) -> None:
+        self._prompt.inc(prompt)
+        self._generated.inc(generated)
+        self._cached.inc(cached)
+        now = time.monotonic()
+        with self._lock:
+            self._recent.append((now, prompt, generated))
+            while self._recent and self._recent[0][0] < now - _WINDOW:
+                self._recent.popleft()
+            span = max(now - self._recent[0][0], 1.0)
+            self._prompt_rate.set(sum(p for _, p, _ in self._recent) / span)
+            self._generation_rate.set(sum(g for _, _, g in self._recent) / span)
+
+    def finished(self, outcome: str) -> None:
+        self._requests.labels(self._name, outcome).inc()

@@ -1,0 +1,379 @@
+"""A serving package: the folder `loam serve` registers, and what registering it makes of it.
+
+A package is a folder holding `model.json` and the files it names.  `model.json` says which contract
+the model serves (`role`: `text` for a decoder whose conversations are retained rows of KV state,
+`embedding` for a finite encoder), its numerical stages (each a graph Loam builds, with build options),
+its checkpoint sources, its tokenizer and its capacities:
+
+    {
+      "name": "smollm2",                                  # the id clients ask for (default: the folder's name)
+      "role": "text",
+      "sources": {"gguf": "SmolLM2-135M-Instruct.Q4_1.gguf"},
+      "stages": {"decoder": {"graph": "decoder_positions.onnxtext", "source": "gguf",
+                             "options": {"architecture": "llama"}, "packed": false}},
+      "tokenizer": {"source": "gguf"},                     # or "tokenizer.json", or null
+      "capacities": {"batch_units": 256, "resident_requests": 16, "context_tokens": 2048,
+                     "output_bytes": 65536, "block_tokens": 16}
+    }
+
+A source is the guide's ordered shard list (`source` + `source_append`): one path or a list of paths,
+each a safetensors shard, a Hugging Face `*.index.json`, or a GGUF file.  Several stages may read one
+source; declaring a source reads no payload.  Paths resolve from the package folder.  `control`
+optionally names a Python file in the package whose `CONTROL` object replaces the role's built-in
+control (see `loam.serve.finite` and `loam.serve.text`): like the guide's control programs it is code
+the operator trusts, never something a client sends.
+
+Registration (`open_package`) reads and checks all of this, builds each stage through Loam's build
+cache (a warm restart compiles nothing), opens each source once (one read-only memory map shared by
+every stage that reads it) and loads every stage's weights, which checks every tensor's header against
+the graph, before any request is admitted: a missing shard or a tensor of the wrong extent fails
+registration naming the file, the tensor and the axis.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+import sys
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loam.errors import LoamError, ShapeError
+from loam.options import Options
+
+ROLES = ("text", "embedding")
+POOLINGS = ("mean", "cls", "none")
+_KEYS = ("name", "role", "sources", "stages", "tokenizer", "control", "capacities", "description")
+_STAGE_KEYS = ("graph", "source", "options", "packed", "pooling", "normalize", "output")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+
+
+class PackageError(LoamError):
+    """A package folder or its `model.json` is malformed, names a missing file, or disagrees with its graphs."""
+
+
+@dataclass(frozen=True)
+class Capacities:
+    """What one model may hold and do at once (the guide's capacities).
+
+    - `batch_units`: units (tokens) one cohort may carry: the sum of its prompt spans and decode steps.
+    - `resident_requests`: requests holding rows of state at once (a cohort's rows are at most this many).
+    - `context_tokens`: tokens one request may reach: prompt plus generated, or one embedding input.
+    - `output_bytes`: bytes of output a request may have waiting for its reader; a reader that falls
+      this far behind makes only its own request wait.
+    - `block_tokens`: tokens per KV block (text); `kv_blocks`: the pool's blocks (default: enough for
+      every resident request at full context).
+    """
+
+    batch_units: int = 256
+    resident_requests: int = 16
+    context_tokens: int = 2048
+    output_bytes: int = 1 << 16
+    block_tokens: int = 16
+    kv_blocks: int = 0
+
+    def blocks(self) -> int:
+        """The KV pool's block count."""
+        if self.kv_blocks:
+            return self.kv_blocks
+        return self.resident_requests * math.ceil(self.context_tokens / self.block_tokens) + self.resident_requests
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One numerical stage as `model.json` declares it."""
+
+    name: str
+    graph: Path
+    source: str | None
+    options: Options
+    packed: bool = True
+    pooling: str | None = None  # embedding stages: appended to the graph (see loam.serve.pooling)
+    normalize: bool = False
+    output: str | None = None
+
+
+@dataclass(frozen=True)
+class PackageSpec:
+    """A checked `model.json`: every path resolved and seen to exist, every value of the right kind."""
+
+    folder: Path
+    name: str
+    role: str
+    sources: Mapping[str, tuple[Path, ...]]
+    stages: Mapping[str, StageSpec]
+    tokenizer: Path | str | None  # a tokenizer.json path, or the name of a GGUF source
+    control: Path | None
+    capacities: Capacities
+    description: str = ""
+
+
+def read_package(folder: str | Path) -> PackageSpec:
+    """Read and check `folder/model.json`; refuse with a PackageError naming the file and the key."""
+    folder = Path(folder)
+    manifest = folder / "model.json"
+    where = str(manifest)
+    if not folder.is_dir():
+        raise PackageError(f"{folder}: not a package folder (no such directory)")
+    try:
+        raw = manifest.read_bytes()
+    except OSError as err:
+        raise PackageError(f"{where}: cannot read it ({err.strerror or err})") from None
+    try:
+        table = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise PackageError(f"{where}: not valid JSON ({err})") from None
+    if not isinstance(table, dict):
+        raise PackageError(f"{where}: must hold a JSON object, not {type(table).__name__}")
+    unknown = [key for key in table if key not in _KEYS]
+    if unknown:
+        raise PackageError(f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(_KEYS)})")
+
+    def fail(key: str, problem: str) -> PackageError:
+        return PackageError(f"{where}: key {key!r} {problem}")
+
+    name = table.get("name", folder.resolve().name)
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise fail("name", f"must be 1-128 letters, digits or ._:/- (starting with a letter or digit), got {name!r}")
+    role = table.get("role")
+    if role not in ROLES:
+        raise fail("role", f"must be one of {', '.join(ROLES)}, got {role!r}")
+
+    def path(key: str, value: object) -> Path:
+        if not isinstance(value, str) or not value:
+            raise fail(key, f"must be a path string, got {value!r}")
+        resolved = folder / value
+        if not resolved.is_file():
+            raise fail(key, f"names {value!r}: no such file ({resolved})")
+        return resolved
+
+    sources_raw = table.get("sources", {})
+    if not isinstance(sources_raw, dict):
+        raise fail("sources", "must be an object of source name -> path or [paths]")
+    sources: dict[str, tuple[Path, ...]] = {}
+    for source, value in sources_raw.items():
+        shards = value if isinstance(value, list) else [value]
+        if not shards:
+            raise fail(f"sources.{source}", "is an empty list: a source has at least one shard")
+        sources[source] = tuple(path(f"sources.{source}", shard) for shard in shards)
+
+    stages_raw = table.get("stages")
+    if not isinstance(stages_raw, dict) or not stages_raw:
+        raise fail("stages", "must be a non-empty object of stage name -> {graph, source, options, ...}")
+    stages = {name_: _stage(name_, entry, fail, path, sources, where) for name_, entry in stages_raw.items()}
+
+    tokenizer_raw = table.get("tokenizer")
+    tokenizer: Path | str | None
+    if tokenizer_raw is None:
+        tokenizer = None
+    elif isinstance(tokenizer_raw, dict):
+        source = tokenizer_raw.get("source")
+        if set(tokenizer_raw) != {"source"} or source not in sources:
+            raise fail(
+                "tokenizer", f'must be a path, null, or {{"source": NAME}} naming a GGUF source, got {tokenizer_raw!r}'
+            )
+        if len(sources[source]) != 1 or sources[source][0].suffix != ".gguf":
+            raise fail("tokenizer", f"names source {source!r}, which is not one GGUF file")
+        tokenizer = source
+    else:
+        tokenizer = path("tokenizer", tokenizer_raw)
+
+    control = path("control", table["control"]) if table.get("control") is not None else None
+    capacities = _capacities(table.get("capacities", {}), fail)
+    description = table.get("description", "")
+    if not isinstance(description, str):
+        raise fail("description", "must be a string")
+    return PackageSpec(folder, name, role, sources, stages, tokenizer, control, capacities, description)
+
+
+def _stage(
+    name: str,
+    entry: object,
+    fail: Callable[[str, str], PackageError],
+    path: Callable[[str, object], Path],
+    sources: Mapping[str, tuple[Path, ...]],
+    where: str,
+) -> StageSpec:
+    key = f"stages.{name}"
+    if not isinstance(entry, dict):
+        raise fail(key, "must be an object with at least 'graph'")
+    unknown = [k for k in entry if k not in _STAGE_KEYS]
+    if unknown:
+        raise fail(key, f"has unknown key {unknown[0]!r} (known keys: {', '.join(_STAGE_KEYS)})")
+    graph = path(f"{key}.graph", entry.get("graph"))
+    source = entry.get("source")
+    if source is not None and source not in sources:
+        raise fail(f"{key}.source", f"names {source!r}, which is not one of the package's sources {sorted(sources)}")
+    options_raw = entry.get("options", {})
+    if isinstance(options_raw, str):  # a loam.toml beside the graph
+        options = Options.from_toml(path(f"{key}.options", options_raw))
+    elif isinstance(options_raw, dict):
+        options = Options.from_mapping(options_raw, source=f"{where} ({key}.options)")
+    else:
+        raise fail(f"{key}.options", "must be an object of Loam build options (loam.toml's keys) or a .toml path")
+    if options.checkpoints:
+        raise fail(f"{key}.options", "may not name a checkpoint: the stage's 'source' supplies its weights")
+    if source is not None:
+        options = options.merged(checkpoints=sources[source])
+    packed = entry.get("packed", True)
+    if not isinstance(packed, bool):
+        raise fail(f"{key}.packed", f"must be true or false, got {packed!r}")
+    pooling = entry.get("pooling")
+    if pooling is not None and pooling not in POOLINGS:
+        raise fail(f"{key}.pooling", f"must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    normalize = entry.get("normalize", False)
+    if not isinstance(normalize, bool):
+        raise fail(f"{key}.normalize", f"must be true or false, got {normalize!r}")
+    output = entry.get("output")
+    if output is not None and (not isinstance(output, str) or not output):
+        raise fail(f"{key}.output", f"must be an output name, got {output!r}")
+    return StageSpec(name, graph, source, options, packed, pooling, normalize, output)
+
+
+def _capacities(raw: object, fail: Callable[[str, str], PackageError]) -> Capacities:
+    if not isinstance(raw, dict):
+        raise fail("capacities", "must be an object of capacity name -> positive integer")
+    known = {f.name for f in Capacities.__dataclass_fields__.values()}
+    values: dict[str, int] = {}
+    for key, value in raw.items():
+        if key not in known:
+            raise fail(f"capacities.{key}", f"is not a capacity (known: {', '.join(sorted(known))})")
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "kv_blocks" else 1):
+            raise fail(f"capacities.{key}", f"must be a positive integer, got {value!r}")
+        values[key] = value
+    return Capacities(**values)
+
+
+# -- registration ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Stage:
+    """A built stage: its module, imported, and its weights, loaded and checked."""
+
+    spec: StageSpec
+    module: types.ModuleType
+    weights: object
+    cache_hit: bool
+    inputs: tuple[tuple[str, str, tuple[int | None, ...]], ...] = ()
+    outputs: tuple[str, ...] = ()
+
+    def forward(self, *inputs: object) -> tuple[object, ...]:
+        """Run the stage; always a tuple of outputs, in `outputs` order.  The module's own ShapeError (an input
+        that disagrees with the graph, an owed condition that fails) becomes Loam's, a refusal of the input."""
+        try:
+            result = self.module.forward(self.weights, *inputs)
+        except self.module.ShapeError as err:
+            raise ShapeError(f"stage {self.spec.name!r}: {err}") from None
+        return tuple(result) if len(self.outputs) > 1 else (result,)
+
+
+@dataclass
+class Package:
+    """A registered package: its checked spec, its built stages and its tokenizer."""
+
+    spec: PackageSpec
+    stages: dict[str, Stage]
+    tokenizer: object | None  # loam.tokenizer.Tokenizer
+    control: object | None  # the package's own CONTROL, when it has one
+    builds: dict[str, bool] = field(default_factory=dict)  # stage -> whether it came from the build cache
+
+
+def open_package(folder: str | Path, progress: Callable[[str], None] = lambda _message: None) -> Package:
+    """Register `folder`: read model.json, build every stage (through the build cache), open each source
+    once and load every stage's weights.  Any failure is a LoamError naming the file, tensor and axis."""
+    from loam import cache
+    from loam.pipeline import import_source
+
+    spec = read_package(folder)
+    stages: dict[str, Stage] = {}
+    for stage_spec in spec.stages.values():
+        progress(f"{spec.name}: building stage {stage_spec.name} from {stage_spec.graph.name}")
+        built, hit = cache.cached(
+            stage_spec.graph,
+            stage_spec.options,
+            {"backend": "numpy", "pooling": stage_spec.pooling, "normalize": stage_spec.normalize,
+             "output": stage_spec.output},
+            lambda stage_spec=stage_spec: _build_stage(stage_spec, progress),  # type: ignore[misc]
+            progress,
+        )  # fmt: skip
+        module = import_source(built.source, f"loam_serve_{_identifier(spec.name)}_{_identifier(stage_spec.name)}")
+        stages[stage_spec.name] = Stage(stage_spec, module, None, hit)
+    # Each source is opened once; every stage reading it loads its weights from the same map.
+    opened: dict[str, object] = {}
+    for stage in stages.values():
+        source = stage.spec.source
+        if source is not None and source not in opened:
+            paths = spec.sources[source]
+            target: object = [str(p) for p in paths] if len(paths) > 1 else str(paths[0])
+            opened[source] = stage.module._mapped(target)  # the module runtime's own read-only map
+        progress(f"{spec.name}: loading the weights of stage {stage.spec.name}")
+        try:
+            if source is None:
+                stage.weights = stage.module.Weights.embedded()
+            else:
+                stage.weights = stage.module.Weights.load(opened[source], packed=stage.spec.packed)
+        except AttributeError:
+            raise PackageError(
+                f"{spec.folder / 'model.json'}: stage {stage.spec.name!r} has no source, and its graph carries "
+                "no weights"
+            ) from None
+        except ValueError as err:  # the module's LoadError names the tensor and the axis
+            shown = ", ".join(str(p) for p in spec.sources[source]) if source else "the module"
+            raise PackageError(f"stage {stage.spec.name!r}, checkpoint {shown}: {err}") from None
+        stage.inputs = tuple(getattr(stage.module, "INPUTS", ()))
+        outputs = getattr(stage.module, "OUTPUTS", None)
+        stage.outputs = tuple(outputs) if outputs else ()
+    tokenizer = _tokenizer(spec)
+    control = _control(spec)
+    return Package(spec, stages, tokenizer, control, {name: s.cache_hit for name, s in stages.items()})
+
+
+def _build_stage(stage: StageSpec, progress: Callable[[str], None]) -> object:
+    from loam import cache
+    from loam.pipeline import build
+
+    model: object = stage.graph
+    if stage.pooling is not None or stage.output is not None:
+        from loam.serve.pooling import pooled_model
+
+        model = pooled_model(stage.graph, stage.pooling or "none", stage.normalize, stage.output)
+    result = build(model, options=stage.options, progress=progress)  # type: ignore[arg-type]
+    return cache.CachedBuild(result.source, result.report, tuple(result.notes))
+
+
+def _tokenizer(spec: PackageSpec) -> object | None:
+    from loam.tokenizer import Tokenizer
+
+    if spec.tokenizer is None:
+        return None
+    if isinstance(spec.tokenizer, Path):
+        return Tokenizer.from_file(spec.tokenizer)
+    return Tokenizer.from_gguf(spec.sources[spec.tokenizer][0])
+
+
+def _control(spec: PackageSpec) -> object | None:
+    if spec.control is None:
+        return None
+    name = f"loam_serve_control_{_identifier(spec.name)}"
+    loader = importlib.util.spec_from_file_location(name, spec.control)
+    if loader is None or loader.loader is None:
+        raise PackageError(f"{spec.folder / 'model.json'}: key 'control' names {spec.control}, not a Python file")
+    module = importlib.util.module_from_spec(loader)
+    sys.modules[name] = module
+    try:
+        loader.loader.exec_module(module)
+    except Exception as err:  # the operator's control code: its failure is the package's, reported as such
+        raise PackageError(f"{spec.control}: the control module failed to load: {type(err).__name__}: {err}") from None
+    control = getattr(module, "CONTROL", None)
+    if control is None:
+        raise PackageError(f"{spec.control}: defines no CONTROL object")
+    return control
+
+
+def _identifier(name: str) -> str:
+    return re.sub(r"\W", "_", name)

@@ -1,0 +1,85 @@
+"""Per-request token choice: greedy, temperature, top-p, a seed, stop strings and a token budget.
+
+Each request owns its random generator, seeded from its own `seed` (or from the server's entropy
+when it gives none), so a seeded request draws the same tokens whatever shares its cohort: the
+guide's rule that per-request RNG state never depends on neighbours.  Logits are read in float64
+so the choice does not depend on how float32 softmax rounds.
+
+`StopMatcher` finds stop strings in the growing text and holds back what could still become the
+start of one, so a streamed reply never shows text that the stop later removes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request picks its tokens.  `temperature` 0 is greedy; `top_p` keeps the smallest set of
+    tokens whose probability reaches it; `stop` strings end the reply (and are not part of it)."""
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+
+class Sampler:
+    """Picks each next token of one request from its logits."""
+
+    def __init__(self, params: SamplingParams) -> None:
+        self.params = params
+        self.rng = np.random.default_rng(params.seed)
+
+    def pick(self, logits: np.ndarray) -> int:
+        """The next token: the argmax when greedy, else a draw from the tempered, top-p-truncated softmax."""
+        if self.params.temperature == 0:
+            return int(np.argmax(logits))
+        scaled = np.asarray(logits, dtype=np.float64) / self.params.temperature
+        scaled -= scaled.max()
+        probs = np.exp(scaled)
+        probs /= probs.sum()
+        if self.params.top_p < 1.0:
+            order = np.argsort(-probs, kind="stable")
+            cumulative = np.cumsum(probs[order])
+            keep = order[: int(np.searchsorted(cumulative, self.params.top_p)) + 1]
+            kept = np.zeros_like(probs)
+            kept[keep] = probs[keep]
+            probs = kept / kept.sum()
+        return int(self.rng.choice(len(probs), p=probs))
+
+
+class StopMatcher:
+    """The text of a reply as tokens arrive, cut at the first stop string."""
+
+    def __init__(self, stop: Sequence[str]) -> None:
+        self.stop = tuple(s for s in stop if s)
+        self.hold = max((len(s) for s in self.stop), default=1) - 1
+        self.text = ""
+        self.sent = 0
+        self.stopped = False
+
+    def feed(self, piece: str) -> str:
+        """Add `piece`; return the text now safe to show (none of it can start a stop string)."""
+        if self.stopped:
+            return ""
+        start = max(0, len(self.text) - self.hold)
+        self.text += piece
+        found = [at for at in (self.text.find(s, start) for s in self.stop) if at >= 0]
+        if found:  # the earliest stop string wins
+            self.text, self.stopped = self.text[: min(found)], True
+            return self.flush()
+        safe = max(self.sent, len(self.text) - self.hold)
+        out, self.sent = self.text[self.sent : safe], safe
+        return out
+
+    def flush(self) -> str:
+        """The text held back, at the end of the reply."""
+        out, self.sent = self.text[self.sent :], len(self.text)
+        return out

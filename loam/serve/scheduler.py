@@ -1,0 +1,190 @@
+"""The cohort scheduler: one worker thread per model, forming cohorts oldest-first and never waiting.
+
+The guide's rule, which both contracts share: start from the oldest prepared request, fill the cohort
+from the compatible waiting requests (equal compatibility tags) up to the units capacity, and run it
+at once, without waiting for requests that might arrive.  Every member a cohort accepted is collected
+after the run, even one whose client has gone: cancellation takes effect at that boundary, never
+inside numerical work.  A request whose reader has fallen `output_bytes` behind is not eligible for
+the next cohort, so a stalled reader holds back only its own request.
+
+Numerical work runs on the worker, never on the HTTP event loop; results reach a request through its
+`sink`, a callable the caller supplies (the HTTP layer hands events to its event loop with
+`call_soon_threadsafe`; `Request.events()` collects them on a plain thread).
+
+`Worker` owns the thread, the inbox and the waiting list; `loam.serve.text.TextWorker` and
+`loam.serve.finite.FiniteWorker` say what a cohort is and how it runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from loam.errors import LoamError
+from loam.serve.metrics import ModelMetrics
+
+
+@dataclass
+class Event:
+    """What a request's sink receives: a piece of output, its end, or its failure."""
+
+    kind: str  # "token" (text + token id), "result" (finite: the request's output), "done", "error"
+    text: str = ""
+    token: int = -1
+    value: object = None
+    finish_reason: str | None = None
+    usage: dict[str, object] | None = None
+    status: int = 400
+
+
+class ServeError(LoamError):
+    """A request the server refuses or fails: `status` is the HTTP status, `param` the request field at fault."""
+
+    def __init__(
+        self, message: str, *, status: int = 400, param: str | None = None, kind: str = "invalid_request_error"
+    ) -> None:
+        super().__init__(message)
+        self.status, self.param, self.kind = status, param, kind
+
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Request:
+    """One request a worker schedules.  `arrival` orders requests: lower is older."""
+
+    sink: Callable[[Event], None]
+    units: int = 1
+    tag: str = ""
+    arrival: int = field(default_factory=lambda: next(_ids))
+    created: float = field(default_factory=time.monotonic)
+    cancelled: bool = False
+    finished: bool = False
+    unread: int = 0  # bytes delivered to the sink that its reader has not consumed yet
+
+    def deliver(self, event: Event) -> None:
+        if event.kind == "token":
+            self.unread += len(event.text.encode("utf-8"))
+        if event.kind in ("done", "error"):
+            self.finished = True
+        try:
+            self.sink(event)
+        except Exception:  # a sink whose loop has closed: the client is gone, the request is collected anyway
+            self.cancelled = True
+
+    @staticmethod
+    def collector() -> tuple[Callable[[Event], None], Callable[[float], Iterator[Event]]]:
+        """A sink for callers on plain threads, and an iterator over its events up to the request's end."""
+        events: queue.Queue[Event] = queue.Queue()
+
+        def drain(timeout: float = 600.0) -> Iterator[Event]:
+            while True:
+                event = events.get(timeout=timeout)
+                yield event
+                if event.kind in ("done", "error"):
+                    return
+
+        return events.put, drain
+
+
+class Worker:
+    """A model's worker thread: takes submitted requests, forms cohorts, runs them, delivers results."""
+
+    def __init__(self, name: str, metrics: ModelMetrics, output_bytes: int) -> None:
+        self.name = name
+        self.metrics = metrics
+        self.output_bytes = output_bytes
+        self.lock = threading.RLock()  # held for a whole step: state is touched only under it
+        self._inbox: list[Request] = []
+        self._wake = threading.Condition(threading.Lock())
+        self.waiting: list[Request] = []
+        self._stopping = False
+        self.cohorts = 0
+        self._thread = threading.Thread(target=self._loop, name=f"loam-serve-{name}", daemon=True)
+        self._thread.start()
+
+    # -- what callers use ---------------------------------------------------------------------------------------
+
+    def submit(self, request: Request) -> None:
+        with self._wake:
+            if self._stopping:
+                raise ServeError(f"model {self.name!r} is being unregistered", status=503)
+            self._inbox.append(request)
+            self._wake.notify()
+
+    def cancel(self, request: Request) -> None:
+        """Stop `request` at the next cohort boundary (a cohort that accepted it still collects it)."""
+        request.cancelled = True
+        self.poke()
+
+    def consumed(self, request: Request, count: int) -> None:
+        """The reader of `request` took `count` bytes: a stalled request may run again."""
+        request.unread = max(0, request.unread - count)
+        self.poke()
+
+    def poke(self) -> None:
+        with self._wake:
+            self._wake.notify()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Fail what has not run, let the running cohort finish, end the thread."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        self._thread.join(timeout)
+
+    # -- what subclasses give -----------------------------------------------------------------------------------
+
+    def step(self, eligible: list[Request]) -> bool:
+        """Form one cohort from `eligible` (oldest first) and run it; False when nothing could run."""
+        raise NotImplementedError
+
+    def retire(self, request: Request) -> None:
+        """Release what `request` holds once it has finished or been cancelled."""
+
+    # -- the loop -----------------------------------------------------------------------------------------------
+
+    def stalled(self, request: Request) -> bool:
+        return request.unread >= self.output_bytes
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                self.waiting += self._inbox
+                self._inbox.clear()
+                stopping = self._stopping
+            with self.lock:
+                for request in [r for r in self.waiting if r.cancelled or r.finished or stopping]:
+                    self.waiting.remove(request)
+                    if not request.finished:
+                        request.deliver(
+                            Event("error", text="the request was cancelled", status=499)
+                            if request.cancelled
+                            else Event("error", text=f"model {self.name!r} was unregistered", status=503)
+                        )
+                    self.retire(request)
+                if stopping:
+                    return
+                self.metrics.queue_depth.set(len(self.waiting))
+                eligible = [r for r in self.waiting if not self.stalled(r)]
+                ran = False
+                if eligible:
+                    try:
+                        ran = self.step(eligible)
+                    except Exception as err:  # a bug in Loam: fail the step's requests, keep serving the others
+                        traceback.print_exc()
+                        for request in eligible:
+                            request.deliver(
+                                Event("error", text=f"internal error: {type(err).__name__}: {err}", status=500)
+                            )
+                        ran = True
+            if not ran:
+                with self._wake:
+                    if not self._inbox and not self._stopping:
+                        self._wake.wait(0.05 if eligible else 1.0)

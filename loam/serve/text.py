@@ -1,0 +1,433 @@
+"""Retained text: a decoder's conversations as rows of KV state, advanced together in mixed cohorts.
+
+A conversation's KV state lives in `loam.serve.kv`'s block pool; a request holds a `KvSequence` (its
+block table) and the tokens still to be read (`pending`: the rest of its prompt, or the token it
+sampled last, whose KV the next step writes).  Each step takes the oldest eligible request and fills
+the cohort with others up to `batch_units` tokens and `resident_requests` rows: a cohort mixes
+prompt spans (a long prompt is read in chunks of what is left of the units, so it never stalls the
+running streams) and single decode steps, of requests at different positions.
+
+How one decoder call serves rows at different positions (`DecoderStage.run`): the past of every row
+is gathered into one [rows, heads, Pmax, head size] tensor (row r's p_r positions first, zeros after),
+the new spans are right-padded to the longest, the attention mask is 1 exactly on each row's real
+past and real new tokens, and `position_ids` give each new token its own position p_r + k.  Masked
+positions weigh exactly zero, so each row computes what it would alone; a decoder exported without
+`position_ids` derives positions from Pmax, and then only rows with equal pasts share a cohort (their
+compatibility tag is their past length).  From `present.*` the step keeps row r's new positions
+[Pmax, Pmax + s_r) and appends them to its blocks; the padding is never stored.
+
+Retained state outlives a request: full blocks are published for prefix reuse, so a request whose
+prompt starts with tokens some earlier request read (a chat's next turn, a fork of a conversation, a
+rewind to an earlier point) skips that prefill and reports them as `cached_tokens`.  A `Session`
+keeps a conversation's state explicitly: `fork` shares its blocks without copying them, `rewind`
+truncates them, and a request on a session appends to it.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from loam.errors import LoamError
+from loam.serve.flags import ADD_SPECIAL_TOKENS, NO_SPECIAL_TOKEN_MATCHING
+from loam.serve.kv import KvPool, KvSequence, PoolExhausted
+from loam.serve.metrics import ModelMetrics
+from loam.serve.package import Capacities, Package, PackageError, Stage
+from loam.serve.sampling import Sampler, SamplingParams, StopMatcher
+from loam.serve.scheduler import Event, Request, ServeError, Worker
+
+
+class DecoderStage:
+    """A decoder module with its past: what it takes, and one call over a cohort of rows."""
+
+    def __init__(self, stage: Stage, where: str) -> None:
+        inputs = {name: (dtype, extents) for name, dtype, extents in stage.inputs}
+        if not inputs or not stage.outputs:
+            raise PackageError(f"{where}: the module declares no INPUTS/OUTPUTS (rebuild it with this Loam)")
+        for needed in ("input_ids", "attention_mask"):
+            if needed not in inputs:
+                raise PackageError(f"{where}: the decoder has no input {needed!r}")
+        if "logits" not in stage.outputs:
+            raise PackageError(f"{where}: the decoder has no output 'logits'")
+        self.stage = stage
+        self.order = [name for name, _, _ in stage.inputs]
+        self.dtypes = {name: np.dtype(dtype) for name, (dtype, _) in inputs.items()}
+        self.past_names = [n for n in self.order if n.startswith("past_key_values.")]
+        if not self.past_names:
+            raise PackageError(f"{where}: the decoder takes no past_key_values.*: export it with its past")
+        self.layers: dict[str, tuple[int, int, np.dtype]] = {}
+        self.present_index: dict[str, int] = {}
+        for name in self.past_names:
+            present = "present." + name.removeprefix("past_key_values.")
+            if present not in stage.outputs:
+                raise PackageError(f"{where}: input {name!r} has no output {present!r}")
+            extents = inputs[name][1]
+            if len(extents) != 4 or extents[1] is None or extents[3] is None:
+                raise PackageError(
+                    f"{where}: input {name!r} is not [batch, heads, past, head size] with fixed heads and size"
+                )
+            self.layers[name] = (int(extents[1]), int(extents[3]), self.dtypes[name])
+            self.present_index[name] = stage.outputs.index(present)
+        unknown = [n for n in self.order if n not in ("input_ids", "attention_mask", "position_ids", *self.past_names)]
+        if unknown:
+            raise PackageError(f"{where}: input {unknown[0]!r} is not one a decoder step knows how to give")
+        self.ragged = "position_ids" in inputs
+        self.logits_index = stage.outputs.index("logits")
+        # One token through an empty past before any request: the stage runs, and its vocabulary is known.
+        probe = KvPool(self.layers, 1, 1)
+        first = probe.new_sequence()
+        probe.reserve(first, 1)
+        self.vocab = int(self.run(probe, [(first, [0])])[0].shape[-1])
+
+    def tag(self, seq: KvSequence) -> str:
+        """Rows with equal tags can share a call: any rows when positions are an input, else equal pasts."""
+        return "ragged" if self.ragged else f"past={seq.length}"
+
+    def run(self, pool: KvPool, rows: list[tuple[KvSequence, list[int]]]) -> list[np.ndarray]:
+        """Read each row's span after its past; append the spans' KV to the rows' blocks; return each row's
+        logits at its last new position (float32 [vocab])."""
+        count = len(rows)
+        longest = max(len(span) for _, span in rows)
+        past = max(seq.length for seq, _ in rows)
+        ids = np.zeros((count, longest), self.dtypes["input_ids"])
+        mask = np.zeros((count, past + longest), self.dtypes["attention_mask"])
+        positions = np.zeros((count, longest), np.int64)
+        for r, (seq, span) in enumerate(rows):
+            ids[r, : len(span)] = span
+            mask[r, : seq.length] = 1
+            mask[r, past : past + len(span)] = 1
+            positions[r, : len(span)] = np.arange(seq.length, seq.length + len(span))
+        feeds: dict[str, np.ndarray] = {"input_ids": ids, "attention_mask": mask}
+        if self.ragged:
+            feeds["position_ids"] = positions.astype(self.dtypes["position_ids"])
+        feeds.update(pool.gather([seq for seq, _ in rows], past))
+        outputs = self.stage.forward(*(feeds[name] for name in self.order))
+        logits = np.asarray(outputs[self.logits_index])
+        for r, (seq, span) in enumerate(rows):
+            values = {
+                name: np.asarray(outputs[i])[r, :, past : past + len(span)] for name, i in self.present_index.items()
+            }
+            pool.append(seq, span, values)
+        return [logits[r, len(span) - 1].astype(np.float32) for r, (_, span) in enumerate(rows)]
+
+
+@dataclass(frozen=True)
+class TextState:
+    """What `TextControl.prepare` settles at registration."""
+
+    tokenizer: object | None  # a loam.tokenizer.Tokenizer
+    eos: frozenset[int]
+
+
+class TextControl:
+    """The text role's built-in control: the request framing (prompt ids from text, token ids or chat messages,
+    with the guide's tokenizer flags) and the tokens that end a reply."""
+
+    def prepare(self, package: Package) -> TextState:
+        tokenizer = package.tokenizer
+        eos = getattr(tokenizer, "eos_id", None)
+        return TextState(tokenizer, frozenset() if eos is None else frozenset({int(eos)}))
+
+    def encode(self, state: TextState, prompt: object, flags: int, param: str) -> list[int]:
+        """The ids of a completion prompt: text (encoded with `flags`) or a list of token ids."""
+        if isinstance(prompt, str):
+            if state.tokenizer is None:
+                raise ServeError("this model has no tokenizer: give the prompt as token ids", param=param)
+            return state.tokenizer.encode(  # type: ignore[attr-defined]
+                prompt,
+                add_special_tokens=bool(flags & ADD_SPECIAL_TOKENS),
+                special_token_matching=not flags & NO_SPECIAL_TOKEN_MATCHING,
+            )
+        if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return list(prompt)
+        raise ServeError("must be a string or an array of token ids", param=param)
+
+    def encode_chat(self, state: TextState, messages: list[dict[str, object]], param: str) -> list[int]:
+        """The ids of a conversation rendered by the tokenizer's chat template, ready for the assistant's reply."""
+        if state.tokenizer is None or getattr(state.tokenizer, "chat_template", None) is None:
+            raise ServeError("this model has no chat template: use /v1/completions", param=param)
+        try:
+            return state.tokenizer.encode_chat(messages)  # type: ignore[attr-defined]
+        except LoamError as err:
+            raise ServeError(str(err), param=param) from None
+
+
+@dataclass
+class Session:
+    """A retained conversation: its KV state, and the token it sampled last, not yet read (`pending`)."""
+
+    id: str
+    seq: KvSequence
+    pending: list[int] = field(default_factory=list)
+    busy: bool = False
+
+    @property
+    def tokens(self) -> list[int]:
+        """Every token of the conversation, read or pending."""
+        return [*self.seq.tokens, *self.pending]
+
+
+@dataclass(eq=False)
+class TextRequest(Request):
+    """A generation request: its prompt ids, how it samples, and where it is."""
+
+    prompt: list[int] = field(default_factory=list)
+    params: SamplingParams = field(default_factory=SamplingParams)
+    eos: frozenset[int] = frozenset()
+    decode: object = None  # a loam.tokenizer.DecodeStream, or None: no text, token ids only
+    session: Session | None = None
+    seq: KvSequence | None = None
+    pending: list[int] = field(default_factory=list)
+    generated: list[int] = field(default_factory=list)
+    cached: int = 0
+    first_token_at: float | None = None
+    admitted_at: tuple[int, list[int]] | None = None  # a session's length and pending token when admitted
+    done: bool = False  # ended as it should (stop or length), not failed or cancelled
+    sampler: Sampler | None = None
+    matcher: StopMatcher | None = None
+
+
+class TextWorker(Worker):
+    """Schedules a decoder's requests over one block pool."""
+
+    def __init__(self, name: str, stage: DecoderStage, capacities: Capacities, metrics: ModelMetrics) -> None:
+        self.stage = stage
+        self.capacities = capacities
+        self.pool = KvPool(stage.layers, capacities.block_tokens, capacities.blocks())
+        self.sessions: dict[str, Session] = {}
+        self.widest = 0  # the most rows one call has carried
+        self.mixed = 0  # calls that carried both prompt spans and decode steps
+        super().__init__(name, metrics, capacities.output_bytes)
+
+    # -- sessions (retained conversations) ------------------------------------------------------------------------
+
+    def open_session(self, session_id: str) -> Session:
+        with self.lock:
+            self._check_rows()
+            session = Session(session_id, self.pool.new_sequence())
+            self.sessions[session_id] = session
+            return session
+
+    def fork(self, session: Session, new_id: str) -> Session:
+        """A new session sharing `session`'s state (no copy; the first write to a shared block copies it)."""
+        with self.lock:
+            self._check_idle(session)
+            self._check_rows()
+            twin = Session(new_id, self.pool.fork(session.seq), list(session.pending))
+            self.sessions[new_id] = twin
+            return twin
+
+    def rewind(self, session: Session, length: int) -> None:
+        """Forget everything after the first `length` tokens of the conversation."""
+        with self.lock:
+            self._check_idle(session)
+            if not 0 <= length <= len(session.tokens):
+                raise ServeError(f"rewind to {length} tokens: the session holds {len(session.tokens)}", param="tokens")
+            if length <= session.seq.length:
+                self.pool.rewind(session.seq, length)
+                session.pending = []
+            else:
+                session.pending = session.pending[: length - session.seq.length]
+
+    def close(self, session: Session) -> None:
+        with self.lock:
+            self._check_idle(session)
+            self.pool.release(session.seq)
+            self.sessions.pop(session.id, None)
+
+    def _check_idle(self, session: Session) -> None:
+        if session.busy:
+            raise ServeError(f"session {session.id!r} has a request running", status=409, param="session")
+
+    def _check_rows(self) -> None:
+        if len(self.sessions) >= self.capacities.resident_requests:
+            raise ServeError(
+                f"model {self.name!r} holds {len(self.sessions)} sessions, its resident_requests capacity", status=429
+            )
+
+    # -- submission ---------------------------------------------------------------------------------------------
+
+    def check(self, request: TextRequest) -> None:
+        """Refuse what can never run: an empty prompt, a context past the capacity."""
+        held = len(request.session.tokens) if request.session is not None else 0
+        if not request.prompt and not (request.session is not None and request.session.pending):
+            raise ServeError("the prompt is empty: give at least one token", param="prompt")
+        total = held + len(request.prompt)
+        context = self.capacities.context_tokens
+        if total >= context:
+            raise ServeError(
+                f"the prompt is {total} tokens; model {self.name!r} takes at most {context - 1} "
+                f"(context_tokens {context}, one left for the reply)",
+                param="prompt",
+            )
+        if request.session is not None:
+            if request.session.busy:
+                raise ServeError(f"session {request.session.id!r} has a request running", status=409, param="session")
+            request.session.busy = True
+
+    def submit(self, request: Request) -> None:
+        assert isinstance(request, TextRequest)
+        self.check(request)
+        request.sampler = Sampler(request.params)
+        request.matcher = StopMatcher(request.params.stop)
+        try:
+            super().submit(request)
+        except ServeError:
+            if request.session is not None:
+                request.session.busy = False
+            raise
+
+    # -- one step -------------------------------------------------------------------------------------------------
+
+    def _admit(self, request: TextRequest) -> bool:
+        """Give `request` its rows of state: its session's, or the longest retained prefix of its prompt."""
+        held = sum(1 for r in self.waiting if isinstance(r, TextRequest) and r.seq is not None and r.session is None)
+        if held + len(self.sessions) >= self.capacities.resident_requests:
+            return False
+        if request.session is not None:
+            request.seq = request.session.seq
+            request.admitted_at = (request.seq.length, list(request.session.pending))
+            request.pending = [*request.session.pending, *request.prompt]
+            request.session.pending = []
+            request.cached = request.seq.length
+        else:
+            request.seq = self.pool.match_prefix(request.prompt)
+            request.pending = request.prompt[request.seq.length :]
+            request.cached = request.seq.length
+        return True
+
+    def step(self, eligible: list[Request]) -> bool:
+        units = self.capacities.batch_units
+        rows: list[tuple[TextRequest, list[int]]] = []
+        tag: str | None = None
+        for request in eligible:
+            assert isinstance(request, TextRequest)
+            if len(rows) >= self.capacities.resident_requests or units == 0:
+                break
+            if request.seq is None and not self._admit(request):
+                continue
+            assert request.seq is not None
+            if tag is not None and self.stage.tag(request.seq) != tag:
+                continue
+            span = request.pending[:units]
+            try:
+                self.pool.reserve(request.seq, len(span))
+            except PoolExhausted as err:
+                if not rows and all(r.seq is None or r is request for r in self.waiting if isinstance(r, TextRequest)):
+                    self._fail(request, f"no room for its state: {err}", 507)
+                    return True
+                continue
+            tag = self.stage.tag(request.seq)
+            rows.append((request, span))
+            units -= len(span)
+        if not rows:
+            return False
+        self._run(rows)
+        return True
+
+    def _run(self, rows: list[tuple[TextRequest, list[int]]]) -> None:
+        started = time.monotonic()
+        try:
+            logits = self.stage.run(self.pool, [(r.seq, span) for r, span in rows])  # type: ignore[misc]
+        except Exception as err:
+            if len(rows) > 1:  # run each member alone, so that only the one at fault fails
+                for row in rows:
+                    self._run([row])
+                return
+            if isinstance(err, LoamError):
+                self._fail(rows[0][0], str(err), 400)
+            else:  # a bug in Loam: this request fails with it, the others go on
+                traceback.print_exc()
+                self._fail(rows[0][0], f"internal error: {type(err).__name__}: {err}", 500)
+            return
+        self.cohorts += 1
+        self.widest = max(self.widest, len(rows))
+        reading = [not r.generated for r, _ in rows]
+        self.mixed += any(reading) and not all(reading)  # prompt spans and decode steps in one call
+        self.metrics.cohort_size.observe(len(rows))
+        self.metrics.cohort_units.observe(sum(len(span) for _, span in rows))
+        prompt_tokens = generated = cached = 0
+        for (request, span), row_logits in zip(rows, logits, strict=True):
+            reading_prompt = not request.generated
+            request.pending = request.pending[len(span) :]
+            if reading_prompt:
+                prompt_tokens += len(span)
+            if request.pending or request.cancelled:  # more prompt to read, or collected only to be released
+                continue
+            if reading_prompt:
+                cached += request.cached
+            generated += 1
+            self._advance(request, row_logits, started)
+        self.metrics.tokens(prompt_tokens, generated, cached)
+        stats = self.pool.stats()
+        self.metrics.kv_used.set(stats["used"])
+        self.metrics.kv_cached.set(stats["cached"])
+
+    def _advance(self, request: TextRequest, logits: np.ndarray, started: float) -> None:
+        """Sample `request`'s next token from `logits`, deliver it, and decide whether the request ends."""
+        assert request.sampler is not None and request.matcher is not None and request.seq is not None
+        token = request.sampler.pick(logits)
+        now = time.monotonic()
+        if request.first_token_at is None:
+            request.first_token_at = now
+            self.metrics.ttft.observe(now - request.created)
+        request.generated.append(token)
+        params = request.params
+        reason: str | None = None
+        if token in request.eos and not params.ignore_eos:
+            reason = "stop"
+        else:
+            piece = request.decode.step(token) if request.decode is not None else ""  # type: ignore[attr-defined]
+            shown = request.matcher.feed(piece)
+            if request.matcher.stopped:
+                reason = "stop"
+            if shown or request.decode is None:
+                request.deliver(Event("token", text=shown, token=token))
+        if reason is None and len(request.generated) >= params.max_tokens:
+            reason = "length"
+        if reason is None and request.seq.length + 1 >= self.capacities.context_tokens:
+            reason = "length"
+        request.pending = [token]
+        if reason is not None:
+            if request.decode is not None and not request.matcher.stopped:
+                rest = request.matcher.feed(request.decode.finish())  # type: ignore[attr-defined]
+                rest += request.matcher.flush()
+                if rest:
+                    request.deliver(Event("token", text=rest, token=-1))
+            self._finish(request, reason)
+
+    def _finish(self, request: TextRequest, reason: str) -> None:
+        usage = {
+            "prompt_tokens": len(request.prompt),
+            "completion_tokens": len(request.generated),
+            "total_tokens": len(request.prompt) + len(request.generated),
+            "prompt_tokens_details": {"cached_tokens": request.cached},
+        }
+        request.done = True
+        request.deliver(Event("done", finish_reason=reason, usage=usage, value=list(request.generated)))
+        self.metrics.finished(reason)
+
+    def _fail(self, request: TextRequest, message: str, status: int) -> None:
+        request.deliver(Event("error", text=message, status=status))
+        self.metrics.finished("error")
+
+    def retire(self, request: Request) -> None:
+        assert isinstance(request, TextRequest)
+        session = request.session
+        if session is not None:
+            # A request that ended keeps what it read and the token it sampled last, for the next request on the
+            # session; one that failed or was cancelled leaves the session as it found it.
+            completed = request.finished and request.done
+            if completed:
+                session.pending = list(request.pending)
+            elif request.admitted_at is not None:
+                length, pending = request.admitted_at
+                self.pool.rewind(session.seq, length)
+                session.pending = pending
+            session.busy = False
+        elif request.seq is not None:
+            self.pool.release(request.seq)
+        request.seq = None

@@ -1,0 +1,231 @@
+"""Retained text on the tiny GPT-2: mixed cohorts, batch invariance, sessions, prefix reuse, failure isolation.
+
+The oracles are independent of the server: the greedy tokens onnxruntime and torch agree on
+(tests/models/tiny_gpt2/expected.npz), and `loam.generate.Decoder` running the decoder exported WITHOUT
+position_ids one request at a time (no padding, no block pool, no cohort).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import loam
+from loam.generate import Decoder
+from loam.options import Options
+from loam.serve.sampling import SamplingParams
+from loam.serve.scheduler import Request
+from loam.serve.server import Server
+from loam.serve.text import TextRequest, TextWorker
+from tests.serve.serving import MODELS, PACKAGES, finish, generate, package_copy, serving, submit
+
+pytestmark = pytest.mark.xdist_group("serve-tiny-gpt2")
+HERE = MODELS / "tiny_gpt2"
+EXPECTED = np.load(HERE / "expected.npz")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with serving(tmp_path_factory, PACKAGES / "tiny_gpt2") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def worker(server: Server) -> TextWorker:
+    worker = server.models["tiny-gpt2"].worker
+    assert isinstance(worker, TextWorker)
+    return worker
+
+
+@pytest.fixture(scope="module")
+def reference() -> Decoder:
+    """The decoder exported without position_ids, driven one request at a time by loam.generate."""
+    options = Options.from_toml(HERE / "decoder_with_past.loam.toml")
+    built = loam.build(
+        HERE / "decoder_with_past.onnxtext", options=options.merged(checkpoints=[HERE / "tiny_gpt2.safetensors"])
+    )
+    weights = built.module.Weights.load_file(str(HERE / "tiny_gpt2.safetensors"))
+    return Decoder(built.module, weights, "decoder_with_past")
+
+
+_reference_lock = threading.Lock()
+
+
+def alone(reference: Decoder, prompt: list[int], count: int) -> list[int]:
+    """Greedy tokens of `prompt` through the reference decoder."""
+    with _reference_lock:
+        reference.reset()
+        tokens: list[int] = []
+        logits = reference.step(prompt)
+        for _ in range(count):
+            tokens.append(int(np.argmax(logits)))
+            if len(tokens) < count:
+                logits = reference.step([tokens[-1]])
+        return tokens
+
+
+def prompts(count: int, seed: int, low: int = 2, high: int = 30) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [[int(t) for t in rng.integers(3, 1000, int(rng.integers(low, high)))] for _ in range(count)]
+
+
+def test_a_request_alone_picks_onnxruntimes_greedy_tokens(worker: TextWorker) -> None:
+    prompt = [int(t) for t in EXPECTED["prompt_ids"][0]]
+    assert generate(worker, prompt, 20) == [int(t) for t in EXPECTED["greedy_ids"]]
+
+
+def test_the_reference_decoder_agrees_with_onnxruntime(reference: Decoder) -> None:
+    prompt = [int(t) for t in EXPECTED["prompt_ids"][0]]
+    assert alone(reference, prompt, 20) == [int(t) for t in EXPECTED["greedy_ids"]]
+
+
+def test_staggered_requests_of_different_lengths_equal_their_isolated_runs(
+    worker: TextWorker, reference: Decoder
+) -> None:
+    batch = prompts(7, seed=1)
+    lengths = [12, 3, 20, 7, 15, 1, 9]
+    expected = [alone(reference, p, n) for p, n in zip(batch, lengths, strict=True)]
+    widest, mixed = worker.widest, worker.mixed
+    pending = []
+    for i, (prompt, count) in enumerate(zip(batch, lengths, strict=True)):
+        pending.append(submit(worker, prompt, count))
+        if i % 2:  # arrivals while others are mid-generation: membership changes every few steps
+            time.sleep(0.02)
+    got = [finish(drain) for _, drain in pending]
+    assert [e.kind for e in got] == ["done"] * len(batch), [e.text for e in got]
+    assert [list(e.value) for e in got] == expected  # type: ignore[arg-type]
+    assert worker.widest > 1 and worker.mixed > mixed, (worker.widest, widest, worker.mixed)
+
+
+def test_a_long_prompt_is_read_in_chunks_without_changing_its_tokens(worker: TextWorker, reference: Decoder) -> None:
+    long_prompt = prompts(1, seed=2, low=100, high=101)[0]  # batch_units is 64: two chunks
+    short = prompts(2, seed=3)
+    expected = [alone(reference, p, 6) for p in [long_prompt, *short]]
+    pending = [submit(worker, p, 6) for p in [long_prompt, *short]]
+    got = [list(finish(drain).value) for _, drain in pending]  # type: ignore[arg-type]
+    assert got == expected
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_a_seeded_sample_does_not_depend_on_its_cohort(worker: TextWorker, seed: int) -> None:
+    prompt = prompts(1, seed=seed)[0]
+    params = {"temperature": 0.9, "top_p": 0.95, "seed": seed}
+    alone_tokens = generate(worker, prompt, 10, **params)
+    crowd = [submit(worker, p, 10) for p in prompts(5, seed=seed + 100)]
+    _, drain = submit(worker, prompt, 10, **params)
+    assert list(finish(drain).value) == alone_tokens  # type: ignore[arg-type]
+    for _, other in crowd:
+        assert finish(other).kind == "done"
+
+
+def test_a_prompt_that_extends_a_retained_one_skips_its_prefill(worker: TextWorker, reference: Decoder) -> None:
+    first = prompts(1, seed=4, low=40, high=41)[0]
+    generate(worker, first, 4)
+    extended = [*first, 7, 8, 9]
+    _, drain = submit(worker, extended, 5)
+    end = finish(drain)
+    assert end.usage["prompt_tokens_details"]["cached_tokens"] == 40  # type: ignore[index]  # 5 full blocks of 8
+    assert list(end.value) == alone(reference, extended, 5)  # type: ignore[arg-type]
+    # A rewind by prompt: the first 20 tokens again reuse 2 blocks.
+    _, drain = submit(worker, first[:20], 5)
+    end = finish(drain)
+    assert end.usage["prompt_tokens_details"]["cached_tokens"] == 16  # type: ignore[index]
+    assert list(end.value) == alone(reference, first[:20], 5)  # type: ignore[arg-type]
+
+
+def test_session_append_fork_and_rewind_each_equal_a_full_replay(worker: TextWorker, reference: Decoder) -> None:
+    p1, p2, p3 = prompts(3, seed=5, low=5, high=14)
+    session = worker.open_session("s")
+    try:
+        _, drain = submit(worker, p1, 6, session=session)
+        first = list(finish(drain).value)  # type: ignore[arg-type]
+        assert first == alone(reference, p1, 6)
+        assert session.tokens == [*p1, *first]  # the last sampled token is pending, not yet read
+        assert session.seq.length == len(p1) + 5
+
+        twin = worker.fork(session, "t")
+        used = worker.pool.stats()["used"]
+        _, drain = submit(worker, p2, 6, session=session)  # append
+        appended = list(finish(drain).value)  # type: ignore[arg-type]
+        assert appended == alone(reference, [*p1, *first, *p2], 6)
+        _, drain = submit(worker, p3, 6, session=twin)  # the fork goes its own way from the shared state
+        forked = list(finish(drain).value)  # type: ignore[arg-type]
+        assert forked == alone(reference, [*p1, *first, *p3], 6)
+        assert used < worker.pool.capacity
+
+        keep = len(p1) + 2
+        worker.rewind(session, keep)
+        assert session.tokens == [*p1, *first][:keep]
+        _, drain = submit(worker, p3, 6, session=session)
+        rewound = list(finish(drain).value)  # type: ignore[arg-type]
+        assert rewound == alone(reference, [*[*p1, *first][:keep], *p3], 6)
+        worker.close(twin)
+    finally:
+        worker.close(session)
+
+
+def test_eos_ends_a_reply_with_stop_and_max_tokens_with_length(worker: TextWorker) -> None:
+    prompt = [int(t) for t in EXPECTED["prompt_ids"][0]]
+    greedy = [int(t) for t in EXPECTED["greedy_ids"]]
+    _, drain = submit(worker, prompt, 20)
+    full = finish(drain)
+    assert full.finish_reason == "length" and list(full.value) == greedy  # type: ignore[arg-type]
+    sink, collected = Request.collector()
+    params = SamplingParams(max_tokens=20, temperature=0.0)
+    worker.submit(TextRequest(sink=sink, prompt=prompt, params=params, eos=frozenset({greedy[3]})))
+    end = finish(collected)
+    assert end.finish_reason == "stop" and list(end.value) == greedy[:4]  # type: ignore[arg-type]
+    assert end.usage["completion_tokens"] == 4  # type: ignore[index]
+
+
+def test_a_failing_request_fails_alone_and_its_rows_are_reused(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # context_tokens 200 is past the model's 128 positions: the graph's owed condition refuses the step that
+    # would read position 128, a ShapeError at forward's boundary.
+    folder = package_copy(tmp_path_factory, "tiny_gpt2", capacities={"context_tokens": 200, "resident_requests": 4})
+    with serving(tmp_path_factory, folder) as server:
+        worker = server.models["tiny-gpt2"].worker
+        assert isinstance(worker, TextWorker)
+        good = prompts(3, seed=6)
+        expected = [generate(worker, p, 8) for p in good]
+        _, doomed_drain = submit(worker, prompts(1, seed=7, low=125, high=126)[0], 8)
+        pending = [submit(worker, p, 8) for p in good]
+        end = finish(doomed_drain)
+        assert end.kind == "error" and end.status == 400
+        assert "128" in end.text, end.text
+        assert [list(finish(d).value) for _, d in pending] == expected  # type: ignore[arg-type]
+        assert worker.pool.stats()["used"] == 0  # the failed request's blocks went back
+        for _ in range(3):  # and its rows serve the next requests
+            assert generate(worker, good[0], 8) == expected[0]
+
+
+def test_cancellation_during_an_accepted_cohort_collects_the_member_and_frees_its_rows(worker: TextWorker) -> None:
+    batch = prompts(4, seed=8)
+    expected = [generate(worker, p, 12) for p in batch]
+    pending = [submit(worker, p, 12) for p in batch]
+    victim, victim_drain = pending[1]
+    time.sleep(0.01)
+    worker.cancel(victim)
+    end = finish(victim_drain)
+    assert end.kind in ("error", "done")  # cancelled, unless it had already finished
+    for i in (0, 2, 3):
+        assert list(finish(pending[i][1]).value) == expected[i]  # type: ignore[arg-type]
+    deadline = time.monotonic() + 10
+    while worker.pool.stats()["used"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert worker.pool.stats()["used"] == 0
+
+
+def test_a_stalled_reader_holds_back_only_its_own_request(worker: TextWorker) -> None:
+    batch = prompts(3, seed=9)
+    expected = [generate(worker, p, 12) for p in batch]
+    stalled, stalled_drain = submit(worker, batch[0], 12)
+    stalled.unread = worker.output_bytes  # as if its reader had taken nothing of a full buffer
+    others = [submit(worker, p, 12) for p in batch[1:]]
+    assert [list(finish(d).value) for _, d in others] == expected[1:]  # type: ignore[arg-type]
+    assert not stalled.finished and len(stalled.generated) <= 1
+    worker.consumed(stalled, worker.output_bytes)  # the reader catches up
+    assert list(finish(stalled_drain).value) == expected[0]  # type: ignore[arg-type]
