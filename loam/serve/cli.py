@@ -6,6 +6,7 @@ drive a real server on 127.0.0.1 with real clients.
 
 from __future__ import annotations
 
+import socket
 import sys
 import threading
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 import uvicorn
 
 from loam.serve.app import make_app
+from loam.serve.scheduler import ServeError
 from loam.serve.server import Server
 
 
@@ -30,9 +32,22 @@ def serve(packages: Sequence[Path], *, host: str, port: int, package_roots: Sequ
     try:
         for folder in packages:
             server.register(folder)
-        http = uvicorn.Server(_config(server, host, port))
-        progress(f"listening on http://{host}:{port} ({len(server.models)} models; Ctrl-C stops)")
-        http.run()
+        # The socket is bound here, so the line below names the real port even for --port 0.
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        listening = socket.socket(family, socket.SOCK_STREAM)
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listening.bind((host, port))
+        except OSError as err:
+            raise ServeError(f"cannot listen on {host}:{port}: {err.strerror or err}", status=500) from None
+        bound = listening.getsockname()[1]
+        http = uvicorn.Server(_config(server, host, bound))
+        progress(f"listening on http://{host}:{bound} ({len(server.models)} models; Ctrl-C stops)")
+        try:
+            http.run(sockets=[listening])
+        except KeyboardInterrupt:  # uvicorn shut down gracefully, then passed the signal on: a normal stop
+            pass
+        progress("stopped")
     finally:
         server.close()
 

@@ -66,11 +66,19 @@ class Request:
     created: float = field(default_factory=time.monotonic)
     cancelled: bool = False
     finished: bool = False
-    unread: int = 0  # bytes delivered to the sink that its reader has not consumed yet
+    # Output bytes handed to the sink and taken by its reader: two counters with one writer each (the worker,
+    # the reader), so neither update can be lost between threads.
+    delivered: int = 0
+    taken: int = 0
+
+    @property
+    def unread(self) -> int:
+        """Bytes delivered to the sink that its reader has not taken yet."""
+        return self.delivered - self.taken
 
     def deliver(self, event: Event) -> None:
         if event.kind == "token":
-            self.unread += len(event.text.encode("utf-8"))
+            self.delivered += len(event.text.encode("utf-8"))
         if event.kind in ("done", "error"):
             self.finished = True
         try:
@@ -125,7 +133,7 @@ class Worker:
 
     def consumed(self, request: Request, count: int) -> None:
         """The reader of `request` took `count` bytes: a stalled request may run again."""
-        request.unread = max(0, request.unread - count)
+        request.taken += count
         self.poke()
 
     def poke(self) -> None:

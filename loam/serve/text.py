@@ -186,6 +186,7 @@ class TextRequest(Request):
     first_token_at: float | None = None
     admitted_at: tuple[int, list[int]] | None = None  # a session's length and pending token when admitted
     done: bool = False  # ended as it should (stop or length), not failed or cancelled
+    retired: bool = False  # its state is released (or settled in its session)
     sampler: Sampler | None = None
     matcher: StopMatcher | None = None
 
@@ -407,21 +408,25 @@ class TextWorker(Worker):
             "prompt_tokens_details": {"cached_tokens": request.cached},
         }
         request.done = True
+        self.retire(request)  # before the reply: a client's next call sees the session (and the pool) settled
         request.deliver(Event("done", finish_reason=reason, usage=usage, value=list(request.generated)))
         self.metrics.finished(reason)
 
     def _fail(self, request: TextRequest, message: str, status: int) -> None:
+        self.retire(request)
         request.deliver(Event("error", text=message, status=status))
         self.metrics.finished("error")
 
     def retire(self, request: Request) -> None:
         assert isinstance(request, TextRequest)
+        if request.retired:
+            return
+        request.retired = True
         session = request.session
         if session is not None:
             # A request that ended keeps what it read and the token it sampled last, for the next request on the
             # session; one that failed or was cancelled leaves the session as it found it.
-            completed = request.finished and request.done
-            if completed:
+            if request.done:
                 session.pending = list(request.pending)
             elif request.admitted_at is not None:
                 length, pending = request.admitted_at

@@ -236,3 +236,44 @@ def test_embeddings_in_float_and_base64_agree(http: httpx.Client) -> None:
         decoded = np.frombuffer(base64.b64decode(b["embedding"]), dtype="<f4")
         assert np.array_equal(decoded, np.asarray(f["embedding"], np.float32))
     assert floats["usage"] == {"prompt_tokens": 6, "total_tokens": 6}
+
+
+def test_sessions_over_http_append_fork_and_rewind_like_a_full_replay(http: httpx.Client) -> None:
+    def complete(prompt: list[int], session: str | None = None) -> list[int]:
+        body = {"model": TEXT, "prompt": prompt, "max_tokens": 4, "temperature": 0, "return_token_ids": True}
+        reply = http.post("/v1/completions", json={**body, **({"session": session} if session else {})})
+        assert reply.status_code == 200, reply.text
+        return reply.json()["choices"][0]["token_ids"]
+
+    created = http.post("/v1/sessions", json={"model": TEXT})
+    assert created.status_code == 201
+    session = created.json()["id"]
+    first = complete([11, 12, 13], session)
+    assert http.get(f"/v1/sessions/{session}").json()["token_ids"] == [11, 12, 13, *first]
+    twin = http.post(f"/v1/sessions/{session}/fork").json()["id"]
+    assert complete([21, 22], session) == complete([11, 12, 13, *first, 21, 22])
+    assert complete([31], twin) == complete([11, 12, 13, *first, 31])
+    assert http.post(f"/v1/sessions/{session}/rewind", json={"tokens": 4}).json()["tokens"] == 4
+    assert complete([41], session) == complete([11, 12, 13, first[0], 41])
+    bad = http.post(f"/v1/sessions/{session}/rewind", json={"tokens": 999})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens"
+    for name in (session, twin):
+        assert http.delete(f"/v1/sessions/{name}").json()["deleted"] is True
+    assert http.get(f"/v1/sessions/{session}").status_code == 404
+    missing = http.post("/v1/completions", json={"model": TEXT, "prompt": [1], "session": session})
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "session"
+
+
+def test_a_stop_string_ends_the_reply_before_it_streaming_and_not(http: httpx.Client) -> None:
+    body = {"model": TEXT, "prompt": [40, 41, 42], "max_tokens": 24, "temperature": 0}
+    text = http.post("/v1/completions", json=body).json()["choices"][0]["text"]
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    assert len(stop) == 2, text
+    cut = text[: text.find(stop)]
+    stopped = http.post("/v1/completions", json={**body, "stop": [stop]}).json()["choices"][0]
+    assert stopped["text"] == cut and stopped["finish_reason"] == "stop"
+    chunks = [
+        json.loads(p) for p in events(http.post("/v1/completions", json={**body, "stop": stop, "stream": True}))[:-1]
+    ]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == cut
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"

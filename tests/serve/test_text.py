@@ -18,7 +18,7 @@ import loam
 from loam.generate import Decoder
 from loam.options import Options
 from loam.serve.sampling import SamplingParams
-from loam.serve.scheduler import Request
+from loam.serve.scheduler import Event, Request
 from loam.serve.server import Server
 from loam.serve.text import TextRequest, TextWorker
 from tests.serve.serving import MODELS, PACKAGES, finish, generate, package_copy, serving, submit
@@ -205,25 +205,35 @@ def test_a_failing_request_fails_alone_and_its_rows_are_reused(tmp_path_factory:
 def test_cancellation_during_an_accepted_cohort_collects_the_member_and_frees_its_rows(worker: TextWorker) -> None:
     batch = prompts(4, seed=8)
     expected = [generate(worker, p, 12) for p in batch]
-    pending = [submit(worker, p, 12) for p in batch]
-    victim, victim_drain = pending[1]
-    time.sleep(0.01)
-    worker.cancel(victim)
-    end = finish(victim_drain)
-    assert end.kind in ("error", "done")  # cancelled, unless it had already finished
-    for i in (0, 2, 3):
-        assert list(finish(pending[i][1]).value) == expected[i]  # type: ignore[arg-type]
+    sink, drain = Request.collector()
+    victim = TextRequest(sink=sink, prompt=batch[1], params=SamplingParams(max_tokens=12, temperature=0.0))
+
+    def cancel_on_first_token(event: Event) -> None:
+        if event.kind == "token" and not victim.cancelled:
+            worker.cancel(victim)  # called from inside the cohort's collection: the member was accepted
+        sink(event)
+
+    victim.sink = cancel_on_first_token
+    pending = [submit(worker, p, 12) for p in batch[:1]]
+    worker.submit(victim)
+    pending += [submit(worker, p, 12) for p in batch[2:]]
+    end = finish(drain)
+    assert end.kind == "error" and end.status == 499, end
+    assert len(victim.generated) == 1  # collected once, never scheduled again
+    for (_, other), want in zip(pending, [expected[0], *expected[2:]], strict=True):
+        assert list(finish(other).value) == want  # type: ignore[arg-type]
     deadline = time.monotonic() + 10
     while worker.pool.stats()["used"] and time.monotonic() < deadline:
         time.sleep(0.01)
     assert worker.pool.stats()["used"] == 0
+    assert generate(worker, batch[1], 12) == expected[1]  # its rows serve the next request
 
 
 def test_a_stalled_reader_holds_back_only_its_own_request(worker: TextWorker) -> None:
     batch = prompts(3, seed=9)
     expected = [generate(worker, p, 12) for p in batch]
     stalled, stalled_drain = submit(worker, batch[0], 12)
-    stalled.unread = worker.output_bytes  # as if its reader had taken nothing of a full buffer
+    stalled.taken -= worker.output_bytes  # as if its reader were a full buffer behind (the reader owns `taken`)
     others = [submit(worker, p, 12) for p in batch[1:]]
     assert [list(finish(d).value) for _, d in others] == expected[1:]  # type: ignore[arg-type]
     assert not stalled.finished and len(stalled.generated) <= 1
