@@ -20,18 +20,16 @@ prepared bytes, right padding to the cohort's longest input, one output row per 
 from __future__ import annotations
 
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
-from loam.errors import LoamError
 from loam.serve.flags import ADD_SPECIAL_TOKENS, NO_SPECIAL_TOKEN_MATCHING
 from loam.serve.metrics import ModelMetrics
 from loam.serve.package import Capacities, Package, Stage
-from loam.serve.scheduler import Event, Request, ServeError, Worker
+from loam.serve.scheduler import Event, Request, ServeError, Worker, failure
 
 
 @dataclass(frozen=True)
@@ -234,11 +232,7 @@ class FiniteWorker(Worker):
                 for request in cohort:
                     self._run([request])
                 return
-            if isinstance(err, LoamError):
-                status, message = (err.status if isinstance(err, ServeError) else 400), str(err)
-            else:  # a bug in Loam or in the package's control: this request fails with it, the others go on
-                traceback.print_exc()
-                status, message = 500, f"internal error: {type(err).__name__}: {err}"
+            status, message = failure(err)
             cohort[0].deliver(Event("error", text=message, status=status))
             self.metrics.finished("error")
             return

@@ -52,6 +52,17 @@ class ServeError(LoamError):
         self.status, self.param, self.kind = status, param, kind
 
 
+def failure(err: Exception) -> tuple[int, str]:
+    """The HTTP status and message a request fails with when its numerical work raised `err`: a refusal of its
+    input (a LoamError: 400, or the status a ServeError carries) or a bug (500, with the traceback logged)."""
+    if isinstance(err, ServeError):
+        return err.status, str(err)
+    if isinstance(err, LoamError):
+        return 400, str(err)
+    traceback.print_exc()
+    return 500, f"internal error: {type(err).__name__}: {err}"
+
+
 _ids = itertools.count()
 
 

@@ -26,7 +26,6 @@ truncates them, and a request on a session appends to it.
 from __future__ import annotations
 
 import time
-import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,7 +36,7 @@ from loam.serve.kv import KvPool, KvSequence, PoolExhausted
 from loam.serve.metrics import ModelMetrics
 from loam.serve.package import Capacities, Package, PackageError, Stage
 from loam.serve.sampling import Sampler, SamplingParams, StopMatcher
-from loam.serve.scheduler import Event, Request, ServeError, Worker
+from loam.serve.scheduler import Event, Request, ServeError, Worker, failure
 
 
 class DecoderStage:
@@ -338,11 +337,8 @@ class TextWorker(Worker):
                 for row in rows:
                     self._run([row])
                 return
-            if isinstance(err, LoamError):
-                self._fail(rows[0][0], str(err), 400)
-            else:  # a bug in Loam: this request fails with it, the others go on
-                traceback.print_exc()
-                self._fail(rows[0][0], f"internal error: {type(err).__name__}: {err}", 500)
+            status, message = failure(err)
+            self._fail(rows[0][0], message, status)
             return
         self.cohorts += 1
         self.widest = max(self.widest, len(rows))
