@@ -1,12 +1,15 @@
 """The whole build as one function: model (+ checkpoint headers + options) -> generated module.
 
-`build` runs the same passes `loam-opt` registers, in memory, in this order:
+`build` runs the passes `loam-opt` registers, in memory, each through its `apply`, in the order
+`pipeline_passes` gives (`loam build --print-pipeline` prints it as a `-p` string):
 
-    read (frontends) -> apply-options -> stage0 -> name-axes -> lower-to-kernel -> fuse -> emit (backends)
+    read (frontends) -> apply-options -> stage0 -> name-axes -> lower-to-kernel
+        -> pack-quantized (numpy) -> fuse -> tile-rows, tile-matmul (wgsl) -> emit (backends)
 
 `fuse` (objective `memory`) runs unless `build(..., fuse=None)` turns it off (`loam build --no-fuse`);
-its decision report is `BuildResult.fusion`.  The graph's nodes before and after stage 0 are given
-to it (`loam.report.node_list`) so the report names the folded nodes too.
+its decision report is `BuildResult.fusion`.  Stage 0 records the graph's nodes (`loam.nodes`) so the
+report names the folded nodes too; what pack-quantized needs from the checkpoint headers and the
+notes it leaves are module attributes too (`loam.stored_encodings`, `loam.notes`).
 
 The options enter the IR as attributes of the top-level module before the first pass, so the IR
 dumped after any pass (`dump_ir`) can be replayed with `loam-opt` without the original files.
@@ -95,9 +98,11 @@ BACKENDS: tuple[str, ...] = ("numpy", "wgsl")
 
 
 def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy") -> list[ModulePass]:
-    """The passes `build` runs after reading (they read the options from the module's attributes);
-    `fuse` is the fuse pass's objective, None to leave it out.  The numpy backend keeps weights the
-    checkpoint stores in ggml blocks packed (`pack-quantized`)."""
+    """Every pass `build` runs after reading, in order: what `loam build --print-pipeline` prints for
+    `loam-opt -p`.  They read the options (and the checkpoint's stored encodings) from the module's
+    attributes.  `fuse` is the fuse pass's objective, None to leave it out.  The numpy backend keeps
+    weights the checkpoint stores in ggml blocks packed (`pack-quantized`); the WGSL backend runs its
+    row kernels and float32 products as tile programs (`tile-rows`, `tile-matmul`)."""
     from loam.passes.apply_options import ApplyOptionsPass
     from loam.passes.fuse import FusePass
     from loam.passes.lower_to_kernel import LowerToKernelPass
@@ -111,7 +116,17 @@ def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy") -> 
         passes.append(PackQuantizedPass())
     if fuse is not None:
         passes.append(FusePass(objective=fuse))
+    if backend == "wgsl":
+        from loam.passes.tile_matmul import TileMatmulPass
+        from loam.passes.tile_rows import TileRowsPass
+
+        passes += [TileRowsPass(), TileMatmulPass()]
     return passes
+
+
+def pipeline_text(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy") -> str:
+    """`pipeline_passes` as a `loam-opt -p` string."""
+    return ",".join(str(p.pipeline_pass_spec()) for p in pipeline_passes(fuse, backend))
 
 
 def build(
@@ -137,9 +152,8 @@ def build(
         raise UsageError("host_fallback is a WGSL backend choice: the numpy backend computes everything on the host")
     from loam.backends.numpy_module import emit_python
     from loam.passes.apply_options import attach_options
-    from loam.passes.fuse import FusePass, fuse_program
-    from loam.passes.stage0 import Stage0Pass
-    from loam.report import graph_nodes, node_list
+    from loam.passes.fuse import FusePass
+    from loam.passes.pack_quantized import PACKED_ENCODINGS, build_notes, record_stored_encodings
 
     options = options or Options()
     names = options.checkpoint_names
@@ -174,6 +188,9 @@ def build(
         ir, None if isinstance(model, onnx.ModelProto) else model, {n: p for n, (p, _) in headers.items()}
     )
     attach_options(ir, options)
+    if backend == "numpy":  # pack-quantized reads which weights the checkpoint keeps in ggml blocks from here
+        stored = {n: (e.encoding, str(p)) for n, (p, e) in headers.items() if e.encoding in PACKED_ENCODINGS}
+        record_stored_encodings(ir, stored)
     if table is not None and table.rotary_rows:
         orders = rotary_row_orders(table.rotary_rows, headers)
         if orders:
@@ -191,33 +208,15 @@ def build(
     if dump_dir is not None:
         dump_dir.mkdir(parents=True, exist_ok=True)
         _dump(ir, dump_dir / "00-read.mlir")
-    nodes_before = graph_nodes(ir)
-    nodes: list[tuple[str, str, bool]] = []
     fusion = None
-    packing_notes: list[str] = []
     for i, p in enumerate(pipeline_passes(fuse, backend), start=1):
         say(f"running {p.name}")
+        p.apply(ctx, ir)
         if isinstance(p, FusePass):
-            fusion = fuse_program(ir, p.objective, nodes)
-        elif p.name == "pack-quantized":
-            packing_notes = mark_stored_encodings(ir, headers)
-            p.apply(ctx, ir)
-        else:
-            p.apply(ctx, ir)
-        if isinstance(p, Stage0Pass):
-            nodes = node_list(nodes_before, graph_nodes(ir))
+            fusion = p.last_report  # type: ignore[attr-defined]
         if dump_dir is not None:
             _dump(ir, dump_dir / f"{i:02d}-{p.name}.mlir")
-
-    if backend == "wgsl":  # the WGSL pipeline runs its row kernels and f32 products as tile programs
-        from loam.passes.tile_matmul import TileMatmulPass
-        from loam.passes.tile_rows import TileRowsPass
-
-        for tile_pass in (TileRowsPass(), TileMatmulPass()):
-            say(f"running {tile_pass.name}")
-            tile_pass.apply(ctx, ir)
-            if dump_dir is not None:
-                _dump(ir, dump_dir / f"99-{tile_pass.name}.mlir")
+    packing_notes = [n.data for n in build_notes(ir)]
     if all_checkpoints or options.inline_weights:
         say("checking the checkpoint" + (" and inlining its weights" if options.inline_weights else ""))
     notes = check_checkpoints(ir, all_checkpoints, headers, inline=options.inline_weights) + packing_notes
@@ -289,28 +288,6 @@ def rotary_row_orders(
             orders.append((entry.name, heads))
             break
     return orders
-
-
-def mark_stored_encodings(ir: ModuleOp, found: Mapping[str, tuple[Path, HeaderEntry]]) -> list[str]:
-    """Give each `kernel.weight` a checkpoint stores in ggml blocks its `stored` encoding, for
-    `pack-quantized`; return a note for each such weight that cannot stay packed, saying why."""
-    from loam.dialects.kernel import WeightOp
-    from loam.passes.pack_quantized import PACKED_ENCODINGS, STORED_ATTR, why_unpacked
-
-    notes = []
-    for op in ir.walk():
-        if not isinstance(op, WeightOp) or op.weight_name.data not in found:
-            continue
-        path, entry = found[op.weight_name.data]
-        if entry.encoding in PACKED_ENCODINGS:
-            op.attributes[STORED_ATTR] = StringAttr(entry.encoding)
-            why = why_unpacked(op)
-            if why is not None:
-                notes.append(
-                    f"checkpoint {path}: tensor '{op.weight_name.data}' is {entry.encoding}; {why}, so Weights "
-                    "dequantizes it to float32 at load"
-                )
-    return notes
 
 
 def check_checkpoints(

@@ -66,7 +66,7 @@ from loam.dialects.kernel import (
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import UsageError
 from loam.poly import Poly
-from loam.report import FOLDED, FUSED, KEPT, REPORT_FORMATS, FusionReport, NodeDecision, Reason
+from loam.report import FOLDED, FUSED, KEPT, REPORT_FORMATS, FusionReport, NodeDecision, Reason, recorded_nodes
 
 OBJECTIVES: tuple[str, ...] = ("memory", "dispatch")
 FUSED_ATTR = "fused"
@@ -378,6 +378,8 @@ class FusePass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.format not in REPORT_FORMATS:
             raise UsageError(f"fuse: format '{self.format}' is not one of {', '.join(REPORT_FORMATS)}")
-        report = fuse_program(op, self.objective)
+        report = fuse_program(op, self.objective, recorded_nodes(op))
+        # The report of the last run, for a caller holding this pass (`loam.pipeline.build`); not an option.
+        object.__setattr__(self, "last_report", report)
         if self.report:
             write_report(report, self.report, self.format)

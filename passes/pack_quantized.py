@@ -6,7 +6,8 @@ its memory map).  The products and gathers that read such a weight then widen it
 (`backends/numpy_kernels/quantized.py`), a bounded group of rows at a time.
 
 Input: kernel IR whose `kernel.weight` ops carry `stored = "Q4_1"` (or `Q4_0`, `Q8_0`) where the
-checkpoint stores them so (`loam build` sets it from the checkpoint headers before this pass runs).
+checkpoint stores them so, or whose module's `loam.stored_encodings` says so by weight name (`loam build`
+records it from the checkpoint headers it read, so a replay of the dumped IR packs the same weights).
 A 2-D weight W with rows of whole 32-element blocks is packed when every reader is one of
 
 - `kernel.permute W [1, 0]` read only as the right operand of `kernel.matmul`s without an epilogue
@@ -26,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, StringAttr, UnitAttr
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr, UnitAttr
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
@@ -51,9 +52,65 @@ class PackQuantizedPass(ModulePass):
     name = "pack-quantized"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        stored = stored_encodings(op)
+        notes: list[str] = []
         for weight in [w for w in op.walk() if isinstance(w, WeightOp)]:
-            if _in_blocks(weight) and why_unpacked(weight) is None:
+            name = weight.weight_name.data
+            if name in stored and STORED_ATTR not in weight.attributes:
+                weight.attributes[STORED_ATTR] = StringAttr(stored[name][0])
+            if not _in_blocks(weight):
+                continue
+            why = why_unpacked(weight)
+            if why is None:
                 _pack(weight)
+            elif name in stored:
+                encoding, path = stored[name]
+                notes.append(
+                    f"checkpoint {path}: tensor '{name}' is {encoding}; {why}, "
+                    "so Weights dequantizes it to float32 at load"
+                )
+        if notes:
+            add_notes(op, notes)
+
+
+STORED_ENCODINGS_ATTR = "loam.stored_encodings"
+"""Module attribute: {weight name: [encoding, checkpoint path]} for each weight a checkpoint stores in ggml blocks
+(set by `loam build` from the headers it read; this pass marks those weights `stored` and packs them)."""
+
+NOTES_ATTR = "loam.notes"
+"""Module attribute: the build's notes that passes leave (an array of strings), printed by `loam build`."""
+
+
+def record_stored_encodings(module: ModuleOp, stored: dict[str, tuple[str, str]]) -> None:
+    if stored:
+        module.attributes[STORED_ENCODINGS_ATTR] = DictionaryAttr(
+            {
+                name: ArrayAttr([StringAttr(encoding), StringAttr(path)])
+                for name, (encoding, path) in sorted(stored.items())
+            }
+        )
+
+
+def stored_encodings(module: ModuleOp) -> dict[str, tuple[str, str]]:
+    found = module.attributes.get(STORED_ENCODINGS_ATTR)
+    if not isinstance(found, DictionaryAttr):
+        return {}
+    out = {}
+    for name, value in found.data.items():
+        assert isinstance(value, ArrayAttr)
+        encoding, path = value.data
+        assert isinstance(encoding, StringAttr) and isinstance(path, StringAttr)
+        out[name] = (encoding.data, path.data)
+    return out
+
+
+def add_notes(module: ModuleOp, notes: list[str]) -> None:
+    module.attributes[NOTES_ATTR] = ArrayAttr([*build_notes(module), *(StringAttr(n) for n in notes)])
+
+
+def build_notes(module: ModuleOp) -> list[StringAttr]:
+    found = module.attributes.get(NOTES_ATTR)
+    return [n for n in found.data if isinstance(n, StringAttr)] if isinstance(found, ArrayAttr) else []
 
 
 def _in_blocks(weight: WeightOp) -> bool:

@@ -136,10 +136,14 @@ class Stage0Pass(ModulePass):
     name = "stage0"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from loam.report import graph_nodes, node_list, record_nodes
+
+        before = graph_nodes(op)
         for graph in [g for g in op.walk() if isinstance(g, GraphOp)]:
             weights_as_weights(graph)
             spell_graph_inputs(graph)
             Stage0Graph(graph.graph_name.data).run(graph.body.block, [s.data for s in graph.input_names.data])
+        record_nodes(op, node_list(before, graph_nodes(op)))
 
 
 def weights_as_weights(graph: GraphOp) -> None:

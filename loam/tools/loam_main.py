@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from loam.errors import CheckpointError, LoamError, ModelError, UsageError
 from loam.options import Options
-from loam.tools._cli import CliParser, run_guarded, wants_debug
+from loam.tools._cli import EXIT_USAGE, CliParser, fail, run_guarded, wants_debug
 
 if TYPE_CHECKING:
     from loam.layout import LayoutRule
@@ -112,11 +112,16 @@ Exit status: 0 built, 1 the model/checkpoint/options were refused (one message o
 
 
 def _model_arguments(
-    parser: argparse.ArgumentParser, *, output: tuple[str, str], checkpoint: str, options: str
+    parser: argparse.ArgumentParser,
+    *,
+    output: tuple[str, str],
+    checkpoint: str,
+    options: str,
+    output_required: bool = True,
 ) -> None:
     """The arguments `loam build` and `loam layout` share: MODEL, -o, --checkpoint, --options, --layout."""
     parser.add_argument("model", type=Path, metavar="MODEL", help="the model file")
-    parser.add_argument("-o", "--output", required=True, metavar=output[0], help=output[1])
+    parser.add_argument("-o", "--output", required=output_required, metavar=output[0], help=output[1])
     parser.add_argument("--checkpoint", action="append", type=Path, default=[], metavar="FILE", help=checkpoint)
     parser.add_argument("--options", type=Path, metavar="FILE.toml", help=options)
     parser.add_argument(
@@ -147,6 +152,7 @@ def build_parser() -> CliParser:
         checkpoint="a checkpoint with the weights: .safetensors (repeat for shards), a Hugging Face "
         "model.safetensors.index.json, or .gguf",
         options="read build options from a TOML file (see below)",
+        output_required=False,  # not with --print-pipeline; checked in _build
     )
     build.add_argument(
         "--dims",
@@ -187,6 +193,12 @@ def build_parser() -> CliParser:
         help="with --backend wgsl: compute kernels that have no WGSL form on the host instead of refusing them",
     )
     build.add_argument("--no-fuse", action="store_true", help="build without the fuse pass (see below)")
+    build.add_argument(
+        "--print-pipeline",
+        action="store_true",
+        help="print the passes this build runs as a `loam-opt -p` string and stop; `loam-opt` replays them on the "
+        "IR `--dump-ir` writes first (00-read.mlir), and `-t python` / `-t wgsl` prints the same module",
+    )
     build.add_argument(
         "--fuse-objective",
         choices=("memory", "dispatch"),
@@ -400,6 +412,20 @@ def _layout(args: argparse.Namespace) -> None:
 
 
 def _build(args: argparse.Namespace) -> None:
+    objective = args.fuse_objective or ("dispatch" if args.backend == "wgsl" else "memory")
+    fuse = None if args.no_fuse else objective
+    if args.print_pipeline:
+        from loam.pipeline import pipeline_text
+
+        print(pipeline_text(fuse, args.backend))
+        return
+    if args.output is None:
+        # As argparse says it for a missing argument (the flag is optional only for --print-pipeline).
+        fail(
+            f"{PROG} build",
+            f"the following arguments are required: -o/--output (see '{PROG} build --help')",
+            EXIT_USAGE,
+        )
     model, options, output = _checked_paths(args)
 
     from loam import cache
@@ -407,8 +433,6 @@ def _build(args: argparse.Namespace) -> None:
     def progress(message: str) -> None:
         print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
-    objective = args.fuse_objective or ("dispatch" if args.backend == "wgsl" else "memory")
-    fuse = None if args.no_fuse else objective
     if args.no_fuse and args.report is not None:
         raise UsageError("--report describes the fuse pass's decisions; it cannot be given with --no-fuse")
     # --dump-ir and --report ask for the IR of a real build, so they bypass the cache.

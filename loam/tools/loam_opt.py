@@ -39,7 +39,9 @@ from loam.errors import LoamError, UsageError
 from loam.passes import get_all_passes
 from loam.tools._cli import run_guarded, wants_debug
 
-__all__ = ["LoamOptMain", "OnnxFrontend", "OnnxTextFrontend", "PythonTarget", "describe_loam_passes", "main"]
+__all__ = [
+    "LoamOptMain", "OnnxFrontend", "OnnxTextFrontend", "PythonTarget", "WgslTarget", "describe_loam_passes", "main",
+]  # fmt: skip
 
 PROG = "loam-opt"
 
@@ -98,6 +100,18 @@ class PythonTarget(Target):
         from loam.backends.numpy_module import emit_python
 
         output.write(emit_python(module))
+
+
+@dataclass(frozen=True)
+class WgslTarget(Target):
+    """Prints the WGSL module of a kernel-dialect program (`-t wgsl`), as `loam build --backend wgsl` writes it."""
+
+    name: ClassVar[str] = "wgsl"
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        from loam.backends.wgsl_module import wgsl_module
+
+        output.write(wgsl_module(module, False)[0])
 
 
 def _first_doc_line(cls: type) -> str:
@@ -165,6 +179,7 @@ class LoamOptMain(xDSLOptMain):
     def register_all_targets(self) -> None:
         super().register_all_targets()
         self.available_targets["python"] = lambda: PythonTarget
+        self.available_targets["wgsl"] = lambda: WgslTarget
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)

@@ -148,7 +148,10 @@ def away_from_zero(shape: Shape, seed: int) -> np.ndarray:
 
 
 def ir_text(result: BuildResult) -> str:
-    return str(result.ir)
+    """The kernel program's text (without the module's attributes, such as stage 0's record of every node)."""
+    from loam.dialects.kernel import ProgramOp
+
+    return "\n".join(str(op) for op in result.ir.walk() if isinstance(op, ProgramOp))
 
 
 # -- 1. Gemm ----------------------------------------------------------------------------------------
