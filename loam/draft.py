@@ -90,13 +90,17 @@ def draft_layout(
     ctx = make_context()
     ApplyOptionsPass().apply(ctx, ir)
     Stage0Pass().apply(ctx, ir)
-    graph = main_graph(ir)
+    return draft_graph(main_graph(ir), options.layout)
+
+
+def draft_graph(graph: GraphOp, given: Sequence[LayoutRule]) -> LayoutDraft:
+    """Draft the layout of a graph stage 0 has run on, keeping the `given` rules."""
     # A graph input an If branch reads where its outer axis names would make one name two lengths
     # (a merged decoder's mask: as long as the sequence in one branch, the past and the sequence
     # in the other) is relabelled in each branch; find those inputs by drafting until none clash.
     relabel: frozenset[str] = frozenset()
     while True:
-        drafter = _Drafter(options.layout, relabel)
+        drafter = _Drafter(given, relabel)
         draft = drafter.run(graph)
         more = drafter.clashing_inputs() - relabel
         if not more:

@@ -97,19 +97,25 @@ BACKENDS: tuple[str, ...] = ("numpy", "wgsl")
 """The backends `build` prints a module with."""
 
 
-def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy") -> list[ModulePass]:
+def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", draft: bool = False) -> list[ModulePass]:
     """Every pass `build` runs after reading, in order: what `loam build --print-pipeline` prints for
     `loam-opt -p`.  They read the options (and the checkpoint's stored encodings) from the module's
     attributes.  `fuse` is the fuse pass's objective, None to leave it out.  The numpy backend keeps
     weights the checkpoint stores in ggml blocks packed (`pack-quantized`); the WGSL backend runs its
-    row kernels and float32 products as tile programs (`tile-rows`, `tile-matmul`)."""
+    row kernels and float32 products as tile programs (`tile-rows`, `tile-matmul`).  `draft` (an
+    architecture table's build) names the axes the layout leaves open after stage 0 (`draft-layout`)."""
     from loam.passes.apply_options import ApplyOptionsPass
     from loam.passes.fuse import FusePass
     from loam.passes.lower_to_kernel import LowerToKernelPass
     from loam.passes.name_axes import NameAxesPass
     from loam.passes.stage0 import Stage0Pass
 
-    passes: list[ModulePass] = [ApplyOptionsPass(), Stage0Pass(), NameAxesPass(), LowerToKernelPass()]
+    passes: list[ModulePass] = [ApplyOptionsPass(), Stage0Pass()]
+    if draft:
+        from loam.passes.draft_layout import DraftLayoutPass
+
+        passes.append(DraftLayoutPass())
+    passes += [NameAxesPass(), LowerToKernelPass()]
     if backend == "numpy":
         from loam.passes.pack_quantized import PackQuantizedPass
 
@@ -124,9 +130,9 @@ def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy") -> 
     return passes
 
 
-def pipeline_text(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy") -> str:
+def pipeline_text(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", draft: bool = False) -> str:
     """`pipeline_passes` as a `loam-opt -p` string."""
-    return ",".join(str(p.pipeline_pass_spec()) for p in pipeline_passes(fuse, backend))
+    return ",".join(str(p.pipeline_pass_spec()) for p in pipeline_passes(fuse, backend, draft))
 
 
 def build(
@@ -169,19 +175,17 @@ def build(
     headers = read_headers(all_checkpoints, names=names, architecture=options.architecture)
     say(f"reading {model if not isinstance(model, onnx.ModelProto) else 'model'}")
     ir = read_model(model)
-    if table is not None and table.layout:
+    draft = table is not None and bool(table.layout)
+    if draft:
         # The table names the family's inputs and weights after the options' own rules (those of its
         # rules that reach a tensor of this graph: an export without position_ids is still a Llama);
-        # every other tensor that needs names gets them drafted, as `loam layout` would.
+        # every other tensor that needs names gets them drafted after stage 0 (`draft-layout`).
         from dataclasses import replace
 
-        from loam.draft import draft_layout
         from loam.passes.apply_options import declared_tensors
 
-        say("drafting the axis names the architecture table leaves open")
         declared = set().union(*declared_tensors(ir).values())
-        with_table = replace(options, layout=(*options.layout, *table.layout_for(declared)))
-        options = draft_layout(model, options=with_table).options(with_table)
+        options = replace(options, layout=(*options.layout, *table.layout_for(declared)))
     # An initializer pointing at a raw data file of its own while a checkpoint also supplies it: which
     # one the graph meant is not for Loam to guess.
     check_external_data_sources(
@@ -209,7 +213,7 @@ def build(
         dump_dir.mkdir(parents=True, exist_ok=True)
         _dump(ir, dump_dir / "00-read.mlir")
     fusion = None
-    for i, p in enumerate(pipeline_passes(fuse, backend), start=1):
+    for i, p in enumerate(pipeline_passes(fuse, backend, draft), start=1):
         say(f"running {p.name}")
         p.apply(ctx, ir)
         if isinstance(p, FusePass):

@@ -20,6 +20,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return Stage0Pass
 
+    def get_draft_layout() -> type[ModulePass]:
+        from loam.passes.draft_layout import DraftLayoutPass
+
+        return DraftLayoutPass
+
     def get_name_axes() -> type[ModulePass]:
         from loam.passes.name_axes import NameAxesPass
 
@@ -53,6 +58,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     return {
         "apply-options": get_apply_options,
         "stage0": get_stage0,
+        "draft-layout": get_draft_layout,
         "name-axes": get_name_axes,
         "lower-to-kernel": get_lower_to_kernel,
         "fuse": get_fuse,

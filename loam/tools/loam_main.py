@@ -415,9 +415,11 @@ def _build(args: argparse.Namespace) -> None:
     objective = args.fuse_objective or ("dispatch" if args.backend == "wgsl" else "memory")
     fuse = None if args.no_fuse else objective
     if args.print_pipeline:
+        from loam.architectures import architecture
         from loam.pipeline import pipeline_text
 
-        print(pipeline_text(fuse, args.backend))
+        chosen = options_from_args(args).architecture
+        print(pipeline_text(fuse, args.backend, draft=chosen is not None and bool(architecture(chosen).layout)))
         return
     if args.output is None:
         # As argparse says it for a missing argument (the flag is optional only for --print-pipeline).

@@ -73,7 +73,9 @@ def kernel_ir(model: Path, dump: Path) -> dict[str, str]:
 
 
 def normalised(ir: str) -> str:
-    """`ir` with SSA values renamed in order of appearance and node names blanked."""
+    """`ir` with SSA values renamed in order of appearance and node names blanked (stage 0's record of the
+    nodes, `loam.nodes`, too)."""
+    ir = re.sub(r", loam\.nodes = \[(?:\[[^\]]*\](?:, )?)*\]", "", ir)
     names: dict[str, str] = {}
     text = re.sub(r"%[\w.$-]+", lambda m: names.setdefault(m.group(0), f"%v{len(names)}"), ir)
     text = re.sub(r'node = "[^"]*"', "node = _", text)
