@@ -66,7 +66,7 @@ def read_model(model: str | Path | onnx.ModelProto) -> ModuleOp:
     IR, as `loam-translate --import-onnx` writes it, or StableHLO, as JAX prints it) or an in-memory
     ModelProto."""
     from loam.frontends.onnx_proto import import_model
-    from loam.frontends.onnx_proto import read_model as read_path
+    from loam.registry import FRONT_ENDS
 
     if isinstance(model, onnx.ModelProto):
         return import_model(model, source="<model>")
@@ -86,7 +86,10 @@ def read_model(model: str | Path | onnx.ModelProto) -> ModuleOp:
                 f"{path}: neither Loam graph IR (graph.* ops) nor StableHLO (func.func with stablehlo.* ops)"
             )
         return parse_ir(text, str(path))
-    return read_path(path)
+    front_end = next((f for f in FRONT_ENDS.values() if f.suffix == path.suffix), None)
+    if front_end is None:
+        raise ModelError(f"{path}: expected a .onnx, .onnxtext or .mlir file")
+    return front_end.read(path)
 
 
 DEFAULT_FUSE = "memory"

@@ -5,8 +5,9 @@ Why a subclass of `xDSLOptMain`: everything `xdsl-opt` offers (`-p 'a,b{opt=1}'`
 every Loam pass can be run alone on a `.mlir` file, the way lit tests drive it.  Loam's dialects
 and passes are registered lazily from `loam.dialects.get_all_dialects()` and
 `loam.passes.get_all_passes()`, so a new pass needs no change here and a broken pass module only
-breaks the runs that use it.  `.onnx` and `.onnxtext` inputs are read by
-`loam.frontends.onnx_proto.read_model`.
+breaks the runs that use it.  The front ends (`.onnx`, `.onnxtext`, and `-f stablehlo` for JAX's
+StableHLO text) and the targets (`-t python`, `-t wgsl`) come from `loam.registry`, the tables
+`loam build` and `loam-translate` read too.
 
 Errors follow `loam.tools._cli`: a `LoamError` (or an xDSL parse/verify error) prints one line and
 exits 1; a malformed pipeline or an unknown input kind exits 2.  Under `--verify-diagnostics` a
@@ -22,6 +23,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import IO, ClassVar
@@ -37,11 +39,11 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 from loam.dialects import get_all_dialects
 from loam.errors import LoamError, UsageError
 from loam.passes import get_all_passes
+from loam.registry import FRONT_ENDS, TARGETS, FrontEnd
+from loam.registry import Target as LoamTarget
 from loam.tools._cli import run_guarded, wants_debug
 
-__all__ = [
-    "LoamOptMain", "OnnxFrontend", "OnnxTextFrontend", "PythonTarget", "WgslTarget", "describe_loam_passes", "main",
-]  # fmt: skip
+__all__ = ["LoamOptMain", "describe_loam_passes", "frontend_class", "main", "target_class"]
 
 PROG = "loam-opt"
 
@@ -53,65 +55,47 @@ def _loam_version() -> str:
         return "unknown"
 
 
-def _read_onnx_input(stream: IO[bytes], input_name: str, suffix: str) -> ModuleOp:
-    """Import an ONNX model given to the driver as a stream.
+def _read_input(front_end: FrontEnd, stream: IO[bytes], input_name: str) -> ModuleOp:
+    """Read a model given to the driver as a stream with `front_end`.
 
-    The reader takes a path (external data and the model's folder matter), so the original file is
+    The readers take a path (external data and the model's folder matter), so the original file is
     used when the stream came from one; stdin is spilled to a temporary file first.
     """
-    from loam.frontends.onnx_proto import read_model
-
     path = Path(input_name)
-    if path.suffix == suffix and path.is_file():
-        return read_model(path)
+    if path.suffix == front_end.suffix and path.is_file():
+        return front_end.read(path)
     with tempfile.TemporaryDirectory(prefix="loam-opt-") as folder:
-        spilled = Path(folder) / f"input{suffix}"
+        spilled = Path(folder) / f"input{front_end.suffix}"
         spilled.write_bytes(stream.read())
-        return read_model(spilled)
+        return front_end.read(spilled)
 
 
-@dataclass(frozen=True)
-class OnnxFrontend(Frontend):
-    """Reads a binary ONNX model (`*.onnx`) into the graph dialect."""
+def frontend_class(front_end: FrontEnd) -> type[Frontend]:
+    """xDSL's `Frontend` for one of `loam.registry.FRONT_ENDS` (`-f NAME`, or by the file's suffix)."""
 
-    name: ClassVar[str] = "onnx"
+    @dataclass(frozen=True)
+    class RegisteredFrontend(Frontend):
+        name: ClassVar[str] = front_end.name
 
-    def parse(self, ctx: Context, input: IO[bytes], input_name: str) -> ModuleOp:
-        return _read_onnx_input(input, input_name, ".onnx")
+        def parse(self, ctx: Context, input: IO[bytes], input_name: str) -> ModuleOp:
+            return _read_input(front_end, input, input_name)
 
-
-@dataclass(frozen=True)
-class OnnxTextFrontend(Frontend):
-    """Reads an ONNX model in the textual format (`*.onnxtext`) into the graph dialect."""
-
-    name: ClassVar[str] = "onnxtext"
-
-    def parse(self, ctx: Context, input: IO[bytes], input_name: str) -> ModuleOp:
-        return _read_onnx_input(input, input_name, ".onnxtext")
+    RegisteredFrontend.__doc__ = f"Reads {front_end.description} into the graph dialect."
+    return RegisteredFrontend
 
 
-@dataclass(frozen=True)
-class PythonTarget(Target):
-    """Prints the numpy module of a kernel-dialect program (`-t python`), as `loam build` writes it."""
+def target_class(target: LoamTarget) -> type[Target]:
+    """xDSL's `Target` for one of `loam.registry.TARGETS` (`-t NAME`)."""
 
-    name: ClassVar[str] = "python"
+    @dataclass(frozen=True)
+    class RegisteredTarget(Target):
+        name: ClassVar[str] = target.name
 
-    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
-        from loam.backends.numpy_module import emit_python
+        def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+            output.write(target.emit(module))
 
-        output.write(emit_python(module))
-
-
-@dataclass(frozen=True)
-class WgslTarget(Target):
-    """Prints the WGSL module of a kernel-dialect program (`-t wgsl`), as `loam build --backend wgsl` writes it."""
-
-    name: ClassVar[str] = "wgsl"
-
-    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
-        from loam.backends.wgsl_module import wgsl_module
-
-        output.write(wgsl_module(module, False)[0])
+    RegisteredTarget.__doc__ = f"Prints {target.description}, as `loam build --backend {target.backend}` writes it."
+    return RegisteredTarget
 
 
 def _first_doc_line(cls: type) -> str:
@@ -144,7 +128,8 @@ def describe_loam_passes(passes: dict[str, Callable[[], type[ModulePass]]] | Non
     lines.append("")
     lines.append(
         "Input files: .mlir (IR text), .onnx and .onnxtext (ONNX models, imported to the "
-        "graph dialect); stdin is read as .mlir unless -f names a frontend."
+        "graph dialect), and with -f stablehlo the StableHLO text JAX prints; stdin is read as .mlir "
+        "unless -f names a frontend. Targets (-t): python (the numpy module), wgsl (the WGSL module)."
     )
     return "\n".join(lines)
 
@@ -173,13 +158,16 @@ class LoamOptMain(xDSLOptMain):
 
     def register_all_frontends(self) -> None:
         super().register_all_frontends()
-        self.available_frontends["onnx"] = lambda: OnnxFrontend
-        self.available_frontends["onnxtext"] = lambda: OnnxTextFrontend
+        for name, front_end in FRONT_ENDS.items():
+            if name != "stablehlo":  # its .mlir suffix is IR text's: reached with -f stablehlo only
+                self.available_frontends[front_end.suffix.removeprefix(".")] = partial(frontend_class, front_end)
+            self.available_frontends[name] = partial(frontend_class, front_end)
 
     def register_all_targets(self) -> None:
         super().register_all_targets()
-        self.available_targets["python"] = lambda: PythonTarget
-        self.available_targets["wgsl"] = lambda: WgslTarget
+        for name, target in TARGETS.items():
+            # A factory of no arguments (xDSL tells a class factory from a parse function by its signature).
+            self.available_targets[name] = partial(target_class, target)
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)

@@ -3,10 +3,12 @@
 - `--import-onnx MODEL` reads `MODEL.onnx` or `MODEL.onnxtext` and prints graph-dialect IR;
 - `--import-stablehlo MODEL.mlir` reads StableHLO text (as JAX prints it) and prints graph-dialect IR;
 - `--export-onnx [IR] -o OUT.onnx` reads graph-dialect IR (a file, or stdin) and writes ONNX;
-- `--emit-python [IR] [-o OUT.py]` reads kernel-dialect IR and prints the generated numpy module.
+- `--emit-python [IR] [-o OUT.py]` reads kernel-dialect IR and prints the generated numpy module;
+  `--emit-wgsl` prints the WGSL module.
 
 Why a separate tool from `loam-opt`: these are not IR-to-IR passes; each one leaves or enters IR.
-The translations are a small registry (`TRANSLATIONS`), so adding one (StableHLO, WGSL) is one entry.
+The translations (`TRANSLATIONS`) come from `loam.registry`'s front ends and targets, the tables
+`loam build` and `loam-opt` read too, so a new front end or backend reaches every tool.
 Errors follow `loam.tools._cli`: one line and exit 1 for bad input, exit 2 for bad usage.
 """
 
@@ -23,6 +25,7 @@ from xdsl.printer import Printer
 
 from loam.context import parse_ir as parse_ir_text
 from loam.errors import ModelError, UsageError
+from loam.registry import FRONT_ENDS, TARGETS, Target
 from loam.tools._cli import CliParser, run_guarded, wants_debug
 
 __all__ = ["TRANSLATIONS", "Translation", "main", "parse_ir"]
@@ -56,36 +59,26 @@ def _write_text(text: str, output: Path | None) -> None:
         output.write_text(text, encoding="utf-8")
 
 
-def _import_onnx(input_path: Path | None, output: Path | None) -> None:
-    if input_path is None:
-        raise UsageError("--import-onnx needs a model file (MODEL.onnx or MODEL.onnxtext)")
-    if input_path.suffix not in (".onnx", ".onnxtext"):
-        raise UsageError(
-            f"{input_path}: --import-onnx reads .onnx or .onnxtext files, not '{input_path.suffix or 'no suffix'}'"
-        )
-    if not input_path.is_file():
-        raise ModelError(f"{input_path}: no such model file")
-    from loam.frontends.onnx_proto import read_model
+def _importer(names: tuple[str, ...]) -> Callable[[Path | None, Path | None], None]:
+    """A translation reading a model with one of the front ends `names` (by its suffix) and printing its IR."""
 
-    module = read_model(input_path)
-    text = StringIO()
-    Printer(stream=text).print_op(module)
-    text.write("\n")
-    _write_text(text.getvalue(), output)
+    def run(input_path: Path | None, output: Path | None) -> None:
+        front_ends = [FRONT_ENDS[n] for n in names]
+        suffixes = " or ".join(sorted({f.suffix for f in front_ends}))
+        flag = f"--import-{names[0]}"
+        if input_path is None:
+            raise UsageError(f"{flag} needs a model file ({suffixes})")
+        chosen = next((f for f in front_ends if f.suffix == input_path.suffix), None)
+        if chosen is None:
+            raise UsageError(f"{input_path}: {flag} reads {suffixes} files, not '{input_path.suffix or 'no suffix'}'")
+        if not input_path.is_file():
+            raise ModelError(f"{input_path}: no such model file")
+        text = StringIO()
+        Printer(stream=text).print_op(chosen.read(input_path))
+        text.write("\n")
+        _write_text(text.getvalue(), output)
 
-
-def _import_stablehlo(input_path: Path | None, output: Path | None) -> None:
-    if input_path is None:
-        raise UsageError("--import-stablehlo needs a StableHLO file (MODEL.mlir)")
-    if not input_path.is_file():
-        raise ModelError(f"{input_path}: no such model file")
-    from loam.frontends.stablehlo import read_stablehlo
-
-    module = read_stablehlo(input_path)
-    text = StringIO()
-    Printer(stream=text).print_op(module)
-    text.write("\n")
-    _write_text(text.getvalue(), output)
+    return run
 
 
 def _export_onnx(input_path: Path | None, output: Path | None) -> None:
@@ -100,27 +93,31 @@ def _export_onnx(input_path: Path | None, output: Path | None) -> None:
     onnx.save_model(model, str(output))
 
 
-def _emit_python(input_path: Path | None, output: Path | None) -> None:
-    module = parse_ir(input_path)
-    from loam.backends.numpy_module import emit_python
+def _emitter(target: Target) -> Callable[[Path | None, Path | None], None]:
+    def run(input_path: Path | None, output: Path | None) -> None:
+        _write_text(target.emit(parse_ir(input_path)), output)
 
-    _write_text(emit_python(module), output)
+    return run
 
 
 TRANSLATIONS: tuple[Translation, ...] = (
-    Translation("import-onnx", "read MODEL (.onnx or .onnxtext) and print graph-dialect IR", _import_onnx),
+    Translation(
+        "import-onnx", "read MODEL (.onnx or .onnxtext) and print graph-dialect IR", _importer(("onnx", "onnxtext"))
+    ),
     Translation(
         "import-stablehlo",
         "read StableHLO text (MODEL.mlir, as JAX prints it) and print graph-dialect IR",
-        _import_stablehlo,
+        _importer(("stablehlo",)),
     ),
     Translation(
         "export-onnx", "read graph-dialect IR (INPUT or stdin) and write an ONNX model to -o OUT.onnx", _export_onnx
     ),
-    Translation(
-        "emit-python", "read kernel-dialect IR (INPUT or stdin) and print the generated numpy module", _emit_python
+    *(
+        Translation(f"emit-{t.name}", f"read kernel-dialect IR (INPUT or stdin) and print {t.description}", _emitter(t))
+        for t in TARGETS.values()
     ),
 )
+"""The translations: an import per front end, ONNX export, and an emit per target of `loam.registry`."""
 
 
 def _parser() -> CliParser:

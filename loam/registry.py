@@ -1,0 +1,87 @@
+"""The front ends that read a model into IR and the targets that print a module, in one place.
+
+`loam build` (`loam.pipeline`), `loam-opt` (its `-f` front ends and `-t` targets) and `loam-translate`
+(its `--import-NAME` and `--emit-NAME` translations) all read these two tables, so a front end or a
+backend added here is reachable from every tool at once.
+
+- A front end reads a file into graph-dialect IR: `onnx` (`.onnx`), `onnxtext` (`.onnxtext`) and
+  `stablehlo` (the `.mlir` text JAX prints).
+- A target prints the module of a kernel-dialect program: `python` (numpy) and `wgsl` (WebGPU through wgpu).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from xdsl.dialects.builtin import ModuleOp
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """Reads a model file of one kind (by `suffix`) into graph-dialect IR."""
+
+    name: str
+    suffix: str
+    description: str
+    read: Callable[[Path], ModuleOp]
+
+
+@dataclass(frozen=True)
+class Target:
+    """Prints the module of a kernel-dialect program for one backend."""
+
+    name: str
+    backend: str
+    description: str
+    emit: Callable[[ModuleOp], str]
+
+
+def _read_onnx(path: Path) -> ModuleOp:
+    from loam.frontends.onnx_proto import read_model
+
+    return read_model(path)
+
+
+def _read_stablehlo(path: Path) -> ModuleOp:
+    from loam.frontends.stablehlo import read_stablehlo
+
+    return read_stablehlo(path)
+
+
+def _emit_python(module: ModuleOp) -> str:
+    from loam.backends.numpy_module import emit_python
+
+    return emit_python(module)
+
+
+def _emit_wgsl(module: ModuleOp) -> str:
+    from loam.backends.wgsl_module import wgsl_module
+
+    return wgsl_module(module)[0]
+
+
+FRONT_ENDS: dict[str, FrontEnd] = {
+    f.name: f
+    for f in (
+        FrontEnd("onnx", ".onnx", "an ONNX model (protobuf)", _read_onnx),
+        FrontEnd("onnxtext", ".onnxtext", "an ONNX model in ONNX's textual form", _read_onnx),
+        FrontEnd("stablehlo", ".mlir", "StableHLO text, as JAX prints it (pretty or generic)", _read_stablehlo),
+    )
+}
+"""Every front end by name."""
+
+TARGETS: dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target("python", "numpy", "the numpy module of a kernel-dialect program", _emit_python),
+        Target(
+            "wgsl",
+            "wgsl",
+            "the WGSL module (WebGPU compute shaders through wgpu) of a kernel-dialect program",
+            _emit_wgsl,
+        ),
+    )
+}
+"""Every target by name; `backend` is the name `loam build --backend` gives it."""
