@@ -51,16 +51,16 @@ and of a prologue that owes a condition:
     _owe(_env["past"] + _env["seq"] <= 128, "past + seq <= 128", "Slice node 'attn/Slice_3'", ...)
 ```
 
-Identifiers come from one set: every name the module declares is reserved first, then each ONNX
-name is sanitised (`fc1.weight` -> `fc1_weight`, `_` appended while taken, keywords avoided).  An
-axis whose marker would take a declared name stops emission with an `AxisError`.
+Identifiers come from one set (`loam.backends.names.Names`): Python's keywords and builtins and
+every name the module declares or spells are reserved first, then each ONNX name is spelled as an
+ASCII identifier (`fc1.weight` -> `fc1_weight`, `日本` -> `u65e5_u672c`) with `_` appended while
+taken (a tensor named `bool` is forward's `bool_`; `INPUTS` and `OUTPUTS` keep the ONNX names).  An
+axis whose marker would take a reserved name stops emission with an `AxisError`.
 """
 
 from __future__ import annotations
 
-import keyword
 import math
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -69,6 +69,7 @@ from xdsl.dialects.builtin import ArrayAttr, IntAttr, ModuleOp, StringAttr
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from loam.backends import numpy_runtime
+from loam.backends.names import PYTHON_NAMES, Names, identifier
 from loam.backends.numpy_buffers import BufferPlan, plan_buffers
 from loam.backends.numpy_inplace import OUT, InPlacePlan, broadcast_extents, plan_in_place
 from loam.backends.numpy_kernels import elementwise as elementwise_kernels
@@ -99,13 +100,6 @@ __all__ = ["emit_python"]
 # Step spellings: numpy ufuncs, or pieces where the meaning depends on the element type.
 _UNARY: dict[str, str] = elementwise_kernels.UNARY_SOURCE
 _BINARY: dict[str, str] = elementwise_kernels.BINARY_SOURCE
-
-# Names the module declares whatever the program holds; reserved before any ONNX name.
-_FIXED_NAMES = (
-    "np", "ml_dtypes", "Weights", "Outputs", "forward", "weights", "_env", "_src", "_SPECS", "_fields", "self",
-    "cls", "load", "load_file", "embedded", "stored", "data", "path", "values", "tensors", "_from", "_carried",
-    "_stored", "_source", "_EMBEDDED", "_CHECKPOINT_NAMES", "_WEIGHT_BYTES", "_POOL", "_buf", "_key",
-)  # fmt: skip
 
 # Element types whose arithmetic runs in float32: a weight of one is prepared in f32 once by `Weights`.
 _HALVES = ("f16", "bf16")
@@ -165,32 +159,6 @@ def _checkpoint_names(module: ModuleOp) -> tuple[tuple[str, str], ...]:
     return tuple(rules)
 
 
-def _identifier(text: str) -> str:
-    """`text` made a Python identifier: other characters become `_`, a leading digit gets `v_`."""
-    ident = re.sub(r"\W", "_", text, flags=re.ASCII)
-    if not ident:
-        return "v"
-    return "v_" + ident if ident[0].isdigit() else ident
-
-
-class _Names:
-    """One set of identifiers for the whole module, so no two declarations can collide."""
-
-    def __init__(self) -> None:
-        self.taken: set[str] = set(keyword.kwlist) | set(keyword.softkwlist)
-
-    def reserve(self, name: str) -> None:
-        self.taken.add(name)
-
-    def mint(self, text: str) -> str:
-        """A fresh identifier spelling `text` as closely as possible."""
-        ident = _identifier(text)
-        while ident in self.taken:
-            ident += "_"
-        self.taken.add(ident)
-        return ident
-
-
 def _axes_type(value: SSAValue, what: str) -> AxesTensorType:
     t = value.type
     if not isinstance(t, AxesTensorType):
@@ -232,7 +200,7 @@ class _Emitter:
         self.program = program
         self.checkpoint_names = checkpoint_names
         self.row_orders = row_orders
-        self.names = _Names()
+        self.names = Names()
         self.pieces: set[str] = set()
         # Each expression function, keyed by the expression and the operands given in prepared f32.
         self.exprs: dict[tuple[Expr, frozenset[int], InPlacePlan], str] = {}
@@ -292,14 +260,21 @@ class _Emitter:
             markers[name] = only.const_value if only is not None and only.is_const else None
         return markers
 
+    def declared_names(self) -> set[str]:
+        """The module's own names besides `names.MODULE_NAMES`: the runtime pieces it may carry, and
+        the attributes a subclass's `Weights` keeps (a backend declaring more adds its own)."""
+        return {*numpy_runtime.PIECES, "_SAFETENSORS_DTYPES", *self.weight_slots}
+
     def _reserve_declared(self, markers: Iterable[str]) -> None:
-        declared = {*_FIXED_NAMES, *numpy_runtime.PIECES, "_SAFETENSORS_DTYPES"}
-        for name in declared:
+        """Reserve every name the module relies on, then each axis marker class (refused where it
+        would take one of those: a keyword, a builtin, the module's own name)."""
+        for name in self.declared_names():
             self.names.reserve(name)
         for name in markers:
-            if name in declared or keyword.iskeyword(name) or keyword.issoftkeyword(name):
+            if name in self.names:
+                what = "Python's" if name in PYTHON_NAMES else "the module's own"
                 raise AxisError(
-                    f"axis '{name}' would declare a marker class named like the module's own '{name}'; "
+                    f"axis '{name}' would declare a marker class named like {what} '{name}'; "
                     "rename the axis in the layout"
                 )
             if not name.isidentifier() or name.startswith("_"):
@@ -913,9 +888,9 @@ class _Emitter:
             # Named after the ONNX node computing it (`/transformer/h.0/attn/Softmax` -> h_0_attn_softmax):
             # short, and the same name the comment at the line's end gives in full.
             parts = [p for p in node.data.split("/") if p]
-            base = _identifier("_".join(parts[1:] if len(parts) >= 3 else parts).lower())
+            base = identifier("_".join(parts[1:] if len(parts) >= 3 else parts).lower())
             ident, n = base, 1
-            while ident in self.names.taken:
+            while ident in self.names:
                 ident, n = f"{base}_{n}", n + 1
             return self._named(result, self.names.mint(ident))
         if hint is None and op.operands:

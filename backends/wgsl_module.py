@@ -34,6 +34,7 @@ from xdsl.dialects.builtin import ArrayAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.backends import wgsl_runtime
+from loam.backends.names import WGSL_MODULE_NAMES
 from loam.backends.numpy_module import (
     _axes_type,
     _checkpoint_names,
@@ -153,6 +154,11 @@ class _WgslEmitter(_Emitter):
         self.host_nodes: list[str] = []  # kernels the host computes: "node (why)"
 
     # -- declarations -------------------------------------------------------------------------------
+
+    def declared_names(self) -> set[str]:
+        """The numpy module's names, its device runtime's and kernels' pieces, and the names the
+        WGSL module spells itself (`g`, `_w`, `_b`, `_gpu`, ...: `names.WGSL_MODULE_NAMES`)."""
+        return {*super().declared_names(), *wgsl_runtime.PIECES, *_kernel_pieces(), *WGSL_MODULE_NAMES}
 
     def _imports(self) -> str:
         return super()._imports() + "import wgpu\n"

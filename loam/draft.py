@@ -6,7 +6,9 @@ two axes to be one (`loam.ops.base.same_axis`: a contraction, a broadcast, a con
 unifies their variables rather than stopping the build.  Each class of unified axes then gets one
 name: a layout rule the caller gave wins (two different given names meeting is a real conflict and
 stops the draft), then a dim_param the axis carries, then a readable invented name made from the
-first tensor the axis appears in (`Conv1Weight_0`).  The draft is one exact rule per tensor that
+first tensor the axis appears in (`Conv1Weight_0`); a name the module's marker class cannot take
+(a builtin such as a dim_param `len`, or the module's own `Weights`: `loam.backends.names`) gets
+`_2`, `_3`, ... like a name already taken.  The draft is one exact rule per tensor that
 needs one (graph inputs, initializers, multi-element constants, node outputs with an axis their
 operator leaves open), which `loam build` accepts unedited; `invented` lists the names the author
 may want to rename.
@@ -367,6 +369,8 @@ class _Drafter:
     # -- naming ------------------------------------------------------------------------------------
 
     def finish(self, wanted: Sequence[tuple[str, Sequence[Axis], str | None]]) -> LayoutDraft:
+        from loam.backends.names import MARKER_RESERVED
+
         names: dict[int, str] = {}
         taken: set[str] = set(self.fixed.values())
         for rule in self.given:
@@ -388,7 +392,8 @@ class _Drafter:
             stem = _identifier(symbol) if symbol is not None else f"{_camel(tensor)}_{index}"
             name = stem
             n = 2
-            while name in taken:
+            # The axis becomes a marker class of the module: never a builtin's or the module's own name.
+            while name in taken or name in MARKER_RESERVED:
                 name = f"{stem}_{n}"
                 n += 1
             taken.add(name)

@@ -279,7 +279,11 @@ def test_build_help_explains_every_flag(capsys: pytest.CaptureFixture[str]) -> N
 @pytest.mark.parametrize(
     ("argv", "code", "needle"),
     [
-        ([], 2, "one of the arguments --import-onnx --import-stablehlo --export-onnx --emit-python --emit-wgsl is required"),
+        (
+            [],
+            2,
+            "one of the arguments --import-onnx --import-stablehlo --export-onnx --emit-python --emit-wgsl is required",
+        ),
         (["--import-onnx", "--emit-python", "x.mlir"], 2, "not allowed with argument"),
         (["--import-onnx"], 2, "--import-onnx needs a model file"),
         (["--export-onnx", "x.mlir"], 2, "name it with -o OUT.onnx"),
