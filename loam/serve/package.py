@@ -39,7 +39,7 @@ import re
 import sys
 import types
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from loam.errors import LoamError, ShapeError
@@ -280,7 +280,11 @@ class Package:
     stages: dict[str, Stage]
     tokenizer: object | None  # loam.tokenizer.Tokenizer
     control: object | None  # the package's own CONTROL, when it has one
-    builds: dict[str, bool] = field(default_factory=dict)  # stage -> whether it came from the build cache
+
+    @property
+    def builds(self) -> dict[str, bool]:
+        """Each stage's name and whether its module came from the build cache."""
+        return {name: stage.cache_hit for name, stage in self.stages.items()}
 
 
 def open_package(folder: str | Path, progress: Callable[[str], None] = lambda _message: None) -> Package:
@@ -330,7 +334,7 @@ def open_package(folder: str | Path, progress: Callable[[str], None] = lambda _m
         stage.outputs = tuple(outputs) if outputs else ()
     tokenizer = _tokenizer(spec)
     control = _control(spec)
-    return Package(spec, stages, tokenizer, control, {name: s.cache_hit for name, s in stages.items()})
+    return Package(spec, stages, tokenizer, control)
 
 
 def _build_stage(stage: StageSpec, progress: Callable[[str], None]) -> object:

@@ -329,7 +329,6 @@ class TextWorker(Worker):
         return True
 
     def _run(self, rows: list[tuple[TextRequest, list[int]]]) -> None:
-        started = time.monotonic()
         try:
             logits = self.stage.run(self.pool, [(r.seq, span) for r, span in rows])  # type: ignore[misc]
         except Exception as err:
@@ -357,13 +356,13 @@ class TextWorker(Worker):
             if reading_prompt:
                 cached += request.cached
             generated += 1
-            self._advance(request, row_logits, started)
+            self._advance(request, row_logits)
         self.metrics.tokens(prompt_tokens, generated, cached)
         stats = self.pool.stats()
         self.metrics.kv_used.set(stats["used"])
         self.metrics.kv_cached.set(stats["cached"])
 
-    def _advance(self, request: TextRequest, logits: np.ndarray, started: float) -> None:
+    def _advance(self, request: TextRequest, logits: np.ndarray) -> None:
         """Sample `request`'s next token from `logits`, deliver it, and decide whether the request ends."""
         assert request.sampler is not None and request.matcher is not None and request.seq is not None
         token = request.sampler.pick(logits)
