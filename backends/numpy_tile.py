@@ -13,8 +13,9 @@ is the oracle the WGSL form of the same program is tested against.
 
 from __future__ import annotations
 
+from loam.backends.module_text import dtype_source
+from loam.backends.numpy_kernel_printer import expr_dtype, step_source
 from loam.backends.numpy_kernels.elementwise import BINARY_SOURCE, UNARY_SOURCE
-from loam.backends.numpy_module import _dtype_source, _expr_dtype, step_source
 from loam.dialects.expr import Binary, Expr, Operand, Unary
 from loam.dialects.tile_program import (
     Carry,
@@ -99,11 +100,11 @@ def tile_function(name: str, program: TileProgram) -> tuple[str, set[str]]:
             layout = ", ".join(map(str, padded))
             lines.append(f"{v} = np.arange({shape[step.axis]}, dtype=np.int32).reshape(1, {layout})  # {step}")
         elif isinstance(step, Fill):
-            dtype = _dtype_source(_expr_dtype(step.elem))
+            dtype = dtype_source(expr_dtype(step.elem))
             shape = (1,) * (rank - len(step.shape)) + step.shape
             lines.append(f"{v} = np.full((1, {', '.join(map(str, shape))}), {step.value!r}, dtype={dtype})  # {step}")
         elif isinstance(step, Load):
-            dtype = _dtype_source(_expr_dtype(step.elem))
+            dtype = dtype_source(expr_dtype(step.elem))
             lines += [
                 f"mask = np.broadcast_to(t{step.mask}, {full(shapes[i])})  # {step}",
                 f"safe = np.where(mask, np.broadcast_to(t{step.index}, {full(shapes[i])}), 0)",
@@ -147,7 +148,7 @@ def tile_function(name: str, program: TileProgram) -> tuple[str, set[str]]:
             continue
         else:
             assert isinstance(step, Store)
-            value = _dtype_source(_expr_dtype(elems[step.value]))
+            value = dtype_source(expr_dtype(elems[step.value]))
             shape = full(broadcast(*(shapes[r] for r in (step.index, step.value, step.mask))))  # type: ignore[misc]
             lines += [
                 f"mask = np.broadcast_to(t{step.mask}, {shape})  # {step}",

@@ -162,9 +162,9 @@ def test_a_layout_naming_an_axis_like_a_builtin_is_refused() -> None:
 
 def test_marker_reserved_holds_every_runtime_name_an_axis_could_take() -> None:
     from loam.backends import numpy_runtime, wgsl_runtime
-    from loam.backends.wgsl_module import _kernel_pieces
+    from loam.backends.wgsl_kernel_printer import kernel_pieces
 
-    pieces = {*numpy_runtime.PIECES, *wgsl_runtime.PIECES, *_kernel_pieces()}
+    pieces = {*numpy_runtime.PIECES, *wgsl_runtime.PIECES, *kernel_pieces()}
     assert {p for p in pieces if not p.startswith("_")} <= MARKER_RESERVED
 
 

@@ -1,0 +1,210 @@
+"""The classes and constants a generated module declares besides `forward`, as source text.
+
+Shared by every backend's module printer (`loam.backends.module_printer`): one marker class per
+axis, `class Weights` (checked loading of a checkpoint, the carried weights), `class Outputs` (a
+named tuple the module writes by hand, since it imports nothing but numpy), and the byte literals
+of folded constants and carried weights.  A backend keeping more per `Weights` (the WGSL module's
+device buffers) names the extra attributes; nothing else here depends on the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from xdsl.ir import Attribute
+
+from loam.backends.module_text import axes_type, dtype_source, numpy_dtype, tuple_py
+from loam.dialects.kernel import WeightOp
+from loam.errors import LoamError
+
+EMBED_ALIGN = 64
+"""Byte alignment of each tensor within the embedded weights' one bytes literal."""
+
+
+def to_numpy(attr: Attribute, what: str) -> np.ndarray:
+    to_numpy = getattr(attr, "to_numpy", None)
+    if to_numpy is None:
+        raise LoamError(f"{what} carries {attr}, not a #graph.data value")
+    return np.asarray(to_numpy())
+
+
+def embedded_bytes(carried: Sequence[tuple[WeightOp, str]]) -> tuple[bytes, list[str]]:
+    """The carried weights' bytes as one literal, and their `_EMBEDDED` rows (offsets aligned)."""
+    blob = bytearray()
+    rows: list[str] = []
+    for op, _ in carried:
+        assert op.data is not None
+        arr = to_numpy(op.data, f"weight {op.weight_name.data!r}")
+        if arr.dtype.type.__module__ != "numpy":  # ml_dtypes.bfloat16: its bits, little-endian
+            data = np.ascontiguousarray(arr).view(np.uint16).astype("<u2").tobytes()
+            dtype = f"ml_dtypes.{arr.dtype.name}"
+        else:
+            little = arr.dtype.newbyteorder("<") if arr.dtype.byteorder not in ("|", "=") else arr.dtype
+            data = np.ascontiguousarray(arr, dtype=little).tobytes()
+            dtype = repr(little.str)
+        blob += bytes(-len(blob) % EMBED_ALIGN)
+        rows.append(f"({op.weight_name.data!r}, {len(blob)}, {dtype}, {arr.size}, {tuple(arr.shape)!r})")
+        blob += data
+    return bytes(blob), rows
+
+
+def array_literal(arr: np.ndarray) -> str:
+    """`arr` as `np.frombuffer(b"...", dtype=...).reshape(...)` (little-endian bytes)."""
+    if arr.dtype.type.__module__ != "numpy":  # ml_dtypes.bfloat16: its bits, viewed back
+        data = np.ascontiguousarray(arr).view(np.uint16).astype("<u2").tobytes()
+        return f"np.frombuffer({data!r}, dtype='<u2').view(ml_dtypes.{arr.dtype.name}).reshape({tuple(arr.shape)!r})"
+    little = arr.dtype.newbyteorder("<") if arr.dtype.byteorder not in ("|", "=") else arr.dtype
+    data = np.ascontiguousarray(arr, dtype=little).tobytes()
+    return f"np.frombuffer({data!r}, dtype={little.str!r}).reshape({tuple(arr.shape)!r})"
+
+
+def marker_source(name: str, extent: int | None) -> str:
+    lines = [f"class {name}:", f'    """Axis {name}."""']
+    if extent is not None:
+        lines += ["", f"    EXTENT = {extent}"]
+    return "\n".join(lines) + "\n"
+
+
+def outputs_source(fields: Sequence[str], onnx_names: Sequence[str]) -> str:
+    """A hand-written named tuple (the module imports nothing but numpy, so not typing.NamedTuple)."""
+    params = ", ".join(f"{f}: np.ndarray" for f in fields)
+    lines = [
+        "class Outputs(tuple):",
+        f'    """forward\'s outputs, in graph order: {", ".join(repr(n) for n in onnx_names)}."""',
+        "",
+        "    __slots__ = ()",
+        f"    _fields = {tuple(fields)!r}",
+        "",
+        f'    def __new__(cls, {params}) -> "Outputs":',
+        f"        return tuple.__new__(cls, ({', '.join(fields)},))",
+        "",
+        "    def __repr__(self) -> str:",
+        '        return "Outputs(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self)) + ")"',
+        "",
+    ]
+    for i, (f, n) in enumerate(zip(fields, onnx_names, strict=True)):
+        lines.append(f"    {f} = property(lambda self: self[{i}], doc={f'ONNX output {n!r}'!r})")
+    return "\n".join(lines) + "\n"
+
+
+def weights_source(
+    weights: Sequence[tuple[WeightOp, str]],
+    prepared_names: Mapping[str, str],
+    embedded_rows: Sequence[str],
+    all_carried: bool,
+    checkpoint_names: tuple[tuple[str, str], ...],
+    row_orders: tuple[tuple[str, int], ...],
+    slots_more: Mapping[str, str],
+) -> str:
+    """`class Weights`: `load`, `load_file`, `stored`, and `embedded()` where the IR carries every weight.
+
+    `embedded_rows` describe the weights the module carries (`_EMBEDDED`); a checkpoint need not
+    hold those.  Each half weight that forward would widen gets a float32 twin made in `__init__`
+    (`prepared_names`: weight attribute -> its twin's).  `slots_more` are further attributes a
+    backend keeps per Weights (name -> what it holds), `checkpoint_names` and `row_orders` the
+    module attributes `loam.checkpoint_names` and `loam.row_orders`.
+    """
+    prepared = [(attr, prepared_names[attr]) for _, attr in weights if attr in prepared_names]
+    slots = (*(attr for _, attr in weights), *(p for _, p in prepared), "_stored", "_source", *slots_more)
+    lines = [
+        "class Weights:",
+        '    """The initializers forward reads, checked against the graph when loaded.',
+        "",
+        "    Each attribute holds a weight in the graph's dtype: a view of the checkpoint's bytes where the",
+        "    stored dtype is the graph's, else converted once.  A half weight stays half; where forward",
+        "    computes with it in float32, that float32 form is made here once, never per call.",
+        '    """',
+        "",
+        f"    __slots__ = {slots!r}",
+        "",
+        "    # ONNX name, attribute, dtype, (axis, extent) per axis; None where the graph leaves it open",
+        "    _SPECS = (",
+    ]
+    for op, attr in weights:
+        t = axes_type(op.result, f"weight '{op.weight_name.data}'")
+        dtype = numpy_dtype(t, f"weight '{op.weight_name.data}'")
+        axes = [(a.name, a.extent.const_value if a.extent.is_const else None) for a in t.axes]
+        # A plain numpy dtype by name; bfloat16 as ml_dtypes' type, which numpy knows by no name.
+        spelled = dtype_source(dtype) if dtype.type.__module__ != "numpy" else repr(dtype.name)
+        lines.append(f"        ({op.weight_name.data!r}, {attr!r}, {spelled}, {tuple_py(axes)}),")
+    lines.append("    )")
+    lines.append("")
+    lines.append(
+        "    # (pattern, template) rules renaming checkpoint tensors to graph names; none: names are the graph's"
+    )
+    lines.append(f"    _CHECKPOINT_NAMES = {checkpoint_names!r}")
+    lines.append("")
+    packed = sorted(op.weight_name.data for op, _ in weights if "packed" in op.attributes)
+    lines.append("    # Weights kept in the ggml blocks the checkpoint stores them in (packed kernels read them)")
+    lines.append(f"    _PACKED = frozenset({packed!r})" if packed else "    _PACKED: frozenset = frozenset()")
+    lines.append("")
+    lines.append("    # Checkpoint tensors whose rows llama.cpp interleaved for its rotary embedding: head counts")
+    lines.append(f"    _ROW_ORDERS = {dict(row_orders)!r}")
+    lines.append("")
+    lines.append("    # The weights the graph carries: ONNX name, offset in _WEIGHT_BYTES, dtype, count, shape")
+    lines += ["    _EMBEDDED = (", *[f"        {row}," for row in embedded_rows], "    )"]
+    lines.append("")
+    sig = "".join(f", {attr}: np.ndarray" for _, attr in weights)
+    lines.append(f"    def __init__(self{sig}) -> None:")
+    lines += [f"        self.{attr} = {attr}" for _, attr in weights]
+    lines += [f"        self.{p} = _prepared({attr})  # the float32 forward computes in" for attr, p in prepared]
+    lines += [
+        "        self._stored: dict[str, np.ndarray] = {}  # each weight as the checkpoint stores it",
+        "        self._source: object = None  # the checkpoint's buffer (a memory map), kept while viewed",
+        *(f"        self.{slot}: object = None  # {why}" for slot, why in slots_more.items()),
+        "",
+        "    @classmethod",
+        '    def load(cls, data: object, packed: bool = True) -> "Weights":',
+        '        """Read a checkpoint: the bytes (or memoryview) of one safetensors or GGUF file, or a mapping',
+        "        of shard name -> bytes.  Every tensor is checked against the graph before any is used;",
+        "        LoadError names the tensor and the axis that disagree.  `packed=False` widens the weights",
+        "        kept in ggml blocks (`_PACKED`) to float32 now: about 4x their memory, faster products.",
+        '        """',
+        "        return cls._from(data, _read_checkpoint(data), packed)",
+        "",
+        "    @classmethod",
+        '    def load_file(cls, path: object, packed: bool = True) -> "Weights":',
+        '        """Memory-map a checkpoint file read-only and load it: a path, a list of shard paths, or a',
+        '        Hugging Face `*.index.json` naming its shards.  The weights view the map, kept open with them."""',
+        "        data = _mapped(path)",
+        "        tensors = _read_checkpoint(data)",
+        "        _check_index(path, tensors)",
+        "        return cls._from(data, tensors, packed)",
+        "",
+        "    @classmethod",
+        '    def _from(cls, data: object, tensors: dict, packed: bool = True) -> "Weights":',
+        "        values, stored = _load_weights(",
+        "            tensors,",
+        "            cls._SPECS,",
+        "            cls._CHECKPOINT_NAMES,",
+        "            cls._carried(),",
+        "            cls._PACKED if packed else frozenset(),",
+        "            cls._ROW_ORDERS,",
+        "        )",
+        "        weights = cls(*values)",
+        "        weights._stored, weights._source = stored, data",
+        "        return weights",
+        "",
+        "    def stored(self, name: str) -> np.ndarray:",
+        '        """Weight `name` (its ONNX name) as the checkpoint stores it: a half stays half."""',
+        "        return self._stored[name]",
+        "",
+        "    @classmethod",
+        "    def _carried(cls) -> dict[str, np.ndarray]:",
+        '        """The weights the module carries, as read-only views of `_WEIGHT_BYTES`."""',
+        "        return {",
+        "            name: np.frombuffer(_WEIGHT_BYTES, dtype=dtype, count=count, offset=offset).reshape(shape)",
+        "            for name, offset, dtype, count, shape in cls._EMBEDDED",
+        "        }",
+    ]
+    if all_carried:
+        lines += [
+            "",
+            "    @classmethod",
+            '    def embedded(cls) -> "Weights":',
+            '        """The weights the graph carries, embedded in this module."""',
+            "        carried = cls._carried()",
+            "        return cls(*(carried[name] for name, *_ in cls._SPECS))",
+        ]
+    return "\n".join(lines) + "\n"

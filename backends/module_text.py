@@ -1,0 +1,87 @@
+"""How a generated module spells the program's types and values: dtypes, shapes' element types,
+kernel parameters as Python literals, and the module attributes the build attaches.
+
+Shared by every backend's module printer; plain functions of the IR, with no printer state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from xdsl.dialects.builtin import ArrayAttr, IntAttr, ModuleOp, StringAttr
+from xdsl.ir import SSAValue
+
+from loam.dialects.tensor_axes import AxesTensorType
+from loam.errors import UnsupportedError
+
+
+def row_orders(module: ModuleOp) -> tuple[tuple[str, int], ...]:
+    """The module attribute `loam.row_orders` (an array of [checkpoint tensor, head count] pairs: the
+    tensors whose rows llama.cpp interleaved for its rotary embedding), for `Weights._ROW_ORDERS`."""
+    attr = module.attributes.get("loam.row_orders")
+    if attr is None:
+        return ()
+    pairs: list[tuple[str, int]] = []
+    for pair in attr.data if isinstance(attr, ArrayAttr) else ():
+        items = pair.data if isinstance(pair, ArrayAttr) else ()
+        if len(items) != 2 or not isinstance(items[0], StringAttr) or not isinstance(items[1], IntAttr):
+            raise UnsupportedError(f"loam.row_orders holds {pair}, not a [tensor name, head count] pair")
+        pairs.append((items[0].data, items[1].data))
+    return tuple(pairs)
+
+
+def checkpoint_names(module: ModuleOp) -> tuple[tuple[str, str], ...]:
+    """The `[checkpoint_names]` rules the build attached to `module` (none: checkpoint names are the graph's)."""
+    attr = module.attributes.get("loam.checkpoint_names")
+    if attr is None:
+        return ()
+    if not isinstance(attr, ArrayAttr):
+        raise UnsupportedError(f"loam.checkpoint_names is {attr}, not an array of [pattern, template] pairs")
+    rules: list[tuple[str, str]] = []
+    for pair in attr.data:
+        items = pair.data if isinstance(pair, ArrayAttr) else ()
+        if len(items) != 2 or not isinstance(items[0], StringAttr) or not isinstance(items[1], StringAttr):
+            raise UnsupportedError(f"loam.checkpoint_names holds {pair}, not a [pattern, template] pair of strings")
+        rules.append((items[0].data, items[1].data))
+    return tuple(rules)
+
+
+def axes_type(value: SSAValue, what: str) -> AxesTensorType:
+    t = value.type
+    if not isinstance(t, AxesTensorType):
+        raise UnsupportedError(f"{what} has type {t}; the numpy backend needs !tensor_axes.tensor")
+    return t
+
+
+def numpy_dtype(t: AxesTensorType, what: str) -> np.dtype:
+    """The dtype holding `t`'s elements: a plain numpy one, or ml_dtypes.bfloat16."""
+    dtype = t.elem.numpy
+    if dtype is None or dtype.kind == "O" or (dtype.type.__module__ != "numpy" and t.elem.name != "bf16"):
+        raise UnsupportedError(f"{what} has element type {t.elem.name}, which plain numpy cannot hold")
+    return dtype
+
+
+def dtype_source(dtype: np.dtype) -> str:
+    """How the module spells `dtype`: `np.float32`, `np.bool_`, `ml_dtypes.bfloat16`."""
+    if dtype.type.__module__ != "numpy":
+        return f"ml_dtypes.{dtype.name}"
+    return f"np.{'bool_' if dtype.name == 'bool' else dtype.name}"
+
+
+def type_text(t: AxesTensorType) -> str:
+    return f"{t.elem.name} [{', '.join(str(a) for a in t.axes)}]"
+
+
+def py_literal(value: object) -> str:
+    """A kernel parameter as Python source (`float("inf")` where repr is not source)."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return f"float({repr(value)!r})"
+    if isinstance(value, tuple):
+        items = [py_literal(v) for v in value]
+        return "(" + items[0] + ",)" if len(items) == 1 else "(" + ", ".join(items) + ")"
+    return repr(value)
+
+
+def tuple_py(items: Sequence[object]) -> str:
+    return repr(tuple(items))

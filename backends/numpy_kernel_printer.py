@@ -1,0 +1,295 @@
+"""The numpy backend's kernel printer: the Python line computing each kernel op.
+
+One method per kernel op (`NumpyKernelPrinter.PRINTERS`): a product is `np.matmul`, a permutation
+and a regrouping are views, a cast is `astype` (or the float32 twin `Weights` prepared once), a zip
+is a call of one function per distinct `Expr` (declared once, writing into a buffer where the
+in-place plan allows), and a library kernel is a call of its runtime piece `_k_NAME` with the op's
+operands and then its parameters as keywords.  The numpy module prints its forward with it, and
+the WGSL module prints with it each kernel its host computes, so a kernel's host form is written once.
+
+The printer reads the module's names, symbols and weights through the module printer it serves
+(`loam.backends.module_printer.ModulePrinter`) and registers the runtime pieces its lines call.
+"""
+
+from __future__ import annotations
+
+from collections import ChainMap
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+from xdsl.dialects.builtin import ArrayAttr, StringAttr
+from xdsl.ir import Operation, SSAValue
+
+from loam.backends import numpy_runtime
+from loam.backends.module_text import axes_type, dtype_source, numpy_dtype
+from loam.backends.numpy_buffers import BufferPlan
+from loam.backends.numpy_inplace import OUT, InPlacePlan, broadcast_extents, plan_in_place
+from loam.backends.numpy_kernels import elementwise as elementwise_kernels
+from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, format_float
+from loam.dialects.kernel import CastOp, LibraryOp, MatmulOp, PermuteOp, RegroupOp, ZipOp
+from loam.errors import UnsupportedError
+from loam.poly import Poly
+
+if TYPE_CHECKING:
+    from loam.backends.module_printer import ModulePrinter
+
+# Step spellings: numpy ufuncs, or pieces where the meaning depends on the element type.
+_UNARY: dict[str, str] = elementwise_kernels.UNARY_SOURCE
+_BINARY: dict[str, str] = elementwise_kernels.BINARY_SOURCE
+
+
+class NumpyKernelPrinter:
+    """Prints kernel ops as numpy lines for one module (`module`), collecting the expression functions."""
+
+    def __init__(self, module: ModulePrinter) -> None:
+        self.m = module
+        # Each expression function, keyed by the expression and the operands given in prepared f32.
+        self.exprs: dict[tuple[Expr, frozenset[int], InPlacePlan], str] = {}
+        # Where forward's top-level block stores its intermediates (`loam.backends.numpy_buffers`):
+        # the numpy module plans it; a host kernel of the WGSL module has none.
+        self.buffers = BufferPlan()
+
+    def lines(
+        self,
+        op: Operation,
+        result_ident: Callable[[Operation, SSAValue], str],
+        operand_text: Mapping[SSAValue, str] | None = None,
+    ) -> list[str]:
+        """The statements computing `op` into the identifiers `result_ident` gives its results, each
+        commented with the ONNX node (or the nodes the fuse pass composed into it).  `operand_text`
+        spells operands another way than the module does (the WGSL module's downloaded copies)."""
+        text = ChainMap(dict(operand_text or {}), self.m.value_text)
+        rhs = self.line(op, text)
+        idents = [result_ident(op, result) for result in op.results]
+        node = op.properties.get("node")
+        comment = node.data if isinstance(node, StringAttr) else op.name
+        members = op.attributes.get("fused")
+        names = [m.data for m in members.data] if isinstance(members, ArrayAttr) else [comment]
+        if isinstance(op, MatmulOp) and op.epilogue is not None:
+            # The product finished in its own buffer: the epilogue writes where np.matmul wrote.
+            extras = [text[v] for v in op.extras]
+            call = self._zip_call(op, [idents[0], *extras], idents[0], alias=0)
+            return [f"{idents[0]} = {rhs}  # {names[0]}", f"{call}  # {', '.join(names[1:] or names)}: epilogue"]
+        return [f"{', '.join(idents)} = {rhs}  # {comment}"]
+
+    def declarations(self) -> list[str]:
+        """The source of each expression function the lines call."""
+        return [self._expr_source(key, name) for key, name in self.exprs.items()]
+
+    def prepared_text(self, value: SSAValue) -> str:
+        """`weights.ATTR_f32`: the float32 form `Weights` prepares once for half weight `value`."""
+        attr = self.m.half_weights[value]
+        if attr not in self.m.prepared:
+            self.m.prepared[attr] = self.m.names.mint(f"{attr}_f32")
+            self.m.pieces.add("_prepared")
+        return f"weights.{self.m.prepared[attr]}"
+
+    def _expr_function(self, expr: Expr, wide: frozenset[int], plan: InPlacePlan) -> str:
+        """The function computing `expr`; operands in `wide` arrive as the f32 their casts would make,
+        and the steps `plan` names write into the result buffer."""
+        key = (expr, wide, plan)
+        name = self.exprs.get(key)
+        if name is None:
+            name = self.m.names.mint(f"_zip_{len(self.exprs)}")
+            self.exprs[key] = name
+            for step, into in zip(expr.steps, plan.into, strict=True):
+                source = _UNARY[step.op] if isinstance(step, Unary) else _BINARY.get(getattr(step, "op", ""), "")
+                if source.startswith("_") and not (into is not None and source == "_relu"):
+                    self.m.pieces.add(source)
+                if isinstance(step, (Const, Convert)) and step.elem == "bf16":
+                    self.m.ml_dtypes = True
+            if plan.into[-1] != OUT:
+                self.m.pieces.add("_finished")
+        return name
+
+    def _zip_call(self, op: ZipOp | MatmulOp, args: list[str], out: str | None, alias: int | None = None) -> str:
+        """A call of the function computing `op`'s Expr over `args` (writing into `out` when given)."""
+        if isinstance(op, ZipOp):
+            expr, values = op.expr.data, list(op.inputs)
+        else:
+            assert op.epilogue is not None
+            expr, values = op.epilogue.data, [op.result, *op.extras]
+        wide = frozenset(i for i in widened_only(expr) if values[i] in self.m.half_weights)
+        for i in wide:
+            args[i] = self.prepared_text(values[i])
+        types = [axes_type(v, "kernel.zip operand") for v in values]
+        result = axes_type(op.result, op.name)
+        plan = plan_in_place(
+            expr, [t.shape for t in types], [t.elem.name for t in types], (result.shape, result.elem.name), alias, wide
+        )
+        call_args = [*args, f"out={out}"] if out is not None else args
+        return f"{self._expr_function(expr, wide, plan)}({', '.join(call_args)})"
+
+    def _expr_source(self, key: tuple[Expr, frozenset[int], InPlacePlan], name: str) -> str:
+        expr, wide, plan = key
+        params = [f"a{i}: np.ndarray" for i in range(expr.arity)]
+        lines = [f"def {name}({', '.join([*params, 'out: np.ndarray | None = None'])}) -> np.ndarray:"]
+        notes = []
+        if wide:
+            notes.append(f"operands {', '.join(map(str, sorted(wide)))} arrive in prepared f32")
+        if plan.alias is not None:
+            notes.append(f"operand {plan.alias} arrives in out")
+        written = [str(i) for i, into in enumerate(plan.into) if into == OUT]
+        if written:
+            notes.append(f"step {written[0]} writes" if len(written) == 1 else f"steps {', '.join(written)} write")
+            notes[-1] += " into out"
+        reused = [str(i) for i, into in enumerate(plan.into) if into is not None and into != OUT]
+        if reused:
+            notes.append(f"step{'s' * (len(reused) > 1)} {', '.join(reused)} reuse{'s' * (len(reused) == 1)} a buffer")
+        note = f"; {'; '.join(notes)}" if notes else ""
+        lines.append(f'    """#kernel.expr<{expr}>{note}."""')
+        refs: list[str] = []
+        # The variable holding each buffer now: `out` (None until a step makes it), or a step's array.
+        buffer: dict[int, str] = {OUT: "out"}
+        last = len(expr.steps) - 1
+        for i, step in enumerate(expr.steps):
+            into = plan.into[i]
+            target = f", out={buffer[into]}" if into is not None else ""
+            if isinstance(step, Operand):
+                refs.append(f"a{step.index}")
+                continue
+            source = expr.steps[step.arg] if isinstance(step, Convert) else None
+            prepared = isinstance(source, Operand) and source.index in wide
+            rhs = step_source(step, refs, target, into is not None, prepared)
+            if into is not None:
+                buffer[into] = f"s{i}"
+            else:
+                buffer[i] = f"s{i}"  # a new array; a later step may reuse it
+            if i == last and into == OUT:
+                lines.append(f"    return {rhs}")
+            elif i == last:
+                lines.append(f"    return _finished({rhs}, out)")
+            else:
+                lines.append(f"    s{i} = {rhs}")
+                refs.append(f"s{i}")
+        if isinstance(expr.steps[-1], Operand):
+            lines.append(f"    return _finished({refs[-1]}, out)")
+        return "\n".join(lines) + "\n"
+
+    def line(self, op: Operation, text: Mapping[SSAValue, str]) -> str:
+        """The right-hand side computing `op` from its operands as `text` spells them."""
+        arg = [text[v] for v in op.operands]
+        if isinstance(op, MatmulOp):
+            slot = self.buffers.slot_of.get(op.result)
+            out = "" if slot is None else f", out=_buf[{slot}]"
+            call = f"np.matmul({arg[0]}, {arg[1]}{out})"
+            # 1-D by 1-D gives a numpy scalar, not an array: keep every value an ndarray.
+            return call if axes_type(op.result, "kernel.matmul").rank else f"np.asarray({call})"
+        # The methods, not np.transpose/np.reshape: the same views at a fifth of the call's cost.
+        if isinstance(op, PermuteOp):
+            return f"{arg[0]}.transpose({tuple(op.permutation)!r})"
+        if isinstance(op, RegroupOp):
+            return f"{arg[0]}.reshape({self.m.shape_py(axes_type(op.result, 'kernel.regroup'))})"
+        if isinstance(op, CastOp):
+            result = axes_type(op.result, "kernel.cast")
+            if op.operands[0] in self.m.half_weights and result.elem.name == "f32":
+                return self.prepared_text(op.operands[0])  # widened once, by Weights
+            dtype = numpy_dtype(result, f"kernel.cast '{op.node.data}'")
+            return f"{arg[0]}.astype({dtype_source(dtype)})"
+        if isinstance(op, ZipOp):
+            slot = self.buffers.slot_of.get(op.result)
+            at = self.buffers.in_place.get(op)
+            if at is not None:
+                call = self._zip_call(op, arg, arg[at], alias=at)  # computed in a dead operand
+            else:
+                call = self._zip_call(op, arg, None if slot is None else f"_buf[{slot}]")
+            out = axes_type(op.result, "kernel.zip")
+            broadcast = broadcast_extents([axes_type(v, "kernel.zip operand").shape for v in op.inputs])
+            if broadcast != out.shape:  # the operands alone may not reach the result's extents
+                self.m.pieces.add("_reach")
+                return f"_reach({call}, {self.m.shape_py(out)})"
+            return call
+        if isinstance(op, LibraryOp) and op.kernel_name == "slice" and self._plain_slice(op):
+            # A unit-step slice is plain indexing (a view), without the kernel's call.
+            bounds = zip(op.param("starts"), op.param("counts"), strict=True)
+            index = [self._slice_py(start, count) for start, count in bounds]
+            return f"{arg[0]}[{', '.join(index)}{',' if len(index) == 1 else ''}]"
+        if isinstance(op, LibraryOp):
+            piece = f"_k_{op.kernel_name}"
+            if piece not in numpy_runtime.PIECES:
+                raise UnsupportedError(f"the numpy backend has no kernel for {op.name} (node '{op.node.data}')")
+            self.m.pieces.add(piece)
+            for i in numpy_runtime.WIDENED_OPERANDS.get(piece, ()):
+                if i < len(op.operands) and op.operands[i] in self.m.half_weights:
+                    arg[i] = self.prepared_text(op.operands[i])
+            params = [f"{k}={self.m.param_py(v)}" for k, v in op.params.items()]
+            return f"{piece}({', '.join([*arg, *params])})"
+        raise UnsupportedError(f"the numpy backend does not print {op.name}")
+
+    @staticmethod
+    def _plain_slice(op: LibraryOp) -> bool:
+        """Whether a `kernel.slice` is plain Python indexing: unit steps, starts never negative."""
+        from loam.bounds import Verdict
+        from loam.derived import decide
+
+        def never_negative(start: int | Poly) -> bool:
+            return start >= 0 if isinstance(start, int) else decide(start) is Verdict.HOLDS
+
+        return all(step == 1 for step in op.param("steps")) and all(map(never_negative, op.param("starts")))
+
+    def _slice_py(self, start: int | Poly, count: int | Poly) -> str:
+        """`start:start + count` as Python source (both known non-negative, as `kernel.slice` states them)."""
+        first = self.m.param_py(start)
+        if isinstance(start, int) and isinstance(count, int):
+            return f"{start}:{start + count}"
+        if isinstance(start, int) and start == 0:
+            return f":{self.m.param_py(count)}"
+        return f"{first}:{first} + {self.m.param_py(count)}"
+
+
+def step_source(step: object, refs: Sequence[str], target: str = "", in_place: bool = False,
+                prepared: bool = False) -> str:  # fmt: skip
+    """The numpy expression computing one (non-operand) `Expr` step from the earlier steps `refs`.
+
+    `target` (`, out=NAME`) makes a ufunc write into a buffer (`in_place`: ReLU as `np.maximum`); a
+    `prepared` cast reads an operand Weights already holds in float32."""
+    if isinstance(step, Const):
+        text = format_float(step.value)
+        literal = {"inf": "np.inf", "-inf": "-np.inf", "nan": "np.nan"}.get(text, text)
+        return f"{dtype_source(expr_dtype(step.elem))}({literal})"
+    if isinstance(step, Unary):
+        fn = _UNARY[step.op]
+        if fn == "_relu" and in_place:
+            return f"np.maximum({refs[step.arg]}, 0{target})"
+        return f"{fn}({refs[step.arg]}{target})" if fn else refs[step.arg]
+    if isinstance(step, Binary):
+        return f"{_BINARY[step.op]}({refs[step.lhs]}, {refs[step.rhs]}{target})"
+    if isinstance(step, Select):
+        return f"np.where({refs[step.cond]}, {refs[step.a]}, {refs[step.b]})"
+    assert isinstance(step, Convert)
+    if prepared:
+        return refs[step.arg]  # already the float32 this cast makes, prepared once by Weights
+    return f"np.asarray({refs[step.arg]}).astype({dtype_source(expr_dtype(step.elem))})"
+
+
+def expr_dtype(elem: str) -> np.dtype:
+    """The dtype of an Expr constant or cast: plain numpy, or ml_dtypes.bfloat16."""
+    from loam.dtypes import by_name
+
+    dtype = by_name(elem).numpy
+    if dtype is None or dtype.kind == "O" or (dtype.type.__module__ != "numpy" and elem != "bf16"):
+        raise UnsupportedError(f"expression step of element type {elem} has no numpy dtype")
+    return dtype
+
+
+def widened_only(expr: Expr) -> set[int]:
+    """The operands `expr` reads only through a cast to f32: given in f32 already, they need no cast."""
+    readers: dict[int, list[object]] = {}
+    for step in expr.steps:
+        for field_name in ("arg", "lhs", "rhs", "cond", "a", "b"):
+            source = getattr(step, field_name, None)
+            if isinstance(source, int) and not isinstance(step, Operand):
+                readers.setdefault(source, []).append(step)
+    found: set[int] = set()
+    refused: set[int] = set()
+    last = len(expr.steps) - 1
+    for i, step in enumerate(expr.steps):
+        if not isinstance(step, Operand):
+            continue
+        uses = readers.get(i, [])
+        if i != last and uses and all(isinstance(u, Convert) and u.elem == "f32" for u in uses):
+            found.add(step.index)
+        else:
+            refused.add(step.index)
+    return found - refused
