@@ -53,6 +53,7 @@ from loam.backends.module_classes import (
     weights_source,
 )
 from loam.backends.module_text import (
+    CHECKPOINT_FORMATS,
     axes_type,
     dtype_source,
     numpy_dtype,
@@ -75,6 +76,13 @@ from loam.dim_params import binding_plan
 from loam.errors import AxisError, LoamError, UnsupportedError
 from loam.poly import Poly, derived_call
 
+RUNTIME_BANNER = (
+    "# " + "-" * 98 + "\n"
+    "# What forward calls: the expressions, constants and runtime pieces this model uses, copied in by Loam\n"
+    "# " + "-" * 98 + "\n"
+)
+"""The line between a module's model (markers, Weights, forward) and what its forward calls."""
+
 HALVES = ("f16", "bf16")
 """Element types whose arithmetic runs in float32: a weight of one is prepared in f32 once by `Weights`."""
 
@@ -94,8 +102,10 @@ class ModulePrinter:
         program: ProgramOp,
         checkpoint_names: tuple[tuple[str, str], ...] = (),
         row_orders: tuple[tuple[str, int], ...] = (),
+        formats: tuple[str, ...] = CHECKPOINT_FORMATS,
     ) -> None:
         self.program = program
+        self.formats = formats
         self.checkpoint_names = checkpoint_names
         self.row_orders = row_orders
         self.names = Names()
@@ -399,18 +409,13 @@ class ModulePrinter:
         out_fields = out_idents if len(output_names) > 1 else []
 
         self.ml_dtypes = self.ml_dtypes or any(t.elem.name == "bf16" for t in self._all_types())
+        # The model first (its axes, Weights, forward), then, under a banner, what forward calls.
         parts: list[str] = [self._docstring(output_names), self.imports()]
-        parts += self.runtime_sources()
         parts += [marker_source(name, extent) for name, extent in markers.items()]
-        parts += self.declarations()
-        parts += [f"{name} = {array_literal(arr)}\n" for name, arr in self.consts]
         rows: list[str] = []
+        blob = b""
         if carried:
             blob, rows = embedded_bytes(carried)
-            parts.append(
-                f"# The bytes of every weight the module carries, little-endian, each at an offset aligned to "
-                f"{EMBED_ALIGN}\n_WEIGHT_BYTES = {blob!r}\n"
-            )
         parts.append(
             weights_source(
                 weights, self.prepared, rows, embedded, self.checkpoint_names, self.row_orders, self.weight_slots
@@ -420,6 +425,15 @@ class ModulePrinter:
             parts.append(outputs_source(out_fields, output_names))
         parts.append(self._signature_source(output_names))
         parts.append(self.forward_source(params, prologue, body, ret, out_fields))
+        parts.append(RUNTIME_BANNER)
+        parts += self.declarations()
+        parts += [f"{name} = {array_literal(arr)}\n" for name, arr in self.consts]
+        if carried:
+            parts.append(
+                f"# The bytes of every weight the module carries, little-endian, each at an offset aligned to "
+                f"{EMBED_ALIGN}\n_WEIGHT_BYTES = {blob!r}\n"
+            )
+        parts += self.runtime_sources()
         return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
 
     def _signature_source(self, output_names: Sequence[str]) -> str:
@@ -453,7 +467,19 @@ class ModulePrinter:
 
     def runtime_sources(self) -> list[str]:
         """The runtime pieces the module carries, each as its source text."""
-        return [numpy_runtime.source_of(p) for p in numpy_runtime.pieces_for(self.pieces)]
+        features = self.runtime_features()
+        return [numpy_runtime.source_of(p, features) for p in numpy_runtime.pieces_for(self.pieces, features)]
+
+    def runtime_features(self) -> set[str]:
+        """The runtime's optional features this module reaches (`numpy_runtime.FEATURES`)."""
+        features = {"gguf"} if "gguf" in self.formats else set()
+        if self.checkpoint_names:
+            features.add("renames")
+        if self.row_orders:
+            features.add("row_orders")
+        if any("packed" in op.attributes for op, _ in self.weights):
+            features.add("packed")
+        return features
 
     def declarations(self) -> list[str]:
         """What the module declares between its marker classes and its constants."""

@@ -31,6 +31,25 @@ def row_orders(module: ModuleOp) -> tuple[tuple[str, int], ...]:
     return tuple(pairs)
 
 
+FORMATS_ATTR = "loam.checkpoint_formats"
+"""Module attribute: the checkpoint formats the build was given (absent: a module reads every format)."""
+
+CHECKPOINT_FORMATS = ("safetensors", "gguf")
+"""Every checkpoint format a module can read."""
+
+
+def checkpoint_formats(module: ModuleOp) -> tuple[str, ...]:
+    """The checkpoint formats the module's `Weights.load` reads: those of the checkpoints the build
+    checked (`loam.checkpoint_formats`), or every format when it checked none."""
+    attr = module.attributes.get(FORMATS_ATTR)
+    if attr is None:
+        return CHECKPOINT_FORMATS
+    formats = tuple(item.data for item in attr.data) if isinstance(attr, ArrayAttr) else ()
+    if not formats or any(f not in CHECKPOINT_FORMATS for f in formats):
+        raise UnsupportedError(f"{FORMATS_ATTR} is {attr}, not a list of {', '.join(CHECKPOINT_FORMATS)}")
+    return formats
+
+
 def checkpoint_names(module: ModuleOp) -> tuple[tuple[str, str], ...]:
     """The `[checkpoint_names]` rules the build attached to `module` (none: checkpoint names are the graph's)."""
     attr = module.attributes.get("loam.checkpoint_names")

@@ -39,7 +39,15 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 
 from loam.backends.module_printer import ModulePrinter, Scope, print_module
-from loam.backends.module_text import axes_type, checkpoint_names, dtype_source, numpy_dtype, row_orders
+from loam.backends.module_text import (
+    CHECKPOINT_FORMATS,
+    axes_type,
+    checkpoint_formats,
+    checkpoint_names,
+    dtype_source,
+    numpy_dtype,
+    row_orders,
+)
 from loam.backends.numpy_buffers import plan_buffers
 from loam.backends.numpy_inplace import broadcast_extents
 from loam.backends.numpy_kernel_printer import NumpyKernelPrinter, expr_dtype
@@ -67,7 +75,8 @@ def emit_python(module: ModuleOp) -> str:
     programs = [op for op in module.walk() if isinstance(op, ProgramOp)]
     if len(programs) != 1:
         raise UnsupportedError(f"the numpy backend prints one kernel.program, found {len(programs)}")
-    return NumpyModulePrinter(programs[0], checkpoint_names(module), row_orders(module)).emit()
+    printer = NumpyModulePrinter(programs[0], checkpoint_names(module), row_orders(module), checkpoint_formats(module))
+    return printer.emit()
 
 
 class NumpyModulePrinter(ModulePrinter):
@@ -78,8 +87,9 @@ class NumpyModulePrinter(ModulePrinter):
         program: ProgramOp,
         checkpoint_names: tuple[tuple[str, str], ...] = (),
         row_orders: tuple[tuple[str, int], ...] = (),
+        formats: tuple[str, ...] = CHECKPOINT_FORMATS,
     ) -> None:
-        super().__init__(program, checkpoint_names, row_orders)
+        super().__init__(program, checkpoint_names, row_orders, formats)
         self.kernels = NumpyKernelPrinter(self)
         # Each tile program's numpy function (`loam.backends.numpy_tile`), and their sources.
         self.tile_functions: dict[object, str] = {}

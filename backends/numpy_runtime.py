@@ -289,7 +289,14 @@ def _read_checkpoint(data: object) -> dict[str, tuple[str, tuple[int, ...], memo
     for shard, blob in shards.items():
         where = f"checkpoint shard '{shard}'" if shard else "checkpoint"
         view = _bytes_of(blob, where)
-        read = _read_gguf if bytes(view[:4]) == b"GGUF" else _read_safetensors
+        read = _read_safetensors
+        if bytes(view[:4]) == b"GGUF":
+            if "gguf" not in _FORMATS:
+                raise LoadError(
+                    f"{where} is a GGUF file, and this module was built to read safetensors checkpoints only; "
+                    "build it with the GGUF file as its checkpoint to read one"
+                )
+            read = _read_gguf
         for name, (encoding, shape, raw) in read(view, where).items():
             if name in found:
                 raise LoadError(f"tensor '{name}' is in two checkpoint shards: '{found[name][3]}' and '{shard}'")
@@ -691,6 +698,7 @@ def safetensors_dtypes() -> dict[str, str | None]:
 
 
 _SAFETENSORS_DTYPES.update(safetensors_dtypes())
+_FORMATS = ("safetensors", "gguf")  # in Loam itself every format; a module carries its own (`source_of`)
 
 PIECES: dict[str, object] = {
     "ShapeError": ShapeError,
@@ -728,13 +736,13 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "_bytes_of": ("LoadError",),
     "_read_safetensors": ("LoadError", "_bytes_of", "_parse_json", "_SAFETENSORS_DTYPES"),
     "_read_gguf": ("LoadError", "_bytes_of", "_gguf_read"),
-    "_read_checkpoint": ("LoadError", "_bytes_of", "_read_gguf", "_read_safetensors"),
+    "_read_checkpoint": ("LoadError", "_bytes_of", "_read_safetensors", "_FORMATS"),
     "_mapped": ("LoadError", "_parse_json"),
     "_check_index": ("LoadError", "_parse_json"),
     "_supplies": ("_SAFETENSORS_DTYPES", "_convertible"),
     "_check_weight": ("LoadError", "_SAFETENSORS_DTYPES", "_supplies"),
-    "_decoded": ("_SAFETENSORS_DTYPES", "_dequantized", "_bf16_to_f32"),
-    "_load_weights": ("LoadError", "_graph_name", "_check_weight", "_decoded", "_packed_blocks", "_rotary_rows"),
+    "_decoded": ("_SAFETENSORS_DTYPES", "_bf16_to_f32"),
+    "_load_weights": ("LoadError", "_check_weight", "_decoded"),
     "_packed_blocks": ("_block_dtype",),
     "_rotary_rows": ("LoadError",),
     "_check_input": ("ShapeError",),
@@ -744,7 +752,18 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "_owe": ("ShapeError", "_gives"),
     "_derived": ("ShapeError",),
 }
-"""The other pieces (and `_SAFETENSORS_DTYPES`, a generated table) each piece reads."""
+"""The other pieces (and `_SAFETENSORS_DTYPES` and `_FORMATS`, generated) each piece reads whatever the model."""
+
+FEATURES: dict[str, dict[str, tuple[str, ...]]] = {
+    "gguf": {"_read_checkpoint": ("_read_gguf",), "_decoded": ("_dequantized",)},
+    "renames": {"_load_weights": ("_graph_name",)},
+    "packed": {"_load_weights": ("_packed_blocks",)},
+    "row_orders": {"_load_weights": ("_rotary_rows",)},
+}
+"""The pieces a piece reads only for a feature some models use (feature -> piece -> what it reads):
+GGUF checkpoints (their reader and ggml dequantization), `[checkpoint_names]` rules, weights kept
+packed, rows un-interleaved.  A module without the feature never reaches the branch that reads them,
+so it does not carry them (`_read_checkpoint` refuses a GGUF file by `_FORMATS`, naming why)."""
 
 DEPENDS.update(numpy_gguf.DEPENDS)
 DEPENDS.update(numpy_dequant.DEPENDS)
@@ -756,21 +775,28 @@ DEPENDS.update(numpy_kernels.DEPENDS)
 WIDENED_OPERANDS: dict[str, tuple[int, ...]] = {"_k_normalize": (1, 2), "_k_conv": (1, 2)}
 
 
-def pieces_for(names: Iterable[str]) -> list[str]:
-    """`names` and everything they read, in declaration order (`_SAFETENSORS_DTYPES` first)."""
+def pieces_for(names: Iterable[str], features: Iterable[str] = FEATURES) -> list[str]:
+    """`names` and everything they read with `features`, in declaration order (the generated tables first)."""
+    depends = {name: list(deps) for name, deps in DEPENDS.items()}
+    for feature in features:
+        for name, deps in FEATURES[feature].items():
+            depends.setdefault(name, []).extend(deps)
     wanted: set[str] = set()
     stack = list(names)
     while stack:
         name = stack.pop()
         if name not in wanted:
             wanted.add(name)
-            stack.extend(DEPENDS.get(name, ()))
-    order = ["_SAFETENSORS_DTYPES", *PIECES]
+            stack.extend(depends.get(name, ()))
+    order = ["_SAFETENSORS_DTYPES", "_FORMATS", *PIECES]
     return [n for n in order if n in wanted]
 
 
-def source_of(name: str) -> str:
-    """The source text the module declares for piece `name`."""
+def source_of(name: str, features: Iterable[str] = FEATURES) -> str:
+    """The source text the module declares for piece `name` (`_FORMATS`: by `features`)."""
+    if name == "_FORMATS":
+        formats = ("safetensors", "gguf") if "gguf" in features else ("safetensors",)
+        return f"# The checkpoint formats Weights.load reads\n_FORMATS = {formats!r}\n"
     if name == "_SAFETENSORS_DTYPES":
         rows = "".join(f"    {k!r}: {v!r},\n" for k, v in _SAFETENSORS_DTYPES.items())
         head = "# safetensors dtype -> numpy dtype (None: not plain numpy)\n_SAFETENSORS_DTYPES = {\n"

@@ -35,7 +35,13 @@ from xdsl.ir import Operation, SSAValue
 
 from loam.backends import wgsl_runtime
 from loam.backends.module_printer import IfBlock, ModulePrinter, Scope, print_module
-from loam.backends.module_text import axes_type, checkpoint_names, row_orders
+from loam.backends.module_text import (
+    CHECKPOINT_FORMATS,
+    axes_type,
+    checkpoint_formats,
+    checkpoint_names,
+    row_orders,
+)
 from loam.backends.names import WGSL_MODULE_NAMES
 from loam.backends.numpy_kernel_printer import NumpyKernelPrinter
 from loam.backends.wgsl_kernel_printer import (
@@ -81,8 +87,9 @@ def wgsl_module(module: object, host_fallback: bool = False) -> tuple[str, Devic
     emitter = WgslModulePrinter(
         programs[0],  # type: ignore[arg-type]
         checkpoint_names(module),  # type: ignore[arg-type]
-        host_fallback,
         row_orders(module),  # type: ignore[arg-type]
+        checkpoint_formats(module),  # type: ignore[arg-type]
+        host_fallback=host_fallback,
     )
     source = emitter.emit()
     return source, emitter.summary()
@@ -95,10 +102,12 @@ class WgslModulePrinter(ModulePrinter):
         self,
         program: ProgramOp,
         checkpoint_names: tuple[tuple[str, str], ...] = (),
-        host_fallback: bool = False,
         row_orders: tuple[tuple[str, int], ...] = (),
+        formats: tuple[str, ...] = CHECKPOINT_FORMATS,
+        *,
+        host_fallback: bool = False,
     ) -> None:
-        super().__init__(program, checkpoint_names, row_orders)
+        super().__init__(program, checkpoint_names, row_orders, formats)
         self.kernels = WgslKernelPrinter(self)
         self.host = NumpyKernelPrinter(self)  # the kernels the host computes, printed as the numpy module would
         self.host_fallback = host_fallback

@@ -204,6 +204,13 @@ def build(
             ir.attributes[ROW_ORDERS_ATTR] = ArrayAttr(
                 [ArrayAttr([StringAttr(name), IntAttr(heads)]) for name, heads in orders]
             )
+    if all_checkpoints:
+        # The module reads the formats it was checked against (a GGUF build carries the GGUF reader).
+        from loam.backends.module_text import FORMATS_ATTR
+        from loam.gguf import is_gguf
+
+        formats = sorted({"gguf" if is_gguf(p) else "safetensors" for p in all_checkpoints}, reverse=True)
+        ir.attributes[FORMATS_ATTR] = ArrayAttr([StringAttr(f) for f in formats])
     if names:
         # The module renames checkpoint tensors at load time by the same rules (options' first, then
         # the architecture's), read from here by the emitter.

@@ -24,8 +24,11 @@
 // CHECK-SAME:  fill 0.0 [4, 1] : f32
 // CHECK:       %z = kernel.matmul %h, %wh {node = "half"}
 
-// The printed shader of the first: the loaded A and B tiles go to workgroup memory between
-// barriers, and each invocation accumulates its elements of the [4, 16] block from there.
+// forward dispatches both products as tile programs; the printed shader of the first: the loaded A
+// and B tiles go to workgroup memory between barriers, and each invocation accumulates its elements
+// of the [4, 16] block from there.
+// WGSL:        g.dispatch('tile_0', (_b[{{[0-9]+}}], _b[0], _w[0], _w[1]), *_p_tile_program((1, 1), (4, 16, 8, 8, 1, 16, 1, 0, 1)))  # fc
+// WGSL-NEXT:   g.dispatch('tile_1', (_b[{{[0-9]+}}], _b[1], _b[2]), *_p_tile_program((1, 1, 6), (5, 7, 8, 8, 1, 1, 8, 2, 3, 120, 40, 168, 56)))  # scores
 // WGSL:        'tile_0': '
 // WGSL-SAME:   var<workgroup> w22: array<f32, 64>;\nvar<workgroup> w25: array<f32, 256>;
 // WGSL-SAME:   var t19: array<f32, 1> = t17;\n  for (var t18: i32 = 0; t18 < t4; t18 = t18 + 16) {
@@ -35,8 +38,6 @@
 // WGSL-SAME:   { let next0 = t27; t19 = next0; }\n  }
 // WGSL-SAME:   out0[u32(t35[j])] = t34[j];
 // WGSL:        'matmul_3': '
-// WGSL:        g.dispatch('tile_0', (_b[{{[0-9]+}}], _b[0], _w[0], _w[1]), *_p_tile_program((1, 1), (4, 16, 8, 8, 1, 16, 1, 0, 1)))  # fc
-// WGSL-NEXT:   g.dispatch('tile_1', (_b[{{[0-9]+}}], _b[1], _b[2]), *_p_tile_program((1, 1, 6), (5, 7, 8, 8, 1, 1, 8, 2, 3, 120, 40, 168, 56)))  # scores
 builtin.module {
   kernel.program "products" (%x: !tensor_axes.tensor<f32, [Batch: 4, In: 8]>, %q: !tensor_axes.tensor<f32, [B: 2, H: 3, S: 5, D: 8]>, %k: !tensor_axes.tensor<f32, [B: 2, H: 3, T: 7, D: 8]>, %v: !tensor_axes.tensor<f32, [In: 8]>, %h: !tensor_axes.tensor<f16, [Batch: 4, In: 8]>) names ["x", "q", "k", "v", "h"] {
     %w = kernel.weight "fc.weight" : !tensor_axes.tensor<f32, [In: 8, Hidden: 16]>

@@ -19,10 +19,7 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) name
 // CHECK:      class Hidden:
 // CHECK:          EXTENT = 16
 // The zip runs in the product's buffer (no other reader): both steps write into out.
-// CHECK:      def _zip_0(a0: np.ndarray, a1: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-// CHECK-NEXT:     """#kernel.expr<[operand 0, operand 1, add 0 1, relu 2]>; operand 0 arrives in out; steps 2, 3 write into out."""
-// CHECK-NEXT:     s2 = np.add(a0, a1, out=out)
-// CHECK-NEXT:     return np.maximum(s2, 0, out=s2)
+// The model first: its axes, Weights and forward; then, under a banner, what forward calls.
 // CHECK:      class Weights:
 // CHECK:              ('fc1.weight', 'fc1_weight', 'float32', (('In', 8), ('Hidden', 16))),
 // CHECK:      def forward(weights: "Weights", x: np.ndarray) -> np.ndarray:
@@ -30,5 +27,14 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) name
 // CHECK-NEXT:     fc1 = np.matmul(x, weights.fc1_weight)  # fc1
 // CHECK-NEXT:     y = _zip_0(fc1, weights.fc1_bias, out=fc1)  # fc1
 // CHECK-NEXT:     return y
+// CHECK:      # What forward calls: the expressions, constants and runtime pieces this model uses, copied in by Loam
+// CHECK:      def _zip_0(a0: np.ndarray, a1: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+// CHECK-NEXT:     """#kernel.expr<[operand 0, operand 1, add 0 1, relu 2]>; operand 0 arrives in out; steps 2, 3 write into out."""
+// CHECK-NEXT:     s2 = np.add(a0, a1, out=out)
+// CHECK-NEXT:     return np.maximum(s2, 0, out=s2)
+// The module carries only what this model reaches: no name rules, no row reordering, no packed blocks.
+// CHECK-NOT:  def _packed_blocks(
+// CHECK-NOT:  def _graph_name(
+// CHECK-NOT:  def _rotary_rows(
 
 // IMPORTS: ['numpy']

@@ -14,9 +14,6 @@ kernel.program "forward" (%k : !tensor_axes.tensor<f32, [B: 1, Past: past, D: 4]
   kernel.return %c names ["s"] : !tensor_axes.tensor<i64, [Three: 3]>
 }
 
-// CHECK:      def _owe(
-// CHECK:      def _derived(
-// CHECK-NOT:  _CONST_0 =
 // CHECK:      def forward(weights: "Weights", past_key: np.ndarray, mask: np.ndarray, y: np.ndarray) -> np.ndarray:
 // CHECK:          _env: dict[str, int] = {}  # each extent symbol's value
 // CHECK-NEXT:     _src: dict[str, str] = {}  # the input axis that gave it
@@ -32,3 +29,6 @@ kernel.program "forward" (%k : !tensor_axes.tensor<f32, [B: 1, Past: past, D: 4]
 // CHECK-NEXT:     _env['floordiv(past + 1, 2)'] = _derived('floordiv', _env['past'] + 1, 2)
 // CHECK-NEXT:     s = np.array([_env['min(n, 4)'], 2*_env['n'] - _env['past'], _env['floordiv(past + 1, 2)']], dtype=np.int64).reshape((3,))  # /Shape
 // CHECK-NEXT:     return s
+// CHECK-NOT:  _CONST_0 =
+// CHECK:      def _owe(
+// CHECK:      def _derived(

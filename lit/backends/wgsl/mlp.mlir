@@ -13,16 +13,6 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) name
 }
 
 // CHECK:      """The model 'mlp', compiled by Loam: forward(weights, x) -> y.
-// CHECK:      _SHADERS = {
-// CHECK-NEXT:     'matmul_0': '@group(0) @binding(0) var<storage, read> params: array<u32>;\n@group(0) @binding(1) var<storage, read_write> out0: array<f32>;\n@group(0) @binding(2) var<storage, read> in0: array<f32>;\n@group(0) @binding(3) var<storage, read> in1: array<f32>;\n@group(0) @binding(4) var<storage, read> in2: array<f32>;
-// CHECK-SAME:     var<workgroup> ta: array<array<f32, 8>, 8>;
-// CHECK-SAME:     workgroupBarrier();
-// CHECK-SAME:     let s2: f32 = (acc + in2[o_in2]);\n    let s3: f32 = relu_(s2);\n    out0[i] = s3;
-// CHECK-NEXT:     'copy_1': '
-// CHECK-SAME:     out0[dst] = in0[src];
-// CHECK-NEXT:     'zip_2': '
-// CHECK-SAME:     let s1: f32 = round_f16(in0[i]);\n  out0[i] = s1;
-// CHECK-NEXT: }
 // CHECK:      def forward(weights: "Weights", x: np.ndarray) -> np.ndarray:
 // CHECK:          _key = (_env['N'],)  # the extents the activation buffers read
 // The half zip's result takes the product's buffer, free once the copy has read it.
@@ -38,5 +28,16 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) name
 // CHECK-NEXT:     g.end()
 // CHECK-NEXT:     y = g.read(_b[1], 'float16', (16, _env['N']))
 // CHECK-NEXT:     return y
+// CHECK:      # What forward calls: the expressions, constants and runtime pieces this model uses, copied in by Loam
+// CHECK:      _SHADERS = {
+// CHECK-NEXT:     'matmul_0': '@group(0) @binding(0) var<storage, read> params: array<u32>;\n@group(0) @binding(1) var<storage, read_write> out0: array<f32>;\n@group(0) @binding(2) var<storage, read> in0: array<f32>;\n@group(0) @binding(3) var<storage, read> in1: array<f32>;\n@group(0) @binding(4) var<storage, read> in2: array<f32>;
+// CHECK-SAME:     var<workgroup> ta: array<array<f32, 8>, 8>;
+// CHECK-SAME:     workgroupBarrier();
+// CHECK-SAME:     let s2: f32 = (acc + in2[o_in2]);\n    let s3: f32 = relu_(s2);\n    out0[i] = s3;
+// CHECK-NEXT:     'copy_1': '
+// CHECK-SAME:     out0[dst] = in0[src];
+// CHECK-NEXT:     'zip_2': '
+// CHECK-SAME:     let s1: f32 = round_f16(in0[i]);\n  out0[i] = s1;
+// CHECK-NEXT: }
 
 // IMPORTS: ['numpy', 'wgpu']
