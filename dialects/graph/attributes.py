@@ -14,35 +14,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import (
-    ArrayAttr,
-    BytesAttr,
-    Float32Type,
-    FloatAttr,
-    IntAttr,
-    IntegerAttr,
-    StringAttr,
-)
-from xdsl.ir import (
-    Attribute,
-    ParametrizedAttribute,
-    TypeAttribute,
-)
-from xdsl.irdl import (
-    irdl_attr_definition,
-)
+from xdsl.dialects.builtin import ArrayAttr, BytesAttr, Float32Type, FloatAttr, IntAttr, IntegerAttr, StringAttr
+from xdsl.ir import Attribute, ParametrizedAttribute, TypeAttribute
+from xdsl.irdl import irdl_attr_definition
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
-from loam.dialects.graph.syntax import (
-    elem_of,
-    parse_bytes,
-    parse_float,
-    parse_optional_text,
-    parse_text,
-    print_float,
-)
+from loam.dialects.graph.syntax import elem_of, parse_bytes, parse_float, parse_optional_text, parse_text, print_float
 from loam.dtypes import ElementType, by_name
 from loam.errors import UnsupportedError
 

@@ -11,22 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from xdsl.dialects.builtin import (
-    ArrayAttr,
-    DictionaryAttr,
-    FloatAttr,
-    IntAttr,
-    IntegerAttr,
-    StringAttr,
-    i64,
-)
-from xdsl.ir import (
-    Attribute,
-    Block,
-    Region,
-    SSAValue,
-    TypeAttribute,
-)
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FloatAttr, IntAttr, IntegerAttr, StringAttr, i64
+from xdsl.ir import Attribute, Block, Region, SSAValue, TypeAttribute
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
@@ -51,11 +37,7 @@ from loam.dialects.graph.attributes import (
     TensorDataAttr,
     attr_to_python,
 )
-from loam.dialects.graph.syntax import (
-    parse_defined_operand,
-    parse_text,
-    resolve_defined,
-)
+from loam.dialects.graph.syntax import parse_defined_operand, parse_text, resolve_defined
 from loam.dialects.graph.values import InitializerOp
 
 

@@ -12,9 +12,7 @@ import math
 import struct
 
 import numpy as np
-from xdsl.ir import (
-    SSAValue,
-)
+from xdsl.ir import SSAValue
 from xdsl.parser import AttrParser, Parser, UnresolvedOperand
 from xdsl.utils.exceptions import VerifyException
 

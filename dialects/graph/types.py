@@ -10,27 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import (
-    ArrayAttr,
-    IntAttr,
-    StringAttr,
-)
-from xdsl.ir import (
-    Attribute,
-    ParametrizedAttribute,
-    TypeAttribute,
-)
-from xdsl.irdl import (
-    irdl_attr_definition,
-)
+from xdsl.dialects.builtin import ArrayAttr, IntAttr, StringAttr
+from xdsl.ir import Attribute, ParametrizedAttribute, TypeAttribute
+from xdsl.irdl import irdl_attr_definition
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
-from loam.dialects.graph.syntax import (
-    elem_of,
-    parse_optional_text,
-)
+from loam.dialects.graph.syntax import elem_of, parse_optional_text
 from loam.dtypes import ElementType, by_name
 
 _DYNAMIC = -1  # a dim with neither dim_value nor dim_param: printed `?`

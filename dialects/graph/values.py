@@ -8,31 +8,15 @@ initializers').
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import (
-    StringAttr,
-)
-from xdsl.ir import (
-    Attribute,
-    Block,
-    SSAValue,
-)
-from xdsl.irdl import (
-    IRDLOperation,
-    irdl_op_definition,
-    opt_operand_def,
-    opt_prop_def,
-    prop_def,
-    result_def,
-)
+from xdsl.dialects.builtin import StringAttr
+from xdsl.ir import Attribute, Block, SSAValue
+from xdsl.irdl import IRDLOperation, irdl_op_definition, opt_operand_def, opt_prop_def, prop_def, result_def
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 from loam.dialects.graph.attributes import TensorDataAttr
-from loam.dialects.graph.syntax import (
-    parse_defined_operand,
-    parse_text,
-)
+from loam.dialects.graph.syntax import parse_defined_operand, parse_text
 from loam.dialects.graph.types import NoneType, TensorType
 
 
