@@ -57,9 +57,18 @@ def render() -> str:
 
 
 def _dialect_module(dialect: object) -> str:
-    """The module that defines a dialect: the one its first operation class lives in."""
+    """The module that defines a dialect: the outermost one, on the path of its first operation's
+    module, that holds the `Dialect` object (a dialect split into a package defines it in the
+    package's `__init__`, its operations in submodules)."""
     operations = list(getattr(dialect, "operations", ()))
-    return operations[0].__module__ if operations else type(dialect).__module__
+    if not operations:
+        return type(dialect).__module__
+    parts = operations[0].__module__.split(".")
+    for cut in range(1, len(parts) + 1):
+        module = importlib.import_module(".".join(parts[:cut]))
+        if any(value is dialect for value in vars(module).values()):
+            return module.__name__
+    return operations[0].__module__
 
 
 def updated(text: str) -> str:

@@ -27,8 +27,9 @@ from xdsl.rewriter import Rewriter
 from loam.derived import bounds_of
 from loam.dialects.kernel import NormalizeOp, SoftmaxOp, TileProgramOp
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.dialects.tile_program import TileProgram, layernorm_rows, softmax_rows
+from loam.dialects.tile_program import TileProgram
 from loam.poly import Poly
+from loam.tile_kernels import layernorm_rows, softmax_rows
 
 
 def _type(value: object) -> AxesTensorType | None:

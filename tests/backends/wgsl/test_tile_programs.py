@@ -33,11 +33,9 @@ from loam.dialects.tile_program import (
     ProgramId,
     Store,
     TileProgram,
-    layernorm_rows,
-    matmul_tiles,
-    softmax_rows,
 )
 from loam.passes.tile_matmul import tiled_matmul
+from loam.tile_kernels import layernorm_rows, matmul_tiles, softmax_rows
 from tests.backends.wgsl.harness import run_kernel
 
 RNG = np.random.default_rng(5)

@@ -1,0 +1,122 @@
+"""Library kernels that index: gathers, scatters and integer ranges (ONNX Gather, GatherElements,
+ScatterElements, ScatterND, Range), listed in `INDEXING_OPS`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from xdsl.irdl import irdl_op_definition
+
+from loam.dialects.kernel.library import LibraryOp, library_types, require
+
+
+@irdl_op_definition
+class GatherOp(LibraryOp):
+    """ONNX Gather: the data indexed along `axis` by an index tensor of any rank.
+
+    Example: `%y = kernel.gather(%x, %i) {node = "g", axis = 0 : i64} : (X, I) -> Y`
+    """
+
+    name = "kernel.gather"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 2 and len(outs) == 1, "takes data and indices and gives one result")
+        x, i, out = ins[0], ins[1], outs[0]
+        if x is not None and i is not None and out is not None:
+            axis = self.param("axis")
+            require(self, 0 <= axis < len(x), f"axis {axis} is outside the data's rank {len(x)}")
+            want = [*x[:axis], *i, *x[axis + 1 :]]
+            require(self, list(out) == want, "the result's extents are not data[:axis] + indices + data[axis+1:]")
+
+
+@irdl_op_definition
+class GatherElementsOp(LibraryOp):
+    """ONNX GatherElements: out[i][j] = data[indices[i][j]][j] (axis 0); the result has the indices' extents.
+
+    Example: `%y = kernel.gather_elements(%x, %i) {node = "g", axis = 1 : i64} : (X, I) -> Y`
+    """
+
+    name = "kernel.gather_elements"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 2 and len(outs) == 1, "takes data and indices and gives one result")
+        if ins[1] is not None and outs[0] is not None:
+            require(self, ins[1] == outs[0], "the result's extents are not the indices' extents")
+
+
+@irdl_op_definition
+class ScatterElementsOp(LibraryOp):
+    """ONNX ScatterElements: a copy of the data with updates written (or reduced) at indices along `axis`.
+
+    Example: `%y = kernel.scatter_elements(%x, %i, %u) {node = "s", axis = 0 : i64, reduction = "add"}`
+    """
+
+    name = "kernel.scatter_elements"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int, "reduction": str}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 3 and len(outs) == 1, "takes data, indices and updates and gives one result")
+        reduction = self.param("reduction")
+        require(self, reduction in ("none", "add", "mul", "max", "min"), f"unknown reduction '{reduction}'")
+        if ins[0] is not None and outs[0] is not None:
+            require(self, ins[0] == outs[0], "the result's extents are not the data's")
+
+
+@irdl_op_definition
+class ScatterNDOp(LibraryOp):
+    """ONNX ScatterND: a copy of the data with updates written (or reduced) at the index tuples that
+    the indices' last axis holds (k entries each, addressing the data's first k axes).
+
+    The updates' extents are the indices' but the last, then the data's after k: where both sides
+    are numbers they must agree (symbolic ones the build proved or owes equal).
+    Example: `%y = kernel.scatter_nd(%x, %i, %u) {node = "s", reduction = "none"} : (X, I, U) -> Y`
+    """
+
+    name = "kernel.scatter_nd"
+    PARAMS: ClassVar[dict[str, type]] = {"reduction": str}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 3 and len(outs) == 1, "takes data, indices and updates and gives one result")
+        reduction = self.param("reduction")
+        require(self, reduction in ("none", "add", "mul", "max", "min"), f"unknown reduction '{reduction}'")
+        x, i, u = ins
+        if x is not None and outs[0] is not None:
+            require(self, x == outs[0], "the result's extents are not the data's")
+        if x is None or i is None or u is None:
+            return
+        require(self, len(i) >= 1, "the indices have rank 0")
+        k = i[-1]
+        require(self, k.is_const and k.const_value <= len(x), f"the indices' last extent {k} is not a number <= rank")
+        want = (*i[:-1], *x[k.const_value :])
+        require(self, len(u) == len(want), "the updates' rank is not the indices' rank - 1 + the data's rank - k")
+        agree = all(a == b or not (a.is_const and b.is_const) for a, b in zip(u, want, strict=True))
+        require(self, agree, "the updates' extents are not indices[:-1] + data[k:]")
+
+
+@irdl_op_definition
+class RangeOp(LibraryOp):
+    """ONNX Range over integers the run knows: `start`, `start + delta`, ... below `limit` (above it
+    for a negative delta), as `dtype`; start and limit may be extents only the run knows.
+
+    Example: `%p = kernel.range() {node = "r", start = 0 : i64, limit = #shape_poly.extent<S>,
+    delta = 1 : i64, dtype = "int64"} : () -> R`
+    """
+
+    name = "kernel.range"
+    PARAMS: ClassVar[dict[str, type]] = {"start": int, "limit": int, "delta": int, "dtype": str}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, not ins and len(outs) == 1, "takes no operand and gives one result")
+        require(self, self.param("dtype") in ("int64", "int32"), f"dtype '{self.param('dtype')}' is not int64 or int32")
+        require(self, outs[0] is None or len(outs[0]) == 1, "the result has rank 1")
+
+
+INDEXING_OPS: tuple[type[LibraryOp], ...] = (GatherOp, GatherElementsOp, ScatterElementsOp, ScatterNDOp, RangeOp)

@@ -1,0 +1,140 @@
+"""Library kernels that move elements: concatenation, splitting, slicing, padding, tiling and
+triangles (ONNX Concat, Split, Slice, Pad, Tile, Trilu), listed in `MOVEMENT_OPS`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from xdsl.irdl import irdl_op_definition
+
+from loam.dialects.kernel.library import LibraryOp, library_types, require
+from loam.poly import Poly
+
+
+@irdl_op_definition
+class ConcatOp(LibraryOp):
+    """ONNX Concat: the operands joined along `axis`; every other extent is shared.
+
+    Example: `%y = kernel.concat(%a, %b) {node = "cat", axis = 1 : i64} : (A, B) -> R`
+    """
+
+    name = "kernel.concat"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) >= 1 and len(outs) == 1, "takes one or more operands and gives one result")
+        if any(e is None for e in (*ins, *outs)):
+            return
+        axis, out = self.param("axis"), outs[0]
+        assert out is not None
+        require(self, 0 <= axis < len(out), f"axis {axis} is outside the result's rank {len(out)}")
+        for i, ext in enumerate(ins):
+            assert ext is not None
+            same = len(ext) == len(out) and all(
+                e == o for j, (e, o) in enumerate(zip(ext, out, strict=True)) if j != axis
+            )
+            require(self, same, f"operand {i} does not match the result outside axis {axis}")
+
+
+@irdl_op_definition
+class SplitOp(LibraryOp):
+    """ONNX Split: consecutive chunks of `sizes` elements along `axis`, one result per chunk.
+
+    Example: `%a, %b = kernel.split(%x) {node = "s", axis = 0 : i64, sizes = array<i64: 2, 1>} : (X) -> (A, B)`
+    """
+
+    name = "kernel.split"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int, "sizes": tuple}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        sizes = self.param("sizes")
+        require(self, len(ins) == 1 and len(outs) == len(sizes), "takes one operand and gives one result per size")
+
+
+@irdl_op_definition
+class SliceOp(LibraryOp):
+    """ONNX Slice, normalised: per axis `counts[i]` elements from `starts[i]`, every `steps[i]`.
+
+    Example: `%y = kernel.slice(%x) {node = "s", starts = array<i64: 1>, counts = array<i64: 2>,
+    steps = array<i64: 1>} : (X) -> Y`; over a symbolic axis the starts and counts may be extents
+    (`starts = [#shape_poly.extent<N - 2>]`), the steps are numbers.
+    """
+
+    name = "kernel.slice"
+    PARAMS: ClassVar[dict[str, type]] = {"starts": tuple, "counts": tuple, "steps": tuple}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 1 and len(outs) == 1, "takes one operand and gives one result")
+        starts, counts, steps = self.param("starts"), self.param("counts"), self.param("steps")
+        require(self, len(starts) == len(counts) == len(steps), "starts, counts and steps differ in length")
+        require(self, all(isinstance(s, int) and s != 0 for s in steps), "a step is 0 or not a number")
+        out = outs[0]
+        if out is not None:
+            require(self, len(out) == len(counts), "the result's rank differs from the slice's")
+            same = all(e == Poly.lift(c) for e, c in zip(out, counts, strict=True))
+            require(self, same, "the result's extents are not the counts")
+
+
+@irdl_op_definition
+class PadOp(LibraryOp):
+    """ONNX Pad: `pads` (begins, then ends, per axis; negative crops) in mode constant/reflect/edge/wrap.
+
+    An optional second operand is the constant fill computed at run time; otherwise `value` is.
+    Example: `%y = kernel.pad(%x) {node = "p", pads = array<i64: 1, 1>, mode = "constant", value = 0.0 : f64}`
+    """
+
+    name = "kernel.pad"
+    PARAMS: ClassVar[dict[str, type]] = {"pads": tuple, "mode": str, "value": float}
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"value"})
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) in (1, 2) and len(outs) == 1, "takes one or two operands and gives one result")
+        mode = self.param("mode")
+        require(self, mode in ("constant", "reflect", "edge", "wrap"), f"unknown mode '{mode}'")
+        x = ins[0]
+        if x is not None:
+            require(self, len(self.param("pads")) == 2 * len(x), "pads needs two entries per axis")
+
+
+@irdl_op_definition
+class TileOp(LibraryOp):
+    """ONNX Tile: the operand repeated `repeats[i]` times along axis i.
+
+    Example: `%y = kernel.tile(%x) {node = "t", repeats = array<i64: 2, 1>} : (X) -> Y`
+    """
+
+    name = "kernel.tile"
+    PARAMS: ClassVar[dict[str, type]] = {"repeats": tuple}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 1 and len(outs) == 1, "takes one operand and gives one result")
+        x = ins[0]
+        if x is not None:
+            require(self, len(self.param("repeats")) == len(x), "repeats needs one entry per axis")
+
+
+@irdl_op_definition
+class TriluOp(LibraryOp):
+    """ONNX Trilu over the last two axes: `upper` (1) or lower (0) triangle from diagonal `offset`.
+
+    An optional second operand is the diagonal offset `k` computed at run time.
+    Example: `%y = kernel.trilu(%x) {node = "t", upper = 1 : i64, offset = 0 : i64} : (X) -> Y`
+    """
+
+    name = "kernel.trilu"
+    PARAMS: ClassVar[dict[str, type]] = {"upper": int, "offset": int}
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"offset"})
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) in (1, 2) and len(outs) == 1, "takes one or two operands and gives one result")
+        require(self, ins[0] is None or len(ins[0]) >= 2, "the operand needs rank 2 or more")
+
+
+MOVEMENT_OPS: tuple[type[LibraryOp], ...] = (ConcatOp, SplitOp, SliceOp, PadOp, TileOp, TriluOp)
