@@ -16,6 +16,11 @@ rather than somewhere in the graph.
     %4 = stablehlo.reduce(%2 init: %c) applies stablehlo.add across dimensions = [1]
            : (tensor<4x16xf32>, tensor<f32>) -> tensor<4xf32>
 
+Each op's custom syntax is an xDSL `assembly_format` (`StableHLOOp`) over a few custom directives,
+the pieces MLIR's StableHLO spells its own way (`custom<IntList>` for `dims = [1, 0]`,
+`custom<SameOperandsAndResultType>` for `: T`, ...); only `constant`, `reduce` and `custom_call`,
+whose syntax no format expresses, parse and print by hand.
+
 Only the ops listed in `StableHLO` exist here; any other `stablehlo.*` op is unknown to the parser,
 which is how the reader refuses it (naming the op and its place in the file).
 """
@@ -52,6 +57,16 @@ from xdsl.irdl import (
     traits_def,
     var_operand_def,
     var_result_def,
+)
+from xdsl.irdl.declarative_assembly_format import (
+    AttributeVariable,
+    CustomDirective,
+    ParsingState,
+    PrintingState,
+    TypeDirective,
+    UniqueBaseAttributeVariable,
+    VariadicOperandVariable,
+    irdl_custom_directive,
 )
 from xdsl.parser import AttrParser, Parser, UnresolvedOperand
 from xdsl.printer import Printer
@@ -103,54 +118,10 @@ def _print_int_list(printer: Printer, values: Sequence[int]) -> None:
     printer.print_string("[" + ", ".join(str(v) for v in values) + "]")
 
 
-def _parse_operands(parser: Parser) -> list[UnresolvedOperand]:
-    return parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_unresolved_operand)
-
-
-def _parse_signature(parser: Parser, n_operands: int) -> tuple[list[Attribute], list[Attribute]]:
-    """After the `:`: a function type `(A, B) -> R`, or one type every operand and the result share."""
-    if (function := parser.parse_optional_function_type()) is not None:
-        return list(function.inputs.data), list(function.outputs.data)
-    shared = parser.parse_type()
-    return [shared] * n_operands, [shared]
-
-
-def _print_signature(printer: Printer, op: Operation) -> None:
-    """`: T` when the operands and the result share one type (as MLIR prints it), else a function type."""
-    types = {*op.operand_types, *op.result_types}
-    printer.print_string(" : ")
-    if len(types) == 1 and len(op.results) == 1:
-        printer.print_attribute(op.result_types[0])
-    else:
-        printer.print_function_type(op.operand_types, op.result_types)
-
-
 def _print_attrs(printer: Printer, op: Operation) -> None:
     if op.attributes:
         printer.print_string(" ")
         printer.print_attr_dict(op.attributes)
-
-
-def _finish(
-    parser: Parser,
-    cls: type[IRDLOperation],
-    operands: Sequence[UnresolvedOperand],
-    properties: dict[str, Attribute] | None = None,
-    regions: Sequence[Region] = (),
-) -> IRDLOperation:
-    """The common tail of a custom syntax: `[attr-dict] : signature`, operands resolved by their types."""
-    attributes = parser.parse_optional_attr_dict()
-    parser.parse_punctuation(":")
-    position = parser.pos
-    operand_types, result_types = _parse_signature(parser, len(operands))
-    values = parser.resolve_operands(operands, operand_types, position)
-    return cls.create(
-        operands=values,
-        result_types=result_types,
-        properties=properties or {},
-        attributes=attributes,
-        regions=list(regions),
-    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -336,27 +307,354 @@ class GatherDimensionNumbersAttr(ParametrizedAttribute):
 
 
 # --------------------------------------------------------------------------------------------------
+# The custom syntax: xDSL assembly formats, with a directive for each piece MLIR's StableHLO spells
+# its own way (MLIR's StablehloOps.td declares the same ops with the same `custom<...>` pieces)
+
+
+def _operand_count(state: ParsingState) -> int:
+    return sum(len(operands) for operands in state.operands if operands is not None)
+
+
+class _Signature(CustomDirective):
+    """
+    After the `:`: a function type `(A, B) -> R`, or a short form (`parse_short`, `print_short`).
+
+    Each subclass is one form; it declares the two parameters again because `irdl_custom_directive`
+    reads a class's own annotations only.
+    """
+
+    operand_types: TypeDirective
+    result_types: TypeDirective
+
+    def parse(self, parser: Parser, state: ParsingState) -> None:
+        position, count = parser.pos, _operand_count(state)
+        if (function := parser.parse_optional_function_type()) is not None:
+            inputs, outputs = list(function.inputs.data), list(function.outputs.data)
+        else:
+            inputs, outputs = self.parse_short(parser, count)
+        if len(inputs) != count:
+            parser.raise_error(f"expected {len(inputs)} operand types but had {count}", position)
+        self.operand_types.set(state, inputs)
+        try:
+            self.result_types.set(state, outputs)
+        except VerifyException as e:
+            parser.raise_error(str(e), position)
+
+    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
+        state.print_whitespace(printer)
+        inputs, outputs = self.operand_types.get(op), self.result_types.get(op)
+        if not self.print_short(printer, inputs, outputs):
+            printer.print_function_type(inputs, outputs)
+
+    def parse_short(self, parser: Parser, count: int) -> tuple[list[Attribute], list[Attribute]]:
+        """One type every operand and the result share."""
+        shared = parser.parse_type()
+        return [shared] * count, [shared]
+
+    def print_short(self, printer: Printer, inputs: Sequence[Attribute], outputs: Sequence[Attribute]) -> bool:
+        """Print the short form and say so, or print nothing (the function type follows)."""
+        return False
+
+
+@irdl_custom_directive
+class FunctionalType(_Signature):
+    """`(A, B) -> R`, always printed so; `T` (every operand and the result of type T) also reads."""
+
+    operand_types: TypeDirective
+    result_types: TypeDirective
+
+
+@irdl_custom_directive
+class SameOperandsAndResultType(_Signature):
+    """`T` when the operands and the result share one type (as MLIR prints it), else a function type."""
+
+    operand_types: TypeDirective
+    result_types: TypeDirective
+
+    def print_short(self, printer: Printer, inputs: Sequence[Attribute], outputs: Sequence[Attribute]) -> bool:
+        if len({*inputs, *outputs}) != 1 or len(outputs) != 1:
+            return False
+        printer.print_attribute(outputs[0])
+        return True
+
+
+@irdl_custom_directive
+class SelectOpType(_Signature):
+    """`P, T`: the predicate's type, then the shared type of the other operands and the result."""
+
+    operand_types: TypeDirective
+    result_types: TypeDirective
+
+    def parse_short(self, parser: Parser, count: int) -> tuple[list[Attribute], list[Attribute]]:
+        pred = parser.parse_type()
+        parser.parse_punctuation(",")
+        shared = parser.parse_type()
+        return [pred, shared, shared], [shared]
+
+    def print_short(self, printer: Printer, inputs: Sequence[Attribute], outputs: Sequence[Attribute]) -> bool:
+        if len(inputs) != 3 or len(outputs) != 1 or not inputs[1] == inputs[2] == outputs[0]:
+            return False
+        printer.print_attribute(inputs[0])
+        printer.print_string(", ")
+        printer.print_attribute(outputs[0])
+        return True
+
+
+@irdl_custom_directive
+class CompareOpType(_Signature):
+    """A function type, always printed so; `T` reads as both operands T and the result T's shape in i1."""
+
+    operand_types: TypeDirective
+    result_types: TypeDirective
+
+    def parse_short(self, parser: Parser, count: int) -> tuple[list[Attribute], list[Attribute]]:
+        shared = ranked(parser.parse_type(), "stablehlo.compare operand")
+        return [shared, shared], [TensorType(IntegerType(1), shared.get_shape())]
+
+
+@irdl_custom_directive
+class OperandList(CustomDirective):
+    """`%a, %b`: one or more operands."""
+
+    operands: VariadicOperandVariable
+
+    def parse(self, parser: Parser, state: ParsingState) -> None:
+        self.operands.set(
+            state, parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_unresolved_operand)
+        )
+
+    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
+        state.print_whitespace(printer)
+        printer.print_list(self.operands.get(op), printer.print_operand)
+
+
+@irdl_custom_directive
+class OperandTypes(CustomDirective):
+    """`T, U`: the operands' types, one or more."""
+
+    types: TypeDirective
+
+    def parse(self, parser: Parser, state: ParsingState) -> None:
+        position, count = parser.pos, _operand_count(state)
+        types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
+        if len(types) != count:
+            parser.raise_error(f"expected {len(types)} operand types but had {count}", position)
+        self.types.set(state, types)
+
+    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
+        state.print_whitespace(printer)
+        printer.print_list(self.types.get(op), printer.print_attribute)
+
+
+@irdl_custom_directive
+class IntList(CustomDirective):
+    """`[1, 0]`: an `array<i64: ...>` property (MLIR's `custom<DenseI64Array>`)."""
+
+    values: AttributeVariable
+
+    def parse(self, parser: Parser, state: ParsingState) -> None:
+        self.values.set(state, _i64_array(_parse_int_list(parser)))
+
+    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
+        state.print_whitespace(printer)
+        _print_int_list(printer, _ints(self.values.get(op)))
+
+
+@irdl_custom_directive
+class I64(CustomDirective):
+    """`0`: an i64 integer property, its value alone."""
+
+    value: AttributeVariable
+
+    def parse(self, parser: Parser, state: ParsingState) -> None:
+        self.value.set(state, IntegerAttr(parser.parse_integer(allow_boolean=False), i64))
+
+    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
+        attr = self.value.get(op)
+        assert isinstance(attr, IntegerAttr)
+        state.print_whitespace(printer)
+        printer.print_string(str(attr.value.data))
+
+
+@irdl_custom_directive
+class EnumWord(CustomDirective):
+    """`GT`: a StableHLO enum property, its word alone (`<GT>` also reads); it may anchor an optional group."""
+
+    value: UniqueBaseAttributeVariable
+
+    def parse(self, parser: Parser, state: ParsingState) -> None:
+        kind = self.value.unique_base
+        assert issubclass(kind, _EnumAttr)
+        self.value.set(state, kind(*kind.parse_parameters(parser)))
+
+    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
+        attr = self.value.get(op)
+        assert isinstance(attr, _EnumAttr)
+        state.print_whitespace(printer)
+        printer.print_string(attr.text)
+
+    def is_present(self, op: IRDLOperation) -> bool:
+        return self.value.is_present(op)
+
+    def is_anchorable(self) -> bool:
+        return self.value.is_anchorable()
+
+
+@irdl_custom_directive
+class CommaTerminatedOperands(CustomDirective):
+    """`%a, %b,`: operands, each followed by a comma (MLIR's `custom<VariadicOperandWithAttribute>`)."""
+
+    operands: VariadicOperandVariable
+
+    def parse(self, parser: Parser, state: ParsingState) -> None:
+        operands: list[UnresolvedOperand] = []
+        while (operand := parser.parse_optional_unresolved_operand()) is not None:
+            operands.append(operand)
+            parser.parse_punctuation(",")
+        self.operands.set(state, operands)
+
+    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
+        operands = self.operands.get(op)
+        if not operands:
+            return
+        state.print_whitespace(printer)
+        printer.print_list(operands, printer.print_operand)
+        printer.print_string(",")
+
+
+@irdl_custom_directive
+class KnownDimensions(CustomDirective):
+    """`, known_expanding_dimensions = [0], known_nonexpanding_dimensions = [1]`: either, both (any
+    order), or neither."""
+
+    expanding: AttributeVariable
+    nonexpanding: AttributeVariable
+
+    def parse(self, parser: Parser, state: ParsingState) -> None:
+        by_name = {v.name: v for v in (self.expanding, self.nonexpanding)}
+        while parser.parse_optional_punctuation(","):
+            key = parser.parse_keyword_in(tuple(by_name))
+            parser.parse_punctuation("=")
+            by_name[key].set(state, _i64_array(_parse_int_list(parser)))
+
+    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
+        for variable in (self.expanding, self.nonexpanding):
+            if (attr := variable.get(op)) is not None:
+                printer.print_string(f", {variable.name} = ")
+                _print_int_list(printer, _ints(attr))
+
+
+@irdl_custom_directive
+class SliceRanges(CustomDirective):
+    """`[1:3, 0:4:2]`: `start:limit[:stride]` per dim (a stride of 1 is left out)."""
+
+    start_indices: AttributeVariable
+    limit_indices: AttributeVariable
+    strides: AttributeVariable
+
+    def parse(self, parser: Parser, state: ParsingState) -> None:
+        def one() -> tuple[int, int, int]:
+            start = parser.parse_integer(allow_boolean=False)
+            parser.parse_punctuation(":")
+            limit = parser.parse_integer(allow_boolean=False)
+            stride = parser.parse_integer(allow_boolean=False) if parser.parse_optional_punctuation(":") else 1
+            return start, limit, stride
+
+        ranges = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, one)
+        for i, variable in enumerate((self.start_indices, self.limit_indices, self.strides)):
+            variable.set(state, _i64_array([r[i] for r in ranges]))
+
+    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
+        starts, limits, strides = (_ints(v.get(op)) for v in (self.start_indices, self.limit_indices, self.strides))
+        parts = [f"{a}:{b}" + (f":{c}" if c != 1 else "") for a, b, c in zip(starts, limits, strides, strict=True)]
+        state.print_whitespace(printer)
+        printer.print_string("[" + ", ".join(parts) + "]")
+
+
+@irdl_custom_directive
+class DotDimensionNumbers(CustomDirective):
+    """`, batching_dims = [0] x [0], contracting_dims = [2] x [1], precision = [DEFAULT, DEFAULT]`:
+    read in any order, each at most once; printed in that order, empty batching dims and an absent
+    precision left out."""
+
+    dimension_numbers: AttributeVariable
+    precision_config: AttributeVariable
+
+    def parse(self, parser: Parser, state: ParsingState) -> None:
+        pairs: dict[str, tuple[list[int], list[int]]] = {}
+        precision: ArrayAttr[Attribute] | None = None
+        while parser.parse_optional_punctuation(","):
+            key = parser.parse_identifier()
+            parser.parse_punctuation("=")
+            if key in ("batching_dims", "contracting_dims") and key not in pairs:
+                lhs = _parse_int_list(parser)
+                parser.parse_keyword("x")
+                pairs[key] = (lhs, _parse_int_list(parser))
+            elif key == "precision" and precision is None:
+
+                def word() -> Attribute:
+                    return PrecisionAttr(*PrecisionAttr.parse_parameters(parser))
+
+                precision = ArrayAttr(parser.parse_comma_separated_list(parser.Delimiter.SQUARE, word))
+            else:
+                parser.raise_error(
+                    f"stablehlo.dot_general: unexpected '{key}' (Loam reads batching_dims, contracting_dims, precision)"
+                )
+        if precision is not None:
+            self.precision_config.set(state, precision)
+        batch = pairs.get("batching_dims", ([], []))
+        contract = pairs.get("contracting_dims", ([], []))
+        self.dimension_numbers.set(state, DotDimensionNumbersAttr(batch[0], batch[1], contract[0], contract[1]))
+
+    def print(self, printer: Printer, state: PrintingState, op: IRDLOperation) -> None:
+        numbers = self.dimension_numbers.get(op)
+        assert isinstance(numbers, DotDimensionNumbersAttr)
+        lb, rb, lc, rc = numbers.dims()
+        if lb:
+            printer.print_string(f", batching_dims = {list(lb)} x {list(rb)}")
+        printer.print_string(f", contracting_dims = {list(lc)} x {list(rc)}")
+        if isinstance(precision := self.precision_config.get(op), ArrayAttr):
+            names = [p.text for p in precision.data if isinstance(p, PrecisionAttr)]
+            printer.print_string(f", precision = [{', '.join(names)}]")
+
+
+class StableHLOOp(IRDLOperation):
+    """
+    Base of the ops whose custom syntax is an xDSL assembly format over the directives above: an op
+    states its operands, properties and `assembly_format`, nothing else about its syntax.
+    """
+
+    custom_directives = (
+        FunctionalType,
+        SameOperandsAndResultType,
+        SelectOpType,
+        CompareOpType,
+        OperandList,
+        OperandTypes,
+        IntList,
+        I64,
+        EnumWord,
+        CommaTerminatedOperands,
+        KnownDimensions,
+        SliceRanges,
+        DotDimensionNumbers,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
 # Elementwise ops: `stablehlo.OP %a, %b : T` (or a function type when the types differ)
 
 
-class ElementwiseOp(IRDLOperation):
+class ElementwiseOp(StableHLOOp):
     """Base of the ops that compute each result element from the operands' elements at that place."""
 
     ARITY: ClassVar[int]
     args = var_operand_def()
     result = result_def()
 
-    @classmethod
-    def parse(cls, parser: Parser) -> ElementwiseOp:
-        op = _finish(parser, cls, _parse_operands(parser))
-        assert isinstance(op, ElementwiseOp)
-        return op
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_list(self.args, printer.print_operand)
-        _print_attrs(printer, self)
-        _print_signature(printer, self)
+    assembly_format = (
+        "custom<OperandList>($args) attr-dict `:` custom<SameOperandsAndResultType>(type(operands), type(results))"
+    )
 
     def verify_(self) -> None:
         if len(self.args) != self.ARITY:
@@ -535,33 +833,7 @@ class SelectOp(ElementwiseOp):
     name = "stablehlo.select"
     ARITY: ClassVar[int] = 3
 
-    @classmethod
-    def parse(cls, parser: Parser) -> SelectOp:
-        operands = _parse_operands(parser)
-        attributes = parser.parse_optional_attr_dict()
-        parser.parse_punctuation(":")
-        position = parser.pos
-        if (function := parser.parse_optional_function_type()) is not None:
-            operand_types, result_types = list(function.inputs.data), list(function.outputs.data)
-        else:
-            pred = parser.parse_type()
-            parser.parse_punctuation(",")
-            shared = parser.parse_type()
-            operand_types, result_types = [pred, shared, shared], [shared]
-        values = parser.resolve_operands(operands, operand_types, position)
-        return cls.create(operands=values, result_types=result_types, attributes=attributes)
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_list(self.args, printer.print_operand)
-        _print_attrs(printer, self)
-        printer.print_string(" : ")
-        if self.args[1].type == self.args[2].type == self.result.type:
-            printer.print_attribute(self.args[0].type)
-            printer.print_string(", ")
-            printer.print_attribute(self.result.type)
-        else:
-            printer.print_function_type(self.operand_types, self.result_types)
+    assembly_format = "custom<OperandList>($args) attr-dict `:` custom<SelectOpType>(type(operands), type(results))"
 
     def verify_(self) -> None:
         if len(self.args) != 3:
@@ -579,7 +851,7 @@ class SelectOp(ElementwiseOp):
 
 
 @irdl_op_definition
-class CompareOp(IRDLOperation):
+class CompareOp(StableHLOOp):
     """
     Elementwise comparison into i1.
 
@@ -595,36 +867,10 @@ class CompareOp(IRDLOperation):
     comparison_direction = prop_def(ComparisonDirectionAttr)
     compare_type = opt_prop_def(ComparisonTypeAttr)
 
-    @classmethod
-    def parse(cls, parser: Parser) -> CompareOp:
-        direction = ComparisonDirectionAttr(*ComparisonDirectionAttr.parse_parameters(parser))
-        parser.parse_punctuation(",")
-        operands = [parser.parse_unresolved_operand()]
-        parser.parse_punctuation(",")
-        operands.append(parser.parse_unresolved_operand())
-        props: dict[str, Attribute] = {"comparison_direction": direction}
-        if parser.parse_optional_punctuation(","):
-            props["compare_type"] = ComparisonTypeAttr(*ComparisonTypeAttr.parse_parameters(parser))
-        attributes = parser.parse_optional_attr_dict()
-        parser.parse_punctuation(":")
-        position = parser.pos
-        if (function := parser.parse_optional_function_type()) is not None:
-            operand_types, result_types = list(function.inputs.data), list(function.outputs.data)
-        else:  # `: T`: both operands are T; the result is T's shape in i1
-            shared = ranked(parser.parse_type(), "stablehlo.compare operand")
-            operand_types = [shared, shared]
-            result_types = [TensorType(IntegerType(1), shared.get_shape())]
-        values = parser.resolve_operands(operands, operand_types, position)
-        return cls.create(operands=values, result_types=result_types, properties=props, attributes=attributes)
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(f"  {self.comparison_direction.text}, ")
-        printer.print_list((self.lhs, self.rhs), printer.print_operand)
-        if self.compare_type is not None:
-            printer.print_string(f",  {self.compare_type.text}")
-        _print_attrs(printer, self)
-        printer.print_string(" : ")
-        printer.print_function_type(self.operand_types, self.result_types)
+    assembly_format = (
+        "` ` custom<EnumWord>($comparison_direction) `,` $lhs `,` $rhs (`,` ` ` custom<EnumWord>($compare_type)^)?"
+        " attr-dict `:` custom<CompareOpType>(type(operands), type(results))"
+    )
 
     def verify_(self) -> None:
         lhs, rhs = ranked(self.lhs, "stablehlo.compare lhs"), ranked(self.rhs, "stablehlo.compare rhs")
@@ -647,7 +893,8 @@ class ConstantOp(IRDLOperation):
     """
     A tensor literal.
 
-    Syntax: `stablehlo.constant dense<[1.0, 2.0]> : tensor<2xf32>`
+    Syntax: `stablehlo.constant dense<[1.0, 2.0]> : tensor<2xf32>` (parsed by hand: the result's type
+    is the literal's, which an assembly format cannot infer).
     """
 
     name = "stablehlo.constant"
@@ -673,15 +920,8 @@ class ConstantOp(IRDLOperation):
             raise VerifyException(f"stablehlo.constant value has type {self.value.type}, the result {self.result.type}")
 
 
-def _parse_dims_keyword(parser: Parser, keyword: str) -> list[int]:
-    parser.parse_punctuation(",")
-    parser.parse_keyword(keyword)
-    parser.parse_punctuation("=")
-    return _parse_int_list(parser)
-
-
 @irdl_op_definition
-class BroadcastInDimOp(IRDLOperation):
+class BroadcastInDimOp(StableHLOOp):
     """
     Broadcast into the result's shape; operand dim i becomes result dim `broadcast_dimensions[i]`.
 
@@ -694,22 +934,10 @@ class BroadcastInDimOp(IRDLOperation):
     result = result_def()
     broadcast_dimensions = prop_def(DenseArrayBase)
 
-    @classmethod
-    def parse(cls, parser: Parser) -> BroadcastInDimOp:
-        operands = [parser.parse_unresolved_operand()]
-        dims = _parse_dims_keyword(parser, "dims")
-        op = _finish(parser, cls, operands, {"broadcast_dimensions": _i64_array(dims)})
-        assert isinstance(op, BroadcastInDimOp)
-        return op
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.operand)
-        printer.print_string(", dims = ")
-        _print_int_list(printer, self.dims)
-        _print_attrs(printer, self)
-        printer.print_string(" : ")
-        printer.print_function_type(self.operand_types, self.result_types)
+    assembly_format = (
+        "$operand `,` `dims` `=` custom<IntList>($broadcast_dimensions)"
+        " attr-dict `:` custom<FunctionalType>(type(operands), type(results))"
+    )
 
     @property
     def dims(self) -> tuple[int, ...]:
@@ -735,7 +963,7 @@ def _verify_broadcast(name: str, operand: SSAValue, result: SSAValue, dims: Sequ
 
 
 @irdl_op_definition
-class DynamicBroadcastInDimOp(IRDLOperation):
+class DynamicBroadcastInDimOp(StableHLOOp):
     """
     `stablehlo.broadcast_in_dim` to a shape computed at run time (the 1-D integer `output_dimensions`).
 
@@ -752,32 +980,11 @@ class DynamicBroadcastInDimOp(IRDLOperation):
     known_expanding_dimensions = opt_prop_def(DenseArrayBase)
     known_nonexpanding_dimensions = opt_prop_def(DenseArrayBase)
 
-    @classmethod
-    def parse(cls, parser: Parser) -> DynamicBroadcastInDimOp:
-        operands = [parser.parse_unresolved_operand()]
-        parser.parse_punctuation(",")
-        operands.append(parser.parse_unresolved_operand())
-        props: dict[str, Attribute] = {"broadcast_dimensions": _i64_array(_parse_dims_keyword(parser, "dims"))}
-        while parser.parse_optional_punctuation(","):
-            key = parser.parse_keyword_in(("known_expanding_dimensions", "known_nonexpanding_dimensions"))
-            parser.parse_punctuation("=")
-            props[key] = _i64_array(_parse_int_list(parser))
-        op = _finish(parser, cls, operands, props)
-        assert isinstance(op, DynamicBroadcastInDimOp)
-        return op
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_list((self.operand, self.output_dimensions), printer.print_operand)
-        printer.print_string(", dims = ")
-        _print_int_list(printer, self.dims)
-        for key in ("known_expanding_dimensions", "known_nonexpanding_dimensions"):
-            if (attr := self.properties.get(key)) is not None:
-                printer.print_string(f", {key} = ")
-                _print_int_list(printer, _ints(attr))
-        _print_attrs(printer, self)
-        printer.print_string(" : ")
-        printer.print_function_type(self.operand_types, self.result_types)
+    assembly_format = (
+        "$operand `,` $output_dimensions `,` `dims` `=` custom<IntList>($broadcast_dimensions)"
+        " custom<KnownDimensions>($known_expanding_dimensions, $known_nonexpanding_dimensions)"
+        " attr-dict `:` custom<FunctionalType>(type(operands), type(results))"
+    )
 
     @property
     def dims(self) -> tuple[int, ...]:
@@ -795,7 +1002,7 @@ def _verify_shape_operand(name: str, value: SSAValue, rank: int) -> None:
 
 
 @irdl_op_definition
-class ReshapeOp(IRDLOperation):
+class ReshapeOp(StableHLOOp):
     """
     The same elements in row-major order, in the result's (static) shape.
 
@@ -807,18 +1014,7 @@ class ReshapeOp(IRDLOperation):
     operand = operand_def()
     result = result_def()
 
-    @classmethod
-    def parse(cls, parser: Parser) -> ReshapeOp:
-        op = _finish(parser, cls, [parser.parse_unresolved_operand()])
-        assert isinstance(op, ReshapeOp)
-        return op
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.operand)
-        _print_attrs(printer, self)
-        printer.print_string(" : ")
-        printer.print_function_type(self.operand_types, self.result_types)
+    assembly_format = "$operand attr-dict `:` custom<FunctionalType>(type(operands), type(results))"
 
     def verify_(self) -> None:
         src, out = ranked(self.operand, "stablehlo.reshape operand"), ranked(self.result, "stablehlo.reshape result")
@@ -837,7 +1033,7 @@ def _count(shape: Sequence[int]) -> int:
 
 
 @irdl_op_definition
-class DynamicReshapeOp(IRDLOperation):
+class DynamicReshapeOp(StableHLOOp):
     """
     `stablehlo.reshape` to a shape computed at run time.
 
@@ -850,21 +1046,7 @@ class DynamicReshapeOp(IRDLOperation):
     output_shape = operand_def()
     result = result_def()
 
-    @classmethod
-    def parse(cls, parser: Parser) -> DynamicReshapeOp:
-        operands = [parser.parse_unresolved_operand()]
-        parser.parse_punctuation(",")
-        operands.append(parser.parse_unresolved_operand())
-        op = _finish(parser, cls, operands)
-        assert isinstance(op, DynamicReshapeOp)
-        return op
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_list((self.operand, self.output_shape), printer.print_operand)
-        _print_attrs(printer, self)
-        printer.print_string(" : ")
-        printer.print_function_type(self.operand_types, self.result_types)
+    assembly_format = "$operand `,` $output_shape attr-dict `:` custom<FunctionalType>(type(operands), type(results))"
 
     def verify_(self) -> None:
         src, out = ranked(self.operand, "stablehlo.dynamic_reshape operand"), ranked(self.result, "result")
@@ -874,7 +1056,7 @@ class DynamicReshapeOp(IRDLOperation):
 
 
 @irdl_op_definition
-class TransposeOp(IRDLOperation):
+class TransposeOp(StableHLOOp):
     """
     Result dim i is operand dim `permutation[i]`.
 
@@ -887,22 +1069,10 @@ class TransposeOp(IRDLOperation):
     result = result_def()
     permutation = prop_def(DenseArrayBase)
 
-    @classmethod
-    def parse(cls, parser: Parser) -> TransposeOp:
-        operands = [parser.parse_unresolved_operand()]
-        dims = _parse_dims_keyword(parser, "dims")
-        op = _finish(parser, cls, operands, {"permutation": _i64_array(dims)})
-        assert isinstance(op, TransposeOp)
-        return op
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.operand)
-        printer.print_string(", dims = ")
-        _print_int_list(printer, self.perm)
-        _print_attrs(printer, self)
-        printer.print_string(" : ")
-        printer.print_function_type(self.operand_types, self.result_types)
+    assembly_format = (
+        "$operand `,` `dims` `=` custom<IntList>($permutation)"
+        " attr-dict `:` custom<FunctionalType>(type(operands), type(results))"
+    )
 
     @property
     def perm(self) -> tuple[int, ...]:
@@ -921,7 +1091,7 @@ class TransposeOp(IRDLOperation):
 
 
 @irdl_op_definition
-class ConcatenateOp(IRDLOperation):
+class ConcatenateOp(StableHLOOp):
     """
     The operands joined along `dimension`.
 
@@ -934,28 +1104,10 @@ class ConcatenateOp(IRDLOperation):
     result = result_def()
     dimension = prop_def(IntegerAttr)
 
-    @classmethod
-    def parse(cls, parser: Parser) -> ConcatenateOp:
-        operands: list[UnresolvedOperand] = []
-        dim = None
-        while dim is None:
-            if parser.parse_optional_keyword("dim") is not None:
-                parser.parse_punctuation("=")
-                dim = parser.parse_integer(allow_boolean=False)
-                break
-            operands.append(parser.parse_unresolved_operand())
-            parser.parse_punctuation(",")
-        op = _finish(parser, cls, operands, {"dimension": IntegerAttr(dim, i64)})
-        assert isinstance(op, ConcatenateOp)
-        return op
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_list(self.inputs, printer.print_operand)
-        printer.print_string(f", dim = {self.dim}")
-        _print_attrs(printer, self)
-        printer.print_string(" : ")
-        printer.print_function_type(self.operand_types, self.result_types)
+    assembly_format = (
+        "custom<CommaTerminatedOperands>($inputs) `dim` `=` custom<I64>($dimension)"
+        " attr-dict `:` custom<FunctionalType>(type(operands), type(results))"
+    )
 
     @property
     def dim(self) -> int:
@@ -981,7 +1133,7 @@ class ConcatenateOp(IRDLOperation):
 
 
 @irdl_op_definition
-class SliceOp(IRDLOperation):
+class SliceOp(StableHLOOp):
     """
     A static slice: `start:limit:stride` per dim.
 
@@ -996,34 +1148,10 @@ class SliceOp(IRDLOperation):
     limit_indices = prop_def(DenseArrayBase)
     strides = prop_def(DenseArrayBase)
 
-    @classmethod
-    def parse(cls, parser: Parser) -> SliceOp:
-        operands = [parser.parse_unresolved_operand()]
-
-        def one() -> tuple[int, int, int]:
-            start = parser.parse_integer(allow_boolean=False)
-            parser.parse_punctuation(":")
-            limit = parser.parse_integer(allow_boolean=False)
-            stride = parser.parse_integer(allow_boolean=False) if parser.parse_optional_punctuation(":") else 1
-            return start, limit, stride
-
-        ranges = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, one)
-        props: dict[str, Attribute] = {
-            key: _i64_array([r[i] for r in ranges])
-            for i, key in enumerate(("start_indices", "limit_indices", "strides"))
-        }
-        op = _finish(parser, cls, operands, props)
-        assert isinstance(op, SliceOp)
-        return op
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.operand)
-        parts = [f"{a}:{b}" + (f":{c}" if c != 1 else "") for a, b, c in self.ranges]
-        printer.print_string(" [" + ", ".join(parts) + "]")
-        _print_attrs(printer, self)
-        printer.print_string(" : ")
-        printer.print_function_type(self.operand_types, self.result_types)
+    assembly_format = (
+        "$operand custom<SliceRanges>($start_indices, $limit_indices, $strides)"
+        " attr-dict `:` custom<FunctionalType>(type(operands), type(results))"
+    )
 
     @property
     def ranges(self) -> list[tuple[int, int, int]]:
@@ -1045,7 +1173,7 @@ class SliceOp(IRDLOperation):
 
 
 @irdl_op_definition
-class IotaOp(IRDLOperation):
+class IotaOp(StableHLOOp):
     """
     0, 1, 2, ... along `iota_dimension`, repeated along the other dims.
 
@@ -1057,23 +1185,7 @@ class IotaOp(IRDLOperation):
     result = result_def()
     iota_dimension = prop_def(IntegerAttr)
 
-    @classmethod
-    def parse(cls, parser: Parser) -> IotaOp:
-        parser.parse_keyword("dim")
-        parser.parse_punctuation("=")
-        dim = parser.parse_integer(allow_boolean=False)
-        attributes = parser.parse_optional_attr_dict()
-        parser.parse_punctuation(":")
-        result_type = parser.parse_type()
-        return cls.create(
-            properties={"iota_dimension": IntegerAttr(dim, i64)}, result_types=[result_type], attributes=attributes
-        )
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(f" dim = {self.dim}")
-        _print_attrs(printer, self)
-        printer.print_string(" : ")
-        printer.print_attribute(self.result.type)
+    assembly_format = "`dim` `=` custom<I64>($iota_dimension) attr-dict `:` type($result)"
 
     @property
     def dim(self) -> int:
@@ -1086,7 +1198,7 @@ class IotaOp(IRDLOperation):
 
 
 @irdl_op_definition
-class DynamicIotaOp(IRDLOperation):
+class DynamicIotaOp(StableHLOOp):
     """
     `stablehlo.iota` of a shape computed at run time.
 
@@ -1099,24 +1211,10 @@ class DynamicIotaOp(IRDLOperation):
     result = result_def()
     iota_dimension = prop_def(IntegerAttr)
 
-    @classmethod
-    def parse(cls, parser: Parser) -> DynamicIotaOp:
-        operands = [parser.parse_unresolved_operand()]
-        parser.parse_punctuation(",")
-        parser.parse_keyword("dim")
-        parser.parse_punctuation("=")
-        dim = parser.parse_integer(allow_boolean=False)
-        op = _finish(parser, cls, operands, {"iota_dimension": IntegerAttr(dim, i64)})
-        assert isinstance(op, DynamicIotaOp)
-        return op
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.output_shape)
-        printer.print_string(f", dim = {self.dim}")
-        _print_attrs(printer, self)
-        printer.print_string(" : ")
-        printer.print_function_type(self.operand_types, self.result_types)
+    assembly_format = (
+        "$output_shape `,` `dim` `=` custom<I64>($iota_dimension)"
+        " attr-dict `:` custom<FunctionalType>(type(operands), type(results))"
+    )
 
     @property
     def dim(self) -> int:
@@ -1130,7 +1228,7 @@ class DynamicIotaOp(IRDLOperation):
 
 
 @irdl_op_definition
-class GetDimensionSizeOp(IRDLOperation):
+class GetDimensionSizeOp(StableHLOOp):
     """
     The extent of one dim, as a scalar i32.
 
@@ -1143,24 +1241,10 @@ class GetDimensionSizeOp(IRDLOperation):
     result = result_def()
     dimension = prop_def(IntegerAttr)
 
-    @classmethod
-    def parse(cls, parser: Parser) -> GetDimensionSizeOp:
-        operands = [parser.parse_unresolved_operand()]
-        parser.parse_punctuation(",")
-        parser.parse_keyword("dim")
-        parser.parse_punctuation("=")
-        dim = parser.parse_integer(allow_boolean=False)
-        op = _finish(parser, cls, operands, {"dimension": IntegerAttr(dim, i64)})
-        assert isinstance(op, GetDimensionSizeOp)
-        return op
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.operand)
-        printer.print_string(f", dim = {self.dim}")
-        _print_attrs(printer, self)
-        printer.print_string(" : ")
-        printer.print_function_type(self.operand_types, self.result_types)
+    assembly_format = (
+        "$operand `,` `dim` `=` custom<I64>($dimension)"
+        " attr-dict `:` custom<FunctionalType>(type(operands), type(results))"
+    )
 
     @property
     def dim(self) -> int:
@@ -1180,7 +1264,7 @@ class GetDimensionSizeOp(IRDLOperation):
 
 
 @irdl_op_definition
-class DotGeneralOp(IRDLOperation):
+class DotGeneralOp(StableHLOOp):
     """
     A contraction: result dims are the batch dims, then lhs's free dims, then rhs's free dims.
 
@@ -1197,52 +1281,10 @@ class DotGeneralOp(IRDLOperation):
     dot_dimension_numbers = prop_def(DotDimensionNumbersAttr)
     precision_config = opt_prop_def(ArrayAttr)
 
-    @classmethod
-    def parse(cls, parser: Parser) -> DotGeneralOp:
-        operands = [parser.parse_unresolved_operand()]
-        parser.parse_punctuation(",")
-        operands.append(parser.parse_unresolved_operand())
-        pairs: dict[str, tuple[list[int], list[int]]] = {}
-        props: dict[str, Attribute] = {}
-        while parser.parse_optional_punctuation(","):
-            key = parser.parse_identifier()
-            parser.parse_punctuation("=")
-            if key in ("batching_dims", "contracting_dims") and key not in pairs:
-                lhs = _parse_int_list(parser)
-                parser.parse_keyword("x")
-                pairs[key] = (lhs, _parse_int_list(parser))
-            elif key == "precision" and "precision_config" not in props:
-
-                def precision() -> Attribute:
-                    return PrecisionAttr(*PrecisionAttr.parse_parameters(parser))
-
-                props["precision_config"] = ArrayAttr(
-                    parser.parse_comma_separated_list(parser.Delimiter.SQUARE, precision)
-                )
-            else:
-                parser.raise_error(
-                    f"stablehlo.dot_general: unexpected '{key}' (Loam reads batching_dims, contracting_dims, precision)"
-                )
-        batch = pairs.get("batching_dims", ([], []))
-        contract = pairs.get("contracting_dims", ([], []))
-        props["dot_dimension_numbers"] = DotDimensionNumbersAttr(batch[0], batch[1], contract[0], contract[1])
-        op = _finish(parser, cls, operands, props)
-        assert isinstance(op, DotGeneralOp)
-        return op
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_list((self.lhs, self.rhs), printer.print_operand)
-        lb, rb, lc, rc = self.dot_dimension_numbers.dims()
-        if lb:
-            printer.print_string(f", batching_dims = {list(lb)} x {list(rb)}")
-        printer.print_string(f", contracting_dims = {list(lc)} x {list(rc)}")
-        if self.precision_config is not None:
-            names = [p.text for p in self.precision_config.data if isinstance(p, PrecisionAttr)]
-            printer.print_string(f", precision = [{', '.join(names)}]")
-        _print_attrs(printer, self)
-        printer.print_string(" : ")
-        printer.print_function_type(self.operand_types, self.result_types)
+    assembly_format = (
+        "$lhs `,` $rhs custom<DotDimensionNumbers>($dot_dimension_numbers, $precision_config)"
+        " attr-dict `:` custom<FunctionalType>(type(operands), type(results))"
+    )
 
     def verify_(self) -> None:
         lhs, rhs = ranked(self.lhs, "stablehlo.dot_general lhs"), ranked(self.rhs, "stablehlo.dot_general rhs")
@@ -1267,7 +1309,7 @@ class DotGeneralOp(IRDLOperation):
 
 
 @irdl_op_definition
-class ReturnOp(IRDLOperation):
+class ReturnOp(StableHLOOp):
     """
     The values a region of a StableHLO op yields (the body of `stablehlo.reduce`).
 
@@ -1279,21 +1321,7 @@ class ReturnOp(IRDLOperation):
     values = var_operand_def()
     traits = traits_def(IsTerminator())
 
-    @classmethod
-    def parse(cls, parser: Parser) -> ReturnOp:
-        operands = _parse_operands(parser)
-        attributes = parser.parse_optional_attr_dict()
-        parser.parse_punctuation(":")
-        position = parser.pos
-        types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
-        return cls.create(operands=parser.resolve_operands(operands, types, position), attributes=attributes)
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_list(self.values, printer.print_operand)
-        _print_attrs(printer, self)
-        printer.print_string(" : ")
-        printer.print_list(self.operand_types, printer.print_attribute)
+    assembly_format = "custom<OperandList>($values) attr-dict `:` custom<OperandTypes>(type($values))"
 
 
 @irdl_op_definition
@@ -1307,6 +1335,7 @@ class ReduceOp(IRDLOperation):
     or with the body written out:
         stablehlo.reduce(%x init: %c) across dimensions = [1] : (...) -> tensor<4xf32>
          reducer(%a: tensor<f32>, %b: tensor<f32>) { ... stablehlo.return %r : tensor<f32> }
+    (parsed by hand: an assembly format has no way to say "a body of one op, or the region").
     """
 
     name = "stablehlo.reduce"
@@ -1486,7 +1515,8 @@ class CustomCallOp(IRDLOperation):
     shape polymorphism adds on a symbolic dim (it drops it: `forward` checks its inputs itself).
 
     Syntax: `stablehlo.custom_call @shape_assertion(%ok, %b) {error_message = "..."} : (tensor<i1>,
-    tensor<i32>) -> ()`
+    tensor<i32>) -> ()` (parsed by hand: the dictionary holds the optional properties too, printed
+    ahead of the attributes).
     """
 
     name = "stablehlo.custom_call"
