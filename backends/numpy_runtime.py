@@ -753,25 +753,21 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "_derived": ("ShapeError",),
 }
 """The other pieces (and `_SAFETENSORS_DTYPES` and `_FORMATS`, generated) each piece reads whatever the model."""
-
 FEATURES: dict[str, dict[str, tuple[str, ...]]] = {
     "gguf": {"_read_checkpoint": ("_read_gguf",), "_decoded": ("_dequantized",)},
     "renames": {"_load_weights": ("_graph_name",)},
     "packed": {"_load_weights": ("_packed_blocks",)},
     "row_orders": {"_load_weights": ("_rotary_rows",)},
 }
-"""The pieces a piece reads only for a feature some models use (feature -> piece -> what it reads):
-GGUF checkpoints (their reader and ggml dequantization), `[checkpoint_names]` rules, weights kept
-packed, rows un-interleaved.  A module without the feature never reaches the branch that reads them,
-so it does not carry them (`_read_checkpoint` refuses a GGUF file by `_FORMATS`, naming why)."""
+"""What a piece reads only for a feature some models use (feature -> piece -> pieces): a module without
+the feature never reaches those branches, so it does not carry them (a GGUF file is refused by `_FORMATS`)."""
 
 DEPENDS.update(numpy_gguf.DEPENDS)
 DEPENDS.update(numpy_dequant.DEPENDS)
 DEPENDS.update(numpy_kernels.DEPENDS)
 
-# Library kernels that read these operands (by position) only through `_widened`: where such an
-# operand is a half weight, forward passes the float32 form `Weights` prepared once instead, which
-# the kernel computes with unchanged (tests/backends/test_halves.py holds each entry to that).
+# Kernels reading these operands only through `_widened`: a half weight there is passed as the float32
+# form `Weights` prepared once (tests/backends/test_halves.py holds each entry to that).
 WIDENED_OPERANDS: dict[str, tuple[int, ...]] = {"_k_normalize": (1, 2), "_k_conv": (1, 2)}
 
 
