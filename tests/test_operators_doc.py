@@ -21,7 +21,7 @@ def test_every_rule_has_a_row() -> None:
 
 
 def test_refused_operators_are_not_rules() -> None:
-    refused = render().split("## Refused operators", 1)[1]
+    refused = render().split("## Refused operators", 1)[1].split("## Kernel ops", 1)[0]
     for op_type in RULES:
         assert f" {op_type}," not in refused and f"\n{op_type}," not in refused
 
@@ -61,3 +61,22 @@ def test_check_flag_reports_how_to_regenerate(
     monkeypatch.setattr("loam.ops.docs.render", lambda: "something else\n")
     assert main(["--check"]) == 1
     assert REGENERATE in capsys.readouterr().err
+
+
+def test_every_rule_lowers_to_kernel_ops_the_dialect_defines() -> None:
+    from loam.dialects.kernel import Kernel
+
+    defined = {op.name for op in Kernel.operations}
+    for op_type, rule in RULES.items():
+        assert set(rule.kernels) <= defined, (op_type, rule.kernels)
+
+
+def test_every_computing_kernel_op_has_a_row_saying_what_computes_it() -> None:
+    from loam.dialects.kernel import Kernel
+
+    section = render().split("## Kernel ops", 1)[1]
+    for op in Kernel.operations:
+        if op.name not in ("kernel.program", "kernel.return", "kernel.yield"):
+            row = next(line for line in section.splitlines() if line.startswith(f"| `{op.name}` |"))
+            cells = [c.strip() for c in row.split("|")[2:5]]
+            assert all(c and c != "—" for c in cells), row

@@ -103,6 +103,9 @@ class OpRule:
     first_opset: int = 1
     elem_types: tuple[str, ...] = ("f32",)
     limitations: str = ""
+    # The kernel ops `lower` emits (docs/operators.md lists them; the conformance suite holds every
+    # node it builds to them).
+    kernels: tuple[str, ...] = ()
     # Whether output 0 holds only elements of input 0 (moved, not computed), so stage 0 carries a
     # value span (`Facts.span`) through it.
     keeps_values: bool = False

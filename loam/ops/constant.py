@@ -40,6 +40,7 @@ class ConstantRule(OpRule):
     """
 
     op_types = ("Constant",)
+    kernels: tuple[str, ...] = ("kernel.constant",)
     attributes = frozenset({"value", "sparse_value", *_VALUE_ATTRS})
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
@@ -83,6 +84,7 @@ class IdentityRule(KeepsAxes):
     """ONNX Identity: the input, unchanged (any element type but strings)."""
 
     op_types = ("Identity",)
+    kernels: tuple[str, ...] = ()
     keeps_values = True
     elem_types = MOVABLE
 
@@ -115,6 +117,7 @@ class DropoutRule(OpRule):
     """
 
     op_types = ("Dropout",)
+    kernels: tuple[str, ...] = ("kernel.constant",)
     attributes = frozenset({"ratio", "is_test", "consumed_inputs", "seed"})
     elem_types = MOVABLE
     limitations = "inference only: training mode is refused"

@@ -29,6 +29,7 @@ class IfRule(OpRule):
     """ONNX If (opset 1-21): two branch subgraphs reading the enclosing scope; no inputs of their own."""
 
     op_types = ("If",)
+    kernels: tuple[str, ...] = ("kernel.if",)
     attributes = frozenset({"then_branch", "else_branch"})
     elem_types = ("f32", "f16", "bf16", "f64", "i64", "i32", "bool")
     limitations = "branches may not declare inputs or initializers of their own"

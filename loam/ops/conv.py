@@ -154,6 +154,7 @@ class ConvRule(OpRule):
     """ONNX Conv (opsets 1-22): X (N, C, *S) with W (M, C/group, *K) and an optional bias B (M)."""
 
     op_types = ("Conv",)
+    kernels: tuple[str, ...] = ("kernel.conv",)
     attributes = frozenset({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
     elem_types = FLOATS
     limitations = "channel and spatial extents must be numbers (the batch may be symbolic); negative pads are refused"
@@ -216,6 +217,7 @@ class ConvTransposeRule(OpRule):
     """
 
     op_types = ("ConvTranspose",)
+    kernels: tuple[str, ...] = ("kernel.conv_transpose",)
     attributes = frozenset(
         {"auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads", "strides"}
     )

@@ -1,8 +1,9 @@
 """Generate docs/operators.md, the table of ONNX operators Loam compiles, from the operator rules.
 
 Why generated: the table must say exactly what the code does, so it is written from the rules'
-own class attributes (`first_opset`, `elem_types`, `attributes`, `limitations`, see
-`loam.ops.base.OpRule`) and from ONNX's operator schemas, never by hand.  A test
+own class attributes (`first_opset`, `elem_types`, `attributes`, `kernels`, `limitations`, see
+`loam.ops.base.OpRule`), from ONNX's operator schemas and, for the kernel ops they lower to, from the
+kernel dialect and the two backends' kernel printers and kernel libraries, never by hand.  A test
 (tests/test_operators_doc.py) fails when the committed file differs from this output.
 
     python -m loam.ops.docs            # print the Markdown
@@ -86,16 +87,20 @@ def render() -> str:
         "spelled as in `loam.dtypes`.",
         f"Schemas: onnx {onnx.__version__} (newest opset {onnx.defs.onnx_opset_version()}).",
         "",
-        "| Operator | Opsets | Restated | Element types | Attributes | Limitations |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "*Lowers to* names the kernel ops the rule's lowering emits (a node whose values the build knows is",
+        "folded into a `kernel.constant` instead); [Kernel ops](#kernel-ops) below says what computes each.",
+        "",
+        "| Operator | Opsets | Restated | Element types | Attributes | Lowers to | Limitations |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for op_type in sorted(RULES):
         rule = RULES[op_type]
         opsets, older = _opsets(op_type, rule)
         attributes = ", ".join(f"`{a}`" for a in sorted(rule.attributes))
+        lowers = ", ".join(f"`{k}`" for k in rule.kernels) or "nothing (the output is the input)"
         lines.append(
             f"| {op_type} | {opsets} | {_cell(older)} | {_cell(', '.join(rule.elem_types))} | "
-            f"{_cell(attributes)} | {_cell(rule.limitations)} |"
+            f"{_cell(attributes)} | {_cell(lowers)} | {_cell(rule.limitations)} |"
         )
     refused, deprecated = _refused()
     lines += [
@@ -114,8 +119,87 @@ def render() -> str:
             break_on_hyphens=False,
         ),
         "",
+        *kernel_ops_section(),
     ]
     return "\n".join(lines)
+
+
+# How each backend computes the kernel ops its printer spells itself (the library kernels are found
+# in the kernel libraries by name below).
+_NUMPY_FORMS = {
+    "kernel.weight": "an attribute of `Weights`, checked at load",
+    "kernel.constant": "a module constant, or computed in forward from the bound extents",
+    "kernel.matmul": "`np.matmul` (an epilogue finishes in its buffer)",
+    "kernel.permute": "`ndarray.transpose` (a view)",
+    "kernel.regroup": "`ndarray.reshape` (a view)",
+    "kernel.cast": "`ndarray.astype` (a half weight's f32 form is prepared once by `Weights`)",
+    "kernel.zip": "one function of numpy ufuncs per distinct expression (`numpy_kernel_printer`)",
+    "kernel.if": "`if`/`else` in forward",
+    "kernel.tile_program": "one numpy function per program (`backends/numpy_tile.py`)",
+}
+_WGSL_FORMS = {
+    "kernel.weight": "a resident buffer, uploaded once per `Weights`",
+    "kernel.constant": "a resident buffer, or host values written per call",
+    "kernel.matmul": "`wgsl_kernels.matmul.source_matmul` (a permuted operand folded into its strides)",
+    "kernel.permute": "`wgsl_kernels.movement.source_copy` (a strided copy), or folded into a product",
+    "kernel.regroup": "the same buffer",
+    "kernel.cast": "`wgsl_kernels.elementwise.source_zip`",
+    "kernel.zip": "`wgsl_kernels.elementwise.source_zip` (one shader per distinct expression)",
+    "kernel.if": "`if`/`else` on the host (its condition a graph input)",
+    "kernel.slice": "`wgsl_kernels.movement.source_copy` (a strided copy)",
+    "kernel.split": "`wgsl_kernels.movement.source_copy`, one copy per piece",
+    "kernel.concat": "`wgsl_kernels.movement.source_copy`, one copy per operand",
+    "kernel.range": "`wgsl_kernels.movement.source_range`",
+    "kernel.tile_program": "`wgsl_kernels.tile.source_tile` (workgroup-memory tiles)",
+}
+_FROM_PASSES = {
+    "kernel.weight": "every initializer the graph reads (`lower-to-kernel`)",
+    "kernel.matmul_packed": "the `pack-quantized` pass: a product of a weight kept in ggml blocks",
+    "kernel.gather_packed": "the `pack-quantized` pass: a gather from a weight kept in ggml blocks",
+    "kernel.tile_program": "the `tile-rows` and `tile-matmul` passes (WGSL builds)",
+}
+_STRUCTURE = ("kernel.program", "kernel.return", "kernel.yield")
+"""Kernel ops that structure a program rather than compute a value."""
+
+
+def kernel_ops_section() -> list[str]:
+    """The `Kernel ops` section: each computing op of the kernel dialect, the operators that lower to
+    it, and what computes it in the numpy module and in the WGSL module."""
+    from loam.backends import numpy_runtime
+    from loam.backends.wgsl_kernel_printer import library_sources
+    from loam.dialects.kernel import Kernel, LibraryOp
+
+    wgsl = library_sources()
+    lines = [
+        "## Kernel ops",
+        "",
+        "Each computing op of the `kernel` dialect, the operators whose lowering emits it, and what computes",
+        "it: in the numpy module (`_k_NAME`, a runtime piece the module carries, called with the op's",
+        "operands and then its parameters), and in the WGSL module (the function writing its shader; a",
+        "kernel with none runs on the host with `--host-fallback`).",
+        "",
+        "| Kernel op | Lowered from | numpy | WGSL |",
+        "| --- | --- | --- | --- |",
+    ]
+    for op in sorted(Kernel.operations, key=lambda o: o.name):
+        name = op.name
+        if name in _STRUCTURE:
+            continue
+        short = name.split(".", 1)[1]
+        piece = numpy_runtime.PIECES.get(f"_k_{short}")
+        numpy_form = _NUMPY_FORMS.get(name) or (f"`_k_{short}` (`{piece.__module__}`)" if piece is not None else "")  # type: ignore[attr-defined]
+        if name == "kernel.slice":
+            numpy_form = f"plain indexing for unit steps, else {numpy_form}"
+        source = wgsl.get(short) if issubclass(op, LibraryOp) else None
+        wgsl_form = _WGSL_FORMS.get(name) or (
+            f"`{source.__module__.removeprefix('loam.backends.')}.{source.__name__}`"  # type: ignore[attr-defined]
+            if source is not None
+            else "none: the host computes it with `--host-fallback`"
+        )
+        users = ", ".join(sorted(op_type for op_type, rule in RULES.items() if name in rule.kernels))
+        lowered = users or _FROM_PASSES.get(name, "")
+        lines.append(f"| `{name}` | {_cell(lowered)} | {_cell(numpy_form)} | {_cell(wgsl_form)} |")
+    return [*lines, ""]
 
 
 def main(argv: list[str] | None = None) -> int:

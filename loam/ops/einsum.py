@@ -98,6 +98,7 @@ class EinsumRule(OpRule):
     """ONNX Einsum (opset 12): numpy.einsum's meaning, implicit outputs and ellipses included."""
 
     op_types = ("Einsum",)
+    kernels: tuple[str, ...] = ("kernel.einsum",)
     attributes = frozenset({"equation"})
     first_opset = 12
     elem_types = (*FLOATS, *INTS, "i8", "i16", "ui8")

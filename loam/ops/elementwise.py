@@ -90,6 +90,8 @@ class ExprRule(OpRule):
     every input unless `checked_inputs` narrows it), the result's element type and `build`.
     """
 
+    kernels: tuple[str, ...] = ("kernel.zip",)
+
     low: int = 1
     high: int = 1
     # Which inputs must have one element type (None: all present inputs).
@@ -733,6 +735,7 @@ class CastRule(KeepsAxes):
     """
 
     op_types = ("Cast", "CastLike")
+    kernels: tuple[str, ...] = ("kernel.cast",)
     attributes = frozenset({"to", "saturate", "round_mode"})
     elem_types = ALL
     limitations = (

@@ -93,6 +93,7 @@ class GatherRule(MovementRule):
     """
 
     op_types = ("Gather",)
+    kernels: tuple[str, ...] = ("kernel.gather",)
     attributes = frozenset({"axis"})
     limitations = (
         "indices known at build time owe that they lie within a symbolic axis; indices computed at run "
@@ -141,6 +142,7 @@ class GatherElementsRule(MovementRule):
     """ONNX GatherElements (opset 11+): out[i][j] = data[indices[i][j]][j] for axis 0, and so on."""
 
     op_types = ("GatherElements",)
+    kernels: tuple[str, ...] = ("kernel.gather_elements",)
     attributes = frozenset({"axis"})
     first_opset = 11
 
@@ -195,6 +197,7 @@ class ScatterElementsRule(MovementRule):
     """ONNX ScatterElements (11+; `reduction` from 16) and Scatter (9-10, the same without reduction)."""
 
     op_types = ("ScatterElements", "Scatter")
+    kernels: tuple[str, ...] = ("kernel.scatter_elements",)
     attributes = frozenset({"axis", "reduction"})
     first_opset = 9
 
@@ -251,6 +254,7 @@ class ScatterNDRule(MovementRule):
     """
 
     op_types = ("ScatterND",)
+    kernels: tuple[str, ...] = ("kernel.scatter_nd",)
     attributes = frozenset({"reduction"})
     first_opset = 11
     limitations = (
@@ -334,6 +338,7 @@ class RangeRule(OpRule):
     """
 
     op_types = ("Range",)
+    kernels: tuple[str, ...] = ("kernel.range",)
     first_opset = 11
     elem_types = RANGE_TYPES
     limitations = (
@@ -421,6 +426,7 @@ class ConstantOfShapeRule(OpRule):
     """
 
     op_types = ("ConstantOfShape",)
+    kernels: tuple[str, ...] = ("kernel.constant", "kernel.zip")
     attributes = frozenset({"value"})
     first_opset = 9
     elem_types = MOVABLE

@@ -136,6 +136,7 @@ class MatMulRule(OpRule):
     """ONNX MatMul: numpy.matmul, rank 1 operands promoted and their unit axis removed again."""
 
     op_types = ("MatMul",)
+    kernels: tuple[str, ...] = ("kernel.matmul", "kernel.cast")
     elem_types = PRODUCT_TYPES
     limitations = "halves are multiplied in f32 and narrowed once"
 
@@ -182,6 +183,7 @@ class GemmRule(OpRule):
     """
 
     op_types = ("Gemm",)
+    kernels: tuple[str, ...] = ("kernel.matmul", "kernel.permute", "kernel.zip")
     attributes = frozenset({"alpha", "beta", "transA", "transB", "broadcast"})
     elem_types = PRODUCT_TYPES
     limitations = "integer Gemm only with alpha 1 and beta 0 or 1"

@@ -91,6 +91,7 @@ class ExpandRule(MovementRule):
     as numbers or as polynomials (a Shape of a symbolic tensor)."""
 
     op_types = ("Expand",)
+    kernels: tuple[str, ...] = ("kernel.zip",)
     keeps_values = True
     first_opset = 8
     limitations = (
@@ -142,6 +143,7 @@ class ConcatRule(MovementRule):
     """
 
     op_types = ("Concat",)
+    kernels: tuple[str, ...] = ("kernel.concat",)
     attributes = frozenset({"axis"})
 
     def axis(self, node: NodeInfo, rank: int) -> int:
@@ -209,6 +211,7 @@ class SplitRule(_ResizesAxes):
     """
 
     op_types = ("Split",)
+    kernels: tuple[str, ...] = ("kernel.split",)
     attributes = frozenset({"axis", "split", "num_outputs"})
     limitations = "the split input must be known at build time (numbers or extents from Shape)"
 
@@ -368,6 +371,7 @@ class SliceRule(_ResizesAxes):
     """
 
     op_types = ("Slice",)
+    kernels: tuple[str, ...] = ("kernel.slice",)
     attributes = frozenset({"starts", "ends", "axes"})
     limitations = (
         "starts and ends must be known at build time (numbers or extents from Shape); axes and steps must be numbers"
@@ -428,6 +432,7 @@ class PadRule(_ResizesAxes):
     """
 
     op_types = ("Pad",)
+    kernels: tuple[str, ...] = ("kernel.pad",)
     attributes = frozenset({"mode", "pads", "paddings", "value"})
     limitations = (
         "pads and axes must be numbers known at build time; a symbolic axis is not both padded and cropped "
@@ -531,6 +536,7 @@ class TileRule(_ResizesAxes):
     (numbers, or extents from Shape)."""
 
     op_types = ("Tile",)
+    kernels: tuple[str, ...] = ("kernel.tile",)
     keeps_values = True
     first_opset = 6
     limitations = "the repeats input must be known at build time (numbers or extents from Shape)"
@@ -574,6 +580,7 @@ class TriluRule(MovementRule):
     """ONNX Trilu (opset 14): the upper or lower triangle of the last two axes from diagonal k."""
 
     op_types = ("Trilu",)
+    kernels: tuple[str, ...] = ("kernel.trilu",)
     attributes = frozenset({"upper"})
     first_opset = 14
 
@@ -621,6 +628,7 @@ class ShapeRule(MovementRule):
     polynomials where an extent is symbolic."""
 
     op_types = ("Shape",)
+    kernels: tuple[str, ...] = ("kernel.constant",)
     attributes = frozenset({"start", "end"})
     limitations = "folds at build time (symbolic extents as polynomials)"
 
@@ -640,6 +648,7 @@ class SizeRule(MovementRule):
     """ONNX Size: the input's element count as an i64 scalar; always folds."""
 
     op_types = ("Size",)
+    kernels: tuple[str, ...] = ("kernel.constant",)
     limitations = "folds at build time (a polynomial where an extent is symbolic)"
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:

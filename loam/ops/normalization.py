@@ -87,6 +87,7 @@ class BatchNormRule(OpRule):
     """ONNX BatchNormalization at inference: (X - mean) / sqrt(var + epsilon) * scale + B per channel."""
 
     op_types = ("BatchNormalization",)
+    kernels: tuple[str, ...] = ("kernel.regroup", "kernel.zip")
     attributes = frozenset({"epsilon", "momentum", "training_mode", "is_test", "spatial", "consumed_inputs"})
     elem_types = FLOATS
     limitations = "inference only (one output; training_mode 1 and is_test 0 are refused); spatial 1 only"
@@ -216,6 +217,7 @@ class InstanceNormRule(OpRule):
     """ONNX InstanceNormalization: each (sample, channel) normalised over the spatial axes, then scale + B."""
 
     op_types = ("InstanceNormalization",)
+    kernels: tuple[str, ...] = ("kernel.normalize",)
     attributes = frozenset({"epsilon", "consumed_inputs"})
     elem_types = FLOATS
 
@@ -266,6 +268,7 @@ class LayerNormRule(OpRule):
     """
 
     op_types = ("LayerNormalization",)
+    kernels: tuple[str, ...] = ("kernel.normalize",)
     attributes = frozenset({"axis", "epsilon", "stash_type"})
     first_opset = 17
     elem_types = FLOATS
@@ -383,6 +386,7 @@ class GroupNormRule(OpRule):
     """
 
     op_types = ("GroupNormalization",)
+    kernels: tuple[str, ...] = ("kernel.group_norm",)
     attributes = frozenset({"epsilon", "num_groups", "stash_type"})
     first_opset = 18
     elem_types = FLOATS
@@ -449,6 +453,7 @@ class LrnRule(KeepsAxes):
     """ONNX LRN: local response normalisation across channels (axis 1)."""
 
     op_types = ("LRN",)
+    kernels: tuple[str, ...] = ("kernel.lrn",)
     attributes = frozenset({"size", "alpha", "beta", "bias"})
     elem_types = FLOATS
 

@@ -47,6 +47,7 @@ class PoolRule(OpRule):
     """The six pooling operators; `params` settles each node's `kernel.pool` parameters."""
 
     op_types = tuple(_MODES)
+    kernels: tuple[str, ...] = ("kernel.pool",)
     attributes = frozenset(
         {
             "auto_pad",

@@ -164,6 +164,7 @@ class ReduceRule(OpRule):
     """ONNX Reduce*: axes (attribute, or input from opset 18 / ReduceSum 13), keepdims, noop_with_empty_axes."""
 
     op_types = tuple(REDUCE_KINDS)
+    kernels: tuple[str, ...] = ("kernel.reduce",)
     attributes = frozenset({"axes", "keepdims", "noop_with_empty_axes"})
     elem_types = (*FLOATS, *INTS, "i8", "ui8", "bool")
     limitations = (
@@ -247,6 +248,7 @@ class ArgReduceRule(OpRule):
     """ONNX ArgMax/ArgMin: i64 indices along `axis` (default 0), keepdims, select_last_index (opset 12)."""
 
     op_types = ("ArgMax", "ArgMin")
+    kernels: tuple[str, ...] = ("kernel.arg_reduce",)
     attributes = frozenset({"axis", "keepdims", "select_last_index"})
     elem_types = (*FLOATS, *INTS, "i8", "i16", "ui8")
 
@@ -305,6 +307,7 @@ class TopKRule(OpRule):
     """
 
     op_types = ("TopK",)
+    kernels: tuple[str, ...] = ("kernel.topk",)
     attributes = frozenset({"axis", "k", "largest", "sorted"})
     elem_types = (*FLOATS, *INTS, "i8", "i16", "ui8")
     limitations = "k must be known at build time; results are always sorted"
@@ -371,6 +374,7 @@ class CumSumRule(KeepsAxes):
     """ONNX CumSum: running sums along the axis input (known at build time), exclusive and/or reverse."""
 
     op_types = ("CumSum",)
+    kernels: tuple[str, ...] = ("kernel.cumsum",)
     attributes = frozenset({"exclusive", "reverse"})
     first_opset = 11
     elem_types = (*FLOATS, *INTS)
@@ -416,6 +420,7 @@ class SoftmaxRule(KeepsAxes):
     """
 
     op_types = tuple(SOFTMAX_KINDS)
+    kernels: tuple[str, ...] = ("kernel.softmax",)
     attributes = frozenset({"axis"})
     elem_types = FLOATS
 

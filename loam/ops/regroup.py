@@ -168,6 +168,8 @@ def permute(
 class _RegroupRule(MovementRule):
     """A rule whose output is its input regrouped (Reshape, Flatten, Squeeze, Unsqueeze)."""
 
+    kernels: tuple[str, ...] = ("kernel.regroup",)
+
     def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[Poly]:
         raise NotImplementedError
 
@@ -198,6 +200,7 @@ class TransposeRule(MovementRule):
     """ONNX Transpose: output axis i is input axis perm[i]; perm defaults to reversing the axes."""
 
     op_types = ("Transpose",)
+    kernels: tuple[str, ...] = ("kernel.permute",)
     keeps_values = True
     attributes = frozenset({"perm"})
 
@@ -445,6 +448,8 @@ def _fresh(node: NodeInfo, what: str) -> str:
 
 class _BlockRule(MovementRule):
     """DepthToSpace and SpaceToDepth over [N, C, H, W] with `blocksize` b, mode DCR or CRD."""
+
+    kernels: tuple[str, ...] = ("kernel.permute", "kernel.regroup")
 
     attributes = frozenset({"blocksize", "mode"})
     limitations = "the input's extents must be numbers (fix symbolic ones with the `dims` option)"

@@ -48,6 +48,7 @@ class ResizeRule(OpRule):
     """ONNX Resize (opsets 10-19) and Upsample (opsets 1-9, deprecated at 10)."""
 
     op_types = ("Resize", "Upsample")
+    kernels: tuple[str, ...] = ("kernel.resize",)
     attributes = frozenset(
         {
             "antialias",

@@ -176,8 +176,12 @@ def test_gguf_names_map_through_the_checkpoint_name_rules(tmp_path: Path) -> Non
     renamed = data.replace(b"blk.", b"lyr.")  # every name, same length: offsets are unchanged
     with pytest.raises(mod.LoadError, match=r"tensor 'blk\.f32' is missing from the checkpoint"):
         mod.Weights.load(renamed)
-    mod.Weights._CHECKPOINT_NAMES = (("lyr.*", "blk.*"),)
-    np.testing.assert_array_equal(mod.forward(mod.Weights.load(renamed)).q41, want["q41"])
+    # The build attaches the `[checkpoint_names]` rules to the IR; the module renames by them at load.
+    ruled = load(
+        f'builtin.module attributes {{loam.checkpoint_names = [["lyr.*", "blk.*"]]}} {{{PROGRAM}}}', tmp_path, "ruled"
+    )
+    assert ruled.Weights._CHECKPOINT_NAMES == (("lyr.*", "blk.*"),)
+    np.testing.assert_array_equal(ruled.forward(ruled.Weights.load(renamed)).q41, want["q41"])
 
 
 def test_a_truncated_gguf_file_names_the_first_tensor_it_cannot_read(tmp_path: Path) -> None:
