@@ -233,6 +233,10 @@ class OweOp(IRDLOperation):
             raise VerifyException(f"shape_poly.owe '{self.condition}' must name what relies on it")
 
 
+VALUES_TYPES = ("shape_poly.tensor", "tensor_axes.tensor")
+"""The result types of `shape_poly.values`: its own before `name-axes`, a named-axes tensor after."""
+
+
 @irdl_op_definition
 class ValuesOp(IRDLOperation):
     """An integer tensor stage 0 knows element by element as polynomials (a Shape of a symbolic tensor).
@@ -242,16 +246,18 @@ class ValuesOp(IRDLOperation):
 
         %s = shape_poly.values "shape_of_x" [N, 768] : !shape_poly.tensor<i64, [2]>
 
-    The optional string is the ONNX tensor's name, by which a layout rule reaches it.
+    The optional string is the ONNX tensor's name, by which a layout rule reaches it.  Once `name-axes`
+    has named its axes the result is a `!tensor_axes.tensor` (checked by name here: tensor_axes builds
+    on this dialect), so the IR dumped after any pass parses and verifies again.
     """
 
     name = "shape_poly.values"
 
     elements = prop_def(ArrayAttr[ExtentAttr])
     tensor_name = prop_def(StringAttr)
-    result = result_def(PolyTensorType)
+    result = result_def()
 
-    def __init__(self, elements: Sequence[Poly | int], result_type: PolyTensorType, tensor_name: str = "") -> None:
+    def __init__(self, elements: Sequence[Poly | int], result_type: Attribute, tensor_name: str = "") -> None:
         super().__init__(
             properties={
                 "elements": ArrayAttr([ExtentAttr(e) for e in elements]),
@@ -277,13 +283,17 @@ class ValuesOp(IRDLOperation):
         polys = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_poly_attr_text(parser))
         parser.parse_punctuation(":")
         t = parser.parse_type()
-        if not isinstance(t, PolyTensorType):
-            parser.raise_error("shape_poly.values needs a !shape_poly.tensor type")
+        if t.name not in VALUES_TYPES:  # type: ignore[attr-defined]
+            parser.raise_error(
+                "shape_poly.values needs a !shape_poly.tensor (or, axes named, !tensor_axes.tensor) type"
+            )
         return cls(polys, t, name)
 
     def verify_(self) -> None:
         t = self.result.type
-        assert isinstance(t, PolyTensorType)
+        if t.name not in VALUES_TYPES:  # type: ignore[attr-defined]
+            raise VerifyException(f"shape_poly.values: result type {t} is not one of {', '.join(VALUES_TYPES)}")
+        assert isinstance(t, PolyTensorType) or hasattr(t, "shape")
         count = 1
         for d in t.shape:
             if not d.is_const:

@@ -17,7 +17,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from loam.dialects.expr import Expr
 from loam.dialects.kernel.attributes import ExprAttr
-from loam.dialects.kernel.base import KernelOp, OneInputOp, check_broadcast, extents_of, node_prop
+from loam.dialects.kernel.base import KernelOp, OneInputOp, check_broadcast, extents_of, node_prop, same_extents
 
 
 @irdl_op_definition
@@ -78,5 +78,5 @@ class CastOp(OneInputOp):
 
     def verify_(self) -> None:
         a, r = extents_of(self.input.type), extents_of(self.result.type)
-        if a is not None and r is not None and a != r:
+        if a is not None and r is not None and not same_extents(a, r):
             raise VerifyException(f"kernel.cast '{self.node.data}': a cast keeps the extents")

@@ -25,7 +25,15 @@ from xdsl.utils.exceptions import VerifyException
 
 from loam.dialects.expr import Expr
 from loam.dialects.kernel.attributes import ExprAttr
-from loam.dialects.kernel.base import KernelOp, check_broadcast, extents_of, is_one, node_prop
+from loam.dialects.kernel.base import (
+    KernelOp,
+    check_broadcast,
+    extents_of,
+    is_one,
+    node_prop,
+    same_extent,
+    same_extents,
+)
 
 
 @irdl_op_definition
@@ -97,7 +105,7 @@ class MatmulOp(KernelOp):
                 raise VerifyException(f"kernel.matmul '{self.node.data}': {side} has rank {len(ext)}, not 1 to 4")
         k_a = a[-1]
         k_b = b[0] if len(b) == 1 else b[-2]
-        if k_a != k_b:
+        if not same_extent(k_a, k_b):
             raise VerifyException(
                 f"kernel.matmul '{self.node.data}': contraction extents disagree: lhs {k_a}, rhs {k_b}"
             )
@@ -108,7 +116,7 @@ class MatmulOp(KernelOp):
             eb = batch_b[len(batch_b) - 1 - i] if i < len(batch_b) else None
             if ea is None or (eb is not None and is_one(ea)):
                 batch.append(eb)
-            elif eb is None or is_one(eb) or ea == eb:
+            elif eb is None or is_one(eb) or same_extent(ea, eb):
                 batch.append(ea)
             else:
                 raise VerifyException(f"kernel.matmul '{self.node.data}': batch extents {ea} and {eb} do not broadcast")
@@ -117,7 +125,7 @@ class MatmulOp(KernelOp):
             expected.append(a[-2])
         if len(b) > 1:
             expected.append(b[-1])
-        if list(r) != expected:
+        if not same_extents(list(r), expected):
             raise VerifyException(
                 f"kernel.matmul '{self.node.data}': result extents [{', '.join(map(str, r))}] "
                 f"should be [{', '.join(map(str, expected))}]"
