@@ -30,9 +30,15 @@ def get_all_dialects() -> dict[str, Callable[[], Dialect]]:
 
         return Kernel
 
+    def get_stablehlo() -> Dialect:
+        from loam.dialects.stablehlo import StableHLO
+
+        return StableHLO
+
     return {
         "graph": get_graph,
         "shape_poly": get_shape_poly,
         "tensor_axes": get_tensor_axes,
         "kernel": get_kernel,
+        "stablehlo": get_stablehlo,
     }
