@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loam.backends.numpy_kernels.elementwise import BINARY_SOURCE, UNARY_SOURCE
 from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary
 from loam.poly import Poly
+from loam.runtime.kernels.elementwise import BINARY_SOURCE, UNARY_SOURCE
 
 _BOOL_UNARY = frozenset({"not", "isnan", "isinf"})
 _BOOL_BINARY = frozenset({"equal", "less", "less_equal", "greater", "greater_equal", "and", "or", "xor"})

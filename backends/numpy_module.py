@@ -72,7 +72,6 @@ from loam.backends import numpy_runtime
 from loam.backends.names import PYTHON_NAMES, Names, identifier
 from loam.backends.numpy_buffers import BufferPlan, plan_buffers
 from loam.backends.numpy_inplace import OUT, InPlacePlan, broadcast_extents, plan_in_place
-from loam.backends.numpy_kernels import elementwise as elementwise_kernels
 from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, format_float
 from loam.dialects.kernel import (
     CastOp,
@@ -94,6 +93,7 @@ from loam.dialects.tensor_axes import AxesTensorType
 from loam.dim_params import binding_plan
 from loam.errors import AxisError, LoamError, UnsupportedError
 from loam.poly import Poly, derived_call
+from loam.runtime.kernels import elementwise as elementwise_kernels
 
 __all__ = ["emit_python"]
 

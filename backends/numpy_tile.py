@@ -13,7 +13,6 @@ is the oracle the WGSL form of the same program is tested against.
 
 from __future__ import annotations
 
-from loam.backends.numpy_kernels.elementwise import BINARY_SOURCE, UNARY_SOURCE
 from loam.backends.numpy_module import _dtype_source, _expr_dtype, step_source
 from loam.dialects.expr import Binary, Expr, Operand, Unary
 from loam.dialects.tile_program import (
@@ -33,6 +32,7 @@ from loam.dialects.tile_program import (
     TileProgram,
     broadcast,
 )
+from loam.runtime.kernels.elementwise import BINARY_SOURCE, UNARY_SOURCE
 
 
 def _expr(expr: Expr, args: list[str], name: str) -> tuple[list[str], str]:

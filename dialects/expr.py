@@ -14,10 +14,13 @@ import math
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 from xdsl.parser import AttrParser
 
 from loam import dtypes
+from loam.runtime.kernels import elementwise as elementwise_kernels
 
 UNARY_OPS: frozenset[str] = frozenset(
     {
@@ -432,3 +435,41 @@ def _parse_float_word(parser: AttrParser) -> float:
     else:
         value = float(parser.parse_number(context_msg=" (a constant)"))
     return -value if negative else value
+
+
+# -- evaluation ----------------------------------------------------------------------------------
+
+
+def _function_of(source: str) -> Any:
+    """The function a step's source spelling names (`np.tanh`, `_relu`: a runtime piece)."""
+    if source.startswith("np."):
+        return getattr(np, source[3:])
+    return elementwise_kernels.PIECES[source]
+
+
+def evaluate(expr: Expr, operands: Sequence[np.ndarray]) -> np.ndarray:
+    """`expr` over `operands` with the functions the generated module calls (stage 0's folding):
+    each step as `loam.runtime.kernels.elementwise`'s `UNARY_SOURCE` and `BINARY_SOURCE` spell it."""
+    values: list[Any] = []
+    with np.errstate(all="ignore"):
+        for step in expr.steps:
+            if isinstance(step, Operand):
+                values.append(np.asarray(operands[step.index]))
+            elif isinstance(step, Const):
+                dtype = dtypes.by_name(step.elem).numpy
+                assert dtype is not None
+                values.append(np.asarray(step.value).astype(dtype))
+            elif isinstance(step, Unary):
+                source = elementwise_kernels.UNARY_SOURCE[step.op]
+                values.append(_function_of(source)(values[step.arg]) if source else values[step.arg])
+            elif isinstance(step, Binary):
+                binary = _function_of(elementwise_kernels.BINARY_SOURCE[step.op])
+                values.append(binary(values[step.lhs], values[step.rhs]))
+            elif isinstance(step, Select):
+                values.append(np.where(values[step.cond], values[step.a], values[step.b]))
+            else:
+                assert isinstance(step, Convert)
+                dtype = dtypes.by_name(step.elem).numpy
+                assert dtype is not None
+                values.append(np.asarray(values[step.arg]).astype(dtype))
+    return np.asarray(values[-1])

@@ -710,7 +710,7 @@ class LibraryOp(_KernelOp):
     `tuple` one, may be an extent only the run knows (a `Poly`, carried as `#shape_poly.extent`).
     The parameters are plain attributes, so the generic and the custom form print them alike, and
     the numpy backend calls `_k_NAME(operands..., PARAM=VALUE, ...)` (see
-    `backends/numpy_kernels/`), computing a symbolic parameter from the bound symbols.
+    `loam/runtime/kernels/`), computing a symbolic parameter from the bound symbols.
     """
 
     PARAMS: ClassVar[dict[str, type]] = {}

@@ -16,7 +16,7 @@ A checkpoint given to the build is one of:
 
 Several checkpoints are shards of one: a tensor in two of them is refused naming both.  Checkpoint
 tensor names become graph names through `[checkpoint_names]` rules (`Options.checkpoint_names`,
-then the architecture's own), applied by `backends/numpy_gguf._graph_name`, which the generated
+then the architecture's own), applied by `loam/runtime/gguf._graph_name`, which the generated
 module shares.
 """
 
@@ -92,7 +92,7 @@ def read_headers(
     graph meant is not for Loam to guess.  A GGUF file's `general.architecture` must be
     `architecture` when both are given.
     """
-    from loam.backends.numpy_gguf import _graph_name
+    from loam.runtime.gguf import _graph_name
 
     found: dict[str, tuple[Path, HeaderEntry]] = {}
     for path in paths:
@@ -300,7 +300,7 @@ def supplies(encoding: str, wanted: dtypes.ElementType) -> bool:
     """Whether a checkpoint tensor stored as `encoding` (a safetensors dtype or a ggml type) supplies
     a graph weight of type `wanted`: the generated module's own rule (`Weights.load` applies it
     again), so the build accepts exactly what the load will."""
-    from loam.backends.numpy_runtime import _supplies
+    from loam.runtime.weights import _supplies
 
     return wanted.numpy is not None and _supplies(encoding, wanted.numpy) is True
 

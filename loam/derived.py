@@ -10,7 +10,7 @@ from the input symbols before any kernel runs, and which lies within the interva
 leaves (`call_bounds`).  The same operation on equal operands gives the same symbol, because the
 name is the canonical text of the call.
 
-The numbers each operation gives are written once, in `loam.backends.numpy_runtime._derived`,
+The numbers each operation gives are written once, in `loam.runtime.prologue._derived`,
 which the generated module also carries; `evaluate` here uses that same function.
 """
 
@@ -47,7 +47,7 @@ def _evaluate_symbol(name: str, env: dict[str, int]) -> int:
     call = derived_call(name)
     if call is None:
         raise PolyError(f"no value for symbol '{name}'")
-    from loam.backends.numpy_runtime import _derived
+    from loam.runtime.prologue import _derived
 
     return int(_derived(call.function, *[evaluate(a, env) for a in call.args]))
 
@@ -164,7 +164,7 @@ def _consts(*args: Poly) -> list[int] | None:
 
 
 def _eval_const(function: str, *args: int) -> Poly:
-    from loam.backends.numpy_runtime import _derived
+    from loam.runtime.prologue import _derived
 
     return Poly.const(int(_derived(function, *args)))
 

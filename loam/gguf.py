@@ -1,6 +1,6 @@
 """GGUF checkpoints at build time: the header and tensor infos, read through a memory map.
 
-The parser is `backends/numpy_gguf._gguf_read`, the same function the generated module runs at load
+The parser is `loam/runtime/gguf._gguf_read`, the same function the generated module runs at load
 time, so the build and the load cannot disagree about what a file holds.  It is given an `mmap` of
 the file: only the pages holding the header are touched, so a multi-gigabyte GGUF costs the build
 its header, and a file whose data section was cut off still builds (the load names what is missing).
@@ -16,14 +16,14 @@ import mmap
 from pathlib import Path
 
 from loam import dtypes
-from loam.backends.numpy_gguf import _gguf_read
 from loam.checkpoint import HeaderEntry
 from loam.errors import CheckpointError
+from loam.runtime.gguf import _gguf_read
 
 MAGIC = b"GGUF"
 
 # ggml type -> the element type it is read as (what it supplies is the module's own rule,
-# `numpy_runtime._supplies`, which `loam.checkpoint.supplies` applies at build time).
+# `loam.runtime.weights._supplies`, which `loam.checkpoint.supplies` applies at build time).
 ENCODINGS: dict[str, str] = {"F32": "f32", "F16": "f16", "BF16": "bf16", "Q8_0": "f32", "Q4_0": "f32", "Q4_1": "f32"}
 """The ggml types the generated module loads; a tensor of another type is refused if the graph reads it."""
 

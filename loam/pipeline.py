@@ -273,8 +273,8 @@ def rotary_row_orders(
 ) -> list[tuple[str, int]]:
     """(checkpoint tensor, head count) for each GGUF tensor an architecture's `rotary_rows` rule
     names, the head count read from the file's metadata (CheckpointError when it lacks the key)."""
-    from loam.backends.numpy_gguf import _graph_name
     from loam.gguf import is_gguf, read_gguf_header
+    from loam.runtime.gguf import _graph_name
 
     metadata: dict[Path, dict[str, object]] = {}
     orders: list[tuple[str, int]] = []

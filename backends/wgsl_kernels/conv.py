@@ -29,10 +29,10 @@ the i64 result travels as i32.
 
 from __future__ import annotations
 
-from loam.backends.numpy_kernels.conv import _cubic_taps, _nearest_taps, _resize_coordinates
-from loam.backends.numpy_runtime import ShapeError
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
 from loam.errors import UnsupportedError
+from loam.runtime.errors import ShapeError
+from loam.runtime.kernels.conv import _cubic_taps, _nearest_taps, _resize_coordinates
 
 
 def _coords(nsp: int, out_at: int, head: str) -> str:

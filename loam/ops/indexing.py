@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loam import dtypes, owed
-from loam.backends.numpy_kernels.indexing import _k_gather, _k_gather_elements, _k_scatter_elements, _k_scatter_nd
 from loam.bounds import Verdict
 from loam.derived import ceildiv, decide, from_end, maximum
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity
@@ -34,6 +33,7 @@ from loam.ops.operands import (
     polys_of,
 )
 from loam.poly import Poly
+from loam.runtime.kernels.indexing import _k_gather, _k_gather_elements, _k_scatter_elements, _k_scatter_nd
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loam import owed
-from loam.backends.numpy_kernels.common import _narrowed, _widened
 from loam.ops.base import (
     Facts,
     LowerContext,
@@ -28,6 +27,7 @@ from loam.ops.base import (
 )
 from loam.ops.lowering import HALF_TYPES
 from loam.poly import Poly
+from loam.runtime.kernels.common import _narrowed, _widened
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loam import dtypes, owed
-from loam.backends.numpy_kernels.movement import _k_concat, _k_pad, _k_slice, _k_split, _k_tile, _k_trilu
 from loam.bounds import Verdict
 from loam.derived import ceildiv, clamp, decide, exact_quotient, floordiv, from_end, maximum, minimum
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
@@ -42,6 +41,7 @@ from loam.ops.operands import (
     optional,
 )
 from loam.poly import Poly, derived_call, poly_product, poly_sum
+from loam.runtime.kernels.movement import _k_concat, _k_pad, _k_slice, _k_split, _k_tile, _k_trilu
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue

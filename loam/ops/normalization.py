@@ -3,7 +3,7 @@
 BatchNormalization at inference is one affine map per channel, so it is composed from existing
 kernels: each parameter regrouped to [C, 1, ...] and one `kernel.zip`.  The others take moments
 of the data and are library kernels (`kernel.normalize`, `kernel.group_norm`, `kernel.lrn`,
-computed by `backends/numpy_kernels/normalization.py`).
+computed by `loam/runtime/kernels/normalization.py`).
 
 Opset history restated here: BatchNormalization's `is_test`/`spatial` (opsets 1-8: only the
 inference, spatial meaning is compiled; more than one output means training and is refused, as is
@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loam import dtypes, owed
-from loam.backends.numpy_kernels.normalization import _k_group_norm, _k_lrn, _k_normalize
 from loam.dialects.tensor_axes import Axis
 from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
 from loam.ops.operands import emit_library, norm_axis, require_elem
 from loam.ops.reduce import unit_axis
 from loam.poly import Poly
+from loam.runtime.kernels.normalization import _k_group_norm, _k_lrn, _k_normalize
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -165,7 +165,7 @@ class BatchNormRule(OpRule):
 
     def fold(self, node: NodeInfo, *facts: Facts) -> np.ndarray:
         """The value of a node whose every input is known: the same Expr its kernel computes."""
-        from loam.backends.numpy_kernels.elementwise import evaluate
+        from loam.dialects.expr import evaluate
         from loam.ops.lowering import typed_expr
 
         elems = [f.elem.name for f in facts]

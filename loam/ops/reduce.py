@@ -8,7 +8,7 @@ its siblings normalised the whole trailing block from `axis` on before 13).  Ope
 a shape (axes, k, CumSum's axis) must be known at build time.
 
 The kernels are library ops (`kernel.reduce`, `kernel.arg_reduce`, `kernel.topk`,
-`kernel.cumsum`, `kernel.softmax`) computed by `backends/numpy_kernels/reduce.py`, whose functions
+`kernel.cumsum`, `kernel.softmax`) computed by `loam/runtime/kernels/reduce.py`, whose functions
 also fold the values the build knows.
 """
 
@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loam import dtypes, owed
-from loam.backends.numpy_kernels.reduce import _k_arg_reduce, _k_cumsum, _k_reduce, _k_softmax, _k_topk
 from loam.dialects.tensor_axes import Axis
 from loam.ops.base import UNIT_AXIS, Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
@@ -38,6 +37,7 @@ from loam.ops.operands import (
     require_elem,
 )
 from loam.poly import Poly
+from loam.runtime.kernels.reduce import _k_arg_reduce, _k_cumsum, _k_reduce, _k_softmax, _k_topk
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue

@@ -14,9 +14,9 @@ import pytest
 
 from loam.backends.numpy_buffers import FRESH_KERNELS
 from loam.backends.numpy_inplace import OUT, plan_in_place
-from loam.backends.numpy_kernels import PIECES as KERNELS
 from loam.dialects.expr import Expr
 from loam.poly import Poly
+from loam.runtime.kernels import PIECES as KERNELS
 from tests.backends.printing import emit, load, t
 
 RNG = np.random.default_rng(7)

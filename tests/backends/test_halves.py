@@ -22,11 +22,11 @@ from onnx import TensorProto, helper, numpy_helper
 from safetensors.numpy import load_file, save_file
 
 from loam.backends import numpy_runtime
-from loam.backends.numpy_kernels.common import _narrowed, _widened
-from loam.backends.numpy_kernels.conv import _k_conv
-from loam.backends.numpy_kernels.normalization import _k_normalize
 from loam.options import Options
 from loam.pipeline import build
+from loam.runtime.kernels.common import _narrowed, _widened
+from loam.runtime.kernels.conv import _k_conv
+from loam.runtime.kernels.normalization import _k_normalize
 
 GPT2 = Path(__file__).parents[1] / "models" / "tiny_gpt2"
 

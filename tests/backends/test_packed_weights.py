@@ -1,4 +1,4 @@
-"""Weights kept in ggml blocks (`pack-quantized`, `backends/numpy_kernels/quantized.py`).
+"""Weights kept in ggml blocks (`pack-quantized`, `loam/runtime/kernels/quantized.py`).
 
 The oracle for every number is llama.cpp's own `gguf` package: its `quants.dequantize` widens the
 same blocks, and onnxruntime runs the graph over those widened weights.
@@ -17,11 +17,11 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import set_external_data
 
 import loam
-from loam.backends.numpy_dequant import _block_dtype
-from loam.backends.numpy_kernels.quantized import _k_gather_packed, _k_matmul_packed
-from loam.backends.numpy_runtime import _rotary_rows
 from loam.draft import draft_layout
 from loam.options import Options
+from loam.runtime.dequant import _block_dtype
+from loam.runtime.kernels.quantized import _k_gather_packed, _k_matmul_packed
+from loam.runtime.weights import _rotary_rows
 from tests.checkpoints.gguf_writer import Tensor, quantize, write_gguf
 
 RNG = np.random.default_rng(5)

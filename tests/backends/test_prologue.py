@@ -13,8 +13,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from loam.backends import numpy_runtime
 from loam.errors import UnsupportedError
+from loam.runtime import prologue
 from tests.backends.printing import emit, load, t
 
 RNG = np.random.default_rng(0)
@@ -184,13 +184,13 @@ def test_unbound_symbol_is_refused() -> None:
 def test_runtime_pieces_directly() -> None:
     env: dict[str, int] = {}
     src: dict[str, str] = {}
-    numpy_runtime._check_input("a", np.zeros((2, 3), np.float32), "float32", (("A", "N"), ("B", None)), env, src)
+    prologue._check_input("a", np.zeros((2, 3), np.float32), "float32", (("A", "N"), ("B", None)), env, src)
     assert env == {"N": 2} and src == {"N": "a axis 0"}
-    numpy_runtime._read_back("b", 1, "T", 7, "p", "p + 1", 1, 1, env, src)
+    prologue._read_back("b", 1, "T", 7, "p", "p + 1", 1, 1, env, src)
     assert env["p"] == 6 and src["p"] == "b axis 1"
-    with pytest.raises(numpy_runtime.ShapeError, match=r"as a axis 0 gives it, got 5"):
-        numpy_runtime._check_input("c", np.zeros(5, np.float32), "float32", (("A", "N"),), env, src)
-    numpy_runtime._owe(True, "N <= 4", "Slice node 's'", ("N",), env, src)
-    with pytest.raises(numpy_runtime.ShapeError) as err:
-        numpy_runtime._owe(False, "N + p <= 4", "Slice node 's'", ("N", "p"), env, src)
+    with pytest.raises(prologue.ShapeError, match=r"as a axis 0 gives it, got 5"):
+        prologue._check_input("c", np.zeros(5, np.float32), "float32", (("A", "N"),), env, src)
+    prologue._owe(True, "N <= 4", "Slice node 's'", ("N",), env, src)
+    with pytest.raises(prologue.ShapeError) as err:
+        prologue._owe(False, "N + p <= 4", "Slice node 's'", ("N", "p"), env, src)
     assert str(err.value) == "N + p <= 4 (Slice node 's'); a axis 0 gives N = 2, b axis 1 gives p = 6"

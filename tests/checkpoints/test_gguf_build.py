@@ -1,4 +1,4 @@
-"""GGUF checkpoints at build time: the reader (`backends/numpy_gguf._gguf_read`), the name map and the checks.
+"""GGUF checkpoints at build time: the reader (`loam/runtime/gguf._gguf_read`), the name map and the checks.
 
 The reader is held to bytes laid out by hand here, field by field from the GGUF description (and, when
 the `gguf` package happens to be installed, to its reader); the fixture writer
@@ -19,9 +19,9 @@ from safetensors.numpy import load_file
 import loam
 from loam import architectures
 from loam.architectures import Architecture
-from loam.backends.numpy_gguf import _ggml_types, _gguf_read, _graph_name
 from loam.errors import CheckpointError, OptionsError
 from loam.options import Options
+from loam.runtime.gguf import _ggml_types, _gguf_read, _graph_name
 from loam.tools import loam_main
 from tests.checkpoints.gguf_writer import ARRAY, FLOAT64, INT8, UINT64, Tensor, Typed, gguf_bytes, quantize, write_gguf
 

@@ -13,8 +13,8 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from loam.backends.numpy_kernels.conv import _k_conv
 from loam.errors import ShapeError, UnsupportedError
+from loam.runtime.kernels.conv import _k_conv
 from loam.testing import assert_same, build_for, run_loam, run_onnxruntime
 
 ONNX_TYPES = {

@@ -129,7 +129,7 @@ def test_element_types(dtype: type) -> None:
 def test_bfloat16_moves_unchanged() -> None:
     import ml_dtypes
 
-    from loam.backends.numpy_kernels.movement import _k_pad, _k_slice
+    from loam.runtime.kernels.movement import _k_pad, _k_slice
 
     x = np.arange(6, dtype=np.float32).reshape(2, 3).astype(ml_dtypes.bfloat16)
     y = _k_pad(x, pads=(0, 1, 0, 1), mode="constant", value=1.5)

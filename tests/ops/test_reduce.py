@@ -16,8 +16,8 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from loam.backends.numpy_kernels.reduce import _k_reduce, _k_topk
 from loam.errors import ShapeError, UnsupportedError
+from loam.runtime.kernels.reduce import _k_reduce, _k_topk
 from loam.testing import assert_same, run_loam, run_onnxruntime
 
 NP_TO_ONNX = {

@@ -12,9 +12,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from loam.backends.numpy_kernels import PIECES as NP
 from loam.backends.wgsl_kernels import conv, indexing, normalization, reduce
 from loam.errors import UnsupportedError
+from loam.runtime.kernels import PIECES as NP
 from tests.backends.wgsl.harness import run_kernel
 
 ELEM = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int64": "i64", "int32": "i32", "bool": "bool"}

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loam.backends.numpy_kernels import PIECES as NP
 from loam.backends.wgsl_kernels import conv, elementwise, reduce
 from loam.dialects.expr import Expr
 from loam.errors import UnsupportedError
 from loam.poly import Poly
+from loam.runtime.kernels import PIECES as NP
 from tests.backends.wgsl.harness import run_kernel
 from tests.backends.wgsl.test_library_kernels import check, floats, run
 from tests.backends.wgsl.test_library_kernels_more import run_any

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loam.backends.numpy_kernels import PIECES as NP
 from loam.backends.wgsl_kernels import indexing
 from loam.errors import UnsupportedError
+from loam.runtime.kernels import PIECES as NP
 from tests.backends.wgsl.test_library_kernels import check
 from tests.backends.wgsl.test_library_kernels_more import run_any, values
 

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from xdsl.parser import Parser
 
-from loam.backends.numpy_kernels import PIECES as NUMPY
 from loam.backends.numpy_tile import tile_function_source
 from loam.backends.wgsl_kernels.tile import _p_tile_program, source_tile
 from loam.context import make_context
@@ -38,6 +37,7 @@ from loam.dialects.tile_program import (
     softmax_rows,
 )
 from loam.passes.tile_matmul import tiled_matmul
+from loam.runtime.kernels import PIECES as NUMPY
 from tests.backends.wgsl.harness import run_kernel
 
 RNG = np.random.default_rng(5)

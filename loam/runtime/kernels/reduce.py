@@ -1,4 +1,4 @@
-"""Library kernels of the reduce family (see `backends/numpy_kernels/__init__.py`).
+"""Library kernels of the reduce family (see `loam/runtime/kernels/__init__.py`).
 
 `kernel.reduce`, `kernel.arg_reduce`, `kernel.topk`, `kernel.cumsum` and `kernel.softmax`.  Each
 takes its axes already resolved (non-negative, explicit), so the ONNX conventions (negative axes,
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loam.backends.numpy_kernels.common import _narrowed, _widened
+from loam.runtime.kernels.common import _narrowed, _widened
 
 
 def _k_reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], keepdims: int) -> np.ndarray:

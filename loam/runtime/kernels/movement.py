@@ -1,4 +1,4 @@
-"""Library kernels of the movement family (see `backends/numpy_kernels/__init__.py`).
+"""Library kernels of the movement family (see `loam/runtime/kernels/__init__.py`).
 
 Data movement copies elements without arithmetic, so every kernel here serves every element type
 as it is (no widening).  Stage 0 folds known values through these same functions.

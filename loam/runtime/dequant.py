@@ -2,9 +2,9 @@
 
 `Weights.load` in a generated module reads a GGUF checkpoint whose tensors may be stored quantized;
 these pieces turn such a tensor's raw bytes into float32 once, when `Weights` is built (never per
-call to `forward`).  Like `numpy_runtime`, each piece is a self-contained top-level function whose
-source is copied into the module, reading only numpy, the builtins and the pieces in `DEPENDS`; each
-is vectorised over whole blocks, with no loop per element.
+call to `forward`).  Like the rest of `loam.runtime`, each piece is a self-contained top-level
+function whose source is copied into the module, reading only numpy, the builtins and the pieces in
+`DEPENDS`; each is vectorised over whole blocks, with no loop per element.
 
 The block formats, as ggml defines them (`ggml-quants.c`), 32 elements per block, little-endian:
 

@@ -1,4 +1,4 @@
-"""Library kernels of the indexing family (see `backends/numpy_kernels/__init__.py`).
+"""Library kernels of the indexing family (see `loam/runtime/kernels/__init__.py`).
 
 Indices may be negative (counted from the end, as ONNX allows) and of any integer type.  A Range
 the build cannot fold (its start or limit is an extent only the run knows) counts here too.  Gathers
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loam.backends.numpy_kernels.common import _narrowed, _widened
+from loam.runtime.kernels.common import _narrowed, _widened
 
 
 def _k_gather(x: np.ndarray, indices: np.ndarray, *, axis: int) -> np.ndarray:

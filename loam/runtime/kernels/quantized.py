@@ -1,7 +1,7 @@
-"""Library kernels over weights kept in ggml's block form (see `backends/numpy_kernels/__init__.py`).
+"""Library kernels over weights kept in ggml's block form (see `loam/runtime/kernels/__init__.py`).
 
 A GGUF checkpoint stores a linear layer's weight W [N, K] (output features by input features) as
-rows of 32-element blocks along K (`Q4_0`, `Q4_1`, `Q8_0`: `backends/numpy_dequant.py` describes
+rows of 32-element blocks along K (`Q4_0`, `Q4_1`, `Q8_0`: `loam/runtime/dequant.py` describes
 them).  The `pack-quantized` pass gives products and gathers over such a weight these kernels, and
 `Weights` keeps the blocks as they are stored (a structured array [N, K / 32], a view of the file),
 so the module holds about an eighth of the float32 bytes for a 4-bit weight.
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loam.backends.numpy_dequant import _block_integers, _dequant_blocks
+from loam.runtime.dequant import _block_integers, _dequant_blocks
 
 
 def _k_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Library kernels of the normalization family (see `backends/numpy_kernels/__init__.py`).
+"""Library kernels of the normalization family (see `loam/runtime/kernels/__init__.py`).
 
 `kernel.normalize` (LayerNormalization, InstanceNormalization), `kernel.group_norm`, `kernel.lrn`
 and `kernel.einsum`.  Statistics are computed in f32 (f64 for f64 inputs, or as `stash` says) and
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loam.backends.numpy_kernels.common import _narrowed, _widened
+from loam.runtime.kernels.common import _narrowed, _widened
 
 
 def _k_normalize(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loam.backends.numpy_kernels.common import _narrowed, _widened
+from loam.runtime.kernels.common import _narrowed, _widened
 
 
 def _conv_windows(xp: np.ndarray, kernel: tuple, strides: tuple, dilations: tuple, out: tuple) -> np.ndarray:
