@@ -19,7 +19,7 @@ each extent symbol from the first input axis that is the symbol alone, recording
 axis gave it; reads back a symbol no input carries alone from a spelled axis (`2*n`: n is half the
 length); checks every spelled axis against its spelling (`past + 1`); then checks each owed
 condition (`shape_poly.owe`), computing each derived symbol (`min(S, 1024)`, with the runtime's
-`_derived`) into `_env` just before the first condition that reads it, and last the derived symbols
+`derived_extent`) into `_env` just before the first condition that reads it, and last the derived symbols
 the kernels' shapes and parameters read.  Every extent in the module is an expression over `_env`.
 
 A `kernel.if` prints as `if bool(np.asarray(cond).reshape(-1)[0]):` / `else:`, each block laid out
@@ -263,7 +263,7 @@ class _Emitter:
     def declared_names(self) -> set[str]:
         """The module's own names besides `names.MODULE_NAMES`: the runtime pieces it may carry, and
         the attributes a subclass's `Weights` keeps (a backend declaring more adds its own)."""
-        return {*numpy_runtime.PIECES, "_SAFETENSORS_DTYPES", *self.weight_slots}
+        return {*numpy_runtime.PIECES, "SAFETENSORS_DTYPES", *self.weight_slots}
 
     def _reserve_declared(self, markers: Iterable[str]) -> None:
         """Reserve every name the module relies on, then each axis marker class (refused where it
@@ -309,8 +309,8 @@ class _Emitter:
             self._poly_py(arg)
         if self._reads_if_symbol([name]):
             args = ", ".join([repr(call.function), *(self._poly_py(a) for a in call.args)])
-            scope.items.append(f"_env[{name!r}] = _derived({args})")
-            self.pieces.add("_derived")
+            scope.items.append(f"_env[{name!r}] = derived_extent({args})")
+            self.pieces.add("derived_extent")
             scope.inline.add(name)
         else:
             scope.derived.add(name)
@@ -362,8 +362,8 @@ class _Emitter:
             inner = {n for a in call.args for n in a.symbols}
             lines += self._derived_lines(inner, done)
             args = ", ".join([repr(call.function), *(self._poly_py(a) for a in call.args)])
-            lines.append(f"_env[{name!r}] = _derived({args})")
-            self.pieces.add("_derived")
+            lines.append(f"_env[{name!r}] = derived_extent({args})")
+            self.pieces.add("derived_extent")
             done.add(name)
         return lines
 
@@ -502,7 +502,7 @@ class _Emitter:
             index = [self._slice_py(start, count) for start, count in bounds]
             return f"{arg[0]}[{', '.join(index)}{',' if len(index) == 1 else ''}]"
         if isinstance(op, LibraryOp):
-            piece = f"_k_{op.kernel_name}"
+            piece = f"kernel_{op.kernel_name}"
             if piece not in numpy_runtime.PIECES:
                 raise UnsupportedError(f"the numpy backend has no kernel for {op.name} (node '{op.node.data}')")
             self.pieces.add(piece)

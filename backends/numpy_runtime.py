@@ -33,16 +33,16 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     **dequant.DEPENDS,
     **kernels.DEPENDS,
 }
-"""The other pieces (and `_SAFETENSORS_DTYPES`, a table) each piece reads."""
+"""The other pieces (and `SAFETENSORS_DTYPES`, a table) each piece reads."""
 
-# Library kernels that read these operands (by position) only through `_widened`: where such an
+# Library kernels that read these operands (by position) only through `widened`: where such an
 # operand is a half weight, forward passes the float32 form `Weights` prepared once instead, which
 # the kernel computes with unchanged (tests/backends/test_halves.py holds each entry to that).
-WIDENED_OPERANDS: dict[str, tuple[int, ...]] = {"_k_normalize": (1, 2), "_k_conv": (1, 2)}
+WIDENED_OPERANDS: dict[str, tuple[int, ...]] = {"kernel_normalize": (1, 2), "kernel_conv": (1, 2)}
 
 
 def pieces_for(names: Iterable[str]) -> list[str]:
-    """`names` and everything they read, in declaration order (`_SAFETENSORS_DTYPES` first)."""
+    """`names` and everything they read, in declaration order (`SAFETENSORS_DTYPES` first)."""
     wanted: set[str] = set()
     stack = list(names)
     while stack:
@@ -50,14 +50,14 @@ def pieces_for(names: Iterable[str]) -> list[str]:
         if name not in wanted:
             wanted.add(name)
             stack.extend(DEPENDS.get(name, ()))
-    order = ["_SAFETENSORS_DTYPES", *PIECES]
+    order = ["SAFETENSORS_DTYPES", *PIECES]
     return [n for n in order if n in wanted]
 
 
 def source_of(name: str) -> str:
     """The source text the module declares for piece `name`."""
-    if name == "_SAFETENSORS_DTYPES":
-        rows = "".join(f"    {k!r}: {v!r},\n" for k, v in weights._SAFETENSORS_DTYPES.items())
-        head = "# safetensors dtype -> numpy dtype (None: not plain numpy)\n_SAFETENSORS_DTYPES = {\n"
+    if name == "SAFETENSORS_DTYPES":
+        rows = "".join(f"    {k!r}: {v!r},\n" for k, v in weights.SAFETENSORS_DTYPES.items())
+        head = "# safetensors dtype -> numpy dtype (None: not plain numpy)\nSAFETENSORS_DTYPES = {\n"
         return head + rows + "}\n"
     return inspect.getsource(PIECES[name])  # type: ignore[arg-type]

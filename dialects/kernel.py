@@ -709,7 +709,7 @@ class LibraryOp(_KernelOp):
     `tuple`); `OPTIONAL` lists those that may be absent.  An `int` parameter, or an item of a
     `tuple` one, may be an extent only the run knows (a `Poly`, carried as `#shape_poly.extent`).
     The parameters are plain attributes, so the generic and the custom form print them alike, and
-    the numpy backend calls `_k_NAME(operands..., PARAM=VALUE, ...)` (see
+    the numpy backend calls `kernel_NAME(operands..., PARAM=VALUE, ...)` (see
     `loam/runtime/kernels/`), computing a symbolic parameter from the bound symbols.
     """
 

@@ -10,7 +10,7 @@ from the input symbols before any kernel runs, and which lies within the interva
 leaves (`call_bounds`).  The same operation on equal operands gives the same symbol, because the
 name is the canonical text of the call.
 
-The numbers each operation gives are written once, in `loam.runtime.prologue._derived`,
+The numbers each operation gives are written once, in `loam.runtime.prologue.derived_extent`,
 which the generated module also carries; `evaluate` here uses that same function.
 """
 
@@ -47,9 +47,9 @@ def _evaluate_symbol(name: str, env: dict[str, int]) -> int:
     call = derived_call(name)
     if call is None:
         raise PolyError(f"no value for symbol '{name}'")
-    from loam.runtime.prologue import _derived
+    from loam.runtime.prologue import derived_extent
 
-    return int(_derived(call.function, *[evaluate(a, env) for a in call.args]))
+    return int(derived_extent(call.function, *[evaluate(a, env) for a in call.args]))
 
 
 # -- bounds -------------------------------------------------------------------------------------
@@ -164,9 +164,9 @@ def _consts(*args: Poly) -> list[int] | None:
 
 
 def _eval_const(function: str, *args: int) -> Poly:
-    from loam.runtime.prologue import _derived
+    from loam.runtime.prologue import derived_extent
 
-    return Poly.const(int(_derived(function, *args)))
+    return Poly.const(int(derived_extent(function, *args)))
 
 
 def minimum(a: Poly | int, b: Poly | int, bounds: Bounds | None = None) -> Poly:

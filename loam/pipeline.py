@@ -274,7 +274,7 @@ def rotary_row_orders(
     """(checkpoint tensor, head count) for each GGUF tensor an architecture's `rotary_rows` rule
     names, the head count read from the file's metadata (CheckpointError when it lacks the key)."""
     from loam.gguf import is_gguf, read_gguf_header
-    from loam.runtime.gguf import _graph_name
+    from loam.runtime.gguf import graph_name_of
 
     metadata: dict[Path, dict[str, object]] = {}
     orders: list[tuple[str, int]] = []
@@ -282,7 +282,7 @@ def rotary_row_orders(
         if not is_gguf(path):
             continue
         for pattern, key in rules:
-            if _graph_name(entry.name, ((pattern, "\0"),)) != "\0":  # the glob does not match
+            if graph_name_of(entry.name, ((pattern, "\0"),)) != "\0":  # the glob does not match
                 continue
             if path not in metadata:
                 metadata[path] = read_gguf_header(path)[0]

@@ -4,8 +4,8 @@ A generated numpy module imports only numpy, so it carries the functions it call
 its errors (`errors`), the checkpoint readers and checks behind `Weights.load` (`weights`, `gguf`,
 `dequant`), the checks `forward` makes before any kernel (`prologue`), and the library kernels
 (`kernels`).  The build runs the very same functions: stage 0 folds a node with its kernel, a
-derived extent symbol is computed by `prologue._derived`, a GGUF header is read by
-`gguf._gguf_read`, and a checkpoint tensor's dtype is accepted by `weights._supplies`, so the build
+derived extent symbol is computed by `prologue.derived_extent`, a GGUF header is read by
+`gguf.parse_gguf_header`, and a checkpoint tensor's dtype is accepted by `weights.encoding_supplies`, so the build
 and the module cannot disagree.
 
 Each module here defines `PIECES` (name -> function or class, copied into a module by source) and

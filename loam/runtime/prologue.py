@@ -9,7 +9,7 @@ it lists.
   spelled axis checked once every symbol is bound.
 - `_owe`: an owed condition checked before any kernel (`shape_poly.owe`), naming the node relying on
   it and the values the inputs gave (`_gives`).
-- `_derived`: the value of a derived extent symbol (`min(N, 1024)`), shared with the build
+- `derived_extent`: the value of a derived extent symbol (`min(N, 1024)`), shared with the build
   (`loam.derived`).
 - `_keep`: forward's preallocated buffers given back to the module's pool.
 """
@@ -139,10 +139,10 @@ def _keep(pool: dict, key: tuple, buffers: tuple) -> None:  # type: ignore[type-
         del pool[next(iter(pool))]
 
 
-def _derived(function: str, *args: int) -> int:
+def derived_extent(function: str, *args: int) -> int:
     """The value of a derived extent symbol (`loam.derived`): ONNX's shape arithmetic on ints.
 
-    `min(N, 1024)` is `_derived("min", N, 1024)`.  Python ints do not wrap, so every operation is
+    `min(N, 1024)` is `derived_extent("min", N, 1024)`.  Python ints do not wrap, so every operation is
     exact; the build refuses a value that some input could carry past int64.
     """
     if function == "min":
@@ -185,7 +185,7 @@ PIECES: dict[str, object] = {
     "_read_back": _read_back,
     "_check_spelled": _check_spelled,
     "_owe": _owe,
-    "_derived": _derived,
+    "derived_extent": derived_extent,
     "_keep": _keep,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
@@ -194,5 +194,5 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "_read_back": ("ShapeError",),
     "_check_spelled": ("ShapeError", "_gives"),
     "_owe": ("ShapeError", "_gives"),
-    "_derived": ("ShapeError",),
+    "derived_extent": ("ShapeError",),
 }

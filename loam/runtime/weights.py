@@ -6,18 +6,18 @@ it lists.  The build runs the same functions (`loam.checkpoint.supplies`), so th
 load agree on what a checkpoint supplies.
 
 - `_parse_json`: a strict JSON reader (the safetensors header), since `json` is not numpy.
-- `_read_safetensors`, `_read_gguf` (over `loam.runtime.gguf._gguf_read`), `_read_checkpoint` (one
+- `_read_safetensors`, `_read_gguf` (over `loam.runtime.gguf.parse_gguf_header`), `_read_checkpoint` (one
   file or a mapping of shard name -> bytes): every tensor's encoding, shape and raw bytes, refusing
   malformed headers, byte ranges that overlap, leave holes or pass the end (naming the first tensor
   cut off).
 - `_mapped`, `_check_index`: `Weights.load_file`'s read-only memory map (numpy.memmap), of one file,
   a list of shards or a Hugging Face `*.index.json` and the shards it names.
-- `_supplies`, `_check_weight`: one checkpoint tensor checked against the graph (dtype convertible
+- `encoding_supplies`, `_check_weight`: one checkpoint tensor checked against the graph (dtype convertible
   without loss, rank, extents by axis, byte length), before any tensor is decoded.
 - `_decoded`, `_load_weights`: the checked tensors as arrays of the graph's dtypes: zero-copy views of
   the checkpoint where the dtype and alignment allow, else converted once (dequantized with
   `loam.runtime.dequant`'s pieces); `_prepared`: a half weight's float32 form, made once by `Weights`.
-- `_SAFETENSORS_DTYPES`: safetensors dtype name -> numpy dtype name (None where plain numpy has no
+- `SAFETENSORS_DTYPES`: safetensors dtype name -> numpy dtype name (None where plain numpy has no
   such dtype), a table the module declares as a literal.
 """
 
@@ -27,9 +27,9 @@ import numpy as np
 
 from loam.runtime.dequant import _bf16_to_f32, _block_dtype, _dequantized
 from loam.runtime.errors import LoadError
-from loam.runtime.gguf import _gguf_read, _graph_name
+from loam.runtime.gguf import graph_name_of, parse_gguf_header
 
-_SAFETENSORS_DTYPES: dict[str, str | None] = {
+SAFETENSORS_DTYPES: dict[str, str | None] = {
     "F64": "float64",
     "F32": "float32",
     "F16": "float16",
@@ -233,7 +233,7 @@ def _read_safetensors(data: object, where: str = "checkpoint") -> dict[str, tupl
         if not isinstance(entry, dict):
             raise LoadError(f"{where}: tensor '{name}': header entry is not an object")
         dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-        if dtype not in _SAFETENSORS_DTYPES:
+        if dtype not in SAFETENSORS_DTYPES:
             raise LoadError(f"{where}: tensor '{name}' has unknown dtype {dtype!r}")
         if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
             raise LoadError(f"{where}: tensor '{name}': shape {shape!r} is not a list of extents")
@@ -259,12 +259,12 @@ def _read_safetensors(data: object, where: str = "checkpoint") -> dict[str, tupl
 def _read_gguf(data: object, where: str = "checkpoint") -> dict[str, tuple[str, tuple[int, ...], memoryview]]:
     """The tensors of a GGUF checkpoint: name -> (ggml type name, numpy shape, raw bytes).
 
-    The header is parsed by `_gguf_read`; a data section cut short names the first tensor, in file
+    The header is parsed by `parse_gguf_header`; a data section cut short names the first tensor, in file
     order, whose bytes it does not hold.
     """
     view = _bytes_of(data, where)
     try:
-        _, infos = _gguf_read(view)
+        _, infos = parse_gguf_header(view)
     except ValueError as e:
         raise LoadError(f"{where} is not a GGUF file Loam reads: {e}") from None
     tensors: dict[str, tuple[str, tuple[int, ...], memoryview]] = {}
@@ -354,14 +354,14 @@ def _convertible(source: np.dtype, target: np.dtype) -> bool:
     return kinds.get(source.kind) == kinds.get(target.kind) and bool(np.can_cast(source, target, "safe"))
 
 
-def _supplies(encoding: str, target: np.dtype) -> bool | None:
+def encoding_supplies(encoding: str, target: np.dtype) -> bool | None:
     """Whether a checkpoint tensor stored as `encoding` supplies graph dtype `target` without loss;
     None where this module cannot decode `encoding` at all."""
     if encoding in ("Q8_0", "Q4_0", "Q4_1"):  # dequantized in float32, as ggml does
         return target.name in ("float32", "float64")
     if encoding == "BF16":  # widened from its bits, or viewed as bfloat16 where the graph reads that
         return target.name in ("bfloat16", "float32", "float64")
-    source = _SAFETENSORS_DTYPES.get(encoding)
+    source = SAFETENSORS_DTYPES.get(encoding)
     if source is None:
         return None
     return _convertible(np.dtype(source), target)
@@ -385,7 +385,7 @@ def _check_weight(
     encoding, shape, raw, shard = entry
     where = f"the checkpoint shard '{shard}'" if shard else "the checkpoint"
     target = np.dtype(dtype)
-    supplies = _supplies(encoding, target)
+    supplies = encoding_supplies(encoding, target)
     if supplies is None:
         raise LoadError(f"tensor '{name}' is {encoding} in {where}, which this module cannot read")
     if not supplies:
@@ -408,7 +408,7 @@ def _check_weight(
             raise LoadError(f"tensor '{name}' has {count} elements, not whole {encoding} blocks of {per}")
         need = count // per * size
     else:
-        source = _SAFETENSORS_DTYPES.get(encoding)
+        source = SAFETENSORS_DTYPES.get(encoding)
         need = count * (2 if source is None else np.dtype(source).itemsize)
     if len(raw) != need:
         raise LoadError(f"tensor '{name}' holds {len(raw)} bytes; shape {list(shape)} of {encoding} needs {need}")
@@ -439,7 +439,7 @@ def _decoded(entry: tuple[str, tuple[int, ...], memoryview, str], dtype: object)
         else:
             value = _bf16_to_f32(raw).reshape(shape)
     else:
-        stored = np.frombuffer(raw, dtype=np.dtype(_SAFETENSORS_DTYPES[encoding]).newbyteorder("<")).reshape(shape)
+        stored = np.frombuffer(raw, dtype=np.dtype(SAFETENSORS_DTYPES[encoding]).newbyteorder("<")).reshape(shape)
         value = stored
     if value.dtype != target or not value.flags.aligned:
         value = value.astype(target)  # converted once, into native order and memory of its own
@@ -471,7 +471,7 @@ def _load_weights(
     if rules:
         renamed: dict[str, tuple[str, tuple[int, ...], memoryview, str]] = {}
         for key, entry in tensors.items():
-            name = _graph_name(key, rules)
+            name = graph_name_of(key, rules)
             if name in renamed:
                 raise LoadError(f"checkpoint tensors '{origin[name]}' and '{key}' both map to graph tensor '{name}'")
             renamed[name], origin[name] = entry, key
@@ -529,7 +529,7 @@ PIECES: dict[str, object] = {
     "_mapped": _mapped,
     "_check_index": _check_index,
     "_convertible": _convertible,
-    "_supplies": _supplies,
+    "encoding_supplies": encoding_supplies,
     "_check_weight": _check_weight,
     "_decoded": _decoded,
     "_load_weights": _load_weights,
@@ -539,16 +539,16 @@ PIECES: dict[str, object] = {
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "_bytes_of": ("LoadError",),
-    "_read_safetensors": ("LoadError", "_bytes_of", "_parse_json", "_SAFETENSORS_DTYPES"),
-    "_read_gguf": ("LoadError", "_bytes_of", "_gguf_read"),
+    "_read_safetensors": ("LoadError", "_bytes_of", "_parse_json", "SAFETENSORS_DTYPES"),
+    "_read_gguf": ("LoadError", "_bytes_of", "parse_gguf_header"),
     "_read_checkpoint": ("LoadError", "_bytes_of", "_read_gguf", "_read_safetensors"),
     "_mapped": ("LoadError", "_parse_json"),
     "_check_index": ("LoadError", "_parse_json"),
-    "_supplies": ("_SAFETENSORS_DTYPES", "_convertible"),
-    "_check_weight": ("LoadError", "_SAFETENSORS_DTYPES", "_supplies"),
-    "_decoded": ("_SAFETENSORS_DTYPES", "_dequantized", "_bf16_to_f32"),
-    "_load_weights": ("LoadError", "_graph_name", "_check_weight", "_decoded", "_packed_blocks", "_rotary_rows"),
+    "encoding_supplies": ("SAFETENSORS_DTYPES", "_convertible"),
+    "_check_weight": ("LoadError", "SAFETENSORS_DTYPES", "encoding_supplies"),
+    "_decoded": ("SAFETENSORS_DTYPES", "_dequantized", "_bf16_to_f32"),
+    "_load_weights": ("LoadError", "graph_name_of", "_check_weight", "_decoded", "_packed_blocks", "_rotary_rows"),
     "_packed_blocks": ("_block_dtype",),
     "_rotary_rows": ("LoadError",),
 }
-"""The other pieces (and `_SAFETENSORS_DTYPES`, the table above) each piece reads."""
+"""The other pieces (and `SAFETENSORS_DTYPES`, the table above) each piece reads."""

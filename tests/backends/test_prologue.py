@@ -95,10 +95,10 @@ def test_prologue_lines_read_in_order(tmp_path: Path) -> None:
         "_read_back('y', 0, 'Y', y.shape[0], 'n', '2*n', 2, 0, _env, _src)",
         "_check_spelled('mask', 1, 'Total', mask.shape[1], 'past + 1', _env['past'] + 1,",
         "_owe(_env['past'] + 1 <= 128, 'past + 1 <= 128',",
-        "_env['min(n, 4)'] = _derived('min', _env['n'], 4)",
+        "_env['min(n, 4)'] = derived_extent('min', _env['n'], 4)",
         "_owe(_env['min(n, 4)'] + _env['past'] <= 16,",
         "_owe(_env['n'] == _env['past'],",
-        "_env['floordiv(past + 1, 2)'] = _derived('floordiv', _env['past'] + 1, 2)",
+        "_env['floordiv(past + 1, 2)'] = derived_extent('floordiv', _env['past'] + 1, 2)",
         "s = np.array([_env['min(n, 4)'], 2*_env['n'] - _env['past'], _env['floordiv(past + 1, 2)']], "
         "dtype=np.int64).reshape((3,))  # /Shape",
     ]

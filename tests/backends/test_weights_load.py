@@ -207,4 +207,4 @@ def test_the_runtime_safetensors_table_names_loam_dtypes_numpy_dtypes() -> None:
         dtype = dtypes.by_name(name).numpy
         plain = dtype is not None and dtype.type.__module__ == "numpy"
         want[encoding] = dtype.name if plain and dtype is not None else None
-    assert weights._SAFETENSORS_DTYPES == want
+    assert weights.SAFETENSORS_DTYPES == want

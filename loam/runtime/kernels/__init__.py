@@ -2,7 +2,7 @@
 
 Each module defines `PIECES` (name -> function or class, copied into the module by source) and
 `DEPENDS` (name -> the other pieces it reads), exactly as the rest of `loam.runtime` does;
-`backends/numpy_runtime.py` merges them.  A kernel op `kernel.NAME` is computed by the piece `_k_NAME`, called
+`backends/numpy_runtime.py` merges them.  A kernel op `kernel.NAME` is computed by the piece `kernel_NAME`, called
 with the op's operands and then its parameters as keywords.  Stage 0 folds a node the build can
 evaluate with the same function, so an operator's numeric meaning is written once.
 
