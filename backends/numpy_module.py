@@ -71,8 +71,8 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from loam.backends import numpy_runtime
 from loam.backends.names import PYTHON_NAMES, Names, identifier
 from loam.backends.numpy_buffers import BufferPlan, plan_buffers
-from loam.backends.numpy_inplace import OUT, InPlacePlan, broadcast_extents, plan_in_place
-from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, format_float
+from loam.backends.numpy_inplace import OUT, InPlacePlan, plan_in_place
+from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, broadcast_extents, format_float
 from loam.dialects.kernel import (
     CastOp,
     ConstantOp,
