@@ -16,9 +16,11 @@ which the generated module also carries; `evaluate` here uses that same function
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from loam.bounds import INPUT_INTERVAL, Interval, Verdict, interval_of, verdict
 from loam.errors import PolyError
@@ -29,6 +31,25 @@ I32 = Interval(-(2**31), 2**31 - 1)
 HALF_EXACT = 2048  # float16 holds every integer of [-2048, 2048]
 
 Bounds = Mapping[str, Interval]
+
+_KNOWN: contextvars.ContextVar[Bounds | None] = contextvars.ContextVar("loam_known_bounds", default=None)
+
+
+@contextlib.contextmanager
+def known_bounds(bounds: Bounds) -> Iterator[None]:
+    """Make `bounds` what the constructors know of symbol intervals while the block runs, wherever
+    they are given no bounds of their own (stage 0 opens one per scope: `loam.owed.scope`)."""
+    token = _KNOWN.set(bounds)
+    try:
+        yield
+    finally:
+        _KNOWN.reset(token)
+
+
+def active_bounds() -> Bounds:
+    """The symbol intervals `known_bounds` made current; none outside it."""
+    known = _KNOWN.get()
+    return known if known is not None else {}
 
 
 # -- evaluation ---------------------------------------------------------------------------------
@@ -69,13 +90,9 @@ def bounds_of(p: Poly, bounds: Bounds | None = None) -> Interval:
     """An interval holding every value of `p` (interval arithmetic over its monomials).
 
     `bounds` gives intervals the build knows beyond the defaults; None takes those of the scope
-    stage 0 has open (`loam.owed`).
+    stage 0 has open (`active_bounds`).
     """
-    if bounds is None:
-        from loam.owed import bounds as scope_bounds
-
-        bounds = scope_bounds()
-    known = bounds
+    known = active_bounds() if bounds is None else bounds
     return interval_of(p, lambda name: symbol_bounds(name, known))
 
 
