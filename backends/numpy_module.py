@@ -71,8 +71,9 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from loam.backends import numpy_runtime
 from loam.backends.names import PYTHON_NAMES, Names, identifier
 from loam.backends.numpy_buffers import BufferPlan, plan_buffers
+from loam.backends.numpy_expr import _dtype_source, _expr_dtype, step_source
 from loam.backends.numpy_inplace import OUT, InPlacePlan, plan_in_place
-from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, broadcast_extents, format_float
+from loam.dialects.expr import Const, Convert, Expr, Operand, Unary, broadcast_extents
 from loam.dialects.kernel import (
     CastOp,
     ConstantOp,
@@ -172,13 +173,6 @@ def _numpy_dtype(t: AxesTensorType, what: str) -> np.dtype:
     if dtype is None or dtype.kind == "O" or (dtype.type.__module__ != "numpy" and t.elem.name != "bf16"):
         raise UnsupportedError(f"{what} has element type {t.elem.name}, which plain numpy cannot hold")
     return dtype
-
-
-def _dtype_source(dtype: np.dtype) -> str:
-    """How the module spells `dtype`: `np.float32`, `np.bool_`, `ml_dtypes.bfloat16`."""
-    if dtype.type.__module__ != "numpy":
-        return f"ml_dtypes.{dtype.name}"
-    return f"np.{'bool_' if dtype.name == 'bool' else dtype.name}"
 
 
 def _type_text(t: AxesTensorType) -> str:
@@ -1156,31 +1150,6 @@ class _Bind:
     node: str
 
 
-def step_source(step: object, refs: Sequence[str], target: str = "", in_place: bool = False,
-                prepared: bool = False) -> str:  # fmt: skip
-    """The numpy expression computing one (non-operand) `Expr` step from the earlier steps `refs`.
-
-    `target` (`, out=NAME`) makes a ufunc write into a buffer (`in_place`: ReLU as `np.maximum`); a
-    `prepared` cast reads an operand Weights already holds in float32."""
-    if isinstance(step, Const):
-        text = format_float(step.value)
-        literal = {"inf": "np.inf", "-inf": "-np.inf", "nan": "np.nan"}.get(text, text)
-        return f"{_dtype_source(_expr_dtype(step.elem))}({literal})"
-    if isinstance(step, Unary):
-        fn = _UNARY[step.op]
-        if fn == "_relu" and in_place:
-            return f"np.maximum({refs[step.arg]}, 0{target})"
-        return f"{fn}({refs[step.arg]}{target})" if fn else refs[step.arg]
-    if isinstance(step, Binary):
-        return f"{_BINARY[step.op]}({refs[step.lhs]}, {refs[step.rhs]}{target})"
-    if isinstance(step, Select):
-        return f"np.where({refs[step.cond]}, {refs[step.a]}, {refs[step.b]})"
-    assert isinstance(step, Convert)
-    if prepared:
-        return refs[step.arg]  # already the float32 this cast makes, prepared once by Weights
-    return f"np.asarray({refs[step.arg]}).astype({_dtype_source(_expr_dtype(step.elem))})"
-
-
 def _symbols_closure(names: Iterable[str]) -> set[str]:
     """`names` and every symbol their derived symbols read, transitively."""
     seen: set[str] = set()
@@ -1193,16 +1162,6 @@ def _symbols_closure(names: Iterable[str]) -> set[str]:
             if call is not None:
                 stack.extend(n for a in call.args for n in a.symbols)
     return seen
-
-
-def _expr_dtype(elem: str) -> np.dtype:
-    """The dtype of an Expr constant or cast: plain numpy, or ml_dtypes.bfloat16."""
-    from loam.dtypes import by_name
-
-    dtype = by_name(elem).numpy
-    if dtype is None or dtype.kind == "O" or (dtype.type.__module__ != "numpy" and elem != "bf16"):
-        raise UnsupportedError(f"expression step of element type {elem} has no numpy dtype")
-    return dtype
 
 
 def _to_numpy(attr: Attribute, what: str) -> np.ndarray:

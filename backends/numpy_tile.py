@@ -13,7 +13,7 @@ is the oracle the WGSL form of the same program is tested against.
 
 from __future__ import annotations
 
-from loam.backends.numpy_module import _dtype_source, _expr_dtype, step_source
+from loam.backends.numpy_expr import _dtype_source, _expr_dtype, step_source
 from loam.dialects.expr import Binary, Expr, Operand, Unary
 from loam.dialects.tile_program import (
     Carry,
