@@ -33,22 +33,10 @@ import numpy as np
 
 from loam import dtypes
 from loam.errors import CheckpointError
+from loam.headers import HeaderEntry
 
 # safetensors itself refuses headers above 100 MB; so does Loam, before allocating them.
 MAX_HEADER_BYTES = 100_000_000
-
-
-@dataclass(frozen=True)
-class HeaderEntry:
-    """One tensor of a checkpoint header."""
-
-    name: str
-    elem: dtypes.ElementType
-    shape: tuple[int, ...]
-    begin: int  # byte range within the payload
-    end: int
-    payload_start: int = 0  # file offset of the payload (8 + header length; 0 for GGUF's absolute offsets)
-    encoding: str = ""  # GGUF: the ggml type ("F16", "Q8_0", ...); `elem` is what the graph reads it as
 
 
 @dataclass(frozen=True)

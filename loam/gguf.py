@@ -16,8 +16,8 @@ import mmap
 from pathlib import Path
 
 from loam import dtypes
-from loam.checkpoint import HeaderEntry
 from loam.errors import CheckpointError
+from loam.headers import HeaderEntry
 from loam.runtime.gguf import parse_gguf_header
 
 MAGIC = b"GGUF"
