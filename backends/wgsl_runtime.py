@@ -1,7 +1,7 @@
 """The runtime a WGSL module carries: one device, its pipelines, resident buffers, and dispatch.
 
-Like `loam.runtime`'s pieces, each piece here is copied as source text into every generated module that
-uses it (`PIECES`, `DEPENDS`), so a module imports only numpy and `wgpu`.  `_Gpu` owns the
+Like `loam.runtime`'s pieces, each piece here is copied as source text into every generated module
+that uses it (`PIECES`, `DEPENDS`), so a module imports only numpy and `wgpu`.  `_Gpu` owns the
 process's adapter and device for one module: it compiles every shader of the module once, keeps
 the buffers a forward needs per binding of the extent symbols (`buffers`), caches each dispatch's
 parameter buffer and bind group (so after the first call with a binding only inputs go up and

@@ -1,9 +1,10 @@
 """GGUF checkpoints at build time: the header and tensor infos, read through a memory map.
 
-The parser is `loam/runtime/gguf.parse_gguf_header`, the same function the generated module runs at load
-time, so the build and the load cannot disagree about what a file holds.  It is given an `mmap` of
-the file: only the pages holding the header are touched, so a multi-gigabyte GGUF costs the build
-its header, and a file whose data section was cut off still builds (the load names what is missing).
+The parser is `loam.runtime.gguf.parse_gguf_header`, the same function the generated module runs
+at load time, so the build and the load cannot disagree about what a file holds.  It is given an
+`mmap` of the file: only the pages holding the header are touched, so a multi-gigabyte GGUF costs
+the build its header, and a file whose data section was cut off still builds (the load names what
+is missing).
 
 Each tensor becomes a `HeaderEntry` whose `encoding` is its ggml type and whose `elem` is the
 element type the graph reads it as: F16 stays f16, BF16 stays bf16, F32 and the quantized types

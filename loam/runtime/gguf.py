@@ -11,10 +11,12 @@ GGUF lists a tensor's fastest-varying dimension first, so the numpy shape is the
 
 Like the rest of `loam.runtime`, each piece here is a self-contained top-level function whose source
 is copied into a generated module, so it imports nothing and reads only numpy, the builtins and the
-pieces it lists in `DEPENDS`.  It works on any bytes-like object (bytes, memoryview, mmap) and touches only the
-header: the build maps the file and reads no tensor data, and a file whose data section is cut off
-still parses (the loader checks each tensor's bytes against `len(data)` itself).  Malformed input
-raises `ValueError` naming what is wrong; callers wrap it into `CheckpointError` or `LoadError`.
+pieces it lists in `DEPENDS`.  It works on any bytes-like object (bytes, memoryview, mmap) and
+touches only the header: the build maps the file and reads no tensor data, and a file whose data
+section is cut off still parses (the loader checks each tensor's bytes against `len(data)` itself).
+Malformed input raises `ValueError` naming what is wrong; callers wrap it into `CheckpointError` or
+`LoadError`.  `parse_gguf_header` and `graph_name_of` have public names because the build calls
+them too (`loam.gguf`, `loam.checkpoint`).
 
 - `_ggml_types`: ggml type number -> (name, elements per block, bytes per block).
 - `parse_gguf_header`: the header -> (metadata, tensors), every offset and length checked.

@@ -2,18 +2,18 @@
 
 Every piece here is a plain top-level function whose source a generated numpy module copies in
 (`PIECES`, `DEPENDS`; `loam/runtime/__init__.py`), reading only numpy, the builtins and the pieces
-it lists.  The build runs the same functions (`loam.checkpoint.supplies`), so the build and the
-load agree on what a checkpoint supplies.
+it lists.  The build runs `encoding_supplies` itself (`loam.checkpoint.supplies`), so the build
+and the load agree on what a checkpoint supplies.
 
 - `_parse_json`: a strict JSON reader (the safetensors header), since `json` is not numpy.
-- `_read_safetensors`, `_read_gguf` (over `loam.runtime.gguf.parse_gguf_header`), `_read_checkpoint` (one
-  file or a mapping of shard name -> bytes): every tensor's encoding, shape and raw bytes, refusing
-  malformed headers, byte ranges that overlap, leave holes or pass the end (naming the first tensor
-  cut off).
+- `_read_safetensors`, `_read_gguf` (over `loam.runtime.gguf.parse_gguf_header`),
+  `_read_checkpoint` (one file or a mapping of shard name -> bytes): every tensor's encoding, shape
+  and raw bytes, refusing malformed headers, byte ranges that overlap, leave holes or pass the end
+  (naming the first tensor cut off).
 - `_mapped`, `_check_index`: `Weights.load_file`'s read-only memory map (numpy.memmap), of one file,
   a list of shards or a Hugging Face `*.index.json` and the shards it names.
-- `encoding_supplies`, `_check_weight`: one checkpoint tensor checked against the graph (dtype convertible
-  without loss, rank, extents by axis, byte length), before any tensor is decoded.
+- `encoding_supplies`, `_check_weight`: one checkpoint tensor checked against the graph (dtype
+  convertible without loss, rank, extents by axis, byte length), before any tensor is decoded.
 - `_decoded`, `_load_weights`: the checked tensors as arrays of the graph's dtypes: zero-copy views of
   the checkpoint where the dtype and alignment allow, else converted once (dequantized with
   `loam.runtime.dequant`'s pieces); `_prepared`: a half weight's float32 form, made once by `Weights`.
@@ -47,7 +47,9 @@ SAFETENSORS_DTYPES: dict[str, str | None] = {
     "F8_E5M2": None,
 }
 """safetensors dtype name -> numpy dtype name, None where plain numpy has no such dtype (BF16, the
-float8s); `loam.dtypes.SAFETENSORS_NAMES` names the same encodings (tests/backends/test_weights_load.py)."""
+float8s): the numpy dtypes of the types `loam.dtypes.SAFETENSORS_NAMES` names, which the runtime does
+not import (tests/backends/test_weights_load.py holds the two together).  Public: the printer prints
+it (`backends/numpy_runtime.py`)."""
 
 
 def _parse_json(text: str) -> object:
