@@ -15,7 +15,7 @@ each extent symbol from the first input axis that is the symbol alone, recording
 axis gave it; reads back a symbol no input carries alone from a spelled axis (`2*n`: n is half the
 length); checks every spelled axis against its spelling (`past + 1`); then checks each owed
 condition (`shape_poly.owe`), computing each derived symbol (`min(S, 1024)`, with the runtime's
-`_derived`) into `_env` just before the first condition that reads it, and last the derived symbols
+`derived_extent`) into `_env` just before the first condition that reads it, and last the derived symbols
 the kernels' shapes and parameters read.  Every extent in the module is an expression over `_env`.
 
 A `kernel.if` prints as `if bool(np.asarray(cond).reshape(-1)[0]):` / `else:`, each block laid out
@@ -164,7 +164,7 @@ class ModulePrinter:
     def declared_names(self) -> set[str]:
         """The module's own names besides `names.MODULE_NAMES`: the runtime pieces it may carry, and
         the attributes a subclass's `Weights` keeps (a backend declaring more adds its own)."""
-        return {*numpy_runtime.PIECES, "_SAFETENSORS_DTYPES", *self.weight_slots}
+        return {*numpy_runtime.PIECES, "SAFETENSORS_DTYPES", "FORMATS", *self.weight_slots}
 
     def _reserve_declared(self, markers: Iterable[str]) -> None:
         """Reserve every name the module relies on, then each axis marker class (refused where it
@@ -210,8 +210,8 @@ class ModulePrinter:
             self.poly_py(arg)
         if self.reads_if_symbol([name]):
             args = ", ".join([repr(call.function), *(self.poly_py(a) for a in call.args)])
-            scope.items.append(f"_env[{name!r}] = _derived({args})")
-            self.pieces.add("_derived")
+            scope.items.append(f"_env[{name!r}] = derived_extent({args})")
+            self.pieces.add("derived_extent")
             scope.inline.add(name)
         else:
             scope.derived.add(name)
@@ -263,8 +263,8 @@ class ModulePrinter:
             inner = {n for a in call.args for n in a.symbols}
             lines += self._derived_lines(inner, done)
             args = ", ".join([repr(call.function), *(self.poly_py(a) for a in call.args)])
-            lines.append(f"_env[{name!r}] = _derived({args})")
-            self.pieces.add("_derived")
+            lines.append(f"_env[{name!r}] = derived_extent({args})")
+            self.pieces.add("derived_extent")
             done.add(name)
         return lines
 

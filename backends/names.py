@@ -12,8 +12,8 @@ module relies on being what Python or the module makes it:
 - `MODULE_NAMES`: what every numpy module declares or spells literally (`Weights`, `forward`,
   `INPUTS`, `_env`, `_buf`, the attributes of `Weights` that its weight slots must not hide, ...),
   and `WGSL_MODULE_NAMES`, what the WGSL module adds (`g`, `_w`, `_b`, `_gpu`, `_SHADERS`, ...);
-- and what the printer reserves besides: its runtime pieces (`ShapeError`, `_k_*`, `_p_*`) and
-  axis marker classes.
+- and what the printer reserves besides: its runtime pieces (`ShapeError`, `kernel_*`, `_p_*`; those
+  with public names are `RUNTIME_NAMES`) and axis marker classes.
 
 `identifier(text)` spells any text as an ASCII identifier: `fc1.weight` -> `fc1_weight`,
 `1abc` -> `v_1abc`, `häuser` -> `hauser` (accents dropped), `日本` -> `u65e5_u672c`, and never two
@@ -30,11 +30,14 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+from loam.backends import numpy_runtime
+
 __all__ = [
     "LIBRARY_NAMES",
     "MARKER_RESERVED",
     "MODULE_NAMES",
     "PYTHON_NAMES",
+    "RUNTIME_NAMES",
     "WGSL_MODULE_NAMES",
     "Names",
     "identifier",
@@ -51,7 +54,7 @@ LIBRARY_NAMES = frozenset({"np", "numpy", "ml_dtypes", "wgpu"})
 # `__slots__`, which must not name a class attribute) and of `Outputs`, and the parameters of the
 # methods the module writes out.
 MODULE_NAMES = frozenset({
-    "Weights", "Outputs", "forward", "INPUTS", "OUTPUTS", "_SAFETENSORS_DTYPES", "_POOL", "_WEIGHT_BYTES",
+    "Weights", "Outputs", "forward", "INPUTS", "OUTPUTS", "SAFETENSORS_DTYPES", "FORMATS", "_POOL", "_WEIGHT_BYTES",
     "weights", "_env", "_src", "_buf", "_key",
     "_SPECS", "_CHECKPOINT_NAMES", "_PACKED", "_ROW_ORDERS", "_EMBEDDED", "load", "load_file", "embedded",
     "stored", "_from", "_carried", "_stored", "_source", "_fields",
@@ -61,12 +64,14 @@ MODULE_NAMES = frozenset({
 # What the WGSL module declares or spells besides (its runtime pieces are reserved by the printer).
 WGSL_MODULE_NAMES = frozenset({"_SHADERS", "_GPU", "_gpu", "_resident", "g", "_w", "_b", "_sizes"})
 
+# The runtime pieces a module may declare under a public name: its errors, the library kernels
+# (`kernel_conv`), the pieces the build also calls (`widened`, `derived_extent`, ...).
+RUNTIME_NAMES = frozenset(name for name in numpy_runtime.PIECES if not name.startswith("_"))
+
 # What an axis marker class (a module-level class named after the axis) must not be named: a name
 # either printer reserves that does not start with `_` (an axis name never does).  The layout
 # drafter invents axis names clear of these; the printers refuse a layout's axis named so.
-MARKER_RESERVED = (
-    PYTHON_NAMES | LIBRARY_NAMES | MODULE_NAMES | WGSL_MODULE_NAMES | {"ShapeError", "LoadError", "DeviceError"}
-)
+MARKER_RESERVED = PYTHON_NAMES | LIBRARY_NAMES | MODULE_NAMES | WGSL_MODULE_NAMES | RUNTIME_NAMES | {"DeviceError"}
 
 _MARKS = re.compile(r"[^0-9A-Za-z_]")
 

@@ -18,12 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loam.backends.numpy_kernels.elementwise import BINARY_SOURCE, UNARY_SOURCE
-from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary
+from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, step_types
 from loam.poly import Poly
-
-_BOOL_UNARY = frozenset({"not", "isnan", "isinf"})
-_BOOL_BINARY = frozenset({"equal", "less", "less_equal", "greater", "greater_equal", "and", "or", "xor"})
+from loam.runtime.kernels.elementwise import BINARY_SOURCE, UNARY_SOURCE
 
 Shape = tuple[Poly, ...]
 
@@ -51,17 +48,6 @@ def ufunc_call(source: str) -> bool:
     return source.startswith("np.") and isinstance(getattr(np, source[3:], None), np.ufunc)
 
 
-def broadcast_extents(shapes: Sequence[Shape]) -> Shape:
-    """The ONNX (multidirectional) broadcast of `shapes`: per axis, the extent that is not 1."""
-    rank = max((len(s) for s in shapes), default=0)
-    out: list[Poly] = []
-    for i in range(rank):
-        found = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
-        big = [e for e in found if not (e.is_const and e.const_value == 1)]
-        out.append(big[0] if big else found[0])
-    return tuple(out)
-
-
 def _args(step: object) -> tuple[int, ...]:
     if isinstance(step, (Unary, Convert)):
         return (step.arg,)
@@ -70,31 +56,6 @@ def _args(step: object) -> tuple[int, ...]:
     if isinstance(step, Select):
         return (step.cond, step.a, step.b)
     return ()
-
-
-def step_types(expr: Expr, shapes: Sequence[Shape], elems: Sequence[str]) -> list[tuple[Shape, str]]:
-    """Each step's extents and Loam element type, from the operands' (`shapes[i]`, `elems[i]`)."""
-    found: list[tuple[Shape, str]] = []
-    for step in expr.steps:
-        if isinstance(step, Operand):
-            found.append((tuple(shapes[step.index]), elems[step.index]))
-            continue
-        if isinstance(step, Const):
-            found.append(((), step.elem))
-            continue
-        args = _args(step)
-        shape = broadcast_extents([found[a][0] for a in args])
-        if isinstance(step, Convert):
-            elem = step.elem
-        elif isinstance(step, Select):
-            elem = found[step.a][1]
-        elif isinstance(step, Unary):
-            elem = "bool" if step.op in _BOOL_UNARY else found[step.arg][1]
-        else:
-            assert isinstance(step, Binary)
-            elem = "bool" if step.op in _BOOL_BINARY else found[step.lhs][1]
-        found.append((shape, elem))
-    return found
 
 
 def _source(step: object) -> str:

@@ -3,7 +3,7 @@
 One method per kernel op (`NumpyKernelPrinter.PRINTERS`): a product is `np.matmul`, a permutation
 and a regrouping are views, a cast is `astype` (or the float32 twin `Weights` prepared once), a zip
 is a call of one function per distinct `Expr` (declared once, writing into a buffer where the
-in-place plan allows), and a library kernel is a call of its runtime piece `_k_NAME` with the op's
+in-place plan allows), and a library kernel is a call of its runtime piece `kernel_NAME` with the op's
 operands and then its parameters as keywords.  The numpy module prints its forward with it, and
 the WGSL module prints with it each kernel its host computes, so a kernel's host form is written once.
 
@@ -24,12 +24,12 @@ from xdsl.ir import Operation, SSAValue
 from loam.backends import numpy_runtime
 from loam.backends.module_text import axes_type, dtype_source, numpy_dtype
 from loam.backends.numpy_buffers import BufferPlan
-from loam.backends.numpy_inplace import OUT, InPlacePlan, broadcast_extents, plan_in_place
-from loam.backends.numpy_kernels import elementwise as elementwise_kernels
-from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, format_float
+from loam.backends.numpy_inplace import OUT, InPlacePlan, plan_in_place
+from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, broadcast_extents, format_float
 from loam.dialects.kernel import CastOp, LibraryOp, MatmulOp, PermuteOp, RegroupOp, ZipOp
 from loam.errors import UnsupportedError
 from loam.poly import Poly
+from loam.runtime.kernels import elementwise as elementwise_kernels
 
 if TYPE_CHECKING:
     from loam.backends.module_printer import ModulePrinter
@@ -206,7 +206,7 @@ class NumpyKernelPrinter:
             index = [self._slice_py(start, count) for start, count in bounds]
             return f"{arg[0]}[{', '.join(index)}{',' if len(index) == 1 else ''}]"
         if isinstance(op, LibraryOp):
-            piece = f"_k_{op.kernel_name}"
+            piece = f"kernel_{op.kernel_name}"
             if piece not in numpy_runtime.PIECES:
                 raise UnsupportedError(f"the numpy backend has no kernel for {op.name} (node '{op.node.data}')")
             self.m.pieces.add(piece)

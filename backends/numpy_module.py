@@ -49,9 +49,9 @@ from loam.backends.module_text import (
     row_orders,
 )
 from loam.backends.numpy_buffers import plan_buffers
-from loam.backends.numpy_inplace import broadcast_extents
 from loam.backends.numpy_kernel_printer import NumpyKernelPrinter, expr_dtype
 from loam.backends.numpy_tile import tile_function
+from loam.dialects.expr import broadcast_extents
 from loam.dialects.kernel import ConstantOp, ProgramOp, TileProgramOp, WeightOp, ZipOp
 from loam.errors import UnsupportedError
 

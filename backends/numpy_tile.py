@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from loam.backends.module_text import dtype_source
 from loam.backends.numpy_kernel_printer import expr_dtype, step_source
-from loam.backends.numpy_kernels.elementwise import BINARY_SOURCE, UNARY_SOURCE
 from loam.dialects.expr import Binary, Expr, Operand, Unary
 from loam.dialects.tile_program import (
     Carry,
@@ -34,6 +33,7 @@ from loam.dialects.tile_program import (
     TileProgram,
     broadcast,
 )
+from loam.runtime.kernels.elementwise import BINARY_SOURCE, UNARY_SOURCE
 
 
 def _expr(expr: Expr, args: list[str], name: str) -> tuple[list[str], str]:

@@ -1,7 +1,7 @@
 """The runtime a WGSL module carries: one device, its pipelines, resident buffers, and dispatch.
 
-Like `numpy_runtime`, each piece here is copied as source text into every generated module that
-uses it (`PIECES`, `DEPENDS`), so a module imports only numpy and `wgpu`.  `_Gpu` owns the
+Like `loam.runtime`'s pieces, each piece here is copied as source text into every generated module
+that uses it (`PIECES`, `DEPENDS`), so a module imports only numpy and `wgpu`.  `_Gpu` owns the
 process's adapter and device for one module: it compiles every shader of the module once, keeps
 the buffers a forward needs per binding of the extent symbols (`buffers`), caches each dispatch's
 parameter buffer and bind group (so after the first call with a binding only inputs go up and
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loam.backends.numpy_runtime import ShapeError
+from loam.runtime.errors import ShapeError
 
 try:  # the generated module imports wgpu at its top; here it is optional (tests skip without it)
     import wgpu

@@ -5,7 +5,9 @@ fusion can compose it (`substitute`) and a backend can print it as numpy or WGSL
 `[step, ...]`, lists the steps; each is `operand I`, `const V : ELEM`, `UNARY J`, `BINARY J K`,
 `select C A B` or `cast J : ELEM`, reading earlier steps by index; the last step is the result.
 Kept apart from `loam.dialects.kernel` (which defines the attribute) because the operator rules,
-stage-0 folding and the backends build and evaluate Exprs without any IR.
+stage-0 folding and the backends build and evaluate Exprs without any IR: `step_types` gives each
+step's extents (`broadcast_extents`) and element type, `evaluate` its value with the functions the
+generated module calls (`loam.runtime.kernels.elementwise`).
 """
 
 from __future__ import annotations
@@ -14,10 +16,14 @@ import math
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 from xdsl.parser import AttrParser
 
 from loam import dtypes
+from loam.poly import Poly
+from loam.runtime.kernels import elementwise as elementwise_kernels
 
 UNARY_OPS: frozenset[str] = frozenset(
     {
@@ -432,3 +438,85 @@ def _parse_float_word(parser: AttrParser) -> float:
     else:
         value = float(parser.parse_number(context_msg=" (a constant)"))
     return -value if negative else value
+
+
+# -- types -------------------------------------------------------------------------------------
+
+_BOOL_UNARY = frozenset({"not", "isnan", "isinf"})
+_BOOL_BINARY = frozenset({"equal", "less", "less_equal", "greater", "greater_equal", "and", "or", "xor"})
+
+
+def broadcast_extents(shapes: Sequence[tuple[Poly, ...]]) -> tuple[Poly, ...]:
+    """The ONNX (multidirectional) broadcast of `shapes`: per axis, the extent that is not 1."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Poly] = []
+    for i in range(rank):
+        found = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
+        big = [e for e in found if not (e.is_const and e.const_value == 1)]
+        out.append(big[0] if big else found[0])
+    return tuple(out)
+
+
+def step_types(
+    expr: Expr, shapes: Sequence[tuple[Poly, ...]], elems: Sequence[str]
+) -> list[tuple[tuple[Poly, ...], str]]:
+    """Each step's extents and Loam element type, from the operands' (`shapes[i]`, `elems[i]`)."""
+    found: list[tuple[tuple[Poly, ...], str]] = []
+    for step in expr.steps:
+        if isinstance(step, Operand):
+            found.append((tuple(shapes[step.index]), elems[step.index]))
+            continue
+        if isinstance(step, Const):
+            found.append(((), step.elem))
+            continue
+        args = _step_args(step)
+        shape = broadcast_extents([found[a][0] for a in args])
+        if isinstance(step, Convert):
+            elem = step.elem
+        elif isinstance(step, Select):
+            elem = found[step.a][1]
+        elif isinstance(step, Unary):
+            elem = "bool" if step.op in _BOOL_UNARY else found[step.arg][1]
+        else:
+            assert isinstance(step, Binary)
+            elem = "bool" if step.op in _BOOL_BINARY else found[step.lhs][1]
+        found.append((shape, elem))
+    return found
+
+
+# -- evaluation ----------------------------------------------------------------------------------
+
+
+def _function_of(source: str) -> Any:
+    """The function a step's source spelling names (`np.tanh`, `_relu`: a runtime piece)."""
+    if source.startswith("np."):
+        return getattr(np, source[3:])
+    return elementwise_kernels.PIECES[source]
+
+
+def evaluate(expr: Expr, operands: Sequence[np.ndarray]) -> np.ndarray:
+    """`expr` over `operands` with the functions the generated module calls (stage 0's folding):
+    each step as `loam.runtime.kernels.elementwise`'s `UNARY_SOURCE` and `BINARY_SOURCE` spell it."""
+    values: list[Any] = []
+    with np.errstate(all="ignore"):
+        for step in expr.steps:
+            if isinstance(step, Operand):
+                values.append(np.asarray(operands[step.index]))
+            elif isinstance(step, Const):
+                dtype = dtypes.by_name(step.elem).numpy
+                assert dtype is not None
+                values.append(np.asarray(step.value).astype(dtype))
+            elif isinstance(step, Unary):
+                source = elementwise_kernels.UNARY_SOURCE[step.op]
+                values.append(_function_of(source)(values[step.arg]) if source else values[step.arg])
+            elif isinstance(step, Binary):
+                binary = _function_of(elementwise_kernels.BINARY_SOURCE[step.op])
+                values.append(binary(values[step.lhs], values[step.rhs]))
+            elif isinstance(step, Select):
+                values.append(np.where(values[step.cond], values[step.a], values[step.b]))
+            else:
+                assert isinstance(step, Convert)
+                dtype = dtypes.by_name(step.elem).numpy
+                assert dtype is not None
+                values.append(np.asarray(values[step.arg]).astype(dtype))
+    return np.asarray(values[-1])

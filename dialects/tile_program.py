@@ -53,7 +53,7 @@ from functools import cached_property
 
 from xdsl.parser import AttrParser
 
-from loam.dialects.expr import Expr, _parse_float_word, format_float
+from loam.dialects.expr import Expr, _parse_float_word, format_float, step_types
 
 REDUCTIONS = ("sum", "max", "min")
 GRID_AXES = 3
@@ -373,8 +373,6 @@ class TileProgram:
 
     def elems(self) -> list[str]:
         """Each step's Loam element type (`none` for an end or a store)."""
-        from loam.backends.numpy_inplace import step_types
-
         out: list[str] = []
         for step in self.steps:
             if isinstance(step, (ProgramId, Param, Iota, Loop)):

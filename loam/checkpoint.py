@@ -16,7 +16,7 @@ A checkpoint given to the build is one of:
 
 Several checkpoints are shards of one: a tensor in two of them is refused naming both.  Checkpoint
 tensor names become graph names through `[checkpoint_names]` rules (`Options.checkpoint_names`,
-then the architecture's own), applied by `backends/numpy_gguf._graph_name`, which the generated
+then the architecture's own), applied by `loam/runtime/gguf.graph_name_of`, which the generated
 module shares.
 """
 
@@ -33,22 +33,10 @@ import numpy as np
 
 from loam import dtypes
 from loam.errors import CheckpointError
+from loam.headers import HeaderEntry
 
 # safetensors itself refuses headers above 100 MB; so does Loam, before allocating them.
 MAX_HEADER_BYTES = 100_000_000
-
-
-@dataclass(frozen=True)
-class HeaderEntry:
-    """One tensor of a checkpoint header."""
-
-    name: str
-    elem: dtypes.ElementType
-    shape: tuple[int, ...]
-    begin: int  # byte range within the payload
-    end: int
-    payload_start: int = 0  # file offset of the payload (8 + header length; 0 for GGUF's absolute offsets)
-    encoding: str = ""  # GGUF: the ggml type ("F16", "Q8_0", ...); `elem` is what the graph reads it as
 
 
 @dataclass(frozen=True)
@@ -92,7 +80,7 @@ def read_headers(
     graph meant is not for Loam to guess.  A GGUF file's `general.architecture` must be
     `architecture` when both are given.
     """
-    from loam.backends.numpy_gguf import _graph_name
+    from loam.runtime.gguf import graph_name_of
 
     found: dict[str, tuple[Path, HeaderEntry]] = {}
     for path in paths:
@@ -105,7 +93,7 @@ def read_headers(
     renamed: dict[str, tuple[Path, HeaderEntry]] = {}
     rules = tuple(names)
     for name, (holder, entry) in found.items():
-        graph_name = _graph_name(name, rules)
+        graph_name = graph_name_of(name, rules)
         if graph_name in renamed:
             other_holder, other = renamed[graph_name]
             raise CheckpointError(
@@ -300,9 +288,9 @@ def supplies(encoding: str, wanted: dtypes.ElementType) -> bool:
     """Whether a checkpoint tensor stored as `encoding` (a safetensors dtype or a ggml type) supplies
     a graph weight of type `wanted`: the generated module's own rule (`Weights.load` applies it
     again), so the build accepts exactly what the load will."""
-    from loam.backends.numpy_runtime import _supplies
+    from loam.runtime.weights import encoding_supplies
 
-    return wanted.numpy is not None and _supplies(encoding, wanted.numpy) is True
+    return wanted.numpy is not None and encoding_supplies(encoding, wanted.numpy) is True
 
 
 def stored_encoding(entry: HeaderEntry) -> str:

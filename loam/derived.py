@@ -10,15 +10,17 @@ from the input symbols before any kernel runs, and which lies within the interva
 leaves (`call_bounds`).  The same operation on equal operands gives the same symbol, because the
 name is the canonical text of the call.
 
-The numbers each operation gives are written once, in `loam.backends.numpy_runtime._derived`,
+The numbers each operation gives are written once, in `loam.runtime.prologue.derived_extent`,
 which the generated module also carries; `evaluate` here uses that same function.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from loam.bounds import INPUT_INTERVAL, Interval, Verdict, interval_of, verdict
 from loam.errors import PolyError
@@ -29,6 +31,25 @@ I32 = Interval(-(2**31), 2**31 - 1)
 HALF_EXACT = 2048  # float16 holds every integer of [-2048, 2048]
 
 Bounds = Mapping[str, Interval]
+
+_KNOWN: contextvars.ContextVar[Bounds | None] = contextvars.ContextVar("loam_known_bounds", default=None)
+
+
+@contextlib.contextmanager
+def known_bounds(bounds: Bounds) -> Iterator[None]:
+    """Make `bounds` what the constructors know of symbol intervals while the block runs, wherever
+    they are given no bounds of their own (stage 0 opens one per scope: `loam.owed.scope`)."""
+    token = _KNOWN.set(bounds)
+    try:
+        yield
+    finally:
+        _KNOWN.reset(token)
+
+
+def active_bounds() -> Bounds:
+    """The symbol intervals `known_bounds` made current; none outside it."""
+    known = _KNOWN.get()
+    return known if known is not None else {}
 
 
 # -- evaluation ---------------------------------------------------------------------------------
@@ -47,9 +68,9 @@ def _evaluate_symbol(name: str, env: dict[str, int]) -> int:
     call = derived_call(name)
     if call is None:
         raise PolyError(f"no value for symbol '{name}'")
-    from loam.backends.numpy_runtime import _derived
+    from loam.runtime.prologue import derived_extent
 
-    return int(_derived(call.function, *[evaluate(a, env) for a in call.args]))
+    return int(derived_extent(call.function, *[evaluate(a, env) for a in call.args]))
 
 
 # -- bounds -------------------------------------------------------------------------------------
@@ -69,13 +90,9 @@ def bounds_of(p: Poly, bounds: Bounds | None = None) -> Interval:
     """An interval holding every value of `p` (interval arithmetic over its monomials).
 
     `bounds` gives intervals the build knows beyond the defaults; None takes those of the scope
-    stage 0 has open (`loam.owed`).
+    stage 0 has open (`active_bounds`).
     """
-    if bounds is None:
-        from loam.owed import bounds as scope_bounds
-
-        bounds = scope_bounds()
-    known = bounds
+    known = active_bounds() if bounds is None else bounds
     return interval_of(p, lambda name: symbol_bounds(name, known))
 
 
@@ -164,9 +181,9 @@ def _consts(*args: Poly) -> list[int] | None:
 
 
 def _eval_const(function: str, *args: int) -> Poly:
-    from loam.backends.numpy_runtime import _derived
+    from loam.runtime.prologue import derived_extent
 
-    return Poly.const(int(_derived(function, *args)))
+    return Poly.const(int(derived_extent(function, *args)))
 
 
 def minimum(a: Poly | int, b: Poly | int, bounds: Bounds | None = None) -> Poly:

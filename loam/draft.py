@@ -82,7 +82,7 @@ def draft_layout(
     """Draft the layout of `model`'s main graph, keeping every rule `options` already gives."""
     from loam.passes.apply_options import ApplyOptionsPass, attach_options, main_graph
     from loam.passes.stage0 import Stage0Pass
-    from loam.pipeline import read_model
+    from loam.registry import read_model
 
     options = options or Options()
     ir = read_model(model)

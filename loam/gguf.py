@@ -1,9 +1,10 @@
 """GGUF checkpoints at build time: the header and tensor infos, read through a memory map.
 
-The parser is `backends/numpy_gguf._gguf_read`, the same function the generated module runs at load
-time, so the build and the load cannot disagree about what a file holds.  It is given an `mmap` of
-the file: only the pages holding the header are touched, so a multi-gigabyte GGUF costs the build
-its header, and a file whose data section was cut off still builds (the load names what is missing).
+The parser is `loam.runtime.gguf.parse_gguf_header`, the same function the generated module runs
+at load time, so the build and the load cannot disagree about what a file holds.  It is given an
+`mmap` of the file: only the pages holding the header are touched, so a multi-gigabyte GGUF costs
+the build its header, and a file whose data section was cut off still builds (the load names what
+is missing).
 
 Each tensor becomes a `HeaderEntry` whose `encoding` is its ggml type and whose `elem` is the
 element type the graph reads it as: F16 stays f16, BF16 stays bf16, F32 and the quantized types
@@ -16,14 +17,14 @@ import mmap
 from pathlib import Path
 
 from loam import dtypes
-from loam.backends.numpy_gguf import _gguf_read
-from loam.checkpoint import HeaderEntry
 from loam.errors import CheckpointError
+from loam.headers import HeaderEntry
+from loam.runtime.gguf import parse_gguf_header
 
 MAGIC = b"GGUF"
 
 # ggml type -> the element type it is read as (what it supplies is the module's own rule,
-# `numpy_runtime._supplies`, which `loam.checkpoint.supplies` applies at build time).
+# `loam.runtime.weights.encoding_supplies`, which `loam.checkpoint.supplies` applies at build time).
 ENCODINGS: dict[str, str] = {"F32": "f32", "F16": "f16", "BF16": "bf16", "Q8_0": "f32", "Q4_0": "f32", "Q4_1": "f32"}
 """The ggml types the generated module loads; a tensor of another type is refused if the graph reads it."""
 
@@ -52,7 +53,7 @@ def read_gguf_header(path: Path) -> tuple[dict[str, object], dict[str, HeaderEnt
             else:
                 with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
                     try:
-                        metadata, tensors = _gguf_read(mapped)
+                        metadata, tensors = parse_gguf_header(mapped)
                     except ValueError as e:
                         # Keep only the message: the exception's frames hold views of the map,
                         # which must be gone before the map closes.

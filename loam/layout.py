@@ -22,12 +22,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING
 
 from loam.errors import AxisError, OptionsError
-
-if TYPE_CHECKING:
-    from loam.dialects.tensor_axes import LayoutAttr
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -121,15 +117,3 @@ def parse_layout_flag(text: str) -> LayoutRule:
     except AxisError as err:
         raise OptionsError(f"--layout {text!r}: {err}") from None
     return LayoutRule(glob.strip(), axes)
-
-
-def layout_to_attr(rules: Iterable[LayoutRule]) -> LayoutAttr:
-    """The rules as a `#tensor_axes.layout` attribute (order kept)."""
-    from loam.dialects.tensor_axes import LayoutAttr
-
-    return LayoutAttr(tuple(rules))
-
-
-def layout_from_attr(attr: LayoutAttr) -> tuple[LayoutRule, ...]:
-    """The rules a `#tensor_axes.layout` attribute holds, in order."""
-    return attr.rules

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from loam.bounds import Interval, Verdict
-from loam.derived import decide, reading_where
+from loam.derived import decide, known_bounds, reading_where
 from loam.errors import ShapeError
 from loam.poly import Poly, derived_call
 
@@ -225,10 +225,12 @@ def current() -> ExtentScope:
 
 @contextlib.contextmanager
 def scope(s: ExtentScope) -> Iterator[ExtentScope]:
-    """Make `s` the scope the rules' conditions go to while the block runs."""
+    """Make `s` the scope the rules' conditions go to while the block runs, and its bounds those
+    `loam.derived`'s constructors know."""
     token = _SCOPE.set(s)
     try:
-        yield s
+        with known_bounds(s.bounds):
+            yield s
     finally:
         _SCOPE.reset(token)
 

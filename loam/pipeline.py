@@ -29,12 +29,14 @@ from xdsl.dialects.builtin import ArrayAttr, IntAttr, ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 from xdsl.printer import Printer
 
-from loam.checkpoint import HeaderEntry, read_headers
-from loam.context import make_context, parse_ir
+from loam.checkpoint import read_headers
+from loam.context import make_context
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.errors import CheckpointError, ModelError, UsageError
+from loam.errors import CheckpointError, UsageError
 from loam.frontends.onnx_proto import check_external_data_sources
+from loam.headers import HeaderEntry
 from loam.options import Options
+from loam.registry import read_model
 
 CHECKPOINT_NAMES_ATTR = "loam.checkpoint_names"
 """Module attribute: the `[checkpoint_names]` rules, an array of [pattern, template] string pairs."""
@@ -59,37 +61,6 @@ class BuildResult:
     notes: list[str] = field(default_factory=list[str])
     fusion: FusionReport | None = None
     """The `fuse` pass's decision report (None when the build ran without fusion)."""
-
-
-def read_model(model: str | Path | onnx.ModelProto) -> ModuleOp:
-    """Graph-dialect IR of a model: a path (.onnx, .onnxtext, or .mlir holding either graph-dialect
-    IR, as `loam-translate --import-onnx` writes it, or StableHLO, as JAX prints it) or an in-memory
-    ModelProto."""
-    from loam.frontends.onnx_proto import import_model
-    from loam.registry import FRONT_ENDS
-
-    if isinstance(model, onnx.ModelProto):
-        return import_model(model, source="<model>")
-    path = Path(model)
-    if path.suffix == ".mlir":
-        from loam.frontends.stablehlo import import_stablehlo, mlir_kind
-
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise ModelError(f"{path}: cannot read the file ({err})") from None
-        kind = mlir_kind(text)
-        if kind == "stablehlo":
-            return import_stablehlo(text, str(path))
-        if kind is None:
-            raise ModelError(
-                f"{path}: neither Loam graph IR (graph.* ops) nor StableHLO (func.func with stablehlo.* ops)"
-            )
-        return parse_ir(text, str(path))
-    front_end = next((f for f in FRONT_ENDS.values() if f.suffix == path.suffix), None)
-    if front_end is None:
-        raise ModelError(f"{path}: expected a .onnx, .onnxtext or .mlir file")
-    return front_end.read(path)
 
 
 DEFAULT_FUSE = "memory"
@@ -280,8 +251,8 @@ def rotary_row_orders(
 ) -> list[tuple[str, int]]:
     """(checkpoint tensor, head count) for each GGUF tensor an architecture's `rotary_rows` rule
     names, the head count read from the file's metadata (CheckpointError when it lacks the key)."""
-    from loam.backends.numpy_gguf import _graph_name
     from loam.gguf import is_gguf, read_gguf_header
+    from loam.runtime.gguf import graph_name_of
 
     metadata: dict[Path, dict[str, object]] = {}
     orders: list[tuple[str, int]] = []
@@ -289,7 +260,7 @@ def rotary_row_orders(
         if not is_gguf(path):
             continue
         for pattern, key in rules:
-            if _graph_name(entry.name, ((pattern, "\0"),)) != "\0":  # the glob does not match
+            if graph_name_of(entry.name, ((pattern, "\0"),)) != "\0":  # the glob does not match
                 continue
             if path not in metadata:
                 metadata[path] = read_gguf_header(path)[0]

@@ -7,6 +7,9 @@ backend added here is reachable from every tool at once.
 - A front end reads a file into graph-dialect IR: `onnx` (`.onnx`), `onnxtext` (`.onnxtext`) and
   `stablehlo` (the `.mlir` text JAX prints).
 - A target prints the module of a kernel-dialect program: `python` (numpy) and `wgsl` (WebGPU through wgpu).
+
+`read_model` reads any model the build takes (a file by its suffix, Loam's own IR, or a ModelProto)
+through the front ends; `loam.build` and `loam.draft.draft_layout` both start there.
 """
 
 from __future__ import annotations
@@ -14,8 +17,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xdsl.dialects.builtin import ModuleOp
+
+from loam.context import parse_ir
+from loam.errors import ModelError
+
+if TYPE_CHECKING:
+    import onnx
 
 
 @dataclass(frozen=True)
@@ -39,9 +49,9 @@ class Target:
 
 
 def _read_onnx(path: Path) -> ModuleOp:
-    from loam.frontends.onnx_proto import read_model
+    from loam.frontends import onnx_proto
 
-    return read_model(path)
+    return onnx_proto.read_model(path)
 
 
 def _read_stablehlo(path: Path) -> ModuleOp:
@@ -85,3 +95,35 @@ TARGETS: dict[str, Target] = {
     )
 }
 """Every target by name; `backend` is the name `loam build --backend` gives it."""
+
+
+def read_model(model: str | Path | onnx.ModelProto) -> ModuleOp:
+    """Graph-dialect IR of a model: a path (.onnx, .onnxtext, or .mlir holding either graph-dialect
+    IR, as `loam-translate --import-onnx` writes it, or StableHLO, as JAX prints it) or an in-memory
+    ModelProto."""
+    import onnx
+
+    from loam.frontends.onnx_proto import import_model
+
+    if isinstance(model, onnx.ModelProto):
+        return import_model(model, source="<model>")
+    path = Path(model)
+    if path.suffix == ".mlir":
+        from loam.frontends.stablehlo import import_stablehlo, mlir_kind
+
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise ModelError(f"{path}: cannot read the file ({err})") from None
+        kind = mlir_kind(text)
+        if kind == "stablehlo":
+            return import_stablehlo(text, str(path))
+        if kind is None:
+            raise ModelError(
+                f"{path}: neither Loam graph IR (graph.* ops) nor StableHLO (func.func with stablehlo.* ops)"
+            )
+        return parse_ir(text, str(path))
+    front_end = next((f for f in FRONT_ENDS.values() if f.suffix == path.suffix), None)
+    if front_end is None:
+        raise ModelError(f"{path}: expected a .onnx, .onnxtext or .mlir file")
+    return front_end.read(path)

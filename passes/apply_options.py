@@ -43,14 +43,14 @@ INLINE_WEIGHTS_ATTR = "loam.inline_weights"
 
 def attach_options(module: ModuleOp, options: Options) -> None:
     """Record `options` on the top-level module, where the passes read them."""
-    from loam.layout import layout_to_attr
+    from loam.dialects.tensor_axes import LayoutAttr
 
     if options.dims:
         module.attributes[DIMS_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in options.dims.items()})
     if options.outputs is not None:
         module.attributes[OUTPUTS_ATTR] = ArrayAttr([StringAttr(n) for n in options.outputs])
     if options.layout:
-        module.attributes[LAYOUT_ATTR] = layout_to_attr(options.layout)
+        module.attributes[LAYOUT_ATTR] = LayoutAttr(options.layout)
     if options.inline_weights:
         module.attributes[INLINE_WEIGHTS_ATTR] = BoolAttr.from_bool(True)
 

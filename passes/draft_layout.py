@@ -17,7 +17,6 @@ from xdsl.passes import ModulePass
 
 from loam.dialects.tensor_axes import LayoutAttr
 from loam.draft import draft_graph
-from loam.layout import layout_to_attr
 from loam.passes.apply_options import LAYOUT_ATTR, main_graph
 
 
@@ -31,4 +30,4 @@ class DraftLayoutPass(ModulePass):
         attr = op.attributes.get(LAYOUT_ATTR)
         given = tuple(attr.rules) if isinstance(attr, LayoutAttr) else ()
         draft = draft_graph(main_graph(op), given)
-        op.attributes[LAYOUT_ATTR] = layout_to_attr((*given, *draft.rules))
+        op.attributes[LAYOUT_ATTR] = LayoutAttr((*given, *draft.rules))

@@ -3,7 +3,7 @@
 Why: a 4-bit GGUF weight takes an eighth of its float32 bytes.  Dequantized at load, a 135M-parameter
 model's `Weights` would hold 540 MB for a 98 MB file; kept packed, it holds the file's bytes (views of
 its memory map).  The products and gathers that read such a weight then widen its blocks themselves
-(`backends/numpy_kernels/quantized.py`), a bounded group of rows at a time.
+(`loam/runtime/kernels/quantized.py`), a bounded group of rows at a time.
 
 Input: kernel IR whose `kernel.weight` ops carry `stored = "Q4_1"` (or `Q4_0`, `Q8_0`) where the
 checkpoint stores them so, or whose module's `loam.stored_encodings` says so by weight name (`loam build`

@@ -29,10 +29,10 @@ the i64 result travels as i32.
 
 from __future__ import annotations
 
-from loam.backends.numpy_kernels.conv import _cubic_taps, _nearest_taps, _resize_coordinates
-from loam.backends.numpy_runtime import ShapeError
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
 from loam.errors import UnsupportedError
+from loam.runtime.errors import ShapeError
+from loam.runtime.kernels.conv import cubic_taps, nearest_taps, resize_coordinates
 
 
 def _coords(nsp: int, out_at: int, head: str) -> str:
@@ -471,11 +471,11 @@ def _p_resize(
             mul.append(0)
             tables.append(np.stack([np.zeros(n_out, np.int64), np.arange(n_out), np.zeros(n_out, np.int64)], 1))
             continue
-        c, off = _resize_coordinates(coordinate_mode, n_in, n_out, scale, (roi[axis], roi[axis + R]) if roi else (0, 1))
+        c, off = resize_coordinates(coordinate_mode, n_in, n_out, scale, (roi[axis], roi[axis + R]) if roi else (0, 1))
         off = np.zeros(n_out, dtype=bool) if off is None else off
         last = n_in - 1
         if mode == "nearest":
-            index = [_nearest_taps(c, nearest_mode, scale, last)]
+            index = [nearest_taps(c, nearest_mode, scale, last)]
             weights = [np.zeros(n_out, f32)]
         elif mode == "linear":
             c = np.clip(c, 0, last)
@@ -484,7 +484,7 @@ def _p_resize(
             t = (c - lo).astype(f32)
             index, weights = [lo, hi], [1 - t, t]
         else:  # cubic
-            index, weights = _cubic_taps(c, float(cubic_coeff_a), exclude_outside, last)
+            index, weights = cubic_taps(c, float(cubic_coeff_a), exclude_outside, last)
             weights = [wj.astype(f32) for wj in weights]
         bits = [np.asarray(w, dtype=f32).view(np.uint32).astype(np.int64) for w in weights]
         taps.append(len(index))
@@ -513,11 +513,11 @@ PIECES: dict[str, object] = {
     "_p_pool": _p_pool,
     "_p_conv_transpose": _p_conv_transpose,
     "_p_resize": _p_resize,
-    "_resize_coordinates": _resize_coordinates,
-    "_nearest_taps": _nearest_taps,
-    "_cubic_taps": _cubic_taps,
+    "resize_coordinates": resize_coordinates,
+    "nearest_taps": nearest_taps,
+    "cubic_taps": cubic_taps,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {"_p_resize": ("_resize_coordinates", "_nearest_taps", "_cubic_taps")}
+DEPENDS: dict[str, tuple[str, ...]] = {"_p_resize": ("resize_coordinates", "nearest_taps", "cubic_taps")}
 SOURCES: dict[str, object] = {
     "conv": source_conv,
     "pool": source_pool,

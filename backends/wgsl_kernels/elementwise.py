@@ -18,9 +18,8 @@ import math
 import struct
 from collections.abc import Sequence
 
-from loam.backends.numpy_inplace import step_types
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
-from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary
+from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, step_types
 from loam.errors import UnsupportedError
 from loam.poly import Poly
 

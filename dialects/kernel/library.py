@@ -2,7 +2,7 @@
 
 `LibraryOp` is their base.  Its parameters are plain attributes (`param_attr` writes a Python value
 as one, `param_value` reads it back) checked against the op's `PARAMS`, so the numpy backend can call
-`_k_NAME(operands..., PARAM=VALUE, ...)`.  Each family is a module of its own (`movement`,
+`kernel_NAME(operands..., PARAM=VALUE, ...)`.  Each family is a module of its own (`movement`,
 `indexing`, `packed`, `reductions`, `normalization`, `convolution`) listing its ops in a tuple the
 dialect collects; the helpers here (`library_types`, `require`, `kernel_rank`, `check_axes`) are what
 their verifiers share.
@@ -95,8 +95,8 @@ class LibraryOp(KernelOp):
     `tuple`); `OPTIONAL` lists those that may be absent.  An `int` parameter, or an item of a
     `tuple` one, may be an extent only the run knows (a `Poly`, carried as `#shape_poly.extent`).
     The parameters are plain attributes, so the generic and the custom form print them alike, and
-    the numpy backend calls `_k_NAME(operands..., PARAM=VALUE, ...)` (see
-    `backends/numpy_kernels/`), computing a symbolic parameter from the bound symbols.
+    the numpy backend calls `kernel_NAME(operands..., PARAM=VALUE, ...)` (see
+    `loam/runtime/kernels/`), computing a symbolic parameter from the bound symbols.
     """
 
     PARAMS: ClassVar[dict[str, type]] = {}

@@ -18,7 +18,7 @@
 
 // The module keeps `proj` in its blocks and reads it through the packed kernel.
 // MODULE:      _PACKED = frozenset(['proj'])
-// MODULE:      _k_matmul_packed(x, weights.proj, transposed=1)
+// MODULE:      kernel_matmul_packed(x, weights.proj, transposed=1)
 
 kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: 2, In: 64]>, %i : !tensor_axes.tensor<i64, [Batch: 2]>) names ["x", "i"] {
   %w = kernel.weight "proj" {stored = "Q4_1"} : !tensor_axes.tensor<f32, [In: 64, In: 64]>

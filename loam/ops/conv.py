@@ -183,9 +183,9 @@ class ConvRule(OpRule):
         if b is not None and static_extents(node, b, "B") != (ws[0],):
             raise node.fail(f"B has extents {list(b.shape)}, expected [{ws[0]}]")
         out = (ws[0], *geo.pop("out"))  # type: ignore[misc]
-        from loam.backends.numpy_kernels.conv import _k_conv
+        from loam.runtime.kernels.conv import kernel_conv
 
-        value = fold_if_known(inputs, lambda *v: _k_conv(*v, **geo))
+        value = fold_if_known(inputs, lambda *v: kernel_conv(*v, **geo))
         return [Facts(x.elem, (x.shape[0], *(Poly.const(int(d)) for d in out)), value)]
 
     def axes(
@@ -283,9 +283,9 @@ class ConvTransposeRule(OpRule):
         if b is not None and static_extents(node, b, "B") != (channels,):
             raise node.fail(f"B has extents {list(b.shape)}, expected [{channels}]")
         out = (channels, *geo.pop("out"))  # type: ignore[misc]
-        from loam.backends.numpy_kernels.conv import _k_conv_transpose
+        from loam.runtime.kernels.conv import kernel_conv_transpose
 
-        value = fold_if_known(inputs, lambda *v: _k_conv_transpose(*v, **geo))
+        value = fold_if_known(inputs, lambda *v: kernel_conv_transpose(*v, **geo))
         return [Facts(x.elem, (x.shape[0], *(Poly.const(int(d)) for d in out)), value)]  # type: ignore[call-overload]
 
     def axes(

@@ -174,7 +174,7 @@ def kernel_ops_section() -> list[str]:
         "## Kernel ops",
         "",
         "Each computing op of the `kernel` dialect, the operators whose lowering emits it, and what computes",
-        "it: in the numpy module (`_k_NAME`, a runtime piece the module carries, called with the op's",
+        "it: in the numpy module (`kernel_NAME`, a runtime piece the module carries, called with the op's",
         "operands and then its parameters), and in the WGSL module (the function writing its shader; a",
         "kernel with none runs on the host with `--host-fallback`).",
         "",
@@ -186,8 +186,8 @@ def kernel_ops_section() -> list[str]:
         if name in _STRUCTURE:
             continue
         short = name.split(".", 1)[1]
-        piece = numpy_runtime.PIECES.get(f"_k_{short}")
-        numpy_form = _NUMPY_FORMS.get(name) or (f"`_k_{short}` (`{piece.__module__}`)" if piece is not None else "")  # type: ignore[attr-defined]
+        piece = numpy_runtime.PIECES.get(f"kernel_{short}")
+        numpy_form = _NUMPY_FORMS.get(name) or (f"`kernel_{short}` (`{piece.__module__}`)" if piece is not None else "")  # type: ignore[attr-defined]
         if name == "kernel.slice":
             numpy_form = f"plain indexing for unit steps, else {numpy_form}"
         source = wgsl.get(short) if issubclass(op, LibraryOp) else None

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from loam import owed
-from loam.backends.numpy_kernels.normalization import _k_einsum
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, broadcast_axes, broadcast_shapes, same_axis
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
 from loam.ops.operands import emit_library, require_elem
 from loam.ops.reduce import INTS
 from loam.poly import Poly
+from loam.runtime.kernels.normalization import kernel_einsum
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -142,7 +142,7 @@ class EinsumRule(OpRule):
         )
         value = None
         if all(f.value is not None for f in facts):
-            value = _k_einsum(*[f.value for f in facts if f.value is not None], equation=str(eq))
+            value = kernel_einsum(*[f.value for f in facts if f.value is not None], equation=str(eq))
         return [Facts(facts[0].elem, shape, value)]
 
     def axes(

@@ -2,7 +2,7 @@
 
 Each node is one `Expr` over its inputs (`kernel.zip`), built once by the rule's `build`: stage 0
 folds known values by evaluating that Expr with the numpy functions the generated module calls
-(`loam.backends.numpy_kernels.elementwise.evaluate`), and the lowering emits it, so an operator's
+(`loam.dialects.expr.evaluate`), and the lowering emits it, so an operator's
 numeric meaning is written once.  Halves are widened to f32 for the arithmetic and narrowed at
 the end of the Expr (`typed_expr`), as onnxruntime rounds them once per node.
 
@@ -31,8 +31,7 @@ import numpy as np
 from onnx import TensorProto
 
 from loam import derived, dtypes
-from loam.backends.numpy_kernels.elementwise import evaluate
-from loam.dialects.expr import Expr
+from loam.dialects.expr import Expr, evaluate
 from loam.ops.base import (
     Facts,
     KeepsAxes,

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loam import dtypes, owed
-from loam.backends.numpy_kernels.indexing import _k_gather, _k_gather_elements, _k_scatter_elements, _k_scatter_nd
 from loam.bounds import Verdict
 from loam.derived import ceildiv, decide, from_end, maximum
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity
@@ -34,6 +33,12 @@ from loam.ops.operands import (
     polys_of,
 )
 from loam.poly import Poly
+from loam.runtime.kernels.indexing import (
+    kernel_gather,
+    kernel_gather_elements,
+    kernel_scatter_elements,
+    kernel_scatter_nd,
+)
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -118,7 +123,7 @@ class GatherRule(MovementRule):
         value = None
         if x.value is not None and i.value is not None:
             try:
-                value = _k_gather(np.asarray(x.value), _index_numbers(i.value, extent), axis=axis)
+                value = kernel_gather(np.asarray(x.value), _index_numbers(i.value, extent), axis=axis)
             except _Unsettled:
                 value = None
         return [Facts(x.elem, shape, value)]
@@ -166,7 +171,7 @@ class GatherElementsRule(MovementRule):
         _bounded(node, None if i.value is None else np.asarray(i.value), dims[axis])
         value = None
         if x.value is not None and i.value is not None and not is_symbolic_array(i.value):
-            value = _k_gather_elements(np.asarray(x.value), np.asarray(i.value), axis=axis)
+            value = kernel_gather_elements(np.asarray(x.value), np.asarray(i.value), axis=axis)
         return [Facts(x.elem, i.shape, value)]
 
     def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
@@ -223,7 +228,7 @@ class ScatterElementsRule(MovementRule):
         _bounded(node, None if i.value is None else np.asarray(i.value), x.shape[axis])
         value = None
         if x.value is not None and i.value is not None and u.value is not None and not is_symbolic_array(i.value):
-            value = _k_scatter_elements(
+            value = kernel_scatter_elements(
                 np.asarray(x.value), np.asarray(i.value), np.asarray(u.value), axis=axis, reduction=reduction
             )
         return [Facts(x.elem, x.shape, value)]
@@ -310,7 +315,7 @@ class ScatterNDRule(MovementRule):
             if reduction != "none":
                 return None
             data, updates = polys_of(data), polys_of(updates)
-        return _k_scatter_nd(data, indices, updates, reduction=reduction)
+        return kernel_scatter_nd(data, indices, updates, reduction=reduction)
 
     def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
         assert inputs[0] is not None

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loam import owed
-from loam.backends.numpy_kernels.common import _narrowed, _widened
 from loam.ops.base import (
     Facts,
     LowerContext,
@@ -28,6 +27,7 @@ from loam.ops.base import (
 )
 from loam.ops.lowering import HALF_TYPES
 from loam.poly import Poly
+from loam.runtime.kernels.common import narrowed, widened
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -129,7 +129,7 @@ def product_of(
 def matmul_value(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """numpy.matmul as the kernels compute it (halves in f32, narrowed once): stage 0's folding."""
     a, b = np.asarray(a), np.asarray(b)
-    return _narrowed(np.asarray(np.matmul(_widened(a), _widened(b))), a.dtype)
+    return narrowed(np.asarray(np.matmul(widened(a), widened(b))), a.dtype)
 
 
 class MatMulRule(OpRule):

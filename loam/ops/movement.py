@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loam import dtypes, owed
-from loam.backends.numpy_kernels.movement import _k_concat, _k_pad, _k_slice, _k_split, _k_tile, _k_trilu
 from loam.bounds import Verdict
 from loam.derived import ceildiv, clamp, decide, exact_quotient, floordiv, from_end, maximum, minimum
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
@@ -42,6 +41,14 @@ from loam.ops.operands import (
     optional,
 )
 from loam.poly import Poly, derived_call, poly_product, poly_sum
+from loam.runtime.kernels.movement import (
+    kernel_concat,
+    kernel_pad,
+    kernel_slice,
+    kernel_split,
+    kernel_tile,
+    kernel_trilu,
+)
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -177,7 +184,7 @@ class ConcatRule(MovementRule):
         shape[axis] = poly_sum(f.shape[axis] for f in parts)
         value = None
         if all(f.value is not None for f in parts):
-            value = _k_concat(*[np.asarray(f.value) for f in parts], axis=axis)
+            value = kernel_concat(*[np.asarray(f.value) for f in parts], axis=axis)
         return [Facts(first.elem, tuple(shape), value)]
 
     def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
@@ -276,7 +283,7 @@ class SplitRule(_ResizesAxes):
         axis, sizes = self.plan(node, inputs)
         values: Sequence[np.ndarray | None] = [None] * len(sizes)
         if x.value is not None and all(p.is_const for p in sizes):
-            values = _k_split(np.asarray(x.value), axis=axis, sizes=tuple(p.const_value for p in sizes))
+            values = kernel_split(np.asarray(x.value), axis=axis, sizes=tuple(p.const_value for p in sizes))
         out = []
         for size, v in zip(sizes, values, strict=True):
             out.append(Facts(x.elem, tuple(size if k == axis else d for k, d in enumerate(x.shape)), v))
@@ -401,7 +408,7 @@ class SliceRule(_ResizesAxes):
         value = None
         if x.value is not None and all(p.is_const for p in (*starts, *counts)):
             value = np.array(
-                _k_slice(
+                kernel_slice(
                     np.asarray(x.value),
                     starts=tuple(p.const_value for p in starts),
                     counts=tuple(p.const_value for p in counts),
@@ -512,7 +519,7 @@ class PadRule(_ResizesAxes):
         out = None
         if x.value is not None and (fill is None or fill.value is not None):
             fill_value = None if fill is None else np.asarray(fill.value)
-            out = _k_pad(np.asarray(x.value), fill_value, pads=pads, mode=mode, value=value)
+            out = kernel_pad(np.asarray(x.value), fill_value, pads=pads, mode=mode, value=value)
         return [Facts(x.elem, dims, out)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
@@ -562,7 +569,7 @@ class TileRule(_ResizesAxes):
         dims = tuple(d * r for d, r in zip(x.shape, reps, strict=True))
         value = None
         if x.value is not None and all(r.is_const for r in reps):
-            value = _k_tile(np.asarray(x.value), repeats=tuple(r.const_value for r in reps))
+            value = kernel_tile(np.asarray(x.value), repeats=tuple(r.const_value for r in reps))
         return [Facts(x.elem, dims, value)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
@@ -595,7 +602,7 @@ class TriluRule(MovementRule):
             raise node.fail("k must be an i64 scalar (one value)")
         value = None
         if x.value is not None and (k is None or k.value is not None):
-            value = _k_trilu(
+            value = kernel_trilu(
                 np.asarray(x.value), None if k is None else k.value, upper=int_attr(node, "upper", 1, (0, 1))
             )
         return [Facts(x.elem, x.shape, value)]

@@ -3,7 +3,7 @@
 BatchNormalization at inference is one affine map per channel, so it is composed from existing
 kernels: each parameter regrouped to [C, 1, ...] and one `kernel.zip`.  The others take moments
 of the data and are library kernels (`kernel.normalize`, `kernel.group_norm`, `kernel.lrn`,
-computed by `backends/numpy_kernels/normalization.py`).
+computed by `loam/runtime/kernels/normalization.py`).
 
 Opset history restated here: BatchNormalization's `is_test`/`spatial` (opsets 1-8: only the
 inference, spatial meaning is compiled; more than one output means training and is refused, as is
@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loam import dtypes, owed
-from loam.backends.numpy_kernels.normalization import _k_group_norm, _k_lrn, _k_normalize
 from loam.dialects.tensor_axes import Axis
 from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
 from loam.ops.operands import emit_library, norm_axis, require_elem
 from loam.ops.reduce import unit_axis
 from loam.poly import Poly
+from loam.runtime.kernels.normalization import kernel_group_norm, kernel_lrn, kernel_normalize
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -166,7 +166,7 @@ class BatchNormRule(OpRule):
 
     def fold(self, node: NodeInfo, *facts: Facts) -> np.ndarray:
         """The value of a node whose every input is known: the same Expr its kernel computes."""
-        from loam.backends.numpy_kernels.elementwise import evaluate
+        from loam.dialects.expr import evaluate
         from loam.ops.lowering import typed_expr
 
         elems = [f.elem.name for f in facts]
@@ -241,7 +241,7 @@ class InstanceNormRule(OpRule):
         _channel_vector(node, bias, x.shape[1], "B")
         value = None
         if all(f.value is not None for f in (x, scale, bias)):
-            value = _k_normalize(x.value, scale.value, bias.value, **self.params(node, x.rank, _stash(x)))  # type: ignore[arg-type]
+            value = kernel_normalize(x.value, scale.value, bias.value, **self.params(node, x.rank, _stash(x)))  # type: ignore[arg-type]
         return [Facts(x.elem, x.shape, value)]  # type: ignore[arg-type]
 
     def axes(
@@ -321,7 +321,7 @@ class LayerNormRule(OpRule):
         facts = [y, Facts(stats_elem, stats_shape), Facts(stats_elem, stats_shape)]
         if x.value is not None and scale.value is not None and (bias is None or bias.value is not None):
             operands = [x.value, scale.value] + ([bias.value] if bias is not None else [])
-            y_value, mean, inv = _k_normalize(*operands, **self.params(node, x.rank, x.elem.name, 3))  # type: ignore[misc]
+            y_value, mean, inv = kernel_normalize(*operands, **self.params(node, x.rank, x.elem.name, 3))  # type: ignore[misc]
             facts = [
                 Facts(x.elem, x.shape, y_value),
                 Facts(stats_elem, stats_shape, np.asarray(mean, stats_elem.numpy)),
@@ -426,7 +426,7 @@ class GroupNormRule(OpRule):
         _channel_vector(node, bias, per, "bias")
         value = None
         if all(f.value is not None for f in (x, scale, bias)):
-            value = _k_group_norm(x.value, scale.value, bias.value, **params)  # type: ignore[arg-type]
+            value = kernel_group_norm(x.value, scale.value, bias.value, **params)  # type: ignore[arg-type]
         return [Facts(x.elem, x.shape, value)]
 
     def axes(
@@ -475,7 +475,7 @@ class LrnRule(KeepsAxes):
         if x.rank < 2:
             raise node.fail(f"X must have rank 2 or more, got {x.rank}")
         params = self.params(node)
-        value = _k_lrn(x.value, **params) if x.value is not None else None  # type: ignore[arg-type]
+        value = kernel_lrn(x.value, **params) if x.value is not None else None  # type: ignore[arg-type]
         return [Facts(x.elem, x.shape, value)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:

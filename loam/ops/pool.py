@@ -121,9 +121,9 @@ class PoolRule(OpRule):
         n_outputs = self.outputs_wanted(node)
         params = self.params(node, xs, n_outputs, x.elem.name)
         shape = (x.shape[0], *(Poly.const(d) for d in (xs[1], *params["out_shape"])))  # type: ignore[misc]
-        from loam.backends.numpy_kernels.conv import _k_pool
+        from loam.runtime.kernels.conv import kernel_pool
 
-        value = fold_if_known(inputs, lambda v: _k_pool(v, **params))
+        value = fold_if_known(inputs, lambda v: kernel_pool(v, **params))
         from loam import dtypes
 
         if n_outputs == 2:

@@ -8,7 +8,7 @@ its siblings normalised the whole trailing block from `axis` on before 13).  Ope
 a shape (axes, k, CumSum's axis) must be known at build time.
 
 The kernels are library ops (`kernel.reduce`, `kernel.arg_reduce`, `kernel.topk`,
-`kernel.cumsum`, `kernel.softmax`) computed by `backends/numpy_kernels/reduce.py`, whose functions
+`kernel.cumsum`, `kernel.softmax`) computed by `loam/runtime/kernels/reduce.py`, whose functions
 also fold the values the build knows.
 """
 
@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loam import dtypes, owed
-from loam.backends.numpy_kernels.reduce import _k_arg_reduce, _k_cumsum, _k_reduce, _k_softmax, _k_topk
 from loam.dialects.tensor_axes import Axis
 from loam.ops.base import UNIT_AXIS, Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
@@ -38,6 +37,7 @@ from loam.ops.operands import (
     require_elem,
 )
 from loam.poly import Poly
+from loam.runtime.kernels.reduce import kernel_arg_reduce, kernel_cumsum, kernel_reduce, kernel_softmax, kernel_topk
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -98,7 +98,7 @@ def kept_unit_axes(x: Sequence[Axis], out: Sequence[Poly]) -> tuple[Axis, ...]:
 
 def symbolic_reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], keepdims: bool, elem: str) -> np.ndarray | None:
     """Reduce<kind> of an integer value known as polynomials (ReduceProd of a Shape is an element count),
-    as `_k_reduce` computes it on numbers; None for the kinds with no integer meaning here (logs, roots)."""
+    as `kernel_reduce` computes it on numbers; None for the kinds with no integer meaning here (logs, roots)."""
     from loam import derived
 
     polys = polys_of(x)
@@ -216,7 +216,7 @@ class ReduceRule(OpRule):
         if is_symbolic(x):
             value = symbolic_reduce(np.asarray(x.value), kind, axes, keep, x.elem.name)
         elif x.value is not None:
-            value = _k_reduce(x.value, kind=kind, axes=axes, keepdims=int(keep))
+            value = kernel_reduce(x.value, kind=kind, axes=axes, keepdims=int(keep))
         return [Facts(x.elem, shape, value)]
 
     def axes(
@@ -266,7 +266,7 @@ class ArgReduceRule(OpRule):
         owed.owe(x.shape[axis] - 1, node, f"axis {axis} has an {node.op_type[3:].lower()}imum")
         value = None
         if x.value is not None and not is_symbolic(x):
-            value = _k_arg_reduce(x.value, **self.params(node, x.rank))
+            value = kernel_arg_reduce(x.value, **self.params(node, x.rank))
         return [Facts(dtypes.by_name("i64"), shape, value)]
 
     def params(self, node: NodeInfo, rank: int) -> dict[str, int | str]:
@@ -337,7 +337,7 @@ class TopKRule(OpRule):
         shape = tuple(Poly.const(k) if i == axis else d for i, d in enumerate(x.shape))
         values = indices = None
         if x.value is not None and not is_symbolic(x):
-            values, indices = _k_topk(x.value, **self.params(node, k, x.rank))
+            values, indices = kernel_topk(x.value, **self.params(node, k, x.rank))
         return [Facts(x.elem, shape, values), Facts(dtypes.by_name("i64"), shape, indices)]
 
     def params(self, node: NodeInfo, k: int, rank: int) -> dict[str, int]:
@@ -396,7 +396,7 @@ class CumSumRule(KeepsAxes):
         if x.rank == 0:
             raise node.fail("the input must have rank 1 or more")
         params = self.params(node, known_ints(node, inputs[1], "axis", INDEX_TYPES), x.rank)
-        value = _k_cumsum(x.value, **params) if x.value is not None and not is_symbolic(x) else None
+        value = kernel_cumsum(x.value, **params) if x.value is not None and not is_symbolic(x) else None
         return [Facts(x.elem, x.shape, value)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
@@ -441,7 +441,7 @@ class SoftmaxRule(KeepsAxes):
         if x.rank == 0 and node.since >= 13:
             raise node.fail("the input must have rank 1 or more")
         axes = self.normalised_axes(node, x.rank)
-        value = _k_softmax(x.value, kind=SOFTMAX_KINDS[node.op_type], axes=axes) if x.value is not None else None
+        value = kernel_softmax(x.value, kind=SOFTMAX_KINDS[node.op_type], axes=axes) if x.value is not None else None
         return [Facts(x.elem, x.shape, value)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:

@@ -224,9 +224,9 @@ class ResizeRule(OpRule):
             )
         value = None
         if x.value is not None:
-            from loam.backends.numpy_kernels.conv import _k_resize
+            from loam.runtime.kernels.conv import kernel_resize
 
-            value = _k_resize(np.asarray(x.value), **params)  # type: ignore[arg-type]
+            value = kernel_resize(np.asarray(x.value), **params)  # type: ignore[arg-type]
         return [Facts(x.elem, tuple(Poly.const(d) for d in params["sizes"]), value)]  # type: ignore[attr-defined]
 
     def axes(

@@ -14,9 +14,9 @@ import pytest
 
 from loam.backends.numpy_buffers import FRESH_KERNELS
 from loam.backends.numpy_inplace import OUT, plan_in_place
-from loam.backends.numpy_kernels import PIECES as KERNELS
 from loam.dialects.expr import Expr
 from loam.poly import Poly
+from loam.runtime.kernels import PIECES as KERNELS
 from tests.backends.printing import emit, load, t
 
 RNG = np.random.default_rng(7)
@@ -160,22 +160,22 @@ def test_in_place_plan_reuses_a_dead_temporary_while_out_is_busy() -> None:
 def test_fresh_kernels_return_new_memory(kernel: str) -> None:
     x = RNG.standard_normal((2, 3, 4, 4)).astype(np.float32)
     calls = {
-        "concat": lambda: KERNELS["_k_concat"](x, axis=0),
-        "gather": lambda: KERNELS["_k_gather"](x, np.array([0, 1]), axis=0),
-        "normalize": lambda: KERNELS["_k_normalize"](
+        "concat": lambda: KERNELS["kernel_concat"](x, axis=0),
+        "gather": lambda: KERNELS["kernel_gather"](x, np.array([0, 1]), axis=0),
+        "normalize": lambda: KERNELS["kernel_normalize"](
             x, axes=(3,), epsilon=1e-5, channel_axis=-1, stash="float32", stats=0
         ),
-        "softmax": lambda: KERNELS["_k_softmax"](x, kind="softmax", axes=(3,)),
-        "conv": lambda: KERNELS["_k_conv"](
+        "softmax": lambda: KERNELS["kernel_softmax"](x, kind="softmax", axes=(3,)),
+        "conv": lambda: KERNELS["kernel_conv"](
             x, np.ones((3, 3, 1, 1), np.float32), strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1
         ),
-        "pool": lambda: KERNELS["_k_pool"](
+        "pool": lambda: KERNELS["kernel_pool"](
             x, mode="max", kernel_shape=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), out_shape=(4, 4)
         ),
     }
     result = calls[kernel]()
     for r in result if isinstance(result, tuple) else (result,):
-        assert not np.shares_memory(r, x), f"_k_{kernel} returned a view of its operand"
+        assert not np.shares_memory(r, x), f"kernel_{kernel} returned a view of its operand"
 
 
 def test_products_whose_lifetimes_do_not_overlap_share_a_buffer(tmp_path: Path) -> None:

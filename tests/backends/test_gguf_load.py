@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from loam.backends.numpy_dequant import _bf16_to_f32, _dequantized
+from loam.runtime.dequant import _bf16_to_f32, _dequantized
 from tests.backends.printing import load, t
 
 RNG = np.random.default_rng(7)

@@ -22,24 +22,24 @@ from onnx import TensorProto, helper, numpy_helper
 from safetensors.numpy import load_file, save_file
 
 from loam.backends import numpy_runtime
-from loam.backends.numpy_kernels.common import _narrowed, _widened
-from loam.backends.numpy_kernels.conv import _k_conv
-from loam.backends.numpy_kernels.normalization import _k_normalize
 from loam.options import Options
 from loam.pipeline import build
+from loam.runtime.kernels.common import narrowed, widened
+from loam.runtime.kernels.conv import kernel_conv
+from loam.runtime.kernels.normalization import kernel_normalize
 
 GPT2 = Path(__file__).parents[1] / "models" / "tiny_gpt2"
 
 
 def count_conversions(module: ModuleType, monkeypatch: pytest.MonkeyPatch, weights: object) -> list[str]:
-    """Calls, from now on, that convert one of `weights`' arrays: `_widened` given a half one (it
+    """Calls, from now on, that convert one of `weights`' arrays: `widened` given a half one (it
     returns any other unchanged), or `_prepared`."""
     held = {a: getattr(weights, a) for a in type(weights).__slots__ if isinstance(getattr(weights, a), np.ndarray)}
     # Ids name the arrays only while they live: `held` keeps them alive (a test may take a weight
     # away from `weights`), so no array made later can take one's id.
     arrays = {id(array): a for a, array in held.items()}
     calls: list[str] = []
-    for piece in ("_widened", "_prepared"):
+    for piece in ("widened", "_prepared"):
         original = getattr(module, piece, None)
         if original is None:
             continue
@@ -158,9 +158,9 @@ def test_f16_graph_keeps_halves_and_forward_reads_only_the_prepared_forms(monkey
 
     x = np.random.default_rng(4).standard_normal((3, 8)).astype(np.float16)
     # The meaning, converting per call: the kernels run on the halves as stage 0 and the lowering define it.
-    m = _narrowed(np.matmul(_widened(x), _widened(w)), np.dtype(np.float16))
-    a = _narrowed(_widened(m) + _widened(b), np.dtype(np.float16))
-    want = _k_normalize(a, s, b, axes=(1,), epsilon=1e-5, channel_axis=-1, stash="float32", stats=0)
+    m = narrowed(np.matmul(widened(x), widened(w)), np.dtype(np.float16))
+    a = narrowed(widened(m) + widened(b), np.dtype(np.float16))
+    want = kernel_normalize(a, s, b, axes=(1,), epsilon=1e-5, channel_axis=-1, stash="float32", stats=0)
 
     calls = count_conversions(module, monkeypatch, weights)
     for attr in ("w", "b", "s"):
@@ -179,19 +179,19 @@ def test_kernels_listed_as_widening_only_compute_the_same_from_prepared_operands
 
     dtype = np.dtype(ml_dtypes.bfloat16 if half == "bfloat16" else half)
     rng = np.random.default_rng(5)
-    assert set(numpy_runtime.WIDENED_OPERANDS) == {"_k_normalize", "_k_conv"}
+    assert set(numpy_runtime.WIDENED_OPERANDS) == {"kernel_normalize", "kernel_conv"}
     x = rng.standard_normal((2, 3, 5)).astype(dtype)
     s, b = rng.standard_normal(5).astype(dtype), rng.standard_normal(5).astype(dtype)
     ln = {"axes": (2,), "epsilon": 1e-5, "channel_axis": -1, "stash": "float32", "stats": 0}
     np.testing.assert_array_equal(
-        _k_normalize(x, s, b, **ln), _k_normalize(x, s.astype(np.float32), b.astype(np.float32), **ln)
+        kernel_normalize(x, s, b, **ln), kernel_normalize(x, s.astype(np.float32), b.astype(np.float32), **ln)
     )
     xc = rng.standard_normal((1, 3, 6, 6)).astype(dtype)
     wc, bc = rng.standard_normal((4, 3, 3, 3)).astype(dtype), rng.standard_normal(4).astype(dtype)
     conv = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}
-    got = _k_conv(xc, wc.astype(np.float32), bc.astype(np.float32), **conv)
+    got = kernel_conv(xc, wc.astype(np.float32), bc.astype(np.float32), **conv)
     assert got.dtype == dtype
-    np.testing.assert_array_equal(got, _k_conv(xc, wc, bc, **conv))
+    np.testing.assert_array_equal(got, kernel_conv(xc, wc, bc, **conv))
 
 
 def test_bf16_weights_stay_bf16_views_and_are_prepared_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -243,8 +243,8 @@ def test_an_owed_condition_and_derived_symbols_live_in_their_branch() -> None:
     source, generated = _emit(_BRANCH_OWES)
     then, other = source.split("def forward")[1].split("    else:\n")
     assert "_owe(_env['N'] <= 16" in then and "_owe(" not in other
-    assert "_derived('floordiv', _env['N'], _env['M'])" in then and "floordiv" not in other
-    assert "_derived('min', _env['M'], 3)" in other and "'min'" not in then
+    assert "derived_extent('floordiv', _env['N'], _env['M'])" in then and "floordiv" not in other
+    assert "derived_extent('min', _env['M'], 3)" in other and "'min'" not in then
     m = np.zeros(5, np.float32)
     assert _forward(generated, _x(12), m, np.array([True])).tolist() == [2]
     assert _forward(generated, _x(12), m, np.array([False])).tolist() == [3]

@@ -1,5 +1,5 @@
 """A library kernel's parameters are declared once, in its op's `PARAMS`; this holds the numpy
-kernel (`_k_NAME`, called with the operands and then the parameters as keywords) and the WGSL
+kernel (`kernel_NAME`, called with the operands and then the parameters as keywords) and the WGSL
 kernel's host side (`_p_NAME`, called with the operands' and results' shapes and then the same
 keywords) to that declaration, names and order, so a parameter added to one and not the others
 fails here rather than in a generated module."""
@@ -35,7 +35,7 @@ def parameters(piece: object) -> list[str]:
 
 @pytest.mark.parametrize("op", LIBRARY_OPS, ids=kernel_name)
 def test_the_numpy_kernel_takes_the_declared_parameters(op: type[kernel.LibraryOp]) -> None:
-    piece = numpy_runtime.PIECES.get(f"_k_{kernel_name(op)}")
+    piece = numpy_runtime.PIECES.get(f"kernel_{kernel_name(op)}")
     if piece is None:
         assert kernel_name(op) == "tile_program", f"{op.name} has no numpy kernel"
         return  # a tile program is printed as a function of its own (numpy_tile)

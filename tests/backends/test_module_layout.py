@@ -17,7 +17,7 @@ from tests.backends.test_gguf_load import gguf_file
 
 MLP = Path(__file__).resolve().parents[2] / "examples" / "mlp"
 
-GGUF_ONLY = ("def _gguf_read(", "def _read_gguf(", "def _dequantized(", "def _ggml_types(")
+GGUF_ONLY = ("def parse_gguf_header(", "def _read_gguf(", "def _dequantized(", "def _ggml_types(")
 """The pieces a module needs only to read GGUF files."""
 
 
@@ -34,14 +34,14 @@ def test_the_model_comes_first_and_the_runtime_after_one_banner(backend: str) ->
     model, runtime = source.split(RUNTIME_BANNER)
     for declared in ("class Batch:", "class Weights:", "def forward(", "INPUTS = "):
         assert declared in model and declared not in runtime
-    for piece in ("def _check_input(", "def _load_weights(", "class ShapeError(", "_SAFETENSORS_DTYPES = "):
+    for piece in ("def _check_input(", "def _load_weights(", "class ShapeError(", "SAFETENSORS_DTYPES = "):
         assert piece in runtime and piece not in model
 
 
 def test_a_safetensors_build_carries_no_gguf_reader_and_refuses_gguf(mlp: loam.BuildResult, tmp_path: Path) -> None:
-    for absent in (*GGUF_ONLY, "def _graph_name(", "def _rotary_rows(", "def _packed_blocks("):
+    for absent in (*GGUF_ONLY, "def graph_name_of(", "def _rotary_rows(", "def _packed_blocks("):
         assert absent not in mlp.source, absent
-    assert "_FORMATS = ('safetensors',)" in mlp.source
+    assert "FORMATS = ('safetensors',)" in mlp.source
     weights = mlp.module.Weights.load_file(MLP / "mlp.safetensors")  # what it was built for still loads
     assert weights.fc1_weight.shape == (16, 8)
     gguf = gguf_file({"fc1.weight": ("F32", (8, 16), bytes(4 * 128))})
@@ -55,4 +55,4 @@ def test_a_module_printed_without_a_checked_checkpoint_reads_every_format(mlp: l
     source = emit_python(parse_ir(str(ir), "<mlp>"))
     for present in GGUF_ONLY:
         assert present in source, present
-    assert "_FORMATS = ('safetensors', 'gguf')" in source
+    assert "FORMATS = ('safetensors', 'gguf')" in source

@@ -33,7 +33,8 @@ KEYWORDS = ["class", "lambda", "if", "return", "match", "case", "_"]
 NUMPY = ["np", "numpy", "array", "float32", "ml_dtypes", "wgpu"]
 OWN = ["Weights", "Outputs", "forward", "INPUTS", "OUTPUTS", "ShapeError", "LoadError", "DeviceError", "_env",
        "_src", "_buf", "_key", "_POOL", "_zip_0", "_zip_1", "_CONST_0", "_k_cast", "_check_input", "_fields",
-       "weights", "self", "cls", "g", "_w", "_b", "_sizes", "_gpu", "_SHADERS", "_if0_0", "_h0_0"]  # fmt: skip
+       "weights", "self", "cls", "g", "_w", "_b", "_sizes", "_gpu", "_SHADERS", "_if0_0", "_h0_0",
+       "kernel_softmax", "widened", "narrowed", "derived_extent", "SAFETENSORS_DTYPES"]  # fmt: skip
 ODD = ["häuser", "hauser", "日本", "x.y", "x_y", "1abc", "a-b", "a b", "__init__", "__class__", "ﬁ", "fi", "Ωmega"]
 NAMES = BUILTINS + KEYWORDS + NUMPY + OWN + ODD
 
@@ -97,6 +98,7 @@ def _chain(names: list[str]) -> onnx.ModelProto:
         ["class", "_SPECS", "lambda", "None", "sum", "INPUTS"],
         ["日本", "häuser", "hauser", "x.y", "x_y", "1abc"],
         ["_zip_0", "__init__", "_CONST_0", "ShapeError", "_check_input", "tuple"],
+        ["widened", "kernel_concat", "narrowed", "derived_extent", "SAFETENSORS_DTYPES", "graph_name_of"],
     ],
 )
 def test_values_named_like_builtins_and_the_modules_own_names(names: list[str]) -> None:
@@ -143,7 +145,7 @@ def _relu_over(symbol: str) -> onnx.ModelProto:
     return _model([helper.make_node("Relu", ["x"], ["y"])], [x], [helper.make_tensor_value_info("y", F, [symbol, 3])])
 
 
-@pytest.mark.parametrize("symbol", ["len", "max", "Weights", "type", "np"])
+@pytest.mark.parametrize("symbol", ["len", "max", "Weights", "type", "np", "widened", "kernel_conv"])
 def test_a_dim_param_named_like_a_builtin_drafts_an_axis_clear_of_it(symbol: str) -> None:
     """An axis is a marker class at the module's top: `len` there would be every piece's `len`."""
     source = _check(_relu_over(symbol), {"x": np.ones((2, 3), np.float32)})

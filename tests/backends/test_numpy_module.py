@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import save
 
-from loam.backends.numpy_runtime import _parse_json
 from loam.dialects.graph import TensorDataAttr
 from loam.errors import AxisError
+from loam.runtime.weights import _parse_json
 from tests.backends.printing import emit, load, t
 
 RNG = np.random.default_rng(0)

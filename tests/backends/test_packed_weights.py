@@ -1,4 +1,4 @@
-"""Weights kept in ggml blocks (`pack-quantized`, `backends/numpy_kernels/quantized.py`).
+"""Weights kept in ggml blocks (`pack-quantized`, `loam/runtime/kernels/quantized.py`).
 
 The oracle for every number is llama.cpp's own `gguf` package: its `quants.dequantize` widens the
 same blocks, and onnxruntime runs the graph over those widened weights.
@@ -17,11 +17,11 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import set_external_data
 
 import loam
-from loam.backends.numpy_dequant import _block_dtype
-from loam.backends.numpy_kernels.quantized import _k_gather_packed, _k_matmul_packed
-from loam.backends.numpy_runtime import _rotary_rows
 from loam.draft import draft_layout
 from loam.options import Options
+from loam.runtime.dequant import _block_dtype
+from loam.runtime.kernels.quantized import kernel_gather_packed, kernel_matmul_packed
+from loam.runtime.weights import _rotary_rows
 from tests.checkpoints.gguf_writer import Tensor, quantize, write_gguf
 
 RNG = np.random.default_rng(5)
@@ -43,20 +43,20 @@ def test_a_packed_product_is_the_product_over_the_widened_weight(encoding: str, 
     w = RNG.standard_normal((96, 128)).astype(np.float32)
     blocks, widened = _blocks(w, encoding)
     x = RNG.standard_normal((rows, 128)).astype(np.float32)
-    got = _k_matmul_packed(x, blocks, transposed=1)
+    got = kernel_matmul_packed(x, blocks, transposed=1)
     np.testing.assert_allclose(got, x @ widened.T, rtol=2e-5, atol=2e-5)
     # Leading axes stay; the untransposed form reads W [K, N] with blocks along N.
     x3 = RNG.standard_normal((2, rows, 96)).astype(np.float32)
-    np.testing.assert_allclose(_k_matmul_packed(x3, blocks, transposed=0), x3 @ widened, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(kernel_matmul_packed(x3, blocks, transposed=0), x3 @ widened, rtol=2e-5, atol=2e-5)
     # A checkpoint that stores the weight unquantized gives the same kernel a plain array.
-    np.testing.assert_allclose(_k_matmul_packed(x, widened, transposed=1), x @ widened.T, rtol=1e-6)
+    np.testing.assert_allclose(kernel_matmul_packed(x, widened, transposed=1), x @ widened.T, rtol=1e-6)
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_a_packed_gather_widens_exactly_the_rows_it_picks(encoding: str) -> None:
     blocks, widened = _blocks(RNG.standard_normal((40, 64)).astype(np.float32), encoding)
     ids = np.array([[0, 39, 7], [7, 7, 2]], np.int64)
-    got = _k_gather_packed(blocks, ids, axis=0)
+    got = kernel_gather_packed(blocks, ids, axis=0)
     assert got.dtype == np.float32 and np.array_equal(got, widened[ids])
 
 

@@ -13,8 +13,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from loam.backends import numpy_runtime
 from loam.errors import UnsupportedError
+from loam.runtime import prologue
 from tests.backends.printing import emit, load, t
 
 RNG = np.random.default_rng(0)
@@ -95,10 +95,10 @@ def test_prologue_lines_read_in_order(tmp_path: Path) -> None:
         "_read_back('y', 0, 'Y', y.shape[0], 'n', '2*n', 2, 0, _env, _src)",
         "_check_spelled('mask', 1, 'Total', mask.shape[1], 'past + 1', _env['past'] + 1,",
         "_owe(_env['past'] + 1 <= 128, 'past + 1 <= 128',",
-        "_env['min(n, 4)'] = _derived('min', _env['n'], 4)",
+        "_env['min(n, 4)'] = derived_extent('min', _env['n'], 4)",
         "_owe(_env['min(n, 4)'] + _env['past'] <= 16,",
         "_owe(_env['n'] == _env['past'],",
-        "_env['floordiv(past + 1, 2)'] = _derived('floordiv', _env['past'] + 1, 2)",
+        "_env['floordiv(past + 1, 2)'] = derived_extent('floordiv', _env['past'] + 1, 2)",
         "s = np.array([_env['min(n, 4)'], 2*_env['n'] - _env['past'], _env['floordiv(past + 1, 2)']], "
         "dtype=np.int64).reshape((3,))  # /Shape",
     ]
@@ -184,13 +184,13 @@ def test_unbound_symbol_is_refused() -> None:
 def test_runtime_pieces_directly() -> None:
     env: dict[str, int] = {}
     src: dict[str, str] = {}
-    numpy_runtime._check_input("a", np.zeros((2, 3), np.float32), "float32", (("A", "N"), ("B", None)), env, src)
+    prologue._check_input("a", np.zeros((2, 3), np.float32), "float32", (("A", "N"), ("B", None)), env, src)
     assert env == {"N": 2} and src == {"N": "a axis 0"}
-    numpy_runtime._read_back("b", 1, "T", 7, "p", "p + 1", 1, 1, env, src)
+    prologue._read_back("b", 1, "T", 7, "p", "p + 1", 1, 1, env, src)
     assert env["p"] == 6 and src["p"] == "b axis 1"
-    with pytest.raises(numpy_runtime.ShapeError, match=r"as a axis 0 gives it, got 5"):
-        numpy_runtime._check_input("c", np.zeros(5, np.float32), "float32", (("A", "N"),), env, src)
-    numpy_runtime._owe(True, "N <= 4", "Slice node 's'", ("N",), env, src)
-    with pytest.raises(numpy_runtime.ShapeError) as err:
-        numpy_runtime._owe(False, "N + p <= 4", "Slice node 's'", ("N", "p"), env, src)
+    with pytest.raises(prologue.ShapeError, match=r"as a axis 0 gives it, got 5"):
+        prologue._check_input("c", np.zeros(5, np.float32), "float32", (("A", "N"),), env, src)
+    prologue._owe(True, "N <= 4", "Slice node 's'", ("N",), env, src)
+    with pytest.raises(prologue.ShapeError) as err:
+        prologue._owe(False, "N + p <= 4", "Slice node 's'", ("N", "p"), env, src)
     assert str(err.value) == "N + p <= 4 (Slice node 's'); a axis 0 gives N = 2, b axis 1 gives p = 6"

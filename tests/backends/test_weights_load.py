@@ -194,3 +194,17 @@ def test_a_float16_checkpoint_keeps_its_halves_as_views(mlp: ModuleType) -> None
     stored = weights.stored("fc1.weight")
     assert stored.dtype == np.float16 and np.shares_memory(stored, np.frombuffer(data, np.uint8))
     np.testing.assert_array_equal(weights.fc1_weight, tensors["fc1.weight"].astype(np.float32))
+
+
+def test_the_runtime_safetensors_table_names_loam_dtypes_numpy_dtypes() -> None:
+    """The runtime spells its safetensors table as a literal (it imports only numpy); it must name
+    each encoding `loam.dtypes` knows with that type's numpy dtype, None where it is not plain numpy."""
+    from loam import dtypes
+    from loam.runtime import weights
+
+    want: dict[str, str | None] = {}
+    for encoding, name in dtypes.SAFETENSORS_NAMES.items():
+        dtype = dtypes.by_name(name).numpy
+        plain = dtype is not None and dtype.type.__module__ == "numpy"
+        want[encoding] = dtype.name if plain and dtype is not None else None
+    assert weights.SAFETENSORS_DTYPES == want

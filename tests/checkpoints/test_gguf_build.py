@@ -1,4 +1,4 @@
-"""GGUF checkpoints at build time: the reader (`backends/numpy_gguf._gguf_read`), the name map and the checks.
+"""GGUF checkpoints at build time: the reader (`loam/runtime/gguf.parse_gguf_header`), the name map and the checks.
 
 The reader is held to bytes laid out by hand here, field by field from the GGUF description (and, when
 the `gguf` package happens to be installed, to its reader); the fixture writer
@@ -19,9 +19,9 @@ from safetensors.numpy import load_file
 import loam
 from loam import architectures
 from loam.architectures import Architecture
-from loam.backends.numpy_gguf import _ggml_types, _gguf_read, _graph_name
 from loam.errors import CheckpointError, OptionsError
 from loam.options import Options
+from loam.runtime.gguf import _ggml_types, graph_name_of, parse_gguf_header
 from loam.tools import loam_main
 from tests.checkpoints.gguf_writer import ARRAY, FLOAT64, INT8, UINT64, Tensor, Typed, gguf_bytes, quantize, write_gguf
 
@@ -53,7 +53,7 @@ def hand_made() -> tuple[bytes, int]:
 
 def test_reader_reads_hand_made_bytes() -> None:
     data, start = hand_made()
-    metadata, tensors = _gguf_read(data)
+    metadata, tensors = parse_gguf_header(data)
     assert metadata == {
         "general.architecture": "llama",
         "llama.context_length": 2048,
@@ -62,7 +62,7 @@ def test_reader_reads_hand_made_bytes() -> None:
     }
     assert tensors == {"w": ("F32", (3, 2), start, 24), "q": ("Q8_0", (2, 32), start + 32, 68)}
     # a memoryview and a bytearray read the same
-    assert _gguf_read(memoryview(data)) == _gguf_read(bytearray(data)) == (metadata, tensors)
+    assert parse_gguf_header(memoryview(data)) == parse_gguf_header(bytearray(data)) == (metadata, tensors)
 
 
 def test_writer_lays_out_the_same_bytes_as_the_hand() -> None:
@@ -88,7 +88,7 @@ def test_reader_agrees_with_the_gguf_package(tmp_path: Path) -> None:
         {"a": Tensor("F16", (4, 64)), "b": Tensor("Q4_1", (3, 32)), "c": Tensor("F32", (5,))},
         {"general.alignment": 64, "x.ints": Typed(ARRAY, [-1, 2], INT8), "x.big": Typed(UINT64, 2**40)},
     )
-    metadata, tensors = _gguf_read(path.read_bytes())
+    metadata, tensors = parse_gguf_header(path.read_bytes())
     header = 4 + 4 + 8 + 8
     header += (8 + 17 + 4 + 4) + (8 + 6 + 4 + 4 + 8 + 2) + (8 + 5 + 4 + 8)
     header += (8 + 1 + 4 + 16 + 4 + 8) * 2 + (8 + 1 + 4 + 8 + 4 + 8)
@@ -123,7 +123,7 @@ def test_reader_reads_what_the_gguf_package_writes(tmp_path: Path) -> None:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    metadata, tensors = _gguf_read(path.read_bytes())
+    metadata, tensors = parse_gguf_header(path.read_bytes())
     assert metadata["general.architecture"] == "llama" and metadata["llama.block_count"] == 2
     reader = gguf.GGUFReader(path)
     assert tensors == {
@@ -150,7 +150,7 @@ def test_reader_reads_every_value_type() -> None:
     }
     values |= {"f32": Typed(6, 1.5), "f64": Typed(FLOAT64, 0.1), "str": "héllo", "empty": Typed(ARRAY, [], 8)}
     values["nested"] = Typed(ARRAY, [], ARRAY)  # an array of arrays is defined; llama.cpp writes none
-    metadata, tensors = _gguf_read(gguf_bytes({}, values))
+    metadata, tensors = parse_gguf_header(gguf_bytes({}, values))
     assert tensors == {}
     assert metadata["t0"] == 255 and metadata["t1"] == -128 and metadata["t3"] == -2 and metadata["t7"] is True
     assert metadata["t10"] == 2**63 and metadata["t11"] == -(2**62) and metadata["f32"] == 1.5
@@ -161,7 +161,7 @@ def test_reader_reads_every_value_type() -> None:
 
 def test_version_2_reads_like_3() -> None:
     v2 = gguf_bytes({"w": Tensor("F32", (2,))}, version=2)
-    assert _gguf_read(v2)[1] == {"w": ("F32", (2,), 64, 8)}
+    assert parse_gguf_header(v2)[1] == {"w": ("F32", (2,), 64, 8)}
 
 
 def test_block_sizes_match_ggml() -> None:
@@ -174,8 +174,8 @@ def test_reader_touches_no_tensor_data() -> None:
     """The data section cut off entirely (and a header padding cut short) still parses."""
     data = gguf_bytes({"w": Tensor("F32", (1000, 64))})
     header_end = len(data) - 1000 * 64 * 4
-    assert _gguf_read(data[:header_end])[1]["w"][2] == header_end
-    assert _gguf_read(data[: header_end - 5])[1]["w"][2] == header_end
+    assert parse_gguf_header(data[:header_end])[1]["w"][2] == header_end
+    assert parse_gguf_header(data[: header_end - 5])[1]["w"][2] == header_end
 
 
 # -- bad files: the reader ---------------------------------------------------------------------------
@@ -205,7 +205,7 @@ BAD_FILES = {
 def test_reader_refuses(case: str) -> None:
     data, needle = BAD_FILES[case]
     with pytest.raises(ValueError, match=None) as info:
-        _gguf_read(data)
+        parse_gguf_header(data)
     assert needle in str(info.value)
 
 
@@ -223,17 +223,17 @@ def test_reader_refuses(case: str) -> None:
 )
 def test_reader_refuses_bad_tensors(tensors: dict[str, Tensor], metadata: dict[str, object], needle: str) -> None:
     with pytest.raises(ValueError) as info:
-        _gguf_read(gguf_bytes(tensors, metadata))
+        parse_gguf_header(gguf_bytes(tensors, metadata))
     assert needle in str(info.value)
 
 
 def test_reader_refuses_repeats() -> None:
     twice = GOOD.replace(b"\x01\x00\x00\x00\x00\x00\x00\x00q", b"\x01\x00\x00\x00\x00\x00\x00\x00w")
     with pytest.raises(ValueError, match="tensor 'w' appears twice"):
-        _gguf_read(twice)
+        parse_gguf_header(twice)
     key = gguf_bytes({}, {"a.b": 1, "a.c": 2}).replace(b"a.c", b"a.b")
     with pytest.raises(ValueError, match=r"metadata key 'a\.b' appears twice"):
-        _gguf_read(key)
+        parse_gguf_header(key)
 
 
 # -- the name map ------------------------------------------------------------------------------------
@@ -246,13 +246,13 @@ def test_graph_name_globs_one_segment_per_star() -> None:
         ("token_embd.weight", "embed.weight"),
         ("*.weight", "fallback.*"),
     )
-    assert _graph_name("blk.12.attn_q.weight", rules) == "model.layers.12.self_attn.q_proj.weight"
-    assert _graph_name("blk.3.ffn_up.weight", rules) == "layers.3.mlp.up.weight"
-    assert _graph_name("token_embd.weight", rules) == "embed.weight"
-    assert _graph_name("output.weight", rules) == "fallback.output"
+    assert graph_name_of("blk.12.attn_q.weight", rules) == "model.layers.12.self_attn.q_proj.weight"
+    assert graph_name_of("blk.3.ffn_up.weight", rules) == "layers.3.mlp.up.weight"
+    assert graph_name_of("token_embd.weight", rules) == "embed.weight"
+    assert graph_name_of("output.weight", rules) == "fallback.output"
     # `*` spans no `.`: `blk.1.2.attn_q.weight` is not matched by the first rule, nor by `*.weight`
-    assert _graph_name("blk.1.2.attn_q.weight", rules) == "blk.1.2.attn_q.weight"
-    assert _graph_name("unmatched", rules) == "unmatched"
+    assert graph_name_of("blk.1.2.attn_q.weight", rules) == "blk.1.2.attn_q.weight"
+    assert graph_name_of("unmatched", rules) == "unmatched"
 
 
 def test_checkpoint_names_in_toml_keep_their_order(tmp_path: Path) -> None:
@@ -365,7 +365,7 @@ def test_architecture_table_names_and_general_architecture(tmp_path: Path, monke
 def test_a_gguf_whose_data_was_cut_off_still_builds(tmp_path: Path) -> None:
     path = mlp_gguf(tmp_path / "mlp.gguf")
     data = path.read_bytes()
-    _, tensors = _gguf_read(data)
+    _, tensors = parse_gguf_header(data)
     path.write_bytes(data[: min(start for _, _, start, _ in tensors.values())])
     assert loam.build(MLP / "mlp.onnxtext", checkpoints=[path], options=mlp_options()).notes == []
 
@@ -455,7 +455,7 @@ def test_header_extent_ends_where_the_data_starts(tmp_path: Path) -> None:
     from loam.gguf import header_extent
 
     path = write_gguf(tmp_path / "a.gguf", {"a": Tensor("F32", (100,)), "b": Tensor("Q8_0", (1, 32))})
-    _, tensors = _gguf_read(path.read_bytes())
+    _, tensors = parse_gguf_header(path.read_bytes())
     assert header_extent(path) == tensors["a"][2] == 32 * ((24 + 2 * (8 + 1 + 4 + 8 + 4 + 8) + 8 + 31) // 32)
     empty = write_gguf(tmp_path / "b.gguf", {}, {"k": 1})
     assert header_extent(empty) == empty.stat().st_size

@@ -19,7 +19,7 @@ from loam.context import make_context
 from loam.dialects.tensor_axes import AxesTensorType, Axis, AxisAttr, LayoutAttr
 from loam.dtypes import BY_NAME, by_name
 from loam.errors import AxisError
-from loam.layout import LayoutRule, layout_from_attr, layout_to_attr
+from loam.layout import LayoutRule
 from loam.poly import Poly
 
 NAMES = ["Batch", "Seq", "Hidden", "C", "H", "W", "In", "Out", "K", "_t0"]
@@ -126,11 +126,11 @@ def test_layout_attr_syntax_and_conversion() -> None:
         LayoutRule("mask", ("Seq", "(C H W)"), graph="decoder"),
         LayoutRule("scale", ()),
     )
-    attr = layout_to_attr(rules)
+    attr = LayoutAttr(rules)
     assert str(attr) == (
         '#tensor_axes.layout<["*.weight" -> [In, Out], "mask" in "decoder" -> [Seq, (C H W)], "scale" -> []]>'
     )
-    assert layout_from_attr(attr) == rules
+    assert attr.rules == rules
     ctx = make_ctx()
     parsed = Parser(ctx, f'"test.op"() {{l = {attr}}} : () -> ()').parse_module().body.block.first_op
     assert parsed is not None and parsed.attributes["l"] == attr

@@ -31,7 +31,8 @@ from loam.errors import CheckpointError
 from loam.frontends.onnx_text import read_onnx_text
 from loam.frontends.stablehlo import read_stablehlo
 from loam.options import Options
-from loam.pipeline import BuildResult, read_model
+from loam.pipeline import BuildResult
+from loam.registry import read_model
 from loam.testing import run_onnxruntime
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ import pytest
 
 from loam.errors import LoamError, ModelError, UnsupportedError
 from loam.frontends.stablehlo import import_stablehlo, mlir_kind
-from loam.pipeline import read_model
+from loam.registry import read_model
 from loam.tools import loam_main, loam_translate
 
 

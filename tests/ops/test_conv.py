@@ -13,8 +13,8 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from loam.backends.numpy_kernels.conv import _k_conv
 from loam.errors import ShapeError, UnsupportedError
+from loam.runtime.kernels.conv import kernel_conv
 from loam.testing import assert_same, build_for, run_loam, run_onnxruntime
 
 ONNX_TYPES = {
@@ -130,7 +130,7 @@ def test_conv_of_constants_folds() -> None:
     assert "kernel.conv" not in {op.name for op in result.ir.walk()}
     a = data(1, 2, 4, 4)
     assert_same(run_loam(model, {"a": a}), run_onnxruntime(model, {"a": a}))
-    expected = _k_conv(x, w, strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1), group=1)
+    expected = kernel_conv(x, w, strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1), group=1)
     np.testing.assert_allclose(run_loam(model, {"a": a})[0], expected + a, rtol=1e-6)
 
 

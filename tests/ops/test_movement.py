@@ -129,12 +129,12 @@ def test_element_types(dtype: type) -> None:
 def test_bfloat16_moves_unchanged() -> None:
     import ml_dtypes
 
-    from loam.backends.numpy_kernels.movement import _k_pad, _k_slice
+    from loam.runtime.kernels.movement import kernel_pad, kernel_slice
 
     x = np.arange(6, dtype=np.float32).reshape(2, 3).astype(ml_dtypes.bfloat16)
-    y = _k_pad(x, pads=(0, 1, 0, 1), mode="constant", value=1.5)
+    y = kernel_pad(x, pads=(0, 1, 0, 1), mode="constant", value=1.5)
     assert y.dtype == x.dtype and y.shape == (2, 5) and float(y[0, 0]) == 1.5
-    assert _k_slice(x, starts=(1, 2), counts=(1, 3), steps=(1, -1)).tolist() == x[1:, ::-1].tolist()
+    assert kernel_slice(x, starts=(1, 2), counts=(1, 3), steps=(1, -1)).tolist() == x[1:, ::-1].tolist()
 
 
 def test_folds_known_shapes() -> None:

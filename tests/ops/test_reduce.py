@@ -16,8 +16,8 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from loam.backends.numpy_kernels.reduce import _k_reduce, _k_topk
 from loam.errors import ShapeError, UnsupportedError
+from loam.runtime.kernels.reduce import kernel_reduce, kernel_topk
 from loam.testing import assert_same, run_loam, run_onnxruntime
 
 NP_TO_ONNX = {
@@ -140,10 +140,10 @@ def test_reduce_element_types(op: str, dtype: type) -> None:
 def test_reduce_over_an_empty_axis_gives_the_identity() -> None:
     x = np.zeros((2, 0, 3), np.float32)
     for kind, identity in [("sum", 0.0), ("prod", 1.0), ("max", -np.inf), ("min", np.inf), ("l2", 0.0)]:
-        y = _k_reduce(x, kind=kind, axes=(1,), keepdims=0)
+        y = kernel_reduce(x, kind=kind, axes=(1,), keepdims=0)
         assert y.shape == (2, 3) and y.dtype == np.float32
         np.testing.assert_array_equal(y, np.full((2, 3), identity, np.float32))
-    assert np.isneginf(_k_reduce(x, kind="log_sum_exp", axes=(1,), keepdims=1)).all()
+    assert np.isneginf(kernel_reduce(x, kind="log_sum_exp", axes=(1,), keepdims=1)).all()
 
 
 def test_reduce_max_of_bool() -> None:
@@ -235,10 +235,10 @@ def test_topk_opset_1_attribute() -> None:
 
 
 def test_topk_kernel_ties() -> None:
-    values, index = _k_topk(np.array([1, 3, 3, 2, 3]), k=3, axis=0, largest=1, sorted=1)
+    values, index = kernel_topk(np.array([1, 3, 3, 2, 3]), k=3, axis=0, largest=1, sorted=1)
     np.testing.assert_array_equal(index, [1, 2, 4])
     np.testing.assert_array_equal(values, [3, 3, 3])
-    _, index = _k_topk(np.array([2, 1, 1, 2]), k=2, axis=0, largest=0, sorted=1)
+    _, index = kernel_topk(np.array([2, 1, 1, 2]), k=2, axis=0, largest=0, sorted=1)
     np.testing.assert_array_equal(index, [1, 2])
 
 

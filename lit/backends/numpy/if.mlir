@@ -34,11 +34,11 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [N: N, D: 4]>, %c : !ten
 // CHECK:          _check_input('d', d, 'bool', (), _env, _src)
 // CHECK-NEXT:     _owe(_env['N'] <= 64, 'N <= 64', "Add node '/top'", ('N',), _env, _src)
 // CHECK-NEXT:     if bool(np.asarray(c).reshape(-1)[0]):  # /grow
-// CHECK-NEXT:         _env['min(N, 16)'] = _derived('min', _env['N'], 16)
+// CHECK-NEXT:         _env['min(N, 16)'] = derived_extent('min', _env['N'], 16)
 // CHECK-NEXT:         _owe(_env['min(N, 16)'] == _env['N'], 'min(N, 16) == N', "Where node '/then/where'", ('N',), _env, _src)
-// CHECK-NEXT:         _env['floordiv(N, 2)'] = _derived('floordiv', _env['N'], 2)
+// CHECK-NEXT:         _env['floordiv(N, 2)'] = derived_extent('floordiv', _env['N'], 2)
 // CHECK-NEXT:         s = np.array([_env['min(N, 16)'], _env['floordiv(N, 2)']], dtype=np.int64).reshape((2,))  # /then/Shape
-// CHECK-NEXT:         t = _k_concat(x, x, axis=0)  # /then/concat
+// CHECK-NEXT:         t = kernel_concat(x, x, axis=0)  # /then/concat
 // CHECK-NEXT:         y = t
 // CHECK-NEXT:     else:
 // CHECK-NEXT:         if bool(np.asarray(d).reshape(-1)[0]):  # /else/inner

@@ -34,7 +34,7 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) name
 // CHECK-NEXT:     return np.maximum(s2, 0, out=s2)
 // The module carries only what this model reaches: no name rules, no row reordering, no packed blocks.
 // CHECK-NOT:  def _packed_blocks(
-// CHECK-NOT:  def _graph_name(
+// CHECK-NOT:  def graph_name_of(
 // CHECK-NOT:  def _rotary_rows(
 
 // IMPORTS: ['numpy']

@@ -23,12 +23,12 @@ kernel.program "forward" (%k : !tensor_axes.tensor<f32, [B: 1, Past: past, D: 4]
 // CHECK-NEXT:     _read_back('y', 0, 'Y', y.shape[0], 'n', '2*n', 2, 0, _env, _src)
 // CHECK-NEXT:     _check_spelled('mask', 1, 'Total', mask.shape[1], 'past + 1', _env['past'] + 1, ('past',), _env, _src)
 // CHECK-NEXT:     _owe(_env['past'] + 1 <= 128, 'past + 1 <= 128', "Slice node '/attn/Slice_3'", ('past',), _env, _src)
-// CHECK-NEXT:     _env['min(n, 4)'] = _derived('min', _env['n'], 4)
+// CHECK-NEXT:     _env['min(n, 4)'] = derived_extent('min', _env['n'], 4)
 // CHECK-NEXT:     _owe(_env['min(n, 4)'] + _env['past'] <= 16, 'min(n, 4) + past <= 16', "Reshape node '/Reshape'", ('past', 'n'), _env, _src)
 // CHECK-NEXT:     _owe(_env['n'] == _env['past'], 'n == past', "Add node '/Add'", ('past', 'n'), _env, _src)
-// CHECK-NEXT:     _env['floordiv(past + 1, 2)'] = _derived('floordiv', _env['past'] + 1, 2)
+// CHECK-NEXT:     _env['floordiv(past + 1, 2)'] = derived_extent('floordiv', _env['past'] + 1, 2)
 // CHECK-NEXT:     s = np.array([_env['min(n, 4)'], 2*_env['n'] - _env['past'], _env['floordiv(past + 1, 2)']], dtype=np.int64).reshape((3,))  # /Shape
 // CHECK-NEXT:     return s
 // CHECK-NOT:  _CONST_0 =
 // CHECK:      def _owe(
-// CHECK:      def _derived(
+// CHECK:      def derived_extent(

@@ -12,9 +12,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from loam.backends.numpy_kernels import PIECES as NP
 from loam.backends.wgsl_kernels import conv, indexing, normalization, reduce
 from loam.errors import UnsupportedError
+from loam.runtime.kernels import PIECES as NP
 from tests.backends.wgsl.harness import run_kernel
 
 ELEM = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int64": "i64", "int32": "i32", "bool": "bool"}
@@ -78,7 +78,7 @@ def test_softmax(kind: str, shape: tuple[int, ...], axes: tuple[int, ...]) -> No
     x = floats(rng, shape, scale=4.0)
     if kind == "hardmax" and x.size > 4:
         x.flat[1] = x.flat[3] = x.max() + 1  # a tie: the first of the block wins
-    want = NP["_k_softmax"](x, kind, axes)
+    want = NP["kernel_softmax"](x, kind, axes)
     (got,) = run(reduce, "softmax", [x], [want], kind=kind, axes=axes)
     check(got, want)
 
@@ -87,14 +87,14 @@ def test_softmax(kind: str, shape: tuple[int, ...], axes: tuple[int, ...]) -> No
 def test_softmax_halves(dtype: str) -> None:
     x = floats(np.random.default_rng(1), (5, 77), dtype, scale=3.0)
     for kind in ("softmax", "log_softmax"):
-        want = NP["_k_softmax"](x, kind, (1,))
+        want = NP["kernel_softmax"](x, kind, (1,))
         (got,) = run(reduce, "softmax", [x], [want], kind=kind, axes=(1,))
         check(got, want)
 
 
 def test_softmax_nan_and_inf_rows() -> None:
     x = np.array([[1.0, np.nan, 2.0], [-np.inf, 0.0, 1.0], [np.inf, 0.0, 1.0]], dtype=np.float32)
-    want = NP["_k_softmax"](x, "softmax", (1,))
+    want = NP["kernel_softmax"](x, "softmax", (1,))
     (got,) = run(reduce, "softmax", [x], [want], kind="softmax", axes=(1,))
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     check(got, want)
@@ -125,7 +125,7 @@ def test_reduce_float(kind: str, shape: tuple[int, ...], axes: tuple[int, ...], 
         x = np.abs(x) + np.float32(0.1)
     if kind == "prod":
         x = (x * np.float32(0.1) + np.float32(1)).astype(np.float32)
-    want = NP["_k_reduce"](x, kind, axes, keepdims)
+    want = NP["kernel_reduce"](x, kind, axes, keepdims)
     (got,) = run(reduce, "reduce", [x], [want], kind=kind, axes=axes, keepdims=keepdims)
     count = int(np.prod([shape[a] for a in axes]))
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
@@ -141,7 +141,7 @@ def test_reduce_int(kind: str, dtype: str) -> None:
         x = rng.integers(-2, 3, (3, 70, 2)).astype(dtype)
         x = x[:, :12]
     for axes in ((1,), (0, 2), (1, 0)):
-        want = NP["_k_reduce"](x, kind, axes, 0)
+        want = NP["kernel_reduce"](x, kind, axes, 0)
         (got,) = run(reduce, "reduce", [x], [want], kind=kind, axes=axes, keepdims=0)
         check(got, want)
 
@@ -149,7 +149,7 @@ def test_reduce_int(kind: str, dtype: str) -> None:
 def test_reduce_int_empty_identities() -> None:
     x = np.zeros((2, 0), dtype=np.int32)
     for kind in ("sum", "prod", "max", "min", "mean"):
-        want = NP["_k_reduce"](x, kind, (1,), 1)
+        want = NP["kernel_reduce"](x, kind, (1,), 1)
         (got,) = run(reduce, "reduce", [x], [want], kind=kind, axes=(1,), keepdims=1)
         check(got, want)
 
@@ -159,7 +159,7 @@ def test_reduce_bool(kind: str) -> None:
     x = np.random.default_rng(4).random((5, 130)) < 0.995
     x[0] = True
     x[1] = False
-    want = NP["_k_reduce"](x, kind, (1,), 0)
+    want = NP["kernel_reduce"](x, kind, (1,), 0)
     source = reduce.source_reduce([("bool", 2)], [("bool", 1)], kind=kind, axes=(1,), keepdims=0)
     values, grid = reduce._p_reduce((x.shape, want.shape), kind=kind, axes=(1,), keepdims=0)
     (got,) = run_kernel(source, values, grid, [("bool", want.shape)], [x])
@@ -170,7 +170,7 @@ def test_reduce_nan_propagates() -> None:
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     x[1, 2] = np.nan
     for kind in ("max", "min", "sum", "log_sum_exp"):
-        want = NP["_k_reduce"](x, kind, (1,), 0)
+        want = NP["kernel_reduce"](x, kind, (1,), 0)
         (got,) = run(reduce, "reduce", [x], [want], kind=kind, axes=(1,), keepdims=0)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         check(got, want)
@@ -179,7 +179,7 @@ def test_reduce_nan_propagates() -> None:
 def test_reduce_rows_past_one_dispatch_row() -> None:
     """More than 65535 rows: the workgroups span two dispatch rows (x + y * nwg.x)."""
     x = floats(np.random.default_rng(13), (70001, 3))
-    want = NP["_k_reduce"](x, "max", (1,), 0)
+    want = NP["kernel_reduce"](x, "max", (1,), 0)
     (got,) = run(reduce, "reduce", [x], [want], kind="max", axes=(1,), keepdims=0)
     check(got, want)
 
@@ -188,7 +188,7 @@ def test_reduce_rows_past_one_dispatch_row() -> None:
 def test_reduce_halves(dtype: str) -> None:
     x = floats(np.random.default_rng(5), (4, 90), dtype)
     for kind in ("sum", "mean", "max", "l2", "log_sum_exp"):
-        want = NP["_k_reduce"](x, kind, (1,), 1)
+        want = NP["kernel_reduce"](x, kind, (1,), 1)
         (got,) = run(reduce, "reduce", [x], [want], kind=kind, axes=(1,), keepdims=1)
         check(got, want)
 
@@ -217,7 +217,7 @@ def test_normalize(
     x = floats(rng, shape, scale=3.0) + np.float32(2.0)
     params = [floats(rng, pshape) for _ in range(affine)]
     kw = dict(axes=axes, epsilon=1e-5, channel_axis=channel_axis, stash="float32", stats=0)
-    want = NP["_k_normalize"](x, *params, **kw)
+    want = NP["kernel_normalize"](x, *params, **kw)
     (got,) = run(normalization, "normalize", [x, *params], [want], **kw)
     check(got, want, atol=2e-6)
 
@@ -227,7 +227,7 @@ def test_normalize_stats() -> None:
     x = floats(rng, (2, 3, 100), scale=2.0)
     s, b = floats(rng, (100,)), floats(rng, (100,))
     kw = dict(axes=(2,), epsilon=1e-3, channel_axis=-1, stash="float32", stats=1)
-    want = NP["_k_normalize"](x, s, b, **kw)
+    want = NP["kernel_normalize"](x, s, b, **kw)
     got = run(normalization, "normalize", [x, s, b], list(want), **kw)
     for g, w in zip(got, want, strict=True):
         check(g, w, atol=2e-6)
@@ -239,7 +239,7 @@ def test_normalize_halves(dtype: str) -> None:
     x = floats(rng, (5, 70), dtype, scale=2.0)
     s, b = floats(rng, (70,), dtype), floats(rng, (70,), dtype)
     kw = dict(axes=(1,), epsilon=1e-5, channel_axis=-1, stash="float32", stats=0)
-    want = NP["_k_normalize"](x, s, b, **kw)
+    want = NP["kernel_normalize"](x, s, b, **kw)
     (got,) = run(normalization, "normalize", [x, s, b], [want], **kw)
     check(got, want)
 
@@ -262,7 +262,7 @@ def test_gather(shape: tuple[int, ...], ishape: tuple[int, ...], axis: int, dtyp
     rng = np.random.default_rng(sum(shape) + axis)
     x = floats(rng, shape, scale=100.0).astype(dtype)
     idx = rng.integers(-shape[axis], shape[axis], ishape).astype(np.int64)
-    want = NP["_k_gather"](x, idx, axis=axis)
+    want = NP["kernel_gather"](x, idx, axis=axis)
     (got,) = run(indexing, "gather", [x, idx], [want], axis=axis)
     check(got, want)
 
@@ -270,7 +270,7 @@ def test_gather(shape: tuple[int, ...], ishape: tuple[int, ...], axis: int, dtyp
 def test_gather_bool_data_i32_indices() -> None:
     x = np.random.default_rng(8).random((9, 3)) < 0.5
     idx = np.array([[0, -1], [4, 8]], dtype=np.int32)
-    want = NP["_k_gather"](x, idx, axis=0)
+    want = NP["kernel_gather"](x, idx, axis=0)
     (got,) = run(indexing, "gather", [x, idx], [want], axis=0)
     np.testing.assert_array_equal(got, want)
 
@@ -295,7 +295,7 @@ def test_conv(xs: tuple, ws: tuple, strides: tuple, pads: tuple, dilations: tupl
     rng = np.random.default_rng(sum(xs) + sum(ws))
     ops = [floats(rng, xs), floats(rng, ws)] + ([floats(rng, (ws[0],))] if bias else [])
     kw = dict(strides=strides, pads=pads, dilations=dilations, group=group)
-    want = NP["_k_conv"](*ops, **kw)
+    want = NP["kernel_conv"](*ops, **kw)
     (got,) = run(conv, "conv", ops, [want], **kw)
     check(got, want, rtol=1e-4, atol=1e-5)
 
@@ -304,7 +304,7 @@ def test_conv_f16() -> None:
     rng = np.random.default_rng(9)
     ops = [floats(rng, (1, 3, 8, 8), "float16"), floats(rng, (4, 3, 3, 3), "float16"), floats(rng, (4,), "float16")]
     kw = dict(strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1), group=1)
-    want = NP["_k_conv"](*ops, **kw)
+    want = NP["kernel_conv"](*ops, **kw)
     (got,) = run(conv, "conv", ops, [want], **kw)
     check(got, want)
 
@@ -337,7 +337,7 @@ def test_pool(
         count_include_pad=cip, p=2.0,
     )  # fmt: skip
     with np.errstate(all="ignore"):
-        want = NP["_k_pool"](x, **kw)
+        want = NP["kernel_pool"](x, **kw)
     (got,) = run(conv, "pool", [x], [want], **kw)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     check(got, want)
@@ -350,7 +350,7 @@ def test_pool_lp_powers(p: float) -> None:
     kw = dict(
         mode="lp", kernel_shape=(2, 2), strides=(2, 2), pads=(0, 0, 0, 0), dilations=(1, 1), out_shape=(3, 3), p=p
     )
-    want = NP["_k_pool"](x, **kw)
+    want = NP["kernel_pool"](x, **kw)
     (got,) = run(conv, "pool", [x], [want], **kw)
     check(got, want)
 
@@ -362,7 +362,7 @@ def test_pool_max_nan_rules(nan_rule: str) -> None:
     x[0, 0, 1, 3] = np.nan  # a later NaN
     x[0, 0, 2:, :2] = np.nan  # a window of NaN only
     kw = dict(mode="max", kernel_shape=(2, 2), strides=(2, 2), pads=(0, 0, 0, 0), dilations=(1, 1), out_shape=(2, 2))
-    want = NP["_k_pool"](x, nan_rule=nan_rule, **kw)
+    want = NP["kernel_pool"](x, nan_rule=nan_rule, **kw)
     (got,) = run(conv, "pool", [x], [want], nan_rule=nan_rule, **kw)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     check(got, want)
@@ -373,7 +373,7 @@ def test_pool_max_types(dtype: str) -> None:
     x = floats(np.random.default_rng(11), (1, 3, 6, 5), scale=50.0).astype(dtype)
     # a window holding no tap inside the input gives the type's lowest value
     kw = dict(mode="max", kernel_shape=(2, 2), strides=(2, 2), pads=(3, 0, 0, 0), dilations=(1, 1), out_shape=(4, 2))
-    want = NP["_k_pool"](x, **kw)
+    want = NP["kernel_pool"](x, **kw)
     (got,) = run(conv, "pool", [x], [want], **kw)
     if dtype == "int64":  # documented: the device's i32 cannot hold -2^63; the empty window gets -2^31
         empty = want == np.iinfo(np.int64).min
@@ -386,7 +386,7 @@ def test_pool_max_types(dtype: str) -> None:
 def test_pool_avg_f16() -> None:
     x = floats(np.random.default_rng(12), (1, 3, 7, 7), "float16")
     kw = dict(mode="avg", kernel_shape=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1), dilations=(1, 1), out_shape=(4, 4))
-    want = NP["_k_pool"](x, **kw)
+    want = NP["kernel_pool"](x, **kw)
     (got,) = run(conv, "pool", [x], [want], **kw)
     check(got, want)
 

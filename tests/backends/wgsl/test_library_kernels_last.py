@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loam.backends.numpy_kernels import PIECES as NP
 from loam.backends.wgsl_kernels import conv, elementwise, reduce
 from loam.dialects.expr import Expr
 from loam.errors import UnsupportedError
 from loam.poly import Poly
+from loam.runtime.kernels import PIECES as NP
 from tests.backends.wgsl.harness import run_kernel
 from tests.backends.wgsl.test_library_kernels import check, floats, run
 from tests.backends.wgsl.test_library_kernels_more import run_any
@@ -49,7 +49,7 @@ def test_resize(mode: str, xs: tuple[int, ...], scales: tuple[float, ...], coord
     x = floats(rng, xs)
     kw = resize_params(xs, scales, mode=mode, coordinate_mode=coord, nearest_mode="round_prefer_floor")
     kw["extrapolation_value"] = 10.0
-    want = NP["_k_resize"](x, **kw)
+    want = NP["kernel_resize"](x, **kw)
     (got,) = run(conv, "resize", [x], [want], **kw)
     check(got, want)
 
@@ -62,7 +62,7 @@ def test_resize_nearest_modes(nearest: str, dtype: str) -> None:
         x = floats(rng, xs, "float32", 4.0)
         x = x > 0 if dtype == "bool" else x.astype(dtype)
         kw = resize_params(xs, scales, mode="nearest", coordinate_mode="asymmetric", nearest_mode=nearest)
-        want = NP["_k_resize"](x, **kw)
+        want = NP["kernel_resize"](x, **kw)
         (got,) = run_any(conv, "resize", [x], [want], **kw)
         check(got, want)
 
@@ -74,7 +74,7 @@ def test_resize_cubic_options(exclude: int, dtype: str) -> None:
     x = floats(rng, (1, 2, 5, 4), dtype)
     kw = resize_params(x.shape, (1.0, 1.0, 1.6, 0.8), mode="cubic", coordinate_mode="half_pixel", nearest_mode="floor")
     kw.update(cubic_coeff_a=-0.5, exclude_outside=exclude)
-    want = NP["_k_resize"](x, **kw)
+    want = NP["kernel_resize"](x, **kw)
     (got,) = run(conv, "resize", [x], [want], **kw)
     check(got, want)
 
@@ -83,7 +83,7 @@ def test_resize_inf_on_untouched_axis() -> None:
     x = floats(np.random.default_rng(1), (2, 3, 4))
     x[1, 2, 3] = np.inf
     kw = resize_params(x.shape, (1.0, 1.0, 2.0), mode="linear", coordinate_mode="half_pixel", nearest_mode="floor")
-    want = NP["_k_resize"](x, **kw)
+    want = NP["kernel_resize"](x, **kw)
     (got,) = run(conv, "resize", [x], [want], **kw)
     check(got, want)
 
@@ -127,7 +127,7 @@ def test_topk(dtype: str, xs: tuple[int, ...], axis: int, k: int, largest: int) 
     for x in (floats(rng, xs, dtype, 3.0) if dtype != "int64" else rng.integers(-9, 9, xs), tied(rng, xs, dtype)):
         x = np.asarray(x, dtype=dtype)
         kw = dict(k=k, axis=axis, largest=largest, sorted=1)
-        want = NP["_k_topk"](x, **kw)
+        want = NP["kernel_topk"](x, **kw)
         got = run(reduce, "topk", [x], list(want), **kw)
         check(got[0], want[0])
         check(got[1], want[1])
@@ -136,7 +136,7 @@ def test_topk(dtype: str, xs: tuple[int, ...], axis: int, k: int, largest: int) 
 def test_topk_bool_and_empty() -> None:
     x = np.random.default_rng(3).random((3, 9)) < 0.5
     kw = dict(k=4, axis=1, largest=1, sorted=0)
-    want = NP["_k_topk"](x, **kw)
+    want = NP["kernel_topk"](x, **kw)
     got = run_any(reduce, "topk", [x], list(want), **kw)
     check(got[1], want[1])
     np.testing.assert_array_equal(got[0].astype(bool), want[0])

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loam.backends.numpy_kernels import PIECES as NP
 from loam.backends.wgsl_kernels import conv, indexing, normalization, reduce, shape
 from loam.errors import UnsupportedError
+from loam.runtime.kernels import PIECES as NP
 from tests.backends.wgsl.harness import run_kernel
 from tests.backends.wgsl.test_library_kernels import check, elem, floats, run
 
@@ -55,7 +55,7 @@ def test_pad(mode: str, xs: tuple[int, ...], pads: tuple[int, ...], dtype: str) 
     rng = np.random.default_rng(sum(xs) + sum(pads))
     x = values(rng, xs, dtype)
     kw = dict(pads=pads, mode=mode, value=1.5)
-    want = NP["_k_pad"](x, **kw)
+    want = NP["kernel_pad"](x, **kw)
     (got,) = run_any(shape, "pad", [x], [want], **kw)
     check(got, want)
 
@@ -66,18 +66,18 @@ def test_pad_fill_operand(dtype: str) -> None:
     x = values(rng, (3, 4), dtype)
     fill = np.array(7, dtype=x.dtype)
     kw = dict(pads=(1, 2, 0, 1), mode="constant", value=0.0)
-    want = NP["_k_pad"](x, fill, **kw)
+    want = NP["kernel_pad"](x, fill, **kw)
     (got,) = run_any(shape, "pad", [x, fill], [want], **kw)
     check(got, want)
     empty = np.zeros((0,), dtype=x.dtype)
-    want = NP["_k_pad"](x, empty, **{**kw, "value": -2.0})
+    want = NP["kernel_pad"](x, empty, **{**kw, "value": -2.0})
     (got,) = run_any(shape, "pad", [x, empty], [want], **{**kw, "value": -2.0})
     check(got, want)
 
 
 def test_pad_value_default() -> None:
     x = floats(np.random.default_rng(3), (2, 3))
-    want = NP["_k_pad"](x, pads=(1, 1, 1, 1), mode="constant")
+    want = NP["kernel_pad"](x, pads=(1, 1, 1, 1), mode="constant")
     (got,) = run(shape, "pad", [x], [want], pads=(1, 1, 1, 1), mode="constant")
     check(got, want)
 
@@ -91,7 +91,7 @@ TILE_CASES = [((5,), (3,)), ((2, 3), (2, 1)), ((2, 3, 4), (1, 3, 2)), ((2, 1, 3,
 @pytest.mark.parametrize("dtype", ["float32", "int64", "bool"])
 def test_tile(xs: tuple[int, ...], repeats: tuple[int, ...], dtype: str) -> None:
     x = values(np.random.default_rng(sum(xs)), xs, dtype)
-    want = NP["_k_tile"](x, repeats=repeats)
+    want = NP["kernel_tile"](x, repeats=repeats)
     (got,) = run_any(shape, "tile", [x], [want], repeats=repeats)
     check(got, want)
 
@@ -104,7 +104,7 @@ def test_tile(xs: tuple[int, ...], repeats: tuple[int, ...], dtype: str) -> None
 @pytest.mark.parametrize("offset", [0, 1, -2, 7, -9])
 def test_trilu(xs: tuple[int, ...], upper: int, offset: int) -> None:
     x = values(np.random.default_rng(sum(xs)), xs, "float32")
-    want = NP["_k_trilu"](x, upper=upper, offset=offset)
+    want = NP["kernel_trilu"](x, upper=upper, offset=offset)
     (got,) = run(shape, "trilu", [x], [want], upper=upper, offset=offset)
     check(got, want)
 
@@ -114,10 +114,10 @@ def test_trilu_k_operand(dtype: str) -> None:
     x = values(np.random.default_rng(4), (2, 5, 4), dtype)
     for k in (-1, 0, 2):
         kk = np.array(k, dtype=np.int64)
-        want = NP["_k_trilu"](x, kk, upper=1)
+        want = NP["kernel_trilu"](x, kk, upper=1)
         (got,) = run_any(shape, "trilu", [x, kk], [want], upper=1)
         check(got, want)
-    want = NP["_k_trilu"](x, upper=0)
+    want = NP["kernel_trilu"](x, upper=0)
     (got,) = run_any(shape, "trilu", [x], [want], upper=0)
     check(got, want)
 
@@ -138,7 +138,7 @@ def test_arg_reduce(kind: str, xs: tuple[int, ...], axis: int, keepdims: int, la
     rng = np.random.default_rng(sum(xs) + axis)
     x = rng.integers(-3, 4, xs).astype(dtype)  # many ties
     kw = dict(kind=kind, axis=axis, keepdims=keepdims, select_last_index=last)
-    want = NP["_k_arg_reduce"](x, **kw)
+    want = NP["kernel_arg_reduce"](x, **kw)
     (got,) = run(reduce, "arg_reduce", [x], [want], **kw)
     check(got, want)
 
@@ -148,13 +148,13 @@ def test_arg_reduce_nan_and_bool() -> None:
     for kind in ("max", "min"):
         for last in (0, 1):
             kw = dict(kind=kind, axis=1, keepdims=0, select_last_index=last)
-            want = NP["_k_arg_reduce"](x, **kw)
+            want = NP["kernel_arg_reduce"](x, **kw)
             (got,) = run(reduce, "arg_reduce", [x], [want], **kw)
             check(got, want)
     b = np.random.default_rng(5).random((4, 70)) < 0.5
     for kind in ("max", "min"):
         kw = dict(kind=kind, axis=1, keepdims=1, select_last_index=0)
-        want = NP["_k_arg_reduce"](b, **kw)
+        want = NP["kernel_arg_reduce"](b, **kw)
         (got,) = run(reduce, "arg_reduce", [b], [want], **kw)
         check(got, want)
 
@@ -172,7 +172,7 @@ CUMSUM_CASES = [
 def test_cumsum(xs: tuple[int, ...], axis: int, exclusive: int, reverse: int, dtype: str) -> None:
     x = values(np.random.default_rng(sum(xs)), xs, dtype)
     kw = dict(axis=axis, exclusive=exclusive, reverse=reverse)
-    want = NP["_k_cumsum"](x, **kw)
+    want = NP["kernel_cumsum"](x, **kw)
     (got,) = run(reduce, "cumsum", [x], [want], **kw)
     check(got, want, rtol=1e-4, atol=1e-5)
 
@@ -200,7 +200,7 @@ def test_gather_elements(xs: tuple[int, ...], ishape: tuple[int, ...], axis: int
     x = values(rng, xs, dtype)
     n = xs[axis]
     idx = rng.integers(-n, n, ishape).astype(np.int64)
-    want = NP["_k_gather_elements"](x, idx, axis=axis)
+    want = NP["kernel_gather_elements"](x, idx, axis=axis)
     (got,) = run_any(indexing, "gather_elements", [x, idx], [want], axis=axis)
     check(got, want)
 
@@ -233,7 +233,7 @@ def test_scatter_elements(xs: tuple[int, ...], ishape: tuple[int, ...], axis: in
     u = values(rng, ishape, dtype)
     if reduction == "mul" and dtype != "bool":
         u = (rng.integers(-2, 3, ishape) if dtype == "int32" else rng.uniform(0.5, 1.5, ishape)).astype(x.dtype)
-    want = NP["_k_scatter_elements"](x, idx, u, axis=axis, reduction=reduction)
+    want = NP["kernel_scatter_elements"](x, idx, u, axis=axis, reduction=reduction)
     (got,) = run_any(indexing, "scatter_elements", [x, idx, u], [want], axis=axis, reduction=reduction)
     check(got, want)
 
@@ -243,7 +243,7 @@ def test_scatter_elements_nan_max() -> None:
     u = np.array([[np.nan, 5.0, 0.5]], np.float32)
     idx = np.array([[0, 1, 2]], np.int64)
     for reduction in ("max", "min"):
-        want = NP["_k_scatter_elements"](x, idx, u, axis=1, reduction=reduction)
+        want = NP["kernel_scatter_elements"](x, idx, u, axis=1, reduction=reduction)
         (got,) = run(indexing, "scatter_elements", [x, idx, u], [want], axis=1, reduction=reduction)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         check(got, want)
@@ -263,7 +263,7 @@ def test_group_norm(xs: tuple[int, ...], groups: int, per_group: int, dtype: str
     k = groups if per_group else xs[1]
     s, b = floats(rng, (k,), dtype), floats(rng, (k,), dtype)
     kw = dict(num_groups=groups, epsilon=1e-5, per_group=per_group, stash="float32")
-    want = NP["_k_group_norm"](x, s, b, **kw)
+    want = NP["kernel_group_norm"](x, s, b, **kw)
     (got,) = run(normalization, "group_norm", [x, s, b], [want], **kw)
     check(got, want, rtol=1e-4, atol=1e-5)
 
@@ -274,7 +274,7 @@ def test_group_norm(xs: tuple[int, ...], groups: int, per_group: int, dtype: str
 def test_lrn(xs: tuple[int, ...], size: int, dtype: str) -> None:
     x = floats(np.random.default_rng(sum(xs) + size), xs, dtype, scale=2.0)
     kw = dict(size=size, alpha=1e-2, beta=0.75, bias=1.5)
-    want = NP["_k_lrn"](x, **kw)
+    want = NP["kernel_lrn"](x, **kw)
     (got,) = run(normalization, "lrn", [x], [want], **kw)
     check(got, want)
 
@@ -310,7 +310,7 @@ def test_conv_transpose(
     rng = np.random.default_rng(sum(xs) + sum(ws))
     ops = [floats(rng, xs), floats(rng, ws)] + ([floats(rng, (ws[1] * group,))] if bias else [])
     kw = dict(strides=strides, pads=pads, dilations=dilations, group=group, output_padding=op)
-    want = NP["_k_conv_transpose"](*ops, **kw)
+    want = NP["kernel_conv_transpose"](*ops, **kw)
     assert want.shape == _conv_t_out(xs, ws, strides, pads, dilations, group, op)
     (got,) = run(conv, "conv_transpose", ops, [want], **kw)
     check(got, want, rtol=1e-4, atol=1e-5)
@@ -320,7 +320,7 @@ def test_conv_transpose_f16() -> None:
     rng = np.random.default_rng(9)
     ops = [floats(rng, (1, 3, 4, 4), "float16"), floats(rng, (3, 2, 3, 3), "float16"), floats(rng, (2,), "float16")]
     kw = dict(strides=(2, 2), pads=(1, 1, 0, 0), dilations=(1, 1), group=1, output_padding=(1, 0))
-    want = NP["_k_conv_transpose"](*ops, **kw)
+    want = NP["kernel_conv_transpose"](*ops, **kw)
     (got,) = run(conv, "conv_transpose", ops, [want], **kw)
     check(got, want)
 

@@ -1,4 +1,4 @@
-"""The WGSL scatter_nd kernel against the numpy kernel `_k_scatter_nd`, as in `test_library_kernels.py`.
+"""The WGSL scatter_nd kernel against the numpy kernel `kernel_scatter_nd`, as in `test_library_kernels.py`.
 
 The numpy kernel is itself checked against onnxruntime (tests/ops/test_scatter_nd.py) and ONNX's
 node cases; here the shader must give its results: every k from 0 to the data's rank, repeated
@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loam.backends.numpy_kernels import PIECES as NP
 from loam.backends.wgsl_kernels import indexing
 from loam.errors import UnsupportedError
+from loam.runtime.kernels import PIECES as NP
 from tests.backends.wgsl.test_library_kernels import check
 from tests.backends.wgsl.test_library_kernels_more import run_any, values
 
@@ -51,7 +51,7 @@ def test_scatter_nd(xs: tuple[int, ...], ishape: tuple[int, ...], reduction: str
     u = values(rng, ushape, dtype)
     if reduction == "mul" and dtype != "bool":
         u = (rng.integers(-2, 3, ushape) if dtype == "int32" else rng.uniform(0.5, 1.5, ushape)).astype(x.dtype)
-    want = NP["_k_scatter_nd"](x, idx, u, reduction=reduction)
+    want = NP["kernel_scatter_nd"](x, idx, u, reduction=reduction)
     (got,) = run_any(indexing, "scatter_nd", [x, idx, u], [want], reduction=reduction)
     check(got, want)
 
@@ -61,7 +61,7 @@ def test_last_duplicate_wins_across_batches() -> None:
     x = np.zeros((3, 2), np.float32)
     idx = (np.arange(200) % 3).reshape(200, 1).astype(np.int64)
     u = np.stack([np.arange(200), -np.arange(200)], -1).astype(np.float32)
-    want = NP["_k_scatter_nd"](x, idx, u, reduction="none")
+    want = NP["kernel_scatter_nd"](x, idx, u, reduction="none")
     np.testing.assert_array_equal(want, [[198, -198], [199, -199], [197, -197]])
     (got,) = run_any(indexing, "scatter_nd", [x, idx, u], [want], reduction="none")
     np.testing.assert_array_equal(got, want)
@@ -75,7 +75,7 @@ def test_more_than_a_thousand_batches(reduction: str) -> None:
     x = np.zeros(1000, np.float32)
     idx = (np.arange(n) * 7 % 1000).reshape(n, 1).astype(np.int64)
     u = (np.arange(n) % 13).astype(np.float32)
-    want = NP["_k_scatter_nd"](x, idx, u, reduction=reduction)
+    want = NP["kernel_scatter_nd"](x, idx, u, reduction=reduction)
     (got,) = run_any(indexing, "scatter_nd", [x, idx, u], [want], reduction=reduction)
     check(got, want)
 
@@ -85,7 +85,7 @@ def test_nan_max_min() -> None:
     idx = np.array([[0], [0]], np.int64)
     u = np.array([[np.nan, 5.0, 0.5], [2.0, 1.0, 4.0]], np.float32)
     for reduction in ("max", "min"):
-        want = NP["_k_scatter_nd"](x, idx, u, reduction=reduction)
+        want = NP["kernel_scatter_nd"](x, idx, u, reduction=reduction)
         (got,) = run_any(indexing, "scatter_nd", [x, idx, u], [want], reduction=reduction)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         check(got, want)
@@ -112,7 +112,7 @@ def test_i64_max_runs() -> None:
     x = np.arange(12, dtype=np.int64).reshape(3, 4)
     idx = np.array([[2], [0], [2]], np.int64)
     u = np.array([[5, 50, -5, 11], [1, 1, 1, 1], [7, 7, 70, 7]], np.int64)
-    want = NP["_k_scatter_nd"](x, idx, u, reduction="max")
+    want = NP["kernel_scatter_nd"](x, idx, u, reduction="max")
     (got,) = run_any(indexing, "scatter_nd", [x, idx, u], [want], reduction="max")
     np.testing.assert_array_equal(got, want)
 

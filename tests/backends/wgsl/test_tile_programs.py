@@ -1,8 +1,8 @@
 """Tile programs: one definition (`loam.dialects.tile_program`), printed to numpy and to WGSL.
 
 The numpy form runs every program of the grid at once and is the oracle: the WGSL form, run on the
-machine's adapter, must give its numbers; both must give the library kernels' (`_k_softmax`,
-`_k_normalize`), which onnxruntime's conformance cases pin, and the tiled product numpy's own
+machine's adapter, must give its numbers; both must give the library kernels' (`kernel_softmax`,
+`kernel_normalize`), which onnxruntime's conformance cases pin, and the tiled product numpy's own
 `np.matmul` (on the IR the tile-matmul pass makes of `kernel.matmul`).
 """
 
@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from xdsl.parser import Parser
 
-from loam.backends.numpy_kernels import PIECES as NUMPY
 from loam.backends.numpy_tile import tile_function_source
 from loam.backends.wgsl_kernels.tile import _p_tile_program, source_tile
 from loam.context import make_context
@@ -35,6 +34,7 @@ from loam.dialects.tile_program import (
     TileProgram,
 )
 from loam.passes.tile_matmul import tiled_matmul
+from loam.runtime.kernels import PIECES as NUMPY
 from loam.tile_kernels import layernorm_rows, matmul_tiles, softmax_rows
 from tests.backends.wgsl.harness import run_kernel
 
@@ -52,7 +52,7 @@ def numpy_form(program: TileProgram) -> object:
 def test_softmax_rows_numpy_and_wgsl_forms_agree_with_the_library_kernel(rows: int, cols: int, tile: int) -> None:
     program = softmax_rows(tile)
     x = (RNG.standard_normal((rows, cols)) * 4).astype(np.float32)
-    want = NUMPY["_k_softmax"](x, kind="softmax", axes=(1,))
+    want = NUMPY["kernel_softmax"](x, kind="softmax", axes=(1,))
     oracle = np.zeros_like(x)
     numpy_form(program)(rows, (cols,), x, oracle)  # type: ignore[operator]
     np.testing.assert_allclose(oracle, want, rtol=1e-6, atol=1e-7)
@@ -67,7 +67,7 @@ def test_layernorm_rows_numpy_and_wgsl_forms_agree_with_the_library_kernel(rows:
     x = (RNG.standard_normal((rows, cols)) * 3 + 1).astype(np.float32)
     scale = RNG.standard_normal(cols).astype(np.float32)
     bias = RNG.standard_normal(cols).astype(np.float32)
-    want = NUMPY["_k_normalize"](x, scale, bias, axes=(1,), epsilon=1e-5, channel_axis=-1, stash="float32", stats=0)
+    want = NUMPY["kernel_normalize"](x, scale, bias, axes=(1,), epsilon=1e-5, channel_axis=-1, stash="float32", stats=0)
     oracle = np.zeros_like(x)
     numpy_form(program)(rows, (cols,), x, scale, bias, oracle)  # type: ignore[operator]
     np.testing.assert_allclose(oracle, want, rtol=1e-5, atol=1e-5)

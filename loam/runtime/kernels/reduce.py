@@ -1,4 +1,4 @@
-"""Library kernels of the reduce family (see `backends/numpy_kernels/__init__.py`).
+"""Library kernels of the reduce family (see `loam/runtime/kernels/__init__.py`).
 
 `kernel.reduce`, `kernel.arg_reduce`, `kernel.topk`, `kernel.cumsum` and `kernel.softmax`.  Each
 takes its axes already resolved (non-negative, explicit), so the ONNX conventions (negative axes,
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from loam.backends.numpy_kernels.common import _narrowed, _widened
+from loam.runtime.kernels.common import narrowed, widened
 
 
-def _k_reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], keepdims: int) -> np.ndarray:
+def kernel_reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], keepdims: int) -> np.ndarray:
     """ONNX Reduce<kind> over `axes`; a reduction over no element gives the reduction's identity."""
     x = np.asarray(x)
-    w = _widened(x)
+    w = widened(x)
     axes = tuple(axes)
     keep = bool(keepdims)
     count = 1
@@ -67,12 +67,12 @@ def _k_reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], keepdims: int) ->
                     y = np.squeeze(y, axis=axes)
         # An integer ReduceLogSum of a negative number is NaN, whose conversion is the platform's (on
         # x86 the lowest integer, as onnxruntime gives there); numpy would warn about that cast.
-        return _narrowed(np.asarray(y), x.dtype)
+        return narrowed(np.asarray(y), x.dtype)
 
 
-def _k_arg_reduce(x: np.ndarray, kind: str, axis: int, keepdims: int, select_last_index: int) -> np.ndarray:
+def kernel_arg_reduce(x: np.ndarray, kind: str, axis: int, keepdims: int, select_last_index: int) -> np.ndarray:
     """ONNX ArgMax/ArgMin along `axis`: the first extreme's index, or the last with `select_last_index`."""
-    w = _widened(np.asarray(x))
+    w = widened(np.asarray(x))
     if select_last_index:
         w = np.flip(w, axis)
     index = np.argmax(w, axis=axis, keepdims=True) if kind == "max" else np.argmin(w, axis=axis, keepdims=True)
@@ -83,13 +83,13 @@ def _k_arg_reduce(x: np.ndarray, kind: str, axis: int, keepdims: int, select_las
     return np.asarray(index, dtype=np.int64)
 
 
-def _k_topk(x: np.ndarray, k: int, axis: int, largest: int, sorted: int) -> tuple[np.ndarray, np.ndarray]:
+def kernel_topk(x: np.ndarray, k: int, axis: int, largest: int, sorted: int) -> tuple[np.ndarray, np.ndarray]:
     """ONNX TopK: values and i64 indices of the `k` largest (smallest) along `axis`, ties by lower index.
 
     Results are always sorted (ONNX leaves the order open when `sorted` is 0).
     """
     x = np.asarray(x)
-    w = _widened(x)
+    w = widened(x)
     n = w.shape[axis]
     if largest:
         # A stable ascending sort of the reversed axis, read backwards, is descending with ties
@@ -101,10 +101,10 @@ def _k_topk(x: np.ndarray, k: int, axis: int, largest: int, sorted: int) -> tupl
     return np.take_along_axis(x, index, axis=axis), np.asarray(index, dtype=np.int64)
 
 
-def _k_cumsum(x: np.ndarray, axis: int, exclusive: int, reverse: int) -> np.ndarray:
+def kernel_cumsum(x: np.ndarray, axis: int, exclusive: int, reverse: int) -> np.ndarray:
     """ONNX CumSum along `axis`; `exclusive` leaves each element out of its own sum."""
     x = np.asarray(x)
-    w = _widened(x)
+    w = widened(x)
     if reverse:
         w = np.flip(w, axis)
     y = np.cumsum(w, axis=axis, dtype=w.dtype)
@@ -114,13 +114,13 @@ def _k_cumsum(x: np.ndarray, axis: int, exclusive: int, reverse: int) -> np.ndar
         y = np.concatenate([head, np.take(y, np.arange(n - 1), axis=axis)], axis=axis)
     if reverse:
         y = np.flip(y, axis)
-    return _narrowed(np.ascontiguousarray(y), x.dtype)
+    return narrowed(np.ascontiguousarray(y), x.dtype)
 
 
-def _k_softmax(x: np.ndarray, kind: str, axes: tuple[int, ...]) -> np.ndarray:
+def kernel_softmax(x: np.ndarray, kind: str, axes: tuple[int, ...]) -> np.ndarray:
     """Softmax, LogSoftmax or Hardmax (`kind`) over `axes` taken jointly."""
     x = np.asarray(x)
-    w = _widened(x)
+    w = widened(x)
     axes = tuple(axes)
     if kind == "hardmax":
         # Move the axes last and flatten them: the first maximum of the joint block gets the 1.
@@ -153,20 +153,20 @@ def _k_softmax(x: np.ndarray, kind: str, axes: tuple[int, ...]) -> np.ndarray:
             e = np.exp(shifted)
             total = np.sum(e, axis=axes, keepdims=True)
             y = e / total if kind == "softmax" else shifted - np.log(total)
-    return _narrowed(np.asarray(y), x.dtype)
+    return narrowed(np.asarray(y), x.dtype)
 
 
 PIECES: dict[str, object] = {
-    "_k_reduce": _k_reduce,
-    "_k_arg_reduce": _k_arg_reduce,
-    "_k_topk": _k_topk,
-    "_k_cumsum": _k_cumsum,
-    "_k_softmax": _k_softmax,
+    "kernel_reduce": kernel_reduce,
+    "kernel_arg_reduce": kernel_arg_reduce,
+    "kernel_topk": kernel_topk,
+    "kernel_cumsum": kernel_cumsum,
+    "kernel_softmax": kernel_softmax,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
-    "_k_reduce": ("_widened", "_narrowed"),
-    "_k_arg_reduce": ("_widened",),
-    "_k_topk": ("_widened",),
-    "_k_cumsum": ("_widened", "_narrowed"),
-    "_k_softmax": ("_widened", "_narrowed"),
+    "kernel_reduce": ("widened", "narrowed"),
+    "kernel_arg_reduce": ("widened",),
+    "kernel_topk": ("widened",),
+    "kernel_cumsum": ("widened", "narrowed"),
+    "kernel_softmax": ("widened", "narrowed"),
 }

@@ -2,9 +2,9 @@
 
 `Weights.load` in a generated module reads a GGUF checkpoint whose tensors may be stored quantized;
 these pieces turn such a tensor's raw bytes into float32 once, when `Weights` is built (never per
-call to `forward`).  Like `numpy_runtime`, each piece is a self-contained top-level function whose
-source is copied into the module, reading only numpy, the builtins and the pieces in `DEPENDS`; each
-is vectorised over whole blocks, with no loop per element.
+call to `forward`).  Like the rest of `loam.runtime`, each piece is a self-contained top-level
+function whose source is copied into the module, reading only numpy, the builtins and the pieces in
+`DEPENDS`; each is vectorised over whole blocks, with no loop per element.
 
 The block formats, as ggml defines them (`ggml-quants.c`), 32 elements per block, little-endian:
 
@@ -33,7 +33,7 @@ def _block_dtype(encoding: str) -> np.dtype:
     raise ValueError(f"no dequantization for {encoding}")
 
 
-def _block_integers(blocks: np.ndarray) -> np.ndarray:
+def block_integers(blocks: np.ndarray) -> np.ndarray:
     """The integers of blocks [..., B] (a `_block_dtype` array) as float32 [..., B, 32]: Q8_0's int8,
     Q4's nibbles (0..15); what each block's scale multiplies (and, for Q4_0, its offset 8 shifts)."""
     out = np.empty((*blocks.shape, 32), np.float32)
@@ -48,9 +48,9 @@ def _block_integers(blocks: np.ndarray) -> np.ndarray:
     return out
 
 
-def _dequant_blocks(blocks: np.ndarray) -> np.ndarray:
+def dequant_blocks(blocks: np.ndarray) -> np.ndarray:
     """Blocks of any shape [..., B] (a `_block_dtype` array) as float32 elements [..., B * 32]."""
-    out = _block_integers(blocks)
+    out = block_integers(blocks)
     d = blocks["d"].astype(np.float32)[..., None]
     if "m" in blocks.dtype.names:  # Q4_1: d * q + m
         out *= d
@@ -68,7 +68,7 @@ def _dequantized(encoding: str, raw: object, count: int) -> np.ndarray:
 
     The caller has checked that `raw` holds exactly `count / 32` whole blocks.
     """
-    return _dequant_blocks(np.frombuffer(raw, dtype=_block_dtype(encoding))).reshape(-1)[:count]
+    return dequant_blocks(np.frombuffer(raw, dtype=_block_dtype(encoding))).reshape(-1)[:count]
 
 
 def _bf16_to_f32(raw: object) -> np.ndarray:
@@ -82,15 +82,15 @@ QUANT_BLOCKS: dict[str, tuple[int, int]] = {"Q8_0": (32, 34), "Q4_0": (32, 18), 
 
 PIECES: dict[str, object] = {
     "_block_dtype": _block_dtype,
-    "_block_integers": _block_integers,
-    "_dequant_blocks": _dequant_blocks,
+    "block_integers": block_integers,
+    "dequant_blocks": dequant_blocks,
     "_dequantized": _dequantized,
     "_bf16_to_f32": _bf16_to_f32,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "_block_dtype": (),
-    "_block_integers": (),
-    "_dequant_blocks": ("_block_integers",),
-    "_dequantized": ("_block_dtype", "_dequant_blocks"),
+    "block_integers": (),
+    "dequant_blocks": ("block_integers",),
+    "_dequantized": ("_block_dtype", "dequant_blocks"),
     "_bf16_to_f32": (),
 }

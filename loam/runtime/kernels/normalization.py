@@ -1,4 +1,4 @@
-"""Library kernels of the normalization family (see `backends/numpy_kernels/__init__.py`).
+"""Library kernels of the normalization family (see `loam/runtime/kernels/__init__.py`).
 
 `kernel.normalize` (LayerNormalization, InstanceNormalization), `kernel.group_norm`, `kernel.lrn`
 and `kernel.einsum`.  Statistics are computed in f32 (f64 for f64 inputs, or as `stash` says) and
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from loam.backends.numpy_kernels.common import _narrowed, _widened
+from loam.runtime.kernels.common import narrowed, widened
 
 
-def _k_normalize(
+def kernel_normalize(
     x: np.ndarray,
     scale: np.ndarray | None = None,
     bias: np.ndarray | None = None,
@@ -46,15 +46,15 @@ def _k_normalize(
         var = np.add.reduce(np.multiply(w, w), axis=axes, keepdims=True)
         var /= count
         inv = compute.type(1) / np.sqrt(var + compute.type(epsilon))
-        y = _widened(_narrowed(np.multiply(w, inv, out=w), x.dtype))
+        y = widened(narrowed(np.multiply(w, inv, out=w), x.dtype))
         for p, op in ((scale, np.multiply), (bias, np.add)):
             if p is not None:
-                p = _widened(np.asarray(p))
+                p = widened(np.asarray(p))
                 if channel_axis >= 0:
                     p = p.reshape((-1,) + (1,) * (x.ndim - 1 - channel_axis))
                 # In place only where that changes nothing: the same dtype, and p spans y's last axes.
                 y = op(y, p, out=y) if p.dtype == y.dtype and p.shape == y.shape[y.ndim - p.ndim :] else op(y, p)
-        y = _narrowed(y, x.dtype)
+        y = narrowed(y, x.dtype)
         if stats:
             return y, mean, inv
         return y
@@ -62,10 +62,10 @@ def _k_normalize(
     centred = w - mean
     inv = compute.type(1) / np.sqrt(np.mean(centred * centred, axis=axes, keepdims=True) + compute.type(epsilon))
     # ONNX's function body casts the normalised value back to the input type before the affine part.
-    y = _widened(_narrowed(centred * inv, x.dtype))
+    y = widened(narrowed(centred * inv, x.dtype))
 
     def aligned(p: np.ndarray) -> np.ndarray:
-        p = _widened(np.asarray(p))
+        p = widened(np.asarray(p))
         if channel_axis < 0:
             return p
         return p.reshape((-1,) + (1,) * (x.ndim - 1 - channel_axis))
@@ -74,13 +74,13 @@ def _k_normalize(
         y = y * aligned(scale)
     if bias is not None:
         y = y + aligned(bias)
-    y = _narrowed(y, x.dtype)
+    y = narrowed(y, x.dtype)
     if stats:
         return y, mean, inv
     return y
 
 
-def _k_group_norm(
+def kernel_group_norm(
     x: np.ndarray, scale: np.ndarray, bias: np.ndarray, *, num_groups: int, epsilon: float, per_group: int, stash: str
 ) -> np.ndarray:
     """ONNX GroupNormalization over [N, C, ...]: moments per (sample, group of C / num_groups channels).
@@ -100,13 +100,13 @@ def _k_group_norm(
     if per_group:
         s, b = np.repeat(s, c // num_groups), np.repeat(b, c // num_groups)
     shape = (c,) + (1,) * (w.ndim - 2)
-    return _narrowed(y * s.reshape(shape) + b.reshape(shape), x.dtype)
+    return narrowed(y * s.reshape(shape) + b.reshape(shape), x.dtype)
 
 
-def _k_lrn(x: np.ndarray, *, size: int, alpha: float, beta: float, bias: float) -> np.ndarray:
+def kernel_lrn(x: np.ndarray, *, size: int, alpha: float, beta: float, bias: float) -> np.ndarray:
     """ONNX LRN across channels (axis 1): each window holds floor((size-1)/2) channels before, the rest after."""
     x = np.asarray(x)
-    w = _widened(x)
+    w = widened(x)
     before = (size - 1) // 2
     after = size - 1 - before
     squares = np.pad(w * w, [(0, 0), (before, after)] + [(0, 0)] * (w.ndim - 2))
@@ -116,25 +116,25 @@ def _k_lrn(x: np.ndarray, *, size: int, alpha: float, beta: float, bias: float) 
         total = total + squares[:, offset : offset + channels]
     t = w.dtype.type
     y = w / (t(bias) + t(alpha) / t(size) * total) ** t(beta)
-    return _narrowed(y, x.dtype)
+    return narrowed(y, x.dtype)
 
 
-def _k_einsum(*operands: np.ndarray, equation: str) -> np.ndarray:
+def kernel_einsum(*operands: np.ndarray, equation: str) -> np.ndarray:
     """ONNX Einsum: numpy.einsum of the operands (halves computed in f32)."""
     arrays = [np.asarray(a) for a in operands]
-    y = np.einsum(equation, *[_widened(a) for a in arrays])
-    return _narrowed(np.asarray(y), arrays[0].dtype)
+    y = np.einsum(equation, *[widened(a) for a in arrays])
+    return narrowed(np.asarray(y), arrays[0].dtype)
 
 
 PIECES: dict[str, object] = {
-    "_k_normalize": _k_normalize,
-    "_k_group_norm": _k_group_norm,
-    "_k_lrn": _k_lrn,
-    "_k_einsum": _k_einsum,
+    "kernel_normalize": kernel_normalize,
+    "kernel_group_norm": kernel_group_norm,
+    "kernel_lrn": kernel_lrn,
+    "kernel_einsum": kernel_einsum,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
-    "_k_normalize": ("_widened", "_narrowed"),
-    "_k_group_norm": ("_narrowed",),
-    "_k_lrn": ("_widened", "_narrowed"),
-    "_k_einsum": ("_widened", "_narrowed"),
+    "kernel_normalize": ("widened", "narrowed"),
+    "kernel_group_norm": ("narrowed",),
+    "kernel_lrn": ("widened", "narrowed"),
+    "kernel_einsum": ("widened", "narrowed"),
 }

@@ -1,4 +1,4 @@
-"""Library kernels of the movement family (see `backends/numpy_kernels/__init__.py`).
+"""Library kernels of the movement family (see `loam/runtime/kernels/__init__.py`).
 
 Data movement copies elements without arithmetic, so every kernel here serves every element type
 as it is (no widening).  Stage 0 folds known values through these same functions.
@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 
 
-def _k_concat(*xs: np.ndarray, axis: int) -> np.ndarray:
+def kernel_concat(*xs: np.ndarray, axis: int) -> np.ndarray:
     """ONNX Concat: the operands joined along `axis`."""
     return np.concatenate(xs, axis=axis)
 
 
-def _k_split(x: np.ndarray, *, axis: int, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+def kernel_split(x: np.ndarray, *, axis: int, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
     """ONNX Split: consecutive chunks of `sizes` elements along `axis` (views of `x`).
 
     As np.split at the running sums of `sizes`: the last chunk runs to the end of the axis.
@@ -30,7 +30,9 @@ def _k_split(x: np.ndarray, *, axis: int, sizes: tuple[int, ...]) -> tuple[np.nd
     return tuple(chunks)
 
 
-def _k_slice(x: np.ndarray, *, starts: tuple[int, ...], counts: tuple[int, ...], steps: tuple[int, ...]) -> np.ndarray:
+def kernel_slice(
+    x: np.ndarray, *, starts: tuple[int, ...], counts: tuple[int, ...], steps: tuple[int, ...]
+) -> np.ndarray:
     """ONNX Slice, normalised: per axis, `counts[i]` elements from `starts[i]` every `steps[i]`."""
     index = []
     for start, count, step in zip(starts, counts, steps, strict=True):
@@ -43,7 +45,7 @@ def _k_slice(x: np.ndarray, *, starts: tuple[int, ...], counts: tuple[int, ...],
     return x[tuple(index)]
 
 
-def _k_pad(
+def kernel_pad(
     x: np.ndarray, fill: np.ndarray | None = None, *, pads: tuple[int, ...], mode: str, value: float = 0.0
 ) -> np.ndarray:
     """ONNX Pad: `pads` = begins then ends per axis; negative pads crop after padding.
@@ -63,23 +65,23 @@ def _k_pad(
     return np.asarray(y[crop], dtype=x.dtype)
 
 
-def _k_tile(x: np.ndarray, *, repeats: tuple[int, ...]) -> np.ndarray:
+def kernel_tile(x: np.ndarray, *, repeats: tuple[int, ...]) -> np.ndarray:
     """ONNX Tile: `x` repeated `repeats[i]` times along axis i."""
     return np.tile(x, repeats)
 
 
-def _k_trilu(x: np.ndarray, k: np.ndarray | None = None, *, upper: int, offset: int = 0) -> np.ndarray:
+def kernel_trilu(x: np.ndarray, k: np.ndarray | None = None, *, upper: int, offset: int = 0) -> np.ndarray:
     """ONNX Trilu over the last two axes; the diagonal offset is `k` when given, else `offset`."""
     diagonal = int(np.asarray(k).reshape(-1)[0]) if k is not None else offset
     return np.triu(x, diagonal) if upper else np.tril(x, diagonal)
 
 
 PIECES: dict[str, object] = {
-    "_k_concat": _k_concat,
-    "_k_split": _k_split,
-    "_k_slice": _k_slice,
-    "_k_pad": _k_pad,
-    "_k_tile": _k_tile,
-    "_k_trilu": _k_trilu,
+    "kernel_concat": kernel_concat,
+    "kernel_split": kernel_split,
+    "kernel_slice": kernel_slice,
+    "kernel_pad": kernel_pad,
+    "kernel_tile": kernel_tile,
+    "kernel_trilu": kernel_trilu,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {}

@@ -1,7 +1,7 @@
-"""Library kernels over weights kept in ggml's block form (see `backends/numpy_kernels/__init__.py`).
+"""Library kernels over weights kept in ggml's block form (see `loam/runtime/kernels/__init__.py`).
 
 A GGUF checkpoint stores a linear layer's weight W [N, K] (output features by input features) as
-rows of 32-element blocks along K (`Q4_0`, `Q4_1`, `Q8_0`: `backends/numpy_dequant.py` describes
+rows of 32-element blocks along K (`Q4_0`, `Q4_1`, `Q8_0`: `loam/runtime/dequant.py` describes
 them).  The `pack-quantized` pass gives products and gathers over such a weight these kernels, and
 `Weights` keeps the blocks as they are stored (a structured array [N, K / 32], a view of the file),
 so the module holds about an eighth of the float32 bytes for a 4-bit weight.
@@ -9,17 +9,17 @@ so the module holds about an eighth of the float32 bytes for a 4-bit weight.
 Both kernels also take a plain float32 weight (a checkpoint that stores it unquantized): the
 packing is the checkpoint's choice, and the module computes the same product either way.
 
-- `_k_matmul_packed(x, w, transposed=1)`: x @ W^T (`transposed=0`: x @ W for W [K, N], its rows
+- `kernel_matmul_packed(x, w, transposed=1)`: x @ W^T (`transposed=0`: x @ W for W [K, N], its rows
   widened a group at a time and their share of the product accumulated).  For a few rows of x (a
   decode step) the blocks are never widened: each block's dot product is taken with its integers
   and scaled after, so
   W x = sum over blocks of d * (q . x) (+ m * sum(x) for Q4_1, - 8 d * sum(x) for Q4_0).  For more
   rows (a prefill) a bounded group of W's rows is dequantized into scratch and multiplied by BLAS.
-- `_k_gather_packed(w, indices, axis=0)`: the rows of W at `indices` (an embedding lookup),
+- `kernel_gather_packed(w, indices, axis=0)`: the rows of W at `indices` (an embedding lookup),
   dequantized after they are picked.
 
 Every element is computed in float32 from the blocks' f16 scales widened to float32, as ggml and
-`_dequant_blocks` do, so a product differs from the product over the dequantized weight only in
+`dequant_blocks` do, so a product differs from the product over the dequantized weight only in
 the order its float32 sums are taken.
 """
 
@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from loam.backends.numpy_dequant import _block_integers, _dequant_blocks
+from loam.runtime.dequant import block_integers, dequant_blocks
 
 
-def _k_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int) -> np.ndarray:
+def kernel_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int) -> np.ndarray:
     """x [..., K] @ W^T for W [N, K] (`transposed`), else x @ W for W [K, N]; W is blocks [rows,
     row length / 32] of a ggml encoding, or a plain array."""
     if w.dtype.names is None:
@@ -54,7 +54,7 @@ def _k_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int) -> np.nda
         out = np.zeros((m, n), np.float32)
         step = max(1, scratch // n)
         for s in range(0, k, step):
-            out += rows[:, s : s + step] @ _dequant_blocks(w[s : s + step])
+            out += rows[:, s : s + step] @ dequant_blocks(w[s : s + step])
         return out.reshape(*x.shape[:-1], n)
     out = np.empty((m, n), np.float32)
     if m <= few_rows:
@@ -64,7 +64,7 @@ def _k_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int) -> np.nda
         step = max(1, scratch // k)
         for s in range(0, n, step):
             blocks = w[s : s + step]
-            dots = np.einsum("rbj,mbj->mrb", _block_integers(blocks), xb)  # each block's q . x
+            dots = np.einsum("rbj,mbj->mrb", block_integers(blocks), xb)  # each block's q . x
             if names == ("d", "qs"):  # Q4_0: d * ((q - 8) . x)
                 dots -= np.float32(8) * sums[:, None, :]
             out[:, s : s + step] = np.einsum("mrb,rb->mr", dots, blocks["d"].astype(np.float32))
@@ -73,24 +73,24 @@ def _k_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int) -> np.nda
     else:
         step = max(1, scratch // k)
         for s in range(0, n, step):
-            widened = _dequant_blocks(w[s : s + step])  # [r, K] in scratch, then BLAS
+            widened = dequant_blocks(w[s : s + step])  # [r, K] in scratch, then BLAS
             out[:, s : s + step] = rows @ widened.T  # (BLAS cannot write a column slice in place)
     return out.reshape(*x.shape[:-1], n)
 
 
-def _k_gather_packed(w: np.ndarray, indices: np.ndarray, *, axis: int) -> np.ndarray:
+def kernel_gather_packed(w: np.ndarray, indices: np.ndarray, *, axis: int) -> np.ndarray:
     """ONNX Gather along axis 0 of W [V, D] (blocks [V, D / 32] or a plain array): rows picked, then widened."""
     if axis != 0:
         raise ValueError("a packed weight is gathered along its rows (axis 0)")
     picked = np.take(w, np.asarray(indices, dtype=np.int64), axis=0)
-    return picked if w.dtype.names is None else _dequant_blocks(picked)
+    return picked if w.dtype.names is None else dequant_blocks(picked)
 
 
 PIECES: dict[str, object] = {
-    "_k_matmul_packed": _k_matmul_packed,
-    "_k_gather_packed": _k_gather_packed,
+    "kernel_matmul_packed": kernel_matmul_packed,
+    "kernel_gather_packed": kernel_gather_packed,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
-    "_k_matmul_packed": ("_block_integers", "_dequant_blocks"),
-    "_k_gather_packed": ("_dequant_blocks",),
+    "kernel_matmul_packed": ("block_integers", "dequant_blocks"),
+    "kernel_gather_packed": ("dequant_blocks",),
 }

@@ -9,16 +9,18 @@ GGUF (llama.cpp's checkpoint format, versions 2 and 3) is little-endian::
 
 GGUF lists a tensor's fastest-varying dimension first, so the numpy shape is the dims reversed.
 
-Like `numpy_runtime`, each piece here is a self-contained top-level function whose source is copied
-into a generated module, so it imports nothing and reads only numpy, the builtins and the pieces it
-lists in `DEPENDS`.  It works on any bytes-like object (bytes, memoryview, mmap) and touches only the
-header: the build maps the file and reads no tensor data, and a file whose data section is cut off
-still parses (the loader checks each tensor's bytes against `len(data)` itself).  Malformed input
-raises `ValueError` naming what is wrong; callers wrap it into `CheckpointError` or `LoadError`.
+Like the rest of `loam.runtime`, each piece here is a self-contained top-level function whose source
+is copied into a generated module, so it imports nothing and reads only numpy, the builtins and the
+pieces it lists in `DEPENDS`.  It works on any bytes-like object (bytes, memoryview, mmap) and
+touches only the header: the build maps the file and reads no tensor data, and a file whose data
+section is cut off still parses (the loader checks each tensor's bytes against `len(data)` itself).
+Malformed input raises `ValueError` naming what is wrong; callers wrap it into `CheckpointError` or
+`LoadError`.  `parse_gguf_header` and `graph_name_of` have public names because the build calls
+them too (`loam.gguf`, `loam.checkpoint`).
 
 - `_ggml_types`: ggml type number -> (name, elements per block, bytes per block).
-- `_gguf_read`: the header -> (metadata, tensors), every offset and length checked.
-- `_graph_name`: a checkpoint tensor's name under `[checkpoint_names]` rules (glob -> template).
+- `parse_gguf_header`: the header -> (metadata, tensors), every offset and length checked.
+- `graph_name_of`: a checkpoint tensor's name under `[checkpoint_names]` rules (glob -> template).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def _ggml_types() -> dict[int, tuple[str, int, int]]:
     }
 
 
-def _gguf_read(data: object) -> tuple[dict[str, object], dict[str, tuple[str, tuple[int, ...], int, int]]]:
+def parse_gguf_header(data: object) -> tuple[dict[str, object], dict[str, tuple[str, tuple[int, ...], int, int]]]:
     """Parse a GGUF header: (metadata key -> value, tensor name -> (ggml type name, numpy shape,
     absolute byte offset of its data, its length in bytes)).  Reads nothing past the tensor infos.
 
@@ -196,7 +198,7 @@ def _gguf_read(data: object) -> tuple[dict[str, object], dict[str, tuple[str, tu
     return metadata, tensors
 
 
-def _graph_name(name: str, rules: tuple[tuple[str, str], ...]) -> str:
+def graph_name_of(name: str, rules: tuple[tuple[str, str], ...]) -> str:
     """The graph name of checkpoint tensor `name` under `[checkpoint_names]` rules, or `name` itself.
 
     A rule is (pattern, template): in the pattern `*` matches a run of characters other than `.`
@@ -229,5 +231,9 @@ def _graph_name(name: str, rules: tuple[tuple[str, str], ...]) -> str:
     return name
 
 
-PIECES: dict[str, object] = {"_ggml_types": _ggml_types, "_gguf_read": _gguf_read, "_graph_name": _graph_name}
-DEPENDS: dict[str, tuple[str, ...]] = {"_ggml_types": (), "_gguf_read": ("_ggml_types",), "_graph_name": ()}
+PIECES: dict[str, object] = {
+    "_ggml_types": _ggml_types,
+    "parse_gguf_header": parse_gguf_header,
+    "graph_name_of": graph_name_of,
+}
+DEPENDS: dict[str, tuple[str, ...]] = {"_ggml_types": (), "parse_gguf_header": ("_ggml_types",), "graph_name_of": ()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def _widened(x: np.ndarray) -> np.ndarray:
+def widened(x: np.ndarray) -> np.ndarray:
     """`x` in the dtype its arithmetic runs in: f16 and bf16 widen to f32, others stay as they are."""
     x = np.asarray(x)
     dt = x.dtype
@@ -16,11 +16,11 @@ def _widened(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def _narrowed(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+def narrowed(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """`y` computed in a widened dtype, stored back as `dtype` (a no-op when it already is)."""
     y = np.asarray(y)
     return y if y.dtype is dtype or y.dtype == dtype else y.astype(dtype)
 
 
-PIECES: dict[str, object] = {"_widened": _widened, "_narrowed": _narrowed}
+PIECES: dict[str, object] = {"widened": widened, "narrowed": narrowed}
 DEPENDS: dict[str, tuple[str, ...]] = {}

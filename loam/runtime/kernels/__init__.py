@@ -1,10 +1,11 @@
 """The library kernels a generated numpy module inlines, one module per kernel family.
 
 Each module defines `PIECES` (name -> function or class, copied into the module by source) and
-`DEPENDS` (name -> the other pieces it reads), exactly as `numpy_runtime` does for the runtime;
-`numpy_runtime` merges them.  A kernel op `kernel.NAME` is computed by the piece `_k_NAME`, called
-with the op's operands and then its parameters as keywords.  Stage 0 folds a node the build can
-evaluate with the same function, so an operator's numeric meaning is written once.
+`DEPENDS` (name -> the other pieces it reads), exactly as the rest of `loam.runtime` does;
+`backends/numpy_runtime.py` merges them.  A kernel op `kernel.NAME` is computed by the piece
+`kernel_NAME`, called with the op's operands and then its parameters as keywords.  Stage 0 folds a
+node the build can evaluate with the same function (so the kernels have public names: the operator
+rules in `loam.ops` import them), and an operator's numeric meaning is written once.
 
 Pieces read only numpy, the builtins and the pieces they list, and compute each element type as
 ONNX defines it: halves (f16, bf16) are widened to f32 for arithmetic and narrowed for the result.
@@ -12,7 +13,7 @@ ONNX defines it: halves (f16, bf16) are widened to f32 for arithmetic and narrow
 
 from __future__ import annotations
 
-from loam.backends.numpy_kernels import (
+from loam.runtime.kernels import (
     common,
     conv,
     elementwise,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loam.backends.numpy_kernels.common import _narrowed, _widened
+from loam.runtime.kernels.common import narrowed, widened
 
 
 def _conv_windows(xp: np.ndarray, kernel: tuple, strides: tuple, dilations: tuple, out: tuple) -> np.ndarray:
@@ -26,7 +26,7 @@ def _conv_windows(xp: np.ndarray, kernel: tuple, strides: tuple, dilations: tupl
     return win[(slice(None), slice(None), *picks, *taps)]
 
 
-def _k_conv(
+def kernel_conv(
     x: np.ndarray,
     w: np.ndarray,
     b: np.ndarray | None = None,
@@ -45,7 +45,7 @@ def _k_conv(
     a contiguous run of the padded input.
     """
     dtype = x.dtype
-    xw = _widened(x)
+    xw = widened(x)
     nsp = x.ndim - 2
     kernel = tuple(w.shape[2:])
     if min(pads, default=0) < 0:
@@ -89,17 +89,17 @@ def _k_conv(
     for e in extent:
         points *= e
     cols = win.reshape(n, group, cg * taps, points)  # the im2col copy
-    y = np.matmul(_widened(w).reshape(group, mg, cg * taps), cols).reshape(n, m, *grid)
+    y = np.matmul(widened(w).reshape(group, mg, cg * taps), cols).reshape(n, m, *grid)
     if grid != out:
         y = np.ascontiguousarray(y[(Ellipsis, *(slice(0, o) for o in out))])
     if b is not None:
-        bias = _widened(b).reshape(m, *([1] * nsp))
+        bias = widened(b).reshape(m, *([1] * nsp))
         # y is this function's own buffer: add in place when that keeps its dtype.
         y = np.add(y, bias, out=y) if bias.dtype == y.dtype else y + bias
-    return _narrowed(y, dtype)
+    return narrowed(y, dtype)
 
 
-def _k_conv_transpose(
+def kernel_conv_transpose(
     x: np.ndarray,
     w: np.ndarray,
     b: np.ndarray | None = None,
@@ -125,8 +125,8 @@ def _k_conv_transpose(
     m = mg * group
     points = int(np.prod(spatial, dtype=np.int64))
     taps = int(np.prod(kernel, dtype=np.int64))
-    cols = _widened(x).reshape(n, group, cg, points).transpose(1, 0, 3, 2)  # (group, N, points, C/group)
-    wg = _widened(w).reshape(group, 1, cg, mg * taps)
+    cols = widened(x).reshape(n, group, cg, points).transpose(1, 0, 3, 2)  # (group, N, points, C/group)
+    wg = widened(w).reshape(group, 1, cg, mg * taps)
     products = np.matmul(cols, wg).reshape(group, n, *spatial, mg, *kernel)
     # -> (N, group, M/group, *S, *K) -> (N, M, *S, *K)
     order = (1, 0, 2 + nsp, *range(2, 2 + nsp), *range(3 + nsp, 3 + 2 * nsp))
@@ -145,11 +145,11 @@ def _k_conv_transpose(
         buf[(slice(None), slice(None), *at)] += products[(Ellipsis, *offset)]
     y = buf[(slice(None), slice(None), *(slice(pads[i], full[i] - pads[i + nsp]) for i in range(nsp)))]
     if b is not None:
-        y = y + _widened(b).reshape(m, *([1] * nsp))
-    return _narrowed(y, dtype)
+        y = y + widened(b).reshape(m, *([1] * nsp))
+    return narrowed(y, dtype)
 
 
-def _k_pool(
+def kernel_pool(
     x: np.ndarray,
     *,
     mode: str,
@@ -286,10 +286,10 @@ def _k_pool(
             stride *= x.shape[2 + i]
         planes = np.arange(x.shape[0] * x.shape[1], dtype=np.int64).reshape(x.shape[0], x.shape[1], *([1] * nsp))
         return y, index + planes * stride
-    flat = windows(np.pad(_widened(xc), widths))
+    flat = windows(np.pad(widened(xc), widths))
     if mode == "lp":
         y = np.power(np.sum(np.power(np.abs(flat), p), axis=-1), 1.0 / p)
-        return _narrowed(y, dtype)
+        return narrowed(y, dtype)
     total = flat.sum(axis=-1)
     if count_include_pad:
         counted = np.pad(
@@ -300,10 +300,10 @@ def _k_pool(
     else:
         # A window with no tap inside the input (dilations can skip it) averages to 0, as in onnxruntime.
         counts = np.maximum(inside.sum(axis=-1), 1)
-    return _narrowed(total / counts.astype(total.dtype), dtype)
+    return narrowed(total / counts.astype(total.dtype), dtype)
 
 
-def _resize_coordinates(
+def resize_coordinates(
     coordinate_mode: str, n_in: int, n_out: int, scale: np.float32, roi: tuple[float, float]
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Each output position's coordinate in the input along one axis, in f32 as onnxruntime computes it
@@ -337,7 +337,7 @@ def _resize_coordinates(
     return c, (c < 0) | (c > n_in - 1)
 
 
-def _nearest_taps(c: np.ndarray, nearest_mode: str, scale: np.float32, last: int) -> np.ndarray:
+def nearest_taps(c: np.ndarray, nearest_mode: str, scale: np.float32, last: int) -> np.ndarray:
     """The input position nearest mode rounds each coordinate `c` to, clamped to [0, last].
     `simple` is opset 10's rule: floor when enlarging, ceil when shrinking."""
     f32 = np.float32
@@ -354,7 +354,7 @@ def _nearest_taps(c: np.ndarray, nearest_mode: str, scale: np.float32, last: int
     return np.clip(k, 0, last).astype(np.int64)
 
 
-def _cubic_taps(c: np.ndarray, a: float, exclude_outside: int, last: int) -> tuple[list, list]:
+def cubic_taps(c: np.ndarray, a: float, exclude_outside: int, last: int) -> tuple[list, list]:
     """Cubic interpolation at coordinates `c`: the four input positions around floor(c) (clamped to
     [0, last]) and their weights, Keys' coefficients with parameter `a` in f64; with `exclude_outside`
     the taps outside the input weigh 0 and the rest are renormalised."""
@@ -374,7 +374,7 @@ def _cubic_taps(c: np.ndarray, a: float, exclude_outside: int, last: int) -> tup
     return [np.clip(tj, 0, last) for tj in taps], weights
 
 
-def _k_resize(
+def kernel_resize(
     x: np.ndarray,
     *,
     mode: str,
@@ -397,7 +397,7 @@ def _k_resize(
     """
     dtype = x.dtype
     f32 = np.float32
-    y = x if mode == "nearest" else _widened(x)
+    y = x if mode == "nearest" else widened(x)
     outside = None
     for axis in range(x.ndim):
         n_in, n_out, scale = x.shape[axis], sizes[axis], f32(scales[axis])
@@ -406,7 +406,7 @@ def _k_resize(
         if n_in == n_out and scale == 1 and not cropped:
             continue
         bounds = (roi[axis], roi[axis + x.ndim]) if roi else (0, 1)
-        c, off = _resize_coordinates(coordinate_mode, n_in, n_out, scale, bounds)
+        c, off = resize_coordinates(coordinate_mode, n_in, n_out, scale, bounds)
         if off is not None:
             shape = [1] * x.ndim
             shape[axis] = n_out
@@ -414,7 +414,7 @@ def _k_resize(
             outside = off if outside is None else (outside | off)
         last = n_in - 1
         if mode == "nearest":
-            y = np.take(y, _nearest_taps(c, nearest_mode, scale, last), axis=axis)
+            y = np.take(y, nearest_taps(c, nearest_mode, scale, last), axis=axis)
             continue
         shape = [1] * x.ndim
         shape[axis] = n_out
@@ -425,7 +425,7 @@ def _k_resize(
             t = (c - lo).astype(y.dtype).reshape(shape)
             y = np.take(y, lo, axis=axis) * (1 - t) + np.take(y, hi, axis=axis) * t
             continue
-        taps, weights = _cubic_taps(c, float(cubic_coeff_a), exclude_outside, last)
+        taps, weights = cubic_taps(c, float(cubic_coeff_a), exclude_outside, last)
         acc = None
         for tj, wj in zip(taps, weights, strict=True):
             term = np.take(y, tj, axis=axis) * wj.astype(y.dtype).reshape(shape)
@@ -433,22 +433,22 @@ def _k_resize(
         y = acc
     if outside is not None:
         y = np.where(outside, np.asarray(extrapolation_value).astype(y.dtype), y)
-    return _narrowed(y, dtype)
+    return narrowed(y, dtype)
 
 
 PIECES: dict[str, object] = {
     "_conv_windows": _conv_windows,
-    "_k_conv": _k_conv,
-    "_k_conv_transpose": _k_conv_transpose,
-    "_k_pool": _k_pool,
-    "_resize_coordinates": _resize_coordinates,
-    "_nearest_taps": _nearest_taps,
-    "_cubic_taps": _cubic_taps,
-    "_k_resize": _k_resize,
+    "kernel_conv": kernel_conv,
+    "kernel_conv_transpose": kernel_conv_transpose,
+    "kernel_pool": kernel_pool,
+    "resize_coordinates": resize_coordinates,
+    "nearest_taps": nearest_taps,
+    "cubic_taps": cubic_taps,
+    "kernel_resize": kernel_resize,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
-    "_k_conv": ("_widened", "_narrowed"),
-    "_k_conv_transpose": ("_widened", "_narrowed"),
-    "_k_pool": ("_conv_windows", "_widened", "_narrowed"),
-    "_k_resize": ("_widened", "_narrowed", "_resize_coordinates", "_nearest_taps", "_cubic_taps"),
+    "kernel_conv": ("widened", "narrowed"),
+    "kernel_conv_transpose": ("widened", "narrowed"),
+    "kernel_pool": ("_conv_windows", "widened", "narrowed"),
+    "kernel_resize": ("widened", "narrowed", "resize_coordinates", "nearest_taps", "cubic_taps"),
 }

@@ -14,13 +14,7 @@ whose meaning depends on the element type, as ONNX defines it:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
 import numpy as np
-
-if TYPE_CHECKING:
-    from loam.dialects.expr import Expr
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
@@ -158,42 +152,6 @@ BINARY_SOURCE: dict[str, str] = {
     "greater_equal": "np.greater_equal", "and": "np.logical_and", "or": "np.logical_or",
     "xor": "np.logical_xor", "shl": "_shl", "shr": "_shr",
 }  # fmt: skip
-
-
-def function_of(source: str) -> Any:
-    """The function a step's source spelling names (`np.tanh`, `_relu`)."""
-    if source.startswith("np."):
-        return getattr(np, source[3:])
-    return PIECES[source]
-
-
-def evaluate(expr: Expr, operands: Sequence[np.ndarray]) -> np.ndarray:
-    """`expr` over `operands` with the functions the generated module calls (stage 0's folding)."""
-    from loam import dtypes
-    from loam.dialects.expr import Binary, Const, Convert, Operand, Select, Unary
-
-    values: list[Any] = []
-    with np.errstate(all="ignore"):
-        for step in expr.steps:
-            if isinstance(step, Operand):
-                values.append(np.asarray(operands[step.index]))
-            elif isinstance(step, Const):
-                dtype = dtypes.by_name(step.elem).numpy
-                assert dtype is not None
-                values.append(np.asarray(step.value).astype(dtype))
-            elif isinstance(step, Unary):
-                source = UNARY_SOURCE[step.op]
-                values.append(function_of(source)(values[step.arg]) if source else values[step.arg])
-            elif isinstance(step, Binary):
-                values.append(function_of(BINARY_SOURCE[step.op])(values[step.lhs], values[step.rhs]))
-            elif isinstance(step, Select):
-                values.append(np.where(values[step.cond], values[step.a], values[step.b]))
-            else:
-                assert isinstance(step, Convert)
-                dtype = dtypes.by_name(step.elem).numpy
-                assert dtype is not None
-                values.append(np.asarray(values[step.arg]).astype(dtype))
-    return np.asarray(values[-1])
 
 
 PIECES: dict[str, object] = {

@@ -1,4 +1,4 @@
-"""Library kernels of the indexing family (see `backends/numpy_kernels/__init__.py`).
+"""Library kernels of the indexing family (see `loam/runtime/kernels/__init__.py`).
 
 Indices may be negative (counted from the end, as ONNX allows) and of any integer type.  A Range
 the build cannot fold (its start or limit is an extent only the run knows) counts here too.  Gathers
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from loam.backends.numpy_kernels.common import _narrowed, _widened
+from loam.runtime.kernels.common import narrowed, widened
 
 
-def _k_gather(x: np.ndarray, indices: np.ndarray, *, axis: int) -> np.ndarray:
+def kernel_gather(x: np.ndarray, indices: np.ndarray, *, axis: int) -> np.ndarray:
     """ONNX Gather: `x` indexed along `axis` by `indices` (any rank; negative counts from the end)."""
     return np.take(x, np.asarray(indices, dtype=np.int64), axis=axis)
 
@@ -26,12 +26,12 @@ def _element_index(indices: np.ndarray, extent: int, axis: int) -> tuple[np.ndar
     return tuple(grid)
 
 
-def _k_gather_elements(x: np.ndarray, indices: np.ndarray, *, axis: int) -> np.ndarray:
+def kernel_gather_elements(x: np.ndarray, indices: np.ndarray, *, axis: int) -> np.ndarray:
     """ONNX GatherElements: out[i][j][k] = x[indices[i][j][k]][j][k] (for axis 0)."""
     return x[_element_index(indices, x.shape[axis], axis)]
 
 
-def _k_scatter_elements(
+def kernel_scatter_elements(
     x: np.ndarray, indices: np.ndarray, updates: np.ndarray, *, axis: int, reduction: str
 ) -> np.ndarray:
     """ONNX ScatterElements: a copy of `x` with `updates` written (or reduced) at `indices` along `axis`."""
@@ -41,12 +41,12 @@ def _k_scatter_elements(
         out[where] = updates
         return out
     ufunc = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}[reduction]
-    out = np.array(_widened(x), copy=True)
-    ufunc.at(out, where, _widened(updates))
-    return _narrowed(out, x.dtype)
+    out = np.array(widened(x), copy=True)
+    ufunc.at(out, where, widened(updates))
+    return narrowed(out, x.dtype)
 
 
-def _k_scatter_nd(x: np.ndarray, indices: np.ndarray, updates: np.ndarray, *, reduction: str) -> np.ndarray:
+def kernel_scatter_nd(x: np.ndarray, indices: np.ndarray, updates: np.ndarray, *, reduction: str) -> np.ndarray:
     """ONNX ScatterND: a copy of `x` with `updates` written (or reduced) at the index tuples of `indices`.
 
     Each tuple (the last axis of `indices`, k entries) picks a slice x[i0, ..., ik-1] of the
@@ -79,26 +79,26 @@ def _k_scatter_nd(x: np.ndarray, indices: np.ndarray, updates: np.ndarray, *, re
         out[flat[last]] = rows[last]
         return out.reshape(x.shape)
     ufunc = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}[reduction]
-    out = np.array(_widened(x), copy=True).reshape(count, *rest)
-    ufunc.at(out, flat, _widened(rows))  # in tuple order, duplicates included
-    return _narrowed(out.reshape(x.shape), x.dtype)
+    out = np.array(widened(x), copy=True).reshape(count, *rest)
+    ufunc.at(out, flat, widened(rows))  # in tuple order, duplicates included
+    return narrowed(out.reshape(x.shape), x.dtype)
 
 
-def _k_range(*, start: int, limit: int, delta: int, dtype: str) -> np.ndarray:
+def kernel_range(*, start: int, limit: int, delta: int, dtype: str) -> np.ndarray:
     """ONNX Range over integers: start, start + delta, ... up to (not including) limit."""
     return np.arange(int(start), int(limit), int(delta), dtype=np.dtype(dtype))
 
 
 PIECES: dict[str, object] = {
-    "_k_gather": _k_gather,
-    "_k_range": _k_range,
+    "kernel_gather": kernel_gather,
+    "kernel_range": kernel_range,
     "_element_index": _element_index,
-    "_k_gather_elements": _k_gather_elements,
-    "_k_scatter_elements": _k_scatter_elements,
-    "_k_scatter_nd": _k_scatter_nd,
+    "kernel_gather_elements": kernel_gather_elements,
+    "kernel_scatter_elements": kernel_scatter_elements,
+    "kernel_scatter_nd": kernel_scatter_nd,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
-    "_k_gather_elements": ("_element_index",),
-    "_k_scatter_elements": ("_element_index", "_widened", "_narrowed"),
-    "_k_scatter_nd": ("_widened", "_narrowed"),
+    "kernel_gather_elements": ("_element_index",),
+    "kernel_scatter_elements": ("_element_index", "widened", "narrowed"),
+    "kernel_scatter_nd": ("widened", "narrowed"),
 }

@@ -1,0 +1,18 @@
+"""The runtime: the numpy code a generated module carries and the build runs, written once.
+
+A generated numpy module imports only numpy, so it carries the functions it calls as source text:
+its errors (`errors`), the checkpoint readers and checks behind `Weights.load` (`weights`, `gguf`,
+`dequant`), the checks `forward` makes before any kernel (`prologue`), and the library kernels
+(`kernels`).  The build runs the very same functions: stage 0 folds a node with its kernel
+(`kernels.conv.kernel_conv`, ...), a derived extent symbol's value is `prologue.derived_extent`, a
+GGUF header is read by `gguf.parse_gguf_header`, and a checkpoint tensor's encoding is accepted by
+`weights.encoding_supplies`, so the build and the module cannot disagree.  What the build calls has
+a public name, in the runtime and so in every generated module; what only the module calls keeps
+an underscore (`_check_input`, `_load_weights`, `_relu`).
+
+Each module here defines `PIECES` (name -> function or class, copied into a module by source) and
+`DEPENDS` (name -> the other pieces it reads).  A piece reads only numpy, the builtins and the
+pieces it lists; this package imports nothing but numpy, the standard library and its own modules
+(tests/test_imports.py holds it to that).  Choosing the pieces a program needs and printing them
+is the backend's part (`backends/numpy_runtime.py`).
+"""

@@ -1,0 +1,578 @@
+"""A generated module's `Weights.load`: checkpoints read, checked against the graph and decoded.
+
+Every piece here is a plain top-level function whose source a generated numpy module copies in
+(`PIECES`, `DEPENDS`; `loam/runtime/__init__.py`), reading only numpy, the builtins and the pieces
+it lists.  The build runs `encoding_supplies` itself (`loam.checkpoint.supplies`), so the build
+and the load agree on what a checkpoint supplies.
+
+- `_parse_json`: a strict JSON reader (the safetensors header), since `json` is not numpy.
+- `_read_safetensors`, `_read_gguf` (over `loam.runtime.gguf.parse_gguf_header`),
+  `_read_checkpoint` (one file or a mapping of shard name -> bytes): every tensor's encoding, shape
+  and raw bytes, refusing malformed headers, byte ranges that overlap, leave holes or pass the end
+  (naming the first tensor cut off).
+- `_mapped`, `_check_index`: `Weights.load_file`'s read-only memory map (numpy.memmap), of one file,
+  a list of shards or a Hugging Face `*.index.json` and the shards it names.
+- `encoding_supplies`, `_check_weight`: one checkpoint tensor checked against the graph (dtype
+  convertible without loss, rank, extents by axis, byte length), before any tensor is decoded.
+- `_decoded`, `_load_weights`: the checked tensors as arrays of the graph's dtypes: zero-copy views of
+  the checkpoint where the dtype and alignment allow, else converted once (dequantized with
+  `loam.runtime.dequant`'s pieces); `_prepared`: a half weight's float32 form, made once by `Weights`.
+- `SAFETENSORS_DTYPES`: safetensors dtype name -> numpy dtype name (None where plain numpy has no
+  such dtype), a table the module declares as a literal.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loam.runtime.dequant import _bf16_to_f32, _block_dtype, _dequantized
+from loam.runtime.errors import LoadError
+from loam.runtime.gguf import graph_name_of, parse_gguf_header
+
+FORMATS: tuple[str, ...] = ("safetensors", "gguf")
+"""The checkpoint formats `Weights.load` reads: every one here; a module declares its own (the formats
+of the checkpoints its build checked)."""
+
+SAFETENSORS_DTYPES: dict[str, str | None] = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": None,  # read from its bits (`_bf16_to_f32`), or viewed as ml_dtypes.bfloat16 by the graph
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U64": "uint64",
+    "U32": "uint32",
+    "U16": "uint16",
+    "U8": "uint8",
+    "BOOL": "bool",
+    "F8_E4M3": None,
+    "F8_E5M2": None,
+}
+"""safetensors dtype name -> numpy dtype name, None where plain numpy has no such dtype (BF16, the
+float8s): the numpy dtypes of the types `loam.dtypes.SAFETENSORS_NAMES` names, which the runtime does
+not import (tests/backends/test_weights_load.py holds the two together).  Public: the printer prints
+it (`backends/numpy_runtime.py`)."""
+
+
+def _parse_json(text: str) -> object:
+    """Parse strict JSON (RFC 8259) text; ValueError names the offset of the first fault."""
+
+    def fail(pos: int, what: str) -> ValueError:
+        return ValueError(f"{what} at offset {pos}")
+
+    def skip(pos: int) -> int:
+        while pos < len(text) and text[pos] in " \t\n\r":
+            pos += 1
+        return pos
+
+    def string(pos: int) -> tuple[str, int]:
+        out: list[str] = []
+        pos += 1  # the opening quote
+        while True:
+            if pos >= len(text):
+                raise fail(pos, "unterminated string")
+            ch = text[pos]
+            if ch == '"':
+                return "".join(out), pos + 1
+            if ch == "\\":
+                esc = text[pos + 1 : pos + 2]
+                simple = '"\\/bfnrt'
+                if esc and esc in simple:
+                    out.append('"\\/\b\f\n\r\t'[simple.index(esc)])
+                    pos += 2
+                elif esc == "u":
+                    digits = text[pos + 2 : pos + 6]
+                    if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+                        raise fail(pos, "bad \\u escape")
+                    code = int(digits, 16)
+                    pos += 6
+                    low = text[pos : pos + 6]
+                    if 0xD800 <= code < 0xDC00 and low[:2] == "\\u":  # a surrogate pair
+                        tail = int(low[2:], 16) if all(c in "0123456789abcdefABCDEF" for c in low[2:]) else 0
+                        if 0xDC00 <= tail < 0xE000:
+                            code = 0x10000 + ((code - 0xD800) << 10) + (tail - 0xDC00)
+                            pos += 6
+                    out.append(chr(code))
+                else:
+                    raise fail(pos, "bad escape")
+            elif ch < " ":
+                raise fail(pos, "control character in string")
+            else:
+                out.append(ch)
+                pos += 1
+
+    def number(pos: int) -> tuple[int | float, int]:
+        start = pos
+        if text[pos : pos + 1] == "-":
+            pos += 1
+        digits_start = pos
+        while pos < len(text) and text[pos].isdigit() and text[pos].isascii():
+            pos += 1
+        if pos == digits_start or (text[digits_start] == "0" and pos - digits_start > 1):
+            raise fail(start, "bad number")
+        is_float = False
+        if text[pos : pos + 1] == ".":
+            is_float = True
+            pos += 1
+            frac = pos
+            while pos < len(text) and text[pos] in "0123456789":
+                pos += 1
+            if pos == frac:
+                raise fail(start, "bad number")
+        if text[pos : pos + 1] in ("e", "E"):
+            is_float = True
+            pos += 1
+            if text[pos : pos + 1] in ("+", "-"):
+                pos += 1
+            exp = pos
+            while pos < len(text) and text[pos] in "0123456789":
+                pos += 1
+            if pos == exp:
+                raise fail(start, "bad number")
+        literal = text[start:pos]
+        return (float(literal) if is_float else int(literal)), pos
+
+    def value(pos: int, depth: int) -> tuple[object, int]:
+        if depth > 64:
+            raise fail(pos, "nesting too deep")
+        pos = skip(pos)
+        ch = text[pos : pos + 1]
+        if ch == "{":
+            obj: dict[str, object] = {}
+            pos = skip(pos + 1)
+            if text[pos : pos + 1] == "}":
+                return obj, pos + 1
+            while True:
+                pos = skip(pos)
+                if text[pos : pos + 1] != '"':
+                    raise fail(pos, "expected a string key")
+                key, pos = string(pos)
+                pos = skip(pos)
+                if text[pos : pos + 1] != ":":
+                    raise fail(pos, "expected ':'")
+                if key in obj:
+                    raise fail(pos, f"duplicate key {key!r}")
+                obj[key], pos = value(pos + 1, depth + 1)
+                pos = skip(pos)
+                if text[pos : pos + 1] == ",":
+                    pos += 1
+                elif text[pos : pos + 1] == "}":
+                    return obj, pos + 1
+                else:
+                    raise fail(pos, "expected ',' or '}'")
+        if ch == "[":
+            arr: list[object] = []
+            pos = skip(pos + 1)
+            if text[pos : pos + 1] == "]":
+                return arr, pos + 1
+            while True:
+                item, pos = value(pos, depth + 1)
+                arr.append(item)
+                pos = skip(pos)
+                if text[pos : pos + 1] == ",":
+                    pos += 1
+                elif text[pos : pos + 1] == "]":
+                    return arr, pos + 1
+                else:
+                    raise fail(pos, "expected ',' or ']'")
+        if ch == '"':
+            return string(pos)
+        for word, result in (("true", True), ("false", False), ("null", None)):
+            if text.startswith(word, pos):
+                return result, pos + len(word)
+        if ch == "-" or ch.isdigit():
+            return number(pos)
+        raise fail(pos, "expected a value")
+
+    result, end = value(0, 0)
+    end = skip(end)
+    if end != len(text):
+        raise fail(end, "extra data")
+    return result
+
+
+def _bytes_of(data: object, what: str) -> memoryview:
+    """`data` (bytes, bytearray, memoryview, a numpy uint8 array such as a memmap) as flat bytes."""
+    if not isinstance(data, (bytes, bytearray, memoryview, np.ndarray)):
+        raise LoadError(
+            f"a {what} is bytes, got {type(data).__name__} (a memoryview, a numpy uint8 array or, for a "
+            "sharded checkpoint, a mapping of shard name -> bytes also serve)"
+        )
+    try:
+        return memoryview(data).cast("B")
+    except (TypeError, ValueError) as e:
+        raise LoadError(f"{what} is not one contiguous run of bytes: {e}") from None
+
+
+def _read_safetensors(data: object, where: str = "checkpoint") -> dict[str, tuple[str, tuple[int, ...], memoryview]]:
+    """The tensors of a safetensors checkpoint: name -> (dtype name, shape, raw little-endian bytes).
+
+    The layout is an 8-byte little-endian header length, that many bytes of JSON mapping each
+    tensor name to its dtype, shape and `data_offsets` (begin, end) into the payload that follows.
+    Anything else is refused with a LoadError: nothing past the header is trusted until checked.
+    No two byte ranges may overlap; a payload cut short names the first tensor, in payload order,
+    it cannot hold.  Each range's length is checked against its shape (`_check_weight`) for the
+    tensors the graph reads.
+    """
+    view = _bytes_of(data, where)
+    if len(view) < 8:
+        raise LoadError(f"{where} is {len(view)} bytes long, too short for its 8-byte header length")
+    header_len = int.from_bytes(view[:8], "little")
+    if header_len > len(view) - 8:
+        raise LoadError(
+            f"{where} header length {header_len} runs past the end of the data ({len(view) - 8} bytes follow)"
+        )
+    try:
+        header = _parse_json(bytes(view[8 : 8 + header_len]).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise LoadError(f"{where} header is not valid JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise LoadError(f"{where} header is not a JSON object")
+    payload = view[8 + header_len :]
+    ranges: list[tuple[int, int, str]] = []
+    tensors: dict[str, tuple[str, tuple[int, ...], memoryview]] = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(entry, dict):
+            raise LoadError(f"{where}: tensor '{name}': header entry is not an object")
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if dtype not in SAFETENSORS_DTYPES:
+            raise LoadError(f"{where}: tensor '{name}' has unknown dtype {dtype!r}")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise LoadError(f"{where}: tensor '{name}': shape {shape!r} is not a list of extents")
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int for o in offsets):
+            raise LoadError(f"{where}: tensor '{name}': data_offsets {offsets!r} are not two integers")
+        if not 0 <= offsets[0] <= offsets[1]:
+            raise LoadError(f"{where}: tensor '{name}': data_offsets {offsets!r} are not an ordered byte range")
+        ranges.append((offsets[0], offsets[1], name))
+        tensors[name] = (dtype, tuple(shape), payload[offsets[0] : offsets[1]])
+    position, before = 0, ""
+    for begin, end, name in sorted(ranges):
+        if begin < position and end > begin:  # an empty tensor overlaps nothing
+            raise LoadError(f"{where}: tensor '{name}' overlaps tensor '{before}' (bytes {begin}..{position})")
+        if end > len(payload):
+            raise LoadError(
+                f"{where}: tensor '{name}': data_offsets [{begin}, {end}] lie outside the payload of "
+                f"{len(payload)} bytes (the checkpoint is cut short, or its header is wrong)"
+            )
+        position, before = max(position, end), name
+    return tensors
+
+
+def _read_gguf(data: object, where: str = "checkpoint") -> dict[str, tuple[str, tuple[int, ...], memoryview]]:
+    """The tensors of a GGUF checkpoint: name -> (ggml type name, numpy shape, raw bytes).
+
+    The header is parsed by `parse_gguf_header`; a data section cut short names the first tensor, in file
+    order, whose bytes it does not hold.
+    """
+    view = _bytes_of(data, where)
+    try:
+        _, infos = parse_gguf_header(view)
+    except ValueError as e:
+        raise LoadError(f"{where} is not a GGUF file Loam reads: {e}") from None
+    tensors: dict[str, tuple[str, tuple[int, ...], memoryview]] = {}
+    for name, (encoding, shape, start, nbytes) in sorted(infos.items(), key=lambda item: item[1][2]):
+        if start + nbytes > len(view):
+            raise LoadError(
+                f"{where}: tensor '{name}' needs bytes {start}..{start + nbytes} of the file, which ends "
+                f"after {len(view)} (the checkpoint is cut short)"
+            )
+        tensors[name] = (encoding, shape, view[start : start + nbytes])
+    return tensors
+
+
+def _read_checkpoint(data: object) -> dict[str, tuple[str, tuple[int, ...], memoryview, str]]:
+    """Every tensor of a checkpoint: name -> (encoding, shape, raw bytes, shard name or "").
+
+    `data` is one file's bytes (safetensors, or GGUF by its magic), or a mapping of shard name ->
+    bytes; a tensor in two shards is refused naming both.
+    """
+    shards = dict(data.items()) if hasattr(data, "items") and not isinstance(data, np.ndarray) else {"": data}
+    if not shards:
+        raise LoadError("a sharded checkpoint needs at least one shard")
+    found: dict[str, tuple[str, tuple[int, ...], memoryview, str]] = {}
+    for shard, blob in shards.items():
+        where = f"checkpoint shard '{shard}'" if shard else "checkpoint"
+        view = _bytes_of(blob, where)
+        read = _read_safetensors
+        if bytes(view[:4]) == b"GGUF":
+            if "gguf" not in FORMATS:
+                raise LoadError(
+                    f"{where} is a GGUF file, and this module was built to read safetensors checkpoints only; "
+                    "build it with the GGUF file as its checkpoint to read one"
+                )
+            read = _read_gguf
+        for name, (encoding, shape, raw) in read(view, where).items():
+            if name in found:
+                raise LoadError(f"tensor '{name}' is in two checkpoint shards: '{found[name][3]}' and '{shard}'")
+            found[name] = (encoding, shape, raw, str(shard))
+    return found
+
+
+def _mapped(path: object) -> object:
+    """A checkpoint file memory-mapped read-only; several paths (a list) or a Hugging Face
+    `*.index.json` map to a dict of shard name -> mapping, for `_read_checkpoint`."""
+
+    def one(p: object) -> np.ndarray:
+        try:
+            return np.memmap(p, dtype=np.uint8, mode="r")
+        except (OSError, ValueError) as e:
+            raise LoadError(f"checkpoint {str(p)!r}: cannot map the file: {e}") from None
+
+    if isinstance(path, (list, tuple)):
+        return {str(p): one(p) for p in path}
+    text = str(path)
+    if not text.endswith(".json"):
+        return one(path)
+    try:
+        with open(text, encoding="utf-8") as f:
+            index = _parse_json(f.read())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise LoadError(f"checkpoint index {text!r}: cannot read it: {e}") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise LoadError(f"checkpoint index {text!r}: no 'weight_map' of tensor name -> shard file")
+    folder = text.rpartition("/")[0] or "."
+    shards: dict[str, object] = {}
+    for name, shard in weight_map.items():
+        if shard.startswith("/") or ".." in shard.replace("\\", "/").split("/"):
+            raise LoadError(f"checkpoint index {text!r}: tensor '{name}' names shard {shard!r}, outside its folder")
+        if shard not in shards:
+            shards[shard] = one(f"{folder}/{shard}")
+    return shards
+
+
+def _check_index(path: object, tensors: dict[str, tuple[str, tuple[int, ...], memoryview, str]]) -> None:
+    """Each tensor a Hugging Face index places is in the shard the index names."""
+    text = str(path)
+    if not text.endswith(".json"):
+        return
+    with open(text, encoding="utf-8") as f:
+        index = _parse_json(f.read())
+    assert isinstance(index, dict)
+    for name, shard in index["weight_map"].items():
+        got = tensors.get(name)
+        if got is None:
+            raise LoadError(f"checkpoint index {text!r} places tensor '{name}' in shard '{shard}', which lacks it")
+        if got[3] != shard:
+            raise LoadError(f"checkpoint index {text!r} places tensor '{name}' in shard '{shard}'; it is in '{got[3]}'")
+
+
+def _convertible(source: np.dtype, target: np.dtype) -> bool:
+    """Whether checkpoint dtype `source` supplies graph dtype `target`: same kind, without loss."""
+    kinds = {"f": "float", "i": "int", "u": "int", "b": "bool"}
+    return kinds.get(source.kind) == kinds.get(target.kind) and bool(np.can_cast(source, target, "safe"))
+
+
+def encoding_supplies(encoding: str, target: np.dtype) -> bool | None:
+    """Whether a checkpoint tensor stored as `encoding` supplies graph dtype `target` without loss;
+    None where this module cannot decode `encoding` at all."""
+    if encoding in ("Q8_0", "Q4_0", "Q4_1"):  # dequantized in float32, as ggml does
+        return target.name in ("float32", "float64")
+    if encoding == "BF16":  # widened from its bits, or viewed as bfloat16 where the graph reads that
+        return target.name in ("bfloat16", "float32", "float64")
+    source = SAFETENSORS_DTYPES.get(encoding)
+    if source is None:
+        return None
+    return _convertible(np.dtype(source), target)
+
+
+def _check_weight(
+    entry: tuple[str, tuple[int, ...], memoryview, str] | None,
+    name: str,
+    dtype: object,
+    axes: tuple[tuple[str, int | None], ...],
+) -> None:
+    """Refuse checkpoint tensor `entry` for graph weight `name` unless its encoding converts to
+    `dtype` without loss, its extents are the graph's `axes` and its bytes are as many as they need.
+
+    `axes` holds (axis name, extent) per axis, None where the graph leaves the extent open.  A
+    dtype converts only without loss and within its kind (F16 to f32, I32 to i64): an integer
+    tensor given for a float weight, or a wider float for a narrower one, is refused.
+    """
+    if entry is None:
+        raise LoadError(f"tensor '{name}' is missing from the checkpoint")
+    encoding, shape, raw, shard = entry
+    where = f"the checkpoint shard '{shard}'" if shard else "the checkpoint"
+    target = np.dtype(dtype)
+    supplies = encoding_supplies(encoding, target)
+    if supplies is None:
+        raise LoadError(f"tensor '{name}' is {encoding} in {where}, which this module cannot read")
+    if not supplies:
+        raise LoadError(
+            f"tensor '{name}' is {encoding} in {where}; the graph reads {target.name}, "
+            f"which {encoding} does not convert to without loss"
+        )
+    if len(shape) != len(axes):
+        raise LoadError(f"tensor '{name}' has rank {len(axes)} in the graph, {len(shape)} in {where}")
+    for i, ((axis, extent), got) in enumerate(zip(axes, shape, strict=True)):
+        if extent is not None and extent != got:
+            raise LoadError(f"tensor '{name}' axis {i} ({axis}) is {extent} in the graph, {got} in {where}")
+    count = 1
+    for extent in shape:
+        count *= extent
+    blocks = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20)}
+    if encoding in blocks:
+        per, size = blocks[encoding]
+        if count % per:
+            raise LoadError(f"tensor '{name}' has {count} elements, not whole {encoding} blocks of {per}")
+        need = count // per * size
+    else:
+        source = SAFETENSORS_DTYPES.get(encoding)
+        need = count * (2 if source is None else np.dtype(source).itemsize)
+    if len(raw) != need:
+        raise LoadError(f"tensor '{name}' holds {len(raw)} bytes; shape {list(shape)} of {encoding} needs {need}")
+
+
+def _decoded(entry: tuple[str, tuple[int, ...], memoryview, str], dtype: object) -> tuple[np.ndarray, np.ndarray]:
+    """A checked checkpoint tensor as (the array it stores, the array of graph dtype `dtype`).
+
+    Both are zero-copy views of the checkpoint's bytes where the stored dtype is the graph's and
+    the bytes are aligned for it (read-only: the checkpoint is shared); otherwise the graph's array
+    is converted once, here.  A quantized tensor's stored array is its raw bytes.
+    """
+    encoding, shape, raw, _ = entry
+    target = np.dtype(dtype)
+    count = 1
+    for extent in shape:
+        count *= extent
+    if count == 0:
+        return np.zeros(shape, target), np.zeros(shape, target)
+    if encoding in ("Q8_0", "Q4_0", "Q4_1"):
+        stored = np.frombuffer(raw, dtype=np.uint8)
+        value = _dequantized(encoding, raw, count).reshape(shape)
+    elif encoding == "BF16":
+        stored = np.frombuffer(raw, dtype="<u2").reshape(shape)
+        if target.name == "bfloat16":
+            stored = stored.view(target)
+            value = stored
+        else:
+            value = _bf16_to_f32(raw).reshape(shape)
+    else:
+        stored = np.frombuffer(raw, dtype=np.dtype(SAFETENSORS_DTYPES[encoding]).newbyteorder("<")).reshape(shape)
+        value = stored
+    if value.dtype != target or not value.flags.aligned:
+        value = value.astype(target)  # converted once, into native order and memory of its own
+    for array in (stored, value):
+        if array.base is not None and array.flags.writeable:
+            array.flags.writeable = False  # a view of the caller's buffer: forward never writes it
+    return stored, value
+
+
+def _load_weights(
+    tensors: dict[str, tuple[str, tuple[int, ...], memoryview, str]],
+    specs: tuple[tuple[str, str, object, tuple[tuple[str, int | None], ...]], ...],
+    rules: tuple[tuple[str, str], ...],
+    carried: dict[str, np.ndarray],
+    packed: frozenset[str] = frozenset(),
+    row_orders: dict[str, int] | None = None,
+) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+    """Every weight `specs` lists, checked (all of them, before any is decoded) and decoded.
+
+    `rules` rename checkpoint tensors to graph names (`[checkpoint_names]`; empty: the names are
+    the graph's); `carried` holds the weights the graph carries itself, taken from the module
+    where the checkpoint lacks them.  A weight in `packed` that the checkpoint stores in ggml
+    blocks keeps them (`_packed_blocks`: the packed kernels read it).  `row_orders` maps checkpoint
+    tensors whose rows llama.cpp's converter interleaved for its rotary embedding to their head
+    count; their rows are put back in the graph's order (`_rotary_rows`).  Returns the graph's
+    arrays in `specs` order and each tensor as the checkpoint stores it, by graph name.
+    """
+    origin: dict[str, str] = {}
+    if rules:
+        renamed: dict[str, tuple[str, tuple[int, ...], memoryview, str]] = {}
+        for key, entry in tensors.items():
+            name = graph_name_of(key, rules)
+            if name in renamed:
+                raise LoadError(f"checkpoint tensors '{origin[name]}' and '{key}' both map to graph tensor '{name}'")
+            renamed[name], origin[name] = entry, key
+        tensors = renamed
+    for name, _, dtype, axes in specs:
+        if name not in carried or name in tensors:
+            _check_weight(tensors.get(name), name, dtype, axes)
+    values: list[np.ndarray] = []
+    stored: dict[str, np.ndarray] = {}
+    for name, _, dtype, _ in specs:
+        if name in tensors:
+            if name in packed and tensors[name][0] in ("Q4_0", "Q4_1", "Q8_0"):
+                stored[name] = value = _packed_blocks(tensors[name])
+            else:
+                stored[name], value = _decoded(tensors[name], dtype)
+            heads = (row_orders or {}).get(origin.get(name, name))
+            if heads:
+                value = value[_rotary_rows(value.shape[0], heads)]
+        else:
+            value = carried[name]
+        values.append(value)
+    return values, stored
+
+
+def _packed_blocks(entry: tuple[str, tuple[int, ...], memoryview, str]) -> np.ndarray:
+    """A checked 2-D ggml-quantized tensor [N, K] as its blocks [N, K / 32] (a read-only view)."""
+    encoding, shape, raw, _ = entry
+    blocks = np.frombuffer(raw, dtype=_block_dtype(encoding)).reshape(shape[0], shape[1] // 32)
+    blocks.flags.writeable = False
+    return blocks
+
+
+def _rotary_rows(rows: int, heads: int) -> np.ndarray:
+    """The row order undoing llama.cpp's rotary interleave of a q or k projection of `heads` heads.
+
+    Its converter stores row h*D + 2*i + j (D rows a head, i < D/2, j < 2) from the model's row
+    h*D + j*D/2 + i, so the model's rows are the stored ones taken in this order.
+    """
+    if rows % (2 * heads):
+        raise LoadError(f"a rotary projection of {rows} rows does not split into {heads} heads of pairs")
+    return np.arange(rows).reshape(heads, rows // heads // 2, 2).swapaxes(1, 2).reshape(rows)
+
+
+def _prepared(weight: np.ndarray) -> np.ndarray:
+    """A half weight (f16, bf16) in the float32 forward computes it in, converted once by `Weights`."""
+    return np.asarray(weight).astype(np.float32)
+
+
+PIECES: dict[str, object] = {
+    "_parse_json": _parse_json,
+    "_bytes_of": _bytes_of,
+    "_read_safetensors": _read_safetensors,
+    "_read_gguf": _read_gguf,
+    "_read_checkpoint": _read_checkpoint,
+    "_mapped": _mapped,
+    "_check_index": _check_index,
+    "_convertible": _convertible,
+    "encoding_supplies": encoding_supplies,
+    "_check_weight": _check_weight,
+    "_decoded": _decoded,
+    "_load_weights": _load_weights,
+    "_packed_blocks": _packed_blocks,
+    "_rotary_rows": _rotary_rows,
+    "_prepared": _prepared,
+}
+DEPENDS: dict[str, tuple[str, ...]] = {
+    "_bytes_of": ("LoadError",),
+    "_read_safetensors": ("LoadError", "_bytes_of", "_parse_json", "SAFETENSORS_DTYPES"),
+    "_read_gguf": ("LoadError", "_bytes_of", "parse_gguf_header"),
+    "_read_checkpoint": ("LoadError", "_bytes_of", "_read_safetensors", "FORMATS"),
+    "_mapped": ("LoadError", "_parse_json"),
+    "_check_index": ("LoadError", "_parse_json"),
+    "encoding_supplies": ("SAFETENSORS_DTYPES", "_convertible"),
+    "_check_weight": ("LoadError", "SAFETENSORS_DTYPES", "encoding_supplies"),
+    "_decoded": ("SAFETENSORS_DTYPES", "_bf16_to_f32"),
+    "_load_weights": ("LoadError", "_check_weight", "_decoded"),
+    "_packed_blocks": ("_block_dtype",),
+    "_rotary_rows": ("LoadError",),
+}
+"""The other pieces (and the tables `SAFETENSORS_DTYPES` and `FORMATS`) each piece reads, whatever the model."""
+
+FEATURES: dict[str, dict[str, tuple[str, ...]]] = {
+    "gguf": {"_read_checkpoint": ("_read_gguf",), "_decoded": ("_dequantized",)},
+    "renames": {"_load_weights": ("graph_name_of",)},
+    "packed": {"_load_weights": ("_packed_blocks",)},
+    "row_orders": {"_load_weights": ("_rotary_rows",)},
+}
+"""What a piece reads only for a feature some models use (feature -> piece -> pieces): GGUF checkpoints
+(their reader and ggml dequantization), `[checkpoint_names]` rules, weights kept packed, rows
+un-interleaved.  A module without the feature never reaches the branches that read them, so it does not
+carry them; `_read_checkpoint` refuses a GGUF file by `FORMATS`, naming why."""
