@@ -1,14 +1,16 @@
 """The structure every generated module shares, whatever computes its kernels.
 
-`ModulePrinter` collects a `kernel.program` and prints the module top to bottom: a docstring naming
-the model; the imports; the runtime pieces the program uses, copied from `loam.backends.numpy_runtime`
-(so `ShapeError` and `LoadError` are the module's own); one marker class per axis (with `EXTENT`
-where every value the program declares gives the axis one constant extent); what the backend
-declares (expression functions, shaders); the folded constants as byte literals; the weights the IR
-carries as ONE bytes literal (`_WEIGHT_BYTES`); `class Weights` and `class Outputs`
+`ModulePrinter` collects a `kernel.program` and prints the module model first: a docstring naming
+the model; the imports; one marker class per axis (with `EXTENT` where every value the program
+declares gives the axis one constant extent); `class Weights` and `class Outputs`
 (`loam.backends.module_classes`); `INPUTS`/`OUTPUTS`; and `forward(weights, *inputs)`, which runs
-its prologue and then the backend's lines, each commented with the ONNX node it computes.  A backend
-(`numpy_module`, `wgsl_module`) subclasses it with how one op is printed.
+its prologue and then the backend's lines, each commented with the ONNX node it computes.  Then,
+under one banner (`RUNTIME_BANNER`), what forward calls: what the backend declares (expression
+functions, shaders), the folded constants as byte literals, the weights the IR carries as ONE bytes
+literal (`_WEIGHT_BYTES`), and the runtime pieces this module reaches, copied from `loam.runtime`
+(chosen by `loam.backends.numpy_runtime`, so `ShapeError` and `LoadError` are the module's own, and a
+module built against a safetensors checkpoint carries no GGUF reader).  A backend (`numpy_module`,
+`wgsl_module`) subclasses it with how one op is printed.
 
 The prologue runs before any kernel.  It checks each input (ndarray, dtype, rank, numbers) and binds
 each extent symbol from the first input axis that is the symbol alone, recording in `_src` which

@@ -19,6 +19,13 @@ def t(elem: str, axes: str) -> str:
     return f"{T}<{elem}, [{axes}]>"
 
 
+def forward_of(source: str) -> str:
+    """The text of a module's `forward` (from its `def` to the banner the runtime follows)."""
+    from loam.backends.module_printer import RUNTIME_BANNER
+
+    return source[source.index("def forward") :].split(RUNTIME_BANNER)[0]
+
+
 def emit(text: str) -> str:
     """The numpy module printed from the kernel-dialect program `text`."""
     module = Parser(make_context(), text).parse_module()

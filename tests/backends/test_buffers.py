@@ -17,7 +17,7 @@ from loam.backends.numpy_inplace import OUT, plan_in_place
 from loam.dialects.expr import Expr
 from loam.poly import Poly
 from loam.runtime.kernels import PIECES as KERNELS
-from tests.backends.printing import emit, load, t
+from tests.backends.printing import emit, forward_of, load, t
 
 RNG = np.random.default_rng(7)
 
@@ -79,7 +79,7 @@ def _chain_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def test_chain_plan_computes_in_dead_operands_and_keeps_outputs_out_of_the_pool() -> None:
     source = emit(CHAIN)
-    body = source[source.index("def forward") :]
+    body = forward_of(source)
     # mm1's product gets the one buffer; act1 computes in it (the product has no other reader).
     assert "_buf = _POOL.pop(_key, None) or (np.empty((_env['N'], 16), np.float32),)" in body
     assert "p1 = np.matmul(x, weights.w, out=_buf[0])  # mm1" in body
@@ -188,7 +188,7 @@ def test_products_whose_lifetimes_do_not_overlap_share_a_buffer(tmp_path: Path) 
         )
         lines.append(f'  %p{k + 1} = kernel.matmul %e{k}, %w2 {{node = "mm{k + 1}"}} : ({H}, {W2}) -> {H}')
     text = _program("\n".join(lines), 'names ["y"]', H, "%p4")
-    body = emit(text).split("def forward")[1]
+    body = forward_of(emit(text))
     assert body.count("np.empty(") == 2
     assert "p3 = np.matmul(e2, weights.w2, out=_buf[0])" in body
     assert "p2 = np.matmul(e1, weights.w2, out=_buf[1])" in body

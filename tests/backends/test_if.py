@@ -19,6 +19,7 @@ from loam.context import make_context
 from loam.errors import UnsupportedError
 from loam.pipeline import import_source
 from loam.testing import assert_same, build_for, run_built, run_onnxruntime
+from tests.backends.printing import forward_of
 
 F = TensorProto.FLOAT
 
@@ -241,7 +242,7 @@ def _forward(generated, *inputs: np.ndarray) -> np.ndarray:
 
 def test_an_owed_condition_and_derived_symbols_live_in_their_branch() -> None:
     source, generated = _emit(_BRANCH_OWES)
-    then, other = source.split("def forward")[1].split("    else:\n")
+    then, other = forward_of(source).split("    else:\n")
     assert "_owe(_env['N'] <= 16" in then and "_owe(" not in other
     assert "derived_extent('floordiv', _env['N'], _env['M'])" in then and "floordiv" not in other
     assert "derived_extent('min', _env['M'], 3)" in other and "'min'" not in then
@@ -278,7 +279,7 @@ kernel.program "forward" (%x : {_X}, %c : !tensor_axes.tensor<bool, []>) names [
 
 def test_a_condition_on_the_if_length_is_checked_right_after_the_if() -> None:
     source, generated = _emit(_IF_LENGTH)
-    body = source.split("def forward")[1]
+    body = forward_of(source)
     assert body.index("_env['y[0]'] = y.shape[0]") < body.index("_owe(_env['y[0]'] <= 8") < body.index("r = y.reshape(")
     x = _x(5)
     assert_same(_forward(generated, x, np.array(False)), x[:, None, :], rtol=0, atol=0)

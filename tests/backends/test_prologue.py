@@ -15,7 +15,7 @@ import pytest
 
 from loam.errors import UnsupportedError
 from loam.runtime import prologue
-from tests.backends.printing import emit, load, t
+from tests.backends.printing import emit, forward_of, load, t
 
 RNG = np.random.default_rng(0)
 
@@ -87,7 +87,7 @@ def test_owed_equality(tmp_path: Path) -> None:
 
 def test_prologue_lines_read_in_order(tmp_path: Path) -> None:
     source = emit(OWING)
-    body = source[source.index("def forward") :]
+    body = forward_of(source)
     order = [
         "_check_input('past_key'",
         "_check_input('mask'",
