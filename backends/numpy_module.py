@@ -54,6 +54,7 @@ from loam.backends.numpy_tile import tile_function
 from loam.dialects.expr import broadcast_extents
 from loam.dialects.kernel import ConstantOp, ProgramOp, TileProgramOp, WeightOp, ZipOp
 from loam.errors import UnsupportedError
+from loam.limits import MAX_ELEMENTS
 
 __all__ = ["emit_python"]
 
@@ -165,10 +166,11 @@ class NumpyModulePrinter(ModulePrinter):
         self.kernels.buffers = plan
         if not plan.slots:
             return
-        arrays = []
+        arrays, arrays_shapes = [], []
         for shape, elem in plan.slots:
             dims = [self.poly_py(p) for p in shape]
             text = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+            arrays_shapes.append(text)
             arrays.append(f"np.empty({text}, {dtype_source(expr_dtype(elem))})")
         symbols = self.input_symbols_of([p for shape, _ in plan.slots for p in shape])
         items = [f"_env[{n!r}]" for n in symbols]
@@ -176,6 +178,11 @@ class NumpyModulePrinter(ModulePrinter):
         self.pieces.add("_keep")
         scope = self.scope
         assert scope is not None
+        if symbols:  # extents the inputs give: none may make a buffer past the machine
+            self.pieces.add("_room")
+            shapes = "(" + ", ".join(arrays_shapes) + ("," if len(arrays_shapes) == 1 else "") + ")"
+            names = "(" + ", ".join(repr(n) for n in symbols) + ("," if len(symbols) == 1 else "") + ")"
+            scope.items.append(f"_room({shapes}, {names}, _env, _src, {MAX_ELEMENTS})")
         scope.items.append(f"_key = {key}  # the extents the preallocated buffers read")
         scope.items.append(f"_buf = _POOL.pop(_key, None) or ({', '.join(arrays)},)")
 

@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError, Message
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, TypeProto, numpy_helper
 from xdsl.dialects.builtin import (
     BytesAttr,
@@ -55,8 +56,9 @@ from loam.dialects.graph import (
 )
 from loam.dtypes import ElementType, by_onnx
 from loam.errors import ModelError, UnsupportedError
+from loam.limits import MAX_NESTING, LimitError, check_extents, max_nodes
 
-__all__ = ["check_external_data_sources", "external_data_path", "import_model", "read_model"]
+__all__ = ["check_external_data_sources", "check_model_proto", "external_data_path", "import_model", "read_model"]
 
 
 def read_model(path: str | Path) -> ModuleOp:
@@ -84,7 +86,77 @@ def import_model(model: ModelProto, source: str = "<model>", *, folder: Path | N
     `folder` is the model file's folder: external data locations must resolve inside it (symlinks
     followed).  Without it (an in-memory model) only the location's spelling is checked.
     """
+    check_model_proto(model, source)
     return ModuleOp([_Importer(model, source, folder).model_op()])
+
+
+def check_model_proto(model: ModelProto, source: str = "<model>") -> None:
+    """Refuse a model whose text is not text or whose size is past `loam.limits`, before importing it.
+
+    Every string field (names, op types, domains, doc strings, metadata, dim_params, ...) must be
+    valid UTF-8: protobuf hands an invalid one over as bytes, which nothing after the reader expects.
+    The nodes are counted (`MAX_NODES`, subgraphs included) and the graphs' nesting measured
+    (`MAX_NESTING`); the walk is iterative, so a deep model cannot exhaust the stack here.  Errors
+    name the file and the path to the field: `graph 'g': node #3 (Relu): name`.
+    """
+    limit = max_nodes()
+    nodes = 0
+    stack: list[tuple[Message, str, int]] = [(model, "", 0)]
+    while stack:
+        message, where, depth = stack.pop()
+        if isinstance(message, GraphProto):
+            depth += 1
+            if depth > MAX_NESTING:
+                raise LimitError(
+                    f"{source}: {where}: graphs nest {depth} deep, past Loam's limit of {MAX_NESTING} "
+                    "(loam.limits.MAX_NESTING)"
+                )
+            nodes += len(message.node)
+            if nodes > limit:
+                raise LimitError(
+                    f"{source}: {where or 'the model'}: more than {limit} nodes, past Loam's limit "
+                    "(loam.limits.MAX_NODES; set LOAM_MAX_NODES to raise it)"
+                )
+        for field, value in message.ListFields():
+            if field.type == field.TYPE_STRING:
+                for k, text in enumerate(value if _repeated(field) else [value]):
+                    if not isinstance(text, str):
+                        at = f"{field.name} #{k}" if _repeated(field) else field.name
+                        raise ModelError(
+                            f"{source}: {_join(where, at)}: not valid UTF-8 text ({bytes(text)[:40]!r}); "
+                            "ONNX strings are UTF-8"
+                        )
+            elif field.type == field.TYPE_MESSAGE:
+                items = list(value) if _repeated(field) else [value]
+                for k, item in reversed(list(enumerate(items))):
+                    label = _label(field.name, item, k if _repeated(field) else None)
+                    stack.append((item, _join(where, label), depth))
+
+
+def _repeated(field: FieldDescriptor) -> bool:
+    repeated = getattr(field, "is_repeated", None)  # protobuf 5.29+; `label` before it
+    return bool(repeated) if repeated is not None else field.label == field.LABEL_REPEATED
+
+
+def _join(where: str, step: str) -> str:
+    return f"{where}: {step}" if where else step
+
+
+def _label(field: str, item: Message, index: int | None) -> str:
+    """How an error names one message of the model: `node #3 'fc1' (Gemm)`, `initializer #0 'w'`."""
+    kinds = {"node": "node", "initializer": "initializer", "input": "input", "output": "output",
+             "value_info": "value_info", "attribute": "attribute", "graph": "graph", "graphs": "graph",
+             "g": "graph", "sparse_initializer": "sparse initializer"}  # fmt: skip
+    text = kinds.get(field, field)
+    if index is not None:
+        text += f" #{index}"
+    name = getattr(item, "name", None)
+    if isinstance(name, str) and name and field in kinds:
+        text += f" '{name}'"
+    op_type = getattr(item, "op_type", None)
+    if isinstance(op_type, str) and op_type:
+        text += f" ({op_type})"
+    return text
 
 
 def external_data_path(folder: Path | None, location: str) -> tuple[Path | None, str | None]:
@@ -347,6 +419,7 @@ class _Importer:
         elem = self.elem(t.data_type, where)
         name = t.name if keep_name else ""
         shape = list(t.dims)
+        check_extents(shape, f"{self.source}: {where}")
         if t.data_location == TensorProto.EXTERNAL:
             entries = [(e.key, e.value) for e in t.external_data]
             for key, value in entries:
@@ -398,6 +471,7 @@ class _Importer:
                     dims.append(d.dim_value if kind == "dim_value" else d.dim_param if kind else None)
                     if kind == "dim_value" and d.dim_value < 0:
                         raise self.fail(f"{where}: negative dim {d.dim_value}")
+                check_extents([d if isinstance(d, int) else 1 for d in dims], f"{self.source}: {where}")
             cls = TensorType if which == "tensor_type" else SparseTensorType
             return cls(elem, dims)
         if which == "sequence_type":

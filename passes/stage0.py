@@ -44,6 +44,7 @@ from loam.dialects.graph import (
 from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp
 from loam.dim_params import read_dim_param, spell_graph_inputs
 from loam.errors import PolyError, ShapeError, UnsupportedError
+from loam.limits import check_extents
 from loam.ops import rule_for
 from loam.ops.base import Facts, NodeInfo
 from loam.ops.control import IfRule, branch_length
@@ -241,6 +242,13 @@ class Stage0Graph:
             outputs = [settled_value(info, f) for f in rule.infer(info, inputs)]
         except PolyError as e:
             raise info.fail(str(e)) from None
+        for name, f in zip(op.output_names, outputs, strict=False):
+            # A value past the machine (loam.limits) is refused here, before any kernel plans for it.
+            check_extents(
+                [e.const_value if e.is_const else 1 for e in f.shape],
+                f"{info.where()}: output '{name}'",
+                error=ShapeError,
+            )
         if len(outputs) != len(op.outs):
             raise ShapeError(f"{info.where()}: produces {len(outputs)} outputs, the graph names {len(op.outs)}")
         if outputs and all(f.value is not None for f in outputs):

@@ -20,6 +20,7 @@ import numpy as np
 from loam import dtypes, owed
 from loam.bounds import Verdict
 from loam.derived import ceildiv, decide, from_end, maximum
+from loam.limits import MAX_FOLD_ELEMENTS, foldable
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity
 from loam.ops.movement import MOVABLE, AxesIn, AxesOut, MovementRule, check_movable
 from loam.ops.operands import (
@@ -406,11 +407,18 @@ class RangeRule(OpRule):
         # ONNX: max(ceil((limit - start) / delta), 0) elements, element i being start + i * delta.
         if elem.is_float:
             n = max(math.ceil((float(lim) - float(s)) / float(d)), 0)
+        else:
+            n = max(-(-(int(lim) - int(s)) // int(d)), 0)
+        if not foldable([n], node.where()):
+            raise node.fail(
+                f"makes {n} elements, past the {MAX_FOLD_ELEMENTS} the build computes for one value "
+                "(loam.limits.MAX_FOLD_ELEMENTS)"
+            )
+        if elem.is_float:
             # Halves compute in f32, as every Loam kernel does, and narrow at the end.
             wide = np.float64 if elem.name == "f64" else np.float32
             value = (wide(s) + np.arange(n, dtype=wide) * wide(d)).astype(elem.numpy)
         else:
-            n = max(-(-(int(lim) - int(s)) // int(d)), 0)
             value = (int(s) + np.arange(n, dtype=np.int64) * int(d)).astype(elem.numpy)
         return [facts(elem, (n,), value)]
 
@@ -457,7 +465,7 @@ class ConstantOfShapeRule(OpRule):
             owed.owe(d, node, f"extent {k} of shape {shown} is not negative")
         elem, fill = self.fill(node)
         value = None
-        if all(d.is_const for d in dims):
+        if all(d.is_const for d in dims) and foldable([d.const_value for d in dims], node.where()):
             value = np.full([d.const_value for d in dims], fill.reshape(-1)[0], dtype=fill.dtype)
         return [Facts(elem, tuple(dims), value)]
 

@@ -25,6 +25,7 @@ import numpy as np
 from loam import dtypes, owed
 from loam.bounds import Verdict
 from loam.derived import ceildiv, clamp, decide, exact_quotient, floordiv, from_end, maximum, minimum
+from loam.limits import foldable
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
 from loam.ops.lowering import COMPUTE_TYPES
 from loam.ops.operands import (
@@ -118,7 +119,11 @@ class ExpandRule(MovementRule):
                 raise node.fail(f"shape [{', '.join(map(str, target))}] holds the negative extent {t} at {k}")
         shape = broadcast_shapes(node, [x.shape, tuple(target)])
         value = None
-        if x.value is not None and all(d.is_const for d in shape):
+        if (
+            x.value is not None
+            and all(d.is_const for d in shape)
+            and foldable([d.const_value for d in shape], node.where())
+        ):
             value = np.array(np.broadcast_to(x.value, [d.const_value for d in shape]))
         return [Facts(x.elem, shape, value)]
 
@@ -568,7 +573,12 @@ class TileRule(_ResizesAxes):
         reps = self.repeats(node, inputs)
         dims = tuple(d * r for d, r in zip(x.shape, reps, strict=True))
         value = None
-        if x.value is not None and all(r.is_const for r in reps):
+        if (
+            x.value is not None
+            and all(r.is_const for r in reps)
+            and all(d.is_const for d in dims)
+            and foldable([d.const_value for d in dims], node.where())
+        ):
             value = kernel_tile(np.asarray(x.value), repeats=tuple(r.const_value for r in reps))
         return [Facts(x.elem, dims, value)]
 

@@ -11,6 +11,8 @@ it lists.
   it and the values the inputs gave (`_gives`).
 - `derived_extent`: the value of a derived extent symbol (`min(N, 1024)`), shared with the build
   (`loam.derived`).
+- `_room`: forward's preallocated buffers checked against `loam.limits.MAX_ELEMENTS` before any is
+  allocated (a ShapeError naming the input axes, never a MemoryError).
 - `_keep`: forward's preallocated buffers given back to the module's pool.
 """
 
@@ -128,6 +130,23 @@ def _owe(
         raise ShapeError(f"{condition} ({node}); {_gives(symbols, env, src)}")
 
 
+def _room(
+    shapes: tuple[tuple[int, ...], ...], symbols: tuple[str, ...], env: dict[str, int], src: dict[str, str], limit: int
+) -> None:
+    """Refuse the inputs before forward allocates unless each of its buffers' `shapes` holds at most
+    `limit` elements (`loam.limits.MAX_ELEMENTS`): a huge extent (a broadcast view costs nothing)
+    is a ShapeError naming the input axes that gave it, not a MemoryError."""
+    for shape in shapes:
+        count = 1
+        for extent in shape:
+            count *= extent
+        if count > limit:
+            raise ShapeError(
+                f"the inputs make a buffer of extents {list(shape)} ({count} elements), past the {limit} one "
+                f"tensor may hold ({_gives(symbols, env, src)})"
+            )
+
+
 def _keep(pool: dict, key: tuple, buffers: tuple) -> None:  # type: ignore[type-arg]
     """Give forward's preallocated buffers back to `pool` for the next call with the extents `key`.
 
@@ -187,6 +206,7 @@ PIECES: dict[str, object] = {
     "_owe": _owe,
     "derived_extent": derived_extent,
     "_keep": _keep,
+    "_room": _room,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "_check_input": ("ShapeError",),
@@ -195,4 +215,5 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "_check_spelled": ("ShapeError", "_gives"),
     "_owe": ("ShapeError", "_gives"),
     "derived_extent": ("ShapeError",),
+    "_room": ("ShapeError", "_gives"),
 }
