@@ -133,7 +133,7 @@ class WgslModulePrinter(ModulePrinter):
         return {*super().declared_names(), *wgsl_runtime.PIECES, *kernel_pieces(), *WGSL_MODULE_NAMES}
 
     def imports(self) -> str:
-        return super().imports() + "import wgpu\n"
+        return "import threading\n\n" + super().imports() + "import wgpu\n"
 
     def runtime_sources(self) -> list[str]:
         sources = super().runtime_sources()
@@ -474,7 +474,17 @@ class WgslModulePrinter(ModulePrinter):
 
     def forward_source(self, params, checks, body, ret, out_fields) -> str:  # type: ignore[no-untyped-def]
         checks = [*checks, *self.sizing]
-        return super().forward_source(params, checks, body, ret, out_fields)
+        text = super().forward_source(params, checks, body, ret, out_fields)
+        # One forward at a time on the device (its encoder, pools and bind groups are shared): from
+        # `g = _gpu()` to the last download, forward holds the device's lock.
+        lines = text.split("\n")
+        if "    g = _gpu()" not in lines:
+            return text
+        start = lines.index("    g = _gpu()") + 1
+        end = max(i for i, line in enumerate(lines) if line.startswith("    return "))
+        inner = [f"    {line}" if line else line for line in lines[start:end]]
+        lines[start:end] = ["    with g.lock:  # forward's calls from many threads take turns on the device", *inner]
+        return "\n".join(lines)
 
 
 def _reason(message: str) -> str:

@@ -1,7 +1,8 @@
 """The runtime a WGSL module carries: one device, its pipelines, resident buffers, and dispatch.
 
 Like `loam.runtime`'s pieces, each piece here is copied as source text into every generated module
-that uses it (`PIECES`, `DEPENDS`), so a module imports only numpy and `wgpu`.  `_Gpu` owns the
+that uses it (`PIECES`, `DEPENDS`), so a module imports only numpy, `wgpu` and the standard
+library's `threading` (the device's lock: forward calls from several threads take turns).  `_Gpu` owns the
 process's adapter and device for one module: it compiles every shader of the module once, keeps
 the buffers a forward needs per binding of the extent symbols (`buffers`), caches each dispatch's
 parameter buffer and bind group (so after the first call with a binding only inputs go up and
@@ -14,6 +15,8 @@ host checked that it fits); u32 holds bool (0 or 1).  `_device_array` and `_host
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -120,15 +123,19 @@ class _Gpu:
             raise DeviceError("the wgpu package is not installed (pip install wgpu)")
         # One device per process, shared by every Loam module: wgpu polls each device from a thread of
         # its own, and on OpenGL backends (llvmpipe) two devices in one process crash the process.
-        shared = getattr(wgpu, "_loam_shared_device", None)
-        if shared is None:
-            adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
-            if adapter is None:
-                raise DeviceError("no WebGPU adapter: install a driver (Mesa's llvmpipe runs on any CPU)")
-            wanted = ("max-storage-buffers-per-shader-stage", "max-storage-buffer-binding-size", "max-buffer-size")
-            limits = {k: adapter.limits[k] for k in wanted if k in adapter.limits}
-            shared = (adapter.request_device_sync(required_limits=limits), adapter.info.get("device", ""))
-            wgpu._loam_shared_device = shared  # type: ignore[attr-defined]
+        # One lock goes with it (dict.setdefault is atomic): it guards the device's making, and each
+        # module's forward holds it from its first upload to its last download (`self.lock`).
+        self.lock = wgpu.__dict__.setdefault("_loam_lock", threading.RLock())
+        with self.lock:
+            shared = getattr(wgpu, "_loam_shared_device", None)
+            if shared is None:
+                adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+                if adapter is None:
+                    raise DeviceError("no WebGPU adapter: install a driver (Mesa's llvmpipe runs on any CPU)")
+                wanted = ("max-storage-buffers-per-shader-stage", "max-storage-buffer-binding-size", "max-buffer-size")
+                limits = {k: adapter.limits[k] for k in wanted if k in adapter.limits}
+                shared = (adapter.request_device_sync(required_limits=limits), adapter.info.get("device", ""))
+                wgpu._loam_shared_device = shared  # type: ignore[attr-defined]
         self.device, self.adapter = shared
         self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         # llvmpipe caps an invocation's loop iterations (`_loops_counted`): its shaders count theirs.

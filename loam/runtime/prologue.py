@@ -152,10 +152,15 @@ def _keep(pool: dict, key: tuple, buffers: tuple) -> None:  # type: ignore[type-
 
     A call takes its buffers out of the pool (`pool.pop`) and puts them back when it returns, so two
     threads never share one set (the second allocates its own); the four latest bindings are kept.
+    Each step is one dict operation (atomic under the GIL); two threads trimming at once may find
+    the oldest entry gone already, and then try the next.
     """
     pool[key] = buffers
     while len(pool) > 4:
-        del pool[next(iter(pool))]
+        try:
+            del pool[next(iter(pool))]
+        except (KeyError, RuntimeError, StopIteration):  # another thread trimmed it first
+            continue
 
 
 def derived_extent(function: str, *args: int) -> int:

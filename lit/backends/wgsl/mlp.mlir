@@ -18,15 +18,16 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) name
 // The half zip's result takes the product's buffer, free once the copy has read it.
 // CHECK-NEXT:     _sizes = (32*_env['N'], 64*_env['N'], 64*_env['N'])  # bytes per buffer
 // CHECK-NEXT:     g = _gpu()
-// CHECK-NEXT:     _w = _resident(weights, g)
-// CHECK-NEXT:     _b = g.pool(_key, _sizes)  # this binding's activation buffers, made once
-// CHECK-NEXT:     g.write('x', _b[0], x)
-// CHECK-NEXT:     g.begin()
-// CHECK-NEXT:     g.dispatch('matmul_0', (_b[1], _b[0], _w[0], _w[1]), *_p_matmul(
-// CHECK-NEXT:     g.dispatch('copy_1', (_b[2], _b[1]), *_p_permute((_env['N'], 16), (1, 0)))  # t
-// CHECK-NEXT:     g.dispatch('zip_2', (_b[1], _b[2]), *_p_zip((16, _env['N']), ()))  # half
-// CHECK-NEXT:     g.end()
-// CHECK-NEXT:     y = g.read(_b[1], 'float16', (16, _env['N']))
+// CHECK-NEXT:     with g.lock:  # forward's calls from many threads take turns on the device
+// CHECK-NEXT:         _w = _resident(weights, g)
+// CHECK-NEXT:         _b = g.pool(_key, _sizes)  # this binding's activation buffers, made once
+// CHECK-NEXT:         g.write('x', _b[0], x)
+// CHECK-NEXT:         g.begin()
+// CHECK-NEXT:         g.dispatch('matmul_0', (_b[1], _b[0], _w[0], _w[1]), *_p_matmul(
+// CHECK-NEXT:         g.dispatch('copy_1', (_b[2], _b[1]), *_p_permute((_env['N'], 16), (1, 0)))  # t
+// CHECK-NEXT:         g.dispatch('zip_2', (_b[1], _b[2]), *_p_zip((16, _env['N']), ()))  # half
+// CHECK-NEXT:         g.end()
+// CHECK-NEXT:         y = g.read(_b[1], 'float16', (16, _env['N']))
 // CHECK-NEXT:     return y
 // CHECK:      # What forward calls: the expressions, constants and runtime pieces this model uses, copied in by Loam
 // CHECK:      _SHADERS = {
@@ -40,4 +41,4 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) name
 // CHECK-SAME:     let s1: f32 = round_f16(in0[i]);\n  out0[i] = s1;
 // CHECK-NEXT: }
 
-// IMPORTS: ['numpy', 'wgpu']
+// IMPORTS: ['numpy', 'threading', 'wgpu']
