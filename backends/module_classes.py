@@ -170,6 +170,7 @@ def weights_source(
         "        data = _mapped(path)",
         "        tensors = _read_checkpoint(data)",
         "        _check_index(path, tensors)",
+        "        _unchanged(data)  # the file cut short since it was mapped: a LoadError, not SIGBUS",
         "        return cls._from(data, tensors, packed)",
         "",
         "    @classmethod",

@@ -385,7 +385,9 @@ class ModulePrinter:
         program = self.program
         markers = self._markers()
         self._reserve_declared(markers)
-        self.pieces.update({"_check_input", "_read_checkpoint", "_load_weights", "_mapped", "_check_index"})
+        self.pieces.update(
+            {"_check_input", "_read_checkpoint", "_load_weights", "_mapped", "_check_index", "_unchanged"}
+        )
 
         # Inputs first: their names are forward's parameters, their symbols bind extents.
         params, checks = self._inputs()

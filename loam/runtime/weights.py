@@ -11,7 +11,8 @@ and the load agree on what a checkpoint supplies.
   and raw bytes, refusing malformed headers, byte ranges that overlap, leave holes or pass the end
   (naming the first tensor cut off).
 - `_mapped`, `_check_index`: `Weights.load_file`'s read-only memory map (numpy.memmap), of one file,
-  a list of shards or a Hugging Face `*.index.json` and the shards it names.
+  a list of shards or a Hugging Face `*.index.json` and the shards it names; `_unchanged`: each
+  mapped file still as long as its map once the header is checked (a LoadError, never SIGBUS).
 - `encoding_supplies`, `_check_weight`: one checkpoint tensor checked against the graph (dtype
   convertible without loss, rank, extents by axis, byte length), before any tensor is decoded.
 - `_decoded`, `_load_weights`: the checked tensors as arrays of the graph's dtypes: zero-copy views of
@@ -345,6 +346,29 @@ def _mapped(path: object) -> object:
     return shards
 
 
+def _unchanged(data: object) -> None:
+    """Refuse a memory-mapped checkpoint whose file no longer has the length it was mapped with.
+
+    `Weights.load_file` reads the header from the map, then the payloads: a file truncated (or
+    rewritten shorter) in between would end the process with SIGBUS on the first page past its new
+    end.  This runs after the header check, before any payload is read.  (Once loaded, the weights
+    view the map: a checkpoint must not be cut short while a module uses it.)"""
+    for m in data.values() if isinstance(data, dict) else (data,):
+        name = getattr(m, "filename", None)
+        if name is None:
+            continue
+        try:
+            with open(name, "rb") as f:
+                size = f.seek(0, 2)
+        except OSError as e:
+            raise LoadError(f"checkpoint {name!r}: cannot read it again: {e.strerror or e}") from None
+        if size != len(m):
+            raise LoadError(
+                f"checkpoint {name!r} changed while it was loaded: {len(m)} bytes when mapped, {size} now; "
+                "load it once it is written"
+            )
+
+
 def _check_index(path: object, tensors: dict[str, tuple[str, tuple[int, ...], memoryview, str]]) -> None:
     """Each tensor a Hugging Face index places is in the shard the index names."""
     text = str(path)
@@ -541,6 +565,7 @@ PIECES: dict[str, object] = {
     "_read_checkpoint": _read_checkpoint,
     "_mapped": _mapped,
     "_check_index": _check_index,
+    "_unchanged": _unchanged,
     "_convertible": _convertible,
     "encoding_supplies": encoding_supplies,
     "_check_weight": _check_weight,
@@ -557,6 +582,7 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "_read_checkpoint": ("LoadError", "_bytes_of", "_read_safetensors", "FORMATS"),
     "_mapped": ("LoadError", "_parse_json"),
     "_check_index": ("LoadError", "_parse_json"),
+    "_unchanged": ("LoadError",),
     "encoding_supplies": ("SAFETENSORS_DTYPES", "_convertible"),
     "_check_weight": ("LoadError", "SAFETENSORS_DTYPES", "encoding_supplies"),
     "_decoded": ("SAFETENSORS_DTYPES", "_bf16_to_f32"),

@@ -1,13 +1,15 @@
-"""A generated module shared by threads.
+"""A generated module shared by threads, and a checkpoint that changes while it loads.
 
 `forward` called from many threads at once (different batch extents per thread) gives each caller its
 own correct result: the numpy module's buffer pool hands a set of buffers to one call at a time
-(`_keep`), and the WGSL module's forward holds its device's lock.
+(`_keep`), and the WGSL module's forward holds its device's lock.  `Weights.load_file` on a file cut
+short after its header was checked raises LoadError instead of dying of SIGBUS.
 """
 
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -104,3 +106,39 @@ def test_wgsl_forward_from_many_threads(tmp_path: Path) -> None:
     assert "with g.lock:" in result.source
     module = result.module
     _hammer(module, module.Weights.load_file(str(tmp_path / "mlp.safetensors")))
+
+
+_CUT_SHORT = """
+import shutil, sys
+from loam.options import Options
+from loam.pipeline import build
+
+mlp, path = sys.argv[1], sys.argv[2]
+module = build(mlp + "/mlp.onnxtext", options=Options.from_toml(mlp + "/loam.toml")).module
+shutil.copy(mlp + "/mlp.safetensors", path)
+read = module._read_checkpoint
+
+def read_then_cut(data):
+    tensors = read(data)  # the header checked; now the file loses its payloads
+    with open(path, "r+b") as f:
+        f.truncate(len(data) // 2)
+    return tensors
+
+module._read_checkpoint = read_then_cut
+try:
+    module.Weights.load_file(path)
+except Exception as e:  # the module's own LoadError class
+    print(type(e).__name__ + ":", e)
+"""
+
+
+def test_a_checkpoint_cut_short_while_it_loads(tmp_path: Path) -> None:
+    # In a child process: without the check the load dies of SIGBUS, which must not take pytest along.
+    run = subprocess.run(
+        [sys.executable, "-c", _CUT_SHORT, str(MLP), str(tmp_path / "w.safetensors")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert "LoadError:" in run.stdout and "changed while it was loaded" in run.stdout, run.stdout
