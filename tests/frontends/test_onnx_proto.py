@@ -498,3 +498,32 @@ def test_text_reader_agrees_with_onnx_parser() -> None:
     print(f"text reader: {same} identical, {refused} refused, {len(differing)} differing")
     assert not differing, differing[:20]
     assert same + refused == len(population) > 2000
+
+
+# -- names that would break the module: found by the mutation fuzzer (tests/fuzz) ----------------------------------
+
+
+def _relu_model(node_name: str) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name=node_name)], "g", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("name", ["fc2.\x00matmul", "a\nimport os  # a line break would end the comment", "a\rb"])
+def test_a_name_with_a_control_character_is_refused(tmp_path: Path, name: str) -> None:
+    from loam.frontends.onnx_proto import read_model
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_relu_model(name).SerializeToString())
+    with pytest.raises(ModelError, match=rf"{path}: graph 'g': node #0: the name .* is not printable"):
+        read_model(path)
+
+
+def test_a_name_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    from loam.frontends.onnx_proto import read_model
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_relu_model("QQ").SerializeToString().replace(b"QQ", b"\xff\xfe"))
+    with pytest.raises(ModelError, match=rf"{path}: .*node #0: the name .* is not valid UTF-8"):
+        read_model(path)

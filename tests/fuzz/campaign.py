@@ -12,7 +12,6 @@ from tests.fuzz.mutate import mutate
 from tests.fuzz.readers import READERS, Outcome, outcome
 
 KNOWN: dict[tuple[str, int], str] = {
-    ("onnx", 7): "a node name holding a NUL byte reaches the module's comments: compile() refuses the source",
     ("stablehlo-generic", 98): "xDSL's string-literal lexer does not finish on this input (a hang)",
 }
 """Crashes found and not fixed yet, by (reader, mutation seed): the short campaign skips them, and
