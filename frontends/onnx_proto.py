@@ -185,6 +185,8 @@ class _Importer:
             raise UnsupportedError(f"{self.source}: {where}: sparse initializers are not supported")
         if g.quantization_annotation:
             raise UnsupportedError(f"{self.source}: {where}: quantization annotations are not supported")
+        if top and not g.output:
+            raise self.fail(f"{where}: the graph declares no outputs; a model computes at least one")
         value_types = {vi.name: self.type(vi.type, f"{where}: value_info '{vi.name}'") for vi in g.value_info}
         block = Block(arg_types=[self.type(vi.type, f"{where}: input '{vi.name}'") for vi in g.input])
         scope: dict[str, SSAValue] = {}

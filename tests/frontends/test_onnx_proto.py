@@ -527,3 +527,15 @@ def test_a_name_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
     path.write_bytes(_relu_model("QQ").SerializeToString().replace(b"QQ", b"\xff\xfe"))
     with pytest.raises(ModelError, match=rf"{path}: .*node #0: the name .* is not valid UTF-8"):
         read_model(path)
+
+
+def test_a_graph_without_outputs_is_refused(tmp_path: Path) -> None:
+    # The fuzzer's onnx seed 10005583: the module printer indexed the empty list of outputs.
+    from loam.frontends.onnx_proto import read_model
+
+    model = _relu_model("r")
+    del model.graph.output[:]
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(ModelError, match=rf"{path}: graph 'g': the graph declares no outputs"):
+        read_model(path)
