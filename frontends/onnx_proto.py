@@ -350,6 +350,8 @@ class _Importer:
         elem = self.elem(t.data_type, where)
         name = t.name if keep_name else ""
         shape = list(t.dims)
+        if any(d < 0 for d in shape):
+            raise self.fail(f"{where}: the tensor's dims {shape} hold a negative extent")
         if t.data_location == TensorProto.EXTERNAL:
             entries = [(e.key, e.value) for e in t.external_data]
             for key, value in entries:

@@ -539,3 +539,19 @@ def test_a_graph_without_outputs_is_refused(tmp_path: Path) -> None:
     path.write_bytes(model.SerializeToString())
     with pytest.raises(ModelError, match=rf"{path}: graph 'g': the graph declares no outputs"):
         read_model(path)
+
+
+def test_an_external_initializer_of_negative_dims_is_refused(tmp_path: Path) -> None:
+    # The fuzzer's onnxtext seed 10001379: xDSL's verifier raised on the negative dim (an internal error).
+    from loam.frontends.onnx_proto import read_model
+
+    path = tmp_path / "m.onnxtext"
+    path.write_text(
+        '<ir_version: 8, opset_import: ["" : 17]>\n'
+        "g (float[2] x) => (float[2] y)\n"
+        '<float[-1] w = ["location": "w.safetensors", "offset": "0", "length": "4"]>\n'
+        "{ y = Add (x, w) }\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ModelError, match=rf"{path}: .*'w': the tensor's dims \[-1\] hold a negative extent"):
+        read_model(path)
