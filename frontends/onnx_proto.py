@@ -251,11 +251,14 @@ class _Importer:
 
     def graph(self, g: GraphProto, scopes: list[dict[str, SSAValue]], top: bool) -> GraphOp | Region:
         """The top graph as a `graph.graph`, or a subgraph as a region (`scopes`: enclosing names)."""
+        _check_names(g, self.source)
         where = f"graph '{g.name}'"
         if g.sparse_initializer:
             raise UnsupportedError(f"{self.source}: {where}: sparse initializers are not supported")
         if g.quantization_annotation:
             raise UnsupportedError(f"{self.source}: {where}: quantization annotations are not supported")
+        if top and not g.output:
+            raise self.fail(f"{where}: the graph declares no outputs; a model computes at least one")
         value_types = {vi.name: self.type(vi.type, f"{where}: value_info '{vi.name}'") for vi in g.value_info}
         block = Block(arg_types=[self.type(vi.type, f"{where}: input '{vi.name}'") for vi in g.input])
         scope: dict[str, SSAValue] = {}
@@ -419,6 +422,8 @@ class _Importer:
         elem = self.elem(t.data_type, where)
         name = t.name if keep_name else ""
         shape = list(t.dims)
+        if any(d < 0 for d in shape):
+            raise self.fail(f"{where}: the tensor's dims {shape} hold a negative extent")
         check_extents(shape, f"{self.source}: {where}")
         if t.data_location == TensorProto.EXTERNAL:
             entries = [(e.key, e.value) for e in t.external_data]
@@ -497,3 +502,29 @@ def _checked(make: Callable[[], TensorDataAttr], fail: Callable[[str], ModelErro
         return make()
     except VerifyException as err:
         raise fail(f"{where}: {err}") from None
+
+
+def _check_names(g: GraphProto, source: str) -> None:
+    """Refuse a name in graph `g` (not its subgraphs) that is not UTF-8 or holds a character that is not
+    printable (a NUL, a line break, ...): names reach the module's comments, where a line break would
+    end the comment and the rest of the name would run as code."""
+
+    def check(text: str | bytes, what: str) -> None:
+        if isinstance(text, bytes):
+            raise ModelError(f"{source}: {what}: the name {text!r} is not valid UTF-8")
+        if not text.isprintable():
+            raise ModelError(f"{source}: {what}: the name {text!r} holds a character that is not printable")
+
+    check(g.name, "graph name")
+    where = f"graph {g.name!r}"
+    for kind, items in (("input", g.input), ("output", g.output), ("value_info", g.value_info)):
+        for i, item in enumerate(items):
+            check(item.name, f"{where}: {kind} #{i}")
+    for i, init in enumerate(g.initializer):
+        check(init.name, f"{where}: initializer #{i}")
+    for i, node in enumerate(g.node):
+        check(node.name, f"{where}: node #{i}")
+        for j, text in enumerate(node.input):
+            check(text, f"{where}: node #{i} ({node.name!r}) input #{j}")
+        for j, text in enumerate(node.output):
+            check(text, f"{where}: node #{i} ({node.name!r}) output #{j}")

@@ -498,3 +498,60 @@ def test_text_reader_agrees_with_onnx_parser() -> None:
     print(f"text reader: {same} identical, {refused} refused, {len(differing)} differing")
     assert not differing, differing[:20]
     assert same + refused == len(population) > 2000
+
+
+# -- names that would break the module: found by the mutation fuzzer (tests/fuzz) ----------------------------------
+
+
+def _relu_model(node_name: str) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name=node_name)], "g", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("name", ["fc2.\x00matmul", "a\nimport os  # a line break would end the comment", "a\rb"])
+def test_a_name_with_a_control_character_is_refused(tmp_path: Path, name: str) -> None:
+    from loam.frontends.onnx_proto import read_model
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_relu_model(name).SerializeToString())
+    with pytest.raises(ModelError, match=rf"{path}: graph 'g': node #0: the name .* is not printable"):
+        read_model(path)
+
+
+def test_a_name_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    from loam.frontends.onnx_proto import read_model
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_relu_model("QQ").SerializeToString().replace(b"QQ", b"\xff\xfe"))
+    with pytest.raises(ModelError, match=rf"{path}: .*node #0: the name .* is not valid UTF-8"):
+        read_model(path)
+
+
+def test_a_graph_without_outputs_is_refused(tmp_path: Path) -> None:
+    # The fuzzer's onnx seed 10005583: the module printer indexed the empty list of outputs.
+    from loam.frontends.onnx_proto import read_model
+
+    model = _relu_model("r")
+    del model.graph.output[:]
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(ModelError, match=rf"{path}: graph 'g': the graph declares no outputs"):
+        read_model(path)
+
+
+def test_an_external_initializer_of_negative_dims_is_refused(tmp_path: Path) -> None:
+    # The fuzzer's onnxtext seed 10001379: xDSL's verifier raised on the negative dim (an internal error).
+    from loam.frontends.onnx_proto import read_model
+
+    path = tmp_path / "m.onnxtext"
+    path.write_text(
+        '<ir_version: 8, opset_import: ["" : 17]>\n'
+        "g (float[2] x) => (float[2] y)\n"
+        '<float[-1] w = ["location": "w.safetensors", "offset": "0", "length": "4"]>\n'
+        "{ y = Add (x, w) }\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ModelError, match=rf"{path}: .*'w': the tensor's dims \[-1\] hold a negative extent"):
+        read_model(path)
