@@ -505,13 +505,12 @@ def _checked(make: Callable[[], TensorDataAttr], fail: Callable[[str], ModelErro
 
 
 def _check_names(g: GraphProto, source: str) -> None:
-    """Refuse a name in graph `g` (not its subgraphs) that is not UTF-8 or holds a character that is not
-    printable (a NUL, a line break, ...): names reach the module's comments, where a line break would
-    end the comment and the rest of the name would run as code."""
+    """Refuse a name in graph `g` (not its subgraphs) that holds a character that is not printable (a
+    NUL, a line break, ...): names reach the module's comments, where a line break would end the
+    comment and the rest of the name would run as code.  (`check_model_proto` has already refused
+    every string field that is not UTF-8, names included.)"""
 
-    def check(text: str | bytes, what: str) -> None:
-        if isinstance(text, bytes):
-            raise ModelError(f"{source}: {what}: the name {text!r} is not valid UTF-8")
+    def check(text: str, what: str) -> None:
         if not text.isprintable():
             raise ModelError(f"{source}: {what}: the name {text!r} holds a character that is not printable")
 
