@@ -116,29 +116,14 @@ def mlp_gguf_bytes() -> bytes:
     return gguf_bytes(tensors, {"general.architecture": "mlp"})
 
 
-def tiny_tokenizer_metadata() -> dict[str, object]:
-    return {
-        "tokenizer.ggml.model": "gpt2",
-        "tokenizer.ggml.pre": "smollm",
-        "tokenizer.ggml.tokens": ["<s>", "</s>", "a", "b", "ab", "Ġ", "Ġab", "<think>", "1"],
-        "tokenizer.ggml.token_type": [3, 3, 1, 1, 1, 1, 1, 4, 1],
-        "tokenizer.ggml.merges": ["a b", "Ġ ab"],
-        "tokenizer.ggml.bos_token_id": 0,
-        "tokenizer.ggml.eos_token_id": 1,
-        "tokenizer.ggml.add_bos_token": True,
-        "tokenizer.ggml.add_eos_token": True,
-        "tokenizer.chat_template": "{% for m in messages %}<s>{{ m['role'] }}:{{ m['content'] }}</s>{% endfor %}",
-    }
-
-
 @functools.cache
 def tokenizer_gguf_bytes() -> bytes:
     import tempfile
 
-    from tests.tokenizer.gguf_files import write_tokenizer_gguf
+    from tests.tokenizer.gguf_files import tiny, write_tokenizer_gguf
 
     with tempfile.TemporaryDirectory() as tmp:
-        return write_tokenizer_gguf(Path(tmp) / "t.gguf", tiny_tokenizer_metadata()).read_bytes()
+        return write_tokenizer_gguf(Path(tmp) / "t.gguf", tiny()).read_bytes()
 
 
 @functools.cache

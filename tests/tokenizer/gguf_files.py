@@ -47,3 +47,21 @@ def write_tokenizer_gguf(path: Path, metadata: Mapping[str, object]) -> Path:
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def tiny(**changes: object) -> dict[str, object]:
+    """Tokenizer metadata of a 9-token vocabulary (None in `changes` removes a key)."""
+    metadata: dict[str, object] = {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "smollm",
+        "tokenizer.ggml.tokens": ["<s>", "</s>", "a", "b", "ab", "Ġ", "Ġab", "<think>", "1"],
+        "tokenizer.ggml.token_type": [3, 3, 1, 1, 1, 1, 1, 4, 1],
+        "tokenizer.ggml.merges": ["a b", "Ġ ab"],
+        "tokenizer.ggml.bos_token_id": 0,
+        "tokenizer.ggml.eos_token_id": 1,
+        "tokenizer.ggml.add_bos_token": True,
+        "tokenizer.ggml.add_eos_token": True,
+        "tokenizer.chat_template": "{% for m in messages %}<s>{{ m['role'] }}:{{ m['content'] }}</s>{% endfor %}",
+    }
+    metadata |= changes
+    return {key: value for key, value in metadata.items() if value is not None}

@@ -23,7 +23,7 @@ from loam.errors import CheckpointError, LoamError, TokenizerError
 from loam.gguf import read_gguf_header
 from loam.tokenizer import Tokenizer
 from tests.smollm2_file import smollm2_gguf
-from tests.tokenizer.gguf_files import write_tokenizer_gguf
+from tests.tokenizer.gguf_files import tiny, write_tokenizer_gguf
 
 HERE = Path(__file__).resolve().parent
 ORACLE = json.loads((HERE / "oracle.json").read_text(encoding="utf-8"))
@@ -204,24 +204,6 @@ def test_a_malformed_tokenizer_json_is_refused(tmp_path: Path) -> None:
 
 
 # -- a tiny vocabulary: what SmolLM2's file does not exercise --------------------------------------------------------
-
-
-def tiny(**changes: object) -> dict[str, object]:
-    """Tokenizer metadata of a 9-token vocabulary (None in `changes` removes a key)."""
-    metadata: dict[str, object] = {
-        "tokenizer.ggml.model": "gpt2",
-        "tokenizer.ggml.pre": "smollm",
-        "tokenizer.ggml.tokens": ["<s>", "</s>", "a", "b", "ab", "Ġ", "Ġab", "<think>", "1"],
-        "tokenizer.ggml.token_type": [3, 3, 1, 1, 1, 1, 1, 4, 1],
-        "tokenizer.ggml.merges": ["a b", "Ġ ab"],
-        "tokenizer.ggml.bos_token_id": 0,
-        "tokenizer.ggml.eos_token_id": 1,
-        "tokenizer.ggml.add_bos_token": True,
-        "tokenizer.ggml.add_eos_token": True,
-        "tokenizer.chat_template": "{% for m in messages %}<s>{{ m['role'] }}:{{ m['content'] }}</s>{% endfor %}",
-    }
-    metadata |= changes
-    return {key: value for key, value in metadata.items() if value is not None}
 
 
 def test_tiny_vocabulary_frames_and_matches_user_defined_tokens(tmp_path: Path) -> None:
