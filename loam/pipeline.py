@@ -303,9 +303,10 @@ def check_checkpoints(
     return notes
 
 
-def build_report(ir: ModuleOp) -> str:
-    """One line per ONNX node that emits code: the node's name and the kernels that compute it
-    (a node whose zip was fused into another node's names the zip and that node)."""
+def node_kernels(ir: ModuleOp) -> dict[str, list[str]]:
+    """Each ONNX node that emits code, in program order, and the kernels that compute it: a kernel's
+    op name (`+epilogue` for a product the fuse pass finished with an epilogue); a kernel fused into
+    another node's, as listed under a node it composed, reads `NAME (fused into NODE)`."""
     from loam.dialects.kernel import ProgramOp
 
     kernels: dict[str, list[str]] = {}
@@ -321,6 +322,13 @@ def build_report(ir: ModuleOp) -> str:
                 if isinstance(member, StringAttr) and member.data != node.data:
                     kernels.setdefault(member.data, []).append(f"{name} (fused into {node.data})")
             kernels.setdefault(node.data, []).append(name)
+    return kernels
+
+
+def build_report(ir: ModuleOp) -> str:
+    """One line per ONNX node that emits code: the node's name and the kernels that compute it
+    (`node_kernels`)."""
+    kernels = node_kernels(ir)
     if not kernels:
         return ""
     width = max(len("node"), *(len(n) for n in kernels)) + 2

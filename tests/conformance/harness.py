@@ -460,23 +460,23 @@ PASS_KERNELS = frozenset({"kernel.tile_program", "kernel.matmul_packed", "kernel
 """Kernel ops later passes make of what a rule lowered (tile programs, packed products)."""
 
 
-def check_lowered_kernels(model: onnx.ModelProto, report: str) -> None:
-    """Every node the build report lists is computed by kernel ops its rule declares (`OpRule.kernels`,
-    what docs/operators.md says it lowers to), or by what later passes make of them (CaseFailure if not)."""
+def check_lowered_kernels(model: onnx.ModelProto, built: Any) -> None:
+    """Every node of the build is computed by kernel ops its rule declares (`OpRule.kernels`, what
+    docs/operators.md says it lowers to), or by what later passes make of them (CaseFailure if not)."""
     from loam.ops import RULES
+    from loam.pipeline import node_kernels
 
     op_types = {node.name: node.op_type for node in model.graph.node}
-    for line in report.splitlines()[1:]:
-        name, _, kernels = line.partition("  ")
-        rule = RULES.get(op_types.get(name.strip(), ""))
+    for name, kernels in node_kernels(built.ir).items():
+        rule = RULES.get(op_types.get(name, ""))
         if rule is None:
             continue
         # A kernel fused into another node's names that node; the unfused build checks what it was.
-        used = {k.removesuffix("+epilogue") for k in kernels.strip().split(", ") if " (fused into " not in k}
+        used = {k.removesuffix("+epilogue") for k in kernels if " (fused into " not in k}
         undeclared = sorted(used - set(rule.kernels) - PASS_KERNELS)
         if undeclared:
             raise CaseFailure(
-                f"node '{name.strip()}' ({op_types[name.strip()]}) is computed by {', '.join(undeclared)}, which its "
+                f"node '{name}' ({op_types[name]}) is computed by {', '.join(undeclared)}, which its "
                 f"rule does not declare in `kernels` ({', '.join(rule.kernels) or 'none'})"
             )
 
@@ -571,7 +571,7 @@ def _check_data(
                 ) from err
         want = ds.expected if ds.expected is not None else run_onnxruntime(model, ds.feeds)
         for built in builds[key]:
-            check_lowered_kernels(special, built.report)
+            check_lowered_kernels(special, built)
             compare(case, run_built(built, feeds), want)
 
 
