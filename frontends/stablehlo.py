@@ -53,6 +53,7 @@ from xdsl.dialects.func import ReturnOp as FuncReturnOp
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.utils.exceptions import DiagnosticException, ParseError
 
+from loam.context import check_lexable
 from loam.dialects import stablehlo as hlo
 from loam.dialects.graph import GraphOp, InitializerOp, ModelOp, NodeOp, ReturnOp, TensorType, set_name_hint
 from loam.dtypes import ElementType
@@ -108,6 +109,7 @@ def read_stablehlo(path: str | Path, *, params: Sequence[str] = PARAMS) -> Modul
 def import_stablehlo(text: str, source: str = "<stablehlo>", *, params: Sequence[str] = PARAMS) -> ModuleOp:
     """The graph-dialect module of StableHLO `text`; `source` names the file in error messages."""
     prepared = prepare(text, source)
+    check_lexable(prepared.text, source)
     parser = LocatedParser(_context(), prepared, source)
     try:
         module = parser.parse_module()

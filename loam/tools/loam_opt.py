@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import io
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -36,6 +37,7 @@ from xdsl.utils.frontend import Frontend
 from xdsl.utils.target import Target
 from xdsl.xdsl_opt_main import xDSLOptMain
 
+from loam.context import check_lexable
 from loam.dialects import get_all_dialects
 from loam.errors import LoamError, UsageError
 from loam.passes import get_all_passes
@@ -202,6 +204,8 @@ class LoamOptMain(xDSLOptMain):
 
     def parse_chunk(self, chunk: IO[bytes], file_extension: str, start_offset: int = 0) -> ModuleOp | None:
         try:
+            if (self.args.frontend or file_extension) == "mlir":
+                chunk = self._lexable(chunk)
             return super().parse_chunk(chunk, file_extension, start_offset)
         except LoamError as exc:
             self._diagnose(exc)
@@ -213,6 +217,12 @@ class LoamOptMain(xDSLOptMain):
         except LoamError as exc:
             self._diagnose(exc)
             raise
+
+    def _lexable(self, chunk: IO[bytes]) -> IO[bytes]:
+        """The chunk, once `loam.context.check_lexable` finds nothing in it that would hang xDSL's lexer."""
+        data = chunk.read()
+        check_lexable(data.decode("utf-8", errors="replace"), self.get_input_name())
+        return io.BytesIO(data)
 
     def _diagnose(self, exc: LoamError) -> None:
         """Under --verify-diagnostics, hand a LoamError to xDSL's per-chunk diagnostic printing."""

@@ -11,11 +11,17 @@ from pathlib import Path
 from tests.fuzz.mutate import mutate
 from tests.fuzz.readers import READERS, Outcome, outcome
 
-KNOWN: dict[tuple[str, int], str] = {
-    ("stablehlo-generic", 98): "xDSL's string-literal lexer does not finish on this input (a hang)",
-}
+KNOWN: dict[tuple[str, int], str] = {}
 """Crashes found and not fixed yet, by (reader, mutation seed): the short campaign skips them, and
-tests/fuzz/test_fuzz.py holds each as a strict xfail, so a fix shows as an XPASS to delete here."""
+tests/fuzz/test_fuzz.py holds each as a strict xfail, so a fix shows as an XPASS to move to FIXED."""
+
+FIXED: dict[tuple[str, int], str] = {
+    ("stablehlo-generic", 98): "an unterminated string literal hung xDSL's lexer",
+    ("stablehlo-generic", 20000092): "an unterminated string literal hung xDSL's lexer",
+    ("ir", 20000290): "an unterminated string literal hung xDSL's lexer",
+    ("ir", 20000097): "an integer type of width 10^30: OverflowError in xDSL's value range",
+}
+"""Crashes the long campaign found and Loam now refuses: tests/fuzz/test_fuzz.py keeps them refused."""
 
 
 class Hang(Exception):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fuzz.campaign import KNOWN, campaign, one
+from tests.fuzz.campaign import FIXED, KNOWN, campaign, one
 from tests.fuzz.mutate import mutate
 from tests.fuzz.readers import READERS
 
@@ -43,10 +43,11 @@ def test_no_mutant_crashes(reader: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "known",
-    [pytest.param(k, id=f"{k[0]}-{k[1]}", marks=pytest.mark.xfail(strict=True, reason=v)) for k, v in KNOWN.items()],
+    "case",
+    [pytest.param(k, id=f"{k[0]}-{k[1]}", marks=pytest.mark.xfail(strict=True, reason=v)) for k, v in KNOWN.items()]
+    + [pytest.param(k, id=f"{k[0]}-{k[1]}-fixed") for k in FIXED],
 )
-def test_known_crashes_are_still_open(known: tuple[str, int]) -> None:
-    reader, seed = known
+def test_found_crashes_are_refused(case: tuple[str, int]) -> None:
+    reader, seed = case
     result = one(reader, seed, timeout_s=10)
-    assert result.kind != "crash", result.detail
+    assert result.kind == "refused", result.detail
