@@ -132,12 +132,14 @@ def _index_extent(path: Path) -> str:
         return digest.hexdigest()  # malformed: the build refuses it; the key needs no more
     for shard in shards:
         shard_path = path.parent / shard
-        digest.update(b"\0" + shard.encode("utf-8") + b"\0")
-        # A shard that is absent (or escapes the folder) is the build's refusal to make.
-        if shard_path.is_file():
-            digest.update(checkpoint_extent(shard_path).encode("ascii"))
-        else:
-            digest.update(b"absent")
+        digest.update(b"\0" + shard.encode("utf-8", errors="surrogatepass") + b"\0")
+        # A shard that is absent, escapes the folder or cannot be looked up (a name too long, a NUL)
+        # is the build's refusal to make.
+        try:
+            extent = checkpoint_extent(shard_path) if shard_path.is_file() else "absent"
+        except (OSError, ValueError):
+            extent = "absent"
+        digest.update(extent.encode("ascii"))
     return digest.hexdigest()
 
 

@@ -146,20 +146,23 @@ def read_index(path: Path) -> dict[str, tuple[Path, HeaderEntry]]:
     root = folder.resolve()
     placed: dict[str, list[str]] = {}
     for name, shard in weight_map.items():
-        if PurePosixPath(shard).is_absolute() or PureWindowsPath(shard).is_absolute():
-            raise CheckpointError(f"checkpoint {path}: tensor '{name}' is in shard '{shard}', an absolute path")
-        if not (folder / shard).resolve().is_relative_to(root):
-            raise CheckpointError(
-                f"checkpoint {path}: tensor '{name}' is in shard '{shard}', which leaves the index's folder {folder}"
-            )
         placed.setdefault(shard, []).append(name)
     headers: dict[str, dict[str, HeaderEntry]] = {}
     for shard, tensors in placed.items():
-        if not (folder / shard).is_file():
-            more = f" (and {len(tensors) - 1} more tensors)" if len(tensors) > 1 else ""
-            raise CheckpointError(
-                f"checkpoint {path}: tensor '{tensors[0]}'{more} is in shard '{shard}', which does not exist"
-            )
+        more = f" (and {len(tensors) - 1} more tensors)" if len(tensors) > 1 else ""
+        where = f"checkpoint {path}: tensor '{tensors[0]}'{more} is in shard"
+        if PurePosixPath(shard).is_absolute() or PureWindowsPath(shard).is_absolute():
+            raise CheckpointError(f"{where} '{shard}', an absolute path")
+        try:
+            inside = (folder / shard).resolve().is_relative_to(root)
+            exists = (folder / shard).is_file()
+        except (OSError, ValueError) as e:  # a name too long, or holding a NUL, for the file system
+            reason = e.strerror if isinstance(e, OSError) else e
+            raise CheckpointError(f"{where} {shard!r}, which cannot be looked up ({reason})") from None
+        if not inside:
+            raise CheckpointError(f"{where} '{shard}', which leaves the index's folder {folder}")
+        if not exists:
+            raise CheckpointError(f"{where} '{shard}', which does not exist")
         headers[shard] = read_safetensors_header(folder / shard)
     holders: dict[str, list[str]] = {}
     for shard, header in headers.items():

@@ -174,13 +174,24 @@ def bad_sets(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         index.write_text(json.dumps(table))
         out[case] = (
             index,
-            f"checkpoint {index}: tensor 'fc1.bias' is in shard '{place}', which leaves the index's folder",
+            f"checkpoint {index}: tensor 'fc1.bias' (and 5 more tensors) is in shard '{place}', "
+            "which leaves the index's folder",
         )
 
     index, table = fresh("absolute path")
     table["weight_map"]["fc1.bias"] = str(tmp_path / "outside.safetensors")  # type: ignore[index]
     index.write_text(json.dumps(table))
     out["absolute path"] = (index, f"checkpoint {index}: tensor 'fc1.bias' is in shard '{tmp_path}")
+
+    for case, place in [("name too long", "x" * 300 + ".safetensors"), ("null byte", "a\0.safetensors")]:
+        index, table = fresh(case)
+        table["weight_map"] = dict.fromkeys(weights, place)
+        index.write_text(json.dumps(table))
+        out[case] = (
+            index,
+            f"checkpoint {index}: tensor 'fc1.bias' (and 5 more tensors) is in shard {place!r}, "
+            "which cannot be looked up",
+        )
 
     index, _ = fresh("invalid JSON")
     index.write_text('{"weight_map": {"fc1.bias": ')
@@ -201,6 +212,8 @@ CASES = [
     "parent folder",
     "symlink",
     "absolute path",
+    "name too long",
+    "null byte",
     "invalid JSON",
     "no weight map",
 ]
