@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
@@ -156,9 +157,11 @@ class Tokenizer:
         """
         path = Path(path)
         try:
-            engine = tokenizers.Tokenizer.from_file(str(path))
-        except Exception as e:  # the engine reports unreadable and malformed files alike as plain Exception
+            text = path.read_text(encoding="utf-8")
+            engine = tokenizers.Tokenizer.from_str(text)
+        except Exception as e:  # the engine reports malformed files as plain Exception
             raise TokenizerError(f"tokenizer {path}: cannot read it: {e}") from None
+        _check_post_processor(json.loads(text).get("post_processor"), path)
         # A tokenizer.json may ask for padding and truncation (sentence encoders ship both): padding is the
         # batcher's business, and cutting a long input short would be a wrong answer where a refusal is right.
         engine.no_padding()
@@ -199,11 +202,14 @@ class Tokenizer:
         (user-defined added tokens still match whole, as in llama.cpp).
         """
         engine = self.engine if special_token_matching else self._plain_text_engine
-        return engine.encode(text, add_special_tokens=add_special_tokens).ids
+        with self._engine_panics():
+            return engine.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
         """The text of `ids`; bytes that do not form UTF-8 become U+FFFD."""
-        return self.engine.decode(self._checked(ids), skip_special_tokens=skip_special_tokens)
+        checked = self._checked(ids)
+        with self._engine_panics():
+            return self.engine.decode(checked, skip_special_tokens=skip_special_tokens)
 
     def decode_stream(self, skip_special_tokens: bool = False) -> DecodeStream:
         """A decoder for ids that arrive one at a time (`loam generate`)."""
@@ -216,6 +222,17 @@ class Tokenizer:
         twin = tokenizers.Tokenizer.from_str(self.engine.to_str())
         twin.encode_special_tokens = True
         return twin
+
+    @contextmanager
+    def _engine_panics(self) -> Iterator[None]:
+        # The checks at load refuse what is known to make `tokenizers` panic; a panic they miss is still the
+        # file's fault, not Loam's, and must not escape as a BaseException past every `except Exception`.
+        try:
+            yield
+        except BaseException as e:
+            if type(e).__name__ != "PanicException":
+                raise
+            raise TokenizerError(f"tokenizer {self.source}: the tokenizers engine failed on it ({e})") from None
 
     def _checked(self, ids: Iterable[int]) -> list[int]:
         checked = [int(i) for i in ids]
@@ -406,6 +423,27 @@ def _merges(keys: _Metadata, vocab: Mapping[str, int]) -> list[tuple[str, str]]:
                 keys.fail("tokenizer.ggml.merges", f"entry {index} ({merge!r}) needs {token!r}, not in the vocabulary")
         merges.append((parts[0], parts[1]))
     return merges
+
+
+def _check_post_processor(processor: object, path: Path, where: str = "post_processor") -> None:
+    """Refuse a template that adds a special token its own `special_tokens` map does not define: `tokenizers`
+    reads it, then panics on every encode."""
+    if not isinstance(processor, dict):
+        return
+    if processor.get("type") == "Sequence":
+        for i, inner in enumerate(processor.get("processors") or []):
+            _check_post_processor(inner, path, f"{where}.processors[{i}]")
+    if processor.get("type") != "TemplateProcessing":
+        return
+    defined = processor.get("special_tokens")
+    for part in ("single", "pair"):
+        for i, piece in enumerate(processor.get(part) or []):
+            special = piece.get("SpecialToken") if isinstance(piece, dict) else None
+            if isinstance(special, dict) and (not isinstance(defined, dict) or special.get("id") not in defined):
+                raise TokenizerError(
+                    f"tokenizer {path}: {where}.{part}[{i}] adds special token {special.get('id')!r}, "
+                    "which its 'special_tokens' do not define"
+                )
 
 
 def _tokenizer_config(path: Path) -> dict[str, object]:

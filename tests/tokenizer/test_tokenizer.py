@@ -18,6 +18,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+import tokenizers
 
 from loam.errors import CheckpointError, LoamError, TokenizerError
 from loam.gguf import read_gguf_header
@@ -201,6 +202,30 @@ def test_a_malformed_tokenizer_json_is_refused(tmp_path: Path) -> None:
     path.write_text('{"model": {"type": "BPE", "vocab": 3}}', encoding="utf-8")
     with pytest.raises(TokenizerError, match=re.escape(f"tokenizer {path}: cannot read it")):
         Tokenizer.from_file(path)
+
+
+def _undefined_special_token(tmp_path: Path) -> str:
+    """The tiny tokenizer's JSON, whose post-processor adds '</s>' after its 'special_tokens' lost it."""
+    config = json.loads(Tokenizer.from_gguf(write_tokenizer_gguf(tmp_path / "tiny.gguf", tiny())).engine.to_str())
+    defined = config["post_processor"]["special_tokens"]
+    defined["</x>"] = defined.pop("</s>")
+    return json.dumps(config)
+
+
+def test_a_template_adding_an_undefined_special_token_is_refused_at_load(tmp_path: Path) -> None:
+    path = tmp_path / "tokenizer.json"
+    path.write_text(_undefined_special_token(tmp_path), encoding="utf-8")
+    message = f"tokenizer {path}: post_processor.single[2] adds special token '</s>', which its 'special_tokens'"
+    with pytest.raises(TokenizerError, match=re.escape(message)):
+        Tokenizer.from_file(path)
+
+
+def test_an_engine_panic_is_a_tokenizer_error(tmp_path: Path) -> None:
+    # The same file past the load check: `tokenizers` panics (a BaseException) on encode; Loam reports the file.
+    tok = Tokenizer(tokenizers.Tokenizer.from_str(_undefined_special_token(tmp_path)), source="bad.json")
+    with pytest.raises(TokenizerError, match=re.escape("tokenizer bad.json: the tokenizers engine failed on it")):
+        tok.encode("ab")
+    assert tok.encode("ab", add_special_tokens=False) == [4]  # "ab": what does not reach the template still works
 
 
 # -- a tiny vocabulary: what SmolLM2's file does not exercise --------------------------------------------------------
