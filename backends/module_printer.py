@@ -61,6 +61,7 @@ from loam.backends.module_text import (
     numpy_dtype,
     py_literal,
     tuple_py,
+    tuple_source,
     type_text,
 )
 from loam.backends.names import PYTHON_NAMES, Names, identifier
@@ -271,8 +272,7 @@ class ModulePrinter:
         return lines
 
     def shape_py(self, t: AxesTensorType) -> str:
-        items = [self.poly_py(a.extent) for a in t.axes]
-        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+        return tuple_source([self.poly_py(a.extent) for a in t.axes])
 
     def param_py(self, value: object) -> str:
         """A kernel parameter as Python source; a `Poly` (or a tuple holding some) over the bound symbols."""

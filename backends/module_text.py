@@ -103,4 +103,10 @@ def py_literal(value: object) -> str:
 
 
 def tuple_py(items: Sequence[object]) -> str:
+    """A tuple of values as Python source."""
     return repr(tuple(items))
+
+
+def tuple_source(items: Sequence[str]) -> str:
+    """A tuple of Python expressions (each already source) as Python source."""
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"

@@ -47,6 +47,8 @@ from loam.backends.module_text import (
     dtype_source,
     numpy_dtype,
     row_orders,
+    tuple_py,
+    tuple_source,
 )
 from loam.backends.numpy_buffers import plan_buffers
 from loam.backends.numpy_kernel_printer import NumpyKernelPrinter, expr_dtype
@@ -168,21 +170,17 @@ class NumpyModulePrinter(ModulePrinter):
             return
         arrays, arrays_shapes = [], []
         for shape, elem in plan.slots:
-            dims = [self.poly_py(p) for p in shape]
-            text = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+            text = tuple_source([self.poly_py(p) for p in shape])
             arrays_shapes.append(text)
             arrays.append(f"np.empty({text}, {dtype_source(expr_dtype(elem))})")
         symbols = self.input_symbols_of([p for shape, _ in plan.slots for p in shape])
-        items = [f"_env[{n!r}]" for n in symbols]
-        key = "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+        key = tuple_source([f"_env[{n!r}]" for n in symbols])
         self.pieces.add("_keep")
         scope = self.scope
         assert scope is not None
         if symbols:  # extents the inputs give: none may make a buffer past the machine
             self.pieces.add("_room")
-            shapes = "(" + ", ".join(arrays_shapes) + ("," if len(arrays_shapes) == 1 else "") + ")"
-            names = "(" + ", ".join(repr(n) for n in symbols) + ("," if len(symbols) == 1 else "") + ")"
-            scope.items.append(f"_room({shapes}, {names}, _env, _src, {MAX_ELEMENTS})")
+            scope.items.append(f"_room({tuple_source(arrays_shapes)}, {tuple_py(symbols)}, _env, _src, {MAX_ELEMENTS})")
         scope.items.append(f"_key = {key}  # the extents the preallocated buffers read")
         scope.items.append(f"_buf = _POOL.pop(_key, None) or ({', '.join(arrays)},)")
 

@@ -41,6 +41,7 @@ from loam.backends.module_text import (
     checkpoint_formats,
     checkpoint_names,
     row_orders,
+    tuple_source,
 )
 from loam.backends.names import WGSL_MODULE_NAMES
 from loam.backends.numpy_kernel_printer import NumpyKernelPrinter
@@ -266,8 +267,7 @@ class WgslModulePrinter(ModulePrinter):
 
     def finish_block(self, scope: Scope) -> None:
         symbols = self.input_symbols_of(self.slot_sizes)
-        items = [f"_env[{n!r}]" for n in symbols]
-        key = "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+        key = tuple_source([f"_env[{n!r}]" for n in symbols])
         sizes = [self.poly_py(p) for p in self.slot_sizes]  # registers the derived symbols they read
         self.sizing = [
             f"_key = {key}  # the extents the activation buffers read",
