@@ -41,6 +41,7 @@ from loam.backends.module_text import (
     checkpoint_formats,
     checkpoint_names,
     row_orders,
+    tuple_py,
     tuple_source,
 )
 from loam.backends.names import WGSL_MODULE_NAMES
@@ -66,6 +67,7 @@ from loam.dialects.kernel import (
 )
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import UnsupportedError
+from loam.limits import MAX_ELEMENTS
 from loam.poly import Poly
 from loam.report import DeviceSummary
 
@@ -123,6 +125,7 @@ class WgslModulePrinter(ModulePrinter):
         self.slot_of: dict[SSAValue, int] = {}
         self.folded: dict[SSAValue, tuple[SSAValue, tuple[int, ...]]] = {}  # permute -> (source, perm)
         self.sizing: list[str] = []
+        self.room_at = 0  # where in forward's body the buffers' sizes are checked (after `g = _gpu()`)
         self.dispatches = 0
         self.host_nodes: list[str] = []  # kernels the host computes: "node (why)"
 
@@ -220,6 +223,7 @@ class WgslModulePrinter(ModulePrinter):
         scope = self.scope
         assert scope is not None
         scope.items.append("g = _gpu()")
+        self.room_at = len(scope.items)  # finish_block checks the buffers' sizes here, once all are known
         scope.items.append("_w = _resident(weights, g)")
         scope.items.append("_b = g.pool(_key, _sizes)  # this binding's activation buffers, made once")
         for arg, onnx_name in zip(self.program.block.args, self.program.input_names.data, strict=True):
@@ -271,8 +275,13 @@ class WgslModulePrinter(ModulePrinter):
         sizes = [self.poly_py(p) for p in self.slot_sizes]  # registers the derived symbols they read
         self.sizing = [
             f"_key = {key}  # the extents the activation buffers read",
-            f"_sizes = ({', '.join(sizes)}{',' if len(sizes) == 1 else ''})  # bytes per buffer",
+            f"_sizes = {tuple_source(sizes)}  # bytes per buffer",
         ]
+        if symbols:  # extents the inputs give: no buffer may pass what the device binds (4 bytes an element)
+            self.pieces.add("_room")
+            limit = f"min(g.max_elements, {MAX_ELEMENTS})"
+            check = f"_room(tuple((n // 4,) for n in _sizes), {tuple_py(symbols)}, _env, _src, {limit})"
+            scope.items.insert(self.room_at, check)
         scope.items.append("g.end()")
         for value in self.program.return_op.outputs:
             t = axes_type(value, "output")

@@ -137,6 +137,9 @@ class _Gpu:
                 shared = (adapter.request_device_sync(required_limits=limits), adapter.info.get("device", ""))
                 wgpu._loam_shared_device = shared  # type: ignore[attr-defined]
         self.device, self.adapter = shared
+        # The most elements (4 bytes each) one buffer may hold: what the device binds.
+        bound = min(self.device.limits["max-storage-buffer-binding-size"], self.device.limits["max-buffer-size"])
+        self.max_elements = bound // 4
         self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         # llvmpipe caps an invocation's loop iterations (`_loops_counted`): its shaders count theirs.
         self.capped = "llvmpipe" in str(self.adapter).lower()

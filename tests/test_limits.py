@@ -228,8 +228,8 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def test_forward_refuses_extents_its_buffers_cannot_hold(tmp_path: Path) -> None:
-    """A broadcast view costs nothing to pass; the buffers it would make are refused before allocation."""
+def _symbolic_mlp(tmp_path: Path, backend: str) -> tuple[object, object]:
+    """The MLP with its batch axis named N: (its module for `backend`, its weights)."""
     mlp = Path(__file__).resolve().parents[1] / "examples" / "mlp"
     text = (
         (mlp / "mlp.onnxtext")
@@ -239,8 +239,14 @@ def test_forward_refuses_extents_its_buffers_cannot_hold(tmp_path: Path) -> None
     )
     (tmp_path / "mlp.onnxtext").write_text(text)
     (tmp_path / "mlp.safetensors").write_bytes((mlp / "mlp.safetensors").read_bytes())
-    module = loam.build(tmp_path / "mlp.onnxtext", options=loam.Options.from_toml(mlp / "loam.toml")).module
-    weights = module.Weights.load_file(str(tmp_path / "mlp.safetensors"))
+    options = loam.Options.from_toml(mlp / "loam.toml")
+    module = loam.build(tmp_path / "mlp.onnxtext", options=options, backend=backend).module
+    return module, module.Weights.load_file(str(tmp_path / "mlp.safetensors"))
+
+
+def test_forward_refuses_extents_its_buffers_cannot_hold(tmp_path: Path) -> None:
+    """A broadcast view costs nothing to pass; the buffers it would make are refused before allocation."""
+    module, weights = _symbolic_mlp(tmp_path, "numpy")
     huge = np.broadcast_to(np.ones(8, np.float32), (2**34, 8))
     with pytest.raises(
         module.ShapeError, match=r"buffer of extents \[17179869184, 16\] .*\(x axis 0 gives N = 17179869184\)"
@@ -257,3 +263,14 @@ def test_an_onnxtext_name_that_is_not_utf8(tmp_path: Path) -> None:
     assert run.returncode == 1, run.stderr
     errors = [line for line in run.stderr.splitlines() if line.startswith("loam: error:")]
     assert len(errors) == 1 and f"{path}: the model is not UTF-8 text (byte" in errors[0], run.stderr
+
+
+@pytest.mark.parametrize("rows", [2**34, 2**27], ids=["past Loam's limit", "past the device's binding"])
+def test_a_wgsl_forward_refuses_extents_its_buffers_cannot_hold(tmp_path: Path, rows: int) -> None:
+    """The WGSL module checks every buffer against Loam's limit and the device's binding size before it
+    makes one: 2^27 rows of 16 floats are 8 GiB, past what any WebGPU device binds."""
+    module, weights = _symbolic_mlp(tmp_path, "wgsl")
+    huge = np.broadcast_to(np.ones(8, np.float32), (rows, 8))
+    with pytest.raises(module.ShapeError, match=rf"buffer of extents \[\d+\] .*\(x axis 0 gives N = {rows}\)"):
+        module.forward(weights, huge)
+    assert module.forward(weights, np.ones((3, 8), np.float32)).shape == (3, 3)

@@ -19,6 +19,8 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) name
 // CHECK-NEXT:     _sizes = (32*_env['N'], 64*_env['N'], 64*_env['N'])  # bytes per buffer
 // CHECK-NEXT:     g = _gpu()
 // CHECK-NEXT:     with g.lock:  # forward's calls from many threads take turns on the device
+// No buffer may pass Loam's limit or what the device binds (4 bytes an element), checked before any is made.
+// CHECK-NEXT:         _room(tuple((n // 4,) for n in _sizes), ('N',), _env, _src, min(g.max_elements, 68719476736))
 // CHECK-NEXT:         _w = _resident(weights, g)
 // CHECK-NEXT:         _b = g.pool(_key, _sizes)  # this binding's activation buffers, made once
 // CHECK-NEXT:         g.write('x', _b[0], x)
