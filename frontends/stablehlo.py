@@ -51,9 +51,9 @@ from xdsl.dialects.builtin import (
 from xdsl.dialects.func import CallOp, Func, FuncOp
 from xdsl.dialects.func import ReturnOp as FuncReturnOp
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
-from xdsl.utils.exceptions import DiagnosticException, ParseError
+from xdsl.utils.exceptions import DiagnosticException
 
-from loam.context import check_lexable
+from loam.context import PARSE_FAILURES, check_lexable, parse_failure
 from loam.dialects import stablehlo as hlo
 from loam.dialects.graph import GraphOp, InitializerOp, ModelOp, NodeOp, ReturnOp, TensorType, set_name_hint
 from loam.dtypes import ElementType
@@ -110,8 +110,9 @@ def import_stablehlo(text: str, source: str = "<stablehlo>", *, params: Sequence
     """The graph-dialect module of StableHLO `text`; `source` names the file in error messages."""
     prepared = prepare(text, source)
     check_lexable(prepared.text, source)
-    parser = LocatedParser(_context(), prepared, source)
+    parser: LocatedParser | None = None
     try:
+        parser = LocatedParser(_context(), prepared, source)  # lexes the first token: a ParseError may come here
         module = parser.parse_module()
     except UnknownOpError as err:
         line, col = prepared.line_col(err.offset)
@@ -120,9 +121,8 @@ def import_stablehlo(text: str, source: str = "<stablehlo>", *, params: Sequence
             f"{source}:{line}:{col}: '{err.op_name}' is not an op Loam reads (StableHLO ops it reads: {known}; "
             "and func.func, func.call, func.return)"
         ) from None
-    except ParseError as err:
-        line, col = prepared.line_col(err.span.start)
-        raise ModelError(f"{source}:{line}:{col}: {err.msg}") from None
+    except PARSE_FAILURES as err:
+        raise parse_failure(err, prepared.text, source, parser.pos if parser else 0) from None
     reader = _Reader(module, prepared, parser.offsets, source, tuple(params))
     reader.verify()
     return reader.model()

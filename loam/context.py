@@ -17,7 +17,7 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError
 from loam.dialects import get_all_dialects
 from loam.errors import ModelError
 
-__all__ = ["check_lexable", "make_context", "parse_ir"]
+__all__ = ["PARSE_FAILURES", "check_lexable", "make_context", "parse_failure", "parse_ir"]
 
 
 def make_context(*, allow_unregistered: bool = False) -> Context:
@@ -47,8 +47,25 @@ def check_lexable(text: str, name: str) -> None:
     the parser by every reader of MLIR text."""
     if (bad := _unlexable(text)) is not None:
         offset, reason = bad
-        line, column = text.count("\n", 0, offset) + 1, offset - text.rfind("\n", 0, offset)
-        raise ModelError(f"{name}:{line}:{column}: {reason}")
+        raise ModelError(f"{name}:{_line_col(text, offset)}: {reason}")
+
+
+PARSE_FAILURES = (ParseError, DiagnosticException, NotImplementedError, ArithmeticError, ValueError)
+"""What xDSL 0.75's parser raises on malformed text: a ParseError, and besides it a literal out of its type's
+range (VerifyException), a dense array of an integer width it cannot pack (NotImplementedError) or of width 0
+(ZeroDivisionError), a value an attribute's constructor refuses (ValueError)."""
+
+
+def parse_failure(err: Exception, text: str, name: str, offset: int) -> ModelError:
+    """`err`, one of PARSE_FAILURES raised while the parser stood at `offset` of `text`, as a ModelError
+    naming `name`, the line and the column (a ParseError's own place where it has one)."""
+    if isinstance(err, ParseError):
+        return ModelError(f"{name}:{_line_col(text, err.span.start)}: {err.msg}")
+    return ModelError(f"{name}:{_line_col(text, offset)}: a literal or attribute here cannot be read ({err})")
+
+
+def _line_col(text: str, offset: int) -> str:
+    return f"{text.count(chr(10), 0, offset) + 1}:{offset - text.rfind(chr(10), 0, offset)}"
 
 
 def _unlexable(text: str) -> tuple[int, str] | None:
@@ -74,9 +91,14 @@ def _unlexable(text: str) -> tuple[int, str] | None:
 def parse_ir(text: str, name: str) -> ModuleOp:
     """Parse and verify Loam IR text; a malformed text is a ModelError naming `name` and the place."""
     check_lexable(text, name)
+    parser: Parser | None = None
     try:
-        module = Parser(make_context(), text, name).parse_module()
+        parser = Parser(make_context(), text, name)  # lexes the first token: a ParseError may come here
+        module = parser.parse_module()
+    except PARSE_FAILURES as err:
+        raise parse_failure(err, text, name, parser.pos if parser else 0) from None
+    try:
         module.verify()
-    except (ParseError, DiagnosticException) as err:
-        raise ModelError(str(err).strip()) from None
+    except DiagnosticException as err:
+        raise ModelError(f"{name}: {str(err).strip()}") from None
     return module

@@ -58,3 +58,19 @@ def test_loam_opt_refuses_an_unclosed_literal(tmp_path: Path, capsys: pytest.Cap
     code, _, err = run(loam_opt.main, [str(path)], capsys)
     assert code == 1
     assert_one_line_error(err, "loam-opt", "bad.mlir:1:40: a string literal that does not close")
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "message"),
+    [
+        ("builtin.module attributes {v = 100000000000000000000 : i64} {\n}", "x.mlir:1:59:", "out of range"),
+        ("builtin.module attributes {v = array<i65: 1, 2>} {\n}", "x.mlir:1:47:", "Format not implemented for i65"),
+        ("builtin.module attributes {v = array<i0: 1>} {\n}", "x.mlir:1:42:", "out of range for type i0"),
+        ("#", "x.mlir:1:1:", "Expected suffix identifier"),  # raised as the parser is made, on its first token
+    ],
+)
+def test_what_xdsl_raises_besides_parse_errors_is_a_model_error(text: str, where: str, message: str) -> None:
+    with pytest.raises(ModelError) as info:
+        parse_ir(text, "x.mlir")
+    assert str(info.value).startswith(where) and message in str(info.value)
+

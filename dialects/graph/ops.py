@@ -62,11 +62,19 @@ def set_name_hint(value: SSAValue, onnx_name: str) -> None:
         value.name_hint = onnx_name
 
 
+def _check_printable(text: str, what: str) -> None:
+    """Names reach a module's comments and messages, where a line break or a NUL would end a comment and
+    run the rest as code: the ONNX readers refuse them in the file, and these verifiers in IR text."""
+    if not text.isprintable():
+        raise VerifyException(f"{what}: the name {text!r} holds a character that is not printable")
+
+
 def _check_unique(names: Iterable[str], where: str) -> None:
     seen: set[str] = set()
     for name in names:
         if not name:
             continue
+        _check_printable(name, where)
         if name in seen:
             raise VerifyException(f"{where}: ONNX name '{name}' is defined twice")
         seen.add(name)
@@ -215,6 +223,7 @@ class GraphOp(IRDLOperation):
     def verify_(self) -> None:
         block = self.body.block
         where = f"graph.graph '{self.graph_name.data}'"
+        _check_printable(self.graph_name.data, "graph.graph")
         if len(block.args) != len(self.input_names.data):
             raise VerifyException(
                 f"{where}: {len(block.args)} block arguments but {len(self.input_names.data)} input names"
@@ -378,6 +387,9 @@ class NodeOp(IRDLOperation):
 
     def verify_(self) -> None:
         where = f"graph.node '{self.node_name}' ({self.op_type})"
+        _check_printable(self.node_name, "graph.node")
+        _check_printable(self.op_type, f"graph.node {self.node_name!r}: op type")
+        _check_printable(self.domain, f"graph.node {self.node_name!r}: domain")
         if len(self.output_names_attr.data) != len(self.outs):
             raise VerifyException(
                 f"{where}: {len(self.outs)} results but {len(self.output_names_attr.data)} output names"
@@ -529,6 +541,8 @@ class ReturnOp(IRDLOperation):
 
     def verify_(self) -> None:
         n = len(self.values)
+        for name in self.output_names.data:
+            _check_printable(name.data, "graph.return")
         if len(self.output_names.data) != n or len(self.declared_types.data) != n:
             raise VerifyException(
                 f"graph.return: {n} values, {len(self.output_names.data)} names and "

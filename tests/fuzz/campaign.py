@@ -15,13 +15,20 @@ KNOWN: dict[tuple[str, int], str] = {}
 """Crashes found and not fixed yet, by (reader, mutation seed): the short campaign skips them, and
 tests/fuzz/test_fuzz.py holds each as a strict xfail, so a fix shows as an XPASS to move to FIXED."""
 
-FIXED: dict[tuple[str, int], str] = {
-    ("stablehlo-generic", 98): "an unterminated string literal hung xDSL's lexer",
-    ("stablehlo-generic", 20000092): "an unterminated string literal hung xDSL's lexer",
-    ("ir", 20000290): "an unterminated string literal hung xDSL's lexer",
-    ("ir", 20000097): "an integer type of width 10^30: OverflowError in xDSL's value range",
+FIXED: dict[tuple[str, int], tuple[str, str]] = {
+    ("stablehlo-generic", 98): ("refused", "an unterminated string literal hung xDSL's lexer"),
+    ("stablehlo-generic", 20000092): ("refused", "an unterminated string literal hung xDSL's lexer"),
+    ("ir", 20000290): ("refused", "an unterminated string literal hung xDSL's lexer"),
+    ("ir", 20000097): ("refused", "an integer type of width 10^30: OverflowError in xDSL's value range"),
+    ("ir", 10001068): ("ok", "an opset version past a C int: TypeError from onnx.defs.get_schema"),
+    ("ir", 10004421): ("refused", "a NUL in an output name reached the module's source: SyntaxError"),
+    ("stablehlo", 10000607): ("refused", "a literal out of its type's range: VerifyException from the parser"),
+    ("stablehlo", 10002223): ("refused", "a literal out of i64's range: ValueError from the parser"),
+    ("stablehlo-generic", 10001081): ("refused", "array<i6432: ...>: NotImplementedError from the parser"),
+    ("stablehlo-generic", 10001963): ("refused", "array<i0: ...>: ZeroDivisionError from the parser"),
+    ("stablehlo-generic", 10002445): ("refused", "a ParseError on the first token, as the parser is made"),
 }
-"""Crashes the long campaign found and Loam now refuses: tests/fuzz/test_fuzz.py keeps them refused."""
+"""Crashes the long campaign found, by (reader, mutation seed): the outcome each has now, and what it was."""
 
 
 class Hang(Exception):

@@ -61,3 +61,25 @@ graph.model {ir_version = 8 : i64, opset_import = {"" = 17 : i64}} {
   }
 }
 // CHECK: a graph value is used before it is defined
+
+// -----
+
+// A name that is not printable: a line break would end a comment in the module and run the rest as code.
+graph.model {ir_version = 8 : i64, opset_import = {"" = 17 : i64}} {
+  graph.graph "g" (%x: !graph.unknown) inputs ["x"] {
+    %a = graph.node "Relu" "a\0Aimport os" since 17 (%x) -> ["y"] : !graph.unknown
+    graph.return %a ["y"] : !graph.unknown
+  }
+}
+// CHECK: graph.node: the name 'a\nimport os' holds a character that is not printable
+
+// -----
+
+// The same, in an output name.
+graph.model {ir_version = 8 : i64, opset_import = {"" = 17 : i64}} {
+  graph.graph "g" (%x: !graph.unknown) inputs ["x"] {
+    %a = graph.node "Relu" "a" since 17 (%x) -> ["y\00"] : !graph.unknown
+    graph.return %a ["y\00"] : !graph.unknown
+  }
+}
+// CHECK: graph.return: the name 'y\x00' holds a character that is not printable
