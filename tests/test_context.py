@@ -73,4 +73,3 @@ def test_what_xdsl_raises_besides_parse_errors_is_a_model_error(text: str, where
     with pytest.raises(ModelError) as info:
         parse_ir(text, "x.mlir")
     assert str(info.value).startswith(where) and message in str(info.value)
-
