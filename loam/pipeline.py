@@ -32,7 +32,7 @@ from xdsl.printer import Printer
 from loam.checkpoint import read_headers
 from loam.context import make_context
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.errors import CheckpointError, UsageError
+from loam.errors import CheckpointError, LoamError, UsageError
 from loam.frontends.onnx_proto import check_external_data_sources
 from loam.headers import HeaderEntry
 from loam.options import Options
@@ -194,13 +194,16 @@ def build(
         dump_dir.mkdir(parents=True, exist_ok=True)
         _dump(ir, dump_dir / "00-read.mlir")
     fusion = None
-    for i, p in enumerate(pipeline_passes(fuse, backend, draft), start=1):
-        say(f"running {p.name}")
-        p.apply(ctx, ir)
-        if isinstance(p, FusePass):
-            fusion = p.last_report  # type: ignore[attr-defined]
-        if dump_dir is not None:
-            _dump(ir, dump_dir / f"{i:02d}-{p.name}.mlir")
+    try:
+        for i, p in enumerate(pipeline_passes(fuse, backend, draft), start=1):
+            say(f"running {p.name}")
+            p.apply(ctx, ir)
+            if isinstance(p, FusePass):
+                fusion = p.last_report  # type: ignore[attr-defined]
+            if dump_dir is not None:
+                _dump(ir, dump_dir / f"{i:02d}-{p.name}.mlir")
+    except LoamError as err:
+        raise _naming_the_file(err, model) from None
     packing_notes = [n.data for n in build_notes(ir)]
     if all_checkpoints or options.inline_weights:
         say("checking the checkpoint" + (" and inlining its weights" if options.inline_weights else ""))
@@ -216,6 +219,14 @@ def build(
         source = emit_python(ir)
     module = import_source(source, "loam_generated")
     return BuildResult(source, build_report(ir), module, ir, notes, fusion)
+
+
+def _naming_the_file(err: LoamError, model: str | Path | onnx.ModelProto) -> LoamError:
+    """A pass's refusal names the node, tensor or axis; the build's names the model file first, as every
+    reader's refusal does (a ModelProto given in memory has no file to name)."""
+    if isinstance(model, (str, Path)) and str(model) not in str(err):
+        err.args = (f"{model}: {err}", *err.args[1:])
+    return err
 
 
 def _dump(ir: ModuleOp, path: Path) -> None:

@@ -238,7 +238,7 @@ def test_build_error_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     errors = [line for line in err.splitlines() if "error:" in line]
     assert errors == [err.splitlines()[-1]] and "Traceback" not in err
     assert errors[0].startswith(
-        "loam: error: MatMul node 'fc2.matmul': contracts axis Hidden of the first "
+        f"loam: error: {MLP / 'mlp.onnxtext'}: MatMul node 'fc2.matmul': contracts axis Hidden of the first "
         "operand with axis Wrong of the second"
     )
     assert not output.exists()
