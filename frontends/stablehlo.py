@@ -123,9 +123,7 @@ def import_stablehlo(text: str, source: str = "<stablehlo>", *, params: Sequence
         ) from None
     except PARSE_FAILURES as err:
         raise parse_failure(err, prepared.text, source, parser.pos if parser else 0) from None
-    reader = _Reader(module, prepared, parser.offsets, source, tuple(params))
-    reader.verify()
-    return reader.model()
+    return _Reader(module, prepared, parser.offsets, source, tuple(params)).model()
 
 
 def _context() -> Context:
@@ -189,6 +187,7 @@ class _Reader:
         self.source = source
         self.params = params
         self.notes: list[str] = []
+        self.verify()  # before anything reads an op's properties: a generic-form op may lack one
         self.funcs: dict[str, FuncOp] = {}
         for op in module.body.block.ops:
             if not isinstance(op, FuncOp):
@@ -394,17 +393,25 @@ class _Reader:
             )
         block = func.body.block
         env: dict[SSAValue, Operand] = dict(zip(block.args, args, strict=True))
+
+        def bound(op: Operation, values: Sequence[SSAValue]) -> list[Operand]:
+            # The parser takes a use before its definition (a forward reference) as the text's business.
+            for i, v in enumerate(values):
+                if v not in env:
+                    raise ModelError(f"{self.where(op)}: operand #{i} is used before the op that defines it")
+            return [env[v] for v in values]
+
         for op in block.ops:
             if isinstance(op, FuncReturnOp):
-                return [env[v] for v in op.arguments]
+                return bound(op, op.arguments)
             if isinstance(op, CallOp):
                 callee = self.callee(op)
-                results = self.run(callee, [env[v] for v in op.arguments], builder, [*stack, func.sym_name.data])
+                results = self.run(callee, bound(op, op.arguments), builder, [*stack, func.sym_name.data])
                 env.update(zip(op.res, results, strict=True))
                 continue
             builder.start(op.name.split(".")[-1], self.where(op, with_op=False))
             try:
-                results = lower_op(builder, op, [env[v] for v in op.operands])
+                results = lower_op(builder, op, bound(op, op.operands))
             except LoweringError as err:
                 raise UnsupportedError(f"{self.where(op)}: {err}") from None
             env.update(zip(op.results, results, strict=True))

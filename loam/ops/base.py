@@ -169,8 +169,8 @@ def schema_attributes(op_type: str, opset: int) -> frozenset[str] | None:
     """The attributes ONNX defines for `op_type` (default domain) at `opset`; None without a schema."""
     import onnx.defs
 
-    try:  # onnx takes a C int: a version past it reads as the newest schema, as any version past that does
-        schema = onnx.defs.get_schema(op_type, min(opset, 2**31 - 1), "")
+    try:  # onnx takes a C int: a version past it reads as the newest schema, one below 0 as none (as 0 does)
+        schema = onnx.defs.get_schema(op_type, max(0, min(opset, 2**31 - 1)), "")
     except onnx.defs.SchemaError:
         return None
     return frozenset(schema.attributes)

@@ -27,6 +27,9 @@ FIXED: dict[tuple[str, int], tuple[str, str]] = {
     ("stablehlo-generic", 10001081): ("refused", "array<i6432: ...>: NotImplementedError from the parser"),
     ("stablehlo-generic", 10001963): ("refused", "array<i0: ...>: ZeroDivisionError from the parser"),
     ("stablehlo-generic", 10002445): ("refused", "a ParseError on the first token, as the parser is made"),
+    ("stablehlo-generic", 10005035): ("refused", "a use before its definition: KeyError in the reader"),
+    ("stablehlo-generic", 10009244): ("refused", "a func.func without sym_name: KeyError before verification"),
+    ("ir", 10005679): ("refused", "an opset below a C int: TypeError from onnx.defs.get_schema"),
 }
 """Crashes the long campaign found, by (reader, mutation seed): the outcome each has now, and what it was."""
 
