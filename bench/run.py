@@ -522,7 +522,7 @@ def kept_notes(path: Path) -> str:
 def device_case(built: Built, budget: Budget) -> Device | None:
     """Build the case for the WGSL backend and time it on the machine's adapter against the numpy
     module and onnxruntime (1 thread each); None where wgpu or an adapter is missing."""
-    if importlib.util.find_spec("wgpu") is None:
+    if importlib.util.find_spec("wgpu") is None or not built.case.on_device:
         return None
     from loam.options import Options
     from loam.pipeline import build
@@ -589,6 +589,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # a child's rows, for the fallback
     args = parser.parse_args(argv)
     budget = QUICK if args.quick else FULL
+    if args.quick and not args.case:  # the smoke test's run: the cases quick enough for it
+        args.case = [c.name for c in all_cases() if c.quick]
     if args.threads:
         budget = Budget(**{**asdict(budget), "threads": tuple(args.threads)})
     say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if not args.json else (lambda _msg: None)

@@ -36,7 +36,7 @@ def test_quick_bench_reports_every_case() -> None:
     )
     assert done.returncode == 0, done.stderr
     found = rows(done.stdout)
-    for case in all_cases():
+    for case in (c for c in all_cases() if c.quick):
         assert case.name in found, f"no row for {case.name}:\n{done.stdout}"
         table_rows = found[case.name]
         warm = [r for r in table_rows if len(r) == 5]
