@@ -166,32 +166,24 @@ def bad_sets(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         f"checkpoint {index}: tensor 'fc3.bias' is in shard {shard}, but the index does not list it",
     )
 
-    for case, place in [("parent folder", "../outside.safetensors"), ("symlink", "link.safetensors")]:
+    save_file(weights, str(tmp_path / "outside.safetensors"))
+    every_tensor_in = [
+        ("parent folder", "../outside.safetensors", "'../outside.safetensors', which leaves the index's folder"),
+        ("symlink", "link.safetensors", "'link.safetensors', which leaves the index's folder"),
+        ("name too long", "x" * 300 + ".safetensors", repr("x" * 300 + ".safetensors") + ", which cannot be looked up"),
+        ("null byte", "a\0.safetensors", "'a\\x00.safetensors', which cannot be looked up"),
+    ]
+    for case, place, problem in every_tensor_in:
         index, table = fresh(case)
-        save_file(weights, str(tmp_path / "outside.safetensors"))
         (index.parent / "link.safetensors").symlink_to(tmp_path / "outside.safetensors")
         table["weight_map"] = dict.fromkeys(weights, place)
         index.write_text(json.dumps(table))
-        out[case] = (
-            index,
-            f"checkpoint {index}: tensor 'fc1.bias' (and 5 more tensors) is in shard '{place}', "
-            "which leaves the index's folder",
-        )
+        out[case] = (index, f"checkpoint {index}: tensor 'fc1.bias' (and 5 more tensors) is in shard {problem}")
 
     index, table = fresh("absolute path")
     table["weight_map"]["fc1.bias"] = str(tmp_path / "outside.safetensors")  # type: ignore[index]
     index.write_text(json.dumps(table))
     out["absolute path"] = (index, f"checkpoint {index}: tensor 'fc1.bias' is in shard '{tmp_path}")
-
-    for case, place in [("name too long", "x" * 300 + ".safetensors"), ("null byte", "a\0.safetensors")]:
-        index, table = fresh(case)
-        table["weight_map"] = dict.fromkeys(weights, place)
-        index.write_text(json.dumps(table))
-        out[case] = (
-            index,
-            f"checkpoint {index}: tensor 'fc1.bias' (and 5 more tensors) is in shard {place!r}, "
-            "which cannot be looked up",
-        )
 
     index, _ = fresh("invalid JSON")
     index.write_text('{"weight_map": {"fc1.bias": ')
