@@ -48,6 +48,7 @@ class Reason(StrEnum):
     NO_KERNEL = "emits no kernel"
     CAST = "epilogue changes element type"
     SCALAR = "scalar product"
+    SIZE = "fused kernel at its size limit"
 
     def text(self, n: int | None = None) -> str:
         """The reason as printed (`CONSUMERS` with its count filled in)."""

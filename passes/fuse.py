@@ -14,7 +14,9 @@ A producer stays a kernel of its own when
   - the consumer broadcasts it to larger extents (`broadcast changes extent`): the fused Expr
     would compute the producer once per broadcast element,
   - with `objective=dispatch` (WebGPU: fewer launches, no 64-bit integers in WGSL), either side
-    computes i64 (`element type i64`).
+    computes i64 (`element type i64`),
+  - the two together would compute more than `MAX_FUSED_STEPS` steps (`fused kernel at its size
+    limit`): each fusion rewrites the consumer's whole Expr, so the cap keeps the pass linear.
 With `objective=memory` (CPU) i64 and bool chains fuse like any other.
 
 Then each `kernel.matmul` whose result only an elementwise zip reads takes that zip as its
@@ -73,6 +75,9 @@ FUSED_ATTR = "fused"
 """Discardable attribute of a fused `kernel.zip` or `kernel.matmul`: the ONNX nodes it computes, the consumer last."""
 DUPLICATE_STEPS = 4
 """With `objective=dispatch`, a producer of at most this many non-operand steps is recomputed in each consumer."""
+MAX_FUSED_STEPS = 128
+"""The most non-operand steps one fused zip computes: fusing rewrites the consumer's whole `Expr`, so an
+unbounded chain would cost time quadratic in its length (a 2,000-node chain took two minutes to build)."""
 
 _REDUCTIONS: tuple[type[Operation], ...] = (
     ReduceOp, ArgReduceOp, TopKOp, CumSumOp, SoftmaxOp, NormalizeOp, GroupNormOp, LrnOp, PoolOp,
@@ -136,7 +141,15 @@ def _reader_refusal(result: SSAValue, reader: Operation, objective: str) -> Refu
         return Reason.BROADCAST, None
     if objective == "dispatch" and "i64" in (_elem(result), _elem(reader.result)):
         return Reason.I64, None
+    producer = result.owner
+    if isinstance(producer, ZipOp) and _computed(producer) + _computed(reader) > MAX_FUSED_STEPS:
+        return Reason.SIZE, None
     return None
+
+
+def _computed(zip_op: ZipOp) -> int:
+    """How many steps of `zip_op`'s Expr compute (its operands' reads aside)."""
+    return sum(1 for step in zip_op.expr.data.steps if not isinstance(step, Operand))
 
 
 def _output_refusal(users: list[Operation]) -> Refusal:
@@ -160,8 +173,7 @@ def refusal(producer: ZipOp, objective: str) -> Refusal:
 
 def _duplicable(producer: ZipOp) -> bool:
     """Whether `producer` is cheap enough to compute again in each consumer (objective dispatch)."""
-    steps = producer.expr.data.steps
-    return sum(1 for step in steps if not isinstance(step, Operand)) <= DUPLICATE_STEPS
+    return _computed(producer) <= DUPLICATE_STEPS
 
 
 def epilogue_refusal(product: MatmulOp, objective: str) -> Refusal:
@@ -322,7 +334,11 @@ def _report(
         op_type = op_type or "+".join(dict.fromkeys(kinds.get(node, [])))
         if node in group_of:
             group = group_of[node]
-            return NodeDecision(node, op_type, FUSED, why[group].text(), group, bytes_text(node))
+            reason = why[group]
+            ends = [op for op in ops if isinstance(op, ZipOp) and FUSED_ATTR in op.attributes]
+            if ends and (found := refusal(ends[-1], objective)) is not None and found[0] is Reason.SIZE:
+                reason = Reason.SIZE  # the group's last node: its consumer starts the next kernel
+            return NodeDecision(node, op_type, FUSED, reason.text(), group, bytes_text(node))
         zips = [op for op in ops if isinstance(op, ZipOp)]
         products = [op for op in ops if isinstance(op, MatmulOp)]
         if zips or products:

@@ -13,10 +13,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from loam.dialects.expr import Expr
+from loam.dialects.expr import Expr, Operand
 from loam.dialects.kernel import MatmulOp, ZipOp
 from loam.draft import draft_layout
 from loam.options import Options
+from loam.passes.fuse import MAX_FUSED_STEPS
 from loam.pipeline import BuildResult, build
 from loam.report import DECISIONS, FOLDED, FUSED, KEPT, Reason
 from loam.testing import assert_same, run_built, run_onnxruntime
@@ -362,3 +363,22 @@ def test_dispatch_computes_a_cheap_shared_producer_in_each_consumer() -> None:
     assert dispatch.fusion is not None and len(_zips(dispatch)) == 2
     assert dispatch.fusion.decision("add").decision == FUSED
     assert all("add 0 1" in str(z.expr.data) for z in _zips(dispatch))
+
+
+def test_a_long_chain_is_cut_at_the_fused_size_limit() -> None:
+    # 300 one-step nodes: kernels of at most MAX_FUSED_STEPS steps each, the cut reported, numbers unchanged.
+    count = 300
+    names = [f"t{i}" for i in range(count - 1)] + ["out"]
+    nodes = [
+        helper.make_node("Neg" if i % 2 else "Abs", [names[i - 1] if i else "x"], [names[i]], name=f"n{i}")
+        for i in range(count)
+    ]
+    result = _check(_model(nodes, {"x": (F32, [2, 3])}, ["out"]))
+    zips = _zips(result)
+    computed = [sum(1 for s in z.expr.data.steps if not isinstance(s, Operand)) for z in zips]
+    assert len(zips) == -(-count // MAX_FUSED_STEPS) and max(computed) == MAX_FUSED_STEPS and sum(computed) == count
+    report = result.fusion
+    assert report is not None
+    assert all(d.decision == FUSED for d in report.decisions)
+    cuts = [d.node for d in report.decisions if d.reason == Reason.SIZE.value]  # each kernel's last node but one
+    assert cuts == [f"n{MAX_FUSED_STEPS * k - 1}" for k in range(1, len(zips))]
