@@ -140,11 +140,17 @@ class Tokenizer:
         before = keys.framing("bos", add_bos, bos_id, tokens)
         after = keys.framing("eos", add_eos, eos_id, tokens)
         if before or after:
-            engine.post_processor = processors.TemplateProcessing(
-                single=[*before, "$A:0", *after],
-                pair=[*before, "$A:0", *after, *before, "$B:1", *after],
-                special_tokens=sorted({(tokens[i], i) for i in (bos_id, eos_id) if i is not None}),
-            )
+            try:
+                engine.post_processor = processors.TemplateProcessing(
+                    single=[*before, "$A:0", *after],
+                    pair=[*before, "$A:0", *after, *before, "$B:1", *after],
+                    special_tokens=sorted({(tokens[i], i) for i in (bos_id, eos_id) if i is not None}),
+                )
+            except Exception as e:  # the template's syntax cannot spell a token holding ':' or a space
+                framed = ", ".join(repr(tokens[i]) for i in (bos_id, eos_id) if i is not None)
+                raise TokenizerError(
+                    f"tokenizer in {source}: its BOS/EOS tokens ({framed}) cannot be added by a template ({e})"
+                ) from None
         return cls(engine, source=source, bos_id=bos_id, eos_id=eos_id, chat_template=template)
 
     @classmethod
@@ -161,7 +167,7 @@ class Tokenizer:
             engine = tokenizers.Tokenizer.from_str(text)
         except Exception as e:  # the engine reports malformed files as plain Exception
             raise TokenizerError(f"tokenizer {path}: cannot read it: {e}") from None
-        _check_post_processor(json.loads(text).get("post_processor"), path)
+        _check_post_processor(json.loads(engine.to_str()).get("post_processor"), path)  # as the engine read it
         # A tokenizer.json may ask for padding and truncation (sentence encoders ship both): padding is the
         # batcher's business, and cutting a long input short would be a wrong answer where a refusal is right.
         engine.no_padding()

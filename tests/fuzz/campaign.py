@@ -30,6 +30,8 @@ FIXED: dict[tuple[str, int], tuple[str, str]] = {
     ("stablehlo-generic", 10005035): ("refused", "a use before its definition: KeyError in the reader"),
     ("stablehlo-generic", 10009244): ("refused", "a func.func without sym_name: KeyError before verification"),
     ("ir", 10005679): ("refused", "an opset below a C int: TypeError from onnx.defs.get_schema"),
+    ("tokenizer-json", 20005735): ("ok", "JSON the engine reads and Python's json does not: JSONDecodeError"),
+    ("tokenizer-gguf", 20003713): ("refused", "a BOS token holding ':': ValueError from TemplateProcessing"),
 }
 """Crashes the long campaign found, by (reader, mutation seed): the outcome each has now, and what it was."""
 
