@@ -167,7 +167,12 @@ class Tokenizer:
             engine = tokenizers.Tokenizer.from_str(text)
         except Exception as e:  # the engine reports malformed files as plain Exception
             raise TokenizerError(f"tokenizer {path}: cannot read it: {e}") from None
-        _check_post_processor(json.loads(engine.to_str()).get("post_processor"), path)  # as the engine read it
+        _check_ids(engine, path)
+        try:
+            described = json.loads(text)
+        except ValueError:  # JSON the engine took and Python's json does not: its panics stay guarded
+            described = {}
+        _check_post_processor(described.get("post_processor"), engine.get_vocab_size(with_added_tokens=True), path)
         # A tokenizer.json may ask for padding and truncation (sentence encoders ship both): padding is the
         # batcher's business, and cutting a long input short would be a wrong answer where a refusal is right.
         engine.no_padding()
@@ -431,17 +436,34 @@ def _merges(keys: _Metadata, vocab: Mapping[str, int]) -> list[tuple[str, str]]:
     return merges
 
 
-def _check_post_processor(processor: object, path: Path, where: str = "post_processor") -> None:
-    """Refuse a template that adds a special token its own `special_tokens` map does not define: `tokenizers`
-    reads it, then panics on every encode."""
+def _check_ids(engine: tokenizers.Tokenizer, path: Path) -> None:
+    """Refuse a token (of the vocabulary or added) whose id leaves a gap among the tokenizer's ids: the
+    engine fills the gap when it writes itself out (a 2^31 id asks for 4 GiB; a failed allocation aborts)."""
+    size = engine.get_vocab_size(with_added_tokens=True)
+    for token, token_id in engine.get_vocab(with_added_tokens=True).items():
+        if token_id >= size:
+            raise TokenizerError(f"tokenizer {path}: token {token!r} has id {token_id}, past its {size} ids")
+
+
+def _check_post_processor(processor: object, size: int, path: Path, where: str = "post_processor") -> None:
+    """Refuse a template that adds a special token its own `special_tokens` map does not define (`tokenizers`
+    reads it, then panics on every encode), or one whose ids are not among the tokenizer's `size` ids (as
+    `_check_ids` refuses a token's)."""
     if not isinstance(processor, dict):
         return
     if processor.get("type") == "Sequence":
         for i, inner in enumerate(processor.get("processors") or []):
-            _check_post_processor(inner, path, f"{where}.processors[{i}]")
+            _check_post_processor(inner, size, path, f"{where}.processors[{i}]")
     if processor.get("type") != "TemplateProcessing":
         return
     defined = processor.get("special_tokens")
+    for key, entry in defined.items() if isinstance(defined, dict) else ():
+        ids = entry.get("ids") if isinstance(entry, dict) else None
+        for token_id in ids if isinstance(ids, list) else ():
+            if not isinstance(token_id, int) or not 0 <= token_id < size:
+                raise TokenizerError(
+                    f"tokenizer {path}: {where}.special_tokens[{key!r}] has id {token_id!r}, not one of its {size} ids"
+                )
     for part in ("single", "pair"):
         for i, piece in enumerate(processor.get(part) or []):
             special = piece.get("SpecialToken") if isinstance(piece, dict) else None
