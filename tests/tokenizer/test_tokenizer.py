@@ -220,6 +220,16 @@ def test_a_template_adding_an_undefined_special_token_is_refused_at_load(tmp_pat
         Tokenizer.from_file(path)
 
 
+def test_an_id_past_the_vocabulary_is_refused_at_load(tmp_path: Path) -> None:
+    # The engine reads it, and asks for 4 GiB when it writes itself out (`special_token_matching=False`'s twin).
+    config = json.loads(Tokenizer.from_gguf(write_tokenizer_gguf(tmp_path / "tiny.gguf", tiny())).engine.to_str())
+    config["model"]["vocab"]["1"] = 2**31
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(TokenizerError, match=re.escape(f"tokenizer {path}: token '1' has id 2147483648, past its")):
+        Tokenizer.from_file(path)
+
+
 def test_an_engine_panic_is_a_tokenizer_error(tmp_path: Path) -> None:
     # The same file past the load check: `tokenizers` panics (a BaseException) on encode; Loam reports the file.
     tok = Tokenizer(tokenizers.Tokenizer.from_str(_undefined_special_token(tmp_path)), source="bad.json")
