@@ -27,6 +27,7 @@ from xdsl.dialects.builtin import NameLoc
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 
+from loam.context import line_col
 from loam.dtypes import by_name
 from loam.errors import ModelError
 
@@ -56,8 +57,7 @@ class SourceText:
 
     def line_col(self, offset: int) -> tuple[int, int]:
         """1-based line and column of a character offset into `text` (lines are the original's)."""
-        line = self.text.count("\n", 0, offset) + 1
-        return line, offset - self.text.rfind("\n", 0, offset)
+        return line_col(self.text, offset)
 
     def location_of(self, op: Operation) -> SourceLocation | None:
         """The location an op's `loc(...)` gave, if it had one."""
@@ -142,8 +142,8 @@ def _dense_end(text: str, start: int, source: str) -> int:
 
 
 def _fail(text: str, source: str, offset: int, message: str) -> ModelError:
-    line = text.count("\n", 0, offset) + 1
-    return ModelError(f"{source}:{line}:{offset - text.rfind(chr(10), 0, offset)}: {message}")
+    line, column = line_col(text, offset)
+    return ModelError(f"{source}:{line}:{column}: {message}")
 
 
 _HEX = re.compile(r"0x[0-9A-Fa-f]+")

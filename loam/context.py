@@ -17,7 +17,7 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError
 from loam.dialects import get_all_dialects
 from loam.errors import ModelError
 
-__all__ = ["PARSE_FAILURES", "check_lexable", "make_context", "parse_failure", "parse_ir"]
+__all__ = ["PARSE_FAILURES", "check_lexable", "line_col", "make_context", "parse_failure", "parse_ir"]
 
 
 def make_context(*, allow_unregistered: bool = False) -> Context:
@@ -64,8 +64,14 @@ def parse_failure(err: Exception, text: str, name: str, offset: int) -> ModelErr
     return ModelError(f"{name}:{_line_col(text, offset)}: a literal or attribute here cannot be read ({err})")
 
 
+def line_col(text: str, offset: int) -> tuple[int, int]:
+    """The 1-based line and column of character `offset` of `text`."""
+    return text.count("\n", 0, offset) + 1, offset - text.rfind("\n", 0, offset)
+
+
 def _line_col(text: str, offset: int) -> str:
-    return f"{text.count(chr(10), 0, offset) + 1}:{offset - text.rfind(chr(10), 0, offset)}"
+    line, column = line_col(text, offset)
+    return f"{line}:{column}"
 
 
 def _unlexable(text: str) -> tuple[int, str] | None:
