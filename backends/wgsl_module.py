@@ -125,7 +125,6 @@ class WgslModulePrinter(ModulePrinter):
         self.slot_of: dict[SSAValue, int] = {}
         self.folded: dict[SSAValue, tuple[SSAValue, tuple[int, ...]]] = {}  # permute -> (source, perm)
         self.sizing: list[str] = []
-        self.room_at = 0  # where in forward's body the buffers' sizes are checked (after `g = _gpu()`)
         self.dispatches = 0
         self.host_nodes: list[str] = []  # kernels the host computes: "node (why)"
 
@@ -223,7 +222,6 @@ class WgslModulePrinter(ModulePrinter):
         scope = self.scope
         assert scope is not None
         scope.items.append("g = _gpu()")
-        self.room_at = len(scope.items)  # finish_block checks the buffers' sizes here, once all are known
         scope.items.append("_w = _resident(weights, g)")
         scope.items.append("_b = g.pool(_key, _sizes)  # this binding's activation buffers, made once")
         for arg, onnx_name in zip(self.program.block.args, self.program.input_names.data, strict=True):
@@ -281,7 +279,7 @@ class WgslModulePrinter(ModulePrinter):
             self.pieces.add("_room")
             limit = f"min(g.max_elements, {MAX_ELEMENTS})"
             check = f"_room(tuple((n // 4,) for n in _sizes), {tuple_py(symbols)}, _env, _src, {limit})"
-            scope.items.insert(self.room_at, check)
+            scope.items.insert(scope.items.index("g = _gpu()") + 1, check)  # before any buffer is made
         scope.items.append("g.end()")
         for value in self.program.return_op.outputs:
             t = axes_type(value, "output")
