@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 _UNARY: dict[str, str] = elementwise_kernels.UNARY_SOURCE
 _BINARY: dict[str, str] = elementwise_kernels.BINARY_SOURCE
 
+ROWS_AT_A_TIME = 3
+"""An expression of at least this many computing steps, written into a buffer, runs `_by_rows`."""
+
 
 class NumpyKernelPrinter:
     """Prints kernel ops as numpy lines for one module (`module`), collecting the expression functions."""
@@ -118,8 +121,12 @@ class NumpyKernelPrinter:
         plan = plan_in_place(
             expr, [t.shape for t in types], [t.elem.name for t in types], (result.shape, result.elem.name), alias, wide
         )
+        function = self._expr_function(expr, wide, plan)
+        if out is not None and sum(not isinstance(s, (Operand, Const)) for s in expr.steps) >= ROWS_AT_A_TIME:
+            self.m.pieces.add("_by_rows")  # a long chain: evaluated a cache-sized block of rows at a time
+            return f"_by_rows({function}, {out}, {', '.join(args)})"
         call_args = [*args, f"out={out}"] if out is not None else args
-        return f"{self._expr_function(expr, wide, plan)}({', '.join(call_args)})"
+        return f"{function}({', '.join(call_args)})"
 
     def _expr_source(self, key: tuple[Expr, frozenset[int], InPlacePlan], name: str) -> str:
         expr, wide, plan = key
@@ -173,7 +180,12 @@ class NumpyKernelPrinter:
         if isinstance(op, MatmulOp):
             slot = self.buffers.slot_of.get(op.result)
             out = "" if slot is None else f", out=_buf[{slot}]"
-            call = f"np.matmul({arg[0]}, {arg[1]}{out})"
+            ranks = [axes_type(v, "kernel.matmul operand").rank for v in op.operands]
+            if ranks[0] >= 3 and ranks[1] == 2:  # a stack of rows by one matrix: one BLAS call
+                self.m.pieces.add("_matmul_rows")
+                call = f"_matmul_rows({arg[0]}, {arg[1]}{out})"
+            else:
+                call = f"np.matmul({arg[0]}, {arg[1]}{out})"
             # 1-D by 1-D gives a numpy scalar, not an array: keep every value an ndarray.
             return call if axes_type(op.result, "kernel.matmul").rank else f"np.asarray({call})"
         # The methods, not np.transpose/np.reshape: the same views at a fifth of the call's cost.

@@ -20,11 +20,12 @@ from loam.runtime.kernels import (
     indexing,
     movement,
     normalization,
+    products,
     quantized,
     reduce,
 )
 
-FAMILIES = (common, elementwise, movement, indexing, reduce, normalization, conv, quantized)
+FAMILIES = (common, elementwise, movement, indexing, reduce, normalization, conv, products, quantized)
 
 PIECES: dict[str, object] = {name: piece for family in FAMILIES for name, piece in family.PIECES.items()}
 DEPENDS: dict[str, tuple[str, ...]] = {name: deps for family in FAMILIES for name, deps in family.DEPENDS.items()}
