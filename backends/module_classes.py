@@ -9,6 +9,8 @@ device buffers) names the extra attributes; nothing else here depends on the bac
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -16,6 +18,7 @@ from xdsl.ir import Attribute
 
 from loam.backends.module_text import axes_type, dtype_source, numpy_dtype, tuple_py
 from loam.dialects.kernel import WeightOp
+from loam.dtypes import SAFETENSORS_NAMES
 from loam.errors import LoamError
 
 EMBED_ALIGN = 64
@@ -29,6 +32,14 @@ def to_numpy(attr: Attribute, what: str) -> np.ndarray:
     return np.asarray(to_numpy())
 
 
+def _little_bytes(arr: np.ndarray) -> tuple[bytes, str]:
+    """`arr`'s elements as little-endian bytes, and its dtype as the module spells it."""
+    if arr.dtype.type.__module__ != "numpy":  # ml_dtypes.bfloat16: its bits, little-endian
+        return np.ascontiguousarray(arr).view(np.uint16).astype("<u2").tobytes(), f"ml_dtypes.{arr.dtype.name}"
+    little = arr.dtype.newbyteorder("<") if arr.dtype.byteorder not in ("|", "=") else arr.dtype
+    return np.ascontiguousarray(arr, dtype=little).tobytes(), repr(little.str)
+
+
 def embedded_bytes(carried: Sequence[tuple[WeightOp, str]]) -> tuple[bytes, list[str]]:
     """The carried weights' bytes as one literal, and their `_EMBEDDED` rows (offsets aligned)."""
     blob = bytearray()
@@ -36,27 +47,72 @@ def embedded_bytes(carried: Sequence[tuple[WeightOp, str]]) -> tuple[bytes, list
     for op, _ in carried:
         assert op.data is not None
         arr = to_numpy(op.data, f"weight {op.weight_name.data!r}")
-        if arr.dtype.type.__module__ != "numpy":  # ml_dtypes.bfloat16: its bits, little-endian
-            data = np.ascontiguousarray(arr).view(np.uint16).astype("<u2").tobytes()
-            dtype = f"ml_dtypes.{arr.dtype.name}"
-        else:
-            little = arr.dtype.newbyteorder("<") if arr.dtype.byteorder not in ("|", "=") else arr.dtype
-            data = np.ascontiguousarray(arr, dtype=little).tobytes()
-            dtype = repr(little.str)
+        data, dtype = _little_bytes(arr)
         blob += bytes(-len(blob) % EMBED_ALIGN)
         rows.append(f"({op.weight_name.data!r}, {len(blob)}, {dtype}, {arr.size}, {tuple(arr.shape)!r})")
         blob += data
     return bytes(blob), rows
 
 
+_SAFETENSORS_DTYPE = {elem: name for name, elem in SAFETENSORS_NAMES.items()}
+"""Element type name -> the safetensors dtype that stores it."""
+
+
+def safetensors_dtype(op: WeightOp) -> str | None:
+    """The safetensors dtype that stores weight `op`'s element type, None when safetensors has none."""
+    return _SAFETENSORS_DTYPE.get(axes_type(op.result, f"weight '{op.weight_name.data}'").elem.name)
+
+
+def beside_file(weights: Sequence[tuple[str, str, np.ndarray]]) -> tuple[bytes, str]:
+    """Weights (ONNX name, safetensors dtype, value) as a safetensors file, and the digest of their bytes
+    its metadata records.
+
+    Tensors are laid out widest element first, so each starts at a multiple of its element size (the
+    header is padded to 8 bytes, as the safetensors library pads it): every weight is a zero-copy view
+    of the memory map.  The digest (of every name, dtype, shape and byte) lets the module refuse a
+    file written by another build."""
+    items = sorted(weights, key=lambda item: -item[2].itemsize)
+    header: dict[str, object] = {}
+    chunks: list[bytes] = []
+    digest = hashlib.sha256()
+    offset = 0
+    for name, dtype, arr in items:
+        data = _little_bytes(arr)[0]
+        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        digest.update(json.dumps([name, dtype, list(arr.shape), len(data)]).encode())
+        digest.update(data)
+        chunks.append(data)
+    stamp = digest.hexdigest()[:32]
+    header["__metadata__"] = {"loam_weights": stamp}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return b"".join([len(text).to_bytes(8, "little"), text, *chunks]), stamp
+
+
+def split_beside(
+    carried: Sequence[tuple[WeightOp, str]], limit: int
+) -> tuple[list[tuple[WeightOp, str]], bytes | None, str | None]:
+    """Where the carried weights' bytes pass `limit`, those safetensors can store go in a file beside
+    the module: the weights left for the source's literal, that file's bytes and its digest (None,
+    None: no file)."""
+    stored = {}
+    for op, attr in carried:
+        dtype = safetensors_dtype(op)
+        if dtype is not None and op.data is not None:
+            stored[attr] = (op.weight_name.data, dtype, to_numpy(op.data, f"weight {op.weight_name.data!r}"))
+    if sum(arr.nbytes for _, _, arr in stored.values()) <= limit:
+        return list(carried), None, None
+    data, digest = beside_file(list(stored.values()))
+    return [(op, attr) for op, attr in carried if attr not in stored], data, digest
+
+
 def array_literal(arr: np.ndarray) -> str:
     """`arr` as `np.frombuffer(b"...", dtype=...).reshape(...)` (little-endian bytes)."""
-    if arr.dtype.type.__module__ != "numpy":  # ml_dtypes.bfloat16: its bits, viewed back
-        data = np.ascontiguousarray(arr).view(np.uint16).astype("<u2").tobytes()
-        return f"np.frombuffer({data!r}, dtype='<u2').view(ml_dtypes.{arr.dtype.name}).reshape({tuple(arr.shape)!r})"
-    little = arr.dtype.newbyteorder("<") if arr.dtype.byteorder not in ("|", "=") else arr.dtype
-    data = np.ascontiguousarray(arr, dtype=little).tobytes()
-    return f"np.frombuffer({data!r}, dtype={little.str!r}).reshape({tuple(arr.shape)!r})"
+    data, dtype = _little_bytes(arr)
+    if dtype.startswith("ml_dtypes."):  # bfloat16: its bits, viewed back
+        return f"np.frombuffer({data!r}, dtype='<u2').view({dtype}).reshape({tuple(arr.shape)!r})"
+    return f"np.frombuffer({data!r}, dtype={dtype}).reshape({tuple(arr.shape)!r})"
 
 
 def marker_source(name: str, extent: int | None) -> str:
@@ -96,6 +152,7 @@ def weights_source(
     checkpoint_names: tuple[tuple[str, str], ...],
     row_orders: tuple[tuple[str, int], ...],
     slots_more: Mapping[str, str],
+    beside: bool = False,
 ) -> str:
     """`class Weights`: `load`, `load_file`, `stored`, and `embedded()` where the IR carries every weight.
 
@@ -103,7 +160,8 @@ def weights_source(
     hold those.  Each half weight that forward would widen gets a float32 twin made in `__init__`
     (`prepared_names`: weight attribute -> its twin's).  `slots_more` are further attributes a
     backend keeps per Weights (name -> what it holds), `checkpoint_names` and `row_orders` the
-    module attributes `loam.checkpoint_names` and `loam.row_orders`.
+    module attributes `loam.checkpoint_names` and `loam.row_orders`.  With `beside`, the carried
+    weights not in `embedded_rows` are in the safetensors file written beside the module (`_beside`).
     """
     prepared = [(attr, prepared_names[attr]) for _, attr in weights if attr in prepared_names]
     slots = (*(attr for _, attr in weights), *(p for _, p in prepared), "_stored", "_source", *slots_more)
@@ -193,11 +251,14 @@ def weights_source(
         "",
         "    @classmethod",
         "    def _carried(cls) -> dict[str, np.ndarray]:",
-        '        """The weights the module carries, as read-only views of `_WEIGHT_BYTES`."""',
-        "        return {",
+        '        """The weights the module carries, as read-only views of `_WEIGHT_BYTES`'
+        + (' and of the file beside it."""' if beside else '."""'),
+        "        carried = {",
         "            name: np.frombuffer(_WEIGHT_BYTES, dtype=dtype, count=count, offset=offset).reshape(shape)",
         "            for name, offset, dtype, count, shape in cls._EMBEDDED",
         "        }",
+        *(["        carried.update(_beside(__file__, _BESIDE_DIGEST, _BESIDE_DATA, cls._SPECS))"] if beside else []),
+        "        return carried",
     ]
     if all_carried:
         lines += [

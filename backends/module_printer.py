@@ -51,6 +51,7 @@ from loam.backends.module_classes import (
     embedded_bytes,
     marker_source,
     outputs_source,
+    split_beside,
     to_numpy,
     weights_source,
 )
@@ -106,9 +107,14 @@ class ModulePrinter:
         checkpoint_names: tuple[tuple[str, str], ...] = (),
         row_orders: tuple[tuple[str, int], ...] = (),
         formats: tuple[str, ...] = CHECKPOINT_FORMATS,
+        beside_limit: int | None = None,
     ) -> None:
         self.program = program
         self.formats = formats
+        # Carried weights past this many bytes go in a safetensors file beside the module (None: never);
+        # `weights_file` holds that file's bytes once the module is printed.
+        self.beside_limit = beside_limit
+        self.weights_file: bytes | None = None
         self.checkpoint_names = checkpoint_names
         self.row_orders = row_orders
         self.names = Names()
@@ -418,13 +424,17 @@ class ModulePrinter:
         parts += [marker_source(name, extent) for name, extent in markers.items()]
         rows: list[str] = []
         blob = b""
+        digest = None
+        if self.beside_limit is not None:
+            carried, self.weights_file, digest = split_beside(carried, self.beside_limit)
         if carried:
             blob, rows = embedded_bytes(carried)
         parts.append(
             weights_source(
-                weights, self.prepared, rows, embedded, self.checkpoint_names, self.row_orders, self.weight_slots
+                weights, self.prepared, rows, embedded, self.checkpoint_names, self.row_orders, self.weight_slots,
+                beside=digest is not None,
             )
-        )
+        )  # fmt: skip
         if out_fields:
             parts.append(outputs_source(out_fields, output_names))
         parts.append(self._signature_source(output_names))
@@ -436,6 +446,14 @@ class ModulePrinter:
             parts.append(
                 f"# The bytes of every weight the module carries, little-endian, each at an offset aligned to "
                 f"{EMBED_ALIGN}\n_WEIGHT_BYTES = {blob!r}\n"
+            )
+        if digest is not None:
+            self.pieces.add("_beside")
+            parts.append(
+                "# The other weights the module carries are in the safetensors file written beside it (this\n"
+                "# file's name with .safetensors for .py), whose metadata holds this digest of them\n"
+                f"_BESIDE_DIGEST = {digest!r}\n"
+                "_BESIDE_DATA: object = None  # the file.s bytes, set by whoever imports this source without it\n"
             )
         parts += self.runtime_sources()
         return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)

@@ -50,6 +50,25 @@ def checkpoint_formats(module: ModuleOp) -> tuple[str, ...]:
     return formats
 
 
+BESIDE_ATTR = "loam.weights_beside"
+"""Module attribute: the carried weights' total bytes past which the module keeps them in a safetensors
+file beside itself instead of a bytes literal in its source (absent: always the literal)."""
+
+INLINE_LIMIT = 1 << 20
+"""The bytes of carried weights a module holds in its own source by default (`BESIDE_ATTR`): a source
+of a few MiB still imports in milliseconds; past that, parsing the literal costs more than mapping a file."""
+
+
+def weights_beside(module: ModuleOp) -> int | None:
+    """The byte count past which the module's carried weights go beside it (`BESIDE_ATTR`), or None."""
+    attr = module.attributes.get(BESIDE_ATTR)
+    if attr is None:
+        return None
+    if not isinstance(attr, IntAttr) or attr.data < 0:
+        raise UnsupportedError(f"{BESIDE_ATTR} is {attr}, not a non-negative #builtin.int")
+    return attr.data
+
+
 def checkpoint_names(module: ModuleOp) -> tuple[tuple[str, str], ...]:
     """The `[checkpoint_names]` rules the build attached to `module` (none: checkpoint names are the graph's)."""
     attr = module.attributes.get("loam.checkpoint_names")

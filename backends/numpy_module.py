@@ -1,6 +1,7 @@
 """Print a `kernel.program` as one readable Python module that imports only numpy.
 
-`emit_python(module)` returns the module's source: the structure every module shares
+`emit_python(module)` returns the module's source (`numpy_module` also the weights file written
+beside it, where the graph carries more weights than a source should hold): the structure every module shares
 (`loam.backends.module_printer`: markers, `Weights`, `Outputs`, forward's prologue, If blocks) with
 forward's lines printed by the numpy kernel printer (`loam.backends.numpy_kernel_printer`: one
 function per distinct `Expr`, library kernels as calls of their runtime pieces), and forward's
@@ -49,6 +50,7 @@ from loam.backends.module_text import (
     row_orders,
     tuple_py,
     tuple_source,
+    weights_beside,
 )
 from loam.backends.numpy_buffers import plan_buffers
 from loam.backends.numpy_kernel_printer import NumpyKernelPrinter, expr_dtype
@@ -58,7 +60,7 @@ from loam.dialects.kernel import ConstantOp, ProgramOp, TileProgramOp, WeightOp,
 from loam.errors import UnsupportedError
 from loam.limits import MAX_ELEMENTS
 
-__all__ = ["emit_python"]
+__all__ = ["emit_python", "numpy_module"]
 
 # A preallocated buffer is worth its bookkeeping from this many elements on (or for a symbolic extent).
 _SLOT_MIN = 16384
@@ -75,11 +77,24 @@ def emit_python(module: ModuleOp) -> str:
     an element type plain numpy lacks, an extent no input binds) and `AxisError` for an axis
     whose marker class would take a name the module declares.
     """
+    return numpy_module(module, beside=False)[0]
+
+
+def numpy_module(module: ModuleOp, beside: bool = True) -> tuple[str, bytes | None]:
+    """`emit_python`'s source, and the safetensors file to write beside it: with `beside`, the weights
+    the graph carries go there once past the module attribute `loam.weights_beside`'s byte count
+    (`module_text.BESIDE_ATTR`); None when the source carries them all."""
     programs = [op for op in module.walk() if isinstance(op, ProgramOp)]
     if len(programs) != 1:
         raise UnsupportedError(f"the numpy backend prints one kernel.program, found {len(programs)}")
-    printer = NumpyModulePrinter(programs[0], checkpoint_names(module), row_orders(module), checkpoint_formats(module))
-    return printer.emit()
+    printer = NumpyModulePrinter(
+        programs[0],
+        checkpoint_names(module),
+        row_orders(module),
+        checkpoint_formats(module),
+        weights_beside(module) if beside else None,
+    )
+    return printer.emit(), printer.weights_file
 
 
 class NumpyModulePrinter(ModulePrinter):
@@ -91,8 +106,9 @@ class NumpyModulePrinter(ModulePrinter):
         checkpoint_names: tuple[tuple[str, str], ...] = (),
         row_orders: tuple[tuple[str, int], ...] = (),
         formats: tuple[str, ...] = CHECKPOINT_FORMATS,
+        beside_limit: int | None = None,
     ) -> None:
-        super().__init__(program, checkpoint_names, row_orders, formats)
+        super().__init__(program, checkpoint_names, row_orders, formats, beside_limit)
         self.kernels = NumpyKernelPrinter(self)
         # Each tile program's numpy function (`loam.backends.numpy_tile`), and their sources.
         self.tile_functions: dict[object, str] = {}

@@ -43,6 +43,7 @@ from loam.backends.module_text import (
     row_orders,
     tuple_py,
     tuple_source,
+    weights_beside,
 )
 from loam.backends.names import WGSL_MODULE_NAMES
 from loam.backends.numpy_kernel_printer import NumpyKernelPrinter
@@ -81,9 +82,12 @@ def emit_wgsl(module: object) -> str:
     return wgsl_module(module)[0]
 
 
-def wgsl_module(module: object, host_fallback: bool = False) -> tuple[str, DeviceSummary]:
-    """`emit_wgsl`'s source and what the module does per forward (dispatches, bytes); with
-    `host_fallback`, kernels with no WGSL form run on the host instead of stopping the build."""
+def wgsl_module(
+    module: object, host_fallback: bool = False, beside: bool = False
+) -> tuple[str, DeviceSummary, bytes | None]:
+    """`emit_wgsl`'s source, what the module does per forward (dispatches, bytes) and the weights file
+    written beside it (`numpy_module`'s `beside`); with `host_fallback`, kernels with no WGSL form run
+    on the host instead of stopping the build."""
     programs = [op for op in module.walk() if isinstance(op, ProgramOp)]  # type: ignore[attr-defined]
     if len(programs) != 1:
         raise UnsupportedError(f"the WGSL backend prints one kernel.program, found {len(programs)}")
@@ -92,10 +96,11 @@ def wgsl_module(module: object, host_fallback: bool = False) -> tuple[str, Devic
         checkpoint_names(module),  # type: ignore[arg-type]
         row_orders(module),  # type: ignore[arg-type]
         checkpoint_formats(module),  # type: ignore[arg-type]
+        weights_beside(module) if beside else None,  # type: ignore[arg-type]
         host_fallback=host_fallback,
     )
     source = emitter.emit()
-    return source, emitter.summary()
+    return source, emitter.summary(), emitter.weights_file
 
 
 class WgslModulePrinter(ModulePrinter):
@@ -107,10 +112,11 @@ class WgslModulePrinter(ModulePrinter):
         checkpoint_names: tuple[tuple[str, str], ...] = (),
         row_orders: tuple[tuple[str, int], ...] = (),
         formats: tuple[str, ...] = CHECKPOINT_FORMATS,
+        beside_limit: int | None = None,
         *,
         host_fallback: bool = False,
     ) -> None:
-        super().__init__(program, checkpoint_names, row_orders, formats)
+        super().__init__(program, checkpoint_names, row_orders, formats, beside_limit)
         self.kernels = WgslKernelPrinter(self)
         self.host = NumpyKernelPrinter(self)  # the kernels the host computes, printed as the numpy module would
         self.host_fallback = host_fallback

@@ -45,7 +45,7 @@ from loam.options import Options
 __all__ = ["CACHE_ENV", "CachedBuild", "build_key", "cache_dir", "cached", "checkpoint_extent", "load", "store"]
 
 CACHE_ENV = "LOAM_CACHE_DIR"
-_FORMAT = 1  # bump when the entry layout or the key's meaning changes
+_FORMAT = 2  # bump when the entry layout or the key's meaning changes
 # The packages whose source is Loam (pyproject maps them onto the repository's folders).
 _PACKAGES = ("loam", "loam.dialects", "loam.passes", "loam.frontends", "loam.backends", "loam.grammar")
 # A safetensors header above this is refused by the build; the key reads no more of it than that.
@@ -60,6 +60,8 @@ class CachedBuild:
     source: str
     report: str
     notes: tuple[str, ...] = ()
+    weights: bytes | None = None
+    """The safetensors file written beside the module (`BuildResult.weights`), None when it has none."""
 
 
 def cache_dir() -> Path:
@@ -224,15 +226,18 @@ def _source_files(base: Path) -> Iterable[Path]:
 
 
 def _entry_digest(key: str, build: CachedBuild) -> str:
-    text = json.dumps([key, build.source, build.report, list(build.notes)], ensure_ascii=True)
+    weights = None if build.weights is None else hashlib.sha256(build.weights).hexdigest()
+    text = json.dumps([key, build.source, build.report, list(build.notes), weights], ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def load(folder: Path, key: str) -> CachedBuild | None:
-    """The build stored under `key`, or None when there is none or it is damaged in any way."""
+    """The build stored under `key`, or None when there is none or it is damaged in any way (its
+    weights file included)."""
     try:
         entry = json.loads((folder / f"{key}.json").read_text(encoding="utf-8"))
-        build = CachedBuild(entry["source"], entry["report"], tuple(entry["notes"]))
+        weights = (folder / f"{key}.safetensors").read_bytes() if entry["weights"] else None
+        build = CachedBuild(entry["source"], entry["report"], tuple(entry["notes"]), weights)
         intact = (
             entry["format"] == _FORMAT
             and entry["key"] == key
@@ -255,13 +260,21 @@ def store(folder: Path, key: str, build: CachedBuild) -> Path:
         "source": build.source,
         "report": build.report,
         "notes": list(build.notes),
+        "weights": build.weights is not None,
         "digest": _entry_digest(key, build),
     }
-    target = folder / f"{key}.json"
-    fd, temporary = tempfile.mkstemp(prefix=f".{key[:12]}.", suffix=".tmp", dir=folder)
+    if build.weights is not None:  # written first: an entry never names weights that are not there
+        _write_atomically(folder, f"{key}.safetensors", build.weights)
+    return _write_atomically(folder, f"{key}.json", json.dumps(entry).encode("utf-8"))
+
+
+def _write_atomically(folder: Path, name: str, data: bytes) -> Path:
+    """`data` as `folder/name`, through a temporary file renamed into place."""
+    target = folder / name
+    fd, temporary = tempfile.mkstemp(prefix=f".{name[:12]}.", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(entry, f)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

@@ -81,7 +81,9 @@ class Options:
     """What to build: everything that is not the model or the checkpoint bytes.
 
     - `architecture`: the name of a built-in architecture table that names axes, or None.
-    - `inline_weights`: embed the weights in the generated module (`Weights.embedded()`).
+    - `inline_weights`: embed the weights in the generated module's source (`Weights.embedded()`);
+      otherwise the initializers a model file carries go in a safetensors file beside the module once
+      they pass `INLINE_LIMIT` bytes (`loam.backends.module_text`).
     - `outputs`: cut the graph at these tensor names (None: the graph's own outputs).
     - `dims`: fix a dim_param (a symbolic input extent) to a number, or a name inside a spelled
       one (`past` in `past + 1`); a spelling becomes a number once every name it reads is fixed.

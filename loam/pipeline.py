@@ -61,6 +61,27 @@ class BuildResult:
     notes: list[str] = field(default_factory=list[str])
     fusion: FusionReport | None = None
     """The `fuse` pass's decision report (None when the build ran without fusion)."""
+    weights: bytes | None = None
+    """The safetensors file the module reads its carried weights from, to be written beside it (see
+    `write`); None when the source carries them all."""
+
+    def write(self, path: str | Path) -> list[Path]:
+        """Write the module to `path` (a `.py` file) and, where it has one, its weights file beside it
+        (`beside_path`); the paths written."""
+        target = Path(path)
+        target.write_text(self.source, encoding="utf-8")
+        if self.weights is None:
+            return [target]
+        weights = beside_path(target)
+        weights.write_bytes(self.weights)
+        return [target, weights]
+
+
+def beside_path(module: Path) -> Path:
+    """Where a module written to `module` finds the weights it keeps beside itself: its name with
+    `.safetensors` for `.py` (the rule the module's `_beside` follows)."""
+    name = module.name[:-3] if module.name.endswith(".py") else module.name
+    return module.with_name(name + ".safetensors")
 
 
 DEFAULT_FUSE = "memory"
@@ -130,7 +151,7 @@ def build(
         raise UsageError(f"backend '{backend}' is not one of {', '.join(BACKENDS)}")
     if host_fallback and backend != "wgsl":
         raise UsageError("host_fallback is a WGSL backend choice: the numpy backend computes everything on the host")
-    from loam.backends.numpy_module import emit_python
+    from loam.backends.numpy_module import numpy_module
     from loam.passes.apply_options import attach_options
     from loam.passes.fuse import FusePass
     from loam.passes.pack_quantized import PACKED_ENCODINGS, build_notes, record_stored_encodings
@@ -175,6 +196,11 @@ def build(
             ir.attributes[ROW_ORDERS_ATTR] = ArrayAttr(
                 [ArrayAttr([StringAttr(name), IntAttr(heads)]) for name, heads in orders]
             )
+    if not options.inline_weights:
+        # Weights the graph carries past a few MiB go in a safetensors file beside the module.
+        from loam.backends.module_text import BESIDE_ATTR, INLINE_LIMIT
+
+        ir.attributes[BESIDE_ATTR] = IntAttr(INLINE_LIMIT)
     if all_checkpoints:
         # The module reads the formats it was checked against (a GGUF build carries the GGUF reader).
         from loam.backends.module_text import FORMATS_ATTR
@@ -212,13 +238,13 @@ def build(
     if backend == "wgsl":
         from loam.backends.wgsl_module import wgsl_module
 
-        source, device = wgsl_module(ir, host_fallback)
+        source, device, weights = wgsl_module(ir, host_fallback, beside=True)
         if fusion is not None:
             fusion.device = device
     else:
-        source = emit_python(ir)
-    module = import_source(source, "loam_generated")
-    return BuildResult(source, build_report(ir), module, ir, notes, fusion)
+        source, weights = numpy_module(ir)
+    module = import_source(source, "loam_generated", weights)
+    return BuildResult(source, build_report(ir), module, ir, notes, fusion, weights)
 
 
 def _naming_the_file(err: LoamError, model: str | Path | onnx.ModelProto) -> LoamError:
@@ -235,12 +261,15 @@ def _dump(ir: ModuleOp, path: Path) -> None:
         f.write("\n")
 
 
-def import_source(source: str, name: str) -> types.ModuleType:
-    """Import generated source as a module (it is Loam's own output, never model content)."""
+def import_source(source: str, name: str, weights: bytes | None = None) -> types.ModuleType:
+    """Import generated source as a module (it is Loam's own output, never model content); `weights`
+    are the bytes of the file it would find beside itself (`BuildResult.weights`)."""
     module = types.ModuleType(name)
     module.__file__ = f"<{name}>"
     sys.modules[name] = module  # NamedTuple and dataclass machinery look the module up by name
     exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+    if weights is not None:
+        module._BESIDE_DATA = weights  # type: ignore[attr-defined]
     return module
 
 

@@ -18,6 +18,8 @@ and the load agree on what a checkpoint supplies.
 - `_decoded`, `_load_weights`: the checked tensors as arrays of the graph's dtypes: zero-copy views of
   the checkpoint where the dtype and alignment allow, else converted once (dequantized with
   `loam.runtime.dequant`'s pieces); `_prepared`: a half weight's float32 form, made once by `Weights`.
+- `_beside`: the weights a module keeps in the safetensors file written beside it, memory-mapped and
+  checked to be that build's.
 - `SAFETENSORS_DTYPES`: safetensors dtype name -> numpy dtype name (None where plain numpy has no
   such dtype), a table the module declares as a literal.
 """
@@ -552,6 +554,48 @@ def _rotary_rows(rows: int, heads: int) -> np.ndarray:
     return np.arange(rows).reshape(heads, rows // heads // 2, 2).swapaxes(1, 2).reshape(rows)
 
 
+def _beside(
+    module_file: str,
+    digest: str,
+    data: object,
+    specs: tuple[tuple[str, str, object, tuple[tuple[str, int | None], ...]], ...],
+) -> dict[str, np.ndarray]:
+    """The weights a module keeps in the safetensors file beside it, by ONNX name: read-only views of
+    the file memory-mapped (`data`, where given, holds the same file's bytes: a module imported from its
+    source text alone has no file to sit beside).
+
+    The file is the module's own file name with `.safetensors` for `.py`.  It must be the one written
+    with the module: its metadata holds the build's digest of the weights, and a file from another
+    build is refused (its numbers would be another model's), as is a tensor the graph does not expect."""
+    if data is None:
+        path = (module_file[:-3] if module_file.endswith(".py") else module_file) + ".safetensors"
+        try:
+            data = np.memmap(path, dtype=np.uint8, mode="r")
+        except (OSError, ValueError) as e:
+            raise LoadError(
+                f"the weights this module keeps beside it, {path!r}, cannot be mapped ({e}): copy that file "
+                "with the module (it is written next to it at build time), or rebuild"
+            ) from None
+    else:
+        path = "the weights given with the module"
+    tensors = _read_checkpoint({path: data})  # a shard named by its path: refusals name the file
+    view = _bytes_of(data, path)
+    header = _parse_json(bytes(view[8 : 8 + int.from_bytes(view[:8], "little")]).decode("utf-8"))
+    metadata = header.get("__metadata__")
+    found = metadata.get("loam_weights") if isinstance(metadata, dict) else None
+    if found != digest:
+        raise LoadError(
+            f"{path} holds weights {found!r}, not the {digest!r} this module was built with: the file comes "
+            "from another build; copy the file written with this module, or rebuild"
+        )
+    carried: dict[str, np.ndarray] = {}
+    for name, _, dtype, axes in specs:
+        if name in tensors:
+            _check_weight(tensors[name], name, dtype, axes)
+            carried[name] = _decoded(tensors[name], dtype)[1]
+    return carried
+
+
 def _prepared(weight: np.ndarray) -> np.ndarray:
     """A half weight (f16, bf16) in the float32 forward computes it in, converted once by `Weights`."""
     return np.asarray(weight).astype(np.float32)
@@ -573,6 +617,7 @@ PIECES: dict[str, object] = {
     "_load_weights": _load_weights,
     "_packed_blocks": _packed_blocks,
     "_rotary_rows": _rotary_rows,
+    "_beside": _beside,
     "_prepared": _prepared,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
@@ -589,6 +634,7 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "_load_weights": ("LoadError", "_check_weight", "_decoded"),
     "_packed_blocks": ("_block_dtype",),
     "_rotary_rows": ("LoadError",),
+    "_beside": ("LoadError", "_read_checkpoint", "_bytes_of", "_parse_json", "_check_weight", "_decoded"),
 }
 """The other pieces (and the tables `SAFETENSORS_DTYPES` and `FORMATS`) each piece reads, whatever the model."""
 

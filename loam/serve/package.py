@@ -305,7 +305,8 @@ def open_package(folder: str | Path, progress: Callable[[str], None] = lambda _m
             lambda stage_spec=stage_spec: _build_stage(stage_spec, progress),  # type: ignore[misc]
             progress,
         )  # fmt: skip
-        module = import_source(built.source, f"loam_serve_{_identifier(spec.name)}_{_identifier(stage_spec.name)}")
+        name = f"loam_serve_{_identifier(spec.name)}_{_identifier(stage_spec.name)}"
+        module = import_source(built.source, name, built.weights)
         stages[stage_spec.name] = Stage(stage_spec, module, None, hit)
     # Each source is opened once; every stage reading it loads its weights from the same map.
     opened: dict[str, object] = {}
@@ -347,7 +348,7 @@ def _build_stage(stage: StageSpec, progress: Callable[[str], None]) -> object:
 
         model = pooled_model(stage.graph, stage.pooling or "none", stage.normalize, stage.output)
     result = build(model, options=stage.options, progress=progress)  # type: ignore[arg-type]
-    return cache.CachedBuild(result.source, result.report, tuple(result.notes))
+    return cache.CachedBuild(result.source, result.report, tuple(result.notes), result.weights)
 
 
 def _tokenizer(spec: PackageSpec) -> object | None:

@@ -173,7 +173,8 @@ def build_parser() -> CliParser:
         "--inline-weights",
         action="store_true",
         default=None,
-        help="embed the weights in the module (Weights.embedded())",
+        help="embed every weight in the module's source (Weights.embedded()), the checkpoint's too; without "
+        "it, initializers the model file carries past 1 MiB go in OUTPUT's name with .safetensors, beside it",
     )
     build.add_argument(
         "--dump-ir", type=Path, metavar="DIR", help="write the IR after each stage into DIR (as .mlir files)"
@@ -457,20 +458,46 @@ def _build(args: argparse.Namespace) -> None:
             write_report(result.fusion, args.report, args.report_format)
             if args.report != "-":
                 progress(f"wrote the fusion report to {args.report}")
-        return cache.CachedBuild(result.source, result.report, tuple(result.notes))
+        return cache.CachedBuild(result.source, result.report, tuple(result.notes), result.weights)
 
+    from loam.pipeline import beside_path
+
+    if output is not None:
+        _not_an_input(beside_path(output), model, options, args)
     built = make() if real else cache.cached(model, options, extra, make, progress)[0]
     for note in built.notes:
         progress(f"note: {note}")
+    if output is None and built.weights is not None:
+        raise UsageError(
+            f"{model} carries {len(built.weights) / 2**20:.1f} MiB of weights, which the module keeps in a "
+            "safetensors file beside itself: give -o FILE.py to write both, or --inline-weights to print "
+            "them into the source"
+        )
     if output is None:
         sys.stdout.write(built.source)
         sys.stdout.flush()
     else:
         output.write_text(built.source, encoding="utf-8")
+        if built.weights is not None:
+            beside_path(output).write_bytes(built.weights)
     if built.report:
         sys.stderr.write(_node_report_text(built.report))
     if output is not None:
-        sys.stderr.write(f"{PROG}: wrote {output}\n")
+        also = f" and its weights {beside_path(output)}" if built.weights is not None else ""
+        sys.stderr.write(f"{PROG}: wrote {output}{also}\n")
+
+
+def _not_an_input(weights: Path, model: Path, options: Options, args: argparse.Namespace) -> None:
+    """Refuse a module path, or the weights path beside it, that names one of the build's inputs
+    (writing there would lose it)."""
+    inputs = {p.resolve() for p in (model, *options.checkpoints, *([args.options] if args.options else []))}
+    if Path(args.output).resolve() in inputs:
+        raise UsageError(f"-o {args.output} is one of this build's inputs; write the module somewhere else")
+    if weights.resolve() in inputs:
+        raise UsageError(
+            f"-o {args.output}: its weights would be written to {weights}, one of this build's inputs; "
+            "write the module somewhere else, or under another name"
+        )
 
 
 _REPORT_LINES = 100

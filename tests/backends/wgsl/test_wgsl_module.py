@@ -182,7 +182,7 @@ def test_the_host_fallback_computes_what_the_device_cannot_and_the_report_says_s
         UnsupportedError, match=r"kernel.cast 'widen': element type f64 has no WGSL form.*--host-fallback"
     ):
         emit_wgsl(_program(F64_CHAIN))
-    source, summary = wgsl_module(_program(F64_CHAIN), host_fallback=True)
+    source, summary, _ = wgsl_module(_program(F64_CHAIN), host_fallback=True)
     # f64 lives on the host from the widening cast to the narrowing one; 'gap' runs on the device.
     assert summary.host == (
         "widen (f64 has no WGSL form)",
@@ -217,7 +217,7 @@ kernel.program "forward" (%a : !tensor_axes.tensor<i64, [M: 2, K: 3]>, %b : !ten
 """
     with pytest.raises(UnsupportedError, match=r"--host-fallback"):
         emit_wgsl(_program(text))
-    source, summary = wgsl_module(_program(text), host_fallback=True)
+    source, summary, _ = wgsl_module(_program(text), host_fallback=True)
     assert len(summary.host) == 1 and summary.host[0].startswith("intprod (") and summary.dispatches == 1
     gpu = import_source(source, "loam_wgsl_host_matmul")
     a = np.array([[1, -2, 3], [4, 5, -6]], np.int64)
