@@ -192,3 +192,11 @@ def test_the_build_cache_keeps_the_weights_file_too(
     stored.write_bytes(stored.read_bytes()[:-4] + b"\0\0\0\0")
     assert "cache hit" not in cached_build("third.py")
     assert (tmp_path / "third.safetensors").read_bytes() == (tmp_path / "first.safetensors").read_bytes()
+
+
+def test_the_wgsl_module_keeps_its_weights_beside_it_too(tmp_path: Path) -> None:
+    result = build(mlp(1), options=LAYOUT, backend="wgsl")
+    assert result.weights is not None and "_WEIGHT_BYTES = b" not in result.source
+    module = import_file(result.write(tmp_path / "gpu.py")[0])
+    got = module.forward(module.Weights.embedded(), X)
+    np.testing.assert_allclose(got, run_onnxruntime(mlp(1), {"x": X})[0], rtol=1e-4, atol=1e-4)
