@@ -1,9 +1,10 @@
 """`python -m bench --quick` runs end to end: every case builds, runs on both sides and gets a row.
 
 No timing is asserted (this machine's numbers are not a property of the code): each case must have
-its warm-forward row and its build/cold-start/memory row, with every number positive, the outputs
-of the two sides must agree (the bench would otherwise time a wrong module), the MLP at batch
-256 must have its BLAS-limit row, and (where wgpu is installed) each case its WGSL-module row.
+its warm-forward row and its build/cold-start/memory row (from the checkpoint and from the model
+file), with every number positive, the outputs of the two sides must agree (the bench would
+otherwise time a wrong module), the MLP at batch 256 must have its BLAS-limit row, and (where
+wgpu is installed) each case its WGSL-module row.
 A quick run writes no RESULTS.md.
 """
 
@@ -40,7 +41,7 @@ def test_quick_bench_reports_every_case() -> None:
         assert case.name in found, f"no row for {case.name}:\n{done.stdout}"
         table_rows = found[case.name]
         warm = [r for r in table_rows if len(r) == 5]
-        startup = [r for r in table_rows if len(r) == 7]
+        startup = [r for r in table_rows if len(r) == 10]
         assert len(warm) == 1 and len(startup) == 1, table_rows
         threads, loam_ms, ort_ms, ratio, diff = warm[0]
         assert int(threads) >= 1
