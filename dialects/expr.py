@@ -12,6 +12,8 @@ generated module calls (`loam.runtime.kernels.elementwise`).
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import struct
 from collections.abc import Mapping, Sequence
@@ -332,7 +334,10 @@ class Expr:
 
     def remap_operands(self, mapping: Sequence[int] | Mapping[int, int]) -> Expr:
         """This expression reading operand `mapping[i]` wherever it read operand `i`."""
-        return self.substitute([Expr.operand(mapping[i]) for i in range(self.arity)])
+        arity = self.arity
+        if self._canonical and all(mapping[i] == i for i in range(arity)):
+            return self  # the rebuild would give these very steps (fusing a long chain remaps at every step)
+        return self.substitute([Expr.operand(mapping[i]) for i in range(arity)])
 
     def inline_operand(self, index: int, producer: Expr) -> Expr:
         """This expression with operand `index` computed by `producer` instead (vertical fusion).
@@ -372,6 +377,22 @@ class Expr:
         return self.remap_operands(mapping), kept
 
     # -- queries ----------------------------------------------------------------------------------
+
+    @functools.cached_property
+    def _canonical(self) -> bool:
+        """Whether the builders would give these very steps back: the operands read come first, in
+        increasing order, no step appears twice, and every step but the last is read by a later one."""
+        steps = self.steps
+        first = 0
+        while first < len(steps) and isinstance(steps[first], Operand):
+            first += 1
+        indices = [step.index for step in steps[:first]]  # type: ignore[union-attr]
+        if any(b <= a for a, b in itertools.pairwise(indices)) or any(isinstance(s, Operand) for s in steps[first:]):
+            return False
+        if len(set(steps)) != len(steps):
+            return False
+        read = {arg for step in steps for arg in _step_args(step)}
+        return all(i in read for i in range(len(steps) - 1))
 
     @property
     def operand_indices(self) -> frozenset[int]:
