@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from loam.runtime.kernels.elementwise import _erf
+from loam.runtime.kernels.elementwise import _erf, _sigmoid
 
 
 def _float32_grid() -> np.ndarray:
@@ -55,3 +55,18 @@ def test_float16_erf_rounds_the_float32_value() -> None:
     assert got.dtype == np.float16
     # One float16 ulp at most: the float32 value is within 5e-7, far under float16's half ulp.
     assert np.abs(got.astype(np.float64) - reference.astype(np.float64)).max() <= np.spacing(np.float16(1)) / 2
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sigmoid_is_within_its_stated_bound(dtype: type) -> None:
+    grid = _float32_grid().astype(dtype)
+    x = np.concatenate([grid, np.linspace(-110, 110, 200_001, dtype=dtype)])  # down to float32's subnormals
+    reference = 1 / (1 + np.exp(-x.astype(np.longdouble)))
+    got = _sigmoid(x)
+    assert got.dtype == dtype
+    normal = reference > np.finfo(dtype).tiny
+    error = np.abs(got.astype(np.longdouble) - reference)[normal] / reference[normal]
+    assert float(error.max()) < 3 * np.finfo(dtype).eps
+    special = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0], dtype=dtype)
+    got = _sigmoid(special)
+    assert np.isnan(got[0]) and list(got[1:]) == [0.0, 1.0, 0.5, 0.5]

@@ -23,11 +23,21 @@ def _relu(x: np.ndarray) -> np.ndarray:
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    """1 / (1 + exp(-x)), computed without overflow for large |x|."""
+    """1 / (1 + exp(-x)) in x's dtype, without overflow for large |x|: with e = exp(-|x|) and
+    r = 1 / (1 + e), r where x >= 0 and e r elsewhere (one pass each, in place; relative error under
+    3 ulp of the dtype against float64 over its whole range: tests/runtime/test_transcendentals.py).
+    NaN stays NaN, -inf gives 0, +inf gives 1."""
     x = np.asarray(x)
-    e = np.exp(-np.abs(x))
     one = np.ones((), dtype=x.dtype)
-    return np.where(x >= 0, one / (one + e), e / (one + e))
+    e, r = np.empty(x.shape, x.dtype), np.empty(x.shape, x.dtype)  # arrays even at rank 0
+    np.abs(x, out=e)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    np.add(e, one, out=r)
+    np.divide(one, r, out=r)
+    np.multiply(e, r, out=e)
+    np.copyto(r, e, where=x < 0)
+    return r
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
