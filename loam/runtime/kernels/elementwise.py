@@ -23,21 +23,20 @@ def _relu(x: np.ndarray) -> np.ndarray:
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    """1 / (1 + exp(-x)) in x's dtype, without overflow for large |x|: with e = exp(-|x|) and
-    r = 1 / (1 + e), r where x >= 0 and e r elsewhere (one pass each, in place; relative error under
-    3 ulp of the dtype against float64 over its whole range: tests/runtime/test_transcendentals.py).
-    NaN stays NaN, -inf gives 0, +inf gives 1."""
+    """1 / (1 + exp(-x)) in x's dtype: four passes in place, no branch and no select (a select on a
+    data-dependent mask costs numpy ten times the arithmetic).  Where exp(-x) overflows (x below
+    about -88.7 in float32) the result is 0 for a true value under the dtype's smallest normal;
+    elsewhere the relative error is under 3 ulp against float64 over the whole range
+    (tests/runtime/test_transcendentals.py).  NaN stays NaN, -inf gives 0, +inf gives 1.
+    """
     x = np.asarray(x)
-    one = np.ones((), dtype=x.dtype)
-    e, r = np.empty(x.shape, x.dtype), np.empty(x.shape, x.dtype)  # arrays even at rank 0
-    np.abs(x, out=e)
-    np.negative(e, out=e)
-    np.exp(e, out=e)
-    np.add(e, one, out=r)
-    np.divide(one, r, out=r)
-    np.multiply(e, r, out=e)
-    np.copyto(r, e, where=x < 0)
-    return r
+    y = np.empty(x.shape, x.dtype)  # an array even at rank 0, so every step can write into it
+    with np.errstate(over="ignore"):
+        np.negative(x, out=y)
+        np.exp(y, out=y)
+        np.add(y, np.ones((), dtype=x.dtype), out=y)
+        np.divide(np.ones((), dtype=x.dtype), y, out=y)
+    return y
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
