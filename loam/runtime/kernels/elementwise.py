@@ -96,16 +96,17 @@ def _softsign(x: np.ndarray) -> np.ndarray:
     return x / (np.ones((), dtype=np.result_type(x)) + np.abs(x))
 
 
-def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """ONNX Div: integer operands truncate toward zero; float operands divide."""
+def _div(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """ONNX Div: integer operands truncate toward zero; float operands divide.  Like a ufunc, it
+    writes into `out` when given (the in-place plan treats it as one)."""
     a, b = np.asarray(a), np.asarray(b)
     if a.dtype.kind in "iu" and b.dtype.kind in "iu":
         with np.errstate(all="ignore"):
             q = np.floor_divide(a, b)
             inexact = np.remainder(a, b) != 0
         # floor and truncation differ where the quotient is negative and inexact
-        return q + (inexact & ((a < 0) != (b < 0))).astype(q.dtype)
-    return np.divide(a, b)
+        return np.add(q, (inexact & ((a < 0) != (b < 0))).astype(q.dtype), out=out)
+    return np.divide(a, b, out=out)
 
 
 def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
