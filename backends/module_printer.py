@@ -453,7 +453,7 @@ class ModulePrinter:
                 "# The other weights the module carries are in the safetensors file written beside it (this\n"
                 "# file's name with .safetensors for .py), whose metadata holds this digest of them\n"
                 f"_BESIDE_DIGEST = {digest!r}\n"
-                "_BESIDE_DATA: object = None  # the file.s bytes, set by whoever imports this source without it\n"
+                "_BESIDE_DATA: object = None  # that file's bytes, set by whoever imports this source without it\n"
             )
         parts += self.runtime_sources()
         return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)

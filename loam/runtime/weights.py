@@ -566,7 +566,8 @@ def _beside(
 
     The file is the module's own file name with `.safetensors` for `.py`.  It must be the one written
     with the module: its metadata holds the build's digest of the weights, and a file from another
-    build is refused (its numbers would be another model's), as is a tensor the graph does not expect."""
+    build is refused (its numbers would be another model's); each tensor is checked against the graph
+    as a checkpoint's is, and a file cut short since it was mapped is a LoadError, not SIGBUS."""
     if data is None:
         path = (module_file[:-3] if module_file.endswith(".py") else module_file) + ".safetensors"
         try:
@@ -579,6 +580,7 @@ def _beside(
     else:
         path = "the weights given with the module"
     tensors = _read_checkpoint({path: data})  # a shard named by its path: refusals name the file
+    _unchanged(data)
     view = _bytes_of(data, path)
     header = _parse_json(bytes(view[8 : 8 + int.from_bytes(view[:8], "little")]).decode("utf-8"))
     metadata = header.get("__metadata__")
@@ -634,7 +636,7 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "_load_weights": ("LoadError", "_check_weight", "_decoded"),
     "_packed_blocks": ("_block_dtype",),
     "_rotary_rows": ("LoadError",),
-    "_beside": ("LoadError", "_read_checkpoint", "_bytes_of", "_parse_json", "_check_weight", "_decoded"),
+    "_beside": ("LoadError", "_read_checkpoint", "_unchanged", "_bytes_of", "_parse_json", "_check_weight", "_decoded"),
 }
 """The other pieces (and the tables `SAFETENSORS_DTYPES` and `FORMATS`) each piece reads, whatever the model."""
 
