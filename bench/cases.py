@@ -143,6 +143,91 @@ def minilm_checkpoint() -> Path | None:
     return path if path.is_file() else None
 
 
+MLP784 = (784, 512, 512, 10)
+"""The MNIST-sized MLP's widths: input, two hidden layers, output."""
+
+
+def mlp784_files() -> Path:
+    """The MNIST-sized MLP (784-512-512-10, the committed example's graph at real widths), written once
+    per machine from a fixed seed into a temporary folder: `mlp784.onnxtext` (its initializers
+    checkpoint references, as tests/models/minilm's), `mlp784.safetensors` and `loam.toml`."""
+    import tempfile
+
+    import onnx.printer
+    from onnx import TensorProto, helper
+    from safetensors.numpy import save_file
+
+    folder = Path(tempfile.gettempdir()) / f"loam-bench-mlp{'-'.join(map(str, MLP784))}"
+    if (folder / "loam.toml").is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    inputs, hidden, hidden2, outputs = MLP784
+    rng = np.random.default_rng(20240611)
+    shapes = {
+        "fc1.weight": (hidden, inputs),  # Gemm transB=1: stored [out, in]
+        "fc1.bias": (hidden,),
+        "fc2.weight": (hidden, hidden2),
+        "fc2.bias": (hidden2,),
+        "fc3.weight": (hidden2, outputs),
+        "fc3.bias": (outputs,),
+    }
+    fan_in = {"fc1": inputs, "fc2": hidden, "fc3": hidden2}
+    weights = {
+        name: (rng.standard_normal(shape) / np.sqrt(fan_in[name.split(".")[0]])).astype(np.float32)
+        for name, shape in shapes.items()
+    }
+    save_file(weights, str(folder / "mlp784.safetensors"))
+    initializers = []
+    for name, shape in shapes.items():
+        tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=shape)
+        tensor.data_location = TensorProto.EXTERNAL
+        tensor.external_data.add(key="location", value="mlp784.safetensors")
+        initializers.append(tensor)
+    nodes = [
+        helper.make_node("Gemm", ["x", "fc1.weight", "fc1.bias"], ["fc1.out"], name="fc1", transB=1),
+        helper.make_node("Relu", ["fc1.out"], ["act1"], name="act1"),
+        helper.make_node("MatMul", ["act1", "fc2.weight"], ["fc2.mm"], name="fc2.matmul"),
+        helper.make_node("Add", ["fc2.mm", "fc2.bias"], ["fc2.out"], name="fc2.add"),
+        helper.make_node("Relu", ["fc2.out"], ["act2"], name="act2"),
+        helper.make_node("Gemm", ["act2", "fc3.weight", "fc3.bias"], ["y"], name="fc3"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp784",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, inputs])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, outputs])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    (folder / "mlp784.onnxtext").write_text(onnx.printer.to_text(model), encoding="utf-8")
+    layout = {
+        "x": ("Batch", "In"),
+        "fc1.weight": ("Hidden", "In"),
+        "fc1.bias": ("Hidden",),
+        "fc2.weight": ("Hidden", "Hidden2"),
+        "fc2.bias": ("Hidden2",),
+        "fc3.weight": ("Hidden2", "Out"),
+        "fc3.bias": ("Out",),
+        "y": ("Batch", "Out"),
+    }
+    rules = [f"[[layout]]\npattern = {name!r}\naxes = {list(axes)!r}\n" for name, axes in layout.items()]
+    (folder / "loam.toml").write_text("\n".join(rules), encoding="utf-8")  # TOML reads '...' as a literal string
+    return folder
+
+
+def mlp784(batch: int) -> Case:
+    """The MNIST-sized MLP at `batch` rows."""
+    folder = mlp784_files()
+    return Case(
+        f"mlp784-b{batch}",
+        folder / "mlp784.onnxtext",
+        folder / "loam.toml",
+        folder / "mlp784.safetensors",
+        lambda rng: {"x": rng.standard_normal((batch, MLP784[0])).astype(np.float32)},
+        batch,
+    )
+
+
 def mlp(batch: int) -> Case:
     return Case(
         f"mlp-b{batch}", MLP / "mlp.onnxtext", MLP / "loam.toml", MLP / "mlp.safetensors", mlp_feeds(batch), batch
@@ -201,6 +286,8 @@ def all_cases() -> list[Case]:
     return [
         mlp(1),
         mlp(256),
+        mlp784(1),
+        mlp784(256),
         digits(64),
         gpt2_prefill(64),
         gpt2_decode(64),
