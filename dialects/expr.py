@@ -379,6 +379,11 @@ class Expr:
     # -- queries ----------------------------------------------------------------------------------
 
     @functools.cached_property
+    def computed_steps(self) -> int:
+        """How many steps compute (the operands' reads aside): what a fused kernel's size counts."""
+        return sum(1 for step in self.steps if not isinstance(step, Operand))
+
+    @functools.cached_property
     def _canonical(self) -> bool:
         """Whether the builders would give these very steps back: the operands read come first, in
         increasing order, no step appears twice, and every step but the last is read by a later one."""

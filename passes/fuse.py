@@ -47,7 +47,6 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
-from loam.dialects.expr import Operand
 from loam.dialects.kernel import (
     ArgReduceOp,
     CumSumOp,
@@ -149,7 +148,7 @@ def _reader_refusal(result: SSAValue, reader: Operation, objective: str) -> Refu
 
 def _computed(zip_op: ZipOp) -> int:
     """How many steps of `zip_op`'s Expr compute (its operands' reads aside)."""
-    return sum(1 for step in zip_op.expr.data.steps if not isinstance(step, Operand))
+    return zip_op.expr.data.computed_steps
 
 
 def _output_refusal(users: list[Operation]) -> Refusal:
@@ -196,6 +195,17 @@ class _Fuser:
     def __init__(self, objective: str) -> None:
         self.objective = objective
         self.saved: dict[str, Poly | int] = {}
+        # Each fused op's members, kept here while the pass runs and written as its `fused` attribute
+        # once (`write_members`): rebuilding the attribute at every fusion made a chain quadratic.
+        self.members: dict[Operation, list[str]] = {}
+
+    def members_of(self, op: Operation) -> list[str]:
+        return self.members.pop(op, None) or _members(op)
+
+    def write_members(self) -> None:
+        for op, members in self.members.items():
+            op.attributes[FUSED_ATTR] = ArrayAttr([StringAttr(m) for m in members])
+        self.members.clear()
 
     def run_block(self, block: Block) -> None:
         for op in list(block.ops):
@@ -231,8 +241,7 @@ class _Fuser:
         extras = [inputs[i] for i in order[1:]]
         fused = MatmulOp(product.lhs, product.rhs, consumer.result.type, _node(consumer), expr, extras)
         fused.attributes.update(consumer.attributes)
-        members = list(dict.fromkeys([*_members(product), *_members(consumer)]))
-        fused.attributes[FUSED_ATTR] = ArrayAttr([StringAttr(m) for m in members])
+        self.members[fused] = list(dict.fromkeys([*self.members_of(product), *self.members_of(consumer)]))
         self._saved(_node(product), _bytes(product.result))
         Rewriter.replace_op(consumer, fused)
         Rewriter.erase_op(product)
@@ -254,11 +263,13 @@ class _Fuser:
         inputs = [values[i] for i in kept]
         fused = ZipOp(inputs, expr, consumer.result.type, _node(consumer))
         fused.attributes.update(consumer.attributes)
-        members = list(dict.fromkeys([*_members(producer), *_members(consumer)]))
-        fused.attributes[FUSED_ATTR] = ArrayAttr([StringAttr(m) for m in members])
+        # A producer duplicated into several consumers (objective dispatch) keeps its own entry.
+        mine = self.members.get(producer) or _members(producer)
+        self.members[fused] = list(dict.fromkeys([*mine, *self.members_of(consumer)]))
         Rewriter.replace_op(consumer, fused)
         if not producer.result.uses:  # a producer duplicated into several consumers goes with the last
             self._saved(_node(producer), _bytes(producer.result))
+            self.members.pop(producer, None)
             Rewriter.erase_op(producer)
         return fused
 
@@ -300,6 +311,7 @@ def fuse_program(
     fuser = _Fuser(objective)
     for program in programs:
         fuser.run_block(program.block)
+    fuser.write_members()
     return _report(nodes, programs, objective, edges, fuser.saved, kinds)
 
 
