@@ -353,9 +353,13 @@ class Expr:
         arity = self.arity
         if not 0 <= index < arity:
             raise ValueError(f"operand {index} is not read by an expression of arity {arity}")
-        inlined = producer.remap_operands([arity - 1 + j for j in range(producer.arity)])
-        own = [inlined if i == index else Expr.operand(i if i < index else i - 1) for i in range(arity)]
-        return self.substitute(own)
+        # One builder walk, operands first: the result is already in the builders' form, so the
+        # fuse pass's later remapping of it (`dedupe_operands`) is no second rebuild.
+        b = _Builder()
+        operands = [b.add(Operand(i)) for i in range(arity - 1 + producer.arity)]
+        inlined = b.splice(producer, operands[arity - 1 :])
+        own = [inlined if i == index else operands[i if i < index else i - 1] for i in range(arity)]
+        return b.finish(b.splice(self, own))
 
     def dedupe_operands(self, keys: Sequence[object]) -> tuple[Expr, list[int]]:
         """Merge operands whose `keys` are equal and drop operands no step reads.
