@@ -58,3 +58,21 @@ def test_quick_bench_reports_every_case() -> None:
     assert len(blas) == 1 and all(number(cell) > 0 for cell in blas[0])
     assert "Where the time goes" not in done.stdout
     assert (results.read_bytes() if results.is_file() else None) == before
+
+
+def test_build_scaling_reports_each_size() -> None:
+    results = ROOT / "bench" / "RESULTS-build.md"
+    before = results.read_bytes() if results.is_file() else None
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.build_scaling", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    table = [line.strip("|").split("|") for line in done.stdout.splitlines() if line.startswith("| ")]
+    assert [int(cells[0]) for cells in table] == [100, 200]
+    assert all(number(cells[1]) > 0 and number(cells[2]) > 0 and number(cells[4]) >= 0 for cells in table)
+    assert (results.read_bytes() if results.is_file() else None) == before
