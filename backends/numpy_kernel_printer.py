@@ -13,6 +13,7 @@ The printer reads the module's names, symbols and weights through the module pri
 
 from __future__ import annotations
 
+import math
 from collections import ChainMap
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -40,6 +41,21 @@ _BINARY: dict[str, str] = elementwise_kernels.BINARY_SOURCE
 
 ROWS_AT_A_TIME = 3
 """An expression of at least this many computing steps, written into a buffer, runs `_by_rows`."""
+
+ROWS_MIN_ELEMENTS = 4 * 65536
+"""The result size from which `_by_rows` splits an expression (the piece checks it again at run time);
+a result the build knows to be smaller calls the expression directly, without the piece's call."""
+
+
+def _consts(expr: Expr) -> int:
+    return sum(isinstance(step, Const) for step in expr.steps)
+
+
+def _small(shape: Sequence[Poly]) -> bool:
+    """Whether extents `shape` are all known and hold fewer than `ROWS_MIN_ELEMENTS` elements."""
+    if not all(e.is_const for e in shape):
+        return False
+    return math.prod(int(e.const_value) for e in shape) < ROWS_MIN_ELEMENTS
 
 
 class NumpyKernelPrinter:
@@ -122,7 +138,7 @@ class NumpyKernelPrinter:
             expr, [t.shape for t in types], [t.elem.name for t in types], (result.shape, result.elem.name), alias, wide
         )
         function = self._expr_function(expr, wide, plan)
-        if out is not None and sum(not isinstance(s, (Operand, Const)) for s in expr.steps) >= ROWS_AT_A_TIME:
+        if out is not None and expr.computed_steps - _consts(expr) >= ROWS_AT_A_TIME and not _small(result.shape):
             self.m.pieces.add("_by_rows")  # a long chain: evaluated a cache-sized block of rows at a time
             return f"_by_rows({function}, {out}, {', '.join(args)})"
         call_args = [*args, f"out={out}"] if out is not None else args

@@ -69,3 +69,38 @@ def test_matmul_rows_equals_numpy_matmul() -> None:
     np.testing.assert_array_equal(_matmul_rows(view, w.T), np.matmul(view, w.T))
     empty = np.zeros((0, 5, 64), np.float32)
     assert _matmul_rows(empty, w.T).shape == (0, 5, 96)
+
+
+@pytest.mark.parametrize(("batch", "split"), [("N", True), (4, False), (1024, True)])
+def test_the_printer_splits_long_expressions_only_where_they_can_be_large(batch: object, split: bool) -> None:
+    from onnx import TensorProto, helper
+
+    from loam.layout import LayoutRule
+    from loam.options import Options
+    from loam.pipeline import build
+    from loam.testing import run_onnxruntime
+
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["p"], name="mm"),
+        helper.make_node("Tanh", ["p"], ["t"], name="act"),
+        helper.make_node("Mul", ["t", "p"], ["m"], name="gate"),
+        helper.make_node("Add", ["m", "p"], ["y"], name="skip"),
+    ]
+    w = helper.make_tensor("w", TensorProto.FLOAT, [256, 256], RNG.standard_normal(256 * 256).astype(np.float32) / 16)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 256])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    layout = tuple(
+        LayoutRule(n, a)
+        for n, a in (("x", ("Batch", "Hidden")), ("w", ("Hidden", "Hidden2")), ("y", ("Batch", "Hidden2")))
+    )
+    result = build(model, options=Options(layout=layout))
+    assert ("_by_rows(" in result.source) is split
+    x = RNG.standard_normal((1024 if batch != 4 else 4, 256), dtype=np.float32)
+    got = result.module.forward(result.module.Weights.embedded(), x)
+    np.testing.assert_allclose(got, run_onnxruntime(model, {"x": x})[0], rtol=1e-4, atol=1e-4)

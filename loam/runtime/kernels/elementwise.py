@@ -176,7 +176,7 @@ def _by_rows(fn: object, out: np.ndarray, *args: np.ndarray) -> np.ndarray:
     the same steps either way: the numbers are the same.
     """
     width = out.shape[-1] if out.ndim >= 2 else 0
-    chunk = 65536
+    chunk = 65536  # 4 x this is the printer's ROWS_MIN_ELEMENTS (backends/numpy_kernel_printer.py)
     if not width or out.size < 4 * chunk or not out.flags.c_contiguous:
         return fn(*args, out=out)  # type: ignore[operator]
     rows = out.size // width
