@@ -154,7 +154,7 @@ def mlp784_files() -> Path:
     import tempfile
 
     import onnx.printer
-    from onnx import TensorProto, helper
+    from onnx import TensorProto
     from safetensors.numpy import save_file
 
     folder = Path(tempfile.gettempdir()) / f"loam-bench-mlp{'-'.join(map(str, MLP784))}"
@@ -183,22 +183,7 @@ def mlp784_files() -> Path:
         tensor.data_location = TensorProto.EXTERNAL
         tensor.external_data.add(key="location", value="mlp784.safetensors")
         initializers.append(tensor)
-    nodes = [
-        helper.make_node("Gemm", ["x", "fc1.weight", "fc1.bias"], ["fc1.out"], name="fc1", transB=1),
-        helper.make_node("Relu", ["fc1.out"], ["act1"], name="act1"),
-        helper.make_node("MatMul", ["act1", "fc2.weight"], ["fc2.mm"], name="fc2.matmul"),
-        helper.make_node("Add", ["fc2.mm", "fc2.bias"], ["fc2.out"], name="fc2.add"),
-        helper.make_node("Relu", ["fc2.out"], ["act2"], name="act2"),
-        helper.make_node("Gemm", ["act2", "fc3.weight", "fc3.bias"], ["y"], name="fc3"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "mlp784",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, inputs])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, outputs])],
-        initializers,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    model = _example_mlp().make_graph(initializers, batch=1, inputs=inputs, outputs=outputs)
     (folder / "mlp784.onnxtext").write_text(onnx.printer.to_text(model), encoding="utf-8")
     layout = {
         "x": ("Batch", "In"),
@@ -213,6 +198,17 @@ def mlp784_files() -> Path:
     rules = [f"[[layout]]\npattern = {name!r}\naxes = {list(axes)!r}\n" for name, axes in layout.items()]
     (folder / "loam.toml").write_text("\n".join(rules), encoding="utf-8")  # TOML reads '...' as a literal string
     return folder
+
+
+def _example_mlp() -> object:
+    """examples/mlp/make_mlp.py as a module: its `make_graph` is the MLP at any widths."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("loam_example_make_mlp", MLP / "make_mlp.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def mlp784(batch: int) -> Case:

@@ -93,8 +93,11 @@ def make_weights(rng: np.random.Generator) -> dict[str, np.ndarray]:
     }
 
 
-def make_graph(initializers: list[TensorProto]) -> onnx.ModelProto:
-    """The MLP with the given initializers (embedded or external)."""
+def make_graph(
+    initializers: list[TensorProto], batch: int = BATCH, inputs: int = IN, outputs: int = OUT
+) -> onnx.ModelProto:
+    """The MLP with the given initializers (embedded or external); x [batch, inputs] -> y [batch, outputs]
+    (bench/cases.py builds the MNIST-sized MLP with it)."""
     nodes = [
         helper.make_node("Gemm", ["x", "fc1.weight", "fc1.bias"], ["fc1.out"], name="fc1", transB=1),
         helper.make_node("Relu", ["fc1.out"], ["act1"], name="act1"),
@@ -106,8 +109,8 @@ def make_graph(initializers: list[TensorProto]) -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes,
         "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [BATCH, IN])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [BATCH, OUT])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, inputs])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, outputs])],
         initializer=initializers,
     )
     return helper.make_model(
