@@ -17,6 +17,7 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -150,7 +151,8 @@ MLP784 = (784, 512, 512, 10)
 def mlp784_files() -> Path:
     """The MNIST-sized MLP (784-512-512-10, the committed example's graph at real widths), written once
     per machine from a fixed seed into a temporary folder: `mlp784.onnxtext` (its initializers
-    checkpoint references, as tests/models/minilm's), `mlp784.safetensors` and `loam.toml`."""
+    checkpoint references, as tests/models/minilm's), `mlp784.safetensors` and `loam.toml` (the
+    example's, naming this checkpoint)."""
     import tempfile
 
     import onnx.printer
@@ -183,24 +185,17 @@ def mlp784_files() -> Path:
         tensor.data_location = TensorProto.EXTERNAL
         tensor.external_data.add(key="location", value="mlp784.safetensors")
         initializers.append(tensor)
-    model = _example_mlp().make_graph(initializers, batch=1, inputs=inputs, outputs=outputs)
+    example = _example_mlp()
+    model = example.make_graph(initializers, batch=1, inputs=inputs, outputs=outputs)
     (folder / "mlp784.onnxtext").write_text(onnx.printer.to_text(model), encoding="utf-8")
-    layout = {
-        "x": ("Batch", "In"),
-        "fc1.weight": ("Hidden", "In"),
-        "fc1.bias": ("Hidden",),
-        "fc2.weight": ("Hidden", "Hidden2"),
-        "fc2.bias": ("Hidden2",),
-        "fc3.weight": ("Hidden2", "Out"),
-        "fc3.bias": ("Out",),
-        "y": ("Batch", "Out"),
-    }
-    rules = [f"[[layout]]\npattern = {name!r}\naxes = {list(axes)!r}\n" for name, axes in layout.items()]
-    (folder / "loam.toml").write_text("\n".join(rules), encoding="utf-8")  # TOML reads '...' as a literal string
+    # The example's own options (its layout names the same tensors), reading this checkpoint.
+    options = example.LOAM_TOML.replace('checkpoint = "mlp.safetensors"', 'checkpoint = "mlp784.safetensors"')
+    assert options != example.LOAM_TOML
+    (folder / "loam.toml").write_text(options, encoding="utf-8")
     return folder
 
 
-def _example_mlp() -> object:
+def _example_mlp() -> Any:
     """examples/mlp/make_mlp.py as a module: its `make_graph` is the MLP at any widths."""
     import importlib.util
 
