@@ -68,13 +68,17 @@ class BuildResult:
     def write(self, path: str | Path) -> list[Path]:
         """Write the module to `path` (a `.py` file) and, where it has one, its weights file beside it
         (`beside_path`); the paths written."""
-        target = Path(path)
-        target.write_text(self.source, encoding="utf-8")
-        if self.weights is None:
-            return [target]
-        weights = beside_path(target)
-        weights.write_bytes(self.weights)
-        return [target, weights]
+        return write_module(Path(path), self.source, self.weights)
+
+
+def write_module(path: Path, source: str, weights: bytes | None) -> list[Path]:
+    """Write a module's `source` to `path` and its `weights` file (if any) beside it; the paths written."""
+    path.write_text(source, encoding="utf-8")
+    if weights is None:
+        return [path]
+    beside = beside_path(path)
+    beside.write_bytes(weights)
+    return [path, beside]
 
 
 def beside_path(module: Path) -> Path:

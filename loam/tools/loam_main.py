@@ -460,7 +460,7 @@ def _build(args: argparse.Namespace) -> None:
                 progress(f"wrote the fusion report to {args.report}")
         return cache.CachedBuild(result.source, result.report, tuple(result.notes), result.weights)
 
-    from loam.pipeline import beside_path
+    from loam.pipeline import beside_path, write_module
 
     if output is not None:
         _not_an_input(beside_path(output), model, options, args)
@@ -473,18 +473,14 @@ def _build(args: argparse.Namespace) -> None:
             "safetensors file beside itself: give -o FILE.py to write both, or --inline-weights to print "
             "them into the source"
         )
+    written = [] if output is None else write_module(output, built.source, built.weights)
     if output is None:
         sys.stdout.write(built.source)
         sys.stdout.flush()
-    else:
-        output.write_text(built.source, encoding="utf-8")
-        if built.weights is not None:
-            beside_path(output).write_bytes(built.weights)
     if built.report:
         sys.stderr.write(_node_report_text(built.report))
-    if output is not None:
-        also = f" and its weights {beside_path(output)}" if built.weights is not None else ""
-        sys.stderr.write(f"{PROG}: wrote {output}{also}\n")
+    if written:
+        sys.stderr.write(f"{PROG}: wrote {' and its weights '.join(map(str, written))}\n")
 
 
 def _not_an_input(weights: Path, model: Path, options: Options, args: argparse.Namespace) -> None:
