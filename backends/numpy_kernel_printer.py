@@ -47,10 +47,6 @@ ROWS_MIN_ELEMENTS = 4 * 65536
 a result the build knows to be smaller calls the expression directly, without the piece's call."""
 
 
-def _consts(expr: Expr) -> int:
-    return sum(isinstance(step, Const) for step in expr.steps)
-
-
 def _small(shape: Sequence[Poly]) -> bool:
     """Whether extents `shape` are all known and hold fewer than `ROWS_MIN_ELEMENTS` elements."""
     if not all(e.is_const for e in shape):
@@ -138,7 +134,8 @@ class NumpyKernelPrinter:
             expr, [t.shape for t in types], [t.elem.name for t in types], (result.shape, result.elem.name), alias, wide
         )
         function = self._expr_function(expr, wide, plan)
-        if out is not None and expr.computed_steps - _consts(expr) >= ROWS_AT_A_TIME and not _small(result.shape):
+        computing = sum(not isinstance(step, (Operand, Const)) for step in expr.steps)
+        if out is not None and computing >= ROWS_AT_A_TIME and not _small(result.shape):
             self.m.pieces.add("_by_rows")  # a long chain: evaluated a cache-sized block of rows at a time
             return f"_by_rows({function}, {out}, {', '.join(args)})"
         call_args = [*args, f"out={out}"] if out is not None else args
