@@ -8,7 +8,10 @@ Used by the test suite and the conformance harness; also handy at a prompt:
 
 from __future__ import annotations
 
+import importlib.util
+import types
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -17,7 +20,15 @@ from loam.draft import draft_layout
 from loam.options import Options
 from loam.pipeline import BuildResult, build
 
-__all__ = ["assert_same", "build_for", "forward_inputs", "run_built", "run_loam", "run_onnxruntime"]
+__all__ = [
+    "assert_same",
+    "build_for",
+    "forward_inputs",
+    "import_module_file",
+    "run_built",
+    "run_loam",
+    "run_onnxruntime",
+]
 
 
 def build_for(
@@ -35,6 +46,16 @@ def build_for(
     """
     draft = draft_layout(model, options=options)
     return build(model, options=draft.options(options), fuse=fuse, backend=backend, host_fallback=host_fallback)
+
+
+def import_module_file(path: Path, name: str | None = None) -> types.ModuleType:
+    """A module written to `path` (a generated module, an example script), imported from its file as a
+    user would import it, under `name` (default: its file's stem)."""
+    spec = importlib.util.spec_from_file_location(name or path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def forward_inputs(result: BuildResult) -> list[str]:

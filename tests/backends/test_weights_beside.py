@@ -4,9 +4,6 @@ written with the module.  Smaller models, and `inline_weights`, keep the bytes l
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +16,7 @@ from loam.backends.module_text import INLINE_LIMIT
 from loam.layout import LayoutRule
 from loam.options import Options
 from loam.pipeline import BuildResult, beside_path, build
-from loam.testing import run_onnxruntime
+from loam.testing import import_module_file, run_onnxruntime
 from loam.tools import loam_main
 
 HIDDEN = 640  # fc2's weight alone is 640 x 640 x 4 bytes = 1.6 MiB
@@ -62,16 +59,6 @@ def mlp(seed: int, hidden: int = HIDDEN) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def import_file(path: Path) -> types.ModuleType:
-    name = f"beside_{path.stem}_{abs(hash(str(path)))}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def mapped(array: np.ndarray) -> bool:
     """Whether `array` views a memory map (following its chain of bases)."""
     base: object = array
@@ -96,7 +83,7 @@ def test_carried_weights_past_the_limit_go_beside_the_module(built: BuildResult,
     # ... and, written out, from the safetensors file beside it: memory-mapped, never copied.
     written = built.write(tmp_path / "carried.py")
     assert written == [tmp_path / "carried.py", tmp_path / "carried.safetensors"]
-    module = import_file(written[0])
+    module = import_module_file(written[0])
     weights = module.Weights.embedded()
     assert mapped(weights.fc2_weight) and not weights.fc2_weight.flags.writeable
     np.testing.assert_allclose(module.forward(weights, X), want, rtol=1e-4, atol=1e-4)
@@ -112,7 +99,7 @@ def test_a_weights_file_from_another_build_is_refused(built: BuildResult, tmp_pa
     other = build(mlp(2), options=LAYOUT)  # the same names, dtypes and shapes; other numbers
     assert other.weights is not None
     written[1].write_bytes(other.weights)
-    module = import_file(written[0])
+    module = import_module_file(written[0])
     with pytest.raises(module.LoadError, match="from another build"):
         module.Weights.embedded()
 
@@ -120,7 +107,7 @@ def test_a_weights_file_from_another_build_is_refused(built: BuildResult, tmp_pa
 def test_a_missing_weights_file_is_a_load_error_naming_it(built: BuildResult, tmp_path: Path) -> None:
     path = tmp_path / "alone.py"
     path.write_text(built.source, encoding="utf-8")
-    module = import_file(path)
+    module = import_module_file(path)
     with pytest.raises(module.LoadError, match=r"alone\.safetensors.*cannot be mapped"):
         module.Weights.embedded()
 
@@ -151,7 +138,7 @@ def test_loam_build_writes_both_and_refuses_what_it_cannot_write(
     code, err = run_build([str(model), "-o", str(tmp_path / "m.py")], capsys)
     assert code == 0, err
     assert f"wrote {tmp_path / 'm.py'} and its weights {tmp_path / 'm.safetensors'}" in err
-    module = import_file(tmp_path / "m.py")
+    module = import_module_file(tmp_path / "m.py")
     np.testing.assert_allclose(
         module.forward(module.Weights.embedded(), X), run_onnxruntime(mlp(1), {"x": X})[0], rtol=1e-4, atol=1e-4
     )
@@ -197,6 +184,6 @@ def test_the_build_cache_keeps_the_weights_file_too(
 def test_the_wgsl_module_keeps_its_weights_beside_it_too(tmp_path: Path) -> None:
     result = build(mlp(1), options=LAYOUT, backend="wgsl")
     assert result.weights is not None and "_WEIGHT_BYTES = b" not in result.source
-    module = import_file(result.write(tmp_path / "gpu.py")[0])
+    module = import_module_file(result.write(tmp_path / "gpu.py")[0])
     got = module.forward(module.Weights.embedded(), X)
     np.testing.assert_allclose(got, run_onnxruntime(mlp(1), {"x": X})[0], rtol=1e-4, atol=1e-4)

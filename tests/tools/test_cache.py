@@ -7,7 +7,6 @@ rewritten with the `safetensors` library: a new payload under the same header, o
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import struct
@@ -22,7 +21,7 @@ from safetensors.numpy import load_file, save_file
 
 from loam import cache
 from loam.options import Options
-from loam.testing import assert_same, run_onnxruntime
+from loam.testing import assert_same, import_module_file, run_onnxruntime
 from loam.tools import loam_main
 
 MLP = Path(__file__).resolve().parents[2] / "examples" / "mlp"
@@ -71,14 +70,6 @@ def new_payload(folder: Path, scale: float) -> None:
     assert header_bytes(path) == before
 
 
-def import_file(path: Path) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(f"built_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def onnxruntime_output(folder: Path) -> np.ndarray:
     model = onnx.parser.parse_model((folder / "mlp.onnxtext").read_text(encoding="utf-8"))
     load_external_data_for_model(model, str(folder))
@@ -111,7 +102,7 @@ def test_payload_only_change_is_a_hit_and_the_module_loads_the_new_weights(
     new_payload(mlp, 0.5)
     code, err = build(mlp, capsys, out="again.py")
     assert code == 0 and hits(err), err
-    module = import_file(mlp / "again.py")
+    module = import_module_file(mlp / "again.py")
     weights = module.Weights.load((mlp / "mlp.safetensors").read_bytes())
     assert_same([forward(module, weights)], [onnxruntime_output(mlp)])
 
@@ -158,7 +149,7 @@ def test_inline_weights_makes_the_payload_part_of_the_key(mlp: Path, capsys: pyt
     new_payload(mlp, -2.0)
     code, err = build(mlp, capsys, "--inline-weights", out="inlined.py")
     assert code == 0 and not hits(err), err
-    module = import_file(mlp / "inlined.py")
+    module = import_module_file(mlp / "inlined.py")
     assert_same([forward(module, module.Weights.embedded())], [onnxruntime_output(mlp)])
 
 

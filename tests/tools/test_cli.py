@@ -5,10 +5,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -21,6 +19,7 @@ from xdsl.passes import ModulePass
 
 from loam.errors import AxisError
 from loam.layout import LayoutRule
+from loam.testing import import_module_file
 from loam.tools import loam_main, loam_opt, loam_translate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,14 +136,6 @@ def test_console_script_prints_no_traceback(tmp_path: Path) -> None:
 # -- loam build: the real pipeline -----------------------------------------------------------------
 
 
-def import_file(path: Path, name: str) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_build_writes_a_module_matching_onnxruntime(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     output = tmp_path / "mlp_mod.py"
     code, out, err = run(
@@ -165,7 +156,7 @@ def test_build_writes_a_module_matching_onnxruntime(tmp_path: Path, capsys: pyte
     assert out == ""
     assert "loam: running stage0" in err and f"loam: wrote {output}" in err
     assert sorted(p.name for p in (tmp_path / "ir").iterdir())[-1] == "06-fuse.mlir"
-    module = import_file(output, "cli_mlp_mod")
+    module = import_module_file(output, "cli_mlp_mod")
     weights = module.Weights.load((MLP / "mlp.safetensors").read_bytes())
     got = module.forward(weights, np.load(MLP / "input.npy"))
     np.testing.assert_allclose(got, np.load(MLP / "expected.npy"), rtol=1e-5, atol=1e-6)

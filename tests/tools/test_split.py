@@ -9,8 +9,6 @@ with float32, float16 and int64 initializers and for the tiny GPT-2 re-assembled
 
 from __future__ import annotations
 
-import importlib.util
-import types
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +22,7 @@ from loam.errors import ModelError
 from loam.options import Options
 from loam.pipeline import build
 from loam.split import split_model
-from loam.testing import assert_same, run_onnxruntime
+from loam.testing import assert_same, import_module_file, run_onnxruntime
 from loam.tools import loam_main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,14 +63,6 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
         loam_main.main(argv)
     code = info.value.code
     return (code if isinstance(code, int) else 1), capsys.readouterr().err
-
-
-def import_file(path: Path) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_split_writes_a_valueless_graph_and_the_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -119,7 +109,7 @@ def test_loam_build_of_the_split_pair_matches_onnxruntime(tmp_path: Path, capsys
     code, err = run_cli([*argv, "-o", str(tmp_path / "small_mod.py")], capsys)
     assert code == 0, err
 
-    module = import_file(tmp_path / "small_mod.py")
+    module = import_module_file(tmp_path / "small_mod.py")
     weights = module.Weights.load(checkpoint.read_bytes())
     x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
     got = module.forward(weights, x)
