@@ -153,6 +153,7 @@ def weights_source(
     row_orders: tuple[tuple[str, int], ...],
     slots_more: Mapping[str, str],
     beside: bool = False,
+    prepare: bool = False,
 ) -> str:
     """`class Weights`: `load`, `load_file`, `stored`, and `embedded()` where the IR carries every weight.
 
@@ -162,6 +163,8 @@ def weights_source(
     backend keeps per Weights (name -> what it holds), `checkpoint_names` and `row_orders` the
     module attributes `loam.checkpoint_names` and `loam.row_orders`.  With `beside`, the carried
     weights not in `embedded_rows` are in the safetensors file written beside the module (`_beside`).
+    With `prepare`, `__init__` ends by calling `_prepare(self)` (`prepare_source`), which sets the
+    attributes in `slots_more` that only the weights determine.
     """
     prepared = [(attr, prepared_names[attr]) for _, attr in weights if attr in prepared_names]
     slots = (*(attr for _, attr in weights), *(p for _, p in prepared), "_stored", "_source", *slots_more)
@@ -211,6 +214,7 @@ def weights_source(
         "        self._stored: dict[str, np.ndarray] = {}  # each weight as the checkpoint stores it",
         "        self._source: object = None  # the checkpoint's buffer (a memory map), kept while viewed",
         *(f"        self.{slot}: object = None  # {why}" for slot, why in slots_more.items()),
+        *(["        _prepare(self)  # what forward reads that only the weights determine"] if prepare else []),
         "",
         "    @classmethod",
         '    def load(cls, data: object, packed: bool = True) -> "Weights":',
@@ -270,3 +274,14 @@ def weights_source(
             "        return cls(*(carried[name] for name, *_ in cls._SPECS))",
         ]
     return "\n".join(lines) + "\n"
+
+
+def prepare_source(lines: Sequence[str]) -> str:
+    """`_prepare(weights)`: the kernels only the weights determine (`loam.backends.load_time`), each
+    computed once into an attribute of `weights` (or a local, when only another of them reads it)."""
+    head = [
+        '@np.errstate(all="ignore")',
+        'def _prepare(weights: "Weights") -> None:',
+        '    """Compute once, when Weights is made, what forward reads that only the weights determine."""',
+    ]
+    return "\n".join([*head, *(f"    {line}" for line in lines)]) + "\n"

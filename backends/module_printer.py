@@ -137,6 +137,11 @@ class ModulePrinter:
         # form, prepared once by `Weights` wherever forward would widen it on every call.
         self.half_weights: dict[SSAValue, str] = {}
         self.prepared: dict[str, str] = {}
+        # The lines of `_prepare` (what Weights computes once from the weights, `backends/load_time.py`)
+        # and the Weights attributes they set (name -> what it holds); a backend that computes
+        # nothing at load leaves both empty.
+        self.load_lines: list[str] = []
+        self.load_slots: dict[str, str] = {}
         # Whether a bf16 value appears, so the module imports ml_dtypes (and only then).
         self.ml_dtypes = False
 
@@ -431,8 +436,8 @@ class ModulePrinter:
             blob, rows = embedded_bytes(carried)
         parts.append(
             weights_source(
-                weights, self.prepared, rows, embedded, self.checkpoint_names, self.row_orders, self.weight_slots,
-                beside=digest is not None,
+                weights, self.prepared, rows, embedded, self.checkpoint_names, self.row_orders,
+                {**self.weight_slots, **self.load_slots}, beside=digest is not None, prepare=bool(self.load_lines),
             )
         )  # fmt: skip
         if out_fields:

@@ -55,7 +55,7 @@ LIBRARY_NAMES = frozenset({"np", "numpy", "ml_dtypes", "wgpu"})
 # methods the module writes out.
 MODULE_NAMES = frozenset({
     "Weights", "Outputs", "forward", "INPUTS", "OUTPUTS", "SAFETENSORS_DTYPES", "FORMATS", "_POOL", "_WEIGHT_BYTES",
-    "_BESIDE_DIGEST", "_BESIDE_DATA",
+    "_BESIDE_DIGEST", "_BESIDE_DATA", "_prepare",
     "weights", "_env", "_src", "_buf", "_key",
     "_SPECS", "_CHECKPOINT_NAMES", "_PACKED", "_ROW_ORDERS", "_EMBEDDED", "load", "load_file", "embedded",
     "stored", "_from", "_carried", "_stored", "_source", "_fields",

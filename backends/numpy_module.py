@@ -7,7 +7,10 @@ forward's lines printed by the numpy kernel printer (`loam.backends.numpy_kernel
 function per distinct `Expr`, library kernels as calls of their runtime pieces), and forward's
 large intermediates kept in a pool of preallocated buffers between calls (`numpy_buffers`).  A half
 weight that forward computes with in f32 (a matmul's cast, an expression's widening, a kernel in
-`numpy_runtime.WIDENED_OPERANDS`) is read from a float32 twin `Weights` prepares once.
+`numpy_runtime.WIDENED_OPERANDS`) is read from a float32 twin `Weights` prepares once.  Every kernel that
+only the weights determine (a transposed or regrouped weight, a sum of biases: `load_time`) is
+computed once by `_prepare`, which `Weights.__init__` calls, and forward reads its result as an
+attribute of `weights`.
 
 Example of the output for a one-layer MLP:
 
@@ -36,9 +39,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.ir import Operation, SSAValue
 
+from loam.backends.load_time import kept_results, load_time_ops
+from loam.backends.module_classes import prepare_source
 from loam.backends.module_printer import ModulePrinter, Scope, print_module
 from loam.backends.module_text import (
     CHECKPOINT_FORMATS,
@@ -113,6 +118,10 @@ class NumpyModulePrinter(ModulePrinter):
         # Each tile program's numpy function (`loam.backends.numpy_tile`), and their sources.
         self.tile_functions: dict[object, str] = {}
         self.tile_sources: list[str] = []
+        # The kernels only the weights determine (`load_time`), printed into `_prepare`, and the
+        # results of theirs that forward reads (Weights attributes; the others are `_prepare`'s locals).
+        self.at_load: set[Operation] = set()
+        self.kept: set[SSAValue] = set()
 
     def collect_op(self, op: Operation) -> None:
         """The lines computing one op of a block (none for weights and numeric constants)."""
@@ -124,12 +133,30 @@ class NumpyModulePrinter(ModulePrinter):
             self.collect_constant(op)
         elif isinstance(op, TileProgramOp):
             self._tile_line(op)
+        elif op in self.at_load:
+            self.load_lines += self.kernels.lines(op, self._load_ident)
         else:
             scope.items += self.kernels.lines(op, self.result_ident)
 
+    def _load_ident(self, op: Operation, result: SSAValue) -> str:
+        """Where `_prepare` puts a result: an attribute of `weights` if forward reads it, else a local."""
+        node = op.properties["node"]
+        node_name = node.data if isinstance(node, StringAttr) else ""
+        if result.name_hint and not result.name_hint.isdigit() and result.name_hint != node_name:
+            ident = self.names.mint(result.name_hint)
+        else:  # named after the weight it computes from: `bn1_scale_regroup`, `fc1_weight_permute`
+            source = self.value_text[op.operands[0]].rpartition(".")[2]
+            ident = self.names.mint(f"{source}_{op.name.rpartition('.')[2]}")
+        if result not in self.kept:
+            return self.named(result, ident)
+        self.load_slots[ident] = f"{op.name} of node '{node_name}', computed once from the weights"
+        return self.named(result, f"weights.{ident}")
+
     def declarations(self) -> list[str]:
-        """The expression functions, the tile programs' functions and the buffer pool."""
+        """`_prepare`, the expression functions, the tile programs' functions and the buffer pool."""
         parts = [*self.kernels.declarations(), *self.tile_sources]
+        if self.load_lines:
+            parts.insert(0, prepare_source(self.load_lines))
         if self.kernels.buffers.slots:
             parts.append(
                 "# forward's preallocated intermediates, by the extents they read (see _keep)\n"
@@ -171,7 +198,9 @@ class NumpyModulePrinter(ModulePrinter):
                 shapes = [axes_type(v, "kernel.zip operand").shape for v in op.inputs]
                 if broadcast_extents(shapes) != axes_type(op.result, "kernel.zip").shape:
                     broadcast.add(op)
-        plan = plan_buffers(ops, broadcast)
+        at_load = load_time_ops(ops, self.returned)
+        self.at_load, self.kept = set(at_load), kept_results(at_load)
+        plan = plan_buffers([op for op in ops if op not in self.at_load], broadcast)
         late = {s for s, (shape, _) in enumerate(plan.slots)
                 if self.reads_if_symbol({n for p in shape for n in p.symbols})}  # fmt: skip
         # numpy's allocator serves a small array faster than the pool's bookkeeping would.
