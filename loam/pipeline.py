@@ -158,7 +158,8 @@ def build(
     from loam.backends.numpy_module import numpy_module
     from loam.passes.apply_options import attach_options
     from loam.passes.fuse import FusePass
-    from loam.passes.pack_quantized import PACKED_ENCODINGS, build_notes, record_stored_encodings
+    from loam.passes.notes import build_notes
+    from loam.passes.pack_quantized import PACKED_ENCODINGS, record_stored_encodings
 
     options = options or Options()
     names = options.checkpoint_names
@@ -234,10 +235,10 @@ def build(
                 _dump(ir, dump_dir / f"{i:02d}-{p.name}.mlir")
     except LoamError as err:
         raise _naming_the_file(err, model) from None
-    packing_notes = [n.data for n in build_notes(ir)]
+    pass_notes = [n.data for n in build_notes(ir)]
     if all_checkpoints or options.inline_weights:
         say("checking the checkpoint" + (" and inlining its weights" if options.inline_weights else ""))
-    notes = check_checkpoints(ir, all_checkpoints, headers, inline=options.inline_weights) + packing_notes
+    notes = check_checkpoints(ir, all_checkpoints, headers, inline=options.inline_weights) + pass_notes
     say(f"emitting the {backend} module")
     if backend == "wgsl":
         from loam.backends.wgsl_module import wgsl_module

@@ -34,6 +34,7 @@ from xdsl.rewriter import Rewriter
 
 from loam.dialects.kernel import GatherOp, GatherPackedOp, MatmulOp, MatmulPackedOp, PermuteOp, WeightOp
 from loam.dialects.tensor_axes import AxesTensorType
+from loam.passes.notes import add_notes
 
 PACKED_ENCODINGS = frozenset({"Q4_0", "Q4_1", "Q8_0"})
 """The ggml block encodings the packed kernels read."""
@@ -77,9 +78,6 @@ STORED_ENCODINGS_ATTR = "loam.stored_encodings"
 """Module attribute: {weight name: [encoding, checkpoint path]} for each weight a checkpoint stores in ggml blocks
 (set by `loam build` from the headers it read; this pass marks those weights `stored` and packs them)."""
 
-NOTES_ATTR = "loam.notes"
-"""Module attribute: the build's notes that passes leave (an array of strings), printed by `loam build`."""
-
 
 def record_stored_encodings(module: ModuleOp, stored: dict[str, tuple[str, str]]) -> None:
     if stored:
@@ -102,15 +100,6 @@ def stored_encodings(module: ModuleOp) -> dict[str, tuple[str, str]]:
         assert isinstance(encoding, StringAttr) and isinstance(path, StringAttr)
         out[name] = (encoding.data, path.data)
     return out
-
-
-def add_notes(module: ModuleOp, notes: list[str]) -> None:
-    module.attributes[NOTES_ATTR] = ArrayAttr([*build_notes(module), *(StringAttr(n) for n in notes)])
-
-
-def build_notes(module: ModuleOp) -> list[StringAttr]:
-    found = module.attributes.get(NOTES_ATTR)
-    return [n for n in found.data if isinstance(n, StringAttr)] if isinstance(found, ArrayAttr) else []
 
 
 def _in_blocks(weight: WeightOp) -> bool:
