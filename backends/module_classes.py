@@ -277,7 +277,7 @@ def weights_source(
 
 
 def prepare_source(lines: Sequence[str]) -> str:
-    """`_prepare(weights)`: the kernels only the weights determine (`loam.backends.load_time`), each
+    """`_prepare(weights)`: the kernels only the weights determine (`loam.weight_only`), each
     computed once into an attribute of `weights` (or a local, when only another of them reads it)."""
     head = [
         '@np.errstate(all="ignore")',

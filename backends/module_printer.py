@@ -137,7 +137,7 @@ class ModulePrinter:
         # form, prepared once by `Weights` wherever forward would widen it on every call.
         self.half_weights: dict[SSAValue, str] = {}
         self.prepared: dict[str, str] = {}
-        # The lines of `_prepare` (what Weights computes once from the weights, `backends/load_time.py`)
+        # The lines of `_prepare` (what Weights computes once from the weights, `loam/weight_only.py`)
         # and the Weights attributes they set (name -> what it holds); a backend that computes
         # nothing at load leaves both empty.
         self.load_lines: list[str] = []

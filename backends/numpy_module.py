@@ -8,7 +8,7 @@ function per distinct `Expr`, library kernels as calls of their runtime pieces),
 large intermediates kept in a pool of preallocated buffers between calls (`numpy_buffers`).  A half
 weight that forward computes with in f32 (a matmul's cast, an expression's widening, a kernel in
 `numpy_runtime.WIDENED_OPERANDS`) is read from a float32 twin `Weights` prepares once.  Every kernel that
-only the weights determine (a transposed or regrouped weight, a sum of biases: `load_time`) is
+only the weights determine (a transposed or regrouped weight, a sum of biases: `loam.weight_only`) is
 computed once by `_prepare`, which `Weights.__init__` calls, and forward reads its result as an
 attribute of `weights`.
 
@@ -42,7 +42,6 @@ from collections.abc import Sequence
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Operation, SSAValue
 
-from loam.backends.load_time import kept_results, load_time_ops
 from loam.backends.module_classes import prepare_source
 from loam.backends.module_printer import ModulePrinter, Scope, print_module
 from loam.backends.module_text import (
@@ -64,6 +63,7 @@ from loam.dialects.expr import broadcast_extents
 from loam.dialects.kernel import ConstantOp, ProgramOp, TileProgramOp, WeightOp, ZipOp
 from loam.errors import UnsupportedError
 from loam.limits import MAX_ELEMENTS
+from loam.weight_only import kept_results, load_time_ops
 
 __all__ = ["emit_python", "numpy_module"]
 
@@ -118,7 +118,7 @@ class NumpyModulePrinter(ModulePrinter):
         # Each tile program's numpy function (`loam.backends.numpy_tile`), and their sources.
         self.tile_functions: dict[object, str] = {}
         self.tile_sources: list[str] = []
-        # The kernels only the weights determine (`load_time`), printed into `_prepare`, and the
+        # The kernels only the weights determine (`loam.weight_only`), printed into `_prepare`, and the
         # results of theirs that forward reads (Weights attributes; the others are `_prepare`'s locals).
         self.at_load: set[Operation] = set()
         self.kept: set[SSAValue] = set()

@@ -1,10 +1,11 @@
-"""Which of forward's kernels only the weights determine: computed once, when `Weights` is made.
+"""Which of a program's kernels only the weights determine: computed once, when `Weights` is made.
 
 A kernel whose every operand is a weight, a numeric constant or such a kernel's result computes the
 same value on every call: a transposed or regrouped weight, a float32 copy of a half one, a Conv's
 weights scaled by a folded BatchNormalization (`fold-conv-affine`).  The numpy module computes these
 in `_prepare(weights)`, which `Weights.__init__` calls, so forward reads the result as an attribute
-(`weights.NAME`) instead of recomputing it on every call.
+(`weights.NAME`) instead of recomputing it on every call.  A pass that moves work onto the weights
+(`fold-conv-affine`) asks the same question, so what it moves is what the module computes at load.
 
 Only kernels whose extents and parameters are all constants qualify: `_prepare` runs before any
 input has bound a symbol.  A value a program output returns stays in forward (the caller owns what
