@@ -334,10 +334,10 @@ class Expr:
 
     def remap_operands(self, mapping: Sequence[int] | Mapping[int, int]) -> Expr:
         """This expression reading operand `mapping[i]` wherever it read operand `i`."""
-        arity = self.arity
-        if self._canonical and all(mapping[i] == i for i in range(arity)):
+        read = self.operand_indices  # a mapping need not name the operands no step reads
+        if self._canonical and all(mapping[i] == i for i in read):
             return self  # the rebuild would give these very steps (fusing a long chain remaps at every step)
-        return self.substitute([Expr.operand(mapping[i]) for i in range(arity)])
+        return self.substitute([Expr.operand(mapping[i] if i in read else 0) for i in range(self.arity)])
 
     def inline_operand(self, index: int, producer: Expr) -> Expr:
         """This expression with operand `index` computed by `producer` instead (vertical fusion).

@@ -4,7 +4,8 @@
 `pipeline_passes` gives (`loam build --print-pipeline` prints it as a `-p` string):
 
     read (frontends) -> apply-options -> stage0 -> name-axes -> lower-to-kernel
-        -> pack-quantized (numpy) -> fuse -> tile-rows, tile-matmul (wgsl) -> emit (backends)
+        -> pack-quantized (numpy) -> fuse -> fold-conv-affine (numpy) -> tile-rows, tile-matmul (wgsl)
+        -> emit (backends)
 
 `fuse` (objective `memory`) runs unless `build(..., fuse=None)` turns it off (`loam build --no-fuse`);
 its decision report is `BuildResult.fusion`.  Stage 0 records the graph's nodes (`loam.nodes`) so the
@@ -121,6 +122,10 @@ def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", dra
         passes.append(PackQuantizedPass())
     if fuse is not None:
         passes.append(FusePass(objective=fuse))
+    if backend == "numpy":
+        from loam.passes.fold_conv_affine import FoldConvAffinePass
+
+        passes.append(FoldConvAffinePass())
     if backend == "wgsl":
         from loam.passes.tile_matmul import TileMatmulPass
         from loam.passes.tile_rows import TileRowsPass

@@ -30,6 +30,12 @@ _AT_LOAD = (ZipOp, CastOp, PermuteOp, RegroupOp, MatmulOp, LibraryOp)
 
 def load_time_ops(ops: Sequence[Operation], returned: Collection[SSAValue]) -> list[Operation]:
     """The ops of a top-level block that only weights and numeric constants determine, in block order."""
+    return weight_only(ops, returned)[0]
+
+
+def weight_only(ops: Sequence[Operation], returned: Collection[SSAValue]) -> tuple[list[Operation], set[SSAValue]]:
+    """`load_time_ops`, and every value of the block that only weights and numeric constants determine
+    (theirs, the weights' and the constants')."""
     fixed: set[SSAValue] = set()
     chosen: list[Operation] = []
     for op in ops:
@@ -49,7 +55,7 @@ def load_time_ops(ops: Sequence[Operation], returned: Collection[SSAValue]) -> l
         ):
             chosen.append(op)
             fixed.update(op.results)
-    return chosen
+    return chosen, fixed
 
 
 def kept_results(chosen: Sequence[Operation]) -> set[SSAValue]:

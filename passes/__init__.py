@@ -45,6 +45,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return PackQuantizedPass
 
+    def get_fold_conv_affine() -> type[ModulePass]:
+        from loam.passes.fold_conv_affine import FoldConvAffinePass
+
+        return FoldConvAffinePass
+
     def get_tile_rows() -> type[ModulePass]:
         from loam.passes.tile_rows import TileRowsPass
 
@@ -63,6 +68,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "lower-to-kernel": get_lower_to_kernel,
         "fuse": get_fuse,
         "pack-quantized": get_pack_quantized,
+        "fold-conv-affine": get_fold_conv_affine,
         "tile-rows": get_tile_rows,
         "tile-matmul": get_tile_matmul,
     }

@@ -1,0 +1,351 @@
+"""fold-conv-affine: a per-channel affine map after a convolution goes into its weights, computed at load.
+
+Why: inference's BatchNormalization after a Conv computes, for each output channel m,
+`(c - mean[m]) / sqrt(var[m] + eps) * scale[m] + bias[m]` over every element of the Conv's output:
+five passes over memory on every call.  That map is `c * A[m] + B[m]`, and `c * A[m]` is the Conv
+with its weights' output channel m scaled by `A[m]`.  So the Conv reads `W * A` instead of `W`, and
+what is left per call is `c + B` (and whatever followed: a ReLU), one pass.  `W * A`, `A` and `B`
+read only weights, so the numpy module computes them once, when `Weights` is made
+(`loam.weight_only`).  onnxruntime folds the same way (its Conv+BatchNormalization fusion), and
+so the numbers are the same within float32 rounding, not bit for bit: the products are reassociated.
+
+Input: kernel IR after `fuse`, where a BatchNormalization is a `kernel.zip`, usually with the
+activation after it fused in.  A zip Z is folded into a `kernel.conv` C when
+  - C's weights (and bias, if it has one) only weights determine, and Z is C's result's only reader;
+  - Z's other operands only weights and constants determine;
+  - some step P of Z's `Expr` is affine in C's result, `c * A + B` with A and B read from those
+    other operands (steps of `add`, `sub`, `neg`, `identity`, and `mul`/`div` by a value that does
+    not read c), A varies only along the output-channel axis, and every step after P reads c only
+    through P;
+  - the element type is f32.
+Output: C reads `kernel.zip(W, A...)` (W times A, regrouped to W's rank) as its weights and no
+bias, and Z becomes a zip over C's result and B computing its Expr with step P replaced by `c + B`
+(C's bias b, if it had one, is part of B: `(c + b) * A + B0 = c * A + (b * A + B0)`).  The build
+notes name each fold.  The numpy backend runs this pass; the WGSL one computes every kernel on the
+device per call, so moving work onto the weights would add dispatches there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary
+from loam.dialects.kernel import ConvOp, ProgramOp, RegroupOp, ZipOp
+from loam.dialects.tensor_axes import AxesTensorType, Axis
+from loam.ops.base import unit_axes
+from loam.passes.notes import add_notes
+from loam.poly import Poly
+from loam.weight_only import weight_only
+
+
+@dataclass(frozen=True)
+class FoldConvAffinePass(ModulePass):
+    """Fold each per-channel affine map after a Conv into the Conv's weights."""
+
+    name = "fold-conv-affine"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        notes: list[str] = []
+        for program in [p for p in op.walk() if isinstance(p, ProgramOp)]:
+            ops = list(program.block.ops)
+            fixed = {v for v in weight_only(ops, ())[1] if _static(v.type)}
+            for zip_op in [o for o in ops if isinstance(o, ZipOp)]:
+                note = _fold(zip_op, fixed)
+                if note is not None:
+                    notes.append(note)
+        if notes:
+            add_notes(op, notes)
+
+
+def _static(t: object) -> bool:
+    return isinstance(t, AxesTensorType) and all(p.is_const for p in t.shape)
+
+
+@dataclass(frozen=True)
+class _Affine:
+    """A step's value as `c * scale + offset`; `scale` None where the step does not read c (then
+    `offset` is its value), `offset` None for zero."""
+
+    scale: Expr | None
+    offset: Expr | None
+
+
+def _is_one(e: Expr) -> bool:
+    return len(e.steps) == 1 and isinstance(e.steps[0], Const) and e.steps[0].value == 1.0
+
+
+def _times(a: Expr | None, b: Expr) -> Expr | None:
+    if a is None:
+        return None
+    return b if _is_one(a) else a if _is_one(b) else a * b
+
+
+def _plus(a: Expr | None, b: Expr | None, op: str = "add") -> Expr | None:
+    if b is None:
+        return a
+    if a is None:
+        return b if op == "add" else -b
+    return a.binary(op, b)
+
+
+def _affine(expr: Expr, c: int, fixed: set[int], bias: int | None) -> list[_Affine | None]:
+    """Each step of `expr` as an affine map of operand `c` over the operands in `fixed` (None where it
+    is not one: it reads another operand, or c other than affinely).  Operand `c` is the Conv's
+    product without its bias, plus operand `bias` when given (the Conv's bias, per channel)."""
+    lin: list[_Affine | None] = []
+    for step in expr.steps:
+        if isinstance(step, Operand):
+            if step.index == c:
+                lin.append(_Affine(Expr.const(1.0), None if bias is None else Expr.operand(bias)))
+            else:
+                lin.append(_Affine(None, Expr.operand(step.index)) if step.index in fixed else None)
+            continue
+        if isinstance(step, Const):
+            lin.append(_Affine(None, Expr.const(step.value, step.elem)))
+            continue
+        args = [lin[i] for i in _args(step)]
+        if any(a is None for a in args):
+            lin.append(None)
+        elif all(a.scale is None for a in args):  # type: ignore[union-attr]
+            lin.append(_Affine(None, _fixed_step(step, [a.offset for a in args])))  # type: ignore[union-attr]
+        else:
+            lin.append(_linear_step(step, args))  # type: ignore[arg-type]
+    return lin
+
+
+def _args(step: object) -> tuple[int, ...]:
+    if isinstance(step, (Unary, Convert)):
+        return (step.arg,)
+    if isinstance(step, Binary):
+        return (step.lhs, step.rhs)
+    if isinstance(step, Select):
+        return (step.cond, step.a, step.b)
+    return ()
+
+
+def _fixed_step(step: object, args: Sequence[Expr | None]) -> Expr:
+    """A step over values that do not read c, as an expression of the fixed operands."""
+    values = [a if a is not None else Expr.const(0.0) for a in args]
+    if isinstance(step, Unary):
+        return values[0].unary(step.op)
+    if isinstance(step, Binary):
+        return values[0].binary(step.op, values[1])
+    if isinstance(step, Select):
+        return Expr.select(*values)
+    assert isinstance(step, Convert)
+    return values[0].cast(step.elem)
+
+
+def _linear_step(step: object, args: Sequence[_Affine]) -> _Affine | None:
+    """A step reading c through `args`, when it stays affine in c."""
+    if isinstance(step, Unary) and step.op in ("identity", "neg"):
+        (a,) = args
+        if step.op == "identity":
+            return a
+        return _Affine(-a.scale, None if a.offset is None else -a.offset)  # type: ignore[operator]
+    if not isinstance(step, Binary):
+        return None
+    p, q = args
+    if step.op in ("add", "sub"):
+        return _Affine(_plus(p.scale, q.scale, step.op), _plus(p.offset, q.offset, step.op))
+    if step.op == "mul" and (p.scale is None or q.scale is None):
+        k, a = (p, q) if p.scale is None else (q, p)
+        factor = k.offset if k.offset is not None else Expr.const(0.0)
+        return _Affine(_times(a.scale, factor), _times(a.offset, factor))
+    if step.op == "div" and q.scale is None and q.offset is not None:
+        return _Affine(
+            p.scale / q.offset if p.scale is not None else None, p.offset / q.offset if p.offset is not None else None
+        )
+    return None
+
+
+def _pivot(expr: Expr, c: int, lin: Sequence[_Affine | None]) -> int | None:
+    """The last step affine in operand `c` through which every later step reads c."""
+    reads_c: list[bool] = []
+    for step in expr.steps:
+        reads_c.append(step.index == c if isinstance(step, Operand) else any(reads_c[a] for a in _args(step)))
+    if not reads_c[-1]:
+        return None
+    for p in range(len(expr.steps) - 1, -1, -1):
+        found = lin[p]
+        if found is None or found.scale is None:
+            continue
+        later = (a for i in range(p + 1, len(expr.steps)) for a in _args(expr.steps[i]) if reads_c[a])
+        if all(a >= p for a in later):
+            return p
+    return None
+
+
+def _rebuild(expr: Expr, root: int, replaced: int, by: Expr, operand: Sequence[int]) -> Expr:
+    """Step `root` of `expr` with step `replaced` computed by `by`, reading operand `operand[i]` for i."""
+    values: list[Expr] = []
+    for i, step in enumerate(expr.steps[: root + 1]):
+        if i == replaced:
+            values.append(by)
+        elif isinstance(step, Operand):
+            values.append(Expr.operand(operand[step.index]))
+        elif isinstance(step, Const):
+            values.append(Expr.const(step.value, step.elem))
+        else:
+            values.append(_fixed_step(step, [values[a] for a in _args(step)]))
+    return values[root]
+
+
+def _fold(zip_op: ZipOp, fixed: set[SSAValue]) -> str | None:
+    """Fold `zip_op`'s affine part into the Conv it reads, if it has one; the build note, else None."""
+    inputs = list(zip_op.inputs)
+    found = [i for i, v in enumerate(inputs) if isinstance(v.owner, ConvOp)]
+    if len(found) != 1:
+        return None
+    c = found[0]
+    conv = inputs[c].owner
+    assert isinstance(conv, ConvOp)
+    out = zip_op.result.type
+    if (
+        not all(v in fixed for v in conv.operands[1:])
+        or len(list(inputs[c].uses)) != 1
+        or not isinstance(out, AxesTensorType)
+        or out.elem.name != "f32"
+        or out.rank < 2
+    ):
+        return None
+    expr = zip_op.expr.data
+    bias = len(inputs) if len(conv.operands) == 3 else None  # read as one more operand of Z
+    fixed_operands = {i for i, v in enumerate(inputs) if v in fixed and i != c} | (
+        {bias} if bias is not None else set()
+    )
+    lin = _affine(expr, c, fixed_operands, bias)
+    p = _pivot(expr, c, lin)
+    if p is None:
+        return None
+    scale, offset = lin[p].scale, lin[p].offset  # type: ignore[union-attr]
+    assert scale is not None
+    if not all(_per_channel(inputs[i].type, out) for i in scale.operand_indices):
+        return None
+    node = zip_op.node.data
+    before = InsertPoint.before(conv)
+    # Z's other operands may be computed after the Conv (BatchNormalization's regrouped weights):
+    # they read only weights, so they move up to just before it, where the new weights are made.
+    after = _ops_after(conv)
+    for i in {*scale.operand_indices, *(offset.operand_indices if offset is not None else ())} - {bias}:
+        _move_before(inputs[i], conv, after)
+    if bias is not None:  # the bias, per channel against Z's result: [C] -> [C, 1, 1]
+        axes = unit_axes([out.axes[1], *([None] * (out.rank - 2))])
+        regroup = RegroupOp(conv.operands[2], AxesTensorType(out.elem, axes), node)
+        Rewriter.insert_op(regroup, before)
+        inputs.append(regroup.result)
+
+    def zip_of(expr: Expr, operands: Sequence[SSAValue], t: AxesTensorType, hint: str) -> SSAValue:
+        made = ZipOp(operands, expr, t, node)
+        made.result.name_hint = hint
+        Rewriter.insert_op(made, before)
+        return made.result
+
+    weights = conv.operands[1]
+    w_type = weights.type
+    assert isinstance(w_type, AxesTensorType)
+    a_reads = sorted(scale.operand_indices)
+    a_operands = [_as_weight_rank(inputs[i], out, w_type, node, before) for i in a_reads]
+    a_expr = Expr.operand(0) * scale.remap_operands({i: k + 1 for k, i in enumerate(a_reads)})
+    conv.operands = (conv.operands[0], zip_of(a_expr, [weights, *a_operands], w_type, f"{_hint(weights)}_folded"))
+
+    # The zip left: the Expr after P, with P computed as c + B (B a zip of its own when it reads weights).
+    tail_operands: list[SSAValue] = [conv.results[0]]
+    by = Expr.operand(0)
+    if offset is not None and offset.operand_indices:
+        b_reads = sorted(offset.operand_indices)
+        b_type = _broadcast_type([inputs[i].type for i in b_reads], out)  # type: ignore[misc]
+        b_expr = offset.remap_operands({i: k for k, i in enumerate(b_reads)})
+        tail_operands.append(zip_of(b_expr, [inputs[i] for i in b_reads], b_type, f"{node}_offset"))
+        by = by + Expr.operand(1)
+    elif offset is not None:
+        by = by + offset
+    first = len(tail_operands)
+    operand = [first + i for i in range(len(inputs))]
+    tail = _rebuild(expr, len(expr.steps) - 1, p, by, operand)
+    tail, kept = tail.dedupe_operands([*tail_operands, *inputs])
+    reads = [[*tail_operands, *inputs][k] for k in kept]
+    new = ZipOp(reads, tail, out, node)
+    for key in ("fused",):
+        if key in zip_op.attributes:
+            new.attributes[key] = zip_op.attributes[key]
+    new.result.name_hint = zip_op.result.name_hint
+    Rewriter.replace_op(zip_op, new)
+    members = zip_op.attributes.get("fused")
+    names = [m.data for m in members.data] if isinstance(members, ArrayAttr) else [node]
+    listed = ", ".join(f"'{n}'" for n in names)
+    return (
+        f"node{'s' * (len(names) > 1)} {listed}: the per-channel scale folded into Conv '{conv.node.data}''s "
+        "weights and the offset into one add, both computed once when Weights is made"
+    )
+
+
+def _ops_after(op: Operation) -> set[Operation]:
+    found: set[Operation] = set()
+    current = op.next_op
+    while current is not None:
+        found.add(current)
+        current = current.next_op
+    return found
+
+
+def _move_before(value: SSAValue, anchor: Operation, after: set[Operation]) -> None:
+    """Move the op computing `value`, and those it reads, from `after` to just before `anchor`."""
+    owner = value.owner
+    if not isinstance(owner, Operation) or owner not in after:
+        return
+    for operand in owner.operands:
+        _move_before(operand, anchor, after)
+    after.discard(owner)
+    owner.detach()
+    Rewriter.insert_op(owner, InsertPoint.before(anchor))
+
+
+def _hint(value: SSAValue) -> str:
+    owner = value.owner
+    name = owner.properties.get("weight_name") if isinstance(owner, Operation) else None
+    return name.data if isinstance(name, StringAttr) else (value.name_hint or "conv_weights")
+
+
+def _aligned(t: AxesTensorType, out: AxesTensorType) -> list[Poly]:
+    """`t`'s extents placed against `out`'s axes, aligned at the end (1 where `t` has no axis)."""
+    return [Poly.const(1)] * (out.rank - t.rank) + list(t.shape)
+
+
+def _per_channel(t: object, out: AxesTensorType) -> bool:
+    """Whether an operand of type `t` varies, against `out`, along axis 1 (the Conv's channels) alone."""
+    if not isinstance(t, AxesTensorType) or t.rank > out.rank:
+        return False
+    return all(e.is_const and e.const_value == 1 for i, e in enumerate(_aligned(t, out)) if i != 1)
+
+
+def _as_weight_rank(
+    value: SSAValue, out: AxesTensorType, w_type: AxesTensorType, node: str, at: InsertPoint
+) -> SSAValue:
+    """`value` (per channel against the Conv's output) regrouped to the weights' rank: channel first."""
+    t = value.type
+    assert isinstance(t, AxesTensorType)
+    channel = _aligned(t, out)[1]
+    first: Axis | None = w_type.axes[0] if not (channel.is_const and channel.const_value == 1) else None
+    axes = unit_axes([first, *([None] * (w_type.rank - 1))])
+    regroup = RegroupOp(value, AxesTensorType(t.elem, axes), node)
+    Rewriter.insert_op(regroup, at)
+    return regroup.result
+
+
+def _broadcast_type(types: Sequence[AxesTensorType], out: AxesTensorType) -> AxesTensorType:
+    """The type operands of `types` broadcast to, named after `out`'s axes (unit axes where they stay 1)."""
+    rank = max(t.rank for t in types)
+    axes: list[Axis | None] = []
+    for i in range(out.rank - rank, out.rank):
+        extents = [_aligned(t, out)[i] for t in types]
+        one = all(e.is_const and e.const_value == 1 for e in extents)
+        axes.append(None if one else out.axes[i])
+    return AxesTensorType(out.elem, unit_axes(axes))
