@@ -398,6 +398,7 @@ class ModulePrinter:
         self._reserve_declared(markers)
         self.pieces.update(
             {"_check_input", "_read_checkpoint", "_load_weights", "_mapped", "_check_index", "_unchanged"}
+            | {"set_threads"}
         )
 
         # Inputs first: their names are forward's parameters, their symbols bind extents.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable
 
-from loam.runtime import dequant, errors, gguf, kernels, prologue, weights
+from loam.runtime import dequant, errors, gguf, kernels, prologue, threads, weights
 
 PIECES: dict[str, object] = {
     **errors.PIECES,
@@ -22,6 +22,7 @@ PIECES: dict[str, object] = {
     **gguf.PIECES,
     **dequant.PIECES,
     **kernels.PIECES,
+    **threads.PIECES,
 }
 """Every piece that may be copied, in the order the module declares them."""
 
@@ -32,6 +33,7 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     **gguf.DEPENDS,
     **dequant.DEPENDS,
     **kernels.DEPENDS,
+    **threads.DEPENDS,
 }
 """The other pieces (and the tables `SAFETENSORS_DTYPES` and `FORMATS`) each piece reads, whatever the model."""
 
