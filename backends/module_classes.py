@@ -108,7 +108,17 @@ def split_beside(
 
 
 def array_literal(arr: np.ndarray) -> str:
-    """`arr` as `np.frombuffer(b"...", dtype=...).reshape(...)` (little-endian bytes)."""
+    """`arr` as `np.frombuffer(b"...", dtype=...).reshape(...)` (little-endian bytes), read-only; an
+    array of one repeated number (ConstantOfShape's, a light test model's weights) as that number
+    filled in, so the source holds it once."""
+    if arr.size > 1 and arr.dtype.kind in "biuf" and arr.dtype.type.__module__ == "numpy":
+        flat = np.ascontiguousarray(arr).reshape(-1)
+        if (flat.view(f"u{flat.itemsize}") == flat[:1].view(f"u{flat.itemsize}")).all():  # bitwise: -0.0, NaN
+            value = flat[0].item()
+            number = f"float({str(value)!r})" if isinstance(value, float) and not np.isfinite(value) else repr(value)
+            little = _little_bytes(flat[:1])[1]
+            full = f"np.full({tuple(arr.shape)!r}, {number}, dtype={little})"
+            return f"np.lib.stride_tricks.as_strided({full}, writeable=False)"
     data, dtype = _little_bytes(arr)
     if dtype.startswith("ml_dtypes."):  # bfloat16: its bits, viewed back
         return f"np.frombuffer({data!r}, dtype='<u2').view({dtype}).reshape({tuple(arr.shape)!r})"

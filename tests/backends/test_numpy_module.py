@@ -290,3 +290,29 @@ def test_json_reader_agrees_with_json(text: str) -> None:
 def test_json_reader_refuses(text: str) -> None:
     with pytest.raises(ValueError, match="at offset"):
         _parse_json(text)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        np.full((3, 2), 0.02, np.float32),
+        np.full(4, -0.0, np.float32),
+        np.full(3, np.nan, np.float32),
+        np.full(2, -np.inf, np.float64),
+        np.full((2, 2), 7, np.int64),
+        np.ones(3, bool),
+        np.array([1.0, 2.0], np.float32),
+    ],
+    ids=["f32", "negative-zero", "nan", "minus-inf", "i64", "bool", "not-uniform"],
+)
+def test_a_constant_prints_back_bit_for_bit_and_read_only(value: np.ndarray) -> None:
+    """A module constant reads back with its dtype, shape and bits, read-only; one repeated number is
+    printed once (a light model's 22 MB ConstantOfShape weights would otherwise be 22 MB of source)."""
+    from loam.backends.module_classes import array_literal
+
+    text = array_literal(value)
+    back = eval(text, {"np": np})  # the module's own expression, as the module evaluates it
+    assert back.dtype == value.dtype and back.shape == value.shape
+    assert back.tobytes() == value.tobytes()
+    assert not back.flags.writeable
+    assert len(text) < 120 or value.size == 2
