@@ -61,6 +61,12 @@ def data(*shape: int, dtype: type = np.float32) -> np.ndarray:
         ((1, 2, 6, 5), (3, 2, 2, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 3]}),
         ((1, 2, 6, 5), (3, 2, 2, 3), {"auto_pad": "VALID", "strides": [2, 2], "kernel_shape": [2, 3]}),
         ((1, 2, 4, 5, 3), (2, 2, 2, 3, 2), {"pads": [1, 0, 1, 0, 1, 1]}),
+        # Pointwise (1x1, no pads): computed as one product over the channels, strided or grouped.
+        ((2, 4, 5, 6), (6, 4, 1, 1), {}),
+        ((2, 4, 7, 6), (6, 4, 1, 1), {"strides": [2, 3]}),
+        ((1, 4, 5, 5), (6, 2, 1, 1), {"group": 2, "strides": [2, 2]}),
+        ((2, 3, 9), (5, 3, 1), {"strides": [4], "dilations": [3]}),
+        ((1, 4, 5, 5), (6, 4, 1, 1), {"pads": [1, 0, 0, 1]}),
     ],
 )
 @pytest.mark.parametrize("bias", [False, True])

@@ -65,6 +65,13 @@ def kernel_conv(
         pitch[i] = pitch[i + 1] * padded[i + 1]
     plane = pitch[0] * padded[0] if nsp else 1
     unit = nsp > 0 and all(s == 1 for s in strides)
+    if all(k == 1 for k in kernel) and not any(pads):
+        # A pointwise Conv (ResNet's 1x1s) is a product over the channels: the input, strided where the
+        # Conv strides, is already its own im2col.
+        picked = xw[(slice(None), slice(None), *(slice(None, None, st) for st in strides))]
+        cols = picked.reshape(n, group, cg, -1)
+        y = np.matmul(widened(w).reshape(group, mg, cg), cols).reshape(n, m, *out)
+        return narrowed(_biased(y, b, nsp), dtype)
     if unit:
         # Points on the grid (out[0], *padded[1:]): one run of out[0] * pitch[0] elements per window.
         grid = (out[0], *padded[1:])
@@ -92,11 +99,16 @@ def kernel_conv(
     y = np.matmul(widened(w).reshape(group, mg, cg * taps), cols).reshape(n, m, *grid)
     if grid != out:
         y = np.ascontiguousarray(y[(Ellipsis, *(slice(0, o) for o in out))])
-    if b is not None:
-        bias = widened(b).reshape(m, *([1] * nsp))
-        # y is this function's own buffer: add in place when that keeps its dtype.
-        y = np.add(y, bias, out=y) if bias.dtype == y.dtype else y + bias
-    return narrowed(y, dtype)
+    return narrowed(_biased(y, b, nsp), dtype)
+
+
+def _biased(y: np.ndarray, b: np.ndarray | None, nsp: int) -> np.ndarray:
+    """Conv's result `y` (N, M, *S), a buffer of its own, plus bias `b` (M) where given."""
+    if b is None:
+        return y
+    bias = widened(b).reshape(b.shape[0], *([1] * nsp))
+    # y is the kernel's own buffer: add in place when that keeps its dtype.
+    return np.add(y, bias, out=y) if bias.dtype == y.dtype else y + bias
 
 
 def kernel_conv_transpose(
@@ -439,6 +451,7 @@ def kernel_resize(
 PIECES: dict[str, object] = {
     "_conv_windows": _conv_windows,
     "kernel_conv": kernel_conv,
+    "_biased": _biased,
     "kernel_conv_transpose": kernel_conv_transpose,
     "kernel_pool": kernel_pool,
     "resize_coordinates": resize_coordinates,
@@ -447,7 +460,8 @@ PIECES: dict[str, object] = {
     "kernel_resize": kernel_resize,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
-    "kernel_conv": ("widened", "narrowed"),
+    "kernel_conv": ("widened", "narrowed", "_biased"),
+    "_biased": ("widened",),
     "kernel_conv_transpose": ("widened", "narrowed"),
     "kernel_pool": ("_conv_windows", "widened", "narrowed"),
     "kernel_resize": ("widened", "narrowed", "resize_coordinates", "nearest_taps", "cubic_taps"),
