@@ -57,6 +57,7 @@ def test_dump_ir_writes_every_stage(tmp_path: Path) -> None:
         "04-lower-to-kernel.mlir",
         "05-pack-quantized.mlir",
         "06-fuse.mlir",
+        "07-fold-conv-affine.mlir",
     ]
     assert 'graph.node "Gemm"' in (tmp_path / "00-read.mlir").read_text()
     assert "!shape_poly.tensor<f32, [4, 16]>" in (tmp_path / "02-stage0.mlir").read_text()
@@ -76,6 +77,7 @@ def test_progress_names_each_stage() -> None:
         "running lower-to-kernel",
         "running pack-quantized",
         "running fuse",
+        "running fold-conv-affine",
     ]
 
 
