@@ -5,10 +5,11 @@ service running several modules side by side, or a benchmark at one thread, need
 Python after numpy is imported, and the module imports nothing but numpy.  numpy's wheels bundle
 OpenBLAS (`scipy_openblas`, its symbols suffixed `64_`); the library sets its own thread count
 (`*_set_num_threads`), which is what threadpoolctl calls too.  The library is the one already
-loaded in this process (found in `/proc/self/maps`, or beside numpy's package where there is no
-such file), opened again with ctypes, never loaded from anywhere else.  Where numpy's BLAS is not
-an OpenBLAS (Accelerate on macOS, MKL), `set_threads` says so: set `OMP_NUM_THREADS` (and
-`OPENBLAS_NUM_THREADS`, `MKL_NUM_THREADS`) before Python starts instead.
+loaded in this process (found in `/proc/self/maps`), opened again with ctypes (numpy's
+`np.ctypeslib.ctypes`, so the module still imports numpy alone), never loaded from anywhere else.
+Where numpy's BLAS is not an OpenBLAS (Accelerate on macOS, MKL) or there is no `/proc`,
+`set_threads` says so: set `OMP_NUM_THREADS` (and `OPENBLAS_NUM_THREADS`, `MKL_NUM_THREADS`) before
+Python starts instead.
 """
 
 from __future__ import annotations
@@ -20,10 +21,7 @@ def set_threads(count: int) -> int:
     """Let the BLAS under numpy's matrix products use `count` threads from now on, in the whole
     process; returns the count it used before.  RuntimeError where numpy's BLAS is not an OpenBLAS
     this process has loaded (set OMP_NUM_THREADS before Python starts instead)."""
-    import ctypes
-    import glob
-    import os
-
+    ctypes = np.ctypeslib.ctypes  # the standard library's, through numpy: the module imports numpy alone
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"set_threads: the thread count must be a positive int, not {count!r}")
     paths: list[str] = []
@@ -32,10 +30,6 @@ def set_threads(count: int) -> int:
             paths = [line.split(None, 5)[5].strip() for line in maps if "openblas" in line.lower()]
     except (OSError, IndexError):
         paths = []
-    if not paths:  # no /proc: numpy's wheel keeps its libraries beside the package
-        package = os.path.dirname(np.__file__)
-        for folder in (os.path.join(package, ".dylibs"), package + ".libs"):
-            paths += sorted(glob.glob(os.path.join(folder, "*openblas*")))
     for path in dict.fromkeys(paths):
         try:
             library = ctypes.CDLL(path)
@@ -49,8 +43,9 @@ def set_threads(count: int) -> int:
                 setter(ctypes.c_int(count))
                 return before
     raise RuntimeError(
-        "set_threads: numpy's BLAS is not an OpenBLAS loaded in this process, so its thread count cannot be "
-        "set from here; set OMP_NUM_THREADS (and OPENBLAS_NUM_THREADS, MKL_NUM_THREADS) before Python starts"
+        "set_threads: numpy's BLAS is not an OpenBLAS this process has loaded (or the process has no "
+        "/proc/self/maps to find it in), so its thread count cannot be set from here; set OMP_NUM_THREADS "
+        "(and OPENBLAS_NUM_THREADS, MKL_NUM_THREADS) before Python starts"
     )
 
 
