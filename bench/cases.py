@@ -271,6 +271,91 @@ def minilm(batch: int, length: int, checkpoint: Path) -> Case:
     )
 
 
+RESNET50_INPUT = "gpu_0/data_0"
+
+
+def resnet50_files() -> Path:
+    """ResNet-50 at 224 x 224: the onnx package's own light test model (`light_resnet50.onnx`, which fills
+    most of its weights with ConstantOfShape), with seeded random weights in those fills' place (He-scaled Conv
+    weights, BatchNormalization statistics near 1 and 0), written once per machine into a temporary
+    folder: `resnet50.onnxtext` (initializers the checkpoint holds), `resnet50.safetensors`, and a
+    `loam.toml` holding the layout `loam layout` drafts for it."""
+    import os
+    import tempfile
+
+    import onnx.printer
+    from safetensors.numpy import save_file
+
+    from loam.draft import draft_layout
+
+    folder = Path(tempfile.gettempdir()) / "loam-bench-resnet50"
+    if (folder / "loam.toml").is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    light = Path(os.path.dirname(onnx.__file__)) / "backend" / "test" / "data" / "light" / "light_resnet50.onnx"
+    model = onnx.load(str(light))
+    shapes = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    role = {}  # weight name -> its BatchNormalization input position (1 scale, 2 bias, 3 mean, 4 var)
+    for node in model.graph.node:
+        if node.op_type == "BatchNormalization":
+            role.update({name: i for i, name in enumerate(node.input) if i})
+    rng = np.random.default_rng(20240611)
+    read = {name for node in model.graph.node for name in node.input}
+    # The weights the light model keeps (some BatchNormalizations'), then the fills' replacements.
+    weights = {t.name: shapes[t.name] for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT
+               and t.name in read}  # fmt: skip
+    for node in [n for n in model.graph.node if n.op_type == "ConstantOfShape"]:
+        name, shape = node.output[0], tuple(int(e) for e in shapes[node.input[0]])
+        noise = rng.standard_normal(shape).astype(np.float32)
+        if name in role:
+            base, spread = {1: (1.0, 0.1), 2: (0.0, 0.1), 3: (0.0, 0.1), 4: (1.0, 0.0)}[role[name]]
+            if role[name] == 1 and "branch2c" in name:
+                base = 0.2  # each residual branch's last scale small, so 16 sums keep the activations tame
+            values = base + spread * noise if role[name] != 4 else 1.0 + 0.1 * np.abs(noise)
+        else:  # Conv and Gemm weights, He-scaled by their fan-in; the Gemm's bias small
+            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 100
+            values = noise * np.float32(np.sqrt(2.0 / fan_in) * (0.05 if "pred" in name else 1.0))
+        weights[name] = np.ascontiguousarray(values, dtype=np.float32)
+    save_file(weights, str(folder / "resnet50.safetensors"))
+    nodes = [n for n in model.graph.node if n.op_type != "ConstantOfShape"]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    initializers = []
+    for name, values in weights.items():
+        tensor = onnx.TensorProto(name=name, data_type=onnx.TensorProto.FLOAT, dims=values.shape)
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        tensor.external_data.add(key="location", value="resnet50.safetensors")
+        initializers.append(tensor)
+    # Integer initializers a kept node reads (the final Reshape's shape) stay in the graph.
+    still = {name for node in nodes for name in node.input}
+    initializers += [t for t in model.graph.initializer if t.data_type != onnx.TensorProto.FLOAT and t.name in still]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(initializers)
+    kept = {RESNET50_INPUT}
+    graph_inputs = [i for i in model.graph.input if i.name in kept]
+    del model.graph.input[:]
+    model.graph.input.extend(graph_inputs)
+    (folder / "resnet50.onnxtext").write_text(onnx.printer.to_text(model), encoding="utf-8")
+    toml = 'checkpoint = "resnet50.safetensors"\n' + draft_layout(model).toml()
+    (folder / "loam.toml").write_text(toml, encoding="utf-8")
+    return folder
+
+
+def resnet50() -> Case:
+    """ResNet-50 at one 224 x 224 image (`resnet50_files`)."""
+    folder = resnet50_files()
+    return Case(
+        "resnet50-b1",
+        folder / "resnet50.onnxtext",
+        folder / "loam.toml",
+        folder / "resnet50.safetensors",
+        lambda rng: {RESNET50_INPUT: rng.standard_normal((1, 3, 224, 224)).astype(np.float32)},
+        # 100 MB of weights and 4 GFLOP a forward: too slow for the smoke test's quick run, and for llvmpipe.
+        quick=False,
+        on_device=False,
+    )
+
+
 def all_cases() -> list[Case]:
     """Every row, in the order the tables list them (the sentence encoder where its package is installed)."""
     encoder = minilm_checkpoint()
@@ -280,6 +365,7 @@ def all_cases() -> list[Case]:
         mlp784(1),
         mlp784(256),
         digits(64),
+        resnet50(),
         gpt2_prefill(64),
         gpt2_decode(64),
         *([minilm(8, 128, encoder)] if encoder is not None else []),

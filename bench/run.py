@@ -3,7 +3,8 @@
 What and why: the generated module is plain numpy, so its cost against a tuned runtime is the
 question every deployer asks first.  One run builds each case (`bench.cases`) with Loam, and in
 the same process times `forward` and an onnxruntime session (CPU provider, every graph
-optimisation on) on the same inputs, at one thread and at all cores: onnxruntime's
+optimisation on) on the same inputs, at one thread and at all cores (every case's `forward` first,
+before the process imports onnxruntime, which changes how malloc serves large blocks afterwards): onnxruntime's
 `intra_op_num_threads` and numpy's BLAS threads (threadpoolctl when installed; otherwise each
 thread count is measured in a child process started with OMP_NUM_THREADS/OPENBLAS_NUM_THREADS).
 
@@ -32,6 +33,7 @@ import cProfile
 import datetime
 import importlib.util
 import json
+import math
 import os
 import platform
 import pstats
@@ -43,7 +45,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -233,20 +235,29 @@ def blas_threads(threads: int) -> Iterator[None]:
         yield
 
 
-def time_case(built: Built, threads: int, budget: Budget) -> Timing:
-    session = ort_session(built, threads)
-    loam, ort = loam_call(built), ort_call(built, session)
+def time_loam(built: Built, threads: int, budget: Budget) -> Timing:
+    """Loam's side of a case at `threads`, timed before this process imports onnxruntime (see `measure`);
+    `time_ort` fills in the other side."""
+    loam = loam_call(built)
     with blas_threads(threads):
-        diff = largest_difference(loam(), ort())
         loam_s = median_time(loam, budget)
-        ort_s = median_time(ort, budget)
         blas_s = None
         if built.case.name == BLAS_CASE:
             from safetensors.numpy import load_file
 
             products = mlp_products(load_file(str(built.case.checkpoint)), built.feeds["x"])
             blas_s = median_time(products, budget)
-    return Timing(built.case.name, threads, loam_s, ort_s, diff, blas_s)
+    return Timing(built.case.name, threads, loam_s, math.nan, math.nan, blas_s)
+
+
+def time_ort(built: Built, timing: Timing, budget: Budget) -> Timing:
+    """`timing` with onnxruntime's side at the same thread count, and the largest output difference."""
+    session = ort_session(built, timing.threads)
+    loam, ort = loam_call(built), ort_call(built, session)
+    with blas_threads(timing.threads):
+        diff = largest_difference(loam(), ort())
+        ort_s = median_time(ort, budget)
+    return replace(timing, ort_s=ort_s, max_diff=diff)
 
 
 def profile_case(built: Built, budget: Budget, top: int = 3) -> list[str]:
@@ -495,7 +506,10 @@ def device_table(devices: Sequence[Device]) -> list[str]:
 METHOD = """\
 Method: `python -m bench` (bench/run.py says what each column measures). Warm forward: the median
 of at least {repeats} calls and {seconds} s per side after {warmup} warm-up calls, both sides in the
-same process on the same inputs. Cold start: from a fresh child process's first statement to the
+same process on the same inputs, Loam's before the process imports onnxruntime (importing it makes
+glibc's malloc map every large block afresh for the rest of the process, which doubles a forward
+whose kernels allocate scratch: a deployed module does not share its process with onnxruntime).
+Cold start: from a fresh child process's first statement to the
 end of its first forward (`import numpy` + the generated module, .pyc written + `Weights.load_file`;
 against `import onnxruntime` + `InferenceSession` on the model file + `run`), the median of {cold}
 children per side, alternated; Python's own start-up is left out of both. Peak RSS: the high-water
@@ -547,9 +561,10 @@ def kept_notes(path: Path) -> str:
 # ---- the run
 
 
-def device_case(built: Built, budget: Budget) -> Device | None:
+def device_case(built: Built, budget: Budget, numpy_s: float | None = None) -> Device | None:
     """Build the case for the WGSL backend and time it on the machine's adapter against the numpy
-    module and onnxruntime (1 thread each); None where wgpu or an adapter is missing."""
+    module and onnxruntime (1 thread each; `numpy_s`, the numpy module's time measured alone, where
+    given); None where wgpu or an adapter is missing."""
     if importlib.util.find_spec("wgpu") is None or not built.case.on_device:
         return None
     from loam.options import Options
@@ -574,7 +589,8 @@ def device_case(built: Built, budget: Budget) -> Device | None:
     pool = g.pools[next(reversed(g.pools))]
     with blas_threads(1):
         wgsl_s = median_time(lambda: forward(weights, *args), budget)
-        numpy_s = median_time(loam_call(built), budget)
+        if numpy_s is None:
+            numpy_s = median_time(loam_call(built), budget)
         ort_s = median_time(ort_call(built, ort_session(built, 1)), budget)
     return Device(
         case.name, g.adapter, moved["dispatches"], moved["bytes_up"] + moved["bytes_down"],
@@ -589,20 +605,37 @@ def measure(budget: Budget, names: Sequence[str] | None, say: Callable[[str], No
     timings: list[Timing] = []
     startups: list[Startup] = []
     profiles: dict[str, list[str]] = {}
+    # Loam's warm forwards are timed first, before this process imports onnxruntime: importing it
+    # changes how glibc's malloc serves large blocks for the rest of the process (each one becomes a
+    # fresh mapping, faulted in page by page), which doubles the time of a forward whose kernels
+    # allocate their scratch (the digits CNN: 0.44 ms alone, 0.9 ms once onnxruntime is imported).
+    # A deployed module does not share its process with onnxruntime, so each side is timed as it runs alone.
+    built_cases = []
+    for case in cases:
+        say(f"{case.name}: building")
+        built = build_case(case)
+        built_cases.append(built)
+        for n in threads:
+            say(f"{case.name}: timing Loam at {n} thread(s)")
+            timings.append(time_loam(built, n, budget))
+        if budget.profile:  # kept below for the cases that turn out slow
+            say(f"{case.name}: profiling")
+            profiles[case.name] = profile_case(built, budget)
+    for built in built_cases:
+        for i, timing in enumerate(timings):
+            if timing.case == built.case.name:
+                say(f"{built.case.name}: timing onnxruntime at {timing.threads} thread(s)")
+                timings[i] = time_ort(built, timing, budget)
     with tempfile.TemporaryDirectory(prefix="loam-bench-") as scratch:
-        for case in cases:
-            say(f"{case.name}: building")
-            built = build_case(case)
-            for n in threads:
-                say(f"{case.name}: timing at {n} thread(s)")
-                timings.append(time_case(built, n, budget))
+        for built in built_cases:
+            case = built.case
             say(f"{case.name}: cold start and memory")
             startups.append(startup_case(built, Path(scratch), budget))
-            if budget.profile and max(t.ratio for t in timings if t.case == case.name) > SLOW_RATIO:
-                say(f"{case.name}: profiling")
-                profiles[case.name] = profile_case(built, budget)
+            if case.name in profiles and max(t.ratio for t in timings if t.case == case.name) <= SLOW_RATIO:
+                del profiles[case.name]
             say(f"{case.name}: the WGSL module")
-            device = device_case(built, budget)
+            alone = [t.loam_s for t in timings if t.case == case.name and t.threads == 1]
+            device = device_case(built, budget, alone[0] if alone else None)
             if device is not None:
                 profiles.setdefault("_device", []).append(json.dumps(asdict(device)))
     return timings, startups, profiles

@@ -27,17 +27,18 @@ device per call, so moving work onto the weights would add dispatches there.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary
-from loam.dialects.kernel import ConvOp, ProgramOp, RegroupOp, ZipOp
+from loam.dialects.kernel import ConvOp, ProgramOp, RegroupOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.ops.base import unit_axes
 from loam.passes.notes import add_notes
@@ -56,10 +57,19 @@ class FoldConvAffinePass(ModulePass):
         for program in [p for p in op.walk() if isinstance(p, ProgramOp)]:
             ops = list(program.block.ops)
             fixed = {v for v in weight_only(ops, ())[1] if _static(v.type)}
+            folded: set[ConvOp] = set()
             for zip_op in [o for o in ops if isinstance(o, ZipOp)]:
-                note = _fold(zip_op, fixed)
-                if note is not None:
-                    notes.append(note)
+                # A zip may read several Convs (a residual block's two BatchNormalizations): each in turn.
+                current: ZipOp | None = zip_op
+                while current is not None:
+                    done = next(
+                        (d for c in _convs_read(current, folded) if (d := _fold(current, c, fixed)) is not None), None
+                    )
+                    current = None
+                    if done is not None:
+                        current, conv, note = done
+                        folded.add(conv)
+                        notes.append(note)
         if notes:
             add_notes(op, notes)
 
@@ -198,13 +208,15 @@ def _rebuild(expr: Expr, root: int, replaced: int, by: Expr, operand: Sequence[i
     return values[root]
 
 
-def _fold(zip_op: ZipOp, fixed: set[SSAValue]) -> str | None:
-    """Fold `zip_op`'s affine part into the Conv it reads, if it has one; the build note, else None."""
+def _convs_read(zip_op: ZipOp, folded: set[ConvOp]) -> list[int]:
+    """The operands of `zip_op` that a Conv not yet folded computes."""
+    return [i for i, v in enumerate(zip_op.inputs) if isinstance(v.owner, ConvOp) and v.owner not in folded]
+
+
+def _fold(zip_op: ZipOp, c: int, fixed: set[SSAValue]) -> tuple[ZipOp, ConvOp, str] | None:
+    """Fold `zip_op`'s affine part in operand `c` into the Conv computing it, if it has one: the zip
+    that replaces `zip_op`, the Conv, and the build note; None where it has none."""
     inputs = list(zip_op.inputs)
-    found = [i for i, v in enumerate(inputs) if isinstance(v.owner, ConvOp)]
-    if len(found) != 1:
-        return None
-    c = found[0]
     conv = inputs[c].owner
     assert isinstance(conv, ConvOp)
     out = zip_op.result.type
@@ -218,10 +230,8 @@ def _fold(zip_op: ZipOp, fixed: set[SSAValue]) -> str | None:
         return None
     expr = zip_op.expr.data
     bias = len(inputs) if len(conv.operands) == 3 else None  # read as one more operand of Z
-    fixed_operands = {i for i, v in enumerate(inputs) if v in fixed and i != c} | (
-        {bias} if bias is not None else set()
-    )
-    lin = _affine(expr, c, fixed_operands, bias)
+    weight_operands = {i for i, v in enumerate(inputs) if v in fixed and i != c}
+    lin = _affine(expr, c, weight_operands | ({bias} if bias is not None else set()), bias)
     p = _pivot(expr, c, lin)
     if p is None:
         return None
@@ -244,7 +254,8 @@ def _fold(zip_op: ZipOp, fixed: set[SSAValue]) -> str | None:
 
     def zip_of(expr: Expr, operands: Sequence[SSAValue], t: AxesTensorType, hint: str) -> SSAValue:
         made = ZipOp(operands, expr, t, node)
-        made.result.name_hint = hint
+        if SSAValue.is_valid_name(hint):  # a node's name may hold characters an SSA name may not
+            made.result.name_hint = hint
         Rewriter.insert_op(made, before)
         return made.result
 
@@ -281,10 +292,11 @@ def _fold(zip_op: ZipOp, fixed: set[SSAValue]) -> str | None:
     members = zip_op.attributes.get("fused")
     names = [m.data for m in members.data] if isinstance(members, ArrayAttr) else [node]
     listed = ", ".join(f"'{n}'" for n in names)
-    return (
+    note = (
         f"node{'s' * (len(names) > 1)} {listed}: the per-channel scale folded into Conv '{conv.node.data}''s "
         "weights and the offset into one add, both computed once when Weights is made"
     )
+    return new, conv, note
 
 
 def _ops_after(op: Operation) -> set[Operation]:
@@ -309,9 +321,11 @@ def _move_before(value: SSAValue, anchor: Operation, after: set[Operation]) -> N
 
 
 def _hint(value: SSAValue) -> str:
+    """The name the folded weights take after the weights they scale (an ONNX name made an SSA name)."""
     owner = value.owner
-    name = owner.properties.get("weight_name") if isinstance(owner, Operation) else None
-    return name.data if isinstance(name, StringAttr) else (value.name_hint or "conv_weights")
+    name = owner.weight_name.data if isinstance(owner, WeightOp) else value.name_hint or "conv_weights"
+    name = re.sub(r"[^A-Za-z0-9_$.-]", "_", name)
+    return name if name[:1].isalpha() or name[:1] == "_" else f"w_{name}"
 
 
 def _aligned(t: AxesTensorType, out: AxesTensorType) -> list[Poly]:

@@ -26,7 +26,7 @@ def _weights(*shapes_by_name: tuple[str, tuple[int, ...]]) -> list[onnx.TensorPr
     out = []
     for name, shape in shapes_by_name:
         values = RNG.standard_normal(shape).astype(np.float32)
-        if name.endswith("var"):
+        if name in ("var", "v2"):  # variances: positive
             values = np.abs(values) + 0.1
         out.append(numpy_helper.from_array(values, name))
     return out
@@ -86,6 +86,15 @@ def _cases() -> list[Case]:
     conv, ci = _conv(bias=True)
     bn, bi = _bn(out="y")
     cases.append(Case("conv-with-bias-bn", _model([conv, bn], ci + bi), True))
+    # A projection block's join: two Convs, each with its BatchNormalization, added, then a ReLU.
+    conv, ci = _conv()
+    other = helper.make_node("Conv", ["x", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1])
+    bn, bi = _bn()
+    bn2 = helper.make_node("BatchNormalization", ["c2", "s2", "b2", "m2", "v2"], ["bn2_out"], name="bn2")
+    b2i = _weights(("w2", (CO, CI, 3, 3)), ("s2", (CO,)), ("b2", (CO,)), ("m2", (CO,)), ("v2", (CO,)))
+    join = [helper.make_node("Add", ["bn_out", "bn2_out"], ["sum"], name="add"),
+            helper.make_node("Relu", ["sum"], ["y"], name="relu")]  # fmt: skip
+    cases.append(Case("two-convs-joined", _model([conv, other, bn, bn2, *join], ci + bi + b2i), True))
     # A scale that arrives as an input: only the normalisation before it folds.
     conv, ci = _conv()
     node = helper.make_node("BatchNormalization", ["c", "s_in", "bias", "mean", "var"], ["y"], name="bn")
@@ -114,5 +123,7 @@ def test_fold_matches_onnxruntime_and_notes_it(case: Case) -> None:
     assert_same(run_built(result, feeds), run_onnxruntime(case.model, feeds), rtol=1e-5, atol=1e-5)
     notes = [n for n in result.notes if "folded into Conv 'conv'" in n]
     assert bool(notes) == case.folded, result.notes
+    if case.name == "two-convs-joined":
+        assert any("folded into Conv 'conv2'" in n for n in result.notes), result.notes
     forward = result.source.split("def forward(")[1].split("\n\n\n")[0]
     assert ("weights.w_folded" in forward) == case.folded, forward
