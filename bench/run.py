@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -84,6 +85,10 @@ class Timing:
     ort_s: float
     max_diff: float
     blas_s: float | None = None
+    statements: int = 0
+    """Python statements the generated module runs in one forward (its calls of numpy and of its pieces)."""
+    forward_statements: int = 0
+    """Those of them in `forward`'s own body."""
 
     @property
     def ratio(self) -> float:
@@ -247,7 +252,33 @@ def time_loam(built: Built, threads: int, budget: Budget) -> Timing:
 
             products = mlp_products(load_file(str(built.case.checkpoint)), built.feeds["x"])
             blas_s = median_time(products, budget)
-    return Timing(built.case.name, threads, loam_s, math.nan, math.nan, blas_s)
+    statements, own = statements_per_forward(loam)
+    return Timing(built.case.name, threads, loam_s, math.nan, math.nan, blas_s, statements, own)
+
+
+def statements_per_forward(call: Callable[[], object]) -> tuple[int, int]:
+    """The Python statements one warm call runs in the generated module (each a call of numpy, of a
+    runtime piece, or the pieces' own bookkeeping), and those in `forward`'s body: `sys.settrace`
+    sees every line the module's frames run, which a profiler's call events do not (numpy's ufuncs
+    are not functions it reports)."""
+    call()
+    counts = [0, 0]
+
+    def line(frame: Any, event: str, _arg: object) -> Any:
+        if event == "line":
+            counts[0] += 1
+            counts[1] += frame.f_code.co_name == "forward"
+        return line
+
+    def enter(frame: Any, _event: str, _arg: object) -> Any:
+        return line if frame.f_code.co_filename.startswith("<loam") else None
+
+    sys.settrace(enter)
+    try:
+        call()
+    finally:
+        sys.settrace(None)
+    return counts[0], counts[1]
 
 
 def time_ort(built: Built, timing: Timing, budget: Budget) -> Timing:
@@ -446,6 +477,18 @@ def tables(timings: Sequence[Timing], startups: Sequence[Startup]) -> list[str]:
     for t in timings:
         times = f"{1e3 * t.loam_s:.4g} | {1e3 * t.ort_s:.4g}"
         lines.append(f"| {t.case} | {t.threads} | {times} | {t.ratio:.2f} | {t.max_diff:.1e} |")
+    lines += [
+        "",
+        "### Python work per forward",
+        "",
+        "| case | statements the module runs | of them in forward's body |",
+        "|---|---|---|",
+    ]
+    seen = set()
+    for t in timings:
+        if t.case not in seen:
+            seen.add(t.case)
+            lines.append(f"| {t.case} | {t.statements} | {t.forward_statements} |")
     blas = [t for t in timings if t.blas_s is not None]
     if blas:
         lines += ["", "### BLAS limit", "", "| case | threads | Loam ms | matrix products alone ms | ratio |"]
