@@ -28,7 +28,7 @@ from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, None
 from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp
 from loam.dialects.tensor_axes import Axis
 from loam.errors import AxisError
-from loam.layout import LayoutRule, match_layout, merged_axis_name
+from loam.layout import LayoutMatcher, LayoutRule, merged_axis_name
 from loam.ops import base, rule_for
 from loam.options import Options
 from loam.poly import Poly
@@ -115,6 +115,7 @@ class _Drafter:
 
     def __init__(self, given: Sequence[LayoutRule], relabel: frozenset[str] = frozenset()) -> None:
         self.given = tuple(given)
+        self.given_matcher = LayoutMatcher(self.given)
         # Graph inputs each If branch reads under axes of its own (branch-scoped rules), because
         # reading them under the outer names made one name two lengths in some tensor.
         self.relabel = relabel
@@ -226,7 +227,7 @@ class _Drafter:
 
     def axes_for(self, tensor: str, shape: Sequence[Poly], given: Sequence[Axis | None]) -> tuple[list[Axis], bool]:
         """Axes of `tensor`: the operator's, a given rule's, else fresh variables; and whether a rule is needed."""
-        rule = match_layout(self.given, tensor, self.graph_name)
+        rule = self.given_matcher.match(tensor, self.graph_name)
         out: list[Axis] = []
         needs_rule = False
         for i, (extent, axis) in enumerate(zip(shape, given, strict=True)):
@@ -328,7 +329,7 @@ class _Drafter:
                 name = folded_name(op)
                 t = op.result.type
                 assert isinstance(t, PolyTensorType)
-                if all(e == Poly.const(1) for e in t.shape) and match_layout(self.given, name, self.graph_name) is None:
+                if all(e == Poly.const(1) for e in t.shape) and self.given_matcher.match(name, self.graph_name) is None:
                     # name-axes names a one-element constant's unit axes itself (Unit, Unit1, ...).
                     axes_of[op.result] = tuple(base.unit_axes([None] * len(t.shape)))
                 else:

@@ -92,11 +92,44 @@ class LayoutRule:
 
 
 def match_layout(rules: Iterable[LayoutRule], tensor_name: str, graph_name: str | None = None) -> LayoutRule | None:
-    """The first rule (in order) that reaches `tensor_name` in `graph_name`, or None."""
+    """The first rule (in order) that reaches `tensor_name` in `graph_name`, or None (`LayoutMatcher`
+    answers the same for many names at once)."""
     for rule in rules:
         if rule.reaches(tensor_name, graph_name):
             return rule
     return None
+
+
+class LayoutMatcher:
+    """`match_layout` over one list of rules, for every tensor of a graph.
+
+    An architecture table's build drafts a rule per tensor: thousands of rules, tried against
+    thousands of tensors, one glob match each (the quadratic part of a large model's build).  A rule
+    whose pattern holds no wildcard names one tensor, so it is found by that name; only the rules
+    with wildcards are tried in turn, and only those before the first rule found so (the first rule
+    that reaches a tensor wins).
+    """
+
+    def __init__(self, rules: Iterable[LayoutRule]) -> None:
+        self.rules = tuple(rules)
+        self._named: dict[str, list[int]] = {}  # a literal pattern -> the rules with it, in order
+        self._globs: list[int] = []
+        for i, rule in enumerate(self.rules):
+            if any(ch in rule.pattern for ch in "*?["):
+                self._globs.append(i)
+            else:
+                self._named.setdefault(rule.pattern, []).append(i)
+
+    def match(self, tensor_name: str, graph_name: str | None = None) -> LayoutRule | None:
+        """The first rule (in order) that reaches `tensor_name` in `graph_name`, or None."""
+        first = next((i for i in self._named.get(tensor_name, ()) if self.rules[i].reaches(tensor_name, graph_name)),
+                     len(self.rules))  # fmt: skip
+        for i in self._globs:
+            if i > first:
+                break
+            if self.rules[i].reaches(tensor_name, graph_name):
+                return self.rules[i]
+        return self.rules[first] if first < len(self.rules) else None
 
 
 def parse_layout_flag(text: str) -> LayoutRule:

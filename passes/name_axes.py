@@ -23,7 +23,7 @@ from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, None
 from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis, LayoutAttr, RelabelOp
 from loam.errors import AxisError
-from loam.layout import LayoutRule, match_layout, parse_layout_flag
+from loam.layout import LayoutMatcher, LayoutRule, parse_layout_flag
 from loam.ops import rule_for
 from loam.ops.base import Facts, NodeInfo, unit_axes
 from loam.ops.control import IfRule, merge_axes
@@ -67,6 +67,7 @@ class NameAxesGraph:
 
     def __init__(self, rules: Sequence[LayoutRule], graph_name: str) -> None:
         self.rules = rules
+        self.matcher = LayoutMatcher(rules)
         self.graph_name = graph_name
         self.inputs: dict[SSAValue, str] = {}  # the main graph's inputs, which a branch may relabel
 
@@ -84,7 +85,7 @@ class NameAxesGraph:
         `node` names the node computing the tensor, for the message when one name gets two extents.
         """
         given = list(given) if given is not None else [None] * facts.rank
-        rule = match_layout(self.rules, tensor, self.graph_name)
+        rule = self.matcher.match(tensor, self.graph_name)
         if rule is not None:
             self.check_agreement(rule, tensor, facts, given, node)
         if all(a is not None for a in given):
@@ -180,9 +181,9 @@ class NameAxesGraph:
         """Read a graph input under the axes a rule scoped to this branch's graph gives it."""
         header = block.first_op
         assert header is not None
-        scoped = [r for r in self.rules if r.graph == self.graph_name]
+        scoped = LayoutMatcher(r for r in self.rules if r.graph == self.graph_name)
         for value, name in self.inputs.items():
-            rule = match_layout(scoped, name, self.graph_name)
+            rule = scoped.match(name, self.graph_name)
             uses = [u for u in list(value.uses) if block.is_ancestor(u.operation)]
             if rule is None or not uses:
                 continue

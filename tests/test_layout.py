@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loam.errors import AxisError, LoamError, OptionsError
-from loam.layout import LayoutRule, match_layout, parse_axis_name, parse_layout_flag
+from loam.layout import LayoutMatcher, LayoutRule, match_layout, parse_axis_name, parse_layout_flag
 
 
 @pytest.mark.parametrize(
@@ -110,3 +112,23 @@ def test_parse_layout_flag_refuses(flag: str, message: str) -> None:
     # The message quotes the flag, so a user with several --layout flags knows which one.
     assert f"--layout {flag!r}" in str(info.value)
     assert isinstance(info.value, LoamError)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rules=st.lists(
+        st.tuples(
+            st.sampled_from(["a.w", "a.b", "b.w", "a.*", "*.w", "?.w", "[ab].w", "*", "c.w", "a.w*"]),
+            st.sampled_from([None, "main", "then"]),
+        ),
+        max_size=12,
+    ),
+    name=st.sampled_from(["a.w", "a.b", "b.w", "c.w", "a.wx", "zz"]),
+    graph=st.sampled_from([None, "main", "then"]),
+)
+def test_the_matcher_picks_the_rule_match_layout_picks(
+    rules: list[tuple[str, str | None]], name: str, graph: str | None
+) -> None:
+    """`LayoutMatcher` (literal patterns by name, wildcards in turn) answers as the plain first-match loop."""
+    layout = [LayoutRule(pattern, (f"A{i}",), scope) for i, (pattern, scope) in enumerate(rules)]
+    assert LayoutMatcher(layout).match(name, graph) is match_layout(layout, name, graph)
