@@ -194,3 +194,42 @@ def test_runtime_pieces_directly() -> None:
     with pytest.raises(prologue.ShapeError) as err:
         prologue._owe(False, "N + p <= 4", "Slice node 's'", ("N", "p"), env, src)
     assert str(err.value) == "N + p <= 4 (Slice node 's'); a axis 0 gives N = 2, b axis 1 gives p = 6"
+
+
+A, B, C2 = t("f32", "B: n, D: 4"), t("f32", "B: n, E: m, E2: m"), t("i64", "Two: 2")
+SYMBOLS = f"""
+kernel.program "forward" (%a : {A}, %b : {B}) names ["a", "b"] attributes {{model = "bind"}} {{
+  %c = kernel.constant [#shape_poly.extent<n>, #shape_poly.extent<m>] {{node = "/Shape"}} : {C2}
+  kernel.return %c names ["s"] : {C2}
+}}
+"""
+
+
+def test_well_formed_inputs_bind_without_the_checking_piece(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inputs of the right class, dtype, rank and extents bind their symbols in forward's own comparisons;
+    `_check_input` runs only to word a refusal (or for an ndarray subclass), with the same outcome."""
+    mod = load(SYMBOLS, tmp_path)
+    a, b = f32(3, 4), f32(3, 5, 5)
+    assert mod.forward(mod.Weights(), a, b).tolist() == [3, 5]
+    calls: list[str] = []
+    checking = mod._check_input
+
+    def counted(name: str, *args: object) -> None:
+        calls.append(name)
+        checking(name, *args)
+
+    monkeypatch.setattr(mod, "_check_input", counted)
+    assert mod.forward(mod.Weights(), a, b).tolist() == [3, 5]
+    assert calls == []
+    # A subclass of ndarray, a second axis that disagrees with the first, an earlier input's symbol
+    # that disagrees, a wrong fixed extent and a wrong dtype: each goes to the piece, which binds or words it.
+    assert mod.forward(mod.Weights(), a.view(np.matrix), b).tolist() == [3, 5]
+    for bad, message in [
+        ((a, f32(3, 5, 6)), r"input 'b' axis 2 \(E2\) must be m = 5 as b axis 1 gives it, got 6"),
+        ((a, f32(2, 5, 5)), r"input 'b' axis 0 \(B\) must be n = 3 as a axis 0 gives it, got 2"),
+        ((f32(3, 5), b), r"input 'a' axis 1 \(D\) must be 4, got 5"),
+        ((a.astype(np.float64), b), r"input 'a' must have dtype float32, got float64"),
+    ]:
+        with pytest.raises(mod.ShapeError, match=message):
+            mod.forward(mod.Weights(), *bad)
+    assert calls == ["a", "b", "b", "a", "a"]
