@@ -27,7 +27,7 @@ from loam.backends.module_text import axes_type, dtype_source, numpy_dtype
 from loam.backends.numpy_buffers import BufferPlan
 from loam.backends.numpy_inplace import OUT, InPlacePlan, plan_in_place
 from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, broadcast_extents, format_float
-from loam.dialects.kernel import CastOp, LibraryOp, MatmulOp, PermuteOp, RegroupOp, ZipOp
+from loam.dialects.kernel import CastOp, LibraryOp, MatmulOp, NormalizeOp, PermuteOp, RegroupOp, ZipOp
 from loam.errors import UnsupportedError
 from loam.poly import Poly
 from loam.runtime.kernels import elementwise as elementwise_kernels
@@ -45,6 +45,20 @@ ROWS_AT_A_TIME = 3
 ROWS_MIN_ELEMENTS = 4 * 65536
 """The result size from which `_by_rows` splits an expression (the piece checks it again at run time);
 a result the build knows to be smaller calls the expression directly, without the piece's call."""
+
+
+def _plain_layer_norm(op: NormalizeOp) -> bool:
+    """Whether `op` is a float32 LayerNormalization over the last axis with float32 scale (and bias)
+    along it and no statistics: what `_layer_norm` computes, with `kernel_normalize`'s bits."""
+    x = axes_type(op.inputs[0], "kernel.normalize")
+    params = op.params
+    if (params["stats"], params["channel_axis"], params["stash"]) != (0, -1, "float32") or x.elem.name != "f32":
+        return False
+    if tuple(params["axes"]) != (x.rank - 1,) or len(op.inputs) < 2:
+        return False
+    last = x.shape[-1]
+    others = [axes_type(v, "kernel.normalize") for v in op.inputs[1:]]
+    return all(t.elem.name == "f32" and t.rank == 1 and t.shape[0] == last for t in others)
 
 
 def _small(shape: Sequence[Poly]) -> bool:
@@ -230,6 +244,10 @@ class NumpyKernelPrinter:
             bounds = zip(op.param("starts"), op.param("counts"), strict=True)
             index = [self._slice_py(start, count) for start, count in bounds]
             return f"{arg[0]}[{', '.join(index)}{',' if len(index) == 1 else ''}]"
+        if isinstance(op, NormalizeOp) and _plain_layer_norm(op):
+            self.m.pieces.add("_layer_norm")  # the build knows the dtypes and the axis: no dispatch per call
+            bias = arg[2] if len(arg) > 2 else "None"
+            return f"_layer_norm({arg[0]}, {arg[1]}, {bias}, {self.m.param_py(op.param('epsilon'))})"
         if isinstance(op, LibraryOp):
             piece = f"kernel_{op.kernel_name}"
             if piece not in numpy_runtime.PIECES:

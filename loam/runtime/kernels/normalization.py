@@ -80,6 +80,24 @@ def kernel_normalize(
     return y
 
 
+def _layer_norm(x: np.ndarray, scale: np.ndarray | None, bias: np.ndarray | None, epsilon: float) -> np.ndarray:
+    """`kernel_normalize` over the last axis of a contiguous float32 `x`, with float32 `scale` and `bias`
+    along that axis (or None): the same arithmetic in the same order, so the same bits, without the
+    piece's dispatch on dtypes and layouts (the printer calls this where the build knows all of that)."""
+    count = np.intp(x.shape[-1])
+    mean = np.add.reduce(x, axis=-1, keepdims=True)
+    mean /= count
+    w = np.subtract(x, mean)
+    var = np.add.reduce(np.multiply(w, w), axis=-1, keepdims=True)
+    var /= count
+    w *= np.float32(1) / np.sqrt(var + np.float32(epsilon))
+    if scale is not None:
+        w *= scale
+    if bias is not None:
+        w += bias
+    return w
+
+
 def kernel_group_norm(
     x: np.ndarray, scale: np.ndarray, bias: np.ndarray, *, num_groups: int, epsilon: float, per_group: int, stash: str
 ) -> np.ndarray:
@@ -128,6 +146,7 @@ def kernel_einsum(*operands: np.ndarray, equation: str) -> np.ndarray:
 
 PIECES: dict[str, object] = {
     "kernel_normalize": kernel_normalize,
+    "_layer_norm": _layer_norm,
     "kernel_group_norm": kernel_group_norm,
     "kernel_lrn": kernel_lrn,
     "kernel_einsum": kernel_einsum,

@@ -1,0 +1,30 @@
+"""`_layer_norm`, the numpy module's LayerNormalization where the build knows it is float32 over the
+last axis, gives `kernel_normalize`'s bits: the same arithmetic in the same order, without its dispatch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from loam.runtime.kernels.normalization import _layer_norm, kernel_normalize
+
+RNG = np.random.default_rng(5)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 64), (2, 7, 384), (3, 5), (4,), (2, 3, 1)])
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_layer_norm_is_kernel_normalize_bit_for_bit(shape: tuple[int, ...], with_bias: bool, layout: str) -> None:
+    x = (RNG.standard_normal(shape) * 3 + 1).astype(np.float32)
+    x.reshape(-1)[0] = np.inf  # its row becomes NaN, as ONNX's arithmetic makes it
+    if layout == "transposed" and len(shape) >= 2:
+        x = np.ascontiguousarray(np.swapaxes(x, -1, -2)).swapaxes(-1, -2)  # the same values, the last axis strided
+    scale = RNG.standard_normal(shape[-1]).astype(np.float32)
+    bias = RNG.standard_normal(shape[-1]).astype(np.float32) if with_bias else None
+    with np.errstate(all="ignore"):
+        want = kernel_normalize(x, scale, bias, axes=(len(shape) - 1,), epsilon=1e-5, channel_axis=-1, stash="float32",
+                                stats=0)  # fmt: skip
+        got = _layer_norm(x, scale, bias, 1e-5)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    assert got.tobytes() == np.ascontiguousarray(want).tobytes()
+    assert not np.shares_memory(got, x)
