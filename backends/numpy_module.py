@@ -223,11 +223,14 @@ class NumpyModulePrinter(ModulePrinter):
         self.pieces.add("_keep")
         scope = self.scope
         assert scope is not None
+        scope.items.append(f"_key = {key}  # the extents the preallocated buffers read")
+        scope.items.append("_buf = _POOL.pop(_key, None)")
+        scope.items.append("if _buf is None:  # the first call with these extents (or another thread holds them)")
         if symbols:  # extents the inputs give: none may make a buffer past the machine
             self.pieces.add("_room")
-            scope.items.append(f"_room({tuple_source(arrays_shapes)}, {tuple_py(symbols)}, _env, _src, {MAX_ELEMENTS})")
-        scope.items.append(f"_key = {key}  # the extents the preallocated buffers read")
-        scope.items.append(f"_buf = _POOL.pop(_key, None) or ({', '.join(arrays)},)")
+            shapes = tuple_source(arrays_shapes)
+            scope.items.append(f"    _room({shapes}, {tuple_py(symbols)}, _env, _src, {MAX_ELEMENTS})")
+        scope.items.append(f"    _buf = ({', '.join(arrays)},)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
