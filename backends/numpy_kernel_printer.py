@@ -244,6 +244,8 @@ class NumpyKernelPrinter:
             bounds = zip(op.param("starts"), op.param("counts"), strict=True)
             index = [self._slice_py(start, count) for start, count in bounds]
             return f"{arg[0]}[{', '.join(index)}{',' if len(index) == 1 else ''}]"
+        if isinstance(op, LibraryOp) and op.kernel_name == "split" and all(type(n) is int for n in op.param("sizes")):
+            return self._split_views(op, arg[0])
         if isinstance(op, NormalizeOp) and _plain_layer_norm(op):
             self.m.pieces.add("_layer_norm")  # the build knows the dtypes and the axis: no dispatch per call
             bias = arg[2] if len(arg) > 2 else "None"
@@ -259,6 +261,20 @@ class NumpyKernelPrinter:
             params = [f"{k}={self.m.param_py(v)}" for k, v in op.params.items()]
             return f"{piece}({', '.join([*arg, *params])})"
         raise UnsupportedError(f"the numpy backend does not print {op.name}")
+
+    @staticmethod
+    def _split_views(op: LibraryOp, x: str) -> str:
+        """A split whose sizes the build knows, as the views `kernel_split` returns: plain indexing, each
+        chunk `start:start + size` along the axis, the last one to the axis's end."""
+        rank = axes_type(op.inputs[0], "kernel.split").rank
+        axis = op.param("axis") % rank
+        lead = ":, " * axis
+        chunks, start = [], 0
+        for size in op.param("sizes")[:-1]:
+            chunks.append(f"{x}[{lead}{start}:{start + size}]")
+            start += size
+        chunks.append(f"{x}[{lead}{start}:]")
+        return ", ".join(chunks)
 
     @staticmethod
     def _plain_slice(op: LibraryOp) -> bool:
