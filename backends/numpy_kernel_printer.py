@@ -27,7 +27,7 @@ from loam.backends.module_text import axes_type, dtype_source, numpy_dtype
 from loam.backends.numpy_buffers import BufferPlan
 from loam.backends.numpy_inplace import OUT, InPlacePlan, plan_in_place
 from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, broadcast_extents, format_float
-from loam.dialects.kernel import CastOp, LibraryOp, MatmulOp, NormalizeOp, PermuteOp, RegroupOp, ZipOp
+from loam.dialects.kernel import CastOp, LibraryOp, MatmulOp, NormalizeOp, PermuteOp, RegroupOp, SoftmaxOp, ZipOp
 from loam.errors import UnsupportedError
 from loam.poly import Poly
 from loam.runtime.kernels import elementwise as elementwise_kernels
@@ -59,6 +59,12 @@ def _plain_layer_norm(op: NormalizeOp) -> bool:
     last = x.shape[-1]
     others = [axes_type(v, "kernel.normalize") for v in op.inputs[1:]]
     return all(t.elem.name == "f32" and t.rank == 1 and t.shape[0] == last for t in others)
+
+
+def _plain_softmax(op: SoftmaxOp) -> bool:
+    """Whether `op` is a float32 softmax over the last axis: what `_softmax` computes."""
+    x = axes_type(op.inputs[0], "kernel.softmax")
+    return op.param("kind") == "softmax" and x.elem.name == "f32" and tuple(op.param("axes")) == (x.rank - 1,)
 
 
 def _small(shape: Sequence[Poly]) -> bool:
@@ -246,6 +252,9 @@ class NumpyKernelPrinter:
             return f"{arg[0]}[{', '.join(index)}{',' if len(index) == 1 else ''}]"
         if isinstance(op, LibraryOp) and op.kernel_name == "split" and all(type(n) is int for n in op.param("sizes")):
             return self._split_views(op, arg[0])
+        if isinstance(op, SoftmaxOp) and _plain_softmax(op):
+            self.m.pieces.add("_softmax")  # the build knows the dtype and the axis: no dispatch per call
+            return f"_softmax({arg[0]})"
         if isinstance(op, NormalizeOp) and _plain_layer_norm(op):
             self.m.pieces.add("_layer_norm")  # the build knows the dtypes and the axis: no dispatch per call
             bias = arg[2] if len(arg) > 2 else "None"

@@ -156,8 +156,20 @@ def kernel_softmax(x: np.ndarray, kind: str, axes: tuple[int, ...]) -> np.ndarra
     return narrowed(np.asarray(y), x.dtype)
 
 
+def _softmax(x: np.ndarray) -> np.ndarray:
+    """`kernel_softmax`'s float32 softmax over the last axis: the same arithmetic in the same order, so
+    the same bits, without its dispatch (the printer calls this where the build knows the dtype and
+    the axis; forward's own errstate already lets inf and NaN through without warnings)."""
+    if not x.size:
+        return x
+    shifted = np.subtract(x, np.maximum.reduce(x, axis=-1, keepdims=True))
+    np.exp(shifted, out=shifted)
+    return np.divide(shifted, np.add.reduce(shifted, axis=-1, keepdims=True), out=shifted)
+
+
 PIECES: dict[str, object] = {
     "kernel_reduce": kernel_reduce,
+    "_softmax": _softmax,
     "kernel_arg_reduce": kernel_arg_reduce,
     "kernel_topk": kernel_topk,
     "kernel_cumsum": kernel_cumsum,

@@ -1,5 +1,6 @@
-"""`_layer_norm`, the numpy module's LayerNormalization where the build knows it is float32 over the
-last axis, gives `kernel_normalize`'s bits: the same arithmetic in the same order, without its dispatch."""
+"""The row kernels the numpy module calls where the build knows a float32 row over the last axis:
+`_layer_norm` gives `kernel_normalize`'s bits and `_softmax` gives `kernel_softmax`'s, the same
+arithmetic in the same order, without their dispatch."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 
 from loam.runtime.kernels.normalization import _layer_norm, kernel_normalize
+from loam.runtime.kernels.reduce import _softmax, kernel_softmax
 
 RNG = np.random.default_rng(5)
 
@@ -28,3 +30,16 @@ def test_layer_norm_is_kernel_normalize_bit_for_bit(shape: tuple[int, ...], with
     assert got.dtype == np.float32 and got.shape == want.shape
     assert got.tobytes() == np.ascontiguousarray(want).tobytes()
     assert not np.shares_memory(got, x)
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 1, 65), (8, 12, 128, 128), (3, 5), (4,), (2, 0), (2, 3, 1)])
+def test_softmax_is_kernel_softmax_bit_for_bit(shape: tuple[int, ...]) -> None:
+    x = (RNG.standard_normal(shape) * 4).astype(np.float32)
+    if x.size:
+        x.reshape(-1)[0] = -np.inf  # a masked position: exp gives 0
+        x.reshape(-1)[-1] = np.nan
+    with np.errstate(all="ignore"):
+        want = kernel_softmax(x.copy(), kind="softmax", axes=(len(shape) - 1,))
+        got = _softmax(x.copy())
+    assert got.dtype == np.float32 and got.shape == want.shape
+    assert got.tobytes() == want.tobytes()
