@@ -111,6 +111,10 @@ class Startup:
     """Loam's cold start built from the model file onnxruntime reads (its initializers inside): the
     module, the weights file written beside it, `Weights.embedded()`."""
     carried_rss_mib: float
+    weights_load_s: float = 0.0
+    """`Weights.load_file`, warm (`Built.weights_load_s`)."""
+    weights_viewed_kib: float = 0.0
+    weights_held_kib: float = 0.0
 
 
 @dataclass
@@ -146,6 +150,10 @@ class Built:
     feeds: Feeds
     full_model: bytes
     weights: object = field(repr=False, default=None)
+    weights_load_s: float = 0.0
+    """The median `Weights.load_file` (the file already in the page cache)."""
+    weights_kib: tuple[float, float] = (0.0, 0.0)
+    """What `Weights` reads: KiB viewed in the checkpoint's map, and KiB of arrays it holds itself."""
 
 
 # ---- building and calling
@@ -168,7 +176,35 @@ def build_case(case: Case) -> Built:
         case, module, result.source, build_s, forward_inputs(result), feeds, case.full_model().SerializeToString()
     )
     built.weights = module.Weights.load_file(str(case.checkpoint))  # type: ignore[attr-defined]
+    loads = []
+    for _ in range(5):
+        start = time.perf_counter()
+        module.Weights.load_file(str(case.checkpoint))  # type: ignore[attr-defined]
+        loads.append(time.perf_counter() - start)
+    built.weights_load_s = statistics.median(loads)
+    built.weights_kib = weights_memory(built.weights)
     return built
+
+
+def weights_memory(weights: object) -> tuple[float, float]:
+    """KiB of the arrays a `Weights` holds that view the checkpoint's memory map (the page cache's, shared
+    and evictable), and KiB of those it holds itself (decoded at load, or prepared from the weights)."""
+    viewed: dict[int, int] = {}
+    held: dict[int, int] = {}
+    for slot in type(weights).__slots__:
+        value = getattr(weights, slot, None)
+        if not isinstance(value, np.ndarray) or slot == "_source":  # the map itself
+            continue
+        root, owner = value, value.base
+        while isinstance(owner, (np.ndarray, memoryview)):  # a view of a view, or of a buffer's bytes
+            if isinstance(owner, np.ndarray):
+                root = owner
+            owner = owner.base if isinstance(owner, np.ndarray) else owner.obj
+            if isinstance(owner, np.memmap):
+                break
+        mapped = isinstance(owner, np.memmap) or type(owner).__name__ == "mmap" or isinstance(root, np.memmap)
+        (viewed if mapped else held)[id(root) if not mapped else id(value)] = value.nbytes
+    return sum(viewed.values()) / 2**10, sum(held.values()) / 2**10
 
 
 def loam_call(built: Built) -> Callable[[], object]:
@@ -422,6 +458,8 @@ def startup_case(built: Built, scratch: Path, budget: Budget) -> Startup:
         median(loam_runs + ort_runs, "numpy_s"),
         median(carried_runs, "cold_s"),
         max(r["maxrss_kib"] for r in carried_runs) / 1024,
+        built.weights_load_s,
+        *built.weights_kib,
     )
 
 
@@ -517,6 +555,17 @@ def tables(timings: Sequence[Timing], startups: Sequence[Startup]) -> list[str]:
     if startups:
         numpy_ms = 1e3 * statistics.median(s.numpy_import_s for s in startups)
         lines += ["", f"Of each cold start, `import numpy` alone (both sides pay it) takes a median {numpy_ms:.1f} ms."]
+        lines += [
+            "",
+            "### Weights (`Weights.load_file`, the checkpoint in the page cache)",
+            "",
+            "| case | load ms | KiB viewed in the checkpoint's map | KiB Weights holds (decoded or prepared at load) |",
+            "|---|---|---|---|",
+        ]
+        for s in startups:
+            lines.append(
+                f"| {s.case} | {1e3 * s.weights_load_s:.2f} | {s.weights_viewed_kib:.1f} | {s.weights_held_kib:.1f} |"
+            )
     return lines
 
 

@@ -48,6 +48,8 @@ def test_quick_bench_reports_every_case() -> None:
         assert min(number(loam_ms), number(ort_ms), number(ratio)) > 0
         assert number(diff) <= 1e-3, f"{case.name}: Loam and onnxruntime differ by {diff}"
         assert all(number(cell) > 0 for cell in startup[0]), startup[0]
+        held = [r for r in table_rows if len(r) == 3]  # Weights: load ms, MiB viewed, MiB held
+        assert len(held) == 1 and number(held[0][0]) > 0 and number(held[0][1]) + number(held[0][2]) > 0, table_rows
         work = [r for r in table_rows if len(r) == 2]  # statements per forward, of them in forward
         assert len(work) == 1 and 0 < int(work[0][1]) <= int(work[0][0]), table_rows
         if importlib.util.find_spec("wgpu") is not None:  # the WGSL module's row: it ran, and agrees
