@@ -42,8 +42,7 @@ class InPlacePlan:
 def ufunc_call(source: str) -> bool:
     """Whether a step spelled `source` (`np.add`, `_relu`) is a numpy ufunc call that takes `out=`.
 
-    `_relu` counts: the printer spells it `np.maximum(x, 0)` when it writes in place; so does `_div`,
-    which takes `out=` as a ufunc does."""
+    `_relu` and `_div` count: each takes `out=` as a ufunc does."""
     if source in ("_relu", "_div"):
         return True
     return source.startswith("np.") and isinstance(getattr(np, source[3:], None), np.ufunc)

@@ -128,9 +128,9 @@ class NumpyKernelPrinter:
         if name is None:
             name = self.m.names.mint(f"_zip_{len(self.exprs)}")
             self.exprs[key] = name
-            for step, into in zip(expr.steps, plan.into, strict=True):
+            for step in expr.steps:
                 source = _UNARY[step.op] if isinstance(step, Unary) else _BINARY.get(getattr(step, "op", ""), "")
-                if source.startswith("_") and not (into is not None and source == "_relu"):
+                if source.startswith("_"):
                     self.m.pieces.add(source)
                 if isinstance(step, (Const, Convert)) and step.elem == "bf16":
                     self.m.ml_dtypes = True
@@ -191,7 +191,7 @@ class NumpyKernelPrinter:
                 continue
             source = expr.steps[step.arg] if isinstance(step, Convert) else None
             prepared = isinstance(source, Operand) and source.index in wide
-            rhs = step_source(step, refs, target, into is not None, prepared)
+            rhs = step_source(step, refs, target, prepared)
             if into is not None:
                 buffer[into] = f"s{i}"
             else:
@@ -306,20 +306,17 @@ class NumpyKernelPrinter:
         return f"{first}:{first} + {self.m.param_py(count)}"
 
 
-def step_source(step: object, refs: Sequence[str], target: str = "", in_place: bool = False,
-                prepared: bool = False) -> str:  # fmt: skip
+def step_source(step: object, refs: Sequence[str], target: str = "", prepared: bool = False) -> str:
     """The numpy expression computing one (non-operand) `Expr` step from the earlier steps `refs`.
 
-    `target` (`, out=NAME`) makes a ufunc write into a buffer (`in_place`: ReLU as `np.maximum`); a
-    `prepared` cast reads an operand Weights already holds in float32."""
+    `target` (`, out=NAME`) makes a ufunc (or a piece taking `out`) write into a buffer; a `prepared`
+    cast reads an operand Weights already holds in float32."""
     if isinstance(step, Const):
         text = format_float(step.value)
         literal = {"inf": "np.inf", "-inf": "-np.inf", "nan": "np.nan"}.get(text, text)
         return f"{dtype_source(expr_dtype(step.elem))}({literal})"
     if isinstance(step, Unary):
         fn = _UNARY[step.op]
-        if fn == "_relu" and in_place:
-            return f"np.maximum({refs[step.arg]}, 0{target})"
         return f"{fn}({refs[step.arg]}{target})" if fn else refs[step.arg]
     if isinstance(step, Binary):
         return f"{_BINARY[step.op]}({refs[step.lhs]}, {refs[step.rhs]}{target})"

@@ -242,7 +242,8 @@ def _forward(generated, *inputs: np.ndarray) -> np.ndarray:
 
 def test_an_owed_condition_and_derived_symbols_live_in_their_branch() -> None:
     source, generated = _emit(_BRANCH_OWES)
-    then, other = forward_of(source).split("    else:\n")
+    body = forward_of(source)
+    then, other = body[body.index("if bool(") :].split("    else:\n")  # the If's own branches
     assert "_owe(_env['N'] <= 16" in then and "_owe(" not in other
     assert "derived_extent('floordiv', _env['N'], _env['M'])" in then and "floordiv" not in other
     assert "derived_extent('min', _env['M'], 3)" in other and "'min'" not in then

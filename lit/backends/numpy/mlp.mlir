@@ -31,7 +31,7 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) name
 // CHECK:      def _zip_0(a0: np.ndarray, a1: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 // CHECK-NEXT:     """#kernel.expr<[operand 0, operand 1, add 0 1, relu 2]>; operand 0 arrives in out; steps 2, 3 write into out."""
 // CHECK-NEXT:     s2 = np.add(a0, a1, out=out)
-// CHECK-NEXT:     return np.maximum(s2, 0, out=s2)
+// CHECK-NEXT:     return _relu(s2, out=s2)
 // The module carries only what this model reaches: no name rules, no row reordering, no packed blocks.
 // CHECK-NOT:  def _packed_blocks(
 // CHECK-NOT:  def graph_name_of(

@@ -17,9 +17,19 @@ kernel.program "forward" (%k : !tensor_axes.tensor<f32, [B: 1, Past: past, D: 4]
 // CHECK:      def forward(weights: "Weights", past_key: np.ndarray, mask: np.ndarray, y: np.ndarray) -> np.ndarray:
 // CHECK:          _env: dict[str, int] = {}  # each extent symbol's value
 // CHECK-NEXT:     _src: dict[str, str] = {}  # the input axis that gave it
-// CHECK-NEXT:     _check_input('past_key', past_key, 'float32', (('B', 1), ('Past', 'past'), ('D', 4)), _env, _src)
-// CHECK-NEXT:     _check_input('mask', mask, 'float32', (('B', 1), ('Total', None)), _env, _src)
-// CHECK-NEXT:     _check_input('y', y, 'float32', (('Y', None),), _env, _src)
+// CHECK-NEXT:     if past_key.__class__ is np.ndarray and past_key.dtype == np.float32 and past_key.ndim == 3 and past_key.shape[0] == 1 and past_key.shape[2] == 4:
+// CHECK-NEXT:         _env['past'] = past_key.shape[1]
+// CHECK-NEXT:         _src['past'] = 'past_key axis 1'
+// CHECK-NEXT:     else:
+// CHECK-NEXT:         _check_input('past_key', past_key, 'float32', (('B', 1), ('Past', 'past'), ('D', 4)), _env, _src)
+// CHECK-NEXT:     if mask.__class__ is np.ndarray and mask.dtype == np.float32 and mask.ndim == 2 and mask.shape[0] == 1:
+// CHECK-NEXT:         pass
+// CHECK-NEXT:     else:
+// CHECK-NEXT:         _check_input('mask', mask, 'float32', (('B', 1), ('Total', None)), _env, _src)
+// CHECK-NEXT:     if y.__class__ is np.ndarray and y.dtype == np.float32 and y.ndim == 1:
+// CHECK-NEXT:         pass
+// CHECK-NEXT:     else:
+// CHECK-NEXT:         _check_input('y', y, 'float32', (('Y', None),), _env, _src)
 // CHECK-NEXT:     _read_back('y', 0, 'Y', y.shape[0], 'n', '2*n', 2, 0, _env, _src)
 // CHECK-NEXT:     _check_spelled('mask', 1, 'Total', mask.shape[1], 'past + 1', _env['past'] + 1, ('past',), _env, _src)
 // CHECK-NEXT:     _owe(_env['past'] + 1 <= 128, 'past + 1 <= 128', "Slice node '/attn/Slice_3'", ('past',), _env, _src)

@@ -17,9 +17,26 @@ from __future__ import annotations
 import numpy as np
 
 
-def _relu(x: np.ndarray) -> np.ndarray:
-    """max(x, 0) in x's dtype."""
-    return np.maximum(x, np.zeros((), dtype=np.result_type(x)))
+def _relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """max(x, 0) in x's dtype (into `out` when given), the bits `np.maximum(x, 0)` gives.
+
+    Against zeros of x's extents, not a scalar zero: numpy 2.4's maximum of two float32 arrays runs
+    three to four times faster than of an array and a scalar (ResNet's [1, 256, 56, 56]: 0.10 ms
+    against 0.38).  The zeros are one read-only buffer per dtype, kept on this function and grown to
+    the largest operand up to 4M elements (past that, the scalar form: the buffer would cost more
+    memory than the pass saves time).
+    """
+    x = np.asarray(x)
+    count = x.size
+    if count > 1 << 22:
+        return np.maximum(x, np.zeros((), dtype=x.dtype), out=out)
+    buffers = _relu.__dict__.setdefault("zeros", {})  # dtype -> zeros, never written: threads share it
+    zeros = buffers.get(x.dtype)
+    if zeros is None or zeros.size < count:
+        zeros = np.zeros(max(count, 4096), dtype=x.dtype)
+        zeros.flags.writeable = False
+        buffers[x.dtype] = zeros
+    return np.maximum(x, zeros[:count].reshape(x.shape), out=out)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
