@@ -286,12 +286,19 @@ def weights_source(
     return "\n".join(lines) + "\n"
 
 
-def prepare_source(lines: Sequence[str]) -> str:
+def prepare_source(lines: Sequence[str], attributes: Sequence[str]) -> str:
     """`_prepare(weights)`: the kernels only the weights determine (`loam.weight_only`), each
-    computed once into an attribute of `weights` (or a local, when only another of them reads it)."""
+    computed once into an attribute of `weights` (or a local, when only another of them reads it);
+    then those `attributes` are made read-only, as the weights are."""
     head = [
         '@np.errstate(all="ignore")',
         'def _prepare(weights: "Weights") -> None:',
         '    """Compute once, when Weights is made, what forward reads that only the weights determine."""',
     ]
-    return "\n".join([*head, *(f"    {line}" for line in lines)]) + "\n"
+    tail = [
+        f"for name in {tuple(attributes)!r}:  # read-only, as the weights are: forward never writes them",
+        "    value = getattr(weights, name)",
+        "    if isinstance(value, np.ndarray):",
+        "        value.flags.writeable = False",
+    ]
+    return "\n".join([*head, *(f"    {line}" for line in [*lines, *tail])]) + "\n"

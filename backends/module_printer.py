@@ -512,6 +512,11 @@ class ModulePrinter:
         """What the module declares between its marker classes and its constants."""
         return []
 
+    def broadcast_at_load(self, op: Operation, value: SSAValue, result: AxesTensorType) -> str | None:
+        """How forward reads `value` (an operand `op` broadcasts to `result`) at `result`'s extents, made
+        once when Weights is made; None where it reads `value` as it is (this backend prepares nothing)."""
+        return None
+
     # -- what every backend collects the same way -------------------------------------------------
 
     def collect_weight(self, op: WeightOp) -> None:

@@ -150,6 +150,9 @@ class NumpyKernelPrinter:
             args[i] = self.prepared_text(values[i])
         types = [axes_type(v, "kernel.zip operand") for v in values]
         result = axes_type(op.result, op.name)
+        for i, (v, t) in enumerate(zip(values, types, strict=True)):
+            if i not in wide and t.shape != result.shape:
+                args[i] = self.m.broadcast_at_load(op, v, result) or args[i]
         plan = plan_in_place(
             expr, [t.shape for t in types], [t.elem.name for t in types], (result.shape, result.elem.name), alias, wide
         )

@@ -326,7 +326,8 @@ def test_bias_activation_and_residual_finish_the_product() -> None:
     assert report.decision("mm").bytes_saved == 2 * 5 * 3 * 4
     # The module finishes the product in its own buffer (in one call: [5, 3] is too small to split).
     assert "out = np.matmul(x, weights.w)  # mm" in result.source
-    assert "_zip_0(out, r, weights.b, out=out)  # bias, act, residual: epilogue" in result.source
+    # The bias is read at the product's extents, broadcast once when Weights is made.
+    assert "_zip_0(out, r, weights.b_broadcast, out=out)  # bias, act, residual: epilogue" in result.source
 
 
 def test_a_product_read_twice_or_returned_keeps_its_zips_apart() -> None:
