@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, step_types
+from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Unary, step_args, step_types
 from loam.poly import Poly
 from loam.runtime.kernels.elementwise import BINARY_SOURCE, UNARY_SOURCE
 
@@ -46,16 +46,6 @@ def ufunc_call(source: str) -> bool:
     if source in ("_relu", "_div"):
         return True
     return source.startswith("np.") and isinstance(getattr(np, source[3:], None), np.ufunc)
-
-
-def _args(step: object) -> tuple[int, ...]:
-    if isinstance(step, (Unary, Convert)):
-        return (step.arg,)
-    if isinstance(step, Binary):
-        return (step.lhs, step.rhs)
-    if isinstance(step, Select):
-        return (step.cond, step.a, step.b)
-    return ()
 
 
 def _source(step: object) -> str:
@@ -92,10 +82,10 @@ def plan_in_place(
         identity = isinstance(step, Unary) and not UNARY_SOURCE[step.op]
         prepared = isinstance(step, Convert) and isinstance(steps[step.arg], Operand) and steps[step.arg].index in wide
         if identity or prepared:
-            origin[i] = origin[_args(step)[0]]
+            origin[i] = origin[step_args(step)[0]]
     last_use = list(range(len(steps)))
     for i, step in enumerate(steps):
-        for a in _args(step):
+        for a in step_args(step):
             last_use[origin[a]] = max(last_use[origin[a]], i)
     final = len(steps) - 1
     last_use[origin[final]] = len(steps)  # the result is read after the last step

@@ -153,7 +153,8 @@ def format_float(value: float) -> str:
     return mantissa + sep + exponent
 
 
-def _step_args(step: Step) -> tuple[int, ...]:
+def step_args(step: Step) -> tuple[int, ...]:
+    """The earlier steps `step` reads, in order."""
     if isinstance(step, Unary):
         return (step.arg,)
     if isinstance(step, Binary):
@@ -211,7 +212,7 @@ class _Builder:
             i = stack.pop()
             if i not in live:
                 live.add(i)
-                stack.extend(_step_args(self.steps[i]))
+                stack.extend(step_args(self.steps[i]))
         renumber: dict[int, int] = {}
         kept: list[Step] = []
         for i, step in enumerate(self.steps):
@@ -258,7 +259,7 @@ class Expr:
                     raise ValueError(f"step {i}: unknown element type '{step.elem}'")
             elif not isinstance(step, Select):
                 raise ValueError(f"step {i}: {step!r} is not a step")
-            for arg in _step_args(step):
+            for arg in step_args(step):
                 if not 0 <= arg < i:
                     raise ValueError(f"step {i} ({step}) reads step {arg}, which is not an earlier step")
 
@@ -400,7 +401,7 @@ class Expr:
             return False
         if len(set(steps)) != len(steps):
             return False
-        read = {arg for step in steps for arg in _step_args(step)}
+        read = {arg for step in steps for arg in step_args(step)}
         return all(i in read for i in range(len(steps) - 1))
 
     @property
@@ -499,7 +500,7 @@ def step_types(
         if isinstance(step, Const):
             found.append(((), step.elem))
             continue
-        args = _step_args(step)
+        args = step_args(step)
         shape = broadcast_extents([found[a][0] for a in args])
         if isinstance(step, Convert):
             elem = step.elem

@@ -37,7 +37,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary
+from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, step_args
 from loam.dialects.kernel import ConvOp, ProgramOp, RegroupOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.ops.base import unit_axes
@@ -120,7 +120,7 @@ def _affine(expr: Expr, c: int, fixed: set[int], bias: int | None) -> list[_Affi
         if isinstance(step, Const):
             lin.append(_Affine(None, Expr.const(step.value, step.elem)))
             continue
-        args = [lin[i] for i in _args(step)]
+        args = [lin[i] for i in step_args(step)]
         if any(a is None for a in args):
             lin.append(None)
         elif all(a.scale is None for a in args):  # type: ignore[union-attr]
@@ -128,16 +128,6 @@ def _affine(expr: Expr, c: int, fixed: set[int], bias: int | None) -> list[_Affi
         else:
             lin.append(_linear_step(step, args))  # type: ignore[arg-type]
     return lin
-
-
-def _args(step: object) -> tuple[int, ...]:
-    if isinstance(step, (Unary, Convert)):
-        return (step.arg,)
-    if isinstance(step, Binary):
-        return (step.lhs, step.rhs)
-    if isinstance(step, Select):
-        return (step.cond, step.a, step.b)
-    return ()
 
 
 def _fixed_step(step: object, args: Sequence[Expr | None]) -> Expr:
@@ -180,14 +170,14 @@ def _pivot(expr: Expr, c: int, lin: Sequence[_Affine | None]) -> int | None:
     """The last step affine in operand `c` through which every later step reads c."""
     reads_c: list[bool] = []
     for step in expr.steps:
-        reads_c.append(step.index == c if isinstance(step, Operand) else any(reads_c[a] for a in _args(step)))
+        reads_c.append(step.index == c if isinstance(step, Operand) else any(reads_c[a] for a in step_args(step)))
     if not reads_c[-1]:
         return None
     for p in range(len(expr.steps) - 1, -1, -1):
         found = lin[p]
         if found is None or found.scale is None:
             continue
-        later = (a for i in range(p + 1, len(expr.steps)) for a in _args(expr.steps[i]) if reads_c[a])
+        later = (a for i in range(p + 1, len(expr.steps)) for a in step_args(expr.steps[i]) if reads_c[a])
         if all(a >= p for a in later):
             return p
     return None
@@ -204,7 +194,7 @@ def _rebuild(expr: Expr, root: int, replaced: int, by: Expr, operand: Sequence[i
         elif isinstance(step, Const):
             values.append(Expr.const(step.value, step.elem))
         else:
-            values.append(_fixed_step(step, [values[a] for a in _args(step)]))
+            values.append(_fixed_step(step, [values[a] for a in step_args(step)]))
     return values[root]
 
 
