@@ -22,6 +22,7 @@ pairs; `.elem`, `.axes` (tuple of `Axis`), `.shape`, `.axis_names`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -208,6 +209,14 @@ class AxesTensorType(ParametrizedAttribute, TypeAttribute):
                 raise VerifyException(
                     f"axis '{axis.name}' occurs twice in {self} with extents {extent} and {axis.extent}"
                 )
+
+
+@functools.lru_cache(maxsize=8192)
+def axes_tensor_type(elem: str, axes: tuple[Axis, ...]) -> AxesTensorType:
+    """`AxesTensorType(elem, axes)`, one object per distinct type: a type is immutable, and making one
+    (xDSL verifies every axis attribute) costs far more than this lookup; naming a large graph's axes
+    makes the same types thousands of times."""
+    return AxesTensorType(elem, axes)
 
 
 @irdl_attr_definition

@@ -21,7 +21,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, NoneOp, ReturnOp, SubgraphInfoOp
 from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp
-from loam.dialects.tensor_axes import AxesTensorType, Axis, LayoutAttr, RelabelOp
+from loam.dialects.tensor_axes import AxesTensorType, Axis, LayoutAttr, RelabelOp, axes_tensor_type
 from loam.errors import AxisError
 from loam.layout import LayoutMatcher, LayoutRule, parse_layout_flag
 from loam.ops import rule_for
@@ -94,7 +94,7 @@ class NameAxesGraph:
             # A one-element folded value: it folds into the Expr that reads it, or stretches to
             # whatever it meets, so its unit axes need no name from the layout.  Axis names are
             # unique within a type: the first is Unit, the later ones Unit1, Unit2, ...
-            return AxesTensorType(facts.elem, unit_axes(given))
+            return axes_tensor_type(facts.elem.name, tuple(unit_axes(given)))
         if rule is None:
             missing = [str(i) for i, a in enumerate(given) if a is None]
             raise AxisError(
@@ -246,4 +246,4 @@ def _distinct(tensor: str, facts: Facts, axes: Sequence[Axis], source: str | Non
                 f"tensor '{tensor}': axis {axis.name} is {seen.extent} long at axis {axes.index(seen)} and "
                 f"{axis.extent} long at axis {i}{by}; one name is one axis, so give one of them another name"
             )
-    return AxesTensorType(facts.elem, list(axes))
+    return axes_tensor_type(facts.elem.name, tuple(axes))

@@ -18,6 +18,7 @@ at the top of its block, which `forward` checks before any kernel runs.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,7 +121,14 @@ def _check_folded(node: NodeInfo, index: int, facts: Facts) -> None:
 
 
 def poly_type(facts: Facts) -> PolyTensorType:
-    return PolyTensorType(facts.elem, facts.shape)
+    return _poly_type(facts.elem.name, tuple(facts.shape))
+
+
+@functools.lru_cache(maxsize=4096)
+def _poly_type(elem: str, shape: tuple[Poly, ...]) -> PolyTensorType:
+    """One type object per element type and extents: an attribute is immutable, and making one (with
+    xDSL's verification of each part) costs more than the lookup (a large graph makes thousands)."""
+    return PolyTensorType(elem, shape)
 
 
 def _known_value(init: InitializerOp, elem_name: str) -> np.ndarray | None:
