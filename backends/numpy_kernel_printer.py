@@ -26,7 +26,18 @@ from loam.backends import numpy_runtime
 from loam.backends.module_text import axes_type, dtype_source, numpy_dtype
 from loam.backends.numpy_buffers import BufferPlan
 from loam.backends.numpy_inplace import OUT, InPlacePlan, plan_in_place
-from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, broadcast_extents, format_float
+from loam.dialects.expr import (
+    Binary,
+    Const,
+    Convert,
+    Expr,
+    Operand,
+    Select,
+    Unary,
+    broadcast_extents,
+    format_float,
+    step_args,
+)
 from loam.dialects.kernel import CastOp, LibraryOp, MatmulOp, NormalizeOp, PermuteOp, RegroupOp, SoftmaxOp, ZipOp
 from loam.errors import UnsupportedError
 from loam.poly import Poly
@@ -65,6 +76,22 @@ def _plain_softmax(op: SoftmaxOp) -> bool:
     """Whether `op` is a float32 softmax over the last axis: what `_softmax` computes."""
     x = axes_type(op.inputs[0], "kernel.softmax")
     return op.param("kind") == "softmax" and x.elem.name == "f32" and tuple(op.param("axes")) == (x.rank - 1,)
+
+
+def _ufunc_operands(expr: Expr) -> list[int]:
+    """The operands of `expr` that only numpy ufunc steps read (`np.add`, ...): those a full-extent copy
+    may stand in for.  A piece may read an operand's extents (`_pow` takes a scalar 3 as a cube)."""
+    operand_of = {i: step.index for i, step in enumerate(expr.steps) if isinstance(step, Operand)}
+    readers: dict[int, list[object]] = {}
+    for step in expr.steps:
+        for arg in step_args(step):
+            if arg in operand_of:
+                readers.setdefault(operand_of[arg], []).append(step)
+    return [
+        index
+        for index, steps in readers.items()
+        if all(isinstance(s, Binary) and _BINARY[s.op].startswith("np.") for s in steps)
+    ]
 
 
 TINY_ELEMENTS = 1024
@@ -161,9 +188,13 @@ class NumpyKernelPrinter:
             args[i] = self.prepared_text(values[i])
         types = [axes_type(v, "kernel.zip operand") for v in values]
         result = axes_type(op.result, op.name)
-        for i, (v, t) in enumerate(zip(values, types, strict=True)):
-            if i not in wide and t.shape != result.shape:
-                args[i] = self.m.broadcast_at_load(op, v, result) or args[i]
+        for i in _ufunc_operands(expr):
+            if (
+                i not in wide
+                and types[i].shape != result.shape
+                and any(not e.is_const or e.const_value != 1 for e in types[i].shape)
+            ):
+                args[i] = self.m.broadcast_at_load(op, values[i], result) or args[i]
         plan = plan_in_place(
             expr, [t.shape for t in types], [t.elem.name for t in types], (result.shape, result.elem.name), alias, wide
         )
