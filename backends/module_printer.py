@@ -45,6 +45,7 @@ from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.backends import numpy_runtime
+from loam.backends.input_checks import input_check
 from loam.backends.module_classes import (
     EMBED_ALIGN,
     array_literal,
@@ -330,7 +331,7 @@ class ModulePrinter:
                 axes.append((axis.name, e.const_value if e.is_const else e.lone_symbol))
             check = f"_check_input({onnx_name!r}, {ident}, {dtype.name!r}, {tuple_py(axes)}, _env, _src)"
             if dtype.type.__module__ == "numpy":
-                check = _input_fast_path(onnx_name, ident, dtype_source(dtype), axes, bound, check)
+                check = input_check(onnx_name, ident, dtype_source(dtype), axes, bound, check)
             bound |= {extent for _, extent in axes if isinstance(extent, str)}
             checks.append(check)
         read_from: set[tuple[int, int]] = set()
@@ -705,40 +706,6 @@ class ModulePrinter:
         outs = [self.value_text[v] for v in ret.outputs]
         lines.append(f"    return Outputs({', '.join(outs)})" if out_fields else f"    return {outs[0]}")
         return "\n".join(lines) + "\n"
-
-
-def _input_fast_path(
-    name: str, ident: str, dtype: str, axes: Sequence[tuple[str, int | str | None]], bound: set[str], check: str
-) -> str:
-    """An input's check as the comparisons a well-formed input passes (its class, dtype, rank, each
-    fixed extent, each symbol an earlier axis bound) and the bindings of its new symbols, with
-    `_check_input` (which words the refusal) only where a comparison fails: a few statements per input
-    instead of the piece's loop, on every call."""
-    tests = [f"{ident}.__class__ is np.ndarray", f"{ident}.dtype == {dtype}", f"{ident}.ndim == {len(axes)}"]
-    binds: list[tuple[str, int]] = []
-    first: dict[str, int] = {}
-    for i, (_, extent) in enumerate(axes):
-        if isinstance(extent, int):
-            tests.append(f"{ident}.shape[{i}] == {extent}")
-        elif isinstance(extent, str) and extent in first:
-            tests.append(f"{ident}.shape[{i}] == {ident}.shape[{first[extent]}]")
-        elif isinstance(extent, str) and extent in bound:
-            tests.append(f"{ident}.shape[{i}] == _env[{extent!r}]")
-        elif isinstance(extent, str):
-            first[extent] = i
-            binds.append((extent, i))
-    if all(isinstance(extent, int) for _, extent in axes):
-        # A fixed shape: the common case costs three comparisons.
-        fixed = tuple_py([extent for _, extent in axes])
-        return f"if not ({tests[0]} and {tests[1]} and {ident}.shape == {fixed}):\n    {check}"
-    lines = [f"if {' and '.join(tests)}:"]
-    for symbol, i in binds:
-        lines.append(f"    _env[{symbol!r}] = {ident}.shape[{i}]")
-        lines.append(f"    _src[{symbol!r}] = {f'{name} axis {i}'!r}")
-    if not binds:
-        lines.append("    pass")
-    lines += ["else:", f"    {check}"]
-    return "\n".join(lines)
 
 
 @dataclass(eq=False)
