@@ -169,8 +169,7 @@ class NumpyModulePrinter(ModulePrinter):
 
     def _load_ident(self, op: Operation, result: SSAValue) -> str:
         """Where `_prepare` puts a result: an attribute of `weights` if forward reads it, else a local."""
-        node = op.properties["node"]
-        node_name = node.data if isinstance(node, StringAttr) else ""
+        node_name = _node_of(op)
         if result.name_hint and not result.name_hint.isdigit() and result.name_hint != node_name:
             ident = self.names.mint(result.name_hint)
         else:  # named after the weight it computes from: `bn1_scale_regroup`, `fc1_weight_permute`

@@ -274,9 +274,8 @@ def _fold(zip_op: ZipOp, c: int, fixed: set[SSAValue]) -> tuple[ZipOp, ConvOp, s
     tail, kept = tail.dedupe_operands([*tail_operands, *inputs])
     reads = [[*tail_operands, *inputs][k] for k in kept]
     new = ZipOp(reads, tail, out, node)
-    for key in ("fused",):
-        if key in zip_op.attributes:
-            new.attributes[key] = zip_op.attributes[key]
+    if "fused" in zip_op.attributes:  # the nodes the fuse pass composed into Z, as the report lists them
+        new.attributes["fused"] = zip_op.attributes["fused"]
     new.result.name_hint = zip_op.result.name_hint
     Rewriter.replace_op(zip_op, new)
     members = zip_op.attributes.get("fused")
