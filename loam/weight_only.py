@@ -28,14 +28,10 @@ _AT_LOAD = (ZipOp, CastOp, PermuteOp, RegroupOp, MatmulOp, LibraryOp)
 """The kernels `Weights` may compute: pure functions of their operands (every library kernel is)."""
 
 
-def load_time_ops(ops: Sequence[Operation], returned: Collection[SSAValue]) -> list[Operation]:
-    """The ops of a top-level block that only weights and numeric constants determine, in block order."""
-    return weight_only(ops, returned)[0]
-
-
 def weight_only(ops: Sequence[Operation], returned: Collection[SSAValue]) -> tuple[list[Operation], set[SSAValue]]:
-    """`load_time_ops`, and every value of the block that only weights and numeric constants determine
-    (theirs, the weights' and the constants')."""
+    """The ops of a top-level block that only weights and numeric constants determine, in block order
+    (those `Weights` computes at load), and every value they determine (theirs, the weights' and the
+    constants')."""
     fixed: set[SSAValue] = set()
     chosen: list[Operation] = []
     for op in ops:
