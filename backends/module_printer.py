@@ -37,11 +37,11 @@ axis whose marker would take a reserved name stops emission with an `AxisError`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, StringAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.backends import numpy_runtime
@@ -78,7 +78,7 @@ from loam.dialects.kernel import (
 from loam.dialects.shape_poly import ExtentAttr, OweOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.dim_params import binding_plan
-from loam.errors import AxisError, LoamError, UnsupportedError
+from loam.errors import AxisError, UnsupportedError
 from loam.poly import Poly, derived_call
 
 RUNTIME_BANNER = (
@@ -772,26 +772,3 @@ def symbols_closure(names: Iterable[str]) -> set[str]:
             if call is not None:
                 stack.extend(n for a in call.args for n in a.symbols)
     return seen
-
-
-def print_module(argv: Sequence[str] | None, emit: Callable[[ModuleOp], str], command: str) -> int:
-    """`python -m COMMAND FILE.mlir`: print the module `emit` makes of FILE's program (a backend's main)."""
-    import sys
-
-    from xdsl.parser import Parser
-
-    from loam.context import make_context
-
-    args = sys.argv[1:] if argv is None else list(argv)
-    if len(args) != 1:
-        print(f"usage: python -m {command} FILE.mlir", file=sys.stderr)
-        return 2
-    with open(args[0], encoding="utf-8") as f:
-        module = Parser(make_context(), f.read(), args[0]).parse_module()
-    module.verify()
-    try:
-        sys.stdout.write(emit(module))
-    except LoamError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0

@@ -43,7 +43,7 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.backends.module_classes import prepare_source
-from loam.backends.module_printer import ModulePrinter, Scope, print_module
+from loam.backends.module_printer import ModulePrinter, Scope
 from loam.backends.module_text import (
     CHECKPOINT_FORMATS,
     axes_type,
@@ -59,6 +59,7 @@ from loam.backends.module_text import (
 from loam.backends.numpy_buffers import plan_buffers
 from loam.backends.numpy_kernel_printer import NumpyKernelPrinter, expr_dtype
 from loam.backends.numpy_tile import tile_function
+from loam.backends.print_main import print_module
 from loam.dialects.expr import broadcast_extents
 from loam.dialects.kernel import ConstantOp, ProgramOp, TileProgramOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType

@@ -34,7 +34,7 @@ from xdsl.dialects.builtin import ArrayAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.backends import wgsl_runtime
-from loam.backends.module_printer import IfBlock, ModulePrinter, Scope, print_module
+from loam.backends.module_printer import IfBlock, ModulePrinter, Scope
 from loam.backends.module_text import (
     CHECKPOINT_FORMATS,
     axes_type,
@@ -47,6 +47,7 @@ from loam.backends.module_text import (
 )
 from loam.backends.names import WGSL_MODULE_NAMES
 from loam.backends.numpy_kernel_printer import NumpyKernelPrinter
+from loam.backends.print_main import print_module
 from loam.backends.wgsl_kernel_printer import (
     WgslKernelPrinter,
     kernel_depends,
