@@ -610,11 +610,16 @@ class ModulePrinter:
                 ident, n = f"{base}_{n}", n + 1
             return self.named(result, self.names.mint(ident))
         if hint is None and op.operands:
-            # An unnamed intermediate (a regrouped weight, a transposed operand) is named after
-            # what it computes from: `bn1_scale_regroup` reads better than `t_`.
-            source = self.value_text[op.operands[0]].rpartition(".")[2]
-            hint = f"{source}_{op.name.rpartition('.')[2]}"
+            hint = self.derived_name(op)
         return self.named(result, self.names.mint(hint or "t"))
+
+    def derived_name(self, op: Operation) -> str:
+        """An unnamed intermediate's name, from its source and kind: `bn1_scale_regroup`, not `t_`."""
+        return f"{self.bare_name(op.operands[0])}_{op.name.rpartition('.')[2]}"
+
+    def bare_name(self, value: SSAValue) -> str:
+        """The identifier `value`'s text ends in: `fc1_bias` for `weights.fc1_bias`."""
+        return self.value_text[value].rpartition(".")[2]
 
     def named(self, result: SSAValue, ident: str) -> str:
         self.value_text[result] = ident

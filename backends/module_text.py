@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from xdsl.dialects.builtin import ArrayAttr, IntAttr, ModuleOp, StringAttr
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import UnsupportedError
@@ -83,6 +83,13 @@ def checkpoint_names(module: ModuleOp) -> tuple[tuple[str, str], ...]:
             raise UnsupportedError(f"loam.checkpoint_names holds {pair}, not a [pattern, template] pair of strings")
         rules.append((items[0].data, items[1].data))
     return tuple(rules)
+
+
+def node_label(op: Operation) -> str:
+    """The ONNX node an op computes (its `node` property), or the op's name where it names none: what
+    a module's comments and messages call it."""
+    node = op.properties.get("node")
+    return node.data if isinstance(node, StringAttr) else op.name
 
 
 def axes_type(value: SSAValue, what: str) -> AxesTensorType:

@@ -19,11 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-from xdsl.dialects.builtin import ArrayAttr, StringAttr
+from xdsl.dialects.builtin import ArrayAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.backends import numpy_runtime
-from loam.backends.module_text import axes_type, dtype_source, numpy_dtype
+from loam.backends.module_text import axes_type, dtype_source, node_label, numpy_dtype
 from loam.backends.numpy_buffers import BufferPlan
 from loam.backends.numpy_inplace import OUT, InPlacePlan, plan_in_place
 from loam.dialects.expr import (
@@ -134,8 +134,7 @@ class NumpyKernelPrinter:
         text = ChainMap(dict(operand_text or {}), self.m.value_text)
         rhs = self.line(op, text)
         idents = [result_ident(op, result) for result in op.results]
-        node = op.properties.get("node")
-        comment = node.data if isinstance(node, StringAttr) else op.name
+        comment = node_label(op)
         members = op.attributes.get("fused")
         names = [m.data for m in members.data] if isinstance(members, ArrayAttr) else [comment]
         if isinstance(op, MatmulOp) and op.epilogue is not None:

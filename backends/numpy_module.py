@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 
 from loam.backends.module_classes import prepare_source
@@ -50,6 +50,7 @@ from loam.backends.module_text import (
     checkpoint_formats,
     checkpoint_names,
     dtype_source,
+    node_label,
     numpy_dtype,
     row_orders,
     tuple_py,
@@ -158,11 +159,11 @@ class NumpyModulePrinter(ModulePrinter):
             return None
         key = (value, result.shape)
         if key not in self.broadcasts:
-            ident = self.names.mint(f"{self.value_text[value].rpartition('.')[2]}_broadcast")
+            ident = self.names.mint(f"{self.bare_name(value)}_broadcast")
             shape = tuple_py([p.const_value for p in result.shape])
             self.load_lines.append(
                 f"weights.{ident} = np.ascontiguousarray(np.broadcast_to({self.value_text[value]}, {shape}))"
-                f"  # {_node_of(op)}: read at its reader's extents"
+                f"  # {node_label(op)}: read at its reader's extents"
             )
             self.load_slots[ident] = "a weight broadcast to the extents of the kernel reading it, made once"
             self.broadcasts[key] = f"weights.{ident}"
@@ -170,12 +171,11 @@ class NumpyModulePrinter(ModulePrinter):
 
     def _load_ident(self, op: Operation, result: SSAValue) -> str:
         """Where `_prepare` puts a result: an attribute of `weights` if forward reads it, else a local."""
-        node_name = _node_of(op)
+        node_name = node_label(op)
         if result.name_hint and not result.name_hint.isdigit() and result.name_hint != node_name:
             ident = self.names.mint(result.name_hint)
         else:  # named after the weight it computes from: `bn1_scale_regroup`, `fc1_weight_permute`
-            source = self.value_text[op.operands[0]].rpartition(".")[2]
-            ident = self.names.mint(f"{source}_{op.name.rpartition('.')[2]}")
+            ident = self.names.mint(self.derived_name(op))
         if result not in self.kept:
             return self.named(result, ident)
         self.load_slots[ident] = f"{op.name} of node '{node_name}', computed once from the weights"
@@ -260,11 +260,6 @@ class NumpyModulePrinter(ModulePrinter):
             shapes = tuple_source(arrays_shapes)
             scope.items.append(f"    _room({shapes}, {tuple_py(symbols)}, _env, _src, {MAX_ELEMENTS})")
         scope.items.append(f"    _buf = ({', '.join(arrays)},)")
-
-
-def _node_of(op: Operation) -> str:
-    node = op.properties.get("node")
-    return node.data if isinstance(node, StringAttr) else op.name
 
 
 def main(argv: Sequence[str] | None = None) -> int:
