@@ -99,16 +99,9 @@ TINY_ELEMENTS = 1024
 costs more than the faster loop saves); from it on, `_relu` is faster (256 x 64: 2.6 us against 7.3)."""
 
 
-def _tiny(shape: Sequence[Poly]) -> bool:
-    """Whether extents `shape` are all known and hold fewer than `TINY_ELEMENTS` elements."""
-    return all(e.is_const for e in shape) and math.prod(int(e.const_value) for e in shape) < TINY_ELEMENTS
-
-
-def _small(shape: Sequence[Poly]) -> bool:
-    """Whether extents `shape` are all known and hold fewer than `ROWS_MIN_ELEMENTS` elements."""
-    if not all(e.is_const for e in shape):
-        return False
-    return math.prod(int(e.const_value) for e in shape) < ROWS_MIN_ELEMENTS
+def fewer_than(shape: Sequence[Poly], count: int) -> bool:
+    """Whether extents `shape` are all known and hold fewer than `count` elements."""
+    return all(e.is_const for e in shape) and math.prod(int(e.const_value) for e in shape) < count
 
 
 class NumpyKernelPrinter:
@@ -197,9 +190,9 @@ class NumpyKernelPrinter:
         plan = plan_in_place(
             expr, [t.shape for t in types], [t.elem.name for t in types], (result.shape, result.elem.name), alias, wide
         )
-        function = self._expr_function(expr, wide, plan, _tiny(result.shape))
+        function = self._expr_function(expr, wide, plan, fewer_than(result.shape, TINY_ELEMENTS))
         computing = sum(not isinstance(step, (Operand, Const)) for step in expr.steps)
-        if out is not None and computing >= ROWS_AT_A_TIME and not _small(result.shape):
+        if out is not None and computing >= ROWS_AT_A_TIME and not fewer_than(result.shape, ROWS_MIN_ELEMENTS):
             self.m.pieces.add("_by_rows")  # a long chain: evaluated a cache-sized block of rows at a time
             return f"_by_rows({function}, {out}, {', '.join(args)})"
         call_args = [*args, f"out={out}"] if out is not None else args

@@ -58,7 +58,7 @@ from loam.backends.module_text import (
     weights_beside,
 )
 from loam.backends.numpy_buffers import plan_buffers
-from loam.backends.numpy_kernel_printer import NumpyKernelPrinter, expr_dtype
+from loam.backends.numpy_kernel_printer import NumpyKernelPrinter, expr_dtype, fewer_than
 from loam.backends.numpy_tile import tile_function
 from loam.backends.print_main import print_module
 from loam.dialects.expr import broadcast_extents
@@ -153,9 +153,7 @@ class NumpyModulePrinter(ModulePrinter):
         small and fixed: numpy adds two arrays of the same extents three times as fast as it adds a row
         repeated over them (a bias over [256, 16]: 0.5 us against 1.8), and the copy costs at most
         `_BROADCAST_MAX` elements of memory."""
-        if op in self.at_load or value not in self.fixed or not all(p.is_const for p in result.shape):
-            return None
-        if math.prod(p.const_value for p in result.shape) > _BROADCAST_MAX:
+        if op in self.at_load or value not in self.fixed or not fewer_than(result.shape, _BROADCAST_MAX + 1):
             return None
         key = (value, result.shape)
         if key not in self.broadcasts:
