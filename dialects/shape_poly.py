@@ -18,6 +18,7 @@ xDSL's own lexer, so it needs no quotes around it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -167,6 +168,14 @@ class PolyTensorType(ParametrizedAttribute, TypeAttribute):
         if self.elem_name.data not in BY_NAME:
             raise VerifyException(f"unknown element type '{self.elem_name.data}'")
         _check_dims(self.shape, "!shape_poly.tensor")
+
+
+@functools.lru_cache(maxsize=4096)
+def poly_tensor_type(elem: str, shape: tuple[Poly, ...]) -> PolyTensorType:
+    """`PolyTensorType(elem, shape)`, one object per distinct type: a type is immutable, and making one
+    (xDSL verifies every extent attribute) costs far more than this lookup; stage 0 makes the same
+    types thousands of times over a large graph."""
+    return PolyTensorType(elem, shape)
 
 
 @irdl_op_definition

@@ -18,7 +18,6 @@ at the top of its block, which `forward` checks before any kernel runs.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +41,7 @@ from loam.dialects.graph import (
     TensorDataAttr,
     TensorType,
 )
-from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp
+from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp, poly_tensor_type
 from loam.dim_params import read_dim_param, spell_graph_inputs
 from loam.errors import PolyError, ShapeError, UnsupportedError
 from loam.limits import check_extents
@@ -121,14 +120,7 @@ def _check_folded(node: NodeInfo, index: int, facts: Facts) -> None:
 
 
 def poly_type(facts: Facts) -> PolyTensorType:
-    return _poly_type(facts.elem.name, tuple(facts.shape))
-
-
-@functools.lru_cache(maxsize=4096)
-def _poly_type(elem: str, shape: tuple[Poly, ...]) -> PolyTensorType:
-    """One type object per element type and extents: an attribute is immutable, and making one (with
-    xDSL's verification of each part) costs more than the lookup (a large graph makes thousands)."""
-    return PolyTensorType(elem, shape)
+    return poly_tensor_type(facts.elem.name, tuple(facts.shape))
 
 
 def _known_value(init: InitializerOp, elem_name: str) -> np.ndarray | None:
