@@ -81,9 +81,9 @@ def kernel_normalize(
 
 
 def _layer_norm(x: np.ndarray, scale: np.ndarray | None, bias: np.ndarray | None, epsilon: float) -> np.ndarray:
-    """`kernel_normalize` over the last axis of a contiguous float32 `x`, with float32 `scale` and `bias`
-    along that axis (or None): the same arithmetic in the same order, so the same bits, without the
-    piece's dispatch on dtypes and layouts (the printer calls this where the build knows all of that)."""
+    """`kernel_normalize` over the last axis of a float32 `x` (of any layout), with float32 `scale` and
+    `bias` along that axis (or None): the same arithmetic in the same order, so the same bits, without
+    the piece's dispatch on dtypes (the printer calls this where the build knows them)."""
     count = np.intp(x.shape[-1])
     mean = np.add.reduce(x, axis=-1, keepdims=True)
     mean /= count
