@@ -57,6 +57,9 @@ class Case:
     """Whether `python -m bench --quick` without `--case` runs it (the smoke test's run)."""
     on_device: bool = True
     """Whether the WGSL module is timed too (the full run takes at least 30 forwards)."""
+    make_files: Callable[[], object] | None = None
+    """Writes a generated case's files where they are not yet (called before the case is built, so
+    listing the cases generates nothing)."""
 
     def model(self) -> onnx.ModelProto:
         """The graph, weights still external, at this case's batch."""
@@ -146,6 +149,27 @@ def minilm_checkpoint() -> Path | None:
 
 MLP784 = (784, 512, 512, 10)
 """The MNIST-sized MLP's widths: input, two hidden layers, output."""
+MLP784_FOLDER = f"mlp{'-'.join(map(str, MLP784))}"
+"""The name of its `generated_folder`."""
+
+
+def generated_folder(name: str) -> Path:
+    """Where a generated case's files are written, once per machine: `loam-bench-NAME` in the temp folder."""
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"loam-bench-{name}"
+
+
+def checkpoint_references(shapes: dict[str, tuple[int, ...]], checkpoint: str) -> list[onnx.TensorProto]:
+    """Float initializers naming their tensor in `checkpoint` (a location, no offset), as
+    tests/models/minilm's graph is committed."""
+    references = []
+    for name, shape in shapes.items():
+        tensor = onnx.TensorProto(name=name, data_type=onnx.TensorProto.FLOAT, dims=shape)
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        tensor.external_data.add(key="location", value=checkpoint)
+        references.append(tensor)
+    return references
 
 
 def mlp784_files() -> Path:
@@ -153,13 +177,10 @@ def mlp784_files() -> Path:
     per machine from a fixed seed into a temporary folder: `mlp784.onnxtext` (its initializers
     checkpoint references, as tests/models/minilm's), `mlp784.safetensors` and `loam.toml` (the
     example's, naming this checkpoint)."""
-    import tempfile
-
     import onnx.printer
-    from onnx import TensorProto
     from safetensors.numpy import save_file
 
-    folder = Path(tempfile.gettempdir()) / f"loam-bench-mlp{'-'.join(map(str, MLP784))}"
+    folder = generated_folder(MLP784_FOLDER)
     if (folder / "loam.toml").is_file():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
@@ -179,12 +200,7 @@ def mlp784_files() -> Path:
         for name, shape in shapes.items()
     }
     save_file(weights, str(folder / "mlp784.safetensors"))
-    initializers = []
-    for name, shape in shapes.items():
-        tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=shape)
-        tensor.data_location = TensorProto.EXTERNAL
-        tensor.external_data.add(key="location", value="mlp784.safetensors")
-        initializers.append(tensor)
+    initializers = checkpoint_references(shapes, "mlp784.safetensors")
     example = _example_mlp()
     model = example.make_graph(initializers, batch=1, inputs=inputs, outputs=outputs)
     (folder / "mlp784.onnxtext").write_text(onnx.printer.to_text(model), encoding="utf-8")
@@ -207,8 +223,8 @@ def _example_mlp() -> Any:
 
 
 def mlp784(batch: int) -> Case:
-    """The MNIST-sized MLP at `batch` rows."""
-    folder = mlp784_files()
+    """The MNIST-sized MLP at `batch` rows (`mlp784_files`, written when the case is first built)."""
+    folder = generated_folder(MLP784_FOLDER)
     return Case(
         f"mlp784-b{batch}",
         folder / "mlp784.onnxtext",
@@ -216,6 +232,7 @@ def mlp784(batch: int) -> Case:
         folder / "mlp784.safetensors",
         lambda rng: {"x": rng.standard_normal((batch, MLP784[0])).astype(np.float32)},
         batch,
+        make_files=mlp784_files,
     )
 
 
@@ -281,14 +298,13 @@ def resnet50_files() -> Path:
     folder: `resnet50.onnxtext` (initializers the checkpoint holds), `resnet50.safetensors`, and a
     `loam.toml` holding the layout `loam layout` drafts for it."""
     import os
-    import tempfile
 
     import onnx.printer
     from safetensors.numpy import save_file
 
     from loam.draft import draft_layout
 
-    folder = Path(tempfile.gettempdir()) / "loam-bench-resnet50"
+    folder = generated_folder("resnet50")
     if (folder / "loam.toml").is_file():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
@@ -320,12 +336,9 @@ def resnet50_files() -> Path:
     nodes = [n for n in model.graph.node if n.op_type != "ConstantOfShape"]
     del model.graph.node[:]
     model.graph.node.extend(nodes)
-    initializers = []
-    for name, values in weights.items():
-        tensor = onnx.TensorProto(name=name, data_type=onnx.TensorProto.FLOAT, dims=values.shape)
-        tensor.data_location = onnx.TensorProto.EXTERNAL
-        tensor.external_data.add(key="location", value="resnet50.safetensors")
-        initializers.append(tensor)
+    initializers = checkpoint_references(
+        {name: values.shape for name, values in weights.items()}, "resnet50.safetensors"
+    )
     # Integer initializers a kept node reads (the final Reshape's shape) stay in the graph.
     still = {name for node in nodes for name in node.input}
     initializers += [t for t in model.graph.initializer if t.data_type != onnx.TensorProto.FLOAT and t.name in still]
@@ -342,8 +355,8 @@ def resnet50_files() -> Path:
 
 
 def resnet50() -> Case:
-    """ResNet-50 at one 224 x 224 image (`resnet50_files`)."""
-    folder = resnet50_files()
+    """ResNet-50 at one 224 x 224 image (`resnet50_files`, written when the case is first built)."""
+    folder = generated_folder("resnet50")
     return Case(
         "resnet50-b1",
         folder / "resnet50.onnxtext",
@@ -353,6 +366,7 @@ def resnet50() -> Case:
         # 100 MB of weights and 4 GFLOP a forward: too slow for the smoke test's quick run, and for llvmpipe.
         quick=False,
         on_device=False,
+        make_files=resnet50_files,
     )
 
 

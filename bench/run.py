@@ -164,6 +164,8 @@ def build_case(case: Case) -> Built:
     from loam.pipeline import build
     from loam.testing import forward_inputs
 
+    if case.make_files is not None:
+        case.make_files()
     options = Options.from_toml(case.options)
     checkpoints = [] if options.checkpoints else [case.checkpoint]
     model = case.model()
