@@ -496,7 +496,8 @@ class ModulePrinter:
     def runtime_sources(self) -> list[str]:
         """The runtime pieces the module carries, each as its source text."""
         features = self.runtime_features()
-        return [numpy_runtime.source_of(p, features) for p in numpy_runtime.pieces_for(self.pieces, features)]
+        wanted = self.pieces | ({"set_compiled"} if "packed" in features else set())  # its products' switch
+        return [numpy_runtime.source_of(p, features) for p in numpy_runtime.pieces_for(wanted, features)]
 
     def runtime_features(self) -> set[str]:
         """The runtime's optional features this module reaches (`numpy_runtime.FEATURES`)."""

@@ -14,7 +14,8 @@ those under `if TYPE_CHECKING:` (annotations only: they never run).  Three rules
   are not counted (a package's `__init__` may import its own submodules lazily, as
   `loam.dialects.get_all_dialects` does).  `importlib.import_module` is not seen.
 - `loam.runtime`, the code generated modules carry and the build runs, imports only numpy, the
-  standard library and its own modules.
+  standard library and its own modules; the one exception is `OPTIONAL_RUNTIME_IMPORTS`, numba,
+  which `loam.runtime.kernels.compiled` tries (inside a function) for the packed products.
 
 Each rule is a function over a set of modules, so the tests at the end feed it small synthetic
 sources that break it and check that it says so.
@@ -247,12 +248,18 @@ def _loop(graph: Mapping[str, set[str]], component: set[str]) -> list[str]:
     raise AssertionError(f"no loop through {start}")  # a component always has one
 
 
+OPTIONAL_RUNTIME_IMPORTS = {"loam.runtime.kernels.compiled": "numba"}
+"""The runtime module that may also import an optional package (tried, and done without when absent)."""
+
+
 def runtime_offenders(modules: Mapping[str, Module]) -> list[str]:
-    """Each import a `loam.runtime` module makes of something but numpy, the standard library and
-    `loam.runtime` itself."""
+    """Each import a `loam.runtime` module makes of something but numpy, the standard library,
+    `loam.runtime` itself and its `OPTIONAL_RUNTIME_IMPORTS`."""
     offenders: list[str] = []
     for imp in imports(modules):
         if imp.attribute or not (imp.importer == RUNTIME or imp.importer.startswith(RUNTIME + ".")):
+            continue
+        if imp.name is None and OPTIONAL_RUNTIME_IMPORTS.get(imp.importer) == imp.module:
             continue
         target = imp.module if imp.name is None else f"{imp.module}.{imp.name}"
         top = imp.module.split(".")[0]
@@ -355,11 +362,14 @@ def test_a_runtime_import_of_anything_but_numpy_and_the_standard_library_is_name
             "import json\nimport numpy as np\nfrom numpy.lib import stride_tricks\nfrom . import kernels\n"
             "from loam import dtypes\nimport xdsl.ir\n\ndef f():\n    import onnx\n"
         ),
-        loam__runtime__kernels="from .pieces import _shared\nfrom ..dtypes import F32\n",
+        loam__runtime__kernels="from .pieces import _shared\nfrom ..dtypes import F32\nimport numba\n",
+        loam__runtime__kernels__compiled="def get():\n    import numba\n    from numba import prange\n",
     )
     assert runtime_offenders(modules) == [
         "loam/runtime/pieces.py:5: loam.runtime.pieces imports loam.dtypes",
         "loam/runtime/pieces.py:6: loam.runtime.pieces imports xdsl.ir",
         "loam/runtime/pieces.py:9: loam.runtime.pieces imports onnx",
         "loam/runtime/kernels.py:2: loam.runtime.kernels imports loam.dtypes.F32",
+        "loam/runtime/kernels.py:3: loam.runtime.kernels imports numba",
+        "loam/runtime/kernels/compiled.py:3: loam.runtime.kernels.compiled imports numba.prange",
     ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from loam.runtime.kernels import (
     common,
+    compiled,
     conv,
     elementwise,
     indexing,
@@ -25,7 +26,7 @@ from loam.runtime.kernels import (
     reduce,
 )
 
-FAMILIES = (common, elementwise, movement, indexing, reduce, normalization, conv, products, quantized)
+FAMILIES = (common, elementwise, movement, indexing, reduce, normalization, conv, products, compiled, quantized)
 
 PIECES: dict[str, object] = {name: piece for family in FAMILIES for name, piece in family.PIECES.items()}
 DEPENDS: dict[str, tuple[str, ...]] = {name: deps for family in FAMILIES for name, deps in family.DEPENDS.items()}

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from loam.runtime.dequant import block_integers, dequant_blocks
+from loam.runtime.kernels.compiled import _matmul_packed_compiled
 
 
 def kernel_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int) -> np.ndarray:
@@ -58,6 +59,9 @@ def kernel_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int) -> np
         return out.reshape(*x.shape[:-1], n)
     out = np.empty((m, n), np.float32)
     if m <= few_rows:
+        compiled = _matmul_packed_compiled(rows, w)  # numba's row kernels, where installed
+        if compiled is not None:
+            return compiled.reshape(*x.shape[:-1], n)
         xb = rows.reshape(m, nb, 32)
         sums = xb.sum(axis=2)  # [m, nb]: what a block's offset multiplies
         names = w.dtype.names
@@ -91,6 +95,6 @@ PIECES: dict[str, object] = {
     "kernel_gather_packed": kernel_gather_packed,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
-    "kernel_matmul_packed": ("block_integers", "dequant_blocks"),
+    "kernel_matmul_packed": ("block_integers", "dequant_blocks", "_matmul_packed_compiled"),
     "kernel_gather_packed": ("dequant_blocks",),
 }

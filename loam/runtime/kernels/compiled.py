@@ -1,0 +1,156 @@
+"""The optional compiled path of the packed product: numba row kernels behind `kernel_matmul_packed`.
+
+A decode step multiplies a few rows of x by every 4-bit weight of the model.  In numpy the packed
+product (`loam/runtime/kernels/quantized.py`) spends most of its time making float32 temporaries of
+each block's integers; a loop compiled to machine code reads each block's bytes once and keeps the
+sums in registers, about ten times faster on SmolLM2's matrices at one thread.  numba compiles it
+where it is installed; where it is not, the module imports only numpy and computes the same product
+with the numpy kernel, which is also the compiled kernels' test oracle (tests/runtime/test_compiled.py).
+
+- `_rows_q4(q, d, m, xl, xh, xs, out)`: out[i, r] = sum over blocks b of d[r, b] * (q[r, b] . x[i, b])
+  + m[r, b] * sum(x[i, b]) for Q4_0 (m = -8 d) and Q4_1; q holds each block's 16 bytes, low nibbles
+  times the block's first 16 elements of x (xl), high nibbles times its last 16 (xh).
+- `_rows_q8(q, d, x, out)`: out[i, r] = sum over k of q[r, k] * x[i, k] * d[r, k // 32] for Q8_0.
+- `_CompiledKernels`: compiles both on first use (numba's cache keeps the machine code beside the
+  module), holds each packed weight's unpacked form (its integers contiguous, its f16 scales widened
+  once: 24 bytes per Q4 block against the file's 18 or 20), and the thread count `set_threads` set.
+- `set_compiled(enabled)`: turns the path off (or back on) for the process, e.g. to compare.
+
+Sums are float32 in a different order than the numpy kernel's, so the two agree within float32
+rounding, not bit for bit.  Rows are spread over threads (numba's `prange`); numba's thread count is
+per calling thread, so each call sets it to the count `set_threads` gave.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+prange = range  # not copied: numba's parallel range where `_CompiledKernels` compiles, here plain range for tests
+
+
+def _rows_q4(
+    q: np.ndarray, d: np.ndarray, m: np.ndarray, xl: np.ndarray, xh: np.ndarray, xs: np.ndarray, out: np.ndarray
+) -> None:
+    """out [M, N] = x [M, K] @ W^T over Q4 blocks: q uint8 [N, K / 2], d and m float32 [N, K / 32],
+    xl and xh float32 [M, K / 2] (each block's first and last 16 elements), xs float32 [M, K / 32]."""
+    for r in prange(q.shape[0]):  # numba's prange, given where it compiles
+        qr, dr, mr = q[r], d[r], m[r]
+        for i in range(xl.shape[0]):
+            xli, xhi, xsi = xl[i], xh[i], xs[i]
+            acc = np.float32(0)
+            for k in range(qr.shape[0]):
+                v = np.int32(qr[k])
+                acc += (np.float32(v & 15) * xli[k] + np.float32(v >> 4) * xhi[k]) * dr[k >> 4]
+            for b in range(dr.shape[0]):
+                acc += mr[b] * xsi[b]
+            out[i, r] = acc
+
+
+def _rows_q8(q: np.ndarray, d: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+    """out [M, N] = x [M, K] @ W^T over Q8_0 blocks: q int8 [N, K], d float32 [N, K / 32]."""
+    for r in prange(q.shape[0]):
+        qr, dr = q[r], d[r]
+        for i in range(x.shape[0]):
+            xi = x[i]
+            acc = np.float32(0)
+            for k in range(qr.shape[0]):
+                acc += np.float32(qr[k]) * xi[k] * dr[k >> 5]
+            out[i, r] = acc
+
+
+class _CompiledKernels:
+    """The process's compiled row kernels (None: not tried yet; False: off or numba not installed),
+    numba itself, each packed weight's unpacked form by the weight's id, and the thread count."""
+
+    kernels: dict | bool | None = None
+    numba: object = None
+    forms: dict = {}  # noqa: RUF012 (the one table of the process, on purpose)
+    threads: int | None = None
+
+    @classmethod
+    def get(cls) -> dict | None:
+        """The compiled kernels, compiling them on first use; None where they are off or unavailable."""
+        if cls.kernels is None:
+            cls.kernels = False
+            try:
+                import numba  # optional: without it the module imports only numpy
+            except ImportError:
+                return None
+            options = {"fastmath": {"reassoc", "contract"}, "nogil": True, "parallel": True, "error_model": "numpy"}
+            compiled = {}
+            for fn in (_rows_q4, _rows_q8):
+                scope = dict(fn.__globals__, prange=numba.prange)
+                plain = type(fn)(fn.__code__, scope, fn.__name__)
+                try:  # machine code cached beside the module's file, compiled once per file
+                    compiled[fn.__name__] = numba.njit(cache=True, **options)(plain)
+                except RuntimeError:  # a module made from text has no file to cache beside
+                    compiled[fn.__name__] = numba.njit(**options)(plain)
+            cls.numba, cls.kernels = numba, compiled
+        return cls.kernels or None
+
+    @classmethod
+    def form(cls, w: np.ndarray) -> tuple:
+        """W's blocks unpacked for the row kernels: (q, d) for Q8_0, (q, d, m) for Q4, made once per weight."""
+        hit = cls.forms.get(id(w))
+        if hit is not None and hit[0]() is w:
+            return hit[1]
+        import weakref  # only where numba is: the entry goes when the weight does
+
+        rows = w.shape[0]
+        d = np.ascontiguousarray(w["d"], dtype=np.float32)
+        if "q" in w.dtype.names:  # Q8_0
+            form: tuple = (np.ascontiguousarray(w["q"]).reshape(rows, -1), d)
+        else:
+            m = np.ascontiguousarray(w["m"], dtype=np.float32) if "m" in w.dtype.names else np.float32(-8) * d
+            form = (np.ascontiguousarray(w["qs"]).reshape(rows, -1), d, m)
+        key = id(w)
+        cls.forms[key] = (weakref.ref(w, lambda _, key=key: cls.forms.pop(key, None)), form)
+        return form
+
+
+def _matmul_packed_compiled(rows: np.ndarray, w: np.ndarray) -> np.ndarray | None:
+    """rows [M, K] @ W^T for packed blocks W [N, K / 32] by the compiled kernels, or None where
+    they are off or numba is not installed (the caller computes it in numpy)."""
+    kernels = _CompiledKernels.get()
+    if kernels is None:
+        return None
+    if _CompiledKernels.threads is not None:  # numba's count is per calling thread: set it for this one
+        numba = _CompiledKernels.numba
+        numba.set_num_threads(min(_CompiledKernels.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+    form = _CompiledKernels.form(w)
+    out = np.empty((rows.shape[0], w.shape[0]), np.float32)
+    if len(form) == 2:  # Q8_0
+        kernels["_rows_q8"](*form, rows, out)
+        return out
+    blocks = rows.reshape(rows.shape[0], -1, 32)
+    low = np.ascontiguousarray(blocks[:, :, :16]).reshape(rows.shape[0], -1)
+    high = np.ascontiguousarray(blocks[:, :, 16:]).reshape(rows.shape[0], -1)
+    kernels["_rows_q4"](*form, low, high, blocks.sum(axis=2), out)
+    return out
+
+
+def set_compiled(enabled: bool) -> bool:
+    """Let packed products use the compiled kernels (numba, where installed) from now on, in the whole
+    process, or not; returns whether they could before.  Without numba this changes nothing."""
+    if not isinstance(enabled, bool):
+        raise ValueError(f"set_compiled: enabled must be True or False, not {enabled!r}")
+    before = _CompiledKernels.kernels is not False
+    if enabled and _CompiledKernels.kernels is False and _CompiledKernels.numba is not None:
+        _CompiledKernels.kernels = None  # compiled again (from numba's cache) on next use
+    elif not enabled:
+        _CompiledKernels.kernels = False
+    return before
+
+
+PIECES: dict[str, object] = {
+    "_rows_q4": _rows_q4,
+    "_rows_q8": _rows_q8,
+    "_CompiledKernels": _CompiledKernels,
+    "_matmul_packed_compiled": _matmul_packed_compiled,
+    "set_compiled": set_compiled,
+}
+DEPENDS: dict[str, tuple[str, ...]] = {
+    "_matmul_packed_compiled": ("_CompiledKernels",),
+    "_CompiledKernels": ("_rows_q4", "_rows_q8"),
+    "set_compiled": ("_CompiledKernels",),
+}

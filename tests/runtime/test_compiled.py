@@ -1,0 +1,183 @@
+"""The compiled packed products (`loam/runtime/kernels/compiled.py`) against the numpy kernel, their oracle.
+
+numba is a dev dependency, so here the compiled kernels run; a generated module in a process where
+numba cannot be imported must still load, run on numpy alone and give the same numbers.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numba
+import numpy as np
+import pytest
+
+import loam
+from loam.draft import draft_layout
+from loam.options import Options
+from loam.runtime.kernels.compiled import _CompiledKernels, _rows_q4, set_compiled
+from loam.runtime.kernels.quantized import kernel_matmul_packed
+from tests.backends.test_packed_weights import _blocks, _model
+from tests.checkpoints.gguf_writer import Tensor, quantize, write_gguf
+
+RNG = np.random.default_rng(11)
+ENCODINGS = ("Q4_0", "Q4_1", "Q8_0")
+
+
+@pytest.fixture
+def numpy_only() -> Iterator[None]:
+    """Products by the numpy kernel for the test's duration, the compiled ones again after."""
+    set_compiled(False)
+    yield
+    set_compiled(True)
+
+
+def _numpy_product(x: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+    before = set_compiled(False)
+    try:
+        return kernel_matmul_packed(x, blocks, transposed=1)
+    finally:
+        set_compiled(before)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize(("rows", "k"), [(1, 32), (2, 96), (5, 576), (8, 64)])
+def test_a_compiled_product_is_the_numpy_kernels_within_float32_rounding(encoding: str, rows: int, k: int) -> None:
+    blocks, widened = _blocks((RNG.standard_normal((40, k)) * 3).astype(np.float32), encoding)
+    x = RNG.standard_normal((rows, k)).astype(np.float32)
+    got = kernel_matmul_packed(x, blocks, transposed=1)
+    assert _CompiledKernels.get() is not None and id(blocks) in _CompiledKernels.forms  # the compiled path ran
+    want = _numpy_product(x, blocks)
+    # Each differs from the exact sum by a few float32 roundings of the sum of |terms|.
+    bound = 8 * k * np.finfo(np.float32).eps * (np.abs(x).astype(np.float64) @ np.abs(widened.T).astype(np.float64))
+    assert got.dtype == np.float32 and got.shape == (rows, 40)
+    assert np.all(np.abs(got.astype(np.float64) - want) <= bound)
+    assert np.all(np.abs(got.astype(np.float64) - x.astype(np.float64) @ widened.T.astype(np.float64)) <= bound)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_nan_and_infinity_in_x_come_out_where_the_numpy_kernel_puts_them(encoding: str) -> None:
+    blocks, _ = _blocks(RNG.standard_normal((16, 64)).astype(np.float32), encoding)
+    x = RNG.standard_normal((3, 64)).astype(np.float32)
+    x[0, 5] = np.nan
+    x[1, 40] = np.inf
+    got, want = kernel_matmul_packed(x, blocks, transposed=1), _numpy_product(x, blocks)
+    assert np.isnan(got[0]).all() and np.isfinite(got[2]).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    np.testing.assert_array_equal(np.sign(got[1]), np.sign(want[1]))
+
+
+def test_the_row_kernels_source_computes_the_same_in_plain_python() -> None:
+    """The function numba compiles is ordinary Python: run as it is, it gives the compiled numbers."""
+    blocks, _ = _blocks(RNG.standard_normal((6, 64)).astype(np.float32), "Q4_1")
+    x = RNG.standard_normal((2, 64)).astype(np.float32)
+    q, d, m = _CompiledKernels.form(blocks)
+    halves = x.reshape(2, -1, 32)
+    low, high = (np.ascontiguousarray(halves[:, :, s]).reshape(2, -1) for s in (slice(0, 16), slice(16, 32)))
+    out = np.empty((2, 6), np.float32)
+    _rows_q4(q, d, m, low, high, halves.sum(axis=2), out)
+    np.testing.assert_allclose(out, kernel_matmul_packed(x, blocks, transposed=1), rtol=1e-5, atol=1e-5)
+
+
+def test_set_compiled_turns_the_path_off_and_on(numpy_only: None) -> None:
+    blocks, _ = _blocks(RNG.standard_normal((8, 32)).astype(np.float32), "Q8_0")
+    x = RNG.standard_normal((1, 32)).astype(np.float32)
+    assert _CompiledKernels.kernels is False and _CompiledKernels.get() is None
+    off = kernel_matmul_packed(x, blocks, transposed=1)
+    assert id(blocks) not in _CompiledKernels.forms
+    assert set_compiled(True) is False and set_compiled(True) is True
+    on = kernel_matmul_packed(x, blocks, transposed=1)
+    assert id(blocks) in _CompiledKernels.forms
+    np.testing.assert_allclose(on, off, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="enabled must be True or False, not 1"):
+        set_compiled(1)  # type: ignore[arg-type]
+
+
+def test_a_weights_unpacked_form_goes_when_the_weight_does() -> None:
+    blocks, _ = _blocks(RNG.standard_normal((8, 32)).astype(np.float32), "Q4_0")
+    key = id(blocks)
+    kernel_matmul_packed(np.ones((1, 32), np.float32), blocks, transposed=1)
+    assert key in _CompiledKernels.forms
+    del blocks
+    gc.collect()
+    assert key not in _CompiledKernels.forms
+
+
+def _packed_module(folder: Path) -> tuple[str, Path]:
+    """A packed model's generated source and its GGUF checkpoint."""
+    path, weights = _model(folder)
+    kinds = {"embed": "Q8_0", "proj": "Q4_1", "head": "Q4_0"}
+    tensors = {name: Tensor(kinds[name], value.shape, quantize(value, kinds[name])) for name, value in weights.items()}
+    gguf = write_gguf(folder / "weights.gguf", tensors)
+    built = loam.build(path, options=draft_layout(path).options(Options(checkpoints=(gguf,))))
+    return built.source, gguf
+
+
+RUN_WITHOUT_NUMBA = r"""
+import importlib.util, json, sys
+sys.modules["numba"] = None  # `import numba` raises ImportError, as where it is not installed
+import numpy as np
+spec = importlib.util.spec_from_file_location("packed_module", sys.argv[1])
+module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
+weights = module.Weights.load_file(sys.argv[2])
+y = module.forward(weights, np.array([[3, 17]], np.int64))
+print(json.dumps({"y": y.tolist(), "compiled": module._CompiledKernels.kernels,
+                  "imported": sorted({m.split(".")[0] for m, v in sys.modules.items() if v is not None}
+                                     - set(sys.stdlib_module_names))}))
+"""
+
+
+def test_a_module_runs_on_numpy_alone_where_numba_is_absent(tmp_path: Path) -> None:
+    source, gguf = _packed_module(tmp_path)
+    module_path = tmp_path / "packed_module.py"
+    module_path.write_text(source, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_WITHOUT_NUMBA, str(module_path), str(gguf)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["compiled"] is False
+    # Beyond the standard library (and site's own hooks, `_...`), only numpy came in.
+    assert [name for name in report["imported"] if not name.startswith("_")] == ["numpy"]
+    # The same module with numba, in this process: the same numbers within float32 rounding.
+    namespace: dict[str, object] = {"__name__": "packed_with_numba"}
+    exec(compile(source, str(module_path), "exec"), namespace)  # the module Loam just printed
+    compiled_kernels = namespace["_CompiledKernels"]
+    assert callable(namespace["set_compiled"])  # a module with packed products lets its user turn them off
+    y = namespace["forward"](namespace["Weights"].load_file(str(gguf)), np.array([[3, 17]], np.int64))  # type: ignore[operator]
+    assert compiled_kernels.kernels  # type: ignore[attr-defined]
+    np.testing.assert_allclose(y, np.array(report["y"], np.float32), rtol=1e-5, atol=1e-4)
+
+
+def test_set_threads_bounds_the_compiled_kernels_in_the_calling_thread(tmp_path: Path) -> None:
+    source, gguf = _packed_module(tmp_path)
+    namespace: dict[str, object] = {"__name__": "packed_threads"}
+    exec(compile(source, str(tmp_path / "packed_threads.py"), "exec"), namespace)
+    weights = namespace["Weights"].load_file(str(gguf))  # type: ignore[attr-defined]
+    ids = np.array([[1]], np.int64)
+    seen: list[int] = []
+
+    def step() -> None:  # a worker thread, as a server's: numba's own default there is every core
+        seen.append(numba.get_num_threads())
+        namespace["forward"](weights, ids)  # type: ignore[operator]
+        seen.append(numba.get_num_threads())
+
+    before = namespace["set_threads"](1)  # type: ignore[operator]
+    try:
+        worker = threading.Thread(target=step)
+        worker.start()
+        worker.join()
+        assert namespace["_CompiledKernels"].threads == 1  # type: ignore[attr-defined]
+        assert seen == [numba.config.NUMBA_NUM_THREADS, 1] and seen[0] > 1
+    finally:
+        namespace["set_threads"](before)  # type: ignore[operator]
