@@ -53,8 +53,9 @@ if spec["side"] == "loam":
     from loam.generate import Decoder
     loader = importlib.util.spec_from_file_location("smollm2_bench", spec["module"])
     module = importlib.util.module_from_spec(loader); loader.loader.exec_module(module)
+    if hasattr(module, "set_compiled"):
+        module.set_compiled(spec["compiled"])
     weights = module.Weights.load_file(spec["gguf"], packed=spec["packed"])
-    held = sum(getattr(weights, attr).nbytes for _, attr, *_ in module.Weights._SPECS)
     decoder = Decoder(module, weights)
     def prefill():
         decoder.reset(); decoder.step(ids[0].tolist())
@@ -64,6 +65,9 @@ if spec["side"] == "loam":
         decoder.past, decoder.length = dict(past), spec["past"]
         decoder.step([504])
     decode_s = timed(step, spec["repeats"] * 3)
+    held = sum(getattr(weights, attr).nbytes for _, attr, *_ in module.Weights._SPECS)
+    # The compiled kernels' unpacked forms of the packed weights (made on first use), held beside them.
+    held += sum(a.nbytes for _, form in module._CompiledKernels.forms.values() for a in form) if spec["packed"] else 0
 else:
     import onnx, onnx.parser, onnxruntime as ort
     from onnx import numpy_helper
@@ -133,8 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     scratch.write_text(built.source, encoding="utf-8")
     repeats = 1 if args.quick else 5
     common = {"gguf": str(gguf), "prompt": PROMPT, "past": PAST, "repeats": repeats, "root": str(ROOT)}
-    loam_side = _child({**common, "side": "loam", "module": str(scratch), "packed": True})
-    widened_side = _child({**common, "side": "loam", "module": str(scratch), "packed": False})
+    loam_side = _child({**common, "side": "loam", "module": str(scratch), "packed": True, "compiled": True})
+    numpy_side = _child({**common, "side": "loam", "module": str(scratch), "packed": True, "compiled": False})
+    widened_side = _child({**common, "side": "loam", "module": str(scratch), "packed": False, "compiled": False})
     ort_side = _child({**common, "side": "onnxruntime", "graphs": str(GRAPHS)})
     lines = [
         "# SmolLM2-135M-Instruct: Loam (packed Q4_1/Q8_0 GGUF) against onnxruntime (widened f32)",
@@ -146,7 +151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "| side | prefill s | prefill tokens/s | decode step s | decode tokens/s | weights MiB | peak RSS MiB |",
         "|---|---|---|---|---|---|---|",
     ]
-    sides = (("Loam, packed", loam_side), ("Loam, widened at load", widened_side), ("onnxruntime", ort_side))
+    sides = (
+        ("Loam, packed (compiled kernels)", loam_side),
+        ("Loam, packed (numpy kernels)", numpy_side),
+        ("Loam, widened at load", widened_side),
+        ("onnxruntime", ort_side),
+    )
     for name, side in sides:
         lines.append(
             f"| {name} | {side['prefill_s']:.3f} | {PROMPT / side['prefill_s']:.1f} | {side['decode_s']:.4f} | "
@@ -159,15 +169,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{loam_side['weights'] / ort_side['weights']:.3f}x the bytes, peak RSS "
         f"{loam_side['peak'] / ort_side['peak']:.2f}x.  Widened at load (`Weights.load_file(path, packed=False)`, "
         f"`loam generate --widen`): decode {widened_side['decode_s'] / ort_side['decode_s']:.2f}x the time, weights "
-        f"{widened_side['weights'] / ort_side['weights']:.3f}x the bytes.",
+        f"{widened_side['weights'] / ort_side['weights']:.3f}x the bytes.  Packed with numpy's kernels alone "
+        f"(numba absent, or `set_compiled(False)`): decode {numpy_side['decode_s'] / ort_side['decode_s']:.2f}x.",
     ]
     lines += [
         "",
         "Reading the table: onnxruntime's peak includes widening the GGUF in its own process and two",
         "sessions (the prefill and the decode graph) holding the float32 weights each; the weights column",
-        "compares what each side keeps.  Loam's decode step widens every 4-bit block it multiplies (block",
-        "dot products: about 1 ms per million weights in numpy), where onnxruntime streams float32 weights",
-        "through one GEMV each: the packed form saves memory and costs time in a numpy-only module.",
+        "compares what each side keeps (for the compiled kernels, the blocks as the file stores them plus",
+        "their unpacked form: integers contiguous, scales widened to float32).  A decode step's products",
+        "read each block once in the compiled kernels (numba, `loam/runtime/kernels/compiled.py`); numpy's",
+        "kernel makes float32 temporaries of every block it multiplies (about 1 ms per million weights),",
+        "where onnxruntime streams float32 weights through one GEMV each.  numba's threads are held to one",
+        "(`NUMBA_NUM_THREADS=1`) like the BLAS's.",
     ]
     text = "\n".join(lines) + "\n"
     print(text)

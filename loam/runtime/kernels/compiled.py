@@ -7,9 +7,9 @@ sums in registers, about ten times faster on SmolLM2's matrices at one thread.  
 where it is installed; where it is not, the module imports only numpy and computes the same product
 with the numpy kernel, which is also the compiled kernels' test oracle (tests/runtime/test_compiled.py).
 
-- `_rows_q4(q, d, m, xl, xh, xs, out)`: out[i, r] = sum over blocks b of d[r, b] * (q[r, b] . x[i, b])
+- `_rows_q4(q, d, m, x, out)`: out[i, r] = sum over blocks b of d[r, b] * (q[r, b] . x[i, b])
   + m[r, b] * sum(x[i, b]) for Q4_0 (m = -8 d) and Q4_1; q holds each block's 16 bytes, low nibbles
-  times the block's first 16 elements of x (xl), high nibbles times its last 16 (xh).
+  times the block's first 16 elements of x, high nibbles times its last 16.
 - `_rows_q8(q, d, x, out)`: out[i, r] = sum over k of q[r, k] * x[i, k] * d[r, k // 32] for Q8_0.
 - `_CompiledKernels`: compiles both on first use (numba's cache keeps the machine code beside the
   module), holds each packed weight's unpacked form (its integers contiguous, its f16 scales widened
@@ -28,22 +28,39 @@ import numpy as np
 prange = range  # not copied: numba's parallel range where `_CompiledKernels` compiles, here plain range for tests
 
 
-def _rows_q4(
-    q: np.ndarray, d: np.ndarray, m: np.ndarray, xl: np.ndarray, xh: np.ndarray, xs: np.ndarray, out: np.ndarray
-) -> None:
-    """out [M, N] = x [M, K] @ W^T over Q4 blocks: q uint8 [N, K / 2], d and m float32 [N, K / 32],
-    xl and xh float32 [M, K / 2] (each block's first and last 16 elements), xs float32 [M, K / 32]."""
-    for r in prange(q.shape[0]):  # numba's prange, given where it compiles
-        qr, dr, mr = q[r], d[r], m[r]
-        for i in range(xl.shape[0]):
+def _rows_q4(q: np.ndarray, d: np.ndarray, m: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+    """out [M, N] = x [M, K] @ W^T over Q4 blocks: q uint8 [N, K / 2] (each block's 16 bytes: low nibbles
+    times its first 16 elements of x, high nibbles its last 16), d and m float32 [N, K / 32]."""
+    rows, half = x.shape[0], x.shape[1] // 2
+    xl = np.empty((rows, half), np.float32)  # each block's first 16 elements of x, then its last 16
+    xh = np.empty((rows, half), np.float32)
+    xs = np.empty((rows, half // 16), np.float32)  # each block's sum of x, what m multiplies
+    for i in range(rows):
+        for b in range(half // 16):
+            total = np.float32(0)
+            for j in range(16):
+                xl[i, b * 16 + j] = x[i, b * 32 + j]
+                xh[i, b * 16 + j] = x[i, b * 32 + 16 + j]
+                total += x[i, b * 32 + j] + x[i, b * 32 + 16 + j]
+            xs[i, b] = total
+    n = q.shape[0]
+    for pair in prange((n + 1) // 2):  # numba's prange, given where it compiles
+        r0, r1 = 2 * pair, min(2 * pair + 1, n - 1)  # two rows share each load of x (odd n: the last twice)
+        q0, q1, d0, d1 = q[r0], q[r1], d[r0], d[r1]
+        for i in range(rows):
             xli, xhi, xsi = xl[i], xh[i], xs[i]
-            acc = np.float32(0)
-            for k in range(qr.shape[0]):
-                v = np.int32(qr[k])
-                acc += (np.float32(v & 15) * xli[k] + np.float32(v >> 4) * xhi[k]) * dr[k >> 4]
-            for b in range(dr.shape[0]):
-                acc += mr[b] * xsi[b]
-            out[i, r] = acc
+            acc0 = np.float32(0)
+            acc1 = np.float32(0)
+            for k in range(half):
+                lo, hi = xli[k], xhi[k]
+                v0, v1 = np.int32(q0[k]), np.int32(q1[k])
+                acc0 += (np.float32(v0 & 15) * lo + np.float32(v0 >> 4) * hi) * d0[k >> 4]
+                acc1 += (np.float32(v1 & 15) * lo + np.float32(v1 >> 4) * hi) * d1[k >> 4]
+            for b in range(half // 16):
+                acc0 += m[r0, b] * xsi[b]
+                acc1 += m[r1, b] * xsi[b]
+            out[i, r0] = acc0
+            out[i, r1] = acc1
 
 
 def _rows_q8(q: np.ndarray, d: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
@@ -119,13 +136,7 @@ def _matmul_packed_compiled(rows: np.ndarray, w: np.ndarray) -> np.ndarray | Non
         numba.set_num_threads(min(_CompiledKernels.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
     form = _CompiledKernels.form(w)
     out = np.empty((rows.shape[0], w.shape[0]), np.float32)
-    if len(form) == 2:  # Q8_0
-        kernels["_rows_q8"](*form, rows, out)
-        return out
-    blocks = rows.reshape(rows.shape[0], -1, 32)
-    low = np.ascontiguousarray(blocks[:, :, :16]).reshape(rows.shape[0], -1)
-    high = np.ascontiguousarray(blocks[:, :, 16:]).reshape(rows.shape[0], -1)
-    kernels["_rows_q4"](*form, low, high, blocks.sum(axis=2), out)
+    kernels["_rows_q8" if len(form) == 2 else "_rows_q4"](*form, rows, out)
     return out
 
 
