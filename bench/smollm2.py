@@ -112,7 +112,7 @@ def _gguf() -> Path:
 
 def _child(spec: dict[str, object]) -> dict[str, float]:
     env = dict(os.environ)
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[name] = "1"
     done = subprocess.run(
         [sys.executable, "-c", CHILD, json.dumps(spec)], env=env, capture_output=True, text=True, timeout=1800
@@ -180,8 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "their unpacked form: integers contiguous, scales widened to float32).  A decode step's products",
         "read each block once in the compiled kernels (numba, `loam/runtime/kernels/compiled.py`); numpy's",
         "kernel makes float32 temporaries of every block it multiplies (about 1 ms per million weights),",
-        "where onnxruntime streams float32 weights through one GEMV each.  numba's threads are held to one",
-        "(`NUMBA_NUM_THREADS=1`) like the BLAS's.",
+        "where onnxruntime streams float32 weights through one GEMV each.  A compiled kernel runs on its",
+        "caller's one thread.",
     ]
     text = "\n".join(lines) + "\n"
     print(text)

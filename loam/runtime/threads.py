@@ -7,8 +7,6 @@ OpenBLAS (`scipy_openblas`, its symbols suffixed `64_`); the library sets its ow
 (`*_set_num_threads`), which is what threadpoolctl calls too.  The library is the one already
 loaded in this process (found in `/proc/self/maps`), opened again with ctypes (numpy's
 `np.ctypeslib.ctypes`, so the module still imports numpy alone), never loaded from anywhere else.
-In a module whose products read packed weights, the count also bounds the compiled
-kernels (`loam/runtime/kernels/compiled.py`), from the next product on.
 Where numpy's BLAS is not an OpenBLAS (Accelerate on macOS, MKL) or there is no `/proc`,
 `set_threads` says so: set `OMP_NUM_THREADS` (and `OPENBLAS_NUM_THREADS`, `MKL_NUM_THREADS`) before
 Python starts instead.
@@ -26,9 +24,6 @@ def set_threads(count: int) -> int:
     ctypes = np.ctypeslib.ctypes  # the standard library's, through numpy: the module imports numpy alone
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"set_threads: the thread count must be a positive int, not {count!r}")
-    compiled = globals().get("_CompiledKernels")  # a module with packed products: numba's kernels too
-    if compiled is not None:
-        compiled.threads = count
     paths: list[str] = []
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:

@@ -643,11 +643,10 @@ DEPENDS: dict[str, tuple[str, ...]] = {
 FEATURES: dict[str, dict[str, tuple[str, ...]]] = {
     "gguf": {"_read_checkpoint": ("_read_gguf",), "_decoded": ("_dequantized",)},
     "renames": {"_load_weights": ("graph_name_of",)},
-    "packed": {"_load_weights": ("_packed_blocks",), "set_threads": ("_CompiledKernels",)},
+    "packed": {"_load_weights": ("_packed_blocks",)},
     "row_orders": {"_load_weights": ("_rotary_rows",)},
 }
 """What a piece reads only for a feature some models use (feature -> piece -> pieces): GGUF checkpoints
-(their reader and ggml dequantization), `[checkpoint_names]` rules, weights kept packed (whose products
-compile with numba where it is installed, so `set_threads` bounds those kernels too), rows
+(their reader and ggml dequantization), `[checkpoint_names]` rules, weights kept packed, rows
 un-interleaved.  A module without the feature never reaches the branches that read them, so it does not
 carry them; `_read_checkpoint` refuses a GGUF file by `FORMATS`, naming why."""

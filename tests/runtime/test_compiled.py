@@ -10,11 +10,9 @@ import gc
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import numba
 import numpy as np
 import pytest
 
@@ -86,7 +84,7 @@ def test_the_row_kernels_source_computes_the_same_in_plain_python() -> None:
 def test_set_compiled_turns_the_path_off_and_on(numpy_only: None) -> None:
     blocks, _ = _blocks(RNG.standard_normal((8, 32)).astype(np.float32), "Q8_0")
     x = RNG.standard_normal((1, 32)).astype(np.float32)
-    assert _CompiledKernels.kernels is False and _CompiledKernels.get() is None
+    assert _CompiledKernels.enabled is False and _CompiledKernels.get() is None
     off = kernel_matmul_packed(x, blocks, transposed=1)
     assert id(blocks) not in _CompiledKernels.forms
     assert set_compiled(True) is False and set_compiled(True) is True
@@ -125,7 +123,8 @@ spec = importlib.util.spec_from_file_location("packed_module", sys.argv[1])
 module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
 weights = module.Weights.load_file(sys.argv[2])
 y = module.forward(weights, np.array([[3, 17]], np.int64))
-print(json.dumps({"y": y.tolist(), "compiled": module._CompiledKernels.kernels,
+print(json.dumps({"y": y.tolist(), "tried": module._CompiledKernels.tried,
+                  "compiled": module._CompiledKernels.kernels is not None,
                   "imported": sorted({m.split(".")[0] for m, v in sys.modules.items() if v is not None}
                                      - set(sys.stdlib_module_names))}))
 """
@@ -143,7 +142,7 @@ def test_a_module_runs_on_numpy_alone_where_numba_is_absent(tmp_path: Path) -> N
         check=True,
     )
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["compiled"] is False
+    assert report["tried"] and not report["compiled"]
     # Beyond the standard library (and site's own hooks, `_...`), only numpy came in.
     assert [name for name in report["imported"] if not name.startswith("_")] == ["numpy"]
     # The same module with numba, in this process: the same numbers within float32 rounding.
@@ -154,27 +153,3 @@ def test_a_module_runs_on_numpy_alone_where_numba_is_absent(tmp_path: Path) -> N
     y = namespace["forward"](namespace["Weights"].load_file(str(gguf)), np.array([[3, 17]], np.int64))  # type: ignore[operator]
     assert compiled_kernels.kernels  # type: ignore[attr-defined]
     np.testing.assert_allclose(y, np.array(report["y"], np.float32), rtol=1e-5, atol=1e-4)
-
-
-def test_set_threads_bounds_the_compiled_kernels_in_the_calling_thread(tmp_path: Path) -> None:
-    source, gguf = _packed_module(tmp_path)
-    namespace: dict[str, object] = {"__name__": "packed_threads"}
-    exec(compile(source, str(tmp_path / "packed_threads.py"), "exec"), namespace)
-    weights = namespace["Weights"].load_file(str(gguf))  # type: ignore[attr-defined]
-    ids = np.array([[1]], np.int64)
-    seen: list[int] = []
-
-    def step() -> None:  # a worker thread, as a server's: numba's own default there is every core
-        seen.append(numba.get_num_threads())
-        namespace["forward"](weights, ids)  # type: ignore[operator]
-        seen.append(numba.get_num_threads())
-
-    before = namespace["set_threads"](1)  # type: ignore[operator]
-    try:
-        worker = threading.Thread(target=step)
-        worker.start()
-        worker.join()
-        assert namespace["_CompiledKernels"].threads == 1  # type: ignore[attr-defined]
-        assert seen == [numba.config.NUMBA_NUM_THREADS, 1] and seen[0] > 1
-    finally:
-        namespace["set_threads"](before)  # type: ignore[operator]

@@ -11,21 +11,22 @@ with the numpy kernel, which is also the compiled kernels' test oracle (tests/ru
   + m[r, b] * sum(x[i, b]) for Q4_0 (m = -8 d) and Q4_1; q holds each block's 16 bytes, low nibbles
   times the block's first 16 elements of x, high nibbles times its last 16.
 - `_rows_q8(q, d, x, out)`: out[i, r] = sum over k of q[r, k] * x[i, k] * d[r, k // 32] for Q8_0.
-- `_CompiledKernels`: compiles both on first use (numba's cache keeps the machine code beside the
-  module), holds each packed weight's unpacked form (its integers contiguous, its f16 scales widened
-  once: 24 bytes per Q4 block against the file's 18 or 20), and the thread count `set_threads` set.
+- `_CompiledKernels`: compiles both on first use in each process (about 1.5 s), and holds each packed
+  weight's unpacked form (its integers contiguous, its f16 scales widened once: 24 bytes per Q4 block
+  against the file's 18 or 20, 36 per Q8_0 block against 34), made on the weight's first product.
 - `set_compiled(enabled)`: turns the path off (or back on) for the process, e.g. to compare.
 
 Sums are float32 in a different order than the numpy kernel's, so the two agree within float32
-rounding, not bit for bit.  Rows are spread over threads (numba's `prange`); numba's thread count is
-per calling thread, so each call sets it to the count `set_threads` gave.
+rounding, not bit for bit.  A kernel runs on its caller's thread and releases the GIL, so products
+called from several threads run side by side; within one call it uses one core (spreading a decode
+step's rows over two cores measured no faster on SmolLM2).  numba's on-disk cache stays off: its
+cached code re-imports the module by the name it had when compiled, which a generated module loaded
+from a path under another name does not have.
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-prange = range  # not copied: numba's parallel range where `_CompiledKernels` compiles, here plain range for tests
 
 
 def _rows_q4(q: np.ndarray, d: np.ndarray, m: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
@@ -44,7 +45,7 @@ def _rows_q4(q: np.ndarray, d: np.ndarray, m: np.ndarray, x: np.ndarray, out: np
                 total += x[i, b * 32 + j] + x[i, b * 32 + 16 + j]
             xs[i, b] = total
     n = q.shape[0]
-    for pair in prange((n + 1) // 2):  # numba's prange, given where it compiles
+    for pair in range((n + 1) // 2):
         r0, r1 = 2 * pair, min(2 * pair + 1, n - 1)  # two rows share each load of x (odd n: the last twice)
         q0, q1, d0, d1 = q[r0], q[r1], d[r0], d[r1]
         for i in range(rows):
@@ -65,7 +66,7 @@ def _rows_q4(q: np.ndarray, d: np.ndarray, m: np.ndarray, x: np.ndarray, out: np
 
 def _rows_q8(q: np.ndarray, d: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
     """out [M, N] = x [M, K] @ W^T over Q8_0 blocks: q int8 [N, K], d float32 [N, K / 32]."""
-    for r in prange(q.shape[0]):
+    for r in range(q.shape[0]):
         qr, dr = q[r], d[r]
         for i in range(x.shape[0]):
             xi = x[i]
@@ -76,34 +77,29 @@ def _rows_q8(q: np.ndarray, d: np.ndarray, x: np.ndarray, out: np.ndarray) -> No
 
 
 class _CompiledKernels:
-    """The process's compiled row kernels (None: not tried yet; False: off or numba not installed),
-    numba itself, each packed weight's unpacked form by the weight's id, and the thread count."""
+    """The process's compiled row kernels (None until numba has compiled them, and where it is not
+    installed), whether products use them, and each packed weight's unpacked form by the weight's id."""
 
-    kernels: dict | bool | None = None
-    numba: object = None
+    kernels: dict | None = None
+    tried: bool = False
+    enabled: bool = True
     forms: dict = {}  # noqa: RUF012 (the one table of the process, on purpose)
-    threads: int | None = None
 
     @classmethod
     def get(cls) -> dict | None:
         """The compiled kernels, compiling them on first use; None where they are off or unavailable."""
-        if cls.kernels is None:
-            cls.kernels = False
+        if not cls.enabled:
+            return None
+        if not cls.tried:
+            cls.tried = True
             try:
                 import numba  # optional: without it the module imports only numpy
             except ImportError:
                 return None
-            options = {"fastmath": {"reassoc", "contract"}, "nogil": True, "parallel": True, "error_model": "numpy"}
-            compiled = {}
-            for fn in (_rows_q4, _rows_q8):
-                scope = dict(fn.__globals__, prange=numba.prange)
-                plain = type(fn)(fn.__code__, scope, fn.__name__)
-                try:  # machine code cached beside the module's file, compiled once per file
-                    compiled[fn.__name__] = numba.njit(cache=True, **options)(plain)
-                except RuntimeError:  # a module made from text has no file to cache beside
-                    compiled[fn.__name__] = numba.njit(**options)(plain)
-            cls.numba, cls.kernels = numba, compiled
-        return cls.kernels or None
+            # Sums may be reassociated (so the loops vectorize); NaN and infinity keep IEEE meaning.
+            options = {"fastmath": {"reassoc", "contract"}, "nogil": True, "error_model": "numpy"}
+            cls.kernels = {fn.__name__: numba.njit(**options)(fn) for fn in (_rows_q4, _rows_q8)}
+        return cls.kernels
 
     @classmethod
     def form(cls, w: np.ndarray) -> tuple:
@@ -131,9 +127,6 @@ def _matmul_packed_compiled(rows: np.ndarray, w: np.ndarray) -> np.ndarray | Non
     kernels = _CompiledKernels.get()
     if kernels is None:
         return None
-    if _CompiledKernels.threads is not None:  # numba's count is per calling thread: set it for this one
-        numba = _CompiledKernels.numba
-        numba.set_num_threads(min(_CompiledKernels.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
     form = _CompiledKernels.form(w)
     out = np.empty((rows.shape[0], w.shape[0]), np.float32)
     kernels["_rows_q8" if len(form) == 2 else "_rows_q4"](*form, rows, out)
@@ -142,14 +135,10 @@ def _matmul_packed_compiled(rows: np.ndarray, w: np.ndarray) -> np.ndarray | Non
 
 def set_compiled(enabled: bool) -> bool:
     """Let packed products use the compiled kernels (numba, where installed) from now on, in the whole
-    process, or not; returns whether they could before.  Without numba this changes nothing."""
+    process, or not; returns whether they were on before.  Without numba the numpy kernel runs either way."""
     if not isinstance(enabled, bool):
         raise ValueError(f"set_compiled: enabled must be True or False, not {enabled!r}")
-    before = _CompiledKernels.kernels is not False
-    if enabled and _CompiledKernels.kernels is False and _CompiledKernels.numba is not None:
-        _CompiledKernels.kernels = None  # compiled again (from numba's cache) on next use
-    elif not enabled:
-        _CompiledKernels.kernels = False
+    before, _CompiledKernels.enabled = _CompiledKernels.enabled, enabled
     return before
 
 
