@@ -4,8 +4,8 @@
 `pipeline_passes` gives (`loam build --print-pipeline` prints it as a `-p` string):
 
     read (frontends) -> apply-options -> stage0 -> name-axes -> lower-to-kernel
-        -> pack-quantized (numpy) -> fuse -> fold-conv-affine (numpy) -> tile-rows, tile-matmul (wgsl)
-        -> emit (backends)
+        -> pack-quantized (numpy) -> fuse -> fold-conv-affine (numpy)
+        -> tile-attention, tile-rows, tile-matmul (wgsl) -> emit (backends)
 
 `fuse` (objective `memory`) runs unless `build(..., fuse=None)` turns it off (`loam build --no-fuse`);
 its decision report is `BuildResult.fusion`.  Stage 0 records the graph's nodes (`loam.nodes`) so the
@@ -102,7 +102,8 @@ def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", dra
     `loam-opt -p`.  They read the options (and the checkpoint's stored encodings) from the module's
     attributes.  `fuse` is the fuse pass's objective, None to leave it out.  The numpy backend keeps
     weights the checkpoint stores in ggml blocks packed (`pack-quantized`); the WGSL backend runs its
-    row kernels and float32 products as tile programs (`tile-rows`, `tile-matmul`).  `draft` (an
+    attention, row kernels and float32 products as tile programs (`tile-attention`, `tile-rows`,
+    `tile-matmul`).  `draft` (an
     architecture table's build) names the axes the layout leaves open after stage 0 (`draft-layout`)."""
     from loam.passes.apply_options import ApplyOptionsPass
     from loam.passes.fuse import FusePass
@@ -127,10 +128,11 @@ def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", dra
 
         passes.append(FoldConvAffinePass())
     if backend == "wgsl":
+        from loam.passes.tile_attention import TileAttentionPass
         from loam.passes.tile_matmul import TileMatmulPass
         from loam.passes.tile_rows import TileRowsPass
 
-        passes += [TileRowsPass(), TileMatmulPass()]
+        passes += [TileAttentionPass(), TileRowsPass(), TileMatmulPass()]
     return passes
 
 

@@ -6,7 +6,9 @@ kernels, `tile-matmul` the tiled product) and the backends print whatever progra
 
 - `softmax_rows`, `layernorm_rows`: a 1-D grid, one row per program, the row's elements in one tile;
 - `matmul_tiles`: a 2-D or, batched, 3-D grid of [BM, BN] blocks of the product, looping over the
-  contraction in steps of BK, with an optional fused epilogue.
+  contraction in steps of BK, with an optional fused epilogue;
+- `attention_rows`: softmax(score(Q K)) V, one query row per program, looping over the keys in
+  blocks with a running maximum and sum (the scores are never stored).
 """
 
 from __future__ import annotations
@@ -188,3 +190,97 @@ def matmul_tiles(
     s(Store(0, c_at, value, ok))
     tile = max(bm * bn, bm * bk, bk * bn)
     return TileProgram(tuple(s.steps), tile, 2 + extras, 1)
+
+
+ATTENTION_FIXED_NUMBERS = 9
+"""`attention_rows` numbers before the batch block: Sq, Sk, D, Q's row and feature strides, K^T's
+feature and key strides, V's key and feature strides."""
+
+LOWEST_F32 = -3.4028234663852886e38
+"""The running maximum's start and a padded key's score: finite, so no step computes inf - inf."""
+
+
+def attention_rows(
+    head_tile: int, value_tile: int, key_block: int, batch_rank: int, score: Expr, extras: Sequence[str] = ()
+) -> TileProgram:
+    """O = softmax(score(Q K^T, extras...)) V over the last axis, one query row per program: Q
+    [batch..., Sq, D], K^T [batch..., D, Sk], V [batch..., Sk, Dv], read through their strides;
+    `score` is an `Expr` whose operand 0 is a row's Q K^T and operand i its extra operand i - 1 (a
+    scale, a mask), of the element types `extras` lists.  D <= `head_tile`, Dv <= `value_tile`.
+
+    Each program walks the keys in blocks of `key_block`, carrying the row's running maximum m,
+    its sum l of exp(score - m) and the accumulated exp(score - m) V, rescaled by exp(m - m') when
+    the maximum grows (the online softmax), and stores acc / l: the softmax's value up to float32
+    rounding, without the [Sq, Sk] scores in memory.  A row whose every score is -inf is NaN, as
+    the softmax's 0 / 0 is.
+
+    Grid: (Sq, and the batch count when `batch_rank` > 0).  Numbers, in elements: Sq, Sk, D, Q's
+    row and feature strides, K^T's feature and key strides, V's key and feature strides; with
+    batch axes O's batch extents then Q's, K^T's and V's batch strides (0 where broadcast); then per
+    extra its row and key strides and batch strides (0 where it broadcasts).  Result: O,
+    contiguous [batch..., Sq, Dv]; its Dv is V's, given as the last number.
+    """
+    if not 0 <= batch_rank <= 2:
+        raise ValueError(f"attention_rows takes 0 to 2 batch axes, not {batch_rank}")
+    if score.arity > 1 + len(extras):
+        raise ValueError(f"attention_rows: the score reads {score.arity - 1} extra operands, {len(extras)} given")
+    dq, dv, bn = head_tile, value_tile, key_block
+    s = _Builder()
+    row = s(ProgramId(0))
+    sq, sk, d, q_row, q_d, k_d, k_key, v_key, v_d = s.params(ATTENTION_FIXED_NUMBERS)
+    pb = s(ProgramId(1)) if batch_rank else -1
+    extents = s.params(batch_rank)
+    offsets: dict[str, int] = {}
+
+    def offset(strides: list[int]) -> int:
+        return s.map(lambda b, *es: _batch_offset(b, es[:batch_rank], es[batch_rank:]), pb, *extents, *strides)
+
+    if batch_rank:
+        for key in ("q", "k", "v"):
+            offsets[key] = offset(s.params(batch_rank))
+
+    def at(key: str, fn: Callable[..., Expr], *args: int) -> int:
+        if key not in offsets:
+            return s.map(fn, *args)
+        return s.map(lambda o, *xs: o + fn(*xs), offsets[key], *args)
+
+    extra_strides = []
+    for j in range(len(extras)):
+        extra_strides.append(s.params(2))
+        if batch_rank:
+            offsets[f"e{j}"] = offset(s.params(batch_rank))
+    (width,) = s.params(1)  # Dv
+    d_col = s(Iota((1, dq), 1))
+    v_col = s(Iota((1, dv), 1))
+    d_ok = s.map(lambda c, d_: c.binary("less", d_), d_col, d)
+    q = s(Load(0, at("q", lambda r, rs, c, cs: r * rs + c * cs, row, q_row, d_col, q_d), d_ok, 0.0))
+    lowest = s(Fill(LOWEST_F32, ()))
+    nothing = s(Fill(0.0, ()))
+    start = s(Fill(0.0, (1, dv)))
+    k0 = s(Loop(sk, bn))
+    m, total, acc = s(Carry(lowest)), s(Carry(nothing)), s(Carry(start))
+    key = s.map(lambda k, i: k + i, k0, s(Iota((1, bn), 1)))  # [1, BN] the block's keys
+    key_ok = s.map(lambda k, n: k.binary("less", n), key, sk)
+    d_row = s(Iota((dq, 1), 0))
+    kt_ok = s.map(lambda r, d_, ok: r.binary("less", d_).binary("and", ok), d_row, d, key_ok)
+    kt = s(Load(1, at("k", lambda r, rs, k, ks: r * rs + k * ks, d_row, k_d, key, k_key), kt_ok, 0.0))
+    loaded = []
+    for j, elem in enumerate(extras):
+        e_row, e_key = extra_strides[j]
+        where = at(f"e{j}", lambda r, rs, k, ks: r * rs + k * ks, row, e_row, key, e_key)
+        loaded.append(s(Load(3 + j, where, key_ok, 0.0, elem)))
+    scored = s(Map(score, (s(Dot(q, kt)), *loaded)))
+    kept = s.map(lambda ok, x: Expr.select(ok, x, LOWEST_F32), key_ok, scored)  # padded keys count for nothing
+    grown = s.map(lambda a, b: a.binary("max", b), m, s(Reduce("max", kept)))
+    weights = s.map(lambda ok, x, g: Expr.select(ok, (x - g).unary("exp"), 0.0), key_ok, kept, grown)
+    rescale = s.map(lambda a, g: (a - g).unary("exp"), m, grown)
+    v_keys = s.map(lambda k, i: k + i, k0, s(Iota((bn, 1), 0)))  # [BN, 1]
+    v_ok = s.map(lambda k, n, c, w: k.binary("less", n).binary("and", c.binary("less", w)), v_keys, sk, v_col, width)
+    v = s(Load(2, at("v", lambda k, ks, c, cs: k * ks + c * cs, v_keys, v_key, v_col, v_d), v_ok, 0.0))
+    summed = s.map(lambda t, r, w: t * r + w, total, rescale, s(Reduce("sum", weights)))
+    s(End((grown, summed, s.map(lambda a, r, pv: a * r + pv, acc, rescale, s(Dot(weights, v))))))
+    out_at = s.map(lambda r, w, c: r * w + c, row, width, v_col)
+    if batch_rank:
+        out_at = s.map(lambda b, n, w, o: b * n * w + o, pb, sq, width, out_at)
+    s(Store(0, out_at, s.map(lambda a, t: a / t, acc, total), s.map(lambda c, w: c.binary("less", w), v_col, width)))
+    return TileProgram(tuple(s.steps), max(dq * bn, bn * dv, dq, dv), 3 + len(extras), 1)

@@ -50,6 +50,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return FoldConvAffinePass
 
+    def get_tile_attention() -> type[ModulePass]:
+        from loam.passes.tile_attention import TileAttentionPass
+
+        return TileAttentionPass
+
     def get_tile_rows() -> type[ModulePass]:
         from loam.passes.tile_rows import TileRowsPass
 
@@ -69,6 +74,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "fuse": get_fuse,
         "pack-quantized": get_pack_quantized,
         "fold-conv-affine": get_fold_conv_affine,
+        "tile-attention": get_tile_attention,
         "tile-rows": get_tile_rows,
         "tile-matmul": get_tile_matmul,
     }

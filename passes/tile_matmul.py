@@ -69,11 +69,15 @@ def _is_one(e: Extent) -> bool:
     return _plain(e) == 1
 
 
+def longest(extent: Extent) -> int:
+    """The largest value `extent` takes (its bound where it is symbolic)."""
+    return extent if isinstance(extent, int) else (extent.const_value if extent.is_const else bounds_of(extent).hi)
+
+
 def _block(extent: Extent, cap: int) -> int:
     """The smallest power of two holding every value of `extent`, at most `cap`."""
-    longest = extent if isinstance(extent, int) else (extent.const_value if extent.is_const else bounds_of(extent).hi)
     block = 1
-    while block < min(longest, cap):
+    while block < min(longest(extent), cap):
         block *= 2
     return block
 

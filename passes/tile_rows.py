@@ -24,10 +24,10 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
-from loam.derived import bounds_of
 from loam.dialects.kernel import NormalizeOp, SoftmaxOp, TileProgramOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.dialects.tile_program import TileProgram
+from loam.passes.tile_matmul import longest
 from loam.poly import Poly
 from loam.tile_kernels import layernorm_rows, softmax_rows
 
@@ -39,11 +39,11 @@ def _type(value: object) -> AxesTensorType | None:
 
 def _tile_for(length: Poly, max_tile: int) -> int | None:
     """The tile size for rows of `length` elements, or None when some input could exceed `max_tile`."""
-    longest = length.const_value if length.is_const else bounds_of(length).hi
-    if longest > max_tile:
+    most = longest(length)
+    if most > max_tile:
         return None
     tile = 64
-    while tile < longest:
+    while tile < most:
         tile *= 2
     return tile
 

@@ -176,6 +176,8 @@ def source_tile(program: TileProgram, operands: list[str], results: list[str]) -
             axis_stride = _strides(shape)[step.axis]
             lines.append(f"var t{i}: array<i32, {chunks(n)}>;")
             lines.append(lanes(n, f"t{i}[j] = i32((p / {axis_stride}u) % {shape[step.axis]}u);"))
+        elif isinstance(step, Fill) and shape == ():  # a scalar, as reductions and params are
+            lines.append(f"var t{i}: {dev} = {_literal(step.value, step.elem)};")
         elif isinstance(step, Fill):
             n = size(i)
             lines.append(f"var t{i}: array<{dev}, {chunks(n)}>;")

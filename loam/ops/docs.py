@@ -156,7 +156,7 @@ _FROM_PASSES = {
     "kernel.weight": "every initializer the graph reads (`lower-to-kernel`)",
     "kernel.matmul_packed": "the `pack-quantized` pass: a product of a weight kept in ggml blocks",
     "kernel.gather_packed": "the `pack-quantized` pass: a gather from a weight kept in ggml blocks",
-    "kernel.tile_program": "the `tile-rows` and `tile-matmul` passes (WGSL builds)",
+    "kernel.tile_program": "the `tile-attention`, `tile-rows` and `tile-matmul` passes (WGSL builds)",
 }
 _STRUCTURE = ("kernel.program", "kernel.return", "kernel.yield")
 """Kernel ops that structure a program rather than compute a value."""
