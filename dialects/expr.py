@@ -213,6 +213,8 @@ class _Builder:
             if i not in live:
                 live.add(i)
                 stack.extend(step_args(self.steps[i]))
+        if len(live) == len(self.steps):  # every step read, the root last: the steps as they are
+            return Expr(tuple(self.steps))
         renumber: dict[int, int] = {}
         kept: list[Step] = []
         for i, step in enumerate(self.steps):
