@@ -97,6 +97,8 @@ class Decoder:
             weights = module.Weights.load_file(str(checkpoint), packed=packed)
         except ValueError as e:  # the module's LoadError
             raise GenerateError(f"checkpoint {checkpoint}: {e}") from None
+        if packed and hasattr(module, "set_compiled"):
+            module.set_compiled(True)  # packed products' kernels compiled now, not in the first token
         return cls(module, weights, str(path))
 
     def reset(self) -> None:

@@ -330,6 +330,9 @@ def open_package(folder: str | Path, progress: Callable[[str], None] = lambda _m
         except ValueError as err:  # the module's LoadError names the tensor and the axis
             shown = ", ".join(str(p) for p in spec.sources[source]) if source else "the module"
             raise PackageError(f"stage {stage.spec.name!r}, checkpoint {shown}: {err}") from None
+        if stage.spec.packed and hasattr(stage.module, "set_compiled"):
+            progress(f"{spec.name}: compiling stage {stage.spec.name}'s packed products (numba, where installed)")
+            stage.module.set_compiled(True)  # before the first request, not in it
         stage.inputs = tuple(getattr(stage.module, "INPUTS", ()))
         outputs = getattr(stage.module, "OUTPUTS", None)
         stage.outputs = tuple(outputs) if outputs else ()

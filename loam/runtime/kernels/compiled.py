@@ -14,7 +14,7 @@ with the numpy kernel, which is also the compiled kernels' test oracle (tests/ru
 - `_CompiledKernels`: compiles both on first use in each process (about 1.5 s), and holds each packed
   weight's unpacked form (its integers contiguous, its f16 scales widened once: 24 bytes per Q4 block
   against the file's 18 or 20, 36 per Q8_0 block against 34), made on the weight's first product.
-- `set_compiled(enabled)`: turns the path off (or back on) for the process, e.g. to compare.
+- `set_compiled(enabled)`: turns the path off (or back on, compiling it then) for the process.
 
 Sums are float32 in a different order than the numpy kernel's, so the two agree within float32
 rounding, not bit for bit.  A kernel runs on its caller's thread and releases the GIL, so products
@@ -135,10 +135,13 @@ def _matmul_packed_compiled(rows: np.ndarray, w: np.ndarray) -> np.ndarray | Non
 
 def set_compiled(enabled: bool) -> bool:
     """Let packed products use the compiled kernels (numba, where installed) from now on, in the whole
-    process, or not; returns whether they were on before.  Without numba the numpy kernel runs either way."""
+    process, or not; returns whether they were on before.  Turning them on compiles them now (about
+    1.5 s, once per process) rather than in the first product: a server calls it before its first
+    request.  Without numba the numpy kernel runs either way."""
     if not isinstance(enabled, bool):
         raise ValueError(f"set_compiled: enabled must be True or False, not {enabled!r}")
     before, _CompiledKernels.enabled = _CompiledKernels.enabled, enabled
+    _CompiledKernels.get()
     return before
 
 
