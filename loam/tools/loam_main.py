@@ -141,8 +141,8 @@ def build_parser() -> CliParser:
         help="compile MODEL into a Python module",
         description="Compile MODEL (.onnx, .onnxtext, StableHLO .mlir as JAX prints it, or graph-dialect .mlir) "
         "with its checkpoint "
-        "into one Python module that imports only numpy, and print the build report "
-        "on stderr.",
+        "into one Python module that imports only numpy (and numba, where installed, to compile its "
+        "products over packed GGUF weights), and print the build report on stderr.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
