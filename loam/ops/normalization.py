@@ -13,7 +13,7 @@ from 21.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -71,6 +71,34 @@ def _per_channel_axes(
         assert p is not None
         same_axis(node, x[1], p[0], f"between X's channel axis and {name}")
     return x
+
+
+def _stretched_to_normalised(node: NodeInfo, x: Facts, axis: int, affine: Sequence[tuple[Facts | None, str]]) -> None:
+    """Refuse a scale or bias that cannot broadcast numpy-style to X's axes from `axis` on; owe the
+    equality of each extent it carries with the one it meets where either is symbolic."""
+    trailing = x.shape[axis:]
+    for f, name in affine:
+        if f is not None and (f.rank > len(trailing) or any(
+            d.is_const and t.is_const and d != Poly.const(1) and d != t
+            for d, t in zip(f.shape[::-1], trailing[::-1], strict=False)
+        )):  # fmt: skip
+            raise node.fail(
+                f"{name} of extents [{', '.join(map(str, f.shape))}] does not stretch to the normalised axes"
+            )
+        if f is not None:
+            for d, t in zip(f.shape[::-1], trailing[::-1], strict=False):
+                if d != Poly.const(1) and d != t:
+                    owed.require_equal(t, d, node, f"{name} stretched to the normalised axes")
+
+
+def _meets_trailing_axes(
+    node: NodeInfo, x: tuple[Axis, ...], affine: Iterable[tuple[str, tuple[Axis, ...] | None]]
+) -> None:
+    """A scale or bias broadcast onto X's trailing axes: each axis it carries is the axis it meets."""
+    for what, operand in affine:
+        for i, a in enumerate(reversed(operand or ())):
+            if a.extent != Poly.const(1):
+                same_axis(node, a, x[len(x) - 1 - i], f"where {what} axis {len(operand or ()) - 1 - i} meets X")
 
 
 def _stash(x: Facts) -> str:
@@ -302,19 +330,7 @@ class LayerNormRule(OpRule):
         if x.rank == 0:
             raise node.fail("X must have rank 1 or more")
         axis = norm_axis(node, int(node.attr("axis", -1)), x.rank)
-        trailing = x.shape[axis:]
-        for f, name in ((scale, "Scale"), (bias, "B")):
-            if f is not None and (f.rank > len(trailing) or any(
-                d.is_const and t.is_const and d != Poly.const(1) and d != t
-                for d, t in zip(f.shape[::-1], trailing[::-1], strict=False)
-            )):  # fmt: skip
-                raise node.fail(
-                    f"{name} of extents [{', '.join(map(str, f.shape))}] does not stretch to the normalised axes"
-                )
-            if f is not None:
-                for d, t in zip(f.shape[::-1], trailing[::-1], strict=False):
-                    if d != Poly.const(1) and d != t:
-                        owed.require_equal(t, d, node, f"{name} stretched to the normalised axes")
+        _stretched_to_normalised(node, x, axis, ((scale, "Scale"), (bias, "B")))
         stats_elem = dtypes.by_name(self.stash(node, x.elem.name)[1])
         stats_shape = tuple(d if i < axis else Poly.const(1) for i, d in enumerate(x.shape))
         y = Facts(x.elem, x.shape)
@@ -339,12 +355,7 @@ class LayerNormRule(OpRule):
     ) -> list[tuple[Axis | None, ...]]:
         x = inputs[0]
         assert x is not None
-        # Scale and B broadcast onto X's trailing axes: each axis they carry is the axis it meets.
-        for what, operand in zip(("Scale", "B"), inputs[1:3], strict=False):
-            for i, a in enumerate(reversed(operand or ())):
-                b = x[len(x) - 1 - i]
-                if a.extent != Poly.const(1):
-                    same_axis(node, a, b, f"where {what} axis {len(operand or ()) - 1 - i} meets X")
+        _meets_trailing_axes(node, x, zip(("Scale", "B"), inputs[1:3], strict=False))
         axis = norm_axis(node, int(node.attr("axis", -1)), len(x))
         taken = [a.name for a in x[:axis]]
         stats: list[Axis] = list(x[:axis])
