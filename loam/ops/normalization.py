@@ -1,7 +1,9 @@
-"""Normalisations: BatchNormalization, InstanceNormalization, LayerNormalization, GroupNormalization, LRN.
+"""Normalisations: BatchNormalization, InstanceNormalization, LayerNormalization, RMSNormalization,
+GroupNormalization, LRN.
 
 BatchNormalization at inference is one affine map per channel, so it is composed from existing
-kernels: each parameter regrouped to [C, 1, ...] and one `kernel.zip`.  The others take moments
+kernels: each parameter regrouped to [C, 1, ...] and one `kernel.zip`; so is RMSNormalization (two
+zips around a `kernel.reduce` mean).  The others take moments
 of the data and are library kernels (`kernel.normalize`, `kernel.group_norm`, `kernel.lrn`,
 computed by `loam/runtime/kernels/normalization.py`).
 
@@ -384,6 +386,104 @@ class LayerNormRule(OpRule):
         return results[:n]
 
 
+class RmsNormRule(OpRule):
+    """ONNX RMSNormalization (opset 23): X / sqrt(mean(X^2 over the axes from `axis` on) + epsilon),
+    cast back to X's type, times scale (numpy-style broadcast onto those axes).
+
+    Composed from existing kernels as ONNX's function body composes it: the squares in the stash
+    type by a `kernel.zip`, their mean by a `kernel.reduce`, and one `kernel.zip` for the rest, so
+    both backends compute it and `fuse` may join the squares to what precedes them.  The stash type
+    is f32 (f64 for an f64 X, as for LayerNormalization) or f64 (`stash_type` 11).
+    """
+
+    op_types = ("RMSNormalization",)
+    kernels: tuple[str, ...] = ("kernel.zip", "kernel.reduce")
+    attributes = frozenset({"axis", "epsilon", "stash_type"})
+    first_opset = 23
+    elem_types = FLOATS
+    limitations = "stash_type must be f32 (1) or f64 (11); scale has X's element type"
+
+    def stash(self, node: NodeInfo, elem: str) -> str:
+        """The element type the squares and their mean are computed in."""
+        code = int(node.attr("stash_type", 1))
+        if code not in (1, 11):
+            raise node.unsupported(f"stash_type {code} is not supported (f32 = 1 or f64 = 11)")
+        return "f64" if code == 11 or elem == "f64" else "f32"
+
+    def expressions(self, node: NodeInfo, elem: str) -> tuple[Expr, Expr]:
+        """(the square of operand 0, X; and Y from X, the mean of the squares and scale), in the
+        stash type with X's rounding where ONNX casts back."""
+        from loam.dialects.expr import Expr
+        from loam.ops.lowering import typed_expr
+
+        stash = self.stash(node, elem)
+        compute = "f32" if elem in ("f16", "bf16") else elem  # what typed_expr widens a half to
+        x, mean, scale = Expr.operand(0), Expr.operand(1), Expr.operand(2)
+        xu = x if compute == stash else x.cast(stash)
+        squares = typed_expr(xu * xu, [elem], stash)
+        normalised = xu / (mean + Expr.const(float(node.attr("epsilon", 1e-5)), stash)).unary("sqrt")
+        if stash != compute:
+            normalised = normalised.cast(compute)
+        if elem != compute:  # NormalizedT: rounded to X's half type before the product
+            normalised = normalised.cast(elem).cast(compute)
+        return squares, typed_expr(normalised * scale, [elem, stash, elem], elem)
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        from loam.dialects.expr import evaluate
+
+        require_arity(node, inputs, 2)
+        x, scale = _present(node, inputs, ("X", "scale"))
+        require_elem(node, x, self.elem_types, "X")
+        _same_elem(node, x, [scale], ["scale"])
+        if x.rank == 0:
+            raise node.fail("X must have rank 1 or more")
+        axis = norm_axis(node, int(node.attr("axis", -1)), x.rank)
+        _stretched_to_normalised(node, x, axis, ((scale, "scale"),))
+        value = None
+        if x.value is not None and scale.value is not None:
+            squares, result = self.expressions(node, x.elem.name)
+            stash = dtypes.by_name(self.stash(node, x.elem.name)).numpy
+            mean = np.mean(evaluate(squares, [x.value]), axis=tuple(range(axis, x.rank)), keepdims=True, dtype=stash)
+            folded = evaluate(result, [x.value, mean, scale.value])
+            value = np.broadcast_to(folded, x.value.shape).astype(x.elem.numpy)
+        return [Facts(x.elem, x.shape, value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        x = inputs[0]
+        assert x is not None
+        _meets_trailing_axes(node, x, (("scale", inputs[1]),))
+        return [x]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import ReduceOp, ZipOp
+        from loam.dialects.tensor_axes import AxesTensorType
+        from loam.ops.lowering import axes_type
+
+        x, scale = operands[0], operands[1]
+        assert x is not None and scale is not None
+        t = axes_type(x)
+        axis = norm_axis(node, int(node.attr("axis", -1)), t.rank)
+        stash = self.stash(node, t.elem.name)
+        squares_expr, result_expr = self.expressions(node, t.elem.name)
+        squares = ZipOp([x], squares_expr, AxesTensorType(stash, t.axes), node.name)
+        ctx.emit(squares)
+        taken = [a.name for a in t.axes[:axis]]
+        kept: list[Axis] = list(t.axes[:axis])
+        for a in t.axes[axis:]:
+            kept.append(a if a.extent == Poly.const(1) else unit_axis(taken))
+            taken.append(kept[-1].name)
+        reduced = AxesTensorType(stash, kept)
+        mean = ReduceOp(
+            [squares.result], [reduced], node.name, kind="mean", axes=tuple(range(axis, t.rank)), keepdims=1
+        )
+        ctx.emit(mean)
+        y = ZipOp([x, mean.results[0], scale], result_expr, ctx.result_types[0], node.name)
+        ctx.emit(y)
+        return [y.result]
+
+
 # ---------------------------------------------------------------------------------------------
 # GroupNormalization and LRN
 # ---------------------------------------------------------------------------------------------
@@ -497,4 +597,6 @@ class LrnRule(KeepsAxes):
         return emit_library(ctx, LrnOp([x], ctx.result_types, node.name, **self.params(node)))  # type: ignore[arg-type]
 
 
-RULES: tuple[OpRule, ...] = (BatchNormRule(), InstanceNormRule(), LayerNormRule(), GroupNormRule(), LrnRule())
+RULES: tuple[OpRule, ...] = (
+    BatchNormRule(), InstanceNormRule(), LayerNormRule(), RmsNormRule(), GroupNormRule(), LrnRule(),
+)  # fmt: skip

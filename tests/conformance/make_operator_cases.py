@@ -1102,6 +1102,17 @@ def normalization(rng: np.random.Generator) -> list[Spec]:
         Spec("LayerNormalization", "f16", [In("x", (2, 3, 4), "f16"), In("s", (4,), "f16"), In("b", (4,), "f16")])
     )
     specs.append(Spec("LayerNormalization", "extent1", [In("x", (2, 3, 1)), In("s", (1,)), In("b", (1,))]))
+    for axis in (-1, 1, 0, -2):
+        norm = (2, 3, 4)[axis:]
+        variant = f"axis{axis}".replace("-", "m")
+        specs.append(Spec("RMSNormalization", variant, [In("x", (2, 3, 4)), In("s", norm)], {"axis": axis}, opset=23))
+    rms = [In("x", (2, 3, 4)), In("s", (4,))]
+    specs.append(Spec("RMSNormalization", "scale_stretched", rms, {"axis": 1, "epsilon": 0.1}, opset=23))
+    specs.append(Spec("RMSNormalization", "stash_f64", rms, {"stash_type": 11}, opset=23))
+    for elem in ("f16", "f64"):
+        typed = [In("x", (2, 3, 4), elem), In("s", (4,), elem)]
+        specs.append(Spec("RMSNormalization", elem, typed, opset=23))
+    specs.append(Spec("RMSNormalization", "extent1", [In("x", (2, 3, 1)), In("s", (1,))], opset=23))
     for groups in (1, 2, 4):
         specs.append(
             Spec(
