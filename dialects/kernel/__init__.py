@@ -27,7 +27,7 @@ earlier steps by index; the last step is the result.
 The package splits the dialect by kernel family: `program` (the program, its return, weights and
 constants), `elementwise` (zip, cast), `products` (matmul), `layout` (permute, regroup), `control`
 (if, yield), the library kernels (`library`, their base, then one module per family: `movement`,
-`indexing`, `packed`, `reductions`, `normalization`, `convolution`, each listing its ops in a tuple
+`indexing`, `packed`, `reductions`, `normalization`, `losses`, `convolution`, each listing its ops in a tuple
 the dialect collects) and `tile` (tile programs); `attributes` and `base` hold what the ops share.
 Every public name is imported from here, `loam.dialects.kernel`, which also defines the `Kernel`
 dialect object.
@@ -51,6 +51,7 @@ from loam.dialects.kernel.indexing import (
 )
 from loam.dialects.kernel.layout import PermuteOp, RegroupOp
 from loam.dialects.kernel.library import LibraryOp, Param, param_attr, param_value
+from loam.dialects.kernel.losses import LOSS_OPS, NllLossOp
 from loam.dialects.kernel.movement import MOVEMENT_OPS, ConcatOp, PadOp, SliceOp, SplitOp, TileOp, TriluOp
 from loam.dialects.kernel.normalization import NORMALIZATION_OPS, EinsumOp, GroupNormOp, LrnOp, NormalizeOp
 from loam.dialects.kernel.packed import PACKED_OPS, GatherPackedOp, MatmulPackedOp
@@ -76,6 +77,7 @@ Kernel = Dialect(
         *PACKED_OPS,
         *REDUCE_OPS,
         *NORMALIZATION_OPS,
+        *LOSS_OPS,
         *CONV_OPS,
         *CONTROL_OPS,
         TileProgramOp,
@@ -88,6 +90,7 @@ __all__ = [
     "CONTROL_OPS",
     "CONV_OPS",
     "INDEXING_OPS",
+    "LOSS_OPS",
     "MOVEMENT_OPS",
     "NORMALIZATION_OPS",
     "PACKED_OPS",
@@ -112,6 +115,7 @@ __all__ = [
     "LrnOp",
     "MatmulOp",
     "MatmulPackedOp",
+    "NllLossOp",
     "NormalizeOp",
     "PadOp",
     "Param",

@@ -1113,6 +1113,33 @@ def normalization(rng: np.random.Generator) -> list[Spec]:
         typed = [In("x", (2, 3, 4), elem), In("s", (4,), elem)]
         specs.append(Spec("RMSNormalization", elem, typed, opset=23))
     specs.append(Spec("RMSNormalization", "extent1", [In("x", (2, 3, 1)), In("s", (1,))], opset=23))
+    # Losses: targets chosen (one of them ignore_index 2 where a case sets it), weights random.
+    targets = np.array([[0, 2, 1], [2, 3, 0]], np.int64)
+    for op in ("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"):
+        for reduction in ("none", "sum", "mean"):
+            for weighted in (False, True):
+                for ignore in (None, 2):
+                    ins = [In("x", (2, 4, 3)), In("t", (2, 3), "i64", targets)] + ([In("w", (4,))] if weighted else [])
+                    attrs: dict[str, Any] = {"reduction": reduction}
+                    if ignore is not None:
+                        attrs["ignore_index"] = ignore
+                    variant = f"{reduction}{'_weight' if weighted else ''}{'_ii' if ignore is not None else ''}"
+                    specs.append(Spec(op, variant, ins, attrs, opset=13))
+        specs.append(Spec(op, "NC", [In("x", (3, 5)), In("t", (3,), "i64", np.array([4, 0, 2], np.int64))], opset=13))
+        for elem in ("f16", "f64"):
+            ins = [In("x", (2, 4, 3), elem), In("t", (2, 3), "i64", targets), In("w", (4,), elem)]
+            specs.append(Spec(op, elem, ins, {"ignore_index": 3}, opset=13))
+        i32 = [In("x", (2, 4, 3)), In("t", (2, 3), "i32", targets.astype(np.int32))]
+        specs.append(Spec(op, "i32_target", i32, opset=13))
+    specs.append(
+        Spec(
+            "SoftmaxCrossEntropyLoss",
+            "log_prob",
+            [In("x", (2, 4, 3)), In("t", (2, 3), "i64", targets)],
+            outputs=2,
+            opset=13,
+        )
+    )
     for groups in (1, 2, 4):
         specs.append(
             Spec(

@@ -19,6 +19,7 @@ from loam.runtime.kernels import (
     conv,
     elementwise,
     indexing,
+    losses,
     movement,
     normalization,
     products,
@@ -26,7 +27,7 @@ from loam.runtime.kernels import (
     reduce,
 )
 
-FAMILIES = (common, elementwise, movement, indexing, reduce, normalization, conv, products, compiled, quantized)
+FAMILIES = (common, elementwise, movement, indexing, reduce, normalization, losses, conv, products, compiled, quantized)
 
 PIECES: dict[str, object] = {name: piece for family in FAMILIES for name, piece in family.PIECES.items()}
 DEPENDS: dict[str, tuple[str, ...]] = {name: deps for family in FAMILIES for name, deps in family.DEPENDS.items()}
