@@ -274,7 +274,7 @@ class WgslKernelPrinter:
         name = op.kernel_name
         p = op.params
         if any(axes_type(v, "operand").elem.name == "i64" for v in [*op.operands, *op.results]) and (
-            name in ("cumsum", "einsum") or (name == "reduce" and p["kind"] not in ("max", "min"))
+            name in ("cumsum", "cumprod", "einsum") or (name == "reduce" and p["kind"] not in ("max", "min"))
             or (name == "scatter_elements" and p.get("reduction", "none") in ("add", "mul"))
         ):  # fmt: skip
             raise UnsupportedError(

@@ -377,17 +377,19 @@ def _p_arg_reduce(
     return (lines, extent, inner, 1 if select_last_index else 0), lines
 
 
-# -- cumsum ----------------------------------------------------------------------------------------
+# -- cumsum, cumprod -------------------------------------------------------------------------------
 
 
-def source_cumsum(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
-    """CumSum along one axis: one invocation per line, summing in order (numpy's cumsum is sequential
-    too); f32 for floats (halves rounded on the way out), i32 for integers.  `axis`, `exclusive`
-    and `reverse` come through the params."""
+def _source_cumulative(operands: list[tuple[str, int]], results: list[tuple[str, int]], product: bool) -> str:
+    """Running sums (products) along one axis: one invocation per line, in order (numpy's cumsum and
+    cumprod are sequential too); f32 for floats (halves rounded on the way out), i32 for integers.
+    `axis`, `exclusive` and `reverse` come through the params."""
     elem, out_elem = operands[0][0], results[0][0]
     dt = device_type(elem)
+    what = "cumprod" if product else "cumsum"
     if dt == "u32":
-        raise UnsupportedError(f"WGSL cumsum: element type {elem} is not a number")
+        raise UnsupportedError(f"WGSL {what}: element type {elem} is not a number")
+    step = "acc = acc * x;" if product else "acc = acc + x;"
     body = FLAT + (
         "  let live = i < params[0];\n"
         "  let n = select(0u, params[1], live);\n"
@@ -395,15 +397,15 @@ def source_cumsum(operands: list[tuple[str, int]], results: list[tuple[str, int]
         "  let base = (i / inner) * n * inner + i % inner;\n"
         "  let exclusive = params[3] != 0u;\n"
         "  let reverse = params[4] != 0u;\n"
-        f"  var acc = {dt}(0);\n"
+        f"  var acc = {dt}({int(product)});\n"
         "  for (var t = 0u; t < n; t = t + 1u) {\n"
         "    let o = base + select(t, n - 1u - t, reverse) * inner;\n"
         "    let x = in0[o];\n"
         "    if (exclusive) {\n"
         f"      out0[o] = {narrow(out_elem, 'acc')};\n"
-        "      acc = acc + x;\n"
+        f"      {step}\n"
         "    } else {\n"
-        "      acc = acc + x;\n"
+        f"      {step}\n"
         f"      out0[o] = {narrow(out_elem, 'acc')};\n"
         "    }\n"
         "  }\n"
@@ -411,15 +413,32 @@ def source_cumsum(operands: list[tuple[str, int]], results: list[tuple[str, int]
     return kernel([out_elem], [elem], body)
 
 
+def source_cumsum(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """CumSum along one axis (`_source_cumulative`)."""
+    return _source_cumulative(operands, results, product=False)
+
+
+def source_cumprod(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """CumProd along one axis (`_source_cumulative`)."""
+    return _source_cumulative(operands, results, product=True)
+
+
 def _p_cumsum(
     shapes: tuple[tuple[int, ...], ...], axis: int, exclusive: int, reverse: int
 ) -> tuple[tuple[int, ...], int]:
-    """The cumsum kernel's params (lines, extent, inner, exclusive, reverse) and its workgroups
-    (64 lines each)."""
+    """The cumsum (and cumprod) kernel's params (lines, extent, inner, exclusive, reverse) and its
+    workgroups (64 lines each)."""
     lines, extent, inner = _lines(tuple(shapes[0]), axis)
     if extent == 0:
         lines = 0
     return (lines, extent, inner, 1 if exclusive else 0, 1 if reverse else 0), (lines + 63) // 64
+
+
+def _p_cumprod(
+    shapes: tuple[tuple[int, ...], ...], axis: int, exclusive: int, reverse: int
+) -> tuple[tuple[int, ...], int]:
+    """The cumprod kernel's params: the cumsum kernel's."""
+    return _p_cumsum(shapes, axis, exclusive, reverse)
 
 
 # -- topk ------------------------------------------------------------------------------------------
@@ -516,10 +535,11 @@ PIECES: dict[str, object] = {
     "_lines": _lines,
     "_p_arg_reduce": _p_arg_reduce,
     "_p_cumsum": _p_cumsum,
+    "_p_cumprod": _p_cumprod,
     "_p_topk": _p_topk,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
-    "_p_arg_reduce": ("_lines",), "_p_cumsum": ("_lines",), "_p_reduce": ("_row_block",),
+    "_p_arg_reduce": ("_lines",), "_p_cumsum": ("_lines",), "_p_cumprod": ("_p_cumsum",), "_p_reduce": ("_row_block",),
     "_p_softmax": ("_row_block",), "_p_topk": ("_lines",),
 }  # fmt: skip
 SOURCES: dict[str, object] = {
@@ -527,5 +547,6 @@ SOURCES: dict[str, object] = {
     "reduce": source_reduce,
     "arg_reduce": source_arg_reduce,
     "cumsum": source_cumsum,
+    "cumprod": source_cumprod,
     "topk": source_topk,
 }

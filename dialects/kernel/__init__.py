@@ -57,7 +57,16 @@ from loam.dialects.kernel.normalization import NORMALIZATION_OPS, EinsumOp, Grou
 from loam.dialects.kernel.packed import PACKED_OPS, GatherPackedOp, MatmulPackedOp
 from loam.dialects.kernel.products import MatmulOp
 from loam.dialects.kernel.program import ConstantOp, ProgramOp, ReturnOp, WeightOp
-from loam.dialects.kernel.reductions import REDUCE_KINDS, REDUCE_OPS, ArgReduceOp, CumSumOp, ReduceOp, SoftmaxOp, TopKOp
+from loam.dialects.kernel.reductions import (
+    REDUCE_KINDS,
+    REDUCE_OPS,
+    ArgReduceOp,
+    CumProdOp,
+    CumSumOp,
+    ReduceOp,
+    SoftmaxOp,
+    TopKOp,
+)
 from loam.dialects.kernel.tile import TileProgramOp
 
 Kernel = Dialect(
@@ -102,6 +111,7 @@ __all__ = [
     "ConstantOp",
     "ConvOp",
     "ConvTransposeOp",
+    "CumProdOp",
     "CumSumOp",
     "EinsumOp",
     "ExprAttr",

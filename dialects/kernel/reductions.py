@@ -1,5 +1,5 @@
 """Library kernels that reduce along axes: ONNX's Reduce* (`REDUCE_KINDS`), ArgMax/ArgMin, TopK,
-CumSum and the softmax family, listed in `REDUCE_OPS`.
+CumSum, CumProd and the softmax family, listed in `REDUCE_OPS`.
 """
 
 from __future__ import annotations
@@ -74,6 +74,17 @@ class CumSumOp(LibraryOp):
 
 
 @irdl_op_definition
+class CumProdOp(LibraryOp):
+    """ONNX CumProd along `axis`, `exclusive` (each product leaves its own element out) and/or `reverse`."""
+
+    name = "kernel.cumprod"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int, "exclusive": int, "reverse": int}
+
+    def verify_kernel(self) -> None:
+        check_axes(self, (self.param("axis"),), kernel_rank(self, self.inputs[0]))
+
+
+@irdl_op_definition
 class SoftmaxOp(LibraryOp):
     """ONNX Softmax/LogSoftmax/Hardmax (`kind`), normalising over the `axes` jointly.
 
@@ -90,4 +101,4 @@ class SoftmaxOp(LibraryOp):
         check_axes(self, self.param("axes"), kernel_rank(self, self.inputs[0]))
 
 
-REDUCE_OPS: tuple[type[LibraryOp], ...] = (ReduceOp, ArgReduceOp, TopKOp, CumSumOp, SoftmaxOp)
+REDUCE_OPS: tuple[type[LibraryOp], ...] = (ReduceOp, ArgReduceOp, TopKOp, CumSumOp, CumProdOp, SoftmaxOp)

@@ -37,7 +37,14 @@ from loam.ops.operands import (
     require_elem,
 )
 from loam.poly import Poly
-from loam.runtime.kernels.reduce import kernel_arg_reduce, kernel_cumsum, kernel_reduce, kernel_softmax, kernel_topk
+from loam.runtime.kernels.reduce import (
+    kernel_arg_reduce,
+    kernel_cumprod,
+    kernel_cumsum,
+    kernel_reduce,
+    kernel_softmax,
+    kernel_topk,
+)
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -371,10 +378,11 @@ class TopKRule(OpRule):
 
 
 class CumSumRule(KeepsAxes):
-    """ONNX CumSum: running sums along the axis input (known at build time), exclusive and/or reverse."""
+    """ONNX CumSum (and CumProd, opset 26): running sums (products) along the axis input (known at
+    build time), exclusive and/or reverse."""
 
-    op_types = ("CumSum",)
-    kernels: tuple[str, ...] = ("kernel.cumsum",)
+    op_types = ("CumSum", "CumProd")
+    kernels: tuple[str, ...] = ("kernel.cumsum", "kernel.cumprod")
     attributes = frozenset({"exclusive", "reverse"})
     first_opset = 11
     elem_types = (*FLOATS, *INTS)
@@ -396,16 +404,18 @@ class CumSumRule(KeepsAxes):
         if x.rank == 0:
             raise node.fail("the input must have rank 1 or more")
         params = self.params(node, known_ints(node, inputs[1], "axis", INDEX_TYPES), x.rank)
-        value = kernel_cumsum(x.value, **params) if x.value is not None and not is_symbolic(x) else None
+        kernel = kernel_cumprod if node.op_type == "CumProd" else kernel_cumsum
+        value = kernel(x.value, **params) if x.value is not None and not is_symbolic(x) else None
         return [Facts(x.elem, x.shape, value)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.dialects.kernel import CumSumOp
+        from loam.dialects.kernel import CumProdOp, CumSumOp
 
         x = operands[0]
         assert x is not None
         params = self.params(node, ints_of(node, operand_facts(operands), 1, "axis", INDEX_TYPES), len(x.type.axes))  # type: ignore[attr-defined]
-        return emit_library(ctx, CumSumOp([x], ctx.result_types, node.name, **params))
+        kernel_op = CumProdOp if node.op_type == "CumProd" else CumSumOp
+        return emit_library(ctx, kernel_op([x], ctx.result_types, node.name, **params))
 
 
 SOFTMAX_KINDS: dict[str, str] = {"Softmax": "softmax", "LogSoftmax": "log_softmax", "Hardmax": "hardmax"}

@@ -681,6 +681,14 @@ def indexing(rng: np.random.Generator) -> list[Spec]:
     specs.append(Spec("CumSum", "negative_axis", [In("x", (2, 3, 4)), Known("a", np.array(-3, np.int32))]))
     specs.append(Spec("CumSum", "i32", [In("x", (5,), "i32"), Known("a", np.array(0, np.int64))]))
     specs.append(Spec("CumSum", "i64", [In("x", (2, 3), "i64"), Known("a", np.array(1, np.int64))]))
+    for exclusive in (0, 1):
+        for reverse in (0, 1):
+            variant = f"e{exclusive}_r{reverse}"
+            attrs = {"exclusive": exclusive, "reverse": reverse}
+            axis = Known("a", np.array(1, np.int64))
+            specs.append(Spec("CumProd", variant, [In("x", (3, 4)), axis], attrs, opset=26))
+    specs.append(Spec("CumProd", "f16", [In("x", (2, 5), "f16"), Known("a", np.array(-1, np.int32))], opset=26))
+    specs.append(Spec("CumProd", "i32", [In("x", (5,), "i32"), Known("a", np.array(0, np.int64))], opset=26))
     return specs
 
 

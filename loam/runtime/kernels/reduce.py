@@ -101,20 +101,30 @@ def kernel_topk(x: np.ndarray, k: int, axis: int, largest: int, sorted: int) -> 
     return np.take_along_axis(x, index, axis=axis), np.asarray(index, dtype=np.int64)
 
 
-def kernel_cumsum(x: np.ndarray, axis: int, exclusive: int, reverse: int) -> np.ndarray:
-    """ONNX CumSum along `axis`; `exclusive` leaves each element out of its own sum."""
+def _cumulative(x: np.ndarray, axis: int, exclusive: int, reverse: int, product: bool) -> np.ndarray:
+    """Running sums (or products) along `axis`; `exclusive` leaves each element out of its own."""
     x = np.asarray(x)
     w = widened(x)
     if reverse:
         w = np.flip(w, axis)
-    y = np.cumsum(w, axis=axis, dtype=w.dtype)
+    y = (np.cumprod if product else np.cumsum)(w, axis=axis, dtype=w.dtype)
     n = w.shape[axis]
     if exclusive and n > 0:
-        head = np.zeros_like(np.take(y, [0], axis=axis))
+        head = (np.ones_like if product else np.zeros_like)(np.take(y, [0], axis=axis))
         y = np.concatenate([head, np.take(y, np.arange(n - 1), axis=axis)], axis=axis)
     if reverse:
         y = np.flip(y, axis)
     return narrowed(np.ascontiguousarray(y), x.dtype)
+
+
+def kernel_cumsum(x: np.ndarray, axis: int, exclusive: int, reverse: int) -> np.ndarray:
+    """ONNX CumSum along `axis`; `exclusive` leaves each element out of its own sum."""
+    return _cumulative(x, axis, exclusive, reverse, product=False)
+
+
+def kernel_cumprod(x: np.ndarray, axis: int, exclusive: int, reverse: int) -> np.ndarray:
+    """ONNX CumProd along `axis`; `exclusive` leaves each element out of its own product (1 first)."""
+    return _cumulative(x, axis, exclusive, reverse, product=True)
 
 
 def kernel_softmax(x: np.ndarray, kind: str, axes: tuple[int, ...]) -> np.ndarray:
@@ -172,13 +182,17 @@ PIECES: dict[str, object] = {
     "_softmax": _softmax,
     "kernel_arg_reduce": kernel_arg_reduce,
     "kernel_topk": kernel_topk,
+    "_cumulative": _cumulative,
     "kernel_cumsum": kernel_cumsum,
+    "kernel_cumprod": kernel_cumprod,
     "kernel_softmax": kernel_softmax,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_reduce": ("widened", "narrowed"),
     "kernel_arg_reduce": ("widened",),
     "kernel_topk": ("widened",),
-    "kernel_cumsum": ("widened", "narrowed"),
+    "_cumulative": ("widened", "narrowed"),
+    "kernel_cumsum": ("_cumulative",),
+    "kernel_cumprod": ("_cumulative",),
     "kernel_softmax": ("widened", "narrowed"),
 }
