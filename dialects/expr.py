@@ -32,7 +32,7 @@ UNARY_OPS: frozenset[str] = frozenset(
         "neg", "abs", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "reciprocal", "floor",
         "ceil", "round", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
         "acosh", "atanh", "erf", "sign", "softplus", "softsign", "identity", "not", "isnan",
-        "isinf",
+        "isinf", "bitnot",
     }
 )  # fmt: skip
 """Unary step operators: ONNX's elementwise unary operators, lower-cased, and `not` (logical),
@@ -41,12 +41,14 @@ UNARY_OPS: frozenset[str] = frozenset(
 BINARY_OPS: frozenset[str] = frozenset(
     {
         "add", "sub", "mul", "div", "pow", "max", "min", "mod", "fmod", "equal", "less",
-        "less_equal", "greater", "greater_equal", "and", "or", "xor", "shl", "shr",
+        "less_equal", "greater", "greater_equal", "and", "or", "xor", "shl", "shr", "bitand", "bitor",
+        "bitxor",
     }
 )  # fmt: skip
 """Binary step operators.  `div` truncates toward zero on integers; `pow` keeps the base's type;
 `mod` takes the divisor's sign, `fmod` the dividend's; comparisons and `and`/`or`/`xor` produce bool;
-`shl`/`shr` shift unsigned integers."""
+`shl`/`shr` shift unsigned integers; `bitand`/`bitor`/`bitxor` (and the unary `bitnot`) act on the
+bits of integers, keeping the operands' type."""
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,10 @@ _FLOAT_UNARY = {
     "softplus": "softplus_({0})", "softsign": "(({0}) / (1.0 + abs({0})))", "identity": "{0}",
     "isnan": "select(0u, 1u, is_nan({0}))", "isinf": "select(0u, 1u, is_inf({0}))",
 }  # fmt: skip
-_INT_UNARY = {"neg": "-({0})", "abs": "abs({0})", "relu": "max({0}, 0)", "sign": "sign({0})", "identity": "{0}"}
+_INT_UNARY = {
+    "neg": "-({0})", "abs": "abs({0})", "relu": "max({0}, 0)", "sign": "sign({0})", "identity": "{0}",
+    "bitnot": "(~({0}))",
+}  # fmt: skip
 _FLOAT_BINARY = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
     "pow": "pow_({0}, {1})", "max": "max_({0}, {1})", "min": "min_({0}, {1})", "mod": "mod_f({0}, {1})",
@@ -132,6 +135,7 @@ _INT_BINARY = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "div_i({0}, {1})",
     "max": "max({0}, {1})", "min": "min({0}, {1})", "mod": "mod_i({0}, {1})", "fmod": "fmod_i({0}, {1})",
     "pow": "pow_i({0}, {1})", "shl": "shl_i({0}, {1}, {2})", "shr": "shr_i({0}, {1}, {2})",
+    "bitand": "({0} & {1})", "bitor": "({0} | {1})", "bitxor": "({0} ^ {1})",
 }  # fmt: skip
 _SHIFT_WIDTH = {"i8": 8, "ui8": 8, "i16": 16, "ui16": 16, "i32": 32}
 """The widths `shl`/`shr` shift within (an i64 held in i32 would lose its high bits: refused)."""

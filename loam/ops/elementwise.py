@@ -522,6 +522,7 @@ def _unary_rules() -> list[OpRule]:
     ]
     rules += [
         UnaryRule("Not", _step("not"), ("bool",)),
+        UnaryRule("BitwiseNot", _step("bitnot"), INTS + UINTS, first_opset=18),
         UnaryRule("IsNaN", _step("isnan"), FLOATS, boolean=True, first_opset=9),
         UnaryRule(
             "IsInf", _is_inf, FLOATS, boolean=True, attributes=frozenset({"detect_positive", "detect_negative"}),
@@ -878,6 +879,9 @@ RULES: tuple[OpRule, ...] = (
     BinaryRule("And", "and", _LOGIC, boolean=True),
     BinaryRule("Or", "or", _LOGIC, boolean=True),
     BinaryRule("Xor", "xor", _LOGIC, boolean=True),
+    BinaryRule("BitwiseAnd", "bitand", INTS + UINTS, legacy=False, first_opset=18),
+    BinaryRule("BitwiseOr", "bitor", INTS + UINTS, legacy=False, first_opset=18),
+    BinaryRule("BitwiseXor", "bitxor", INTS + UINTS, legacy=False, first_opset=18),
     BitShiftRule(),
     VariadicRule("Max", "max", NUMERIC),
     VariadicRule("Min", "min", NUMERIC),

@@ -289,6 +289,18 @@ def elementwise(rng: np.random.Generator) -> list[Spec]:
     for op in ("And", "Or", "Xor"):
         specs.append(Spec(op, "same", [In("a", (3, 4), "bool"), In("b", (3, 4), "bool")]))
         specs.append(Spec(op, "bcast", [In("a", (2, 3, 4), "bool"), In("b", (4,), "bool")]))
+    signed = arr([-128, -1, 0, 1, 127, 85], "i8")
+    unsigned = arr([0, 1, 127, 128, 255, 170], "ui8")
+    for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor"):
+        for dt in ("i32", "i64"):
+            specs.append(Spec(op, dt, [In("a", (3, 4), dt), In("b", (4,), dt)], opset=18))
+        specs.append(Spec(op, "i8", [In("a", (6,), "i8", signed), In("b", (6,), "i8", signed[::-1].copy())], opset=18))
+        specs.append(
+            Spec(op, "ui8", [In("a", (6,), "ui8", unsigned), In("b", (6,), "ui8", unsigned[::-1].copy())], opset=18)
+        )
+    for dt, values in (("i8", signed), ("ui8", unsigned)):
+        specs.append(Spec("BitwiseNot", dt, [In("x", (6,), dt, values)], opset=18))
+    specs.append(Spec("BitwiseNot", "i64", [In("x", (2, 3), "i64")], opset=18))
     for direction in ("LEFT", "RIGHT"):
         specs.append(
             Spec(

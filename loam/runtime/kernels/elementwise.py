@@ -220,14 +220,15 @@ UNARY_SOURCE: dict[str, str] = {
     "tan": "np.tan", "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan", "sinh": "np.sinh",
     "cosh": "np.cosh", "asinh": "np.arcsinh", "acosh": "np.arccosh", "atanh": "np.arctanh",
     "erf": "_erf", "sign": "np.sign", "softplus": "_softplus", "softsign": "_softsign", "identity": "",
-    "not": "np.logical_not", "isnan": "np.isnan", "isinf": "np.isinf",
+    "not": "np.logical_not", "isnan": "np.isnan", "isinf": "np.isinf", "bitnot": "np.invert",
 }  # fmt: skip
 BINARY_SOURCE: dict[str, str] = {
     "add": "np.add", "sub": "np.subtract", "mul": "np.multiply", "div": "_div", "pow": "_pow",
     "max": "np.maximum", "min": "np.minimum", "mod": "_mod", "fmod": "np.fmod", "equal": "np.equal",
     "less": "np.less", "less_equal": "np.less_equal", "greater": "np.greater",
     "greater_equal": "np.greater_equal", "and": "np.logical_and", "or": "np.logical_or",
-    "xor": "np.logical_xor", "shl": "_shl", "shr": "_shr",
+    "xor": "np.logical_xor", "shl": "_shl", "shr": "_shr", "bitand": "np.bitwise_and",
+    "bitor": "np.bitwise_or", "bitxor": "np.bitwise_xor",
 }  # fmt: skip
 
 
