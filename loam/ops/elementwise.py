@@ -443,6 +443,11 @@ def _leaky_relu(node: NodeInfo, x: Expr, elem: str) -> Expr:
     return Expr.select(x.binary("less", zero), x * Expr.const(float_attr(node, "alpha", 0.01), elem), x)
 
 
+def _thresholded_relu(node: NodeInfo, x: Expr, elem: str) -> Expr:
+    alpha = Expr.const(float_attr(node, "alpha", 1.0), elem)
+    return Expr.select(x.binary("greater", alpha), x, Expr.const(0.0, elem))
+
+
 def _elu(node: NodeInfo, x: Expr, elem: str) -> Expr:
     zero, one = Expr.const(0.0, elem), Expr.const(1.0, elem)
     alpha = Expr.const(float_attr(node, "alpha", 1.0), elem)
@@ -529,6 +534,7 @@ def _unary_rules() -> list[OpRule]:
             first_opset=10,
         ),
         UnaryRule("LeakyRelu", _leaky_relu, FLOATS, attributes=frozenset({"alpha"})),
+        UnaryRule("ThresholdedRelu", _thresholded_relu, FLOATS, attributes=frozenset({"alpha"}), first_opset=10),
         UnaryRule("Elu", _elu, FLOATS, attributes=frozenset({"alpha"})),
         UnaryRule("Selu", _selu, FLOATS, attributes=frozenset({"alpha", "gamma"})),
         UnaryRule("Celu", _celu, FLOATS, attributes=frozenset({"alpha"}), first_opset=12),
