@@ -1,9 +1,9 @@
 """Normalisations: BatchNormalization, InstanceNormalization, LayerNormalization, RMSNormalization,
-GroupNormalization, LRN.
+LpNormalization, GroupNormalization, LRN.
 
 BatchNormalization at inference is one affine map per channel, so it is composed from existing
-kernels: each parameter regrouped to [C, 1, ...] and one `kernel.zip`; so is RMSNormalization (two
-zips around a `kernel.reduce` mean).  The others take moments
+kernels: each parameter regrouped to [C, 1, ...] and one `kernel.zip`; so are RMSNormalization (two
+zips around a `kernel.reduce` mean) and LpNormalization (a norm and a quotient).  The others take moments
 of the data and are library kernels (`kernel.normalize`, `kernel.group_norm`, `kernel.lrn`,
 computed by `loam/runtime/kernels/normalization.py`).
 
@@ -484,6 +484,73 @@ class RmsNormRule(OpRule):
         return [y.result]
 
 
+class LpNormRule(OpRule):
+    """ONNX LpNormalization: x / (sum of |x|^p along `axis`)^(1/p), p 1 or 2, and 0 where that norm
+    is 0 (as onnxruntime and ONNX's reference give).
+
+    Composed from existing kernels: the norm by a `kernel.reduce` (l1 or l2, the axis kept) and one
+    `kernel.zip` for the quotient, so both backends compute it.
+    """
+
+    op_types = ("LpNormalization",)
+    kernels: tuple[str, ...] = ("kernel.reduce", "kernel.zip")
+    attributes = frozenset({"axis", "p"})
+    elem_types = FLOATS
+
+    def params(self, node: NodeInfo, rank: int) -> tuple[int, str]:
+        """(the axis, the reduction: l1 or l2)."""
+        axis = norm_axis(node, int(node.attr("axis", -1)), rank)
+        return axis, {1: "l1", 2: "l2"}[int_attr(node, "p", 2, (1, 2))]
+
+    @staticmethod
+    def quotient(elem: str) -> Expr:
+        """x (operand 0) over its norm (operand 1), 0 where the norm is 0."""
+        from loam.dialects.expr import Expr
+        from loam.ops.lowering import typed_expr
+
+        x, norm = Expr.operand(0), Expr.operand(1)
+        zero = Expr.const(0.0, "f32" if elem in ("f16", "bf16") else elem)
+        return typed_expr(Expr.select(norm.binary("equal", zero), zero, x / norm), [elem, elem], elem)
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        from loam.dialects.expr import evaluate
+        from loam.runtime.kernels.reduce import kernel_reduce
+
+        require_arity(node, inputs, 1)
+        (x,) = _present(node, inputs, ("input",))
+        require_elem(node, x, self.elem_types, "the input")
+        if x.rank == 0:
+            raise node.fail("the input must have rank 1 or more")
+        axis, kind = self.params(node, x.rank)
+        value = None
+        if x.value is not None:
+            norm = kernel_reduce(x.value, kind=kind, axes=(axis,), keepdims=1)
+            value = np.asarray(evaluate(self.quotient(x.elem.name), [x.value, norm])).astype(x.elem.numpy)
+        return [Facts(x.elem, x.shape, value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        return [inputs[0]]  # type: ignore[list-item]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import ReduceOp, ZipOp
+        from loam.dialects.tensor_axes import AxesTensorType
+        from loam.ops.lowering import axes_type
+
+        x = operands[0]
+        assert x is not None
+        t = axes_type(x)
+        axis, kind = self.params(node, t.rank)
+        taken = [a.name for a in t.axes]
+        kept = [a if i != axis or a.extent == Poly.const(1) else unit_axis(taken) for i, a in enumerate(t.axes)]
+        norm = ReduceOp([x], [AxesTensorType(t.elem, kept)], node.name, kind=kind, axes=(axis,), keepdims=1)
+        ctx.emit(norm)
+        y = ZipOp([x, norm.results[0]], self.quotient(t.elem.name), ctx.result_types[0], node.name)
+        ctx.emit(y)
+        return [y.result]
+
+
 # ---------------------------------------------------------------------------------------------
 # GroupNormalization and LRN
 # ---------------------------------------------------------------------------------------------
@@ -598,5 +665,5 @@ class LrnRule(KeepsAxes):
 
 
 RULES: tuple[OpRule, ...] = (
-    BatchNormRule(), InstanceNormRule(), LayerNormRule(), RmsNormRule(), GroupNormRule(), LrnRule(),
+    BatchNormRule(), InstanceNormRule(), LayerNormRule(), RmsNormRule(), LpNormRule(), GroupNormRule(), LrnRule(),
 )  # fmt: skip

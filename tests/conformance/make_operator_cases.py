@@ -1136,6 +1136,14 @@ def normalization(rng: np.random.Generator) -> list[Spec]:
         typed = [In("x", (2, 3, 4), elem), In("s", (4,), elem)]
         specs.append(Spec("RMSNormalization", elem, typed, opset=23))
     specs.append(Spec("RMSNormalization", "extent1", [In("x", (2, 3, 1)), In("s", (1,))], opset=23))
+    zero_row = arr([[0, 0, 0, 0], [3, -4, 0, 1], [1, 2, -2, 0]], "f32")
+    for norm in (1, 2):
+        for axis in (0, 1, -1):
+            variant = f"p{norm}_axis{axis}".replace("-", "m")
+            attrs = {"p": norm, "axis": axis}
+            specs.append(Spec("LpNormalization", variant, [In("x", (3, 4), "f32", zero_row)], attrs))
+    specs.append(Spec("LpNormalization", "default_3d", [In("x", (2, 3, 4))]))
+    specs.append(Spec("LpNormalization", "f16", [In("x", (2, 5), "f16")], {"p": 1}))
     # Losses: targets chosen (one of them ignore_index 2 where a case sets it), weights random.
     targets = np.array([[0, 2, 1], [2, 3, 0]], np.int64)
     for op in ("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"):
