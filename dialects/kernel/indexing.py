@@ -119,4 +119,19 @@ class RangeOp(LibraryOp):
         require(self, outs[0] is None or len(outs[0]) == 1, "the result has rank 1")
 
 
-INDEXING_OPS: tuple[type[LibraryOp], ...] = (GatherOp, GatherElementsOp, ScatterElementsOp, ScatterNDOp, RangeOp)
+@irdl_op_definition
+class OneHotOp(LibraryOp):
+    """ONNX OneHot: `values[1]` where position i along the new axis `axis` (of `depth` positions)
+    is the index there, `values[0]` elsewhere; a negative index counts from `depth`, one outside
+    [-depth, depth) matches no position.
+
+    Example: `%y = kernel.one_hot(%i, %v) {node = "oh", depth = 10 : i64, axis = 1 : i64} : (I, V) -> Y`
+    """
+
+    name = "kernel.one_hot"
+    PARAMS: ClassVar[dict[str, type]] = {"depth": int, "axis": int}
+
+
+INDEXING_OPS: tuple[type[LibraryOp], ...] = (
+    GatherOp, GatherElementsOp, ScatterElementsOp, ScatterNDOp, RangeOp, OneHotOp,
+)  # fmt: skip

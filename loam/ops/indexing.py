@@ -28,6 +28,7 @@ from loam.ops.operands import (
     emit_library,
     facts,
     given,
+    is_symbolic,
     known_extents,
     norm_axis,
     operand_facts,
@@ -37,12 +38,15 @@ from loam.poly import Poly
 from loam.runtime.kernels.indexing import (
     kernel_gather,
     kernel_gather_elements,
+    kernel_one_hot,
     kernel_scatter_elements,
     kernel_scatter_nd,
 )
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
+
+    from loam.dialects.tensor_axes import Axis
 
 
 def _indices(node: NodeInfo, f: Facts) -> None:
@@ -483,6 +487,61 @@ class ConstantOfShapeRule(OpRule):
         return [op.result]
 
 
+class OneHotRule(OpRule):
+    """ONNX OneHot (opset 9 on): a new axis of `depth` positions at `axis`, `values[1]` where the
+    position is the index and `values[0]` elsewhere.  depth must be known at build time (it is an
+    extent); indices and values may come at run time."""
+
+    op_types = ("OneHot",)
+    kernels: tuple[str, ...] = ("kernel.one_hot",)
+    attributes = frozenset({"axis"})
+    first_opset = 9
+    elem_types = tuple(e for e in MOVABLE if e != "bool")
+    limitations = "depth must be known at build time; a float index is truncated toward zero"
+
+    def depth(self, node: NodeInfo, f: Facts | None) -> int:
+        if f is None or f.value is None or is_symbolic(f):
+            raise node.unsupported("depth must be known at build time (a Constant or an initializer)")
+        flat = np.asarray(f.value).reshape(-1)
+        if flat.size != 1 or not flat[0] >= 1:
+            raise node.fail(f"depth must be one number of at least 1, not {flat.tolist()}")
+        return int(flat[0])
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 3)
+        indices, values = given(node, inputs, 0, "indices"), given(node, inputs, 2, "values")
+        depth = self.depth(node, inputs[1])
+        for f, what in ((indices, "indices"), (values, "values")):
+            if f.elem.name not in MOVABLE or (f.elem.name == "bool" and what == "indices"):
+                raise node.unsupported(f"{what} of element type {f.elem.name} are not supported")
+        if values.shape != (Poly.const(2),):
+            raise node.fail(f"values must be [off, on] (extents [2]), not [{', '.join(map(str, values.shape))}]")
+        axis = norm_axis(node, int(node.attr("axis", -1)), indices.rank + 1)
+        shape = (*indices.shape[:axis], Poly.const(depth), *indices.shape[axis:])
+        value = None
+        if indices.value is not None and values.value is not None and not is_symbolic(indices):
+            value = kernel_one_hot(indices.value, values.value, depth=depth, axis=axis)
+        return [Facts(values.elem, shape, value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        indices = inputs[0]
+        assert indices is not None
+        axis = norm_axis(node, int(node.attr("axis", -1)), len(indices) + 1)
+        return [(*indices[:axis], None, *indices[axis:])]  # the new axis: the layout names it
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import OneHotOp
+
+        indices, _, values = operands
+        assert indices is not None and values is not None
+        result = ctx.result_types[0]
+        axis = norm_axis(node, int(node.attr("axis", -1)), len(result.axes))
+        size = result.axes[axis].extent.const_value
+        return emit_library(ctx, OneHotOp([indices, values], [result], node.name, depth=size, axis=axis))
+
+
 RULES: tuple[OpRule, ...] = (
     GatherRule(),
     GatherElementsRule(),
@@ -490,4 +549,5 @@ RULES: tuple[OpRule, ...] = (
     ScatterNDRule(),
     RangeRule(),
     ConstantOfShapeRule(),
+    OneHotRule(),
 )

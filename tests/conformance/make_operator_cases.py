@@ -1144,6 +1144,16 @@ def normalization(rng: np.random.Generator) -> list[Spec]:
             specs.append(Spec("LpNormalization", variant, [In("x", (3, 4), "f32", zero_row)], attrs))
     specs.append(Spec("LpNormalization", "default_3d", [In("x", (2, 3, 4))]))
     specs.append(Spec("LpNormalization", "f16", [In("x", (2, 5), "f16")], {"p": 1}))
+    hot = arr([[0, 3, -1], [-4, 5, 2]], "i64")  # -4 and 5 fall outside a depth of 4: all off
+    for axis in (-1, 0, 1):
+        ins = [
+            In("i", (2, 3), "i64", hot),
+            Known("d", np.array(4, np.int64)),
+            In("v", (2,), "f32", arr([-1, 7], "f32")),
+        ]
+        specs.append(Spec("OneHot", f"axis{axis}".replace("-", "m"), ins, {"axis": axis}, opset=11))
+    ints = [In("i", (3,), "i64", arr([2, 0, 1], "i64")), Known("d", np.array([3], np.int64)), In("v", (2,), "i64")]
+    specs.append(Spec("OneHot", "i64_values", ints, opset=11))
     # Losses: targets chosen (one of them ignore_index 2 where a case sets it), weights random.
     targets = np.array([[0, 2, 1], [2, 3, 0]], np.int64)
     for op in ("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"):

@@ -89,6 +89,19 @@ def kernel_range(*, start: int, limit: int, delta: int, dtype: str) -> np.ndarra
     return np.arange(int(start), int(limit), int(delta), dtype=np.dtype(dtype))
 
 
+def kernel_one_hot(indices: np.ndarray, values: np.ndarray, *, depth: int, axis: int) -> np.ndarray:
+    """ONNX OneHot: values[1] where the new axis `axis` (`depth` long) meets the index, values[0]
+    elsewhere; negative indices count from `depth` (a float index is truncated toward zero)."""
+    idx = np.asarray(indices)
+    idx = np.trunc(idx).astype(np.int64) if idx.dtype.kind == "f" else idx.astype(np.int64)
+    idx = np.where(idx < 0, idx + depth, idx)
+    here = [1] * (idx.ndim + 1)
+    here[axis] = depth
+    hot = np.expand_dims(idx, axis) == np.arange(depth, dtype=np.int64).reshape(here)
+    pair = np.asarray(values).reshape(-1)
+    return np.where(hot, pair[1], pair[0]).astype(pair.dtype)
+
+
 PIECES: dict[str, object] = {
     "kernel_gather": kernel_gather,
     "kernel_range": kernel_range,
@@ -96,6 +109,7 @@ PIECES: dict[str, object] = {
     "kernel_gather_elements": kernel_gather_elements,
     "kernel_scatter_elements": kernel_scatter_elements,
     "kernel_scatter_nd": kernel_scatter_nd,
+    "kernel_one_hot": kernel_one_hot,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_gather_elements": ("_element_index",),
