@@ -25,7 +25,7 @@ from loam.dialects.tensor_axes import Axis
 from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
 from loam.ops.operands import emit_library, norm_axis, require_elem
-from loam.ops.reduce import unit_axis
+from loam.ops.reduce import kept_unit_axes, unit_axis
 from loam.poly import Poly
 from loam.runtime.kernels.normalization import kernel_group_norm, kernel_lrn, kernel_normalize
 
@@ -469,12 +469,10 @@ class RmsNormRule(OpRule):
         squares_expr, result_expr = self.expressions(node, t.elem.name)
         squares = ZipOp([x], squares_expr, AxesTensorType(stash, t.axes), node.name)
         ctx.emit(squares)
-        taken = [a.name for a in t.axes[:axis]]
-        kept: list[Axis] = list(t.axes[:axis])
-        for a in t.axes[axis:]:
-            kept.append(a if a.extent == Poly.const(1) else unit_axis(taken))
-            taken.append(kept[-1].name)
-        reduced = AxesTensorType(stash, kept)
+        one = Poly.const(1)
+        reduced = AxesTensorType(
+            stash, kept_unit_axes(t.axes, [one if i >= axis else d for i, d in enumerate(t.shape)])
+        )
         mean = ReduceOp(
             [squares.result], [reduced], node.name, kind="mean", axes=tuple(range(axis, t.rank)), keepdims=1
         )
@@ -542,8 +540,7 @@ class LpNormRule(OpRule):
         assert x is not None
         t = axes_type(x)
         axis, kind = self.params(node, t.rank)
-        taken = [a.name for a in t.axes]
-        kept = [a if i != axis or a.extent == Poly.const(1) else unit_axis(taken) for i, a in enumerate(t.axes)]
+        kept = kept_unit_axes(t.axes, [Poly.const(1) if i == axis else d for i, d in enumerate(t.shape)])
         norm = ReduceOp([x], [AxesTensorType(t.elem, kept)], node.name, kind=kind, axes=(axis,), keepdims=1)
         ctx.emit(norm)
         y = ZipOp([x, norm.results[0]], self.quotient(t.elem.name), ctx.result_types[0], node.name)
