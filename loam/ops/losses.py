@@ -19,6 +19,7 @@ from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity, 
 from loam.ops.lowering import FLOAT_TYPES
 from loam.ops.operands import INDEX_TYPES, emit_library, given, optional, require_elem
 from loam.poly import Poly
+from loam.runtime.errors import DataError
 from loam.runtime.kernels.losses import kernel_nll_loss
 from loam.runtime.kernels.reduce import kernel_softmax
 
@@ -34,7 +35,7 @@ class NllLossRule(OpRule):
     attributes = frozenset({"reduction", "ignore_index"})
     first_opset = 12
     elem_types = FLOAT_TYPES
-    limitations = "a target outside [0, C) that is not ignore_index raises IndexError at run time"
+    limitations = "a target outside [0, C) that is not ignore_index raises the module's DataError at run time"
     scores = "input"
 
     def params(self, node: NodeInfo) -> dict[str, object]:
@@ -75,7 +76,10 @@ class NllLossRule(OpRule):
         shape = target.shape if params["reduction"] == "none" else ()
         value = None
         if x.value is not None and target.value is not None and (weight is None or weight.value is not None):
-            value = kernel_nll_loss(x.value, target.value, None if weight is None else weight.value, **params)  # type: ignore[arg-type]
+            try:
+                value = kernel_nll_loss(x.value, target.value, None if weight is None else weight.value, **params)  # type: ignore[arg-type]
+            except DataError as err:  # constant targets outside the classes: the graph is wrong, not its input
+                raise node.fail(str(err)) from None
         return [Facts(x.elem, shape, value)]
 
     def axes(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from loam.runtime.errors import DataError
 from loam.runtime.kernels.common import narrowed, widened
 
 
@@ -22,7 +23,7 @@ def kernel_nll_loss(
 ) -> np.ndarray:
     """loss[n, d...] = -x[n, target[n, d...], d...] * weight[target[n, d...]] (weight 1 when absent),
     0 where the target is `ignore_index` (when `ignores`); reduced by `reduction` (none, sum, or mean:
-    the sum over the weights taken).  IndexError names a target outside [0, C) that is not ignored."""
+    the sum over the weights taken).  DataError names a target outside [0, C) that is not ignored."""
     x = np.asarray(x)
     target = np.asarray(target, dtype=np.int64)
     classes = x.shape[1]
@@ -32,7 +33,7 @@ def kernel_nll_loss(
     if outside.any():
         value = int(target[outside].flat[0])
         but = f" and is not ignore_index {ignore_index}" if ignores else ""
-        raise IndexError(f"NegativeLogLikelihoodLoss: target value {value} is outside [0, {classes}){but}")
+        raise DataError(f"NegativeLogLikelihoodLoss: target value {value} is outside [0, {classes}){but}")
     xw = widened(x)
     chosen = np.take_along_axis(xw, picked[:, None], axis=1)[:, 0]
     taken = np.ones(target.shape, xw.dtype) if weight is None else widened(np.asarray(weight))[picked].astype(xw.dtype)
@@ -46,4 +47,4 @@ def kernel_nll_loss(
 
 
 PIECES: dict[str, object] = {"kernel_nll_loss": kernel_nll_loss}
-DEPENDS: dict[str, tuple[str, ...]] = {"kernel_nll_loss": ("widened", "narrowed")}
+DEPENDS: dict[str, tuple[str, ...]] = {"kernel_nll_loss": ("widened", "narrowed", "DataError")}
