@@ -44,6 +44,7 @@ from loam.dialects.kernel.elementwise import CastOp, ZipOp
 from loam.dialects.kernel.indexing import (
     INDEXING_OPS,
     GatherElementsOp,
+    GatherNDOp,
     GatherOp,
     OneHotOp,
     RangeOp,
@@ -117,6 +118,7 @@ __all__ = [
     "EinsumOp",
     "ExprAttr",
     "GatherElementsOp",
+    "GatherNDOp",
     "GatherOp",
     "GatherPackedOp",
     "GroupNormOp",

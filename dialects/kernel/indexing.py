@@ -120,6 +120,18 @@ class RangeOp(LibraryOp):
 
 
 @irdl_op_definition
+class GatherNDOp(LibraryOp):
+    """ONNX GatherND: the slices of data at the index tuples along the last axis of indices, after the
+    `batch_dims` leading axes data and indices share.
+
+    Example: `%y = kernel.gather_nd(%x, %i) {node = "g", batch_dims = 0 : i64} : (X, I) -> Y`
+    """
+
+    name = "kernel.gather_nd"
+    PARAMS: ClassVar[dict[str, type]] = {"batch_dims": int}
+
+
+@irdl_op_definition
 class OneHotOp(LibraryOp):
     """ONNX OneHot: `values[1]` where position i along the new axis `axis` (of `depth` positions)
     is the index there, `values[0]` elsewhere; a negative index counts from `depth`, one outside
@@ -133,5 +145,5 @@ class OneHotOp(LibraryOp):
 
 
 INDEXING_OPS: tuple[type[LibraryOp], ...] = (
-    GatherOp, GatherElementsOp, ScatterElementsOp, ScatterNDOp, RangeOp, OneHotOp,
+    GatherOp, GatherElementsOp, GatherNDOp, ScatterElementsOp, ScatterNDOp, RangeOp, OneHotOp,
 )  # fmt: skip

@@ -35,9 +35,11 @@ from loam.ops.operands import (
     polys_of,
 )
 from loam.poly import Poly
+from loam.runtime.errors import DataError
 from loam.runtime.kernels.indexing import (
     kernel_gather,
     kernel_gather_elements,
+    kernel_gather_nd,
     kernel_one_hot,
     kernel_scatter_elements,
     kernel_scatter_nd,
@@ -190,6 +192,63 @@ class GatherElementsRule(MovementRule):
         assert x is not None and i is not None
         axis = norm_axis(node, int(node.attr("axis", 0)), len(x.type.axes))  # type: ignore[attr-defined]
         return emit_library(ctx, GatherElementsOp([x, i], [ctx.result_types[0]], node.name, axis=axis))
+
+
+class GatherNDRule(MovementRule):
+    """ONNX GatherND (opset 11; `batch_dims` from 12): out[b..., i...] = data[b..., indices[b..., i..., :], ...].
+
+    The tuples' length k (the indices' last extent) must be known at build time: it decides which axes
+    the result keeps.  An entry outside its axis raises the module's DataError at run time."""
+
+    op_types = ("GatherND",)
+    kernels: tuple[str, ...] = ("kernel.gather_nd",)
+    attributes = frozenset({"batch_dims"})
+    first_opset = 11
+    limitations = "the indices' last extent must be known at build time"
+
+    def split(self, node: NodeInfo, data_rank: int, indices: Sequence[Poly]) -> tuple[int, int]:
+        """(batch_dims, k), checked against the ranks."""
+        b = int(node.attr("batch_dims", 0))
+        if not indices or not indices[-1].is_const:
+            raise node.unsupported("the indices' last extent (the tuples' length) must be known at build time")
+        k = indices[-1].const_value
+        if b < 0 or b >= len(indices) or not 1 <= k <= data_rank - b:
+            raise node.fail(f"batch_dims {b} and tuples of {k} do not fit data of rank {data_rank}")
+        return b, k
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 2)
+        x, i = given(node, inputs, 0, "data"), given(node, inputs, 1, "indices")
+        check_movable(node, x)
+        if i.elem.name != "i64":
+            raise node.fail(f"the indices have element type {i.elem.name}; ONNX needs i64")
+        b, k = self.split(node, x.rank, i.shape)
+        for axis, (d, e) in enumerate(zip(x.shape[:b], i.shape[:b], strict=True)):
+            if d.is_const and e.is_const and d != e:
+                raise node.fail(f"batch axis {axis}: data has {d}, indices {e}")
+            if d != e:
+                owed.require_equal(d, e, node, f"batch axis {axis} of data and indices")
+        value = None
+        if x.value is not None and i.value is not None and not is_symbolic_array(i.value):
+            try:
+                value = kernel_gather_nd(np.asarray(x.value), np.asarray(i.value), batch_dims=b)
+            except DataError as err:
+                raise node.fail(str(err)) from None
+        return [Facts(x.elem, (*i.shape[:-1], *x.shape[b + k :]), value)]
+
+    def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
+        x, i = inputs[0], inputs[1]
+        assert x is not None and i is not None
+        b, k = self.split(node, len(x), [a.extent for a in i])
+        return [(*i[:-1], *x[b + k :])]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import GatherNDOp
+
+        x, i = operands
+        assert x is not None and i is not None
+        b = int(node.attr("batch_dims", 0))
+        return emit_library(ctx, GatherNDOp([x, i], [ctx.result_types[0]], node.name, batch_dims=b))
 
 
 REDUCTIONS = ("none", "add", "mul", "max", "min")
@@ -545,6 +604,7 @@ class OneHotRule(OpRule):
 RULES: tuple[OpRule, ...] = (
     GatherRule(),
     GatherElementsRule(),
+    GatherNDRule(),
     ScatterElementsRule(),
     ScatterNDRule(),
     RangeRule(),

@@ -574,6 +574,16 @@ def indexing(rng: np.random.Generator) -> list[Spec]:
     ge = arr([[0, 1, 2], [2, -1, 0]], "i64")
     specs.append(Spec("GatherElements", "axis0", [In("x", (3, 3)), In("i", (2, 3), "i64", ge)]))
     specs.append(Spec("GatherElements", "axis1", [In("x", (2, 4)), In("i", (2, 3), "i64", ge)], {"axis": 1}))
+    nd = {
+        "k1": ((3, 4), arr([[2], [-1], [0]], "i64"), 0),
+        "k2": ((2, 3, 4), arr([[0, 2], [1, -3]], "i64"), 0),
+        "k3_scalars": ((2, 3, 4), arr([[[1, 2, 3]], [[0, -1, 0]]], "i64"), 0),
+        "batch1": ((2, 3, 4), arr([[[1], [2]], [[0], [-1]]], "i64"), 1),
+    }
+    for variant, (shape, idx, batch) in nd.items():
+        ins = [In("x", shape), In("i", idx.shape, "i64", idx)]
+        specs.append(Spec("GatherND", variant, ins, {"batch_dims": batch}, opset=13))
+    specs.append(Spec("GatherND", "i64_data", [In("x", (4, 2), "i64"), In("i", (2, 1), "i64", arr([[3], [0]], "i64"))]))
     specs.append(
         Spec(
             "GatherElements",

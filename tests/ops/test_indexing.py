@@ -113,3 +113,36 @@ def test_refusals() -> None:
                              helper.make_node("Range", ["s", "x", "d"], ["r"], name="range")], "r", 1)  # fmt: skip
     with pytest.raises(loam.errors.UnsupportedError, match="Range node 'range': start, limit and delta must be known"):
         run_loam(runtime, {"x": np.array(3.0, np.float32)})
+
+
+def _gather_nd(batch: int | str) -> onnx.ModelProto:
+    """GatherND of data [batch, 3, 4] by run-time index pairs [batch, 2, 2] along the first two axes."""
+    node = helper.make_node("GatherND", ["x", "i"], ["y"], name="gnd", batch_dims=0)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [batch, 3, 4]),
+            helper.make_tensor_value_info("i", onnx.TensorProto.INT64, [batch, 2, 2]),
+        ],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [batch, 2, 4])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_gather_nd_with_a_run_time_batch_and_indices_matches_onnxruntime() -> None:
+    from loam.testing import build_for, run_built, run_onnxruntime
+
+    model = _gather_nd("N")
+    built = build_for(model)
+    rng = np.random.default_rng(3)
+    for batch in (2, 5):
+        x = rng.standard_normal((batch, 3, 4)).astype(np.float32)
+        i = np.stack([rng.integers(-2, 2, (batch, 2)), rng.integers(-3, 3, (batch, 2))], axis=-1)
+        np.testing.assert_array_equal(
+            run_built(built, {"x": x, "i": i})[0], run_onnxruntime(model, {"x": x, "i": i})[0]
+        )
+    with pytest.raises(
+        built.module.DataError, match="GatherND: index 2 at position 0 of a tuple lies outside its axis of 2"
+    ):
+        run_built(built, {"x": x[:2], "i": np.full((2, 2, 2), 2, np.int64)})

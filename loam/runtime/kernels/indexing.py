@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from loam.runtime.errors import DataError
 from loam.runtime.kernels.common import narrowed, widened
 
 
@@ -89,6 +90,28 @@ def kernel_range(*, start: int, limit: int, delta: int, dtype: str) -> np.ndarra
     return np.arange(int(start), int(limit), int(delta), dtype=np.dtype(dtype))
 
 
+def kernel_gather_nd(data: np.ndarray, indices: np.ndarray, *, batch_dims: int) -> np.ndarray:
+    """ONNX GatherND: each index tuple (the last axis of `indices`, k long) picks the slice of `data`
+    at those first k positions after the `batch_dims` batch axes the two share; negative entries
+    count from the end.  DataError names an entry outside its axis."""
+    data = np.asarray(data)
+    idx = np.asarray(indices, dtype=np.int64)
+    k, b = idx.shape[-1], batch_dims
+    batches = 1
+    for e in data.shape[:b]:
+        batches *= e
+    extents = np.array(data.shape[b : b + k], dtype=np.int64)
+    tuples = idx.reshape(batches, -1, k)
+    tuples = np.where(tuples < 0, tuples + extents, tuples)
+    outside = (tuples < 0) | (tuples >= extents)
+    if outside.any():
+        where = tuple(np.argwhere(outside)[0])
+        entry, extent = int(idx.reshape(batches, -1, k)[where]), int(extents[where[2]])
+        raise DataError(f"GatherND: index {entry} at position {where[2]} of a tuple lies outside its axis of {extent}")
+    picked = data.reshape(batches, *data.shape[b:])[(np.arange(batches)[:, None], *np.moveaxis(tuples, -1, 0))]
+    return picked.reshape(*idx.shape[:-1], *data.shape[b + k :])
+
+
 def kernel_one_hot(indices: np.ndarray, values: np.ndarray, *, depth: int, axis: int) -> np.ndarray:
     """ONNX OneHot: values[1] where the new axis `axis` (`depth` long) meets the index, values[0]
     elsewhere; negative indices count from `depth` (a float index is truncated toward zero)."""
@@ -110,9 +133,11 @@ PIECES: dict[str, object] = {
     "kernel_scatter_elements": kernel_scatter_elements,
     "kernel_scatter_nd": kernel_scatter_nd,
     "kernel_one_hot": kernel_one_hot,
+    "kernel_gather_nd": kernel_gather_nd,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_gather_elements": ("_element_index",),
     "kernel_scatter_elements": ("_element_index", "widened", "narrowed"),
     "kernel_scatter_nd": ("widened", "narrowed"),
+    "kernel_gather_nd": ("DataError",),
 }
