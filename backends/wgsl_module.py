@@ -367,6 +367,12 @@ class WgslModulePrinter(ModulePrinter):
             self.collect_weight(op) if isinstance(op, WeightOp) else self.collect_constant(op)
             self.host_values.add(op.result)  # a numpy array the host kernels read
             return
+        if isinstance(op, (WeightOp, ConstantOp)) and self._host_typed(op.result):  # never uploaded as another type
+            what = f"weight '{op.weight_name.data}'" if isinstance(op, WeightOp) else f"the constant of '{node_of(op)}'"
+            raise UnsupportedError(
+                f"{what}: element type {axes_type(op.result, 'value').elem.name} has no WGSL form (WGSL has no f64, "
+                "u64 or 8-bit floats); build with --host-fallback to compute it on the host"
+            )
         if isinstance(op, WeightOp):
             self.collect_weight(op)
             self._resident_value(op.result, self.value_text[op.result], op.weight_name.data)
