@@ -18,6 +18,7 @@ from loam.ops import (
     reduce,
     regroup,
     resize,
+    signal,
 )
 from loam.ops.base import NodeInfo, OpRule
 
@@ -36,6 +37,7 @@ FAMILIES = (
     conv,
     pool,
     resize,
+    signal,
     control,
 )
 

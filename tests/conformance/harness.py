@@ -262,6 +262,7 @@ _REDUCE_OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"
 SHAPE_OPERANDS: dict[str, frozenset[int]] = {
     **{op: frozenset({1}) for op in (*_REDUCE_OPS, "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
     **{op: frozenset({1}) for op in ("Reshape", "Expand", "Tile", "Squeeze", "Unsqueeze", "Split", "TopK")},
+    **{op: frozenset({0}) for op in ("HannWindow", "HammingWindow", "BlackmanWindow")},
     **{op: frozenset({1}) for op in ("CumSum", "CumProd", "Trilu", "Upsample", "OneHot", "CenterCropPad")},
     "ConstantOfShape": frozenset({0}),
     "Slice": frozenset({1, 2, 3, 4}),

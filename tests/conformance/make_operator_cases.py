@@ -1164,6 +1164,11 @@ def normalization(rng: np.random.Generator) -> list[Spec]:
         specs.append(Spec("OneHot", f"axis{axis}".replace("-", "m"), ins, {"axis": axis}, opset=11))
     ints = [In("i", (3,), "i64", arr([2, 0, 1], "i64")), Known("d", np.array([3], np.int64)), In("v", (2,), "i64")]
     specs.append(Spec("OneHot", "i64_values", ints, opset=11))
+    for op in ("HannWindow", "HammingWindow", "BlackmanWindow"):
+        length = Known("n", np.array(10, np.int64))
+        specs.append(Spec(op, "periodic", [length], opset=17))
+        specs.append(Spec(op, "symmetric", [length], {"periodic": 0}, opset=17))
+        specs.append(Spec(op, "f64", [Known("n", np.array(7, np.int32))], {"output_datatype": 11}, opset=17))
     # Losses: targets chosen (one of them ignore_index 2 where a case sets it), weights random.
     targets = np.array([[0, 2, 1], [2, 3, 0]], np.int64)
     for op in ("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"):
