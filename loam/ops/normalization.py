@@ -28,6 +28,7 @@ from loam.ops.operands import emit_library, norm_axis, require_elem
 from loam.ops.reduce import kept_unit_axes, unit_axis
 from loam.poly import Poly
 from loam.runtime.kernels.normalization import kernel_group_norm, kernel_lrn, kernel_normalize
+from loam.runtime.kernels.reduce import kernel_reduce
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -442,8 +443,8 @@ class RmsNormRule(OpRule):
         value = None
         if x.value is not None and scale.value is not None:
             squares, result = self.expressions(node, x.elem.name)
-            stash = dtypes.by_name(self.stash(node, x.elem.name)).numpy
-            mean = np.mean(evaluate(squares, [x.value]), axis=tuple(range(axis, x.rank)), keepdims=True, dtype=stash)
+            # The module's own mean (kernel.reduce), over squares already in the stash type.
+            mean = kernel_reduce(evaluate(squares, [x.value]), kind="mean", axes=tuple(range(axis, x.rank)), keepdims=1)
             folded = evaluate(result, [x.value, mean, scale.value])
             value = np.broadcast_to(folded, x.value.shape).astype(x.elem.numpy)
         return [Facts(x.elem, x.shape, value)]
@@ -512,7 +513,6 @@ class LpNormRule(OpRule):
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         from loam.dialects.expr import evaluate
-        from loam.runtime.kernels.reduce import kernel_reduce
 
         require_arity(node, inputs, 1)
         (x,) = _present(node, inputs, ("input",))
