@@ -34,8 +34,9 @@ def to_numpy(attr: Attribute, what: str) -> np.ndarray:
 
 def _little_bytes(arr: np.ndarray) -> tuple[bytes, str]:
     """`arr`'s elements as little-endian bytes, and its dtype as the module spells it."""
-    if arr.dtype.type.__module__ != "numpy":  # ml_dtypes.bfloat16: its bits, little-endian
-        return np.ascontiguousarray(arr).view(np.uint16).astype("<u2").tobytes(), f"ml_dtypes.{arr.dtype.name}"
+    if arr.dtype.type.__module__ != "numpy":  # one of ml_dtypes' types: its bits, little-endian
+        bits = f"<u{arr.dtype.itemsize}"
+        return np.ascontiguousarray(arr).view(bits[1:]).astype(bits).tobytes(), f"ml_dtypes.{arr.dtype.name}"
     little = arr.dtype.newbyteorder("<") if arr.dtype.byteorder not in ("|", "=") else arr.dtype
     return np.ascontiguousarray(arr, dtype=little).tobytes(), repr(little.str)
 
@@ -120,8 +121,9 @@ def array_literal(arr: np.ndarray) -> str:
             full = f"np.full({tuple(arr.shape)!r}, {number}, dtype={little})"
             return f"np.lib.stride_tricks.as_strided({full}, writeable=False)"
     data, dtype = _little_bytes(arr)
-    if dtype.startswith("ml_dtypes."):  # bfloat16: its bits, viewed back
-        return f"np.frombuffer({data!r}, dtype='<u2').view({dtype}).reshape({tuple(arr.shape)!r})"
+    if dtype.startswith("ml_dtypes."):  # its bits, viewed back
+        bits = f"<u{arr.dtype.itemsize}"
+        return f"np.frombuffer({data!r}, dtype={bits!r}).view({dtype}).reshape({tuple(arr.shape)!r})"
     return f"np.frombuffer({data!r}, dtype={dtype}).reshape({tuple(arr.shape)!r})"
 
 

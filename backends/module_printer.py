@@ -143,7 +143,7 @@ class ModulePrinter:
         # nothing at load leaves both empty.
         self.load_lines: list[str] = []
         self.load_slots: dict[str, str] = {}
-        # Whether a bf16 value appears, so the module imports ml_dtypes (and only then).
+        # Whether a value of one of ml_dtypes' types appears, so the module imports it (and only then).
         self.ml_dtypes = False
 
     # -- collection -----------------------------------------------------------------------------
@@ -424,7 +424,7 @@ class ModulePrinter:
         carried = [(op, attr) for op, attr in weights if op.data is not None]
         out_fields = out_idents if len(output_names) > 1 else []
 
-        self.ml_dtypes = self.ml_dtypes or any(t.elem.name == "bf16" for t in self._all_types())
+        self.ml_dtypes = self.ml_dtypes or any(t.elem.from_ml_dtypes for t in self._all_types())
         # The model first (its axes, Weights, forward), then, under a banner, what forward calls.
         parts: list[str] = [self._docstring(output_names), self.imports()]
         parts += [marker_source(name, extent) for name, extent in markers.items()]

@@ -100,15 +100,15 @@ def axes_type(value: SSAValue, what: str) -> AxesTensorType:
 
 
 def numpy_dtype(t: AxesTensorType, what: str) -> np.dtype:
-    """The dtype holding `t`'s elements: a plain numpy one, or ml_dtypes.bfloat16."""
+    """The dtype holding `t`'s elements: a plain numpy one, or one of ml_dtypes' (bfloat16, float8, int4, ...)."""
     dtype = t.elem.numpy
-    if dtype is None or dtype.kind == "O" or (dtype.type.__module__ != "numpy" and t.elem.name != "bf16"):
+    if dtype is None or dtype.kind == "O":
         raise UnsupportedError(f"{what} has element type {t.elem.name}, which plain numpy cannot hold")
     return dtype
 
 
 def dtype_source(dtype: np.dtype) -> str:
-    """How the module spells `dtype`: `np.float32`, `np.bool_`, `ml_dtypes.bfloat16`."""
+    """How the module spells `dtype`: `np.float32`, `np.bool_`, `ml_dtypes.bfloat16`, `ml_dtypes.int4`."""
     if dtype.type.__module__ != "numpy":
         return f"ml_dtypes.{dtype.name}"
     return f"np.{'bool_' if dtype.name == 'bool' else dtype.name}"

@@ -39,6 +39,7 @@ from loam.dialects.expr import (
     step_args,
 )
 from loam.dialects.kernel import CastOp, LibraryOp, MatmulOp, NormalizeOp, PermuteOp, RegroupOp, SoftmaxOp, ZipOp
+from loam.dtypes import by_name
 from loam.errors import UnsupportedError
 from loam.poly import Poly
 from loam.runtime.kernels import elementwise as elementwise_kernels
@@ -162,7 +163,7 @@ class NumpyKernelPrinter:
                 source = _UNARY[step.op] if isinstance(step, Unary) else _BINARY.get(getattr(step, "op", ""), "")
                 if source.startswith("_") and not (tiny and source == "_relu"):
                     self.m.pieces.add(source)
-                if isinstance(step, (Const, Convert)) and step.elem == "bf16":
+                if isinstance(step, (Const, Convert)) and by_name(step.elem).from_ml_dtypes:
                     self.m.ml_dtypes = True
             if plan.into[-1] != OUT:
                 self.m.pieces.add("_finished")
@@ -369,11 +370,9 @@ def step_source(step: object, refs: Sequence[str], target: str = "", prepared: b
 
 
 def expr_dtype(elem: str) -> np.dtype:
-    """The dtype of an Expr constant or cast: plain numpy, or ml_dtypes.bfloat16."""
-    from loam.dtypes import by_name
-
+    """The dtype of an Expr constant or cast: plain numpy, or one of ml_dtypes'."""
     dtype = by_name(elem).numpy
-    if dtype is None or dtype.kind == "O" or (dtype.type.__module__ != "numpy" and elem != "bf16"):
+    if dtype is None or dtype.kind == "O":
         raise UnsupportedError(f"expression step of element type {elem} has no numpy dtype")
     return dtype
 

@@ -370,8 +370,8 @@ class WgslModulePrinter(ModulePrinter):
         if isinstance(op, (WeightOp, ConstantOp)) and self._host_typed(op.result):  # never uploaded as another type
             what = f"weight '{op.weight_name.data}'" if isinstance(op, WeightOp) else f"the constant of '{node_of(op)}'"
             raise UnsupportedError(
-                f"{what}: element type {axes_type(op.result, 'value').elem.name} has no WGSL form (WGSL has no f64, "
-                "u64 or 8-bit floats); build with --host-fallback to compute it on the host"
+                f"{what}: element type {axes_type(op.result, 'value').elem.name} has no WGSL form "
+                f"({wgsl_common.NO_DEVICE_FORM}); build with --host-fallback to compute it on the host"
             )
         if isinstance(op, WeightOp):
             self.collect_weight(op)
@@ -393,8 +393,8 @@ class WgslModulePrinter(ModulePrinter):
             t = axes_type(host[0], "host value")
             if not self.host_fallback:
                 raise UnsupportedError(
-                    f"{op.name} '{node_of(op)}': element type {t.elem.name} has no WGSL form (WGSL has no f64, u64 or "
-                    "8-bit floats); build with --host-fallback to compute it on the host"
+                    f"{op.name} '{node_of(op)}': element type {t.elem.name} has no WGSL form "
+                    f"({wgsl_common.NO_DEVICE_FORM}); build with --host-fallback to compute it on the host"
                 )
             self._host_kernel(op, at, f"{t.elem.name} has no WGSL form")
             return

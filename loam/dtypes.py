@@ -23,6 +23,12 @@ class ElementType:
     bits: int  # storage bits per element (0 for string)
 
     @property
+    def from_ml_dtypes(self) -> bool:
+        """Whether numpy holds it through ml_dtypes (bfloat16, float8, float4, 4- and 2-bit integers):
+        a module holding one imports ml_dtypes."""
+        return self.numpy is not None and self.numpy.type.__module__ != "numpy"
+
+    @property
     def is_float(self) -> bool:
         return self.name.startswith(("f", "bf")) or self.name.startswith("c")
 

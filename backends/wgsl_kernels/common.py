@@ -8,6 +8,10 @@ WORKGROUP = 64
 """Invocations per workgroup, for every kernel."""
 
 
+NO_DEVICE_FORM = "the device holds f32, f16 and bf16 as f32, and bool, i8 to i64, ui8 and ui16 as 32-bit integers"
+"""Why an element type has no device form (what a refusal naming one says)."""
+
+
 def device_type(elem: str) -> str:
     """The WGSL scalar type holding a value of Loam element type `elem` on the device."""
     if elem in ("f32", "f16", "bf16"):
@@ -16,7 +20,7 @@ def device_type(elem: str) -> str:
         return "u32"
     if elem in ("i64", "i32", "i16", "i8", "ui8", "ui16"):
         return "i32"
-    raise ValueError(f"element type {elem} has no WGSL form (WGSL has no f64, u64 or 8-bit floats)")
+    raise ValueError(f"element type {elem} has no WGSL form ({NO_DEVICE_FORM})")
 
 
 def header(results: Sequence[str], operands: Sequence[str]) -> str:

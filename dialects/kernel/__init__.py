@@ -27,7 +27,7 @@ earlier steps by index; the last step is the result.
 The package splits the dialect by kernel family: `program` (the program, its return, weights and
 constants), `elementwise` (zip, cast), `products` (matmul), `layout` (permute, regroup), `control`
 (if, yield), the library kernels (`library`, their base, then one module per family: `movement`,
-`indexing`, `packed`, `reductions`, `normalization`, `losses`, `convolution`, each listing its ops in a tuple
+`indexing`, `packed`, `reductions`, `normalization`, `losses`, `narrow`, `convolution`, each listing its ops in a tuple
 the dialect collects) and `tile` (tile programs); `attributes` and `base` hold what the ops share.
 Every public name is imported from here, `loam.dialects.kernel`, which also defines the `Kernel`
 dialect object.
@@ -55,6 +55,7 @@ from loam.dialects.kernel.layout import PermuteOp, RegroupOp
 from loam.dialects.kernel.library import LibraryOp, Param, param_attr, param_value
 from loam.dialects.kernel.losses import LOSS_OPS, NllLossOp
 from loam.dialects.kernel.movement import MOVEMENT_OPS, ConcatOp, PadOp, SliceOp, SplitOp, TileOp, TriluOp
+from loam.dialects.kernel.narrow import NARROW_OPS, CastNarrowOp
 from loam.dialects.kernel.normalization import NORMALIZATION_OPS, EinsumOp, GroupNormOp, LrnOp, NormalizeOp
 from loam.dialects.kernel.packed import PACKED_OPS, GatherPackedOp, MatmulPackedOp
 from loam.dialects.kernel.products import MatmulOp
@@ -89,6 +90,7 @@ Kernel = Dialect(
         *REDUCE_OPS,
         *NORMALIZATION_OPS,
         *LOSS_OPS,
+        *NARROW_OPS,
         *CONV_OPS,
         *CONTROL_OPS,
         TileProgramOp,
@@ -103,11 +105,13 @@ __all__ = [
     "INDEXING_OPS",
     "LOSS_OPS",
     "MOVEMENT_OPS",
+    "NARROW_OPS",
     "NORMALIZATION_OPS",
     "PACKED_OPS",
     "REDUCE_KINDS",
     "REDUCE_OPS",
     "ArgReduceOp",
+    "CastNarrowOp",
     "CastOp",
     "ConcatOp",
     "ConstantOp",

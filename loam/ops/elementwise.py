@@ -32,6 +32,7 @@ from onnx import TensorProto
 
 from loam import derived, dtypes
 from loam.dialects.expr import Expr, evaluate
+from loam.dialects.kernel.narrow import ROUND_MODES
 from loam.ops.base import (
     Facts,
     KeepsAxes,
@@ -47,6 +48,7 @@ from loam.ops.base import (
 )
 from loam.ops.lowering import (
     COMPUTE_TYPES,
+    NARROW_TYPES,
     axes_type,
     compute_elem,
     emit_zip,
@@ -54,8 +56,9 @@ from loam.ops.lowering import (
     typed_expr,
 )
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
-from loam.ops.operands import is_symbolic, polys_of
+from loam.ops.operands import emit_library, is_symbolic, polys_of
 from loam.poly import Poly
+from loam.runtime.kernels.narrow import kernel_cast_narrow
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -736,18 +739,16 @@ class CastRule(KeepsAxes):
     """ONNX Cast and CastLike: the same extents in another element type, as numpy's astype converts.
 
     Floats to integers truncate toward zero, anything to bool is `!= 0`, f32 to f16/bf16 rounds to
-    nearest even.  Strings and the float8/4-bit types are refused (so `saturate`, which only
-    concerns float8, never changes a result).
+    nearest even.  Into a narrow type (float8, float4, 4- and 2-bit integers) the cast is
+    `kernel.cast_narrow`: rounded to nearest even, float8 saturated as `saturate` says, float8e8m0
+    rounded by `round_mode`; out of one it widens exactly.  Strings are refused.
     """
 
     op_types = ("Cast", "CastLike")
-    kernels: tuple[str, ...] = ("kernel.cast",)
+    kernels: tuple[str, ...] = ("kernel.cast", "kernel.cast_narrow")
     attributes = frozenset({"to", "saturate", "round_mode"})
     elem_types = ALL
-    limitations = (
-        "no string, float8 or 4-bit types; a value known from symbolic extents folds to i64, i32 or bool, "
-        "other casts of it run"
-    )
+    limitations = "no string type; a value known from symbolic extents folds to i64, i32 or bool, other casts of it run"
 
     def target(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> str:
         if node.op_type == "CastLike":
@@ -763,19 +764,37 @@ class CastRule(KeepsAxes):
         x = inputs[0]
         assert x is not None
         int_attr(node, "saturate", 1, (0, 1))  # a flag; another value is a malformed model
+        self.round_mode(node)
         target = self.target(node, inputs)
+        castable = (*COMPUTE_TYPES, *NARROW_TYPES)
         for which, elem in (("from", x.elem.name), ("to", target)):
-            if elem not in COMPUTE_TYPES:
-                raise node.unsupported(f"casts {which} element type {elem}; Loam casts {', '.join(COMPUTE_TYPES)}")
+            if elem not in castable:
+                raise node.unsupported(f"casts {which} element type {elem}; Loam casts {', '.join(castable)}")
         value = None
         if is_symbolic(x):
             value = self.fold_symbolic(x, target)
         elif x.value is not None:
-            dtype = dtypes.by_name(target).numpy
-            assert dtype is not None
-            with np.errstate(all="ignore"):
-                value = np.asarray(x.value).astype(dtype)
+            value = self.cast_value(node, np.asarray(x.value), target)
         return [Facts(dtypes.by_name(target), x.shape, value)]
+
+    @staticmethod
+    def round_mode(node: NodeInfo) -> str:
+        """`round_mode` (opset 24: how a cast into float8e8m0 rounds), checked."""
+        mode = node.attr("round_mode", "up")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        if mode not in ROUND_MODES:
+            raise node.fail(f"round_mode must be one of {', '.join(ROUND_MODES)}, got {mode!r}")
+        return str(mode)
+
+    def cast_value(self, node: NodeInfo, x: np.ndarray, target: str) -> np.ndarray:
+        """`x` cast as the module casts it (stage 0 folds a constant with this)."""
+        dtype = dtypes.by_name(target).numpy
+        assert dtype is not None
+        if target in NARROW_TYPES:
+            saturate = int_attr(node, "saturate", 1, (0, 1))
+            return kernel_cast_narrow(x, to=dtype.name, saturate=saturate, round_mode=self.round_mode(node))
+        with np.errstate(all="ignore"):
+            return x.astype(dtype)
 
     @staticmethod
     def fold_symbolic(x: Facts, target: str) -> np.ndarray | None:
@@ -792,13 +811,22 @@ class CastRule(KeepsAxes):
         return np.array([convert(v) for v in values.reshape(-1)], dtype=object).reshape(values.shape)
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.dialects.kernel import CastOp
+        from loam.dialects.kernel import CastNarrowOp, CastOp
 
         x = operands[0]
         assert x is not None
-        if x.type == ctx.result_types[0]:
+        result = ctx.result_types[0]
+        if x.type == result:
             return [x]
-        op = CastOp(x, ctx.result_types[0], node.name)
+        if result.elem.name in NARROW_TYPES:
+            dtype = result.elem.numpy
+            assert dtype is not None
+            saturate = int_attr(node, "saturate", 1, (0, 1))
+            mode = self.round_mode(node)
+            return emit_library(
+                ctx, CastNarrowOp([x], [result], node.name, to=dtype.name, saturate=saturate, round_mode=mode)
+            )
+        op = CastOp(x, result, node.name)
         ctx.emit(op)
         return [op.result]
 

@@ -20,6 +20,10 @@ from loam.ops.base import LowerContext, NodeInfo
 COMPUTE_TYPES: tuple[str, ...] = (
     "f32", "f64", "f16", "bf16", "i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64", "bool",
 )  # fmt: skip
+# Element types held (through ml_dtypes) but never computed in: Cast converts into and out of them.
+NARROW_TYPES: tuple[str, ...] = (
+    "f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ", "f8E8M0FNU", "f4E2M1", "i4", "ui4", "i2", "ui2",
+)  # fmt: skip
 FLOAT_TYPES: tuple[str, ...] = ("f32", "f64", "f16", "bf16")
 # Halves are computed in f32 and narrowed where the node's result is stored.
 HALF_TYPES: tuple[str, ...] = ("f16", "bf16")

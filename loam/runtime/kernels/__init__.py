@@ -7,8 +7,9 @@ Each module defines `PIECES` (name -> function or class, copied into the module 
 node the build can evaluate with the same function (so the kernels have public names: the operator
 rules in `loam.ops` import them), and an operator's numeric meaning is written once.
 
-Pieces read only numpy, the builtins and the pieces they list, and compute each element type as
-ONNX defines it: halves (f16, bf16) are widened to f32 for arithmetic and narrowed for the result.
+Pieces read only numpy (and ml_dtypes, which a module holding a narrow type imports), the builtins
+and the pieces they list, and compute each element type as ONNX defines it: halves (f16, bf16) are
+widened to f32 for arithmetic and narrowed for the result.
 """
 
 from __future__ import annotations
@@ -21,13 +22,27 @@ from loam.runtime.kernels import (
     indexing,
     losses,
     movement,
+    narrow,
     normalization,
     products,
     quantized,
     reduce,
 )
 
-FAMILIES = (common, elementwise, movement, indexing, reduce, normalization, losses, conv, products, compiled, quantized)
+FAMILIES = (
+    common,
+    elementwise,
+    movement,
+    indexing,
+    reduce,
+    normalization,
+    losses,
+    narrow,
+    conv,
+    products,
+    compiled,
+    quantized,
+)
 
 PIECES: dict[str, object] = {name: piece for family in FAMILIES for name, piece in family.PIECES.items()}
 DEPENDS: dict[str, tuple[str, ...]] = {name: deps for family in FAMILIES for name, deps in family.DEPENDS.items()}
