@@ -3,8 +3,10 @@
     module = read_model("model.onnx")            # builtin.module { graph.model {...} }
     module = import_model(onnx.load(path), source="model.onnx")
 
-The IR keeps everything the exporter needs to write the model back (`loam.frontends.onnx_export`).
-Nothing is interpreted here: no shape inference, no opset conversion, and external data is never
+The IR keeps everything the exporter needs to write the model back (`loam.frontends.onnx_export`),
+except functions: a call of a model-local function, and a node of an operator ONNX defines by a
+body but Loam has no rule for, are first replaced by their bodies (`loam.frontends.onnx_functions`).
+Nothing else is interpreted here: no shape inference, no opset conversion, and external data is never
 read (only its location is checked: it must resolve inside the model's folder, symlinks followed, so
 a graph cannot point the build or `loam split` at a file elsewhere).  Every refusal is a `ModelError`
 or `UnsupportedError` that names the file and the node, tensor or value.
@@ -56,6 +58,7 @@ from loam.dialects.graph import (
 )
 from loam.dtypes import ElementType, by_onnx
 from loam.errors import ModelError, UnsupportedError
+from loam.frontends.onnx_functions import expand_functions
 from loam.limits import MAX_NESTING, LimitError, check_extents, max_nodes
 
 __all__ = ["check_external_data_sources", "check_model_proto", "external_data_path", "import_model", "read_model"]
@@ -86,7 +89,10 @@ def import_model(model: ModelProto, source: str = "<model>", *, folder: Path | N
     `folder` is the model file's folder: external data locations must resolve inside it (symlinks
     followed).  Without it (an in-memory model) only the location's spelling is checked.
     """
+    from loam.ops import RULES
+
     check_model_proto(model, source)
+    model = expand_functions(model, source, lambda op_type: op_type in RULES)
     return ModuleOp([_Importer(model, source, folder).model_op()])
 
 
@@ -227,11 +233,6 @@ class _Importer:
 
     def model_op(self) -> ModelOp:
         m = self.model
-        if m.functions:
-            raise UnsupportedError(
-                f"{self.source}: model-local functions ({', '.join(f.name for f in m.functions)}) "
-                "are not supported; inline them first (onnx.inliner.inline_local_functions)"
-            )
         if m.training_info:
             raise UnsupportedError(f"{self.source}: training_info is not supported")
         props: dict[str, Attribute] = {

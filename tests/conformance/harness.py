@@ -345,9 +345,17 @@ def _type_codes(t: onnx.TypeProto) -> Iterator[int]:
 
 
 def needs(model: onnx.ModelProto) -> Needs:
-    """What `model` uses that Loam does not compile, judged from `loam.ops.RULES` and SUPPORTED_TYPES."""
+    """What `model` uses that Loam does not compile, judged from `loam.ops.RULES` and SUPPORTED_TYPES
+    after functions are expanded into their bodies as the importer does (an operator ONNX defines by a
+    body is supported where its body is)."""
+    from loam.errors import LoamError
+    from loam.frontends.onnx_functions import expand_functions
     from loam.ops import RULES
 
+    try:
+        model = expand_functions(model, "<case>", lambda op_type: op_type in RULES)
+    except LoamError:
+        pass  # judged as written: the build refuses it too
     out = Needs()
     codes: set[int] = set()
     if len(model.training_info):
