@@ -55,7 +55,7 @@ from loam.dialects.kernel.layout import PermuteOp, RegroupOp
 from loam.dialects.kernel.library import LibraryOp, Param, param_attr, param_value
 from loam.dialects.kernel.losses import LOSS_OPS, NllLossOp
 from loam.dialects.kernel.movement import MOVEMENT_OPS, ConcatOp, PadOp, SliceOp, SplitOp, TileOp, TriluOp
-from loam.dialects.kernel.narrow import NARROW_OPS, CastNarrowOp
+from loam.dialects.kernel.narrow import NARROW_OPS, CastNarrowOp, DequantizeLinearOp, QuantizeLinearOp
 from loam.dialects.kernel.normalization import NORMALIZATION_OPS, EinsumOp, GroupNormOp, LrnOp, NormalizeOp
 from loam.dialects.kernel.packed import PACKED_OPS, GatherPackedOp, MatmulPackedOp
 from loam.dialects.kernel.products import MatmulOp
@@ -119,6 +119,7 @@ __all__ = [
     "ConvTransposeOp",
     "CumProdOp",
     "CumSumOp",
+    "DequantizeLinearOp",
     "EinsumOp",
     "ExprAttr",
     "GatherElementsOp",
@@ -140,6 +141,7 @@ __all__ = [
     "PermuteOp",
     "PoolOp",
     "ProgramOp",
+    "QuantizeLinearOp",
     "RangeOp",
     "ReduceOp",
     "RegroupOp",

@@ -37,6 +37,7 @@ NP: dict[str, Any] = {
     "i32": np.int32,
     "i64": np.int64,
     "ui8": np.uint8,
+    "ui16": np.uint16,
     "bool": np.bool_,
 }
 ELEM: dict[str, int] = {
@@ -49,6 +50,7 @@ ELEM: dict[str, int] = {
     "i32": TensorProto.INT32,
     "i64": TensorProto.INT64,
     "ui8": TensorProto.UINT8,
+    "ui16": TensorProto.UINT16,
     "bool": TensorProto.BOOL,
 }
 FLOATS = ("f32", "f64", "f16", "bf16")
@@ -1323,6 +1325,61 @@ def resize(rng: np.random.Generator) -> list[Spec]:
     return specs
 
 
+def quantization(rng: np.random.Generator) -> list[Spec]:
+    """QuantizeLinear and DequantizeLinear per tensor, per axis and per block (a remainder block
+    included), with ties of the rounding, saturation at both ends, and half scales."""
+    specs: list[Spec] = []
+    x = np.concatenate([[2.5, 3.5, -2.5, -0.5, 0.5, 1e6, -1e6, 0.0], rng.uniform(-300, 300, 16)]).astype(np.float32)
+    scale = arr(2.0, "f32")
+    for zdt, zero in (("ui8", 128), ("i8", -3), ("ui16", 40000), ("i16", 7)):
+        ins = [In("x", (4, 6), "f32", x.reshape(4, 6)), In("s", (), "f32", scale), In("z", (), zdt, arr(zero, zdt))]
+        specs.append(Spec("QuantizeLinear", f"per_tensor_{zdt}", ins, opset=21))
+    specs.append(Spec("QuantizeLinear", "no_zero_point", [In("x", (24,), "f32", x), In("s", (), "f32", scale)]))
+    specs.append(Spec("QuantizeLinear", "opset10", [In("x", (24,), "f32", x), In("s", (), "f32", scale)], opset=10))
+    per_axis = arr([0.5, 1.0, 4.0], "f32")
+    for axis in (1, -1):
+        shape = (2, 3, 4) if axis == 1 else (2, 4, 3)
+        ins = [
+            In("x", shape, "f32", x.reshape(shape)),
+            In("s", (3,), "f32", per_axis),
+            In("z", (3,), "i8", arr([0, 5, -5], "i8")),
+        ]
+        specs.append(Spec("QuantizeLinear", f"per_axis{axis}".replace("-", "m"), ins, {"axis": axis}, opset=13))
+    blocks = arr([[1.0, 2.0, 0.25], [8.0, 0.5, 3.0], [1.5, 1.0, 2.0], [0.75, 4.0, 1.0]], "f32")
+    ins = [In("x", (4, 5), "f32", x[:20].reshape(4, 5)), In("s", (4, 3), "f32", blocks)]
+    blocked = {"axis": 1, "block_size": 2, "output_dtype": TensorProto.INT16}
+    specs.append(Spec("QuantizeLinear", "blocked_remainder", ins, blocked, opset=21))
+    half = [
+        In("x", (24,), "f16", x.astype(np.float16)),
+        In("s", (), "f16", arr(3.0, "f16")),
+        In("z", (), "ui8", arr(9, "ui8")),
+    ]
+    specs.append(Spec("QuantizeLinear", "f16", half, opset=19))
+    q = rng.integers(0, 256, (4, 6)).astype(np.uint8)
+    ins = [In("q", (4, 6), "ui8", q), In("s", (), "f32", scale), In("z", (), "ui8", arr(128, "ui8"))]
+    specs.append(Spec("DequantizeLinear", "per_tensor_ui8", ins, opset=21))
+    ins = [
+        In("q", (2, 3, 4), "i8", q.reshape(2, 3, 4).astype(np.int8)),
+        In("s", (3,), "f32", per_axis),
+        In("z", (3,), "i8", arr([0, 5, -5], "i8")),
+    ]
+    specs.append(Spec("DequantizeLinear", "per_axis_i8", ins, {"axis": 1}, opset=13))
+    ins = [
+        In("q", (4, 5), "ui8", q.reshape(-1)[:20].reshape(4, 5)),
+        In("s", (4, 3), "f32", blocks),
+        In("z", (4, 3), "ui8", np.full((4, 3), 100, np.uint8)),
+    ]
+    specs.append(Spec("DequantizeLinear", "blocked_remainder", ins, {"axis": 1, "block_size": 2}, opset=21))
+    ins = [
+        In("q", (6,), "i32", arr([-70000, -1, 0, 1, 2**20, 2**31 - 1], "i32")),
+        In("s", (), "f32", arr(0.125, "f32")),
+    ]
+    specs.append(Spec("DequantizeLinear", "i32", ins, opset=13))
+    ins = [In("q", (4, 6), "ui8", q), In("s", (), "f16", arr(0.1, "f16")), In("z", (), "ui8", arr(3, "ui8"))]
+    specs.append(Spec("DequantizeLinear", "f16_scale", ins, opset=19))
+    return specs
+
+
 FAMILIES: tuple[Callable[[np.random.Generator], list[Spec]], ...] = (
     elementwise,
     unary,
@@ -1334,6 +1391,7 @@ FAMILIES: tuple[Callable[[np.random.Generator], list[Spec]], ...] = (
     conv,
     normalization,
     resize,
+    quantization,
 )
 
 
