@@ -27,10 +27,10 @@ earlier steps by index; the last step is the result.
 The package splits the dialect by kernel family: `program` (the program, its return, weights and
 constants), `elementwise` (zip, cast), `products` (matmul), `layout` (permute, regroup), `control`
 (if, yield), the library kernels (`library`, their base, then one module per family: `movement`,
-`indexing`, `packed`, `reductions`, `normalization`, `losses`, `narrow`, `convolution`, each listing its ops in a tuple
-the dialect collects) and `tile` (tile programs); `attributes` and `base` hold what the ops share.
-Every public name is imported from here, `loam.dialects.kernel`, which also defines the `Kernel`
-dialect object.
+`indexing`, `packed`, `reductions`, `normalization`, `losses`, `narrow`, `linalg`, `convolution`,
+each listing its ops in a tuple the dialect collects) and `tile` (tile programs); `attributes` and
+`base` hold what the ops share.  Every public name is imported from here, `loam.dialects.kernel`,
+which also defines the `Kernel` dialect object.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from loam.dialects.kernel.convolution import CONV_OPS, ConvOp, ConvTransposeOp, 
 from loam.dialects.kernel.elementwise import CastOp, ZipOp
 from loam.dialects.kernel.indexing import (
     INDEXING_OPS,
+    EyeLikeOp,
     GatherElementsOp,
     GatherNDOp,
     GatherOp,
@@ -53,8 +54,19 @@ from loam.dialects.kernel.indexing import (
 )
 from loam.dialects.kernel.layout import PermuteOp, RegroupOp
 from loam.dialects.kernel.library import LibraryOp, Param, param_attr, param_value
+from loam.dialects.kernel.linalg import LINALG_OPS, DetOp, MatmulIntegerOp, QLinearMatmulOp
 from loam.dialects.kernel.losses import LOSS_OPS, NllLossOp
-from loam.dialects.kernel.movement import MOVEMENT_OPS, ConcatOp, PadOp, SliceOp, SplitOp, TileOp, TriluOp
+from loam.dialects.kernel.movement import (
+    MOVEMENT_OPS,
+    BitCastOp,
+    ConcatOp,
+    PadOp,
+    ReverseSequenceOp,
+    SliceOp,
+    SplitOp,
+    TileOp,
+    TriluOp,
+)
 from loam.dialects.kernel.narrow import NARROW_OPS, CastNarrowOp, DequantizeLinearOp, QuantizeLinearOp
 from loam.dialects.kernel.normalization import NORMALIZATION_OPS, EinsumOp, GroupNormOp, LrnOp, NormalizeOp
 from loam.dialects.kernel.packed import PACKED_OPS, GatherPackedOp, MatmulPackedOp
@@ -90,6 +102,7 @@ Kernel = Dialect(
         *REDUCE_OPS,
         *NORMALIZATION_OPS,
         *LOSS_OPS,
+        *LINALG_OPS,
         *NARROW_OPS,
         *CONV_OPS,
         *CONTROL_OPS,
@@ -103,6 +116,7 @@ __all__ = [
     "CONTROL_OPS",
     "CONV_OPS",
     "INDEXING_OPS",
+    "LINALG_OPS",
     "LOSS_OPS",
     "MOVEMENT_OPS",
     "NARROW_OPS",
@@ -111,6 +125,7 @@ __all__ = [
     "REDUCE_KINDS",
     "REDUCE_OPS",
     "ArgReduceOp",
+    "BitCastOp",
     "CastNarrowOp",
     "CastOp",
     "ConcatOp",
@@ -120,8 +135,10 @@ __all__ = [
     "CumProdOp",
     "CumSumOp",
     "DequantizeLinearOp",
+    "DetOp",
     "EinsumOp",
     "ExprAttr",
+    "EyeLikeOp",
     "GatherElementsOp",
     "GatherNDOp",
     "GatherOp",
@@ -131,6 +148,7 @@ __all__ = [
     "Kernel",
     "LibraryOp",
     "LrnOp",
+    "MatmulIntegerOp",
     "MatmulOp",
     "MatmulPackedOp",
     "NllLossOp",
@@ -141,12 +159,14 @@ __all__ = [
     "PermuteOp",
     "PoolOp",
     "ProgramOp",
+    "QLinearMatmulOp",
     "QuantizeLinearOp",
     "RangeOp",
     "ReduceOp",
     "RegroupOp",
     "ResizeOp",
     "ReturnOp",
+    "ReverseSequenceOp",
     "ScatterElementsOp",
     "ScatterNDOp",
     "SliceOp",

@@ -144,6 +144,19 @@ class OneHotOp(LibraryOp):
     PARAMS: ClassVar[dict[str, type]] = {"depth": int, "axis": int}
 
 
+@irdl_op_definition
+class EyeLikeOp(LibraryOp):
+    """ONNX EyeLike: a matrix of the operand's extents, of type `to` (numpy's name), with ones on
+    diagonal `k` (above the main one where positive) and zeros elsewhere; the operand's values are
+    not read.
+
+    Example: `%y = kernel.eye_like(%x) {node = "e", k = 1 : i64, to = "float32"} : (X) -> Y`
+    """
+
+    name = "kernel.eye_like"
+    PARAMS: ClassVar[dict[str, type]] = {"k": int, "to": str}
+
+
 INDEXING_OPS: tuple[type[LibraryOp], ...] = (
-    GatherOp, GatherElementsOp, GatherNDOp, ScatterElementsOp, ScatterNDOp, RangeOp, OneHotOp,
+    GatherOp, GatherElementsOp, GatherNDOp, ScatterElementsOp, ScatterNDOp, RangeOp, OneHotOp, EyeLikeOp,
 )  # fmt: skip

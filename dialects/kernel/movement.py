@@ -1,5 +1,6 @@
 """Library kernels that move elements: concatenation, splitting, slicing, padding, tiling and
-triangles (ONNX Concat, Split, Slice, Pad, Tile, Trilu), listed in `MOVEMENT_OPS`.
+triangles, reversed sequences and reinterpreted bits (ONNX Concat, Split, Slice, Pad, Tile, Trilu,
+ReverseSequence, BitCast), listed in `MOVEMENT_OPS`.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import ClassVar
 
 from xdsl.irdl import irdl_op_definition
 
-from loam.dialects.kernel.library import LibraryOp, library_types, require
+from loam.dialects.kernel.library import LibraryOp, check_axes, kernel_rank, library_types, require
 from loam.poly import Poly
 
 
@@ -137,4 +138,41 @@ class TriluOp(LibraryOp):
         require(self, ins[0] is None or len(ins[0]) >= 2, "the operand needs rank 2 or more")
 
 
-MOVEMENT_OPS: tuple[type[LibraryOp], ...] = (ConcatOp, SplitOp, SliceOp, PadOp, TileOp, TriluOp)
+@irdl_op_definition
+class ReverseSequenceOp(LibraryOp):
+    """ONNX ReverseSequence: along `time_axis`, the first lens[b] entries of each batch entry b (along
+    `batch_axis`) reversed, the rest kept; the second operand is lens.
+
+    Example: `%y = kernel.reverse_sequence(%x, %lens) {node = "r", batch_axis = 1 : i64, time_axis = 0 : i64}
+    : (X, L) -> X`
+    """
+
+    name = "kernel.reverse_sequence"
+    PARAMS: ClassVar[dict[str, type]] = {"batch_axis": int, "time_axis": int}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 2 and len(outs) == 1, "takes x and the lengths and gives one result")
+        rank = kernel_rank(self, self.inputs[0])
+        check_axes(self, [self.param("batch_axis"), self.param("time_axis")], rank)
+
+
+@irdl_op_definition
+class BitCastOp(LibraryOp):
+    """ONNX BitCast: the operand's bits read as the result's type `to` (numpy's name), of equal width.
+
+    Example: `%y = kernel.bitcast(%x) {node = "b", to = "int32"} : (!tensor_axes.tensor<f32, [N: 3]>)
+    -> !tensor_axes.tensor<i32, [N: 3]>`
+    """
+
+    name = "kernel.bitcast"
+    PARAMS: ClassVar[dict[str, type]] = {"to": str}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 1 and len(outs) == 1, "takes one operand and gives one result")
+
+
+MOVEMENT_OPS: tuple[type[LibraryOp], ...] = (
+    ConcatOp, SplitOp, SliceOp, PadOp, TileOp, TriluOp, ReverseSequenceOp, BitCastOp,
+)  # fmt: skip

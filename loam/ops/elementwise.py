@@ -451,6 +451,13 @@ def _thresholded_relu(node: NodeInfo, x: Expr, elem: str) -> Expr:
     return Expr.select(x.binary("greater", alpha), x, Expr.const(0.0, elem))
 
 
+def _shrink(node: NodeInfo, x: Expr, elem: str) -> Expr:
+    """x + bias below -lambd, x - bias above lambd, 0 between."""
+    lambd, bias = float_attr(node, "lambd", 0.5), Expr.const(float_attr(node, "bias", 0.0), elem)
+    low = Expr.select(x.binary("less", Expr.const(-lambd, elem)), x + bias, Expr.const(0.0, elem))
+    return Expr.select(x.binary("greater", Expr.const(lambd, elem)), x - bias, low)
+
+
 def _elu(node: NodeInfo, x: Expr, elem: str) -> Expr:
     zero, one = Expr.const(0.0, elem), Expr.const(1.0, elem)
     alpha = Expr.const(float_attr(node, "alpha", 1.0), elem)
@@ -538,6 +545,7 @@ def _unary_rules() -> list[OpRule]:
         ),
         UnaryRule("LeakyRelu", _leaky_relu, FLOATS, attributes=frozenset({"alpha"})),
         UnaryRule("ThresholdedRelu", _thresholded_relu, FLOATS, attributes=frozenset({"alpha"}), first_opset=10),
+        UnaryRule("Shrink", _shrink, FLOATS, attributes=frozenset({"lambd", "bias"}), first_opset=9),
         UnaryRule("Elu", _elu, FLOATS, attributes=frozenset({"alpha"})),
         UnaryRule("Selu", _selu, FLOATS, attributes=frozenset({"alpha", "gamma"})),
         UnaryRule("Celu", _celu, FLOATS, attributes=frozenset({"alpha"}), first_opset=12),

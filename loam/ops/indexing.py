@@ -37,6 +37,7 @@ from loam.ops.operands import (
 from loam.poly import Poly
 from loam.runtime.errors import DataError
 from loam.runtime.kernels.indexing import (
+    kernel_eye_like,
     kernel_gather,
     kernel_gather_elements,
     kernel_gather_nd,
@@ -601,6 +602,58 @@ class OneHotRule(OpRule):
         return emit_library(ctx, OneHotOp([indices, values], [result], node.name, depth=size, axis=axis))
 
 
+class EyeLikeRule(OpRule):
+    """ONNX EyeLike (opset 9): ones on diagonal `k` of a matrix with the input's extents, zeros
+    elsewhere, of type `dtype` (the input's by default).  Known extents fold to a constant."""
+
+    op_types = ("EyeLike",)
+    kernels: tuple[str, ...] = ("kernel.eye_like",)
+    attributes = frozenset({"dtype", "k"})
+    first_opset = 9
+    elem_types = MOVABLE
+
+    def result(self, node: NodeInfo, x: Facts) -> dtypes.ElementType:
+        code = node.attr("dtype", None)
+        if code is None:
+            return x.elem
+        try:
+            elem = dtypes.by_onnx(int(code))
+        except KeyError:
+            raise node.fail(f"dtype is {code}, which is no ONNX element type") from None
+        if elem.name not in MOVABLE:
+            raise node.unsupported(f"makes element type {elem.name}")
+        return elem
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 1)
+        x = given(node, inputs, 0, "input")
+        if x.rank != 2:
+            raise node.fail(f"the input has rank {x.rank}; EyeLike takes a matrix")
+        elem = self.result(node, x)
+        dims = x.static_shape()
+        value = None
+        if dims is not None and foldable(list(dims), node.where()):
+            assert elem.numpy is not None
+            value = kernel_eye_like(np.empty(dims, np.bool_), k=int(node.attr("k", 0)), to=elem.numpy.name)
+        return [Facts(elem, x.shape, value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        assert inputs[0] is not None
+        return [inputs[0]]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import EyeLikeOp
+
+        x = operands[0]
+        assert x is not None
+        result = ctx.result_types[0]
+        dtype = result.elem.numpy
+        assert dtype is not None
+        return emit_library(ctx, EyeLikeOp([x], [result], node.name, k=int(node.attr("k", 0)), to=dtype.name))
+
+
 RULES: tuple[OpRule, ...] = (
     GatherRule(),
     GatherElementsRule(),
@@ -610,4 +663,5 @@ RULES: tuple[OpRule, ...] = (
     RangeRule(),
     ConstantOfShapeRule(),
     OneHotRule(),
+    EyeLikeRule(),
 )

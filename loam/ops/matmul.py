@@ -1,4 +1,5 @@
-"""Products: MatMul (numpy matmul semantics, batch broadcast) and Gemm (alpha*A'B' + beta*C).
+"""Products: MatMul (numpy matmul semantics, batch broadcast), Gemm (alpha*A'B' + beta*C), the
+integer products of quantized models (MatMulInteger, QLinearMatMul) and the determinant (Det).
 
 A contraction meets two axes, so name-axes requires them to carry one name.  Gemm lowers to the
 product kernel followed by one `kernel.zip` for its scaling and bias, as the WEP's kernel set has no
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import owed
+from loam import dtypes, owed
 from loam.ops.base import (
     Facts,
     LowerContext,
@@ -26,8 +27,10 @@ from loam.ops.base import (
     same_axis,
 )
 from loam.ops.lowering import HALF_TYPES
+from loam.ops.operands import emit_library, given, optional
 from loam.poly import Poly
 from loam.runtime.kernels.common import narrowed, widened
+from loam.runtime.kernels.products import kernel_det, kernel_matmul_integer, kernel_qlinear_matmul
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -139,6 +142,7 @@ class MatMulRule(OpRule):
     kernels: tuple[str, ...] = ("kernel.matmul", "kernel.cast")
     elem_types = PRODUCT_TYPES
     limitations = "halves are multiplied in f32 and narrowed once"
+    b_index = 1  # where the second factor is among the inputs
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 2)
@@ -146,22 +150,27 @@ class MatMulRule(OpRule):
         if a is None or b is None:
             raise node.fail("an input is absent")
         _float_operands(node, [a, b])
+        shape = self.product_shape(node, a, b)
+        value = None
+        if a.value is not None and b.value is not None:
+            value = matmul_value(a.value, b.value)
+        return [Facts(a.elem, shape, value)]
+
+    @staticmethod
+    def product_shape(node: NodeInfo, a: Facts, b: Facts) -> tuple[Poly, ...]:
+        """numpy.matmul's result extents, the contraction checked."""
         if a.rank == 0 or b.rank == 0:
             raise node.fail("operands must have rank 1 or more")
         a_shape = a.shape if a.rank > 1 else (Poly.const(1), *a.shape)
         b_shape = b.shape if b.rank > 1 else (*b.shape, Poly.const(1))
         _check_contraction(node, a_shape[-1], b_shape[-2])
         batch = broadcast_shapes(node, [a_shape[:-2], b_shape[:-2]])
-        shape = (*batch, *(a_shape[-2:-1] if a.rank > 1 else ()), *(b_shape[-1:] if b.rank > 1 else ()))
-        value = None
-        if a.value is not None and b.value is not None:
-            value = matmul_value(a.value, b.value)
-        return [Facts(a.elem, shape, value)]
+        return (*batch, *(a_shape[-2:-1] if a.rank > 1 else ()), *(b_shape[-1:] if b.rank > 1 else ()))
 
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
     ) -> list[tuple[Axis | None, ...]]:
-        a, b = inputs
+        a, b = inputs[0], inputs[self.b_index]
         assert a is not None and b is not None
         k_a = a[-1]
         k_b = b[-2] if len(b) > 1 else b[-1]
@@ -281,4 +290,139 @@ class GemmRule(OpRule):
         return [emit_zip(ctx, node, inputs, expr)]
 
 
-RULES: tuple[OpRule, ...] = (MatMulRule(), GemmRule())
+QUANTIZED_FACTORS = ("i8", "ui8")
+
+
+def _zero_point(node: NodeInfo, zero: Facts | None, of: Facts, what: str, per: Poly | None) -> None:
+    """A zero point has its factor's type and one value, or one per row (`per`: the extent) of it."""
+    if zero is None:
+        return
+    if zero.elem != of.elem:
+        raise node.fail(f"{what}'s zero point is {zero.elem.name} and {what} {of.elem.name}; ONNX needs one type")
+    if zero.rank == 0 or zero.static_shape() == (1,):
+        return
+    if zero.rank != 1 or per is None:
+        raise node.unsupported(f"{what}'s zero point must be one value or a vector along its matrix axis")
+    owed.require_equal(zero.shape[0], per, node, f"{what}'s zero point and its matrix axis")
+
+
+class MatMulIntegerRule(MatMulRule):
+    """ONNX MatMulInteger (opset 10): (a - a_zero_point) @ (b - b_zero_point) in i32, for i8/ui8
+    factors; a's zero point is one value or one per row, b's one value or one per column."""
+
+    op_types = ("MatMulInteger",)
+    kernels: tuple[str, ...] = ("kernel.matmul_integer",)
+    elem_types = QUANTIZED_FACTORS
+    limitations = ""
+    first_opset = 10
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 2, 4)
+        a, b = given(node, inputs, 0, "A"), given(node, inputs, 1, "B")
+        for what, f in (("A", a), ("B", b)):
+            if f.elem.name not in QUANTIZED_FACTORS:
+                raise node.unsupported(f"{what} has element type {f.elem.name}; ONNX takes i8 or ui8")
+        shape = self.product_shape(node, a, b)
+        _zero_point(node, optional(inputs, 2), a, "A", a.shape[-2] if a.rank > 1 else None)
+        _zero_point(node, optional(inputs, 3), b, "B", b.shape[-1] if b.rank > 1 else None)
+        value = None
+        if all(f is None or f.value is not None for f in inputs):
+            zeros = [np.asarray(f.value) for f in inputs[2:] if f is not None]
+            value = kernel_matmul_integer(np.asarray(a.value), np.asarray(b.value), *zeros, zeros=_zeros(inputs))
+        return [Facts(dtypes.by_name("i32"), shape, value)]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import MatmulIntegerOp
+
+        present = [v for v in operands if v is not None]
+        op = MatmulIntegerOp(present, [ctx.result_types[0]], node.name, zeros=_zeros(operands))
+        return emit_library(ctx, op)
+
+
+def _zeros(inputs: Sequence[object | None]) -> int:
+    """MatMulInteger's `zeros`: bit 1 where a's zero point is given, bit 2 where b's is."""
+    return sum(bit for k, bit in ((2, 1), (3, 2)) if len(inputs) > k and inputs[k] is not None)
+
+
+class QLinearMatMulRule(MatMulRule):
+    """ONNX QLinearMatMul (opset 10; f16/bf16 scales 21): the i32 product of (a - a_zero) and
+    (b - b_zero), times a_scale * b_scale / y_scale, rounded to nearest even, plus y_zero, saturated
+    to y_zero's type (i8 or ui8).  Scales and zero points are one value each (per tensor), or a's
+    one per row and b's one per column."""
+
+    op_types = ("QLinearMatMul",)
+    kernels: tuple[str, ...] = ("kernel.qlinear_matmul",)
+    elem_types = QUANTIZED_FACTORS
+    limitations = ""
+    first_opset = 10
+    b_index = 3
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 8)
+        names = ("a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point", "y_scale", "y_zero_point")
+        a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = (
+            given(node, inputs, k, name) for k, name in enumerate(names)
+        )
+        for what, f in (("a", a), ("b", b), ("y_zero_point", y_zero)):
+            if f.elem.name not in QUANTIZED_FACTORS:
+                raise node.unsupported(f"{what} has element type {f.elem.name}; ONNX takes i8 or ui8")
+        for what, f in (("a_scale", a_scale), ("b_scale", b_scale), ("y_scale", y_scale)):
+            if f.elem.name not in ("f32", "f16", "bf16") or f.elem != a_scale.elem:
+                raise node.fail(f"{what} has element type {f.elem.name}; the scales share one float type")
+        shape = self.product_shape(node, a, b)
+        _zero_point(node, a_zero, a, "a", a.shape[-2] if a.rank > 1 else None)
+        _zero_point(node, b_zero, b, "b", b.shape[-1] if b.rank > 1 else None)
+        for what, scale, zero in (("a", a_scale, a_zero), ("b", b_scale, b_zero)):
+            if scale.rank != zero.rank or scale.static_shape() != zero.static_shape():
+                raise node.fail(f"{what}_scale and {what}_zero_point have different extents")
+        if y_scale.static_shape() not in ((), (1,)) or y_zero.static_shape() not in ((), (1,)):
+            raise node.fail("y_scale and y_zero_point must be one value each")
+        value = None
+        if all(f is not None and f.value is not None for f in inputs):
+            value = kernel_qlinear_matmul(*(np.asarray(f.value) for f in inputs if f is not None))
+        return [Facts(y_zero.elem, shape, value)]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import QLinearMatmulOp
+
+        present = [v for v in operands if v is not None]
+        return emit_library(ctx, QLinearMatmulOp(present, [ctx.result_types[0]], node.name))
+
+
+class DetRule(OpRule):
+    """ONNX Det (opset 11): the determinant of each square matrix in the last two axes (LAPACK's LU;
+    halves in f32)."""
+
+    op_types = ("Det",)
+    kernels: tuple[str, ...] = ("kernel.det",)
+    elem_types = ("f32", "f64", "f16", "bf16")
+    first_opset = 11
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 1)
+        x = given(node, inputs, 0, "X")
+        if x.elem.name not in self.elem_types:
+            raise node.unsupported(
+                f"X has element type {x.elem.name}; Loam computes Det in {', '.join(self.elem_types)}"
+            )
+        if x.rank < 2:
+            raise node.fail(f"X has rank {x.rank}; Det takes square matrices in the last two axes")
+        owed.require_equal(x.shape[-2], x.shape[-1], node, "the matrices' two axes")
+        value = kernel_det(np.asarray(x.value)) if x.value is not None else None
+        return [Facts(x.elem, x.shape[:-2], value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        assert inputs[0] is not None
+        return [inputs[0][:-2]]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import DetOp
+
+        x = operands[0]
+        assert x is not None
+        return emit_library(ctx, DetOp([x], [ctx.result_types[0]], node.name))
+
+
+RULES: tuple[OpRule, ...] = (MatMulRule(), GemmRule(), MatMulIntegerRule(), QLinearMatMulRule(), DetRule())

@@ -27,12 +27,13 @@ from loam.bounds import Verdict
 from loam.derived import ceildiv, clamp, decide, exact_quotient, floordiv, from_end, maximum, minimum
 from loam.limits import foldable
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
-from loam.ops.lowering import COMPUTE_TYPES
+from loam.ops.lowering import COMPUTE_TYPES, NARROW_TYPES
 from loam.ops.operands import (
     emit_library,
     facts,
     given,
     ints_of,
+    is_symbolic,
     keep_unchanged,
     known_extents,
     known_ints,
@@ -42,9 +43,12 @@ from loam.ops.operands import (
     optional,
 )
 from loam.poly import Poly, derived_call, poly_product, poly_sum
+from loam.runtime.errors import DataError
 from loam.runtime.kernels.movement import (
+    kernel_bitcast,
     kernel_concat,
     kernel_pad,
+    kernel_reverse_sequence,
     kernel_slice,
     kernel_split,
     kernel_tile,
@@ -635,6 +639,109 @@ class TriluRule(MovementRule):
         return emit_library(ctx, TriluOp([x, k], [ctx.result_types[0]], node.name, upper=upper))
 
 
+class ReverseSequenceRule(MovementRule):
+    """ONNX ReverseSequence (opset 10): along `time_axis`, the first sequence_lens[b] entries of each
+    batch entry b reversed; a length outside [0, T] raises the module's DataError at run time."""
+
+    op_types = ("ReverseSequence",)
+    kernels: tuple[str, ...] = ("kernel.reverse_sequence",)
+    attributes = frozenset({"batch_axis", "time_axis"})
+    first_opset = 10
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 2)
+        x, lens = given(node, inputs, 0, "input"), given(node, inputs, 1, "sequence_lens")
+        check_movable(node, x, "input")
+        batch, time = self.axes_of(node)
+        if x.rank < 2:
+            raise node.fail(f"the input has rank {x.rank}; ReverseSequence needs 2 or more")
+        if lens.elem.name != "i64" or lens.rank != 1:
+            raise node.fail(f"sequence_lens must be an i64 vector, got {lens.elem.name} of rank {lens.rank}")
+        owed.require_equal(lens.shape[0], x.shape[batch], node, f"sequence_lens and the batch axis {batch}")
+        value = None
+        if x.value is not None and lens.value is not None and foldable(x.shape):
+            try:
+                value = kernel_reverse_sequence(np.asarray(x.value), np.asarray(lens.value), batch_axis=batch,
+                                                time_axis=time)  # fmt: skip
+            except DataError as err:
+                raise node.fail(str(err)) from None
+        return [Facts(x.elem, x.shape, value)]
+
+    @staticmethod
+    def axes_of(node: NodeInfo) -> tuple[int, int]:
+        batch, time = int_attr(node, "batch_axis", 1, (0, 1)), int_attr(node, "time_axis", 0, (0, 1))
+        if batch == time:
+            raise node.fail(f"batch_axis and time_axis are both {batch}")
+        return batch, time
+
+    def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
+        assert inputs[0] is not None
+        return [inputs[0]]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import ReverseSequenceOp
+
+        x, lens = operands
+        assert x is not None and lens is not None
+        batch, time = self.axes_of(node)
+        op = ReverseSequenceOp([x, lens], [ctx.result_types[0]], node.name, batch_axis=batch, time_axis=time)
+        return emit_library(ctx, op)
+
+
+class BitCastRule(MovementRule):
+    """ONNX BitCast (opset 26): the input's bits read as `to`, a type of the same bit width (no
+    string); a 4- or 2-bit value keeps its bits, sign-extended into a signed type."""
+
+    op_types = ("BitCast",)
+    kernels: tuple[str, ...] = ("kernel.bitcast",)
+    attributes = frozenset({"to"})
+    first_opset = 26
+    elem_types = (*COMPUTE_TYPES, *NARROW_TYPES)
+
+    def target(self, node: NodeInfo, x: Facts) -> dtypes.ElementType:
+        to = node.attr("to", None)
+        if to is None:
+            raise node.fail("has no 'to' attribute")
+        try:
+            target = dtypes.by_onnx(int(to))
+        except KeyError:
+            raise node.fail(f"'to' is {to}, which is no ONNX element type") from None
+        for which, elem in (("from", x.elem), ("to", target)):
+            if elem.name not in self.elem_types:
+                raise node.unsupported(f"reinterprets {which} element type {elem.name}")
+        if target.bits != x.elem.bits:
+            raise node.fail(
+                f"{x.elem.name} has {x.elem.bits} bits and {target.name} {target.bits}; BitCast keeps the width"
+            )
+        return target
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 1)
+        x = given(node, inputs, 0, "input")
+        target = self.target(node, x)
+        value = None
+        if x.value is not None and not is_symbolic(x):
+            assert target.numpy is not None
+            value = kernel_bitcast(np.asarray(x.value, dtype=x.elem.numpy), to=target.numpy.name)
+        return [Facts(target, x.shape, value)]
+
+    def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
+        assert inputs[0] is not None
+        return [inputs[0]]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import BitCastOp
+
+        x = operands[0]
+        assert x is not None
+        result = ctx.result_types[0]
+        if x.type == result:
+            return [x]
+        dtype = result.elem.numpy
+        assert dtype is not None
+        return emit_library(ctx, BitCastOp([x], [result], node.name, to=dtype.name))
+
+
 # ---------------------------------------------------------------------------------------------
 # Shape and Size: known at build time, since extents are
 # ---------------------------------------------------------------------------------------------
@@ -682,6 +789,8 @@ RULES: tuple[OpRule, ...] = (
     PadRule(),
     TileRule(),
     TriluRule(),
+    ReverseSequenceRule(),
+    BitCastRule(),
     ShapeRule(),
     SizeRule(),
 )

@@ -24,7 +24,10 @@ LIBRARY_OPS = sorted(
 # their `_p_NAME` takes the parameters it needs, in PARAMS order, after any shapes.
 SPELLED = {name for name in vars(WgslKernelPrinter) if not name.startswith("_")}
 
-HOST_ONLY = {"cast_narrow", "dequantize_linear", "gather_nd", "nll_loss", "one_hot", "quantize_linear"}
+HOST_ONLY = {
+    "bitcast", "cast_narrow", "dequantize_linear", "det", "eye_like", "gather_nd", "matmul_integer", "nll_loss",
+    "one_hot", "qlinear_matmul", "quantize_linear", "reverse_sequence",
+}  # fmt: skip
 """Library kernels with no WGSL form yet: a WGSL build refuses them, naming the op, and `--host-fallback`
 computes them on the host (tests/conformance/expected_failures_wgsl.toml lists their cases)."""
 

@@ -408,6 +408,9 @@ def unary(rng: np.random.Generator) -> list[Spec]:
             ],
         )
     )
+    shrink = arr([-3.0, -1.5, -1.2, -0.5, 0.0, 0.5, 1.2, 1.5, 3.0], "f32")
+    specs.append(Spec("Shrink", "soft", [In("x", (9,), "f32", shrink)], {"lambd": 1.2, "bias": 0.7}))
+    specs.append(Spec("Shrink", "default", [In("x", (9,), "f32", shrink)]))
     return specs
 
 
@@ -559,6 +562,11 @@ def movement(rng: np.random.Generator) -> list[Spec]:
     specs.append(Spec("DepthToSpace", "opset1", [In("x", (1, 4, 2, 2))], {"blocksize": 2}, opset=1))
     specs.append(Spec("SpaceToDepth", "basic", [In("x", (2, 2, 4, 6))], {"blocksize": 2}))
     specs.append(Spec("SpaceToDepth", "block3", [In("x", (1, 1, 3, 6))], {"blocksize": 3}))
+    lens = arr([3, 0, 4], "i64")
+    specs.append(Spec("ReverseSequence", "time0", [In("x", (4, 3, 2)), In("lens", (3,), "i64", lens)]))
+    rev = {"batch_axis": 0, "time_axis": 1}
+    specs.append(Spec("ReverseSequence", "batch0", [In("x", (3, 4)), In("lens", (3,), "i64", lens)], rev))
+    specs.append(Spec("ReverseSequence", "i64", [In("x", (4, 3), "i64"), In("lens", (3,), "i64", lens)]))
     return specs
 
 
@@ -716,6 +724,9 @@ def indexing(rng: np.random.Generator) -> list[Spec]:
             specs.append(Spec("CumProd", variant, [In("x", (3, 4)), axis], attrs, opset=26))
     specs.append(Spec("CumProd", "f16", [In("x", (2, 5), "f16"), Known("a", np.array(-1, np.int32))], opset=26))
     specs.append(Spec("CumProd", "i32", [In("x", (5,), "i32"), Known("a", np.array(0, np.int64))], opset=26))
+    specs.append(Spec("EyeLike", "k1", [In("x", (3, 5), "i32")], {"k": 1, "dtype": TensorProto.FLOAT}))
+    specs.append(Spec("EyeLike", "k_minus2", [In("x", (4, 3))], {"k": -2}))
+    specs.append(Spec("EyeLike", "k_past_end", [In("x", (2, 3), "i64")], {"k": 5}))
     return specs
 
 
@@ -890,6 +901,9 @@ def linear(rng: np.random.Generator) -> list[Spec]:
         specs.append(Spec("Einsum", variant, [In(f"x{i}", s) for i, s in enumerate(shapes)], {"equation": eq}))
     specs.append(Spec("Einsum", "f64", [In("x0", (3, 4), "f64"), In("x1", (4, 2), "f64")], {"equation": "ij,jk->ik"}))
     specs.append(Spec("Einsum", "i64", [In("x0", (3, 4), "i64"), In("x1", (4, 2), "i64")], {"equation": "ij,jk->ik"}))
+    specs.append(Spec("Det", "batch", [In("x", (2, 3, 4, 4))]))
+    specs.append(Spec("Det", "singular", [In("x", (3, 3), "f32", arr([[1, 2, 3], [2, 4, 6], [0, 1, 5]], "f32"))]))
+    specs.append(Spec("Det", "f64", [In("x", (5, 5), "f64")]))
     return specs
 
 
@@ -1377,6 +1391,20 @@ def quantization(rng: np.random.Generator) -> list[Spec]:
     specs.append(Spec("DequantizeLinear", "i32", ins, opset=13))
     ins = [In("q", (4, 6), "ui8", q), In("s", (), "f16", arr(0.1, "f16")), In("z", (), "ui8", arr(3, "ui8"))]
     specs.append(Spec("DequantizeLinear", "f16_scale", ins, opset=19))
+    qa, qb = rng.integers(0, 256, (2, 3, 4)).astype(np.uint8), rng.integers(0, 256, (4, 5)).astype(np.uint8)
+    ins = [In("a", (2, 3, 4), "ui8", qa), In("b", (4, 5), "ui8", qb), In("za", (), "ui8", arr(128, "ui8")),
+           In("zb", (5,), "ui8", arr([0, 3, 100, 200, 255], "ui8"))]  # fmt: skip
+    specs.append(Spec("MatMulInteger", "per_column", ins))
+    specs.append(Spec("MatMulInteger", "no_zero_points", ins[:2]))
+    sa, sb = arr(0.05, "f32"), arr(0.02, "f32")
+    signed = [In("a", (3, 4), "i8", qa[0].astype(np.int8)), In("sa", (), "f32", sa), In("za", (), "i8", arr(-3, "i8")),
+              In("b", (4, 5), "i8", qb.astype(np.int8)), In("sb", (), "f32", sb), In("zb", (), "i8", arr(2, "i8")),
+              In("sy", (), "f32", arr(0.3, "f32")), In("zy", (), "i8", arr(-5, "i8"))]  # fmt: skip
+    specs.append(Spec("QLinearMatMul", "i8", signed))
+    unsigned = [In("a", (2, 3, 4), "ui8", qa), In("sa", (), "f32", sa), In("za", (), "ui8", arr(128, "ui8")),
+                In("b", (4, 5), "ui8", qb), In("sb", (), "f32", sb), In("zb", (), "ui8", arr(120, "ui8")),
+                In("sy", (), "f32", arr(0.7, "f32")), In("zy", (), "ui8", arr(10, "ui8"))]  # fmt: skip
+    specs.append(Spec("QLinearMatMul", "ui8_batched", unsigned))
     return specs
 
 

@@ -125,6 +125,12 @@ def kernel_one_hot(indices: np.ndarray, values: np.ndarray, *, depth: int, axis:
     return np.where(hot, pair[1], pair[0]).astype(pair.dtype)
 
 
+def kernel_eye_like(x: np.ndarray, *, k: int, to: str) -> np.ndarray:
+    """ONNX EyeLike: ones on diagonal `k` of a matrix with x's extents (of type `to`), zeros elsewhere."""
+    rows, cols = np.shape(x)
+    return np.eye(rows, cols, k, dtype=np.dtype(to))
+
+
 PIECES: dict[str, object] = {
     "kernel_gather": kernel_gather,
     "kernel_range": kernel_range,
@@ -133,6 +139,7 @@ PIECES: dict[str, object] = {
     "kernel_scatter_elements": kernel_scatter_elements,
     "kernel_scatter_nd": kernel_scatter_nd,
     "kernel_one_hot": kernel_one_hot,
+    "kernel_eye_like": kernel_eye_like,
     "kernel_gather_nd": kernel_gather_nd,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from loam.runtime.errors import DataError
+
 
 def kernel_concat(*xs: np.ndarray, axis: int) -> np.ndarray:
     """ONNX Concat: the operands joined along `axis`."""
@@ -76,6 +78,41 @@ def kernel_trilu(x: np.ndarray, k: np.ndarray | None = None, *, upper: int, offs
     return np.triu(x, diagonal) if upper else np.tril(x, diagonal)
 
 
+def kernel_reverse_sequence(x: np.ndarray, lens: np.ndarray, *, batch_axis: int, time_axis: int) -> np.ndarray:
+    """ONNX ReverseSequence: along `time_axis`, the first lens[b] entries of batch entry b (along
+    `batch_axis`) in reverse order, the rest as they are.  A length outside [0, T] is a DataError."""
+    x, lens = np.asarray(x), np.asarray(lens, dtype=np.int64)
+    steps = x.shape[time_axis]
+    outside = np.flatnonzero((lens < 0) | (lens > steps))
+    if outside.size:
+        b = int(outside[0])
+        raise DataError(f"sequence_lens[{b}] is {int(lens[b])}; each length must lie in [0, {steps}]")
+    t = np.arange(steps)
+    index = np.where(t < lens[:, None], lens[:, None] - 1 - t, t)  # [batch, time]
+    if batch_axis > time_axis:
+        index = index.T
+    shape = [1] * x.ndim
+    shape[batch_axis], shape[time_axis] = lens.shape[0], steps
+    return np.take_along_axis(x, np.broadcast_to(index.reshape(shape), x.shape), axis=time_axis)
+
+
+def kernel_bitcast(x: np.ndarray, *, to: str) -> np.ndarray:
+    """ONNX BitCast: x's bits read as `to` (numpy's name), a type of the same width.  A 4- or 2-bit
+    value (one per byte, as ml_dtypes holds it) keeps its low bits, sign-extended into a signed
+    type; into bool, a nonzero byte is true."""
+    x = np.asarray(x, order="C")  # (np.ascontiguousarray would make a scalar 1-D)
+    dtype = np.dtype(to)
+    widths = {"int4": 4, "uint4": 4, "float4_e2m1fn": 4, "int2": 2, "uint2": 2}
+    width = widths.get(dtype.name)
+    if width is None:
+        return x.view(np.uint8) != 0 if dtype == np.bool_ else x.view(dtype)
+    bits = x.view(np.uint8) & np.uint8((1 << width) - 1)
+    if dtype.name.startswith("int"):
+        signed = bits.astype(np.int8)
+        return np.where(signed >= 1 << (width - 1), signed - (1 << width), signed).astype(dtype)
+    return bits.view(dtype)
+
+
 PIECES: dict[str, object] = {
     "kernel_concat": kernel_concat,
     "kernel_split": kernel_split,
@@ -83,5 +120,7 @@ PIECES: dict[str, object] = {
     "kernel_pad": kernel_pad,
     "kernel_tile": kernel_tile,
     "kernel_trilu": kernel_trilu,
+    "kernel_reverse_sequence": kernel_reverse_sequence,
+    "kernel_bitcast": kernel_bitcast,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {}
+DEPENDS: dict[str, tuple[str, ...]] = {"kernel_reverse_sequence": ("DataError",)}
