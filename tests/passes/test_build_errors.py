@@ -83,12 +83,12 @@ W = np.arange(20, dtype=np.float32).reshape(4, 5)
 def test_unknown_operator_names_the_node_and_op_type() -> None:
     nodes = [
         helper.make_node("Relu", ["x"], ["h"], name="act"),
-        helper.make_node("Det", ["h"], ["y"], name="probs"),
+        helper.make_node("TfIdfVectorizer", ["h"], ["y"], name="probs"),
     ]
     model = make_model(nodes, {"x": (2, 3)}, {"y": (2, 3)})
     refused(
         UnsupportedError,
-        "node 'probs' uses operator 'Det', which Loam does not compile",
+        "node 'probs' uses operator 'TfIdfVectorizer', which Loam does not compile",
         model,
         options=layout(x=("B", "N")),
     )
@@ -101,8 +101,8 @@ def test_unknown_operator_of_another_domain_is_qualified() -> None:
 
 
 def test_unknown_operator_without_a_node_name_is_named_by_its_output() -> None:
-    model = make_model([helper.make_node("Det", ["x"], ["det_out"])], {"x": (2, 3)}, {"det_out": None})
-    refused(UnsupportedError, "node 'det_out' uses operator 'Det'", model, options=layout(x=("B", "N")))
+    model = make_model([helper.make_node("TfIdfVectorizer", ["x"], ["tfidf_out"])], {"x": (2, 3)}, {"tfidf_out": None})
+    refused(UnsupportedError, "node 'tfidf_out' uses operator 'TfIdfVectorizer'", model, options=layout(x=("B", "N")))
 
 
 # -- axis naming ----------------------------------------------------------------------------------------
