@@ -28,9 +28,9 @@ The package splits the dialect by kernel family: `program` (the program, its ret
 constants), `elementwise` (zip, cast), `products` (matmul), `layout` (permute, regroup), `control`
 (if, yield), the library kernels (`library`, their base, then one module per family: `movement`,
 `indexing`, `packed`, `reductions`, `normalization`, `losses`, `narrow`, `linalg`, `convolution`,
-each listing its ops in a tuple the dialect collects) and `tile` (tile programs); `attributes` and
-`base` hold what the ops share.  Every public name is imported from here, `loam.dialects.kernel`,
-which also defines the `Kernel` dialect object.
+`signal` (Fourier transforms), each listing its ops in a tuple the dialect collects) and `tile`
+(tile programs); `attributes` and `base` hold what the ops share.  Every public name is imported
+from here, `loam.dialects.kernel`, which also defines the `Kernel` dialect object.
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ from loam.dialects.kernel.reductions import (
     SoftmaxOp,
     TopKOp,
 )
+from loam.dialects.kernel.signal import SIGNAL_OPS, DftOp, StftOp
 from loam.dialects.kernel.tile import TileProgramOp
 
 Kernel = Dialect(
@@ -105,6 +106,7 @@ Kernel = Dialect(
         *LINALG_OPS,
         *NARROW_OPS,
         *CONV_OPS,
+        *SIGNAL_OPS,
         *CONTROL_OPS,
         TileProgramOp,
     ],
@@ -124,6 +126,7 @@ __all__ = [
     "PACKED_OPS",
     "REDUCE_KINDS",
     "REDUCE_OPS",
+    "SIGNAL_OPS",
     "ArgReduceOp",
     "BitCastOp",
     "CastNarrowOp",
@@ -136,6 +139,7 @@ __all__ = [
     "CumSumOp",
     "DequantizeLinearOp",
     "DetOp",
+    "DftOp",
     "EinsumOp",
     "ExprAttr",
     "EyeLikeOp",
@@ -172,6 +176,7 @@ __all__ = [
     "SliceOp",
     "SoftmaxOp",
     "SplitOp",
+    "StftOp",
     "TileOp",
     "TileProgramAttr",
     "TileProgramOp",

@@ -1,22 +1,45 @@
-"""Signal processing: the window functions HannWindow, HammingWindow and BlackmanWindow.
+"""Signal processing: the window functions HannWindow, HammingWindow and BlackmanWindow, and the
+Fourier transforms DFT and STFT.
 
 A window's one operand is its length, an extent the build knows, so stage 0 computes the whole
 window and the module carries it as a constant: no kernel runs.  A length known only at run time
 is refused by name (it decides the output's extent).
+
+DFT and STFT lower to library kernels (`kernel.dft`, `kernel.stft`) whose numpy pieces also fold
+known values.  Their operands that decide extents (dft_length, DFT's axis from opset 20, frame_step,
+frame_length) must be known at build time, as must the extents of the transformed axis and of the
+signal: a value known only at run time is refused, naming the node and the input.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from loam import dtypes
 from loam.limits import foldable
-from loam.ops.base import Facts, NodeInfo, OpRule, int_attr, require_arity
+from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.lowering import FLOAT_TYPES
-from loam.ops.operands import INDEX_TYPES, given, is_symbolic, require_elem
+from loam.ops.operands import (
+    INDEX_TYPES,
+    emit_library,
+    given,
+    is_symbolic,
+    keep_unchanged,
+    known_ints,
+    operand_facts,
+    optional,
+    require_elem,
+)
 from loam.poly import Poly
+from loam.runtime.kernels.signal import kernel_dft, kernel_stft
+
+if TYPE_CHECKING:
+    from xdsl.ir import SSAValue
+
+    from loam.dialects.tensor_axes import Axis
 
 # The cosine terms of each window: w[n] = sum over (a, k) of a * cos(2 pi k n / N), N the length
 # (periodic) or the length - 1 (symmetric), as ONNX's function bodies compute them.
@@ -67,4 +90,196 @@ class WindowRule(OpRule):
         return [Facts(elem, (Poly.const(length),), window(node.op_type, length, periodic, elem.numpy))]
 
 
-RULES: tuple[OpRule, ...] = (WindowRule(),)
+def _one_int(node: NodeInfo, f: Facts, what: str, types: Sequence[str] = INDEX_TYPES) -> int:
+    """The one integer input `what` holds, which the build must know (`known_ints` refuses otherwise)."""
+    values = known_ints(node, f, what, types)
+    if len(values) != 1:
+        raise node.fail(f"{what} must be one integer, not {values}")
+    return values[0]
+
+
+def _trailing(node: NodeInfo, f: Facts, what: str) -> int:
+    """The extent of `f`'s trailing axis: 1 (real values) or 2 (real and imaginary parts)."""
+    last = f.shape[-1]
+    if not (last.is_const and last.const_value in (1, 2)):
+        raise node.fail(f"{what}'s trailing extent is {last}; ONNX takes 1 (real) or 2 (complex: real, imaginary)")
+    return last.const_value
+
+
+def _static(node: NodeInfo, extent: Poly, what: str) -> int:
+    """`extent` as a number, which the transform's extents need at build time."""
+    if not extent.is_const:
+        raise node.unsupported(
+            f"{what} has the symbolic extent {extent}; the transform's extents need it as a number at build "
+            "time, so fix it with the `dims` option"
+        )
+    return extent.const_value
+
+
+class DftRule(OpRule):
+    """ONNX DFT (opset 17; `axis` an input from 20): the discrete Fourier transform of a real ([..., 1])
+    or complex ([..., 2]) input along one axis over dft_length samples (the axis cut short or padded
+    with zeros), forward or `inverse`; `onesided` keeps the first dft_length // 2 + 1 bins of a real
+    input's spectrum, or (inverse) makes a real signal of dft_length samples from them (IRFFT)."""
+
+    op_types = ("DFT",)
+    kernels: tuple[str, ...] = ("kernel.dft",)
+    attributes = frozenset({"axis", "inverse", "onesided"})
+    first_opset = 17
+    elem_types = FLOAT_TYPES
+    limitations = (
+        "dft_length and the axis input must be known at build time, and the transformed axis's extent a number; "
+        "an inverse one-sided DFT needs dft_length // 2 + 1 bins along the axis (with others onnxruntime departs "
+        "from ONNX's definition)"
+    )
+
+    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[dict[str, int], tuple[Poly, ...]]:
+        """The kernel's parameters and the output's extents, from the input and the operands the
+        build knows (stage 0 and lowering both ask)."""
+        x = given(node, inputs, 0, "input")
+        require_elem(node, x, self.elem_types)
+        if x.rank < 2:
+            raise node.fail(f"the input has rank {x.rank}; ONNX takes [signal axes..., 1 or 2]")
+        parts = _trailing(node, x, "the input")
+        inverse = int_attr(node, "inverse", 0, (0, 1))
+        onesided = int_attr(node, "onesided", 0, (0, 1))
+        if onesided and not inverse and parts == 2:
+            raise node.fail("a one-sided DFT takes a real input (trailing extent 1), not a complex one")
+        if onesided and inverse and parts == 1:
+            raise node.fail("a one-sided inverse DFT (IRFFT) takes a complex input (trailing extent 2), not a real one")
+        rank = x.rank
+        if node.since >= 20:
+            axis_input = optional(inputs, 2)
+            axis = -2 if axis_input is None else _one_int(node, axis_input, "axis", ("i64",))
+        else:
+            axis = int_attr(node, "axis", 1)
+        if not (-rank <= axis <= -2 or 0 <= axis <= rank - 2):
+            raise node.fail(
+                f"axis {axis} is out of range for rank {rank}: it must lie in [{-rank}, -2] or [0, {rank - 2}] "
+                "(the trailing axis holds the real and imaginary parts)"
+            )
+        axis %= rank
+        bins = _static(node, x.shape[axis], f"the transformed axis {axis}")
+        irfft = bool(inverse and onesided)
+        length_input = optional(inputs, 1)
+        if length_input is None:
+            length = 2 * (bins - 1) if irfft else bins
+        else:
+            length = _one_int(node, length_input, "dft_length")
+        if length < 1:
+            raise node.fail(f"dft_length is {length}; it must be at least 1")
+        if irfft and length // 2 + 1 != bins:
+            fits = " or ".join(str(n) for n in (2 * (bins - 1), 2 * bins - 1) if n >= 1)
+            raise node.unsupported(
+                f"dft_length {length} reads {length // 2 + 1} bins of a one-sided spectrum but axis {axis} holds "
+                f"{bins}; onnxruntime computes such an inverse differently from ONNX's definition, so Loam takes "
+                f"only dft_length {fits} here"
+            )
+        out = length if irfft or not onesided else length // 2 + 1
+        shape = (*x.shape[:axis], Poly.const(out), *x.shape[axis + 1 : -1], Poly.const(1 if irfft else 2))
+        return {"axis": axis, "dft_length": length, "inverse": inverse, "onesided": onesided}, shape
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 1, 3 if node.since >= 20 else 2)
+        params, shape = self.plan(node, inputs)
+        x = given(node, inputs, 0, "input")
+        value = kernel_dft(x.value, **params) if x.value is not None and not is_symbolic(x) else None
+        return [Facts(x.elem, shape, value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        assert inputs[0] is not None
+        return [keep_unchanged(inputs[0], outputs[0])]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import DftOp
+
+        x = operands[0]
+        assert x is not None
+        params, _ = self.plan(node, operand_facts(operands))
+        return emit_library(ctx, DftOp([x], [ctx.result_types[0]], node.name, **params))
+
+
+class StftRule(OpRule):
+    """ONNX STFT (opset 17): the DFT of each frame of a real or complex signal [batch, length, 1 or 2],
+    frames of frame_length samples one every frame_step, each times the window (ones when absent), as
+    [batch, frames, bins, 2]; `onesided` (the default) keeps the first frame_length // 2 + 1 bins."""
+
+    op_types = ("STFT",)
+    kernels: tuple[str, ...] = ("kernel.stft",)
+    attributes = frozenset({"onesided"})
+    first_opset = 17
+    elem_types = FLOAT_TYPES
+    limitations = (
+        "frame_step and frame_length must be known at build time, and the signal's length a number; a window or "
+        "frame_length must be given (without either onnxruntime fails); the signal has rank 3"
+    )
+
+    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[dict[str, int], tuple[Poly, ...]]:
+        """The kernel's parameters and the output's extents (stage 0 and lowering both ask)."""
+        signal = given(node, inputs, 0, "signal")
+        require_elem(node, signal, self.elem_types, "the signal")
+        if signal.rank == 2:
+            raise node.unsupported("the signal has rank 2; Loam takes [batch, length, 1 or 2], as ONNX defines it")
+        if signal.rank != 3:
+            raise node.fail(f"the signal has rank {signal.rank}; ONNX takes [batch, length, 1 or 2]")
+        _trailing(node, signal, "the signal")
+        size = _static(node, signal.shape[1], "the signal's length (axis 1)")
+        step = _one_int(node, given(node, inputs, 1, "frame_step"), "frame_step")
+        if step < 1:
+            raise node.fail(f"frame_step is {step}; it must be at least 1")
+        window, length_input = optional(inputs, 2), optional(inputs, 3)
+        length = None if length_input is None else _one_int(node, length_input, "frame_length")
+        if window is not None:
+            if window.elem != signal.elem:
+                raise node.fail(f"the window has element type {window.elem.name} and the signal {signal.elem.name}")
+            if window.rank != 1:
+                raise node.fail(f"the window has rank {window.rank}; ONNX takes a vector")
+            extent = _static(node, window.shape[0], "the window")
+            if length is not None and length != extent:
+                raise node.fail(f"the window holds {extent} values but frame_length is {length}; ONNX needs them equal")
+            length = extent
+        if length is None:
+            raise node.unsupported(
+                "neither a window nor frame_length is given: ONNX then frames the whole signal, which onnxruntime "
+                "refuses; give frame_length"
+            )
+        if not 1 <= length <= size:
+            raise node.fail(f"frame_length is {length}; it must lie in [1, {size}], the signal's length")
+        onesided = int_attr(node, "onesided", 1, (0, 1))
+        frames = (size - length) // step + 1
+        bins = length // 2 + 1 if onesided else length
+        shape = (signal.shape[0], Poly.const(frames), Poly.const(bins), Poly.const(2))
+        return {"frame_step": step, "frame_length": length, "onesided": onesided}, shape
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 2, 4)
+        params, shape = self.plan(node, inputs)
+        signal, window = given(node, inputs, 0, "signal"), optional(inputs, 2)
+        value = None
+        known = [f for f in (signal, window) if f is not None]
+        if all(f.value is not None and not is_symbolic(f) for f in known):
+            value = kernel_stft(*[np.asarray(f.value) for f in known], **params)
+        return [Facts(signal.elem, shape, value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        signal = inputs[0]
+        assert signal is not None
+        parts = signal[2] if signal[2].extent == outputs[0].shape[3] else None
+        return [(signal[0], None, None, parts)]  # frames and bins are new: the layout names them
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import StftOp
+
+        signal = operands[0]
+        assert signal is not None
+        params, _ = self.plan(node, operand_facts(operands))
+        window = operands[2] if len(operands) > 2 else None
+        present = [signal] if window is None else [signal, window]
+        return emit_library(ctx, StftOp(present, [ctx.result_types[0]], node.name, **params))
+
+
+RULES: tuple[OpRule, ...] = (WindowRule(), DftRule(), StftRule())

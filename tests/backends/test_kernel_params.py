@@ -25,9 +25,21 @@ LIBRARY_OPS = sorted(
 SPELLED = {name for name in vars(WgslKernelPrinter) if not name.startswith("_")}
 
 HOST_ONLY = {
-    "bitcast", "cast_narrow", "dequantize_linear", "det", "eye_like", "gather_nd", "matmul_integer", "nll_loss",
-    "one_hot", "qlinear_matmul", "quantize_linear", "reverse_sequence",
-}  # fmt: skip
+    "bitcast",
+    "cast_narrow",
+    "dequantize_linear",
+    "det",
+    "dft",
+    "eye_like",
+    "gather_nd",
+    "matmul_integer",
+    "nll_loss",
+    "one_hot",
+    "qlinear_matmul",
+    "quantize_linear",
+    "reverse_sequence",
+    "stft",
+}
 """Library kernels with no WGSL form yet: a WGSL build refuses them, naming the op, and `--host-fallback`
 computes them on the host (tests/conformance/expected_failures_wgsl.toml lists their cases)."""
 

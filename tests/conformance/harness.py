@@ -269,6 +269,8 @@ SHAPE_OPERANDS: dict[str, frozenset[int]] = {
     "Pad": frozenset({1, 3}),
     "Range": frozenset({0, 1, 2}),
     "Resize": frozenset({1, 2, 3}),
+    "DFT": frozenset({1, 2}),
+    "STFT": frozenset({1, 3}),
 }
 
 

@@ -1408,6 +1408,78 @@ def quantization(rng: np.random.Generator) -> list[Spec]:
     return specs
 
 
+def signal(rng: np.random.Generator) -> list[Spec]:
+    """DFT and STFT: real and complex input, inverse, one-sided (RFFT and IRFFT), dft_length shorter and
+    longer than the axis (powers of two and not: onnxruntime takes another algorithm for each), a
+    non-last and a negative axis, a rank-2 input (one signal), opset 17's axis attribute, an i32
+    dft_length; STFT with and without a window and frame_length, a step that leaves samples over,
+    complex and two-sided.
+
+    The variants are f64: onnxruntime's f32 transforms err by about 1e-6 times the input's magnitude
+    (twiddles in f32, Bluestein's chirps), past this suite's f32 atol for inputs of magnitude 1.  The
+    f32 cases store inputs of magnitude 0.1, where that error stays below it.
+    """
+    specs: list[Spec] = []
+
+    def dft(variant: str, x: In, length: int | None = None, axis: int | None = None, **attrs: int) -> Spec:
+        ins: list[In | Known | None] = [x, None if length is None else Known("n", i64(length).reshape(()))]
+        if axis is not None:
+            ins.append(Known("axis", i64(axis).reshape(())))
+        while ins[-1] is None:
+            ins.pop()
+        return Spec("DFT", variant, ins, attrs, opset=20)
+
+    def small(shape: tuple[int, ...]) -> np.ndarray:
+        return (0.1 * rng.standard_normal(shape)).astype(np.float32)
+
+    specs += [
+        dft("real", In("x", (3, 10, 1), "f64")),
+        dft("complex", In("x", (3, 10, 2), "f64")),
+        dft("inverse", In("x", (3, 10, 2), "f64"), inverse=1),
+        dft("inverse_real", In("x", (2, 8, 1), "f64"), inverse=1),
+        dft("rfft", In("x", (2, 9, 1), "f64"), onesided=1),
+        dft("rfft_length", In("x", (2, 9, 1), "f64"), length=12, onesided=1),
+        dft("irfft", In("x", (2, 5, 2), "f64"), inverse=1, onesided=1),
+        dft("irfft_odd_length", In("x", (2, 5, 2), "f64"), length=9, inverse=1, onesided=1),
+        dft("shorter_pow2", In("x", (2, 12, 2), "f64"), length=8),
+        dft("shorter", In("x", (2, 12, 2), "f64"), length=7),
+        dft("longer", In("x", (2, 6, 2), "f64"), length=11),
+        dft("longer_pow2", In("x", (2, 6, 1), "f64"), length=16),
+        dft("axis0", In("x", (6, 4, 5, 2), "f64"), axis=0),
+        dft("axis_negative", In("x", (2, 6, 5, 1), "f64"), axis=-3, inverse=1),
+        dft("rank2_complex", In("x", (6, 2), "f64")),
+        dft("f32", In("x", (3, 10, 2), "f32", small((3, 10, 2)))),
+        dft("f32_rfft", In("x", (2, 9, 1), "f32", small((2, 9, 1))), length=12, onesided=1),
+        dft("f32_irfft", In("x", (2, 5, 2), "f32", small((2, 5, 2))), inverse=1, onesided=1),
+        Spec("DFT", "opset17_axis2", [In("x", (2, 3, 7, 1), "f64")], {"axis": 2}, opset=17),
+        Spec("DFT", "length_i32", [In("x", (2, 10, 1), "f64"), Known("n", np.array(6, np.int32))], opset=20),
+    ]
+    step, step8 = Known("step", i64(6).reshape(())), Known("step", i64(8).reshape(()))
+
+    def length(n: int) -> Known:
+        return Known("len", i64(n).reshape(()))
+
+    def f64(shape: tuple[int, ...]) -> In:
+        return In("s" if len(shape) == 3 else "w", shape, "f64")
+
+    # onnx's shape inference reads an absent `onesided` as 0 (ONNX defines 1): out_shape leaves the bins unknown
+    default = (2, 7, None, 2)
+    one, two = {"onesided": 1}, {"onesided": 0}
+    f32_signal = In("s", (2, 40, 2), "f32", small((2, 40, 2)))
+    for variant, ins, attrs, out in (
+        ("window", [f64((2, 64, 1)), step8, f64((16,))], {}, default),
+        ("frame_length", [f64((2, 40, 1)), step, None, length(10)], one, None),
+        ("window_and_length", [f64((1, 50, 1)), step, f64((12,)), length(12)], one, None),
+        ("two_sided", [f64((2, 40, 1)), step, f64((12,))], two, None),
+        ("complex", [f64((1, 40, 2)), step, None, length(10)], two, None),
+        ("complex_onesided", [f64((1, 40, 2)), step, f64((10,))], one, None),
+        ("f32", [In("s", (2, 64, 1), "f32", small((2, 64, 1))), step8, In("w", (16,), "f32")], {}, default),
+        ("f32_frame_length", [f32_signal, step, None, length(10)], two, None),
+    ):
+        specs.append(Spec("STFT", variant, ins, attrs, opset=17, out_shape=out))
+    return specs
+
+
 FAMILIES: tuple[Callable[[np.random.Generator], list[Spec]], ...] = (
     elementwise,
     unary,
@@ -1420,6 +1492,7 @@ FAMILIES: tuple[Callable[[np.random.Generator], list[Spec]], ...] = (
     normalization,
     resize,
     quantization,
+    signal,
 )
 
 

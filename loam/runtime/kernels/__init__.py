@@ -27,6 +27,7 @@ from loam.runtime.kernels import (
     products,
     quantized,
     reduce,
+    signal,
 )
 
 FAMILIES = (
@@ -38,6 +39,7 @@ FAMILIES = (
     normalization,
     losses,
     narrow,
+    signal,
     conv,
     products,
     compiled,

@@ -1,0 +1,87 @@
+"""Library kernels of signal processing: ONNX's discrete and short-time Fourier transforms (DFT,
+STFT), listed in `SIGNAL_OPS`.
+
+A complex value is held as ONNX holds it, a trailing axis of two (real, imaginary); a real one as a
+trailing axis of one.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from xdsl.irdl import irdl_op_definition
+
+from loam.dialects.kernel.library import LibraryOp, library_types, require
+
+
+def _is(extent: object, value: int) -> bool:
+    """Whether `extent` (a Poly) is the number `value`."""
+    return bool(getattr(extent, "is_const", False)) and extent.const_value == value  # type: ignore[attr-defined]
+
+
+def _check_flags(op: LibraryOp, *names: str) -> None:
+    for name in names:
+        require(op, op.param(name) in (0, 1), f"{name} is {op.param(name)}, not 0 or 1")
+
+
+@irdl_op_definition
+class DftOp(LibraryOp):
+    """ONNX DFT along `axis` (never the trailing one) over `dft_length` samples, the axis cut short
+    or padded with zeros: the spectrum (`inverse` 0), its first dft_length // 2 + 1 bins of a real
+    signal (`onesided`), the signal (`inverse` 1, scaled by 1 / dft_length), or the real signal of
+    the first half of a spectrum (`inverse` and `onesided`: the result's trailing extent is 1).
+
+    Example: `%y = kernel.dft(%x) {node = "dft", axis = 1 : i64, dft_length = 16 : i64, inverse = 0 : i64,
+    onesided = 1 : i64} : (!tensor_axes.tensor<f32, [B: 2, T: 16, One: 1]>) -> !tensor_axes.tensor<f32, [B: 2,
+    F: 9, Complex: 2]>`
+    """
+
+    name = "kernel.dft"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int, "dft_length": int, "inverse": int, "onesided": int}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 1 and len(outs) == 1, "takes one operand and gives one result")
+        _check_flags(self, "inverse", "onesided")
+        require(self, self.param("dft_length") >= 1, f"dft_length is {self.param('dft_length')}")
+        x, out = ins[0], outs[0]
+        if x is None or out is None:
+            return
+        axis = self.param("axis")
+        require(self, 0 <= axis < len(x) - 1, f"axis {axis} is not a signal axis of rank {len(x)}")
+        require(self, len(out) == len(x), "the result's rank is not the operand's")
+        require(self, _is(x[-1], 1) or _is(x[-1], 2), "the operand's trailing extent is not 1 or 2")
+        real_out = bool(self.param("inverse") and self.param("onesided"))
+        require(self, _is(out[-1], 1 if real_out else 2), "the result's trailing extent does not fit the transform")
+
+
+@irdl_op_definition
+class StftOp(LibraryOp):
+    """ONNX STFT of a signal [batch, length, 1 or 2] and an optional window [frame_length]: the DFT of
+    each frame of `frame_length` samples, one every `frame_step`, times the window, as [batch, frames,
+    bins, 2]; bins is frame_length, or frame_length // 2 + 1 when `onesided`.
+
+    Example: `%y = kernel.stft(%s, %w) {node = "stft", frame_step = 8 : i64, frame_length = 16 : i64,
+    onesided = 1 : i64} : (S, W) -> !tensor_axes.tensor<f32, [B: 1, Frames: 15, Bins: 9, Complex: 2]>`
+    """
+
+    name = "kernel.stft"
+    PARAMS: ClassVar[dict[str, type]] = {"frame_step": int, "frame_length": int, "onesided": int}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) in (1, 2) and len(outs) == 1, "takes a signal and an optional window")
+        _check_flags(self, "onesided")
+        for name in ("frame_step", "frame_length"):
+            require(self, self.param(name) >= 1, f"{name} is {self.param(name)}")
+        signal, out = ins[0], outs[0]
+        if signal is not None:
+            require(self, len(signal) == 3, "the signal is not [batch, length, 1 or 2]")
+        if len(ins) == 2 and ins[1] is not None:
+            window = ins[1]
+            require(self, len(window) == 1 and _is(window[0], self.param("frame_length")), "the window's extent")
+        if out is not None:
+            require(self, len(out) == 4 and _is(out[-1], 2), "the result is not [batch, frames, bins, 2]")
+
+
+SIGNAL_OPS: tuple[type[LibraryOp], ...] = (DftOp, StftOp)

@@ -1,0 +1,77 @@
+"""Library kernels of the signal family (see `loam/runtime/kernels/__init__.py`): `kernel.dft` and
+`kernel.stft`, ONNX's discrete and short-time Fourier transforms.
+
+ONNX holds a complex value as a trailing axis of two (real, imaginary) and a real one as a trailing
+axis of one.  Halves (f16, bf16) are transformed in f32 and the result narrowed to their type; f32
+and f64 are transformed in their own precision (complex64, complex128).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loam.runtime.kernels.common import narrowed, widened
+
+
+def _complex_of(x: np.ndarray) -> np.ndarray:
+    """`x` without its trailing axis, as complex numbers of its (widened) precision: real parts only
+    (extent 1), or real and imaginary parts (extent 2)."""
+    wide = widened(x)
+    c = wide[..., 0].astype(np.result_type(wide.dtype, np.complex64))
+    if wide.shape[-1] == 2:
+        c.imag = wide[..., 1]
+    return c
+
+
+def _pairs_of(c: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Complex `c` as ONNX holds it: a trailing axis of (real, imaginary), stored as `dtype`."""
+    return narrowed(np.stack([c.real, c.imag], axis=-1), dtype)
+
+
+def kernel_dft(x: np.ndarray, *, axis: int, dft_length: int, inverse: int, onesided: int) -> np.ndarray:
+    """ONNX DFT of `x` ([..., 1] real or [..., 2] complex) along `axis`, over `dft_length` samples
+    (the axis cut short or padded with zeros).  Forward: the spectrum, its first dft_length // 2 + 1
+    bins when `onesided`.  Inverse: the signal, 1/dft_length times the sum; with `onesided` the real
+    signal ([..., 1]) whose spectrum's first half `x` holds (numpy's irfft)."""
+    x = np.asarray(x)
+    c = _complex_of(x)
+    if inverse and onesided:
+        real = np.fft.irfft(c, n=dft_length, axis=axis)
+        return narrowed(real[..., np.newaxis], x.dtype)
+    y = np.fft.ifft(c, n=dft_length, axis=axis) if inverse else np.fft.fft(c, n=dft_length, axis=axis)
+    if onesided:
+        y = np.take(y, np.arange(dft_length // 2 + 1), axis=axis)
+    return _pairs_of(y, x.dtype)
+
+
+def kernel_stft(
+    signal: np.ndarray, window: np.ndarray | None = None, *, frame_step: int, frame_length: int, onesided: int
+) -> np.ndarray:
+    """ONNX STFT of `signal` [batch, length, 1 or 2]: the DFT of each frame of `frame_length` samples,
+    starting every `frame_step`, times `window` (ones when absent), as [batch, frames, bins, 2] with
+    frames = (length - frame_length) // frame_step + 1 and bins the frame's length, or its first
+    frame_length // 2 + 1 when `onesided`."""
+    signal = np.asarray(signal)
+    c = _complex_of(signal)
+    frames = (c.shape[1] - frame_length) // frame_step + 1
+    taken = c[:, np.arange(frames)[:, np.newaxis] * frame_step + np.arange(frame_length)]
+    if window is not None:
+        taken = taken * widened(window)
+    y = np.fft.fft(taken, axis=-1)
+    if onesided:
+        y = y[..., : frame_length // 2 + 1]
+    return _pairs_of(y, signal.dtype)
+
+
+PIECES: dict[str, object] = {
+    "_complex_of": _complex_of,
+    "_pairs_of": _pairs_of,
+    "kernel_dft": kernel_dft,
+    "kernel_stft": kernel_stft,
+}
+DEPENDS: dict[str, tuple[str, ...]] = {
+    "_complex_of": ("widened",),
+    "_pairs_of": ("narrowed",),
+    "kernel_dft": ("_complex_of", "_pairs_of", "narrowed"),
+    "kernel_stft": ("_complex_of", "_pairs_of", "widened"),
+}
