@@ -458,6 +458,16 @@ def _shrink(node: NodeInfo, x: Expr, elem: str) -> Expr:
     return Expr.select(x.binary("greater", Expr.const(lambd, elem)), x - bias, low)
 
 
+def _mish(node: NodeInfo, x: Expr, elem: str) -> Expr:
+    """x * tanh(softplus(x)); softplus as the backends compute it, without losing log(1 + e) for small e."""
+    return x * x.unary("softplus").unary("tanh")
+
+
+def _swish(node: NodeInfo, x: Expr, elem: str) -> Expr:
+    """x * sigmoid(alpha * x)."""
+    return x * (x * Expr.const(float_attr(node, "alpha", 1.0), elem)).unary("sigmoid")
+
+
 def _elu(node: NodeInfo, x: Expr, elem: str) -> Expr:
     zero, one = Expr.const(0.0, elem), Expr.const(1.0, elem)
     alpha = Expr.const(float_attr(node, "alpha", 1.0), elem)
@@ -552,6 +562,8 @@ def _unary_rules() -> list[OpRule]:
         UnaryRule("Gelu", _gelu, FLOATS, attributes=frozenset({"approximate"}), first_opset=20),
         UnaryRule("HardSigmoid", _hard_sigmoid, FLOATS, attributes=frozenset({"alpha", "beta"})),
         UnaryRule("HardSwish", _hard_swish, FLOATS, first_opset=14),
+        UnaryRule("Mish", _mish, FLOATS, first_opset=18),
+        UnaryRule("Swish", _swish, FLOATS, attributes=frozenset({"alpha"}), first_opset=24),
     ]  # fmt: skip
     return rules
 
