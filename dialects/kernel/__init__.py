@@ -39,7 +39,7 @@ from xdsl.ir import Dialect
 
 from loam.dialects.kernel.attributes import ExprAttr, TileProgramAttr
 from loam.dialects.kernel.control import CONTROL_OPS, IfOp, YieldOp
-from loam.dialects.kernel.convolution import CONV_OPS, ConvOp, ConvTransposeOp, PoolOp, ResizeOp
+from loam.dialects.kernel.convolution import CONV_OPS, ConvOp, ConvTransposeOp, GridSampleOp, PoolOp, ResizeOp
 from loam.dialects.kernel.elementwise import CastOp, ZipOp
 from loam.dialects.kernel.indexing import (
     INDEXING_OPS,
@@ -147,6 +147,7 @@ __all__ = [
     "GatherNDOp",
     "GatherOp",
     "GatherPackedOp",
+    "GridSampleOp",
     "GroupNormOp",
     "IfOp",
     "Kernel",

@@ -1,6 +1,6 @@
 """Library kernels over the spatial axes, their geometry settled by the build: convolution,
-transposed convolution, pooling and resize (ONNX Conv, ConvTranspose, the pools, Resize), listed in
-`CONV_OPS`.
+transposed convolution, pooling, resize and grid sampling (ONNX Conv, ConvTranspose, the pools,
+Resize, GridSample), listed in `CONV_OPS`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from typing import ClassVar
 from xdsl.irdl import irdl_op_definition
 from xdsl.utils.exceptions import VerifyException
 
-from loam.dialects.kernel.library import LibraryOp
+from loam.dialects.kernel.library import LibraryOp, library_types, require
+from loam.poly import Poly
 
 
 @irdl_op_definition
@@ -81,4 +82,35 @@ class ResizeOp(LibraryOp):
     OPTIONAL: ClassVar[frozenset[str]] = frozenset({"roi", "cubic_coeff_a", "exclude_outside", "extrapolation_value"})
 
 
-CONV_OPS: tuple[type[LibraryOp], ...] = (ConvOp, ConvTransposeOp, PoolOp, ResizeOp)
+@irdl_op_definition
+class GridSampleOp(LibraryOp):
+    """ONNX GridSample: `(x, grid)`, X (N, C, *S) read at the normalised positions of grid (N, *O, r),
+    giving (N, C, *O); `mode` nearest, linear or cubic, `padding_mode` zeros, border or reflection.
+
+    Example: `%y = kernel.grid_sample(%x, %g) {node = "gs", mode = "linear", padding_mode = "zeros",
+    align_corners = 0 : i64} : (X, G) -> Y`
+    """
+
+    name = "kernel.grid_sample"
+    PARAMS: ClassVar[dict[str, type]] = {"mode": str, "padding_mode": str, "align_corners": int}
+
+    def verify_kernel(self) -> None:
+        require(self, self.param("mode") in ("nearest", "linear", "cubic"), "mode must be nearest, linear or cubic")
+        require(
+            self,
+            self.param("padding_mode") in ("zeros", "border", "reflection"),
+            "padding_mode must be zeros, border or reflection",
+        )
+        require(self, self.param("align_corners") in (0, 1), "align_corners must be 0 or 1")
+        ins, outs = library_types(self)
+        require(self, len(ins) == 2 and len(outs) == 1, "takes x and grid and gives one result")
+        x, grid, y = ins[0], ins[1], outs[0]
+        if x is not None and grid is not None and y is not None:
+            require(self, len(x) == len(grid) >= 3, "x and grid must share one rank, at least 3")
+            require(
+                self, grid[-1] == Poly.const(len(x) - 2), "grid's last axis must hold one position per spatial axis"
+            )
+            require(self, y == (*x[:2], *grid[1:-1]), "the result's extents are not (N, C) of x and grid's points")
+
+
+CONV_OPS: tuple[type[LibraryOp], ...] = (ConvOp, ConvTransposeOp, PoolOp, ResizeOp, GridSampleOp)

@@ -1,4 +1,5 @@
-"""Resize and Upsample, lowered to one `kernel.resize` with its output extents and scales settled.
+"""Resize and Upsample, lowered to one `kernel.resize` with its output extents and scales settled;
+GridSample, lowered to one `kernel.grid_sample`.
 
 The build needs the scales or sizes (and roi for tf_crop_and_resize) as known values: they fix
 the output extents, which Loam settles statically.  Every opset restates as the current Resize:
@@ -11,6 +12,11 @@ the output extents, which Loam settles statically.  Every opset restates as the 
 
 N-linear and N-cubic compute in floats; nearest gathers, so it serves every element type.  A kept
 extent keeps its axis, a resized one is new (the layout names it).
+
+GridSample reads X (N, C, *S) at the positions grid (N, *O, r) holds, so its output extents are
+the grid's whatever their values: nothing needs to be known at build time.  Opsets 16-19 spell
+the modes bilinear and bicubic, 20 on linear and cubic; onnxruntime is the oracle, so Loam samples
+2-D and 3-D spatial inputs, and cubic only in 2-D, as it does.
 """
 
 from __future__ import annotations
@@ -21,10 +27,23 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, float_attr, int_attr, require_arity
+from loam import owed
+from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, float_attr, int_attr, require_arity, same_axis
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
-from loam.ops.operands import emit_library, keep_unchanged, lowered_extents, operand_facts, static_extents
+from loam.ops.lowering import axes_type
+from loam.ops.operands import (
+    emit_library,
+    fold_if_known,
+    given,
+    keep_unchanged,
+    lowered_extents,
+    operand_facts,
+    require_elem,
+    static_extents,
+)
 from loam.poly import Poly
+from loam.runtime.errors import DataError
+from loam.runtime.kernels.conv import kernel_grid_sample
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -247,4 +266,92 @@ class ResizeRule(OpRule):
         return emit_library(ctx, ResizeOp([x], ctx.result_types[:1], node.name, **params))  # type: ignore[arg-type]
 
 
-RULES: tuple[OpRule, ...] = (ResizeRule(),)
+# GridSample's modes by the opset that spells them, as the kernel names them.
+_GRID_MODES: dict[int, dict[str, str]] = {
+    16: {"bilinear": "linear", "nearest": "nearest", "bicubic": "cubic"},
+    20: {"linear": "linear", "nearest": "nearest", "cubic": "cubic"},
+}
+_PADDING_MODES = ("zeros", "border", "reflection")
+
+
+class GridSampleRule(OpRule):
+    """ONNX GridSample (opsets 16-22): X (N, C, *S) read at grid (N, *O, r), positions normalised to
+    [-1, 1] in reverse axis order; the output (N, C, *O) takes X's N and C and the grid's points."""
+
+    op_types = ("GridSample",)
+    kernels: tuple[str, ...] = ("kernel.grid_sample",)
+    attributes = frozenset({"mode", "padding_mode", "align_corners"})
+    elem_types = FLOATS
+    first_opset = 16
+    limitations = (
+        "2-D and 3-D spatial inputs only (X of rank 4 or 5), and mode cubic in 2-D only, as onnxruntime "
+        "computes them; X and grid in floats"
+    )
+
+    def params(self, node: NodeInfo, rank: int) -> dict[str, object]:
+        """The `kernel.grid_sample` parameters, from the attributes and X's rank."""
+        spelled = _GRID_MODES[20 if node.since >= 20 else 16]
+        default = "linear" if node.since >= 20 else "bilinear"
+        mode = str(node.attr("mode", default))
+        if mode not in spelled:
+            raise node.fail(f"mode {mode!r} is not defined at opset {node.since} (it takes {', '.join(spelled)})")
+        padding = str(node.attr("padding_mode", "zeros"))
+        if padding not in _PADDING_MODES:
+            raise node.fail(f"padding_mode {padding!r} is not one of {', '.join(_PADDING_MODES)}")
+        align = int_attr(node, "align_corners", 0, (0, 1))
+        if node.since < 20 and rank != 4:
+            raise node.fail(f"X has rank {rank}; GridSample {node.since} takes a 4-D X (N, C, H, W), opset 20 on N-D")
+        if rank not in (4, 5):
+            raise node.unsupported(
+                f"X has rank {rank}: Loam samples 2-D and 3-D spatial inputs (X of rank 4 or 5), as onnxruntime does"
+            )
+        if spelled[mode] == "cubic" and rank == 5:
+            raise node.unsupported(
+                f"mode {mode} on a 3-D spatial input (X of rank 5) is not supported; "
+                "onnxruntime computes cubic in 2-D only"
+            )
+        return {"mode": spelled[mode], "padding_mode": padding, "align_corners": align}
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 2)
+        x, grid = given(node, inputs, 0, "X"), given(node, inputs, 1, "grid")
+        require_elem(node, x, FLOATS, "X")
+        require_elem(node, grid, FLOATS, "grid")
+        if x.rank < 3:
+            raise node.fail(f"X has rank {x.rank}; GridSample takes X (N, C, *spatial)")
+        params = self.params(node, x.rank)
+        spatial = x.rank - 2
+        if grid.rank != x.rank:
+            raise node.fail(f"grid has rank {grid.rank}; X of rank {x.rank} takes a grid (N, *out, {spatial})")
+        for what, have, want in (
+            (f"grid's last axis (one position per spatial axis of X, {spatial})", grid.shape[-1], Poly.const(spatial)),
+            ("the batch (axis 0) of X and grid", grid.shape[0], x.shape[0]),
+        ):
+            if have.is_const and want.is_const and have != want:
+                raise node.fail(f"{what}: {have} against {want}")
+            if have != want:
+                owed.require_equal(have, want, node, what)
+        try:
+            value = fold_if_known(inputs, lambda xv, gv: kernel_grid_sample(xv, gv, **params))  # type: ignore[arg-type]
+        except DataError as err:  # known values the operator defines no result for
+            raise node.fail(str(err)) from None
+        return [Facts(x.elem, (x.shape[0], x.shape[1], *grid.shape[1:-1]), value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        x, grid = inputs[0], inputs[1]
+        assert x is not None and grid is not None
+        same_axis(node, x[0], grid[0], "as the batch of X and grid")
+        return [(x[0], x[1], *grid[1:-1])]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import GridSampleOp
+
+        x, grid = operands
+        assert x is not None and grid is not None
+        params = self.params(node, len(axes_type(x).axes))
+        return emit_library(ctx, GridSampleOp([x, grid], ctx.result_types[:1], node.name, **params))  # type: ignore[arg-type]
+
+
+RULES: tuple[OpRule, ...] = (ResizeRule(), GridSampleRule())

@@ -32,6 +32,7 @@ HOST_ONLY = {
     "dft",
     "eye_like",
     "gather_nd",
+    "grid_sample",
     "matmul_integer",
     "nll_loss",
     "one_hot",

@@ -1480,6 +1480,41 @@ def signal(rng: np.random.Generator) -> list[Spec]:
     return specs
 
 
+def grid_sample(rng: np.random.Generator) -> list[Spec]:
+    """GridSample: every mode x padding_mode x align_corners in 2-D, and in 3-D where onnxruntime
+    computes it (not cubic); grids reaching past the borders (to +-3.5) and landing on the corners and
+    on half-pixel ties; opset 16's spellings; f16 and f64."""
+    specs: list[Spec] = []
+
+    def grid(shape: tuple[int, ...], dtype: str = "f32") -> In:
+        values = rng.uniform(-1.6, 1.6, shape)
+        flat = values.reshape(-1)
+        edges = [-1.0, 1.0, 0.0, -3.5, 3.5, 0.25, -0.75, 1.25, -1.1, 2.2]
+        flat[: len(edges)] = edges  # corners, centre, far outside, ties of rounding
+        return In("grid", shape, dtype, arr(values, dtype))
+
+    x2, g2 = In("x", (2, 3, 4, 5)), grid((2, 3, 6, 2))
+    x3, g3 = In("x", (1, 2, 3, 4, 5)), grid((1, 2, 3, 4, 3))
+    for mode in ("linear", "nearest", "cubic"):
+        for padding in ("zeros", "border", "reflection"):
+            for align in (0, 1):
+                attrs = {"mode": mode, "padding_mode": padding, "align_corners": align}
+                specs.append(Spec("GridSample", f"{mode}_{padding}_align{align}", [x2, g2], attrs))
+                if mode != "cubic":
+                    specs.append(Spec("GridSample", f"3d_{mode}_{padding}_align{align}", [x3, g3], attrs))
+    for mode in ("bilinear", "nearest", "bicubic"):
+        attrs = {"mode": mode, "padding_mode": "border"}
+        specs.append(Spec("GridSample", f"opset16_{mode}", [x2, g2], attrs, opset=16))
+    specs.append(Spec("GridSample", "defaults_unit_extents", [In("x", (1, 2, 1, 3)), grid((1, 4, 2, 2))], {}, opset=22))
+    half = {"mode": "cubic", "padding_mode": "reflection"}
+    specs.append(Spec("GridSample", "f16", [In("x", (2, 3, 4, 5), "f16"), grid((2, 3, 6, 2), "f16")], half, opset=22))
+    specs.append(
+        Spec("GridSample", "f16_3d", [In("x", (1, 2, 3, 4, 5), "f16"), grid((1, 2, 3, 4, 3), "f16")], {}, opset=22)
+    )
+    specs.append(Spec("GridSample", "f64", [In("x", (2, 3, 4, 5), "f64"), grid((2, 3, 6, 2), "f64")], half))
+    return specs
+
+
 FAMILIES: tuple[Callable[[np.random.Generator], list[Spec]], ...] = (
     elementwise,
     unary,
@@ -1493,6 +1528,7 @@ FAMILIES: tuple[Callable[[np.random.Generator], list[Spec]], ...] = (
     resize,
     quantization,
     signal,
+    grid_sample,
 )
 
 

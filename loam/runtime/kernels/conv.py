@@ -1,4 +1,4 @@
-"""Library kernels of the conv family: convolution, transposed convolution, pooling and resize.
+"""Library kernels of the conv family: convolution, transposed convolution, pooling, resize and grid sampling.
 
 Each kernel takes its geometry fully resolved by the operator rule (explicit begin/end pads, the
 output extents ceil_mode or auto_pad chose, the scales Resize's coordinate mapping reads), so the
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from loam.runtime.errors import DataError
 from loam.runtime.kernels.common import narrowed, widened
 
 
@@ -454,6 +455,145 @@ def kernel_resize(
     return narrowed(y, dtype)
 
 
+def grid_sample_index(
+    i: np.ndarray, length: int, padding_mode: str, align_corners: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Where tap positions `i` (int64) on a spatial axis of `length` read: `(index, inside)`.
+
+    zeros: a tap outside reads 0 (`inside` marks the others); border: the nearest edge; reflection:
+    the position folded about the borders (-0.5 and length - 0.5, or 0 and length - 1 with
+    align_corners) until it lies between them, in floats then truncated, as onnxruntime folds taps.
+    `inside` is None unless padding_mode is zeros.
+    """
+    last = length - 1
+    if padding_mode == "zeros":
+        return np.clip(i, 0, last), (i >= 0) & (i <= last)
+    if padding_mode == "border" or length == 1:  # one position: every fold lands on it
+        return np.clip(i, 0, last), None
+    f = i.astype(np.float64)
+    lo, hi = (0.0, float(last)) if align_corners else (-0.5, length - 0.5)
+    span = hi - lo
+    below, above = f < lo, f > hi
+    d = np.where(below, lo - f, np.where(above, f - hi, 0.0))
+    folds = np.trunc(d / span)
+    r = d - folds * span
+    even = np.fmod(folds, 2) == 0
+    near, far = np.where(below, lo + r, hi - r), np.where(below, hi - r, lo + r)
+    f = np.where(below | above, np.where(even, near, far), f)
+    return np.clip(np.trunc(f), 0, last).astype(np.int64), None
+
+
+def grid_sample_taps(c: np.ndarray, mode: str) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+    """The tap positions (int64) and weights interpolating at coordinates `c` along one axis.
+
+    nearest: the position rounded half to even, unweighted (None); linear: floor(c) and the next;
+    cubic: the four around floor(c), Keys' coefficients with a = -0.75.  Weights compute in `c`'s
+    dtype in onnxruntime's order.  A position beyond 2**40 (or NaN) is clipped there before the
+    cast to int64, so it reads as outside the input rather than as an undefined integer.
+    """
+    dt = c.dtype.type
+    base = np.rint(c) if mode == "nearest" else np.floor(c)
+    far = 2.0**40
+    start = np.nan_to_num(np.clip(base, -far, far), nan=-far).astype(np.int64)
+    if mode == "nearest":
+        return [start], None
+    one = dt(1)
+    if mode == "linear":
+        return [start, start + 1], [(base + one) - c, c - base]
+    t = np.abs((c - (base - one)) - one)
+    a, two, three = dt(-0.75), dt(2), dt(3)
+    u, v, w = t + one, one - t, two - t
+    weights = [
+        ((a * u - dt(5) * a) * u + dt(8) * a) * u - dt(4) * a,
+        ((a + two) * t - (a + three)) * t * t + one,
+        ((a + two) * v - (a + three)) * v * v + one,
+        ((a * w - dt(5) * a) * w + dt(8) * a) * w - dt(4) * a,
+    ]
+    return [start - 1 + k for k in range(4)], weights
+
+
+def grid_sample_sum(
+    flat: np.ndarray,
+    reads: list[list[tuple[np.ndarray, np.ndarray | None]]],
+    weights: list[list[np.ndarray] | None],
+    offset: np.ndarray,
+    inside: np.ndarray | None,
+) -> np.ndarray:
+    """The values (N, C, P) interpolated over the spatial axes `reads` still lists, from `flat`
+    (N, C, S): for each tap of the first (`reads[0]`: its flat offset and in-bounds mask, None
+    unless zeros padding) the sum over the axes after it, weighted by `weights[0]` (None: nearest's
+    one tap) and added in order, as onnxruntime nests its sums.  `offset` and `inside` carry what
+    the axes before chose; with no axis left, the gather."""
+    n, points = offset.shape
+    if not reads:
+        y = np.take_along_axis(flat, offset.reshape(n, 1, points), axis=2)
+        return y if inside is None else np.where(inside.reshape(n, 1, points), y, y.dtype.type(0))
+    acc: np.ndarray | None = None
+    for j, (step, ok) in enumerate(reads[0]):
+        mask = ok if inside is None else inside if ok is None else inside & ok
+        term = grid_sample_sum(flat, reads[1:], weights[1:], offset + step, mask)
+        if weights[0] is not None:
+            term = term * weights[0][j].reshape(n, 1, points)
+        acc = term if acc is None else acc + term
+    assert acc is not None  # every axis has a tap
+    return acc
+
+
+def kernel_grid_sample(
+    x: np.ndarray, grid: np.ndarray, *, mode: str, padding_mode: str, align_corners: int
+) -> np.ndarray:
+    """ONNX GridSample: X (N, C, *S) read at grid (N, *O, r), whose last axis holds positions
+    normalised to [-1, 1] in reverse axis order (x, y[, z]); the result is (N, C, *O).
+
+    Each spatial axis gives every output point its taps (1, 2 or 4) and weights; each combination
+    of taps is one gather from the flattened spatial axes (`padding_mode` settling the taps
+    outside), summed innermost axis first in onnxruntime's order (its 2-D linear path with zeros
+    padding and align_corners=0 weighs each of the four taps by a product of weights instead), so
+    the loops run over taps, never over elements.  Positions compute in the wider of X's and grid's
+    types, halves in f32.  DataError: a spatial axis of X is empty and padding_mode has no edge.
+    """
+    dtype = x.dtype
+    xw, gw = widened(x), widened(grid)
+    ct = np.result_type(xw.dtype, gw.dtype).type
+    n, ch, spatial = x.shape[0], x.shape[1], tuple(x.shape[2:])
+    rank, out = len(spatial), tuple(grid.shape[1:-1])
+    points = int(np.prod(out, dtype=np.int64))
+    if 0 in spatial and n * ch * points and padding_mode != "zeros":
+        raise DataError(f"GridSample: X has spatial extents {spatial}; padding_mode {padding_mode} has no edge to read")
+    if 0 in spatial or n * ch * points == 0:  # nothing to read, or nothing to write
+        return narrowed(np.zeros((n, ch, *out), ct), dtype)
+    # Positions beyond any extent, infinite or NaN give NaN weights or far taps, not warnings.
+    with np.errstate(invalid="ignore", over="ignore"):
+        g = gw.astype(ct, copy=False).reshape(n, points, rank)
+        reads: list[list[tuple[np.ndarray, np.ndarray | None]]] = []
+        weights: list[list[np.ndarray] | None] = []
+        for axis, length in enumerate(spatial):
+            p = g[..., rank - 1 - axis]
+            if align_corners:
+                c = (p + ct(1)) / ct(2) * ct(length - 1)
+            else:
+                c = ((p + ct(1)) * ct(length) - ct(1)) / ct(2)
+            positions, w = grid_sample_taps(c, mode)
+            stride = int(np.prod(spatial[axis + 1 :], dtype=np.int64))
+            taps = [grid_sample_index(i, length, padding_mode, align_corners) for i in positions]
+            reads.append([(index * stride, ok) for index, ok in taps])
+            weights.append(w)
+        flat = xw.astype(ct, copy=False).reshape(n, ch, -1)
+        origin = np.zeros((n, points), np.int64)
+        if mode == "linear" and rank == 2 and padding_mode == "zeros" and not align_corners:
+            (rows, cols), (wy, wx) = reads, weights
+            y = None
+            for a, (row, row_ok) in enumerate(rows):
+                for b, (col, col_ok) in enumerate(cols):
+                    term = grid_sample_sum(flat, [], [], row + col, row_ok & col_ok)  # type: ignore[operator]
+                    term = term * (wy[a] * wx[b]).reshape(n, 1, points)  # type: ignore[index]
+                    y = term if y is None else y + term
+            assert y is not None
+        else:
+            y = grid_sample_sum(flat, reads, weights, origin, None)
+    return narrowed(y.reshape(n, ch, *out), dtype)
+
+
 PIECES: dict[str, object] = {
     "_conv_windows": _conv_windows,
     "kernel_conv": kernel_conv,
@@ -464,6 +604,10 @@ PIECES: dict[str, object] = {
     "nearest_taps": nearest_taps,
     "cubic_taps": cubic_taps,
     "kernel_resize": kernel_resize,
+    "grid_sample_index": grid_sample_index,
+    "grid_sample_taps": grid_sample_taps,
+    "grid_sample_sum": grid_sample_sum,
+    "kernel_grid_sample": kernel_grid_sample,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_conv": ("widened", "narrowed", "_biased"),
@@ -471,4 +615,12 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_conv_transpose": ("widened", "narrowed"),
     "kernel_pool": ("_conv_windows", "widened", "narrowed"),
     "kernel_resize": ("widened", "narrowed", "resize_coordinates", "nearest_taps", "cubic_taps"),
+    "kernel_grid_sample": (
+        "widened",
+        "narrowed",
+        "DataError",
+        "grid_sample_taps",
+        "grid_sample_index",
+        "grid_sample_sum",
+    ),
 }
