@@ -26,7 +26,7 @@ from loam.poly import Poly
 HELPERS = """
 fn nan_() -> f32 { return bitcast<f32>(0x7fc00000u); }
 fn tanh_(x: f32) -> f32 {
-  // Near 0 a device's tanh may lose relative precision (a quotient of exponentials): its series keeps it.
+  // Near 0 a device tanh may lose relative precision (a quotient of exponentials): its series keeps it.
   let x2 = x * x;
   let near = x * (1.0 - x2 * (0.33333334 - x2 * (0.13333334 - x2 * 0.053968254)));
   return select(select(tanh(clamp(x, -15.0, 15.0)), near, abs(x) < 0.125), x, is_nan(x));
@@ -36,7 +36,7 @@ fn min_(a: f32, b: f32) -> f32 { return select(min(a, b), nan_(), is_nan(a) || i
 fn relu_(x: f32) -> f32 { return select(max(x, 0.0), x, is_nan(x)); }
 fn sign_(x: f32) -> f32 { return select(sign(x), x, is_nan(x)); }
 fn log1p_(y: f32) -> f32 {
-  // WGSL's log is only absolutely accurate (2^-21) near 1: a series keeps small y's relative precision.
+  // WGSL log is only absolutely accurate (2^-21) near 1: a series keeps the relative precision of small y.
   if (abs(y) < 0.01) { return y * (1.0 - y * (0.5 - y * (0.33333334 - y * 0.25))); }
   let u = 1.0 + y;
   if (u == 1.0) { return y; }
