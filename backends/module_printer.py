@@ -128,8 +128,8 @@ class ModulePrinter:
         self.scope: Scope | None = None
         # Symbols naming a length only an If's result has (`y[0]` when the branches differ): the If
         # node, and whether some later extent reads it (then forward binds it from the result).
-        self.if_symbols: dict[str, str] = {}
-        self.if_symbols_read: set[str] = set()
+        self.result_symbols: dict[str, str] = {}
+        self.result_symbols_read: set[str] = set()
         self.value_text: dict[SSAValue, str] = {}
         # Each program output's identifier, so the value computing it is named that way.
         self.returned: dict[SSAValue, str] = {}
@@ -210,20 +210,20 @@ class ModulePrinter:
         scope = self.scope
         if scope is None or name in self.input_symbols or scope.knows(name):
             return f"_env[{name!r}]"
-        if name in self.if_symbols:
+        if name in self.result_symbols:
             if scope.binds(name):
-                self.if_symbols_read.add(name)
+                self.result_symbols_read.add(name)
                 return f"_env[{name!r}]"
             raise UnsupportedError(
-                f"extent symbol '{name}' is the length If node '{self.if_symbols[name]}' gives its result, "
-                "which forward knows only after the If ran; it is read before that or outside the branch"
+                f"extent symbol '{name}' is the length {self.result_symbols[name]} gives its result, "
+                "which forward knows only after that node ran; it is read before that or outside the branch"
             )
         call = derived_call(name)
         if call is None:
             raise UnsupportedError(f"extent symbol '{name}' is bound by no input axis and derived from none")
         for arg in call.args:
             self.poly_py(arg)
-        if self.reads_if_symbol([name]):
+        if self.reads_result_symbol([name]):
             args = ", ".join([repr(call.function), *(self.poly_py(a) for a in call.args)])
             scope.items.append(f"_env[{name!r}] = derived_extent({args})")
             self.pieces.add("derived_extent")
@@ -232,9 +232,9 @@ class ModulePrinter:
             scope.derived.add(name)
         return f"_env[{name!r}]"
 
-    def reads_if_symbol(self, names: Iterable[str]) -> bool:
+    def reads_result_symbol(self, names: Iterable[str]) -> bool:
         """Whether any of `names`, or a derived symbol's operands, is the length an If's result has."""
-        return any(n in self.if_symbols for n in symbols_closure(names))
+        return any(n in self.result_symbols for n in symbols_closure(names))
 
     def poly_py(self, p: Poly) -> str:
         """`p` as a Python expression over the bound symbols (`2*_env['N'] + 1`)."""
@@ -266,7 +266,7 @@ class ModulePrinter:
             call = derived_call(name)
             if call is not None:
                 stack.extend(n for a in call.args for n in a.symbols)
-        return tuple(s for s in [*self.input_symbols, *self.if_symbols] if s in seen)
+        return tuple(s for s in [*self.input_symbols, *self.result_symbols] if s in seen)
 
     def _derived_lines(self, names: Iterable[str], done: set[str]) -> list[str]:
         """Lines computing each derived symbol of `names` not in `done`, its operands' symbols first."""
@@ -372,7 +372,7 @@ class ModulePrinter:
         scope = self.scope
         assert scope is not None
         polys = (op.lhs.data, op.rhs.data)
-        if self.reads_if_symbol(n for p in polys for n in p.symbols):
+        if self.reads_result_symbol(n for p in polys for n in p.symbols):
             scope.deferred.append(op)
             return
         scope.owed.append(({n for p in polys for n in p.symbols}, self._owed_line(op)))
@@ -385,7 +385,7 @@ class ModulePrinter:
         scope.deferred = []
         for op in waiting:
             names = [n for p in (op.lhs.data, op.rhs.data) for n in symbols_closure(p.symbols)]
-            if all(scope.binds(n) for n in names if n in self.if_symbols):
+            if all(scope.binds(n) for n in names if n in self.result_symbols):
                 scope.items.append(self._owed_line(op))
             else:
                 scope.deferred.append(op)
@@ -410,7 +410,7 @@ class ModulePrinter:
         out_idents = [self.names.mint(n) for n in output_names]
         for v, ident in zip(ret.outputs, out_idents, strict=True):
             self.returned.setdefault(v, ident)
-        self._find_if_symbols()
+        self._find_result_symbols()
 
         # forward's body, then its prologue: each owed condition, with the derived symbols it reads
         # computed just before it, then the derived symbols the kernels' shapes and parameters read.
@@ -552,16 +552,20 @@ class ModulePrinter:
         items = ", ".join(self.poly_py(e.data) for e in op.value.data if isinstance(e, ExtentAttr))
         return f"np.array([{items}], dtype={dtype_source(dtype)}).reshape({self.shape_py(t)})"
 
-    def _find_if_symbols(self) -> None:
-        """Record each symbol that names a length only an If's result has (no input binds it)."""
+    def _find_result_symbols(self) -> None:
+        """Record each symbol that names a length only an op's result has (no input binds it): an If
+        whose branches differ, an operator whose values decide its length (NonZero, Unique)."""
         for op in self._ops():
-            if not isinstance(op, IfOp):
+            node = op.properties.get("node")
+            if not isinstance(node, StringAttr):
                 continue
-            for r in op.outputs:
-                for axis in axes_type(r, f"kernel.if '{op.node.data}' result").axes:
+            for r in op.results:
+                if not isinstance(r.type, AxesTensorType):
+                    continue
+                for axis in r.type.axes:
                     for name in axis.extent.symbols:
                         if name not in self.input_symbols and derived_call(name) is None:
-                            self.if_symbols.setdefault(name, op.node.data)
+                            self.result_symbols.setdefault(name, _who(op, node.data))
 
     def collect(self, ops: Iterable[Operation], parent: Scope | None) -> Scope:
         """One block's owed conditions and lines (an If's branches collected recursively)."""
@@ -581,15 +585,16 @@ class ModulePrinter:
                     self.collect_if(op)
                     continue
                 self.collect_op(op)
+                self.bind_result_lengths(op, [self.value_text.get(r, "") for r in op.results])
             if parent is None:
                 self.finish_block(scope)
             if scope.deferred:
                 op = scope.deferred[0]
                 unbound = sorted(n for p in (op.lhs.data, op.rhs.data) for n in symbols_closure(p.symbols)
-                                 if n in self.if_symbols and not scope.binds(n))  # fmt: skip
+                                 if n in self.result_symbols and not scope.binds(n))  # fmt: skip
                 raise UnsupportedError(
                     f"owed condition {op.condition} ({op.reason.data}) reads extent symbol '{unbound[0]}', "
-                    f"the length If node '{self.if_symbols[unbound[0]]}' gives its result, which this block "
+                    f"the length {self.result_symbols[unbound[0]]} gives its result, which this block "
                     "never binds"
                 )
         finally:
@@ -645,12 +650,23 @@ class ModulePrinter:
                 block.items.append(f"{ident} = {self.value_text[value]}")
             blocks.append(block)
         scope.items.append(IfBlock(cond, op.node.data, blocks[0], blocks[1]))
-        for ident, r in zip(idents, op.outputs, strict=True):
-            for a, axis in enumerate(axes_type(r, "kernel.if result").axes):
+        self.bind_result_lengths(op, idents)
+
+    def bind_result_lengths(self, op: Operation, idents: Sequence[str]) -> None:
+        """Bind each length only `op`'s results have (`result_symbols`) from the result named
+        `idents[k]`, then check the owed conditions that waited for it."""
+        scope = self.scope
+        assert scope is not None
+        node = op.properties.get("node")
+        for ident, r in zip(idents, op.results, strict=True):
+            if not ident or not isinstance(r.type, AxesTensorType):
+                continue
+            for a, axis in enumerate(r.type.axes):
                 name = axis.extent.lone_symbol
-                if name is not None and name in self.if_symbols and not scope.binds(name):
+                if name is not None and name in self.result_symbols and not scope.binds(name):
+                    assert isinstance(node, StringAttr)
                     scope.bound.add(name)
-                    scope.items.append(Bind(name, f"{ident}.shape[{a}]", op.node.data))
+                    scope.items.append(Bind(name, f"{ident}.shape[{a}]", _who(op, node.data)))
         self.owe_deferred()
 
     def _render(self, scope: Scope, done: set[str]) -> tuple[list[str], list[str]]:
@@ -670,9 +686,9 @@ class ModulePrinter:
             if isinstance(item, str):
                 body.append(item)
             elif isinstance(item, Bind):
-                if item.symbol in self.if_symbols_read:
-                    body.append(f"_env[{item.symbol!r}] = {item.source}  # the length If node '{item.node}' gave")
-                    body.append(f"_src[{item.symbol!r}] = {f'If node {item.node!r}'!r}")
+                if item.symbol in self.result_symbols_read:
+                    body.append(f"_env[{item.symbol!r}] = {item.source}  # the length {item.node} gave")
+                    body.append(f"_src[{item.symbol!r}] = {item.node!r}")
             else:
                 body.append(f"if bool(np.asarray({item.cond}).reshape(-1)[0]):  # {item.node}")
                 for key, branch in (("then", item.then), ("else", item.other)):
@@ -764,6 +780,11 @@ class Bind:
     symbol: str
     source: str
     node: str
+
+
+def _who(op: Operation, node: str) -> str:
+    """How messages name the node giving a result length: `If node 'grow'`, `node 'nz'`."""
+    return f"{'If ' if isinstance(op, IfOp) else ''}node '{node}'"
 
 
 def symbols_closure(names: Iterable[str]) -> set[str]:

@@ -229,7 +229,7 @@ class NumpyModulePrinter(ModulePrinter):
         self.at_load, self.kept = set(at_load), kept_results(at_load)
         plan = plan_buffers([op for op in ops if op not in self.at_load], broadcast)
         late = {s for s, (shape, _) in enumerate(plan.slots)
-                if self.reads_if_symbol({n for p in shape for n in p.symbols})}  # fmt: skip
+                if self.reads_result_symbol({n for p in shape for n in p.symbols})}  # fmt: skip
         # numpy's allocator serves a small array faster than the pool's bookkeeping would.
         small = {s for s, (shape, _) in enumerate(plan.slots)
                  if all(p.is_const for p in shape) and math.prod(p.const_value for p in shape) < _SLOT_MIN}  # fmt: skip

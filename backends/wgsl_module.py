@@ -34,7 +34,7 @@ from xdsl.dialects.builtin import ArrayAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.backends import wgsl_runtime
-from loam.backends.module_printer import IfBlock, ModulePrinter, Scope
+from loam.backends.module_printer import IfBlock, ModulePrinter, Scope, symbols_closure
 from loam.backends.module_text import (
     CHECKPOINT_FORMATS,
     axes_type,
@@ -256,10 +256,12 @@ class WgslModulePrinter(ModulePrinter):
         size = Poly.lift(4)
         for e in t.shape:
             size = size * e
-        if self.reads_if_symbol(size.symbols):
+        if self.reads_result_symbol(size.symbols):
+            known = sorted(n for n in symbols_closure(size.symbols) if n in self.result_symbols)
             raise UnsupportedError(
-                f"{node_of(value.owner) or 'a value'}: its size reads a length only an If's result has; the WGSL "  # type: ignore[arg-type]
-                "module sizes every buffer before its first dispatch"
+                f"{node_of(value.owner) or 'a value'}: its size reads {known[0]}, a length only the run knows "  # type: ignore[arg-type]
+                f"({self.result_symbols[known[0]]} gives it); the WGSL module sizes every buffer before its first "
+                "dispatch"
             )
         until = len(self.ops) + 1 if forever else self.last_use.get(value, at)
         free = [k for k, (slot_size, busy) in enumerate(self.free) if slot_size == size and busy < at]
@@ -344,7 +346,7 @@ class WgslModulePrinter(ModulePrinter):
                 block.items.append(f"{name} = {self.buffer(value)}")
                 for a, axis in enumerate(axes_type(result, "kernel.if result").axes):
                     symbol = axis.extent.lone_symbol
-                    if symbol is not None and symbol in self.if_symbols:
+                    if symbol is not None and symbol in self.result_symbols:
                         given = axes_type(value, "yielded value").axes[a].extent
                         block.items.append(f"_env[{symbol!r}] = {self.poly_py(given)}  # the length it yields")
             self.scope = outer
@@ -354,7 +356,7 @@ class WgslModulePrinter(ModulePrinter):
             self.value_text[result] = name
             for axis in axes_type(result, "kernel.if result").axes:
                 symbol = axis.extent.lone_symbol
-                if symbol is not None and symbol in self.if_symbols:
+                if symbol is not None and symbol in self.result_symbols:
                     scope.bound.add(symbol)
         scope.items.append(IfBlock(cond, op.node.data, blocks[0], blocks[1]))
         self.owe_deferred()

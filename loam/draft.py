@@ -306,7 +306,7 @@ class _Drafter:
         axes, needs_rule = self.axes_for(tensor, t.shape, given if given is not None else [None] * len(t.shape))
         self.axes_of[value] = tuple(axes)
         self.settled.append((tuple(axes), t.shape))
-        if needs_rule:
+        if needs_rule and tensor:  # an output the node leaves unnamed is never read
             # A tensor inside an If branch gets a rule scoped to that branch's graph: both branches
             # may name their tensors alike.
             # In a graph with branches, the outer graph's rules are scoped too, since a branch's
@@ -315,7 +315,8 @@ class _Drafter:
             self.wanted.append((tensor, axes, scoped))
 
     def walk(self, block: Block) -> None:
-        from loam.ops.control import IfRule, branch_length, merge_axes
+        from loam.ops.base import result_length
+        from loam.ops.control import IfRule, merge_axes
         from loam.passes.name_axes import branch_values, folded_name
         from loam.passes.stage0 import node_info
 
@@ -354,7 +355,7 @@ class _Drafter:
                     for name, t, e, f in zip(op.output_names, returned[0], returned[1], outputs, strict=True):
                         axes = merge_axes(info, name, t, e, f)
                         for i, (a, b) in enumerate(zip(t, e, strict=True)):
-                            apart = f.shape[i] == branch_length(name, i)
+                            apart = f.shape[i] == result_length(name, i)
                             if axes[i] is None and not apart and not a.parts and not b.parts:
                                 self.unify(a, b)
                                 axes[i] = a

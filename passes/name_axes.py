@@ -95,6 +95,12 @@ class NameAxesGraph:
             # whatever it meets, so its unit axes need no name from the layout.  Axis names are
             # unique within a type: the first is Unit, the later ones Unit1, Unit2, ...
             return axes_tensor_type(facts.elem.name, tuple(unit_axes(given)))
+        if rule is None and not tensor:  # an output its node leaves unnamed: never read, so any names do
+            axes = [
+                a if a is not None else Axis.named(f"Unread{i}", e)
+                for i, (a, e) in enumerate(zip(given, facts.shape, strict=True))
+            ]
+            return _distinct(tensor, facts, axes, node)
         if rule is None:
             missing = [str(i) for i, a in enumerate(given) if a is None]
             raise AxisError(

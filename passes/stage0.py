@@ -18,6 +18,7 @@ at the top of its block, which `forward` checks before any kernel runs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,14 +48,14 @@ from loam.errors import PolyError, ShapeError, UnsupportedError
 from loam.limits import check_extents
 from loam.ops import rule_for
 from loam.ops.base import Facts, NodeInfo
-from loam.ops.control import IfRule, branch_length
+from loam.ops.control import IfRule
 from loam.poly import Poly, poly_product
 
 
 def node_info(node: NodeOp) -> NodeInfo:
     """The rule-facing view of a `graph.node`."""
     name = node.node_name or (node.output_names[0] if node.output_names else "")
-    return NodeInfo(node.op_type, name, node.since, node.get_attr, len(node.outs))
+    return NodeInfo(node.op_type, name, node.since, node.get_attr, len(node.outs), tuple(node.output_names))
 
 
 def facts_of_type(t: object, what: str) -> Facts:
@@ -260,6 +261,16 @@ class Stage0Graph:
             outputs[0] = Facts(outputs[0].elem, outputs[0].shape, outputs[0].value, inputs[0].span)
         for result, facts in zip(list(op.outs), outputs, strict=True):
             self.settle(result, Facts(facts.elem, facts.shape, span=facts.span))
+        self.bind_result_lengths(info, outputs)
+
+    def bind_result_lengths(self, info: NodeInfo, outputs: Sequence[Facts]) -> None:
+        """A length only the run knows (`result_length`: values decided it, or an If's branches
+        differ) is known once the node has run: `forward` binds it from the result, and checks what
+        is owed of it right there."""
+        for k, facts in enumerate(outputs):
+            for axis, extent in enumerate(facts.shape):
+                if extent == info.result_length(k, axis):
+                    self.scope.bound.update(extent.symbols)
 
     def if_node(self, op: NodeOp, info: NodeInfo, rule: IfRule) -> None:
         """Check each branch in a copy of the scope around it; the outputs take what both give."""
@@ -290,13 +301,9 @@ class Stage0Graph:
         if outputs and all(f.value is not None for f in outputs):
             self.fold(op, [settled_value(info, f) for f in outputs])
             return
-        for result, name, facts in zip(list(op.outs), op.output_names, outputs, strict=True):
+        for result, facts in zip(list(op.outs), outputs, strict=True):
             self.settle(result, facts)
-            # A length the branches give differently is known once the If has run: `forward`
-            # binds it from the result, and checks what is owed of it right there.
-            for axis, extent in enumerate(facts.shape):
-                if extent == branch_length(name, axis):
-                    self.scope.bound.add(f"{name}[{axis}]")
+        self.bind_result_lengths(info, outputs)
 
     def fold(self, op: NodeOp, outputs: list[Facts]) -> None:
         """Replace a node the build can evaluate by one `graph.constant` per output."""

@@ -43,14 +43,17 @@ from loam.dialects.kernel.convolution import CONV_OPS, ConvOp, ConvTransposeOp, 
 from loam.dialects.kernel.elementwise import CastOp, ZipOp
 from loam.dialects.kernel.indexing import (
     INDEXING_OPS,
+    CompressOp,
     EyeLikeOp,
     GatherElementsOp,
     GatherNDOp,
     GatherOp,
+    NonZeroOp,
     OneHotOp,
     RangeOp,
     ScatterElementsOp,
     ScatterNDOp,
+    UniqueOp,
 )
 from loam.dialects.kernel.layout import PermuteOp, RegroupOp
 from loam.dialects.kernel.library import LibraryOp, Param, param_attr, param_value
@@ -131,6 +134,7 @@ __all__ = [
     "BitCastOp",
     "CastNarrowOp",
     "CastOp",
+    "CompressOp",
     "ConcatOp",
     "ConstantOp",
     "ConvOp",
@@ -157,6 +161,7 @@ __all__ = [
     "MatmulOp",
     "MatmulPackedOp",
     "NllLossOp",
+    "NonZeroOp",
     "NormalizeOp",
     "OneHotOp",
     "PadOp",
@@ -183,6 +188,7 @@ __all__ = [
     "TileProgramOp",
     "TopKOp",
     "TriluOp",
+    "UniqueOp",
     "WeightOp",
     "YieldOp",
     "ZipOp",

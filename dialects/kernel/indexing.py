@@ -157,6 +157,44 @@ class EyeLikeOp(LibraryOp):
     PARAMS: ClassVar[dict[str, type]] = {"k": int, "to": str}
 
 
+@irdl_op_definition
+class NonZeroOp(LibraryOp):
+    """ONNX NonZero: the indices of the operand's nonzero elements, [rank, count]; the count is a
+    length only the run knows (the result's extent symbol, bound from it).
+
+    Example: `%i = kernel.nonzero(%x) {node = "nz"} : (X) -> !tensor_axes.tensor<i64, [R: 2, C: nz[1]]>`
+    """
+
+    name = "kernel.nonzero"
+
+
+@irdl_op_definition
+class CompressOp(LibraryOp):
+    """ONNX Compress: the slices along `axis` (of the operand flattened, with `flat`) where the second
+    operand, a condition, is true; their count is a length only the run knows.
+
+    Example: `%y = kernel.compress(%x, %c) {node = "c", axis = 0 : i64, flat = 0 : i64} : (X, C) -> Y`
+    """
+
+    name = "kernel.compress"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int, "flat": int}
+
+
+@irdl_op_definition
+class UniqueOp(LibraryOp):
+    """ONNX Unique: the distinct slices along `axis` (elements, with `flat`), sorted with `ordered`
+    or in order of first occurrence, then their first indices, each slice's position among them,
+    and their counts; how many there are is a length only the run knows.
+
+    Example: `%y, %i, %v, %n = kernel.unique(%x) {node = "u", axis = 0 : i64, flat = 1 : i64, ordered = 1 : i64}
+    : (X) -> (Y, I, V, N)`
+    """
+
+    name = "kernel.unique"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int, "flat": int, "ordered": int}
+
+
 INDEXING_OPS: tuple[type[LibraryOp], ...] = (
     GatherOp, GatherElementsOp, GatherNDOp, ScatterElementsOp, ScatterNDOp, RangeOp, OneHotOp, EyeLikeOp,
+    NonZeroOp, CompressOp, UniqueOp,
 )  # fmt: skip

@@ -63,6 +63,12 @@ class NodeInfo:
     since: int
     get_attr: Callable[[str, Any], Any]
     outputs: int = 1  # how many outputs the graph names for the node (Split, Dropout's mask, ...)
+    output_names: tuple[str, ...] = ()
+
+    def result_length(self, output: int, axis: int) -> Poly:
+        """The length only the run knows of output `output` at `axis` (`result_length`)."""
+        names = self.output_names
+        return result_length(names[output] if output < len(names) and names[output] else f"{self.name}#{output}", axis)
 
     def attr(self, key: str, default: Any = None) -> Any:
         return self.get_attr(key, default)
@@ -76,6 +82,16 @@ class NodeInfo:
 
     def unsupported(self, message: str) -> UnsupportedError:
         return UnsupportedError(f"{self.where()}: {message}")
+
+
+def result_length(output: str, axis: int) -> Poly:
+    """The symbol of a length only the run knows: output `output`'s extent at `axis` (`y[0]`).
+
+    An If whose branches give the output different lengths, and an operator whose output length
+    depends on values (NonZero, Compress, Unique), give such a length; forward binds it from the
+    value once the node has run, and checks what is owed of it right there.
+    """
+    return Poly.symbol(f"{output}[{axis}]")
 
 
 class LowerContext:

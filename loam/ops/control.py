@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from loam.ops.base import Facts, NodeInfo, OpRule
+from loam.ops.base import Facts, NodeInfo, OpRule, result_length
 from loam.poly import Poly
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class IfRule(OpRule):
             if a.rank != b.rank:
                 raise node.fail(f"output '{name}' has rank {a.rank} in the then branch and {b.rank} in the else")
             shape = tuple(
-                x if x == y else branch_length(name, axis)
+                x if x == y else result_length(name, axis)
                 for axis, (x, y) in enumerate(zip(a.shape, b.shape, strict=True))
             )
             out.append(Facts(a.elem, shape))
@@ -79,11 +79,6 @@ class IfRule(OpRule):
             taken = then if bool(np.asarray(cond.value).reshape(-1)[0]) else other
             out = [Facts(f.elem, t.shape, t.value) for f, t in zip(out, taken, strict=True)]
         return out
-
-
-def branch_length(output: str, axis: int) -> Poly:
-    """The symbol of a length the two branches give output `output` differently at `axis`."""
-    return Poly.symbol(f"{output}[{axis}]")
 
 
 RULES: tuple[OpRule, ...] = (IfRule(),)

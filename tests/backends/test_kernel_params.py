@@ -27,6 +27,7 @@ SPELLED = {name for name in vars(WgslKernelPrinter) if not name.startswith("_")}
 HOST_ONLY = {
     "bitcast",
     "cast_narrow",
+    "compress",
     "dequantize_linear",
     "det",
     "dft",
@@ -35,11 +36,13 @@ HOST_ONLY = {
     "grid_sample",
     "matmul_integer",
     "nll_loss",
+    "nonzero",
     "one_hot",
     "qlinear_matmul",
     "quantize_linear",
     "reverse_sequence",
     "stft",
+    "unique",
 }
 """Library kernels with no WGSL form yet: a WGSL build refuses them, naming the op, and `--host-fallback`
 computes them on the host (tests/conformance/expected_failures_wgsl.toml lists their cases)."""

@@ -727,6 +727,20 @@ def indexing(rng: np.random.Generator) -> list[Spec]:
     specs.append(Spec("EyeLike", "k1", [In("x", (3, 5), "i32")], {"k": 1, "dtype": TensorProto.FLOAT}))
     specs.append(Spec("EyeLike", "k_minus2", [In("x", (4, 3))], {"k": -2}))
     specs.append(Spec("EyeLike", "k_past_end", [In("x", (2, 3), "i64")], {"k": 5}))
+    mask = arr([[0, 1, 0, 2], [0, 0, 0, 0], [3, 0, 4, 0]], "f32")
+    specs.append(Spec("NonZero", "f32", [In("x", (3, 4), "f32", mask)], opset=13))
+    specs.append(Spec("NonZero", "bool_3d", [In("x", (2, 2, 3), "bool", mask.reshape(2, 2, 3) != 0)], opset=13))
+    keep = arr([1, 0, 1], "bool")
+    specs.append(Spec("Compress", "axis0", [In("x", (3, 4)), In("c", (3,), "bool", keep)], {"axis": 0}, opset=11))
+    specs.append(
+        Spec("Compress", "axis_m1_short", [In("x", (2, 4)), In("c", (3,), "bool", keep)], {"axis": -1}, opset=11)
+    )
+    specs.append(Spec("Compress", "flat", [In("x", (2, 2)), In("c", (3,), "bool", keep)], opset=11))
+    repeats = arr([2, 1, 1, 3, 2, 7, 1], "f32")
+    specs.append(Spec("Unique", "sorted", [In("x", (7,), "f32", repeats)], outputs=4, opset=11))
+    specs.append(Spec("Unique", "unsorted", [In("x", (7,), "f32", repeats)], {"sorted": 0}, outputs=4, opset=11))
+    rows = arr([[1, 2], [3, 4], [1, 2], [0, 9]], "i64")
+    specs.append(Spec("Unique", "axis0", [In("x", (4, 2), "i64", rows)], {"axis": 0}, outputs=4, opset=11))
     return specs
 
 

@@ -125,6 +125,44 @@ def kernel_one_hot(indices: np.ndarray, values: np.ndarray, *, depth: int, axis:
     return np.where(hot, pair[1], pair[0]).astype(pair.dtype)
 
 
+def kernel_nonzero(x: np.ndarray) -> np.ndarray:
+    """ONNX NonZero: the indices of x's nonzero elements in row-major order, [rank, count] (i64)."""
+    x = np.asarray(x)
+    if x.ndim == 0:
+        return np.zeros((0, int(bool(x))), dtype=np.int64)
+    return np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
+
+
+def kernel_compress(x: np.ndarray, condition: np.ndarray, *, axis: int, flat: int) -> np.ndarray:
+    """ONNX Compress: the slices of x along `axis` (of x flattened, with `flat`) where `condition`
+    is true; a condition shorter than the axis leaves the rest out, a longer one is a DataError."""
+    x, keep = np.asarray(x), np.asarray(condition).astype(bool).reshape(-1)
+    if flat:
+        x, axis = x.reshape(-1), 0
+    if keep.shape[0] > x.shape[axis]:
+        raise DataError(f"the condition has {keep.shape[0]} entries, more than the {x.shape[axis]} it selects from")
+    return np.compress(keep, x, axis=axis)
+
+
+def kernel_unique(
+    x: np.ndarray, *, axis: int, flat: int, ordered: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """ONNX Unique: the distinct slices of x along `axis` (elements of x flattened, with `flat`),
+    sorted (`ordered`) or in order of first occurrence; with the first index of each, each slice's
+    position among them, and their counts (i64)."""
+    x = np.asarray(x)
+    values, axis = (x.reshape(-1), 0) if flat else (x, axis)
+    y, first, inverse, counts = np.unique(values, return_index=True, return_inverse=True, return_counts=True,
+                                          axis=axis)  # fmt: skip
+    inverse = inverse.reshape(-1)
+    if not ordered:  # by first occurrence: reorder, and renumber the positions
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.shape[0])
+        y, first, counts, inverse = np.take(y, order, axis=axis), first[order], counts[order], rank[inverse]
+    return y, first.astype(np.int64), inverse.astype(np.int64), counts.astype(np.int64)
+
+
 def kernel_eye_like(x: np.ndarray, *, k: int, to: str) -> np.ndarray:
     """ONNX EyeLike: ones on diagonal `k` of a matrix with x's extents (of type `to`), zeros elsewhere."""
     rows, cols = np.shape(x)
@@ -140,6 +178,9 @@ PIECES: dict[str, object] = {
     "kernel_scatter_nd": kernel_scatter_nd,
     "kernel_one_hot": kernel_one_hot,
     "kernel_eye_like": kernel_eye_like,
+    "kernel_nonzero": kernel_nonzero,
+    "kernel_compress": kernel_compress,
+    "kernel_unique": kernel_unique,
     "kernel_gather_nd": kernel_gather_nd,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
@@ -147,4 +188,5 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_scatter_elements": ("_element_index", "widened", "narrowed"),
     "kernel_scatter_nd": ("widened", "narrowed"),
     "kernel_gather_nd": ("DataError",),
+    "kernel_compress": ("DataError",),
 }
