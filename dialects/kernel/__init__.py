@@ -28,9 +28,9 @@ The package splits the dialect by kernel family: `program` (the program, its ret
 constants), `elementwise` (zip, cast), `products` (matmul), `layout` (permute, regroup), `control`
 (if, yield), the library kernels (`library`, their base, then one module per family: `movement`,
 `indexing`, `packed`, `reductions`, `normalization`, `losses`, `narrow`, `linalg`, `convolution`,
-`signal` (Fourier transforms), each listing its ops in a tuple the dialect collects) and `tile`
-(tile programs); `attributes` and `base` hold what the ops share.  Every public name is imported
-from here, `loam.dialects.kernel`, which also defines the `Kernel` dialect object.
+`signal` (Fourier transforms), `recurrent`, each listing its ops in a tuple the dialect collects)
+and `tile` (tile programs); `attributes` and `base` hold what the ops share.  Every public name is
+imported from here, `loam.dialects.kernel`, which also defines the `Kernel` dialect object.
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ from loam.dialects.kernel.normalization import NORMALIZATION_OPS, EinsumOp, Grou
 from loam.dialects.kernel.packed import PACKED_OPS, GatherPackedOp, MatmulPackedOp
 from loam.dialects.kernel.products import MatmulOp
 from loam.dialects.kernel.program import ConstantOp, ProgramOp, ReturnOp, WeightOp
+from loam.dialects.kernel.recurrent import RECURRENT_OPS, GruOp, LstmOp, RnnOp
 from loam.dialects.kernel.reductions import (
     REDUCE_KINDS,
     REDUCE_OPS,
@@ -110,6 +111,7 @@ Kernel = Dialect(
         *NARROW_OPS,
         *CONV_OPS,
         *SIGNAL_OPS,
+        *RECURRENT_OPS,
         *CONTROL_OPS,
         TileProgramOp,
     ],
@@ -127,6 +129,7 @@ __all__ = [
     "NARROW_OPS",
     "NORMALIZATION_OPS",
     "PACKED_OPS",
+    "RECURRENT_OPS",
     "REDUCE_KINDS",
     "REDUCE_OPS",
     "SIGNAL_OPS",
@@ -153,10 +156,12 @@ __all__ = [
     "GatherPackedOp",
     "GridSampleOp",
     "GroupNormOp",
+    "GruOp",
     "IfOp",
     "Kernel",
     "LibraryOp",
     "LrnOp",
+    "LstmOp",
     "MatmulIntegerOp",
     "MatmulOp",
     "MatmulPackedOp",
@@ -177,6 +182,7 @@ __all__ = [
     "ResizeOp",
     "ReturnOp",
     "ReverseSequenceOp",
+    "RnnOp",
     "ScatterElementsOp",
     "ScatterNDOp",
     "SliceOp",

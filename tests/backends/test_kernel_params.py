@@ -34,6 +34,8 @@ HOST_ONLY = {
     "eye_like",
     "gather_nd",
     "grid_sample",
+    "gru",
+    "lstm",
     "matmul_integer",
     "nll_loss",
     "nonzero",
@@ -41,6 +43,7 @@ HOST_ONLY = {
     "qlinear_matmul",
     "quantize_linear",
     "reverse_sequence",
+    "rnn",
     "stft",
     "unique",
 }

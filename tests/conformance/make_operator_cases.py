@@ -87,6 +87,8 @@ class Spec:
     # (pooling with ceil_mode keeps a window that starts in the end padding: there None leaves the
     # extent unknown, which the checker accepts); a typed output keeps inference's element type.
     out_shape: tuple[int | None, ...] | None = None
+    # Outputs the node leaves unnamed (an empty name: ONNX's omitted optional output), by position.
+    unnamed: tuple[int, ...] = ()
 
 
 def arr(values: Any, dtype: str) -> np.ndarray:
@@ -115,10 +117,10 @@ def make_model(spec: Spec) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
             else:
                 nodes.append(oh.make_node("Constant", [], [item.name], name=f"{item.name}_const", value=tensor))
             names.append(item.name)
-    outs = [f"y{i}" for i in range(spec.outputs)]
+    outs = ["" if i in spec.unnamed else f"y{i}" for i in range(spec.outputs)]
     nodes.append(oh.make_node(spec.op, names, outs, name=f"{spec.op.lower()}_node", **spec.attrs))
     graph = oh.make_graph(
-        nodes, f"{spec.op}_{spec.variant}", graph_inputs, [onnx.ValueInfoProto(name=o) for o in outs], initializers
+        nodes, f"{spec.op}_{spec.variant}", graph_inputs, [onnx.ValueInfoProto(name=o) for o in outs if o], initializers
     )
     opsets = [oh.make_opsetid("", spec.opset)]
     try:
@@ -1529,6 +1531,133 @@ def grid_sample(rng: np.random.Generator) -> list[Spec]:
     return specs
 
 
+def recurrent(rng: np.random.Generator) -> list[Spec]:
+    """RNN, GRU and LSTM: each direction, sequence_lens shorter than the sequence (one entry 0), initial
+    states, activations with alpha/beta (and the defaults ONNX and onnxruntime share), clip,
+    linear_before_reset, peepholes, input_forget, f16, layout 1 (which onnxruntime refuses, so it is
+    skipped: the node cases' *_batchwise check it) and only some outputs named."""
+    seq, batch, size, hidden = 4, 3, 3, 4
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}
+    lens = {"short": arr([3, 1, 2], "i32"), "zero": arr([4, 2, 0], "i32")}
+
+    def operands(op: str, dirs: int = 1, dtype: str = "f32", layout: int = 0, **given: Any) -> list[In | None]:
+        """X, W, R and the optional operands `given` names (b, h0, c0, p: True; lens: a key of `lens`)."""
+        rows, state = gates[op] * hidden, (batch, dirs, hidden) if layout else (dirs, batch, hidden)
+        items: list[In | None] = [
+            In("x", (batch, seq, size) if layout else (seq, batch, size), dtype),
+            In("w", (dirs, rows, size), dtype),
+            In("r", (dirs, rows, hidden), dtype),
+            In("b", (dirs, 2 * rows), dtype) if given.get("b") else None,
+            In("lens", (batch,), "i32", lens[given["lens"]]) if given.get("lens") else None,
+            In("h0", state, dtype) if given.get("h0") else None,
+        ]
+        if op == "LSTM":
+            items += [In("c0", state, dtype) if given.get("c0") else None]
+            items += [In("p", (dirs, 3 * hidden), dtype) if given.get("p") else None]
+        while items[-1] is None:
+            items.pop()
+        return items
+
+    def spec(op: str, variant: str, items: list[In | None], unnamed: tuple[int, ...] = (), **attrs: Any) -> Spec:
+        outputs = 3 if op == "LSTM" else 2
+        return Spec(op, variant, items, {"hidden_size": hidden, **attrs}, outputs=outputs, unnamed=unnamed)
+
+    bi = {"direction": "bidirectional"}
+    rev = {"direction": "reverse"}
+    specs = [
+        spec("RNN", "forward", operands("RNN", b=True)),
+        spec("RNN", "reverse_lens", operands("RNN", b=True, lens="short", h0=True), **rev),
+        spec("RNN", "bidirectional", operands("RNN", 2, b=True, lens="zero", h0=True), **bi),
+        spec("RNN", "no_bias", operands("RNN", h0=True)),
+        spec("RNN", "relu_clip", operands("RNN", b=True), activations=["Relu"], clip=1.5),
+        spec(
+            "RNN",
+            "leaky_affine",
+            operands("RNN", 2, b=True),
+            activations=["LeakyRelu", "Affine"],
+            activation_alpha=[0.2, 0.7],
+            activation_beta=[0.1],
+            **bi,
+        ),
+        spec(
+            "RNN",
+            "scaled_tanh",
+            operands("RNN", b=True),
+            activations=["ScaledTanh"],
+            activation_alpha=[1.5],
+            activation_beta=[0.6],
+            **rev,
+        ),
+        spec("RNN", "only_y_h", operands("RNN", b=True), unnamed=(0,)),
+        spec("RNN", "f16", operands("RNN", dtype="f16", b=True, h0=True)),
+        spec("RNN", "layout1", operands("RNN", layout=1, b=True, h0=True), layout=1),
+        spec("GRU", "forward", operands("GRU", b=True)),
+        spec("GRU", "reverse_lens", operands("GRU", b=True, lens="short", h0=True), **rev),
+        spec(
+            "GRU",
+            "bidirectional_linear_before_reset",
+            operands("GRU", 2, b=True, lens="zero", h0=True),
+            linear_before_reset=1,
+            **bi,
+        ),
+        spec("GRU", "linear_before_reset_no_bias", operands("GRU", h0=True), linear_before_reset=1),
+        spec(
+            "GRU",
+            "hard_sigmoid_scaled_tanh",
+            operands("GRU", b=True),
+            activations=["HardSigmoid", "ScaledTanh"],
+            activation_alpha=[0.3, 0.9],
+            activation_beta=[0.4, 1.1],
+            clip=2.0,
+        ),
+        spec(
+            "GRU",
+            "default_alphas",
+            operands("GRU", 2, b=True),
+            activations=["LeakyRelu", "Elu", "HardSigmoid", "Softsign"],
+            **bi,
+        ),
+        spec(
+            "GRU",
+            "thresholded_softplus",
+            operands("GRU", b=True),
+            activations=["ThresholdedRelu", "Softplus"],
+            activation_alpha=[0.2],
+        ),
+        spec("GRU", "only_y_h", operands("GRU", b=True, lens="zero"), unnamed=(0,)),
+        spec("GRU", "f16", operands("GRU", dtype="f16", b=True)),
+        spec("GRU", "layout1", operands("GRU", layout=1, b=True, h0=True), layout=1),
+        spec("LSTM", "forward", operands("LSTM", b=True)),
+        spec("LSTM", "peepholes", operands("LSTM", b=True, h0=True, c0=True, p=True)),
+        spec("LSTM", "input_forget", operands("LSTM", b=True, p=True), input_forget=1),
+        spec("LSTM", "bidirectional_lens", operands("LSTM", 2, b=True, lens="zero", h0=True, c0=True, p=True), **bi),
+        spec("LSTM", "reverse_clip", operands("LSTM", b=True, lens="short", c0=True), clip=0.5, **rev),
+        spec(
+            "LSTM",
+            "activations",
+            operands("LSTM", b=True),
+            activations=["HardSigmoid", "Softsign", "Elu"],
+            activation_alpha=[0.25, 0.8],
+            activation_beta=[0.45],
+        ),
+        spec(
+            "LSTM",
+            "bidirectional_activations",
+            operands("LSTM", 2, b=True),
+            activation_alpha=[0.1, 0.5],
+            activations=["Sigmoid", "Relu", "Softplus", "Sigmoid", "ThresholdedRelu", "Affine"],
+            activation_beta=[0.2],
+            **bi,
+        ),
+        spec("LSTM", "only_y_h", operands("LSTM", b=True), unnamed=(0, 2)),
+        spec("LSTM", "only_y_c", operands("LSTM", b=True, lens="short"), unnamed=(0, 1)),
+        Spec("LSTM", "y_only", operands("LSTM", b=True), {"hidden_size": hidden}),
+        spec("LSTM", "f16", operands("LSTM", dtype="f16", b=True, p=True)),
+        spec("LSTM", "layout1", operands("LSTM", layout=1, b=True, h0=True, c0=True), layout=1),
+    ]
+    return specs
+
+
 FAMILIES: tuple[Callable[[np.random.Generator], list[Spec]], ...] = (
     elementwise,
     unary,
@@ -1543,6 +1672,7 @@ FAMILIES: tuple[Callable[[np.random.Generator], list[Spec]], ...] = (
     quantization,
     signal,
     grid_sample,
+    recurrent,
 )
 
 

@@ -26,6 +26,7 @@ from loam.runtime.kernels import (
     normalization,
     products,
     quantized,
+    recurrent,
     reduce,
     signal,
 )
@@ -41,6 +42,7 @@ FAMILIES = (
     narrow,
     signal,
     conv,
+    recurrent,
     products,
     compiled,
     quantized,
