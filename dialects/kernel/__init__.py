@@ -39,7 +39,16 @@ from xdsl.ir import Dialect
 
 from loam.dialects.kernel.attributes import ExprAttr, TileProgramAttr
 from loam.dialects.kernel.control import CONTROL_OPS, IfOp, YieldOp
-from loam.dialects.kernel.convolution import CONV_OPS, ConvOp, ConvTransposeOp, GridSampleOp, PoolOp, ResizeOp
+from loam.dialects.kernel.convolution import (
+    CONV_OPS,
+    ConvIntegerOp,
+    ConvOp,
+    ConvTransposeOp,
+    GridSampleOp,
+    PoolOp,
+    QLinearConvOp,
+    ResizeOp,
+)
 from loam.dialects.kernel.elementwise import CastOp, ZipOp
 from loam.dialects.kernel.indexing import (
     INDEXING_OPS,
@@ -140,6 +149,7 @@ __all__ = [
     "CompressOp",
     "ConcatOp",
     "ConstantOp",
+    "ConvIntegerOp",
     "ConvOp",
     "ConvTransposeOp",
     "CumProdOp",
@@ -174,6 +184,7 @@ __all__ = [
     "PermuteOp",
     "PoolOp",
     "ProgramOp",
+    "QLinearConvOp",
     "QLinearMatmulOp",
     "QuantizeLinearOp",
     "RangeOp",

@@ -1,6 +1,7 @@
 """Library kernels over the spatial axes, their geometry settled by the build: convolution,
-transposed convolution, pooling, resize and grid sampling (ONNX Conv, ConvTranspose, the pools,
-Resize, GridSample), listed in `CONV_OPS`.
+transposed convolution, the integer convolutions of quantized models, pooling, resize and grid
+sampling (ONNX Conv, ConvTranspose, ConvInteger, QLinearConv, the pools, Resize, GridSample), listed
+in `CONV_OPS`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,46 @@ class ConvTransposeOp(LibraryOp):
         "group": int,
         "output_padding": tuple,
     }
+
+
+@irdl_op_definition
+class ConvIntegerOp(LibraryOp):
+    """ONNX ConvInteger: the i32 convolution of (x - x_zero) with (w - w_zero), Conv's geometry;
+    `zeros` says which zero points follow x and w (0: none, 1: x's, 2: w's, 3: both, in that order).
+
+    Example: `%y = kernel.conv_integer(%x, %w, %zx) {node = "c", zeros = 1 : i64, strides = ...} : (X, W, ZX) -> Y`
+    """
+
+    name = "kernel.conv_integer"
+    PARAMS: ClassVar[dict[str, type]] = {
+        "zeros": int,
+        "strides": tuple,
+        "pads": tuple,
+        "dilations": tuple,
+        "group": int,
+    }
+
+    def verify_kernel(self) -> None:
+        ins, _ = library_types(self)
+        zeros = self.param("zeros")
+        require(self, 0 <= zeros <= 3 and len(ins) == 2 + bin(zeros).count("1"), "zeros must count the zero points")
+
+
+@irdl_op_definition
+class QLinearConvOp(LibraryOp):
+    """ONNX QLinearConv: the i32 convolution of (x - x_zero) with (w - w_zero) plus the i32 bias,
+    requantized by x_scale * w_scale / y_scale (f32, nearest even) onto y_zero's type.  Operands: x,
+    x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero[, b].
+
+    Example: `%y = kernel.qlinear_conv(%x, %sx, %zx, %w, %sw, %zw, %sy, %zy) {node = "q", ...} : (...) -> Y`
+    """
+
+    name = "kernel.qlinear_conv"
+    PARAMS: ClassVar[dict[str, type]] = {"strides": tuple, "pads": tuple, "dilations": tuple, "group": int}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) in (8, 9) and len(outs) == 1, "takes eight or nine operands and gives one result")
 
 
 @irdl_op_definition
@@ -113,4 +154,6 @@ class GridSampleOp(LibraryOp):
             require(self, y == (*x[:2], *grid[1:-1]), "the result's extents are not (N, C) of x and grid's points")
 
 
-CONV_OPS: tuple[type[LibraryOp], ...] = (ConvOp, ConvTransposeOp, PoolOp, ResizeOp, GridSampleOp)
+CONV_OPS: tuple[type[LibraryOp], ...] = (
+    ConvOp, ConvTransposeOp, ConvIntegerOp, QLinearConvOp, PoolOp, ResizeOp, GridSampleOp,
+)  # fmt: skip

@@ -16,19 +16,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from loam import dtypes
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
 from loam.ops.lowering import axes_type
 from loam.ops.operands import (
     emit_library,
     fold_if_known,
+    given,
     keep_unchanged,
     lowered_extents,
+    optional,
     require_elem,
     require_same_elem,
     static_extents,
 )
 from loam.poly import Poly
+from loam.runtime.kernels.conv import kernel_conv_integer, kernel_qlinear_conv
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -312,4 +316,147 @@ class ConvTransposeRule(OpRule):
         return emit_library(ctx, ConvTransposeOp(present, ctx.result_types[:1], node.name, **geo))  # type: ignore[arg-type]
 
 
-RULES: tuple[OpRule, ...] = (ConvRule(), ConvTransposeRule())
+QUANTIZED = ("i8", "ui8")
+
+
+def _scalar(node: NodeInfo, f: Facts, what: str) -> None:
+    """`f` holds one value (rank 0, or one element)."""
+    if f.static_shape() not in ((), (1,)):
+        raise node.unsupported(f"{what} has extents {list(f.shape)}; Loam takes one value (per tensor)")
+
+
+def _per_channel(node: NodeInfo, f: Facts, channels: int, what: str) -> None:
+    """`f` holds one value, or one per output channel (W's axis 0)."""
+    if f.static_shape() not in ((), (1,), (channels,)):
+        raise node.fail(
+            f"{what} has extents {list(f.shape)}; it holds one value or one per output channel ({channels})"
+        )
+
+
+def _quantized(node: NodeInfo, f: Facts, what: str) -> None:
+    if f.elem.name not in QUANTIZED:
+        raise node.unsupported(f"{what} has element type {f.elem.name}; ONNX takes i8 or ui8")
+
+
+class ConvIntegerRule(ConvRule):
+    """ONNX ConvInteger (opset 10): Conv of (x - x_zero_point) with (w - w_zero_point) in i32, for
+    i8/ui8 operands; x's zero point is one value, w's one value or one per output channel."""
+
+    op_types = ("ConvInteger",)
+    kernels: tuple[str, ...] = ("kernel.conv_integer",)
+    elem_types = QUANTIZED
+    first_opset = 10
+    limitations = "channel and spatial extents must be numbers (the batch may be symbolic); negative pads are refused"
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 2, 4)
+        x, w = given(node, inputs, 0, "x"), given(node, inputs, 1, "w")
+        _quantized(node, x, "x")
+        _quantized(node, w, "w")
+        xs, ws = framed_extents(node, x.shape, "x"), static_extents(node, w, "w")
+        geo = self.geometry(node, xs, ws)
+        for k, what, of in ((2, "x_zero_point", x), (3, "w_zero_point", w)):
+            zero = optional(inputs, k)
+            if zero is None:
+                continue
+            if zero.elem != of.elem:
+                raise node.fail(f"{what} is {zero.elem.name}, its tensor {of.elem.name}; ONNX needs one type")
+            if k == 2:
+                _scalar(node, zero, what)
+            else:
+                _per_channel(node, zero, ws[0], what)
+        out = (ws[0], *geo.pop("out"))  # type: ignore[misc]
+        zeros = _zeros(inputs)
+        value = fold_if_known(inputs, lambda *v: kernel_conv_integer(*v, zeros=zeros, **geo))
+        return [Facts(dtypes.by_name("i32"), (x.shape[0], *(Poly.const(int(d)) for d in out)), value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        return [_conv_axes(node, inputs[0], inputs[1], None, outputs[0])]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import ConvIntegerOp
+
+        present = [v for v in operands if v is not None]
+        geo = self.geometry(node, framed_extents(node, axes_type(present[0]).shape), lowered_extents(present[1]))
+        geo.pop("out")
+        op = ConvIntegerOp(present, ctx.result_types[:1], node.name, zeros=_zeros(operands), **geo)  # type: ignore[arg-type]
+        return emit_library(ctx, op)
+
+
+def _zeros(inputs: Sequence[object | None]) -> int:
+    """ConvInteger's `zeros`: bit 1 where x's zero point is given, bit 2 where w's is."""
+    return sum(bit for k, bit in ((2, 1), (3, 2)) if len(inputs) > k and inputs[k] is not None)
+
+
+def _conv_axes(
+    node: NodeInfo, x: tuple[Axis, ...] | None, w: tuple[Axis, ...] | None, b: tuple[Axis, ...] | None, out: Facts
+) -> tuple[Axis | None, ...]:
+    """A convolution's output axes: N from x, the output channels from w, x's spatial axes where kept."""
+    assert x is not None and w is not None
+    if int(node.attr("group", 1)) == 1:
+        same_axis(node, x[1], w[1], "input channels of X and W")
+    if b is not None:
+        same_axis(node, b[0], w[0], "output channels of B and W")
+    return (x[0], w[0], *kept_spatial_axes(x, out))
+
+
+class QLinearConvRule(ConvRule):
+    """ONNX QLinearConv (opset 10): the i32 convolution of (x - x_zero_point) with (w - w_zero_point)
+    plus the i32 bias B, times x_scale * w_scale / y_scale (f32, as onnxruntime requantizes), rounded to
+    nearest even, plus y_zero_point, saturated to its type (i8 or ui8).  w's scale and zero point are
+    one value or one per output channel; the others one value each."""
+
+    op_types = ("QLinearConv",)
+    kernels: tuple[str, ...] = ("kernel.qlinear_conv",)
+    elem_types = QUANTIZED
+    first_opset = 10
+    limitations = "channel and spatial extents must be numbers (the batch may be symbolic); negative pads are refused"
+    NAMES = ("x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale", "y_zero_point")
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 8, 9)
+        x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero = (
+            given(node, inputs, k, name) for k, name in enumerate(self.NAMES)
+        )
+        b = optional(inputs, 8)
+        for what, f in (("x", x), ("w", w), ("y_zero_point", y_zero)):
+            _quantized(node, f, what)
+        for what, zero, of in (("x_zero_point", x_zero, x), ("w_zero_point", w_zero, w)):
+            if zero.elem != of.elem:
+                raise node.fail(f"{what} is {zero.elem.name}, its tensor {of.elem.name}; ONNX needs one type")
+        for what, f in (("x_scale", x_scale), ("w_scale", w_scale), ("y_scale", y_scale)):
+            if f.elem.name != "f32":
+                raise node.fail(f"{what} has element type {f.elem.name}; ONNX takes f32 scales")
+        xs, ws = framed_extents(node, x.shape, "x"), static_extents(node, w, "w")
+        geo = self.geometry(node, xs, ws)
+        for what, f in (("x_scale", x_scale), ("x_zero_point", x_zero), ("y_scale", y_scale), ("y_zero_point", y_zero)):
+            _scalar(node, f, what)
+        _per_channel(node, w_scale, ws[0], "w_scale")
+        _per_channel(node, w_zero, ws[0], "w_zero_point")
+        if b is not None:
+            if b.elem.name != "i32":
+                raise node.fail(f"B has element type {b.elem.name}; ONNX takes i32")
+            if static_extents(node, b, "B") != (ws[0],):
+                raise node.fail(f"B has extents {list(b.shape)}, expected [{ws[0]}]")
+        out = (ws[0], *geo.pop("out"))  # type: ignore[misc]
+        value = fold_if_known(inputs, lambda *v: kernel_qlinear_conv(*v, **geo))
+        return [Facts(y_zero.elem, (x.shape[0], *(Poly.const(int(d)) for d in out)), value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        b = inputs[8] if len(inputs) > 8 else None
+        return [_conv_axes(node, inputs[0], inputs[3], b, outputs[0])]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import QLinearConvOp
+
+        present = [v for v in operands if v is not None]
+        geo = self.geometry(node, framed_extents(node, axes_type(present[0]).shape), lowered_extents(present[3]))
+        geo.pop("out")
+        return emit_library(ctx, QLinearConvOp(present, ctx.result_types[:1], node.name, **geo))  # type: ignore[arg-type]
+
+
+RULES: tuple[OpRule, ...] = (ConvRule(), ConvTransposeRule(), ConvIntegerRule(), QLinearConvRule())

@@ -25,9 +25,11 @@ LIBRARY_OPS = sorted(
 SPELLED = {name for name in vars(WgslKernelPrinter) if not name.startswith("_")}
 
 HOST_ONLY = {
+HOST_ONLY = {
     "bitcast",
     "cast_narrow",
     "compress",
+    "conv_integer",
     "dequantize_linear",
     "det",
     "dft",
@@ -40,6 +42,7 @@ HOST_ONLY = {
     "nll_loss",
     "nonzero",
     "one_hot",
+    "qlinear_conv",
     "qlinear_matmul",
     "quantize_linear",
     "reverse_sequence",

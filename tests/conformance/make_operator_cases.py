@@ -1078,6 +1078,45 @@ def conv(rng: np.random.Generator) -> list[Spec]:
         specs.append(Spec(op, "3d", [In("x", (1, 2, 2, 3, 2))]))
         specs.append(Spec(op, "extent1", [In("x", (1, 1, 1, 1))]))
     specs.append(Spec("GlobalMaxPool", "f16", [In("x", (1, 2, 3, 3), "f16")]))
+    specs.extend(quantized_conv(np.random.default_rng(10)))
+    return specs
+
+
+def quantized_conv(rng: np.random.Generator) -> list[Spec]:
+    """ConvInteger and QLinearConv over full-range i8/ui8 values (their own generator, so the draws of
+    the families after conv stay as they were)."""
+
+    def q(name: str, shape: tuple[int, ...], dtype: str) -> In:
+        low, high = (0, 256) if dtype == "ui8" else (-128, 128)
+        return In(name, shape, dtype, rng.integers(low, high, shape).astype(NP[dtype]))
+
+    def one(name: str, value: float | int, dtype: str) -> In:
+        return In(name, (), dtype, arr(value, dtype))
+
+    specs: list[Spec] = []
+    x, w = q("x", (1, 2, 5, 5), "ui8"), q("w", (3, 2, 3, 3), "ui8")
+    zx, zw = one("zx", 120, "ui8"), one("zw", 7, "ui8")
+    specs.append(Spec("ConvInteger", "pads", [x, w, zx, zw], {"pads": [1, 1, 1, 1]}))
+    specs.append(Spec("ConvInteger", "no_zero_points", [x, w]))
+    specs.append(Spec("ConvInteger", "x_zero_only", [x, w, zx], {"strides": [2, 1], "dilations": [1, 2]}))
+    specs.append(Spec("ConvInteger", "same_upper", [x, w, zx, zw], {"auto_pad": "SAME_UPPER"}))
+    xg, wg = q("x", (2, 4, 4, 6), "ui8"), q("w", (4, 2, 2, 3), "ui8")
+    specs.append(Spec("ConvInteger", "groups", [xg, wg, zx], {"group": 2, "pads": [0, 1, 1, 0]}))
+    xi, wi = q("x", (1, 2, 6), "i8"), q("w", (2, 2, 3), "i8")
+    specs.append(Spec("ConvInteger", "i8_1d", [xi, wi, one("zx", -3, "i8"), one("zw", 2, "i8")]))
+    scales = [one("sx", 0.02, "f32")]
+    ins = [x, *scales, zx, w, one("sw", 0.01, "f32"), zw, one("sy", 0.3, "f32"), one("zy", 100, "ui8")]
+    specs.append(Spec("QLinearConv", "ui8", ins, {"pads": [1, 1, 1, 1]}))
+    bias = In("b", (3,), "i32", arr([-5000, 0, 12345], "i32"))
+    specs.append(Spec("QLinearConv", "ui8_bias", [*ins, bias], {"strides": [2, 2]}))
+    wsi = In("sw", (4,), "f32", arr([0.01, 0.02, 0.005, 0.04], "f32"))
+    wzi = In("zw", (4,), "i8", arr([0, 0, 0, 0], "i8"))
+    ins = [q("x", (1, 4, 5, 5), "i8"), one("sx", 0.05, "f32"), one("zx", 3, "i8"), q("w", (4, 2, 3, 3), "i8"), wsi,
+           wzi, one("sy", 0.9, "f32"), one("zy", -10, "i8")]  # fmt: skip
+    specs.append(Spec("QLinearConv", "i8_per_channel", ins, {"group": 2, "dilations": [2, 1]}))
+    ins = [x, one("sx", 0.02, "f32"), zx, q("w", (3, 2, 3, 3), "i8"), one("sw", 0.01, "f32"), one("zw", 0, "i8"),
+           one("sy", 0.05, "f32"), one("zy", 128, "ui8")]  # fmt: skip
+    specs.append(Spec("QLinearConv", "ui8_i8_saturate", ins, {"auto_pad": "SAME_LOWER"}))
     return specs
 
 

@@ -118,6 +118,78 @@ def _biased(y: np.ndarray, b: np.ndarray | None, nsp: int) -> np.ndarray:
     return np.add(y, bias, out=y) if bias.dtype == y.dtype else y + bias
 
 
+def _integer_conv(
+    x: np.ndarray,
+    x_zero: np.ndarray | None,
+    w: np.ndarray,
+    w_zero: np.ndarray | None,
+    geometry: dict,
+) -> np.ndarray:
+    """The convolution of (x - x_zero) with (w - w_zero) in f64, where every sum of integer products is
+    exact: x's zero point is one value, w's one value or one per output channel (w's axis 0)."""
+    xf = np.asarray(x).astype(np.float64)
+    if x_zero is not None:
+        xf = xf - np.asarray(x_zero).astype(np.float64).reshape(())
+    wf = np.asarray(w).astype(np.float64)
+    if w_zero is not None:
+        wz = np.asarray(w_zero).astype(np.float64)
+        wf = wf - (wz.reshape(-1, *([1] * (wf.ndim - 1))) if wz.size > 1 else wz.reshape(()))
+    return kernel_conv(xf, wf, **geometry)
+
+
+def kernel_conv_integer(
+    x: np.ndarray,
+    w: np.ndarray,
+    *zero_points: np.ndarray,
+    zeros: int,
+    strides: tuple,
+    pads: tuple,
+    dilations: tuple,
+    group: int,
+) -> np.ndarray:
+    """ONNX ConvInteger: the i32 convolution of (x - x_zero) with (w - w_zero) (pads read as x_zero);
+    `zeros` bit 1 says x_zero is given, bit 2 w_zero (in that order among `zero_points`)."""
+    given = list(zero_points)
+    x_zero = given.pop(0) if zeros & 1 else None
+    w_zero = given.pop(0) if zeros & 2 else None
+    geometry = {"strides": strides, "pads": pads, "dilations": dilations, "group": group}
+    return np.rint(_integer_conv(x, x_zero, w, w_zero, geometry)).astype(np.int32)
+
+
+def kernel_qlinear_conv(
+    x: np.ndarray,
+    x_scale: np.ndarray,
+    x_zero: np.ndarray,
+    w: np.ndarray,
+    w_scale: np.ndarray,
+    w_zero: np.ndarray,
+    y_scale: np.ndarray,
+    y_zero: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    strides: tuple,
+    pads: tuple,
+    dilations: tuple,
+    group: int,
+) -> np.ndarray:
+    """ONNX QLinearConv as onnxruntime computes it: the i32 convolution of (x - x_zero) with
+    (w - w_zero) plus the i32 bias b, as f32 times x_scale * w_scale / y_scale (in f32; w_scale one
+    value or one per output channel), rounded to nearest even, plus y_zero, saturated to its type."""
+    geometry = {"strides": strides, "pads": pads, "dilations": dilations, "group": group}
+    acc = _integer_conv(x, x_zero, w, w_zero, geometry)
+    nsp = acc.ndim - 2
+    if b is not None:
+        acc = acc + np.asarray(b).astype(np.float64).reshape(-1, *([1] * nsp))
+    f32 = np.float32
+    ws = np.asarray(w_scale).astype(f32)
+    ws = ws.reshape(-1, *([1] * nsp)) if ws.size > 1 else ws.reshape(())
+    factor = np.asarray(x_scale).astype(f32).reshape(()) * ws / np.asarray(y_scale).astype(f32).reshape(())
+    scaled = np.rint(acc.astype(f32) * factor).astype(np.float64)
+    zero = np.asarray(y_zero)
+    info = np.iinfo(zero.dtype)
+    return np.clip(scaled + zero.astype(np.float64).reshape(()), info.min, info.max).astype(zero.dtype)
+
+
 def kernel_conv_transpose(
     x: np.ndarray,
     w: np.ndarray,
@@ -599,6 +671,9 @@ PIECES: dict[str, object] = {
     "kernel_conv": kernel_conv,
     "_biased": _biased,
     "kernel_conv_transpose": kernel_conv_transpose,
+    "_integer_conv": _integer_conv,
+    "kernel_conv_integer": kernel_conv_integer,
+    "kernel_qlinear_conv": kernel_qlinear_conv,
     "kernel_pool": kernel_pool,
     "resize_coordinates": resize_coordinates,
     "nearest_taps": nearest_taps,
@@ -613,6 +688,9 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_conv": ("widened", "narrowed", "_biased"),
     "_biased": ("widened",),
     "kernel_conv_transpose": ("widened", "narrowed"),
+    "_integer_conv": ("kernel_conv",),
+    "kernel_conv_integer": ("_integer_conv",),
+    "kernel_qlinear_conv": ("_integer_conv",),
     "kernel_pool": ("_conv_windows", "widened", "narrowed"),
     "kernel_resize": ("widened", "narrowed", "resize_coordinates", "nearest_taps", "cubic_taps"),
     "kernel_grid_sample": (
