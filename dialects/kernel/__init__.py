@@ -41,13 +41,17 @@ from loam.dialects.kernel.attributes import ExprAttr, TileProgramAttr
 from loam.dialects.kernel.control import CONTROL_OPS, IfOp, YieldOp
 from loam.dialects.kernel.convolution import (
     CONV_OPS,
+    Col2ImOp,
     ConvIntegerOp,
     ConvOp,
     ConvTransposeOp,
+    DeformConvOp,
     GridSampleOp,
+    MaxUnpoolOp,
     PoolOp,
     QLinearConvOp,
     ResizeOp,
+    RoiAlignOp,
 )
 from loam.dialects.kernel.elementwise import CastOp, ZipOp
 from loam.dialects.kernel.indexing import (
@@ -62,6 +66,7 @@ from loam.dialects.kernel.indexing import (
     RangeOp,
     ScatterElementsOp,
     ScatterNDOp,
+    TensorScatterOp,
     UniqueOp,
 )
 from loam.dialects.kernel.layout import PermuteOp, RegroupOp
@@ -146,6 +151,7 @@ __all__ = [
     "BitCastOp",
     "CastNarrowOp",
     "CastOp",
+    "Col2ImOp",
     "CompressOp",
     "ConcatOp",
     "ConstantOp",
@@ -154,6 +160,7 @@ __all__ = [
     "ConvTransposeOp",
     "CumProdOp",
     "CumSumOp",
+    "DeformConvOp",
     "DequantizeLinearOp",
     "DetOp",
     "DftOp",
@@ -175,6 +182,7 @@ __all__ = [
     "MatmulIntegerOp",
     "MatmulOp",
     "MatmulPackedOp",
+    "MaxUnpoolOp",
     "NllLossOp",
     "NonZeroOp",
     "NormalizeOp",
@@ -194,12 +202,14 @@ __all__ = [
     "ReturnOp",
     "ReverseSequenceOp",
     "RnnOp",
+    "RoiAlignOp",
     "ScatterElementsOp",
     "ScatterNDOp",
     "SliceOp",
     "SoftmaxOp",
     "SplitOp",
     "StftOp",
+    "TensorScatterOp",
     "TileOp",
     "TileProgramAttr",
     "TileProgramOp",

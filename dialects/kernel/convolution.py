@@ -1,7 +1,8 @@
 """Library kernels over the spatial axes, their geometry settled by the build: convolution,
-transposed convolution, the integer convolutions of quantized models, pooling, resize and grid
-sampling (ONNX Conv, ConvTranspose, ConvInteger, QLinearConv, the pools, Resize, GridSample), listed
-in `CONV_OPS`.
+transposed convolution, the integer convolutions of quantized models, deformable convolution,
+Col2Im, pooling, unpooling, region pooling, resize and grid sampling (ONNX Conv, ConvTranspose,
+ConvInteger, QLinearConv, DeformConv, Col2Im, the pools, MaxUnpool, RoiAlign, Resize, GridSample),
+listed in `CONV_OPS`.
 """
 
 from __future__ import annotations
@@ -75,6 +76,101 @@ class QLinearConvOp(LibraryOp):
     def verify_kernel(self) -> None:
         ins, outs = library_types(self)
         require(self, len(ins) in (8, 9) and len(outs) == 1, "takes eight or nine operands and gives one result")
+
+
+@irdl_op_definition
+class Col2ImOp(LibraryOp):
+    """ONNX Col2Im: the blocks' taps (N, C * prod(block_shape), L) added onto an image (N, C,
+    *image_shape), its geometry (`pads` begins then ends) settled by the build.
+
+    Example: `%y = kernel.col2im(%x) {node = "c", image_shape = array<i64: 5, 5>, block_shape = ...} : (X) -> Y`
+    """
+
+    name = "kernel.col2im"
+    PARAMS: ClassVar[dict[str, type]] = {
+        "image_shape": tuple,
+        "block_shape": tuple,
+        "strides": tuple,
+        "pads": tuple,
+        "dilations": tuple,
+    }
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 1 and len(outs) == 1, "takes one operand and gives one result")
+        nsp = len(self.param("image_shape"))
+        require(
+            self,
+            len(self.param("block_shape")) == nsp == len(self.param("strides")) == len(self.param("dilations"))
+            and len(self.param("pads")) == 2 * nsp,
+            "block_shape, strides and dilations need one value per image axis, pads two",
+        )
+
+
+@irdl_op_definition
+class MaxUnpoolOp(LibraryOp):
+    """ONNX MaxUnpool: `(x, indices)` written into zeros (N, C, *spatial) at the flat positions the
+    indices give (onnxruntime's reading); the output's `spatial` extents are settled by the build.
+
+    Example: `%y = kernel.max_unpool(%x, %i) {node = "u", spatial = array<i64: 4, 4>} : (X, I) -> Y`
+    """
+
+    name = "kernel.max_unpool"
+    PARAMS: ClassVar[dict[str, type]] = {"spatial": tuple}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 2 and len(outs) == 1, "takes two operands and gives one result")
+
+
+@irdl_op_definition
+class RoiAlignOp(LibraryOp):
+    """ONNX RoiAlign: `(x, rois, batch_indices)`, each region pooled into an output_height x
+    output_width grid of bins by bilinear samples (`mode` avg or max; `half_pixel` 1 for the
+    half_pixel coordinate mode, 0 for output_half_pixel).
+
+    Example: `%y = kernel.roi_align(%x, %r, %b) {node = "r", mode = "avg", output_height = 5 : i64, ...}`
+    """
+
+    name = "kernel.roi_align"
+    PARAMS: ClassVar[dict[str, type]] = {
+        "mode": str,
+        "output_height": int,
+        "output_width": int,
+        "sampling_ratio": int,
+        "spatial_scale": float,
+        "half_pixel": int,
+    }
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 3 and len(outs) == 1, "takes three operands and gives one result")
+        require(self, self.param("mode") in ("avg", "max"), "mode must be avg or max")
+
+
+@irdl_op_definition
+class DeformConvOp(LibraryOp):
+    """ONNX DeformConv over two spatial axes: `(x, w, offset[, b][, mask])`, Conv's geometry with
+    each tap moved by its offset and sampled bilinearly; `given` says which of the bias (1) and the
+    mask (2) follow, in that order.
+
+    Example: `%y = kernel.deform_conv(%x, %w, %o) {node = "d", given = 0 : i64, offset_group = 1 : i64, ...}`
+    """
+
+    name = "kernel.deform_conv"
+    PARAMS: ClassVar[dict[str, type]] = {
+        "given": int,
+        "strides": tuple,
+        "pads": tuple,
+        "dilations": tuple,
+        "group": int,
+        "offset_group": int,
+    }
+
+    def verify_kernel(self) -> None:
+        ins, _ = library_types(self)
+        given = self.param("given")
+        require(self, 0 <= given <= 3 and len(ins) == 3 + bin(given).count("1"), "given must count the bias and mask")
 
 
 @irdl_op_definition
@@ -155,5 +251,15 @@ class GridSampleOp(LibraryOp):
 
 
 CONV_OPS: tuple[type[LibraryOp], ...] = (
-    ConvOp, ConvTransposeOp, ConvIntegerOp, QLinearConvOp, PoolOp, ResizeOp, GridSampleOp,
-)  # fmt: skip
+    GridSampleOp,
+    ConvOp,
+    ConvTransposeOp,
+    ConvIntegerOp,
+    QLinearConvOp,
+    Col2ImOp,
+    DeformConvOp,
+    MaxUnpoolOp,
+    PoolOp,
+    RoiAlignOp,
+    ResizeOp,
+)

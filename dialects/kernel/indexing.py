@@ -1,5 +1,5 @@
 """Library kernels that index: gathers, scatters and integer ranges (ONNX Gather, GatherElements,
-ScatterElements, ScatterND, Range), listed in `INDEXING_OPS`.
+ScatterElements, ScatterND, Range, TensorScatter), listed in `INDEXING_OPS`.
 """
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from xdsl.irdl import irdl_op_definition
+from xdsl.utils.exceptions import VerifyException
 
 from loam.dialects.kernel.library import LibraryOp, library_types, require
 
@@ -194,7 +195,25 @@ class UniqueOp(LibraryOp):
     PARAMS: ClassVar[dict[str, type]] = {"axis": int, "flat": int, "ordered": int}
 
 
+@irdl_op_definition
+class TensorScatterOp(LibraryOp):
+    """ONNX TensorScatter: `(past, update[, write_indices])`, the cache `past` with `update` written
+    along `axis` from each batch row's write index (absent: 0); `mode` is `linear` or `circular` (the
+    positions wrap round the axis).
+
+    Example: `%y = kernel.tensor_scatter(%p, %u, %w) {node = "t", axis = 2 : i64, mode = "linear"} : (P, U, W) -> Y`
+    """
+
+    name = "kernel.tensor_scatter"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int, "mode": str}
+
+    def verify_kernel(self) -> None:
+        if self.param("mode") not in ("linear", "circular"):
+            raise VerifyException(f"{self.name} '{self.node.data}': mode must be linear or circular")
+
+
 INDEXING_OPS: tuple[type[LibraryOp], ...] = (
     GatherOp, GatherElementsOp, GatherNDOp, ScatterElementsOp, ScatterNDOp, RangeOp, OneHotOp, EyeLikeOp,
     NonZeroOp, CompressOp, UniqueOp,
+    TensorScatterOp,
 )  # fmt: skip

@@ -1,4 +1,5 @@
-"""Convolutions: ONNX Conv and ConvTranspose over 1 to 3 spatial axes, lowered to one library kernel each.
+"""Convolutions: ONNX Conv and ConvTranspose over 1 to 3 spatial axes, the integer convolutions of
+quantized models (ConvInteger, QLinearConv), DeformConv and Col2Im, lowered to one library kernel each.
 
 The build settles the whole window geometry (auto_pad, output_shape and the output extents) from
 the static extents, so `kernel.conv` and `kernel.conv_transpose` carry explicit begin/end pads and
@@ -16,8 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from loam import dtypes
+import numpy as np
+
+from loam import dtypes, owed
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
+from loam.ops.elementwise import NUMERIC
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
 from loam.ops.lowering import axes_type
 from loam.ops.operands import (
@@ -25,14 +29,17 @@ from loam.ops.operands import (
     fold_if_known,
     given,
     keep_unchanged,
+    known_ints,
     lowered_extents,
+    operand_facts,
     optional,
     require_elem,
     require_same_elem,
     static_extents,
 )
 from loam.poly import Poly
-from loam.runtime.kernels.conv import kernel_conv_integer, kernel_qlinear_conv
+from loam.runtime.kernels.conv import kernel_col2im, kernel_conv_integer, kernel_qlinear_conv
+from loam.runtime.kernels.sampling import kernel_deform_conv
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -459,4 +466,173 @@ class QLinearConvRule(ConvRule):
         return emit_library(ctx, QLinearConvOp(present, ctx.result_types[:1], node.name, **geo))  # type: ignore[arg-type]
 
 
-RULES: tuple[OpRule, ...] = (ConvRule(), ConvTransposeRule(), ConvIntegerRule(), QLinearConvRule())
+class DeformConvRule(ConvRule):
+    """ONNX DeformConv (opsets 19-22) over two spatial axes: Conv of X (N, C, H, W) with W (M, C/group,
+    KH, KW) where each tap is read at its place moved by `offset` (N, offset_group * KH * KW * 2, OH,
+    OW), bilinearly with zeros outside the map, times the optional `mask` (N, offset_group * KH * KW,
+    OH, OW), plus the optional bias B (M)."""
+
+    op_types = ("DeformConv",)
+    kernels: tuple[str, ...] = ("kernel.deform_conv",)
+    attributes = frozenset({"dilations", "group", "kernel_shape", "offset_group", "pads", "strides"})
+    first_opset = 19
+    limitations = (
+        "two spatial axes only; channel and spatial extents must be numbers (the batch may be symbolic); "
+        "negative pads are refused"
+    )
+
+    def settled(self, node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]) -> dict[str, object]:
+        """Conv's geometry for two spatial axes, and offset_group."""
+        if len(x) != 4:
+            raise node.unsupported(f"X has rank {len(x)}; Loam computes DeformConv over two spatial axes (rank 4)")
+        geo = self.geometry(node, x, w)
+        groups = int_attr(node, "offset_group", 1)
+        if groups < 1 or x[1] % groups:
+            raise node.fail(f"offset_group {groups} does not divide the {x[1]} input channels")
+        geo["offset_group"] = groups
+        return geo
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 3, 5)
+        x, w, offset = given(node, inputs, 0, "X"), given(node, inputs, 1, "W"), given(node, inputs, 2, "offset")
+        b, mask = optional(inputs, 3), optional(inputs, 4)
+        require_same_elem(node, [f for f in (x, w, offset, b, mask) if f is not None])
+        require_elem(node, x, FLOATS, "X")
+        xs, ws = framed_extents(node, x.shape), static_extents(node, w, "W")
+        geo = self.settled(node, xs, ws)
+        out = tuple(int(d) for d in geo.pop("out"))  # type: ignore[attr-defined]
+        taps = ws[2] * ws[3] * int(geo["offset_group"])  # type: ignore[call-overload]
+        for what, f, per in (("offset", offset, 2 * taps), ("mask", mask, taps)):
+            if f is None:
+                continue
+            if f.rank != 4:
+                raise node.fail(f"{what} has rank {f.rank}; it must be (N, {per}, {out[0]}, {out[1]})")
+            owed.require_equal(f.shape[0], x.shape[0], node, f"the batch axes of {what} and X")
+            for k, e in ((1, per), (2, out[0]), (3, out[1])):
+                owed.require_equal(f.shape[k], Poly.const(e), node, f"{what}'s axis {k}")
+        if b is not None and static_extents(node, b, "B") != (ws[0],):
+            raise node.fail(f"B has extents {list(b.shape)}, expected [{ws[0]}]")
+        extras = _extras(inputs)
+        value = fold_if_known(inputs, lambda *v: kernel_deform_conv(*v, given=extras, **geo))
+        return [Facts(x.elem, (x.shape[0], Poly.const(ws[0]), *(Poly.const(d) for d in out)), value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        return [_conv_axes(node, inputs[0], inputs[1], inputs[3] if len(inputs) > 3 else None, outputs[0])]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import DeformConvOp
+
+        present = [v for v in operands if v is not None]
+        geo = self.settled(node, framed_extents(node, axes_type(present[0]).shape), lowered_extents(present[1]))
+        geo.pop("out")
+        op = DeformConvOp(present, ctx.result_types[:1], node.name, given=_extras(operands), **geo)  # type: ignore[arg-type]
+        return emit_library(ctx, op)
+
+
+def _extras(inputs: Sequence[object | None]) -> int:
+    """DeformConv's `given`: bit 1 where the bias is given, bit 2 where the mask is."""
+    return sum(bit for k, bit in ((3, 1), (4, 2)) if len(inputs) > k and inputs[k] is not None)
+
+
+class Col2ImRule(OpRule):
+    """ONNX Col2Im (opset 18): the taps of L sliding blocks, (N, C * prod(block_shape), L), added
+    onto an image (N, C, *image_shape); image_shape and block_shape must be known at build time (they
+    are extents)."""
+
+    op_types = ("Col2Im",)
+    kernels: tuple[str, ...] = ("kernel.col2im",)
+    attributes = frozenset({"dilations", "pads", "strides"})
+    first_opset = 18
+    elem_types = NUMERIC
+    limitations = (
+        "image_shape and block_shape must be known at build time; the channel axis must be a number; "
+        "negative pads are refused"
+    )
+
+    def geometry(
+        self, node: NodeInfo, image: Sequence[int], block: Sequence[int], channels: int
+    ) -> tuple[dict[str, object], int]:
+        """The kernel's parameters, and the number of sliding blocks (the input's last extent)."""
+        nsp = len(image)
+        if nsp < 1 or len(block) != nsp:
+            raise node.fail(f"image_shape {list(image)} and block_shape {list(block)} must give one extent per axis")
+        if any(e < 1 for e in (*image, *block)):
+            raise node.fail(f"image_shape {list(image)} and block_shape {list(block)} must be positive")
+        strides = spatial_attrs(node, nsp, "strides", 1)
+        dilations = spatial_attrs(node, nsp, "dilations", 1)
+        pads = explicit_pads(node, nsp)
+        taps = 1
+        for k in block:
+            taps *= k
+        if channels % taps:
+            raise node.fail(f"the input's axis 1 ({channels}) is no multiple of the block's {taps} taps")
+        count = 1
+        for i in range(nsp):
+            room = image[i] + pads[i] + pads[i + nsp] - (block[i] - 1) * dilations[i] - 1
+            if room < 0:
+                raise node.fail(f"axis {i}: the block spans more than the padded image ({image[i]} + pads)")
+            count *= room // strides[i] + 1
+        params = {
+            "image_shape": tuple(image),
+            "block_shape": tuple(block),
+            "strides": strides,
+            "pads": pads,
+            "dilations": dilations,
+        }
+        return params, count
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 3)
+        x = given(node, inputs, 0, "input")
+        require_elem(node, x, NUMERIC, "input")
+        if x.rank != 3:
+            raise node.fail(f"the input has rank {x.rank}; Col2Im takes (N, C * prod(block_shape), L)")
+        image = known_ints(node, inputs[1], "image_shape", ("i64",))
+        block = known_ints(node, inputs[2], "block_shape", ("i64",))
+        if not x.shape[1].is_const:
+            raise node.unsupported(f"the input's axis 1 is {x.shape[1]}; Col2Im needs it as a number at build time")
+        channels = x.shape[1].const_value
+        geo, count = self.geometry(node, image, block, channels)
+        owed.require_equal(x.shape[2], Poly.const(count), node, "the input's last axis and the number of blocks")
+        value = None
+        if x.value is not None:
+            value = kernel_col2im(np.asarray(x.value), **geo)  # type: ignore[arg-type]
+        shape = (x.shape[0], Poly.const(channels // _prod(block)), *(Poly.const(e) for e in image))
+        return [Facts(x.elem, shape, value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        x = inputs[0]
+        assert x is not None
+        return [(x[0], *(None for _ in outputs[0].shape[1:]))]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import Col2ImOp
+
+        x = operands[0]
+        assert x is not None
+        known = operand_facts(operands)
+        image = known_ints(node, known[1], "image_shape", ("i64",))
+        block = known_ints(node, known[2], "block_shape", ("i64",))
+        geo, _ = self.geometry(node, image, block, axes_type(x).shape[1].const_value)
+        return emit_library(ctx, Col2ImOp([x], ctx.result_types[:1], node.name, **geo))  # type: ignore[arg-type]
+
+
+def _prod(values: Sequence[int]) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+RULES: tuple[OpRule, ...] = (
+    ConvRule(),
+    ConvTransposeRule(),
+    ConvIntegerRule(),
+    QLinearConvRule(),
+    DeformConvRule(),
+    Col2ImRule(),
+)

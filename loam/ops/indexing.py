@@ -1,5 +1,5 @@
 """Operator rules of the indexing family: Gather, GatherElements, ScatterElements, ScatterND, Range,
-ConstantOfShape.
+ConstantOfShape, OneHot, EyeLike, TensorScatter.
 
 Gathers and scatters lower to library kernels (`kernel.gather`, `kernel.gather_elements`,
 `kernel.scatter_elements`, `kernel.scatter_nd`) whose numpy pieces also fold known values.  Range
@@ -21,7 +21,7 @@ from loam import dtypes, owed
 from loam.bounds import Verdict
 from loam.derived import ceildiv, decide, from_end, maximum
 from loam.limits import MAX_FOLD_ELEMENTS, foldable
-from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
+from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
 from loam.ops.lowering import axes_type
 from loam.ops.movement import MOVABLE, AxesIn, AxesOut, MovementRule, check_movable
 from loam.ops.operands import (
@@ -46,6 +46,7 @@ from loam.runtime.kernels.indexing import (
     kernel_one_hot,
     kernel_scatter_elements,
     kernel_scatter_nd,
+    kernel_tensor_scatter,
 )
 
 if TYPE_CHECKING:
@@ -783,6 +784,84 @@ class UniqueRule(OpRule):
         return emit_library(ctx, op)
 
 
+class TensorScatterRule(OpRule):
+    """ONNX TensorScatter (opset 24): a KV cache `past_cache` with `update` written along `axis` (the
+    sequence axis, never the batch axis 0) from position write_indices[b] of each batch row b (absent:
+    0); mode `circular` wraps the positions round the axis.  A negative write index or a linear write
+    past the axis' end raises the module's DataError at run time."""
+
+    op_types = ("TensorScatter",)
+    kernels: tuple[str, ...] = ("kernel.tensor_scatter",)
+    attributes = frozenset({"axis", "mode"})
+    first_opset = 24
+    elem_types = MOVABLE
+
+    def settled(self, node: NodeInfo, rank: int) -> tuple[int, str]:
+        """The written axis (non-negative, never the batch axis) and the mode."""
+        axis = norm_axis(node, int(node.attr("axis", -2)), rank)
+        if axis == 0:
+            raise node.fail("axis is 0, the batch axis; TensorScatter writes along another axis")
+        mode = str(node.attr("mode", "linear"))
+        if mode not in ("linear", "circular"):
+            raise node.unsupported(f"mode {mode!r} is not supported (ONNX defines linear and circular)")
+        return axis, mode
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 2, 3)
+        past, update = given(node, inputs, 0, "past_cache"), given(node, inputs, 1, "update")
+        check_movable(node, past)
+        if update.elem != past.elem:
+            raise node.fail(f"update is {update.elem.name} and past_cache {past.elem.name}; ONNX needs one type")
+        if past.rank < 2 or update.rank != past.rank:
+            raise node.fail(f"past_cache has rank {past.rank} and update {update.rank}; they must agree, at least 2")
+        axis, mode = self.settled(node, past.rank)
+        for k, (a, b) in enumerate(zip(past.shape, update.shape, strict=True)):
+            if k != axis:
+                owed.require_equal(a, b, node, f"axis {k} of past_cache and update")
+        if update.shape[axis].is_const and past.shape[axis].is_const:
+            if update.shape[axis].const_value > past.shape[axis].const_value:
+                raise node.fail(f"update's axis {axis} ({update.shape[axis]}) is longer than the cache's")
+        w = inputs[2] if len(inputs) == 3 else None
+        if w is not None:
+            if w.elem.name != "i64":
+                raise node.fail(f"write_indices has element type {w.elem.name}; ONNX takes i64")
+            if w.rank != 1:
+                raise node.fail(f"write_indices has rank {w.rank}; it holds one index per batch row")
+            owed.require_equal(w.shape[0], past.shape[0], node, "write_indices and the batch axis")
+        value = None
+        if past.value is not None and update.value is not None and (w is None or w.value is not None):
+            if not any(is_symbolic(f) for f in (past, update, w)):
+                rest = [np.asarray(w.value)] if w is not None else []
+                try:
+                    value = kernel_tensor_scatter(
+                        np.asarray(past.value), np.asarray(update.value), *rest, axis=axis, mode=mode
+                    )
+                except DataError as err:
+                    raise node.fail(str(err)) from None
+        return [Facts(past.elem, past.shape, value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        past, update = inputs[0], inputs[1]
+        assert past is not None and update is not None
+        axis, _ = self.settled(node, len(past))
+        for k, (a, b) in enumerate(zip(past, update, strict=True)):
+            if k != axis:
+                same_axis(node, a, b, f"at axis {k} of past_cache and update")
+        w = inputs[2] if len(inputs) == 3 else None
+        if w is not None:
+            same_axis(node, w[0], past[0], "at the batch axis of write_indices and past_cache")
+        return [past]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import TensorScatterOp
+
+        present = [v for v in operands if v is not None]
+        axis, mode = self.settled(node, len(ctx.result_types[0].axes))
+        return emit_library(ctx, TensorScatterOp(present, ctx.result_types[:1], node.name, axis=axis, mode=mode))
+
+
 RULES: tuple[OpRule, ...] = (
     GatherRule(),
     GatherElementsRule(),
@@ -796,4 +875,5 @@ RULES: tuple[OpRule, ...] = (
     NonZeroRule(),
     CompressRule(),
     UniqueRule(),
+    TensorScatterRule(),
 )

@@ -1,4 +1,5 @@
-"""Pooling: MaxPool, AveragePool, LpPool and their Global forms, lowered to one `kernel.pool` each.
+"""Pooling: MaxPool, AveragePool, LpPool and their Global forms, lowered to one `kernel.pool` each;
+MaxUnpool (`kernel.max_unpool`) and RoiAlign's region pooling (`kernel.roi_align`).
 
 The window geometry (auto_pad, ceil_mode, the output extents) is settled at build time by the
 helpers Conv uses; the kernel receives explicit pads and the output extents.  A Global pool is the
@@ -21,12 +22,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
-from loam.ops.conv import framed_extents, kept_spatial_axes, spatial_attrs, window_geometry
+import numpy as np
+
+from loam import owed
+from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, float_attr, int_attr, require_arity, same_axis
+from loam.ops.conv import explicit_pads, framed_extents, kept_spatial_axes, spatial_attrs, window_geometry
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
 from loam.ops.lowering import axes_type
-from loam.ops.operands import emit_library, fold_if_known, given, require_elem
+from loam.ops.operands import emit_library, fold_if_known, given, ints_of, require_elem
 from loam.poly import Poly
+from loam.runtime.errors import DataError
+from loam.runtime.kernels.conv import kernel_max_unpool
+from loam.runtime.kernels.sampling import kernel_roi_align
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -157,4 +164,165 @@ class PoolRule(OpRule):
         return emit_library(ctx, PoolOp([x], ctx.result_types, node.name, **params))  # type: ignore[arg-type]
 
 
-RULES: tuple[OpRule, ...] = (PoolRule(),)
+class MaxUnpoolRule(OpRule):
+    """ONNX MaxUnpool (opsets 9-22): X (N, C, *S) written into zeros at the flat positions I gives
+    (MaxPool's Indices), as onnxruntime reads them: row-major positions in the whole output.  The
+    output's spatial extents are (S - 1) * stride - pads + kernel, or the optional output_shape, which
+    must be known at build time (it is an extent)."""
+
+    op_types = ("MaxUnpool",)
+    kernels: tuple[str, ...] = ("kernel.max_unpool",)
+    attributes = frozenset({"kernel_shape", "pads", "strides"})
+    first_opset = 9
+    elem_types = FLOATS
+    limitations = (
+        "output_shape must be known at build time; it places the indices in the whole output as onnxruntime "
+        "does (ONNX's reference evaluator places them in the inferred extents and pads after); the spatial "
+        "extents must be numbers"
+    )
+
+    def spatial(self, node: NodeInfo, x: Sequence[Poly], output_shape: list[int] | None) -> tuple[int, ...]:
+        """The output's spatial extents."""
+        nsp = len(x) - 2
+        if nsp < 1:
+            raise node.fail(f"X has rank {len(x)}; MaxUnpool needs N, C and at least one spatial axis")
+        if any(not d.is_const for d in x[2:]):
+            raise node.unsupported(f"X has symbolic spatial extents [{', '.join(map(str, x))}]; fix them with `dims`")
+        kernel = tuple(int(k) for k in node.attr("kernel_shape", []))
+        if len(kernel) != nsp or any(k < 1 for k in kernel):
+            raise node.fail(f"kernel_shape {list(kernel)} must give {nsp} positive extents")
+        strides = spatial_attrs(node, nsp, "strides", 1)
+        pads = explicit_pads(node, nsp)
+        if output_shape is not None:
+            if len(output_shape) != len(x):
+                raise node.fail(f"output_shape {output_shape} has {len(output_shape)} extents, X has rank {len(x)}")
+            if any(e < 1 for e in output_shape[2:]):
+                raise node.fail(f"output_shape {output_shape} must have positive spatial extents")
+            return tuple(output_shape[2:])
+        out = tuple((x[2 + i].const_value - 1) * strides[i] - pads[i] - pads[i + nsp] + kernel[i] for i in range(nsp))
+        if any(e < 1 for e in out):
+            raise node.fail(f"the pads leave no output (spatial extents {list(out)})")
+        return out
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 2, 3)
+        x, i = given(node, inputs, 0, "X"), given(node, inputs, 1, "I")
+        require_elem(node, x, FLOATS, "X")
+        if i.elem.name != "i64":
+            raise node.fail(f"I has element type {i.elem.name}; ONNX takes i64")
+        if i.rank != x.rank:
+            raise node.fail(f"I has rank {i.rank}, X has rank {x.rank}; they must agree")
+        for k, (a, b) in enumerate(zip(x.shape, i.shape, strict=True)):
+            owed.require_equal(a, b, node, f"axis {k} of X and I")
+        target = ints_of(node, inputs, 2, "output_shape", ("i64",))
+        spatial = self.spatial(node, x.shape, target)
+        if target is not None:
+            owed.require_equal(x.shape[0], Poly.const(target[0]), node, "output_shape's batch and X's")
+            owed.require_equal(x.shape[1], Poly.const(target[1]), node, "output_shape's channels and X's")
+        value = None
+        if x.value is not None and i.value is not None:
+            try:
+                value = kernel_max_unpool(np.asarray(x.value), np.asarray(i.value), spatial=spatial)
+            except DataError as err:
+                raise node.fail(str(err)) from None
+        return [Facts(x.elem, (x.shape[0], x.shape[1], *(Poly.const(e) for e in spatial)), value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        x = inputs[0]
+        assert x is not None
+        return [(x[0], x[1], *kept_spatial_axes(x, outputs[0]))]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import MaxUnpoolOp
+
+        x, i = operands[0], operands[1]
+        assert x is not None and i is not None
+        spatial = tuple(a.extent.const_value for a in ctx.result_types[0].axes[2:])
+        return emit_library(ctx, MaxUnpoolOp([x, i], ctx.result_types[:1], node.name, spatial=spatial))
+
+
+class RoiAlignRule(OpRule):
+    """ONNX RoiAlign (opsets 10-22): each region of interest (rois: R x (x1, y1, x2, y2), of image
+    batch_indices[r]) pooled into an output_height x output_width grid of bins, each the average (or
+    max) of bilinear samples, as onnxruntime computes it.  coordinate_transformation_mode half_pixel
+    (opset 16's default) shifts the regions by half a pixel; output_half_pixel (opset 10's only mode)
+    does not."""
+
+    op_types = ("RoiAlign",)
+    kernels: tuple[str, ...] = ("kernel.roi_align",)
+    attributes = frozenset(
+        {"coordinate_transformation_mode", "mode", "output_height", "output_width", "sampling_ratio", "spatial_scale"}
+    )
+    first_opset = 10
+    elem_types = FLOATS
+    limitations = "max mode takes the largest weighted corner of each sample, as onnxruntime (and ONNX's reference) do"
+
+    def params(self, node: NodeInfo) -> dict[str, object]:
+        """The kernel's parameters, from the attributes."""
+        mode = str(node.attr("mode", "avg"))
+        if mode not in ("avg", "max"):
+            raise node.unsupported(f"mode {mode!r} is not supported (ONNX defines avg and max)")
+        default = "half_pixel" if node.since >= 16 else "output_half_pixel"
+        coordinates = str(node.attr("coordinate_transformation_mode", default))
+        if coordinates not in ("half_pixel", "output_half_pixel"):
+            raise node.unsupported(f"coordinate_transformation_mode {coordinates!r} is not supported")
+        height, width = int_attr(node, "output_height", 1), int_attr(node, "output_width", 1)
+        if height < 1 or width < 1:
+            raise node.fail(f"output_height {height} and output_width {width} must be positive")
+        ratio = int_attr(node, "sampling_ratio", 0)
+        if ratio < 0:
+            raise node.fail(f"sampling_ratio must not be negative, got {ratio}")
+        return {
+            "mode": mode,
+            "output_height": height,
+            "output_width": width,
+            "sampling_ratio": ratio,
+            "spatial_scale": float_attr(node, "spatial_scale", 1.0),
+            "half_pixel": int(coordinates == "half_pixel"),
+        }
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 3)
+        x, rois, b = (
+            given(node, inputs, 0, "X"),
+            given(node, inputs, 1, "rois"),
+            given(node, inputs, 2, "batch_indices"),
+        )
+        require_elem(node, x, FLOATS, "X")
+        if rois.elem != x.elem:
+            raise node.fail(f"rois is {rois.elem.name} and X {x.elem.name}; ONNX needs one type")
+        if b.elem.name != "i64":
+            raise node.fail(f"batch_indices has element type {b.elem.name}; ONNX takes i64")
+        if x.rank != 4 or rois.rank != 2 or b.rank != 1:
+            raise node.fail(f"X, rois and batch_indices have ranks {x.rank}, {rois.rank}, {b.rank}; ONNX needs 4, 2, 1")
+        owed.require_equal(rois.shape[1], Poly.const(4), node, "rois' axis 1 (x1, y1, x2, y2)")
+        owed.require_equal(rois.shape[0], b.shape[0], node, "the regions of rois and batch_indices")
+        params = self.params(node)
+        value = None
+        if all(f.value is not None for f in (x, rois, b)):
+            try:
+                value = kernel_roi_align(np.asarray(x.value), np.asarray(rois.value), np.asarray(b.value), **params)  # type: ignore[arg-type]
+            except DataError as err:
+                raise node.fail(str(err)) from None
+        extents = (Poly.const(params["output_height"]), Poly.const(params["output_width"]))  # type: ignore[arg-type]
+        return [Facts(x.elem, (rois.shape[0], x.shape[1], *extents), value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        x, rois, b = inputs
+        assert x is not None and rois is not None and b is not None
+        same_axis(node, rois[0], b[0], "at the regions of rois and batch_indices")
+        return [(rois[0], x[1], None, None)]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import RoiAlignOp
+
+        present = [v for v in operands if v is not None]
+        op = RoiAlignOp(present, ctx.result_types[:1], node.name, **self.params(node))  # type: ignore[arg-type]
+        return emit_library(ctx, op)
+
+
+RULES: tuple[OpRule, ...] = (PoolRule(), MaxUnpoolRule(), RoiAlignRule())

@@ -25,11 +25,12 @@ LIBRARY_OPS = sorted(
 SPELLED = {name for name in vars(WgslKernelPrinter) if not name.startswith("_")}
 
 HOST_ONLY = {
-HOST_ONLY = {
     "bitcast",
     "cast_narrow",
+    "col2im",
     "compress",
     "conv_integer",
+    "deform_conv",
     "dequantize_linear",
     "det",
     "dft",
@@ -39,6 +40,7 @@ HOST_ONLY = {
     "gru",
     "lstm",
     "matmul_integer",
+    "max_unpool",
     "nll_loss",
     "nonzero",
     "one_hot",
@@ -47,7 +49,9 @@ HOST_ONLY = {
     "quantize_linear",
     "reverse_sequence",
     "rnn",
+    "roi_align",
     "stft",
+    "tensor_scatter",
     "unique",
 }
 """Library kernels with no WGSL form yet: a WGSL build refuses them, naming the op, and `--host-fallback`

@@ -265,6 +265,8 @@ SHAPE_OPERANDS: dict[str, frozenset[int]] = {
     **{op: frozenset({0}) for op in ("HannWindow", "HammingWindow", "BlackmanWindow")},
     **{op: frozenset({1}) for op in ("CumSum", "CumProd", "Trilu", "Upsample", "OneHot", "CenterCropPad")},
     "ConstantOfShape": frozenset({0}),
+    "Col2Im": frozenset({1, 2}),
+    "MaxUnpool": frozenset({2}),
     "Slice": frozenset({1, 2, 3, 4}),
     "Pad": frozenset({1, 3}),
     "Range": frozenset({0, 1, 2}),

@@ -743,6 +743,16 @@ def indexing(rng: np.random.Generator) -> list[Spec]:
     specs.append(Spec("Unique", "unsorted", [In("x", (7,), "f32", repeats)], {"sorted": 0}, outputs=4, opset=11))
     rows = arr([[1, 2], [3, 4], [1, 2], [0, 9]], "i64")
     specs.append(Spec("Unique", "axis0", [In("x", (4, 2), "i64", rows)], {"axis": 0}, outputs=4, opset=11))
+    # TensorScatter (opset 24): a KV cache written from each batch row's index along the sequence axis.
+    cache = [In("past", (3, 2, 6, 4)), In("update", (3, 2, 2, 4))]
+    specs.append(Spec("TensorScatter", "linear", [*cache, In("w", (3,), "i64", i64(0, 4, 2))], opset=24))
+    circular = {"mode": "circular"}
+    specs.append(Spec("TensorScatter", "circular", [*cache, In("w", (3,), "i64", i64(5, 0, 9))], circular, opset=24))
+    specs.append(Spec("TensorScatter", "no_indices", cache, opset=24))
+    ins = [In("past", (2, 5, 3), "i64"), In("update", (2, 3, 3), "i64"), In("w", (2,), "i64", i64(2, 1))]
+    specs.append(Spec("TensorScatter", "axis1_i64", ins, {"axis": 1}, opset=24))
+    ins = [In("past", (2, 4, 3), "f16"), In("update", (2, 4, 3), "f16"), In("w", (2,), "i64", i64(3, 1))]
+    specs.append(Spec("TensorScatter", "f16_full_circular", ins, {"axis": -2, "mode": "circular"}, opset=24))
     return specs
 
 
@@ -1079,6 +1089,71 @@ def conv(rng: np.random.Generator) -> list[Spec]:
         specs.append(Spec(op, "extent1", [In("x", (1, 1, 1, 1))]))
     specs.append(Spec("GlobalMaxPool", "f16", [In("x", (1, 2, 3, 3), "f16")]))
     specs.extend(quantized_conv(np.random.default_rng(10)))
+    # Col2Im: (N, C * prod(block), L) onto (N, C, *image); image and block shapes are initializers.
+    col2im = [
+        ("basic", (1, 6, 9), (4, 5), (2, 3), {}),
+        ("strides_pads", (2, 8, 9), (5, 6), (2, 2), {"strides": [2, 2], "pads": [1, 0, 0, 1]}),
+        ("dilations", (1, 4, 6), (4, 6), (2, 2), {"dilations": [2, 3]}),
+        ("overlap_channels", (1, 18, 9), (5, 5), (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ]
+    for variant, sx, image, block, attrs in col2im:
+        ins = [In("x", sx), Known("image", i64(*image)), Known("block", i64(*block))]
+        specs.append(Spec("Col2Im", variant, ins, attrs))
+    ins = [In("x", (1, 2, 45)), Known("image", i64(3, 4, 5)), Known("block", i64(1, 2, 1))]
+    specs.append(Spec("Col2Im", "3d", ins))
+    # MaxUnpool: indices are flat positions in the whole output (N, C, *spatial), as MaxPool's count.
+    idx = i64(5, 7, 13, 15, 16, 19, 28, 31).reshape(1, 2, 2, 2)
+    unpool = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    specs.append(Spec("MaxUnpool", "basic", [In("x", (1, 2, 2, 2)), In("i", (1, 2, 2, 2), "i64", idx)], unpool))
+    ins = [In("x", (1, 2, 2, 2)), In("i", (1, 2, 2, 2), "i64", i64(0, 3, 12, 18, 25, 29, 42, 49).reshape(1, 2, 2, 2))]
+    out = (1, 2, 5, 5)
+    specs.append(Spec("MaxUnpool", "output_shape", [*ins, Known("shape", i64(*out))], unpool, out_shape=out))
+    ins = [In("x", (2, 1, 3)), In("i", (2, 1, 3), "i64", i64(0, 2, 5, 7, 9, 11).reshape(2, 1, 3))]
+    specs.append(Spec("MaxUnpool", "1d_pads", ins, {"kernel_shape": [3], "strides": [2], "pads": [1, 0]}))
+    ins = [In("x", (1, 1, 2, 2)), In("i", (1, 1, 2, 2), "i64", i64(5, 5, 0, 5).reshape(1, 1, 2, 2))]
+    specs.append(Spec("MaxUnpool", "duplicates", ins, unpool))
+    ins = [In("x", (1, 1, 1, 2, 2)), In("i", (1, 1, 1, 2, 2), "i64", i64(0, 3, 9, 15).reshape(1, 1, 1, 2, 2))]
+    specs.append(Spec("MaxUnpool", "3d", ins, {"kernel_shape": [2, 2, 2], "strides": [2, 2, 2]}))
+    # RoiAlign: regions (x1, y1, x2, y2) in input pixels (times spatial_scale), of varied sizes, some
+    # reaching past the map, one malformed (x2 < x1).
+    boxes = [[0, 0, 9, 7], [1.5, 2.25, 6.5, 5.0], [4, 3, 4.5, 3.2], [-3, -2, 12, 10], [6, 1, 2, 6.5]]
+    rois = In("rois", (5, 4), "f32", arr(boxes, "f32"))
+    which = In("b", (5,), "i64", i64(0, 1, 1, 0, 1))
+    region = [In("x", (2, 3, 8, 10)), rois, which]
+    roi = [
+        ("avg", {"output_height": 3, "output_width": 4, "sampling_ratio": 2}),
+        ("avg_adaptive", {"output_height": 2, "output_width": 3, "spatial_scale": 0.75}),
+        ("max", {"mode": "max", "output_height": 3, "output_width": 3, "sampling_ratio": 2}),
+        ("max_adaptive", {"mode": "max", "output_height": 2, "output_width": 2}),
+        ("output_half_pixel", {"coordinate_transformation_mode": "output_half_pixel", "output_height": 4}),
+    ]
+    # onnxruntime refuses a malformed region with an adaptive grid under half_pixel (a negative count).
+    formed = [
+        In("x", (2, 3, 8, 10)),
+        In("rois", (4, 4), "f32", arr(boxes[:4], "f32")),
+        In("b", (4,), "i64", i64(0, 1, 1, 0)),
+    ]
+    for variant, attrs in roi:
+        specs.append(Spec("RoiAlign", variant, formed if variant.endswith("adaptive") else region, attrs))
+    specs.append(Spec("RoiAlign", "opset10", region, {"output_height": 2, "output_width": 2}, opset=10))
+    ins = [In("x", (2, 3, 8, 10), "f64"), In("rois", (5, 4), "f64", arr(boxes, "f64")), which]
+    specs.append(Spec("RoiAlign", "f64", ins, {"output_height": 3, "output_width": 2, "sampling_ratio": 3}))
+    # DeformConv: seeded normal offsets move the taps to fractional places, some past the map's edge.
+    ins = [In("x", (1, 2, 5, 5)), In("w", (3, 2, 3, 3)), In("offset", (1, 18, 3, 3))]
+    specs.append(Spec("DeformConv", "basic", ins))
+    ins = [In("x", (1, 2, 6, 7)), In("w", (2, 2, 2, 3)), In("offset", (1, 12, 4, 4))]
+    geometry = {"pads": [1, 0, 2, 1], "strides": [2, 1], "dilations": [1, 2]}
+    specs.append(Spec("DeformConv", "pads_strides_dilations", ins, geometry))
+    ins = [In("x", (2, 4, 5, 6)), In("w", (4, 2, 2, 2)), In("offset", (2, 16, 4, 5)), In("b", (4,)),
+           In("mask", (2, 8, 4, 5))]  # fmt: skip
+    specs.append(Spec("DeformConv", "groups_mask_bias", ins, {"group": 2, "offset_group": 2}))
+    ins = [In("x", (1, 2, 4, 4)), In("w", (1, 2, 2, 2)), In("offset", (1, 8, 3, 3)), None, In("mask", (1, 4, 3, 3))]
+    specs.append(Spec("DeformConv", "mask_only", ins))
+    ins = [In("x", (1, 1, 4, 5), "f64"), In("w", (2, 1, 3, 3), "f64"), In("offset", (1, 18, 4, 5), "f64")]
+    specs.append(Spec("DeformConv", "f64", ins, {"pads": [1, 1, 1, 1]}))
+    far = (np.random.default_rng(11).standard_normal((1, 8, 4, 4)) * 4).astype(np.float32)
+    ins = [In("x", (1, 1, 4, 4)), In("w", (1, 1, 2, 2)), In("offset", (1, 8, 4, 4), "f32", far)]
+    specs.append(Spec("DeformConv", "far_offsets", ins, {"pads": [1, 1, 0, 0]}))
     return specs
 
 

@@ -28,6 +28,7 @@ from loam.runtime.kernels import (
     quantized,
     recurrent,
     reduce,
+    sampling,
     signal,
 )
 
@@ -43,6 +44,7 @@ FAMILIES = (
     signal,
     conv,
     recurrent,
+    sampling,
     products,
     compiled,
     quantized,

@@ -240,6 +240,51 @@ def kernel_conv_transpose(
     return narrowed(y, dtype)
 
 
+def kernel_col2im(
+    x: np.ndarray, *, image_shape: tuple, block_shape: tuple, strides: tuple, pads: tuple, dilations: tuple
+) -> np.ndarray:
+    """ONNX Col2Im: x (N, C * prod(block_shape), L) holds, for each of the L sliding blocks over the
+    padded image, its taps; each tap is added onto its image position (N, C, *image_shape), the pads
+    cropped after.  One strided add per block offset, in row-major order (the reference's order)."""
+    dtype = x.dtype
+    nsp = len(image_shape)
+    taps = 1
+    for k in block_shape:
+        taps *= k
+    n, c = x.shape[0], x.shape[1] // taps
+    padded = tuple(image_shape[i] + pads[i] + pads[i + nsp] for i in range(nsp))
+    blocks = tuple((padded[i] - (block_shape[i] - 1) * dilations[i] - 1) // strides[i] + 1 for i in range(nsp))
+    cols = widened(x).reshape(n, c, *block_shape, *blocks)
+    buf = np.zeros((n, c, *padded), dtype=cols.dtype)
+    for offset in np.ndindex(*block_shape):
+        at = tuple(
+            slice(offset[i] * dilations[i], offset[i] * dilations[i] + (blocks[i] - 1) * strides[i] + 1, strides[i])
+            for i in range(nsp)
+        )
+        buf[(slice(None), slice(None), *at)] += cols[(slice(None), slice(None), *offset)]
+    crop = tuple(slice(pads[i], pads[i] + image_shape[i]) for i in range(nsp))
+    return narrowed(np.ascontiguousarray(buf[(slice(None), slice(None), *crop)]), dtype)
+
+
+def kernel_max_unpool(x: np.ndarray, indices: np.ndarray, *, spatial: tuple) -> np.ndarray:
+    """ONNX MaxUnpool as onnxruntime computes it: zeros (N, C, *spatial), each element of x written at
+    its index, a flat row-major position in the whole output (as MaxPool's Indices count); where two
+    share a position the later one stays.  An index outside the output is a DataError."""
+    shape = (*x.shape[:2], *spatial)
+    size = 1
+    for e in shape:
+        size *= e
+    flat = np.asarray(indices).reshape(-1).astype(np.int64)
+    bad = (flat < 0) | (flat >= size)
+    if bad.any():
+        raise DataError(f"MaxUnpool: index {int(flat[bad][0])} lies outside the output's {size} elements")
+    y = np.zeros(size, dtype=x.dtype)
+    # The last write to a position wins: the first occurrence of each index in reverse order.
+    last = flat.size - 1 - np.unique(flat[::-1], return_index=True)[1]
+    y[flat[last]] = np.asarray(x).reshape(-1)[last]
+    return y.reshape(shape)
+
+
 def kernel_pool(
     x: np.ndarray,
     *,
@@ -674,6 +719,8 @@ PIECES: dict[str, object] = {
     "_integer_conv": _integer_conv,
     "kernel_conv_integer": kernel_conv_integer,
     "kernel_qlinear_conv": kernel_qlinear_conv,
+    "kernel_col2im": kernel_col2im,
+    "kernel_max_unpool": kernel_max_unpool,
     "kernel_pool": kernel_pool,
     "resize_coordinates": resize_coordinates,
     "nearest_taps": nearest_taps,
@@ -691,6 +738,8 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "_integer_conv": ("kernel_conv",),
     "kernel_conv_integer": ("_integer_conv",),
     "kernel_qlinear_conv": ("_integer_conv",),
+    "kernel_col2im": ("widened", "narrowed"),
+    "kernel_max_unpool": ("DataError",),
     "kernel_pool": ("_conv_windows", "widened", "narrowed"),
     "kernel_resize": ("widened", "narrowed", "resize_coordinates", "nearest_taps", "cubic_taps"),
     "kernel_grid_sample": (

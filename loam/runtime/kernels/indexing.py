@@ -169,6 +169,29 @@ def kernel_eye_like(x: np.ndarray, *, k: int, to: str) -> np.ndarray:
     return np.eye(rows, cols, k, dtype=np.dtype(to))
 
 
+def kernel_tensor_scatter(
+    past: np.ndarray, update: np.ndarray, write_indices: np.ndarray | None = None, *, axis: int, mode: str
+) -> np.ndarray:
+    """ONNX TensorScatter: a copy of the cache `past` with `update` written along `axis` from position
+    write_indices[b] of each batch row b (absent: 0), wrapping round the axis with mode `circular`.
+    A negative write index, or a linear write past the axis' end, is a DataError (as onnxruntime)."""
+    batch, length, steps = past.shape[0], past.shape[axis], update.shape[axis]
+    starts = np.zeros(batch, np.int64) if write_indices is None else np.asarray(write_indices, np.int64).reshape(-1)
+    if (starts < 0).any():
+        raise DataError(f"TensorScatter: write index {int(starts[starts < 0][0])} is negative")
+    positions = starts[:, None] + np.arange(steps, dtype=np.int64)  # (batch, steps)
+    if mode == "circular":
+        positions = positions % length
+    elif steps and (starts > length - steps).any():
+        bad = int(starts[starts > length - steps][0])
+        raise DataError(f"TensorScatter: write index {bad} plus {steps} updates passes the axis' {length} positions")
+    out = past.copy()
+    # Both with the written axis next to the batch axis: (batch, positions, ...), a view of `out`.
+    moved = np.moveaxis(out, axis, 1)
+    moved[np.arange(batch)[:, None], positions] = np.moveaxis(update, axis, 1)
+    return out
+
+
 PIECES: dict[str, object] = {
     "kernel_gather": kernel_gather,
     "kernel_range": kernel_range,
@@ -182,6 +205,7 @@ PIECES: dict[str, object] = {
     "kernel_compress": kernel_compress,
     "kernel_unique": kernel_unique,
     "kernel_gather_nd": kernel_gather_nd,
+    "kernel_tensor_scatter": kernel_tensor_scatter,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_gather_elements": ("_element_index",),
@@ -189,4 +213,5 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_scatter_nd": ("widened", "narrowed"),
     "kernel_gather_nd": ("DataError",),
     "kernel_compress": ("DataError",),
+    "kernel_tensor_scatter": ("DataError",),
 }
