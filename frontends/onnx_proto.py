@@ -4,8 +4,9 @@
     module = import_model(onnx.load(path), source="model.onnx")
 
 The IR keeps everything the exporter needs to write the model back (`loam.frontends.onnx_export`),
-except functions: a call of a model-local function, and a node of an operator ONNX defines by a
-body but Loam has no rule for, are first replaced by their bodies (`loam.frontends.onnx_functions`).
+except functions and Scans: a call of a model-local function, and a node of an operator ONNX defines
+by a body but Loam has no rule for, are first replaced by their bodies (`loam.frontends.onnx_functions`),
+and a Scan over a length the model fixes by its iterations (`loam.frontends.onnx_scan`).
 Nothing else is interpreted here: no shape inference, no opset conversion, and external data is never
 read (only its location is checked: it must resolve inside the model's folder, symlinks followed, so
 a graph cannot point the build or `loam split` at a file elsewhere).  Every refusal is a `ModelError`
@@ -59,6 +60,7 @@ from loam.dialects.graph import (
 from loam.dtypes import ElementType, by_onnx
 from loam.errors import ModelError, UnsupportedError
 from loam.frontends.onnx_functions import expand_functions
+from loam.frontends.onnx_scan import unroll_scans
 from loam.limits import MAX_NESTING, LimitError, check_extents, max_nodes
 
 __all__ = ["check_external_data_sources", "check_model_proto", "external_data_path", "import_model", "read_model"]
@@ -92,7 +94,7 @@ def import_model(model: ModelProto, source: str = "<model>", *, folder: Path | N
     from loam.ops import RULES
 
     check_model_proto(model, source)
-    model = expand_functions(model, source, lambda op_type: op_type in RULES)
+    model = unroll_scans(expand_functions(model, source, lambda op_type: op_type in RULES), source)
     return ModuleOp([_Importer(model, source, folder).model_op()])
 
 

@@ -53,10 +53,18 @@ RULES: dict[str, OpRule] = {op_type: rule for rule in _RULES for op_type in rule
 ONNX_DOMAINS = ("", "ai.onnx")
 
 
+# Why an operator that reaches the build uncompiled is not compiled, where Loam handles some of its nodes.
+WHY_NOT: dict[str, str] = {
+    "Scan": "the importer unrolls a Scan (opset 9 on) whose scan length the model fixes; this one's is known "
+    "only at run time, or it is opset 8's batched Scan",
+}
+
+
 def rule_for(node: NodeInfo, domain: str = "") -> OpRule:
     """The rule for `node`'s operator, or an UnsupportedError naming the node and the operator."""
     rule = RULES.get(node.op_type) if domain in ONNX_DOMAINS else None
     if rule is None:
         qualified = node.op_type if domain in ONNX_DOMAINS else f"{domain}.{node.op_type}"
-        raise UnsupportedError(f"node '{node.name}' uses operator '{qualified}', which Loam does not compile")
+        why = f" ({WHY_NOT[qualified]})" if qualified in WHY_NOT else ""
+        raise UnsupportedError(f"node '{node.name}' uses operator '{qualified}', which Loam does not compile{why}")
     return rule

@@ -35,6 +35,7 @@ from loam.errors import LoamError, ModelError, UnsupportedError
 from loam.frontends.onnx_export import export_model
 from loam.frontends.onnx_functions import expand_functions
 from loam.frontends.onnx_proto import import_model, read_model
+from loam.frontends.onnx_scan import unroll_scans
 from loam.ops import RULES
 
 DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
@@ -142,7 +143,7 @@ def check_one(name: str, model: onnx.ModelProto, ctx: Context) -> list[str]:
             problems.append(f"{name}: {'generic' if generic else 'custom'} print/parse differs")
     exported = export_model(module)
     # The importer replaces a function-bodied operator Loam has no rule for by its body, as the build does.
-    imported = expand_functions(model, name, lambda op_type: op_type in RULES)
+    imported = unroll_scans(expand_functions(model, name, lambda op_type: op_type in RULES), name)
     if normalise(exported) != normalise(imported):
         problems.append(f"{name}: export differs from the original\n{normalise(exported)}\n---\n{normalise(imported)}")
     try:

@@ -1,0 +1,223 @@
+"""Scan over a length the model fixes, unrolled into its iterations before import.
+
+ONNX Scan (opset 9 on) runs its body once per position of its scan inputs' scan axis, carrying state
+values from one iteration to the next and stacking each iteration's scan-output elements.  Where
+that length is a number in the model (the scan inputs' declared or inferred extent), Loam replaces
+the node by one copy of the body per iteration: each scan input's element is a Gather at the
+iteration's position, the states flow from copy to copy, and each scan output is the Concat of its
+elements, each Unsqueezed at the output axis.  What Loam builds from that is ordinary: every
+extent is settled and checked as everywhere else, and each iteration is one straight run of kernels.
+
+A Scan over a length only the run knows (a symbol), an opset 8 Scan (batched, with
+sequence_lens), and a Scan of no iterations stay as they are, and the build refuses them naming the
+node (`loam.ops.WHY_NOT`): they need a loop compiled as a loop, which Loam does not make yet.
+
+Copies are named `NODE/iter{t}/BODY` (values `NODE/iter{t}/VALUE`), so a refusal inside the body
+names the iteration and the node the model wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TypeProto, helper, numpy_helper
+
+from loam.limits import LimitError, max_nodes
+
+ONNX_DOMAINS = ("", "ai.onnx")
+
+
+def unroll_scans(model: ModelProto, source: str) -> ModelProto:
+    """`model` with each Scan of the main graph (and its subgraphs) unrolled; `model` itself where it
+    has none (it is never changed)."""
+    if not any(n.op_type == "Scan" and n.domain in ONNX_DOMAINS for n in _all_nodes(model.graph)):
+        return model
+    unrolled = ModelProto()
+    unrolled.CopyFrom(model)
+    _Unroller(unrolled, source).graph(unrolled.graph)
+    return unrolled
+
+
+def _all_nodes(graph: GraphProto) -> Iterator[NodeProto]:
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        for node in g.node:
+            yield node
+            for attr in node.attribute:
+                stack.extend([attr.g] if attr.type == AttributeProto.GRAPH else attr.graphs)
+
+
+class _Unroller:
+    def __init__(self, model: ModelProto, source: str) -> None:
+        self.model = model
+        self.source = source
+        self.types: dict[str, TypeProto] | None = None
+        self.used: set[str] = set()
+        self.nodes = 0
+
+    def graph(self, graph: GraphProto) -> None:
+        if not self.used:
+            self.used = {name for n in _all_nodes(graph) for name in [n.name, *n.input, *n.output]}
+            self.used |= {v.name for v in [*graph.input, *graph.output, *graph.value_info]}
+            self.used |= {t.name for t in graph.initializer}
+        out: list[NodeProto] = []
+        for node in graph.node:
+            for attr in node.attribute:
+                for g in [attr.g] if attr.type == AttributeProto.GRAPH else attr.graphs:
+                    self.graph(g)
+            copies = self.unroll(node, graph) if node.op_type == "Scan" and node.domain in ONNX_DOMAINS else None
+            out += [node] if copies is None else copies
+        self.nodes += len(out)
+        if self.nodes > max_nodes():
+            raise LimitError(
+                f"{self.source}: unrolling Scan makes more than {max_nodes()} nodes, past Loam's limit "
+                "(loam.limits.MAX_NODES; set LOAM_MAX_NODES to raise it)"
+            )
+        del graph.node[:]
+        graph.node.extend(out)
+
+    def fresh(self, name: str) -> str:
+        candidate, k = name, 1
+        while candidate in self.used:
+            candidate, k = f"{name}#{k}", k + 1
+        self.used.add(candidate)
+        return candidate
+
+    def type_of(self, name: str) -> TypeProto | None:
+        """The type of value `name` with its shape, from ONNX's shape inference; None where unknown."""
+        if self.types is None:
+            try:
+                inferred = onnx.shape_inference.infer_shapes(self.model, strict_mode=False, data_prop=True)
+            except Exception:
+                inferred = self.model
+            g = inferred.graph
+            self.types = {v.name: v.type for v in [*g.input, *g.value_info, *g.output]}
+            for t in g.initializer:
+                self.types.setdefault(t.name, helper.make_tensor_type_proto(t.data_type, t.dims))
+        found = self.types.get(name)
+        return found if found is not None and found.tensor_type.HasField("shape") else None
+
+    def unroll(self, node: NodeProto, graph: GraphProto) -> list[NodeProto] | None:
+        """The node's iterations, or None where its length is not a number the model fixes."""
+        label = node.name or (node.output[0] if node.output else "Scan")
+        opset = next((o.version for o in self.model.opset_import if o.domain in ONNX_DOMAINS), 1)
+        attrs = {a.name: a for a in node.attribute}
+        if opset < 9 or "body" not in attrs or "num_scan_inputs" not in attrs:
+            return None
+        body = attrs["body"].g
+        m = attrs["num_scan_inputs"].i
+        n = len(node.input) - m
+        k = len(body.output) - n
+        if n < 0 or k < 0 or len(body.input) != n + m:
+            return None  # malformed: the build names it
+        in_dirs = list(attrs["scan_input_directions"].ints) if "scan_input_directions" in attrs else [0] * m
+        out_dirs = list(attrs["scan_output_directions"].ints) if "scan_output_directions" in attrs else [0] * k
+        in_axes = list(attrs["scan_input_axes"].ints) if "scan_input_axes" in attrs else [0] * m
+        out_axes = list(attrs["scan_output_axes"].ints) if "scan_output_axes" in attrs else [0] * k
+        scans = list(node.input[n:])
+        lengths = set()
+        if len(in_axes) != m or len(in_dirs) != m or len(out_axes) != k or len(out_dirs) != k:
+            return None
+        for j, (name, axis) in enumerate(zip(scans, in_axes, strict=True)):
+            known = self.type_of(name)
+            dims = known.tensor_type.shape.dim if known is not None else []
+            axis = axis + len(dims) if axis < 0 else axis
+            if not 0 <= axis < len(dims) or not dims[axis].HasField("dim_value"):
+                return None  # a length only the run knows: a loop, which Loam does not compile yet
+            lengths.add(dims[axis].dim_value)
+            in_axes[j] = axis
+        if len(lengths) != 1 or 0 in lengths:
+            return None
+        steps = lengths.pop()
+        out: list[NodeProto] = []
+
+        def make(op: str, inputs: list[str], name: str, **kw: object) -> str:
+            result = self.fresh(f"{label}/{name}")
+            out.append(helper.make_node(op, inputs, [result], name=result, **kw))
+            return result
+
+        def constant(value: np.ndarray, name: str) -> str:
+            result = self.fresh(f"{label}/{name}")
+            out.append(
+                helper.make_node("Constant", [], [result], name=result, value=numpy_helper.from_array(value, result))
+            )
+            return result
+
+        const_names = {t.name: constant(numpy_helper.to_array(t), t.name) for t in body.initializer}
+        states = list(node.input[:n])
+        elements: list[list[str]] = [[] for _ in range(k)]
+        for t in range(steps):
+            names = dict(const_names)
+            for j, (x, axis, backward) in enumerate(zip(scans, in_axes, in_dirs, strict=True)):
+                position = steps - 1 - t if backward else t
+                index = constant(np.array(position, np.int64), f"iter{t}/position{j}")
+                names[body.input[n + j].name] = make("Gather", [x, index], f"iter{t}/element{j}", axis=axis)
+            for formal, actual in zip(body.input[:n], states, strict=True):
+                names[formal.name] = actual
+            copies = _copy_body(body, names, f"{label}/iter{t}", self.fresh)
+            out += copies
+            produced = [names.get(o.name, o.name) for o in body.output]
+            states = produced[:n]
+            for e in range(k):
+                elements[e].append(produced[n + e])
+        for name, state in zip(node.output[:n], states, strict=False):
+            if name:
+                out.append(helper.make_node("Identity", [state], [name], name=self.fresh(f"{label}/{name}")))
+        for e, name in enumerate(node.output[n:]):
+            if not name:
+                continue
+            axis = out_axes[e]
+            order = elements[e][::-1] if out_dirs[e] else elements[e]
+            # A negative axis counts from the end of the output's rank, which Unsqueeze and Concat also do.
+            if opset >= 13:
+                axes = constant(np.array([axis], np.int64), f"output{e}_axis")
+                stacked = [make("Unsqueeze", [v, axes], f"output{e}_{t}") for t, v in enumerate(order)]
+            else:  # before opset 13 Unsqueeze takes its axes as an attribute
+                stacked = [make("Unsqueeze", [v], f"output{e}_{t}", axes=[axis]) for t, v in enumerate(order)]
+            out.append(helper.make_node("Concat", stacked, [name], name=self.fresh(f"{label}/{name}"), axis=axis))
+        return out
+
+
+def _copy_body(body: GraphProto, names: dict[str, str], prefix: str, fresh: Callable[[str], str]) -> list[NodeProto]:
+    """The body's nodes with its inputs put in from `names`, its own values renamed under `prefix`
+    (recorded in `names`), and names from the scope around it kept."""
+    defined = {o for node in body.node for o in node.output}
+
+    def rename(name: str) -> str:
+        if not name or name in names:
+            return names.get(name, name)
+        if name in defined:
+            names[name] = fresh(f"{prefix}/{name}")
+            return names[name]
+        return name  # the scope around the Scan
+
+    copies = []
+    for k, node in enumerate(body.node):
+        copy = NodeProto()
+        copy.CopyFrom(node)
+        copy.name = fresh(f"{prefix}/{node.name or f'{node.op_type}_{k}'}")
+        copy.input[:] = [rename(i) for i in node.input]
+        copy.output[:] = [rename(o) for o in node.output]
+        for attr in copy.attribute:
+            for g in [attr.g] if attr.type == AttributeProto.GRAPH else attr.graphs:
+                _rename_outer(g, rename)
+        copies.append(copy)
+    return copies
+
+
+def _rename_outer(graph: GraphProto, rename: Callable[[str], str]) -> None:
+    """Rename the body's values a nested subgraph reads from around it (its own stay)."""
+    own = (
+        {v.name for v in graph.input} | {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
+    )
+    for node in graph.node:
+        node.input[:] = [i if i in own else rename(i) for i in node.input]
+        for attr in node.attribute:
+            for g in [attr.g] if attr.type == AttributeProto.GRAPH else attr.graphs:
+                _rename_outer(g, rename)
+    for value in graph.output:
+        if value.name not in own:
+            value.name = rename(value.name)
