@@ -1,5 +1,6 @@
-"""Library kernels that index: gathers, scatters and integer ranges (ONNX Gather, GatherElements,
-ScatterElements, ScatterND, Range, TensorScatter), listed in `INDEXING_OPS`.
+"""Library kernels that index: gathers, scatters, integer ranges and selections whose length only the
+run knows (ONNX Gather, GatherElements, ScatterElements, ScatterND, Range, TensorScatter, NonZero,
+Compress, Unique, NonMaxSuppression), listed in `INDEXING_OPS`.
 """
 
 from __future__ import annotations
@@ -212,8 +213,30 @@ class TensorScatterOp(LibraryOp):
             raise VerifyException(f"{self.name} '{self.node.data}': mode must be linear or circular")
 
 
+@irdl_op_definition
+class NonMaxSuppressionOp(LibraryOp):
+    """ONNX NonMaxSuppression: boxes [B, N, 4] and scores [B, C, N], then the optional scalars
+    `present` names (bit 1: max_output_boxes_per_class, 2: iou_threshold, 4: score_threshold), in that
+    order; the result is the selected [batch, class, box] rows, [count, 3], the count a length only the
+    run knows.  `center_point_box` says how a box is given (0: corners, 1: center and size).
+
+    Example: `%i = kernel.non_max_suppression(%b, %s, %m) {node = "nms", present = 1 : i64,
+    center_point_box = 0 : i64} : (B, S, M) -> !tensor_axes.tensor<i64, [K: nms[0], T: 3]>`
+    """
+
+    name = "kernel.non_max_suppression"
+    PARAMS: ClassVar[dict[str, type]] = {"present": int, "center_point_box": int}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        present = self.param("present")
+        given = 2 + bin(present).count("1") if 0 <= present <= 7 else -1
+        require(self, len(ins) == given and len(outs) == 1, "takes boxes, scores and the scalars `present` names")
+        require(self, self.param("center_point_box") in (0, 1), "center_point_box must be 0 or 1")
+        require(self, outs[0] is None or len(outs[0]) == 2, "the result has rank 2")
+
+
 INDEXING_OPS: tuple[type[LibraryOp], ...] = (
     GatherOp, GatherElementsOp, GatherNDOp, ScatterElementsOp, ScatterNDOp, RangeOp, OneHotOp, EyeLikeOp,
-    NonZeroOp, CompressOp, UniqueOp,
-    TensorScatterOp,
+    NonZeroOp, CompressOp, UniqueOp, NonMaxSuppressionOp, TensorScatterOp,
 )  # fmt: skip

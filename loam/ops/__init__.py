@@ -7,6 +7,7 @@ from loam.ops import (
     constant,
     control,
     conv,
+    detection,
     einsum,
     elementwise,
     indexing,
@@ -42,6 +43,7 @@ FAMILIES = (
     pool,
     resize,
     signal,
+    detection,
     control,
 )
 

@@ -42,6 +42,7 @@ HOST_ONLY = {
     "matmul_integer",
     "max_unpool",
     "nll_loss",
+    "non_max_suppression",
     "nonzero",
     "one_hot",
     "qlinear_conv",

@@ -1772,6 +1772,66 @@ def recurrent(rng: np.random.Generator) -> list[Spec]:
     return specs
 
 
+def detection(_: np.random.Generator) -> list[Spec]:
+    """NonMaxSuppression, drawn from a generator of its own so no other family's draws move."""
+    rng = np.random.default_rng(1010)
+
+    def boxes(b: int, n: int, center: bool = False) -> np.ndarray:
+        """`n` boxes per batch, overlapping often: corners in either order, or center and size."""
+        start, size = rng.random((b, n, 2)), 0.05 + 0.4 * rng.random((b, n, 2))
+        if center:
+            return np.concatenate([start + size / 2, size], axis=-1).astype(np.float32)
+        corners = np.concatenate([start, start + size], axis=-1)
+        flip = rng.random((b, n, 1)) < 0.5  # the other diagonal's corners first
+        return np.where(flip, corners[..., [2, 3, 0, 1]], corners).astype(np.float32)
+
+    def scores(b: int, c: int, n: int, levels: int = 0) -> np.ndarray:
+        """Scores in [0, 1); with `levels`, only that many distinct values, so ties abound."""
+        s = rng.random((b, c, n))
+        return (np.floor(s * levels) / levels if levels else s).astype(np.float32)
+
+    def nms(variant: str, b: int, c: int, n: int, scalars: Sequence[In | Known | None], **kw: Any) -> Spec:
+        center = kw.pop("center_point_box", 0)
+        levels, opset = kw.pop("levels", 0), kw.pop("opset", DEFAULT_OPSET)
+        ins = [
+            In("boxes", (b, n, 4), "f32", boxes(b, n, bool(center))),
+            In("scores", (b, c, n), "f32", scores(b, c, n, levels)),
+        ]
+        attrs = {"center_point_box": center} if center else {}
+        # opset 10's shape inference leaves the result's extents unset: [count, 3], the count unknown
+        return Spec("NonMaxSuppression", variant, [*ins, *scalars], attrs, opset=opset, out_shape=(None, 3))
+
+    def scalar(name: str, value: float | int, dtype: str, shape: tuple[int, ...] = (1,)) -> In:
+        return In(name, shape, dtype, arr(value, dtype).reshape(shape))
+
+    def full(most: int, iou: float, score: float | None, shape: tuple[int, ...] = (1,)) -> list[In | Known | None]:
+        out: list[In | Known | None] = [scalar("max", most, "i64", shape), scalar("iou", iou, "f32", shape)]
+        return out if score is None else [*out, scalar("score", score, "f32", shape)]
+
+    return [
+        nms("corners", 2, 3, 20, full(3, 0.5, 0.3)),
+        nms("corners_opset10", 1, 2, 12, full(4, 0.3, 0.1), opset=10),
+        nms("center", 1, 2, 16, full(100, 0.4, 0.0, ()), center_point_box=1),
+        nms("center_ties", 2, 2, 24, full(6, 0.2, None), center_point_box=1, levels=4),
+        nms("ties", 2, 3, 30, full(100, 0.25, 0.2), levels=5),
+        nms("no_score_threshold", 1, 2, 16, full(100, 0.3, None)),
+        nms("iou_zero", 1, 1, 16, full(100, 0.0, 0.5)),
+        nms("iou_one", 1, 1, 12, full(100, 1.0, 0.0)),
+        nms("iou_absent", 1, 2, 16, [scalar("max", 100, "i64"), None, scalar("score", 0.2, "f32")]),
+        nms("max_zero", 2, 2, 10, full(0, 0.5, 0.0)),
+        nms("max_negative", 1, 2, 10, full(-3, 0.5, 0.0)),
+        nms("max_absent", 1, 2, 10, []),
+        nms("large", 2, 2, 200, full(1000, 0.5, 0.05), levels=20),
+        nms(
+            "known_scalars",
+            2,
+            2,
+            16,
+            [Known("max", i64(5)), Known("iou", arr([0.45], "f32")), Known("score", arr([0.1], "f32"))],
+        ),
+    ]
+
+
 FAMILIES: tuple[Callable[[np.random.Generator], list[Spec]], ...] = (
     elementwise,
     unary,
@@ -1787,6 +1847,7 @@ FAMILIES: tuple[Callable[[np.random.Generator], list[Spec]], ...] = (
     signal,
     grid_sample,
     recurrent,
+    detection,
 )
 
 

@@ -163,6 +163,67 @@ def kernel_unique(
     return y, first.astype(np.int64), inverse.astype(np.int64), counts.astype(np.int64)
 
 
+def _box_sides(boxes: np.ndarray, center_point_box: int) -> tuple[np.ndarray, ...]:
+    """Each box's (x_min, x_max, y_min, y_max) in f32: corners [y1, x1, y2, x2] in either order, or
+    [x_center, y_center, width, height]; written as onnxruntime's comparisons so NaNs land alike."""
+    b = np.asarray(boxes, dtype=np.float32)
+    if center_point_box:
+        half_w, half_h = b[..., 2] / np.float32(2), b[..., 3] / np.float32(2)
+        return b[..., 0] - half_w, b[..., 0] + half_w, b[..., 1] - half_h, b[..., 1] + half_h
+    x1, x2, y1, y2 = b[..., 1], b[..., 3], b[..., 0], b[..., 2]
+    return (np.where(x1 >= x2, x2, x1), np.where(x1 >= x2, x1, x2),
+            np.where(y1 >= y2, y2, y1), np.where(y1 >= y2, y1, y2))  # fmt: skip
+
+
+def kernel_non_max_suppression(
+    boxes: np.ndarray, scores: np.ndarray, *optional: np.ndarray, present: int, center_point_box: int
+) -> np.ndarray:
+    """ONNX NonMaxSuppression: per batch and class, the boxes taken greedily by descending score (ties
+    by index) that overlap no box taken before by IoU above the threshold, at most
+    max_output_boxes_per_class of them (absent, 0 or negative: none), as [batch, class, box] rows (i64).
+
+    `optional` holds the operands `present` names (bit 1: max_output_boxes_per_class, 2: iou_threshold,
+    4: score_threshold), each read at its first element.  Without a score threshold every box is a
+    candidate; with one, those scoring above it.  An IoU threshold outside [0, 1] is a DataError (as
+    onnxruntime says).  IoU is computed in f32 as onnxruntime does, so boundary cases agree."""
+    given = iter(optional)
+    values = [np.asarray(next(given)).reshape(-1)[0] if present & bit else None for bit in (1, 2, 4)]
+    limit = max(int(values[0]), 0) if values[0] is not None else 0
+    iou = np.float32(values[1]) if values[1] is not None else np.float32(0)
+    if not 0 <= iou <= 1:
+        raise DataError(f"iou_threshold is {iou}; it must lie in [0, 1]")
+    scores = np.asarray(scores, dtype=np.float32)
+    x_min, x_max, y_min, y_max = _box_sides(boxes, center_point_box)
+    area = (x_max - x_min) * (y_max - y_min)
+    rows: list[tuple[int, int, int]] = []
+    for b in range(scores.shape[0] if limit else 0):
+        for c in range(scores.shape[1]):
+            s = scores[b, c]
+            candidates = np.arange(s.shape[0]) if values[2] is None else np.flatnonzero(s > np.float32(values[2]))
+            order = candidates[np.argsort(-s[candidates], kind="stable")]
+            taken: list[int] = []
+            for k in order.tolist():
+                if taken:
+                    t = np.asarray(taken)
+                    lo_x = np.where(x_min[b, k] < x_min[b, t], x_min[b, t], x_min[b, k])
+                    hi_x = np.where(x_max[b, t] < x_max[b, k], x_max[b, t], x_max[b, k])
+                    lo_y = np.where(y_min[b, k] < y_min[b, t], y_min[b, t], y_min[b, k])
+                    hi_y = np.where(y_max[b, t] < y_max[b, k], y_max[b, t], y_max[b, k])
+                    inter = (hi_x - lo_x) * (hi_y - lo_y)
+                    union = area[b, t] + area[b, k] - inter
+                    with np.errstate(all="ignore"):
+                        over = inter / union > iou
+                    overlaps = ~(hi_x <= lo_x) & ~(hi_y <= lo_y) & ~(inter <= 0)
+                    overlaps &= ~(area[b, t] <= 0) & ~(area[b, k] <= 0) & ~(union <= 0) & over
+                    if overlaps.any():
+                        continue
+                taken.append(k)
+                rows.append((b, c, k))
+                if len(taken) >= limit:
+                    break
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+
+
 def kernel_eye_like(x: np.ndarray, *, k: int, to: str) -> np.ndarray:
     """ONNX EyeLike: ones on diagonal `k` of a matrix with x's extents (of type `to`), zeros elsewhere."""
     rows, cols = np.shape(x)
@@ -204,6 +265,8 @@ PIECES: dict[str, object] = {
     "kernel_nonzero": kernel_nonzero,
     "kernel_compress": kernel_compress,
     "kernel_unique": kernel_unique,
+    "_box_sides": _box_sides,
+    "kernel_non_max_suppression": kernel_non_max_suppression,
     "kernel_gather_nd": kernel_gather_nd,
     "kernel_tensor_scatter": kernel_tensor_scatter,
 }
@@ -214,4 +277,5 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_gather_nd": ("DataError",),
     "kernel_compress": ("DataError",),
     "kernel_tensor_scatter": ("DataError",),
+    "kernel_non_max_suppression": ("_box_sides", "DataError"),
 }
