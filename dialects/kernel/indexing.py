@@ -134,6 +134,17 @@ class GatherNDOp(LibraryOp):
 
 
 @irdl_op_definition
+class RangeOfOp(LibraryOp):
+    """ONNX Range over the values its three scalar operands (start, limit, delta) hold at run time;
+    how many elements it makes is a length only the run knows.
+
+    Example: `%r = kernel.range_of(%s, %l, %d) {node = "r"} : (S, L, D) -> !tensor_axes.tensor<f32, [N: r[0]]>`
+    """
+
+    name = "kernel.range_of"
+
+
+@irdl_op_definition
 class OneHotOp(LibraryOp):
     """ONNX OneHot: `values[1]` where position i along the new axis `axis` (of `depth` positions)
     is the index there, `values[0]` elsewhere; a negative index counts from `depth`, one outside
@@ -237,6 +248,6 @@ class NonMaxSuppressionOp(LibraryOp):
 
 
 INDEXING_OPS: tuple[type[LibraryOp], ...] = (
-    GatherOp, GatherElementsOp, GatherNDOp, ScatterElementsOp, ScatterNDOp, RangeOp, OneHotOp, EyeLikeOp,
+    GatherOp, GatherElementsOp, GatherNDOp, ScatterElementsOp, ScatterNDOp, RangeOp, RangeOfOp, OneHotOp, EyeLikeOp,
     NonZeroOp, CompressOp, UniqueOp, NonMaxSuppressionOp, TensorScatterOp,
 )  # fmt: skip

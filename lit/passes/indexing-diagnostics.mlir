@@ -1,7 +1,9 @@
 // RUN: loam-opt %s -p stage0 --split-input-file --verify-diagnostics | filecheck %s
 
-// A Range over a run-time limit has an extent only symbolic extents could state: refused, naming the node.
-// CHECK: Range node 'range': start, limit and delta must be known at build time
+// A Range over a run-time limit has a length only the run knows, r[0]; the declared output's 3 is owed
+// of it (forward checks it once the Range ran and bound r[0]).
+// CHECK: shape_poly.owe "r[0]" == 3 for "graph output 'r'"
+// CHECK: graph.node "Range" "range" since 13 (%zero, %n, %one) -> ["r"] : !shape_poly.tensor<i64, ["r[0]"]>
 graph.model {ir_version = 8 : i64, opset_import = {"" = 13 : i64}} {
   graph.graph "runtime_range" (%n: !graph.tensor<i64, []>) inputs ["n"] {
     %zero = graph.node "Constant" "zero" since 13 () {value = #graph.data<i64, [], "0x0000000000000000">} -> ["zero"] : !graph.unknown

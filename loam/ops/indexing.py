@@ -44,6 +44,7 @@ from loam.runtime.kernels.indexing import (
     kernel_gather_nd,
     kernel_nonzero,
     kernel_one_hot,
+    kernel_range_of,
     kernel_scatter_elements,
     kernel_scatter_nd,
     kernel_tensor_scatter,
@@ -411,12 +412,12 @@ class RangeRule(OpRule):
     """
 
     op_types = ("Range",)
-    kernels: tuple[str, ...] = ("kernel.range",)
+    kernels: tuple[str, ...] = ("kernel.range", "kernel.range_of")
     first_opset = 11
     elem_types = RANGE_TYPES
     limitations = (
-        "start, limit and delta must be known at build time: numbers, or integer extents from Shape "
-        "(then delta's sign must be known)"
+        "integer start, limit and delta known as extents from Shape need delta's sign known at build time; "
+        "values only the run gives make a length only it knows"
     )
 
     def operands(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[Facts, Facts, Facts]:
@@ -428,12 +429,7 @@ class RangeRule(OpRule):
         for f in (start, limit, delta):
             if f.elem != elem:
                 raise node.fail(f"inputs have element types {elem.name} and {f.elem.name}; ONNX needs one")
-            if f.value is None:
-                raise node.unsupported(
-                    "start, limit and delta must be known at build time (numbers, or extents from Shape): a Range "
-                    "over a run-time value has an extent no polynomial states"
-                )
-            if np.asarray(f.value).size != 1:
+            if f.static_shape() not in ((), (1,)):
                 raise node.fail("start, limit and delta must be scalars")
         return start, limit, delta
 
@@ -456,6 +452,8 @@ class RangeRule(OpRule):
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         start, limit, delta = self.operands(node, inputs)
         elem = start.elem
+        if any(f.value is None for f in (start, limit, delta)):  # the run's values: a length only it knows
+            return [Facts(elem, (node.result_length(0, 0),))]
         if any(is_symbolic_array(f.value) for f in (start, limit, delta)):
             if elem.name not in ("i64", "i32"):
                 raise node.unsupported(f"a Range of element type {elem.name} over symbolic extents is not supported")
@@ -481,18 +479,16 @@ class RangeRule(OpRule):
                 f"makes {n} elements, past the {MAX_FOLD_ELEMENTS} the build computes for one value "
                 "(loam.limits.MAX_FOLD_ELEMENTS)"
             )
-        if elem.is_float:
-            # Halves compute in f32, as every Loam kernel does, and narrow at the end.
-            wide = np.float64 if elem.name == "f64" else np.float32
-            value = (wide(s) + np.arange(n, dtype=wide) * wide(d)).astype(elem.numpy)
-        else:
-            value = (int(s) + np.arange(n, dtype=np.int64) * int(d)).astype(elem.numpy)
-        return [facts(elem, (n,), value)]
+        return [facts(elem, (n,), kernel_range_of(s, lim, d))]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.dialects.kernel import RangeOp
+        from loam.dialects.kernel import RangeOfOp, RangeOp
 
-        start, limit, delta, _ = self.symbolic_plan(node, operand_facts(operands))
+        known = operand_facts(operands)
+        if any(f is None or f.value is None for f in known):
+            present = [v for v in operands if v is not None]
+            return emit_library(ctx, RangeOfOp(present, [ctx.result_types[0]], node.name))
+        start, limit, delta, _ = self.symbolic_plan(node, known)
         dtype = "int32" if ctx.result_types[0].elem.name == "i32" else "int64"
         op = RangeOp([], [ctx.result_types[0]], node.name, start=start, limit=limit, delta=delta, dtype=dtype)
         return emit_library(ctx, op)

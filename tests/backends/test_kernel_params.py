@@ -48,6 +48,7 @@ HOST_ONLY = {
     "qlinear_conv",
     "qlinear_matmul",
     "quantize_linear",
+    "range_of",
     "reverse_sequence",
     "rnn",
     "roi_align",

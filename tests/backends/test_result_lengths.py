@@ -86,6 +86,17 @@ def test_unique_counts_feed_a_product() -> None:
         assert_same(run_built(built, {"x": x}), run_onnxruntime(model, {"x": x}))
 
 
+def test_a_range_over_run_time_bounds_gives_a_run_length_and_refuses_a_zero_delta() -> None:
+    scalars = [(name, TensorProto.FLOAT, []) for name in ("start", "limit", "delta")]
+    model = _model([helper.make_node("Range", ["start", "limit", "delta"], ["y"])], scalars, opset=11)
+    built = build_for(model)
+    for bounds in ((0.0, 5.0, 1.5), (3.0, -1.0, -0.5), (2.0, 2.0, 1.0)):
+        feeds = {k: np.array(v, np.float32) for k, v in zip(("start", "limit", "delta"), bounds, strict=True)}
+        assert_same(run_built(built, feeds), run_onnxruntime(model, feeds))
+    with pytest.raises(built.module.DataError, match="Range's delta is 0"):
+        run_built(built, {k: np.array(v, np.float32) for k, v in (("start", 0), ("limit", 1), ("delta", 0))})
+
+
 def test_the_wgsl_module_refuses_a_buffer_sized_by_a_run_length_naming_it() -> None:
     with pytest.raises(UnsupportedError, match=r"its size reads nz\[1\], a length only the run knows \(node 'nz'"):
         build_for(NONZERO, fuse="dispatch", backend="wgsl", host_fallback=True)

@@ -269,7 +269,6 @@ SHAPE_OPERANDS: dict[str, frozenset[int]] = {
     "MaxUnpool": frozenset({2}),
     "Slice": frozenset({1, 2, 3, 4}),
     "Pad": frozenset({1, 3}),
-    "Range": frozenset({0, 1, 2}),
     "Resize": frozenset({1, 2, 3}),
     "DFT": frozenset({1, 2}),
     "STFT": frozenset({1, 3}),

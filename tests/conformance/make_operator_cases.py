@@ -753,6 +753,14 @@ def indexing(rng: np.random.Generator) -> list[Spec]:
     specs.append(Spec("TensorScatter", "axis1_i64", ins, {"axis": 1}, opset=24))
     ins = [In("past", (2, 4, 3), "f16"), In("update", (2, 4, 3), "f16"), In("w", (2,), "i64", i64(3, 1))]
     specs.append(Spec("TensorScatter", "f16_full_circular", ins, {"axis": -2, "mode": "circular"}, opset=24))
+    run_bounds = [
+        In("s", (), "f32", arr(1.5, "f32")),
+        In("l", (), "f32", arr(-2.0, "f32")),
+        In("d", (), "f32", arr(-0.75, "f32")),
+    ]
+    specs.append(Spec("Range", "run_time_f32", run_bounds, opset=11))
+    ints = [In("s", (), "i64", arr(-3, "i64")), In("l", (), "i64", arr(10, "i64")), In("d", (), "i64", arr(4, "i64"))]
+    specs.append(Spec("Range", "run_time_i64", ints, opset=11))
     return specs
 
 

@@ -90,6 +90,23 @@ def kernel_range(*, start: int, limit: int, delta: int, dtype: str) -> np.ndarra
     return np.arange(int(start), int(limit), int(delta), dtype=np.dtype(dtype))
 
 
+def kernel_range_of(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """ONNX Range over the values given: max(ceil((limit - start) / delta), 0) elements, element i
+    start + i * delta in their type (halves computed in f32).  Stage 0 folds known bounds with it.
+    A delta of 0, or more elements than an i32 extent holds, is a DataError."""
+    s, lim, d = (np.asarray(v).reshape(()) for v in (start, limit, delta))
+    if d == 0:
+        raise DataError("Range's delta is 0")
+    exact = s.dtype.kind in "iu"
+    n = max(-(-(int(lim) - int(s)) // int(d)) if exact else int(np.ceil((float(lim) - float(s)) / float(d))), 0)
+    if n > 2**31 - 1:
+        raise DataError(f"Range makes {n} elements, more than an extent holds")
+    if exact:
+        return (int(s) + np.arange(n, dtype=np.int64) * int(d)).astype(s.dtype)
+    wide = np.float64 if s.dtype == np.float64 else np.float32
+    return (wide(s) + np.arange(n, dtype=wide) * wide(d)).astype(s.dtype)
+
+
 def kernel_gather_nd(data: np.ndarray, indices: np.ndarray, *, batch_dims: int) -> np.ndarray:
     """ONNX GatherND: each index tuple (the last axis of `indices`, k long) picks the slice of `data`
     at those first k positions after the `batch_dims` batch axes the two share; negative entries
@@ -254,6 +271,7 @@ def kernel_tensor_scatter(
 
 
 PIECES: dict[str, object] = {
+    "kernel_range_of": kernel_range_of,
     "kernel_gather": kernel_gather,
     "kernel_range": kernel_range,
     "_element_index": _element_index,
@@ -275,6 +293,7 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_scatter_elements": ("_element_index", "widened", "narrowed"),
     "kernel_scatter_nd": ("widened", "narrowed"),
     "kernel_gather_nd": ("DataError",),
+    "kernel_range_of": ("DataError",),
     "kernel_compress": ("DataError",),
     "kernel_tensor_scatter": ("DataError",),
     "kernel_non_max_suppression": ("_box_sides", "DataError"),
