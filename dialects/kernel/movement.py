@@ -158,6 +158,17 @@ class ReverseSequenceOp(LibraryOp):
 
 
 @irdl_op_definition
+class ExpandToOp(LibraryOp):
+    """ONNX Expand to a shape only the run gives (the second operand): the first operand broadcast
+    with it; the result's extents it decides are lengths only the run knows.
+
+    Example: `%y = kernel.expand_to(%x, %shape) {node = "e"} : (X, S) -> Y`
+    """
+
+    name = "kernel.expand_to"
+
+
+@irdl_op_definition
 class BitCastOp(LibraryOp):
     """ONNX BitCast: the operand's bits read as the result's type `to` (numpy's name), of equal width.
 
@@ -174,5 +185,5 @@ class BitCastOp(LibraryOp):
 
 
 MOVEMENT_OPS: tuple[type[LibraryOp], ...] = (
-    ConcatOp, SplitOp, SliceOp, PadOp, TileOp, TriluOp, ReverseSequenceOp, BitCastOp,
+    ConcatOp, SplitOp, SliceOp, PadOp, TileOp, TriluOp, ReverseSequenceOp, BitCastOp, ExpandToOp,
 )  # fmt: skip

@@ -100,15 +100,16 @@ class _ResizesAxes(MovementRule):
 
 class ExpandRule(MovementRule):
     """ONNX Expand: the input broadcast (both ways, numpy-style) with a shape known at build time,
-    as numbers or as polynomials (a Shape of a symbolic tensor)."""
+    as numbers or as polynomials (a Shape of a symbolic tensor); a shape only the run gives makes
+    the extents it decides lengths only the run knows (`kernel.expand_to`)."""
 
     op_types = ("Expand",)
-    kernels: tuple[str, ...] = ("kernel.zip",)
+    kernels: tuple[str, ...] = ("kernel.zip", "kernel.expand_to")
     keeps_values = True
     first_opset = 8
     limitations = (
-        "the shape input must be known at build time (numbers or extents from Shape); a symbolic "
-        "shape entry meeting another extent owes their equality rather than broadcasting a run-time 1"
+        "a symbolic shape entry meeting another extent owes their equality rather than broadcasting a run-time 1; "
+        "a shape only the run gives needs its length known"
     )
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
@@ -117,7 +118,14 @@ class ExpandRule(MovementRule):
         require_arity(node, inputs, 2)
         x = given(node, inputs, 0, "input")
         check_movable(node, x, "input")
-        target = known_extents(node, given(node, inputs, 1, "shape"), "shape")
+        shape_input = given(node, inputs, 1, "shape")
+        if shape_input.value is None:  # the run gives it: the extents it decides are lengths only it knows
+            if shape_input.rank != 1 or not shape_input.shape[0].is_const:
+                raise node.unsupported("the shape input's length (the result's rank) must be known at build time")
+            rank = max(x.rank, shape_input.shape[0].const_value)
+            kept = (None,) * (rank - x.rank) + tuple(d if d.is_const and d.const_value != 1 else None for d in x.shape)
+            return [Facts(x.elem, tuple(node.result_length(0, k) if d is None else d for k, d in enumerate(kept)))]
+        target = known_extents(node, shape_input, "shape")
         for k, t in enumerate(target):
             if t.is_const and t.const_value < 0:
                 raise node.fail(f"shape [{', '.join(map(str, target))}] holds the negative extent {t} at {k}")
@@ -140,10 +148,13 @@ class ExpandRule(MovementRule):
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.expr import Expr
-        from loam.dialects.kernel import ZipOp
+        from loam.dialects.kernel import ExpandToOp, ZipOp
 
-        x = operands[0]
-        assert x is not None
+        x, shape = operands
+        assert x is not None and shape is not None
+        shape_facts = operand_facts([shape])[0]
+        if shape_facts is None or shape_facts.value is None:
+            return emit_library(ctx, ExpandToOp([x, shape], [ctx.result_types[0]], node.name))
         if x.type == ctx.result_types[0]:
             return [x]
         op = ZipOp([x], Expr.operand(0), ctx.result_types[0], node.name)  # broadcasting is all it does

@@ -34,6 +34,7 @@ HOST_ONLY = {
     "dequantize_linear",
     "det",
     "dft",
+    "expand_to",
     "eye_like",
     "gather_nd",
     "grid_sample",

@@ -261,7 +261,7 @@ def _load_operator_case(path: Path) -> tuple[onnx.ModelProto, list[DataSet]]:
 _REDUCE_OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2")
 SHAPE_OPERANDS: dict[str, frozenset[int]] = {
     **{op: frozenset({1}) for op in (*_REDUCE_OPS, "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
-    **{op: frozenset({1}) for op in ("Reshape", "Expand", "Tile", "Squeeze", "Unsqueeze", "Split", "TopK")},
+    **{op: frozenset({1}) for op in ("Reshape", "Tile", "Squeeze", "Unsqueeze", "Split", "TopK")},
     **{op: frozenset({0}) for op in ("HannWindow", "HammingWindow", "BlackmanWindow")},
     **{op: frozenset({1}) for op in ("CumSum", "CumProd", "Trilu", "Upsample", "OneHot", "CenterCropPad")},
     "ConstantOfShape": frozenset({0}),

@@ -761,6 +761,8 @@ def indexing(rng: np.random.Generator) -> list[Spec]:
     specs.append(Spec("Range", "run_time_f32", run_bounds, opset=11))
     ints = [In("s", (), "i64", arr(-3, "i64")), In("l", (), "i64", arr(10, "i64")), In("d", (), "i64", arr(4, "i64"))]
     specs.append(Spec("Range", "run_time_i64", ints, opset=11))
+    grow = [In("x", (3, 1), "f32", arr([[1.0], [2.0], [3.0]], "f32")), In("shape", (3,), "i64", i64(2, 1, 4))]
+    specs.append(Spec("Expand", "run_time_shape", grow, opset=13))
     return specs
 
 

@@ -78,6 +78,20 @@ def kernel_trilu(x: np.ndarray, k: np.ndarray | None = None, *, upper: int, offs
     return np.triu(x, diagonal) if upper else np.tril(x, diagonal)
 
 
+def kernel_expand_to(x: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    """ONNX Expand to a shape only the run gives: x broadcast (both ways) with it; a shape that does
+    not broadcast, or holds a negative extent, is a DataError."""
+    x = np.asarray(x)
+    target = tuple(int(v) for v in np.asarray(shape).reshape(-1))
+    if any(t < 0 for t in target):
+        raise DataError(f"Expand's shape {list(target)} holds a negative extent")
+    try:
+        extents = np.broadcast_shapes(x.shape, target)
+    except ValueError:
+        raise DataError(f"Expand's shape {list(target)} does not broadcast with the input's {list(x.shape)}") from None
+    return np.array(np.broadcast_to(x, extents))
+
+
 def kernel_reverse_sequence(x: np.ndarray, lens: np.ndarray, *, batch_axis: int, time_axis: int) -> np.ndarray:
     """ONNX ReverseSequence: along `time_axis`, the first lens[b] entries of batch entry b (along
     `batch_axis`) in reverse order, the rest as they are.  A length outside [0, T] is a DataError."""
@@ -121,6 +135,7 @@ PIECES: dict[str, object] = {
     "kernel_tile": kernel_tile,
     "kernel_trilu": kernel_trilu,
     "kernel_reverse_sequence": kernel_reverse_sequence,
+    "kernel_expand_to": kernel_expand_to,
     "kernel_bitcast": kernel_bitcast,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {"kernel_reverse_sequence": ("DataError",)}
+DEPENDS: dict[str, tuple[str, ...]] = {"kernel_reverse_sequence": ("DataError",), "kernel_expand_to": ("DataError",)}
