@@ -316,7 +316,7 @@ class TopKRule(OpRule):
     op_types = ("TopK",)
     kernels: tuple[str, ...] = ("kernel.topk",)
     attributes = frozenset({"axis", "k", "largest", "sorted"})
-    elem_types = (*FLOATS, *INTS, "i8", "i16", "ui8")
+    elem_types = (*FLOATS, *INTS, "i8", "i16", "ui8", "ui16", "ui32", "ui64")
     limitations = "k must be known at build time; results are always sorted"
 
     def k_of(self, node: NodeInfo, given: list[int] | None) -> int:
