@@ -37,7 +37,7 @@ axis whose marker would take a reserved name stops emission with an `AxisError`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -737,32 +737,29 @@ class Scope:
     parent: Scope | None
     # Owed conditions checked at the block's top: the symbols each reads, and its line.
     owed: list[tuple[set[str], str]] = field(default_factory=list)
-    # Conditions reading an If's result length, checked once the block has bound it.
+    # Conditions reading a result length, checked once the block has bound it.
     deferred: list[OweOp] = field(default_factory=list)
     # Derived symbols computed at the block's top, and those computed inline (they read an If's result).
     derived: set[str] = field(default_factory=set)
     inline: set[str] = field(default_factory=set)
-    # If result lengths bound so far in this block.
+    # Result lengths (an If's, a NonZero's, ...) bound so far in this block.
     bound: set[str] = field(default_factory=set)
     items: list[str | IfBlock | Bind] = field(default_factory=list)
 
+    def around(self) -> Iterator[Scope]:
+        """This block, then each block around it."""
+        scope: Scope | None = self
+        while scope is not None:
+            yield scope
+            scope = scope.parent
+
     def knows(self, name: str) -> bool:
         """Whether derived symbol `name` is computed where this block runs (here or around it)."""
-        scope: Scope | None = self
-        while scope is not None:
-            if name in scope.derived or name in scope.inline:
-                return True
-            scope = scope.parent
-        return False
+        return any(name in s.derived or name in s.inline for s in self.around())
 
     def binds(self, name: str) -> bool:
-        """Whether If result length `name` is bound at this point of the block."""
-        scope: Scope | None = self
-        while scope is not None:
-            if name in scope.bound:
-                return True
-            scope = scope.parent
-        return False
+        """Whether result length `name` is bound at this point of the block."""
+        return any(name in s.bound for s in self.around())
 
 
 @dataclass(eq=False)
@@ -775,7 +772,7 @@ class IfBlock:
 
 @dataclass(eq=False)
 class Bind:
-    """An If result length bound after the If (printed only where a later extent reads it)."""
+    """A result length bound after the node giving it (printed only where a later extent reads it)."""
 
     symbol: str
     source: str
