@@ -36,7 +36,7 @@ def expand_functions(model: ModelProto, source: str, has_rule: Callable[[str], b
     that has a function body but no Loam rule (`has_rule(op_type)` false), replaced by its body;
     `model` itself where there is none (it is never changed).  `source` names the file in errors."""
     expander = _Expander(model, source, has_rule)
-    if not model.functions and not any(expander.schema_body_needed(n) for n in _all_nodes(model.graph)):
+    if not model.functions and not any(expander.schema_body_needed(n) for n in all_nodes(model.graph)):
         return model
     expanded = ModelProto()
     expanded.CopyFrom(model)
@@ -45,7 +45,8 @@ def expand_functions(model: ModelProto, source: str, has_rule: Callable[[str], b
     return expanded
 
 
-def _all_nodes(graph: GraphProto) -> Iterator[NodeProto]:
+def all_nodes(graph: GraphProto) -> Iterator[NodeProto]:
+    """Every node of `graph` and of its subgraphs, at any depth."""
     stack = [graph]
     while stack:
         g = stack.pop()
@@ -55,15 +56,24 @@ def _all_nodes(graph: GraphProto) -> Iterator[NodeProto]:
                 stack.extend([attr.g] if attr.type == AttributeProto.GRAPH else attr.graphs)
 
 
-def _graph_names(graph: GraphProto) -> Iterator[str]:
+def graph_names(graph: GraphProto) -> Iterator[str]:
     """Every value and node name `graph` and its subgraphs use."""
-    for g in [graph, *(a.g for n in _all_nodes(graph) for a in n.attribute if a.type == AttributeProto.GRAPH)]:
+    for g in [graph, *(a.g for n in all_nodes(graph) for a in n.attribute if a.type == AttributeProto.GRAPH)]:
         yield from (v.name for v in [*g.input, *g.output, *g.value_info])
         yield from (t.name for t in g.initializer)
-    for node in _all_nodes(graph):
+    for node in all_nodes(graph):
         yield node.name
         yield from node.input
         yield from node.output
+
+
+def fresh_name(used: set[str], name: str) -> str:
+    """`name`, or `name` with a `#k` suffix where the graph already uses it; then it is used."""
+    candidate, k = name, 1
+    while candidate in used:
+        candidate, k = f"{name}#{k}", k + 1
+    used.add(candidate)
+    return candidate
 
 
 class _Expander:
@@ -145,7 +155,7 @@ class _Expander:
 
     def graph(self, graph: GraphProto, depth: int) -> None:
         if not self.used:
-            self.used = set(_graph_names(graph))
+            self.used = set(graph_names(graph))
         nodes = [n for node in graph.node for n in self.node(node, depth, f"graph '{graph.name}'")]
         del graph.node[:]
         graph.node.extend(nodes)
@@ -193,12 +203,7 @@ class _Expander:
                 self.model.opset_import.append(onnx.helper.make_opsetid(entry.domain, entry.version))
 
     def fresh(self, name: str) -> str:
-        """`name`, or `name` with a `#k` suffix where the graph already uses it."""
-        candidate, k = name, 1
-        while candidate in self.used:
-            candidate, k = f"{name}#{k}", k + 1
-        self.used.add(candidate)
-        return candidate
+        return fresh_name(self.used, name)
 
     def instantiate(
         self,

@@ -18,36 +18,25 @@ names the iteration and the node the model wrote.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TypeProto, helper, numpy_helper
 
+from loam.frontends.onnx_functions import ONNX_DOMAINS, all_nodes, fresh_name, graph_names
 from loam.limits import LimitError, max_nodes
-
-ONNX_DOMAINS = ("", "ai.onnx")
 
 
 def unroll_scans(model: ModelProto, source: str) -> ModelProto:
     """`model` with each Scan of the main graph (and its subgraphs) unrolled; `model` itself where it
     has none (it is never changed)."""
-    if not any(n.op_type == "Scan" and n.domain in ONNX_DOMAINS for n in _all_nodes(model.graph)):
+    if not any(n.op_type == "Scan" and n.domain in ONNX_DOMAINS for n in all_nodes(model.graph)):
         return model
     unrolled = ModelProto()
     unrolled.CopyFrom(model)
     _Unroller(unrolled, source).graph(unrolled.graph)
     return unrolled
-
-
-def _all_nodes(graph: GraphProto) -> Iterator[NodeProto]:
-    stack = [graph]
-    while stack:
-        g = stack.pop()
-        for node in g.node:
-            yield node
-            for attr in node.attribute:
-                stack.extend([attr.g] if attr.type == AttributeProto.GRAPH else attr.graphs)
 
 
 class _Unroller:
@@ -60,9 +49,7 @@ class _Unroller:
 
     def graph(self, graph: GraphProto) -> None:
         if not self.used:
-            self.used = {name for n in _all_nodes(graph) for name in [n.name, *n.input, *n.output]}
-            self.used |= {v.name for v in [*graph.input, *graph.output, *graph.value_info]}
-            self.used |= {t.name for t in graph.initializer}
+            self.used = set(graph_names(graph))
         out: list[NodeProto] = []
         for node in graph.node:
             for attr in node.attribute:
@@ -80,11 +67,7 @@ class _Unroller:
         graph.node.extend(out)
 
     def fresh(self, name: str) -> str:
-        candidate, k = name, 1
-        while candidate in self.used:
-            candidate, k = f"{name}#{k}", k + 1
-        self.used.add(candidate)
-        return candidate
+        return fresh_name(self.used, name)
 
     def type_of(self, name: str) -> TypeProto | None:
         """The type of value `name` with its shape, from ONNX's shape inference; None where unknown."""
