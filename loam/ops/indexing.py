@@ -653,6 +653,13 @@ class EyeLikeRule(OpRule):
         return emit_library(ctx, EyeLikeOp([x], [result], node.name, k=int(node.attr("k", 0)), to=dtype.name))
 
 
+def _selected_axis(node: NodeInfo, rank: int) -> tuple[int, int]:
+    """(axis, flat) of Compress and Unique: the axis they select along, or 0 with `flat` where the
+    node names none (they then read the input flattened)."""
+    axis = node.attr("axis", None)
+    return (0, 1) if axis is None else (norm_axis(node, int(axis), rank), 0)
+
+
 class NonZeroRule(OpRule):
     """ONNX NonZero (opset 9): the indices of the nonzero elements, [rank, count] (i64).  The count
     depends on values: it is a length only the run knows (`result_length`), bound once the node ran."""
@@ -695,11 +702,6 @@ class CompressRule(OpRule):
     first_opset = 9
     elem_types = MOVABLE
 
-    def where(self, node: NodeInfo, rank: int) -> tuple[int, int]:
-        """(axis, flat): the axis selected along, or 0 with `flat` where the node names none."""
-        axis = node.attr("axis", None)
-        return (0, 1) if axis is None else (norm_axis(node, int(axis), rank), 0)
-
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 2)
         x, cond = given(node, inputs, 0, "input"), given(node, inputs, 1, "condition")
@@ -707,7 +709,7 @@ class CompressRule(OpRule):
             raise node.unsupported(f"the input has element type {x.elem.name}")
         if cond.elem.name != "bool" or cond.rank != 1:
             raise node.fail(f"the condition must be a bool vector, got {cond.elem.name} of rank {cond.rank}")
-        axis, flat = self.where(node, x.rank)
+        axis, flat = _selected_axis(node, x.rank)
         shape = (
             (node.result_length(0, 0),)
             if flat
@@ -720,7 +722,7 @@ class CompressRule(OpRule):
     ) -> list[tuple[Axis | None, ...]]:
         x = inputs[0]
         assert x is not None
-        axis, flat = self.where(node, len(x))
+        axis, flat = _selected_axis(node, len(x))
         return [(None,) if flat else tuple(None if k == axis else a for k, a in enumerate(x))]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
@@ -728,7 +730,7 @@ class CompressRule(OpRule):
 
         x, cond = operands
         assert x is not None and cond is not None
-        axis, flat = self.where(node, len(axes_type(x).axes))
+        axis, flat = _selected_axis(node, len(axes_type(x).axes))
         return emit_library(ctx, CompressOp([x, cond], [ctx.result_types[0]], node.name, axis=axis, flat=flat))
 
 
@@ -743,17 +745,13 @@ class UniqueRule(OpRule):
     first_opset = 11
     elem_types = MOVABLE
 
-    def where(self, node: NodeInfo, rank: int) -> tuple[int, int]:
-        axis = node.attr("axis", None)
-        return (0, 1) if axis is None else (norm_axis(node, int(axis), rank), 0)
-
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 1)
         x = given(node, inputs, 0, "X")
         if x.elem.name not in MOVABLE:
             raise node.unsupported(f"X has element type {x.elem.name}")
         int_attr(node, "sorted", 1, (0, 1))
-        axis, flat = self.where(node, x.rank)
+        axis, flat = _selected_axis(node, x.rank)
         count = node.result_length(0, axis)
         y = (count,) if flat else tuple(count if k == axis else d for k, d in enumerate(x.shape))
         i64 = dtypes.by_name("i64")
@@ -765,7 +763,7 @@ class UniqueRule(OpRule):
     ) -> list[tuple[Axis | None, ...]]:
         x = inputs[0]
         assert x is not None
-        axis, flat = self.where(node, len(x))
+        axis, flat = _selected_axis(node, len(x))
         y: tuple[Axis | None, ...] = (None,) if flat else tuple(None if k == axis else a for k, a in enumerate(x))
         positions: tuple[Axis | None, ...] = (None,) if flat else (x[axis],)
         return [y, (None,), positions, (None,)][: len(outputs)]
@@ -775,7 +773,7 @@ class UniqueRule(OpRule):
 
         x = operands[0]
         assert x is not None
-        axis, flat = self.where(node, len(axes_type(x).axes))
+        axis, flat = _selected_axis(node, len(axes_type(x).axes))
         op = UniqueOp([x], ctx.result_types, node.name, axis=axis, flat=flat, ordered=int_attr(node, "sorted", 1))
         return emit_library(ctx, op)
 
