@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from loam.dtypes import ElementType
+from loam.dtypes import ElementType, by_onnx
 from loam.errors import ShapeError, UnsupportedError
 from loam.poly import Poly
 
@@ -168,6 +168,26 @@ def float_attr(node: NodeInfo, key: str, default: float) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise node.fail(f"attribute '{key}' must be a float, got {value!r}")
     return float(value)
+
+
+def elem_of(node: NodeInfo, key: str, code: object) -> ElementType:
+    """The element type ONNX's enum number `code` (attribute `key`) names; a number naming none
+    stops the build."""
+    try:
+        return by_onnx(int(code))  # type: ignore[call-overload]
+    except KeyError:
+        raise node.fail(f"'{key}' is {code}, which is no ONNX element type") from None
+
+
+def elem_attr(node: NodeInfo, key: str, required: bool = False) -> ElementType | None:
+    """The element type attribute `key` names (Cast's `to`, EyeLike's `dtype`, ...); None where the
+    node leaves it out, unless it is `required`."""
+    code = node.attr(key, None)
+    if code is None:
+        if required:
+            raise node.fail(f"has no '{key}' attribute")
+        return None
+    return elem_of(node, key, code)
 
 
 def int_attr(node: NodeInfo, key: str, default: int, choices: Sequence[int] | None = None) -> int:

@@ -41,6 +41,7 @@ from loam.ops.base import (
     OpRule,
     broadcast_axes,
     broadcast_shapes,
+    elem_of,
     float_attr,
     int_attr,
     require_arity,
@@ -749,10 +750,7 @@ def _cast_target(node: NodeInfo) -> str:
         to = TensorProto.DataType.Value(name.upper())
     if isinstance(to, (bool, np.bool_)) or not isinstance(to, (int, np.integer)):
         raise node.fail(f"'to' must be an element type number or name, got {to!r}")
-    try:
-        return dtypes.by_onnx(int(to)).name
-    except KeyError:
-        raise node.fail(f"'to' is {to}, which is no ONNX element type") from None
+    return elem_of(node, "to", to).name
 
 
 class CastRule(KeepsAxes):

@@ -21,7 +21,7 @@ from loam import dtypes, owed
 from loam.bounds import Verdict
 from loam.derived import ceildiv, decide, from_end, maximum
 from loam.limits import MAX_FOLD_ELEMENTS, foldable
-from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
+from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, elem_attr, int_attr, require_arity, same_axis
 from loam.ops.lowering import axes_type
 from loam.ops.movement import MOVABLE, AxesIn, AxesOut, MovementRule, check_movable
 from loam.ops.operands import (
@@ -612,13 +612,9 @@ class EyeLikeRule(OpRule):
     elem_types = MOVABLE
 
     def result(self, node: NodeInfo, x: Facts) -> dtypes.ElementType:
-        code = node.attr("dtype", None)
-        if code is None:
+        elem = elem_attr(node, "dtype")
+        if elem is None:
             return x.elem
-        try:
-            elem = dtypes.by_onnx(int(code))
-        except KeyError:
-            raise node.fail(f"dtype is {code}, which is no ONNX element type") from None
         if elem.name not in MOVABLE:
             raise node.unsupported(f"makes element type {elem.name}")
         return elem
@@ -672,8 +668,7 @@ class NonZeroRule(OpRule):
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 1)
         x = given(node, inputs, 0, "X")
-        if x.elem.name not in MOVABLE:
-            raise node.unsupported(f"X has element type {x.elem.name}")
+        check_movable(node, x, "X")
         if x.value is not None and not is_symbolic(x):
             value = kernel_nonzero(np.asarray(x.value))
             return [Facts(dtypes.by_name("i64"), tuple(Poly.const(d) for d in value.shape), value)]
@@ -705,8 +700,7 @@ class CompressRule(OpRule):
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 2)
         x, cond = given(node, inputs, 0, "input"), given(node, inputs, 1, "condition")
-        if x.elem.name not in MOVABLE:
-            raise node.unsupported(f"the input has element type {x.elem.name}")
+        check_movable(node, x, "input")
         if cond.elem.name != "bool" or cond.rank != 1:
             raise node.fail(f"the condition must be a bool vector, got {cond.elem.name} of rank {cond.rank}")
         axis, flat = _selected_axis(node, x.rank)
@@ -748,8 +742,7 @@ class UniqueRule(OpRule):
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 1)
         x = given(node, inputs, 0, "X")
-        if x.elem.name not in MOVABLE:
-            raise node.unsupported(f"X has element type {x.elem.name}")
+        check_movable(node, x, "X")
         int_attr(node, "sorted", 1, (0, 1))
         axis, flat = _selected_axis(node, x.rank)
         count = node.result_length(0, axis)

@@ -26,7 +26,7 @@ from loam import dtypes, owed
 from loam.bounds import Verdict
 from loam.derived import ceildiv, clamp, decide, exact_quotient, floordiv, from_end, maximum, minimum
 from loam.limits import foldable
-from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
+from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, elem_attr, int_attr, require_arity, same_axis
 from loam.ops.lowering import COMPUTE_TYPES, NARROW_TYPES
 from loam.ops.operands import (
     emit_library,
@@ -710,13 +710,8 @@ class BitCastRule(MovementRule):
     elem_types = (*COMPUTE_TYPES, *NARROW_TYPES)
 
     def target(self, node: NodeInfo, x: Facts) -> dtypes.ElementType:
-        to = node.attr("to", None)
-        if to is None:
-            raise node.fail("has no 'to' attribute")
-        try:
-            target = dtypes.by_onnx(int(to))
-        except KeyError:
-            raise node.fail(f"'to' is {to}, which is no ONNX element type") from None
+        target = elem_attr(node, "to", required=True)
+        assert target is not None
         for which, elem in (("from", x.elem), ("to", target)):
             if elem.name not in self.elem_types:
                 raise node.unsupported(f"reinterprets {which} element type {elem.name}")

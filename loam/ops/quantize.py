@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loam import dtypes, owed
-from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity
+from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, elem_attr, int_attr, require_arity
 from loam.ops.lowering import axes_type
 from loam.ops.operands import emit_library, given, norm_axis, optional
 from loam.poly import Poly
@@ -40,13 +40,8 @@ def _dtype_name(elem: str) -> str:
 
 def _elem_attr(node: NodeInfo, key: str) -> str | None:
     """An element-type attribute (`output_dtype`, `precision`) as Loam's name; None where absent or 0."""
-    code = int(node.attr(key, 0))
-    if code == 0:
-        return None
-    try:
-        return dtypes.by_onnx(code).name
-    except KeyError:
-        raise node.fail(f"'{key}' is {code}, which is no ONNX element type") from None
+    elem = elem_attr(node, key)
+    return None if elem is None or elem.name == "undefined" else elem.name
 
 
 def _axis_block(node: NodeInfo, x_rank: int, scale_shape: Sequence[Poly]) -> tuple[int, int]:
