@@ -33,6 +33,7 @@ from loam.ops.operands import (
     lowered_extents,
     operand_facts,
     optional,
+    present_bits,
     require_elem,
     require_same_elem,
     static_extents,
@@ -373,7 +374,7 @@ class ConvIntegerRule(ConvRule):
             else:
                 _per_channel(node, zero, ws[0], what)
         out = (ws[0], *geo.pop("out"))  # type: ignore[misc]
-        zeros = _zeros(inputs)
+        zeros = present_bits(inputs[2:])
         value = fold_if_known(inputs, lambda *v: kernel_conv_integer(*v, zeros=zeros, **geo))
         return [Facts(dtypes.by_name("i32"), (x.shape[0], *(Poly.const(int(d)) for d in out)), value)]
 
@@ -388,13 +389,8 @@ class ConvIntegerRule(ConvRule):
         present = [v for v in operands if v is not None]
         geo = self.geometry(node, framed_extents(node, axes_type(present[0]).shape), lowered_extents(present[1]))
         geo.pop("out")
-        op = ConvIntegerOp(present, ctx.result_types[:1], node.name, zeros=_zeros(operands), **geo)  # type: ignore[arg-type]
+        op = ConvIntegerOp(present, ctx.result_types[:1], node.name, zeros=present_bits(operands[2:]), **geo)  # type: ignore[arg-type]
         return emit_library(ctx, op)
-
-
-def _zeros(inputs: Sequence[object | None]) -> int:
-    """ConvInteger's `zeros`: bit 1 where x's zero point is given, bit 2 where w's is."""
-    return sum(bit for k, bit in ((2, 1), (3, 2)) if len(inputs) > k and inputs[k] is not None)
 
 
 def _conv_axes(
@@ -512,7 +508,7 @@ class DeformConvRule(ConvRule):
                 owed.require_equal(f.shape[k], Poly.const(e), node, f"{what}'s axis {k}")
         if b is not None and static_extents(node, b, "B") != (ws[0],):
             raise node.fail(f"B has extents {list(b.shape)}, expected [{ws[0]}]")
-        extras = _extras(inputs)
+        extras = present_bits(inputs[3:])
         value = fold_if_known(inputs, lambda *v: kernel_deform_conv(*v, given=extras, **geo))
         return [Facts(x.elem, (x.shape[0], Poly.const(ws[0]), *(Poly.const(d) for d in out)), value)]
 
@@ -527,13 +523,8 @@ class DeformConvRule(ConvRule):
         present = [v for v in operands if v is not None]
         geo = self.settled(node, framed_extents(node, axes_type(present[0]).shape), lowered_extents(present[1]))
         geo.pop("out")
-        op = DeformConvOp(present, ctx.result_types[:1], node.name, given=_extras(operands), **geo)  # type: ignore[arg-type]
+        op = DeformConvOp(present, ctx.result_types[:1], node.name, given=present_bits(operands[3:]), **geo)  # type: ignore[arg-type]
         return emit_library(ctx, op)
-
-
-def _extras(inputs: Sequence[object | None]) -> int:
-    """DeformConv's `given`: bit 1 where the bias is given, bit 2 where the mask is."""
-    return sum(bit for k, bit in ((3, 1), (4, 2)) if len(inputs) > k and inputs[k] is not None)
 
 
 class Col2ImRule(OpRule):

@@ -16,7 +16,7 @@ import numpy as np
 
 from loam import dtypes, owed
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
-from loam.ops.operands import emit_library, given, is_symbolic, optional
+from loam.ops.operands import emit_library, given, is_symbolic, optional, present_bits
 from loam.poly import Poly
 from loam.runtime.errors import DataError
 from loam.runtime.kernels.indexing import kernel_non_max_suppression
@@ -32,11 +32,6 @@ SCALARS: tuple[tuple[str, str, int], ...] = (
     ("iou_threshold", "f32", 2),
     ("score_threshold", "f32", 4),
 )
-
-
-def present_bits(inputs: Sequence[object | None]) -> int:
-    """The kernel's `present`: the bits of the optional scalars the node gives."""
-    return sum(bit for k, (_, _, bit) in enumerate(SCALARS, start=2) if k < len(inputs) and inputs[k] is not None)
 
 
 class NonMaxSuppressionRule(OpRule):
@@ -80,7 +75,7 @@ class NonMaxSuppressionRule(OpRule):
         if all(f.value is not None and not is_symbolic(f) for f in present):
             values = [np.asarray(f.value) for f in present]
             try:
-                value = kernel_non_max_suppression(*values, present=present_bits(inputs), center_point_box=center)
+                value = kernel_non_max_suppression(*values, present=present_bits(inputs[2:]), center_point_box=center)
             except DataError as err:  # a constant iou_threshold outside [0, 1]: the graph is wrong
                 raise node.fail(str(err)) from None
             return [Facts(i64, tuple(Poly.const(d) for d in value.shape), value)]
@@ -97,7 +92,7 @@ class NonMaxSuppressionRule(OpRule):
         present = [v for v in operands if v is not None]
         center = int_attr(node, "center_point_box", 0, (0, 1))
         op = NonMaxSuppressionOp(
-            present, [ctx.result_types[0]], node.name, present=present_bits(operands), center_point_box=center
+            present, [ctx.result_types[0]], node.name, present=present_bits(operands[2:]), center_point_box=center
         )
         return emit_library(ctx, op)
 

@@ -27,7 +27,7 @@ from loam.ops.base import (
     same_axis,
 )
 from loam.ops.lowering import HALF_TYPES
-from loam.ops.operands import emit_library, given, optional
+from loam.ops.operands import emit_library, given, optional, present_bits
 from loam.poly import Poly
 from loam.runtime.kernels.common import narrowed, widened
 from loam.runtime.kernels.products import kernel_det, kernel_matmul_integer, kernel_qlinear_matmul
@@ -328,20 +328,17 @@ class MatMulIntegerRule(MatMulRule):
         value = None
         if all(f is None or f.value is not None for f in inputs):
             zeros = [np.asarray(f.value) for f in inputs[2:] if f is not None]
-            value = kernel_matmul_integer(np.asarray(a.value), np.asarray(b.value), *zeros, zeros=_zeros(inputs))
+            value = kernel_matmul_integer(
+                np.asarray(a.value), np.asarray(b.value), *zeros, zeros=present_bits(inputs[2:])
+            )
         return [Facts(dtypes.by_name("i32"), shape, value)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import MatmulIntegerOp
 
         present = [v for v in operands if v is not None]
-        op = MatmulIntegerOp(present, [ctx.result_types[0]], node.name, zeros=_zeros(operands))
+        op = MatmulIntegerOp(present, [ctx.result_types[0]], node.name, zeros=present_bits(operands[2:]))
         return emit_library(ctx, op)
-
-
-def _zeros(inputs: Sequence[object | None]) -> int:
-    """MatMulInteger's `zeros`: bit 1 where a's zero point is given, bit 2 where b's is."""
-    return sum(bit for k, bit in ((2, 1), (3, 2)) if len(inputs) > k and inputs[k] is not None)
 
 
 class QLinearMatMulRule(MatMulRule):

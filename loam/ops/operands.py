@@ -198,6 +198,12 @@ def lowered_extents(value: SSAValue) -> tuple[int, ...]:
     return tuple(d.const_value for d in axes_type(value).shape)
 
 
+def present_bits(optional_operands: Sequence[object | None]) -> int:
+    """Bit i set where optional operand i is given: a library kernel is passed only the operands
+    present, and this parameter says which they are."""
+    return sum(1 << i for i, v in enumerate(optional_operands) if v is not None)
+
+
 def emit_library(ctx: LowerContext, op: Operation) -> list[SSAValue]:
     """Emit `op` (a library kernel, or any op) and return all its results."""
     ctx.emit(op)

@@ -24,7 +24,7 @@ import numpy as np
 from loam import owed
 from loam.limits import foldable
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, float_attr, int_attr, require_arity, same_axis
-from loam.ops.operands import emit_library, given, is_symbolic, require_elem
+from loam.ops.operands import emit_library, given, is_symbolic, present_bits, require_elem
 from loam.poly import Poly
 from loam.runtime.errors import DataError
 from loam.runtime.kernels.recurrent import kernel_gru, kernel_lstm, kernel_rnn
@@ -283,11 +283,6 @@ class RecurrentRule(OpRule):
         present = [v for v in operands if v is not None]
         op = op_class(present, types, node.name, **params, present=present_bits(operands[3:]))
         return emit_library(ctx, op)[: len(ctx.result_types)]
-
-
-def present_bits(optional_operands: Sequence[object | None]) -> int:
-    """The kernels' `present`: bit i set where optional operand i (B, sequence_lens, ...) is given."""
-    return sum(1 << i for i, v in enumerate(optional_operands) if v is not None)
 
 
 class RnnRule(RecurrentRule):
