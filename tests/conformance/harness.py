@@ -52,7 +52,11 @@ WGSL_EXPECTATIONS = HERE / "expected_failures_wgsl.toml"
 BACKENDS = ("numpy", "wgsl")
 
 FOLDER_SUITES = ("pytorch-operator", "pytorch-converted", "simple")
-SUITES = ("node", *FOLDER_SUITES, "operators")
+DECLARED = "node-declared"
+"""The node cases that read a shape operand (SHAPE_OPERANDS) from a graph input, run with that input fed at
+run time as the case declares it (the `node` suite makes it a Constant): each such case the `node` suite
+does not list."""
+SUITES = ("node", DECLARED, *FOLDER_SUITES, "operators")
 
 # Element types issue 3 asks Loam to compile.  A refusal of a case with an unsupported operator may name one of
 # the other types instead (the build may meet it first); a case of supported operators must pass whatever its
@@ -88,7 +92,7 @@ class Case:
 
     def load(self) -> tuple[onnx.ModelProto, list[DataSet]]:
         """The model and its data sets (inputs by graph-input name, expected outputs in order)."""
-        if self.suite == "node":
+        if self.suite in ("node", DECLARED):
             return _load_node_case(self.name)
         if self.suite == "operators":
             return _load_operator_case(Path(str(self.path)))
@@ -107,6 +111,17 @@ def node_cases() -> list[Case]:
     """The node cases listed in `node_cases.json` (regenerate it with `summary --write-manifest`)."""
     manifest = json.loads(NODE_MANIFEST.read_text(encoding="utf-8"))
     return [Case("node", name, entry["op"], entry["rtol"], entry["atol"]) for name, entry in manifest["cases"].items()]
+
+
+def declared_cases() -> list[Case]:
+    """The DECLARED suite: node cases whose manifest entry names shape inputs, less those `node` lists."""
+    manifest = json.loads(NODE_MANIFEST.read_text(encoding="utf-8"))
+    listed = {k for table in expectations("numpy").values() for k in table}
+    return [
+        Case(DECLARED, name, entry["op"], entry["rtol"], entry["atol"])
+        for name, entry in manifest["cases"].items()
+        if entry.get("shape_inputs") and f"node/{name}" not in listed
+    ]
 
 
 def folder_cases(suite: str) -> list[Case]:
@@ -136,6 +151,8 @@ def cases(suite: str) -> list[Case]:
     """Every case of `suite`."""
     if suite == "node":
         return node_cases()
+    if suite == DECLARED:
+        return declared_cases()
     if suite == "operators":
         return operator_cases()
     return folder_cases(suite)
@@ -307,6 +324,12 @@ def specialize(model: onnx.ModelProto, feeds: dict[str, Any]) -> tuple[onnx.Mode
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     return out, {k: v for k, v in feeds.items() if k not in fixed}
+
+
+def fixed(case: Case, model: onnx.ModelProto, feeds: dict[str, Any]) -> tuple[onnx.ModelProto, dict[str, Any]]:
+    """The model and feeds `case` runs with: shape operands made Constants (`specialize`), except in the
+    DECLARED suite, which feeds them as the case declares."""
+    return (model, feeds) if case.suite == DECLARED else specialize(model, feeds)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -534,7 +557,7 @@ def check_case(case: Case, honour_refused: bool = True, backend: str = "numpy") 
 
     model, data = case.load()
     need = needs(model)
-    first = specialize(model, data[0].feeds)[0] if data else model  # what the refusals below are asked of
+    first = fixed(case, model, data[0].feeds)[0] if data else model  # what the refusals below are asked of
     listed = expectations(backend)["refused"].get(case.id) if honour_refused else None
     if listed is not None or need.refusals:
         try:
@@ -578,7 +601,7 @@ def _check_data(
 
     builds: dict[bytes, Any] = {}
     for ds in data:
-        special, feeds = specialize(model, ds.feeds)
+        special, feeds = fixed(case, model, ds.feeds)
         key = special.SerializeToString()
         if key not in builds:
             try:
@@ -644,7 +667,7 @@ def pytest_params(suite: str, marker: Callable[..., Any], backend: str = "numpy"
     for c in cases(suite):
         reason = listed.get(c.id)
         marks = [marker(strict=True, reason=reason)] if reason is not None else []
-        params.append(pytest.param(c, id=c.name if suite in ("node", "operators") else c.id, marks=marks))
+        params.append(pytest.param(c, id=c.name if suite in ("node", DECLARED, "operators") else c.id, marks=marks))
     return params
 
 
@@ -658,6 +681,8 @@ def node_manifest() -> dict[str, Any]:
         source = collected.get(base, c)
         op = source.model.graph.node[0].op_type if len(source.model.graph.node) else ""
         entries[name] = {"op": op, "rtol": c.rtol, "atol": c.atol}
+        if declared := shape_inputs(c.model):
+            entries[name]["shape_inputs"] = declared
     return {"onnx": onnx.__version__, "count": len(entries), "cases": entries}
 
 

@@ -31,14 +31,15 @@ from tests.conformance.harness import OUTCOMES, SUITES, Case, Result
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "conformance.md"
 DOCS_BEGIN = "<!-- summary: begin (written by `python -m tests.conformance.summary --write-docs`) -->"
 DOCS_END = "<!-- summary: end -->"
-PER_OPERATOR_SUITES = ("node", "operators")  # the folder suites hold whole models: per-case lines instead
+# The folder suites hold whole models: per-case lines instead.
+PER_OPERATOR_SUITES = ("node", harness.DECLARED, "operators")
 
 
 def run_all(selected: Sequence[Case], jobs: int, backend: str = "numpy") -> list[Result]:
     """Every case's Result, over `jobs` processes (node cases are generated once, before forking; the
     WGSL backend's processes are spawned: a WebGPU device does not survive a fork)."""
     run = functools.partial(harness.run_case, backend=backend)
-    if any(c.suite == "node" for c in selected):
+    if any(c.suite in ("node", harness.DECLARED) for c in selected):
         harness._collected_node_cases()
     if jobs <= 1:
         return [run(c) for c in selected]
