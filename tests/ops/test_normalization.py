@@ -288,14 +288,15 @@ def test_gemm_without_broadcast_needs_c_of_m_by_n() -> None:
 )
 def test_half_products_in_f32(op: str, shapes: list[tuple[int, ...]], attrs: dict[str, object]) -> None:
     """f16 products are summed in f32 and narrowed once (Gemm: after alpha and beta * C), which
-    matches onnxruntime bit for bit on these long contractions."""
+    matches onnxruntime to the f16 ulp on these long contractions (summed in f16, they would stray
+    by many); within that ulp the f32 sum's order decides, which is the CPU's BLAS's."""
     names = "abc"[: len(shapes)]
     feeds = {n: (rand(s, i) * 2).astype(np.float16) for i, (n, s) in enumerate(zip(names, shapes, strict=True))}
     model = model_of(op, feeds, {}, 13, **attrs)
     (y,) = run_loam(model, feeds)
     (want,) = run_onnxruntime(model, feeds)
     assert y.dtype == np.float16
-    np.testing.assert_array_equal(y, want)
+    np.testing.assert_array_max_ulp(y, want, maxulp=1)
 
 
 # -- Robustness regressions (found by tests/test_robustness.py's mutation sweep) ---------------------------
