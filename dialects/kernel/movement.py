@@ -169,6 +169,80 @@ class ExpandToOp(LibraryOp):
 
 
 @irdl_op_definition
+class ReshapeToOp(LibraryOp):
+    """ONNX Reshape to a shape only the run gives (the second operand): a 0 copies the data's extent
+    (unless `allowzero`), a -1 takes what is left; the result's extents are lengths only the run knows.
+
+    Example: `%y = kernel.reshape_to(%x, %shape) {node = "r", allowzero = 0 : i64} : (X, S) -> Y`
+    """
+
+    name = "kernel.reshape_to"
+    PARAMS: ClassVar[dict[str, type]] = {"allowzero": int}
+
+
+@irdl_op_definition
+class TileByOp(LibraryOp):
+    """ONNX Tile by repeats only the run gives (the second operand, one count per axis).
+
+    Example: `%y = kernel.tile_by(%x, %repeats) {node = "t"} : (X, R) -> Y`
+    """
+
+    name = "kernel.tile_by"
+
+
+@irdl_op_definition
+class SliceByOp(LibraryOp):
+    """ONNX Slice by bounds only the run gives: data, starts, ends, then the optional axes and steps
+    `present` names (bit 1: axes, 2: steps), with ONNX's from-the-end bounds and clamping.
+
+    Example: `%y = kernel.slice_by(%x, %starts, %ends) {node = "s", present = 0 : i64} : (X, S, E) -> Y`
+    """
+
+    name = "kernel.slice_by"
+    PARAMS: ClassVar[dict[str, type]] = {"present": int}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        present = self.param("present")
+        given = 3 + bin(present).count("1") if 0 <= present <= 3 else -1
+        require(self, len(ins) == given and len(outs) == 1, "takes data, starts, ends and the operands `present` names")
+
+
+@irdl_op_definition
+class SplitByOp(LibraryOp):
+    """ONNX Split by sizes only the run gives (the second operand): `parts` chunks along `axis`.
+
+    Example: `%a, %b = kernel.split_by(%x, %sizes) {node = "s", axis = 0 : i64, parts = 2 : i64} : (X, S) -> (A, B)`
+    """
+
+    name = "kernel.split_by"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int, "parts": int}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 2 and len(outs) == self.param("parts"), "takes data and sizes, gives `parts` results")
+
+
+@irdl_op_definition
+class PadByOp(LibraryOp):
+    """ONNX Pad by widths only the run gives: data, pads (begins then ends of `axes`), then the
+    constant fill when `present` is 1; `mode` as Pad's.
+
+    Example: `%y = kernel.pad_by(%x, %pads) {node = "p", present = 0 : i64, mode = "constant",
+    axes = array<i64: 0, 1>} : (X, P) -> Y`
+    """
+
+    name = "kernel.pad_by"
+    PARAMS: ClassVar[dict[str, type]] = {"present": int, "mode": str, "axes": tuple}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 2 + self.param("present") and len(outs) == 1, "takes data, pads and the fill")
+        rank = kernel_rank(self, self.inputs[0])
+        check_axes(self, list(self.param("axes")), rank)
+
+
+@irdl_op_definition
 class BitCastOp(LibraryOp):
     """ONNX BitCast: the operand's bits read as the result's type `to` (numpy's name), of equal width.
 
@@ -185,5 +259,6 @@ class BitCastOp(LibraryOp):
 
 
 MOVEMENT_OPS: tuple[type[LibraryOp], ...] = (
-    ConcatOp, SplitOp, SliceOp, PadOp, TileOp, TriluOp, ReverseSequenceOp, BitCastOp, ExpandToOp,
+    ConcatOp, SplitOp, SliceOp, PadOp, TileOp, TriluOp, ReverseSequenceOp, BitCastOp, ExpandToOp, ReshapeToOp,
+    TileByOp, SliceByOp, SplitByOp, PadByOp,
 )  # fmt: skip

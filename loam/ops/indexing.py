@@ -28,12 +28,14 @@ from loam.ops.operands import (
     INDEX_TYPES,
     emit_library,
     facts,
+    from_run,
     given,
     is_symbolic,
     known_extents,
     norm_axis,
     operand_facts,
     polys_of,
+    run_time_length,
 )
 from loam.poly import Poly, poly_product
 from loam.runtime.errors import DataError
@@ -498,15 +500,16 @@ class ConstantOfShapeRule(OpRule):
     """ONNX ConstantOfShape (opset 9): a tensor of the given extents filled with `value` (0.0 f32 by default).
 
     Known numbers fold; a shape known as polynomials (from Shape) gives symbolic extents, and the
-    value is then filled at run time (the one-element value broadcast to them).
+    value is then filled at run time (the one-element value broadcast to them); a shape only the run
+    gives makes them lengths only the run knows (`kernel.expand_to` of the value).
     """
 
     op_types = ("ConstantOfShape",)
-    kernels: tuple[str, ...] = ("kernel.constant", "kernel.zip")
+    kernels: tuple[str, ...] = ("kernel.constant", "kernel.zip", "kernel.expand_to")
     attributes = frozenset({"value"})
     first_opset = 9
     elem_types = MOVABLE
-    limitations = "the shape input must be known at build time (numbers or extents from Shape)"
+    limitations = "a shape only the run gives needs its length known"
 
     def fill(self, node: NodeInfo) -> tuple[dtypes.ElementType, np.ndarray]:
         given_value = node.attr("value")
@@ -520,7 +523,11 @@ class ConstantOfShapeRule(OpRule):
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 1)
-        dims = known_extents(node, given(node, inputs, 0, "shape"), "shape")
+        shape = given(node, inputs, 0, "shape")
+        if from_run(shape):  # the fill then broadcasts to extents only the run knows
+            count = run_time_length(node, shape, "shape")
+            return [Facts(self.fill(node)[0], tuple(node.result_length(0, k) for k in range(count)))]
+        dims = known_extents(node, shape, "shape")
         shown = "[" + ", ".join(map(str, dims)) + "]"
         for k, d in enumerate(dims):
             if d.is_const and d.const_value < 0:
@@ -535,12 +542,14 @@ class ConstantOfShapeRule(OpRule):
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.expr import Expr
         from loam.dialects.graph import TensorDataAttr
-        from loam.dialects.kernel import ConstantOp, ZipOp
+        from loam.dialects.kernel import ConstantOp, ExpandToOp, ZipOp
         from loam.dialects.tensor_axes import AxesTensorType
 
         elem, fill = self.fill(node)
         scalar = ConstantOp(TensorDataAttr.from_numpy(fill.reshape(()), elem), AxesTensorType(elem, []), node.name)
         ctx.emit(scalar)
+        if from_run(operand_facts(operands)[0]):
+            return emit_library(ctx, ExpandToOp([scalar.result, operands[0]], [ctx.result_types[0]], node.name))
         op = ZipOp([scalar.result], Expr.operand(0), ctx.result_types[0], node.name)  # broadcasting is all it does
         ctx.emit(op)
         return [op.result]

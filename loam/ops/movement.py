@@ -31,6 +31,7 @@ from loam.ops.lowering import COMPUTE_TYPES, NARROW_TYPES
 from loam.ops.operands import (
     emit_library,
     facts,
+    from_run,
     given,
     ints_of,
     is_symbolic,
@@ -41,6 +42,8 @@ from loam.ops.operands import (
     norm_axis,
     operand_facts,
     optional,
+    present_bits,
+    run_time_length,
 )
 from loam.poly import Poly, derived_call, poly_product, poly_sum
 from loam.runtime.errors import DataError
@@ -53,6 +56,7 @@ from loam.runtime.kernels.movement import (
     kernel_split,
     kernel_tile,
     kernel_trilu,
+    pad_order_matters,
 )
 
 if TYPE_CHECKING:
@@ -234,13 +238,13 @@ class SplitRule(_ResizesAxes):
     The sizes come from the `split` attribute (before 13) or input (13+, numbers or extents from
     Shape), else from `num_outputs` (18+, the last chunk smaller when uneven) or the number of
     outputs (equal chunks).  Over a symbolic axis each part owes that it lies within the axis and
-    the parts that they sum to it; equal chunks of a symbolic axis owe that they divide it.
+    the parts that they sum to it; equal chunks of a symbolic axis owe that they divide it.  Sizes
+    only the run gives make each part's length one only the run knows (`kernel.split_by`).
     """
 
     op_types = ("Split",)
-    kernels: tuple[str, ...] = ("kernel.split",)
+    kernels: tuple[str, ...] = ("kernel.split", "kernel.split_by")
     attributes = frozenset({"axis", "split", "num_outputs"})
-    limitations = "the split input must be known at build time (numbers or extents from Shape)"
 
     def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[int, list[Poly]]:
         x = given(node, inputs, 0, "input")
@@ -253,6 +257,11 @@ class SplitRule(_ResizesAxes):
         else:
             require_arity(node, inputs, 1, 2)
             split = optional(inputs, 1)
+            if split is not None and from_run(split):  # each part's length is then only the run's
+                parts = run_time_length(node, split, "split")
+                if parts != node.outputs:
+                    raise node.fail(f"the split input holds {parts} sizes, but the node has {node.outputs} outputs")
+                return axis, [node.result_length(k, axis) for k in range(parts)]
             sizes = None if split is None else known_extents(node, split, "split")
         count = node.outputs
         if sizes is None:
@@ -310,10 +319,14 @@ class SplitRule(_ResizesAxes):
         return out
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.dialects.kernel import SplitOp
+        from loam.dialects.kernel import SplitByOp, SplitOp
 
-        axis, sizes = self.plan(node, operand_facts(operands))
+        facts_in = operand_facts(operands)
+        axis, sizes = self.plan(node, facts_in)
         assert operands[0] is not None
+        if len(facts_in) > 1 and from_run(facts_in[1]):
+            op = SplitByOp(list(operands[:2]), ctx.result_types, node.name, axis=axis, parts=len(sizes))
+            return emit_library(ctx, op)
         if len(sizes) == 1:
             return [operands[0]]
         return emit_library(ctx, SplitOp([operands[0]], ctx.result_types, node.name, axis=axis, sizes=tuple(sizes)))
@@ -394,15 +407,14 @@ class SliceRule(_ResizesAxes):
 
     Starts and ends may be extents from Shape, and the sliced axes symbolic: the clamped bounds and
     the count are then derived symbols (`min(N, 8)`), and the kernel reads the starts as parameters
-    forward computes.
+    forward computes.  Where the run gives a bound, the axes or the steps, the sliced extents are
+    lengths only the run knows (`kernel.slice_by`; every extent, where the run gives the axes).
     """
 
     op_types = ("Slice",)
-    kernels: tuple[str, ...] = ("kernel.slice",)
+    kernels: tuple[str, ...] = ("kernel.slice", "kernel.slice_by")
     attributes = frozenset({"starts", "ends", "axes"})
-    limitations = (
-        "starts and ends must be known at build time (numbers or extents from Shape); axes and steps must be numbers"
-    )
+    limitations = "bounds only the run gives need their length known; symbolic axes and steps are not read"
 
     def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[tuple[Poly, ...], ...]:
         x = given(node, inputs, 0, "data")
@@ -421,9 +433,38 @@ class SliceRule(_ResizesAxes):
             node, x.shape, starts, ends, ints_of(node, inputs, 3, "axes"), ints_of(node, inputs, 4, "steps")
         )
 
+    @staticmethod
+    def from_run(node: NodeInfo, inputs: Sequence[Facts | None]) -> bool:
+        """Whether a bound, the axes or the steps are only the run's (`kernel.slice_by`)."""
+        return node.since >= 10 and any(from_run(optional(inputs, k)) for k in range(1, 5))
+
+    def run_time_extents(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> tuple[Poly, ...]:
+        """The result's extents when the run gives a bound, the axes or the steps: the sliced axes'
+        (every axis, where the run gives the axes) are lengths only the run knows."""
+        require_arity(node, inputs, 3, 5)
+        lengths = {}
+        for k, what in enumerate(("starts", "ends", "axes", "steps"), start=1):
+            f = optional(inputs, k)
+            if f is not None:
+                lengths[what] = run_time_length(node, f, what) if from_run(f) else len(known_extents(node, f, what))
+        if len(set(lengths.values())) > 1:
+            raise node.fail(f"starts, ends, axes and steps differ in length ({lengths})")
+        axes_input = optional(inputs, 3)
+        if axes_input is None:
+            sliced = set(range(lengths["starts"]))
+        elif from_run(axes_input):
+            sliced = set(range(x.rank))
+        else:
+            sliced = set(norm_axes(node, known_ints(node, axes_input, "axes"), x.rank))
+        if len(sliced) > x.rank:
+            raise node.fail(f"slices {len(sliced)} axes of a rank-{x.rank} input")
+        return tuple(node.result_length(0, a) if a in sliced else d for a, d in enumerate(x.shape))
+
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         x = given(node, inputs, 0, "data")
         check_movable(node, x)
+        if self.from_run(node, inputs):
+            return [Facts(x.elem, self.run_time_extents(node, x, inputs))]
         starts, counts, steps = self.plan(node, inputs)
         value = None
         if x.value is not None and all(p.is_const for p in (*starts, *counts)):
@@ -438,10 +479,16 @@ class SliceRule(_ResizesAxes):
         return [Facts(x.elem, counts, value)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.dialects.kernel import SliceOp
+        from loam.dialects.kernel import SliceByOp, SliceOp
 
         x = operands[0]
         assert x is not None
+        if self.from_run(node, operand_facts(operands)):
+            present = [v for v in operands[3:5] if v is not None]
+            op = SliceByOp(
+                [*operands[:3], *present], [ctx.result_types[0]], node.name, present=present_bits(operands[3:5])
+            )
+            return emit_library(ctx, op)
         starts, counts, steps = self.plan(node, operand_facts(operands))
         if all(s == Poly() for s in starts) and all(p == 1 for p in steps) and x.type == ctx.result_types[0]:
             return [x]
@@ -455,24 +502,48 @@ PAD_MODES = ("constant", "reflect", "edge", "wrap")
 class PadRule(_ResizesAxes):
     """ONNX Pad: `paddings` (opset 1) / `pads` and `value` attributes (2-10), inputs from 11, `axes` from 18.
 
-    Pads list the begins and then the ends of the padded axes; a negative pad crops.
+    Pads list the begins and then the ends of the padded axes; a negative pad crops.  Pads only the
+    run gives make the padded axes' extents lengths only the run knows (`kernel.pad_by`); the axes
+    input chooses which axes those are, so the build must know it.
     """
 
     op_types = ("Pad",)
-    kernels: tuple[str, ...] = ("kernel.pad",)
+    kernels: tuple[str, ...] = ("kernel.pad", "kernel.pad_by")
     attributes = frozenset({"mode", "pads", "paddings", "value"})
     limitations = (
-        "pads and axes must be numbers known at build time; a symbolic axis is not both padded and cropped "
-        "outside constant mode"
+        "pads known at build time must be numbers, and axes always; a symbolic axis is not both padded and "
+        "cropped outside constant mode"
     )
+
+    @staticmethod
+    def mode(node: NodeInfo) -> str:
+        mode = node.attr("mode", "constant")
+        if mode not in PAD_MODES:
+            raise node.unsupported(f"mode '{mode}' is not supported (Loam pads {', '.join(PAD_MODES)})")
+        return str(mode)
+
+    @staticmethod
+    def from_run(node: NodeInfo, inputs: Sequence[Facts | None]) -> bool:
+        """Whether the pads are only the run's (`kernel.pad_by`)."""
+        return node.since >= 11 and from_run(optional(inputs, 1))
+
+    def run_time_axes(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[int]:
+        """The axes pads only the run gives pad: those the axes input names (which the build must
+        know: it chooses the axes), else all."""
+        require_arity(node, inputs, 2, 4)
+        self.mode(node)
+        given_axes = ints_of(node, inputs, 3, "axes")
+        axes = norm_axes(node, given_axes, x.rank) if given_axes is not None else list(range(x.rank))
+        count = run_time_length(node, given(node, inputs, 1, "pads"), "pads")
+        if count != 2 * len(axes):
+            raise node.fail(f"the pads input holds {count} entries; {len(axes)} axes need two each")
+        return axes
 
     def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[tuple[int, ...], str, float]:
         x = given(node, inputs, 0, "data")
         dims = x.shape
         rank = len(dims)
-        mode = node.attr("mode", "constant")
-        if mode not in PAD_MODES:
-            raise node.unsupported(f"mode '{mode}' is not supported (Loam pads {', '.join(PAD_MODES)})")
+        mode = self.mode(node)
         value = 0.0
         if node.since < 11:
             require_arity(node, inputs, 1)
@@ -502,16 +573,13 @@ class PadRule(_ResizesAxes):
                 raise node.fail(f"pads {pads} crop axis {a} of extent {n} below nothing")
             if mode != "constant" and (begin > 0 or end > 0) and n == 0:
                 raise node.fail(f"cannot pad the empty axis {a} in mode '{mode}'")
-            if mode != "constant" and min(begin, end) < 0 < max(begin, end):
+            if pad_order_matters(n, begin, end, mode):
                 # Padding that reads input the crop removes depends on whether the crop comes first (as in
                 # onnxruntime) or after; ONNX does not say, so no order is guessed where it matters.
-                kept = n + min(begin, 0) + min(end, 0)
-                added = max(begin, end)
-                if mode == "wrap" or (mode == "edge" and kept < 1) or (mode == "reflect" and added > kept - 1):
-                    raise node.unsupported(
-                        f"pads {pads} both pad and crop axis {a} in mode '{mode}', and the padding reads what "
-                        "the crop removes; ONNX leaves their order open"
-                    )
+                raise node.unsupported(
+                    f"pads {pads} both pad and crop axis {a} in mode '{mode}', and the padding reads what "
+                    "the crop removes; ONNX leaves their order open"
+                )
         return tuple(full), mode, value
 
     @staticmethod
@@ -530,12 +598,15 @@ class PadRule(_ResizesAxes):
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         x = given(node, inputs, 0, "data")
         check_movable(node, x)
-        pads, mode, value = self.plan(node, inputs)
-        rank = x.rank
-        dims = tuple(d + pads[a] + pads[rank + a] for a, d in enumerate(x.shape))
         fill = optional(inputs, 2)
         if fill is not None and fill.elem != x.elem:
             raise node.fail(f"constant_value has element type {fill.elem.name}, the data {x.elem.name}")
+        if self.from_run(node, inputs):
+            axes = self.run_time_axes(node, x, inputs)
+            return [Facts(x.elem, tuple(node.result_length(0, a) if a in axes else d for a, d in enumerate(x.shape)))]
+        pads, mode, value = self.plan(node, inputs)
+        rank = x.rank
+        dims = tuple(d + pads[a] + pads[rank + a] for a, d in enumerate(x.shape))
         out = None
         if x.value is not None and (fill is None or fill.value is not None):
             fill_value = None if fill is None else np.asarray(fill.value)
@@ -543,15 +614,21 @@ class PadRule(_ResizesAxes):
         return [Facts(x.elem, dims, out)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.dialects.kernel import PadOp
+        from loam.dialects.kernel import PadByOp, PadOp
 
         x = operands[0]
         assert x is not None
-        pads, mode, value = self.plan(node, operand_facts(operands))
+        facts_in = operand_facts(operands)
+        fill = operands[2] if len(operands) > 2 and self.mode(node) == "constant" else None
+        if self.from_run(node, facts_in):
+            axes = self.run_time_axes(node, facts_in[0], facts_in)  # type: ignore[arg-type]
+            kernel_inputs = [x, operands[1], *([fill] if fill is not None else [])]
+            params = {"present": present_bits([fill]), "mode": self.mode(node), "axes": tuple(axes)}
+            return emit_library(ctx, PadByOp(kernel_inputs, [ctx.result_types[0]], node.name, **params))  # type: ignore[arg-type]
+        pads, mode, value = self.plan(node, facts_in)
         if not any(pads) and x.type == ctx.result_types[0]:
             return [x]
-        fill = operands[2] if len(operands) > 2 else None
-        kernel_inputs = [x] if fill is None or mode != "constant" else [x, fill]
+        kernel_inputs = [x] if fill is None else [x, fill]
         params: dict[str, object] = {"pads": pads, "mode": mode}
         if fill is None and mode == "constant":
             params["value"] = value
@@ -560,13 +637,13 @@ class PadRule(_ResizesAxes):
 
 class TileRule(_ResizesAxes):
     """ONNX Tile (opset 6+): the input repeated along each axis; the repeats known at build time
-    (numbers, or extents from Shape)."""
+    (numbers, or extents from Shape) or only at run time (`kernel.tile_by`: every result extent is
+    then a length only the run knows)."""
 
     op_types = ("Tile",)
-    kernels: tuple[str, ...] = ("kernel.tile",)
+    kernels: tuple[str, ...] = ("kernel.tile", "kernel.tile_by")
     keeps_values = True
     first_opset = 6
-    limitations = "the repeats input must be known at build time (numbers or extents from Shape)"
 
     def repeats(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[Poly, ...]:
         if node.since < 6:
@@ -585,6 +662,11 @@ class TileRule(_ResizesAxes):
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         x = given(node, inputs, 0, "input")
         check_movable(node, x, "input")
+        if node.since >= 6 and from_run(optional(inputs, 1)):
+            count = run_time_length(node, given(node, inputs, 1, "repeats"), "repeats")
+            if count != x.rank:
+                raise node.fail(f"repeats holds {count} counts for {x.rank} axes")
+            return [Facts(x.elem, tuple(node.result_length(0, k) for k in range(x.rank)))]
         reps = self.repeats(node, inputs)
         dims = tuple(d * r for d, r in zip(x.shape, reps, strict=True))
         value = None
@@ -598,10 +680,12 @@ class TileRule(_ResizesAxes):
         return [Facts(x.elem, dims, value)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.dialects.kernel import TileOp
+        from loam.dialects.kernel import TileByOp, TileOp
 
         x = operands[0]
         assert x is not None
+        if from_run(operand_facts(operands)[1]):
+            return emit_library(ctx, TileByOp(list(operands[:2]), [ctx.result_types[0]], node.name))
         reps = self.repeats(node, operand_facts(operands))
         if all(r == Poly.const(1) for r in reps):
             return [x]

@@ -72,6 +72,26 @@ def known_extents(node: NodeInfo, f: Facts | None, what: str, types: Sequence[st
     return [Poly.const(v) for v in known_ints(node, f, what, types)]
 
 
+def from_run(f: Facts | None) -> bool:
+    """Whether `f` is an operand only the run gives: no value at build time, not even as polynomials.
+    An extent operand (a Reshape shape, Slice bounds, Pad widths, ...) may be one: the extents it
+    decides are then lengths only the run knows (`NodeInfo.result_length`)."""
+    return f is not None and f.value is None
+
+
+def run_time_length(node: NodeInfo, f: Facts, what: str, types: Sequence[str] = INTEGER_TYPES) -> int:
+    """How many integers the 1-D operand `what`, which only the run gives, holds: that count (a rank,
+    a count of axes or parts) the build must know."""
+    if f.elem.name not in types:
+        raise node.fail(f"the {what} input has element type {f.elem.name}; ONNX needs integers")
+    if f.rank != 1 or not f.shape[0].is_const:
+        raise node.unsupported(
+            f"the {what} input is computed at run time, and its extents [{', '.join(map(str, f.shape))}] must be "
+            "one number known at build time (how many entries it holds)"
+        )
+    return f.shape[0].const_value
+
+
 def polys_of(value: object) -> np.ndarray:
     """`value` (numbers or polynomials) as an object array of `Poly`, for arithmetic over extents."""
     arr = np.asarray(value)

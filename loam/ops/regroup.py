@@ -27,13 +27,17 @@ from loam.errors import AxisError
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.movement import AxesIn, AxesOut, MovementRule, check_movable
 from loam.ops.operands import (
+    emit_library,
     facts,
+    from_run,
     given,
     ints_of,
     known_extents,
     known_ints,
     lowered_extents,
     norm_axes,
+    operand_facts,
+    run_time_length,
     static_extents,
 )
 from loam.poly import Poly, poly_product
@@ -234,15 +238,18 @@ class TransposeRule(MovementRule):
 class ReshapeRule(_RegroupRule):
     """ONNX Reshape: 0 copies the input extent (unless allowzero), -1 takes what is left.
 
-    Opsets 1-4 give the shape as an attribute, 5+ as an input the build must know.
+    Opsets 1-4 give the shape as an attribute, 5+ as an input: known at build time (numbers, or
+    extents from Shape), or only at run time (`kernel.reshape_to`: the result's extents are then
+    lengths only the run knows, its rank the shape's length, which the build must know).
     """
 
     op_types = ("Reshape",)
+    kernels: tuple[str, ...] = ("kernel.regroup", "kernel.reshape_to")
     keeps_values = True
     attributes = frozenset({"shape", "allowzero", "consumed_inputs"})
     limitations = (
-        "the shape input must be known at build time (numbers or extents from Shape); a symbolic entry "
-        "owes that it is not -1, and is 0 only where the extent it would copy is"
+        "a symbolic shape entry owes that it is not -1, and is 0 only where the extent it would copy is; "
+        "a shape only the run gives needs its length known"
     )
 
     def out_dims(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[Poly]:
@@ -254,8 +261,26 @@ class ReshapeRule(_RegroupRule):
             target = [Poly.const(int(t)) for t in shape]
         else:
             require_arity(node, inputs, 2)
-            target = known_extents(node, given(node, inputs, 1, "shape"), "shape")
+            shape = given(node, inputs, 1, "shape")
+            if from_run(shape):  # every extent of the result is then a length only the run knows
+                return [node.result_length(0, k) for k in range(run_time_length(node, shape, "shape"))]
+            target = known_extents(node, shape, "shape")
         return reshape_extents(node, x.shape, target, int_attr(node, "allowzero", 0, (0, 1)))
+
+    def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
+        if any(d == node.result_length(0, k) for k, d in enumerate(outputs[0].shape)):
+            return [(None,) * outputs[0].rank]  # a shape only the run gives: every result axis is new
+        return super().axes(node, inputs, outputs)
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import ReshapeToOp
+
+        shape = operand_facts(operands[1:2])[0] if len(operands) > 1 else None
+        if from_run(shape):
+            allowzero = int_attr(node, "allowzero", 0, (0, 1))
+            op = ReshapeToOp(list(operands[:2]), [ctx.result_types[0]], node.name, allowzero=allowzero)
+            return emit_library(ctx, op)
+        return super().lower(ctx, node, operands)
 
 
 def reshape_extents(node: NodeInfo, dims: Sequence[Poly], target: Sequence[Poly], allowzero: int) -> list[Poly]:

@@ -92,6 +92,126 @@ def kernel_expand_to(x: np.ndarray, shape: np.ndarray) -> np.ndarray:
     return np.array(np.broadcast_to(x, extents))
 
 
+def _entries(v: np.ndarray) -> list[int]:
+    return [int(t) for t in np.asarray(v).reshape(-1)]
+
+
+def kernel_reshape_to(x: np.ndarray, shape: np.ndarray, *, allowzero: int) -> np.ndarray:
+    """ONNX Reshape to a shape only the run gives: a 0 copies the data's extent at its position
+    (unless `allowzero`), a -1 takes what is left; a shape that does not fit is a DataError."""
+    x = np.asarray(x)
+    target = _entries(shape)
+    if any(t < -1 for t in target) or target.count(-1) > 1 or (allowzero and 0 in target and -1 in target):
+        raise DataError(f"Reshape's shape {target} is not a shape (one -1 at most, no other negative entry)")
+    if not allowzero and any(t == 0 and i >= x.ndim for i, t in enumerate(target)):
+        raise DataError(f"Reshape's shape {target} copies an axis the data ({x.ndim} axes) lacks")
+    out = [x.shape[i] if t == 0 and not allowzero else t for i, t in enumerate(target)]
+    if -1 in out:
+        known = int(np.prod([t for t in out if t != -1], dtype=np.int64))
+        if known == 0 or x.size % known:
+            raise DataError(f"Reshape cannot fit the {x.size} elements of {list(x.shape)} into {target}")
+        out[out.index(-1)] = x.size // known
+    if int(np.prod(out, dtype=np.int64)) != x.size:
+        raise DataError(f"Reshape cannot fit the {x.size} elements of {list(x.shape)} into {target}")
+    return x.reshape(out)
+
+
+def kernel_tile_by(x: np.ndarray, repeats: np.ndarray) -> np.ndarray:
+    """ONNX Tile by repeats only the run gives: one non-negative count per axis, else a DataError."""
+    counts = _entries(repeats)
+    if len(counts) != np.ndim(x) or any(r < 0 for r in counts):
+        raise DataError(f"Tile's repeats {counts} must hold one non-negative count per axis ({np.ndim(x)})")
+    return kernel_tile(x, repeats=tuple(counts))
+
+
+def slice_bounds(extent: int, start: int, end: int, step: int) -> tuple[int, int]:
+    """ONNX Slice along one axis of `extent`: the first index and the count of elements taken.
+
+    A negative bound counts from the end; then, for a positive step, both clamp to [0, extent]; for a
+    negative one, the start to [0, extent - 1] and the end to [-1, extent - 1] (-1: past element 0).
+    """
+    start, end = (start + extent if start < 0 else start), (end + extent if end < 0 else end)
+    if step > 0:
+        start, end = min(max(start, 0), extent), min(max(end, 0), extent)
+        count = -(-(end - start) // step)
+    else:
+        start, end = min(max(start, 0), extent - 1), min(max(end, -1), extent - 1)
+        count = -(-(start - end) // -step)
+    count = max(count, 0)
+    return (start if count else 0), count
+
+
+def kernel_slice_by(
+    x: np.ndarray, starts: np.ndarray, ends: np.ndarray, *optional: np.ndarray, present: int
+) -> np.ndarray:
+    """ONNX Slice by bounds only the run gives; `optional` holds the operands `present` names (bit 1:
+    axes, 2: steps).  Bounds of unequal lengths, a step of 0 or an axis given twice or outside the
+    data's rank is a DataError."""
+    x = np.asarray(x)
+    given = iter(optional)
+    first, last = _entries(starts), _entries(ends)
+    axes = _entries(next(given)) if present & 1 else list(range(len(first)))
+    steps = _entries(next(given)) if present & 2 else [1] * len(first)
+    if not len(first) == len(last) == len(axes) == len(steps):
+        raise DataError(f"Slice's starts {first}, ends {last}, axes {axes} and steps {steps} differ in length")
+    axes = [a + x.ndim if a < 0 else a for a in axes]
+    if any(not 0 <= a < x.ndim for a in axes) or len(set(axes)) != len(axes):
+        raise DataError(f"Slice's axes {axes} must be distinct axes of the data's {x.ndim}")
+    if 0 in steps:
+        raise DataError(f"Slice's steps {steps} hold 0")
+    begin, counts, strides = [0] * x.ndim, list(x.shape), [1] * x.ndim
+    for a, s, e, p in zip(axes, first, last, steps, strict=True):
+        (begin[a], counts[a]), strides[a] = slice_bounds(x.shape[a], s, e, p), p
+    return np.array(kernel_slice(x, starts=tuple(begin), counts=tuple(counts), steps=tuple(strides)))
+
+
+def kernel_split_by(x: np.ndarray, split: np.ndarray, *, axis: int, parts: int) -> tuple[np.ndarray, ...]:
+    """ONNX Split by sizes only the run gives: `parts` non-negative sizes that sum to the extent of
+    `axis`, else a DataError."""
+    sizes = _entries(split)
+    extent = np.shape(x)[axis]
+    if len(sizes) != parts or any(s < 0 for s in sizes) or sum(sizes) != extent:
+        raise DataError(f"Split's sizes {sizes} must be {parts} non-negative parts of the extent {extent}")
+    return kernel_split(x, axis=axis, sizes=tuple(sizes))
+
+
+def pad_order_matters(extent: int, begin: int, end: int, mode: str) -> bool:
+    """Whether padding one axis in a reading `mode` reads what a crop on its other side removes:
+    ONNX does not say which comes first, so such pads are refused rather than guessed."""
+    if mode == "constant" or not min(begin, end) < 0 < max(begin, end):
+        return False
+    kept = extent + min(begin, 0) + min(end, 0)
+    added = max(begin, end)
+    return mode == "wrap" or (mode == "edge" and kept < 1) or (mode == "reflect" and added > kept - 1)
+
+
+def kernel_pad_by(
+    x: np.ndarray, pads: np.ndarray, *optional: np.ndarray, present: int, mode: str, axes: tuple[int, ...]
+) -> np.ndarray:
+    """ONNX Pad by widths only the run gives: the begins, then the ends, of `axes`; `optional` holds
+    the constant fill when `present` is 1.  Widths of the wrong count, a crop below nothing, a reading
+    mode over an empty axis, or a pad that reads what a crop removes is a DataError."""
+    x = np.asarray(x)
+    widths = _entries(pads)
+    if len(widths) != 2 * len(axes):
+        raise DataError(f"Pad's pads {widths} must hold two entries for each of {len(axes)} axes")
+    full = [0] * (2 * x.ndim)
+    for i, a in enumerate(axes):
+        full[a], full[x.ndim + a] = widths[i], widths[len(axes) + i]
+    for a, n in enumerate(x.shape):
+        begin, end = full[a], full[x.ndim + a]
+        if n + begin + end < 0:
+            raise DataError(f"Pad's pads {widths} crop axis {a} of extent {n} below nothing")
+        if mode != "constant" and (begin > 0 or end > 0) and n == 0:
+            raise DataError(f"Pad cannot pad the empty axis {a} in mode '{mode}'")
+        if pad_order_matters(n, begin, end, mode):
+            raise DataError(
+                f"Pad's pads {widths} both pad and crop axis {a} in mode '{mode}' (ONNX leaves their order open)"
+            )
+    fill = next(iter(optional)) if present & 1 else None
+    return kernel_pad(x, fill, pads=tuple(full), mode=mode)
+
+
 def kernel_reverse_sequence(x: np.ndarray, lens: np.ndarray, *, batch_axis: int, time_axis: int) -> np.ndarray:
     """ONNX ReverseSequence: along `time_axis`, the first lens[b] entries of batch entry b (along
     `batch_axis`) in reverse order, the rest as they are.  A length outside [0, T] is a DataError."""
@@ -136,6 +256,22 @@ PIECES: dict[str, object] = {
     "kernel_trilu": kernel_trilu,
     "kernel_reverse_sequence": kernel_reverse_sequence,
     "kernel_expand_to": kernel_expand_to,
+    "_entries": _entries,
+    "kernel_reshape_to": kernel_reshape_to,
+    "kernel_tile_by": kernel_tile_by,
+    "slice_bounds": slice_bounds,
+    "kernel_slice_by": kernel_slice_by,
+    "kernel_split_by": kernel_split_by,
+    "pad_order_matters": pad_order_matters,
+    "kernel_pad_by": kernel_pad_by,
     "kernel_bitcast": kernel_bitcast,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {"kernel_reverse_sequence": ("DataError",), "kernel_expand_to": ("DataError",)}
+DEPENDS: dict[str, tuple[str, ...]] = {
+    "kernel_reverse_sequence": ("DataError",),
+    "kernel_expand_to": ("DataError",),
+    "kernel_reshape_to": ("DataError", "_entries"),
+    "kernel_tile_by": ("DataError", "_entries", "kernel_tile"),
+    "kernel_slice_by": ("DataError", "_entries", "slice_bounds", "kernel_slice"),
+    "kernel_split_by": ("DataError", "_entries", "kernel_split"),
+    "kernel_pad_by": ("DataError", "_entries", "pad_order_matters", "kernel_pad"),
+}
