@@ -32,7 +32,7 @@ from __future__ import annotations
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
 from loam.errors import UnsupportedError
 from loam.runtime.errors import ShapeError
-from loam.runtime.kernels.conv import cubic_taps, nearest_taps, resize_coordinates
+from loam.runtime.kernels.conv import antialias_taps, cubic_taps, nearest_taps, resize_coordinates
 
 
 def _coords(nsp: int, out_at: int, head: str) -> str:
@@ -448,6 +448,7 @@ def _p_resize(
     cubic_coeff_a: float = -0.75,
     exclude_outside: int = 0,
     extrapolation_value: float = 0.0,
+    antialias: int = 0,
 ) -> tuple[tuple[int, ...], int]:
     """The resize kernel's params and its workgroups (64 results each): result elements; per axis
     the result extents, input strides, taps per result coordinate, whether the taps are weighted
@@ -477,6 +478,9 @@ def _p_resize(
         if mode == "nearest":
             index = [nearest_taps(c, nearest_mode, scale, last)]
             weights = [np.zeros(n_out, f32)]
+        elif antialias and scale < 1:
+            index, weights = antialias_taps(c, mode, float(scale), float(cubic_coeff_a), exclude_outside, last)
+            weights = [wj.astype(f32) for wj in weights]
         elif mode == "linear":
             c = np.clip(c, 0, last)
             lo = np.floor(c).astype(np.int64)
@@ -516,8 +520,11 @@ PIECES: dict[str, object] = {
     "resize_coordinates": resize_coordinates,
     "nearest_taps": nearest_taps,
     "cubic_taps": cubic_taps,
+    "antialias_taps": antialias_taps,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {"_p_resize": ("resize_coordinates", "nearest_taps", "cubic_taps")}
+DEPENDS: dict[str, tuple[str, ...]] = {
+    "_p_resize": ("resize_coordinates", "nearest_taps", "cubic_taps", "antialias_taps")
+}
 SOURCES: dict[str, object] = {
     "conv": source_conv,
     "pool": source_pool,

@@ -202,7 +202,8 @@ class PoolOp(LibraryOp):
 
 @irdl_op_definition
 class ResizeOp(LibraryOp):
-    """ONNX Resize with the output extents (`sizes`) and the mapping's `scales` settled by the build."""
+    """ONNX Resize with the output extents (`sizes`) and the mapping's `scales` settled by the build;
+    `antialias` 1 stretches the linear or cubic filter by 1 / scale on the axes it shrinks."""
 
     name = "kernel.resize"
     PARAMS: ClassVar[dict[str, type]] = {
@@ -215,8 +216,11 @@ class ResizeOp(LibraryOp):
         "cubic_coeff_a": float,
         "exclude_outside": int,
         "extrapolation_value": float,
+        "antialias": int,
     }
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"roi", "cubic_coeff_a", "exclude_outside", "extrapolation_value"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset(
+        {"roi", "cubic_coeff_a", "exclude_outside", "extrapolation_value", "antialias"}
+    )
 
 
 @irdl_op_definition

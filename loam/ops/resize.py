@@ -8,7 +8,9 @@ the output extents, which Loam settles statically.  Every opset restates as the 
   `asymmetric` mapping, nearest taking floor when enlarging and ceil when shrinking (onnxruntime's
   reading of those opsets) and linear as N-linear;
 - Resize 11/13: `roi`, `scales` or `sizes`, coordinate_transformation_mode, nearest_mode, cubic;
-- Resize 18/19: `axes`, `keep_aspect_ratio_policy`, half_pixel_symmetric; `antialias=1` is refused.
+- Resize 18/19: `axes`, `keep_aspect_ratio_policy`, half_pixel_symmetric, and `antialias=1`, which
+  stretches the linear or cubic filter by 1 / scale on each axis it shrinks (as ONNX defines it;
+  nearest ignores it).
 
 N-linear and N-cubic compute in floats; nearest gathers, so it serves every element type.  A kept
 extent keeps its axis, a resized one is new (the layout names it).
@@ -87,7 +89,7 @@ class ResizeRule(OpRule):
     elem_types = _ALL_TYPES
     first_opset = 1
     limitations = (
-        "scales/sizes (and roi for tf_crop_and_resize) must be known at build time; antialias=1 is refused; "
+        "scales/sizes (and roi for tf_crop_and_resize) must be known at build time; "
         "linear and cubic compute floats only; tf_half_pixel_for_nn only with floor-like nearest modes"
     )
 
@@ -129,9 +131,9 @@ class ResizeRule(OpRule):
                     f"coordinate_transformation_mode tf_half_pixel_for_nn is supported with nearest_mode "
                     f"round_prefer_floor or floor only, not mode {mode} with nearest_mode {nearest}"
                 )
-            if int_attr(node, "antialias", 0, (0, 1)) and mode != "nearest":
-                raise node.unsupported("antialias=1 is not supported")
             params = {"mode": mode, "coordinate_mode": coordinate, "nearest_mode": nearest}
+            if int_attr(node, "antialias", 0, (0, 1)) and mode != "nearest":
+                params["antialias"] = 1
             if mode == "cubic":
                 coeff = float_attr(node, "cubic_coeff_a", -0.75)
                 if not math.isfinite(coeff):

@@ -1476,6 +1476,34 @@ def resize(rng: np.random.Generator) -> list[Spec]:
         Spec("Resize", "i64_nearest", [In("x", (1, 1, 2, 2), "i64"), None, scales(1, 1, 2, 2)], {"mode": "nearest"})
     )
     specs.append(Spec("Upsample", "nearest", [x, scales(1, 1, 2, 3)], {"mode": "nearest"}, opset=9))
+    big = In("x", (1, 2, 9, 7))
+    for mode in ("linear", "cubic"):
+        specs.append(
+            Spec(
+                "Resize", f"{mode}_antialias_down", [big, None, scales(1, 1, 0.5, 0.6)], {"mode": mode, "antialias": 1}
+            )
+        )
+        specs.append(
+            Spec(
+                "Resize", f"{mode}_antialias_mixed", [big, None, scales(1, 1, 0.3, 1.5)], {"mode": mode, "antialias": 1}
+            )
+        )
+        specs.append(
+            Spec(
+                "Resize",
+                f"{mode}_antialias_sizes",
+                [big, None, None, sizes(1, 2, 4, 3)],
+                {"mode": mode, "antialias": 1},
+            )
+        )
+    specs.append(
+        Spec(
+            "Resize",
+            "cubic_antialias_exclude_outside",
+            [big, None, scales(1, 1, 0.5, 0.6)],
+            {"mode": "cubic", "antialias": 1, "exclude_outside": 1, "cubic_coeff_a": -0.5},
+        )
+    )
     return specs
 
 

@@ -151,11 +151,25 @@ def test_opset_10_resize_and_upsample(mode: str, factors: tuple[float, ...]) -> 
         check(one_node("Upsample", X, {}, opset=7, mode=mode, scales=list(factors)), X)
 
 
-def test_resize_refusals() -> None:
-    with pytest.raises(UnsupportedError, match="Resize node 'n': antialias=1 is not supported"):
-        run_loam(
-            one_node("Resize", X, {"roi": None, "scales": scales(1, 1, 0.5, 0.5)}, mode="linear", antialias=1), {"x": X}
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("coordinate", ["half_pixel", "align_corners", "asymmetric"])
+@pytest.mark.parametrize("factors", [(1, 1, 0.5, 0.45), (1, 1, 0.3, 1.5), (1, 1, 1.5, 2.0)])
+def test_antialias_stretches_the_filter_where_it_shrinks(mode: str, coordinate: str, factors: tuple) -> None:
+    x = RNG.standard_normal((1, 2, 9, 11)).astype(np.float32)
+    attrs = {"mode": mode, "antialias": 1, "coordinate_transformation_mode": coordinate}
+    model = one_node("Resize", x, {"roi": None, "scales": scales(*factors)}, **attrs)
+    check_reference(model, x)
+    if coordinate != "align_corners":  # onnxruntime departs from ONNX's align_corners when shrinking
+        check(model, x)
+    # Enlarging, antialias changes nothing.
+    if min(factors) >= 1:
+        plain = one_node(
+            "Resize", x, {"roi": None, "scales": scales(*factors)}, mode=mode, coordinate_transformation_mode=coordinate
         )
+        assert_same(run_loam(model, {"x": x}), run_loam(plain, {"x": x}), rtol=1e-6, atol=1e-6)
+
+
+def test_resize_refusals() -> None:
     x = (X * 10).astype(np.int32)
     model = one_node("Resize", x, {"roi": None, "scales": scales(1, 1, 2, 2)}, mode="linear")
     with pytest.raises(UnsupportedError, match="Resize node 'n': element type i32 is not supported with mode linear"):

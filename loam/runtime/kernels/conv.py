@@ -510,6 +510,40 @@ def cubic_taps(c: np.ndarray, a: float, exclude_outside: int, last: int) -> tupl
     return [np.clip(tj, 0, last) for tj in taps], weights
 
 
+def antialias_taps(
+    c: np.ndarray, mode: str, scale: float, a: float, exclude_outside: int, last: int
+) -> tuple[list, list]:
+    """Linear or cubic interpolation with antialias=1 while shrinking (`scale` < 1): the filter is
+    stretched by 1 / scale, so each output reads every input position within 1 / scale (linear) or
+    2 / scale (cubic) of its coordinate `c`, weighted by the filter at the stretched distance
+    (`scale` * distance) and renormalised to sum to 1.  The taps count from the input position left
+    of `c` (`c` - 1 when `c` is a whole number, as ONNX counts them), clamped to [0, last]; with
+    `exclude_outside` the taps outside the input weigh 0.  Weights compute in f64."""
+    reach = 1 if mode == "linear" else 2
+    first = int(np.floor(-reach / scale)) + 1
+    c64 = c.astype(np.float64)
+    left = np.ceil(c64) - 1
+    frac = c64 - left  # in (0, 1]
+    taps, weights = [], []
+    for k in range(first, 2 - first):
+        d = np.abs((k - frac) * scale)
+        if mode == "linear":
+            w = np.clip(1 - d, 0, 1)
+        else:
+            near = ((a + 2) * d - (a + 3)) * d * d + 1
+            far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+            w = np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+        taps.append(left.astype(np.int64) + k)
+        weights.append(w)
+    total = sum(weights)
+    weights = [w / total for w in weights]
+    if exclude_outside:
+        weights = [np.where((t < 0) | (t > last), 0.0, w) for t, w in zip(taps, weights, strict=True)]
+        total = sum(weights)
+        weights = [w / np.where(total == 0, 1.0, total) for w in weights]
+    return [np.clip(t, 0, last) for t in taps], weights
+
+
 def kernel_resize(
     x: np.ndarray,
     *,
@@ -522,6 +556,7 @@ def kernel_resize(
     cubic_coeff_a: float = -0.75,
     exclude_outside: int = 0,
     extrapolation_value: float = 0.0,
+    antialias: int = 0,
 ) -> np.ndarray:
     """ONNX Resize, one axis at a time (nearest, N-linear and N-cubic interpolation are separable).
 
@@ -529,7 +564,8 @@ def kernel_resize(
     by (both settled by the build); `roi` (starts then ends, normalised) serves tf_crop_and_resize,
     whose outputs mapped outside the input take `extrapolation_value`.  Coordinates are computed in
     f32, as onnxruntime does.  `nearest_mode="simple"` is opset 10's rule: floor when enlarging,
-    ceil when shrinking.
+    ceil when shrinking.  `antialias` stretches linear and cubic filters on the axes it shrinks
+    (`antialias_taps`).
     """
     dtype = x.dtype
     f32 = np.float32
@@ -554,14 +590,17 @@ def kernel_resize(
             continue
         shape = [1] * x.ndim
         shape[axis] = n_out
-        if mode == "linear":
+        if mode == "linear" and not (antialias and scale < 1):
             c = np.clip(c, 0, last)
             lo = np.floor(c).astype(np.int64)
             hi = np.minimum(lo + 1, last)
             t = (c - lo).astype(y.dtype).reshape(shape)
             y = np.take(y, lo, axis=axis) * (1 - t) + np.take(y, hi, axis=axis) * t
             continue
-        taps, weights = cubic_taps(c, float(cubic_coeff_a), exclude_outside, last)
+        if antialias and scale < 1:
+            taps, weights = antialias_taps(c, mode, float(scale), float(cubic_coeff_a), exclude_outside, last)
+        else:
+            taps, weights = cubic_taps(c, float(cubic_coeff_a), exclude_outside, last)
         acc = None
         for tj, wj in zip(taps, weights, strict=True):
             term = np.take(y, tj, axis=axis) * wj.astype(y.dtype).reshape(shape)
@@ -725,6 +764,7 @@ PIECES: dict[str, object] = {
     "resize_coordinates": resize_coordinates,
     "nearest_taps": nearest_taps,
     "cubic_taps": cubic_taps,
+    "antialias_taps": antialias_taps,
     "kernel_resize": kernel_resize,
     "grid_sample_index": grid_sample_index,
     "grid_sample_taps": grid_sample_taps,
@@ -741,7 +781,7 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_col2im": ("widened", "narrowed"),
     "kernel_max_unpool": ("DataError",),
     "kernel_pool": ("_conv_windows", "widened", "narrowed"),
-    "kernel_resize": ("widened", "narrowed", "resize_coordinates", "nearest_taps", "cubic_taps"),
+    "kernel_resize": ("widened", "narrowed", "resize_coordinates", "nearest_taps", "cubic_taps", "antialias_taps"),
     "kernel_grid_sample": (
         "widened",
         "narrowed",
