@@ -93,7 +93,14 @@ from loam.dialects.kernel.movement import (
     TriluOp,
 )
 from loam.dialects.kernel.narrow import NARROW_OPS, CastNarrowOp, DequantizeLinearOp, QuantizeLinearOp
-from loam.dialects.kernel.normalization import NORMALIZATION_OPS, EinsumOp, GroupNormOp, LrnOp, NormalizeOp
+from loam.dialects.kernel.normalization import (
+    NORMALIZATION_OPS,
+    BatchNormTrainOp,
+    EinsumOp,
+    GroupNormOp,
+    LrnOp,
+    NormalizeOp,
+)
 from loam.dialects.kernel.packed import PACKED_OPS, GatherPackedOp, MatmulPackedOp
 from loam.dialects.kernel.products import MatmulOp
 from loam.dialects.kernel.program import ConstantOp, ProgramOp, ReturnOp, WeightOp
@@ -156,6 +163,7 @@ __all__ = [
     "REDUCE_OPS",
     "SIGNAL_OPS",
     "ArgReduceOp",
+    "BatchNormTrainOp",
     "BitCastOp",
     "CastNarrowOp",
     "CastOp",

@@ -1,5 +1,5 @@
 """Library kernels that normalise (LayerNormalization and InstanceNormalization as `kernel.normalize`,
-GroupNormalization, LRN), and Einsum, listed in `NORMALIZATION_OPS`.
+BatchNormalization's training mode, GroupNormalization, LRN), and Einsum, listed in `NORMALIZATION_OPS`.
 """
 
 from __future__ import annotations
@@ -37,6 +37,27 @@ class NormalizeOp(LibraryOp):
 
 
 @irdl_op_definition
+class BatchNormTrainOp(LibraryOp):
+    """ONNX BatchNormalization with training_mode 1: `(x, scale, bias, mean, var)`, X normalised per
+    channel (axis 1) by its own mean and population variance over the other axes; results Y and the
+    running mean and variance, `mean * momentum + batch statistic * (1 - momentum)`.
+
+    Example: `%y, %m, %v = kernel.batch_norm_train(%x, %s, %b, %mean, %var) {node = "bn",
+    epsilon = 1.0e-05 : f64, momentum = 9.0e-01 : f64} : (X, C, C, C, C) -> (X, C, C)`
+    """
+
+    name = "kernel.batch_norm_train"
+    PARAMS: ClassVar[dict[str, type]] = {"epsilon": float, "momentum": float}
+
+    def verify_kernel(self) -> None:
+        if len(self.inputs) != 5 or len(self.outputs) != 3:
+            raise VerifyException(
+                f"{self.name} '{self.node.data}': takes x, scale, bias, mean and var and gives Y, "
+                "the running mean and the running variance"
+            )
+
+
+@irdl_op_definition
 class GroupNormOp(LibraryOp):
     """ONNX GroupNormalization: channels split into `num_groups`, each normalised over itself and the
     spatial axes, then scaled per channel (or per group, opset 18's meaning, with `per_group`)."""
@@ -61,4 +82,4 @@ class EinsumOp(LibraryOp):
     PARAMS: ClassVar[dict[str, type]] = {"equation": str}
 
 
-NORMALIZATION_OPS: tuple[type[LibraryOp], ...] = (NormalizeOp, GroupNormOp, LrnOp, EinsumOp)
+NORMALIZATION_OPS: tuple[type[LibraryOp], ...] = (NormalizeOp, BatchNormTrainOp, GroupNormOp, LrnOp, EinsumOp)

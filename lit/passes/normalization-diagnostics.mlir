@@ -1,11 +1,11 @@
 // RUN: loam-opt %s -p stage0 --split-input-file --verify-diagnostics | filecheck %s
 
-// Batch statistics (training) are refused, not silently replaced by the running ones.
-// CHECK: BatchNormalization node 'bn': training_mode 1 (batch statistics) is not supported; export for inference
-graph.model {ir_version = 8 : i64, opset_import = {"" = 15 : i64}} {
+// Training before opset 14 (saved statistics as outputs) is refused, not silently replaced by inference.
+// CHECK: BatchNormalization node 'bn': more than one output at opset 9 means training with its saved statistics
+graph.model {ir_version = 8 : i64, opset_import = {"" = 9 : i64}} {
   graph.graph "g" (%x: !graph.tensor<f32, [2, 3]>) inputs ["x"] {
     %s = graph.initializer "s" : !graph.tensor<f32, [3]>
-    %b = graph.node "BatchNormalization" "bn" since 15 (%x, %s, %s, %s, %s) {training_mode = 1 : i64} -> ["b"] : !graph.unknown
+    %b, %m = graph.node "BatchNormalization" "bn" since 9 (%x, %s, %s, %s, %s) -> ["b", "m"] : !graph.unknown, !graph.unknown
     graph.return %b ["b"] : !graph.tensor<f32, [2, 3]>
   }
 }

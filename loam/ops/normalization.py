@@ -3,14 +3,15 @@ LpNormalization, GroupNormalization, LRN.
 
 BatchNormalization at inference is one affine map per channel, so it is composed from existing
 kernels: each parameter regrouped to [C, 1, ...] and one `kernel.zip`; so are RMSNormalization (two
-zips around a `kernel.reduce` mean) and LpNormalization (a norm and a quotient).  The others take moments
-of the data and are library kernels (`kernel.normalize`, `kernel.group_norm`, `kernel.lrn`,
-computed by `loam/runtime/kernels/normalization.py`).
+zips around a `kernel.reduce` mean) and LpNormalization (a norm and a quotient).  The others take
+moments of the data and are library kernels (`kernel.normalize`, `kernel.group_norm`, `kernel.lrn`,
+computed by `loam/runtime/kernels/normalization.py`), as is BatchNormalization in training mode
+(`kernel.batch_norm_train`).
 
 Opset history restated here: BatchNormalization's `is_test`/`spatial` (opsets 1-8: only the
-inference, spatial meaning is compiled; more than one output means training and is refused, as is
-`training_mode` 1); GroupNormalization's scale and bias were per group at opset 18 and per channel
-from 21.
+inference, spatial meaning is compiled; before opset 14 more than one output means training with
+saved statistics and is refused); `training_mode` 1 (opset 14 on) normalises by the batch's own
+statistics; GroupNormalization's scale and bias were per group at opset 18 and per channel from 21.
 """
 
 from __future__ import annotations
@@ -115,23 +116,52 @@ def _stash(x: Facts) -> str:
 
 
 class BatchNormRule(OpRule):
-    """ONNX BatchNormalization at inference: (X - mean) / sqrt(var + epsilon) * scale + B per channel."""
+    """ONNX BatchNormalization: (X - mean) / sqrt(var + epsilon) * scale + B per channel.
+
+    At inference mean and var are the inputs.  With training_mode 1 (opset 14 on) they are X's own
+    statistics per channel (mean and population variance over every other axis), and the optional
+    outputs running_mean and running_var move the inputs toward them: `input * momentum + batch
+    statistic * (1 - momentum)`."""
 
     op_types = ("BatchNormalization",)
-    kernels: tuple[str, ...] = ("kernel.regroup", "kernel.zip")
+    kernels: tuple[str, ...] = ("kernel.regroup", "kernel.zip", "kernel.batch_norm_train")
     attributes = frozenset({"epsilon", "momentum", "training_mode", "is_test", "spatial", "consumed_inputs"})
     elem_types = FLOATS
-    limitations = "inference only (one output; training_mode 1 and is_test 0 are refused); spatial 1 only"
+    limitations = (
+        "training (batch statistics) only as opset 14 on defines it, training_mode 1 with outputs Y, running_mean "
+        "and running_var; opsets 1-13 compile inference only (one output; is_test 0 is refused); spatial 1 only"
+    )
+
+    def training(self, node: NodeInfo) -> bool:
+        """Whether the node normalises by the batch's statistics (training_mode 1, opset 14 on)."""
+        return node.since >= 14 and bool(int_attr(node, "training_mode", 0, (0, 1)))
 
     def check(self, node: NodeInfo, outputs: int) -> None:
-        if outputs > 1:
-            raise node.unsupported("more than one output means training (batch statistics); export for inference")
-        if int_attr(node, "training_mode", 0, (0, 1)):
-            raise node.unsupported("training_mode 1 (batch statistics) is not supported; export for inference")
+        if outputs > 1 and node.since < 14:
+            raise node.unsupported(
+                f"more than one output at opset {node.since} means training with its saved statistics; "
+                "Loam compiles training as opset 14 on defines it, or export for inference"
+            )
+        if outputs > 3:
+            raise node.fail(f"names {outputs} outputs; BatchNormalization has 3 (Y, running_mean, running_var)")
+        if outputs > 1 and not self.training(node):
+            raise node.fail("running_mean and running_var are outputs of training_mode 1 only")
+        if self.training(node) and outputs != 3:
+            raise node.fail(
+                f"training_mode 1 gives three outputs (Y, running_mean, running_var), as ONNX's shape inference "
+                f"requires; the node names {outputs}"
+            )
         if node.since < 7 and not int_attr(node, "is_test", 0, (0, 1)):
             raise node.unsupported(f"is_test 0 at opset {node.since} means training; export for inference")
         if node.since < 9 and not int_attr(node, "spatial", 1, (0, 1)):
             raise node.unsupported("spatial 0 (per-activation statistics) is not supported")
+
+    def train_params(self, node: NodeInfo) -> dict[str, object]:
+        """The `kernel.batch_norm_train` parameters."""
+        momentum = float(node.attr("momentum", 0.9))
+        if not np.isfinite(momentum):
+            raise node.fail(f"momentum must be finite, got {momentum}")
+        return {"epsilon": float(node.attr("epsilon", 1e-5)), "momentum": momentum}
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 5)
@@ -143,8 +173,19 @@ class BatchNormRule(OpRule):
             raise node.fail(f"X must have rank 2 or more, got {x.rank}")
         for f, name in ((scale, "scale"), (bias, "B"), (mean, "mean"), (var, "var")):
             _channel_vector(node, f, x.shape[1], name)
+        known = all(f.value is not None for f in (x, scale, bias, mean, var))
+        if self.training(node):
+            from loam.runtime.kernels.normalization import kernel_batch_norm_train
+
+            values: Sequence[np.ndarray | None] = [None] * 3
+            if known:
+                arrays = [np.asarray(f.value) for f in (x, scale, bias, mean, var)]
+                values = kernel_batch_norm_train(*arrays, **self.train_params(node))  # type: ignore[arg-type]
+            facts = [Facts(x.elem, x.shape, values[0]), Facts(mean.elem, mean.shape, values[1])]
+            facts.append(Facts(var.elem, var.shape, values[2]))
+            return facts
         value = None
-        if all(f.value is not None for f in (x, scale, bias, mean, var)):
+        if known:
             value = self.fold(node, x, scale, bias, mean, var)
         return [Facts(x.elem, x.shape, value)]
 
@@ -208,15 +249,22 @@ class BatchNormRule(OpRule):
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
     ) -> list[tuple[Axis | None, ...]]:
-        return [_per_channel_axes(node, inputs, ("scale", "B", "mean", "var"))]
+        y = _per_channel_axes(node, inputs, ("scale", "B", "mean", "var"))
+        mean, var = inputs[3], inputs[4]
+        assert mean is not None and var is not None
+        return [y, mean, var] if len(outputs) == 3 else [y]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.dialects.kernel import RegroupOp
+        from loam.dialects.kernel import BatchNormTrainOp, RegroupOp
         from loam.dialects.tensor_axes import AxesTensorType
         from loam.ops.lowering import emit_zip
 
         x = operands[0]
         assert x is not None
+        if self.training(node):
+            present = [v for v in operands if v is not None]
+            op = BatchNormTrainOp(present, ctx.result_types, node.name, **self.train_params(node))  # type: ignore[arg-type]
+            return emit_library(ctx, op)
         x_type: AxesTensorType = x.type  # type: ignore[assignment]
         trailing = x_type.rank - 2
         params: list[SSAValue] = []

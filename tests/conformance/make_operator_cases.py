@@ -1382,6 +1382,22 @@ def normalization(rng: np.random.Generator) -> list[Spec]:
     specs.append(Spec("LRN", "params", [In("x", (1, 6, 2, 2))], {"size": 5, "alpha": 0.001, "beta": 0.5, "bias": 2.0}))
     specs.append(Spec("LRN", "size1", [In("x", (1, 3, 2, 1))], {"size": 1}))
     specs.append(Spec("LRN", "f16", [In("x", (1, 4, 2, 2), "f16")], {"size": 3}))
+    # Training mode (no draws from rng here, so the cases above keep their values).
+    positive = In("v", (3,), "f32", np.array([0.5, 1.0, 2.0], np.float32))
+    for variant, shape, attrs in (
+        ("training", (2, 3, 4), {"training_mode": 1}),
+        ("training_momentum", (3, 3, 2, 2), {"training_mode": 1, "momentum": 0.6, "epsilon": 0.01}),
+        ("training_2d", (5, 3), {"training_mode": 1}),
+    ):
+        specs.append(
+            Spec(
+                "BatchNormalization",
+                variant,
+                [In("x", shape), In("s", (3,)), In("b", (3,)), In("m", (3,)), positive],
+                attrs,
+                outputs=3,
+            )
+        )
     return specs
 
 

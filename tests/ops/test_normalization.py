@@ -130,15 +130,81 @@ def test_batch_norm_mixed_types_need_their_opset() -> None:
         run_loam(model_of("BatchNormalization", {"x": x}, weights, 14), {"x": x})
 
 
-def test_batch_norm_refuses_training() -> None:
+@pytest.mark.parametrize("shape", [(2, 3), (2, 3, 4), (3, 3, 2, 5)])
+@pytest.mark.parametrize("opset", [15, 14])
+def test_batch_norm_training_mode(shape: tuple[int, ...], opset: int) -> None:
+    """training_mode 1: Y from the batch's own statistics, the running ones moved by momentum."""
+    c = shape[1]
+    weights = {"scale": rand((c,), 1), "b": rand((c,), 2), "mean": rand((c,), 3), "var": np.abs(rand((c,), 4)) + 0.5}
+    x = rand(shape, 0) * 3 + 1
+    outputs = ("y", "m", "v")
+    model = model_of(
+        "BatchNormalization", {"x": x}, weights, opset, outputs=outputs, training_mode=1, momentum=0.7, epsilon=1e-3
+    )
+    check(model, {"x": x})
+    check(model, {"x": x}, oracle="reference")
+
+
+def test_batch_norm_training_mode_f16_and_run_time_statistics() -> None:
+    c = 3
+    feeds = {
+        "x": rand((4, c, 5), 0, np.float16),
+        "scale": rand((c,), 1, np.float16),
+        "b": rand((c,), 2, np.float16),
+        "mean": rand((c,), 3, np.float32),
+        "var": np.abs(rand((c,), 4, np.float32)) + 0.5,
+    }
+    model = model_of("BatchNormalization", feeds, {}, 15, outputs=("y", "m", "v"), training_mode=1)
+    y, m, v = run_loam(model, feeds)
+    # The running statistics take mean's and var's type (T2 at opset 15); ONNX's reference evaluator
+    # casts them to X's, so its numbers are compared in f32.
+    assert (y.dtype, m.dtype, v.dtype) == (np.float16, np.float32, np.float32)
+    want = [
+        np.asarray(w, t)
+        for w, t in zip(ReferenceEvaluator(model).run(None, feeds), (np.float16, np.float32, np.float32), strict=True)
+    ]
+    assert_same([y, m, v], want, rtol=1e-3, atol=1e-3)
+
+
+def test_batch_norm_training_mode_folds_known_inputs() -> None:
+    """Every input a weight: stage 0 folds all three outputs with the kernel's numbers."""
+    c = 2
+    weights = {
+        "x": rand((3, c, 2), 0),
+        "scale": rand((c,), 1),
+        "b": rand((c,), 2),
+        "mean": rand((c,), 3),
+        "var": np.abs(rand((c,), 4)) + 0.5,
+    }
+    node = helper.make_node("BatchNormalization", list(weights), ["y", "m", "v"], training_mode=1)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [],
+        [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in ("y", "m", "v")],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    model.ir_version = 8
+    want = ReferenceEvaluator(model).run(None, {})
+    assert_same(run_loam(model, {}), list(want), rtol=1e-5, atol=1e-5)
+
+
+def test_batch_norm_refuses_training_before_opset_14() -> None:
     c = 3
     weights = {k: np.ones(c, np.float32) for k in ("scale", "b", "mean", "var")}
     x = rand((2, c), 0)
-    model = model_of("BatchNormalization", {"x": x}, weights, 15, outputs=("y", "m", "v"), training_mode=1)
-    with pytest.raises(UnsupportedError, match=r"BatchNormalization node 'y': .*training"):
+    model = model_of("BatchNormalization", {"x": x}, weights, 9, outputs=("y", "m", "v"))
+    with pytest.raises(UnsupportedError, match=r"BatchNormalization node 'y': more than one output at opset 9"):
         run_loam(model, {"x": x})
     with pytest.raises(UnsupportedError, match="is_test 0 at opset 6 means training"):
         run_loam(model_of("BatchNormalization", {"x": x}, weights, 6), {"x": x})
+    model = model_of("BatchNormalization", {"x": x}, weights, 15, outputs=("y", "m", "v"))
+    with pytest.raises(ShapeError, match="running_mean and running_var are outputs of training_mode 1 only"):
+        run_loam(model, {"x": x})
+    model = model_of("BatchNormalization", {"x": x}, weights, 15, training_mode=1)
+    with pytest.raises(ShapeError, match=r"training_mode 1 gives three outputs .*; the node names 1"):
+        run_loam(model, {"x": x})
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 4), (1, 2, 3, 3)])

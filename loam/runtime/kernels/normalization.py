@@ -1,8 +1,9 @@
 """Library kernels of the normalization family (see `loam/runtime/kernels/__init__.py`).
 
-`kernel.normalize` (LayerNormalization, InstanceNormalization), `kernel.group_norm`, `kernel.lrn`
-and `kernel.einsum`.  Statistics are computed in f32 (f64 for f64 inputs, or as `stash` says) and
-the result narrowed to the input's element type.
+`kernel.normalize` (LayerNormalization, InstanceNormalization), `kernel.batch_norm_train`
+(BatchNormalization's training mode), `kernel.group_norm`, `kernel.lrn` and `kernel.einsum`.
+Statistics are computed in f32 (f64 for f64 inputs, or as `stash` says) and the result narrowed to
+the input's element type.
 """
 
 from __future__ import annotations
@@ -144,15 +145,50 @@ def kernel_einsum(*operands: np.ndarray, equation: str) -> np.ndarray:
     return narrowed(np.asarray(y), arrays[0].dtype)
 
 
+def kernel_batch_norm_train(
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    mean: np.ndarray,
+    var: np.ndarray,
+    *,
+    epsilon: float,
+    momentum: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """BatchNormalization with training_mode 1: X (N, C, ...) normalised by its own statistics per
+    channel (the mean and the population variance over every axis but 1), then scaled and shifted;
+    and the running statistics `mean` and `var` moved toward the batch's by `1 - momentum`.
+
+    Returns (Y in X's type, running mean, running variance in `mean`'s and `var`'s types).  Computes
+    in f64 when any operand is f64, else in f32 (halves widened).
+    """
+    ops = [widened(a) for a in (x, scale, bias, mean, var)]
+    ct = np.result_type(*ops, np.float32)
+    xw, sw, bw, mw, vw = (a.astype(ct, copy=False) for a in ops)
+    axes = (0, *range(2, x.ndim))
+    batch_mean = xw.mean(axis=axes)
+    centred = xw - batch_mean.reshape((-1,) + (1,) * (x.ndim - 2))
+    batch_var = np.mean(centred * centred, axis=axes)
+    shape = (-1,) + (1,) * (x.ndim - 2)
+    inv = ct.type(1) / np.sqrt(batch_var + ct.type(epsilon))
+    y = centred * inv.reshape(shape) * sw.reshape(shape) + bw.reshape(shape)
+    keep = ct.type(momentum)
+    running_mean = mw * keep + batch_mean * (ct.type(1) - keep)
+    running_var = vw * keep + batch_var * (ct.type(1) - keep)
+    return narrowed(y, x.dtype), narrowed(running_mean, mean.dtype), narrowed(running_var, var.dtype)
+
+
 PIECES: dict[str, object] = {
     "kernel_normalize": kernel_normalize,
     "_layer_norm": _layer_norm,
+    "kernel_batch_norm_train": kernel_batch_norm_train,
     "kernel_group_norm": kernel_group_norm,
     "kernel_lrn": kernel_lrn,
     "kernel_einsum": kernel_einsum,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_normalize": ("widened", "narrowed"),
+    "kernel_batch_norm_train": ("widened", "narrowed"),
     "kernel_group_norm": ("narrowed",),
     "kernel_lrn": ("widened", "narrowed"),
     "kernel_einsum": ("widened", "narrowed"),
