@@ -41,6 +41,7 @@ from loam.dialects.kernel.attributes import ExprAttr, TileProgramAttr
 from loam.dialects.kernel.control import CONTROL_OPS, IfOp, YieldOp
 from loam.dialects.kernel.convolution import (
     CONV_OPS,
+    AffineGridOp,
     Col2ImOp,
     ConvIntegerOp,
     ConvOp,
@@ -162,6 +163,7 @@ __all__ = [
     "REDUCE_KINDS",
     "REDUCE_OPS",
     "SIGNAL_OPS",
+    "AffineGridOp",
     "ArgReduceOp",
     "BatchNormTrainOp",
     "BitCastOp",

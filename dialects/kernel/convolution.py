@@ -1,7 +1,8 @@
 """Library kernels over the spatial axes, their geometry settled by the build: convolution,
 transposed convolution, the integer convolutions of quantized models, deformable convolution,
-Col2Im, pooling, unpooling, region pooling, resize and grid sampling (ONNX Conv, ConvTranspose,
-ConvInteger, QLinearConv, DeformConv, Col2Im, the pools, MaxUnpool, RoiAlign, Resize, GridSample),
+Col2Im, pooling, unpooling, region pooling, resize, grid sampling and affine grids (ONNX Conv,
+ConvTranspose, ConvInteger, QLinearConv, DeformConv, Col2Im, the pools, MaxUnpool, RoiAlign, Resize,
+GridSample, AffineGrid),
 listed in `CONV_OPS`.
 """
 
@@ -254,7 +255,37 @@ class GridSampleOp(LibraryOp):
             require(self, y == (*x[:2], *grid[1:-1]), "the result's extents are not (N, C) of x and grid's points")
 
 
+@irdl_op_definition
+class AffineGridOp(LibraryOp):
+    """ONNX AffineGrid: `(theta)`, theta (N, r, r + 1) applied to the normalised positions of an
+    output of spatial extents `sizes`, giving the grid (N, *sizes, r) GridSample reads.
+
+    Example: `%g = kernel.affine_grid(%t) {node = "ag", sizes = array<i64: 5, 6>, align_corners = 0 : i64}
+    : (T) -> G`
+    """
+
+    name = "kernel.affine_grid"
+    PARAMS: ClassVar[dict[str, type]] = {"sizes": tuple, "align_corners": int}
+
+    def verify_kernel(self) -> None:
+        sizes = self.param("sizes")
+        require(self, len(sizes) in (2, 3), "sizes must hold 2 or 3 spatial extents")
+        require(self, self.param("align_corners") in (0, 1), "align_corners must be 0 or 1")
+        ins, outs = library_types(self)
+        require(self, len(ins) == 1 and len(outs) == 1, "takes theta and gives one result")
+        theta, grid = ins[0], outs[0]
+        if theta is not None and grid is not None:
+            r = Poly.const(len(sizes))
+            require(self, len(theta) == 3 and theta[1:] == (r, r + 1), "theta must be (N, r, r + 1)")
+            require(
+                self,
+                grid == (theta[0], *(Poly.const(n) for n in sizes), r),
+                "the result's extents are not (N, *sizes, r)",
+            )
+
+
 CONV_OPS: tuple[type[LibraryOp], ...] = (
+    AffineGridOp,
     GridSampleOp,
     ConvOp,
     ConvTransposeOp,

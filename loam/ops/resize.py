@@ -1,5 +1,6 @@
 """Resize and Upsample, lowered to one `kernel.resize` with its output extents and scales settled;
-GridSample, lowered to one `kernel.grid_sample`.
+GridSample, lowered to one `kernel.grid_sample`; AffineGrid, the grid GridSample reads, lowered to
+one `kernel.affine_grid` with its extents settled from its size input.
 
 The build needs the scales or sizes (and roi for tf_crop_and_resize) as known values: they fix
 the output extents, which Loam settles statically.  Every opset restates as the current Resize:
@@ -38,6 +39,7 @@ from loam.ops.operands import (
     fold_if_known,
     given,
     keep_unchanged,
+    known_extents,
     lowered_extents,
     operand_facts,
     require_elem,
@@ -45,7 +47,7 @@ from loam.ops.operands import (
 )
 from loam.poly import Poly
 from loam.runtime.errors import DataError
-from loam.runtime.kernels.conv import kernel_grid_sample
+from loam.runtime.kernels.conv import kernel_affine_grid, kernel_grid_sample
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -356,4 +358,83 @@ class GridSampleRule(OpRule):
         return emit_library(ctx, GridSampleOp([x, grid], ctx.result_types[:1], node.name, **params))  # type: ignore[arg-type]
 
 
-RULES: tuple[OpRule, ...] = (ResizeRule(), GridSampleRule())
+class AffineGridRule(OpRule):
+    """ONNX AffineGrid (opset 20): theta (N, 2, 3) or (N, 3, 4) applied to the normalised positions
+    of an output of extents `size` (N, C, H, W) or (N, C, D, H, W), giving the grid (N, H, W, 2) or
+    (N, D, H, W, 3) GridSample reads.  `size` fixes the grid's extents, so the build must know it."""
+
+    op_types = ("AffineGrid",)
+    kernels: tuple[str, ...] = ("kernel.affine_grid",)
+    attributes = frozenset({"align_corners"})
+    elem_types = FLOATS
+    first_opset = 20
+    limitations = (
+        "size must be known at build time (it fixes the grid's extents; its batch may be an extent a Shape "
+        "gives); with align_corners 1 every spatial "
+        "extent must exceed 1 (ONNX divides by extent - 1, and its reference and onnxruntime disagree there)"
+    )
+
+    def geometry(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[Poly, tuple[int, ...]]:
+        """The size input's batch (a number, or an extent a Shape gave) and the output's spatial
+        extents (numbers), checked against theta."""
+        theta = given(node, inputs, 0, "theta")
+        size = known_extents(node, given(node, inputs, 1, "size"), "size", ("i64",))
+        if len(size) not in (4, 5):
+            raise node.fail(f"size holds {len(size)} values; AffineGrid takes (N, C, H, W) or (N, C, D, H, W)")
+        if not all(d.is_const for d in size[2:]):
+            raise node.unsupported(
+                f"the size input's spatial extents [{', '.join(map(str, size[2:]))}] must be numbers "
+                "(fix symbolic ones with the `dims` option)"
+            )
+        spatial = tuple(d.const_value for d in size[2:])
+        r = len(spatial)
+        if theta.rank != 3 or theta.shape[1:] != (Poly.const(r), Poly.const(r + 1)):
+            raise node.fail(
+                f"theta has extents [{', '.join(map(str, theta.shape))}]; a size of {len(size)} values "
+                f"takes theta (N, {r}, {r + 1})"
+            )
+        if any(n < 0 for n in spatial):
+            raise node.fail(f"size [{', '.join(map(str, size))}] holds a negative extent")
+        if int_attr(node, "align_corners", 0, (0, 1)) and any(n == 1 for n in spatial):
+            raise node.unsupported(
+                f"align_corners 1 with a spatial extent of 1 (size [{', '.join(map(str, size))}]): ONNX's "
+                "definition divides by extent - 1 there, and its reference evaluator (-1) and onnxruntime (1) disagree"
+            )
+        batch = size[0]
+        if batch.is_const and theta.shape[0].is_const and theta.shape[0] != batch:
+            raise node.fail(f"size's batch {batch} is not theta's {theta.shape[0]}")
+        return batch, spatial
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 2)
+        theta = given(node, inputs, 0, "theta")
+        require_elem(node, theta, FLOATS, "theta")
+        batch, spatial = self.geometry(node, inputs)
+        if theta.shape[0] != batch:
+            owed.require_equal(theta.shape[0], batch, node, "the batch of theta and size")
+        align = int_attr(node, "align_corners", 0, (0, 1))
+        value = None
+        if theta.value is not None:
+            value = kernel_affine_grid(np.asarray(theta.value), sizes=spatial, align_corners=align)
+        dims = (theta.shape[0], *(Poly.const(n) for n in spatial), Poly.const(len(spatial)))
+        return [Facts(theta.elem, dims, value)]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        theta = inputs[0]
+        assert theta is not None
+        # The grid's last axis holds one coordinate per row of theta; its spatial axes are new.
+        return [(theta[0], *([None] * (outputs[0].rank - 2)), theta[1])]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import AffineGridOp
+
+        theta = operands[0]
+        assert theta is not None
+        spatial = tuple(d.const_value for d in ctx.result_types[0].shape[1:-1])
+        params = {"sizes": spatial, "align_corners": int_attr(node, "align_corners", 0, (0, 1))}
+        return emit_library(ctx, AffineGridOp([theta], ctx.result_types[:1], node.name, **params))  # type: ignore[arg-type]
+
+
+RULES: tuple[OpRule, ...] = (ResizeRule(), GridSampleRule(), AffineGridRule())

@@ -25,6 +25,7 @@ LIBRARY_OPS = sorted(
 SPELLED = {name for name in vars(WgslKernelPrinter) if not name.startswith("_")}
 
 HOST_ONLY = {
+    "affine_grid",
     "batch_norm_train",
     "bitcast",
     "cast_narrow",

@@ -287,6 +287,7 @@ SHAPE_OPERANDS: dict[str, frozenset[int]] = {
     "Slice": frozenset({1, 2, 3, 4}),
     "Pad": frozenset({1, 3}),
     "Resize": frozenset({1, 2, 3}),
+    "AffineGrid": frozenset({1}),
     "DFT": frozenset({1, 2}),
     "STFT": frozenset({1, 3}),
 }

@@ -1886,6 +1886,26 @@ def detection(_: np.random.Generator) -> list[Spec]:
     ]
 
 
+def affine_grid(_: np.random.Generator) -> list[Spec]:
+    """AffineGrid in 2-D and 3-D, both align_corners; theta drawn at test time (no draws here)."""
+    specs: list[Spec] = []
+    for variant, size in (("2d", (2, 3, 5, 6)), ("3d", (2, 1, 3, 4, 5)), ("2d_unit_batch", (1, 4, 2, 7))):
+        r = len(size) - 2
+        for align in (0, 1):
+            specs.append(
+                Spec(
+                    "AffineGrid",
+                    f"{variant}_align{align}",
+                    [In("theta", (size[0], r, r + 1)), Known("size", i64(*size))],
+                    {"align_corners": align},
+                )
+            )
+    specs.append(
+        Spec("AffineGrid", "f16", [In("theta", (2, 2, 3), "f16"), Known("size", i64(2, 1, 3, 4))], {"align_corners": 0})
+    )
+    return specs
+
+
 FAMILIES: tuple[Callable[[np.random.Generator], list[Spec]], ...] = (
     elementwise,
     unary,
@@ -1902,6 +1922,7 @@ FAMILIES: tuple[Callable[[np.random.Generator], list[Spec]], ...] = (
     grid_sample,
     recurrent,
     detection,
+    affine_grid,
 )
 
 

@@ -1,4 +1,5 @@
-"""Library kernels of the conv family: convolution, transposed convolution, pooling, resize and grid sampling.
+"""Library kernels of the conv family: convolution, transposed convolution, pooling, resize, grid sampling
+and affine grids.
 
 Each kernel takes its geometry fully resolved by the operator rule (explicit begin/end pads, the
 output extents ceil_mode or auto_pad chose, the scales Resize's coordinate mapping reads), so the
@@ -750,6 +751,28 @@ def kernel_grid_sample(
     return narrowed(y.reshape(n, ch, *out), dtype)
 
 
+def kernel_affine_grid(theta: np.ndarray, *, sizes: tuple, align_corners: int) -> np.ndarray:
+    """ONNX AffineGrid: the sampling grid (N, *sizes, r) that `theta` (N, r, r + 1) maps the
+    normalised positions of an output of spatial extents `sizes` (r = 2 or 3) to, for GridSample.
+
+    Each spatial axis of n positions spans [-1, 1]: with `align_corners` at the first and last
+    positions' centres (-1 + 2 i / (n - 1)), else at their outer edges ((2 i + 1) / n - 1).  A grid
+    point is `theta[n] @ (x, y[, z], 1)`, x along the last axis.  Computes in f64 and stores in
+    theta's type.
+    """
+    dtype = theta.dtype
+    t = widened(theta).astype(np.float64)
+    r = len(sizes)
+    coords = []
+    for n in sizes:
+        i = np.arange(n, dtype=np.float64)
+        coords.append(-1 + 2 * i / max(n - 1, 1) if align_corners else (2 * i + 1) / n - 1)
+    mesh = np.meshgrid(*coords, indexing="ij")
+    homogeneous = np.stack([*(m.reshape(-1) for m in reversed(mesh)), np.ones(mesh[0].size)], axis=-1)
+    grid = np.matmul(homogeneous, t.transpose(0, 2, 1))  # (N, points, r)
+    return narrowed(grid.reshape(theta.shape[0], *sizes, r), dtype)
+
+
 PIECES: dict[str, object] = {
     "_conv_windows": _conv_windows,
     "kernel_conv": kernel_conv,
@@ -770,6 +793,7 @@ PIECES: dict[str, object] = {
     "grid_sample_taps": grid_sample_taps,
     "grid_sample_sum": grid_sample_sum,
     "kernel_grid_sample": kernel_grid_sample,
+    "kernel_affine_grid": kernel_affine_grid,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_conv": ("widened", "narrowed", "_biased"),
@@ -790,4 +814,5 @@ DEPENDS: dict[str, tuple[str, ...]] = {
         "grid_sample_index",
         "grid_sample_sum",
     ),
+    "kernel_affine_grid": ("widened", "narrowed"),
 }
