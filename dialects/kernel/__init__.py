@@ -116,7 +116,7 @@ from loam.dialects.kernel.reductions import (
     SoftmaxOp,
     TopKOp,
 )
-from loam.dialects.kernel.signal import SIGNAL_OPS, DftOp, StftOp
+from loam.dialects.kernel.signal import SIGNAL_OPS, DftOp, MelWeightMatrixOp, StftOp
 from loam.dialects.kernel.tile import TileProgramOp
 
 Kernel = Dialect(
@@ -202,6 +202,7 @@ __all__ = [
     "MatmulOp",
     "MatmulPackedOp",
     "MaxUnpoolOp",
+    "MelWeightMatrixOp",
     "NllLossOp",
     "NonMaxSuppressionOp",
     "NonZeroOp",

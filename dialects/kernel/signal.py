@@ -1,5 +1,5 @@
 """Library kernels of signal processing: ONNX's discrete and short-time Fourier transforms (DFT,
-STFT), listed in `SIGNAL_OPS`.
+STFT) and its mel filter bank (MelWeightMatrix), listed in `SIGNAL_OPS`.
 
 A complex value is held as ONNX holds it, a trailing axis of two (real, imaginary); a real one as a
 trailing axis of one.
@@ -12,6 +12,7 @@ from typing import ClassVar
 from xdsl.irdl import irdl_op_definition
 
 from loam.dialects.kernel.library import LibraryOp, library_types, require
+from loam.poly import Poly
 
 
 def _is(extent: object, value: int) -> bool:
@@ -84,4 +85,27 @@ class StftOp(LibraryOp):
             require(self, len(out) == 4 and _is(out[-1], 2), "the result is not [batch, frames, bins, 2]")
 
 
-SIGNAL_OPS: tuple[type[LibraryOp], ...] = (DftOp, StftOp)
+@irdl_op_definition
+class MelWeightMatrixOp(LibraryOp):
+    """ONNX MelWeightMatrix from its run-time scalars `(sample_rate, lower_edge_hertz, upper_edge_hertz)`:
+    the [dft_length // 2 + 1, num_mel_bins] triangles of the mel bands, stored as numpy `dtype`.
+
+    Example: `%w = kernel.mel_weight_matrix(%r, %lo, %hi) {node = "mel", num_mel_bins = 8 : i64,
+    dft_length = 16 : i64, dtype = "float32"} : (R, L, H) -> !tensor_axes.tensor<f32, [Bins: 9, Mel: 8]>`
+    """
+
+    name = "kernel.mel_weight_matrix"
+    PARAMS: ClassVar[dict[str, type]] = {"num_mel_bins": int, "dft_length": int, "dtype": str}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 3 and len(outs) == 1, "takes sample_rate, lower_edge_hertz and upper_edge_hertz")
+        for name in ("num_mel_bins", "dft_length"):
+            require(self, self.param(name) >= 1, f"{name} is {self.param(name)}")
+        out = outs[0]
+        if out is not None:
+            want = (Poly.const(self.param("dft_length") // 2 + 1), Poly.const(self.param("num_mel_bins")))
+            require(self, out == want, "the result is not [dft_length // 2 + 1, num_mel_bins]")
+
+
+SIGNAL_OPS: tuple[type[LibraryOp], ...] = (DftOp, StftOp, MelWeightMatrixOp)

@@ -1,5 +1,5 @@
-"""Signal processing: the window functions HannWindow, HammingWindow and BlackmanWindow, and the
-Fourier transforms DFT and STFT.
+"""Signal processing: the window functions HannWindow, HammingWindow and BlackmanWindow, the
+Fourier transforms DFT and STFT, and MelWeightMatrix.
 
 A window's one operand is its length, an extent the build knows, so stage 0 computes the whole
 window and the module carries it as a constant: no kernel runs.  A length known only at run time
@@ -9,6 +9,10 @@ DFT and STFT lower to library kernels (`kernel.dft`, `kernel.stft`) whose numpy 
 known values.  Their operands that decide extents (dft_length, DFT's axis from opset 20, frame_step,
 frame_length) must be known at build time, as must the extents of the transformed axis and of the
 signal: a value known only at run time is refused, naming the node and the input.
+
+MelWeightMatrix's num_mel_bins and dft_length fix its extents, so the build must know them; its
+sample_rate and band edges may come at run time (`kernel.mel_weight_matrix`), and when they are
+known too stage 0 folds the matrix into a constant.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from loam.ops.operands import (
     require_elem,
 )
 from loam.poly import Poly
-from loam.runtime.kernels.signal import kernel_dft, kernel_stft
+from loam.runtime.errors import DataError
+from loam.runtime.kernels.signal import kernel_dft, kernel_mel_weight_matrix, kernel_stft
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -282,4 +287,64 @@ class StftRule(OpRule):
         return emit_library(ctx, StftOp(present, [ctx.result_types[0]], node.name, **params))
 
 
-RULES: tuple[OpRule, ...] = (WindowRule(), DftRule(), StftRule())
+# MelWeightMatrix's output types, as numpy names the kernel stores them in.
+_MEL_TYPES = {"f32": "float32", "f64": "float64", "f16": "float16"}
+
+
+class MelWeightMatrixRule(OpRule):
+    """ONNX MelWeightMatrix (opset 17): the [dft_length // 2 + 1, num_mel_bins] weights that turn a
+    linear spectrogram into mel bands, of element type `output_datatype` (f32 by default)."""
+
+    op_types = ("MelWeightMatrix",)
+    kernels: tuple[str, ...] = ("kernel.mel_weight_matrix",)
+    attributes = frozenset({"output_datatype"})
+    first_opset = 17
+    elem_types = tuple(_MEL_TYPES)
+    limitations = (
+        "num_mel_bins and dft_length must be known at build time (they fix the extents); with sample_rate and "
+        "the edges known too the matrix is a constant of the module; output_datatype f32, f64 or f16"
+    )
+
+    def params(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> dict[str, object]:
+        """The `kernel.mel_weight_matrix` parameters, from the extent operands and the attribute."""
+        mel = _one_int(node, given(node, inputs, 0, "num_mel_bins"), "num_mel_bins", ("i32", "i64"))
+        dft = _one_int(node, given(node, inputs, 1, "dft_length"), "dft_length", ("i32", "i64"))
+        if mel < 1 or dft < 1:
+            raise node.fail(f"num_mel_bins ({mel}) and dft_length ({dft}) must be positive")
+        code = int(node.attr("output_datatype", 1))
+        elem = dtypes.BY_ONNX.get(code)
+        if elem is None or elem.name not in _MEL_TYPES:
+            raise node.unsupported(f"output_datatype {code} is not one of {', '.join(_MEL_TYPES)}")
+        return {"num_mel_bins": mel, "dft_length": dft, "dtype": _MEL_TYPES[elem.name]}
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 5)
+        params = self.params(node, inputs)
+        rate = given(node, inputs, 2, "sample_rate")
+        require_elem(node, rate, ("i32", "i64"), "sample_rate")
+        edges = [given(node, inputs, i, what) for i, what in ((3, "lower_edge_hertz"), (4, "upper_edge_hertz"))]
+        for f, what in zip(edges, ("lower_edge_hertz", "upper_edge_hertz"), strict=True):
+            require_elem(node, f, FLOAT_TYPES, what)
+        scalars = [rate, *edges]
+        for f, what in zip(scalars, ("sample_rate", "lower_edge_hertz", "upper_edge_hertz"), strict=True):
+            if any(d != Poly.const(1) for d in f.shape):
+                raise node.fail(f"{what} must be one value, got extents [{', '.join(map(str, f.shape))}]")
+        value = None
+        if all(f.value is not None and not is_symbolic(f) for f in scalars):
+            try:
+                value = kernel_mel_weight_matrix(*(np.asarray(f.value) for f in scalars), **params)  # type: ignore[arg-type]
+            except DataError as err:
+                raise node.fail(str(err)) from None
+        elem = dtypes.by_name(next(k for k, v in _MEL_TYPES.items() if v == params["dtype"]))
+        shape = (Poly.const(int(params["dft_length"]) // 2 + 1), Poly.const(int(params["num_mel_bins"])))  # type: ignore[call-overload]
+        return [Facts(elem, shape, value)]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import MelWeightMatrixOp
+
+        params = self.params(node, operand_facts(operands))
+        scalars = [v for v in operands[2:] if v is not None]
+        return emit_library(ctx, MelWeightMatrixOp(scalars, ctx.result_types[:1], node.name, **params))  # type: ignore[arg-type]
+
+
+RULES: tuple[OpRule, ...] = (WindowRule(), DftRule(), StftRule(), MelWeightMatrixRule())

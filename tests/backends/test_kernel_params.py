@@ -44,6 +44,7 @@ HOST_ONLY = {
     "lstm",
     "matmul_integer",
     "max_unpool",
+    "mel_weight_matrix",
     "nll_loss",
     "non_max_suppression",
     "nonzero",

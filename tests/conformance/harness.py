@@ -288,6 +288,7 @@ SHAPE_OPERANDS: dict[str, frozenset[int]] = {
     "Pad": frozenset({1, 3}),
     "Resize": frozenset({1, 2, 3}),
     "AffineGrid": frozenset({1}),
+    "MelWeightMatrix": frozenset({0, 1}),
     "DFT": frozenset({1, 2}),
     "STFT": frozenset({1, 3}),
 }

@@ -1906,6 +1906,33 @@ def affine_grid(_: np.random.Generator) -> list[Spec]:
     return specs
 
 
+def mel_weight_matrix(_: np.random.Generator) -> list[Spec]:
+    """MelWeightMatrix: num_mel_bins and dft_length known, sample_rate and the band edges run-time scalars."""
+    specs: list[Spec] = []
+    for variant, (mel, dft, rate, lo, hi), attrs in (
+        ("f32", (8, 16, 8192, 0.0, 4096.0), {}),
+        ("speech", (10, 64, 16000, 20.0, 8000.0), {}),
+        ("odd_dft", (5, 31, 8000, 100.0, 3000.0), {}),
+        ("f64", (6, 32, 8000, 30.0, 3800.0), {"output_datatype": 11}),
+    ):
+        specs.append(
+            Spec(
+                "MelWeightMatrix",
+                variant,
+                [
+                    Known("num_mel_bins", np.array(mel, np.int64)),
+                    Known("dft_length", np.array(dft, np.int64)),
+                    In("sample_rate", (), "i64", np.array(rate, np.int64)),
+                    In("lower_edge_hertz", (), "f32", np.array(lo, np.float32)),
+                    In("upper_edge_hertz", (), "f32", np.array(hi, np.float32)),
+                ],
+                attrs,
+                opset=17,
+            )
+        )
+    return specs
+
+
 FAMILIES: tuple[Callable[[np.random.Generator], list[Spec]], ...] = (
     elementwise,
     unary,
@@ -1923,6 +1950,7 @@ FAMILIES: tuple[Callable[[np.random.Generator], list[Spec]], ...] = (
     recurrent,
     detection,
     affine_grid,
+    mel_weight_matrix,
 )
 
 

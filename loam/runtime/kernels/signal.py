@@ -1,5 +1,5 @@
 """Library kernels of the signal family (see `loam/runtime/kernels/__init__.py`): `kernel.dft` and
-`kernel.stft`, ONNX's discrete and short-time Fourier transforms.
+`kernel.stft`, ONNX's discrete and short-time Fourier transforms, and `kernel.mel_weight_matrix`.
 
 ONNX holds a complex value as a trailing axis of two (real, imaginary) and a real one as a trailing
 axis of one.  Halves (f16, bf16) are transformed in f32 and the result narrowed to their type; f32
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from loam.runtime.errors import DataError
 from loam.runtime.kernels.common import narrowed, widened
 
 
@@ -63,15 +64,60 @@ def kernel_stft(
     return _pairs_of(y, signal.dtype)
 
 
+def kernel_mel_weight_matrix(
+    sample_rate: np.ndarray,
+    lower_edge_hertz: np.ndarray,
+    upper_edge_hertz: np.ndarray,
+    *,
+    num_mel_bins: int,
+    dft_length: int,
+    dtype: str,
+) -> np.ndarray:
+    """ONNX MelWeightMatrix: [dft_length // 2 + 1, num_mel_bins], column m the triangle of mel band m.
+
+    The band edges split [mel(lower), mel(upper)] (mel(f) = 2595 log10(1 + f / 700)) into
+    num_mel_bins + 2 equal steps, each point taken back to hertz and then to the spectrogram bin
+    floor((dft_length + 1) f / sample_rate).  Band m rises linearly from its left edge to 1 at its
+    centre and falls to 0 at its right edge (peaks of 1, as ONNX's reference and onnxruntime
+    compute them).  Computes in f64, stored as `dtype`.  DataError: a band edge outside the
+    spectrogram's bins, or a sample_rate that is not positive.
+    """
+    rate = int(np.asarray(sample_rate).reshape(-1)[0])
+    low, high = (float(np.asarray(v, np.float64).reshape(-1)[0]) for v in (lower_edge_hertz, upper_edge_hertz))
+    bins = dft_length // 2 + 1
+    if rate <= 0:
+        raise DataError(f"MelWeightMatrix: sample_rate is {rate}; it must be positive")
+    low_mel, high_mel = (2595 * np.log10(1 + f / 700) for f in (low, high))
+    mels = low_mel + np.arange(num_mel_bins + 2, dtype=np.float64) * ((high_mel - low_mel) / (num_mel_bins + 2))
+    hertz = 700 * (10 ** (mels / 2595) - 1)
+    edges = np.floor((dft_length + 1) * hertz / rate).astype(np.int64)
+    if edges.min() < 0 or edges.max() >= bins:
+        raise DataError(
+            f"MelWeightMatrix: the bands of [{low}, {high}] Hz at sample_rate {rate} reach spectrogram bins "
+            f"{int(edges.min())} to {int(edges.max())}, outside the {bins} bins of dft_length {dft_length}"
+        )
+    j = np.arange(bins, dtype=np.float64)[:, None]
+    left, centre, right = (e[None, :].astype(np.float64) for e in (edges[:-2], edges[1:-1], edges[2:]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rise = (j - left) / (centre - left)
+        fall = (right - j) / (right - centre)
+    out = np.where((j >= left) & (j < centre), rise, 0.0)
+    out = np.where((j > centre) & (j < right), fall, out)
+    out = np.where(j == centre, 1.0, out)
+    return out.astype(dtype)
+
+
 PIECES: dict[str, object] = {
     "_complex_of": _complex_of,
     "_pairs_of": _pairs_of,
     "kernel_dft": kernel_dft,
     "kernel_stft": kernel_stft,
+    "kernel_mel_weight_matrix": kernel_mel_weight_matrix,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "_complex_of": ("widened",),
     "_pairs_of": ("narrowed",),
     "kernel_dft": ("_complex_of", "_pairs_of", "narrowed"),
     "kernel_stft": ("_complex_of", "_pairs_of", "widened"),
+    "kernel_mel_weight_matrix": ("DataError",),
 }
