@@ -258,7 +258,8 @@ class GridSampleOp(LibraryOp):
 @irdl_op_definition
 class AffineGridOp(LibraryOp):
     """ONNX AffineGrid: `(theta)`, theta (N, r, r + 1) applied to the normalised positions of an
-    output of spatial extents `sizes`, giving the grid (N, *sizes, r) GridSample reads.
+    output of spatial extents `sizes`, giving the grid (N, *sizes, r) GridSample reads; or
+    `(theta, size)` without `sizes`, where the run gives the size input (N, C, *sizes).
 
     Example: `%g = kernel.affine_grid(%t) {node = "ag", sizes = array<i64: 5, 6>, align_corners = 0 : i64}
     : (T) -> G`
@@ -266,12 +267,16 @@ class AffineGridOp(LibraryOp):
 
     name = "kernel.affine_grid"
     PARAMS: ClassVar[dict[str, type]] = {"sizes": tuple, "align_corners": int}
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"sizes"})
 
     def verify_kernel(self) -> None:
-        sizes = self.param("sizes")
-        require(self, len(sizes) in (2, 3), "sizes must hold 2 or 3 spatial extents")
         require(self, self.param("align_corners") in (0, 1), "align_corners must be 0 or 1")
         ins, outs = library_types(self)
+        if len(ins) == 2:  # the size operand the run gives: the spatial extents are the run's
+            require(self, len(outs) == 1 and "sizes" not in self.params, "takes theta and size, gives one result")
+            return
+        sizes = self.param("sizes")
+        require(self, len(sizes) in (2, 3), "sizes must hold 2 or 3 spatial extents")
         require(self, len(ins) == 1 and len(outs) == 1, "takes theta and gives one result")
         theta, grid = ins[0], outs[0]
         if theta is not None and grid is not None:

@@ -37,12 +37,14 @@ from loam.ops.lowering import axes_type
 from loam.ops.operands import (
     emit_library,
     fold_if_known,
+    from_run,
     given,
     keep_unchanged,
     known_extents,
     lowered_extents,
     operand_facts,
     require_elem,
+    run_time_length,
     static_extents,
 )
 from loam.poly import Poly
@@ -361,7 +363,8 @@ class GridSampleRule(OpRule):
 class AffineGridRule(OpRule):
     """ONNX AffineGrid (opset 20): theta (N, 2, 3) or (N, 3, 4) applied to the normalised positions
     of an output of extents `size` (N, C, H, W) or (N, C, D, H, W), giving the grid (N, H, W, 2) or
-    (N, D, H, W, 3) GridSample reads.  `size` fixes the grid's extents, so the build must know it."""
+    (N, D, H, W, 3) GridSample reads.  `size` fixes the grid's extents: where only the run gives it,
+    they are lengths only the run knows (its checks then run in the kernel)."""
 
     op_types = ("AffineGrid",)
     kernels: tuple[str, ...] = ("kernel.affine_grid",)
@@ -369,9 +372,9 @@ class AffineGridRule(OpRule):
     elem_types = FLOATS
     first_opset = 20
     limitations = (
-        "size must be known at build time (it fixes the grid's extents; its batch may be an extent a Shape "
-        "gives); with align_corners 1 every spatial "
-        "extent must exceed 1 (ONNX divides by extent - 1, and its reference and onnxruntime disagree there)"
+        "size known at build time must be numbers but for its batch (which may be an extent a Shape gives); "
+        "with align_corners 1 every spatial extent must exceed 1 (ONNX divides by extent - 1, and its "
+        "reference and onnxruntime disagree there)"
     )
 
     def geometry(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[Poly, tuple[int, ...]]:
@@ -405,10 +408,28 @@ class AffineGridRule(OpRule):
             raise node.fail(f"size's batch {batch} is not theta's {theta.shape[0]}")
         return batch, spatial
 
+    def run_time_rank(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> int | None:
+        """The count of spatial axes where the run gives size (None where the build knows it)."""
+        size = given(node, inputs, 1, "size")
+        if not from_run(size):
+            return None
+        count = run_time_length(node, size, "size", ("i64",))
+        theta = given(node, inputs, 0, "theta")
+        if count not in (4, 5) or theta.rank != 3 or theta.shape[1:] != (Poly.const(count - 2), Poly.const(count - 1)):
+            raise node.fail(
+                f"size holds {count} values and theta has extents [{', '.join(map(str, theta.shape))}]; AffineGrid "
+                "takes size (N, C, H, W) with theta (N, 2, 3), or (N, C, D, H, W) with theta (N, 3, 4)"
+            )
+        return count - 2
+
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 2)
         theta = given(node, inputs, 0, "theta")
         require_elem(node, theta, FLOATS, "theta")
+        r = self.run_time_rank(node, inputs)
+        if r is not None:  # the spatial extents are lengths only the run knows
+            lengths = tuple(node.result_length(0, k) for k in range(1, r + 1))
+            return [Facts(theta.elem, (theta.shape[0], *lengths, Poly.const(r)))]
         batch, spatial = self.geometry(node, inputs)
         if theta.shape[0] != batch:
             owed.require_equal(theta.shape[0], batch, node, "the batch of theta and size")
@@ -432,6 +453,10 @@ class AffineGridRule(OpRule):
 
         theta = operands[0]
         assert theta is not None
+        align = int_attr(node, "align_corners", 0, (0, 1))
+        if self.run_time_rank(node, operand_facts(operands)) is not None:
+            op = AffineGridOp(list(operands[:2]), ctx.result_types[:1], node.name, align_corners=align)
+            return emit_library(ctx, op)
         spatial = tuple(d.const_value for d in ctx.result_types[0].shape[1:-1])
         params = {"sizes": spatial, "align_corners": int_attr(node, "align_corners", 0, (0, 1))}
         return emit_library(ctx, AffineGridOp([theta], ctx.result_types[:1], node.name, **params))  # type: ignore[arg-type]

@@ -1,5 +1,5 @@
 """Extent operands only the run gives (issue 20, item 2): a Reshape shape, a ConstantOfShape shape,
-Tile repeats, Slice bounds, Split sizes and Pad widths fed as graph inputs.
+Tile repeats, Slice bounds, Split sizes, Pad widths and AffineGrid's size fed as graph inputs.
 
 Each model is built once and run at several operand values against onnxruntime: the extents those
 operands decide are lengths only the run knows, bound after the kernel ran, and what follows stays
@@ -183,3 +183,15 @@ def test_a_run_time_shape_of_unknown_length_is_refused_by_name() -> None:
     }"""
     with pytest.raises(UnsupportedError, match="Reshape node 'y': the shape input is computed at run time"):
         build_for(model(text))
+
+
+def test_affine_grid_of_a_size_the_run_gives() -> None:
+    text = """
+    g (float[2, 2, 3] theta, int64[4] size) => (float[?, ?, ?, ?] grid) {
+        grid = AffineGrid <align_corners = 1> (theta, size)
+    }"""
+    theta = np.array([[[1, 0, 0.5], [0, 1, 0]], [[0.5, -0.5, 0], [0.5, 0.5, 0.25]]], np.float32)
+    check(text, [{"theta": theta, "size": ints(2, 3, 4, 5)}, {"theta": theta, "size": ints(2, 1, 2, 7)}], opset=20)
+    result = build_for(model(text, opset=20))
+    with pytest.raises(result.module.DataError, match="needs theta's batch 2"):
+        run_built(result, {"theta": theta, "size": ints(3, 1, 4, 5)})

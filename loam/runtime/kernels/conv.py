@@ -751,15 +751,26 @@ def kernel_grid_sample(
     return narrowed(y.reshape(n, ch, *out), dtype)
 
 
-def kernel_affine_grid(theta: np.ndarray, *, sizes: tuple, align_corners: int) -> np.ndarray:
+def kernel_affine_grid(
+    theta: np.ndarray, size: np.ndarray | None = None, *, sizes: tuple = (), align_corners: int
+) -> np.ndarray:
     """ONNX AffineGrid: the sampling grid (N, *sizes, r) that `theta` (N, r, r + 1) maps the
     normalised positions of an output of spatial extents `sizes` (r = 2 or 3) to, for GridSample.
 
     Each spatial axis of n positions spans [-1, 1]: with `align_corners` at the first and last
     positions' centres (-1 + 2 i / (n - 1)), else at their outer edges ((2 i + 1) / n - 1).  A grid
     point is `theta[n] @ (x, y[, z], 1)`, x along the last axis.  Computes in f64 and stores in
-    theta's type.
+    theta's type.  A `size` operand (N, C, *sizes) the run gives replaces `sizes`: a batch other
+    than theta's, a negative extent, or align_corners over an extent of 1 is then a DataError.
     """
+    if size is not None:
+        given = [int(v) for v in np.asarray(size).reshape(-1)]
+        sizes = tuple(given[2:])
+        if given[0] != theta.shape[0] or any(n < 0 for n in sizes) or (align_corners and 1 in sizes):
+            raise DataError(
+                f"AffineGrid's size {given} needs theta's batch {theta.shape[0]}, no negative extent, and with "
+                "align_corners no spatial extent of 1"
+            )
     dtype = theta.dtype
     t = widened(theta).astype(np.float64)
     r = len(sizes)
@@ -814,5 +825,5 @@ DEPENDS: dict[str, tuple[str, ...]] = {
         "grid_sample_index",
         "grid_sample_sum",
     ),
-    "kernel_affine_grid": ("widened", "narrowed"),
+    "kernel_affine_grid": ("widened", "narrowed", "DataError"),
 }
