@@ -243,6 +243,23 @@ class PadByOp(LibraryOp):
 
 
 @irdl_op_definition
+class DropoutOp(LibraryOp):
+    """ONNX Dropout whose training_mode only the run gives: data, training_mode, then the ratio when
+    `present` is 1 (else 0.5).  The result is the data; training with a ratio other than 0 would drop
+    random elements, and the kernel refuses it.
+
+    Example: `%y = kernel.dropout(%x, %mode) {node = "d", present = 0 : i64} : (X, M) -> X`
+    """
+
+    name = "kernel.dropout"
+    PARAMS: ClassVar[dict[str, type]] = {"present": int}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 2 + self.param("present") and len(outs) == 1, "takes data, training_mode, ratio")
+
+
+@irdl_op_definition
 class BitCastOp(LibraryOp):
     """ONNX BitCast: the operand's bits read as the result's type `to` (numpy's name), of equal width.
 
@@ -260,5 +277,5 @@ class BitCastOp(LibraryOp):
 
 MOVEMENT_OPS: tuple[type[LibraryOp], ...] = (
     ConcatOp, SplitOp, SliceOp, PadOp, TileOp, TriluOp, ReverseSequenceOp, BitCastOp, ExpandToOp, ReshapeToOp,
-    TileByOp, SliceByOp, SplitByOp, PadByOp,
+    TileByOp, SliceByOp, SplitByOp, PadByOp, DropoutOp,
 )  # fmt: skip

@@ -9,7 +9,9 @@ import numpy as np
 
 from loam import dtypes
 from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity
+from loam.ops.lowering import FLOAT_TYPES
 from loam.ops.movement import MOVABLE, check_movable
+from loam.ops.operands import emit_library, from_run, operand_facts, optional, present_bits
 from loam.poly import Poly
 
 if TYPE_CHECKING:
@@ -105,8 +107,10 @@ class DropoutRule(OpRule):
     """ONNX Dropout at inference: the output is the input, and the optional mask is constant.
 
     Before opset 7 `is_test` (default 0: training) chooses; opsets 7-11 always infer; from 12 the
-    `training_mode` input does, and a known true (or one computed at run time) is refused, since
-    training drops random elements.  The mask is bool from opset 10 and the data's type before.
+    `training_mode` input does, and a known true is refused, since training drops random elements.
+    One only the run gives passes through `kernel.dropout`, which refuses training with a ratio
+    other than 0 at run time (the module's DataError); with ratio 0 training keeps every element.
+    The mask is bool from opset 10 and the data's type before.
 
     The mask's value at inference: from opset 12 ONNX defines `output = scale * data * mask`, so
     a mask that keeps every element is all true (as onnxruntime and ONNX's reference evaluator
@@ -117,10 +121,10 @@ class DropoutRule(OpRule):
     """
 
     op_types = ("Dropout",)
-    kernels: tuple[str, ...] = ("kernel.constant",)
+    kernels: tuple[str, ...] = ("kernel.constant", "kernel.dropout")
     attributes = frozenset({"ratio", "is_test", "consumed_inputs", "seed"})
     elem_types = MOVABLE
-    limitations = "inference only: training mode is refused"
+    limitations = "inference only: training mode that drops elements is refused (at run time, where the run gives it)"
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         if node.since < 7:
@@ -140,9 +144,14 @@ class DropoutRule(OpRule):
                     raise node.fail(
                         f"training_mode must be a bool scalar, got {mode.elem.name} [{', '.join(map(str, mode.shape))}]"
                     )
-                if mode.value is None:
-                    raise node.unsupported("training_mode is computed at run time; Loam compiles inference only")
-                if bool(np.asarray(mode.value).reshape(-1)[0]):
+                if mode.value is None:  # the run decides: kernel.dropout refuses training that drops anything
+                    ratio = optional(inputs, 1)
+                    scalar = ratio is None or ratio.static_shape() in ((), (1,))
+                    if ratio is not None and (ratio.elem.name not in FLOAT_TYPES or not scalar):
+                        raise node.fail(
+                            f"ratio must be a float scalar, got {ratio.elem.name} [{', '.join(map(str, ratio.shape))}]"
+                        )
+                elif bool(np.asarray(mode.value).reshape(-1)[0]):
                     raise node.unsupported(
                         "training_mode is true (drops random elements); Loam compiles inference only"
                     )
@@ -169,6 +178,14 @@ class DropoutRule(OpRule):
         x = operands[0]
         assert x is not None
         results = [x]
+        mode = operands[2] if node.since >= 12 and len(operands) > 2 else None
+        if mode is not None and from_run(operand_facts([mode])[0]):
+            from loam.dialects.kernel import DropoutOp
+
+            ratio = operands[1]
+            kernel_inputs = [x, mode, *([ratio] if ratio is not None else [])]
+            op = DropoutOp(kernel_inputs, ctx.result_types[:1], node.name, present=present_bits([ratio]))
+            results = emit_library(ctx, op)
         if len(ctx.result_types) > 1:
             t = ctx.result_types[1]
             assert t.elem.numpy is not None

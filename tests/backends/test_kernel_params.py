@@ -36,6 +36,7 @@ HOST_ONLY = {
     "dequantize_linear",
     "det",
     "dft",
+    "dropout",
     "expand_to",
     "eye_like",
     "gather_nd",

@@ -184,6 +184,32 @@ def test_refusals() -> None:
     refuse(one_node("Transpose", X, {}, {"perm": [0, 0, 1]}), loam.errors.ShapeError, "not a permutation")
 
 
+def test_dropout_whose_training_mode_the_run_gives() -> None:
+    """Inference, or training with ratio 0, keeps the data and an all-true mask (as onnxruntime);
+    training that drops random elements is the module's DataError naming why."""
+    from loam.testing import build_for, run_built
+
+    node = helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"], name="d")
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("r", onnx.TensorProto.FLOAT, []),
+         helper.make_tensor_value_info("t", onnx.TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("mask", onnx.TensorProto.BOOL, None)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    result = build_for(model)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    for ratio, training in ((0.5, False), (0.0, True)):
+        feeds = {"x": x, "r": np.array(ratio, np.float32), "t": np.array(training)}
+        got = run_built(result, feeds)
+        assert_same(got, run_onnxruntime(model, feeds))
+        assert got[1].all()
+    with pytest.raises(result.module.DataError, match=r"training mode with ratio 0\.5 drops random elements"):
+        run_built(result, {"x": x, "r": np.array(0.5, np.float32), "t": np.array(True)})
+
+
 def test_regroup_names_merges() -> None:
     from loam.dialects.tensor_axes import Axis
     from loam.ops.regroup import regroup_axes

@@ -212,6 +212,19 @@ def kernel_pad_by(
     return kernel_pad(x, fill, pads=tuple(full), mode=mode)
 
 
+def kernel_dropout(x: np.ndarray, training_mode: np.ndarray, *optional: np.ndarray, present: int) -> np.ndarray:
+    """ONNX Dropout whose training_mode the run gives: the data, where nothing is dropped (inference,
+    or training with ratio 0); training with another ratio (`optional` holds it when `present` is 1,
+    else 0.5) would drop random elements, a DataError."""
+    ratio = float(np.asarray(optional[0]).reshape(-1)[0]) if present & 1 else 0.5
+    if bool(np.asarray(training_mode).reshape(-1)[0]) and ratio != 0:
+        raise DataError(
+            f"Dropout in training mode with ratio {ratio} drops random elements; Loam compiles inference only "
+            "(feed training_mode false)"
+        )
+    return x
+
+
 def kernel_reverse_sequence(x: np.ndarray, lens: np.ndarray, *, batch_axis: int, time_axis: int) -> np.ndarray:
     """ONNX ReverseSequence: along `time_axis`, the first lens[b] entries of batch entry b (along
     `batch_axis`) in reverse order, the rest as they are.  A length outside [0, T] is a DataError."""
@@ -264,6 +277,7 @@ PIECES: dict[str, object] = {
     "kernel_split_by": kernel_split_by,
     "pad_order_matters": pad_order_matters,
     "kernel_pad_by": kernel_pad_by,
+    "kernel_dropout": kernel_dropout,
     "kernel_bitcast": kernel_bitcast,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
@@ -274,4 +288,5 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_slice_by": ("DataError", "_entries", "slice_bounds", "kernel_slice"),
     "kernel_split_by": ("DataError", "_entries", "kernel_split"),
     "kernel_pad_by": ("DataError", "_entries", "pad_order_matters", "kernel_pad"),
+    "kernel_dropout": ("DataError",),
 }
