@@ -117,7 +117,7 @@ from loam.dialects.kernel.reductions import (
     SoftmaxOp,
     TopKOp,
 )
-from loam.dialects.kernel.signal import SIGNAL_OPS, DftOp, MelWeightMatrixOp, StftOp
+from loam.dialects.kernel.signal import SIGNAL_OPS, DftOp, MelWeightMatrixOp, StftOp, WindowOp
 from loam.dialects.kernel.tile import TileProgramOp
 
 Kernel = Dialect(
@@ -246,6 +246,7 @@ __all__ = [
     "TriluOp",
     "UniqueOp",
     "WeightOp",
+    "WindowOp",
     "YieldOp",
     "ZipOp",
     "param_attr",

@@ -84,6 +84,9 @@ class Col2ImOp(LibraryOp):
     """ONNX Col2Im: the blocks' taps (N, C * prod(block_shape), L) added onto an image (N, C,
     *image_shape), its geometry (`pads` begins then ends) settled by the build.
 
+    Without the parameter `image_shape` (`block_shape`), an operand after x holds it as the run gives
+    it (image_shape first), and the extents it decides are lengths only the run knows.
+
     Example: `%y = kernel.col2im(%x) {node = "c", image_shape = array<i64: 5, 5>, block_shape = ...} : (X) -> Y`
     """
 
@@ -95,16 +98,23 @@ class Col2ImOp(LibraryOp):
         "pads": tuple,
         "dilations": tuple,
     }
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"image_shape", "block_shape"})
 
     def verify_kernel(self) -> None:
         ins, outs = library_types(self)
-        require(self, len(ins) == 1 and len(outs) == 1, "takes one operand and gives one result")
-        nsp = len(self.param("image_shape"))
+        run = [name for name in ("image_shape", "block_shape") if name not in self.attributes]
         require(
             self,
-            len(self.param("block_shape")) == nsp == len(self.param("strides")) == len(self.param("dilations"))
+            len(ins) == 1 + len(run) and len(outs) == 1,
+            "takes x, and image_shape and block_shape where they are not parameters, and gives one result",
+        )
+        nsp = len(self.param("strides"))
+        require(
+            self,
+            all(len(self.param(name)) == nsp for name in ("image_shape", "block_shape") if name not in run)
+            and len(self.param("dilations")) == nsp
             and len(self.param("pads")) == 2 * nsp,
-            "block_shape, strides and dilations need one value per image axis, pads two",
+            "image_shape, block_shape and dilations need one value per image axis as strides, pads two",
         )
 
 

@@ -150,11 +150,20 @@ class OneHotOp(LibraryOp):
     is the index there, `values[0]` elsewhere; a negative index counts from `depth`, one outside
     [-depth, depth) matches no position.
 
+    Without the parameter `depth`, a third operand holds depth as the run gives it, and the new
+    axis is a length only the run knows.
+
     Example: `%y = kernel.one_hot(%i, %v) {node = "oh", depth = 10 : i64, axis = 1 : i64} : (I, V) -> Y`
     """
 
     name = "kernel.one_hot"
     PARAMS: ClassVar[dict[str, type]] = {"depth": int, "axis": int}
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"depth"})
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        wanted = 2 if "depth" in self.attributes else 3
+        require(self, len(ins) == wanted and len(outs) == 1, "takes indices, values and depth unless it is a parameter")
 
 
 @irdl_op_definition

@@ -51,14 +51,21 @@ class ArgReduceOp(LibraryOp):
 
 @irdl_op_definition
 class TopKOp(LibraryOp):
-    """ONNX TopK: the `k` largest (or smallest) values along `axis` and their i64 indices, ties by lower index."""
+    """ONNX TopK: the `k` largest (or smallest) values along `axis` and their i64 indices, ties by lower index.
+
+    Without the parameter `k`, a second operand holds k as the run gives it, and the results'
+    extent along `axis` is a length only the run knows.
+    """
 
     name = "kernel.topk"
     PARAMS: ClassVar[dict[str, type]] = {"k": int, "axis": int, "largest": int, "sorted": int}
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"k"})
 
     def verify_kernel(self) -> None:
         if len(self.outputs) != 2:
             raise VerifyException(f"kernel.topk '{self.node.data}': has two results, values and indices")
+        if len(self.inputs) != (1 if "k" in self.attributes else 2):
+            raise VerifyException(f"kernel.topk '{self.node.data}': takes k as a parameter or as a second operand")
         check_axes(self, (self.param("axis"),), kernel_rank(self, self.inputs[0]))
 
 

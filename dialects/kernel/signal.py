@@ -1,5 +1,6 @@
 """Library kernels of signal processing: ONNX's discrete and short-time Fourier transforms (DFT,
-STFT) and its mel filter bank (MelWeightMatrix), listed in `SIGNAL_OPS`.
+STFT), its windows of a length only the run gives and its mel filter bank (MelWeightMatrix), listed in
+`SIGNAL_OPS`.
 
 A complex value is held as ONNX holds it, a trailing axis of two (real, imaginary); a real one as a
 trailing axis of one.
@@ -60,7 +61,9 @@ class DftOp(LibraryOp):
 class StftOp(LibraryOp):
     """ONNX STFT of a signal [batch, length, 1 or 2] and an optional window [frame_length]: the DFT of
     each frame of `frame_length` samples, one every `frame_step`, times the window, as [batch, frames,
-    bins, 2]; bins is frame_length, or frame_length // 2 + 1 when `onesided`.
+    bins, 2]; bins is frame_length, or frame_length // 2 + 1 when `onesided`.  Without the parameter
+    `frame_step` (`frame_length`), an operand holds it as the run gives it, in ONNX's order (signal,
+    frame_step, window, frame_length), and the extents it decides are lengths only the run knows.
 
     Example: `%y = kernel.stft(%s, %w) {node = "stft", frame_step = 8 : i64, frame_length = 16 : i64,
     onesided = 1 : i64} : (S, W) -> !tensor_axes.tensor<f32, [B: 1, Frames: 15, Bins: 9, Complex: 2]>`
@@ -68,18 +71,27 @@ class StftOp(LibraryOp):
 
     name = "kernel.stft"
     PARAMS: ClassVar[dict[str, type]] = {"frame_step": int, "frame_length": int, "onesided": int}
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"frame_step", "frame_length"})
 
     def verify_kernel(self) -> None:
         ins, outs = library_types(self)
-        require(self, len(ins) in (1, 2) and len(outs) == 1, "takes a signal and an optional window")
+        run = [name for name in ("frame_step", "frame_length") if name not in self.attributes]
+        require(
+            self,
+            len(ins) - len(run) in (1, 2) and len(outs) == 1,
+            "takes a signal, frame_step unless it is a parameter, an optional window, and frame_length unless it "
+            "is a parameter",
+        )
         _check_flags(self, "onesided")
         for name in ("frame_step", "frame_length"):
-            require(self, self.param(name) >= 1, f"{name} is {self.param(name)}")
+            if name not in run:
+                require(self, self.param(name) >= 1, f"{name} is {self.param(name)}")
         signal, out = ins[0], outs[0]
         if signal is not None:
             require(self, len(signal) == 3, "the signal is not [batch, length, 1 or 2]")
-        if len(ins) == 2 and ins[1] is not None:
-            window = ins[1]
+        windowed = len(ins) - len(run) == 2
+        window = ins[2 if "frame_step" in run else 1] if windowed else None
+        if window is not None and "frame_length" not in run:
             require(self, len(window) == 1 and _is(window[0], self.param("frame_length")), "the window's extent")
         if out is not None:
             require(self, len(out) == 4 and _is(out[-1], 2), "the result is not [batch, frames, bins, 2]")
@@ -108,4 +120,30 @@ class MelWeightMatrixOp(LibraryOp):
             require(self, out == want, "the result is not [dft_length // 2 + 1, num_mel_bins]")
 
 
-SIGNAL_OPS: tuple[type[LibraryOp], ...] = (DftOp, StftOp, MelWeightMatrixOp)
+WINDOW_KINDS = ("hann", "hamming", "blackman")
+"""The windows `kernel.window` computes (ONNX's HannWindow, HammingWindow, BlackmanWindow)."""
+
+
+@irdl_op_definition
+class WindowOp(LibraryOp):
+    """ONNX HannWindow, HammingWindow or BlackmanWindow (`kind`) of the length its operand holds at
+    run time, `periodic` or symmetric, of type `to` (numpy's name); its extent is a length only the
+    run knows.  (A length the build knows folds to a constant: no kernel runs.)
+
+    Example: `%w = kernel.window(%n) {node = "w", kind = "hann", periodic = 1 : i64, to = "float32"}
+    : (!tensor_axes.tensor<i64, []>) -> !tensor_axes.tensor<f32, [Frame: w[0]]>`
+    """
+
+    name = "kernel.window"
+    PARAMS: ClassVar[dict[str, type]] = {"kind": str, "periodic": int, "to": str}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 1 and len(outs) == 1, "takes the size and gives one result")
+        require(self, self.param("kind") in WINDOW_KINDS, f"kind is {self.param('kind')!r}, not one of {WINDOW_KINDS}")
+        _check_flags(self, "periodic")
+        if outs[0] is not None:
+            require(self, len(outs[0]) == 1, "the result is not a vector")
+
+
+SIGNAL_OPS: tuple[type[LibraryOp], ...] = (DftOp, StftOp, WindowOp, MelWeightMatrixOp)

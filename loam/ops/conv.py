@@ -529,8 +529,9 @@ class DeformConvRule(ConvRule):
 
 class Col2ImRule(OpRule):
     """ONNX Col2Im (opset 18): the taps of L sliding blocks, (N, C * prod(block_shape), L), added
-    onto an image (N, C, *image_shape); image_shape and block_shape must be known at build time (they
-    are extents)."""
+    onto an image (N, C, *image_shape).  image_shape and block_shape may come from the run (their
+    length, the number of image axes, known): the extents each decides are then lengths only the run
+    knows, and the kernel checks what the build could not (L the number of blocks, as a DataError)."""
 
     op_types = ("Col2Im",)
     kernels: tuple[str, ...] = ("kernel.col2im",)
@@ -538,59 +539,70 @@ class Col2ImRule(OpRule):
     first_opset = 18
     elem_types = NUMERIC
     limitations = (
-        "image_shape and block_shape must be known at build time; the channel axis must be a number; "
-        "negative pads are refused"
+        "image_shape and block_shape from symbolic extents (a Shape) are refused; the channel axis must be a "
+        "number; negative pads are refused"
     )
 
-    def geometry(
-        self, node: NodeInfo, image: Sequence[int], block: Sequence[int], channels: int
-    ) -> tuple[dict[str, object], int]:
-        """The kernel's parameters, and the number of sliding blocks (the input's last extent)."""
-        nsp = len(image)
-        if nsp < 1 or len(block) != nsp:
-            raise node.fail(f"image_shape {list(image)} and block_shape {list(block)} must give one extent per axis")
-        if any(e < 1 for e in (*image, *block)):
-            raise node.fail(f"image_shape {list(image)} and block_shape {list(block)} must be positive")
-        strides = spatial_attrs(node, nsp, "strides", 1)
-        dilations = spatial_attrs(node, nsp, "dilations", 1)
-        pads = explicit_pads(node, nsp)
-        taps = 1
-        for k in block:
-            taps *= k
-        if channels % taps:
-            raise node.fail(f"the input's axis 1 ({channels}) is no multiple of the block's {taps} taps")
-        count = 1
-        for i in range(nsp):
-            room = image[i] + pads[i] + pads[i + nsp] - (block[i] - 1) * dilations[i] - 1
-            if room < 0:
-                raise node.fail(f"axis {i}: the block spans more than the padded image ({image[i]} + pads)")
-            count *= room // strides[i] + 1
-        params = {
-            "image_shape": tuple(image),
-            "block_shape": tuple(block),
-            "strides": strides,
-            "pads": pads,
-            "dilations": dilations,
-        }
-        return params, count
+    def shape_operand(self, node: NodeInfo, f: Facts | None, what: str) -> tuple[int, list[int] | None]:
+        """The number of image axes `what` gives, and its extents (None where only the run gives them)."""
+        if f is not None and f.value is None:
+            if f.elem.name != "i64" or f.rank != 1 or not f.shape[0].is_const:
+                raise node.fail(f"{what} must be an i64 vector of known length, not {f.elem.name}{list(f.shape)}")
+            return f.shape[0].const_value, None
+        values = known_ints(node, f, what, ("i64",))
+        return len(values), values
 
-    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
-        require_arity(node, inputs, 3)
+    def plan(
+        self, node: NodeInfo, inputs: Sequence[Facts | None], owe: bool = True
+    ) -> tuple[dict[str, object], tuple[Poly, ...]]:
+        """The kernel's parameters (image_shape or block_shape only the run gives left out) and the
+        output's extents; what is known is checked here, and (`owe`) L owed equal to the number of blocks."""
         x = given(node, inputs, 0, "input")
         require_elem(node, x, NUMERIC, "input")
         if x.rank != 3:
             raise node.fail(f"the input has rank {x.rank}; Col2Im takes (N, C * prod(block_shape), L)")
-        image = known_ints(node, inputs[1], "image_shape", ("i64",))
-        block = known_ints(node, inputs[2], "block_shape", ("i64",))
         if not x.shape[1].is_const:
             raise node.unsupported(f"the input's axis 1 is {x.shape[1]}; Col2Im needs it as a number at build time")
         channels = x.shape[1].const_value
-        geo, count = self.geometry(node, image, block, channels)
-        owed.require_equal(x.shape[2], Poly.const(count), node, "the input's last axis and the number of blocks")
+        nsp, image = self.shape_operand(node, optional(inputs, 1), "image_shape")
+        nsp_block, block = self.shape_operand(node, optional(inputs, 2), "block_shape")
+        if nsp < 1 or nsp_block != nsp:
+            raise node.fail(f"image_shape ({nsp} values) and block_shape ({nsp_block}) must give one extent per axis")
+        if any(e < 1 for e in (*(image or ()), *(block or ()))):
+            raise node.fail(f"image_shape {image} and block_shape {block} must be positive")
+        strides = spatial_attrs(node, nsp, "strides", 1)
+        dilations = spatial_attrs(node, nsp, "dilations", 1)
+        pads = explicit_pads(node, nsp)
+        params: dict[str, object] = {}
+        if image is not None:
+            params["image_shape"] = tuple(image)
+        if block is not None:
+            params["block_shape"] = tuple(block)
+            if channels % _prod(block):
+                raise node.fail(f"the input's axis 1 ({channels}) is no multiple of the block's {_prod(block)} taps")
+        params |= {"strides": strides, "pads": pads, "dilations": dilations}
+        if image is not None and block is not None:
+            count = 1
+            for i in range(nsp):
+                room = image[i] + pads[i] + pads[i + nsp] - (block[i] - 1) * dilations[i] - 1
+                if room < 0:
+                    raise node.fail(f"axis {i}: the block spans more than the padded image ({image[i]} + pads)")
+                count *= room // strides[i] + 1
+            if owe:
+                owed.require_equal(
+                    x.shape[2], Poly.const(count), node, "the input's last axis and the number of blocks"
+                )
+        kept = node.result_length(0, 1) if block is None else Poly.const(channels // _prod(block))
+        spatial = [node.result_length(0, 2 + i) if image is None else Poly.const(image[i]) for i in range(nsp)]
+        return params, (x.shape[0], kept, *spatial)
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        require_arity(node, inputs, 3)
+        x = given(node, inputs, 0, "input")
+        params, shape = self.plan(node, inputs)
         value = None
-        if x.value is not None:
-            value = kernel_col2im(np.asarray(x.value), **geo)  # type: ignore[arg-type]
-        shape = (x.shape[0], Poly.const(channels // _prod(block)), *(Poly.const(e) for e in image))
+        if x.value is not None and "image_shape" in params and "block_shape" in params:
+            value = kernel_col2im(np.asarray(x.value), **params)  # type: ignore[arg-type]
         return [Facts(x.elem, shape, value)]
 
     def axes(
@@ -605,11 +617,10 @@ class Col2ImRule(OpRule):
 
         x = operands[0]
         assert x is not None
-        known = operand_facts(operands)
-        image = known_ints(node, known[1], "image_shape", ("i64",))
-        block = known_ints(node, known[2], "block_shape", ("i64",))
-        geo, _ = self.geometry(node, image, block, axes_type(x).shape[1].const_value)
-        return emit_library(ctx, Col2ImOp([x], ctx.result_types[:1], node.name, **geo))  # type: ignore[arg-type]
+        params, _ = self.plan(node, operand_facts(operands), owe=False)
+        run = [operands[k] for k, name in ((1, "image_shape"), (2, "block_shape")) if name not in params]
+        present = [x, *(v for v in run if v is not None)]
+        return emit_library(ctx, Col2ImOp(present, ctx.result_types[:1], node.name, **params))  # type: ignore[arg-type]
 
 
 def _prod(values: Sequence[int]) -> int:

@@ -557,19 +557,28 @@ class ConstantOfShapeRule(OpRule):
 
 class OneHotRule(OpRule):
     """ONNX OneHot (opset 9 on): a new axis of `depth` positions at `axis`, `values[1]` where the
-    position is the index and `values[0]` elsewhere.  depth must be known at build time (it is an
-    extent); indices and values may come at run time."""
+    position is the index and `values[0]` elsewhere.  A depth only the run gives makes the new axis
+    a length only it knows (the kernel reads depth; one below 1 is the module's DataError)."""
 
     op_types = ("OneHot",)
     kernels: tuple[str, ...] = ("kernel.one_hot",)
     attributes = frozenset({"axis"})
     first_opset = 9
     elem_types = tuple(e for e in MOVABLE if e != "bool")
-    limitations = "depth must be known at build time; a float index is truncated toward zero"
+    limitations = "a depth from symbolic extents (a Shape) is refused; a float index is truncated toward zero"
 
-    def depth(self, node: NodeInfo, f: Facts | None) -> int:
-        if f is None or f.value is None or is_symbolic(f):
-            raise node.unsupported("depth must be known at build time (a Constant or an initializer)")
+    def depth(self, node: NodeInfo, f: Facts | None) -> int | None:
+        """depth as the build knows it, or None where the run gives it."""
+        if f is None:
+            raise node.fail("the depth input is absent")
+        if f.elem.name == "bool" or f.elem.name not in MOVABLE:
+            raise node.fail(f"depth has element type {f.elem.name}; ONNX needs a number")
+        if f.value is None:
+            if f.static_shape() not in ((), (1,)):
+                raise node.fail(f"depth must be one number, not a tensor of extents [{', '.join(map(str, f.shape))}]")
+            return None
+        if is_symbolic(f):
+            raise node.unsupported("depth depends on symbolic extents; it must be a number or a run-time value")
         flat = np.asarray(f.value).reshape(-1)
         if flat.size != 1 or not flat[0] >= 1:
             raise node.fail(f"depth must be one number of at least 1, not {flat.tolist()}")
@@ -585,9 +594,10 @@ class OneHotRule(OpRule):
         if values.shape != (Poly.const(2),):
             raise node.fail(f"values must be [off, on] (extents [2]), not [{', '.join(map(str, values.shape))}]")
         axis = norm_axis(node, int(node.attr("axis", -1)), indices.rank + 1)
-        shape = (*indices.shape[:axis], Poly.const(depth), *indices.shape[axis:])
+        extent = node.result_length(0, axis) if depth is None else Poly.const(depth)
+        shape = (*indices.shape[:axis], extent, *indices.shape[axis:])
         value = None
-        if indices.value is not None and values.value is not None and not is_symbolic(indices):
+        if depth is not None and indices.value is not None and values.value is not None and not is_symbolic(indices):
             value = kernel_one_hot(indices.value, values.value, depth=depth, axis=axis)
         return [Facts(values.elem, shape, value)]
 
@@ -602,12 +612,14 @@ class OneHotRule(OpRule):
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import OneHotOp
 
-        indices, _, values = operands
-        assert indices is not None and values is not None
+        indices, depth, values = operands
+        assert indices is not None and depth is not None and values is not None
         result = ctx.result_types[0]
         axis = norm_axis(node, int(node.attr("axis", -1)), len(result.axes))
-        size = result.axes[axis].extent.const_value
-        return emit_library(ctx, OneHotOp([indices, values], [result], node.name, depth=size, axis=axis))
+        size = result.axes[axis].extent
+        if not size.is_const:  # depth only the run gives: the kernel reads it
+            return emit_library(ctx, OneHotOp([indices, values, depth], [result], node.name, axis=axis))
+        return emit_library(ctx, OneHotOp([indices, values], [result], node.name, depth=size.const_value, axis=axis))
 
 
 class EyeLikeRule(OpRule):

@@ -307,17 +307,19 @@ class ArgReduceRule(OpRule):
 
 
 class TopKRule(OpRule):
-    """ONNX TopK: `k` (attribute before opset 10, a known input from 10) along `axis` (default -1).
+    """ONNX TopK: `k` (attribute before opset 10, an input from 10) along `axis` (default -1).
 
     `largest` and `sorted` arrived at opset 11 (before: the largest, sorted).  Ties go to the lower
-    index, as onnxruntime breaks them; the results are always sorted.
+    index, as onnxruntime breaks them; the results are always sorted.  A k only the run gives makes
+    the results' extent along `axis` a length only it knows (the kernel reads k; a k outside
+    [0, extent] is the module's DataError).
     """
 
     op_types = ("TopK",)
     kernels: tuple[str, ...] = ("kernel.topk",)
     attributes = frozenset({"axis", "k", "largest", "sorted"})
     elem_types = (*FLOATS, *INTS, "i8", "i16", "ui8", "ui16", "ui32", "ui64")
-    limitations = "k must be known at build time; results are always sorted"
+    limitations = "a k from symbolic extents (a Shape) is refused; results are always sorted"
 
     def k_of(self, node: NodeInfo, given: list[int] | None) -> int:
         if node.since < 10:
@@ -335,9 +337,17 @@ class TopKRule(OpRule):
         require_elem(node, x, self.elem_types)
         if x.rank == 0:
             raise node.fail("the input must have rank 1 or more")
-        k = self.k_of(node, known_ints(node, inputs[1], "k", INDEX_TYPES) if node.since >= 10 else None)
         axis = norm_axis(node, int(node.attr("axis", -1)), x.rank)
         extent = x.shape[axis]
+        k_input = inputs[1] if node.since >= 10 else None
+        if k_input is not None and k_input.value is None:  # the run gives k: a length only it knows
+            if k_input.elem.name not in INDEX_TYPES or k_input.static_shape() != (1,):
+                raise node.fail(
+                    f"k must be a tensor of one integer (i64[1]), not {k_input.elem.name}{list(k_input.shape)}"
+                )
+            shape = tuple(node.result_length(0, axis) if i == axis else d for i, d in enumerate(x.shape))
+            return [Facts(x.elem, shape), Facts(dtypes.by_name("i64"), shape)]
+        k = self.k_of(node, known_ints(node, k_input, "k", INDEX_TYPES) if node.since >= 10 else None)
         if k < 0 or (extent.is_const and k > extent.const_value):
             raise node.fail(f"k = {k} is not in [0, {extent}], the extent of axis {axis}")
         owed.owe(extent - k, node, f"k = {k} of the extent of axis {axis}")
@@ -347,9 +357,10 @@ class TopKRule(OpRule):
             values, indices = kernel_topk(x.value, **self.params(node, k, x.rank))
         return [Facts(x.elem, shape, values), Facts(dtypes.by_name("i64"), shape, indices)]
 
-    def params(self, node: NodeInfo, k: int, rank: int) -> dict[str, int]:
+    def params(self, node: NodeInfo, k: int | None, rank: int) -> dict[str, int]:
+        """The kernel's parameters; without `k` (None) the kernel reads it from its second operand."""
         return {
-            "k": k,
+            **({} if k is None else {"k": k}),
             "axis": norm_axis(node, int(node.attr("axis", -1)), rank),
             "largest": int_attr(node, "largest", 1, (0, 1)),
             "sorted": int_attr(node, "sorted", 1, (0, 1)),
@@ -373,8 +384,12 @@ class TopKRule(OpRule):
         assert x is not None
         rank = len(x.type.axes)  # type: ignore[attr-defined]
         axis = norm_axis(node, int(node.attr("axis", -1)), rank)
-        k = ctx.result_types[0].shape[axis].const_value
-        return emit_library(ctx, TopKOp([x], ctx.result_types, node.name, **self.params(node, k, rank)))
+        k = ctx.result_types[0].shape[axis]
+        if not k.is_const:  # k only the run gives: the kernel reads it
+            count = operands[1]
+            assert count is not None
+            return emit_library(ctx, TopKOp([x, count], ctx.result_types, node.name, **self.params(node, None, rank)))
+        return emit_library(ctx, TopKOp([x], ctx.result_types, node.name, **self.params(node, k.const_value, rank)))
 
 
 class CumSumRule(KeepsAxes):

@@ -1,14 +1,15 @@
 """Signal processing: the window functions HannWindow, HammingWindow and BlackmanWindow, the
 Fourier transforms DFT and STFT, and MelWeightMatrix.
 
-A window's one operand is its length, an extent the build knows, so stage 0 computes the whole
-window and the module carries it as a constant: no kernel runs.  A length known only at run time
-is refused by name (it decides the output's extent).
+A window's one operand is its length: one the build knows lets stage 0 compute the whole window,
+which the module carries as a constant (no kernel runs); one only the run gives is a length only it
+knows, and `kernel.window` computes the window then (the fold uses the same kernel).
 
 DFT and STFT lower to library kernels (`kernel.dft`, `kernel.stft`) whose numpy pieces also fold
-known values.  Their operands that decide extents (dft_length, DFT's axis from opset 20, frame_step,
-frame_length) must be known at build time, as must the extents of the transformed axis and of the
-signal: a value known only at run time is refused, naming the node and the input.
+known values.  DFT's dft_length and axis (from opset 20) must be known at build time, as must the
+extents of the transformed axis and of the signal: a value known only at run time is refused, naming
+the node and the input.  STFT's frame_step and frame_length may come from the run: the kernel reads
+them, and the extents they decide (frames, bins) are lengths only the run knows.
 
 MelWeightMatrix's num_mel_bins and dft_length fix its extents, so the build must know them; its
 sample_rate and band edges may come at run time (`kernel.mel_weight_matrix`), and when they are
@@ -39,60 +40,70 @@ from loam.ops.operands import (
 )
 from loam.poly import Poly
 from loam.runtime.errors import DataError
-from loam.runtime.kernels.signal import kernel_dft, kernel_mel_weight_matrix, kernel_stft
+from loam.runtime.kernels.signal import kernel_dft, kernel_mel_weight_matrix, kernel_stft, kernel_window
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
     from loam.dialects.tensor_axes import Axis
 
-# The cosine terms of each window: w[n] = sum over (a, k) of a * cos(2 pi k n / N), N the length
-# (periodic) or the length - 1 (symmetric), as ONNX's function bodies compute them.
-TERMS: dict[str, tuple[tuple[float, int], ...]] = {
-    "HannWindow": ((0.5, 0), (-0.5, 1)),
-    "HammingWindow": ((25 / 46, 0), (-(1 - 25 / 46), 1)),
-    "BlackmanWindow": ((0.42, 0), (-0.5, 1), (0.08, 2)),
-}
-
-
-def window(op_type: str, size: int, periodic: bool, dtype: np.dtype) -> np.ndarray:
-    """The `size` values of window `op_type`, computed in float64 and stored as `dtype`."""
-    n = np.arange(size, dtype=np.float64)
-    span = size if periodic else size - 1
-    with np.errstate(all="ignore"):  # a symmetric window of one value divides 0 by 0, as ONNX's does
-        values = sum(a * np.cos(2 * np.pi * k * n / span) for a, k in TERMS[op_type])
-    return np.asarray(values, dtype=np.float64).astype(dtype)
+# Each window operator and the kind `kernel.window` (and the fold, with the same kernel) computes.
+WINDOW_KINDS: dict[str, str] = {"HannWindow": "hann", "HammingWindow": "hamming", "BlackmanWindow": "blackman"}
 
 
 class WindowRule(OpRule):
     """ONNX HannWindow, HammingWindow, BlackmanWindow (opset 17): a window of the given length,
-    periodic (default) or symmetric, of element type `output_datatype` (f32 by default)."""
+    periodic (default) or symmetric, of element type `output_datatype` (f32 by default).
 
-    op_types = tuple(TERMS)
-    kernels: tuple[str, ...] = ()
+    A length the build knows folds to a constant of the module; one only the run gives makes the
+    window's extent a length only it knows (`kernel.window`; a negative one is the module's DataError).
+    """
+
+    op_types = tuple(WINDOW_KINDS)
+    kernels: tuple[str, ...] = ("kernel.window",)
     attributes = frozenset({"output_datatype", "periodic"})
     first_opset = 17
     elem_types = FLOAT_TYPES
-    limitations = "the length must be known at build time (the window is a constant of the module)"
+    limitations = "a length from symbolic extents (a Shape) is refused"
+
+    def params(self, node: NodeInfo) -> dict[str, int | str]:
+        code = int(node.attr("output_datatype", 1))
+        elem = dtypes.BY_ONNX.get(code)
+        if elem is None or elem.name not in self.elem_types or elem.numpy is None:
+            raise node.unsupported(f"output_datatype {code} is not one of {', '.join(self.elem_types)}")
+        periodic = int_attr(node, "periodic", 1, (0, 1))
+        return {"kind": WINDOW_KINDS[node.op_type], "periodic": periodic, "to": elem.numpy.name}
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 1)
         size = given(node, inputs, 0, "size")
         require_elem(node, size, INDEX_TYPES, "size")
-        if size.value is None or is_symbolic(size):
-            raise node.unsupported("the window's length must be known at build time")
+        params = self.params(node)
+        elem = dtypes.BY_ONNX[int(node.attr("output_datatype", 1))]
+        if size.value is None:  # the run gives the length: a length only it knows
+            if size.static_shape() not in ((), (1,)):
+                raise node.fail(
+                    f"size must be one integer, not a tensor of extents [{', '.join(map(str, size.shape))}]"
+                )
+            return [Facts(elem, (node.result_length(0, 0),))]
+        if is_symbolic(size):
+            raise node.unsupported(
+                "the window's length depends on symbolic extents; it must be a number or a run-time value"
+            )
         flat = np.asarray(size.value).reshape(-1)
         if flat.size != 1 or int(flat[0]) < 0:
             raise node.fail(f"size must be one non-negative integer, not {flat.tolist()}")
-        code = int(node.attr("output_datatype", 1))
-        elem = dtypes.BY_ONNX.get(code)
-        if elem is None or elem.name not in self.elem_types or elem.numpy is None:
-            raise node.unsupported(f"output_datatype {code} is not one of {', '.join(self.elem_types)}")
         length = int(flat[0])
-        periodic = bool(int_attr(node, "periodic", 1, (0, 1)))
         if not foldable([length], node.where()):
             raise node.unsupported(f"a window of {length} values is too long to carry as a constant")
-        return [Facts(elem, (Poly.const(length),), window(node.op_type, length, periodic, elem.numpy))]
+        return [Facts(elem, (Poly.const(length),), kernel_window(flat, **params))]  # type: ignore[arg-type]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import WindowOp
+
+        size = operands[0]
+        assert size is not None
+        return emit_library(ctx, WindowOp([size], [ctx.result_types[0]], node.name, **self.params(node)))
 
 
 def _one_int(node: NodeInfo, f: Facts, what: str, types: Sequence[str] = INDEX_TYPES) -> int:
@@ -101,6 +112,17 @@ def _one_int(node: NodeInfo, f: Facts, what: str, types: Sequence[str] = INDEX_T
     if len(values) != 1:
         raise node.fail(f"{what} must be one integer, not {values}")
     return values[0]
+
+
+def _one_int_or_run(node: NodeInfo, f: Facts, what: str) -> int | None:
+    """The one integer input `what` holds, or None where only the run gives it (one integer then)."""
+    if f.value is None:
+        if f.elem.name not in INDEX_TYPES or f.static_shape() not in ((), (1,)):
+            raise node.fail(
+                f"{what} must be one integer (i32 or i64), not {f.elem.name}[{', '.join(map(str, f.shape))}]"
+            )
+        return None
+    return _one_int(node, f, what)
 
 
 def _trailing(node: NodeInfo, f: Facts, what: str) -> int:
@@ -217,12 +239,15 @@ class StftRule(OpRule):
     first_opset = 17
     elem_types = FLOAT_TYPES
     limitations = (
-        "frame_step and frame_length must be known at build time, and the signal's length a number; a window or "
-        "frame_length must be given (without either onnxruntime fails); the signal has rank 3"
+        "the signal's length must be a number; frame_step and frame_length from symbolic extents (a Shape) are "
+        "refused; a window or frame_length must be given (without either onnxruntime fails); the signal has rank 3"
     )
 
     def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[dict[str, int], tuple[Poly, ...]]:
-        """The kernel's parameters and the output's extents (stage 0 and lowering both ask)."""
+        """The kernel's parameters and the output's extents (stage 0 and lowering both ask).
+
+        frame_step or frame_length only the run gives is left out of the parameters (the kernel
+        reads its operand), and the extents it decides are lengths only the run knows."""
         signal = given(node, inputs, 0, "signal")
         require_elem(node, signal, self.elem_types, "the signal")
         if signal.rank == 2:
@@ -231,11 +256,12 @@ class StftRule(OpRule):
             raise node.fail(f"the signal has rank {signal.rank}; ONNX takes [batch, length, 1 or 2]")
         _trailing(node, signal, "the signal")
         size = _static(node, signal.shape[1], "the signal's length (axis 1)")
-        step = _one_int(node, given(node, inputs, 1, "frame_step"), "frame_step")
-        if step < 1:
+        step = _one_int_or_run(node, given(node, inputs, 1, "frame_step"), "frame_step")
+        if step is not None and step < 1:
             raise node.fail(f"frame_step is {step}; it must be at least 1")
         window, length_input = optional(inputs, 2), optional(inputs, 3)
-        length = None if length_input is None else _one_int(node, length_input, "frame_length")
+        length = None if length_input is None else _one_int_or_run(node, length_input, "frame_length")
+        length_run = length_input is not None and length is None  # the kernel reads it (and checks a window's)
         if window is not None:
             if window.elem != signal.elem:
                 raise node.fail(f"the window has element type {window.elem.name} and the signal {signal.elem.name}")
@@ -245,18 +271,25 @@ class StftRule(OpRule):
             if length is not None and length != extent:
                 raise node.fail(f"the window holds {extent} values but frame_length is {length}; ONNX needs them equal")
             length = extent
-        if length is None:
+        if length is None and not length_run:
             raise node.unsupported(
                 "neither a window nor frame_length is given: ONNX then frames the whole signal, which onnxruntime "
                 "refuses; give frame_length"
             )
-        if not 1 <= length <= size:
+        if length is not None and not 1 <= length <= size:
             raise node.fail(f"frame_length is {length}; it must lie in [1, {size}], the signal's length")
         onesided = int_attr(node, "onesided", 1, (0, 1))
-        frames = (size - length) // step + 1
-        bins = length // 2 + 1 if onesided else length
-        shape = (signal.shape[0], Poly.const(frames), Poly.const(bins), Poly.const(2))
-        return {"frame_step": step, "frame_length": length, "onesided": onesided}, shape
+        params = {"onesided": onesided}
+        if step is not None:
+            params["frame_step"] = step
+        if length is not None and not length_run:
+            params["frame_length"] = length
+        frames = node.result_length(0, 1)
+        if step is not None and length is not None:
+            frames = Poly.const((size - length) // step + 1)
+        bins = node.result_length(0, 2) if length is None else Poly.const(length // 2 + 1 if onesided else length)
+        shape = (signal.shape[0], frames, bins, Poly.const(2))
+        return {k: params[k] for k in ("frame_step", "frame_length", "onesided") if k in params}, shape
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 2, 4)
@@ -264,7 +297,7 @@ class StftRule(OpRule):
         signal, window = given(node, inputs, 0, "signal"), optional(inputs, 2)
         value = None
         known = [f for f in (signal, window) if f is not None]
-        if all(f.value is not None and not is_symbolic(f) for f in known):
+        if len(params) == 3 and all(f.value is not None and not is_symbolic(f) for f in known):
             value = kernel_stft(*[np.asarray(f.value) for f in known], **params)
         return [Facts(signal.elem, shape, value)]
 
@@ -282,8 +315,10 @@ class StftRule(OpRule):
         signal = operands[0]
         assert signal is not None
         params, _ = self.plan(node, operand_facts(operands))
+        step = None if "frame_step" in params else operands[1]  # the run gives it: the kernel reads it
         window = operands[2] if len(operands) > 2 else None
-        present = [signal] if window is None else [signal, window]
+        length = operands[3] if "frame_length" not in params and len(operands) > 3 else None
+        present = [v for v in (signal, step, window, length) if v is not None]
         return emit_library(ctx, StftOp(present, [ctx.result_types[0]], node.name, **params))
 
 

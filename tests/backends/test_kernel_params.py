@@ -65,6 +65,7 @@ HOST_ONLY = {
     "tensor_scatter",
     "tile_by",
     "unique",
+    "window",
 }
 """Library kernels with no WGSL form yet: a WGSL build refuses them, naming the op, and `--host-fallback`
 computes them on the host (tests/conformance/expected_failures_wgsl.toml lists their cases)."""

@@ -242,13 +242,56 @@ def kernel_conv_transpose(
 
 
 def kernel_col2im(
-    x: np.ndarray, *, image_shape: tuple, block_shape: tuple, strides: tuple, pads: tuple, dilations: tuple
+    x: np.ndarray,
+    *operands: np.ndarray,
+    image_shape: tuple = (),
+    block_shape: tuple = (),
+    strides: tuple,
+    pads: tuple,
+    dilations: tuple,
 ) -> np.ndarray:
     """ONNX Col2Im: x (N, C * prod(block_shape), L) holds, for each of the L sliding blocks over the
     padded image, its taps; each tap is added onto its image position (N, C, *image_shape), the pads
-    cropped after.  One strided add per block offset, in row-major order (the reference's order)."""
+    cropped after.  One strided add per block offset, in row-major order (the reference's order).
+
+    `operands` are image_shape, then block_shape, as the run gives them, each only where its
+    parameter is absent; extents that are not positive, one per image axis, or that do not fit x
+    (its axis 1 no multiple of the block's taps, a block wider than the padded image, L not the
+    number of blocks) are a DataError."""
     dtype = x.dtype
-    nsp = len(image_shape)
+    nsp = len(strides)
+    rest = list(operands)
+    shapes = []
+    for name, known in (("image_shape", image_shape), ("block_shape", block_shape)):
+        if known:
+            shapes.append(tuple(known))
+            continue
+        values = np.asarray(rest.pop(0)).reshape(-1)
+        if values.size != nsp or bool((values < 1).any()):
+            raise DataError(f"Col2Im's {name} is {values.tolist()}; it must hold {nsp} positive extents")
+        shapes.append(tuple(int(v) for v in values))
+    image_shape, block_shape = shapes
+    if operands:  # what the build could not check
+        taps = 1
+        for k in block_shape:
+            taps *= k
+        if x.shape[1] % taps:
+            raise DataError(
+                f"Col2Im's input axis 1 ({x.shape[1]}) is no multiple of block_shape {list(block_shape)}'s taps"
+            )
+        count = 1
+        for i in range(nsp):
+            room = image_shape[i] + pads[i] + pads[i + nsp] - (block_shape[i] - 1) * dilations[i] - 1
+            if room < 0:
+                raise DataError(
+                    f"Col2Im's block_shape {list(block_shape)} spans more than the padded image at axis {i}"
+                )
+            count *= room // strides[i] + 1
+        if count != x.shape[2]:
+            raise DataError(
+                f"Col2Im's input has {x.shape[2]} blocks (axis 2); image_shape {list(image_shape)} and block_shape "
+                f"{list(block_shape)} make {count}"
+            )
     taps = 1
     for k in block_shape:
         taps *= k
@@ -813,7 +856,7 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "_integer_conv": ("kernel_conv",),
     "kernel_conv_integer": ("_integer_conv",),
     "kernel_qlinear_conv": ("_integer_conv",),
-    "kernel_col2im": ("widened", "narrowed"),
+    "kernel_col2im": ("widened", "narrowed", "DataError"),
     "kernel_max_unpool": ("DataError",),
     "kernel_pool": ("_conv_windows", "widened", "narrowed"),
     "kernel_resize": ("widened", "narrowed", "resize_coordinates", "nearest_taps", "cubic_taps", "antialias_taps"),

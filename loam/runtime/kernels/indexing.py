@@ -129,9 +129,21 @@ def kernel_gather_nd(data: np.ndarray, indices: np.ndarray, *, batch_dims: int) 
     return picked.reshape(*idx.shape[:-1], *data.shape[b + k :])
 
 
-def kernel_one_hot(indices: np.ndarray, values: np.ndarray, *, depth: int, axis: int) -> np.ndarray:
+def kernel_one_hot(
+    indices: np.ndarray, values: np.ndarray, count: np.ndarray | None = None, *, depth: int = 0, axis: int
+) -> np.ndarray:
     """ONNX OneHot: values[1] where the new axis `axis` (`depth` long) meets the index, values[0]
-    elsewhere; negative indices count from `depth` (a float index is truncated toward zero)."""
+    elsewhere; negative indices count from `depth` (a float index is truncated toward zero).
+
+    `count`, when given, is depth as the run gives it (one number, a float truncated toward zero;
+    below 1 it is a DataError), else the parameter `depth` is."""
+    if count is not None:
+        given = np.asarray(count).reshape(-1)
+        if given.size != 1:
+            raise DataError(f"OneHot's depth holds {given.size} values; it must hold one")
+        if not np.isfinite(given[0]) or not given[0] >= 1:
+            raise DataError(f"OneHot's depth is {given[0]}; it must be at least 1")
+        depth = int(np.trunc(given[0]))
     idx = np.asarray(indices)
     idx = np.trunc(idx).astype(np.int64) if idx.dtype.kind == "f" else idx.astype(np.int64)
     idx = np.where(idx < 0, idx + depth, idx)
@@ -294,6 +306,7 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_scatter_nd": ("widened", "narrowed"),
     "kernel_gather_nd": ("DataError",),
     "kernel_range_of": ("DataError",),
+    "kernel_one_hot": ("DataError",),
     "kernel_compress": ("DataError",),
     "kernel_tensor_scatter": ("DataError",),
     "kernel_non_max_suppression": ("_box_sides", "DataError"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from loam.runtime.errors import DataError
 from loam.runtime.kernels.common import narrowed, widened
 
 
@@ -83,14 +84,25 @@ def kernel_arg_reduce(x: np.ndarray, kind: str, axis: int, keepdims: int, select
     return np.asarray(index, dtype=np.int64)
 
 
-def kernel_topk(x: np.ndarray, k: int, axis: int, largest: int, sorted: int) -> tuple[np.ndarray, np.ndarray]:
+def kernel_topk(
+    x: np.ndarray, count: np.ndarray | None = None, *, k: int = -1, axis: int, largest: int, sorted: int
+) -> tuple[np.ndarray, np.ndarray]:
     """ONNX TopK: values and i64 indices of the `k` largest (smallest) along `axis`, ties by lower index.
 
-    Results are always sorted (ONNX leaves the order open when `sorted` is 0).
+    `count`, when given, is k as the run gives it (one integer; outside [0, the axis's extent] it is a
+    DataError), else the parameter `k` is.  Results are always sorted (ONNX leaves the order open
+    when `sorted` is 0).
     """
     x = np.asarray(x)
     w = widened(x)
     n = w.shape[axis]
+    if count is not None:
+        given = np.asarray(count).reshape(-1)
+        if given.size != 1:
+            raise DataError(f"TopK's k holds {given.size} values; it must hold one")
+        k = int(given[0])
+        if not 0 <= k <= n:
+            raise DataError(f"TopK's k is {k}; it must lie in [0, {n}], the extent of axis {axis}")
     if largest:
         # A stable ascending sort of the reversed axis, read backwards, is descending with ties
         # in increasing index order.
@@ -190,7 +202,7 @@ PIECES: dict[str, object] = {
 DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_reduce": ("widened", "narrowed"),
     "kernel_arg_reduce": ("widened",),
-    "kernel_topk": ("widened",),
+    "kernel_topk": ("widened", "DataError"),
     "_cumulative": ("widened", "narrowed"),
     "kernel_cumsum": ("_cumulative",),
     "kernel_cumprod": ("_cumulative",),

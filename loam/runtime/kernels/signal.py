@@ -29,6 +29,32 @@ def _pairs_of(c: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return narrowed(np.stack([c.real, c.imag], axis=-1), dtype)
 
 
+def kernel_window(size: np.ndarray, *, kind: str, periodic: int, to: str) -> np.ndarray:
+    """ONNX HannWindow, HammingWindow or BlackmanWindow (`kind`: hann, hamming, blackman) of the
+    length `size` holds (one integer; a negative one is a DataError): w[n] = sum of a * cos(2 pi k n
+    / N) over the window's cosine terms (a, k), N the length (`periodic`) or the length - 1, computed
+    in float64 and stored as `to` (numpy's name).  A symmetric window of one value is 0 / 0, NaN, as
+    ONNX's function body computes it."""
+    given = np.asarray(size).reshape(-1)
+    if given.size != 1:
+        raise DataError(f"the window's size holds {given.size} values; it must hold one")
+    length = int(given[0])
+    if length < 0:
+        raise DataError(f"the window's size is {length}; it must not be negative")
+    terms = {
+        "hann": ((0.5, 0), (-0.5, 1)),
+        "hamming": ((25 / 46, 0), (-(1 - 25 / 46), 1)),
+        "blackman": ((0.42, 0), (-0.5, 1), (0.08, 2)),
+    }[kind]
+    n = np.arange(length, dtype=np.float64)
+    span = length if periodic else length - 1
+    values = np.zeros(length, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        for a, k in terms:
+            values = values + a * np.cos(2 * np.pi * k * n / span)
+    return values.astype(np.dtype(to))
+
+
 def kernel_dft(x: np.ndarray, *, axis: int, dft_length: int, inverse: int, onesided: int) -> np.ndarray:
     """ONNX DFT of `x` ([..., 1] real or [..., 2] complex) along `axis`, over `dft_length` samples
     (the axis cut short or padded with zeros).  Forward: the spectrum, its first dft_length // 2 + 1
@@ -45,16 +71,42 @@ def kernel_dft(x: np.ndarray, *, axis: int, dft_length: int, inverse: int, onesi
     return _pairs_of(y, x.dtype)
 
 
+def _one_integer(value: np.ndarray, what: str) -> int:
+    """The one integer `value` holds (an operand the run gives); anything else is a DataError."""
+    given = np.asarray(value).reshape(-1)
+    if given.size != 1:
+        raise DataError(f"{what} holds {given.size} values; it must hold one")
+    return int(given[0])
+
+
 def kernel_stft(
-    signal: np.ndarray, window: np.ndarray | None = None, *, frame_step: int, frame_length: int, onesided: int
+    signal: np.ndarray, *operands: np.ndarray, frame_step: int = 0, frame_length: int = 0, onesided: int
 ) -> np.ndarray:
     """ONNX STFT of `signal` [batch, length, 1 or 2]: the DFT of each frame of `frame_length` samples,
-    starting every `frame_step`, times `window` (ones when absent), as [batch, frames, bins, 2] with
+    starting every `frame_step`, times the window (ones when absent), as [batch, frames, bins, 2] with
     frames = (length - frame_length) // frame_step + 1 and bins the frame's length, or its first
-    frame_length // 2 + 1 when `onesided`."""
+    frame_length // 2 + 1 when `onesided`.
+
+    `operands` are, in ONNX's order: frame_step as the run gives it (only where the parameter is
+    absent, 0), the window if any, and frame_length as the run gives it (only where that parameter is
+    absent).  A frame_step below 1, a frame_length outside [1, length] or a window of another length
+    is a DataError."""
+    rest = list(operands)
+    if frame_step == 0:
+        frame_step = _one_integer(rest.pop(0), "STFT's frame_step")
+        if frame_step < 1:
+            raise DataError(f"STFT's frame_step is {frame_step}; it must be at least 1")
     signal = np.asarray(signal)
+    size = signal.shape[1]
+    if frame_length == 0:
+        frame_length = _one_integer(rest.pop(), "STFT's frame_length")
+        if not 1 <= frame_length <= size:
+            raise DataError(f"STFT's frame_length is {frame_length}; it must lie in [1, {size}], the signal's length")
+    window = rest[0] if rest else None
+    if window is not None and np.shape(window) != (frame_length,):
+        raise DataError(f"STFT's window has extents {list(np.shape(window))}; frame_length is {frame_length}")
     c = _complex_of(signal)
-    frames = (c.shape[1] - frame_length) // frame_step + 1
+    frames = (size - frame_length) // frame_step + 1
     taken = c[:, np.arange(frames)[:, np.newaxis] * frame_step + np.arange(frame_length)]
     if window is not None:
         taken = taken * widened(window)
@@ -108,16 +160,20 @@ def kernel_mel_weight_matrix(
 
 
 PIECES: dict[str, object] = {
+    "kernel_window": kernel_window,
     "_complex_of": _complex_of,
     "_pairs_of": _pairs_of,
     "kernel_dft": kernel_dft,
+    "_one_integer": _one_integer,
     "kernel_stft": kernel_stft,
     "kernel_mel_weight_matrix": kernel_mel_weight_matrix,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
+    "kernel_window": ("DataError",),
     "_complex_of": ("widened",),
     "_pairs_of": ("narrowed",),
     "kernel_dft": ("_complex_of", "_pairs_of", "narrowed"),
-    "kernel_stft": ("_complex_of", "_pairs_of", "widened"),
+    "_one_integer": ("DataError",),
+    "kernel_stft": ("_complex_of", "_pairs_of", "widened", "_one_integer", "DataError"),
     "kernel_mel_weight_matrix": ("DataError",),
 }
