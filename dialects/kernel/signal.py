@@ -101,6 +101,7 @@ class StftOp(LibraryOp):
 class MelWeightMatrixOp(LibraryOp):
     """ONNX MelWeightMatrix from its run-time scalars `(sample_rate, lower_edge_hertz, upper_edge_hertz)`:
     the [dft_length // 2 + 1, num_mel_bins] triangles of the mel bands, stored as numpy `dtype`.
+    Where the run gives num_mel_bins and dft_length they lead the operands, and the parameters are absent.
 
     Example: `%w = kernel.mel_weight_matrix(%r, %lo, %hi) {node = "mel", num_mel_bins = 8 : i64,
     dft_length = 16 : i64, dtype = "float32"} : (R, L, H) -> !tensor_axes.tensor<f32, [Bins: 9, Mel: 8]>`
@@ -108,9 +109,13 @@ class MelWeightMatrixOp(LibraryOp):
 
     name = "kernel.mel_weight_matrix"
     PARAMS: ClassVar[dict[str, type]] = {"num_mel_bins": int, "dft_length": int, "dtype": str}
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"num_mel_bins", "dft_length"})
 
     def verify_kernel(self) -> None:
         ins, outs = library_types(self)
+        if len(ins) == 5:  # num_mel_bins and dft_length the run gives, then the scalars
+            require(self, len(outs) == 1 and "num_mel_bins" not in self.params, "takes the five operands")
+            return
         require(self, len(ins) == 3 and len(outs) == 1, "takes sample_rate, lower_edge_hertz and upper_edge_hertz")
         for name in ("num_mel_bins", "dft_length"):
             require(self, self.param(name) >= 1, f"{name} is {self.param(name)}")

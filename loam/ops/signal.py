@@ -11,9 +11,9 @@ extents of the transformed axis and of the signal: a value known only at run tim
 the node and the input.  STFT's frame_step and frame_length may come from the run: the kernel reads
 them, and the extents they decide (frames, bins) are lengths only the run knows.
 
-MelWeightMatrix's num_mel_bins and dft_length fix its extents, so the build must know them; its
-sample_rate and band edges may come at run time (`kernel.mel_weight_matrix`), and when they are
-known too stage 0 folds the matrix into a constant.
+MelWeightMatrix's num_mel_bins and dft_length fix its extents (lengths only the run knows where it
+gives them); its operands may all come at run time (`kernel.mel_weight_matrix`), and when all are
+known stage 0 folds the matrix into a constant.
 """
 
 from __future__ import annotations
@@ -335,21 +335,21 @@ class MelWeightMatrixRule(OpRule):
     attributes = frozenset({"output_datatype"})
     first_opset = 17
     elem_types = tuple(_MEL_TYPES)
-    limitations = (
-        "num_mel_bins and dft_length must be known at build time (they fix the extents); with sample_rate and "
-        "the edges known too the matrix is a constant of the module; output_datatype f32, f64 or f16"
-    )
+    limitations = "with every operand known the matrix is a constant of the module; output_datatype f32, f64 or f16"
 
     def params(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> dict[str, object]:
-        """The `kernel.mel_weight_matrix` parameters, from the extent operands and the attribute."""
-        mel = _one_int(node, given(node, inputs, 0, "num_mel_bins"), "num_mel_bins", ("i32", "i64"))
-        dft = _one_int(node, given(node, inputs, 1, "dft_length"), "dft_length", ("i32", "i64"))
-        if mel < 1 or dft < 1:
+        """The `kernel.mel_weight_matrix` parameters, from the extent operands and the attribute:
+        without num_mel_bins and dft_length where the run gives either (the kernel reads both)."""
+        mel = _one_int_or_run(node, given(node, inputs, 0, "num_mel_bins"), "num_mel_bins")
+        dft = _one_int_or_run(node, given(node, inputs, 1, "dft_length"), "dft_length")
+        if (mel is not None and mel < 1) or (dft is not None and dft < 1):
             raise node.fail(f"num_mel_bins ({mel}) and dft_length ({dft}) must be positive")
         code = int(node.attr("output_datatype", 1))
         elem = dtypes.BY_ONNX.get(code)
         if elem is None or elem.name not in _MEL_TYPES:
             raise node.unsupported(f"output_datatype {code} is not one of {', '.join(_MEL_TYPES)}")
+        if mel is None or dft is None:
+            return {"dtype": _MEL_TYPES[elem.name]}
         return {"num_mel_bins": mel, "dft_length": dft, "dtype": _MEL_TYPES[elem.name]}
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
@@ -365,6 +365,9 @@ class MelWeightMatrixRule(OpRule):
             if any(d != Poly.const(1) for d in f.shape):
                 raise node.fail(f"{what} must be one value, got extents [{', '.join(map(str, f.shape))}]")
         value = None
+        if "num_mel_bins" not in params:  # lengths only the run knows
+            elem = dtypes.by_name(next(k for k, v in _MEL_TYPES.items() if v == params["dtype"]))
+            return [Facts(elem, (node.result_length(0, 0), node.result_length(0, 1)))]
         if all(f.value is not None and not is_symbolic(f) for f in scalars):
             try:
                 value = kernel_mel_weight_matrix(*(np.asarray(f.value) for f in scalars), **params)  # type: ignore[arg-type]
@@ -378,7 +381,7 @@ class MelWeightMatrixRule(OpRule):
         from loam.dialects.kernel import MelWeightMatrixOp
 
         params = self.params(node, operand_facts(operands))
-        scalars = [v for v in operands[2:] if v is not None]
+        scalars = [v for v in operands[0 if "num_mel_bins" not in params else 2 :] if v is not None]
         return emit_library(ctx, MelWeightMatrixOp(scalars, ctx.result_types[:1], node.name, **params))  # type: ignore[arg-type]
 
 

@@ -421,3 +421,26 @@ def test_affine_grid_of_a_size_the_run_gives() -> None:
     result = build_for(model(text, 20))
     with pytest.raises(result.module.DataError, match="needs theta's batch 2"):
         run_built(result, {"theta": theta, "size": i64(3, 1, 4, 5)})
+
+
+def test_mel_weight_matrix_of_counts_the_run_gives() -> None:
+    text = """
+    g (int64 bins, int64 length, int64 rate, float low, float high) => (float[?, ?] w) {
+        w = MelWeightMatrix (bins, length, rate, low, high)
+    }"""
+    scalars = {"rate": np.array(8000, np.int64), "low": np.array(0, np.float32), "high": np.array(3000, np.float32)}
+    check(
+        text,
+        17,
+        [
+            {"bins": np.array(8, np.int64), "length": np.array(64, np.int64), **scalars},
+            {"bins": np.array(4, np.int64), "length": np.array(32, np.int64), **scalars},
+        ],
+    )
+    refused_at_run(
+        text,
+        17,
+        {"bins": np.array(0, np.int64), "length": np.array(64, np.int64), **scalars},
+        "must be positive",
+        oracle=False,
+    )

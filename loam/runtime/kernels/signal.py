@@ -117,13 +117,7 @@ def kernel_stft(
 
 
 def kernel_mel_weight_matrix(
-    sample_rate: np.ndarray,
-    lower_edge_hertz: np.ndarray,
-    upper_edge_hertz: np.ndarray,
-    *,
-    num_mel_bins: int,
-    dft_length: int,
-    dtype: str,
+    *operands: np.ndarray, num_mel_bins: int = 0, dft_length: int = 0, dtype: str
 ) -> np.ndarray:
     """ONNX MelWeightMatrix: [dft_length // 2 + 1, num_mel_bins], column m the triangle of mel band m.
 
@@ -133,7 +127,19 @@ def kernel_mel_weight_matrix(
     centre and falls to 0 at its right edge (peaks of 1, as ONNX's reference and onnxruntime
     compute them).  Computes in f64, stored as `dtype`.  DataError: a band edge outside the
     spectrogram's bins, or a sample_rate that is not positive.
+
+    `operands` are (sample_rate, lower_edge_hertz, upper_edge_hertz), or (num_mel_bins, dft_length,
+    sample_rate, lower_edge_hertz, upper_edge_hertz) where the run gives those two (a count below 1
+    is then a DataError) and the parameters are absent.
     """
+    if len(operands) == 5:
+        num_mel_bins, dft_length = (int(np.asarray(v).reshape(-1)[0]) for v in operands[:2])
+        if num_mel_bins < 1 or dft_length < 1:
+            raise DataError(
+                f"MelWeightMatrix: num_mel_bins ({num_mel_bins}) and dft_length ({dft_length}) must be positive"
+            )
+        operands = operands[2:]
+    sample_rate, lower_edge_hertz, upper_edge_hertz = operands
     rate = int(np.asarray(sample_rate).reshape(-1)[0])
     low, high = (float(np.asarray(v, np.float64).reshape(-1)[0]) for v in (lower_edge_hertz, upper_edge_hertz))
     bins = dft_length // 2 + 1
