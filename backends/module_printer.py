@@ -28,6 +28,14 @@ either way.  Blocks nest.  A length only an If's result has (`present.0.key[2]`,
 give it differently) is bound from the result right after the If where a later extent reads it, and
 a condition owed on it is checked there; read anywhere else, it stops emission.
 
+A `kernel.loop` prints as a `while` over the body block: the trip count and the condition read once
+before it, the carried values assigned their initial values (the body reads them under the names of
+the Loop's results), each iteration starting with the iteration number and the condition as arrays,
+then the body's owed conditions and kernels, then the next condition, the carried values and the
+scan outputs' elements taken from what it yields.  After it, each scan output is its elements
+stacked (or, for no iteration, an empty array of the extents the build knows), and the length of its
+first axis is bound from it like an If's.
+
 Identifiers come from one set (`loam.backends.names.Names`): Python's keywords and builtins and
 every name the module declares or spells are reserved first, then each ONNX name is spelled as an
 ASCII identifier (`fc1.weight` -> `fc1_weight`, `日本` -> `u65e5_u672c`) with `_` appended while
@@ -70,6 +78,7 @@ from loam.backends.names import PYTHON_NAMES, Names, identifier
 from loam.dialects.kernel import (
     ConstantOp,
     IfOp,
+    LoopOp,
     ProgramOp,
     ReturnOp,
     WeightOp,
@@ -584,6 +593,9 @@ class ModulePrinter:
                 if isinstance(op, IfOp):
                     self.collect_if(op)
                     continue
+                if isinstance(op, LoopOp):
+                    self.collect_loop(op)
+                    continue
                 self.collect_op(op)
                 self.bind_result_lengths(op, [self.value_text.get(r, "") for r in op.results])
             if parent is None:
@@ -652,6 +664,57 @@ class ModulePrinter:
         scope.items.append(IfBlock(cond, op.node.data, blocks[0], blocks[1]))
         self.bind_result_lengths(op, idents)
 
+    def collect_loop(self, op: LoopOp) -> None:
+        """A `while` over the body block; the Loop's results are bound after it either way."""
+        scope = self.scope
+        assert scope is not None
+        node = op.node.data
+        block = op.body.block
+        carried = len(op.carried)
+        idents = [self.result_ident(op, r) for r in op.outputs]
+        trip, cond, count = (self.names.mint(n) for n in ("_trip", "_cond", "_count"))
+        scans = [self.names.mint(f"_scan{k}") for k in range(len(op.outputs) - carried)]
+        before: list[str] = []
+        if op.trip is not None:
+            before.append(f"{trip} = int(np.asarray({self.value_text[op.trip]}).reshape(-1)[0])  # {node}: M")
+        if op.cond is not None:
+            before.append(f"{cond} = bool(np.asarray({self.value_text[op.cond]}).reshape(-1)[0])  # {node}: cond")
+        else:
+            before.append(f"{cond} = True  # {node}: no cond input")
+        for ident, value in zip(idents, op.carried, strict=False):
+            before.append(f"{ident} = {self.value_text[value]}  # {node}: loop-carried, initial")
+        before += [f"{name}: list[np.ndarray] = []" for name in scans]
+        before.append(f"{count} = 0")
+        test = f"{cond} and {count} < {trip}" if op.trip is not None else cond
+        iteration, condition, *args = block.args
+        start: list[str] = []
+        for arg, hint, text in ((iteration, "iteration", f"np.array({count}, dtype=np.int64)"),
+                                (condition, "cond_in", f"np.array({cond})")):  # fmt: skip
+            ident = self.names.mint(arg.name_hint or hint)
+            self.value_text[arg] = ident
+            start.append(f"{ident} = {text}")
+        for arg, ident in zip(args, idents, strict=False):
+            self.value_text[arg] = ident
+        body = self.collect(block.ops, scope)
+        last = block.last_op
+        assert isinstance(last, YieldOp)
+        texts = [self.value_text[v] for v in last.values]
+        # Every yielded value is read before a carried value is assigned (a scan output or the
+        # condition may be this iteration's carried value itself).
+        body.items += [f"{name}.append({text})" for name, text in zip(scans, texts[1 + carried :], strict=True)]
+        body.items.append(f"{cond} = bool(np.asarray({texts[0]}).reshape(-1)[0])")
+        if carried:
+            body.items.append(f"{', '.join(idents[:carried])} = {', '.join(texts[1 : 1 + carried])}")
+        body.items.append(f"{count} += 1")
+        after: list[str] = []
+        for ident, name, result in zip(idents[carried:], scans, op.outputs[carried:], strict=True):
+            t = axes_type(result, f"kernel.loop '{node}' result")
+            dtype = dtype_source(numpy_dtype(t, f"kernel.loop '{node}' result"))
+            rest = tuple_source([self.poly_py(a.extent) for a in t.axes[1:]])
+            after.append(f"{ident} = np.stack({name}) if {name} else np.empty((0, *{rest}), {dtype})")
+        scope.items.append(LoopBlock(before, f"while {test}:  # Loop node '{node}'", start, body, after))
+        self.bind_result_lengths(op, idents)
+
     def bind_result_lengths(self, op: Operation, idents: Sequence[str]) -> None:
         """Bind each length only `op`'s results have (`result_symbols`) from the result named
         `idents[k]`, then check the owed conditions that waited for it."""
@@ -689,6 +752,12 @@ class ModulePrinter:
                 if item.symbol in self.result_symbols_read:
                     body.append(f"_env[{item.symbol!r}] = {item.source}  # the length {item.node} gave")
                     body.append(f"_src[{item.symbol!r}] = {item.node!r}")
+            elif isinstance(item, LoopBlock):
+                body += item.before
+                body.append(item.header)
+                lines = [*item.start, *(line for part in self._render(item.body, done) for line in part)]
+                body += [f"    {line}" for line in lines]
+                body += item.after
             else:
                 body.append(f"if bool(np.asarray({item.cond}).reshape(-1)[0]):  # {item.node}")
                 for key, branch in (("then", item.then), ("else", item.other)):
@@ -744,7 +813,7 @@ class Scope:
     inline: set[str] = field(default_factory=set)
     # Result lengths (an If's, a NonZero's, ...) bound so far in this block.
     bound: set[str] = field(default_factory=set)
-    items: list[str | IfBlock | Bind] = field(default_factory=list)
+    items: list[str | IfBlock | LoopBlock | Bind] = field(default_factory=list)
 
     def around(self) -> Iterator[Scope]:
         """This block, then each block around it."""
@@ -771,6 +840,18 @@ class IfBlock:
 
 
 @dataclass(eq=False)
+class LoopBlock:
+    """A Loop: the lines before the `while`, its header, the lines starting each iteration, the body
+    block, and the lines after it."""
+
+    before: list[str]
+    header: str
+    start: list[str]
+    body: Scope
+    after: list[str]
+
+
+@dataclass(eq=False)
 class Bind:
     """A result length bound after the node giving it (printed only where a later extent reads it)."""
 
@@ -781,7 +862,8 @@ class Bind:
 
 def _who(op: Operation, node: str) -> str:
     """How messages name the node giving a result length: `If node 'grow'`, `node 'nz'`."""
-    return f"{'If ' if isinstance(op, IfOp) else ''}node '{node}'"
+    kind = "If " if isinstance(op, IfOp) else "Loop " if isinstance(op, LoopOp) else ""
+    return f"{kind}node '{node}'"
 
 
 def symbols_closure(names: Iterable[str]) -> set[str]:

@@ -18,8 +18,8 @@ removes both where it can prove it safe:
   extents read and reused on every call (`out=`).  Roots whose lifetimes do not overlap share a
   slot of the same extents and element type.
 
-Only the top-level block is planned; a value read inside an If's branches counts as read by the If,
-and the If's results may view anything its branches read.
+Only the top-level block is planned; a value read inside an If's branches (a Loop's body) counts as
+read by the If (the Loop), and its results may view anything its blocks read.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from loam.dialects.kernel import (
     ConstantOp,
     IfOp,
     LibraryOp,
+    LoopOp,
     MatmulOp,
     ReturnOp,
     WeightOp,
@@ -104,7 +105,7 @@ def plan_buffers(ops: Sequence[Operation], broadcast_zips: set[ZipOp]) -> Buffer
             continue
         seen: set[int] = set()
         reads = list(op.operands)
-        if isinstance(op, IfOp):
+        if isinstance(op, IfOp | LoopOp):
             reads += [v for inner in op.walk() if inner is not op for v in inner.operands]
         for v in reads:
             seen |= roots.get(v, frozenset())

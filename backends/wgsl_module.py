@@ -59,6 +59,7 @@ from loam.backends.wgsl_kernels import elementwise
 from loam.dialects.kernel import (
     ConstantOp,
     IfOp,
+    LoopOp,
     MatmulOp,
     PermuteOp,
     ProgramOp,
@@ -191,11 +192,16 @@ class WgslModulePrinter(ModulePrinter):
         """Fold permutations only products read; number every op, branches included, in program
         order, and find each buffer's last reader; buffers are then taken as the ops are printed.
 
-        An If runs on the host: its condition must be a graph input.  Its results are the buffers
+        An If runs on the host: its condition must be a graph input.  A Loop is refused.  Its results are the buffers
         its branches yield (a Python variable each branch assigns), so what a branch yields lives
         as long as the If's result is read."""
         self.ops = [op for op in self.program.walk() if op is not self.program]
         for op in self.ops:
+            if isinstance(op, LoopOp):
+                raise UnsupportedError(
+                    f"Loop node '{op.node.data}': the WGSL module runs no loops (kernel.loop), with or without "
+                    "--host-fallback; build it for the numpy backend"
+                )
             if isinstance(op, IfOp) and op.cond not in self.program.block.args:
                 raise UnsupportedError(
                     f"If node '{op.node.data}': its condition is computed on the device, and the WGSL module "

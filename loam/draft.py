@@ -316,7 +316,7 @@ class _Drafter:
 
     def walk(self, block: Block) -> None:
         from loam.ops.base import result_length
-        from loam.ops.control import IfRule, merge_axes
+        from loam.ops.control import IfRule, LoopRule, merge_axes
         from loam.passes.name_axes import branch_values, folded_name
         from loam.passes.stage0 import node_info
 
@@ -360,6 +360,8 @@ class _Drafter:
                                 self.unify(a, b)
                                 axes[i] = a
                         named.append(axes)
+                elif isinstance(rule, LoopRule):
+                    named = self.loop_axes(op, outputs)
                 else:
                     inputs = [None if isinstance(v.owner, NoneOp) else axes_of[v] for v in op.args]
                     named = rule.axes(info, inputs, outputs)
@@ -367,6 +369,27 @@ class _Drafter:
                     self.settle(result, name, axes)
             elif not isinstance(op, NoneOp | ReturnOp | OweOp | SubgraphInfoOp):
                 raise AxisError(f"graph '{self.graph_name}': the layout drafter does not know {op.name}")
+
+    def loop_axes(self, op: NodeOp, outputs: Sequence[base.Facts]) -> list[list[Axis | None]]:
+        """A Loop's outputs: the carried values keep their initial axes; a scan output keeps its body
+        value's axes behind a fresh first axis (the iterations)."""
+        from loam.passes.name_axes import branch_values
+
+        outer = self.graph_name
+        self.graph_name, body, values = branch_values(op, "body")
+        for k, arg in enumerate(body.args):
+            self.axes_of[arg] = () if k < 2 else self.axes_of[op.args[k]]
+        self.walk(body)
+        self.graph_name = outer
+        carried = len(op.args) - 2
+        named: list[list[Axis | None]] = []
+        for k, facts in enumerate(outputs):
+            if k < carried:
+                named.append(list(self.axes_of[op.args[2 + k]]))
+                continue
+            inner = self.axes_of[values[1 + k]]
+            named.append([None, *(Axis(a.name, e, a.parts) for a, e in zip(inner, facts.shape[1:], strict=True))])
+        return named
 
     # -- naming ------------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from loam.dialects.graph import (
     SubgraphInfoOp,
 )
 from loam.dialects.kernel import ConstantOp as KernelConstantOp
-from loam.dialects.kernel import IfOp, ProgramOp, RegroupOp, WeightOp, YieldOp
+from loam.dialects.kernel import IfOp, LoopOp, ProgramOp, RegroupOp, WeightOp, YieldOp
 from loam.dialects.kernel import ReturnOp as KernelReturnOp
 from loam.dialects.shape_poly import OweOp, ValuesOp
 from loam.dialects.tensor_axes import AxesTensorType, RelabelOp
@@ -124,6 +124,18 @@ def lower_ops(source: Block, block: Block, mapping: dict[SSAValue, SSAValue]) ->
                 regions.append(Region(inner))
             if_op = emit(IfOp(mapping[op.args[0]], [_axes_type(r) for r in op.outs], info.name, *regions))
             for old, new in zip(op.outs, if_op.results, strict=True):
+                mapping[old] = _named(new, old)
+        elif isinstance(op, NodeOp) and op.op_type == "Loop":
+            info = node_info(op)
+            body = op.subgraph("body").block
+            inner = Block(arg_types=[_axes_type(a) for a in body.args])
+            for old, new in zip(body.args, inner.args, strict=True):
+                mapping[old] = _named(new, old)
+            lower_ops(body, inner, mapping)
+            trip, cond = (None if isinstance(v.owner, NoneOp) else mapping[v] for v in op.args[:2])
+            carried = [mapping[v] for v in op.args[2:]]
+            loop = emit(LoopOp(trip, cond, carried, [_axes_type(r) for r in op.outs], info.name, Region(inner)))
+            for old, new in zip(op.outs, loop.results, strict=True):
                 mapping[old] = _named(new, old)
         elif isinstance(op, NodeOp):
             info = node_info(op)

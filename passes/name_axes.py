@@ -26,7 +26,7 @@ from loam.errors import AxisError
 from loam.layout import LayoutMatcher, LayoutRule, parse_layout_flag
 from loam.ops import rule_for
 from loam.ops.base import Facts, NodeInfo, unit_axes
-from loam.ops.control import IfRule, merge_axes
+from loam.ops.control import IfRule, LoopRule, merge_axes
 from loam.passes.apply_options import LAYOUT_ATTR
 from loam.passes.stage0 import node_info
 from loam.poly import Poly
@@ -171,6 +171,9 @@ class NameAxesGraph:
         if isinstance(rule, IfRule):
             self.if_node(op, info)
             return
+        if isinstance(rule, LoopRule):
+            self.loop_node(op, info)
+            return
         inputs: list[tuple[Axis, ...] | None] = []
         for v in op.args:
             if isinstance(v.owner, NoneOp):
@@ -222,9 +225,39 @@ class NameAxesGraph:
             axes = merge_axes(info, name, t.axes, e.axes, facts)
             self.settle(result, self.from_layout(name, facts, axes, node=info.where()))
 
+    def loop_node(self, op: NodeOp, info: NodeInfo) -> None:
+        """Name the body with the rules that reach its graph: each carried value enters it under the
+        axes of its initial value.  The final carried values keep those axes; a scan output keeps its
+        body value's axes behind a first axis the layout names."""
+        graph_name, block, values = branch_values(op, "body")
+        body = NameAxesGraph(self.rules, graph_name)
+        body.inputs = self.inputs
+        header = block.first_op
+        assert isinstance(header, SubgraphInfoOp)
+        names = [s.data for s in header.input_names.data]
+        for k, (arg, name) in enumerate(zip(list(block.args), names, strict=True)):
+            if k < 2:
+                body.settle(arg, body.from_layout(name, _facts(arg)))
+            else:
+                t = op.args[k].type
+                assert isinstance(t, AxesTensorType)
+                body.settle(arg, t)
+        body.run_ops(block)
+        values = branch_values(op, "body")[2]
+        carried = len(op.args) - 2
+        for k, (result, name) in enumerate(zip(list(op.outs), op.output_names, strict=True)):
+            facts = _facts(result)
+            source = op.args[2 + k].type if k < carried else values[1 + k].type
+            assert isinstance(source, AxesTensorType)
+            axes: list[Axis | None] = [Axis(a.name, a.extent, a.parts) for a in source.axes]
+            if k >= carried:
+                axes.insert(0, None)
+            given = [None if a is None else Axis(a.name, e, a.parts) for a, e in zip(axes, facts.shape, strict=True)]
+            self.settle(result, self.from_layout(name, facts, given, node=info.where()))
+
 
 def branch_values(op: NodeOp, key: str) -> tuple[str, Block, list[SSAValue]]:
-    """An If branch's graph name, block and returned values."""
+    """An If branch's (or a Loop body's) graph name, block and returned values."""
     block = op.subgraph(key).block
     header, ret = block.first_op, block.last_op
     assert isinstance(header, SubgraphInfoOp) and isinstance(ret, ReturnOp)

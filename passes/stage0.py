@@ -35,20 +35,25 @@ from loam.dialects.graph import (
     ConstantOp,
     GraphOp,
     InitializerOp,
+    MapType,
     NodeOp,
     NoneOp,
+    OptType,
     ReturnOp,
+    SeqType,
+    SparseTensorType,
     SubgraphInfoOp,
     TensorDataAttr,
     TensorType,
 )
 from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp, poly_tensor_type
 from loam.dim_params import read_dim_param, spell_graph_inputs
+from loam.dtypes import by_name
 from loam.errors import PolyError, ShapeError, UnsupportedError
 from loam.limits import check_extents
 from loam.ops import rule_for
 from loam.ops.base import Facts, NodeInfo
-from loam.ops.control import IfRule
+from loam.ops.control import IfRule, LoopRule
 from loam.poly import Poly, poly_product
 
 
@@ -180,6 +185,7 @@ class Stage0Graph:
         self.graph_name = graph_name
         self.facts: dict[SSAValue, Facts] = {}
         self.scope = owed.ExtentScope()
+        self.within = ""  # how messages name the node whose body this graph is (`Loop node 'y': body 'b' `)
 
     def settle(self, value: SSAValue, facts: Facts) -> SSAValue:
         """Record `facts` for `value` and retype it as `!shape_poly.tensor`."""
@@ -235,6 +241,9 @@ class Stage0Graph:
         rule.check_attributes(info, op.attr_names())
         if isinstance(rule, IfRule):
             self.if_node(op, info, rule)
+            return
+        if isinstance(rule, LoopRule):
+            self.loop_node(op, info, rule)
             return
         if op.subgraphs:
             raise UnsupportedError(f"{info.where()}: subgraphs are not compiled yet")
@@ -305,6 +314,108 @@ class Stage0Graph:
             self.settle(result, facts)
         self.bind_result_lengths(info, outputs)
 
+    def loop_node(self, op: NodeOp, info: NodeInfo, rule: LoopRule) -> None:
+        """Check the body once, in a copy of the scope around it, with what every iteration knows.
+
+        The body's arguments are the iteration number, the condition and the carried values (their
+        extents, never their values: those change).  A carried value the body returns at other
+        extents owes their equality inside the body (checked each iteration).  The outputs: the
+        carried values as they came in, then each scan output with a first axis only the run knows.
+        Nothing of a Loop folds.
+        """
+        args = [None if isinstance(v.owner, NoneOp) else self.facts[v] for v in op.args]
+        if len(args) < 2:
+            raise info.fail(f"has {len(args)} inputs; Loop needs M and cond (either may be empty)")
+        rule.check_control(info, args[0], args[1])
+        initial = args[2:]
+        block = op.subgraph("body").block
+        header = block.first_op
+        if not isinstance(header, SubgraphInfoOp):
+            raise AssertionError(f"{info.where()}: body has no graph.subgraph_info")
+        body_name = header.graph_name.data
+        names = [s.data for s in header.input_names.data]
+        if len(block.args) != 2 + len(initial):
+            raise info.fail(
+                f"the body '{body_name}' takes {len(block.args)} inputs; Loop gives it the iteration number, "
+                f"the condition and {len(initial)} carried values"
+            )
+        carried = len(initial)
+        scans = len(op.outs) - carried
+        if scans < 0:
+            raise info.fail(f"names {len(op.outs)} outputs for {carried} carried values")
+        body = Stage0Graph(body_name)
+        body.within = f"{info.where()}: body '{body_name}' "
+        body.facts = dict(self.facts)
+        outer = self.scope
+        body.scope = owed.ExtentScope(set(outer.bound), dict(outer.bounds), list(outer.sizes))
+        given = [Facts(by_name("i64"), ()), Facts(by_name("bool"), ())]
+        for k, (arg, name) in enumerate(zip(list(block.args), names, strict=True)):
+            declared = arg.type
+            if isinstance(declared, SeqType | OptType | MapType | SparseTensorType):
+                raise info.unsupported(f"body input '{name}' is a {_kind(declared)}; Loam loops over tensors only")
+            if k < 2:
+                facts = given[k]
+            else:
+                init = initial[k - 2]
+                if init is None:
+                    raise info.fail(f"loop-carried value {k - 2} is absent")
+                facts = rule.carried_in(info, name, init)
+            if isinstance(declared, TensorType) and declared.elem.name not in ("undefined", facts.elem.name):
+                raise info.fail(
+                    f"body input '{name}' is declared {declared.elem.name}; Loop gives it {facts.elem.name}"
+                )
+            body.settle(arg, facts)
+        with owed.scope(body.scope):
+            body.run_ops(block)
+            ret = block.last_op
+            assert isinstance(ret, ReturnOp)
+            returned = [body.facts[v] for v in ret.values]
+            if len(returned) != 1 + carried + scans:
+                raise info.fail(
+                    f"the body returns {len(returned)} values; the node's {len(op.outs)} outputs need "
+                    f"{1 + len(op.outs)} (the condition first)"
+                )
+            rule.check_returned(info, carried, returned)
+            body_in = [body.facts[a] for a in block.args[2:]]
+            for name, given_in, got in zip(names[2:], body_in, returned[1 : 1 + carried], strict=True):
+                if got.elem != given_in.elem or got.rank != given_in.rank:
+                    raise info.fail(
+                        f"loop-carried value '{name}' enters the body as {given_in.elem.name} of rank "
+                        f"{given_in.rank} and leaves it as {got.elem.name} of rank {got.rank}"
+                    )
+                for axis, (a, b) in enumerate(zip(given_in.shape, got.shape, strict=True)):
+                    owed.current().owe_equal(b, a, info, f"loop-carried value '{name}' axis {axis} keeps its extent")
+        remove_unread_constants(block)
+        checks = [OweOp(o.lhs, o.rhs, o.node, equal=o.equal) for o in body.scope.owed]
+        if checks:
+            Rewriter.insert_op(checks, InsertPoint.after(header))
+        # A length the body gives a scan output that is owed equal to an extent known outside the
+        # loop (a carried value's) is that extent.
+        known: dict[str, Poly] = {}
+        for o in body.scope.owed:
+            if not o.equal:
+                continue
+            for x, y in ((o.lhs, o.rhs), (o.rhs, o.lhs)):
+                name = x.lone_symbol
+                if name is not None and x == Poly.symbol(name) and outer.computable(y) and not outer.computable(x):
+                    known.setdefault(name, y)
+
+        def outer_form(p: Poly) -> Poly:
+            for name, value in known.items():
+                p = p.substitute(name, value)
+            return p
+
+        outputs = [Facts(f.elem, f.shape) for f in initial if f is not None]
+        for k, facts in enumerate(returned[1 + carried :]):
+            index = carried + k
+            shape = tuple(outer_form(e) for e in facts.shape)
+            outputs.append(
+                rule.scan_output(info, index, op.output_names[index], Facts(facts.elem, shape), outer.computable)
+            )
+        for result, facts in zip(list(op.outs), outputs, strict=True):
+            self.settle(result, facts)
+        self.bind_result_lengths(info, outputs)
+
     def fold(self, op: NodeOp, outputs: list[Facts]) -> None:
         """Replace a node the build can evaluate by one `graph.constant` per output."""
         constants: list[ConstantOp | ValuesOp] = []
@@ -333,7 +444,7 @@ class Stage0Graph:
             got = self.facts[value]
             if not isinstance(declared, TensorType) or declared.shape is None:
                 continue
-            where = f"graph output '{name.data}'"
+            where = f"{self.within}graph output '{name.data}'"
             if declared.elem != got.elem and declared.elem.name != "undefined":
                 raise ShapeError(f"{where} is declared {declared.elem.name}, the nodes produce {got.elem.name}")
             if len(declared.shape) != got.rank:
@@ -348,6 +459,17 @@ class Stage0Graph:
                 if not have.is_const:
                     with owed.scope(self.scope):
                         owed.current().owe_equal(have, Poly.const(want), where, f"axis {i} as declared")
+
+
+def _kind(t: object) -> str:
+    """How a message names a non-tensor ONNX type."""
+    if isinstance(t, SeqType):
+        return "sequence"
+    if isinstance(t, OptType):
+        return "optional"
+    if isinstance(t, MapType):
+        return "map"
+    return "sparse tensor"
 
 
 def remove_unread_constants(block: Block) -> None:

@@ -38,7 +38,7 @@ from __future__ import annotations
 from xdsl.ir import Dialect
 
 from loam.dialects.kernel.attributes import ExprAttr, TileProgramAttr
-from loam.dialects.kernel.control import CONTROL_OPS, IfOp, YieldOp
+from loam.dialects.kernel.control import CONTROL_OPS, IfOp, LoopOp, YieldOp
 from loam.dialects.kernel.convolution import (
     CONV_OPS,
     AffineGridOp,
@@ -198,6 +198,7 @@ __all__ = [
     "IfOp",
     "Kernel",
     "LibraryOp",
+    "LoopOp",
     "LrnOp",
     "LstmOp",
     "MatmulIntegerOp",

@@ -135,6 +135,7 @@ _NUMPY_FORMS = {
     "kernel.cast": "`ndarray.astype` (a half weight's f32 form is prepared once by `Weights`)",
     "kernel.zip": "one function of numpy ufuncs per distinct expression (`numpy_kernel_printer`)",
     "kernel.if": "`if`/`else` in forward",
+    "kernel.loop": "a `while` over the body in forward; scan outputs `np.stack`ed",
     "kernel.tile_program": "one numpy function per program (`backends/numpy_tile.py`)",
 }
 _WGSL_FORMS = {
@@ -146,6 +147,7 @@ _WGSL_FORMS = {
     "kernel.cast": "`wgsl_kernels.elementwise.source_zip`",
     "kernel.zip": "`wgsl_kernels.elementwise.source_zip` (one shader per distinct expression)",
     "kernel.if": "`if`/`else` on the host (its condition a graph input)",
+    "kernel.loop": "refused by name (the WGSL module runs no loops, with or without `--host-fallback`)",
     "kernel.slice": "`wgsl_kernels.movement.source_copy` (a strided copy)",
     "kernel.split": "`wgsl_kernels.movement.source_copy`, one copy per piece",
     "kernel.concat": "`wgsl_kernels.movement.source_copy`, one copy per operand",
