@@ -202,3 +202,22 @@ def test_a_carried_extent_only_an_iteration_knows_is_checked_each_iteration() ->
 def test_the_wgsl_module_refuses_a_loop_by_name() -> None:
     with pytest.raises(UnsupportedError, match=r"Loop node 'y': the WGSL module runs no loops"):
         build_for(model(RUN_TIME_TRIP), backend="wgsl")
+
+
+NO_COND = """
+agraph (int64 M, float[2] x0) => (float[2] y, float[K, 2] s) {
+  y, s = Loop (M, "", x0) <body = b (int64 i, bool c, float[2] a) => (bool co, float[2] ao, float[2] so) {
+     one = Constant <value = int64 {1}> ()
+     co = Less (i, one)
+     ao = Add (a, a)
+     so = Identity (a)
+  }>
+}
+"""
+
+
+@pytest.mark.parametrize("trip", [0, 1, 4])
+def test_without_a_cond_input_the_body_condition_still_stops_it_as_onnxruntime_does(trip: int) -> None:
+    """ONNX's text calls the body's condition ignored without a cond input; onnxruntime (the oracle)
+    stops on it, and so does Loam."""
+    check(NO_COND, {"M": i64(trip), "x0": np.ones(2, np.float32)})
