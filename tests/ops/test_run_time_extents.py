@@ -444,3 +444,24 @@ def test_mel_weight_matrix_of_counts_the_run_gives() -> None:
         "must be positive",
         oracle=False,
     )
+
+
+def test_a_result_past_the_room_of_one_tensor_is_refused_before_it_is_allocated() -> None:
+    from loam.limits import MAX_ELEMENTS
+    from loam.runtime.kernels.common import ROOM
+
+    assert ROOM == MAX_ELEMENTS
+    text = """
+    g (int64[2] shape) => (float[?, ?] y) {
+        y = ConstantOfShape <value = float[1] {1.0}> (shape)
+    }"""
+    result = build_for(model(text, 18))
+    with pytest.raises(result.module.DataError, match=r"past the 68719476736 one tensor may hold"):
+        run_built(result, {"shape": i64(2**20, 2**20)})
+    text = """
+    g (float[2, 3] x, int64[2] reps) => (float[?, ?] y) {
+        y = Tile (x, reps)
+    }"""
+    result = build_for(model(text, 18))
+    with pytest.raises(result.module.DataError, match=r"Tile's repeats \[1048576, 1048576\] would make"):
+        run_built(result, {"x": floats(2, 3), "reps": i64(2**20, 2**20)})

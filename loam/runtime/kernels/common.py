@@ -1,8 +1,15 @@
-"""Pieces every kernel family may read: computing halves in f32."""
+"""Pieces every kernel family may read: computing halves in f32, and the room a result whose
+extents the run decides may take."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from loam.runtime.errors import DataError
+
+ROOM = 2**36
+"""The most elements a result whose extents the run decides may hold: `loam.limits.MAX_ELEMENTS`
+(tests/runtime hold the two equal), which the module's prologue checks of every other buffer."""
 
 
 def widened(x: np.ndarray) -> np.ndarray:
@@ -22,5 +29,16 @@ def narrowed(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return y if y.dtype is dtype or y.dtype == dtype else y.astype(dtype)
 
 
-PIECES: dict[str, object] = {"widened": widened, "narrowed": narrowed}
-DEPENDS: dict[str, tuple[str, ...]] = {}
+def room_for(extents: tuple[int, ...] | list[int], what: str) -> None:
+    """Refuse, before it is allocated, a result of `extents` that the run's values decide (a shape,
+    repeats, pads, a depth) past the elements one tensor may hold: a DataError naming `what`, not a
+    MemoryError."""
+    count = 1
+    for extent in extents:
+        count *= int(extent)
+    if count > 2**36:  # ROOM (a piece is copied by its source alone)
+        raise DataError(f"{what} would make {list(extents)} ({count} elements), past the {2**36} one tensor may hold")
+
+
+PIECES: dict[str, object] = {"widened": widened, "narrowed": narrowed, "room_for": room_for}
+DEPENDS: dict[str, tuple[str, ...]] = {"room_for": ("DataError",)}

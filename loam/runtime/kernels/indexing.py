@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from loam.runtime.errors import DataError
-from loam.runtime.kernels.common import narrowed, widened
+from loam.runtime.kernels.common import narrowed, room_for, widened
 
 
 def kernel_gather(x: np.ndarray, indices: np.ndarray, *, axis: int) -> np.ndarray:
@@ -144,6 +144,7 @@ def kernel_one_hot(
         if not np.isfinite(given[0]) or not given[0] >= 1:
             raise DataError(f"OneHot's depth is {given[0]}; it must be at least 1")
         depth = int(np.trunc(given[0]))
+        room_for([*np.shape(indices), depth], f"OneHot's depth {depth}")
     idx = np.asarray(indices)
     idx = np.trunc(idx).astype(np.int64) if idx.dtype.kind == "f" else idx.astype(np.int64)
     idx = np.where(idx < 0, idx + depth, idx)
@@ -306,7 +307,7 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_scatter_nd": ("widened", "narrowed"),
     "kernel_gather_nd": ("DataError",),
     "kernel_range_of": ("DataError",),
-    "kernel_one_hot": ("DataError",),
+    "kernel_one_hot": ("DataError", "room_for"),
     "kernel_compress": ("DataError",),
     "kernel_tensor_scatter": ("DataError",),
     "kernel_non_max_suppression": ("_box_sides", "DataError"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from loam.runtime.errors import DataError
+from loam.runtime.kernels.common import room_for
 
 
 def kernel_concat(*xs: np.ndarray, axis: int) -> np.ndarray:
@@ -89,6 +90,7 @@ def kernel_expand_to(x: np.ndarray, shape: np.ndarray) -> np.ndarray:
         extents = np.broadcast_shapes(x.shape, target)
     except ValueError:
         raise DataError(f"Expand's shape {list(target)} does not broadcast with the input's {list(x.shape)}") from None
+    room_for(extents, f"Expand's shape {list(target)}")
     return np.array(np.broadcast_to(x, extents))
 
 
@@ -121,6 +123,7 @@ def kernel_tile_by(x: np.ndarray, repeats: np.ndarray) -> np.ndarray:
     counts = _entries(repeats)
     if len(counts) != np.ndim(x) or any(r < 0 for r in counts):
         raise DataError(f"Tile's repeats {counts} must hold one non-negative count per axis ({np.ndim(x)})")
+    room_for([d * r for d, r in zip(np.shape(x), counts, strict=True)], f"Tile's repeats {counts}")
     return kernel_tile(x, repeats=tuple(counts))
 
 
@@ -208,6 +211,7 @@ def kernel_pad_by(
             raise DataError(
                 f"Pad's pads {widths} both pad and crop axis {a} in mode '{mode}' (ONNX leaves their order open)"
             )
+    room_for([n + full[a] + full[x.ndim + a] for a, n in enumerate(x.shape)], f"Pad's pads {widths}")
     fill = next(iter(optional)) if present & 1 else None
     return kernel_pad(x, fill, pads=tuple(full), mode=mode)
 
@@ -282,11 +286,11 @@ PIECES: dict[str, object] = {
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_reverse_sequence": ("DataError",),
-    "kernel_expand_to": ("DataError",),
+    "kernel_expand_to": ("DataError", "room_for"),
     "kernel_reshape_to": ("DataError", "_entries"),
-    "kernel_tile_by": ("DataError", "_entries", "kernel_tile"),
+    "kernel_tile_by": ("DataError", "_entries", "kernel_tile", "room_for"),
     "kernel_slice_by": ("DataError", "_entries", "slice_bounds", "kernel_slice"),
     "kernel_split_by": ("DataError", "_entries", "kernel_split"),
-    "kernel_pad_by": ("DataError", "_entries", "pad_order_matters", "kernel_pad"),
+    "kernel_pad_by": ("DataError", "_entries", "pad_order_matters", "kernel_pad", "room_for"),
     "kernel_dropout": ("DataError",),
 }

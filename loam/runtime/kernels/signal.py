@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from loam.runtime.errors import DataError
-from loam.runtime.kernels.common import narrowed, widened
+from loam.runtime.kernels.common import narrowed, room_for, widened
 
 
 def _complex_of(x: np.ndarray) -> np.ndarray:
@@ -41,6 +41,7 @@ def kernel_window(size: np.ndarray, *, kind: str, periodic: int, to: str) -> np.
     length = int(given[0])
     if length < 0:
         raise DataError(f"the window's size is {length}; it must not be negative")
+    room_for([length], f"the window's size {length}")
     terms = {
         "hann": ((0.5, 0), (-0.5, 1)),
         "hamming": ((25 / 46, 0), (-(1 - 25 / 46), 1)),
@@ -175,7 +176,7 @@ PIECES: dict[str, object] = {
     "kernel_mel_weight_matrix": kernel_mel_weight_matrix,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
-    "kernel_window": ("DataError",),
+    "kernel_window": ("DataError", "room_for"),
     "_complex_of": ("widened",),
     "_pairs_of": ("narrowed",),
     "kernel_dft": ("_complex_of", "_pairs_of", "narrowed"),
