@@ -52,6 +52,7 @@ from loam.dialects.kernel.convolution import (
     PoolOp,
     QLinearConvOp,
     ResizeOp,
+    ResizeToOp,
     RoiAlignOp,
 )
 from loam.dialects.kernel.elementwise import CastOp, ZipOp
@@ -226,6 +227,7 @@ __all__ = [
     "RegroupOp",
     "ReshapeToOp",
     "ResizeOp",
+    "ResizeToOp",
     "ReturnOp",
     "ReverseSequenceOp",
     "RnnOp",

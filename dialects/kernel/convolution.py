@@ -13,7 +13,7 @@ from typing import ClassVar
 from xdsl.irdl import irdl_op_definition
 from xdsl.utils.exceptions import VerifyException
 
-from loam.dialects.kernel.library import LibraryOp, library_types, require
+from loam.dialects.kernel.library import LibraryOp, check_axes, library_types, require
 from loam.poly import Poly
 
 
@@ -235,6 +235,52 @@ class ResizeOp(LibraryOp):
 
 
 @irdl_op_definition
+class ResizeToOp(LibraryOp):
+    """ONNX Resize whose roi, scales or sizes only the run gives: `(x, given...)`, the operands
+    `present` names (bit 0: roi, 1: scales, 2: sizes) over the axes `axes`; the result's extents on
+    those axes are lengths only the run knows.  The other parameters are `kernel.resize`'s.
+
+    Example: `%y = kernel.resize_to(%x, %s) {node = "r", mode = "nearest", coordinate_mode = "asymmetric",
+    nearest_mode = "floor", axes = array<i64: 0, 1>, keep_aspect_ratio_policy = "stretch", present = 2 : i64}
+    : (X, S) -> Y`
+    """
+
+    name = "kernel.resize_to"
+    PARAMS: ClassVar[dict[str, type]] = {
+        "mode": str,
+        "coordinate_mode": str,
+        "nearest_mode": str,
+        "axes": tuple,
+        "keep_aspect_ratio_policy": str,
+        "present": int,
+        "cubic_coeff_a": float,
+        "exclude_outside": int,
+        "extrapolation_value": float,
+        "antialias": int,
+    }
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset(
+        {"cubic_coeff_a", "exclude_outside", "extrapolation_value", "antialias"}
+    )
+
+    def verify_kernel(self) -> None:
+        present = self.param("present")
+        require(self, isinstance(present, int) and 0 < present < 8, "present must name roi, scales or sizes (1-7)")
+        ins, outs = library_types(self)
+        require(
+            self,
+            len(ins) == 1 + bin(present).count("1") and len(outs) == 1,
+            "takes x and the operands present names and gives one result",
+        )
+        require(self, self.param("mode") in ("nearest", "linear", "cubic"), "mode must be nearest, linear or cubic")
+        policy = self.param("keep_aspect_ratio_policy")
+        require(self, policy in ("stretch", "not_larger", "not_smaller"), "keep_aspect_ratio_policy is not Resize's")
+        x, y = ins[0], outs[0]
+        if x is not None:
+            check_axes(self, self.param("axes"), len(x))
+            require(self, y is None or len(y) == len(x), "the result's rank must be the input's")
+
+
+@irdl_op_definition
 class GridSampleOp(LibraryOp):
     """ONNX GridSample: `(x, grid)`, X (N, C, *S) read at the normalised positions of grid (N, *O, r),
     giving (N, C, *O); `mode` nearest, linear or cubic, `padding_mode` zeros, border or reflection.
@@ -312,4 +358,5 @@ CONV_OPS: tuple[type[LibraryOp], ...] = (
     PoolOp,
     RoiAlignOp,
     ResizeOp,
+    ResizeToOp,
 )

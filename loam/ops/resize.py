@@ -2,8 +2,12 @@
 GridSample, lowered to one `kernel.grid_sample`; AffineGrid, the grid GridSample reads, lowered to
 one `kernel.affine_grid` with its extents settled from its size input.
 
-The build needs the scales or sizes (and roi for tf_crop_and_resize) as known values: they fix
-the output extents, which Loam settles statically.  Every opset restates as the current Resize:
+Scales or sizes (and roi for tf_crop_and_resize) the build knows fix the output extents statically.
+Where the run gives one of them (a graph input, a float initializer), or X has symbolic extents, the
+node lowers to `kernel.resize_to`, which reads them at run time: the extents of the axes resized are
+lengths only the run knows (an axis a known scale of 1 leaves alone keeps its extent), and the rank
+is X's.  Their lengths must be known at build time and match the axes resized.  Both paths settle
+the geometry with the same function, `resize_geometry`.  Every opset restates as the current Resize:
 
 - Resize 10, Upsample 7/9 (and Upsample 1's height_scale/width_scale): scales only, the
   `asymmetric` mapping, nearest taking floor when enlarging and ceil when shrinking (onnxruntime's
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -43,13 +47,14 @@ from loam.ops.operands import (
     known_extents,
     lowered_extents,
     operand_facts,
+    present_bits,
     require_elem,
     run_time_length,
     static_extents,
 )
 from loam.poly import Poly
 from loam.runtime.errors import DataError
-from loam.runtime.kernels.conv import kernel_affine_grid, kernel_grid_sample
+from loam.runtime.kernels.conv import kernel_affine_grid, kernel_grid_sample, kernel_resize, resize_geometry
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -67,13 +72,14 @@ _COORDINATE_MODES = (
 )
 _NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 _ALL_TYPES = (*FLOATS, "i8", "i16", "i32", "i64", "ui8", "bool")
+_T = TypeVar("_T")
 
 
 class ResizeRule(OpRule):
     """ONNX Resize (opsets 10-19) and Upsample (opsets 1-9, deprecated at 10)."""
 
     op_types = ("Resize", "Upsample")
-    kernels: tuple[str, ...] = ("kernel.resize",)
+    kernels: tuple[str, ...] = ("kernel.resize", "kernel.resize_to")
     attributes = frozenset(
         {
             "antialias",
@@ -93,22 +99,15 @@ class ResizeRule(OpRule):
     elem_types = _ALL_TYPES
     first_opset = 1
     limitations = (
-        "scales/sizes (and roi for tf_crop_and_resize) must be known at build time; "
+        "scales/sizes (and roi for tf_crop_and_resize) known only at run time need their lengths known; "
         "linear and cubic compute floats only; tf_half_pixel_for_nn only with floor-like nearest modes"
     )
 
     # -- settling the geometry -------------------------------------------------------------------
 
-    def settle(
-        self,
-        node: NodeInfo,
-        shape: tuple[int, ...],
-        roi: np.ndarray | None,
-        scales: np.ndarray | None,
-        sizes: np.ndarray | None,
-    ) -> dict[str, object]:
-        """The `kernel.resize` parameters: mode, mapping, output `sizes` and per-axis `scales`."""
-        rank = len(shape)
+    def attrs(self, node: NodeInfo, rank: int) -> tuple[dict[str, object], tuple[int, ...], str]:
+        """What the attributes settle: the kernel's mode parameters, the axes resized and the
+        keep_aspect_ratio_policy (opsets before 11 restated as the current Resize)."""
         legacy = node.op_type == "Upsample" or node.since < 11
         mode = str(node.attr("mode", "nearest"))
         if mode == "bilinear" and node.op_type == "Upsample":  # Upsample 1's spelling of linear
@@ -121,103 +120,113 @@ class ResizeRule(OpRule):
                 "coordinate_mode": "asymmetric",
                 "nearest_mode": "simple",
             }
-        else:
-            coordinate = str(node.attr("coordinate_transformation_mode", "half_pixel"))
-            if coordinate not in _COORDINATE_MODES:
-                raise node.fail(f"coordinate_transformation_mode {coordinate!r} is not one of Resize's")
-            nearest = str(node.attr("nearest_mode", "round_prefer_floor"))
-            if nearest not in _NEAREST_MODES:
-                raise node.fail(f"nearest_mode {nearest!r} is not one of {', '.join(_NEAREST_MODES)}")
-            if coordinate == "tf_half_pixel_for_nn" and (
-                mode != "nearest" or nearest not in ("round_prefer_floor", "floor")
-            ):
-                raise node.unsupported(
-                    f"coordinate_transformation_mode tf_half_pixel_for_nn is supported with nearest_mode "
-                    f"round_prefer_floor or floor only, not mode {mode} with nearest_mode {nearest}"
-                )
-            params = {"mode": mode, "coordinate_mode": coordinate, "nearest_mode": nearest}
-            if int_attr(node, "antialias", 0, (0, 1)) and mode != "nearest":
-                params["antialias"] = 1
-            if mode == "cubic":
-                coeff = float_attr(node, "cubic_coeff_a", -0.75)
-                if not math.isfinite(coeff):
-                    # A NaN or infinite coefficient makes every cubic weight NaN: a model error, not a number.
-                    raise node.fail(f"cubic_coeff_a must be finite, got {coeff}")
-                params["cubic_coeff_a"] = coeff
-                params["exclude_outside"] = int_attr(node, "exclude_outside", 0, (0, 1))
-            if coordinate == "tf_crop_and_resize":
-                params["extrapolation_value"] = float(node.attr("extrapolation_value", 0.0))
-
-        axes = list(range(rank))
+            return params, tuple(range(rank)), "stretch"
+        coordinate = str(node.attr("coordinate_transformation_mode", "half_pixel"))
+        if coordinate not in _COORDINATE_MODES:
+            raise node.fail(f"coordinate_transformation_mode {coordinate!r} is not one of Resize's")
+        nearest = str(node.attr("nearest_mode", "round_prefer_floor"))
+        if nearest not in _NEAREST_MODES:
+            raise node.fail(f"nearest_mode {nearest!r} is not one of {', '.join(_NEAREST_MODES)}")
+        floor_like = nearest in ("round_prefer_floor", "floor")
+        if coordinate == "tf_half_pixel_for_nn" and (mode != "nearest" or not floor_like):
+            raise node.unsupported(
+                f"coordinate_transformation_mode tf_half_pixel_for_nn is supported with nearest_mode "
+                f"round_prefer_floor or floor only, not mode {mode} with nearest_mode {nearest}"
+            )
+        params = {"mode": mode, "coordinate_mode": coordinate, "nearest_mode": nearest}
+        if int_attr(node, "antialias", 0, (0, 1)) and mode != "nearest":
+            params["antialias"] = 1
+        if mode == "cubic":
+            coeff = float_attr(node, "cubic_coeff_a", -0.75)
+            if not math.isfinite(coeff):
+                # A NaN or infinite coefficient makes every cubic weight NaN: a model error, not a number.
+                raise node.fail(f"cubic_coeff_a must be finite, got {coeff}")
+            params["cubic_coeff_a"] = coeff
+            params["exclude_outside"] = int_attr(node, "exclude_outside", 0, (0, 1))
+        if coordinate == "tf_crop_and_resize":
+            params["extrapolation_value"] = float(node.attr("extrapolation_value", 0.0))
+        axes = tuple(range(rank))
         if node.attr("axes") is not None:
-            axes = [int(a) + rank if int(a) < 0 else int(a) for a in node.attr("axes")]
+            axes = tuple(int(a) + rank if int(a) < 0 else int(a) for a in node.attr("axes"))
             if any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
                 raise node.fail(f"axes {node.attr('axes')} are not distinct axes of a rank-{rank} input")
+        policy = str(node.attr("keep_aspect_ratio_policy", "stretch"))
+        if policy not in ("stretch", "not_larger", "not_smaller"):
+            raise node.fail(f"keep_aspect_ratio_policy {policy!r} is not stretch, not_larger or not_smaller")
+        return params, axes, policy
 
-        f32 = np.float32
-        full_scales = [f32(1)] * rank
-        out = list(shape)
+    def settle(
+        self,
+        node: NodeInfo,
+        shape: tuple[int, ...],
+        roi: np.ndarray | None,
+        scales: np.ndarray | None,
+        sizes: np.ndarray | None,
+    ) -> dict[str, object]:
+        """The `kernel.resize` parameters: mode, mapping, output `sizes` and per-axis `scales`, from
+        the values of roi, scales and sizes the build knows (the geometry is the run-time kernel's,
+        `resize_geometry`)."""
+        params, axes, policy = self.attrs(node, len(shape))
         if node.op_type == "Upsample" and node.since < 7:
-            scales = np.array([1, 1, node.attr("height_scale", 1.0), node.attr("width_scale", 1.0)], dtype=f32)
+            scales = np.array([1, 1, node.attr("height_scale", 1.0), node.attr("width_scale", 1.0)], dtype=np.float32)
         elif node.op_type == "Upsample" and node.since < 9:
-            scales = np.asarray(node.attr("scales", []), dtype=f32)
-        if scales is not None and scales.size:
-            if scales.size != len(axes):
-                raise node.fail(f"scales has {scales.size} values for {len(axes)} axes")
-            for a, s in zip(axes, scales.astype(f32).reshape(-1), strict=True):
-                if not s > 0:
-                    raise node.fail(f"scale {float(s)} on axis {a} must be positive")
-                full_scales[a] = s
-                out[a] = int(np.float64(s) * shape[a])
-        elif sizes is not None and sizes.size and not legacy:
-            if sizes.size != len(axes):
-                raise node.fail(f"sizes has {sizes.size} values for {len(axes)} axes")
-            wanted = [int(v) for v in sizes.reshape(-1)]
-            for a, n in zip(axes, wanted, strict=True):
-                if n < 0:
-                    raise node.fail(f"sizes asks extent {n} on axis {a}")
-                if shape[a] == 0 and n:
-                    raise node.fail(f"axis {a} is empty: no scale stretches it to extent {n}")
-            policy = str(node.attr("keep_aspect_ratio_policy", "stretch"))
-            ratios = [f32(n) / f32(shape[a]) for a, n in zip(axes, wanted, strict=True)]
-            if policy in ("not_larger", "not_smaller"):
-                scale = min(ratios) if policy == "not_larger" else max(ratios)
-                for a in axes:
-                    full_scales[a] = scale
-                    out[a] = int(float(scale) * shape[a] + 0.5)
-            elif policy == "stretch":
-                for a, n, r in zip(axes, wanted, ratios, strict=True):
-                    full_scales[a], out[a] = r, n
-            else:
-                raise node.fail(f"keep_aspect_ratio_policy {policy!r} is not stretch, not_larger or not_smaller")
-        else:
-            raise node.unsupported(
-                "needs its scales or sizes known at build time (a Constant or an integer initializer); "
-                "Loam settles the output extents statically"
-            )
-        if any(o < 1 for o in out):
-            raise node.fail(f"the output extents {out} must be positive")
-        params["scales"] = tuple(float(s) for s in full_scales)
-        params["sizes"] = tuple(out)
-        if params.get("coordinate_mode") == "tf_crop_and_resize":
-            if roi is None or roi.size != 2 * len(axes):
-                raise node.unsupported(
-                    "tf_crop_and_resize needs roi known at build time, with a start and an end per resized axis"
-                )
-            values = roi.astype(f32).reshape(-1)
-            full = [0.0] * rank + [1.0] * rank
-            for i, a in enumerate(axes):
-                full[a], full[a + rank] = float(values[i]), float(values[i + len(axes)])
-            params["roi"] = tuple(full)
+            scales = np.asarray(node.attr("scales", []), dtype=np.float32)
+        crop = params["coordinate_mode"] == "tf_crop_and_resize"
+        try:
+            full_scales, out, full_roi = resize_geometry(shape, axes, roi, scales, sizes, policy, crop)
+        except DataError as err:  # known values Resize defines no result for
+            raise node.fail(str(err)) from None
+        params["scales"], params["sizes"] = full_scales, out
+        if crop:
+            params["roi"] = full_roi
         return params
 
-    def _operands(self, node: NodeInfo, items: Sequence[object]) -> tuple[object, object, object]:
+    def _operands(self, node: NodeInfo, items: Sequence[_T]) -> tuple[_T | None, _T | None, _T | None]:
         """(roi, scales, sizes) among the inputs after X, by opset."""
-        rest = list(items[1:])
+        rest: list[_T | None] = list(items[1:])
         if node.op_type == "Upsample" or node.since < 11:
             return None, (rest[0] if rest else None), None
         rest += [None] * (3 - len(rest))
         return rest[0], rest[1], rest[2]
+
+    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[bool, tuple[bool, bool, bool]]:
+        """Whether the run settles the geometry (`kernel.resize_to`: an operand it reads is known only
+        at run time, or X has symbolic extents), and which of roi, scales and sizes it reads: scales or
+        sizes when given with values (an empty one counts as absent), roi for tf_crop_and_resize.
+        Their lengths must be known and match the axes resized."""
+        x = inputs[0]
+        assert x is not None
+        params, axes, _ = self.attrs(node, x.rank)
+        crop = params["coordinate_mode"] == "tf_crop_and_resize"
+        roi, scales, sizes = self._operands(node, inputs)
+        used: list[Facts | None] = []
+        for f, what in ((roi if crop else None, "roi"), (scales, "scales"), (sizes, "sizes")):
+            if f is None:
+                used.append(None)
+                continue
+            if f.value is not None:
+                count = int(np.size(f.value))
+            elif f.rank == 1 and f.shape[0].is_const:
+                count = f.shape[0].const_value
+            else:
+                raise node.unsupported(
+                    f"{what} has extents [{', '.join(map(str, f.shape))}]; Loam needs it 1-D with its length known "
+                    "at build time (the length sets how many axes it resizes)"
+                )
+            if count == 0 and what != "roi":
+                used.append(None)
+                continue
+            want = 2 * len(axes) if what == "roi" else len(axes)
+            if count != want:
+                per = "a start and an end per resized axis" if what == "roi" else "one value per resized axis"
+                raise node.fail(f"{what} has {count} values; it takes {per}, {want} for the {len(axes)} axes")
+            used.append(f)
+        if used[1] is not None and used[2] is not None:
+            raise node.fail("takes scales or sizes, not both")
+        if node.op_type == "Upsample" and node.since < 9:
+            return False, (False, False, False)
+        runtime = any(f is not None and f.value is None for f in used) or x.static_shape() is None
+        return runtime, (used[0] is not None, used[1] is not None, used[2] is not None)
 
     # -- the three questions -----------------------------------------------------------------------
 
@@ -232,25 +241,29 @@ class ResizeRule(OpRule):
         x = inputs[0]
         if x is None:
             raise node.fail("X must be given")
-        shape = static_extents(node, x, "X")
-        roi, scales, sizes = (f.value if isinstance(f, Facts) else None for f in self._operands(node, inputs))
-        for f, what in zip(self._operands(node, inputs), ("roi", "scales", "sizes"), strict=True):
-            if isinstance(f, Facts) and f.value is None and what != "roi":
-                raise node.unsupported(
-                    f"needs its {what} known at build time (a Constant or an integer initializer); "
-                    "Loam settles the output extents statically"
-                )
-        params = self.settle(node, shape, roi, scales, sizes)
+        params, axes, _ = self.attrs(node, x.rank)
         allowed = _ALL_TYPES if params["mode"] == "nearest" else FLOATS
         if x.elem.name not in allowed:
             raise node.unsupported(
                 f"element type {x.elem.name} is not supported with mode {params['mode']}; "
                 f"Loam computes it in {', '.join(allowed)}"
             )
+        runtime, _ = self.plan(node, inputs)
+        if runtime:  # the run settles the extents of the axes resized: lengths only it knows
+            scales = self._operands(node, inputs)[1]
+            kept: set[int] = set()  # an axis a known scale of 1 leaves alone keeps its extent
+            if scales is not None and scales.value is not None and np.size(scales.value) == len(axes):
+                factors = np.asarray(scales.value, np.float32).reshape(-1)
+                kept = {a for a, s in zip(axes, factors, strict=True) if s == 1}
+            extents = tuple(
+                node.result_length(0, k) if k in axes and k not in kept else d for k, d in enumerate(x.shape)
+            )
+            return [Facts(x.elem, extents)]
+        shape = static_extents(node, x, "X")
+        roi, scales, sizes = (f.value if isinstance(f, Facts) else None for f in self._operands(node, inputs))
+        params = self.settle(node, shape, roi, scales, sizes)
         value = None
         if x.value is not None:
-            from loam.runtime.kernels.conv import kernel_resize
-
             value = kernel_resize(np.asarray(x.value), **params)  # type: ignore[arg-type]
         return [Facts(x.elem, tuple(Poly.const(d) for d in params["sizes"]), value)]  # type: ignore[attr-defined]
 
@@ -263,11 +276,26 @@ class ResizeRule(OpRule):
         return [keep_unchanged(x, outputs[0])]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.dialects.kernel import ResizeOp
+        from loam.dialects.kernel import ResizeOp, ResizeToOp
 
         x = operands[0]
         assert x is not None
-        roi, scales, sizes = (None if f is None else f.value for f in self._operands(node, operand_facts(operands)))
+        facts = operand_facts(operands)
+        runtime, reads = self.plan(node, facts)
+        if runtime:
+            params, axes, policy = self.attrs(node, len(axes_type(x).axes))
+            given = [v if read else None for v, read in zip(self._operands(node, operands), reads, strict=True)]
+            op = ResizeToOp(
+                [x, *(v for v in given if v is not None)],
+                ctx.result_types[:1],
+                node.name,
+                axes=axes,
+                keep_aspect_ratio_policy=policy,
+                present=present_bits(given),
+                **params,  # type: ignore[arg-type]
+            )
+            return emit_library(ctx, op)
+        roi, scales, sizes = (None if f is None else f.value for f in self._operands(node, facts))
         params = self.settle(node, lowered_extents(x), roi, scales, sizes)
         return emit_library(ctx, ResizeOp([x], ctx.result_types[:1], node.name, **params))  # type: ignore[arg-type]
 

@@ -56,6 +56,7 @@ HOST_ONLY = {
     "quantize_linear",
     "range_of",
     "reshape_to",
+    "resize_to",
     "reverse_sequence",
     "rnn",
     "roi_align",

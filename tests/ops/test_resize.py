@@ -174,20 +174,6 @@ def test_resize_refusals() -> None:
     model = one_node("Resize", x, {"roi": None, "scales": scales(1, 1, 2, 2)}, mode="linear")
     with pytest.raises(UnsupportedError, match="Resize node 'n': element type i32 is not supported with mode linear"):
         run_loam(model, {"x": x})
-    # scales fed at run time: the output extents are not known at build time.
-    node = helper.make_node("Resize", ["x", "", "s"], ["y"], name="n")
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [
-            helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2, 4, 5]),
-            helper.make_tensor_value_info("s", onnx.TensorProto.FLOAT, [4]),
-        ],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
-    with pytest.raises(UnsupportedError, match="Resize node 'n': needs its scales known at build time"):
-        run_loam(model, {"x": X, "s": scales(1, 1, 2, 2)})
 
 
 @pytest.mark.parametrize("coeff", [float("nan"), float("inf"), float("-inf")])
@@ -229,11 +215,10 @@ def test_sizes_from_an_integer_initializer(attrs: dict[str, object]) -> None:
     check(_with_initializers(X, {"roi": None, "scales": None, "sizes": sizes}, **attrs), X)
 
 
-def test_scales_as_a_float_initializer_are_refused() -> None:
-    # A float initializer is a weight: stage 0 never reads its value, so the extents are unknown.
-    model = _with_initializers(X, {"roi": None, "scales": scales(1, 1, 2, 2)}, mode="nearest")
-    with pytest.raises(UnsupportedError, match="Resize node 'n': needs its scales known at build time"):
-        run_loam(model, {"x": X})
+def test_scales_as_a_float_initializer_are_read_at_run_time() -> None:
+    # A float initializer is a weight: stage 0 never reads its value, so the run settles the extents.
+    model = _with_initializers(X, {"roi": None, "scales": scales(1, 1, 2, 1.5)}, mode="nearest")
+    check(model, X)
 
 
 # -- Robustness regressions (found by tests/test_robustness.py's mutation sweep) ---------------------------

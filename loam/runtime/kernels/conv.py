@@ -588,6 +588,78 @@ def antialias_taps(
     return [np.clip(t, 0, last) for t in taps], weights
 
 
+def resize_geometry(
+    shape: tuple[int, ...],
+    axes: tuple[int, ...],
+    roi: np.ndarray | None,
+    scales: np.ndarray | None,
+    sizes: np.ndarray | None,
+    keep_aspect_ratio_policy: str,
+    crop: bool,
+) -> tuple[tuple[float, ...], tuple[int, ...], tuple[float, ...]]:
+    """Resize's `kernel_resize` geometry over every axis of an input of extents `shape`: the per-axis
+    scales, the output extents and (where `crop`, tf_crop_and_resize) the roi as starts then ends.
+
+    `scales` or `sizes` (one value per axis of `axes`; scales wins where both are given, an empty one
+    counts as absent) and `roi` (a start and an end per axis of `axes`) are the node's operands; the
+    build calls this with the values it knows, the run-time kernel with those the run gives.  Values
+    Resize defines no result for (a count that does not match `axes`, a scale that is not positive and
+    finite, a negative size, an empty output) are a DataError naming them."""
+    f32 = np.float32
+    rank = len(shape)
+    full_scales = [f32(1)] * rank
+    out = [int(n) for n in shape]
+    if scales is not None and np.size(scales):
+        values = np.asarray(scales).astype(f32).reshape(-1)
+        if values.size != len(axes):
+            raise DataError(f"scales has {values.size} values for {len(axes)} axes")
+        for a, s in zip(axes, values, strict=True):
+            if not (s > 0 and np.isfinite(s)):
+                raise DataError(f"scale {float(s)} on axis {a} must be positive and finite")
+            full_scales[a] = s
+            out[a] = int(np.float64(s) * shape[a])
+    elif sizes is not None and np.size(sizes):
+        wanted = [int(v) for v in np.asarray(sizes).reshape(-1)]
+        if len(wanted) != len(axes):
+            raise DataError(f"sizes has {len(wanted)} values for {len(axes)} axes")
+        for a, n in zip(axes, wanted, strict=True):
+            if n < 0:
+                raise DataError(f"sizes asks extent {n} on axis {a}")
+            if shape[a] == 0:
+                raise DataError(f"axis {a} is empty: no scale stretches it to extent {n}")
+        ratios = [f32(n) / f32(shape[a]) for a, n in zip(axes, wanted, strict=True)]
+        if keep_aspect_ratio_policy in ("not_larger", "not_smaller"):
+            scale = min(ratios) if keep_aspect_ratio_policy == "not_larger" else max(ratios)
+            for a in axes:
+                full_scales[a] = scale
+                out[a] = int(float(scale) * shape[a] + 0.5)
+        elif keep_aspect_ratio_policy == "stretch":
+            for a, n, r in zip(axes, wanted, ratios, strict=True):
+                full_scales[a], out[a] = r, n
+        else:
+            raise ValueError(f"resize: keep_aspect_ratio_policy {keep_aspect_ratio_policy!r}")
+    else:
+        raise DataError("neither scales nor sizes is given (one of them sets the output extents)")
+    if any(o < 1 for o in out):
+        raise DataError(f"the output extents {out} must be positive")
+    full_roi: tuple[float, ...] = ()
+    if crop:
+        bounds = None if roi is None else np.asarray(roi).astype(f32).reshape(-1)
+        if bounds is None or bounds.size != 2 * len(axes):
+            given = "none" if bounds is None else f"{bounds.size} values"
+            raise DataError(
+                f"tf_crop_and_resize takes a roi with a start and an end per resized axis "
+                f"({2 * len(axes)} values), not {given}"
+            )
+        if not np.isfinite(bounds).all():
+            raise DataError(f"roi {bounds.tolist()} must be finite")
+        starts_ends = [0.0] * rank + [1.0] * rank
+        for i, a in enumerate(axes):
+            starts_ends[a], starts_ends[a + rank] = float(bounds[i]), float(bounds[i + len(axes)])
+        full_roi = tuple(starts_ends)
+    return tuple(float(s) for s in full_scales), tuple(out), full_roi
+
+
 def kernel_resize(
     x: np.ndarray,
     *,
@@ -653,6 +725,47 @@ def kernel_resize(
     if outside is not None:
         y = np.where(outside, np.asarray(extrapolation_value).astype(y.dtype), y)
     return narrowed(y, dtype)
+
+
+def kernel_resize_to(
+    x: np.ndarray,
+    *given: np.ndarray,
+    mode: str,
+    coordinate_mode: str,
+    nearest_mode: str,
+    axes: tuple,
+    keep_aspect_ratio_policy: str,
+    present: int,
+    cubic_coeff_a: float = -0.75,
+    exclude_outside: int = 0,
+    extrapolation_value: float = 0.0,
+    antialias: int = 0,
+) -> np.ndarray:
+    """ONNX Resize whose roi, scales or sizes only the run gives: `given` holds the operands `present`
+    names (bit 0: roi, 1: scales, 2: sizes), over the axes `axes`.  The geometry is the build's
+    (`resize_geometry`), then `kernel_resize` computes; values Resize defines no result for are a
+    DataError."""
+    operands = iter(given)
+    roi, scales, sizes = (np.asarray(next(operands)) if present >> bit & 1 else None for bit in range(3))
+    try:
+        full_scales, out, roi_all = resize_geometry(
+            x.shape, tuple(axes), roi, scales, sizes, keep_aspect_ratio_policy, coordinate_mode == "tf_crop_and_resize"
+        )
+    except DataError as err:
+        raise DataError(f"Resize: {err}") from None
+    return kernel_resize(
+        x,
+        mode=mode,
+        coordinate_mode=coordinate_mode,
+        nearest_mode=nearest_mode,
+        scales=full_scales,
+        sizes=out,
+        roi=roi_all,
+        cubic_coeff_a=cubic_coeff_a,
+        exclude_outside=exclude_outside,
+        extrapolation_value=extrapolation_value,
+        antialias=antialias,
+    )
 
 
 def grid_sample_index(
@@ -843,6 +956,8 @@ PIECES: dict[str, object] = {
     "cubic_taps": cubic_taps,
     "antialias_taps": antialias_taps,
     "kernel_resize": kernel_resize,
+    "resize_geometry": resize_geometry,
+    "kernel_resize_to": kernel_resize_to,
     "grid_sample_index": grid_sample_index,
     "grid_sample_taps": grid_sample_taps,
     "grid_sample_sum": grid_sample_sum,
@@ -860,6 +975,8 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_max_unpool": ("DataError",),
     "kernel_pool": ("_conv_windows", "widened", "narrowed"),
     "kernel_resize": ("widened", "narrowed", "resize_coordinates", "nearest_taps", "cubic_taps", "antialias_taps"),
+    "resize_geometry": ("DataError",),
+    "kernel_resize_to": ("kernel_resize", "resize_geometry", "DataError"),
     "kernel_grid_sample": (
         "widened",
         "narrowed",
