@@ -1,22 +1,24 @@
 """Resize and Upsample against onnxruntime: every mode and coordinate mapping, scales or sizes, axes.
 
-The scales, sizes and roi are Constant nodes (the build must know them: they set the output
-extents).  Where onnxruntime departs from ONNX's definition (align_corners when shrinking by a
+Most cases give the scales, sizes and roi as Constant nodes (the build settles the output extents);
+the last section feeds them at run time (`kernel.resize_to`: the extents are lengths only the run
+knows), building each model once and running it at several values.  Where onnxruntime departs from ONNX's definition (align_corners when shrinking by a
 non-integer factor, tf_crop_and_resize on an axis it does not resize), the cases avoid it: the
 ONNX node tests cover those with the reference's numbers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
+import onnx.parser
 import pytest
 from onnx import helper, numpy_helper
 
 from loam.errors import ShapeError, UnsupportedError
-from loam.testing import assert_same, run_loam, run_onnxruntime
+from loam.testing import assert_same, build_for, run_built, run_loam, run_onnxruntime
 
 ONNX_TYPES = {
     np.dtype(np.float32): onnx.TensorProto.FLOAT,
@@ -234,3 +236,154 @@ def test_sizes_for_an_empty_axis_are_refused() -> None:
     negative = one_node("Resize", X, {"roi": None, "scales": None, "sizes": np.array([1, 2, -3, 5], np.int64)})
     with pytest.raises(ShapeError, match="sizes asks extent -3 on axis 2"):
         run_loam(negative, {"x": X})
+
+
+# -- scales, sizes and roi the run gives (kernel.resize_to) ---------------------------------------------------
+
+
+def text_model(text: str, opset: int = 19) -> onnx.ModelProto:
+    """A model from the text form of its graph."""
+    return onnx.parser.parse_model(f'<ir_version: 9, opset_import: ["" : {opset}]>\n{text}')
+
+
+def check_runs(model: onnx.ModelProto, runs: Sequence[Mapping[str, np.ndarray]], rtol: float = 1e-5) -> None:
+    """The model built once, matching onnxruntime on every set of feeds in `runs` (the extents differ)."""
+    built = build_for(model)
+    assert "kernel.resize_to" in built.source or "kernel_resize_to" in built.source
+    shapes = set()
+    for feeds in runs:
+        got = run_built(built, feeds)
+        assert_same(got, run_onnxruntime(model, feeds), rtol=rtol, atol=1e-5)
+        shapes.add(got[0].shape)
+    assert len(shapes) == len(runs), f"the runs should give different extents, gave {shapes}"
+
+
+RUN_TIME_SCALES = """
+g (float[1, 2, 4, 5] x, float[4] s) => (float[?, ?, ?, ?] y) {
+    r = Resize <mode = "MODE", coordinate_transformation_mode = "COORD"> (x, , s)
+    y = Relu (r)
+}"""
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("coordinate", ["half_pixel", "asymmetric", "pytorch_half_pixel"])
+def test_scales_fed_at_run_time(mode: str, coordinate: str) -> None:
+    model = text_model(RUN_TIME_SCALES.replace("MODE", mode).replace("COORD", coordinate))
+    factors = [(1, 1, 2.0, 1.5), (1, 1, 0.5, 0.6)]
+    if mode == "nearest":  # onnxruntime interpolates the two innermost axes only
+        factors.append((2, 1, 1.5, 1))
+    check_runs(model, [{"x": X, "s": scales(*f)} for f in factors])
+
+
+@pytest.mark.parametrize("policy", ["stretch", "not_larger", "not_smaller"])
+def test_sizes_and_axes_fed_at_run_time(policy: str) -> None:
+    model = text_model(f"""
+    g (float[1, 2, 4, 5] x, int64[2] sizes) => (float[?, ?, ?, ?] y) {{
+        y = Resize <mode = "linear", axes = [3, 2], keep_aspect_ratio_policy = "{policy}"> (x, , , sizes)
+    }}""")
+    runs = [{"x": X, "sizes": np.array(v, np.int64)} for v in ((7, 3), (2, 9))]
+    check_runs(model, runs)
+
+
+def test_tf_crop_and_resize_with_roi_and_sizes_fed_at_run_time() -> None:
+    model = text_model("""
+    g (float[1, 2, 4, 5] x, float[4] roi, int64[2] sizes) => (float[?, ?, ?, ?] y) {
+        y = Resize <mode = "linear", coordinate_transformation_mode = "tf_crop_and_resize", axes = [2, 3],
+                    extrapolation_value = -7.0> (x, roi, , sizes)
+    }""")
+    roi = np.array([0.1, 0.2, 0.9, 1.3], np.float32)
+    runs = [{"x": X, "roi": roi, "sizes": np.array(v, np.int64)} for v in ((3, 8), (6, 4))]
+    check_runs(model, runs)
+
+
+def test_upsample_9_and_resize_10_with_scales_fed_at_run_time() -> None:
+    for op, opset in (("Upsample", 9), ("Resize", 10)):
+        model = text_model(
+            f"""
+        g (float[1, 2, 4, 5] x, float[4] s) => (float[?, ?, ?, ?] y) {{
+            y = {op} <mode = "nearest"> (x, s)
+        }}""",
+            opset,
+        )
+        check_runs(model, [{"x": X, "s": scales(1, 1, 2.0, 3.0)}, {"x": X, "s": scales(1, 1, 1.5, 2.0)}])
+
+
+def test_symbolic_input_with_known_scales() -> None:
+    # X's batch and width are symbolic: the resized width is a length only the run knows, the batch
+    # (scale 1) keeps its extent, and the Add after it owes nothing new.
+    model = text_model("""
+    g (float[B, 2, 4, W] x) => (float[?, ?, ?, ?] y) {
+        s = Constant <value = float[4] {1, 1, 2, 1.5}> ()
+        r = Resize <mode = "nearest"> (x, , s)
+        y = Add (r, r)
+    }""")
+    built = build_for(model)
+    assert "kernel_resize_to" in built.source
+    for b, w in ((1, 5), (3, 2)):
+        x = RNG.standard_normal((b, 2, 4, w)).astype(np.float32)
+        got = run_built(built, {"x": x})
+        assert got[0].shape == (b, 2, 8, int(1.5 * w))
+        assert_same(got, run_onnxruntime(model, {"x": x}))
+
+
+def test_run_time_values_resize_defines_no_result_for() -> None:
+    model = text_model(RUN_TIME_SCALES.replace("MODE", "nearest").replace("COORD", "asymmetric"))
+    built = build_for(model)
+    with pytest.raises(built.module.DataError, match=r"Resize: scale -2\.0 on axis 2 must be positive and finite"):
+        run_built(built, {"x": X, "s": scales(1, 1, -2, 1)})
+    with pytest.raises(built.module.DataError, match=r"Resize: scale nan on axis 3"):
+        run_built(built, {"x": X, "s": scales(1, 1, 2, float("nan"))})
+    with pytest.raises(built.module.DataError, match=r"Resize: the output extents \[1, 2, 0, 5\] must be positive"):
+        run_built(built, {"x": X, "s": scales(1, 1, 0.1, 1)})
+    sizes = text_model("""
+    g (float[1, 2, 4, 5] x, int64[2] sizes) => (float[?, ?, ?, ?] y) {
+        y = Resize <axes = [2, 3]> (x, , , sizes)
+    }""")
+    built = build_for(sizes)
+    with pytest.raises(built.module.DataError, match="Resize: sizes asks extent -3 on axis 3"):
+        run_built(built, {"x": X, "sizes": np.array([2, -3], np.int64)})
+    crop = text_model("""
+    g (float[1, 2, 4, 5] x, float[4] roi, int64[2] sizes) => (float[?, ?, ?, ?] y) {
+        y = Resize <coordinate_transformation_mode = "tf_crop_and_resize", axes = [2, 3]> (x, roi, , sizes)
+    }""")
+    built = build_for(crop)
+    with pytest.raises(built.module.DataError, match=r"Resize: roi \[0\.0, nan, 1\.0, 1\.0\] must be finite"):
+        run_built(built, {"x": X, "roi": np.array([0, np.nan, 1, 1], np.float32), "sizes": np.array([3, 3], np.int64)})
+
+
+def test_run_time_operands_the_build_refuses() -> None:
+    cases = [
+        ("float[3] s", "(x, , s)", ShapeError, "scales has 3 values; it takes one value per resized axis, 4 for the 4"),
+        ("float[N] s", "(x, , s)", UnsupportedError, r"scales has extents \[N\]; Loam needs it 1-D with its length"),
+        ("int64[3] s", "(x, , , s)", ShapeError, "sizes has 3 values; it takes one value per resized axis"),
+    ]
+    for decl, call, error, match in cases:
+        model = text_model(f"""
+        g (float[1, 2, 4, 5] x, {decl}) => (float[?, ?, ?, ?] y) {{
+            y = Resize {call}
+        }}""")
+        with pytest.raises(error, match=f"Resize node '.*': {match}"):
+            build_for(model)
+    both = text_model("""
+    g (float[1, 2, 4, 5] x, float[4] s, int64[4] n) => (float[?, ?, ?, ?] y) {
+        y = Resize (x, , s, n)
+    }""")
+    with pytest.raises(ShapeError, match="takes scales or sizes, not both"):
+        build_for(both)
+
+
+def test_an_empty_scales_input_counts_as_absent() -> None:
+    # Resize 11/13 writers pass an empty scales tensor beside sizes; its length (0) is known at build
+    # time.  onnxruntime refuses an empty scales graph input, so it computes the model without it.
+    text = """
+    g (float[1, 2, 4, 5] xDECL, int64[4] sizes) => (float[?, ?, ?, ?] y) {
+        y = Resize <mode = "nearest"> (x, , SCALES, sizes)
+    }"""
+    model = text_model(text.replace("DECL", ", float[0] s").replace("SCALES", "s"), 13)
+    oracle = text_model(text.replace("DECL", "").replace("SCALES", ""), 13)
+    built = build_for(model)
+    for v in ((1, 2, 7, 3), (2, 1, 3, 9)):
+        sizes = np.array(v, np.int64)
+        got = run_built(built, {"x": X, "s": np.zeros((0,), np.float32), "sizes": sizes})
+        assert got[0].shape == v
+        assert_same(got, run_onnxruntime(oracle, {"x": X, "sizes": sizes}))
