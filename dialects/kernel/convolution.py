@@ -240,9 +240,9 @@ class ResizeToOp(LibraryOp):
     `present` names (bit 0: roi, 1: scales, 2: sizes) over the axes `axes`; the result's extents on
     those axes are lengths only the run knows.  The other parameters are `kernel.resize`'s.
 
-    Example: `%y = kernel.resize_to(%x, %s) {node = "r", mode = "nearest", coordinate_mode = "asymmetric",
-    nearest_mode = "floor", axes = array<i64: 0, 1>, keep_aspect_ratio_policy = "stretch", present = 2 : i64}
-    : (X, S) -> Y`
+    Example: `%y = kernel.resize_to(%x, %sizes) {axes = array<i64: 3, 2>, keep_aspect_ratio_policy = "stretch",
+    present = 4 : i64, mode = "linear", coordinate_mode = "half_pixel", nearest_mode = "round_prefer_floor",
+    node = "r"} : (X, S) -> Y`
     """
 
     name = "kernel.resize_to"

@@ -1,9 +1,10 @@
 // RUN: loam-opt %s -p stage0 --split-input-file --verify-diagnostics | filecheck %s
 
-// Resize's output extents come from its scales: fed at run time, the build cannot settle them.
-// CHECK: Resize node 'up': needs its scales known at build time (a Constant or an integer initializer); Loam settles the output extents statically
+// Scales fed at run time are read by the run, but their length (how many axes they resize) must be
+// known at build time.
+// CHECK: Resize node 'up': scales has extents [N]; Loam needs it 1-D with its length known at build time (the length sets how many axes it resizes)
 graph.model {ir_version = 8 : i64, opset_import = {"" = 19 : i64}} {
-  graph.graph "runtime_scales" (%x: !graph.tensor<f32, [1, 1, 4, 4]>, %s: !graph.tensor<f32, [4]>) inputs ["x", "s"] {
+  graph.graph "runtime_scales" (%x: !graph.tensor<f32, [1, 1, 4, 4]>, %s: !graph.tensor<f32, ["N"]>) inputs ["x", "s"] {
     %none = graph.none
     %y = graph.node "Resize" "up" since 19 (%x, %none, %s) -> ["y"] : !graph.unknown
     graph.return %y ["y"] : !graph.tensor<f32, [1, 1, 8, 8]>
@@ -35,11 +36,12 @@ graph.model {ir_version = 8 : i64, opset_import = {"" = 19 : i64}} {
 
 // -----
 
-// Scales as a float initializer are a weight, whose value stage 0 never reads: refused, naming the node.
-// CHECK: Resize node 'up': needs its scales known at build time (a Constant or an integer initializer); Loam settles the output extents statically
+// Scales as a float initializer are a weight, whose value stage 0 never reads (the run does), but
+// whose length it knows: one scale per axis of a rank-4 input, not 2.
+// CHECK: Resize node 'up': scales has 2 values; it takes one value per resized axis, 4 for the 4 axes
 graph.model {ir_version = 8 : i64, opset_import = {"" = 19 : i64}} {
   graph.graph "weight_scales" (%x: !graph.tensor<f32, [1, 1, 4, 4]>) inputs ["x"] {
-    %s = graph.initializer "s" = #graph.data<f32, [4], "0x0000803f0000803f0000004000000040"> : !graph.tensor<f32, [4]>
+    %s = graph.initializer "s" = #graph.data<f32, [2], "0x0000004000000040"> : !graph.tensor<f32, [2]>
     %none = graph.none
     %y = graph.node "Resize" "up" since 19 (%x, %none, %s) -> ["y"] : !graph.unknown
     graph.return %y ["y"] : !graph.tensor<f32, [1, 1, 8, 8]>

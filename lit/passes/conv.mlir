@@ -65,3 +65,24 @@ builtin.module attributes {loam.layout = #tensor_axes.layout<["x" -> [N, C, H, W
     }
   }
 }
+
+// -----
+
+// Resize's sizes fed at run time: the node lowers to kernel.resize_to, which reads them (present bit
+// 2: sizes) over the axes attribute; the extents of the axes it resizes are lengths only the run
+// knows (r[2], r[3]), and what follows keeps them symbolic.
+// CHECK-LABEL: kernel.program "forward" (%x: !tensor_axes.tensor<f32, [N: 1, C: 2, H: 4, W: 4]>, %sizes: !tensor_axes.tensor<i64, [Two: 2]>)
+// CHECK:       %r = kernel.resize_to(%x, %sizes) {axes = array<i64: 3, 2>, keep_aspect_ratio_policy = "stretch", present = 4 : i64, mode = "linear", coordinate_mode = "half_pixel", nearest_mode = "round_prefer_floor", node = "up"}
+// CHECK-SAME:    -> !tensor_axes.tensor<f32, [N: 1, C: 2, Hr: "r[2]", Wr: "r[3]"]>
+// CHECK:       %y = kernel.zip(%r)
+// CHECK-SAME:    -> !tensor_axes.tensor<f32, [N: 1, C: 2, Hr: "r[2]", Wr: "r[3]"]>
+builtin.module attributes {loam.layout = #tensor_axes.layout<["x" -> [N, C, H, W], "sizes" -> [Two], "r" -> [N, C, Hr, Wr]]>} {
+  graph.model {ir_version = 8 : i64, opset_import = {"" = 19 : i64}} {
+    graph.graph "runtime_sizes" (%x: !graph.tensor<f32, [1, 2, 4, 4]>, %sizes: !graph.tensor<i64, [2]>) inputs ["x", "sizes"] {
+      %none = graph.none
+      %r = graph.node "Resize" "up" since 19 (%x, %none, %none, %sizes) {mode = "linear", axes = #graph.list<ints [3, 2]>} -> ["r"] : !graph.unknown
+      %y = graph.node "Relu" "relu" since 19 (%r) -> ["y"] : !graph.unknown
+      graph.return %y ["y"] : !graph.tensor<f32, [1, 2, ?, ?]>
+    }
+  }
+}

@@ -2,9 +2,10 @@
 
 Most cases give the scales, sizes and roi as Constant nodes (the build settles the output extents);
 the last section feeds them at run time (`kernel.resize_to`: the extents are lengths only the run
-knows), building each model once and running it at several values.  Where onnxruntime departs from ONNX's definition (align_corners when shrinking by a
-non-integer factor, tf_crop_and_resize on an axis it does not resize), the cases avoid it: the
-ONNX node tests cover those with the reference's numbers.
+knows), building each model once and running it at several values.  Where onnxruntime departs
+from ONNX's definition (align_corners when shrinking by a non-integer factor, tf_crop_and_resize on
+an axis it does not resize), the cases avoid it: the ONNX node tests cover those with the
+reference's numbers.
 """
 
 from __future__ import annotations
