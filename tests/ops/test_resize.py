@@ -388,3 +388,13 @@ def test_an_empty_scales_input_counts_as_absent() -> None:
         got = run_built(built, {"x": X, "s": np.zeros((0,), np.float32), "sizes": sizes})
         assert got[0].shape == v
         assert_same(got, run_onnxruntime(oracle, {"x": X, "sizes": sizes}))
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_antialias_with_scales_fed_at_run_time(mode: str) -> None:
+    # The run-time kernel passes antialias on: shrinking stretches the filter, enlarging does not.
+    model = text_model(f"""
+    g (float[1, 2, 4, 5] x, float[4] s) => (float[?, ?, ?, ?] y) {{
+        y = Resize <mode = "{mode}", antialias = 1> (x, , s)
+    }}""")
+    check_runs(model, [{"x": X, "s": scales(1, 1, 0.5, 0.6)}, {"x": X, "s": scales(1, 1, 0.75, 2.0)}])
