@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from loam.runtime.errors import DataError
-from loam.runtime.kernels.common import narrowed, widened
+from loam.runtime.kernels.common import narrowed, room_for, widened
 
 
 def _conv_windows(xp: np.ndarray, kernel: tuple, strides: tuple, dilations: tuple, out: tuple) -> np.ndarray:
@@ -753,6 +753,7 @@ def kernel_resize_to(
         )
     except DataError as err:
         raise DataError(f"Resize: {err}") from None
+    room_for(out, "Resize's scales or sizes")
     return kernel_resize(
         x,
         mode=mode,
@@ -976,7 +977,7 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_pool": ("_conv_windows", "widened", "narrowed"),
     "kernel_resize": ("widened", "narrowed", "resize_coordinates", "nearest_taps", "cubic_taps", "antialias_taps"),
     "resize_geometry": ("DataError",),
-    "kernel_resize_to": ("kernel_resize", "resize_geometry", "DataError"),
+    "kernel_resize_to": ("kernel_resize", "resize_geometry", "DataError", "room_for"),
     "kernel_grid_sample": (
         "widened",
         "narrowed",
