@@ -45,8 +45,7 @@ axis whose marker would take a reserved name stops emission with an `AxisError`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
@@ -54,6 +53,7 @@ from xdsl.ir import Operation, SSAValue
 
 from loam.backends import numpy_runtime
 from loam.backends.input_checks import input_check
+from loam.backends.module_blocks import Bind, LoopBlock, Scope, if_block, loop_block, who
 from loam.backends.module_classes import (
     EMBED_ALIGN,
     array_literal,
@@ -574,7 +574,7 @@ class ModulePrinter:
                 for axis in r.type.axes:
                     for name in axis.extent.symbols:
                         if name not in self.input_symbols and derived_call(name) is None:
-                            self.result_symbols.setdefault(name, _who(op, node.data))
+                            self.result_symbols.setdefault(name, who(op, node.data))
 
     def collect(self, ops: Iterable[Operation], parent: Scope | None) -> Scope:
         """One block's owed conditions and lines (an If's branches collected recursively)."""
@@ -644,76 +644,10 @@ class ModulePrinter:
         return ident
 
     def collect_if(self, op: IfOp) -> None:
-        """`if`/`else` over the one-element condition, each block assigning the If's results.
-
-        A result length no input binds (the branches give it differently) is bound from the result
-        after the If, for the later extents that read it.
-        """
-        scope = self.scope
-        assert scope is not None
-        cond = self.value_text[op.cond]
-        idents = [self.result_ident(op, r) for r in op.outputs]
-        blocks: list[Scope] = []
-        for region in (op.then_region, op.else_region):
-            block = self.collect(region.block.ops, scope)
-            last = region.block.last_op
-            assert isinstance(last, YieldOp)
-            for ident, value in zip(idents, last.values, strict=True):
-                block.items.append(f"{ident} = {self.value_text[value]}")
-            blocks.append(block)
-        scope.items.append(IfBlock(cond, op.node.data, blocks[0], blocks[1]))
-        self.bind_result_lengths(op, idents)
+        if_block(self, op)
 
     def collect_loop(self, op: LoopOp) -> None:
-        """A `while` over the body block; the Loop's results are bound after it either way."""
-        scope = self.scope
-        assert scope is not None
-        node = op.node.data
-        block = op.body.block
-        carried = len(op.carried)
-        idents = [self.result_ident(op, r) for r in op.outputs]
-        trip, cond, count = (self.names.mint(n) for n in ("_trip", "_cond", "_count"))
-        scans = [self.names.mint(f"_scan{k}") for k in range(len(op.outputs) - carried)]
-        before: list[str] = []
-        if op.trip is not None:
-            before.append(f"{trip} = int(np.asarray({self.value_text[op.trip]}).reshape(-1)[0])  # {node}: M")
-        if op.cond is not None:
-            before.append(f"{cond} = bool(np.asarray({self.value_text[op.cond]}).reshape(-1)[0])  # {node}: cond")
-        else:
-            before.append(f"{cond} = True  # {node}: no cond input")
-        for ident, value in zip(idents, op.carried, strict=False):
-            before.append(f"{ident} = {self.value_text[value]}  # {node}: loop-carried, initial")
-        before += [f"{name}: list[np.ndarray] = []" for name in scans]
-        before.append(f"{count} = 0")
-        test = f"{cond} and {count} < {trip}" if op.trip is not None else cond
-        iteration, condition, *args = block.args
-        start: list[str] = []
-        for arg, hint, text in ((iteration, "iteration", f"np.array({count}, dtype=np.int64)"),
-                                (condition, "cond_in", f"np.array({cond})")):  # fmt: skip
-            ident = self.names.mint(arg.name_hint or hint)
-            self.value_text[arg] = ident
-            start.append(f"{ident} = {text}")
-        for arg, ident in zip(args, idents, strict=False):
-            self.value_text[arg] = ident
-        body = self.collect(block.ops, scope)
-        last = block.last_op
-        assert isinstance(last, YieldOp)
-        texts = [self.value_text[v] for v in last.values]
-        # Every yielded value is read before a carried value is assigned (a scan output or the
-        # condition may be this iteration's carried value itself).
-        body.items += [f"{name}.append({text})" for name, text in zip(scans, texts[1 + carried :], strict=True)]
-        body.items.append(f"{cond} = bool(np.asarray({texts[0]}).reshape(-1)[0])")
-        if carried:
-            body.items.append(f"{', '.join(idents[:carried])} = {', '.join(texts[1 : 1 + carried])}")
-        body.items.append(f"{count} += 1")
-        after: list[str] = []
-        for ident, name, result in zip(idents[carried:], scans, op.outputs[carried:], strict=True):
-            t = axes_type(result, f"kernel.loop '{node}' result")
-            dtype = dtype_source(numpy_dtype(t, f"kernel.loop '{node}' result"))
-            rest = tuple_source([self.poly_py(a.extent) for a in t.axes[1:]])
-            after.append(f"{ident} = np.stack({name}) if {name} else np.empty((0, *{rest}), {dtype})")
-        scope.items.append(LoopBlock(before, f"while {test}:  # Loop node '{node}'", start, body, after))
-        self.bind_result_lengths(op, idents)
+        loop_block(self, op)
 
     def bind_result_lengths(self, op: Operation, idents: Sequence[str]) -> None:
         """Bind each length only `op`'s results have (`result_symbols`) from the result named
@@ -729,7 +663,7 @@ class ModulePrinter:
                 if name is not None and name in self.result_symbols and not scope.binds(name):
                     assert isinstance(node, StringAttr)
                     scope.bound.add(name)
-                    scope.items.append(Bind(name, f"{ident}.shape[{a}]", _who(op, node.data)))
+                    scope.items.append(Bind(name, f"{ident}.shape[{a}]", who(op, node.data)))
         self.owe_deferred()
 
     def _render(self, scope: Scope, done: set[str]) -> tuple[list[str], list[str]]:
@@ -797,73 +731,6 @@ class ModulePrinter:
         outs = [self.value_text[v] for v in ret.outputs]
         lines.append(f"    return Outputs({', '.join(outs)})" if out_fields else f"    return {outs[0]}")
         return "\n".join(lines) + "\n"
-
-
-@dataclass(eq=False)
-class Scope:
-    """One block being printed (forward's body or an If branch), inside `parent`."""
-
-    parent: Scope | None
-    # Owed conditions checked at the block's top: the symbols each reads, and its line.
-    owed: list[tuple[set[str], str]] = field(default_factory=list)
-    # Conditions reading a result length, checked once the block has bound it.
-    deferred: list[OweOp] = field(default_factory=list)
-    # Derived symbols computed at the block's top, and those computed inline (they read an If's result).
-    derived: set[str] = field(default_factory=set)
-    inline: set[str] = field(default_factory=set)
-    # Result lengths (an If's, a NonZero's, ...) bound so far in this block.
-    bound: set[str] = field(default_factory=set)
-    items: list[str | IfBlock | LoopBlock | Bind] = field(default_factory=list)
-
-    def around(self) -> Iterator[Scope]:
-        """This block, then each block around it."""
-        scope: Scope | None = self
-        while scope is not None:
-            yield scope
-            scope = scope.parent
-
-    def knows(self, name: str) -> bool:
-        """Whether derived symbol `name` is computed where this block runs (here or around it)."""
-        return any(name in s.derived or name in s.inline for s in self.around())
-
-    def binds(self, name: str) -> bool:
-        """Whether result length `name` is bound at this point of the block."""
-        return any(name in s.bound for s in self.around())
-
-
-@dataclass(eq=False)
-class IfBlock:
-    cond: str
-    node: str
-    then: Scope
-    other: Scope
-
-
-@dataclass(eq=False)
-class LoopBlock:
-    """A Loop: the lines before the `while`, its header, the lines starting each iteration, the body
-    block, and the lines after it."""
-
-    before: list[str]
-    header: str
-    start: list[str]
-    body: Scope
-    after: list[str]
-
-
-@dataclass(eq=False)
-class Bind:
-    """A result length bound after the node giving it (printed only where a later extent reads it)."""
-
-    symbol: str
-    source: str
-    node: str
-
-
-def _who(op: Operation, node: str) -> str:
-    """How messages name the node giving a result length: `If node 'grow'`, `node 'nz'`."""
-    kind = "If " if isinstance(op, IfOp) else "Loop " if isinstance(op, LoopOp) else ""
-    return f"{kind}node '{node}'"
 
 
 def symbols_closure(names: Iterable[str]) -> set[str]:

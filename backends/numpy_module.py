@@ -42,8 +42,9 @@ from collections.abc import Sequence
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 
+from loam.backends.module_blocks import Scope
 from loam.backends.module_classes import prepare_source
-from loam.backends.module_printer import ModulePrinter, Scope
+from loam.backends.module_printer import ModulePrinter
 from loam.backends.module_text import (
     CHECKPOINT_FORMATS,
     axes_type,

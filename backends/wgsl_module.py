@@ -34,7 +34,8 @@ from xdsl.dialects.builtin import ArrayAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.backends import wgsl_runtime
-from loam.backends.module_printer import IfBlock, ModulePrinter, Scope, symbols_closure
+from loam.backends.module_blocks import IfBlock, Scope
+from loam.backends.module_printer import ModulePrinter, symbols_closure
 from loam.backends.module_text import (
     CHECKPOINT_FORMATS,
     axes_type,
