@@ -117,9 +117,10 @@ def import_stablehlo(text: str, source: str = "<stablehlo>", *, params: Sequence
     except UnknownOpError as err:
         line, col = prepared.line_col(err.offset)
         known = ", ".join(sorted(op.name.split(".", 1)[1] for op in hlo.StableHLO.operations))
+        chlo = ", ".join(sorted(op.name for op in hlo.CHLO.operations))
         raise UnsupportedError(
             f"{source}:{line}:{col}: '{err.op_name}' is not an op Loam reads (StableHLO ops it reads: {known}; "
-            "and func.func, func.call, func.return)"
+            f"and {chlo}, func.func, func.call, func.return)"
         ) from None
     except PARSE_FAILURES as err:
         raise parse_failure(err, prepared.text, source, parser.pos if parser else 0) from None
@@ -128,7 +129,7 @@ def import_stablehlo(text: str, source: str = "<stablehlo>", *, params: Sequence
 
 def _context() -> Context:
     ctx = Context()
-    for dialect in (Builtin, Func, hlo.StableHLO):
+    for dialect in (Builtin, Func, hlo.StableHLO, hlo.CHLO):
         ctx.load_dialect(dialect)
     return ctx
 

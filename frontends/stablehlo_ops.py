@@ -7,6 +7,10 @@ ONNX nodes through a `GraphBuilder`, so every later pass sees an ordinary ONNX g
     and/or/not                                           And/Or/Not (booleans)
     negate/abs/exponential/log/tanh/logistic/sqrt        Neg/Abs/Exp/Log/Tanh/Sigmoid/Sqrt
     rsqrt                                                Reciprocal(Sqrt)
+    sine/cosine/tan/sign/floor/ceil/round_nearest_even   Sin/Cos/Tan/Sign/Floor/Ceil/Round
+    chlo.erf/sinh/cosh/asin/acos/atan, chlo.square       Erf/Sinh/Cosh/Asin/Acos/Atan, Mul(x, x)
+    remainder                                            Mod (fmod = 1)
+    cbrt, atan2                                          composed from Sign/Abs/Pow, Atan/Where (floats)
     maximum(x, 0)                                        Relu (a zero constant on either side)
     compare EQ/NE/LT/LE/GT/GE                            Equal/Not(Equal)/Less/LessOrEqual/Greater/GreaterOrEqual
     select, convert                                      Where, Cast
@@ -312,6 +316,19 @@ _ELEMENTWISE: dict[type[Operation], str] = {
     hlo.TanhOp: "Tanh",
     hlo.LogisticOp: "Sigmoid",
     hlo.SqrtOp: "Sqrt",
+    hlo.SineOp: "Sin",
+    hlo.CosineOp: "Cos",
+    hlo.TanOp: "Tan",
+    hlo.SignOp: "Sign",
+    hlo.FloorOp: "Floor",
+    hlo.CeilOp: "Ceil",
+    hlo.RoundNearestEvenOp: "Round",  # ONNX rounds halves to even
+    hlo.ErfOp: "Erf",
+    hlo.SinhOp: "Sinh",
+    hlo.CoshOp: "Cosh",
+    hlo.AsinOp: "Asin",
+    hlo.AcosOp: "Acos",
+    hlo.AtanOp: "Atan",
     hlo.NotOp: "Not",
     hlo.SelectOp: "Where",
 }
@@ -340,6 +357,67 @@ def _rsqrt(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
     shape, elem = _result(op)
     root = b.node("Sqrt", [xs[0].value], what="sqrt")
     return [_elementwise_result(b.node("Reciprocal", [root]), xs, shape, elem)]
+
+
+@rule(hlo.SquareOp)
+def _square(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    shape, elem = _result(op)
+    return [_elementwise_result(b.node("Mul", [xs[0].value, xs[0].value]), xs, shape, elem)]
+
+
+@rule(hlo.RemainderOp)
+def _remainder(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    shape, elem = _result(op)  # the dividend's sign, as C's fmod (for integers too)
+    return [_elementwise_result(b.node("Mod", [x.value for x in xs], {"fmod": _int(1)}), xs, shape, elem)]
+
+
+def _float_only(op: Operation, elem: ElementType) -> None:
+    if not elem.is_float:
+        raise LoweringError(f"{op.name} of {elem.name} is not supported (floats only)")
+
+
+@rule(hlo.CbrtOp)
+def _cbrt(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    """cbrt(x) = sign(x) * |x|^(1/3): ONNX has no cube root (NaN and the infinities come out right)."""
+    shape, elem = _result(op)
+    _float_only(op, elem)
+    x = xs[0].value
+    third = b.constant(np.array(1 / 3), elem, "third")
+    root = b.node("Pow", [b.node("Abs", [x], what="abs"), third], what="root")
+    return [_elementwise_result(b.node("Mul", [b.node("Sign", [x], what="sign"), root]), xs, shape, elem)]
+
+
+def _sign_bit(b: GraphBuilder, x: SSAValue, zero: SSAValue, one: SSAValue, what: str) -> SSAValue:
+    """x < 0, or x is -0 (1 / -0 is -inf): the sign bit, without a bit cast (ONNX 17 has none)."""
+    is_zero = b.node("Equal", [x, zero], what=f"{what}_is_zero")
+    signed = b.node("Where", [is_zero, b.node("Div", [one, x], what=f"{what}_inverse"), x], what=f"{what}_signed")
+    return b.node("Less", [signed, zero], what=f"{what}_negative")
+
+
+@rule(hlo.Atan2Op)
+def _atan2(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    """atan2(y, x) from Atan: r = atan(min(|y|, |x|) / max(|y|, |x|)) in [0, pi/4] (0 where both are 0,
+    pi/4 where both are infinite), then pi/2 - r where |y| > |x|, pi - r where x's sign bit is set,
+    and -r where y's is: every quadrant, the axes and the signed zeros as C's atan2 (and JAX) give
+    them: atan2(+-0, +0) = +-0, atan2(+-0, -0) = +-pi.  A NaN operand gives NaN."""
+    shape, elem = _result(op)
+    _float_only(op, elem)
+    y, x = xs[0].value, xs[1].value
+    zero, one = b.constant(np.array(0), elem, "zero"), b.constant(np.array(1), elem, "one")
+    ay, ax = b.node("Abs", [y], what="abs_y"), b.node("Abs", [x], what="abs_x")
+    low, high = b.node("Min", [ay, ax], what="low"), b.node("Max", [ay, ax], what="high")
+    ratio = b.node("Div", [low, high], what="ratio")
+    ratio = b.node("Where", [b.node("Equal", [high, zero], what="both_zero"), zero, ratio], what="ratio_zero")
+    ratio = b.node("Where", [b.node("IsInf", [low], what="both_inf"), one, ratio], what="ratio_inf")
+    r = b.node("Atan", [ratio], what="base")
+    half_pi, pi = b.constant(np.array(np.pi / 2), elem, "half_pi"), b.constant(np.array(np.pi), elem, "pi")
+    steep = b.node("Greater", [ay, ax], what="steep")
+    r = b.node("Where", [steep, b.node("Sub", [half_pi, r], what="from_half_pi"), r], what="octant")
+    r = b.node("Where", [_sign_bit(b, x, zero, one, "x"), b.node("Sub", [pi, r], what="from_pi"), r], what="half")
+    r = b.node("Where", [_sign_bit(b, y, zero, one, "y"), b.node("Neg", [r], what="negated"), r], what="signed")
+    nan = b.node("Or", [b.node("IsNaN", [y], what="y_nan"), b.node("IsNaN", [x], what="x_nan")], what="nan")
+    value = b.node("Where", [nan, b.node("Add", [y, x], what="nan_value"), r])
+    return [_elementwise_result(value, xs, shape, elem)]
 
 
 _COMPARISONS = {"EQ": "Equal", "LT": "Less", "LE": "LessOrEqual", "GT": "Greater", "GE": "GreaterOrEqual"}

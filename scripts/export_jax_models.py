@@ -354,6 +354,24 @@ def ops(x: jax.Array, y: jax.Array, m: jax.Array, t: jax.Array) -> dict[str, jax
         "batched": jnp.einsum("bij,bjk->bik", x.reshape(2, 3, 2), y.reshape(2, 2, 3)),
         "splat": x + jnp.full((3, 4), 0.75, jnp.float32),
         "constant": x * jnp.array([1.0, -2.0, 3.0, 0.5], jnp.float32),
+        # the transcendental and rounding ops (stablehlo.* and chlo.*)
+        "sine": jnp.sin(x),
+        "cosine": jnp.cos(y),
+        "tan": jnp.tan(x),
+        "erf": jax.scipy.special.erf(x),  # chlo.erf
+        "cbrt": jnp.cbrt(x),
+        "atan2": jnp.arctan2(x, y),
+        "atan2_axes": jnp.arctan2(x, y * 0.0),  # x = +-0: +-pi/2
+        "atan2_zeros": jnp.arctan2(x * 0.0, y * 0.0),  # signed zeros: +-0 or +-pi
+        "sign": jnp.sign(x * (m > 0)),
+        "floor_ceil": jnp.floor(x * 2.0) + 10.0 * jnp.ceil(y * 2.0),
+        "round_even": jnp.round(jnp.floor(x * 4.0) / 2.0),  # exact halves: ties to even
+        "remainder": jnp.fmod(x * 3.0, y),
+        "int_remainder": lax.rem(m - 2, jnp.int32(3)),
+        "sinh_cosh": jnp.sinh(x) + jnp.cosh(y),  # chlo.sinh, chlo.cosh
+        "asin_acos": jnp.arcsin(jnp.tanh(x)) + jnp.arccos(jnp.tanh(y)),  # chlo.asin, chlo.acos
+        "atan": jnp.arctan(x),  # chlo.atan
+        "square": jnp.square(x),  # chlo.square
     }
 
 

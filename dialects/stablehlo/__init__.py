@@ -31,7 +31,8 @@ The package, by concern:
   `get_dimension_size`;
 - `contraction`: `dot_general`, `gather`;
 - `reduce`: `reduce` and its terminator `return`;
-- `custom_call`: `custom_call`.
+- `custom_call`: `custom_call`;
+- `chlo`: the `chlo` dialect's elementwise ops JAX prints (`chlo.erf`, ...), a dialect of its own (`CHLO`).
 
 This module defines the dialect and re-exports the public names, so `from loam.dialects.stablehlo
 import AddOp` reads every op and attribute wherever it lives.
@@ -52,18 +53,24 @@ from loam.dialects.stablehlo.attributes import (
     PrecisionAttr,
 )
 from loam.dialects.stablehlo.base import ranked, shape_of
+from loam.dialects.stablehlo.chlo import CHLO, AcosOp, AsinOp, AtanOp, CoshOp, ErfOp, SinhOp, SquareOp
 from loam.dialects.stablehlo.contraction import DotGeneralOp, GatherOp
 from loam.dialects.stablehlo.custom_call import CustomCallOp
 from loam.dialects.stablehlo.elementwise import (
     AbsOp,
     AddOp,
     AndOp,
+    Atan2Op,
     BinaryOp,
+    CbrtOp,
+    CeilOp,
     CompareOp,
     ConvertOp,
+    CosineOp,
     DivideOp,
     ElementwiseOp,
     ExponentialOp,
+    FloorOp,
     LogisticOp,
     LogOp,
     MaximumOp,
@@ -73,11 +80,16 @@ from loam.dialects.stablehlo.elementwise import (
     NotOp,
     OrOp,
     PowerOp,
+    RemainderOp,
+    RoundNearestEvenOp,
     RsqrtOp,
     SelectOp,
+    SignOp,
+    SineOp,
     SqrtOp,
     SubtractOp,
     TanhOp,
+    TanOp,
     UnaryOp,
 )
 from loam.dialects.stablehlo.movement import (
@@ -97,17 +109,26 @@ from loam.dialects.stablehlo.reduce import ReduceOp, ReturnOp
 from loam.dialects.stablehlo.syntax import StableHLOOp
 
 __all__ = [
+    "CHLO",
     "AbsOp",
+    "AcosOp",
     "AddOp",
     "AndOp",
+    "AsinOp",
+    "Atan2Op",
+    "AtanOp",
     "BinaryOp",
     "BroadcastInDimOp",
+    "CbrtOp",
+    "CeilOp",
     "CompareOp",
     "ComparisonDirectionAttr",
     "ComparisonTypeAttr",
     "ConcatenateOp",
     "ConstantOp",
     "ConvertOp",
+    "CoshOp",
+    "CosineOp",
     "CustomCallOp",
     "DivideOp",
     "DotDimensionNumbersAttr",
@@ -116,7 +137,9 @@ __all__ = [
     "DynamicIotaOp",
     "DynamicReshapeOp",
     "ElementwiseOp",
+    "ErfOp",
     "ExponentialOp",
+    "FloorOp",
     "GatherDimensionNumbersAttr",
     "GatherOp",
     "GetDimensionSizeOp",
@@ -132,15 +155,22 @@ __all__ = [
     "PowerOp",
     "PrecisionAttr",
     "ReduceOp",
+    "RemainderOp",
     "ReshapeOp",
     "ReturnOp",
+    "RoundNearestEvenOp",
     "RsqrtOp",
     "SelectOp",
+    "SignOp",
+    "SineOp",
+    "SinhOp",
     "SliceOp",
     "SqrtOp",
+    "SquareOp",
     "StableHLO",
     "StableHLOOp",
     "SubtractOp",
+    "TanOp",
     "TanhOp",
     "TransposeOp",
     "UnaryOp",
@@ -168,6 +198,16 @@ StableHLO = Dialect(
         LogisticOp,
         SqrtOp,
         RsqrtOp,
+        SineOp,
+        CosineOp,
+        TanOp,
+        CbrtOp,
+        SignOp,
+        FloorOp,
+        CeilOp,
+        RoundNearestEvenOp,
+        Atan2Op,
+        RemainderOp,
         NotOp,
         ConvertOp,
         SelectOp,

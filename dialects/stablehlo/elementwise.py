@@ -179,6 +179,88 @@ class RsqrtOp(UnaryOp):
 
 
 @irdl_op_definition
+class SineOp(UnaryOp):
+    """Elementwise sine.  Syntax: `stablehlo.sine %x : tensor<4xf32>`"""
+
+    name = "stablehlo.sine"
+
+
+@irdl_op_definition
+class CosineOp(UnaryOp):
+    """Elementwise cosine.  Syntax: `stablehlo.cosine %x : tensor<4xf32>`"""
+
+    name = "stablehlo.cosine"
+
+
+@irdl_op_definition
+class TanOp(UnaryOp):
+    """Elementwise tangent.  Syntax: `stablehlo.tan %x : tensor<4xf32>`"""
+
+    name = "stablehlo.tan"
+
+
+@irdl_op_definition
+class CbrtOp(UnaryOp):
+    """Elementwise cube root.  Syntax: `stablehlo.cbrt %x : tensor<4xf32>`"""
+
+    name = "stablehlo.cbrt"
+
+
+@irdl_op_definition
+class SignOp(UnaryOp):
+    """Elementwise sign: -1, 0 or 1 (NaN stays NaN).  Syntax: `stablehlo.sign %x : tensor<4xf32>`"""
+
+    name = "stablehlo.sign"
+
+
+@irdl_op_definition
+class FloorOp(UnaryOp):
+    """Elementwise rounding down.  Syntax: `stablehlo.floor %x : tensor<4xf32>`"""
+
+    name = "stablehlo.floor"
+
+
+@irdl_op_definition
+class CeilOp(UnaryOp):
+    """Elementwise rounding up.  Syntax: `stablehlo.ceil %x : tensor<4xf32>`"""
+
+    name = "stablehlo.ceil"
+
+
+@irdl_op_definition
+class RoundNearestEvenOp(UnaryOp):
+    """
+    Elementwise rounding to the nearest integer, ties to even.
+
+    Syntax: `stablehlo.round_nearest_even %x : tensor<4xf32>`
+    """
+
+    name = "stablehlo.round_nearest_even"
+
+
+@irdl_op_definition
+class Atan2Op(BinaryOp):
+    """
+    Elementwise atan2(a, b): the angle of the point (b, a), in [-pi, pi].
+
+    Syntax: `stablehlo.atan2 %a, %b : tensor<4xf32>`
+    """
+
+    name = "stablehlo.atan2"
+
+
+@irdl_op_definition
+class RemainderOp(BinaryOp):
+    """
+    Elementwise remainder with the dividend's sign (C's fmod).
+
+    Syntax: `stablehlo.remainder %a, %b : tensor<4xf32>`
+    """
+
+    name = "stablehlo.remainder"
+
+
+@irdl_op_definition
 class NotOp(UnaryOp):
     """Elementwise not.  Syntax: `stablehlo.not %x : tensor<4xi1>`"""
 

@@ -196,6 +196,9 @@ def test_each_op_matches_jax(form: str) -> None:
     assert sorted(got) == sorted(expected)
     for name, want in expected.items():
         close(np.asarray(got[name]), want)
+    # atan2 of signed zeros: +-0 and +-pi as JAX gives them, the zeros' signs included
+    np.testing.assert_array_equal(np.signbit(got["atan2_zeros"]), np.signbit(expected["atan2_zeros"]))
+    assert np.any(np.signbit(expected["atan2_zeros"]) & (expected["atan2_zeros"] == 0))
 
 
 def test_the_handwritten_ops_match_xla() -> None:
