@@ -19,7 +19,7 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
-from loam.dialects.stablehlo import StableHLO
+from loam.dialects.stablehlo import CHLO, StableHLO
 from loam.frontends.stablehlo_source import prepare
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +33,7 @@ TEXTS = [
 
 def context() -> Context:
     ctx = Context()
-    for dialect in (Builtin, Func, StableHLO):
+    for dialect in (Builtin, Func, StableHLO, CHLO):
         ctx.load_dialect(dialect)
     return ctx
 
