@@ -24,6 +24,7 @@ ONNX nodes through a `GraphBuilder`, so every later pass sees an ordinary ONNX g
     reduce (body or/and, booleans: jnp.any, jnp.all)     ReduceMax/ReduceMin
     gather (the embedding form: rows of a table)         Clip + Gather
     get_dimension_size                                   Shape + Reshape + Cast
+    convolution, reduce_window                           Conv, MaxPool (`loam.frontends.stablehlo_windows`)
 
 Broadcasts are kept lazy.  StableHLO spells every broadcast out (`broadcast_in_dim` to the full
 shape) where ONNX's elementwise ops broadcast implicitly, right-aligned, as numpy does.  So an
@@ -737,3 +738,7 @@ def _custom_call(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Oper
     if op.target == "shape_assertion":  # JAX checks a symbolic dim (b >= 1); forward checks its inputs
         return []
     raise LoweringError(f"custom_call @{op.target} is not supported (only JAX's @shape_assertion is)")
+
+
+# The window ops' rules (convolution, reduce_window) live in their own module and register here.
+from loam.frontends import stablehlo_windows as _windows  # noqa: E402, F401

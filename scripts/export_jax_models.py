@@ -25,6 +25,12 @@ module that drops one cannot still match):
   `jax.export` for a symbolic batch `b` (`attention.mlir`, `attention.generic.mlir`).  Inputs and
   outputs for two batch sizes; the token ids include -1 (JAX wraps it to the last row) and an id
   past the table (StableHLO's gather clamps it).
+- `tests/frontends/stablehlo_cnn/`: a small CNN as flax writes one, NHWC images and HWIO kernels
+  (conv 3x3 SAME -> relu -> max pool 2x2 -> conv 3x3 VALID -> relu -> avg pool 2x2 (a window sum
+  over 4) -> mean over H, W -> dense), its weights under `params` (`cnn.mlir`, `cnn.generic.mlir`,
+  `cnn.safetensors`, `cnn.npz` with the input and JAX's output); and `windows.mlir` (both forms,
+  `windows.npz`): convolutions and reduce_windows the CNN does not have (strides, padding, rhs
+  dilation, feature groups, an NCHW/OIHW input, min pooling, a window over a rank-3 operand).
 - `tests/frontends/stablehlo_ops/`: one function returning one result per StableHLO op the reader
   translates (`ops.mlir`, `ops.generic.mlir`, `ops.npz` with its inputs and JAX's outputs), and a
   hand-written module for the ops and spellings JAX does not print here (`handwritten.mlir`,
@@ -62,6 +68,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MLP_DIR = ROOT / "examples" / "jax_mlp"
 ATTENTION_DIR = ROOT / "examples" / "jax_attention"
 OPS_DIR = ROOT / "tests" / "frontends" / "stablehlo_ops"
+CNN_DIR = ROOT / "tests" / "frontends" / "stablehlo_cnn"
 
 Params = dict[str, np.ndarray]
 
@@ -392,6 +399,83 @@ def export_ops() -> None:
     np.savez(OPS_DIR / "ops.npz", **arrays)
 
 
+# --------------------------------------------------------------------------------------------------
+# A small CNN (NHWC, as flax writes it) and the window ops beside it
+
+
+CNN_SEED = 20250112
+
+
+def conv(x: jax.Array, kernel: jax.Array, padding: str) -> jax.Array:
+    return lax.conv_general_dilated(x, kernel, (1, 1), padding, dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def cnn(params: Params, x: jax.Array) -> jax.Array:
+    """x: f32[2, 12, 12, 3] -> f32[2, 10]."""
+    h = jnp.maximum(conv(x, params["conv1.kernel"], "SAME") + params["conv1.bias"], 0.0)
+    h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")  # flax max_pool
+    h = jnp.maximum(conv(h, params["conv2.kernel"], "VALID") + params["conv2.bias"], 0.0)
+    h = lax.reduce_window(h, 0.0, lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "VALID") / 4.0  # flax avg_pool
+    h = jnp.mean(h, axis=(1, 2))
+    return h @ params["dense.kernel"] + params["dense.bias"]
+
+
+def cnn_params(rng: np.random.Generator) -> Params:
+    return {
+        "conv1.kernel": uniform(rng, (3, 3, 3, 8), 27),
+        "conv1.bias": uniform(rng, (8,), 27),
+        "conv2.kernel": uniform(rng, (3, 3, 8, 16), 72),
+        "conv2.bias": uniform(rng, (16,), 72),
+        "dense.kernel": uniform(rng, (16, 10), 16),
+        "dense.bias": uniform(rng, (10,), 16),
+    }
+
+
+def windows(x: jax.Array, w: jax.Array, g: jax.Array) -> dict[str, jax.Array]:
+    """x: f32[2, 8, 8, 3]; w: f32[3, 3, 3, 4] (HWIO); g: f32[3, 3, 1, 6] (3 feature groups)."""
+    nhwc = ("NHWC", "HWIO", "NHWC")
+    return {
+        "conv_strided_grouped": lax.conv_general_dilated(
+            x, g, (2, 2), ((1, 0), (0, 1)), rhs_dilation=(2, 1), dimension_numbers=nhwc, feature_group_count=3
+        ),
+        "conv_nchw_in": lax.conv_general_dilated(
+            jnp.transpose(x, (0, 3, 1, 2)),
+            jnp.transpose(w, (3, 2, 0, 1)),
+            (1, 2),
+            "VALID",
+            dimension_numbers=("NCHW", "OIHW", "NHWC"),
+        ),
+        "sum_same": lax.reduce_window(x, 0.0, lax.add, (1, 3, 3, 1), (1, 1, 1, 1), "SAME"),
+        "max_dilated": lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 1, 2, 1), "VALID", None, (1, 2, 1, 1)),
+        "min_padded": lax.reduce_window(
+            x, jnp.inf, lax.min, (1, 3, 2, 1), (1, 2, 1, 1), ((0, 0), (1, 1), (0, 1), (0, 0))
+        ),
+        "sum_rank3": lax.reduce_window(x[0], 0.0, lax.add, (2, 2, 1), (1, 1, 1), "VALID"),
+        "max_init": lax.reduce_window(x, np.float32(0.5), lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID"),
+    }
+
+
+def export_cnn() -> None:
+    rng = np.random.default_rng(CNN_SEED)
+    params = cnn_params(rng)
+    x = rng.standard_normal((2, 12, 12, 3)).astype(np.float32)
+    text = jax.jit(cnn).lower(params, x).as_text(debug_info=True)
+    CNN_DIR.mkdir(parents=True, exist_ok=True)
+    write_text(CNN_DIR / "cnn.mlir", text)
+    write_text(CNN_DIR / "cnn.generic.mlir", generic_form(text))
+    save_file(params, str(CNN_DIR / "cnn.safetensors"))
+    np.savez(CNN_DIR / "cnn.npz", x=x, result=np.asarray(jax.jit(cnn)(params, x)))
+    xs = rng.standard_normal((2, 8, 8, 3)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 3, 4)).astype(np.float32)
+    g = rng.standard_normal((3, 3, 1, 6)).astype(np.float32)
+    text = jax.jit(windows).lower(xs, w, g).as_text(debug_info=True)
+    write_text(CNN_DIR / "windows.mlir", text)
+    write_text(CNN_DIR / "windows.generic.mlir", generic_form(text))
+    arrays: dict[str, Any] = {"x": xs, "w": w, "g": g}
+    arrays.update({f"result.{k}": np.asarray(v) for k, v in jax.jit(windows)(xs, w, g).items()})
+    np.savez(CNN_DIR / "windows.npz", **arrays)
+
+
 HANDWRITTEN = """\
 // Hand-written StableHLO (scripts/export_jax_models.py): ops and spellings JAX 0.10 does not print
 // for the models here: stablehlo.logistic, a reduce whose body is written out (its arguments
@@ -449,10 +533,10 @@ def export_handwritten() -> None:
 
 
 def main() -> int:
-    exporters: list[Callable[[], None]] = [export_mlp, export_attention, export_ops, export_handwritten]
+    exporters: list[Callable[[], None]] = [export_mlp, export_attention, export_ops, export_handwritten, export_cnn]
     for exporter in exporters:
         exporter()
-    print(f"jax {jax.__version__}: wrote {MLP_DIR}, {ATTENTION_DIR} and {OPS_DIR}")
+    print(f"jax {jax.__version__}: wrote {MLP_DIR}, {ATTENTION_DIR}, {OPS_DIR} and {CNN_DIR}")
     return 0
 
 

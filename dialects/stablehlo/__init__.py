@@ -32,6 +32,7 @@ The package, by concern:
 - `contraction`: `dot_general`, `gather`;
 - `reduce`: `reduce` and its terminator `return`;
 - `custom_call`: `custom_call`;
+- `window`: `convolution` and `reduce_window`;
 - `chlo`: the `chlo` dialect's elementwise ops JAX prints (`chlo.erf`, ...), a dialect of its own (`CHLO`).
 
 This module defines the dialect and re-exports the public names, so `from loam.dialects.stablehlo
@@ -107,6 +108,7 @@ from loam.dialects.stablehlo.movement import (
 )
 from loam.dialects.stablehlo.reduce import ReduceOp, ReturnOp
 from loam.dialects.stablehlo.syntax import StableHLOOp
+from loam.dialects.stablehlo.window import ConvDimensionNumbersAttr, ConvolutionOp, ReduceWindowOp
 
 __all__ = [
     "CHLO",
@@ -126,7 +128,9 @@ __all__ = [
     "ComparisonTypeAttr",
     "ConcatenateOp",
     "ConstantOp",
+    "ConvDimensionNumbersAttr",
     "ConvertOp",
+    "ConvolutionOp",
     "CoshOp",
     "CosineOp",
     "CustomCallOp",
@@ -155,6 +159,7 @@ __all__ = [
     "PowerOp",
     "PrecisionAttr",
     "ReduceOp",
+    "ReduceWindowOp",
     "RemainderOp",
     "ReshapeOp",
     "ReturnOp",
@@ -228,7 +233,16 @@ StableHLO = Dialect(
         ReturnOp,
         GatherOp,
         CustomCallOp,
+        ConvolutionOp,
+        ReduceWindowOp,
     ],
-    [ComparisonDirectionAttr, ComparisonTypeAttr, PrecisionAttr, DotDimensionNumbersAttr, GatherDimensionNumbersAttr],
+    [
+        ComparisonDirectionAttr,
+        ComparisonTypeAttr,
+        PrecisionAttr,
+        DotDimensionNumbersAttr,
+        GatherDimensionNumbersAttr,
+        ConvDimensionNumbersAttr,
+    ],
 )
 """The ops Loam reads; `loam.frontends.stablehlo` says what each one becomes in the graph dialect."""

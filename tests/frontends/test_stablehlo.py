@@ -3,8 +3,9 @@
 The models are the committed exports of `scripts/export_jax_models.py` (JAX is not needed here):
 `examples/jax_mlp` (a 3-layer MLP, both text forms, and its ONNX twin written with onnx.helper
 from the same weights), `examples/jax_attention` (an attention block exported for a symbolic batch
-`b`), and `tests/frontends/stablehlo_ops` (one result per op the reader translates, and a
-hand-written module whose expected results XLA computed).  JAX's (or XLA's) outputs are the
+`b`), `tests/frontends/stablehlo_ops` (one result per op the reader translates, and a
+hand-written module whose expected results XLA computed) and `tests/frontends/stablehlo_cnn` (a
+small NHWC CNN, and the convolutions and reduce_windows it does not have).  JAX's (or XLA's) outputs are the
 oracle, at rtol 1e-5; onnxruntime checks that the twin is the same model.
 
 The two MLP forms must reach the same kernel IR, character for character; the twin reaches it
@@ -25,7 +26,7 @@ from onnx.external_data_helper import load_external_data_for_model
 from safetensors.numpy import save, save_file
 
 import loam
-from loam.dialects.graph import GraphOp, InitializerOp, TensorType
+from loam.dialects.graph import GraphOp, InitializerOp, NodeOp, TensorType
 from loam.draft import draft_layout
 from loam.errors import CheckpointError
 from loam.frontends.onnx_text import read_onnx_text
@@ -39,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "examples" / "jax_mlp"
 ATTENTION = ROOT / "examples" / "jax_attention"
 OPS = Path(__file__).resolve().parent / "stablehlo_ops"
+CNN = Path(__file__).resolve().parent / "stablehlo_cnn"
 RTOL, ATOL = 1e-5, 1e-6
 
 
@@ -208,6 +210,38 @@ def test_the_handwritten_ops_match_xla() -> None:
     outputs = module.forward(weights, data["x"], data["extra"])
     for name, value in zip(outputs._fields, outputs, strict=True):
         close(np.asarray(value), data[name.replace("result_", "result.", 1)])
+
+
+# -- convolutions and pooling: a small CNN -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", ["cnn.mlir", "cnn.generic.mlir"])
+def test_the_cnn_matches_jax(form: str) -> None:
+    """conv -> relu -> max pool -> conv -> relu -> avg pool -> mean -> dense, NHWC, weights under `params`."""
+    data = np.load(CNN / "cnn.npz")
+    module = drafted(CNN / form)
+    got = np.asarray(module.forward(checkpoint(module, CNN / "cnn.safetensors"), data["x"]))
+    assert got.shape == data["result"].shape == (2, 10)
+    np.testing.assert_allclose(got, data["result"], rtol=1e-4, atol=1e-5)
+
+
+def test_the_cnn_reads_as_onnx_conv_and_pooling() -> None:
+    graph = next(op for op in read_stablehlo(CNN / "cnn.mlir").walk() if isinstance(op, GraphOp))
+    kinds = [op.op_type for op in graph.body.block.ops if isinstance(op, NodeOp)]
+    assert kinds.count("Conv") == 3  # two convolutions and the window sum of the avg pool
+    assert kinds.count("MaxPool") == 1
+
+
+@pytest.mark.parametrize("form", ["windows.mlir", "windows.generic.mlir"])
+def test_the_window_ops_match_jax(form: str) -> None:
+    data = np.load(CNN / "windows.npz")
+    module = drafted(CNN / form)
+    outputs = module.forward(module.Weights.embedded(), data["x"], data["w"], data["g"])
+    expected = {k.removeprefix("result."): data[k] for k in data if k.startswith("result.")}
+    got = {name.removeprefix("result_"): value for name, value in zip(outputs._fields, outputs, strict=True)}
+    assert sorted(got) == sorted(expected)
+    for name, want in expected.items():
+        np.testing.assert_allclose(np.asarray(got[name]), want, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 # -- weights ----------------------------------------------------------------------------------------

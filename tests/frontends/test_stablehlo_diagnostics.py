@@ -137,6 +137,42 @@ CASES = [
         r"^t\.mlir:1:1: func\.func: 'arg0': element type complex<f32> is not one Loam compiles",
     ),
     (
+        "convolution with batch groups",
+        main_of(
+            "  %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, 0, f]x[0, i, o]->[b, 0, f], window = {stride = [1]}"
+            " {batch_group_count = 2 : i64, feature_group_count = 1 : i64}"
+            " : (tensor<2x5x3xf32>, tensor<2x3x4xf32>) -> tensor<1x4x4xf32>\n  return %0 : tensor<1x4x4xf32>",
+            args='%x: tensor<2x5x3xf32> loc("x"), %w: tensor<2x3x4xf32> loc("w")',
+            result="tensor<1x4x4xf32>",
+        ),
+        UnsupportedError,
+        r"^t\.mlir:2:3: stablehlo\.convolution: batch_group_count = 2 has no ONNX counterpart",
+    ),
+    (
+        "convolution with lhs dilation",
+        main_of(
+            "  %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, 0, f]x[0, i, o]->[b, 0, f], window = {stride = [1],"
+            " lhs_dilate = [2]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64}"
+            " : (tensor<2x5x3xf32>, tensor<2x3x4xf32>) -> tensor<2x8x4xf32>\n  return %0 : tensor<2x8x4xf32>",
+            args='%x: tensor<2x5x3xf32> loc("x"), %w: tensor<2x3x4xf32> loc("w")',
+            result="tensor<2x8x4xf32>",
+        ),
+        UnsupportedError,
+        r"^t\.mlir:2:3: stablehlo\.convolution: lhs_dilate = \[2\] \(a transposed convolution\) is not supported",
+    ),
+    (
+        "reduce_window with another body",
+        main_of(
+            '  %c = stablehlo.constant dense<1.0> : tensor<f32>\n  %0 = "stablehlo.reduce_window"(%x, %c)'
+            " <{window_dimensions = array<i64: 2>}> ({\n  ^bb0(%a: tensor<f32>, %b: tensor<f32>):\n"
+            "    %m = stablehlo.multiply %a, %b : tensor<f32>\n    stablehlo.return %m : tensor<f32>\n"
+            "  }) : (tensor<4xf32>, tensor<f32>) -> tensor<3xf32>\n  return %0 : tensor<3xf32>",
+            result="tensor<3xf32>",
+        ),
+        UnsupportedError,
+        r"^t\.mlir:3:3: stablehlo\.reduce_window: its body computes stablehlo\.multiply; Loam reads a body of one",
+    ),
+    (
         "two arguments named alike",
         main_of("  return %x : tensor<4xf32>", args='%x: tensor<4xf32> loc("x"), %y: tensor<4xf32> loc("x")'),
         ModelError,

@@ -28,6 +28,8 @@ TEXTS = [
     ROOT / "examples" / "jax_attention" / "attention.generic.mlir",
     ROOT / "tests" / "frontends" / "stablehlo_ops" / "ops.mlir",
     ROOT / "tests" / "frontends" / "stablehlo_ops" / "handwritten.mlir",
+    ROOT / "tests" / "frontends" / "stablehlo_cnn" / "cnn.mlir",
+    ROOT / "tests" / "frontends" / "stablehlo_cnn" / "windows.generic.mlir",
 ]
 
 
