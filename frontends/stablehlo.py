@@ -58,6 +58,10 @@ from loam.dialects import stablehlo as hlo
 from loam.dialects.graph import GraphOp, InitializerOp, ModelOp, NodeOp, ReturnOp, TensorType, set_name_hint
 from loam.dtypes import ElementType
 from loam.errors import ModelError, UnsupportedError
+
+# The window ops' rules (convolution, reduce_window) live in their own module, which registers them
+# in stablehlo_ops.RULES when imported; the reader imports it so every rule is there.
+from loam.frontends import stablehlo_windows as _windows  # noqa: F401
 from loam.frontends.stablehlo_ops import (
     GraphBuilder,
     LoweringError,

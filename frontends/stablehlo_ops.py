@@ -738,7 +738,3 @@ def _custom_call(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Oper
     if op.target == "shape_assertion":  # JAX checks a symbolic dim (b >= 1); forward checks its inputs
         return []
     raise LoweringError(f"custom_call @{op.target} is not supported (only JAX's @shape_assertion is)")
-
-
-# The window ops' rules (convolution, reduce_window) live in their own module and register here.
-from loam.frontends import stablehlo_windows as _windows  # noqa: E402, F401

@@ -16,7 +16,7 @@ convolution), window reversal or negative padding; a reduce_window of several op
 another body, base dilations, negative padding, padding with an init value that is not the
 body's identity, or windows over more than three dims or beside more than two others.
 The rules register themselves in `loam.frontends.stablehlo_ops.RULES` when this module is imported
-(`stablehlo_ops` imports it last).
+(the reader, `loam.frontends.stablehlo`, imports it).
 """
 
 from __future__ import annotations
