@@ -36,8 +36,9 @@ the two front ends reach the same kernels.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 from xdsl.dialects.builtin import (
@@ -55,7 +56,7 @@ from xdsl.dialects.builtin import (
     TensorType,
     i64,
 )
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from loam.dialects import stablehlo as hlo
 from loam.dialects.graph import InitializerOp, ListAttr, NodeOp, TensorDataAttr, UnknownType, set_name_hint
@@ -653,29 +654,37 @@ def _identity(reduction: str, elem: ElementType) -> object:
     return info.min if low else info.max
 
 
-@rule(hlo.ReduceOp)
-def _reduce(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
-    assert isinstance(op, hlo.ReduceOp)
-    if len(op.inputs) != 1:
-        raise LoweringError(f"a reduce of {len(op.inputs)} operands at once (an argmax, say) is not supported")
-    body = list(op.body.block.ops)
+T = TypeVar("T")
+
+
+def reduction_body(block: Block, table: Mapping[type[Operation], T], reads: str) -> tuple[Operation, T]:
+    """The one op of a reduction's body (its two arguments combined, the result returned: a reduce's
+    or a reduce_window's) and what `table` says of its kind; else a LoweringError naming what the
+    body computes and the one op Loam `reads`."""
+    body = list(block.ops)
     combine = body[0] if len(body) == 2 else None
-    known = _REDUCTIONS.get(type(combine)) if combine is not None else None
-    args = set(op.body.block.args)
+    known = table.get(type(combine)) if combine is not None else None
     if (
         combine is None
         or known is None
-        or set(combine.operands) != args
+        or set(combine.operands) != set(block.args)
         or len(combine.operands) != 2
         or not isinstance(body[1], hlo.ReturnOp)
         or tuple(body[1].values) != tuple(combine.results)
     ):
         names = ", ".join(o.name for o in body[:-1])
-        raise LoweringError(
-            f"its body computes {names or 'nothing'}; Loam reads a body of one stablehlo.add, maximum, "
-            "minimum, multiply, and or or of the two arguments"
-        )
-    reduction, joining = known
+        raise LoweringError(f"its body computes {names or 'nothing'}; Loam reads a body of one {reads}")
+    return combine, known
+
+
+@rule(hlo.ReduceOp)
+def _reduce(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    assert isinstance(op, hlo.ReduceOp)
+    if len(op.inputs) != 1:
+        raise LoweringError(f"a reduce of {len(op.inputs)} operands at once (an argmax, say) is not supported")
+    combine, (reduction, joining) = reduction_body(
+        op.body.block, _REDUCTIONS, "stablehlo.add, maximum, minimum, multiply, and or or of the two arguments"
+    )
     shape, elem = _result(op)
     if joining in ("And", "Or") and elem.name != "bool":
         raise LoweringError(f"a reduce with a bitwise {combine.name} body over {elem.name} is not supported")

@@ -35,6 +35,7 @@ from loam.frontends.stablehlo_ops import (
     _identity,
     _result,
     full,
+    reduction_body,
     rule,
 )
 
@@ -105,21 +106,9 @@ def _reduce_window(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Op
     assert isinstance(op, hlo.ReduceWindowOp)
     if len(op.outs) != 1:
         raise LoweringError(f"a reduce_window of {len(op.outs)} operands at once is not supported")
-    body = list(op.body.block.ops)
-    combine = body[0] if len(body) == 2 else None
-    reduction = _POOLING.get(type(combine)) if combine is not None else None
-    if (
-        combine is None
-        or reduction is None
-        or set(combine.operands) != set(op.body.block.args)
-        or not isinstance(body[1], hlo.ReturnOp)
-        or tuple(body[1].values) != tuple(combine.results)
-    ):
-        names = ", ".join(o.name for o in body[:-1])
-        raise LoweringError(
-            f"its body computes {names or 'nothing'}; Loam reads a body of one stablehlo.maximum, minimum or add "
-            "(max, min and sum pooling)"
-        )
+    _, reduction = reduction_body(
+        op.body.block, _POOLING, "stablehlo.maximum, minimum or add (max, min and sum pooling)"
+    )
     shape, elem = _result(op)
     x, init = xs
     if not elem.is_float:
