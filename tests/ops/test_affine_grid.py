@@ -33,14 +33,21 @@ def thetas(n: int, r: int, seed: int = 0, dtype: type = np.float32) -> np.ndarra
     return np.random.default_rng(seed).uniform(-2, 2, (n, r, r + 1)).astype(dtype)
 
 
-@pytest.mark.parametrize("align", [0, 1])
+SIZES = {"2d": [2, 3, 5, 6], "2d_thin": [1, 1, 2, 7], "3d": [2, 1, 4, 5, 6], "3d_thin": [1, 2, 1, 3, 2]}
+
+
+# align_corners over a spatial extent of 1 is refused (test_align_corners_over_one_position_is_refused).
 @pytest.mark.parametrize(
-    "size", [[2, 3, 5, 6], [1, 1, 2, 7], [2, 1, 4, 5, 6], [1, 2, 1, 3, 2]], ids=["2d", "2d_thin", "3d", "3d_thin"]
+    ("size", "align"),
+    [
+        pytest.param(size, align, id=f"{name}-{align}")
+        for name, size in SIZES.items()
+        for align in (0, 1)
+        if not (align and 1 in size[2:])
+    ],
 )
 def test_against_onnxruntime_and_the_reference(size: list[int], align: int) -> None:
     r = len(size) - 2
-    if align and 1 in size[2:]:
-        pytest.skip("refused: see test_align_corners_over_one_position_is_refused")
     grid = ", ".join(map(str, [size[0], *size[2:], r]))
     m = affine_grid(f"float[{size[0]}, {r}, {r + 1}]", size, f"float[{grid}]", align)
     feeds = {"theta": thetas(size[0], r)}
