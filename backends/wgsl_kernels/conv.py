@@ -32,7 +32,7 @@ from __future__ import annotations
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
 from loam.errors import UnsupportedError
 from loam.runtime.errors import ShapeError
-from loam.runtime.kernels.conv import antialias_taps, cubic_taps, nearest_taps, resize_coordinates
+from loam.runtime.kernels.resize import antialias_taps, cubic_taps, nearest_taps, resize_coordinates
 
 
 def _coords(nsp: int, out_at: int, head: str) -> str:

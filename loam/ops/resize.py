@@ -54,7 +54,7 @@ from loam.ops.operands import (
 )
 from loam.poly import Poly
 from loam.runtime.errors import DataError
-from loam.runtime.kernels.conv import kernel_affine_grid, kernel_grid_sample, kernel_resize, resize_geometry
+from loam.runtime.kernels.resize import kernel_affine_grid, kernel_grid_sample, kernel_resize, resize_geometry
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue

@@ -18,7 +18,7 @@ import pytest
 
 from loam.errors import ShapeError, UnsupportedError
 from loam.runtime.errors import DataError
-from loam.runtime.kernels.conv import kernel_grid_sample
+from loam.runtime.kernels.resize import kernel_grid_sample
 from loam.testing import assert_same, build_for, run_built, run_loam, run_onnxruntime
 
 

@@ -28,6 +28,7 @@ from loam.runtime.kernels import (
     quantized,
     recurrent,
     reduce,
+    resize,
     sampling,
     signal,
 )
@@ -43,6 +44,7 @@ FAMILIES = (
     narrow,
     signal,
     conv,
+    resize,
     recurrent,
     sampling,
     products,
