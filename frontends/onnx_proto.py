@@ -6,7 +6,8 @@
 The IR keeps everything the exporter needs to write the model back (`loam.frontends.onnx_export`),
 except functions and Scans: a call of a model-local function, and a node of an operator ONNX defines
 by a body but Loam has no rule for, are first replaced by their bodies (`loam.frontends.onnx_functions`),
-and a Scan over a length the model fixes by its iterations (`loam.frontends.onnx_scan`).
+and a Scan by its iterations where the model fixes its length, by a Loop where it is a symbol
+(`loam.frontends.onnx_scan`).
 Nothing else is interpreted here: no shape inference, no opset conversion, and external data is never
 read (only its location is checked: it must resolve inside the model's folder, symlinks followed, so
 a graph cannot point the build or `loam split` at a file elsewhere).  Every refusal is a `ModelError`

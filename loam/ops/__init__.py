@@ -57,8 +57,9 @@ ONNX_DOMAINS = ("", "ai.onnx")
 
 # Why an operator that reaches the build uncompiled is not compiled, where Loam handles some of its nodes.
 WHY_NOT: dict[str, str] = {
-    "Scan": "the importer unrolls a Scan (opset 9 on) whose scan length the model fixes; this one's is known "
-    "only at run time, or it is opset 8's batched Scan",
+    "Scan": "the importer unrolls a Scan (opset 9 on) whose scan length the model fixes and makes one over a "
+    "symbolic length a Loop; this one is opset 8's batched Scan, is fixed at no iterations, reverses an output "
+    "at opset 9, or stacks an output of unknown rank on an axis other than 0",
 }
 
 
