@@ -22,6 +22,7 @@ from loam.ops import (
     regroup,
     resize,
     signal,
+    slicing,
 )
 from loam.ops.base import NodeInfo, OpRule
 
@@ -32,6 +33,7 @@ FAMILIES = (
     matmul,
     regroup,
     movement,
+    slicing,
     indexing,
     reduce,
     normalization,

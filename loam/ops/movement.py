@@ -1,18 +1,19 @@
 """Operator rules of the movement family: operators that move elements without arithmetic.
 
-Expand lowers to a `kernel.zip` that only broadcasts; Concat, Split, Slice, Pad, Tile and Trilu
-to library kernels.  Shape and Size always fold, to polynomials over symbolic extents.  (The
-regrouping operators -- Transpose, Reshape, Flatten, Squeeze, Unsqueeze, DepthToSpace,
-SpaceToDepth -- live in `loam.ops.regroup`.)  Each rule restates the operator's older opsets in
-its current meaning (an attribute that later became an input is read either way) and refuses
-what it does not restate.
+Expand lowers to a `kernel.zip` that only broadcasts; Concat, Split, Tile, Trilu, ReverseSequence
+and BitCast to library kernels.  Shape and Size always fold, to polynomials over symbolic extents.
+(Slice and Pad live in `loam.ops.slicing`; the regrouping operators -- Transpose, Reshape, Flatten,
+Squeeze, Unsqueeze, DepthToSpace, SpaceToDepth -- in `loam.ops.regroup`.)  Each rule restates the
+operator's older opsets in its current meaning (an attribute that later became an input is read
+either way) and refuses what it does not restate.
 
-Every operand that shapes the result (Slice bounds, Pad widths, Split sizes, ...) must be known at
-build time, as numbers or as polynomials over the input symbols (a Shape of a symbolic tensor):
-the result's extents would otherwise depend on a run-time value.  What a symbolic extent needs of
-the inputs (a Split's parts within the axis, a Concat's other axes equal) is owed (`loam.owed`):
-forward checks it before any kernel runs.  Clamps, from-the-end indices and rounded counts are
-decided where the build can, else they are derived symbols (`loam.derived`).
+An operand that shapes the result (an Expand shape, Split sizes, Tile repeats) known at build time,
+as numbers or as polynomials over the input symbols (a Shape of a symbolic tensor), settles the
+result's extents there; what a symbolic extent needs of the inputs (a Split's parts within the
+axis, a Concat's other axes equal) is owed (`loam.owed`), and forward checks it before any kernel
+runs.  One only the run gives makes the extents it decides lengths only the run knows
+(`NodeInfo.result_length`), which forward binds after the kernel (`kernel.expand_to`,
+`kernel.split_by`, `kernel.tile_by`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loam import dtypes, owed
-from loam.bounds import Verdict
-from loam.derived import ceildiv, clamp, decide, exact_quotient, floordiv, from_end, maximum, minimum
+from loam.derived import ceildiv, exact_quotient, floordiv
 from loam.limits import foldable
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, elem_attr, int_attr, require_arity, same_axis
 from loam.ops.lowering import COMPUTE_TYPES, NARROW_TYPES
@@ -33,30 +33,23 @@ from loam.ops.operands import (
     facts,
     from_run,
     given,
-    ints_of,
     is_symbolic,
     keep_unchanged,
     known_extents,
-    known_ints,
-    norm_axes,
     norm_axis,
     operand_facts,
     optional,
-    present_bits,
     run_time_length,
 )
-from loam.poly import Poly, derived_call, poly_product, poly_sum
+from loam.poly import Poly, poly_product, poly_sum
 from loam.runtime.errors import DataError
 from loam.runtime.kernels.movement import (
     kernel_bitcast,
     kernel_concat,
-    kernel_pad,
     kernel_reverse_sequence,
-    kernel_slice,
     kernel_split,
     kernel_tile,
     kernel_trilu,
-    pad_order_matters,
 )
 
 if TYPE_CHECKING:
@@ -89,7 +82,7 @@ class MovementRule(OpRule):
     elem_types = MOVABLE
 
 
-class _ResizesAxes(MovementRule):
+class ResizesAxes(MovementRule):
     """A rule whose outputs keep the input's axes, resizing some (Split, Slice, Pad, Tile): a resized axis is new."""
 
     def axes(self, node: NodeInfo, inputs: AxesIn, outputs: Sequence[Facts]) -> AxesOut:
@@ -232,7 +225,7 @@ class ConcatRule(MovementRule):
         return emit_library(ctx, ConcatOp(present, [ctx.result_types[0]], node.name, axis=axis))
 
 
-class SplitRule(_ResizesAxes):
+class SplitRule(ResizesAxes):
     """ONNX Split: consecutive chunks along `axis`.
 
     The sizes come from the `split` attribute (before 13) or input (13+, numbers or extents from
@@ -332,310 +325,7 @@ class SplitRule(_ResizesAxes):
         return emit_library(ctx, SplitOp([operands[0]], ctx.result_types, node.name, axis=axis, sizes=tuple(sizes)))
 
 
-def slice_plan(
-    node: NodeInfo,
-    dims: Sequence[Poly],
-    starts: Sequence[Poly],
-    ends: Sequence[Poly],
-    axes: Sequence[int] | None,
-    steps: Sequence[int] | None,
-) -> tuple[tuple[Poly, ...], tuple[Poly, ...], tuple[int, ...]]:
-    """ONNX Slice bounds normalised per axis to (start, count, step).
-
-    A negative bound counts from the end, and one out of range (an INT_MAX end included) clamps: to
-    [0, d] for a positive step, start to [0, d - 1] and end to [-1, d - 1] for a negative one.  The
-    count is the steps between them rounded up, never below 0.  Over symbolic extents or bounds each
-    operation is decided where the build can (`loam.derived`), else it is a derived symbol forward
-    computes before any kernel.
-    """
-    rank = len(dims)
-    axes = norm_axes(node, axes, rank) if axes is not None else list(range(len(starts)))
-    steps = list(steps) if steps is not None else [1] * len(starts)
-    if not len(starts) == len(ends) == len(axes) == len(steps):
-        raise node.fail(
-            f"starts, ends, axes and steps differ in length ({len(starts)}, {len(ends)}, {len(axes)}, {len(steps)})"
-        )
-    if len(axes) > rank:
-        raise node.fail(f"slices {len(axes)} axes of a rank-{rank} input")
-    bounds = owed.bounds()
-    first = [Poly()] * rank
-    counts = list(dims)
-    strides = [1] * rank
-    for axis, s, e, p in zip(axes, starts, ends, steps, strict=True):
-        d = dims[axis]
-        if p == 0:
-            raise node.fail(f"step 0 at axis {axis}")
-        s, e = from_end(s, d, bounds), from_end(e, d, bounds)
-        if p > 0:
-            s, e = _clamp(s, 0, d), _clamp(e, 0, d)
-            span = ceildiv(e - s, p, bounds)
-        else:
-            s, e = _clamp(s, 0, d - 1), _clamp(e, -1, d - 1)
-            span = ceildiv(s - e, -p, bounds)
-        count = span if _holds_by_cases(span) else maximum(0, span, bounds)
-        first[axis], counts[axis], strides[axis] = (Poly() if count == Poly() else s), count, p
-    return tuple(first), tuple(counts), tuple(strides)
-
-
-def _clamp(x: Poly, lo: Poly | int, hi: Poly | int) -> Poly:
-    """x clamped to [lo, hi], one side dropped where the build shows x within it (and lo <= hi)."""
-    bounds = owed.bounds()
-    if _holds_by_cases(Poly.lift(hi) - lo):
-        if _holds_by_cases(Poly.lift(hi) - x):
-            return maximum(x, lo, bounds)
-        if _holds_by_cases(x - lo):
-            return minimum(x, hi, bounds)
-    return clamp(x, lo, hi, bounds)
-
-
-def _holds_by_cases(p: Poly) -> bool:
-    """Whether `p >= 0` for every input, taking each min or max in `p` as each of its operands in
-    turn (it is one of them, so `N - max(0, N - 2)` holds: N - 0 and N - (N - 2) both do)."""
-    bounds = owed.bounds()
-    if decide(p, bounds) is Verdict.HOLDS:
-        return True
-    names = [n for n in sorted(p.symbols) if (c := derived_call(n)) is not None and c.function in ("min", "max")]
-    if not names or len(names) > 3:
-        return False
-    call = derived_call(names[0])
-    assert call is not None
-    return all(_holds_by_cases(p.substitute(names[0], operand)) for operand in call.args)
-
-
-class SliceRule(_ResizesAxes):
-    """ONNX Slice: starts/ends/axes attributes before opset 10; inputs (and steps) from 10.
-
-    Starts and ends may be extents from Shape, and the sliced axes symbolic: the clamped bounds and
-    the count are then derived symbols (`min(N, 8)`), and the kernel reads the starts as parameters
-    forward computes.  Where the run gives a bound, the axes or the steps, the sliced extents are
-    lengths only the run knows (`kernel.slice_by`; every extent, where the run gives the axes).
-    """
-
-    op_types = ("Slice",)
-    kernels: tuple[str, ...] = ("kernel.slice", "kernel.slice_by")
-    attributes = frozenset({"starts", "ends", "axes"})
-    limitations = "bounds only the run gives need their length known; symbolic axes and steps are not read"
-
-    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[tuple[Poly, ...], ...]:
-        x = given(node, inputs, 0, "data")
-        if node.since < 10:
-            require_arity(node, inputs, 1)
-            starts, ends = node.attr("starts"), node.attr("ends")
-            if starts is None or ends is None:
-                raise node.fail("needs the starts and ends attributes")
-            axes = node.attr("axes")
-            lift = [Poly.const(int(v)) for v in starts], [Poly.const(int(v)) for v in ends]
-            return slice_plan(node, x.shape, *lift, axes, None)
-        require_arity(node, inputs, 3, 5)
-        starts = known_extents(node, given(node, inputs, 1, "starts"), "starts")
-        ends = known_extents(node, given(node, inputs, 2, "ends"), "ends")
-        return slice_plan(
-            node, x.shape, starts, ends, ints_of(node, inputs, 3, "axes"), ints_of(node, inputs, 4, "steps")
-        )
-
-    @staticmethod
-    def from_run(node: NodeInfo, inputs: Sequence[Facts | None]) -> bool:
-        """Whether a bound, the axes or the steps are only the run's (`kernel.slice_by`)."""
-        return node.since >= 10 and any(from_run(optional(inputs, k)) for k in range(1, 5))
-
-    def run_time_extents(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> tuple[Poly, ...]:
-        """The result's extents when the run gives a bound, the axes or the steps: the sliced axes'
-        (every axis, where the run gives the axes) are lengths only the run knows."""
-        require_arity(node, inputs, 3, 5)
-        lengths = {}
-        for k, what in enumerate(("starts", "ends", "axes", "steps"), start=1):
-            f = optional(inputs, k)
-            if f is not None:
-                lengths[what] = run_time_length(node, f, what) if from_run(f) else len(known_extents(node, f, what))
-        if len(set(lengths.values())) > 1:
-            raise node.fail(f"starts, ends, axes and steps differ in length ({lengths})")
-        axes_input = optional(inputs, 3)
-        if axes_input is None:
-            sliced = set(range(lengths["starts"]))
-        elif from_run(axes_input):
-            sliced = set(range(x.rank))
-        else:
-            sliced = set(norm_axes(node, known_ints(node, axes_input, "axes"), x.rank))
-        if len(sliced) > x.rank:
-            raise node.fail(f"slices {len(sliced)} axes of a rank-{x.rank} input")
-        return tuple(node.result_length(0, a) if a in sliced else d for a, d in enumerate(x.shape))
-
-    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
-        x = given(node, inputs, 0, "data")
-        check_movable(node, x)
-        if self.from_run(node, inputs):
-            return [Facts(x.elem, self.run_time_extents(node, x, inputs))]
-        starts, counts, steps = self.plan(node, inputs)
-        value = None
-        if x.value is not None and all(p.is_const for p in (*starts, *counts)):
-            value = np.array(
-                kernel_slice(
-                    np.asarray(x.value),
-                    starts=tuple(p.const_value for p in starts),
-                    counts=tuple(p.const_value for p in counts),
-                    steps=steps,  # type: ignore[arg-type]
-                )
-            )
-        return [Facts(x.elem, counts, value)]
-
-    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.dialects.kernel import SliceByOp, SliceOp
-
-        x = operands[0]
-        assert x is not None
-        if self.from_run(node, operand_facts(operands)):
-            present = [v for v in operands[3:5] if v is not None]
-            op = SliceByOp(
-                [*operands[:3], *present], [ctx.result_types[0]], node.name, present=present_bits(operands[3:5])
-            )
-            return emit_library(ctx, op)
-        starts, counts, steps = self.plan(node, operand_facts(operands))
-        if all(s == Poly() for s in starts) and all(p == 1 for p in steps) and x.type == ctx.result_types[0]:
-            return [x]
-        op = SliceOp([x], [ctx.result_types[0]], node.name, starts=starts, counts=counts, steps=steps)
-        return emit_library(ctx, op)
-
-
-PAD_MODES = ("constant", "reflect", "edge", "wrap")
-
-
-class PadRule(_ResizesAxes):
-    """ONNX Pad: `paddings` (opset 1) / `pads` and `value` attributes (2-10), inputs from 11, `axes` from 18.
-
-    Pads list the begins and then the ends of the padded axes; a negative pad crops.  Pads only the
-    run gives make the padded axes' extents lengths only the run knows (`kernel.pad_by`); the axes
-    input chooses which axes those are, so the build must know it.
-    """
-
-    op_types = ("Pad",)
-    kernels: tuple[str, ...] = ("kernel.pad", "kernel.pad_by")
-    attributes = frozenset({"mode", "pads", "paddings", "value"})
-    limitations = (
-        "pads known at build time must be numbers, and axes always; a symbolic axis is not both padded and "
-        "cropped outside constant mode"
-    )
-
-    @staticmethod
-    def mode(node: NodeInfo) -> str:
-        mode = node.attr("mode", "constant")
-        if mode not in PAD_MODES:
-            raise node.unsupported(f"mode '{mode}' is not supported (Loam pads {', '.join(PAD_MODES)})")
-        return str(mode)
-
-    @staticmethod
-    def from_run(node: NodeInfo, inputs: Sequence[Facts | None]) -> bool:
-        """Whether the pads are only the run's (`kernel.pad_by`)."""
-        return node.since >= 11 and from_run(optional(inputs, 1))
-
-    def run_time_axes(self, node: NodeInfo, x: Facts, inputs: Sequence[Facts | None]) -> list[int]:
-        """The axes pads only the run gives pad: those the axes input names (which the build must
-        know: it chooses the axes), else all."""
-        require_arity(node, inputs, 2, 4)
-        self.mode(node)
-        given_axes = ints_of(node, inputs, 3, "axes")
-        axes = norm_axes(node, given_axes, x.rank) if given_axes is not None else list(range(x.rank))
-        count = run_time_length(node, given(node, inputs, 1, "pads"), "pads")
-        if count != 2 * len(axes):
-            raise node.fail(f"the pads input holds {count} entries; {len(axes)} axes need two each")
-        return axes
-
-    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[tuple[int, ...], str, float]:
-        x = given(node, inputs, 0, "data")
-        dims = x.shape
-        rank = len(dims)
-        mode = self.mode(node)
-        value = 0.0
-        if node.since < 11:
-            require_arity(node, inputs, 1)
-            pads = node.attr("paddings" if node.since < 2 else "pads")
-            if pads is None:
-                raise node.fail("has no pads attribute")
-            pads = [int(p) for p in pads]
-            value = float(node.attr("value", 0.0))
-            axes = list(range(rank))
-        else:
-            require_arity(node, inputs, 2, 4)
-            pads = known_ints(node, given(node, inputs, 1, "pads"), "pads")
-            given_axes = ints_of(node, inputs, 3, "axes")
-            axes = norm_axes(node, given_axes, rank) if given_axes is not None else list(range(rank))
-        if len(pads) != 2 * len(axes):
-            raise node.fail(f"pads {pads} needs two entries for each of {len(axes)} axes")
-        full = [0] * (2 * rank)
-        for i, a in enumerate(axes):
-            full[a], full[rank + a] = pads[i], pads[len(axes) + i]
-        for a in range(rank):
-            d, begin, end = dims[a], full[a], full[rank + a]
-            if not d.is_const:
-                self.symbolic_axis(node, a, d, begin, end, mode)
-                continue
-            n = d.const_value
-            if n + begin + end < 0:
-                raise node.fail(f"pads {pads} crop axis {a} of extent {n} below nothing")
-            if mode != "constant" and (begin > 0 or end > 0) and n == 0:
-                raise node.fail(f"cannot pad the empty axis {a} in mode '{mode}'")
-            if pad_order_matters(n, begin, end, mode):
-                # Padding that reads input the crop removes depends on whether the crop comes first (as in
-                # onnxruntime) or after; ONNX does not say, so no order is guessed where it matters.
-                raise node.unsupported(
-                    f"pads {pads} both pad and crop axis {a} in mode '{mode}', and the padding reads what "
-                    "the crop removes; ONNX leaves their order open"
-                )
-        return tuple(full), mode, value
-
-    @staticmethod
-    def symbolic_axis(node: NodeInfo, a: int, d: Poly, begin: int, end: int, mode: str) -> None:
-        """What padding a symbolic axis owes: a crop leaves something, a reading mode has something to read."""
-        owed.owe(d + begin + end, node, f"the pads leave axis {a} a length")
-        if mode != "constant" and (begin > 0 or end > 0):
-            if min(begin, end) < 0:
-                raise node.unsupported(
-                    f"pads both pad and crop the symbolic axis {a} ({d}) in mode '{mode}'; ONNX leaves their order open"
-                )
-            owed.owe(d - 1, node, f"mode '{mode}' pads axis {a}, which must not be empty")
-            if mode == "reflect":
-                owed.owe(d - 1 - max(begin, end), node, f"mode 'reflect' reads within axis {a}")
-
-    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
-        x = given(node, inputs, 0, "data")
-        check_movable(node, x)
-        fill = optional(inputs, 2)
-        if fill is not None and fill.elem != x.elem:
-            raise node.fail(f"constant_value has element type {fill.elem.name}, the data {x.elem.name}")
-        if self.from_run(node, inputs):
-            axes = self.run_time_axes(node, x, inputs)
-            return [Facts(x.elem, tuple(node.result_length(0, a) if a in axes else d for a, d in enumerate(x.shape)))]
-        pads, mode, value = self.plan(node, inputs)
-        rank = x.rank
-        dims = tuple(d + pads[a] + pads[rank + a] for a, d in enumerate(x.shape))
-        out = None
-        if x.value is not None and (fill is None or fill.value is not None):
-            fill_value = None if fill is None else np.asarray(fill.value)
-            out = kernel_pad(np.asarray(x.value), fill_value, pads=pads, mode=mode, value=value)
-        return [Facts(x.elem, dims, out)]
-
-    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.dialects.kernel import PadByOp, PadOp
-
-        x = operands[0]
-        assert x is not None
-        facts_in = operand_facts(operands)
-        fill = operands[2] if len(operands) > 2 and self.mode(node) == "constant" else None
-        if self.from_run(node, facts_in):
-            axes = self.run_time_axes(node, facts_in[0], facts_in)  # type: ignore[arg-type]
-            kernel_inputs = [x, operands[1], *([fill] if fill is not None else [])]
-            params = {"present": present_bits([fill]), "mode": self.mode(node), "axes": tuple(axes)}
-            return emit_library(ctx, PadByOp(kernel_inputs, [ctx.result_types[0]], node.name, **params))  # type: ignore[arg-type]
-        pads, mode, value = self.plan(node, facts_in)
-        if not any(pads) and x.type == ctx.result_types[0]:
-            return [x]
-        kernel_inputs = [x] if fill is None else [x, fill]
-        params: dict[str, object] = {"pads": pads, "mode": mode}
-        if fill is None and mode == "constant":
-            params["value"] = value
-        return emit_library(ctx, PadOp(kernel_inputs, [ctx.result_types[0]], node.name, **params))  # type: ignore[arg-type]
-
-
-class TileRule(_ResizesAxes):
+class TileRule(ResizesAxes):
     """ONNX Tile (opset 6+): the input repeated along each axis; the repeats known at build time
     (numbers, or extents from Shape) or only at run time (`kernel.tile_by`: every result extent is
     then a length only the run knows)."""
@@ -875,8 +565,6 @@ RULES: tuple[OpRule, ...] = (
     ExpandRule(),
     ConcatRule(),
     SplitRule(),
-    SliceRule(),
-    PadRule(),
     TileRule(),
     TriluRule(),
     ReverseSequenceRule(),
