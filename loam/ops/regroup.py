@@ -6,10 +6,11 @@ and a regroup.  Their output axes are named from the input axes by the regroupin
 (`regroup_axes`: one axis to one keeps it, several to one merge, a merge splits back into its
 parts) or by position (`positional_axes`, for Squeeze and Unsqueeze).  Each rule restates the
 operator's older opsets in its current meaning (an attribute that later became an input is read
-either way) and refuses what it does not restate; a Reshape target or Squeeze/Unsqueeze axes must
-be known at build time.  Extents may be symbolic: a Reshape target may hold extents from Shape
-(`[B, S, 12, 64]`), its -1 is the exact quotient of the element counts where the polynomials
-divide, and what only the run can confirm (the counts agree, a -1 that rounds) is owed.
+either way) and refuses what it does not restate; Squeeze/Unsqueeze axes must be known at build
+time.  Extents may be symbolic: a Reshape target may hold extents from Shape (`[B, S, 12, 64]`),
+its -1 is the exact quotient of the element counts where the polynomials divide, and what only
+the run can confirm (the counts agree, a -1 that rounds) is owed.  A Reshape target only the run
+gives (`kernel.reshape_to`) makes every result extent a length only the run knows.
 """
 
 from __future__ import annotations
