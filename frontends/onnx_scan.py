@@ -14,7 +14,8 @@ its body is the Scan's body with, in front, a Gather of each scan input at the i
 (length - 1 - i for a reversed input); the states are its loop-carried values and the scan outputs
 its scan outputs, which it stacks on axis 0, so each is then reversed (Slice, step -1) where its
 direction says so and moved to its scan_output_axes (Transpose).  onnxruntime refuses a Scan of no
-iterations; so does such a module, at run time (a ShapeError naming `NODE/first_element`).
+iterations, and scan inputs of different lengths; so does such a module, at run time (a ShapeError
+naming `NODE/first_element` or `NODE/same_length`).
 
 An opset 8 Scan (batched, with sequence_lens), a Scan the model fixes at no iterations, an opset 9
 Scan over a symbolic length with a reversed output (Slice takes no steps before opset 10), and one
@@ -232,6 +233,23 @@ class _Unroller:
         zero = constant(np.array(0, np.int64), "zero", out)
         first_element = make("Gather", [first, zero], "first_element", out, axis=in_axes[0])
         size = make("Size", [first_element], "first_element_size", out)
+        # Every scan input must have the first's length (onnxruntime refuses others): a Concat along
+        # axis 1 of empty [length, 0] tensors, one per scan input, owes their lengths equal, and its
+        # size, times zero, joins the trip count so that the check stays.
+        if len(node.input) - n > 1:
+            none = constant(np.array([0], np.int64), "no_columns", out)
+            one_entry = constant(np.array([1], np.int64), "one_entry", out)
+            blanks = []
+            for j, (x, axis) in enumerate(zip(node.input[n:], in_axes, strict=True)):
+                extent_j = extent
+                if j:
+                    axis_j = constant(np.array(axis, np.int64), f"scan_axis{j}", out)
+                    extent_j = make("Gather", [make("Shape", [x], f"shape{j}", out), axis_j], f"extent{j}", out, axis=0)
+                entry = make("Reshape", [extent_j, one_entry], f"length{j}", out)
+                blank_shape = make("Concat", [entry, none], f"blank_shape{j}", out, axis=0)
+                blanks.append(make("ConstantOfShape", [blank_shape], f"blank{j}", out))
+            same = make("Concat", blanks, "same_length", out, axis=1)
+            size = make("Add", [size, make("Size", [same], "same_length_size", out)], "checked_size", out)
         nothing = make("Mul", [size, zero], "nothing", out)
         length = make("Add", [extent, nothing], "length", out)
         last = None

@@ -171,6 +171,20 @@ def test_a_symbolic_scan_of_no_iterations_is_refused_at_run_time_as_onnxruntime_
         run_built(result, feeds)
 
 
+def test_scan_inputs_of_different_lengths_are_refused_at_run_time_as_onnxruntime_refuses_them() -> None:
+    text = TWO_INPUTS.replace("float[3, T] w", "float[3, U] w").replace("float[3, T] diffs", "float[3, U] diffs")
+    m, result = built(text)
+    rng = np.random.default_rng(0)
+    feeds = {"init": f32(rng, 3), "x": f32(rng, 4, 3), "w": f32(rng, 3, 4)}
+    assert_same(run_built(result, feeds), run_onnxruntime(m, feeds))
+    for longer in (5, 1):  # longer, and a length that would broadcast
+        feeds["w"] = f32(rng, 3, longer)
+        with pytest.raises(Exception):  # noqa: B017 - any onnxruntime failure: ONNX refuses the inputs too
+            run_onnxruntime(m, feeds)
+        with pytest.raises(result.module.ShapeError, match=r"Concat node 'total/same_length'"):
+            run_built(result, feeds)
+
+
 def test_an_opset_8_scan_stays_and_the_build_refuses_it() -> None:
     text = """
 agraph (float[1, 2] init, float[1, T, 2] x) => (float[1, 2] total, float[1, T, 2] sums) {
