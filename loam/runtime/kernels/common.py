@@ -1,5 +1,5 @@
-"""Pieces every kernel family may read: computing halves in f32, and the room a result whose
-extents the run decides may take."""
+"""Pieces every kernel family may read: computing halves in f32, the room a result whose extents
+the run decides may take, and the one integer an operand the run gives holds."""
 
 from __future__ import annotations
 
@@ -40,5 +40,25 @@ def room_for(extents: tuple[int, ...] | list[int], what: str) -> None:
         raise DataError(f"{what} would make {list(extents)} ({count} elements), past the {2**36} one tensor may hold")
 
 
-PIECES: dict[str, object] = {"widened": widened, "narrowed": narrowed, "room_for": room_for}
-DEPENDS: dict[str, tuple[str, ...]] = {"room_for": ("DataError",)}
+def integers(value: np.ndarray) -> list[int]:
+    """The integers an operand the run gives (a shape, bounds, pads) holds, in order."""
+    return [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+def one_integer(value: np.ndarray, what: str) -> int:
+    """The one integer `value`, an operand the run gives (a k, a size, a step), holds; more or fewer
+    values are a DataError naming `what`."""
+    given = np.asarray(value).reshape(-1)
+    if given.size != 1:
+        raise DataError(f"{what} holds {given.size} values; it must hold one")
+    return int(given[0])
+
+
+PIECES: dict[str, object] = {
+    "widened": widened,
+    "narrowed": narrowed,
+    "room_for": room_for,
+    "integers": integers,
+    "one_integer": one_integer,
+}
+DEPENDS: dict[str, tuple[str, ...]] = {"room_for": ("DataError",), "one_integer": ("DataError",)}

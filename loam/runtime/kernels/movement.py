@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from loam.runtime.errors import DataError
-from loam.runtime.kernels.common import room_for
+from loam.runtime.kernels.common import integers, room_for
 
 
 def kernel_concat(*xs: np.ndarray, axis: int) -> np.ndarray:
@@ -83,7 +83,7 @@ def kernel_expand_to(x: np.ndarray, shape: np.ndarray) -> np.ndarray:
     """ONNX Expand to a shape only the run gives: x broadcast (both ways) with it; a shape that does
     not broadcast, or holds a negative extent, is a DataError."""
     x = np.asarray(x)
-    target = tuple(int(v) for v in np.asarray(shape).reshape(-1))
+    target = tuple(integers(shape))
     if any(t < 0 for t in target):
         raise DataError(f"Expand's shape {list(target)} holds a negative extent")
     try:
@@ -94,15 +94,11 @@ def kernel_expand_to(x: np.ndarray, shape: np.ndarray) -> np.ndarray:
     return np.array(np.broadcast_to(x, extents))
 
 
-def _entries(v: np.ndarray) -> list[int]:
-    return [int(t) for t in np.asarray(v).reshape(-1)]
-
-
 def kernel_reshape_to(x: np.ndarray, shape: np.ndarray, *, allowzero: int) -> np.ndarray:
     """ONNX Reshape to a shape only the run gives: a 0 copies the data's extent at its position
     (unless `allowzero`), a -1 takes what is left; a shape that does not fit is a DataError."""
     x = np.asarray(x)
-    target = _entries(shape)
+    target = integers(shape)
     if any(t < -1 for t in target) or target.count(-1) > 1 or (allowzero and 0 in target and -1 in target):
         raise DataError(f"Reshape's shape {target} is not a shape (one -1 at most, no other negative entry)")
     if not allowzero and any(t == 0 and i >= x.ndim for i, t in enumerate(target)):
@@ -120,7 +116,7 @@ def kernel_reshape_to(x: np.ndarray, shape: np.ndarray, *, allowzero: int) -> np
 
 def kernel_tile_by(x: np.ndarray, repeats: np.ndarray) -> np.ndarray:
     """ONNX Tile by repeats only the run gives: one non-negative count per axis, else a DataError."""
-    counts = _entries(repeats)
+    counts = integers(repeats)
     if len(counts) != np.ndim(x) or any(r < 0 for r in counts):
         raise DataError(f"Tile's repeats {counts} must hold one non-negative count per axis ({np.ndim(x)})")
     room_for([d * r for d, r in zip(np.shape(x), counts, strict=True)], f"Tile's repeats {counts}")
@@ -152,9 +148,9 @@ def kernel_slice_by(
     data's rank is a DataError."""
     x = np.asarray(x)
     given = iter(optional)
-    first, last = _entries(starts), _entries(ends)
-    axes = _entries(next(given)) if present & 1 else list(range(len(first)))
-    steps = _entries(next(given)) if present & 2 else [1] * len(first)
+    first, last = integers(starts), integers(ends)
+    axes = integers(next(given)) if present & 1 else list(range(len(first)))
+    steps = integers(next(given)) if present & 2 else [1] * len(first)
     if not len(first) == len(last) == len(axes) == len(steps):
         raise DataError(f"Slice's starts {first}, ends {last}, axes {axes} and steps {steps} differ in length")
     axes = [a + x.ndim if a < 0 else a for a in axes]
@@ -171,7 +167,7 @@ def kernel_slice_by(
 def kernel_split_by(x: np.ndarray, split: np.ndarray, *, axis: int, parts: int) -> tuple[np.ndarray, ...]:
     """ONNX Split by sizes only the run gives: `parts` non-negative sizes that sum to the extent of
     `axis`, else a DataError."""
-    sizes = _entries(split)
+    sizes = integers(split)
     extent = np.shape(x)[axis]
     if len(sizes) != parts or any(s < 0 for s in sizes) or sum(sizes) != extent:
         raise DataError(f"Split's sizes {sizes} must be {parts} non-negative parts of the extent {extent}")
@@ -195,7 +191,7 @@ def kernel_pad_by(
     the constant fill when `present` is 1.  Widths of the wrong count, a crop below nothing, a reading
     mode over an empty axis, or a pad that reads what a crop removes is a DataError."""
     x = np.asarray(x)
-    widths = _entries(pads)
+    widths = integers(pads)
     if len(widths) != 2 * len(axes):
         raise DataError(f"Pad's pads {widths} must hold two entries for each of {len(axes)} axes")
     full = [0] * (2 * x.ndim)
@@ -273,7 +269,6 @@ PIECES: dict[str, object] = {
     "kernel_trilu": kernel_trilu,
     "kernel_reverse_sequence": kernel_reverse_sequence,
     "kernel_expand_to": kernel_expand_to,
-    "_entries": _entries,
     "kernel_reshape_to": kernel_reshape_to,
     "kernel_tile_by": kernel_tile_by,
     "slice_bounds": slice_bounds,
@@ -286,11 +281,11 @@ PIECES: dict[str, object] = {
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_reverse_sequence": ("DataError",),
-    "kernel_expand_to": ("DataError", "room_for"),
-    "kernel_reshape_to": ("DataError", "_entries"),
-    "kernel_tile_by": ("DataError", "_entries", "kernel_tile", "room_for"),
-    "kernel_slice_by": ("DataError", "_entries", "slice_bounds", "kernel_slice"),
-    "kernel_split_by": ("DataError", "_entries", "kernel_split"),
-    "kernel_pad_by": ("DataError", "_entries", "pad_order_matters", "kernel_pad", "room_for"),
+    "kernel_expand_to": ("DataError", "room_for", "integers"),
+    "kernel_reshape_to": ("DataError", "integers"),
+    "kernel_tile_by": ("DataError", "integers", "kernel_tile", "room_for"),
+    "kernel_slice_by": ("DataError", "integers", "slice_bounds", "kernel_slice"),
+    "kernel_split_by": ("DataError", "integers", "kernel_split"),
+    "kernel_pad_by": ("DataError", "integers", "pad_order_matters", "kernel_pad", "room_for"),
     "kernel_dropout": ("DataError",),
 }

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from loam.runtime.errors import DataError
-from loam.runtime.kernels.common import narrowed, widened
+from loam.runtime.kernels.common import narrowed, one_integer, widened
 
 
 def kernel_reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], keepdims: int) -> np.ndarray:
@@ -97,10 +97,7 @@ def kernel_topk(
     w = widened(x)
     n = w.shape[axis]
     if count is not None:
-        given = np.asarray(count).reshape(-1)
-        if given.size != 1:
-            raise DataError(f"TopK's k holds {given.size} values; it must hold one")
-        k = int(given[0])
+        k = one_integer(count, "TopK's k")
         if not 0 <= k <= n:
             raise DataError(f"TopK's k is {k}; it must lie in [0, {n}], the extent of axis {axis}")
     if largest:
@@ -202,7 +199,7 @@ PIECES: dict[str, object] = {
 DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_reduce": ("widened", "narrowed"),
     "kernel_arg_reduce": ("widened",),
-    "kernel_topk": ("widened", "DataError"),
+    "kernel_topk": ("widened", "DataError", "one_integer"),
     "_cumulative": ("widened", "narrowed"),
     "kernel_cumsum": ("_cumulative",),
     "kernel_cumprod": ("_cumulative",),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from loam.runtime.errors import DataError
-from loam.runtime.kernels.common import narrowed, room_for, widened
+from loam.runtime.kernels.common import integers, narrowed, room_for, widened
 
 
 def resize_coordinates(
@@ -152,7 +152,7 @@ def resize_geometry(
             full_scales[a] = s
             out[a] = int(np.float64(s) * shape[a])
     elif sizes is not None and np.size(sizes):
-        wanted = [int(v) for v in np.asarray(sizes).reshape(-1)]
+        wanted = integers(sizes)
         if len(wanted) != len(axes):
             raise DataError(f"sizes has {len(wanted)} values for {len(axes)} axes")
         for a, n in zip(axes, wanted, strict=True):
@@ -454,7 +454,7 @@ def kernel_affine_grid(
     than theta's, a negative extent, or align_corners over an extent of 1 is then a DataError.
     """
     if size is not None:
-        given = [int(v) for v in np.asarray(size).reshape(-1)]
+        given = integers(size)
         sizes = tuple(given[2:])
         if given[0] != theta.shape[0] or any(n < 0 for n in sizes) or (align_corners and 1 in sizes):
             raise DataError(
@@ -490,7 +490,7 @@ PIECES: dict[str, object] = {
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_resize": ("widened", "narrowed", "resize_coordinates", "nearest_taps", "cubic_taps", "antialias_taps"),
-    "resize_geometry": ("DataError",),
+    "resize_geometry": ("DataError", "integers"),
     "kernel_resize_to": ("kernel_resize", "resize_geometry", "DataError", "room_for"),
     "kernel_grid_sample": (
         "widened",
@@ -500,5 +500,5 @@ DEPENDS: dict[str, tuple[str, ...]] = {
         "grid_sample_index",
         "grid_sample_sum",
     ),
-    "kernel_affine_grid": ("widened", "narrowed", "DataError"),
+    "kernel_affine_grid": ("widened", "narrowed", "DataError", "integers"),
 }

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from loam.runtime.errors import DataError
-from loam.runtime.kernels.common import narrowed, room_for, widened
+from loam.runtime.kernels.common import narrowed, one_integer, room_for, widened
 
 
 def _complex_of(x: np.ndarray) -> np.ndarray:
@@ -35,10 +35,7 @@ def kernel_window(size: np.ndarray, *, kind: str, periodic: int, to: str) -> np.
     / N) over the window's cosine terms (a, k), N the length (`periodic`) or the length - 1, computed
     in float64 and stored as `to` (numpy's name).  A symmetric window of one value is 0 / 0, NaN, as
     ONNX's function body computes it."""
-    given = np.asarray(size).reshape(-1)
-    if given.size != 1:
-        raise DataError(f"the window's size holds {given.size} values; it must hold one")
-    length = int(given[0])
+    length = one_integer(size, "the window's size")
     if length < 0:
         raise DataError(f"the window's size is {length}; it must not be negative")
     room_for([length], f"the window's size {length}")
@@ -72,14 +69,6 @@ def kernel_dft(x: np.ndarray, *, axis: int, dft_length: int, inverse: int, onesi
     return _pairs_of(y, x.dtype)
 
 
-def _one_integer(value: np.ndarray, what: str) -> int:
-    """The one integer `value` holds (an operand the run gives); anything else is a DataError."""
-    given = np.asarray(value).reshape(-1)
-    if given.size != 1:
-        raise DataError(f"{what} holds {given.size} values; it must hold one")
-    return int(given[0])
-
-
 def kernel_stft(
     signal: np.ndarray, *operands: np.ndarray, frame_step: int = 0, frame_length: int = 0, onesided: int
 ) -> np.ndarray:
@@ -94,13 +83,13 @@ def kernel_stft(
     is a DataError."""
     rest = list(operands)
     if frame_step == 0:
-        frame_step = _one_integer(rest.pop(0), "STFT's frame_step")
+        frame_step = one_integer(rest.pop(0), "STFT's frame_step")
         if frame_step < 1:
             raise DataError(f"STFT's frame_step is {frame_step}; it must be at least 1")
     signal = np.asarray(signal)
     size = signal.shape[1]
     if frame_length == 0:
-        frame_length = _one_integer(rest.pop(), "STFT's frame_length")
+        frame_length = one_integer(rest.pop(), "STFT's frame_length")
         if not 1 <= frame_length <= size:
             raise DataError(f"STFT's frame_length is {frame_length}; it must lie in [1, {size}], the signal's length")
     window = rest[0] if rest else None
@@ -134,7 +123,8 @@ def kernel_mel_weight_matrix(
     is then a DataError) and the parameters are absent.
     """
     if len(operands) == 5:
-        num_mel_bins, dft_length = (int(np.asarray(v).reshape(-1)[0]) for v in operands[:2])
+        num_mel_bins = one_integer(operands[0], "MelWeightMatrix's num_mel_bins")
+        dft_length = one_integer(operands[1], "MelWeightMatrix's dft_length")
         if num_mel_bins < 1 or dft_length < 1:
             raise DataError(
                 f"MelWeightMatrix: num_mel_bins ({num_mel_bins}) and dft_length ({dft_length}) must be positive"
@@ -171,16 +161,14 @@ PIECES: dict[str, object] = {
     "_complex_of": _complex_of,
     "_pairs_of": _pairs_of,
     "kernel_dft": kernel_dft,
-    "_one_integer": _one_integer,
     "kernel_stft": kernel_stft,
     "kernel_mel_weight_matrix": kernel_mel_weight_matrix,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
-    "kernel_window": ("DataError", "room_for"),
+    "kernel_window": ("DataError", "room_for", "one_integer"),
     "_complex_of": ("widened",),
     "_pairs_of": ("narrowed",),
     "kernel_dft": ("_complex_of", "_pairs_of", "narrowed"),
-    "_one_integer": ("DataError",),
-    "kernel_stft": ("_complex_of", "_pairs_of", "widened", "_one_integer", "DataError"),
-    "kernel_mel_weight_matrix": ("DataError",),
+    "kernel_stft": ("_complex_of", "_pairs_of", "widened", "one_integer", "DataError"),
+    "kernel_mel_weight_matrix": ("DataError", "one_integer"),
 }
