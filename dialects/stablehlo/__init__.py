@@ -28,9 +28,10 @@ The package, by concern:
 - `syntax`: the shared assembly-format directives and `StableHLOOp`;
 - `elementwise`: `add` ... `convert`, `select`, `compare`;
 - `movement`: `constant`, broadcasts, reshapes, `transpose`, `concatenate`, `slice`, iotas,
-  `get_dimension_size`;
+  `get_dimension_size`, `pad`, `reverse`;
 - `contraction`: `dot_general`, `gather`;
 - `reduce`: `reduce` and its terminator `return`;
+- `control`: `while` and `case`, whose regions end in `return` too;
 - `custom_call`: `custom_call`;
 - `window`: `convolution` and `reduce_window`;
 - `chlo`: the `chlo` dialect's elementwise ops JAX prints (`chlo.erf`, ...), a dialect of its own (`CHLO`).
@@ -56,6 +57,7 @@ from loam.dialects.stablehlo.attributes import (
 from loam.dialects.stablehlo.base import ranked, shape_of
 from loam.dialects.stablehlo.chlo import CHLO, AcosOp, AsinOp, AtanOp, CoshOp, ErfOp, SinhOp, SquareOp
 from loam.dialects.stablehlo.contraction import DotGeneralOp, GatherOp
+from loam.dialects.stablehlo.control import CaseOp, WhileOp
 from loam.dialects.stablehlo.custom_call import CustomCallOp
 from loam.dialects.stablehlo.elementwise import (
     AbsOp,
@@ -65,15 +67,19 @@ from loam.dialects.stablehlo.elementwise import (
     BinaryOp,
     CbrtOp,
     CeilOp,
+    ClampOp,
     CompareOp,
     ConvertOp,
     CosineOp,
     DivideOp,
     ElementwiseOp,
+    ExponentialMinusOneOp,
     ExponentialOp,
     FloorOp,
+    IsFiniteOp,
     LogisticOp,
     LogOp,
+    LogPlusOneOp,
     MaximumOp,
     MinimumOp,
     MultiplyOp,
@@ -92,6 +98,7 @@ from loam.dialects.stablehlo.elementwise import (
     TanhOp,
     TanOp,
     UnaryOp,
+    XorOp,
 )
 from loam.dialects.stablehlo.movement import (
     BroadcastInDimOp,
@@ -102,7 +109,9 @@ from loam.dialects.stablehlo.movement import (
     DynamicReshapeOp,
     GetDimensionSizeOp,
     IotaOp,
+    PadOp,
     ReshapeOp,
+    ReverseOp,
     SliceOp,
     TransposeOp,
 )
@@ -121,8 +130,10 @@ __all__ = [
     "AtanOp",
     "BinaryOp",
     "BroadcastInDimOp",
+    "CaseOp",
     "CbrtOp",
     "CeilOp",
+    "ClampOp",
     "CompareOp",
     "ComparisonDirectionAttr",
     "ComparisonTypeAttr",
@@ -142,13 +153,16 @@ __all__ = [
     "DynamicReshapeOp",
     "ElementwiseOp",
     "ErfOp",
+    "ExponentialMinusOneOp",
     "ExponentialOp",
     "FloorOp",
     "GatherDimensionNumbersAttr",
     "GatherOp",
     "GetDimensionSizeOp",
     "IotaOp",
+    "IsFiniteOp",
     "LogOp",
+    "LogPlusOneOp",
     "LogisticOp",
     "MaximumOp",
     "MinimumOp",
@@ -156,6 +170,7 @@ __all__ = [
     "NegateOp",
     "NotOp",
     "OrOp",
+    "PadOp",
     "PowerOp",
     "PrecisionAttr",
     "ReduceOp",
@@ -163,6 +178,7 @@ __all__ = [
     "RemainderOp",
     "ReshapeOp",
     "ReturnOp",
+    "ReverseOp",
     "RoundNearestEvenOp",
     "RsqrtOp",
     "SelectOp",
@@ -179,6 +195,8 @@ __all__ = [
     "TanhOp",
     "TransposeOp",
     "UnaryOp",
+    "WhileOp",
+    "XorOp",
     "ranked",
     "shape_of",
 ]
@@ -215,6 +233,13 @@ StableHLO = Dialect(
         RemainderOp,
         NotOp,
         ConvertOp,
+        WhileOp,
+        CaseOp,
+        XorOp,
+        LogPlusOneOp,
+        IsFiniteOp,
+        ExponentialMinusOneOp,
+        ClampOp,
         SelectOp,
         CompareOp,
         ConstantOp,
@@ -225,6 +250,8 @@ StableHLO = Dialect(
         TransposeOp,
         ConcatenateOp,
         SliceOp,
+        ReverseOp,
+        PadOp,
         IotaOp,
         DynamicIotaOp,
         GetDimensionSizeOp,

@@ -1,5 +1,5 @@
 """The elementwise StableHLO ops: each result element computed from the operands' elements at the
-same place (`add` ... `not`, `convert`), `select` and `compare`.
+same place (`add` ... `not`, `convert`, `is_finite`, `clamp`), `select` and `compare`.
 
 Syntax `stablehlo.OP %a, %b : T`, or a function type when the types differ; `select` and `compare`
 have their own short forms (`SelectOpType`, `CompareOpType`).
@@ -265,6 +265,70 @@ class NotOp(UnaryOp):
     """Elementwise not.  Syntax: `stablehlo.not %x : tensor<4xi1>`"""
 
     name = "stablehlo.not"
+
+
+@irdl_op_definition
+class ExponentialMinusOneOp(UnaryOp):
+    """Elementwise e^x - 1, exact near 0.  Syntax: `stablehlo.exponential_minus_one %x : tensor<4xf32>`"""
+
+    name = "stablehlo.exponential_minus_one"
+
+
+@irdl_op_definition
+class LogPlusOneOp(UnaryOp):
+    """Elementwise log(1 + x), exact near 0.  Syntax: `stablehlo.log_plus_one %x : tensor<4xf32>`"""
+
+    name = "stablehlo.log_plus_one"
+
+
+@irdl_op_definition
+class XorOp(BinaryOp):
+    """Elementwise exclusive or (bitwise on integers).  Syntax: `stablehlo.xor %a, %b : tensor<4xi32>`"""
+
+    name = "stablehlo.xor"
+
+
+@irdl_op_definition
+class IsFiniteOp(UnaryOp):
+    """
+    Elementwise "neither infinite nor NaN", into i1.
+
+    Syntax: `stablehlo.is_finite %x : (tensor<4xf32>) -> tensor<4xi1>`
+    """
+
+    name = "stablehlo.is_finite"
+
+    def check_element(self, index: int, operand: TensorType[Attribute], result: TensorType[Attribute]) -> None:
+        if result.element_type != IntegerType(1):
+            raise VerifyException(f"stablehlo.is_finite result must be i1, got {result}")
+
+
+@irdl_op_definition
+class ClampOp(ElementwiseOp):
+    """
+    `min(max(x, lo), hi)`, elementwise; `lo` and `hi` may each be a scalar.
+
+    Syntax: `stablehlo.clamp %lo, %x, %hi : tensor<4xf32>`, or a function type when a bound is a scalar.
+    """
+
+    name = "stablehlo.clamp"
+    ARITY: ClassVar[int] = 3
+
+    def verify_(self) -> None:
+        if len(self.args) != 3:
+            raise VerifyException(f"stablehlo.clamp takes 3 operands, got {len(self.args)}")
+        out = ranked(self.result, "stablehlo.clamp result")
+        x = ranked(self.args[1], "stablehlo.clamp operand")
+        if not compatible(x.get_shape(), out.get_shape()) or x.element_type != out.element_type:
+            raise VerifyException(f"stablehlo.clamp operand is {x} but the result is {out}")
+        for i, what in ((0, "min"), (2, "max")):
+            t = ranked(self.args[i], f"stablehlo.clamp {what}")
+            if t.get_shape() and not compatible(t.get_shape(), out.get_shape()):
+                raise VerifyException(f"stablehlo.clamp {what} {t} is neither a scalar nor shaped like {out}")
+            if t.element_type != out.element_type:
+                raise VerifyException(
+                    f"stablehlo.clamp {what} has element type {t.element_type}, not {out.element_type}"
+                )
 
 
 @irdl_op_definition

@@ -1,6 +1,6 @@
 """The StableHLO ops that make, reshape and move tensors: `constant`, `broadcast_in_dim` (and its
 dynamic form), `reshape` (and its dynamic form), `transpose`, `concatenate`, `slice`, `iota` (and its
-dynamic form) and `get_dimension_size`.
+dynamic form), `get_dimension_size`, `pad` and `reverse`.
 """
 
 from __future__ import annotations
@@ -486,3 +486,93 @@ class GetDimensionSizeOp(StableHLOOp):
             raise VerifyException(f"stablehlo.get_dimension_size: dim {self.dim} is not a dim of {src}")
         if out.get_shape() or not isinstance(out.element_type, IntegerType):
             raise VerifyException(f"stablehlo.get_dimension_size result must be an integer scalar, got {out}")
+
+
+@irdl_op_definition
+class PadOp(StableHLOOp):
+    """
+    `operand` with `low`/`high` elements of `padding_value` before/after each dim (negative: cut off)
+    and `interior` ones between neighbours.
+
+    Syntax: `stablehlo.pad %x, %v, low = [1, 0], high = [2, -1], interior = [0, 1]
+                 : (tensor<3x4xf32>, tensor<f32>) -> tensor<6x6xf32>`
+    """
+
+    name = "stablehlo.pad"
+
+    operand = operand_def()
+    padding_value = operand_def()
+    result = result_def()
+    edge_padding_low = prop_def(DenseArrayBase)
+    edge_padding_high = prop_def(DenseArrayBase)
+    interior_padding = prop_def(DenseArrayBase)
+
+    assembly_format = (
+        "$operand `,` $padding_value `,` `low` `=` custom<IntList>($edge_padding_low)"
+        " `,` `high` `=` custom<IntList>($edge_padding_high) `,` `interior` `=` custom<IntList>($interior_padding)"
+        " attr-dict `:` custom<FunctionalType>(type(operands), type(results))"
+    )
+
+    @property
+    def widths(self) -> list[tuple[int, int, int]]:
+        """(low, high, interior) per dim."""
+        return list(
+            zip(ints(self.edge_padding_low), ints(self.edge_padding_high), ints(self.interior_padding), strict=True)
+        )
+
+    def verify_(self) -> None:
+        src, out = ranked(self.operand, "stablehlo.pad operand"), ranked(self.result, "result")
+        value = ranked(self.padding_value, "stablehlo.pad padding value")
+        shape = src.get_shape()
+        if value.get_shape() or value.element_type != src.element_type:
+            raise VerifyException(f"stablehlo.pad: the padding value must be a scalar of {src.element_type}")
+        lows, highs, interiors = (
+            ints(a) for a in (self.edge_padding_low, self.edge_padding_high, self.interior_padding)
+        )
+        if not len(lows) == len(highs) == len(interiors) == len(shape):
+            raise VerifyException(f"stablehlo.pad: one low, high and interior width per dim of {src}")
+        want: list[int] = []
+        for i, (lo, hi, inner) in enumerate(zip(lows, highs, interiors, strict=True)):
+            if inner < 0:
+                raise VerifyException(f"stablehlo.pad: interior padding {inner} of dim {i} is negative")
+            if shape[i] == DYNAMIC_INDEX:
+                want.append(DYNAMIC_INDEX)
+                continue
+            extent = lo + shape[i] + max(shape[i] - 1, 0) * inner + hi
+            if extent < 0:
+                raise VerifyException(f"stablehlo.pad: dim {i} of {src} padded by {lo}, {hi}, {inner} is negative")
+            want.append(extent)
+        if not compatible(want, out.get_shape()) or src.element_type != out.element_type:
+            raise VerifyException(f"stablehlo.pad: padding {src} gives shape {want}, not {out}")
+
+
+@irdl_op_definition
+class ReverseOp(StableHLOOp):
+    """
+    `operand` with the order of its elements along `dimensions` reversed.
+
+    Syntax: `stablehlo.reverse %x, dims = [0] : tensor<3x4xf32>`
+    """
+
+    name = "stablehlo.reverse"
+
+    operand = operand_def()
+    result = result_def()
+    dimensions = prop_def(DenseArrayBase)
+
+    assembly_format = (
+        "$operand `,` `dims` `=` custom<IntList>($dimensions)"
+        " attr-dict `:` custom<SameOperandsAndResultType>(type(operands), type(results))"
+    )
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return ints(self.dimensions)
+
+    def verify_(self) -> None:
+        src, out = ranked(self.operand, "stablehlo.reverse operand"), ranked(self.result, "result")
+        rank = len(src.get_shape())
+        if len(set(self.dims)) != len(self.dims) or any(not 0 <= d < rank for d in self.dims):
+            raise VerifyException(f"stablehlo.reverse: dims {list(self.dims)} of rank {rank}")
+        if not compatible(src.get_shape(), out.get_shape()) or src.element_type != out.element_type:
+            raise VerifyException(f"stablehlo.reverse: {src} reversed is not {out}")
