@@ -7,6 +7,8 @@ ONNX nodes through a `GraphBuilder`, so every later pass sees an ordinary ONNX g
     and/or/not                                           And/Or/Not (booleans)
     negate/abs/exponential/log/tanh/logistic/sqrt        Neg/Abs/Exp/Log/Tanh/Sigmoid/Sqrt
     rsqrt                                                Reciprocal(Sqrt)
+    exponential_minus_one, log_plus_one                  composed from Exp/Log, exact near 0 (Kahan)
+    is_finite, clamp, xor                                Not(IsInf or IsNaN), Min(Max), BitwiseXor/Xor
     sine/cosine/tan/sign/floor/ceil/round_nearest_even   Sin/Cos/Tan/Sign/Floor/Ceil/Round
     chlo.erf/sinh/cosh/asin/acos/atan, chlo.square       Erf/Sinh/Cosh/Asin/Acos/Atan, Mul(x, x)
     remainder                                            Mod (fmod = 1)
@@ -19,12 +21,15 @@ ONNX nodes through a `GraphBuilder`, so every later pass sees an ordinary ONNX g
     broadcast_in_dim (and dynamic_)                      nothing, an Unsqueeze or a Transpose (see below)
     reshape (and dynamic_), transpose, concatenate       Reshape, Transpose, Concat
     slice, iota (and dynamic_)                           Slice, Range (+ Unsqueeze)
+    reverse, pad                                         Slice (step -1); Pad and Slice (+ Reshape for
+                                                         interior padding)
     dot_general                                          MatMul (+ Transpose), else Einsum
     reduce (body add/maximum/minimum/multiply)           ReduceSum/ReduceMax/ReduceMin/ReduceProd
     reduce (body or/and, booleans: jnp.any, jnp.all)     ReduceMax/ReduceMin
     gather (the embedding form: rows of a table)         Clip + Gather
     get_dimension_size                                   Shape + Reshape + Cast
     convolution, reduce_window                           Conv, MaxPool (`loam.frontends.stablehlo_windows`)
+    while, case                                          Loop, If (`loam.frontends.stablehlo_control`)
 
 Broadcasts are kept lazy.  StableHLO spells every broadcast out (`broadcast_in_dim` to the full
 shape) where ONNX's elementwise ops broadcast implicitly, right-aligned, as numpy does.  So an
@@ -36,7 +41,8 @@ the two front ends reach the same kernels.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -56,7 +62,7 @@ from xdsl.dialects.builtin import (
     TensorType,
     i64,
 )
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from loam.dialects import stablehlo as hlo
 from loam.dialects.graph import InitializerOp, ListAttr, NodeOp, TensorDataAttr, UnknownType, set_name_hint
@@ -132,6 +138,7 @@ class GraphBuilder:
     def __init__(self, opset: int, reserved: Sequence[str] = ()) -> None:
         self.opset = opset
         self.ops: list[Operation] = []
+        self.top = self.ops  # where initializers go, also while a region is built
         self.used: set[str] = set(reserved)
         self.counts: dict[str, int] = {}
         self.base = "node"
@@ -153,18 +160,44 @@ class GraphBuilder:
         self.used.add(f"{name}_{k}")
         return f"{name}_{k}"
 
+    @contextmanager
+    def region(self) -> Iterator[list[Operation]]:
+        """Build into a fresh op list (a subgraph's nodes), yielded; the op being lowered stays named."""
+        saved = self.ops, self.base, self.doc
+        self.ops = []
+        try:
+            yield self.ops
+        finally:
+            self.ops, self.base, self.doc = saved
+
     def node(
         self, op_type: str, inputs: Sequence[SSAValue], attrs: dict[str, Attribute] | None = None, what: str = ""
     ) -> SSAValue:
         """One ONNX node with one output, named after the StableHLO op being lowered (`self.base`)."""
-        name = self.unique(f"{self.base}_{what}" if what else self.base)
+        return self.nodes(op_type, inputs, 1, attrs, what=what)[0]
+
+    def nodes(
+        self,
+        op_type: str,
+        inputs: Sequence[SSAValue],
+        count: int,
+        attrs: dict[str, Attribute] | None = None,
+        regions: Sequence[Region] = (),
+        what: str = "",
+        name: str | None = None,
+    ) -> list[SSAValue]:
+        """One ONNX node with `count` outputs (and subgraph `regions`), named as `node` names its one
+        (or `name`, one `unique` gave)."""
+        name = name or self.unique(f"{self.base}_{what}" if what else self.base)
+        outputs = [name] if count == 1 else [self.unique(f"{name}_{k}") for k in range(count)]
         node = NodeOp(
-            op_type, inputs, [UnknownType()], [name], node_name=name, since=self.opset, attrs=attrs or {},
-            doc_string=self.doc,
+            op_type, inputs, [UnknownType()] * count, outputs, node_name=name, since=self.opset, attrs=attrs or {},
+            regions=regions, doc_string=self.doc,
         )  # fmt: skip
         self.ops.append(node)
-        set_name_hint(node.outs[0], name)
-        return node.outs[0]
+        for out, out_name in zip(node.outs, outputs, strict=True):
+            set_name_hint(out, out_name)
+        return list(node.outs)
 
     def constant(self, array: np.ndarray, elem: ElementType, what: str = "") -> SSAValue:
         """A `Constant` node holding `array`."""
@@ -180,7 +213,7 @@ class GraphBuilder:
         name = self.unique(self.base)
         data = TensorDataAttr.from_numpy(np.asarray(array, dtype=elem.numpy), elem)
         op = InitializerOp(name, GraphTensorType(elem, list(array.shape)), data)
-        self.ops.append(op)
+        self.top.append(op)  # a subgraph reads it from the graph: ONNX bodies keep no initializers here
         set_name_hint(op.result, name)
         return op.result
 
@@ -422,6 +455,66 @@ def _atan2(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
     return [_elementwise_result(value, xs, shape, elem)]
 
 
+@rule(hlo.ExponentialMinusOneOp)
+def _expm1(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    """e^x - 1 without the cancellation near 0 (Kahan): with u = e^x, x where u is 1, -1 where u - 1 is
+    -1, u where u is infinite, else (u - 1) * x / log(u).  A NaN comes out NaN."""
+    shape, elem = _result(op)
+    _float_only(op, elem)
+    x = xs[0].value
+    one = b.constant(np.array(1), elem, "one")
+    u = b.node("Exp", [x], what="exp")
+    less = b.node("Sub", [u, one], what="less")
+    r = b.node("Div", [b.node("Mul", [less, x], what="scaled"), b.node("Log", [u], what="log")], what="ratio")
+    r = b.node("Where", [b.node("Equal", [u, one], what="tiny"), x, r], what="near_zero")
+    minus_one = b.constant(np.array(-1), elem, "minus_one")
+    r = b.node("Where", [b.node("Equal", [less, minus_one], what="floor"), minus_one, r], what="low")
+    value = b.node("Where", [b.node("IsInf", [u], what="huge"), u, r])
+    return [_elementwise_result(value, xs, shape, elem)]
+
+
+@rule(hlo.LogPlusOneOp)
+def _log1p(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    """log(1 + x) without the rounding of 1 + x near 0 (Kahan): with u = 1 + x, x where u - 1 is 0,
+    u where u is infinite, else log(u) * x / (u - 1).  -1 gives -inf, below -1 and NaN give NaN."""
+    shape, elem = _result(op)
+    _float_only(op, elem)
+    x = xs[0].value
+    one = b.constant(np.array(1), elem, "one")
+    zero = b.constant(np.array(0), elem, "zero")
+    u = b.node("Add", [x, one], what="shifted")
+    step = b.node("Sub", [u, one], what="step")
+    r = b.node("Mul", [b.node("Log", [u], what="log"), b.node("Div", [x, step], what="ratio")], what="scaled")
+    r = b.node("Where", [b.node("Equal", [step, zero], what="tiny"), x, r], what="near_zero")
+    value = b.node("Where", [b.node("IsInf", [u], what="huge"), u, r])
+    return [_elementwise_result(value, xs, shape, elem)]
+
+
+@rule(hlo.IsFiniteOp)
+def _is_finite(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    shape, elem = _result(op)
+    _float_only(op, xs[0].elem)
+    x = xs[0].value
+    bad = b.node("Or", [b.node("IsInf", [x], what="inf"), b.node("IsNaN", [x], what="nan")], what="bad")
+    return [_elementwise_result(b.node("Not", [bad]), xs, shape, elem)]
+
+
+@rule(hlo.ClampOp)
+def _clamp(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    """min(max(x, lo), hi): Max and Min broadcast a scalar bound (a NaN anywhere gives NaN, as XLA's)."""
+    shape, elem = _result(op)
+    lo, x, hi = xs
+    low = b.node("Max", [x.value, lo.value], what="low")
+    return [_elementwise_result(b.node("Min", [low, hi.value]), xs, shape, elem)]
+
+
+@rule(hlo.XorOp)
+def _xor(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    shape, elem = _result(op)
+    kind = "Xor" if elem.name == "bool" else "BitwiseXor"
+    return [_elementwise_result(b.node(kind, [x.value for x in xs]), xs, shape, elem)]
+
+
 _COMPARISONS = {"EQ": "Equal", "LT": "Less", "LE": "LessOrEqual", "GT": "Greater", "GE": "GreaterOrEqual"}
 
 
@@ -548,6 +641,61 @@ def _slice(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
     axes = b.ints(range(len(ranges)), "axes")
     steps = b.ints([c for _, _, c in ranges], "steps")
     return [Operand(b.node("Slice", [full(b, x), starts, ends, axes, steps]), shape, elem)]
+
+
+@rule(hlo.ReverseOp)
+def _reverse(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    """Slice with step -1 from the last element along each reversed dim."""
+    assert isinstance(op, hlo.ReverseOp)
+    shape, elem = _result(op)
+    dims = [d for d in op.dims if shape[d] != 1]
+    if not dims:
+        return [xs[0]]
+    n = len(dims)
+    starts, ends = b.ints([-1] * n, "starts"), b.ints([np.iinfo(np.int64).min] * n, "ends")
+    steps = b.ints([-1] * n, "steps")
+    return [Operand(b.node("Slice", [full(b, xs[0]), starts, ends, b.ints(dims, "axes"), steps]), shape, elem)]
+
+
+@rule(hlo.PadOp)
+def _pad(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    """Interior padding per dim first (the dim unsqueezed, padded after its new unit axis, merged back
+    and the padding after the last element cut off), then one Pad for the positive edge widths and
+    one Slice for the negative ones (the elements they cut off)."""
+    assert isinstance(op, hlo.PadOp)
+    shape, elem = _result(op)
+    x, value = xs
+    fill = full(b, value)
+    current = full(b, x)
+    extents: list[Dim] = list(x.shape)
+    rank = len(extents)
+    for d, (_, _, inner) in enumerate(op.widths):
+        n = extents[d]
+        if inner == 0 or n in (0, 1):
+            continue
+        if any(e is None for e in extents[d + 1 :]):
+            raise LoweringError(f"interior padding of dim {d} before a dim of unknown extent is not supported")
+        spread = b.node("Unsqueeze", [current, b.ints([d + 1], "axes")], what=f"spread{d}")
+        pads = [0] * (2 * (rank + 1))
+        pads[rank + 1 + d + 1] = inner
+        spread = b.node("Pad", [spread, b.ints(pads, "pads"), fill], what=f"interior{d}")
+        merged = [0] * d + [-1] + [e for e in extents[d + 1 :] if e is not None]
+        current = b.node("Reshape", [spread, b.ints(merged, "shape")], what=f"merged{d}")
+        end = -inner
+        current = b.node(
+            "Slice", [current, b.ints([0], "starts"), b.ints([end], "ends"), b.ints([d], "axes")], what=f"trim{d}"
+        )
+        extents[d] = None if n is None else n + (n - 1) * inner
+    lows, highs = [w[0] for w in op.widths], [w[1] for w in op.widths]
+    if any(w > 0 for w in lows + highs):
+        pads = [max(w, 0) for w in lows] + [max(w, 0) for w in highs]
+        current = b.node("Pad", [current, b.ints(pads, "pads"), fill], what="edges")
+    cut = [d for d in range(rank) if lows[d] < 0 or highs[d] < 0]
+    if cut:
+        starts = b.ints([-min(lows[d], 0) for d in cut], "starts")
+        ends = b.ints([highs[d] if highs[d] < 0 else np.iinfo(np.int64).max for d in cut], "ends")
+        current = b.node("Slice", [current, starts, ends, b.ints(cut, "axes")], what="cut")
+    return [Operand(current, shape, elem)]
 
 
 @rule(hlo.IotaOp, hlo.DynamicIotaOp)
