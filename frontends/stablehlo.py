@@ -62,6 +62,7 @@ from loam.errors import ModelError, UnsupportedError
 # The window ops' rules (convolution, reduce_window) live in their own module, which registers them
 # in stablehlo_ops.RULES when imported; the reader imports it so every rule is there.
 from loam.frontends import stablehlo_windows as _windows  # noqa: F401
+from loam.frontends.stablehlo_control import lower_control
 from loam.frontends.stablehlo_ops import (
     GraphBuilder,
     LoweringError,
@@ -371,8 +372,10 @@ class _Reader:
         builder.base, builder.doc = name, None
         result = full(builder, value)
         owner = result.owner
-        if isinstance(owner, NodeOp) and owner.output_names[0] not in taken:
-            owner.output_names_attr = ArrayAttr([StringAttr(name)])
+        if isinstance(owner, NodeOp) and owner.output_names[result.index] not in taken:  # type: ignore[attr-defined]
+            names = list(owner.output_names)
+            names[result.index] = name  # type: ignore[attr-defined]
+            owner.output_names_attr = ArrayAttr([StringAttr(n) for n in names])
         else:
             result = builder.node("Identity", [result])
             node = result.owner
@@ -396,8 +399,22 @@ class _Reader:
             raise UnsupportedError(
                 f"{self.where(func)}: @{func.sym_name.data} calls itself; recursion is not supported"
             )
-        block = func.body.block
-        env: dict[SSAValue, Operand] = dict(zip(block.args, args, strict=True))
+        try:
+            return self.run_block(func.body.block, args, builder, [*stack, func.sym_name.data], {})
+        except _NoReturn:
+            raise ModelError(f"{self.where(func)}: the function does not end in func.return") from None
+
+    def run_block(
+        self,
+        block: Block,
+        args: Sequence[Operand],
+        builder: GraphBuilder,
+        stack: list[str],
+        outer: dict[SSAValue, Operand],
+    ) -> list[Operand]:
+        """Lower the ops of `block` (a function's body or a region of a `while` or `case`, which reads
+        the values of `outer` too) with its arguments bound to `args`; the values it returns."""
+        env: dict[SSAValue, Operand] = {**outer, **dict(zip(block.args, args, strict=True))}
 
         def bound(op: Operation, values: Sequence[SSAValue]) -> list[Operand]:
             # The parser takes a use before its definition (a forward reference) as the text's business.
@@ -406,21 +423,35 @@ class _Reader:
                     raise ModelError(f"{self.where(op)}: operand #{i} is used before the op that defines it")
             return [env[v] for v in values]
 
+        def region(body: Block, values: Sequence[Operand]) -> list[Operand]:
+            base, doc = builder.base, builder.doc  # the region's ops rename the nodes; the op's own follow
+            try:
+                return self.run_block(body, values, builder, stack, env)
+            finally:
+                builder.base, builder.doc = base, doc
+
         for op in block.ops:
-            if isinstance(op, FuncReturnOp):
-                return bound(op, op.arguments)
+            if isinstance(op, FuncReturnOp | hlo.ReturnOp):
+                return bound(op, op.operands)
             if isinstance(op, CallOp):
                 callee = self.callee(op)
-                results = self.run(callee, bound(op, op.arguments), builder, [*stack, func.sym_name.data])
+                results = self.run(callee, bound(op, op.arguments), builder, stack)
                 env.update(zip(op.res, results, strict=True))
                 continue
             builder.start(op.name.split(".")[-1], self.where(op, with_op=False))
             try:
-                results = lower_op(builder, op, bound(op, op.operands))
+                if isinstance(op, hlo.WhileOp | hlo.CaseOp):
+                    results = lower_control(builder, op, bound(op, op.operands), region)
+                else:
+                    results = lower_op(builder, op, bound(op, op.operands))
             except LoweringError as err:
                 raise UnsupportedError(f"{self.where(op)}: {err}") from None
             env.update(zip(op.results, results, strict=True))
-        raise ModelError(f"{self.where(func)}: the function does not end in func.return")
+        raise _NoReturn
+
+
+class _NoReturn(Exception):
+    """A block that does not end in a return."""
 
 
 def _live(ops: list[Operation], ret: ReturnOp) -> list[Operation]:
