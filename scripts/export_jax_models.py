@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 import onnx
@@ -69,6 +70,7 @@ MLP_DIR = ROOT / "examples" / "jax_mlp"
 ATTENTION_DIR = ROOT / "examples" / "jax_attention"
 OPS_DIR = ROOT / "tests" / "frontends" / "stablehlo_ops"
 CNN_DIR = ROOT / "tests" / "frontends" / "stablehlo_cnn"
+FLAX_DIR = ROOT / "tests" / "frontends" / "stablehlo_flax"
 
 Params = dict[str, np.ndarray]
 
@@ -532,11 +534,192 @@ def export_handwritten() -> None:
     np.savez(OPS_DIR / "handwritten.npz", **arrays)
 
 
+# --------------------------------------------------------------------------------------------------
+# Control flow and the elementwise ops it came with
+
+
+def control(x: jax.Array, i: jax.Array, k: jax.Array, bits: jax.Array) -> dict[str, jax.Array]:
+    """x: f32[3, 4]; i, k: scalar i32; bits: i32[4]."""
+    halving = lax.fori_loop(0, i, lambda j, v: v * 0.5 + j.astype(v.dtype), x)
+
+    def grow(state: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        n, v = state
+        return n + 1, v * 1.5 + 0.25
+
+    steps, grown = lax.while_loop(lambda s: jnp.max(jnp.abs(s[1])) < 8.0, grow, (jnp.int32(0), x))
+    nested = lax.cond(
+        i > 1, lambda v: lax.fori_loop(0, i, lambda j, w: jnp.sin(w) + v, v), lambda v: jnp.cos(v) * k, x
+    )
+    return {
+        "cond": lax.cond(x.sum() + i > 0, lambda v: v * 2, lambda v: v - 1, x),
+        "switch": lax.switch(k, [lambda v: v + 1, lambda v: v * 3, lambda v: jnp.sin(v)], x),
+        "fori": halving,
+        "while_steps": steps,
+        "while_value": grown,
+        "nested": nested,
+        "expm1": jnp.expm1(x * 1e-4) + jnp.expm1(x * 30.0),
+        "log1p": jnp.log1p(x * 1e-5) + jnp.log1p(jnp.abs(x) * 50.0),
+        "is_finite": jnp.isfinite(jnp.log(x)),
+        "clamp": lax.clamp(-0.5, x, 0.5),
+        "clamp_ints": lax.clamp(jnp.int32(-1), bits, jnp.full((4,), 2, jnp.int32)),
+        "pad": jnp.pad(x, ((1, 2), (0, 1)), constant_values=3.0),
+        "pad_interior": lax.pad(x, jnp.float32(-2.0), [(1, -1, 1), (-1, 2, 2)]),
+        "reverse": jnp.flip(x, (0, 1)),
+        "xor": jnp.bitwise_xor(bits, 5) + (bits > 0).astype(jnp.int32),
+        "xor_bool": jnp.logical_xor(bits > 0, bits < 3),
+    }
+
+
+CONTROL_INPUTS = [
+    {"i": 3, "k": 1, "scale": 1.0},
+    {"i": 0, "k": -4, "scale": -1.0},  # the fori_loop runs no iterations; switch clamps k to branch 0
+    {"i": 2, "k": 9, "scale": 0.001},  # the while_loop runs long
+]
+
+HANDWRITTEN_CASE = """\
+// stablehlo.case with an index JAX never gives (lax.switch clamps it): out of range, the last branch
+// runs.  XLA computes the expected results.
+module @case_index {
+  func.func public @main(%i: tensor<i32> loc("i"), %x: tensor<2xf32> loc("x"))
+      -> (tensor<2xf32> {jax.result_info = "result"}) {
+    %0 = "stablehlo.case"(%i) ({
+      %a = stablehlo.negate %x : tensor<2xf32>
+      stablehlo.return %a : tensor<2xf32>
+    }, {
+      %b = stablehlo.add %x, %x : tensor<2xf32>
+      stablehlo.return %b : tensor<2xf32>
+    }, {
+      %c = stablehlo.multiply %x, %x : tensor<2xf32>
+      stablehlo.return %c : tensor<2xf32>
+    }) : (tensor<i32>) -> tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }
+}
+"""
+
+
+def export_control() -> None:
+    rng = np.random.default_rng(OPS_SEED + 2)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    x[0, 0] = 0.0  # log(0) = -inf: not finite
+    bits = np.array([-3, 0, 1, 7], np.int32)
+    text = jax.jit(control).lower(x, np.int32(0), np.int32(0), bits).as_text(debug_info=True)
+    write_text(OPS_DIR / "control.mlir", text)
+    write_text(OPS_DIR / "control.generic.mlir", generic_form(text))
+    arrays: dict[str, Any] = {"bits": bits}
+    for n, case in enumerate(CONTROL_INPUTS):
+        xs = (x * case["scale"]).astype(np.float32)
+        i, k = np.int32(case["i"]), np.int32(case["k"])
+        arrays.update({f"x.{n}": xs, f"i.{n}": i, f"k.{n}": k})
+        for name, value in jax.jit(control)(xs, i, k, bits).items():
+            arrays[f"result.{n}.{name}"] = np.asarray(value)
+    np.savez(OPS_DIR / "control.npz", **arrays)
+    (OPS_DIR / "case_index.mlir").write_text(HANDWRITTEN_CASE, encoding="utf-8")
+    executable = backend.get_backend().compile_and_load(
+        HANDWRITTEN_CASE, jax.devices()[:1], xla_client.CompileOptions()
+    )
+    x2 = np.array([1.5, -2.0], np.float32)
+    cases: dict[str, Any] = {"x": x2}
+    for index in (-1, 0, 1, 2, 7):
+        (result,) = executable.execute([jax.device_put(np.int32(index)), jax.device_put(x2)])
+        cases[f"result.{index}"] = np.asarray(result)
+    np.savez(OPS_DIR / "case_index.npz", **cases)
+
+
+# --------------------------------------------------------------------------------------------------
+# Flax: a scan-based RNN and a transformer block
+
+
+FLAX_SEED = 20261202
+
+
+class Recurrent(nn.Module):
+    """A GRU over the sequence forward and an LSTM over it backward (flax's nn.RNN: a lax.scan)."""
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        forward = nn.RNN(nn.GRUCell(features=6))(x)
+        backward = nn.RNN(nn.LSTMCell(features=5), reverse=True, keep_order=True)(x)
+        return jnp.concatenate([forward, backward], axis=-1)
+
+
+class TransformerBlock(nn.Module):
+    """Pre-LayerNorm: causal multi-head self-attention, then a GELU MLP, each with a residual."""
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        h = nn.LayerNorm()(x)
+        mask = nn.make_causal_mask(jnp.ones(x.shape[:2]))
+        x = x + nn.MultiHeadDotProductAttention(num_heads=2)(h, h, mask=mask)
+        h = nn.LayerNorm()(x)
+        return x + nn.Dense(16)(nn.gelu(nn.Dense(32)(h)))
+
+
+def flat_params(tree: Any) -> Params:
+    """A flax parameter tree as `a.b.c` names, the key paths the reader gives the weights."""
+    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {".".join(k.key for k in path): np.asarray(v) for path, v in flat}
+
+
+def randomized(tree: Any, rng: np.random.Generator) -> Any:
+    """Every leaf drawn anew (flax starts biases at 0 and scales at 1: a module dropping one still matched)."""
+    return jax.tree_util.tree_map(lambda a: (rng.standard_normal(a.shape) * 0.4).astype(np.float32), tree)
+
+
+def export_flax() -> None:
+    rng = np.random.default_rng(FLAX_SEED)
+    FLAX_DIR.mkdir(parents=True, exist_ok=True)
+    rnn = Recurrent()
+    x = rng.standard_normal((2, 7, 3)).astype(np.float32)
+    params = randomized(rnn.init(jax.random.PRNGKey(0), x)["params"], rng)
+
+    def run_rnn(params: Any, x: jax.Array) -> jax.Array:
+        return rnn.apply({"params": params}, x)
+
+    text = jax.jit(run_rnn).lower(params, x).as_text(debug_info=True)
+    write_text(FLAX_DIR / "rnn.mlir", text)
+    write_text(FLAX_DIR / "rnn.generic.mlir", generic_form(text))
+    save_file(flat_params(params), str(FLAX_DIR / "rnn.safetensors"))
+    np.savez(FLAX_DIR / "rnn.npz", x=x, result=np.asarray(jax.jit(run_rnn)(params, x)))
+
+    block = TransformerBlock()
+    x = rng.standard_normal((2, 5, 16)).astype(np.float32)
+    params = randomized(block.init(jax.random.PRNGKey(1), x)["params"], rng)
+
+    def run_block(params: Any, x: jax.Array) -> jax.Array:
+        return block.apply({"params": params}, x)
+
+    (b,) = export.symbolic_shape("b")
+    exported = export.export(jax.jit(run_block))(params, jax.ShapeDtypeStruct((b, 5, 16), jnp.float32))
+    text = exported.mlir_module()
+    write_text(FLAX_DIR / "block.mlir", text)
+    write_text(FLAX_DIR / "block.generic.mlir", generic_form(text))
+    save_file(flat_params(params), str(FLAX_DIR / "block.safetensors"))
+    arrays: dict[str, Any] = {}
+    for batch in (2, 3):
+        xs = rng.standard_normal((batch, 5, 16)).astype(np.float32)
+        arrays[f"x.{batch}"] = xs
+        arrays[f"result.{batch}"] = np.asarray(exported.call(params, xs))
+    np.savez(FLAX_DIR / "block.npz", **arrays)
+
+
 def main() -> int:
-    exporters: list[Callable[[], None]] = [export_mlp, export_attention, export_ops, export_handwritten, export_cnn]
-    for exporter in exporters:
-        exporter()
-    print(f"jax {jax.__version__}: wrote {MLP_DIR}, {ATTENTION_DIR}, {OPS_DIR} and {CNN_DIR}")
+    exporters: dict[str, Callable[[], None]] = {
+        "mlp": export_mlp,
+        "attention": export_attention,
+        "ops": export_ops,
+        "handwritten": export_handwritten,
+        "cnn": export_cnn,
+        "control": export_control,
+        "flax": export_flax,
+    }
+    chosen = sys.argv[1:] or list(exporters)
+    for name in chosen:
+        if name not in exporters:
+            print(f"unknown section {name!r}; sections: {', '.join(exporters)}", file=sys.stderr)
+            return 2
+        exporters[name]()
+    print(f"jax {jax.__version__}: wrote the sections {', '.join(chosen)}")
     return 0
 
 
