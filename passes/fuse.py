@@ -16,7 +16,10 @@ A producer stays a kernel of its own when
   - with `objective=dispatch` (WebGPU: fewer launches, no 64-bit integers in WGSL), either side
     computes i64 (`element type i64`),
   - the two together would compute more than `MAX_FUSED_STEPS` steps (`fused kernel at its size
-    limit`): each fusion rewrites the consumer's whole Expr, so the cap keeps the pass linear.
+    limit`): each fusion rewrites the consumer's whole Expr, so the cap keeps the pass linear; or
+    would read more than `MAX_FUSED_INPUTS` tensors (the same reason): a WGSL shader binds each
+    as a storage buffer, and a stage may bind 16 at most on common devices (whatever the objective:
+    the WGSL backend builds with `memory` unless told otherwise).
 With `objective=memory` (CPU) i64 and bool chains fuse like any other.
 
 Then each `kernel.matmul` whose result only an elementwise zip reads takes that zip as its
@@ -77,6 +80,9 @@ DUPLICATE_STEPS = 4
 MAX_FUSED_STEPS = 128
 """The most non-operand steps one fused zip computes: fusing rewrites the consumer's whole `Expr`, so an
 unbounded chain would cost time quadratic in its length (a 2,000-node chain took two minutes to build)."""
+MAX_FUSED_INPUTS = 14
+"""The most tensors one fused zip reads: with its params and its result, 16 storage
+buffers, what WebGPU devices commonly bind per shader stage (the default is 8; Loam asks for the adapter's)."""
 
 _REDUCTIONS: tuple[type[Operation], ...] = (
     ReduceOp, ArgReduceOp, TopKOp, CumSumOp, SoftmaxOp, NormalizeOp, GroupNormOp, LrnOp, PoolOp,
@@ -143,6 +149,10 @@ def _reader_refusal(result: SSAValue, reader: Operation, objective: str) -> Refu
     producer = result.owner
     if isinstance(producer, ZipOp) and _computed(producer) + _computed(reader) > MAX_FUSED_STEPS:
         return Reason.SIZE, None
+    if isinstance(producer, ZipOp):
+        reads = {v for v in reader.operands if v is not result} | set(producer.operands)
+        if len(reads) > MAX_FUSED_INPUTS:
+            return Reason.SIZE, None
     return None
 
 
