@@ -30,6 +30,7 @@ ONNX nodes through a `GraphBuilder`, so every later pass sees an ordinary ONNX g
     get_dimension_size                                   Shape + Reshape + Cast
     convolution, reduce_window                           Conv, MaxPool (`loam.frontends.stablehlo_windows`)
     while, case                                          Loop, If (`loam.frontends.stablehlo_control`)
+    select_and_scatter (the gradient of max pooling)     Slice/compare/Where per tap + ScatterElements (add)
 
 Broadcasts are kept lazy.  StableHLO spells every broadcast out (`broadcast_in_dim` to the full
 shape) where ONNX's elementwise ops broadcast implicitly, right-aligned, as numpy does.  So an

@@ -1,4 +1,5 @@
-"""What `stablehlo.convolution` and `stablehlo.reduce_window` become: ONNX `Conv` and pooling.
+"""What `stablehlo.convolution`, `stablehlo.reduce_window` and `stablehlo.select_and_scatter` become:
+ONNX `Conv`, pooling, and the gradient of max pooling.
 
 JAX writes images channels-last (flax's NHWC input, HWIO kernel); ONNX's `Conv`, `MaxPool` and
 friends read channels-first (NCHW, OIHW).  So the operands are transposed into ONNX's layout, the
@@ -10,23 +11,44 @@ ONNX's already costs nothing.
     reduce_window, body minimum       Neg(MaxPool(Neg))
     reduce_window, body add           a depthwise Conv with a kernel of ones: the window's exact sum
                                       (zero padding, as the init value 0 pads); avg_pool divides after
+    select_and_scatter, select GE     per window tap (row-major): a strided Slice of the operand, the
+      (GT, LE, LT), scatter add       select's compare with the element kept so far and Where keeping
+                                      it or the tap (and the tap's number); then ScatterElements
+                                      (reduction add) of the source at the picked taps into the init
+                                      value, along the window dims flattened
+
+select_and_scatter is `jax.grad` of max pooling.  Its select region keeps the element it has while
+`select(kept, next)` holds, over each window in row-major order: GE keeps the first maximum, GT the
+last, LE and LT the first and last minimum; a NaN is kept only while no later element follows it
+(GE of NaN is false), exactly as the StableHLO interpreter runs it.  Padding is never picked (the
+interpreter skips it; JAX pads with -inf itself, a `stablehlo.pad` before the op, and slices the
+result after), and a window of padding alone scatters nothing.  Every element then holds
+`init_value` plus the source elements of the windows that picked it: overlapping windows (strides
+smaller than the window) may pick one element twice, and both add.  The taps are unrolled, one
+Slice, compare and two Wheres each, so a window has at most `MAX_TAPS` of them.
 
 Refused by name: a convolution with batch_group_count > 1, lhs dilation (a transposed
 convolution), window reversal or negative padding; a reduce_window of several operands, with
 another body, base dilations, negative padding, padding with an init value that is not the
-body's identity, or windows over more than three dims or beside more than two others.
+body's identity, or windows over more than three dims or beside more than two others; a
+select_and_scatter whose select region is not one compare GE, GT, LE or LT of its two arguments
+(or a TOTALORDER one), whose scatter region is not one add of its two arguments, over booleans,
+with an extent only the run knows, or with windows of more than `MAX_TAPS` elements.
 The rules register themselves in `loam.frontends.stablehlo_ops.RULES` when this module is imported
 (the reader, `loam.frontends.stablehlo`, imports it).
 """
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
-from xdsl.dialects.builtin import IntAttr, IntegerAttr, i64
-from xdsl.ir import Operation, SSAValue
+from xdsl.dialects.builtin import IntAttr, IntegerAttr, StringAttr, i64
+from xdsl.ir import Block, Operation, SSAValue
 
 from loam.dialects import stablehlo as hlo
 from loam.dialects.graph import ListAttr
+from loam.dtypes import by_name
 from loam.frontends.stablehlo_ops import (
     GraphBuilder,
     LoweringError,
@@ -34,6 +56,7 @@ from loam.frontends.stablehlo_ops import (
     _elementwise_result,
     _identity,
     _result,
+    _spell,
     full,
     reduction_body,
     rule,
@@ -163,3 +186,173 @@ def _reduce_window(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Op
         return [_elementwise_result(value, held, shape, elem)]
     combined = b.node(_JOIN[reduction], [value, init.value], what="init")
     return [_elementwise_result(combined, [*held, init], shape, elem)]
+
+
+MAX_TAPS = 64
+"""The most elements a select_and_scatter window may hold: each is unrolled into a few nodes."""
+
+_SELECTS = {"GE": "GreaterOrEqual", "GT": "Greater", "LE": "LessOrEqual", "LT": "Less"}
+_MIRRORED = {"GE": "LE", "GT": "LT", "LE": "GE", "LT": "GT"}  # compare(next, kept) as compare(kept, next)
+
+
+def _computes(block: Block) -> str:
+    return ", ".join(o.name for o in list(block.ops)[:-1]) or "nothing"
+
+
+def _select_direction(block: Block, elem_name: str) -> str:
+    """The direction of `compare(kept, next)` the select region computes, or a LoweringError naming it."""
+    body = list(block.ops)
+    compare = body[0] if len(body) == 2 else None
+    args = tuple(block.args)
+    if (
+        not isinstance(compare, hlo.CompareOp)
+        or not isinstance(body[1], hlo.ReturnOp)
+        or tuple(body[1].values) != tuple(compare.results)
+        or set(compare.operands) != set(args)
+        or len(args) != 2
+    ):
+        raise LoweringError(
+            f"its select region computes {_computes(block)}; Loam reads one stablehlo.compare "
+            "GE, GT, LE or LT of its two arguments"
+        )
+    direction = compare.comparison_direction.text
+    if direction not in _SELECTS:
+        raise LoweringError(
+            f"its select region compares {direction}; Loam reads GE, GT, LE or LT (a first or last maximum or minimum)"
+        )
+    kind = compare.compare_type.text if compare.compare_type is not None else None
+    if kind == "TOTALORDER":
+        raise LoweringError("its select region compares in TOTALORDER (NaNs ordered), which has no ONNX counterpart")
+    if kind == "UNSIGNED" and not elem_name.startswith("ui"):
+        raise LoweringError(f"its select region compares {elem_name} UNSIGNED, which has no ONNX counterpart")
+    return direction if tuple(compare.operands) == args else _MIRRORED[direction]
+
+
+def _scatter_is_add(block: Block) -> None:
+    body = list(block.ops)
+    add = body[0] if len(body) == 2 else None
+    if (
+        not isinstance(add, hlo.AddOp)
+        or not isinstance(body[1], hlo.ReturnOp)
+        or tuple(body[1].values) != tuple(add.results)
+        or set(add.operands) != set(block.args)
+        or len(block.args) != 2
+    ):
+        raise LoweringError(
+            f"its scatter region computes {_computes(block)}; Loam reads one stablehlo.add of its two arguments"
+        )
+
+
+@rule(hlo.SelectAndScatterOp)
+def _select_and_scatter(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
+    assert isinstance(op, hlo.SelectAndScatterOp)
+    shape, elem = _result(op)
+    x, source, init = xs
+    compare = _SELECTS[_select_direction(op.select.block, elem.name)]
+    _scatter_is_add(op.scatter.block)
+    if elem.name == "bool":
+        raise LoweringError("a select_and_scatter of booleans is not supported (its add has no ONNX counterpart)")
+    if None in x.shape or None in source.shape:
+        raise LoweringError(
+            f"a select_and_scatter of {_spell(x.shape)} into {_spell(source.shape)} windows: the extents must be static"
+        )
+    rank = len(shape)
+    window, strides = op.window("window_dimensions"), op.window("window_strides")
+    pads = op.padding_pairs()
+    extents = [int(e) for e in x.shape if e is not None]
+    out = [int(e) for e in source.shape if e is not None]
+    if 0 in out or 0 in extents:  # no window, or nothing to pick: init everywhere
+        return [Operand(init.value, shape, elem, (), None, init.known)]
+    # The dims a window moves along; on the others each window reads the element at its own place.
+    spatial = [d for d in range(rank) if window[d] != 1 or strides[d] != 1 or pads[d] != (0, 0)]
+    taps = list(itertools.product(*(range(window[d]) for d in spatial)))  # row-major over the window
+    if len(taps) > MAX_TAPS:
+        raise LoweringError(f"a window of {len(taps)} elements; Loam unrolls at most {MAX_TAPS}")
+    grid = [out[d] if d in spatial else 1 for d in range(rank)]
+
+    def inside(offsets: tuple[int, ...]) -> np.ndarray:
+        """Which windows' tap at `offsets` lies in the operand, not in its padding: shaped `grid`."""
+        mask = np.ones(grid, dtype=bool)
+        for d, w in zip(spatial, offsets, strict=True):
+            at = np.arange(out[d]) * strides[d] + w - pads[d][0]
+            mask &= ((at >= 0) & (at < extents[d])).reshape([-1 if k == d else 1 for k in range(rank)])
+        return mask
+
+    padded = full(b, x)
+    if any(p != (0, 0) for p in pads):  # never picked: any value will do
+        widths = b.ints([lo for lo, _ in pads] + [hi for _, hi in pads], "pads")
+        padded = b.node("Pad", [padded, widths, b.constant(np.array(0), elem, "zero")], what="padded")
+    axes, steps = b.ints(spatial, "axes"), b.ints([strides[d] for d in spatial], "steps")
+    # Tap numbers and positions in i32 where they fit: the WGSL backend scatters with i32 indices only.
+    index = by_name("i32" if int(np.prod(extents, dtype=np.int64)) < 2**31 else "i64")
+    kept: SSAValue | None = None  # the element each window keeps so far, and its tap's number
+    tap: SSAValue | None = None
+    seen = np.zeros(grid, dtype=bool)  # the windows that have read a tap inside the operand
+    for t, offsets in enumerate(taps):
+        mask = inside(offsets)
+        if not mask.any():
+            continue
+        starts = b.ints(list(offsets), f"starts{t}")
+        ends = b.ints([w + (out[d] - 1) * strides[d] + 1 for d, w in zip(spatial, offsets, strict=True)], f"ends{t}")
+        value = b.node("Slice", [padded, starts, ends, axes, steps], what=f"tap{t}")
+        number = b.constant(np.array(t), index, f"number{t}")
+        if kept is None or tap is None:
+            kept = value
+            tap = number if mask.all() else b.constant(np.where(mask, t, -1), index, f"first{t}")
+            seen = mask
+            continue
+        first, later = mask & ~seen, mask & seen  # windows this tap starts, and those it competes in
+        take: SSAValue | None = None  # None: every window takes this tap
+        if later.any():
+            stays = b.node(compare, [kept, value], what=f"stays{t}")
+            take = b.node("Not", [stays], what=f"moves{t}")
+            if not later.all():
+                take = b.node("And", [b.constant(later, by_name("bool"), f"competes{t}"), take], what=f"moves{t}_in")
+            if first.any():
+                take = b.node("Or", [b.constant(first, by_name("bool"), f"starts{t}"), take], what=f"takes{t}")
+        elif not first.all():
+            take = b.constant(first, by_name("bool"), f"takes{t}")
+        if take is None:
+            kept, tap = value, number
+        else:
+            kept = b.node("Where", [take, value, kept], what=f"kept{t}")
+            tap = b.node("Where", [take, number, tap], what=f"picked{t}")
+        seen = seen | mask
+    assert tap is not None
+    # Where each window's pick lies in the operand, its window dims flattened (row-major).
+    pitch = [1] * len(spatial)
+    for k in range(len(spatial) - 2, -1, -1):
+        pitch[k] = pitch[k + 1] * extents[spatial[k + 1]]
+    offsets = np.array([sum(w * p for w, p in zip(o, pitch, strict=True)) for o in taps], dtype=np.int64)
+    base = np.zeros(grid, dtype=np.int64)
+    for d, p in zip(spatial, pitch, strict=True):
+        at = (np.arange(out[d]) * strides[d] - pads[d][0]) * p
+        base = base + at.reshape([-1 if k == d else 1 for k in range(rank)])
+    table = b.constant(offsets, index, "offsets")
+    picked = b.node("Gather", [table, tap], {"axis": IntegerAttr(0, i64)}, what="offset")
+    where = b.node("Add", [b.constant(base, index, "base"), picked], what="position")
+    updates = full(b, source)
+    if not seen.all():  # a window of padding alone scatters nothing: 0 added to the first element
+        read = b.constant(seen, by_name("bool"), "read")
+        where = b.node("Where", [read, where, b.constant(np.array(0), index, "origin")], what="placed")
+        updates = b.node("Where", [read, updates, b.constant(np.array(0), elem, "nothing")], what="updates")
+    where = b.node("Expand", [where, b.ints(out, "windows")], what="positions")
+    # The scatter runs along the window dims flattened, between the dims before and after them.
+    outer = [d for d in range(rank) if d not in spatial]
+    contiguous = spatial == list(range(spatial[0], spatial[-1] + 1))
+    perm = list(range(rank)) if contiguous else [*outer, *spatial]
+    before = [d for d in perm[: perm.index(spatial[0])]]
+    after = [d for d in perm[perm.index(spatial[-1]) + 1 :]]
+
+    def extent(dims: list[int], of: list[int]) -> int:
+        return int(np.prod([of[d] for d in dims], dtype=np.int64))
+
+    lines = [extent(before, extents), extent(spatial, out), extent(after, extents)]
+    updates = b.node("Reshape", [_transposed(b, updates, perm, "updates_t"), b.ints(lines, "lines")], what="flat")
+    where = b.node("Reshape", [_transposed(b, where, perm, "positions_t"), b.ints(lines, "lines")], what="flat_at")
+    room = [lines[0], extent(spatial, extents), lines[2]]
+    data = b.node("Expand", [init.value, b.ints(room, "room")], what="init")
+    attrs = {"axis": IntegerAttr(1, i64), "reduction": StringAttr("add")}
+    y = b.node("ScatterElements", [data, where, updates], attrs, what="scatter")
+    y = b.node("Reshape", [y, b.ints([extents[d] for d in perm], "shape")], what="result")
+    return [Operand(_transposed(b, y, _inverse(perm), "back"), shape, elem)]

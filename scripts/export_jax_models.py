@@ -31,10 +31,18 @@ module that drops one cannot still match):
   `cnn.safetensors`, `cnn.npz` with the input and JAX's output); and `windows.mlir` (both forms,
   `windows.npz`): convolutions and reduce_windows the CNN does not have (strides, padding, rhs
   dilation, feature groups, an NCHW/OIHW input, min pooling, a window over a rank-3 operand).
+  Beside them `pool_grad.mlir` (both forms, `pool_grad.npz`): `jax.grad` through max pools
+  (`stablehlo.select_and_scatter`, `stablehlo.pad` for SAME), NHWC and HWC, VALID, SAME and
+  explicit padding, windows side by side and overlapping, inputs whole numbers so windows tie; and
+  `select_and_scatter.mlir` (`.npz`), hand-written for what JAX does not print (the spec's example,
+  GT, LT, a padding attribute, a non-zero init value), XLA computing its results.
 - `tests/frontends/stablehlo_ops/`: one function returning one result per StableHLO op the reader
   translates (`ops.mlir`, `ops.generic.mlir`, `ops.npz` with its inputs and JAX's outputs), and a
   hand-written module for the ops and spellings JAX does not print here (`handwritten.mlir`,
   `handwritten.npz` with XLA's results for it: XLA compiles StableHLO text directly).
+
+`export_jax_models.py SECTION ...` rewrites the sections named (mlp, attention, ops, handwritten,
+cnn, pool_grad, select_and_scatter) and leaves the others' files as they are.
 
 JAX prints absolute paths of this script in the debug locations; they are made relative to the
 repository so the committed text does not depend on where it was written.
@@ -49,8 +57,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import jax
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 import onnx
@@ -478,6 +486,162 @@ def export_cnn() -> None:
     np.savez(CNN_DIR / "windows.npz", **arrays)
 
 
+# --------------------------------------------------------------------------------------------------
+# The gradient of max pooling: stablehlo.select_and_scatter
+
+
+POOL_GRAD_SEED = 20250113
+
+# name -> (rank-3 operand?, window, strides, padding), the windows and strides over the spatial dims
+POOL_GRAD_CASES: dict[str, tuple[bool, tuple[int, ...], tuple[int, ...], str | tuple[tuple[int, int], ...]]] = {
+    "valid_2x2": (False, (2, 2), (2, 2), "VALID"),  # flax max_pool's default: windows side by side
+    "valid_3x3_stride1": (False, (3, 3), (1, 1), "VALID"),  # overlapping: an element two windows pick
+    "same_3x3_stride2": (False, (3, 3), (2, 2), "SAME"),  # overlapping, padded with -inf (stablehlo.pad)
+    "same_2x2_stride1": (False, (2, 2), (1, 1), "SAME"),  # padded at the ends only
+    "explicit_2x3": (False, (2, 3), (2, 1), ((2, 1), (1, 2))),  # uneven padding, windows mostly padding
+    "rank3_same_3x2": (True, (3, 2), (2, 1), "SAME"),  # an HWC operand
+}
+
+
+def max_pool(x: jax.Array, window: tuple[int, ...], strides: tuple[int, ...], padding: Any, rank3: bool) -> jax.Array:
+    """flax's max_pool (NHWC, or HWC) as it writes it: a reduce_window of max from -inf."""
+    lead = () if rank3 else (1,)
+    if not isinstance(padding, str):
+        padding = (*((0, 0),) * len(lead), *padding, (0, 0))
+    return lax.reduce_window(x, -jnp.inf, lax.max, (*lead, *window, 1), (*lead, *strides, 1), padding)
+
+
+def pool_grad(x: jax.Array, x3: jax.Array, g: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """x: f32[2, 7, 7, 3], x3: f32[7, 7, 3]; for each case the gradient of sum(max_pool(x) * g[case]) in x."""
+    results = {}
+    for name, (rank3, window, strides, padding) in POOL_GRAD_CASES.items():
+
+        def loss(a: jax.Array, c: jax.Array, w: Any = (window, strides, padding, rank3)) -> jax.Array:
+            return jnp.sum(max_pool(a, w[0], w[1], w[2], w[3]) * c)
+
+        results[name] = jax.grad(loss)(x3 if rank3 else x, g[name])
+    return results
+
+
+def export_pool_grad() -> None:
+    """`pool_grad.mlir` (both forms) and `pool_grad.npz`: the inputs (whole numbers in [-2, 2], so that
+    windows hold ties and which maximum is picked matters), the cotangents and JAX's gradients."""
+    rng = np.random.default_rng(POOL_GRAD_SEED)
+    x = rng.integers(-2, 3, size=(2, 7, 7, 3)).astype(np.float32)
+    x3 = rng.integers(-2, 3, size=(7, 7, 3)).astype(np.float32)
+    g = {}
+    for name, (rank3, window, strides, padding) in POOL_GRAD_CASES.items():
+        pooled = jax.eval_shape(lambda a, c=(window, strides, padding, rank3): max_pool(a, *c), x3 if rank3 else x)
+        g[name] = rng.standard_normal(pooled.shape).astype(np.float32)
+    text = jax.jit(pool_grad).lower(x, x3, g).as_text(debug_info=True)
+    assert text.count("stablehlo.select_and_scatter") == len(POOL_GRAD_CASES)
+    CNN_DIR.mkdir(parents=True, exist_ok=True)
+    write_text(CNN_DIR / "pool_grad.mlir", text)
+    write_text(CNN_DIR / "pool_grad.generic.mlir", generic_form(text))
+    arrays: dict[str, Any] = {"x": x, "x3": x3}
+    arrays.update({f"g.{name}": value for name, value in g.items()})
+    arrays.update({f"result.{name}": np.asarray(value) for name, value in jax.jit(pool_grad)(x, x3, g).items()})
+    np.savez(CNN_DIR / "pool_grad.npz", **arrays)
+
+
+def _select_and_scatter(name: str, operands: tuple[str, str, str], compare: str, attrs: str, types: str) -> str:
+    """One hand-written `select_and_scatter` (its select region the compare given, its scatter an add)."""
+    operand, source, init = operands
+    elem = types.split("tensor<")[-1].split("x")[-1].rstrip(">)")
+    return (
+        f'    %{name} = "stablehlo.select_and_scatter"(%{operand}, %{source}, %{init}) <{{{attrs}}}> ({{\n'
+        f"    ^bb0(%a: tensor<{elem}>, %b: tensor<{elem}>):\n"
+        f"      %p = stablehlo.compare {compare} : (tensor<{elem}>, tensor<{elem}>) -> tensor<i1>\n"
+        f"      stablehlo.return %p : tensor<i1>\n"
+        f"    }}, {{\n"
+        f"    ^bb0(%a: tensor<{elem}>, %b: tensor<{elem}>):\n"
+        f"      %r = stablehlo.add %a, %b : tensor<{elem}>\n"
+        f"      stablehlo.return %r : tensor<{elem}>\n"
+        f"    }}) : {types}\n"
+    )
+
+
+SELECT_AND_SCATTER = (
+    """\
+// Hand-written stablehlo.select_and_scatter (scripts/export_jax_models.py): what JAX does not print,
+// XLA computing the expected results: the spec's example (i64, a padding attribute), GT (the last
+// maximum) with a non-zero init value, a compare of the arguments swapped (GE of (next, kept): the
+// first minimum) with windows of padding alone, LT (the last minimum).
+module @select_and_scatter {
+  func.func public @main(%x: tensor<4x2xi64> loc("x"), %s: tensor<2x2xi64> loc("s"), %y: tensor<5x6xf32> loc("y"),
+                         %g2: tensor<3x3xf32> loc("g2"), %g3: tensor<9x2xf32> loc("g3"), %g4: tensor<4x5xf32> loc("g4"))
+      -> (tensor<4x2xi64> {jax.result_info = "result['spec']"},
+          tensor<5x6xf32> {jax.result_info = "result['last_max']"},
+          tensor<5x6xf32> {jax.result_info = "result['first_min']"},
+          tensor<5x6xf32> {jax.result_info = "result['last_min']"}) {
+    %zero = stablehlo.constant dense<0> : tensor<i64>
+    %half = stablehlo.constant dense<5.000000e-01> : tensor<f32>
+    %fzero = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+"""
+    + _select_and_scatter(
+        "0",
+        ("x", "s", "zero"),
+        "GE, %a, %b, SIGNED",
+        "window_dimensions = array<i64: 3, 1>, window_strides = array<i64: 2, 1>,"
+        " padding = dense<[[0, 1], [0, 0]]> : tensor<2x2xi64>",
+        "(tensor<4x2xi64>, tensor<2x2xi64>, tensor<i64>) -> tensor<4x2xi64>",
+    )
+    + _select_and_scatter(
+        "1",
+        ("y", "g2", "half"),
+        "GT, %a, %b, FLOAT",
+        "window_dimensions = array<i64: 2, 3>, window_strides = array<i64: 2, 2>,"
+        " padding = dense<[[1, 1], [1, 0]]> : tensor<2x2xi64>",
+        "(tensor<5x6xf32>, tensor<3x3xf32>, tensor<f32>) -> tensor<5x6xf32>",
+    )
+    + _select_and_scatter(
+        "2",
+        ("y", "g3", "fzero"),
+        "GE, %b, %a, FLOAT",
+        "window_dimensions = array<i64: 3, 3>, window_strides = array<i64: 1, 3>,"
+        " padding = dense<[[3, 3], [0, 2]]> : tensor<2x2xi64>",
+        "(tensor<5x6xf32>, tensor<9x2xf32>, tensor<f32>) -> tensor<5x6xf32>",
+    )
+    + _select_and_scatter(
+        "3",
+        ("y", "g4", "fzero"),
+        "LT, %a, %b, FLOAT",
+        "window_dimensions = array<i64: 2, 2>, window_strides = array<i64: 1, 1>",
+        "(tensor<5x6xf32>, tensor<4x5xf32>, tensor<f32>) -> tensor<5x6xf32>",
+    )
+    + """\
+    return %0, %1, %2, %3 : tensor<4x2xi64>, tensor<5x6xf32>, tensor<5x6xf32>, tensor<5x6xf32>
+  }
+}
+"""
+)
+
+
+def export_select_and_scatter() -> None:
+    """The hand-written module and XLA's results for it (`select_and_scatter.mlir`, `.npz`)."""
+    rng = np.random.default_rng(POOL_GRAD_SEED + 1)
+    inputs = {
+        "x": np.array([[1, 5], [2, 5], [3, 6], [4, 4]], dtype=np.int64),  # the spec's example
+        "s": np.array([[5, 6], [7, 8]], dtype=np.int64),
+        "y": rng.integers(-2, 3, size=(5, 6)).astype(np.float32),  # whole numbers: ties
+        "g2": rng.standard_normal((3, 3)).astype(np.float32),
+        "g3": rng.standard_normal((9, 2)).astype(np.float32),
+        "g4": rng.standard_normal((4, 5)).astype(np.float32),
+    }
+    with jax.enable_x64(True):
+        executable = backend.get_backend().compile_and_load(
+            SELECT_AND_SCATTER, jax.devices()[:1], xla_client.CompileOptions()
+        )
+        results = executable.execute([jax.device_put(a) for a in inputs.values()])
+    spec = np.array([[0, 0], [0, 0], [5, 14], [7, 0]], dtype=np.int64)  # the spec's result
+    np.testing.assert_array_equal(np.asarray(results[0]), spec)
+    (CNN_DIR / "select_and_scatter.mlir").write_text(SELECT_AND_SCATTER, encoding="utf-8")
+    arrays: dict[str, Any] = dict(inputs)
+    names = ["spec", "last_max", "first_min", "last_min"]
+    arrays.update({f"result.{name}": np.asarray(value) for name, value in zip(names, results, strict=True)})
+    np.savez(CNN_DIR / "select_and_scatter.npz", **arrays)
+
+
 HANDWRITTEN = """\
 // Hand-written StableHLO (scripts/export_jax_models.py): ops and spellings JAX 0.10 does not print
 // for the models here: stablehlo.logistic, a reduce whose body is written out (its arguments
@@ -547,9 +711,7 @@ def control(x: jax.Array, i: jax.Array, k: jax.Array, bits: jax.Array) -> dict[s
         return n + 1, v * 1.5 + 0.25
 
     steps, grown = lax.while_loop(lambda s: jnp.max(jnp.abs(s[1])) < 8.0, grow, (jnp.int32(0), x))
-    nested = lax.cond(
-        i > 1, lambda v: lax.fori_loop(0, i, lambda j, w: jnp.sin(w) + v, v), lambda v: jnp.cos(v) * k, x
-    )
+    nested = lax.cond(i > 1, lambda v: lax.fori_loop(0, i, lambda j, w: jnp.sin(w) + v, v), lambda v: jnp.cos(v) * k, x)
     return {
         "cond": lax.cond(x.sum() + i > 0, lambda v: v * 2, lambda v: v - 1, x),
         "switch": lax.switch(k, [lambda v: v + 1, lambda v: v * 3, lambda v: jnp.sin(v)], x),
@@ -703,23 +865,29 @@ def export_flax() -> None:
     np.savez(FLAX_DIR / "block.npz", **arrays)
 
 
+EXPORTERS: dict[str, Callable[[], None]] = {
+    "mlp": export_mlp,
+    "attention": export_attention,
+    "ops": export_ops,
+    "handwritten": export_handwritten,
+    "cnn": export_cnn,
+    "pool_grad": export_pool_grad,
+    "select_and_scatter": export_select_and_scatter,
+    "control": export_control,
+    "flax": export_flax,
+}
+
+
 def main() -> int:
-    exporters: dict[str, Callable[[], None]] = {
-        "mlp": export_mlp,
-        "attention": export_attention,
-        "ops": export_ops,
-        "handwritten": export_handwritten,
-        "cnn": export_cnn,
-        "control": export_control,
-        "flax": export_flax,
-    }
-    chosen = sys.argv[1:] or list(exporters)
-    for name in chosen:
-        if name not in exporters:
-            print(f"unknown section {name!r}; sections: {', '.join(exporters)}", file=sys.stderr)
-            return 2
-        exporters[name]()
-    print(f"jax {jax.__version__}: wrote the sections {', '.join(chosen)}")
+    """Every section, or those named (`export_jax_models.py pool_grad` rewrites that one alone)."""
+    names = sys.argv[1:] or list(EXPORTERS)
+    unknown = [n for n in names if n not in EXPORTERS]
+    if unknown:
+        print(f"unknown sections {unknown}; the sections are {', '.join(EXPORTERS)}", file=sys.stderr)
+        return 2
+    for name in names:
+        EXPORTERS[name]()
+    print(f"jax {jax.__version__}: wrote the sections {', '.join(names)}")
     return 0
 
 

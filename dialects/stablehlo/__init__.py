@@ -33,7 +33,7 @@ The package, by concern:
 - `reduce`: `reduce` and its terminator `return`;
 - `control`: `while` and `case`, whose regions end in `return` too;
 - `custom_call`: `custom_call`;
-- `window`: `convolution` and `reduce_window`;
+- `window`: `convolution`, `reduce_window` and `select_and_scatter`;
 - `chlo`: the `chlo` dialect's elementwise ops JAX prints (`chlo.erf`, ...), a dialect of its own (`CHLO`).
 
 This module defines the dialect and re-exports the public names, so `from loam.dialects.stablehlo
@@ -117,7 +117,7 @@ from loam.dialects.stablehlo.movement import (
 )
 from loam.dialects.stablehlo.reduce import ReduceOp, ReturnOp
 from loam.dialects.stablehlo.syntax import StableHLOOp
-from loam.dialects.stablehlo.window import ConvDimensionNumbersAttr, ConvolutionOp, ReduceWindowOp
+from loam.dialects.stablehlo.window import ConvDimensionNumbersAttr, ConvolutionOp, ReduceWindowOp, SelectAndScatterOp
 
 __all__ = [
     "CHLO",
@@ -181,6 +181,7 @@ __all__ = [
     "ReverseOp",
     "RoundNearestEvenOp",
     "RsqrtOp",
+    "SelectAndScatterOp",
     "SelectOp",
     "SignOp",
     "SineOp",
@@ -262,6 +263,7 @@ StableHLO = Dialect(
         CustomCallOp,
         ConvolutionOp,
         ReduceWindowOp,
+        SelectAndScatterOp,
     ],
     [
         ComparisonDirectionAttr,

@@ -1,6 +1,6 @@
 """The StableHLO ops that slide a window over their operand: `convolution` (its pretty syntax with
-`dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f], window = {...}`, parsed by hand) and
-`reduce_window` (JAX prints it in the generic form only).
+`dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f], window = {...}`, parsed by hand),
+`reduce_window` and `select_and_scatter` (JAX prints these two in the generic form only).
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
     ArrayAttr,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
@@ -35,7 +36,7 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 from loam.dialects.stablehlo.attributes import PrecisionAttr
-from loam.dialects.stablehlo.base import i64_array, ints, parse_int_list, print_attrs, ranked
+from loam.dialects.stablehlo.base import compatible, i64_array, ints, parse_int_list, print_attrs, ranked
 
 
 @irdl_attr_definition
@@ -278,3 +279,79 @@ class ReduceWindowOp(IRDLOperation):
             raise VerifyException(f"stablehlo.reduce_window: padding needs {rank} pairs")
         if len(self.body.block.args) != 2 * n:
             raise VerifyException(f"stablehlo.reduce_window: the body takes {2 * n} scalars")
+
+
+@irdl_op_definition
+class SelectAndScatterOp(IRDLOperation):
+    """
+    The gradient of max pooling (`jax.grad` through `lax.reduce_window` with `lax.max`, flax's
+    `max_pool`): in each window of the padded `operand` the `select` region picks one element
+    (keeping the one it has while `select(kept, next)` holds, in row-major window order), and the
+    `scatter` region combines that window's `source` element into the result there, which starts
+    as `init_value` everywhere.  Padding is never picked.
+
+    Syntax (JAX prints the generic form only): `"stablehlo.select_and_scatter"(%x, %source, %init)
+    <{padding = dense<0> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 2, 2, 1>,
+    window_strides = array<i64: 1, 2, 2, 1>}> ({ ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+    %p = stablehlo.compare GE, %a, %b, FLOAT : ... stablehlo.return %p : tensor<i1> }, { ^bb0(...):
+    %s = stablehlo.add %a, %b : tensor<f32> stablehlo.return %s : tensor<f32> }) : (...) -> ...`
+    """
+
+    name = "stablehlo.select_and_scatter"
+
+    operand = operand_def()
+    source = operand_def()
+    init_value = operand_def()
+    result = result_def()
+    window_dimensions = opt_prop_def(DenseArrayBase)
+    window_strides = opt_prop_def(DenseArrayBase)
+    padding = opt_prop_def(DenseIntOrFPElementsAttr)
+    select = region_def("single_block")
+    scatter = region_def("single_block")
+
+    @property
+    def rank(self) -> int:
+        return len(ranked(self.operand, "stablehlo.select_and_scatter operand").get_shape())
+
+    def window(self, name: str) -> tuple[int, ...]:
+        """window_dimensions or window_strides (1s when absent)."""
+        return ints(getattr(self, name)) or (1,) * self.rank
+
+    def padding_pairs(self) -> list[tuple[int, int]]:
+        """(low, high) padding of each dim (0s when absent)."""
+        if self.padding is None:
+            return [(0, 0)] * self.rank
+        values = [int(v) for v in self.padding.get_values()]
+        if len(values) == 1:
+            values = values * (2 * self.rank)
+        return [(values[2 * k], values[2 * k + 1]) for k in range(len(values) // 2)]
+
+    def verify_(self) -> None:
+        what = "stablehlo.select_and_scatter"
+        operand, source = ranked(self.operand, f"{what} operand"), ranked(self.source, f"{what} source")
+        init, out = ranked(self.init_value, f"{what} init value"), ranked(self.result, f"{what} result")
+        elem = operand.element_type
+        if source.element_type != elem or init.element_type != elem or out.element_type != elem:
+            raise VerifyException(f"{what}: the operand, source, init value and result must share {elem}")
+        if init.get_shape():
+            raise VerifyException(f"{what}: the init value must be a scalar, got {init}")
+        shape, rank = operand.get_shape(), self.rank
+        if not compatible(shape, out.get_shape()):
+            raise VerifyException(f"{what}: the result {out} must have the operand's shape {list(shape)}")
+        window, strides, pads = self.window("window_dimensions"), self.window("window_strides"), self.padding_pairs()
+        if len(window) != rank or len(strides) != rank or len(pads) != rank:
+            raise VerifyException(f"{what}: window_dimensions, window_strides and padding need {rank} entries each")
+        if any(w < 1 for w in window) or any(s < 1 for s in strides):
+            raise VerifyException(f"{what}: window dims {list(window)} and strides {list(strides)} must be positive")
+        windows: list[int] = []
+        for e, w, s, (lo, hi) in zip(shape, window, strides, pads, strict=True):
+            if e == DYNAMIC_INDEX:
+                windows.append(DYNAMIC_INDEX)
+                continue
+            padded = lo + e + hi
+            windows.append(0 if padded <= 0 or w > padded else (padded - w) // s + 1)
+        if not compatible(windows, source.get_shape()):
+            raise VerifyException(f"{what}: the operand has {windows} windows but the source is {source}")
+        for region, name in ((self.select, "select"), (self.scatter, "scatter")):
+            if len(region.block.args) != 2:
+                raise VerifyException(f"{what}: the {name} region takes 2 scalars")

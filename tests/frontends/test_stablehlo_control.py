@@ -147,3 +147,16 @@ def test_the_flax_block_reads_its_weights_by_their_flax_paths() -> None:
     names = {op.onnx_name.data for op in weights}
     assert "MultiHeadDotProductAttention_0.query.kernel" in names and "LayerNorm_1.scale" in names
     assert len(names) == 16  # 2 LayerNorms, q/k/v/out and 2 Denses, each a scale or kernel and a bias
+
+
+def test_interior_padding_before_a_dim_of_unknown_extent_is_refused_by_name() -> None:
+    text = (
+        'func.func public @main(%x: tensor<3x?xf32> loc("x")) -> tensor<5x?xf32> {\n'
+        "  %c = stablehlo.constant dense<0.0> : tensor<f32>\n"
+        "  %0 = stablehlo.pad %x, %c, low = [0, 0], high = [0, 0], interior = [1, 0]"
+        " : (tensor<3x?xf32>, tensor<f32>) -> tensor<5x?xf32>\n"
+        "  return %0 : tensor<5x?xf32>\n"
+        "}\n"
+    )
+    with pytest.raises(UnsupportedError, match=r"^t\.mlir:3:3: stablehlo\.pad: interior padding of dim 0 before a dim"):
+        import_stablehlo(text, "t.mlir")
