@@ -63,7 +63,9 @@ MODULE_NAMES = frozenset({
 })  # fmt: skip
 
 # What the WGSL module declares or spells besides (its runtime pieces are reserved by the printer).
-WGSL_MODULE_NAMES = frozenset({"_SHADERS", "_GPU", "_gpu", "_resident", "g", "_w", "_b", "_sizes", "threading"})
+WGSL_MODULE_NAMES = frozenset(
+    {"_SHADERS", "_GPU", "_gpu", "_resident", "g", "_w", "_b", "_sizes", "_step", "threading"}
+)
 
 # The runtime pieces a module may declare under a public name: its errors, the library kernels
 # (`kernel_conv`), the pieces the build also calls (`widened`, `derived_extent`, ...).

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 Dispatches = Callable[[int], None]
 """Records an op's dispatches (given the op's index in the program, for buffer lifetimes)."""
 
-LIBRARY_FAMILIES = ("normalization", "reduce", "indexing", "conv", "shape")
+LIBRARY_FAMILIES = ("normalization", "reduce", "indexing", "conv", "shape", "recurrent")
 """The WGSL kernel families with library kernels (`SOURCES`, the shader of each kernel by name)."""
 
 
@@ -72,12 +72,22 @@ def library_sources() -> dict[str, object]:
     return sources
 
 
+def library_stepped() -> frozenset[str]:
+    """The library kernels dispatched once per step: their `_p_NAME` gives the list of (params,
+    workgroups) to record in order (a family's `STEPPED`)."""
+    stepped: set[str] = set()
+    for family in library_families():
+        stepped.update(getattr(family, "STEPPED", ()))
+    return frozenset(stepped)
+
+
 class WgslKernelPrinter:
     """Prints kernel ops as dispatches of one WGSL module (`module`)."""
 
     def __init__(self, module: WgslModulePrinter) -> None:
         self.m = module
         self.library_sources = library_sources()
+        self.stepped = library_stepped()
         self.printers: dict[type[Operation], Callable[[Operation], Dispatches]] = {
             MatmulOp: self.matmul,  # type: ignore[dict-item]
             ZipOp: self.zip,  # type: ignore[dict-item]
@@ -301,7 +311,8 @@ class WgslKernelPrinter:
             kwargs = "".join(f", {k}={self.m.param_py(v)}" for k, v in p.items())
             outs = [self.m.slot(r, at) for r in op.results]
             ins = [self.m.buffer(v) for v in op.operands]
-            self._dispatch(op, source, name, outs, ins, f"_p_{name}(({shapes},){kwargs})")
+            shader = self.m.shader(source, name)
+            self.m.dispatch(op, shader, outs, ins, f"_p_{name}(({shapes},){kwargs})", stepped=name in self.stepped)
 
         return dispatches
 

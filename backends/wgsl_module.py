@@ -322,13 +322,22 @@ class WgslModulePrinter(ModulePrinter):
             self.shaders[source] = name
         return name
 
-    def dispatch(self, op: Operation, shader: str, outs: Sequence[str], ins: Sequence[str], params: str) -> None:
+    def dispatch(
+        self, op: Operation, shader: str, outs: Sequence[str], ins: Sequence[str], params: str, stepped: bool = False
+    ) -> None:
+        """Record `shader` over `outs` then `ins` with `params` (a `_p_NAME` call giving (params,
+        workgroups)); `stepped`: the call gives a list of them, one dispatch each, in order (a
+        recurrent kernel's time steps), counted once in the summary."""
         scope = self.scope
         assert scope is not None
         node = op.properties.get("node")
         comment = getattr(node, "data", op.name)
         buffers = ", ".join([*outs, *ins]) + ("," if len(outs) + len(ins) == 1 else "")
-        scope.items.append(f"g.dispatch({shader!r}, ({buffers}), *{params})  # {comment}")
+        if stepped:
+            line = f"for _step in {params}: g.dispatch({shader!r}, ({buffers}), *_step)  # {comment}, per step"
+        else:
+            line = f"g.dispatch({shader!r}, ({buffers}), *{params})  # {comment}"
+        scope.items.append(line)
         self.dispatches += 1
 
     def collect_if(self, op: IfOp) -> None:

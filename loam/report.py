@@ -83,7 +83,8 @@ class DeviceSummary:
     numbers or of polynomials over the extent symbols)."""
 
     dispatches: int
-    """Compute dispatches per forward (a concat counts one per operand)."""
+    """Compute dispatches per forward (a concat counts one per operand; a recurrent kernel, which
+    dispatches once or twice per time step, counts one)."""
     crossing: str
     """Bytes between host and device per forward after the first call: inputs up, outputs down."""
     activations: str
