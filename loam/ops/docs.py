@@ -153,6 +153,9 @@ _WGSL_FORMS = {
     "kernel.concat": "`wgsl_kernels.movement.source_copy`, one copy per operand",
     "kernel.range": "`wgsl_kernels.movement.source_range`",
     "kernel.tile_program": "`wgsl_kernels.tile.source_tile` (workgroup-memory tiles)",
+    "kernel.rnn": "`wgsl_kernels.recurrent.source_rnn` (one dispatch per time step)",
+    "kernel.gru": "`wgsl_kernels.recurrent.source_gru` (one or two dispatches per time step)",
+    "kernel.lstm": "`wgsl_kernels.recurrent.source_lstm` (one dispatch per time step)",
 }
 _FROM_PASSES = {
     "kernel.weight": "every initializer the graph reads (`lower-to-kernel`)",
