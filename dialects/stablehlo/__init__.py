@@ -29,7 +29,8 @@ The package, by concern:
 - `elementwise`: `add` ... `convert`, `select`, `compare`;
 - `movement`: `constant`, broadcasts, reshapes, `transpose`, `concatenate`, `slice`, iotas,
   `get_dimension_size`, `pad`, `reverse`;
-- `contraction`: `dot_general`, `gather`;
+- `contraction`: `dot_general`;
+- `indexing`: `dynamic_slice`, `dynamic_update_slice`, `gather`, `scatter`, `sort`;
 - `reduce`: `reduce` and its terminator `return`;
 - `control`: `while` and `case`, whose regions end in `return` too;
 - `custom_call`: `custom_call`;
@@ -53,10 +54,11 @@ from loam.dialects.stablehlo.attributes import (
     DotDimensionNumbersAttr,
     GatherDimensionNumbersAttr,
     PrecisionAttr,
+    ScatterDimensionNumbersAttr,
 )
 from loam.dialects.stablehlo.base import ranked, shape_of
 from loam.dialects.stablehlo.chlo import CHLO, AcosOp, AsinOp, AtanOp, CoshOp, ErfOp, SinhOp, SquareOp
-from loam.dialects.stablehlo.contraction import DotGeneralOp, GatherOp
+from loam.dialects.stablehlo.contraction import DotGeneralOp
 from loam.dialects.stablehlo.control import CaseOp, WhileOp
 from loam.dialects.stablehlo.custom_call import CustomCallOp
 from loam.dialects.stablehlo.elementwise import (
@@ -100,6 +102,7 @@ from loam.dialects.stablehlo.elementwise import (
     UnaryOp,
     XorOp,
 )
+from loam.dialects.stablehlo.indexing import DynamicSliceOp, DynamicUpdateSliceOp, GatherOp, ScatterOp, SortOp
 from loam.dialects.stablehlo.movement import (
     BroadcastInDimOp,
     ConcatenateOp,
@@ -151,6 +154,8 @@ __all__ = [
     "DynamicBroadcastInDimOp",
     "DynamicIotaOp",
     "DynamicReshapeOp",
+    "DynamicSliceOp",
+    "DynamicUpdateSliceOp",
     "ElementwiseOp",
     "ErfOp",
     "ExponentialMinusOneOp",
@@ -181,12 +186,15 @@ __all__ = [
     "ReverseOp",
     "RoundNearestEvenOp",
     "RsqrtOp",
+    "ScatterDimensionNumbersAttr",
+    "ScatterOp",
     "SelectAndScatterOp",
     "SelectOp",
     "SignOp",
     "SineOp",
     "SinhOp",
     "SliceOp",
+    "SortOp",
     "SqrtOp",
     "SquareOp",
     "StableHLO",
@@ -260,6 +268,10 @@ StableHLO = Dialect(
         ReduceOp,
         ReturnOp,
         GatherOp,
+        ScatterOp,
+        SortOp,
+        DynamicSliceOp,
+        DynamicUpdateSliceOp,
         CustomCallOp,
         ConvolutionOp,
         ReduceWindowOp,
@@ -271,6 +283,7 @@ StableHLO = Dialect(
         PrecisionAttr,
         DotDimensionNumbersAttr,
         GatherDimensionNumbersAttr,
+        ScatterDimensionNumbersAttr,
         ConvDimensionNumbersAttr,
     ],
 )

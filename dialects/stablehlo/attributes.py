@@ -1,6 +1,6 @@
 """The StableHLO attributes Loam reads, in the spelling MLIR prints: the enums of `compare` and
 `dot_general` (`#stablehlo<comparison_direction GT>`), and the dimension numbers of `dot_general`
-(`#stablehlo.dot<...>`) and `gather` (`#stablehlo.gather<...>`).
+(`#stablehlo.dot<...>`), `gather` (`#stablehlo.gather<...>`) and `scatter` (`#stablehlo.scatter<...>`).
 """
 
 from __future__ import annotations
@@ -150,6 +150,51 @@ class GatherDimensionNumbersAttr(ParametrizedAttribute):
     operand_batching_dims: ArrayAttr[IntAttr]
     start_indices_batching_dims: ArrayAttr[IntAttr]
     start_index_map: ArrayAttr[IntAttr]
+    index_vector_dim: IntAttr
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        found = _parse_keyed_lists(parser, cls.KEYS, scalars=("index_vector_dim",))
+        lists = [ArrayAttr([IntAttr(d) for d in found.get(key, [])]) for key in cls.KEYS]  # type: ignore[union-attr]
+        return (*lists, IntAttr(found.get("index_vector_dim", 0)))  # type: ignore[arg-type]
+
+    def print_parameters(self, printer: Printer) -> None:
+        parts = [
+            f"{key} = [{', '.join(str(d.data) for d in dims.data)}]"
+            for key, dims in zip(self.KEYS, self.parameters, strict=False)
+            if isinstance(dims, ArrayAttr) and dims.data
+        ]
+        parts.append(f"index_vector_dim = {self.index_vector_dim.data}")
+        printer.print_string("<" + ", ".join(parts) + ">")
+
+    def field(self, key: str) -> tuple[int, ...]:
+        return tuple(d.data for d in getattr(self, key).data)
+
+
+@irdl_attr_definition
+class ScatterDimensionNumbersAttr(ParametrizedAttribute):
+    """
+    How `stablehlo.scatter` writes its updates into its operand.
+
+    Syntax: `#stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0],
+    scatter_dims_to_operand_dims = [0], index_vector_dim = 1>` (also `input_batching_dims` and
+    `scatter_indices_batching_dims`; an empty list and index_vector_dim = 0 may be left out).
+    """
+
+    name = "stablehlo.scatter"
+    KEYS: ClassVar[tuple[str, ...]] = (
+        "update_window_dims",
+        "inserted_window_dims",
+        "input_batching_dims",
+        "scatter_indices_batching_dims",
+        "scatter_dims_to_operand_dims",
+    )
+
+    update_window_dims: ArrayAttr[IntAttr]
+    inserted_window_dims: ArrayAttr[IntAttr]
+    input_batching_dims: ArrayAttr[IntAttr]
+    scatter_indices_batching_dims: ArrayAttr[IntAttr]
+    scatter_dims_to_operand_dims: ArrayAttr[IntAttr]
     index_vector_dim: IntAttr
 
     @classmethod

@@ -1,10 +1,10 @@
-"""The StableHLO ops that read across dims: `dot_general` (a contraction, with its
-`batching_dims`/`contracting_dims` syntax) and `gather` (slices at positions an index tensor holds).
+"""The StableHLO op that contracts dims: `dot_general`, with its `batching_dims`/`contracting_dims`
+syntax (`gather`, which reads slices at positions an index tensor holds, is in `indexing`).
 """
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import DYNAMIC_INDEX, ArrayAttr, BoolAttr, DenseArrayBase, IntegerType
+from xdsl.dialects.builtin import DYNAMIC_INDEX, ArrayAttr
 from xdsl.ir import Attribute
 from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, opt_prop_def, prop_def, result_def
 from xdsl.irdl.declarative_assembly_format import (
@@ -18,8 +18,8 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
-from loam.dialects.stablehlo.attributes import DotDimensionNumbersAttr, GatherDimensionNumbersAttr, PrecisionAttr
-from loam.dialects.stablehlo.base import compatible, ints, parse_int_list, ranked
+from loam.dialects.stablehlo.attributes import DotDimensionNumbersAttr, PrecisionAttr
+from loam.dialects.stablehlo.base import compatible, parse_int_list, ranked
 from loam.dialects.stablehlo.syntax import StableHLOOp
 
 
@@ -114,35 +114,3 @@ class DotGeneralOp(StableHLOOp):
         want += [e for d, e in enumerate(rs) if d not in rb and d not in rc]
         if not compatible(want, out.get_shape()):
             raise VerifyException(f"stablehlo.dot_general: {lhs} and {rhs} give shape {want}, not {out}")
-
-
-@irdl_op_definition
-class GatherOp(IRDLOperation):
-    """
-    Slices of `operand` at the positions `start_indices` holds (JAX prints it in the generic form).
-
-    Syntax: `"stablehlo.gather"(%table, %ids) <{dimension_numbers = #stablehlo.gather<...>,
-    slice_sizes = array<i64: 1, 8>}> : (tensor<11x8xf32>, tensor<?x6x1xi32>) -> tensor<?x6x8xf32>`
-    """
-
-    name = "stablehlo.gather"
-
-    operand = operand_def()
-    start_indices = operand_def()
-    result = result_def()
-    dimension_numbers = prop_def(GatherDimensionNumbersAttr)
-    slice_sizes = prop_def(DenseArrayBase)
-    indices_are_sorted = opt_prop_def(BoolAttr)
-
-    @property
-    def sizes(self) -> tuple[int, ...]:
-        return ints(self.slice_sizes)
-
-    def verify_(self) -> None:
-        src = ranked(self.operand, "stablehlo.gather operand")
-        idx = ranked(self.start_indices, "stablehlo.gather start indices")
-        ranked(self.result, "stablehlo.gather result")
-        if not isinstance(idx.element_type, IntegerType):
-            raise VerifyException(f"stablehlo.gather start indices must be integers, got {idx}")
-        if len(ints(self.slice_sizes)) != len(src.get_shape()):
-            raise VerifyException(f"stablehlo.gather: one slice size per dim of {src}")

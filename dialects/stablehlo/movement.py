@@ -1,6 +1,8 @@
 """The StableHLO ops that make, reshape and move tensors: `constant`, `broadcast_in_dim` (and its
 dynamic form), `reshape` (and its dynamic form), `transpose`, `concatenate`, `slice`, `iota` (and its
 dynamic form), `get_dimension_size`, `pad` and `reverse`.
+dynamic form), `reshape` (and its dynamic form), `transpose`, `reverse`, `concatenate`, `slice`,
+`iota` (and its dynamic form) and `get_dimension_size`.
 """
 
 from __future__ import annotations
