@@ -50,7 +50,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.dialects.func import CallOp, Func, FuncOp
 from xdsl.dialects.func import ReturnOp as FuncReturnOp
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
 from loam.context import PARSE_FAILURES, check_lexable, parse_failure
@@ -372,10 +372,11 @@ class _Reader:
         builder.base, builder.doc = name, None
         result = full(builder, value)
         owner = result.owner
-        if isinstance(owner, NodeOp) and owner.output_names[result.index] not in taken:  # type: ignore[attr-defined]
-            names = list(owner.output_names)
-            names[result.index] = name  # type: ignore[attr-defined]
-            owner.output_names_attr = ArrayAttr([StringAttr(n) for n in names])
+        index = result.index if isinstance(result, OpResult) else 0
+        if isinstance(owner, NodeOp) and owner.output_names[index] not in taken:
+            names = list(owner.output_names_attr.data)  # a node may have several outputs (TopK)
+            names[index] = StringAttr(name)
+            owner.output_names_attr = ArrayAttr(names)
         else:
             result = builder.node("Identity", [result])
             node = result.owner
