@@ -59,8 +59,10 @@ from loam.dialects.graph import GraphOp, InitializerOp, ModelOp, NodeOp, ReturnO
 from loam.dtypes import ElementType
 from loam.errors import ModelError, UnsupportedError
 
-# The window ops' rules (convolution, reduce_window) live in their own module, which registers them
-# in stablehlo_ops.RULES when imported; the reader imports it so every rule is there.
+# The window ops' rules (convolution, reduce_window) and the indexing ops' (dynamic_slice, gather,
+# scatter, sort, ...) live in their own modules, which register them in stablehlo_ops.RULES when
+# imported; the reader imports them so every rule is there.
+from loam.frontends import stablehlo_indexing as _indexing  # noqa: F401
 from loam.frontends import stablehlo_windows as _windows  # noqa: F401
 from loam.frontends.stablehlo_control import lower_control
 from loam.frontends.stablehlo_ops import (

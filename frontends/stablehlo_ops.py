@@ -26,11 +26,15 @@ ONNX nodes through a `GraphBuilder`, so every later pass sees an ordinary ONNX g
     dot_general                                          MatMul (+ Transpose), else Einsum
     reduce (body add/maximum/minimum/multiply)           ReduceSum/ReduceMax/ReduceMin/ReduceProd
     reduce (body or/and, booleans: jnp.any, jnp.all)     ReduceMax/ReduceMin
-    gather (the embedding form: rows of a table)         Clip + Gather
     get_dimension_size                                   Shape + Reshape + Cast
     convolution, reduce_window                           Conv, MaxPool (`loam.frontends.stablehlo_windows`)
     while, case                                          Loop, If (`loam.frontends.stablehlo_control`)
     select_and_scatter (the gradient of max pooling)     Slice/compare/Where per tap + ScatterElements (add)
+    dynamic_slice, dynamic_update_slice                  Gather at clamped starts, ScatterND
+    gather (the embedding form: rows of a table)         Clip + Gather
+    gather (general), scatter                            Gather / ScatterND at computed flat positions
+    sort (JAX's LT or GT comparator)                     TopK of every element + GatherElements
+                                                         (these five: `loam.frontends.stablehlo_indexing`)
 
 Broadcasts are kept lazy.  StableHLO spells every broadcast out (`broadcast_in_dim` to the full
 shape) where ONNX's elementwise ops broadcast implicitly, right-aligned, as numpy does.  So an
@@ -739,7 +743,7 @@ def _dimension_size(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[O
 
 
 # --------------------------------------------------------------------------------------------------
-# Contractions, reductions and gathers
+# Contractions and reductions
 
 
 @rule(hlo.DotGeneralOp)
@@ -851,43 +855,6 @@ def _reduce(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
         return [_elementwise_result(value, held, shape, elem)]
     combined = b.node(joining, [value, init.value], what="init")
     return [_elementwise_result(combined, [*held, init], shape, elem)]
-
-
-@rule(hlo.GatherOp)
-def _gather(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
-    assert isinstance(op, hlo.GatherOp)
-    shape, elem = _result(op)
-    table, ids = xs
-    numbers = op.dimension_numbers
-    rank, q = len(table.shape), len(ids.shape)
-    vector_dim = numbers.index_vector_dim.data
-    sizes = op.sizes
-    rows = table.shape[0]
-    batch = q if vector_dim == q else q - 1
-    embedding = (
-        numbers.field("start_index_map") == (0,)
-        and numbers.field("collapsed_slice_dims") == (0,)
-        and not numbers.field("operand_batching_dims")
-        and not numbers.field("start_indices_batching_dims")
-        and vector_dim in (q, q - 1)
-        and (vector_dim == q or ids.shape[-1] == 1)
-        and sizes == (1, *table.shape[1:])
-        and numbers.field("offset_dims") == tuple(range(batch, batch + rank - 1))
-        and rows is not None
-    )
-    if not embedding:
-        raise LoweringError(
-            "only the embedding form is supported: whole rows of a table with a static row count "
-            "(start_index_map = [0], collapsed_slice_dims = [0], slice_sizes = [1, ...], offset_dims last)"
-        )
-    index = full(b, ids)
-    if vector_dim == q - 1:
-        index = b.node("Squeeze", [index, b.ints([q - 1], "axes")], what="ids")
-    # StableHLO clamps each start index into the table; ONNX's Gather would refuse it instead.
-    low = b.constant(np.array(0), ids.elem, "low")
-    high = b.constant(np.array(rows - 1), ids.elem, "high")
-    index = b.node("Clip", [index, low, high], what="clamp")
-    return [Operand(b.node("Gather", [full(b, table), index], {"axis": _int(0)}), shape, elem)]
 
 
 @rule(hlo.CustomCallOp)
