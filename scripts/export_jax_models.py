@@ -40,6 +40,14 @@ module that drops one cannot still match):
   translates (`ops.mlir`, `ops.generic.mlir`, `ops.npz` with its inputs and JAX's outputs), and a
   hand-written module for the ops and spellings JAX does not print here (`handwritten.mlir`,
   `handwritten.npz` with XLA's results for it: XLA compiles StableHLO text directly).
+- `tests/frontends/stablehlo_indexing/`: one function returning one result per use of the indexing
+  ops (`indexing.mlir`, `indexing.generic.mlir`, `indexing.npz` with its inputs and JAX's
+  outputs): dynamic_slice and dynamic_update_slice at traced and out-of-range starts (clamped),
+  take_along_axis, advanced indexing and batched gathers (vmap), scatters (`x.at[idx]` add, set,
+  max, min, multiply) with duplicate and out-of-range indices (dropped), a scatter window partly
+  out of range (skipped), and sorts (jnp.sort, jnp.argsort, lax.sort of two operands, along a
+  non-last axis, descending, integers) of keys with NaNs, -0.0, infinities and ties.  Run only
+  this section with `python scripts/export_jax_models.py indexing`.
 
 `export_jax_models.py SECTION ...` rewrites the sections named (mlp, attention, ops, handwritten,
 cnn, pool_grad, select_and_scatter) and leaves the others' files as they are.
@@ -79,6 +87,7 @@ ATTENTION_DIR = ROOT / "examples" / "jax_attention"
 OPS_DIR = ROOT / "tests" / "frontends" / "stablehlo_ops"
 CNN_DIR = ROOT / "tests" / "frontends" / "stablehlo_cnn"
 FLAX_DIR = ROOT / "tests" / "frontends" / "stablehlo_flax"
+INDEXING_DIR = ROOT / "tests" / "frontends" / "stablehlo_indexing"
 
 Params = dict[str, np.ndarray]
 
@@ -865,6 +874,88 @@ def export_flax() -> None:
     np.savez(FLAX_DIR / "block.npz", **arrays)
 
 
+# --------------------------------------------------------------------------------------------------
+# The indexing ops: dynamic slices, gathers, scatters, sorts
+
+
+INDEXING_SEED = 20250113
+
+
+def indexing(
+    x: jax.Array, m: jax.Array, v: jax.Array, s: jax.Array, k: jax.Array, i: jax.Array, j: jax.Array,
+    g: jax.Array, h: jax.Array, a: jax.Array, r: jax.Array, w: jax.Array,
+) -> dict[str, jax.Array]:  # fmt: skip
+    """x: f32[6, 5, 4]; m: f32[4, 5]; v: f32[5, 5]; s: f32[4, 6] (NaNs, -0.0, infinities, ties);
+    k: i32[4, 6]; i, j: i32 scalars (1 and 7); g, h: i32[3] (gather indices, some out of range);
+    a: i32[4, 2] (take_along_axis); r: i32[6, 2] (batched); w: i32[5] (scatter indices: duplicates,
+    out of range)."""
+    scatter_window = lax.ScatterDimensionNumbers(
+        update_window_dims=(1, 2), inserted_window_dims=(), scatter_dims_to_operand_dims=(0,)
+    )
+    return {
+        "dynamic_slice": lax.dynamic_slice_in_dim(m, i, 3, axis=0),
+        "dynamic_slice_clamped": lax.dynamic_slice(m, (j, -j), (2, 3)),
+        "dynamic_slice_3d": lax.dynamic_slice(x, (i, j, i - 2), (2, 3, 4)),
+        "at_set_row": m.at[i].set(v[0]),
+        "dynamic_update_slice": lax.dynamic_update_slice(m, v[:2, :3], (j, i - 7)),
+        "take_along_axis": jnp.take_along_axis(m, a, axis=1),
+        "advanced": x[g, :, h],
+        "take_rows": jnp.take(m, g, axis=0, mode="clip"),
+        "batched_take": jax.vmap(lambda row, t: jnp.take(row, t, axis=0, mode="clip"))(x, r),
+        "batched_window": jax.vmap(lambda row, t: lax.dynamic_slice_in_dim(row, t, 2))(m, a[:, 0] * 2),
+        "at_add": m.at[w].add(v),
+        "at_set": m.at[w].set(v),
+        "at_max": m.at[w, 1].max(v[:, 0]),
+        "at_min": m.at[w].min(v),
+        "at_multiply": m.at[w].multiply(v),
+        "at_add_2d": m.at[w[:3], w[2:]].add(v[0, :3]),
+        "window_out_of_range": lax.scatter_add(m, w[:2, None] - 1, jnp.stack([v[:2], v[2:4]]), scatter_window),
+        "int_at_add": k.at[:, w[:2]].add(k[:, :2]),
+        "sort": jnp.sort(s, axis=1),
+        "argsort": jnp.argsort(s, axis=1),
+        "sort_two": lax.sort((s, k), dimension=1, num_keys=1),
+        "sort_axis0": jnp.sort(s, axis=0),
+        "argsort_descending": jnp.argsort(s, axis=1, descending=True),
+        "sort_key_val": lax.sort_key_val(s, k, dimension=0),
+        "sort_int": jnp.sort(k, axis=1),
+        "argsort_int_descending": jnp.argsort(k, axis=0, descending=True),
+    }
+
+
+def export_indexing() -> None:
+    rng = np.random.default_rng(INDEXING_SEED)
+    s = rng.standard_normal((4, 6)).astype(np.float32)
+    s[0, 1], s[0, 4], s[1, 0], s[1, 5] = np.nan, np.nan, np.inf, -np.inf
+    s[2, :3] = [0.0, -0.0, 0.0]
+    s[3, 2] = s[3, 4] = s[3, 0]
+    s[1, 2] = np.nan
+    arrays: dict[str, Any] = {
+        "x": rng.standard_normal((6, 5, 4)).astype(np.float32),
+        "m": rng.standard_normal((4, 5)).astype(np.float32),
+        "v": rng.standard_normal((5, 5)).astype(np.float32),
+        "s": s,
+        "k": rng.integers(-3, 4, size=(4, 6)).astype(np.int32),
+        "i": np.int32(1),
+        "j": np.int32(7),
+        "g": np.array([5, -1, 9], np.int32),
+        "h": np.array([3, 0, -9], np.int32),
+        "a": np.array([[0, 4], [-1, 2], [3, 3], [1, 0]], np.int32),
+        "r": rng.integers(-1, 6, size=(6, 2)).astype(np.int32),
+        "w": np.array([2, 0, 9, 2, -7], np.int32),
+    }
+    inputs = list(arrays.values())
+    text = jax.jit(indexing).lower(*inputs).as_text(debug_info=True)
+    INDEXING_DIR.mkdir(parents=True, exist_ok=True)
+    write_text(INDEXING_DIR / "indexing.mlir", text)
+    write_text(INDEXING_DIR / "indexing.generic.mlir", generic_form(text))
+    for name, value in jax.jit(indexing)(*inputs).items():
+        if isinstance(value, tuple):
+            arrays.update({f"result.{name}.{n}": np.asarray(part) for n, part in enumerate(value)})
+        else:
+            arrays[f"result.{name}"] = np.asarray(value)
+    np.savez(INDEXING_DIR / "indexing.npz", **arrays)
+
+
 EXPORTERS: dict[str, Callable[[], None]] = {
     "mlp": export_mlp,
     "attention": export_attention,
@@ -875,6 +966,7 @@ EXPORTERS: dict[str, Callable[[], None]] = {
     "select_and_scatter": export_select_and_scatter,
     "control": export_control,
     "flax": export_flax,
+    "indexing": export_indexing,
 }
 
 
