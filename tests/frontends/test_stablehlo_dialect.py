@@ -30,6 +30,8 @@ TEXTS = [
     ROOT / "tests" / "frontends" / "stablehlo_ops" / "handwritten.mlir",
     ROOT / "tests" / "frontends" / "stablehlo_cnn" / "cnn.mlir",
     ROOT / "tests" / "frontends" / "stablehlo_cnn" / "windows.generic.mlir",
+    ROOT / "tests" / "frontends" / "stablehlo_indexing" / "indexing.mlir",
+    ROOT / "tests" / "frontends" / "stablehlo_indexing" / "indexing.generic.mlir",
 ]
 
 
@@ -74,6 +76,17 @@ def test_the_custom_forms_jax_prints() -> None:
     ):
         assert spelling in text
     assert "reducer(%" in printed(parse(TEXTS[3].read_text()))
+    indexing = printed(parse(TEXTS[6].read_text()))
+    for spelling in (
+        ", sizes = [3, 5] : (tensor<4x5xf32>, tensor<i32>, tensor<i32>) -> tensor<3x5xf32>",
+        "stablehlo.dynamic_update_slice %",
+        "stablehlo.reverse %",
+        ", dims = [1] : tensor<4x6xi32>",
+        '"stablehlo.sort"(%',
+        '"stablehlo.scatter"(%',
+        "#stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0]",
+    ):
+        assert spelling in indexing
 
 
 def op(text: str, args: str) -> str:
@@ -119,6 +132,30 @@ def op(text: str, args: str) -> str:
             "%0 = stablehlo.reshape %x : (tensor<2x3xf32>) -> tensor<5xf32>",
             "%x: tensor<2x3xf32>",
             "different numbers of elements",
+        ),
+        (
+            "%0 = stablehlo.dynamic_slice %x, %i, sizes = [4] : (tensor<3xf32>, tensor<i32>) -> tensor<4xf32>",
+            "%x: tensor<3xf32>, %i: tensor<i32>",
+            r"sizes \[4\] do not fit",
+        ),
+        (
+            "%0 = stablehlo.dynamic_update_slice %x, %u, %i : (tensor<3xf32>, tensor<2xf32>, tensor<2xi32>)"
+            " -> tensor<3xf32>",
+            "%x: tensor<3xf32>, %u: tensor<2xf32>, %i: tensor<2xi32>",
+            "must be an integer scalar",
+        ),
+        (
+            "%0 = stablehlo.reverse %x, dims = [2] : tensor<3xf32>",
+            "%x: tensor<3xf32>",
+            "dims \\[2\\] of rank 1",
+        ),
+        (
+            '%0 = "stablehlo.sort"(%x) <{dimension = 0 : i64}> ({\n'
+            "  ^bb0(%a: tensor<f32>, %b: tensor<f32>):\n"
+            "    stablehlo.return %a : tensor<f32>\n"
+            "  }) : (tensor<3xf32>) -> tensor<3xf32>",
+            "%x: tensor<3xf32>",
+            "must return one tensor<i1>",
         ),
         (
             "%0 = stablehlo.compare  LT, %x, %x : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>",
