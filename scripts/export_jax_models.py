@@ -44,8 +44,8 @@ module that drops one cannot still match):
   ops (`indexing.mlir`, `indexing.generic.mlir`, `indexing.npz` with its inputs and JAX's
   outputs): dynamic_slice and dynamic_update_slice at traced and out-of-range starts (clamped),
   take_along_axis, advanced indexing and batched gathers (vmap), scatters (`x.at[idx]` add, set,
-  max, min, multiply) with duplicate and out-of-range indices (dropped), a scatter window partly
-  out of range (skipped), and sorts (jnp.sort, jnp.argsort, lax.sort of two operands, along a
+  max, min, multiply; a batched one under vmap) with duplicate and out-of-range indices (dropped),
+  a scatter window partly out of range (skipped), and sorts (jnp.sort, jnp.argsort, lax.sort of two operands, along a
   non-last axis, descending, integers) of keys with NaNs, -0.0, infinities and ties.  Run only
   this section with `python scripts/export_jax_models.py indexing`.
 
@@ -911,6 +911,7 @@ def indexing(
         "at_add_2d": m.at[w[:3], w[2:]].add(v[0, :3]),
         "window_out_of_range": lax.scatter_add(m, w[:2, None] - 1, jnp.stack([v[:2], v[2:4]]), scatter_window),
         "int_at_add": k.at[:, w[:2]].add(k[:, :2]),
+        "batched_at_add": jax.vmap(lambda row, t, u: row.at[t].add(u))(m, a * 3, v[:4, :2]),
         "sort": jnp.sort(s, axis=1),
         "argsort": jnp.argsort(s, axis=1),
         "sort_two": lax.sort((s, k), dimension=1, num_keys=1),
