@@ -403,9 +403,9 @@ def _sort_direction(op: hlo.SortOp) -> bool:
             elif direction == "NE" and lhs[0] == "arg" and lhs == rhs:
                 seen[o.results[0]] = ("is_nan", lhs[1])
             elif direction in ("LT", "GT") and lhs[0] in ("arg", "zeroed", "canon") and rhs[0] == lhs[0]:
-                if {lhs[1], rhs[1]} != {0, 1}:
+                if {lhs[1], rhs[1]} != {0, 1} or result is not None:  # one comparison of the pair
                     raise refusal
-                result = (direction, lhs[1], rhs[1], f"{lhs[0]}:{kind}")  # type: ignore[assignment]
+                result = (direction, int(lhs[1]), int(rhs[1]), f"{lhs[0]}:{kind}")  # type: ignore[call-overload]
                 seen[o.results[0]] = ("result", 0)
             else:
                 raise refusal
@@ -432,6 +432,9 @@ def _sort_direction(op: hlo.SortOp) -> bool:
             "its comparator orders floats by TOTALORDER without mapping -0.0 to 0.0 and NaNs to one NaN first "
             "(-0.0 before 0.0, negative NaNs first); Loam reads JAX's comparator, which does"
         )
+    unsigned = element.name.startswith("ui") or element.name == "bool"  # JAX compares i1 as UNSIGNED
+    if not element.is_float and kind in ("SIGNED", "UNSIGNED") and (kind == "UNSIGNED") != unsigned:
+        raise LoweringError(f"its comparator compares {element.name} as {kind}; TopK orders them as their type does")
     return (direction == "GT") == (left == 0)
 
 
