@@ -46,7 +46,7 @@ module that drops one cannot still match):
   take_along_axis, advanced indexing and batched gathers (vmap), scatters (`x.at[idx]` add, set,
   max, min, multiply; a batched one under vmap) with duplicate and out-of-range indices (dropped),
   a scatter window partly out of range (skipped), and sorts (jnp.sort, jnp.argsort, lax.sort of two operands, along a
-  non-last axis, descending, integers) of keys with NaNs, -0.0, infinities and ties.  Run only
+  non-last axis, descending, integers, booleans) of keys with NaNs, -0.0, infinities and ties.  Run only
   this section with `python scripts/export_jax_models.py indexing`.
 
 `export_jax_models.py SECTION ...` rewrites the sections named (mlp, attention, ops, handwritten,
@@ -920,6 +920,7 @@ def indexing(
         "sort_key_val": lax.sort_key_val(s, k, dimension=0),
         "sort_int": jnp.sort(k, axis=1),
         "argsort_int_descending": jnp.argsort(k, axis=0, descending=True),
+        "argsort_bool": jnp.argsort(k > 0, axis=1),  # an UNSIGNED compare of i1
     }
 
 
