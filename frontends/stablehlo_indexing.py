@@ -35,8 +35,9 @@ another way, is refused by name.
 
 Refused, naming what: shapes with `?` extents where the positions are computed (the embedding
 gather excepted), a scatter of several operands at once, a scatter body other than replace (the
-second argument returned), add, multiply, maximum, minimum, and a float TOTALORDER comparator that
-does not canonicalize -0.0 and NaN first.
+second argument returned), add, multiply, maximum, minimum, a float TOTALORDER comparator that
+does not canonicalize -0.0 and NaN first, and an integer one comparing SIGNED or UNSIGNED against
+the type (booleans count as unsigned).
 
 The rules register themselves in `loam.frontends.stablehlo_ops.RULES` when this module is imported
 (the reader, `loam.frontends.stablehlo`, imports it).
