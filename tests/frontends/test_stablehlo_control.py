@@ -1,11 +1,12 @@
-"""StableHLO control flow (`while`, `case`) and a Flax transformer block, against JAX.
+"""StableHLO control flow (`while`, `case`), a Flax scan RNN and a Flax transformer block, against JAX.
 
 The files are written by scripts/export_jax_models.py (sections `control` and `flax`) with JAX as the
 oracle: `tests/frontends/stablehlo_ops/control.*` (lax.cond, lax.switch, fori_loop over a traced
 bound, a while_loop whose stop depends on the values, a loop inside a cond branch, and the
 elementwise ops they came with: expm1/log1p near 0, is_finite, clamp, pad with negative and interior
-widths, reverse, xor), `case_index.*` (a `case` with out-of-range indices, XLA's results) and
-`tests/frontends/stablehlo_flax/block.*` (flax.linen attention + MLP block, symbolic batch).
+widths, reverse, xor), `case_index.*` (a `case` with out-of-range indices, XLA's results),
+`tests/frontends/stablehlo_flax/rnn.*` (flax.linen nn.RNN: a GRU and a reversed LSTM, each a
+lax.scan) and `block.*` (flax.linen attention + MLP block, symbolic batch).
 """
 
 from __future__ import annotations
@@ -123,6 +124,30 @@ def test_an_unsupported_op_inside_a_loop_body_is_named_at_its_line() -> None:
     """
     with pytest.raises(UnsupportedError, match=r"m\.mlir:10:\d+: 'stablehlo\.shift_left' is not an op Loam reads"):
         import_stablehlo(text, "m.mlir")
+
+
+# -- a scan-based RNN --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", ["rnn.mlir", "rnn.generic.mlir"])
+def test_the_flax_scan_rnn_matches_jax(form: str) -> None:
+    """flax.linen nn.RNN: a GRU forward and an LSTM backward over 7 steps, each a lax.scan that JAX
+    prints as a while whose body reads the step's input with dynamic_slice and writes its output
+    with dynamic_update_slice."""
+    data = np.load(FLAX / "rnn.npz")
+    module = drafted(FLAX / form)
+    weights = module.Weights.load((FLAX / "rnn.safetensors").read_bytes())
+    got = np.asarray(module.forward(weights, data["x"]))
+    assert got.shape == (2, 7, 11)
+    np.testing.assert_allclose(got, data["result"], rtol=1e-5, atol=1e-6)
+
+
+def test_the_scan_loops_read_the_weights_from_the_graph() -> None:
+    """Each scan's Loop carries its counter, state and output buffer, never the sequence or a weight."""
+    loops = [n for n in nodes(FLAX / "rnn.mlir") if n.op_type == "Loop"]
+    assert len(loops) == 2
+    carried = sorted(len(loop.args) - 2 for loop in loops)
+    assert carried == [3, 4]  # GRU: counter, h, ys; LSTM: counter, c, h, ys
 
 
 # -- a Flax transformer block ------------------------------------------------------------------------
