@@ -60,7 +60,8 @@ from loam.poly import Poly, poly_product
 def node_info(node: NodeOp) -> NodeInfo:
     """The rule-facing view of a `graph.node`."""
     name = node.node_name or (node.output_names[0] if node.output_names else "")
-    return NodeInfo(node.op_type, name, node.since, node.get_attr, len(node.outs), tuple(node.output_names))
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    return NodeInfo(node.op_type, name, node.since, node.get_attr, len(node.outs), tuple(node.output_names), domain)
 
 
 def facts_of_type(t: object, what: str) -> Facts:

@@ -1,4 +1,5 @@
-"""The operator rules Loam knows, keyed by ONNX op type (default domain)."""
+"""The operator rules Loam knows: `RULES` by ONNX op type (default domain), `DOMAIN_RULES` by (domain,
+op type) for the operators of other domains (onnxruntime's `com.microsoft`, `loam.ops.microsoft`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from loam.ops import (
     indexing,
     losses,
     matmul,
+    microsoft,
     movement,
     normalization,
     pool,
@@ -53,6 +55,10 @@ _RULES: tuple[OpRule, ...] = tuple(rule for family in FAMILIES for rule in famil
 
 RULES: dict[str, OpRule] = {op_type: rule for rule in _RULES for op_type in rule.op_types}
 
+DOMAIN_RULES: dict[tuple[str, str], OpRule] = {
+    (rule.domain, op_type): rule for family in microsoft.FAMILIES for rule in family.RULES for op_type in rule.op_types
+}
+
 # Domains whose operators are ONNX's own.
 ONNX_DOMAINS = ("", "ai.onnx")
 
@@ -67,7 +73,7 @@ WHY_NOT: dict[str, str] = {
 
 def rule_for(node: NodeInfo, domain: str = "") -> OpRule:
     """The rule for `node`'s operator, or an UnsupportedError naming the node and the operator."""
-    rule = RULES.get(node.op_type) if domain in ONNX_DOMAINS else None
+    rule = RULES.get(node.op_type) if domain in ONNX_DOMAINS else DOMAIN_RULES.get((domain, node.op_type))
     if rule is None:
         qualified = node.op_type if domain in ONNX_DOMAINS else f"{domain}.{node.op_type}"
         why = f" ({WHY_NOT[qualified]})" if qualified in WHY_NOT else ""

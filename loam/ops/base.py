@@ -64,6 +64,7 @@ class NodeInfo:
     get_attr: Callable[[str, Any], Any]
     outputs: int = 1  # how many outputs the graph names for the node (Split, Dropout's mask, ...)
     output_names: tuple[str, ...] = ()
+    domain: str = ""  # the operator's domain: "" (ONNX's own) or another, `com.microsoft` say
 
     def result_length(self, output: int, axis: int) -> Poly:
         """The length only the run knows of output `output` at `axis` (`result_length`)."""
@@ -110,6 +111,9 @@ class OpRule:
     """Base class of the operator rules; subclasses set `op_types` and override what applies."""
 
     op_types: tuple[str, ...] = ()
+    # The domain of `op_types`: "" for ONNX's own operators, else another (`com.microsoft`), whose
+    # rules `loam.ops.DOMAIN_RULES` holds apart.
+    domain: str = ""
     # The attributes the rule reads; any other stops the build, so an attribute whose meaning the
     # rule would ignore (an old opset's `broadcast` and `axis`, say) never yields a wrong number.
     attributes: frozenset[str] = frozenset()
@@ -129,7 +133,7 @@ class OpRule:
     def check_attributes(self, node: NodeInfo, names: Sequence[str]) -> None:
         """Refuse an attribute the rule does not read, or one ONNX does not define for the operator
         at the model's opset (a rule shared by several operators reads the union of theirs)."""
-        defined = schema_attributes(node.op_type, node.since)
+        defined = schema_attributes(node.op_type, node.since) if node.domain in ("", "ai.onnx") else None
         foreign = sorted(n for n in names if defined is not None and n not in defined)
         if foreign:
             from loam.errors import ModelError

@@ -22,7 +22,7 @@ from pathlib import Path
 import onnx
 import onnx.defs
 
-from loam.ops import RULES
+from loam.ops import DOMAIN_RULES, RULES
 from loam.ops.base import OpRule
 
 __all__ = ["DOC_PATH", "REGENERATE", "render", "schema_versions"]
@@ -114,14 +114,43 @@ def render() -> str:
         "",
         *textwrap.wrap(
             (f"the deprecated {', '.join(deprecated)}, " if deprecated else "")
-            + "and every operator of another domain (`ai.onnx.ml`, `ai.onnx.preview.training`, `com.microsoft`, ...).",
+            + "and every operator of another domain (`ai.onnx.ml`, `ai.onnx.preview.training`, `com.microsoft`, ...)"
+            + (
+                " but those listed under [Operators of other domains](#operators-of-other-domains)."
+                if DOMAIN_RULES
+                else "."
+            ),
             100,
             break_on_hyphens=False,
         ),
         "",
+        *domain_section(),
         *kernel_ops_section(),
     ]
     return "\n".join(lines)
+
+
+def domain_section() -> list[str]:
+    """The table of the rules for operators of other domains (onnxruntime's `com.microsoft`)."""
+    if not DOMAIN_RULES:
+        return []
+    lines = [
+        "## Operators of other domains",
+        "",
+        "onnxruntime's contrib operators that its GenAI model builder and transformer optimizer write",
+        "(`loam/ops/microsoft/`); onnxruntime's CPU kernels are their meaning, and the tests run both.",
+        "",
+        "| Domain | Operator | Element types | Attributes | Lowers to | Limitations |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for (domain, op_type), rule in sorted(DOMAIN_RULES.items()):
+        attributes = ", ".join(f"`{a}`" for a in sorted(rule.attributes))
+        lowers = ", ".join(f"`{k}`" for k in rule.kernels) or "nothing (the output is the input)"
+        lines.append(
+            f"| {domain} | {op_type} | {_cell(', '.join(rule.elem_types))} | {_cell(attributes)} | "
+            f"{_cell(lowers)} | {_cell(rule.limitations)} |"
+        )
+    return [*lines, ""]
 
 
 # How each backend computes the kernel ops its printer spells itself (the library kernels are found
