@@ -20,7 +20,7 @@ from loam.dialects.expr import Expr
 from loam.ops.base import NodeInfo, OpRule, float_attr
 from loam.ops.elementwise import Elems, ExprRule
 from loam.ops.lowering import FLOAT_TYPES, compute_elem
-from loam.ops.microsoft import DOMAIN
+from loam.ops.microsoft.domain import DOMAIN
 
 GeluForm = Callable[[NodeInfo, Expr, str], Expr]
 
