@@ -104,7 +104,13 @@ from loam.dialects.kernel.normalization import (
     LrnOp,
     NormalizeOp,
 )
-from loam.dialects.kernel.packed import PACKED_OPS, GatherPackedOp, MatmulPackedOp
+from loam.dialects.kernel.packed import (
+    PACKED_OPS,
+    GatherBlockQuantizedOp,
+    GatherPackedOp,
+    MatmulNbitsOp,
+    MatmulPackedOp,
+)
 from loam.dialects.kernel.products import MatmulOp
 from loam.dialects.kernel.program import ConstantOp, ProgramOp, ReturnOp, WeightOp
 from loam.dialects.kernel.recurrent import RECURRENT_OPS, GruOp, LstmOp, RnnOp
@@ -189,6 +195,7 @@ __all__ = [
     "ExpandToOp",
     "ExprAttr",
     "EyeLikeOp",
+    "GatherBlockQuantizedOp",
     "GatherElementsOp",
     "GatherNDOp",
     "GatherOp",
@@ -203,6 +210,7 @@ __all__ = [
     "LrnOp",
     "LstmOp",
     "MatmulIntegerOp",
+    "MatmulNbitsOp",
     "MatmulOp",
     "MatmulPackedOp",
     "MaxUnpoolOp",

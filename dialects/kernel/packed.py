@@ -1,7 +1,9 @@
-"""Library kernels over weights kept in a checkpoint's ggml block form (Q4_0, Q4_1, Q8_0): a product
-and a gather that widen the blocks as they go, listed in `PACKED_OPS`.
+"""Library kernels over weights kept packed: a checkpoint's ggml block form (Q4_0, Q4_1, Q8_0) and
+onnxruntime's n-bit blocks (`com.microsoft` MatMulNBits, GatherBlockQuantized); products and
+gathers that widen the blocks as they go, listed in `PACKED_OPS`.
 
-The `pack-quantized` pass gives these kernels the products and gathers that read such a weight.
+The `pack-quantized` pass gives the ggml kernels the products and gathers that read such a weight;
+the `com.microsoft` rules (`loam/ops/microsoft/quantized.py`) lower to the n-bit ones.
 """
 
 from __future__ import annotations
@@ -57,4 +59,56 @@ class GatherPackedOp(LibraryOp):
             require(self, list(y) == [*i, *w[1:]], "the result's extents are not indices + weight[1:]")
 
 
-PACKED_OPS: tuple[type[LibraryOp], ...] = (MatmulPackedOp, GatherPackedOp)
+@irdl_op_definition
+class MatmulNbitsOp(LibraryOp):
+    """onnxruntime's MatMulNBits: A [.., K] @ W^T (+ bias) for W [N, K] kept as `bits`-bit integers in
+    blocks of `block_size` along K (B: uint8 [N, blocks, block_size * bits / 8], low bits first),
+    dequantized as (q - zero point) * scale.  Operands: a, b, scales, then those `present` says are
+    given, in order (1: zero points, 2: g_idx, 4: bias).
+
+    Example: `%y = kernel.matmul_nbits(%a, %b, %s) {node = "q", k = 64 : i64, n = 32 : i64, bits = 4 : i64,
+    block_size = 32 : i64, present = 0 : i64} : (A [.., 64], B [32, 2, 16], S [32, 2]) -> Y [.., 32]`
+    """
+
+    name = "kernel.matmul_nbits"
+    PARAMS: ClassVar[dict[str, type]] = {"k": int, "n": int, "bits": int, "block_size": int, "present": int}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        present = self.param("present")
+        require(self, 0 <= present <= 7, "present is a set of bits 1, 2, 4")
+        require(self, len(ins) == 3 + bin(present).count("1") and len(outs) == 1, "present must count the operands")
+        require(self, self.param("bits") in (2, 4, 8), "bits is 2, 4 or 8")
+        a, b, y = ins[0], ins[1], outs[0]
+        if a is not None and b is not None and y is not None:
+            require(self, len(b) == 3, "B has rank 3")
+            require(self, len(a) >= 1 and a[-1] == self.param("k"), "A's last extent is not K")
+            require(
+                self, list(y) == [*a[:-1], self.param("n")], "the result's extents are not A's with K replaced by N"
+            )
+
+
+@irdl_op_definition
+class GatherBlockQuantizedOp(LibraryOp):
+    """onnxruntime's GatherBlockQuantized along axis 0 of data quantized in blocks of `block_size`
+    along its last axis: the rows picked, then dequantized as (q - zero point) * scale (an embedding
+    lookup).  Uint8 data packs `bits`-bit integers along the last axis, low bits first.  Operands:
+    data, indices, scales, then the zero points where `zeros` is 1.
+
+    Example: `%y = kernel.gather_block_quantized(%d, %i, %s) {node = "e", bits = 4 : i64, block_size = 32 : i64,
+    zeros = 0 : i64} : (D [100, 32], I [3], S [100, 2]) -> Y [3, 64]`
+    """
+
+    name = "kernel.gather_block_quantized"
+    PARAMS: ClassVar[dict[str, type]] = {"bits": int, "block_size": int, "zeros": int}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, self.param("zeros") in (0, 1), "zeros is 0 or 1")
+        require(self, len(ins) == 3 + self.param("zeros") and len(outs) == 1, "zeros must count the operands")
+        d, i, y = ins[0], ins[1], outs[0]
+        if d is not None and i is not None and y is not None:
+            require(self, len(y) == len(i) + len(d) - 1, "the result's rank is not the indices' + data's - 1")
+
+
+PACKED_OPS: tuple[type[LibraryOp], ...] = (MatmulPackedOp, GatherPackedOp, MatmulNbitsOp, GatherBlockQuantizedOp)

@@ -22,6 +22,19 @@ packing is the checkpoint's choice, and the module computes the same product eit
 Every element is computed in float32 from the blocks' f16 scales widened to float32, as ggml and
 `dequant_blocks` do, so a product differs from the product over the dequantized weight only in
 the order its float32 sums are taken.
+
+onnxruntime's `com.microsoft` n-bit blocks (`loam/ops/microsoft/quantized.py`) are uint8 tensors
+holding `bits`-bit integers, low bits first, in blocks along K with a scale (and a zero point, else
+2^(bits - 1)) per block; `Weights` keeps the initializer's bytes as they are:
+
+- `kernel_matmul_nbits(a, b, scales, [zero points], [g_idx], [bias], k, n, bits, block_size, present)`:
+  MatMulNBits, A [.., K] @ W^T + bias for W [N, K] = (q - zero point) * scale.  A bounded group of
+  W's rows (4 MiB of float32 at a time) is widened into scratch and multiplied by BLAS; for a few
+  rows of A (a decode step) each block's integers are dotted with A first and scaled after, so
+  W a = sum over blocks of scale * (q . a - zero point * sum(a)), and no float W is formed.
+- `kernel_gather_block_quantized(data, indices, scales, [zero points], bits, block_size, zeros)`:
+  GatherBlockQuantized along axis 0 (an embedding lookup), the rows picked, then widened; an index
+  outside the rows gives a row of zeros, as onnxruntime's kernel does.
 """
 
 from __future__ import annotations
@@ -92,11 +105,116 @@ def kernel_gather_packed(w: np.ndarray, indices: np.ndarray, *, axis: int) -> np
     return picked if w.dtype.names is None else dequant_blocks(picked)
 
 
+def nbits_codes(packed: np.ndarray, bits: int) -> np.ndarray:
+    """The integers `packed` holds `8 // bits` to a byte, low bits first: uint8 [..., B] -> float32
+    [..., B * 8 // bits], each written by one shift and mask straight into float32."""
+    packed = np.asarray(packed, dtype=np.uint8)
+    if bits == 8:
+        return packed.astype(np.float32)
+    per = 8 // bits
+    out = np.empty((*packed.shape, per), np.float32)
+    mask = np.uint8((1 << bits) - 1)
+    for i in range(per):
+        if i == 0:
+            np.bitwise_and(packed, mask, out=out[..., 0], casting="unsafe")
+        elif i == per - 1:
+            np.right_shift(packed, np.uint8(bits * i), out=out[..., i], casting="unsafe")
+        else:
+            np.bitwise_and(np.right_shift(packed, np.uint8(bits * i)), mask, out=out[..., i], casting="unsafe")
+    return out.reshape(*packed.shape[:-1], packed.shape[-1] * per)
+
+
+def kernel_matmul_nbits(
+    a: np.ndarray, b: np.ndarray, scales: np.ndarray, *given: np.ndarray, k: int, n: int, bits: int, block_size: int,
+    present: int,
+) -> np.ndarray:  # fmt: skip
+    """onnxruntime's MatMulNBits: A [.., K] @ W^T (+ bias), W [N, K] = (q - zero point) * scale per block
+    of K; `present` says which of zero points (1), g_idx (2) and bias (4) follow `scales`."""
+    rest = list(given)
+    zero = rest.pop(0) if present & 1 else None
+    g_idx = rest.pop(0) if present & 2 else None
+    bias = rest.pop(0) if present & 4 else None
+    nb = -(-k // block_size)
+    width = nb * block_size  # K padded to whole blocks
+    rows = np.asarray(a).reshape(-1, k)
+    m = rows.shape[0]
+    s = np.asarray(scales).astype(np.float32).reshape(n, nb)
+    if zero is None:
+        z = np.full((n, nb), 1 << (bits - 1), np.float32)
+    elif zero.dtype == np.uint8:  # packed as B is, each row of N padded to whole bytes
+        z = nbits_codes(np.asarray(zero).reshape(n, -1), bits)[:, :nb]
+    else:
+        z = np.asarray(zero).astype(np.float32).reshape(n, nb)
+    packed = np.asarray(b, dtype=np.uint8).reshape(n, -1)
+    out = np.empty((m, n), np.float32)
+    step = max(1, (1 << 20) // width)  # rows of W widened at a time: 4 MiB of float32
+    if g_idx is not None:  # each k reads the scale and zero point of block g_idx[k]
+        g = np.asarray(g_idx, dtype=np.int64).reshape(k)
+        x = rows.astype(np.float32)
+        for r in range(0, n, step):
+            w = nbits_codes(packed[r : r + step], bits)[:, :k]
+            w -= z[r : r + step][:, g]
+            w *= s[r : r + step][:, g]
+            out[:, r : r + step] = x @ w.T
+    else:
+        x = np.zeros((m, width), np.float32)  # A padded with zeros to whole blocks
+        x[:, :k] = rows
+        if m <= 8:  # a decode step: q . a per block, then scaled
+            xb = x.reshape(m, nb, block_size)
+            sums = xb.sum(axis=2)  # [m, nb]: what a block's zero point multiplies
+            for r in range(0, n, step):
+                q = nbits_codes(packed[r : r + step], bits).reshape(-1, nb, block_size)
+                dots = np.einsum("rbj,mbj->mrb", q, xb)
+                dots -= sums[:, None, :] * z[r : r + step]
+                out[:, r : r + step] = np.einsum("mrb,rb->mr", dots, s[r : r + step])
+        else:  # a prefill: widen a group of W's rows, then BLAS
+            for r in range(0, n, step):
+                w = nbits_codes(packed[r : r + step], bits).reshape(-1, nb, block_size)
+                w -= z[r : r + step, :, None]
+                w *= s[r : r + step, :, None]
+                out[:, r : r + step] = x @ w.reshape(-1, width).T
+    if bias is not None:
+        out += np.asarray(bias).astype(np.float32)
+    return out.astype(np.asarray(a).dtype, copy=False).reshape(*np.shape(a)[:-1], n)
+
+
+def kernel_gather_block_quantized(
+    data: np.ndarray, indices: np.ndarray, scales: np.ndarray, *zero: np.ndarray, bits: int, block_size: int, zeros: int
+) -> np.ndarray:
+    """onnxruntime's GatherBlockQuantized along axis 0, quantized in blocks along the last axis: the rows
+    at `indices` (negative ones counting from the end, any outside the rows giving zeros), widened as
+    (q - zero point) * scale in the scales' type."""
+    rows = data.shape[0]
+    idx = np.asarray(indices, dtype=np.int64)
+    valid = (idx >= -rows) & (idx < rows)
+    safe = np.where(valid, np.where(idx < 0, idx + rows, idx), 0)
+    packed = data.dtype == np.uint8  # bits-bit integers packed along the last axis; else int4/uint4 one a byte
+    picked = np.take(data, safe, axis=0)
+    q = nbits_codes(picked, bits) if packed else picked.astype(np.float32)
+    d = q.shape[-1]
+    s = np.take(scales, safe, axis=0).astype(np.float32)
+    nb = s.shape[-1]
+    if zeros:
+        zp = np.take(zero[0], safe, axis=0)
+        z = nbits_codes(zp, bits)[..., :nb] if packed else zp.astype(np.float32)
+    else:
+        z = np.full(s.shape, (1 << (bits - 1)) if packed else 0, np.float32)
+    q -= np.repeat(z, block_size, axis=-1)[..., :d]
+    q *= np.repeat(s, block_size, axis=-1)[..., :d]
+    q[~valid] = 0
+    return q.astype(scales.dtype, copy=False)
+
+
 PIECES: dict[str, object] = {
     "kernel_matmul_packed": kernel_matmul_packed,
     "kernel_gather_packed": kernel_gather_packed,
+    "nbits_codes": nbits_codes,
+    "kernel_matmul_nbits": kernel_matmul_nbits,
+    "kernel_gather_block_quantized": kernel_gather_block_quantized,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_matmul_packed": ("block_integers", "dequant_blocks", "_matmul_packed_compiled"),
     "kernel_gather_packed": ("dequant_blocks",),
+    "kernel_matmul_nbits": ("nbits_codes",),
+    "kernel_gather_block_quantized": ("nbits_codes",),
 }
