@@ -1,0 +1,262 @@
+"""com.microsoft MatMulNBits and GatherBlockQuantized against onnxruntime's CPU kernels, on random
+packed weights (and one model onnxruntime's own quantizer wrote), the weights kept packed."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from loam.errors import LoamError, UnsupportedError
+from loam.testing import assert_same, build_for, run_built, run_loam, run_onnxruntime
+from tests.ops.microsoft.models import ms_model
+
+RNG = np.random.default_rng(20261203)
+
+
+def nbits_model(
+    a: np.ndarray, k: int, n: int, bits: int, block: int, zero: str | None = None, g_idx: bool = False,
+    bias: bool = False, **attrs: int,
+) -> tuple[onnx.ModelProto, np.ndarray]:  # fmt: skip
+    """A MatMulNBits node over random packed B [N, blocks, block * bits / 8] (and random scales, zero
+    points as `zero` says: "packed" uint8, "float" of A's type, or None); returns the model and B."""
+    blocks = -(-k // block)
+    b = RNG.integers(0, 256, (n, blocks, block * bits // 8), dtype=np.uint8)
+    weights: dict[str, np.ndarray] = {"B": b, "scales": (RNG.random((n, blocks)) * 0.1 + 0.01).astype(a.dtype)}
+    if zero == "packed":
+        weights["zero_points"] = RNG.integers(0, 256, (n, -(-blocks * bits // 8)), dtype=np.uint8)
+    elif zero == "float":
+        weights["zero_points"] = RNG.integers(0, 1 << bits, (n, blocks)).astype(a.dtype)
+    if g_idx:
+        weights["g_idx"] = RNG.integers(0, blocks, k).astype(np.int32)
+    if bias:
+        weights["bias"] = RNG.standard_normal(n).astype(a.dtype)
+    model = ms_model("MatMulNBits", {"A": a}, weights, K=k, N=n, bits=bits, block_size=block, **attrs)
+    names = ["A", "B", "scales", "zero_points" if zero else "", "g_idx" if g_idx else "", "bias" if bias else ""]
+    while not names[-1]:
+        names.pop()
+    node = model.graph.node[0]
+    del node.input[:]
+    node.input.extend(names)
+    return model, b
+
+
+def tolerance(a: np.ndarray) -> dict[str, float]:
+    # f32: the order of the sums; f16: onnxruntime dequantizes W in f16, Loam in f32, narrowing once.
+    return {"rtol": 1e-4, "atol": 1e-4} if a.dtype == np.float32 else {"rtol": 1e-2, "atol": 2e-2}
+
+
+@pytest.mark.parametrize(
+    ("bits", "block", "k", "n", "zero", "bias", "a_shape", "dtype"),
+    [
+        (4, 32, 64, 16, None, False, (3, 64), np.float32),
+        (4, 16, 70, 24, "packed", True, (2, 5, 70), np.float32),  # K not a multiple of the block
+        (4, 64, 200, 24, "float", False, (1, 200), np.float32),  # a decode step
+        (4, 128, 256, 32, "packed", True, (64, 256), np.float32),  # a prefill
+        (8, 64, 200, 24, "packed", False, (1, 200), np.float32),
+        (8, 128, 300, 16, None, True, (2, 40, 300), np.float32),
+        (8, 16, 48, 8, None, False, (4, 48), np.float32),
+        (2, 16, 48, 8, "float", False, (4, 48), np.float32),
+        (2, 16, 64, 16, "packed", False, (3, 64), np.float32),
+        (2, 32, 80, 16, None, True, (1, 1, 80), np.float32),
+        (4, 32, 100, 24, None, True, (1, 100), np.float16),
+        (4, 64, 128, 24, "float", True, (2, 9, 128), np.float16),
+        (8, 32, 96, 16, "packed", False, (20, 96), np.float16),
+    ],
+)
+def test_matmul_nbits_matches_onnxruntime(
+    bits: int, block: int, k: int, n: int, zero: str | None, bias: bool, a_shape: tuple[int, ...], dtype: type
+) -> None:
+    a = RNG.standard_normal(a_shape).astype(dtype)
+    model, _ = nbits_model(a, k, n, bits, block, zero, bias=bias)
+    assert_same(run_loam(model, {"A": a}), run_onnxruntime(model, {"A": a}), **tolerance(a))
+
+
+@pytest.mark.parametrize(("zero", "rows", "k"), [(None, 3, 128), ("float", 20, 128), (None, 1, 100)])
+def test_matmul_nbits_reads_g_idx(zero: str | None, rows: int, k: int) -> None:
+    """Each k reads the scale (and zero point) of the block g_idx names, not of its own block."""
+    a = RNG.standard_normal((rows, k)).astype(np.float32)
+    model, _ = nbits_model(a, k, 24, 4, 32, zero, g_idx=True)
+    assert_same(run_loam(model, {"A": a}), run_onnxruntime(model, {"A": a}), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows", [1, 20])
+def test_accuracy_level_is_accepted_and_computed_in_f32(rows: int) -> None:
+    """At accuracy_level 4 onnxruntime quantizes A to int8 per block: Loam's f32 product is within
+    that rounding (about 1% of the output's scale)."""
+    a = RNG.standard_normal((rows, 128)).astype(np.float32)
+    model, _ = nbits_model(a, 128, 32, 4, 32, "packed", accuracy_level=4)
+    want = run_onnxruntime(model, {"A": a})
+    scale = float(np.abs(want[0]).max())
+    assert_same(run_loam(model, {"A": a}), want, rtol=0, atol=0.02 * scale)
+
+
+def test_the_weights_keep_b_packed() -> None:
+    """The module's Weights hold B's uint8 bytes at their packed size, and no float copy of W."""
+    a = RNG.standard_normal((2, 256)).astype(np.float32)
+    model, b = nbits_model(a, 256, 64, 4, 32, "packed", bias=True)
+    module = build_for(model).module
+    weights = module.Weights.embedded()
+    held = {name: getattr(weights, attr) for name, attr, *_ in module.Weights._SPECS}
+    assert held["B"].dtype == np.uint8 and held["B"].nbytes == b.nbytes == 64 * 256 // 2
+    np.testing.assert_array_equal(held["B"], b)
+    assert not any(v.dtype.kind == "f" and v.size >= 64 * 256 for v in held.values())
+
+
+def test_a_model_onnxruntimes_quantizer_wrote() -> None:
+    """onnxruntime's MatMulNBitsQuantizer turns a float MatMul into MatMulNBits (its real-world form)."""
+    pytest.importorskip("onnx_ir")  # the quantizer's own dependency
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    w = RNG.standard_normal((96, 48)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 5, 96])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 5, 48])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    quantizer = MatMulNBitsQuantizer(model, bits=4, block_size=32, is_symmetric=False, accuracy_level=0)
+    quantizer.process()
+    quantized = quantizer.model.model
+    assert [node.op_type for node in quantized.graph.node] == ["MatMulNBits"]
+    x = RNG.standard_normal((2, 5, 96)).astype(np.float32)
+    assert_same(run_loam(quantized, {"x": x}), run_onnxruntime(quantized, {"x": x}), rtol=1e-4, atol=1e-4)
+
+
+def test_the_wgsl_module_computes_it_on_the_host() -> None:
+    a = RNG.standard_normal((3, 64)).astype(np.float32)
+    model, _ = nbits_model(a, 64, 16, 4, 32, "packed", bias=True)
+    with pytest.raises(UnsupportedError, match=r"kernel\.matmul_nbits.*--host-fallback"):
+        build_for(model, backend="wgsl")
+    result = build_for(model, backend="wgsl", host_fallback=True)
+    assert_same(run_built(result, {"A": a}), run_onnxruntime(model, {"A": a}), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"bits": 3}, "bits is 3"),
+        ({"block_size": 24}, "block_size must be a power of 2"),
+        ({"weight_prepacked": 1}, "prepacked"),
+        ({"K": 65}, "last extent is 64, not K = 65"),
+        ({"N": 17}, "input B has extents"),
+        ({"g_idx": "packed"}, "g_idx is read only with bits 4"),
+        ({"bits": 8, "zero": "float"}, "8-bit weights with zero points of A's type"),
+    ],
+)
+def test_what_matmul_nbits_refuses(change: dict[str, object], message: str) -> None:
+    a = RNG.standard_normal((3, 64)).astype(np.float32)
+    attrs = {"K": 64, "N": 16, "bits": 4, "block_size": 32} | {
+        k: v for k, v in change.items() if k not in ("g_idx", "zero")
+    }
+    zero = change.get("g_idx", change.get("zero"))
+    bits = 8 if "zero" in change else 4  # B packed as the node says, so the refusal is the one named
+    model, _ = nbits_model(a, 64, 16, bits, 32, zero, g_idx="g_idx" in change)  # type: ignore[arg-type]
+    node = model.graph.node[0]
+    del node.attribute[:]
+    node.attribute.extend(helper.make_attribute(k, v) for k, v in attrs.items())
+    with pytest.raises(LoamError, match=f"MatMulNBits node 'y'.*{message}"):
+        run_loam(model, {"A": a})
+
+
+ELEMS = {"ui8": onnx.TensorProto.UINT8, "i4": onnx.TensorProto.INT4, "ui4": onnx.TensorProto.UINT4}
+
+
+def gather_model(
+    rows: int, width: int, bits: int, block: int, data_type: str, zero: bool, indices: np.ndarray,
+    scale_type: type = np.float32, **attrs: int,
+) -> onnx.ModelProto:  # fmt: skip
+    """A GatherBlockQuantized node over random data [rows, width] quantized along its last axis."""
+    blocks = -(-width // block)
+    inits = []
+    if data_type == "ui8":
+        inits.append(numpy_helper.from_array(RNG.integers(0, 256, (rows, width * bits // 8), dtype=np.uint8), "data"))
+        if zero:
+            zp = RNG.integers(0, 256, (rows, -(-blocks * bits // 8)), dtype=np.uint8)
+            inits.append(numpy_helper.from_array(zp, "zero_points"))
+    else:
+        low, high = (-8, 8) if data_type == "i4" else (0, 16)
+        values = RNG.integers(low, high, (rows, width)).reshape(-1).tolist()
+        inits.append(helper.make_tensor("data", ELEMS[data_type], [rows, width], values))
+        if zero:
+            zp_values = RNG.integers(low, high, (rows, blocks)).reshape(-1).tolist()
+            inits.append(helper.make_tensor("zero_points", ELEMS[data_type], [rows, blocks], zp_values))
+    inits.append(numpy_helper.from_array((RNG.random((rows, blocks)) * 0.1 + 0.01).astype(scale_type), "scales"))
+    node = helper.make_node(
+        "GatherBlockQuantized",
+        ["data", "indices", "scales", *(["zero_points"] if zero else [])],
+        ["y"],
+        domain="com.microsoft",
+        **({"block_size": block, **({"bits": bits} if data_type == "ui8" else {})} | attrs),
+    )
+    out_type = onnx.TensorProto.FLOAT if scale_type == np.float32 else onnx.TensorProto.FLOAT16
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("indices", onnx.TensorProto.INT64, list(indices.shape))],
+        [helper.make_tensor_value_info("y", out_type, None)],
+        inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    )
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize(
+    ("data_type", "bits", "block", "width", "zero", "scale_type"),
+    [
+        ("ui8", 4, 32, 64, False, np.float32),
+        ("ui8", 4, 32, 64, True, np.float32),
+        ("ui8", 4, 32, 48, True, np.float16),  # the width not a multiple of the block
+        ("ui8", 8, 16, 64, True, np.float32),
+        ("ui8", 8, 128, 256, False, np.float32),
+        ("ui8", 2, 16, 64, True, np.float32),
+        ("i4", 4, 32, 64, False, np.float32),
+        ("i4", 4, 32, 64, True, np.float16),
+        ("ui4", 4, 16, 40, True, np.float32),
+        ("ui4", 4, 64, 64, False, np.float32),
+    ],
+)
+def test_gather_block_quantized_matches_onnxruntime(
+    data_type: str, bits: int, block: int, width: int, zero: bool, scale_type: type
+) -> None:
+    indices = np.array([[0, 9, -1], [3, -10, 4]], np.int64)
+    model = gather_model(10, width, bits, block, data_type, zero, indices, scale_type)
+    assert_same(run_loam(model, {"indices": indices}), run_onnxruntime(model, {"indices": indices}), rtol=0, atol=0)
+
+
+def test_an_index_outside_the_rows_gathers_zeros() -> None:
+    indices = np.array([2, 10, -11, 5], np.int64)
+    model = gather_model(10, 64, 4, 32, "ui8", True, indices)
+    got = run_loam(model, {"indices": indices})
+    assert_same(got, run_onnxruntime(model, {"indices": indices}), rtol=0, atol=0)
+    assert not got[0][1].any() and not got[0][2].any() and got[0][0].any()
+
+
+def test_the_gathered_data_stays_packed() -> None:
+    indices = np.array([1, 2], np.int64)
+    module = build_for(gather_model(10, 64, 4, 32, "ui8", False, indices)).module
+    weights = module.Weights.embedded()
+    data = {name: getattr(weights, attr) for name, attr, *_ in module.Weights._SPECS}["data"]
+    assert data.dtype == np.uint8 and data.shape == (10, 32)
+
+
+@pytest.mark.parametrize(
+    ("attrs", "message"),
+    [
+        ({"gather_axis": 1}, "gathers along axis 1"),
+        ({"quantize_axis": 0}, "quantize_axis is 0"),
+        ({"block_size": 8}, "block_size must be a power of 2"),
+    ],
+)
+def test_what_gather_block_quantized_refuses(attrs: dict[str, int], message: str) -> None:
+    indices = np.array([1], np.int64)
+    model = gather_model(32, 64, 4, 32, "i4", False, indices, **attrs)
+    with pytest.raises(LoamError, match=f"GatherBlockQuantized node 'y'.*{message}"):
+        run_loam(model, {"indices": indices})
