@@ -230,7 +230,10 @@ def kernel_ops_section() -> list[str]:
             if source is not None
             else "none: the host computes it with `--host-fallback`"
         )
-        users = ", ".join(sorted(op_type for op_type, rule in RULES.items() if name in rule.kernels))
+        users = ", ".join(
+            sorted(op_type for op_type, rule in RULES.items() if name in rule.kernels)
+            + sorted(f"{domain} {op_type}" for (domain, op_type), rule in DOMAIN_RULES.items() if name in rule.kernels)
+        )
         lowered = users or _FROM_PASSES.get(name, "")
         lines.append(f"| `{name}` | {_cell(lowered)} | {_cell(numpy_form)} | {_cell(wgsl_form)} |")
     return [*lines, ""]
