@@ -121,6 +121,9 @@ class OpRule:
     # opset the rule reads (older models are refused), the element types it computes, and what it
     # does not do yet.
     first_opset: int = 1
+    # Who defines an operator of the default domain that ONNX does not (onnxruntime's
+    # SimplifiedLayerNormalization); "" for ONNX's own.
+    defined_by: str = ""
     elem_types: tuple[str, ...] = ("f32",)
     limitations: str = ""
     # The kernel ops `lower` emits (docs/operators.md lists them; the conformance suite holds every

@@ -1,5 +1,6 @@
 """Normalisations: BatchNormalization, InstanceNormalization, LayerNormalization, RMSNormalization,
-LpNormalization, GroupNormalization, LRN.
+LpNormalization, GroupNormalization, LRN, and onnxruntime's SimplifiedLayerNormalization (which it
+defines in the default domain).
 
 BatchNormalization at inference is one affine map per channel, so it is composed from existing
 kernels: each parameter regrouped to [C, 1, ...] and one `kernel.zip`; so are RMSNormalization (two
@@ -451,6 +452,9 @@ class RmsNormRule(OpRule):
     first_opset = 23
     elem_types = FLOATS
     limitations = "stash_type must be f32 (1) or f64 (11); scale has X's element type"
+    # Whether a half X's normalised value is rounded to X's type before the product with scale, as
+    # ONNX's function body casts (NormalizedT); onnxruntime's own kernels round once, at the end.
+    rounds_normalised = True
 
     def stash(self, node: NodeInfo, elem: str) -> str:
         """The element type the squares and their mean are computed in."""
@@ -473,7 +477,7 @@ class RmsNormRule(OpRule):
         normalised = xu / (mean + Expr.const(float(node.attr("epsilon", 1e-5)), stash)).unary("sqrt")
         if stash != compute:
             normalised = normalised.cast(compute)
-        if elem != compute:  # NormalizedT: rounded to X's half type before the product
+        if elem != compute and self.rounds_normalised:  # NormalizedT: rounded to X's half type before the product
             normalised = normalised.cast(elem).cast(compute)
         return squares, typed_expr(normalised * scale, [elem, stash, elem], elem)
 
@@ -506,8 +510,87 @@ class RmsNormRule(OpRule):
         return [x]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.dialects.kernel import ReduceOp, ZipOp
-        from loam.dialects.tensor_axes import AxesTensorType
+        from loam.dialects.kernel import ZipOp
+        from loam.ops.lowering import axes_type
+
+        x, scale = operands[0], operands[1]
+        assert x is not None and scale is not None
+        t = axes_type(x)
+        axis = norm_axis(node, int(node.attr("axis", -1)), t.rank)
+        squares_expr, result_expr = self.expressions(node, t.elem.name)
+        mean = emit_mean_square(ctx, node, x, squares_expr, axis, self.stash(node, t.elem.name))
+        y = ZipOp([x, mean, scale], result_expr, ctx.result_types[0], node.name)
+        ctx.emit(y)
+        return [y.result]
+
+
+class SimplifiedLayerNormRule(RmsNormRule):
+    """onnxruntime's SimplifiedLayerNormalization: an RMS norm that onnxruntime defines in the default
+    domain "" (it is not an ONNX operator) and onnxruntime-genai's model builder writes there.
+
+    Y = X / sqrt(mean(X^2 over the axes from `axis` on) + epsilon) * scale, as onnxruntime's CPU
+    kernel computes it: in f32 for f32 and halves (f64 for f64), a half X rounded once, at the end
+    (ONNX's RMSNormalization rounds the normalised value before the product too).  The optional
+    inv_std_var is 1 / sqrt(mean + epsilon), f32, the normalised axes kept as extent 1.  Lowered as
+    RMSNormalization is, plus one `kernel.zip` for inv_std_var.
+    """
+
+    op_types = ("SimplifiedLayerNormalization",)
+    first_opset = 1
+    defined_by = "onnxruntime"
+    elem_types = ("f32", "f64", "f16")
+    rounds_normalised = False
+    limitations = (
+        "stash_type must be 1 (onnxruntime computes in f32 whatever it says); scale has X's element type and "
+        "one value per normalised element; onnxruntime's bf16 is not compiled"
+    )
+
+    def stash(self, node: NodeInfo, elem: str) -> str:
+        code = int_attr(node, "stash_type", 1)
+        if code != 1:
+            raise node.unsupported(
+                f"attribute 'stash_type' {code} is not supported: onnxruntime's kernel computes in f32 whatever it "
+                "says, so Loam reads only 1"
+            )
+        return "f64" if elem == "f64" else "f32"
+
+    def inv_expr(self, node: NodeInfo, stash: str) -> Expr:
+        """inv_std_var (f32) from the mean of the squares (operand 0, in the stash type)."""
+        from loam.dialects.expr import Expr
+
+        mean = Expr.operand(0)
+        inv = Expr.const(1.0, stash) / (mean + Expr.const(float(node.attr("epsilon", 1e-5)), stash)).unary("sqrt")
+        return inv if stash == "f32" else inv.cast("f32")
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        from loam.dialects.expr import evaluate
+
+        if node.outputs > 2:
+            raise node.fail(f"names {node.outputs} outputs; {node.op_type} has 2 (Y, inv_std_var)")
+        (y,) = super().infer(node, inputs)
+        x, scale = inputs[0], inputs[1]
+        assert x is not None and scale is not None
+        axis = norm_axis(node, int(node.attr("axis", -1)), x.rank)
+        _whole_scale(node, x, scale, axis)
+        stats_shape = tuple(d if i < axis else Poly.const(1) for i, d in enumerate(x.shape))
+        inv = None
+        if x.value is not None:
+            squares, _ = self.expressions(node, x.elem.name)
+            mean = kernel_reduce(evaluate(squares, [x.value]), kind="mean", axes=tuple(range(axis, x.rank)), keepdims=1)
+            inv = np.asarray(evaluate(self.inv_expr(node, self.stash(node, x.elem.name)), [mean]), np.float32)
+        return [y, Facts(dtypes.by_name("f32"), stats_shape, inv)][: node.outputs]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        x = inputs[0]
+        assert x is not None
+        _meets_trailing_axes(node, x, (("scale", inputs[1]),))
+        axis = norm_axis(node, int(node.attr("axis", -1)), len(x))
+        return [x, stat_axes(x, axis)][: len(outputs)]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.dialects.kernel import ZipOp
         from loam.ops.lowering import axes_type
 
         x, scale = operands[0], operands[1]
@@ -516,19 +599,52 @@ class RmsNormRule(OpRule):
         axis = norm_axis(node, int(node.attr("axis", -1)), t.rank)
         stash = self.stash(node, t.elem.name)
         squares_expr, result_expr = self.expressions(node, t.elem.name)
-        squares = ZipOp([x], squares_expr, AxesTensorType(stash, t.axes), node.name)
-        ctx.emit(squares)
-        one = Poly.const(1)
-        reduced = AxesTensorType(
-            stash, kept_unit_axes(t.axes, [one if i >= axis else d for i, d in enumerate(t.shape)])
-        )
-        mean = ReduceOp(
-            [squares.result], [reduced], node.name, kind="mean", axes=tuple(range(axis, t.rank)), keepdims=1
-        )
-        ctx.emit(mean)
-        y = ZipOp([x, mean.results[0], scale], result_expr, ctx.result_types[0], node.name)
+        mean = emit_mean_square(ctx, node, x, squares_expr, axis, stash)
+        y = ZipOp([x, mean, scale], result_expr, ctx.result_types[0], node.name)
         ctx.emit(y)
-        return [y.result]
+        if len(ctx.result_types) == 1:
+            return [y.result]
+        inv = ZipOp([mean], self.inv_expr(node, stash), ctx.result_types[1], node.name)
+        ctx.emit(inv)
+        return [y.result, inv.result]
+
+
+def _whole_scale(node: NodeInfo, x: Facts, scale: Facts, axis: int) -> None:
+    """onnxruntime's layer norms index scale by the normalised element: its size must be theirs."""
+    size = Poly.const(1)
+    for d in scale.shape:
+        size = size * d
+    norm = Poly.const(1)
+    for d in x.shape[axis:]:
+        norm = norm * d
+    if size.is_const and norm.is_const and size != norm:
+        raise node.fail(
+            f"scale of extents [{', '.join(map(str, scale.shape))}] holds {size} values; onnxruntime wants one per "
+            f"normalised element ({norm})"
+        )
+
+
+def stat_axes(x: Sequence[Axis], axis: int) -> tuple[Axis, ...]:
+    """The axes of a layer norm's statistics: x's, those from `axis` on kept as extent 1."""
+    return kept_unit_axes(x, [Poly.const(1) if i >= axis else a.extent for i, a in enumerate(x)])
+
+
+def emit_mean_square(ctx: LowerContext, node: NodeInfo, x: SSAValue, squares: Expr, axis: int, stash: str) -> SSAValue:
+    """The mean of `squares` (an Expr of x giving x^2 in `stash`) over x's axes from `axis` on, the
+    reduced axes kept as extent 1: a `kernel.zip` then a `kernel.reduce`, in `stash`."""
+    from loam.dialects.kernel import ReduceOp, ZipOp
+    from loam.dialects.tensor_axes import AxesTensorType
+    from loam.ops.lowering import axes_type
+
+    t = axes_type(x)
+    zipped = ZipOp([x], squares, AxesTensorType(stash, t.axes), node.name)
+    ctx.emit(zipped)
+    reduced = AxesTensorType(
+        stash, kept_unit_axes(t.axes, [Poly.const(1) if i >= axis else d for i, d in enumerate(t.shape)])
+    )
+    mean = ReduceOp([zipped.result], [reduced], node.name, kind="mean", axes=tuple(range(axis, t.rank)), keepdims=1)
+    ctx.emit(mean)
+    return mean.results[0]
 
 
 class LpNormRule(OpRule):
@@ -710,5 +826,6 @@ class LrnRule(KeepsAxes):
 
 
 RULES: tuple[OpRule, ...] = (
-    BatchNormRule(), InstanceNormRule(), LayerNormRule(), RmsNormRule(), LpNormRule(), GroupNormRule(), LrnRule(),
+    BatchNormRule(), InstanceNormRule(), LayerNormRule(), RmsNormRule(), SimplifiedLayerNormRule(), LpNormRule(),
+    GroupNormRule(), LrnRule(),
 )  # fmt: skip

@@ -11,6 +11,7 @@ from onnx import helper, numpy_helper
 ONNX_TYPE = {
     np.dtype(np.float32): onnx.TensorProto.FLOAT,
     np.dtype(np.float16): onnx.TensorProto.FLOAT16,
+    np.dtype(np.float64): onnx.TensorProto.DOUBLE,
     np.dtype(np.int32): onnx.TensorProto.INT32,
     np.dtype(np.int64): onnx.TensorProto.INT64,
     np.dtype(np.uint8): onnx.TensorProto.UINT8,
@@ -23,12 +24,14 @@ def ms_model(
     weights: Mapping[str, np.ndarray] = {},
     outputs: Sequence[str] = ("y",),
     output_types: Sequence[int] | None = None,
+    domain: str = "com.microsoft",
     **attrs: object,
 ) -> onnx.ModelProto:
-    """One `com.microsoft` `op` node over the graph inputs then the initializers, in order; an input
-    given as None is absent (an empty name)."""
+    """One `op` node of `domain` (`com.microsoft`, or "" for onnxruntime's operators of the default
+    domain) over the graph inputs then the initializers, in order; an input given as None is absent
+    (an empty name), and so is an output named ""."""
     names = [k if v is not None else "" for k, v in inputs.items()] + list(weights)
-    node = helper.make_node(op, names, list(outputs), domain="com.microsoft", **attrs)
+    node = helper.make_node(op, names, list(outputs), domain=domain, **attrs)
     present = {k: v for k, v in inputs.items() if v is not None}
     first = next(iter(present.values()))
     types = output_types or [ONNX_TYPE[first.dtype]] * len(outputs)
@@ -36,7 +39,7 @@ def ms_model(
         [node],
         "g",
         [helper.make_tensor_value_info(k, ONNX_TYPE[v.dtype], list(v.shape)) for k, v in present.items()],
-        [helper.make_tensor_value_info(o, t, None) for o, t in zip(outputs, types, strict=True)],
+        [helper.make_tensor_value_info(o, t, None) for o, t in zip(outputs, types, strict=True) if o],
         [numpy_helper.from_array(v, k) for k, v in weights.items()],
     )
     model = helper.make_model(
