@@ -10,6 +10,10 @@ put in for the formal ones, recursively (a body may call another function).  An 
 rule for keeps its node (the rule lowers it to the direct kernel), and so does one with neither a
 rule nor a body: the build then refuses it by name.
 
+A node of another domain whose rule writes a body of its own (`loam.ops.microsoft`'s attention
+family: onnxruntime's contrib operators have no ONNX body) is expanded the same way, into the
+default-domain nodes `domain_body` returns for it, read at the model's opsets.
+
 A copied node is named `NODE/BODY` (NODE the expanded node's name, or its first output where it has
 none; BODY the body node's name, or its op type and position), and a value internal to the body
 `NODE/VALUE`, so a refusal inside a body names the node the model wrote.
@@ -30,12 +34,28 @@ ONNX_DOMAINS = ("", "ai.onnx")
 FunctionKey = tuple[str, str, str]
 """A model-local function's (domain, name, overload)."""
 
+Fresh = Callable[[str], str]
+"""A name no value or node of the model uses yet, from a hint (`fresh_name`)."""
 
-def expand_functions(model: ModelProto, source: str, has_rule: Callable[[str], bool]) -> ModelProto:
-    """`model` with every call of a model-local function, and every node of a default-domain operator
-    that has a function body but no Loam rule (`has_rule(op_type)` false), replaced by its body;
-    `model` itself where there is none (it is never changed).  `source` names the file in errors."""
-    expander = _Expander(model, source, has_rule)
+KnownType = Callable[[str], TypeProto | None]
+"""The type ONNX's shape inference gives a value, or None where it gives none."""
+
+DomainBody = Callable[[NodeProto, str, Fresh, KnownType, int], list[NodeProto]]
+"""Writes a node of another domain as default-domain nodes: (node, label, fresh, known type, the model's
+default-domain opset) -> the nodes, which read the node's inputs and write its outputs."""
+
+
+def expand_functions(
+    model: ModelProto,
+    source: str,
+    has_rule: Callable[[str], bool],
+    domain_body: Callable[[NodeProto], DomainBody | None] | None = None,
+) -> ModelProto:
+    """`model` with every call of a model-local function, every node of a default-domain operator
+    that has a function body but no Loam rule (`has_rule(op_type)` false), and every node of another
+    domain `domain_body` gives a body for, replaced by its body; `model` itself where there is none
+    (it is never changed).  `source` names the file in errors."""
+    expander = _Expander(model, source, has_rule, domain_body)
     if not model.functions and not any(expander.schema_body_needed(n) for n in all_nodes(model.graph)):
         return model
     expanded = ModelProto()
@@ -77,10 +97,17 @@ def fresh_name(used: set[str], name: str) -> str:
 
 
 class _Expander:
-    def __init__(self, model: ModelProto, source: str, has_rule: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        model: ModelProto,
+        source: str,
+        has_rule: Callable[[str], bool],
+        domain_body: Callable[[NodeProto], DomainBody | None] | None = None,
+    ) -> None:
         self.model = model
         self.source = source
         self.has_rule = has_rule
+        self.domain_body = domain_body
         self.opsets = {"" if o.domain == "ai.onnx" else o.domain: o.version for o in model.opset_import}
         self.local: dict[FunctionKey, FunctionProto] = {(f.domain, f.name, f.overload): f for f in model.functions}
         self.types: dict[str, TypeProto] | None = None  # value name -> type, inferred when first needed
@@ -93,7 +120,9 @@ class _Expander:
     # -- which body a node has
 
     def schema_body_needed(self, node: NodeProto) -> bool:
-        return node.domain in ONNX_DOMAINS and not self.has_rule(node.op_type) and self.schema(node) is not None
+        if node.domain not in ONNX_DOMAINS:
+            return self.domain_body is not None and self.domain_body(node) is not None
+        return not self.has_rule(node.op_type) and self.schema(node) is not None
 
     def schema(self, node: NodeProto) -> onnx.defs.OpSchema | None:
         """The schema of a default-domain node at the model's opset, where it defines a body."""
@@ -134,6 +163,16 @@ class _Expander:
         """The type of value `name` (an input of `node`), from ONNX's shape inference over the model."""
         if not name:
             return TypeProto()  # an absent optional input
+        found = self.known_type(name)
+        if found is None:
+            raise UnsupportedError(
+                f"{self.source}: {where}: {node.op_type}'s body depends on its inputs' element types, and "
+                f"ONNX's shape inference does not give the type of input '{name}'"
+            )
+        return found
+
+    def known_type(self, name: str) -> TypeProto | None:
+        """The type ONNX's shape inference over the model (as given) gives value `name`, or None."""
         if self.types is None:
             try:
                 inferred = onnx.shape_inference.infer_shapes(self.model, strict_mode=False)
@@ -143,13 +182,7 @@ class _Expander:
             self.types = {v.name: v.type for v in [*g.input, *g.value_info, *g.output]}
             for t in g.initializer:
                 self.types.setdefault(t.name, onnx.helper.make_tensor_type_proto(t.data_type, t.dims))
-        found = self.types.get(name)
-        if found is None:
-            raise UnsupportedError(
-                f"{self.source}: {where}: {node.op_type}'s body depends on its inputs' element types, and "
-                f"ONNX's shape inference does not give the type of input '{name}'"
-            )
-        return found
+        return self.types.get(name)
 
     # -- expansion
 
@@ -166,6 +199,10 @@ class _Expander:
         for attr in node.attribute:
             for g in [attr.g] if attr.type == AttributeProto.GRAPH else attr.graphs:
                 self.graph(g, depth + 1)
+        written = self.domain_body(node) if self.domain_body is not None and node.domain not in ONNX_DOMAINS else None
+        if written is not None:
+            nodes = written(node, label, self.fresh, self.known_type, self.opsets.get("", 1))
+            return [n for body_node in nodes for n in self.node(body_node, depth + 1, where)]
         found = self.body(node, here)
         if found is None:
             self.nodes += 1

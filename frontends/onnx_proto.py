@@ -92,10 +92,10 @@ def import_model(model: ModelProto, source: str = "<model>", *, folder: Path | N
     `folder` is the model file's folder: external data locations must resolve inside it (symlinks
     followed).  Without it (an in-memory model) only the location's spelling is checked.
     """
-    from loam.ops import RULES
+    from loam.ops import RULES, domain_body
 
     check_model_proto(model, source)
-    model = unroll_scans(expand_functions(model, source, lambda op_type: op_type in RULES), source)
+    model = unroll_scans(expand_functions(model, source, lambda op_type: op_type in RULES, domain_body), source)
     return ModuleOp([_Importer(model, source, folder).model_op()])
 
 

@@ -3,6 +3,8 @@ op type) for the operators of other domains (onnxruntime's `com.microsoft`, `loa
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from loam.errors import UnsupportedError
 from loam.ops import (
     constant,
@@ -27,6 +29,11 @@ from loam.ops import (
     slicing,
 )
 from loam.ops.base import NodeInfo, OpRule
+
+if TYPE_CHECKING:
+    from onnx import NodeProto
+
+    from loam.frontends.onnx_functions import DomainBody
 
 # One module per operator family; each lists its rules in `RULES`.
 FAMILIES = (
@@ -79,3 +86,11 @@ def rule_for(node: NodeInfo, domain: str = "") -> OpRule:
         why = f" ({WHY_NOT[qualified]})" if qualified in WHY_NOT else ""
         raise UnsupportedError(f"node '{node.name}' uses operator '{qualified}', which Loam does not compile{why}")
     return rule
+
+
+def domain_body(node: NodeProto) -> DomainBody | None:
+    """How the importer writes `node` (of another domain) as default-domain nodes before import, where
+    its rule writes a body (`loam.ops.microsoft.body.BodyRule`); None for every other node."""
+    rule = DOMAIN_RULES.get((node.domain, node.op_type))
+    expand = getattr(rule, "expand", None)
+    return expand if callable(expand) else None

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from loam.ops.microsoft import activation, normalization, quantized
+from loam.ops.microsoft import activation, attention, normalization, quantized
 from loam.ops.microsoft.domain import DOMAIN
 
 __all__ = ["DOMAIN", "FAMILIES"]
 
-FAMILIES: tuple[ModuleType, ...] = (activation, normalization, quantized)
+FAMILIES: tuple[ModuleType, ...] = (activation, attention, normalization, quantized)
