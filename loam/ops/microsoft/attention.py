@@ -151,8 +151,8 @@ def _merge(body: Body, out5: str, out: str) -> str:
 
 
 def _causal(body: Body, s: str, t: str, window: int, fill: str, hint: str = "causal") -> str:
-    """[S, T]: 0 where key j may be seen by query i (j <= T - S + i, and j >= T - S + i - window where
-    window > 0), `fill` elsewhere."""
+    """[S, T]: 0 where key j may be seen by query i (j <= T - S + i, and, where window > 0, the window
+    keys up to it: j > T - S + i - window, as onnxruntime 1.32's CPU kernel counts), `fill` elsewhere."""
     b = body
     one = b.const(1, "one_i", dtype="int64")
     zero = b.const(0, "zero_i", dtype="int64")
@@ -161,7 +161,7 @@ def _causal(body: Body, s: str, t: str, window: int, fill: str, hint: str = "cau
     last = b.op("Add", [i, b.op("Sub", [t, s], "past_length")], "last_key")
     allowed = b.op("Not", [b.op("Greater", [j, last], "after")], "not_after")
     if window > 0:
-        first = b.op("Sub", [last, b.const(window, "window", dtype="int64")], "first_key")
+        first = b.op("Sub", [last, b.const(window - 1, "window", dtype="int64")], "first_key")
         allowed = b.op("And", [allowed, b.op("Not", [b.op("Less", [j, first], "before")], "not_before")], "in_window")
     return b.op("Where", [allowed, b.const(0.0, "zero_f"), fill], hint)
 
