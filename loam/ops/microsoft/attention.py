@@ -249,7 +249,7 @@ class GroupQueryAttentionRule(BodyRule):
             "qk_output",
         }
     )
-    kernels = (*KERNELS, "kernel.gather", "kernel.constant_of_shape")
+    kernels = (*KERNELS, "kernel.gather", "kernel.constant", "kernel.reduce")
     limitations = (
         "float32; every batch's total length (seqlens_k + 1) and total_sequence_length must be past + new, checked "
         "at run time: right/left padding and a KV buffer shared by past and present stop the run; position_ids, "
