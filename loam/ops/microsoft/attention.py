@@ -440,7 +440,8 @@ class AttentionRule(BodyRule):
     kernels = (*KERNELS, "kernel.gather")
     limitations = (
         "float32; mask_index [B] (key lengths) or [B, T] (a 0/1 mask) as BERT and GPT-2 write it; other mask_index "
-        "forms, do_rotary, past_present_share_buffer and past_sequence_length refused"
+        "forms, do_rotary, past_present_share_buffer and past_sequence_length refused; a query row whose every "
+        "key is masked (left padding under unidirectional) does not match onnxruntime"
     )
 
     def write(self, node: NodeInfo, body: Body) -> None:
