@@ -31,16 +31,18 @@ import math
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import ArrayAttr
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue, Use
 
 from loam.backends import wgsl_runtime
-from loam.backends.module_blocks import IfBlock, Scope
+from loam.backends.module_blocks import IfBlock, LoopBlock, Scope
 from loam.backends.module_printer import ModulePrinter, symbols_closure
 from loam.backends.module_text import (
     CHECKPOINT_FORMATS,
     axes_type,
     checkpoint_formats,
     checkpoint_names,
+    dtype_source,
+    numpy_dtype,
     row_orders,
     tuple_py,
     tuple_source,
@@ -136,6 +138,11 @@ class WgslModulePrinter(ModulePrinter):
         self.sizing: list[str] = []
         self.dispatches = 0
         self.host_nodes: list[str] = []  # kernels the host computes: "node (why)"
+        # Values the host holds besides the host values: a Loop's iteration number and condition (host
+        # expressions), and each scan output stacked on the host (its array's name).
+        self.host_text: dict[SSAValue, str] = {}
+        self.end: dict[LoopOp, int] = {}  # each Loop's last op index (its body's yield)
+        self.late: list[str] = []  # buffers sized at run time (`slot`)
 
     # -- declarations -------------------------------------------------------------------------------
 
@@ -190,33 +197,32 @@ class WgslModulePrinter(ModulePrinter):
     # -- the device plan ----------------------------------------------------------------------------
 
     def plan_buffers(self, ops: Sequence[Operation]) -> None:
-        """Fold permutations only products read; number every op, branches included, in program
-        order, and find each buffer's last reader; buffers are then taken as the ops are printed.
+        """Fold permutations only products read; number every op, branches and loop bodies included,
+        in program order, and find each buffer's last reader; buffers are then taken as the ops are
+        printed.
 
-        An If runs on the host: its condition must be a graph input.  A Loop is refused.  Its results are the buffers
-        its branches yield (a Python variable each branch assigns), so what a branch yields lives
-        as long as the If's result is read."""
+        If and Loop run on the host: a condition or trip count computed on the device is read back
+        first (`_host_scalar`).  An If's results are the buffers its branches yield (a Python variable
+        each branch assigns), so what a branch yields lives as long as the If's result is read.  A
+        value a Loop body reads from outside the body lives to the body's end (every iteration reads
+        it); the Loop's carried values have buffers of their own (`collect_loop`)."""
         self.ops = [op for op in self.program.walk() if op is not self.program]
         for op in self.ops:
-            if isinstance(op, LoopOp):
-                raise UnsupportedError(
-                    f"Loop node '{op.node.data}': the WGSL module runs no loops (kernel.loop), with or without "
-                    "--host-fallback; build it for the numpy backend"
-                )
-            if isinstance(op, IfOp) and op.cond not in self.program.block.args:
-                raise UnsupportedError(
-                    f"If node '{op.node.data}': its condition is computed on the device, and the WGSL module "
-                    "decides an If on the host (a graph input as the condition)"
-                )
             if isinstance(op, PermuteOp) and not self._host_typed(op.result):
                 users = {id(u.operation): u.operation for u in op.result.uses}.values()
                 if users and all(isinstance(u, MatmulOp) and op.result in (u.lhs, u.rhs) for u in users):
                     self.folded[op.result] = (op.operands[0], tuple(op.permutation))
         self.index = {op: i for i, op in enumerate(self.ops)}
+        for op in self.ops:
+            if isinstance(op, LoopOp):
+                self.end[op] = self.index[op.body.block.last_op]  # type: ignore[index]
         self.last_use: dict[SSAValue, int] = {}
         for i, op in enumerate(self.ops):
             for v in op.operands:
                 at = len(self.ops) if isinstance(op, ReturnOp) else i
+                outside = [loop for loop in _loops_around(op) if loop not in _loops_of(v)]
+                if outside:  # read by every iteration of the outermost Loop it is read in
+                    at = max(at, self.end[outside[0]])
                 self.last_use[self._root(v)] = max(self.last_use.get(self._root(v), -1), at)
         changed = True
         while changed:  # a yielded buffer lives as long as the If's result (nested Ifs: to a fixed point)
@@ -242,6 +248,8 @@ class WgslModulePrinter(ModulePrinter):
             if self.host_fallback and self._host_typed(arg):
                 self.host_values.add(arg)  # a numpy array the host kernels read
                 continue
+            if _decided_on_host(arg):  # only an If's or a Loop's host side reads it: never uploaded
+                continue
             self.slot(arg, -1, forever=True)
             scope.items.append(f"g.write({onnx_name.data!r}, {self.device[arg]}, {self.value_text[arg]})")
         scope.items.append("g.begin()")
@@ -257,20 +265,24 @@ class WgslModulePrinter(ModulePrinter):
             else:
                 return value
 
-    def slot(self, value: SSAValue, at: int, forever: bool = False) -> str:
-        """A buffer for `value`, made at op `at`: a free slot of its size, else a new one."""
+    def _size(self, value: SSAValue, late: bool = False) -> Poly:
+        """The bytes of `value`'s buffer; unless `late`, refused where they read a length only the run
+        knows (a buffer planned before the first dispatch)."""
         t = axes_type(value, "device value")
         size = Poly.lift(4)
         for e in t.shape:
             size = size * e
-        if self.reads_result_symbol(size.symbols):
+        if not late and self.reads_result_symbol(size.symbols):
             known = sorted(n for n in symbols_closure(size.symbols) if n in self.result_symbols)
             raise UnsupportedError(
                 f"{node_of(value.owner) or 'a value'}: its size reads {known[0]}, a length only the run knows "  # type: ignore[arg-type]
                 f"({self.result_symbols[known[0]]} gives it); the WGSL module sizes every buffer before its first "
                 "dispatch"
             )
-        until = len(self.ops) + 1 if forever else self.last_use.get(value, at)
+        return size
+
+    def _take(self, size: Poly, at: int, until: int, forever: bool = False) -> int:
+        """A slot of `size` bytes busy from op `at` until op `until`: a free one, else a new one."""
         free = [k for k, (slot_size, busy) in enumerate(self.free) if slot_size == size and busy < at]
         if free and not forever:
             s = free[0]
@@ -279,6 +291,23 @@ class WgslModulePrinter(ModulePrinter):
             self.free.append((size, until))
             self.slot_sizes.append(size)
         self.free[s] = (size, until)
+        return s
+
+    def slot(self, value: SSAValue, at: int, forever: bool = False) -> str:
+        """A buffer for `value`, made at op `at`: a free slot of its size, else a new one.  A value
+        whose size reads a length only the run knows (a scan output's, an If's) gets a buffer of its
+        own, made when that length is known (`g.late`: kept for the next call, grown as needed)."""
+        size = self._size(value, late=True)
+        if self.reads_result_symbol(size.symbols):
+            scope = self.scope
+            assert scope is not None
+            name = self.names.mint(f"_late{len(self.late)}")
+            self.late.append(name)
+            scope.items.append(f"{name} = g.late({name!r}, {self.poly_py(size)})  # sized by a length the run gave")
+            self.device[value] = name
+            return name
+        until = len(self.ops) + 1 if forever else self.last_use.get(value, at)
+        s = self._take(size, at, until, forever)
         self.slot_of[value] = s
         self.device[value] = f"_b[{s}]"
         return self.device[value]
@@ -299,11 +328,13 @@ class WgslModulePrinter(ModulePrinter):
         scope.items.append("g.end()")
         for value in self.program.return_op.outputs:
             t = axes_type(value, "output")
-            if value in self.host_values:  # computed on the host: returned as it is
+            if value in self.host_values or value in self.host_text:  # on the host: returned as it is
                 ident = self.returned.get(value)
-                if ident is not None and ident != self.value_text[value]:
-                    scope.items.append(f"{ident} = {self.value_text[value]}")
-                    self.value_text[value] = ident
+                text = self.host_text.get(value, self.value_text[value])
+                if ident is not None and ident != text:
+                    scope.items.append(f"{ident} = {text}")
+                    text = ident
+                self.value_text[value] = text
                 continue
             dtype = _host_dtype(t)
             ident = self.returned.get(value) or self.names.mint("out")
@@ -341,11 +372,13 @@ class WgslModulePrinter(ModulePrinter):
         self.dispatches += 1
 
     def collect_if(self, op: IfOp) -> None:
-        """`if`/`else` on the host over the input condition, each block dispatching its kernels and
-        naming the buffers it yields as the If's results (and binding the lengths they have)."""
+        """`if`/`else` on the host over the condition (read back first where the device computed it),
+        each block dispatching its kernels and naming the buffers it yields as the If's results (and
+        binding the lengths they have)."""
         scope = self.scope
         assert scope is not None
-        cond = self.value_text[op.cond]
+        cond, lines = self._host_scalar(op.cond, f"If node '{op.node.data}': its condition")
+        scope.items += lines
         names = [self.names.mint(f"_if{self.index[op]}_{k}") for k in range(len(op.outputs))]
         blocks: list[Scope] = []
         for region in (op.then_region, op.else_region):
@@ -377,6 +410,139 @@ class WgslModulePrinter(ModulePrinter):
         scope.items.append(IfBlock(cond, op.node.data, blocks[0], blocks[1]))
         self.owe_deferred()
 
+    def _host_text(self, value: SSAValue) -> str | None:
+        """A host expression holding `value`, where the host has it: a host value, a graph input, a
+        weight or constant, a Loop's iteration number or condition, a scan output; else None."""
+        root = self._root(value)
+        if root in self.host_values or root in self.program.block.args:
+            return self.value_text[root]
+        if root in self.host_text:
+            return self.host_text[root]
+        if isinstance(root.owner, (WeightOp, ConstantOp)):
+            return self.value_text[root]
+        return None
+
+    def _host_scalar(self, value: SSAValue, what: str) -> tuple[str, list[str]]:
+        """A host expression holding one-element `value` (an If's condition, a Loop's trip count or
+        condition), and the lines making it: where the device computed it, what is recorded is
+        submitted and the value read back (a host sync), then recording resumes."""
+        text = self._host_text(value)
+        if text is not None:
+            return text, []
+        t = axes_type(value, "host-read value")
+        name = self.names.mint("_read")
+        read = f"(({self.buffer(value)}, {_host_dtype(t)!r}, {self.kernels.shape_of(value)}),)"
+        return name, [f"{name}, = g.sync({read})  # {what}, read back", "g.resume()"]
+
+    def collect_loop(self, op: LoopOp) -> None:
+        """A `while` on the host (`module_blocks.loop_block`'s semantics), each iteration dispatching the
+        body's kernels.
+
+        The trip count and the condition are read once before it (read back where the device computed
+        them); each iteration's condition is read back at its end, with the scan outputs' elements
+        (stacked on the host after the loop, and uploaded where a device kernel reads them).  The
+        iteration number and the condition reach the body's kernels as `g.values` buffers.  A carried
+        value has a buffer of its own for the loop, the initial value copied in; one the body changes
+        has two, the body reading one while its yield is copied into the other, which the next
+        iteration reads (so no yield, whatever buffer it is in, overwrites a value the body still
+        reads); both live as long as the Loop's result is read."""
+        scope = self.scope
+        assert scope is not None
+        at, node, block = self.index[op], op.node.data, op.body.block
+        last = block.last_op
+        assert isinstance(last, YieldOp)
+        carried = len(op.carried)
+        iteration, condition, *args = block.args
+        trip, cond, count = (self.names.mint(n) for n in ("_trip", "_cond", "_count"))
+        before: list[str] = []
+        if op.trip is not None:
+            m, lines = self._host_scalar(op.trip, f"Loop node '{node}': its trip count")
+            before += [*lines, f"{trip} = int(np.asarray({m}).reshape(-1)[0])  # {node}: M"]
+        if op.cond is not None:
+            c, lines = self._host_scalar(op.cond, f"Loop node '{node}': its condition")
+            before += [*lines, f"{cond} = bool(np.asarray({c}).reshape(-1)[0])  # {node}: cond"]
+        else:
+            before.append(f"{cond} = True  # {node}: no cond input")
+        yields = list(last.values)
+        pairs: list[tuple[str, str, SSAValue, Poly]] = []  # (reads, next, the yield copied in, bytes)
+        for j, (arg, init, result) in enumerate(zip(args, op.carried, op.outputs, strict=False)):
+            value = yields[1 + j]
+            for v, what in ((init, "its initial value"), (value, "what its body yields")):
+                if v in self.host_values or self._host_typed(v):
+                    raise UnsupportedError(
+                        f"Loop node '{node}': loop-carried value {j}, {what}, is computed on the host (element "
+                        f"type {axes_type(v, 'carried value').elem.name}); the WGSL module carries device buffers"
+                    )
+            size = self._size(arg)
+            until = max(self.end[op], self.last_use.get(result, at))
+            cur = self.names.mint(f"_loop{at}_{j}")
+            before.append(f"{cur} = _b[{self._take(size, at, until)}]  # {node}: loop-carried {j}")
+            before.append(f"g.copy({self.buffer(init)}, {cur}, {self.poly_py(size)})  # its initial value")
+            if self._root(value) is not arg:  # the body changes it: the next iteration's value has a buffer too
+                nxt = self.names.mint(f"_next{at}_{j}")
+                before.append(f"{nxt} = _b[{self._take(size, at, until)}]")
+                pairs.append((cur, nxt, value, size))
+            self.device[arg] = self.value_text[arg] = cur
+            self.device[result] = self.value_text[result] = cur
+        scans = [self.names.mint(f"_scan{at}_{k}") for k in range(len(op.outputs) - carried)]
+        before += [f"{name}: list[np.ndarray] = []" for name in scans]
+        before.append(f"{count} = 0")
+        test = f"{cond} and {count} < {trip}" if op.trip is not None else cond
+        start: list[str] = []
+        for arg, hint, text in ((iteration, "_iteration", f"np.array({count}, dtype=np.int64)"),
+                                (condition, "_cond_in", f"np.array({cond})")):  # fmt: skip
+            self.host_text[arg] = self.value_text[arg] = text
+            host_read = (0, *range(1 + carried, len(yields)))  # the yield's condition and scan elements
+            if any(u.operation is not last or u.index not in host_read for u in arg.uses):
+                # a kernel reads it (or a carried value is it): a buffer per value, uploaded once
+                ident = self.names.mint(hint)
+                start.append(f"{ident} = g.values({text})")
+                self.device[arg] = ident
+        body = self.collect(block.ops, scope)
+        # The iteration's end: its condition and scan elements read back (one sync), every changed
+        # carried value copied into its other buffer, then the buffers swapped.
+        reads: list[str] = []
+        down: list[str] = []
+        texts: list[str] = []
+        outer, self.scope = self.scope, body  # the extents read here are the body's
+        for v in [yields[0], *yields[1 + carried :]]:
+            text = self._host_text(v)
+            if text is None:
+                t = axes_type(v, "read-back value")
+                reads.append(f"({self.buffer(v)}, {_host_dtype(t)!r}, {self.kernels.shape_of(v)})")
+                text = self.names.mint("_read")
+                down.append(text)
+            texts.append(text)
+        sizes = [self.poly_py(size) for _, _, _, size in pairs]
+        self.scope = outer
+        if reads:
+            body.items.append(f"{', '.join(down)}, = g.sync(({', '.join(reads)},))  # {node}: cond and scans")
+            body.items.append("g.resume()")
+        body.items += [f"{name}.append({text})" for name, text in zip(scans, texts[1:], strict=True)]
+        body.items.append(f"{cond} = bool(np.asarray({texts[0]}).reshape(-1)[0])")
+        for (_, nxt, value, _), size_py in zip(pairs, sizes, strict=True):
+            body.items.append(f"g.copy({self.buffer(value)}, {nxt}, {size_py})")
+        if pairs:
+            a, b = ", ".join(p[0] for p in pairs), ", ".join(p[1] for p in pairs)
+            body.items.append(f"{a}, {b} = {b}, {a}")
+        body.items.append(f"{count} += 1")
+        after: list[str] = []
+        idents: list[str] = [""] * carried
+        for name, result in zip(scans, op.outputs[carried:], strict=True):
+            t = axes_type(result, f"kernel.loop '{node}' result")
+            dtype = dtype_source(numpy_dtype(t, f"kernel.loop '{node}' result"))
+            rest = tuple_source([self.poly_py(a.extent) for a in t.axes[1:]])
+            ident = self.result_ident(op, result)
+            after.append(f"{ident} = np.stack({name}) if {name} else np.empty((0, *{rest}), {dtype})")
+            self.host_text[result] = ident
+            if any(not isinstance(u.operation, ReturnOp) for u in result.uses):  # a kernel reads it
+                buffer = self.names.mint(f"{ident}_on_device")
+                after.append(f"{buffer} = g.upload({node!r}, {ident})")
+                self.device[result] = buffer
+            idents.append(ident)
+        scope.items.append(LoopBlock(before, f"while {test}:  # Loop node '{node}'", start, body, after))
+        self.bind_result_lengths(op, idents)
+
     def collect_op(self, op: Operation) -> None:
         scope = self.scope
         assert scope is not None
@@ -384,6 +550,9 @@ class WgslModulePrinter(ModulePrinter):
         if isinstance(op, (WeightOp, ConstantOp)) and self.host_fallback and self._host_typed(op.result):
             self.collect_weight(op) if isinstance(op, WeightOp) else self.collect_constant(op)
             self.host_values.add(op.result)  # a numpy array the host kernels read
+            return
+        if isinstance(op, (WeightOp, ConstantOp)) and _decided_on_host(op.result):  # an If's or a Loop's host side
+            self.collect_weight(op) if isinstance(op, WeightOp) else self.collect_constant(op)
             return
         if isinstance(op, (WeightOp, ConstantOp)) and self._host_typed(op.result):  # never uploaded as another type
             what = f"weight '{op.weight_name.data}'" if isinstance(op, WeightOp) else f"the constant of '{node_of(op)}'"
@@ -446,21 +615,27 @@ class WgslModulePrinter(ModulePrinter):
         assert scope is not None
         node = node_of(op) or op.name
         reads: list[str] = []
+        names: list[str] = []  # what each read is named
         down: dict[SSAValue, str] = {}
         for v in op.operands:
             if v in self.host_values or v in down:
+                continue
+            if v in self.host_text:  # the host has it (a Loop's iteration number, a scan output)
+                down[v] = self.host_text[v]
                 continue
             t = axes_type(v, "host operand")
             source, perm = self.folded.get(v, (v, None))
             shape = self.kernels.shape_of(source)
             reads.append(f"({self.buffer(source)}, {_host_dtype(t)!r}, {shape})")
             name = self.names.mint(f"_h{at}_{len(down)}")
+            names.append(name)
             down[v] = name if perm is None else f"{name}.transpose({perm!r})"
         if reads:
-            names = [d.partition(".")[0] for d in down.values()]
             target = ", ".join(names) + ("," if len(names) == 1 else "")
             scope.items.append(f"{target} = g.host(({', '.join(reads)},))  # {node}: on the host ({reason})")
         scope.items += self.host.lines(op, self.result_ident, down)
+        # A length only the run knows is bound now (the host has the result), before a buffer reads it.
+        self.bind_result_lengths(op, [self.value_text.get(r, "") for r in op.results])
         uploads = False
         for r in op.results:
             if self._host_typed(r):
@@ -523,6 +698,44 @@ class WgslModulePrinter(ModulePrinter):
         inner = [f"    {line}" if line else line for line in lines[start:end]]
         lines[start:end] = ["    with g.lock:  # forward's calls from many threads take turns on the device", *inner]
         return "\n".join(lines)
+
+
+def _loops_around(op: Operation) -> list[LoopOp]:
+    """The Loops whose bodies hold `op`, outermost first."""
+    loops: list[LoopOp] = []
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, ProgramOp):
+        if isinstance(parent, LoopOp):
+            loops.insert(0, parent)
+        parent = parent.parent_op()
+    return loops
+
+
+def _loops_of(value: SSAValue) -> list[LoopOp]:
+    """The Loops whose bodies define `value` (a body's argument: its Loop and those around it)."""
+    owner = value.owner
+    if isinstance(owner, Block):
+        parent = owner.parent_op()
+        if isinstance(parent, LoopOp):
+            return [*_loops_around(parent), parent]
+        return _loops_around(parent) if parent is not None and not isinstance(parent, ProgramOp) else []
+    return _loops_around(owner)
+
+
+def _decided_on_host(value: SSAValue) -> bool:
+    """Whether only the host reads `value`: an If's condition, a Loop's trip count or condition (so a
+    trip count past the i32 range, as ONNX spells "no bound", need not fit the device)."""
+    uses = list(value.uses)
+    return bool(uses) and all(_read_by_host(u) for u in uses)
+
+
+def _read_by_host(use: Use) -> bool:
+    op = use.operation
+    if isinstance(op, IfOp):
+        return use.index == 0
+    if isinstance(op, LoopOp):
+        return use.index < op.has_trip.value.data + op.has_cond.value.data
+    return False
 
 
 def _reason(message: str) -> str:

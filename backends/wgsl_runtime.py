@@ -151,8 +151,9 @@ class _Gpu:
             self.add(name, code)
         self.params_cache: dict[tuple[int, ...], object] = {}
         self.values_cache: dict[tuple, object] = {}  # type: ignore[type-arg]
-        self.groups: dict[tuple, object] = {}  # type: ignore[type-arg]
+        self.groups: dict[tuple, tuple[object, tuple[object, ...]]] = {}  # type: ignore[type-arg]
         self.pools: dict[tuple[int, ...], tuple[object, ...]] = {}
+        self.lates: dict[str, tuple[object, int]] = {}  # tag -> (buffer, its bytes)
         self.stats = {"dispatches": 0, "bytes_up": 0, "bytes_down": 0, "forwards": 0}
         self.encoder: object = None
         self.compute: object = None
@@ -225,6 +226,17 @@ class _Gpu:
                 self.groups = {k: v for k, v in self.groups.items() if not ids & set(k[1])}
         return found
 
+    def late(self, tag: str, nbytes: int) -> object:
+        """The buffer `tag` of at least `nbytes`, for a value whose size only the run knows: made the
+        first time, made again larger when a call needs more, else the one the last call used."""
+        if nbytes // 4 > self.max_elements:
+            raise ShapeError(f"{tag}: {nbytes // 4} elements, more than one device buffer holds ({self.max_elements})")
+        found = self.lates.get(tag)
+        if found is None or found[1] < nbytes:
+            found = (self.buffer(nbytes), nbytes)
+            self.lates[tag] = found
+        return found[0]
+
     # -- dispatch -------------------------------------------------------------------------------------
 
     def begin(self) -> None:
@@ -237,7 +249,10 @@ class _Gpu:
         if grid <= 0:
             return
         key = (name, tuple(id(b) for b in buffers), params)
-        group = self.groups.get(key)
+        found = self.groups.get(key)
+        # A group keeps its buffers alive, so no buffer made later (a scan output uploaded per call) can
+        # take a cached one's id and be bound as the old buffer.
+        group = found[0] if found is not None else None
         if group is None:
             if len(self.params_cache) >= _CACHE_LIMIT or len(self.groups) >= _CACHE_LIMIT:
                 # Extents that change every call (a decode loop's past) would grow these without end:
@@ -253,7 +268,7 @@ class _Gpu:
             pipeline = self.pipelines[name]
             entries = [{"binding": i, "resource": {"buffer": b}} for i, b in enumerate((pbuf, *buffers))]
             group = self.device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)  # type: ignore[attr-defined]
-            self.groups[key] = group
+            self.groups[key] = (group, buffers)
         compute = self.compute
         compute.set_pipeline(self.pipelines[name])  # type: ignore[attr-defined]
         compute.set_bind_group(0, group)  # type: ignore[attr-defined]
@@ -293,6 +308,13 @@ class _Gpu:
         self.stats["host_kernels"] = self.stats.get("host_kernels", 0) + 1
         return [self.read(b, dtype, shape) for b, dtype, shape in buffers]
 
+    def sync(self, buffers: tuple[tuple[object, str, tuple[int, ...]], ...]) -> list[np.ndarray]:
+        """Submit what is recorded and download `buffers` (buffer, host dtype, shape) for the host to
+        decide on (an If's condition, a Loop's, a scan output's element); `resume` records on."""
+        self.end()
+        self.stats["syncs"] = self.stats.get("syncs", 0) + 1
+        return [self.read(b, dtype, shape) for b, dtype, shape in buffers]
+
     def resume(self) -> None:
         """Record the forward's next dispatches (after a kernel the host computed)."""
         self.encoder = self.device.create_command_encoder()
@@ -319,5 +341,13 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "_device_array": ("_device_dtype", "ShapeError"),
     "_host_array": ("_device_dtype",),
     "_loops_counted": ("DeviceError", "_after_header"),
-    "_Gpu": ("DeviceError", "_device_array", "_host_array", "_device_dtype", "_CACHE_LIMIT", "_loops_counted"),
+    "_Gpu": (
+        "DeviceError",
+        "_device_array",
+        "_host_array",
+        "_device_dtype",
+        "_CACHE_LIMIT",
+        "_loops_counted",
+        "ShapeError",
+    ),
 }
