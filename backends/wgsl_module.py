@@ -19,6 +19,13 @@ the host (its device operands downloaded, its results uploaded), and a value who
 device form (f64, ui32, ui64) lives on the host from its first kernel to its last.  Elementwise i64
 arithmetic the device's i32 could wrap runs on the host always.  The report lists every host kernel
 with its reason.
+If and Loop run on the host (`collect_if`, `collect_loop`): a condition or trip count the device
+computed is read back first (`g.sync`: what is recorded is submitted, the value downloaded), then
+the branch is taken, or the `while` dispatches the body's kernels once per iteration, reading each
+iteration's condition and scan elements back; a carried value the body changes has two buffers,
+the yield copied into the one the next iteration reads, and the scan outputs are stacked on the
+host (uploaded where a kernel reads them).  A buffer whose size reads a length only the run knows
+(a scan output's, a host kernel's result) is made when that length is known (`g.late`).
 A regrouping is the same buffer (every device tensor is row-major and contiguous); a permutation
 only products read is folded into the product's strides; any other permutation, slice, split and
 concat is a strided copy.  The shaders are module constants (`_SHADERS`), one per distinct source.

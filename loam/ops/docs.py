@@ -182,8 +182,9 @@ _WGSL_FORMS = {
     "kernel.regroup": "the same buffer",
     "kernel.cast": "`wgsl_kernels.elementwise.source_zip`",
     "kernel.zip": "`wgsl_kernels.elementwise.source_zip` (one shader per distinct expression)",
-    "kernel.if": "`if`/`else` on the host (its condition a graph input)",
-    "kernel.loop": "refused by name (the WGSL module runs no loops, with or without `--host-fallback`)",
+    "kernel.if": "`if`/`else` on the host (a condition the device computes read back first)",
+    "kernel.loop": "a `while` on the host dispatching the body; each computed condition read back, carried "
+    "values in two buffers each, scan outputs stacked on the host",
     "kernel.slice": "`wgsl_kernels.movement.source_copy` (a strided copy)",
     "kernel.split": "`wgsl_kernels.movement.source_copy`, one copy per piece",
     "kernel.concat": "`wgsl_kernels.movement.source_copy`, one copy per operand",

@@ -18,7 +18,7 @@ import onnx
 import onnx.parser
 import pytest
 
-from loam.errors import ShapeError, UnsupportedError
+from loam.errors import ShapeError
 from loam.pipeline import BuildResult
 from loam.testing import assert_same, build_for, run_built, run_onnxruntime
 
@@ -199,9 +199,15 @@ def test_a_carried_extent_only_an_iteration_knows_is_checked_each_iteration() ->
         run_built(result, wide)
 
 
-def test_the_wgsl_module_refuses_a_loop_by_name() -> None:
-    with pytest.raises(UnsupportedError, match=r"Loop node 'y': the WGSL module runs no loops"):
-        build_for(model(RUN_TIME_TRIP), backend="wgsl")
+def test_the_wgsl_module_runs_a_loop_as_the_numpy_module_does() -> None:
+    """The WGSL module's while (tests/backends/wgsl/test_control_flow.py has more) matches numpy's."""
+    pytest.importorskip("wgpu")
+    m, result = built(RUN_TIME_TRIP)
+    on_device = build_for(m, backend="wgsl")
+    x0 = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for n, go in ((3, True), (0, True), (2, False)):
+        feeds = {"M": i64(n), "cond": np.array(go), "x0": x0}
+        assert_same(run_built(on_device, feeds), run_built(result, feeds))
 
 
 NO_COND = """
