@@ -18,7 +18,7 @@ builder's tokenizer files) and tests/models/genai/greedy.json: per model, per pr
 the ids onnxruntime-genai generates after them (greedy, `max_length` total).
 
 The builder's MatMulNBits default `accuracy_level = 4` lets onnxruntime quantize the activations to
-int8 inside each product; these models are built with `int4_accuracy_level=1` (float32 products) so that
+int8 inside each product; these models are built with `accuracy_level=1` (float32 products) so that
 the recorded tokens are float32 arithmetic's, the arithmetic Loam's module performs.
 """
 
@@ -82,7 +82,7 @@ def build(name: str, model: torch.nn.Module, work: Path) -> Path:
     shutil.rmtree(target, ignore_errors=True)
     subprocess.run(
         [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o", str(target),
-         "-p", "int4", "-e", "cpu", "--extra_options", "int4_accuracy_level=1"],
+         "-p", "int4", "-e", "cpu", "--extra_options", "accuracy_level=1"],
         check=True, cwd=work,
     )  # fmt: skip
     return target
