@@ -14,6 +14,8 @@ The TOML form (paths are relative to the TOML file)::
     checkpoint = "model.safetensors" # or a list of shards, a .gguf, or a model.safetensors.index.json
     [dims]
     N = 4                            # fix a dim_param, or a name inside a spelled one (`N` in `N + 1`)
+    [interface]
+    attention_mask = ["batch_size", "attention_length"]   # re-declare a graph input's or output's dims
     [[layout]]
     pattern = "encoder.*.weight"     # glob over tensor names
     axes = ["Hidden", "(C H W)"]     # one name per axis; a merged axis names its parts
@@ -49,7 +51,16 @@ if TYPE_CHECKING:
 
 __all__ = ["Options"]
 
-_TOP_LEVEL_KEYS = ("architecture", "inline_weights", "outputs", "checkpoint", "checkpoint_names", "dims", "layout")
+_TOP_LEVEL_KEYS = (
+    "architecture",
+    "inline_weights",
+    "outputs",
+    "checkpoint",
+    "checkpoint_names",
+    "dims",
+    "interface",
+    "layout",
+)
 _LAYOUT_KEYS = ("pattern", "axes", "graph")
 
 
@@ -87,6 +98,11 @@ class Options:
     - `outputs`: cut the graph at these tensor names (None: the graph's own outputs).
     - `dims`: fix a dim_param (a symbolic input extent) to a number, or a name inside a spelled
       one (`past` in `past + 1`); a spelling becomes a number once every name it reads is fixed.
+    - `interface`: graph input or output name -> the dims to declare it with instead of the model's
+      own (a dim_param name, a spelling such as `past + 1`, or a number per axis; as many as it has
+      axes), for an exporter that declared one wrongly: optimum's merged decoder gives its
+      `attention_mask` the new tokens' `sequence_length` although the with-past branch feeds it
+      past + new columns.
     - `layout`: ordered `loam.layout.LayoutRule`s (glob pattern -> axis names); the first rule
       that matches a tensor names its axes.
     - `checkpoints`: checkpoint files (several for a sharded checkpoint): safetensors, GGUF, or a
@@ -102,6 +118,7 @@ class Options:
     inline_weights: bool = False
     outputs: tuple[str, ...] | None = None
     dims: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    interface: Mapping[str, tuple[int | str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     layout: tuple[LayoutRule, ...] = ()
     checkpoints: tuple[Path, ...] = ()
     checkpoint_names: tuple[tuple[str, str], ...] = ()
@@ -124,6 +141,13 @@ class Options:
         for name, value in self.dims.items():
             _check_dim(name, value, "options: 'dims'")
         object.__setattr__(self, "dims", MappingProxyType(dict(self.dims)))
+        if not isinstance(self.interface, Mapping):
+            raise OptionsError(f"options: 'interface' must map tensor names to lists of dims, got {self.interface!r}")
+        object.__setattr__(
+            self,
+            "interface",
+            MappingProxyType({k: _interface_dims(k, v, "options: 'interface'") for k, v in self.interface.items()}),
+        )
         if isinstance(self.layout, str | bytes) or not isinstance(self.layout, Iterable):
             raise OptionsError(f"options: 'layout' must be a sequence of LayoutRule, got {self.layout!r}")
         object.__setattr__(self, "layout", tuple(self.layout))
@@ -213,6 +237,10 @@ class Options:
                         f"integer, got {_type_name(value)} ({value!r})"
                     )
             kwargs["dims"] = dims
+        if "interface" in table:
+            interface = table["interface"]
+            expect("interface", interface, dict, 'a table of tensor name = ["dim", ...]')
+            kwargs["interface"] = {k: _interface_dims(k, v, f"{where}: [interface]") for k, v in interface.items()}
         if "layout" in table:
             entries = table["layout"]
             if not isinstance(entries, list):
@@ -231,6 +259,7 @@ class Options:
         inline_weights: bool | None = None,
         outputs: Iterable[str] | None = None,
         dims: Mapping[str, int] | None = None,
+        interface: Mapping[str, Iterable[int | str]] | None = None,
         layout: Iterable[LayoutRule] = (),
         checkpoints: Iterable[str | Path] = (),
     ) -> Options:
@@ -250,6 +279,8 @@ class Options:
             changes["outputs"] = tuple(outputs)
         if dims:
             changes["dims"] = {**self.dims, **dims}
+        if interface:
+            changes["interface"] = {**self.interface, **{k: tuple(v) for k, v in interface.items()}}
         flag_rules = tuple(layout)
         if flag_rules:
             changes["layout"] = flag_rules + self.layout
@@ -257,6 +288,23 @@ class Options:
         if flag_checkpoints:
             changes["checkpoints"] = flag_checkpoints
         return dataclasses.replace(self, **changes)
+
+
+def _interface_dims(name: object, dims: object, where: str) -> tuple[int | str, ...]:
+    """One `interface` entry checked: a tensor name and a list of dims, each a non-empty dim_param
+    (or spelling) or a non-negative integer."""
+    if not isinstance(name, str) or not name:
+        raise OptionsError(f"{where}: a tensor name must be a non-empty string, got {name!r}")
+    if isinstance(dims, str | bytes) or not isinstance(dims, Iterable):
+        raise OptionsError(f"{where}: '{name}' must be a list of dims (names or integers), got {dims!r}")
+    checked: list[int | str] = []
+    for i, d in enumerate(dims):
+        if isinstance(d, bool) or not isinstance(d, int | str) or (isinstance(d, int) and d < 0) or d == "":
+            raise OptionsError(
+                f"{where}: '{name}' axis {i} must be a dim_param name or a non-negative integer, got {d!r}"
+            )
+        checked.append(d)
+    return tuple(checked)
 
 
 def _name_rules(rules: object, where: str) -> tuple[tuple[str, str], ...]:

@@ -2,7 +2,12 @@
 
 The options enter the IR as attributes of the top-level module (`loam.dims`, `loam.outputs`,
 `loam.layout`, `loam.inline_weights`), so any later pass can be replayed on a dumped `.mlir` file.
-This pass reads `loam.dims`, `loam.outputs` and `loam.layout`:
+This pass reads `loam.interface`, `loam.dims`, `loam.outputs` and `loam.layout`:
+
+- `interface` re-declares a graph input's or output's dims (before `dims` reads them), for an
+  export whose declaration contradicts its own graph: optimum's merged decoder declares its
+  `attention_mask` `[batch_size, sequence_length]` though the with-past branch feeds it past + new
+  columns, which, ONNX's dim_params being one value each, only an empty past could satisfy;
 
 - `dims` gives a dim_param a static extent wherever a graph input or output declares it, as
   onnxruntime's free dimension overrides do; it also fixes a name inside a spelled dim_param
@@ -36,6 +41,7 @@ from loam.layout import LayoutRule
 from loam.options import Options
 
 DIMS_ATTR = "loam.dims"
+INTERFACE_ATTR = "loam.interface"
 OUTPUTS_ATTR = "loam.outputs"
 LAYOUT_ATTR = "loam.layout"
 INLINE_WEIGHTS_ATTR = "loam.inline_weights"
@@ -47,6 +53,13 @@ def attach_options(module: ModuleOp, options: Options) -> None:
 
     if options.dims:
         module.attributes[DIMS_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in options.dims.items()})
+    if options.interface:
+        module.attributes[INTERFACE_ATTR] = DictionaryAttr(
+            {
+                name: ArrayAttr([IntegerAttr(d, i64) if isinstance(d, int) else StringAttr(d) for d in dims])
+                for name, dims in options.interface.items()
+            }
+        )
     if options.outputs is not None:
         module.attributes[OUTPUTS_ATTR] = ArrayAttr([StringAttr(n) for n in options.outputs])
     if options.layout:
@@ -70,6 +83,9 @@ class ApplyOptionsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         graph = main_graph(op)
+        interface = op.attributes.get(INTERFACE_ATTR)
+        if isinstance(interface, DictionaryAttr) and interface.data:
+            redeclare(graph, {k: _dims(v) for k, v in interface.data.items()})
         dims = op.attributes.get(DIMS_ATTR)
         if isinstance(dims, DictionaryAttr) and dims.data:
             fix_dims(graph, {k: _int(v) for k, v in dims.data.items()})
@@ -127,6 +143,46 @@ def declared_tensors(module: ModuleOp) -> dict[str, set[str]]:
     for graph in names:
         names[graph] |= outer
     return names
+
+
+def _dims(attr: Attribute) -> list[int | str]:
+    assert isinstance(attr, ArrayAttr)
+    return [int(d.value.data) if isinstance(d, IntegerAttr) else d.data for d in attr.data]  # type: ignore[attr-defined]
+
+
+def redeclare(graph: GraphOp, interface: dict[str, list[int | str]]) -> None:
+    """Declare each named graph input or output with the given dims instead of its own (the element
+    type kept); a name the graph neither takes nor returns, or another rank, stops the build."""
+    block = graph.body.block
+    ret = block.last_op
+    assert isinstance(ret, ReturnOp)
+    inputs = [s.data for s in graph.input_names.data]
+    outputs = [s.data for s in ret.output_names.data]
+
+    def retyped(t: Attribute, dims: list[int | str], what: str) -> TensorType:
+        if not isinstance(t, TensorType):
+            raise OptionsError(f"interface: {what} is not a tensor; only a tensor's dims can be re-declared")
+        if t.shape is not None and len(t.shape) != len(dims):
+            raise OptionsError(
+                f"interface: {what} has {len(t.shape)} axes ({', '.join(map(str, t.shape))}); "
+                f"the option gives {len(dims)} ({', '.join(map(str, dims))})"
+            )
+        return TensorType(t.elem, list(dims))
+
+    for name, dims in interface.items():
+        if name not in inputs and name not in outputs:
+            raise OptionsError(
+                f"interface: '{name}' is neither an input nor an output of graph '{graph.graph_name.data}' "
+                f"(inputs: {', '.join(inputs)}; outputs: {', '.join(outputs)})"
+            )
+        if name in inputs:
+            arg = block.args[inputs.index(name)]
+            Rewriter.replace_value_with_new_type(arg, retyped(arg.type, dims, f"graph input '{name}'"))
+        if name in outputs:
+            k = outputs.index(name)
+            types = list(ret.declared_types.data)
+            types[k] = retyped(types[k], dims, f"graph output '{name}'")
+            ret.declared_types = ArrayAttr(types)
 
 
 def _int(attr: Attribute) -> int:

@@ -52,6 +52,15 @@ def _dims_flag(text: str) -> tuple[str, int]:
     return name, int(value)
 
 
+def _interface_flag(text: str) -> tuple[str, tuple[int | str, ...]]:
+    name, sep, value = text.partition("=")
+    name = name.strip()
+    dims = tuple(d.strip() for d in value.split(","))
+    if not sep or not name or not all(dims):
+        raise argparse.ArgumentTypeError(f"expected NAME=DIM,DIM,... (dim_param names or integers), got {text!r}")
+    return name, tuple(int(d) if d.isdigit() else d for d in dims)
+
+
 def _outputs_flag(text: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in text.split(","))
     if not all(names):
@@ -161,6 +170,16 @@ def build_parser() -> CliParser:
         default=[],
         metavar="NAME=N",
         help="fix the symbolic extent (dim_param) NAME to N; repeatable",
+    )
+    build.add_argument(
+        "--interface",
+        action="append",
+        type=_interface_flag,
+        default=[],
+        metavar="NAME=DIM,DIM,...",
+        help="declare graph input or output NAME with these dims (dim_param names or integers, one per "
+        "axis) instead of the model's own, for an export that declares one wrongly "
+        "(optimum's merged decoder: --interface attention_mask=batch_size,attention_length); repeatable",
     )
     build.add_argument(
         "--outputs",
@@ -368,6 +387,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         inline_weights=getattr(args, "inline_weights", None),
         outputs=getattr(args, "outputs", None),
         dims=dict(args.dims),
+        interface=dict(getattr(args, "interface", [])),
         layout=args.layout,
         checkpoints=args.checkpoint,
     )
