@@ -50,10 +50,12 @@ from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp, poly_tenso
 from loam.dim_params import read_dim_param, spell_graph_inputs
 from loam.dtypes import by_name
 from loam.errors import PolyError, ShapeError, UnsupportedError
+from loam.forced import declared_axes, forced_extent_notes
 from loam.limits import check_extents
 from loam.ops import rule_for
 from loam.ops.base import Facts, NodeInfo
 from loam.ops.control import IfRule, LoopRule
+from loam.passes.notes import add_notes
 from loam.poly import Poly, poly_product
 
 
@@ -147,11 +149,14 @@ class Stage0Pass(ModulePass):
         from loam.report import graph_nodes, node_list, record_nodes
 
         before = graph_nodes(op)
+        declared: dict[str, list[str]] = {}
         for graph in [g for g in op.walk() if isinstance(g, GraphOp)]:
             weights_as_weights(graph)
             spell_graph_inputs(graph)
+            declared.update(declared_axes(graph))
             Stage0Graph(graph.graph_name.data).run(graph.body.block, [s.data for s in graph.input_names.data])
         record_nodes(op, node_list(before, graph_nodes(op)))
+        add_notes(op, forced_extent_notes(op, declared))
 
 
 def weights_as_weights(graph: GraphOp) -> None:
