@@ -152,8 +152,8 @@ class Stage0Pass(ModulePass):
         declared: dict[str, list[str]] = {}
         for graph in [g for g in op.walk() if isinstance(g, GraphOp)]:
             weights_as_weights(graph)
-            spell_graph_inputs(graph)
             declared.update(declared_axes(graph))
+            spell_graph_inputs(graph)
             Stage0Graph(graph.graph_name.data).run(graph.body.block, [s.data for s in graph.input_names.data])
         record_nodes(op, node_list(before, graph_nodes(op)))
         add_notes(op, forced_extent_notes(op, declared))
