@@ -19,8 +19,8 @@ import pytest
 import loam
 from loam.draft import draft_layout
 from loam.options import Options
-from loam.runtime.kernels.compiled import _CompiledKernels, _rows_q4, set_compiled
-from loam.runtime.kernels.quantized import kernel_matmul_packed
+from loam.runtime.kernels.compiled import _CompiledKernels, _rows_nbits, _rows_q4, _widen_nbits, set_compiled
+from loam.runtime.kernels.quantized import kernel_matmul_nbits, kernel_matmul_packed, nbits_codes
 from tests.backends.test_packed_weights import _blocks, _model
 from tests.checkpoints.gguf_writer import Tensor, quantize, write_gguf
 
@@ -154,3 +154,54 @@ def test_a_module_runs_on_numpy_alone_where_numba_is_absent(tmp_path: Path) -> N
     y = namespace["forward"](namespace["Weights"].load_file(str(gguf)), np.array([[3, 17]], np.int64))  # type: ignore[operator]
     assert compiled_kernels.kernels  # type: ignore[attr-defined]
     np.testing.assert_allclose(y, np.array(report["y"], np.float32), rtol=1e-5, atol=1e-4)
+
+
+def _nbits_operands(bits: int, block: int, k: int, n: int, zero: str | None) -> tuple[list[np.ndarray], int]:
+    """Random MatMulNBits operands after A (B, scales, zero points as `zero` says) and their `present`."""
+    nb = -(-k // block)
+    given = [RNG.integers(0, 256, (n, nb, block * bits // 8), dtype=np.uint8), RNG.random((n, nb)).astype(np.float32)]
+    if zero == "packed":
+        given.append(RNG.integers(0, 256, (n, -(-nb * bits // 8)), dtype=np.uint8))
+    elif zero == "float":
+        given.append(RNG.integers(0, 1 << bits, (n, nb)).astype(np.float32))
+    return given, int(zero is not None)
+
+
+@pytest.mark.parametrize(("bits", "block"), [(4, 32), (4, 16), (8, 32), (2, 16), (4, 128)])
+@pytest.mark.parametrize("zero", [None, "packed", "float"])
+@pytest.mark.parametrize(("rows", "k"), [(1, 64), (2, 100), (5, 96), (20, 160)])
+def test_compiled_and_numpy_matmul_nbits_agree(bits: int, block: int, zero: str | None, rows: int, k: int) -> None:
+    """kernel.matmul_nbits by numba's row kernel (1-2 rows) or widening kernel (more), and by numpy alone."""
+    given, present = _nbits_operands(bits, block, k, 37, zero)
+    a = RNG.standard_normal((rows, k)).astype(np.float32)
+    options = {"k": k, "n": 37, "bits": bits, "block_size": block, "present": present}
+    assert _CompiledKernels.get() is not None
+    got = kernel_matmul_nbits(a, *given, **options)
+    before = set_compiled(False)
+    try:
+        want = kernel_matmul_nbits(a, *given, **options)
+    finally:
+        set_compiled(before)
+    # W widened in float64 as the operator defines it: both within float32 rounding of the exact product.
+    q = nbits_codes(given[0].reshape(37, -1), bits).reshape(37, -1, block).astype(np.float64)
+    zp = 1 << (bits - 1) if zero is None else given[2].astype(np.float64)
+    if zero == "packed":
+        zp = nbits_codes(given[2], bits)[:, : q.shape[1]].astype(np.float64)
+    w = ((q - (zp if zero is None else zp[:, :, None])) * given[1][:, :, None]).reshape(37, -1)[:, :k]
+    bound = 8 * k * np.finfo(np.float32).eps * (np.abs(a).astype(np.float64) @ np.abs(w).T + 1)
+    assert got.dtype == want.dtype == np.float32 and got.shape == want.shape == (rows, 37)
+    assert np.all(np.abs(got - want) <= bound)
+    assert np.all(np.abs(got - a.astype(np.float64) @ w.T) <= bound)
+
+
+def test_the_nbits_row_kernels_source_computes_the_same_in_plain_python() -> None:
+    """The n-bit kernels numba compiles are ordinary Python: run as they are, they give the compiled numbers."""
+    given, _ = _nbits_operands(4, 16, 64, 5, "float")
+    packed, s, z = given[0].reshape(5, -1), given[1], given[2]
+    x = RNG.standard_normal((2, 64)).astype(np.float32)
+    out, widened = np.empty((2, 5), np.float32), np.empty((5, 64), np.float32)
+    _rows_nbits(packed, s, z, x, out, 4, 16)
+    _widen_nbits(packed, s, z, 4, 16, widened)
+    want = kernel_matmul_nbits(x, *given, k=64, n=5, bits=4, block_size=16, present=1)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(x @ widened.T, want, rtol=1e-5, atol=1e-5)

@@ -11,7 +11,13 @@ with the numpy kernel, which is also the compiled kernels' test oracle (tests/ru
   + m[r, b] * sum(x[i, b]) for Q4_0 (m = -8 d) and Q4_1; q holds each block's 16 bytes, low nibbles
   times the block's first 16 elements of x, high nibbles times its last 16.
 - `_rows_q8(q, d, x, out)`: out[i, r] = sum over k of q[r, k] * x[i, k] * d[r, k // 32] for Q8_0.
-- `_CompiledKernels`: compiles both on first use in each process (about 1.5 s), and holds each packed
+- `_rows_nbits(packed, s, z, x, out, bits, block)`: onnxruntime's MatMulNBits blocks (`kernel_matmul_nbits`)
+  for a decode step, out[i, r] = sum over blocks b of s[r, b] * (q[r, b] . x[i, b] - z[r, b] * sum(x[i, b]));
+  x is first regrouped so each byte's p-th integers meet a contiguous run of it.  About 5x numpy's
+  fastest at one row of 576 x 1536 (bench/RESULTS-matmul-nbits.md); for more rows BLAS wins.
+- `_widen_nbits(packed, s, z, bits, block, dst)`: (q - z) * s for a group of those rows, into scratch
+  for BLAS (a prefill, or more than two rows).  Both read B as the file stores it: nothing is cached.
+- `_CompiledKernels`: compiles them on first use in each process (about 1.5 s), and holds each packed
   weight's unpacked form (its integers contiguous, its f16 scales widened once: 24 bytes per Q4 block
   against the file's 18 or 20, 36 per Q8_0 block against 34), made on the weight's first product.
 - `set_compiled(enabled)`: turns the path off (or back on, compiling it then) for the process.
@@ -76,6 +82,73 @@ def _rows_q8(q: np.ndarray, d: np.ndarray, x: np.ndarray, out: np.ndarray) -> No
             out[i, r] = acc
 
 
+def _rows_nbits(packed: np.ndarray, s: np.ndarray, z: np.ndarray, x: np.ndarray, out: np.ndarray, bits: int,
+                block: int) -> None:  # fmt: skip
+    """out [M, N] = x [M, W] @ ((q - z) * s)^T over onnxruntime's n-bit blocks (MatMulNBits): packed uint8
+    [N, W * bits / 8] (`8 / bits` integers a byte, low bits first), s and z float32 [N, W / block] (z [1, 1]:
+    one zero point for every block), x float32 [M, W], W whole blocks.  Each block's integers are dotted
+    with x as they are unpacked and scaled after: s * (q . x - z * sum(x))."""
+    rows, width = x.shape
+    per = 8 // bits
+    blob = block // per  # bytes per block
+    nb = width // block
+    mask = (1 << bits) - 1
+    # x regrouped per block so that the p-th integer of each byte meets a contiguous run: xp[i, b, p, j]
+    # = x[i, b, j * per + p] (loops over a byte's integers then vectorize), and each block's sum of x.
+    xp = np.empty((rows, width), np.float32)
+    xs = np.empty((rows, nb), np.float32)
+    for i in range(rows):
+        for b in range(nb):
+            total = np.float32(0)
+            for j in range(blob):
+                for p in range(per):
+                    v = x[i, b * block + j * per + p]
+                    xp[i, b * block + p * blob + j] = v
+                    total += v
+            xs[i, b] = total
+    shared = z.shape[0] == 1
+    for r in range(packed.shape[0]):
+        qr = packed[r]
+        for i in range(rows):
+            xi = xp[i]
+            acc = np.float32(0)
+            for b in range(nb):
+                dot = np.float32(0)
+                qb = qr[b * blob : (b + 1) * blob]  # slices, not offsets: the loops below index from 0
+                if bits == 4:
+                    lo, hi = xi[b * block : b * block + blob], xi[b * block + blob : (b + 1) * block]
+                    for j in range(blob):
+                        v = np.int32(qb[j])
+                        dot += np.float32(v & 15) * lo[j] + np.float32(v >> 4) * hi[j]
+                else:
+                    for p in range(per):
+                        xq = xi[b * block + p * blob : b * block + (p + 1) * blob]
+                        for j in range(blob):
+                            dot += np.float32((np.int32(qb[j]) >> (p * bits)) & mask) * xq[j]
+                zb = z[0, 0] if shared else z[r, b]
+                acc += s[r, b] * (dot - zb * xs[i, b])
+            out[i, r] = acc
+
+
+def _widen_nbits(packed: np.ndarray, s: np.ndarray, z: np.ndarray, bits: int, block: int, dst: np.ndarray) -> None:
+    """dst [R, W] = (q - z) * s for R rows of onnxruntime's n-bit blocks (as `_rows_nbits` takes them),
+    each element written once, for BLAS to multiply."""
+    per = 8 // bits
+    blob = block // per
+    mask = (1 << bits) - 1
+    shared = z.shape[0] == 1
+    for r in range(packed.shape[0]):
+        qr, dr = packed[r], dst[r]
+        for b in range(s.shape[1]):
+            sb = s[r, b]
+            offset = (z[0, 0] if shared else z[r, b]) * sb
+            qb, db = qr[b * blob : (b + 1) * blob], dr[b * block : (b + 1) * block]
+            for j in range(blob):
+                v = np.int32(qb[j])
+                for p in range(per):
+                    db[j * per + p] = np.float32((v >> (p * bits)) & mask) * sb - offset
+
+
 class _CompiledKernels:
     """The process's compiled row kernels (None until numba has compiled them, and where it is not
     installed), whether products use them, and each packed weight's unpacked form by the weight's id."""
@@ -98,7 +171,8 @@ class _CompiledKernels:
                 return None
             # Sums may be reassociated (so the loops vectorize); NaN and infinity keep IEEE meaning.
             options = {"fastmath": {"reassoc", "contract"}, "nogil": True, "error_model": "numpy"}
-            cls.kernels = {fn.__name__: numba.njit(**options)(fn) for fn in (_rows_q4, _rows_q8)}
+            kernels = (_rows_q4, _rows_q8, _rows_nbits, _widen_nbits)
+            cls.kernels = {fn.__name__: numba.njit(**options)(fn) for fn in kernels}
         return cls.kernels
 
     @classmethod
@@ -148,12 +222,14 @@ def set_compiled(enabled: bool) -> bool:
 PIECES: dict[str, object] = {
     "_rows_q4": _rows_q4,
     "_rows_q8": _rows_q8,
+    "_rows_nbits": _rows_nbits,
+    "_widen_nbits": _widen_nbits,
     "_CompiledKernels": _CompiledKernels,
     "_matmul_packed_compiled": _matmul_packed_compiled,
     "set_compiled": set_compiled,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "_matmul_packed_compiled": ("_CompiledKernels",),
-    "_CompiledKernels": ("_rows_q4", "_rows_q8"),
+    "_CompiledKernels": ("_rows_q4", "_rows_q8", "_rows_nbits", "_widen_nbits"),
     "set_compiled": ("_CompiledKernels",),
 }

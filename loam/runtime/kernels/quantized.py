@@ -28,10 +28,14 @@ holding `bits`-bit integers, low bits first, in blocks along K with a scale (and
 2^(bits - 1)) per block; `Weights` keeps the initializer's bytes as they are:
 
 - `kernel_matmul_nbits(a, b, scales, [zero points], [g_idx], [bias], k, n, bits, block_size, present)`:
-  MatMulNBits, A [.., K] @ W^T + bias for W [N, K] = (q - zero point) * scale.  A bounded group of
-  W's rows (4 MiB of float32 at a time) is widened into scratch and multiplied by BLAS; for a few
-  rows of A (a decode step) each block's integers are dotted with A first and scaled after, so
-  W a = sum over blocks of scale * (q . a - zero point * sum(a)), and no float W is formed.
+  MatMulNBits, A [.., K] @ W^T + bias for W [N, K] = (q - zero point) * scale, B kept packed.  Where
+  numba is installed, one or two rows of A (a decode step) go through a compiled row kernel that reads
+  each block's bytes once and scales after, W a = sum over blocks of scale * (q . a - zero point *
+  sum(a)), so no float W is formed; more rows widen a bounded group of W's rows (4 MiB of float32 at a
+  time) into scratch by a compiled loop and multiply by BLAS.  In numpy alone, each byte's p-th
+  integers are widened (contiguous) and scaled for a group of rows and multiplied by BLAS with the
+  matching elements of A, the zero points' share subtracted once.  With g_idx (each k reading another
+  block's scale) W's rows are widened a group at a time in numpy.
 - `kernel_gather_block_quantized(data, indices, scales, [zero points], bits, block_size, zeros)`:
   GatherBlockQuantized along axis 0 (an embedding lookup), the rows picked, then widened; an index
   outside the rows gives a row of zeros, as onnxruntime's kernel does.
@@ -42,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from loam.runtime.dequant import block_integers, dequant_blocks
-from loam.runtime.kernels.compiled import _matmul_packed_compiled
+from loam.runtime.kernels.compiled import _CompiledKernels, _matmul_packed_compiled
 
 
 def kernel_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int) -> np.ndarray:
@@ -124,6 +128,44 @@ def nbits_codes(packed: np.ndarray, bits: int) -> np.ndarray:
     return out.reshape(*packed.shape[:-1], packed.shape[-1] * per)
 
 
+def _matmul_nbits_numpy(
+    packed: np.ndarray, s: np.ndarray, z: np.ndarray, x: np.ndarray, out: np.ndarray, bits: int, block: int, step: int
+) -> None:
+    """out [M, N] = x [M, W] @ ((q - z) * s)^T in numpy (`kernel_matmul_nbits`'s arguments, W whole blocks).
+    Each byte's p-th integers are widened for a group of W's rows at once (contiguous, one shift and mask
+    into float32 scratch reused across groups), scaled per block, and multiplied by BLAS with the
+    matching elements of x; the zero points' share, s * z * sum(x) per block, is subtracted once."""
+    m = x.shape[0]
+    n, nb = s.shape
+    per = 8 // bits
+    blob = block // per
+    mask = np.uint8((1 << bits) - 1)
+    planes = [np.ascontiguousarray(x.reshape(m, nb, blob, per)[..., p]).reshape(m, -1) for p in range(per)]
+    sums = x.reshape(m, nb, block).sum(axis=2)  # [m, nb]: what a block's zero point multiplies
+    scratch = np.empty((min(step, n), nb, blob), np.float32)
+    shifted = np.empty((min(step, n), nb * blob), np.uint8)  # a byte shifted, before its mask
+    for r in range(0, n, step):
+        group = packed[r : r + step]
+        q = scratch[: group.shape[0]]
+        acc = np.zeros((m, group.shape[0]), np.float32)
+        for p in range(per):
+            if p == per - 1 and p:
+                np.right_shift(group, np.uint8(p * bits), out=q.reshape(len(q), -1), casting="unsafe")
+            elif p:
+                held = shifted[: group.shape[0]]
+                np.right_shift(group, np.uint8(p * bits), out=held)
+                np.bitwise_and(held, mask, out=q.reshape(len(q), -1), casting="unsafe")
+            elif per > 1:
+                np.bitwise_and(group, mask, out=q.reshape(len(q), -1), casting="unsafe")
+            else:
+                q.reshape(len(q), -1)[...] = group
+            q *= s[r : r + step, :, None]
+            acc += planes[p] @ q.reshape(len(q), -1).T
+        zr = z if z.shape[0] == 1 else z[r : r + step]
+        acc -= sums @ (s[r : r + step] * zr).T
+        out[:, r : r + step] = acc
+
+
 def kernel_matmul_nbits(
     a: np.ndarray, b: np.ndarray, scales: np.ndarray, *given: np.ndarray, k: int, n: int, bits: int, block_size: int,
     present: int,
@@ -138,17 +180,18 @@ def kernel_matmul_nbits(
     width = nb * block_size  # K padded to whole blocks
     rows = np.asarray(a).reshape(-1, k)
     m = rows.shape[0]
-    s = np.asarray(scales).astype(np.float32).reshape(n, nb)
+    s = np.ascontiguousarray(np.asarray(scales, dtype=np.float32).reshape(n, nb))
     if zero is None:
-        z = np.full((n, nb), 1 << (bits - 1), np.float32)
+        z = None
     elif zero.dtype == np.uint8:  # packed as B is, each row of N padded to whole bytes
-        z = nbits_codes(np.asarray(zero).reshape(n, -1), bits)[:, :nb]
+        z = np.ascontiguousarray(nbits_codes(np.asarray(zero).reshape(n, -1), bits)[:, :nb])
     else:
         z = np.asarray(zero).astype(np.float32).reshape(n, nb)
     packed = np.asarray(b, dtype=np.uint8).reshape(n, -1)
     out = np.empty((m, n), np.float32)
     step = max(1, (1 << 20) // width)  # rows of W widened at a time: 4 MiB of float32
     if g_idx is not None:  # each k reads the scale and zero point of block g_idx[k]
+        z = np.full((n, nb), 1 << (bits - 1), np.float32) if z is None else z
         g = np.asarray(g_idx, dtype=np.int64).reshape(k)
         x = rows.astype(np.float32)
         for r in range(0, n, step):
@@ -157,22 +200,28 @@ def kernel_matmul_nbits(
             w *= s[r : r + step][:, g]
             out[:, r : r + step] = x @ w.T
     else:
-        x = np.zeros((m, width), np.float32)  # A padded with zeros to whole blocks
-        x[:, :k] = rows
-        if m <= 8:  # a decode step: q . a per block, then scaled
-            xb = x.reshape(m, nb, block_size)
-            sums = xb.sum(axis=2)  # [m, nb]: what a block's zero point multiplies
+        if k == width:
+            x = np.ascontiguousarray(rows, dtype=np.float32)
+        else:
+            x = np.zeros((m, width), np.float32)  # A padded with zeros to whole blocks
+            x[:, :k] = rows
+        if z is None:
+            z = np.full((1, 1), 1 << (bits - 1), np.float32)  # one zero point for every block
+        kernels = _CompiledKernels.get()  # numba's kernels where installed (`loam/runtime/kernels/compiled.py`)
+        if kernels is not None and m <= 2:  # a decode step: each block's bytes read once, no float W formed
+            kernels["_rows_nbits"](packed, s, z, x, out, bits, block_size)
+        elif kernels is not None:  # a bounded group of W's rows widened into scratch, then BLAS
+            scratch = np.empty((min(step, n), width), np.float32)
             for r in range(0, n, step):
-                q = nbits_codes(packed[r : r + step], bits).reshape(-1, nb, block_size)
-                dots = np.einsum("rbj,mbj->mrb", q, xb)
-                dots -= sums[:, None, :] * z[r : r + step]
-                out[:, r : r + step] = np.einsum("mrb,rb->mr", dots, s[r : r + step])
-        else:  # a prefill: widen a group of W's rows, then BLAS
-            for r in range(0, n, step):
-                w = nbits_codes(packed[r : r + step], bits).reshape(-1, nb, block_size)
-                w -= z[r : r + step, :, None]
-                w *= s[r : r + step, :, None]
-                out[:, r : r + step] = x @ w.reshape(-1, width).T
+                w = scratch[: min(step, n - r)]
+                zr = z if z.shape[0] == 1 else z[r : r + step]
+                kernels["_widen_nbits"](packed[r : r + step], s[r : r + step], zr, bits, block_size, w)
+                if w.shape[0] == n:
+                    np.matmul(x, w.T, out=out)
+                else:
+                    out[:, r : r + step] = x @ w.T
+        else:
+            _matmul_nbits_numpy(packed, s, z, x, out, bits, block_size, step)
     if bias is not None:
         out += np.asarray(bias).astype(np.float32)
     return out.astype(np.asarray(a).dtype, copy=False).reshape(*np.shape(a)[:-1], n)
@@ -209,12 +258,13 @@ PIECES: dict[str, object] = {
     "kernel_matmul_packed": kernel_matmul_packed,
     "kernel_gather_packed": kernel_gather_packed,
     "nbits_codes": nbits_codes,
+    "_matmul_nbits_numpy": _matmul_nbits_numpy,
     "kernel_matmul_nbits": kernel_matmul_nbits,
     "kernel_gather_block_quantized": kernel_gather_block_quantized,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "kernel_matmul_packed": ("block_integers", "dequant_blocks", "_matmul_packed_compiled"),
     "kernel_gather_packed": ("dequant_blocks",),
-    "kernel_matmul_nbits": ("nbits_codes",),
+    "kernel_matmul_nbits": ("nbits_codes", "_matmul_nbits_numpy", "_CompiledKernels"),
     "kernel_gather_block_quantized": ("nbits_codes",),
 }
