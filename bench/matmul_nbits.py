@@ -37,6 +37,7 @@ SHAPES = ((576, 1536), (1536, 576))  # K x N: SmolLM2-135M's up projection and d
 ROWS = (1, 64)
 THREADS = (1, 2)
 BITS, BLOCK = 4, 32
+NOTES_HEADING = "## Notes"
 
 CHILD = r"""
 import json, statistics, sys, time
@@ -61,7 +62,8 @@ def session(k, n, weights, level):
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("A", onnx.TensorProto.FLOAT, ["m", k])],
                               [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, ["m", n])],
                               [numpy_helper.from_array(v, name) for name, v in weights.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
@@ -139,11 +141,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(text)
     if not args.quick:
         when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        old = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
+        notes = old[old.index(NOTES_HEADING) :] if NOTES_HEADING in old else ""  # hand-written, kept
         args.output.write_text(
             "# MatMulNBits: Loam's `kernel.matmul_nbits` against onnxruntime\n\n"
             f"Written by `python -m bench.matmul_nbits` on {when}; {BITS}-bit blocks of {BLOCK} with packed zero "
             f"points, float32 A; medians of at least {repeats} calls (and {budget} s) each, one child process per "
-            "thread count.\n\n" + text,
+            "thread count.\n\n" + text + ("\n" + notes if notes else ""),
             encoding="utf-8",
         )
     return 0
