@@ -13,8 +13,8 @@ with the numpy kernel, which is also the compiled kernels' test oracle (tests/ru
 - `_rows_q8(q, d, x, out)`: out[i, r] = sum over k of q[r, k] * x[i, k] * d[r, k // 32] for Q8_0.
 - `_rows_nbits(packed, s, z, x, out, bits, block)`: onnxruntime's MatMulNBits blocks (`kernel_matmul_nbits`)
   for a decode step, out[i, r] = sum over blocks b of s[r, b] * (q[r, b] . x[i, b] - z[r, b] * sum(x[i, b]));
-  x is first regrouped so each byte's p-th integers meet a contiguous run of it.  About 5x numpy's
-  fastest at one row of 576 x 1536 (bench/RESULTS-matmul-nbits.md); for more rows BLAS wins.
+  x is first regrouped so each byte's p-th integers meet a contiguous run of it.  About 4x the numpy
+  kernel at one row of 576 x 1536 (bench/RESULTS-matmul-nbits.md); from three rows BLAS wins.
 - `_widen_nbits(packed, s, z, bits, block, dst)`: (q - z) * s for a group of those rows, into scratch
   for BLAS (a prefill, or more than two rows).  Both read B as the file stores it: nothing is cached.
 - `_CompiledKernels`: compiles them on first use in each process (about 1.5 s), and holds each packed
