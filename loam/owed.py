@@ -74,6 +74,8 @@ class ExtentScope:
     sizes: list[Poly] = field(default_factory=list)  # the inputs' element counts, which fit memory
     owed: list[Owed] = field(default_factory=list)
     lenient: bool = False
+    # Each input symbol -> the input axes declaring it (`attention_mask axis 1 (S)`), for messages.
+    declared: dict[str, list[str]] = field(default_factory=dict)
 
     def within_an_input(self, p: Poly) -> bool:
         """Whether `p <= ` some input's element count for every input (coefficient by coefficient,
@@ -165,10 +167,22 @@ class ExtentScope:
         if a.is_const and b.is_const:
             raise ShapeError(f"{where(node)}: {what}: extents {a} and {b} differ")
         if a.is_const or b.is_const:
-            raise ShapeError(
-                f"{where(node)}: {what}: extent {a} meets {b}; the build cannot show them equal "
-                "(fix the symbol with the `dims` option if it is meant to be a number)"
-            )
+            number, other = (a, b) if a.is_const else (b, a)
+            symbol = other.lone_symbol
+            if symbol is None:
+                fix = "fix its symbols with the `dims` option if they are meant to be numbers"
+            else:
+                axes = self.declared.get(symbol, [])
+                declared = (
+                    f"{symbol} is declared by {', '.join(axes[:3])}{' and more' if len(axes) > 3 else ''}; "
+                    if axes
+                    else ""
+                )
+                fix = (
+                    f"{declared}if it is meant to be {number}, fix it with `[dims] {symbol} = {number}` "
+                    f"(--dims {symbol}={number})"
+                )
+            raise ShapeError(f"{where(node)}: {what}: extent {a} meets {b}; the build cannot show them equal ({fix})")
         self.owe_equal(a, b, node, what)
         return a if len(a.terms) <= len(b.terms) else b
 

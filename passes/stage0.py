@@ -154,7 +154,9 @@ class Stage0Pass(ModulePass):
             weights_as_weights(graph)
             declared.update(declared_axes(graph))
             spell_graph_inputs(graph)
-            Stage0Graph(graph.graph_name.data).run(graph.body.block, [s.data for s in graph.input_names.data])
+            stage = Stage0Graph(graph.graph_name.data)
+            stage.scope.declared = declared
+            stage.run(graph.body.block, [s.data for s in graph.input_names.data])
         record_nodes(op, node_list(before, graph_nodes(op)))
         add_notes(op, forced_extent_notes(op, declared))
 
@@ -302,7 +304,9 @@ class Stage0Graph:
             branch = Stage0Graph(header.graph_name.data)
             branch.facts = dict(self.facts)
             outer = self.scope
-            branch.scope = owed.ExtentScope(set(outer.bound), dict(outer.bounds), list(outer.sizes))
+            branch.scope = owed.ExtentScope(
+                set(outer.bound), dict(outer.bounds), list(outer.sizes), declared=outer.declared
+            )
             with owed.scope(branch.scope):
                 branch.run_ops(block)
             remove_unread_constants(block)
@@ -353,7 +357,7 @@ class Stage0Graph:
         body.within = f"{info.where()}: body '{body_name}' "
         body.facts = dict(self.facts)
         outer = self.scope
-        body.scope = owed.ExtentScope(set(outer.bound), dict(outer.bounds), list(outer.sizes))
+        body.scope = owed.ExtentScope(set(outer.bound), dict(outer.bounds), list(outer.sizes), declared=outer.declared)
         given = [Facts(by_name("i64"), ()), Facts(by_name("bool"), ())]
         for k, (arg, name) in enumerate(zip(list(block.args), names, strict=True)):
             declared = arg.type

@@ -66,3 +66,15 @@ def test_the_weights_stay_packed() -> None:
     assert len(packed) == 11  # qkv, o, gate, up, down in each of 2 layers, and the head
     assert all(held[name].dtype == np.uint8 for name in packed)
     assert not any(v.dtype.kind == "f" and v.size >= 64 * 128 for name, v in held.items() if "embed" not in name)
+
+
+def test_without_the_dims_option_the_build_names_the_declaration_and_the_fix() -> None:
+    from loam.errors import ShapeError
+
+    model = onnx.load(str(GENAI / "llama_int4" / "model.onnx"))
+    with pytest.raises(ShapeError) as caught:
+        build_for(model)
+    message = str(caught.value)
+    assert "extent kv_cache_dim meets 16" in message
+    assert "kv_cache_dim is declared by past_key_values.0.key axis 3" in message
+    assert "`[dims] kv_cache_dim = 16` (--dims kv_cache_dim=16)" in message
