@@ -270,6 +270,14 @@ def build_parser() -> CliParser:
         "--dims", action="append", type=_dims_flag, default=[], metavar="NAME=N", help="fix dim_param NAME to N"
     )
     layout.add_argument(
+        "--interface",
+        action="append",
+        type=_interface_flag,
+        default=[],
+        metavar="NAME=DIM,DIM,...",
+        help="declare graph input or output NAME with these dims instead of the model's own (as loam build)",
+    )
+    layout.add_argument(
         "--debug", action="store_true", help="show the Python traceback of an error instead of one line"
     )
     generate = commands.add_parser(
