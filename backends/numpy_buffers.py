@@ -12,7 +12,8 @@ removes both where it can prove it safe:
   views lives forever (the caller keeps it).
 - A zip whose operand views a root that no later op reads, with the result's extents and element
   type, and no other operand viewing that root, computes in that operand (`in_place`): the
-  elementwise ufuncs write each element where they read it.
+  elementwise ufuncs write each element where they read it.  Only an operand its Expr reads: an
+  unread one (a zip filling its operand's extents with a constant) never receives the result.
 - Each remaining root of a product or zip (rank >= 1) that does not live forever gets a *slot*:
   a buffer of its extents and element type, preallocated once per binding of the symbols those
   extents read and reused on every call (`out=`).  Roots whose lifetimes do not overlap share a
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 
 from xdsl.ir import Operation, SSAValue
 
+from loam.dialects.expr import broadcast_extents
 from loam.dialects.kernel import (
     ConstantOp,
     IfOp,
@@ -62,6 +64,36 @@ class BufferPlan:
 def _type(value: SSAValue) -> AxesTensorType | None:
     t = value.type
     return t if isinstance(t, AxesTensorType) else None
+
+
+def _reach(values: Sequence[SSAValue]) -> tuple[Poly, ...] | None:
+    """The extents `values` broadcast to (None when one is not a named-axes tensor)."""
+    types = [_type(v) for v in values]
+    if any(t is None for t in types):
+        return None
+    return tuple(broadcast_extents([t.shape for t in types if t is not None]))
+
+
+def broadcast_afterwards(op: ZipOp) -> bool:
+    """Whether the numpy module broadcasts `op`'s result after computing it (a read-only view): its
+    Expr reads some operand and the operands broadcast to fewer extents than the result's.
+
+    A zip whose Expr reads no operand is never one: it fills a new array of its result's extents."""
+    result = _type(op.result)
+    if result is None or not op.expr.data.operand_indices:
+        return False
+    return _reach(list(op.inputs)) != tuple(result.shape)
+
+
+def fills_result(op: ZipOp) -> bool:
+    """Whether `op` must be given its result's array to write into: the operands its Expr reads
+    broadcast to fewer extents than the result's (none read: a scalar), and it is not broadcast
+    afterwards.  Computed without one, its value would have the read operands' extents."""
+    result = _type(op.result)
+    if result is None or broadcast_afterwards(op):
+        return False
+    read = [v for i, v in enumerate(op.inputs) if i in op.expr.data.operand_indices]
+    return _reach(read) != tuple(result.shape)
 
 
 def _creates(op: Operation, broadcast_zips: set[ZipOp]) -> bool:
@@ -137,7 +169,10 @@ def plan_buffers(ops: Sequence[Operation], broadcast_zips: set[ZipOp]) -> Buffer
         result = _type(op.result)
         if result is None or not result.shape:
             continue
+        read = op.expr.data.operand_indices
         for j, value in enumerate(op.inputs):
+            if j not in read:
+                continue  # an operand the Expr does not read is no place for its result
             found = roots.get(value, frozenset())
             t = _type(value)
             if len(found) != 1 or t is None or (t.shape, t.elem) != (result.shape, result.elem):

@@ -24,7 +24,7 @@ from xdsl.ir import Operation, SSAValue
 
 from loam.backends import numpy_runtime
 from loam.backends.module_text import axes_type, dtype_source, node_label, numpy_dtype
-from loam.backends.numpy_buffers import BufferPlan
+from loam.backends.numpy_buffers import BufferPlan, broadcast_afterwards, fills_result
 from loam.backends.numpy_inplace import OUT, InPlacePlan, plan_in_place
 from loam.dialects.expr import (
     Binary,
@@ -34,7 +34,6 @@ from loam.dialects.expr import (
     Operand,
     Select,
     Unary,
-    broadcast_extents,
     format_float,
     step_args,
 )
@@ -196,6 +195,7 @@ class NumpyKernelPrinter:
         if out is not None and computing >= ROWS_AT_A_TIME and not fewer_than(result.shape, ROWS_MIN_ELEMENTS):
             self.m.pieces.add("_by_rows")  # a long chain: evaluated a cache-sized block of rows at a time
             return f"_by_rows({function}, {out}, {', '.join(args)})"
+        args = args[: expr.arity]  # the function's parameters: up to the last operand its Expr reads
         call_args = [*args, f"out={out}"] if out is not None else args
         return f"{function}({', '.join(call_args)})"
 
@@ -273,13 +273,18 @@ class NumpyKernelPrinter:
         if isinstance(op, ZipOp):
             slot = self.buffers.slot_of.get(op.result)
             at = self.buffers.in_place.get(op)
+            out = axes_type(op.result, "kernel.zip")
             if at is not None:
                 call = self._zip_call(op, arg, arg[at], alias=at)  # computed in a dead operand
+            elif slot is not None:
+                call = self._zip_call(op, arg, f"_buf[{slot}]")
+            elif fills_result(op):
+                # The operands it reads (none: a constant) stop short of its extents: a new array.
+                dtype = dtype_source(numpy_dtype(out, f"kernel.zip '{op.node.data}'"))
+                call = self._zip_call(op, arg, f"np.empty({self.m.shape_py(out)}, {dtype})")
             else:
-                call = self._zip_call(op, arg, None if slot is None else f"_buf[{slot}]")
-            out = axes_type(op.result, "kernel.zip")
-            broadcast = broadcast_extents([axes_type(v, "kernel.zip operand").shape for v in op.inputs])
-            if broadcast != out.shape:  # the operands alone may not reach the result's extents
+                call = self._zip_call(op, arg, None)
+            if broadcast_afterwards(op):  # the operands alone may not reach the result's extents
                 self.m.pieces.add("_reach")
                 return f"_reach({call}, {self.m.shape_py(out)})"
             return call

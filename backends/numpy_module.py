@@ -58,11 +58,10 @@ from loam.backends.module_text import (
     tuple_source,
     weights_beside,
 )
-from loam.backends.numpy_buffers import plan_buffers
+from loam.backends.numpy_buffers import broadcast_afterwards, plan_buffers
 from loam.backends.numpy_kernel_printer import NumpyKernelPrinter, expr_dtype, fewer_than
 from loam.backends.numpy_tile import tile_function
 from loam.backends.print_main import print_module
-from loam.dialects.expr import broadcast_extents
 from loam.dialects.kernel import ConstantOp, ProgramOp, TileProgramOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import UnsupportedError
@@ -220,12 +219,7 @@ class NumpyModulePrinter(ModulePrinter):
         """Plan the top-level block's buffers and open forward's body with the preallocated ones.
 
         A slot whose extents read the length an If's result has is dropped (known only after the If)."""
-        broadcast = set()
-        for op in ops:
-            if isinstance(op, ZipOp):
-                shapes = [axes_type(v, "kernel.zip operand").shape for v in op.inputs]
-                if broadcast_extents(shapes) != axes_type(op.result, "kernel.zip").shape:
-                    broadcast.add(op)
+        broadcast = {op for op in ops if isinstance(op, ZipOp) and broadcast_afterwards(op)}
         at_load, self.fixed = weight_only(ops, self.returned)
         self.at_load, self.kept = set(at_load), kept_results(at_load)
         plan = plan_buffers([op for op in ops if op not in self.at_load], broadcast)

@@ -157,7 +157,12 @@ class WgslKernelPrinter:
         return dispatches
 
     def zip(self, op: ZipOp) -> Dispatches:
-        return self._elementwise(op, op.expr.data, list(op.inputs))
+        # Only the operands the Expr reads are bound: the pipeline's layout has no binding for an
+        # unread one, and the kernel writes every element of the result's extents either way.
+        read = op.expr.data.operand_indices
+        kept = [i for i in range(len(op.inputs)) if i in read]
+        expr = op.expr.data.remap_operands({old: new for new, old in enumerate(kept)})
+        return self._elementwise(op, expr, [op.inputs[i] for i in kept])
 
     def cast(self, op: CastOp) -> Dispatches:
         elem = axes_type(op.result, "kernel.cast").elem.name

@@ -141,6 +141,9 @@ def _reader_refusal(result: SSAValue, reader: Operation, objective: str) -> Refu
         return (Reason.REDUCTION if isinstance(reader, _REDUCTIONS) else Reason.NO_NEIGHBOUR), None
     if reader.parent_block() is not result.owner.parent_block():  # type: ignore[union-attr]
         return Reason.OTHER_BLOCK, None
+    read = reader.expr.data.operand_indices
+    if not any(v is result and i in read for i, v in enumerate(reader.inputs)):
+        return Reason.NO_NEIGHBOUR, None  # its Expr does not read the value (a constant over its extents)
     shape = _shape(result)
     if shape is None or shape != _shape(reader.result):
         return Reason.BROADCAST, None

@@ -24,6 +24,9 @@ from loam.dialects.kernel.base import KernelOp, OneInputOp, check_broadcast, ext
 class ZipOp(KernelOp):
     """Elementwise: the operands broadcast (ONNX multidirectional) to the result, then `expr`.
 
+    `expr` may leave an operand unread (a constant over an operand's extents, `#kernel.expr<[const
+    0.0 : f32]>`); the result is still a new array of its own extents, never the unread operand.
+
     Syntax: `kernel.zip(%a, ...) #kernel.expr<[...]> {node = "NODE"} : (A, ...) -> R`
 
     Example:
@@ -55,7 +58,7 @@ class ZipOp(KernelOp):
     def verify_(self) -> None:
         expr = self.expr.data
         n = len(self.inputs)
-        if expr.operand_indices != frozenset(range(n)):
+        if not expr.operand_indices <= frozenset(range(n)):
             raise VerifyException(
                 f"kernel.zip '{self.node.data}': {n} operands but the expression reads operands "
                 f"{sorted(expr.operand_indices)}"

@@ -161,8 +161,7 @@ class SkipNormRule(OpRule):
             ctx.emit(y)
             results.append(y.result)
             if n > 1:
-                # 0 wherever the statistics are (an Expr reading no operand is not a zip's).
-                zeros = Expr.select(Expr.operand(0).unary("isnan"), Expr.const(0.0), Expr.const(0.0))
+                zeros = Expr.const(0.0)  # the mean output: 0 wherever the statistics are
                 zero = ZipOp([mean], zeros, types[1], node.name)
                 ctx.emit(zero)
                 results.append(zero.result)
