@@ -34,6 +34,8 @@ from loam.ops.base import NodeInfo, OpRule, float_attr, int_attr
 from loam.ops.microsoft.body import Body, BodyRule
 
 INT64_MAX = 2**63 - 1
+LOWEST = -3.4028234663852886e38
+"""numpy.finfo(numpy.float32).min, the float32 lowest, as a Python float."""
 KERNELS = ("kernel.matmul", "kernel.zip", "kernel.softmax", "kernel.concat", "kernel.permute", "kernel.regroup")
 
 
@@ -150,9 +152,10 @@ def _merge(body: Body, out5: str, out: str) -> str:
     return body.reshape(body.transpose(out5, [0, 3, 1, 2, 4], "output_BSGRH"), [0, 0, -1], "output", out)
 
 
-def _causal(body: Body, s: str, t: str, window: int, fill: str, hint: str = "causal") -> str:
-    """[S, T]: 0 where key j may be seen by query i (j <= T - S + i, and, where window > 0, the window
-    keys up to it: j > T - S + i - window, as onnxruntime 1.32's CPU kernel counts), `fill` elsewhere."""
+def _causal(body: Body, s: str, t: str, window: int, fill: str, hint: str = "causal", seen: str | None = None) -> str:
+    """[S, T]: 0 (or `seen`, broadcast against it) where key j may be seen by query i (j <= T - S + i,
+    and, where window > 0, the window keys up to it: j > T - S + i - window, as onnxruntime 1.32's CPU
+    kernel counts), `fill` elsewhere."""
     b = body
     one = b.const(1, "one_i", dtype="int64")
     zero = b.const(0, "zero_i", dtype="int64")
@@ -163,7 +166,22 @@ def _causal(body: Body, s: str, t: str, window: int, fill: str, hint: str = "cau
     if window > 0:
         first = b.op("Sub", [last, b.const(window - 1, "window", dtype="int64")], "first_key")
         allowed = b.op("And", [allowed, b.op("Not", [b.op("Less", [j, first], "before")], "not_before")], "in_window")
-    return b.op("Where", [allowed, b.const(0.0, "zero_f"), fill], hint)
+    return b.op("Where", [allowed, seen if seen is not None else b.const(0.0, "zero_f"), fill], hint)
+
+
+def _mask(body: Body, padding: str | None, causal: bool, s: str, t: str) -> list[str]:
+    """The additive mask onnxruntime's CPU Attention and MultiHeadAttention add to the scaled scores
+    (before any attention_bias): mask_filter_value at a padded key (`padding`, [B, 1, 1, 1, T]), and,
+    unidirectional, the float32 lowest (-3.4028235e38) at a key after the query, written over the
+    padding's value, not added to it.
+
+    So a query row whose every key is padded sees its keys up to itself at scores + mask_filter_value
+    and the later ones at the lowest: softmax over the first as if unpadded (mask_filter_value -10000)
+    or even weights over the later ones (mask_filter_value below the lowest's scores, -inf)."""
+    if not causal:
+        return [padding] if padding is not None else []
+    b = body
+    return [_causal(b, s, t, 0, b.const(LOWEST, "causal_fill"), "attention_mask", padding)]
 
 
 class RotaryEmbeddingRule(BodyRule):
@@ -367,7 +385,8 @@ class MultiHeadAttentionRule(BodyRule):
     kernels = KERNELS
     limitations = (
         "float32; query, key and value [B, S, D] (packed and BNSH key/value refused); key_padding_mask [B, T] or "
-        "[B]; past_sequence_length, cache_indirection and the qk output refused"
+        "[B], masked as Attention is (a row whose every key is masked matches onnxruntime); past_sequence_length, "
+        "cache_indirection and the qk output refused"
     )
 
     def write(self, node: NodeInfo, body: Body) -> None:
@@ -410,14 +429,10 @@ class MultiHeadAttentionRule(BodyRule):
         present_v = _key_value(node, b, _heads(b, value, heads, "V"), past_v, b.output(2), "present_value")
         k5, v5 = b.unsqueeze(present_k, [2], "K_BN1TH"), b.unsqueeze(present_v, [2], "V_BN1TH")
         t = b.extent(present_k, 2, "total_length")
-        masks = []
         padding = _padding_mask(node, b, 4, t, fill, "key_padding_mask")
-        if padding is not None:
-            masks.append(padding)
+        masks = _mask(b, padding, causal, b.extent(query, 1, "sequence_length"), t)
         if b.input(5) is not None:
             masks.append(b.unsqueeze(b.input(5) or "", [2], "attention_bias_BN1ST"))
-        if causal:
-            masks.append(_causal(b, b.extent(query, 1, "sequence_length"), t, 0, fill))
         _merge(b, _attend(b, q5, k5, v5, masks, scale), out)
 
 
@@ -440,8 +455,10 @@ class AttentionRule(BodyRule):
     kernels = (*KERNELS, "kernel.gather")
     limitations = (
         "float32; mask_index [B] (key lengths) or [B, T] (a 0/1 mask) as BERT and GPT-2 write it; other mask_index "
-        "forms, do_rotary, past_present_share_buffer and past_sequence_length refused; a query row whose every "
-        "key is masked (left padding under unidirectional) does not match onnxruntime"
+        "forms, do_rotary, past_present_share_buffer and past_sequence_length refused; masks as onnxruntime's CPU "
+        "kernel: mask_filter_value at a padded key, float32's lowest written over it after the query "
+        "(unidirectional), then attention_bias, so a row whose every key is masked is onnxruntime's softmax "
+        "(to float32 rounding at mask_filter_value's magnitude)"
     )
 
     def write(self, node: NodeInfo, body: Body) -> None:
@@ -501,14 +518,10 @@ class AttentionRule(BodyRule):
             b.op("Concat", stacked, "present", present_out, axis=0)
         k5, v5 = b.unsqueeze(present_k, [2], "K_BN1TH"), b.unsqueeze(present_v, [2], "V_BN1TH")
         t = b.extent(present_k, 2, "total_length")
-        masks = []
         padding = _padding_mask(node, b, 3, t, fill, "mask_index")
-        if padding is not None:
-            masks.append(padding)
+        masks = _mask(b, padding, causal, b.extent(x, 1, "sequence_length"), t)
         if b.input(5) is not None:
             masks.append(b.unsqueeze(b.input(5) or "", [2], "attention_bias_BN1ST"))
-        if causal:
-            masks.append(_causal(b, b.extent(x, 1, "sequence_length"), t, 0, fill))
         _merge(b, _attend(b, q5, k5, v5, masks, scale), out)
 
 

@@ -185,7 +185,7 @@ def attention(
     weights = {"w": rand(d_in, sum(widths)), "bias": rand(sum(widths))}
     if mask == "2d":
         m = np.ones((b, total), np.int32)
-        m[-1, -1] = 0  # no query row left without a key: there Loam and onnxruntime part (see the limitations)
+        m[-1, -1] = 0
         inputs["mask"] = m
     elif mask == "1d":
         inputs["mask"] = np.array([total] * (b - 1) + [total - 2], np.int32)
@@ -254,3 +254,87 @@ def test_multi_head_attention_refuses_packed_qkv() -> None:
     model = ms_model("MultiHeadAttention", {"q": q}, num_heads=2)
     with pytest.raises(UnsupportedError, match=r"MultiHeadAttention node .*packed QKV"):
         run_loam(model, {"q": q})
+
+
+# ---------------------------------------------------------------------------------------------
+# Query rows whose every key is masked: onnxruntime's CPU kernels add mask_filter_value at a padded
+# key and the float32 lowest, written over it, at a key after the query (unidirectional), then any
+# attention_bias; such a row is a softmax over those large negatives, never refused.
+# ---------------------------------------------------------------------------------------------
+
+LOWEST = float(np.finfo(np.float32).min)
+B2, S4 = 2, 4
+
+
+def _masked_feeds(kind: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(mask, attention bias [B, N, S, T]) of one masking case."""
+    if kind == "left-padding":  # batch 0's first two keys padded: its first two rows see no key
+        mask = np.ones((B2, S4), np.int32)
+        mask[0, :2] = 0
+        return mask, None
+    if kind == "row-all-padded":
+        mask = np.ones((B2, S4), np.int32)
+        mask[1] = 0
+        return mask, None
+    if kind == "length-0":
+        return np.array([0, S4], np.int32), None
+    bias = rand(B2, 2, S4, S4)
+    value = {"bias-ninf": -np.inf, "bias-big": -1e30, "bias-lowest": LOWEST, "bias-10000": -10000.0}[kind]
+    bias[0, :, 1, :] = value  # one whole query row
+    bias[1, :, :, 2] = value  # one key of every row
+    return None, bias
+
+
+MASKED = ["left-padding", "row-all-padded", "length-0", "bias-ninf", "bias-big", "bias-lowest", "bias-10000"]
+
+
+def _same_with_nans(model: onnx.ModelProto, feeds: dict[str, np.ndarray], padded_row: bool) -> None:
+    """Loam's numbers are onnxruntime's, NaN where onnxruntime's are (a row of -inf scores).
+
+    A `padded_row` (every key of a row at scores - 10000) agrees to float32's rounding at 10000 (an
+    ulp of 1e-3): one dot product summed in another order can round the other way there."""
+    rtol, atol = (2e-3, 5e-4) if padded_row else (1e-4, 1e-5)
+    for got, want in zip(run_loam(model, feeds), run_onnxruntime(model, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("filter_value", [None, float("-inf"), LOWEST], ids=["default", "ninf", "lowest"])
+@pytest.mark.parametrize("unidirectional", [0, 1])
+@pytest.mark.parametrize("kind", MASKED)
+def test_attention_rows_without_a_key_match_onnxruntime(kind: str, unidirectional: int, filter_value: float) -> None:
+    mask, bias = _masked_feeds(kind)
+    if filter_value is not None and mask is None:
+        pytest.skip("mask_filter_value applies to a mask")
+    n, d_in = 2, 24
+    inputs: dict[str, np.ndarray] = {"x": rand(B2, S4, d_in)}
+    weights = {"w": rand(d_in, 3 * n * H), "bias": rand(3 * n * H)}
+    names = ["x", "w", "bias", "mask" if mask is not None else ""]
+    if mask is not None:
+        inputs["mask"] = mask
+    if bias is not None:
+        inputs["attention_bias"] = bias
+        names += ["", "attention_bias"]
+    attrs = {} if filter_value is None else {"mask_filter_value": filter_value}
+    model = ms_model("Attention", inputs, weights, num_heads=n, unidirectional=unidirectional, **attrs)
+    del model.graph.node[0].input[:]
+    model.graph.node[0].input.extend(names)
+    _same_with_nans(model, inputs, mask is not None and filter_value is None)
+
+
+@pytest.mark.parametrize("filter_value", [None, float("-inf"), LOWEST], ids=["default", "ninf", "lowest"])
+@pytest.mark.parametrize("unidirectional", [0, 1])
+@pytest.mark.parametrize("kind", MASKED)
+def test_multi_head_attention_rows_without_a_key_match_onnxruntime(
+    kind: str, unidirectional: int, filter_value: float
+) -> None:
+    mask, bias = _masked_feeds(kind)
+    if filter_value is not None and mask is None:
+        pytest.skip("mask_filter_value applies to a mask")
+    inputs = {"q": rand(B2, S4, 2 * H), "k": rand(B2, S4, 2 * H), "v": rand(B2, S4, 2 * H), "bias": None}
+    inputs |= {"mask": mask, "attention_bias": bias}
+    while inputs and next(reversed(inputs.values())) is None:
+        inputs.popitem()
+    attrs = {} if filter_value is None else {"mask_filter_value": filter_value}
+    model = ms_model("MultiHeadAttention", inputs, num_heads=2, unidirectional=unidirectional, **attrs)
+    feeds = {k: v for k, v in inputs.items() if v is not None}
+    _same_with_nans(model, feeds, mask is not None and filter_value is None)
