@@ -377,6 +377,17 @@ def _padding_mask(node: NodeInfo, body: Body, k: int, t: str, fill: str, what: s
     return b.reshape(b.op("Where", [keep, zero, fill], "padding_mask"), [0, 1, 1, 1, -1], "padding_mask_B111T")
 
 
+def _masked_attention_attributes(node: NodeInfo, b: Body) -> tuple[int, float, str, bool]:
+    """What Attention and MultiHeadAttention read alike: num_heads (positive), scale (0: 1/sqrt(head
+    size)), mask_filter_value (a Constant, -10000 unless given) and unidirectional."""
+    heads = int_attr(node, "num_heads", 0)
+    if heads <= 0:
+        raise node.fail("num_heads must be positive")
+    scale = float_attr(node, "scale", 0.0)
+    fill = b.const(float_attr(node, "mask_filter_value", -10000.0), "mask_filter_value")
+    return heads, scale, fill, bool(int_attr(node, "unidirectional", 0, (0, 1)))
+
+
 class MultiHeadAttentionRule(BodyRule):
     """com.microsoft MultiHeadAttention (onnxruntime's CPU kernel): separate Q, K, V of [B, S, D]."""
 
@@ -391,12 +402,7 @@ class MultiHeadAttentionRule(BodyRule):
 
     def write(self, node: NodeInfo, body: Body) -> None:
         b = body
-        heads = int_attr(node, "num_heads", 0)
-        if heads <= 0:
-            raise node.fail("num_heads must be positive")
-        scale = float_attr(node, "scale", 0.0)
-        fill = b.const(float_attr(node, "mask_filter_value", -10000.0), "mask_filter_value")
-        causal = bool(int_attr(node, "unidirectional", 0, (0, 1)))
+        heads, scale, fill, causal = _masked_attention_attributes(node, b)
         _refuse_inputs(node, b, {8: "past_sequence_length", 9: "cache_indirection"})
         _refuse_outputs(node, b, {3: "qk"})
         _require_f32(node, b, 0, "query")
@@ -463,12 +469,7 @@ class AttentionRule(BodyRule):
 
     def write(self, node: NodeInfo, body: Body) -> None:
         b = body
-        heads = int_attr(node, "num_heads", 0)
-        if heads <= 0:
-            raise node.fail("num_heads must be positive")
-        scale = float_attr(node, "scale", 0.0)
-        fill = b.const(float_attr(node, "mask_filter_value", -10000.0), "mask_filter_value")
-        causal = bool(int_attr(node, "unidirectional", 0, (0, 1)))
+        heads, scale, fill, causal = _masked_attention_attributes(node, b)
         for attr in ("do_rotary", "past_present_share_buffer"):
             if int_attr(node, attr, 0):
                 raise node.unsupported(f"attribute '{attr}' other than 0 is not supported")
