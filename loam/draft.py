@@ -106,8 +106,16 @@ def draft_graph(graph: GraphOp, given: Sequence[LayoutRule]) -> LayoutDraft:
         draft = drafter.run(graph)
         more = drafter.clashing_inputs() - relabel
         if not more:
-            return draft
+            break
         relabel = relabel | more
+    # Relabelling found no more inputs, yet a class of unified axes may still sit at two axes of
+    # one tensor with two lengths: the operators make them one axis (name-axes could give them only
+    # one name), while stage 0 gives them two lengths it merely owes equal.  No layout names that
+    # tensor (one name is one length in a type), so say where rather than draft one the build rejects.
+    clash = drafter.first_clash()
+    if clash is not None:
+        raise AxisError(clash)
+    return draft
 
 
 class _Drafter:
@@ -124,6 +132,8 @@ class _Drafter:
         self.merges: dict[int, tuple[str, ...]] = {}  # class root -> the merge of parts it is
         self.origin: list[tuple[str, int, Poly]] = []  # variable -> (tensor, axis index, extent)
         self.graph_name = ""
+        self.node = ""  # the node being walked, for saying which one made two axes one
+        self.unions: list[tuple[int, int, str]] = []  # (root, root) each union joined, and its node
 
     # -- union-find ----------------------------------------------------------------------------
 
@@ -179,6 +189,7 @@ class _Drafter:
             raise AxisError(f"axis {fa or fb} would have to be a merged axis")
         low, high = min(ra, rb), max(ra, rb)  # the earlier variable stays the root: names stay stable
         self.parent[high] = low
+        self.unions.append((low, high, self.node))
         if fa or fb:
             self.fixed[low] = fa or fb  # type: ignore[assignment]
             self.fixed.pop(high, None)
@@ -250,7 +261,8 @@ class _Drafter:
         self.wanted: list[tuple[str, list[Axis], str | None]] = []  # tensors needing a rule, in graph order
         self.main_graph = self.graph_name
         self.branched = any(isinstance(op, NodeOp) and op.subgraphs for op in block.ops)
-        self.settled: list[tuple[tuple[Axis, ...], tuple[Poly, ...]]] = []
+        # every settled tensor: (name, graph, axes, extents)
+        self.settled: list[tuple[str, str, tuple[Axis, ...], tuple[Poly, ...]]] = []
         self.inputs: dict[SSAValue, str] = {}
         for arg, name in zip(block.args, [s.data for s in graph.input_names.data], strict=True):
             self.settle(arg, name)
@@ -272,7 +284,7 @@ class _Drafter:
     def clashing_inputs(self) -> set[str]:
         """Graph inputs read in a branch whose axis is one axis with two lengths in some tensor."""
         clashes: set[str] = set()
-        for axes, shape in self.settled:
+        for _, _, axes, shape in self.settled:
             seen: dict[str, Poly] = {}
             for axis, extent in zip(axes, shape, strict=True):
                 key = self.class_key(axis)
@@ -283,6 +295,44 @@ class _Drafter:
             if any(self.class_key(a) in clashes for a in self.axes_of[value]):
                 found.add(name)
         return found
+
+    def first_clash(self) -> str | None:
+        """A message for the first tensor with one class of axes at two axes of two lengths, if any."""
+        for tensor, graph, axes, shape in self.settled:
+            first: dict[str, int] = {}
+            for j, (axis, extent) in enumerate(zip(axes, shape, strict=True)):
+                key = self.class_key(axis)
+                if key is None:
+                    continue
+                i = first.setdefault(key, j)
+                if shape[i] == extent:
+                    continue
+                by = self.joined_by(axes[i], axis)
+                return (
+                    f"graph '{graph}', tensor '{tensor}': axes {i} and {j} are one axis to the operators"
+                    f"{f' ({by} makes them one)' if by else ''}, but stage 0 gives them lengths {shape[i]} "
+                    f"and {extent}, which it only owes equal; one name is one length, so no layout names "
+                    "this tensor"
+                )
+        return None
+
+    def joined_by(self, a: Axis, b: Axis) -> str:
+        """The node whose unification first made axis variables `a` and `b` one class ('' if unknown)."""
+        va, vb = self.var_of(a.name), self.var_of(b.name)
+        if va is None or vb is None:
+            return ""
+        parent = list(range(len(self.parent)))
+
+        def find(v: int) -> int:
+            while parent[v] != v:
+                v = parent[v]
+            return v
+
+        for low, high, node in self.unions:
+            parent[find(high)] = find(low)
+            if find(va) == find(vb):
+                return node
+        return ""
 
     def relabel_in(self, branch: Block) -> dict[SSAValue, tuple[Axis, ...]]:
         """Give the inputs to relabel their branch axes; return their outer axes to restore."""
@@ -305,7 +355,7 @@ class _Drafter:
         assert isinstance(t, PolyTensorType)
         axes, needs_rule = self.axes_for(tensor, t.shape, given if given is not None else [None] * len(t.shape))
         self.axes_of[value] = tuple(axes)
-        self.settled.append((tuple(axes), t.shape))
+        self.settled.append((tensor, self.graph_name, tuple(axes), t.shape))
         if needs_rule and tensor:  # an output the node leaves unnamed is never read
             # A tensor inside an If branch gets a rule scoped to that branch's graph: both branches
             # may name their tensors alike.
@@ -337,6 +387,7 @@ class _Drafter:
                     self.settle(op.result, name)
             elif isinstance(op, NodeOp):
                 info = node_info(op)
+                self.node = info.where()
                 rule = rule_for(info, op.domain)
                 outputs = [base.Facts(r.type.elem, r.type.shape) for r in op.outs]  # type: ignore[attr-defined]
                 if isinstance(rule, IfRule):
@@ -349,6 +400,7 @@ class _Drafter:
                         returned.append([axes_of[v] for v in values])
                         axes_of.update(saved)
                     self.graph_name = outer
+                    self.node = info.where()
                     # An axis both branches give one length is drafted as one axis (so the layout
                     # needs no rule for it); one they give two lengths gets the output's own rule.
                     named = []
