@@ -1,5 +1,8 @@
-"""The operator rules Loam knows: `RULES` by ONNX op type (default domain), `DOMAIN_RULES` by (domain,
-op type) for the operators of other domains (onnxruntime's `com.microsoft`, `loam.ops.microsoft`)."""
+"""The operator rules Loam knows, by op type, and those of other domains than ONNX's.
+
+`RULES` holds ONNX's own operators (default domain) by op type; `DOMAIN_RULES` the operators of other
+domains (onnxruntime's `com.microsoft`, `loam.ops.microsoft`) by (domain, op type).
+"""
 
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ def test_the_build_says_the_with_past_branch_can_only_run_an_empty_past(tmp_path
 
 def test_the_run_refuses_a_decode_step_the_declaration_rules_out(tmp_path: Path) -> None:
     result = build(tmp_path)
-    with pytest.raises(result.module.ShapeError, match="input 'attention_mask' axis 1 .* got 8"):
+    with pytest.raises(result.module.ShapeError, match=r"input 'attention_mask' axis 1 .* got 8"):
         steps(result, 1)
 
 
