@@ -9,7 +9,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from loam.errors import UnsupportedError
 from loam.testing import assert_same, build_for, run_built, run_onnxruntime
 
 
@@ -97,6 +96,14 @@ def test_a_range_over_run_time_bounds_gives_a_run_length_and_refuses_a_zero_delt
         run_built(built, {k: np.array(v, np.float32) for k, v in (("start", 0), ("limit", 1), ("delta", 0))})
 
 
-def test_the_wgsl_module_refuses_a_buffer_sized_by_a_run_length_naming_it() -> None:
-    with pytest.raises(UnsupportedError, match=r"its size reads nz\[1\], a length only the run knows \(node 'nz'"):
-        build_for(NONZERO, fuse="dispatch", backend="wgsl", host_fallback=True)
+@pytest.mark.parametrize(
+    "x",
+    [np.array([[0, 1, 2], [3, 0, 0]], np.float32), np.zeros((2, 2), np.float32), np.ones((4, 3), np.float32)],
+    ids=["some", "none", "all"],
+)
+def test_the_wgsl_module_makes_a_buffer_sized_by_a_run_length_when_the_run_gives_it(x: np.ndarray) -> None:
+    """NonZero runs on the host (--host-fallback); the kernels after it read its count, and their buffers
+    are made once the run knows it (`g.late`), kept for the next call and grown when it needs more."""
+    built = build_for(NONZERO, fuse="dispatch", backend="wgsl", host_fallback=True)
+    assert "g.late(" in built.source
+    assert_same(run_built(built, {"x": x}), run_onnxruntime(NONZERO, {"x": x}))
