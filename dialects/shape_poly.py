@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
-from xdsl.ir import Attribute, Data, Dialect, ParametrizedAttribute, TypeAttribute
-from xdsl.irdl import IRDLOperation, irdl_attr_definition, irdl_op_definition, prop_def, result_def
+from xdsl.ir import Attribute, Data, Dialect, ParametrizedAttribute, SSAValue, TypeAttribute
+from xdsl.irdl import IRDLOperation, irdl_attr_definition, irdl_op_definition, operand_def, prop_def, result_def
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
@@ -314,4 +314,38 @@ class ValuesOp(IRDLOperation):
             raise VerifyException(f"shape_poly.values holds integers, not {t.elem.name}")
 
 
-ShapePoly = Dialect("shape_poly", [OweOp, ValuesOp], [ExtentAttr, PolyTensorType])
+@irdl_op_definition
+class AliasOp(IRDLOperation):
+    """A value of an enclosing graph read inside an If branch under extents the branch owes equal.
+
+    Where a branch owes `a == b` of two input symbols (checked by a `shape_poly.owe` at its top,
+    before any kernel of the branch), stage 0 reads `b` as `a` in every extent of the branch, so an
+    axis the operators make one has one length.  An outer value whose type says `b` is read through
+    an alias whose type says `a`: same element type, rank and data; only the extents' spelling
+    changes, and the run reaches it only once the owed check has passed.
+
+    Syntax: `%m = shape_poly.alias %mask "attention_mask" : T -> R`
+    """
+
+    name = "shape_poly.alias"
+
+    input = operand_def()
+    tensor_name = prop_def(StringAttr)
+    result = result_def()
+
+    assembly_format = "$input $tensor_name attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, value: SSAValue, tensor_name: str, result_type: Attribute) -> None:
+        super().__init__(
+            operands=[value], properties={"tensor_name": StringAttr(tensor_name)}, result_types=[result_type]
+        )
+
+    def verify_(self) -> None:
+        a, r = self.input.type, self.result.type
+        if getattr(a, "elem", None) != getattr(r, "elem", None) or len(getattr(a, "shape", ())) != len(
+            getattr(r, "shape", ())
+        ):
+            raise VerifyException(f"shape_poly.alias '{self.tensor_name.data}' must keep element type and rank")
+
+
+ShapePoly = Dialect("shape_poly", [OweOp, ValuesOp, AliasOp], [ExtentAttr, PolyTensorType])

@@ -25,7 +25,7 @@ import onnx
 from xdsl.ir import Block, SSAValue
 
 from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, NoneOp, ReturnOp, SubgraphInfoOp
-from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp
+from loam.dialects.shape_poly import AliasOp, OweOp, PolyTensorType, ValuesOp
 from loam.dialects.tensor_axes import Axis
 from loam.errors import AxisError
 from loam.layout import LayoutMatcher, LayoutRule, merged_axis_name
@@ -419,6 +419,13 @@ class _Drafter:
                     named = rule.axes(info, inputs, outputs)
                 for result, name, axes in zip(op.outs, op.output_names, named, strict=True):
                     self.settle(result, name, axes)
+            elif isinstance(op, AliasOp):
+                # An outer value under the lengths the branch reads it at: the same axes.
+                t = op.result.type
+                assert isinstance(t, PolyTensorType)
+                axes = tuple(Axis(a.name, e, a.parts) for a, e in zip(axes_of[op.input], t.shape, strict=True))
+                axes_of[op.result] = axes
+                self.settled.append((op.tensor_name.data, self.graph_name, axes, t.shape))
             elif not isinstance(op, NoneOp | ReturnOp | OweOp | SubgraphInfoOp):
                 raise AxisError(f"graph '{self.graph_name}': the layout drafter does not know {op.name}")
 

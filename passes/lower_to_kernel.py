@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, UnitAttr
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
@@ -31,7 +31,7 @@ from loam.dialects.graph import (
 from loam.dialects.kernel import ConstantOp as KernelConstantOp
 from loam.dialects.kernel import IfOp, LoopOp, ProgramOp, RegroupOp, WeightOp, YieldOp
 from loam.dialects.kernel import ReturnOp as KernelReturnOp
-from loam.dialects.shape_poly import OweOp, ValuesOp
+from loam.dialects.shape_poly import AliasOp, OweOp, ValuesOp
 from loam.dialects.tensor_axes import AxesTensorType, RelabelOp
 from loam.errors import AxisError, UnsupportedError
 from loam.ops import rule_for
@@ -113,6 +113,12 @@ def lower_ops(source: Block, block: Block, mapping: dict[SSAValue, SSAValue]) ->
         elif isinstance(op, RelabelOp):
             # The same data under the branch's axis names: a regroup that moves nothing.
             r = emit(RegroupOp(mapping[op.input], _axes_type(op.result), f"relabel {op.tensor_name.data}"))
+            mapping[op.result] = _named(r.results[0], op.input)
+        elif isinstance(op, AliasOp):
+            # The same data at the lengths the branch owes equal (checked above it): a regroup
+            # that moves nothing, its element counts equal wherever the run reaches it.
+            r = emit(RegroupOp(mapping[op.input], _axes_type(op.result), f"alias {op.tensor_name.data}"))
+            r.properties["owed_equal"] = UnitAttr()
             mapping[op.result] = _named(r.results[0], op.input)
         elif isinstance(op, NodeOp) and op.op_type == "If":
             info = node_info(op)

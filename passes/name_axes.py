@@ -20,7 +20,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, NoneOp, ReturnOp, SubgraphInfoOp
-from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp
+from loam.dialects.shape_poly import AliasOp, OweOp, PolyTensorType, ValuesOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis, LayoutAttr, RelabelOp, axes_tensor_type
 from loam.errors import AxisError
 from loam.layout import LayoutMatcher, LayoutRule, parse_layout_flag
@@ -162,6 +162,13 @@ class NameAxesGraph:
                 self.settle(op.result, self.from_layout(folded_name(op), _facts(op.result), unit_fallback=True))
             elif isinstance(op, NodeOp):
                 self.node(op)
+            elif isinstance(op, AliasOp):
+                # The outer value's axes, at the lengths the branch reads them (stage 0's alias).
+                t = op.input.type
+                assert isinstance(t, AxesTensorType)
+                facts = _facts(op.result)
+                axes = [Axis(a.name, e, a.parts) for a, e in zip(t.axes, facts.shape, strict=True)]
+                self.settle(op.result, _distinct(op.tensor_name.data, facts, axes, "stage 0's alias"))
             elif not isinstance(op, NoneOp | ReturnOp | OweOp | SubgraphInfoOp | RelabelOp):
                 raise AxisError(f"graph '{self.graph_name}': name-axes does not know {op.name}")
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
-from xdsl.ir import Block, BlockArgument, SSAValue
+from xdsl.ir import Block, BlockArgument, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
@@ -46,7 +46,7 @@ from loam.dialects.graph import (
     TensorDataAttr,
     TensorType,
 )
-from loam.dialects.shape_poly import OweOp, PolyTensorType, ValuesOp, poly_tensor_type
+from loam.dialects.shape_poly import AliasOp, OweOp, PolyTensorType, ValuesOp, poly_tensor_type
 from loam.dim_params import read_dim_param, spell_graph_inputs
 from loam.dtypes import by_name
 from loam.errors import PolyError, ShapeError, UnsupportedError
@@ -55,6 +55,7 @@ from loam.limits import check_extents
 from loam.ops import rule_for
 from loam.ops.base import Facts, NodeInfo
 from loam.ops.control import IfRule, LoopRule
+from loam.owed import Owed
 from loam.passes.notes import add_notes
 from loam.poly import Poly, poly_product
 
@@ -235,7 +236,7 @@ class Stage0Graph:
                 self.settle(op.result, Facts(t.elem, t.shape, polys))
             elif isinstance(op, ReturnOp):
                 self.merge_outputs(op)
-            elif not isinstance(op, NoneOp | OweOp | SubgraphInfoOp):
+            elif not isinstance(op, NoneOp | OweOp | SubgraphInfoOp | AliasOp):
                 raise UnsupportedError(f"graph '{self.graph_name}': stage 0 does not know {op.name}")
 
     def initializer(self, op: InitializerOp) -> None:
@@ -301,15 +302,23 @@ class Stage0Graph:
                 raise AssertionError(f"{info.where()}: {key} has no graph.subgraph_info")
             if block.args:
                 raise info.unsupported(f"{key} '{header.graph_name.data}' declares inputs of its own")
-            branch = Stage0Graph(header.graph_name.data)
-            branch.facts = dict(self.facts)
-            outer = self.scope
-            branch.scope = owed.ExtentScope(
-                set(outer.bound), dict(outer.bounds), list(outer.sizes), declared=outer.declared
-            )
-            with owed.scope(branch.scope):
-                branch.run_ops(block)
-            remove_unread_constants(block)
+            pristine = op.subgraph(key).clone()
+            branch = self.run_branch(block, header)
+            same = self.owed_same_symbols(branch.scope.owed)
+            if same:
+                # The branch owes two input symbols equal: reading one as the other everywhere in
+                # it gives an axis the operators make one a single length.  Run stage 0 again on
+                # the branch as it was, with that reading.
+                region = op.subgraph(key)
+                fresh = pristine.detach_block(pristine.block)
+                region.insert_block_before(fresh, block)
+                region.detach_block(block)
+                block.erase(safe_erase=False)
+                block = fresh
+                header = block.first_op
+                assert isinstance(header, SubgraphInfoOp)
+                branch = self.run_branch(block, header, same)
+            pristine.erase()  # the copy's ops read outer values: drop those uses
             checks = [OweOp(o.lhs, o.rhs, o.node, equal=o.equal) for o in branch.scope.owed]
             if checks:
                 Rewriter.insert_op(checks, InsertPoint.after(header))
@@ -323,6 +332,85 @@ class Stage0Graph:
         for result, facts in zip(list(op.outs), outputs, strict=True):
             self.settle(result, facts)
         self.bind_result_lengths(info, outputs)
+
+    def run_branch(
+        self, block: Block, header: SubgraphInfoOp, same: Sequence[tuple[Owed, str, str]] = ()
+    ) -> Stage0Graph:
+        """Stage 0 over an If branch's block in a copy of the scope around it.
+
+        `same` lists owed equalities of two input symbols (the condition, the symbol read, the
+        symbol it is read as).  The branch keeps owing each (its check stays at the branch's top),
+        and every outer value it reads whose extents name a read symbol is read through a
+        `shape_poly.alias` after that check, typed with the symbol it is read as.
+        """
+        branch = Stage0Graph(header.graph_name.data)
+        branch.facts = dict(self.facts)
+        outer = self.scope
+        branch.scope = owed.ExtentScope(
+            set(outer.bound), dict(outer.bounds), list(outer.sizes), declared=outer.declared
+        )
+        for condition, _, _ in same:
+            branch.scope.record(condition)
+        if same:
+            rename = dict((b, a) for _, b, a in same)
+
+            def read(p: Poly) -> Poly:
+                for b, a in rename.items():
+                    p = p.substitute(b, Poly.symbol(a))
+                return p
+
+            aliases: dict[SSAValue, SSAValue] = {}
+            for inner in list(block.walk()):
+                for index, v in enumerate(inner.operands):
+                    if v in aliases:
+                        inner.operands[index] = aliases[v]
+                        continue
+                    facts = self.facts.get(v)
+                    if facts is None or not any(s in rename for e in facts.shape for s in e.symbols):
+                        continue
+                    shape = tuple(read(e) for e in facts.shape)
+                    span = None if facts.span is None else (read(facts.span[0]), read(facts.span[1]))
+                    seen = Facts(facts.elem, shape, span=span)
+                    alias = AliasOp(v, tensor_name(v), poly_type(seen))
+                    alias.result.name_hint = v.name_hint
+                    last = header
+                    while isinstance(last.next_op, AliasOp):
+                        last = last.next_op
+                    Rewriter.insert_op(alias, InsertPoint.after(last))
+                    branch.facts[alias.result] = seen
+                    aliases[v] = alias.result
+                    inner.operands[index] = alias.result
+        with owed.scope(branch.scope):
+            branch.run_ops(block)
+        remove_unread_constants(block)
+        return branch
+
+    def owed_same_symbols(self, conditions: Sequence[Owed]) -> list[tuple[Owed, str, str]]:
+        """The owed equalities of two symbols the graph's inputs declare, each with the symbol a
+        branch may read as the other (the one declared by fewer input axes; else the one declared later).
+
+        A branch whose owed check passed runs only where the two are one length, so reading one as
+        the other changes no extent of the run; where they differ the check stops the run first.
+        """
+        found: list[tuple[Owed, str, str]] = []
+        renamed: set[str] = set()
+        declared = self.scope.declared
+        for o in conditions:
+            if not o.equal:
+                continue
+            a, b = o.lhs.lone_symbol, o.rhs.lone_symbol
+            if a is None or b is None or o.lhs != Poly.symbol(a) or o.rhs != Poly.symbol(b):
+                continue
+            if a not in declared or b not in declared or a not in self.scope.bound or b not in self.scope.bound:
+                continue
+            if {a, b} & renamed or any(a == k or b == k for _, _, k in found):
+                continue  # one reading per symbol keeps it simple
+            order = list(declared)
+            if (len(declared[a]), -order.index(a)) < (len(declared[b]), -order.index(b)):
+                a, b = b, a  # b is read as a
+            found.append((o, b, a))
+            renamed.add(b)
+        return found
 
     def loop_node(self, op: NodeOp, info: NodeInfo, rule: LoopRule) -> None:
         """Check the body once, in a copy of the scope around it, with what every iteration knows.
@@ -480,6 +568,23 @@ def _kind(t: object) -> str:
     if isinstance(t, MapType):
         return "map"
     return "sparse tensor"
+
+
+def tensor_name(value: SSAValue) -> str:
+    """The ONNX name of a value: a graph input's, a node output's, a folded value's."""
+    if isinstance(value, BlockArgument):
+        parent = value.block.parent_op()
+        names = getattr(parent, "input_names", None)
+        if names is not None and value.index < len(names.data):
+            return names.data[value.index].data
+    owner = value.owner
+    if isinstance(owner, NodeOp) and isinstance(value, OpResult):
+        return owner.output_names[value.index]
+    if isinstance(owner, ConstantOp):
+        return owner.value.tensor_name.data
+    if isinstance(owner, ValuesOp):
+        return owner.tensor_name.data
+    return value.name_hint or ""
 
 
 def remove_unread_constants(block: Block) -> None:
