@@ -534,8 +534,10 @@ def _node_report_text(report: str) -> str:
     if len(lines) <= _REPORT_LINES + 1:
         return "\n".join(lines) + "\n"
     counts: dict[str, int] = {}
+    column = lines[0].find("kernels")  # the node column may hold spaces ("relabel attention_mask")
     for line in lines[1:]:
-        for kernel in line.split(None, 1)[1].split(" (")[0].split(", ") if len(line.split(None, 1)) > 1 else []:
+        listed_kernels = line[column:].strip() if column > 0 else line.split(None, 1)[-1]
+        for kernel in listed_kernels.split(" (")[0].split(", ") if listed_kernels else []:
             counts[kernel] = counts.get(kernel, 0) + 1
     listed = ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
     return f"{len(lines) - 1} nodes emit code: {listed} (--dump-ir DIR shows the kernel of each)\n"

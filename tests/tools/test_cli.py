@@ -517,3 +517,16 @@ def test_text_model_with_external_weights_round_trips_through_the_pipe(tmp_path:
     session = ort.InferenceSession(str(tmp_path / "back.onnx"), providers=["CPUExecutionProvider"])
     got = session.run(None, {"x": np.load(MLP / "input.npy")})[0]
     np.testing.assert_allclose(got, np.load(MLP / "expected.npy"), rtol=1e-6, atol=0)
+
+
+def test_a_large_graphs_node_report_counts_kernels_whatever_the_node_names_hold() -> None:
+    """Node names with spaces (a branch's relabelling of an input) stay names, not kernel kinds."""
+    from loam.tools.loam_main import _REPORT_LINES, _node_report_text
+
+    header = f"{'node':<42}kernels"
+    rows = [f"{'relabel attention_mask':<42}kernel.regroup, kernel.regroup", f"{'alias input_ids':<42}kernel.regroup"]
+    rows += [f"{f'n{i}':<42}kernel.zip (fused into n0)" for i in range(_REPORT_LINES)]
+    text = _node_report_text("\n".join([header, *rows]) + "\n")
+    assert text.startswith(f"{_REPORT_LINES + 2} nodes emit code: ")
+    assert f"{_REPORT_LINES} kernel.zip" in text and "3 kernel.regroup" in text
+    assert "attention_mask" not in text and "input_ids" not in text
