@@ -15,14 +15,13 @@ axis that declares a symbol it reads, with what to change (`interface`, `dims`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 
 from loam.dialects.graph import GraphOp, NodeOp, SubgraphInfoOp, TensorType
 from loam.dialects.shape_poly import OweOp
 from loam.dim_params import read_spelling
+from loam.owed import declarations
 from loam.poly import Poly, derived_call
 
 __all__ = ["declared_axes", "forced_extent_notes", "forced_value"]
@@ -75,17 +74,6 @@ def _place(op: Operation) -> str:
     return "in the graph"
 
 
-def _declarations(symbols: Sequence[str], declared: dict[str, list[str]]) -> str:
-    parts = []
-    for symbol in symbols:
-        axes = declared.get(symbol, [])
-        if not axes:
-            continue
-        shown = ", ".join(axes[:3]) + (f" and {len(axes) - 3} more" if len(axes) > 3 else "")
-        parts.append(f"{symbol} is declared by {shown}")
-    return "; ".join(parts)
-
-
 def forced_extent_notes(module: ModuleOp, declared: dict[str, list[str]]) -> list[str]:
     """A note per owed condition that leaves a symbol one value (see the module docstring);
     `declared` maps each symbol to the input axes declaring it (`declared_axes`)."""
@@ -105,10 +93,10 @@ def forced_extent_notes(module: ModuleOp, declared: dict[str, list[str]]) -> lis
         seen.add((symbol, value, place))
         relation = "==" if op.equal else "<="
         symbols = sorted(lhs.symbols | rhs.symbols)
-        declarations = _declarations(symbols, declared)
+        said = declarations(symbols, declared)
         notes.append(
             f"the run can only pass with {symbol} = {value}: {op.reason.data} {place} needs {lhs} {relation} {rhs}"
-            + (f", and {declarations}" if declarations else "")
+            + (f", and {said}" if said else "")
             + ". If the model means another length there, re-declare the input with the `interface` option "
             "(`[interface] NAME = [dims]`, `--interface NAME=DIM,...`); if it means this one, fix it with "
             f"`[dims] {symbol} = {value}`"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from loam.bounds import Interval, Verdict
@@ -59,6 +59,18 @@ def split_condition(slack: Poly) -> tuple[Poly, Poly]:
 def where(node: object) -> str:
     """How an owed condition names the node relying on it (`Slice node 'h.0/attn/Slice_3'`)."""
     return node.where() if hasattr(node, "where") else str(node)  # type: ignore[no-any-return]
+
+
+def declarations(symbols: Sequence[str], declared: Mapping[str, Sequence[str]]) -> str:
+    """How messages say which input axes declare `symbols` (`S is declared by x axis 1, ...`); the
+    symbols no input declares are left out, "" when none is declared."""
+    parts = []
+    for symbol in symbols:
+        axes = declared.get(symbol, [])
+        if axes:
+            shown = ", ".join(axes[:3]) + (f" and {len(axes) - 3} more" if len(axes) > 3 else "")
+            parts.append(f"{symbol} is declared by {shown}")
+    return "; ".join(parts)
 
 
 @dataclass
@@ -172,12 +184,8 @@ class ExtentScope:
             if symbol is None:
                 fix = "fix its symbols with the `dims` option if they are meant to be numbers"
             else:
-                axes = self.declared.get(symbol, [])
-                declared = (
-                    f"{symbol} is declared by {', '.join(axes[:3])}{' and more' if len(axes) > 3 else ''}; "
-                    if axes
-                    else ""
-                )
+                said = declarations([symbol], self.declared)
+                declared = f"{said}; " if said else ""
                 fix = (
                     f"{declared}if it is meant to be {number}, fix it with `[dims] {symbol} = {number}` "
                     f"(--dims {symbol}={number})"
