@@ -6,6 +6,9 @@ when the graph has it, so the module can embed them), folded values `kernel.cons
 node the kernels its operator rule (`loam.ops`) emits: MatMul a `kernel.matmul`, Gemm a product and
 a `kernel.zip`, each elementwise operator one `kernel.zip` whose `Expr` is data.  The program
 replaces the `graph.model`; nothing after this pass reads the graph dialect.
+
+The build notes rules leave through `LowerContext.note` (one per distinct text, naming the nodes
+that left it) join `loam.notes`.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from loam.dialects.tensor_axes import AxesTensorType, RelabelOp
 from loam.errors import AxisError, UnsupportedError
 from loam.ops import rule_for
 from loam.ops.base import LowerContext
+from loam.passes.notes import add_notes
 from loam.passes.stage0 import node_info
 
 
@@ -59,20 +63,30 @@ class LowerToKernelPass(ModulePass):
     name = "lower-to-kernel"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        notes: dict[str, list[str]] = {}
         for model in [m for m in op.ops if isinstance(m, ModelOp)]:
-            program = lower_graph(model.graph)
+            program = lower_graph(model.graph, notes)
             Rewriter.replace_op(model, program, new_results=[])
+        if notes:
+            add_notes(op, [f"{text} ({_nodes(names)})" for text, names in notes.items()])
 
 
-def lower_graph(graph: GraphOp) -> ProgramOp:
-    """The program computing `graph` (a main graph: no outer scope)."""
+def _nodes(names: list[str]) -> str:
+    shown = ", ".join(f"'{n}'" for n in names[:3])
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return f"node{'s' if len(names) > 1 else ''} {shown}{more}"
+
+
+def lower_graph(graph: GraphOp, notes: dict[str, list[str]] | None = None) -> ProgramOp:
+    """The program computing `graph` (a main graph: no outer scope); the rules' build notes go in
+    `notes` (text -> the nodes that left it)."""
     source = graph.body.block
     block = Block(arg_types=[_axes_type(a) for a in source.args])
     mapping: dict[SSAValue, SSAValue] = {}
     for old, new in zip(source.args, block.args, strict=True):
         mapping[old] = new
         new.name_hint = old.name_hint
-    lower_ops(source, block, mapping)
+    lower_ops(source, block, mapping, {} if notes is None else notes)
     # A constant folded into every Expr that read it, or a weight no kernel reads, is not kept:
     # Weights must not ask the checkpoint for a tensor forward never reads.
     for op in reversed(list(block.walk())):
@@ -87,8 +101,9 @@ def lower_graph(graph: GraphOp) -> ProgramOp:
     )
 
 
-def lower_ops(source: Block, block: Block, mapping: dict[SSAValue, SSAValue]) -> None:
-    """Lower the ops of `source` into `block`; `mapping` carries values of the enclosing scopes."""
+def lower_ops(source: Block, block: Block, mapping: dict[SSAValue, SSAValue], notes: dict[str, list[str]]) -> None:
+    """Lower the ops of `source` into `block`; `mapping` carries values of the enclosing scopes, `notes`
+    the rules' build notes."""
 
     def emit(op: Operation) -> Operation:
         block.add_op(op)
@@ -126,7 +141,7 @@ def lower_ops(source: Block, block: Block, mapping: dict[SSAValue, SSAValue]) ->
             for key in ("then_branch", "else_branch"):
                 branch = op.subgraph(key).block
                 inner = Block()
-                lower_ops(branch, inner, mapping)
+                lower_ops(branch, inner, mapping, notes)
                 regions.append(Region(inner))
             if_op = emit(IfOp(mapping[op.args[0]], [_axes_type(r) for r in op.outs], info.name, *regions))
             for old, new in zip(op.outs, if_op.results, strict=True):
@@ -137,7 +152,7 @@ def lower_ops(source: Block, block: Block, mapping: dict[SSAValue, SSAValue]) ->
             inner = Block(arg_types=[_axes_type(a) for a in body.args])
             for old, new in zip(body.args, inner.args, strict=True):
                 mapping[old] = _named(new, old)
-            lower_ops(body, inner, mapping)
+            lower_ops(body, inner, mapping, notes)
             trip, cond = (None if isinstance(v.owner, NoneOp) else mapping[v] for v in op.args[:2])
             carried = [mapping[v] for v in op.args[2:]]
             loop = emit(LoopOp(trip, cond, carried, [_axes_type(r) for r in op.outs], info.name, Region(inner)))
@@ -147,7 +162,7 @@ def lower_ops(source: Block, block: Block, mapping: dict[SSAValue, SSAValue]) ->
             info = node_info(op)
             rule = rule_for(info, op.domain)
             operands = [None if isinstance(v.owner, NoneOp) else mapping[v] for v in op.args]
-            ctx = LowerContext(emit, [_axes_type(r) for r in op.outs])
+            ctx = LowerContext(emit, [_axes_type(r) for r in op.outs], notes)
             results = rule.lower(ctx, info, operands)
             for old, new in zip(op.outs, results, strict=True):
                 mapping[old] = _named(new, old)

@@ -96,15 +96,27 @@ def result_length(output: str, axis: int) -> Poly:
 
 
 class LowerContext:
-    """What a rule's `lower` uses to build kernel ops: an insertion point and the node's result types.
+    """What a rule's `lower` uses to build kernel ops: an insertion point, the node's result types and
+    a place for build notes.
 
     `emit(op)` inserts `op` before the node being lowered and returns it; `result_types` are the
-    node's outputs' `!tensor_axes.tensor` types after name-axes.
+    node's outputs' `!tensor_axes.tensor` types after name-axes; `note(text, node)` leaves a build
+    note (`loam build` prints it), one per distinct text, naming the nodes that left it.
     """
 
-    def __init__(self, emit: Callable[[Operation], Operation], result_types: Sequence[Any]) -> None:
+    def __init__(
+        self,
+        emit: Callable[[Operation], Operation],
+        result_types: Sequence[Any],
+        notes: dict[str, list[str]] | None = None,
+    ) -> None:
         self.emit = emit
         self.result_types = list(result_types)
+        self.notes = notes if notes is not None else {}
+
+    def note(self, text: str, node: NodeInfo) -> None:
+        """Leave build note `text` for `node`; the nodes that leave one text share one note."""
+        self.notes.setdefault(text, []).append(node.name)
 
 
 class OpRule:
