@@ -10,8 +10,13 @@ uint8 bytes (or int4/uint4 elements), and the library kernels `kernel.matmul_nbi
   `bits`-bit integers low bits first, blocks of `block_size` along K (the last block padded);
   scales [N, blocks]; zero points packed as B is ([N, ceil(blocks * bits / 8)] uint8) or of A's
   type ([N, blocks]), else 2^(bits - 1); g_idx [K] names the block each k reads its scale and zero
-  point from.  `accuracy_level` only lets onnxruntime compute faster (A quantized to int8 at 4):
-  Loam computes in f32 whatever it says.
+  point from.  `accuracy_level` 4 lets onnxruntime round A to int8 in blocks of `block_size` (one
+  scale, max|a| / 127, a block) and multiply integers (unless it reads g_idx or zero points of A's
+  type); Loam multiplies in f32 whatever it says, and a build note names the nodes where the two
+  differ.  Emulating the rounding was tried and dropped: it matches onnxruntime's node to 1e-7 given
+  the same A, but the rounding is discontinuous, so the 1e-7 that float summation order leaves in
+  A (an attention's output, a norm's) flips codes, and a model's logits end no nearer onnxruntime's
+  than the float product's (bench/RESULTS-genai.md).
 - GatherBlockQuantized: a Gather along axis 0 of data quantized in blocks along its last axis;
   uint8 data packs `bits`-bit integers along that axis (default zero point 2^(bits - 1)), int4 and
   uint4 data hold one integer an element (default zero point 0).  An index outside the rows gives
@@ -76,14 +81,14 @@ class MatMulNBitsRule(OpRule):
     attributes = frozenset({"K", "N", "bits", "block_size", "accuracy_level", "weight_prepacked"})
     elem_types = ACTIVATIONS
     limitations = (
-        "bits 2, 4 or 8; accuracy_level is read and ignored (it only lets onnxruntime compute faster, "
-        "A quantized to int8 at 4): Loam widens W and multiplies in f32, halves too; no bf16 A, no "
+        "bits 2, 4 or 8; Loam widens W and multiplies in f32, halves too, at any accuracy_level (onnxruntime "
+        "rounds A to int8 at 4: a build note says so); no bf16 A, no "
         "prepacked B (weight_prepacked), no empty B (an omitted projection); g_idx only with bits 4 and "
         "without uint8 zero points; no 8-bit B with zero points of A's type; WGSL only with --host-fallback"
     )
 
     def params(self, node: NodeInfo) -> tuple[int, int, int, int]:
-        """(K, N, bits, block_size), checked."""
+        """(K, N, bits, block_size), checked (accuracy_level too)."""
         k, n = _required(node, "K"), _required(node, "N")
         bits = int_attr(node, "bits", 4)
         if bits not in (2, 4, 8):
@@ -158,10 +163,25 @@ class MatMulNBitsRule(OpRule):
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import MatmulNbitsOp
+        from loam.ops.lowering import axes_type
 
         k, n, bits, block = self.params(node)
         optional_operands = [operands[i] if i < len(operands) else None for i in (3, 4, 5)]
         present = [v for v in operands if v is not None]
+        # onnxruntime's CPU kernel rounds A to int8 at accuracy_level 4 unless it reads g_idx or zero
+        # points of A's type (then it multiplies in float, as Loam does).
+        zero, g_idx = optional_operands[0], optional_operands[1]
+        if (
+            int_attr(node, "accuracy_level", 0) == 4
+            and g_idx is None
+            and (zero is None or axes_type(zero).elem.name == "ui8")
+        ):
+            ctx.note(
+                "MatMulNBits at accuracy_level 4 multiplies in float32, where onnxruntime rounds A to int8 in "
+                "blocks: expect logits to differ from onnxruntime's by about 1e-1, and greedy picks between "
+                "near-tied tokens",
+                node,
+            )
         op = MatmulNbitsOp(
             present, [ctx.result_types[0]], node.name, k=k, n=n, bits=bits, block_size=block,
             present=present_bits(optional_operands),

@@ -92,6 +92,26 @@ def test_accuracy_level_is_accepted_and_computed_in_f32(rows: int) -> None:
     assert_same(run_loam(model, {"A": a}), want, rtol=0, atol=0.02 * scale)
 
 
+@pytest.mark.parametrize(
+    ("level", "zero", "g_idx", "noted"),
+    [(4, None, False, True), (4, "packed", False, True), (4, "float", False, False), (4, None, True, False),
+     (1, None, False, False), (0, "packed", False, False)],
+)  # fmt: skip
+def test_a_build_note_names_the_nodes_onnxruntime_rounds_to_int8(
+    level: int, zero: str | None, g_idx: bool, noted: bool
+) -> None:
+    """Where onnxruntime's kernel rounds A to int8 (accuracy_level 4, no g_idx, no zero points of A's
+    type), the build notes say that Loam multiplies in float32 there, naming the node; elsewhere the two
+    compute alike and nothing is said."""
+    a = RNG.standard_normal((2, 64)).astype(np.float32)
+    model, _ = nbits_model(a, 64, 16, 4, 32, zero, g_idx=g_idx, accuracy_level=level)
+    model.graph.node[0].name = "proj"
+    notes = [n for n in build_for(model).notes if "accuracy_level 4" in n]
+    assert len(notes) == (1 if noted else 0)
+    if noted:
+        assert "rounds A to int8" in notes[0] and "node 'proj'" in notes[0]
+
+
 def test_the_weights_keep_b_packed() -> None:
     """The module's Weights hold B's uint8 bytes at their packed size, and no float copy of W."""
     a = RNG.standard_normal((2, 256)).astype(np.float32)
