@@ -61,6 +61,10 @@ class Capacities:
     """What one model may hold and do at once (the guide's capacities).
 
     - `batch_units`: units (tokens) one cohort may carry: the sum of its prompt spans and decode steps.
+    - `prefill_units`: prompt tokens one cohort may read while it also carries decode steps (text; 0:
+      `batch_units`).  A long prompt is then read in chunks this size beside the running streams, so
+      their time between tokens stays near a decode step's; a cohort without decode steps reads up to
+      `batch_units` of prompt, as no stream is waiting.
     - `resident_requests`: requests holding rows of state at once (a cohort's rows are at most this many).
     - `context_tokens`: tokens one request may reach: prompt plus generated, or one embedding input.
     - `output_bytes`: bytes of output a request may have waiting for its reader; a reader that falls
@@ -70,6 +74,7 @@ class Capacities:
     """
 
     batch_units: int = 256
+    prefill_units: int = 0
     resident_requests: int = 16
     context_tokens: int = 2048
     output_bytes: int = 1 << 16

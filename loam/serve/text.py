@@ -4,8 +4,9 @@ A conversation's KV state lives in `loam.serve.kv`'s block pool; a request holds
 block table) and the tokens still to be read (`pending`: the rest of its prompt, or the token it
 sampled last, whose KV the next step writes).  Each step takes the oldest eligible request and fills
 the cohort with others up to `batch_units` tokens and `resident_requests` rows: a cohort mixes
-prompt spans (a long prompt is read in chunks of what is left of the units, so it never stalls the
-running streams) and single decode steps, of requests at different positions.
+prompt spans (a long prompt is read in chunks of what is left of the units, and of at most
+`prefill_units` prompt tokens while streams are decoding, so it never stalls them) and single decode
+steps, of requests at different positions.
 
 How one decoder call serves rows at different positions (`DecoderStage.run`): the past of every row
 is gathered into one [rows, heads, Pmax, head size] tensor (row r's p_r positions first, zeros after),
@@ -301,6 +302,10 @@ class TextWorker(Worker):
 
     def step(self, eligible: list[Request]) -> bool:
         units = self.capacities.batch_units
+        # Prompt tokens this cohort may read: `prefill_units` while streams are decoding (so a long prompt
+        # arriving mid-stream is read in chunks beside them), all the units when none is.
+        decoding = any(isinstance(r, TextRequest) and r.generated for r in eligible)
+        prefill = self.capacities.prefill_units if decoding and self.capacities.prefill_units else units
         rows: list[tuple[TextRequest, list[int]]] = []
         tag: str | None = None
         for request in eligible:
@@ -312,7 +317,10 @@ class TextWorker(Worker):
             assert request.seq is not None
             if tag is not None and self.stage.tag(request.seq) != tag:
                 continue
-            span = request.pending[:units]
+            reading = not request.generated
+            if reading and prefill == 0:
+                continue
+            span = request.pending[: min(units, prefill) if reading else units]
             try:
                 self.pool.reserve(request.seq, len(span))
             except PoolExhausted as err:
@@ -323,6 +331,7 @@ class TextWorker(Worker):
             tag = self.stage.tag(request.seq)
             rows.append((request, span))
             units -= len(span)
+            prefill -= len(span) if reading else 0
         if not rows:
             return False
         self._run(rows)

@@ -7,6 +7,7 @@ position_ids one request at a time (no padding, no block pool, no cohort).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -111,6 +112,40 @@ def test_a_long_prompt_is_read_in_chunks_without_changing_its_tokens(worker: Tex
     pending = [submit(worker, p, 6) for p in [long_prompt, *short]]
     got = [list(finish(drain).value) for _, drain in pending]  # type: ignore[arg-type]
     assert got == expected
+
+
+def test_a_long_prompt_arriving_mid_stream_is_read_in_prefill_units_chunks(
+    worker: TextWorker, reference: Decoder
+) -> None:
+    """With `prefill_units` 8, a 100-token prompt that arrives while a stream decodes is read 8 tokens a
+    cohort beside the stream's steps (batch_units, 64, would take it in two), and both requests' tokens
+    are their isolated runs'."""
+    stream_prompt, long_prompt = prompts(1, seed=21, low=6, high=7)[0], prompts(1, seed=22, low=100, high=101)[0]
+    expected = [alone(reference, stream_prompt, 40), alone(reference, long_prompt, 4)]
+    calls: list[list[int]] = []  # each decoder call's span lengths
+    real_run = worker.stage.run
+
+    def recording_run(pool: object, rows: list[tuple[object, list[int]]]) -> list[np.ndarray]:
+        calls.append([len(span) for _, span in rows])
+        return real_run(pool, rows)  # type: ignore[arg-type]
+
+    capacities = worker.capacities
+    with worker.lock:
+        worker.capacities = dataclasses.replace(capacities, prefill_units=8)
+        worker.stage.run = recording_run  # type: ignore[method-assign]
+    try:
+        _, stream = submit(worker, stream_prompt, 40)
+        assert next(stream(300)).kind == "token"  # type: ignore[operator]  # the stream is decoding
+        _, late = submit(worker, long_prompt, 4)
+        got = [list(finish(stream).value), list(finish(late).value)]  # type: ignore[arg-type]
+    finally:
+        with worker.lock:
+            worker.capacities = capacities
+            del worker.stage.run
+    assert got == expected
+    chunks = [max(spans) for spans in calls if len(spans) == 2 and max(spans) > 1]  # beside a decode step
+    assert len(chunks) >= 100 // 8 and max(chunks) == 8, calls
+    assert all(max(spans) <= 8 for spans in calls[1:] if len(spans) == 2), calls
 
 
 @pytest.mark.parametrize("seed", [11, 12])
