@@ -1,19 +1,29 @@
-"""`python -m bench.serve`: `loam serve` under 1, 4 and 16 concurrent streaming clients, against onnxruntime.
+"""`python -m bench.serve`: `loam serve` under 1 to 32 concurrent streaming clients, against llama.cpp's server.
 
-What and why: issue 16 asks what a cohort scheduler earns on this machine.  A real `loam serve` (uvicorn on
-127.0.0.1, in a child process of its own at one BLAS thread) serves SmolLM2-135M-Instruct from its GGUF
-file; N client threads each stream one completion of a fixed prompt length and a fixed number of new
-tokens (`ignore_eos`, greedy), all started at once.  Per run it reports, as vLLM's `bench serve` does:
-output tokens/s over the whole run, mean time to first token (TTFT), mean time per output token after
-the first (TPOT), and the aggregate decode rate N / TPOT.
+What and why: serving is where batching pays, and users judge a server as vLLM's `bench serve` and
+llama.cpp's own bench do: time to first token, time per output token, the gaps between tokens (their
+tail, p99, is what a reader of a stream feels), and aggregate output tokens/s and requests/s as the
+clients grow.  One client program measures every server the same way, over plain HTTP on 127.0.0.1:
 
-The peer, measured in the same run: onnxruntime (every graph optimisation, one thread) running the
-widened float32 `decoder_with_past` graph one stream at a time, i.e. what a server without batching
-gets from the fastest engine here: its decode tokens/s at a past of 64 (`bench.smollm2`'s child).
-The ratio column is Loam's aggregate decode rate over that.
+- Loam: a real `loam serve` (uvicorn, a child process) serving SmolLM2-135M-Instruct from its GGUF
+  file (the package `_package` writes), its weights widened to float32 at load, and, with `--packed`,
+  a second run with the Q4_1/Q8_0 blocks kept packed;
+- the peer: llama.cpp's server on the same GGUF file, as `llama-cpp-python[server]` runs it
+  (`python -m llama_cpp.server`), in an interpreter that has it (`--peer-python`, default
+  $LOAM_LLAMACPP_PYTHON, else /work/venvs/llamacpp/bin/python; built at dev time, outside CI, see
+  bench/RESULTS-serve.md for the build flags).  Without one the bench measures Loam alone and says so.
+
+Both servers get the same cores (`--threads`, default all of them: Loam's BLAS threads, llama.cpp's
+`n_threads` and `n_threads_batch`).  Each run starts `clients` threads at once; each sends
+`--requests` streamed completions one after the other, of a prompt drawn from a fixed text (prompt
+lengths cycle through `PROMPT_WORDS`) and `--tokens` new tokens, greedy, with the end of text
+suppressed (Loam: `ignore_eos`; llama.cpp: a logit bias on its EOS id) so every answer has its full
+length.  Reported per run: output tokens/s and requests/s over the run's wall time, TTFT, TPOT
+(a request's time after its first token over its other tokens) and inter-token latency (every gap
+between two streamed tokens of one request) at p50 and p99.
 
 Writes bench/RESULTS-serve.md (`--output FILE` elsewhere; `--quick` writes nothing).  `--package DIR`
-serves another text package (then no peer is measured: the peer runs SmolLM2's graph).
+serves another text package (then no peer: the peer runs SmolLM2's GGUF).
 """
 
 from __future__ import annotations
@@ -22,21 +32,39 @@ import argparse
 import datetime
 import json
 import os
-import statistics
+import platform
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "RESULTS-serve.md"
-PROMPT_TOKENS = 32
+PEER_PYTHON = "/work/venvs/llamacpp/bin/python"
+TEXT = (
+    "The river bends twice before it reaches the old mill, where the water slows and the light turns green "
+    "under the willows. Children used to swim there in summer, daring each other to touch the wheel, while "
+    "their parents argued about the price of flour and the weather that never seemed to come on time. "
+)
+PROMPT_WORDS = (24, 96)  # about 32 and 128 tokens of TEXT, alternately
+EOS_ID = 2  # SmolLM2's <|im_end|>, which llama.cpp's greedy completion of TEXT may pick
+PREFILL_UNITS = 32  # Loam's prompt tokens a cohort reads while streams decode
+STREAMS, STREAM_TOKENS, LONG_WORDS = 4, 96, 1500  # the long-prompt runs
 
 
-def _package(folder: Path, packed: bool) -> Path:
+def _prompt(index: int, lengths: Sequence[int] = PROMPT_WORDS) -> str:
+    """Request `index`'s prompt: `lengths[index % len(lengths)]` words of TEXT from a shifting start."""
+    words = (TEXT * 4).split()
+    start = (index * 7) % 20
+    return " ".join(words[start : start + lengths[index % len(lengths)]])
+
+
+def _package(folder: Path, packed: bool, prefill_units: int = 0) -> Path:
     from bench.smollm2 import _gguf
 
     table = {
@@ -46,70 +74,139 @@ def _package(folder: Path, packed: bool) -> Path:
         "stages": {"decoder": {"graph": str(ROOT / "tests" / "models" / "smollm2" / "decoder_positions.onnxtext"),
                                "source": "gguf", "options": {"architecture": "llama"}, "packed": packed}},
         "tokenizer": {"source": "gguf"},
-        "capacities": {"batch_units": 512, "resident_requests": 16, "context_tokens": 1024, "block_tokens": 16},
+        "capacities": {"batch_units": 512, "resident_requests": 32, "context_tokens": 2560, "block_tokens": 16,
+                       "kv_blocks": 640, **({"prefill_units": prefill_units} if prefill_units else {})},
     }  # fmt: skip
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "model.json").write_text(json.dumps(table, indent=1), encoding="utf-8")
     return folder
 
 
-def _server(package: Path, cache: Path) -> tuple[subprocess.Popen[str], str]:
-    env = {**os.environ, "LOAM_CACHE_DIR": str(cache)}
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[name] = "1"
+def _thread_env(threads: int) -> dict[str, str]:
+    env = dict(os.environ)
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        env[name] = str(threads)
+    return env
+
+
+def _wait_for(process: subprocess.Popen[str], marker: str, what: str) -> str:
+    """The first stderr line of `process` holding `marker` (the server's listening line)."""
+    assert process.stderr is not None
+    for line in process.stderr:
+        if marker in line:
+            return line
+    raise SystemExit(f"bench.serve: {what} did not start (exit {process.wait()})")
+
+
+def _loam_server(package: Path, cache: Path, threads: int) -> tuple[subprocess.Popen[str], str]:
+    env = {**_thread_env(threads), "LOAM_CACHE_DIR": str(cache)}
     process = subprocess.Popen(
         [sys.executable, "-m", "loam.tools.loam_main", "serve", str(package), "--port", "0"],
         stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
     )  # fmt: skip
-    assert process.stderr is not None
-    for line in process.stderr:
-        if "listening on " in line:
-            return process, line.split("listening on ", 1)[1].split()[0]
-    raise SystemExit(f"bench.serve: the server did not start (exit {process.wait()})")
+    line = _wait_for(process, "listening on ", "loam serve")
+    return process, line.split("listening on ", 1)[1].split()[0]
 
 
-def _run(url: str, model: str, clients: int, tokens: int) -> dict[str, float]:
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _peer_server(python: str, gguf: Path, threads: int) -> tuple[subprocess.Popen[str], str]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [python, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "smollm2", "--host", "127.0.0.1",
+         "--port", str(port), "--n_threads", str(threads), "--n_threads_batch", str(threads), "--n_ctx", "4096",
+         "--verbose", "False"],
+        stderr=subprocess.PIPE, text=True, env=_thread_env(threads),
+    )  # fmt: skip
+    _wait_for(process, "Uvicorn running on", "llama.cpp's server")
+    return process, f"http://127.0.0.1:{port}"
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    process.terminate()
+    try:
+        process.wait(60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(60)
+
+
+def peer_python(choice: str | None) -> str | None:
+    """An interpreter that imports llama_cpp.server: `choice`, $LOAM_LLAMACPP_PYTHON or PEER_PYTHON; None if none."""
+    for python in [choice] if choice else [os.environ.get("LOAM_LLAMACPP_PYTHON"), PEER_PYTHON]:
+        if python and Path(python).is_file():
+            done = subprocess.run([python, "-c", "import llama_cpp.server"], capture_output=True, timeout=120)
+            if done.returncode == 0:
+                return python
+    return None
+
+
+@dataclass
+class Stream:
+    """One streamed request as the client saw it."""
+
+    start: float
+    first: float | None = None
+    arrivals: list[float] = field(default_factory=list[float])  # each content chunk's arrival
+    tokens: int = 0
+    error: str | None = None
+
+
+def _stream(url: str, body: dict[str, Any]) -> Stream:
     import httpx
 
-    ttft: list[float] = []
-    tpot: list[float] = []
-    counts: list[int] = []
-    failures: list[str] = []
+    seen = Stream(time.perf_counter())
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=1800) as reply:
+        if reply.status_code != 200:
+            seen.error = f"HTTP {reply.status_code}: {reply.read().decode()[:300]}"
+            return seen
+        chunks = 0
+        for line in reply.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                seen.error = str(chunk["error"])[:300]
+                return seen
+            usage = chunk.get("usage")
+            if usage:
+                seen.tokens = int(usage["completion_tokens"])
+            for choice in chunk.get("choices") or []:
+                if choice.get("text"):
+                    now = time.perf_counter()
+                    seen.first = seen.first if seen.first is not None else now
+                    seen.arrivals.append(now)
+                    chunks += 1
+        seen.tokens = seen.tokens or chunks  # llama.cpp streams one token a chunk and no usage
+    return seen
+
+
+def _percentile(values: list[float], q: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def run(
+    url: str, body: dict[str, Any], clients: int, requests: int, lengths: Sequence[int] = PROMPT_WORDS
+) -> dict[str, float]:
+    """`clients` threads at once, each sending `requests` streamed completions in turn; the run's figures."""
+    streams: list[Stream] = []
+    lock = threading.Lock()
     barrier = threading.Barrier(clients)
 
     def client(i: int) -> None:
-        prompt = [(i * 7919 + k * 104729) % 900 + 100 for k in range(PROMPT_TOKENS)]  # ids any vocabulary has
-        body = {"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "ignore_eos": True,
-                "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
         barrier.wait()
-        start = time.perf_counter()
-        first = last = None
-        used = 0
-        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=1800) as reply:
-            if reply.status_code != 200:
-                failures.append(f"client {i}: HTTP {reply.status_code}: {reply.read().decode()}")
-                return
-            for line in reply.iter_lines():
-                if not line.startswith("data: {"):
-                    continue
-                chunk = json.loads(line[6:])
-                if "error" in chunk:
-                    failures.append(chunk["error"]["message"])
-                    return
-                if chunk.get("usage"):
-                    used = chunk["usage"]["completion_tokens"]
-                elif chunk["choices"]:
-                    now = time.perf_counter()
-                    if chunk["choices"][0]["finish_reason"] is not None:
-                        last = now  # the last token's chunk (its text may be held in earlier ones)
-                    elif chunk["choices"][0]["text"] and first is None:
-                        first = now
-        if first is None or last is None or used != tokens:
-            failures.append(f"client {i}: {used} tokens")
-            return
-        ttft.append(first - start)
-        tpot.append((last - first) / max(1, tokens - 1))
-        counts.append(used)
+        for r in range(requests):
+            seen = _stream(url, {**body, "prompt": _prompt(i * requests + r, lengths)})
+            with lock:
+                streams.append(seen)
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     start = time.perf_counter()
@@ -118,74 +215,208 @@ def _run(url: str, model: str, clients: int, tokens: int) -> dict[str, float]:
     for t in threads:
         t.join()
     duration = time.perf_counter() - start
-    if failures:
-        raise SystemExit(f"bench.serve: {len(failures)} requests failed: {failures[0]}")
-    mean_tpot = statistics.mean(tpot)
+    failed = [s.error for s in streams if s.error or s.first is None]
+    if failed:
+        raise SystemExit(f"bench.serve: {len(failed)} of {len(streams)} requests failed: {failed[0]}")
+    short = [s.tokens for s in streams if s.tokens != body["max_tokens"]]
+    ttft = [s.first - s.start for s in streams if s.first is not None]
+    tpot = [(s.arrivals[-1] - s.arrivals[0]) / (s.tokens - 1) for s in streams if s.tokens > 1]
+    gaps = [b - a for s in streams for a, b in zip(s.arrivals, s.arrivals[1:], strict=False)]
     return {
         "clients": clients,
-        "output_tps": sum(counts) / duration,
-        "ttft": statistics.mean(ttft),
-        "tpot": mean_tpot,
-        "decode_tps": clients / mean_tpot,
+        "requests": len(streams),
+        "short": len(short),
+        "output_tps": sum(s.tokens for s in streams) / duration,
+        "rps": len(streams) / duration,
+        "ttft_p50": _percentile(ttft, 50),
+        "ttft_p99": _percentile(ttft, 99),
+        "tpot_p50": _percentile(tpot, 50),
+        "itl_p50": _percentile(gaps, 50),
+        "itl_p99": _percentile(gaps, 99),
         "duration": duration,
     }
 
 
+def interference(url: str, body: dict[str, Any], streams: int, long_words: int) -> dict[str, float]:
+    """`streams` streamed requests of `body["max_tokens"]` tokens; once each has streamed a few tokens, a
+    request with a prompt of `long_words` words (and one new token) arrives (none when `long_words` is 0).
+    The streams' inter-token latency p50/p99 over the run, and the long prompt's time to its answer."""
+    streaming = threading.Barrier(streams + 1)
+    results: list[Stream] = []
+    lock = threading.Lock()
+
+    def client(i: int) -> None:
+        import httpx
+
+        seen = Stream(time.perf_counter())
+        with httpx.stream("POST", f"{url}/v1/completions", json={**body, "prompt": _prompt(i, PROMPT_WORDS[:1])},
+                          timeout=1800) as reply:  # fmt: skip
+            for line in reply.iter_lines():
+                if line.startswith("data: {"):
+                    chunk = json.loads(line[6:])
+                    if any(c.get("text") for c in chunk.get("choices") or []):
+                        seen.arrivals.append(time.perf_counter())
+                        if len(seen.arrivals) == 4:
+                            streaming.wait()
+        with lock:
+            results.append(seen)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(streams)]
+    for t in threads:
+        t.start()
+    streaming.wait()
+    long_s = float("nan")
+    if long_words:
+        import httpx
+
+        words = (TEXT * (long_words // len(TEXT.split()) + 1)).split()[:long_words]
+        start = time.perf_counter()
+        reply = httpx.post(f"{url}/v1/completions", json={**body, "stream": False, "max_tokens": 1,
+                                                          "prompt": " ".join(words)}, timeout=1800)  # fmt: skip
+        if reply.status_code != 200:
+            raise SystemExit(f"bench.serve: the long prompt failed: HTTP {reply.status_code}: {reply.text[:300]}")
+        long_s = time.perf_counter() - start
+    for t in threads:
+        t.join()
+    gaps = [b - a for s in results for a, b in zip(s.arrivals, s.arrivals[1:], strict=False)]
+    return {"itl_p50": _percentile(gaps, 50), "itl_p99": _percentile(gaps, 99), "long_s": long_s}
+
+
+def _measure(
+    label: str, url: str, body: dict[str, Any], clients: list[int], requests: int, lengths: Sequence[int]
+) -> list[tuple[str, Any]]:
+    run(url, {**body, "max_tokens": 2}, 1, 1, lengths)  # warm: the first call of a binding allocates its buffers
+    rows = []
+    for count in clients:
+        print(f"bench.serve: {label}, {count} clients", file=sys.stderr, flush=True)
+        rows.append((label, run(url, body, count, requests, lengths)))
+    return rows
+
+
+def _table(rows: list[tuple[str, dict[str, float]]]) -> list[str]:
+    lines = [
+        "| server | clients | requests | output tokens/s | requests/s | TTFT p50 s | TTFT p99 s | TPOT p50 s "
+        "| ITL p50 s | ITL p99 s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, r in rows:
+        lines.append(
+            f"| {label} | {r['clients']:.0f} | {r['requests']:.0f} | {r['output_tps']:.1f} | {r['rps']:.2f} | "
+            f"{r['ttft_p50']:.3f} | {r['ttft_p99']:.3f} | {r['tpot_p50']:.4f} | {r['itl_p50']:.4f} | "
+            f"{r['itl_p99']:.4f} |"
+        )
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", default="1,4,16", help="concurrent clients per run (default 1,4,16)")
-    parser.add_argument("--tokens", type=int, default=32, help="new tokens per request (default 32)")
+    parser = argparse.ArgumentParser(prog="python -m bench.serve", description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--clients", default="1,4,16,32", help="concurrent clients per run (default 1,4,16,32)")
+    parser.add_argument("--requests", type=int, default=2, help="requests each client sends in turn (default 2)")
+    parser.add_argument("--tokens", type=int, default=64, help="new tokens per request (default 64)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="cores each server uses (all)")
     parser.add_argument("--packed", action="store_true", help="also serve the GGUF's 4-bit blocks packed")
+    parser.add_argument(
+        "--prefill-units", type=int, default=PREFILL_UNITS,
+        help=f"Loam's capacities.prefill_units (default {PREFILL_UNITS}); the long-prompt runs also serve without it",
+    )  # fmt: skip
     parser.add_argument("--package", type=Path, help="serve this text package instead of SmolLM2 (no peer)")
+    parser.add_argument("--peer-python", help="the interpreter that runs llama_cpp.server")
+    parser.add_argument("--no-peer", action="store_true", help="measure Loam alone")
     parser.add_argument("--quick", action="store_true", help="1 and 2 clients, 4 tokens, nothing written")
     parser.add_argument("--output", type=Path, help=f"where to write the table (default {RESULTS})")
     args = parser.parse_args(argv)
     clients = [1, 2] if args.quick else [int(c) for c in args.clients.split(",")]
-    tokens = 4 if args.quick else args.tokens
+    tokens, requests = (4, 1) if args.quick else (args.tokens, args.requests)
+    lengths = PROMPT_WORDS[:1] if args.quick else PROMPT_WORDS
+    body: dict[str, Any] = {"model": "smollm2", "max_tokens": tokens, "temperature": 0, "stream": True}
     rows: list[tuple[str, dict[str, float]]] = []
+    long_rows: list[tuple[str, dict[str, float], dict[str, float]]] = []  # streams alone, then beside a long prompt
+    long_words = 0 if args.quick or args.package else LONG_WORDS
+
+    def beside_a_long_prompt(label: str, url: str, body: dict[str, Any]) -> None:
+        if long_words:
+            print(f"bench.serve: {label}, {STREAMS} streams and a long prompt", file=sys.stderr, flush=True)
+            streams_body = {**body, "max_tokens": STREAM_TOKENS}
+            alone = interference(url, streams_body, STREAMS, 0)
+            long_rows.append((label, alone, interference(url, streams_body, STREAMS, long_words)))
+
     with tempfile.TemporaryDirectory(prefix="loam-bench-serve-") as scratch:
         cache = Path(scratch) / "cache"
-        variants = [("given package", args.package)] if args.package else [
-            ("widened at load", _package(Path(scratch) / "widened", packed=False)),
-            *([("packed Q4_1/Q8_0", _package(Path(scratch) / "packed", packed=True))] if args.packed else []),
+        units = f"prefill_units {args.prefill_units}"
+        variants = [("Loam, given package", args.package, True)] if args.package else [
+            (f"Loam, widened, {units}", _package(Path(scratch) / "widened", False, args.prefill_units), True),
+            *([(f"Loam, packed, {units}", _package(Path(scratch) / "packed", True, args.prefill_units), True)]
+              if args.packed else []),
+            *([("Loam, widened, prefill_units unset", _package(Path(scratch) / "unset", False), False)]
+              if long_words else []),
         ]  # fmt: skip
-        for label, folder in variants:
+        for label, folder, sweep in variants:
             name = json.loads((folder / "model.json").read_text(encoding="utf-8")).get("name", folder.name)
-            process, url = _server(folder, cache)
+            loam_body = {**body, "model": name, "ignore_eos": True, "stream_options": {"include_usage": True}}
+            process, url = _loam_server(folder, cache, args.threads)
             try:
-                _run(url, name, 1, 2)  # warm: the first call of a binding allocates its buffers
-                for count in clients:
-                    print(f"bench.serve: {label}, {count} clients", file=sys.stderr, flush=True)
-                    rows.append((label, _run(url, name, count, tokens)))
+                rows += _measure(label, url, loam_body, clients if sweep else [], requests, lengths)
+                beside_a_long_prompt(label, url, loam_body)
             finally:
-                process.terminate()
-                process.wait(60)
-    peer = None
-    if not args.package and not args.quick:
-        from bench.smollm2 import GRAPHS, _child, _gguf
+                _stop(process)
+    python = None if args.no_peer or args.package else peer_python(args.peer_python)
+    version = "absent"
+    if python is not None:
+        from bench.smollm2 import _gguf
 
-        common = {"gguf": str(_gguf()), "prompt": 64, "past": 64, "repeats": 5, "root": str(ROOT)}
-        peer = 1 / _child({**common, "side": "onnxruntime", "graphs": str(GRAPHS)})["decode_s"]
+        version = subprocess.run(
+            [python, "-c", "import llama_cpp; print(llama_cpp.__version__)"], capture_output=True, text=True
+        ).stdout.strip()
+        process, url = _peer_server(python, _gguf(), args.threads)
+        try:
+            peer_body = {**body, "logit_bias": {str(EOS_ID): -1e9}}
+            rows += _measure(f"llama.cpp server {version}", url, peer_body, clients, requests, lengths)
+            beside_a_long_prompt(f"llama.cpp server {version}", url, peer_body)
+        finally:
+            _stop(process)
     lines = [
-        "# `loam serve` under concurrent streaming clients",
+        "# `loam serve` under concurrent streaming clients, against llama.cpp's server",
         "",
-        f"Written by `python -m bench.serve` on {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}: "
-        f"each client streams one completion of {PROMPT_TOKENS} prompt tokens and {tokens} new tokens (greedy, "
-        "ignore_eos), all clients at once; the server is one process at one BLAS thread.",
+        f"Written by `python -m bench.serve{' --packed' if args.packed else ''}` on "
+        f"{datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}; {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}; each server on {args.threads} thread(s).  Each client sends "
+        f"{requests} streamed completions in turn, prompts of {' and '.join(map(str, lengths))} words "
+        f"(about 4/3 as many tokens) alternately, {tokens} new tokens each (greedy, end of text suppressed); "
+        "all clients start at once.",
         "",
-        "| weights | clients | output tokens/s | mean TTFT s | mean TPOT s | aggregate decode tokens/s "
-        "| x onnxruntime |",
-        "|---|---|---|---|---|---|---|",
+        *_table(rows),
+        "",
     ]
-    for label, row in rows:
-        ratio = f"{row['decode_tps'] / peer:.2f}" if peer else "-"
-        lines.append(
-            f"| {label} | {row['clients']:.0f} | {row['output_tps']:.1f} | {row['ttft']:.3f} | {row['tpot']:.4f} | "
-            f"{row['decode_tps']:.1f} | {ratio} |"
-        )
-    if peer:
-        lines += ["", f"Peer: onnxruntime, widened float32 `decoder_with_past`, one stream: {peer:.1f} decode tokens/s "
-                      "(a step at a past of 64, one thread)."]  # fmt: skip
+    if long_rows:
+        lines += [
+            f"A long prompt arriving mid-stream: {STREAMS} streams of {STREAM_TOKENS} tokens; once each has "
+            f"streamed 4, a request with a prompt of {long_words} words (about {long_words * 4 // 3} tokens) and "
+            "one new token arrives.  The streams' inter-token latency (ITL) without and with it, and the long "
+            "request's time:",
+            "",
+            "| server | ITL p50 s alone | ITL p99 s alone | ITL p50 s beside it | ITL p99 s beside it | p99 ratio "
+            "| long request s |",
+            "|---|---|---|---|---|---|---|",
+            *(
+                f"| {label} | {a['itl_p50']:.4f} | {a['itl_p99']:.4f} | {b['itl_p50']:.4f} | {b['itl_p99']:.4f} | "
+                f"{b['itl_p99'] / a['itl_p99']:.2f} | {b['long_s']:.2f} |"
+                for label, a, b in long_rows
+            ),
+            "",
+        ]
+    short = sum(r["short"] for _, r in rows)
+    if short:
+        lines.append(f"- {short} requests ended before {tokens} tokens (their tokens are counted as they came).")
+    if python is None and not args.package:
+        lines.append("- llama.cpp's server: not measured (`--no-peer`, or no interpreter here has llama_cpp.server).")
+    peers = {r["clients"]: r for label, r in rows if label.startswith("llama.cpp")}
+    for label, r in rows:
+        peer = peers.get(r["clients"])
+        if label.startswith("Loam") and peer:
+            lines.append(
+                f"- {label} / llama.cpp at {r['clients']:.0f} clients: output tokens/s "
+                f"{r['output_tps'] / peer['output_tps']:.2f}x, ITL p99 {r['itl_p99'] / peer['itl_p99']:.2f}x"
+            )
     text = "\n".join(lines) + "\n"
     print(text)
     output = args.output if args.output is not None else (None if args.quick else RESULTS)

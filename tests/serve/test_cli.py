@@ -68,6 +68,7 @@ def test_the_serving_bench_runs_end_to_end_on_a_small_package() -> None:
         capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| given package")]
-    assert [int(r[1]) for r in rows] == [1, 2]
-    assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)  # output tokens/s, TTFT
+    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| Loam, given package")]
+    assert [int(r[1]) for r in rows] == [1, 2]  # clients
+    assert [int(r[2]) for r in rows] == [1, 2]  # requests: one a client in --quick
+    assert all(float(r[3]) > 0 and float(r[4]) > 0 and float(r[5]) > 0 for r in rows)  # tokens/s, requests/s, TTFT
