@@ -284,9 +284,12 @@ class TextWorker(Worker):
     # -- one step -------------------------------------------------------------------------------------------------
 
     def _admit(self, request: TextRequest) -> bool:
-        """Give `request` its rows of state: its session's, or the longest retained prefix of its prompt."""
+        """Give `request` its rows of state: its session's, or the longest retained prefix of its prompt.
+
+        A request on a session takes the row its session already holds (counted in `sessions`); any other
+        needs a free one."""
         held = sum(1 for r in self.waiting if isinstance(r, TextRequest) and r.seq is not None and r.session is None)
-        if held + len(self.sessions) >= self.capacities.resident_requests:
+        if request.session is None and held + len(self.sessions) >= self.capacities.resident_requests:
             return False
         if request.session is not None:
             request.seq = request.session.seq

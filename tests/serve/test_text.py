@@ -277,3 +277,27 @@ def test_a_stalled_reader_holds_back_only_its_own_request(worker: TextWorker) ->
     assert not stalled.finished and len(stalled.generated) <= 1
     worker.consumed(stalled, worker.output_bytes)  # the reader catches up
     assert list(finish(stalled_drain).value) == expected[0]  # type: ignore[arg-type]
+
+
+def test_requests_on_sessions_run_when_the_sessions_fill_every_resident_row(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # A session holds its row while it is open: a request on it takes that row, it needs no free one.
+    folder = package_copy(tmp_path_factory, "tiny_gpt2", capacities={"resident_requests": 2})
+    with serving(tmp_path_factory, folder) as server:
+        worker = server.models["tiny-gpt2"].worker
+        assert isinstance(worker, TextWorker)
+        expected = generate(worker, [5, 6, 7], 4)
+        first, second = worker.open_session("a"), worker.open_session("b")
+        _, drain = submit(worker, [5, 6, 7], 4, session=first)
+        end = finish(drain, timeout=20)
+        assert end.kind == "done" and list(end.value) == expected  # type: ignore[arg-type]
+        _, drain = submit(worker, [8, 9], 4, session=second)
+        assert finish(drain, timeout=20).kind == "done"
+        # A request without a session does need a row: it waits for one, and runs once a session closes.
+        plain, drain = submit(worker, [5, 6, 7], 4)
+        time.sleep(0.3)
+        assert plain.seq is None and not plain.finished
+        worker.close(first)
+        assert list(finish(drain, timeout=20).value) == expected  # type: ignore[arg-type]
+        worker.close(second)
