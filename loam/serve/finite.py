@@ -207,6 +207,7 @@ class FiniteWorker(Worker):
             if len(cohort) >= self.capacities.resident_requests:
                 break
             cohort.append(request)
+            self.cohort.append(request)
             units += request.units
         self._run(cohort)
         return True

@@ -123,6 +123,8 @@ class Worker:
         self._inbox: list[Request] = []
         self._wake = threading.Condition(threading.Lock())
         self.waiting: list[Request] = []
+        # The members the step in progress has accepted: if the step raises, they fail with it (see `_fail_step`).
+        self.cohort: list[Request] = []
         self._stopping = False
         self.cohorts = 0
         self._thread = threading.Thread(target=self._loop, name=f"loam-serve-{name}", daemon=True)
@@ -161,7 +163,8 @@ class Worker:
     # -- what subclasses give -----------------------------------------------------------------------------------
 
     def step(self, eligible: list[Request]) -> bool:
-        """Form one cohort from `eligible` (oldest first) and run it; False when nothing could run."""
+        """Form one cohort from `eligible` (oldest first) and run it; False when nothing could run.  Each member
+        the cohort accepts goes in `self.cohort`."""
         raise NotImplementedError
 
     def retire(self, request: Request) -> None:
@@ -171,6 +174,16 @@ class Worker:
 
     def stalled(self, request: Request) -> bool:
         return request.unread >= self.output_bytes
+
+    def _fail_step(self, err: Exception, eligible: list[Request]) -> None:
+        """A step raised: the members of its cohort that have not ended fail with a 500, since the step may have
+        left their state half-updated; requests outside the cohort wait for the next one.  A step that raised before
+        accepting any member fails the oldest request, so a fault that repeats cannot stop the worker."""
+        message = f"internal error: {type(err).__name__}: {err}"
+        for request in self.cohort or eligible[:1]:
+            if not request.finished:
+                request.deliver(Event("error", text=message, status=500))
+                self.metrics.finished("error")
 
     def _loop(self) -> None:
         while True:
@@ -194,15 +207,14 @@ class Worker:
                 eligible = [r for r in self.waiting if not self.stalled(r)]
                 ran = False
                 if eligible:
+                    self.cohort = []
                     try:
                         ran = self.step(eligible)
-                    except Exception as err:  # a bug in Loam: fail the step's requests, keep serving the others
+                    except Exception as err:  # a bug in Loam: fail the cohort it hit, keep serving the others
                         traceback.print_exc()
-                        for request in eligible:
-                            request.deliver(
-                                Event("error", text=f"internal error: {type(err).__name__}: {err}", status=500)
-                            )
+                        self._fail_step(err, eligible)
                         ran = True
+                    self.cohort = []
             if not ran:
                 with self._wake:
                     if not self._inbox and not self._stopping:

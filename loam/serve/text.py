@@ -333,6 +333,7 @@ class TextWorker(Worker):
                 continue
             tag = self.stage.tag(request.seq)
             rows.append((request, span))
+            self.cohort.append(request)
             units -= len(span)
             prefill -= len(span) if reading else 0
         if not rows:

@@ -1,0 +1,136 @@
+"""Faults against a real server on 127.0.0.1: what fails when a cohort's work raises, and what goes on.
+
+Two faults: the decoder raising for a row (tests/serve/packages/faulty: its control's decoder raises for any row at
+position 40 or later), where the cohort runs again member by member so only the request at fault fails; and the
+worker raising in the middle of collecting a cohort, after the decoder call (as a sampler given NaN logits would),
+where the cohort's members fail and the requests outside it run in the next cohort.  Either way the failures are
+JSON errors (a 500 body, or an SSE error event once a stream has started), the blocks of the failed requests go
+back to the pool and the worker thread keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from loam.serve.cli import Listener
+from loam.serve.server import Server
+from loam.serve.text import TextRequest, TextWorker
+from tests.serve.serving import PACKAGES, finish, generate, serving, submit
+
+pytestmark = pytest.mark.xdist_group("serve-faults")
+FAULTY = "tiny-gpt2-faulty"
+FAULT_AT = 40  # tests/serve/packages/faulty/control.py
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with serving(tmp_path_factory, PACKAGES / "faulty") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def url(server: Server) -> Iterator[str]:
+    with Listener(server) as listener:
+        yield listener.url
+
+
+@pytest.fixture
+def worker(server: Server) -> TextWorker:
+    worker = server.models[FAULTY].worker
+    assert isinstance(worker, TextWorker)
+    return worker
+
+
+def sse(text: str) -> list[str]:
+    """The `data:` payloads of a Server-Sent Events body, in order."""
+    return [line.removeprefix("data: ") for line in text.split("\n\n") if line.startswith("data: ")]
+
+
+def metric(url: str, name: str, model: str = FAULTY, **labels: str) -> float:
+    """The sample `name` of /metrics for `model` with `labels` (0 when absent)."""
+    wanted = [f'model="{model}"', *(f'{key}="{value}"' for key, value in labels.items())]
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith(f"{name}{{") and all(w in line for w in wanted):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def stream_ids(url: str, model: str, prompt: list[int], max_tokens: int) -> list[int]:
+    """The greedy token ids of a streamed completion (which must end well)."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+            "stream": True, "return_token_ids": True}  # fmt: skip
+    payloads = sse(httpx.post(f"{url}/v1/completions", json=body, timeout=60).text)
+    assert payloads[-1] == "[DONE]", payloads[-2:]
+    return json.loads(payloads[-2])["choices"][0]["token_ids"]
+
+
+def settled(worker: TextWorker, timeout: float = 10.0) -> bool:
+    """Wait until the worker holds no request and no block."""
+    deadline = time.monotonic() + timeout
+    while worker.waiting or worker.pool.stats()["used"]:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def concurrently(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run each call on a thread of its own, all at once; their results (or exceptions) in order."""
+    results: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except Exception as err:  # the caller asserts on it
+            results[i] = err
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads), "a request hung"
+    return results
+
+
+def test_a_worker_that_raises_mid_cohort_fails_that_cohort_and_the_next_one_runs(
+    url: str, worker: TextWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(1)
+    prompts = [[int(t) for t in rng.integers(3, 1000, 3)] for _ in range(6)]
+    doom = prompts[0]
+    expected = [generate(worker, p, 20) for p in prompts]
+    advance = worker._advance
+
+    def faulty(request: TextRequest, logits: np.ndarray) -> None:
+        if request.prompt == doom and len(request.generated) == 4:
+            raise RuntimeError("injected fault while collecting a cohort")
+        advance(request, logits)
+
+    monkeypatch.setattr(worker, "_advance", faulty)
+    # resident_requests is 4: the doomed request and the next three share its cohorts; the last two wait for rows.
+    # All six are submitted before the worker's next step (it steps under its lock), so the doomed one's fifth step
+    # carries the three others whatever the threads' timing.
+    with worker.lock:
+        pending = [submit(worker, p, 20) for p in prompts]
+    ends = [finish(drain, timeout=60) for _, drain in pending]
+    for end in ends[:4]:
+        assert end.kind == "error" and end.status == 500 and "injected fault" in end.text, end
+    assert [list(end.value) for end in ends[4:]] == expected[4:]  # type: ignore[arg-type]
+    assert settled(worker) and worker._thread.is_alive()
+    assert [generate(worker, p, 20) for p in prompts[1:4]] == expected[1:4]  # and the failed ones' rows serve again
+    # Over HTTP: a JSON 500, or an SSE error event after the tokens already sent.
+    body = {"model": FAULTY, "prompt": doom, "max_tokens": 20, "temperature": 0, "ignore_eos": True}
+    whole = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+    assert whole.status_code == 500 and whole.json()["error"]["code"] == 500
+    payloads = sse(httpx.post(f"{url}/v1/completions", json={**body, "stream": True}, timeout=60).text)
+    assert payloads[-1] == "[DONE]" and json.loads(payloads[-2])["error"]["code"] == 500
+    assert settled(worker)
