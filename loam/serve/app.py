@@ -64,11 +64,14 @@ _UNSUPPORTED = {  # OpenAI fields Loam does not implement: accepted only at thei
 }
 
 
-def error_response(message: str, status: int = 400, param: str | None = None, kind: str | None = None) -> JSONResponse:
+def error_body(message: str, status: int = 400, param: str | None = None, kind: str | None = None) -> dict[str, Any]:
+    """OpenAI's error object: the body of an error response, and the payload of a stream's error event."""
     kind = kind or ("invalid_request_error" if status < 500 else "internal_error")
-    return JSONResponse(
-        {"error": {"message": message, "type": kind, "param": param, "code": status}}, status_code=status
-    )
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+def error_response(message: str, status: int = 400, param: str | None = None, kind: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body(message, status, param, kind), status_code=status)
 
 
 def _error_of(err: Exception) -> JSONResponse:
@@ -468,9 +471,7 @@ class App:
                 elif event.kind == "error":
                     for r in requests:
                         worker.cancel(r)
-                    error = {"error": {"message": event.text, "type": "invalid_request_error", "param": None,
-                                       "code": event.status}}  # fmt: skip
-                    yield f"data: {json.dumps(error)}\n\n".encode()
+                    yield f"data: {json.dumps(error_body(event.text, event.status))}\n\n".encode()
                     break
                 else:
                     extra = {"token_ids": event.value} if return_ids else None

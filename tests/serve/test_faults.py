@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import openai
 import pytest
 
 from loam.serve.cli import Listener
@@ -99,6 +100,74 @@ def concurrently(calls: list[Callable[[], Any]]) -> list[Any]:
         thread.join(60)
     assert not any(thread.is_alive() for thread in threads), "a request hung"
     return results
+
+
+def test_a_decoder_that_raises_for_one_row_fails_only_that_request(
+    url: str, worker: TextWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(0)
+    doomed = [int(t) for t in rng.integers(3, 1000, 30)]  # 30 + 30 tokens: crosses position 40 at its 11th token
+    innocent = [[int(t) for t in rng.integers(3, 1000, 3)] for _ in range(2)]  # 3 + 30 tokens: stays below 40
+    expected = [generate(worker, p, 30) for p in innocent]
+    calls: list[int] = []
+    stage = worker.stage.stage
+    faulty = stage.forward
+
+    def counted(*inputs: object) -> tuple[object, ...]:
+        try:
+            return faulty(*inputs)
+        except RuntimeError:
+            calls.append(len(np.asarray(inputs[0])))  # the rows of the call that raised
+            raise
+
+    monkeypatch.setattr(stage, "forward", counted)
+    errors_before = metric(url, "loam_requests_total", outcome="error")
+    body = {"model": FAULTY, "max_tokens": 30, "temperature": 0, "ignore_eos": True, "return_token_ids": True}
+
+    def plain(prompt: list[int]) -> httpx.Response:
+        return httpx.post(f"{url}/v1/completions", json={**body, "prompt": prompt}, timeout=60)
+
+    def streamed(prompt: list[int]) -> httpx.Response:
+        return httpx.post(f"{url}/v1/completions", json={**body, "prompt": prompt, "stream": True}, timeout=60)
+
+    got = concurrently([lambda: plain(doomed), lambda: streamed(doomed), lambda: plain(innocent[0]),
+                        lambda: streamed(innocent[1])])  # fmt: skip
+    whole, stream, ok, ok_stream = got
+    # Not streaming: a 500 with OpenAI's error object.
+    assert whole.status_code == 500, whole.text
+    error = whole.json()["error"]
+    assert "injected fault" in error["message"] and error["code"] == 500 and error["type"] == "internal_error"
+    # Streaming: the reply had begun (a 200 and tokens below position 40), then an SSE error event, then [DONE].
+    assert stream.status_code == 200
+    payloads = sse(stream.text)
+    assert payloads[-1] == "[DONE]"
+    failed = json.loads(payloads[-2])["error"]
+    assert "injected fault" in failed["message"] and failed["code"] == 500 and failed["type"] == "internal_error"
+    assert all("error" not in json.loads(p) for p in payloads[:-2]) and len(payloads) > 3
+    # The requests that shared its cohorts got their isolated tokens.
+    assert ok.status_code == 200 and ok.json()["choices"][0]["token_ids"] == expected[0]
+    chunks = [json.loads(p) for p in sse(ok_stream.text)[:-1]]
+    assert chunks[-1]["choices"][0]["token_ids"] == expected[1] and chunks[-1]["choices"][0]["finish_reason"]
+    assert max(calls) > 1, calls  # a call that raised carried other rows too
+    assert settled(worker) and worker._thread.is_alive()
+    assert generate(worker, innocent[0], 30) == expected[0]  # the next cohort runs
+    assert metric(url, "loam_requests_total", outcome="error") == errors_before + 2
+
+
+def test_the_openai_client_sees_the_fault_as_an_api_error(url: str) -> None:
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+    prompt = list(range(100, 130))
+    args: dict[str, Any] = {"model": FAULTY, "prompt": prompt, "max_tokens": 30, "temperature": 0,
+                            "extra_body": {"ignore_eos": True}}  # fmt: skip
+    with pytest.raises(openai.InternalServerError, match="injected fault"):
+        client.completions.create(**args)
+    pieces = []
+    with pytest.raises(openai.APIError, match="injected fault"):
+        for chunk in client.completions.create(**args, stream=True):
+            pieces.append(chunk.choices[0].text)
+    assert pieces  # the tokens before position 40 arrived first
+    reply = client.completions.create(**{**args, "prompt": prompt[:5], "max_tokens": 5})
+    assert reply.choices[0].finish_reason == "length"
 
 
 def test_a_worker_that_raises_mid_cohort_fails_that_cohort_and_the_next_one_runs(
