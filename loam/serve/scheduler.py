@@ -200,6 +200,7 @@ class Worker:
                             if request.cancelled
                             else Event("error", text=f"model {self.name!r} was unregistered", status=503)
                         )
+                        self.metrics.finished("cancelled" if request.cancelled else "error")
                     self.retire(request)
                 if stopping:
                     return

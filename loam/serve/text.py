@@ -232,12 +232,14 @@ class TextWorker(Worker):
                 session.pending = []
             else:
                 session.pending = session.pending[: length - session.seq.length]
+            self._gauge_pool()
 
     def close(self, session: Session) -> None:
         with self.lock:
             self._check_idle(session)
             self.pool.release(session.seq)
             self.sessions.pop(session.id, None)
+            self._gauge_pool()
 
     def _check_idle(self, session: Session) -> None:
         if session.busy:
@@ -371,6 +373,11 @@ class TextWorker(Worker):
             generated += 1
             self._advance(request, row_logits)
         self.metrics.tokens(prompt_tokens, generated, cached)
+        self._gauge_pool()
+
+    def _gauge_pool(self) -> None:
+        """Set the KV gauges from the pool: after each cohort, and whenever blocks go back outside one (a request
+        cancelled or failed between cohorts, a session closed or rewound), so an idle server shows what it holds."""
         stats = self.pool.stats()
         self.metrics.kv_used.set(stats["used"])
         self.metrics.kv_cached.set(stats["cached"])
@@ -444,3 +451,4 @@ class TextWorker(Worker):
         elif request.seq is not None:
             self.pool.release(request.seq)
         request.seq = None
+        self._gauge_pool()

@@ -11,6 +11,7 @@ back to the pool and the worker thread keeps serving.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +25,7 @@ import pytest
 from loam.serve.cli import Listener
 from loam.serve.server import Server
 from loam.serve.text import TextRequest, TextWorker
-from tests.serve.serving import PACKAGES, finish, generate, serving, submit
+from tests.serve.serving import PACKAGES, finish, generate, package_copy, serving, submit
 
 pytestmark = pytest.mark.xdist_group("serve-faults")
 FAULTY = "tiny-gpt2-faulty"
@@ -150,6 +151,7 @@ def test_a_decoder_that_raises_for_one_row_fails_only_that_request(
     assert chunks[-1]["choices"][0]["token_ids"] == expected[1] and chunks[-1]["choices"][0]["finish_reason"]
     assert max(calls) > 1, calls  # a call that raised carried other rows too
     assert settled(worker) and worker._thread.is_alive()
+    assert metric(url, "loam_kv_blocks_used") == 0
     assert generate(worker, innocent[0], 30) == expected[0]  # the next cohort runs
     assert metric(url, "loam_requests_total", outcome="error") == errors_before + 2
 
@@ -203,3 +205,52 @@ def test_a_worker_that_raises_mid_cohort_fails_that_cohort_and_the_next_one_runs
     payloads = sse(httpx.post(f"{url}/v1/completions", json={**body, "stream": True}, timeout=60).text)
     assert payloads[-1] == "[DONE]" and json.loads(payloads[-2])["error"]["code"] == 500
     assert settled(worker)
+    assert metric(url, "loam_kv_blocks_used") == 0
+
+
+def test_a_client_that_stops_reading_holds_no_one_else_back(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # output_bytes 64: a request whose reader is 64 bytes of text behind waits for it.  On loopback the kernel's send
+    # buffer grows to megabytes, far more than the tiny model's replies; a real network fills sooner, so the test
+    # pins the server's send buffer (the listening socket's, which accepted sockets inherit) at a few kilobytes.
+    folder = package_copy(tmp_path_factory, "tiny_gpt2", capacities={"output_bytes": 64, "resident_requests": 12})
+    with serving(tmp_path_factory, folder) as server, Listener(server) as listener:
+        worker = server.models["tiny-gpt2"].worker
+        assert isinstance(worker, TextWorker)
+        listener.http.servers[0].sockets[0].setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        others = [[int(t) for t in np.random.default_rng(i).integers(3, 1000, 5)] for i in range(6)]
+        expected = [generate(worker, p, 40) for p in others]
+        host, port = listener.url.removeprefix("http://").split(":")
+        stalled_prompts = [[7, 7, 7 + i] for i in range(6)]  # six replies of 120 tokens in one stream: ~150 kB of SSE
+        body = json.dumps({"model": "tiny-gpt2", "prompt": stalled_prompts, "max_tokens": 120, "temperature": 0,
+                           "ignore_eos": True, "stream": True})  # fmt: skip
+        reader = socket.socket()
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+        try:
+            reader.connect((host, int(port)))
+            reader.sendall(
+                f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
+            )  # and never a recv()
+            deadline = time.monotonic() + 20
+            while True:
+                with worker.lock:
+                    stalled = [r for r in worker.waiting if worker.stalled(r)]
+                if len(stalled) == len(stalled_prompts) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert len(stalled) == len(stalled_prompts), [(r.unread, len(r.generated)) for r in worker.waiting]
+            steps = [len(r.generated) for r in stalled]  # type: ignore[attr-defined]
+            assert max(steps) < 120
+            cancelled = metric(listener.url, "loam_requests_total", "tiny-gpt2", outcome="cancelled")
+            # While it stalls, six other clients stream and complete, each with its isolated reply.
+            start = time.monotonic()
+            replies = concurrently([lambda p=p: stream_ids(listener.url, "tiny-gpt2", p, 40) for p in others])
+            assert replies == expected and time.monotonic() - start < 15
+            assert [len(r.generated) for r in stalled] == steps  # type: ignore[attr-defined]  # it did not move
+            assert not any(r.finished for r in stalled)
+        finally:
+            reader.close()  # the connection closes: its requests are cancelled and collected
+        assert settled(worker)
+        assert all(r.retired for r in stalled)  # type: ignore[attr-defined]
+        assert metric(listener.url, "loam_kv_blocks_used", "tiny-gpt2") == 0
+        assert metric(listener.url, "loam_requests_total", "tiny-gpt2", outcome="cancelled") == cancelled + 6
