@@ -33,7 +33,7 @@ def serving(factory: pytest.TempPathFactory, *folders: Path) -> Iterator[Server]
             server.close()
 
 
-def package_copy(factory: pytest.TempPathFactory, name: str, **changes: object) -> Path:
+def package_copy(factory: pytest.TempPathFactory, name: str, /, **changes: object) -> Path:
     """A copy of committed package `name` in a fresh folder, with top-level model.json keys replaced (its relative
     paths made absolute so they still resolve)."""
     source = PACKAGES / name

@@ -1,0 +1,84 @@
+"""Memory against a real server: a conversation holds the KV blocks its tokens fill, not a context's worth."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from loam.serve.cli import Listener
+from loam.serve.server import Server
+from loam.serve.text import TextWorker
+from tests.serve.serving import PACKAGES, package_copy, serving
+
+pytestmark = pytest.mark.xdist_group("serve-soak")
+
+
+@pytest.fixture(scope="module")
+def long_context(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str, float]]:
+    """tiny_gpt2 registered again with context_tokens 1024, block_tokens 16 and 256 resident rows (the build comes
+    from the cache), its HTTP URL, and what registering it added to this process's resident memory (MiB)."""
+    folder = package_copy(
+        tmp_path_factory, "tiny_gpt2", name="tiny-gpt2-long",
+        capacities={"context_tokens": 1024, "block_tokens": 16, "resident_requests": 256},
+    )  # fmt: skip
+    with serving(tmp_path_factory, PACKAGES / "tiny_gpt2") as server:
+        before = _rss_mib()
+        server.register(folder)
+        added = _rss_mib() - before
+        with Listener(server) as listener:
+            yield server, listener.url, added
+
+
+def _rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def _blocks_used(url: str) -> float:
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith('loam_kv_blocks_used{model="tiny-gpt2-long"}'):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("no loam_kv_blocks_used for tiny-gpt2-long")
+
+
+def test_a_conversation_holds_the_blocks_it_fills_not_a_context_s_worth(
+    long_context: tuple[Server, str, float],
+) -> None:
+    server, url, added = long_context
+    worker = server.models["tiny-gpt2-long"].worker
+    assert isinstance(worker, TextWorker)
+    pool = worker.pool
+    assert pool.capacity == 256 * 1024 // 16 + 256  # every resident row at full context
+    pool_mib = sum(a.nbytes for a in pool._arrays.values()) / 2**20
+    # The pool is allocated whole, but its pages become resident only as blocks are written.
+    assert pool_mib > 256 and added < pool_mib / 4, (pool_mib, added)
+    with httpx.Client(base_url=url, timeout=60) as http:
+        sessions = [http.post("/v1/sessions", json={"model": "tiny-gpt2-long"}).json()["id"] for _ in range(3)]
+        for i, session in enumerate(sessions):
+            prompt = [100 + i, *range(200, 229)]  # 30 tokens, no two conversations share a block
+            body = {"model": "tiny-gpt2-long", "prompt": prompt, "max_tokens": 10, "temperature": 0,
+                    "ignore_eos": True, "session": session}  # fmt: skip
+            assert http.post("/v1/completions", json=body).status_code == 200
+        # 40 tokens each, the last one sampled but not yet read: 39 positions, ceil(39 / 16) = 3 blocks, not 64.
+        assert [http.get(f"/v1/sessions/{s}").json()["tokens"] for s in sessions] == [40, 40, 40]
+        assert [len(session.seq.blocks) for session in worker.sessions.values()] == [math.ceil(39 / 16)] * 3
+        assert pool.stats()["used"] == _blocks_used(url) == 9
+        # A second turn adds the blocks its tokens need: 40 + 20 + 10 = 70 tokens, 69 positions, 5 blocks.
+        body = {"model": "tiny-gpt2-long", "prompt": list(range(300, 320)), "max_tokens": 10, "temperature": 0,
+                "ignore_eos": True, "session": sessions[0]}  # fmt: skip
+        assert http.post("/v1/completions", json=body).status_code == 200
+        assert pool.stats()["used"] == _blocks_used(url) == 5 + 3 + 3
+        # Closed, the conversations hold nothing; their full blocks stay cached for a prompt that repeats them.
+        for session in sessions:
+            assert http.delete(f"/v1/sessions/{session}").status_code == 200
+        assert _blocks_used(url) == 0 and pool.stats()["cached"] == 69 // 16 + 2 * (39 // 16)
+        # A request without a session holds its blocks only while it runs.
+        body = {"model": "tiny-gpt2-long", "prompt": list(range(400, 440)), "max_tokens": 8, "ignore_eos": True}
+        assert http.post("/v1/completions", json=body).status_code == 200
+        assert _blocks_used(url) == 0
