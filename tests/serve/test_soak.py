@@ -1,4 +1,10 @@
-"""Memory against a real server: a conversation holds the KV blocks its tokens fill, not a context's worth."""
+"""Soak and memory against a real server: many clients for a while lose nothing and leave nothing held, and a
+conversation holds the KV blocks its tokens fill, not a context's worth.
+
+The soak is bench/soak.py's, shortened: `loam serve` in a child process, eight client threads for fifteen seconds
+of mixed requests (completions and chats, streamed or not, streams dropped mid-way, refusals, sessions).  The full
+run (`python -m bench.soak`) writes bench/RESULTS-soak.md.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +15,31 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.soak import ok, render, soak
 from loam.serve.cli import Listener
 from loam.serve.server import Server
 from loam.serve.text import TextWorker
 from tests.serve.serving import PACKAGES, package_copy, serving
 
 pytestmark = pytest.mark.xdist_group("serve-soak")
+RSS_GROWTH_MIB = 16  # what the server's resident memory may grow after the warm-up of a 15 s soak
+
+
+def test_eight_clients_for_fifteen_seconds_lose_nothing_and_leave_nothing_held() -> None:
+    report = soak(PACKAGES / "tiny_gpt2", clients=8, seconds=15, warmup=5, interval=0.5, timeout=30)
+    print(render(report, "tests/serve/test_soak.py", "the test machine"))
+    assert report["lost"] == 0, report["lost_examples"]
+    assert report["server_alive"], report["server_log"]
+    assert report["sent"] >= 100 and report["completed"] >= report["sent"] // 2, report
+    assert all(sent > 0 for sent, *_ in report["kinds"].values()), report["kinds"]  # every kind ran
+    assert report["cancelled"] > 0  # streams dropped mid-way
+    # Error responses only where the clients asked for them (a prompt past the context, a bad field, an unknown
+    # model), or a session refused while every resident row was a session.
+    assert set(report["statuses"]) <= {400, 404, 429}, report["statuses"]
+    # Once the clients are done, nothing waits and no KV block is held; full blocks stay cached for reuse.
+    assert report["queue_depth"] == 0 and report["kv_used"] == 0 and report["kv_cached"] > 0
+    assert report["rss_last_mib"] - report["rss_first_mib"] < RSS_GROWTH_MIB, report
+    assert ok(report)
 
 
 @pytest.fixture(scope="module")
