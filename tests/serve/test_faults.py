@@ -84,8 +84,9 @@ def settled(worker: TextWorker, timeout: float = 10.0) -> bool:
     return True
 
 
-def concurrently(calls: list[Callable[[], Any]]) -> list[Any]:
-    """Run each call on a thread of its own, all at once; their results (or exceptions) in order."""
+def concurrently(calls: list[Callable[[], Any]], started: Callable[[], None] = lambda: None) -> list[Any]:
+    """Run each call on a thread of its own, all at once (then `started()`); their results (or exceptions) in
+    order."""
     results: list[Any] = [None] * len(calls)
 
     def run(i: int) -> None:
@@ -97,6 +98,7 @@ def concurrently(calls: list[Callable[[], Any]]) -> list[Any]:
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
     for thread in threads:
         thread.start()
+    started()
     for thread in threads:
         thread.join(60)
     assert not any(thread.is_alive() for thread in threads), "a request hung"
@@ -131,8 +133,20 @@ def test_a_decoder_that_raises_for_one_row_fails_only_that_request(
     def streamed(prompt: list[int]) -> httpx.Response:
         return httpx.post(f"{url}/v1/completions", json={**body, "prompt": prompt, "stream": True}, timeout=60)
 
+    def arrived() -> None:  # the worker steps under its lock: all four requests arrive before any of them runs
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                with worker._wake:  # the worker moves its inbox to `waiting` under this lock
+                    if len(worker._inbox) + len(worker.waiting) >= 4:
+                        break
+                time.sleep(0.01)
+        finally:
+            worker.lock.release()
+
+    worker.lock.acquire()
     got = concurrently([lambda: plain(doomed), lambda: streamed(doomed), lambda: plain(innocent[0]),
-                        lambda: streamed(innocent[1])])  # fmt: skip
+                        lambda: streamed(innocent[1])], arrived)  # fmt: skip
     whole, stream, ok, ok_stream = got
     # Not streaming: a 500 with OpenAI's error object.
     assert whole.status_code == 500, whole.text
@@ -149,7 +163,7 @@ def test_a_decoder_that_raises_for_one_row_fails_only_that_request(
     assert ok.status_code == 200 and ok.json()["choices"][0]["token_ids"] == expected[0]
     chunks = [json.loads(p) for p in sse(ok_stream.text)[:-1]]
     assert chunks[-1]["choices"][0]["token_ids"] == expected[1] and chunks[-1]["choices"][0]["finish_reason"]
-    assert max(calls) > 1, calls  # a call that raised carried other rows too
+    assert max(calls) == 4, calls  # the call that raised carried the innocent rows too
     assert settled(worker) and worker._thread.is_alive()
     assert metric(url, "loam_kv_blocks_used") == 0
     assert generate(worker, innocent[0], 30) == expected[0]  # the next cohort runs
