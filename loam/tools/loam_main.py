@@ -339,6 +339,29 @@ def build_parser() -> CliParser:
         help="allow POST /v1/packages to register folders under DIR (repeatable); without it, HTTP registration "
         "is refused",
     )
+    ray = serve.add_argument_group(
+        "on Ray Serve (several processes or machines)",
+        "With --ray the same server runs as a Ray Serve deployment: each replica is a process that registers the "
+        "packages itself (its own engine, through its machine's build cache); Ray's HTTP proxy on --host:--port "
+        "spreads requests over the replicas, and Ray replaces one whose process dies. Needs Ray Serve (the `ray` "
+        "extra); every machine must have Loam installed and the package folders at the same paths.",
+    )
+    ray.add_argument("--ray", action="store_true", help="serve through Ray Serve instead of one process")
+    ray.add_argument(
+        "--replicas", type=int, metavar="N", help="with --ray: how many replicas serve the packages (default 1)"
+    )
+    ray.add_argument(
+        "--replica-cpus",
+        type=float,
+        metavar="C",
+        help="with --ray: the CPUs Ray reserves for each replica (default 1); Ray places replicas where CPUs are free",
+    )
+    ray.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="with --ray: the Ray cluster to deploy on (HEAD:6379 as `ray start --head` printed, or auto for the one "
+        "this machine belongs to); without it a local Ray instance runs for this command and stops with it",
+    )
     serve.add_argument("--debug", action="store_true", help="show the Python traceback of an error instead of one line")
     return parser
 
@@ -346,6 +369,21 @@ def build_parser() -> CliParser:
 def _serve(args: argparse.Namespace) -> None:
     from loam.serve.cli import serve
 
+    if args.ray:
+        from loam.serve.ray_deploy import serve_on_ray
+
+        if args.package_root:
+            raise UsageError("--package-root cannot be used with --ray: registration over HTTP would reach one replica")
+        serve_on_ray(
+            args.packages, host=args.host, port=args.port, address=args.ray_address,
+            replicas=1 if args.replicas is None else args.replicas,
+            replica_cpus=1.0 if args.replica_cpus is None else args.replica_cpus,
+        )  # fmt: skip
+        return
+    for flag, value in (("--replicas", args.replicas), ("--replica-cpus", args.replica_cpus),
+                        ("--ray-address", args.ray_address)):  # fmt: skip
+        if value is not None:
+            raise UsageError(f"{flag} needs --ray (it says how to serve on Ray Serve)")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: give a port from 0 to 65535")
     serve(args.packages, host=args.host, port=args.port, package_roots=args.package_root)
