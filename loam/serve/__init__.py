@@ -6,5 +6,6 @@ A package (`package`) is a folder whose `model.json` names the model's role, its
 oldest-first and runs them off the HTTP event loop.  Two contracts: finite requests (`finite`:
 embeddings, with pooling inside the stage, `pooling`) and retained text (`text`: a decoder whose
 conversations are rows of KV state in a block pool, `kv`; sampling per request, `sampling`).  The
-HTTP face (`app`) speaks OpenAI's API, with Prometheus metrics (`metrics`); `cli` is `loam serve`.
+HTTP face (`app`) speaks OpenAI's API, with Prometheus metrics (`metrics`); `cli` is `loam serve`, and
+`ray_deploy` runs the same app as a Ray Serve deployment of several replicas (`loam serve --ray`).
 """
