@@ -19,7 +19,14 @@ import pytest
 import loam
 from loam.draft import draft_layout
 from loam.options import Options
-from loam.runtime.kernels.compiled import _CompiledKernels, _rows_nbits, _rows_q4, _widen_nbits, set_compiled
+from loam.runtime.kernels.compiled import (
+    _cohort_rows,
+    _CompiledKernels,
+    _rows_nbits,
+    _rows_q4,
+    _widen_nbits,
+    set_compiled,
+)
 from loam.runtime.kernels.quantized import kernel_matmul_nbits, kernel_matmul_packed, nbits_codes
 from tests.backends.test_packed_weights import _blocks, _model
 from tests.checkpoints.gguf_writer import Tensor, quantize, write_gguf
@@ -45,7 +52,7 @@ def _numpy_product(x: np.ndarray, blocks: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
-@pytest.mark.parametrize(("rows", "k"), [(1, 32), (2, 96), (5, 576), (8, 64)])
+@pytest.mark.parametrize(("rows", "k"), [(1, 32), (2, 96), (3, 64), (5, 576), (8, 64), (16, 128), (33, 96)])
 def test_a_compiled_product_is_the_numpy_kernels_within_float32_rounding(encoding: str, rows: int, k: int) -> None:
     blocks, widened = _blocks((RNG.standard_normal((41, k)) * 3).astype(np.float32), encoding)
     x = RNG.standard_normal((rows, k)).astype(np.float32)
@@ -60,13 +67,23 @@ def test_a_compiled_product_is_the_numpy_kernels_within_float32_rounding(encodin
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
-def test_nan_and_infinity_in_x_come_out_where_the_numpy_kernel_puts_them(encoding: str) -> None:
-    blocks, _ = _blocks(RNG.standard_normal((16, 64)).astype(np.float32), encoding)
-    x = RNG.standard_normal((3, 64)).astype(np.float32)
+@pytest.mark.parametrize("rows", [2, 5])
+def test_nan_and_infinity_in_x_come_out_where_the_kernels_meaning_puts_them(encoding: str, rows: int) -> None:
+    """The row kernels (a decode step's rows) sum as the numpy kernel does, d * (q . x) + m * sum(x), and
+    put NaN and infinity where it does; the cohort kernel (more rows) sums the widened weights' products,
+    as x @ W^T over W widened does, and puts them there (an infinite x times a weight d * q + m of one
+    sign is infinite, where d * inf + m * inf may be NaN)."""
+    blocks, widened = _blocks(RNG.standard_normal((16, 64)).astype(np.float32), encoding)
+    x = RNG.standard_normal((rows, 64)).astype(np.float32)
     x[0, 5] = np.nan
     x[1, 40] = np.inf
-    got, want = kernel_matmul_packed(x, blocks, transposed=1), _numpy_product(x, blocks)
-    assert np.isnan(got[0]).all() and np.isfinite(got[2]).all()
+    got = kernel_matmul_packed(x, blocks, transposed=1)
+    if rows <= _CompiledKernels.row_kernel_rows:
+        want = _numpy_product(x, blocks)
+    else:
+        with np.errstate(invalid="ignore"):
+            want = x.astype(np.float64) @ widened.T.astype(np.float64)
+    assert np.isnan(got[0]).all() and np.isfinite(got[rows - 1]).all() == (rows > 2)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
     np.testing.assert_array_equal(np.sign(got[1]), np.sign(want[1]))
@@ -79,6 +96,21 @@ def test_the_row_kernels_source_computes_the_same_in_plain_python() -> None:
     out = np.empty((2, 5), np.float32)
     _rows_q4(*_CompiledKernels.form(blocks[:5]), x, out)  # an odd count of rows: the last in a pair alone
     np.testing.assert_allclose(out, kernel_matmul_packed(x, blocks[:5], transposed=1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_the_cohort_kernels_source_computes_the_same_in_plain_python(encoding: str) -> None:
+    """A cohort's rows (more than `row_kernel_rows`) take `_cohort_rows`: as plain Python, with W's row
+    count not a multiple of its groups of 4, it gives the compiled numbers."""
+    blocks, _ = _blocks(RNG.standard_normal((7, 64)).astype(np.float32), encoding)
+    x = RNG.standard_normal((5, 64)).astype(np.float32)
+    assert x.shape[0] > _CompiledKernels.row_kernel_rows
+    form = _CompiledKernels.form(blocks)
+    q8 = encoding == "Q8_0"
+    out = np.empty((5, 7), np.float32)
+    _cohort_rows(*form, *((form[1],) if q8 else ()), x, out, q8)
+    np.testing.assert_allclose(out, kernel_matmul_packed(x, blocks, transposed=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out, _numpy_product(x, blocks), rtol=1e-5, atol=1e-5)
 
 
 def test_set_compiled_turns_the_path_off_and_on(numpy_only: None) -> None:

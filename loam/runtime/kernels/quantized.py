@@ -10,12 +10,13 @@ Both kernels also take a plain float32 weight (a checkpoint that stores it unqua
 packing is the checkpoint's choice, and the module computes the same product either way.
 
 - `kernel_matmul_packed(x, w, transposed=1)`: x @ W^T (`transposed=0`: x @ W for W [K, N], its rows
-  widened a group at a time and their share of the product accumulated).  For a few rows of x (a
-  decode step) the blocks are never widened: where numba is installed, compiled row kernels read
-  each block's bytes once (`loam/runtime/kernels/compiled.py`); else each block's dot product is
-  taken with its integers and scaled after, so
-  W x = sum over blocks of d * (q . x) (+ m * sum(x) for Q4_1, - 8 d * sum(x) for Q4_0).  For more
-  rows (a prefill) a bounded group of W's rows is dequantized into scratch and multiplied by BLAS.
+  widened a group at a time and their share of the product accumulated).  Where numba is installed,
+  compiled kernels take every x@W^T (`loam/runtime/kernels/compiled.py`): a decode step's few rows
+  read each block's bytes once, a cohort's rows widen each group of 4 of W's rows once for all of
+  them.  In numpy alone, a few rows of x never widen the blocks: each block's dot product is taken
+  with its integers and scaled after, so
+  W x = sum over blocks of d * (q . x) (+ m * sum(x) for Q4_1, - 8 d * sum(x) for Q4_0); more rows
+  (a prefill) dequantize a bounded group of W's rows into scratch and multiply it by BLAS.
 - `kernel_gather_packed(w, indices, axis=0)`: the rows of W at `indices` (an embedding lookup),
   dequantized after they are picked.
 
@@ -75,10 +76,9 @@ def kernel_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int) -> np
         for s in range(0, k, step):
             out += rows[:, s : s + step] @ dequant_blocks(w[s : s + step])
         return out.reshape(*x.shape[:-1], n)
-    if m <= few_rows:
-        compiled = _matmul_packed_compiled(rows, w)  # numba's row kernels, where installed
-        if compiled is not None:
-            return compiled.reshape(*x.shape[:-1], n)
+    compiled = _matmul_packed_compiled(rows, w)  # numba's kernels, where installed
+    if compiled is not None:
+        return compiled.reshape(*x.shape[:-1], n)
     out = np.empty((m, n), np.float32)
     if m <= few_rows:
         xb = rows.reshape(m, nb, 32)
