@@ -53,7 +53,7 @@ TEXT = (
 )
 PROMPT_WORDS = (24, 96)  # about 32 and 128 tokens of TEXT, alternately
 EOS_ID = 2  # SmolLM2's <|im_end|>, which llama.cpp's greedy completion of TEXT may pick
-PREFILL_UNITS = 32  # Loam's prompt tokens a cohort reads while streams decode
+PREFILL_UNITS = 32  # Loam's prompt tokens a cohort reads while streams decode, in the long-prompt runs
 STREAMS, STREAM_TOKENS, LONG_WORDS = 4, 96, 1500  # the long-prompt runs
 
 
@@ -94,6 +94,8 @@ def _wait_for(process: subprocess.Popen[str], marker: str, what: str) -> str:
     assert process.stderr is not None
     for line in process.stderr:
         if marker in line:
+            # Keep reading what it prints, so a chatty server never blocks on a full pipe.
+            threading.Thread(target=lambda: all(True for _ in process.stderr or ()), daemon=True).start()
             return line
     raise SystemExit(f"bench.serve: {what} did not start (exit {process.wait()})")
 
@@ -121,8 +123,8 @@ def _peer_server(python: str, gguf: Path, threads: int) -> tuple[subprocess.Pope
     process = subprocess.Popen(
         [python, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "smollm2", "--host", "127.0.0.1",
          "--port", str(port), "--n_threads", str(threads), "--n_threads_batch", str(threads), "--n_ctx", "4096",
-         "--verbose", "False"],
-        stderr=subprocess.PIPE, text=True, env=_thread_env(threads),
+         "--verbose", "False", "--interrupt_requests", "False"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_thread_env(threads),
     )  # fmt: skip
     _wait_for(process, "Uvicorn running on", "llama.cpp's server")
     return process, f"http://127.0.0.1:{port}"
@@ -238,10 +240,11 @@ def run(
 
 
 def interference(url: str, body: dict[str, Any], streams: int, long_words: int) -> dict[str, float]:
-    """`streams` streamed requests of `body["max_tokens"]` tokens; once each has streamed a few tokens, a
+    """`streams` streamed requests of `body["max_tokens"]` tokens; once each has streamed a few tokens (or
+    a minute has passed: a server that runs one request at a time starts the others only as each ends), a
     request with a prompt of `long_words` words (and one new token) arrives (none when `long_words` is 0).
     The streams' inter-token latency p50/p99 over the run, and the long prompt's time to its answer."""
-    streaming = threading.Barrier(streams + 1)
+    streaming = threading.Semaphore(0)  # released once by each stream at its 4th token
     results: list[Stream] = []
     lock = threading.Lock()
 
@@ -257,21 +260,24 @@ def interference(url: str, body: dict[str, Any], streams: int, long_words: int) 
                     if any(c.get("text") for c in chunk.get("choices") or []):
                         seen.arrivals.append(time.perf_counter())
                         if len(seen.arrivals) == 4:
-                            streaming.wait()
+                            streaming.release()
         with lock:
             results.append(seen)
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(streams)]
     for t in threads:
         t.start()
-    streaming.wait()
+    deadline = time.monotonic() + 60
+    for _ in range(streams):
+        streaming.acquire(timeout=max(0.0, deadline - time.monotonic()))
     long_s = float("nan")
     if long_words:
         import httpx
 
         words = (TEXT * (long_words // len(TEXT.split()) + 1)).split()[:long_words]
         start = time.perf_counter()
-        reply = httpx.post(f"{url}/v1/completions", json={**body, "stream": False, "max_tokens": 1,
+        request = {k: v for k, v in body.items() if k != "stream_options"}
+        reply = httpx.post(f"{url}/v1/completions", json={**request, "stream": False, "max_tokens": 1,
                                                           "prompt": " ".join(words)}, timeout=1800)  # fmt: skip
         if reply.status_code != 200:
             raise SystemExit(f"bench.serve: the long prompt failed: HTTP {reply.status_code}: {reply.text[:300]}")
@@ -317,9 +323,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--packed", action="store_true", help="also serve the GGUF's 4-bit blocks packed")
     parser.add_argument(
         "--prefill-units", type=int, default=PREFILL_UNITS,
-        help=f"Loam's capacities.prefill_units (default {PREFILL_UNITS}); the long-prompt runs also serve without it",
+        help=f"Loam's capacities.prefill_units in the long-prompt runs, beside a run without it (default "
+        f"{PREFILL_UNITS}); the client sweep runs without it, reading up to batch_units of prompt a cohort",
     )  # fmt: skip
     parser.add_argument("--package", type=Path, help="serve this text package instead of SmolLM2 (no peer)")
+    parser.add_argument(
+        "--long-words", type=int, default=LONG_WORDS,
+        help=f"words of the long prompt that arrives mid-stream (default {LONG_WORDS}; 0: no long-prompt runs)",
+    )  # fmt: skip
     parser.add_argument("--peer-python", help="the interpreter that runs llama_cpp.server")
     parser.add_argument("--no-peer", action="store_true", help="measure Loam alone")
     parser.add_argument("--quick", action="store_true", help="1 and 2 clients, 4 tokens, nothing written")
@@ -331,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     body: dict[str, Any] = {"model": "smollm2", "max_tokens": tokens, "temperature": 0, "stream": True}
     rows: list[tuple[str, dict[str, float]]] = []
     long_rows: list[tuple[str, dict[str, float], dict[str, float]]] = []  # streams alone, then beside a long prompt
-    long_words = 0 if args.quick or args.package else LONG_WORDS
+    long_words = 0 if args.quick or args.package else args.long_words
 
     def beside_a_long_prompt(label: str, url: str, body: dict[str, Any]) -> None:
         if long_words:
@@ -344,10 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cache = Path(scratch) / "cache"
         units = f"prefill_units {args.prefill_units}"
         variants = [("Loam, given package", args.package, True)] if args.package else [
-            (f"Loam, widened, {units}", _package(Path(scratch) / "widened", False, args.prefill_units), True),
-            *([(f"Loam, packed, {units}", _package(Path(scratch) / "packed", True, args.prefill_units), True)]
-              if args.packed else []),
-            *([("Loam, widened, prefill_units unset", _package(Path(scratch) / "unset", False), False)]
+            ("Loam, widened", _package(Path(scratch) / "widened", False), True),
+            *([("Loam, packed", _package(Path(scratch) / "packed", True), True)] if args.packed else []),
+            *([(f"Loam, widened, {units}", _package(Path(scratch) / "chunked", False, args.prefill_units), False)]
               if long_words else []),
         ]  # fmt: skip
         for label, folder, sweep in variants:
@@ -377,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines = [
         "# `loam serve` under concurrent streaming clients, against llama.cpp's server",
         "",
-        f"Written by `python -m bench.serve{' --packed' if args.packed else ''}` on "
+        f"Written by `python -m bench.serve {' '.join(argv if argv is not None else sys.argv[1:])}` on "
         f"{datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}; {platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}; each server on {args.threads} thread(s).  Each client sends "
         f"{requests} streamed completions in turn, prompts of {' and '.join(map(str, lengths))} words "
