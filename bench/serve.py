@@ -38,7 +38,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,7 +160,8 @@ class Stream:
     error: str | None = None
 
 
-def _stream(url: str, body: dict[str, Any]) -> Stream:
+def _stream(url: str, body: dict[str, Any], on_token: Callable[[int], None] | None = None) -> Stream:
+    """One streamed completion as the client sees it; `on_token(n)` is called as the n-th token arrives."""
     import httpx
 
     seen = Stream(time.perf_counter())
@@ -185,8 +186,15 @@ def _stream(url: str, body: dict[str, Any]) -> Stream:
                     seen.first = seen.first if seen.first is not None else now
                     seen.arrivals.append(now)
                     chunks += 1
+                    if on_token is not None:
+                        on_token(chunks)
         seen.tokens = seen.tokens or chunks  # llama.cpp streams one token a chunk and no usage
     return seen
+
+
+def _gaps(streams: list[Stream]) -> list[float]:
+    """Every gap between two tokens of one stream: the inter-token latencies."""
+    return [b - a for s in streams for a, b in zip(s.arrivals, s.arrivals[1:], strict=False)]
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -223,7 +231,7 @@ def run(
     short = [s.tokens for s in streams if s.tokens != body["max_tokens"]]
     ttft = [s.first - s.start for s in streams if s.first is not None]
     tpot = [(s.arrivals[-1] - s.arrivals[0]) / (s.tokens - 1) for s in streams if s.tokens > 1]
-    gaps = [b - a for s in streams for a, b in zip(s.arrivals, s.arrivals[1:], strict=False)]
+    gaps = _gaps(streams)
     return {
         "clients": clients,
         "requests": len(streams),
@@ -248,19 +256,12 @@ def interference(url: str, body: dict[str, Any], streams: int, long_words: int) 
     results: list[Stream] = []
     lock = threading.Lock()
 
-    def client(i: int) -> None:
-        import httpx
+    def started(count: int) -> None:
+        if count == 4:
+            streaming.release()
 
-        seen = Stream(time.perf_counter())
-        with httpx.stream("POST", f"{url}/v1/completions", json={**body, "prompt": _prompt(i, PROMPT_WORDS[:1])},
-                          timeout=1800) as reply:  # fmt: skip
-            for line in reply.iter_lines():
-                if line.startswith("data: {"):
-                    chunk = json.loads(line[6:])
-                    if any(c.get("text") for c in chunk.get("choices") or []):
-                        seen.arrivals.append(time.perf_counter())
-                        if len(seen.arrivals) == 4:
-                            streaming.release()
+    def client(i: int) -> None:
+        seen = _stream(url, {**body, "prompt": _prompt(i, PROMPT_WORDS[:1])}, started)
         with lock:
             results.append(seen)
 
@@ -284,7 +285,10 @@ def interference(url: str, body: dict[str, Any], streams: int, long_words: int) 
         long_s = time.perf_counter() - start
     for t in threads:
         t.join()
-    gaps = [b - a for s in results for a, b in zip(s.arrivals, s.arrivals[1:], strict=False)]
+    failed = [s.error for s in results if s.error]
+    if failed:
+        raise SystemExit(f"bench.serve: {len(failed)} of {streams} streams failed: {failed[0]}")
+    gaps = _gaps(results)
     return {"itl_p50": _percentile(gaps, 50), "itl_p99": _percentile(gaps, 99), "long_s": long_s}
 
 
