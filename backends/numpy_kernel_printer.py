@@ -37,7 +37,17 @@ from loam.dialects.expr import (
     format_float,
     step_args,
 )
-from loam.dialects.kernel import CastOp, LibraryOp, MatmulOp, NormalizeOp, PermuteOp, RegroupOp, SoftmaxOp, ZipOp
+from loam.dialects.kernel import (
+    AppendStateOp,
+    CastOp,
+    LibraryOp,
+    MatmulOp,
+    NormalizeOp,
+    PermuteOp,
+    RegroupOp,
+    SoftmaxOp,
+    ZipOp,
+)
 from loam.dtypes import by_name
 from loam.errors import UnsupportedError
 from loam.poly import Poly
@@ -311,6 +321,8 @@ class NumpyKernelPrinter:
                 if i < len(op.operands) and op.operands[i] in self.m.half_weights:
                     arg[i] = self.prepared_text(op.operands[i])
             params = [f"{k}={self.m.param_py(v)}" for k, v in op.params.items()]
+            if isinstance(op, AppendStateOp):  # in place in the state forward_in_place passes, if any
+                params.append("into=decode_state")
             return f"{piece}({', '.join([*arg, *params])})"
         raise UnsupportedError(f"the numpy backend does not print {op.name}")
 

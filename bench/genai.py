@@ -79,7 +79,8 @@ module = importlib.util.module_from_spec(loader); loader.loader.exec_module(modu
 weights = module.Weights.embedded()
 load_s = time.perf_counter() - start
 held = sum(getattr(weights, attr).nbytes for _, attr, *_ in module.Weights._SPECS)
-params = list(inspect.signature(module.forward).parameters)[1:]
+signature = inspect.signature(module.forward).parameters.values()  # decode_state: keyword only
+params = [p.name for p in signature if p.kind is p.POSITIONAL_OR_KEYWORD][1:]
 names = spec["inputs"]
 assert len(params) == len(names), (params, names)
 kv_heads, head = spec["kv_heads"], spec["head"]
@@ -228,7 +229,6 @@ def teacher_forced(folder: Path, module_path: Path, cases: list[dict[str, Any]])
     None without onnxruntime here."""
     if not cases or importlib.util.find_spec("onnxruntime") is None:
         return None
-    import inspect
 
     import numpy as np
     import onnxruntime
@@ -241,7 +241,7 @@ def teacher_forced(folder: Path, module_path: Path, cases: list[dict[str, Any]])
     loader.loader.exec_module(module)
     weights = module.Weights.embedded()
     names = [i.name for i in session.get_inputs()]
-    assert len(names) == len(inspect.signature(module.forward).parameters) - 1
+    assert len(names) == len(module.INPUTS)
     empty = np.zeros((1, config["num_key_value_heads"], 0, config["head_size"]), np.float32)
     counts = {"peer_record": 0, "loam_peer": 0, "loam_record": 0, "positions": 0}
     worst, margins = 0.0, []

@@ -4,7 +4,7 @@
 `pipeline_passes` gives (`loam build --print-pipeline` prints it as a `-p` string):
 
     read (frontends) -> apply-options -> stage0 -> name-axes -> lower-to-kernel
-        -> pack-quantized (numpy) -> fuse -> fold-conv-affine (numpy)
+        -> pack-quantized (numpy) -> fuse -> fold-conv-affine, decode-state-in-place (numpy)
         -> tile-attention, tile-rows, tile-matmul (wgsl) -> emit (backends)
 
 `fuse` (objective `memory`) runs unless `build(..., fuse=None)` turns it off (`loam build --no-fuse`);
@@ -101,7 +101,8 @@ def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", dra
     """Every pass `build` runs after reading, in order: what `loam build --print-pipeline` prints for
     `loam-opt -p`.  They read the options (and the checkpoint's stored encodings) from the module's
     attributes.  `fuse` is the fuse pass's objective, None to leave it out.  The numpy backend keeps
-    weights the checkpoint stores in ggml blocks packed (`pack-quantized`); the WGSL backend runs its
+    weights the checkpoint stores in ggml blocks packed (`pack-quantized`) and keeps a decoder's past
+    in place (`decode-state-in-place`); the WGSL backend runs its
     attention, row kernels and float32 products as tile programs (`tile-attention`, `tile-rows`,
     `tile-matmul`).  `draft` (an
     architecture table's build) names the axes the layout leaves open after stage 0 (`draft-layout`)."""
@@ -124,9 +125,10 @@ def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", dra
     if fuse is not None:
         passes.append(FusePass(objective=fuse))
     if backend == "numpy":
+        from loam.passes.decode_state_in_place import DecodeStateInPlacePass
         from loam.passes.fold_conv_affine import FoldConvAffinePass
 
-        passes.append(FoldConvAffinePass())
+        passes += [FoldConvAffinePass(), DecodeStateInPlacePass()]
     if backend == "wgsl":
         from loam.passes.tile_attention import TileAttentionPass
         from loam.passes.tile_matmul import TileMatmulPass

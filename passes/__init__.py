@@ -50,6 +50,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return FoldConvAffinePass
 
+    def get_decode_state_in_place() -> type[ModulePass]:
+        from loam.passes.decode_state_in_place import DecodeStateInPlacePass
+
+        return DecodeStateInPlacePass
+
     def get_tile_attention() -> type[ModulePass]:
         from loam.passes.tile_attention import TileAttentionPass
 
@@ -74,6 +79,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "fuse": get_fuse,
         "pack-quantized": get_pack_quantized,
         "fold-conv-affine": get_fold_conv_affine,
+        "decode-state-in-place": get_decode_state_in_place,
         "tile-attention": get_tile_attention,
         "tile-rows": get_tile_rows,
         "tile-matmul": get_tile_matmul,

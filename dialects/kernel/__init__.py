@@ -79,6 +79,7 @@ from loam.dialects.kernel.linalg import LINALG_OPS, DetOp, MatmulIntegerOp, QLin
 from loam.dialects.kernel.losses import LOSS_OPS, NllLossOp
 from loam.dialects.kernel.movement import (
     MOVEMENT_OPS,
+    AppendStateOp,
     BitCastOp,
     ConcatOp,
     DropoutOp,
@@ -172,6 +173,7 @@ __all__ = [
     "REDUCE_OPS",
     "SIGNAL_OPS",
     "AffineGridOp",
+    "AppendStateOp",
     "ArgReduceOp",
     "BatchNormTrainOp",
     "BitCastOp",

@@ -1,6 +1,6 @@
-"""Library kernels that move elements: concatenation, splitting, slicing, padding, tiling and
-triangles, reversed sequences and reinterpreted bits (ONNX Concat, Split, Slice, Pad, Tile, Trilu,
-ReverseSequence, BitCast), listed in `MOVEMENT_OPS`.
+"""Library kernels that move elements: concatenation (and a decoder's past joined with its new rows),
+splitting, slicing, padding, tiling and triangles, reversed sequences and reinterpreted bits (ONNX
+Concat, Split, Slice, Pad, Tile, Trilu, ReverseSequence, BitCast), listed in `MOVEMENT_OPS`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,37 @@ class ConcatOp(LibraryOp):
     def verify_kernel(self) -> None:
         ins, outs = library_types(self)
         require(self, len(ins) >= 1 and len(outs) == 1, "takes one or more operands and gives one result")
+        if any(e is None for e in (*ins, *outs)):
+            return
+        axis, out = self.param("axis"), outs[0]
+        assert out is not None
+        require(self, 0 <= axis < len(out), f"axis {axis} is outside the result's rank {len(out)}")
+        for i, ext in enumerate(ins):
+            assert ext is not None
+            same = len(ext) == len(out) and all(
+                e == o for j, (e, o) in enumerate(zip(ext, out, strict=True)) if j != axis
+            )
+            require(self, same, f"operand {i} does not match the result outside axis {axis}")
+
+
+@irdl_op_definition
+class AppendStateOp(LibraryOp):
+    """A decoder's past joined with its new rows along `axis`, as ONNX Concat(past, new), where `past`
+    is the program input named `state` and the result is an output (`decode-state-in-place`).
+
+    Its value is the concatenation.  The numpy module computes it so; given a `DecodeState` whose view
+    of `state` is the past it was passed (`forward_in_place`), it writes only the new rows into the
+    state's storage after the past and returns the view of both, so no step copies the past.
+
+    Example: `%p = kernel.append_state(%past, %new) {node = "c", axis = 2 : i64, state = "past.0"} : (P, N) -> R`
+    """
+
+    name = "kernel.append_state"
+    PARAMS: ClassVar[dict[str, type]] = {"axis": int, "state": str}
+
+    def verify_kernel(self) -> None:
+        ins, outs = library_types(self)
+        require(self, len(ins) == 2 and len(outs) == 1, "takes the past and the new rows and gives one result")
         if any(e is None for e in (*ins, *outs)):
             return
         axis, out = self.param("axis"), outs[0]
@@ -276,6 +307,6 @@ class BitCastOp(LibraryOp):
 
 
 MOVEMENT_OPS: tuple[type[LibraryOp], ...] = (
-    ConcatOp, SplitOp, SliceOp, PadOp, TileOp, TriluOp, ReverseSequenceOp, BitCastOp, ExpandToOp, ReshapeToOp,
-    TileByOp, SliceByOp, SplitByOp, PadByOp, DropoutOp,
+    ConcatOp, AppendStateOp, SplitOp, SliceOp, PadOp, TileOp, TriluOp, ReverseSequenceOp, BitCastOp, ExpandToOp,
+    ReshapeToOp, TileByOp, SliceByOp, SplitByOp, PadByOp, DropoutOp,
 )  # fmt: skip

@@ -57,7 +57,9 @@ def count_conversions(module: ModuleType, monkeypatch: pytest.MonkeyPatch, weigh
 
 
 def gpt2_call(module: ModuleType, weights: object, ids: np.ndarray) -> np.ndarray:
-    names = list(inspect.signature(module.forward).parameters)[1:]
+    names = [n for n, p in inspect.signature(module.forward).parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD][
+        1:
+    ]
     feeds = {"input_ids": ids, "attention_mask": np.ones(ids.shape, np.int64)}
     return module.forward(weights, *[feeds[n] for n in names]).logits
 

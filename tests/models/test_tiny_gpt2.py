@@ -75,7 +75,9 @@ def call(graph: str, **inputs: np.ndarray) -> object:
     module, weights = built(graph)
     import inspect
 
-    names = list(inspect.signature(module.forward).parameters)[1:]
+    names = [n for n, p in inspect.signature(module.forward).parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD][
+        1:
+    ]
     by_ident = {re.sub(r"\W", "_", k): v for k, v in inputs.items()}
     return module.forward(weights, *[by_ident[n] for n in names])
 

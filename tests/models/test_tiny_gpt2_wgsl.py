@@ -37,7 +37,9 @@ def built(graph: str) -> tuple[ModuleType, object, object]:
 
 def call(graph: str, **inputs: np.ndarray) -> object:
     module, weights, _ = built(graph)
-    names = list(inspect.signature(module.forward).parameters)[1:]
+    names = [n for n, p in inspect.signature(module.forward).parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD][
+        1:
+    ]
     by_ident = {re.sub(r"\W", "_", k): v for k, v in inputs.items()}
     return module.forward(weights, *[by_ident[n] for n in names])
 

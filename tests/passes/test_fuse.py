@@ -287,7 +287,9 @@ def test_tiny_gpt2_fused_equals_unfused(graph: str) -> None:
         module = result.module
         weights = module.Weights.load(checkpoint.read_bytes())
         by_ident = {re.sub(r"\W", "_", k): v for k, v in feeds.items()}
-        names = list(inspect.signature(module.forward).parameters)[1:]
+        names = [
+            n for n, p in inspect.signature(module.forward).parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD
+        ][1:]
         out = module.forward(weights, *[by_ident[n] for n in names])
         outputs.append(list(out) if isinstance(out, tuple) else [out])
     for a, b in zip(*outputs, strict=True):

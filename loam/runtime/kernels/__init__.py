@@ -31,12 +31,14 @@ from loam.runtime.kernels import (
     resize,
     sampling,
     signal,
+    state,
 )
 
 FAMILIES = (
     common,
     elementwise,
     movement,
+    state,
     indexing,
     reduce,
     normalization,
