@@ -51,15 +51,26 @@ class GenerationStats:
         )
 
 
-class Decoder:
-    """A compiled decoder module and its weights, with the past of the tokens it has read."""
+STATE_CAPACITY = 256
+"""Positions a Decoder's DecodeState holds at first; it doubles whenever a step needs more."""
 
-    def __init__(self, module: types.ModuleType, weights: object, source: str = "the module") -> None:
+
+class Decoder:
+    """A compiled decoder module and its weights, with the past of the tokens it has read.
+
+    Where the module keeps every past in place (`forward_in_place`, and `in_place` is left on), the
+    past lives in a `DecodeState` that each step appends to; otherwise each step's presents are the
+    next step's pasts.  The numbers are the same (tests/passes/test_decode_state_in_place.py).
+    """
+
+    def __init__(
+        self, module: types.ModuleType, weights: object, source: str = "the module", *, in_place: bool = True
+    ) -> None:
         inputs = getattr(module, "INPUTS", None)
         outputs = getattr(module, "OUTPUTS", None)
         if not isinstance(inputs, tuple) or not isinstance(outputs, tuple):
             raise GenerateError(f"{source}: no INPUTS/OUTPUTS: it was not built by this version of Loam")
-        self.module, self.weights, self.source = module, weights, source
+        self.module, self.weights, self.source, self.in_place = module, weights, source, in_place
         self.inputs = {name: (dtype, extents) for name, dtype, extents in inputs}
         self.order = [name for name, _, _ in inputs]
         self.outputs = list(outputs)
@@ -103,15 +114,39 @@ class Decoder:
 
     def reset(self) -> None:
         """Forget the past: the next `step` reads a new prompt."""
-        self.past: dict[str, np.ndarray] = {}
+        self._past: dict[str, np.ndarray] = {}
         for name in self.past_names:
             dtype, extents = self.inputs[name]
             if len(extents) != 4 or extents[1] is None or extents[3] is None:
                 raise GenerateError(
                     f"{self.source}: input {name!r} is not [batch, heads, past, head size] with fixed heads and size"
                 )
-            self.past[name] = np.zeros((1, extents[1], 0, extents[3]), dtype=np.dtype(dtype))
+            self._past[name] = np.zeros((1, extents[1], 0, extents[3]), dtype=np.dtype(dtype))
         self.length = 0
+        # A module that keeps its past in place (decode-state-in-place) for every past input steps
+        # through forward_in_place: each step writes its new rows and copies no past.
+        held = {past for past, *_ in getattr(self.module, "DECODE_STATE", ())}
+        self.state: object | None = None
+        if self.in_place and held == set(self.past_names):
+            symbols = {e for *_, extents in self.module.DECODE_STATE for e in extents if isinstance(e, str)}
+            self.state = self.module.DecodeState(STATE_CAPACITY, **dict.fromkeys(symbols, 1))
+
+    @property
+    def past(self) -> dict[str, np.ndarray]:
+        """Each past input's value after the tokens read so far (the state's views when in place)."""
+        if self.state is not None:
+            return {name: self.state.past(name) for name in self.past_names}  # type: ignore[attr-defined]
+        return self._past
+
+    def rewind(self, length: int) -> None:
+        """Forget every position from `length` on: the next `step` reads after the first `length`."""
+        if not 0 <= length <= self.length:
+            raise GenerateError(f"cannot rewind {self.length} positions to {length}")
+        if self.state is not None:
+            self.state.rewind(length)  # type: ignore[attr-defined]
+        else:
+            self._past = {name: value[:, :, :length] for name, value in self._past.items()}
+        self.length = length
 
     def step(self, ids: Sequence[int]) -> np.ndarray:
         """Read `ids` after what was read before; return the logits of the last position (float32)."""
@@ -122,10 +157,18 @@ class Decoder:
         if "position_ids" in self.inputs:
             positions = np.arange(self.length, self.length + count)[None, :]
             feeds["position_ids"] = positions.astype(np.dtype(self.inputs["position_ids"][0]))
-        feeds.update(self.past)
-        result = self.module.forward(self.weights, *(feeds[name] for name in self.order))
+        state = self.state
+        if state is not None:
+            if self.length + count > state.capacity:  # type: ignore[attr-defined]
+                state.reserve(max(2 * state.capacity, self.length + count))  # type: ignore[attr-defined]
+            step = [feeds[name] for name in self.order if name not in self.present_of]
+            result = self.module.forward_in_place(self.weights, state, *step)
+        else:
+            feeds.update(self._past)
+            result = self.module.forward(self.weights, *(feeds[name] for name in self.order))
         values = dict(zip(self.outputs, result if len(self.outputs) > 1 else (result,), strict=True))
-        self.past = {name: values[present] for name, present in self.present_of.items()}
+        if state is None:
+            self._past = {name: values[present] for name, present in self.present_of.items()}
         self.length += count
         return np.asarray(values["logits"])[0, -1].astype(np.float32)
 

@@ -156,3 +156,24 @@ def test_the_state_refuses_what_it_cannot_hold_naming_it() -> None:
         module.forward_in_place(
             weights, state, np.zeros((1, 1), np.int32), *step_inputs(module, np.arange(1)[None], 6)[1:]
         )
+
+
+def test_generate_s_decoder_steps_in_place_growing_its_state_and_equals_the_plain_decoder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from loam import generate
+
+    module, weights, _ = built("decoder_positions")
+    monkeypatch.setattr(generate, "STATE_CAPACITY", 4)  # the prompt alone outgrows it: the state doubles
+    logits = {}
+    for in_place in (True, False):
+        decoder = generate.Decoder(module, weights, in_place=in_place)
+        assert (decoder.state is not None) is in_place
+        steps = [decoder.step([5, 6, 7, 8, 9, 10])]
+        for token in (11, 12, 13):
+            steps.append(decoder.step([token]))
+        decoder.rewind(7)
+        steps.append(decoder.step([40, 41]))
+        assert decoder.length == 9 and decoder.past[PASTS[0]].shape == (1, 4, 9, 16)
+        logits[in_place] = steps
+    assert all(np.array_equal(a, b) for a, b in zip(logits[True], logits[False], strict=True))

@@ -36,7 +36,8 @@ class DecodeState:
     (`DECODE_STATE` names them) by its symbol; `forward_in_place(weights, state, ...)` takes the
     inputs other than the pasts, reads the pasts from the state and writes only each step's new rows
     into it.  `past(name)` is the state's view of a past input; `rewind(n)` keeps the first n
-    positions.  Memory is allocated whole but zero pages become resident only as they are written.
+    positions; `reserve(capacity)` grows the buffers (one copy).  The buffers are allocated whole, but
+    their zero pages become resident only as they are written.
     """
 
     def __init__(self, capacity: int, **extents: int) -> None:
@@ -74,6 +75,19 @@ class DecodeState:
             raise ShapeError(f"DecodeState: {name!r} is not a state input (those are {sorted(self._buffers)})")
         axis = self._axes[name]
         return self._buffers[name][(*(slice(None),) * axis, slice(0, self.length))]
+
+    def reserve(self, capacity: int) -> None:
+        """Grow to hold `capacity` positions, keeping those held: one copy now, none per step."""
+        if capacity <= self.capacity:
+            return
+        for name, buffer in self._buffers.items():
+            axis = self._axes[name]
+            shape = list(buffer.shape)
+            shape[axis] = capacity
+            grown = np.zeros(shape, buffer.dtype)
+            grown[(*(slice(None),) * axis, slice(0, self.length))] = self.past(name)
+            self._buffers[name] = grown
+        self.capacity = capacity
 
     def rewind(self, length: int) -> None:
         """Keep the first `length` positions (the later ones are overwritten by the next steps)."""
