@@ -191,14 +191,21 @@ class KvPool:
         seq.tokens.extend(tokens)
         self._publish(seq, start // bt, (start + n) // bt)
 
-    def gather(self, rows: Sequence[KvSequence], past: int) -> dict[str, np.ndarray]:
-        """name -> [len(rows), heads, past, head_size]: each row's positions from its blocks, zeros after."""
+    def gather(
+        self, rows: Sequence[KvSequence], past: int, into: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        """name -> [len(rows), heads, past, head_size]: each row's positions from its blocks, zeros after.
+
+        `into` gives the arrays to fill (zeros already, such as a fresh DecodeState's views) instead of new ones.
+        """
         for r, seq in enumerate(rows):
             if seq.length > past:
                 raise ValueError(f"row {r} has {seq.length} positions, more than past={past}")
         out: dict[str, np.ndarray] = {}
         for name, (heads, size, dtype) in self._layers.items():
-            result = np.zeros((len(rows), heads, past, size), dtype)
+            result = np.zeros((len(rows), heads, past, size), dtype) if into is None else into[name]
+            if result.shape != (len(rows), heads, past, size):
+                raise ValueError(f"into[{name!r}] has shape {result.shape}, expected {(len(rows), heads, past, size)}")
             array = self._arrays[name]
             for r, seq in enumerate(rows):
                 if seq.length:

@@ -276,6 +276,14 @@ class Stage:
             raise ShapeError(f"stage {self.spec.name!r}: {err}") from None
         return tuple(result) if len(self.outputs) > 1 else (result,)
 
+    def forward_in_place(self, state: object, *inputs: object) -> tuple[object, ...]:
+        """`forward` with the pasts kept in `state`, a module DecodeState (given every input but the pasts)."""
+        try:
+            result = self.module.forward_in_place(self.weights, state, *inputs)
+        except self.module.ShapeError as err:
+            raise ShapeError(f"stage {self.spec.name!r}: {err}") from None
+        return tuple(result) if len(self.outputs) > 1 else (result,)
+
 
 @dataclass
 class Package:

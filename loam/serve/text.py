@@ -15,7 +15,10 @@ past and real new tokens, and `position_ids` give each new token its own positio
 positions weigh exactly zero, so each row computes what it would alone; a decoder exported without
 `position_ids` derives positions from Pmax, and then only rows with equal pasts share a cohort (their
 compatibility tag is their past length).  From `present.*` the step keeps row r's new positions
-[Pmax, Pmax + s_r) and appends them to its blocks; the padding is never stored.
+[Pmax, Pmax + s_r) and appends them to its blocks; the padding is never stored.  A module that keeps
+its pasts in place (`forward_in_place`) is given them gathered into a `DecodeState` with room for the
+new positions, so the gather is the step's one copy of the past (the model's Concats write only the
+new rows); the model's attention reads the past as one dense tensor, so a paged pool needs that gather.
 
 Retained state outlives a request: full blocks are published for prefix reuse, so a request whose
 prompt starts with tokens some earlier request read (a chat's next turn, a fork of a conversation, a
@@ -75,6 +78,12 @@ class DecoderStage:
         if unknown:
             raise PackageError(f"{where}: input {unknown[0]!r} is not one a decoder step knows how to give")
         self.ragged = "position_ids" in inputs
+        # A module that keeps every past in place (decode-state-in-place) is given the gathered pasts as a
+        # DecodeState's views, so its Concats write the new rows after them instead of copying the pasts.
+        held = {past: extents for past, _, _, extents in getattr(stage.module, "DECODE_STATE", ())}
+        symbols = {e for extents in held.values() for e in extents if isinstance(e, str)}
+        self.in_place = set(held) == set(self.past_names) and len(symbols) == 1
+        self.batch_symbol = next(iter(symbols), "")
         self.logits_index = stage.outputs.index("logits")
         # One token through an empty past before any request: the stage runs, and its vocabulary is known.
         probe = KvPool(self.layers, 1, 1)
@@ -103,8 +112,15 @@ class DecoderStage:
         feeds: dict[str, np.ndarray] = {"input_ids": ids, "attention_mask": mask}
         if self.ragged:
             feeds["position_ids"] = positions.astype(self.dtypes["position_ids"])
-        feeds.update(pool.gather([seq for seq, _ in rows], past))
-        outputs = self.stage.forward(*(feeds[name] for name in self.order))
+        seqs = [seq for seq, _ in rows]
+        if self.in_place:
+            state = self.stage.module.DecodeState(past + longest, **{self.batch_symbol: count})
+            state.length = past
+            pool.gather(seqs, past, into={name: state.past(name) for name in self.past_names})
+            outputs = self.stage.forward_in_place(state, *(feeds[name] for name in self.order if name in feeds))
+        else:
+            feeds.update(pool.gather(seqs, past))
+            outputs = self.stage.forward(*(feeds[name] for name in self.order))
         logits = np.asarray(outputs[self.logits_index])
         for r, (seq, span) in enumerate(rows):
             values = {

@@ -18,10 +18,11 @@ import pytest
 import loam
 from loam.generate import Decoder
 from loam.options import Options
+from loam.serve.kv import KvPool
 from loam.serve.sampling import SamplingParams
 from loam.serve.scheduler import Event, Request
 from loam.serve.server import Server
-from loam.serve.text import TextRequest, TextWorker
+from loam.serve.text import DecoderStage, TextRequest, TextWorker
 from tests.serve.serving import MODELS, PACKAGES, finish, generate, package_copy, serving, submit
 
 pytestmark = pytest.mark.xdist_group("serve-tiny-gpt2")
@@ -82,6 +83,30 @@ def test_a_request_alone_picks_onnxruntimes_greedy_tokens(worker: TextWorker) ->
 def test_the_reference_decoder_agrees_with_onnxruntime(reference: Decoder) -> None:
     prompt = [int(t) for t in EXPECTED["prompt_ids"][0]]
     assert alone(reference, prompt, 20) == [int(t) for t in EXPECTED["greedy_ids"]]
+
+
+def test_a_cohort_step_with_its_pasts_in_place_equals_the_plain_step(worker: TextWorker) -> None:
+    """Rows at different positions, prompt spans and decode steps together: the step that gathers the pasts
+    into a DecodeState (forward_in_place) and the one that feeds them as arrays (forward) agree bit for bit,
+    logits and the KV they append."""
+    assert worker.stage.in_place  # the module keeps its pasts in place: the server steps through forward_in_place
+    stage = DecoderStage(worker.stage.stage, "the test's own stage")  # not the one the worker's thread runs
+    results = []
+    for in_place in (True, False):
+        pool = KvPool(stage.layers, 4, 64)
+        rows = [pool.new_sequence() for _ in range(3)]
+        spans = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14], [15]]
+        for seq, span in zip(rows, spans, strict=True):
+            pool.reserve(seq, len(span))
+        stage.in_place = in_place
+        first = stage.run(pool, list(zip(rows, spans, strict=True)))
+        for seq in rows:
+            pool.reserve(seq, 1)
+        second = stage.run(pool, [(seq, [20 + r]) for r, seq in enumerate(rows)])
+        results.append((first, second, pool.gather(rows, 8)))
+    (first, second, kv), (plain_first, plain_second, plain_kv) = results
+    assert all(np.array_equal(a, b) for a, b in zip([*first, *second], [*plain_first, *plain_second], strict=True))
+    assert all(np.array_equal(kv[name], plain_kv[name]) for name in kv)
 
 
 def test_staggered_requests_of_different_lengths_equal_their_isolated_runs(
