@@ -322,7 +322,7 @@ class NumpyKernelPrinter:
                     arg[i] = self.prepared_text(op.operands[i])
             params = [f"{k}={self.m.param_py(v)}" for k, v in op.params.items()]
             if isinstance(op, AppendStateOp):  # in place in the state forward_in_place passes, if any
-                params.append("into=decode_state")
+                arg.append("decode_state")
             return f"{piece}({', '.join([*arg, *params])})"
         raise UnsupportedError(f"the numpy backend does not print {op.name}")
 

@@ -18,6 +18,7 @@ unheld, in the LRU) or free.  Not thread-safe: the engine serializes calls.
 
 from __future__ import annotations
 
+import mmap
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,20 @@ class KvSequence:
         return len(self.tokens)
 
 
+def _untouched_zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Zeros in an anonymous mapping of their own, whose pages the kernel provides only as they are first written.
+
+    np.zeros usually gives the same, but through the C allocator, which may hand back memory it had given before
+    and must then clear, page by page: a pool sized for every row at full context would be resident from the
+    start (a test saw all 260 MiB of one so).  A pool's memory must grow with the blocks written, whatever the
+    allocator did before.
+    """
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if nbytes == 0:
+        return np.zeros(shape, dtype)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype).reshape(shape)
+
+
 class KvPool:
     """A fixed pool of KV blocks for a set of past inputs, with sharing, copy-on-write and prefix caching."""
 
@@ -63,7 +78,7 @@ class KvPool:
         self.capacity = blocks
         self._layers = {name: (heads, size, np.dtype(dtype)) for name, (heads, size, dtype) in layers.items()}
         self._arrays = {
-            name: np.zeros((blocks, heads, block_tokens, size), dtype)
+            name: _untouched_zeros((blocks, heads, block_tokens, size), dtype)
             for name, (heads, size, dtype) in self._layers.items()
         }
         self._refs = [0] * blocks

@@ -97,7 +97,28 @@ class DecoderStage:
 
     def run(self, pool: KvPool, rows: list[tuple[KvSequence, list[int]]]) -> list[np.ndarray]:
         """Read each row's span after its past; append the spans' KV to the rows' blocks; return each row's
-        logits at its last new position (float32 [vocab])."""
+        logits at its last new position (float32 [vocab]).
+
+        One call pads every row to the longest span and the longest past.  Where decode steps share the
+        cohort with prompt spans and that padding would more than double the tokens computed (four streams
+        beside a 32-token chunk: 160 positions for 36), the decode steps and the prompt spans run as two
+        calls: a stream's step then costs what a step costs, not a chunk of a long prompt."""
+        decode = [i for i, (_, span) in enumerate(rows) if len(span) == 1]
+        if 0 < len(decode) < len(rows) and 2 * sum(len(span) for _, span in rows) < len(rows) * max(
+            len(span) for _, span in rows
+        ):
+            spans = [i for i in range(len(rows)) if i not in set(decode)]
+            groups = [[rows[i] for i in group] for group in (decode, spans)]
+            # Both calls run before either keeps its KV: a call that raises leaves the pool as it was.
+            called = [self._call(pool, group) for group in groups]
+            logits: dict[int, np.ndarray] = {}
+            for order, group, (outputs, past) in zip((decode, spans), groups, called, strict=True):
+                logits.update(zip(order, self._keep(pool, group, outputs, past), strict=True))
+            return [logits[i] for i in range(len(rows))]
+        return self._keep(pool, rows, *self._call(pool, rows))
+
+    def _call(self, pool: KvPool, rows: list[tuple[KvSequence, list[int]]]) -> tuple[tuple[object, ...], int]:
+        """One call of the module over `rows`: its outputs, and the past every row was padded to."""
         count = len(rows)
         longest = max(len(span) for _, span in rows)
         past = max(seq.length for seq, _ in rows)
@@ -121,6 +142,12 @@ class DecoderStage:
         else:
             feeds.update(pool.gather(seqs, past))
             outputs = self.stage.forward(*(feeds[name] for name in self.order))
+        return outputs, past
+
+    def _keep(
+        self, pool: KvPool, rows: list[tuple[KvSequence, list[int]]], outputs: tuple[object, ...], past: int
+    ) -> list[np.ndarray]:
+        """Append each row's new KV from a call's outputs to its blocks; each row's logits at its last position."""
         logits = np.asarray(outputs[self.logits_index])
         for r, (seq, span) in enumerate(rows):
             values = {

@@ -26,6 +26,7 @@ SPELLED = {name for name in vars(WgslKernelPrinter) if not name.startswith("_")}
 
 HOST_ONLY = {
     "affine_grid",
+    "append_state",  # made by decode-state-in-place, a pass of numpy builds only
     "batch_norm_train",
     "bitcast",
     "cast_narrow",

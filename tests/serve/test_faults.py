@@ -114,7 +114,7 @@ def test_a_decoder_that_raises_for_one_row_fails_only_that_request(
     expected = [generate(worker, p, 30) for p in innocent]
     calls: list[int] = []
     stage = worker.stage.stage
-    faulty = stage.forward
+    faulty, faulty_in_place = stage.forward, stage.forward_in_place
 
     def counted(*inputs: object) -> tuple[object, ...]:
         try:
@@ -123,7 +123,15 @@ def test_a_decoder_that_raises_for_one_row_fails_only_that_request(
             calls.append(len(np.asarray(inputs[0])))  # the rows of the call that raised
             raise
 
+    def counted_in_place(state: object, *inputs: object) -> tuple[object, ...]:
+        try:
+            return faulty_in_place(state, *inputs)
+        except RuntimeError:
+            calls.append(len(np.asarray(inputs[0])))
+            raise
+
     monkeypatch.setattr(stage, "forward", counted)
+    monkeypatch.setattr(stage, "forward_in_place", counted_in_place)
     errors_before = metric(url, "loam_requests_total", outcome="error")
     body = {"model": FAULTY, "max_tokens": 30, "temperature": 0, "ignore_eos": True, "return_token_ids": True}
 

@@ -109,6 +109,35 @@ def test_a_cohort_step_with_its_pasts_in_place_equals_the_plain_step(worker: Tex
     assert all(np.array_equal(kv[name], plain_kv[name]) for name in kv)
 
 
+def test_decode_steps_beside_a_long_prompt_span_run_as_their_own_call(worker: TextWorker) -> None:
+    """Two streams' decode steps beside a 16-token prompt span: one call would compute 48 positions for 18, so the
+    steps and the span run as two calls, whose logits and KV are the single call's (to float32 rounding: the
+    products' shapes differ)."""
+    stage = DecoderStage(worker.stage.stage, "the test's own stage")
+    calls: list[int] = []
+    call = stage._call
+    stage._call = lambda pool, rows: (calls.append(len(rows)), call(pool, rows))[1]  # type: ignore[method-assign]
+    results = []
+    for split in (True, False):
+        pool = KvPool(stage.layers, 4, 64)
+        rows = [pool.new_sequence() for _ in range(3)]
+        for r, seq in enumerate(rows[1:]):  # the streams hold a past of their own
+            pool.reserve(seq, 5 + r)
+            stage.run(pool, [(seq, list(range(30 + r, 35 + 2 * r)))])
+        spans = [list(range(100, 116)), [7], [8]]
+        for seq, span in zip(rows, spans, strict=True):
+            pool.reserve(seq, len(span))
+        calls.clear()
+        cohort = list(zip(rows, spans, strict=True))
+        logits = stage.run(pool, cohort) if split else stage._keep(pool, cohort, *stage._call(pool, cohort))
+        results.append((logits, pool.gather(rows, 17), list(calls)))
+    (logits, kv, split_calls), (one_logits, one_kv, one_call) = results
+    assert split_calls == [2, 1] and one_call == [3]
+    assert all(np.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(logits, one_logits, strict=True))
+    assert [int(np.argmax(a)) for a in logits] == [int(np.argmax(b)) for b in one_logits]
+    assert all(np.allclose(kv[name], one_kv[name], rtol=1e-5, atol=1e-5) for name in kv)
+
+
 def test_staggered_requests_of_different_lengths_equal_their_isolated_runs(
     worker: TextWorker, reference: Decoder
 ) -> None:

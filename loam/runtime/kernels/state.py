@@ -154,10 +154,11 @@ class DecodeState:
 
 
 def kernel_append_state(
-    past: np.ndarray, new: np.ndarray, *, axis: int, state: str, into: DecodeState | None = None
+    past: np.ndarray, new: np.ndarray, into: DecodeState | None = None, *, axis: int, state: str
 ) -> np.ndarray:
     """Concat(past, new) along `axis`: in place in `into`'s storage when it holds input `state`'s past
-    as the very array `past` (see DecodeState.append), else a new array."""
+    as the very array `past` (see DecodeState.append), else a new array.  forward passes its
+    `decode_state` as `into`."""
     if into is not None:
         joined = into.append(state, past, new, axis)
         if joined is not None:
