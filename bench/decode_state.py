@@ -10,6 +10,8 @@ own at one thread:
 
 - Loam, plain: `forward` given the pasts as arrays (what `Decoder(..., in_place=False)` does);
 - Loam, in place: `forward_in_place` on a `DecodeState` holding the same past;
+- serve's gather alone: the past gathered from `loam serve`'s block pool into a DecodeState, the
+  copy a served step adds;
 - onnxruntime on the same graph (`decoder_with_past.onnxtext`, every optimisation on), the GGUF's
   weights widened to float32 by llama.cpp's `gguf` package, fed the same past: the peer.
 
@@ -87,6 +89,18 @@ else:
             def run():
                 state.rewind(past)
                 module.forward_in_place(weights, state, *given)
+        elif spec["side"] == "gather":
+            # What loam serve adds to a step: the row's past gathered from the block pool into the state.
+            from loam.serve.kv import KvPool
+            layers = {name: (axes[1], axes[3], np.dtype(np.float32)) for name, _, _, axes in module.DECODE_STATE}
+            pool = KvPool(layers, 16, -(-past // 16))
+            seq = pool.new_sequence()
+            pool.reserve(seq, past)
+            pool.append(seq, [0] * past, {name: state.past(name)[0] for name in layers})
+            def run():
+                fresh = module.DecodeState(past + 1, batch_size=1)
+                fresh.length = past
+                pool.gather([seq], past, into={name: fresh.past(name) for name in layers})
         else:
             feeds = {**step, **{name: state.past(name).copy() for name, *_ in module.DECODE_STATE}}
             args = [feeds[n] for n in names]
@@ -129,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     common = {"gguf": str(gguf), "pasts": list(PASTS), "repeats": repeats, "root": str(ROOT)}
     plain = _child({**common, "side": "plain", "module": str(scratch)})
     in_place = _child({**common, "side": "in_place", "module": str(scratch)})
+    gather = _child({**common, "side": "gather", "module": str(scratch)})
     peer = _child({**common, "side": "onnxruntime", "graphs": str(GRAPHS)})
     lines = [
         "# SmolLM2-135M-Instruct: a decode step with the past kept in place, and without",
@@ -137,13 +152,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"one thread each; one new token after the past; medians of {repeats} steps.  Loam: the GGUF's "
         "Q4_1/Q8_0 blocks packed, compiled kernels.  onnxruntime: the same graph over the widened float32 weights.",
         "",
-        "| past | Loam plain ms | Loam in place ms | in place / plain | onnxruntime ms | Loam in place / onnxruntime |",
-        "|---|---|---|---|---|---|",
+        "| past | Loam plain ms | Loam in place ms | in place / plain | onnxruntime ms | Loam in place / onnxruntime "
+        "| serve's gather ms |",
+        "|---|---|---|---|---|---|---|",
     ]
     for past in PASTS:
         lines.append(
             f"| {past} | {plain[past] * 1e3:.1f} | {in_place[past] * 1e3:.1f} | {in_place[past] / plain[past]:.2f}x | "
-            f"{peer[past] * 1e3:.1f} | {in_place[past] / peer[past]:.2f}x |"
+            f"{peer[past] * 1e3:.1f} | {in_place[past] / peer[past]:.2f}x | {gather[past] * 1e3:.1f} |"
         )
     lines += [
         "",
@@ -152,6 +168,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "row after the past in the DecodeState's buffer and the attention reads the state's view; what is",
         "left grows with the past only through the attention's own reads (its Expand to 9 heads copies the",
         "past for the grouped heads, which the graph asks for).",
+        "",
+        "Serve's gather: `loam serve` keeps conversations in a pool of 16-token blocks (shared between",
+        "conversations, cached for prefixes) and gathers a cohort's pasts into a DecodeState before each step;",
+        "this column is that copy for one row.  The model's attention reads the past as one dense tensor, so a",
+        "paged pool costs this gather per step; a paged attention kernel reading the blocks would remove it.",
     ]
     text = "\n".join(lines) + "\n"
     print(text)
