@@ -97,10 +97,11 @@ else:
             seq = pool.new_sequence()
             pool.reserve(seq, past)
             pool.append(seq, [0] * past, {name: state.past(name)[0] for name in layers})
+            scratch = module.DecodeState(past + 1, batch_size=1)  # reused from step to step, as serve does
             def run():
-                fresh = module.DecodeState(past + 1, batch_size=1)
-                fresh.length = past
-                pool.gather([seq], past, into={name: fresh.past(name) for name in layers})
+                scratch.rewind(0)
+                scratch.length = past
+                pool.gather([seq], past, into={name: scratch.past(name) for name in layers})
         else:
             feeds = {**step, **{name: state.past(name).copy() for name, *_ in module.DECODE_STATE}}
             args = [feeds[n] for n in names]

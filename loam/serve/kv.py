@@ -211,7 +211,7 @@ class KvPool:
     ) -> dict[str, np.ndarray]:
         """name -> [len(rows), heads, past, head_size]: each row's positions from its blocks, zeros after.
 
-        `into` gives the arrays to fill (zeros already, such as a fresh DecodeState's views) instead of new ones.
+        `into` gives the arrays to fill (a DecodeState's views, reused from call to call) instead of new ones.
         """
         for r, seq in enumerate(rows):
             if seq.length > past:
@@ -221,15 +221,19 @@ class KvPool:
             result = np.zeros((len(rows), heads, past, size), dtype) if into is None else into[name]
             if result.shape != (len(rows), heads, past, size):
                 raise ValueError(f"into[{name!r}] has shape {result.shape}, expected {(len(rows), heads, past, size)}")
-            array = self._arrays[name]
+            array, bt = self._arrays[name], self.block_tokens
             for r, seq in enumerate(rows):
-                if seq.length:
-                    count = self._blocks_for(seq.length)
-                    # [count, heads, bt, size] -> [heads, count * bt, size], then cut the partial tail.
-                    picked = (
-                        array[seq.blocks[:count]].transpose(1, 0, 2, 3).reshape(heads, count * self.block_tokens, size)
-                    )
-                    result[r, :, : seq.length] = picked[:, : seq.length]
+                full, tail = divmod(seq.length, bt)
+                if full:
+                    # The full blocks [full, heads, bt, size] straight into [heads, full * bt, size], one copy: the
+                    # positions axis splits into (blocks, bt) as a view, whatever the array's capacity beyond them.
+                    target = result[r, :, : full * bt].reshape(heads, full, bt, size)
+                    assert np.may_share_memory(target, result), "the gather's target must be a view"
+                    target[...] = array[seq.blocks[:full]].transpose(1, 0, 2, 3)
+                if tail:
+                    result[r, :, full * bt : seq.length] = array[seq.blocks[full], :, :tail]
+                if into is not None:
+                    result[r, :, seq.length :] = 0  # a reused array holds an earlier call's rows
             out[name] = result
         return out
 

@@ -84,6 +84,7 @@ class DecoderStage:
         symbols = {e for extents in held.values() for e in extents if isinstance(e, str)}
         self.in_place = set(held) == set(self.past_names) and len(symbols) == 1
         self.batch_symbol = next(iter(symbols), "")
+        self._scratch: tuple[object | None, int] = (None, 0)  # the last call's DecodeState and its rows
         self.logits_index = stage.outputs.index("logits")
         # One token through an empty past before any request: the stage runs, and its vocabulary is known.
         probe = KvPool(self.layers, 1, 1)
@@ -135,7 +136,7 @@ class DecoderStage:
             feeds["position_ids"] = positions.astype(self.dtypes["position_ids"])
         seqs = [seq for seq, _ in rows]
         if self.in_place:
-            state = self.stage.module.DecodeState(past + longest, **{self.batch_symbol: count})
+            state = self._state(count, past + longest)
             state.length = past
             pool.gather(seqs, past, into={name: state.past(name) for name in self.past_names})
             outputs = self.stage.forward_in_place(state, *(feeds[name] for name in self.order if name in feeds))
@@ -143,6 +144,19 @@ class DecoderStage:
             feeds.update(pool.gather(seqs, past))
             outputs = self.stage.forward(*(feeds[name] for name in self.order))
         return outputs, past
+
+    def _state(self, count: int, capacity: int) -> object:
+        """A DecodeState for `count` rows with room for `capacity` positions, emptied: the last call's when it had
+        as many rows (grown by doubling where it must), so a step writes into memory already mapped instead of
+        faulting in fresh pages for every past it gathers (84 ms of SmolLM2's 2,047-position step)."""
+        state, rows = self._scratch
+        if state is None or rows != count:
+            state = self.stage.module.DecodeState(capacity, **{self.batch_symbol: count})
+            self._scratch = (state, count)
+        state.rewind(0)  # type: ignore[attr-defined]
+        if capacity > state.capacity:  # type: ignore[attr-defined]
+            state.reserve(max(capacity, 2 * state.capacity))  # type: ignore[attr-defined]
+        return state
 
     def _keep(
         self, pool: KvPool, rows: list[tuple[KvSequence, list[int]]], outputs: tuple[object, ...], past: int
