@@ -757,7 +757,8 @@ class ModulePrinter:
             f"DECODE_STATE = {tuple_py(self.decode_state)}\n\n\n"
             f'def forward_in_place(weights: "Weights", state: "DecodeState"{sig}) -> {result_type}:\n'
             f'    """forward on {names or "no inputs"} and the pasts kept in `state`: each step writes only its new\n'
-            "    rows into the state, and the outputs that join a past with them are the state's views.\n\n"
+            "    rows into the state, and the outputs that join a past with them are the state's views (a rewound\n"
+            "    state's next steps write over what they showed after the rewind point).\n\n"
             "    Make the state once per conversation (or batch of them) with DecodeState(capacity, symbol=extent,\n"
             '    ...), then call this for the prompt and each next token; state.length counts the positions held."""\n'
             f"    return state.step(weights, ({args}))\n"

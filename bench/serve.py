@@ -214,7 +214,10 @@ def run(
     def client(i: int) -> None:
         barrier.wait()
         for r in range(requests):
-            seen = _stream(url, {**body, "prompt": _prompt(i * requests + r, lengths)})
+            try:
+                seen = _stream(url, {**body, "prompt": _prompt(i * requests + r, lengths)})
+            except Exception as err:  # a connection that failed is a failed request, not a thread that vanished
+                seen = Stream(time.perf_counter(), error=f"{type(err).__name__}: {err}")
             with lock:
                 streams.append(seen)
 
@@ -261,7 +264,10 @@ def interference(url: str, body: dict[str, Any], streams: int, long_words: int) 
             streaming.release()
 
     def client(i: int) -> None:
-        seen = _stream(url, {**body, "prompt": _prompt(i, PROMPT_WORDS[:1])}, started)
+        try:
+            seen = _stream(url, {**body, "prompt": _prompt(i, PROMPT_WORDS[:1])}, started)
+        except Exception as err:  # counted as a failed stream, as in `run`
+            seen = Stream(time.perf_counter(), error=f"{type(err).__name__}: {err}")
         with lock:
             results.append(seen)
 
@@ -286,8 +292,8 @@ def interference(url: str, body: dict[str, Any], streams: int, long_words: int) 
     for t in threads:
         t.join()
     failed = [s.error for s in results if s.error]
-    if failed:
-        raise SystemExit(f"bench.serve: {len(failed)} of {streams} streams failed: {failed[0]}")
+    if failed or len(results) != streams:
+        raise SystemExit(f"bench.serve: {len(failed)} of {streams} streams failed: {(failed or ['vanished'])[0]}")
     gaps = _gaps(results)
     return {"itl_p50": _percentile(gaps, 50), "itl_p99": _percentile(gaps, 99), "long_s": long_s}
 
