@@ -31,6 +31,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.publish import publish
 from bench.smollm2 import GRAPHS, ROOT, _gguf
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS-decode-state.md"
@@ -176,10 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "paged pool costs this gather per step; a paged attention kernel reading the blocks would remove it.",
     ]
     text = "\n".join(lines) + "\n"
-    print(text)
-    output = args.output if args.output is not None else (None if args.quick else RESULTS)
-    if output is not None:
-        output.write_text(text, encoding="utf-8")
+    publish(text, args, RESULTS)
     return 0
 
 

@@ -50,6 +50,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.publish import publish
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "RESULTS-genai.md"
 RECORD = ROOT / "tests" / "models" / "genai" / "smollm2_greedy.json"
@@ -438,10 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="loam-bench-genai-") as scratch:
         runs = [measure(args, folder, python, Path(scratch)) for folder in args.model]
     text = report(args, runs, python)
-    print(text)
-    output = args.output if args.output is not None else (None if args.quick else RESULTS)
-    if output is not None:
-        output.write_text(text, encoding="utf-8")
+    publish(text, args, RESULTS)
     return 0
 
 

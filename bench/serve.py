@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.publish import publish
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "RESULTS-serve.md"
 PEER_PYTHON = "/work/venvs/llamacpp/bin/python"
@@ -438,10 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{r['output_tps'] / peer['output_tps']:.2f}x, ITL p99 {r['itl_p99'] / peer['itl_p99']:.2f}x"
             )
     text = "\n".join(lines) + "\n"
-    print(text)
-    output = args.output if args.output is not None else (None if args.quick else RESULTS)
-    if output is not None:
-        output.write_text(text, encoding="utf-8")
+    publish(text, args, RESULTS)
     return 0
 
 

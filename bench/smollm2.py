@@ -28,6 +28,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.publish import publish
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "RESULTS-smollm2.md"
 GRAPHS = ROOT / "tests" / "models" / "smollm2"
@@ -183,10 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "caller's one thread.",
     ]
     text = "\n".join(lines) + "\n"
-    print(text)
-    output = args.output if args.output is not None else (None if args.quick else RESULTS)
-    if output is not None:
-        output.write_text(text, encoding="utf-8")
+    publish(text, args, RESULTS)
     return 0
 
 

@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.publish import publish
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "RESULTS-soak.md"
 PACKAGE = ROOT / "tests" / "serve" / "packages" / "tiny_gpt2"
@@ -520,14 +522,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = soak(args.package, clients, seconds, warmup=args.warmup, timeout=args.timeout, seed=args.seed)
     shown = list(argv if argv is not None else sys.argv[1:])
     text = render(report, " ".join(["python -m bench.soak", *shown]), machine())
-    print(text)
+    publish(text, args, RESULTS)
     if not ok(report):
         print("bench.soak: FAILED: " + ("lost requests" if report["lost"] else "the server did not settle"),
               file=sys.stderr)  # fmt: skip
         print("\n".join(report["server_log"]), file=sys.stderr)
-    output = args.output if args.output is not None else (None if args.quick else RESULTS)
-    if output is not None:
-        output.write_text(text, encoding="utf-8")
     return 0 if ok(report) else 1
 
 

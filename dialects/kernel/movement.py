@@ -13,6 +13,20 @@ from loam.dialects.kernel.library import LibraryOp, check_axes, kernel_rank, lib
 from loam.poly import Poly
 
 
+def require_joined(op: LibraryOp) -> None:
+    """The operands of a join along the op's `axis` match its one result on every other axis."""
+    ins, outs = library_types(op)
+    if any(e is None for e in (*ins, *outs)):
+        return
+    axis, out = op.param("axis"), outs[0]
+    assert out is not None
+    require(op, 0 <= axis < len(out), f"axis {axis} is outside the result's rank {len(out)}")
+    for i, ext in enumerate(ins):
+        assert ext is not None
+        same = len(ext) == len(out) and all(e == o for j, (e, o) in enumerate(zip(ext, out, strict=True)) if j != axis)
+        require(op, same, f"operand {i} does not match the result outside axis {axis}")
+
+
 @irdl_op_definition
 class ConcatOp(LibraryOp):
     """ONNX Concat: the operands joined along `axis`; every other extent is shared.
@@ -26,17 +40,7 @@ class ConcatOp(LibraryOp):
     def verify_kernel(self) -> None:
         ins, outs = library_types(self)
         require(self, len(ins) >= 1 and len(outs) == 1, "takes one or more operands and gives one result")
-        if any(e is None for e in (*ins, *outs)):
-            return
-        axis, out = self.param("axis"), outs[0]
-        assert out is not None
-        require(self, 0 <= axis < len(out), f"axis {axis} is outside the result's rank {len(out)}")
-        for i, ext in enumerate(ins):
-            assert ext is not None
-            same = len(ext) == len(out) and all(
-                e == o for j, (e, o) in enumerate(zip(ext, out, strict=True)) if j != axis
-            )
-            require(self, same, f"operand {i} does not match the result outside axis {axis}")
+        require_joined(self)
 
 
 @irdl_op_definition
@@ -57,17 +61,7 @@ class AppendStateOp(LibraryOp):
     def verify_kernel(self) -> None:
         ins, outs = library_types(self)
         require(self, len(ins) == 2 and len(outs) == 1, "takes the past and the new rows and gives one result")
-        if any(e is None for e in (*ins, *outs)):
-            return
-        axis, out = self.param("axis"), outs[0]
-        assert out is not None
-        require(self, 0 <= axis < len(out), f"axis {axis} is outside the result's rank {len(out)}")
-        for i, ext in enumerate(ins):
-            assert ext is not None
-            same = len(ext) == len(out) and all(
-                e == o for j, (e, o) in enumerate(zip(ext, out, strict=True)) if j != axis
-            )
-            require(self, same, f"operand {i} does not match the result outside axis {axis}")
+        require_joined(self)
 
 
 @irdl_op_definition
