@@ -32,12 +32,15 @@ def serve(packages: Sequence[Path], *, host: str, port: int, package_roots: Sequ
     try:
         for folder in packages:
             server.register(folder)
-        # The socket is bound here, so the line below names the real port even for --port 0.
+        # The socket is bound and listening here, so the line below names the real port even for --port 0, and a
+        # client that connects as soon as it reads the line waits in the backlog until uvicorn accepts (bound but
+        # not listening, it was refused: a script's first request failed now and then).
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         listening = socket.socket(family, socket.SOCK_STREAM)
         listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             listening.bind((host, port))
+            listening.listen(2048)
         except OSError as err:
             raise ServeError(f"cannot listen on {host}:{port}: {err.strerror or err}", status=500) from None
         bound = listening.getsockname()[1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -38,6 +39,15 @@ def test_loam_serve_answers_over_http_and_stops_on_sigint(tmp_path: Path) -> Non
             url = found.group(1) if found else None
         assert url is not None, "".join(lines)
         assert any("serving tiny-gpt2" in line for line in lines)
+        # Once the line is printed the port takes connections, even before the server runs another instruction:
+        # frozen at once, it still completes a client's connection (the kernel's backlog holds it).
+        process.send_signal(signal.SIGSTOP)
+        try:
+            host, port = url.removeprefix("http://").rsplit(":", 1)
+            with socket.create_connection((host, int(port)), timeout=5):
+                pass
+        finally:
+            process.send_signal(signal.SIGCONT)
         reply = httpx.post(
             f"{url}/v1/completions", json={"model": "tiny-gpt2", "prompt": "Now is better", "max_tokens": 3}
         )
