@@ -4,7 +4,8 @@
 the model; the imports; one marker class per axis (with `EXTENT` where every value the program
 declares gives the axis one constant extent); `class Weights` and `class Outputs`
 (`loam.backends.module_classes`); `INPUTS`/`OUTPUTS`; and `forward(weights, *inputs)`, which runs
-its prologue and then the backend's lines, each commented with the ONNX node it computes.  Then,
+its prologue and then the backend's lines, each commented with the ONNX node it computes (and, for a
+decoder whose past stays in place, `DECODE_STATE` and `forward_in_place`: `module_decode_state`).  Then,
 under one banner (`RUNTIME_BANNER`), what forward calls: what the backend declares (expression
 functions, shaders), the folded constants as byte literals, the weights the IR carries as ONE bytes
 literal (`_WEIGHT_BYTES`), and the runtime pieces this module reaches, copied from `loam.runtime`
@@ -64,6 +65,7 @@ from loam.backends.module_classes import (
     to_numpy,
     weights_source,
 )
+from loam.backends.module_decode_state import StateInput, decode_state_source, state_inputs
 from loam.backends.module_text import (
     CHECKPOINT_FORMATS,
     axes_type,
@@ -76,7 +78,6 @@ from loam.backends.module_text import (
 )
 from loam.backends.names import PYTHON_NAMES, Names, identifier
 from loam.dialects.kernel import (
-    AppendStateOp,
     ConstantOp,
     IfOp,
     LoopOp,
@@ -130,7 +131,7 @@ class ModulePrinter:
         self.row_orders = row_orders
         self.names = Names()
         self.pieces: set[str] = set()
-        self.decode_state: list[tuple[str, str, int, tuple[int | str | None, ...]]] = []
+        self.decode_state: list[StateInput] = []  # the inputs forward_in_place keeps in a DecodeState
         self.consts: list[tuple[str, np.ndarray]] = []
         # Symbols forward binds from its inputs, in binding order (for messages).
         self.input_symbols: list[str] = []
@@ -414,7 +415,7 @@ class ModulePrinter:
 
         # A decoder whose past stays in place (`decode-state-in-place`): forward takes the state by a
         # keyword minted before any input, so no input can take its name.
-        self.decode_state = self._decode_state()
+        self.decode_state = state_inputs(self.program)
         if self.decode_state:
             self.names.mint("decode_state")
         # Inputs first: their names are forward's parameters, their symbols bind extents.
@@ -462,7 +463,8 @@ class ModulePrinter:
         parts.append(self._signature_source(output_names))
         parts.append(self.forward_source(params, prologue, body, ret, out_fields))
         if self.decode_state:
-            parts.append(self._decode_state_source(out_fields))
+            self.pieces.add("DecodeState")
+            parts.append(decode_state_source(self.program, self.decode_state, self.value_text, out_fields))
         parts.append(RUNTIME_BANNER)
         parts += self.declarations()
         parts += [f"{name} = {array_literal(arr)}\n" for name, arr in self.consts]
@@ -719,49 +721,6 @@ class ModulePrinter:
             f"forward(weights, {inputs}) -> {', '.join(outputs)}.\n\n"
             "Generated code: imports only numpy and carries its own runtime.  Regenerate it from the\n"
             'model rather than editing it.\n"""\n'
-        )
-
-    def _decode_state(self) -> list[tuple[str, str, int, tuple[int | str | None, ...]]]:
-        """Each state input of the top-level block (`kernel.append_state`): its name, its output's
-        name, its growing axis and its extents (a number, a symbol's name, None for the growing one)."""
-        ret = self.program.return_op
-        returned = {v: n.data for v, n in zip(ret.outputs, ret.output_names.data, strict=True)}
-        inputs = dict(zip(self.program.block.args, [n.data for n in self.program.input_names.data], strict=True))
-        found = []
-        for op in self.program.block.ops:
-            if isinstance(op, AppendStateOp) and op.results[0] in returned:
-                axis = op.param("axis")
-                t = axes_type(op.operands[0], "kernel.append_state")
-                extents = tuple(
-                    None if i == axis else a.extent.const_value if a.extent.is_const else a.extent.lone_symbol
-                    for i, a in enumerate(t.axes)
-                )
-                name = inputs.get(op.operands[0])  # type: ignore[call-overload]
-                if name is not None:
-                    found.append((name, returned[op.results[0]], axis, extents))
-        return found
-
-    def _decode_state_source(self, out_fields: Sequence[str]) -> str:
-        """`DECODE_STATE` and `forward_in_place`: forward with its pasts kept in a `DecodeState`."""
-        self.pieces.add("DecodeState")
-        pasts = {name for name, *_ in self.decode_state}
-        step = [(n.data, self.value_text[a]) for a, n in zip(self.program.block.args, self.program.input_names.data,
-                                                              strict=True) if n.data not in pasts]  # fmt: skip
-        sig = "".join(f", {ident}: np.ndarray" for _, ident in step)
-        result_type = '"Outputs"' if out_fields else "np.ndarray"
-        names = ", ".join(name for name, _ in step)
-        args = "".join(f"{ident}, " for _, ident in step)
-        return (
-            "# Each input forward_in_place keeps in a DecodeState: its name, the output that is it joined with the\n"
-            "# step's new rows, the axis it grows along, and its other extents (a number, or a symbol to give)\n"
-            f"DECODE_STATE = {tuple_py(self.decode_state)}\n\n\n"
-            f'def forward_in_place(weights: "Weights", state: "DecodeState"{sig}) -> {result_type}:\n'
-            f'    """forward on {names or "no inputs"} and the pasts kept in `state`: each step writes only its new\n'
-            "    rows into the state, and the outputs that join a past with them are the state's views (a rewound\n"
-            "    state's next steps write over what they showed after the rewind point).\n\n"
-            "    Make the state once per conversation (or batch of them) with DecodeState(capacity, symbol=extent,\n"
-            '    ...), then call this for the prompt and each next token; state.length counts the positions held."""\n'
-            f"    return state.step(weights, ({args}))\n"
         )
 
     def forward_source(
