@@ -84,7 +84,7 @@ class DecoderStage:
         symbols = {e for extents in held.values() for e in extents if isinstance(e, str)}
         self.in_place = set(held) == set(self.past_names) and len(symbols) == 1
         self.batch_symbol = next(iter(symbols), "")
-        self._scratch: tuple[object | None, int] = (None, 0)  # the last call's DecodeState and its rows
+        self._scratch: dict[int, object] = {}  # rows -> the DecodeState of a recent call with that many rows
         self.logits_index = stage.outputs.index("logits")
         # One token through an empty past before any request: the stage runs, and its vocabulary is known.
         probe = KvPool(self.layers, 1, 1)
@@ -109,17 +109,24 @@ class DecoderStage:
             len(span) for _, span in rows
         ):
             spans = [i for i in range(len(rows)) if i not in set(decode)]
-            groups = [[rows[i] for i in group] for group in (decode, spans)]
             # Both calls run before either keeps its KV: a call that raises leaves the pool as it was.
-            called = [self._call(pool, group) for group in groups]
-            logits: dict[int, np.ndarray] = {}
-            for order, group, (outputs, past) in zip((decode, spans), groups, called, strict=True):
-                logits.update(zip(order, self._keep(pool, group, outputs, past), strict=True))
-            return [logits[i] for i in range(len(rows))]
-        return self._keep(pool, rows, *self._call(pool, rows))
+            called = {
+                i: row
+                for group in (decode, spans)
+                for i, row in zip(group, self._call(pool, [rows[i] for i in group]), strict=True)
+            }
+            results = [called[i] for i in range(len(rows))]
+        else:
+            results = self._call(pool, rows)
+        for (seq, span), (_, values) in zip(rows, results, strict=True):
+            pool.append(seq, span, values)
+        return [logits for logits, _ in results]
 
-    def _call(self, pool: KvPool, rows: list[tuple[KvSequence, list[int]]]) -> tuple[tuple[object, ...], int]:
-        """One call of the module over `rows`: its outputs, and the past every row was padded to."""
+    def _call(
+        self, pool: KvPool, rows: list[tuple[KvSequence, list[int]]]
+    ) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        """One call of the module over `rows`: each row's logits at its last new position and the KV of its new
+        positions (copies: the call's outputs are views of a DecodeState the next call reuses)."""
         count = len(rows)
         longest = max(len(span) for _, span in rows)
         past = max(seq.length for seq, _ in rows)
@@ -143,32 +150,32 @@ class DecoderStage:
         else:
             feeds.update(pool.gather(seqs, past))
             outputs = self.stage.forward(*(feeds[name] for name in self.order))
-        return outputs, past
+        logits = np.asarray(outputs[self.logits_index])
+        return [
+            (
+                logits[r, len(span) - 1].astype(np.float32),
+                {
+                    name: np.array(np.asarray(outputs[i])[r, :, past : past + len(span)])
+                    for name, i in self.present_index.items()
+                },
+            )
+            for r, (_, span) in enumerate(rows)
+        ]
 
     def _state(self, count: int, capacity: int) -> object:
-        """A DecodeState for `count` rows with room for `capacity` positions, emptied: the last call's when it had
+        """A DecodeState for `count` rows with room for `capacity` positions, emptied: a recent call's when it had
         as many rows (grown by doubling where it must), so a step writes into memory already mapped instead of
         faulting in fresh pages for every past it gathers (84 ms of SmolLM2's 2,047-position step)."""
-        state, rows = self._scratch
-        if state is None or rows != count:
+        state = self._scratch.pop(count, None)
+        if state is None:
             state = self.stage.module.DecodeState(capacity, **{self.batch_symbol: count})
-            self._scratch = (state, count)
+        self._scratch[count] = state  # the most recent last; a cohort split in two calls reuses both sizes
+        while len(self._scratch) > 2:
+            del self._scratch[next(iter(self._scratch))]
         state.rewind(0)  # type: ignore[attr-defined]
         if capacity > state.capacity:  # type: ignore[attr-defined]
             state.reserve(max(capacity, 2 * state.capacity))  # type: ignore[attr-defined]
         return state
-
-    def _keep(
-        self, pool: KvPool, rows: list[tuple[KvSequence, list[int]]], outputs: tuple[object, ...], past: int
-    ) -> list[np.ndarray]:
-        """Append each row's new KV from a call's outputs to its blocks; each row's logits at its last position."""
-        logits = np.asarray(outputs[self.logits_index])
-        for r, (seq, span) in enumerate(rows):
-            values = {
-                name: np.asarray(outputs[i])[r, :, past : past + len(span)] for name, i in self.present_index.items()
-            }
-            pool.append(seq, span, values)
-        return [logits[r, len(span) - 1].astype(np.float32) for r, (_, span) in enumerate(rows)]
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,13 @@ def test_decode_steps_beside_a_long_prompt_span_run_as_their_own_call(worker: Te
             pool.reserve(seq, len(span))
         calls.clear()
         cohort = list(zip(rows, spans, strict=True))
-        logits = stage.run(pool, cohort) if split else stage._keep(pool, cohort, *stage._call(pool, cohort))
+        if split:
+            logits = stage.run(pool, cohort)
+        else:  # the same rows as one call
+            called = stage._call(pool, cohort)
+            for (seq, span), (_, values) in zip(cohort, called, strict=True):
+                pool.append(seq, span, values)
+            logits = [row_logits for row_logits, _ in called]
         results.append((logits, pool.gather(rows, 17), list(calls)))
     (logits, kv, split_calls), (one_logits, one_kv, one_call) = results
     assert split_calls == [2, 1] and one_call == [3]
