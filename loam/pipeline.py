@@ -4,7 +4,7 @@
 `pipeline_passes` gives (`loam build --print-pipeline` prints it as a `-p` string):
 
     read (frontends) -> apply-options -> stage0 -> name-axes -> lower-to-kernel
-        -> pack-quantized (numpy) -> fuse -> fold-conv-affine, decode-state-in-place (numpy)
+        -> pack-quantized (numpy) -> fuse -> fold-conv-affine, decode-state-in-place, grouped-heads (numpy)
         -> tile-attention, tile-rows, tile-matmul (wgsl) -> emit (backends)
 
 `fuse` (objective `memory`) runs unless `build(..., fuse=None)` turns it off (`loam build --no-fuse`);
@@ -101,8 +101,9 @@ def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", dra
     """Every pass `build` runs after reading, in order: what `loam build --print-pipeline` prints for
     `loam-opt -p`.  They read the options (and the checkpoint's stored encodings) from the module's
     attributes.  `fuse` is the fuse pass's objective, None to leave it out.  The numpy backend keeps
-    weights the checkpoint stores in ggml blocks packed (`pack-quantized`) and keeps a decoder's past
-    in place (`decode-state-in-place`); the WGSL backend runs its
+    weights the checkpoint stores in ggml blocks packed (`pack-quantized`), keeps a decoder's past
+    in place (`decode-state-in-place`) and multiplies repeated key/value heads once per group
+    (`grouped-heads`); the WGSL backend runs its
     attention, row kernels and float32 products as tile programs (`tile-attention`, `tile-rows`,
     `tile-matmul`).  `draft` (an
     architecture table's build) names the axes the layout leaves open after stage 0 (`draft-layout`)."""
@@ -127,8 +128,9 @@ def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", dra
     if backend == "numpy":
         from loam.passes.decode_state_in_place import DecodeStateInPlacePass
         from loam.passes.fold_conv_affine import FoldConvAffinePass
+        from loam.passes.grouped_heads import GroupedHeadsPass
 
-        passes += [FoldConvAffinePass(), DecodeStateInPlacePass()]
+        passes += [FoldConvAffinePass(), DecodeStateInPlacePass(), GroupedHeadsPass()]
     if backend == "wgsl":
         from loam.passes.tile_attention import TileAttentionPass
         from loam.passes.tile_matmul import TileMatmulPass

@@ -55,6 +55,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return DecodeStateInPlacePass
 
+    def get_grouped_heads() -> type[ModulePass]:
+        from loam.passes.grouped_heads import GroupedHeadsPass
+
+        return GroupedHeadsPass
+
     def get_tile_attention() -> type[ModulePass]:
         from loam.passes.tile_attention import TileAttentionPass
 
@@ -80,6 +85,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "pack-quantized": get_pack_quantized,
         "fold-conv-affine": get_fold_conv_affine,
         "decode-state-in-place": get_decode_state_in_place,
+        "grouped-heads": get_grouped_heads,
         "tile-attention": get_tile_attention,
         "tile-rows": get_tile_rows,
         "tile-matmul": get_tile_matmul,

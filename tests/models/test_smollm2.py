@@ -51,9 +51,10 @@ def decoder(with_past: loam.BuildResult, gguf: Path) -> Decoder:
 
 
 def test_the_llama_table_builds_smollm2_with_every_linear_weight_packed(with_past: loam.BuildResult) -> None:
-    # Every tensor read, none widened at load; the 60 pasts kept in place.
-    [note] = with_past.notes
-    assert note.startswith("decode state in place: 60 past input(s)")
+    # Every tensor read, none widened at load; the 60 pasts kept in place, the 60 attention products grouped.
+    in_place, grouped = with_past.notes
+    assert in_place.startswith("decode state in place: 60 past input(s)")
+    assert grouped.startswith("grouped heads: 60 attention product(s)")
     kernels = dict(line.split(None, 1) for line in with_past.report.splitlines()[1:] if line.strip())
     for layer in (0, 29):
         for node in ("self_attn/q_proj", "self_attn/k_proj", "self_attn/o_proj", "mlp/gate_proj", "mlp/down_proj"):
