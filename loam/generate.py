@@ -55,6 +55,15 @@ STATE_CAPACITY = 256
 """Positions a Decoder's DecodeState holds at first; it doubles whenever a step needs more."""
 
 
+def state_symbols(module: types.ModuleType, past_names: Sequence[str]) -> set[str] | None:
+    """The symbolic extents a DecodeState of `module` is given (its batch), when the module keeps every one of
+    `past_names` in place (`DECODE_STATE`, from decode-state-in-place); None when it does not."""
+    held = getattr(module, "DECODE_STATE", ())
+    if {past for past, *_ in held} != set(past_names):
+        return None
+    return {e for *_, extents in held for e in extents if isinstance(e, str)}
+
+
 class Decoder:
     """A compiled decoder module and its weights, with the past of the tokens it has read.
 
@@ -125,10 +134,9 @@ class Decoder:
         self.length = 0
         # A module that keeps its past in place (decode-state-in-place) for every past input steps
         # through forward_in_place: each step writes its new rows and copies no past.
-        held = {past for past, *_ in getattr(self.module, "DECODE_STATE", ())}
+        symbols = state_symbols(self.module, self.past_names) if self.in_place else None
         self.state: object | None = None
-        if self.in_place and held == set(self.past_names):
-            symbols = {e for *_, extents in self.module.DECODE_STATE for e in extents if isinstance(e, str)}
+        if symbols is not None:
             self.state = self.module.DecodeState(STATE_CAPACITY, **dict.fromkeys(symbols, 1))
 
     @property
@@ -159,8 +167,7 @@ class Decoder:
             feeds["position_ids"] = positions.astype(np.dtype(self.inputs["position_ids"][0]))
         state = self.state
         if state is not None:
-            if self.length + count > state.capacity:  # type: ignore[attr-defined]
-                state.reserve(max(2 * state.capacity, self.length + count))  # type: ignore[attr-defined]
+            state.reserve(self.length + count)  # type: ignore[attr-defined]
             step = [feeds[name] for name in self.order if name not in self.present_of]
             result = self.module.forward_in_place(self.weights, state, *step)
         else:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from loam.errors import LoamError
+from loam.generate import state_symbols
 from loam.serve.flags import ADD_SPECIAL_TOKENS, NO_SPECIAL_TOKEN_MATCHING
 from loam.serve.kv import KvPool, KvSequence, PoolExhausted
 from loam.serve.metrics import ModelMetrics
@@ -80,9 +81,8 @@ class DecoderStage:
         self.ragged = "position_ids" in inputs
         # A module that keeps every past in place (decode-state-in-place) is given the gathered pasts as a
         # DecodeState's views, so its Concats write the new rows after them instead of copying the pasts.
-        held = {past: extents for past, _, _, extents in getattr(stage.module, "DECODE_STATE", ())}
-        symbols = {e for extents in held.values() for e in extents if isinstance(e, str)}
-        self.in_place = set(held) == set(self.past_names) and len(symbols) == 1
+        symbols = state_symbols(stage.module, self.past_names) or set()
+        self.in_place = len(symbols) == 1  # every past in place, and one extent to give: the rows
         self.batch_symbol = next(iter(symbols), "")
         self._scratch: dict[int, object] = {}  # rows -> the DecodeState of a recent call with that many rows
         self.logits_index = stage.outputs.index("logits")
@@ -173,8 +173,7 @@ class DecoderStage:
         while len(self._scratch) > 2:
             del self._scratch[next(iter(self._scratch))]
         state.rewind(0)  # type: ignore[attr-defined]
-        if capacity > state.capacity:  # type: ignore[attr-defined]
-            state.reserve(max(capacity, 2 * state.capacity))  # type: ignore[attr-defined]
+        state.reserve(capacity)  # type: ignore[attr-defined]
         return state
 
 

@@ -36,8 +36,8 @@ class DecodeState:
     (`DECODE_STATE` names them) by its symbol; `forward_in_place(weights, state, ...)` takes the
     inputs other than the pasts, reads the pasts from the state and writes only each step's new rows
     into it.  `past(name)` is the state's view of a past input; `rewind(n)` keeps the first n
-    positions; `reserve(capacity)` grows the buffers (one copy).  The buffers are allocated whole, but
-    their zero pages become resident only as they are written.
+    positions; `reserve(capacity)` grows the buffers (one copy, at least doubling).  The buffers are
+    allocated whole, but their zero pages become resident only as they are written.
     """
 
     def __init__(self, capacity: int, **extents: int) -> None:
@@ -77,9 +77,11 @@ class DecodeState:
         return self._buffers[name][(*(slice(None),) * axis, slice(0, self.length))]
 
     def reserve(self, capacity: int) -> None:
-        """Grow to hold `capacity` positions, keeping those held: one copy now, none per step."""
+        """Grow to hold at least `capacity` positions, keeping those held: one copy now, none per step.  It
+        at least doubles, so a caller growing step by step copies each position a bounded number of times."""
         if capacity <= self.capacity:
             return
+        capacity = max(capacity, 2 * self.capacity)
         for name, buffer in self._buffers.items():
             axis = self._axes[name]
             shape = list(buffer.shape)
