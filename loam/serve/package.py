@@ -270,19 +270,18 @@ class Stage:
     def forward(self, *inputs: object) -> tuple[object, ...]:
         """Run the stage; always a tuple of outputs, in `outputs` order.  The module's own ShapeError (an input
         that disagrees with the graph, an owed condition that fails) becomes Loam's, a refusal of the input."""
-        try:
-            result = self.module.forward(self.weights, *inputs)
-        except self.module.ShapeError as err:
-            raise ShapeError(f"stage {self.spec.name!r}: {err}") from None
-        return tuple(result) if len(self.outputs) > 1 else (result,)
+        return self._call(self.module.forward, self.weights, *inputs)
 
     def forward_in_place(self, state: object, *inputs: object) -> tuple[object, ...]:
         """`forward` with the pasts kept in `state`, a module DecodeState (given every input but the pasts)."""
+        return self._call(self.module.forward_in_place, self.weights, state, *inputs)
+
+    def _call(self, entry: Callable[..., object], *args: object) -> tuple[object, ...]:
         try:
-            result = self.module.forward_in_place(self.weights, state, *inputs)
+            result = entry(*args)
         except self.module.ShapeError as err:
             raise ShapeError(f"stage {self.spec.name!r}: {err}") from None
-        return tuple(result) if len(self.outputs) > 1 else (result,)
+        return tuple(result) if len(self.outputs) > 1 else (result,)  # type: ignore[arg-type]
 
 
 @dataclass
