@@ -24,15 +24,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from bench.publish import publish
-from bench.smollm2 import GRAPHS, ROOT, _gguf
+from bench.smollm2 import GRAPHS, ROOT, _gguf, one_thread_child
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS-decode-state.md"
 PASTS = (64, 512, 2047)
@@ -114,15 +111,7 @@ print(json.dumps(results))
 
 
 def _child(spec: dict[str, object]) -> dict[int, float]:
-    env = dict(os.environ)
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-        env[name] = "1"
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(spec)], env=env, capture_output=True, text=True, timeout=1800
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"bench.decode_state: the {spec['side']} child failed:\n{done.stderr}")
-    return {int(k): v for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+    return {int(k): v for k, v in one_thread_child("bench.decode_state", CHILD, spec).items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -111,16 +111,22 @@ def _gguf() -> Path:
     return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def _child(spec: dict[str, object]) -> dict[str, float]:
+def one_thread_child(bench: str, code: str, spec: dict[str, object]) -> dict[str, float]:
+    """Run `code` in a child Python at one thread (BLAS, OpenMP, numba) on `spec` (its argv[1], JSON); the JSON
+    object its last line of output prints.  A child that fails stops `bench`, with its stderr."""
     env = dict(os.environ)
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
         env[name] = "1"
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(spec)], env=env, capture_output=True, text=True, timeout=1800
+        [sys.executable, "-c", code, json.dumps(spec)], env=env, capture_output=True, text=True, timeout=1800
     )
     if done.returncode != 0:
-        raise SystemExit(f"bench.smollm2: the {spec['side']} child failed:\n{done.stderr}")
+        raise SystemExit(f"{bench}: the {spec['side']} child failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _child(spec: dict[str, object]) -> dict[str, float]:
+    return one_thread_child("bench.smollm2", CHILD, spec)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
