@@ -55,7 +55,15 @@ fn round_bf16(x: f32) -> f32 {
   return bitcast<f32>((b + 0x7fffu + ((b >> 16u) & 1u)) & 0xffff0000u);
 }
 fn param_i(k: u32) -> i32 { return bitcast<i32>(params[k]); }
+fn bits_f32(b: u32) -> f32 { var v = b; return bitcast<f32>(v); }
 """
+
+
+def f32_bits(bits: int) -> str:
+    """The f32 of `bits` as a WGSL expression.  Through `bits_f32` (not a constant expression) where it is
+    a NaN or an infinity: Chromium's compiler, Tint, refuses one a constant expression makes."""
+    exponent = (bits >> 23) & 0xFF
+    return f"bits_f32({bits:#010x}u)" if exponent == 0xFF else f"bitcast<f32>({bits:#010x}u)"
 
 
 def narrow(elem: str, value: str) -> str:

@@ -18,13 +18,17 @@ import math
 import struct
 from collections.abc import Sequence
 
-from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
+from loam.backends.wgsl_kernels.common import FLAT, device_type, f32_bits, kernel, narrow
 from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, step_types
 from loam.errors import UnsupportedError
 from loam.poly import Poly
 
 HELPERS = """
-fn nan_() -> f32 { return bitcast<f32>(0x7fc00000u); }
+fn nan_() -> f32 {
+  // Through a variable: Chromium's compiler (Tint) refuses a NaN a constant expression makes.
+  var bits = 0x7fc00000u;
+  return bitcast<f32>(bits);
+}
 fn tanh_(x: f32) -> f32 {
   // Near 0 a device tanh may lose relative precision (a quotient of exponentials): its series keeps it.
   let x2 = x * x;
@@ -67,7 +71,7 @@ fn pow_(a: f32, b: f32) -> f32 {
   if (b == 0.0) { return 1.0; }
   let m = pow(abs(a), b);
   if (a >= 0.0 || is_nan(a)) { return select(m, pow(a, b), is_nan(a)); }
-  if (floor(b) != b) { return bitcast<f32>(0x7fc00000u); }
+  if (floor(b) != b) { return nan_(); }
   let odd = (abs(b) < 16777216.0) && (floor(b * 0.5) * 2.0 != b);
   return select(m, -m, odd);
 }
@@ -161,7 +165,7 @@ def _literal(value: float, elem: str) -> str:
         return f"i32({int(value)})"
     single = struct.unpack("<f", struct.pack("<f", value))[0]  # the f32 the numpy module's constant holds
     if math.isnan(single) or math.isinf(single):
-        return f"bitcast<f32>({struct.unpack('<I', struct.pack('<f', single))[0]:#010x}u)"
+        return f32_bits(struct.unpack("<I", struct.pack("<f", single))[0])
     return f"{single!r}f"
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
+from loam.backends.wgsl_kernels.common import FLAT, device_type, f32_bits, kernel, narrow
 from loam.backends.wgsl_kernels.elementwise import HELPERS as ELEMENTWISE_HELPERS
 from loam.errors import UnsupportedError
 
@@ -51,7 +51,7 @@ EXPM1 = """fn expm1_(x: f32) -> f32 {
 
 def _bits(value: float) -> str:
     """`value` as a WGSL f32 (its exact f32 bits, as numpy's `float32(value)`)."""
-    return f"bitcast<f32>({int(np.array(value, dtype=np.float32).view(np.uint32))}u)"
+    return f32_bits(int(np.array(value, dtype=np.float32).view(np.uint32)))
 
 
 def _activation(name: str, alpha: float, beta: float) -> str:

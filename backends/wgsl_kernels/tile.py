@@ -211,7 +211,7 @@ def source_tile(program: TileProgram, operands: list[str], results: list[str]) -
                 raise UnsupportedError(f"tile reduction over {elems[step.arg]}: WGSL tile programs reduce f32")
             uses_reduce = True
             n = size(step.arg)
-            init = {"sum": "0.0", "max": "-3.4028235e38", "min": "3.4028235e38"}[step.kind]
+            init = {"sum": "0.0", "max": "-3.4028234663852886e38", "min": "3.4028234663852886e38"}[step.kind]
             fold = {"sum": "a + b", "max": "max(a, b)", "min": "min(a, b)"}[step.kind]
             lines += [
                 f"var part{i}: f32 = {init};",
