@@ -1,1 +1,2 @@
-"""Printers that turn a kernel-dialect program into a self-contained module: numpy, or WGSL through wgpu."""
+"""Printers that turn a kernel-dialect program into a self-contained module: numpy, WGSL through wgpu,
+or WGSL in a browser (model.js)."""

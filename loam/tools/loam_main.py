@@ -110,6 +110,12 @@ API.  A kernel with no WGSL form stops the build naming its node, unless --host-
 runs in numpy on the host (operands down, results up; f64/ui32/ui64 values stay on the host) and
 the report lists it with its reason.
 
+Browser: --target browser -o DIR builds the WGSL module and writes it for a page: DIR/model.js
+(`await Weights.load(new URL('./weights/', import.meta.url))`, `await forward(weights, ...inputs)` on
+Tensor(dtype, typedArray, shape) values; ShapeError and LoadError name the input or tensor and the
+axis) and DIR/weights/ (the tensors forward uploads, checked against the checkpoint at build time).
+`loam browser-run DIR --inputs IN.npz -o OUT.npz` runs it once in headless Chromium.
+
 Fusion: chains of elementwise kernels and the epilogues of products are fused (the `fuse` pass;
 objective memory for numpy, dispatch for wgsl) unless --no-fuse; --fuse-objective picks the
 objective (dispatch: fewer launches, cheap producers computed in each reader, no i64 chains).
@@ -204,8 +210,16 @@ def build_parser() -> CliParser:
     build.add_argument(
         "--backend",
         choices=("numpy", "wgsl"),
-        default="numpy",
+        default=None,
         help="what the module computes with: numpy (default) or WebGPU compute shaders through wgpu (see below)",
+    )
+    build.add_argument(
+        "--target",
+        choices=("python", "browser"),
+        default="python",
+        help="python (default): one Python module, -o FILE.py; browser: a folder -o DIR holding model.js (an ES "
+        "module running the WGSL kernels through WebGPU) and weights/ (safetensors shards of at most 16 MiB, "
+        "manifest.json with their sha256); see below",
     )
     build.add_argument(
         "--host-fallback",
@@ -249,6 +263,29 @@ def build_parser() -> CliParser:
         "-o", "--output", required=True, type=Path, metavar="DIR", help="the folder to write into (created)"
     )
     split.add_argument("--debug", action="store_true", help="show the Python traceback of an error instead of one line")
+
+    browser_run = commands.add_parser(
+        "browser-run",
+        help="run a browser module once in headless Chromium on the arrays of an .npz file",
+        description="Serve DIR (what `loam build --target browser -o DIR` wrote) on 127.0.0.1, open it in headless "
+        "Chromium with WebGPU on (SwiftShader where there is no GPU), run forward once on the arrays of IN.npz "
+        "(named by input) and write the outputs, named by output, to OUT.npz. A module error (ShapeError, "
+        "LoadError, DeviceError) is printed and the command exits with 1. The browser is the system's "
+        "(Debian: apt-get install chromium chromium-driver); nothing is downloaded.",
+    )
+    browser_run.add_argument("folder", type=Path, metavar="DIR", help="the folder holding model.js and weights/")
+    browser_run.add_argument(
+        "--inputs", required=True, type=Path, metavar="IN.npz", help="forward's inputs, one array per input name"
+    )
+    browser_run.add_argument(
+        "-o", "--output", required=True, type=Path, metavar="OUT.npz", help="where the outputs are written"
+    )
+    browser_run.add_argument(
+        "--chromium", metavar="PATH", help="the Chromium executable (default: chromium on PATH; chromedriver beside it)"
+    )
+    browser_run.add_argument(
+        "--debug", action="store_true", help="show the Python traceback of an error instead of one line"
+    )
 
     layout = commands.add_parser(
         "layout",
@@ -479,6 +516,12 @@ def _layout(args: argparse.Namespace) -> None:
 
 
 def _build(args: argparse.Namespace) -> None:
+    if args.target == "browser" and args.backend == "numpy":
+        raise UsageError("--target browser runs the WGSL kernels: it takes no --backend numpy")
+    args.backend = args.backend or ("wgsl" if args.target == "browser" else "numpy")
+    if args.target == "browser":
+        _build_browser(args)
+        return
     objective = args.fuse_objective or ("dispatch" if args.backend == "wgsl" else "memory")
     fuse = None if args.no_fuse else objective
     if args.print_pipeline:
@@ -549,6 +592,50 @@ def _build(args: argparse.Namespace) -> None:
         sys.stderr.write(f"{PROG}: wrote {' and its weights '.join(map(str, written))}\n")
 
 
+def _build_browser(args: argparse.Namespace) -> None:
+    """`loam build --target browser -o DIR`: the WGSL module written as DIR/model.js and DIR/weights/."""
+    if args.print_pipeline:
+        from loam.pipeline import pipeline_text
+
+        print(pipeline_text(None if args.no_fuse else args.fuse_objective or "dispatch", "wgsl"))
+        return
+    if args.output is None or args.output == "-":
+        raise UsageError("--target browser writes a folder: give -o DIR")
+    if args.host_fallback:
+        raise UsageError("--target browser computes every kernel on the device; it takes no --host-fallback")
+    model, options, output = _checked_paths(args)
+    assert output is not None
+    inputs = {p.resolve() for p in (model, *options.checkpoints, *([args.options] if args.options else []))}
+    if output.exists() and not output.is_dir():
+        raise UsageError(f"-o {output}: --target browser writes a folder, and {output} is a file")
+    if any(p.is_relative_to(output.resolve()) for p in inputs):
+        raise UsageError(f"-o {output}: the folder holds one of this build's inputs; write the module somewhere else")
+
+    from loam.backends.browser_module import write_browser_module
+    from loam.pipeline import build
+
+    def progress(message: str) -> None:
+        print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+    fuse = None if args.no_fuse else args.fuse_objective or "dispatch"
+    result = build(
+        model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=progress, fuse=fuse, backend="wgsl"
+    )
+    if args.report is not None and result.fusion is not None:
+        from loam.passes.fuse import write_report
+
+        write_report(result.fusion, args.report, args.report_format)
+    for note in result.notes:
+        progress(f"note: {note}")
+    progress("writing the browser module and its weight shards")
+    written = write_browser_module(output, result.source, result.module, list(options.checkpoints), model.stem)
+    if result.report:
+        sys.stderr.write(_node_report_text(result.report))
+    shards = [p for p in written if p.suffix == ".safetensors"]
+    size = sum(p.stat().st_size for p in shards)
+    sys.stderr.write(f"{PROG}: wrote {written[0]} and {len(shards)} weight shard(s) ({size / 2**20:.1f} MiB)\n")
+
+
 def _not_an_input(weights: Path, model: Path, options: Options, args: argparse.Namespace) -> None:
     """Refuse a module path, or the weights path beside it, that names one of the build's inputs
     (writing there would lose it)."""
@@ -587,6 +674,18 @@ def _split(args: argparse.Namespace) -> None:
     main_split(args.model, args.output, prog=PROG)
 
 
+def _browser_run(args: argparse.Namespace) -> None:
+    from loam.browser_run import browser_run
+
+    if not args.inputs.is_file():
+        raise UsageError(f"--inputs {args.inputs}: no such file")
+    if not args.output.parent.is_dir():
+        raise UsageError(f"-o {args.output}: folder '{args.output.parent}' does not exist")
+    print(f"{PROG}: running {args.folder / 'model.js'} in headless Chromium", file=sys.stderr, flush=True)
+    names, ms = browser_run(args.folder, args.inputs, args.output, args.chromium)
+    print(f"{PROG}: forward took {ms:.1f} ms in the page; wrote {', '.join(names)} to {args.output}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the `loam` console script."""
     arguments = list(sys.argv[1:] if argv is None else argv)
@@ -603,6 +702,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             _generate(args)
         elif args.command == "serve":
             _serve(args)
+        elif args.command == "browser-run":
+            _browser_run(args)
 
     raise SystemExit(run_guarded(PROG, body, debug=wants_debug(arguments)))
 

@@ -1,0 +1,151 @@
+"""The browser module's refusals, in the page: a wrong input names its axis; weights that are not the
+build's name the shard or the tensor and axis; and `loam browser-run` / `loam build --target browser`
+as a user runs them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loam.backends.browser_module import write_browser_module
+from loam.browser_run import Browser, ModuleError
+from loam.options import Options
+from loam.pipeline import build
+
+pytestmark = pytest.mark.xdist_group("browser")
+
+MLP = Path(__file__).resolve().parents[3] / "examples" / "mlp"
+
+
+def mlp_folder(served: Path, name: str) -> Path:
+    """A fresh browser build of the example MLP in `served/name`."""
+    folder = served / name
+    shutil.rmtree(folder, ignore_errors=True)
+    options = Options.from_toml(MLP / "loam.toml")
+    result = build(MLP / "mlp.onnxtext", options=options, backend="wgsl", fuse="dispatch")
+    write_browser_module(folder, result.source, result.module, list(options.checkpoints), "mlp")
+    return folder
+
+
+def shard(folder: Path) -> tuple[Path, dict, int]:  # type: ignore[type-arg]
+    """The MLP's one shard, its header and where its data starts."""
+    path = folder / "weights" / "shard-00000.safetensors"
+    raw = path.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    return path, json.loads(raw[8 : 8 + length]), 8 + length
+
+
+def run(browser: Browser, name: str, x: np.ndarray) -> dict[str, np.ndarray]:
+    return browser.forward([x], module=f"{name}/model.js", weights=f"{name}/weights/")[0]
+
+
+X = np.zeros((4, 8), np.float32)
+
+
+def test_an_input_of_another_extent_is_a_shape_error_naming_the_axis(browser: Browser, served: Path) -> None:
+    mlp_folder(served, "mlp_shape")
+    with pytest.raises(ModuleError, match=r"^ShapeError: input 'x' axis 0 \(Batch\) must be 4, got 3$"):
+        run(browser, "mlp_shape", np.zeros((3, 8), np.float32))
+    with pytest.raises(ModuleError, match=r"^ShapeError: input 'x' must have dtype float32 .*got int32"):
+        run(browser, "mlp_shape", np.zeros((4, 8), np.int32))
+    with pytest.raises(ModuleError, match=r"^ShapeError: input 'x' must have rank 2 \[Batch, In\], got 1$"):
+        run(browser, "mlp_shape", np.zeros((32,), np.float32))
+    assert run(browser, "mlp_shape", X)["y"].shape == (4, 3)  # the refusals left the module working
+
+
+def test_a_truncated_shard_is_a_load_error_naming_the_tensor(browser: Browser, served: Path) -> None:
+    folder = mlp_folder(served, "mlp_truncated")
+    path, header, _ = shard(folder)
+    last = max((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"][1])
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(ModuleError, match=rf"^LoadError: tensor '{last}' in shard 'shard-00000.safetensors' runs past"):
+        run(browser, "mlp_truncated", X)
+
+
+def test_a_changed_shard_is_a_load_error_naming_the_shard(browser: Browser, served: Path) -> None:
+    folder = mlp_folder(served, "mlp_changed")
+    path, _, start = shard(folder)
+    raw = bytearray(path.read_bytes())
+    raw[start + 5] ^= 0x40  # one bit of a weight: the file still parses
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ModuleError, match=r"^LoadError: shard 'shard-00000.safetensors' does not match its sha256"):
+        run(browser, "mlp_changed", X)
+
+
+def test_a_tensor_of_other_extents_is_a_load_error_naming_the_tensor_and_axis(browser: Browser, served: Path) -> None:
+    """Shards consistent with their manifest but not the build's graph (another model's weights) are refused by
+    the extents compiled into model.js, not trusted for what the manifest says."""
+    folder = mlp_folder(served, "mlp_other")
+    path, header, start = shard(folder)
+    raw = path.read_bytes()
+    data = raw[start:]
+    header["fc1.weight"]["shape"] = [8, 16]  # the same bytes, read as the transpose's extents
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    changed = struct.pack("<Q", len(text)) + text + data
+    path.write_bytes(changed)
+    manifest = json.loads((folder / "weights" / "manifest.json").read_text())
+    manifest["shards"][0].update(bytes=len(changed), sha256=hashlib.sha256(changed).hexdigest())
+    (folder / "weights" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModuleError, match=r"^LoadError: tensor 'fc1.weight' axis 1 \(In\) must be 8, got 16$"):
+        run(browser, "mlp_other", X)
+
+
+def loam(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "loam.tools.loam_main", *args], capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+
+
+def test_loam_build_target_browser_then_browser_run_give_the_numpy_modules_outputs(
+    browser: Browser, tmp_path: Path
+) -> None:
+    folder = tmp_path / "mlp_web"
+    built = loam("build", str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"), "--target", "browser",
+                 "-o", str(folder))  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    assert "wrote" in built.stderr and (folder / "model.js").is_file()
+    manifest = json.loads((folder / "weights" / "manifest.json").read_text())
+    for entry in manifest["shards"]:
+        data = (folder / "weights" / entry["file"]).read_bytes()
+        assert len(data) == entry["bytes"] <= 16 * 2**20
+        assert hashlib.sha256(data).hexdigest() == entry["sha256"]
+    x = np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    ran = loam("browser-run", str(folder), "--inputs", str(tmp_path / "in.npz"), "-o", str(tmp_path / "out.npz"))
+    assert ran.returncode == 0, ran.stderr
+    options = Options.from_toml(MLP / "loam.toml")
+    module = build(MLP / "mlp.onnxtext", options=options).module
+    want = module.forward(module.Weights.load_file([str(c) for c in options.checkpoints]), x)
+    with np.load(tmp_path / "out.npz") as out:
+        assert out.files == ["y"]
+        np.testing.assert_allclose(out["y"], want, atol=1e-5)
+    np.savez(tmp_path / "bad.npz", x=np.zeros((4, 7), np.float32))
+    refused = loam("browser-run", str(folder), "--inputs", str(tmp_path / "bad.npz"), "-o", str(tmp_path / "o.npz"))
+    assert refused.returncode == 1
+    assert "ShapeError: input 'x' axis 1 (In) must be 8, got 7" in refused.stderr
+    assert not (tmp_path / "o.npz").exists()
+    np.savez(tmp_path / "named.npz", z=x)
+    misnamed = loam("browser-run", str(folder), "--inputs", str(tmp_path / "named.npz"), "-o", str(tmp_path / "o.npz"))
+    assert misnamed.returncode != 0 and "no array for input(s) x" in misnamed.stderr
+
+
+def test_target_browser_refuses_what_it_cannot_write(tmp_path: Path) -> None:
+    numpy = loam("build", str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"), "--target", "browser",
+                 "--backend", "numpy", "-o", str(tmp_path / "w"))  # fmt: skip
+    assert numpy.returncode == 2 and "takes no --backend numpy" in numpy.stderr
+    (tmp_path / "file").write_text("x")
+    onto_file = loam("build", str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"), "--target", "browser",
+                     "-o", str(tmp_path / "file"))  # fmt: skip
+    assert onto_file.returncode == 2 and "is a file" in onto_file.stderr
+    over_inputs = loam("build", str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"), "--target",
+                       "browser", "-o", str(MLP))  # fmt: skip
+    assert over_inputs.returncode == 2 and "holds one of this build's inputs" in over_inputs.stderr

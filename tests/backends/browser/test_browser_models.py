@@ -1,0 +1,167 @@
+"""The browser module in headless Chromium (WebGPU on SwiftShader) gives the numpy module's numbers.
+
+Each model is built twice from the same files: `--target browser` (model.js and its weight shards,
+served from 127.0.0.1) and the numpy module, the oracle here (itself held to onnxruntime or JAX by
+its own tests).  The MLP, the digits CNN, the JAX attention block (a symbolic batch, two extents)
+and the tiny GPT-2 merged decoder (an If on an input, a past that grows; a greedy loop run in the
+page) agree within 1e-4, and the greedy tokens are equal.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from loam.backends.browser_module import write_browser_module
+from loam.browser_run import Browser
+from loam.options import Options
+from loam.pipeline import build
+
+pytestmark = pytest.mark.xdist_group("browser")
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLES = ROOT / "examples"
+GPT2 = ROOT / "tests" / "models" / "tiny_gpt2"
+ATOL = 1e-4
+
+
+def _options(toml: Path, checkpoint: Path | None) -> Options:
+    options = Options.from_toml(toml)
+    return options if checkpoint is None else replace(options, checkpoints=(checkpoint,))
+
+
+@functools.cache
+def _numpy(model: Path, toml: Path, checkpoint: Path | None) -> tuple[ModuleType, object]:
+    options = _options(toml, checkpoint)
+    module = build(model, options=options).module
+    return module, module.Weights.load_file([str(c) for c in options.checkpoints])
+
+
+def built(
+    served: Path, name: str, model: Path, toml: Path, checkpoint: Path | None = None
+) -> tuple[ModuleType, object]:
+    """Write the browser module of `model` into `served/name` (once) and return the numpy module and its weights."""
+    folder = served / name
+    if not (folder / "model.js").exists():
+        options = _options(toml, checkpoint)
+        result = build(model, options=options, backend="wgsl", fuse="dispatch")
+        write_browser_module(folder, result.source, result.module, list(options.checkpoints), name)
+    return _numpy(model, toml, checkpoint)
+
+
+def outputs_of(module: ModuleType, out: object) -> dict[str, np.ndarray]:
+    return dict(zip(module.OUTPUTS, out if len(module.OUTPUTS) > 1 else [out], strict=True))
+
+
+def close(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+        assert got[name].dtype == value.dtype, name
+        assert got[name].shape == value.shape, name
+        np.testing.assert_allclose(got[name], value, atol=ATOL, rtol=1e-5, err_msg=name)
+
+
+def test_the_mlp_gives_the_numpy_modules_numbers(browser: Browser, served: Path) -> None:
+    module, weights = built(served, "mlp", EXAMPLES / "mlp" / "mlp.onnxtext", EXAMPLES / "mlp" / "loam.toml")
+    x = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
+    got, _ = browser.forward([x], module="mlp/model.js", weights="mlp/weights/")
+    close(got, outputs_of(module, module.forward(weights, x)))
+
+
+def test_the_digits_cnn_gives_the_numpy_modules_numbers_and_labels(browser: Browser, served: Path) -> None:
+    digits = EXAMPLES / "digits"
+    module, weights = built(served, "digits", digits / "digits.onnxtext", digits / "loam.toml")
+    images = np.load(digits / "test_images.npy").astype(np.float32)
+    ((_, _, extents),) = module.INPUTS
+    x = images[: extents[0]].reshape(extents)
+    want = outputs_of(module, module.forward(weights, x))
+    got, _ = browser.forward([x], module="digits/model.js", weights="digits/weights/")
+    close(got, want)
+    assert (got["logits"].argmax(-1) == want["logits"].argmax(-1)).all()
+
+
+def test_the_jax_attention_block_gives_the_numpy_modules_numbers_at_two_batch_sizes(
+    browser: Browser, served: Path
+) -> None:
+    jax = EXAMPLES / "jax_attention"
+    module, weights = built(served, "jax_attention", jax / "attention.mlir", jax / "loam.toml")
+    with np.load(jax / "inputs.npz") as inputs:
+        for key in ("tokens_2", "tokens_5"):
+            tokens = inputs[key]
+            got, _ = browser.forward([tokens], module="jax_attention/model.js", weights="jax_attention/weights/")
+            close(got, outputs_of(module, module.forward(weights, tokens)))
+
+
+# The merged decoder's greedy loop, run in the page: the prompt through the branch without a past,
+# then each token through the branch with one, the presents fed back as the next pasts.
+GREEDY = """
+const [modelUrl, weightsUrl, prompt, count] = arguments;
+const done = arguments[arguments.length - 1];
+(async () => {
+  const m = await import(modelUrl);
+  const weights = await m.Weights.load(weightsUrl);
+  const pastNames = m.INPUTS.map(([name]) => name).filter((n) => n.startsWith("past_key_values."));
+  let past = Object.fromEntries(pastNames.map((n) => {
+    const [, , heads, , size] = [0, ...m.INPUTS.find(([name]) => name === n)[2]];
+    return [n, new m.Tensor("float32", new Float32Array(0), [1, heads, 0, size])];
+  }));
+  let ids = prompt.map(BigInt);
+  let length = 0;
+  const tokens = [];
+  let first = null;
+  while (tokens.length < count) {
+    length += ids.length;
+    const inputs = {
+      input_ids: new m.Tensor("int64", BigInt64Array.from(ids), [1, ids.length]),
+      attention_mask: new m.Tensor("int64", new BigInt64Array(length).fill(1n), [1, length]),
+      use_cache_branch: new m.Tensor("bool", Uint8Array.of(tokens.length > 0 ? 1 : 0), [1]),
+      ...past,
+    };
+    const out = await m.forward(weights, ...m.INPUTS.map(([name]) => inputs[name]));
+    const [, rows, vocab] = out.logits.shape;
+    const last = out.logits.data.subarray((rows - 1) * vocab, rows * vocab);
+    if (first === null) first = Array.from(last);
+    let best = 0;
+    for (let v = 1; v < vocab; v++) if (last[v] > last[best]) best = v;
+    tokens.push(best);
+    ids = [BigInt(best)];
+    past = Object.fromEntries(pastNames.map((n) => [n, out[n.replace("past_key_values", "present")]]));
+  }
+  return {ok: true, tokens, first};
+})().then(done, (e) => done({ok: false, message: `${e.name}: ${e.message}`}));
+"""
+
+
+def test_the_merged_gpt2_decodes_greedily_in_the_page_with_the_numpy_modules_tokens(
+    browser: Browser, served: Path
+) -> None:
+    module, weights = built(
+        served,
+        "gpt2",
+        GPT2 / "decoder_merged.onnxtext",
+        GPT2 / "decoder_merged.loam.toml",
+        GPT2 / "tiny_gpt2.safetensors",
+    )
+    with np.load(GPT2 / "expected.npz") as e:
+        prompt, want = e["prompt_ids"], e["greedy_ids"].tolist()
+    result = browser.script(
+        GREEDY, browser.base + "gpt2/model.js", browser.base + "gpt2/weights/", prompt[0].tolist(), 8
+    )
+    assert isinstance(result, dict) and result["ok"], result
+    assert result["tokens"] == want[:8]
+    past = {
+        f"past_key_values.{i}.{kv}": np.zeros((1, 4, 0, 16), np.float32) for i in range(2) for kv in ("key", "value")
+    }
+    inputs = {
+        "input_ids": prompt,
+        "attention_mask": np.ones_like(prompt),
+        "use_cache_branch": np.array([False]),
+        **past,
+    }
+    out = module.forward(weights, *[inputs[name] for name, _, _ in module.INPUTS])
+    np.testing.assert_allclose(np.array(result["first"], np.float32), out.logits[0, -1], atol=ATOL)
