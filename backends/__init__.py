@@ -1,2 +1,1 @@
-"""Printers that turn a kernel-dialect program into a self-contained module: numpy, WGSL through wgpu,
-or WGSL in a browser (model.js)."""
+"""Printers of a kernel-dialect program as a self-contained module: numpy, WGSL through wgpu, or model.js."""
