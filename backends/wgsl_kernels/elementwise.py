@@ -25,7 +25,7 @@ from loam.poly import Poly
 
 HELPERS = """
 fn nan_() -> f32 {
-  // Through a variable: Chromium's compiler (Tint) refuses a NaN a constant expression makes.
+  // Through a variable: Tint, the compiler of Chromium, refuses a NaN a constant expression makes.
   var bits = 0x7fc00000u;
   return bitcast<f32>(bits);
 }
