@@ -20,15 +20,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.backends.module_text import axes_type
 from loam.backends.wgsl_kernels import common as wgsl_common
 from loam.backends.wgsl_kernels import elementwise, matmul, movement, tile
 from loam.dialects.expr import Expr
-from loam.dialects.kernel import CastOp, LibraryOp, MatmulOp, PermuteOp, TileProgramOp, ZipOp
+from loam.dialects.kernel import CastOp, LibraryOp, MatmulOp, PermuteOp, TileProgramOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import UnsupportedError
+from loam.passes.pack_quantized import PACKED_ATTR, STORED_ATTR
 from loam.poly import Poly
 
 if TYPE_CHECKING:
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 Dispatches = Callable[[int], None]
 """Records an op's dispatches (given the op's index in the program, for buffer lifetimes)."""
 
-LIBRARY_FAMILIES = ("normalization", "reduce", "indexing", "conv", "shape", "recurrent")
+LIBRARY_FAMILIES = ("normalization", "reduce", "indexing", "conv", "shape", "recurrent", "packed")
 """The WGSL kernel families with library kernels (`SOURCES`, the shader of each kernel by name)."""
 
 
@@ -100,6 +102,8 @@ class WgslKernelPrinter:
             "concat": self.concat,
             "tile_program": self.tile_program,
             "range": self.range,
+            "matmul_packed": self.packed,
+            "gather_packed": self.packed,
         }
 
     def prepare(self, op: Operation) -> Dispatches:
@@ -284,10 +288,20 @@ class WgslKernelPrinter:
 
         return dispatches
 
-    def library_kernel(self, op: LibraryOp) -> Dispatches:
-        """A kernel its WGSL family writes the shader of, its params computed by `_p_NAME`."""
+    def packed(self, op: LibraryOp) -> Dispatches:
+        """A product or gather over a weight uploaded as its ggml blocks: the library kernel, told the
+        blocks' encoding (the weight's `stored`)."""
+        weight = op.operands[1 if op.kernel_name == "matmul_packed" else 0].owner
+        stored = weight.attributes.get(STORED_ATTR) if isinstance(weight, WeightOp) else None
+        if not isinstance(stored, StringAttr) or PACKED_ATTR not in weight.attributes:  # type: ignore[union-attr]
+            raise UnsupportedError(f"{op.name} '{node_of(op)}': its weight is not one kept in ggml blocks")
+        return self.library_kernel(op, {"encoding": stored.data})
+
+    def library_kernel(self, op: LibraryOp, extra: dict[str, object] | None = None) -> Dispatches:
+        """A kernel its WGSL family writes the shader of, its params computed by `_p_NAME` (from the op's
+        params and `extra`)."""
         name = op.kernel_name
-        p = op.params
+        p = {**op.params, **(extra or {})}
         if any(axes_type(v, "operand").elem.name == "i64" for v in [*op.operands, *op.results]) and (
             name in ("cumsum", "cumprod", "einsum") or (name == "reduce" and p["kind"] not in ("max", "min"))
             or (name == "scatter_elements" and p.get("reduction", "none") in ("add", "mul"))

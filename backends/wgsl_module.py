@@ -6,7 +6,9 @@ anything goes to the device) and differs in what forward does after the checks:
 
 - the module's device (`_gpu()`: one adapter and device per process, every pipeline compiled once);
 - the weights' resident buffers (`_resident(weights, g)`: uploaded once per `Weights`, halves as
-  f32, integers narrowed to i32 after a range check, a permuted weight uploaded permuted);
+  f32, integers narrowed to i32 after a range check, a permuted weight uploaded permuted, a weight
+  the checkpoint stores in ggml blocks uploaded as those blocks, byte for byte, for the packed
+  kernels to widen: `pack-quantized`);
 - the activation buffers of this binding of the extent symbols (`g.pool`: sizes planned at build
   time, reused by liveness, kept for the next call with the same extents), the inputs written in;
 - one command encoder: a dispatch per kernel (`g.dispatch(SHADER, buffers, params, workgroups)`),
@@ -37,7 +39,7 @@ import inspect
 import math
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import ArrayAttr
+from xdsl.dialects.builtin import ArrayAttr, StringAttr
 from xdsl.ir import Block, Operation, SSAValue, Use
 
 from loam.backends import wgsl_runtime
@@ -65,7 +67,7 @@ from loam.backends.wgsl_kernel_printer import (
     node_of,
 )
 from loam.backends.wgsl_kernels import common as wgsl_common
-from loam.backends.wgsl_kernels import elementwise
+from loam.backends.wgsl_kernels import elementwise, packed
 from loam.dialects.kernel import (
     ConstantOp,
     IfOp,
@@ -81,6 +83,7 @@ from loam.dialects.kernel import (
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import UnsupportedError
 from loam.limits import MAX_ELEMENTS
+from loam.passes.pack_quantized import PACKED_ATTR, STORED_ATTR
 from loam.poly import Poly
 from loam.report import DeviceSummary
 
@@ -138,7 +141,7 @@ class WgslModulePrinter(ModulePrinter):
         # Device values: the buffer expression of each SSA value (`_b[3]`, `_w[0]`), the resident
         # uploads (host expression, name), and the activation slots (size in bytes, as a Poly).
         self.device: dict[SSAValue, str] = {}
-        self.resident: list[tuple[str, str]] = []
+        self.resident: list[tuple[str, str, bool]] = []  # (host expression, name, uploaded as ggml blocks)
         self.slot_sizes: list[Poly] = []
         self.slot_of: dict[SSAValue, int] = {}
         self.folded: dict[SSAValue, tuple[SSAValue, tuple[int, ...]]] = {}  # permute -> (source, perm)
@@ -194,7 +197,10 @@ class WgslModulePrinter(ModulePrinter):
             '    """The weights and constants on the device: uploaded once per Weights and device."""',
             "    if weights._resident is None or weights._resident[0] is not g:",
             "        weights._resident = (g, (",
-            *[f"            g.upload({name!r}, {host}),  # {i}" for i, (host, name) in enumerate(self.resident)],
+            *[
+                f"            g.{'upload_blocks' if blocks else 'upload'}({name!r}, {host}),  # {i}"
+                for i, (host, name, blocks) in enumerate(self.resident)
+            ],
             "        ))",
             "    return weights._resident[1]",
         ]
@@ -569,7 +575,8 @@ class WgslModulePrinter(ModulePrinter):
             )
         if isinstance(op, WeightOp):
             self.collect_weight(op)
-            self._resident_value(op.result, self.value_text[op.result], op.weight_name.data)
+            blocks = PACKED_ATTR in op.attributes  # uploaded as its ggml blocks (`pack-quantized`)
+            self._resident_value(op.result, self.value_text[op.result], op.weight_name.data, blocks)
             return
         if isinstance(op, ConstantOp):
             self.collect_constant(op)
@@ -610,9 +617,9 @@ class WgslModulePrinter(ModulePrinter):
             self.result_ident(op, r)
         dispatches(at)
 
-    def _resident_value(self, value: SSAValue, host: str, name: str) -> None:
+    def _resident_value(self, value: SSAValue, host: str, name: str, blocks: bool = False) -> None:
         self.device[value] = f"_w[{len(self.resident)}]"
-        self.resident.append((host, name))
+        self.resident.append((host, name, blocks))
 
     def _host_kernel(self, op: Operation, at: int, reason: str) -> None:
         """`op` computed by the host in numpy (the numpy module's own line for it): its device operands
@@ -685,7 +692,11 @@ class WgslModulePrinter(ModulePrinter):
             if isinstance(op, (WeightOp, ConstantOp)) and op.result in self.device and "_w[" in self.device[op.result]:
                 t = axes_type(op.result, "resident")
                 count = math.prod(e.const_value if e.is_const else 0 for e in t.shape)
-                resident += 4 * count
+                stored = op.attributes.get(STORED_ATTR)
+                if PACKED_ATTR in op.attributes and isinstance(stored, StringAttr):  # its blocks, byte for byte
+                    resident += -(-count // 32 * packed.BLOCK_BYTES[stored.data] // 4) * 4
+                else:
+                    resident += 4 * count
         return DeviceSummary(
             self.dispatches, str(crossing), str(device_bytes(self.slot_sizes)), str(resident), tuple(self.host_nodes)
         )

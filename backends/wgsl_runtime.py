@@ -184,6 +184,22 @@ class _Gpu:
         self.stats["bytes_up"] += data.nbytes
         return buffer
 
+    def upload_blocks(self, name: str, blocks: np.ndarray) -> object:
+        """A new buffer holding weight `name`'s ggml blocks byte for byte (the packed kernels widen them)."""
+        if blocks.dtype.names is None:
+            raise DeviceError(
+                f"weight '{name}' was widened to float32 at load (packed=False); this module's kernels read "
+                "its ggml blocks on the device: load the weights with packed=True"
+            )
+        data = np.ascontiguousarray(blocks).view(np.uint8).reshape(-1)
+        if data.nbytes % 4:  # the device reads it as 32-bit words
+            data = np.concatenate([data, np.zeros(4 - data.nbytes % 4, np.uint8)])
+        buffer = self.buffer(data.nbytes)
+        if data.nbytes:
+            self.device.queue.write_buffer(buffer, 0, data)
+        self.stats["bytes_up"] += data.nbytes
+        return buffer
+
     def write(self, name: str, buffer: object, value: np.ndarray) -> None:
         """Copy `value` (an input) into `buffer`."""
         data = _device_array(name, value)

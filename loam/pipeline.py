@@ -100,12 +100,11 @@ BACKENDS: tuple[str, ...] = ("numpy", "wgsl")
 def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", draft: bool = False) -> list[ModulePass]:
     """Every pass `build` runs after reading, in order: what `loam build --print-pipeline` prints for
     `loam-opt -p`.  They read the options (and the checkpoint's stored encodings) from the module's
-    attributes.  `fuse` is the fuse pass's objective, None to leave it out.  The numpy backend keeps
-    weights the checkpoint stores in ggml blocks packed (`pack-quantized`), keeps a decoder's past
-    in place (`decode-state-in-place`) and multiplies repeated key/value heads once per group
-    (`grouped-heads`); the WGSL backend runs its
-    attention, row kernels and float32 products as tile programs (`tile-attention`, `tile-rows`,
-    `tile-matmul`).  `draft` (an
+    attributes.  `fuse` is the fuse pass's objective, None to leave it out.  Both backends keep weights
+    the checkpoint stores in ggml blocks packed (`pack-quantized`); the numpy backend keeps a decoder's
+    past in place (`decode-state-in-place`) and multiplies repeated key/value heads once per group
+    (`grouped-heads`); the WGSL backend runs its attention, row kernels and float32 products as tile
+    programs (`tile-attention`, `tile-rows`, `tile-matmul`).  `draft` (an
     architecture table's build) names the axes the layout leaves open after stage 0 (`draft-layout`)."""
     from loam.passes.apply_options import ApplyOptionsPass
     from loam.passes.fuse import FusePass
@@ -119,10 +118,9 @@ def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", dra
 
         passes.append(DraftLayoutPass())
     passes += [NameAxesPass(), LowerToKernelPass()]
-    if backend == "numpy":
-        from loam.passes.pack_quantized import PackQuantizedPass
+    from loam.passes.pack_quantized import PackQuantizedPass
 
-        passes.append(PackQuantizedPass())
+    passes.append(PackQuantizedPass())
     if fuse is not None:
         passes.append(FusePass(objective=fuse))
     if backend == "numpy":
@@ -203,9 +201,9 @@ def build(
         ir, None if isinstance(model, onnx.ModelProto) else model, {n: p for n, (p, _) in headers.items()}
     )
     attach_options(ir, options)
-    if backend == "numpy":  # pack-quantized reads which weights the checkpoint keeps in ggml blocks from here
-        stored = {n: (e.encoding, str(p)) for n, (p, e) in headers.items() if e.encoding in PACKED_ENCODINGS}
-        record_stored_encodings(ir, stored)
+    # pack-quantized reads which weights the checkpoint keeps in ggml blocks from here.
+    stored = {n: (e.encoding, str(p)) for n, (p, e) in headers.items() if e.encoding in PACKED_ENCODINGS}
+    record_stored_encodings(ir, stored)
     if table is not None and table.rotary_rows:
         orders = rotary_row_orders(table.rotary_rows, headers)
         if orders:

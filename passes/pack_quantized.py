@@ -19,7 +19,8 @@ A 2-D weight W with rows of whole 32-element blocks is packed when every reader 
 
 and then carries `packed`, which tells the numpy module's `Weights` to keep its blocks.  A weight with
 any other reader stays as it was (dequantized to float32 at load); `unpacked_reasons` says why for
-the build's notes.  The numpy backend runs this pass; the WGSL backend uploads float32 weights.
+the build's notes.  Both backends run this pass: the numpy module's `Weights` views the blocks in the
+checkpoint's memory map, the WGSL module uploads them byte for byte and its shaders widen them.
 """
 
 from __future__ import annotations
