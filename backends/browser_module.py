@@ -7,9 +7,10 @@ same buffer plan) and spells it for a page:
   `async forward(weights, ...inputs)`, translated statement by statement from the WGSL module's
   Python `forward` (`browser_js`), then the runtime (`browser/runtime.js`: the checks, the kernels'
   parameter functions, the device).  It imports nothing.
-- `DIR/weights/`: the tensors forward uploads, in their device form, as safetensors shards of at
-  most 16 MiB (a larger tensor is split along its first axis into `NAME#0`, `NAME#1`, ...) and
-  `manifest.json` holding each shard's size and sha256 (`browser_weights`).
+- `DIR/weights/`: the tensors forward uploads, in their device form (a weight the checkpoint stores
+  in Q4_0, Q4_1 or Q8_0 as its blocks, byte for byte), as safetensors shards of at most 16 MiB (a
+  larger tensor is split along its first axis into `NAME#0`, `NAME#1`, ...) and `manifest.json`
+  holding each shard's size and sha256 (`browser_weights`).
 
 The weights are made at build time by the WGSL module itself: its `Weights` loads and checks the
 checkpoint (GGUF or safetensors, renamed, row orders restored), and its `_resident` names each
@@ -39,10 +40,16 @@ class _Recorder:
 
     def __init__(self, module: ModuleType) -> None:
         self.module = module
-        self.uploads: list[tuple[str, np.ndarray]] = []
+        self.uploads: list[tuple[str, np.ndarray, bool]] = []  # name, device form, as ggml blocks
 
     def upload(self, name: str, value: np.ndarray) -> int:
-        self.uploads.append((name, self.module._device_array(name, value)))
+        self.uploads.append((name, self.module._device_array(name, value), False))
+        return len(self.uploads) - 1
+
+    def upload_blocks(self, name: str, blocks: np.ndarray) -> int:
+        """A weight kept in ggml blocks: its bytes, a row of blocks to a row."""
+        rows = np.ascontiguousarray(blocks).view(np.uint8).reshape(blocks.shape[0], -1)
+        self.uploads.append((name, rows, True))
         return len(self.uploads) - 1
 
 
@@ -52,11 +59,13 @@ def residents(module: ModuleType, weights: object) -> list[Resident]:
     module._resident(weights, recorder)
     axes_of = {name: tuple(axis for axis, _ in axes) for name, _, _, axes in module.Weights._SPECS}
     found: list[Resident] = []
-    for name, array in recorder.uploads:
+    for name, array, blocks in recorder.uploads:
         axes = axes_of.get(name, ())
+        if blocks:  # rows of ggml blocks: the row axis, then the bytes of a row's blocks
+            axes = (axes[0] if axes else "axis 0", "BlockBytes")
         if len(axes) != array.ndim:
             axes = tuple(f"axis {k}" for k in range(array.ndim))
-        found.append(Resident(name, np.ascontiguousarray(array), axes))
+        found.append(Resident(name, np.ascontiguousarray(array), axes, blocks))
     return found
 
 
@@ -85,7 +94,7 @@ def browser_source(wgsl_source: str, module: ModuleType, resident: Sequence[Resi
     doc = ast.get_docstring(next(n for n in ast.parse(wgsl_source).body if isinstance(n, ast.FunctionDef)
                                  and n.name == "forward")) or ""  # fmt: skip
     inputs = [[name, dtype, list(extents)] for name, dtype, extents in module.INPUTS]
-    specs = [[r.name, r.dtype, list(r.array.shape), list(r.axes)] for r in resident]
+    specs = [[r.name, r.dtype, list(r.array.shape), list(r.axes), r.blocks] for r in resident]
     parts = [
         f"// The model '{model}', compiled by Loam for WebGPU: await forward(weights, ...inputs).\n"
         "//\n"
@@ -100,8 +109,8 @@ def browser_source(wgsl_source: str, module: ModuleType, resident: Sequence[Resi
         "// outputs' ONNX names\n"
         f"export const INPUTS = {json.dumps(inputs)};\n"
         f"export const OUTPUTS = {json.dumps(outputs)};\n",
-        "// The tensors forward uploads, in order: name, dtype, extents, axis names (Weights.load checks\n"
-        "// each shard's tensors against these)\n"
+        "// The tensors forward uploads, in order: name, dtype, extents, axis names, whether it is a weight's\n"
+        "// ggml blocks (uploaded byte for byte); Weights.load checks each shard's tensors against these\n"
         f"const _RESIDENT = {json.dumps(specs)};\n",
         _WEIGHTS_CLASS,
         "/**\n * " + "\n * ".join(doc.splitlines()) + "\n */\n" + forward,
@@ -134,7 +143,8 @@ export class Weights {
   /** The device buffers (uploaded once per device). */
   resident(g) {
     if (this.buffers === null || this.buffers[0] !== g) {
-      this.buffers = [g, _RESIDENT.map(([name, dtype], k) => g.upload(name, dtype, this.arrays[k]))];
+      this.buffers = [g, _RESIDENT.map(([name, dtype, , , blocks], k) =>
+        blocks ? g.upload_blocks(name, this.arrays[k]) : g.upload(name, dtype, this.arrays[k]))];
     }
     return this.buffers[1];
   }

@@ -29,10 +29,11 @@ class Resident:
     name: str
     array: np.ndarray
     axes: tuple[str, ...]
+    blocks: bool = False  # a weight's ggml blocks: uint8 rows the packed kernels widen
 
     @property
     def dtype(self) -> str:
-        return {"float32": "float32", "int32": "int32", "uint32": "uint32"}[self.array.dtype.name]
+        return {"float32": "float32", "int32": "int32", "uint32": "uint32", "uint8": "uint8"}[self.array.dtype.name]
 
 
 DTYPES = {"float32": "F32", "int32": "I32", "uint32": "U32", "uint8": "U8"}

@@ -345,6 +345,15 @@ class _Gpu {
     return b;
   }
 
+  /** A weight's ggml blocks, byte for byte (the packed kernels widen them). */
+  upload_blocks(name, bytes) {
+    const b = this.buffer(bytes.byteLength);
+    const padded = bytes.byteLength % 4 ? (() => { const p = new Uint8Array(Math.ceil(bytes.byteLength / 4) * 4); p.set(bytes); return p; })() : bytes;
+    if (padded.byteLength) this.device.queue.writeBuffer(b, 0, padded.buffer, padded.byteOffset, padded.byteLength);
+    this.stats.bytes_up += padded.byteLength;
+    return b;
+  }
+
   write(name, buffer, value) {
     const device = _device_array(name, _dtypeOf(value), value.data);
     if (device.byteLength) this.device.queue.writeBuffer(buffer, 0, device.buffer, device.byteOffset, device.byteLength);
@@ -775,4 +784,19 @@ function _p_pool(shapes, mode, kernelShape, strides, pads, dilations, outShape, 
   const total = x[0] * x[1] * _prod(outShape);
   const block = [total, ...spatial, ...cropped, ...begins, ...offs, ...padded, ...kernelShape, ...strides, ...dilations, ...outShape];
   return [block, _fdiv(total + 63, 64)];
+}
+
+function _p_matmul_packed(shapes, transposed, encoding) {
+  const x = shapes[0], w = shapes[1];
+  const [k, n] = transposed ? [w[1], w[0]] : [w[0], w[1]];
+  const m = _prod(x.slice(0, -1));
+  const total = m * n;
+  return [[total, m, n, k, _fdiv(w[1], 32)], _fdiv(total + 63, 64)];
+}
+
+function _p_gather_packed(shapes, axis, encoding) {
+  const w = shapes[0];
+  const count = _prod(shapes[1]);
+  const total = count * w[1];
+  return [[total, w[1], count, w[0], _fdiv(w[1], 32)], _fdiv(total + 63, 64)];
 }

@@ -165,3 +165,20 @@ def test_the_merged_gpt2_decodes_greedily_in_the_page_with_the_numpy_modules_tok
     }
     out = module.forward(weights, *[inputs[name] for name, _, _ in module.INPUTS])
     np.testing.assert_allclose(np.array(result["first"], np.float32), out.logits[0, -1], atol=ATOL)
+
+
+def test_packed_ggml_blocks_travel_and_compute_as_the_file_stores_them(browser: Browser, served: Path) -> None:
+    """Q8_0, Q4_1 and Q4_0 weights (a gather, a linear layer, a [K, N] product) stay blocks from the GGUF
+    file to the device: the shards hold the file's bytes, and the page's outputs are onnxruntime's over
+    llama.cpp's widening of the same blocks."""
+    from tests.backends.wgsl.test_packed_device import packed_model
+
+    folder = served / "packed"
+    folder.mkdir()
+    result, gguf, session, stored = packed_model(folder, {"embed": "Q8_0", "proj": "Q4_1", "head": "Q4_0"})
+    write_browser_module(folder / "web", result.source, result.module, [gguf], "packed")
+    shards = sum(p.stat().st_size for p in (folder / "web" / "weights").glob("shard-*.safetensors"))
+    assert stored <= shards <= stored + 4096  # the blocks and one header
+    ids = np.array([[3, -1, 49, 0, 17]], np.int64)
+    got, _ = browser.forward([ids], module="packed/web/model.js", weights="packed/web/weights/")
+    np.testing.assert_allclose(got["y"], session.run(None, {"ids": ids})[0], rtol=1e-4, atol=1e-4)

@@ -96,6 +96,15 @@ def _draw(name: str, r: random.Random) -> tuple[list[object], dict[str, object]]
         b = (*_broadcast(r, batch), k, n) if r.random() < 0.8 else (k,)
         out = (*batch, *((m,) if len(a) > 1 else ()), *((n,) if len(b) > 1 else ()))
         return [a, b, _strides(r, len(a)), _strides(r, len(b)), out, tuple(_broadcast(r, out) for _ in range(2))], {}
+    if name in ("_p_matmul_packed", "_p_gather_packed"):
+        rows, blocks = r.randint(1, 9), r.randint(1, 4)
+        encoding = r.choice(["Q4_0", "Q4_1", "Q8_0"])
+        if name == "_p_gather_packed":
+            return [((rows, blocks * 32), _shape(r, r.randint(0, 2)), ())], {"axis": 0, "encoding": encoding}
+        transposed = r.choice([0, 1])
+        k = blocks * 32 if transposed else rows
+        return [((*_shape(r, r.randint(0, 2)), k), (rows, blocks * 32), ())], {
+            "transposed": transposed, "encoding": encoding}  # fmt: skip
     if name == "derived_extent":
         fn = r.choice(["min", "max", "floordiv", "ceildiv", "truncdiv", "mod", "fmod", "fromend", "wrap32",
                        "half", "select", "eq"])  # fmt: skip
