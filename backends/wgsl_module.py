@@ -18,8 +18,10 @@ anything goes to the device) and differs in what forward does after the checks:
 A kernel the printer has no WGSL for stops the build naming the node, unless the build asks for a
 host fallback (`host_fallback=True`, `loam build --host-fallback`): then that kernel runs in numpy on
 the host (its device operands downloaded, its results uploaded), and a value whose element type has no
-device form (f64, ui32, ui64) lives on the host from its first kernel to its last.  Elementwise i64
-arithmetic the device's i32 could wrap runs on the host always.  The report lists every host kernel
+device form (f64, ui32, ui64) lives on the host from its first kernel to its last.  An i64 sum,
+difference, product, negation or absolute value runs on the device in i32 with a check that raises
+the runtime's wrap flag (a DeviceError after the forward, never a wrapped number); other elementwise
+i64 arithmetic the device's i32 could wrap runs on the host always.  The report lists every host kernel
 with its reason.
 If and Loop run on the host (`collect_if`, `collect_loop`): a condition or trip count the device
 computed is read back first (`g.sync`: what is recorded is submitted, the value downloaded), then
@@ -360,6 +362,7 @@ class WgslModulePrinter(ModulePrinter):
         return self.device[self._root(value)]
 
     def shader(self, source: str, hint: str) -> str:
+        source = wgsl_common.flagged(source)
         name = self.shaders.get(source)
         if name is None:
             name = f"{hint}_{len(self.shaders)}"

@@ -83,7 +83,7 @@ def _loops_counted(code: str) -> str:
 
     Mesa's llvmpipe stops an invocation's loops once they have run 65,535 iterations in all (its
     guard against hangs), silently: a kernel looping longer computes wrong numbers.  Each loop body
-    here first counts into a private counter; at 65,000 the invocation sets `_loam_capped[0]`, and
+    here first counts into a private counter; at 65,000 the invocation sets `_loam_flags[0]`, and
     the runtime refuses the forward's results.  `main` reads the flag once, so its binding is in the
     pipeline's layout even where only helpers loop.  Code without loops comes back unchanged.
     """
@@ -104,13 +104,14 @@ def _loops_counted(code: str) -> str:
     if main < 0 or counted.find("fn main(", main + 1) >= 0:
         raise DeviceError("a shader without one `main` entry point cannot have its loops counted")
     brace = _after_header(counted, main)
-    counted = counted[:brace] + " _ = _loam_capped[0];" + counted[brace:]
+    counted = counted[:brace] + " _ = _loam_flags[0];" + counted[brace:]
+    declared = "var<storage, read_write> _loam_flags" in counted  # a shader raising the i64 wrap flag
     return (
-        "@group(1) @binding(0) var<storage, read_write> _loam_capped: array<u32>;\n"
-        "var<private> _loam_iters: u32;\n"
+        ("" if declared else "@group(1) @binding(0) var<storage, read_write> _loam_flags: array<u32>;\n")
+        + "var<private> _loam_iters: u32;\n"
         "fn _loam_count() {\n"
         "  _loam_iters = _loam_iters + 1u;\n"
-        "  if (_loam_iters == 65000u) { _loam_capped[0] = 1u; }\n"
+        "  if (_loam_iters == 65000u) { _loam_flags[0] = 1u; }\n"
         "}\n" + counted
     )
 
@@ -143,9 +144,10 @@ class _Gpu:
         self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         # llvmpipe caps an invocation's loop iterations (`_loops_counted`): its shaders count theirs.
         self.capped = "llvmpipe" in str(self.adapter).lower()
-        self.capped_flag = self.buffer(4) if self.capped else None
-        self.counted: dict[str, object] = {}  # pipeline name -> its bind group 1 (the flag)
-        self.unchecked: set[str] = set()  # counted pipelines dispatched since the flag was last read
+        # The flags shaders raise (`wgsl_kernels.common.FLAGS`): [0] llvmpipe's loop cap, [1] an i64 wrap.
+        self.flags = self.buffer(8)
+        self.flagged: dict[str, object] = {}  # pipeline name -> its bind group 1 (the flags)
+        self.unchecked: set[str] = set()  # flagged pipelines dispatched since the flags were last read
         self.pipelines: dict[str, object] = {}
         for name, code in shaders.items():
             self.add(name, code)
@@ -159,15 +161,16 @@ class _Gpu:
         self.compute: object = None
 
     def add(self, name: str, code: str) -> None:
-        """Compile shader `code` into pipeline `name` (its loops counted on llvmpipe)."""
+        """Compile shader `code` into pipeline `name` (its loops counted on llvmpipe); one that reads the
+        flags gets them bound as its group 1."""
         counted = _loops_counted(code) if self.capped else code
         module = self.device.create_shader_module(code=counted)
         pipeline = self.device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
         self.pipelines[name] = pipeline
-        if counted is not code:
-            entries = [{"binding": 0, "resource": {"buffer": self.capped_flag}}]
+        if "_loam_flags" in counted:
+            entries = [{"binding": 0, "resource": {"buffer": self.flags}}]
             layout = pipeline.get_bind_group_layout(1)  # type: ignore[attr-defined]
-            self.counted[name] = self.device.create_bind_group(layout=layout, entries=entries)
+            self.flagged[name] = self.device.create_bind_group(layout=layout, entries=entries)
 
     # -- buffers --------------------------------------------------------------------------------------
 
@@ -288,8 +291,8 @@ class _Gpu:
         compute = self.compute
         compute.set_pipeline(self.pipelines[name])  # type: ignore[attr-defined]
         compute.set_bind_group(0, group)  # type: ignore[attr-defined]
-        if name in self.counted:
-            compute.set_bind_group(1, self.counted[name])  # type: ignore[attr-defined]
+        if name in self.flagged:
+            compute.set_bind_group(1, self.flagged[name])  # type: ignore[attr-defined]
             self.unchecked.add(name)
         x = min(grid, 65535)
         compute.dispatch_workgroups(x, (grid + x - 1) // x)  # type: ignore[attr-defined]
@@ -308,13 +311,20 @@ class _Gpu:
         self.encoder = self.compute = None
         if self.unchecked:
             names, self.unchecked = sorted(self.unchecked), set()
-            flag = np.frombuffer(self.device.queue.read_buffer(self.capped_flag, 0, 4), np.uint32)[0]
-            if flag:
-                self.device.queue.write_buffer(self.capped_flag, 0, np.zeros(1, np.uint32))
+            capped, wrapped = np.frombuffer(self.device.queue.read_buffer(self.flags, 0, 8), np.uint32)
+            if capped or wrapped:
+                self.device.queue.write_buffer(self.flags, 0, np.zeros(2, np.uint32))
+            if capped:
                 raise DeviceError(
                     f"llvmpipe stops a shader invocation's loops after 65,535 iterations, and one of "
                     f"{', '.join(names)} needed more: its results would be wrong, so none are returned "
                     "(a GPU driver has no such cap; smaller extents stay under it)"
+                )
+            if wrapped:
+                raise DeviceError(
+                    f"an int64 sum, difference or product in one of {', '.join(names)} left the int32 range the "
+                    "device computes integers in, where numpy's int64 keeps the value: its results would be "
+                    "wrong, so none are returned (the numpy module computes these inputs)"
                 )
 
     def host(self, buffers: tuple[tuple[object, str, tuple[int, ...]], ...]) -> list[np.ndarray]:

@@ -308,6 +308,10 @@ class _Gpu {
     this.compute = null;
     this.reads = [];
     this.scoped = false;
+    // The flags shaders raise (backends/wgsl_kernels/common.py FLAGS): [1] a checked int64 step wrapped.
+    this.flags = this.buffer(8);
+    this.flagged = new Map();  // pipeline name -> its bind group 1 (the flags)
+    this.unchecked = new Set();  // flagged pipelines dispatched since the flags were last read
     this.queue = Promise.resolve();
   }
 
@@ -327,6 +331,10 @@ class _Gpu {
       const module = this.device.createShaderModule({ code: this.shaders[name] });
       found = this.device.createComputePipeline({ layout: "auto", compute: { module, entryPoint: "main" } });
       this.pipelines.set(name, found);
+      if (this.shaders[name].includes("_loam_flags")) {
+        const entries = [{ binding: 0, resource: { buffer: this.flags } }];
+        this.flagged.set(name, this.device.createBindGroup({ layout: found.getBindGroupLayout(1), entries }));
+      }
     }
     return found;
   }
@@ -433,6 +441,10 @@ class _Gpu {
     }
     this.compute.setPipeline(this.pipeline(name));
     this.compute.setBindGroup(0, group);
+    if (this.flagged.has(name)) {
+      this.compute.setBindGroup(1, this.flagged.get(name));
+      this.unchecked.add(name);
+    }
     const x = Math.min(grid, 65535);
     this.compute.dispatchWorkgroups(x, Math.ceil(grid / x));
     this.stats.dispatches += 1;
@@ -476,6 +488,13 @@ class _Gpu {
 
   /** Submit the forward's one command encoder and download what `read` recorded. */
   async done() {
+    let flags = null;
+    const names = [...this.unchecked].sort();
+    if (names.length) {  // the flags come down with the outputs
+      flags = this.device.createBuffer({ size: 8, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+      this.encoder.copyBufferToBuffer(this.flags, 0, flags, 0, 8);
+      this.unchecked.clear();
+    }
     this.device.queue.submit([this.encoder.finish()]);
     this.encoder = null;
     if (this.scoped) {
@@ -488,6 +507,16 @@ class _Gpu {
     }
     const reads = this.reads;
     this.reads = [];
+    if (flags !== null) {
+      await flags.mapAsync(GPUMapMode.READ);
+      const wrapped = new Uint32Array(flags.getMappedRange())[1];
+      flags.unmap();
+      flags.destroy();
+      if (wrapped) {
+        this.device.queue.writeBuffer(this.flags, 0, new Uint32Array(2));
+        throw new DeviceError(`an int64 sum, difference or product in one of ${names.join(", ")} left the int32 range the device computes integers in, where numpy's int64 keeps the value: its results would be wrong, so none are returned (the numpy module computes these inputs)`);
+      }
+    }
     await Promise.all(reads.map(async (p) => {
       if (!p.staging) { p.tensor = _host_array(new ArrayBuffer(0), p.dtype, p.shape); return; }
       await p.staging.mapAsync(GPUMapMode.READ);

@@ -59,6 +59,20 @@ fn bits_f32(b: u32) -> f32 { var v = b; return bitcast<f32>(v); }
 """
 
 
+FLAGS = "@group(1) @binding(0) var<storage, read_write> _loam_flags: array<u32>;\n"
+"""The runtime's flags buffer, bound as group 1 of a shader that reads it: element 0 is raised where an
+invocation's loops ran into llvmpipe's cap (`wgsl_runtime._loops_counted`), element 1 where a checked
+i64 step wrapped (`elementwise._I64_CHECKED`).  The runtime reads it after the forward and refuses
+results a raised flag says are wrong."""
+
+
+def flagged(source: str) -> str:
+    """`source` with the flags buffer declared where its code raises a flag and does not declare it."""
+    if "_loam_flags[" in source and "var<storage, read_write> _loam_flags" not in source:
+        return FLAGS + source
+    return source
+
+
 def f32_bits(bits: int) -> str:
     """The f32 of `bits` as a WGSL expression.  Through `bits_f32` (not a constant expression) where it is
     a NaN or an infinity: Chromium's compiler, Tint, refuses one a constant expression makes."""

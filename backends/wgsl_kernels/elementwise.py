@@ -200,10 +200,26 @@ class UnboundedI64(UnsupportedError):
     """An i64 step the device cannot compute without risking a wrap (the module computes it on the host)."""
 
 
+_I64_CHECKED = {
+    "add": "(({0} ^ {2}) & ({1} ^ {2})) < 0",
+    "sub": "(({0} ^ {1}) & ({0} ^ {2})) < 0",
+    "mul": "{0} != 0 && ({2} / {0} != {1} || ({0} == -1 && {1} == i32(-2147483647 - 1)))",
+    "neg": "{0} == i32(-2147483647 - 1)",
+    "abs": "{0} == i32(-2147483647 - 1)",
+}
+"""i64 steps the device computes in i32 with a check: WGSL wrapping `{2}` = `{0} op {1}` left the i32
+range exactly when the condition holds.  Then the shader raises the wrap flag (`WRAP_FLAG`), and the
+runtime refuses the forward's results (a DeviceError, never a wrapped number)."""
+
+WRAP_FLAG = "_loam_flags[1] = 1u;"
+"""What a shader runs when a checked i64 step wrapped (`common.FLAGS`: element 1 is the wrap flag)."""
+
+
 def _refuse_unbounded_i64(step: object, types: Sequence[tuple[object, str]]) -> None:
-    """Refuse an i64 step whose result could leave the i32 range WGSL computes it in: a wrap there
-    would be a silent wrong number where numpy's i64 keeps the value."""
-    grows = isinstance(step, (Unary, Binary)) and step.op in _I64_GROWING
+    """Refuse an i64 step whose result could leave the i32 range WGSL computes it in and that the
+    shader cannot check (`_I64_CHECKED`): a wrap there would be a silent wrong number where numpy's
+    i64 keeps the value."""
+    grows = isinstance(step, (Unary, Binary)) and step.op in _I64_GROWING and step.op not in _I64_CHECKED
     from_float = isinstance(step, Convert) and device_type(types[step.arg][1]) == "f32"
     if grows or from_float:
         what = f"'{step.op}'" if isinstance(step, (Unary, Binary)) else f"a cast from {types[step.arg][1]}"  # type: ignore[union-attr]
@@ -282,6 +298,9 @@ def expr_lines(
             assert isinstance(step, Convert)
             rhs = _convert(names[step.arg], types[step.arg][1], step.elem)
         lines.append(f"let s{i}: {dev} = {rhs};")
+        if elem == "i64" and isinstance(step, (Unary, Binary)) and step.op in _I64_CHECKED:
+            args = [names[step.arg]] * 2 if isinstance(step, Unary) else [names[step.lhs], names[step.rhs]]
+            lines.append(f"if ({_I64_CHECKED[step.op].format(*args, f's{i}')}) {{ {WRAP_FLAG} }}")
         names.append(f"s{i}")
     return lines, names[-1]
 

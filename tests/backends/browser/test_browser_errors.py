@@ -1,3 +1,4 @@
+# ruff: noqa: E501 - kernel programs are written one op per line
 """The browser module's refusals, in the page: a wrong input names its axis; weights that are not the
 build's name the shard or the tensor and axis; and `loam browser-run` / `loam build --target browser`
 as a user runs them.
@@ -149,3 +150,31 @@ def test_target_browser_refuses_what_it_cannot_write(tmp_path: Path) -> None:
     over_inputs = loam("build", str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"), "--target",
                        "browser", "-o", str(MLP))  # fmt: skip
     assert over_inputs.returncode == 2 and "holds one of this build's inputs" in over_inputs.stderr
+
+
+I64_CHECKED = """
+kernel.program "forward" (%i : !tensor_axes.tensor<i64, [N: 3]>) names ["i"] {
+  %y = kernel.zip(%i, %i) #kernel.expr<[operand 0, operand 1, mul 0 1, const 1 : i64, add 2 3]> {node = "square1"} : (!tensor_axes.tensor<i64, [N: 3]>, !tensor_axes.tensor<i64, [N: 3]>) -> !tensor_axes.tensor<i64, [N: 3]>
+  kernel.return %y names ["y"] : !tensor_axes.tensor<i64, [N: 3]>
+}
+"""
+
+
+def test_int64_arithmetic_past_int32_on_the_device_is_a_device_error_not_a_wrapped_number(
+    browser: Browser, served: Path
+) -> None:
+    from loam.backends.wgsl_module import emit_wgsl
+    from loam.pipeline import import_source
+    from tests.backends.wgsl.test_wgsl_module import _program
+
+    source = emit_wgsl(_program(I64_CHECKED))
+    write_browser_module(served / "i64", source, import_source(source, "loam_i64_browser"), [], "i64")
+
+    def run_i64(i: list[int]) -> dict[str, np.ndarray]:
+        return browser.forward([np.array(i, np.int64)], module="i64/model.js", weights="i64/weights/")[0]
+
+    got = run_i64([3, -46340, 7])["y"]
+    assert got.dtype == np.int64 and got.tolist() == [10, 46340**2 + 1, 50]
+    with pytest.raises(ModuleError, match=r"^DeviceError: an int64 sum, difference or product in one of .* left"):
+        run_i64([46341, 1, 1])
+    assert run_i64([0, 1, 2])["y"].tolist() == [1, 2, 5]  # the flag was lowered

@@ -115,28 +115,43 @@ kernel.program "forward" (%i : !tensor_axes.tensor<i64, [N: 3]>) names ["i"] {
         gpu.forward(gpu.Weights(), np.array([0, 2**31, 1], np.int64))
 
 
-def test_i64_arithmetic_the_device_could_wrap_runs_on_the_host() -> None:
+def test_i64_sums_and_products_run_on_the_device_checked_for_a_wrap() -> None:
     text = """
 kernel.program "forward" (%i : !tensor_axes.tensor<i64, [N: 3]>) names ["i"] {
   %d = kernel.zip(%i) #kernel.expr<[operand 0, const 2 : i64, max 0 1]> {node = "floor2"} : (!tensor_axes.tensor<i64, [N: 3]>) -> !tensor_axes.tensor<i64, [N: 3]>
   %y = kernel.zip(%d) #kernel.expr<[operand 0, operand 0, mul 0 1]> {node = "square"} : (!tensor_axes.tensor<i64, [N: 3]>) -> !tensor_axes.tensor<i64, [N: 3]>
+  %z = kernel.zip(%y, %i) #kernel.expr<[operand 0, operand 1, sub 0 1, const 5 : i64, min 2 3]> {node = "cap"} : (!tensor_axes.tensor<i64, [N: 3]>, !tensor_axes.tensor<i64, [N: 3]>) -> !tensor_axes.tensor<i64, [N: 3]>
+  kernel.return %z names ["z"] : !tensor_axes.tensor<i64, [N: 3]>
+}
+"""
+    source = emit_wgsl(_program(text))
+    assert "g.host(" not in source and "_loam_flags[1] = 1u;" in source
+    gpu = import_source(source, "loam_wgsl_i64_checked")
+    assert gpu.forward(gpu.Weights(), np.array([1, 3, -7], np.int64)).tolist() == [3, 5, 5]
+    # A product or a difference past i32 on the device: the forward returns nothing, never a wrapped number.
+    for i in ([46341, 1, 1], [2, 1, -(2**31)]):  # 46341^2 > 2^31 - 1; 4 - (-2^31) > 2^31 - 1
+        with pytest.raises(gpu.DeviceError, match=r"an int64 sum, difference or product in one of .*left the int32"):
+            gpu.forward(gpu.Weights(), np.array(i, np.int64))
+    # The flags were lowered: the next call in range computes.
+    assert gpu.forward(gpu.Weights(), np.array([46340, 0, 0], np.int64)).tolist() == [5, 4, 4]
+
+
+def test_i64_arithmetic_the_device_cannot_check_runs_on_the_host() -> None:
+    text = """
+kernel.program "forward" (%i : !tensor_axes.tensor<i64, [N: 3]>) names ["i"] {
+  %y = kernel.zip(%i) #kernel.expr<[operand 0, const 3 : i64, pow 0 1]> {node = "cube"} : (!tensor_axes.tensor<i64, [N: 3]>) -> !tensor_axes.tensor<i64, [N: 3]>
   %z = kernel.zip(%y) #kernel.expr<[operand 0, const 5 : i64, min 0 1]> {node = "cap"} : (!tensor_axes.tensor<i64, [N: 3]>) -> !tensor_axes.tensor<i64, [N: 3]>
   kernel.return %z names ["z"] : !tensor_axes.tensor<i64, [N: 3]>
 }
 """
-    module = _program(text)
-    source = emit_wgsl(module)
-    assert (
-        "= g.host(((_b[1], 'int64', (3,)),))  # square: on the host (i64 arithmetic the device's i32 could wrap)"
-        in source
-    )
+    source = emit_wgsl(_program(text))
+    assert "# cube: on the host (i64 arithmetic the device's i32 could wrap)" in source
     gpu = import_source(source, "loam_wgsl_i64_host")
-    assert gpu.forward(gpu.Weights(), np.array([1, 3, -7], np.int64)).tolist() == [4, 5, 4]
-    g = gpu._gpu()
-    assert g.stats["host_kernels"] >= 1
-    # A product past i32 cannot go back to the device: the call stops naming the node, never wraps.
-    with pytest.raises(gpu.ShapeError, match=r"'square' holds 4611686014132420609, outside the i32 range"):
-        gpu.forward(gpu.Weights(), np.array([2**31 - 1, 1, 1], np.int64))
+    assert gpu.forward(gpu.Weights(), np.array([1, 3, -7], np.int64)).tolist() == [1, 5, -343]
+    assert gpu._gpu().stats["host_kernels"] >= 1
+    # A power past i32 cannot go back to the device: the call stops naming the node, never wraps.
+    with pytest.raises(gpu.ShapeError, match=r"'cube' holds 8000000000, outside the i32 range"):
+        gpu.forward(gpu.Weights(), np.array([2000, 1, 1], np.int64))
 
 
 def test_a_kernel_with_no_wgsl_form_stops_the_build_naming_its_node() -> None:
@@ -233,8 +248,11 @@ def test_llvmpipes_loop_cap_is_refused_never_returned_as_numbers() -> None:
     counted = _loops_counted(
         "fn main(@builtin(local_invocation_id) l: vec3<u32>) { for (var j = 0u; j < min(n, (m + 1u)); j = j + 1u) { loop { break; } } }"
     )
-    assert counted.count("_loam_count();") == 2 and counted.count("_ = _loam_capped[0];") == 1
-    assert "@group(1) @binding(0) var<storage, read_write> _loam_capped" in counted
+    assert counted.count("_loam_count();") == 2 and counted.count("_ = _loam_flags[0];") == 1
+    assert counted.count("@group(1) @binding(0) var<storage, read_write> _loam_flags") == 1
+    # A shader raising the i64 wrap flag declares the flags already: counting its loops adds no second one.
+    flagging = "@group(1) @binding(0) var<storage, read_write> _loam_flags: array<u32>;\nfn main() { loop { break; } }"
+    assert _loops_counted(flagging).count("var<storage, read_write> _loam_flags") == 1
     assert _loops_counted("fn main() { x = 1u; }") == "fn main() { x = 1u; }"
     text = """
 kernel.program "forward" (%x : !tensor_axes.tensor<f32, [N: 70000]>, %i : !tensor_axes.tensor<i64, [K: 3]>, %u : !tensor_axes.tensor<f32, [K: 3]>) names ["x", "i", "u"] {
