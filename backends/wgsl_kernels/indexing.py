@@ -278,22 +278,24 @@ def source_scatter_nd(operands: list[tuple[str, int]], results: list[tuple[str, 
         )
     body += "    }\n    rows_of[lid] = row;\n    workgroupBarrier();\n    if (t < n) {\n"
     # The scans over a batch are unrolled: llvmpipe's cap counts a loop's iterations over every entry
-    # into it (measured), so a scan looping 64 times per batch would stop it after ~1000 batches.
+    # into it (measured), so a scan looping 64 times per batch would stop it after ~1000 batches.  They
+    # are straight-line code (no branch per lane): SwiftShader, Chromium's CPU adapter, takes minutes
+    # to compile 63 branches in a loop with barriers, and seconds for this.
     if reduction == "none":
         body += "      var last = true;\n"
         for j in range(1, WORKGROUP):
-            body += f"      if (lid < {j}u && rows_of[{j}] == row) {{ last = false; }}\n"
+            body += f"      last = last && (lid >= {j}u || rows_of[{j}] != row);\n"
         body += "      if (last) { out0[row * columns + w] = in2[t * columns + w]; }\n"
     else:
         combine = SCATTER_COMBINE[dt][reduction]
         body += "      var first = true;\n"
         for j in range(WORKGROUP - 1):
-            body += f"      if (lid > {j}u && rows_of[{j}] == row) {{ first = false; }}\n"
+            body += f"      first = first && (lid <= {j}u || rows_of[{j}] != row);\n"
         body += "      if (first) {\n        var acc = out0[row * columns + w];\n"
-        for j in range(WORKGROUP):
+        for j in range(WORKGROUP):  # a lane past the tuples reads in bounds (clamped) and is not selected
             body += (
-                f"        if (lid <= {j}u && rows_of[{j}] == row) "
-                f"{{ acc = {combine}(acc, in2[(c + {j}u) * columns + w]); }}\n"
+                f"        acc = select(acc, {combine}(acc, in2[min(c + {j}u, n - 1u) * columns + w]), "
+                f"lid <= {j}u && rows_of[{j}] == row);\n"
             )
         body += "        out0[row * columns + w] = acc;\n      }\n"
     body += "    }\n    workgroupBarrier();\n    storageBarrier();\n  }\n"
