@@ -829,3 +829,19 @@ function _p_gather_packed(shapes, axis, encoding) {
   const total = count * w[1];
   return [[total, w[1], count, w[0], _fdiv(w[1], 32)], _fdiv(total + 63, 64)];
 }
+
+function _p_trilu(shapes, upper, offset = 0) {
+  const x = shapes[0];
+  const count = _prod(x);
+  return [[count, Math.max(x[x.length - 2], 1), Math.max(x[x.length - 1], 1), _bits32(offset)], _fdiv(count + 63, 64)];
+}
+
+function _p_scatter_nd(shapes, reduction) {
+  const data = shapes[0], indices = shapes[1];
+  const k = indices[indices.length - 1];
+  const rows = _prod(data.slice(0, k));
+  let columns = _prod(data.slice(k));
+  const tuples = _prod(indices.slice(0, -1));
+  if (rows === 0) columns = 0;
+  return [[columns, rows, tuples, ...data.slice(0, k)], columns];
+}

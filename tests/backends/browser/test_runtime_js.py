@@ -105,6 +105,12 @@ def _draw(name: str, r: random.Random) -> tuple[list[object], dict[str, object]]
         k = blocks * 32 if transposed else rows
         return [((*_shape(r, r.randint(0, 2)), k), (rows, blocks * 32), ())], {
             "transposed": transposed, "encoding": encoding}  # fmt: skip
+    if name == "_p_trilu":
+        return [(_shape(r, r.randint(2, 4)), ())], {"upper": r.choice([0, 1]), "offset": r.randint(-9, 9)}
+    if name == "_p_scatter_nd":
+        data = _shape(r, rank)
+        indices = (*_shape(r, r.randint(0, 2)), r.randint(0, rank))
+        return [(data, indices, ())], {"reduction": r.choice(["none", "add"])}
     if name == "derived_extent":
         fn = r.choice(["min", "max", "floordiv", "ceildiv", "truncdiv", "mod", "fmod", "fromend", "wrap32",
                        "half", "select", "eq"])  # fmt: skip
