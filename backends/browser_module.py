@@ -132,8 +132,9 @@ export class Weights {
     this.buffers = null;  // [device, buffers] they were uploaded to, made on first use
   }
 
-  /** Read the weights: a folder URL holding manifest.json and its shards, an object mapping those
-   * file names to ArrayBuffers, or one safetensors ArrayBuffer.  Every shard is checked against the
+  /** Read the weights: a folder URL holding manifest.json and its shards, a function reading one of
+   * those files by name (to a Promise of its ArrayBuffer: Node), an object mapping those file names to
+   * ArrayBuffers, or one safetensors ArrayBuffer.  Every shard is checked against the
    * manifest's sha256 and every tensor against the graph; LoadError names the shard or the tensor. */
   static async load(source) {
     const tensors = await _readWeights(source);

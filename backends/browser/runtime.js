@@ -598,11 +598,18 @@ async function _fetchBytes(url, what) {
 }
 
 /** Every tensor of the weights at `source`: a folder URL holding manifest.json and its shards (a
- * string or URL), an object mapping those file names to ArrayBuffers, or one safetensors ArrayBuffer. */
+ * string or URL), a function reading one of those files by name (to a Promise of its ArrayBuffer), an
+ * object mapping those file names to ArrayBuffers, or one safetensors ArrayBuffer. */
 async function _readWeights(source) {
   if (source instanceof ArrayBuffer) return _readSafetensors(source, "the weights");
   let read;
-  if (typeof source === "string" || source instanceof URL) {
+  if (typeof source === "function") {  // (file name) => Promise<ArrayBuffer>: a host without fetch (Node)
+    read = async (name) => {
+      const found = await source(name);
+      if (!(found instanceof ArrayBuffer)) throw new LoadError(`the weights' reader gave no ArrayBuffer for '${name}'`);
+      return found;
+    };
+  } else if (typeof source === "string" || source instanceof URL) {
     const base = new URL(source, globalThis.location?.href ?? undefined);
     const folder = base.pathname.endsWith(".json") ? new URL(".", base) : new URL(base.href.endsWith("/") ? base.href : base.href + "/");
     read = (name) => _fetchBytes(new URL(name, folder), name);
