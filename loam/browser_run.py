@@ -237,7 +237,32 @@ class Browser:
         ]
 
     def screenshot(self) -> bytes:
+        """The page as a PNG."""
         return base64.b64decode(self._call("GET", f"/session/{self.session}/screenshot")["value"])
+
+    def open(self, path: str, width: int = 1000, height: int = 800) -> None:
+        """Navigate to `path` under the served folder in a window of `width` x `height`."""
+        self._call("POST", f"/session/{self.session}/window/rect", {"width": width, "height": height})
+        self._call("POST", f"/session/{self.session}/url", {"url": self.base + path})
+
+    def evaluate(self, source: str, *args: object) -> object:
+        """Run `source` (a synchronous WebDriver script: its `return` is the value) in the page."""
+        return self._call("POST", f"/session/{self.session}/execute/sync", {"script": source, "args": list(args)})[
+            "value"
+        ]
+
+    def type_into(self, css: str, text: str) -> None:
+        """Clear the element `css` selects and type `text` into it, as a user would."""
+        element = self._element(css)
+        self._call("POST", f"/session/{self.session}/element/{element}/clear", {})
+        self._call("POST", f"/session/{self.session}/element/{element}/value", {"text": text})
+
+    def click(self, css: str) -> None:
+        self._call("POST", f"/session/{self.session}/element/{self._element(css)}/click", {})
+
+    def _element(self, css: str) -> str:
+        found = self._call("POST", f"/session/{self.session}/element", {"using": "css selector", "value": css})
+        return str(next(iter(found["value"].values())))
 
     def forward(
         self, inputs: Mapping[str, np.ndarray] | list[np.ndarray], module: str = "model.js", weights: str = "weights/"
