@@ -96,7 +96,7 @@ def browser_source(wgsl_source: str, module: ModuleType, resident: Sequence[Resi
     inputs = [[name, dtype, list(extents)] for name, dtype, extents in module.INPUTS]
     specs = [[r.name, r.dtype, list(r.array.shape), list(r.axes), r.blocks] for r in resident]
     parts = [
-        f"// The model '{model}', compiled by Loam for WebGPU: await forward(weights, ...inputs).\n"
+        f"// The model {_comment(repr(model))}, compiled by Loam for WebGPU: await forward(weights, ...inputs).\n"
         "//\n"
         "// Generated code: it imports nothing and carries its own runtime. Regenerate it from the model\n"
         "// rather than editing it.\n"
@@ -113,7 +113,7 @@ def browser_source(wgsl_source: str, module: ModuleType, resident: Sequence[Resi
         "// ggml blocks (uploaded byte for byte); Weights.load checks each shard's tensors against these\n"
         f"const _RESIDENT = {json.dumps(specs)};\n",
         _WEIGHTS_CLASS,
-        "/**\n * " + "\n * ".join(doc.splitlines()) + "\n */\n" + forward,
+        "/**\n * " + "\n * ".join(_comment(line) for line in doc.splitlines()) + "\n */\n" + forward,
         "// Every compute shader forward dispatches, by name (WGSL source)\n"
         f"const _SHADERS = {json.dumps(dict(module._SHADERS), indent=1)};\n\n"
         "let _GPU = null;  // the module's device, made on first use\n"
@@ -122,6 +122,12 @@ def browser_source(wgsl_source: str, module: ModuleType, resident: Sequence[Resi
         runtime_source(),
     ]
     return "\n".join(p.rstrip("\n") + "\n" for p in parts)
+
+
+def _comment(text: str) -> str:
+    """`text` safe inside a JavaScript comment: names from the model file (an input called `*/ ...`) can
+    neither end the comment nor start a line of code."""
+    return " ".join(text.replace("*/", "* /").split())
 
 
 _WEIGHTS_CLASS = """\

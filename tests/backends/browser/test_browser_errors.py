@@ -178,3 +178,31 @@ def test_int64_arithmetic_past_int32_on_the_device_is_a_device_error_not_a_wrapp
     with pytest.raises(ModuleError, match=r"^DeviceError: an int64 sum, difference or product in one of .* left"):
         run_i64([46341, 1, 1])
     assert run_i64([0, 1, 2])["y"].tolist() == [1, 2, 5]  # the flag was lowered
+
+
+def test_names_from_the_model_file_stay_data_in_model_js(browser: Browser, served: Path, tmp_path: Path) -> None:
+    """An input or output named to end a comment or a string and run code is only ever a string in
+    model.js: the module parses, computes, and nothing the names spell runs."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    # Loam refuses names with characters that are not printable (a newline); these are printable.
+    hostile_in = "x */ globalThis.pwned = 1; /* \\" + '"' + "' `${globalThis.pwned = 2}`"
+    hostile_out = "y</script><script>globalThis.pwned = 3</script>"
+    graph = helper.make_graph(
+        [helper.make_node("Relu", [hostile_in], [hostile_out], name="*/ globalThis.pwned = 4; /*")],
+        "g */ globalThis.pwned = 5; /*",
+        [helper.make_tensor_value_info(hostile_in, TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info(hostile_out, TensorProto.FLOAT, [2, 3])],
+    )
+    path = tmp_path / "hostile *_ globalThis.pwned = 6; x.onnx"
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    from loam.draft import draft_layout
+
+    result = build(path, options=draft_layout(path).options(Options()), backend="wgsl", fuse="dispatch")
+    write_browser_module(served / "hostile", result.source, result.module, [], path.stem)
+    x = np.array([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]], np.float32)
+    got, _ = browser.forward([x], module="hostile/model.js", weights="hostile/weights/")
+    assert list(got) == [hostile_out]
+    np.testing.assert_array_equal(got[hostile_out], np.maximum(x, 0))
+    assert browser.evaluate("return globalThis.pwned === undefined") is True
