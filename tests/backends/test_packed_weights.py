@@ -108,6 +108,21 @@ def _model(folder: Path) -> tuple[Path, dict[str, np.ndarray]]:
     return path, weights
 
 
+def widened_oracle(
+    path: Path, weights: dict[str, np.ndarray], kinds: dict[str, str]
+) -> tuple[ort.InferenceSession, dict[str, np.ndarray]]:
+    """onnxruntime running the model at `path` over llama.cpp's widening of `weights` quantized as `kinds`
+    says, and those widened weights."""
+    widened = {}
+    for name, value in weights.items():
+        raw = np.frombuffer(quantize(value, kinds[name]), dtype=np.uint8).reshape(value.shape[0], -1)
+        widened[name] = quants.dequantize(raw, getattr(GGMLQuantizationType, kinds[name])).astype(np.float32)
+    oracle = onnx.load(path, load_external_data=False)
+    del oracle.graph.initializer[:]
+    oracle.graph.initializer.extend(numpy_helper.from_array(v, n) for n, v in widened.items())
+    return ort.InferenceSession(oracle.SerializeToString(), providers=["CPUExecutionProvider"]), widened
+
+
 def test_a_quantized_checkpoint_stays_packed_and_computes_what_onnxruntime_does(tmp_path: Path) -> None:
     path, weights = _model(tmp_path)
     kinds = {"embed": "Q8_0", "proj": "Q4_1", "head": "Q4_0"}
@@ -125,15 +140,7 @@ def test_a_quantized_checkpoint_stays_packed_and_computes_what_onnxruntime_does(
     held = sum(getattr(loaded, attr).nbytes for _, attr, *_ in module.Weights._SPECS)
     stored = sum(len(t.data or b"") for t in tensors.values())
     assert held == stored  # the blocks as the file stores them: nothing widened at load
-    # onnxruntime over llama.cpp's widening of the same blocks.
-    widened = {}
-    for name, value in weights.items():
-        raw = np.frombuffer(quantize(value, kinds[name]), dtype=np.uint8).reshape(value.shape[0], -1)
-        widened[name] = quants.dequantize(raw, getattr(GGMLQuantizationType, kinds[name])).astype(np.float32)
-    oracle = onnx.load(path, load_external_data=False)
-    del oracle.graph.initializer[:]
-    oracle.graph.initializer.extend(numpy_helper.from_array(v, n) for n, v in widened.items())
-    session = ort.InferenceSession(oracle.SerializeToString(), providers=["CPUExecutionProvider"])
+    session, widened = widened_oracle(path, weights, kinds)
     widened_at_load = module.Weights.load_file(str(gguf), packed=False)  # speed over memory, same numbers
     assert widened_at_load.proj.dtype == np.float32 and np.array_equal(widened_at_load.proj, widened["proj"])
     for shape in [(1, 1), (2, 7)]:  # a decode step (block dot products) and a prefill (widened rows)

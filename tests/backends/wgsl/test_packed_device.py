@@ -12,16 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
-from gguf import GGMLQuantizationType, quants
-from onnx import numpy_helper
 
 import loam
 from loam.draft import draft_layout
 from loam.options import Options
-from tests.backends.test_packed_weights import _kernels, _model
+from tests.backends.test_packed_weights import _kernels, _model, widened_oracle
 from tests.checkpoints.gguf_writer import Tensor, quantize, write_gguf
 
 pytest.importorskip("wgpu")
@@ -38,14 +35,7 @@ def packed_model(folder: Path, kinds: dict[str, str]) -> tuple[loam.BuildResult,
     gguf = write_gguf(folder / "weights.gguf", tensors)
     options = draft_layout(path).options(Options(checkpoints=(gguf,)))
     result = loam.build(path, options=options, backend="wgsl", fuse="dispatch")
-    widened = {}
-    for name, value in weights.items():
-        raw = np.frombuffer(quantize(value, kinds[name]), dtype=np.uint8).reshape(value.shape[0], -1)
-        widened[name] = quants.dequantize(raw, getattr(GGMLQuantizationType, kinds[name])).astype(np.float32)
-    oracle = onnx.load(path, load_external_data=False)
-    del oracle.graph.initializer[:]
-    oracle.graph.initializer.extend(numpy_helper.from_array(v, n) for n, v in widened.items())
-    session = ort.InferenceSession(oracle.SerializeToString(), providers=["CPUExecutionProvider"])
+    session, _ = widened_oracle(path, weights, kinds)
     return result, gguf, session, sum(len(t.data or b"") for t in tensors.values())
 
 
