@@ -1,0 +1,1 @@
+"""Gradients: the grad clauses of the kernel ops (vector-Jacobian products written as kernel ops)."""
