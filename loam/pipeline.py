@@ -97,7 +97,9 @@ BACKENDS: tuple[str, ...] = ("numpy", "wgsl")
 """The backends `build` prints a module with."""
 
 
-def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", draft: bool = False) -> list[ModulePass]:
+def pipeline_passes(
+    fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", draft: bool = False, grad: tuple[str, ...] | None = None
+) -> list[ModulePass]:
     """Every pass `build` runs after reading, in order: what `loam build --print-pipeline` prints for
     `loam-opt -p`.  They read the options (and the checkpoint's stored encodings) from the module's
     attributes.  `fuse` is the fuse pass's objective, None to leave it out.  Both backends keep weights
@@ -105,7 +107,9 @@ def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", dra
     past in place (`decode-state-in-place`) and multiplies repeated key/value heads once per group
     (`grouped-heads`); the WGSL backend runs its attention, row kernels and float32 products as tile
     programs (`tile-attention`, `tile-rows`, `tile-matmul`).  `draft` (an
-    architecture table's build) names the axes the layout leaves open after stage 0 (`draft-layout`)."""
+    architecture table's build) names the axes the layout leaves open after stage 0 (`draft-layout`).
+    `grad` (the weights to differentiate; empty: every float weight) adds the gradients of the weights
+    to the program right after lowering (`differentiate`), so the later passes treat them as any kernel."""
     from loam.passes.apply_options import ApplyOptionsPass
     from loam.passes.fuse import FusePass
     from loam.passes.lower_to_kernel import LowerToKernelPass
@@ -118,6 +122,10 @@ def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", dra
 
         passes.append(DraftLayoutPass())
     passes += [NameAxesPass(), LowerToKernelPass()]
+    if grad is not None:
+        from loam.passes.differentiate import DifferentiatePass
+
+        passes.append(DifferentiatePass(of=tuple(grad)))
     from loam.passes.pack_quantized import PackQuantizedPass
 
     passes.append(PackQuantizedPass())
@@ -138,9 +146,11 @@ def pipeline_passes(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", dra
     return passes
 
 
-def pipeline_text(fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", draft: bool = False) -> str:
+def pipeline_text(
+    fuse: str | None = DEFAULT_FUSE, backend: str = "numpy", draft: bool = False, grad: tuple[str, ...] | None = None
+) -> str:
     """`pipeline_passes` as a `loam-opt -p` string."""
-    return ",".join(str(p.pipeline_pass_spec()) for p in pipeline_passes(fuse, backend, draft))
+    return ",".join(str(p.pipeline_pass_spec()) for p in pipeline_passes(fuse, backend, draft, grad))
 
 
 def build(
@@ -153,13 +163,16 @@ def build(
     fuse: str | None = DEFAULT_FUSE,
     backend: str = "numpy",
     host_fallback: bool = False,
+    grad: tuple[str, ...] | None = None,
 ) -> BuildResult:
     """Compile `model` into a Python module; stop with a LoamError naming the culprit on bad input.
 
     `fuse` is the fuse pass's objective (`memory` or `dispatch`), None to build without fusion;
     `backend` is `numpy` (the module computes with numpy) or `wgsl` (with WebGPU compute shaders,
     through wgpu); `host_fallback` (wgsl only) runs the kernels that have no WGSL form on the host
-    instead of refusing them, and the report lists them."""
+    instead of refusing them, and the report lists them; `grad` (weight names, empty for every float
+    weight) makes forward also return each one's gradient `grad.W` from upstream gradients `grad.O`
+    given as inputs after the model's own (`differentiate`)."""
     if backend not in BACKENDS:
         raise UsageError(f"backend '{backend}' is not one of {', '.join(BACKENDS)}")
     if host_fallback and backend != "wgsl":
@@ -235,7 +248,7 @@ def build(
         _dump(ir, dump_dir / "00-read.mlir")
     fusion = None
     try:
-        for i, p in enumerate(pipeline_passes(fuse, backend, draft), start=1):
+        for i, p in enumerate(pipeline_passes(fuse, backend, draft, grad), start=1):
             say(f"running {p.name}")
             p.apply(ctx, ir)
             if isinstance(p, FusePass):

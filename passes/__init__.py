@@ -35,6 +35,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return LowerToKernelPass
 
+    def get_differentiate() -> type[ModulePass]:
+        from loam.passes.differentiate import DifferentiatePass
+
+        return DifferentiatePass
+
     def get_fuse() -> type[ModulePass]:
         from loam.passes.fuse import FusePass
 
@@ -81,6 +86,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "draft-layout": get_draft_layout,
         "name-axes": get_name_axes,
         "lower-to-kernel": get_lower_to_kernel,
+        "differentiate": get_differentiate,
         "fuse": get_fuse,
         "pack-quantized": get_pack_quantized,
         "fold-conv-affine": get_fold_conv_affine,

@@ -116,6 +116,12 @@ Tensor(dtype, typedArray, shape) values; ShapeError and LoadError name the input
 axis) and DIR/weights/ (the tensors forward uploads, checked against the checkpoint at build time).
 `loam browser-run DIR --inputs IN.npz -o OUT.npz` runs it once in headless Chromium.
 
+Gradients: --grad adds the `differentiate` pass after lowering: reverse mode over the kernel ops,
+each op's grad clause written as more kernel ops (elementwise steps, products, permutations,
+regroupings, casts so far; a kernel with no clause yet stops the build naming its node), compiled by
+the same passes as the forward.  forward(weights, *inputs, *upstream_grads) then returns the outputs
+and grad.W for each weight (--grad-of NAMES picks them).
+
 Fusion: chains of elementwise kernels and the epilogues of products are fused (the `fuse` pass;
 objective memory for numpy, dispatch for wgsl) unless --no-fuse; --fuse-objective picks the
 objective (dispatch: fewer launches, cheap producers computed in each reader, no i64 chains).
@@ -225,6 +231,18 @@ def build_parser() -> CliParser:
         "--host-fallback",
         action="store_true",
         help="with --backend wgsl: compute kernels that have no WGSL form on the host instead of refusing them",
+    )
+    build.add_argument(
+        "--grad",
+        action="store_true",
+        help="forward also returns each float weight's gradient (output grad.W) from the upstream gradients of "
+        "the outputs (inputs grad.O, after the model's own); see below",
+    )
+    build.add_argument(
+        "--grad-of",
+        metavar="NAMES",
+        type=lambda text: tuple(n for n in text.split(",") if n),
+        help="with --grad: only these weights (comma-separated graph names)",
     )
     build.add_argument("--no-fuse", action="store_true", help="build without the fuse pass (see below)")
     build.add_argument(
@@ -524,12 +542,16 @@ def _build(args: argparse.Namespace) -> None:
         return
     objective = args.fuse_objective or ("dispatch" if args.backend == "wgsl" else "memory")
     fuse = None if args.no_fuse else objective
+    if args.grad_of and not args.grad:
+        raise UsageError("--grad-of names the weights --grad differentiates: give --grad too")
+    grad = tuple(args.grad_of or ()) if args.grad else None
     if args.print_pipeline:
         from loam.architectures import architecture
         from loam.pipeline import pipeline_text
 
         chosen = options_from_args(args).architecture
-        print(pipeline_text(fuse, args.backend, draft=chosen is not None and bool(architecture(chosen).layout)))
+        draft = chosen is not None and bool(architecture(chosen).layout)
+        print(pipeline_text(fuse, args.backend, draft=draft, grad=grad))
         return
     if args.output is None:
         # As argparse says it for a missing argument (the flag is optional only for --print-pipeline).
@@ -551,7 +573,7 @@ def _build(args: argparse.Namespace) -> None:
     real = args.no_cache or args.dump_ir is not None or args.report is not None
     if args.host_fallback and args.backend != "wgsl":
         raise UsageError("--host-fallback needs --backend wgsl (the numpy backend computes everything on the host)")
-    extra = {"fuse": fuse, "backend": args.backend, "host_fallback": args.host_fallback}
+    extra = {"fuse": fuse, "backend": args.backend, "host_fallback": args.host_fallback, "grad": grad}
 
     def make() -> cache.CachedBuild:
         from loam.pipeline import build
@@ -559,7 +581,7 @@ def _build(args: argparse.Namespace) -> None:
         # The checkpoints travel inside `options` (already merged: flags replace the file's list).
         result = build(
             model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=progress, fuse=fuse,
-            backend=args.backend, host_fallback=args.host_fallback,
+            backend=args.backend, host_fallback=args.host_fallback, grad=grad,
         )  # fmt: skip
         if args.report is not None and result.fusion is not None:
             from loam.passes.fuse import write_report

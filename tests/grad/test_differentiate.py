@@ -1,0 +1,139 @@
+"""The `differentiate` pass: a built module also returns its weights' gradients, on numpy and on WGSL.
+
+The example MLP (Gemm, Relu, MatMul + Add, Relu, Gemm) built with `grad=()` takes the upstream
+gradient `grad.y` after its input and returns `grad.W` for each weight after `y`.  The oracle is the
+MLP's backward pass derived by hand and computed in float64 from the same weights, itself checked
+against central finite differences of the float64 forward.  A kernel with no grad clause yet stops the
+build naming its node; so do a weight name the program does not read and a weight no gradient reaches.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loam.errors import LoamError
+from loam.options import Options
+from loam.pipeline import build
+
+ROOT = Path(__file__).resolve().parents[2]
+MLP = ROOT / "examples" / "mlp"
+OPTIONS = Options.from_toml(MLP / "loam.toml")
+WEIGHTS = ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias")
+
+
+def forward64(p: dict[str, np.ndarray], x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    h1 = x @ p["fc1.weight"].T + p["fc1.bias"]
+    a1 = np.maximum(h1, 0)
+    h2 = a1 @ p["fc2.weight"] + p["fc2.bias"]
+    a2 = np.maximum(h2, 0)
+    return a2 @ p["fc3.weight"] + p["fc3.bias"], [h1, a1, h2, a2]
+
+
+def backward64(p: dict[str, np.ndarray], x: np.ndarray, g: np.ndarray) -> dict[str, np.ndarray]:
+    _, (h1, a1, h2, a2) = forward64(p, x)
+    dh2 = (g @ p["fc3.weight"].T) * (h2 > 0)
+    dh1 = (dh2 @ p["fc2.weight"].T) * (h1 > 0)
+    return {
+        "fc3.weight": a2.T @ g, "fc3.bias": g.sum(0), "fc2.weight": a1.T @ dh2, "fc2.bias": dh2.sum(0),
+        "fc1.weight": dh1.T @ x, "fc1.bias": dh1.sum(0),
+    }  # fmt: skip
+
+
+def params64(module: object) -> dict[str, np.ndarray]:
+    weights = module.Weights.load_file([str(c) for c in OPTIONS.checkpoints])  # type: ignore[attr-defined]
+    return {name: np.asarray(getattr(weights, attr), np.float64) for name, attr, *_ in module.Weights._SPECS}  # type: ignore[attr-defined]
+
+
+def test_the_hand_derived_oracle_is_the_finite_difference_gradient() -> None:
+    module = build(MLP / "mlp.onnxtext", options=OPTIONS).module
+    p = params64(module)
+    rng = np.random.default_rng(4)
+    x, g = rng.standard_normal((4, 8)), rng.standard_normal((4, 3))
+    grads = backward64(p, x, g)
+    for name in WEIGHTS:
+        for index in list(np.ndindex(p[name].shape))[:: max(1, p[name].size // 7)]:
+            up, down = {**p, name: p[name].copy()}, {**p, name: p[name].copy()}
+            up[name][index] += 1e-6
+            down[name][index] -= 1e-6
+            numeric = ((forward64(up, x)[0] - forward64(down, x)[0]) * g).sum() / 2e-6
+            assert numeric == pytest.approx(grads[name][index], rel=1e-5, abs=1e-7), (name, index)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "wgsl"])
+def test_the_mlp_returns_every_weights_gradient(backend: str) -> None:
+    if backend == "wgsl":
+        pytest.importorskip("wgpu")
+    fuse = "dispatch" if backend == "wgsl" else "memory"
+    result = build(MLP / "mlp.onnxtext", options=OPTIONS, grad=(), backend=backend, fuse=fuse)
+    module = result.module
+    assert [name for name, _, _ in module.INPUTS] == ["x", "grad.y"]
+    assert list(module.OUTPUTS) == ["y", *(f"grad.{w}" for w in WEIGHTS)]
+    weights = module.Weights.load_file([str(c) for c in OPTIONS.checkpoints])
+    rng = np.random.default_rng(5)
+    x, g = rng.standard_normal((4, 8)).astype(np.float32), rng.standard_normal((4, 3)).astype(np.float32)
+    out = module.forward(weights, x, g)
+    p = params64(module)
+    np.testing.assert_allclose(out[0], forward64(p, x.astype(np.float64))[0], rtol=1e-5, atol=1e-5)
+    want = backward64(p, x.astype(np.float64), g.astype(np.float64))
+    for k, name in enumerate(WEIGHTS, start=1):
+        assert out[k].dtype == np.float32 and out[k].shape == p[name].shape
+        np.testing.assert_allclose(out[k], want[name], rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_grad_of_picks_the_weights_and_refuses_a_name_the_program_does_not_read() -> None:
+    module = build(MLP / "mlp.onnxtext", options=OPTIONS, grad=("fc3.weight",)).module
+    assert list(module.OUTPUTS) == ["y", "grad.fc3.weight"]
+    with pytest.raises(LoamError, match=r"grad_of names 'fc9.weight', which the program reads as no float weight"):
+        build(MLP / "mlp.onnxtext", options=OPTIONS, grad=("fc9.weight",))
+
+
+def test_a_kernel_with_no_grad_clause_yet_stops_the_build_naming_its_node() -> None:
+    digits = ROOT / "examples" / "digits"
+    with pytest.raises(LoamError, match=r"kernel\.\w+ '[^']+': no grad clause for this kernel yet"):
+        build(digits / "digits.onnxtext", options=Options.from_toml(digits / "loam.toml"), grad=())
+
+
+def test_a_weight_no_gradient_reaches_is_refused_by_name(tmp_path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Greater", ["x", "threshold"], ["mask"], name="compare"),
+            helper.make_node("Cast", ["mask"], ["maskf"], name="cast", to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["x", "maskf"], ["y"], name="gate"),
+        ],
+        "gate",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(np.zeros(3, np.float32), "threshold")],
+    )
+    path = tmp_path / "gate.onnx"
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    from loam.draft import draft_layout
+
+    options = draft_layout(path).options(Options())
+    with pytest.raises(LoamError, match=r"no gradient reaches weight 'threshold' from the outputs"):
+        build(path, options=options, grad=())
+
+
+def test_loam_build_grad_writes_the_module_and_replays_with_loam_opt(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    def loam(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "loam.tools.loam_main", *args], capture_output=True, text=True,
+                              timeout=300)  # fmt: skip
+
+    common = [str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"), "--no-cache"]
+    built = loam("build", *common, "--grad", "--grad-of", "fc3.bias,fc1.weight", "-o", str(tmp_path / "g.py"))
+    assert built.returncode == 0, built.stderr
+    text = (tmp_path / "g.py").read_text(encoding="utf-8")
+    assert "OUTPUTS = ('y', 'grad.fc1.weight', 'grad.fc3.bias')" in text
+    pipeline = loam("build", *common, "--grad", "--grad-of", "fc3.bias,fc1.weight", "--print-pipeline")
+    assert 'lower-to-kernel,differentiate{of="fc3.bias","fc1.weight"},pack-quantized' in pipeline.stdout
+    refused = loam("build", *common, "--grad-of", "fc3.bias", "-o", str(tmp_path / "h.py"))
+    assert refused.returncode == 2 and "give --grad too" in refused.stderr
