@@ -302,7 +302,9 @@ class WgslKernelPrinter:
         params and `extra`)."""
         name = op.kernel_name
         p = {**op.params, **(extra or {})}
-        if any(axes_type(v, "operand").elem.name == "i64" for v in [*op.operands, *op.results]) and (
+        # The values a kernel sums or multiplies (a scatter's indices are not among them).
+        summed = [op.operands[0], op.operands[2]] if name == "scatter_elements" else [*op.operands, *op.results]
+        if any(axes_type(v, "operand").elem.name == "i64" for v in summed) and (
             name in ("cumsum", "cumprod", "einsum") or (name == "reduce" and p["kind"] not in ("max", "min"))
             or (name == "scatter_elements" and p.get("reduction", "none") in ("add", "mul"))
         ):  # fmt: skip

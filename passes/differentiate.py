@@ -7,17 +7,11 @@ chains too) and printed by either backend with the kernels it already has.
 After `lower-to-kernel`, for a `kernel.program` with outputs O and weights W: the program gains one
 input per float output, `grad.O` (the upstream gradient, O's type), and one output per weight asked
 for, `grad.W` (W's type), after its own outputs.  The ops are visited in reverse; each op a gradient
-reaches sends its operands the grad clause of its kind, and the contributions to one value are summed:
+reaches sends its operands the grad clause of its kind (`loam/grad/clauses.py`: elementwise
+steps, products, layout, casts, softmax, sums and means, convolutions, max pooling), and the
+contributions to one value are summed.
 
-- `kernel.zip`: `loam.grad.elementwise.vjp` of its `Expr`, a zip over the operands and the gradient;
-  an operand the zip broadcast gets the sum over the broadcast axes (`kernel.reduce`, then a
-  `kernel.regroup` to its own axes);
-- `kernel.matmul` without an epilogue, operands of rank 2 or more: dA = g @ B^T, dB = A^T @ g, each
-  summed over the batch axes its operand broadcast;
-- `kernel.permute`: the inverse permutation; `kernel.regroup`: the regroup back; `kernel.cast`
-  between float types: the gradient cast back; an op none of whose operands is a float: nothing.
-
-An op a gradient reaches that has no grad clause yet (a convolution, a library kernel) stops the pass
+An op a gradient reaches that has no grad clause yet (an attention kernel, a gather) stops the pass
 naming the op and its node, as does a weight asked for that no gradient reaches (every path from it
 to the outputs passes an integer, a comparison or a constant).  `of` names the weights (default: every
 float weight).
@@ -35,21 +29,10 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from loam.dialects.expr import Expr
-from loam.dialects.kernel import (
-    CastOp,
-    ConstantOp,
-    MatmulOp,
-    PermuteOp,
-    ProgramOp,
-    ReduceOp,
-    RegroupOp,
-    ReturnOp,
-    WeightOp,
-    ZipOp,
-)
+from loam.dialects.kernel import ConstantOp, ProgramOp, ReduceOp, RegroupOp, ReturnOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import UnsupportedError
-from loam.grad.elementwise import FLOATS, vjp
+from loam.grad.clauses import clause_for, is_float, type_of
 
 GRAD = "grad."
 """The prefix of an upstream gradient's input name and of a weight gradient's output name."""
@@ -67,14 +50,8 @@ class DifferentiatePass(ModulePass):
             _Differentiate(program, self.of).run()
 
 
-def _type(value: SSAValue) -> AxesTensorType:
-    t = value.type
-    assert isinstance(t, AxesTensorType)
-    return t
-
-
-def _is_float(value: SSAValue) -> bool:
-    return isinstance(value.type, AxesTensorType) and value.type.elem.name in FLOATS
+_type = type_of
+_is_float = is_float
 
 
 class _Differentiate:
@@ -177,53 +154,10 @@ class _Differentiate:
     def clause(self, op: Operation) -> None:
         if isinstance(op, (WeightOp, ConstantOp)) or not any(_is_float(v) for v in op.operands):
             return  # a gradient stops here: nothing it could flow into is a float
-        g = self.adjoint[op.results[0]]
-        node = _node(op.results[0])
-        if isinstance(op, ZipOp):
-            elems = [_type(v).elem.name for v in op.inputs]
-            for k, operand in enumerate(op.inputs):
-                if not _is_float(operand) or operand not in self.needed:
-                    continue
-                expr = vjp(op.expr.data, k, elems)
-                if expr is None:
-                    continue
-                grad = self.zip([*op.inputs, g], expr, _type(op.result), f"{node}.grad")
-                self.send(operand, self.unbroadcast(grad, _type(operand), node))
-            return
-        if isinstance(op, MatmulOp) and op.epilogue is None:
-            a, b = op.lhs, op.rhs
-            if _type(a).rank < 2 or _type(b).rank < 2:
-                raise UnsupportedError(f"kernel.matmul '{node}': no grad clause for a vector operand yet")
-            out = _type(op.result)
-            batch = out.axes[:-2]
-            if a in self.needed:  # dA = g @ B^T
-                b_t = self.emit(PermuteOp(b, _swap_last(_type(b).rank), _swapped(_type(b)), f"{node}.grad"))
-                da = AxesTensorType(out.elem, [*batch, out.axes[-2], _type(a).axes[-1]])
-                self.send(a, self.unbroadcast(self.emit(MatmulOp(g, b_t, da, f"{node}.grad")), _type(a), node))
-            if b in self.needed:  # dB = A^T @ g
-                a_t = self.emit(PermuteOp(a, _swap_last(_type(a).rank), _swapped(_type(a)), f"{node}.grad"))
-                db = AxesTensorType(out.elem, [*batch, _type(b).axes[-2], out.axes[-1]])
-                self.send(b, self.unbroadcast(self.emit(MatmulOp(a_t, g, db, f"{node}.grad")), _type(b), node))
-            return
-        if isinstance(op, CastOp):  # between float types: the gradient cast back
-            operand = op.operands[0]
-            back = Expr.operand(0).cast(_type(operand).elem.name)
-            self.send(operand, self.zip([g], back, _type(operand), f"{node}.grad"))
-            return
-        if isinstance(op, PermuteOp):
-            inverse = [0] * len(op.permutation)
-            for i, p in enumerate(op.permutation):
-                inverse[p] = i
-            operand = op.operands[0]
-            self.send(operand, self.emit(PermuteOp(g, inverse, _type(operand), f"{node}.grad")))
-            return
-        if isinstance(op, RegroupOp):
-            operand = op.operands[0]
-            self.send(operand, self.emit(RegroupOp(g, _type(operand), f"{node}.grad")))
-            return
-        raise UnsupportedError(
-            f"{op.name} '{node}': no grad clause for this kernel yet (the gradients of the weights pass through it)"
-        )
+        result = op.results[0]
+        if result not in self.adjoint:
+            raise UnsupportedError(f"{op.name} '{_node(result)}': a gradient reaches only its second result")
+        clause_for(op)(self, op, self.adjoint[result], _node(result))
 
 
 def _node(value: SSAValue) -> str:
@@ -234,13 +168,3 @@ def _node(value: SSAValue) -> str:
     if isinstance(owner, WeightOp):
         return owner.weight_name.data
     return "input"
-
-
-def _swap_last(rank: int) -> list[int]:
-    return [*range(rank - 2), rank - 1, rank - 2]
-
-
-def _swapped(t: AxesTensorType) -> AxesTensorType:
-    axes = list(t.axes)
-    axes[-2], axes[-1] = axes[-1], axes[-2]
-    return AxesTensorType(t.elem, axes)

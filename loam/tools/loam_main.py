@@ -117,10 +117,10 @@ axis) and DIR/weights/ (the tensors forward uploads, checked against the checkpo
 `loam browser-run DIR --inputs IN.npz -o OUT.npz` runs it once in headless Chromium.
 
 Gradients: --grad adds the `differentiate` pass after lowering: reverse mode over the kernel ops,
-each op's grad clause written as more kernel ops (elementwise steps, products, permutations,
-regroupings, casts so far; a kernel with no clause yet stops the build naming its node), compiled by
-the same passes as the forward.  forward(weights, *inputs, *upstream_grads) then returns the outputs
-and grad.W for each weight (--grad-of NAMES picks them).
+each op's grad clause written as more kernel ops (elementwise steps, products, layout changes,
+casts, softmax, sums and means, convolutions, max pooling so far; a kernel with no clause yet stops
+the build naming its node), compiled by the same passes as the forward.  forward(weights, *inputs,
+*upstream_grads) then returns the outputs and grad.W for each weight (--grad-of NAMES picks them).
 
 Fusion: chains of elementwise kernels and the epilogues of products are fused (the `fuse` pass;
 objective memory for numpy, dispatch for wgsl) unless --no-fuse; --fuse-objective picks the

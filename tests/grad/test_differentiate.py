@@ -9,6 +9,7 @@ build naming its node; so do a weight name the program does not read and a weigh
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -91,9 +92,36 @@ def test_grad_of_picks_the_weights_and_refuses_a_name_the_program_does_not_read(
 
 
 def test_a_kernel_with_no_grad_clause_yet_stops_the_build_naming_its_node() -> None:
-    digits = ROOT / "examples" / "digits"
+    gpt2 = ROOT / "tests" / "models" / "tiny_gpt2"
+    options = replace(Options.from_toml(gpt2 / "decoder.loam.toml"), checkpoints=(gpt2 / "tiny_gpt2.safetensors",))
     with pytest.raises(LoamError, match=r"kernel\.\w+ '[^']+': no grad clause for this kernel yet"):
-        build(digits / "digits.onnxtext", options=Options.from_toml(digits / "loam.toml"), grad=())
+        build(gpt2 / "decoder.onnxtext", options=options, grad=())
+
+
+DIGITS = ROOT / "examples" / "digits"
+
+
+@pytest.mark.parametrize("backend", ["numpy", "wgsl"])
+def test_the_digits_cnn_gradients_are_torch_autograds(backend: str) -> None:
+    """Convolutions, inference batch norm, max pooling, Gemm, MatMul and Softmax: every weight's gradient
+    equals torch's (scripts/make_grad_oracles.py wrote tests/grad/digits_grads.npz)."""
+    if backend == "wgsl":
+        pytest.importorskip("wgpu")
+    options = Options.from_toml(DIGITS / "loam.toml")
+    fuse = "dispatch" if backend == "wgsl" else "memory"
+    module = build(DIGITS / "digits.onnxtext", options=options, grad=(), backend=backend, fuse=fuse).module
+    weights = module.Weights.load_file([str(c) for c in options.checkpoints])
+    x = np.load(DIGITS / "test_images.npy").astype(np.float32)[:450].reshape(450, 1, 8, 8)
+    with np.load(Path(__file__).parent / "digits_grads.npz") as oracle:
+        want = {k: oracle[k] for k in oracle.files}
+    out = module.forward(weights, x, want["g_logits"], want["g_probs"])
+    got = dict(zip(module.OUTPUTS, out, strict=True))
+    np.testing.assert_allclose(got["logits"], want["logits"], rtol=1e-4, atol=1e-4)
+    names = [k for k in want if k.startswith("grad.")]
+    assert sorted(k for k in got if k.startswith("grad.")) == sorted(names)
+    for name in names:
+        scale = max(1.0, float(np.abs(want[name]).max()))
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4 * scale, err_msg=name)
 
 
 def test_a_weight_no_gradient_reaches_is_refused_by_name(tmp_path: Path) -> None:

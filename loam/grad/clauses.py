@@ -1,0 +1,299 @@
+"""The grad clause of each kernel op: what it sends its operands, written as more kernel ops.
+
+`clause_for(op)` gives the function that, given the gradient `g` of `op`'s (first) result, emits the
+kernel ops computing each operand's share and hands it to `Backward.send`.  The `differentiate` pass
+(`loam/passes/differentiate.py`) walks the program in reverse and calls them; the clauses know only the
+`Backward` they are given, so each reads as the derivative it is:
+
+- `kernel.zip`: the `Expr`'s vector-Jacobian product (`loam.grad.elementwise.vjp`), summed over the axes
+  an operand was broadcast along;
+- `kernel.matmul` (no epilogue, operands of rank 2 or more): dA = g @ B^T, dB = A^T @ g;
+- `kernel.permute`: the inverse permutation; `kernel.regroup`: the regroup back; `kernel.cast` between
+  floats: the gradient cast back;
+- `kernel.softmax`: softmax y * (g - sum(g * y)), log_softmax g - exp(y) * sum(g), over its axes;
+  hardmax sends nothing (it is piecewise constant);
+- `kernel.reduce` sum and mean: g spread over the reduced axes (divided by their count for mean);
+- `kernel.conv` (group 1, static extents): dx = conv_transpose(g, w) at the same strides, pads and
+  dilations; dw = conv(x^T, g^T) with strides and dilations exchanged, permuted back; db = sum(g);
+- `kernel.pool` max: the pool again with indices, and g scattered (added) to the tap each window kept
+  (the first maximum, as ONNX's indices say).
+
+Any other op (or an unsupported case of one of these) raises UnsupportedError naming it and its node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from xdsl.dialects.builtin import StringAttr
+from xdsl.ir import Operation, SSAValue
+
+from loam.dialects.expr import Expr
+from loam.dialects.kernel import (
+    CastOp,
+    ConvOp,
+    ConvTransposeOp,
+    MatmulOp,
+    PermuteOp,
+    PoolOp,
+    ReduceOp,
+    RegroupOp,
+    ScatterElementsOp,
+    SoftmaxOp,
+    ZipOp,
+)
+from loam.dialects.tensor_axes import AxesTensorType, Axis
+from loam.errors import UnsupportedError
+from loam.grad.elementwise import FLOATS, vjp
+
+
+class Backward(Protocol):
+    """What a clause emits into (the `differentiate` pass)."""
+
+    needed: set[SSAValue]
+
+    def emit(self, op: Operation) -> SSAValue: ...
+
+    def send(self, value: SSAValue, grad: SSAValue) -> None: ...
+
+    def zip(self, inputs: Sequence[SSAValue], expr: Expr, result: AxesTensorType, node: str) -> SSAValue: ...
+
+    def unbroadcast(self, grad: SSAValue, target: AxesTensorType, node: str) -> SSAValue: ...
+
+
+Clause = Callable[[Backward, Operation, SSAValue, str], None]
+
+
+def type_of(value: SSAValue) -> AxesTensorType:
+    t = value.type
+    assert isinstance(t, AxesTensorType)
+    return t
+
+
+def is_float(value: SSAValue) -> bool:
+    return isinstance(value.type, AxesTensorType) and value.type.elem.name in FLOATS
+
+
+def node_of(op: Operation) -> str:
+    node = op.properties.get("node")
+    return node.data if isinstance(node, StringAttr) else op.name
+
+
+def refuse(op: Operation, why: str = "no grad clause for this kernel yet") -> UnsupportedError:
+    return UnsupportedError(f"{op.name} '{node_of(op)}': {why} (the gradients of the weights pass through it)")
+
+
+def _static(op: Operation, t: AxesTensorType) -> tuple[int, ...]:
+    if not all(e.is_const for e in t.shape):
+        raise refuse(op, f"its grad clause needs static extents, and it has [{', '.join(map(str, t.shape))}]")
+    return tuple(e.const_value for e in t.shape)
+
+
+# -- elementwise, products, layout --------------------------------------------------------------------
+
+
+def _zip(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, ZipOp)
+    elems = [type_of(v).elem.name for v in op.inputs]
+    for k, operand in enumerate(op.inputs):
+        if not is_float(operand) or operand not in b.needed:
+            continue
+        expr = vjp(op.expr.data, k, elems)
+        if expr is not None:
+            grad = b.zip([*op.inputs, g], expr, type_of(op.result), f"{node}.grad")
+            b.send(operand, b.unbroadcast(grad, type_of(operand), node))
+
+
+def _swapped(t: AxesTensorType) -> tuple[list[int], AxesTensorType]:
+    perm = [*range(t.rank - 2), t.rank - 1, t.rank - 2]
+    return perm, AxesTensorType(t.elem, [t.axes[p] for p in perm])
+
+
+def _matmul(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, MatmulOp)
+    lhs, rhs = op.lhs, op.rhs
+    if op.epilogue is not None:
+        raise refuse(op, "no grad clause for a product with an epilogue (differentiate runs before fuse)")
+    if type_of(lhs).rank < 2 or type_of(rhs).rank < 2:
+        raise refuse(op, "no grad clause for a vector operand yet")
+    out = type_of(op.result)
+    batch = out.axes[:-2]
+    if lhs in b.needed:  # dA = g @ B^T
+        perm, t = _swapped(type_of(rhs))
+        rhs_t = b.emit(PermuteOp(rhs, perm, t, f"{node}.grad"))
+        da = AxesTensorType(out.elem, [*batch, out.axes[-2], type_of(lhs).axes[-1]])
+        b.send(lhs, b.unbroadcast(b.emit(MatmulOp(g, rhs_t, da, f"{node}.grad")), type_of(lhs), node))
+    if rhs in b.needed:  # dB = A^T @ g
+        perm, t = _swapped(type_of(lhs))
+        lhs_t = b.emit(PermuteOp(lhs, perm, t, f"{node}.grad"))
+        db = AxesTensorType(out.elem, [*batch, type_of(rhs).axes[-2], out.axes[-1]])
+        b.send(rhs, b.unbroadcast(b.emit(MatmulOp(lhs_t, g, db, f"{node}.grad")), type_of(rhs), node))
+
+
+def _permute(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, PermuteOp)
+    inverse = [0] * len(op.permutation)
+    for i, p in enumerate(op.permutation):
+        inverse[p] = i
+    operand = op.operands[0]
+    b.send(operand, b.emit(PermuteOp(g, inverse, type_of(operand), f"{node}.grad")))
+
+
+def _regroup(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    operand = op.operands[0]
+    b.send(operand, b.emit(RegroupOp(g, type_of(operand), f"{node}.grad")))
+
+
+def _cast(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    operand = op.operands[0]
+    b.send(operand, b.zip([g], Expr.operand(0).cast(type_of(operand).elem.name), type_of(operand), f"{node}.grad"))
+
+
+# -- reductions ---------------------------------------------------------------------------------------
+
+
+def _kept(t: AxesTensorType, axes: Sequence[int]) -> AxesTensorType:
+    """`t` with each of `axes` kept at extent 1 (a reduction's keepdims result)."""
+    return AxesTensorType(t.elem, [Axis.named("Unit", 1) if a in axes else ax for a, ax in enumerate(t.axes)])
+
+
+def _sum_kept(b: Backward, value: SSAValue, axes: Sequence[int], node: str) -> SSAValue:
+    kept = _kept(type_of(value), axes)
+    return b.emit(ReduceOp([value], [kept], f"{node}.grad", kind="sum", axes=tuple(axes), keepdims=1))
+
+
+def _softmax(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, SoftmaxOp)
+    x, y = op.inputs[0], op.outputs[0]
+    axes = tuple(op.param("axes"))  # type: ignore[arg-type]
+    kind = op.param("kind")
+    if kind == "hardmax":
+        return  # piecewise constant: no gradient flows
+    t = type_of(x)
+    if kind == "softmax":  # y * (g - sum(g * y))
+        gy = b.zip([g, y], Expr.operand(0) * Expr.operand(1), t, f"{node}.grad")
+        s = _sum_kept(b, gy, axes, node)
+        expr = Expr.operand(0) * (Expr.operand(1) - Expr.operand(2))
+        b.send(x, b.zip([y, g, s], expr, t, f"{node}.grad"))
+    else:  # log_softmax: g - exp(y) * sum(g)
+        s = _sum_kept(b, g, axes, node)
+        expr = Expr.operand(0) - Expr.operand(1).unary("exp") * Expr.operand(2)
+        b.send(x, b.zip([g, y, s], expr, t, f"{node}.grad"))
+
+
+def _reduce(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, ReduceOp)
+    x = op.inputs[0]
+    kind = op.param("kind")
+    axes = tuple(op.param("axes"))  # type: ignore[arg-type]
+    if kind not in ("sum", "mean"):
+        raise refuse(op, f"no grad clause for reduce {kind} yet")
+    t = type_of(x)
+    kept = g if op.param("keepdims") else b.emit(RegroupOp(g, _kept(t, axes), f"{node}.grad"))
+    spread = Expr.operand(0)
+    if kind == "mean":
+        count = 1
+        for a in axes:
+            if not t.shape[a].is_const:
+                raise refuse(op, "no grad clause for a mean over an extent the run gives yet")
+            count *= t.shape[a].const_value
+        spread = spread / Expr.const(float(count), t.elem.name)
+    b.send(x, b.emit(ZipOp([kept], spread, t, f"{node}.grad")))
+
+
+# -- convolution and pooling ----------------------------------------------------------------------------
+
+
+def _conv(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, ConvOp)
+    x, w = op.inputs[0], op.inputs[1]
+    p = op.params
+    if p["group"] != 1:
+        raise refuse(op, "no grad clause for a grouped convolution yet")
+    xs, ws, gs = _static(op, type_of(x)), _static(op, type_of(w)), _static(op, type_of(g))
+    strides, pads, dilations = tuple(p["strides"]), tuple(p["pads"]), tuple(p["dilations"])  # type: ignore[arg-type]
+    nsp = len(xs) - 2
+    if x in b.needed:  # dx = conv_transpose(g, w), its output padded to x's extents
+        full = [(gs[2 + k] - 1) * strides[k] - pads[k] - pads[nsp + k] + dilations[k] * (ws[2 + k] - 1) + 1
+                for k in range(nsp)]  # fmt: skip
+        extra = tuple(xs[2 + k] - full[k] for k in range(nsp))
+        if any(e < 0 or e >= max(strides[k], dilations[k]) for k, e in enumerate(extra)):
+            raise refuse(op, "no grad clause for these strides, pads and dilations yet")
+        b.send(x, b.emit(ConvTransposeOp([g, w], [type_of(x)], f"{node}.grad", strides=strides, pads=pads,
+                                         dilations=dilations, group=1, output_padding=extra)))  # fmt: skip
+    if w in b.needed:  # dw[m, c, k] = sum over n, o of g[n, m, o] x[n, c, o*s + k*d - p]
+        xt_type = AxesTensorType(type_of(x).elem, [type_of(x).axes[1], type_of(x).axes[0], *type_of(x).axes[2:]])
+        gt_type = AxesTensorType(type_of(g).elem, [type_of(g).axes[1], type_of(g).axes[0], *type_of(g).axes[2:]])
+        perm = [1, 0, *range(2, len(xs))]
+        xt = b.emit(PermuteOp(x, perm, xt_type, f"{node}.grad"))
+        gt = b.emit(PermuteOp(g, perm, gt_type, f"{node}.grad"))
+        sizes = [(xs[2 + k] + pads[k] + pads[nsp + k] - strides[k] * (gs[2 + k] - 1) - 1) // dilations[k] + 1
+                 for k in range(nsp)]  # fmt: skip
+        if sizes != list(ws[2:]):
+            raise refuse(op, "no grad clause for a weight these strides do not cover exactly yet")
+        wt_type = AxesTensorType(type_of(w).elem, [type_of(w).axes[1], type_of(w).axes[0], *type_of(w).axes[2:]])
+        dwt = b.emit(ConvOp([xt, gt], [wt_type], f"{node}.grad", strides=dilations, pads=pads, dilations=strides,
+                            group=1))  # fmt: skip
+        b.send(w, b.emit(PermuteOp(dwt, perm, type_of(w), f"{node}.grad")))
+    if len(op.inputs) > 2 and op.inputs[2] in b.needed:  # db = g summed over N and the spatial axes
+        bias = op.inputs[2]
+        axes = (0, *range(2, len(gs)))
+        summed = b.emit(ReduceOp([g], [type_of(bias)], f"{node}.grad", kind="sum", axes=axes, keepdims=0))
+        b.send(bias, summed)
+
+
+def _pool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, PoolOp)
+    p = op.params
+    if p["mode"] != "max" or p.get("storage_order", 0):
+        raise refuse(op, f"no grad clause for {p['mode']} pooling yet")
+    x = op.inputs[0]
+    t = type_of(x)
+    index_type = AxesTensorType("i64", type_of(op.outputs[0]).axes)
+    again = PoolOp([x], [type_of(op.outputs[0]), index_type], f"{node}.grad", **{**p, "indices": 1})
+    b.emit(again)
+    indices = again.outputs[1]
+    # Each plane (n, c) scatters apart: a window's kept tap lies in its own plane, at its flat index mod
+    # the plane's size; so the scatter runs along rows of H*W (a llvmpipe shader loops over one row, not
+    # the whole tensor).
+    shape = _static(op, t)
+    planes, size = shape[0] * shape[1], 1
+    for e in shape[2:]:
+        size *= e
+    taps = 1
+    for e in _static(op, index_type)[2:]:
+        taps *= e
+    rows = Axis.named("Planes", planes)
+    plane = AxesTensorType(t.elem, [rows, Axis.named("Positions", size)])
+    tap_axes = [rows, Axis.named("Taps", taps)]
+    flat_indices = b.emit(RegroupOp(indices, AxesTensorType("i64", tap_axes), f"{node}.grad"))
+    local = b.emit(ZipOp([flat_indices], Expr.operand(0).binary("mod", Expr.const(size, "i64")),
+                         AxesTensorType("i64", tap_axes), f"{node}.grad"))  # fmt: skip
+    flat_g = b.emit(RegroupOp(g, AxesTensorType(t.elem, tap_axes), f"{node}.grad"))
+    flat_x = b.emit(RegroupOp(x, plane, f"{node}.grad"))
+    zeros = b.emit(ZipOp([flat_x], Expr.const(0.0, t.elem.name), plane, f"{node}.grad"))
+    operands = [zeros, local, flat_g]
+    scattered = b.emit(ScatterElementsOp(operands, [plane], f"{node}.grad", axis=1, reduction="add"))
+    b.send(x, b.emit(RegroupOp(scattered, t, f"{node}.grad")))
+
+
+CLAUSES: dict[type[Operation], Clause] = {
+    ZipOp: _zip,
+    MatmulOp: _matmul,
+    PermuteOp: _permute,
+    RegroupOp: _regroup,
+    CastOp: _cast,
+    SoftmaxOp: _softmax,
+    ReduceOp: _reduce,
+    ConvOp: _conv,
+    PoolOp: _pool,
+}
+
+
+def clause_for(op: Operation) -> Clause:
+    """The grad clause of `op`'s kind; UnsupportedError naming the op and its node where there is none."""
+    clause = CLAUSES.get(type(op))
+    if clause is None:
+        raise refuse(op)
+    return clause
