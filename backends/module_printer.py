@@ -66,6 +66,7 @@ from loam.backends.module_classes import (
     weights_source,
 )
 from loam.backends.module_decode_state import StateInput, decode_state_source, state_inputs
+from loam.backends.module_grads import GRAD_PREFIX, grads_source
 from loam.backends.module_text import (
     CHECKPOINT_FORMATS,
     axes_type,
@@ -462,6 +463,9 @@ class ModulePrinter:
             parts.append(outputs_source(out_fields, output_names))
         parts.append(self._signature_source(output_names))
         parts.append(self.forward_source(params, prologue, body, ret, out_fields))
+        if any(n.startswith(GRAD_PREFIX) for n in output_names):  # built with gradients (`differentiate`)
+            attrs = {op.weight_name.data: attr for op, attr in weights}
+            parts.append(grads_source(output_names, attrs, ["weights", *params]))
         if self.decode_state:
             self.pieces.add("DecodeState")
             parts.append(decode_state_source(self.program, self.decode_state, self.value_text, out_fields))

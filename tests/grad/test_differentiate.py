@@ -165,3 +165,28 @@ def test_loam_build_grad_writes_the_module_and_replays_with_loam_opt(tmp_path: P
     assert 'lower-to-kernel,differentiate{of="fc3.bias","fc1.weight"},pack-quantized' in pipeline.stdout
     refused = loam("build", *common, "--grad-of", "fc3.bias", "-o", str(tmp_path / "h.py"))
     assert refused.returncode == 2 and "give --grad too" in refused.stderr
+
+
+def test_forward_backward_backward_and_an_sgd_step_as_training_code_reads_them() -> None:
+    module = build(MLP / "mlp.onnxtext", options=OPTIONS, grad=()).module
+    weights = module.Weights.load_file([str(c) for c in OPTIONS.checkpoints])
+    rng = np.random.default_rng(6)
+    x, target = rng.standard_normal((4, 8)).astype(np.float32), rng.standard_normal((4, 3)).astype(np.float32)
+    y0 = module.forward(weights, x, np.zeros((4, 3), np.float32))[0]
+    g = (2 * (y0 - target) / y0.size).astype(np.float32)  # d(mean squared error)/dy
+    y, grads = module.forward_backward(weights, x, g)
+    every = module.forward(weights, x, g)
+    np.testing.assert_array_equal(y, every[0])
+    assert grads._fields == ("fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias", "fc3_weight", "fc3_bias")
+    for got, want in zip(grads, every[1:], strict=True):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(module.backward(weights, x, g).fc2_bias, grads.fc2_bias)
+    stepped = weights.updated(grads, 0.05)
+    np.testing.assert_allclose(stepped.fc3_weight, weights.fc3_weight - 0.05 * grads.fc3_weight, rtol=1e-6)
+    assert stepped.fc3_weight.dtype == np.float32 and weights.fc3_weight is not stepped.fc3_weight
+
+    def loss(w: object) -> float:
+        out = module.forward(w, x, np.zeros((4, 3), np.float32))[0]
+        return float(((out - target) ** 2).mean())
+
+    assert loss(stepped) < loss(weights)  # a step against the gradient lowers the loss it is the gradient of
