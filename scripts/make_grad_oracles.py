@@ -8,6 +8,11 @@ over the weights of digits.safetensors: the first 450 test images, seeded upstre
 outputs (logits and probs), and torch's gradient of sum(logits * g_logits) + sum(probs * g_probs) with
 respect to every weight (the batch-norm statistics too: the formula is differentiable in them).
 Written to tests/grad/digits_grads.npz, float32.
+
+For examples/train-digits: its schedule (the same seeded initial weights, mini-batches, learning rate
+and momentum, read from its train.py) run in torch for 50 steps, SGD with momentum
+(`torch.optim.SGD`, whose update is train.py's), the loss of each step written to
+examples/train-digits/torch_losses.json.
 """
 
 from __future__ import annotations
@@ -40,8 +45,42 @@ def digits(x: torch.Tensor, p: dict[str, torch.Tensor]) -> tuple[torch.Tensor, t
     return logits, torch.softmax(logits, dim=1)
 
 
+def train_digits_losses(steps: int = 50) -> list[float]:
+    """examples/train-digits' first `steps` losses, in torch."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("train_digits", ROOT / "examples" / "train-digits" / "train.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    start = example.initial_weights()
+    p = {k: torch.tensor(v, requires_grad=k in example.TRAINED) for k, v in start.items()}
+    optimizer = torch.optim.SGD([p[k] for k in example.TRAINED], lr=example.LR, momentum=example.MOMENTUM)
+    x_train, y_train, _, _ = example.data()
+    losses: list[float] = []
+    epoch = 0
+    while len(losses) < steps:
+        for idx in example.batches(epoch, len(x_train)):
+            logits, _ = digits(torch.tensor(x_train[idx]), p)
+            targets = torch.tensor(np.eye(10, dtype=np.float32)[y_train[idx]])
+            loss = -(targets * torch.log_softmax(logits, dim=1)).sum(1).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss))
+            if len(losses) == steps:
+                break
+        epoch += 1
+    out = ROOT / "examples" / "train-digits" / "torch_losses.json"
+    out.write_text(json.dumps({"torch": torch.__version__, "losses": losses}, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
+    return losses
+
+
 def main() -> None:
     torch.use_deterministic_algorithms(True)
+    train_digits_losses()
     weights = load_file(str(DIGITS / "digits.safetensors"))
     p = {k: torch.tensor(v, requires_grad=True) for k, v in weights.items()}
     x = torch.tensor(np.load(DIGITS / "test_images.npy").astype(np.float32)[:450].reshape(450, 1, 8, 8))

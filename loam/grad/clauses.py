@@ -12,7 +12,8 @@ kernel ops computing each operand's share and hands it to `Backward.send`.  The 
   floats: the gradient cast back;
 - `kernel.softmax`: softmax y * (g - sum(g * y)), log_softmax g - exp(y) * sum(g), over its axes;
   hardmax sends nothing (it is piecewise constant);
-- `kernel.reduce` sum and mean: g spread over the reduced axes (divided by their count for mean);
+- `kernel.reduce` sum and mean: g spread over the reduced axes (divided by their count for mean, a
+  value the run computes where an extent is symbolic);
 - `kernel.conv` (group 1, static extents): dx = conv_transpose(g, w) at the same strides, pads and
   dilations; dw = conv(x^T, g^T) with strides and dilations exchanged, permuted back; db = sum(g);
 - `kernel.pool` max: the pool again with indices, and g scattered (added) to the tap each window kept
@@ -26,12 +27,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from xdsl.dialects.builtin import StringAttr
+from xdsl.dialects.builtin import ArrayAttr, StringAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import (
     CastOp,
+    ConstantOp,
     ConvOp,
     ConvTransposeOp,
     MatmulOp,
@@ -43,9 +45,11 @@ from loam.dialects.kernel import (
     SoftmaxOp,
     ZipOp,
 )
+from loam.dialects.shape_poly import ExtentAttr
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.errors import UnsupportedError
 from loam.grad.elementwise import FLOATS, vjp
+from loam.poly import Poly
 
 
 class Backward(Protocol):
@@ -84,10 +88,12 @@ def refuse(op: Operation, why: str = "no grad clause for this kernel yet") -> Un
     return UnsupportedError(f"{op.name} '{node_of(op)}': {why} (the gradients of the weights pass through it)")
 
 
-def _static(op: Operation, t: AxesTensorType) -> tuple[int, ...]:
-    if not all(e.is_const for e in t.shape):
+def _static(op: Operation, t: AxesTensorType, first: int = 0) -> tuple[int, ...]:
+    """`t`'s extents from axis `first` on, which the clause needs known at build time (the batch axis,
+    before `first`, may be a symbol)."""
+    if not all(e.is_const for e in t.shape[first:]):
         raise refuse(op, f"its grad clause needs static extents, and it has [{', '.join(map(str, t.shape))}]")
-    return tuple(e.const_value for e in t.shape)
+    return (*(0 for _ in t.shape[:first]), *(e.const_value for e in t.shape[first:]))
 
 
 # -- elementwise, products, layout --------------------------------------------------------------------
@@ -191,15 +197,16 @@ def _reduce(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         raise refuse(op, f"no grad clause for reduce {kind} yet")
     t = type_of(x)
     kept = g if op.param("keepdims") else b.emit(RegroupOp(g, _kept(t, axes), f"{node}.grad"))
-    spread = Expr.operand(0)
-    if kind == "mean":
-        count = 1
-        for a in axes:
-            if not t.shape[a].is_const:
-                raise refuse(op, "no grad clause for a mean over an extent the run gives yet")
-            count *= t.shape[a].const_value
-        spread = spread / Expr.const(float(count), t.elem.name)
-    b.send(x, b.emit(ZipOp([kept], spread, t, f"{node}.grad")))
+    if kind == "sum":
+        b.send(x, b.emit(ZipOp([kept], Expr.operand(0), t, f"{node}.grad")))
+        return
+    count = Poly.lift(1)
+    for a in axes:
+        count = count * t.shape[a]
+    # The count as a value the run computes from the extents (a constant where they are known).
+    counted = b.emit(ConstantOp(ArrayAttr([ExtentAttr(count)]), AxesTensorType("i64", []), f"{node}.grad"))
+    spread = Expr.operand(0) / Expr.operand(1).cast(t.elem.name)
+    b.send(x, b.emit(ZipOp([kept, counted], spread, t, f"{node}.grad")))
 
 
 # -- convolution and pooling ----------------------------------------------------------------------------
@@ -211,7 +218,7 @@ def _conv(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     p = op.params
     if p["group"] != 1:
         raise refuse(op, "no grad clause for a grouped convolution yet")
-    xs, ws, gs = _static(op, type_of(x)), _static(op, type_of(w)), _static(op, type_of(g))
+    xs, ws, gs = _static(op, type_of(x), 1), _static(op, type_of(w)), _static(op, type_of(g), 1)
     strides, pads, dilations = tuple(p["strides"]), tuple(p["pads"]), tuple(p["dilations"])  # type: ignore[arg-type]
     nsp = len(xs) - 2
     if x in b.needed:  # dx = conv_transpose(g, w), its output padded to x's extents
@@ -257,12 +264,12 @@ def _pool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     # Each plane (n, c) scatters apart: a window's kept tap lies in its own plane, at its flat index mod
     # the plane's size; so the scatter runs along rows of H*W (a llvmpipe shader loops over one row, not
     # the whole tensor).
-    shape = _static(op, t)
-    planes, size = shape[0] * shape[1], 1
+    shape = _static(op, t, 2)
+    planes, size = t.shape[0] * t.shape[1], 1
     for e in shape[2:]:
         size *= e
     taps = 1
-    for e in _static(op, index_type)[2:]:
+    for e in _static(op, index_type, 2)[2:]:
         taps *= e
     rows = Axis.named("Planes", planes)
     plane = AxesTensorType(t.elem, [rows, Axis.named("Positions", size)])
