@@ -7,13 +7,14 @@ reach at least 95% on the 450 held-out images.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+
+from loam.testing import import_module_file
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "train-digits"
@@ -22,11 +23,7 @@ pytestmark = pytest.mark.xdist_group("train_digits")
 
 
 def example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("train_digits", EXAMPLE / "train.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_module_file(EXAMPLE / "train.py", "train_digits")
 
 
 @pytest.mark.parametrize("backend", ["numpy", "wgsl"])

@@ -11,7 +11,6 @@ SwiftShader is slow: the reply is cut at 8 tokens.  The test saves its screensho
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import time
@@ -21,6 +20,7 @@ from types import ModuleType
 import pytest
 
 from loam.browser_run import Browser
+from loam.testing import import_module_file
 from loam.tokenizer import Tokenizer
 from tests.smollm2_file import smollm2_gguf
 
@@ -32,11 +32,7 @@ TOKENS = 8
 
 
 def example_build() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("browser_chat_build", ROOT / "examples" / "browser-chat" / "build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_module_file(ROOT / "examples" / "browser-chat" / "build.py", "browser_chat_build")
 
 
 def test_the_chat_page_answers_the_france_question_with_onnxruntimes_tokens(
