@@ -17,7 +17,9 @@ kernel ops computing each operand's share and hands it to `Backward.send`.  The 
 - `kernel.conv` (group 1, static extents): dx = conv_transpose(g, w) at the same strides, pads and
   dilations; dw = conv(x^T, g^T) with strides and dilations exchanged, permuted back; db = sum(g);
 - `kernel.pool` max: the pool again with indices, and g scattered (added) to the tap each window kept
-  (the first maximum, as ONNX's indices say).
+  (the first maximum, as ONNX's indices say);
+- `kernel.gather` along axis 0 (an embedding lookup): g's rows added into the rows they were read
+  from (`kernel.scatter_nd` with reduction add; a negative index counts from the end).
 
 Any other op (or an unsupported case of one of these) raises UnsupportedError naming it and its node.
 """
@@ -36,12 +38,14 @@ from loam.dialects.kernel import (
     ConstantOp,
     ConvOp,
     ConvTransposeOp,
+    GatherOp,
     MatmulOp,
     PermuteOp,
     PoolOp,
     ReduceOp,
     RegroupOp,
     ScatterElementsOp,
+    ScatterNDOp,
     SoftmaxOp,
     ZipOp,
 )
@@ -285,7 +289,29 @@ def _pool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     b.send(x, b.emit(RegroupOp(scattered, t, f"{node}.grad")))
 
 
+def _gather(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, GatherOp)
+    data, indices = op.inputs[0], op.inputs[1]
+    if op.param("axis") != 0:
+        raise refuse(op, "no grad clause for a gather along another axis than 0 yet")
+    t, it = type_of(data), type_of(indices)
+    count = Poly.lift(1)
+    for e in it.shape:
+        count = count * e
+    rows = Axis.named("Picked", count)
+    # Negative indices count from the end, as the gather read them.
+    extent = b.emit(ConstantOp(ArrayAttr([ExtentAttr(t.shape[0])]), AxesTensorType(it.elem.name, []), f"{node}.grad"))
+    picked = b.emit(RegroupOp(indices, AxesTensorType(it.elem, [rows, Axis.named("Unit", 1)]), f"{node}.grad"))
+    zero = Expr.const(0, it.elem.name)
+    wrap = Expr.select(Expr.operand(0).binary("less", zero), Expr.operand(0) + Expr.operand(1), Expr.operand(0))
+    picked = b.emit(ZipOp([picked, extent], wrap, type_of(picked), f"{node}.grad"))
+    updates = b.emit(RegroupOp(g, AxesTensorType(t.elem, [rows, *t.axes[1:]]), f"{node}.grad"))
+    zeros = b.emit(ZipOp([data], Expr.const(0.0, t.elem.name), t, f"{node}.grad"))
+    b.send(data, b.emit(ScatterNDOp([zeros, picked, updates], [t], f"{node}.grad", reduction="add")))
+
+
 CLAUSES: dict[type[Operation], Clause] = {
+    GatherOp: _gather,
     ZipOp: _zip,
     MatmulOp: _matmul,
     PermuteOp: _permute,

@@ -118,7 +118,7 @@ axis) and DIR/weights/ (the tensors forward uploads, checked against the checkpo
 
 Gradients: --grad adds the `differentiate` pass after lowering: reverse mode over the kernel ops,
 each op's grad clause written as more kernel ops (elementwise steps, products, layout changes,
-casts, softmax, sums and means, convolutions, max pooling so far; a kernel with no clause yet stops
+casts, softmax, sums and means, convolutions, max pooling, gathers so far; a kernel with no clause yet stops
 the build naming its node), compiled by the same passes as the forward.  forward(weights, *inputs,
 *upstream_grads) then returns the outputs and grad.W for each weight (--grad-of NAMES picks them).
 

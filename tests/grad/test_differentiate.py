@@ -190,3 +190,36 @@ def test_forward_backward_backward_and_an_sgd_step_as_training_code_reads_them()
         return float(((out - target) ** 2).mean())
 
     assert loss(stepped) < loss(weights)  # a step against the gradient lowers the loss it is the gradient of
+
+
+@pytest.mark.parametrize("backend", ["numpy", "wgsl"])
+def test_an_embedding_lookup_adds_each_rows_gradient_into_the_row_it_read(backend: str, tmp_path: Path) -> None:
+    """Gather along axis 0 (repeated and negative ids included): dE[v] is the sum of g over the positions
+    that read row v, as numpy's add.at computes it."""
+    if backend == "wgsl":
+        pytest.importorskip("wgpu")
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from loam.draft import draft_layout
+
+    table = np.random.default_rng(8).standard_normal((6, 4)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["embed", "ids"], ["rows"], name="lookup"),
+         helper.make_node("Tanh", ["rows"], ["y"], name="squash")],
+        "embedding",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 4])],
+        [numpy_helper.from_array(table, "embed")],
+    )  # fmt: skip
+    path = tmp_path / "embedding.onnx"
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    fuse = "dispatch" if backend == "wgsl" else "memory"
+    module = build(path, options=draft_layout(path).options(Options()), grad=(), backend=backend, fuse=fuse).module
+    ids = np.array([[0, 3, 3, -1, 2], [5, 0, -6, 1, 3]], np.int64)  # -1 is row 5, -6 row 0
+    g = np.random.default_rng(9).standard_normal((2, 5, 4)).astype(np.float32)
+    y, grads = module.forward_backward(module.Weights.embedded(), ids, g)
+    np.testing.assert_allclose(y, np.tanh(table[ids]), rtol=1e-5, atol=1e-6)
+    want = np.zeros((6, 4))
+    np.add.at(want, ids % 6, g * (1 - np.tanh(table[ids].astype(np.float64)) ** 2))
+    np.testing.assert_allclose(grads.embed, want, rtol=1e-4, atol=1e-5)
