@@ -297,15 +297,11 @@ class ForwardTranslator:
         return ["undefined" if a is None else a for a in args]
 
     def gpu_call(self, e: ast.Call, method: str) -> str:
-        args = [self.expr(a) for a in e.args]
-        if method in ("write", "begin", "end", "dispatch", "copy", "late", "pool"):
-            return f"g.{method}({', '.join(args)})"
-        if method == "read":
-            return f"g.read({', '.join(args)})"
-        if method == "sync":
-            return f"(await g.sync({', '.join(args)}))"
-        if method == "resume":
-            return "g.resume()"
+        args = ", ".join(self.expr(a) for a in e.args)
+        if method in ("write", "begin", "end", "dispatch", "copy", "late", "pool", "read", "resume"):
+            return f"g.{method}({args})"
+        if method == "sync":  # the one that waits: the device's values come down
+            return f"(await g.sync({args}))"
         raise self.fail(e, f"the device call g.{method}")
 
 

@@ -409,10 +409,7 @@ class _Gpu {
   }
 
   begin() {
-    this.device.pushErrorScope("validation");  // a refused shader or binding: a DeviceError, never zeros
-    this.scoped = true;
-    this.encoder = this.device.createCommandEncoder();
-    this.compute = this.encoder.beginComputePass();
+    this.resume();
     this.stats.forwards += 1;
   }
 
@@ -528,17 +525,21 @@ class _Gpu {
   }
 
   /** Submit what is recorded and download `buffers` ([buffer, dtype, shape]) for the host to decide on
-   * (an If's condition computed on the device); recording goes on in a new encoder after it. */
+   * (an If's condition computed on the device); `resume` records on after it. */
   async sync(buffers) {
     this.compute.end();
     const pending = buffers.map(([b, dtype, shape]) => this.read(b, dtype, shape));
     await this.done();
     this.stats.syncs = (this.stats.syncs ?? 0) + 1;
-    this.device.pushErrorScope("validation");
+    return pending.map((p) => p.tensor);
+  }
+
+  /** Record the forward's next dispatches in a new encoder (after a `sync`). */
+  resume() {
+    this.device.pushErrorScope("validation");  // a refused shader or binding: a DeviceError, never zeros
     this.scoped = true;
     this.encoder = this.device.createCommandEncoder();
     this.compute = this.encoder.beginComputePass();
-    return pending.map((p) => p.tensor);
   }
 }
 

@@ -182,3 +182,35 @@ def test_packed_ggml_blocks_travel_and_compute_as_the_file_stores_them(browser: 
     ids = np.array([[3, -1, 49, 0, 17]], np.int64)
     got, _ = browser.forward([ids], module="packed/web/model.js", weights="packed/web/weights/")
     np.testing.assert_allclose(got["y"], session.run(None, {"ids": ids})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_an_if_on_a_condition_the_device_computes_reads_it_back_and_records_on(browser: Browser, served: Path) -> None:
+    """sum(x) > 0 decides, on the device's value, which branch's kernels the page dispatches next (a
+    sync, then a new encoder), for both branches and twice each."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from loam.testing import build_for
+
+    def vec(name: str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [3])
+
+    then = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["t"])], "then", [], [vec("t")])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [vec("e")])
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])),
+         helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+         helper.make_node("Greater", ["s", "zero"], ["p"]),
+         helper.make_node("If", ["p"], ["r"], then_branch=then, else_branch=other),
+         helper.make_node("Add", ["r", "x"], ["y"])],
+        "control", [vec("x")], [vec("y")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    built = build_for(model, fuse="dispatch", backend="wgsl")
+    assert "g.sync(" in built.source and "g.resume()" in built.source
+    write_browser_module(served / "if_sync", built.source, built.module, [], "if_sync")
+    for x in ([1.0, 2.0, -0.5], [-1.0, -2.0, 0.5]):
+        x32 = np.array(x, np.float32)
+        want = x32 * x32 + x32 if x32.sum() > 0 else np.zeros(3, np.float32)
+        got, _ = browser.forward([x32], module="if_sync/model.js", weights="if_sync/weights/", repeat=2)
+        np.testing.assert_allclose(got["y"], want, atol=1e-6)
