@@ -10,7 +10,7 @@ not run yet, so a module is never printed with a statement it would get wrong.
 
 Python's integer semantics are kept where they differ: `//` and `%` floor (`_fdiv`, `_mod`), tuples
 compare by value (`_eq`), keyword arguments take their place in the runtime function's parameters
-(the same `_p_NAME` signature the Python piece has, `PARAMETERS`).  Downloads are recorded in the
+(the same `_p_NAME` signature the Python piece has, `parameters()`).  Downloads are recorded in the
 forward's one command encoder and awaited once, at `return` (`g.done()`).
 """
 
@@ -21,7 +21,6 @@ import inspect
 import json
 from collections.abc import Sequence
 
-from loam.backends import wgsl_runtime
 from loam.backends.wgsl_kernel_printer import kernel_pieces
 from loam.errors import UnsupportedError
 from loam.runtime import prologue
@@ -53,15 +52,11 @@ SAFE = 2**53
 
 def parameters() -> dict[str, list[str]]:
     """Each ported runtime function's Python parameters, in order."""
-    pieces: dict[str, object] = {**prologue.PIECES, **kernel_pieces(), **wgsl_runtime.PIECES}
-    found: dict[str, list[str]] = {}
-    for name in PORTED:
-        piece = pieces.get(name, getattr(prologue, name, None))
-        if callable(piece):
-            found[name] = [
-                p.name for p in inspect.signature(piece).parameters.values() if p.kind is not p.VAR_POSITIONAL
-            ]
-    return found
+    pieces: dict[str, object] = {**prologue.PIECES, **kernel_pieces()}
+    return {
+        name: [p.name for p in inspect.signature(pieces[name]).parameters.values() if p.kind is not p.VAR_POSITIONAL]  # type: ignore[arg-type]
+        for name in PORTED
+    }
 
 
 def ident(name: str) -> str:
@@ -75,7 +70,6 @@ class ForwardTranslator:
     def __init__(self, outputs: Sequence[str]) -> None:
         self.outputs = list(outputs)  # the ONNX output names, in order
         self.params = parameters()
-        self.used: set[str] = set()  # the runtime functions the translation calls
         self.locals: set[str] = set()
 
     def fail(self, node: ast.AST, what: str) -> UnsupportedError:
@@ -87,12 +81,15 @@ class ForwardTranslator:
     # -- the function ------------------------------------------------------------------------------
 
     def function(self, fn: ast.FunctionDef) -> str:
+        """`fn` as an exported async function, its docstring as the comment before it."""
         args = [ident(a.arg) for a in fn.args.args]
         body = fn.body[1:] if _is_docstring(fn.body[0]) else fn.body
         lines = self.block(body, 1)
         declared = sorted(self.locals - set(args))
         head = [f"  let {', '.join(declared)};"] if declared else []
-        return f"export async function forward({', '.join(args)}) {{\n" + "\n".join(head + lines) + "\n}\n"
+        doc = (ast.get_docstring(fn) or "").splitlines()
+        comment = "/**\n * " + "\n * ".join(comment_safe(line) for line in doc) + "\n */\n"
+        return comment + f"export async function forward({', '.join(args)}) {{\n" + "\n".join(head + lines) + "\n}\n"
 
     def block(self, stmts: Sequence[ast.stmt], depth: int) -> list[str]:
         out: list[str] = []
@@ -141,9 +138,7 @@ class ForwardTranslator:
         """One output: its tensor; several (`Outputs(...)`): an object keyed by the ONNX output names."""
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "Outputs":
             items = [f"{json.dumps(n)}: _value({self.expr(a)})" for n, a in zip(self.outputs, value.args, strict=True)]
-            self.used.add("_value")
             return "{" + ", ".join(items) + "}"
-        self.used.add("_value")
         return f"_value({self.expr(value)})"
 
     def target(self, t: ast.expr) -> str:
@@ -233,22 +228,18 @@ class ForwardTranslator:
         if isinstance(e.op, ast.Mult):
             return f"({a} * {b})"
         if isinstance(e.op, ast.FloorDiv):
-            self.used.add("_fdiv")
             return f"_fdiv({a}, {b})"
         if isinstance(e.op, ast.Mod):
-            self.used.add("_mod")
             return f"_mod({a}, {b})"
         raise self.fail(e, "this operator")
 
     def compare(self, left: ast.expr, op: ast.cmpop, right: ast.expr) -> str:
         text = ast.unparse(left)
         if isinstance(op, ast.Is) and text.endswith(".__class__") and ast.unparse(right) == "np.ndarray":
-            self.used.add("_isTensor")
             assert isinstance(left, ast.Attribute)
             return f"_isTensor({self.expr(left.value)})"
         a, b = self.expr(left), self.expr(right)
         if isinstance(op, (ast.Eq, ast.NotEq)) and (_tuple_like(left) or _tuple_like(right)):
-            self.used.add("_eq")
             return f"{'' if isinstance(op, ast.Eq) else '!'}_eq({a}, {b})"
         js = {ast.Eq: "===", ast.NotEq: "!==", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}.get(type(op))
         if js is None:
@@ -262,7 +253,6 @@ class ForwardTranslator:
             inner = e.args[0]
             while not (isinstance(inner, ast.Call) and ast.unparse(inner.func) == "np.asarray"):
                 inner = inner.value if isinstance(inner, ast.Subscript) else inner.func.value  # type: ignore[attr-defined]
-            self.used.add("_truth")
             return f"_truth({self.expr(inner.args[0])})"
         if func in ("min", "max") and not e.keywords:
             return f"Math.{func}({', '.join(self.expr(a) for a in e.args)})"
@@ -275,7 +265,6 @@ class ForwardTranslator:
         if func.startswith("g."):
             return self.gpu_call(e, func[2:])
         if func in self.params:
-            self.used.add(func)
             return f"{func}({', '.join(self.arguments(e, func))})"
         if func.startswith("_p_"):
             raise UnsupportedError(
@@ -305,6 +294,12 @@ class ForwardTranslator:
         raise self.fail(e, f"the device call g.{method}")
 
 
+def comment_safe(text: str) -> str:
+    """`text` safe inside a JavaScript comment: names from the model file (an input called `*/ ...`) can
+    neither end the comment nor start a line of code."""
+    return " ".join(text.replace("*/", "* /").split())
+
+
 def _is_docstring(s: ast.stmt) -> bool:
     return isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str)
 
@@ -313,11 +308,11 @@ def _tuple_like(e: ast.expr) -> bool:
     return isinstance(e, (ast.Tuple, ast.List)) or (isinstance(e, ast.Attribute) and e.attr == "shape")
 
 
-def translate_forward(source: str, outputs: Sequence[str]) -> tuple[str, set[str]]:
-    """The JS of the `forward` function in the WGSL module `source`, and the runtime names it calls."""
+def translate_forward(source: str, outputs: Sequence[str]) -> str:
+    """The JS of the `forward` function in the WGSL module `source`."""
     tree = ast.parse(source)
     found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "forward"]
     if len(found) != 1:
         raise UnsupportedError("the WGSL module has no forward function to translate")
     translator = ForwardTranslator(outputs)
-    return translator.function(found[0]), translator.used
+    return translator.function(found[0])

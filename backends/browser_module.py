@@ -21,7 +21,6 @@ extents against the ones compiled into it, and `LoadError` names the shard or th
 
 from __future__ import annotations
 
-import ast
 import json
 from collections.abc import Sequence
 from importlib import resources
@@ -30,7 +29,7 @@ from types import ModuleType
 
 import numpy as np
 
-from loam.backends.browser_js import translate_forward
+from loam.backends.browser_js import comment_safe, translate_forward
 from loam.backends.browser_weights import Resident, write_weights
 from loam.errors import CheckpointError, UnsupportedError
 
@@ -90,13 +89,11 @@ def browser_source(wgsl_source: str, module: ModuleType, resident: Sequence[Resi
             "runs on the host (see the build report)"
         )
     outputs = list(module.OUTPUTS)
-    forward, _used = translate_forward(wgsl_source, outputs)
-    doc = ast.get_docstring(next(n for n in ast.parse(wgsl_source).body if isinstance(n, ast.FunctionDef)
-                                 and n.name == "forward")) or ""  # fmt: skip
+    forward = translate_forward(wgsl_source, outputs)
     inputs = [[name, dtype, list(extents)] for name, dtype, extents in module.INPUTS]
     specs = [[r.name, r.dtype, list(r.array.shape), list(r.axes), r.blocks] for r in resident]
     parts = [
-        f"// The model {_comment(repr(model))}, compiled by Loam for WebGPU: await forward(weights, ...inputs).\n"
+        f"// The model {comment_safe(repr(model))}, compiled by Loam for WebGPU: await forward(weights, ...inputs).\n"
         "//\n"
         "// Generated code: it imports nothing and carries its own runtime. Regenerate it from the model\n"
         "// rather than editing it.\n"
@@ -113,7 +110,7 @@ def browser_source(wgsl_source: str, module: ModuleType, resident: Sequence[Resi
         "// ggml blocks (uploaded byte for byte); Weights.load checks each shard's tensors against these\n"
         f"const _RESIDENT = {json.dumps(specs)};\n",
         _WEIGHTS_CLASS,
-        "/**\n * " + "\n * ".join(_comment(line) for line in doc.splitlines()) + "\n */\n" + forward,
+        forward,
         "// Every compute shader forward dispatches, by name (WGSL source)\n"
         f"const _SHADERS = {json.dumps(dict(module._SHADERS), indent=1)};\n\n"
         "let _GPU = null;  // the module's device, made on first use\n"
@@ -122,12 +119,6 @@ def browser_source(wgsl_source: str, module: ModuleType, resident: Sequence[Resi
         runtime_source(),
     ]
     return "\n".join(p.rstrip("\n") + "\n" for p in parts)
-
-
-def _comment(text: str) -> str:
-    """`text` safe inside a JavaScript comment: names from the model file (an input called `*/ ...`) can
-    neither end the comment nor start a line of code."""
-    return " ".join(text.replace("*/", "* /").split())
 
 
 _WEIGHTS_CLASS = """\
