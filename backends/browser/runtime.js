@@ -34,7 +34,7 @@ export class Tensor {
     this.data = data;
     this.shape = Array.from(shape);
   }
-  get size() { return this.shape.reduce((a, b) => a * b, 1); }
+  get size() { return _prod(this.shape); }
 }
 
 /** A new tensor of `dtype` holding `values` (numbers, or BigInts for int64), shaped `shape`. */
@@ -44,6 +44,9 @@ export function tensor(dtype, values, shape) {
   const data = Kind === BigInt64Array ? BigInt64Array.from(values, (v) => BigInt(v)) : Kind.from(values);
   return new Tensor(dtype, data, shape ?? [data.length]);
 }
+
+/** The product of `xs` (a tensor's element count from its extents). */
+function _prod(xs) { return xs.reduce((a, b) => a * b, 1); }
 
 function _dtypeOf(value) {
   if (typeof value.dtype === "string") return value.dtype;
@@ -65,7 +68,7 @@ function _isTensor(value) {
   const Kind = ARRAYS[dtype];
   if (Kind === undefined || !(value.data instanceof Kind)) return false;
   if (!value.shape.every((e) => Number.isInteger(e) && e >= 0)) return false;
-  return value.data.length === value.shape.reduce((a, b) => a * b, 1);
+  return value.data.length === _prod(value.shape);
 }
 
 function _eq(a, b) {
@@ -101,7 +104,7 @@ function _check_input(name, value, dtype, axes, env, src) {
     const names = axes.map(([axis]) => axis).join(", ");
     throw new ShapeError(`input '${name}' must have rank ${axes.length} [${names}], got ${value.shape.length}`);
   }
-  const count = value.shape.reduce((a, b) => a * b, 1);
+  const count = _prod(value.shape);
   if (!value.shape.every((e) => Number.isInteger(e) && e >= 0) || value.data.length !== count) {
     throw new ShapeError(`input '${name}' has extents [${value.shape.join(", ")}] but ${value.data.length} elements`);
   }
@@ -147,7 +150,7 @@ function _owe(holds, condition, node, symbols, env, src) {
 
 function _room(shapes, symbols, env, src, limit) {
   for (const shape of shapes) {
-    const count = shape.reduce((a, b) => a * b, 1);
+    const count = _prod(shape);
     if (count > limit) {
       throw new ShapeError(`the inputs make a buffer of extents [${shape.join(", ")}] (${count} elements), past the ${limit} one tensor may hold (${_gives(symbols, env, src)})`);
     }
@@ -248,7 +251,7 @@ function _device_array(name, dtype, data) {
 }
 
 function _host_array(bytes, dtype, shape) {
-  const count = shape.reduce((a, b) => a * b, 1);
+  const count = _prod(shape);
   const isFloat = dtype === "float32" || dtype === "float16" || dtype === "bfloat16";
   const raw = isFloat ? new Float32Array(bytes, 0, count) : dtype === "bool" ? new Uint32Array(bytes, 0, count) : new Int32Array(bytes, 0, count);
   let data;
@@ -356,7 +359,11 @@ class _Gpu {
   /** A weight's ggml blocks, byte for byte (the packed kernels widen them). */
   upload_blocks(name, bytes) {
     const b = this.buffer(bytes.byteLength);
-    const padded = bytes.byteLength % 4 ? (() => { const p = new Uint8Array(Math.ceil(bytes.byteLength / 4) * 4); p.set(bytes); return p; })() : bytes;
+    let padded = bytes;
+    if (bytes.byteLength % 4) {  // writeBuffer takes whole 32-bit words
+      padded = new Uint8Array(Math.ceil(bytes.byteLength / 4) * 4);
+      padded.set(bytes);
+    }
     if (padded.byteLength) this.device.queue.writeBuffer(b, 0, padded.buffer, padded.byteOffset, padded.byteLength);
     this.stats.bytes_up += padded.byteLength;
     return b;
@@ -472,7 +479,7 @@ class _Gpu {
 
   /** Record a copy of `buffer` (an output) for download; `done` submits and maps them all. */
   read(buffer, dtype, shape) {
-    const count = shape.reduce((a, b) => a * b, 1);
+    const count = _prod(shape);
     const nbytes = count * 4;
     const pending = { dtype, shape, nbytes, staging: null, tensor: null };
     if (nbytes) {
@@ -555,7 +562,7 @@ async function _sha256(bytes) {
   return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-/** The tensors of one safetensors file: name -> [dtype, shape, bytes], every bound checked. */
+/** The tensors of one safetensors file: name -> [dtype, shape, bytes (a view of the file)], every bound checked. */
 function _readSafetensors(bytes, where) {
   if (bytes.byteLength < 8) throw new LoadError(`${where}: ${bytes.byteLength} bytes, shorter than a safetensors header`);
   const view = new DataView(bytes);
@@ -574,7 +581,7 @@ function _readSafetensors(bytes, where) {
     const dtype = SAFETENSORS[entry?.dtype];
     if (dtype === undefined) throw new LoadError(`tensor '${name}' in ${where}: dtype ${entry?.dtype} is not one a browser module reads`);
     const [begin, end] = entry.data_offsets ?? [];
-    const count = (entry.shape ?? []).reduce((a, b) => a * b, 1);
+    const count = _prod(entry.shape ?? []);
     const itemsize = ARRAYS[dtype].BYTES_PER_ELEMENT;
     if (!Number.isInteger(begin) || !Number.isInteger(end) || end - begin !== count * itemsize) {
       throw new LoadError(`tensor '${name}' in ${where}: its offsets [${begin}, ${end}) do not hold ${count} elements of ${entry.dtype}`);
@@ -582,7 +589,7 @@ function _readSafetensors(bytes, where) {
     if (start + end > bytes.byteLength) {
       throw new LoadError(`tensor '${name}' in ${where} runs past the file's end: it needs ${start + end} bytes, the file has ${bytes.byteLength} (a truncated download?)`);
     }
-    tensors.set(name, [dtype, entry.shape, bytes.slice(start + begin, start + end)]);
+    tensors.set(name, [dtype, entry.shape, new Uint8Array(bytes, start + begin, end - begin)]);  // a view: one copy, when joined
   }
   return tensors;
 }
@@ -664,13 +671,13 @@ function _residentTensor(tensors, [name, dtype, shape, axes]) {
   const total = parts.reduce((n, [, , b]) => n + b.byteLength, 0);
   const joined = new Uint8Array(total);
   let at = 0;
-  for (const [, , b] of parts) { joined.set(new Uint8Array(b), at); at += b.byteLength; }
+  for (const [, , b] of parts) { joined.set(b, at); at += b.byteLength; }
   return new ARRAYS[dtype](joined.buffer);
 }
 
 // -- the kernels' parameters (backends/wgsl_kernels: each `_p_NAME`) ---------------------------------
 
-function _prod(xs) { return xs.reduce((a, b) => a * b, 1); }
+
 function _bits32(v) { return v >>> 0; }
 
 function _row_major(shape) {
