@@ -362,7 +362,7 @@ class WgslModulePrinter(ModulePrinter):
         return self.device[self._root(value)]
 
     def shader(self, source: str, hint: str) -> str:
-        source = wgsl_common.flagged(source)
+        source = wgsl_runtime._declare_flags(source)  # a shader raising a flag binds the flags buffer
         name = self.shaders.get(source)
         if name is None:
             name = f"{hint}_{len(self.shaders)}"

@@ -105,15 +105,28 @@ def _loops_counted(code: str) -> str:
         raise DeviceError("a shader without one `main` entry point cannot have its loops counted")
     brace = _after_header(counted, main)
     counted = counted[:brace] + " _ = _loam_flags[0];" + counted[brace:]
-    declared = "var<storage, read_write> _loam_flags" in counted  # a shader raising the i64 wrap flag
-    return (
-        ("" if declared else "@group(1) @binding(0) var<storage, read_write> _loam_flags: array<u32>;\n")
-        + "var<private> _loam_iters: u32;\n"
+    return _declare_flags(
+        "var<private> _loam_iters: u32;\n"
         "fn _loam_count() {\n"
         "  _loam_iters = _loam_iters + 1u;\n"
         "  if (_loam_iters == 65000u) { _loam_flags[0] = 1u; }\n"
         "}\n" + counted
     )
+
+
+_FLAGS = "@group(1) @binding(0) var<storage, read_write> _loam_flags: array<u32>;\n"
+"""The flags buffer, bound as group 1 of a shader that raises one: element 0 where an invocation's
+loops ran into llvmpipe's cap (`_loops_counted`), element 1 where a checked i64 step wrapped
+(`wgsl_kernels.elementwise._I64_CHECKED`).  `_Gpu.end` reads it after the forward and refuses results
+a raised flag says are wrong."""
+
+
+def _declare_flags(code: str) -> str:
+    """`code` with the flags buffer declared where it raises a flag and does not declare it yet (the
+    printer's shaders with checked i64 steps, llvmpipe's counted loops, or both)."""
+    if "_loam_flags[" in code and "var<storage, read_write> _loam_flags" not in code:
+        return _FLAGS + code
+    return code
 
 
 class _Gpu:
@@ -144,7 +157,7 @@ class _Gpu:
         self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         # llvmpipe caps an invocation's loop iterations (`_loops_counted`): its shaders count theirs.
         self.capped = "llvmpipe" in str(self.adapter).lower()
-        # The flags shaders raise (`wgsl_kernels.common.FLAGS`): [0] llvmpipe's loop cap, [1] an i64 wrap.
+        # The flags shaders raise (`_FLAGS`): [0] llvmpipe's loop cap, [1] an i64 wrap.
         self.flags = self.buffer(8)
         self.flagged: dict[str, object] = {}  # pipeline name -> its bind group 1 (the flags)
         self.unchecked: set[str] = set()  # flagged pipelines dispatched since the flags were last read
@@ -357,6 +370,8 @@ PIECES: dict[str, object] = {
     "DeviceError": DeviceError,
     "_after_header": _after_header,
     "_loops_counted": _loops_counted,
+    "_FLAGS": _FLAGS,
+    "_declare_flags": _declare_flags,
     "_device_dtype": _device_dtype,
     "_device_array": _device_array,
     "_host_array": _host_array,
@@ -366,7 +381,8 @@ PIECES: dict[str, object] = {
 DEPENDS: dict[str, tuple[str, ...]] = {
     "_device_array": ("_device_dtype", "ShapeError"),
     "_host_array": ("_device_dtype",),
-    "_loops_counted": ("DeviceError", "_after_header"),
+    "_loops_counted": ("DeviceError", "_after_header", "_declare_flags"),
+    "_declare_flags": ("_FLAGS",),
     "_Gpu": (
         "DeviceError",
         "_device_array",

@@ -311,7 +311,7 @@ class _Gpu {
     this.compute = null;
     this.reads = [];
     this.scoped = false;
-    // The flags shaders raise (backends/wgsl_kernels/common.py FLAGS): [1] a checked int64 step wrapped.
+    // The flags shaders raise (backends/wgsl_runtime.py _FLAGS): [1] a checked int64 step wrapped.
     this.flags = this.buffer(8);
     this.flagged = new Map();  // pipeline name -> its bind group 1 (the flags)
     this.unchecked = new Set();  // flagged pipelines dispatched since the flags were last read

@@ -55,22 +55,8 @@ fn round_bf16(x: f32) -> f32 {
   return bitcast<f32>((b + 0x7fffu + ((b >> 16u) & 1u)) & 0xffff0000u);
 }
 fn param_i(k: u32) -> i32 { return bitcast<i32>(params[k]); }
-fn bits_f32(b: u32) -> f32 { var v = b; return bitcast<f32>(v); }
+fn bits_f32(b: u32) -> f32 { var v = b; return bitcast<f32>(v); }  // not a constant expression: see f32_bits
 """
-
-
-FLAGS = "@group(1) @binding(0) var<storage, read_write> _loam_flags: array<u32>;\n"
-"""The runtime's flags buffer, bound as group 1 of a shader that reads it: element 0 is raised where an
-invocation's loops ran into llvmpipe's cap (`wgsl_runtime._loops_counted`), element 1 where a checked
-i64 step wrapped (`elementwise._I64_CHECKED`).  The runtime reads it after the forward and refuses
-results a raised flag says are wrong."""
-
-
-def flagged(source: str) -> str:
-    """`source` with the flags buffer declared where its code raises a flag and does not declare it."""
-    if "_loam_flags[" in source and "var<storage, read_write> _loam_flags" not in source:
-        return FLAGS + source
-    return source
 
 
 def f32_bits(bits: int) -> str:

@@ -24,11 +24,7 @@ from loam.errors import UnsupportedError
 from loam.poly import Poly
 
 HELPERS = """
-fn nan_() -> f32 {
-  // Through a variable: Tint, the compiler of Chromium, refuses a NaN a constant expression makes.
-  var bits = 0x7fc00000u;
-  return bitcast<f32>(bits);
-}
+fn nan_() -> f32 { return bits_f32(0x7fc00000u); }
 fn tanh_(x: f32) -> f32 {
   // Near 0 a device tanh may lose relative precision (a quotient of exponentials): its series keeps it.
   let x2 = x * x;
@@ -212,7 +208,7 @@ range exactly when the condition holds.  Then the shader raises the wrap flag (`
 runtime refuses the forward's results (a DeviceError, never a wrapped number)."""
 
 WRAP_FLAG = "_loam_flags[1] = 1u;"
-"""What a shader runs when a checked i64 step wrapped (`common.FLAGS`: element 1 is the wrap flag)."""
+"""What a shader runs when a checked i64 step wrapped (`wgsl_runtime._FLAGS`: element 1 is the wrap flag)."""
 
 
 def _refuse_unbounded_i64(step: object, types: Sequence[tuple[object, str]]) -> None:

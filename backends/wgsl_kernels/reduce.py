@@ -46,10 +46,7 @@ fn max_i(a: i32, b: i32) -> i32 { return max(a, b); }
 fn min_i(a: i32, b: i32) -> i32 { return min(a, b); }
 fn max_u(a: u32, b: u32) -> u32 { return max(a, b); }
 fn min_u(a: u32, b: u32) -> u32 { return min(a, b); }
-fn f_inf() -> f32 {
-  var bits = 0x7f800000u;  // a variable: Tint refuses an infinity a constant expression makes
-  return bitcast<f32>(bits);
-}
+fn f_inf() -> f32 { return bits_f32(0x7f800000u); }
 """
 """Combining functions of the tree reductions (NaN-propagating max / min, as numpy's)."""
 
