@@ -13,17 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-GRAD_PREFIX = "grad."
-"""How the `differentiate` pass names a weight's gradient output and an output's upstream-gradient input."""
+from loam.passes.differentiate import GRAD
 
 
 def grads_source(output_names: Sequence[str], weight_attrs: dict[str, str], params: Sequence[str]) -> str:
     """The module's gradient API over its `forward` (whose outputs are `output_names`), `weight_attrs`
     mapping each weight's graph name to its `Weights` attribute in `Weights(...)`'s order, and forward's
     parameters `params` (weights first)."""
-    first = next(i for i, n in enumerate(output_names) if n.startswith(GRAD_PREFIX))
+    first = next(i for i, n in enumerate(output_names) if n.startswith(GRAD))
     model = list(output_names[:first])
-    attrs = [weight_attrs[n[len(GRAD_PREFIX) :]] for n in output_names[first:]]
+    attrs = [weight_attrs[n[len(GRAD) :]] for n in output_names[first:]]
     fields = ", ".join(f"{a}: np.ndarray" for a in attrs)
     call = ", ".join(params)
     lines = [

@@ -66,7 +66,7 @@ from loam.backends.module_classes import (
     weights_source,
 )
 from loam.backends.module_decode_state import StateInput, decode_state_source, state_inputs
-from loam.backends.module_grads import GRAD_PREFIX, grads_source
+from loam.backends.module_grads import grads_source
 from loam.backends.module_text import (
     CHECKPOINT_FORMATS,
     axes_type,
@@ -91,6 +91,7 @@ from loam.dialects.shape_poly import ExtentAttr, OweOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.dim_params import binding_plan
 from loam.errors import AxisError, UnsupportedError
+from loam.passes.differentiate import GRAD
 from loam.poly import Poly, derived_call
 
 RUNTIME_BANNER = (
@@ -463,7 +464,7 @@ class ModulePrinter:
             parts.append(outputs_source(out_fields, output_names))
         parts.append(self._signature_source(output_names))
         parts.append(self.forward_source(params, prologue, body, ret, out_fields))
-        if any(n.startswith(GRAD_PREFIX) for n in output_names):  # built with gradients (`differentiate`)
+        if any(n.startswith(GRAD) for n in output_names):  # built with gradients (`differentiate`)
             attrs = {op.weight_name.data: attr for op, attr in weights}
             parts.append(grads_source(output_names, attrs, ["weights", *params]))
         if self.decode_state:

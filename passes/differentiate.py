@@ -50,10 +50,6 @@ class DifferentiatePass(ModulePass):
             _Differentiate(program, self.of).run()
 
 
-_type = type_of
-_is_float = is_float
-
-
 class _Differentiate:
     def __init__(self, program: ProgramOp, of: Sequence[str]) -> None:
         self.program = program
@@ -61,7 +57,7 @@ class _Differentiate:
         self.ret = program.return_op
         self.rewriter = Rewriter()
         self.adjoint: dict[SSAValue, SSAValue] = {}
-        weights = [w for w in self.block.ops if isinstance(w, WeightOp) and _is_float(w.result)]
+        weights = [w for w in self.block.ops if isinstance(w, WeightOp) and is_float(w.result)]
         names = [w.weight_name.data for w in weights]
         unknown = [n for n in of if n not in names]
         if unknown:
@@ -88,7 +84,7 @@ class _Differentiate:
         """A zip computing `expr` over the `inputs` it reads (the gradient itself where that is all it is),
         made once for the same expression over the same values."""
         read = sorted(expr.operand_indices)
-        if expr.steps == (expr.steps[0],) and len(read) == 1 and _type(inputs[read[0]]) == result:
+        if expr.steps == (expr.steps[0],) and len(read) == 1 and type_of(inputs[read[0]]) == result:
             return inputs[read[0]]  # `operand k`: the value as it is
         kept = [inputs[i] for i in read]
         expr = expr.remap_operands({old: new for new, old in enumerate(read)})
@@ -99,18 +95,18 @@ class _Differentiate:
 
     def send(self, value: SSAValue, grad: SSAValue) -> None:
         """Add `grad` to `value`'s adjoint (a value no asked-for gradient flows through takes none)."""
-        if not _is_float(value) or value not in self.needed:
+        if not is_float(value) or value not in self.needed:
             return
         found = self.adjoint.get(value)
         if found is None:
             self.adjoint[value] = grad
             return
         add = Expr.operand(0) + Expr.operand(1)
-        self.adjoint[value] = self.zip([found, grad], add, _type(value), f"{_node(value)}.grad_sum")
+        self.adjoint[value] = self.zip([found, grad], add, type_of(value), f"{_node(value)}.grad_sum")
 
     def unbroadcast(self, grad: SSAValue, target: AxesTensorType, node: str) -> SSAValue:
         """`grad` (a broadcast result's extents) summed to `target`'s extents (an operand's)."""
-        have = _type(grad)
+        have = type_of(grad)
         if have.shape == target.shape:
             return grad
         offset = have.rank - target.rank
@@ -120,7 +116,7 @@ class _Differentiate:
             ReduceOp([grad], [AxesTensorType(have.elem, kept)], f"{node}.grad_unbroadcast",
                      kind="sum", axes=tuple(axes), keepdims=0)
         )  # fmt: skip
-        return summed if _type(summed) == target else self.emit(RegroupOp(summed, target, f"{node}.grad_unbroadcast"))
+        return summed if type_of(summed) == target else self.emit(RegroupOp(summed, target, f"{node}.grad_unbroadcast"))
 
     # -- the walk ----------------------------------------------------------------------------------
 
@@ -129,7 +125,7 @@ class _Differentiate:
         names = [n.data for n in self.ret.output_names.data]
         input_names = [n.data for n in self.program.input_names.data]
         for value, name in zip(outputs, names, strict=True):
-            if _is_float(value):
+            if is_float(value):
                 arg = self.block.insert_arg(value.type, len(self.block.args))
                 input_names.append(GRAD + name)
                 self.send(value, arg)
@@ -152,7 +148,7 @@ class _Differentiate:
         self.program.properties["input_names"] = ArrayAttr([StringAttr(n) for n in input_names])
 
     def clause(self, op: Operation) -> None:
-        if isinstance(op, (WeightOp, ConstantOp)) or not any(_is_float(v) for v in op.operands):
+        if isinstance(op, (WeightOp, ConstantOp)) or not any(is_float(v) for v in op.operands):
             return  # a gradient stops here: nothing it could flow into is a float
         result = op.results[0]
         if result not in self.adjoint:

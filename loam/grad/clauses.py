@@ -26,6 +26,7 @@ Any other op (or an unsupported case of one of these) raises UnsupportedError na
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -49,6 +50,7 @@ from loam.dialects.kernel import (
     SoftmaxOp,
     ZipOp,
 )
+from loam.dialects.kernel.base import element_count
 from loam.dialects.shape_poly import ExtentAttr
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.errors import UnsupportedError
@@ -115,9 +117,25 @@ def _zip(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
             b.send(operand, b.unbroadcast(grad, type_of(operand), node))
 
 
-def _swapped(t: AxesTensorType) -> tuple[list[int], AxesTensorType]:
-    perm = [*range(t.rank - 2), t.rank - 1, t.rank - 2]
-    return perm, AxesTensorType(t.elem, [t.axes[p] for p in perm])
+def _permuted(b: Backward, value: SSAValue, perm: Sequence[int], node: str) -> SSAValue:
+    """`value` with its axes permuted by `perm` (`kernel.permute`)."""
+    t = type_of(value)
+    return b.emit(PermuteOp(value, perm, AxesTensorType(t.elem, [t.axes[p] for p in perm]), f"{node}.grad"))
+
+
+def _last_two_swapped(rank: int) -> list[int]:
+    return [*range(rank - 2), rank - 1, rank - 2]
+
+
+def _extent(b: Backward, extent: Poly, elem: str, node: str) -> SSAValue:
+    """A scalar of `elem` holding `extent`: a constant, or a value the run computes from its extents."""
+    return b.emit(ConstantOp(ArrayAttr([ExtentAttr(extent)]), AxesTensorType(elem, []), f"{node}.grad"))
+
+
+def _zeros(b: Backward, like: SSAValue, node: str) -> SSAValue:
+    """Zeros of `like`'s type (a zip of a constant over it: `like`'s values never read)."""
+    t = type_of(like)
+    return b.emit(ZipOp([like], Expr.const(0.0, t.elem.name), t, f"{node}.grad"))
 
 
 def _matmul(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
@@ -130,24 +148,19 @@ def _matmul(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     out = type_of(op.result)
     batch = out.axes[:-2]
     if lhs in b.needed:  # dA = g @ B^T
-        perm, t = _swapped(type_of(rhs))
-        rhs_t = b.emit(PermuteOp(rhs, perm, t, f"{node}.grad"))
+        rhs_t = _permuted(b, rhs, _last_two_swapped(type_of(rhs).rank), node)
         da = AxesTensorType(out.elem, [*batch, out.axes[-2], type_of(lhs).axes[-1]])
         b.send(lhs, b.unbroadcast(b.emit(MatmulOp(g, rhs_t, da, f"{node}.grad")), type_of(lhs), node))
     if rhs in b.needed:  # dB = A^T @ g
-        perm, t = _swapped(type_of(lhs))
-        lhs_t = b.emit(PermuteOp(lhs, perm, t, f"{node}.grad"))
+        lhs_t = _permuted(b, lhs, _last_two_swapped(type_of(lhs).rank), node)
         db = AxesTensorType(out.elem, [*batch, type_of(rhs).axes[-2], out.axes[-1]])
         b.send(rhs, b.unbroadcast(b.emit(MatmulOp(lhs_t, g, db, f"{node}.grad")), type_of(rhs), node))
 
 
 def _permute(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, PermuteOp)
-    inverse = [0] * len(op.permutation)
-    for i, p in enumerate(op.permutation):
-        inverse[p] = i
-    operand = op.operands[0]
-    b.send(operand, b.emit(PermuteOp(g, inverse, type_of(operand), f"{node}.grad")))
+    inverse = [op.permutation.index(a) for a in range(len(op.permutation))]
+    b.send(op.operands[0], _permuted(b, g, inverse, node))
 
 
 def _regroup(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
@@ -204,11 +217,7 @@ def _reduce(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     if kind == "sum":
         b.send(x, b.emit(ZipOp([kept], Expr.operand(0), t, f"{node}.grad")))
         return
-    count = Poly.lift(1)
-    for a in axes:
-        count = count * t.shape[a]
-    # The count as a value the run computes from the extents (a constant where they are known).
-    counted = b.emit(ConstantOp(ArrayAttr([ExtentAttr(count)]), AxesTensorType("i64", []), f"{node}.grad"))
+    counted = _extent(b, Poly.lift(element_count([t.shape[a] for a in axes])), "i64", node)
     spread = Expr.operand(0) / Expr.operand(1).cast(t.elem.name)
     b.send(x, b.emit(ZipOp([kept, counted], spread, t, f"{node}.grad")))
 
@@ -234,11 +243,8 @@ def _conv(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         b.send(x, b.emit(ConvTransposeOp([g, w], [type_of(x)], f"{node}.grad", strides=strides, pads=pads,
                                          dilations=dilations, group=1, output_padding=extra)))  # fmt: skip
     if w in b.needed:  # dw[m, c, k] = sum over n, o of g[n, m, o] x[n, c, o*s + k*d - p]
-        xt_type = AxesTensorType(type_of(x).elem, [type_of(x).axes[1], type_of(x).axes[0], *type_of(x).axes[2:]])
-        gt_type = AxesTensorType(type_of(g).elem, [type_of(g).axes[1], type_of(g).axes[0], *type_of(g).axes[2:]])
-        perm = [1, 0, *range(2, len(xs))]
-        xt = b.emit(PermuteOp(x, perm, xt_type, f"{node}.grad"))
-        gt = b.emit(PermuteOp(g, perm, gt_type, f"{node}.grad"))
+        perm = [1, 0, *range(2, len(xs))]  # N and C exchanged: x^T's batch is C, g^T's channels are N
+        xt, gt = _permuted(b, x, perm, node), _permuted(b, g, perm, node)
         sizes = [(xs[2 + k] + pads[k] + pads[nsp + k] - strides[k] * (gs[2 + k] - 1) - 1) // dilations[k] + 1
                  for k in range(nsp)]  # fmt: skip
         if sizes != list(ws[2:]):
@@ -268,13 +274,8 @@ def _pool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     # Each plane (n, c) scatters apart: a window's kept tap lies in its own plane, at its flat index mod
     # the plane's size; so the scatter runs along rows of H*W (a llvmpipe shader loops over one row, not
     # the whole tensor).
-    shape = _static(op, t, 2)
-    planes, size = t.shape[0] * t.shape[1], 1
-    for e in shape[2:]:
-        size *= e
-    taps = 1
-    for e in _static(op, index_type, 2)[2:]:
-        taps *= e
+    planes = t.shape[0] * t.shape[1]
+    size, taps = math.prod(_static(op, t, 2)[2:]), math.prod(_static(op, index_type, 2)[2:])
     rows = Axis.named("Planes", planes)
     plane = AxesTensorType(t.elem, [rows, Axis.named("Positions", size)])
     tap_axes = [rows, Axis.named("Taps", taps)]
@@ -282,8 +283,7 @@ def _pool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     local = b.emit(ZipOp([flat_indices], Expr.operand(0).binary("mod", Expr.const(size, "i64")),
                          AxesTensorType("i64", tap_axes), f"{node}.grad"))  # fmt: skip
     flat_g = b.emit(RegroupOp(g, AxesTensorType(t.elem, tap_axes), f"{node}.grad"))
-    flat_x = b.emit(RegroupOp(x, plane, f"{node}.grad"))
-    zeros = b.emit(ZipOp([flat_x], Expr.const(0.0, t.elem.name), plane, f"{node}.grad"))
+    zeros = _zeros(b, b.emit(RegroupOp(x, plane, f"{node}.grad")), node)
     operands = [zeros, local, flat_g]
     scattered = b.emit(ScatterElementsOp(operands, [plane], f"{node}.grad", axis=1, reduction="add"))
     b.send(x, b.emit(RegroupOp(scattered, t, f"{node}.grad")))
@@ -295,18 +295,15 @@ def _gather(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     if op.param("axis") != 0:
         raise refuse(op, "no grad clause for a gather along another axis than 0 yet")
     t, it = type_of(data), type_of(indices)
-    count = Poly.lift(1)
-    for e in it.shape:
-        count = count * e
-    rows = Axis.named("Picked", count)
+    rows = Axis.named("Picked", element_count(it.shape))
     # Negative indices count from the end, as the gather read them.
-    extent = b.emit(ConstantOp(ArrayAttr([ExtentAttr(t.shape[0])]), AxesTensorType(it.elem.name, []), f"{node}.grad"))
+    extent = _extent(b, t.shape[0], it.elem.name, node)
     picked = b.emit(RegroupOp(indices, AxesTensorType(it.elem, [rows, Axis.named("Unit", 1)]), f"{node}.grad"))
     zero = Expr.const(0, it.elem.name)
     wrap = Expr.select(Expr.operand(0).binary("less", zero), Expr.operand(0) + Expr.operand(1), Expr.operand(0))
     picked = b.emit(ZipOp([picked, extent], wrap, type_of(picked), f"{node}.grad"))
     updates = b.emit(RegroupOp(g, AxesTensorType(t.elem, [rows, *t.axes[1:]]), f"{node}.grad"))
-    zeros = b.emit(ZipOp([data], Expr.const(0.0, t.elem.name), t, f"{node}.grad"))
+    zeros = _zeros(b, data, node)
     b.send(data, b.emit(ScatterNDOp([zeros, picked, updates], [t], f"{node}.grad", reduction="add")))
 
 
