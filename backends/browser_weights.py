@@ -33,7 +33,8 @@ class Resident:
 
     @property
     def dtype(self) -> str:
-        return {"float32": "float32", "int32": "int32", "uint32": "uint32", "uint8": "uint8"}[self.array.dtype.name]
+        """The device form's dtype (one of `DTYPES`: what the device reads, f32, i32 or u32, or a block's bytes)."""
+        return self.array.dtype.name
 
 
 DTYPES = {"float32": "F32", "int32": "I32", "uint32": "U32", "uint8": "U8"}
