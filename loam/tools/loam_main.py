@@ -537,9 +537,6 @@ def _build(args: argparse.Namespace) -> None:
     if args.target == "browser" and args.backend == "numpy":
         raise UsageError("--target browser runs the WGSL kernels: it takes no --backend numpy")
     args.backend = args.backend or ("wgsl" if args.target == "browser" else "numpy")
-    if args.target == "browser":
-        _build_browser(args)
-        return
     objective = args.fuse_objective or ("dispatch" if args.backend == "wgsl" else "memory")
     fuse = None if args.no_fuse else objective
     if args.grad_of and not args.grad:
@@ -560,15 +557,17 @@ def _build(args: argparse.Namespace) -> None:
             f"the following arguments are required: -o/--output (see '{PROG} build --help')",
             EXIT_USAGE,
         )
+    if args.no_fuse and args.report is not None:
+        raise UsageError("--report describes the fuse pass's decisions; it cannot be given with --no-fuse")
+    if args.target == "browser":
+        if grad is not None:
+            raise UsageError("--target browser builds no gradients yet: build the Python module with --grad")
+        _build_browser(args, fuse)
+        return
     model, options, output = _checked_paths(args)
 
     from loam import cache
 
-    def progress(message: str) -> None:
-        print(f"{PROG}: {message}", file=sys.stderr, flush=True)
-
-    if args.no_fuse and args.report is not None:
-        raise UsageError("--report describes the fuse pass's decisions; it cannot be given with --no-fuse")
     # --dump-ir and --report ask for the IR of a real build, so they bypass the cache.
     real = args.no_cache or args.dump_ir is not None or args.report is not None
     if args.host_fallback and args.backend != "wgsl":
@@ -580,7 +579,7 @@ def _build(args: argparse.Namespace) -> None:
 
         # The checkpoints travel inside `options` (already merged: flags replace the file's list).
         result = build(
-            model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=progress, fuse=fuse,
+            model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=_progress, fuse=fuse,
             backend=args.backend, host_fallback=args.host_fallback, grad=grad,
         )  # fmt: skip
         if args.report is not None and result.fusion is not None:
@@ -588,16 +587,16 @@ def _build(args: argparse.Namespace) -> None:
 
             write_report(result.fusion, args.report, args.report_format)
             if args.report != "-":
-                progress(f"wrote the fusion report to {args.report}")
+                _progress(f"wrote the fusion report to {args.report}")
         return cache.CachedBuild(result.source, result.report, tuple(result.notes), result.weights)
 
     from loam.pipeline import beside_path, write_module
 
     if output is not None:
         _not_an_input(beside_path(output), model, options, args)
-    built = make() if real else cache.cached(model, options, extra, make, progress)[0]
+    built = make() if real else cache.cached(model, options, extra, make, _progress)[0]
     for note in built.notes:
-        progress(f"note: {note}")
+        _progress(f"note: {note}")
     if output is None and built.weights is not None:
         raise UsageError(
             f"{model} carries {len(built.weights) / 2**20:.1f} MiB of weights, which the module keeps in a "
@@ -614,42 +613,36 @@ def _build(args: argparse.Namespace) -> None:
         sys.stderr.write(f"{PROG}: wrote {' and its weights '.join(map(str, written))}\n")
 
 
-def _build_browser(args: argparse.Namespace) -> None:
-    """`loam build --target browser -o DIR`: the WGSL module written as DIR/model.js and DIR/weights/."""
-    if args.print_pipeline:
-        from loam.pipeline import pipeline_text
+def _progress(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
-        print(pipeline_text(None if args.no_fuse else args.fuse_objective or "dispatch", "wgsl"))
-        return
-    if args.output is None or args.output == "-":
+
+def _build_browser(args: argparse.Namespace, fuse: str | None) -> None:
+    """`loam build --target browser -o DIR`: the WGSL module written as DIR/model.js and DIR/weights/."""
+    if args.output == "-":
         raise UsageError("--target browser writes a folder: give -o DIR")
     if args.host_fallback:
         raise UsageError("--target browser computes every kernel on the device; it takes no --host-fallback")
     model, options, output = _checked_paths(args)
     assert output is not None
-    inputs = {p.resolve() for p in (model, *options.checkpoints, *([args.options] if args.options else []))}
     if output.exists() and not output.is_dir():
         raise UsageError(f"-o {output}: --target browser writes a folder, and {output} is a file")
-    if any(p.is_relative_to(output.resolve()) for p in inputs):
+    if any(p.is_relative_to(output.resolve()) for p in _build_inputs(model, options, args)):
         raise UsageError(f"-o {output}: the folder holds one of this build's inputs; write the module somewhere else")
 
     from loam.backends.browser_module import write_browser_module
     from loam.pipeline import build
 
-    def progress(message: str) -> None:
-        print(f"{PROG}: {message}", file=sys.stderr, flush=True)
-
-    fuse = None if args.no_fuse else args.fuse_objective or "dispatch"
     result = build(
-        model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=progress, fuse=fuse, backend="wgsl"
+        model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=_progress, fuse=fuse, backend="wgsl"
     )
     if args.report is not None and result.fusion is not None:
         from loam.passes.fuse import write_report
 
         write_report(result.fusion, args.report, args.report_format)
     for note in result.notes:
-        progress(f"note: {note}")
-    progress("writing the browser module and its weight shards")
+        _progress(f"note: {note}")
+    _progress("writing the browser module and its weight shards")
     written = write_browser_module(output, result.source, result.module, list(options.checkpoints), model.stem)
     if result.report:
         sys.stderr.write(_node_report_text(result.report))
@@ -658,10 +651,15 @@ def _build_browser(args: argparse.Namespace) -> None:
     sys.stderr.write(f"{PROG}: wrote {written[0]} and {len(shards)} weight shard(s) ({size / 2**20:.1f} MiB)\n")
 
 
+def _build_inputs(model: Path, options: Options, args: argparse.Namespace) -> set[Path]:
+    """The files a build reads (resolved): the model, its checkpoints, its options file."""
+    return {p.resolve() for p in (model, *options.checkpoints, *([args.options] if args.options else []))}
+
+
 def _not_an_input(weights: Path, model: Path, options: Options, args: argparse.Namespace) -> None:
     """Refuse a module path, or the weights path beside it, that names one of the build's inputs
     (writing there would lose it)."""
-    inputs = {p.resolve() for p in (model, *options.checkpoints, *([args.options] if args.options else []))}
+    inputs = _build_inputs(model, options, args)
     if Path(args.output).resolve() in inputs:
         raise UsageError(f"-o {args.output} is one of this build's inputs; write the module somewhere else")
     if weights.resolve() in inputs:
@@ -703,7 +701,7 @@ def _browser_run(args: argparse.Namespace) -> None:
         raise UsageError(f"--inputs {args.inputs}: no such file")
     if not args.output.parent.is_dir():
         raise UsageError(f"-o {args.output}: folder '{args.output.parent}' does not exist")
-    print(f"{PROG}: running {args.folder / 'model.js'} in headless Chromium", file=sys.stderr, flush=True)
+    _progress(f"running {args.folder / 'model.js'} in headless Chromium")
     names, ms = browser_run(args.folder, args.inputs, args.output, args.chromium)
     print(f"{PROG}: forward took {ms:.1f} ms in the page; wrote {', '.join(names)} to {args.output}", file=sys.stderr)
 

@@ -150,6 +150,13 @@ def test_target_browser_refuses_what_it_cannot_write(tmp_path: Path) -> None:
     over_inputs = loam("build", str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"), "--target",
                        "browser", "-o", str(MLP))  # fmt: skip
     assert over_inputs.returncode == 2 and "holds one of this build's inputs" in over_inputs.stderr
+    grad = loam("build", str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"), "--target", "browser",
+                "--grad", "-o", str(tmp_path / "g"))  # fmt: skip
+    assert grad.returncode == 2 and "--target browser builds no gradients yet" in grad.stderr
+    # The passes a browser build runs are the WGSL build's, as `loam-opt` replays them.
+    pipelines = [loam("build", str(MLP / "mlp.onnxtext"), *flags, "--print-pipeline").stdout
+                 for flags in (["--target", "browser"], ["--backend", "wgsl"])]  # fmt: skip
+    assert pipelines[0] == pipelines[1] != ""
 
 
 I64_CHECKED = """
