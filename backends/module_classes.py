@@ -135,24 +135,30 @@ def marker_source(name: str, extent: int | None) -> str:
 
 
 def outputs_source(fields: Sequence[str], onnx_names: Sequence[str]) -> str:
+    """`Outputs`: forward's results as a named tuple."""
+    doc = f"forward's outputs, in graph order: {', '.join(repr(n) for n in onnx_names)}."
+    return tuple_class_source("Outputs", fields, doc, [f"ONNX output {n!r}" for n in onnx_names])
+
+
+def tuple_class_source(name: str, fields: Sequence[str], doc: str, field_docs: Sequence[str]) -> str:
     """A hand-written named tuple (the module imports nothing but numpy, so not typing.NamedTuple)."""
     params = ", ".join(f"{f}: np.ndarray" for f in fields)
     lines = [
-        "class Outputs(tuple):",
-        f'    """forward\'s outputs, in graph order: {", ".join(repr(n) for n in onnx_names)}."""',
+        f"class {name}(tuple):",
+        f'    """{doc}"""',
         "",
         "    __slots__ = ()",
         f"    _fields = {tuple(fields)!r}",
         "",
-        f'    def __new__(cls, {params}) -> "Outputs":',
+        f'    def __new__(cls, {params}) -> "{name}":',
         f"        return tuple.__new__(cls, ({', '.join(fields)},))",
         "",
         "    def __repr__(self) -> str:",
-        '        return "Outputs(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self)) + ")"',
+        f'        return "{name}(" + ", ".join(f"{{k}}={{v!r}}" for k, v in zip(self._fields, self)) + ")"',
         "",
     ]
-    for i, (f, n) in enumerate(zip(fields, onnx_names, strict=True)):
-        lines.append(f"    {f} = property(lambda self: self[{i}], doc={f'ONNX output {n!r}'!r})")
+    for i, (f, d) in enumerate(zip(fields, field_docs, strict=True)):
+        lines.append(f"    {f} = property(lambda self: self[{i}], doc={d!r})")
     return "\n".join(lines) + "\n"
 
 

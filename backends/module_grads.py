@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from loam.backends.module_classes import tuple_class_source
 from loam.passes.differentiate import GRAD
 
 
@@ -22,25 +23,11 @@ def grads_source(output_names: Sequence[str], weight_attrs: dict[str, str], para
     parameters `params` (weights first)."""
     first = next(i for i, n in enumerate(output_names) if n.startswith(GRAD))
     model = list(output_names[:first])
-    attrs = [weight_attrs[n[len(GRAD) :]] for n in output_names[first:]]
-    fields = ", ".join(f"{a}: np.ndarray" for a in attrs)
+    grads = output_names[first:]
+    attrs = [weight_attrs[n[len(GRAD) :]] for n in grads]
     call = ", ".join(params)
-    lines = [
-        "class Grads(tuple):",
-        '    """The weights\' gradients forward_backward computes, by Weights attribute: '
-        f'{", ".join(repr(n) for n in output_names[first:])}."""',
-        "",
-        "    __slots__ = ()",
-        f"    _fields = {tuple(attrs)!r}",
-        "",
-        f'    def __new__(cls, {fields}) -> "Grads":',
-        f"        return tuple.__new__(cls, ({', '.join(attrs)},))",
-        "",
-        "    def __repr__(self) -> str:",
-        '        return "Grads(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self)) + ")"',
-        "",
-    ]
-    lines += [f"    {a} = property(lambda self: self[{i}])" for i, a in enumerate(attrs)]
+    doc = f"The weights' gradients forward_backward computes, by Weights attribute: {', '.join(map(repr, grads))}."
+    lines = [tuple_class_source("Grads", attrs, doc, [f"ONNX output {n!r}" for n in grads]).rstrip("\n")]
     outputs = "out[0]" if first == 1 else f"tuple(out[:{first}])"
     lines += [
         "",
