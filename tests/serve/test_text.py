@@ -184,9 +184,12 @@ def test_a_long_prompt_arriving_mid_stream_is_read_in_prefill_units_chunks(
     expected = [alone(reference, stream_prompt, 40), alone(reference, long_prompt, 4)]
     calls: list[list[int]] = []  # each decoder call's span lengths
     real_run = worker.stage.run
+    late_submitted = threading.Event()
 
     def recording_run(pool: object, rows: list[tuple[object, list[int]]]) -> list[np.ndarray]:
         calls.append([len(span) for _, span in rows])
+        if len(calls) == 2:  # the stream's first decode step waits for the long prompt, however fast the CPU
+            assert late_submitted.wait(60)
         return real_run(pool, rows)  # type: ignore[arg-type]
 
     capacities = worker.capacities
@@ -197,8 +200,10 @@ def test_a_long_prompt_arriving_mid_stream_is_read_in_prefill_units_chunks(
         _, stream = submit(worker, stream_prompt, 40)
         assert next(stream(300)).kind == "token"  # type: ignore[operator]  # the stream is decoding
         _, late = submit(worker, long_prompt, 4)
+        late_submitted.set()
         got = [list(finish(stream).value), list(finish(late).value)]  # type: ignore[arg-type]
     finally:
+        late_submitted.set()
         with worker.lock:
             worker.capacities = capacities
             del worker.stage.run
