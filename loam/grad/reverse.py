@@ -1,0 +1,108 @@
+"""Reverse mode over kernel ops: the adjoint of every value a gradient reaches, emitted as more kernel ops.
+
+`Reverse` is the `Backward` the grad clauses (`loam.grad.clauses`) emit into.  Two callers use it: the
+`differentiate` pass (the program also returns its weights' gradients, `passes/differentiate.py`) and ONNX's
+Gradient node (`loam.ops.training`), which asks for the gradient of one of its graph's values with respect to
+others at the point where it sits.  Each gives the values gradients are asked for (`sources`), where the new
+ops go (`emit`) and the seeds; `run` visits the ops in reverse, and the contributions to one value are summed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from xdsl.dialects.builtin import StringAttr
+from xdsl.ir import Operation, SSAValue
+
+from loam.dialects.expr import Expr
+from loam.dialects.kernel import ConstantOp, ReduceOp, RegroupOp, WeightOp, ZipOp
+from loam.dialects.tensor_axes import AxesTensorType
+from loam.errors import UnsupportedError
+from loam.grad.clauses import clause_for, is_float, node_of, type_of
+
+
+class Reverse:
+    """The adjoints of the values that depend on `sources`, from seeds sent to later values."""
+
+    def __init__(
+        self, sources: Iterable[SSAValue], ops: Sequence[Operation], emit: Callable[[Operation], None]
+    ) -> None:
+        self.ops = ops
+        self._emit = emit
+        self.adjoint: dict[SSAValue, SSAValue] = {}
+        # The values a gradient asked for flows through: those the sources reach going forward.  Only
+        # these get an adjoint (an input's or another weight's is never computed).
+        self.needed: set[SSAValue] = set(sources)
+        for op in ops:
+            if any(v in self.needed for v in op.operands):
+                self.needed.update(op.results)
+        self.zips: dict[tuple[object, ...], SSAValue] = {}  # one zip per expression over the same values
+
+    # -- what the clauses call ------------------------------------------------------------------
+
+    def emit(self, op: Operation) -> SSAValue:
+        self._emit(op)
+        return op.results[0]
+
+    def zip(self, inputs: Sequence[SSAValue], expr: Expr, result: AxesTensorType, node: str) -> SSAValue:
+        """A zip computing `expr` over the `inputs` it reads (the gradient itself where that is all it is),
+        made once for the same expression over the same values."""
+        read = sorted(expr.operand_indices)
+        if expr.steps == (expr.steps[0],) and len(read) == 1 and type_of(inputs[read[0]]) == result:
+            return inputs[read[0]]  # `operand k`: the value as it is
+        kept = [inputs[i] for i in read]
+        expr = expr.remap_operands({old: new for new, old in enumerate(read)})
+        key = (expr, tuple(id(v) for v in kept), result)
+        if key not in self.zips:
+            self.zips[key] = self.emit(ZipOp(kept, expr, result, node))
+        return self.zips[key]
+
+    def send(self, value: SSAValue, grad: SSAValue) -> None:
+        """Add `grad` to `value`'s adjoint (a value no asked-for gradient flows through takes none)."""
+        if not is_float(value) or value not in self.needed:
+            return
+        found = self.adjoint.get(value)
+        if found is None:
+            self.adjoint[value] = grad
+            return
+        add = Expr.operand(0) + Expr.operand(1)
+        self.adjoint[value] = self.zip([found, grad], add, type_of(value), f"{value_node(value)}.grad_sum")
+
+    def unbroadcast(self, grad: SSAValue, target: AxesTensorType, node: str) -> SSAValue:
+        """`grad` (a broadcast result's extents) summed to `target`'s extents (an operand's)."""
+        have = type_of(grad)
+        if have.shape == target.shape:
+            return grad
+        offset = have.rank - target.rank
+        axes = [a for a in range(have.rank) if a < offset or (target.shape[a - offset] != have.shape[a])]
+        kept = [ax for a, ax in enumerate(have.axes) if a not in axes]
+        summed = self.emit(
+            ReduceOp([grad], [AxesTensorType(have.elem, kept)], f"{node}.grad_unbroadcast",
+                     kind="sum", axes=tuple(axes), keepdims=0)
+        )  # fmt: skip
+        return summed if type_of(summed) == target else self.emit(RegroupOp(summed, target, f"{node}.grad_unbroadcast"))
+
+    # -- the walk -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Send each op's adjoint to its operands, last op first (seeds are `send` before)."""
+        for op in reversed(self.ops):
+            if any(r in self.adjoint for r in op.results):
+                self.clause(op)
+
+    def clause(self, op: Operation) -> None:
+        if isinstance(op, (WeightOp, ConstantOp)) or not any(is_float(v) for v in op.operands):
+            return  # a gradient stops here: nothing it could flow into is a float
+        result = op.results[0]
+        if result not in self.adjoint:
+            raise UnsupportedError(f"{op.name} '{node_of(op)}': a gradient reaches only its second result")
+        clause_for(op)(self, op, self.adjoint[result], value_node(result))
+
+
+def value_node(value: SSAValue) -> str:
+    """The node that computes `value` (a weight's name, or `input`), for the names of the ops it gets."""
+    owner = value.owner
+    node = owner.properties.get("node") if isinstance(owner, Operation) else None
+    if isinstance(node, StringAttr):
+        return node.data
+    return owner.weight_name.data if isinstance(owner, WeightOp) else "input"
