@@ -1,7 +1,8 @@
 """The operator rules Loam knows, by op type, and those of other domains than ONNX's.
 
 `RULES` holds ONNX's own operators (default domain) by op type; `DOMAIN_RULES` the operators of other
-domains (onnxruntime's `com.microsoft`, `loam.ops.microsoft`) by (domain, op type).
+domains (onnxruntime's `com.microsoft`, `loam.ops.microsoft`; ONNX's optimizers in
+`ai.onnx.preview.training`, `loam.ops.training`) by (domain, op type).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from loam.ops import (
     resize,
     signal,
     slicing,
+    training,
 )
 from loam.ops.base import NodeInfo, OpRule
 
@@ -66,7 +68,10 @@ _RULES: tuple[OpRule, ...] = tuple(rule for family in FAMILIES for rule in famil
 RULES: dict[str, OpRule] = {op_type: rule for rule in _RULES for op_type in rule.op_types}
 
 DOMAIN_RULES: dict[tuple[str, str], OpRule] = {
-    (rule.domain, op_type): rule for family in microsoft.FAMILIES for rule in family.RULES for op_type in rule.op_types
+    (rule.domain, op_type): rule
+    for family in (*microsoft.FAMILIES, training)
+    for rule in family.RULES
+    for op_type in rule.op_types
 }
 
 # Domains whose operators are ONNX's own.

@@ -146,6 +146,8 @@ def domain_section() -> list[str]:
         "",
         "onnxruntime's contrib operators that its GenAI model builder and transformer optimizer write",
         "(`loam/ops/microsoft/`); onnxruntime's CPU kernels are their meaning, and the tests run both.",
+        "ONNX's optimizers (`ai.onnx.preview.training`, `loam/ops/training.py`), whose meaning is ONNX's",
+        "reference implementation and node cases.",
         "",
         "| Domain | Operator | Element types | Attributes | Lowers to | Limitations |",
         "| --- | --- | --- | --- | --- | --- |",

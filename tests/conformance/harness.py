@@ -379,7 +379,7 @@ def needs(model: onnx.ModelProto) -> Needs:
     from loam.errors import LoamError
     from loam.frontends.onnx_functions import expand_functions
     from loam.frontends.onnx_scan import unroll_scans
-    from loam.ops import RULES
+    from loam.ops import DOMAIN_RULES, RULES
 
     try:
         model = unroll_scans(expand_functions(model, "<case>", lambda op_type: op_type in RULES), "<case>")
@@ -402,7 +402,10 @@ def needs(model: onnx.ModelProto) -> Needs:
         for node in g.node:
             qualified = node.op_type if node.domain in ONNX_DOMAINS else f"{node.domain}.{node.op_type}"
             out.ops.add(qualified)
-            if node.domain not in ONNX_DOMAINS or node.op_type not in RULES:
+            known = (
+                node.op_type in RULES if node.domain in ONNX_DOMAINS else (node.domain, node.op_type) in DOMAIN_RULES
+            )
+            if not known:
                 out.unsupported_ops.add(qualified)
             for a in node.attribute:
                 if a.type == onnx.AttributeProto.TENSOR:
