@@ -255,6 +255,8 @@ class _Importer:
 
     def graph(self, g: GraphProto, scopes: list[dict[str, SSAValue]], top: bool) -> GraphOp | Region:
         """The top graph as a `graph.graph`, or a subgraph as a region (`scopes`: enclosing names)."""
+        from loam.ops import operand_names
+
         _check_names(g, self.source)
         where = f"graph '{g.name}'"
         if g.sparse_initializer:
@@ -303,7 +305,7 @@ class _Importer:
         for index, node in enumerate(g.node):
             node_where = f"{where}: node '{node.name}' ({node.op_type}, #{index})"
             inputs: list[SSAValue] = []
-            for name in node.input:
+            for name in operand_names(node):
                 if not name:
                     none = NoneOp()
                     ops.append(none)

@@ -25,7 +25,7 @@ class Reverse:
     """The adjoints of the values that depend on `sources`, from seeds sent to later values."""
 
     def __init__(
-        self, sources: Iterable[SSAValue], ops: Sequence[Operation], emit: Callable[[Operation], None]
+        self, sources: Iterable[SSAValue], ops: Sequence[Operation], emit: Callable[[Operation], object]
     ) -> None:
         self.ops = ops
         self._emit = emit

@@ -102,3 +102,11 @@ def domain_body(node: NodeProto) -> DomainBody | None:
     rule = DOMAIN_RULES.get((node.domain, node.op_type))
     expand = getattr(rule, "expand", None)
     return expand if callable(expand) else None
+
+
+def operand_names(node: NodeProto) -> list[str]:
+    """The values `node` reads: its inputs, and for ONNX's Gradient also the `y` it differentiates
+    (`loam.ops.training.gradient_operands`), so that its value is in scope where the node is lowered."""
+    if (node.domain, node.op_type) == (training.DOMAIN, "Gradient"):
+        return training.gradient_operands(node)
+    return list(node.input)

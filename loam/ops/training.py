@@ -16,24 +16,36 @@ ONNX's reference implementations (`onnx.reference.ops.aionnx_preview_training`):
               R' = R sqrt(1 - beta^T) / (1 - alpha^T) if T > 0 else R
               X' = (1 - norm_coefficient_post) (X - R' V' / (sqrt(H') + epsilon))
 
-ONNX's other training operator, Gradient, differentiates the graph it sits in: the importer hands it
-to the `differentiate` machinery (`loam.grad.gradient_node`), not to a rule here.
+ONNX's other training operator, Gradient, differentiates the graph it sits in: `xs` names the tensors
+(the node's inputs, then those `zs` names) and `y` the value whose gradient it gives, one output per
+tensor in `xs`.  The importer hands it `y` as a last operand (`gradient_operands`), and its lowering walks
+the kernel ops already lowered back from `y` with the grad clauses (`loam.grad.reverse`), seeded with ones:
+a `y` of more than one element gives the gradient of its sum.  The ops a Gradient emits are kernel ops
+like any other, so a Gradient of a Gradient's output is the second derivative.  Loam computes the case
+ONNX calls the common one, where the node's inputs are the tensors `xs` and `zs` name, and y is computed in
+the graph that defines them (values fed in their place, and a subgraph's y over an enclosing graph's
+tensor, are refused by name).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-from xdsl.ir import SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 
 from loam import owed
 from loam.dialects.expr import Expr, evaluate
 from loam.dialects.kernel import ZipOp
 from loam.dialects.tensor_axes import Axis
+from loam.errors import ModelError, UnsupportedError
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, float_attr, same_axis
 from loam.ops.lowering import axes_type
 from loam.ops.operands import require_elem
+
+if TYPE_CHECKING:
+    from onnx import NodeProto
 
 DOMAIN = "ai.onnx.preview.training"
 
@@ -215,4 +227,104 @@ class AdamRule(OptimizerRule):
         return [const(1 - float_attr(node, "norm_coefficient_post", 0.0)) * x, v, h]
 
 
-RULES: tuple[OpRule, ...] = (AdagradRule(), MomentumRule(), AdamRule())
+def _names(node: NodeInfo | NodeProto, key: str) -> list[str]:
+    """String-list attribute `key` (`xs`, `zs`) of a Gradient node."""
+    if isinstance(node, NodeInfo):
+        value = node.attr(key, [])
+    else:
+        found = [a for a in node.attribute if a.name == key]
+        value = list(found[0].strings) if found else []
+    return [v.decode() if isinstance(v, bytes) else str(v) for v in value]
+
+
+def _block_of(value: SSAValue) -> Block | None:
+    owner = value.owner
+    return owner if isinstance(owner, Block) else owner.parent_block()
+
+
+def gradient_operands(node: NodeProto) -> list[str]:
+    """The values a Gradient node reads: its inputs (the tensors `xs` and `zs` name), then `y`."""
+    where = f"Gradient node '{node.name}'"
+    xs, zs = _names(node, "xs"), _names(node, "zs")
+    ys = [a.s.decode() for a in node.attribute if a.name == "y"]
+    if not xs or not ys:
+        raise ModelError(f"{where}: needs attributes 'xs' (the tensors to differentiate by) and 'y'")
+    if list(node.input) != [*xs, *zs]:
+        raise UnsupportedError(
+            f"{where}: its inputs [{', '.join(node.input)}] are not the tensors xs and zs name "
+            f"[{', '.join([*xs, *zs])}]; Loam computes a gradient at the values the graph gives them only"
+        )
+    return [*node.input, ys[0]]
+
+
+class GradientRule(OpRule):
+    """ONNX's Gradient: d(sum y)/dx for each x named in `xs`, by reverse mode over the kernel ops to `y`."""
+
+    op_types = ("Gradient",)
+    domain = DOMAIN
+    attributes = frozenset({"xs", "zs", "y"})
+    elem_types = _FLOATS
+    kernels: tuple[str, ...] = ("kernel.zip", "the grad clauses' kernels")
+    limitations = "the node's inputs must be the tensors xs and zs name, defined in the graph that computes y"
+
+    def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
+        xs, zs = _names(node, "xs"), _names(node, "zs")
+        if len(inputs) != len(xs) + len(zs) + 1 or any(f is None for f in inputs):
+            raise node.fail(f"takes the {len(xs) + len(zs)} tensors xs and zs name, got {len(inputs) - 1}")
+        if node.outputs > len(xs):
+            raise node.fail(f"gives one gradient per tensor in xs ({len(xs)}), not {node.outputs}")
+        facts = [f for f in inputs if f is not None]
+        y = facts[-1]
+        require_elem(node, y, self.elem_types, f"y ('{node.attr('y')}')")
+        for name, f in zip(xs, facts, strict=False):
+            require_elem(node, f, self.elem_types, f"xs tensor '{name}'")
+        known = [name for name, f in zip([*xs, "y"], [*facts[: len(xs)], y], strict=True) if f.value is not None]
+        if known:
+            raise node.unsupported(
+                f"{', '.join(repr(n) for n in known)} {'is' if len(known) == 1 else 'are'} computed at build time; "
+                "Loam differentiates what the run computes"
+            )
+        return [Facts(f.elem, f.shape) for f in facts[: node.outputs]]
+
+    def axes(
+        self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
+    ) -> list[tuple[Axis | None, ...]]:
+        return [a for a in inputs[: len(outputs)] if a is not None]
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        from loam.grad.reverse import Reverse
+
+        xs = [v for v in operands[: len(ctx.result_types)] if v is not None]
+        y = operands[-1]
+        assert y is not None
+        owner = y.owner
+        block = _block_of(y)
+        # A path from x to y runs through y's block alone when x is defined there; from an enclosing graph's
+        # value it would run through ops the walk does not see.
+        outer = [n for n, x in zip(_names(node, "xs"), xs, strict=False) if _block_of(x) is not block]
+        if outer:
+            raise node.unsupported(
+                f"{', '.join(repr(n) for n in outer)} and y are defined in different graphs (a subgraph's y over an "
+                "enclosing graph's tensor): not supported"
+            )
+        ops: list[Operation] = []
+        if not isinstance(owner, Block):
+            for op in block.ops:
+                ops.append(op)
+                if op is owner:
+                    break
+        reverse = Reverse(xs, ops, ctx.emit)
+        t = axes_type(y)
+        reverse.send(y, reverse.emit(ZipOp([y], Expr.const(1.0, t.elem.name), t, f"{node.name}.seed")))
+        reverse.run()
+        names = _names(node, "xs")
+        missing = [names[i] for i, x in enumerate(xs) if x not in reverse.adjoint]
+        if missing:
+            raise node.unsupported(
+                f"no gradient reaches {', '.join(repr(n) for n in missing)} from y: every path from it to y passes "
+                "an integer, a comparison or a step with no derivative, or there is none"
+            )
+        return [reverse.adjoint[x] for x in xs]
+
+
+RULES: tuple[OpRule, ...] = (AdagradRule(), MomentumRule(), AdamRule(), GradientRule())
