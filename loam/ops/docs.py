@@ -121,7 +121,7 @@ def render() -> str:
         "",
         *textwrap.wrap(
             (f"the deprecated {', '.join(deprecated)}, " if deprecated else "")
-            + "and every operator of another domain (`ai.onnx.ml`, `ai.onnx.preview.training`, `com.microsoft`, ...)"
+            + "and every operator of another domain (`ai.onnx.ml`, `com.microsoft`, ...)"
             + (
                 " but those listed under [Operators of other domains](#operators-of-other-domains)."
                 if DOMAIN_RULES
@@ -146,8 +146,8 @@ def domain_section() -> list[str]:
         "",
         "onnxruntime's contrib operators that its GenAI model builder and transformer optimizer write",
         "(`loam/ops/microsoft/`); onnxruntime's CPU kernels are their meaning, and the tests run both.",
-        "ONNX's optimizers (`ai.onnx.preview.training`, `loam/ops/training.py`), whose meaning is ONNX's",
-        "reference implementation and node cases.",
+        "ONNX's training operators (`ai.onnx.preview.training`, `loam/ops/training.py`): the optimizers,",
+        "whose meaning is ONNX's reference formulas and node cases, and Gradient.",
         "",
         "| Domain | Operator | Element types | Attributes | Lowers to | Limitations |",
         "| --- | --- | --- | --- | --- | --- |",

@@ -264,8 +264,11 @@ class GradientRule(OpRule):
     domain = DOMAIN
     attributes = frozenset({"xs", "zs", "y"})
     elem_types = _FLOATS
-    kernels: tuple[str, ...] = ("kernel.zip", "the grad clauses' kernels")
-    limitations = "the node's inputs must be the tensors xs and zs name, defined in the graph that computes y"
+    kernels: tuple[str, ...] = ("kernel.zip",)
+    limitations = (
+        "also the kernels of the grad clauses of the ops from xs to y (an op without one is refused); the node's "
+        "inputs must be the tensors xs and zs name, defined in the graph that computes y"
+    )
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         xs, zs = _names(node, "xs"), _names(node, "zs")
