@@ -29,7 +29,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from loam.dialects.kernel import ProgramOp, ReturnOp, WeightOp
 from loam.errors import UnsupportedError
-from loam.grad.clauses import is_float
+from loam.grad.base import is_float
 from loam.grad.reverse import Reverse
 
 GRAD = "grad."

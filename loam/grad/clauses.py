@@ -1,9 +1,9 @@
 """The grad clause of each kernel op: what it sends its operands, written as more kernel ops.
 
 `clause_for(op)` gives the function that, given the gradient `g` of `op`'s (first) result, emits the
-kernel ops computing each operand's share and hands it to `Backward.send`.  The `differentiate` pass
-(`loam/passes/differentiate.py`) walks the program in reverse and calls them; the clauses know only the
-`Backward` they are given, so each reads as the derivative it is:
+kernel ops computing each operand's share and hands it to `Backward.send`.  `loam.grad.reverse.Reverse`
+walks the ops in reverse and calls them (for the `differentiate` pass and ONNX's Gradient node); the
+clauses know only the `Backward` they are given (`loam.grad.base`), so each reads as the derivative it is:
 
 - `kernel.zip`: the `Expr`'s vector-Jacobian product (`loam.grad.elementwise.vjp`), summed over the axes
   an operand was broadcast along;
@@ -27,16 +27,12 @@ Any other op (or an unsupported case of one of these) raises UnsupportedError na
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Protocol
 
-from xdsl.dialects.builtin import ArrayAttr, StringAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import (
     CastOp,
-    ConstantOp,
     ConvOp,
     ConvTransposeOp,
     GatherOp,
@@ -51,56 +47,22 @@ from loam.dialects.kernel import (
     ZipOp,
 )
 from loam.dialects.kernel.base import element_count
-from loam.dialects.shape_poly import ExtentAttr
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.errors import UnsupportedError
-from loam.grad.elementwise import FLOATS, vjp
+from loam.grad.base import (
+    Backward,
+    Clause,
+    extent_scalar,
+    is_float,
+    kept_type,
+    permuted,
+    refuse,
+    static_extents,
+    sum_kept,
+    type_of,
+    zeros_like,
+)
+from loam.grad.elementwise import vjp
 from loam.poly import Poly
-
-
-class Backward(Protocol):
-    """What a clause emits into (the `differentiate` pass)."""
-
-    needed: set[SSAValue]
-
-    def emit(self, op: Operation) -> SSAValue: ...
-
-    def send(self, value: SSAValue, grad: SSAValue) -> None: ...
-
-    def zip(self, inputs: Sequence[SSAValue], expr: Expr, result: AxesTensorType, node: str) -> SSAValue: ...
-
-    def unbroadcast(self, grad: SSAValue, target: AxesTensorType, node: str) -> SSAValue: ...
-
-
-Clause = Callable[[Backward, Operation, SSAValue, str], None]
-
-
-def type_of(value: SSAValue) -> AxesTensorType:
-    t = value.type
-    assert isinstance(t, AxesTensorType)
-    return t
-
-
-def is_float(value: SSAValue) -> bool:
-    return isinstance(value.type, AxesTensorType) and value.type.elem.name in FLOATS
-
-
-def node_of(op: Operation) -> str:
-    node = op.properties.get("node")
-    return node.data if isinstance(node, StringAttr) else op.name
-
-
-def refuse(op: Operation, why: str = "no grad clause for this kernel yet") -> UnsupportedError:
-    return UnsupportedError(f"{op.name} '{node_of(op)}': {why} (the gradients of the weights pass through it)")
-
-
-def _static(op: Operation, t: AxesTensorType, first: int = 0) -> tuple[int, ...]:
-    """`t`'s extents from axis `first` on, which the clause needs known at build time (the batch axis,
-    before `first`, may be a symbol)."""
-    if not all(e.is_const for e in t.shape[first:]):
-        raise refuse(op, f"its grad clause needs static extents, and it has [{', '.join(map(str, t.shape))}]")
-    return (*(0 for _ in t.shape[:first]), *(e.const_value for e in t.shape[first:]))
-
 
 # -- elementwise, products, layout --------------------------------------------------------------------
 
@@ -117,25 +79,8 @@ def _zip(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
             b.send(operand, b.unbroadcast(grad, type_of(operand), node))
 
 
-def _permuted(b: Backward, value: SSAValue, perm: Sequence[int], node: str) -> SSAValue:
-    """`value` with its axes permuted by `perm` (`kernel.permute`)."""
-    t = type_of(value)
-    return b.emit(PermuteOp(value, perm, AxesTensorType(t.elem, [t.axes[p] for p in perm]), f"{node}.grad"))
-
-
 def _last_two_swapped(rank: int) -> list[int]:
     return [*range(rank - 2), rank - 1, rank - 2]
-
-
-def _extent(b: Backward, extent: Poly, elem: str, node: str) -> SSAValue:
-    """A scalar of `elem` holding `extent`: a constant, or a value the run computes from its extents."""
-    return b.emit(ConstantOp(ArrayAttr([ExtentAttr(extent)]), AxesTensorType(elem, []), f"{node}.grad"))
-
-
-def _zeros(b: Backward, like: SSAValue, node: str) -> SSAValue:
-    """Zeros of `like`'s type (a zip of a constant over it: `like`'s values never read)."""
-    t = type_of(like)
-    return b.emit(ZipOp([like], Expr.const(0.0, t.elem.name), t, f"{node}.grad"))
 
 
 def _matmul(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
@@ -148,11 +93,11 @@ def _matmul(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     out = type_of(op.result)
     batch = out.axes[:-2]
     if lhs in b.needed:  # dA = g @ B^T
-        rhs_t = _permuted(b, rhs, _last_two_swapped(type_of(rhs).rank), node)
+        rhs_t = permuted(b, rhs, _last_two_swapped(type_of(rhs).rank), node)
         da = AxesTensorType(out.elem, [*batch, out.axes[-2], type_of(lhs).axes[-1]])
         b.send(lhs, b.unbroadcast(b.emit(MatmulOp(g, rhs_t, da, f"{node}.grad")), type_of(lhs), node))
     if rhs in b.needed:  # dB = A^T @ g
-        lhs_t = _permuted(b, lhs, _last_two_swapped(type_of(lhs).rank), node)
+        lhs_t = permuted(b, lhs, _last_two_swapped(type_of(lhs).rank), node)
         db = AxesTensorType(out.elem, [*batch, type_of(rhs).axes[-2], out.axes[-1]])
         b.send(rhs, b.unbroadcast(b.emit(MatmulOp(lhs_t, g, db, f"{node}.grad")), type_of(rhs), node))
 
@@ -160,7 +105,7 @@ def _matmul(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
 def _permute(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, PermuteOp)
     inverse = [op.permutation.index(a) for a in range(len(op.permutation))]
-    b.send(op.operands[0], _permuted(b, g, inverse, node))
+    b.send(op.operands[0], permuted(b, g, inverse, node))
 
 
 def _regroup(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
@@ -176,16 +121,6 @@ def _cast(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
 # -- reductions ---------------------------------------------------------------------------------------
 
 
-def _kept(t: AxesTensorType, axes: Sequence[int]) -> AxesTensorType:
-    """`t` with each of `axes` kept at extent 1 (a reduction's keepdims result)."""
-    return AxesTensorType(t.elem, [Axis.named("Unit", 1) if a in axes else ax for a, ax in enumerate(t.axes)])
-
-
-def _sum_kept(b: Backward, value: SSAValue, axes: Sequence[int], node: str) -> SSAValue:
-    kept = _kept(type_of(value), axes)
-    return b.emit(ReduceOp([value], [kept], f"{node}.grad", kind="sum", axes=tuple(axes), keepdims=1))
-
-
 def _softmax(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, SoftmaxOp)
     x, y = op.inputs[0], op.outputs[0]
@@ -196,11 +131,11 @@ def _softmax(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     t = type_of(x)
     if kind == "softmax":  # y * (g - sum(g * y))
         gy = b.zip([g, y], Expr.operand(0) * Expr.operand(1), t, f"{node}.grad")
-        s = _sum_kept(b, gy, axes, node)
+        s = sum_kept(b, gy, axes, node)
         expr = Expr.operand(0) * (Expr.operand(1) - Expr.operand(2))
         b.send(x, b.zip([y, g, s], expr, t, f"{node}.grad"))
     else:  # log_softmax: g - exp(y) * sum(g)
-        s = _sum_kept(b, g, axes, node)
+        s = sum_kept(b, g, axes, node)
         expr = Expr.operand(0) - Expr.operand(1).unary("exp") * Expr.operand(2)
         b.send(x, b.zip([g, y, s], expr, t, f"{node}.grad"))
 
@@ -213,11 +148,11 @@ def _reduce(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     if kind not in ("sum", "mean"):
         raise refuse(op, f"no grad clause for reduce {kind} yet")
     t = type_of(x)
-    kept = g if op.param("keepdims") else b.emit(RegroupOp(g, _kept(t, axes), f"{node}.grad"))
+    kept = g if op.param("keepdims") else b.emit(RegroupOp(g, kept_type(t, axes), f"{node}.grad"))
     if kind == "sum":
         b.send(x, b.emit(ZipOp([kept], Expr.operand(0), t, f"{node}.grad")))
         return
-    counted = _extent(b, Poly.lift(element_count([t.shape[a] for a in axes])), "i64", node)
+    counted = extent_scalar(b, Poly.lift(element_count([t.shape[a] for a in axes])), "i64", node)
     spread = Expr.operand(0) / Expr.operand(1).cast(t.elem.name)
     b.send(x, b.emit(ZipOp([kept, counted], spread, t, f"{node}.grad")))
 
@@ -231,7 +166,7 @@ def _conv(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     p = op.params
     if p["group"] != 1:
         raise refuse(op, "no grad clause for a grouped convolution yet")
-    xs, ws, gs = _static(op, type_of(x), 1), _static(op, type_of(w)), _static(op, type_of(g), 1)
+    xs, ws, gs = static_extents(op, type_of(x), 1), static_extents(op, type_of(w)), static_extents(op, type_of(g), 1)
     strides, pads, dilations = tuple(p["strides"]), tuple(p["pads"]), tuple(p["dilations"])  # type: ignore[arg-type]
     nsp = len(xs) - 2
     if x in b.needed:  # dx = conv_transpose(g, w), its output padded to x's extents
@@ -244,7 +179,7 @@ def _conv(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
                                          dilations=dilations, group=1, output_padding=extra)))  # fmt: skip
     if w in b.needed:  # dw[m, c, k] = sum over n, o of g[n, m, o] x[n, c, o*s + k*d - p]
         perm = [1, 0, *range(2, len(xs))]  # N and C exchanged: x^T's batch is C, g^T's channels are N
-        xt, gt = _permuted(b, x, perm, node), _permuted(b, g, perm, node)
+        xt, gt = permuted(b, x, perm, node), permuted(b, g, perm, node)
         sizes = [(xs[2 + k] + pads[k] + pads[nsp + k] - strides[k] * (gs[2 + k] - 1) - 1) // dilations[k] + 1
                  for k in range(nsp)]  # fmt: skip
         if sizes != list(ws[2:]):
@@ -275,7 +210,7 @@ def _pool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     # the plane's size; so the scatter runs along rows of H*W (a llvmpipe shader loops over one row, not
     # the whole tensor).
     planes = t.shape[0] * t.shape[1]
-    size, taps = math.prod(_static(op, t, 2)[2:]), math.prod(_static(op, index_type, 2)[2:])
+    size, taps = math.prod(static_extents(op, t, 2)[2:]), math.prod(static_extents(op, index_type, 2)[2:])
     rows = Axis.named("Planes", planes)
     plane = AxesTensorType(t.elem, [rows, Axis.named("Positions", size)])
     tap_axes = [rows, Axis.named("Taps", taps)]
@@ -283,7 +218,7 @@ def _pool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     local = b.emit(ZipOp([flat_indices], Expr.operand(0).binary("mod", Expr.const(size, "i64")),
                          AxesTensorType("i64", tap_axes), f"{node}.grad"))  # fmt: skip
     flat_g = b.emit(RegroupOp(g, AxesTensorType(t.elem, tap_axes), f"{node}.grad"))
-    zeros = _zeros(b, b.emit(RegroupOp(x, plane, f"{node}.grad")), node)
+    zeros = zeros_like(b, b.emit(RegroupOp(x, plane, f"{node}.grad")), node)
     operands = [zeros, local, flat_g]
     scattered = b.emit(ScatterElementsOp(operands, [plane], f"{node}.grad", axis=1, reduction="add"))
     b.send(x, b.emit(RegroupOp(scattered, t, f"{node}.grad")))
@@ -297,13 +232,13 @@ def _gather(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     t, it = type_of(data), type_of(indices)
     rows = Axis.named("Picked", element_count(it.shape))
     # Negative indices count from the end, as the gather read them.
-    extent = _extent(b, t.shape[0], it.elem.name, node)
+    extent = extent_scalar(b, t.shape[0], it.elem.name, node)
     picked = b.emit(RegroupOp(indices, AxesTensorType(it.elem, [rows, Axis.named("Unit", 1)]), f"{node}.grad"))
     zero = Expr.const(0, it.elem.name)
     wrap = Expr.select(Expr.operand(0).binary("less", zero), Expr.operand(0) + Expr.operand(1), Expr.operand(0))
     picked = b.emit(ZipOp([picked, extent], wrap, type_of(picked), f"{node}.grad"))
     updates = b.emit(RegroupOp(g, AxesTensorType(t.elem, [rows, *t.axes[1:]]), f"{node}.grad"))
-    zeros = _zeros(b, data, node)
+    zeros = zeros_like(b, data, node)
     b.send(data, b.emit(ScatterNDOp([zeros, picked, updates], [t], f"{node}.grad", reduction="add")))
 
 

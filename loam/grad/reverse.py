@@ -18,7 +18,8 @@ from loam.dialects.expr import Expr
 from loam.dialects.kernel import ConstantOp, ReduceOp, RegroupOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import UnsupportedError
-from loam.grad.clauses import clause_for, is_float, node_of, type_of
+from loam.grad.base import is_float, node_of, type_of
+from loam.grad.clauses import clause_for
 
 
 class Reverse:

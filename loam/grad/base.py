@@ -1,0 +1,93 @@
+"""What every grad clause is written with: the `Backward` it emits into, and the small pieces several
+clauses build (a permuted value, zeros, an extent as a scalar, a sum kept at extent 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from xdsl.dialects.builtin import ArrayAttr, StringAttr
+from xdsl.ir import Operation, SSAValue
+
+from loam.dialects.expr import Expr
+from loam.dialects.kernel import ConstantOp, PermuteOp, ReduceOp, ZipOp
+from loam.dialects.shape_poly import ExtentAttr
+from loam.dialects.tensor_axes import AxesTensorType, Axis
+from loam.errors import UnsupportedError
+from loam.grad.elementwise import FLOATS
+from loam.poly import Poly
+
+
+class Backward(Protocol):
+    """What a clause emits into (`loam.grad.reverse.Reverse`)."""
+
+    needed: set[SSAValue]
+    adjoint: dict[SSAValue, SSAValue]
+
+    def emit(self, op: Operation) -> SSAValue: ...
+
+    def send(self, value: SSAValue, grad: SSAValue) -> None: ...
+
+    def zip(self, inputs: Sequence[SSAValue], expr: Expr, result: AxesTensorType, node: str) -> SSAValue: ...
+
+    def unbroadcast(self, grad: SSAValue, target: AxesTensorType, node: str) -> SSAValue: ...
+
+
+Clause = Callable[[Backward, Operation, SSAValue, str], None]
+
+
+def type_of(value: SSAValue) -> AxesTensorType:
+    t = value.type
+    assert isinstance(t, AxesTensorType)
+    return t
+
+
+def is_float(value: SSAValue) -> bool:
+    return isinstance(value.type, AxesTensorType) and value.type.elem.name in FLOATS
+
+
+def node_of(op: Operation) -> str:
+    node = op.properties.get("node")
+    return node.data if isinstance(node, StringAttr) else op.name
+
+
+def refuse(op: Operation, why: str = "no grad clause for this kernel yet") -> UnsupportedError:
+    return UnsupportedError(f"{op.name} '{node_of(op)}': {why} (a gradient asked for passes through it)")
+
+
+def static_extents(op: Operation, t: AxesTensorType, first: int = 0) -> tuple[int, ...]:
+    """`t`'s extents from axis `first` on, which the clause needs known at build time (the batch axis,
+    before `first`, may be a symbol)."""
+    if not all(e.is_const for e in t.shape[first:]):
+        raise refuse(op, f"its grad clause needs static extents, and it has [{', '.join(map(str, t.shape))}]")
+    return (*(0 for _ in t.shape[:first]), *(e.const_value for e in t.shape[first:]))
+
+
+def permuted(b: Backward, value: SSAValue, perm: Sequence[int], node: str) -> SSAValue:
+    """`value` with its axes permuted by `perm` (`kernel.permute`)."""
+    t = type_of(value)
+    return b.emit(PermuteOp(value, perm, AxesTensorType(t.elem, [t.axes[p] for p in perm]), f"{node}.grad"))
+
+
+def extent_scalar(b: Backward, extent: Poly, elem: str, node: str) -> SSAValue:
+    """A scalar of `elem` holding `extent`: a constant, or a value the run computes from its extents."""
+    return b.emit(ConstantOp(ArrayAttr([ExtentAttr(extent)]), AxesTensorType(elem, []), f"{node}.grad"))
+
+
+def zeros_like(b: Backward, like: SSAValue, node: str) -> SSAValue:
+    """Zeros of `like`'s type (a zip of a constant over it: `like`'s values never read)."""
+    t = type_of(like)
+    return b.emit(ZipOp([like], Expr.const(0.0, t.elem.name), t, f"{node}.grad"))
+
+
+def kept_type(t: AxesTensorType, axes: Sequence[int]) -> AxesTensorType:
+    """`t` with each of `axes` kept at extent 1 (a reduction's keepdims result)."""
+    return AxesTensorType(t.elem, [Axis.named("Unit", 1) if a in axes else ax for a, ax in enumerate(t.axes)])
+
+
+def sum_kept(b: Backward, value: SSAValue, axes: Sequence[int], node: str) -> SSAValue:
+    """`value` summed over `axes`, kept at extent 1."""
+    return b.emit(
+        ReduceOp([value], [kept_type(type_of(value), axes)], f"{node}.grad", kind="sum", axes=tuple(axes), keepdims=1)
+    )
