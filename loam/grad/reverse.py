@@ -18,8 +18,9 @@ from loam.dialects.expr import Expr
 from loam.dialects.kernel import ConstantOp, ReduceOp, RegroupOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import UnsupportedError
-from loam.grad.base import is_float, node_of, type_of
-from loam.grad.clauses import clause_for
+from loam.grad.base import is_float, node_of, type_of, zeros_like
+from loam.grad.clauses import clause_for, reads_every_result
+from loam.poly import Poly
 
 
 class Reverse:
@@ -74,8 +75,11 @@ class Reverse:
         have = type_of(grad)
         if have.shape == target.shape:
             return grad
+        # Summed: the axes the operand lacks and those it has at extent 1 where the result has more.  An
+        # extent spelled otherwise (min(128, S) against S) is one the build owes equal, not a broadcast.
         offset = have.rank - target.rank
-        axes = [a for a in range(have.rank) if a < offset or (target.shape[a - offset] != have.shape[a])]
+        one = Poly.const(1)
+        axes = [a for a in range(have.rank) if a < offset or (target.shape[a - offset] == one != have.shape[a])]
         kept = [ax for a, ax in enumerate(have.axes) if a not in axes]
         summed = self.emit(
             ReduceOp([grad], [AxesTensorType(have.elem, kept)], f"{node}.grad_unbroadcast",
@@ -95,9 +99,12 @@ class Reverse:
         if isinstance(op, (WeightOp, ConstantOp)) or not any(is_float(v) for v in op.operands):
             return  # a gradient stops here: nothing it could flow into is a float
         result = op.results[0]
-        if result not in self.adjoint:
-            raise UnsupportedError(f"{op.name} '{node_of(op)}': a gradient reaches only its second result")
-        clause_for(op)(self, op, self.adjoint[result], value_node(result))
+        g = self.adjoint.get(result)
+        if g is None:
+            if not reads_every_result(op):
+                raise UnsupportedError(f"{op.name} '{node_of(op)}': a gradient reaches only its later results")
+            g = zeros_like(self, result, value_node(result))
+        clause_for(op)(self, op, g, value_node(result))
 
 
 def value_node(value: SSAValue) -> str:
