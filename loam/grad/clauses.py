@@ -18,8 +18,11 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
   dilations; dw = conv(x^T, g^T) with strides and dilations exchanged, permuted back; db = sum(g);
 - `kernel.pool` max: the pool again with indices, and g scattered (added) to the tap each window kept
   (the first maximum, as ONNX's indices say);
-- `kernel.gather` along axis 0 (an embedding lookup): g's rows added into the rows they were read
-  from (`kernel.scatter_nd` with reduction add; a negative index counts from the end).
+- `kernel.gather` (an embedding lookup, a pooler's first token): g's rows added into the rows they were
+  read from (`kernel.scatter_nd` with reduction add, the gathered axis first; a negative index counts
+  from the end);
+- `kernel.slice`, `kernel.pad`, `kernel.concat`, `kernel.split`: `loam.grad.movement`;
+- `kernel.normalize` (layer normalization): `loam.grad.normalization`.
 
 Any other op (or an unsupported case of one of these) raises UnsupportedError naming it and its node.
 """
@@ -48,6 +51,7 @@ from loam.dialects.kernel import (
 )
 from loam.dialects.kernel.base import element_count
 from loam.dialects.tensor_axes import AxesTensorType, Axis
+from loam.grad import movement, normalization
 from loam.grad.base import (
     Backward,
     Clause,
@@ -227,9 +231,14 @@ def _pool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
 def _gather(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, GatherOp)
     data, indices = op.inputs[0], op.inputs[1]
-    if op.param("axis") != 0:
-        raise refuse(op, "no grad clause for a gather along another axis than 0 yet")
+    axis = int(op.param("axis"))  # type: ignore[call-overload]
     t, it = type_of(data), type_of(indices)
+    # Along another axis, the same with that axis first: data [D_axis, the others], g [the picks, the others].
+    data_perm = [axis, *range(axis), *range(axis + 1, t.rank)]
+    if axis:
+        picks = list(range(axis, axis + it.rank))
+        g = permuted(b, g, [*picks, *range(axis), *range(axis + it.rank, type_of(g).rank)], node)
+        t = AxesTensorType(t.elem, [t.axes[a] for a in data_perm])
     rows = Axis.named("Picked", element_count(it.shape))
     # Negative indices count from the end, as the gather read them.
     extent = extent_scalar(b, t.shape[0], it.elem.name, node)
@@ -238,8 +247,11 @@ def _gather(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     wrap = Expr.select(Expr.operand(0).binary("less", zero), Expr.operand(0) + Expr.operand(1), Expr.operand(0))
     picked = b.emit(ZipOp([picked, extent], wrap, type_of(picked), f"{node}.grad"))
     updates = b.emit(RegroupOp(g, AxesTensorType(t.elem, [rows, *t.axes[1:]]), f"{node}.grad"))
-    zeros = zeros_like(b, data, node)
-    b.send(data, b.emit(ScatterNDOp([zeros, picked, updates], [t], f"{node}.grad", reduction="add")))
+    zeros = zeros_like(b, permuted(b, data, data_perm, node) if axis else data, node)
+    scattered = b.emit(ScatterNDOp([zeros, picked, updates], [t], f"{node}.grad", reduction="add"))
+    if axis:
+        scattered = permuted(b, scattered, [data_perm.index(a) for a in range(t.rank)], node)
+    b.send(data, scattered)
 
 
 CLAUSES: dict[type[Operation], Clause] = {
@@ -253,7 +265,15 @@ CLAUSES: dict[type[Operation], Clause] = {
     ReduceOp: _reduce,
     ConvOp: _conv,
     PoolOp: _pool,
+    **movement.CLAUSES,
+    **normalization.CLAUSES,
 }
+
+
+def reads_every_result(op: Operation) -> bool:
+    """Whether `op`'s clause reads each result's adjoint itself, so a gradient may reach any of them
+    (every other clause is given its first result's)."""
+    return type(op) in movement.EVERY_RESULT
 
 
 def clause_for(op: Operation) -> Clause:
