@@ -1,0 +1,76 @@
+"""The grad clauses of the ops that move elements without computing them: slice, pad, concat, split.
+
+Each sends every element of `g` back to the place it was read from, and zeros where nothing was read:
+
+- `kernel.slice` (steps of 1, static bounds): g padded with zeros back to the operand's extents;
+- `kernel.pad` (constant mode, no negative pads): g sliced back to the operand's place;
+- `kernel.concat`: g sliced into the operands' parts (the offsets may be extents the run knows);
+- `kernel.split`: the results' gradients (zeros for a result none reaches) concatenated again.
+"""
+
+from __future__ import annotations
+
+from xdsl.ir import Operation, SSAValue
+
+from loam.dialects.kernel import ConcatOp, PadOp, SliceOp, SplitOp
+from loam.grad.base import Backward, refuse, type_of, zeros_like
+from loam.poly import Poly
+
+
+def _ints(op: Operation, values: object, what: str) -> list[int]:
+    """Slice bounds the clause needs known at build time."""
+    lifted = [Poly.lift(v) for v in values]  # type: ignore[attr-defined]
+    if not all(p.is_const for p in lifted):
+        raise refuse(op, f"its grad clause needs the {what} known at build time, and they are {lifted}")
+    return [p.const_value for p in lifted]
+
+
+def _slice(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, SliceOp)
+    x = op.inputs[0]
+    if any(s != 1 for s in op.param("steps")):  # type: ignore[attr-defined]
+        raise refuse(op, "no grad clause for a slice with steps other than 1 yet")
+    starts, counts = _ints(op, op.param("starts"), "starts"), _ints(op, op.param("counts"), "counts")
+    dims = _ints(op, type_of(x).shape, "operand's extents")
+    ends = [d - s - c for d, s, c in zip(dims, starts, counts, strict=True)]
+    padded = PadOp([g], [type_of(x)], f"{node}.grad", pads=(*starts, *ends), mode="constant", value=0.0)
+    b.send(x, b.emit(padded))
+
+
+def _pad(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, PadOp)
+    x = op.inputs[0]
+    pads = list(op.param("pads"))  # type: ignore[call-overload]
+    if op.param("mode") != "constant" or any(p < 0 for p in pads):
+        raise refuse(op, f"no grad clause for {op.param('mode')} padding or negative pads yet")
+    if len(op.inputs) > 1 and op.inputs[1] in b.needed:
+        raise refuse(op, "no grad clause for a fill value computed from what the gradient is asked of yet")
+    t = type_of(x)
+    cut = SliceOp([g], [t], f"{node}.grad", starts=tuple(Poly.lift(p) for p in pads[: t.rank]),
+                  counts=tuple(t.shape), steps=(1,) * t.rank)  # fmt: skip
+    b.send(x, b.emit(cut))
+
+
+def _concat(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, ConcatOp)
+    axis = int(op.param("axis"))  # type: ignore[call-overload]
+    offset = Poly.const(0)
+    for part in op.inputs:
+        t = type_of(part)
+        if part in b.needed:
+            starts = tuple(offset if a == axis else Poly.const(0) for a in range(t.rank))
+            cut = SliceOp([g], [t], f"{node}.grad", starts=starts, counts=tuple(t.shape), steps=(1,) * t.rank)
+            b.send(part, b.emit(cut))
+        offset = offset + t.shape[axis]
+
+
+def _split(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, SplitOp)
+    parts = [b.adjoint.get(r) or zeros_like(b, r, node) for r in op.outputs]
+    x = op.inputs[0]
+    b.send(x, b.emit(ConcatOp(parts, [type_of(x)], f"{node}.grad", axis=op.param("axis"))))
+
+
+CLAUSES = {SliceOp: _slice, PadOp: _pad, ConcatOp: _concat, SplitOp: _split}
+EVERY_RESULT = frozenset({SplitOp})
+"""The ops whose clause reads the adjoint of each result itself (a gradient may reach any of them)."""
