@@ -1,0 +1,235 @@
+"""Every grad clause that is not elementwise equals central finite differences in float64, at
+hypothesis-drawn shapes and attributes.
+
+Each case is one ONNX operator over drawn float64 operands; the graph adds loss = ReduceSum(y * r) for a
+random r and ONNX's Gradient node of the loss with respect to the operands, so one module computes the loss
+and its gradients (the walk is the same `Reverse` the `differentiate` pass runs).  The oracle is
+(loss(x + h e_i) - loss(x - h e_i)) / 2h, from the module's own forward (which the conformance suite holds
+to onnxruntime), one element at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+
+from loam.testing import build_for, forward_inputs
+
+TRAINING = "ai.onnx.preview.training"
+H = 1e-6
+
+
+@dataclass
+class Case:
+    """One operator node `op` over the float64 inputs `shapes` (all differentiated), its outputs of the
+    shapes `outs` (the loss reads every one); `consts` are int64 initializers it reads (axes, pads, ...)."""
+
+    op: str
+    shapes: dict[str, tuple[int, ...]]
+    outs: list[tuple[int, ...]]
+    attrs: dict[str, object] = field(default_factory=dict)
+    consts: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def model_of(case: Case) -> onnx.ModelProto:
+    inputs = [*case.shapes, *case.consts]
+    ys = [f"y{k}" for k in range(len(case.outs))]
+    nodes = [helper.make_node(case.op, inputs, ys, name="op", **case.attrs)]  # type: ignore[arg-type]
+    terms = []
+    for k, y in enumerate(ys):
+        nodes += [helper.make_node("Mul", [y, f"r{k}"], [f"yr{k}"]),
+                  helper.make_node("ReduceSum", [f"yr{k}"], [f"s{k}"], keepdims=0)]  # fmt: skip
+        terms.append(f"s{k}")
+    nodes.append(helper.make_node("Sum", terms, ["loss"]))
+    diff = list(case.shapes)
+    zs = [f"r{k}" for k in range(len(case.outs))]
+    nodes.append(helper.make_node("Gradient", [*diff, *zs], [f"d_{n}" for n in diff], domain=TRAINING,
+                                  xs=diff, zs=zs, y="loss"))  # fmt: skip
+    value_infos = [helper.make_tensor_value_info(n, TensorProto.DOUBLE, s) for n, s in case.shapes.items()]
+    value_infos += [helper.make_tensor_value_info(f"r{k}", TensorProto.DOUBLE, s) for k, s in enumerate(case.outs)]
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.DOUBLE, [])]
+    outputs += [helper.make_tensor_value_info(f"d_{n}", TensorProto.DOUBLE, case.shapes[n]) for n in diff]
+    initializers = [onnx.numpy_helper.from_array(v, n) for n, v in case.consts.items()]
+    graph = helper.make_graph(nodes, case.op.lower(), value_infos, outputs, initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(TRAINING, 1)])
+
+
+def check(case: Case, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    feeds = {n: rng.standard_normal(s) for n, s in case.shapes.items()}
+    feeds |= {f"r{k}": rng.standard_normal(s) for k, s in enumerate(case.outs)}
+    built = build_for(model_of(case))
+    module = built.module
+    weights = module.Weights.embedded() if hasattr(module.Weights, "embedded") else module.Weights()
+    names = forward_inputs(built)
+
+    def run(values: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return list(module.forward(weights, *[values[n] for n in names]))
+
+    _, *grads = run(feeds)
+    for name, grad in zip(case.shapes, grads, strict=True):
+        numeric = np.zeros_like(feeds[name])
+        for index in np.ndindex(numeric.shape):
+            values = []
+            for sign in (1.0, -1.0):
+                moved = dict(feeds)
+                moved[name] = feeds[name].copy()
+                moved[name][index] += sign * H
+                values.append(float(run(moved)[0]))
+            numeric[index] = (values[0] - values[1]) / (2 * H)
+        np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-6, err_msg=f"{case.op}: d loss / d {name}")
+
+
+dims = st.integers(1, 4)
+SETTINGS = settings(max_examples=4, deadline=None, derandomize=True)
+
+
+def fd_test(draw_case: Callable[[st.DrawFn], Case]) -> Callable[[], None]:
+    @SETTINGS
+    @given(st.composite(draw_case)(), st.integers(0, 2**16))
+    def test(case: Case, seed: int) -> None:
+        check(case, seed)
+
+    test.__doc__ = draw_case.__doc__
+    return test
+
+
+def _matmul(draw: st.DrawFn) -> Case:
+    """MatMul, batched and broadcast over a leading axis."""
+    b, m, k, n = draw(dims), draw(dims), draw(dims), draw(dims)
+    a_shape = (b, m, k) if draw(st.booleans()) else (m, k)
+    return Case("MatMul", {"a": a_shape, "w": (k, n)}, [(*a_shape[:-1], n)])
+
+
+def _gemm(draw: st.DrawFn) -> Case:
+    """Gemm with transB, alpha, beta and a broadcast bias."""
+    m, k, n = draw(dims), draw(dims), draw(dims)
+    return Case("Gemm", {"a": (m, k), "w": (n, k), "c": (n,)}, [(m, n)], {"transB": 1, "alpha": 0.5, "beta": 2.0})
+
+
+def _transpose(draw: st.DrawFn) -> Case:
+    """Transpose by a drawn permutation."""
+    shape = tuple(draw(st.lists(dims, min_size=2, max_size=4)))
+    perm = draw(st.permutations(range(len(shape))))
+    return Case("Transpose", {"x": shape}, [tuple(shape[p] for p in perm)], {"perm": list(perm)})
+
+
+def _reshape(draw: st.DrawFn) -> Case:
+    """Reshape to the flat shape of two groups of axes."""
+    shape = tuple(draw(st.lists(dims, min_size=2, max_size=4)))
+    cut = draw(st.integers(1, len(shape) - 1))
+    out = (int(np.prod(shape[:cut])), int(np.prod(shape[cut:])))
+    return Case("Reshape", {"x": shape}, [out], consts={"shape": np.array(out, np.int64)})
+
+
+def _softmax(draw: st.DrawFn) -> Case:
+    """Softmax and LogSoftmax along a drawn axis."""
+    shape = tuple(draw(st.lists(dims, min_size=1, max_size=3)))
+    op = draw(st.sampled_from(["Softmax", "LogSoftmax"]))
+    return Case(op, {"x": shape}, [shape], {"axis": draw(st.integers(-len(shape), len(shape) - 1))})
+
+
+def _reduce(draw: st.DrawFn) -> Case:
+    """ReduceSum and ReduceMean over drawn axes, keeping them or not."""
+    shape = tuple(draw(st.lists(dims, min_size=1, max_size=3)))
+    axes = sorted(draw(st.sets(st.integers(0, len(shape) - 1), min_size=1)))
+    keep = draw(st.booleans())
+    out = tuple(1 if a in axes else d for a, d in enumerate(shape) if keep or a not in axes)
+    op = draw(st.sampled_from(["ReduceSum", "ReduceMean"]))
+    return Case(op, {"x": shape}, [out], {"keepdims": int(keep)}, {"axes": np.array(axes, np.int64)})
+
+
+def _conv(draw: st.DrawFn) -> Case:
+    """Conv (group 1) with drawn stride and pads and a bias."""
+    n, c, m, size, k = draw(st.integers(1, 2)), draw(dims), draw(dims), draw(st.integers(3, 6)), draw(st.integers(1, 3))
+    stride, pad = draw(st.integers(1, 2)), draw(st.integers(0, 1))
+    if (size + 2 * pad - k) % stride:
+        stride = 1  # the clause covers the strides that read the whole input
+    o = (size + 2 * pad - k) // stride + 1
+    attrs = {"strides": [stride, stride], "pads": [pad] * 4}
+    return Case("Conv", {"x": (n, c, size, size), "w": (m, c, k, k), "b": (m,)}, [(n, m, o, o)], attrs)
+
+
+def _max_pool(draw: st.DrawFn) -> Case:
+    """MaxPool 2x2, stride 2."""
+    n, c, size = draw(st.integers(1, 2)), draw(dims), 2 * draw(st.integers(1, 3))
+    attrs = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    return Case("MaxPool", {"x": (n, c, size, size)}, [(n, c, size // 2, size // 2)], attrs)
+
+
+def _gather(draw: st.DrawFn) -> Case:
+    """Gather along a drawn axis, indices repeated and negative."""
+    shape = tuple(draw(st.lists(st.integers(2, 4), min_size=1, max_size=3)))
+    axis = draw(st.integers(0, len(shape) - 1))
+    count = draw(dims)
+    picks = np.array(draw(st.lists(st.integers(-shape[axis], shape[axis] - 1), min_size=count, max_size=count)))
+    out = (*shape[:axis], count, *shape[axis + 1 :])
+    return Case("Gather", {"x": shape}, [out], {"axis": axis}, {"indices": picks.astype(np.int64)})
+
+
+def _slice(draw: st.DrawFn) -> Case:
+    """Slice with drawn starts and ends (steps of 1) along the last axis."""
+    shape = tuple(draw(st.lists(st.integers(2, 5), min_size=1, max_size=3)))
+    start = draw(st.integers(0, shape[-1] - 1))
+    end = draw(st.integers(start + 1, shape[-1]))
+    consts = {"starts": np.array([start]), "ends": np.array([end]), "axes": np.array([len(shape) - 1])}
+    return Case("Slice", {"x": shape}, [(*shape[:-1], end - start)], consts=consts)
+
+
+def _pad(draw: st.DrawFn) -> Case:
+    """Pad with zeros, drawn begins and ends per axis."""
+    shape = tuple(draw(st.lists(dims, min_size=1, max_size=3)))
+    pads = draw(st.lists(st.integers(0, 2), min_size=2 * len(shape), max_size=2 * len(shape)))
+    out = tuple(d + pads[a] + pads[a + len(shape)] for a, d in enumerate(shape))
+    return Case("Pad", {"x": shape}, [out], consts={"pads": np.array(pads, np.int64)})
+
+
+def _concat(draw: st.DrawFn) -> Case:
+    """Concat of three operands along a drawn axis."""
+    shape = list(draw(st.lists(dims, min_size=1, max_size=3)))
+    axis = draw(st.integers(0, len(shape) - 1))
+    parts = [draw(dims) for _ in range(3)]
+    shapes = {f"x{i}": tuple(p if a == axis else d for a, d in enumerate(shape)) for i, p in enumerate(parts)}
+    out = tuple(sum(parts) if a == axis else d for a, d in enumerate(shape))
+    return Case("Concat", shapes, [out], {"axis": axis})
+
+
+def _split(draw: st.DrawFn) -> Case:
+    """Split into drawn sizes along a drawn axis (every part reaches the loss)."""
+    shape = list(draw(st.lists(dims, min_size=1, max_size=3)))
+    axis = draw(st.integers(0, len(shape) - 1))
+    sizes = [draw(dims) for _ in range(draw(st.integers(2, 3)))]
+    shape[axis] = sum(sizes)
+    parts = [tuple(s if a == axis else d for a, d in enumerate(shape)) for s in sizes]
+    return Case("Split", {"x": tuple(shape)}, parts, {"axis": axis}, {"split": np.array(sizes, np.int64)})
+
+
+def _layer_norm(draw: st.DrawFn) -> Case:
+    """LayerNormalization over the axes from a drawn axis on, scale and bias differentiated too."""
+    shape = tuple(draw(st.lists(st.integers(2, 4), min_size=1, max_size=3)))
+    axis = draw(st.integers(0, len(shape) - 1))
+    norm = shape[axis:]
+    shapes = {"x": shape, "scale": norm, "bias": norm}
+    return Case("LayerNormalization", shapes, [shape], {"axis": axis, "epsilon": 1e-3})
+
+
+test_matmul = fd_test(_matmul)
+test_gemm = fd_test(_gemm)
+test_transpose = fd_test(_transpose)
+test_reshape = fd_test(_reshape)
+test_softmax = fd_test(_softmax)
+test_reduce = fd_test(_reduce)
+test_conv = fd_test(_conv)
+test_max_pool = fd_test(_max_pool)
+test_gather = fd_test(_gather)
+test_slice = fd_test(_slice)
+test_pad = fd_test(_pad)
+test_concat = fd_test(_concat)
+test_split = fd_test(_split)
+test_layer_norm = fd_test(_layer_norm)
