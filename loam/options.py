@@ -12,6 +12,8 @@ The TOML form (paths are relative to the TOML file)::
     inline_weights = false
     outputs = ["logits"]             # cut the graph at these outputs
     checkpoint = "model.safetensors" # or a list of shards, a .gguf, or a model.safetensors.index.json
+    grad = true                      # forward also returns the weights' gradients (`differentiate`)
+    grad_of = ["fc1.weight"]         # with grad: only these weights (default: every float weight)
     [dims]
     N = 4                            # fix a dim_param, or a name inside a spelled one (`N` in `N + 1`)
     [interface]
@@ -57,6 +59,8 @@ _TOP_LEVEL_KEYS = (
     "outputs",
     "checkpoint",
     "checkpoint_names",
+    "grad",
+    "grad_of",
     "dims",
     "interface",
     "layout",
@@ -109,6 +113,8 @@ class Options:
       Hugging Face `*.index.json` naming safetensors shards beside it.
     - `checkpoint_names`: ordered (glob over checkpoint tensor names, graph name template) rules,
       given as a mapping or as pairs; see the module docstring.
+    - `grad`: None (no gradients), or the weights whose gradients forward also returns (`differentiate`;
+      empty: every float weight).  TOML says `grad = true` and `grad_of = [...]`.
 
     Lists given through the Python API are normalized to tuples and `dims` to a read-only mapping,
     so an `Options` never changes after it is made.
@@ -122,6 +128,7 @@ class Options:
     layout: tuple[LayoutRule, ...] = ()
     checkpoints: tuple[Path, ...] = ()
     checkpoint_names: tuple[tuple[str, str], ...] = ()
+    grad: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.architecture is not None and (not isinstance(self.architecture, str) or not self.architecture):
@@ -163,6 +170,8 @@ class Options:
             checkpoints.append(Path(item))
         object.__setattr__(self, "checkpoints", tuple(checkpoints))
         object.__setattr__(self, "checkpoint_names", _name_rules(self.checkpoint_names, "options: 'checkpoint_names'"))
+        if self.grad is not None:
+            object.__setattr__(self, "grad", _check_names(self.grad, "options: 'grad'"))
 
     # -- the TOML file -------------------------------------------------------------------------
 
@@ -227,6 +236,19 @@ class Options:
             names = table["checkpoint_names"]
             expect("checkpoint_names", names, dict, 'a table of "checkpoint glob" = "graph name"')
             kwargs["checkpoint_names"] = _name_rules(names, f"{where}: [checkpoint_names]")
+        if "grad" in table:
+            expect("grad", table["grad"], bool, "true or false")
+        if "grad_of" in table:
+            grad_of = table["grad_of"]
+            expect("grad_of", grad_of, list, "an array of weight names")
+            for item in grad_of:
+                expect("grad_of", item, str, "an array of weight names")
+            if not table.get("grad"):
+                raise OptionsError(
+                    f"{where}: key 'grad_of' names the weights 'grad' differentiates: set grad = true too"
+                )
+        if table.get("grad"):
+            kwargs["grad"] = tuple(table.get("grad_of", ()))
         if "dims" in table:
             dims = table["dims"]
             expect("dims", dims, dict, "a table of name = integer")
@@ -262,13 +284,15 @@ class Options:
         interface: Mapping[str, Iterable[int | str]] | None = None,
         layout: Iterable[LayoutRule] = (),
         checkpoints: Iterable[str | Path] = (),
+        grad: Iterable[str] | None = None,
     ) -> Options:
         """These options with command-line flags applied on top (None / empty: flag not given).
 
         `architecture`, `inline_weights` and `outputs` replace the file's value; `dims` entries
         replace the file's entry of the same name and add the others; `layout` rules from flags
         are consulted *before* the file's rules; `checkpoints` from flags replace the file's list
-        (name all shards on the command line when overriding a sharded checkpoint).
+        (name all shards on the command line when overriding a sharded checkpoint); `grad` (the
+        weights to differentiate, empty for every float weight) replaces the file's.
         """
         changes: dict[str, Any] = {}
         if architecture is not None:
@@ -287,6 +311,8 @@ class Options:
         flag_checkpoints = tuple(checkpoints)
         if flag_checkpoints:
             changes["checkpoints"] = flag_checkpoints
+        if grad is not None:
+            changes["grad"] = tuple(grad)
         return dataclasses.replace(self, **changes)
 
 

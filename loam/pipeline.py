@@ -171,8 +171,8 @@ def build(
     `backend` is `numpy` (the module computes with numpy) or `wgsl` (with WebGPU compute shaders,
     through wgpu); `host_fallback` (wgsl only) runs the kernels that have no WGSL form on the host
     instead of refusing them, and the report lists them; `grad` (weight names, empty for every float
-    weight) makes forward also return each one's gradient `grad.W` from upstream gradients `grad.O`
-    given as inputs after the model's own (`differentiate`)."""
+    weight; None: `options.grad`) makes forward also return each one's gradient `grad.W` from upstream
+    gradients `grad.O` given as inputs after the model's own (`differentiate`)."""
     if backend not in BACKENDS:
         raise UsageError(f"backend '{backend}' is not one of {', '.join(BACKENDS)}")
     if host_fallback and backend != "wgsl":
@@ -184,6 +184,7 @@ def build(
     from loam.passes.pack_quantized import PACKED_ENCODINGS, record_stored_encodings
 
     options = options or Options()
+    grad = options.grad if grad is None else grad
     names = options.checkpoint_names
     table = None
     if options.architecture is not None:

@@ -87,9 +87,10 @@ _EPILOG = """\
 The options file (--options) holds the same settings as the flags:
   architecture = "NAME"      inline_weights = true      outputs = ["y"]
   checkpoint = "weights.safetensors"   (or a list; relative to the file)
+  grad = true                grad_of = ["fc1.weight"]
   [dims]      N = 4
   [[layout]]  pattern = "fc1.weight"  axes = ["Hidden", "In"]  graph = "main" (optional)
-Flags override the file: --outputs, --architecture and --inline-weights replace its value,
+Flags override the file: --outputs, --architecture, --inline-weights and --grad replace its value,
 --dims replaces the same name, --layout rules come before the file's rules, and
 --checkpoint replaces the file's checkpoint list.
 
@@ -118,8 +119,9 @@ axis) and DIR/weights/ (the tensors forward uploads, checked against the checkpo
 
 Gradients: --grad adds the `differentiate` pass after lowering: reverse mode over the kernel ops,
 each op's grad clause written as more kernel ops (elementwise steps, products, layout changes,
-casts, softmax, sums and means, convolutions, max pooling, gathers so far; a kernel with no clause yet stops
-the build naming its node), compiled by the same passes as the forward.  forward(weights, *inputs,
+casts, softmax, sums and means, convolutions, max pooling, gathers, slices, pads, concatenations,
+splits and layer norms so far; a kernel with no clause yet stops the build naming its node),
+compiled by the same passes as the forward.  forward(weights, *inputs,
 *upstream_grads) then returns the outputs and grad.W for each weight (--grad-of NAMES picks them).
 
 Fusion: chains of elementwise kernels and the epilogues of products are fused (the `fuse` pass;
@@ -491,6 +493,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         interface=dict(getattr(args, "interface", [])),
         layout=args.layout,
         checkpoints=args.checkpoint,
+        grad=tuple(args.grad_of or ()) if getattr(args, "grad", False) else None,
     )
 
 
@@ -541,7 +544,7 @@ def _build(args: argparse.Namespace) -> None:
     fuse = None if args.no_fuse else objective
     if args.grad_of and not args.grad:
         raise UsageError("--grad-of names the weights --grad differentiates: give --grad too")
-    grad = tuple(args.grad_of or ()) if args.grad else None
+    grad = options_from_args(args).grad  # the flags', else the options file's
     if args.print_pipeline:
         from loam.architectures import architecture
         from loam.pipeline import pipeline_text

@@ -9,6 +9,7 @@ build naming its node; so do a weight name the program does not read and a weigh
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -177,6 +178,29 @@ def test_loam_build_grad_writes_the_module_and_replays_with_loam_opt(tmp_path: P
     assert 'lower-to-kernel,differentiate{of="fc3.bias","fc1.weight"},pack-quantized' in pipeline.stdout
     refused = loam("build", *common, "--grad-of", "fc3.bias", "-o", str(tmp_path / "h.py"))
     assert refused.returncode == 2 and "give --grad too" in refused.stderr
+    # The options file says the same: grad = true, grad_of = [...]; a flag replaces it.
+    toml = (MLP / "loam.toml").read_text(encoding="utf-8").replace('checkpoint = "', f'checkpoint = "{MLP}/')
+    (tmp_path / "grad.toml").write_text('grad = true\ngrad_of = ["fc2.bias"]\n' + toml, encoding="utf-8")
+    from_file = [str(MLP / "mlp.onnxtext"), "--options", str(tmp_path / "grad.toml"), "--no-cache"]
+    assert loam("build", *from_file, "-o", str(tmp_path / "f.py")).returncode == 0
+    assert "OUTPUTS = ('y', 'grad.fc2.bias')" in (tmp_path / "f.py").read_text(encoding="utf-8")
+    assert loam("build", *from_file, "--grad", "--grad-of", "fc3.bias", "-o", str(tmp_path / "f.py")).returncode == 0
+    assert "OUTPUTS = ('y', 'grad.fc3.bias')" in (tmp_path / "f.py").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"grad_of": ["fc1.weight"]}, "key 'grad_of' names the weights 'grad' differentiates: set grad = true too"),
+        ({"grad": "yes"}, "key 'grad' must be true or false, got a string ('yes')"),
+        ({"grad": True, "grad_of": "fc1.weight"}, "key 'grad_of' must be an array of weight names"),
+    ],
+)
+def test_the_options_files_grad_keys_are_checked(table: dict[str, object], message: str) -> None:
+    with pytest.raises(LoamError, match=re.escape(message)):
+        Options.from_mapping(table, source="grad.toml")
+    assert Options.from_mapping({"grad": True}).grad == ()
+    assert Options.from_mapping({"grad": False, "layout": []}).grad is None
 
 
 def test_forward_backward_backward_and_an_sgd_step_as_training_code_reads_them() -> None:
