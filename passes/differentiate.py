@@ -10,6 +10,9 @@ for, `grad.W` (W's type), after its own outputs.  The ops are visited in reverse
 reaches sends its operands the grad clause of its kind (`loam/grad/clauses.py`, walked by
 `loam.grad.reverse.Reverse`), and the contributions to one value are summed.
 
+The pass leaves a build note on the forward's activations the backward reads (kept from the forward
+until the backward runs): how many, their bytes, the largest.
+
 An op a gradient reaches that has no grad clause yet (an attention kernel, say) stops the pass
 naming the op and its node, as does a weight asked for that no gradient reaches (every path from it
 to the outputs passes an integer, a comparison or a constant).  `of` names the weights (default: every
@@ -28,9 +31,13 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from loam.dialects.kernel import ProgramOp, ReturnOp, WeightOp
+from loam.dialects.kernel.base import element_count
+from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import UnsupportedError
 from loam.grad.base import is_float
-from loam.grad.reverse import Reverse
+from loam.grad.reverse import Reverse, value_node
+from loam.passes.notes import add_notes
+from loam.poly import Poly
 
 GRAD = "grad."
 """The prefix of an upstream gradient's input name and of a weight gradient's output name."""
@@ -45,7 +52,25 @@ class DifferentiatePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for program in [p for p in op.walk() if isinstance(p, ProgramOp)]:
-            _Differentiate(program, self.of).run()
+            saved = _Differentiate(program, self.of).run()
+            add_notes(op, [saved_note(saved)])
+
+
+def saved_note(saved: Sequence[SSAValue]) -> str:
+    """The build note on the activations the backward reads: how many, their bytes, the largest."""
+    sizes = []
+    for value in saved:
+        t = value.type
+        assert isinstance(t, AxesTensorType)
+        sizes.append((Poly.lift(element_count(t.shape)) * (t.elem.bits // 8), value))
+    total = sum((b for b, _ in sizes), Poly.const(0))
+    # Ordered at 64 for every symbolic extent: a representative size, not a bound.
+    largest = sorted(sizes, key=lambda s: -s[0].evaluate(dict.fromkeys(s[0].symbols, 64)))[:3]
+    names = ", ".join(f"'{value_node(v)}' ({b} bytes)" for b, v in largest)
+    return (
+        f"differentiate: the backward reads {len(saved)} of the forward's activations, kept until it runs "
+        f"(before fusion): {total} bytes" + (f"; the largest: {names}" if names else "")
+    )
 
 
 class _Differentiate:
@@ -65,19 +90,23 @@ class _Differentiate:
         rewriter = Rewriter()
         ops = [op for op in self.block.ops if op is not self.ret]
         self.reverse = Reverse(
-            [w.result for w in self.weights], ops, lambda op: rewriter.insert_op(op, InsertPoint.before(self.ret))
+            [w.result for w in self.weights],
+            ops,
+            lambda op: rewriter.insert_op(op, InsertPoint.before(self.ret)),
+            owns_forward=True,
         )
 
-    def run(self) -> None:
-        outputs = list(self.ret.outputs)
+    def run(self) -> list[SSAValue]:
+        """Differentiate; the forward's activations the backward reads."""
         names = [n.data for n in self.ret.output_names.data]
         input_names = [n.data for n in self.program.input_names.data]
-        for value, name in zip(outputs, names, strict=True):
+        for value, name in zip(list(self.ret.outputs), names, strict=True):
             if is_float(value):
                 arg = self.block.insert_arg(value.type, len(self.block.args))
                 input_names.append(GRAD + name)
                 self.reverse.send(value, arg)
         self.reverse.run()
+        outputs = list(self.ret.outputs)  # read again: a clause may have put a forward op in another's place
         grads: list[SSAValue] = []
         for weight in self.weights:
             found = self.reverse.adjoint.get(weight.result)
@@ -90,3 +119,4 @@ class _Differentiate:
         new_ret = ReturnOp([*outputs, *grads], [*names, *(GRAD + w.weight_name.data for w in self.weights)])
         Rewriter().replace_op(self.ret, new_ret)
         self.program.properties["input_names"] = ArrayAttr([StringAttr(n) for n in input_names])
+        return self.reverse.saved()

@@ -33,6 +33,8 @@ class Backward(Protocol):
 
     def unbroadcast(self, grad: SSAValue, target: AxesTensorType, node: str) -> SSAValue: ...
 
+    def replace_forward(self, op: Operation, new: Operation) -> bool: ...
+
 
 Clause = Callable[[Backward, Operation, SSAValue, str], None]
 

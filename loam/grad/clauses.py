@@ -16,8 +16,8 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
   value the run computes where an extent is symbolic);
 - `kernel.conv` (group 1, static extents): dx = conv_transpose(g, w) at the same strides, pads and
   dilations; dw = conv(x^T, g^T) with strides and dilations exchanged, permuted back; db = sum(g);
-- `kernel.pool` max: the pool again with indices, and g scattered (added) to the tap each window kept
-  (the first maximum, as ONNX's indices say);
+- `kernel.pool` max: g scattered (added) to the tap each window kept (the first maximum, as ONNX's
+  indices say), the forward pool returning its indices too;
 - `kernel.gather` (an embedding lookup, a pooler's first token): g's rows added into the rows they were
   read from (`kernel.scatter_nd` with reduction add, the gathered axis first; a negative index counts
   from the end);
@@ -207,9 +207,16 @@ def _pool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     x = op.inputs[0]
     t = type_of(x)
     index_type = AxesTensorType("i64", type_of(op.outputs[0]).axes)
-    again = PoolOp([x], [type_of(op.outputs[0]), index_type], f"{node}.grad", **{**p, "indices": 1})
-    b.emit(again)
-    indices = again.outputs[1]
+    # Where each window's maximum was: the forward's own indices once its pool returns them too, else the
+    # pool run again in the backward.
+    if p.get("indices"):
+        indices = op.outputs[1]
+    else:
+        with_indices = PoolOp([x], [type_of(op.outputs[0]), index_type], node, **{**p, "indices": 1})
+        if not b.replace_forward(op, with_indices):
+            with_indices = PoolOp([x], [type_of(op.outputs[0]), index_type], f"{node}.grad", **{**p, "indices": 1})
+            b.emit(with_indices)
+        indices = with_indices.outputs[1]
     # Each plane (n, c) scatters apart: a window's kept tap lies in its own plane, at its flat index mod
     # the plane's size; so the scatter runs along rows of H*W (a llvmpipe shader loops over one row, not
     # the whole tensor).

@@ -6,9 +6,11 @@ With x^ = (x - mean) * r, r = 1 / sqrt(var + epsilon) over the normalised axes, 
     d scale = g x^ summed to scale's extents
     d x     = r (d x^ - mean(d x^) - x^ mean(d x^ x^)),   d x^ = g scale,  means over the normalised axes
 
-x^ and r come from the normalize kernel run again with its statistics (`stats`, no scale or bias), in the
-forward's stash type; the clause recomputes them rather than keeping the forward's.  Instance
-normalization (scale and bias along a channel axis) has no clause yet and is refused.
+The mean and r are the forward's: in the `differentiate` pass the clause puts a normalize that also
+returns them (`stats`) in the forward's place, so nothing is computed twice; under ONNX's Gradient node,
+whose forward the lowering still maps, the normalize runs again in the backward for them.  x^ is
+(x - mean) r in the stash type.  Instance normalization (scale and bias along a channel axis) has no
+clause yet and is refused.
 """
 
 from __future__ import annotations
@@ -31,11 +33,9 @@ def _normalize(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert x is not None
     t = type_of(x)
     axes = tuple(op.param("axes"))  # type: ignore[call-overload]
-    stats = AxesTensorType(_STASH[str(op.param("stash"))], kept_type(t, axes).axes)
-    again = NormalizeOp([x], [t, stats, stats], f"{node}.grad", **{**op.params, "stats": 1})
-    b.emit(again)
-    xhat, r = again.outputs[0], again.outputs[2]
+    mean, r = _statistics(b, op, node)
     o = Expr.operand
+    xhat = b.zip([x, mean, r], ((o(0).cast(type_of(r).elem.name) - o(1)) * o(2)).cast(t.elem.name), t, f"{node}.grad")
     if bias is not None and bias in b.needed:
         b.send(bias, b.unbroadcast(g, type_of(bias), node))
     if scale is not None and scale in b.needed:
@@ -49,6 +49,21 @@ def _normalize(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         moments.append(b.emit(reduce))
     expr = o(0).cast(t.elem.name) * (o(1) - o(2) - o(3) * o(4))
     b.send(x, b.zip([r, dxhat, moments[0], xhat, moments[1]], expr, t, f"{node}.grad"))
+
+
+def _statistics(b: Backward, op: NormalizeOp, node: str) -> tuple[SSAValue, SSAValue]:
+    """The mean and 1 / sqrt(var + epsilon) of `op`'s normalised axes: its own results, once the forward
+    op is one that returns them too, else a normalize kernel run again in the backward."""
+    if op.param("stats"):
+        return op.outputs[1], op.outputs[2]
+    t = type_of(op.inputs[0])
+    stats = AxesTensorType(_STASH[str(op.param("stash"))], kept_type(t, tuple(op.param("axes"))).axes)  # type: ignore[call-overload]
+    with_stats = NormalizeOp(list(op.inputs), [type_of(op.outputs[0]), stats, stats], node, **{**op.params, "stats": 1})
+    if b.replace_forward(op, with_stats):
+        return with_stats.outputs[1], with_stats.outputs[2]
+    again = NormalizeOp([op.inputs[0]], [t, stats, stats], f"{node}.grad", **{**op.params, "stats": 1})
+    b.emit(again)
+    return again.outputs[1], again.outputs[2]
 
 
 CLAUSES = {NormalizeOp: _normalize}

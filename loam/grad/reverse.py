@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Operation, SSAValue
+from xdsl.rewriter import Rewriter
 
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import ConstantOp, ReduceOp, RegroupOp, WeightOp, ZipOp
@@ -27,10 +28,19 @@ class Reverse:
     """The adjoints of the values that depend on `sources`, from seeds sent to later values."""
 
     def __init__(
-        self, sources: Iterable[SSAValue], ops: Sequence[Operation], emit: Callable[[Operation], object]
+        self,
+        sources: Iterable[SSAValue],
+        ops: Sequence[Operation],
+        emit: Callable[[Operation], object],
+        *,
+        owns_forward: bool = False,
     ) -> None:
         self.ops = ops
         self._emit = emit
+        # Whether a clause may replace a forward op by one that also keeps what its backward reads (the
+        # differentiate pass's program); a Gradient node's lowering still maps ONNX values to the old ops.
+        self.owns_forward = owns_forward
+        self.emitted: list[Operation] = []
         self.adjoint: dict[SSAValue, SSAValue] = {}
         # The values a gradient asked for flows through: those the sources reach going forward.  Only
         # these get an adjoint (an input's or another weight's is never computed).
@@ -44,7 +54,33 @@ class Reverse:
 
     def emit(self, op: Operation) -> SSAValue:
         self._emit(op)
+        self.emitted.append(op)
         return op.results[0]
+
+    def replace_forward(self, op: Operation, new: Operation) -> bool:
+        """Put `new` in forward op `op`'s place, its first results standing for `op`'s (a kernel that also
+        returns what the backward reads, so nothing is computed twice); False where the forward is not
+        the walk's to change, and the clause recomputes instead."""
+        if not self.owns_forward:
+            return False
+        Rewriter().replace_op(op, new, new.results[: len(op.results)])
+        return True
+
+    def saved(self) -> list[SSAValue]:
+        """The forward's activations the backward reads (kept from the forward until the backward runs):
+        results of forward ops other than weights and constants that an emitted op reads."""
+        emitted = set(map(id, self.emitted))
+        found: dict[SSAValue, None] = {}
+        for op in self.emitted:
+            for v in op.operands:
+                owner = v.owner
+                if (
+                    isinstance(owner, Operation)
+                    and id(owner) not in emitted
+                    and not isinstance(owner, WeightOp | ConstantOp)
+                ):
+                    found[v] = None
+        return list(found)
 
     def zip(self, inputs: Sequence[SSAValue], expr: Expr, result: AxesTensorType, node: str) -> SSAValue:
         """A zip computing `expr` over the `inputs` it reads (the gradient itself where that is all it is),

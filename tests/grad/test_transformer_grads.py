@@ -84,3 +84,17 @@ def test_the_gradients_of_every_weight_are_torch_autograds(model: str, backend: 
         dots = (projections(name, value.shape) * value).reshape(8, -1).sum(1)
         bound = 1e-4 * norm * np.sqrt(value.size) + 1e-6  # |R| is about sqrt(size): a tenth of a per mille of |g||R|
         assert np.all(np.abs(dots - want[f"proj.{name}"]) <= bound), (name, dots, want[f"proj.{name}"], bound)
+
+
+def test_the_backward_reads_the_forwards_layer_norm_statistics_and_the_note_counts_what_it_keeps() -> None:
+    """GPT-2's five layer norms each run once (their kernel also returns the mean and 1/std the backward
+    reads), and the build note gives the saved activations' bytes as a polynomial in the symbolic extents."""
+    from loam.dialects.kernel import NormalizeOp
+
+    here = MODELS / "tiny_gpt2"
+    options = replace(Options.from_toml(here / "decoder.loam.toml"), checkpoints=(here / "tiny_gpt2.safetensors",))
+    result = build(here / "decoder.onnxtext", options=options, grad=(), fuse=None)
+    normalizes = [op for op in result.ir.walk() if isinstance(op, NormalizeOp)]
+    assert len(normalizes) == 5 and all(op.param("stats") == 1 for op in normalizes)
+    (note,) = [n for n in result.notes if n.startswith("differentiate:")]
+    assert "batch_size*sequence_length" in note and "the largest: '/transformer/h.1/mlp" in note, note
