@@ -17,16 +17,22 @@ from loam.backends.module_classes import tuple_class_source
 from loam.passes.differentiate import GRAD
 
 
-def grads_source(output_names: Sequence[str], weight_attrs: dict[str, str], params: Sequence[str]) -> str:
+def grads_source(
+    output_names: Sequence[str], weight_attrs: dict[str, str], input_params: dict[str, str], params: Sequence[str]
+) -> str:
     """The module's gradient API over its `forward` (whose outputs are `output_names`), `weight_attrs`
-    mapping each weight's graph name to its `Weights` attribute in `Weights(...)`'s order, and forward's
-    parameters `params` (weights first)."""
+    mapping each weight's graph name to its `Weights` attribute in `Weights(...)`'s order,
+    `input_params` each input's to its parameter of forward, and forward's parameters `params` (weights
+    first).  A gradient's field in `Grads` is its weight's attribute or its input's parameter."""
     first = next(i for i, n in enumerate(output_names) if n.startswith(GRAD))
     model = list(output_names[:first])
     grads = output_names[first:]
-    attrs = [weight_attrs[n[len(GRAD) :]] for n in grads]
+    attrs = [{**input_params, **weight_attrs}[n[len(GRAD) :]] for n in grads]
     call = ", ".join(params)
-    doc = f"The weights' gradients forward_backward computes, by Weights attribute: {', '.join(map(repr, grads))}."
+    doc = (
+        "The gradients forward_backward computes, by Weights attribute (an input's: by forward's parameter): "
+        f"{', '.join(map(repr, grads))}."
+    )
     lines = [tuple_class_source("Grads", attrs, doc, [f"ONNX output {n!r}" for n in grads]).rstrip("\n")]
     outputs = "out[0]" if first == 1 else f"tuple(out[:{first}])"
     lines += [

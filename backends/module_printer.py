@@ -466,7 +466,8 @@ class ModulePrinter:
         parts.append(self.forward_source(params, prologue, body, ret, out_fields))
         if any(n.startswith(GRAD) for n in output_names):  # built with gradients (`differentiate`)
             attrs = {op.weight_name.data: attr for op, attr in weights}
-            parts.append(grads_source(output_names, attrs, ["weights", *params]))
+            inputs = dict(zip((n.data for n in self.program.input_names.data), params, strict=True))
+            parts.append(grads_source(output_names, attrs, inputs, ["weights", *params]))
         if self.decode_state:
             self.pieces.add("DecodeState")
             parts.append(decode_state_source(self.program, self.decode_state, self.value_text, out_fields))

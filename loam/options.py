@@ -13,7 +13,7 @@ The TOML form (paths are relative to the TOML file)::
     outputs = ["logits"]             # cut the graph at these outputs
     checkpoint = "model.safetensors" # or a list of shards, a .gguf, or a model.safetensors.index.json
     grad = true                      # forward also returns the weights' gradients (`differentiate`)
-    grad_of = ["fc1.weight"]         # with grad: only these weights (default: every float weight)
+    grad_of = ["fc1.weight"]         # with grad: only these weights (or float inputs); default: every float weight
     [dims]
     N = 4                            # fix a dim_param, or a name inside a spelled one (`N` in `N + 1`)
     [interface]

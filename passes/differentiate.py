@@ -6,17 +6,18 @@ chains too) and printed by either backend with the kernels it already has.
 
 After `lower-to-kernel`, for a `kernel.program` with outputs O and weights W: the program gains one
 input per float output, `grad.O` (the upstream gradient, O's type), and one output per weight asked
-for, `grad.W` (W's type), after its own outputs.  The ops are visited in reverse; each op a gradient
-reaches sends its operands the grad clause of its kind (`loam/grad/clauses.py`, walked by
-`loam.grad.reverse.Reverse`), and the contributions to one value are summed.
+for, `grad.W` (W's type), after its own outputs, then one per float input asked for, `grad.X`.  The
+ops are visited in reverse; each op a gradient reaches sends its operands the grad clause of its kind
+(`loam/grad/clauses.py`, walked by `loam.grad.reverse.Reverse`), and the contributions to one value
+are summed.
 
 The pass leaves a build note on the forward's activations the backward reads (kept from the forward
 until the backward runs): how many, their bytes, the largest.
 
 An op a gradient reaches that has no grad clause yet (an attention kernel, say) stops the pass
 naming the op and its node, as does a weight asked for that no gradient reaches (every path from it
-to the outputs passes an integer, a comparison or a constant).  `of` names the weights (default: every
-float weight).
+to the outputs passes an integer, a comparison or a constant).  `of` names the weights and inputs
+(default: every float weight).
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ class DifferentiatePass(ModulePass):
             add_notes(op, [saved_note(saved)])
 
 
+def _listed(names: Sequence[str]) -> str:
+    return (", ".join(names[:8]) + (", ..." if len(names) > 8 else "")) or "none"
+
+
 def saved_note(saved: Sequence[SSAValue]) -> str:
     """The build note on the activations the backward reads: how many, their bytes, the largest."""
     sizes = []
@@ -80,17 +85,21 @@ class _Differentiate:
         self.ret = program.return_op
         weights = [w for w in self.block.ops if isinstance(w, WeightOp) and is_float(w.result)]
         names = [w.weight_name.data for w in weights]
-        unknown = [n for n in of if n not in names]
+        input_names = [n.data for n in program.input_names.data]
+        inputs = [(n, a) for n, a in zip(input_names, self.block.args, strict=True) if is_float(a)]
+        unknown = [n for n in of if n not in names and n not in dict(inputs)]
         if unknown:
             raise UnsupportedError(
                 f"grad_of names {', '.join(repr(n) for n in unknown)}, which the program reads as no float weight "
-                f"(its float weights: {', '.join(names[:8])}{', ...' if len(names) > 8 else ''})"
+                f"or input (its float weights: {_listed(names)}; its float inputs: {_listed([n for n, _ in inputs])})"
             )
-        self.weights = [w for w in weights if not of or w.weight_name.data in of]
+        # Asked for: the weights and inputs `of` names, or every float weight.
+        self.sources = [(w.weight_name.data, w.result) for w in weights if not of or w.weight_name.data in of]
+        self.sources += [(n, a) for n, a in inputs if n in of]
         rewriter = Rewriter()
         ops = [op for op in self.block.ops if op is not self.ret]
         self.reverse = Reverse(
-            [w.result for w in self.weights],
+            [v for _, v in self.sources],
             ops,
             lambda op: rewriter.insert_op(op, InsertPoint.before(self.ret)),
             owns_forward=True,
@@ -108,15 +117,16 @@ class _Differentiate:
         self.reverse.run()
         outputs = list(self.ret.outputs)  # read again: a clause may have put a forward op in another's place
         grads: list[SSAValue] = []
-        for weight in self.weights:
-            found = self.reverse.adjoint.get(weight.result)
+        for name, value in self.sources:
+            found = self.reverse.adjoint.get(value)
             if found is None:
+                kind = "weight" if isinstance(value.owner, WeightOp) else "input"
                 raise UnsupportedError(
-                    f"no gradient reaches weight '{weight.weight_name.data}' from the outputs: every path from it "
+                    f"no gradient reaches {kind} '{name}' from the outputs: every path from it "
                     "passes an integer, a comparison or a step with no derivative"
                 )
             grads.append(found)
-        new_ret = ReturnOp([*outputs, *grads], [*names, *(GRAD + w.weight_name.data for w in self.weights)])
+        new_ret = ReturnOp([*outputs, *grads], [*names, *(GRAD + n for n, _ in self.sources)])
         Rewriter().replace_op(self.ret, new_ret)
         self.program.properties["input_names"] = ArrayAttr([StringAttr(n) for n in input_names])
         return self.reverse.saved()

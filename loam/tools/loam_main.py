@@ -122,7 +122,8 @@ each op's grad clause written as more kernel ops (elementwise steps, products, l
 casts, softmax, sums and means, convolutions, max pooling, gathers, slices, pads, concatenations,
 splits and layer norms so far; a kernel with no clause yet stops the build naming its node),
 compiled by the same passes as the forward.  forward(weights, *inputs,
-*upstream_grads) then returns the outputs and grad.W for each weight (--grad-of NAMES picks them).
+*upstream_grads) then returns the outputs and grad.W for each weight (--grad-of NAMES picks them,
+and may name a float input for its grad.X).
 
 Fusion: chains of elementwise kernels and the epilogues of products are fused (the `fuse` pass;
 objective memory for numpy, dispatch for wgsl) unless --no-fuse; --fuse-objective picks the
@@ -244,7 +245,7 @@ def build_parser() -> CliParser:
         "--grad-of",
         metavar="NAMES",
         type=lambda text: tuple(n for n in text.split(",") if n),
-        help="with --grad: only these weights (comma-separated graph names)",
+        help="with --grad: only these weights, and these float inputs too (comma-separated graph names)",
     )
     build.add_argument("--no-fuse", action="store_true", help="build without the fuse pass (see below)")
     build.add_argument(

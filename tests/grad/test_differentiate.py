@@ -89,8 +89,30 @@ def test_the_mlp_returns_every_weights_gradient(backend: str) -> None:
 def test_grad_of_picks_the_weights_and_refuses_a_name_the_program_does_not_read() -> None:
     module = build(MLP / "mlp.onnxtext", options=OPTIONS, grad=("fc3.weight",)).module
     assert list(module.OUTPUTS) == ["y", "grad.fc3.weight"]
-    with pytest.raises(LoamError, match=r"grad_of names 'fc9.weight', which the program reads as no float weight"):
+    with pytest.raises(
+        LoamError, match=r"grad_of names 'fc9.weight', which the program reads as no float weight or input"
+    ):
         build(MLP / "mlp.onnxtext", options=OPTIONS, grad=("fc9.weight",))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "wgsl"])
+def test_grad_of_an_input_gives_its_gradient_in_grads_by_forwards_parameter(backend: str) -> None:
+    """d(sum(y * g))/dx = dh1 @ fc1.weight, from the hand-derived float64 backward."""
+    if backend == "wgsl":
+        pytest.importorskip("wgpu")
+    fuse = "dispatch" if backend == "wgsl" else "memory"
+    module = build(MLP / "mlp.onnxtext", options=OPTIONS, grad=("x", "fc1.bias"), backend=backend, fuse=fuse).module
+    assert list(module.OUTPUTS) == ["y", "grad.fc1.bias", "grad.x"] and module.Grads._fields == ("fc1_bias", "x")
+    weights = module.Weights.load_file([str(c) for c in OPTIONS.checkpoints])
+    rng = np.random.default_rng(7)
+    x, g = rng.standard_normal((4, 8)).astype(np.float32), rng.standard_normal((4, 3)).astype(np.float32)
+    _, grads = module.forward_backward(weights, x, g)
+    p = params64(module)
+    _, (h1, _, h2, _) = forward64(p, x.astype(np.float64))
+    dh2 = (g @ p["fc3.weight"].T) * (h2 > 0)
+    dh1 = (dh2 @ p["fc2.weight"].T) * (h1 > 0)
+    np.testing.assert_allclose(grads.x, dh1 @ p["fc1.weight"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(grads.fc1_bias, dh1.sum(0), rtol=1e-4, atol=1e-5)
 
 
 def test_a_kernel_with_no_grad_clause_yet_stops_the_build_naming_its_node() -> None:
