@@ -12,8 +12,10 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
   floats: the gradient cast back;
 - `kernel.softmax`: softmax y * (g - sum(g * y)), log_softmax g - exp(y) * sum(g), over its axes;
   hardmax sends nothing (it is piecewise constant);
-- `kernel.reduce` sum and mean: g spread over the reduced axes (divided by their count for mean, a
-  value the run computes where an extent is symbolic);
+- `kernel.reduce`: sum and mean spread g over the reduced axes (divided by their count for mean, a
+  value the run computes where an extent is symbolic); max and min share it evenly among the elements
+  equal to the extreme (torch's amax); l1, l2, sum_square, log_sum and log_sum_exp by their derivative;
+  prod is refused (a zero element would divide);
 - `kernel.conv` (group 1, static extents): dx = conv_transpose(g, w) at the same strides, pads and
   dilations; dw = conv(x^T, g^T) with strides and dilations exchanged, permuted back; db = sum(g);
 - `kernel.pool` max: g scattered (added) to the tap each window kept (the first maximum, as ONNX's
@@ -30,6 +32,7 @@ Any other op (or an unsupported case of one of these) raises UnsupportedError na
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from xdsl.ir import Operation, SSAValue
 
@@ -144,21 +147,48 @@ def _softmax(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         b.send(x, b.zip([g, y, s], expr, t, f"{node}.grad"))
 
 
+# What x receives from the gradient g of y = reduce(x), both kept at x's rank (operands: x, y, g), in
+# x's element type.
+_x, _y, _g = (Expr.operand(i) for i in range(3))
+_REDUCE_VJP: dict[str, Callable[[str], Expr]] = {
+    "l1": lambda e: _g * _x.unary("sign"),
+    "l2": lambda e: Expr.select(_y.binary("equal", Expr.const(0.0, e)), Expr.const(0.0, e), _g * _x / _y),
+    "sum_square": lambda e: _g * _x * Expr.const(2.0, e),
+    "log_sum": lambda e: _g / _y.unary("exp"),
+    "log_sum_exp": lambda e: _g * (_x - _y).unary("exp"),
+}
+
+
 def _reduce(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, ReduceOp)
     x = op.inputs[0]
-    kind = op.param("kind")
+    kind = str(op.param("kind"))
     axes = tuple(op.param("axes"))  # type: ignore[arg-type]
-    if kind not in ("sum", "mean"):
+    if kind not in ("sum", "mean", "max", "min", *_REDUCE_VJP):
         raise refuse(op, f"no grad clause for reduce {kind} yet")
     t = type_of(x)
-    kept = g if op.param("keepdims") else b.emit(RegroupOp(g, kept_type(t, axes), f"{node}.grad"))
+    elem = t.elem.name
+
+    def kept(value: SSAValue) -> SSAValue:
+        return value if op.param("keepdims") else b.emit(RegroupOp(value, kept_type(t, axes), f"{node}.grad"))
+
+    gk = kept(g)
     if kind == "sum":
-        b.send(x, b.emit(ZipOp([kept], Expr.operand(0), t, f"{node}.grad")))
+        b.send(x, b.emit(ZipOp([gk], Expr.operand(0), t, f"{node}.grad")))
         return
-    counted = extent_scalar(b, Poly.lift(element_count([t.shape[a] for a in axes])), "i64", node)
-    spread = Expr.operand(0) / Expr.operand(1).cast(t.elem.name)
-    b.send(x, b.emit(ZipOp([kept, counted], spread, t, f"{node}.grad")))
+    if kind == "mean":
+        counted = extent_scalar(b, Poly.lift(element_count([t.shape[a] for a in axes])), "i64", node)
+        spread = Expr.operand(0) / Expr.operand(1).cast(elem)
+        b.send(x, b.emit(ZipOp([gk, counted], spread, t, f"{node}.grad")))
+        return
+    yk = kept(op.outputs[0])
+    if kind in ("max", "min"):  # g shared evenly by the elements equal to the extreme (torch's amax, amin)
+        one, zero = Expr.const(1.0, elem), Expr.const(0.0, elem)
+        hits = b.zip([x, yk], Expr.select(_x.binary("equal", _y), one, zero), t, f"{node}.grad")
+        ties = sum_kept(b, hits, axes, node)
+        b.send(x, b.zip([hits, ties, gk], Expr.operand(0) / Expr.operand(1) * Expr.operand(2), t, f"{node}.grad"))
+        return
+    b.send(x, b.zip([x, yk, gk], _REDUCE_VJP[kind](elem), t, f"{node}.grad"))
 
 
 # -- convolution and pooling ----------------------------------------------------------------------------
