@@ -23,8 +23,10 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
 - `kernel.gather` (an embedding lookup, a pooler's first token): g's rows added into the rows they were
   read from (`kernel.scatter_nd` with reduction add, the gathered axis first; a negative index counts
   from the end);
-- `kernel.slice`, `kernel.pad`, `kernel.concat`, `kernel.split`: `loam.grad.movement`;
-- `kernel.normalize` (layer normalization): `loam.grad.normalization`.
+- `kernel.cumsum`: g summed cumulatively the other way (as exclusive as the forward);
+- `kernel.slice`, `kernel.pad`, `kernel.concat`, `kernel.split`, `kernel.tile`, `kernel.trilu`:
+  `loam.grad.movement`; `kernel.gather_elements`, `kernel.topk`: `loam.grad.indexing`;
+- `kernel.normalize` (layer and instance normalization): `loam.grad.normalization`.
 
 Any other op (or an unsupported case of one of these) raises UnsupportedError naming it and its node.
 """
@@ -41,6 +43,7 @@ from loam.dialects.kernel import (
     CastOp,
     ConvOp,
     ConvTransposeOp,
+    CumSumOp,
     GatherOp,
     MatmulOp,
     PermuteOp,
@@ -54,7 +57,7 @@ from loam.dialects.kernel import (
 )
 from loam.dialects.kernel.base import element_count
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad import movement, normalization
+from loam.grad import indexing, movement, normalization
 from loam.grad.base import (
     Backward,
     Clause,
@@ -191,6 +194,15 @@ def _reduce(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     b.send(x, b.zip([x, yk, gk], _REDUCE_VJP[kind](elem), t, f"{node}.grad"))
 
 
+def _cumsum(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, CumSumOp)
+    x = op.inputs[0]
+    # Element i reaches the sums after it (before it, reversed): g summed the other way, as exclusive.
+    back = CumSumOp([g], [type_of(x)], f"{node}.grad", axis=op.param("axis"), exclusive=op.param("exclusive"),
+                    reverse=1 - int(op.param("reverse")))  # type: ignore[call-overload]  # fmt: skip
+    b.send(x, b.emit(back))
+
+
 # -- convolution and pooling ----------------------------------------------------------------------------
 
 
@@ -302,7 +314,9 @@ CLAUSES: dict[type[Operation], Clause] = {
     ReduceOp: _reduce,
     ConvOp: _conv,
     PoolOp: _pool,
+    CumSumOp: _cumsum,
     **movement.CLAUSES,
+    **indexing.CLAUSES,
     **normalization.CLAUSES,
 }
 

@@ -1,18 +1,22 @@
-"""The grad clauses of the ops that move elements without computing them: slice, pad, concat, split.
+"""The grad clauses of the ops that move elements without computing them: slice, pad, concat, split,
+tile and trilu.
 
 Each sends every element of `g` back to the place it was read from, and zeros where nothing was read:
 
 - `kernel.slice` (steps of 1, static bounds): g padded with zeros back to the operand's extents;
 - `kernel.pad` (constant mode, no negative pads): g sliced back to the operand's place;
 - `kernel.concat`: g sliced into the operands' parts (the offsets may be extents the run knows);
-- `kernel.split`: the results' gradients (zeros for a result none reaches) concatenated again.
+- `kernel.split`: the results' gradients (zeros for a result none reaches) concatenated again;
+- `kernel.tile`: g regrouped to (repeats, extent) per axis and summed over the repeats;
+- `kernel.trilu`: g with the same triangle kept.
 """
 
 from __future__ import annotations
 
 from xdsl.ir import Operation, SSAValue
 
-from loam.dialects.kernel import ConcatOp, PadOp, SliceOp, SplitOp
+from loam.dialects.kernel import ConcatOp, PadOp, ReduceOp, RegroupOp, SliceOp, SplitOp, TileOp, TriluOp
+from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.grad.base import Backward, refuse, type_of, zeros_like
 from loam.poly import Poly
 
@@ -71,6 +75,27 @@ def _split(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     b.send(x, b.emit(ConcatOp(parts, [type_of(x)], f"{node}.grad", axis=op.param("axis"))))
 
 
-CLAUSES = {SliceOp: _slice, PadOp: _pad, ConcatOp: _concat, SplitOp: _split}
+def _tile(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, TileOp)
+    x = op.inputs[0]
+    t = type_of(x)
+    repeats = [int(r) for r in op.param("repeats")]  # type: ignore[attr-defined]
+    # y's axis a is repeats[a] copies of x's axis a one after another: (repeat, element) row-major.
+    split = [ax for a, d in enumerate(t.axes) for ax in (Axis.named(f"Repeats{a}", repeats[a]), d)]
+    blocks = b.emit(RegroupOp(g, AxesTensorType(t.elem, split), f"{node}.grad"))
+    summed = ReduceOp([blocks], [t], f"{node}.grad", kind="sum", axes=tuple(range(0, 2 * t.rank, 2)), keepdims=0)
+    b.send(x, b.emit(summed))
+
+
+def _trilu(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, TriluOp)
+    x = op.inputs[0]
+    kept = TriluOp(
+        [g, *op.inputs[1:]], [type_of(x)], f"{node}.grad", upper=op.param("upper"), offset=op.param("offset")
+    )
+    b.send(x, b.emit(kept))
+
+
+CLAUSES = {SliceOp: _slice, PadOp: _pad, ConcatOp: _concat, SplitOp: _split, TileOp: _tile, TriluOp: _trilu}
 EVERY_RESULT = frozenset({SplitOp})
 """The ops whose clause reads the adjoint of each result itself (a gradient may reach any of them)."""

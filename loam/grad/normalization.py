@@ -1,4 +1,5 @@
-"""The grad clause of `kernel.normalize` as layer normalization (scale and bias broadcast numpy-style).
+"""The grad clause of `kernel.normalize`: layer normalization (scale and bias broadcast numpy-style) and
+instance normalization (scale and bias 1-D along the channel axis).
 
 With x^ = (x - mean) * r, r = 1 / sqrt(var + epsilon) over the normalised axes, and y = x^ * scale + bias:
 
@@ -9,8 +10,7 @@ With x^ = (x - mean) * r, r = 1 / sqrt(var + epsilon) over the normalised axes, 
 The mean and r are the forward's: in the `differentiate` pass the clause puts a normalize that also
 returns them (`stats`) in the forward's place, so nothing is computed twice; under ONNX's Gradient node,
 whose forward the lowering still maps, the normalize runs again in the backward for them.  x^ is
-(x - mean) r in the stash type.  Instance normalization (scale and bias along a channel axis) has no
-clause yet and is refused.
+(x - mean) r in the stash type.
 """
 
 from __future__ import annotations
@@ -18,30 +18,36 @@ from __future__ import annotations
 from xdsl.ir import Operation, SSAValue
 
 from loam.dialects.expr import Expr
-from loam.dialects.kernel import NormalizeOp, ReduceOp
-from loam.dialects.tensor_axes import AxesTensorType
-from loam.grad.base import Backward, kept_type, refuse, type_of
+from loam.dialects.kernel import NormalizeOp, ReduceOp, RegroupOp
+from loam.dialects.tensor_axes import AxesTensorType, Axis
+from loam.grad.base import Backward, kept_type, type_of
 
 _STASH = {"float32": "f32", "float64": "f64"}
 
 
 def _normalize(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, NormalizeOp)
-    if op.param("channel_axis") != -1:
-        raise refuse(op, "no grad clause for instance normalization yet")
     x, scale, bias = (op.inputs[k] if k < len(op.inputs) else None for k in range(3))
     assert x is not None
     t = type_of(x)
     axes = tuple(op.param("axes"))  # type: ignore[call-overload]
+    channel = int(op.param("channel_axis"))  # type: ignore[call-overload]
     mean, r = _statistics(b, op, node)
     o = Expr.operand
     xhat = b.zip([x, mean, r], ((o(0).cast(type_of(r).elem.name) - o(1)) * o(2)).cast(t.elem.name), t, f"{node}.grad")
+
+    def send_summed(param: SSAValue, grad: SSAValue) -> None:
+        summed = b.unbroadcast(grad, _broadcast_type(t, type_of(param), channel), node)
+        b.send(param, summed if channel < 0 else b.emit(RegroupOp(summed, type_of(param), f"{node}.grad")))
+
     if bias is not None and bias in b.needed:
-        b.send(bias, b.unbroadcast(g, type_of(bias), node))
+        send_summed(bias, g)
     if scale is not None and scale in b.needed:
-        b.send(scale, b.unbroadcast(b.zip([g, xhat], o(0) * o(1), t, f"{node}.grad"), type_of(scale), node))
+        send_summed(scale, b.zip([g, xhat], o(0) * o(1), t, f"{node}.grad"))
     if x not in b.needed:
         return
+    if scale is not None and channel >= 0:  # [C] along the channel axis: [C, 1, ...] broadcasts
+        scale = b.emit(RegroupOp(scale, _broadcast_type(t, type_of(scale), channel), f"{node}.grad"))
     dxhat = g if scale is None else b.zip([g, scale], o(0) * o(1), t, f"{node}.grad")
     moments = []
     for value in (dxhat, b.zip([dxhat, xhat], o(0) * o(1), t, f"{node}.grad")):
@@ -49,6 +55,14 @@ def _normalize(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         moments.append(b.emit(reduce))
     expr = o(0).cast(t.elem.name) * (o(1) - o(2) - o(3) * o(4))
     b.send(x, b.zip([r, dxhat, moments[0], xhat, moments[1]], expr, t, f"{node}.grad"))
+
+
+def _broadcast_type(t: AxesTensorType, param: AxesTensorType, channel: int) -> AxesTensorType:
+    """A scale's or bias's type as it broadcasts onto x: itself (layer norm), or [C, 1, ...] from the channel
+    axis on (instance norm's 1-D parameter)."""
+    if channel < 0:
+        return param
+    return AxesTensorType(param.elem, [t.axes[channel], *(Axis.named("Unit", 1) for _ in t.axes[channel + 1 :])])
 
 
 def _statistics(b: Backward, op: NormalizeOp, node: str) -> tuple[SSAValue, SSAValue]:

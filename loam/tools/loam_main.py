@@ -119,8 +119,9 @@ axis) and DIR/weights/ (the tensors forward uploads, checked against the checkpo
 
 Gradients: --grad adds the `differentiate` pass after lowering: reverse mode over the kernel ops,
 each op's grad clause written as more kernel ops (elementwise steps, products, layout changes,
-casts, softmax, sums and means, convolutions, max pooling, gathers, slices, pads, concatenations,
-splits and layer norms so far; a kernel with no clause yet stops the build naming its node),
+casts, softmax, reductions, cumulative sums, convolutions, max pooling, gathers, top-k, slices, pads,
+concatenations, splits, tiles, triangles, layer and instance norms so far; a kernel with no clause
+yet stops the build naming its node),
 compiled by the same passes as the forward.  forward(weights, *inputs,
 *upstream_grads) then returns the outputs and grad.W for each weight (--grad-of NAMES picks them,
 and may name a float input for its grad.X).

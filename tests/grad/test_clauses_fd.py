@@ -37,12 +37,14 @@ class Case:
     attrs: dict[str, object] = field(default_factory=dict)
     consts: dict[str, np.ndarray] = field(default_factory=dict)
     positive: bool = False  # operands drawn in [0.5, 2] (a log's domain) rather than from N(0, 1)
+    unread: int = 0  # outputs after those in `outs` that the loss does not read (TopK's indices)
 
 
 def model_of(case: Case) -> onnx.ModelProto:
     inputs = [*case.shapes, *case.consts]
     ys = [f"y{k}" for k in range(len(case.outs))]
-    nodes = [helper.make_node(case.op, inputs, ys, name="op", **case.attrs)]  # type: ignore[arg-type]
+    unread = [f"unread{k}" for k in range(case.unread)]
+    nodes = [helper.make_node(case.op, inputs, [*ys, *unread], name="op", **case.attrs)]  # type: ignore[arg-type]
     terms = []
     for k, y in enumerate(ys):
         nodes += [helper.make_node("Mul", [y, f"r{k}"], [f"yr{k}"]),
@@ -228,6 +230,53 @@ def _layer_norm(draw: st.DrawFn) -> Case:
     return Case("LayerNormalization", shapes, [shape], {"axis": axis, "epsilon": 1e-3})
 
 
+def _tile(draw: st.DrawFn) -> Case:
+    """Tile by drawn repeats."""
+    shape = tuple(draw(st.lists(dims, min_size=1, max_size=3)))
+    repeats = draw(st.lists(st.integers(1, 3), min_size=len(shape), max_size=len(shape)))
+    out = tuple(d * r for d, r in zip(shape, repeats, strict=True))
+    return Case("Tile", {"x": shape}, [out], consts={"repeats": np.array(repeats, np.int64)})
+
+
+def _trilu(draw: st.DrawFn) -> Case:
+    """Trilu, upper or lower, at a drawn diagonal."""
+    shape = tuple(draw(st.lists(st.integers(2, 4), min_size=2, max_size=3)))
+    k = np.array(draw(st.integers(-2, 2)), np.int64)
+    return Case("Trilu", {"x": shape}, [shape], {"upper": int(draw(st.booleans()))}, {"k": k})
+
+
+def _cumsum(draw: st.DrawFn) -> Case:
+    """CumSum along a drawn axis, exclusive and reverse drawn."""
+    shape = tuple(draw(st.lists(dims, min_size=1, max_size=3)))
+    axis = np.array(draw(st.integers(0, len(shape) - 1)), np.int64)
+    attrs = {"exclusive": int(draw(st.booleans())), "reverse": int(draw(st.booleans()))}
+    return Case("CumSum", {"x": shape}, [shape], attrs, {"axis": axis})
+
+
+def _gather_elements(draw: st.DrawFn) -> Case:
+    """GatherElements along a drawn axis, indices repeated and negative."""
+    shape = tuple(draw(st.lists(st.integers(2, 4), min_size=1, max_size=3)))
+    axis = draw(st.integers(0, len(shape) - 1))
+    out = tuple(draw(st.integers(1, 4)) if a == axis else d for a, d in enumerate(shape))
+    picks = draw(
+        st.lists(st.integers(-shape[axis], shape[axis] - 1), min_size=int(np.prod(out)), max_size=int(np.prod(out)))
+    )
+    indices = np.array(picks, np.int64).reshape(out)
+    return Case("GatherElements", {"x": shape}, [out], {"axis": axis}, {"indices": indices})
+
+
+def _topk(draw: st.DrawFn) -> Case:
+    """TopK (largest or smallest) along a drawn axis; the loss reads the values."""
+    shape = tuple(draw(st.lists(st.integers(2, 4), min_size=1, max_size=3)))
+    axis = draw(st.integers(0, len(shape) - 1))
+    k = draw(st.integers(1, shape[axis]))
+    out = tuple(k if a == axis else d for a, d in enumerate(shape))
+    case = Case("TopK", {"x": shape}, [out], {"axis": axis, "largest": int(draw(st.booleans()))})
+    case.consts = {"K": np.array([k], np.int64)}
+    case.unread = 1
+    return case
+
+
 test_matmul = fd_test(_matmul)
 test_gemm = fd_test(_gemm)
 test_transpose = fd_test(_transpose)
@@ -241,3 +290,19 @@ test_pad = fd_test(_pad)
 test_concat = fd_test(_concat)
 test_split = fd_test(_split)
 test_layer_norm = fd_test(_layer_norm)
+test_tile = fd_test(_tile)
+test_trilu = fd_test(_trilu)
+test_cumsum = fd_test(_cumsum)
+test_gather_elements = fd_test(_gather_elements)
+test_topk = fd_test(_topk)
+
+
+def _instance_norm(draw: st.DrawFn) -> Case:
+    """InstanceNormalization over the spatial axes, its [C] scale and bias differentiated too."""
+    n, c = draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    spatial = tuple(draw(st.lists(st.integers(2, 3), min_size=1, max_size=2)))
+    shapes = {"x": (n, c, *spatial), "scale": (c,), "bias": (c,)}
+    return Case("InstanceNormalization", shapes, [(n, c, *spatial)], {"epsilon": 1e-3})
+
+
+test_instance_norm = fd_test(_instance_norm)
