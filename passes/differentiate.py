@@ -57,6 +57,14 @@ class DifferentiatePass(ModulePass):
             add_notes(op, [saved_note(saved)])
 
 
+def _stopped(reverse: Reverse, value: SSAValue) -> str:
+    """Why no gradient reaches `value`: the ops that stop it, which have no derivative."""
+    blockers = reverse.blockers(value)
+    if not blockers:
+        return "no output depends on it"
+    return f"every path from it to the outputs passes {_listed(blockers)}, which has no derivative"
+
+
 def _listed(names: Sequence[str]) -> str:
     return (", ".join(names[:8]) + (", ..." if len(names) > 8 else "")) or "none"
 
@@ -122,8 +130,7 @@ class _Differentiate:
             if found is None:
                 kind = "weight" if isinstance(value.owner, WeightOp) else "input"
                 raise UnsupportedError(
-                    f"no gradient reaches {kind} '{name}' from the outputs: every path from it "
-                    "passes an integer, a comparison or a step with no derivative"
+                    f"no gradient reaches {kind} '{name}' from the outputs: {_stopped(self.reverse, value)}"
                 )
             grads.append(found)
         new_ret = ReturnOp([*outputs, *grads], [*names, *(GRAD + n for n, _ in self.sources)])

@@ -66,6 +66,19 @@ class Reverse:
         Rewriter().replace_op(op, new, new.results[: len(op.results)])
         return True
 
+    def blockers(self, source: SSAValue) -> list[str]:
+        """Where the gradient of `source` stops: the ops its values reach that give no float (a comparison, an
+        ArgMax, a cast to an integer), named `kernel.X 'node'` in program order."""
+        reached = {source}
+        found: list[str] = []
+        for op in self.ops:
+            if any(v in reached for v in op.operands):
+                floats = [r for r in op.results if is_float(r)]
+                reached.update(floats)
+                if not floats:
+                    found.append(f"{op.name} '{node_of(op)}'")
+        return found
+
     def saved(self) -> list[SSAValue]:
         """The forward's activations the backward reads (kept from the forward until the backward runs):
         results of forward ops other than weights and constants that an emitted op reads."""

@@ -321,12 +321,15 @@ class GradientRule(OpRule):
         reverse.send(y, reverse.emit(ZipOp([y], Expr.const(1.0, t.elem.name), t, f"{node.name}.seed")))
         reverse.run()
         names = _names(node, "xs")
-        missing = [names[i] for i, x in enumerate(xs) if x not in reverse.adjoint]
-        if missing:
-            raise node.unsupported(
-                f"no gradient reaches {', '.join(repr(n) for n in missing)} from y: every path from it to y passes "
-                "an integer, a comparison or a step with no derivative, or there is none"
-            )
+        for name, x in zip(names, xs, strict=False):
+            if x not in reverse.adjoint:
+                blockers = reverse.blockers(x)
+                why = (
+                    f"every path from it passes {', '.join(blockers[:4])}, which has no derivative"
+                    if blockers
+                    else "y does not depend on it"
+                )
+                raise node.unsupported(f"no gradient reaches '{name}' from y: {why}")
         return [reverse.adjoint[x] for x in xs]
 
 
