@@ -142,3 +142,50 @@ def test_a_gradient_of_a_value_the_build_computes_is_refused() -> None:
              helper.make_node("Mul", ["k", "k"], ["y"]), gradient(["k"], "y", ["dk"], name="g")]  # fmt: skip
     with pytest.raises(LoamError, match=r"Gradient node 'g': 'k', 'y' are computed at build time"):
         build_for(model_of(nodes, {"x": [2]}, {"dk": [2]}))
+
+
+UPDATED = ["W_new", "b_new", "VW_new", "Vb_new"]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "wgsl"])
+def test_a_training_step_graph_of_gradient_and_momentum_fits_a_linear_model(backend: str) -> None:
+    """One ONNX graph is one training step: the loss, its Gradient with respect to W and b, and Momentum's
+    update of both; fed its own outputs, Loam's module follows the same schedule computed in numpy (the
+    gradient of the mean squared error by hand, Momentum's formula) and fits the data."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["xw"]),
+        helper.make_node("Add", ["xw", "b"], ["pred"]),
+        helper.make_node("Sub", ["pred", "t"], ["err"]),
+        helper.make_node("Mul", ["err", "err"], ["sq"]),
+        helper.make_node("ReduceMean", ["sq"], ["loss"], keepdims=0),
+        gradient(["W", "b"], "loss", ["dW", "db"], zs=("x", "t")),
+        helper.make_node("Momentum", ["R", "T", "W", "b", "dW", "db", "VW", "Vb"], UPDATED, domain=TRAINING,
+                         alpha=0.9, beta=1.0, mode="standard", norm_coefficient=0.0),
+    ]  # fmt: skip
+    shapes = {"x": [16, 3], "t": [16, 2], "W": [3, 2], "b": [2], "VW": [3, 2], "Vb": [2]}
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()]
+    inputs += [helper.make_tensor_value_info("R", TensorProto.FLOAT, []),
+               helper.make_tensor_value_info("T", TensorProto.INT64, [])]  # fmt: skip
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
+    outputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, shapes[n.removesuffix("_new")]) for n in UPDATED]
+    graph = helper.make_graph(nodes, "step", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(TRAINING, 1)])
+    built = build_for(model, backend=backend)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((16, 3)).astype(np.float32)
+    t = (x @ np.array([[1.0, -2.0], [0.5, 0.0], [0.0, 3.0]]) + np.array([0.3, -0.1])).astype(np.float32)
+    state = {n: np.zeros(shapes[n], np.float32) for n in ("W", "b", "VW", "Vb")}
+    mirror = {n: v.astype(np.float64) for n, v in state.items()}
+    losses = []
+    for step in range(60):
+        loss, *new = run_built(built, {"x": x, "t": t, "R": np.array(0.05, np.float32), "T": np.array(step), **state})
+        state = dict(zip(("W", "b", "VW", "Vb"), new, strict=True))
+        losses.append(float(loss))
+        err = x @ mirror["W"] + mirror["b"] - t  # the same step in float64 numpy
+        dw, db = 2 * x.T @ err / err.size, 2 * err.sum(0) / err.size
+        for p, v, d in (("W", "VW", dw), ("b", "Vb", db)):
+            mirror[v] = 0.9 * mirror[v] + d
+            mirror[p] = mirror[p] - 0.05 * mirror[v]
+        for n in state:
+            np.testing.assert_allclose(state[n], mirror[n], rtol=1e-3, atol=1e-4, err_msg=f"step {step}: {n}")
+    assert losses[-1] < 1e-2 * losses[0], losses
