@@ -16,8 +16,9 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
   value the run computes where an extent is symbolic); max and min share it evenly among the elements
   equal to the extreme (torch's amax); l1, l2, sum_square, log_sum and log_sum_exp by their derivative;
   prod is refused (a zero element would divide);
-- `kernel.conv` (group 1, static extents): dx = conv_transpose(g, w) at the same strides, pads and
-  dilations; dw = conv(x^T, g^T) with strides and dilations exchanged, permuted back; db = sum(g);
+- `kernel.conv` (static extents but the batch): dx = conv_transpose(g, w) at the same strides, pads,
+  dilations and groups; dw = conv(x^T, g^T) with strides and dilations exchanged, permuted back (with
+  groups, x^T holds each group's images as that group's channels); db = sum(g);
 - `kernel.pool` max: g scattered (added) to the tap each window kept (the first maximum, as ONNX's
   indices say), the forward pool returning its indices too;
 - `kernel.gather` (an embedding lookup, a pooler's first token): g's rows added into the rows they were
@@ -210,8 +211,7 @@ def _conv(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, ConvOp)
     x, w = op.inputs[0], op.inputs[1]
     p = op.params
-    if p["group"] != 1:
-        raise refuse(op, "no grad clause for a grouped convolution yet")
+    groups = int(p["group"])  # type: ignore[call-overload]
     xs, ws, gs = static_extents(op, type_of(x), 1), static_extents(op, type_of(w)), static_extents(op, type_of(g), 1)
     strides, pads, dilations = tuple(p["strides"]), tuple(p["pads"]), tuple(p["dilations"])  # type: ignore[arg-type]
     nsp = len(xs) - 2
@@ -222,23 +222,37 @@ def _conv(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         if any(e < 0 or e >= max(strides[k], dilations[k]) for k, e in enumerate(extra)):
             raise refuse(op, "no grad clause for these strides, pads and dilations yet")
         b.send(x, b.emit(ConvTransposeOp([g, w], [type_of(x)], f"{node}.grad", strides=strides, pads=pads,
-                                         dilations=dilations, group=1, output_padding=extra)))  # fmt: skip
+                                         dilations=dilations, group=groups, output_padding=extra)))  # fmt: skip
     if w in b.needed:  # dw[m, c, k] = sum over n, o of g[n, m, o] x[n, c, o*s + k*d - p]
         perm = [1, 0, *range(2, len(xs))]  # N and C exchanged: x^T's batch is C, g^T's channels are N
-        xt, gt = permuted(b, x, perm, node), permuted(b, g, perm, node)
+        xt = permuted(b, x, perm, node) if groups == 1 else _grouped_transpose(b, x, groups, node)
+        gt = permuted(b, g, perm, node)
         sizes = [(xs[2 + k] + pads[k] + pads[nsp + k] - strides[k] * (gs[2 + k] - 1) - 1) // dilations[k] + 1
                  for k in range(nsp)]  # fmt: skip
         if sizes != list(ws[2:]):
             raise refuse(op, "no grad clause for a weight these strides do not cover exactly yet")
         wt_type = AxesTensorType(type_of(w).elem, [type_of(w).axes[1], type_of(w).axes[0], *type_of(w).axes[2:]])
         dwt = b.emit(ConvOp([xt, gt], [wt_type], f"{node}.grad", strides=dilations, pads=pads, dilations=strides,
-                            group=1))  # fmt: skip
+                            group=groups))  # fmt: skip
         b.send(w, b.emit(PermuteOp(dwt, perm, type_of(w), f"{node}.grad")))
     if len(op.inputs) > 2 and op.inputs[2] in b.needed:  # db = g summed over N and the spatial axes
         bias = op.inputs[2]
         axes = (0, *range(2, len(gs)))
         summed = b.emit(ReduceOp([g], [type_of(bias)], f"{node}.grad", kind="sum", axes=axes, keepdims=0))
         b.send(bias, summed)
+
+
+def _grouped_transpose(b: Backward, x: SSAValue, groups: int, node: str) -> SSAValue:
+    """x [N, G*Cg, ...] as [Cg, G*N, ...]: a group's channels become the batch and its images the channels
+    of group j, so the weight's gradient is one convolution with `groups` groups."""
+    t = type_of(x)
+    n, c = t.shape[0], t.shape[1]
+    per = Axis.named("GroupChannels", Poly.lift(c).const_value // groups)
+    split = b.emit(RegroupOp(x, AxesTensorType(t.elem, [t.axes[0], Axis.named("Groups", groups), per, *t.axes[2:]]),
+                             f"{node}.grad"))  # fmt: skip
+    moved = permuted(b, split, [2, 1, 0, *range(3, t.rank + 1)], node)
+    joined = AxesTensorType(t.elem, [per, Axis.named("GroupImages", Poly.lift(n) * groups), *t.axes[2:]])
+    return b.emit(RegroupOp(moved, joined, f"{node}.grad"))
 
 
 def _pool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
+from loam.pipeline import BuildResult
 from loam.testing import build_for, forward_inputs
 
 TRAINING = "ai.onnx.preview.training"
@@ -40,7 +41,7 @@ class Case:
     unread: int = 0  # outputs after those in `outs` that the loss does not read (TopK's indices)
 
 
-def model_of(case: Case) -> onnx.ModelProto:
+def model_of(case: Case, elem: int = TensorProto.DOUBLE) -> onnx.ModelProto:
     inputs = [*case.shapes, *case.consts]
     ys = [f"y{k}" for k in range(len(case.outs))]
     unread = [f"unread{k}" for k in range(case.unread)]
@@ -55,27 +56,33 @@ def model_of(case: Case) -> onnx.ModelProto:
     zs = [f"r{k}" for k in range(len(case.outs))]
     nodes.append(helper.make_node("Gradient", [*diff, *zs], [f"d_{n}" for n in diff], domain=TRAINING,
                                   xs=diff, zs=zs, y="loss"))  # fmt: skip
-    value_infos = [helper.make_tensor_value_info(n, TensorProto.DOUBLE, s) for n, s in case.shapes.items()]
-    value_infos += [helper.make_tensor_value_info(f"r{k}", TensorProto.DOUBLE, s) for k, s in enumerate(case.outs)]
-    outputs = [helper.make_tensor_value_info("loss", TensorProto.DOUBLE, [])]
-    outputs += [helper.make_tensor_value_info(f"d_{n}", TensorProto.DOUBLE, case.shapes[n]) for n in diff]
+    value_infos = [helper.make_tensor_value_info(n, elem, s) for n, s in case.shapes.items()]
+    value_infos += [helper.make_tensor_value_info(f"r{k}", elem, s) for k, s in enumerate(case.outs)]
+    outputs = [helper.make_tensor_value_info("loss", elem, [])]
+    outputs += [helper.make_tensor_value_info(f"d_{n}", elem, case.shapes[n]) for n in diff]
     initializers = [onnx.numpy_helper.from_array(v, n) for n, v in case.consts.items()]
     graph = helper.make_graph(nodes, case.op.lower(), value_infos, outputs, initializers)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(TRAINING, 1)])
 
 
-def check(case: Case, seed: int) -> None:
+def feeds_for(case: Case, seed: int, dtype: type = np.float64) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     feeds = {n: rng.uniform(0.5, 2, s) if case.positive else rng.standard_normal(s) for n, s in case.shapes.items()}
     feeds |= {f"r{k}": rng.standard_normal(s) for k, s in enumerate(case.outs)}
-    built = build_for(model_of(case))
+    return {n: v.astype(dtype) for n, v in feeds.items()}
+
+
+def runner(built: BuildResult) -> Callable[[dict[str, np.ndarray]], list[np.ndarray]]:
+    """The built module's forward on values by input name: the loss, then the gradients."""
     module = built.module
     weights = module.Weights.embedded() if hasattr(module.Weights, "embedded") else module.Weights()
     names = forward_inputs(built)
+    return lambda values: list(module.forward(weights, *[values[n] for n in names]))
 
-    def run(values: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return list(module.forward(weights, *[values[n] for n in names]))
 
+def check(case: Case, seed: int) -> None:
+    feeds = feeds_for(case, seed)
+    run = runner(build_for(model_of(case)))
     _, *grads = run(feeds)
     for name, grad in zip(case.shapes, grads, strict=True):
         numeric = np.zeros_like(feeds[name])
@@ -94,8 +101,8 @@ dims = st.integers(1, 4)
 SETTINGS = settings(max_examples=4, deadline=None, derandomize=True)
 
 
-def fd_test(draw_case: Callable[[st.DrawFn], Case]) -> Callable[[], None]:
-    @SETTINGS
+def fd_test(draw_case: Callable[[st.DrawFn], Case], examples: int = 4) -> Callable[[], None]:
+    @settings(max_examples=examples, deadline=None, derandomize=True)
     @given(st.composite(draw_case)(), st.integers(0, 2**16))
     def test(case: Case, seed: int) -> None:
         check(case, seed)
@@ -157,14 +164,16 @@ def test_reduce(kind: str, data: st.DataObject) -> None:
 
 
 def _conv(draw: st.DrawFn) -> Case:
-    """Conv (group 1) with drawn stride and pads and a bias."""
-    n, c, m, size, k = draw(st.integers(1, 2)), draw(dims), draw(dims), draw(st.integers(3, 6)), draw(st.integers(1, 3))
+    """Conv with drawn groups (depthwise among them), stride and pads, and a bias."""
+    groups = draw(st.integers(1, 3))
+    n, size, k = draw(st.integers(1, 2)), draw(st.integers(3, 6)), draw(st.integers(1, 3))
+    c, m = groups * draw(st.integers(1, 2)), groups * draw(st.integers(1, 2))
     stride, pad = draw(st.integers(1, 2)), draw(st.integers(0, 1))
     if (size + 2 * pad - k) % stride:
         stride = 1  # the clause covers the strides that read the whole input
     o = (size + 2 * pad - k) // stride + 1
-    attrs = {"strides": [stride, stride], "pads": [pad] * 4}
-    return Case("Conv", {"x": (n, c, size, size), "w": (m, c, k, k), "b": (m,)}, [(n, m, o, o)], attrs)
+    attrs = {"strides": [stride, stride], "pads": [pad] * 4, "group": groups}
+    return Case("Conv", {"x": (n, c, size, size), "w": (m, c // groups, k, k), "b": (m,)}, [(n, m, o, o)], attrs)
 
 
 def _max_pool(draw: st.DrawFn) -> Case:
@@ -282,7 +291,7 @@ test_gemm = fd_test(_gemm)
 test_transpose = fd_test(_transpose)
 test_reshape = fd_test(_reshape)
 test_softmax = fd_test(_softmax)
-test_conv = fd_test(_conv)
+test_conv = fd_test(_conv, 12)  # groups, strides and pads drawn together
 test_max_pool = fd_test(_max_pool)
 test_gather = fd_test(_gather)
 test_slice = fd_test(_slice)
@@ -306,3 +315,25 @@ def _instance_norm(draw: st.DrawFn) -> Case:
 
 
 test_instance_norm = fd_test(_instance_norm)
+
+DRAWERS = {
+    f.__name__.lstrip("_"): f
+    for f in (_matmul, _gemm, _transpose, _reshape, _softmax, _conv, _max_pool, _gather, _slice, _pad, _concat,
+              _split, _layer_norm, _tile, _trilu, _cumsum, _gather_elements, _topk, _instance_norm)
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(DRAWERS))
+@settings(max_examples=2, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_the_wgsl_module_computes_the_numpy_modules_gradients(name: str, data: st.DataObject) -> None:
+    """The same clauses on the device: float32 gradients within 1e-4 of the numpy module's."""
+    pytest.importorskip("wgpu")
+    case = data.draw(st.composite(DRAWERS[name])())
+    feeds = feeds_for(case, data.draw(st.integers(0, 2**16)), np.float32)
+    model = model_of(case, TensorProto.FLOAT)
+    want = runner(build_for(model))(feeds)
+    got = runner(build_for(model, backend="wgsl", fuse="dispatch"))(feeds)
+    for k, (a, b) in enumerate(zip(got, want, strict=True)):
+        scale = max(1.0, float(np.abs(b).max()))
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale, err_msg=f"{case.op}: output {k}")
