@@ -20,7 +20,8 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
   dilations and groups; dw = conv(x^T, g^T) with strides and dilations exchanged, permuted back (with
   groups, x^T holds each group's images as that group's channels); db = sum(g);
 - `kernel.pool` max: g scattered (added) to the tap each window kept (the first maximum, as ONNX's
-  indices say), the forward pool returning its indices too;
+  indices say), the forward pool returning its indices too; average: g over each window's count,
+  spread to its taps by a transposed convolution of ones, one group per channel;
 - `kernel.gather` (an embedding lookup, a pooler's first token): g's rows added into the rows they were
   read from (`kernel.scatter_nd` with reduction add, the gathered axis first; a negative index counts
   from the end);
@@ -37,11 +38,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from loam.dialects.expr import Expr
+from loam.dialects.graph import TensorDataAttr
 from loam.dialects.kernel import (
     CastOp,
+    ConstantOp,
     ConvOp,
     ConvTransposeOp,
     CumSumOp,
@@ -258,6 +262,9 @@ def _grouped_transpose(b: Backward, x: SSAValue, groups: int, node: str) -> SSAV
 def _pool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, PoolOp)
     p = op.params
+    if p["mode"] == "avg":
+        _avg_pool(b, op, g, node)
+        return
     if p["mode"] != "max" or p.get("storage_order", 0):
         raise refuse(op, f"no grad clause for {p['mode']} pooling yet")
     x = op.inputs[0]
@@ -289,6 +296,48 @@ def _pool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     operands = [zeros, local, flat_g]
     scattered = b.emit(ScatterElementsOp(operands, [plane], f"{node}.grad", axis=1, reduction="add"))
     b.send(x, b.emit(RegroupOp(scattered, t, f"{node}.grad")))
+
+
+def _avg_pool(b: Backward, op: PoolOp, g: SSAValue, node: str) -> None:
+    """g divided by each window's count, spread to its taps: a transposed convolution of one-valued kernels,
+    one group per channel.  Taps a ceil-mode window reads past the padded input never count and are cut."""
+    p = op.params
+    x = op.inputs[0]
+    t = type_of(x)
+    xs = static_extents(op, t, 1)
+    kernel, strides, dilations = (tuple(int(v) for v in p[k]) for k in ("kernel_shape", "strides", "dilations"))  # type: ignore[attr-defined]
+    pads, outs = [int(v) for v in p["pads"]], [int(v) for v in p["out_shape"]]  # type: ignore[attr-defined]
+    nsp = len(kernel)
+    counts = np.ones(outs, np.float64)
+    for k in range(nsp):  # the taps of each window inside the input (and its pads, with count_include_pad)
+        low, high = (-pads[k], xs[2 + k] + pads[nsp + k]) if p.get("count_include_pad") else (0, xs[2 + k])
+        taps = np.arange(outs[k])[:, None] * strides[k] - pads[k] + np.arange(kernel[k])[None, :] * dilations[k]
+        shape = [1] * nsp
+        shape[k] = outs[k]
+        counts = counts * ((taps >= low) & (taps < high)).sum(1).reshape(shape)
+    elem = t.elem
+    count_type = AxesTensorType(elem, type_of(g).axes[2:])
+    counted = b.emit(ConstantOp(TensorDataAttr.from_numpy(counts.astype(elem.numpy), elem), count_type, f"{node}.grad"))
+    scaled = b.zip([g, counted], Expr.operand(0) / Expr.operand(1), type_of(g), f"{node}.grad")
+    ones_type = AxesTensorType(
+        elem, [t.axes[1], Axis.named("Unit", 1), *(Axis.named(f"Taps{k}", n) for k, n in enumerate(kernel))]
+    )
+    ones = b.emit(
+        ConstantOp(TensorDataAttr.from_numpy(np.ones((xs[1], 1, *kernel), elem.numpy), elem), ones_type, f"{node}.grad")
+    )
+    ends = list(pads[nsp:])
+    extra = []
+    for k in range(nsp):
+        full = (outs[k] - 1) * strides[k] - pads[k] - ends[k] + dilations[k] * (kernel[k] - 1) + 1
+        if full > xs[2 + k]:  # ceil mode: windows past the padded input; their taps there are cut
+            ends[k] += full - xs[2 + k]
+            full = xs[2 + k]
+        extra.append(xs[2 + k] - full)
+        if extra[k] >= max(strides[k], dilations[k]):
+            raise refuse(op, "no grad clause for these strides, pads and dilations yet")
+    spread = ConvTransposeOp([scaled, ones], [t], f"{node}.grad", strides=strides, pads=(*pads[:nsp], *ends),
+                             dilations=dilations, group=xs[1], output_padding=tuple(extra))  # fmt: skip
+    b.send(x, b.emit(spread))
 
 
 def _gather(b: Backward, op: Operation, g: SSAValue, node: str) -> None:

@@ -183,6 +183,21 @@ def _max_pool(draw: st.DrawFn) -> Case:
     return Case("MaxPool", {"x": (n, c, size, size)}, [(n, c, size // 2, size // 2)], attrs)
 
 
+def _avg_pool(draw: st.DrawFn) -> Case:
+    """AveragePool with drawn kernel, stride, pads, count_include_pad and ceil_mode."""
+    n, c, size = draw(st.integers(1, 2)), draw(dims), draw(st.integers(3, 6))
+    k, stride, pad = draw(st.integers(1, 3)), draw(st.integers(1, 2)), draw(st.integers(0, 1))
+    pad = min(pad, k - 1)  # ONNX: a pad smaller than the kernel
+    ceil = draw(st.booleans())
+    span = size + 2 * pad - k
+    o = (-(-span // stride) if ceil else span // stride) + 1
+    if ceil and (o - 1) * stride >= size + pad:  # the last window starts inside the input or its left pad
+        o -= 1
+    attrs = {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [pad] * 4,
+             "count_include_pad": int(draw(st.booleans())), "ceil_mode": int(ceil)}  # fmt: skip
+    return Case("AveragePool", {"x": (n, c, size, size)}, [(n, c, o, o)], attrs)
+
+
 def _gather(draw: st.DrawFn) -> Case:
     """Gather along a drawn axis, indices repeated and negative."""
     shape = tuple(draw(st.lists(st.integers(2, 4), min_size=1, max_size=3)))
@@ -293,6 +308,7 @@ test_reshape = fd_test(_reshape)
 test_softmax = fd_test(_softmax)
 test_conv = fd_test(_conv, 12)  # groups, strides and pads drawn together
 test_max_pool = fd_test(_max_pool)
+test_avg_pool = fd_test(_avg_pool, 12)
 test_gather = fd_test(_gather)
 test_slice = fd_test(_slice)
 test_pad = fd_test(_pad)
@@ -318,8 +334,8 @@ test_instance_norm = fd_test(_instance_norm)
 
 DRAWERS = {
     f.__name__.lstrip("_"): f
-    for f in (_matmul, _gemm, _transpose, _reshape, _softmax, _conv, _max_pool, _gather, _slice, _pad, _concat,
-              _split, _layer_norm, _tile, _trilu, _cumsum, _gather_elements, _topk, _instance_norm)
+    for f in (_matmul, _gemm, _transpose, _reshape, _softmax, _conv, _max_pool, _avg_pool, _gather, _slice, _pad,
+              _concat, _split, _layer_norm, _tile, _trilu, _cumsum, _gather_elements, _topk, _instance_norm)
 }  # fmt: skip
 
 
