@@ -762,6 +762,53 @@ function _p_conv(shapes, strides, pads, dilations, group) {
   return [block, _fdiv(total + 63, 64)];
 }
 
+function _p_conv_transpose(shapes, strides, pads, dilations, group, output_padding) {
+  const x = shapes[0], w = shapes[1], out = shapes[shapes.length - 1];
+  const nsp = x.length - 2;
+  const total = _prod(out);
+  const block = [total, x[1], out[1], Math.max(_fdiv(x[1], group), 1), Math.max(w[1], 1)];
+  block.push(...x.slice(2), ...w.slice(2), ...out.slice(2), ...strides, ...dilations, ...pads.slice(0, nsp));
+  return [block.map((v) => v >>> 0), _fdiv(total + 63, 64)];
+}
+
+function _p_scatter_elements(shapes, axis, reduction) {
+  const data = shapes[0], updates = shapes[2];
+  const rank = data.length;
+  axis = ((axis % rank) + rank) % rank;
+  const dstrides = _row_major(data), ustrides = _row_major(updates);
+  let lines = _prod(data.filter((_, k) => k !== axis));
+  if (data[axis] === 0) lines = 0;
+  return [[lines, axis, data[axis], updates[axis], ...data, ...dstrides, ...updates, ...ustrides], _fdiv(lines + 63, 64)];
+}
+
+function _p_normalize(shapes, axes, epsilon, channel_axis, stash, stats) {
+  const shape = shapes[0];
+  const rank = shape.length;
+  const noperands = shapes.length - (stats ? 3 : 1);
+  const block = _row_block(shape, axes);
+  const rows = block[0];
+  _f32[0] = epsilon;
+  block.push(_u32[0], ...shape, ..._row_major(shape));
+  for (let p = 1; p < noperands; p++) {
+    const pshape = shapes[p];
+    let aligned;
+    if (channel_axis >= 0) {
+      aligned = new Array(rank).fill(1);
+      aligned[channel_axis] = pshape.length ? pshape[0] : 1;
+    } else {
+      aligned = [...new Array(rank - pshape.length).fill(1), ...pshape];
+    }
+    const pstrides = new Array(rank).fill(0);
+    let step = 1;
+    for (let k = rank - 1; k >= 0; k--) {
+      pstrides[k] = aligned[k] !== 1 ? step : 0;
+      step *= aligned[k];
+    }
+    block.push(...pstrides);
+  }
+  return [block, rows];
+}
+
 function _row_block(shape, axes) {
   const strides = _row_major(shape);
   const kept = shape.map((_, a) => a).filter((a) => !axes.includes(a));

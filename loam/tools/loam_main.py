@@ -115,7 +115,8 @@ Browser: --target browser -o DIR builds the WGSL module and writes it for a page
 (`await Weights.load(new URL('./weights/', import.meta.url))`, `await forward(weights, ...inputs)` on
 Tensor(dtype, typedArray, shape) values; ShapeError and LoadError name the input or tensor and the
 axis) and DIR/weights/ (the tensors forward uploads, checked against the checkpoint at build time).
-`loam browser-run DIR --inputs IN.npz -o OUT.npz` runs it once in headless Chromium.
+`loam browser-run DIR --inputs IN.npz -o OUT.npz` runs it once in headless Chromium.  With --grad,
+forward takes the upstream gradients grad.O after the inputs and returns grad.W after the outputs.
 
 Gradients: --grad adds the `differentiate` pass after lowering: reverse mode over the kernel ops,
 each op's grad clause written as more kernel ops (elementwise steps, products, layout changes,
@@ -565,8 +566,6 @@ def _build(args: argparse.Namespace) -> None:
     if args.no_fuse and args.report is not None:
         raise UsageError("--report describes the fuse pass's decisions; it cannot be given with --no-fuse")
     if args.target == "browser":
-        if grad is not None:
-            raise UsageError("--target browser builds no gradients yet: build the Python module with --grad")
         _build_browser(args, fuse)
         return
     model, options, output = _checked_paths(args)

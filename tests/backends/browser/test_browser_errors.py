@@ -150,9 +150,10 @@ def test_target_browser_refuses_what_it_cannot_write(tmp_path: Path) -> None:
     over_inputs = loam("build", str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"), "--target",
                        "browser", "-o", str(MLP))  # fmt: skip
     assert over_inputs.returncode == 2 and "holds one of this build's inputs" in over_inputs.stderr
-    grad = loam("build", str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"), "--target", "browser",
-                "--grad", "-o", str(tmp_path / "g"))  # fmt: skip
-    assert grad.returncode == 2 and "--target browser builds no gradients yet" in grad.stderr
+    grad_of = loam("build", str(MLP / "mlp.onnxtext"), "--options", str(MLP / "loam.toml"), "--target", "browser",
+                   "--grad", "--grad-of", "fc9.weight", "-o", str(tmp_path / "g"))  # fmt: skip
+    assert grad_of.returncode != 0 and "grad_of names 'fc9.weight'" in grad_of.stderr
+    assert not (tmp_path / "g").exists()
     # The passes a browser build runs are the WGSL build's, as `loam-opt` replays them.
     pipelines = [loam("build", str(MLP / "mlp.onnxtext"), *flags, "--print-pipeline").stdout
                  for flags in (["--target", "browser"], ["--backend", "wgsl"])]  # fmt: skip

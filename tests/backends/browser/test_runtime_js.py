@@ -78,6 +78,32 @@ def _draw(name: str, r: random.Random) -> tuple[list[object], dict[str, object]]
         out = (x[0], w[0], *_shape(r, 2, 1))
         return [(x, w, out)], {"strides": _shape(r, 2, 1), "pads": tuple(r.randint(0, 2) for _ in range(4)),
                                "dilations": _shape(r, 2, 1), "group": group}  # fmt: skip
+    if name == "_p_conv_transpose":
+        group = r.choice([1, 2, 3])
+        x = (r.randint(1, 3), group * r.randint(1, 3), *_shape(r, 2, 1))
+        w = (x[1], r.randint(1, 3), *_shape(r, 2, 1))
+        out = (x[0], group * w[1], *_shape(r, 2, 1))
+        return [(x, w, out)], {"strides": _shape(r, 2, 1), "pads": tuple(r.randint(0, 2) for _ in range(4)),
+                               "dilations": _shape(r, 2, 1), "group": group,
+                               "output_padding": _shape(r, 2)}  # fmt: skip
+    if name == "_p_scatter_elements":
+        data = _shape(r, rank)
+        indices = tuple(r.randint(0, e) for e in data)
+        return [(data, indices, indices, ())], {
+            "axis": r.randint(-rank, rank - 1),
+            "reduction": r.choice(["none", "add"]),
+        }
+    if name == "_p_normalize":
+        shape = _shape(r, rank, 1)
+        axes = tuple(sorted(r.sample(range(rank), r.randint(1, rank))))
+        channel = r.choice([-1, *range(rank)])
+        params = [
+            (shape[channel],) if channel >= 0 else shape[r.randint(0, rank - 1) :] for _ in range(r.randint(0, 2))
+        ]
+        stats = r.choice([0, 1])
+        outs = [shape] * (3 if stats else 1)
+        keywords = {"axes": axes, "epsilon": r.choice([1e-5, 1e-12, 0.1]), "channel_axis": channel, "stash": "float32"}
+        return [(shape, *params, *outs)], {**keywords, "stats": stats}
     if name == "_p_pool":
         x = (r.randint(1, 3), r.randint(1, 4), *_shape(r, 2, 4))
         return [(x, ())], {"mode": r.choice(["max", "average", "lp"]), "kernel_shape": _shape(r, 2, 1),
