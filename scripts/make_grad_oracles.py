@@ -163,13 +163,14 @@ def transformer_grads() -> None:
     arrays: dict[str, np.ndarray] = {}
     gpt2_expected = np.load(ROOT / "tests" / "models" / "tiny_gpt2" / "expected.npz")
     bert_expected = np.load(ROOT / "tests" / "models" / "tiny_bert" / "expected.npz")
+    models_dir = ROOT / "tests" / "models"
+    bert_inputs = [bert_expected[f"set1.{k}"] for k in ("input_ids", "attention_mask", "token_type_ids")]
     models = {
-        "gpt2": (load_file(str(ROOT / "tests" / "models" / "tiny_gpt2" / "tiny_gpt2.safetensors")),
+        "gpt2": (load_file(str(models_dir / "tiny_gpt2" / "tiny_gpt2.safetensors")),
                  lambda p: gpt2(gpt2_expected["batch2_ids"], p), {"logits": gpt2_expected["decoder.logits.batch2"]}),
-        "bert": ({**load_file(str(ROOT / "tests" / "models" / "tiny_bert" / "hf_model.safetensors")),
-                  **load_file(str(ROOT / "tests" / "models" / "tiny_bert" / "tiny_bert.safetensors"))},
-                 lambda p: bert(*(bert_expected[f"set1.{k}"] for k in ("input_ids", "attention_mask", "token_type_ids")),
-                                p),
+        "bert": ({**load_file(str(models_dir / "tiny_bert" / "hf_model.safetensors")),
+                  **load_file(str(models_dir / "tiny_bert" / "tiny_bert.safetensors"))},
+                 lambda p: bert(*bert_inputs, p),
                  {k: bert_expected[f"set1.{k}"] for k in ("last_hidden_state", "pooler_output")}),
     }  # fmt: skip
     for model, (weights, forward, onnxruntime_outputs) in models.items():
