@@ -28,7 +28,8 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
 - `kernel.cumsum`: g summed cumulatively the other way (as exclusive as the forward);
 - `kernel.slice`, `kernel.pad`, `kernel.concat`, `kernel.split`, `kernel.tile`, `kernel.trilu`:
   `loam.grad.movement`; `kernel.gather_elements`, `kernel.topk`: `loam.grad.indexing`;
-- `kernel.normalize` (layer and instance normalization): `loam.grad.normalization`.
+- `kernel.normalize` (layer and instance normalization): `loam.grad.normalization`;
+- `kernel.nll_loss` (the scores' share): `loam.grad.losses`.
 
 Any other op (or an unsupported case of one of these) raises UnsupportedError naming it and its node.
 """
@@ -62,7 +63,7 @@ from loam.dialects.kernel import (
 )
 from loam.dialects.kernel.base import element_count
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad import indexing, movement, normalization
+from loam.grad import indexing, losses, movement, normalization
 from loam.grad.base import (
     Backward,
     Clause,
@@ -380,6 +381,7 @@ CLAUSES: dict[type[Operation], Clause] = {
     CumSumOp: _cumsum,
     **movement.CLAUSES,
     **indexing.CLAUSES,
+    **losses.CLAUSES,
     **normalization.CLAUSES,
 }
 

@@ -301,6 +301,30 @@ def _topk(draw: st.DrawFn) -> Case:
     return case
 
 
+def _loss(draw: st.DrawFn) -> Case:
+    """NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss, every reduction, with class weights and an
+    ignore_index (some targets ignored) or without."""
+    n, c = draw(st.integers(1, 3)), draw(st.integers(2, 4))
+    rest = tuple(draw(st.lists(st.integers(1, 3), max_size=1)))
+    ignore = draw(st.sampled_from([None, -1, 1]))
+    count = n * int(np.prod(rest))
+    picks = draw(st.lists(st.integers(0, c - 1), min_size=count, max_size=count))
+    ignored = draw(st.lists(st.booleans(), min_size=count, max_size=count))
+    # An ignore_index of -1 marks some targets; one of 1 ignores the targets that are class 1.
+    marked = [-1 if ignore == -1 and off else t for t, off in zip(picks, ignored, strict=True)]
+    if all(t == ignore for t in marked):  # a mean over no target is 0/0: NaN, whose derivative is none
+        marked[0] = 0
+    target = np.array(marked, np.int64).reshape((n, *rest))
+    reduction = draw(st.sampled_from(["none", "sum", "mean"]))
+    attrs: dict[str, object] = {"reduction": reduction} | ({} if ignore is None else {"ignore_index": ignore})
+    consts: dict[str, np.ndarray] = {"target": target}
+    if draw(st.booleans()):
+        consts["weight"] = np.linspace(0.5, 2.0, c)
+    op = draw(st.sampled_from(["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"]))
+    out = (n, *rest) if reduction == "none" else ()
+    return Case(op, {"x": (n, c, *rest)}, [out], attrs, consts)
+
+
 test_matmul = fd_test(_matmul)
 test_gemm = fd_test(_gemm)
 test_transpose = fd_test(_transpose)
@@ -331,6 +355,7 @@ def _instance_norm(draw: st.DrawFn) -> Case:
 
 
 test_instance_norm = fd_test(_instance_norm)
+test_loss = fd_test(_loss, 16)
 
 DRAWERS = {
     f.__name__.lstrip("_"): f

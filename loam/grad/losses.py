@@ -1,0 +1,61 @@
+"""The grad clause of `kernel.nll_loss` (NegativeLogLikelihoodLoss, and SoftmaxCrossEntropyLoss after its
+log-softmax): what the scores receive.
+
+loss[n, d...] = -x[n, t, d...] w[t] (0 where t is ignore_index), so x receives -g w[t] at (n, t, d...) and
+nothing elsewhere; with reduction sum every position's g is the one g, with mean it is g over the weights
+taken (the count of targets not ignored, without weights).  It is added into zeros of x at the targets
+along the class axis (`kernel.scatter_elements`, an ignored target pointing at class 0 with nothing to
+add).  The class weights' own gradient has no clause yet: a loss weight asked for is refused.
+"""
+
+from __future__ import annotations
+
+from xdsl.ir import Operation, SSAValue
+
+from loam.dialects.expr import Expr
+from loam.dialects.kernel import GatherOp, NllLossOp, ReduceOp, RegroupOp, ScatterElementsOp
+from loam.dialects.tensor_axes import AxesTensorType, Axis
+from loam.grad.base import Backward, refuse, type_of, zeros_like
+
+
+def _nll_loss(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, NllLossOp)
+    x, target = op.inputs[0], op.inputs[1]
+    weight = op.inputs[2] if len(op.inputs) > 2 else None
+    if weight is not None and weight in b.needed:
+        raise refuse(op, "no grad clause for the class weights of a loss yet")
+    t, it = type_of(x), type_of(target)
+    elem, o = t.elem.name, Expr.operand
+    # Targets with the class axis kept at extent 1: [N, 1, d...], as the scatter along axis 1 reads them.
+    picks_type = AxesTensorType(it.elem, [it.axes[0], Axis.named("Unit", 1), *it.axes[1:]])
+    picks = b.emit(RegroupOp(target, picks_type, f"{node}.grad"))
+    ignore = Expr.const(op.param("ignore_index"), it.elem.name)  # type: ignore[arg-type]
+    taken = (o(0).binary("equal", ignore).unary("not")) if op.param("ignores") else None
+    safe = picks if taken is None else b.zip([picks], Expr.select(taken, o(0), Expr.const(0, it.elem.name)), picks_type,
+                                             f"{node}.grad")  # fmt: skip
+    share_type = AxesTensorType(t.elem, picks_type.axes)
+    # What each position takes: w[t] (1 without weights), 0 where ignored.
+    one, zero = Expr.const(1.0, elem), Expr.const(0.0, elem)
+    if weight is not None:
+        weights = b.emit(GatherOp([weight, safe], [share_type], f"{node}.grad", axis=0))
+        if taken is not None:
+            kept = Expr.select(taken.remap_operands({0: 1}), o(0), zero)
+            weights = b.zip([weights, picks], kept, share_type, f"{node}.grad")
+        share = weights
+    else:
+        share = b.zip([picks], one if taken is None else Expr.select(taken, one, zero), share_type, f"{node}.grad")
+    reduction = op.param("reduction")
+    if reduction == "none":
+        spread = b.emit(RegroupOp(g, share_type, f"{node}.grad"))
+        updates = b.zip([share, spread], -(o(0) * o(1)), share_type, f"{node}.grad")
+    elif reduction == "sum":
+        updates = b.zip([share, g], -(o(0) * o(1)), share_type, f"{node}.grad")
+    else:  # mean: over the weights taken
+        total = b.emit(ReduceOp([share], [AxesTensorType(t.elem, [])], f"{node}.grad", kind="sum",
+                                axes=tuple(range(share_type.rank)), keepdims=0))  # fmt: skip
+        updates = b.zip([share, g, total], -(o(0) * o(1) / o(2)), share_type, f"{node}.grad")
+    scattered = ScatterElementsOp([zeros_like(b, x, node), safe, updates], [t], f"{node}.grad", axis=1, reduction="add")
+    b.send(x, b.emit(scattered))
+
+
+CLAUSES = {NllLossOp: _nll_loss}
