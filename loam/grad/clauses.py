@@ -7,7 +7,8 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
 
 - `kernel.zip`: the `Expr`'s vector-Jacobian product (`loam.grad.elementwise.vjp`), summed over the axes
   an operand was broadcast along;
-- `kernel.matmul` (no epilogue, operands of rank 2 or more): dA = g @ B^T, dB = A^T @ g;
+- `kernel.matmul` (no epilogue): dA = g @ B^T, dB = A^T @ g, a vector operand taken as a matrix of one
+  row or column;
 - `kernel.permute`: the inverse permutation; `kernel.regroup`: the regroup back; `kernel.cast` between
   floats: the gradient cast back;
 - `kernel.softmax`: softmax y * (g - sum(g * y)), log_softmax g - exp(y) * sum(g), over its axes;
@@ -104,18 +105,27 @@ def _matmul(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     lhs, rhs = op.lhs, op.rhs
     if op.epilogue is not None:
         raise refuse(op, "no grad clause for a product with an epilogue (differentiate runs before fuse)")
-    if type_of(lhs).rank < 2 or type_of(rhs).rank < 2:
-        raise refuse(op, "no grad clause for a vector operand yet")
-    out = type_of(op.result)
-    batch = out.axes[:-2]
+    # A vector operand is a matrix of one row (lhs) or one column (rhs), and the result has that axis at 1.
+    unit = Axis.named("Unit", 1)
+    lt, rt, out = type_of(lhs), type_of(rhs), type_of(op.result)
+    a = lhs if lt.rank > 1 else b.emit(RegroupOp(lhs, AxesTensorType(lt.elem, [unit, *lt.axes]), f"{node}.grad"))
+    c = rhs if rt.rank > 1 else b.emit(RegroupOp(rhs, AxesTensorType(rt.elem, [*rt.axes, unit]), f"{node}.grad"))
+    batch = out.axes[: out.rank - (lt.rank > 1) - (rt.rank > 1)]
+    rows = out.axes[len(batch)] if lt.rank > 1 else unit
+    columns = out.axes[-1] if rt.rank > 1 else unit
+    if lt.rank < 2 or rt.rank < 2:
+        g = b.emit(RegroupOp(g, AxesTensorType(out.elem, [*batch, rows, columns]), f"{node}.grad"))
+
+    def send(operand: SSAValue, as_matrix: SSAValue, grad: AxesTensorType, product: tuple[SSAValue, SSAValue]) -> None:
+        summed = b.unbroadcast(b.emit(MatmulOp(*product, grad, f"{node}.grad")), type_of(as_matrix), node)
+        b.send(operand, summed if operand is as_matrix else b.emit(RegroupOp(summed, type_of(operand), f"{node}.grad")))
+
     if lhs in b.needed:  # dA = g @ B^T
-        rhs_t = permuted(b, rhs, _last_two_swapped(type_of(rhs).rank), node)
-        da = AxesTensorType(out.elem, [*batch, out.axes[-2], type_of(lhs).axes[-1]])
-        b.send(lhs, b.unbroadcast(b.emit(MatmulOp(g, rhs_t, da, f"{node}.grad")), type_of(lhs), node))
+        c_t = permuted(b, c, _last_two_swapped(type_of(c).rank), node)
+        send(lhs, a, AxesTensorType(out.elem, [*batch, rows, type_of(a).axes[-1]]), (g, c_t))
     if rhs in b.needed:  # dB = A^T @ g
-        lhs_t = permuted(b, lhs, _last_two_swapped(type_of(lhs).rank), node)
-        db = AxesTensorType(out.elem, [*batch, type_of(rhs).axes[-2], out.axes[-1]])
-        b.send(rhs, b.unbroadcast(b.emit(MatmulOp(lhs_t, g, db, f"{node}.grad")), type_of(rhs), node))
+        a_t = permuted(b, a, _last_two_swapped(type_of(a).rank), node)
+        send(rhs, c, AxesTensorType(out.elem, [*batch, type_of(c).axes[-2], columns]), (a_t, g))
 
 
 def _permute(b: Backward, op: Operation, g: SSAValue, node: str) -> None:

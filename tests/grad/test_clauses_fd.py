@@ -112,10 +112,14 @@ def fd_test(draw_case: Callable[[st.DrawFn], Case], examples: int = 4) -> Callab
 
 
 def _matmul(draw: st.DrawFn) -> Case:
-    """MatMul, batched and broadcast over a leading axis."""
+    """MatMul, batched and broadcast over a leading axis, either operand a vector."""
     b, m, k, n = draw(dims), draw(dims), draw(dims), draw(dims)
-    a_shape = (b, m, k) if draw(st.booleans()) else (m, k)
-    return Case("MatMul", {"a": a_shape, "w": (k, n)}, [(*a_shape[:-1], n)])
+    a_shape = draw(st.sampled_from([(b, m, k), (m, k), (k,)]))
+    w_shape = draw(st.sampled_from([(k, n), (k,)] if len(a_shape) > 1 else [(k, n), (b, k, n)]))
+    out = (*a_shape[:-1], *w_shape[:-2], *w_shape[-1:]) if len(w_shape) > 1 else a_shape[:-1]
+    if len(a_shape) == 1 and len(w_shape) == 3:
+        out = (b, n)
+    return Case("MatMul", {"a": a_shape, "w": w_shape}, [out])
 
 
 def _gemm(draw: st.DrawFn) -> Case:
@@ -325,7 +329,7 @@ def _loss(draw: st.DrawFn) -> Case:
     return Case(op, {"x": (n, c, *rest)}, [out], attrs, consts)
 
 
-test_matmul = fd_test(_matmul)
+test_matmul = fd_test(_matmul, 12)
 test_gemm = fd_test(_gemm)
 test_transpose = fd_test(_transpose)
 test_reshape = fd_test(_reshape)
