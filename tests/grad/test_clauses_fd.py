@@ -39,10 +39,11 @@ class Case:
     consts: dict[str, np.ndarray] = field(default_factory=dict)
     positive: bool = False  # operands drawn in [0.5, 2] (a log's domain) rather than from N(0, 1)
     unread: int = 0  # outputs after those in `outs` that the loss does not read (TopK's indices)
+    order: tuple[str, ...] = ()  # the node's inputs in order, where not `shapes` then `consts`
 
 
 def model_of(case: Case, elem: int = TensorProto.DOUBLE) -> onnx.ModelProto:
-    inputs = [*case.shapes, *case.consts]
+    inputs = list(case.order) or [*case.shapes, *case.consts]
     ys = [f"y{k}" for k in range(len(case.outs))]
     unread = [f"unread{k}" for k in range(case.unread)]
     nodes = [helper.make_node(case.op, inputs, [*ys, *unread], name="op", **case.attrs)]  # type: ignore[arg-type]
@@ -329,6 +330,42 @@ def _loss(draw: st.DrawFn) -> Case:
     return Case(op, {"x": (n, c, *rest)}, [out], attrs, consts)
 
 
+def _gather_nd(draw: st.DrawFn) -> Case:
+    """GatherND of drawn index tuples (repeats allowed) over the leading axes."""
+    shape = tuple(draw(st.lists(st.integers(2, 3), min_size=1, max_size=3)))
+    depth, count = draw(st.integers(1, len(shape))), draw(st.integers(1, 4))
+    tuples = [[draw(st.integers(-e, e - 1)) for e in shape[:depth]] for _ in range(count)]
+    return Case("GatherND", {"x": shape}, [(count, *shape[depth:])], consts={"indices": np.array(tuples, np.int64)})
+
+
+def _scatter_elements(draw: st.DrawFn) -> Case:
+    """ScatterElements (none, add) of updates along a drawn axis, data and updates differentiated; the
+    indices of a line are distinct (ONNX leaves repeated writes undefined)."""
+    shape = tuple(draw(st.lists(st.integers(2, 4), min_size=1, max_size=3)))
+    axis = draw(st.integers(0, len(shape) - 1))
+    k = draw(st.integers(1, shape[axis]))
+    perm = np.array(draw(st.permutations(range(shape[axis]))))[:k]
+    ushape = tuple(k if a == axis else d for a, d in enumerate(shape))
+    view = [1] * len(shape)
+    view[axis] = k
+    indices = np.broadcast_to(perm.reshape(view), ushape).astype(np.int64)
+    attrs = {"axis": axis, "reduction": draw(st.sampled_from(["none", "add"]))}
+    case = Case("ScatterElements", {"x": shape, "updates": ushape}, [shape], attrs, {"indices": indices})
+    case.order = ("x", "indices", "updates")
+    return case
+
+
+def _scatter_nd(draw: st.DrawFn) -> Case:
+    """ScatterND (none, add) of rows at distinct leading indices, data and updates differentiated."""
+    shape = tuple(draw(st.lists(st.integers(2, 4), min_size=1, max_size=3)))
+    k = draw(st.integers(1, shape[0]))
+    rows = np.array(draw(st.permutations(range(shape[0]))))[:k].reshape(k, 1).astype(np.int64)
+    attrs = {"reduction": draw(st.sampled_from(["none", "add"]))}
+    case = Case("ScatterND", {"x": shape, "updates": (k, *shape[1:])}, [shape], attrs, {"indices": rows})
+    case.order = ("x", "indices", "updates")
+    return case
+
+
 test_matmul = fd_test(_matmul, 12)
 test_gemm = fd_test(_gemm)
 test_transpose = fd_test(_transpose)
@@ -360,11 +397,15 @@ def _instance_norm(draw: st.DrawFn) -> Case:
 
 test_instance_norm = fd_test(_instance_norm)
 test_loss = fd_test(_loss, 16)
+test_gather_nd = fd_test(_gather_nd)
+test_scatter_elements = fd_test(_scatter_elements, 8)
+test_scatter_nd = fd_test(_scatter_nd, 8)
 
 DRAWERS = {
     f.__name__.lstrip("_"): f
     for f in (_matmul, _gemm, _transpose, _reshape, _softmax, _conv, _max_pool, _avg_pool, _gather, _slice, _pad,
-              _concat, _split, _layer_norm, _tile, _trilu, _cumsum, _gather_elements, _topk, _instance_norm)
+              _concat, _split, _layer_norm, _tile, _trilu, _cumsum, _gather_elements, _topk, _instance_norm,
+              _gather_nd, _scatter_elements, _scatter_nd)
 }  # fmt: skip
 
 
@@ -378,7 +419,8 @@ def test_the_wgsl_module_computes_the_numpy_modules_gradients(name: str, data: s
     feeds = feeds_for(case, data.draw(st.integers(0, 2**16)), np.float32)
     model = model_of(case, TensorProto.FLOAT)
     want = runner(build_for(model))(feeds)
-    got = runner(build_for(model, backend="wgsl", fuse="dispatch"))(feeds)
+    # The host computes only what has no WGSL kernel at all (GatherND's gather_nd, forward or backward).
+    got = runner(build_for(model, backend="wgsl", fuse="dispatch", host_fallback=True))(feeds)
     for k, (a, b) in enumerate(zip(got, want, strict=True)):
         scale = max(1.0, float(np.abs(b).max()))
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale, err_msg=f"{case.op}: output {k}")
