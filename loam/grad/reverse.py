@@ -149,9 +149,13 @@ class Reverse:
             return  # a gradient stops here: nothing it could flow into is a float
         result = op.results[0]
         g = self.adjoint.get(result)
+        if not reads_every_result(op) and any(r in self.adjoint for r in op.results[1:]):
+            # The clause reads its first result's gradient alone: a later result's would be lost.
+            raise UnsupportedError(
+                f"{op.name} '{node_of(op)}': a gradient reaches its later results (a normalization's statistics, "
+                "say), and its grad clause reads the first result's only"
+            )
         if g is None:
-            if not reads_every_result(op):
-                raise UnsupportedError(f"{op.name} '{node_of(op)}': a gradient reaches only its later results")
             g = zeros_like(self, result, value_node(result))
         clause_for(op)(self, op, g, value_node(result))
 

@@ -189,3 +189,17 @@ def test_a_training_step_graph_of_gradient_and_momentum_fits_a_linear_model(back
         for n in state:
             np.testing.assert_allclose(state[n], mirror[n], rtol=1e-3, atol=1e-4, err_msg=f"step {step}: {n}")
     assert losses[-1] < 1e-2 * losses[0], losses
+
+
+def test_a_gradient_through_a_layer_norms_mean_output_is_refused_rather_than_dropped() -> None:
+    """LayerNormalization's Mean output read downstream: its clause reads Y's gradient only, so the
+    build stops instead of leaving the Mean's share out."""
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "s"], ["y", "mean"], name="ln"),
+        helper.make_node("ReduceSum", ["mean"], ["m"], keepdims=0),
+        helper.make_node("ReduceSum", ["y"], ["t"], keepdims=0),
+        helper.make_node("Add", ["m", "t"], ["loss"]),
+        gradient(["x"], "loss", ["dx"], zs=("s",), name="g"),
+    ]
+    with pytest.raises(LoamError, match=r"kernel\.normalize 'ln': a gradient reaches its later results"):
+        build_for(model_of(nodes, {"x": [2, 3], "s": [3]}, {"dx": [2, 3]}))
