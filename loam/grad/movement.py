@@ -3,7 +3,8 @@ tile and trilu.
 
 Each sends every element of `g` back to the place it was read from, and zeros where nothing was read:
 
-- `kernel.slice` (steps of 1, static bounds): g padded with zeros back to the operand's extents;
+- `kernel.slice` (static bounds, any steps): g spaced by its steps, read upwards, and padded with zeros
+  back to the operand's extents (a pad past the end crops);
 - `kernel.pad` (constant mode, no negative pads): g sliced back to the operand's place;
 - `kernel.concat`: g sliced into the operands' parts (the offsets may be extents the run knows);
 - `kernel.split`: the results' gradients (zeros for a result none reaches) concatenated again;
@@ -32,13 +33,47 @@ def _ints(op: Operation, values: object, what: str) -> list[int]:
 def _slice(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, SliceOp)
     x = op.inputs[0]
-    if any(s != 1 for s in op.param("steps")):  # type: ignore[attr-defined]
-        raise refuse(op, "no grad clause for a slice with steps other than 1 yet")
+    t = type_of(x)
     starts, counts = _ints(op, op.param("starts"), "starts"), _ints(op, op.param("counts"), "counts")
-    dims = _ints(op, type_of(x).shape, "operand's extents")
-    ends = [d - s - c for d, s, c in zip(dims, starts, counts, strict=True)]
-    padded = PadOp([g], [type_of(x)], f"{node}.grad", pads=(*starts, *ends), mode="constant", value=0.0)
+    dims = _ints(op, t.shape, "operand's extents")
+    steps = [int(s) for s in op.param("steps")]  # type: ignore[attr-defined]
+    # Axis by axis, g's elements go back to the places they were read: in reading order from the lowest
+    # (a negative step read downwards), each followed by |step| - 1 zeros, then moved to that lowest place.
+    pads: list[int] = []
+    ends: list[int] = []
+    for a, (start, count, step, dim) in enumerate(zip(starts, counts, steps, dims, strict=True)):
+        if step < 0:
+            g = _flipped(b, g, a, node)
+            start += (count - 1) * step
+        if abs(step) > 1 and count:
+            g = _spaced(b, g, a, abs(step), node)
+        pads.append(start)
+        ends.append(dim - start - count * abs(step) if count and abs(step) > 1 else dim - start - count)
+    padded = PadOp([g], [t], f"{node}.grad", pads=(*pads, *ends), mode="constant", value=0.0)
     b.send(x, b.emit(padded))
+
+
+def _flipped(b: Backward, g: SSAValue, axis: int, node: str) -> SSAValue:
+    """`g` read backwards along `axis`."""
+    t = type_of(g)
+    starts = tuple(Poly.const(0) if a != axis else t.shape[a] - 1 for a in range(t.rank))
+    steps = tuple(-1 if a == axis else 1 for a in range(t.rank))
+    return b.emit(SliceOp([g], [t], f"{node}.grad", starts=starts, counts=tuple(t.shape), steps=steps))
+
+
+def _spaced(b: Backward, g: SSAValue, axis: int, step: int, node: str) -> SSAValue:
+    """`g` with `step - 1` zeros after each element along `axis` (the last one's too)."""
+    t = type_of(g)
+    unit = AxesTensorType(t.elem, [*t.axes[: axis + 1], Axis.named("Unit", 1), *t.axes[axis + 1 :]])
+    spread = AxesTensorType(t.elem, [*t.axes[: axis + 1], Axis.named(f"Step{axis}", step), *t.axes[axis + 1 :]])
+    pads = [0] * (2 * (t.rank + 1))
+    pads[t.rank + 1 + axis + 1] = step - 1
+    stretched = b.emit(PadOp([b.emit(RegroupOp(g, unit, f"{node}.grad"))], [spread], f"{node}.grad",
+                             pads=tuple(pads), mode="constant", value=0.0))  # fmt: skip
+    joined = Axis.named(f"Spaced{axis}", t.shape[axis] * step)
+    return b.emit(
+        RegroupOp(stretched, AxesTensorType(t.elem, [*t.axes[:axis], joined, *t.axes[axis + 1 :]]), f"{node}.grad")
+    )
 
 
 def _pad(b: Backward, op: Operation, g: SSAValue, node: str) -> None:

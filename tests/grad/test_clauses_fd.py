@@ -214,12 +214,18 @@ def _gather(draw: st.DrawFn) -> Case:
 
 
 def _slice(draw: st.DrawFn) -> Case:
-    """Slice with drawn starts and ends (steps of 1) along the last axis."""
-    shape = tuple(draw(st.lists(st.integers(2, 5), min_size=1, max_size=3)))
-    start = draw(st.integers(0, shape[-1] - 1))
-    end = draw(st.integers(start + 1, shape[-1]))
-    consts = {"starts": np.array([start]), "ends": np.array([end]), "axes": np.array([len(shape) - 1])}
-    return Case("Slice", {"x": shape}, [(*shape[:-1], end - start)], consts=consts)
+    """Slice along every axis with drawn starts, ends and steps (negative ones too)."""
+    shape = tuple(draw(st.lists(st.integers(2, 6), min_size=1, max_size=3)))
+    starts, ends, steps, out = [], [], [], []
+    for d in shape:
+        step = draw(st.sampled_from([-3, -2, -1, 1, 2, 3]))
+        start, end = draw(st.integers(-d, d - 1)), draw(st.integers(-d - 1, d))
+        if not len(range(d)[start:end:step]):
+            start, end = (0, d) if step > 0 else (d - 1, -d - 1)
+        starts.append(start), ends.append(end), steps.append(step), out.append(len(range(d)[start:end:step]))
+    consts = {n: np.array(v, np.int64) for n, v in (("starts", starts), ("ends", ends), ("axes", range(len(shape))),
+                                                     ("steps", steps))}  # fmt: skip
+    return Case("Slice", {"x": shape}, [tuple(out)], consts=consts)
 
 
 def _pad(draw: st.DrawFn) -> Case:
@@ -375,7 +381,7 @@ test_conv = fd_test(_conv, 12)  # groups, strides and pads drawn together
 test_max_pool = fd_test(_max_pool)
 test_avg_pool = fd_test(_avg_pool, 12)
 test_gather = fd_test(_gather)
-test_slice = fd_test(_slice)
+test_slice = fd_test(_slice, 12)
 test_pad = fd_test(_pad)
 test_concat = fd_test(_concat)
 test_split = fd_test(_split)
