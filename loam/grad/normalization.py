@@ -1,5 +1,6 @@
-"""The grad clause of `kernel.normalize`: layer normalization (scale and bias broadcast numpy-style) and
-instance normalization (scale and bias 1-D along the channel axis).
+"""The grad clauses of `kernel.normalize` (layer normalization: scale and bias broadcast numpy-style;
+instance normalization: scale and bias 1-D along the channel axis) and `kernel.batch_norm_train`
+(BatchNormalization in training mode: the batch axis normalised too).
 
 With x^ = (x - mean) * r, r = 1 / sqrt(var + epsilon) over the normalised axes, and y = x^ * scale + bias:
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 from xdsl.ir import Operation, SSAValue
 
 from loam.dialects.expr import Expr
-from loam.dialects.kernel import NormalizeOp, ReduceOp, RegroupOp
+from loam.dialects.kernel import BatchNormTrainOp, NormalizeOp, ReduceOp, RegroupOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.grad.base import Backward, kept_type, type_of
 
@@ -29,10 +30,41 @@ def _normalize(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, NormalizeOp)
     x, scale, bias = (op.inputs[k] if k < len(op.inputs) else None for k in range(3))
     assert x is not None
-    t = type_of(x)
     axes = tuple(op.param("axes"))  # type: ignore[call-overload]
-    channel = int(op.param("channel_axis"))  # type: ignore[call-overload]
     mean, r = _statistics(b, op, node)
+    _normalized(b, (x, scale, bias), g, (mean, r), axes, int(op.param("channel_axis")), node)  # type: ignore[call-overload]
+
+
+def _batch_norm_train(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    """BatchNormalization in training mode: instance normalization's derivative with the batch axis
+    normalised too (the batch's own mean and variance; the running statistics it also returns take no
+    part in Y).  The batch statistics come from a normalize kernel run in the backward."""
+    assert isinstance(op, BatchNormTrainOp)
+    x, scale, bias = op.inputs[0], op.inputs[1], op.inputs[2]
+    t = type_of(x)
+    axes = (0, *range(2, t.rank))
+    stash = "f64" if t.elem.name == "f64" else "f32"
+    stats = AxesTensorType(stash, kept_type(t, axes).axes)
+    moments = NormalizeOp([x], [t, stats, stats], f"{node}.grad", axes=axes, epsilon=op.param("epsilon"),
+                          channel_axis=-1, stash={"f64": "float64", "f32": "float32"}[stash], stats=1)  # fmt: skip
+    b.emit(moments)
+    _normalized(b, (x, scale, bias), g, (moments.outputs[1], moments.outputs[2]), axes, 1, node)
+
+
+def _normalized(
+    b: Backward,
+    operands: tuple[SSAValue, SSAValue | None, SSAValue | None],
+    g: SSAValue,
+    statistics: tuple[SSAValue, SSAValue],
+    axes: tuple[int, ...],
+    channel: int,
+    node: str,
+) -> None:
+    """What x, scale and bias receive from g, given the mean and r of x over `axes` (kept at extent 1);
+    scale and bias broadcast numpy-style (`channel` -1) or are 1-D along `channel`."""
+    x, scale, bias = operands
+    mean, r = statistics
+    t = type_of(x)
     o = Expr.operand
     xhat = b.zip([x, mean, r], ((o(0).cast(type_of(r).elem.name) - o(1)) * o(2)).cast(t.elem.name), t, f"{node}.grad")
 
@@ -80,4 +112,4 @@ def _statistics(b: Backward, op: NormalizeOp, node: str) -> tuple[SSAValue, SSAV
     return again.outputs[1], again.outputs[2]
 
 
-CLAUSES = {NormalizeOp: _normalize}
+CLAUSES = {NormalizeOp: _normalize, BatchNormTrainOp: _batch_norm_train}

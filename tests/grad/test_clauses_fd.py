@@ -402,6 +402,21 @@ def _instance_norm(draw: st.DrawFn) -> Case:
 
 
 test_instance_norm = fd_test(_instance_norm)
+
+
+def _batch_norm_train(draw: st.DrawFn) -> Case:
+    """BatchNormalization in training mode (Y only), its [C] scale and bias differentiated too; the running
+    mean and variance are inputs the gradient does not reach."""
+    n, c = draw(st.integers(2, 3)), draw(st.integers(1, 3))
+    spatial = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+    shapes = {"x": (n, c, *spatial), "scale": (c,), "bias": (c,)}
+    consts = {"mean": np.zeros(c), "var": np.ones(c)}
+    case = Case("BatchNormalization", shapes, [(n, c, *spatial)], {"epsilon": 1e-3, "training_mode": 1}, consts)
+    case.unread = 2  # the running mean and variance
+    return case
+
+
+test_batch_norm_train = fd_test(_batch_norm_train)
 test_loss = fd_test(_loss, 16)
 test_gather_nd = fd_test(_gather_nd)
 test_scatter_elements = fd_test(_scatter_elements, 8)
