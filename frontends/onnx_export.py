@@ -125,8 +125,11 @@ def _graph(
 
 
 def _node(op: NodeOp, names: dict[SSAValue, str]) -> NodeProto:
+    from loam.ops import added_operands
+
     n = NodeProto(op_type=op.op_type, name=op.node_name, domain=op.domain)
-    n.input.extend(names[v] for v in op.args)
+    args = list(op.args)
+    n.input.extend(names[v] for v in args[: len(args) - added_operands(op.domain, op.op_type)])
     n.output.extend(op.output_names)
     if op.doc_string is not None:
         n.doc_string = op.doc_string.data

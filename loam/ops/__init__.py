@@ -110,3 +110,8 @@ def operand_names(node: NodeProto) -> list[str]:
     if (node.domain, node.op_type) == (training.DOMAIN, "Gradient"):
         return training.gradient_operands(node)
     return list(node.input)
+
+
+def added_operands(domain: str, op_type: str) -> int:
+    """How many operands `operand_names` adds after a node's ONNX inputs (the exporter leaves them out)."""
+    return 1 if (domain, op_type) == (training.DOMAIN, "Gradient") else 0
