@@ -54,10 +54,12 @@ def digits(x: torch.Tensor, p: dict[str, torch.Tensor]) -> tuple[torch.Tensor, t
     return logits, torch.softmax(logits, dim=1)
 
 
-def train_digits_losses(steps: int = 50) -> list[float]:
-    """examples/train-digits' first `steps` losses, in torch."""
+def train_digits(epochs: int | None = None, steps: int | None = None) -> tuple[list[float], dict, object, float]:
+    """examples/train-digits' schedule in torch (its seeded start, mini-batches, learning rate and momentum,
+    read from its train.py) for `epochs` epochs or `steps` steps: each step's loss, the weights, the example,
+    and the seconds the steps took."""
     import importlib.util
-    import json
+    import time
 
     spec = importlib.util.spec_from_file_location("train_digits", ROOT / "examples" / "train-digits" / "train.py")
     assert spec is not None and spec.loader is not None
@@ -69,7 +71,8 @@ def train_digits_losses(steps: int = 50) -> list[float]:
     x_train, y_train, _, _ = example.data()
     losses: list[float] = []
     epoch = 0
-    while len(losses) < steps:
+    began = time.perf_counter()
+    while (epochs is None or epoch < epochs) and (steps is None or len(losses) < steps):
         for idx in example.batches(epoch, len(x_train)):
             logits, _ = digits(torch.tensor(x_train[idx]), p)
             targets = torch.tensor(np.eye(10, dtype=np.float32)[y_train[idx]])
@@ -77,10 +80,18 @@ def train_digits_losses(steps: int = 50) -> list[float]:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
             if len(losses) == steps:
                 break
         epoch += 1
+    return losses, p, example, time.perf_counter() - began
+
+
+def train_digits_losses(steps: int = 50) -> list[float]:
+    """examples/train-digits' first `steps` losses, in torch, written to its torch_losses.json."""
+    import json
+
+    losses, _, _, _ = train_digits(steps=steps)
     out = ROOT / "examples" / "train-digits" / "torch_losses.json"
     out.write_text(json.dumps({"torch": torch.__version__, "losses": losses}, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out}")
