@@ -500,26 +500,26 @@ def options_from_args(args: argparse.Namespace) -> Options:
     )
 
 
-def _checked_paths(args: argparse.Namespace) -> tuple[Path, Options, Path | None]:
-    """The model, the options and the output file (None: stdout), refused before any compiling
-    when a file is missing or the output folder does not exist."""
+def _checked_paths(args: argparse.Namespace, options: Options) -> tuple[Path, Path | None]:
+    """The model and the output file (None: stdout), refused before any compiling when a file the
+    build reads (the model, `options`' checkpoints) is missing or the output folder does not exist."""
     model: Path = args.model
     if not model.is_file():
         raise ModelError(f"{model}: no such model file")
-    options = options_from_args(args)
     for checkpoint in options.checkpoints:
         if not checkpoint.is_file():
             raise CheckpointError(f"{checkpoint}: no such checkpoint file")
     if args.output == "-":
-        return model, options, None
+        return model, None
     output = Path(args.output)
     if not output.parent.is_dir():
         raise LoamError(f"-o {output}: folder '{output.parent}' does not exist")
-    return model, options, output
+    return model, output
 
 
 def _layout(args: argparse.Namespace) -> None:
-    model, options, output = _checked_paths(args)
+    options = options_from_args(args)
+    model, output = _checked_paths(args, options)
 
     from loam.draft import draft_layout
     from loam.pipeline import build
@@ -547,12 +547,13 @@ def _build(args: argparse.Namespace) -> None:
     fuse = None if args.no_fuse else objective
     if args.grad_of and not args.grad:
         raise UsageError("--grad-of names the weights --grad differentiates: give --grad too")
-    grad = options_from_args(args).grad  # the flags', else the options file's
+    options = options_from_args(args)
+    grad = options.grad  # the flags', else the options file's
     if args.print_pipeline:
         from loam.architectures import architecture
         from loam.pipeline import pipeline_text
 
-        chosen = options_from_args(args).architecture
+        chosen = options.architecture
         draft = chosen is not None and bool(architecture(chosen).layout)
         print(pipeline_text(fuse, args.backend, draft=draft, grad=grad))
         return
@@ -566,9 +567,9 @@ def _build(args: argparse.Namespace) -> None:
     if args.no_fuse and args.report is not None:
         raise UsageError("--report describes the fuse pass's decisions; it cannot be given with --no-fuse")
     if args.target == "browser":
-        _build_browser(args, fuse)
+        _build_browser(args, fuse, options)
         return
-    model, options, output = _checked_paths(args)
+    model, output = _checked_paths(args, options)
 
     from loam import cache
 
@@ -621,13 +622,13 @@ def _progress(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
 
-def _build_browser(args: argparse.Namespace, fuse: str | None) -> None:
+def _build_browser(args: argparse.Namespace, fuse: str | None, options: Options) -> None:
     """`loam build --target browser -o DIR`: the WGSL module written as DIR/model.js and DIR/weights/."""
     if args.output == "-":
         raise UsageError("--target browser writes a folder: give -o DIR")
     if args.host_fallback:
         raise UsageError("--target browser computes every kernel on the device; it takes no --host-fallback")
-    model, options, output = _checked_paths(args)
+    model, output = _checked_paths(args, options)
     assert output is not None
     if output.exists() and not output.is_dir():
         raise UsageError(f"-o {output}: --target browser writes a folder, and {output} is a file")
