@@ -35,7 +35,7 @@ from loam.dialects.kernel import ProgramOp, ReturnOp, WeightOp
 from loam.dialects.kernel.base import element_count
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import UnsupportedError
-from loam.grad.base import is_float
+from loam.grad.base import is_float, listed
 from loam.grad.reverse import Reverse, value_node
 from loam.passes.notes import add_notes
 from loam.poly import Poly
@@ -55,18 +55,6 @@ class DifferentiatePass(ModulePass):
         for program in [p for p in op.walk() if isinstance(p, ProgramOp)]:
             saved = _Differentiate(program, self.of).run()
             add_notes(op, [saved_note(saved)])
-
-
-def _stopped(reverse: Reverse, value: SSAValue) -> str:
-    """Why no gradient reaches `value`: the ops that stop it, which have no derivative."""
-    blockers = reverse.blockers(value)
-    if not blockers:
-        return "no output depends on it"
-    return f"every path from it to the outputs passes {_listed(blockers)}, which has no derivative"
-
-
-def _listed(names: Sequence[str]) -> str:
-    return (", ".join(names[:8]) + (", ..." if len(names) > 8 else "")) or "none"
 
 
 def saved_note(saved: Sequence[SSAValue]) -> str:
@@ -99,7 +87,7 @@ class _Differentiate:
         if unknown:
             raise UnsupportedError(
                 f"grad_of names {', '.join(repr(n) for n in unknown)}, which the program reads as no float weight "
-                f"or input (its float weights: {_listed(names)}; its float inputs: {_listed([n for n, _ in inputs])})"
+                f"or input (its float weights: {listed(names)}; its float inputs: {listed([n for n, _ in inputs])})"
             )
         # Asked for: the weights and inputs `of` names, or every float weight.
         self.sources = [(w.weight_name.data, w.result) for w in weights if not of or w.weight_name.data in of]
@@ -129,9 +117,8 @@ class _Differentiate:
             found = self.reverse.adjoint.get(value)
             if found is None:
                 kind = "weight" if isinstance(value.owner, WeightOp) else "input"
-                raise UnsupportedError(
-                    f"no gradient reaches {kind} '{name}' from the outputs: {_stopped(self.reverse, value)}"
-                )
+                why = self.reverse.unreached(value, "the outputs")
+                raise UnsupportedError(f"no gradient reaches {kind} '{name}' from the outputs: {why}")
             grads.append(found)
         new_ret = ReturnOp([*outputs, *grads], [*names, *(GRAD + n for n, _ in self.sources)])
         Rewriter().replace_op(self.ret, new_ret)

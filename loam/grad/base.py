@@ -54,6 +54,11 @@ def node_of(op: Operation) -> str:
     return node.data if isinstance(node, StringAttr) else op.name
 
 
+def listed(names: Sequence[str]) -> str:
+    """Names for a message: the first eight, then "..."."""
+    return (", ".join(names[:8]) + (", ..." if len(names) > 8 else "")) or "none"
+
+
 def refuse(op: Operation, why: str = "no grad clause for this kernel yet") -> UnsupportedError:
     return UnsupportedError(f"{op.name} '{node_of(op)}': {why} (a gradient asked for passes through it)")
 

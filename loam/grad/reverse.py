@@ -19,7 +19,7 @@ from loam.dialects.expr import Expr
 from loam.dialects.kernel import ConstantOp, ReduceOp, RegroupOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import UnsupportedError
-from loam.grad.base import is_float, node_of, type_of, zeros_like
+from loam.grad.base import is_float, listed, node_of, type_of, zeros_like
 from loam.grad.clauses import clause_for, reads_every_result
 from loam.poly import Poly
 
@@ -78,6 +78,13 @@ class Reverse:
                 if not floats:
                     found.append(f"{op.name} '{node_of(op)}'")
         return found
+
+    def unreached(self, source: SSAValue, destination: str) -> str:
+        """Why no gradient reaches `source` from `destination` ("the outputs", "y"): the ops that stop it."""
+        blockers = self.blockers(source)
+        if not blockers:
+            return f"nothing computed from it reaches {destination}"
+        return f"every path from it to {destination} passes {listed(blockers)}, which has no derivative"
 
     def saved(self) -> list[SSAValue]:
         """The forward's activations the backward reads (kept from the forward until the backward runs):

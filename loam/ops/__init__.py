@@ -107,7 +107,7 @@ def domain_body(node: NodeProto) -> DomainBody | None:
 def operand_names(node: NodeProto) -> list[str]:
     """The values `node` reads: its inputs, and for ONNX's Gradient also the `y` it differentiates
     (`loam.ops.training.gradient_operands`), so that its value is in scope where the node is lowered."""
-    if (node.domain, node.op_type) == (training.DOMAIN, "Gradient"):
+    if added_operands(node.domain, node.op_type):
         return training.gradient_operands(node)
     return list(node.input)
 

@@ -304,7 +304,8 @@ class GradientRule(OpRule):
         block = _block_of(y)
         # A path from x to y runs through y's block alone when x is defined there; from an enclosing graph's
         # value it would run through ops the walk does not see.
-        outer = [n for n, x in zip(_names(node, "xs"), xs, strict=False) if _block_of(x) is not block]
+        names = _names(node, "xs")
+        outer = [n for n, x in zip(names, xs, strict=False) if _block_of(x) is not block]
         if outer:
             raise node.unsupported(
                 f"{', '.join(repr(n) for n in outer)} and y are defined in different graphs (a subgraph's y over an "
@@ -320,16 +321,9 @@ class GradientRule(OpRule):
         t = axes_type(y)
         reverse.send(y, reverse.emit(ZipOp([y], Expr.const(1.0, t.elem.name), t, f"{node.name}.seed")))
         reverse.run()
-        names = _names(node, "xs")
         for name, x in zip(names, xs, strict=False):
             if x not in reverse.adjoint:
-                blockers = reverse.blockers(x)
-                why = (
-                    f"every path from it passes {', '.join(blockers[:4])}, which has no derivative"
-                    if blockers
-                    else "y does not depend on it"
-                )
-                raise node.unsupported(f"no gradient reaches '{name}' from y: {why}")
+                raise node.unsupported(f"no gradient reaches '{name}' from y: {reverse.unreached(x, 'y')}")
         return [reverse.adjoint[x] for x in xs]
 
 

@@ -132,7 +132,7 @@ def test_a_gradient_through_argmax_alone_is_refused() -> None:
         gradient(["x"], "y", ["dx"], name="g"),
     ]
     with pytest.raises(LoamError, match=r"Gradient node 'g': no gradient reaches 'x' from y: every path from it "
-                       r"passes kernel\.arg_reduce 'i', which has no derivative"):  # fmt: skip
+                       r"to y passes kernel\.arg_reduce 'i', which has no derivative"):  # fmt: skip
         build_for(model_of(nodes, {"x": [3]}, {"dx": [3]}))
 
 
