@@ -18,7 +18,7 @@ from xdsl.ir import Operation, SSAValue
 
 from loam.dialects.kernel import ConcatOp, PadOp, ReduceOp, RegroupOp, SliceOp, SplitOp, TileOp, TriluOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, refuse, type_of, zeros_like
+from loam.grad.base import Backward, refuse, static_extents, type_of, zeros_like
 from loam.poly import Poly
 
 
@@ -35,7 +35,7 @@ def _slice(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     x = op.inputs[0]
     t = type_of(x)
     starts, counts = _ints(op, op.param("starts"), "starts"), _ints(op, op.param("counts"), "counts")
-    dims = _ints(op, t.shape, "operand's extents")
+    dims = static_extents(op, t)
     steps = [int(s) for s in op.param("steps")]  # type: ignore[attr-defined]
     # Axis by axis, g's elements go back to the places they were read: in reading order from the lowest
     # (a negative step read downwards), each followed by |step| - 1 zeros, then moved to that lowest place.
