@@ -10,6 +10,7 @@ to onnxruntime), one element at a time.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,8 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
-from loam.pipeline import BuildResult
-from loam.testing import build_for, forward_inputs
+from loam.testing import build_for, run_built
 
 TRAINING = "ai.onnx.preview.training"
 H = 1e-6
@@ -73,17 +73,9 @@ def feeds_for(case: Case, seed: int, dtype: type = np.float64) -> dict[str, np.n
     return {n: v.astype(dtype) for n, v in feeds.items()}
 
 
-def runner(built: BuildResult) -> Callable[[dict[str, np.ndarray]], list[np.ndarray]]:
-    """The built module's forward on values by input name: the loss, then the gradients."""
-    module = built.module
-    weights = module.Weights.embedded() if hasattr(module.Weights, "embedded") else module.Weights()
-    names = forward_inputs(built)
-    return lambda values: list(module.forward(weights, *[values[n] for n in names]))
-
-
 def check(case: Case, seed: int) -> None:
     feeds = feeds_for(case, seed)
-    run = runner(build_for(model_of(case)))
+    run = functools.partial(run_built, build_for(model_of(case)))
     _, *grads = run(feeds)
     for name, grad in zip(case.shapes, grads, strict=True):
         numeric = np.zeros_like(feeds[name])
@@ -439,9 +431,9 @@ def test_the_wgsl_module_computes_the_numpy_modules_gradients(name: str, data: s
     case = data.draw(st.composite(DRAWERS[name])())
     feeds = feeds_for(case, data.draw(st.integers(0, 2**16)), np.float32)
     model = model_of(case, TensorProto.FLOAT)
-    want = runner(build_for(model))(feeds)
+    want = run_built(build_for(model), feeds)
     # The host computes only what has no WGSL kernel at all (GatherND's gather_nd, forward or backward).
-    got = runner(build_for(model, backend="wgsl", fuse="dispatch", host_fallback=True))(feeds)
+    got = run_built(build_for(model, backend="wgsl", fuse="dispatch", host_fallback=True), feeds)
     for k, (a, b) in enumerate(zip(got, want, strict=True)):
         scale = max(1.0, float(np.abs(b).max()))
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale, err_msg=f"{case.op}: output {k}")
