@@ -1,5 +1,6 @@
 """What every grad clause is written with: the `Backward` it emits into, and the small pieces several
-clauses build (a permuted value, zeros, an extent as a scalar, a sum kept at extent 1).
+clauses build (a permuted value, zeros, an extent as a scalar, a sum kept at extent 1, a forward op
+that also returns what its backward reads).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from xdsl.ir import Operation, SSAValue
 
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import ConstantOp, PermuteOp, ReduceOp, ZipOp
+from loam.dialects.kernel.library import LibraryOp
 from loam.dialects.shape_poly import ExtentAttr
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.errors import UnsupportedError
@@ -98,3 +100,17 @@ def sum_kept(b: Backward, value: SSAValue, axes: Sequence[int], node: str) -> SS
     return b.emit(
         ReduceOp([value], [kept_type(type_of(value), axes)], f"{node}.grad", kind="sum", axes=tuple(axes), keepdims=1)
     )
+
+
+def with_more_results(
+    b: Backward, op: LibraryOp, results: Sequence[AxesTensorType], node: str, **params: object
+) -> LibraryOp:
+    """`op` with `params` changed so that it also returns what its backward reads (`results`, its own first):
+    put in the forward's place, so nothing is computed twice, or, where the forward is not the walk's to
+    change (`Backward.replace_forward`), run again in the backward."""
+    again = type(op)(list(op.inputs), list(results), node, **{**op.params, **params})
+    if b.replace_forward(op, again):
+        return again
+    again = type(op)(list(op.inputs), list(results), f"{node}.grad", **{**op.params, **params})
+    b.emit(again)
+    return again

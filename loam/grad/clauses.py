@@ -76,6 +76,7 @@ from loam.grad.base import (
     static_extents,
     sum_kept,
     type_of,
+    with_more_results,
     zeros_like,
 )
 from loam.grad.elementwise import vjp
@@ -286,11 +287,7 @@ def _pool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     if p.get("indices"):
         indices = op.outputs[1]
     else:
-        with_indices = PoolOp([x], [type_of(op.outputs[0]), index_type], node, **{**p, "indices": 1})
-        if not b.replace_forward(op, with_indices):
-            with_indices = PoolOp([x], [type_of(op.outputs[0]), index_type], f"{node}.grad", **{**p, "indices": 1})
-            b.emit(with_indices)
-        indices = with_indices.outputs[1]
+        indices = with_more_results(b, op, [type_of(op.outputs[0]), index_type], node, indices=1).outputs[1]
     # Each plane (n, c) scatters apart: a window's kept tap lies in its own plane, at its flat index mod
     # the plane's size; so the scatter runs along rows of H*W (a llvmpipe shader loops over one row, not
     # the whole tensor).

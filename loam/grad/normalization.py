@@ -21,7 +21,7 @@ from xdsl.ir import Operation, SSAValue
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import BatchNormTrainOp, NormalizeOp, ReduceOp, RegroupOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, kept_type, type_of
+from loam.grad.base import Backward, kept_type, type_of, with_more_results
 
 _STASH = {"float32": "f32", "float64": "f64"}
 
@@ -104,12 +104,8 @@ def _statistics(b: Backward, op: NormalizeOp, node: str) -> tuple[SSAValue, SSAV
         return op.outputs[1], op.outputs[2]
     t = type_of(op.inputs[0])
     stats = AxesTensorType(_STASH[str(op.param("stash"))], kept_type(t, tuple(op.param("axes"))).axes)  # type: ignore[call-overload]
-    with_stats = NormalizeOp(list(op.inputs), [type_of(op.outputs[0]), stats, stats], node, **{**op.params, "stats": 1})
-    if b.replace_forward(op, with_stats):
-        return with_stats.outputs[1], with_stats.outputs[2]
-    again = NormalizeOp([op.inputs[0]], [t, stats, stats], f"{node}.grad", **{**op.params, "stats": 1})
-    b.emit(again)
-    return again.outputs[1], again.outputs[2]
+    with_stats = with_more_results(b, op, [type_of(op.outputs[0]), stats, stats], node, stats=1)
+    return with_stats.outputs[1], with_stats.outputs[2]
 
 
 CLAUSES = {NormalizeOp: _normalize, BatchNormTrainOp: _batch_norm_train}
