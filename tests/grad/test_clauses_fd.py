@@ -208,16 +208,17 @@ def _gather(draw: st.DrawFn) -> Case:
 def _slice(draw: st.DrawFn) -> Case:
     """Slice along every axis with drawn starts, ends and steps (negative ones too)."""
     shape = tuple(draw(st.lists(st.integers(2, 6), min_size=1, max_size=3)))
-    starts, ends, steps, out = [], [], [], []
+    bounds = []  # (start, end, step) per axis, reading at least one element
     for d in shape:
         step = draw(st.sampled_from([-3, -2, -1, 1, 2, 3]))
         start, end = draw(st.integers(-d, d - 1)), draw(st.integers(-d - 1, d))
         if not len(range(d)[start:end:step]):
             start, end = (0, d) if step > 0 else (d - 1, -d - 1)
-        starts.append(start), ends.append(end), steps.append(step), out.append(len(range(d)[start:end:step]))
-    consts = {n: np.array(v, np.int64) for n, v in (("starts", starts), ("ends", ends), ("axes", range(len(shape))),
-                                                     ("steps", steps))}  # fmt: skip
-    return Case("Slice", {"x": shape}, [tuple(out)], consts=consts)
+        bounds.append((start, end, step))
+    out = tuple(len(range(d)[slice(*b)]) for d, b in zip(shape, bounds, strict=True))
+    starts, ends, steps = (np.array(v, np.int64) for v in zip(*bounds, strict=True))
+    consts = {"starts": starts, "ends": ends, "axes": np.arange(len(shape), dtype=np.int64), "steps": steps}
+    return Case("Slice", {"x": shape}, [out], consts=consts)
 
 
 def _pad(draw: st.DrawFn) -> Case:
