@@ -64,7 +64,7 @@ from loam.dialects.kernel import (
 )
 from loam.dialects.kernel.base import element_count
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad import indexing, losses, movement, normalization
+from loam.grad import indexing, losses, movement, normalization, recurrent, sampling
 from loam.grad.base import (
     Backward,
     Clause,
@@ -390,13 +390,16 @@ CLAUSES: dict[type[Operation], Clause] = {
     **indexing.CLAUSES,
     **losses.CLAUSES,
     **normalization.CLAUSES,
+    **recurrent.CLAUSES,
+    **sampling.CLAUSES,
 }
+EVERY_RESULT = movement.EVERY_RESULT | recurrent.EVERY_RESULT | sampling.EVERY_RESULT
 
 
 def reads_every_result(op: Operation) -> bool:
     """Whether `op`'s clause reads each result's adjoint itself, so a gradient may reach any of them
     (every other clause is given its first result's)."""
-    return type(op) in movement.EVERY_RESULT
+    return type(op) in EVERY_RESULT
 
 
 def clause_for(op: Operation) -> Clause:
