@@ -19,9 +19,20 @@ from __future__ import annotations
 from xdsl.ir import Operation, SSAValue
 
 from loam.dialects.expr import Expr
-from loam.dialects.kernel import BatchNormTrainOp, NormalizeOp, ReduceOp, RegroupOp
+from loam.dialects.kernel import (
+    BatchNormTrainOp,
+    GroupNormOp,
+    LrnOp,
+    NormalizeOp,
+    PadOp,
+    ReduceOp,
+    RegroupOp,
+    SliceOp,
+    ZipOp,
+)
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, kept_type, type_of, with_more_results
+from loam.grad.base import Backward, kept_type, refuse, type_of, with_more_results
+from loam.poly import Poly
 
 _STASH = {"float32": "f32", "float64": "f64"}
 
@@ -81,12 +92,21 @@ def _normalized(
     if scale is not None and channel >= 0:  # [C] along the channel axis: [C, 1, ...] broadcasts
         scale = b.emit(RegroupOp(scale, _broadcast_type(t, type_of(scale), channel), f"{node}.grad"))
     dxhat = g if scale is None else b.zip([g, scale], o(0) * o(1), t, f"{node}.grad")
+    b.send(x, _input_share(b, r, dxhat, xhat, axes, node))
+
+
+def _input_share(
+    b: Backward, r: SSAValue, dxhat: SSAValue, xhat: SSAValue, axes: tuple[int, ...], node: str
+) -> SSAValue:
+    """r (d x^ - mean(d x^) - x^ mean(d x^ x^)), the means over `axes`: what x receives through x^."""
+    t = type_of(xhat)
+    o = Expr.operand
     moments = []
     for value in (dxhat, b.zip([dxhat, xhat], o(0) * o(1), t, f"{node}.grad")):
         reduce = ReduceOp([value], [kept_type(t, axes)], f"{node}.grad", kind="mean", axes=axes, keepdims=1)
         moments.append(b.emit(reduce))
     expr = o(0).cast(t.elem.name) * (o(1) - o(2) - o(3) * o(4))
-    b.send(x, b.zip([r, dxhat, moments[0], xhat, moments[1]], expr, t, f"{node}.grad"))
+    return b.zip([r, dxhat, moments[0], xhat, moments[1]], expr, t, f"{node}.grad")
 
 
 def _broadcast_type(t: AxesTensorType, param: AxesTensorType, channel: int) -> AxesTensorType:
@@ -108,4 +128,89 @@ def _statistics(b: Backward, op: NormalizeOp, node: str) -> tuple[SSAValue, SSAV
     return with_stats.outputs[1], with_stats.outputs[2]
 
 
-CLAUSES = {NormalizeOp: _normalize, BatchNormTrainOp: _batch_norm_train}
+def _group_norm(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    """GroupNormalization: instance normalization's derivative over x regrouped to [N, G, C / G, ...], each
+    group normalised over its channels and the spatial axes; scale and bias per channel ([G, C / G, 1, ...]
+    there) or per group ([G, 1, ...])."""
+    assert isinstance(op, GroupNormOp)
+    x, scale, bias = op.inputs[0], op.inputs[1], op.inputs[2]
+    t = type_of(x)
+    if not t.shape[1].is_const:
+        raise refuse(op, f"its grad clause needs the channel count known at build time, and it is {t.shape[1]}")
+    groups = int(op.param("num_groups"))  # type: ignore[call-overload]
+    group = Axis.named("Groups", groups)
+    spatial = t.axes[2:]
+    units = [Axis.named("Unit", 1) for _ in spatial]
+    grouped = AxesTensorType(
+        t.elem, [t.axes[0], group, Axis.named("GroupChannels", t.shape[1].const_value // groups), *spatial]
+    )
+    if op.param("per_group"):
+        view = AxesTensorType(t.elem, [group, Axis.named("Unit", 1), *units])
+    else:
+        view = AxesTensorType(t.elem, [*grouped.axes[1:3], *units])
+    axes = tuple(range(2, grouped.rank))
+    xr, gr = (b.emit(RegroupOp(v, grouped, f"{node}.grad")) for v in (x, g))
+    stash = str(op.param("stash"))
+    stats = AxesTensorType(_STASH[stash], kept_type(grouped, axes).axes)
+    moments = NormalizeOp([xr], [grouped, stats, stats], f"{node}.grad", axes=axes, epsilon=op.param("epsilon"),
+                          channel_axis=-1, stash=stash, stats=1)  # fmt: skip
+    b.emit(moments)
+    mean, r = moments.outputs[1], moments.outputs[2]
+    o = Expr.operand
+    xhat = b.zip([xr, mean, r], ((o(0).cast(stats.elem.name) - o(1)) * o(2)).cast(t.elem.name), grouped, f"{node}.grad")
+    for param, grad in ((bias, gr), (scale, b.zip([gr, xhat], o(0) * o(1), grouped, f"{node}.grad"))):
+        if param in b.needed:
+            summed = b.unbroadcast(grad, view, node)
+            b.send(param, b.emit(RegroupOp(summed, type_of(param), f"{node}.grad")))
+    if x in b.needed:
+        dxhat = b.zip([gr, b.emit(RegroupOp(scale, view, f"{node}.grad"))], o(0) * o(1), grouped, f"{node}.grad")
+        b.send(x, b.emit(RegroupOp(_input_share(b, r, dxhat, xhat, axes, node), t, f"{node}.grad")))
+
+
+def _lrn(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    """LRN: with s_c = bias + alpha / size * (sum of x_j^2 over c's window) and y = x s^-beta,
+
+        d x_k = g_k s_k^-beta - 2 alpha beta / size * x_k * (sum of g_c x_c s_c^(-beta - 1) over the c whose
+                window holds k)
+
+    the windows that hold k being k's own window mirrored (its channels before and after exchanged)."""
+    assert isinstance(op, LrnOp)
+    x = op.inputs[0]
+    t = type_of(x)
+    elem = t.elem.name
+    size = int(op.param("size"))  # type: ignore[call-overload]
+    alpha, beta, bias = (float(op.param(k)) for k in ("alpha", "beta", "bias"))  # type: ignore[arg-type]
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    o = Expr.operand
+
+    def c(value: float) -> Expr:
+        return Expr.const(value, elem)
+
+    squares = _window_sum(b, b.zip([x], o(0) * o(0), t, f"{node}.grad"), before, after, node)
+    s = b.zip([squares], c(bias) + c(alpha / size) * o(0), t, f"{node}.grad")
+    read = b.zip([g, x, s], o(0) * o(1) * o(2).binary("pow", c(-beta - 1)), t, f"{node}.grad")
+    spread = _window_sum(b, read, after, before, node)
+    expr = o(0) * o(1).binary("pow", c(-beta)) - c(2 * alpha * beta / size) * o(2) * o(3)
+    b.send(x, b.zip([g, s, x, spread], expr, t, f"{node}.grad"))
+
+
+def _window_sum(b: Backward, value: SSAValue, before: int, after: int, node: str) -> SSAValue:
+    """Each channel's sum of `value` over itself, the `before` channels before and the `after` after (zeros
+    past the ends): one zip over the shifted slices of `value` padded along axis 1."""
+    t = type_of(value)
+    pads = [0] * (2 * t.rank)
+    pads[1], pads[t.rank + 1] = before, after
+    wide = AxesTensorType(t.elem, [t.axes[0], Axis.named("Window", t.shape[1] + before + after), *t.axes[2:]])
+    padded = b.emit(PadOp([value], [wide], f"{node}.grad", pads=tuple(pads), mode="constant", value=0.0))
+    shifted = []
+    for offset in range(before + after + 1):
+        starts = tuple(Poly.const(offset if a == 1 else 0) for a in range(t.rank))
+        shifted.append(b.emit(SliceOp([padded], [t], f"{node}.grad", starts=starts, counts=tuple(t.shape),
+                                      steps=(1,) * t.rank)))  # fmt: skip
+    total = Expr.operand(0)
+    for k in range(1, len(shifted)):
+        total = total + Expr.operand(k)
+    return b.emit(ZipOp(shifted, total, t, f"{node}.grad"))
+
+
+CLAUSES = {NormalizeOp: _normalize, BatchNormTrainOp: _batch_norm_train, GroupNormOp: _group_norm, LrnOp: _lrn}

@@ -36,6 +36,7 @@ class Case:
     positive: bool = False  # operands drawn in [0.5, 2] (a log's domain) rather than from N(0, 1)
     unread: int = 0  # outputs after those in `outs` that the loss does not read (TopK's indices)
     order: tuple[str, ...] = ()  # the node's inputs in order, where not `shapes` then `consts`
+    opset: int = 18  # the default domain's version the model imports
 
 
 def model_of(case: Case, elem: int = TensorProto.DOUBLE) -> onnx.ModelProto:
@@ -59,7 +60,9 @@ def model_of(case: Case, elem: int = TensorProto.DOUBLE) -> onnx.ModelProto:
     outputs += [helper.make_tensor_value_info(f"d_{n}", elem, case.shapes[n]) for n in diff]
     initializers = [onnx.numpy_helper.from_array(v, n) for n, v in case.consts.items()]
     graph = helper.make_graph(nodes, case.op.lower(), value_infos, outputs, initializers)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(TRAINING, 1)])
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", case.opset), helper.make_opsetid(TRAINING, 1)]
+    )
 
 
 def feeds_for(case: Case, seed: int, dtype: type = np.float64) -> dict[str, np.ndarray]:

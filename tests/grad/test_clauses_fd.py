@@ -331,11 +331,36 @@ test_gather_nd = fd_test(_gather_nd)
 test_scatter_elements = fd_test(_scatter_elements, 8)
 test_scatter_nd = fd_test(_scatter_nd, 8)
 
+
+def _group_norm(draw: st.DrawFn) -> Case:
+    """GroupNormalization, its scale and bias differentiated too: per channel (opset 21) or per group (18)."""
+    groups = draw(st.integers(1, 3))
+    n, c = draw(st.integers(1, 2)), groups * draw(st.integers(1, 2))
+    spatial = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=2)))
+    opset = draw(st.sampled_from([18, 21]))
+    per = c if opset == 21 else groups
+    shapes = {"x": (n, c, *spatial), "scale": (per,), "bias": (per,)}
+    attrs = {"epsilon": 1e-3, "num_groups": groups}
+    return Case("GroupNormalization", shapes, [(n, c, *spatial)], attrs, opset=opset)
+
+
+def _lrn(draw: st.DrawFn) -> Case:
+    """LRN across channels, odd and even window sizes (an even one holds more channels after than before)."""
+    n, c = draw(st.integers(1, 2)), draw(st.integers(1, 5))
+    spatial = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+    attrs = {"size": draw(st.integers(1, 4)), "alpha": 0.3, "beta": draw(st.sampled_from([0.75, 1.5])), "bias": 1.5}
+    return Case("LRN", {"x": (n, c, *spatial)}, [(n, c, *spatial)], attrs)
+
+
+test_group_norm = fd_test(_group_norm)
+test_lrn = fd_test(_lrn, 8)
+
+
 DRAWERS = {
     f.__name__.lstrip("_"): f
     for f in (_matmul, _gemm, _transpose, _reshape, _softmax, _conv, _max_pool, _avg_pool, _gather, _slice, _pad,
               _concat, _split, _layer_norm, _tile, _trilu, _cumsum, _gather_elements, _topk, _instance_norm,
-              _gather_nd, _scatter_elements, _scatter_nd)
+              _gather_nd, _scatter_elements, _scatter_nd, _group_norm, _lrn)
 }  # fmt: skip
 
 
