@@ -16,7 +16,7 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
 - `kernel.reduce`: sum and mean spread g over the reduced axes (divided by their count for mean, a
   value the run computes where an extent is symbolic); max and min share it evenly among the elements
   equal to the extreme (torch's amax); l1, l2, sum_square, log_sum and log_sum_exp by their derivative;
-  prod is refused (a zero element would divide);
+  prod by the product of the others (exclusive products from either end, no quotient a zero would spoil);
 - `kernel.conv` (static extents but the batch): dx = conv_transpose(g, w) at the same strides, pads,
   dilations and groups; dw = conv(x^T, g^T) with strides and dilations exchanged, permuted back (with
   groups, x^T holds each group's images as that group's channels); db = sum(g);
@@ -26,10 +26,12 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
 - `kernel.gather` (an embedding lookup, a pooler's first token): g's rows added into the rows they were
   read from (`kernel.scatter_nd` with reduction add, the gathered axis first; a negative index counts
   from the end);
-- `kernel.cumsum`: g summed cumulatively the other way (as exclusive as the forward);
+- `kernel.cumsum`: g summed cumulatively the other way (as exclusive as the forward); `kernel.cumprod`:
+  through an [n, n] table of each element's products with that element set to 1 (static extent);
 - `kernel.slice`, `kernel.pad`, `kernel.concat`, `kernel.split`, `kernel.tile`, `kernel.trilu`:
   `loam.grad.movement`; `kernel.gather_elements`, `kernel.topk`: `loam.grad.indexing`;
-- `kernel.normalize` (layer and instance normalization): `loam.grad.normalization`;
+- `kernel.normalize` (layer and instance normalization), `kernel.batch_norm_train`, `kernel.group_norm`,
+  `kernel.lrn`: `loam.grad.normalization`;
 - `kernel.nll_loss` (the scores' share): `loam.grad.losses`.
 
 Any other op (or an unsupported case of one of these) raises UnsupportedError naming it and its node.
@@ -50,6 +52,7 @@ from loam.dialects.kernel import (
     ConstantOp,
     ConvOp,
     ConvTransposeOp,
+    CumProdOp,
     CumSumOp,
     GatherOp,
     MatmulOp,
@@ -184,7 +187,7 @@ def _reduce(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     x = op.inputs[0]
     kind = str(op.param("kind"))
     axes = tuple(op.param("axes"))  # type: ignore[arg-type]
-    if kind not in ("sum", "mean", "max", "min", *_REDUCE_VJP):
+    if kind not in ("sum", "mean", "max", "min", "prod", *_REDUCE_VJP):
         raise refuse(op, f"no grad clause for reduce {kind} yet")
     t = type_of(x)
     elem = t.elem.name
@@ -200,6 +203,11 @@ def _reduce(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         counted = extent_scalar(b, Poly.lift(element_count([t.shape[a] for a in axes])), "i64", node)
         spread = Expr.operand(0) / Expr.operand(1).cast(elem)
         b.send(x, b.emit(ZipOp([gk, counted], spread, t, f"{node}.grad")))
+        return
+    if kind == "prod":
+        b.send(
+            x, b.zip([gk, _product_of_others(b, x, axes, node)], Expr.operand(0) * Expr.operand(1), t, f"{node}.grad")
+        )
         return
     yk = kept(op.outputs[0])
     if kind in ("max", "min"):  # g shared evenly by the elements equal to the extreme (torch's amax, amin)
@@ -218,6 +226,62 @@ def _cumsum(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     back = CumSumOp([g], [type_of(x)], f"{node}.grad", axis=op.param("axis"), exclusive=op.param("exclusive"),
                     reverse=1 - int(op.param("reverse")))  # type: ignore[call-overload]  # fmt: skip
     b.send(x, b.emit(back))
+
+
+def _product_of_others(b: Backward, x: SSAValue, axes: tuple[int, ...], node: str) -> SSAValue:
+    """Each element's product of the other elements of its reduction over `axes` (no quotient, which a zero
+    would spoil): the exclusive products from either end, multiplied, over the axes moved last as one."""
+    t = type_of(x)
+    rest = [a for a in range(t.rank) if a not in axes]
+    perm = [*rest, *axes]
+    moved = permuted(b, x, perm, node)
+    count = Poly.lift(element_count([t.shape[a] for a in axes]))
+    flat = AxesTensorType(t.elem, [*(t.axes[a] for a in rest), Axis.named("Reduced", count)])
+    row = b.emit(RegroupOp(moved, flat, f"{node}.grad"))
+    last = flat.rank - 1
+    ends = [b.emit(CumProdOp([row], [flat], f"{node}.grad", axis=last, exclusive=1, reverse=r)) for r in (0, 1)]
+    others = b.zip(ends, Expr.operand(0) * Expr.operand(1), flat, f"{node}.grad")
+    back = b.emit(RegroupOp(others, type_of(moved), f"{node}.grad"))
+    return permuted(b, back, [perm.index(a) for a in range(t.rank)], node)
+
+
+def _cumprod(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    """y_i = the product of x_j over j <= i (j < i exclusive; j >= i reversed): x_k reaches every y_i whose
+    range holds it, through the product of the range's other elements.  With n the axis's extent, that is an
+    [n (k), n (i)] table per row: x with x_k set to 1 in row k, multiplied cumulatively as the forward does,
+    kept where i's range holds k; d x_k = sum over i of g_i times it (no quotient, which a zero would spoil)."""
+    assert isinstance(op, CumProdOp)
+    x = op.inputs[0]
+    t = type_of(x)
+    axis = int(op.param("axis"))  # type: ignore[call-overload]
+    exclusive, reverse = int(op.param("exclusive")), int(op.param("reverse"))  # type: ignore[call-overload]
+    if not t.shape[axis].is_const:
+        raise refuse(
+            op, f"its grad clause needs the extent of axis {axis} known at build time, and it is {t.shape[axis]}"
+        )
+    n = t.shape[axis].const_value
+    perm = [*(a for a in range(t.rank) if a != axis), axis]
+    rows = [t.axes[a] for a in perm[:-1]]
+    k_axis, i_axis = Axis.named("Held", n), t.axes[axis]
+    table = AxesTensorType(t.elem, [*rows, k_axis, i_axis])
+    unit = [Axis.named("Unit", 1)]
+    x_row, g_row = (b.emit(RegroupOp(permuted(b, v, perm, node), AxesTensorType(t.elem, [*rows, *unit, i_axis]),
+                                     f"{node}.grad")) for v in (x, g))  # fmt: skip
+    k, i = np.indices((n, n))
+    holds = (i <= k if reverse else i >= k) & ((i != k) if exclusive else True)
+    elem = t.elem
+    eye, held = (b.emit(ConstantOp(TensorDataAttr.from_numpy(m.astype(elem.numpy), elem),
+                                   AxesTensorType(elem, [k_axis, i_axis]), f"{node}.grad"))
+                 for m in (np.eye(n), holds))  # fmt: skip
+    o = Expr.operand
+    with_one = b.zip([x_row, eye], Expr.select(o(1).binary("equal", Expr.const(1.0, elem.name)),
+                                               Expr.const(1.0, elem.name), o(0)), table, f"{node}.grad")  # fmt: skip
+    products = b.emit(CumProdOp([with_one], [table], f"{node}.grad", axis=table.rank - 1, exclusive=exclusive,
+                                reverse=reverse))  # fmt: skip
+    terms = b.zip([products, g_row, held], o(0) * o(1) * o(2), table, f"{node}.grad")
+    summed = b.emit(ReduceOp([terms], [AxesTensorType(elem, [*rows, t.axes[axis]])], f"{node}.grad", kind="sum",
+                             axes=(table.rank - 1,), keepdims=0))  # fmt: skip
+    b.send(x, permuted(b, summed, [perm.index(a) for a in range(t.rank)], node))
 
 
 # -- convolution and pooling ----------------------------------------------------------------------------
@@ -386,6 +450,7 @@ CLAUSES: dict[type[Operation], Clause] = {
     ConvOp: _conv,
     PoolOp: _pool,
     CumSumOp: _cumsum,
+    CumProdOp: _cumprod,
     **movement.CLAUSES,
     **indexing.CLAUSES,
     **losses.CLAUSES,

@@ -37,6 +37,7 @@ class Case:
     unread: int = 0  # outputs after those in `outs` that the loss does not read (TopK's indices)
     order: tuple[str, ...] = ()  # the node's inputs in order, where not `shapes` then `consts`
     opset: int = 18  # the default domain's version the model imports
+    zeros: int = 0  # elements of each operand set to exactly 0 (a product's derivative there), at drawn places
 
 
 def model_of(case: Case, elem: int = TensorProto.DOUBLE) -> onnx.ModelProto:
@@ -68,6 +69,9 @@ def model_of(case: Case, elem: int = TensorProto.DOUBLE) -> onnx.ModelProto:
 def feeds_for(case: Case, seed: int, dtype: type = np.float64) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     feeds = {n: rng.uniform(0.5, 2, s) if case.positive else rng.standard_normal(s) for n, s in case.shapes.items()}
+    for name in list(feeds)[: len(case.shapes)]:
+        flat = feeds[name].reshape(-1)
+        flat[rng.permutation(flat.size)[: case.zeros]] = 0.0
     feeds |= {f"r{k}": rng.standard_normal(s) for k, s in enumerate(case.outs)}
     return {n: v.astype(dtype) for n, v in feeds.items()}
 

@@ -59,7 +59,7 @@ def _softmax(draw: st.DrawFn) -> Case:
     return Case(op, {"x": shape}, [shape], {"axis": draw(st.integers(-len(shape), len(shape) - 1))})
 
 
-REDUCE_KINDS = ["Sum", "Mean", "Max", "Min", "L1", "L2", "SumSquare", "LogSum", "LogSumExp"]
+REDUCE_KINDS = ["Sum", "Mean", "Max", "Min", "L1", "L2", "SumSquare", "LogSum", "LogSumExp", "Prod"]
 
 
 @pytest.mark.parametrize("kind", REDUCE_KINDS)
@@ -73,6 +73,7 @@ def test_reduce(kind: str, data: st.DataObject) -> None:
     out = tuple(1 if a in axes else d for a, d in enumerate(shape) if keep or a not in axes)
     case = Case(f"Reduce{kind}", {"x": shape}, [out], {"keepdims": int(keep)}, {"axes": np.array(axes, np.int64)})
     case.positive = kind == "LogSum"
+    case.zeros = data.draw(st.integers(0, 2)) if kind == "Prod" else 0  # one zero, two in one product
     check(case, data.draw(st.integers(0, 2**16)))
 
 
@@ -299,6 +300,17 @@ test_tile = fd_test(_tile)
 test_trilu = fd_test(_trilu)
 test_cumsum = fd_test(_cumsum)
 test_gather_elements = fd_test(_gather_elements)
+
+
+def _cumprod(draw: st.DrawFn) -> Case:
+    """CumProd (opset 26) along a drawn axis, exclusive and reverse drawn, with zeros among the elements."""
+    shape = tuple(draw(st.lists(dims, min_size=1, max_size=3)))
+    axis = np.array(draw(st.integers(0, len(shape) - 1)), np.int64)
+    attrs = {"exclusive": int(draw(st.booleans())), "reverse": int(draw(st.booleans()))}
+    return Case("CumProd", {"x": shape}, [shape], attrs, {"axis": axis}, opset=26, zeros=draw(st.integers(0, 2)))
+
+
+test_cumprod = fd_test(_cumprod, 8)
 test_topk = fd_test(_topk)
 
 
@@ -360,7 +372,7 @@ DRAWERS = {
     f.__name__.lstrip("_"): f
     for f in (_matmul, _gemm, _transpose, _reshape, _softmax, _conv, _max_pool, _avg_pool, _gather, _slice, _pad,
               _concat, _split, _layer_norm, _tile, _trilu, _cumsum, _gather_elements, _topk, _instance_norm,
-              _gather_nd, _scatter_elements, _scatter_nd, _group_norm, _lrn)
+              _gather_nd, _scatter_elements, _scatter_nd, _group_norm, _lrn, _cumprod)
 }  # fmt: skip
 
 
