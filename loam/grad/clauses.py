@@ -32,7 +32,7 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
   `loam.grad.movement`; `kernel.gather_elements`, `kernel.topk`: `loam.grad.indexing`;
 - `kernel.normalize` (layer and instance normalization), `kernel.batch_norm_train`, `kernel.group_norm`,
   `kernel.lrn`: `loam.grad.normalization`;
-- `kernel.nll_loss` (the scores' share): `loam.grad.losses`.
+- `kernel.nll_loss` (the scores' share): `loam.grad.losses`; `kernel.einsum`: `loam.grad.einsum`.
 
 Any other op (or an unsupported case of one of these) raises UnsupportedError naming it and its node.
 """
@@ -67,7 +67,7 @@ from loam.dialects.kernel import (
 )
 from loam.dialects.kernel.base import element_count
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad import indexing, losses, movement, normalization, recurrent, sampling
+from loam.grad import einsum, indexing, losses, movement, normalization, recurrent, sampling
 from loam.grad.base import (
     Backward,
     Clause,
@@ -451,6 +451,7 @@ CLAUSES: dict[type[Operation], Clause] = {
     PoolOp: _pool,
     CumSumOp: _cumsum,
     CumProdOp: _cumprod,
+    **einsum.CLAUSES,
     **movement.CLAUSES,
     **indexing.CLAUSES,
     **losses.CLAUSES,

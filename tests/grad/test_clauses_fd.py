@@ -311,6 +311,39 @@ def _cumprod(draw: st.DrawFn) -> Case:
 
 
 test_cumprod = fd_test(_cumprod, 8)
+
+EINSUMS = ["ab,bc->ac", "...ij,...jk->...ik", "ij->", "ij->ji", "i,j->ij", "bij,bkj->bik", "ij,ij->i", "ij,k->i",
+           "abc,c,ab->b", "i...->...i"]  # fmt: skip
+
+
+def _einsum(draw: st.DrawFn, equation: str | None = None) -> Case:
+    """Einsum: products, batched products with `...`, sums, transposes, outer products, and letters summed in
+    one operand alone."""
+    equation = equation or draw(st.sampled_from(EINSUMS))
+    extent = {c: draw(dims) for c in "abcijk"}
+    batch = tuple(draw(st.lists(dims, max_size=2)))
+
+    def shape(term: str) -> tuple[int, ...]:
+        if term.startswith("i..."):  # the ellipsis after the letter
+            return (extent["i"], *batch)
+        return (*(batch if "..." in term else ()), *(extent[c] for c in term.replace("...", "")))
+
+    inputs, output = equation.split("->")
+    shapes = {f"x{k}": shape(term) for k, term in enumerate(inputs.split(","))}
+    if equation.startswith("...") and batch and draw(st.booleans()):  # numpy's broadcast: the first `...` at 1
+        shapes["x0"] = (*(1 for _ in batch), *shapes["x0"][len(batch) :])
+    return Case("Einsum", shapes, [shape(output)], {"equation": equation})
+
+
+@pytest.mark.parametrize("equation", EINSUMS)
+@SETTINGS
+@given(data=st.data())
+def test_einsum(equation: str, data: st.DataObject) -> None:
+    """Every equation's operands get their shares (each drawn at 4 shapes)."""
+    case = data.draw(st.composite(_einsum)(equation))
+    check(case, data.draw(st.integers(0, 2**16)))
+
+
 test_topk = fd_test(_topk)
 
 
@@ -372,7 +405,7 @@ DRAWERS = {
     f.__name__.lstrip("_"): f
     for f in (_matmul, _gemm, _transpose, _reshape, _softmax, _conv, _max_pool, _avg_pool, _gather, _slice, _pad,
               _concat, _split, _layer_norm, _tile, _trilu, _cumsum, _gather_elements, _topk, _instance_norm,
-              _gather_nd, _scatter_elements, _scatter_nd, _group_norm, _lrn, _cumprod)
+              _gather_nd, _scatter_elements, _scatter_nd, _group_norm, _lrn, _cumprod, _einsum)
 }  # fmt: skip
 
 

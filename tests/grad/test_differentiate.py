@@ -132,6 +132,30 @@ def test_a_kernel_with_no_grad_clause_yet_stops_the_build_naming_its_node() -> N
         build(model, options=draft_layout(model).options(None), grad=())
 
 
+@pytest.mark.parametrize(
+    ("equation", "shape", "out", "message"),
+    [
+        ("ii->i", [3, 3], [3], r"kernel\.einsum 'diag': no grad clause for a letter repeated in operand 0's term 'ii'"),
+    ],
+)
+def test_an_einsum_its_clause_does_not_cover_stops_the_build_naming_why(
+    equation: str, shape: list[int], out: list[int], message: str
+) -> None:
+    """A diagonal and a broadcast within the equation are refused, never differentiated wrong."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [3, 2], [1.0] * 6)
+    nodes = [helper.make_node("Einsum", ["x", "w"][: equation.count(",") + 1], ["y"], name="diag", equation=equation)]
+    graph = helper.make_graph(
+        nodes,
+        "einsum",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(LoamError, match=message):
+        build(model, options=draft_layout(model).options(None), grad=("x",))
+
+
 DIGITS = ROOT / "examples" / "digits"
 
 
