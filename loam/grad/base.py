@@ -5,14 +5,17 @@ that also returns what its backward reads).
 
 from __future__ import annotations
 
+import string
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+import numpy as np
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.dialects.expr import Expr
-from loam.dialects.kernel import ConstantOp, PermuteOp, ReduceOp, ZipOp
+from loam.dialects.graph import TensorDataAttr
+from loam.dialects.kernel import ConstantOp, EinsumOp, PermuteOp, ReduceOp, ZipOp
 from loam.dialects.kernel.library import LibraryOp
 from loam.dialects.shape_poly import ExtentAttr
 from loam.dialects.tensor_axes import AxesTensorType, Axis
@@ -73,6 +76,15 @@ def static_extents(op: Operation, t: AxesTensorType, first: int = 0) -> tuple[in
     return (*(0 for _ in t.shape[:first]), *(e.const_value for e in t.shape[first:]))
 
 
+def static_extent(op: Operation, t: AxesTensorType, axis: int) -> int:
+    """`t`'s extent along `axis`, which the clause needs known at build time."""
+    if not t.shape[axis].is_const:
+        raise refuse(
+            op, f"its grad clause needs the extent of axis {axis} known at build time, and it is {t.shape[axis]}"
+        )
+    return t.shape[axis].const_value
+
+
 def permuted(b: Backward, value: SSAValue, perm: Sequence[int], node: str) -> SSAValue:
     """`value` with its axes permuted by `perm` (`kernel.permute`)."""
     t = type_of(value)
@@ -114,3 +126,24 @@ def with_more_results(
     again = type(op)(list(op.inputs), list(results), f"{node}.grad", **{**op.params, **params})
     b.emit(again)
     return again
+
+
+def constant(b: Backward, values: np.ndarray, t: AxesTensorType, node: str) -> SSAValue:
+    """A build-time tensor of type `t` holding `values` (converted to `t`'s element type)."""
+    return b.emit(
+        ConstantOp(TensorDataAttr.from_numpy(np.asarray(values).astype(t.elem.numpy), t.elem), t, f"{node}.grad")
+    )
+
+
+def through_matrix(b: Backward, value: SSAValue, axis: int, matrix: np.ndarray, to: Axis, node: str) -> SSAValue:
+    """`value` with its axis `axis` (extent m) mapped to `to` (extent n) by a build-time [m, n] matrix: the sum
+    over o of value[..., o, ...] * matrix[o, n] (an einsum), the adjoint of a forward that reads element
+    (..., o, ...) from (..., n, ...) wherever matrix[o, n] is 1."""
+    t = type_of(value)
+    letters = string.ascii_letters[: t.rank + 1]
+    term, moved = letters[: t.rank], letters[:axis] + letters[t.rank] + letters[axis + 1 : t.rank]
+    table = constant(b, matrix, AxesTensorType(t.elem, [t.axes[axis], to]), node)
+    result = AxesTensorType(t.elem, [*t.axes[:axis], to, *t.axes[axis + 1 :]])
+    return b.emit(
+        EinsumOp([value, table], [result], f"{node}.grad", equation=f"{term},{term[axis]}{letters[t.rank]}->{moved}")
+    )

@@ -1,25 +1,41 @@
 """The grad clauses of the ops that move elements without computing them: slice, pad, concat, split,
-tile and trilu.
+tile, trilu, reverse_sequence and dropout.
 
 Each sends every element of `g` back to the place it was read from, and zeros where nothing was read:
 
 - `kernel.slice` (static bounds, any steps): g spaced by its steps, read upwards, and padded with zeros
   back to the operand's extents (a pad past the end crops);
-- `kernel.pad` (constant mode, no negative pads): g sliced back to the operand's place;
+- `kernel.pad`: g sliced back to the operand's place (constant mode, no negative pads); else, axis by axis,
+  g through the 0/1 table of the places each element was read from (edge, reflect, wrap; crops);
 - `kernel.concat`: g sliced into the operands' parts (the offsets may be extents the run knows);
 - `kernel.split`: the results' gradients (zeros for a result none reaches) concatenated again;
 - `kernel.tile`: g regrouped to (repeats, extent) per axis and summed over the repeats;
-- `kernel.trilu`: g with the same triangle kept.
+- `kernel.trilu`: g with the same triangle kept;
+- `kernel.reverse_sequence`: g reversed alike (a permutation that is its own inverse);
+- `kernel.dropout`: g as it is (the kernel passes its data unchanged; it refuses to drop elements).
 """
 
 from __future__ import annotations
 
+import numpy as np
 from xdsl.ir import Operation, SSAValue
 
-from loam.dialects.kernel import ConcatOp, PadOp, ReduceOp, RegroupOp, SliceOp, SplitOp, TileOp, TriluOp
+from loam.dialects.kernel import (
+    ConcatOp,
+    DropoutOp,
+    PadOp,
+    ReduceOp,
+    RegroupOp,
+    ReverseSequenceOp,
+    SliceOp,
+    SplitOp,
+    TileOp,
+    TriluOp,
+)
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, refuse, static_extents, type_of, zeros_like
+from loam.grad.base import Backward, refuse, static_extent, static_extents, through_matrix, type_of, zeros_like
 from loam.poly import Poly
+from loam.runtime.kernels.movement import kernel_pad
 
 
 def _ints(op: Operation, values: object, what: str) -> list[int]:
@@ -80,14 +96,40 @@ def _pad(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, PadOp)
     x = op.inputs[0]
     pads = list(op.param("pads"))  # type: ignore[call-overload]
-    if op.param("mode") != "constant" or any(p < 0 for p in pads):
-        raise refuse(op, f"no grad clause for {op.param('mode')} padding or negative pads yet")
     if len(op.inputs) > 1 and op.inputs[1] in b.needed:
         raise refuse(op, "no grad clause for a fill value computed from what the gradient is asked of yet")
     t = type_of(x)
-    cut = SliceOp([g], [t], f"{node}.grad", starts=tuple(Poly.lift(p) for p in pads[: t.rank]),
-                  counts=tuple(t.shape), steps=(1,) * t.rank)  # fmt: skip
-    b.send(x, b.emit(cut))
+    mode = str(op.param("mode"))
+    if mode == "constant" and all(p >= 0 for p in pads):
+        cut = SliceOp([g], [t], f"{node}.grad", starts=tuple(Poly.lift(p) for p in pads[: t.rank]),
+                      counts=tuple(t.shape), steps=(1,) * t.rank)  # fmt: skip
+        b.send(x, b.emit(cut))
+        return
+    # Axis by axis, the places each output element was read from, found by padding the positions themselves
+    # (1-based, so a constant fill reads as 0): g goes back through that 0/1 table.
+    for a in range(t.rank):
+        begin, end = pads[a], pads[t.rank + a]
+        if begin or end:
+            n = static_extent(op, t, a)
+            read = kernel_pad(np.arange(1, n + 1), pads=(begin, end), mode=mode, value=0.0)
+            table = np.zeros((len(read), n))
+            table[np.flatnonzero(read), read[read > 0] - 1] = 1.0
+            g = through_matrix(b, g, a, table, t.axes[a], node)
+    b.send(x, g)
+
+
+def _reverse_sequence(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    """ReverseSequence moves each element to another place and back again if done twice: g reversed alike."""
+    assert isinstance(op, ReverseSequenceOp)
+    x = op.inputs[0]
+    back = ReverseSequenceOp([g, op.inputs[1]], [type_of(x)], f"{node}.grad", batch_axis=op.param("batch_axis"),
+                             time_axis=op.param("time_axis"))  # fmt: skip
+    b.send(x, b.emit(back))
+
+
+def _dropout(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    """The kernel gives its data unchanged (dropping elements in training, it refuses), so g passes as it is."""
+    b.send(op.inputs[0], g)
 
 
 def _concat(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
@@ -131,6 +173,15 @@ def _trilu(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     b.send(x, b.emit(kept))
 
 
-CLAUSES = {SliceOp: _slice, PadOp: _pad, ConcatOp: _concat, SplitOp: _split, TileOp: _tile, TriluOp: _trilu}
+CLAUSES = {
+    SliceOp: _slice,
+    PadOp: _pad,
+    ConcatOp: _concat,
+    SplitOp: _split,
+    TileOp: _tile,
+    TriluOp: _trilu,
+    ReverseSequenceOp: _reverse_sequence,
+    DropoutOp: _dropout,
+}
 EVERY_RESULT = frozenset({SplitOp})
 """The ops whose clause reads the adjoint of each result itself (a gradient may reach any of them)."""

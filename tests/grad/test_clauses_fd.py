@@ -11,13 +11,14 @@ to onnxruntime), one element at a time (`tests.grad.finite_differences`).
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from loam.testing import build_for, run_built
-from tests.grad.finite_differences import SETTINGS, Case, check, dims, fd_test, feeds_for, model_of
+from tests.grad.finite_differences import SETTINGS, TRAINING, Case, check, dims, fd_test, feeds_for, model_of
 
 
 def _matmul(draw: st.DrawFn) -> Case:
@@ -139,11 +140,17 @@ def _slice(draw: st.DrawFn) -> Case:
 
 
 def _pad(draw: st.DrawFn) -> Case:
-    """Pad with zeros, drawn begins and ends per axis."""
-    shape = tuple(draw(st.lists(dims, min_size=1, max_size=3)))
-    pads = draw(st.lists(st.integers(0, 2), min_size=2 * len(shape), max_size=2 * len(shape)))
+    """Pad in every mode (wrap: opset 19), drawn begins and ends per axis; negative ones (crops) in constant
+    mode, reflections no wider than the axis."""
+    mode = draw(st.sampled_from(["constant", "edge", "reflect", "wrap"]))
+    shape = tuple(draw(st.lists(st.integers(2 if mode == "reflect" else 1, 4), min_size=1, max_size=3)))
+    pads = []
+    for d in shape * 2:
+        low = -(d // 2) if mode == "constant" else 0
+        pads.append(draw(st.integers(low, min(2, d - 1) if mode == "reflect" else 2)))
     out = tuple(d + pads[a] + pads[a + len(shape)] for a, d in enumerate(shape))
-    return Case("Pad", {"x": shape}, [out], consts={"pads": np.array(pads, np.int64)})
+    consts = {"pads": np.array(pads, np.int64)}
+    return Case("Pad", {"x": shape}, [out], {"mode": mode}, consts, opset=19 if mode == "wrap" else 18)
 
 
 def _concat(draw: st.DrawFn) -> Case:
@@ -292,7 +299,7 @@ test_max_pool = fd_test(_max_pool)
 test_avg_pool = fd_test(_avg_pool, 12)
 test_gather = fd_test(_gather)
 test_slice = fd_test(_slice, 12)
-test_pad = fd_test(_pad)
+test_pad = fd_test(_pad, 16)
 test_concat = fd_test(_concat)
 test_split = fd_test(_split)
 test_layer_norm = fd_test(_layer_norm)
@@ -311,6 +318,42 @@ def _cumprod(draw: st.DrawFn) -> Case:
 
 
 test_cumprod = fd_test(_cumprod, 8)
+
+
+def _reverse_sequence(draw: st.DrawFn) -> Case:
+    """ReverseSequence, time and batch axes drawn either way round, each batch entry's length drawn."""
+    t, n, d = draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(dims)
+    time_axis = draw(st.integers(0, 1))
+    shape = (t, n, d) if time_axis == 0 else (n, t, d)
+    lens = np.array(draw(st.lists(st.integers(1, t), min_size=n, max_size=n)), np.int64)
+    attrs = {"time_axis": time_axis, "batch_axis": 1 - time_axis}
+    return Case("ReverseSequence", {"x": shape}, [shape], attrs, {"lens": lens})
+
+
+test_reverse_sequence = fd_test(_reverse_sequence)
+
+
+def test_dropout_whose_mode_the_run_gives_passes_the_gradient_as_it_is() -> None:
+    """kernel.dropout (training_mode an input) gives its data unchanged, so d loss / d x is r itself."""
+    nodes = [helper.make_node("Dropout", ["x", "ratio", "training"], ["y"], name="op"),
+             helper.make_node("Mul", ["y", "r"], ["yr"]), helper.make_node("ReduceSum", ["yr"], ["loss"], keepdims=0),
+             helper.make_node("Gradient", ["x", "r"], ["d_x"], domain=TRAINING, xs=["x"], zs=["r"],
+                              y="loss")]  # fmt: skip
+    inputs = [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2, 3]),
+              helper.make_tensor_value_info("r", TensorProto.DOUBLE, [2, 3]),
+              helper.make_tensor_value_info("training", TensorProto.BOOL, [])]  # fmt: skip
+    outputs = [helper.make_tensor_value_info(n, TensorProto.DOUBLE, s) for n, s in (("loss", []), ("d_x", [2, 3]))]
+    ratio = onnx.numpy_helper.from_array(np.array(0.25), "ratio")
+    graph = helper.make_graph(nodes, "dropout", inputs, outputs, [ratio])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(TRAINING, 1)])
+    built = build_for(model)
+    assert "kernel.dropout" in built.report
+    rng = np.random.default_rng(0)
+    x, r = rng.standard_normal((2, 3)), rng.standard_normal((2, 3))
+    loss, d_x = run_built(built, {"x": x, "r": r, "training": np.array(False)})
+    np.testing.assert_allclose(loss, np.sum(x * r))
+    np.testing.assert_array_equal(d_x, r)
+
 
 EINSUMS = ["ab,bc->ac", "...ij,...jk->...ik", "ij->", "ij->ji", "i,j->ij", "bij,bkj->bik", "ij,ij->i", "ij,k->i",
            "abc,c,ab->b", "i...->...i"]  # fmt: skip
@@ -405,7 +448,7 @@ DRAWERS = {
     f.__name__.lstrip("_"): f
     for f in (_matmul, _gemm, _transpose, _reshape, _softmax, _conv, _max_pool, _avg_pool, _gather, _slice, _pad,
               _concat, _split, _layer_norm, _tile, _trilu, _cumsum, _gather_elements, _topk, _instance_norm,
-              _gather_nd, _scatter_elements, _scatter_nd, _group_norm, _lrn, _cumprod, _einsum)
+              _gather_nd, _scatter_elements, _scatter_nd, _group_norm, _lrn, _cumprod, _einsum, _reverse_sequence)
 }  # fmt: skip
 
 
