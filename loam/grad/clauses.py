@@ -22,7 +22,8 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
   groups, x^T holds each group's images as that group's channels); db = sum(g);
 - `kernel.pool` max: g scattered (added) to the tap each window kept (the first maximum, as ONNX's
   indices say), the forward pool returning its indices too; average: g over each window's count,
-  spread to its taps by a transposed convolution of ones, one group per channel;
+  spread to its taps by a transposed convolution of ones, one group per channel; lp: sign(x) |x|^(p-1)
+  times the windows' g y^(1-p), spread alike;
 - `kernel.gather` (an embedding lookup, a pooler's first token): g's rows added into the rows they were
   read from (`kernel.scatter_nd` with reduction add, the gathered axis first; a negative index counts
   from the end);
@@ -71,6 +72,7 @@ from loam.grad import einsum, indexing, losses, movement, normalization, recurre
 from loam.grad.base import (
     Backward,
     Clause,
+    constant,
     extent_scalar,
     is_float,
     kept_type,
@@ -341,6 +343,9 @@ def _pool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     if p["mode"] == "avg":
         _avg_pool(b, op, g, node)
         return
+    if p["mode"] == "lp":
+        _lp_pool(b, op, g, node)
+        return
     if p["mode"] != "max" or p.get("storage_order", 0):
         raise refuse(op, f"no grad clause for {p['mode']} pooling yet")
     x = op.inputs[0]
@@ -371,11 +376,9 @@ def _pool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
 
 
 def _avg_pool(b: Backward, op: PoolOp, g: SSAValue, node: str) -> None:
-    """g divided by each window's count, spread to its taps: a transposed convolution of one-valued kernels,
-    one group per channel.  Taps a ceil-mode window reads past the padded input never count and are cut."""
+    """g divided by each window's count, spread to its taps."""
     p = op.params
-    x = op.inputs[0]
-    t = type_of(x)
+    t = type_of(op.inputs[0])
     xs = static_extents(op, t, 1)
     kernel, strides, dilations = (tuple(int(v) for v in p[k]) for k in ("kernel_shape", "strides", "dilations"))  # type: ignore[attr-defined]
     pads, outs = [int(v) for v in p["pads"]], [int(v) for v in p["out_shape"]]  # type: ignore[attr-defined]
@@ -387,16 +390,41 @@ def _avg_pool(b: Backward, op: PoolOp, g: SSAValue, node: str) -> None:
         shape = [1] * nsp
         shape[k] = outs[k]
         counts = counts * ((taps >= low) & (taps < high)).sum(1).reshape(shape)
-    elem = t.elem
-    count_type = AxesTensorType(elem, type_of(g).axes[2:])
-    counted = b.emit(ConstantOp(TensorDataAttr.from_numpy(counts.astype(elem.numpy), elem), count_type, f"{node}.grad"))
+    counted = constant(b, counts, AxesTensorType(t.elem, type_of(g).axes[2:]), node)
     scaled = b.zip([g, counted], Expr.operand(0) / Expr.operand(1), type_of(g), f"{node}.grad")
+    b.send(op.inputs[0], _spread_to_taps(b, op, scaled, node))
+
+
+def _lp_pool(b: Backward, op: PoolOp, g: SSAValue, node: str) -> None:
+    """y = (sum of |x|^p over each window)^(1/p): d x = sign(x) |x|^(p-1) times the windows' g y^(1-p), spread
+    to their taps (a window whose y is 0 has every tap 0 and sends nothing)."""
+    x, y = op.inputs[0], op.outputs[0]
+    t, elem = type_of(x), type_of(x).elem.name
+    p = float(op.param("p"))  # type: ignore[arg-type]
+    o = Expr.operand
+
+    def c(value: float) -> Expr:
+        return Expr.const(value, elem)
+
+    per_window = Expr.select(o(1).binary("equal", c(0.0)), c(0.0), o(0) * o(1).binary("pow", c(1.0 - p)))
+    spread = _spread_to_taps(b, op, b.zip([g, y], per_window, type_of(g), f"{node}.grad"), node)
+    expr = o(1) * o(0).unary("sign") * o(0).unary("abs").binary("pow", c(p - 1.0))
+    b.send(x, b.zip([x, spread], expr, t, f"{node}.grad"))
+
+
+def _spread_to_taps(b: Backward, op: PoolOp, per_window: SSAValue, node: str) -> SSAValue:
+    """Each window's value added to every tap it reads: a transposed convolution of one-valued kernels, one
+    group per channel.  Taps a ceil-mode window reads past the padded input are cut."""
+    p = op.params
+    t = type_of(op.inputs[0])
+    xs = static_extents(op, t, 1)
+    kernel, strides, dilations = (tuple(int(v) for v in p[k]) for k in ("kernel_shape", "strides", "dilations"))  # type: ignore[attr-defined]
+    pads, outs = [int(v) for v in p["pads"]], [int(v) for v in p["out_shape"]]  # type: ignore[attr-defined]
+    nsp = len(kernel)
     ones_type = AxesTensorType(
-        elem, [t.axes[1], Axis.named("Unit", 1), *(Axis.named(f"Taps{k}", n) for k, n in enumerate(kernel))]
+        t.elem, [t.axes[1], Axis.named("Unit", 1), *(Axis.named(f"Taps{k}", n) for k, n in enumerate(kernel))]
     )
-    ones = b.emit(
-        ConstantOp(TensorDataAttr.from_numpy(np.ones((xs[1], 1, *kernel), elem.numpy), elem), ones_type, f"{node}.grad")
-    )
+    ones = constant(b, np.ones((xs[1], 1, *kernel)), ones_type, node)
     ends = list(pads[nsp:])
     extra = []
     for k in range(nsp):
@@ -407,9 +435,9 @@ def _avg_pool(b: Backward, op: PoolOp, g: SSAValue, node: str) -> None:
         extra.append(xs[2 + k] - full)
         if extra[k] >= max(strides[k], dilations[k]):
             raise refuse(op, "no grad clause for these strides, pads and dilations yet")
-    spread = ConvTransposeOp([scaled, ones], [t], f"{node}.grad", strides=strides, pads=(*pads[:nsp], *ends),
+    spread = ConvTransposeOp([per_window, ones], [t], f"{node}.grad", strides=strides, pads=(*pads[:nsp], *ends),
                              dilations=dilations, group=xs[1], output_padding=tuple(extra))  # fmt: skip
-    b.send(x, b.emit(spread))
+    return b.emit(spread)
 
 
 def _gather(b: Backward, op: Operation, g: SSAValue, node: str) -> None:

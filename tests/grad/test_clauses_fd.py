@@ -113,6 +113,16 @@ def _avg_pool(draw: st.DrawFn) -> Case:
     return Case("AveragePool", {"x": (n, c, size, size)}, [(n, c, o, o)], attrs)
 
 
+def _lp_pool(draw: st.DrawFn) -> Case:
+    """LpPool with drawn p, kernel, stride and pads."""
+    n, c, size = draw(st.integers(1, 2)), draw(dims), draw(st.integers(3, 5))
+    k, stride, pad = draw(st.integers(1, 3)), draw(st.integers(1, 2)), draw(st.integers(0, 1))
+    pad = min(pad, k - 1)
+    o = (size + 2 * pad - k) // stride + 1
+    attrs = {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [pad] * 4, "p": draw(st.integers(1, 3))}
+    return Case("LpPool", {"x": (n, c, size, size)}, [(n, c, o, o)], attrs)
+
+
 def _gather(draw: st.DrawFn) -> Case:
     """Gather along a drawn axis, indices repeated and negative."""
     shape = tuple(draw(st.lists(st.integers(2, 4), min_size=1, max_size=3)))
@@ -297,6 +307,7 @@ test_softmax = fd_test(_softmax)
 test_conv = fd_test(_conv, 12)  # groups, strides and pads drawn together
 test_max_pool = fd_test(_max_pool)
 test_avg_pool = fd_test(_avg_pool, 12)
+test_lp_pool = fd_test(_lp_pool, 8)
 test_gather = fd_test(_gather)
 test_slice = fd_test(_slice, 12)
 test_pad = fd_test(_pad, 16)
@@ -448,7 +459,8 @@ DRAWERS = {
     f.__name__.lstrip("_"): f
     for f in (_matmul, _gemm, _transpose, _reshape, _softmax, _conv, _max_pool, _avg_pool, _gather, _slice, _pad,
               _concat, _split, _layer_norm, _tile, _trilu, _cumsum, _gather_elements, _topk, _instance_norm,
-              _gather_nd, _scatter_elements, _scatter_nd, _group_norm, _lrn, _cumprod, _einsum, _reverse_sequence)
+              _gather_nd, _scatter_elements, _scatter_nd, _group_norm, _lrn, _cumprod, _einsum, _reverse_sequence,
+              _lp_pool)
 }  # fmt: skip
 
 
