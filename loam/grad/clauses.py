@@ -33,7 +33,8 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
   `loam.grad.movement`; `kernel.gather_elements`, `kernel.topk`: `loam.grad.indexing`;
 - `kernel.normalize` (layer and instance normalization), `kernel.batch_norm_train`, `kernel.group_norm`,
   `kernel.lrn`: `loam.grad.normalization`;
-- `kernel.nll_loss` (the scores' share): `loam.grad.losses`; `kernel.einsum`: `loam.grad.einsum`.
+- `kernel.nll_loss` (the scores' share): `loam.grad.losses`; `kernel.einsum`: `loam.grad.einsum`;
+  `kernel.det`: `loam.grad.linalg`.
 
 Any other op (or an unsupported case of one of these) raises UnsupportedError naming it and its node.
 """
@@ -68,7 +69,7 @@ from loam.dialects.kernel import (
 )
 from loam.dialects.kernel.base import element_count
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad import einsum, indexing, losses, movement, normalization, recurrent, sampling
+from loam.grad import einsum, indexing, linalg, losses, movement, normalization, recurrent, sampling
 from loam.grad.base import (
     Backward,
     Clause,
@@ -480,6 +481,7 @@ CLAUSES: dict[type[Operation], Clause] = {
     CumSumOp: _cumsum,
     CumProdOp: _cumprod,
     **einsum.CLAUSES,
+    **linalg.CLAUSES,
     **movement.CLAUSES,
     **indexing.CLAUSES,
     **losses.CLAUSES,

@@ -344,6 +344,27 @@ def _reverse_sequence(draw: st.DrawFn) -> Case:
 test_reverse_sequence = fd_test(_reverse_sequence)
 
 
+def _det(draw: st.DrawFn) -> Case:
+    """Det of square matrices from 1 x 1 to 4 x 4, batched over up to two axes, some with n zero elements."""
+    n = draw(st.integers(1, 4))
+    batch = tuple(draw(st.lists(st.integers(1, 2), max_size=2)))
+    return Case("Det", {"x": (*batch, n, n)}, [batch], zeros=n * draw(st.integers(0, 1)))
+
+
+test_det = fd_test(_det, 12)
+
+
+def test_det_of_a_singular_matrix_sends_its_cofactors() -> None:
+    """Where X is singular, d det / d X is still the cofactor matrix (det(X) X^-T has no value there)."""
+    case = Case("Det", {"x": (3, 3)}, [()])
+    x = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])
+    _, d_x = run_built(build_for(model_of(case)), {"x": x, "r0": np.array(1.5)})
+    cofactors = [[(-1) ** (i + j) * np.linalg.det(np.delete(np.delete(x, i, 0), j, 1)) for j in range(3)]
+                 for i in range(3)]  # fmt: skip
+    assert np.abs(cofactors).max() > 1  # not the zero matrix
+    np.testing.assert_allclose(d_x, 1.5 * np.array(cofactors), atol=1e-12)
+
+
 def test_dropout_whose_mode_the_run_gives_passes_the_gradient_as_it_is() -> None:
     """kernel.dropout (training_mode an input) gives its data unchanged, so d loss / d x is r itself."""
     nodes = [helper.make_node("Dropout", ["x", "ratio", "training"], ["y"], name="op"),
@@ -460,7 +481,7 @@ DRAWERS = {
     for f in (_matmul, _gemm, _transpose, _reshape, _softmax, _conv, _max_pool, _avg_pool, _gather, _slice, _pad,
               _concat, _split, _layer_norm, _tile, _trilu, _cumsum, _gather_elements, _topk, _instance_norm,
               _gather_nd, _scatter_elements, _scatter_nd, _group_norm, _lrn, _cumprod, _einsum, _reverse_sequence,
-              _lp_pool)
+              _lp_pool, _det)
 }  # fmt: skip
 
 
