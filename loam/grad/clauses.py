@@ -20,6 +20,8 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
 - `kernel.conv` (static extents but the batch): dx = conv_transpose(g, w) at the same strides, pads,
   dilations and groups; dw = conv(x^T, g^T) with strides and dilations exchanged, permuted back (with
   groups, x^T holds each group's images as that group's channels); db = sum(g);
+- `kernel.conv_transpose`: dx = conv(g, w) at the same geometry, dw the convolution's weight share with x and
+  g in each other's place, db = sum(g);
 - `kernel.pool` max: g scattered (added) to the tap each window kept (the first maximum, as ONNX's
   indices say), the forward pool returning its indices too; average: g over each window's count,
   spread to its taps by a transposed convolution of ones, one group per channel; lp: sign(x) |x|^(p-1)
@@ -64,6 +66,7 @@ from loam.dialects.kernel import (
     RegroupOp,
     ScatterElementsOp,
     ScatterNDOp,
+    SliceOp,
     SoftmaxOp,
     ZipOp,
 )
@@ -306,23 +309,80 @@ def _conv(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
             raise refuse(op, "no grad clause for these strides, pads and dilations yet")
         b.send(x, b.emit(ConvTransposeOp([g, w], [type_of(x)], f"{node}.grad", strides=strides, pads=pads,
                                          dilations=dilations, group=groups, output_padding=extra)))  # fmt: skip
-    if w in b.needed:  # dw[m, c, k] = sum over n, o of g[n, m, o] x[n, c, o*s + k*d - p]
-        perm = [1, 0, *range(2, len(xs))]  # N and C exchanged: x^T's batch is C, g^T's channels are N
-        xt = permuted(b, x, perm, node) if groups == 1 else _grouped_transpose(b, x, groups, node)
-        gt = permuted(b, g, perm, node)
-        sizes = [(xs[2 + k] + pads[k] + pads[nsp + k] - strides[k] * (gs[2 + k] - 1) - 1) // dilations[k] + 1
+    if w in b.needed:
+        b.send(w, _weight_share(b, op, (x, g), w, node))
+    if len(op.inputs) > 2 and op.inputs[2] in b.needed:
+        b.send(op.inputs[2], _bias_share(b, g, op.inputs[2], node))
+
+
+def _conv_transpose(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    """y = conv_transpose(x, w) reads x[n, c, i] into y[n, o, i*s + k*d - p] through w[c, o, k]: the convolution
+    reads it back, so dx = conv(g, w) at the same strides, pads, dilations and groups; dw is the convolution's
+    weight share with x and g in each other's place (x at the outputs' places, g at the inputs')."""
+    assert isinstance(op, ConvTransposeOp)
+    x, w = op.inputs[0], op.inputs[1]
+    p = op.params
+    groups = int(p["group"])  # type: ignore[call-overload]
+    strides, pads, dilations = tuple(p["strides"]), tuple(p["pads"]), tuple(p["dilations"])  # type: ignore[arg-type]
+    if x in b.needed:
+        ws, gs = static_extents(op, type_of(w)), static_extents(op, type_of(g), 1)
+        nsp = len(gs) - 2
+        # An output_padding of a stride or more adds outputs no input reaches: the convolution reads them as
+        # more places past x's end, cut off.
+        t = type_of(x)
+        reads = [(gs[2 + k] + pads[k] + pads[nsp + k] - dilations[k] * (ws[2 + k] - 1) - 1) // strides[k] + 1
                  for k in range(nsp)]  # fmt: skip
-        if sizes != list(ws[2:]):
-            raise refuse(op, "no grad clause for a weight these strides do not cover exactly yet")
-        wt_type = AxesTensorType(type_of(w).elem, [type_of(w).axes[1], type_of(w).axes[0], *type_of(w).axes[2:]])
-        dwt = b.emit(ConvOp([xt, gt], [wt_type], f"{node}.grad", strides=dilations, pads=pads, dilations=strides,
-                            group=groups))  # fmt: skip
-        b.send(w, b.emit(PermuteOp(dwt, perm, type_of(w), f"{node}.grad")))
-    if len(op.inputs) > 2 and op.inputs[2] in b.needed:  # db = g summed over N and the spatial axes
-        bias = op.inputs[2]
-        axes = (0, *range(2, len(gs)))
-        summed = b.emit(ReduceOp([g], [type_of(bias)], f"{node}.grad", kind="sum", axes=axes, keepdims=0))
-        b.send(bias, summed)
+        wide = AxesTensorType(t.elem, [*t.axes[:2], *(Axis.named(f"Reads{k}", n) for k, n in enumerate(reads))])
+        dx = b.emit(ConvOp([g, w], [wide if reads != list(static_extents(op, t, 1)[2:]) else t], f"{node}.grad",
+                           strides=strides, pads=pads, dilations=dilations, group=groups))  # fmt: skip
+        if type_of(dx) != t:
+            dx = b.emit(SliceOp([dx], [t], f"{node}.grad", starts=(Poly.const(0),) * t.rank, counts=tuple(t.shape),
+                                steps=(1,) * t.rank))  # fmt: skip
+        b.send(x, dx)
+    if w in b.needed:
+        b.send(w, _weight_share(b, op, (g, x), w, node))
+    if len(op.inputs) > 2 and op.inputs[2] in b.needed:
+        b.send(op.inputs[2], _bias_share(b, g, op.inputs[2], node))
+
+
+def _weight_share(
+    b: Backward, op: Operation, images_grads: tuple[SSAValue, SSAValue], w: SSAValue, node: str
+) -> SSAValue:
+    """dw[m, c, k] = sum over n, o of grads[n, m, o] images[n, c, o*s + k*d - p]: one convolution of the images
+    (N and C exchanged) by the grads (N and M exchanged), strides and dilations exchanged, permuted back."""
+    images, grads = images_grads
+    p = op.params
+    groups = int(p["group"])  # type: ignore[call-overload]
+    strides, pads, dilations = tuple(p["strides"]), tuple(p["pads"]), tuple(p["dilations"])  # type: ignore[arg-type]
+    xs, ws, gs = (static_extents(op, type_of(v), 1) for v in (images, w, grads))
+    nsp = len(xs) - 2
+    # The windows span (o - 1) s + (k - 1) d + 1 of the padded images: the end pads are cut to that, and images
+    # a stride leaves unread at the end are cropped (the convolution would read them as more taps).
+    ends, read = [], list(type_of(images).axes)
+    for k in range(nsp):
+        end = strides[k] * (gs[2 + k] - 1) + dilations[k] * (ws[2 + k] - 1) + 1 - xs[2 + k] - pads[k]
+        if end < 0:
+            read[2 + k] = Axis.named(f"Read{k}", xs[2 + k] + end)
+        ends.append(max(end, 0))
+    if read != list(type_of(images).axes):
+        rank = len(read)
+        images = b.emit(SliceOp([images], [AxesTensorType(type_of(images).elem, read)], f"{node}.grad",
+                                starts=(Poly.const(0),) * rank, counts=tuple(a.extent for a in read),
+                                steps=(1,) * rank))  # fmt: skip
+    perm = [1, 0, *range(2, len(xs))]  # N and C exchanged: x^T's batch is C, g^T's channels are N
+    xt = permuted(b, images, perm, node) if groups == 1 else _grouped_transpose(b, images, groups, node)
+    gt = permuted(b, grads, perm, node)
+    pads = (*pads[:nsp], *ends)
+    wt_type = AxesTensorType(type_of(w).elem, [type_of(w).axes[1], type_of(w).axes[0], *type_of(w).axes[2:]])
+    dwt = b.emit(ConvOp([xt, gt], [wt_type], f"{node}.grad", strides=dilations, pads=pads, dilations=strides,
+                        group=groups))  # fmt: skip
+    return b.emit(PermuteOp(dwt, perm, type_of(w), f"{node}.grad"))
+
+
+def _bias_share(b: Backward, g: SSAValue, bias: SSAValue, node: str) -> SSAValue:
+    """db = g summed over N and the spatial axes."""
+    axes = (0, *range(2, type_of(g).rank))
+    return b.emit(ReduceOp([g], [type_of(bias)], f"{node}.grad", kind="sum", axes=axes, keepdims=0))
 
 
 def _grouped_transpose(b: Backward, x: SSAValue, groups: int, node: str) -> SSAValue:
@@ -477,6 +537,7 @@ CLAUSES: dict[type[Operation], Clause] = {
     SoftmaxOp: _softmax,
     ReduceOp: _reduce,
     ConvOp: _conv,
+    ConvTransposeOp: _conv_transpose,
     PoolOp: _pool,
     CumSumOp: _cumsum,
     CumProdOp: _cumprod,

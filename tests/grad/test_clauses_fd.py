@@ -79,16 +79,31 @@ def test_reduce(kind: str, data: st.DataObject) -> None:
 
 
 def _conv(draw: st.DrawFn) -> Case:
-    """Conv with drawn groups (depthwise among them), stride and pads, and a bias."""
+    """Conv with drawn groups (depthwise among them), stride (leaving the input's end unread too) and pads, and a
+    bias."""
     groups = draw(st.integers(1, 3))
     n, size, k = draw(st.integers(1, 2)), draw(st.integers(3, 6)), draw(st.integers(1, 3))
     c, m = groups * draw(st.integers(1, 2)), groups * draw(st.integers(1, 2))
-    stride, pad = draw(st.integers(1, 2)), draw(st.integers(0, 1))
-    if (size + 2 * pad - k) % stride:
-        stride = 1  # the clause covers the strides that read the whole input
+    stride, pad = draw(st.integers(1, 3)), draw(st.integers(0, 1))
     o = (size + 2 * pad - k) // stride + 1
     attrs = {"strides": [stride, stride], "pads": [pad] * 4, "group": groups}
     return Case("Conv", {"x": (n, c, size, size), "w": (m, c // groups, k, k), "b": (m,)}, [(n, m, o, o)], attrs)
+
+
+def _conv_transpose(draw: st.DrawFn) -> Case:
+    """ConvTranspose with drawn groups, stride, pads, dilation and output_padding, and a bias."""
+    groups = draw(st.integers(1, 2))
+    n, size, k = draw(st.integers(1, 2)), draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    c, m = groups * draw(st.integers(1, 2)), groups * draw(st.integers(1, 2))
+    stride, dilation = draw(st.integers(1, 3)), draw(st.integers(1, 2))
+    pad = draw(st.integers(0, (dilation * (k - 1)) // 2))
+    extra = draw(st.integers(0, max(stride, dilation) - 1))
+    o = (size - 1) * stride + dilation * (k - 1) + 1 + extra - 2 * pad
+    attrs = {"strides": [stride] * 2, "pads": [pad] * 4, "dilations": [dilation] * 2, "group": groups,
+             "output_padding": [extra] * 2}  # fmt: skip
+    return Case(
+        "ConvTranspose", {"x": (n, c, size, size), "w": (c, m // groups, k, k), "b": (m,)}, [(n, m, o, o)], attrs
+    )
 
 
 def _max_pool(draw: st.DrawFn) -> Case:
@@ -305,6 +320,7 @@ test_transpose = fd_test(_transpose)
 test_reshape = fd_test(_reshape)
 test_softmax = fd_test(_softmax)
 test_conv = fd_test(_conv, 12)  # groups, strides and pads drawn together
+test_conv_transpose = fd_test(_conv_transpose, 12)
 test_max_pool = fd_test(_max_pool)
 test_avg_pool = fd_test(_avg_pool, 12)
 test_lp_pool = fd_test(_lp_pool, 8)
@@ -481,7 +497,7 @@ DRAWERS = {
     for f in (_matmul, _gemm, _transpose, _reshape, _softmax, _conv, _max_pool, _avg_pool, _gather, _slice, _pad,
               _concat, _split, _layer_norm, _tile, _trilu, _cumsum, _gather_elements, _topk, _instance_norm,
               _gather_nd, _scatter_elements, _scatter_nd, _group_norm, _lrn, _cumprod, _einsum, _reverse_sequence,
-              _lp_pool, _det)
+              _lp_pool, _det, _conv_transpose)
 }  # fmt: skip
 
 
