@@ -1,13 +1,311 @@
 """The grad clauses of the kernels that sample or place elements by computed positions (`kernel.resize`,
 `kernel.grid_sample`, `kernel.affine_grid`, `kernel.roi_align`, `kernel.col2im`, `kernel.max_unpool`,
-`kernel.deform_conv`)."""
+`kernel.deform_conv`).
+
+- `kernel.resize` (every mode, coordinate mode, nearest mode, cubic coefficient, exclude_outside,
+  antialias, tf_crop_and_resize's crop and extrapolation): separable, so along each axis the forward is a
+  fixed matrix M (output positions by input positions), the one the forward's own kernel
+  (`loam.runtime.kernels.resize.kernel_resize`) makes of the identity at build time; an output position
+  tf_crop_and_resize maps outside the input is a zero row (the extrapolation value is a constant).
+  dX = g with M^T applied along each resized axis (`base.through_matrix`).  scales, sizes and roi take
+  none; `kernel.resize_to` (geometry the run settles) is refused;
+- `kernel.max_unpool`: element i was written at flat position I[i] (the later of two writers to one place
+  stays), so dX[i] = g[I[i]] where i is the last writer there, else 0: a `kernel.gather` of the flat g,
+  the last writer found by a scatter (reduction max) of each element's number;
+- `kernel.col2im`: each tap was added onto its padded image position, so its gradient is g (padded with
+  zeros) read back there: im2col, one `kernel.gather` at build-time positions;
+- `kernel.affine_grid`: linear in theta, grid[n, p, i] = sum_j H[p, j] theta[n, i, j] for the homogeneous
+  base positions H (the forward's kernel run on unit thetas at build time), so dtheta = g^T @ H;
+- `kernel.grid_sample`: `loam.grad.sampling_grid`;
+- `kernel.roi_align` (avg mode, a fixed sampling_ratio): each bin is the mean of ratio x ratio bilinear
+  samples, so X's share is g over ratio^2 times each sample's weights (hy hx, hy lx, ly hx, ly lx, zero
+  for a sample more than a pixel outside), added at its four neighbours in image batch_indices[r]: the
+  positions and weights computed from the rois in the backward (zips, as the forward's `_bilinear`),
+  one `kernel.scatter_elements` into X as (C, N*H*W).  Refused: max mode, sampling_ratio 0 (the run
+  sets the number of samples), and a gradient asked of the rois;
+- `kernel.deform_conv`: refused (no clause yet for any of its operands).
+"""
 
 from __future__ import annotations
 
-from xdsl.ir import Operation
+import math
 
-from loam.grad.base import Clause
+import numpy as np
+from xdsl.ir import Operation, SSAValue
 
-CLAUSES: dict[type[Operation], Clause] = {}
+from loam.dialects.expr import Expr
+from loam.dialects.kernel import (
+    AffineGridOp,
+    Col2ImOp,
+    DeformConvOp,
+    GatherOp,
+    GridSampleOp,
+    MatmulOp,
+    MaxUnpoolOp,
+    PadOp,
+    RegroupOp,
+    ResizeOp,
+    ResizeToOp,
+    RoiAlignOp,
+    ScatterElementsOp,
+    SliceOp,
+    ZipOp,
+)
+from loam.dialects.tensor_axes import AxesTensorType, Axis
+from loam.grad.base import Backward, Clause, permuted, refuse, static_extents, through_matrix, type_of, zeros_like
+from loam.grad.sampling_grid import constant, grid_sample
+from loam.poly import Poly
+from loam.runtime.kernels.resize import kernel_affine_grid, kernel_resize
+
+
+def regrouped(b: Backward, value: SSAValue, axes: list[Axis], node: str) -> SSAValue:
+    """`value`'s elements in row-major order, as a tensor of `axes`."""
+    return b.emit(RegroupOp(value, AxesTensorType(type_of(value).elem, axes), f"{node}.grad"))
+
+
+# -- resize ----------------------------------------------------------------------------------------------
+
+
+def resize_matrix(params: dict[str, object], shape: tuple[int, ...], axis: int) -> np.ndarray | None:
+    """The forward's map along `axis` as a matrix (output positions by input positions), from its own
+    kernel run on the identity; None where it leaves the axis alone."""
+    n_in, rank = shape[axis], len(shape)
+    scales, sizes = tuple(params["scales"]), tuple(params["sizes"])  # type: ignore[call-overload]
+    roi = tuple(params.get("roi", ()))  # type: ignore[call-overload]
+    axis_roi = (0.0, float(roi[axis]), 1.0, float(roi[axis + rank])) if roi else ()
+    # Rows of the identity as a batch axis the kernel leaves alone: column j of its result is row j of M.
+    moved = kernel_resize(
+        np.eye(n_in, dtype=np.float64),
+        mode=str(params["mode"]),
+        coordinate_mode=str(params["coordinate_mode"]),
+        nearest_mode=str(params["nearest_mode"]),
+        scales=(1.0, scales[axis]),
+        sizes=(n_in, sizes[axis]),
+        roi=axis_roi,
+        cubic_coeff_a=float(params.get("cubic_coeff_a", -0.75)),  # type: ignore[arg-type]
+        exclude_outside=int(params.get("exclude_outside", 0)),  # type: ignore[call-overload]
+        extrapolation_value=0.0,  # a constant: the positions it fills take no gradient
+        antialias=int(params.get("antialias", 0)),  # type: ignore[call-overload]
+    )
+    if moved.shape == (n_in, n_in) and np.array_equal(moved, np.eye(n_in)):
+        return None
+    return np.ascontiguousarray(moved.T)
+
+
+def _resize(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, ResizeOp)
+    x = op.inputs[0]
+    t = type_of(x)
+    shape = static_extents(op, t)
+    for axis in range(t.rank):
+        matrix = resize_matrix(op.params, shape, axis)
+        if matrix is not None:  # dX = M^T g along this axis
+            g = through_matrix(b, g, axis, matrix, t.axes[axis], node)
+    b.send(x, g if type_of(g) == t else regrouped(b, g, list(t.axes), node))
+
+
+def _resize_to(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    raise refuse(op, "no grad clause for a resize whose scales, sizes or roi only the run gives")
+
+
+# -- unpooling and col2im ---------------------------------------------------------------------------------
+
+
+def _max_unpool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, MaxUnpoolOp)
+    x, indices = op.inputs[0], op.inputs[1]
+    t, it = type_of(x), type_of(indices)
+    count = math.prod(static_extents(op, t))
+    size = math.prod(static_extents(op, type_of(g)))
+    index = it.elem.name
+    flat_g = regrouped(b, g, [Axis.named("Positions", size)], node)
+    flat_i = regrouped(b, indices, [Axis.named("Written", count)], node)
+    numbers = constant(b, np.arange(count), ["Written"], index, node)
+    # The last writer to each position: the largest element number scattered there (-1 where none).
+    nobody = b.emit(ZipOp([flat_g], Expr.const(-1, index), AxesTensorType(index, type_of(flat_g).axes), f"{node}.grad"))
+    writers = b.emit(ScatterElementsOp([nobody, flat_i, numbers], [type_of(nobody)], f"{node}.grad",
+                                       axis=0, reduction="max"))  # fmt: skip
+    writer = b.emit(GatherOp([writers, flat_i], [type_of(flat_i)], f"{node}.grad", axis=0))
+    read = b.emit(GatherOp([flat_g, flat_i], [AxesTensorType(t.elem, type_of(flat_i).axes)], f"{node}.grad", axis=0))
+    kept = Expr.select(Expr.operand(1).binary("equal", Expr.operand(2)), Expr.operand(0), Expr.const(0.0, t.elem.name))
+    dx = b.emit(ZipOp([read, writer, numbers], kept, type_of(read), f"{node}.grad"))
+    b.send(x, regrouped(b, dx, list(t.axes), node))
+
+
+def _col2im(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, Col2ImOp)
+    x = op.inputs[0]
+    p = op.params
+    if "image_shape" not in p or "block_shape" not in p:
+        raise refuse(op, "no grad clause for a col2im whose image_shape or block_shape only the run gives")
+    t, gt = type_of(x), type_of(g)
+    static_extents(op, t, 1)
+    image, block = [int(v) for v in p["image_shape"]], [int(v) for v in p["block_shape"]]  # type: ignore[attr-defined]
+    strides, pads, dilations = (list(p[k]) for k in ("strides", "pads", "dilations"))  # type: ignore[call-overload]
+    nsp = len(image)
+    padded = [image[i] + pads[i] + pads[nsp + i] for i in range(nsp)]
+    blocks = [(padded[i] - (block[i] - 1) * dilations[i] - 1) // strides[i] + 1 for i in range(nsp)]
+    # Tap k of block l sat at block l's corner plus tap k's offset, in the padded image (row-major flat).
+    taps_at = np.indices(block).reshape(nsp, -1, 1) * np.array(dilations).reshape(nsp, 1, 1)
+    corners = np.indices(blocks).reshape(nsp, 1, -1) * np.array(strides).reshape(nsp, 1, 1)
+    at = np.ravel_multi_index(tuple(taps_at + corners), padded)
+    widths = (0, 0, *pads[:nsp], 0, 0, *pads[nsp:])
+    padded_type = AxesTensorType(t.elem, [*gt.axes[:2], *(Axis.named(f"Padded{i}", e) for i, e in enumerate(padded))])
+    padded_g = b.emit(PadOp([g], [padded_type], f"{node}.grad", pads=widths, mode="constant", value=0.0))
+    flat = regrouped(b, padded_g, [*gt.axes[:2], Axis.named("Positions", math.prod(padded))], node)
+    taps = constant(b, at.reshape(-1), ["Taps"], "i64", node)
+    read = b.emit(GatherOp([flat, taps], [AxesTensorType(t.elem, [*gt.axes[:2], type_of(taps).axes[0]])],
+                           f"{node}.grad", axis=2))  # fmt: skip
+    b.send(x, regrouped(b, read, list(t.axes), node))
+
+
+# -- affine grid --------------------------------------------------------------------------------------------
+
+
+def _affine_grid(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, AffineGridOp)
+    if len(op.inputs) > 1:
+        raise refuse(op, "no grad clause for an affine grid whose size only the run gives")
+    theta = op.inputs[0]
+    t = type_of(theta)
+    sizes = tuple(int(v) for v in op.param("sizes"))  # type: ignore[attr-defined]
+    r, points = len(sizes), math.prod(sizes)
+    # The base positions H (points, r + 1): the forward run on thetas whose first row picks one of H's columns.
+    units = np.zeros((r + 1, r, r + 1))
+    units[np.arange(r + 1), 0, np.arange(r + 1)] = 1.0
+    base = kernel_affine_grid(units, sizes=sizes, align_corners=int(op.param("align_corners")))  # type: ignore[call-overload]
+    h_t = base[..., 0].reshape(r + 1, points)
+    flat_g = regrouped(b, g, [t.axes[0], Axis.named("Points", points), t.axes[1]], node)
+    # dtheta^T = H^T g, as (N, r + 1, r), then theta's axes back.
+    lhs = constant(b, h_t, ["Homogeneous", "Points"], t.elem.name, node)
+    product = b.emit(MatmulOp(lhs, flat_g, AxesTensorType(t.elem, [t.axes[0], t.axes[2], t.axes[1]]), f"{node}.grad"))
+    b.send(theta, permuted(b, product, [0, 2, 1], node))
+
+
+# -- refused ------------------------------------------------------------------------------------------------
+
+
+def _roi_align(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, RoiAlignOp)
+    x, rois, batch = op.inputs
+    p = op.params
+    if p["mode"] != "avg":
+        raise refuse(op, "no grad clause for roi_align in max mode (each bin keeps one weighted corner) yet")
+    ratio = int(p["sampling_ratio"])  # type: ignore[call-overload]
+    if ratio < 1:
+        raise refuse(op, "no grad clause for roi_align with sampling_ratio 0 (the run sets each region's samples)")
+    if rois in b.needed:
+        raise refuse(op, "no grad clause for the rois' share (X's only)")
+    if x not in b.needed:
+        return
+    t, rt = type_of(x), type_of(rois)
+    _, _, h, w = static_extents(op, t, 1)
+    e = t.elem.name
+    regions = rt.axes[0]
+    # Each axis's samples (R, bins, taps): the two neighbours of each of its `ratio` samples per bin.
+    rows = _roi_taps(b, op, rois, 1, h, int(p["output_height"]), ratio, node)  # type: ignore[call-overload]
+    columns = _roi_taps(b, op, rois, 0, w, int(p["output_width"]), ratio, node)  # type: ignore[call-overload]
+    (row_at, row_weight), (column_at, column_weight) = rows, columns
+    bins_h, bins_w = type_of(row_at).axes[1], type_of(column_at).axes[1]
+    taps_h, taps_w = type_of(row_at).axes[2], type_of(column_at).axes[2]
+    unit = Axis.named("Unit", 1)
+    as_rows = [regions, bins_h, unit, taps_h, unit]
+    as_columns = [regions, unit, bins_w, unit, taps_w]
+
+    def laid(value: SSAValue, axes: list[Axis]) -> SSAValue:
+        return regrouped(b, value, axes, node)
+
+    image = laid(batch, [regions, unit, unit, unit, unit])
+    every = [regions, bins_h, bins_w, taps_h, taps_w]
+    at = (Expr.operand(0).cast("i64") * Expr.const(h * w, "i64") + Expr.operand(1) * Expr.const(w, "i64")
+          + Expr.operand(2))  # fmt: skip
+    index = b.zip(
+        [image, laid(row_at, as_rows), laid(column_at, as_columns)], at, AxesTensorType("i64", every), f"{node}.grad"
+    )
+    count = Expr.const(float(ratio * ratio), e)
+    weight = b.zip([laid(row_weight, as_rows), laid(column_weight, as_columns)],
+                   Expr.operand(0) * Expr.operand(1) / count, AxesTensorType(e, every), f"{node}.grad")  # fmt: skip
+    taps = Axis.named("Taps", taps_h.extent * taps_w.extent)
+    # g (R, C, PH, PW) as (C, R, PH, PW, 1) times the weights (R, PH, PW, taps), added into X as (C, N*H*W).
+    g_c = regrouped(b, permuted(b, g, [1, 0, 2, 3], node), [t.axes[1], regions, bins_h, bins_w, unit], node)
+    spread = [t.axes[1], regions, bins_h, bins_w, taps]
+    updates = b.zip([g_c, laid(weight, [regions, bins_h, bins_w, taps])], Expr.operand(0) * Expr.operand(1),
+                    AxesTensorType(e, spread), f"{node}.grad")  # fmt: skip
+    indices = b.zip(
+        [laid(index, [regions, bins_h, bins_w, taps])], Expr.operand(0), AxesTensorType("i64", spread), node
+    )
+    reads = Axis.named("Reads", regions.extent * bins_h.extent * bins_w.extent * taps.extent)
+    x_c = permuted(b, x, [1, 0, 2, 3], node)
+    planes = regrouped(b, x_c, [t.axes[1], Axis.named("Pixels", t.shape[0] * h * w)], node)
+    operands = [zeros_like(b, planes, node), regrouped(b, indices, [t.axes[1], reads], node),
+                regrouped(b, updates, [t.axes[1], reads], node)]  # fmt: skip
+    added = b.emit(ScatterElementsOp(operands, [type_of(planes)], f"{node}.grad", axis=1, reduction="add"))
+    b.send(x, permuted(b, regrouped(b, added, list(type_of(x_c).axes), node), [1, 0, 2, 3], node))
+
+
+def _roi_taps(
+    b: Backward, op: RoiAlignOp, rois: SSAValue, column: int, length: int, bins: int, ratio: int, node: str
+) -> tuple[SSAValue, SSAValue]:
+    name = "Column" if column == 0 else "Row"
+    """Along one axis (x: rois' columns 0 and 2; y: 1 and 3) of `length`, each region's `bins` x `ratio`
+    samples' two neighbours, as (R, bins, ratio * 2): where each reads (i64) and its weight, as the
+    forward's `_bilinear` settles them (a sample more than a pixel outside weighs 0; one past the last
+    pixel reads it alone)."""
+    rt = type_of(rois)
+    e = rt.elem.name
+    regions = rt.axes[0]
+    scale, shift = float(op.param("spatial_scale")), 0.5 if op.param("half_pixel") else 0.0  # type: ignore[arg-type]
+    ends = []
+    for k in (column, column + 2):
+        one = AxesTensorType(e, [regions, Axis.named("Unit", 1)])
+        starts = (Poly.const(0), Poly.const(k))
+        cut = b.emit(SliceOp([rois], [one], f"{node}.grad", starts=starts, counts=tuple(one.shape), steps=(1, 1)))
+        ends.append(b.zip([cut], Expr.operand(0) * Expr.const(scale, e) - Expr.const(shift, e), one, f"{node}.grad"))
+    start, stop = ends
+    extent = Expr.operand(1) - Expr.operand(0)
+    if not op.param("half_pixel"):  # malformed regions become 1 pixel wide
+        extent = extent.binary("max", Expr.const(1.0, e))
+    bin_size = b.zip([start, stop], extent / Expr.const(float(bins), e), type_of(start), f"{node}.grad")
+    # Sample q of bin p: start + p * bin + (q + 0.5) * bin / ratio.
+    ps = constant(b, np.arange(bins, dtype=np.float64).reshape(bins, 1, 1), [f"{name}Bins", "Unit", "Unit"], e, node)
+    qs = constant(b, np.arange(ratio).reshape(ratio, 1) + 0.5, ["Samples", "Unit"], e, node)
+    js = constant(b, np.array([0.0, 1.0]), ["Neighbours"], e, node)
+    three = [regions, Axis.named("Unit", 1), Axis.named("Unit", 1), Axis.named("Unit", 1)]
+    samples = [regions, Axis.named(f"{name}Bins", bins), Axis.named("Samples", ratio), Axis.named("Neighbours", 2)]
+    where = (Expr.operand(0) + Expr.operand(2) * Expr.operand(1)
+             + Expr.operand(3) * Expr.operand(1) / Expr.const(float(ratio), e))  # fmt: skip
+    operands = [regrouped(b, start, three, node), regrouped(b, bin_size, three, node), ps, qs, js]
+    y = where.binary("max", Expr.const(0.0, e))
+    low = y.unary("floor")
+    edge = low.binary("greater_equal", Expr.const(length - 1.0, e))
+    low = Expr.select(edge, Expr.const(length - 1.0, e), low)
+    frac = Expr.select(edge, Expr.const(0.0, e), y - low)
+    j = Expr.operand(4)
+    one_e = Expr.const(1.0, e)
+    taken = Expr.select(edge, low, low + j).cast("i64")
+    inside = where.binary("greater_equal", Expr.const(-1.0, e)).binary(
+        "and", where.binary("less_equal", Expr.const(float(length), e))
+    )
+    weight = Expr.select(inside, j * frac + (one_e - j) * (one_e - frac), Expr.const(0.0, e))
+    flat = [regions, Axis.named(f"{name}Bins", bins), Axis.named(f"{name}Taps", 2 * ratio)]
+    at = b.zip(operands, taken, AxesTensorType("i64", samples), f"{node}.grad")
+    weighed = b.zip(operands, weight, AxesTensorType(e, samples), f"{node}.grad")
+    return regrouped(b, at, flat, node), regrouped(b, weighed, flat, node)
+
+
+def _deform_conv(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    raise refuse(op, "no grad clause for deform_conv yet (X, W, B, offsets and mask all take none)")
+
+
+CLAUSES: dict[type[Operation], Clause] = {
+    ResizeOp: _resize,
+    ResizeToOp: _resize_to,
+    MaxUnpoolOp: _max_unpool,
+    Col2ImOp: _col2im,
+    AffineGridOp: _affine_grid,
+    GridSampleOp: grid_sample,
+    RoiAlignOp: _roi_align,
+    DeformConvOp: _deform_conv,
+}
 EVERY_RESULT: frozenset[type[Operation]] = frozenset()
 """The ops whose clause reads the adjoint of each result itself (a gradient may reach any of them)."""
