@@ -15,9 +15,10 @@ The pass leaves a build note on the forward's activations the backward reads (ke
 until the backward runs): how many, their bytes, the largest.
 
 An op a gradient reaches that has no grad clause yet (an attention kernel, say) stops the pass
-naming the op and its node, as does a weight asked for that no gradient reaches (every path from it
-to the outputs passes an integer, a comparison or a constant).  `of` names the weights and inputs
-(default: every float weight).
+naming the op and its node, as does a weight or input `of` names that no gradient reaches (every path
+from it to the outputs passes an integer, a comparison or a constant).  `of` names the weights and
+inputs; by default, every float weight a gradient reaches (those it does not, a batch norm's running
+statistics, are named in a build note; none reached stops the pass).
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ class DifferentiatePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for program in [p for p in op.walk() if isinstance(p, ProgramOp)]:
-            saved = _Differentiate(program, self.of).run()
-            add_notes(op, [saved_note(saved)])
+            differentiate = _Differentiate(program, self.of)
+            saved = differentiate.run()
+            add_notes(op, [saved_note(saved), *differentiate.notes])
 
 
 def saved_note(saved: Sequence[SSAValue]) -> str:
@@ -92,6 +94,8 @@ class _Differentiate:
         # Asked for: the weights and inputs `of` names, or every float weight.
         self.sources = [(w.weight_name.data, w.result) for w in weights if not of or w.weight_name.data in of]
         self.sources += [(n, a) for n, a in inputs if n in of]
+        self.named = bool(of)
+        self.notes: list[str] = []
         rewriter = Rewriter()
         ops = [op for op in self.block.ops if op is not self.ret]
         self.reverse = Reverse(
@@ -112,14 +116,18 @@ class _Differentiate:
                 self.reverse.send(value, arg)
         self.reverse.run()
         outputs = list(self.ret.outputs)  # read again: a clause may have put a forward op in another's place
-        grads: list[SSAValue] = []
-        for name, value in self.sources:
-            found = self.reverse.adjoint.get(value)
-            if found is None:
-                kind = "weight" if isinstance(value.owner, WeightOp) else "input"
-                why = self.reverse.unreached(value, "the outputs")
-                raise UnsupportedError(f"no gradient reaches {kind} '{name}' from the outputs: {why}")
-            grads.append(found)
+        unreached = [(n, v) for n, v in self.sources if v not in self.reverse.adjoint]
+        if unreached and (self.named or len(unreached) == len(self.sources)):
+            name, value = unreached[0]
+            kind = "weight" if isinstance(value.owner, WeightOp) else "input"
+            why = self.reverse.unreached(value, "the outputs")
+            raise UnsupportedError(f"no gradient reaches {kind} '{name}' from the outputs: {why}")
+        if unreached:  # by default, the float weights no gradient reaches (a batch norm's running statistics)
+            left, why = listed([repr(n) for n, _ in unreached]), self.reverse.unreached(unreached[0][1], "the outputs")
+            self.notes.append(f"differentiate: no gradient reaches {len(unreached)} float weights, left out of "
+                              f"Grads: {left} (the first: {why})")  # fmt: skip
+            self.sources = [(n, v) for n, v in self.sources if v in self.reverse.adjoint]
+        grads = [self.reverse.adjoint[v] for _, v in self.sources]
         new_ret = ReturnOp([*outputs, *grads], [*names, *(GRAD + n for n, _ in self.sources)])
         Rewriter().replace_op(self.ret, new_ret)
         self.program.properties["input_names"] = ArrayAttr([StringAttr(n) for n in input_names])

@@ -211,6 +211,35 @@ def test_a_weight_no_gradient_reaches_is_refused_by_name(tmp_path: Path) -> None
         build(path, options=options, grad=())
 
 
+def test_by_default_the_weights_no_gradient_reaches_are_left_out_with_a_note() -> None:
+    """A training-mode batch norm's running statistics are float weights its Y does not read: the default
+    (every float weight) leaves them out of Grads and says so; naming one is refused."""
+    c = 3
+    weights = {"scale": np.ones(c), "bias": np.zeros(c), "running_mean": np.zeros(c), "running_var": np.ones(c)}
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "BatchNormalization", ["x", *weights], ["y", "mean_next", "var_next"], name="bn", training_mode=1
+            )
+        ],
+        "bn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, c])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, c])],
+        [helper.make_tensor(n, TensorProto.FLOAT, [c], v.tolist()) for n, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    options = draft_layout(model).options(None)
+    built = build(model, options=options, grad=())
+    assert built.module.Grads._fields == ("scale", "bias")
+    left = [n for n in built.notes if "left out of Grads" in n]
+    assert left == [
+        "differentiate: no gradient reaches 2 float weights, left out of Grads: 'running_mean', 'running_var' "
+        "(the first: nothing computed from it reaches the outputs)"
+    ], built.notes
+    with pytest.raises(LoamError, match=r"no gradient reaches weight 'running_var' from the outputs"):
+        build(model, options=options, grad=("scale", "running_var"))
+
+
 def test_loam_build_grad_writes_the_module_and_replays_with_loam_opt(tmp_path: Path) -> None:
     import subprocess
     import sys
