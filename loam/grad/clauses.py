@@ -72,7 +72,17 @@ from loam.dialects.kernel import (
 )
 from loam.dialects.kernel.base import element_count
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad import einsum, indexing, linalg, losses, movement, normalization, recurrent, sampling
+from loam.grad import (
+    einsum,
+    indexing,
+    linalg,
+    losses,
+    movement,
+    normalization,
+    recurrent,
+    runtime_shaped,
+    sampling,
+)
 from loam.grad.base import (
     Backward,
     Clause,
@@ -548,9 +558,10 @@ CLAUSES: dict[type[Operation], Clause] = {
     **losses.CLAUSES,
     **normalization.CLAUSES,
     **recurrent.CLAUSES,
+    **runtime_shaped.CLAUSES,
     **sampling.CLAUSES,
 }
-EVERY_RESULT = movement.EVERY_RESULT | recurrent.EVERY_RESULT | sampling.EVERY_RESULT
+EVERY_RESULT = movement.EVERY_RESULT | recurrent.EVERY_RESULT | sampling.EVERY_RESULT | runtime_shaped.EVERY_RESULT
 
 
 def reads_every_result(op: Operation) -> bool:
