@@ -1,5 +1,5 @@
 """The grad clauses of the kernels whose extents or bounds only the run gives (`kernel.reshape_to`,
-`kernel.expand_to`, `kernel.slice_by`, `kernel.pad_by`, `kernel.split_by`; `kernel.tile_by` is refused).
+`kernel.expand_to`, `kernel.slice_by`, `kernel.pad_by`, `kernel.split_by`, `kernel.tile_by`).
 
 Each sends g back with the same kernels, their run-time operands computed from the forward's:
 
@@ -13,7 +13,9 @@ Each sends g back with the same kernels, their run-time operands computed from t
   is before the start), computed by i64 zips (`kernel.pad_by`);
 - `kernel.pad_by` (constant mode): the part of g that x's elements reached (a crop where a pad is
   negative: `kernel.slice_by` of g, then `kernel.pad_by` of zeros where x's elements were cropped);
-- `kernel.split_by`: the parts' gradients (zeros for a part none reaches) concatenated, reshaped to x.
+- `kernel.split_by`: the parts' gradients (zeros for a part none reaches) concatenated, reshaped to x;
+- `kernel.tile_by`: g reshaped to (repeats, extent) per axis by a shape interleaving the run's repeats with
+  x's extents, summed over the repeats.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from loam.dialects.kernel import (
     ExpandToOp,
     PadByOp,
     ReduceOp,
+    RegroupOp,
     ReshapeToOp,
     SliceByOp,
     SliceOp,
@@ -155,7 +158,21 @@ def _split_by(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
 
 
 def _tile_by(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
-    raise refuse(op, "no grad clause for a tile by repeats only the run gives yet")
+    """y's axis a is repeats[a] copies of x's: g reshaped to (repeats, extent) per axis, summed over the repeats."""
+    assert isinstance(op, TileByOp)
+    x, repeats = op.inputs[0], op.inputs[1]
+    t = type_of(x)
+    column = AxesTensorType("i64", [Axis.named("Axes", t.rank), Axis.named("Unit", 1)])
+    pairs = [b.emit(RegroupOp(v, column, f"{node}.grad")) for v in (repeats, _extents(b, t, range(t.rank), node))]
+    both = AxesTensorType("i64", [Axis.named("Axes", t.rank), Axis.named("Pair", 2)])
+    shape = b.emit(RegroupOp(b.emit(ConcatOp(pairs, [both], f"{node}.grad", axis=1)),
+                             AxesTensorType("i64", [Axis.named("Shape", 2 * t.rank)]), f"{node}.grad"))  # fmt: skip
+    split = [
+        ax for a, d in enumerate(t.axes) for ax in (Axis.named(f"Repeats{a}", Poly.symbol(f"{node}.grad[{a}]")), d)
+    ]
+    blocks = b.emit(ReshapeToOp([g, shape], [AxesTensorType(t.elem, split)], f"{node}.grad", allowzero=1))
+    summed = ReduceOp([blocks], [t], f"{node}.grad", kind="sum", axes=tuple(range(0, 2 * t.rank, 2)), keepdims=0)
+    b.send(x, b.emit(summed))
 
 
 CLAUSES: dict[type[Operation], Clause] = {

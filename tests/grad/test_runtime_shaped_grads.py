@@ -13,12 +13,11 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from loam.errors import LoamError
 from loam.testing import build_for, run_built
 from tests.grad.finite_differences import TRAINING, H
 
 RUNTIME_KERNEL = {"Reshape": "reshape_to", "Expand": "expand_to", "Slice": "slice_by", "Pad": "pad_by",
-                  "Split": "split_by"}  # fmt: skip
+                  "Split": "split_by", "Tile": "tile_by"}  # fmt: skip
 
 
 def _model(op: str, x_shape: list[int], ints: dict[str, int], outs: int = 1, **attrs: object) -> object:
@@ -86,6 +85,6 @@ def test_split_by_sizes_the_run_gives(sizes: list[int]) -> None:
     _check("Split", [4, 2], {"split": sizes}, outs=2, axis=0)
 
 
-def test_a_tile_by_repeats_the_run_gives_is_refused_by_name() -> None:
-    with pytest.raises(LoamError, match=r"kernel\.tile_by 'op': no grad clause for a tile by repeats only the run"):
-        build_for(_model("Tile", [2, 3], {"repeats": 2}))
+@pytest.mark.parametrize("repeats", [[1, 1], [3, 1], [2, 3], [1, 0]])
+def test_tile_by_repeats_the_run_gives(repeats: list[int]) -> None:
+    _check("Tile", [2, 3], {"repeats": repeats})
