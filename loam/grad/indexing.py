@@ -5,7 +5,9 @@ so an element picked twice receives both):
 
 - `kernel.gather_elements`: at its indices along its axis;
 - `kernel.gather_nd` (batch_dims 0): at its index tuples (`kernel.scatter_nd`);
-- `kernel.topk`: the values' gradient at the indices the op also returns.
+- `kernel.topk`: the values' gradient at the indices the op also returns;
+- `kernel.compress`: each kept slice's gradient read back (a gather along the axis, at each place's count of
+  kept places before it, or past g's end, at a slice of zeros, where the condition drops it).
 
 A placement sends the updates what g holds where they went (a gather), and the data g where nothing was
 written over it (all of g, with reduction add):
@@ -17,8 +19,22 @@ from __future__ import annotations
 
 from xdsl.ir import Operation, SSAValue
 
-from loam.dialects.kernel import GatherElementsOp, GatherNDOp, ScatterElementsOp, ScatterNDOp, TopKOp
-from loam.grad.base import Backward, refuse, type_of, zeros_like
+from loam.dialects.expr import Expr
+from loam.dialects.kernel import (
+    CompressOp,
+    CumSumOp,
+    GatherElementsOp,
+    GatherNDOp,
+    GatherOp,
+    PadOp,
+    RegroupOp,
+    ScatterElementsOp,
+    ScatterNDOp,
+    TopKOp,
+)
+from loam.dialects.kernel.base import element_count
+from loam.dialects.tensor_axes import AxesTensorType, Axis
+from loam.grad.base import Backward, extent_scalar, refuse, type_of, zeros_like
 
 
 def _scattered(b: Backward, x: SSAValue, indices: SSAValue, g: SSAValue, axis: object, node: str) -> SSAValue:
@@ -67,7 +83,41 @@ def _scatter(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         b.send(data, b.emit(type(op)(cleared, [type_of(data)], f"{node}.grad", reduction="none", **axis)))
 
 
+def _compress(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, CompressOp)
+    x, condition = op.inputs[0], op.inputs[1]
+    t = type_of(x)
+    flat = int(op.param("flat"))  # type: ignore[call-overload]
+    work = AxesTensorType(t.elem, [Axis.named("Flat", element_count(t.shape))]) if flat else t
+    axis = 0 if flat else int(op.param("axis"))  # type: ignore[call-overload]
+    n, kept = work.shape[axis], type_of(condition).shape[0]
+    o = Expr.operand
+    one, zero = Expr.const(1, "i64"), Expr.const(0, "i64")
+    places = AxesTensorType("i64", [Axis.named("Places", kept)])
+    keep = b.zip([condition], Expr.select(o(0), one, zero), places, f"{node}.grad")
+    if kept != n:  # a condition shorter than the axis drops the rest
+        if not (kept.is_const and n.is_const):
+            raise refuse(op, f"its grad clause needs the condition's length {kept} and the axis's {n} known")
+        places = AxesTensorType("i64", [work.axes[axis]])
+        keep = b.emit(PadOp([keep], [places], f"{node}.grad", pads=(0, n.const_value - kept.const_value),
+                            mode="constant", value=0.0))  # fmt: skip
+    before = b.emit(CumSumOp([keep], [places], f"{node}.grad", axis=0, exclusive=1, reverse=0))
+    gt = type_of(g)
+    count = gt.shape[axis]
+    at = b.zip([keep, before, extent_scalar(b, count, "i64", node)], Expr.select(o(0).binary("equal", one), o(1), o(2)),
+               places, f"{node}.grad")  # fmt: skip
+    pads = [0] * (2 * gt.rank)
+    pads[gt.rank + axis] = 1
+    wider = AxesTensorType(
+        gt.elem, [Axis.named("Kept", count + 1) if a == axis else ax for a, ax in enumerate(gt.axes)]
+    )
+    padded = b.emit(PadOp([g], [wider], f"{node}.grad", pads=tuple(pads), mode="constant", value=0.0))
+    read = b.emit(GatherOp([padded, at], [work], f"{node}.grad", axis=axis))
+    b.send(x, read if not flat else b.emit(RegroupOp(read, t, f"{node}.grad")))
+
+
 CLAUSES = {
+    CompressOp: _compress,
     GatherElementsOp: _gather_elements,
     GatherNDOp: _gather_nd,
     TopKOp: _topk,

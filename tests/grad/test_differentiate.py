@@ -119,20 +119,16 @@ def test_grad_of_an_input_gives_its_gradient_in_grads_by_forwards_parameter(back
 
 def test_a_kernel_with_no_grad_clause_yet_stops_the_build_naming_its_node() -> None:
     w = helper.make_tensor("w", TensorProto.FLOAT, [3, 1], [1.0, 2.0, 3.0])
-    nodes = [helper.make_node("Mul", ["x", "w"], ["xw"]),
-             helper.make_node("Compress", ["xw", "keep"], ["y"], name="kept", axis=0)]  # fmt: skip
+    nodes = [helper.make_node("Mul", ["x", "w"], ["xw"]), helper.make_node("Unique", ["xw"], ["y"], name="distinct")]
     graph = helper.make_graph(
         nodes,
-        "compress",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2]),
-            helper.make_tensor_value_info("keep", TensorProto.BOOL, [3]),
-        ],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["kept", 2])],
+        "unique",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["distinct"])],
         [w],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(LoamError, match=r"kernel\.compress 'kept': no grad clause for this kernel yet"):
+    with pytest.raises(LoamError, match=r"kernel\.unique 'distinct': no grad clause for this kernel yet"):
         build(model, options=draft_layout(model).options(None), grad=())
 
 

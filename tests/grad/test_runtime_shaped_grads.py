@@ -1,8 +1,10 @@
-"""The clauses of the kernels whose extents or bounds only the run gives equal central finite differences.
+"""The clauses of the kernels whose extents, bounds or kept places only the run gives equal central finite
+differences.
 
-Each case is one ONNX node whose shape, bounds, pads or sizes are graph inputs (so the lowering gives the
-run-time kernel: `kernel.reshape_to`, `kernel.slice_by`, ...), then loss = sum(sin(y)) (each element's
-derivative differs, so an element sent to the wrong place shows) and ONNX's Gradient node of the loss.
+Each case is one ONNX node whose shape, bounds, pads, sizes, repeats or condition are graph inputs (so the
+lowering gives the run-time kernel: `kernel.reshape_to`, `kernel.slice_by`, `kernel.compress`, ...), then
+loss = sum(sin(y)) (each element's derivative differs, so an element sent to the wrong place shows) and
+ONNX's Gradient node of the loss.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from loam.testing import build_for, run_built
 from tests.grad.finite_differences import TRAINING, H
 
 RUNTIME_KERNEL = {"Reshape": "reshape_to", "Expand": "expand_to", "Slice": "slice_by", "Pad": "pad_by",
-                  "Split": "split_by", "Tile": "tile_by"}  # fmt: skip
+                  "Split": "split_by", "Tile": "tile_by", "Compress": "compress"}  # fmt: skip
 
 
-def _model(op: str, x_shape: list[int], ints: dict[str, int], outs: int = 1, **attrs: object) -> object:
+def _model(op: str, x_shape: list[int], ints: dict[str, np.ndarray], outs: int = 1, **attrs: object) -> object:
     """`op`(x, *ints) -> y0.., then loss = sum over the outputs of sum(sin(y)), and d loss / d x."""
     ys = [f"y{k}" for k in range(outs)]
     nodes = [helper.make_node(op, ["x", *ints], ys, name="op", **attrs)]
@@ -30,7 +32,9 @@ def _model(op: str, x_shape: list[int], ints: dict[str, int], outs: int = 1, **a
     nodes += [helper.make_node("Sum", [f"l_{y}" for y in ys], ["loss"]),
               helper.make_node("Gradient", ["x"], ["d_x"], domain=TRAINING, xs=["x"], y="loss")]  # fmt: skip
     inputs = [helper.make_tensor_value_info("x", TensorProto.DOUBLE, x_shape)]
-    inputs += [helper.make_tensor_value_info(n, TensorProto.INT64, [k]) for n, k in ints.items()]
+    inputs += [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in ints.items()
+    ]
     outputs = [helper.make_tensor_value_info("loss", TensorProto.DOUBLE, []),
                helper.make_tensor_value_info("d_x", TensorProto.DOUBLE, x_shape)]  # fmt: skip
     graph = helper.make_graph(nodes, op.lower(), inputs, outputs)
@@ -38,10 +42,10 @@ def _model(op: str, x_shape: list[int], ints: dict[str, int], outs: int = 1, **a
 
 
 def _check(op: str, x_shape: list[int], feeds: dict[str, list[int]], outs: int = 1, **attrs: object) -> None:
-    built = build_for(_model(op, x_shape, {n: len(v) for n, v in feeds.items()}, outs, **attrs))
+    ints = {n: np.array(v, bool if op == "Compress" else np.int64) for n, v in feeds.items()}
+    built = build_for(_model(op, x_shape, ints, outs, **attrs))
     assert f"kernel.{RUNTIME_KERNEL[op]}" in built.report  # the kernel of run-time operands, not a folded one
     x = np.random.default_rng(len(x_shape)).standard_normal(x_shape)
-    ints = {n: np.array(v, np.int64) for n, v in feeds.items()}
     run = functools.partial(run_built, built)
     _, d_x = run({"x": x, **ints})
     numeric = np.zeros_like(x)
@@ -88,3 +92,13 @@ def test_split_by_sizes_the_run_gives(sizes: list[int]) -> None:
 @pytest.mark.parametrize("repeats", [[1, 1], [3, 1], [2, 3], [1, 0]])
 def test_tile_by_repeats_the_run_gives(repeats: list[int]) -> None:
     _check("Tile", [2, 3], {"repeats": repeats})
+
+
+@pytest.mark.parametrize(
+    ("keep", "attrs"),
+    [([1, 0, 1], {"axis": 0}), ([0, 0, 0], {"axis": 0}), ([0, 1], {"axis": 1}), ([1, 1, 0, 0, 1, 0, 1], {}),
+     ([0, 1, 1, 0], {"axis": -1})],
+)  # fmt: skip
+def test_compress_by_a_condition_the_run_gives(keep: list[int], attrs: dict[str, int]) -> None:
+    """Along an axis, along the flattened data (no axis), none kept, and a condition shorter than the axis."""
+    _check("Compress", [3, 4], {"condition": keep}, **attrs)
