@@ -128,9 +128,16 @@ def plan_buffers(ops: Sequence[Operation], broadcast_zips: set[ZipOp]) -> Buffer
     forever = len(ops)
     # Each value's roots: the creating ops (by index) whose memory it may view.
     roots: dict[SSAValue, frozenset[int]] = {}
+    # The values that are read-only broadcast views (of a zip broadcast afterwards, or a view of one): memory
+    # of fewer elements than their extents, which no step may write into.
+    broadcast_views: set[SSAValue] = set()
     for i, op in enumerate(ops):
         if isinstance(op, (WeightOp, ConstantOp)):
             continue
+        if op in broadcast_zips or (
+            not _creates(op, broadcast_zips) and any(v in broadcast_views for v in op.operands)
+        ):
+            broadcast_views.update(op.results)
         if _creates(op, broadcast_zips):
             for r in op.results:
                 roots[r] = frozenset({i})
@@ -175,7 +182,12 @@ def plan_buffers(ops: Sequence[Operation], broadcast_zips: set[ZipOp]) -> Buffer
                 continue  # an operand the Expr does not read is no place for its result
             found = roots.get(value, frozenset())
             t = _type(value)
-            if len(found) != 1 or t is None or (t.shape, t.elem) != (result.shape, result.elem):
+            if (
+                len(found) != 1
+                or t is None
+                or value in broadcast_views
+                or (t.shape, t.elem) != (result.shape, result.elem)
+            ):
                 continue
             (r,) = found
             others = [roots.get(v, frozenset()) for k, v in enumerate(op.inputs) if k != j]

@@ -128,6 +128,27 @@ def test_a_zip_never_writes_into_an_operand_read_later(tmp_path: Path) -> None:
     np.testing.assert_allclose(mod.forward(mod.Weights.embedded(), x), -p * p, rtol=1e-6)
 
 
+def test_a_zip_never_writes_into_a_broadcast_view(tmp_path: Path) -> None:
+    # %e is exp(c) broadcast to [N, 16] after the zip computed it: a read-only view of 16 new numbers, not a
+    # buffer of the product's extents, though its type says so and nothing reads it later; the mul must not
+    # compute in it (it did, and numpy refused to write into the view).
+    text = _program(
+        f"""
+  %p = kernel.matmul %x, %w {{node = "mm"}} : ({X}, {W}) -> {H}
+  %r = kernel.zip(%c) #kernel.expr<[operand 0, exp 0]> {{node = "exp"}} : ({BIAS}) -> {BIAS}
+  %e = kernel.zip(%r) #kernel.expr<[operand 0]> {{node = "spread"}} : ({BIAS}) -> {H}
+  %s = kernel.zip(%e, %p) #kernel.expr<[operand 0, operand 1, mul 0 1]> {{node = "mul"}} : ({H}, {H}) -> {H}""",
+        'names ["s"]',
+        H,
+        "%s",
+    ).replace(f'(%x : {X}) names ["x"]', f'(%x : {X}, %c : {BIAS}) names ["x", "c"]')
+    source = emit(text)
+    assert "e = _reach(" in source and "out=e)" not in source
+    mod = load(text, tmp_path)
+    x, c = RNG.standard_normal((4, 8)).astype(np.float32), RNG.standard_normal(16).astype(np.float32)
+    np.testing.assert_allclose(mod.forward(mod.Weights.embedded(), x, c), np.exp(c) * (x @ W_VALUE), rtol=1e-6)
+
+
 def test_in_place_plan_keeps_an_aliased_operand_until_its_last_reader() -> None:
     # x * (x + 1) with x arriving in out: the add may not overwrite x, the mul may.
     expr = (Expr.operand(0) + 1.0) * Expr.operand(0)
