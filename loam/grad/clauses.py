@@ -36,7 +36,7 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
 - `kernel.normalize` (layer and instance normalization), `kernel.batch_norm_train`, `kernel.group_norm`,
   `kernel.lrn`: `loam.grad.normalization`;
 - `kernel.nll_loss` (the scores' share): `loam.grad.losses`; `kernel.einsum`: `loam.grad.einsum`;
-  `kernel.det`: `loam.grad.linalg`.
+  `kernel.det`: `loam.grad.linalg`; `kernel.one_hot`, `kernel.eye_like`, `kernel.range_of`: `loam.grad.generators`.
 
 Any other op (or an unsupported case of one of these) raises UnsupportedError naming it and its node.
 """
@@ -74,6 +74,7 @@ from loam.dialects.kernel.base import element_count
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.grad import (
     einsum,
+    generators,
     indexing,
     linalg,
     losses,
@@ -552,6 +553,7 @@ CLAUSES: dict[type[Operation], Clause] = {
     CumSumOp: _cumsum,
     CumProdOp: _cumprod,
     **einsum.CLAUSES,
+    **generators.CLAUSES,
     **linalg.CLAUSES,
     **movement.CLAUSES,
     **indexing.CLAUSES,

@@ -12,7 +12,10 @@ so an element picked twice receives both):
 A placement sends the updates what g holds where they went (a gather), and the data g where nothing was
 written over it (all of g, with reduction add):
 
-- `kernel.scatter_elements`, `kernel.scatter_nd` with reduction none or add (mul, max and min are refused).
+- `kernel.scatter_elements`, `kernel.scatter_nd` with reduction none or add (mul, max and min are refused);
+- `kernel.tensor_scatter` (a cache written from each batch row's write index): the past receives g with the
+  written places zeroed (the same kernel writing zeros), the update g read at the places it was written
+  (`kernel.gather_elements` at write index + step, round the axis in circular mode).
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from loam.dialects.kernel import (
     GatherNDOp,
     GatherOp,
     PadOp,
+    RangeOp,
     RegroupOp,
     ScatterElementsOp,
     ScatterNDOp,
+    TensorScatterOp,
     TopKOp,
 )
 from loam.dialects.kernel.base import element_count
@@ -116,7 +121,46 @@ def _compress(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     b.send(x, read if not flat else b.emit(RegroupOp(read, t, f"{node}.grad")))
 
 
+def _tensor_scatter(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, TensorScatterOp)
+    past, update = op.inputs[0], op.inputs[1]
+    t, ut = type_of(past), type_of(update)
+    axis = int(op.param("axis")) % t.rank  # type: ignore[call-overload]
+    if past in b.needed:
+        cleared = [g, zeros_like(b, update, node), *op.inputs[2:]]
+        b.send(past, b.emit(TensorScatterOp(cleared, [t], f"{node}.grad", **op.params)))
+    if update not in b.needed:
+        return
+    steps, length = ut.shape[axis], t.shape[axis]
+    if op.param("mode") == "circular" and not (
+        steps.is_const and length.is_const and steps.const_value <= length.const_value
+    ):
+        raise refuse(
+            op, f"its grad clause needs the {steps} updates known to fit the axis's {length} places (circular)"
+        )
+    # The place step s of batch row r went: write_indices[r] + s (mod the axis's length, circular), as an
+    # index of the update's extents (the row along axis 0, the step along `axis`).
+    places = AxesTensorType("i64", ut.axes)
+    unit = Axis.named("Unit", 1)
+    counting = AxesTensorType("i64", [ut.axes[axis]])
+    step = b.emit(RangeOp([], [counting], f"{node}.grad", start=0, limit=steps, delta=1, dtype="int64"))
+    along = AxesTensorType("i64", [ut.axes[a] if a == axis else unit for a in range(ut.rank)])
+    operands = [b.emit(RegroupOp(step, along, f"{node}.grad"))]
+    o = Expr.operand
+    expr = o(0)
+    if len(op.inputs) > 2:
+        rows = AxesTensorType("i64", [ut.axes[0], *(unit for _ in range(ut.rank - 1))])
+        operands.append(b.emit(RegroupOp(op.inputs[2], rows, f"{node}.grad")))
+        expr = expr + o(1).cast("i64")
+    if op.param("mode") == "circular":
+        operands.append(extent_scalar(b, length, "i64", node))
+        expr = expr.binary("mod", o(len(operands) - 1))
+    at = b.zip(operands, expr, places, f"{node}.grad")
+    b.send(update, b.emit(GatherElementsOp([g, at], [ut], f"{node}.grad", axis=axis)))
+
+
 CLAUSES = {
+    TensorScatterOp: _tensor_scatter,
     CompressOp: _compress,
     GatherElementsOp: _gather_elements,
     GatherNDOp: _gather_nd,
