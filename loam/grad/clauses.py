@@ -36,7 +36,8 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
 - `kernel.normalize` (layer and instance normalization), `kernel.batch_norm_train`, `kernel.group_norm`,
   `kernel.lrn`: `loam.grad.normalization`;
 - `kernel.nll_loss` (the scores' share): `loam.grad.losses`; `kernel.einsum`: `loam.grad.einsum`;
-  `kernel.det`: `loam.grad.linalg`; `kernel.one_hot`, `kernel.eye_like`, `kernel.range_of`: `loam.grad.generators`.
+  `kernel.det`: `loam.grad.linalg`; `kernel.one_hot`, `kernel.eye_like`, `kernel.range_of`: `loam.grad.generators`;
+  `kernel.if` (`kernel.loop` refused): `loam.grad.control`.
 
 Any other op (or an unsupported case of one of these) raises UnsupportedError naming it and its node.
 """
@@ -73,6 +74,7 @@ from loam.dialects.kernel import (
 from loam.dialects.kernel.base import element_count
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.grad import (
+    control,
     einsum,
     generators,
     indexing,
@@ -552,6 +554,7 @@ CLAUSES: dict[type[Operation], Clause] = {
     PoolOp: _pool,
     CumSumOp: _cumsum,
     CumProdOp: _cumprod,
+    **control.CLAUSES,
     **einsum.CLAUSES,
     **generators.CLAUSES,
     **linalg.CLAUSES,
@@ -563,7 +566,13 @@ CLAUSES: dict[type[Operation], Clause] = {
     **runtime_shaped.CLAUSES,
     **sampling.CLAUSES,
 }
-EVERY_RESULT = movement.EVERY_RESULT | recurrent.EVERY_RESULT | sampling.EVERY_RESULT | runtime_shaped.EVERY_RESULT
+EVERY_RESULT = (
+    control.EVERY_RESULT
+    | movement.EVERY_RESULT
+    | recurrent.EVERY_RESULT
+    | sampling.EVERY_RESULT
+    | runtime_shaped.EVERY_RESULT
+)
 
 
 def reads_every_result(op: Operation) -> bool:

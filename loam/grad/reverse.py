@@ -21,6 +21,7 @@ from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import UnsupportedError
 from loam.grad.base import is_float, listed, node_of, type_of, zeros_like
 from loam.grad.clauses import clause_for, reads_every_result
+from loam.grad.control import captured
 from loam.poly import Poly
 
 
@@ -46,7 +47,7 @@ class Reverse:
         # these get an adjoint (an input's or another weight's is never computed).
         self.needed: set[SSAValue] = set(sources)
         for op in ops:
-            if any(v in self.needed for v in op.operands):
+            if any(v in self.needed for v in reads(op)):
                 self.needed.update(op.results)
         self.zips: dict[tuple[object, ...], SSAValue] = {}  # one zip per expression over the same values
 
@@ -72,7 +73,7 @@ class Reverse:
         reached = {source}
         found: list[str] = []
         for op in self.ops:
-            if any(v in reached for v in op.operands):
+            if any(v in reached for v in reads(op)):
                 floats = [r for r in op.results if is_float(r)]
                 reached.update(floats)
                 if not floats:
@@ -152,7 +153,7 @@ class Reverse:
                 self.clause(op)
 
     def clause(self, op: Operation) -> None:
-        if isinstance(op, (WeightOp, ConstantOp)) or not any(is_float(v) for v in op.operands):
+        if isinstance(op, (WeightOp, ConstantOp)) or not any(is_float(v) for v in reads(op)):
             return  # a gradient stops here: nothing it could flow into is a float
         result = op.results[0]
         g = self.adjoint.get(result)
@@ -165,6 +166,11 @@ class Reverse:
         if g is None:
             g = zeros_like(self, result, value_node(result))
         clause_for(op)(self, op, g, value_node(result))
+
+
+def reads(op: Operation) -> list[SSAValue]:
+    """What `op` computes from: its operands, and for an If or a Loop, the enclosing values its blocks read."""
+    return [*op.operands, *captured(op)] if op.regions else list(op.operands)
 
 
 def value_node(value: SSAValue) -> str:
