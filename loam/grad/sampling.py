@@ -17,13 +17,17 @@
 - `kernel.affine_grid`: linear in theta, grid[n, p, i] = sum_j H[p, j] theta[n, i, j] for the homogeneous
   base positions H (the forward's kernel run on unit thetas at build time), so dtheta = g^T @ H;
 - `kernel.grid_sample`: `loam.grad.sampling_grid`;
-- `kernel.roi_align` (avg mode, a fixed sampling_ratio): each bin is the mean of ratio x ratio bilinear
-  samples, so X's share is g over ratio^2 times each sample's weights (hy hx, hy lx, ly hx, ly lx, zero
-  for a sample more than a pixel outside), added at its four neighbours in image batch_indices[r]: the
-  positions and weights computed from the rois in the backward (zips, as the forward's `_bilinear`),
-  one `kernel.scatter_elements` into X as (C, N*H*W).  Refused: max mode, sampling_ratio 0 (the run
-  sets the number of samples), and a gradient asked of the rois;
-- `kernel.deform_conv`: refused (no clause yet for any of its operands).
+- `kernel.roi_align`: each bin reads samples (sampling_ratio x sampling_ratio, or, with 0, each region's
+  own ceil(extent / bins) per axis) of four weighted neighbours (hy hx, hy lx, ly hx, ly lx, zero for a
+  sample more than a pixel outside) in image batch_indices[r], the positions and weights computed from
+  the rois in the backward (zips, as the forward's `_bilinear`).  avg: the mean, so X's share is g over
+  the count times each tap's weight; max: the largest weighted tap w X[tap], so g times its weight goes
+  to the tap that won (a `kernel.arg_reduce`, the first in the forward's order, sample row, sample column,
+  neighbour row, neighbour column, on a tie), a region's taps past its own count taking no part.  Either
+  is one `kernel.scatter_elements` into X as (C, N*H*W).  With sampling_ratio 0 the counts (static extents
+  of the backward) are computed at build time from the rois, which must be a constant; refused: rois only
+  the run gives there, and a gradient asked of the rois;
+- `kernel.deform_conv` (X, W, offset, B, mask): `loam.grad.sampling_deform`.
 """
 
 from __future__ import annotations
@@ -34,10 +38,14 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from loam.dialects.expr import Expr
+from loam.dialects.graph import TensorDataAttr
 from loam.dialects.kernel import (
     AffineGridOp,
+    ArgReduceOp,
     Col2ImOp,
+    ConstantOp,
     DeformConvOp,
+    GatherElementsOp,
     GatherOp,
     GridSampleOp,
     MatmulOp,
@@ -53,8 +61,10 @@ from loam.dialects.kernel import (
 )
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.grad.base import Backward, Clause, permuted, refuse, static_extents, through_matrix, type_of, zeros_like
+from loam.grad.sampling_deform import deform_conv
 from loam.grad.sampling_grid import constant, grid_sample
 from loam.poly import Poly
+from loam.runtime.kernels.common import widened
 from loam.runtime.kernels.resize import kernel_affine_grid, kernel_resize
 
 
@@ -182,18 +192,13 @@ def _affine_grid(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     b.send(theta, permuted(b, product, [0, 2, 1], node))
 
 
-# -- refused ------------------------------------------------------------------------------------------------
+# -- roi align ----------------------------------------------------------------------------------------------
 
 
 def _roi_align(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, RoiAlignOp)
     x, rois, batch = op.inputs
     p = op.params
-    if p["mode"] != "avg":
-        raise refuse(op, "no grad clause for roi_align in max mode (each bin keeps one weighted corner) yet")
-    ratio = int(p["sampling_ratio"])  # type: ignore[call-overload]
-    if ratio < 1:
-        raise refuse(op, "no grad clause for roi_align with sampling_ratio 0 (the run sets each region's samples)")
     if rois in b.needed:
         raise refuse(op, "no grad clause for the rois' share (X's only)")
     if x not in b.needed:
@@ -201,10 +206,16 @@ def _roi_align(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     t, rt = type_of(x), type_of(rois)
     _, _, h, w = static_extents(op, t, 1)
     e = t.elem.name
+    ratio = int(p["sampling_ratio"])  # type: ignore[call-overload]
+    # Samples per bin along each axis: `ratio`, or (0) each region's own count, which rois the build knows set.
+    samples_h: int | np.ndarray = ratio
+    samples_w: int | np.ndarray = ratio
+    if ratio < 1:
+        samples_h, samples_w = _adaptive_samples(op, rois, t)
     regions = rt.axes[0]
-    # Each axis's samples (R, bins, taps): the two neighbours of each of its `ratio` samples per bin.
-    rows = _roi_taps(b, op, rois, 1, h, int(p["output_height"]), ratio, node)  # type: ignore[call-overload]
-    columns = _roi_taps(b, op, rois, 0, w, int(p["output_width"]), ratio, node)  # type: ignore[call-overload]
+    # Each axis's samples (R, bins, taps): the two neighbours of each of its samples per bin.
+    rows = _roi_taps(b, op, rois, 1, h, int(p["output_height"]), samples_h, node)  # type: ignore[call-overload]
+    columns = _roi_taps(b, op, rois, 0, w, int(p["output_width"]), samples_w, node)  # type: ignore[call-overload]
     (row_at, row_weight), (column_at, column_weight) = rows, columns
     bins_h, bins_w = type_of(row_at).axes[1], type_of(column_at).axes[1]
     taps_h, taps_w = type_of(row_at).axes[2], type_of(column_at).axes[2]
@@ -222,35 +233,108 @@ def _roi_align(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     index = b.zip(
         [image, laid(row_at, as_rows), laid(column_at, as_columns)], at, AxesTensorType("i64", every), f"{node}.grad"
     )
-    count = Expr.const(float(ratio * ratio), e)
-    weight = b.zip([laid(row_weight, as_rows), laid(column_weight, as_columns)],
-                   Expr.operand(0) * Expr.operand(1) / count, AxesTensorType(e, every), f"{node}.grad")  # fmt: skip
-    taps = Axis.named("Taps", taps_h.extent * taps_w.extent)
-    # g (R, C, PH, PW) as (C, R, PH, PW, 1) times the weights (R, PH, PW, taps), added into X as (C, N*H*W).
+    weight = b.zip([laid(row_weight, as_rows), laid(column_weight, as_columns)], Expr.operand(0) * Expr.operand(1),
+                   AxesTensorType(e, every), f"{node}.grad")  # fmt: skip
+    # The taps in the forward's order, (R, PH, PW, taps): sample row, sample column, neighbour row, neighbour column.
+    ry, rx = type_of(row_at).shape[2].const_value // 2, type_of(column_at).shape[2].const_value // 2
+    split = [regions, bins_h, bins_w, Axis.named("RowSamples", ry), Axis.named("RowNeighbours", 2),
+             Axis.named("ColumnSamples", rx), Axis.named("ColumnNeighbours", 2)]  # fmt: skip
+    taps = Axis.named("Taps", ry * rx * 4)
+
+    def in_order(value: SSAValue) -> SSAValue:
+        return laid(permuted(b, laid(value, split), [0, 1, 2, 3, 5, 4, 6], node), [regions, bins_h, bins_w, taps])
+
+    index, weight = in_order(index), in_order(weight)
+    # g (R, C, PH, PW) as (C, R, PH, PW, 1); the reads spread over C, (C, R, PH, PW, taps).
     g_c = regrouped(b, permuted(b, g, [1, 0, 2, 3], node), [t.axes[1], regions, bins_h, bins_w, unit], node)
     spread = [t.axes[1], regions, bins_h, bins_w, taps]
-    updates = b.zip([g_c, laid(weight, [regions, bins_h, bins_w, taps])], Expr.operand(0) * Expr.operand(1),
-                    AxesTensorType(e, spread), f"{node}.grad")  # fmt: skip
-    indices = b.zip(
-        [laid(index, [regions, bins_h, bins_w, taps])], Expr.operand(0), AxesTensorType("i64", spread), node
-    )
     reads = Axis.named("Reads", regions.extent * bins_h.extent * bins_w.extent * taps.extent)
+    indices = laid(b.zip([index], Expr.operand(0), AxesTensorType("i64", spread), f"{node}.grad"), [t.axes[1], reads])
     x_c = permuted(b, x, [1, 0, 2, 3], node)
     planes = regrouped(b, x_c, [t.axes[1], Axis.named("Pixels", t.shape[0] * h * w)], node)
-    operands = [zeros_like(b, planes, node), regrouped(b, indices, [t.axes[1], reads], node),
-                regrouped(b, updates, [t.axes[1], reads], node)]  # fmt: skip
+    if p["mode"] == "avg":  # each bin the mean of its samples: g w / count
+        count = _sample_counts(b, samples_h, samples_w, e, node)
+        share = Expr.operand(0) * Expr.operand(1) / (Expr.operand(2) if isinstance(count, SSAValue) else count)
+        operands = [g_c, weight] + ([count] if isinstance(count, SSAValue) else [])
+        updates = b.zip(operands, share, AxesTensorType(e, spread), f"{node}.grad")
+    else:  # each bin the largest w X[tap]: g w to the tap that won (the first, in the forward's order, on a tie)
+        read = laid(b.emit(GatherElementsOp([planes, indices], [AxesTensorType(e, [t.axes[1], reads])],
+                                            f"{node}.grad", axis=1)), spread)  # fmt: skip
+        candidates = [read, weight]
+        value = Expr.operand(0) * Expr.operand(1)
+        if isinstance(samples_h, np.ndarray):  # a region's samples past its own count take no part
+            live = _live_taps(samples_h, samples_w, ry, rx)
+            candidates.append(constant(b, live, [regions.name, "Unit", "Unit", "Taps"], e, node))  # type: ignore[arg-type]
+            lowest = Expr.const(float(np.finfo(t.elem.numpy).min), e)
+            value = Expr.select(Expr.operand(2).binary("greater", Expr.const(0.5, e)), value, lowest)
+        weighed = b.zip(candidates, value, AxesTensorType(e, spread), f"{node}.grad")
+        won_type = AxesTensorType("i64", [*spread[:4], unit])
+        won = b.emit(ArgReduceOp([weighed], [won_type], f"{node}.grad", kind="max", axis=4, keepdims=1,
+                                 select_last_index=0))  # fmt: skip
+        numbers = constant(b, np.arange(ry * rx * 4), ["Taps"], "i64", node)
+        kept = Expr.select(Expr.operand(2).binary("equal", Expr.operand(3)), Expr.operand(0) * Expr.operand(1),
+                           Expr.const(0.0, e))  # fmt: skip
+        updates = b.zip([g_c, weight, numbers, won], kept, AxesTensorType(e, spread), f"{node}.grad")
+    operands = [zeros_like(b, planes, node), indices, laid(updates, [t.axes[1], reads])]
     added = b.emit(ScatterElementsOp(operands, [type_of(planes)], f"{node}.grad", axis=1, reduction="add"))
     b.send(x, permuted(b, regrouped(b, added, list(type_of(x_c).axes), node), [1, 0, 2, 3], node))
 
 
+def _adaptive_samples(op: RoiAlignOp, rois: SSAValue, t: AxesTensorType) -> tuple[np.ndarray, np.ndarray]:
+    """With sampling_ratio 0, each region's samples per bin along y and x, ceil(extent / bins), as the
+    forward computes them (in X's arithmetic type) from rois the build knows; refused where only the run
+    gives them (the number of samples, an extent, would be the run's)."""
+    owner = rois.owner
+    if not isinstance(owner, ConstantOp) or not isinstance(owner.value, TensorDataAttr):
+        raise refuse(op, "no grad clause for roi_align with sampling_ratio 0 and rois only the run gives "
+                         "(they set each region's number of samples)")  # fmt: skip
+    dtype = widened(np.zeros(0, t.elem.numpy)).dtype
+    ct = dtype.type
+    r = widened(owner.value.to_numpy()).astype(dtype).reshape(-1, 4)
+    half = bool(op.param("half_pixel"))
+    scale, shift = ct(op.param("spatial_scale")), ct(0.5 if half else 0.0)
+    counts = []
+    for column, bins in ((1, int(op.param("output_height"))), (0, int(op.param("output_width")))):  # type: ignore[call-overload]
+        extent = (r[:, column + 2] * scale - shift) - (r[:, column] * scale - shift)
+        if not half:  # malformed regions become 1 pixel wide
+            extent = np.maximum(extent, ct(1))
+        counts.append(np.ceil(extent / ct(bins)).astype(np.int64))
+    return counts[0], counts[1]
+
+
+def _sample_counts(
+    b: Backward, samples_h: int | np.ndarray, samples_w: int | np.ndarray, e: str, node: str
+) -> Expr | SSAValue:
+    """Each bin's number of samples (at least 1, as the forward divides): a constant, or (R, 1, 1, 1) per region."""
+    if isinstance(samples_h, int):
+        return Expr.const(float(samples_h * samples_w), e)
+    per_region = np.maximum(samples_h * samples_w, 1).astype(np.float64).reshape(-1, 1, 1, 1)
+    return constant(b, per_region, ["Regions", "Unit", "Unit", "Unit"], e, node)
+
+
+def _live_taps(samples_h: np.ndarray, samples_w: np.ndarray, ry: int, rx: int) -> np.ndarray:
+    """(R, 1, 1, taps), 1 where a tap (in the forward's order) belongs to one of its region's samples, else 0."""
+    qy, qx, _, _ = (a.reshape(-1) for a in np.indices((ry, rx, 2, 2)))
+    live = (qy[None, :] < samples_h[:, None]) & (qx[None, :] < samples_w[:, None])
+    return live.astype(np.float64).reshape(len(samples_h), 1, 1, -1)
+
+
 def _roi_taps(
-    b: Backward, op: RoiAlignOp, rois: SSAValue, column: int, length: int, bins: int, ratio: int, node: str
+    b: Backward,
+    op: RoiAlignOp,
+    rois: SSAValue,
+    column: int,
+    length: int,
+    bins: int,
+    samples: int | np.ndarray,
+    node: str,
 ) -> tuple[SSAValue, SSAValue]:
-    name = "Column" if column == 0 else "Row"
-    """Along one axis (x: rois' columns 0 and 2; y: 1 and 3) of `length`, each region's `bins` x `ratio`
-    samples' two neighbours, as (R, bins, ratio * 2): where each reads (i64) and its weight, as the
+    """Along one axis (x: rois' columns 0 and 2; y: 1 and 3) of `length`, each region's `bins` x `samples`
+    samples' two neighbours, as (R, bins, samples * 2): where each reads (i64) and its weight, as the
     forward's `_bilinear` settles them (a sample more than a pixel outside weighs 0; one past the last
-    pixel reads it alone)."""
+    pixel reads it alone).  `samples` per region (sampling_ratio 0): the most of any, those past a region's
+    own count weighing 0."""
+    name = "Column" if column == 0 else "Row"
     rt = type_of(rois)
     e = rt.elem.name
     regions = rt.axes[0]
@@ -266,15 +350,21 @@ def _roi_taps(
     if not op.param("half_pixel"):  # malformed regions become 1 pixel wide
         extent = extent.binary("max", Expr.const(1.0, e))
     bin_size = b.zip([start, stop], extent / Expr.const(float(bins), e), type_of(start), f"{node}.grad")
-    # Sample q of bin p: start + p * bin + (q + 0.5) * bin / ratio.
+    three = [regions, Axis.named("Unit", 1), Axis.named("Unit", 1), Axis.named("Unit", 1)]
+    # Sample q of bin p: start + p * bin + (q + 0.5) * bin / count.
+    if isinstance(samples, int):
+        ratio, count = samples, Expr.const(float(samples), e)
+        extra: list[SSAValue] = []
+    else:  # each region's own count (operand 5), at least 1 where it divides (a region without samples reads none)
+        ratio, count = max(1, int(samples.max(initial=0))), Expr.operand(5)
+        per_region = np.maximum(samples, 1).astype(np.float64).reshape(-1, 1, 1, 1)
+        extra = [constant(b, per_region, [regions.name, "Unit", "Unit", "Unit"], e, node)]  # type: ignore[list-item]
     ps = constant(b, np.arange(bins, dtype=np.float64).reshape(bins, 1, 1), [f"{name}Bins", "Unit", "Unit"], e, node)
     qs = constant(b, np.arange(ratio).reshape(ratio, 1) + 0.5, ["Samples", "Unit"], e, node)
     js = constant(b, np.array([0.0, 1.0]), ["Neighbours"], e, node)
-    three = [regions, Axis.named("Unit", 1), Axis.named("Unit", 1), Axis.named("Unit", 1)]
-    samples = [regions, Axis.named(f"{name}Bins", bins), Axis.named("Samples", ratio), Axis.named("Neighbours", 2)]
-    where = (Expr.operand(0) + Expr.operand(2) * Expr.operand(1)
-             + Expr.operand(3) * Expr.operand(1) / Expr.const(float(ratio), e))  # fmt: skip
-    operands = [regrouped(b, start, three, node), regrouped(b, bin_size, three, node), ps, qs, js]
+    samples_axes = [regions, Axis.named(f"{name}Bins", bins), Axis.named("Samples", ratio), Axis.named("Neighbours", 2)]
+    where = Expr.operand(0) + Expr.operand(2) * Expr.operand(1) + Expr.operand(3) * Expr.operand(1) / count
+    operands = [regrouped(b, start, three, node), regrouped(b, bin_size, three, node), ps, qs, js, *extra]
     y = where.binary("max", Expr.const(0.0, e))
     low = y.unary("floor")
     edge = low.binary("greater_equal", Expr.const(length - 1.0, e))
@@ -286,15 +376,15 @@ def _roi_taps(
     inside = where.binary("greater_equal", Expr.const(-1.0, e)).binary(
         "and", where.binary("less_equal", Expr.const(float(length), e))
     )
+    if extra:  # a sample past its region's own count
+        limit = np.asarray(samples).astype(np.float64).reshape(-1, 1, 1, 1)
+        operands.append(constant(b, limit, [regions.name, "Unit", "Unit", "Unit"], e, node))  # type: ignore[arg-type]
+        inside = inside.binary("and", Expr.operand(3).binary("less", Expr.operand(6)))
     weight = Expr.select(inside, j * frac + (one_e - j) * (one_e - frac), Expr.const(0.0, e))
     flat = [regions, Axis.named(f"{name}Bins", bins), Axis.named(f"{name}Taps", 2 * ratio)]
-    at = b.zip(operands, taken, AxesTensorType("i64", samples), f"{node}.grad")
-    weighed = b.zip(operands, weight, AxesTensorType(e, samples), f"{node}.grad")
+    at = b.zip(operands, taken, AxesTensorType("i64", samples_axes), f"{node}.grad")
+    weighed = b.zip(operands, weight, AxesTensorType(e, samples_axes), f"{node}.grad")
     return regrouped(b, at, flat, node), regrouped(b, weighed, flat, node)
-
-
-def _deform_conv(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
-    raise refuse(op, "no grad clause for deform_conv yet (X, W, B, offsets and mask all take none)")
 
 
 CLAUSES: dict[type[Operation], Clause] = {
@@ -305,7 +395,7 @@ CLAUSES: dict[type[Operation], Clause] = {
     AffineGridOp: _affine_grid,
     GridSampleOp: grid_sample,
     RoiAlignOp: _roi_align,
-    DeformConvOp: _deform_conv,
+    DeformConvOp: deform_conv,
 }
 EVERY_RESULT: frozenset[type[Operation]] = frozenset()
 """The ops whose clause reads the adjoint of each result itself (a gradient may reach any of them)."""

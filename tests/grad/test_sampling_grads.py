@@ -5,7 +5,10 @@ the numpy module's gradients; and what they do not cover is refused, naming the 
 Float operands the gradient is not asked of (Resize's scales and roi) are Constant nodes, so the build
 knows their values (an initializer would be a weight, its value the run's).  Resize, MaxUnpool, Col2Im and
 AffineGrid are linear in the operand differentiated, so finite differences hold at any point; GridSample's
-positions are drawn away from the places its taps change (whole and, for nearest, half coordinates).
+positions are drawn away from the places its taps change (whole and, for nearest, half coordinates);
+RoiAlign (every mode, fixed and adaptive sampling_ratio) is linear in X but for max mode's choice of tap,
+which two taps' values tie to change (with probability 0 for X from N(0, 1)).  DeformConv's cases are in
+`tests.grad.test_deform_grads`.
 """
 
 from __future__ import annotations
@@ -234,9 +237,10 @@ def test_grid_sample(case: Case, seed: int) -> None:
 # -- RoiAlign -----------------------------------------------------------------------------------------------
 
 
-def _roi_align(draw: st.DrawFn) -> Case:
-    """RoiAlign (avg, sampling_ratio 1-2) of drawn regions over (N, C, H, W), both coordinate modes and a
-    spatial scale; regions reach a pixel past the map (samples there weigh 0) and past its last pixel."""
+def _roi_align(draw: st.DrawFn, mode: str = "avg", ratios: tuple[int, ...] = (1, 2)) -> Case:
+    """RoiAlign (`mode`, a sampling_ratio among `ratios`: 0, each region's own count) of drawn regions over
+    (N, C, H, W), both coordinate modes and a spatial scale; regions reach a pixel past the map (samples
+    there weigh 0) and past its last pixel, and (half_pixel) may be reversed (no samples at all)."""
     n, c, h, w = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(2, 4)), draw(st.integers(2, 4))
     count = draw(st.integers(1, 3))
     rois = []
@@ -245,17 +249,63 @@ def _roi_align(draw: st.DrawFn) -> Case:
         rois.append(
             [x1, y1, x1 + draw(st.sampled_from([0.4, 1.7, 2.9, 4.5])), y1 + draw(st.sampled_from([0.4, 2.3, 3.8]))]
         )
+    if draw(st.booleans()) and 0 in ratios:  # a reversed region (malformed, or, half_pixel, without samples)
+        rois[0][0], rois[0][2] = rois[0][2], rois[0][0]
     batch = np.array(draw(st.lists(st.integers(0, n - 1), min_size=count, max_size=count)), np.int64)
     height, width = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    attrs = {"mode": "avg", "output_height": height, "output_width": width,
-             "sampling_ratio": draw(st.integers(1, 2)), "spatial_scale": draw(st.sampled_from([1.0, 0.5])),
+    attrs = {"mode": mode, "output_height": height, "output_width": width,
+             "sampling_ratio": draw(st.sampled_from(ratios)), "spatial_scale": draw(st.sampled_from([1.0, 0.5])),
              "coordinate_transformation_mode": draw(st.sampled_from(["half_pixel", "output_half_pixel"]))}  # fmt: skip
     case = Case("RoiAlign", {"x": (n, c, h, w)}, [(count, c, height, width)], attrs)
     case.consts = {"rois": np.array(rois, np.float64), "batch_indices": batch}
     return case
 
 
-test_roi_align = fd(_roi_align, 16)
+def roi_align_test(mode: str, ratios: tuple[int, ...], examples: int) -> object:
+    @settings(max_examples=examples, deadline=None, derandomize=True, phases=NO_SHRINK)
+    @given(data=st.data())
+    def test(data: st.DataObject) -> None:
+        check(data.draw(st.composite(_roi_align)(mode, ratios)), data.draw(st.integers(0, 2**16)))
+
+    test.__doc__ = f"RoiAlign, mode {mode}, sampling_ratio among {ratios}: {_roi_align.__doc__}"
+    return test
+
+
+# Max mode: X drawn from N(0, 1), so two taps' weighted values tie (a kink) with probability 0.
+test_roi_align = roi_align_test("avg", (1, 2), 16)
+test_roi_align_max = roi_align_test("max", (1, 2), 16)
+test_roi_align_adaptive = roi_align_test("avg", (0,), 10)
+test_roi_align_max_adaptive = roi_align_test("max", (0,), 10)
+
+
+def test_roi_align_max_sends_g_to_the_corners_of_the_winning_sample() -> None:
+    """One bin of two samples over a map whose largest weighted corner is known: all of g goes to that
+    corner (times its weight), none to the other taps."""
+    x = np.zeros((1, 1, 2, 4))
+    x[0, 0, 0, 3] = 5.0
+    case = Case("RoiAlign", {"x": (1, 1, 2, 4)}, [(1, 1, 1, 1)],
+                {"mode": "max", "output_height": 1, "output_width": 1, "sampling_ratio": 2,
+                 "coordinate_transformation_mode": "output_half_pixel"})  # fmt: skip
+    # Samples at y = 0.25, 0.75 and x = 1.25, 2.75: (0.25, 2.75)'s corner (0, 3) weighs 0.75 * 0.75.
+    case.consts = {"rois": np.array([[0.5, 0.0, 3.5, 1.0]]), "batch_indices": np.zeros(1, np.int64)}
+    feeds = feeds_for(case, 0) | {"x": x, "r0": np.full((1, 1, 1, 1), 2.0)}
+    loss, dx = run_built(build_for(model_for(case)), feeds)
+    want = np.zeros_like(x)
+    want[0, 0, 0, 3] = 2.0 * 0.75 * 0.75
+    np.testing.assert_allclose(loss, 2.0 * 5.0 * 0.75 * 0.75)
+    np.testing.assert_allclose(dx, want)
+
+
+def test_roi_align_max_adaptive_takes_no_part_from_samples_past_a_regions_own_count() -> None:
+    """sampling_ratio 0 with regions of 3 x 4 and 1 x 1 samples over a negative map: the small region's
+    largest weighted corner is negative, so a tap past its own count (weighing 0) must not win."""
+    case = Case("RoiAlign", {"x": (1, 2, 4, 4)}, [(2, 2, 1, 1)],
+                {"mode": "max", "output_height": 1, "output_width": 1, "sampling_ratio": 0,
+                 "coordinate_transformation_mode": "output_half_pixel"})  # fmt: skip
+    case.consts = {"rois": np.array([[0.1, 0.2, 2.9, 3.3], [1.2, 1.1, 2.1, 1.9]]),
+                   "batch_indices": np.zeros(2, np.int64)}  # fmt: skip
+    negative = -np.random.default_rng(4).uniform(1.0, 2.0, (1, 2, 4, 4))
+    check(case, 4, {"x": negative})
 
 
 # -- the WGSL module ----------------------------------------------------------------------------------------
@@ -269,6 +319,8 @@ DRAWERS = {
     "affine_grid": _affine_grid,
     "grid_sample": _grid_sample,
     "roi_align": _roi_align,
+    "roi_align_max": lambda draw: _roi_align(draw, "max"),
+    "roi_align_adaptive": lambda draw: _roi_align(draw, draw(st.sampled_from(["avg", "max"])), (0,)),
 }
 
 
@@ -285,6 +337,11 @@ def test_the_wgsl_module_computes_the_numpy_modules_gradients(name: str, data: s
         x, grid = case.shapes["x"], case.shapes["grid"]
         align = int(case.attrs["align_corners"])  # type: ignore[call-overload]
         feeds["grid"] = grid_at(np.random.default_rng(seed), grid, x[2:], align).astype(np.float32)
+    compare_on_wgsl(case, feeds)
+
+
+def compare_on_wgsl(case: Case, feeds: dict[str, np.ndarray]) -> None:
+    """`case` (float32 `feeds`) built for WGSL computes the numpy module's loss and gradients, within 1e-4."""
     model = model_for(case, TensorProto.FLOAT)
     want = run_built(build_for(model), feeds)
     got = run_built(build_for(model, backend="wgsl", fuse="dispatch", host_fallback=True), feeds)
@@ -339,13 +396,6 @@ def _roi_align_case(attrs: dict[str, object], rois_differentiated: bool = False)
     return model_for(case)
 
 
-def _deform_conv_case() -> onnx.ModelProto:
-    shapes = {"x": (1, 1, 3, 3), "w": (1, 1, 2, 2), "offset": (1, 8, 2, 2)}
-    case = Case("DeformConv", shapes, [(1, 1, 2, 2)], {"kernel_shape": [2, 2]})
-    case.opset = 19
-    return model_for(case)
-
-
 def _grid_sample_of_mixed_types() -> onnx.ModelProto:
     case = Case("GridSample", {"x": (1, 1, 2, 2)}, [(1, 1, 1, 1)], {"mode": "linear"}, {"grid": np.zeros((1, 1, 1, 2))})
     case.opset = 20
@@ -358,10 +408,11 @@ REFUSED = {
     "resize_to": (_resize_at_run_time_scales, r"kernel\.resize_to 'op': .*scales, sizes or roi only the run gives"),
     "col2im": (_col2im_at_run_time_shape, r"kernel\.col2im 'op': .*image_shape or block_shape only the run gives"),
     "affine_grid": (_affine_grid_at_run_time_size, r"kernel\.affine_grid 'op': .*size only the run gives"),
-    "roi_align_max": (lambda: _roi_align_case({"mode": "max", "sampling_ratio": 2}), r"kernel\.roi_align 'op': .*max"),
-    "roi_align_adaptive": (lambda: _roi_align_case({}), r"kernel\.roi_align 'op': .*sampling_ratio 0"),
+    "roi_align_adaptive": (
+        lambda: given_by_the_run(_roi_align_case({"mode": "max"}), "rois"),
+        r"kernel\.roi_align 'op': no grad clause for roi_align with sampling_ratio 0 and rois only the run gives",
+    ),
     "roi_align_rois": (lambda: _roi_align_case({"sampling_ratio": 1}, True), r"kernel\.roi_align 'op': .*rois' share"),
-    "deform_conv": (_deform_conv_case, r"kernel\.deform_conv 'op': no grad clause for deform_conv"),
     "grid_sample_mixed": (_grid_sample_of_mixed_types, r"kernel\.grid_sample 'op': .*f32 X at a f64 grid"),
 }
 
