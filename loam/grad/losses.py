@@ -5,7 +5,8 @@ loss[n, d...] = -x[n, t, d...] w[t] (0 where t is ignore_index), so x receives -
 nothing elsewhere; with reduction sum every position's g is the one g, with mean it is g over the weights
 taken (the count of targets not ignored, without weights).  It is added into zeros of x at the targets
 along the class axis (`kernel.scatter_elements`, an ignored target pointing at class 0 with nothing to
-add).  The class weights' own gradient has no clause yet: a loss weight asked for is refused.
+add).  The class weights receive, at each position's target class, -x[n, t, d...] times what that position's
+loss is worth (g; with mean, (-x - loss) g / total, the total being a sum of weights too), added by class.
 """
 
 from __future__ import annotations
@@ -13,17 +14,16 @@ from __future__ import annotations
 from xdsl.ir import Operation, SSAValue
 
 from loam.dialects.expr import Expr
-from loam.dialects.kernel import GatherOp, NllLossOp, ReduceOp, RegroupOp, ScatterElementsOp
+from loam.dialects.kernel import GatherElementsOp, GatherOp, NllLossOp, ReduceOp, RegroupOp, ScatterElementsOp
+from loam.dialects.kernel.base import element_count
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, refuse, type_of, zeros_like
+from loam.grad.base import Backward, type_of, zeros_like
 
 
 def _nll_loss(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, NllLossOp)
     x, target = op.inputs[0], op.inputs[1]
     weight = op.inputs[2] if len(op.inputs) > 2 else None
-    if weight is not None and weight in b.needed:
-        raise refuse(op, "no grad clause for the class weights of a loss yet")
     t, it = type_of(x), type_of(target)
     elem, o = t.elem.name, Expr.operand
     # Targets with the class axis kept at extent 1: [N, 1, d...], as the scatter along axis 1 reads them.
@@ -45,17 +45,32 @@ def _nll_loss(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     else:
         share = b.zip([picks], one if taken is None else Expr.select(taken, one, zero), share_type, f"{node}.grad")
     reduction = op.param("reduction")
+    # What each position's loss is worth to the loss reduced: g (none), the one g (sum), g / total (mean).
     if reduction == "none":
-        spread = b.emit(RegroupOp(g, share_type, f"{node}.grad"))
-        updates = b.zip([share, spread], -(o(0) * o(1)), share_type, f"{node}.grad")
+        per = b.emit(RegroupOp(g, share_type, f"{node}.grad"))
     elif reduction == "sum":
-        updates = b.zip([share, g], -(o(0) * o(1)), share_type, f"{node}.grad")
+        per = g
     else:  # mean: over the weights taken
         total = b.emit(ReduceOp([share], [AxesTensorType(t.elem, [])], f"{node}.grad", kind="sum",
                                 axes=tuple(range(share_type.rank)), keepdims=0))  # fmt: skip
-        updates = b.zip([share, g, total], -(o(0) * o(1) / o(2)), share_type, f"{node}.grad")
-    scattered = ScatterElementsOp([zeros_like(b, x, node), safe, updates], [t], f"{node}.grad", axis=1, reduction="add")
-    b.send(x, b.emit(scattered))
+        per = b.zip([g, total], o(0) / o(1), AxesTensorType(t.elem, []), f"{node}.grad")
+    if x in b.needed:
+        updates = b.zip([share, per], -(o(0) * o(1)), share_type, f"{node}.grad")
+        scattered = ScatterElementsOp([zeros_like(b, x, node), safe, updates], [t], f"{node}.grad", axis=1,
+                                      reduction="add")  # fmt: skip
+        b.send(x, b.emit(scattered))
+    if weight is not None and weight in b.needed:
+        # w[c] is read at the positions whose target is c: each adds -x there (mean: minus the loss too, the
+        # total's share), times what its loss is worth; ignored positions add nothing.
+        picked = b.emit(GatherElementsOp([x, safe], [share_type], f"{node}.grad", axis=1))
+        expr = -o(0) if reduction != "mean" else -o(0) - o(3)
+        kept = Expr.select(taken.remap_operands({0: 2}), expr * o(1), zero) if taken is not None else expr * o(1)
+        operands = [picked, per, picks, *([op.outputs[0]] if reduction == "mean" else [])]
+        each = b.zip(operands, kept, share_type, f"{node}.grad")
+        flat = [Axis.named("Positions", element_count(share_type.shape))]
+        rows = [b.emit(RegroupOp(v, AxesTensorType(type_of(v).elem, flat), f"{node}.grad")) for v in (safe, each)]
+        b.send(weight, b.emit(ScatterElementsOp([zeros_like(b, weight, node), *rows], [type_of(weight)],
+                                                f"{node}.grad", axis=0, reduction="add")))  # fmt: skip
 
 
 CLAUSES = {NllLossOp: _nll_loss}

@@ -255,8 +255,8 @@ def _topk(draw: st.DrawFn) -> Case:
 
 
 def _loss(draw: st.DrawFn) -> Case:
-    """NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss, every reduction, with class weights and an
-    ignore_index (some targets ignored) or without."""
+    """NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss, every reduction, with class weights (given, or
+    differentiated too, drawn in [0.5, 2]) and an ignore_index (some targets ignored) or without."""
     n, c = draw(st.integers(1, 3)), draw(st.integers(2, 4))
     rest = tuple(draw(st.lists(st.integers(1, 3), max_size=1)))
     ignore = draw(st.sampled_from([None, -1, 1]))
@@ -271,11 +271,15 @@ def _loss(draw: st.DrawFn) -> Case:
     reduction = draw(st.sampled_from(["none", "sum", "mean"]))
     attrs: dict[str, object] = {"reduction": reduction} | ({} if ignore is None else {"ignore_index": ignore})
     consts: dict[str, np.ndarray] = {"target": target}
-    if draw(st.booleans()):
+    weighted = draw(st.sampled_from(["no", "given", "differentiated"]))
+    if weighted == "given":
         consts["weight"] = np.linspace(0.5, 2.0, c)
     op = draw(st.sampled_from(["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"]))
     out = (n, *rest) if reduction == "none" else ()
-    return Case(op, {"x": (n, c, *rest)}, [out], attrs, consts)
+    if weighted != "differentiated":
+        return Case(op, {"x": (n, c, *rest)}, [out], attrs, consts)
+    shapes = {"x": (n, c, *rest), "weight": (c,)}
+    return Case(op, shapes, [out], attrs, consts, positive=True, order=("x", "target", "weight"))
 
 
 def _gather_nd(draw: st.DrawFn) -> Case:
@@ -462,7 +466,7 @@ def _batch_norm_train(draw: st.DrawFn) -> Case:
 
 
 test_batch_norm_train = fd_test(_batch_norm_train)
-test_loss = fd_test(_loss, 16)
+test_loss = fd_test(_loss, 24)
 test_gather_nd = fd_test(_gather_nd)
 test_scatter_elements = fd_test(_scatter_elements, 8)
 test_scatter_nd = fd_test(_scatter_nd, 8)
