@@ -12,7 +12,9 @@ so an element picked twice receives both):
 A placement sends the updates what g holds where they went (a gather), and the data g where nothing was
 written over it (all of g, with reduction add):
 
-- `kernel.scatter_elements`, `kernel.scatter_nd` with reduction none or add (mul, max and min are refused);
+- `kernel.scatter_elements`, `kernel.scatter_nd` with reduction none (of several updates written to one place,
+  only the one kept, the last, receives g there), add, max and min (g shared evenly by the data and updates
+  equal to the extreme, as torch's amax); mul is refused;
 - `kernel.tensor_scatter` (a cache written from each batch row's write index): the past receives g with the
   written places zeroed (the same kernel writing zeros), the update g read at the places it was written
   (`kernel.gather_elements` at write index + step, round the axis in circular mode).
@@ -73,19 +75,68 @@ def _scatter(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, ScatterElementsOp | ScatterNDOp)
     data, indices, updates = op.inputs[0], op.inputs[1], op.inputs[2]
     reduction = op.param("reduction")
-    if reduction not in ("none", "add"):
+    if reduction not in ("none", "add", "max", "min"):
         raise refuse(op, f"no grad clause for a scatter with reduction {reduction} yet")
     axis = {"axis": op.param("axis")} if isinstance(op, ScatterElementsOp) else {}
-    if updates in b.needed:  # what g holds where each update went
-        pick = GatherElementsOp if isinstance(op, ScatterElementsOp) else GatherNDOp
-        params = axis or {"batch_dims": 0}
-        b.send(updates, b.emit(pick([g, indices], [type_of(updates)], f"{node}.grad", **params)))
+    pick = GatherElementsOp if isinstance(op, ScatterElementsOp) else GatherNDOp
+    params = axis or {"batch_dims": 0}
+
+    def read(value: SSAValue, like: SSAValue) -> SSAValue:
+        """`value` (of data's extents) at the place each element of `like` (updates' extents) went."""
+        t = type_of(value)
+        return b.emit(pick([value, indices], [AxesTensorType(t.elem, type_of(like).axes)], f"{node}.grad", **params))
+
+    o = Expr.operand
+    if reduction in ("max", "min"):  # g shared evenly by the data and updates equal to the extreme (torch's amax)
+        y, elem = op.outputs[0], type_of(data).elem.name
+        one, zero = Expr.const(1.0, elem), Expr.const(0.0, elem)
+        hit = Expr.select(o(0).binary("equal", o(1)), one, zero)
+        data_hits = b.zip([data, y], hit, type_of(data), f"{node}.grad")
+        update_hits = b.zip([updates, read(y, updates)], hit, type_of(updates), f"{node}.grad")
+        ties = b.emit(type(op)([data_hits, indices, update_hits], [type_of(data)], f"{node}.grad", reduction="add",
+                               **axis))  # fmt: skip
+        share = b.zip([g, ties], o(0) / o(1), type_of(data), f"{node}.grad")
+        b.send(data, b.zip([share, data_hits], o(0) * o(1), type_of(data), f"{node}.grad"))
+        b.send(updates, b.zip([read(share, updates), update_hits], o(0) * o(1), type_of(updates), f"{node}.grad"))
+        return
+    if updates in b.needed:  # what g holds where each update went (none: where it was not written over)
+        share = read(g, updates)
+        if reduction == "none":
+            kept = _last_writers(b, op, data, indices, updates, node)
+            share = b.zip([share, kept], Expr.select(o(1), o(0), Expr.const(0.0, type_of(g).elem.name)),
+                          type_of(updates), f"{node}.grad")  # fmt: skip
+        b.send(updates, share)
     if data in b.needed:  # g, but where an update was written over the data
         if reduction == "add":
             b.send(data, g)
             return
         cleared = [g, indices, zeros_like(b, updates, node)]
         b.send(data, b.emit(type(op)(cleared, [type_of(data)], f"{node}.grad", reduction="none", **axis)))
+
+
+def _last_writers(
+    b: Backward, op: ScatterElementsOp | ScatterNDOp, data: SSAValue, indices: SSAValue, updates: SSAValue, node: str
+) -> SSAValue:
+    """Whether each update is the one a place keeps (of several written to one place, the last in order, as
+    the kernel writes them): each update's number scattered by max, read back, equal to its own."""
+    ut, it = type_of(updates), type_of(indices)
+    # Numbered in the kernel's order: every element (scatter_elements) or every index tuple (scatter_nd).
+    rows = ut.axes if isinstance(op, ScatterElementsOp) else it.axes[:-1]
+    count = element_count([a.extent for a in rows])
+    numbers = b.emit(RangeOp([], [AxesTensorType("i64", [Axis.named("Writes", count)])], f"{node}.grad", start=0,
+                             limit=count, delta=1, dtype="int64"))  # fmt: skip
+    units = [Axis.named("Unit", 1)] * (ut.rank - len(rows))
+    numbers = b.emit(RegroupOp(numbers, AxesTensorType("i64", [*rows, *units]), f"{node}.grad"))
+    numbers = b.zip([numbers], Expr.operand(0), AxesTensorType("i64", ut.axes), f"{node}.grad")
+    nobody = b.zip([data], Expr.const(-1, "i64"), AxesTensorType("i64", type_of(data).axes), f"{node}.grad")
+    axis = {"axis": op.param("axis")} if isinstance(op, ScatterElementsOp) else {}
+    writers = b.emit(type(op)([nobody, indices, numbers], [type_of(nobody)], f"{node}.grad", reduction="max", **axis))
+    pick = GatherElementsOp if isinstance(op, ScatterElementsOp) else GatherNDOp
+    kept = b.emit(
+        pick([writers, indices], [AxesTensorType("i64", ut.axes)], f"{node}.grad", **(axis or {"batch_dims": 0}))
+    )
+    o = Expr.operand
+    return b.zip([kept, numbers], o(0).binary("equal", o(1)), AxesTensorType("bool", ut.axes), f"{node}.grad")
 
 
 def _compress(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
