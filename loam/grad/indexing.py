@@ -4,7 +4,7 @@ A pick adds g into zeros of the operand's extents at the places it read (a scatt
 so an element picked twice receives both):
 
 - `kernel.gather_elements`: at its indices along its axis;
-- `kernel.gather_nd` (batch_dims 0): at its index tuples (`kernel.scatter_nd`);
+- `kernel.gather_nd`: at its index tuples (`kernel.scatter_nd`), each led by its batch coordinates;
 - `kernel.topk`: the values' gradient at the indices the op also returns;
 - `kernel.compress`: each kept slice's gradient read back (a gather along the axis, at each place's count of
   kept places before it, or past g's end, at a slice of zeros, where the condition drops it).
@@ -27,6 +27,7 @@ from xdsl.ir import Operation, SSAValue
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import (
     CompressOp,
+    ConcatOp,
     CumSumOp,
     GatherElementsOp,
     GatherNDOp,
@@ -64,9 +65,25 @@ def _topk(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
 
 def _gather_nd(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, GatherNDOp)
-    if op.param("batch_dims"):
-        raise refuse(op, "no grad clause for a gather_nd with batch_dims yet")
     x, indices = op.inputs[0], op.inputs[1]
+    batch = int(op.param("batch_dims"))  # type: ignore[call-overload]
+    if batch:  # each index tuple led by its batch coordinates: a gather_nd with batch_dims 0
+        it = type_of(indices)
+        unit = Axis.named("Unit", 1)
+        lead = it.axes[:-1]
+        columns = []
+        for j in range(batch):
+            counting = AxesTensorType("i64", [lead[j]])
+            step = b.emit(RangeOp([], [counting], f"{node}.grad", start=0, limit=lead[j].extent, delta=1,
+                                  dtype="int64"))  # fmt: skip
+            along = AxesTensorType("i64", [lead[a] if a == j else unit for a in range(len(lead))] + [unit])
+            column = AxesTensorType("i64", [*lead, unit])
+            columns.append(b.zip([b.emit(RegroupOp(step, along, f"{node}.grad"))], Expr.operand(0), column,
+                                 f"{node}.grad"))  # fmt: skip
+        depth = Axis.named("Depth", it.shape[-1] + batch)
+        whole = AxesTensorType("i64", [*lead, depth])
+        cast = b.zip([indices], Expr.operand(0).cast("i64"), AxesTensorType("i64", it.axes), f"{node}.grad")
+        indices = b.emit(ConcatOp([*columns, cast], [whole], f"{node}.grad", axis=len(lead)))
     operands = [zeros_like(b, x, node), indices, g]
     b.send(x, b.emit(ScatterNDOp(operands, [type_of(x)], f"{node}.grad", reduction="add")))
 

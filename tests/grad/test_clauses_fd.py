@@ -283,11 +283,15 @@ def _loss(draw: st.DrawFn) -> Case:
 
 
 def _gather_nd(draw: st.DrawFn) -> Case:
-    """GatherND of drawn index tuples (repeats allowed) over the leading axes."""
+    """GatherND of drawn index tuples (repeats allowed) over the leading axes after batch_dims shared ones."""
+    batch = tuple(draw(st.lists(st.integers(1, 2), max_size=2)))
     shape = tuple(draw(st.lists(st.integers(2, 3), min_size=1, max_size=3)))
     depth, count = draw(st.integers(1, len(shape))), draw(st.integers(1, 4))
-    tuples = [[draw(st.integers(-e, e - 1)) for e in shape[:depth]] for _ in range(count)]
-    return Case("GatherND", {"x": shape}, [(count, *shape[depth:])], consts={"indices": np.array(tuples, np.int64)})
+    size = int(np.prod(batch)) * count
+    tuples = [[draw(st.integers(-e, e - 1)) for e in shape[:depth]] for _ in range(size)]
+    indices = np.array(tuples, np.int64).reshape(*batch, count, depth)
+    out = (*batch, count, *shape[depth:])
+    return Case("GatherND", {"x": (*batch, *shape)}, [out], {"batch_dims": len(batch)}, {"indices": indices})
 
 
 def _scatter_elements(draw: st.DrawFn) -> Case:
@@ -467,7 +471,7 @@ def _batch_norm_train(draw: st.DrawFn) -> Case:
 
 test_batch_norm_train = fd_test(_batch_norm_train)
 test_loss = fd_test(_loss, 24)
-test_gather_nd = fd_test(_gather_nd)
+test_gather_nd = fd_test(_gather_nd, 12)
 test_scatter_elements = fd_test(_scatter_elements, 16)
 test_scatter_nd = fd_test(_scatter_nd, 16)
 
