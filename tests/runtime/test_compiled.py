@@ -202,11 +202,15 @@ def _nbits_operands(bits: int, block: int, k: int, n: int, zero: str | None) -> 
 @pytest.mark.parametrize(("bits", "block"), [(4, 32), (4, 16), (8, 32), (2, 16), (4, 128)])
 @pytest.mark.parametrize("zero", [None, "packed", "float"])
 @pytest.mark.parametrize(("rows", "k"), [(1, 64), (2, 100), (5, 96), (20, 160)])
-def test_compiled_and_numpy_matmul_nbits_agree(bits: int, block: int, zero: str | None, rows: int, k: int) -> None:
-    """kernel.matmul_nbits by numba's row kernel (1-2 rows) or widening kernel (more), and by numpy alone."""
-    given, present = _nbits_operands(bits, block, k, 37, zero)
+@pytest.mark.parametrize("n", [37, 1])
+def test_compiled_and_numpy_matmul_nbits_agree(
+    bits: int, block: int, zero: str | None, rows: int, k: int, n: int
+) -> None:
+    """kernel.matmul_nbits by numba's row kernel (1-2 rows) or widening kernel (more), and by numpy alone; N = 1
+    too, whose per-block zero points are one row (the compiled kernels took that row for one shared zero point)."""
+    given, present = _nbits_operands(bits, block, k, n, zero)
     a = RNG.standard_normal((rows, k)).astype(np.float32)
-    options = {"k": k, "n": 37, "bits": bits, "block_size": block, "present": present}
+    options = {"k": k, "n": n, "bits": bits, "block_size": block, "present": present}
     assert _CompiledKernels.get() is not None
     got = kernel_matmul_nbits(a, *given, **options)
     before = set_compiled(False)
@@ -215,13 +219,13 @@ def test_compiled_and_numpy_matmul_nbits_agree(bits: int, block: int, zero: str 
     finally:
         set_compiled(before)
     # W widened in float64 as the operator defines it: both within float32 rounding of the exact product.
-    q = nbits_codes(given[0].reshape(37, -1), bits).reshape(37, -1, block).astype(np.float64)
+    q = nbits_codes(given[0].reshape(n, -1), bits).reshape(n, -1, block).astype(np.float64)
     zp = 1 << (bits - 1) if zero is None else given[2].astype(np.float64)
     if zero == "packed":
         zp = nbits_codes(given[2], bits)[:, : q.shape[1]].astype(np.float64)
-    w = ((q - (zp if zero is None else zp[:, :, None])) * given[1][:, :, None]).reshape(37, -1)[:, :k]
+    w = ((q - (zp if zero is None else zp[:, :, None])) * given[1][:, :, None]).reshape(n, -1)[:, :k]
     bound = 8 * k * np.finfo(np.float32).eps * (np.abs(a).astype(np.float64) @ np.abs(w).T + 1)
-    assert got.dtype == want.dtype == np.float32 and got.shape == want.shape == (rows, 37)
+    assert got.dtype == want.dtype == np.float32 and got.shape == want.shape == (rows, n)
     assert np.all(np.abs(got - want) <= bound)
     assert np.all(np.abs(got - a.astype(np.float64) @ w.T) <= bound)
 

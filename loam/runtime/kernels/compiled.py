@@ -155,7 +155,7 @@ def _rows_nbits(packed: np.ndarray, s: np.ndarray, z: np.ndarray, x: np.ndarray,
                     xp[i, b * block + p * blob + j] = v
                     total += v
             xs[i, b] = total
-    shared = z.shape[0] == 1
+    shared = z.size == 1  # one zero point for every block (N = 1 with per-block ones is one row of them)
     for r in range(packed.shape[0]):
         qr = packed[r]
         for i in range(rows):
@@ -185,7 +185,7 @@ def _widen_nbits(packed: np.ndarray, s: np.ndarray, z: np.ndarray, bits: int, bl
     per = 8 // bits
     blob = block // per
     mask = (1 << bits) - 1
-    shared = z.shape[0] == 1
+    shared = z.size == 1  # one zero point for every block (N = 1 with per-block ones is one row of them)
     for r in range(packed.shape[0]):
         qr, dr = packed[r], dst[r]
         for b in range(s.shape[1]):

@@ -214,7 +214,7 @@ def kernel_matmul_nbits(
             scratch = np.empty((min(step, n), width), np.float32)
             for r in range(0, n, step):
                 w = scratch[: min(step, n - r)]
-                zr = z if z.shape[0] == 1 else z[r : r + step]
+                zr = z if z.size == 1 else z[r : r + step]
                 kernels["_widen_nbits"](packed[r : r + step], s[r : r + step], zr, bits, block_size, w)
                 if w.shape[0] == n:
                     np.matmul(x, w.T, out=out)

@@ -63,6 +63,8 @@ def tolerance(a: np.ndarray) -> dict[str, float]:
         (4, 32, 100, 24, None, True, (1, 100), np.float16),
         (4, 64, 128, 24, "float", True, (2, 9, 128), np.float16),
         (8, 32, 96, 16, "packed", False, (20, 96), np.float16),
+        (4, 16, 70, 1, "packed", False, (1, 70), np.float32),  # N = 1: one row of per-block zero points
+        (2, 16, 64, 1, "float", True, (6, 64), np.float32),
     ],
 )
 def test_matmul_nbits_matches_onnxruntime(
