@@ -37,7 +37,9 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
   `kernel.lrn`: `loam.grad.normalization`;
 - `kernel.nll_loss` (the scores' share): `loam.grad.losses`; `kernel.einsum`: `loam.grad.einsum`;
   `kernel.det`: `loam.grad.linalg`; `kernel.one_hot`, `kernel.eye_like`, `kernel.range_of`: `loam.grad.generators`;
-  `kernel.if` (`kernel.loop` refused): `loam.grad.control`.
+  `kernel.if` (`kernel.loop` refused): `loam.grad.control`; `kernel.dft`, `kernel.stft`: `loam.grad.signal`;
+  `kernel.matmul_nbits`, `kernel.matmul_packed`, `kernel.dequantize_linear` (the activations' and scale's
+  shares): `loam.grad.quantized`.
 
 Any other op (or an unsupported case of one of these) raises UnsupportedError naming it and its node.
 """
@@ -82,9 +84,11 @@ from loam.grad import (
     losses,
     movement,
     normalization,
+    quantized,
     recurrent,
     runtime_shaped,
     sampling,
+    signal,
 )
 from loam.grad.base import (
     Backward,
@@ -565,6 +569,8 @@ CLAUSES: dict[type[Operation], Clause] = {
     **recurrent.CLAUSES,
     **runtime_shaped.CLAUSES,
     **sampling.CLAUSES,
+    **signal.CLAUSES,
+    **quantized.CLAUSES,
 }
 EVERY_RESULT = (
     control.EVERY_RESULT
