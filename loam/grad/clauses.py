@@ -20,8 +20,8 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
 - `kernel.conv` (static extents but the batch): dx = conv_transpose(g, w) at the same strides, pads,
   dilations and groups; dw = conv(x^T, g^T) with strides and dilations exchanged, permuted back (with
   groups, x^T holds each group's images as that group's channels); db = sum(g);
-- `kernel.conv_transpose`: dx = conv(g, w) at the same geometry, dw the convolution's weight share with x and
-  g in each other's place, db = sum(g);
+- `kernel.conv_transpose`: dx = conv(g, w) at the same geometry, dw the convolution's weight share with
+  x and g in each other's place, db = sum(g);
 - `kernel.pool` max: g scattered (added) to the tap each window kept (the first maximum, as ONNX's
   indices say), the forward pool returning its indices too; average: g over each window's count,
   spread to its taps by a transposed convolution of ones, one group per channel; lp: sign(x) |x|^(p-1)
@@ -30,16 +30,22 @@ clauses know only the `Backward` they are given (`loam.grad.base`), so each read
   read from (`kernel.scatter_nd` with reduction add, the gathered axis first; a negative index counts
   from the end);
 - `kernel.cumsum`: g summed cumulatively the other way (as exclusive as the forward); `kernel.cumprod`:
-  through an [n, n] table of each element's products with that element set to 1 (static extent);
-- `kernel.slice`, `kernel.pad`, `kernel.concat`, `kernel.split`, `kernel.tile`, `kernel.trilu`:
-  `loam.grad.movement`; `kernel.gather_elements`, `kernel.topk`: `loam.grad.indexing`;
-- `kernel.normalize` (layer and instance normalization), `kernel.batch_norm_train`, `kernel.group_norm`,
-  `kernel.lrn`: `loam.grad.normalization`;
-- `kernel.nll_loss` (the scores' share): `loam.grad.losses`; `kernel.einsum`: `loam.grad.einsum`;
-  `kernel.det`: `loam.grad.linalg`; `kernel.one_hot`, `kernel.eye_like`, `kernel.range_of`: `loam.grad.generators`;
-  `kernel.if` (`kernel.loop` refused): `loam.grad.control`; `kernel.dft`, `kernel.stft`: `loam.grad.signal`;
-  `kernel.matmul_nbits`, `kernel.matmul_packed`, `kernel.dequantize_linear` (the activations' and scale's
-  shares): `loam.grad.quantized`.
+  through an [n, n] table of each element's products with that element set to 1 (static extent).
+
+The other kinds' clauses live beside their concept, each module's docstring saying the derivatives:
+
+- `loam.grad.movement`: slice, pad, concat, split, tile, trilu, reverse_sequence, dropout;
+- `loam.grad.indexing`: gather_elements, gather_nd, topk, the scatters, compress, tensor_scatter;
+- `loam.grad.normalization`: normalize, batch_norm_train, group_norm, lrn;
+- `loam.grad.losses`: nll_loss; `loam.grad.einsum`: einsum; `loam.grad.linalg`: det;
+- `loam.grad.generators`: one_hot, eye_like, range_of;
+- `loam.grad.control`: if, and loop where the build knows its trip count (unrolled);
+- `loam.grad.signal`: dft, stft; `loam.grad.quantized`: the activations' share of matmul_nbits and
+  matmul_packed, dequantize_linear's scale;
+- `loam.grad.sampling` (with `sampling_grid` and `sampling_deform`): resize, grid_sample, affine_grid,
+  roi_align, col2im, max_unpool, deform_conv;
+- `loam.grad.recurrent`: rnn, gru, lstm;
+- `loam.grad.runtime_shaped`: reshape_to, expand_to, slice_by, pad_by, split_by, tile_by.
 
 Any other op (or an unsupported case of one of these) raises UnsupportedError naming it and its node.
 """

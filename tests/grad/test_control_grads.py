@@ -67,24 +67,63 @@ def test_an_if_sends_the_values_its_branch_reads_their_share(c: bool, d: bool) -
         np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-6, err_msg=f"d loss / d {name}")
 
 
-def test_a_gradient_through_a_loop_is_refused_naming_it() -> None:
+def _loop_model(trips: str, cond: str | None) -> onnx.ModelProto:
+    """acc = acc * x + w per iteration (carried), each iteration's acc * i also a scan output; loss reads both."""
     body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Mul", ["acc", "x"], ["next"])],
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Mul", ["acc", "x"], ["ax"]),
+         helper.make_node("Add", ["ax", "w"], ["next"]), helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.DOUBLE),
+         helper.make_node("Mul", ["next", "fi"], ["scan"])],
         "body",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
          helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
          helper.make_tensor_value_info("acc", TensorProto.DOUBLE, SHAPE)],
         [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("next", TensorProto.DOUBLE, SHAPE)],
+         helper.make_tensor_value_info("next", TensorProto.DOUBLE, SHAPE),
+         helper.make_tensor_value_info("scan", TensorProto.DOUBLE, SHAPE)],
     )  # fmt: skip
-    nodes = [helper.make_node("Loop", ["n", "", "x"], ["power"], name="repeat", body=body),
-             helper.make_node("ReduceSum", ["power"], ["loss"], keepdims=0),
-             helper.make_node("Gradient", ["x"], ["d_x"], domain=TRAINING, xs=["x"], y="loss")]  # fmt: skip
-    inputs = [helper.make_tensor_value_info("x", TensorProto.DOUBLE, SHAPE),
-              helper.make_tensor_value_info("n", TensorProto.INT64, [])]  # fmt: skip
-    outputs = [helper.make_tensor_value_info("loss", TensorProto.DOUBLE, []),
-               helper.make_tensor_value_info("d_x", TensorProto.DOUBLE, SHAPE)]  # fmt: skip
+    nodes = [helper.make_node("Loop", [trips, cond or "", "init"], ["final", "scans"], name="repeat", body=body),
+             helper.make_node("Mul", ["final", "r"], ["fr"]), helper.make_node("ReduceSum", ["fr"], ["l1"], keepdims=0),
+             helper.make_node("Sin", ["scans"], ["ss"]), helper.make_node("ReduceSum", ["ss"], ["l2"], keepdims=0),
+             helper.make_node("Add", ["l1", "l2"], ["loss"]),
+             helper.make_node("Gradient", ["x", "w", "init", "r"], ["d_x", "d_w", "d_init"], domain=TRAINING,
+                              xs=["x", "w", "init"], zs=["r"], y="loss")]  # fmt: skip
+    inputs = [helper.make_tensor_value_info(n, TensorProto.DOUBLE, SHAPE) for n in ("x", "w", "init", "r")]
+    if trips == "n":
+        inputs.append(helper.make_tensor_value_info("n", TensorProto.INT64, []))
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.DOUBLE, [])]
+    outputs += [helper.make_tensor_value_info(n, TensorProto.DOUBLE, SHAPE) for n in ("d_x", "d_w", "d_init")]
+    # Constant nodes: an initializer is a weight, whose value only the run knows.
+    known = [
+        helper.make_node("Constant", [], ["trips"], value=helper.make_tensor("t", TensorProto.INT64, [], [3])),
+        helper.make_node("Constant", [], ["go"], value=helper.make_tensor("g", TensorProto.BOOL, [], [True])),
+    ]
+    nodes = [k for k in known if k.output[0] in (trips, cond)] + nodes
     graph = helper.make_graph(nodes, "loop", inputs, outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(TRAINING, 1)])
-    with pytest.raises(LoamError, match=r"kernel\.loop 'repeat': no grad clause for a Loop yet"):
-        build_for(model)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(TRAINING, 1)])
+
+
+@pytest.mark.parametrize("cond", [None, "go"])
+def test_a_loop_of_a_known_trip_count_is_unrolled_in_the_backward(cond: str | None) -> None:
+    """Carried values and scan outputs: d x, d w and d init held to central finite differences."""
+    built = build_for(_loop_model("trips", cond))
+    assert "kernel.loop" in built.report
+    rng = np.random.default_rng(5)
+    feeds = {n: rng.standard_normal(SHAPE) * 0.7 for n in ("x", "w", "init", "r")}
+    run = functools.partial(run_built, built)
+    _, *grads = run(feeds)
+    for name, grad in zip(("x", "w", "init"), grads, strict=True):
+        numeric = np.zeros(SHAPE)
+        for index in np.ndindex(*SHAPE):
+            losses = []
+            for sign in (1.0, -1.0):
+                moved = dict(feeds)
+                moved[name] = feeds[name].copy()
+                moved[name][index] += sign * H
+                losses.append(float(run(moved)[0]))
+            numeric[index] = (losses[0] - losses[1]) / (2 * H)
+        np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-6, err_msg=f"d loss / d {name}")
+
+
+def test_a_loop_of_a_trip_count_the_run_gives_is_refused_naming_it() -> None:
+    with pytest.raises(LoamError, match=r"kernel\.loop 'repeat': no grad clause for a Loop whose trip count the build"):
+        build_for(_loop_model("n", None))
