@@ -215,6 +215,7 @@ def kernel_ops_section() -> list[str]:
     from loam.backends import numpy_runtime
     from loam.backends.wgsl_kernel_printer import library_sources
     from loam.dialects.kernel import Kernel, LibraryOp
+    from loam.grad.clauses import CLAUSES
 
     wgsl = library_sources()
     lines = [
@@ -223,10 +224,12 @@ def kernel_ops_section() -> list[str]:
         "Each computing op of the `kernel` dialect, the operators whose lowering emits it, and what computes",
         "it: in the numpy module (`kernel_NAME`, a runtime piece the module carries, called with the op's",
         "operands and then its parameters), and in the WGSL module (the function writing its shader; a",
-        "kernel with none runs on the host with `--host-fallback`).",
+        "kernel with none runs on the host with `--host-fallback`). *Gradient* names its grad clause",
+        "(`loam/grad/`, what `--grad` and ONNX's Gradient send its operands); a kernel with none stops such a",
+        "build naming its node where a gradient reaches it (one whose results are integers never meets one).",
         "",
-        "| Kernel op | Lowered from | numpy | WGSL |",
-        "| --- | --- | --- | --- |",
+        "| Kernel op | Lowered from | numpy | WGSL | Gradient |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for op in sorted(Kernel.operations, key=lambda o: o.name):
         name = op.name
@@ -248,7 +251,9 @@ def kernel_ops_section() -> list[str]:
             + sorted(f"{domain}.{op_type}" for (domain, op_type), rule in DOMAIN_RULES.items() if name in rule.kernels)
         )
         lowered = users or _FROM_PASSES.get(name, "")
-        lines.append(f"| `{name}` | {_cell(lowered)} | {_cell(numpy_form)} | {_cell(wgsl_form)} |")
+        clause = CLAUSES.get(op)
+        grad = f"`{clause.__module__}.{clause.__name__}`" if clause is not None else "none"
+        lines.append(f"| `{name}` | {_cell(lowered)} | {_cell(numpy_form)} | {_cell(wgsl_form)} | {grad} |")
     return [*lines, ""]
 
 
