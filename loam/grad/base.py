@@ -40,6 +40,14 @@ class Backward(Protocol):
 
     def replace_forward(self, op: Operation, new: Operation) -> bool: ...
 
+    def run(self) -> None: ...
+
+    def nested(
+        self, sources: Sequence[SSAValue], ops: Sequence[Operation], emit: Callable[[Operation], object]
+    ) -> Backward:
+        """A walk of its own over `ops` (a clause's unrolled or re-run forward), emitting with `emit`."""
+        ...
+
 
 Clause = Callable[[Backward, Operation, SSAValue, str], None]
 

@@ -39,7 +39,6 @@ def captured(op: Operation) -> list[SSAValue]:
 
 def _if(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, IfOp)
-    from loam.grad.reverse import Reverse  # the walk's own module imports the clauses
 
     reached = [v for v in captured(op) if v in b.needed and is_float(v)]
     if not reached:
@@ -57,7 +56,7 @@ def _if(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
             copy = inner.clone(value_mapper=mapping)
             block.add_op(copy)
             again.append(copy)
-        walk = Reverse(reached, again, block.add_op)
+        walk = b.nested(reached, again, block.add_op)
         for value, seed in zip(yielded, seeds, strict=True):
             if seed is not None:
                 walk.send(value, seed)
@@ -80,7 +79,6 @@ def _loop(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     the previous one's carried values, and the walk back over the copies from the results' adjoints (the
     final carried values' from the last copy, each scan output's slice from its own)."""
     assert isinstance(op, LoopOp)
-    from loam.grad.reverse import Reverse  # the walk's own module imports the clauses
 
     reached = [v for v in [*op.carried, *captured(op)] if v in b.needed and is_float(v)]
     if not reached:
@@ -109,7 +107,7 @@ def _loop(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         values = given[1 : 1 + count]
         for k, v in enumerate(given[1 + count :]):
             scans[k].append(v)
-    walk = Reverse(reached, again, b.emit)
+    walk = b.nested(reached, again, b.emit)
     for result, value in zip(op.outputs[:count], values, strict=True):
         if result in b.adjoint:
             walk.send(value, b.adjoint[result])

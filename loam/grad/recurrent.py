@@ -2,8 +2,8 @@
 
 A recurrent kernel's derivative is the derivative of its definition unrolled over the time steps, so
 each clause (the sequence length and the hidden size known at build time) emits that unrolled forward
-as ordinary kernel ops and runs a nested `Reverse` over exactly those ops, seeded with the adjoints of
-whichever results a gradient reaches (Y, Y_h, and Y_c for an LSTM); each operand a gradient is asked
+as ordinary kernel ops and runs a walk of its own (`Backward.nested`) over exactly those ops, seeded with
+the adjoints of whichever results a gradient reaches (Y, Y_h, and Y_c for an LSTM); each operand a gradient is asked
 of (X, W, R, B, initial_h, and initial_c and P for an LSTM) gets what that walk gives it.  The unrolled
 forward, per direction (layout 1 permuted to layout 0 first and back at the end):
 
@@ -359,13 +359,11 @@ class _Unrolled:
 
 
 def _recurrent(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
-    from loam.grad.reverse import Reverse  # reverse imports the clauses, this module among them
-
     assert isinstance(op, RecurrentOp)
     sources = list({v: None for v in op.inputs if is_float(v) and v in b.needed})
     unrolled = _Unrolled(b, op, node)
     results = unrolled.run()
-    inner = Reverse(sources, unrolled.ops, b.emit)
+    inner = b.nested(sources, unrolled.ops, b.emit)
     for result, mine in zip(op.outputs, results, strict=True):
         grad = b.adjoint.get(result)
         if grad is not None:

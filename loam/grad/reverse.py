@@ -58,6 +58,12 @@ class Reverse:
         self.emitted.append(op)
         return op.results[0]
 
+    def nested(
+        self, sources: Sequence[SSAValue], ops: Sequence[Operation], emit: Callable[[Operation], object]
+    ) -> Reverse:
+        """A walk of its own over `ops` (a clause's unrolled or re-run forward), emitting with `emit`."""
+        return Reverse(sources, ops, emit)
+
     def replace_forward(self, op: Operation, new: Operation) -> bool:
         """Put `new` in forward op `op`'s place, its first results standing for `op`'s (a kernel that also
         returns what the backward reads, so nothing is computed twice); False where the forward is not
