@@ -42,6 +42,10 @@ class Backward(Protocol):
 
     def run(self) -> None: ...
 
+    def in_forward(self, op: Operation) -> Callable[[Operation], object] | None: ...
+
+    def stand_for(self, op: Operation, values: Sequence[SSAValue]) -> None: ...
+
     def nested(
         self, sources: Sequence[SSAValue], ops: Sequence[Operation], emit: Callable[[Operation], object]
     ) -> Backward:

@@ -6,9 +6,11 @@ gradients to.  The backward is an If on the same condition: each branch runs its
 results, and yields the adjoint of every captured value a gradient is asked through (zeros where that
 branch does not read it).
 
-A Loop whose trip count the build knows (at most `MAX_UNROLLED`) and whose condition stays true is unrolled
-in the backward: the body's ops again per iteration, each copy reading the previous one's carried values, then
-the same walk back from the final carried values' and the scan outputs' adjoints.  Any other Loop on a
+A Loop whose trip count the build knows (at most `MAX_UNROLLED`) and whose condition stays true is unrolled:
+the body's ops once per iteration, each copy reading the previous one's carried values, the scan outputs
+stacked from the copies'; in the Loop's place in the forward where the walk owns it (the `differentiate`
+pass: nothing runs twice), else in the backward (ONNX's Gradient node); then the same walk back from the
+results' adjoints.  Any other Loop on a
 gradient's path is refused by name.
 """
 
@@ -18,10 +20,9 @@ import numpy as np
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from loam.dialects.graph import TensorDataAttr
-from loam.dialects.kernel import ConstantOp, IfOp, LoopOp, RegroupOp, SliceOp, YieldOp
+from loam.dialects.kernel import ConcatOp, ConstantOp, IfOp, LoopOp, RegroupOp, YieldOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, constant, is_float, refuse, type_of, zeros_like
-from loam.poly import Poly
+from loam.grad.base import Backward, is_float, refuse, type_of, zeros_like
 
 
 def captured(op: Operation) -> list[SSAValue]:
@@ -76,8 +77,9 @@ MAX_UNROLLED = 256
 
 def _loop(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     """A Loop of a trip count the build knows, whose condition stays true: the body unrolled, each copy reading
-    the previous one's carried values, and the walk back over the copies from the results' adjoints (the
-    final carried values' from the last copy, each scan output's slice from its own)."""
+    the previous one's carried values, each scan output stacked from the copies' (in the Loop's place where
+    the walk owns the forward, so nothing runs twice; else in the backward), and the walk back over them
+    from the results' adjoints."""
     assert isinstance(op, LoopOp)
 
     reached = [v for v in [*op.carried, *captured(op)] if v in b.needed and is_float(v)]
@@ -92,34 +94,43 @@ def _loop(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         raise refuse(op, "no grad clause for a Loop whose condition is not true throughout (the body or the run "
                          "decides it)")  # fmt: skip
     count = len(op.carried)
-    values: list[SSAValue] = list(op.carried)
-    scans: list[list[SSAValue]] = [[] for _ in op.outputs[count:]]
-    true = constant(b, np.array(True), type_of(condition), node)
+    scanned = op.outputs[count:]
+    forward = b.in_forward(op) if trips or not scanned else None  # no copy makes an empty scan output
     again: list[Operation] = []
+    name = f"{node}.steps" if forward else f"{node}.grad"
+
+    def put(new: Operation) -> SSAValue:
+        (forward or b.emit)(new)
+        again.append(new)
+        return new.results[0]
+
+    def known(value: object, t: AxesTensorType) -> SSAValue:
+        return put(ConstantOp(TensorDataAttr.from_numpy(np.array(value, t.elem.numpy), t.elem), t, name))
+
+    values: list[SSAValue] = list(op.carried)
+    scans: list[list[SSAValue]] = [[] for _ in scanned]
+    true = known(True, type_of(condition))
     for i in range(trips):
         mapping: dict[SSAValue, SSAValue] = dict(zip(carried_args, values, strict=True))
-        mapping |= {iteration: constant(b, np.array(i), type_of(iteration), node), condition: true}
+        mapping |= {iteration: known(i, type_of(iteration)), condition: true}
         for inner in block.ops:
             if inner is not last:
-                b.emit(copy := inner.clone(value_mapper=mapping))
-                again.append(copy)
+                put(inner.clone(value_mapper=mapping))
         given = [mapping.get(v, v) for v in last.values]
         values = given[1 : 1 + count]
         for k, v in enumerate(given[1 + count :]):
-            scans[k].append(v)
+            one = AxesTensorType(type_of(v).elem, [Axis.named("Unit", 1), *type_of(v).axes])
+            scans[k].append(put(RegroupOp(v, one, name)))
+    stacked = [
+        put(ConcatOp(parts, [type_of(r)], name, axis=0)) for r, parts in zip(scanned, scans, strict=True) if parts
+    ]
+    seeds = [b.adjoint.get(r) for r in op.outputs]
+    if forward is not None:
+        b.stand_for(op, [*values, *stacked])
     walk = b.nested(reached, again, b.emit)
-    for result, value in zip(op.outputs[:count], values, strict=True):
-        if result in b.adjoint:
-            walk.send(value, b.adjoint[result])
-    for result, stacked in zip(op.outputs[count:], scans, strict=True):
-        seed = b.adjoint.get(result)
-        for i, value in enumerate(stacked if seed is not None else ()):
-            t = type_of(seed)  # type: ignore[arg-type]
-            one = AxesTensorType(t.elem, [Axis.named("Unit", 1), *t.axes[1:]])
-            starts = (Poly.const(i), *(Poly.const(0) for _ in t.axes[1:]))
-            part = b.emit(SliceOp([seed], [one], f"{node}.grad", starts=starts, counts=tuple(one.shape),
-                                  steps=(1,) * t.rank))  # type: ignore[list-item]  # fmt: skip
-            walk.send(value, b.emit(RegroupOp(part, type_of(value), f"{node}.grad")))
+    for value, seed in zip([*values, *stacked], seeds, strict=False):
+        if seed is not None:
+            walk.send(value, seed)
     walk.run()
     for value in reached:
         if value in walk.adjoint:

@@ -27,7 +27,7 @@ of no step, is refused.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from xdsl.ir import Operation, SSAValue
 
@@ -86,8 +86,8 @@ def _activation(op: Operation, v: Expr, name: str, alpha: float, beta: float, el
 class _Unrolled:
     """`op`'s forward unrolled over its time steps, emitted into `b` and listed in `ops` (program order)."""
 
-    def __init__(self, b: Backward, op: RecurrentOp, node: str) -> None:
-        self.b, self.op, self.node = b, op, f"{node}.grad"
+    def __init__(self, emit: Callable[[Operation], object], op: RecurrentOp, node: str) -> None:
+        self.put, self.op, self.node = emit, op, node
         self.ops: list[Operation] = []
         operands = iter(op.inputs[3:])
         present = int(op.param("present"))
@@ -131,7 +131,7 @@ class _Unrolled:
     # -- emitting ---------------------------------------------------------------------------------
 
     def emit(self, new: Operation) -> SSAValue:
-        self.b.emit(new)
+        self.put(new)
         self.ops.append(new)
         return new.results[0]
 
@@ -361,11 +361,16 @@ class _Unrolled:
 def _recurrent(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, RecurrentOp)
     sources = list({v: None for v in op.inputs if is_float(v) and v in b.needed})
-    unrolled = _Unrolled(b, op, node)
+    # The unrolled steps compute the forward in the kernel's place where the walk owns the forward (computed
+    # once, their values kept for the backward), else again in the backward (under ONNX's Gradient node).
+    forward = b.in_forward(op)
+    unrolled = _Unrolled(forward or b.emit, op, f"{node}.steps" if forward else f"{node}.grad")
     results = unrolled.run()
+    seeds = [b.adjoint.get(result) for result in op.outputs]
+    if forward is not None:
+        b.stand_for(op, results)
     inner = b.nested(sources, unrolled.ops, b.emit)
-    for result, mine in zip(op.outputs, results, strict=True):
-        grad = b.adjoint.get(result)
+    for mine, grad in zip(results, seeds, strict=True):
         if grad is not None:
             inner.send(mine, grad)
     inner.run()

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Operation, SSAValue
-from xdsl.rewriter import Rewriter
+from xdsl.rewriter import InsertPoint, Rewriter
 
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import ConstantOp, ReduceOp, RegroupOp, WeightOp, ZipOp
@@ -72,6 +72,18 @@ class Reverse:
             return False
         Rewriter().replace_op(op, new, new.results[: len(op.results)])
         return True
+
+    def in_forward(self, op: Operation) -> Callable[[Operation], object] | None:
+        """Where a clause may compute in the forward what its backward reads, in place of forward op `op` (the
+        recurrent kernels' and a Loop's steps, unrolled): an emitter putting ops before `op`, then `stand_for`;
+        None where the forward is not the walk's to change (the clause computes them in the backward)."""
+        if not self.owns_forward:
+            return None
+        return lambda new: Rewriter.insert_op(new, InsertPoint.before(op))
+
+    def stand_for(self, op: Operation, values: Sequence[SSAValue]) -> None:
+        """`values` (put in the forward by `in_forward`) stand for forward op `op`'s results; `op` goes."""
+        Rewriter().replace_op(op, [], list(values))
 
     def blockers(self, source: SSAValue) -> list[str]:
         """Where the gradient of `source` stops: the ops its values reach that give no float (a comparison, an

@@ -127,3 +127,44 @@ def test_a_loop_of_a_known_trip_count_is_unrolled_in_the_backward(cond: str | No
 def test_a_loop_of_a_trip_count_the_run_gives_is_refused_naming_it() -> None:
     with pytest.raises(LoamError, match=r"kernel\.loop 'repeat': no grad clause for a Loop whose trip count the build"):
         build_for(_loop_model("n", None))
+
+
+def test_the_differentiate_pass_unrolls_the_loop_in_its_place() -> None:
+    """With `--grad`, the unrolled body stands in the Loop's place in the forward (run once); the weight's
+    gradient from both results equals central finite differences of forward."""
+    from onnx import numpy_helper
+
+    from loam.draft import draft_layout
+    from loam.pipeline import build
+
+    model = _loop_model("trips", None)
+    graph = model.graph
+    keep = [n for n in graph.node if n.op_type in ("Constant", "Loop")]
+    del graph.node[:]
+    graph.node.extend(keep)
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal(SHAPE) * 0.7
+    del graph.input[:]
+    graph.input.extend([helper.make_tensor_value_info(n, TensorProto.DOUBLE, SHAPE) for n in ("x", "init")])
+    graph.initializer.append(numpy_helper.from_array(w, "w"))
+    del graph.output[:]
+    graph.output.extend([helper.make_tensor_value_info("final", TensorProto.DOUBLE, SHAPE),
+                         helper.make_tensor_value_info("scans", TensorProto.DOUBLE, [3, *SHAPE])])  # fmt: skip
+    built = build(model, options=draft_layout(model).options(None), grad=("w",))
+    assert "kernel.loop" not in built.report
+    module = built.module
+    x, init = rng.standard_normal(SHAPE) * 0.7, rng.standard_normal(SHAPE)
+    g_final, g_scans = rng.standard_normal(SHAPE), rng.standard_normal((3, *SHAPE))
+
+    def loss(weight: np.ndarray) -> float:
+        final, scans, _ = module.forward(module.Weights(w=weight), x, init, g_final, g_scans)
+        return float(np.sum(final * g_final) + np.sum(scans * g_scans))
+
+    *_, grad = module.forward(module.Weights(w=w), x, init, g_final, g_scans)
+    numeric = np.zeros(SHAPE)
+    for index in np.ndindex(*SHAPE):
+        moved = [w.copy(), w.copy()]
+        moved[0][index] += H
+        moved[1][index] -= H
+        numeric[index] = (loss(moved[0]) - loss(moved[1])) / (2 * H)
+    np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-6)

@@ -15,13 +15,13 @@ import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto
+from onnx import TensorProto, helper, numpy_helper
 
 from loam.errors import UnsupportedError
 from loam.ops.recurrent import ACTIVATIONS, ALPHA_DEFAULTS, BETA_DEFAULTS
 from loam.testing import build_for, run_built
 from tests.grad import finite_differences
-from tests.grad.finite_differences import SETTINGS, Case, check, fd_test, feeds_for, model_of
+from tests.grad.finite_differences import SETTINGS, Case, H, check, fd_test, feeds_for, model_of
 
 KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
     "RNN": (1, ("Tanh",)),
@@ -195,3 +195,43 @@ def test_the_wgsl_module_computes_the_numpy_modules_gradients(op: str, data: st.
     for k, (a, b) in enumerate(zip(got, want, strict=True)):
         scale = max(1.0, float(np.abs(b).max()))
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale, err_msg=f"{case.op}: output {k}")
+
+
+def test_the_differentiate_pass_computes_the_steps_once() -> None:
+    """With `--grad`, the unrolled steps take the LSTM kernel's place in the forward (its values kept for the
+    backward, not computed twice); every weight's gradient equals central finite differences of forward."""
+    from loam.draft import draft_layout
+    from loam.pipeline import build
+
+    rng = np.random.default_rng(3)
+    steps, batch, size, hidden = 3, 2, 2, 2
+    values = {"W": rng.standard_normal((1, 4 * hidden, size)), "R": rng.standard_normal((1, 4 * hidden, hidden)),
+              "B": rng.standard_normal((1, 8 * hidden))}  # fmt: skip
+    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["", "y_h"], name="lstm", hidden_size=hidden)
+    graph = helper.make_graph(
+        [node],
+        "lstm",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [steps, batch, size])],
+        [helper.make_tensor_value_info("y_h", TensorProto.DOUBLE, [1, batch, hidden])],
+        [numpy_helper.from_array(v, n) for n, v in values.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    built = build(model, options=draft_layout(model).options(None), grad=())
+    assert "kernel.lstm" not in built.report  # the steps stand in its place
+    # The forward's steps are named `lstm.steps`; steps run again in the backward would be `lstm.grad` products.
+    lines = built.source.splitlines()
+    assert any("matmul" in line and line.endswith("# lstm.steps") for line in lines)
+    assert not any("matmul" in line and line.endswith("# lstm.grad") for line in lines)
+    module = built.module
+    x, g = rng.standard_normal((steps, batch, size)), rng.standard_normal((1, batch, hidden))
+    _, *grads = module.forward(module.Weights(**values), x, g)
+    for name, grad in zip(("W", "R", "B"), grads, strict=True):
+        numeric = np.zeros_like(values[name])
+        for index in np.ndindex(numeric.shape):
+            losses = []
+            for sign in (1.0, -1.0):
+                moved = {n: v.copy() for n, v in values.items()}
+                moved[name][index] += sign * H
+                losses.append(float(np.sum(module.forward(module.Weights(**moved), x, g)[0] * g)))
+            numeric[index] = (losses[0] - losses[1]) / (2 * H)
+        np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-6, err_msg=f"d loss / d {name}")
