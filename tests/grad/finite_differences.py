@@ -76,21 +76,44 @@ def feeds_for(case: Case, seed: int, dtype: type = np.float64) -> dict[str, np.n
     return {n: v.astype(dtype) for n, v in feeds.items()}
 
 
-def check(case: Case, seed: int) -> None:
-    feeds = feeds_for(case, seed)
-    run = functools.partial(run_built, build_for(model_of(case)))
+def central_differences(
+    loss: Callable[[dict[str, np.ndarray]], float], feeds: dict[str, np.ndarray], name: str
+) -> np.ndarray:
+    """d loss / d feeds[name] by central differences, (loss(x + h e_i) - loss(x - h e_i)) / 2h, element by element."""
+    numeric = np.zeros_like(feeds[name])
+    for index in np.ndindex(numeric.shape):
+        values = []
+        for sign in (1.0, -1.0):
+            moved = dict(feeds)
+            moved[name] = feeds[name].copy()
+            moved[name][index] += sign * H
+            values.append(loss(moved))
+        numeric[index] = (values[0] - values[1]) / (2 * H)
+    return numeric
+
+
+def check(
+    case: Case, seed: int, feeds: dict[str, np.ndarray] | None = None, model: onnx.ModelProto | None = None
+) -> None:
+    """The module's gradients of `case` (its model, or `model`) against central differences of its own loss;
+    `feeds` replace drawn operands."""
+    feeds = feeds_for(case, seed) | (feeds or {})
+    run = functools.partial(run_built, build_for(model or model_of(case)))
     _, *grads = run(feeds)
     for name, grad in zip(case.shapes, grads, strict=True):
-        numeric = np.zeros_like(feeds[name])
-        for index in np.ndindex(numeric.shape):
-            values = []
-            for sign in (1.0, -1.0):
-                moved = dict(feeds)
-                moved[name] = feeds[name].copy()
-                moved[name][index] += sign * H
-                values.append(float(run(moved)[0]))
-            numeric[index] = (values[0] - values[1]) / (2 * H)
+        numeric = central_differences(lambda moved: float(run(moved)[0]), feeds, name)
         np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-6, err_msg=f"{case.op}: d loss / d {name}")
+
+
+def compare_on_wgsl(case: Case, feeds: dict[str, np.ndarray], model: onnx.ModelProto | None = None) -> None:
+    """`case` (or `model`, float32 `feeds`) built for WGSL computes the numpy module's loss and gradients, within
+    1e-4 (the host computes only what has no WGSL kernel at all)."""
+    model = model or model_of(case, TensorProto.FLOAT)
+    want = run_built(build_for(model), feeds)
+    got = run_built(build_for(model, backend="wgsl", fuse="dispatch", host_fallback=True), feeds)
+    for k, (a, b) in enumerate(zip(got, want, strict=True)):
+        scale = max(1.0, float(np.abs(b).max()))
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale, err_msg=f"{case.op}: output {k}")
 
 
 dims = st.integers(1, 4)

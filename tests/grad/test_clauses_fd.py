@@ -18,7 +18,17 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 from loam.testing import build_for, run_built
-from tests.grad.finite_differences import SETTINGS, TRAINING, Case, check, dims, fd_test, feeds_for, model_of
+from tests.grad.finite_differences import (
+    SETTINGS,
+    TRAINING,
+    Case,
+    check,
+    compare_on_wgsl,
+    dims,
+    fd_test,
+    feeds_for,
+    model_of,
+)
 
 
 def _matmul(draw: st.DrawFn) -> Case:
@@ -516,11 +526,4 @@ def test_the_wgsl_module_computes_the_numpy_modules_gradients(name: str, data: s
     """The same clauses on the device: float32 gradients within 1e-4 of the numpy module's."""
     pytest.importorskip("wgpu")
     case = data.draw(st.composite(DRAWERS[name])())
-    feeds = feeds_for(case, data.draw(st.integers(0, 2**16)), np.float32)
-    model = model_of(case, TensorProto.FLOAT)
-    want = run_built(build_for(model), feeds)
-    # The host computes only what has no WGSL kernel at all (GatherND's gather_nd, forward or backward).
-    got = run_built(build_for(model, backend="wgsl", fuse="dispatch", host_fallback=True), feeds)
-    for k, (a, b) in enumerate(zip(got, want, strict=True)):
-        scale = max(1.0, float(np.abs(b).max()))
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale, err_msg=f"{case.op}: output {k}")
+    compare_on_wgsl(case, feeds_for(case, data.draw(st.integers(0, 2**16)), np.float32))

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 from loam.errors import LoamError
 from loam.testing import build_for, run_built
-from tests.grad.finite_differences import TRAINING, H
+from tests.grad.finite_differences import TRAINING, central_differences
 
 SHAPE = [2, 3]
 
@@ -55,15 +55,7 @@ def test_an_if_sends_the_values_its_branch_reads_their_share(c: bool, d: bool) -
     run = functools.partial(run_built, built)
     _, *grads = run(feeds)
     for name, grad in zip(("x", "w"), grads, strict=True):
-        numeric = np.zeros(SHAPE)
-        for index in np.ndindex(*SHAPE):
-            losses = []
-            for sign in (1.0, -1.0):
-                moved = dict(feeds)
-                moved[name] = feeds[name].copy()
-                moved[name][index] += sign * H
-                losses.append(float(run(moved)[0]))
-            numeric[index] = (losses[0] - losses[1]) / (2 * H)
+        numeric = central_differences(lambda moved: float(run(moved)[0]), feeds, name)
         np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-6, err_msg=f"d loss / d {name}")
 
 
@@ -112,15 +104,7 @@ def test_a_loop_of_a_known_trip_count_is_unrolled_in_the_backward(cond: str | No
     run = functools.partial(run_built, built)
     _, *grads = run(feeds)
     for name, grad in zip(("x", "w", "init"), grads, strict=True):
-        numeric = np.zeros(SHAPE)
-        for index in np.ndindex(*SHAPE):
-            losses = []
-            for sign in (1.0, -1.0):
-                moved = dict(feeds)
-                moved[name] = feeds[name].copy()
-                moved[name][index] += sign * H
-                losses.append(float(run(moved)[0]))
-            numeric[index] = (losses[0] - losses[1]) / (2 * H)
+        numeric = central_differences(lambda moved: float(run(moved)[0]), feeds, name)
         np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-6, err_msg=f"d loss / d {name}")
 
 
@@ -156,15 +140,9 @@ def test_the_differentiate_pass_unrolls_the_loop_in_its_place() -> None:
     x, init = rng.standard_normal(SHAPE) * 0.7, rng.standard_normal(SHAPE)
     g_final, g_scans = rng.standard_normal(SHAPE), rng.standard_normal((3, *SHAPE))
 
-    def loss(weight: np.ndarray) -> float:
-        final, scans, _ = module.forward(module.Weights(w=weight), x, init, g_final, g_scans)
+    def loss(weights: dict[str, np.ndarray]) -> float:
+        final, scans, _ = module.forward(module.Weights(**weights), x, init, g_final, g_scans)
         return float(np.sum(final * g_final) + np.sum(scans * g_scans))
 
     *_, grad = module.forward(module.Weights(w=w), x, init, g_final, g_scans)
-    numeric = np.zeros(SHAPE)
-    for index in np.ndindex(*SHAPE):
-        moved = [w.copy(), w.copy()]
-        moved[0][index] += H
-        moved[1][index] -= H
-        numeric[index] = (loss(moved[0]) - loss(moved[1])) / (2 * H)
-    np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad, central_differences(loss, {"w": w}, "w"), rtol=1e-5, atol=1e-6)

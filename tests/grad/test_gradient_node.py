@@ -12,6 +12,7 @@ from onnx.backend.test.case.model import collect_testcases
 
 from loam.errors import LoamError
 from loam.testing import assert_same, build_for, run_built, run_onnxruntime
+from tests.grad.finite_differences import central_differences
 
 TRAINING = "ai.onnx.preview.training"
 
@@ -59,18 +60,10 @@ def mlp_feeds(seed: int) -> dict[str, np.ndarray]:
     return {n: rng.standard_normal(s) for n, s in MLP_INPUTS.items()}
 
 
-def central_differences(name: str, feeds: dict[str, np.ndarray], step: float = 1e-6) -> np.ndarray:
+def onnxruntime_differences(name: str, feeds: dict[str, np.ndarray]) -> np.ndarray:
     """d loss / d feeds[name] by central differences of onnxruntime's forward (no Gradient node), in float64."""
     forward = model_of(MLP_NODES, MLP_INPUTS, {"loss": []}, TensorProto.DOUBLE)
-    out = np.zeros_like(feeds[name])
-    for index in np.ndindex(out.shape):
-        values = []
-        for sign in (1, -1):
-            moved = {k: v.copy() for k, v in feeds.items()}
-            moved[name][index] += sign * step
-            values.append(float(run_onnxruntime(forward, moved)[0]))
-        out[index] = (values[0] - values[1]) / (2 * step)
-    return out
+    return central_differences(lambda moved: float(run_onnxruntime(forward, moved)[0]), feeds, name)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -83,7 +76,7 @@ def test_the_gradient_of_an_mlp_loss_equals_central_differences(seed: int) -> No
     loss, *grads = run_built(build_for(model), feeds)
     assert_same([loss], run_onnxruntime(model_of(MLP_NODES, MLP_INPUTS, {"loss": []}, TensorProto.DOUBLE), feeds))
     for name, got in zip(xs, grads, strict=True):
-        np.testing.assert_allclose(got, central_differences(name, feeds), rtol=1e-6, atol=1e-8, err_msg=name)
+        np.testing.assert_allclose(got, onnxruntime_differences(name, feeds), rtol=1e-6, atol=1e-8, err_msg=name)
 
 
 def test_the_gradient_with_respect_to_an_intermediate_tensor() -> None:

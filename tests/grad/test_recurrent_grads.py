@@ -21,7 +21,16 @@ from loam.errors import UnsupportedError
 from loam.ops.recurrent import ACTIVATIONS, ALPHA_DEFAULTS, BETA_DEFAULTS
 from loam.testing import build_for, run_built
 from tests.grad import finite_differences
-from tests.grad.finite_differences import SETTINGS, Case, H, check, fd_test, feeds_for, model_of
+from tests.grad.finite_differences import (
+    SETTINGS,
+    Case,
+    central_differences,
+    check,
+    compare_on_wgsl,
+    fd_test,
+    feeds_for,
+    model_of,
+)
 
 KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
     "RNN": (1, ("Tanh",)),
@@ -188,13 +197,7 @@ def test_the_wgsl_module_computes_the_numpy_modules_gradients(op: str, data: st.
     """The same clauses on the device: float32 gradients within 1e-4 of the numpy module's."""
     pytest.importorskip("wgpu")
     case = recurrent_case(data.draw, op)
-    feeds = feeds_for(case, data.draw(st.integers(0, 2**16)), np.float32)
-    model = model_of(case, TensorProto.FLOAT)
-    want = run_built(build_for(model), feeds)
-    got = run_built(build_for(model, backend="wgsl", fuse="dispatch", host_fallback=True), feeds)
-    for k, (a, b) in enumerate(zip(got, want, strict=True)):
-        scale = max(1.0, float(np.abs(b).max()))
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale, err_msg=f"{case.op}: output {k}")
+    compare_on_wgsl(case, feeds_for(case, data.draw(st.integers(0, 2**16)), np.float32))
 
 
 def test_the_differentiate_pass_computes_the_steps_once() -> None:
@@ -226,12 +229,6 @@ def test_the_differentiate_pass_computes_the_steps_once() -> None:
     x, g = rng.standard_normal((steps, batch, size)), rng.standard_normal((1, batch, hidden))
     _, *grads = module.forward(module.Weights(**values), x, g)
     for name, grad in zip(("W", "R", "B"), grads, strict=True):
-        numeric = np.zeros_like(values[name])
-        for index in np.ndindex(numeric.shape):
-            losses = []
-            for sign in (1.0, -1.0):
-                moved = {n: v.copy() for n, v in values.items()}
-                moved[name][index] += sign * H
-                losses.append(float(np.sum(module.forward(module.Weights(**moved), x, g)[0] * g)))
-            numeric[index] = (losses[0] - losses[1]) / (2 * H)
+        numeric = central_differences(lambda moved: float(np.sum(module.forward(module.Weights(**moved), x, g)[0] * g)),
+                                      values, name)  # fmt: skip
         np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-6, err_msg=f"d loss / d {name}")

@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from loam.testing import build_for, run_built
-from tests.grad.finite_differences import TRAINING, H
+from tests.grad.finite_differences import TRAINING, central_differences
 
 RUNTIME_KERNEL = {"Reshape": "reshape_to", "Expand": "expand_to", "Slice": "slice_by", "Pad": "pad_by",
                   "Split": "split_by", "Tile": "tile_by", "Compress": "compress"}  # fmt: skip
@@ -48,14 +48,7 @@ def _check(op: str, x_shape: list[int], feeds: dict[str, list[int]], outs: int =
     x = np.random.default_rng(len(x_shape)).standard_normal(x_shape)
     run = functools.partial(run_built, built)
     _, d_x = run({"x": x, **ints})
-    numeric = np.zeros_like(x)
-    for index in np.ndindex(x.shape):
-        losses = []
-        for sign in (1.0, -1.0):
-            moved = x.copy()
-            moved[index] += sign * H
-            losses.append(float(run({"x": moved, **ints})[0]))
-        numeric[index] = (losses[0] - losses[1]) / (2 * H)
+    numeric = central_differences(lambda moved: float(run(moved)[0]), {"x": x, **ints}, "x")
     np.testing.assert_allclose(d_x, numeric, rtol=1e-5, atol=1e-6)
 
 

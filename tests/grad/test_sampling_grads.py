@@ -13,8 +13,6 @@ which two taps' values tie to change (with probability 0 for X from N(0, 1)).  D
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import onnx
 import pytest
@@ -25,7 +23,8 @@ from onnx import TensorProto, helper
 from loam.errors import UnsupportedError
 from loam.runtime.kernels.resize import resize_geometry
 from loam.testing import build_for, run_built
-from tests.grad.finite_differences import Case, H, feeds_for, model_of
+from tests.grad import finite_differences
+from tests.grad.finite_differences import Case, feeds_for, model_of
 
 # A failing draw is reported as drawn: these cases are small, and shrinking one costs minutes.
 NO_SHRINK = (Phase.explicit, Phase.generate)
@@ -47,22 +46,8 @@ def model_for(case: Case, elem: int = TensorProto.DOUBLE) -> onnx.ModelProto:
 
 
 def check(case: Case, seed: int, feeds: dict[str, np.ndarray] | None = None) -> None:
-    """The module's gradients against central differences of its own loss, one element at a time
-    (`tests.grad.finite_differences.check`, over `model_for`; `feeds` replace the drawn operands)."""
-    feeds = feeds_for(case, seed) | (feeds or {})
-    run = functools.partial(run_built, build_for(model_for(case)))
-    _, *grads = run(feeds)
-    for name, grad in zip(case.shapes, grads, strict=True):
-        numeric = np.zeros_like(feeds[name])
-        for index in np.ndindex(numeric.shape):
-            values = []
-            for sign in (1.0, -1.0):
-                moved = dict(feeds)
-                moved[name] = feeds[name].copy()
-                moved[name][index] += sign * H
-                values.append(float(run(moved)[0]))
-            numeric[index] = (values[0] - values[1]) / (2 * H)
-        np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-6, err_msg=f"{case.op}: d loss / d {name}")
+    """`tests.grad.finite_differences.check` over `model_for` (`feeds` replace the drawn operands)."""
+    finite_differences.check(case, seed, feeds, model_for(case))
 
 
 # -- Resize -------------------------------------------------------------------------------------------------
@@ -341,13 +326,8 @@ def test_the_wgsl_module_computes_the_numpy_modules_gradients(name: str, data: s
 
 
 def compare_on_wgsl(case: Case, feeds: dict[str, np.ndarray]) -> None:
-    """`case` (float32 `feeds`) built for WGSL computes the numpy module's loss and gradients, within 1e-4."""
-    model = model_for(case, TensorProto.FLOAT)
-    want = run_built(build_for(model), feeds)
-    got = run_built(build_for(model, backend="wgsl", fuse="dispatch", host_fallback=True), feeds)
-    for k, (a, b) in enumerate(zip(got, want, strict=True)):
-        scale = max(1.0, float(np.abs(b).max()))
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale, err_msg=f"{case.op}: output {k}")
+    """`tests.grad.finite_differences.compare_on_wgsl` over `model_for`."""
+    finite_differences.compare_on_wgsl(case, feeds, model_for(case, TensorProto.FLOAT))
 
 
 # -- what is refused ----------------------------------------------------------------------------------------

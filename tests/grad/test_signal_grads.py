@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 from loam.errors import UnsupportedError
-from loam.testing import build_for, run_built
-from tests.grad.finite_differences import Case, fd_test, feeds_for, model_of
+from loam.testing import build_for
+from tests.grad.finite_differences import Case, compare_on_wgsl, fd_test, feeds_for, model_of
 
 
 def _dft(draw: st.DrawFn) -> Case:
@@ -80,13 +80,7 @@ test_stft = fd_test(_stft, 10)
 def test_the_wgsl_module_computes_the_numpy_modules_gradients(name: str, data: st.DataObject) -> None:
     """The same clauses on the device: float32 gradients within 1e-4 of the numpy module's."""
     case = data.draw(st.composite({"dft": _dft, "stft": _stft}[name])())
-    feeds = feeds_for(case, data.draw(st.integers(0, 2**16)), np.float32)
-    model = model_of(case, TensorProto.FLOAT)
-    want = run_built(build_for(model), feeds)
-    got = run_built(build_for(model, backend="wgsl", fuse="dispatch", host_fallback=True), feeds)
-    for k, (a, b) in enumerate(zip(got, want, strict=True)):
-        scale = max(1.0, float(np.abs(b).max()))
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale, err_msg=f"{case.op}: output {k}")
+    compare_on_wgsl(case, feeds_for(case, data.draw(st.integers(0, 2**16)), np.float32))
 
 
 def test_a_frame_step_only_the_run_gives_is_refused_naming_the_op() -> None:
