@@ -459,13 +459,22 @@ def _pool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     b.send(x, b.emit(RegroupOp(scattered, t, f"{node}.grad")))
 
 
+def _pool_geometry(op: PoolOp) -> tuple[tuple[int, ...], ...]:
+    """The input's extents (static but the batch), the kernel shape, strides, dilations, pads and output shape."""
+    p = op.params
+    xs = static_extents(op, type_of(op.inputs[0]), 1)
+    kernel, strides, dilations, pads, outs = (
+        tuple(int(v) for v in p[k])  # type: ignore[attr-defined]
+        for k in ("kernel_shape", "strides", "dilations", "pads", "out_shape")
+    )
+    return xs, kernel, strides, dilations, pads, outs
+
+
 def _avg_pool(b: Backward, op: PoolOp, g: SSAValue, node: str) -> None:
     """g divided by each window's count, spread to its taps."""
     p = op.params
     t = type_of(op.inputs[0])
-    xs = static_extents(op, t, 1)
-    kernel, strides, dilations = (tuple(int(v) for v in p[k]) for k in ("kernel_shape", "strides", "dilations"))  # type: ignore[attr-defined]
-    pads, outs = [int(v) for v in p["pads"]], [int(v) for v in p["out_shape"]]  # type: ignore[attr-defined]
+    xs, kernel, strides, dilations, pads, outs = _pool_geometry(op)
     nsp = len(kernel)
     counts = np.ones(outs, np.float64)
     for k in range(nsp):  # the taps of each window inside the input (and its pads, with count_include_pad)
@@ -499,11 +508,8 @@ def _lp_pool(b: Backward, op: PoolOp, g: SSAValue, node: str) -> None:
 def _spread_to_taps(b: Backward, op: PoolOp, per_window: SSAValue, node: str) -> SSAValue:
     """Each window's value added to every tap it reads: a transposed convolution of one-valued kernels, one
     group per channel.  Taps a ceil-mode window reads past the padded input are cut."""
-    p = op.params
     t = type_of(op.inputs[0])
-    xs = static_extents(op, t, 1)
-    kernel, strides, dilations = (tuple(int(v) for v in p[k]) for k in ("kernel_shape", "strides", "dilations"))  # type: ignore[attr-defined]
-    pads, outs = [int(v) for v in p["pads"]], [int(v) for v in p["out_shape"]]  # type: ignore[attr-defined]
+    xs, kernel, strides, dilations, pads, outs = _pool_geometry(op)
     nsp = len(kernel)
     ones_type = AxesTensorType(
         t.elem, [t.axes[1], Axis.named("Unit", 1), *(Axis.named(f"Taps{k}", n) for k, n in enumerate(kernel))]
