@@ -47,3 +47,20 @@ def ms_model(
     )
     model.ir_version = 8
     return model
+
+
+def nbits_weights(
+    rng: np.random.Generator, k: int, n: int, bits: int, block: int, zero: str | None, g_idx: bool, dtype: type
+) -> dict[str, np.ndarray]:
+    """Random MatMulNBits weights: packed B [N, blocks, block * bits / 8], scales of `dtype`, zero points as
+    `zero` says ("packed" uint8, "float" of `dtype`, or None) and, with `g_idx`, a block per k."""
+    blocks = -(-k // block)
+    weights = {"B": rng.integers(0, 256, (n, blocks, block * bits // 8), dtype=np.uint8),
+               "scales": (rng.random((n, blocks)) * 0.1 + 0.01).astype(dtype)}  # fmt: skip
+    if zero == "packed":
+        weights["zero_points"] = rng.integers(0, 256, (n, -(-blocks * bits // 8)), dtype=np.uint8)
+    elif zero == "float":
+        weights["zero_points"] = rng.integers(0, 1 << bits, (n, blocks)).astype(dtype)
+    if g_idx:
+        weights["g_idx"] = rng.integers(0, blocks, k).astype(np.int32)
+    return weights

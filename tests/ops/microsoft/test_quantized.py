@@ -10,7 +10,7 @@ from onnx import helper, numpy_helper
 
 from loam.errors import LoamError, UnsupportedError
 from loam.testing import assert_same, build_for, run_built, run_loam, run_onnxruntime
-from tests.ops.microsoft.models import ms_model
+from tests.ops.microsoft.models import ms_model, nbits_weights
 
 RNG = np.random.default_rng(20261203)
 
@@ -21,15 +21,8 @@ def nbits_model(
 ) -> tuple[onnx.ModelProto, np.ndarray]:  # fmt: skip
     """A MatMulNBits node over random packed B [N, blocks, block * bits / 8] (and random scales, zero
     points as `zero` says: "packed" uint8, "float" of A's type, or None); returns the model and B."""
-    blocks = -(-k // block)
-    b = RNG.integers(0, 256, (n, blocks, block * bits // 8), dtype=np.uint8)
-    weights: dict[str, np.ndarray] = {"B": b, "scales": (RNG.random((n, blocks)) * 0.1 + 0.01).astype(a.dtype)}
-    if zero == "packed":
-        weights["zero_points"] = RNG.integers(0, 256, (n, -(-blocks * bits // 8)), dtype=np.uint8)
-    elif zero == "float":
-        weights["zero_points"] = RNG.integers(0, 1 << bits, (n, blocks)).astype(a.dtype)
-    if g_idx:
-        weights["g_idx"] = RNG.integers(0, blocks, k).astype(np.int32)
+    weights = nbits_weights(RNG, k, n, bits, block, zero, g_idx, a.dtype)
+    b = weights["B"]
     if bias:
         weights["bias"] = RNG.standard_normal(n).astype(a.dtype)
     model = ms_model("MatMulNBits", {"A": a}, weights, K=k, N=n, bits=bits, block_size=block, **attrs)
