@@ -483,6 +483,18 @@ test_batch_norm_train = fd_test(_batch_norm_train)
 test_loss = fd_test(_loss, 24)
 test_gather_nd = fd_test(_gather_nd, 12)
 test_scatter_elements = fd_test(_scatter_elements, 16)
+
+
+@pytest.mark.parametrize("reduction", ["max", "min"])
+def test_a_scatter_tie_between_data_and_an_update_shares_g_evenly(reduction: str) -> None:
+    """At a tie of two, central differences give each side half of g (as torch's amax does); drawn values never
+    tie, so this case is set by hand: place (0, 0) ties the data's 1 with the update's 1."""
+    case = Case("ScatterElements", {"x": (2, 2), "updates": (1, 2)}, [(2, 2)], {"axis": 0, "reduction": reduction},
+                {"indices": np.array([[0, 1]], np.int64)}, order=("x", "indices", "updates"))  # fmt: skip
+    feeds = {"x": np.array([[1.0, 3.0], [0.5, -2.0]]), "updates": np.array([[1.0, 2.0]])}
+    check(case, 0, feeds)
+
+
 test_scatter_nd = fd_test(_scatter_nd, 16)
 
 
