@@ -14,7 +14,6 @@ import onnxruntime as ort
 import pytest
 from gguf import GGMLQuantizationType, quants
 from onnx import TensorProto, helper, numpy_helper
-from onnx.external_data_helper import set_external_data
 
 import loam
 from loam.draft import draft_layout
@@ -22,6 +21,7 @@ from loam.options import Options
 from loam.runtime.dequant import _block_dtype
 from loam.runtime.kernels.quantized import kernel_gather_packed, kernel_matmul_packed
 from loam.runtime.weights import _rotary_rows
+from tests.checkpoints.external import external_initializers
 from tests.checkpoints.gguf_writer import Tensor, quantize, write_gguf
 
 RNG = np.random.default_rng(5)
@@ -88,13 +88,7 @@ def _model(folder: Path) -> tuple[Path, dict[str, np.ndarray]]:
         helper.make_node("MatMul", ["h", "proj_t"], ["p"], name="linear"),
         helper.make_node("MatMul", ["p", "head"], ["y"], name="head_product"),
     ]
-    inits = []
-    for name, value in weights.items():
-        t = numpy_helper.from_array(value, name)
-        set_external_data(t, "weights.safetensors")
-        t.ClearField("raw_data")
-        t.data_location = TensorProto.EXTERNAL
-        inits.append(t)
+    inits = external_initializers(weights)
     graph = helper.make_graph(
         nodes,
         "packed",

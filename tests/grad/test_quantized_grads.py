@@ -20,7 +20,6 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
-from onnx.external_data_helper import set_external_data
 
 import loam
 from loam import pipeline
@@ -28,6 +27,7 @@ from loam.draft import draft_layout
 from loam.errors import UnsupportedError
 from loam.options import Options
 from loam.testing import build_for, run_built
+from tests.checkpoints.external import external_initializers
 from tests.grad.finite_differences import TRAINING
 from tests.ops.microsoft.models import nbits_weights
 
@@ -270,13 +270,7 @@ def _packed_build(folder: Path, encoding: str, transposed: bool, grad: tuple[str
                   helper.make_node("MatMul", ["h", "w_t"], ["y"], name="op")]  # fmt: skip
     else:
         nodes.append(helper.make_node("MatMul", ["h", "w"], ["y"], name="op"))
-    inits = []
-    for name, value in values.items():
-        t = numpy_helper.from_array(value, name)
-        set_external_data(t, "weights.safetensors")
-        t.ClearField("raw_data")
-        t.data_location = TensorProto.EXTERNAL
-        inits.append(t)
+    inits = external_initializers(values)
     graph = helper.make_graph(nodes, "packed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, n])], inits)  # fmt: skip
     path = folder / "packed.onnx"
