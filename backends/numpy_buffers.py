@@ -134,11 +134,10 @@ def plan_buffers(ops: Sequence[Operation], broadcast_zips: set[ZipOp]) -> Buffer
     for i, op in enumerate(ops):
         if isinstance(op, (WeightOp, ConstantOp)):
             continue
-        if op in broadcast_zips or (
-            not _creates(op, broadcast_zips) and any(v in broadcast_views for v in op.operands)
-        ):
+        creates = _creates(op, broadcast_zips)
+        if op in broadcast_zips or (not creates and any(v in broadcast_views for v in op.operands)):
             broadcast_views.update(op.results)
-        if _creates(op, broadcast_zips):
+        if creates:
             for r in op.results:
                 roots[r] = frozenset({i})
             continue
