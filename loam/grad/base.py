@@ -15,7 +15,7 @@ from xdsl.ir import Operation, SSAValue
 
 from loam.dialects.expr import Expr
 from loam.dialects.graph import TensorDataAttr
-from loam.dialects.kernel import ConstantOp, EinsumOp, PermuteOp, ReduceOp, ZipOp
+from loam.dialects.kernel import ConstantOp, EinsumOp, PermuteOp, ReduceOp, SliceOp, ZipOp
 from loam.dialects.kernel.library import LibraryOp
 from loam.dialects.shape_poly import ExtentAttr
 from loam.dialects.tensor_axes import AxesTensorType, Axis
@@ -37,8 +37,6 @@ class Backward(Protocol):
     def zip(self, inputs: Sequence[SSAValue], expr: Expr, result: AxesTensorType, node: str) -> SSAValue: ...
 
     def unbroadcast(self, grad: SSAValue, target: AxesTensorType, node: str) -> SSAValue: ...
-
-    def replace_forward(self, op: Operation, new: Operation) -> bool: ...
 
     def run(self) -> None: ...
 
@@ -131,13 +129,21 @@ def with_more_results(
 ) -> LibraryOp:
     """`op` with `params` changed so that it also returns what its backward reads (`results`, its own first):
     put in the forward's place, so nothing is computed twice, or, where the forward is not the walk's to
-    change (`Backward.replace_forward`), run again in the backward."""
-    again = type(op)(list(op.inputs), list(results), node, **{**op.params, **params})
-    if b.replace_forward(op, again):
+    change (`Backward.in_forward`), run again in the backward."""
+    forward = b.in_forward(op)
+    again = type(op)(list(op.inputs), list(results), node if forward else f"{node}.grad", **{**op.params, **params})
+    if forward is None:
+        b.emit(again)
         return again
-    again = type(op)(list(op.inputs), list(results), f"{node}.grad", **{**op.params, **params})
-    b.emit(again)
+    forward(again)
+    b.stand_for(op, again.results[: len(op.results)])
     return again
+
+
+def cut(b: Backward, value: SSAValue, t: AxesTensorType, starts: Sequence[Poly | int], node: str) -> SSAValue:
+    """The part of `value` of type `t` that begins at `starts` (`kernel.slice`, unit steps)."""
+    bounds = tuple(Poly.lift(s) for s in starts)
+    return b.emit(SliceOp([value], [t], f"{node}.grad", starts=bounds, counts=tuple(t.shape), steps=(1,) * t.rank))
 
 
 def constant(b: Backward, values: np.ndarray, t: AxesTensorType, node: str) -> SSAValue:

@@ -59,10 +59,8 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from loam.dialects.expr import Expr
-from loam.dialects.graph import TensorDataAttr
 from loam.dialects.kernel import (
     CastOp,
-    ConstantOp,
     ConvOp,
     ConvTransposeOp,
     CumProdOp,
@@ -75,7 +73,6 @@ from loam.dialects.kernel import (
     RegroupOp,
     ScatterElementsOp,
     ScatterNDOp,
-    SliceOp,
     SoftmaxOp,
     ZipOp,
 )
@@ -100,11 +97,13 @@ from loam.grad.base import (
     Backward,
     Clause,
     constant,
+    cut,
     extent_scalar,
     is_float,
     kept_type,
     permuted,
     refuse,
+    static_extent,
     static_extents,
     sum_kept,
     type_of,
@@ -284,11 +283,7 @@ def _cumprod(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     t = type_of(x)
     axis = int(op.param("axis"))  # type: ignore[call-overload]
     exclusive, reverse = int(op.param("exclusive")), int(op.param("reverse"))  # type: ignore[call-overload]
-    if not t.shape[axis].is_const:
-        raise refuse(
-            op, f"its grad clause needs the extent of axis {axis} known at build time, and it is {t.shape[axis]}"
-        )
-    n = t.shape[axis].const_value
+    n = static_extent(op, t, axis)
     perm = [*(a for a in range(t.rank) if a != axis), axis]
     rows = [t.axes[a] for a in perm[:-1]]
     k_axis, i_axis = Axis.named("Held", n), t.axes[axis]
@@ -299,9 +294,7 @@ def _cumprod(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     k, i = np.indices((n, n))
     holds = (i <= k if reverse else i >= k) & ((i != k) if exclusive else True)
     elem = t.elem
-    eye, held = (b.emit(ConstantOp(TensorDataAttr.from_numpy(m.astype(elem.numpy), elem),
-                                   AxesTensorType(elem, [k_axis, i_axis]), f"{node}.grad"))
-                 for m in (np.eye(n), holds))  # fmt: skip
+    eye, held = (constant(b, m, AxesTensorType(elem, [k_axis, i_axis]), node) for m in (np.eye(n), holds))
     o = Expr.operand
     with_one = b.zip([x_row, eye], Expr.select(o(1).binary("equal", Expr.const(1.0, elem.name)),
                                                Expr.const(1.0, elem.name), o(0)), table, f"{node}.grad")  # fmt: skip
@@ -359,8 +352,7 @@ def _conv_transpose(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         dx = b.emit(ConvOp([g, w], [wide if reads != list(static_extents(op, t, 1)[2:]) else t], f"{node}.grad",
                            strides=strides, pads=pads, dilations=dilations, group=groups))  # fmt: skip
         if type_of(dx) != t:
-            dx = b.emit(SliceOp([dx], [t], f"{node}.grad", starts=(Poly.const(0),) * t.rank, counts=tuple(t.shape),
-                                steps=(1,) * t.rank))  # fmt: skip
+            dx = cut(b, dx, t, [0] * t.rank, node)
         b.send(x, dx)
     if w in b.needed:
         b.send(w, _weight_share(b, op, (g, x), w, node))
@@ -388,10 +380,7 @@ def _weight_share(
             read[2 + k] = Axis.named(f"Read{k}", xs[2 + k] + end)
         ends.append(max(end, 0))
     if read != list(type_of(images).axes):
-        rank = len(read)
-        images = b.emit(SliceOp([images], [AxesTensorType(type_of(images).elem, read)], f"{node}.grad",
-                                starts=(Poly.const(0),) * rank, counts=tuple(a.extent for a in read),
-                                steps=(1,) * rank))  # fmt: skip
+        images = cut(b, images, AxesTensorType(type_of(images).elem, read), [0] * len(read), node)
     perm = [1, 0, *range(2, len(xs))]  # N and C exchanged: x^T's batch is C, g^T's channels are N
     xt = permuted(b, images, perm, node) if groups == 1 else _grouped_transpose(b, images, groups, node)
     gt = permuted(b, grads, perm, node)

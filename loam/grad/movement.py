@@ -33,7 +33,7 @@ from loam.dialects.kernel import (
     TriluOp,
 )
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, refuse, static_extent, static_extents, through_matrix, type_of, zeros_like
+from loam.grad.base import Backward, cut, refuse, static_extent, static_extents, through_matrix, type_of, zeros_like
 from loam.poly import Poly
 from loam.runtime.kernels.movement import kernel_pad
 
@@ -101,9 +101,7 @@ def _pad(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     t = type_of(x)
     mode = str(op.param("mode"))
     if mode == "constant" and all(p >= 0 for p in pads):
-        cut = SliceOp([g], [t], f"{node}.grad", starts=tuple(Poly.lift(p) for p in pads[: t.rank]),
-                      counts=tuple(t.shape), steps=(1,) * t.rank)  # fmt: skip
-        b.send(x, b.emit(cut))
+        b.send(x, cut(b, g, t, pads[: t.rank], node))
         return
     # Axis by axis, the places each output element was read from, found by padding the positions themselves
     # (1-based, so a constant fill reads as 0): g goes back through that 0/1 table.
@@ -139,9 +137,7 @@ def _concat(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     for part in op.inputs:
         t = type_of(part)
         if part in b.needed:
-            starts = tuple(offset if a == axis else Poly.const(0) for a in range(t.rank))
-            cut = SliceOp([g], [t], f"{node}.grad", starts=starts, counts=tuple(t.shape), steps=(1,) * t.rank)
-            b.send(part, b.emit(cut))
+            b.send(part, cut(b, g, t, [offset if a == axis else 0 for a in range(t.rank)], node))
         offset = offset + t.shape[axis]
 
 

@@ -27,12 +27,10 @@ from loam.dialects.kernel import (
     PadOp,
     ReduceOp,
     RegroupOp,
-    SliceOp,
     ZipOp,
 )
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, kept_type, refuse, type_of, with_more_results
-from loam.poly import Poly
+from loam.grad.base import Backward, cut, kept_type, refuse, type_of, with_more_results
 
 _STASH = {"float32": "f32", "float64": "f64"}
 
@@ -204,9 +202,7 @@ def _window_sum(b: Backward, value: SSAValue, before: int, after: int, node: str
     padded = b.emit(PadOp([value], [wide], f"{node}.grad", pads=tuple(pads), mode="constant", value=0.0))
     shifted = []
     for offset in range(before + after + 1):
-        starts = tuple(Poly.const(offset if a == 1 else 0) for a in range(t.rank))
-        shifted.append(b.emit(SliceOp([padded], [t], f"{node}.grad", starts=starts, counts=tuple(t.shape),
-                                      steps=(1,) * t.rank)))  # fmt: skip
+        shifted.append(cut(b, padded, t, [offset if a == 1 else 0 for a in range(t.rank)], node))
     total = Expr.operand(0)
     for k in range(1, len(shifted)):
         total = total + Expr.operand(k)

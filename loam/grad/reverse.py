@@ -64,19 +64,12 @@ class Reverse:
         """A walk of its own over `ops` (a clause's unrolled or re-run forward), emitting with `emit`."""
         return Reverse(sources, ops, emit)
 
-    def replace_forward(self, op: Operation, new: Operation) -> bool:
-        """Put `new` in forward op `op`'s place, its first results standing for `op`'s (a kernel that also
-        returns what the backward reads, so nothing is computed twice); False where the forward is not
-        the walk's to change, and the clause recomputes instead."""
-        if not self.owns_forward:
-            return False
-        Rewriter().replace_op(op, new, new.results[: len(op.results)])
-        return True
-
     def in_forward(self, op: Operation) -> Callable[[Operation], object] | None:
-        """Where a clause may compute in the forward what its backward reads, in place of forward op `op` (the
-        recurrent kernels' and a Loop's steps, unrolled): an emitter putting ops before `op`, then `stand_for`;
-        None where the forward is not the walk's to change (the clause computes them in the backward)."""
+        """Where a clause may compute in the forward what its backward reads, in place of forward op `op` (a
+        kernel that also returns its statistics or indices, the recurrent kernels' and a Loop's steps
+        unrolled): an emitter putting ops before `op`, then `stand_for`; None where the forward is not the
+        walk's to change (a Gradient node's lowering still maps ONNX values to the old ops), and the clause
+        computes them in the backward."""
         if not self.owns_forward:
             return None
         return lambda new: Rewriter.insert_op(new, InsertPoint.before(op))

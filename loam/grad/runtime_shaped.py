@@ -36,13 +36,12 @@ from loam.dialects.kernel import (
     RegroupOp,
     ReshapeToOp,
     SliceByOp,
-    SliceOp,
     SplitByOp,
     TileByOp,
 )
 from loam.dialects.shape_poly import ExtentAttr
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, Clause, constant, kept_type, refuse, type_of, zeros_like
+from loam.grad.base import Backward, Clause, constant, cut, kept_type, refuse, type_of, zeros_like
 from loam.poly import Poly
 
 
@@ -131,8 +130,7 @@ def _pad_by(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     o = Expr.operand
     zero = Expr.const(0, "i64")
     vector = AxesTensorType("i64", [Axis.named("Axes", k)])
-    halves = [b.emit(SliceOp([pads], [vector], f"{node}.grad", starts=(Poly.const(h * k),), counts=(Poly.const(k),),
-                             steps=(1,))) for h in (0, 1)]  # fmt: skip
+    halves = [cut(b, pads, vector, (h * k,), node) for h in (0, 1)]
     # x's elements at [crop_begin, n - crop_end) reached g at [max(begin, 0), ... + their count).
     extents = _extents(b, t, axes, node)
     start = _i64(b, [halves[0]], o(0).binary("max", zero), k, node)

@@ -56,14 +56,12 @@ from loam.dialects.kernel import (
     ResizeToOp,
     RoiAlignOp,
     ScatterElementsOp,
-    SliceOp,
     ZipOp,
 )
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, Clause, permuted, refuse, static_extents, through_matrix, type_of, zeros_like
+from loam.grad.base import Backward, Clause, cut, permuted, refuse, static_extents, through_matrix, type_of, zeros_like
 from loam.grad.sampling_deform import deform_conv
 from loam.grad.sampling_grid import constant, grid_sample
-from loam.poly import Poly
 from loam.runtime.kernels.common import widened
 from loam.runtime.kernels.resize import kernel_affine_grid, kernel_resize
 
@@ -342,9 +340,8 @@ def _roi_taps(
     ends = []
     for k in (column, column + 2):
         one = AxesTensorType(e, [regions, Axis.named("Unit", 1)])
-        starts = (Poly.const(0), Poly.const(k))
-        cut = b.emit(SliceOp([rois], [one], f"{node}.grad", starts=starts, counts=tuple(one.shape), steps=(1, 1)))
-        ends.append(b.zip([cut], Expr.operand(0) * Expr.const(scale, e) - Expr.const(shift, e), one, f"{node}.grad"))
+        part = cut(b, rois, one, (0, k), node)
+        ends.append(b.zip([part], Expr.operand(0) * Expr.const(scale, e) - Expr.const(shift, e), one, f"{node}.grad"))
     start, stop = ends
     extent = Expr.operand(1) - Expr.operand(0)
     if not op.param("half_pixel"):  # malformed regions become 1 pixel wide

@@ -33,12 +33,10 @@ from loam.dialects.kernel import (
     ReduceOp,
     RegroupOp,
     ScatterElementsOp,
-    SliceOp,
 )
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, static_extents, type_of, zeros_like
+from loam.grad.base import Backward, cut, static_extents, type_of, zeros_like
 from loam.grad.sampling_grid import constant
-from loam.poly import Poly
 
 
 def deform_conv(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
@@ -102,9 +100,7 @@ def deform_conv(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     one_move = AxesTensorType(e, [n_ax, og_ax, k_ax, unit, p_ax])
 
     def move(i: int) -> SSAValue:
-        starts = tuple(Poly.const(s) for s in (0, 0, 0, i, 0))
-        cut = SliceOp([moves], [one_move], f"{node}.grad", starts=starts, counts=tuple(one_move.shape), steps=(1,) * 5)
-        return laid(b.emit(cut), [og_ax, k_ax, unit, p_ax, unit])
+        return laid(cut(b, moves, one_move, (0, 0, 0, i, 0), node), [og_ax, k_ax, unit, p_ax, unit])
 
     dy, dx = move(0), move(1)
     operands = [dy, dx, base_y, base_x, corner_y, corner_x, component]

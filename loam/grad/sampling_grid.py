@@ -33,12 +33,10 @@ from loam.dialects.kernel import (
     ReduceOp,
     RegroupOp,
     ScatterElementsOp,
-    SliceOp,
 )
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.grad import base
-from loam.grad.base import Backward, refuse, static_extents, type_of, zeros_like
-from loam.poly import Poly
+from loam.grad.base import Backward, cut, refuse, static_extents, type_of, zeros_like
 
 # Keys' cubic kernel (a = -0.75, as the forward) at distance d <= 1 (near) and 1 < d < 2 (far), and their
 # derivatives in d.
@@ -156,10 +154,7 @@ def _axis_taps(
     r = gt.shape[-1].const_value
     n_ax, p_ax = gt.axes[0], gt.axes[1]
     column = AxesTensorType(e, [n_ax, p_ax, Axis.named("Unit", 1)])
-    starts = (Poly.const(0), Poly.const(0), Poly.const(r - 1 - a))
-    p = b.emit(
-        SliceOp([flat_grid], [column], f"{node}.grad", starts=starts, counts=tuple(column.shape), steps=(1, 1, 1))
-    )
+    p = cut(b, flat_grid, column, (0, 0, r - 1 - a), node)
     one, two = Expr.const(1.0, e), Expr.const(2.0, e)
     pos = Expr.operand(0)
     if align:
