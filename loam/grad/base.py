@@ -146,6 +146,14 @@ def cut(b: Backward, value: SSAValue, t: AxesTensorType, starts: Sequence[Poly |
     return b.emit(SliceOp([value], [t], f"{node}.grad", starts=bounds, counts=tuple(t.shape), steps=(1,) * t.rank))
 
 
+def known(value: SSAValue) -> np.ndarray | None:
+    """The numbers a build-time constant holds; None where the run gives them (or computes them from extents)."""
+    owner = value.owner
+    if isinstance(owner, ConstantOp) and isinstance(owner.value, TensorDataAttr):
+        return np.asarray(owner.value.to_numpy())
+    return None
+
+
 def constant(b: Backward, values: np.ndarray, t: AxesTensorType, node: str) -> SSAValue:
     """A build-time tensor of type `t` holding `values` (converted to `t`'s element type)."""
     return b.emit(

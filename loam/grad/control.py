@@ -22,7 +22,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from loam.dialects.graph import TensorDataAttr
 from loam.dialects.kernel import ConcatOp, ConstantOp, IfOp, LoopOp, RegroupOp, YieldOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, is_float, refuse, type_of, zeros_like
+from loam.grad.base import Backward, is_float, known, refuse, type_of, zeros_like
 
 
 def captured(op: Operation) -> list[SSAValue]:
@@ -139,11 +139,8 @@ def _loop(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
 
 def _known(value: SSAValue) -> object:
     """The one value a build-time constant holds (None where the run gives it)."""
-    owner = value.owner
-    if isinstance(owner, ConstantOp) and isinstance(owner.value, TensorDataAttr):
-        data = owner.value.to_numpy().reshape(-1)
-        return data[0].item() if data.size == 1 else None
-    return None
+    data = known(value)
+    return data.reshape(-1)[0].item() if data is not None and data.size == 1 else None
 
 
 def _trip_count(op: LoopOp) -> int:

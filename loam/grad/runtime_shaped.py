@@ -41,7 +41,7 @@ from loam.dialects.kernel import (
 )
 from loam.dialects.shape_poly import ExtentAttr
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, Clause, constant, cut, kept_type, refuse, type_of, zeros_like
+from loam.grad.base import Backward, Clause, constant, cut, kept_type, known, refuse, type_of, zeros_like
 from loam.poly import Poly
 
 
@@ -89,10 +89,10 @@ def _clamped(b: Backward, bound: SSAValue, extents: SSAValue, count: int, node: 
 
 
 def _constant_axes(op: Operation, value: SSAValue, rank: int) -> list[int]:
-    owner = value.owner
-    if not isinstance(owner, ConstantOp) or not hasattr(owner.value, "to_numpy"):
+    given = known(value)
+    if given is None:
         raise refuse(op, "no grad clause for axes only the run gives yet")
-    return [int(a) + rank if int(a) < 0 else int(a) for a in owner.value.to_numpy().reshape(-1)]  # type: ignore[union-attr]
+    return [int(a) + rank if int(a) < 0 else int(a) for a in given.reshape(-1)]
 
 
 def _slice_by(b: Backward, op: Operation, g: SSAValue, node: str) -> None:

@@ -38,12 +38,10 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from loam.dialects.expr import Expr
-from loam.dialects.graph import TensorDataAttr
 from loam.dialects.kernel import (
     AffineGridOp,
     ArgReduceOp,
     Col2ImOp,
-    ConstantOp,
     DeformConvOp,
     GatherElementsOp,
     GatherOp,
@@ -59,7 +57,18 @@ from loam.dialects.kernel import (
     ZipOp,
 )
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, Clause, cut, permuted, refuse, static_extents, through_matrix, type_of, zeros_like
+from loam.grad.base import (
+    Backward,
+    Clause,
+    cut,
+    known,
+    permuted,
+    refuse,
+    static_extents,
+    through_matrix,
+    type_of,
+    zeros_like,
+)
 from loam.grad.sampling_deform import deform_conv
 from loam.grad.sampling_grid import constant, grid_sample
 from loam.runtime.kernels.common import widened
@@ -282,13 +291,13 @@ def _adaptive_samples(op: RoiAlignOp, rois: SSAValue, t: AxesTensorType) -> tupl
     """With sampling_ratio 0, each region's samples per bin along y and x, ceil(extent / bins), as the
     forward computes them (in X's arithmetic type) from rois the build knows; refused where only the run
     gives them (the number of samples, an extent, would be the run's)."""
-    owner = rois.owner
-    if not isinstance(owner, ConstantOp) or not isinstance(owner.value, TensorDataAttr):
+    given = known(rois)
+    if given is None:
         raise refuse(op, "no grad clause for roi_align with sampling_ratio 0 and rois only the run gives "
                          "(they set each region's number of samples)")  # fmt: skip
     dtype = widened(np.zeros(0, t.elem.numpy)).dtype
     ct = dtype.type
-    r = widened(owner.value.to_numpy()).astype(dtype).reshape(-1, 4)
+    r = widened(given).astype(dtype).reshape(-1, 4)
     half = bool(op.param("half_pixel"))
     scale, shift = ct(op.param("spatial_scale")), ct(0.5 if half else 0.0)
     counts = []
