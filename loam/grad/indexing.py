@@ -119,7 +119,7 @@ def _scatter(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     if updates in b.needed:  # what g holds where each update went (none: where it was not written over)
         share = read(g, updates)
         if reduction == "none":
-            kept = _last_writers(b, op, data, indices, updates, node)
+            kept = last_writers(b, type(op), data, indices, updates, axis, node)
             share = b.zip([share, kept], Expr.select(o(1), o(0), Expr.const(0.0, type_of(g).elem.name)),
                           type_of(updates), f"{node}.grad")  # fmt: skip
         b.send(updates, share)
@@ -131,14 +131,22 @@ def _scatter(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         b.send(data, b.emit(type(op)(cleared, [type_of(data)], f"{node}.grad", reduction="none", **axis)))
 
 
-def _last_writers(
-    b: Backward, op: ScatterElementsOp | ScatterNDOp, data: SSAValue, indices: SSAValue, updates: SSAValue, node: str
+def last_writers(
+    b: Backward,
+    kind: type[ScatterElementsOp | ScatterNDOp],
+    data: SSAValue,
+    indices: SSAValue,
+    updates: SSAValue,
+    axis: dict[str, object],
+    node: str,
 ) -> SSAValue:
-    """Whether each update is the one a place keeps (of several written to one place, the last in order, as
-    the kernel writes them): each update's number scattered by max, read back, equal to its own."""
+    """Whether each update of a `kind` scatter (reduction none; `axis` its parameter, {} for scatter_nd) is the
+    one a place of `data` keeps (of several written to one place, the last in order, as the kernel writes
+    them): each update's number scattered by max, read back, equal to its own.  MaxUnpool's placements are
+    such a scatter too (`loam.grad.sampling`)."""
     ut, it = type_of(updates), type_of(indices)
     # Numbered in the kernel's order: every element (scatter_elements) or every index tuple (scatter_nd).
-    rows = ut.axes if isinstance(op, ScatterElementsOp) else it.axes[:-1]
+    rows = ut.axes if kind is ScatterElementsOp else it.axes[:-1]
     count = element_count([a.extent for a in rows])
     numbers = b.emit(RangeOp([], [AxesTensorType("i64", [Axis.named("Writes", count)])], f"{node}.grad", start=0,
                              limit=count, delta=1, dtype="int64"))  # fmt: skip
@@ -146,9 +154,8 @@ def _last_writers(
     numbers = b.emit(RegroupOp(numbers, AxesTensorType("i64", [*rows, *units]), f"{node}.grad"))
     numbers = b.zip([numbers], Expr.operand(0), AxesTensorType("i64", ut.axes), f"{node}.grad")
     nobody = b.zip([data], Expr.const(-1, "i64"), AxesTensorType("i64", type_of(data).axes), f"{node}.grad")
-    axis = {"axis": op.param("axis")} if isinstance(op, ScatterElementsOp) else {}
-    writers = b.emit(type(op)([nobody, indices, numbers], [type_of(nobody)], f"{node}.grad", reduction="max", **axis))
-    pick = GatherElementsOp if isinstance(op, ScatterElementsOp) else GatherNDOp
+    writers = b.emit(kind([nobody, indices, numbers], [type_of(nobody)], f"{node}.grad", reduction="max", **axis))
+    pick = GatherElementsOp if kind is ScatterElementsOp else GatherNDOp
     kept = b.emit(
         pick([writers, indices], [AxesTensorType("i64", ut.axes)], f"{node}.grad", **(axis or {"batch_dims": 0}))
     )

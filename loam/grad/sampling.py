@@ -54,7 +54,6 @@ from loam.dialects.kernel import (
     ResizeToOp,
     RoiAlignOp,
     ScatterElementsOp,
-    ZipOp,
 )
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.grad.base import (
@@ -69,6 +68,7 @@ from loam.grad.base import (
     type_of,
     zeros_like,
 )
+from loam.grad.indexing import last_writers
 from loam.grad.sampling_deform import deform_conv
 from loam.grad.sampling_grid import constant, grid_sample
 from loam.runtime.kernels.common import widened
@@ -131,21 +131,18 @@ def _resize_to(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
 def _max_unpool(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, MaxUnpoolOp)
     x, indices = op.inputs[0], op.inputs[1]
-    t, it = type_of(x), type_of(indices)
+    t = type_of(x)
     count = math.prod(static_extents(op, t))
     size = math.prod(static_extents(op, type_of(g)))
-    index = it.elem.name
+    # The flat output is a scatter (reduction none) of the flat x at the flat indices: x's element is g where
+    # it is the writer the place keeps (the last), else 0.
+    written = [Axis.named("Written", count)]
     flat_g = regrouped(b, g, [Axis.named("Positions", size)], node)
-    flat_i = regrouped(b, indices, [Axis.named("Written", count)], node)
-    numbers = constant(b, np.arange(count), ["Written"], index, node)
-    # The last writer to each position: the largest element number scattered there (-1 where none).
-    nobody = b.emit(ZipOp([flat_g], Expr.const(-1, index), AxesTensorType(index, type_of(flat_g).axes), f"{node}.grad"))
-    writers = b.emit(ScatterElementsOp([nobody, flat_i, numbers], [type_of(nobody)], f"{node}.grad",
-                                       axis=0, reduction="max"))  # fmt: skip
-    writer = b.emit(GatherOp([writers, flat_i], [type_of(flat_i)], f"{node}.grad", axis=0))
-    read = b.emit(GatherOp([flat_g, flat_i], [AxesTensorType(t.elem, type_of(flat_i).axes)], f"{node}.grad", axis=0))
-    kept = Expr.select(Expr.operand(1).binary("equal", Expr.operand(2)), Expr.operand(0), Expr.const(0.0, t.elem.name))
-    dx = b.emit(ZipOp([read, writer, numbers], kept, type_of(read), f"{node}.grad"))
+    flat_i, flat_x = regrouped(b, indices, written, node), regrouped(b, x, written, node)
+    kept = last_writers(b, ScatterElementsOp, flat_g, flat_i, flat_x, {"axis": 0}, node)
+    read = b.emit(GatherOp([flat_g, flat_i], [AxesTensorType(t.elem, written)], f"{node}.grad", axis=0))
+    o = Expr.operand
+    dx = b.zip([read, kept], Expr.select(o(1), o(0), Expr.const(0.0, t.elem.name)), type_of(read), f"{node}.grad")
     b.send(x, regrouped(b, dx, list(t.axes), node))
 
 
