@@ -64,7 +64,21 @@ MODULE_NAMES = frozenset({
 
 # What the WGSL module declares or spells besides (its runtime pieces are reserved by the printer).
 WGSL_MODULE_NAMES = frozenset(
-    {"_SHADERS", "_GPU", "_gpu", "_resident", "g", "_w", "_b", "_sizes", "_step", "threading"}
+    {
+        "_SHADERS",
+        "_PACKED",
+        "_LIMITS",
+        "_GPU",
+        "_gpu",
+        "_resident",
+        "g",
+        "_w",
+        "_b",
+        "_sizes",
+        "_step",
+        "threading",
+        "re",
+    }
 )
 
 # The runtime pieces a module may declare under a public name: its errors, the library kernels

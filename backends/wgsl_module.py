@@ -70,6 +70,7 @@ from loam.backends.wgsl_kernel_printer import (
 )
 from loam.backends.wgsl_kernels import common as wgsl_common
 from loam.backends.wgsl_kernels import elementwise, packed
+from loam.backends.wgsl_limits import DEFAULT_LIMITS, DeviceLimits, device_limits, fit_bindings, over_limits
 from loam.dialects.kernel import (
     ConstantOp,
     IfOp,
@@ -115,6 +116,7 @@ def wgsl_module(
         checkpoint_formats(module),  # type: ignore[arg-type]
         weights_beside(module) if beside else None,  # type: ignore[arg-type]
         host_fallback=host_fallback,
+        limits=device_limits(module),  # type: ignore[arg-type]
     )
     source = emitter.emit()
     return source, emitter.summary(), emitter.weights_file
@@ -132,8 +134,12 @@ class WgslModulePrinter(ModulePrinter):
         beside_limit: int | None = None,
         *,
         host_fallback: bool = False,
+        limits: DeviceLimits = DEFAULT_LIMITS,
     ) -> None:
         super().__init__(program, checkpoint_names, row_orders, formats, beside_limit)
+        self.limits = limits
+        self.packed: dict[str, int] = {}  # shader name -> its trailing operands read from one buffer
+        self.over: dict[str, str] = {}  # shader name -> the limit it exceeds (refused where dispatched)
         self.kernels = WgslKernelPrinter(self)
         self.host = NumpyKernelPrinter(self)  # the kernels the host computes, printed as the numpy module would
         self.host_fallback = host_fallback
@@ -164,7 +170,7 @@ class WgslModulePrinter(ModulePrinter):
         return {*super().declared_names(), *wgsl_runtime.PIECES, *kernel_pieces(), *WGSL_MODULE_NAMES}
 
     def imports(self) -> str:
-        return "import threading\n\n" + super().imports() + "import wgpu\n"
+        return "import re\nimport threading\n\n" + super().imports() + "import wgpu\n"
 
     def runtime_sources(self) -> list[str]:
         sources = super().runtime_sources()
@@ -190,9 +196,13 @@ class WgslModulePrinter(ModulePrinter):
         parts = [
             *exprs,
             "# Every compute shader forward dispatches, by name (WGSL source)\n_SHADERS = {\n" + shaders + "}\n",
+            "# The shaders reading their last operands from one packed buffer: how many (`_Gpu.pack`)\n"
+            f"_PACKED = {dict(sorted(self.packed.items()))!r}\n",
+            "# The device limits the shaders were built within: what forward requests of the adapter\n"
+            f"_LIMITS = {self.limits.webgpu()!r}\n",
             '_GPU: list = []  # the module\'s device, made on first use\n\n\ndef _gpu() -> "_Gpu":\n'
             '    """The device forward computes on: one per process, every pipeline compiled once."""\n'
-            "    if not _GPU:\n        _GPU.append(_Gpu(_SHADERS))\n    return _GPU[0]\n",
+            "    if not _GPU:\n        _GPU.append(_Gpu(_SHADERS, _PACKED, _LIMITS))\n    return _GPU[0]\n",
         ]
         lines = [
             'def _resident(weights: "Weights", g: "_Gpu") -> tuple:',
@@ -363,10 +373,18 @@ class WgslModulePrinter(ModulePrinter):
 
     def shader(self, source: str, hint: str) -> str:
         source = wgsl_runtime._declare_flags(source)  # a shader raising a flag binds the flags buffer
+        fitted = fit_bindings(source, self.limits.storage_buffers)
+        if fitted is not None:
+            source = fitted.source
         name = self.shaders.get(source)
         if name is None:
             name = f"{hint}_{len(self.shaders)}"
             self.shaders[source] = name
+            if fitted is not None and fitted.packed:
+                self.packed[name] = fitted.packed
+            over = over_limits(source, self.limits)
+            if over is not None:
+                self.over[name] = over
         return name
 
     def dispatch(
@@ -379,6 +397,11 @@ class WgslModulePrinter(ModulePrinter):
         assert scope is not None
         node = op.properties.get("node")
         comment = getattr(node, "data", op.name)
+        if shader in self.over:
+            raise UnsupportedError(
+                f"{op.name} '{comment}': its WGSL kernel does not fit the target device: {self.over[shader]} "
+                "(WebGPU's default; where the device offers more, give its limits with --device-limits)"
+            )
         buffers = ", ".join([*outs, *ins]) + ("," if len(outs) + len(ins) == 1 else "")
         if stepped:
             line = f"for _step in {params}: g.dispatch({shader!r}, ({buffers}), *_step)  # {comment}, per step"

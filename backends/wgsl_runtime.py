@@ -16,6 +16,7 @@ host checked that it fits); u32 holds bool (0 or 1).  `_device_array` and `_host
 
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -132,9 +133,17 @@ def _declare_flags(code: str) -> str:
 class _Gpu:
     """The device one module computes on, its pipelines, and what crossed between host and device."""
 
-    def __init__(self, shaders: dict[str, str]) -> None:
+    def __init__(
+        self, shaders: dict[str, str], packed: dict[str, int] | None = None, limits: dict[str, int] | None = None
+    ) -> None:
+        """`shaders` by name; `packed`: how many trailing operands each shader reads from one packed
+        buffer (`pack`); `limits`: the device limits the module was built against, in WebGPU's names."""
         if wgpu is None:
             raise DeviceError("the wgpu package is not installed (pip install wgpu)")
+        # wgpu names WebGPU's limits in kebab case (maxBufferSize -> max-buffer-size).
+        limits = limits or {}
+        kebab = {k: re.sub("([A-Z])", lambda m: "-" + m.group(1).lower(), k) for k in limits}
+        wanted = {kebab[k]: v for k, v in limits.items()}
         # One device per process, shared by every Loam module: wgpu polls each device from a thread of
         # its own, and on OpenGL backends (llvmpipe) two devices in one process crash the process.
         # One lock goes with it (dict.setdefault is atomic): it guards the device's making, and each
@@ -146,10 +155,25 @@ class _Gpu:
                 adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
                 if adapter is None:
                     raise DeviceError("no WebGPU adapter: install a driver (Mesa's llvmpipe runs on any CPU)")
-                wanted = ("max-storage-buffers-per-shader-stage", "max-storage-buffer-binding-size", "max-buffer-size")
-                limits = {k: adapter.limits[k] for k in wanted if k in adapter.limits}
-                shared = (adapter.request_device_sync(required_limits=limits), adapter.info.get("device", ""))
+                short = {k: v for k, v in limits.items() if adapter.limits.get(kebab[k], 0) < v}
+                if short:
+                    raise DeviceError(
+                        f"this module was built for a device with {_limits_text(short)}; the adapter "
+                        f"'{adapter.info.get('device', '')}' offers "
+                        + ", ".join(f"{k} {adapter.limits.get(kebab[k], 0)}" for k in short)
+                    )
+                # Exactly the module's limits, never the adapter's most: what runs here runs on any
+                # device offering them.
+                shared = (adapter.request_device_sync(required_limits=wanted), adapter.info.get("device", ""))
                 wgpu._loam_shared_device = shared  # type: ignore[attr-defined]
+        device = shared[0]
+        short = {k: v for k, v in limits.items() if device.limits.get(kebab[k], 0) < v}
+        if short:
+            raise DeviceError(
+                f"this module was built for a device with {_limits_text(short)}, and this process's device "
+                "was made with less for a module loaded before it (one device serves a process): load the "
+                "module needing the higher limits first, or build both with the same --device-limits"
+            )
         self.device, self.adapter = shared
         # The most elements (4 bytes each) one buffer may hold: what the device binds.
         bound = min(self.device.limits["max-storage-buffer-binding-size"], self.device.limits["max-buffer-size"])
@@ -162,6 +186,8 @@ class _Gpu:
         self.flagged: dict[str, object] = {}  # pipeline name -> its bind group 1 (the flags)
         self.unchecked: set[str] = set()  # flagged pipelines dispatched since the flags were last read
         self.pipelines: dict[str, object] = {}
+        self.packed = packed or {}
+        self.packs: dict[tuple[int, ...], tuple[object, tuple[int, ...], tuple[object, ...]]] = {}
         for name, code in shaders.items():
             self.add(name, code)
         self.params_cache: dict[tuple[int, ...], object] = {}
@@ -256,6 +282,7 @@ class _Gpu:
                 stale = self.pools.pop(next(iter(self.pools)))
                 ids = {id(b) for b in stale}
                 self.groups = {k: v for k, v in self.groups.items() if not ids & set(k[1])}
+                self.packs = {k: v for k, v in self.packs.items() if not ids & set(k)}
         return found
 
     def late(self, tag: str, nbytes: int) -> object:
@@ -280,6 +307,9 @@ class _Gpu:
         """Record kernel `name` over `buffers` (outputs then inputs) with `params`, `grid` workgroups."""
         if grid <= 0:
             return
+        if name in self.packed:
+            k = self.packed[name]
+            buffers = (*buffers[:-k], self.pack(buffers[-k:]))
         key = (name, tuple(id(b) for b in buffers), params)
         found = self.groups.get(key)
         # A group keeps its buffers alive, so no buffer made later (a scan output uploaded per call) can
@@ -291,6 +321,7 @@ class _Gpu:
                 # start them over; the next calls rebuild what they use.
                 self.params_cache.clear()
                 self.groups.clear()
+                self.packs.clear()
             pbuf = self.params_cache.get(params)
             if pbuf is None:
                 data = np.asarray(params or (0,), dtype=np.int64).astype(np.uint32)
@@ -308,8 +339,34 @@ class _Gpu:
             compute.set_bind_group(1, self.flagged[name])  # type: ignore[attr-defined]
             self.unchecked.add(name)
         x = min(grid, 65535)
+        if grid > 65535 * 65535:
+            raise ShapeError(f"{name}: {grid} workgroups, more than one dispatch launches (65535 x 65535)")
         compute.dispatch_workgroups(x, (grid + x - 1) // x)  # type: ignore[attr-defined]
         self.stats["dispatches"] += 1
+
+    def pack(self, buffers: tuple[object, ...]) -> object:
+        """One buffer holding `buffers`' words after a header of their offsets, copied in now (before
+        the dispatch reading it: a shader past the storage-buffer budget reads its trailing operands
+        from it, `wgsl_limits.fit_bindings`); made once per set of buffers."""
+        key = tuple(id(b) for b in buffers)
+        found = self.packs.get(key)
+        if found is None:
+            offsets, at = [], len(buffers)
+            for b in buffers:
+                offsets.append(at)
+                at += b.size // 4  # type: ignore[attr-defined]
+            if at * 4 > self.device.limits["max-storage-buffer-binding-size"]:
+                raise ShapeError(f"operands packed into one buffer take {at * 4} bytes, more than one binding holds")
+            packed = self.buffer(at * 4)
+            self.device.queue.write_buffer(packed, 0, np.asarray(offsets, np.uint32))
+            found = (packed, tuple(offsets), buffers)  # the buffers kept alive: their ids stay theirs
+            self.packs[key] = found
+        packed, offsets, _ = found
+        self.compute.end()  # type: ignore[attr-defined]
+        for b, at in zip(buffers, offsets, strict=True):
+            self.encoder.copy_buffer_to_buffer(b, 0, packed, at * 4, b.size)  # type: ignore[attr-defined]
+        self.compute = self.encoder.begin_compute_pass()  # type: ignore[attr-defined]
+        return packed
 
     def copy(self, source: object, target: object, nbytes: int) -> None:
         """Record a device-side copy of `nbytes` (a value a branch yields, a regrouping kept apart)."""
@@ -360,6 +417,10 @@ class _Gpu:
         self.compute = self.encoder.begin_compute_pass()  # type: ignore[attr-defined]
 
 
+def _limits_text(limits: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in limits.items())
+
+
 def _grid(threads: int, size: int = 64) -> int:
     """Workgroups of `size` invocations covering `threads` (the kernels read x + y * 65535)."""
     return (threads + size - 1) // size
@@ -377,6 +438,7 @@ PIECES: dict[str, object] = {
     "_host_array": _host_array,
     "_Gpu": _Gpu,
     "_grid": _grid,
+    "_limits_text": _limits_text,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "_device_array": ("_device_dtype", "ShapeError"),
@@ -391,5 +453,6 @@ DEPENDS: dict[str, tuple[str, ...]] = {
         "_CACHE_LIMIT",
         "_loops_counted",
         "ShapeError",
+        "_limits_text",
     ),
 }

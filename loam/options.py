@@ -22,6 +22,8 @@ The TOML form (paths are relative to the TOML file)::
     pattern = "encoder.*.weight"     # glob over tensor names
     axes = ["Hidden", "(C H W)"]     # one name per axis; a merged axis names its parts
     graph = "main"                   # optional: only in this graph
+    [device_limits]                  # the WGSL target's limits, where it offers more than WebGPU's defaults
+    maxStorageBuffersPerShaderStage = 10
     [checkpoint_names]               # checkpoint tensor name -> graph initializer name
     "blk.*.attn_q.weight" = "model.layers.*.self_attn.q_proj.weight"
     "token_embd.weight" = "model.embed_tokens.weight"
@@ -64,6 +66,7 @@ _TOP_LEVEL_KEYS = (
     "dims",
     "interface",
     "layout",
+    "device_limits",
 )
 _LAYOUT_KEYS = ("pattern", "axes", "graph")
 
@@ -115,6 +118,8 @@ class Options:
       given as a mapping or as pairs; see the module docstring.
     - `grad`: None (no gradients), or the weights whose gradients forward also returns (`differentiate`;
       empty: every float weight).  TOML says `grad = true` and `grad_of = [...]`.
+    - `device_limits`: WebGPU limit name -> value, for a WGSL module whose target device offers more
+      than WebGPU's defaults (`loam.backends.wgsl_limits`; the numpy backend has no use for them).
 
     Lists given through the Python API are normalized to tuples and `dims` to a read-only mapping,
     so an `Options` never changes after it is made.
@@ -129,6 +134,7 @@ class Options:
     checkpoints: tuple[Path, ...] = ()
     checkpoint_names: tuple[tuple[str, str], ...] = ()
     grad: tuple[str, ...] | None = None
+    device_limits: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         if self.architecture is not None and (not isinstance(self.architecture, str) or not self.architecture):
@@ -172,6 +178,14 @@ class Options:
         object.__setattr__(self, "checkpoint_names", _name_rules(self.checkpoint_names, "options: 'checkpoint_names'"))
         if self.grad is not None:
             object.__setattr__(self, "grad", _check_names(self.grad, "options: 'grad'"))
+        if not isinstance(self.device_limits, Mapping):
+            raise OptionsError(
+                f"options: 'device_limits' must map WebGPU limit names to integers, got {self.device_limits!r}"
+            )
+        from loam.backends.wgsl_limits import DeviceLimits
+
+        DeviceLimits.from_mapping(self.device_limits, where="options: 'device_limits'")  # refused here if malformed
+        object.__setattr__(self, "device_limits", MappingProxyType(dict(self.device_limits)))
 
     # -- the TOML file -------------------------------------------------------------------------
 
@@ -270,6 +284,12 @@ class Options:
                     f"{where}: key 'layout' must be an array of tables, written [[layout]], got {_type_name(entries)}"
                 )
             kwargs["layout"] = tuple(_layout_rule(entry, index, where) for index, entry in enumerate(entries, start=1))
+        if "device_limits" in table:
+            expect("device_limits", table["device_limits"], dict, "a table of WebGPU limit name = integer")
+            from loam.backends.wgsl_limits import DeviceLimits
+
+            DeviceLimits.from_mapping(table["device_limits"], where=f"{where}: [device_limits]")
+            kwargs["device_limits"] = table["device_limits"]
         return cls(**kwargs)
 
     # -- combining a file with flags -----------------------------------------------------------
@@ -285,6 +305,7 @@ class Options:
         layout: Iterable[LayoutRule] = (),
         checkpoints: Iterable[str | Path] = (),
         grad: Iterable[str] | None = None,
+        device_limits: Mapping[str, int] | None = None,
     ) -> Options:
         """These options with command-line flags applied on top (None / empty: flag not given).
 
@@ -292,7 +313,8 @@ class Options:
         replace the file's entry of the same name and add the others; `layout` rules from flags
         are consulted *before* the file's rules; `checkpoints` from flags replace the file's list
         (name all shards on the command line when overriding a sharded checkpoint); `grad` (the
-        weights to differentiate, empty for every float weight) replaces the file's.
+        weights to differentiate, empty for every float weight) replaces the file's; `device_limits`
+        entries replace the file's entry of the same name.
         """
         changes: dict[str, Any] = {}
         if architecture is not None:
@@ -313,6 +335,8 @@ class Options:
             changes["checkpoints"] = flag_checkpoints
         if grad is not None:
             changes["grad"] = tuple(grad)
+        if device_limits:
+            changes["device_limits"] = {**self.device_limits, **device_limits}
         return dataclasses.replace(self, **changes)
 
 

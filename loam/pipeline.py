@@ -215,6 +215,10 @@ def build(
         ir, None if isinstance(model, onnx.ModelProto) else model, {n: p for n, (p, _) in headers.items()}
     )
     attach_options(ir, options)
+    if backend == "wgsl" and options.device_limits:
+        from loam.backends.wgsl_limits import LIMITS_ATTR, DeviceLimits, limits_attr
+
+        ir.attributes[LIMITS_ATTR] = limits_attr(DeviceLimits.from_mapping(options.device_limits))
     # pack-quantized reads which weights the checkpoint keeps in ggml blocks from here.
     stored = {n: (e.encoding, str(p)) for n, (p, e) in headers.items() if e.encoding in PACKED_ENCODINGS}
     record_stored_encodings(ir, stored)

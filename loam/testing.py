@@ -22,6 +22,7 @@ from loam.pipeline import BuildResult, build
 
 __all__ = [
     "assert_same",
+    "assert_within_default_limits",
     "build_for",
     "forward_inputs",
     "import_module_file",
@@ -45,7 +46,20 @@ def build_for(
     the WGSL module's, as `loam.build` takes them.
     """
     draft = draft_layout(model, options=options)
-    return build(model, options=draft.options(options), fuse=fuse, backend=backend, host_fallback=host_fallback)
+    result = build(model, options=draft.options(options), fuse=fuse, backend=backend, host_fallback=host_fallback)
+    if backend == "wgsl":
+        assert_within_default_limits(result.module)
+    return result
+
+
+def assert_within_default_limits(module: types.ModuleType) -> None:
+    """Every shader of WGSL `module` within WebGPU's default limits: storage buffers counted per
+    shader (the flags buffer included where the runtime binds it), workgroup memory and size."""
+    from loam.backends.wgsl_limits import DEFAULT_LIMITS, over_limits
+
+    over = {name: over_limits(source, DEFAULT_LIMITS) for name, source in module._SHADERS.items()}
+    over = {name: why for name, why in over.items() if why is not None}
+    assert not over, f"shaders over WebGPU's default limits: {over}"
 
 
 def import_module_file(path: Path, name: str | None = None) -> types.ModuleType:

@@ -13,7 +13,9 @@ the same name `python -m tests.conformance.summary` uses from the root.
 
 from __future__ import annotations
 
+import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,3 +32,21 @@ settings.load_profile("loam")
 @pytest.fixture(autouse=True)
 def _private_build_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOAM_CACHE_DIR", str(tmp_path_factory.mktemp("loam-cache")))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _device_at_webgpu_defaults() -> Iterator[None]:
+    """Every WGSL module requests WebGPU's default limits of the one device a process shares; after
+    the session that device must still have exactly them, never the adapter's most, so a kernel over
+    the defaults fails here on any adapter as it would in a browser offering only the defaults."""
+    yield
+    wgpu = sys.modules.get("wgpu")
+    shared = getattr(wgpu, "_loam_shared_device", None)
+    if shared is None:
+        return
+    from loam.backends.wgsl_limits import DEFAULT_LIMITS
+
+    made = {
+        k: shared[0].limits[re.sub("([A-Z])", lambda m: "-" + m.group(1).lower(), k)] for k in DEFAULT_LIMITS.webgpu()
+    }
+    assert made == DEFAULT_LIMITS.webgpu(), f"the process's WebGPU device was made with {made}"

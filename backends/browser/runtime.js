@@ -268,18 +268,27 @@ function _host_array(bytes, dtype, shape) {
 const CACHE_LIMIT = 4096;
 const DEVICES = new Map(); // GPU object -> the promise of its device, shared by every module
 
-async function _sharedDevice(gpu) {
+async function _sharedDevice(gpu, limits) {
   if (!DEVICES.has(gpu)) {
     DEVICES.set(gpu, (async () => {
       const adapter = await gpu.requestAdapter({ powerPreference: "high-performance" });
       if (!adapter) throw new DeviceError("no WebGPU adapter: this browser or host has WebGPU turned off or no driver for it");
-      const wanted = ["maxStorageBuffersPerShaderStage", "maxStorageBufferBindingSize", "maxBufferSize"];
-      const requiredLimits = {};
-      for (const k of wanted) requiredLimits[k] = adapter.limits[k];
-      return await adapter.requestDevice({ requiredLimits });
+      const short = Object.entries(limits).filter(([k, v]) => !(adapter.limits[k] >= v));
+      if (short.length) {
+        throw new DeviceError(`this module was built for a device with ${short.map(([k, v]) => `${k} ${v}`).join(", ")}; `
+          + `this adapter offers ${short.map(([k]) => `${k} ${adapter.limits[k]}`).join(", ")}`);
+      }
+      // Exactly the module's limits, never the adapter's most: what runs here runs on any device offering them.
+      return await adapter.requestDevice({ requiredLimits: limits });
     })());
   }
-  return DEVICES.get(gpu);
+  const device = await DEVICES.get(gpu);
+  const short = Object.entries(limits).filter(([k, v]) => !(device.limits[k] >= v));
+  if (short.length) {
+    throw new DeviceError(`this module was built for a device with ${short.map(([k, v]) => `${k} ${v}`).join(", ")}, and this `
+      + "page's device was made with less for a module loaded before it: load the module needing the higher limits first");
+  }
+  return device;
 }
 
 /** The WebGPU entry point: `navigator.gpu` in a browser, else the one `useGpu` was given (Node). */
@@ -287,11 +296,14 @@ let GPU_ENTRY = null;
 export function useGpu(gpu) { GPU_ENTRY = gpu; }
 
 class _Gpu {
-  static async make(shaders) {
+  /** `shaders` by name; `packed`: how many trailing operands each shader reads from one packed buffer
+   * (`pack`); `limits`: the device limits the module was built within (backends/wgsl_limits.py). */
+  static async make(shaders, packed = {}, limits = {}) {
     const entry = GPU_ENTRY ?? globalThis.navigator?.gpu;
     if (!entry) throw new DeviceError("no WebGPU here: navigator.gpu is missing (in Node, call useGpu(...) with a WebGPU implementation first)");
-    const g = new _Gpu(await _sharedDevice(entry));
+    const g = new _Gpu(await _sharedDevice(entry, limits));
     g.shaders = shaders;
+    g.packed = packed;
     return g;
   }
 
@@ -303,6 +315,7 @@ class _Gpu {
     this.paramsCache = new Map();
     this.valuesCache = new Map();
     this.groups = new Map();
+    this.packs = new Map();  // the ids of a packed shader's trailing operands -> [buffer, offsets, buffers]
     this.pools = new Map();
     this.lates = new Map();
     this.stats = { dispatches: 0, bytes_up: 0, bytes_down: 0, forwards: 0 };
@@ -397,6 +410,7 @@ class _Gpu {
         for (const b of this.pools.get(oldest)) b.destroy();
         this.pools.delete(oldest);
         this.groups.clear();
+        this.packs.clear();
       }
     }
     return found;
@@ -422,12 +436,15 @@ class _Gpu {
 
   dispatch(name, buffers, params, grid) {
     if (grid <= 0) return;
+    const k = this.packed?.[name];
+    if (k) buffers = [...buffers.slice(0, -k), this.pack(buffers.slice(-k))];
     const key = `${name}|${buffers.map((b) => b._loamId).join(",")}|${params.join(",")}`;
     let group = this.groups.get(key);
     if (group === undefined) {
       if (this.paramsCache.size >= CACHE_LIMIT || this.groups.size >= CACHE_LIMIT) {
         this.paramsCache.clear();
         this.groups.clear();
+        this.packs.clear();
       }
       const pkey = params.join(",");
       let pbuf = this.paramsCache.get(pkey);
@@ -452,6 +469,34 @@ class _Gpu {
     const x = Math.min(grid, 65535);
     this.compute.dispatchWorkgroups(x, Math.ceil(grid / x));
     this.stats.dispatches += 1;
+  }
+
+  /** One buffer holding `buffers`' words after a header of their offsets, copied in now, before the
+   * dispatch reading it (a shader past the storage-buffer budget reads its trailing operands from it:
+   * backends/wgsl_limits.py fit_bindings); made once per set of buffers. */
+  pack(buffers) {
+    const key = buffers.map((b) => b._loamId).join(",");
+    let found = this.packs.get(key);
+    if (found === undefined) {
+      const offsets = [];
+      let at = buffers.length;
+      for (const b of buffers) {
+        offsets.push(at);
+        at += b.size / 4;
+      }
+      if (at * 4 > this.device.limits.maxStorageBufferBindingSize) {
+        throw new ShapeError(`operands packed into one buffer take ${at * 4} bytes, more than one binding holds`);
+      }
+      const packed = this.buffer(at * 4);
+      this.device.queue.writeBuffer(packed, 0, Uint32Array.from(offsets));
+      found = [packed, offsets];
+      this.packs.set(key, found);
+    }
+    const [packed, offsets] = found;
+    this.compute.end();
+    buffers.forEach((b, i) => this.encoder.copyBufferToBuffer(b, 0, packed, offsets[i] * 4, b.size));
+    this.compute = this.encoder.beginComputePass();
+    return packed;
   }
 
   copy(source, target, nbytes) {

@@ -109,7 +109,11 @@ one that runs every kernel as a WebGPU compute shader through the `wgpu` package
 uploaded once, activations kept on the device, only inputs and outputs crossing), with the same
 API.  A kernel with no WGSL form stops the build naming its node, unless --host-fallback: then it
 runs in numpy on the host (operands down, results up; f64/ui32/ui64 values stay on the host) and
-the report lists it with its reason.
+the report lists it with its reason.  Every kernel fits WebGPU's default limits (8 storage buffers
+per shader: past them a shader reads its last operands from one packed buffer; 16 KiB of workgroup
+memory, 256 invocations per workgroup, 128 MiB per binding, 256 MiB per buffer), and the module
+requests exactly those of the adapter; --device-limits FILE raises them for a known device.  A
+kernel that cannot fit stops the build naming the node and the limit.
 
 Browser: --target browser -o DIR builds the WGSL module and writes it for a page: DIR/model.js
 (`await Weights.load(new URL('./weights/', import.meta.url))`, `await forward(weights, ...inputs)` on
@@ -236,6 +240,14 @@ def build_parser() -> CliParser:
         "--host-fallback",
         action="store_true",
         help="with --backend wgsl: compute kernels that have no WGSL form on the host instead of refusing them",
+    )
+    build.add_argument(
+        "--device-limits",
+        type=Path,
+        metavar="FILE",
+        help="with --backend wgsl or --target browser: the target device's WebGPU limits (a JSON object such as "
+        "JSON.stringify(adapter.limits) gives, or a TOML table, e.g. maxStorageBuffersPerShaderStage = 10) where "
+        "it offers more than WebGPU's defaults, which the kernels are otherwise built within",
     )
     build.add_argument(
         "--grad",
@@ -497,7 +509,17 @@ def options_from_args(args: argparse.Namespace) -> Options:
         layout=args.layout,
         checkpoints=args.checkpoint,
         grad=tuple(args.grad_of or ()) if getattr(args, "grad", False) else None,
+        device_limits=_device_limits(getattr(args, "device_limits", None)),
     )
+
+
+def _device_limits(path: Path | None) -> dict[str, int] | None:
+    """`--device-limits FILE`'s limits above WebGPU's defaults (None: not given)."""
+    if path is None:
+        return None
+    from loam.backends.wgsl_limits import DeviceLimits
+
+    return DeviceLimits.from_file(path).raised()
 
 
 def _checked_paths(args: argparse.Namespace, options: Options) -> tuple[Path, Path | None]:
@@ -577,6 +599,8 @@ def _build(args: argparse.Namespace) -> None:
     real = args.no_cache or args.dump_ir is not None or args.report is not None
     if args.host_fallback and args.backend != "wgsl":
         raise UsageError("--host-fallback needs --backend wgsl (the numpy backend computes everything on the host)")
+    if args.device_limits is not None and args.backend != "wgsl":
+        raise UsageError("--device-limits describes a WebGPU device: it needs --backend wgsl or --target browser")
     extra = {"fuse": fuse, "backend": args.backend, "host_fallback": args.host_fallback, "grad": grad}
 
     def make() -> cache.CachedBuild:
