@@ -118,7 +118,9 @@ def browser_source(wgsl_source: str, module: ModuleType, resident: Sequence[Resi
         "// The device limits the shaders were built within: what forward requests of the adapter\n"
         f"export const LIMITS = Object.freeze({json.dumps(dict(module._LIMITS))});\n\n"
         "let _GPU = null;  // the module's device, made on first use\n"
-        "async function _gpu() {\n  if (_GPU === null) _GPU = _Gpu.make(_SHADERS, _PACKED, LIMITS);\n  return await _GPU;\n}\n",
+        "async function _gpu() {\n"
+        "  if (_GPU === null) _GPU = _Gpu.make(_SHADERS, _PACKED, LIMITS);\n"
+        "  return await _GPU;\n}\n",
         "// " + "-" * 98 + "\n// What forward calls: Loam's browser runtime, copied in\n// " + "-" * 98 + "\n",
         runtime_source(),
     ]

@@ -306,6 +306,17 @@ class WgslModulePrinter(ModulePrinter):
             )
         return size
 
+    def _within_a_binding(self, size: Poly, what: str) -> None:
+        """Refuse a buffer of `size` bytes, where the build knows them, past what one binding holds (a
+        size a call decides is checked by the runtime when it is known)."""
+        if size.is_const:
+            limit = min(self.limits.binding_size, self.limits.buffer_size)
+            if size.const_value > limit:
+                raise UnsupportedError(
+                    f"{what}: {size.const_value} bytes on the device, over maxStorageBufferBindingSize "
+                    f"{self.limits.binding_size} (where the device offers more, give its limits with --device-limits)"
+                )
+
     def _take(self, size: Poly, at: int, until: int, forever: bool = False) -> int:
         """A slot of `size` bytes busy from op `at` until op `until`: a free one, else a new one."""
         free = [k for k, (slot_size, busy) in enumerate(self.free) if slot_size == size and busy < at]
@@ -331,6 +342,13 @@ class WgslModulePrinter(ModulePrinter):
             scope.items.append(f"{name} = g.late({name!r}, {self.poly_py(size)})  # sized by a length the run gave")
             self.device[value] = name
             return name
+        owner = value.owner
+        if isinstance(owner, Operation):
+            what = f"the result of '{node_of(owner)}'"
+        else:
+            inputs = dict(zip(self.program.block.args, [n.data for n in self.program.input_names.data], strict=True))
+            what = f"input '{inputs[value]}'" if value in inputs else "a block argument"
+        self._within_a_binding(size, what)
         until = len(self.ops) + 1 if forever else self.last_use.get(value, at)
         s = self._take(size, at, until, forever)
         self.slot_of[value] = s
@@ -644,6 +662,8 @@ class WgslModulePrinter(ModulePrinter):
         dispatches(at)
 
     def _resident_value(self, value: SSAValue, host: str, name: str, blocks: bool = False) -> None:
+        if not blocks:
+            self._within_a_binding(self._size(value), f"weight '{name}'" if isinstance(value.owner, WeightOp) else name)
         self.device[value] = f"_w[{len(self.resident)}]"
         self.resident.append((host, name, blocks))
 

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 
 from loam.backends.wgsl_limits import DEFAULT_LIMITS, DeviceLimits, fit_bindings, over_limits, storage_bindings
 from loam.draft import draft_layout
-from loam.errors import OptionsError
+from loam.errors import OptionsError, UnsupportedError
 from loam.options import Options
 from loam.pipeline import build
 from loam.testing import build_for, run_onnxruntime
@@ -176,3 +176,18 @@ def test_a_shader_over_a_limit_it_cannot_be_fitted_within_is_named() -> None:
     )
     # A loop binds the flags buffer on llvmpipe (its loop counter), so it counts against the budget.
     assert storage_bindings(source.replace(results, "") + "fn main() { for (var i = 0u; i < 2u; i++) {} }") == 2
+
+
+def test_a_buffer_the_build_knows_is_past_one_binding_is_refused_naming_it() -> None:
+    n = 40_000_000  # 160 MB of f32, past the 128 MiB one binding holds
+    big = helper.make_tensor("big", TensorProto.FLOAT, [n], np.zeros(n, np.float32).tobytes(), raw=True)
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "big"], ["y"])],
+        "big",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n])],
+        [big],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedError, match=r"weight 'big': 160000000 bytes on the device, over maxStorageBuffer"):
+        build_for(model, fuse="dispatch", backend="wgsl")
