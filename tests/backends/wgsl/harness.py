@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from loam.backends.wgsl_limits import DEFAULT_LIMITS
 from loam.backends.wgsl_runtime import _Gpu
 
 wgpu = pytest.importorskip("wgpu")
@@ -15,8 +16,9 @@ wgpu = pytest.importorskip("wgpu")
 
 @functools.cache
 def gpu() -> _Gpu:
-    """One device for the whole test process (creating one takes a few tenths of a second)."""
-    return _Gpu({})
+    """One device for the whole test process (creating one takes a few tenths of a second), at WebGPU's
+    default limits as every module's is."""
+    return _Gpu({}, {}, DEFAULT_LIMITS.webgpu())
 
 
 def run_kernel(
