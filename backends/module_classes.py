@@ -2,7 +2,7 @@
 
 Shared by every backend's module printer (`loam.backends.module_printer`): one marker class per
 axis, `class Weights` (checked loading of a checkpoint, the carried weights), `class Outputs` (a
-named tuple the module writes by hand, since it imports nothing but numpy), and the byte literals
+named tuple written out by hand, as `collections.namedtuple` would make it), and the byte literals
 of folded constants and carried weights.  A backend keeping more per `Weights` (the WGSL module's
 device buffers) names the extra attributes; nothing else here depends on the backend.
 """
@@ -141,7 +141,10 @@ def outputs_source(fields: Sequence[str], onnx_names: Sequence[str]) -> str:
 
 
 def tuple_class_source(name: str, fields: Sequence[str], doc: str, field_docs: Sequence[str]) -> str:
-    """A hand-written named tuple (the module imports nothing but numpy, so not typing.NamedTuple)."""
+    """A named tuple written out: what `collections.namedtuple` makes (`_fields`, `_make`, `_replace`,
+    `_asdict`, pickling, its repr), by hand because a field may be any minted name, `_x` and `count`
+    included, where namedtuple refuses a leading underscore; the methods' names are reserved
+    (`names.MODULE_NAMES`), so no field hides one."""
     params = ", ".join(f"{f}: np.ndarray" for f in fields)
     lines = [
         f"class {name}(tuple):",
@@ -149,9 +152,30 @@ def tuple_class_source(name: str, fields: Sequence[str], doc: str, field_docs: S
         "",
         "    __slots__ = ()",
         f"    _fields = {tuple(fields)!r}",
+        "    _field_defaults: dict = {}",
+        f"    __match_args__ = {tuple(fields)!r}",
         "",
         f'    def __new__(cls, {params}) -> "{name}":',
         f"        return tuple.__new__(cls, ({', '.join(fields)},))",
+        "",
+        "    @classmethod",
+        f'    def _make(cls, iterable: object) -> "{name}":',
+        "        result = tuple.__new__(cls, iterable)",
+        f"        if len(result) != {len(fields)}:",
+        f'            raise TypeError(f"Expected {len(fields)} arguments, got {{len(result)}}")',
+        "        return result",
+        "",
+        f'    def _replace(self, **kwds: np.ndarray) -> "{name}":',
+        "        result = self._make(map(kwds.pop, self._fields, self))",
+        "        if kwds:",
+        '            raise ValueError(f"Got unexpected field names: {list(kwds)!r}")',
+        "        return result",
+        "",
+        "    def _asdict(self) -> dict:",
+        "        return dict(zip(self._fields, self))",
+        "",
+        "    def __getnewargs__(self) -> tuple:  # pickle and copy make it again through __new__",
+        "        return tuple(self)",
         "",
         "    def __repr__(self) -> str:",
         f'        return "{name}(" + ", ".join(f"{{k}}={{v!r}}" for k, v in zip(self._fields, self)) + ")"',

@@ -58,7 +58,7 @@ MODULE_NAMES = frozenset({
     "_BESIDE_DIGEST", "_BESIDE_DATA", "_prepare",
     "weights", "_env", "_src", "_buf", "_key",
     "_SPECS", "_CHECKPOINT_NAMES", "_PACKED", "_ROW_ORDERS", "_EMBEDDED", "load", "load_file", "embedded",
-    "stored", "_from", "_carried", "_stored", "_source", "_fields",
+    "stored", "_from", "_carried", "_stored", "_source", "_fields", "_field_defaults", "_make", "_replace", "_asdict",
     "self", "cls", "data", "path", "values", "tensors",
 })  # fmt: skip
 

@@ -110,13 +110,16 @@ def test_values_named_like_builtins_and_the_modules_own_names(names: list[str]) 
 
 
 def test_outputs_fields_named_like_tuple_and_outputs_attributes() -> None:
-    """Several outputs: forward returns `Outputs`, whose fields are minted names too."""
-    names = ["_fields", "count", "cls", "__new__", "Outputs"]
+    """Several outputs: forward returns `Outputs`, whose fields are minted names too, never hiding one of its
+    namedtuple methods."""
+    names = ["_fields", "count", "cls", "__new__", "Outputs", "_asdict", "_replace", "_make", "_field_defaults"]
     nodes = [helper.make_node("Relu", ["x"], [names[0]])]
     nodes += [helper.make_node("Neg", [a], [b]) for a, b in itertools.pairwise(names)]
     outs = [helper.make_tensor_value_info(n, F, [3]) for n in names]
     model = _model(nodes, [helper.make_tensor_value_info("x", F, [3])], outs)
-    _check(model, {"x": np.array([-1.0, 0.5, 2.0], np.float32)}, fuse=None)
+    source = _check(model, {"x": np.array([-1.0, 0.5, 2.0], np.float32)}, fuse=None)
+    for method in ("_asdict", "_replace", "_make", "_field_defaults"):
+        assert f"    {method}_ = property(" in source and f"    {method} = property(" not in source, method
 
 
 @pytest.mark.parametrize(
