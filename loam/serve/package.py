@@ -32,6 +32,7 @@ registration naming the file, the tensor and the axis.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -358,11 +359,24 @@ def _build_stage(stage: StageSpec, progress: Callable[[str], None]) -> object:
     from loam.pipeline import build
 
     model: object = stage.graph
+    options = stage.options
     if stage.pooling is not None or stage.output is not None:
         from loam.serve.pooling import pooled_model
 
-        model = pooled_model(stage.graph, stage.pooling or "none", stage.normalize, stage.output)
-    result = build(model, options=stage.options, progress=progress)  # type: ignore[arg-type]
+        key = f"stages.{stage.name}"
+        output = stage.output
+        if options.outputs is not None:
+            # The options' `outputs` cut the graph before the package pools one of them (`output`, default the
+            # first); the pooled graph has that one output already, so the build cuts nothing more.
+            output = output or options.outputs[0]
+            if output not in options.outputs:
+                raise PackageError(
+                    f"{stage.graph}: key '{key}.output' names {output!r}, which the stage's options cut away "
+                    f"(outputs: {', '.join(options.outputs)})"
+                )
+            options = dataclasses.replace(options, outputs=None)
+        model = pooled_model(stage.graph, stage.pooling or "none", stage.normalize, output, key=f"{key}.output")
+    result = build(model, options=options, progress=progress)  # type: ignore[arg-type]
     return cache.CachedBuild(result.source, result.report, tuple(result.notes), result.weights)
 
 
