@@ -114,12 +114,12 @@ def browser_source(wgsl_source: str, module: ModuleType, resident: Sequence[Resi
         "// Every compute shader forward dispatches, by name (WGSL source)\n"
         f"const _SHADERS = {json.dumps(dict(module._SHADERS), indent=1)};\n\n"
         "// The shaders reading their last operands from one packed buffer: how many (_Gpu.pack)\n"
-        f"const _PACKED = {json.dumps(dict(module._PACKED))};\n"
+        f"const _PACKED_OPERANDS = {json.dumps(dict(module._PACKED_OPERANDS))};\n"
         "// The device limits the shaders were built within: what forward requests of the adapter\n"
         f"export const LIMITS = Object.freeze({json.dumps(dict(module._LIMITS))});\n\n"
         "let _GPU = null;  // the module's device, made on first use\n"
         "async function _gpu() {\n"
-        "  if (_GPU === null) _GPU = _Gpu.make(_SHADERS, _PACKED, LIMITS);\n"
+        "  if (_GPU === null) _GPU = _Gpu.make(_SHADERS, _PACKED_OPERANDS, LIMITS);\n"
         "  return await _GPU;\n}\n",
         "// " + "-" * 98 + "\n// What forward calls: Loam's browser runtime, copied in\n// " + "-" * 98 + "\n",
         runtime_source(),

@@ -66,7 +66,7 @@ MODULE_NAMES = frozenset({
 WGSL_MODULE_NAMES = frozenset(
     {
         "_SHADERS",
-        "_PACKED",
+        "_PACKED_OPERANDS",
         "_LIMITS",
         "_GPU",
         "_gpu",

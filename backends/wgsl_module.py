@@ -197,12 +197,12 @@ class WgslModulePrinter(ModulePrinter):
             *exprs,
             "# Every compute shader forward dispatches, by name (WGSL source)\n_SHADERS = {\n" + shaders + "}\n",
             "# The shaders reading their last operands from one packed buffer: how many (`_Gpu.pack`)\n"
-            f"_PACKED = {dict(sorted(self.packed.items()))!r}\n",
+            f"_PACKED_OPERANDS = {dict(sorted(self.packed.items()))!r}\n",
             "# The device limits the shaders were built within: what forward requests of the adapter\n"
             f"_LIMITS = {self.limits.webgpu()!r}\n",
             '_GPU: list = []  # the module\'s device, made on first use\n\n\ndef _gpu() -> "_Gpu":\n'
             '    """The device forward computes on: one per process, every pipeline compiled once."""\n'
-            "    if not _GPU:\n        _GPU.append(_Gpu(_SHADERS, _PACKED, _LIMITS))\n    return _GPU[0]\n",
+            "    if not _GPU:\n        _GPU.append(_Gpu(_SHADERS, _PACKED_OPERANDS, _LIMITS))\n    return _GPU[0]\n",
         ]
         lines = [
             'def _resident(weights: "Weights", g: "_Gpu") -> tuple:',

@@ -49,7 +49,7 @@ def test_a_kernel_of_many_operands_packs_the_trailing_ones_and_computes_onnxrunt
     # One kernel of 12 operands, a result, params and the flags (a helper loops: llvmpipe's counter):
     # 15 buffers, 8 of its operands packed into one.
     assert len(m._SHADERS) == 1 and max(storage_bindings(s) for s in m._SHADERS.values()) == 8
-    assert list(m._PACKED.values()) == [8]
+    assert list(m._PACKED_OPERANDS.values()) == [8]
     feeds = {f"x{i}": RNG.standard_normal((3, 5)).astype(np.float32) for i in range(12)}
     weights = m.Weights.embedded()
     got = m.forward(weights, *feeds.values())
@@ -117,7 +117,7 @@ def test_raised_limits_build_unpacked_kernels_and_a_device_made_for_less_refuses
     raised = Options(device_limits={"maxStorageBuffersPerShaderStage": 16})
     draft = draft_layout(model)  # built directly: build_for holds every module to the defaults
     m = build(model, options=draft.options(raised), fuse="dispatch", backend="wgsl").module
-    assert m._PACKED == {} and max(storage_bindings(s) for s in m._SHADERS.values()) == 15
+    assert m._PACKED_OPERANDS == {} and max(storage_bindings(s) for s in m._SHADERS.values()) == 15
     assert m._LIMITS["maxStorageBuffersPerShaderStage"] == 16
     # This process's device was made at the defaults (the other tests' modules): a clear refusal.
     build_for(_sum_of(2), fuse="dispatch", backend="wgsl").module._gpu()
@@ -139,7 +139,7 @@ def test_raised_limits_run_in_a_process_whose_first_module_asks_for_them(tmp_pat
     script = (
         "import numpy as np, sum as m\n"
         "y = m.forward(m.Weights.embedded(), *[np.full((2, 5), i, np.float32) for i in range(12)])\n"
-        "print(float(y.sum()), m._gpu().device.limits['max-storage-buffers-per-shader-stage'], m._PACKED)\n"
+        "print(float(y.sum()), m._gpu().device.limits['max-storage-buffers-per-shader-stage'], m._PACKED_OPERANDS)\n"
     )
     ran = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, check=False)
     assert ran.returncode == 0, ran.stderr
