@@ -43,7 +43,7 @@ OTHER_FOLDERS = {
     "tests/": "pytest (tests/test_lit.py runs lit/; tests/conformance/ the conformance suites)",
     "lit/": "lit + FileCheck tests of the tools and passes on textual IR",
     "bench/": "benchmarks, each printing its ratio against a peer measured in the same run",
-    "scripts/": "dev-time scripts (model exports, the digits example's training; not needed by CI)",
+    "scripts/": "dev-setup.sh (the tests' set-up); dev-time scripts (model exports, the digits example's training)",
     "examples/": "runnable examples with their models and how they were made",
 }
 """The folders that are not packages."""
