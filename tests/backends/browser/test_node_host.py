@@ -3,7 +3,7 @@
 `examples/node-host/run.mjs` imports the same model.js a page does and reads its weights from the
 folder.  Where the machine has no GPU driver Dawn accepts (Debian 12's lavapipe lacks a feature it
 requires), it runs on the SwiftShader Vulkan driver Debian's Chromium ships.  The packages come from
-the repository's package.json (`npm ci`, run by .ci/run).
+the repository's package.json (`npm ci`, run by scripts/dev-setup.sh).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ def node_with_webgpu() -> str:
     node = shutil.which("node")
     missing = None
     if node is None:
-        missing = "Node.js is not installed (apt-get install nodejs)"
+        missing = "Node.js is not installed (scripts/dev-setup.sh installs it)"
     elif not (ROOT / "node_modules" / "webgpu").is_dir():
-        missing = "the npm package webgpu is not installed (npm ci in the repository root)"
+        missing = "the npm package webgpu is not installed (scripts/dev-setup.sh runs npm ci)"
     if missing:
         (pytest.fail if os.environ.get("CI") else pytest.skip)(missing)
     assert node is not None

@@ -162,8 +162,8 @@ PIECES = [name for name in PORTED if name not in ("_check_input", "_read_back", 
 def test_every_ported_piece_gives_the_python_pieces_results(tmp_path: Path) -> None:
     import inspect
 
-    if NODE is None:  # .ci/run installs Node.js where missing: under CI its absence is a broken setup
-        (pytest.fail if os.environ.get("CI") else pytest.skip)("Node.js is not installed (apt-get install nodejs)")
+    if NODE is None:  # scripts/dev-setup.sh installs Node.js where missing: under CI its absence is a broken setup
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("Node.js is not installed (scripts/dev-setup.sh)")
 
     cases: list[dict[str, object]] = []
     want: list[object] = []
