@@ -214,3 +214,38 @@ def test_an_if_on_a_condition_the_device_computes_reads_it_back_and_records_on(b
         want = x32 * x32 + x32 if x32.sum() > 0 else np.zeros(3, np.float32)
         got, _ = browser.forward([x32], module="if_sync/model.js", weights="if_sync/weights/", repeat=2)
         np.testing.assert_allclose(got["y"], want, atol=1e-6)
+
+
+def test_a_kernel_past_the_storage_buffer_budget_reads_its_packed_operands_in_chromium(
+    browser: Browser, served: Path
+) -> None:
+    """Twelve operands fused into one kernel: past WebGPU's default 8 storage buffers, so 8 of them
+    share one buffer the page's runtime packs (backends/wgsl_limits.py); the page's device is asked
+    for the defaults, and the numbers are onnxruntime's."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from loam.testing import run_onnxruntime
+
+    n = 12
+    nodes, last = [], "x0"
+    for i in range(1, n):
+        nodes.append(helper.make_node("Mul" if i % 3 == 0 else "Add", [last, f"x{i}"], [f"s{i}"]))
+        last = f"s{i}"
+    graph = helper.make_graph(
+        [*nodes, helper.make_node("Tanh", [last], ["y"])],
+        "sum",
+        [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, ["N", 6]) for i in range(n)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 6])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    folder = served / "many_operands"
+    folder.mkdir()
+    onnx.save(model, served / "many_operands.onnx")
+    options = Options.from_mapping({"layout": [{"pattern": "*", "axes": ["Batch", "Feature"]}]})
+    result = build(served / "many_operands.onnx", options=options, backend="wgsl", fuse="dispatch")
+    assert list(result.module._PACKED_OPERANDS.values()) == [8]
+    write_browser_module(folder, result.source, result.module, [], "sum")
+    feeds = {f"x{i}": np.random.default_rng(i).standard_normal((3, 6)).astype(np.float32) for i in range(n)}
+    got, _ = browser.forward(list(feeds.values()), module="many_operands/model.js", weights="many_operands/weights/")
+    np.testing.assert_allclose(got["y"], run_onnxruntime(model, feeds)[0], rtol=1e-5, atol=1e-5)
