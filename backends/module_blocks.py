@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from xdsl.ir import Operation
+from xdsl.ir import Block, Operation, SSAValue, Use
 
 from loam.backends.module_text import axes_type, dtype_source, numpy_dtype, tuple_source
-from loam.dialects.kernel import IfOp, LoopOp, YieldOp
+from loam.dialects.kernel import IfOp, LoopOp, ProgramOp, YieldOp
 
 if TYPE_CHECKING:
     from loam.backends.module_printer import ModulePrinter
@@ -163,3 +163,42 @@ def loop_block(printer: ModulePrinter, op: LoopOp) -> None:
         after.append(f"{ident} = np.stack({name}) if {name} else np.empty((0, *{rest}), {dtype})")
     scope.items.append(LoopBlock(before, f"while {test}:  # Loop node '{node}'", start, body, after))
     printer.bind_result_lengths(op, idents)
+
+
+def loops_around(op: Operation) -> list[LoopOp]:
+    """The Loops whose bodies hold `op`, outermost first (the WGSL module runs a Loop's body per iteration
+    from the host, so a value made outside a Loop is read by every iteration)."""
+    loops: list[LoopOp] = []
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, ProgramOp):
+        if isinstance(parent, LoopOp):
+            loops.insert(0, parent)
+        parent = parent.parent_op()
+    return loops
+
+
+def loops_of(value: SSAValue) -> list[LoopOp]:
+    """The Loops whose bodies define `value` (a body's argument: its Loop and those around it)."""
+    owner = value.owner
+    if isinstance(owner, Block):
+        parent = owner.parent_op()
+        if isinstance(parent, LoopOp):
+            return [*loops_around(parent), parent]
+        return loops_around(parent) if parent is not None and not isinstance(parent, ProgramOp) else []
+    return loops_around(owner)
+
+
+def decided_on_host(value: SSAValue) -> bool:
+    """Whether only the host reads `value`: an If's condition, a Loop's trip count or condition (so a
+    trip count past the i32 range, as ONNX spells "no bound", need not fit the device)."""
+    uses = list(value.uses)
+    return bool(uses) and all(_read_by_host(u) for u in uses)
+
+
+def _read_by_host(use: Use) -> bool:
+    op = use.operation
+    if isinstance(op, IfOp):
+        return use.index == 0
+    if isinstance(op, LoopOp):
+        return use.index < op.has_trip.value.data + op.has_cond.value.data
+    return False

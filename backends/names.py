@@ -77,7 +77,6 @@ WGSL_MODULE_NAMES = frozenset(
         "_sizes",
         "_step",
         "threading",
-        "re",
     }
 )
 

@@ -42,10 +42,10 @@ import math
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
-from xdsl.ir import Block, Operation, SSAValue, Use
+from xdsl.ir import Operation, SSAValue
 
 from loam.backends import wgsl_runtime
-from loam.backends.module_blocks import IfBlock, LoopBlock, Scope
+from loam.backends.module_blocks import IfBlock, LoopBlock, Scope, decided_on_host, loops_around, loops_of
 from loam.backends.module_printer import ModulePrinter, symbols_closure
 from loam.backends.module_text import (
     CHECKPOINT_FORMATS,
@@ -170,7 +170,7 @@ class WgslModulePrinter(ModulePrinter):
         return {*super().declared_names(), *wgsl_runtime.PIECES, *kernel_pieces(), *WGSL_MODULE_NAMES}
 
     def imports(self) -> str:
-        return "import re\nimport threading\n\n" + super().imports() + "import wgpu\n"
+        return "import threading\n\n" + super().imports() + "import wgpu\n"
 
     def runtime_sources(self) -> list[str]:
         sources = super().runtime_sources()
@@ -245,7 +245,7 @@ class WgslModulePrinter(ModulePrinter):
         for i, op in enumerate(self.ops):
             for v in op.operands:
                 at = len(self.ops) if isinstance(op, ReturnOp) else i
-                outside = [loop for loop in _loops_around(op) if loop not in _loops_of(v)]
+                outside = [loop for loop in loops_around(op) if loop not in loops_of(v)]
                 if outside:  # read by every iteration of the outermost Loop it is read in
                     at = max(at, self.end[outside[0]])
                 self.last_use[self._root(v)] = max(self.last_use.get(self._root(v), -1), at)
@@ -273,7 +273,7 @@ class WgslModulePrinter(ModulePrinter):
             if self.host_fallback and self._host_typed(arg):
                 self.host_values.add(arg)  # a numpy array the host kernels read
                 continue
-            if _decided_on_host(arg):  # only an If's or a Loop's host side reads it: never uploaded
+            if decided_on_host(arg):  # only an If's or a Loop's host side reads it: never uploaded
                 continue
             self.slot(arg, -1, forever=True)
             scope.items.append(f"g.write({onnx_name.data!r}, {self.device[arg]}, {self.value_text[arg]})")
@@ -608,7 +608,7 @@ class WgslModulePrinter(ModulePrinter):
             self.collect_weight(op) if isinstance(op, WeightOp) else self.collect_constant(op)
             self.host_values.add(op.result)  # a numpy array the host kernels read
             return
-        if isinstance(op, (WeightOp, ConstantOp)) and _decided_on_host(op.result):  # an If's or a Loop's host side
+        if isinstance(op, (WeightOp, ConstantOp)) and decided_on_host(op.result):  # an If's or a Loop's host side
             self.collect_weight(op) if isinstance(op, WeightOp) else self.collect_constant(op)
             return
         if isinstance(op, (WeightOp, ConstantOp)) and self._host_typed(op.result):  # never uploaded as another type
@@ -762,44 +762,6 @@ class WgslModulePrinter(ModulePrinter):
         inner = [f"    {line}" if line else line for line in lines[start:end]]
         lines[start:end] = ["    with g.lock:  # forward's calls from many threads take turns on the device", *inner]
         return "\n".join(lines)
-
-
-def _loops_around(op: Operation) -> list[LoopOp]:
-    """The Loops whose bodies hold `op`, outermost first."""
-    loops: list[LoopOp] = []
-    parent = op.parent_op()
-    while parent is not None and not isinstance(parent, ProgramOp):
-        if isinstance(parent, LoopOp):
-            loops.insert(0, parent)
-        parent = parent.parent_op()
-    return loops
-
-
-def _loops_of(value: SSAValue) -> list[LoopOp]:
-    """The Loops whose bodies define `value` (a body's argument: its Loop and those around it)."""
-    owner = value.owner
-    if isinstance(owner, Block):
-        parent = owner.parent_op()
-        if isinstance(parent, LoopOp):
-            return [*_loops_around(parent), parent]
-        return _loops_around(parent) if parent is not None and not isinstance(parent, ProgramOp) else []
-    return _loops_around(owner)
-
-
-def _decided_on_host(value: SSAValue) -> bool:
-    """Whether only the host reads `value`: an If's condition, a Loop's trip count or condition (so a
-    trip count past the i32 range, as ONNX spells "no bound", need not fit the device)."""
-    uses = list(value.uses)
-    return bool(uses) and all(_read_by_host(u) for u in uses)
-
-
-def _read_by_host(use: Use) -> bool:
-    op = use.operation
-    if isinstance(op, IfOp):
-        return use.index == 0
-    if isinstance(op, LoopOp):
-        return use.index < op.has_trip.value.data + op.has_cond.value.data
-    return False
 
 
 def _reason(message: str) -> str:

@@ -16,7 +16,6 @@ host checked that it fits); u32 holds bool (0 or 1).  `_device_array` and `_host
 
 from __future__ import annotations
 
-import re
 import threading
 
 import numpy as np
@@ -142,7 +141,7 @@ class _Gpu:
             raise DeviceError("the wgpu package is not installed (pip install wgpu)")
         # wgpu names WebGPU's limits in kebab case (maxBufferSize -> max-buffer-size).
         limits = limits or {}
-        kebab = {k: re.sub("([A-Z])", lambda m: "-" + m.group(1).lower(), k) for k in limits}
+        kebab = {k: "".join(f"-{c.lower()}" if c.isupper() else c for c in k) for k in limits}
         wanted = {kebab[k]: v for k, v in limits.items()}
         # One device per process, shared by every Loam module: wgpu polls each device from a thread of
         # its own, and on OpenGL backends (llvmpipe) two devices in one process crash the process.

@@ -299,10 +299,15 @@ def _same_with_nans(model: onnx.ModelProto, feeds: dict[str, np.ndarray], padded
     """Loam's numbers are onnxruntime's, NaN where onnxruntime's are (a row of -inf scores).
 
     A `padded_row` (every key of a row at scores - 10000) agrees to float32's rounding at 10000 (an
-    ulp of 1e-3): one dot product summed in another order can round the other way there."""
+    ulp of 1e-3): one dot product summed in another order can round the other way there.  Elsewhere
+    the tolerance is relative to the output's largest magnitude: an element that is a near-cancelling
+    sum of values near 7 (onnxruntime's CPU kernels take other exp and sum paths on other CPUs) keeps
+    no more digits than those values do."""
     rtol, atol = (2e-3, 5e-4) if padded_row else (1e-4, 1e-5)
     for got, want in zip(run_loam(model, feeds), run_onnxruntime(model, feeds), strict=True):
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+        finite = np.abs(want[np.isfinite(want)])
+        scale = max(1.0, float(finite.max())) if finite.size else 1.0
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol * scale)
 
 
 @pytest.mark.parametrize("unidirectional", [0, 1])
