@@ -196,6 +196,7 @@ def weights_source(
     slots_more: Mapping[str, str],
     beside: bool = False,
     prepare: bool = False,
+    external: Sequence[tuple[str, str, int, int, str, tuple[int, ...]]] = (),
 ) -> str:
     """`class Weights`: `load`, `load_file`, `stored`, and `embedded()` where the IR carries every weight.
 
@@ -206,7 +207,9 @@ def weights_source(
     module attributes `loam.checkpoint_names` and `loam.row_orders`.  With `beside`, the carried
     weights not in `embedded_rows` are in the safetensors file written beside the module (`_beside`).
     With `prepare`, `__init__` ends by calling `_prepare(self)` (`prepare_source`), which sets the
-    attributes in `slots_more` that only the weights determine.
+    attributes in `slots_more` that only the weights determine.  `external` says where the weights in
+    raw ONNX external data files lie (`loam.external_data`); `load` and `load_file` read those files
+    by it (`_EXTERNAL`).
     """
     prepared = [(attr, prepared_names[attr]) for _, attr in weights if attr in prepared_names]
     slots = (*(attr for _, attr in weights), *(p for _, p in prepared), "_stored", "_source", *slots_more)
@@ -245,6 +248,13 @@ def weights_source(
     lines.append("    # Checkpoint tensors whose rows llama.cpp interleaved for its rotary embedding: head counts")
     lines.append(f"    _ROW_ORDERS = {dict(row_orders)!r}")
     lines.append("")
+    if external:
+        lines.append("    # Weights in ONNX external data files: ONNX name, file (relative to the model), offset,")
+        lines.append("    # length, dtype, shape")
+        lines += ["    _EXTERNAL = (", *[f"        {row!r}," for row in external], "    )"]
+    else:
+        lines.append("    _EXTERNAL = ()  # no weight is ONNX external data in a file of its own")
+    lines.append("")
     lines.append("    # The weights the graph carries: ONNX name, offset in _WEIGHT_BYTES, dtype, count, shape")
     lines += ["    _EMBEDDED = (", *[f"        {row}," for row in embedded_rows], "    )"]
     lines.append("")
@@ -261,18 +271,24 @@ def weights_source(
         "    @classmethod",
         '    def load(cls, data: object, packed: bool = True) -> "Weights":',
         '        """Read a checkpoint: the bytes (or memoryview) of one safetensors or GGUF file, or a mapping',
-        "        of shard name -> bytes.  Every tensor is checked against the graph before any is used;",
-        "        LoadError names the tensor and the axis that disagree.  `packed=False` widens the weights",
-        "        kept in ggml blocks (`_PACKED`) to float32 now: about 4x their memory, faster products.",
+        "        of shard name -> bytes"
+        + ("; for the weights in ONNX external data (`_EXTERNAL`), the data file's" if external else "."),
+        *(["        bytes (a mapping of file name -> bytes where there are several)."] if external else []),
+        "        Every tensor is checked against the graph before any is used; LoadError names the tensor",
+        "        and the axis that disagree.  `packed=False` widens the weights kept in ggml blocks",
+        "        (`_PACKED`) to float32 now: about 4x their memory, faster products.",
         '        """',
-        "        return cls._from(data, _read_checkpoint(data), packed)",
+        "        return cls._from(data, _read_checkpoint(data, cls._EXTERNAL), packed)",
         "",
         "    @classmethod",
         '    def load_file(cls, path: object, packed: bool = True) -> "Weights":',
         '        """Memory-map a checkpoint file read-only and load it: a path, a list of shard paths, or a',
-        '        Hugging Face `*.index.json` naming its shards.  The weights view the map, kept open with them."""',
-        "        data = _mapped(path)",
-        "        tensors = _read_checkpoint(data)",
+        "        Hugging Face `*.index.json` naming its shards"
+        + ("; or the ONNX external data file (`_EXTERNAL`), or the" if external else "."),
+        *(["        model's folder holding every such file."] if external else []),
+        '        The weights view the map, kept open with them."""',
+        "        data = _mapped(path, cls._EXTERNAL)",
+        "        tensors = _read_checkpoint(data, cls._EXTERNAL)",
         "        _check_index(path, tensors)",
         "        _unchanged(data)  # the file cut short since it was mapped: a LoadError, not SIGBUS",
         "        return cls._from(data, tensors, packed)",

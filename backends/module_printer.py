@@ -131,6 +131,9 @@ class ModulePrinter:
         self.weights_file: bytes | None = None
         self.checkpoint_names = checkpoint_names
         self.row_orders = row_orders
+        # Where the weights in raw ONNX external data files lie (`loam.external_data`: name, location,
+        # offset, length, dtype, shape); a backend sets it from the module attribute.
+        self.external: tuple[tuple[str, str, int, int, str, tuple[int, ...]], ...] = ()
         self.names = Names()
         self.pieces: set[str] = set()
         self.decode_state: list[StateInput] = []  # the inputs forward_in_place keeps in a DecodeState
@@ -458,6 +461,7 @@ class ModulePrinter:
             weights_source(
                 weights, self.prepared, rows, embedded, self.checkpoint_names, self.row_orders,
                 {**self.weight_slots, **self.load_slots}, beside=digest is not None, prepare=bool(self.load_lines),
+                external=self.external_read(),
             )
         )  # fmt: skip
         if out_fields:
@@ -534,7 +538,14 @@ class ModulePrinter:
             features.add("row_orders")
         if any("packed" in op.attributes for op, _ in self.weights):
             features.add("packed")
+        if self.external_read():
+            features.add("external")
         return features
+
+    def external_read(self) -> tuple[tuple[str, str, int, int, str, tuple[int, ...]], ...]:
+        """The rows of `external` for the weights forward reads from a file (`Weights._EXTERNAL`)."""
+        read = {op.weight_name.data for op, _ in self.weights if op.data is None}
+        return tuple(row for row in self.external if row[0] in read)
 
     def declarations(self) -> list[str]:
         """What the module declares between its marker classes and its constants."""

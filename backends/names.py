@@ -57,7 +57,7 @@ MODULE_NAMES = frozenset({
     "Weights", "Outputs", "forward", "INPUTS", "OUTPUTS", "SAFETENSORS_DTYPES", "FORMATS", "_POOL", "_WEIGHT_BYTES",
     "_BESIDE_DIGEST", "_BESIDE_DATA", "_prepare",
     "weights", "_env", "_src", "_buf", "_key",
-    "_SPECS", "_CHECKPOINT_NAMES", "_PACKED", "_ROW_ORDERS", "_EMBEDDED", "load", "load_file", "embedded",
+    "_SPECS", "_CHECKPOINT_NAMES", "_PACKED", "_ROW_ORDERS", "_EXTERNAL", "_EMBEDDED", "load", "load_file", "embedded",
     "stored", "_from", "_carried", "_stored", "_source", "_fields", "_field_defaults", "_make", "_replace", "_asdict",
     "self", "cls", "data", "path", "values", "tensors",
 })  # fmt: skip

@@ -65,6 +65,7 @@ from loam.backends.print_main import print_module
 from loam.dialects.kernel import ConstantOp, ProgramOp, TileProgramOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import UnsupportedError
+from loam.external_data import external_table
 from loam.limits import MAX_ELEMENTS
 from loam.poly import Poly
 from loam.weight_only import kept_results, weight_only
@@ -106,6 +107,7 @@ def numpy_module(module: ModuleOp, beside: bool = True) -> tuple[str, bytes | No
         checkpoint_formats(module),
         weights_beside(module) if beside else None,
     )
+    printer.external = external_table(module)
     return printer.emit(), printer.weights_file
 
 

@@ -85,6 +85,7 @@ from loam.dialects.kernel import (
 )
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.errors import UnsupportedError
+from loam.external_data import external_table
 from loam.limits import MAX_ELEMENTS
 from loam.passes.pack_quantized import PACKED_ATTR, STORED_ATTR
 from loam.poly import Poly
@@ -118,6 +119,7 @@ def wgsl_module(
         host_fallback=host_fallback,
         limits=device_limits(module),  # type: ignore[arg-type]
     )
+    emitter.external = external_table(module)  # type: ignore[arg-type]
     source = emitter.emit()
     return source, emitter.summary(), emitter.weights_file
 

@@ -219,6 +219,11 @@ def build(
         from loam.backends.wgsl_limits import LIMITS_ATTR, DeviceLimits, limits_attr
 
         ir.attributes[LIMITS_ATTR] = limits_attr(DeviceLimits.from_mapping(options.device_limits))
+    # Initializers in raw ONNX external data files: the module reads them by this table at load.
+    from loam.external_data import attach_external, external_rows
+
+    external = external_rows(ir, str(model) if not isinstance(model, onnx.ModelProto) else "model")
+    attach_external(ir, external)
     # pack-quantized reads which weights the checkpoint keeps in ggml blocks from here.
     stored = {n: (e.encoding, str(p)) for n, (p, e) in headers.items() if e.encoding in PACKED_ENCODINGS}
     record_stored_encodings(ir, stored)
@@ -265,7 +270,19 @@ def build(
     pass_notes = [n.data for n in build_notes(ir)]
     if all_checkpoints or options.inline_weights:
         say("checking the checkpoint" + (" and inlining its weights" if options.inline_weights else ""))
-    notes = check_checkpoints(ir, all_checkpoints, headers, inline=options.inline_weights) + pass_notes
+    own_files = {row[0] for row in external}
+    notes = check_checkpoints(ir, all_checkpoints, headers, inline=options.inline_weights, external=own_files)
+    notes += pass_notes
+    model_path = None if isinstance(model, onnx.ModelProto) else Path(model)
+    if options.inline_weights and external:
+        from loam.external_data import inline_external
+
+        inline_external(ir, external, model_path)
+    read = {spec.name for _, spec in weight_specs(ir)}
+    if any(row[0] in read for row in external):
+        from loam.external_data import load_note
+
+        notes.append(load_note([row for row in external if row[0] in read], model_path))
     say(f"emitting the {backend} module")
     if backend == "wgsl":
         from loam.backends.wgsl_module import wgsl_module
@@ -348,17 +365,23 @@ def rotary_row_orders(
 
 
 def check_checkpoints(
-    ir: ModuleOp, paths: Sequence[Path], found: Mapping[str, tuple[Path, HeaderEntry]], *, inline: bool
+    ir: ModuleOp,
+    paths: Sequence[Path],
+    found: Mapping[str, tuple[Path, HeaderEntry]],
+    *,
+    inline: bool,
+    external: set[str] | frozenset[str] = frozenset(),
 ) -> list[str]:
     """Check every weight the program reads against the checkpoints' headers; inline them if asked.
 
     Only the headers are read, unless `inline` (the `inline_weights` option) asks for the weights
-    to be written into the module: then each weight's own byte range is read too.
+    to be written into the module: then each weight's own byte range is read too.  The weights named
+    in `external` are ONNX external data in files of their own, which no checkpoint supplies.
     """
     from loam.checkpoint import check_weights, read_tensor
     from loam.dialects.graph import TensorDataAttr
 
-    specs = list(weight_specs(ir))
+    specs = [(op, spec) for op, spec in weight_specs(ir) if spec.name not in external]
     if not paths:
         if inline and specs:
             raise CheckpointError(

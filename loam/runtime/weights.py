@@ -9,7 +9,8 @@ and the load agree on what a checkpoint supplies.
 - `_read_safetensors`, `_read_gguf` (over `loam.runtime.gguf.parse_gguf_header`),
   `_read_checkpoint` (one file or a mapping of shard name -> bytes): every tensor's encoding, shape
   and raw bytes, refusing malformed headers, byte ranges that overlap, leave holes or pass the end
-  (naming the first tensor cut off).
+  (naming the first tensor cut off); `_read_external`: ONNX external data files, which have no
+  header, read by the table of offsets the build took from the graph.
 - `_mapped`, `_check_index`: `Weights.load_file`'s read-only memory map (numpy.memmap), of one file,
   a list of shards or a Hugging Face `*.index.json` and the shards it names; `_unchanged`: each
   mapped file still as long as its map once the header is checked (a LoadError, never SIGBUS).
@@ -287,16 +288,22 @@ def _read_gguf(data: object, where: str = "checkpoint") -> dict[str, tuple[str, 
     return tensors
 
 
-def _read_checkpoint(data: object) -> dict[str, tuple[str, tuple[int, ...], memoryview, str]]:
+def _read_checkpoint(
+    data: object, external: tuple[tuple[str, str, int, int, str, tuple[int, ...]], ...] = ()
+) -> dict[str, tuple[str, tuple[int, ...], memoryview, str]]:
     """Every tensor of a checkpoint: name -> (encoding, shape, raw bytes, shard name or "").
 
     `data` is one file's bytes (safetensors, or GGUF by its magic), or a mapping of shard name ->
-    bytes; a tensor in two shards is refused naming both.
+    bytes; a tensor in two shards is refused naming both.  A module built from ONNX external data
+    passes its table of where each such tensor lies (`external`, `_read_external`): the files it
+    names are read by that table, any other shard as a checkpoint.
     """
     shards = dict(data.items()) if hasattr(data, "items") and not isinstance(data, np.ndarray) else {"": data}
     if not shards:
         raise LoadError("a sharded checkpoint needs at least one shard")
     found: dict[str, tuple[str, tuple[int, ...], memoryview, str]] = {}
+    if external:
+        shards, found = _read_external(shards, external)
     for shard, blob in shards.items():
         where = f"checkpoint shard '{shard}'" if shard else "checkpoint"
         view = _bytes_of(blob, where)
@@ -315,9 +322,63 @@ def _read_checkpoint(data: object) -> dict[str, tuple[str, tuple[int, ...], memo
     return found
 
 
-def _mapped(path: object) -> object:
+def _read_external(
+    shards: dict[object, object], external: tuple[tuple[str, str, int, int, str, tuple[int, ...]], ...]
+) -> tuple[dict[object, object], dict[str, tuple[str, tuple[int, ...], memoryview, str]]]:
+    """The tensors a module built from ONNX external data reads from its data files, and the shards
+    given that are none of those files (checkpoints, read as such).
+
+    `external` holds, per tensor, (ONNX name, the file's location relative to the model, byte
+    offset, byte length, encoding, shape), as the build read them from the graph: a data file has no
+    header of its own (`model.onnx.data`, `model.onnx_data`, torch's and onnx's
+    `save_as_external_data`).  One buffer given alone is the data file where the table names one;
+    in a mapping, a key names a file by its location or by a path ending in it.  Each tensor's
+    bytes are a view of its file at its offset; a range past the file's end is refused naming the
+    tensor, and its length is checked against its shape with the graph's (`_check_weight`).
+    """
+    files = sorted({row[1] for row in external})
+    given: dict[str, tuple[object, object]] = {}  # location -> (the key it was given under, its bytes)
+    rest: dict[object, object] = {}
+    if list(shards) == [""]:
+        if len(files) != 1:
+            raise LoadError(
+                f"this module reads ONNX external data from {len(files)} files ({', '.join(files)}): give a "
+                "mapping of file name -> bytes, or Weights.load_file(the model's folder)"
+            )
+        given[files[0]] = ("", shards[""])
+    else:
+        for key, blob in shards.items():
+            text = str(key).replace("\\", "/")
+            location = next((f for f in files if text == f or text.endswith("/" + f)), None)
+            if location is None:
+                rest[key] = blob
+            elif location in given:
+                raise LoadError(f"'{given[location][0]}' and '{key}' are both the external data file '{location}'")
+            else:
+                given[location] = (key, blob)
+    views = {location: _bytes_of(blob, f"external data file '{location}'") for location, (_, blob) in given.items()}
+    tensors: dict[str, tuple[str, tuple[int, ...], memoryview, str]] = {}
+    for name, location, offset, length, encoding, shape in external:
+        view = views.get(location)
+        if view is None:
+            listed = ", ".join(f"'{k}'" for k in shards) or "none"
+            raise LoadError(
+                f"tensor '{name}' is ONNX external data in '{location}', which is not among the files given ({listed})"
+            )
+        if offset + length > len(view):
+            raise LoadError(
+                f"external data file '{location}': tensor '{name}' needs bytes {offset}..{offset + length}, and the "
+                f"file ends after {len(view)} (it is cut short, or is not this model's data)"
+            )
+        tensors[name] = (encoding, shape, view[offset : offset + length], location)
+    return rest, tensors
+
+
+def _mapped(path: object, external: tuple[tuple[str, str, int, int, str, tuple[int, ...]], ...] = ()) -> object:
     """A checkpoint file memory-mapped read-only; several paths (a list) or a Hugging Face
-    `*.index.json` map to a dict of shard name -> mapping, for `_read_checkpoint`."""
+    `*.index.json` map to a dict of shard name -> mapping, for `_read_checkpoint`.  For a module
+    built from ONNX external data (`external`), a folder maps each data file the table names in it
+    (the model's folder as written: `model.onnx.data`, or one file per tensor)."""
 
     def one(p: object) -> np.ndarray:
         try:
@@ -328,6 +389,21 @@ def _mapped(path: object) -> object:
     if isinstance(path, (list, tuple)):
         return {str(p): one(p) for p in path}
     text = str(path)
+    folder = False
+    if external:
+        try:
+            open(text, "rb").close()
+        except IsADirectoryError:  # the model's folder: every data file the module reads, by location
+            folder = True
+        except OSError:
+            pass  # mapping it says why
+    if folder:
+        files = {row[1]: row[0] for row in external}
+        for location, name in files.items():
+            parts = location.replace("\\", "/").split("/")
+            if location.startswith(("/", "\\")) or ":" in parts[0] or ".." in parts:
+                raise LoadError(f"tensor '{name}': external data location {location!r} is outside the folder")
+        return {location: one(f"{text.rstrip('/') or '/'}/{location}") for location in sorted(files)}
     if not text.endswith(".json"):
         return one(path)
     try:
@@ -609,6 +685,7 @@ PIECES: dict[str, object] = {
     "_read_safetensors": _read_safetensors,
     "_read_gguf": _read_gguf,
     "_read_checkpoint": _read_checkpoint,
+    "_read_external": _read_external,
     "_mapped": _mapped,
     "_check_index": _check_index,
     "_unchanged": _unchanged,
@@ -627,6 +704,7 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "_read_safetensors": ("LoadError", "_bytes_of", "_parse_json", "SAFETENSORS_DTYPES"),
     "_read_gguf": ("LoadError", "_bytes_of", "parse_gguf_header"),
     "_read_checkpoint": ("LoadError", "_bytes_of", "_read_safetensors", "FORMATS"),
+    "_read_external": ("LoadError", "_bytes_of"),
     "_mapped": ("LoadError", "_parse_json"),
     "_check_index": ("LoadError", "_parse_json"),
     "_unchanged": ("LoadError",),
@@ -645,8 +723,10 @@ FEATURES: dict[str, dict[str, tuple[str, ...]]] = {
     "renames": {"_load_weights": ("graph_name_of",)},
     "packed": {"_load_weights": ("_packed_blocks",)},
     "row_orders": {"_load_weights": ("_rotary_rows",)},
+    "external": {"_read_checkpoint": ("_read_external",)},
 }
 """What a piece reads only for a feature some models use (feature -> piece -> pieces): GGUF checkpoints
 (their reader and ggml dequantization), `[checkpoint_names]` rules, weights kept packed, rows
-un-interleaved.  A module without the feature never reaches the branches that read them, so it does not
-carry them; `_read_checkpoint` refuses a GGUF file by `FORMATS`, naming why."""
+un-interleaved, ONNX external data read by the graph's table of offsets.  A module without the feature
+never reaches the branches that read them, so it does not carry them; `_read_checkpoint` refuses a GGUF
+file by `FORMATS`, naming why."""
