@@ -6,8 +6,11 @@ Why: the build reads a graph and a checkpoint header, and a `.onnx` interleaves 
 graph, so neither a diff nor the build cache can tell a new graph from new weights.  The split graph
 is `onnx.printer` text whose float initializers carry no values: each is an external-data entry
 pointing at its byte range in the safetensors file, which holds it under the graph's own name (the
-layout of examples/digits).  Integer and bool initializers (shapes, indices) are graph, not
-weights: they stay in the text with their values, as does every Constant node.
+layout of examples/digits).  So do the packed integer weights of the quantized operators
+(`_PACKED_OPERANDS`: MatMulNBits' int4 blocks and zero points, GatherBlockQuantized's table,
+DequantizeLinear's quantized tensor): they are the bulk of an int4 model, and as text they would
+take twice their bytes in hex.  Other integer and bool initializers (shapes, indices) are graph,
+not weights: they stay in the text with their values, as does every Constant node.
 
 External data of the input is read only where its location resolves inside the model's folder
 (`loam.frontends.onnx_proto.external_data_path`), and every refusal names the tensor.
@@ -37,6 +40,21 @@ _MOVED: dict[int, str] = {
     TensorProto.FLOAT16: "F16",
     TensorProto.BFLOAT16: "BF16",
     TensorProto.DOUBLE: "F64",
+}
+# The integer element types a packed weight may have, with their safetensors dtype names.
+_PACKED_TYPES: dict[int, str] = {
+    TensorProto.UINT8: "U8",
+    TensorProto.INT8: "I8",
+    TensorProto.UINT16: "U16",
+    TensorProto.INT16: "I16",
+    TensorProto.INT32: "I32",
+}
+# (domain, operator) -> the inputs (by position) that hold a quantized weight's packed integers.
+_PACKED_OPERANDS: dict[tuple[str, str], tuple[int, ...]] = {
+    ("com.microsoft", "MatMulNBits"): (1, 3),  # B's blocks, zero_points
+    ("com.microsoft", "GatherBlockQuantized"): (0, 3),  # data, zero_points
+    ("com.microsoft", "DequantizeLinear"): (0,),
+    ("", "DequantizeLinear"): (0,),
 }
 # The typed data fields a TensorProto may carry its values in (cleared when the values move out).
 _DATA_FIELDS = (
@@ -87,9 +105,11 @@ def split_model(model: str | Path, out_dir: str | Path) -> SplitResult:
     payloads: dict[str, tuple[str, tuple[int, ...], bytes, str]] = {}  # name -> (dtype, shape, bytes, where)
     moved: list[TensorProto] = []
     kept: list[str] = []
+    packed = _packed_names(proto.graph)
     for tensor, where in _initializers(proto.graph, f"graph '{proto.graph.name}'"):
         data = _tensor_bytes(folder, tensor, where, model)
-        if tensor.data_type not in _MOVED:
+        dtype = _MOVED.get(tensor.data_type) or (_PACKED_TYPES.get(tensor.data_type) if tensor.name in packed else None)
+        if dtype is None:
             if tensor.data_location == TensorProto.EXTERNAL:
                 _set_inline(tensor, data)  # a shape or an index table is graph: it stays in the text
             kept.append(tensor.name)
@@ -99,7 +119,7 @@ def split_model(model: str | Path, out_dir: str | Path) -> SplitResult:
             raise ModelError(f"{model}: {where}: an initializer without a name cannot be stored in a checkpoint")
         if name == "__metadata__":
             raise ModelError(f"{model}: {where}: '__metadata__' is reserved by safetensors; rename the initializer")
-        entry = (_MOVED[tensor.data_type], tuple(tensor.dims), data, where)
+        entry = (dtype, tuple(tensor.dims), data, where)
         previous = payloads.get(name)
         if previous is not None and previous[:3] != entry[:3]:
             raise ModelError(
@@ -118,9 +138,10 @@ def split_model(model: str | Path, out_dir: str | Path) -> SplitResult:
         tensor.data_location = TensorProto.EXTERNAL
         for key, value in (("location", checkpoint_path.name), ("offset", str(offset)), ("length", str(length))):
             tensor.external_data.add(key=key, value=value)
+    _unname_attribute_tensors(proto.graph)
     text = onnx.printer.to_text(proto)
     header = (
-        f"# Split by `loam split` from {model.name}: float initializers are external data in "
+        f"# Split by `loam split` from {model.name}: float initializers and packed weights are external data in "
         f"{checkpoint_path.name}; build with --checkpoint {checkpoint_path.name}.\n"
     )
     graph_path.write_text(header + text + ("" if text.endswith("\n") else "\n"), encoding="utf-8")
@@ -151,6 +172,34 @@ def _initializers(graph: GraphProto, where: str) -> Iterator[tuple[TensorProto, 
             subgraphs = [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs)
             for sub in subgraphs:
                 yield from _initializers(sub, f"{where}: node '{node.name}' attribute '{attr.name}'")
+
+
+def _unname_attribute_tensors(graph: GraphProto) -> None:
+    """Drop the names of the tensors node attributes hold (a Constant's value): onnx.printer writes such a
+    name (`tensor = int64[1] "c" {1}`, as onnxruntime-genai's builder names its constants), which neither
+    onnx.parser nor Loam's reader takes back, and the name means nothing there."""
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == AttributeProto.TENSOR:
+                attr.t.ClearField("name")
+            for t in attr.tensors:
+                t.ClearField("name")
+            for sub in [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs):
+                _unname_attribute_tensors(sub)
+
+
+def _packed_names(graph: GraphProto) -> set[str]:
+    """The names that `graph` (and its subgraphs) read as a quantized operator's packed integers."""
+    names: set[str] = set()
+    for node in graph.node:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        for i in _PACKED_OPERANDS.get((domain, node.op_type), ()):
+            if i < len(node.input) and node.input[i]:
+                names.add(node.input[i])
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs):
+                names |= _packed_names(sub)
+    return names
 
 
 def _external_file(folder: Path, tensor: TensorProto, where: str, model: Path) -> Path:
@@ -220,7 +269,7 @@ def _write_safetensors(
     generated loader can view it in place; the header is padded with spaces to a multiple of 8, as
     the safetensors library writes it.
     """
-    widths = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
+    widths = {"F64": 8, "F32": 4, "I32": 4, "F16": 2, "BF16": 2, "U16": 2, "I16": 2, "U8": 1, "I8": 1}
     order = sorted(tensors, key=lambda n: -widths[tensors[n][0]])  # stable: graph order within a width
     header: dict[str, object] = {}
     ranges: dict[str, tuple[int, int]] = {}

@@ -27,6 +27,7 @@ from loam.tools import loam_main
 
 ROOT = Path(__file__).resolve().parents[2]
 GPT2 = ROOT / "tests" / "models" / "tiny_gpt2"
+GENAI = ROOT / "tests" / "models" / "genai"
 
 
 @pytest.fixture(autouse=True)
@@ -148,6 +149,40 @@ def test_tiny_gpt2_split_builds_and_matches_onnxruntime(tmp_path: Path) -> None:
     got = built.module.forward(weights, ids, mask)
     want = run_onnxruntime(original, {"input_ids": ids, "attention_mask": mask})
     assert_same([np.asarray(g) for g in got], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["llama_int4", "qwen2_int4"])
+def test_the_builders_int4_blocks_go_in_the_checkpoint_and_build(tmp_path: Path, name: str) -> None:
+    """MatMulNBits' packed blocks (uint8) are weights, not graph: the split keeps them in the safetensors
+    file as U8, the text holds no value of theirs, and the split pair computes onnxruntime's logits on
+    the builder's own model (Qwen2's GatherBlockQuantized reads its tied head's blocks through them)."""
+    from loam.draft import draft_layout
+    from loam.frontends.onnx_text import read_onnx_text
+
+    folder = GENAI / name
+    result = split_model(folder / "model.onnx", tmp_path / "out")
+    original = onnx.load(str(folder / "model.onnx"))
+    blocks = {t.name for t in original.graph.initializer if t.name.endswith("_Q4")}
+    assert blocks and blocks <= set(result.moved)
+    stored = load_file(str(result.checkpoint))
+    assert all(stored[b].dtype == np.uint8 for b in blocks)
+    reread = read_onnx_text(result.graph)  # Loam's reader: onnx.parser refuses the builder's '[1]' names
+    assert all(t.data_location == TensorProto.EXTERNAL for t in reread.graph.initializer if t.name in blocks)
+    assert result.graph.stat().st_size < 40_000  # the graph alone (it was 274 kB with the blocks as hex)
+
+    options = Options(dims={"kv_cache_dim": 16}, checkpoints=(result.checkpoint,))
+    built = build(result.graph, options=draft_layout(result.graph, options=options).options(options))
+    weights = built.module.Weights.load_file(result.checkpoint)
+    assert all(weights.stored(b).dtype == np.uint8 for b in blocks)
+    empty = np.zeros((1, 2, 0, 16), np.float32)
+    feeds = {
+        "input_ids": np.array([[5, 17, 42, 7]], np.int64),
+        "attention_mask": np.ones((1, 4), np.int64),
+        **{f"past_key_values.{i}.{kv}": empty for i in range(2) for kv in ("key", "value")},
+    }
+    got = built.module.forward(weights, *[feeds[n] for n, *_ in built.module.INPUTS])
+    want = run_onnxruntime(original, feeds)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
 
 
 # -- refusals --------------------------------------------------------------------------------------
