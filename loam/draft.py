@@ -80,11 +80,12 @@ def draft_layout(
     model: str | Path | onnx.ModelProto, checkpoints: Sequence[str | Path] = (), options: Options | None = None
 ) -> LayoutDraft:
     """Draft the layout of `model`'s main graph, keeping every rule `options` already gives."""
+    from loam.genai import with_config_dims
     from loam.passes.apply_options import ApplyOptionsPass, attach_options, main_graph
     from loam.passes.stage0 import Stage0Pass
     from loam.registry import read_model
 
-    options = options or Options()
+    options = with_config_dims(model, options or Options())[0]  # what the build will fix (kv_cache_dim)
     ir = read_model(model)
     attach_options(ir, options)
     from loam.context import make_context

@@ -184,6 +184,10 @@ def build(
     from loam.passes.pack_quantized import PACKED_ENCODINGS, record_stored_encodings
 
     options = options or Options()
+    # An onnxruntime-genai folder's config states extents the graph leaves symbolic (kv_cache_dim).
+    from loam.genai import with_config_dims
+
+    options, config_notes = with_config_dims(model, options)
     grad = options.grad if grad is None else grad
     names = options.checkpoint_names
     table = None
@@ -272,7 +276,7 @@ def build(
         say("checking the checkpoint" + (" and inlining its weights" if options.inline_weights else ""))
     own_files = {row[0] for row in external}
     notes = check_checkpoints(ir, all_checkpoints, headers, inline=options.inline_weights, external=own_files)
-    notes += pass_notes
+    notes += config_notes + pass_notes
     model_path = None if isinstance(model, onnx.ModelProto) else Path(model)
     if options.inline_weights and external:
         from loam.external_data import inline_external

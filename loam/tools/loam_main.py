@@ -602,6 +602,10 @@ def _build(args: argparse.Namespace) -> None:
     if args.device_limits is not None and args.backend != "wgsl":
         raise UsageError("--device-limits describes a WebGPU device: it needs --backend wgsl or --target browser")
     extra = {"fuse": fuse, "backend": args.backend, "host_fallback": args.host_fallback, "grad": grad}
+    from loam.genai import config_digest
+
+    if (digest := config_digest(model)) is not None:  # it fixes extents (loam.genai): a new one is a new build
+        extra["genai_config"] = digest
 
     def make() -> cache.CachedBuild:
         from loam.pipeline import build

@@ -9,7 +9,9 @@ as the embedding table.  greedy.json records onnxruntime-genai's greedy tokens f
 Each test builds `model.onnx` as the builder wrote it, with one option: the builder declares the KV
 cache's head extent as the symbol `kv_cache_dim`, which the heads' size fixes; `dims` says so.  Then
 a greedy loop runs the prompt with an empty past and one token per step, each step's presents fed
-back as the next step's past by name (the builder lists all keys, then all values).
+back as the next step's past by name (the builder lists all keys, then all values).  Built from the
+folder's path instead, the build reads `genai_config.json` for that extent and the module loads
+`model.onnx.data` itself: no option but the drafted layout.
 """
 
 from __future__ import annotations
@@ -21,22 +23,21 @@ import numpy as np
 import onnx
 import pytest
 
+from loam.draft import draft_layout
+from loam.errors import LoamError
 from loam.options import Options
-from loam.testing import build_for, run_built
+from loam.pipeline import build
+from loam.testing import build_for
 
 GENAI = Path(__file__).resolve().parent / "genai"
 RECORD = json.loads((GENAI / "greedy.json").read_text(encoding="utf-8"))
 
 
-@pytest.mark.parametrize("name", ["llama_int4", "qwen2_int4"])
-def test_the_builders_int4_model_decodes_onnxruntime_genais_tokens(name: str) -> None:
-    model = onnx.load(str(GENAI / name / "model.onnx"))
+def greedy_tokens(module: object, weights: object, name: str, outputs: list[str]) -> None:
+    """Decode each recorded prompt greedily with `module` and assert onnxruntime-genai's tokens."""
     config = json.loads((GENAI / name / "genai_config.json").read_text(encoding="utf-8"))["model"]["decoder"]
     layers, kv_heads, head = config["num_hidden_layers"], config["num_key_value_heads"], config["head_size"]
-    ops = {(n.domain, n.op_type) for n in model.graph.node}
-    assert ("com.microsoft", "MatMulNBits") in ops and ("com.microsoft", "GroupQueryAttention") in ops
-    built = build_for(model, Options(dims={"kv_cache_dim": head}))
-    outputs = [o.name for o in model.graph.output]
+    order = [n for n, *_ in module.INPUTS]  # type: ignore[attr-defined]
     for case in RECORD["models"][name]:
         ids = np.array([case["prompt"]], np.int64)
         past = {
@@ -47,12 +48,44 @@ def test_the_builders_int4_model_decodes_onnxruntime_genais_tokens(name: str) ->
         length, generated = 0, []
         while len(generated) < len(case["generated"]):
             length += ids.shape[1]
-            got = run_built(built, {"input_ids": ids, "attention_mask": np.ones((1, length), np.int64), **past})
+            feeds = {"input_ids": ids, "attention_mask": np.ones((1, length), np.int64), **past}
+            got = module.forward(weights, *[feeds[n] for n in order])  # type: ignore[attr-defined]
             token = int(np.argmax(got[0][0, -1]))
             generated.append(token)
             ids = np.array([[token]], np.int64)
             past = {o.replace("present", "past_key_values"): v for o, v in zip(outputs[1:], got[1:], strict=True)}
         assert generated == case["generated"], f"prompt {case['prompt']}"
+
+
+@pytest.mark.parametrize("name", ["llama_int4", "qwen2_int4"])
+def test_the_builders_int4_model_decodes_onnxruntime_genais_tokens(name: str) -> None:
+    model = onnx.load(str(GENAI / name / "model.onnx"))
+    head = json.loads((GENAI / name / "genai_config.json").read_text(encoding="utf-8"))["model"]["decoder"]["head_size"]
+    ops = {(n.domain, n.op_type) for n in model.graph.node}
+    assert ("com.microsoft", "MatMulNBits") in ops and ("com.microsoft", "GroupQueryAttention") in ops
+    built = build_for(model, Options(dims={"kv_cache_dim": head}))
+    greedy_tokens(built.module, built.module.Weights.embedded(), name, [o.name for o in model.graph.output])
+
+
+@pytest.mark.parametrize("name", ["llama_int4", "qwen2_int4"])
+def test_the_folder_as_written_builds_from_its_config_and_loads_its_data_file(name: str) -> None:
+    """No `dims`: genai_config.json beside model.onnx fixes kv_cache_dim (a build note says so), and the
+    module reads model.onnx.data with Weights.load_file."""
+    path = GENAI / name / "model.onnx"
+    built = build(path, options=draft_layout(path).options())
+    assert f"{GENAI / name / 'genai_config.json'} fixes kv_cache_dim = 16 (model.decoder.head_size)" in built.notes
+    assert any("ONNX external data in model.onnx.data" in note for note in built.notes)
+    weights = built.module.Weights.load_file(GENAI / name / "model.onnx.data")
+    outputs = [o.name for o in onnx.load(str(path), load_external_data=False).graph.output]
+    greedy_tokens(built.module, weights, name, outputs)
+
+
+def test_a_config_that_is_not_genais_is_refused_naming_it(tmp_path: Path) -> None:
+    for f in ("model.onnx", "model.onnx.data"):
+        (tmp_path / f).write_bytes((GENAI / "llama_int4" / f).read_bytes())
+    (tmp_path / "genai_config.json").write_text('{"model": {"type": "llama"}}', encoding="utf-8")
+    with pytest.raises(LoamError, match=r"genai_config.json: has no 'model.decoder' object"):
+        build(tmp_path / "model.onnx")
 
 
 def test_the_weights_stay_packed() -> None:
