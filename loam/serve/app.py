@@ -29,7 +29,7 @@ import base64
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -293,7 +293,10 @@ class App:
 
     # -- generation ---------------------------------------------------------------------------------------------
 
-    def _sampling(self, fields: Fields, max_tokens_name: str, default_max: int) -> SamplingParams:
+    def _sampling(
+        self, fields: Fields, max_tokens_name: str, default_max: int, defaults: Mapping[str, float]
+    ) -> SamplingParams:
+        """The request's sampling fields; `defaults` (the package's search defaults) stand in for the API's."""
         fields.unsupported()
         max_tokens = fields.integer(max_tokens_name, None, 1)
         if max_tokens is None and max_tokens_name == "max_completion_tokens":
@@ -304,8 +307,8 @@ class App:
             raise ServeError("'stop' must be a non-empty string or an array of at most 16 of them", param="stop")
         return SamplingParams(
             max_tokens=max_tokens if max_tokens is not None else default_max,
-            temperature=fields.number("temperature", 1.0, 0.0, 2.0),
-            top_p=fields.number("top_p", 1.0, 0.0, 1.0, open_low=True),
+            temperature=fields.number("temperature", defaults.get("temperature", 1.0), 0.0, 2.0),
+            top_p=fields.number("top_p", defaults.get("top_p", 1.0), 0.0, 1.0, open_low=True),
             seed=fields.integer("seed", None, -(1 << 63)),
             stop=tuple(stop),
             ignore_eos=bool(fields.get("ignore_eos", (bool,), False)),
@@ -327,7 +330,7 @@ class App:
             served.control.encode(served.state, p, flags_, "prompt" if len(prompts) == 1 else f"prompt[{i}]")  # type: ignore[attr-defined]
             for i, p in enumerate(prompts)
         ]
-        params = self._sampling(fields, "max_tokens", 16)
+        params = self._sampling(fields, "max_tokens", 16, served.package.spec.sampling)
         return await self._generate(request, fields, served, ids, params, flags_, chat=False)
 
     async def chat_completions(self, request: HttpRequest) -> Response:
@@ -337,7 +340,8 @@ class App:
         flags_ = _tokenizer_flags(fields, flags.SKIP_SPECIAL_TOKENS)
         ids = served.control.encode_chat(served.state, messages, "messages")  # type: ignore[attr-defined]
         context = served.package.spec.capacities.context_tokens
-        params = self._sampling(fields, "max_completion_tokens", max(1, context - len(ids) - 1))
+        defaults = served.package.spec.sampling
+        params = self._sampling(fields, "max_completion_tokens", max(1, context - len(ids) - 1), defaults)
         return await self._generate(request, fields, served, [ids], params, flags_, chat=True)
 
     async def _generate(

@@ -40,7 +40,7 @@ import re
 import sys
 import types
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from loam.errors import LoamError, ShapeError
@@ -101,6 +101,7 @@ class StageSpec:
     pooling: str | None = None  # embedding stages: appended to the graph (see loam.serve.pooling)
     normalize: bool = False
     output: str | None = None
+    draft: bool = False  # the layout is drafted at build time (an onnxruntime-genai folder's decoder)
 
 
 @dataclass(frozen=True)
@@ -116,11 +117,18 @@ class PackageSpec:
     control: Path | None
     capacities: Capacities
     description: str = ""
+    sampling: Mapping[str, float] = field(default_factory=dict)
+    """Defaults of the requests' `temperature` and `top_p` (absent: the API's, 1.0 and 1.0)."""
 
 
 def read_package(folder: str | Path) -> PackageSpec:
-    """Read and check `folder/model.json`; refuse with a PackageError naming the file and the key."""
+    """Read and check `folder/model.json`; refuse with a PackageError naming the file and the key.  An
+    onnxruntime-genai folder without one is described by its `genai_config.json` (`genai_package`)."""
     folder = Path(folder)
+    from loam.serve.genai_package import genai_package, is_genai_folder
+
+    if is_genai_folder(folder):
+        return genai_package(folder)
     manifest = folder / "model.json"
     where = str(manifest)
     if not folder.is_dir():
@@ -300,21 +308,29 @@ class Package:
         return {name: stage.cache_hit for name, stage in self.stages.items()}
 
 
-def open_package(folder: str | Path, progress: Callable[[str], None] = lambda _message: None) -> Package:
+def open_package(
+    folder: str | Path, progress: Callable[[str], None] = lambda _message: None, *, spec: PackageSpec | None = None
+) -> Package:
     """Register `folder`: read model.json, build every stage (through the build cache), open each source
-    once and load every stage's weights.  Any failure is a LoamError naming the file, tensor and axis."""
+    once and load every stage's weights.  Any failure is a LoamError naming the file, tensor and axis.
+    `spec`, where given, is the folder's spec as read (and changed) by the caller."""
     from loam import cache
     from loam.pipeline import import_source
 
-    spec = read_package(folder)
+    spec = read_package(folder) if spec is None else spec
     stages: dict[str, Stage] = {}
     for stage_spec in spec.stages.values():
         progress(f"{spec.name}: building stage {stage_spec.name} from {stage_spec.graph.name}")
+        flags: dict[str, object] = {"backend": "numpy", "pooling": stage_spec.pooling,
+                                    "normalize": stage_spec.normalize, "output": stage_spec.output}  # fmt: skip
+        if stage_spec.draft:  # the layout is the draft of the graph and its genai config: both are the key
+            from loam.genai import config_digest
+
+            flags.update(draft=True, genai_config=config_digest(stage_spec.graph))
         built, hit = cache.cached(
             stage_spec.graph,
             stage_spec.options,
-            {"backend": "numpy", "pooling": stage_spec.pooling, "normalize": stage_spec.normalize,
-             "output": stage_spec.output},
+            flags,
             lambda stage_spec=stage_spec: _build_stage(stage_spec, progress),  # type: ignore[misc]
             progress,
         )  # fmt: skip
@@ -331,7 +347,10 @@ def open_package(folder: str | Path, progress: Callable[[str], None] = lambda _m
             opened[source] = stage.module._mapped(target)  # the module runtime's own read-only map
         progress(f"{spec.name}: loading the weights of stage {stage.spec.name}")
         try:
-            if source is None:
+            if source is None and getattr(stage.module.Weights, "_EXTERNAL", ()):
+                # The graph's ONNX external data, in the files beside it (`model.onnx.data`).
+                stage.weights = stage.module.Weights.load_file(str(stage.spec.graph.parent), packed=stage.spec.packed)
+            elif source is None:
                 stage.weights = stage.module.Weights.embedded()
             else:
                 stage.weights = stage.module.Weights.load(opened[source], packed=stage.spec.packed)
@@ -341,7 +360,7 @@ def open_package(folder: str | Path, progress: Callable[[str], None] = lambda _m
                 "no weights"
             ) from None
         except ValueError as err:  # the module's LoadError names the tensor and the axis
-            shown = ", ".join(str(p) for p in spec.sources[source]) if source else "the module"
+            shown = ", ".join(str(p) for p in spec.sources[source]) if source else str(stage.spec.graph.parent)
             raise PackageError(f"stage {stage.spec.name!r}, checkpoint {shown}: {err}") from None
         if stage.spec.packed and hasattr(stage.module, "set_compiled"):
             progress(f"{spec.name}: compiling stage {stage.spec.name}'s packed products (numba, where installed)")
@@ -376,6 +395,11 @@ def _build_stage(stage: StageSpec, progress: Callable[[str], None]) -> object:
                 )
             options = dataclasses.replace(options, outputs=None)
         model = pooled_model(stage.graph, stage.pooling or "none", stage.normalize, output, key=f"{key}.output")
+    if stage.draft:
+        from loam.draft import draft_layout
+
+        progress(f"drafting the layout of {stage.graph}")
+        options = draft_layout(stage.graph, options=options).options(options)
     result = build(model, options=options, progress=progress)  # type: ignore[arg-type]
     return cache.CachedBuild(result.source, result.report, tuple(result.notes), result.weights)
 

@@ -27,7 +27,11 @@ from loam.options import Options
 from loam.tools._cli import EXIT_USAGE, CliParser, fail, run_guarded, wants_debug
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from loam.generate import Decoder
     from loam.layout import LayoutRule
+    from loam.tokenizer import Tokenizer
 
 __all__ = ["build_parser", "main", "options_from_args"]
 
@@ -362,9 +366,18 @@ def build_parser() -> CliParser:
         "of the steps go to stderr at the end. The tokenizer comes from the GGUF checkpoint's metadata "
         "unless --tokenizer names a tokenizer.json.",
     )
-    generate.add_argument("module", type=Path, metavar="MODULE.py", help="the module `loam build` wrote")
     generate.add_argument(
-        "--checkpoint", required=True, type=Path, metavar="FILE", help="the weights (a GGUF file carries the tokenizer)"
+        "module",
+        type=Path,
+        metavar="MODULE.py|DIR",
+        help="the module `loam build` wrote, or a package folder (`loam serve`'s: a model.json, or an "
+        "onnxruntime-genai folder as its builder wrote it), built through the build cache",
+    )
+    generate.add_argument(
+        "--checkpoint",
+        type=Path,
+        metavar="FILE",
+        help="the module's weights (a GGUF file carries the tokenizer); a package folder names its own",
     )
     generate.add_argument("--prompt", required=True, help="the text to continue (with --chat: the user's message)")
     generate.add_argument(
@@ -375,7 +388,10 @@ def build_parser() -> CliParser:
         "--max-new-tokens", type=int, default=64, metavar="N", help="stop after N new tokens (default 64)"
     )
     generate.add_argument(
-        "--temperature", type=float, default=0.0, metavar="T", help="0 (default): greedy; above 0: sample at T"
+        "--temperature",
+        type=float,
+        metavar="T",
+        help="0: greedy; above 0: sample at T (default: greedy, or a package's search defaults)",
     )
     generate.add_argument("--seed", type=int, default=0, metavar="S", help="the sampling seed (default 0)")
     generate.add_argument(
@@ -469,11 +485,23 @@ def _generate(args: argparse.Namespace) -> None:
         raise UsageError(f"--max-new-tokens {args.max_new_tokens}: give 0 or more")
     if args.system is not None and not args.chat:
         raise UsageError("--system needs --chat")
-    if not args.checkpoint.is_file():
+    temperature = args.temperature
+    decoder: Decoder | None = None
+    tokenizer: Tokenizer | None = None
+    if args.module.is_dir():  # a package: its graph built (cached), its weights and tokenizer its own
+        if args.checkpoint is not None:
+            raise UsageError(f"--checkpoint: {args.module} is a package folder, which names its own weights")
+        decoder, tokenizer, defaults = _package_decoder(args.module, packed=not args.widen)
+        temperature = defaults.get("temperature", 0.0) if temperature is None else temperature
+    elif args.checkpoint is None:
+        raise UsageError(f"{args.module} is a module: give --checkpoint FILE, its weights")
+    elif not args.checkpoint.is_file():
         raise CheckpointError(f"{args.checkpoint}: no such checkpoint file")
     if args.tokenizer is not None:
         tokenizer = Tokenizer.from_file(args.tokenizer)
-    else:
+    elif tokenizer is None and decoder is not None:
+        raise GenerateError(f"{args.module}: the package has no tokenizer; give --tokenizer")
+    elif tokenizer is None:
         from loam.gguf import is_gguf
 
         if not is_gguf(args.checkpoint):
@@ -484,10 +512,11 @@ def _generate(args: argparse.Namespace) -> None:
         prompt_ids = tokenizer.encode_chat([*messages, {"role": "user", "content": args.prompt}])
     else:
         prompt_ids = tokenizer.encode(args.prompt)
-    decoder = Decoder.load(args.module, args.checkpoint, packed=not args.widen)
+    if decoder is None:
+        decoder = Decoder.load(args.module, args.checkpoint, packed=not args.widen)
     stats = GenerationStats()
     pieces = generate(
-        decoder, tokenizer, prompt_ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        decoder, tokenizer, prompt_ids, max_new_tokens=args.max_new_tokens, temperature=temperature or 0.0,
         seed=args.seed, stop_at_eos=not args.no_stop, stats=stats,
     )  # fmt: skip
     for piece in pieces:
@@ -495,6 +524,24 @@ def _generate(args: argparse.Namespace) -> None:
         sys.stdout.flush()
     sys.stdout.write("\n")
     print(f"{PROG}: {stats.text()}", file=sys.stderr)
+
+
+def _package_decoder(folder: Path, packed: bool) -> tuple[Decoder, Tokenizer | None, Mapping[str, float]]:
+    """A text package's decoder stage (built through the build cache, its weights loaded), its tokenizer
+    and its sampling defaults, for `loam generate DIR`."""
+    from dataclasses import replace
+
+    from loam.generate import Decoder, GenerateError
+    from loam.serve.package import open_package, read_package
+
+    spec = read_package(folder)
+    if spec.role != "text" or len(spec.stages) != 1:
+        raise GenerateError(f"{folder}: a {spec.role} package of {len(spec.stages)} stages; generate runs one decoder")
+    if not packed:  # --widen: the stage's packed weights widened at load
+        spec = replace(spec, stages={k: replace(v, packed=False) for k, v in spec.stages.items()})
+    package = open_package(folder, _progress, spec=spec)
+    stage = next(iter(package.stages.values()))
+    return Decoder(stage.module, stage.weights, str(folder)), package.tokenizer, spec.sampling  # type: ignore[return-value]
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
