@@ -111,3 +111,22 @@ def test_without_the_dims_option_the_build_names_the_declaration_and_the_fix() -
     assert "extent kv_cache_dim meets 16" in message
     assert "kv_cache_dim is declared by past_key_values.0.key axis 3" in message
     assert "`[dims] kv_cache_dim = 16` (--dims kv_cache_dim=16)" in message
+
+
+def test_smollm2s_folder_builds_from_its_config_and_names_its_missing_data_file(tmp_path: Path) -> None:
+    """The builder's SmolLM2-135M int4 graph (accuracy_level=1; its 82 MiB model.onnx.data not committed):
+    built from its folder with no option but the drafted layout, the config fixes kv_cache_dim = 64, the
+    module's table places every weight the graph keeps outside in model.onnx.data (the int4 blocks as
+    U8, as the builder wrote them), and loading the folder without that file is a LoadError naming it."""
+    folder = GENAI / "smollm2_int4_graph"
+    path = folder / "model.onnx"
+    built = build(path, options=draft_layout(path).options())
+    assert f"{folder / 'genai_config.json'} fixes kv_cache_dim = 64 (model.decoder.head_size)" in built.notes
+    rows = built.module.Weights._EXTERNAL
+    proto = onnx.load(str(path), load_external_data=False)
+    outside = {t.name for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+    assert {row[0] for row in rows} <= outside and {row[1] for row in rows} == {"model.onnx.data"}
+    blocks = [row for row in rows if row[0].endswith("_Q4")]
+    assert len(blocks) == 30 * 5 + 1 and all(row[4] == "U8" for row in blocks)  # qkv, o, gate, up, down; head
+    with pytest.raises(built.module.LoadError, match=r"model.onnx.data'?: cannot map the file"):
+        built.module.Weights.load_file(folder)
