@@ -723,7 +723,10 @@ def _build_browser(args: argparse.Namespace, fuse: str | None, options: Options)
     for note in result.notes:
         _progress(f"note: {note}")
     _progress("writing the browser module and its weight shards")
-    written = write_browser_module(output, result.source, result.module, list(options.checkpoints), model.stem)
+    # A model whose initializers are ONNX external data: its data files are checkpoints here (`_read_external`).
+    outside = sorted({row[1] for row in getattr(result.module.Weights, "_EXTERNAL", ())})
+    sources = [*options.checkpoints, *(model.parent / location for location in outside)]
+    written = write_browser_module(output, result.source, result.module, sources, model.stem)
     if result.report:
         sys.stderr.write(_node_report_text(result.report))
     shards = [p for p in written if p.suffix == ".safetensors"]

@@ -212,3 +212,19 @@ def test_the_builders_int4_llama_loads_its_model_onnx_data(tmp_path: Path) -> No
     want = session.run(None, feeds)
     got = module.forward(weights, *[feeds[name] for name, *_ in module.INPUTS])
     np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
+
+
+def test_the_browser_target_uploads_the_external_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`loam build --target browser` reads the data file for the weight shards it writes."""
+    from safetensors.numpy import load_file
+
+    path = save(tmp_path / "model", "model.onnx.data")
+    toml = tmp_path / "layout.toml"
+    toml.write_text(draft_layout(path).toml(), encoding="utf-8")
+    with pytest.raises(SystemExit) as done:
+        loam_main.main(["build", str(path), "--options", str(toml), "--target", "browser", "-o", str(tmp_path / "web")])
+    assert done.value.code == 0, capsys.readouterr().err
+    shard = load_file(str(tmp_path / "web" / "weights" / "shard-00000.safetensors"))
+    full = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+    for name in ("table", "w", "b"):
+        np.testing.assert_array_equal(shard[name], full[name].astype(np.float32))  # the device's f32
