@@ -228,3 +228,40 @@ def test_the_browser_target_uploads_the_external_data(tmp_path: Path, capsys: py
     full = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
     for name in ("table", "w", "b"):
         np.testing.assert_array_equal(shard[name], full[name].astype(np.float32))  # the device's f32
+
+
+def test_a_model_with_external_data_and_a_checkpoint_loads_both(tmp_path: Path) -> None:
+    """`b` points into a safetensors checkpoint (as `loam split` writes), the rest into model.onnx.data:
+    a mapping (or a list of paths) gives both, each file read its own way."""
+    from safetensors.numpy import save_file
+
+    path = save(tmp_path, "model.onnx.data")
+    proto = onnx.load(str(path), load_external_data=False)
+    b = next(t for t in proto.graph.initializer if t.name == "b")
+    value = onnx.numpy_helper.to_array(b, base_dir=str(tmp_path))
+    save_file({"b": value}, str(tmp_path / "b.safetensors"))
+    del b.external_data[:]
+    b.external_data.add(key="location", value="b.safetensors")
+    onnx.save_model(proto, str(path))
+    module = built(path, Options(checkpoints=(tmp_path / "b.safetensors",)))
+    assert "b" not in {row[0] for row in module.Weights._EXTERNAL}
+    want = oracle_with(path, {"b": value})
+    data, checkpoint = tmp_path / "model.onnx.data", tmp_path / "b.safetensors"
+    both = module.Weights.load({"model.onnx.data": data.read_bytes(), "b.safetensors": checkpoint.read_bytes()})
+    assert_same([module.forward(both, IDS)], want)
+    assert_same([module.forward(module.Weights.load_file([data, checkpoint]), IDS)], want)
+    with pytest.raises(module.LoadError, match=r"tensor 'b' is missing from the checkpoint"):
+        module.Weights.load_file(data)
+
+
+def oracle_with(path: Path, values: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime on the model at `path` with `values` put in for the initializers of those names."""
+    import onnxruntime as ort
+
+    proto = onnx.load(str(path), load_external_data=False)
+    for t in proto.graph.initializer:
+        if t.name in values:
+            t.CopyFrom(onnx.numpy_helper.from_array(values[t.name], t.name))
+    onnx.load_external_data_for_model(proto, str(path.parent))
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return list(session.run(None, {"ids": IDS}))
