@@ -359,12 +359,14 @@ def build_parser() -> CliParser:
     generate = commands.add_parser(
         "generate",
         help="continue a prompt with a decoder module Loam built",
-        description="Continue a prompt with MODULE.py, a causal language model Loam built from its export "
+        description="Continue a prompt with MODULE.py (or DIR, a text package folder Loam builds through its "
+        "build cache: a model.json's, or onnxruntime-genai's as its builder wrote it), a causal language model "
+        "Loam built from its export "
         "with a past (inputs input_ids, attention_mask, past_key_values.N.key/value; outputs logits, "
         "present.N.key/value). The prompt goes through in one pass, then one token per step through the "
         "past; the text streams to stdout as it is produced, and the tokens per second of the prompt and "
         "of the steps go to stderr at the end. The tokenizer comes from the GGUF checkpoint's metadata "
-        "unless --tokenizer names a tokenizer.json.",
+        "(a package's: its own) unless --tokenizer names a tokenizer.json.",
     )
     generate.add_argument(
         "module",
@@ -409,8 +411,9 @@ def build_parser() -> CliParser:
     serve = commands.add_parser(
         "serve",
         help="serve packages over an OpenAI-compatible HTTP API",
-        description="Serve the model packages in PACKAGE_DIR... (each a folder with a model.json; see the README's "
-        "Serving section) over HTTP: /v1/models, /v1/completions, /v1/chat/completions (with Server-Sent Events "
+        description="Serve the model packages in PACKAGE_DIR... (each a folder with a model.json, or an "
+        "onnxruntime-genai folder as its model builder wrote it; see the README's Serving section) over HTTP: "
+        "/v1/models, /v1/completions, /v1/chat/completions (with Server-Sent Events "
         "streaming), /v1/embeddings, /health and Prometheus /metrics. Each package is built through the build "
         "cache, its checkpoints opened once and every header checked before the server accepts a request. "
         "Requests of one model run in cohorts, oldest first, on the model's own worker thread.",

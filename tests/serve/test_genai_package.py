@@ -133,3 +133,17 @@ def test_smollm2_as_a_genai_folder_serves_onnxruntime_genais_tokens(tmp_path_fac
                 assert got[-1:] == [2], case["text"]
                 got = got[:-1]
             assert got == want, case["text"]
+
+
+def test_generate_takes_a_checkpoint_for_a_module_and_none_for_a_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("", encoding="utf-8")
+    for argv, message in (
+        ([str(GENAI / "llama_int4"), "--checkpoint", str(module)], "is a package folder, which names its own weights"),
+        ([str(module)], "is a module: give --checkpoint FILE, its weights"),
+    ):
+        with pytest.raises(SystemExit) as done:
+            loam_main.main(["generate", *argv, "--prompt", "hi"])
+        assert done.value.code != 0 and message in capsys.readouterr().err
