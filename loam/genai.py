@@ -12,7 +12,7 @@ config instead of asking for `--dims kv_cache_dim=64`:
   saying so, for `loam build`, `loam layout` and `loam.build` of a path whose folder holds the config.
 
 `loam serve DIR` and `loam generate DIR` describe such a folder as a package from the same config
-(`loam.serve.genai_package`).
+(`loam.serve.package.genai_package`).
 """
 
 from __future__ import annotations

@@ -23,6 +23,17 @@ optionally names a Python file in the package whose `CONTROL` object replaces th
 control (see `loam.serve.finite` and `loam.serve.text`): like the guide's control programs it is code
 the operator trusts, never something a client sends.
 
+A folder as onnxruntime-genai's model builder writes it (`model.onnx`, `model.onnx.data`,
+`genai_config.json`, the tokenizer's files) and without a `model.json` is a package too: `genai_package`
+reads its config into the spec one would write for it.  One text stage, `decoder`, from
+`model.decoder.filename`, whose layout Loam drafts at build time (`StageSpec.draft`; the config fixes
+`kv_cache_dim`, `loam.genai`) and whose weights are the graph's ONNX external data, loaded from the
+folder; the tokenizer `tokenizer.json` (EOS and the chat template from the files beside it); the
+search defaults (`do_sample` false is greedy, else its `temperature` and `top_p`); `max_length` as the
+context (at most `Capacities.context_tokens`' default, so a long-context model's KV pool stays the size
+of any package's).  The decoder's input and output names must be those Loam's text role gives, as the
+builder writes them; another naming is refused naming the config key.
+
 Registration (`open_package`) reads and checks all of this, builds each stage through Loam's build
 cache (a warm restart compiles nothing), opens each source once (one read-only memory map shared by
 every stage that reads it) and loads every stage's weights, which checks every tensor's header against
@@ -44,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loam.errors import LoamError, ShapeError
+from loam.genai import CONFIG, decoder_config, read_config
 from loam.options import Options
 
 ROLES = ("text", "embedding")
@@ -125,8 +137,6 @@ def read_package(folder: str | Path) -> PackageSpec:
     """Read and check `folder/model.json`; refuse with a PackageError naming the file and the key.  An
     onnxruntime-genai folder without one is described by its `genai_config.json` (`genai_package`)."""
     folder = Path(folder)
-    from loam.serve.genai_package import genai_package, is_genai_folder
-
     if is_genai_folder(folder):
         return genai_package(folder)
     manifest = folder / "model.json"
@@ -435,3 +445,81 @@ def _control(spec: PackageSpec) -> object | None:
 
 def _identifier(name: str) -> str:
     return re.sub(r"\W", "_", name)
+
+
+# -- onnxruntime-genai folders ---------------------------------------------------------------------------
+
+_NAMES = {
+    "inputs": {
+        "input_ids": "input_ids",
+        "attention_mask": "attention_mask",
+        "past_key_names": "past_key_values.%d.key",
+        "past_value_names": "past_key_values.%d.value",
+    },
+    "outputs": {
+        "logits": "logits",
+        "present_key_names": "present.%d.key",
+        "present_value_names": "present.%d.value",
+    },
+}
+"""The genai config's names for the decoder's inputs and outputs that Loam's text role reads."""
+
+
+def is_genai_folder(folder: Path) -> bool:
+    """Whether `folder` is an onnxruntime-genai folder without a `model.json` of its own."""
+    return (folder / CONFIG).is_file() and not (folder / "model.json").exists()
+
+
+def genai_package(folder: Path) -> PackageSpec:
+    """The package `folder/genai_config.json` describes (a PackageError names the file and the key)."""
+    where = folder / CONFIG
+    try:
+        config = read_config(folder)
+    except LoamError as err:
+        raise PackageError(str(err)) from None
+    assert config is not None
+    decoder = decoder_config(config)
+    for group, names in _NAMES.items():
+        given = decoder.get(group, {})
+        for key, name in names.items():
+            value = given.get(key, name) if isinstance(given, dict) else None
+            if value != name:
+                raise PackageError(
+                    f"{where}: key 'model.decoder.{group}.{key}' is {value!r}; Loam's text role reads {name!r}"
+                )
+    filename = decoder.get("filename", "model.onnx")
+    graph = folder / filename if isinstance(filename, str) else folder / "model.onnx"
+    if not graph.is_file():
+        raise PackageError(f"{where}: key 'model.decoder.filename' names {filename!r}: no such file ({graph})")
+    name = folder.resolve().name
+    if not _NAME.fullmatch(name):
+        raise PackageError(f"{folder}: the folder's name {name!r} is not a model id (letters, digits, ._:/-)")
+    search = config.get("search", {})
+    search = search if isinstance(search, dict) else {}
+    sampling = {"temperature": 0.0, "top_p": 1.0}
+    if search.get("do_sample") is True:
+        for key in sampling:
+            value = search.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                sampling[key] = float(value)
+    model = config["model"]
+    assert isinstance(model, dict)
+    longest = search.get("max_length", model.get("context_length"))
+    context = Capacities().context_tokens
+    if isinstance(longest, int) and not isinstance(longest, bool) and 0 < longest < context:
+        context = longest
+    tokenizer = folder / "tokenizer.json"
+    stage = StageSpec("decoder", graph, None, Options(), packed=True, draft=True)
+    kind = model.get("type", "decoder")
+    return PackageSpec(
+        folder,
+        name,
+        "text",
+        {},
+        {"decoder": stage},
+        tokenizer if tokenizer.is_file() else None,
+        None,
+        Capacities(context_tokens=context),
+        f"onnxruntime-genai {kind} model ({where})",
+        sampling,
+    )
