@@ -130,3 +130,16 @@ def test_smollm2s_folder_builds_from_its_config_and_names_its_missing_data_file(
     assert len(blocks) == 30 * 5 + 1 and all(row[4] == "U8" for row in blocks)  # qkv, o, gate, up, down; head
     with pytest.raises(built.module.LoadError, match=r"model.onnx.data'?: cannot map the file"):
         built.module.Weights.load_file(folder)
+
+
+def test_the_options_dims_win_over_the_config_and_the_note_says_so() -> None:
+    from loam.genai import with_config_dims
+
+    path = GENAI / "llama_int4" / "model.onnx"
+    options, notes = with_config_dims(path, Options(dims={"kv_cache_dim": 32}))
+    assert dict(options.dims) == {"kv_cache_dim": 32}
+    config = path.parent / "genai_config.json"
+    assert notes == [f"the options' dims override {config}: kv_cache_dim = 32 (the config states 16)"]
+    options, notes = with_config_dims(path, Options())
+    assert dict(options.dims) == {"kv_cache_dim": 16} and len(notes) == 1
+    assert with_config_dims(onnx.load(str(path), load_external_data=False), Options()) == (Options(), [])
