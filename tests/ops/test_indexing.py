@@ -147,3 +147,25 @@ def test_gather_nd_with_a_run_time_batch_and_indices_matches_onnxruntime() -> No
         built.module.DataError, match="GatherND: index 2 at position 0 of a tuple lies outside its axis of 2"
     ):
         run_built(built, {"x": x[:2], "i": np.full((2, 2, 2), 2, np.int64)})
+
+
+def test_gather_nd_of_one_tuple_naming_one_element_is_a_scalar() -> None:
+    # Indices of rank 1 (one tuple) as long as the data's rank: the result has no axes.
+    from loam.testing import run_onnxruntime
+
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    node = helper.make_node("GatherND", ["x", "i"], ["y"], name="gnd")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3, 4]),
+            helper.make_tensor_value_info("i", onnx.TensorProto.INT64, [3]),
+        ],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    feeds = {"x": x, "i": np.array([1, -1, 2], np.int64)}
+    (got,) = run_loam(model, feeds)
+    assert got.shape == () and got == 22.0
+    np.testing.assert_array_equal(got, run_onnxruntime(model, feeds)[0])

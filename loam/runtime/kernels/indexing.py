@@ -126,7 +126,7 @@ def kernel_gather_nd(data: np.ndarray, indices: np.ndarray, *, batch_dims: int) 
         entry, extent = int(idx.reshape(batches, -1, k)[where]), int(extents[where[2]])
         raise DataError(f"GatherND: index {entry} at position {where[2]} of a tuple lies outside its axis of {extent}")
     picked = data.reshape(batches, *data.shape[b:])[(np.arange(batches)[:, None], *np.moveaxis(tuples, -1, 0))]
-    return picked.reshape(*idx.shape[:-1], *data.shape[b + k :])
+    return picked.reshape((*idx.shape[:-1], *data.shape[b + k :]))  # a tuple: () where one tuple names one element
 
 
 def kernel_one_hot(
