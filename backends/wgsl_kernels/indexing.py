@@ -7,6 +7,9 @@ the end (adds the extent), and an index still outside [0, extent) is clamped int
 index reads a wrong element but never outside the buffer (the host checks indices beforehand).
 
 Params: the result's element count, inner, count (indices' elements), extent (data's `axis`).
+
+The family's other kernels (gather_elements, scatter_elements, scatter_nd, gather_nd) say their
+layouts and params in their source functions.
 """
 
 from __future__ import annotations
@@ -328,11 +331,74 @@ def _p_scatter_nd(shapes: tuple[tuple[int, ...], ...], reduction: str) -> tuple[
     return (columns, rows, tuples, *data[:k]), columns
 
 
+# -- gather_nd -------------------------------------------------------------------------------------
+
+
+def source_gather_nd(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """GatherND, one invocation per result element.  The result is read as (tuples, inner), a tuple
+    being a position among the indices' axes but the last (the batch axes lead), inner a position
+    among the data's axes after the batch axes and the k a tuple names; the data as (rows, inner),
+    a row being the batch position followed by the tuple's k entries.  Each entry counts from the
+    end where negative; one still outside its axis is clamped into it, as the gathers do (a bad
+    tuple reads a wrong element, never outside the buffer; the numpy kernel raises DataError).
+    k (the indices' last extent) follows from the ranks: result rank = indices rank - 1 + data rank
+    - batch_dims - k.
+
+    Params: the result's element count, inner, tuples per batch, then the data's k extents the
+    tuples index.
+    """
+    (elem, rank), (index_elem, index_rank) = operands[0], operands[1]
+    b = int(params.get("batch_dims") or 0)
+    k = index_rank - 1 + rank - b - results[0][1]
+    if device_type(index_elem) != "i32":
+        raise UnsupportedError(f"WGSL gather_nd: indices of element type {index_elem} (an integer type is needed)")
+    if not 1 <= k <= rank - b:
+        raise UnsupportedError(f"WGSL gather_nd: ranks {rank} and {index_rank} with batch_dims {b} give no k")
+    body = (
+        FLAT
+        + "  if (i >= params[0]) { return; }\n"
+        + "  let inner = params[1];\n"
+        + "  let q = i / inner;\n"  # the tuple, counted over every batch
+        + "  var row = q / params[2];\n"  # its batch, then its k entries
+    )
+    for j in range(k):
+        body += (
+            "  {\n"
+            f"    let extent = i32(params[{3 + j}]);\n"
+            f"    var at = in1[q * {k}u + {j}u];\n"
+            + _index_fix().replace("  ", "    ", 1).replace("\n  at", "\n    at")
+            + "    row = row * u32(extent) + u32(at);\n"
+            "  }\n"
+        )
+    body += "  out0[i] = in0[row * inner + i % inner];\n"
+    return kernel([results[0][0]], [elem, index_elem], body)
+
+
+def _p_gather_nd(shapes: tuple[tuple[int, ...], ...], batch_dims: int) -> tuple[tuple[int, ...], int]:
+    """The gather_nd kernel's params (result elements, inner = the data's extents after the batch
+    axes and the k indexed multiplied, tuples per batch, the data's k indexed extents) and its
+    workgroups (64 elements each)."""
+    data, indices = tuple(shapes[0]), tuple(shapes[1])
+    k, b = indices[-1], batch_dims
+    inner = 1
+    for e in data[b + k :]:
+        inner *= e
+    tuples = 1
+    for e in indices[b:-1]:
+        tuples *= e
+    batches = 1
+    for e in data[:b]:
+        batches *= e
+    total = batches * tuples * inner
+    return (total, max(inner, 1), max(tuples, 1), *data[b : b + k]), (total + 63) // 64
+
+
 PIECES: dict[str, object] = {
     "_p_gather": _p_gather,
     "_p_gather_elements": _p_gather_elements,
     "_p_scatter_elements": _p_scatter_elements,
     "_p_scatter_nd": _p_scatter_nd,
+    "_p_gather_nd": _p_gather_nd,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {}
 SOURCES: dict[str, object] = {
@@ -340,4 +406,5 @@ SOURCES: dict[str, object] = {
     "gather_elements": source_gather_elements,
     "scatter_elements": source_scatter_elements,
     "scatter_nd": source_scatter_nd,
+    "gather_nd": source_gather_nd,
 }

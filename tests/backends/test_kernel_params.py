@@ -41,7 +41,6 @@ HOST_ONLY = {
     "expand_to",
     "eye_like",
     "gather_block_quantized",
-    "gather_nd",
     "grid_sample",
     "matmul_integer",
     "matmul_nbits",
