@@ -8,7 +8,7 @@ index reads a wrong element but never outside the buffer (the host checks indice
 
 Params: the result's element count, inner, count (indices' elements), extent (data's `axis`).
 
-The family's other kernels (gather_elements, scatter_elements, scatter_nd, gather_nd) say their
+The family's other kernels (gather_elements, scatter_elements, scatter_nd, gather_nd, one_hot) say their
 layouts and params in their source functions.
 """
 
@@ -393,12 +393,69 @@ def _p_gather_nd(shapes: tuple[tuple[int, ...], ...], batch_dims: int) -> tuple[
     return (total, max(inner, 1), max(tuples, 1), *data[b : b + k]), (total + 63) // 64
 
 
+# -- one_hot ---------------------------------------------------------------------------------------
+
+
+def source_one_hot(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """OneHot, one invocation per result element.  The result is read as (outer, depth, inner), the
+    indices as (outer, inner): element (o, d, c) is values[1] where index (o, c) is d, else values[0].
+    A float index is truncated toward zero (NaN matches nothing); a negative one counts from depth;
+    one still outside [0, depth) matches nothing, as ONNX says.  A depth the run gives (a third
+    operand: the new axis is a length only the run knows) is refused: the device would have to
+    hand it back before the result's buffer could be made.
+
+    Params: the result's element count, inner, depth.
+    """
+    if len(operands) != 2:
+        raise UnsupportedError("WGSL one_hot: a depth the run gives makes a result length only the host knows")
+    (index_elem, _), (elem, _) = operands
+    if device_type(index_elem) == "u32":
+        raise UnsupportedError(f"WGSL one_hot: indices of element type {index_elem} (a number is needed)")
+    if device_type(index_elem) == "f32":
+        # Truncated, then clamped into i32 (past it no position matches anyway); NaN to a miss.
+        read = (
+            "  let f = trunc(in0[o * inner + c]);\n"
+            "  var at = i32(clamp(f, -2147483648.0, 2147483520.0));\n"
+            "  if (is_nan(f)) { at = -2147483647 - 1; }\n"
+        )
+    else:
+        read = "  var at = in0[o * inner + c];\n"
+    body = (
+        FLAT
+        + "  if (i >= params[0]) { return; }\n"
+        + "  let inner = params[1];\n"
+        + "  let depth = params[2];\n"
+        + "  let c = i % inner;\n"
+        + "  let d = (i / inner) % depth;\n"
+        + "  let o = i / (inner * depth);\n"
+        + read
+        + "  if (at < 0) { at = at + i32(depth); }\n"
+        + "  out0[i] = select(in1[0], in1[1], at == i32(d));\n"
+    )
+    return kernel([results[0][0]], [index_elem, elem], body)
+
+
+def _p_one_hot(shapes: tuple[tuple[int, ...], ...], depth: int, axis: int) -> tuple[tuple[int, ...], int]:
+    """The one_hot kernel's params (result elements, inner = the indices' extents from `axis` on
+    multiplied, depth) and its workgroups (64 elements each)."""
+    result = tuple(shapes[-1])
+    axis = axis % len(result)
+    inner = 1
+    for e in result[axis + 1 :]:
+        inner *= e
+    total = 1
+    for e in result:
+        total *= e
+    return (total, max(inner, 1), max(result[axis], 1)), (total + 63) // 64
+
+
 PIECES: dict[str, object] = {
     "_p_gather": _p_gather,
     "_p_gather_elements": _p_gather_elements,
     "_p_scatter_elements": _p_scatter_elements,
     "_p_scatter_nd": _p_scatter_nd,
     "_p_gather_nd": _p_gather_nd,
+    "_p_one_hot": _p_one_hot,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {}
 SOURCES: dict[str, object] = {
@@ -407,4 +464,5 @@ SOURCES: dict[str, object] = {
     "scatter_elements": source_scatter_elements,
     "scatter_nd": source_scatter_nd,
     "gather_nd": source_gather_nd,
+    "one_hot": source_one_hot,
 }

@@ -49,7 +49,6 @@ HOST_ONLY = {
     "nll_loss",
     "non_max_suppression",
     "nonzero",
-    "one_hot",
     "pad_by",
     "qlinear_conv",
     "qlinear_matmul",
