@@ -46,7 +46,6 @@ HOST_ONLY = {
     "matmul_nbits",
     "max_unpool",
     "mel_weight_matrix",
-    "nll_loss",
     "non_max_suppression",
     "nonzero",
     "pad_by",
