@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 Dispatches = Callable[[int], None]
 """Records an op's dispatches (given the op's index in the program, for buffer lifetimes)."""
 
-LIBRARY_FAMILIES = ("normalization", "reduce", "indexing", "conv", "shape", "recurrent", "packed", "losses")
+LIBRARY_FAMILIES = ("normalization", "reduce", "indexing", "conv", "shape", "recurrent", "packed", "losses", "narrow")
 """The WGSL kernel families with library kernels (`SOURCES`, the shader of each kernel by name)."""
 
 

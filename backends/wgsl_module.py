@@ -773,8 +773,9 @@ def _reason(message: str) -> str:
 
 
 def _host_dtype(t: AxesTensorType) -> str:
-    return {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "bool": "bool", "i64": "int64", "i32": "int32",
-            "i16": "int16", "i8": "int8", "ui8": "uint8", "ui16": "uint16"}.get(t.elem.name, t.elem.name)  # fmt: skip
+    """The numpy name of the dtype holding `t`'s elements on the host (ml_dtypes' for bf16, float8, int4, ...)."""
+    dtype = t.elem.numpy
+    return dtype.name if dtype is not None and dtype.kind != "O" else t.elem.name
 
 
 def device_bytes(sizes: Sequence[Poly]) -> Poly:

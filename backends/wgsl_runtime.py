@@ -34,8 +34,8 @@ class DeviceError(Exception):
 
 def _device_dtype(dtype: str) -> np.dtype:
     """The dtype a value of host dtype `dtype` has on the device."""
-    if dtype in ("float32", "float16", "bfloat16"):
-        return np.dtype(np.float32)
+    if dtype in ("float32", "float16", "bfloat16") or dtype.startswith(("float8", "float4")):
+        return np.dtype(np.float32)  # a narrow float's value is exact in f32
     if dtype == "bool":
         return np.dtype(np.uint32)
     return np.dtype(np.int32)

@@ -8,17 +8,23 @@ WORKGROUP = 64
 """Invocations per workgroup, for every kernel."""
 
 
-NO_DEVICE_FORM = "the device holds f32, f16 and bf16 as f32, and bool, i8 to i64, ui8 and ui16 as 32-bit integers"
+NO_DEVICE_FORM = (
+    "the device holds f32, f16, bf16, float8 and float4 as f32, and bool, i2 to i64, ui2 to ui16 as 32-bit integers"
+)
 """Why an element type has no device form (what a refusal naming one says)."""
+
+NARROW_FLOATS = ("f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ", "f8E8M0FNU", "f4E2M1")
+"""The narrow floats, held as the f32 of their value (exact in f32); only `kernel.cast_narrow` makes
+one (`narrow.py`), so no kernel's arithmetic ever leaves their grid."""
 
 
 def device_type(elem: str) -> str:
     """The WGSL scalar type holding a value of Loam element type `elem` on the device."""
-    if elem in ("f32", "f16", "bf16"):
+    if elem in ("f32", "f16", "bf16", *NARROW_FLOATS):
         return "f32"
     if elem == "bool":
         return "u32"
-    if elem in ("i64", "i32", "i16", "i8", "ui8", "ui16"):
+    if elem in ("i64", "i32", "i16", "i8", "ui8", "ui16", "i4", "ui4", "i2", "ui2"):
         return "i32"
     raise ValueError(f"element type {elem} has no WGSL form ({NO_DEVICE_FORM})")
 

@@ -29,7 +29,6 @@ HOST_ONLY = {
     "append_state",  # made by decode-state-in-place, a pass of numpy builds only
     "batch_norm_train",
     "bitcast",
-    "cast_narrow",
     "col2im",
     "compress",
     "conv_integer",

@@ -1,0 +1,143 @@
+"""`kernel.cast_narrow` as WGSL: casts into the narrow element types (float8, float4, 4- and 2-bit
+integers), one invocation per element.
+
+The device holds a narrow float as the f32 of its value (each is exact in f32) and a narrow integer
+as an i32, as it holds halves and 8-bit integers; a cast *from* one is then the elementwise cast of
+that f32 or i32 (`kernel.cast`), and only a cast *into* one needs this kernel, which puts the value
+on the type's grid as the numpy kernel (`kernel_cast_narrow`, ml_dtypes) does:
+
+- float8 e4m3fn, e4m3fnuz, e5m2, e5m2fnuz: rounded to nearest even (subnormals on their fixed
+  quantum); past the largest finite value `saturate` clips to it, else the type's infinity (e5m2)
+  or NaN (the others); NaN stays NaN; a fnuz type has no -0.
+- float4 e2m1: rounded to nearest even, always saturating (no infinity, no NaN); ml_dtypes makes
+  a NaN the zero of the other sign, and so does this kernel.
+- float8 e8m0: 2^e from the f32 exponent field e, rounded up by `round_mode` (`_to_e8m0`'s rule);
+  infinity and NaN become NaN.
+- int4, uint4, int2, uint2: an integer keeps its low bits (two's complement, as astype wraps); a
+  float is truncated toward zero, and one outside the type's range (or NaN) becomes 0, as ml_dtypes
+  makes it (ONNX leaves that undefined).
+
+Params: the element count.
+"""
+
+from __future__ import annotations
+
+from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel
+from loam.errors import UnsupportedError
+
+FLOAT8 = {
+    # numpy name: (mantissa bits, smallest normal exponent, largest finite, infinity beyond it, fnuz)
+    "float8_e4m3fn": (3, -6, 448.0, False, False),
+    "float8_e4m3fnuz": (3, -7, 240.0, False, True),
+    "float8_e5m2": (2, -14, 57344.0, True, False),
+    "float8_e5m2fnuz": (2, -15, 57344.0, False, True),
+    "float4_e2m1fn": (1, 0, 6.0, False, False),
+}
+"""The rounded float formats: what `_grid` needs of each."""
+
+INTEGERS = {"int4": (4, True), "uint4": (4, False), "int2": (2, True), "uint2": (2, False)}
+"""The narrow integers: bits, signed."""
+
+_NAN = "bits_f32(0x7fc00000u)"
+
+
+def _grid(to: str, saturate: bool) -> str:
+    """The WGSL function `cast_to(x: f32) -> f32` putting x on float format `to`'s grid."""
+    mantissa, emin, largest, infinite, fnuz = FLOAT8[to]
+    drop = 23 - mantissa  # the f32 mantissa bits the format lacks
+    half, kept = (1 << (drop - 1)) - 1, 0xFFFFFFFF ^ ((1 << drop) - 1)
+    if to == "float4_e2m1fn" or saturate:
+        over = f"{largest!r}"
+    else:
+        over = "bits_f32(0x7f800000u)" if infinite else _NAN
+    # NaN: float4 has none (ml_dtypes gives the zero of the other sign); the others keep it.
+    nan = "select(bits_f32(0x80000000u), 0.0, (bitcast<u32>(x) >> 31u) == 1u)" if to == "float4_e2m1fn" else _NAN
+    zero = "  if (r == 0.0) { return 0.0; }\n" if fnuz else ""  # a fnuz type has one zero, +0
+    return (
+        "fn cast_to(x: f32) -> f32 {\n"
+        f"  if (is_nan(x)) {{ return {nan}; }}\n"
+        "  let a = abs(x);\n"
+        "  var r: f32;\n"
+        "  if (is_inf(x)) {\n"
+        f"    r = {over};\n"
+        f"  }} else if (a < {2.0**emin!r}) {{\n"  # subnormal: a fixed quantum; round() ties to even
+        f"    r = round(a * {2.0 ** (mantissa - emin)!r}) * {2.0 ** (emin - mantissa)!r};\n"
+        "  } else {\n"  # normal: the f32 bits rounded to `mantissa` bits, ties to even (a carry moves the exponent)
+        "    let b = bitcast<u32>(a);\n"
+        f"    r = bitcast<f32>((b + {half}u + ((b >> {drop}u) & 1u)) & {kept:#x}u);\n"
+        f"    if (r > {largest!r}) {{ r = {over}; }}\n"
+        f"  }}\n{zero}"
+        "  if (is_nan(r)) { return r; }\n"
+        "  return bitcast<f32>(bitcast<u32>(r) | (bitcast<u32>(x) & 0x80000000u));\n"
+        "}\n"
+    )
+
+
+def _e8m0(saturate: bool, round_mode: str) -> str:
+    """The WGSL function `cast_to(x: f32) -> f32` giving float8e8m0's 2^(e - 127) for x (`_to_e8m0`)."""
+    up = {
+        "up": "f != 0u",
+        "nearest": "f > 0x400000u || (f == 0x400000u && e > 0u)",
+        "down": "false",
+    }[round_mode]
+    limit = " && e != 0xfeu" if saturate else ""
+    return (
+        "fn cast_to(x: f32) -> f32 {\n"
+        "  let bits = bitcast<u32>(x);\n"
+        "  let e = (bits >> 23u) & 0xffu;\n"
+        "  let f = bits & 0x7fffffu;\n"
+        f"  if (e == 0xffu) {{ return {_NAN}; }}\n"
+        f"  let k = e + select(0u, 1u, ({up}){limit});\n"
+        f"  if (k == 0xffu) {{ return {_NAN}; }}\n"
+        "  return bitcast<f32>(select(k << 23u, 0x00400000u, k == 0u));\n"  # 2^-127 is an f32 subnormal
+        "}\n"
+    )
+
+
+def _integer(to: str, source: str) -> str:
+    """The WGSL function `cast_to(x) -> i32` into narrow integer `to` from device type `source`."""
+    bits, signed = INTEGERS[to]
+    low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    if source == "f32":
+        return (
+            "fn cast_to(x: f32) -> i32 {\n"
+            "  let t = trunc(x);\n"
+            f"  if (is_nan(t) || t < {float(low)!r} || t > {float(high)!r}) {{ return 0; }}\n"
+            "  return i32(t);\n"
+            "}\n"
+        )
+    wrapped = f"(v << {32 - bits}u) >> {32 - bits}u" if signed else f"v & {(1 << bits) - 1}"
+    return f"fn cast_to(x: {source}) -> i32 {{\n  let v = i32(x);\n  return {wrapped};\n}}\n"
+
+
+def source_cast_narrow(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """The cast_narrow shader: any device-held operand into the narrow type `to` (numpy's name)."""
+    to = str(params.get("to"))
+    saturate = bool(params.get("saturate"))
+    source = device_type(operands[0][0])
+    if to in INTEGERS:
+        helper = _integer(to, source)
+    elif to == "float8_e8m0fnu":
+        helper = _e8m0(saturate, str(params.get("round_mode")))
+    elif to in FLOAT8:
+        helper = _grid(to, saturate)
+    else:
+        raise UnsupportedError(f"WGSL cast_narrow: no cast into {to}")
+    value = "in0[i]" if source == "f32" or to in INTEGERS else "f32(in0[i])"
+    body = FLAT + "  if (i >= params[0]) { return; }\n" + f"  out0[i] = cast_to({value});\n"
+    return kernel([results[0][0]], [operands[0][0]], body, helper)
+
+
+def _p_cast_narrow(
+    shapes: tuple[tuple[int, ...], ...], to: str, saturate: int, round_mode: str
+) -> tuple[tuple[int, ...], int]:
+    """The cast_narrow kernel's params (the element count) and its workgroups (64 elements each)."""
+    count = 1
+    for e in shapes[0]:
+        count *= e
+    return (count,), (count + 63) // 64
+
+
+PIECES: dict[str, object] = {"_p_cast_narrow": _p_cast_narrow}
+DEPENDS: dict[str, tuple[str, ...]] = {}
+SOURCES: dict[str, object] = {"cast_narrow": source_cast_narrow}
