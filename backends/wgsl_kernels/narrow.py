@@ -1,5 +1,6 @@
-"""`kernel.cast_narrow` as WGSL: casts into the narrow element types (float8, float4, 4- and 2-bit
-integers), one invocation per element.
+"""`kernel.cast_narrow` and `kernel.dequantize_linear` as WGSL: casts into the narrow element types
+(float8, float4, 4- and 2-bit integers), and ONNX's linear dequantization out of them or 8- to
+32-bit integers (`source_dequantize_linear`), one invocation per element.
 
 The device holds a narrow float as the f32 of its value (each is exact in f32) and a narrow integer
 as an i32, as it holds halves and 8-bit integers; a cast *from* one is then the elementwise cast of
@@ -22,7 +23,7 @@ Params: the element count.
 
 from __future__ import annotations
 
-from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel
+from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
 from loam.errors import UnsupportedError
 
 FLOAT8 = {
@@ -128,6 +129,69 @@ def source_cast_narrow(operands: list[tuple[str, int]], results: list[tuple[str,
     return kernel([results[0][0]], [operands[0][0]], body, helper)
 
 
+# -- dequantize_linear -----------------------------------------------------------------------------
+
+
+def source_dequantize_linear(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """DequantizeLinear, one invocation per element: (x - zero point) * scale in f32, rounded to the
+    result's half where it is one, as the numpy kernel computes it.  An integer x's zero point (the
+    optional third operand) is subtracted; a float8 or float4 one is zero by ONNX's rule and not read.
+    x is read as (outer o, extent c, inner n) around `axis`; the scale and zero point hold one value
+    (per tensor), one per position along the axis, or one per block of `block_size` positions there
+    (x's rank, the blocks' count along the axis): element (o, c, n) reads entry
+    o * so + (c / block) * sc + n * sn, the strides `_p_dequantize_linear` gives each layout.
+
+    Params: the element count, inner, extent, block, so, sc, sn.
+    """
+    (elem, _), out_elem = operands[0], results[0][0]
+    if device_type(out_elem) != "f32":
+        raise UnsupportedError(f"WGSL dequantize_linear: a result of element type {out_elem} (a float is needed)")
+    if device_type(elem) == "u32":
+        raise UnsupportedError(f"WGSL dequantize_linear: x of element type {elem} (a number is needed)")
+    subtracted = len(operands) == 3 and device_type(elem) == "i32"
+    value = "(f32(in0[i]) - f32(in2[at]))" if subtracted else "f32(in0[i])"
+    body = (
+        FLAT
+        + "  if (i >= params[0]) { return; }\n"
+        + "  let inner = params[1];\n"
+        + "  let n = i % inner;\n"
+        + "  let c = (i / inner) % params[2];\n"
+        + "  let o = i / (inner * params[2]);\n"
+        + "  let at = o * params[4] + (c / params[3]) * params[5] + n * params[6];\n"
+        + ("  _ = arrayLength(&in2);\n" if len(operands) == 3 and not subtracted else "")
+        + f"  out0[i] = {narrow(out_elem, f'{value} * in1[at]')};\n"
+    )
+    return kernel([out_elem], [e for e, _ in operands], body)
+
+
+def _p_dequantize_linear(
+    shapes: tuple[tuple[int, ...], ...], axis: int, block_size: int, to: str
+) -> tuple[tuple[int, ...], int]:
+    """The dequantize_linear kernel's params (elements, inner, extent, block and the scale's strides
+    so, sc, sn: 0, 0, 0 per tensor; 0, 1, 0 per axis; blocks * inner, inner, 1 per block) and its
+    workgroups (64 elements each)."""
+    x, scale = tuple(shapes[0]), tuple(shapes[1])
+    count = 1
+    for e in x:
+        count *= e
+    inner = 1
+    for e in x[axis + 1 :]:
+        inner *= e
+    extent = x[axis] if x else 1
+    scale_count = 1
+    for e in scale:
+        scale_count *= e
+    if block_size > 0:
+        blocks = scale[axis]
+        strides = (blocks * inner, inner, 1)
+    elif scale_count == 1:
+        strides = (0, 0, 0)
+    else:
+        strides = (0, 1, 0)
+    block = block_size if block_size > 0 else 1
+    return (count, max(inner, 1), max(extent, 1), block, *strides), (count + 63) // 64
+
+
 def _p_cast_narrow(
     shapes: tuple[tuple[int, ...], ...], to: str, saturate: int, round_mode: str
 ) -> tuple[tuple[int, ...], int]:
@@ -138,6 +202,6 @@ def _p_cast_narrow(
     return (count,), (count + 63) // 64
 
 
-PIECES: dict[str, object] = {"_p_cast_narrow": _p_cast_narrow}
+PIECES: dict[str, object] = {"_p_cast_narrow": _p_cast_narrow, "_p_dequantize_linear": _p_dequantize_linear}
 DEPENDS: dict[str, tuple[str, ...]] = {}
-SOURCES: dict[str, object] = {"cast_narrow": source_cast_narrow}
+SOURCES: dict[str, object] = {"cast_narrow": source_cast_narrow, "dequantize_linear": source_dequantize_linear}

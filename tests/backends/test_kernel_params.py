@@ -33,7 +33,6 @@ HOST_ONLY = {
     "compress",
     "conv_integer",
     "deform_conv",
-    "dequantize_linear",
     "det",
     "dft",
     "dropout",
