@@ -9,6 +9,6 @@ The contract every kernel keeps (`common.header`):
 - `@workgroup_size(64)`; the launch is `grid` workgroups laid out by `wgsl_runtime._Gpu.dispatch`
   as x + y * nwg.x, so a kernel reads its workgroup as `wid.y * nwg.x + wid.x`;
 - device element types: f32 (also holding f16 and bf16 values, rounded by `round_f16`/`round_bf16`
-  where the result is a half, and float8 and float4 values, which only `narrow.source_cast_narrow`
-  makes), i32 (every integer type, 2- and 4-bit ones included), u32 (bool).
+  where the result is a half, and float8 and float4 values, which only the `narrow` family's casts and
+  quantization make), i32 (every integer type, 2- and 4-bit ones included), u32 (bool).
 """

@@ -14,9 +14,9 @@ NO_DEVICE_FORM = (
 """Why an element type has no device form (what a refusal naming one says)."""
 
 NARROW_FLOATS = ("f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ", "f8E8M0FNU", "f4E2M1")
-"""The narrow floats, held as the f32 of their value (exact in f32); only `kernel.cast_narrow` makes
-one on the device (`narrow.py`) and other kernels only move, compare or widen them, so none leaves
-their grid."""
+"""The narrow floats, held as the f32 of their value (exact in f32); only `kernel.cast_narrow` and
+`kernel.quantize_linear` make one on the device (`narrow.py`), and other kernels only move, compare
+or widen them, so none leaves their grid."""
 
 
 def device_type(elem: str) -> str:

@@ -1,6 +1,7 @@
-"""`kernel.cast_narrow` and `kernel.dequantize_linear` as WGSL: casts into the narrow element types
-(float8, float4, 4- and 2-bit integers), and ONNX's linear dequantization out of them or 8- to
-32-bit integers (`source_dequantize_linear`), one invocation per element.
+"""`kernel.cast_narrow`, `kernel.quantize_linear` and `kernel.dequantize_linear` as WGSL: casts into the
+narrow element types (float8, float4, 4- and 2-bit integers), and ONNX's linear quantization into
+them or 8- and 16-bit integers and back (`source_quantize_linear`, `source_dequantize_linear`), one
+invocation per element.
 
 The device holds a narrow float as the f32 of its value (each is exact in f32) and a narrow integer
 as an i32, as it holds halves and 8-bit integers; a cast *from* one is then the elementwise cast of
@@ -167,10 +168,15 @@ def source_dequantize_linear(operands: list[tuple[str, int]], results: list[tupl
 def _p_dequantize_linear(
     shapes: tuple[tuple[int, ...], ...], axis: int, block_size: int, to: str
 ) -> tuple[tuple[int, ...], int]:
-    """The dequantize_linear kernel's params (elements, inner, extent, block and the scale's strides
-    so, sc, sn: 0, 0, 0 per tensor; 0, 1, 0 per axis; blocks * inner, inner, 1 per block) and its
+    """The dequantize_linear kernel's params (`_along_block`) and its workgroups (64 elements each)."""
+    return _along_block(shapes[0], shapes[1], axis, block_size)
+
+
+def _along_block(x: tuple[int, ...], scale: tuple[int, ...], axis: int, block_size: int) -> tuple[tuple[int, ...], int]:
+    """The params of a kernel reading a scale (and zero point) laid out along x as ONNX's linear
+    quantization lays them (`_along`): x's elements, inner, extent, block and the scale's strides so,
+    sc, sn (0, 0, 0 per tensor; 0, 1, 0 per axis; blocks * inner, inner, 1 per block), and the
     workgroups (64 elements each)."""
-    x, scale = tuple(shapes[0]), tuple(shapes[1])
     count = 1
     for e in x:
         count *= e
@@ -182,14 +188,114 @@ def _p_dequantize_linear(
     for e in scale:
         scale_count *= e
     if block_size > 0:
-        blocks = scale[axis]
-        strides = (blocks * inner, inner, 1)
+        strides = (scale[axis] * inner, inner, 1)
     elif scale_count == 1:
         strides = (0, 0, 0)
     else:
         strides = (0, 1, 0)
     block = block_size if block_size > 0 else 1
     return (count, max(inner, 1), max(extent, 1), block, *strides), (count + 63) // 64
+
+
+# -- quantize_linear -------------------------------------------------------------------------------
+
+QUANTIZED_INTEGERS = {**INTEGERS, "int8": (8, True), "uint8": (8, False), "int16": (16, True), "uint16": (16, False)}
+"""The integers QuantizeLinear makes: bits, signed."""
+
+PRECISIONS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+"""The types a quotient is computed in on the device, by numpy name."""
+
+DIVIDE = """
+fn divide(x: f32, s: f32) -> f32 {
+  let bx = bitcast<u32>(x);
+  let bs = bitcast<u32>(s);
+  let ex = i32((bx >> 23u) & 0xffu);
+  let es = i32((bs >> 23u) & 0xffu);
+  if (ex == 0 || es == 0 || ex == 255 || es == 255) { return x / s; }
+  var a = (bx & 0x7fffffu) | 0x800000u;
+  let b = (bs & 0x7fffffu) | 0x800000u;
+  var e = ex - es + 127;
+  if (a < b) { a = a << 1u; e = e - 1; }
+  var q = 0u;
+  for (var k = 0u; k < 24u; k = k + 1u) {
+    q = q << 1u;
+    if (a >= b) { a = a - b; q = q | 1u; }
+    a = a << 1u;
+  }
+  if (a > b || (a == b && (q & 1u) == 1u)) { q = q + 1u; }
+  if (q == 0x1000000u) { q = 0x800000u; e = e + 1; }
+  if (e <= 0) { return x / s; }
+  let sign = (bx ^ bs) & 0x80000000u;
+  if (e >= 255) { return bitcast<f32>(sign | 0x7f800000u); }
+  return bitcast<f32>(sign | (u32(e) << 23u) | (q & 0x7fffffu));
+}
+"""
+"""x / s rounded to nearest even, as numpy divides: WGSL's f32 division may be off by 2.5 ulps, and a
+quotient on the wrong side of a tie rounds to another integer.  The 24 bits of the quotient of the
+two significands (the larger shifted to lead) come from long division, the remainder rounds them;
+zeros, subnormals, infinities and NaN, and a subnormal quotient (0 once rounded to any integer or
+float8 QuantizeLinear makes) are left to the division."""
+
+
+def _quotient_type(x: str, scale: str, precision: str) -> str:
+    """The Loam type numpy divides x by the scale in (`precision`, else numpy's type for the pair; an
+    e8m0 scale is widened to f32 first); UnsupportedError where that is f64 (an integer x)."""
+    if precision:
+        if precision not in PRECISIONS:
+            raise UnsupportedError(f"WGSL quantize_linear: precision {precision} (the device divides in f32)")
+        return PRECISIONS[precision]
+    scale = "f32" if scale == "f8E8M0FNU" else scale
+    if x not in ("f32", "f16", "bf16") or scale not in ("f32", "f16", "bf16"):
+        raise UnsupportedError(f"WGSL quantize_linear: numpy divides {x} by {scale} in f64")
+    return x if x == scale else "f32"
+
+
+def source_quantize_linear(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
+    """QuantizeLinear, one invocation per element: q = x / scale in the quotient's type (`precision`, else
+    numpy's for the pair): both rounded to it, divided and rounded to nearest even (`DIVIDE`), then
+    rounded to it where it is a half (f32's 24 bits hold a correctly rounded half quotient:
+    at least twice a half's 11, plus 2), then into the result type `to`: an integer is round(q)
+    (ties to even) plus the zero point, clamped to the type's range; a float8 is q cast as
+    `cast_narrow` with `saturate` (the zero point not read).  A float4 (q plus the zero point, which
+    numpy adds in f64, where an f32 sum can land on a tie the exact one passes) is refused, as is a
+    quotient numpy computes in f64.  The scale and zero point are laid out as
+    `source_dequantize_linear` reads them.
+
+    Params: as `_p_dequantize_linear`'s.
+    """
+    (elem, _), (scale_elem, _) = operands[0], operands[1]
+    to, out_elem = str(params.get("to")), results[0][0]
+    quotient = _quotient_type(elem, scale_elem, str(params.get("precision") or ""))
+    if to in FLOAT8 and to != "float4_e2m1fn":
+        helper, value, zero = _grid(to, bool(params.get("saturate"))), "cast_to(q)", ""
+    elif to in QUANTIZED_INTEGERS:
+        bits, signed = QUANTIZED_INTEGERS[to]
+        low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+        zero = " + f32(in2[at])" if len(operands) == 3 else ""
+        helper, value = "", f"i32(clamp(round(q){zero}, {float(low)!r}, {float(high)!r}))"
+    else:
+        raise UnsupportedError(f"WGSL quantize_linear: no quantization into {to}")
+    dividend, divisor = narrow(quotient, "f32(in0[i])"), narrow(quotient, "in1[at]")
+    body = (
+        FLAT
+        + "  if (i >= params[0]) { return; }\n"
+        + "  let inner = params[1];\n"
+        + "  let n = i % inner;\n"
+        + "  let c = (i / inner) % params[2];\n"
+        + "  let o = i / (inner * params[2]);\n"
+        + "  let at = o * params[4] + (c / params[3]) * params[5] + n * params[6];\n"
+        + ("  _ = arrayLength(&in2);\n" if len(operands) == 3 and not zero else "")
+        + f"  let q = {narrow(quotient, f'divide({dividend}, {divisor})')};\n"
+        + f"  out0[i] = {value};\n"
+    )
+    return kernel([out_elem], [e for e, _ in operands], body, DIVIDE + helper)
+
+
+def _p_quantize_linear(
+    shapes: tuple[tuple[int, ...], ...], axis: int, block_size: int, to: str, saturate: int, precision: str
+) -> tuple[tuple[int, ...], int]:
+    """The quantize_linear kernel's params (`_along_block`) and its workgroups (64 elements each)."""
+    return _along_block(shapes[0], shapes[1], axis, block_size)
 
 
 def _p_cast_narrow(
@@ -202,6 +308,18 @@ def _p_cast_narrow(
     return (count,), (count + 63) // 64
 
 
-PIECES: dict[str, object] = {"_p_cast_narrow": _p_cast_narrow, "_p_dequantize_linear": _p_dequantize_linear}
-DEPENDS: dict[str, tuple[str, ...]] = {}
-SOURCES: dict[str, object] = {"cast_narrow": source_cast_narrow, "dequantize_linear": source_dequantize_linear}
+PIECES: dict[str, object] = {
+    "_p_cast_narrow": _p_cast_narrow,
+    "_p_dequantize_linear": _p_dequantize_linear,
+    "_p_quantize_linear": _p_quantize_linear,
+    "_along_block": _along_block,
+}
+DEPENDS: dict[str, tuple[str, ...]] = {
+    "_p_dequantize_linear": ("_along_block",),
+    "_p_quantize_linear": ("_along_block",),
+}
+SOURCES: dict[str, object] = {
+    "cast_narrow": source_cast_narrow,
+    "dequantize_linear": source_dequantize_linear,
+    "quantize_linear": source_quantize_linear,
+}

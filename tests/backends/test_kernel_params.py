@@ -49,7 +49,6 @@ HOST_ONLY = {
     "pad_by",
     "qlinear_conv",
     "qlinear_matmul",
-    "quantize_linear",
     "range_of",
     "reshape_to",
     "resize_to",
