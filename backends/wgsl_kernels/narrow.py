@@ -19,7 +19,7 @@ on the type's grid as the numpy kernel (`kernel_cast_narrow`, ml_dtypes) does:
   float is truncated toward zero, and one outside the type's range (or NaN) becomes 0, as ml_dtypes
   makes it (ONNX leaves that undefined).
 
-Params: the element count.
+cast_narrow's params: the element count.  The quantization kernels say theirs.
 """
 
 from __future__ import annotations
