@@ -118,8 +118,8 @@ module = build(mlp + "/mlp.onnxtext", options=Options.from_toml(mlp + "/loam.tom
 shutil.copy(mlp + "/mlp.safetensors", path)
 read = module._read_checkpoint
 
-def read_then_cut(data):
-    tensors = read(data)  # the header checked; now the file loses its payloads
+def read_then_cut(data, *external):
+    tensors = read(data, *external)  # the header checked; now the file loses its payloads
     with open(path, "r+b") as f:
         f.truncate(len(data) // 2)
     return tensors
