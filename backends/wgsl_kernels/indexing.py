@@ -67,6 +67,20 @@ def _index_fix() -> str:
     return "  if (at < 0) { at = at + extent; }\n  at = clamp(at, 0, max(extent - 1, 0));\n"
 
 
+def _row_of_tuple(k: int, tuple_index: str, indent: str) -> str:
+    """WGSL lines folding index tuple `tuple_index`'s `k` entries (of `in1`, each fixed by `_index_fix`
+    against its extent in `params[3..]`) into `row`, the flat row of the data's k indexed axes."""
+    lines = ""
+    for j in range(k):
+        lines += (
+            "{\n"
+            f"  let extent = i32(params[{3 + j}]);\n"
+            f"  var at = in1[{tuple_index} * {k}u + {j}u];\n" + _index_fix() + "  row = row * u32(extent) + u32(at);\n"
+            "}\n"
+        )
+    return "".join(indent + line + "\n" for line in lines.splitlines())
+
+
 def source_gather_elements(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
     """GatherElements, one invocation per result element: the element's own coordinates with the
     axis coordinate replaced by its index.  `axis` comes through the params.
@@ -270,15 +284,7 @@ def source_scatter_nd(operands: list[tuple[str, int]], results: list[tuple[str, 
     )
     if k == 0:  # every tuple is the empty one (row 0); the indices stay bound, as the dispatch binds them
         body += "      _ = arrayLength(&in1);\n"
-    for j in range(k):
-        body += (
-            "      {\n"
-            f"        let extent = i32(params[{3 + j}]);\n"
-            f"        var at = in1[t * {k}u + {j}u];\n"
-            + _index_fix().replace("  ", "        ", 1).replace("\n  at", "\n        at")
-            + "        row = row * u32(extent) + u32(at);\n"
-            "      }\n"
-        )
+    body += _row_of_tuple(k, "t", "      ")
     body += "    }\n    rows_of[lid] = row;\n    workgroupBarrier();\n    if (t < n) {\n"
     # The scans over a batch are unrolled: llvmpipe's cap counts a loop's iterations over every entry
     # into it (measured), so a scan looping 64 times per batch would stop it after ~1000 batches.  They
@@ -361,15 +367,7 @@ def source_gather_nd(operands: list[tuple[str, int]], results: list[tuple[str, i
         + "  let q = i / inner;\n"  # the tuple, counted over every batch
         + "  var row = q / params[2];\n"  # its batch, then its k entries
     )
-    for j in range(k):
-        body += (
-            "  {\n"
-            f"    let extent = i32(params[{3 + j}]);\n"
-            f"    var at = in1[q * {k}u + {j}u];\n"
-            + _index_fix().replace("  ", "    ", 1).replace("\n  at", "\n    at")
-            + "    row = row * u32(extent) + u32(at);\n"
-            "  }\n"
-        )
+    body += _row_of_tuple(k, "q", "  ")
     body += "  out0[i] = in0[row * inner + i % inner];\n"
     return kernel([results[0][0]], [elem, index_elem], body)
 
