@@ -133,6 +133,18 @@ def source_cast_narrow(operands: list[tuple[str, int]], results: list[tuple[str,
 # -- dequantize_linear -----------------------------------------------------------------------------
 
 
+_AT_ALONG_BLOCK = (
+    "  if (i >= params[0]) { return; }\n"
+    "  let inner = params[1];\n"
+    "  let n = i % inner;\n"
+    "  let c = (i / inner) % params[2];\n"
+    "  let o = i / (inner * params[2]);\n"
+    "  let at = o * params[4] + (c / params[3]) * params[5] + n * params[6];\n"
+)
+"""The lines of a (de)quantize kernel reading element i's scale and zero point entry `at` (the params
+`_along_block` gives: count, inner, extent, block, so, sc, sn); out of range, the invocation returns."""
+
+
 def source_dequantize_linear(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
     """DequantizeLinear, one invocation per element: (x - zero point) * scale in f32, rounded to the
     result's half where it is one, as the numpy kernel computes it.  An integer x's zero point (the
@@ -153,12 +165,7 @@ def source_dequantize_linear(operands: list[tuple[str, int]], results: list[tupl
     value = "(f32(in0[i]) - f32(in2[at]))" if subtracted else "f32(in0[i])"
     body = (
         FLAT
-        + "  if (i >= params[0]) { return; }\n"
-        + "  let inner = params[1];\n"
-        + "  let n = i % inner;\n"
-        + "  let c = (i / inner) % params[2];\n"
-        + "  let o = i / (inner * params[2]);\n"
-        + "  let at = o * params[4] + (c / params[3]) * params[5] + n * params[6];\n"
+        + _AT_ALONG_BLOCK
         + ("  _ = arrayLength(&in2);\n" if len(operands) == 3 and not subtracted else "")
         + f"  out0[i] = {narrow(out_elem, f'{value} * in1[at]')};\n"
     )
@@ -278,12 +285,7 @@ def source_quantize_linear(operands: list[tuple[str, int]], results: list[tuple[
     dividend, divisor = narrow(quotient, "f32(in0[i])"), narrow(quotient, "in1[at]")
     body = (
         FLAT
-        + "  if (i >= params[0]) { return; }\n"
-        + "  let inner = params[1];\n"
-        + "  let n = i % inner;\n"
-        + "  let c = (i / inner) % params[2];\n"
-        + "  let o = i / (inner * params[2]);\n"
-        + "  let at = o * params[4] + (c / params[3]) * params[5] + n * params[6];\n"
+        + _AT_ALONG_BLOCK
         + ("  _ = arrayLength(&in2);\n" if len(operands) == 3 and not zero else "")
         + f"  let q = {narrow(quotient, f'divide({dividend}, {divisor})')};\n"
         + f"  out0[i] = {value};\n"
