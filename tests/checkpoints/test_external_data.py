@@ -30,11 +30,6 @@ from loam.tools import loam_main
 GENAI = Path(__file__).resolve().parents[1] / "models" / "genai" / "llama_int4"
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LOAM_CACHE_DIR", str(tmp_path / "cache"))
-
-
 def small_model() -> onnx.ModelProto:
     """y = Gather(table, ids) @ w + b, with f32, f16 and i64 initializers (every one external below)."""
     rng = np.random.default_rng(7)

@@ -76,10 +76,7 @@ def test_a_completion_without_a_temperature_is_greedy_as_the_config_says(server:
             assert reply["choices"][0]["text"] == tokenizer.decode(case["generated"][:6], skip_special_tokens=True)
 
 
-def test_loam_generate_runs_the_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("LOAM_CACHE_DIR", str(tmp_path / "cache"))
+def test_loam_generate_runs_the_folder(capsys: pytest.CaptureFixture[str]) -> None:
     folder = GENAI / "llama_int4"
     tokenizer = Tokenizer.from_file(folder / "tokenizer.json")
     case = RECORD["llama_int4"][1]

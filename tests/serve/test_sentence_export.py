@@ -214,9 +214,8 @@ def package(folder: Path, name: str, graph: Path, stage: dict[str, object]) -> P
     ],
 )  # fmt: skip
 def test_an_output_the_stage_cannot_serve_fails_registration_naming_the_key(
-    tmp_path: Path, export: Path, stage: dict[str, object], words: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, export: Path, stage: dict[str, object], words: str
 ) -> None:
-    monkeypatch.setenv("LOAM_CACHE_DIR", str(tmp_path / "cache"))
     server = Server()
     with pytest.raises(LoamError) as caught:
         server.register(package(tmp_path / "bad", "bad", export, {"options": {"architecture": "bert"}, **stage}))

@@ -30,11 +30,6 @@ GPT2 = ROOT / "tests" / "models" / "tiny_gpt2"
 GENAI = ROOT / "tests" / "models" / "genai"
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LOAM_CACHE_DIR", str(tmp_path / "cache"))
-
-
 def small_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """y = Reshape(x @ w + Cast(b16), shape): float32, float16 and int64 initializers."""
     rng = np.random.default_rng(5)
