@@ -40,6 +40,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Sequence
+from typing import NoReturn
 
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
 from xdsl.ir import Operation, SSAValue
@@ -308,16 +309,16 @@ class WgslModulePrinter(ModulePrinter):
             )
         return size
 
-    def _within_a_binding(self, size: Poly, what: str) -> None:
-        """Refuse a buffer of `size` bytes, where the build knows them, past what one binding holds (a
-        size a call decides is checked by the runtime when it is known)."""
-        if size.is_const:
-            limit = min(self.limits.binding_size, self.limits.buffer_size)
-            if size.const_value > limit:
-                raise UnsupportedError(
-                    f"{what}: {size.const_value} bytes on the device, over maxStorageBufferBindingSize "
-                    f"{self.limits.binding_size} (where the device offers more, give its limits with --device-limits)"
-                )
+    def _past_a_binding(self, size: Poly) -> bool:
+        """Whether a buffer of `size` bytes is, where the build knows them, past what one binding holds
+        (a size a call decides is checked by the runtime when it is known)."""
+        return size.is_const and size.const_value > min(self.limits.binding_size, self.limits.buffer_size)
+
+    def _refuse_past_a_binding(self, size: Poly, what: str) -> NoReturn:
+        raise UnsupportedError(
+            f"{what}: {size.const_value} bytes on the device, over maxStorageBufferBindingSize "
+            f"{self.limits.binding_size} (where the device offers more, give its limits with --device-limits)"
+        )
 
     def _take(self, size: Poly, at: int, until: int, forever: bool = False) -> int:
         """A slot of `size` bytes busy from op `at` until op `until`: a free one, else a new one."""
@@ -344,13 +345,15 @@ class WgslModulePrinter(ModulePrinter):
             scope.items.append(f"{name} = g.late({name!r}, {self.poly_py(size)})  # sized by a length the run gave")
             self.device[value] = name
             return name
-        owner = value.owner
-        if isinstance(owner, Operation):
-            what = f"the result of '{node_of(owner)}'"
-        else:
-            inputs = dict(zip(self.program.block.args, [n.data for n in self.program.input_names.data], strict=True))
-            what = f"input '{inputs[value]}'" if value in inputs else "a block argument"
-        self._within_a_binding(size, what)
+        if self._past_a_binding(size):
+            owner = value.owner
+            if isinstance(owner, Operation):
+                what = f"the result of '{node_of(owner)}'"
+            else:
+                names = [n.data for n in self.program.input_names.data]
+                inputs = dict(zip(self.program.block.args, names, strict=True))
+                what = f"input '{inputs[value]}'" if value in inputs else "a block argument"
+            self._refuse_past_a_binding(size, what)
         until = len(self.ops) + 1 if forever else self.last_use.get(value, at)
         s = self._take(size, at, until, forever)
         self.slot_of[value] = s
@@ -664,8 +667,8 @@ class WgslModulePrinter(ModulePrinter):
         dispatches(at)
 
     def _resident_value(self, value: SSAValue, host: str, name: str, blocks: bool = False) -> None:
-        if not blocks:
-            self._within_a_binding(self._size(value), f"weight '{name}'" if isinstance(value.owner, WeightOp) else name)
+        if not blocks and self._past_a_binding(size := self._size(value)):
+            self._refuse_past_a_binding(size, f"weight '{name}'" if isinstance(value.owner, WeightOp) else name)
         self.device[value] = f"_w[{len(self.resident)}]"
         self.resident.append((host, name, blocks))
 

@@ -139,9 +139,8 @@ class _Gpu:
         buffer (`pack`); `limits`: the device limits the module was built against, in WebGPU's names."""
         if wgpu is None:
             raise DeviceError("the wgpu package is not installed (pip install wgpu)")
-        # wgpu names WebGPU's limits in kebab case (maxBufferSize -> max-buffer-size).
         limits = limits or {}
-        kebab = {k: "".join(f"-{c.lower()}" if c.isupper() else c for c in k) for k in limits}
+        kebab = {k: _wgpu_limit(k) for k in limits}
         wanted = {kebab[k]: v for k, v in limits.items()}
         # One device per process, shared by every Loam module: wgpu polls each device from a thread of
         # its own, and on OpenGL backends (llvmpipe) two devices in one process crash the process.
@@ -416,6 +415,11 @@ class _Gpu:
         self.compute = self.encoder.begin_compute_pass()  # type: ignore[attr-defined]
 
 
+def _wgpu_limit(name: str) -> str:
+    """WebGPU's limit `name` as wgpu spells it, in kebab case (maxBufferSize -> max-buffer-size)."""
+    return "".join(f"-{c.lower()}" if c.isupper() else c for c in name)
+
+
 def _limits_text(limits: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in limits.items())
 
@@ -438,6 +442,7 @@ PIECES: dict[str, object] = {
     "_Gpu": _Gpu,
     "_grid": _grid,
     "_limits_text": _limits_text,
+    "_wgpu_limit": _wgpu_limit,
 }
 DEPENDS: dict[str, tuple[str, ...]] = {
     "_device_array": ("_device_dtype", "ShapeError"),
@@ -453,5 +458,6 @@ DEPENDS: dict[str, tuple[str, ...]] = {
         "_loops_counted",
         "ShapeError",
         "_limits_text",
+        "_wgpu_limit",
     ),
 }

@@ -13,7 +13,6 @@ the same name `python -m tests.conformance.summary` uses from the root.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,8 +44,7 @@ def _device_at_webgpu_defaults() -> Iterator[None]:
     if shared is None:
         return
     from loam.backends.wgsl_limits import DEFAULT_LIMITS
+    from loam.backends.wgsl_runtime import _wgpu_limit
 
-    made = {
-        k: shared[0].limits[re.sub("([A-Z])", lambda m: "-" + m.group(1).lower(), k)] for k in DEFAULT_LIMITS.webgpu()
-    }
+    made = {k: shared[0].limits[_wgpu_limit(k)] for k in DEFAULT_LIMITS.webgpu()}
     assert made == DEFAULT_LIMITS.webgpu(), f"the process's WebGPU device was made with {made}"
