@@ -22,7 +22,7 @@ import json
 from collections.abc import Sequence
 
 from loam.backends.wgsl_kernel_printer import kernel_pieces
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 from loam.runtime import prologue
 
 # The runtime functions forward may call, each by its Python piece (whose parameters order a call's

@@ -31,7 +31,7 @@ import numpy as np
 
 from loam.backends.browser_js import comment_safe, translate_forward
 from loam.backends.browser_weights import Resident, write_weights
-from loam.errors import CheckpointError, UnsupportedError
+from loam.core.errors import CheckpointError, UnsupportedError
 
 
 class _Recorder:

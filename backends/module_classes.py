@@ -17,9 +17,9 @@ import numpy as np
 from xdsl.ir import Attribute
 
 from loam.backends.module_text import axes_type, dtype_source, numpy_dtype, tuple_py
+from loam.core.dtypes import SAFETENSORS_NAMES
+from loam.core.errors import LoamError
 from loam.dialects.kernel import WeightOp
-from loam.dtypes import SAFETENSORS_NAMES
-from loam.errors import LoamError
 
 EMBED_ALIGN = 64
 """Byte alignment of each tensor within the embedded weights' one bytes literal."""
@@ -208,7 +208,7 @@ def weights_source(
     weights not in `embedded_rows` are in the safetensors file written beside the module (`_beside`).
     With `prepare`, `__init__` ends by calling `_prepare(self)` (`prepare_source`), which sets the
     attributes in `slots_more` that only the weights determine.  `external` says where the weights in
-    raw ONNX external data files lie (`loam.external_data`); `load` and `load_file` read those files
+    raw ONNX external data files lie (`loam.frontends.external_data`); `load` and `load_file` read those files
     by it (`_EXTERNAL`).
     """
     prepared = [(attr, prepared_names[attr]) for _, attr in weights if attr in prepared_names]
@@ -335,7 +335,7 @@ def weights_source(
 
 
 def prepare_source(lines: Sequence[str], attributes: Sequence[str]) -> str:
-    """`_prepare(weights)`: the kernels only the weights determine (`loam.weight_only`), each
+    """`_prepare(weights)`: the kernels only the weights determine (`loam.passes.weight_only`), each
     computed once into an attribute of `weights` (or a local, when only another of them reads it);
     then those `attributes` are made read-only, as the weights are."""
     head = [

@@ -78,6 +78,9 @@ from loam.backends.module_text import (
     type_text,
 )
 from loam.backends.names import PYTHON_NAMES, Names, identifier
+from loam.core.errors import AxisError, UnsupportedError
+from loam.core.poly import Poly, derived_call
+from loam.dialects.dim_params import binding_plan
 from loam.dialects.kernel import (
     ConstantOp,
     IfOp,
@@ -89,10 +92,7 @@ from loam.dialects.kernel import (
 )
 from loam.dialects.shape_poly import ExtentAttr, OweOp
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.dim_params import binding_plan
-from loam.errors import AxisError, UnsupportedError
 from loam.passes.differentiate import GRAD
-from loam.poly import Poly, derived_call
 
 RUNTIME_BANNER = (
     "# " + "-" * 98 + "\n"
@@ -131,7 +131,7 @@ class ModulePrinter:
         self.weights_file: bytes | None = None
         self.checkpoint_names = checkpoint_names
         self.row_orders = row_orders
-        # Where the weights in raw ONNX external data files lie (`loam.external_data`: name, location,
+        # Where the weights in raw ONNX external data files lie (`loam.frontends.external_data`: name, location,
         # offset, length, dtype, shape); a backend sets it from the module attribute.
         self.external: tuple[tuple[str, str, int, int, str, tuple[int, ...]], ...] = ()
         self.names = Names()
@@ -155,7 +155,7 @@ class ModulePrinter:
         # form, prepared once by `Weights` wherever forward would widen it on every call.
         self.half_weights: dict[SSAValue, str] = {}
         self.prepared: dict[str, str] = {}
-        # The lines of `_prepare` (what Weights computes once from the weights, `loam/weight_only.py`)
+        # The lines of `_prepare` (what Weights computes once from the weights, `passes/weight_only.py`)
         # and the Weights attributes they set (name -> what it holds); a backend that computes
         # nothing at load leaves both empty.
         self.load_lines: list[str] = []

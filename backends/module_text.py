@@ -12,8 +12,8 @@ import numpy as np
 from xdsl.dialects.builtin import ArrayAttr, IntAttr, ModuleOp, StringAttr
 from xdsl.ir import Operation, SSAValue
 
+from loam.core.errors import UnsupportedError
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.errors import UnsupportedError
 
 
 def row_orders(module: ModuleOp) -> tuple[tuple[str, int], ...]:

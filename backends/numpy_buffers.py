@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from xdsl.ir import Operation, SSAValue
 
+from loam.core.poly import Poly
 from loam.dialects.expr import broadcast_extents
 from loam.dialects.kernel import (
     ConstantOp,
@@ -42,7 +43,6 @@ from loam.dialects.kernel import (
     ZipOp,
 )
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.poly import Poly
 
 FRESH_KERNELS: frozenset[str] = frozenset({"concat", "gather", "normalize", "softmax", "conv", "pool"})
 """Library kernels whose every result is new memory, never a view of an operand

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from loam.core.poly import Poly
 from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Unary, step_args, step_types
-from loam.poly import Poly
 from loam.runtime.kernels.elementwise import BINARY_SOURCE, UNARY_SOURCE
 
 Shape = tuple[Poly, ...]

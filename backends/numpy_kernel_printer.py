@@ -26,6 +26,9 @@ from loam.backends import numpy_runtime
 from loam.backends.module_text import axes_type, dtype_source, node_label, numpy_dtype
 from loam.backends.numpy_buffers import BufferPlan, broadcast_afterwards, fills_result
 from loam.backends.numpy_inplace import OUT, InPlacePlan, plan_in_place
+from loam.core.dtypes import by_name
+from loam.core.errors import UnsupportedError
+from loam.core.poly import Poly
 from loam.dialects.expr import (
     Binary,
     Const,
@@ -48,9 +51,6 @@ from loam.dialects.kernel import (
     SoftmaxOp,
     ZipOp,
 )
-from loam.dtypes import by_name
-from loam.errors import UnsupportedError
-from loam.poly import Poly
 from loam.runtime.kernels import elementwise as elementwise_kernels
 
 if TYPE_CHECKING:
@@ -343,8 +343,8 @@ class NumpyKernelPrinter:
     @staticmethod
     def _plain_slice(op: LibraryOp) -> bool:
         """Whether a `kernel.slice` is plain Python indexing: unit steps, starts never negative."""
-        from loam.bounds import Verdict
-        from loam.derived import decide
+        from loam.core.bounds import Verdict
+        from loam.core.derived import decide
 
         def never_negative(start: int | Poly) -> bool:
             return start >= 0 if isinstance(start, int) else decide(start) is Verdict.HOLDS

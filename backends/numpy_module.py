@@ -8,7 +8,7 @@ function per distinct `Expr`, library kernels as calls of their runtime pieces),
 large intermediates kept in a pool of preallocated buffers between calls (`numpy_buffers`).  A half
 weight that forward computes with in f32 (a matmul's cast, an expression's widening, a kernel in
 `numpy_runtime.WIDENED_OPERANDS`) is read from a float32 twin `Weights` prepares once.  Every kernel that
-only the weights determine (a transposed or regrouped weight, a sum of biases: `loam.weight_only`) is
+only the weights determine (a transposed or regrouped weight, a sum of biases: `loam.passes.weight_only`) is
 computed once by `_prepare`, which `Weights.__init__` calls, and forward reads its result as an
 attribute of `weights`.
 
@@ -62,13 +62,13 @@ from loam.backends.numpy_buffers import broadcast_afterwards, plan_buffers
 from loam.backends.numpy_kernel_printer import NumpyKernelPrinter, expr_dtype, fewer_than
 from loam.backends.numpy_tile import tile_function
 from loam.backends.print_main import print_module
+from loam.core.errors import UnsupportedError
+from loam.core.limits import MAX_ELEMENTS
+from loam.core.poly import Poly
 from loam.dialects.kernel import ConstantOp, ProgramOp, TileProgramOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.errors import UnsupportedError
-from loam.external_data import external_table
-from loam.limits import MAX_ELEMENTS
-from loam.poly import Poly
-from loam.weight_only import kept_results, weight_only
+from loam.frontends.external_data import external_table
+from loam.passes.weight_only import kept_results, weight_only
 
 __all__ = ["emit_python", "numpy_module"]
 
@@ -127,7 +127,7 @@ class NumpyModulePrinter(ModulePrinter):
         # Each tile program's numpy function (`loam.backends.numpy_tile`), and their sources.
         self.tile_functions: dict[object, str] = {}
         self.tile_sources: list[str] = []
-        # The kernels only the weights determine (`loam.weight_only`), printed into `_prepare`, and the
+        # The kernels only the weights determine (`loam.passes.weight_only`), printed into `_prepare`, and the
         # results of theirs that forward reads (Weights attributes; the others are `_prepare`'s locals).
         self.at_load: set[Operation] = set()
         self.kept: set[SSAValue] = set()

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from xdsl.dialects.builtin import ModuleOp
 
-from loam.errors import LoamError
+from loam.core.errors import LoamError
 
 
 def print_module(argv: Sequence[str] | None, emit: Callable[[ModuleOp], str], command: str) -> int:
@@ -19,7 +19,7 @@ def print_module(argv: Sequence[str] | None, emit: Callable[[ModuleOp], str], co
 
     from xdsl.parser import Parser
 
-    from loam.context import make_context
+    from loam.frontends.context import make_context
 
     args = sys.argv[1:] if argv is None else list(argv)
     if len(args) != 1:

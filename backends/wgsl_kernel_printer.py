@@ -26,12 +26,12 @@ from xdsl.ir import Operation, SSAValue
 from loam.backends.module_text import axes_type
 from loam.backends.wgsl_kernels import common as wgsl_common
 from loam.backends.wgsl_kernels import elementwise, matmul, movement, tile
+from loam.core.errors import UnsupportedError
+from loam.core.poly import Poly
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import CastOp, LibraryOp, MatmulOp, PermuteOp, TileProgramOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.errors import UnsupportedError
 from loam.passes.pack_quantized import PACKED_ATTR, STORED_ATTR
-from loam.poly import Poly
 
 if TYPE_CHECKING:
     from loam.backends.wgsl_module import WgslModulePrinter

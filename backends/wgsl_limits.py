@@ -34,7 +34,7 @@ from pathlib import Path
 
 from xdsl.dialects.builtin import DictionaryAttr, IntAttr, ModuleOp
 
-from loam.errors import OptionsError, UnsupportedError
+from loam.core.errors import OptionsError, UnsupportedError
 
 __all__ = [
     "DEFAULT_LIMITS",

@@ -72,6 +72,9 @@ from loam.backends.wgsl_kernel_printer import (
 from loam.backends.wgsl_kernels import common as wgsl_common
 from loam.backends.wgsl_kernels import elementwise, packed
 from loam.backends.wgsl_limits import DEFAULT_LIMITS, DeviceLimits, device_limits, fit_bindings, over_limits
+from loam.core.errors import UnsupportedError
+from loam.core.limits import MAX_ELEMENTS
+from loam.core.poly import Poly
 from loam.dialects.kernel import (
     ConstantOp,
     IfOp,
@@ -85,12 +88,9 @@ from loam.dialects.kernel import (
     YieldOp,
 )
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.errors import UnsupportedError
-from loam.external_data import external_table
-from loam.limits import MAX_ELEMENTS
+from loam.frontends.external_data import external_table
 from loam.passes.pack_quantized import PACKED_ATTR, STORED_ATTR
-from loam.poly import Poly
-from loam.report import DeviceSummary
+from loam.passes.report import DeviceSummary
 
 __all__ = ["emit_wgsl"]
 

@@ -27,9 +27,9 @@ import numpy as np
 
 from bench.publish import publish
 from loam.backends.browser_module import write_browser_module
-from loam.browser_run import Browser
-from loam.options import Options
-from loam.pipeline import build
+from loam.driver.options import Options
+from loam.driver.pipeline import build
+from loam.tools.browser_run import Browser
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

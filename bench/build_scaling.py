@@ -47,9 +47,9 @@ def chain(nodes: int) -> onnx.ModelProto:
 
 def timed_build(nodes: int) -> tuple[float, str, float]:
     """The build's seconds, its slowest pass and that pass's seconds."""
-    from loam.layout import LayoutRule
-    from loam.options import Options
-    from loam.pipeline import build
+    from loam.core.layout import LayoutRule
+    from loam.driver.options import Options
+    from loam.driver.pipeline import build
 
     options = Options(layout=(LayoutRule("x", ("Batch", "Feature")), LayoutRule("y", ("Batch", "Feature"))))
     marks: list[tuple[str, float]] = []

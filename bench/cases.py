@@ -302,7 +302,7 @@ def resnet50_files() -> Path:
     import onnx.printer
     from safetensors.numpy import save_file
 
-    from loam.draft import draft_layout
+    from loam.driver.draft import draft_layout
 
     folder = generated_folder("resnet50")
     if (folder / "loam.toml").is_file():

@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, help=f"where to write the table (default {RESULTS})")
     args = parser.parse_args(argv)
     import loam
-    from loam.options import Options
+    from loam.driver.options import Options
 
     gguf = _gguf()
     scratch = Path(os.environ.get("TMPDIR", "/tmp")) / "loam-bench-decode-state.py"

@@ -187,7 +187,7 @@ def build(folder: Path, scratch: Path) -> tuple[Path, float, dict[str, Any]]:
     """Loam's module for the model in `folder`, written to `scratch`; the build's seconds; the model's facts."""
     import onnx
 
-    from loam.options import Options
+    from loam.driver.options import Options
     from loam.testing import build_for
 
     config = json.loads((folder / "genai_config.json").read_text(encoding="utf-8"))["model"]

@@ -160,8 +160,8 @@ class Built:
 
 
 def build_case(case: Case) -> Built:
-    from loam.options import Options
-    from loam.pipeline import build
+    from loam.driver.options import Options
+    from loam.driver.pipeline import build
     from loam.testing import forward_inputs
 
     if case.make_files is not None:
@@ -471,8 +471,8 @@ def carried_build(built: Built) -> object:
 
     import onnx
 
-    from loam.options import Options
-    from loam.pipeline import build
+    from loam.driver.options import Options
+    from loam.driver.pipeline import build
 
     options = dataclasses.replace(Options.from_toml(built.case.options), checkpoints=())
     return build(onnx.load_from_string(built.full_model), options=options)
@@ -661,8 +661,8 @@ def device_case(built: Built, budget: Budget, numpy_s: float | None = None) -> D
     given); None where wgpu or an adapter is missing."""
     if importlib.util.find_spec("wgpu") is None or not built.case.on_device:
         return None
-    from loam.options import Options
-    from loam.pipeline import build
+    from loam.driver.options import Options
+    from loam.driver.pipeline import build
 
     case = built.case
     options = Options.from_toml(case.options)

@@ -52,7 +52,7 @@ def timed(call, repeats):
     return statistics.median(times)
 if spec["side"] == "loam":
     import importlib.util
-    from loam.generate import Decoder
+    from loam.text.generate import Decoder
     loader = importlib.util.spec_from_file_location("smollm2_bench", spec["module"])
     module = importlib.util.module_from_spec(loader); loader.loader.exec_module(module)
     if hasattr(module, "set_compiled"):
@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, help=f"where to write the table (default {RESULTS})")
     args = parser.parse_args(argv)
     import loam
-    from loam.options import Options
+    from loam.driver.options import Options
 
     gguf = _gguf()
     scratch = Path(os.environ.get("TMPDIR", "/tmp")) / "loam-bench-smollm2.py"

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 from xdsl.parser import AttrParser
 
-from loam import dtypes
-from loam.poly import Poly
+from loam.core import dtypes
+from loam.core.poly import Poly
 from loam.runtime.kernels import elementwise as elementwise_kernels
 
 UNARY_OPS: frozenset[str] = frozenset(

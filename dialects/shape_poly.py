@@ -1,7 +1,7 @@
 """The `shape_poly` dialect: extents as integer polynomials over named symbols.
 
 Stage 0 gives every value whose shape it knows a `!shape_poly.tensor` type: an element type and
-one `loam.poly.Poly` per axis.  A number is a constant polynomial, a dim_param a symbol, and the
+one `loam.core.poly.Poly` per axis.  A number is a constant polynomial, a dim_param a symbol, and the
 shape arithmetic an exporter writes (merges, sums, differences) stays exact.
 
 Syntax::
@@ -12,7 +12,7 @@ Syntax::
     shape_poly.owe N <= 1024 for "Slice node 'attn/mask_slice'"   // OweOp: a condition forward checks
     %s = shape_poly.values [N, 768] : !shape_poly.tensor<i64, [2]>  // ValuesOp: a shape as polynomials
 
-The polynomial text is `loam.poly`'s (`str(Poly)` prints it); inside the IR it is read with
+The polynomial text is `loam.core.poly`'s (`str(Poly)` prints it); inside the IR it is read with
 xDSL's own lexer, so it needs no quotes around it.
 """
 
@@ -29,8 +29,8 @@ from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
-from loam.dtypes import BY_NAME, ElementType, by_name
-from loam.poly import Poly, is_plain_symbol, parse_poly
+from loam.core.dtypes import BY_NAME, ElementType, by_name
+from loam.core.poly import Poly, is_plain_symbol, parse_poly
 
 
 def parse_optional_text_literal(parser: AttrParser) -> str | None:
@@ -50,7 +50,7 @@ def parse_optional_text_literal(parser: AttrParser) -> str | None:
 
 
 class XdslPolyTokens:
-    """`loam.poly.PolyTokens` over an xDSL parser: the polynomial grammar on xDSL's lexer."""
+    """`loam.core.poly.PolyTokens` over an xDSL parser: the polynomial grammar on xDSL's lexer."""
 
     def __init__(self, parser: AttrParser) -> None:
         self.parser = parser
@@ -82,7 +82,7 @@ def parse_poly_attr_text(parser: AttrParser) -> Poly:
 
 
 def parse_element_type(parser: AttrParser) -> str:
-    """Read an element type name (`f32`, `i64`, ...), refusing one `loam.dtypes` does not define."""
+    """Read an element type name (`f32`, `i64`, ...), refusing one `loam.core.dtypes` does not define."""
     name = parser.parse_optional_identifier()
     if name is None:
         parser.raise_error("expected an element type such as f32")
@@ -93,7 +93,7 @@ def parse_element_type(parser: AttrParser) -> str:
 
 @irdl_attr_definition
 class ExtentAttr(Data[Poly]):
-    """One extent: a `loam.poly.Poly` as an attribute.
+    """One extent: a `loam.core.poly.Poly` as an attribute.
 
     Syntax: `#shape_poly.extent<POLY>`, e.g. `#shape_poly.extent<2*N + 1>`.
     """
@@ -127,7 +127,7 @@ class PolyTensorType(ParametrizedAttribute, TypeAttribute):
     """A tensor whose extents are polynomials.
 
     Syntax: `!shape_poly.tensor<ELEM, [POLY, ...]>`, e.g. `!shape_poly.tensor<f32, [4, N, 2*N + 1]>`;
-    a scalar is `!shape_poly.tensor<f32, []>`.  API: `.elem` (`loam.dtypes.ElementType`),
+    a scalar is `!shape_poly.tensor<f32, []>`.  API: `.elem` (`loam.core.dtypes.ElementType`),
     `.shape` (tuple of `Poly`).
     """
 

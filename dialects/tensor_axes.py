@@ -1,7 +1,7 @@
 """The `tensor_axes` dialect: tensors whose axes have names.
 
 An axis is known by its name, not its position: two axes an operation meets are one axis only when
-they carry one name.  The extent stays a value (a `loam.poly.Poly`), so a dynamic length is a
+they carry one name.  The extent stays a value (a `loam.core.poly.Poly`), so a dynamic length is a
 symbol.  A merge of adjacent axes is named by its ordered parts, as einops writes it, and its
 identity is that list: `(C H W)`.
 
@@ -13,7 +13,7 @@ Syntax::
     #tensor_axes.axis<(C H W): 784>                             // AxisAttr: one axis
     #tensor_axes.layout<["*.weight" -> [In, Out], "mask" in "decoder" -> [Seq, Seq]]>
 
-An extent is `loam.poly` text (`2*N + 1`, `"seq-len"`).  In a layout, each rule is a glob in
+An extent is `loam.core.poly` text (`2*N + 1`, `"seq-len"`).  In a layout, each rule is a glob in
 quotes, optionally `in "GRAPH"`, then `->` and the axis names; rule order is match order.
 
 Python API: `AxesTensorType(elem, axes)` with `axes` a sequence of `Axis` or `(name, extent)`
@@ -40,16 +40,16 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
+from loam.core.dtypes import BY_NAME, ElementType, by_name
+from loam.core.errors import AxisError, LoamError
+from loam.core.layout import LayoutRule, merged_axis_name, parse_axis_name
+from loam.core.poly import Poly
 from loam.dialects.shape_poly import (
     ExtentAttr,
     parse_element_type,
     parse_optional_text_literal,
     parse_poly_attr_text,
 )
-from loam.dtypes import BY_NAME, ElementType, by_name
-from loam.errors import AxisError, LoamError
-from loam.layout import LayoutRule, merged_axis_name, parse_axis_name
-from loam.poly import Poly
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,7 @@ def axes_tensor_type(elem: str, axes: tuple[Axis, ...]) -> AxesTensorType:
 
 @irdl_attr_definition
 class LayoutAttr(Data[tuple[LayoutRule, ...]]):
-    """The ordered layout rules of a build (`loam.layout.LayoutRule`), carried on the IR.
+    """The ordered layout rules of a build (`loam.core.layout.LayoutRule`), carried on the IR.
 
     Syntax: `#tensor_axes.layout<[RULE, ...]>` where `RULE ::= "GLOB" (in "GRAPH")? -> [AXIS, ...]`,
     e.g. `#tensor_axes.layout<["*.weight" -> [In, Out], "mask" in "decoder" -> [Seq, (C H W)]]>`.

@@ -43,7 +43,7 @@ function vectorised over every program at once, `backends/wgsl_kernels/tile.py` 
 with a workgroup per program, so the numpy form is the oracle for the WGSL form.
 
 The kernels written once in this form (`softmax_rows`, `layernorm_rows`, `matmul_tiles`) live in
-`loam.tile_kernels`: this module defines the IR, not programs written in it.
+`loam.passes.tile_kernels`: this module defines the IR, not programs written in it.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from onnx import (
 from xdsl.dialects.builtin import BytesAttr, FloatAttr, IntAttr, IntegerAttr, ModuleOp, StringAttr
 from xdsl.ir import Attribute, Block, Region, SSAValue, TypeAttribute
 
+from loam.core.errors import UnsupportedError
 from loam.dialects.graph import (
     BytesValueAttr,
     InitializerOp,
@@ -45,7 +46,6 @@ from loam.dialects.graph import (
     TensorType,
     UnknownType,
 )
-from loam.errors import UnsupportedError
 
 __all__ = ["export_model"]
 

@@ -26,23 +26,14 @@ from collections.abc import Callable, Iterator
 import onnx
 from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, TypeProto
 
-from loam.errors import ModelError, UnsupportedError
-from loam.limits import MAX_NESTING, LimitError, max_nodes
+from loam.core.errors import ModelError, UnsupportedError
+from loam.core.limits import MAX_NESTING, LimitError, max_nodes
+from loam.ops.microsoft.body import DomainBody
 
 ONNX_DOMAINS = ("", "ai.onnx")
 
 FunctionKey = tuple[str, str, str]
 """A model-local function's (domain, name, overload)."""
-
-Fresh = Callable[[str], str]
-"""A name no value or node of the model uses yet, from a hint (`fresh_name`)."""
-
-KnownType = Callable[[str], TypeProto | None]
-"""The type ONNX's shape inference gives a value, or None where it gives none."""
-
-DomainBody = Callable[[NodeProto, str, Fresh, KnownType, int], list[NodeProto]]
-"""Writes a node of another domain as default-domain nodes: (node, label, fresh, known type, the model's
-default-domain opset) -> the nodes, which read the node's inputs and write its outputs."""
 
 
 def expand_functions(
@@ -209,13 +200,13 @@ class _Expander:
             if self.nodes > max_nodes():
                 raise LimitError(
                     f"{self.source}: expanding function bodies makes more than {max_nodes()} nodes, past "
-                    "Loam's limit (loam.limits.MAX_NODES; set LOAM_MAX_NODES to raise it)"
+                    "Loam's limit (loam.core.limits.MAX_NODES; set LOAM_MAX_NODES to raise it)"
                 )
             return [node]
         if depth >= MAX_NESTING:
             raise LimitError(
                 f"{self.source}: {here}: function bodies call each other {depth} deep, past Loam's limit of "
-                f"{MAX_NESTING} (loam.limits.MAX_NESTING); a function that calls itself never ends"
+                f"{MAX_NESTING} (loam.core.limits.MAX_NESTING); a function that calls itself never ends"
             )
         function, defaults = found
         self.check_opsets(function, here)

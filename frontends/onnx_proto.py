@@ -37,6 +37,9 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
+from loam.core.dtypes import ElementType, by_onnx
+from loam.core.errors import ModelError, UnsupportedError
+from loam.core.limits import MAX_NESTING, LimitError, check_extents, max_nodes
 from loam.dialects.graph import (
     BytesValueAttr,
     GraphOp,
@@ -58,11 +61,8 @@ from loam.dialects.graph import (
     UnknownType,
     set_name_hint,
 )
-from loam.dtypes import ElementType, by_onnx
-from loam.errors import ModelError, UnsupportedError
 from loam.frontends.onnx_functions import expand_functions
 from loam.frontends.onnx_scan import unroll_scans
-from loam.limits import MAX_NESTING, LimitError, check_extents, max_nodes
 
 __all__ = ["check_external_data_sources", "check_model_proto", "external_data_path", "import_model", "read_model"]
 
@@ -100,7 +100,7 @@ def import_model(model: ModelProto, source: str = "<model>", *, folder: Path | N
 
 
 def check_model_proto(model: ModelProto, source: str = "<model>") -> None:
-    """Refuse a model whose text is not text or whose size is past `loam.limits`, before importing it.
+    """Refuse a model whose text is not text or whose size is past `loam.core.limits`, before importing it.
 
     Every string field (names, op types, domains, doc strings, metadata, dim_params, ...) must be
     valid UTF-8: protobuf hands an invalid one over as bytes, which nothing after the reader expects.
@@ -118,13 +118,13 @@ def check_model_proto(model: ModelProto, source: str = "<model>") -> None:
             if depth > MAX_NESTING:
                 raise LimitError(
                     f"{source}: {where}: graphs nest {depth} deep, past Loam's limit of {MAX_NESTING} "
-                    "(loam.limits.MAX_NESTING)"
+                    "(loam.core.limits.MAX_NESTING)"
                 )
             nodes += len(message.node)
             if nodes > limit:
                 raise LimitError(
                     f"{source}: {where or 'the model'}: more than {limit} nodes, past Loam's limit "
-                    "(loam.limits.MAX_NODES; set LOAM_MAX_NODES to raise it)"
+                    "(loam.core.limits.MAX_NODES; set LOAM_MAX_NODES to raise it)"
                 )
         for field, value in message.ListFields():
             if field.type == field.TYPE_STRING:

@@ -34,8 +34,8 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TypeProto, helper, numpy_helper
 
+from loam.core.limits import LimitError, max_nodes
 from loam.frontends.onnx_functions import ONNX_DOMAINS, all_nodes, fresh_name, graph_names
-from loam.limits import LimitError, max_nodes
 
 
 def unroll_scans(model: ModelProto, source: str) -> ModelProto:
@@ -71,7 +71,7 @@ class _Unroller:
         if self.nodes > max_nodes():
             raise LimitError(
                 f"{self.source}: unrolling Scan makes more than {max_nodes()} nodes, past Loam's limit "
-                "(loam.limits.MAX_NODES; set LOAM_MAX_NODES to raise it)"
+                "(loam.core.limits.MAX_NODES; set LOAM_MAX_NODES to raise it)"
             )
         del graph.node[:]
         graph.node.extend(out)

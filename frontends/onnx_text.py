@@ -35,7 +35,7 @@ import numpy as np
 import onnx
 from lark import Token
 
-from loam.errors import ModelError, OnnxSyntaxError
+from loam.core.errors import ModelError, OnnxSyntaxError
 
 __all__ = ["parse_model_text", "read_onnx_text"]
 

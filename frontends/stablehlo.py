@@ -53,17 +53,17 @@ from xdsl.dialects.func import ReturnOp as FuncReturnOp
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
-from loam.context import PARSE_FAILURES, check_lexable, parse_failure
+from loam.core.dtypes import ElementType
+from loam.core.errors import ModelError, UnsupportedError
 from loam.dialects import stablehlo as hlo
 from loam.dialects.graph import GraphOp, InitializerOp, ModelOp, NodeOp, ReturnOp, TensorType, set_name_hint
-from loam.dtypes import ElementType
-from loam.errors import ModelError, UnsupportedError
 
 # The window ops' rules (convolution, reduce_window) and the indexing ops' (dynamic_slice, gather,
 # scatter, sort, ...) live in their own modules, which register them in stablehlo_ops.RULES when
 # imported; the reader imports them so every rule is there.
 from loam.frontends import stablehlo_indexing as _indexing  # noqa: F401
 from loam.frontends import stablehlo_windows as _windows  # noqa: F401
+from loam.frontends.context import PARSE_FAILURES, check_lexable, parse_failure
 from loam.frontends.stablehlo_control import lower_control
 from loam.frontends.stablehlo_ops import (
     GraphBuilder,

@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from xdsl.ir import Block, Operation, Region, SSAValue
 
+from loam.core.dtypes import ElementType, by_name
 from loam.dialects import stablehlo as hlo
 from loam.dialects.graph import NoneOp, ReturnOp, SubgraphAttr, SubgraphInfoOp, UnknownType, set_name_hint
 from loam.dialects.graph import TensorType as GraphTensorType
-from loam.dtypes import ElementType, by_name
 from loam.frontends.stablehlo_ops import GraphBuilder, LoweringError, Operand, Shape, element_type, full, shape_of
 
 __all__ = ["RegionLowering", "lower_control"]

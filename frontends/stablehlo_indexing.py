@@ -51,9 +51,9 @@ import numpy as np
 from xdsl.dialects.builtin import IntAttr, IntegerAttr, StringAttr, i64
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
+from loam.core.dtypes import by_name
 from loam.dialects import stablehlo as hlo
 from loam.dialects.graph import ListAttr, NodeOp, UnknownType, set_name_hint
-from loam.dtypes import by_name
 from loam.frontends.stablehlo_ops import (
     GraphBuilder,
     LoweringError,

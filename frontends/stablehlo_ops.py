@@ -69,10 +69,10 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
+from loam.core.dtypes import ElementType, by_name
 from loam.dialects import stablehlo as hlo
 from loam.dialects.graph import InitializerOp, ListAttr, NodeOp, TensorDataAttr, UnknownType, set_name_hint
 from loam.dialects.graph import TensorType as GraphTensorType
-from loam.dtypes import ElementType, by_name
 
 __all__ = ["GraphBuilder", "LoweringError", "Operand", "element_type", "lower_op", "shape_of"]
 

@@ -27,9 +27,9 @@ from xdsl.dialects.builtin import NameLoc
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 
-from loam.context import line_col
-from loam.dtypes import by_name
-from loam.errors import ModelError
+from loam.core.dtypes import by_name
+from loam.core.errors import ModelError
+from loam.frontends.context import line_col
 
 __all__ = ["LocatedParser", "SourceLocation", "SourceText", "UnknownOpError", "prepare"]
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loam.errors import LoamError
+from loam.core.errors import LoamError
 
 if TYPE_CHECKING:
-    from loam.options import Options
-    from loam.pipeline import BuildResult, build
+    from loam.driver.options import Options
+    from loam.driver.pipeline import BuildResult, build
 
 __all__ = ["BuildResult", "LoamError", "Options", "build"]
 
@@ -21,11 +21,11 @@ __all__ = ["BuildResult", "LoamError", "Options", "build"]
 def __getattr__(name: str) -> Any:
     # Imported on first use, so `import loam` (and every console script) stays cheap.
     if name in ("build", "BuildResult"):
-        from loam import pipeline
+        from loam.driver import pipeline
 
         return getattr(pipeline, name)
     if name == "Options":
-        from loam.options import Options
+        from loam.driver.options import Options
 
         return Options
     raise AttributeError(f"module 'loam' has no attribute {name!r}")

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from loam.draft import draft_layout
-from loam.options import Options
-from loam.pipeline import BuildResult, build
+from loam.driver.draft import draft_layout
+from loam.driver.options import Options
+from loam.driver.pipeline import BuildResult, build
 
 __all__ = [
     "assert_same",

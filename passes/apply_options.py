@@ -28,44 +28,22 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, BoolAttr, DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, i64
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, ModuleOp, StringAttr
 from xdsl.ir import Attribute, Block
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
+from loam.core.errors import OptionsError
+from loam.core.layout import LayoutRule
+from loam.dialects.dim_params import read_spelling
 from loam.dialects.graph import GraphOp, InitializerOp, ModelOp, NodeOp, ReturnOp, SubgraphInfoOp, TensorType
 from loam.dialects.tensor_axes import LayoutAttr
-from loam.dim_params import read_spelling
-from loam.errors import OptionsError
-from loam.layout import LayoutRule
-from loam.options import Options
 
 DIMS_ATTR = "loam.dims"
 INTERFACE_ATTR = "loam.interface"
 OUTPUTS_ATTR = "loam.outputs"
 LAYOUT_ATTR = "loam.layout"
 INLINE_WEIGHTS_ATTR = "loam.inline_weights"
-
-
-def attach_options(module: ModuleOp, options: Options) -> None:
-    """Record `options` on the top-level module, where the passes read them."""
-    from loam.dialects.tensor_axes import LayoutAttr
-
-    if options.dims:
-        module.attributes[DIMS_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in options.dims.items()})
-    if options.interface:
-        module.attributes[INTERFACE_ATTR] = DictionaryAttr(
-            {
-                name: ArrayAttr([IntegerAttr(d, i64) if isinstance(d, int) else StringAttr(d) for d in dims])
-                for name, dims in options.interface.items()
-            }
-        )
-    if options.outputs is not None:
-        module.attributes[OUTPUTS_ATTR] = ArrayAttr([StringAttr(n) for n in options.outputs])
-    if options.layout:
-        module.attributes[LAYOUT_ATTR] = LayoutAttr(options.layout)
-    if options.inline_weights:
-        module.attributes[INLINE_WEIGHTS_ATTR] = BoolAttr.from_bool(True)
 
 
 def main_graph(module: ModuleOp) -> GraphOp:

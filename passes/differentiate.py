@@ -32,14 +32,14 @@ from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
+from loam.core.errors import UnsupportedError
+from loam.core.poly import Poly
 from loam.dialects.kernel import ProgramOp, ReturnOp, WeightOp
 from loam.dialects.kernel.base import element_count
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.errors import UnsupportedError
 from loam.grad.base import is_float, listed
 from loam.grad.reverse import Reverse, value_node
 from loam.passes.notes import add_notes
-from loam.poly import Poly
 
 GRAD = "grad."
 """The prefix of an upstream gradient's input name and of a weight gradient's output name."""

@@ -6,7 +6,7 @@ five passes over memory on every call.  That map is `c * A[m] + B[m]`, and `c * 
 with its weights' output channel m scaled by `A[m]`.  So the Conv reads `W * A` instead of `W`, and
 what is left per call is `c + B` (and whatever followed: a ReLU), one pass.  `W * A`, `A` and `B`
 read only weights, so the numpy module computes them once, when `Weights` is made
-(`loam.weight_only`).  onnxruntime folds the same way (its Conv+BatchNormalization fusion), and
+(`loam.passes.weight_only`).  onnxruntime folds the same way (its Conv+BatchNormalization fusion), and
 so the numbers are the same within float32 rounding, not bit for bit: the products are reassociated.
 
 Input: kernel IR after `fuse`, where a BatchNormalization is a `kernel.zip`, usually with the
@@ -37,13 +37,13 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
+from loam.core.poly import Poly
 from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, step_args
 from loam.dialects.kernel import ConvOp, ProgramOp, RegroupOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.ops.base import unit_axes
 from loam.passes.notes import add_notes
-from loam.poly import Poly
-from loam.weight_only import weight_only
+from loam.passes.weight_only import weight_only
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ product's element type and extents, so it can run in the product's buffer) and `
 of them, saving its launch, where `objective=memory` keeps it (`producer has N consumers`).
 
 A fused zip keeps the consumer's `node` and lists the ONNX nodes it computes in the discardable
-attribute `fused = ["producer", ..., "consumer"]`.  The decisions go to `loam.report`; the option
+attribute `fused = ["producer", ..., "consumer"]`.  The decisions go to `loam.passes.report`; the option
 `report=-` prints the report on stderr (`report=FILE` writes it), `format=text|json|dot`.
 """
 
@@ -50,6 +50,8 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
+from loam.core.errors import UsageError
+from loam.core.poly import Poly
 from loam.dialects.kernel import (
     ArgReduceOp,
     CumSumOp,
@@ -68,9 +70,7 @@ from loam.dialects.kernel import (
     ZipOp,
 )
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.errors import UsageError
-from loam.poly import Poly
-from loam.report import FOLDED, FUSED, KEPT, REPORT_FORMATS, FusionReport, NodeDecision, Reason, recorded_nodes
+from loam.passes.report import FOLDED, FUSED, KEPT, REPORT_FORMATS, FusionReport, NodeDecision, Reason, recorded_nodes
 
 OBJECTIVES: tuple[str, ...] = ("memory", "dispatch")
 FUSED_ATTR = "fused"
@@ -312,7 +312,7 @@ def fuse_program(
     """Fuse the zip chains of every `kernel.program` in `module`; the decision of every node.
 
     `nodes` lists the model's ONNX nodes as (name, op type, folded by stage 0), in graph order
-    (`loam.report.node_list`); without it the report covers the nodes the kernels name."""
+    (`loam.passes.report.node_list`); without it the report covers the nodes the kernels name."""
     if objective not in OBJECTIVES:
         raise UsageError(f"fuse: objective '{objective}' is not one of {', '.join(OBJECTIVES)}")
     programs = _programs(module)
@@ -420,7 +420,7 @@ class FusePass(ModulePass):
         if self.format not in REPORT_FORMATS:
             raise UsageError(f"fuse: format '{self.format}' is not one of {', '.join(REPORT_FORMATS)}")
         report = fuse_program(op, self.objective, recorded_nodes(op))
-        # The report of the last run, for a caller holding this pass (`loam.pipeline.build`); not an option.
+        # The report of the last run, for a caller holding this pass (`loam.driver.pipeline.build`); not an option.
         object.__setattr__(self, "last_report", report)
         if self.report:
             write_report(report, self.report, self.format)

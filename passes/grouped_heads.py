@@ -31,11 +31,11 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
+from loam.core.poly import Poly
 from loam.dialects.expr import Operand
 from loam.dialects.kernel import MatmulOp, PermuteOp, ProgramOp, RegroupOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.passes.notes import add_notes
-from loam.poly import Poly
 
 
 @dataclass(frozen=True)

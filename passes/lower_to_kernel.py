@@ -21,6 +21,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
+from loam.core.errors import AxisError, UnsupportedError
 from loam.dialects.graph import (
     ConstantOp,
     GraphOp,
@@ -36,7 +37,7 @@ from loam.dialects.kernel import IfOp, LoopOp, ProgramOp, RegroupOp, WeightOp, Y
 from loam.dialects.kernel import ReturnOp as KernelReturnOp
 from loam.dialects.shape_poly import AliasOp, OweOp, ValuesOp
 from loam.dialects.tensor_axes import AxesTensorType, RelabelOp
-from loam.errors import AxisError, UnsupportedError
+from loam.grad.reverse import Reverse
 from loam.ops import rule_for
 from loam.ops.base import LowerContext
 from loam.passes.notes import add_notes
@@ -162,7 +163,7 @@ def lower_ops(source: Block, block: Block, mapping: dict[SSAValue, SSAValue], no
             info = node_info(op)
             rule = rule_for(info, op.domain)
             operands = [None if isinstance(v.owner, NoneOp) else mapping[v] for v in op.args]
-            ctx = LowerContext(emit, [_axes_type(r) for r in op.outs], notes)
+            ctx = LowerContext(emit, [_axes_type(r) for r in op.outs], notes, Reverse)
             results = rule.lower(ctx, info, operands)
             for old, new in zip(op.outs, results, strict=True):
                 mapping[old] = _named(new, old)

@@ -19,17 +19,17 @@ from xdsl.ir import Block, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
+from loam.core.errors import AxisError
+from loam.core.layout import LayoutMatcher, LayoutRule, parse_layout_flag
+from loam.core.poly import Poly
 from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, NoneOp, ReturnOp, SubgraphInfoOp
 from loam.dialects.shape_poly import AliasOp, OweOp, PolyTensorType, ValuesOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis, LayoutAttr, RelabelOp, axes_tensor_type
-from loam.errors import AxisError
-from loam.layout import LayoutMatcher, LayoutRule, parse_layout_flag
 from loam.ops import rule_for
 from loam.ops.base import Facts, NodeInfo, unit_axes
 from loam.ops.control import IfRule, LoopRule, merge_axes
 from loam.passes.apply_options import LAYOUT_ATTR
 from loam.passes.stage0 import node_info
-from loam.poly import Poly
 
 
 def _facts(value: SSAValue) -> Facts:

@@ -12,7 +12,7 @@ mergeInDimensionInfo: two numbers that differ, or two ranks, are a conflict).
 The build also knows integers it can only state as polynomials: Shape of a tensor with a symbolic
 extent.  A rule gives such a value as a numpy object array of `Poly`, and a node whose outputs are
 all known that way becomes a `shape_poly.values` instead of a `graph.constant`.  What stage 0 cannot
-prove of the inputs it owes (`loam.owed`): the graph's owed conditions become `shape_poly.owe` ops
+prove of the inputs it owes (`loam.core.owed`): the graph's owed conditions become `shape_poly.owe` ops
 at the top of its block, which `forward` checks before any kernel runs.
 """
 
@@ -28,9 +28,15 @@ from xdsl.ir import Block, BlockArgument, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from loam import owed
-from loam.bounds import Interval
-from loam.derived import I32, I64, bounds_of
+from loam.core import owed
+from loam.core.bounds import Interval
+from loam.core.derived import I32, I64, bounds_of
+from loam.core.dtypes import by_name
+from loam.core.errors import PolyError, ShapeError, UnsupportedError
+from loam.core.limits import check_extents
+from loam.core.owed import Owed
+from loam.core.poly import Poly, poly_product
+from loam.dialects.dim_params import read_dim_param, spell_graph_inputs
 from loam.dialects.graph import (
     ConstantOp,
     GraphOp,
@@ -47,17 +53,11 @@ from loam.dialects.graph import (
     TensorType,
 )
 from loam.dialects.shape_poly import AliasOp, OweOp, PolyTensorType, ValuesOp, poly_tensor_type
-from loam.dim_params import read_dim_param, spell_graph_inputs
-from loam.dtypes import by_name
-from loam.errors import PolyError, ShapeError, UnsupportedError
-from loam.forced import declared_axes, forced_extent_notes
-from loam.limits import check_extents
 from loam.ops import rule_for
 from loam.ops.base import Facts, NodeInfo
 from loam.ops.control import IfRule, LoopRule
-from loam.owed import Owed
+from loam.passes.forced import declared_axes, forced_extent_notes
 from loam.passes.notes import add_notes
-from loam.poly import Poly, poly_product
 
 
 def node_info(node: NodeOp) -> NodeInfo:
@@ -147,7 +147,7 @@ class Stage0Pass(ModulePass):
     name = "stage0"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from loam.report import graph_nodes, node_list, record_nodes
+        from loam.passes.report import graph_nodes, node_list, record_nodes
 
         before = graph_nodes(op)
         declared: dict[str, list[str]] = {}
@@ -262,7 +262,7 @@ class Stage0Graph:
         except PolyError as e:
             raise info.fail(str(e)) from None
         for name, f in zip(op.output_names, outputs, strict=False):
-            # A value past the machine (loam.limits) is refused here, before any kernel plans for it.
+            # A value past the machine (loam.core.limits) is refused here, before any kernel plans for it.
             check_extents(
                 [e.const_value if e.is_const else 1 for e in f.shape],
                 f"{info.where()}: output '{name}'",

@@ -33,13 +33,13 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
+from loam.core.poly import poly_product
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import MatmulOp, PermuteOp, SoftmaxOp, TileProgramOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.passes.notes import add_notes
+from loam.passes.tile_kernels import attention_rows
 from loam.passes.tile_matmul import Extent, _block, _broadcast_strides, _operand, _plain, _row_major, longest
-from loam.poly import poly_product
-from loam.tile_kernels import attention_rows
 
 MAX_HEAD = 64
 """The longest row of Q (and of the result) one program holds."""

@@ -32,11 +32,11 @@ from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
-from loam.derived import bounds_of, ceildiv
+from loam.core.derived import bounds_of, ceildiv
+from loam.core.poly import Poly, poly_product
 from loam.dialects.kernel import MatmulOp, PermuteOp, TileProgramOp
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.poly import Poly, poly_product
-from loam.tile_kernels import matmul_tiles
+from loam.passes.tile_kernels import matmul_tiles
 
 BLOCK_K = 16
 """The contraction's step: each trip loads a [BM, 16] tile of A and a [16, BN] tile of B."""

@@ -24,12 +24,12 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
+from loam.core.poly import Poly
 from loam.dialects.kernel import NormalizeOp, SoftmaxOp, TileProgramOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.dialects.tile_program import TileProgram
+from loam.passes.tile_kernels import layernorm_rows, softmax_rows
 from loam.passes.tile_matmul import longest
-from loam.poly import Poly
-from loam.tile_kernels import layernorm_rows, softmax_rows
 
 
 def _type(value: object) -> AxesTensorType | None:

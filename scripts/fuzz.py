@@ -35,7 +35,7 @@ def _worker(conn: Connection, memory_mb: int) -> None:
 
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    import loam.pipeline  # noqa: F401  (warm: imports and seeds are not the input's time)
+    import loam.driver.pipeline  # noqa: F401  (warm: imports and seeds are not the input's time)
 
     for reader in READERS.values():
         reader.seed()

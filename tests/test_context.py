@@ -1,4 +1,4 @@
-"""`loam.context.check_lexable`: text that would hang or exhaust xDSL's lexer is refused before it is
+"""`loam.frontends.context.check_lexable`: text that would hang or exhaust xDSL's lexer is refused before it is
 parsed, in linear time, naming the file, line and column; everything MLIR text legitimately holds passes."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from loam.context import check_lexable, parse_ir
-from loam.errors import ModelError
+from loam.core.errors import ModelError
+from loam.frontends.context import check_lexable, parse_ir
 from loam.tools import loam_opt
 from tests.tools.test_cli import assert_one_line_error, run
 

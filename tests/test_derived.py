@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loam import derived
-from loam.bounds import Interval, Verdict
-from loam.errors import ShapeError
-from loam.owed import ExtentScope, scope
-from loam.poly import Poly, derived_call
+from loam.core import derived
+from loam.core.bounds import Interval, Verdict
+from loam.core.errors import ShapeError
+from loam.core.owed import ExtentScope, scope
+from loam.core.poly import Poly, derived_call
 
 SYMBOLS = ["N", "S", "past"]
 # Mostly small values, where clamps and roundings take effect, with some large ones.

@@ -1,6 +1,6 @@
 """dim_param spellings, their binding in forward, and the `dims` and `outputs` options, against onnxruntime.
 
-A dim_param spelled `past + 1`, `2 * n` or `batch * seq` reads as that polynomial (`loam.dim_params`);
+A dim_param spelled `past + 1`, `2 * n` or `batch * seq` reads as that polynomial (`loam.dialects.dim_params`);
 forward binds each name from an input axis that is the name alone, reads the others back from a
 linear axis, and checks every input axis against its spelling.  Each model here runs at several
 symbol values beside onnxruntime, and inputs that disagree with a spelling, or with an owed
@@ -16,11 +16,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from loam.core.errors import ModelError, OptionsError
+from loam.core.poly import Poly
+from loam.dialects.dim_params import binding_plan, read_dim_param, read_spelling, spelled_shapes
 from loam.dialects.kernel import ProgramOp
-from loam.dim_params import binding_plan, read_dim_param, read_spelling, spelled_shapes
-from loam.errors import ModelError, OptionsError
-from loam.options import Options
-from loam.poly import Poly
+from loam.driver.options import Options
 from loam.testing import assert_same, build_for, run_built, run_onnxruntime
 
 RNG = np.random.default_rng(0)

@@ -1,4 +1,4 @@
-"""`loam layout` / `loam.draft.draft_layout`: a complete layout that the build accepts unedited."""
+"""`loam layout` / `loam.driver.draft.draft_layout`: a complete layout that the build accepts unedited."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import loam
-from loam.draft import draft_layout, glob_escape
-from loam.errors import AxisError
-from loam.layout import LayoutRule
-from loam.options import Options
+from loam.core.errors import AxisError
+from loam.core.layout import LayoutRule
+from loam.driver.draft import draft_layout, glob_escape
+from loam.driver.options import Options
 from loam.testing import assert_same, run_loam, run_onnxruntime
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import loam
-from loam.errors import OptionsError
-from loam.options import Options
+from loam.core.errors import OptionsError
+from loam.driver.options import Options
 from loam.tools.loam_main import _interface_flag
 
 MLP = Path(__file__).resolve().parents[1] / "examples" / "mlp"

@@ -1,16 +1,16 @@
-"""docs/ir.md's registry section and README's layout must be exactly what `python -m loam.ir_docs` generates."""
+"""docs/ir.md's registry section and README's layout must be exactly what `python -m loam.tools.ir_docs` generates."""
 
 from __future__ import annotations
 
-from loam.ir_docs import DOC_PATH, README_PATH, render, render_layout, updated, updated_readme
-from loam.passes import get_all_passes
-from loam.registry import FRONT_ENDS, TARGETS
+from loam.driver.passes import get_all_passes
+from loam.driver.registry import FRONT_ENDS, TARGETS
+from loam.tools.ir_docs import DOC_PATH, README_PATH, render, render_layout, updated, updated_readme
 
 
 def test_the_registry_section_is_current() -> None:
     current = DOC_PATH.read_text(encoding="utf-8")
     assert updated(current) == current, (
-        f"{DOC_PATH} is out of date; regenerate it with `python -m loam.ir_docs --write`"
+        f"{DOC_PATH} is out of date; regenerate it with `python -m loam.tools.ir_docs --write`"
     )
 
 
@@ -23,7 +23,7 @@ def test_every_registered_pass_front_end_and_target_is_listed() -> None:
 def test_the_readme_layout_is_current() -> None:
     current = README_PATH.read_text(encoding="utf-8")
     assert updated_readme(current) == current, (
-        f"{README_PATH}'s layout is out of date; regenerate it with `python -m loam.ir_docs --write`"
+        f"{README_PATH}'s layout is out of date; regenerate it with `python -m loam.tools.ir_docs --write`"
     )
 
 

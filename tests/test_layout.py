@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loam.errors import AxisError, LoamError, OptionsError
-from loam.layout import LayoutMatcher, LayoutRule, match_layout, parse_axis_name, parse_layout_flag
+from loam.core.errors import AxisError, LoamError, OptionsError
+from loam.core.layout import LayoutMatcher, LayoutRule, match_layout, parse_axis_name, parse_layout_flag
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Hostile model files: text that is not text, and sizes past what the machine holds (`loam.limits`).
+"""Hostile model files: text that is not text, and sizes past what the machine holds (`loam.core.limits`).
 
 Each case is refused with one `LoamError` naming the tensor or node (and the limit), in bounded time
 and memory: never exit status 3, a MemoryError, a RecursionError, numpy's `array is too big` or a hang.
@@ -17,9 +17,9 @@ import pytest
 from onnx import TensorProto, TypeProto, helper, numpy_helper
 
 import loam
-from loam import limits
-from loam.errors import LoamError, ModelError, ShapeError
-from loam.layout import LayoutRule
+from loam.core import limits
+from loam.core.errors import LoamError, ModelError, ShapeError
+from loam.core.layout import LayoutRule
 
 
 def _model(nodes, initializers=(), inputs=(), output=("y", TensorProto.FLOAT, None)) -> onnx.ModelProto:

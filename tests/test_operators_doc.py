@@ -1,4 +1,4 @@
-"""docs/operators.md must be exactly what `python -m loam.ops.docs` generates from the operator rules."""
+"""docs/operators.md must be exactly what `python -m loam.tools.operator_docs` generates from the operator rules."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from loam.ops import RULES
 from loam.ops.base import OpRule
-from loam.ops.docs import DOC_PATH, REGENERATE, _opsets, main, render, schema_versions
+from loam.tools.operator_docs import DOC_PATH, REGENERATE, _opsets, main, render, schema_versions
 
 
 def test_operators_doc_is_current() -> None:
@@ -58,7 +58,7 @@ def test_range_starts_where_onnx_introduced_the_operator() -> None:
 def test_check_flag_reports_how_to_regenerate(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("loam.ops.docs.render", lambda: "something else\n")
+    monkeypatch.setattr("loam.tools.operator_docs.render", lambda: "something else\n")
     assert main(["--check"]) == 1
     assert REGENERATE in capsys.readouterr().err
 

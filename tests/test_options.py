@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from loam.errors import OptionsError
-from loam.layout import LayoutRule
-from loam.options import Options
+from loam.core.errors import OptionsError
+from loam.core.layout import LayoutRule
+from loam.driver.options import Options
 
 FULL = """\
 architecture = "mlp"

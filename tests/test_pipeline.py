@@ -11,8 +11,8 @@ from safetensors.numpy import load as load_safetensors
 from safetensors.numpy import save_file as save_safetensors
 
 import loam
-from loam.errors import CheckpointError
-from loam.options import Options
+from loam.core.errors import CheckpointError
+from loam.driver.options import Options
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = ROOT / "examples" / "mlp"
@@ -86,15 +86,15 @@ def test_progress_names_each_stage() -> None:
 
 
 def test_an_architecture_table_that_does_not_exist_is_refused() -> None:
-    from loam.errors import OptionsError
+    from loam.core.errors import OptionsError
 
     with pytest.raises(OptionsError, match=r"architecture 'falcon': no such table \(known: .*llama.*\)"):
         loam.build(MLP / "mlp.onnxtext", options=mlp_options(architecture="falcon"))
 
 
 def test_a_layout_rule_reaching_nothing_is_refused() -> None:
-    from loam.errors import OptionsError
-    from loam.layout import LayoutRule
+    from loam.core.errors import OptionsError
+    from loam.core.layout import LayoutRule
 
     options = mlp_options()
     options = Options(
@@ -131,7 +131,7 @@ def test_build_accepts_exactly_the_checkpoint_dtypes_the_load_accepts(
 def test_graph_dialect_text_builds_like_the_model_it_came_from(tmp_path: Path) -> None:
     from xdsl.printer import Printer
 
-    from loam.errors import ModelError
+    from loam.core.errors import ModelError
     from loam.frontends.onnx_proto import read_model
 
     ir = tmp_path / "mlp.mlir"

@@ -13,9 +13,9 @@ import pytest
 
 import loam
 from loam.backends.numpy_module import emit_python
-from loam.context import make_context, parse_ir
-from loam.options import Options
-from loam.pipeline import pipeline_passes
+from loam.driver.options import Options
+from loam.driver.pipeline import pipeline_passes
+from loam.frontends.context import make_context, parse_ir
 from tests.smollm2_file import smollm2_gguf
 
 MODELS = Path(__file__).resolve().parent / "models"

@@ -1,4 +1,4 @@
-"""Properties and examples of `loam.poly.Poly`: ring laws, canonical equality, text round trip."""
+"""Properties and examples of `loam.core.poly.Poly`: ring laws, canonical equality, text round trip."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loam.errors import LoamError, PolyError
-from loam.poly import Poly, poly_product, poly_sum
+from loam.core.errors import LoamError, PolyError
+from loam.core.poly import Poly, poly_product, poly_sum
 
 PLAIN = ["N", "M", "seq_len", "B2", "_x"]
 QUOTED = ["seq-len", "batch size", 'a"b', "back\\slash", "naïve", "1st"]

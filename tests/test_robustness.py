@@ -27,7 +27,7 @@ import onnx
 import pytest
 from onnx import AttributeProto, TensorProto, numpy_helper
 
-from loam.errors import LoamError
+from loam.core.errors import LoamError
 from loam.ops import RULES
 from loam.testing import assert_same, build_for, run_built, run_onnxruntime
 from tests.conformance import harness

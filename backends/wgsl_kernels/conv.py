@@ -30,7 +30,7 @@ the i64 result travels as i32.
 from __future__ import annotations
 
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 from loam.runtime.errors import ShapeError
 from loam.runtime.kernels.resize import antialias_taps, cubic_taps, nearest_taps, resize_coordinates
 

@@ -19,9 +19,9 @@ import struct
 from collections.abc import Sequence
 
 from loam.backends.wgsl_kernels.common import FLAT, device_type, f32_bits, kernel, narrow
+from loam.core.errors import UnsupportedError
+from loam.core.poly import Poly
 from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, step_types
-from loam.errors import UnsupportedError
-from loam.poly import Poly
 
 HELPERS = """
 fn nan_() -> f32 { return bits_f32(0x7fc00000u); }

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from loam.backends.wgsl_kernels.common import FLAT, WORKGROUP, device_type, kernel, narrow
 from loam.backends.wgsl_kernels.reduce import ROW_HELPERS
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 
 
 def source_gather(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:

@@ -20,7 +20,7 @@ Params: targets (N * D), C, D, ignore_index (its two's-complement bits), ignores
 from __future__ import annotations
 
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 
 
 def _loss_at(weighted: bool) -> str:

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 
 from loam.backends.wgsl_kernels.common import device_type, kernel
 from loam.backends.wgsl_kernels.elementwise import HELPERS, expr_lines, index_lines
+from loam.core.errors import UnsupportedError
+from loam.core.poly import Poly
 from loam.dialects.expr import Expr
-from loam.errors import UnsupportedError
-from loam.poly import Poly
 
 TILE = 8
 

@@ -25,7 +25,7 @@ cast_narrow's params: the element count.  The quantization kernels say theirs.
 from __future__ import annotations
 
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 
 FLOAT8 = {
     # numpy name: (mantissa bits, smallest normal exponent, largest finite, infinity beyond it, fnuz)

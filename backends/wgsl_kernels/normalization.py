@@ -28,7 +28,7 @@ from loam.backends.wgsl_kernels.reduce import (
     row_functions,
     tree,
 )
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 
 
 def source_normalize(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:

@@ -25,7 +25,7 @@ the row length D, the indices' count, the rows V, blocks per row.
 from __future__ import annotations
 
 from loam.backends.wgsl_kernels.common import ENTRY, FLAT, HELPERS, device_type
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 
 BLOCK_BYTES = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}
 """Bytes per block of 32 elements, by ggml encoding."""

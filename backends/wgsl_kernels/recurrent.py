@@ -33,7 +33,7 @@ import numpy as np
 
 from loam.backends.wgsl_kernels.common import FLAT, device_type, f32_bits, kernel, narrow
 from loam.backends.wgsl_kernels.elementwise import HELPERS as ELEMENTWISE_HELPERS
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 
 GATES = {"rnn": 1, "gru": 3, "lstm": 4}
 """Gates per kernel (W's and R's rows are gates x hidden)."""

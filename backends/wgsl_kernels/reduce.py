@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 
 ROW_HELPERS = """
 fn max_nan(a: f32, b: f32) -> f32 {

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 
 PAD_MODES = ("constant", "edge", "reflect", "wrap")
 

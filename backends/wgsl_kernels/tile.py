@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from loam.backends.wgsl_kernels.common import ENTRY, WORKGROUP, device_type, header
 from loam.backends.wgsl_kernels.elementwise import HELPERS, _literal, expr_lines
+from loam.core.errors import UnsupportedError
 from loam.dialects.tile_program import (
     Carry,
     Dot,
@@ -43,7 +44,6 @@ from loam.dialects.tile_program import (
     broadcast,
     size_of,
 )
-from loam.errors import UnsupportedError
 
 GRID_PARAMS = 4
 """Params before the program's numbers: the program count and three grid extents."""

@@ -16,7 +16,7 @@ ONNX operator; ONNX's own schemas, not this dialect, define arity and attributes
 Types: `!graph.tensor<ELEM, [dims]>` (a dim is an integer, a quoted dim_param, or `?`),
 `!graph.tensor<ELEM>` (unranked), `!graph.sparse<ELEM, [dims]>`, `!graph.seq<T>`, `!graph.opt<T>`,
 `!graph.map<KEY, T>`, `!graph.unknown` (no type information) and `!graph.none` (an absent optional
-input).  Element types are spelled by `loam.dtypes`.
+input).  Element types are spelled by `loam.core.dtypes`.
 
 ONNX node attributes live in the node's `attrs` dictionary, one xDSL attribute per ONNX kind:
 

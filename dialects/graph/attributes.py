@@ -21,9 +21,9 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
+from loam.core.dtypes import ElementType, by_name
+from loam.core.errors import UnsupportedError
 from loam.dialects.graph.syntax import elem_of, parse_bytes, parse_float, parse_optional_text, parse_text, print_float
-from loam.dtypes import ElementType, by_name
-from loam.errors import UnsupportedError
 
 
 def _pack_bits(values: np.ndarray, bits: int) -> bytes:
@@ -242,7 +242,7 @@ class TensorDataAttr(ParametrizedAttribute):
 
 
 def _elem_for_dtype(dtype: np.dtype) -> ElementType:
-    from loam.dtypes import BY_ONNX
+    from loam.core.dtypes import BY_ONNX
 
     if dtype.kind in ("U", "S", "O"):
         return by_name("string")

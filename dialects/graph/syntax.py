@@ -2,7 +2,7 @@
 
 Strings that may not be ASCII (xDSL 0.75 prints non-ASCII UTF-8 as a bytes literal, which its lexer
 then hands out as another token kind), float32s printed so that they read back exactly, element-type
-names checked against `loam.dtypes`, and operands resolved with the type of their definition (ONNX
+names checked against `loam.core.dtypes`, and operands resolved with the type of their definition (ONNX
 graphs are topologically ordered, so a use never comes before its definition).
 """
 
@@ -16,7 +16,7 @@ from xdsl.ir import SSAValue
 from xdsl.parser import AttrParser, Parser, UnresolvedOperand
 from xdsl.utils.exceptions import VerifyException
 
-from loam.dtypes import ElementType, by_name
+from loam.core.dtypes import ElementType, by_name
 
 
 def parse_bytes(parser: AttrParser) -> bytes:

@@ -17,8 +17,8 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
+from loam.core.dtypes import ElementType, by_name
 from loam.dialects.graph.syntax import elem_of, parse_optional_text
-from loam.dtypes import ElementType, by_name
 
 _DYNAMIC = -1  # a dim with neither dim_value nor dim_param: printed `?`
 

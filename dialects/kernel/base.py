@@ -17,7 +17,7 @@ from xdsl.irdl import IRDLOperation, ParsePropInAttrDict, operand_def, prop_def,
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
-from loam.poly import derived_call
+from loam.core.poly import derived_call
 
 
 def extents_of(t: Attribute) -> tuple[Any, ...] | None:

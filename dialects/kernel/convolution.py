@@ -13,8 +13,8 @@ from typing import ClassVar
 from xdsl.irdl import irdl_op_definition
 from xdsl.utils.exceptions import VerifyException
 
+from loam.core.poly import Poly
 from loam.dialects.kernel.library import LibraryOp, check_axes, library_types, require
-from loam.poly import Poly
 
 
 @irdl_op_definition

@@ -16,8 +16,8 @@ from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
+from loam.core.poly import Poly
 from loam.dialects.kernel.base import KernelOp, OneInputOp, element_count, extents_of, node_prop, same_count
-from loam.poly import Poly
 
 
 @irdl_op_definition
@@ -97,7 +97,7 @@ class PermuteOp(KernelOp):
 def _owed_count(a: Sequence[Any], b: Sequence[Any]) -> bool:
     """Whether two element counts differ only as stage 0 owes them equal: one holds a derived symbol
     (a Reshape's -1 rounded down, `floordiv(N, 3)`), whose count forward checks before any kernel."""
-    from loam.poly import derived_call
+    from loam.core.poly import derived_call
 
     pa, pb = Poly.lift(element_count(a)), Poly.lift(element_count(b))
     return any(derived_call(n) is not None for n in pa.symbols | pb.symbols)

@@ -19,9 +19,9 @@ from xdsl.irdl import ParsePropInAttrDict, traits_def, var_operand_def, var_resu
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
+from loam.core.poly import Poly
 from loam.dialects.kernel.base import KernelOp, extents_of, node_prop
 from loam.dialects.shape_poly import ExtentAttr
-from loam.poly import Poly
 
 Param = int | float | str | Poly | tuple[int | Poly, ...] | tuple[float, ...]
 """A library kernel's parameter value: a number, a word, an extent only the run knows (a `Poly` over

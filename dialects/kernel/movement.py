@@ -9,8 +9,8 @@ from typing import ClassVar
 
 from xdsl.irdl import irdl_op_definition
 
+from loam.core.poly import Poly
 from loam.dialects.kernel.library import LibraryOp, check_axes, kernel_rank, library_types, require
-from loam.poly import Poly
 
 
 def require_joined(op: LibraryOp) -> None:

@@ -12,8 +12,8 @@ from typing import ClassVar
 
 from xdsl.irdl import irdl_op_definition
 
+from loam.core.poly import Poly
 from loam.dialects.kernel.library import LibraryOp, library_types, require
-from loam.poly import Poly
 
 
 def _is(extent: object, value: int) -> bool:

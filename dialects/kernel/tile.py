@@ -3,7 +3,7 @@ a launch grid.
 
 A library op in its syntax (the grid and the run-time numbers are parameters), but what it computes
 is the program it carries, not a backend's library function.  The WGSL pipeline's `tile-rows` and
-`tile-matmul` passes write it, with programs from `loam.tile_kernels`.
+`tile-matmul` passes write it, with programs from `loam.passes.tile_kernels`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.irdl import irdl_op_definition, prop_def
 from xdsl.utils.exceptions import VerifyException
 
+from loam.core.poly import Poly
 from loam.dialects.kernel.attributes import TileProgramAttr
 from loam.dialects.kernel.library import LibraryOp
 from loam.dialects.tile_program import TileProgram
-from loam.poly import Poly
 
 
 @irdl_op_definition

@@ -8,7 +8,7 @@ OUT receives:
 - `model/`: `loam build --target browser` of SmolLM2's with-past decoder (the export in
   tests/models/smollm2/, the Llama table, no layout): model.js and its weight shards, every Q4_1 and
   Q8_0 weight kept as the GGUF's blocks;
-- `tokenizer.json`, `tokenizer_config.json`: the GGUF's tokenizer as Loam reads it (`loam.tokenizer`),
+- `tokenizer.json`, `tokenizer_config.json`: the GGUF's tokenizer as Loam reads it (`loam.text.tokenizer`),
   written in Hugging Face's format, and `chat.json`: the chat template rendered around one user
   message (the text before it and after it);
 - `vendor/tokenizers.mjs`: Hugging Face's tokenizers.js (npm `@huggingface/tokenizers`, installed
@@ -44,7 +44,7 @@ def default_gguf() -> Path:
 
 def write_tokenizer(gguf: Path, out: Path) -> None:
     """tokenizer.json, tokenizer_config.json and chat.json from the GGUF's metadata."""
-    from loam.tokenizer import Tokenizer
+    from loam.text.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_gguf(gguf)
     (out / "tokenizer.json").write_text(tokenizer.engine.to_str(), encoding="utf-8")
@@ -70,8 +70,8 @@ def vendor_tokenizers_js(out: Path) -> None:
 
 def build_page(out: Path, gguf: Path, progress: bool = True) -> None:
     from loam.backends.browser_module import write_browser_module
-    from loam.options import Options
-    from loam.pipeline import build
+    from loam.driver.options import Options
+    from loam.driver.pipeline import build
 
     out.mkdir(parents=True, exist_ok=True)
     say = (lambda m: print(f"browser-chat: {m}", file=sys.stderr, flush=True)) if progress else None

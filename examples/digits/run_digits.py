@@ -7,7 +7,7 @@ itself on the same model and weights, and prints the largest differences of the 
 probabilities and the accuracy each gets against `test_labels.npy`.  It exits 1 when an output
 differs by more than 1e-4 (absolute), the two accuracies differ, or an accuracy is below 95%.
 
-    python examples/digits/run_digits.py              # through the Python API (loam.pipeline.build)
+    python examples/digits/run_digits.py              # through the Python API (loam.driver.pipeline.build)
     python examples/digits/run_digits.py --via-cli    # through `loam build ... -o digits_module.py`
     python examples/digits/run_digits.py --keep DIR   # also keep the generated module in DIR
 """
@@ -58,8 +58,8 @@ class Outcome:
 
 def build_with_api(keep: Path | None) -> ModuleType:
     """Compile through the Python API and return the imported module."""
-    from loam.options import Options
-    from loam.pipeline import build
+    from loam.driver.options import Options
+    from loam.driver.pipeline import build
 
     result = build(MODEL, options=Options.from_toml(OPTIONS))  # loam.toml names the checkpoint
     print(result.report.rstrip() or "(empty build report)")

@@ -6,7 +6,7 @@ generated module's `Weights.load`, runs `forward` on `input.npy`, runs onnxrunti
 same model and weights, prints both, their largest absolute and relative differences, and exits 1
 when they differ by more than rtol 1e-5 (atol 1e-6).
 
-    python examples/mlp/run_mlp.py              # through the Python API (loam.pipeline.build)
+    python examples/mlp/run_mlp.py              # through the Python API (loam.driver.pipeline.build)
     python examples/mlp/run_mlp.py --via-cli    # through `loam build ... -o mlp_module.py`
     python examples/mlp/run_mlp.py --keep DIR   # also keep the generated module in DIR
 """
@@ -36,8 +36,8 @@ RTOL, ATOL = 1e-5, 1e-6
 
 def build_with_api(keep: Path | None) -> ModuleType:
     """Compile through the Python API and return the imported module."""
-    from loam.options import Options
-    from loam.pipeline import build
+    from loam.driver.options import Options
+    from loam.driver.pipeline import build
 
     options = Options.from_toml(OPTIONS)
     result = build(MODEL, options=options)  # loam.toml names the checkpoint

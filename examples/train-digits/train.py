@@ -60,9 +60,9 @@ def training_graph(folder: Path) -> Path:
 
 def build_trainer(folder: Path, backend: str = "numpy") -> ModuleType:
     """The module computing the loss, the logits and the trained weights' gradients in one pass."""
-    from loam.draft import draft_layout
-    from loam.options import Options
-    from loam.pipeline import build
+    from loam.driver.draft import draft_layout
+    from loam.driver.options import Options
+    from loam.driver.pipeline import build
 
     graph = training_graph(folder)
     digits = Options.from_toml(DIGITS / "loam.toml")

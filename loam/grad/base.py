@@ -13,15 +13,15 @@ import numpy as np
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
 from xdsl.ir import Operation, SSAValue
 
+from loam.core.errors import UnsupportedError
+from loam.core.poly import Poly
 from loam.dialects.expr import Expr
 from loam.dialects.graph import TensorDataAttr
 from loam.dialects.kernel import ConstantOp, EinsumOp, PermuteOp, ReduceOp, SliceOp, ZipOp
 from loam.dialects.kernel.library import LibraryOp
 from loam.dialects.shape_poly import ExtentAttr
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.errors import UnsupportedError
 from loam.grad.elementwise import FLOATS
-from loam.poly import Poly
 
 
 class Backward(Protocol):

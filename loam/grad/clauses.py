@@ -58,6 +58,7 @@ from collections.abc import Callable
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
+from loam.core.poly import Poly
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import (
     CastOp,
@@ -111,7 +112,6 @@ from loam.grad.base import (
     zeros_like,
 )
 from loam.grad.elementwise import vjp
-from loam.poly import Poly
 
 # -- elementwise, products, layout --------------------------------------------------------------------
 

@@ -18,11 +18,11 @@ import string
 
 from xdsl.ir import Operation, SSAValue
 
+from loam.core.poly import Poly
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import EinsumOp, RegroupOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.grad.base import Backward, refuse, sum_kept, type_of
-from loam.poly import Poly
 
 ONE = Poly.const(1)
 

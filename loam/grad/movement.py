@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
+from loam.core.poly import Poly
 from loam.dialects.kernel import (
     ConcatOp,
     DropoutOp,
@@ -34,7 +35,6 @@ from loam.dialects.kernel import (
 )
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.grad.base import Backward, cut, refuse, static_extent, static_extents, through_matrix, type_of, zeros_like
-from loam.poly import Poly
 from loam.runtime.kernels.movement import kernel_pad
 
 

@@ -15,14 +15,14 @@ from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
+from loam.core.errors import UnsupportedError
+from loam.core.poly import Poly
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import ConstantOp, ReduceOp, RegroupOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.errors import UnsupportedError
 from loam.grad.base import is_float, listed, node_of, type_of, zeros_like
 from loam.grad.clauses import clause_for, reads_every_result
 from loam.grad.control import captured
-from loam.poly import Poly
 
 
 class Reverse:

@@ -26,6 +26,7 @@ import numpy as np
 from xdsl.dialects.builtin import ArrayAttr
 from xdsl.ir import Operation, SSAValue
 
+from loam.core.poly import Poly
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import (
     ConcatOp,
@@ -42,7 +43,6 @@ from loam.dialects.kernel import (
 from loam.dialects.shape_poly import ExtentAttr
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.grad.base import Backward, Clause, constant, cut, kept_type, known, refuse, type_of, zeros_like
-from loam.poly import Poly
 
 
 def _extents(b: Backward, t: AxesTensorType, axes: Sequence[int], node: str) -> SSAValue:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 from loam.ops import (
     constant,
     control,
@@ -38,7 +38,7 @@ from loam.ops.base import NodeInfo, OpRule
 if TYPE_CHECKING:
     from onnx import NodeProto
 
-    from loam.frontends.onnx_functions import DomainBody
+    from loam.ops.microsoft.body import DomainBody
 
 # One module per operator family; each lists its rules in `RULES`.
 FAMILIES = (

@@ -17,13 +17,13 @@ import contextvars
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from loam.dtypes import ElementType, by_onnx
-from loam.errors import ShapeError, UnsupportedError
-from loam.poly import Poly
+from loam.core.dtypes import ElementType, by_onnx
+from loam.core.errors import ShapeError, UnsupportedError
+from loam.core.poly import Poly
 
 if TYPE_CHECKING:
     from xdsl.ir import Operation, SSAValue
@@ -95,13 +95,31 @@ def result_length(output: str, axis: int) -> Poly:
     return Poly.symbol(f"{output}[{axis}]")
 
 
+class ReverseWalk(Protocol):
+    """Reverse-mode differentiation over kernel ops already emitted (`loam.grad.reverse.Reverse`): seed
+    values with `send`, `run`, then read each source's `adjoint`."""
+
+    adjoint: dict[SSAValue, SSAValue]
+
+    def emit(self, op: Operation) -> SSAValue: ...
+    def send(self, value: SSAValue, grad: SSAValue) -> None: ...
+    def run(self) -> None: ...
+    def unreached(self, source: SSAValue, destination: str) -> str: ...
+
+
+Differentiator = Callable[[Sequence["SSAValue"], Sequence["Operation"], Callable[["Operation"], object]], ReverseWalk]
+"""Makes a `ReverseWalk` over (sources, the ops to walk, where to emit): what the lowering pass hands a rule
+that differentiates (ONNX's Gradient), since the gradient clauses sit a layer above the operator rules."""
+
+
 class LowerContext:
     """What a rule's `lower` uses to build kernel ops: an insertion point, the node's result types and
     a place for build notes.
 
     `emit(op)` inserts `op` before the node being lowered and returns it; `result_types` are the
     node's outputs' `!tensor_axes.tensor` types after name-axes; `note(text, node)` leaves a build
-    note (`loam build` prints it), one per distinct text, naming the nodes that left it.
+    note (`loam build` prints it), one per distinct text, naming the nodes that left it;
+    `differentiate`, where the lowering pass gives one, starts a reverse-mode walk (`ReverseWalk`).
     """
 
     def __init__(
@@ -109,10 +127,12 @@ class LowerContext:
         emit: Callable[[Operation], Operation],
         result_types: Sequence[Any],
         notes: dict[str, list[str]] | None = None,
+        differentiate: Differentiator | None = None,
     ) -> None:
         self.emit = emit
         self.result_types = list(result_types)
         self.notes = notes if notes is not None else {}
+        self.differentiate = differentiate
 
     def note(self, text: str, node: NodeInfo) -> None:
         """Leave build note `text` for `node`; the nodes that leave one text share one note."""
@@ -151,7 +171,7 @@ class OpRule:
         defined = schema_attributes(node.op_type, node.since) if node.domain in ("", "ai.onnx") else None
         foreign = sorted(n for n in names if defined is not None and n not in defined)
         if foreign:
-            from loam.errors import ModelError
+            from loam.core.errors import ModelError
 
             raise ModelError(
                 f"{node.where()}: attribute{'s' if len(foreign) > 1 else ''} {', '.join(repr(n) for n in foreign)} "
@@ -255,10 +275,10 @@ def same_axis(node: NodeInfo, a: Axis, b: Axis, where: str, message: str | None 
     must carry one name.
 
     `where` says where they meet (`"at output axis 1"`); `message` replaces the whole explanation
-    when the operator words it better.  The layout drafter (`loam.draft`) turns this check into a
+    when the operator words it better.  The layout drafter (`loam.driver.draft`) turns this check into a
     unification of the two names.
     """
-    from loam.errors import AxisError
+    from loam.core.errors import AxisError
 
     hook = _UNIFY.get()
     if hook is not None:
@@ -306,11 +326,11 @@ def axes_unified_by(unify: Callable[[Axis, Axis], None]) -> Iterator[None]:
 def broadcast_shapes(node: NodeInfo, shapes: Sequence[tuple[Poly, ...]]) -> tuple[Poly, ...]:
     """ONNX multidirectional (numpy) broadcasting of extents, aligned at the end.
 
-    Two extents meet where they are equal or one is 1.  Symbolic extents meet by `loam.owed`'s
+    Two extents meet where they are equal or one is 1.  Symbolic extents meet by `loam.core.owed`'s
     rules (a derived symbol read as its operand, two symbolic lengths owed equal); two numbers that
     differ stop the build naming the node and the output axis.
     """
-    from loam import owed
+    from loam.core import owed
 
     rank = max((len(s) for s in shapes), default=0)
     one = Poly.const(1)

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import dtypes
+from loam.core import dtypes
+from loam.core.poly import Poly
 from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.lowering import FLOAT_TYPES
 from loam.ops.movement import MOVABLE, check_movable
 from loam.ops.operands import emit_library, from_run, operand_facts, optional, present_bits
-from loam.poly import Poly
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue

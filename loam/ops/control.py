@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from loam.core.poly import Poly
 from loam.ops.base import Facts, NodeInfo, OpRule, result_length
-from loam.poly import Poly
 
 if TYPE_CHECKING:
     from loam.dialects.tensor_axes import Axis

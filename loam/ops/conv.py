@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import dtypes, owed
+from loam.core import dtypes, owed
+from loam.core.poly import Poly
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
 from loam.ops.elementwise import NUMERIC
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
@@ -38,7 +39,6 @@ from loam.ops.operands import (
     require_same_elem,
     static_extents,
 )
-from loam.poly import Poly
 from loam.runtime.kernels.conv import kernel_col2im, kernel_conv_integer, kernel_qlinear_conv
 from loam.runtime.kernels.sampling import kernel_deform_conv
 

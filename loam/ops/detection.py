@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import dtypes, owed
+from loam.core import dtypes, owed
+from loam.core.poly import Poly
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.operands import emit_library, given, is_symbolic, optional, present_bits
-from loam.poly import Poly
 from loam.runtime.errors import DataError
 from loam.runtime.kernels.indexing import kernel_non_max_suppression
 

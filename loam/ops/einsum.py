@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from loam import owed
+from loam.core import owed
+from loam.core.poly import Poly
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, broadcast_axes, broadcast_shapes, same_axis
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
 from loam.ops.operands import emit_library, require_elem
 from loam.ops.reduce import INTS
-from loam.poly import Poly
 from loam.runtime.kernels.normalization import kernel_einsum
 
 if TYPE_CHECKING:

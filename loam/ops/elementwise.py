@@ -14,7 +14,7 @@ opset 1.  Cast and CastLike lower to `kernel.cast`.
 
 Integer values the build knows only as polynomials of the symbols (a Shape of a symbolic tensor, and
 what shape arithmetic makes of it) fold through the integer operators as the run computes them:
-the ring operators exactly, Div/Mod/Max/Min/Abs and the comparisons through `loam.derived`'s
+the ring operators exactly, Div/Mod/Max/Min/Abs and the comparisons through `loam.core.derived`'s
 constructors, which decide the operation from bounds or name it as a derived symbol (`truncdiv(N,
 2)`, `eq(N, 1)`), and an i32 result through `wrap32`.  A comparison's bool is the polynomial 0 or 1.
 Float arithmetic over such a value is not folded: the kernel computes it from the symbols at run
@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from onnx import TensorProto
 
-from loam import derived, dtypes
+from loam.core import derived, dtypes
+from loam.core.poly import Poly
 from loam.dialects.expr import Expr, evaluate
 from loam.dialects.kernel.narrow import ROUND_MODES
 from loam.ops.base import (
@@ -58,7 +59,6 @@ from loam.ops.lowering import (
 )
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
 from loam.ops.operands import emit_library, is_symbolic, polys_of
-from loam.poly import Poly
 from loam.runtime.kernels.narrow import kernel_cast_narrow
 
 if TYPE_CHECKING:

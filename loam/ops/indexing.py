@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import dtypes, owed
-from loam.bounds import Verdict
-from loam.derived import ceildiv, decide, from_end, maximum
-from loam.limits import MAX_FOLD_ELEMENTS, foldable
+from loam.core import dtypes, owed
+from loam.core.bounds import Verdict
+from loam.core.derived import ceildiv, decide, from_end, maximum
+from loam.core.limits import MAX_FOLD_ELEMENTS, foldable
+from loam.core.poly import Poly, poly_product
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, elem_attr, int_attr, require_arity, same_axis
 from loam.ops.lowering import axes_type
 from loam.ops.movement import MOVABLE, AxesIn, AxesOut, MovementRule, check_movable
@@ -37,7 +38,6 @@ from loam.ops.operands import (
     polys_of,
     run_time_length,
 )
-from loam.poly import Poly, poly_product
 from loam.runtime.errors import DataError
 from loam.runtime.kernels.indexing import (
     kernel_eye_like,
@@ -479,7 +479,7 @@ class RangeRule(OpRule):
         if not foldable([n], node.where()):
             raise node.fail(
                 f"makes {n} elements, past the {MAX_FOLD_ELEMENTS} the build computes for one value "
-                "(loam.limits.MAX_FOLD_ELEMENTS)"
+                "(loam.core.limits.MAX_FOLD_ELEMENTS)"
             )
         return [facts(elem, (n,), kernel_range_of(s, lim, d))]
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from loam import owed
+from loam.core import owed
+from loam.core.poly import Poly
 from loam.dialects.tensor_axes import Axis
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity, same_axis
 from loam.ops.lowering import FLOAT_TYPES
 from loam.ops.operands import INDEX_TYPES, emit_library, given, optional, require_elem
-from loam.poly import Poly
 from loam.runtime.errors import DataError
 from loam.runtime.kernels.losses import kernel_nll_loss
 from loam.runtime.kernels.reduce import kernel_softmax

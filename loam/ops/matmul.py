@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import dtypes, owed
+from loam.core import dtypes, owed
+from loam.core.poly import Poly
 from loam.ops.base import (
     Facts,
     LowerContext,
@@ -28,7 +29,6 @@ from loam.ops.base import (
 )
 from loam.ops.lowering import HALF_TYPES
 from loam.ops.operands import emit_library, given, optional, present_bits
-from loam.poly import Poly
 from loam.runtime.kernels.common import narrowed, widened
 from loam.runtime.kernels.products import kernel_det, kernel_matmul_integer, kernel_qlinear_matmul
 

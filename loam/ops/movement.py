@@ -10,7 +10,7 @@ either way) and refuses what it does not restate.
 An operand that shapes the result (an Expand shape, Split sizes, Tile repeats) known at build time,
 as numbers or as polynomials over the input symbols (a Shape of a symbolic tensor), settles the
 result's extents there; what a symbolic extent needs of the inputs (a Split's parts within the
-axis, a Concat's other axes equal) is owed (`loam.owed`), and forward checks it before any kernel
+axis, a Concat's other axes equal) is owed (`loam.core.owed`), and forward checks it before any kernel
 runs.  One only the run gives makes the extents it decides lengths only the run knows
 (`NodeInfo.result_length`), which forward binds after the kernel (`kernel.expand_to`,
 `kernel.split_by`, `kernel.tile_by`).
@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import dtypes, owed
-from loam.derived import ceildiv, exact_quotient, floordiv
-from loam.limits import foldable
+from loam.core import dtypes, owed
+from loam.core.derived import ceildiv, exact_quotient, floordiv
+from loam.core.limits import foldable
+from loam.core.poly import Poly, poly_product, poly_sum
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, elem_attr, int_attr, require_arity, same_axis
 from loam.ops.lowering import COMPUTE_TYPES, NARROW_TYPES
 from loam.ops.operands import (
@@ -41,7 +42,6 @@ from loam.ops.operands import (
     optional,
     run_time_length,
 )
-from loam.poly import Poly, poly_product, poly_sum
 from loam.runtime.errors import DataError
 from loam.runtime.kernels.movement import (
     kernel_bitcast,

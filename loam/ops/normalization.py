@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import dtypes, owed
+from loam.core import dtypes, owed
+from loam.core.poly import Poly
 from loam.dialects.tensor_axes import Axis
 from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
 from loam.ops.operands import emit_library, norm_axis, require_elem
 from loam.ops.reduce import kept_unit_axes, unit_axis
-from loam.poly import Poly
 from loam.runtime.kernels.normalization import kernel_group_norm, kernel_lrn, kernel_normalize
 from loam.runtime.kernels.reduce import kernel_reduce
 

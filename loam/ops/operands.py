@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import dtypes
+from loam.core import dtypes
+from loam.core.poly import Poly
 from loam.ops.base import Facts, LowerContext, NodeInfo
-from loam.poly import Poly
 
 if TYPE_CHECKING:
     from xdsl.ir import Operation, SSAValue

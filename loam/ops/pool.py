@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import owed
+from loam.core import owed
+from loam.core.poly import Poly
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, float_attr, int_attr, require_arity, same_axis
 from loam.ops.conv import explicit_pads, framed_extents, kept_spatial_axes, spatial_attrs, window_geometry
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
 from loam.ops.lowering import axes_type
 from loam.ops.operands import emit_library, fold_if_known, given, ints_of, require_elem
-from loam.poly import Poly
 from loam.runtime.errors import DataError
 from loam.runtime.kernels.conv import kernel_max_unpool
 from loam.runtime.kernels.sampling import kernel_roi_align
@@ -131,7 +131,7 @@ class PoolRule(OpRule):
         from loam.runtime.kernels.conv import kernel_pool
 
         value = fold_if_known(inputs, lambda v: kernel_pool(v, **params))
-        from loam import dtypes
+        from loam.core import dtypes
 
         if n_outputs == 2:
             y, index = value if value is not None else (None, None)

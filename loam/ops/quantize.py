@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import dtypes, owed
+from loam.core import dtypes, owed
+from loam.core.poly import Poly
 from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, elem_attr, int_attr, require_arity
 from loam.ops.lowering import axes_type
 from loam.ops.operands import emit_library, given, norm_axis, optional
-from loam.poly import Poly
 from loam.runtime.kernels.narrow import kernel_dequantize_linear, kernel_quantize_linear
 
 if TYPE_CHECKING:

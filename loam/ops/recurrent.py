@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from loam import owed
-from loam.limits import foldable
+from loam.core import owed
+from loam.core.limits import foldable
+from loam.core.poly import Poly
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, float_attr, int_attr, require_arity, same_axis
 from loam.ops.operands import emit_library, given, is_symbolic, present_bits, require_elem
-from loam.poly import Poly
 from loam.runtime.errors import DataError
 from loam.runtime.kernels.recurrent import kernel_gru, kernel_lstm, kernel_rnn
 

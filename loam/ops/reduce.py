@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import dtypes, owed
+from loam.core import dtypes, owed
+from loam.core.poly import Poly
 from loam.dialects.tensor_axes import Axis
 from loam.ops.base import UNIT_AXIS, Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
@@ -36,7 +37,6 @@ from loam.ops.operands import (
     polys_of,
     require_elem,
 )
-from loam.poly import Poly
 from loam.runtime.kernels.reduce import (
     kernel_arg_reduce,
     kernel_cumprod,
@@ -106,7 +106,7 @@ def kept_unit_axes(x: Sequence[Axis], out: Sequence[Poly]) -> tuple[Axis, ...]:
 def symbolic_reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], keepdims: bool, elem: str) -> np.ndarray | None:
     """Reduce<kind> of an integer value known as polynomials (ReduceProd of a Shape is an element count),
     as `kernel_reduce` computes it on numbers; None for the kinds with no integer meaning here (logs, roots)."""
-    from loam import derived
+    from loam.core import derived
 
     polys = polys_of(x)
     bits = 32 if elem == "i32" else 64

@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import owed
-from loam.bounds import Verdict
-from loam.derived import decide, exact_quotient, floordiv, reading_where, select
-from loam.errors import AxisError
+from loam.core import owed
+from loam.core.bounds import Verdict
+from loam.core.derived import decide, exact_quotient, floordiv, reading_where, select
+from loam.core.errors import AxisError
+from loam.core.poly import Poly, poly_product
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.movement import AxesIn, AxesOut, MovementRule, check_movable
 from loam.ops.operands import (
@@ -41,7 +42,6 @@ from loam.ops.operands import (
     run_time_length,
     static_extents,
 )
-from loam.poly import Poly, poly_product
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from loam import owed
+from loam.core import owed
+from loam.core.poly import Poly
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, float_attr, int_attr, require_arity, same_axis
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
 from loam.ops.lowering import axes_type
@@ -52,7 +53,6 @@ from loam.ops.operands import (
     run_time_length,
     static_extents,
 )
-from loam.poly import Poly
 from loam.runtime.errors import DataError
 from loam.runtime.kernels.resize import kernel_affine_grid, kernel_grid_sample, kernel_resize, resize_geometry
 

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import dtypes
-from loam.limits import foldable
+from loam.core import dtypes
+from loam.core.limits import foldable
+from loam.core.poly import Poly
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.lowering import FLOAT_TYPES
 from loam.ops.operands import (
@@ -38,7 +39,6 @@ from loam.ops.operands import (
     optional,
     require_elem,
 )
-from loam.poly import Poly
 from loam.runtime.errors import DataError
 from loam.runtime.kernels.signal import kernel_dft, kernel_mel_weight_matrix, kernel_stft, kernel_window
 

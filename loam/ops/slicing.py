@@ -2,7 +2,7 @@
 
 Starts, ends and pads known at build time, as numbers or polynomials over the input symbols (a
 Shape of a symbolic tensor), settle the result's extents there: clamps, from-the-end indices and
-rounded counts are decided where the build can, else they are derived symbols (`loam.derived`),
+rounded counts are decided where the build can, else they are derived symbols (`loam.core.derived`),
 and what the inputs owe is checked by forward before any kernel runs.  Bounds or widths only the
 run gives make the extents they decide lengths only the run knows (`kernel.slice_by`,
 `kernel.pad_by`); the axes an operand chooses (Pad's `axes`) must be known at build time.
@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam import owed
-from loam.bounds import Verdict
-from loam.derived import ceildiv, clamp, decide, from_end, maximum, minimum
+from loam.core import owed
+from loam.core.bounds import Verdict
+from loam.core.derived import ceildiv, clamp, decide, from_end, maximum, minimum
+from loam.core.poly import Poly, derived_call
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity
 from loam.ops.movement import ResizesAxes, check_movable
 from loam.ops.operands import (
@@ -33,7 +34,6 @@ from loam.ops.operands import (
     present_bits,
     run_time_length,
 )
-from loam.poly import Poly, derived_call
 from loam.runtime.kernels.movement import kernel_pad, kernel_slice, pad_order_matters
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def slice_plan(
     A negative bound counts from the end, and one out of range (an INT_MAX end included) clamps: to
     [0, d] for a positive step, start to [0, d - 1] and end to [-1, d - 1] for a negative one.  The
     count is the steps between them rounded up, never below 0.  Over symbolic extents or bounds each
-    operation is decided where the build can (`loam.derived`), else it is a derived symbol forward
+    operation is decided where the build can (`loam.core.derived`), else it is a derived symbol forward
     computes before any kernel.
     """
     rank = len(dims)

@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from xdsl.ir import Block, Operation, SSAValue
 
-from loam import owed
+from loam.core import owed
+from loam.core.errors import ModelError, UnsupportedError
 from loam.dialects.expr import Expr, evaluate
 from loam.dialects.kernel import ZipOp
 from loam.dialects.tensor_axes import Axis
-from loam.errors import ModelError, UnsupportedError
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, float_attr, same_axis
 from loam.ops.lowering import axes_type
 from loam.ops.operands import require_elem
@@ -295,8 +295,6 @@ class GradientRule(OpRule):
         return [a for a in inputs[: len(outputs)] if a is not None]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.grad.reverse import Reverse
-
         xs = [v for v in operands[: len(ctx.result_types)] if v is not None]
         y = operands[-1]
         assert y is not None
@@ -317,7 +315,9 @@ class GradientRule(OpRule):
                 ops.append(op)
                 if op is owner:
                     break
-        reverse = Reverse(xs, ops, ctx.emit)
+        if ctx.differentiate is None:
+            raise node.unsupported("this lowering differentiates nothing (lower-to-kernel gives the differentiator)")
+        reverse = ctx.differentiate(xs, ops, ctx.emit)
         t = axes_type(y)
         reverse.send(y, reverse.emit(ZipOp([y], Expr.const(1.0, t.elem.name), t, f"{node.name}.seed")))
         reverse.run()

@@ -16,7 +16,7 @@ touches only the header: the build maps the file and reads no tensor data, and a
 section is cut off still parses (the loader checks each tensor's bytes against `len(data)` itself).
 Malformed input raises `ValueError` naming what is wrong; callers wrap it into `CheckpointError` or
 `LoadError`.  `parse_gguf_header` and `graph_name_of` have public names because the build calls
-them too (`loam.gguf`, `loam.checkpoint`).
+them too (`loam.frontends.gguf`, `loam.frontends.checkpoint`).
 
 - `_ggml_types`: ggml type number -> (name, elements per block, bytes per block).
 - `parse_gguf_header`: the header -> (metadata, tensors), every offset and length checked.

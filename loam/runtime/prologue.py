@@ -10,8 +10,8 @@ it lists.
 - `_owe`: an owed condition checked before any kernel (`shape_poly.owe`), naming the node relying on
   it and the values the inputs gave (`_gives`).
 - `derived_extent`: the value of a derived extent symbol (`min(N, 1024)`), shared with the build
-  (`loam.derived`).
-- `_room`: forward's preallocated buffers checked against `loam.limits.MAX_ELEMENTS` before any is
+  (`loam.core.derived`).
+- `_room`: forward's preallocated buffers checked against `loam.core.limits.MAX_ELEMENTS` before any is
   allocated (a ShapeError naming the input axes, never a MemoryError).
 - `_keep`: forward's preallocated buffers given back to the module's pool.
 """
@@ -134,7 +134,7 @@ def _room(
     shapes: tuple[tuple[int, ...], ...], symbols: tuple[str, ...], env: dict[str, int], src: dict[str, str], limit: int
 ) -> None:
     """Refuse the inputs before forward allocates unless each of its buffers' `shapes` holds at most
-    `limit` elements (`loam.limits.MAX_ELEMENTS`): a huge extent (a broadcast view costs nothing)
+    `limit` elements (`loam.core.limits.MAX_ELEMENTS`): a huge extent (a broadcast view costs nothing)
     is a ShapeError naming the input axes that gave it, not a MemoryError."""
     for shape in shapes:
         count = 1
@@ -164,7 +164,7 @@ def _keep(pool: dict, key: tuple, buffers: tuple) -> None:  # type: ignore[type-
 
 
 def derived_extent(function: str, *args: int) -> int:
-    """The value of a derived extent symbol (`loam.derived`): ONNX's shape arithmetic on ints.
+    """The value of a derived extent symbol (`loam.core.derived`): ONNX's shape arithmetic on ints.
 
     `min(N, 1024)` is `derived_extent("min", N, 1024)`.  Python ints do not wrap, so every operation is
     exact; the build refuses a value that some input could carry past int64.

@@ -2,7 +2,7 @@
 
 Every piece here is a plain top-level function whose source a generated numpy module copies in
 (`PIECES`, `DEPENDS`; `loam/runtime/__init__.py`), reading only numpy, the builtins and the pieces
-it lists.  The build runs `encoding_supplies` itself (`loam.checkpoint.supplies`), so the build
+it lists.  The build runs `encoding_supplies` itself (`loam.frontends.checkpoint.supplies`), so the build
 and the load agree on what a checkpoint supplies.
 
 - `_parse_json`: a strict JSON reader (the safetensors header), since `json` is not numpy.
@@ -55,7 +55,7 @@ SAFETENSORS_DTYPES: dict[str, str | None] = {
     "F8_E5M2": None,
 }
 """safetensors dtype name -> numpy dtype name, None where plain numpy has no such dtype (BF16, the
-float8s): the numpy dtypes of the types `loam.dtypes.SAFETENSORS_NAMES` names, which the runtime does
+float8s): the numpy dtypes of the types `loam.core.dtypes.SAFETENSORS_NAMES` names, which the runtime does
 not import (tests/backends/test_weights_load.py holds the two together).  Public: the printer prints
 it (`backends/numpy_runtime.py`)."""
 

@@ -39,7 +39,7 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from loam.errors import LoamError
+from loam.core.errors import LoamError
 from loam.serve import flags
 from loam.serve.finite import EmbeddingInput, FiniteWorker
 from loam.serve.sampling import SamplingParams

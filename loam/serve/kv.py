@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from loam.errors import LoamError
+from loam.core.errors import LoamError
 
 # A prefix-cache key: (parent key, this block's tokens), rooted at ().  Nesting makes equal block contents after
 # different prefixes different keys while each key stores only its own block's tokens (the parent is shared).

@@ -27,7 +27,7 @@ A folder as onnxruntime-genai's model builder writes it (`model.onnx`, `model.on
 `genai_config.json`, the tokenizer's files) and without a `model.json` is a package too: `genai_package`
 reads its config into the spec one would write for it.  One text stage, `decoder`, from
 `model.decoder.filename`, whose layout Loam drafts at build time (`StageSpec.draft`; the config fixes
-`kv_cache_dim`, `loam.genai`) and whose weights are the graph's ONNX external data, loaded from the
+`kv_cache_dim`, `loam.driver.genai`) and whose weights are the graph's ONNX external data, loaded from the
 folder; the tokenizer `tokenizer.json` (EOS and the chat template from the files beside it); the
 search defaults (`do_sample` false is greedy, else its `temperature` and `top_p`); `max_length` as the
 context (at most `Capacities.context_tokens`' default, so a long-context model's KV pool stays the size
@@ -54,9 +54,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loam.errors import LoamError, ShapeError
-from loam.genai import CONFIG, decoder_config, read_config
-from loam.options import Options
+from loam.core.errors import LoamError, ShapeError
+from loam.driver.genai import CONFIG, decoder_config, read_config
+from loam.driver.options import Options
 
 ROLES = ("text", "embedding")
 POOLINGS = ("mean", "cls", "none")
@@ -309,7 +309,7 @@ class Package:
 
     spec: PackageSpec
     stages: dict[str, Stage]
-    tokenizer: object | None  # loam.tokenizer.Tokenizer
+    tokenizer: object | None  # loam.text.tokenizer.Tokenizer
     control: object | None  # the package's own CONTROL, when it has one
 
     @property
@@ -324,8 +324,8 @@ def open_package(
     """Register `folder`: read model.json, build every stage (through the build cache), open each source
     once and load every stage's weights.  Any failure is a LoamError naming the file, tensor and axis.
     `spec`, where given, is the folder's spec as read (and changed) by the caller."""
-    from loam import cache
-    from loam.pipeline import import_source
+    from loam.driver import cache
+    from loam.driver.pipeline import import_source
 
     spec = read_package(folder) if spec is None else spec
     stages: dict[str, Stage] = {}
@@ -334,7 +334,7 @@ def open_package(
         flags: dict[str, object] = {"backend": "numpy", "pooling": stage_spec.pooling,
                                     "normalize": stage_spec.normalize, "output": stage_spec.output}  # fmt: skip
         if stage_spec.draft:  # the layout is the draft of the graph and its genai config: both are the key
-            from loam.genai import config_digest
+            from loam.driver.genai import config_digest
 
             flags.update(draft=True, genai_config=config_digest(stage_spec.graph))
         built, hit = cache.cached(
@@ -384,8 +384,8 @@ def open_package(
 
 
 def _build_stage(stage: StageSpec, progress: Callable[[str], None]) -> object:
-    from loam import cache
-    from loam.pipeline import build
+    from loam.driver import cache
+    from loam.driver.pipeline import build
 
     model: object = stage.graph
     options = stage.options
@@ -406,7 +406,7 @@ def _build_stage(stage: StageSpec, progress: Callable[[str], None]) -> object:
             options = dataclasses.replace(options, outputs=None)
         model = pooled_model(stage.graph, stage.pooling or "none", stage.normalize, output, key=f"{key}.output")
     if stage.draft:
-        from loam.draft import draft_layout
+        from loam.driver.draft import draft_layout
 
         progress(f"drafting the layout of {stage.graph}")
         options = draft_layout(stage.graph, options=options).options(options)
@@ -415,7 +415,7 @@ def _build_stage(stage: StageSpec, progress: Callable[[str], None]) -> object:
 
 
 def _tokenizer(spec: PackageSpec) -> object | None:
-    from loam.tokenizer import Tokenizer
+    from loam.text.tokenizer import Tokenizer
 
     if spec.tokenizer is None:
         return None

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from loam.errors import ModelError
+from loam.core.errors import ModelError
 
 OUTPUT = "sentence_embedding"
 """The name of a pooled stage's one output, where the graph does not already use it."""

@@ -34,7 +34,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from loam.errors import LoamError, UsageError
+from loam.core.errors import LoamError, UsageError
 from loam.serve.package import read_package
 
 try:

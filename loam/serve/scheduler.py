@@ -25,7 +25,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from loam.errors import LoamError
+from loam.core.errors import LoamError
 from loam.serve.metrics import ModelMetrics
 
 

@@ -34,14 +34,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from loam.errors import LoamError
-from loam.generate import state_symbols
+from loam.core.errors import LoamError
 from loam.serve.flags import ADD_SPECIAL_TOKENS, NO_SPECIAL_TOKEN_MATCHING
 from loam.serve.kv import KvPool, KvSequence, PoolExhausted
 from loam.serve.metrics import ModelMetrics
 from loam.serve.package import Capacities, Package, PackageError, Stage
 from loam.serve.sampling import Sampler, SamplingParams, StopMatcher
 from loam.serve.scheduler import Event, Request, ServeError, Worker, failure
+from loam.text.generate import state_symbols
 
 
 class DecoderStage:
@@ -181,7 +181,7 @@ class DecoderStage:
 class TextState:
     """What `TextControl.prepare` settles at registration."""
 
-    tokenizer: object | None  # a loam.tokenizer.Tokenizer
+    tokenizer: object | None  # a loam.text.tokenizer.Tokenizer
     eos: frozenset[int]
 
 
@@ -240,7 +240,7 @@ class TextRequest(Request):
     prompt: list[int] = field(default_factory=list)
     params: SamplingParams = field(default_factory=SamplingParams)
     eos: frozenset[int] = frozenset()
-    decode: object = None  # a loam.tokenizer.DecodeStream, or None: no text, token ids only
+    decode: object = None  # a loam.text.tokenizer.DecodeStream, or None: no text, token ids only
     session: Session | None = None
     seq: KvSequence | None = None
     pending: list[int] = field(default_factory=list)

@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from xdsl.utils.exceptions import DiagnosticException, ParseError
 
-from loam.errors import LoamError, UsageError
+from loam.core.errors import LoamError, UsageError
 
 __all__ = [
     "EXIT_ERROR",

@@ -3,12 +3,12 @@
 `loam build` turns a model (`.onnx`, `.onnxtext`, JAX's StableHLO `.mlir` or graph-dialect `.mlir`)
 plus a checkpoint and options into one self-contained Python module, and prints the build report (fusion decisions)
 on stderr.  The options come from an optional TOML file (`--options`) with the flags applied on
-top (`loam.options.Options.merged`), so a flag and a TOML key always mean the same thing.  A build
-is stored in the build cache (`loam.cache`) under a key of the graph, the checkpoint headers and
+top (`loam.driver.options.Options.merged`), so a flag and a TOML key always mean the same thing.  A build
+is stored in the build cache (`loam.driver.cache`) under a key of the graph, the checkpoint headers and
 the options, so rebuilding after a checkpoint's payload changed costs nothing.  `loam split` turns
-an `.onnx` with its weights into the textual graph + safetensors pair the build reads (`loam.split`).
+an `.onnx` with its weights into the textual graph + safetensors pair the build reads (`loam.tools.split`).
 
-This module only turns the command line into a call of `loam.pipeline.build`; it checks what it
+This module only turns the command line into a call of `loam.driver.pipeline.build`; it checks what it
 can without the graph (flag syntax, that the files exist) so that those mistakes are reported
 before any compiling starts.  Errors follow `loam.tools._cli`.
 """
@@ -22,12 +22,12 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loam.errors import CheckpointError, LoamError, ModelError, UsageError
-from loam.options import Options
+from loam.core.errors import CheckpointError, LoamError, ModelError, UsageError
+from loam.driver.options import Options
 from loam.tools._cli import EXIT_USAGE, CliParser, fail, run_guarded, wants_debug
 
 if TYPE_CHECKING:
-    from loam.layout import LayoutRule
+    from loam.core.layout import LayoutRule
 
 __all__ = ["build_parser", "main", "options_from_args"]
 
@@ -69,7 +69,7 @@ def _outputs_flag(text: str) -> tuple[str, ...]:
 
 
 def _layout_flag(text: str) -> LayoutRule:
-    from loam.layout import parse_layout_flag
+    from loam.core.layout import parse_layout_flag
 
     try:
         return parse_layout_flag(text)
@@ -499,8 +499,8 @@ def _layout(args: argparse.Namespace) -> None:
     options = options_from_args(args)
     model, output = _checked_paths(args, options)
 
-    from loam.draft import draft_layout
-    from loam.pipeline import build
+    from loam.driver.draft import draft_layout
+    from loam.driver.pipeline import build
 
     print(f"{PROG}: drafting the layout of {model}", file=sys.stderr, flush=True)
     draft = draft_layout(model, options=options)
@@ -528,8 +528,8 @@ def _build(args: argparse.Namespace) -> None:
     options = options_from_args(args)
     grad = options.grad  # the flags', else the options file's
     if args.print_pipeline:
-        from loam.architectures import architecture
-        from loam.pipeline import pipeline_text
+        from loam.driver.architectures import architecture
+        from loam.driver.pipeline import pipeline_text
 
         chosen = options.architecture
         draft = chosen is not None and bool(architecture(chosen).layout)
@@ -549,7 +549,7 @@ def _build(args: argparse.Namespace) -> None:
         return
     model, output = _checked_paths(args, options)
 
-    from loam import cache
+    from loam.driver import cache
 
     # --dump-ir and --report ask for the IR of a real build, so they bypass the cache.
     real = args.no_cache or args.dump_ir is not None or args.report is not None
@@ -558,13 +558,13 @@ def _build(args: argparse.Namespace) -> None:
     if args.device_limits is not None and args.backend != "wgsl":
         raise UsageError("--device-limits describes a WebGPU device: it needs --backend wgsl or --target browser")
     extra = {"fuse": fuse, "backend": args.backend, "host_fallback": args.host_fallback, "grad": grad}
-    from loam.genai import config_digest
+    from loam.driver.genai import config_digest
 
-    if (digest := config_digest(model)) is not None:  # it fixes extents (loam.genai): a new one is a new build
+    if (digest := config_digest(model)) is not None:  # it fixes extents (loam.driver.genai): a new one is a new build
         extra["genai_config"] = digest
 
     def make() -> cache.CachedBuild:
-        from loam.pipeline import build
+        from loam.driver.pipeline import build
 
         # The checkpoints travel inside `options` (already merged: flags replace the file's list).
         result = build(
@@ -579,7 +579,7 @@ def _build(args: argparse.Namespace) -> None:
                 _progress(f"wrote the fusion report to {args.report}")
         return cache.CachedBuild(result.source, result.report, tuple(result.notes), result.weights)
 
-    from loam.pipeline import beside_path, write_module
+    from loam.driver.pipeline import beside_path, write_module
 
     if output is not None:
         _not_an_input(beside_path(output), model, options, args)
@@ -620,7 +620,7 @@ def _build_browser(args: argparse.Namespace, fuse: str | None, options: Options)
         raise UsageError(f"-o {output}: the folder holds one of this build's inputs; write the module somewhere else")
 
     from loam.backends.browser_module import write_browser_module
-    from loam.pipeline import build
+    from loam.driver.pipeline import build
 
     result = build(
         model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=_progress, fuse=fuse, backend="wgsl"
@@ -681,13 +681,13 @@ def _node_report_text(report: str) -> str:
 
 
 def _split(args: argparse.Namespace) -> None:
-    from loam.split import main_split
+    from loam.tools.split import main_split
 
     main_split(args.model, args.output, prog=PROG)
 
 
 def _browser_run(args: argparse.Namespace) -> None:
-    from loam.browser_run import browser_run
+    from loam.tools.browser_run import browser_run
 
     if not args.inputs.is_file():
         raise UsageError(f"--inputs {args.inputs}: no such file")

@@ -4,9 +4,9 @@ Why a subclass of `xDSLOptMain`: everything `xdsl-opt` offers (`-p 'a,b{opt=1}'`
 `--split-input-file`, `--verify-diagnostics`, `--print-op-generic`, `-t`, ...) keeps working, and
 every Loam pass can be run alone on a `.mlir` file, the way lit tests drive it.  Loam's dialects
 and passes are registered lazily from `loam.dialects.get_all_dialects()` and
-`loam.passes.get_all_passes()`, so a new pass needs no change here and a broken pass module only
+`loam.driver.passes.get_all_passes()`, so a new pass needs no change here and a broken pass module only
 breaks the runs that use it.  The front ends (`.onnx`, `.onnxtext`, and `-f stablehlo` for JAX's
-StableHLO text) and the targets (`-t python`, `-t wgsl`) come from `loam.registry`, the tables
+StableHLO text) and the targets (`-t python`, `-t wgsl`) come from `loam.driver.registry`, the tables
 `loam build` and `loam-translate` read too.
 
 Errors follow `loam.tools._cli`: a `LoamError` (or an xDSL parse/verify error) prints one line and
@@ -37,12 +37,11 @@ from xdsl.utils.frontend import Frontend
 from xdsl.utils.target import Target
 from xdsl.xdsl_opt_main import xDSLOptMain
 
-from loam.context import check_lexable
-from loam.dialects import get_all_dialects
-from loam.errors import LoamError, UsageError
-from loam.passes import get_all_passes
-from loam.registry import FRONT_ENDS, TARGETS, FrontEnd
-from loam.registry import Target as LoamTarget
+from loam.core.errors import LoamError, UsageError
+from loam.driver.passes import get_all_passes
+from loam.driver.registry import FRONT_ENDS, TARGETS, FrontEnd
+from loam.driver.registry import Target as LoamTarget
+from loam.frontends.context import check_lexable, get_all_dialects
 from loam.tools._cli import run_guarded, wants_debug
 
 __all__ = ["LoamOptMain", "describe_loam_passes", "frontend_class", "main", "target_class"]
@@ -73,7 +72,7 @@ def _read_input(front_end: FrontEnd, stream: IO[bytes], input_name: str) -> Modu
 
 
 def frontend_class(front_end: FrontEnd) -> type[Frontend]:
-    """xDSL's `Frontend` for one of `loam.registry.FRONT_ENDS` (`-f NAME`, or by the file's suffix)."""
+    """xDSL's `Frontend` for one of `loam.driver.registry.FRONT_ENDS` (`-f NAME`, or by the file's suffix)."""
 
     @dataclass(frozen=True)
     class RegisteredFrontend(Frontend):
@@ -87,7 +86,7 @@ def frontend_class(front_end: FrontEnd) -> type[Frontend]:
 
 
 def target_class(target: LoamTarget) -> type[Target]:
-    """xDSL's `Target` for one of `loam.registry.TARGETS` (`-t NAME`)."""
+    """xDSL's `Target` for one of `loam.driver.registry.TARGETS` (`-t NAME`)."""
 
     @dataclass(frozen=True)
     class RegisteredTarget(Target):
@@ -219,7 +218,7 @@ class LoamOptMain(xDSLOptMain):
             raise
 
     def _lexable(self, chunk: IO[bytes]) -> IO[bytes]:
-        """The chunk, once `loam.context.check_lexable` finds nothing in it that would hang xDSL's lexer."""
+        """The chunk, once `loam.frontends.context.check_lexable` finds nothing in it that would hang xDSL's lexer."""
         data = chunk.read()
         check_lexable(data.decode("utf-8", errors="replace"), self.get_input_name())
         return io.BytesIO(data)

@@ -7,7 +7,7 @@
   `--emit-wgsl` prints the WGSL module.
 
 Why a separate tool from `loam-opt`: these are not IR-to-IR passes; each one leaves or enters IR.
-The translations (`TRANSLATIONS`) come from `loam.registry`'s front ends and targets, the tables
+The translations (`TRANSLATIONS`) come from `loam.driver.registry`'s front ends and targets, the tables
 `loam build` and `loam-opt` read too, so a new front end or backend reaches every tool.
 Errors follow `loam.tools._cli`: one line and exit 1 for bad input, exit 2 for bad usage.
 """
@@ -23,9 +23,9 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.printer import Printer
 
-from loam.context import parse_ir as parse_ir_text
-from loam.errors import ModelError, UsageError
-from loam.registry import FRONT_ENDS, TARGETS, Target
+from loam.core.errors import ModelError, UsageError
+from loam.driver.registry import FRONT_ENDS, TARGETS, Target
+from loam.frontends.context import parse_ir as parse_ir_text
 from loam.tools._cli import CliParser, run_guarded, wants_debug
 
 __all__ = ["TRANSLATIONS", "Translation", "main", "parse_ir"]
@@ -117,7 +117,7 @@ TRANSLATIONS: tuple[Translation, ...] = (
         for t in TARGETS.values()
     ),
 )
-"""The translations: an import per front end, ONNX export, and an emit per target of `loam.registry`."""
+"""The translations: an import per front end, ONNX export, and an emit per target of `loam.driver.registry`."""
 
 
 def _parser() -> CliParser:

@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loam.errors import CheckpointError, UsageError
+from loam.core.errors import CheckpointError, UsageError
 
 if TYPE_CHECKING:
-    from loam.generate import Decoder
-    from loam.tokenizer import Tokenizer
+    from loam.text.generate import Decoder
+    from loam.text.tokenizer import Tokenizer
 
 __all__ = ["generate_command", "serve_command"]
 
@@ -53,8 +53,8 @@ def serve_command(args: argparse.Namespace) -> None:
 
 
 def generate_command(args: argparse.Namespace) -> None:
-    from loam.generate import Decoder, GenerateError, GenerationStats, generate
-    from loam.tokenizer import Tokenizer
+    from loam.text.generate import Decoder, GenerateError, GenerationStats, generate
+    from loam.text.tokenizer import Tokenizer
 
     if args.max_new_tokens < 0:
         raise UsageError(f"--max-new-tokens {args.max_new_tokens}: give 0 or more")
@@ -77,7 +77,7 @@ def generate_command(args: argparse.Namespace) -> None:
     elif tokenizer is None and decoder is not None:
         raise GenerateError(f"{args.module}: the package has no tokenizer; give --tokenizer")
     elif tokenizer is None:
-        from loam.gguf import is_gguf
+        from loam.frontends.gguf import is_gguf
 
         if not is_gguf(args.checkpoint):
             raise GenerateError(f"{args.checkpoint}: not a GGUF file, so it carries no tokenizer; give --tokenizer")
@@ -106,8 +106,8 @@ def _package_decoder(folder: Path, packed: bool) -> tuple[Decoder, Tokenizer | N
     and its sampling defaults, for `loam generate DIR`."""
     from dataclasses import replace
 
-    from loam.generate import Decoder, GenerateError
     from loam.serve.package import open_package, read_package
+    from loam.text.generate import Decoder, GenerateError
 
     spec = read_package(folder)
     if spec.role != "text" or len(spec.stages) != 1:

@@ -9,7 +9,7 @@ from types import ModuleType
 from xdsl.parser import Parser
 
 from loam.backends.numpy_module import emit_python
-from loam.context import make_context
+from loam.frontends.context import make_context
 
 T = "!tensor_axes.tensor"
 

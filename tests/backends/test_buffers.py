@@ -14,8 +14,8 @@ import pytest
 
 from loam.backends.numpy_buffers import FRESH_KERNELS
 from loam.backends.numpy_inplace import OUT, plan_in_place
+from loam.core.poly import Poly
 from loam.dialects.expr import Expr
-from loam.poly import Poly
 from loam.runtime.kernels import PIECES as KERNELS
 from tests.backends.printing import emit, forward_of, load, t
 

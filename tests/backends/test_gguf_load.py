@@ -232,7 +232,7 @@ def test_the_build_s_name_rules_reach_the_module() -> None:
     from xdsl.parser import Parser
 
     from loam.backends.numpy_module import emit_python
-    from loam.context import make_context
+    from loam.frontends.context import make_context
 
     module = Parser(make_context(), PROGRAM).parse_module()
     rule = ArrayAttr([StringAttr("lyr.*"), StringAttr("blk.*")])

@@ -22,8 +22,8 @@ from onnx import TensorProto, helper, numpy_helper
 from safetensors.numpy import load_file, save_file
 
 from loam.backends import numpy_runtime
-from loam.options import Options
-from loam.pipeline import build
+from loam.driver.options import Options
+from loam.driver.pipeline import build
 from loam.runtime.kernels.common import narrowed, widened
 from loam.runtime.kernels.conv import kernel_conv
 from loam.runtime.kernels.normalization import kernel_normalize

@@ -15,9 +15,9 @@ from onnx import TensorProto, helper, numpy_helper
 from xdsl.parser import Parser
 
 from loam.backends.numpy_module import emit_python
-from loam.context import make_context
-from loam.errors import UnsupportedError
-from loam.pipeline import import_source
+from loam.core.errors import UnsupportedError
+from loam.driver.pipeline import import_source
+from loam.frontends.context import make_context
 from loam.testing import assert_same, build_for, run_built, run_onnxruntime
 from tests.backends.printing import forward_of
 

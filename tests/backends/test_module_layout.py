@@ -11,8 +11,8 @@ import pytest
 import loam
 from loam.backends.module_printer import RUNTIME_BANNER
 from loam.backends.numpy_module import emit_python
-from loam.context import parse_ir
-from loam.options import Options
+from loam.driver.options import Options
+from loam.frontends.context import parse_ir
 from tests.backends.test_gguf_load import gguf_file
 
 MLP = Path(__file__).resolve().parents[2] / "examples" / "mlp"

@@ -157,9 +157,9 @@ def test_a_dim_param_named_like_a_builtin_drafts_an_axis_clear_of_it(symbol: str
 
 
 def test_a_layout_naming_an_axis_like_a_builtin_is_refused() -> None:
-    from loam.errors import AxisError
-    from loam.layout import LayoutRule
-    from loam.options import Options
+    from loam.core.errors import AxisError
+    from loam.core.layout import LayoutRule
+    from loam.driver.options import Options
 
     layout = (LayoutRule("x", ("len", "C")), LayoutRule("y", ("len", "C")))
     with pytest.raises(AxisError, match="marker class named like Python's 'len'"):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save
 
+from loam.core.errors import AxisError
 from loam.dialects.graph import TensorDataAttr
-from loam.errors import AxisError
 from loam.runtime.weights import _parse_json
 from tests.backends.printing import emit, load, t
 

@@ -16,8 +16,8 @@ from gguf import GGMLQuantizationType, quants
 from onnx import TensorProto, helper, numpy_helper
 
 import loam
-from loam.draft import draft_layout
-from loam.options import Options
+from loam.driver.draft import draft_layout
+from loam.driver.options import Options
 from loam.runtime.dequant import _block_dtype
 from loam.runtime.kernels.quantized import kernel_gather_packed, kernel_matmul_packed
 from loam.runtime.weights import _rotary_rows

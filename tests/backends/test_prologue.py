@@ -13,7 +13,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 from loam.runtime import prologue
 from tests.backends.printing import emit, forward_of, load, t
 

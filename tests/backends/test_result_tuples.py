@@ -20,8 +20,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from loam.options import Options
-from loam.pipeline import build
+from loam.driver.options import Options
+from loam.driver.pipeline import build
 from loam.testing import build_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,8 +18,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from loam.options import Options
-from loam.pipeline import build
+from loam.driver.options import Options
+from loam.driver.pipeline import build
 from loam.runtime.prologue import _keep
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,8 +110,8 @@ def test_wgsl_forward_from_many_threads(tmp_path: Path) -> None:
 
 _CUT_SHORT = """
 import shutil, sys
-from loam.options import Options
-from loam.pipeline import build
+from loam.driver.options import Options
+from loam.driver.pipeline import build
 
 mlp, path = sys.argv[1], sys.argv[2]
 module = build(mlp + "/mlp.onnxtext", options=Options.from_toml(mlp + "/loam.toml")).module

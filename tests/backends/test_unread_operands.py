@@ -16,9 +16,9 @@ import pytest
 from xdsl.parser import Parser
 
 from loam.backends.numpy_module import emit_python
-from loam.context import make_context
+from loam.driver.pipeline import import_source
+from loam.frontends.context import make_context
 from loam.passes.fuse import fuse_program
-from loam.pipeline import import_source
 from tests.backends.printing import t
 
 RNG = np.random.default_rng(29)

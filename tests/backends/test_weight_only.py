@@ -1,4 +1,4 @@
-"""What only the weights determine is computed once, when `Weights` is made (`loam/weight_only.py`).
+"""What only the weights determine is computed once, when `Weights` is made (`passes/weight_only.py`).
 
 A graph computes a transposed weight for its product, a sum of two bias weights, and returns a
 transposed weight as an output.  The module matches onnxruntime; forward reads the first two as

@@ -13,9 +13,9 @@ from onnx import TensorProto, helper, numpy_helper
 from safetensors.numpy import load_file
 
 from loam.backends.module_text import INLINE_LIMIT
-from loam.layout import LayoutRule
-from loam.options import Options
-from loam.pipeline import BuildResult, beside_path, build
+from loam.core.layout import LayoutRule
+from loam.driver.options import Options
+from loam.driver.pipeline import BuildResult, beside_path, build
 from loam.testing import import_module_file, run_onnxruntime
 from loam.tools import loam_main
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save, save_file
 
-from loam.options import Options
-from loam.pipeline import build
+from loam.driver.options import Options
+from loam.driver.pipeline import build
 
 MLP = Path(__file__).parents[2] / "examples" / "mlp"
 CHECKPOINT = MLP / "mlp.safetensors"
@@ -200,8 +200,8 @@ def test_a_float16_checkpoint_keeps_its_halves_as_views(mlp: ModuleType) -> None
 
 def test_the_runtime_safetensors_table_names_loam_dtypes_numpy_dtypes() -> None:
     """The runtime spells its safetensors table as a literal (it imports only numpy); it must name
-    each encoding `loam.dtypes` knows with that type's numpy dtype, None where it is not plain numpy."""
-    from loam import dtypes
+    each encoding `loam.core.dtypes` knows with that type's numpy dtype, None where it is not plain numpy."""
+    from loam.core import dtypes
     from loam.runtime import weights
 
     want: dict[str, str | None] = {}

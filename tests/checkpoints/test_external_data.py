@@ -20,10 +20,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from loam.draft import draft_layout
-from loam.errors import LoamError
-from loam.options import Options
-from loam.pipeline import build
+from loam.core.errors import LoamError
+from loam.driver.draft import draft_layout
+from loam.driver.options import Options
+from loam.driver.pipeline import build
 from loam.testing import assert_same, import_module_file
 from loam.tools import loam_main
 

@@ -17,10 +17,10 @@ import pytest
 from safetensors.numpy import load_file
 
 import loam
-from loam import architectures
-from loam.architectures import Architecture
-from loam.errors import CheckpointError, OptionsError
-from loam.options import Options
+from loam.core.errors import CheckpointError, OptionsError
+from loam.driver import architectures
+from loam.driver.architectures import Architecture
+from loam.driver.options import Options
 from loam.runtime.gguf import _ggml_types, graph_name_of, parse_gguf_header
 from loam.tools import loam_main
 from tests.checkpoints.gguf_writer import ARRAY, FLOAT64, INT8, UINT64, Tensor, Typed, gguf_bytes, quantize, write_gguf
@@ -452,7 +452,7 @@ def test_bad_gguf_is_one_line_on_the_cli(case: str, tmp_path: Path, capsys: pyte
 
 
 def test_header_extent_ends_where_the_data_starts(tmp_path: Path) -> None:
-    from loam.gguf import header_extent
+    from loam.frontends.gguf import header_extent
 
     path = write_gguf(tmp_path / "a.gguf", {"a": Tensor("F32", (100,)), "b": Tensor("Q8_0", (1, 32))})
     _, tensors = parse_gguf_header(path.read_bytes())

@@ -18,8 +18,8 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import loam
-from loam.errors import CheckpointError
-from loam.options import Options
+from loam.core.errors import CheckpointError
+from loam.driver.options import Options
 from loam.tools import loam_main
 
 ROOT = Path(__file__).resolve().parents[2]

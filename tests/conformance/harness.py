@@ -376,7 +376,7 @@ def needs(model: onnx.ModelProto) -> Needs:
     """What `model` uses that Loam does not compile, judged from `loam.ops.RULES` and SUPPORTED_TYPES
     after functions are expanded into their bodies as the importer does (an operator ONNX defines by a
     body is supported where its body is)."""
-    from loam.errors import LoamError
+    from loam.core.errors import LoamError
     from loam.frontends.onnx_functions import expand_functions
     from loam.frontends.onnx_scan import unroll_scans
     from loam.ops import DOMAIN_RULES, RULES
@@ -421,7 +421,7 @@ def needs(model: onnx.ModelProto) -> Needs:
 
 def _type_spellings(onnx_name: str) -> list[str]:
     """The ways a message may spell an ONNX element type: UINT32, uint32, ui32, ..."""
-    from loam.dtypes import BY_ONNX
+    from loam.core.dtypes import BY_ONNX
 
     spellings = [onnx_name.lower()]
     code = getattr(onnx.TensorProto, onnx_name)
@@ -504,8 +504,8 @@ PASS_KERNELS = frozenset({"kernel.tile_program", "kernel.matmul_packed", "kernel
 def check_lowered_kernels(model: onnx.ModelProto, built: Any) -> None:
     """Every node of the build is computed by kernel ops its rule declares (`OpRule.kernels`, what
     docs/operators.md says it lowers to), or by what later passes make of them (CaseFailure if not)."""
+    from loam.driver.pipeline import node_kernels
     from loam.ops import RULES
-    from loam.pipeline import node_kernels
 
     op_types = {node.name: node.op_type for node in model.graph.node}
     for name, kernels in node_kernels(built.ir).items():
@@ -558,7 +558,7 @@ def check_case(case: Case, honour_refused: bool = True, backend: str = "numpy") 
     An `[xfail]` listing is not consulted here (pytest and `outcome` apply it); a `[refused]` listing is,
     unless `honour_refused` is off (to re-derive the listing).
     """
-    from loam.errors import LoamError, UnsupportedError
+    from loam.core.errors import LoamError, UnsupportedError
 
     model, data = case.load()
     need = needs(model)
@@ -601,7 +601,7 @@ def _check_data(
     case: Case, model: onnx.ModelProto, data: Sequence[DataSet], backend: str, host_fallback: bool = False
 ) -> None:
     """Build `model` for each data set's input extents and compare with the oracle (CaseFailure if not)."""
-    from loam.errors import LoamError, UnsupportedError
+    from loam.core.errors import LoamError, UnsupportedError
     from loam.testing import run_built
 
     builds: dict[bytes, Any] = {}

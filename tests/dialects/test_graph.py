@@ -25,7 +25,7 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
-from loam.context import make_context
+from loam.core.dtypes import BY_NAME, by_name
 from loam.dialects.graph import (
     BytesValueAttr,
     ConstantOp,
@@ -48,7 +48,7 @@ from loam.dialects.graph import (
     UnknownType,
     set_name_hint,
 )
-from loam.dtypes import BY_NAME, by_name
+from loam.frontends.context import make_context
 
 CTX = make_context()
 

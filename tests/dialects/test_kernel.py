@@ -12,9 +12,9 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
-from loam.context import make_context
 from loam.dialects.expr import BINARY_OPS, UNARY_OPS, Binary, Const, Convert, Expr, Operand, Select, Unary
 from loam.dialects.kernel import ExprAttr
+from loam.frontends.context import make_context
 
 T = "!tensor_axes.tensor"
 ELEMS = ["f32", "f64", "f16", "bf16", "i8", "i32", "i64", "ui8", "ui64", "bool"]

@@ -15,10 +15,10 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
-from loam.context import make_context
+from loam.core.dtypes import BY_NAME, by_name
+from loam.core.poly import Poly
 from loam.dialects.shape_poly import ExtentAttr, OweOp, PolyTensorType
-from loam.dtypes import BY_NAME, by_name
-from loam.poly import Poly
+from loam.frontends.context import make_context
 
 SYMBOLS = ["N", "M", "seq_len", "seq-len", "batch size", 'q"uote', "x.y", "naïve"]
 ELEMS = sorted(BY_NAME)

@@ -15,12 +15,12 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
-from loam.context import make_context
+from loam.core.dtypes import BY_NAME, by_name
+from loam.core.errors import AxisError
+from loam.core.layout import LayoutRule
+from loam.core.poly import Poly
 from loam.dialects.tensor_axes import AxesTensorType, Axis, AxisAttr, LayoutAttr
-from loam.dtypes import BY_NAME, by_name
-from loam.errors import AxisError
-from loam.layout import LayoutRule
-from loam.poly import Poly
+from loam.frontends.context import make_context
 
 NAMES = ["Batch", "Seq", "Hidden", "C", "H", "W", "In", "Out", "K", "_t0"]
 SYMBOLS = ["N", "S", "seq-len", "past len", "naïve"]

@@ -17,7 +17,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from loam.errors import ModelError
+from loam.core.errors import ModelError
 from loam.frontends.onnx_proto import check_external_data_sources, external_data_path, read_model
 from loam.tools import loam_main
 

@@ -8,10 +8,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from loam.core.errors import ModelError, UnsupportedError
+from loam.core.limits import LimitError
 from loam.dialects.graph import NodeOp
-from loam.errors import ModelError, UnsupportedError
 from loam.frontends.onnx_proto import import_model
-from loam.limits import LimitError
 from loam.testing import assert_same, build_for, run_built, run_onnxruntime
 
 

@@ -29,9 +29,9 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from loam.context import make_context
+from loam.core.errors import LoamError, ModelError, UnsupportedError
 from loam.dialects.graph import NodeOp
-from loam.errors import LoamError, ModelError, UnsupportedError
+from loam.frontends.context import make_context
 from loam.frontends.onnx_export import export_model
 from loam.frontends.onnx_functions import expand_functions
 from loam.frontends.onnx_proto import import_model, read_model

@@ -13,10 +13,10 @@ import onnx.parser
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from loam.core.errors import UnsupportedError
 from loam.dialects.graph import NodeOp
-from loam.errors import UnsupportedError
+from loam.driver.pipeline import BuildResult
 from loam.frontends.onnx_proto import import_model
-from loam.pipeline import BuildResult
 from loam.testing import assert_same, build_for, run_built, run_onnxruntime
 
 

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from onnx import TensorProto, helper
 
-from loam.errors import LoamError, ModelError, OnnxSyntaxError
+from loam.core.errors import LoamError, ModelError, OnnxSyntaxError
 from loam.frontends.onnx_text import parse_model_text, read_onnx_text
 
 HEADER = '<ir_version: 8, opset_import: ["" : 17]>\n'

@@ -26,14 +26,14 @@ from onnx.external_data_helper import load_external_data_for_model
 from safetensors.numpy import save, save_file
 
 import loam
+from loam.core.errors import CheckpointError
 from loam.dialects.graph import GraphOp, InitializerOp, NodeOp, TensorType
-from loam.draft import draft_layout
-from loam.errors import CheckpointError
+from loam.driver.draft import draft_layout
+from loam.driver.options import Options
+from loam.driver.pipeline import BuildResult
+from loam.driver.registry import read_model
 from loam.frontends.onnx_text import read_onnx_text
 from loam.frontends.stablehlo import read_stablehlo
-from loam.options import Options
-from loam.pipeline import BuildResult
-from loam.registry import read_model
 from loam.testing import run_onnxruntime
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 import loam
+from loam.core.errors import UnsupportedError
 from loam.dialects.graph import GraphOp, InitializerOp, NodeOp
-from loam.draft import draft_layout
-from loam.errors import UnsupportedError
+from loam.driver.draft import draft_layout
+from loam.driver.options import Options
 from loam.frontends.stablehlo import import_stablehlo, read_stablehlo
-from loam.options import Options
 
 HERE = Path(__file__).resolve().parent
 OPS = HERE / "stablehlo_ops"
@@ -127,7 +127,7 @@ def test_a_while_whose_cond_returns_no_bool_is_refused_at_the_op() -> None:
       return %r : tensor<f32>
     }
     """
-    with pytest.raises(loam.errors.ModelError, match=r"m\.mlir:3:\d+: .*stablehlo\.while cond returns"):
+    with pytest.raises(loam.core.errors.ModelError, match=r"m\.mlir:3:\d+: .*stablehlo\.while cond returns"):
         import_stablehlo(text, "m.mlir")
 
 

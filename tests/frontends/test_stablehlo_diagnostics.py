@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from loam.errors import LoamError, ModelError, UnsupportedError
+from loam.core.errors import LoamError, ModelError, UnsupportedError
+from loam.driver.registry import read_model
 from loam.frontends.stablehlo import import_stablehlo, mlir_kind
-from loam.registry import read_model
 from loam.tools import loam_main, loam_translate
 
 

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 import loam
+from loam.core.errors import UnsupportedError
 from loam.dialects.graph import GraphOp, NodeOp
-from loam.draft import draft_layout
-from loam.errors import UnsupportedError
+from loam.driver.draft import draft_layout
+from loam.driver.options import Options
 from loam.frontends.stablehlo import import_stablehlo
-from loam.options import Options
 
 DATA = Path(__file__).resolve().parent / "stablehlo_indexing"
 INPUTS = ("x", "m", "v", "s", "k", "i", "j", "g", "h", "a", "r", "w")

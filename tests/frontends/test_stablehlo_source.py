@@ -15,7 +15,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import Builtin, DenseIntOrFPElementsAttr
 from xdsl.parser import Parser
 
-from loam.errors import ModelError
+from loam.core.errors import ModelError
 from loam.frontends.stablehlo import key_path
 from loam.frontends.stablehlo_source import SourceLocation, prepare
 

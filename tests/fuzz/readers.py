@@ -6,7 +6,7 @@ files the build needs, unmutated) and builds, loads or reads it; `outcome` class
 
 - `ok`: it built (or was read), and the module ran, or raised its own `ShapeError` / `LoadError`
   (which `forward` and `Weights.load` raise for bad run-time input);
-- `refused`: a `loam.errors.LoamError`, or the module's `LoadError` / `ShapeError` at load time;
+- `refused`: a `loam.core.errors.LoamError`, or the module's `LoadError` / `ShapeError` at load time;
 - `crash`: anything else.  `loam.tools._cli.run_guarded` exits with status 3 ("internal error") for any
   exception that is not a LoamError, an xDSL ParseError / DiagnosticException or an OSError; the Python
   API promises a LoamError for every refusal, so here only a LoamError (or the module's own two errors)
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 import loam
-from loam.errors import LoamError
+from loam.core.errors import LoamError
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "examples" / "mlp"
@@ -94,7 +94,7 @@ def mlp_ir_bytes() -> bytes:
 
     from xdsl.printer import Printer
 
-    from loam.registry import read_model
+    from loam.driver.registry import read_model
 
     out = io.StringIO()
     Printer(stream=out).print_op(read_model(MLP / "mlp.onnxtext"))
@@ -130,7 +130,7 @@ def tokenizer_gguf_bytes() -> bytes:
 def tokenizer_json_bytes() -> bytes:
     import tempfile
 
-    from loam.tokenizer import Tokenizer
+    from loam.text.tokenizer import Tokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "t.gguf"
@@ -268,14 +268,14 @@ def _use_tokenizer(tok: object) -> None:
 
 
 def _tokenizer_gguf(data: bytes, folder: Path) -> None:
-    from loam.tokenizer import Tokenizer
+    from loam.text.tokenizer import Tokenizer
 
     (folder / "tokenizer.gguf").write_bytes(data)
     _use_tokenizer(Tokenizer.from_gguf(folder / "tokenizer.gguf"))
 
 
 def _tokenizer_json(data: bytes, folder: Path) -> None:
-    from loam.tokenizer import Tokenizer
+    from loam.text.tokenizer import Tokenizer
 
     (folder / "tokenizer.json").write_bytes(data)
     _use_tokenizer(Tokenizer.from_file(folder / "tokenizer.json"))

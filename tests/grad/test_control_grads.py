@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from loam.errors import LoamError
+from loam.core.errors import LoamError
 from loam.testing import build_for, run_built
 from tests.grad.finite_differences import TRAINING, central_differences
 
@@ -118,8 +118,8 @@ def test_the_differentiate_pass_unrolls_the_loop_in_its_place() -> None:
     gradient from both results equals central finite differences of forward."""
     from onnx import numpy_helper
 
-    from loam.draft import draft_layout
-    from loam.pipeline import build
+    from loam.driver.draft import draft_layout
+    from loam.driver.pipeline import build
 
     model = _loop_model("trips", None)
     graph = model.graph

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from loam.draft import draft_layout
-from loam.errors import LoamError
-from loam.options import Options
-from loam.pipeline import build
+from loam.core.errors import LoamError
+from loam.driver.draft import draft_layout
+from loam.driver.options import Options
+from loam.driver.pipeline import build
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "examples" / "mlp"
@@ -199,7 +199,7 @@ def test_a_weight_no_gradient_reaches_is_refused_by_name(tmp_path: Path) -> None
     )
     path = tmp_path / "gate.onnx"
     onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    from loam.draft import draft_layout
+    from loam.driver.draft import draft_layout
 
     options = draft_layout(path).options(Options())
     with pytest.raises(LoamError, match=r"no gradient reaches weight 'threshold' from the outputs: every path from "
@@ -312,7 +312,7 @@ def test_an_embedding_lookup_adds_each_rows_gradient_into_the_row_it_read(backen
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from loam.draft import draft_layout
+    from loam.driver.draft import draft_layout
 
     table = np.random.default_rng(8).standard_normal((6, 4)).astype(np.float32)
     graph = helper.make_graph(

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
-from loam.errors import LoamError
+from loam.core.errors import LoamError
 from loam.testing import build_for, run_built
 from tests.grad.finite_differences import TRAINING, Case, dims, fd_test
 

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.backend.test.case.model import collect_testcases
 
-from loam.errors import LoamError
+from loam.core.errors import LoamError
 from loam.testing import assert_same, build_for, run_built, run_onnxruntime
 from tests.grad.finite_differences import central_differences
 

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import loam
-from loam import pipeline
-from loam.draft import draft_layout
-from loam.errors import UnsupportedError
-from loam.options import Options
+from loam.core.errors import UnsupportedError
+from loam.driver import pipeline
+from loam.driver.draft import draft_layout
+from loam.driver.options import Options
 from loam.testing import build_for, run_built
 from tests.checkpoints.external import external_initializers
 from tests.grad.finite_differences import TRAINING

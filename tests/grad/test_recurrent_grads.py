@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 from loam.ops.recurrent import ACTIVATIONS, ALPHA_DEFAULTS, BETA_DEFAULTS
 from loam.testing import build_for, run_built
 from tests.grad import finite_differences
@@ -203,8 +203,8 @@ def test_the_wgsl_module_computes_the_numpy_modules_gradients(op: str, data: st.
 def test_the_differentiate_pass_computes_the_steps_once() -> None:
     """With `--grad`, the unrolled steps take the LSTM kernel's place in the forward (its values kept for the
     backward, not computed twice); every weight's gradient equals central finite differences of forward."""
-    from loam.draft import draft_layout
-    from loam.pipeline import build
+    from loam.driver.draft import draft_layout
+    from loam.driver.pipeline import build
 
     rng = np.random.default_rng(3)
     steps, batch, size, hidden = 3, 2, 2, 2

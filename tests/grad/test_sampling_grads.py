@@ -20,7 +20,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 from loam.runtime.kernels.resize import resize_geometry
 from loam.testing import build_for, run_built
 from tests.grad import finite_differences

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 from loam.testing import build_for
 from tests.grad.finite_differences import Case, compare_on_wgsl, fd_test, feeds_for, model_of
 

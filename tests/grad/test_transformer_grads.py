@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loam.options import Options
-from loam.pipeline import build
+from loam.driver.options import Options
+from loam.driver.pipeline import build
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "tests" / "models"

@@ -84,7 +84,7 @@ def _tensors(gguf: Path) -> dict[str, np.ndarray]:
 
 def make_folder(gguf: Path, folder: Path) -> Path:
     """Write the genai folder for the GGUF at `gguf` into `folder` (made); returns `folder`."""
-    from loam.tokenizer import Tokenizer
+    from loam.text.tokenizer import Tokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("model.onnx", "genai_config.json"):

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import pytest
 
-from loam.pipeline import BuildResult
+from loam.driver.pipeline import BuildResult
 from loam.testing import assert_same, build_for, run_built, run_onnxruntime
 
 DYNAMO = Path(__file__).resolve().parent / "dynamo"

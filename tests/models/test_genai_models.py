@@ -23,10 +23,10 @@ import numpy as np
 import onnx
 import pytest
 
-from loam.draft import draft_layout
-from loam.errors import LoamError
-from loam.options import Options
-from loam.pipeline import build
+from loam.core.errors import LoamError
+from loam.driver.draft import draft_layout
+from loam.driver.options import Options
+from loam.driver.pipeline import build
 from loam.testing import build_for
 
 GENAI = Path(__file__).resolve().parent / "genai"
@@ -102,7 +102,7 @@ def test_the_weights_stay_packed() -> None:
 
 
 def test_without_the_dims_option_the_build_names_the_declaration_and_the_fix() -> None:
-    from loam.errors import ShapeError
+    from loam.core.errors import ShapeError
 
     model = onnx.load(str(GENAI / "llama_int4" / "model.onnx"))
     with pytest.raises(ShapeError) as caught:
@@ -133,7 +133,7 @@ def test_smollm2s_folder_builds_from_its_config_and_names_its_missing_data_file(
 
 
 def test_the_options_dims_win_over_the_config_and_the_note_says_so() -> None:
-    from loam.genai import with_config_dims
+    from loam.driver.genai import with_config_dims
 
     path = GENAI / "llama_int4" / "model.onnx"
     options, notes = with_config_dims(path, Options(dims={"kv_cache_dim": 32}))

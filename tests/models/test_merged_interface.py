@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import loam
-from loam.draft import draft_layout
-from loam.options import Options
-from loam.pipeline import BuildResult
+from loam.driver.draft import draft_layout
+from loam.driver.options import Options
+from loam.driver.pipeline import BuildResult
 
 TINY = Path(__file__).resolve().parent / "tiny_gpt2"
 CHECKPOINT = TINY / "tiny_gpt2.safetensors"

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 import pytest
 
-from loam.draft import draft_layout
+from loam.driver.draft import draft_layout
 
 MODEL = Path(__file__).parent / "optimum" / "decoder_model_merged.onnx"
 LAYERS = 2

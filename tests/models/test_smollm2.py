@@ -22,9 +22,9 @@ import pytest
 from onnx import numpy_helper
 
 import loam
-from loam.generate import Decoder, GenerationStats, generate
-from loam.options import Options
-from loam.tokenizer import Tokenizer
+from loam.driver.options import Options
+from loam.text.generate import Decoder, GenerationStats, generate
+from loam.text.tokenizer import Tokenizer
 from tests.smollm2_file import smollm2_gguf
 
 HERE = Path(__file__).resolve().parent / "smollm2"
@@ -69,7 +69,7 @@ def test_the_llama_table_builds_smollm2_with_every_linear_weight_packed(with_pas
 
 
 def test_weights_hold_the_blocks_as_the_file_stores_them(decoder: Decoder, gguf: Path) -> None:
-    from loam.gguf import read_gguf_header
+    from loam.frontends.gguf import read_gguf_header
 
     _, entries = read_gguf_header(gguf)
     file_bytes = sum(e.end - e.begin for e in entries.values())

@@ -23,12 +23,12 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from loam.checkpoint import read_safetensors_header
+from loam.core.errors import CheckpointError
 from loam.dialects.kernel import ProgramOp
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.errors import CheckpointError
-from loam.options import Options
-from loam.pipeline import BuildResult, build, weight_specs
+from loam.driver.options import Options
+from loam.driver.pipeline import BuildResult, build, weight_specs
+from loam.frontends.checkpoint import read_safetensors_header
 
 HERE = Path(__file__).parent / "tiny_bert"
 HF_CHECKPOINT = HERE / "hf_model.safetensors"

@@ -24,9 +24,9 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from loam.draft import draft_layout
-from loam.options import Options
-from loam.pipeline import build
+from loam.driver.draft import draft_layout
+from loam.driver.options import Options
+from loam.driver.pipeline import build
 
 HERE = Path(__file__).parent / "tiny_gpt2"
 CHECKPOINT = HERE / "tiny_gpt2.safetensors"

@@ -17,8 +17,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from loam.options import Options
-from loam.pipeline import build
+from loam.driver.options import Options
+from loam.driver.pipeline import build
 from tests.models.test_tiny_gpt2 import CHECKPOINT, HERE, close, expected, mask, presents
 
 pytest.importorskip("wgpu")
@@ -131,7 +131,7 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [N: 3]>) names ["x"] {
     from xdsl.parser import Parser
 
     from loam.backends.wgsl_module import emit_wgsl
-    from loam.context import make_context
+    from loam.frontends.context import make_context
 
     module = Parser(make_context(), text).parse_module()
     source = emit_wgsl(module)

@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from loam.errors import ShapeError, UnsupportedError
+from loam.core.errors import ShapeError, UnsupportedError
 from loam.runtime.kernels.conv import kernel_conv
 from loam.testing import assert_same, build_for, run_loam, run_onnxruntime
 

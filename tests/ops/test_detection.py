@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from loam.errors import ShapeError, UnsupportedError
+from loam.core.errors import ShapeError, UnsupportedError
 from loam.testing import assert_same, build_for, run_built, run_onnxruntime
 
 RNG = np.random.default_rng(11)

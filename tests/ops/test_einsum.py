@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from loam.errors import ShapeError
+from loam.core.errors import ShapeError
 from loam.testing import assert_same, run_loam, run_onnxruntime
 
 ONNX_TYPES = {np.dtype(np.float32): onnx.TensorProto.FLOAT, np.dtype(np.float64): onnx.TensorProto.DOUBLE,

@@ -18,7 +18,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from loam.errors import ModelError, ShapeError, UnsupportedError
+from loam.core.errors import ModelError, ShapeError, UnsupportedError
 from loam.testing import assert_same, build_for, run_loam, run_onnxruntime
 
 ELEM: dict[str, int] = {

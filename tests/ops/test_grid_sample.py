@@ -16,7 +16,7 @@ import onnx
 import onnx.parser
 import pytest
 
-from loam.errors import ShapeError, UnsupportedError
+from loam.core.errors import ShapeError, UnsupportedError
 from loam.runtime.errors import DataError
 from loam.runtime.kernels.resize import kernel_grid_sample
 from loam.testing import assert_same, build_for, run_built, run_loam, run_onnxruntime

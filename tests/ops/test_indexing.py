@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-import loam.errors
+import loam.core.errors
 from loam.testing import run_loam
 from tests.ops.test_movement import X, check, i64, one_node
 
@@ -105,9 +105,9 @@ def test_constant_of_shape_folds() -> None:
 
 
 def test_refusals() -> None:
-    with pytest.raises(loam.errors.ShapeError, match="Gather node 'n': index 3 is outside"):
+    with pytest.raises(loam.core.errors.ShapeError, match="Gather node 'n': index 3 is outside"):
         run_loam(one_node("Gather", X, {"i": i64(3)}, {"axis": 1}), {"x": X})
-    with pytest.raises(loam.errors.UnsupportedError, match="reduction 'mean'"):
+    with pytest.raises(loam.core.errors.UnsupportedError, match="reduction 'mean'"):
         run_loam(one_node("ScatterElements", X, {"i": IDX, "u": X[:, :1]}, {"axis": 1, "reduction": "mean"}), {"x": X})
     runtime = folding_model([const("s", np.array(0.0, np.float32)), const("d", np.array(1.0, np.float32)),
                              helper.make_node("Range", ["s", "x", "d"], ["r"], name="range")], "r", 1)  # fmt: skip

@@ -18,8 +18,8 @@ import onnx
 import onnx.parser
 import pytest
 
-from loam.errors import ShapeError
-from loam.pipeline import BuildResult
+from loam.core.errors import ShapeError
+from loam.driver.pipeline import BuildResult
 from loam.testing import assert_same, build_for, run_built, run_onnxruntime
 
 

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from loam.errors import ShapeError
+from loam.core.errors import ShapeError
 from loam.testing import build_for, run_built, run_onnxruntime
 
 RNG = np.random.default_rng(12)

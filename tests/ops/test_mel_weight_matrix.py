@@ -9,7 +9,7 @@ import onnx.parser
 import pytest
 from onnx.reference import ReferenceEvaluator
 
-from loam.errors import ShapeError, UnsupportedError
+from loam.core.errors import ShapeError, UnsupportedError
 from loam.testing import assert_same, build_for, run_built, run_loam, run_onnxruntime
 
 

@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-import loam.errors
+import loam.core.errors
 from loam.testing import assert_same, run_loam, run_onnxruntime
 
 
@@ -171,17 +171,21 @@ def test_refusals() -> None:
     runtime_shape.graph.node[0].input[1] = "x_shape"
     # A shape only the run gives is read at run time, but its length (the result's rank) the build must know.
     runtime_shape.graph.input.append(helper.make_tensor_value_info("x_shape", onnx.TensorProto.INT64, ["R"]))
-    refuse(runtime_shape, loam.errors.UnsupportedError, "Reshape node 'n': the shape input is computed at run time")
-    refuse(one_node("Reshape", X, {"s": i64(5, -1)}), loam.errors.ShapeError, "Reshape node 'n': cannot reshape 24")
-    refuse(one_node("Tile", X, {"t": i64(2), "a": i64(0)}, opset=5), loam.errors.UnsupportedError, "opset 6")
-    refuse(one_node("Pad", X, {"p": i64(0, 0, 1, 0, 0, 1)}, {"mode": "mirror"}), loam.errors.UnsupportedError,
+    refuse(
+        runtime_shape, loam.core.errors.UnsupportedError, "Reshape node 'n': the shape input is computed at run time"
+    )
+    refuse(
+        one_node("Reshape", X, {"s": i64(5, -1)}), loam.core.errors.ShapeError, "Reshape node 'n': cannot reshape 24"
+    )
+    refuse(one_node("Tile", X, {"t": i64(2), "a": i64(0)}, opset=5), loam.core.errors.UnsupportedError, "opset 6")
+    refuse(one_node("Pad", X, {"p": i64(0, 0, 1, 0, 0, 1)}, {"mode": "mirror"}), loam.core.errors.UnsupportedError,
            "mode 'mirror'")  # fmt: skip
-    refuse(one_node("Dropout", X, {}, {"is_test": 0}, opset=6), loam.errors.UnsupportedError, "is_test=0")
-    refuse(one_node("Dropout", X, {"r": np.array(0.5, np.float32), "t": np.array(True)}), loam.errors.UnsupportedError,
-           "training_mode is true")  # fmt: skip
-    refuse(one_node("Concat", X, {}, {}, opset=11), loam.errors.ShapeError, "has no axis attribute")
-    refuse(one_node("Squeeze", X, {"a": i64(1)}), loam.errors.ShapeError, "cannot squeeze axis 1 of extent 3")
-    refuse(one_node("Transpose", X, {}, {"perm": [0, 0, 1]}), loam.errors.ShapeError, "not a permutation")
+    refuse(one_node("Dropout", X, {}, {"is_test": 0}, opset=6), loam.core.errors.UnsupportedError, "is_test=0")
+    refuse(one_node("Dropout", X, {"r": np.array(0.5, np.float32), "t": np.array(True)}),
+           loam.core.errors.UnsupportedError, "training_mode is true")  # fmt: skip
+    refuse(one_node("Concat", X, {}, {}, opset=11), loam.core.errors.ShapeError, "has no axis attribute")
+    refuse(one_node("Squeeze", X, {"a": i64(1)}), loam.core.errors.ShapeError, "cannot squeeze axis 1 of extent 3")
+    refuse(one_node("Transpose", X, {}, {"perm": [0, 0, 1]}), loam.core.errors.ShapeError, "not a permutation")
 
 
 def test_dropout_whose_training_mode_the_run_gives() -> None:
@@ -228,20 +232,20 @@ def test_regroup_names_merges() -> None:
 
 
 def test_trilu_k_must_hold_one_value() -> None:
-    refuse(one_node("Trilu", X, {"k": np.zeros(0, np.int64)}), loam.errors.ShapeError, "k must be an i64 scalar")
-    refuse(one_node("Trilu", X, {"k": i64(1, 2)}), loam.errors.ShapeError, "k must be an i64 scalar")
+    refuse(one_node("Trilu", X, {"k": np.zeros(0, np.int64)}), loam.core.errors.ShapeError, "k must be an i64 scalar")
+    refuse(one_node("Trilu", X, {"k": i64(1, 2)}), loam.core.errors.ShapeError, "k must be an i64 scalar")
 
 
 @pytest.mark.parametrize("flag", ["upper", "allowzero"])
 def test_flags_other_than_0_or_1_are_refused(flag: str) -> None:
     op, consts = ("Trilu", {}) if flag == "upper" else ("Reshape", {"s": i64(4, 6)})
-    refuse(one_node(op, X, consts, {flag: 2}), loam.errors.ShapeError, f"'{flag}' must be one of 0, 1, got 2")
+    refuse(one_node(op, X, consts, {flag: 2}), loam.core.errors.ShapeError, f"'{flag}' must be one of 0, 1, got 2")
 
 
 def test_squeeze_with_empty_axes_is_refused_where_the_meaning_differs() -> None:
     """onnxruntime squeezes every unit axis for an empty axes input, ONNX's reference none."""
     x = np.zeros((1, 3, 1), np.float32)
-    with pytest.raises(loam.errors.UnsupportedError, match="Squeeze node 'n': the axes given are empty"):
+    with pytest.raises(loam.core.errors.UnsupportedError, match="Squeeze node 'n': the axes given are empty"):
         run_loam(one_node("Squeeze", x, {"a": i64()}), {"x": x})
     check(one_node("Squeeze", X, {"a": i64()}), X)  # no unit axis: both readings agree
 
@@ -249,7 +253,7 @@ def test_squeeze_with_empty_axes_is_refused_where_the_meaning_differs() -> None:
 @pytest.mark.parametrize(("mode", "pads"), [("wrap", (0, 0, 1, 0, 0, -1)), ("reflect", (0, 0, 2, 0, 0, -2))])
 def test_pad_whose_padding_reads_what_it_crops_is_refused(mode: str, pads: tuple[int, ...]) -> None:
     """onnxruntime crops before it wraps or reflects; ONNX does not say which comes first."""
-    refuse(one_node("Pad", X, {"p": i64(*pads)}, {"mode": mode}), loam.errors.UnsupportedError,
+    refuse(one_node("Pad", X, {"p": i64(*pads)}, {"mode": mode}), loam.core.errors.UnsupportedError,
            "both pad and crop axis 2")  # fmt: skip
 
 
@@ -263,5 +267,5 @@ def test_pad_and_crop_where_the_order_does_not_matter(mode: str, pads: tuple[int
 
 def test_split_num_outputs_disagreeing_with_the_outputs_is_refused_at_once() -> None:
     """A huge num_outputs listed that many sizes before the count check (the build hung)."""
-    refuse(one_node("Split", X, {}, {"num_outputs": 1 << 40}, outputs=2), loam.errors.ShapeError,
+    refuse(one_node("Split", X, {}, {"num_outputs": 1 << 40}, outputs=2), loam.core.errors.ShapeError,
            "num_outputs is 1099511627776, but the node has 2 outputs")  # fmt: skip

@@ -15,7 +15,7 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from loam.errors import ModelError, ShapeError, UnsupportedError
+from loam.core.errors import ModelError, ShapeError, UnsupportedError
 from loam.testing import assert_same, build_for, run_built, run_loam, run_onnxruntime
 
 NP_TO_ONNX = {

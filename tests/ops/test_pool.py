@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from loam.errors import ShapeError, UnsupportedError
+from loam.core.errors import ShapeError, UnsupportedError
 from loam.testing import assert_same, run_loam, run_onnxruntime
 
 ONNX_TYPES = {

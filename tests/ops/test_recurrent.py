@@ -16,7 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from loam.errors import LoamError, ShapeError, UnsupportedError
+from loam.core.errors import LoamError, ShapeError, UnsupportedError
 from loam.testing import build_for, run_built, run_onnxruntime
 
 RNG = np.random.default_rng(7)

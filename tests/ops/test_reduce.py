@@ -16,7 +16,7 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from loam.errors import ShapeError, UnsupportedError
+from loam.core.errors import ShapeError, UnsupportedError
 from loam.runtime.kernels.reduce import kernel_reduce, kernel_topk
 from loam.testing import assert_same, run_loam, run_onnxruntime
 

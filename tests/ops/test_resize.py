@@ -18,7 +18,7 @@ import onnx.parser
 import pytest
 from onnx import helper, numpy_helper
 
-from loam.errors import ShapeError, UnsupportedError
+from loam.core.errors import ShapeError, UnsupportedError
 from loam.testing import assert_same, build_for, run_built, run_loam, run_onnxruntime
 
 ONNX_TYPES = {

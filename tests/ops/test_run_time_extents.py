@@ -20,8 +20,8 @@ import onnx
 import onnx.parser
 import pytest
 
-from loam.errors import UnsupportedError
-from loam.pipeline import BuildResult
+from loam.core.errors import UnsupportedError
+from loam.driver.pipeline import BuildResult
 from loam.testing import assert_same, build_for, run_built, run_onnxruntime
 
 
@@ -454,7 +454,7 @@ def test_mel_weight_matrix_of_counts_the_run_gives() -> None:
 
 
 def test_a_result_past_the_room_of_one_tensor_is_refused_before_it_is_allocated() -> None:
-    from loam.limits import MAX_ELEMENTS
+    from loam.core.limits import MAX_ELEMENTS
     from loam.runtime.kernels.common import ROOM
 
     assert ROOM == MAX_ELEMENTS

@@ -14,8 +14,8 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from loam.core.errors import ModelError, ShapeError, UnsupportedError
 from loam.dialects.kernel import ScatterNDOp
-from loam.errors import ModelError, ShapeError, UnsupportedError
 from loam.testing import assert_same, build_for, run_built, run_loam, run_onnxruntime
 from tests.ops.test_symbolic_movement import built, check, feeds_for, model, refused_at_run
 
@@ -313,7 +313,7 @@ def test_the_kernel_op_verifies_its_extents(indices: str, updates: str, message:
     from xdsl.parser import Parser
     from xdsl.utils.exceptions import VerifyException
 
-    from loam.context import make_context
+    from loam.frontends.context import make_context
 
     x, i, u = (
         f"!tensor_axes.tensor<{e}, [{a}]>" for e, a in (("f32", "X: 4, Y: 3"), ("i64", indices), ("f32", updates))

@@ -21,13 +21,13 @@ import onnx.parser
 import pytest
 from onnx import helper
 
-from loam import dtypes, owed
-from loam.derived import evaluate
-from loam.errors import LoamError, ShapeError
+from loam.core import dtypes, owed
+from loam.core.derived import evaluate
+from loam.core.errors import LoamError, ShapeError
+from loam.core.owed import ExtentScope
+from loam.core.poly import Poly
 from loam.ops import rule_for
 from loam.ops.base import Facts, NodeInfo, broadcast_shapes
-from loam.owed import ExtentScope
-from loam.poly import Poly
 from loam.testing import assert_same, build_for, run_built, run_onnxruntime
 
 N, M = Poly.symbol("N"), Poly.symbol("M")

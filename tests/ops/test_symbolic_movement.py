@@ -19,9 +19,9 @@ import onnx
 import onnx.parser
 import pytest
 
-from loam.errors import LoamError, ShapeError, UnsupportedError
-from loam.pipeline import BuildResult
-from loam.poly import Poly
+from loam.core.errors import LoamError, ShapeError, UnsupportedError
+from loam.core.poly import Poly
+from loam.driver.pipeline import BuildResult
 from loam.testing import assert_same, build_for, run_built, run_onnxruntime
 
 INT64_MAX = 2**63 - 1

@@ -15,7 +15,7 @@ from onnx.backend.test.case.node.adagrad import apply_adagrad
 from onnx.backend.test.case.node.adam import apply_adam
 from onnx.backend.test.case.node.momentum import apply_momentum, apply_nesterov
 
-from loam.errors import LoamError
+from loam.core.errors import LoamError
 from loam.testing import assert_same, build_for, run_built
 
 DOMAIN = "ai.onnx.preview.training"

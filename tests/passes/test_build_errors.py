@@ -1,4 +1,4 @@
-"""What `loam.pipeline.build` refuses, and how it says so.
+"""What `loam.driver.pipeline.build` refuses, and how it says so.
 
 Every refusal is a `LoamError` subclass whose message names the culprit (node, operator, tensor,
 axis, extent, option); each test builds a small model with `onnx.helper` and asserts both the
@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from safetensors.numpy import save_file
 
-from loam.errors import (
+from loam.core.errors import (
     AxisError,
     CheckpointError,
     LoamError,
@@ -26,9 +26,9 @@ from loam.errors import (
     ShapeError,
     UnsupportedError,
 )
-from loam.layout import LayoutRule
-from loam.options import Options
-from loam.pipeline import build
+from loam.core.layout import LayoutRule
+from loam.driver.options import Options
+from loam.driver.pipeline import build
 
 Dims = Sequence[int | str | None]
 

@@ -19,8 +19,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from loam.options import Options
-from loam.pipeline import build
+from loam.driver.options import Options
+from loam.driver.pipeline import build
 
 HERE = Path(__file__).parents[1] / "models" / "tiny_gpt2"
 CHECKPOINT = HERE / "tiny_gpt2.safetensors"
@@ -161,7 +161,7 @@ def test_the_state_refuses_what_it_cannot_hold_naming_it() -> None:
 def test_generate_s_decoder_steps_in_place_growing_its_state_and_equals_the_plain_decoder(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from loam import generate
+    from loam.text import generate
 
     module, weights, _ = built("decoder_positions")
     monkeypatch.setattr(generate, "STATE_CAPACITY", 4)  # the prompt alone outgrows it: the state doubles

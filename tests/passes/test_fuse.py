@@ -15,11 +15,11 @@ from onnx import TensorProto, helper
 
 from loam.dialects.expr import Expr, Operand
 from loam.dialects.kernel import MatmulOp, ZipOp
-from loam.draft import draft_layout
-from loam.options import Options
+from loam.driver.draft import draft_layout
+from loam.driver.options import Options
+from loam.driver.pipeline import BuildResult, build
 from loam.passes.fuse import MAX_FUSED_STEPS
-from loam.pipeline import BuildResult, build
-from loam.report import DECISIONS, FOLDED, FUSED, KEPT, Reason
+from loam.passes.report import DECISIONS, FOLDED, FUSED, KEPT, Reason
 from loam.testing import assert_same, run_built, run_onnxruntime
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64

@@ -14,11 +14,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from loam.backends.numpy_module import emit_python
+from loam.core.layout import LayoutRule
 from loam.dialects.kernel import SoftmaxOp, TileProgramOp
-from loam.layout import LayoutRule
-from loam.options import Options
+from loam.driver.options import Options
+from loam.driver.pipeline import build, import_source
 from loam.passes.tile_attention import tile_attention
-from loam.pipeline import build, import_source
 from tests.passes.test_tile_matmul import GPT2
 
 pytest.importorskip("wgpu")

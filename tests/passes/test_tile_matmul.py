@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 
 from loam.backends.numpy_module import emit_python
+from loam.core.poly import Poly
 from loam.dialects.kernel import MatmulOp, PermuteOp, TileProgramOp
-from loam.options import Options
+from loam.driver.options import Options
+from loam.driver.pipeline import build, import_source
 from loam.passes.tile_matmul import blocks, tile_matmul
 from loam.passes.tile_rows import tile_rows
-from loam.pipeline import build, import_source
-from loam.poly import Poly
 
 ROOT = Path(__file__).resolve().parents[2]
 GPT2 = ROOT / "tests" / "models" / "tiny_gpt2"

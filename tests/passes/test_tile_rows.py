@@ -12,9 +12,9 @@ import numpy as np
 
 from loam.backends.numpy_module import emit_python
 from loam.dialects.kernel import NormalizeOp, SoftmaxOp, TileProgramOp
-from loam.options import Options
+from loam.driver.options import Options
+from loam.driver.pipeline import build, import_source
 from loam.passes.tile_rows import tile_rows
-from loam.pipeline import build, import_source
 
 GPT2 = Path(__file__).resolve().parents[1] / "models" / "tiny_gpt2"
 

@@ -1,6 +1,6 @@
 """The whole vertical slice over static shapes, checked against onnxruntime.
 
-Each model is written with `onnx.helper`, compiled by `loam.pipeline.build` twice and run on random
+Each model is written with `onnx.helper`, compiled by `loam.driver.pipeline.build` twice and run on random
 inputs from a fixed seed:
 
 - with its weights as initializers, run with `Weights.embedded()`;
@@ -27,9 +27,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from safetensors.numpy import save as save_safetensors
 
-from loam.layout import LayoutRule
-from loam.options import Options
-from loam.pipeline import BuildResult, build
+from loam.core.layout import LayoutRule
+from loam.driver.options import Options
+from loam.driver.pipeline import BuildResult, build
 from loam.testing import assert_same, run_onnxruntime
 
 RTOL, ATOL = 1e-5, 1e-6

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import loam
-from loam.draft import draft_layout
-from loam.options import Options
+from loam.driver.draft import draft_layout
+from loam.driver.options import Options
 from loam.runtime.kernels.compiled import (
     _cohort_rows,
     _CompiledKernels,

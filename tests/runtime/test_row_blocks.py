@@ -75,9 +75,9 @@ def test_matmul_rows_equals_numpy_matmul() -> None:
 def test_the_printer_splits_long_expressions_only_where_they_can_be_large(batch: object, split: bool) -> None:
     from onnx import TensorProto, helper
 
-    from loam.layout import LayoutRule
-    from loam.options import Options
-    from loam.pipeline import build
+    from loam.core.layout import LayoutRule
+    from loam.driver.options import Options
+    from loam.driver.pipeline import build
     from loam.testing import run_onnxruntime
 
     nodes = [

@@ -26,7 +26,7 @@ from loam.serve.sampling import SamplingParams
 from loam.serve.scheduler import Request
 from loam.serve.server import Server
 from loam.serve.text import TextRequest, TextWorker
-from loam.tokenizer import Tokenizer
+from loam.text.tokenizer import Tokenizer
 from loam.tools import loam_main
 from tests.serve.serving import MODELS, finish, serving, submit
 

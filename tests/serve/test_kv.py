@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loam.errors import LoamError
+from loam.core.errors import LoamError
 from loam.serve.kv import KvPool, KvSequence, PoolExhausted
 
 # Different heads, head sizes and dtypes per layer, so a mix-up between layers shows.

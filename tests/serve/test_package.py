@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-import loam.pipeline
-from loam.errors import LoamError
+import loam.driver.pipeline
+from loam.core.errors import LoamError
 from loam.serve.package import PackageError, open_package, read_package
 from loam.serve.server import Server
 from tests.serve.serving import MODELS, PACKAGES, package_copy
@@ -119,7 +119,7 @@ def test_a_warm_restart_compiles_nothing(
     def no_compiling(*args: object, **kwargs: object) -> None:
         raise AssertionError("a warm restart compiled a stage")
 
-    monkeypatch.setattr(loam.pipeline, "build", no_compiling)
+    monkeypatch.setattr(loam.driver.pipeline, "build", no_compiling)
     warm = Server()
     assert warm.register(folder).package.builds == {"decoder": True}
     warm.close()

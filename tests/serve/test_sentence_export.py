@@ -33,7 +33,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from safetensors.numpy import load_file
 
-from loam.errors import LoamError
+from loam.core.errors import LoamError
 from loam.serve.pooling import OUTPUT, graph_names, pooled_model
 from loam.serve.server import Server
 from tests.serve.serving import MODELS, minilm_folder

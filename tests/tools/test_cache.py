@@ -19,8 +19,8 @@ import pytest
 from onnx.external_data_helper import load_external_data_for_model
 from safetensors.numpy import load_file, save_file
 
-from loam import cache
-from loam.options import Options
+from loam.driver import cache
+from loam.driver.options import Options
 from loam.testing import assert_same, import_module_file, run_onnxruntime
 from loam.tools import loam_main
 
@@ -242,7 +242,7 @@ def test_checkpoint_extents(tmp_path: Path) -> None:
     save_file({"a": np.ones(6, dtype=np.float32)}, str(st))
     assert cache.checkpoint_extent(index) != before
 
-    # GGUF: keyed on the header and tensor infos (loam.gguf.header_extent), else whole.
+    # GGUF: keyed on the header and tensor infos (loam.frontends.gguf.header_extent), else whole.
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(gguf_file(np.ones(4, dtype=np.float32)))
     first = cache.checkpoint_extent(gguf)

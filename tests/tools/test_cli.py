@@ -17,8 +17,8 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from loam.errors import AxisError
-from loam.layout import LayoutRule
+from loam.core.errors import AxisError
+from loam.core.layout import LayoutRule
 from loam.testing import import_module_file
 from loam.tools import loam_main, loam_opt, loam_translate
 
@@ -239,12 +239,12 @@ def test_internal_error_is_exit_3_and_debug_shows_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # A bug inside the compiler is injected where the pipeline reads the model.
-    import loam.pipeline
+    import loam.driver.pipeline
 
     def broken_reader(model: object) -> ModuleOp:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(loam.pipeline, "read_model", broken_reader)
+    monkeypatch.setattr(loam.driver.pipeline, "read_model", broken_reader)
     argv = ["build", str(MLP / "mlp.onnxtext"), "-o", str(tmp_path / "o.py")]
     code, _, err = run(loam_main.main, argv, capsys)
     assert code == 3
@@ -310,7 +310,7 @@ def test_parse_ir_knows_loam_dialects(tmp_path: Path) -> None:
     path = tmp_path / "m.mlir"
     path.write_text("builtin.module {\n}\n", encoding="utf-8")
     assert isinstance(loam_translate.parse_ir(path), ModuleOp)
-    from loam.context import make_context
+    from loam.frontends.context import make_context
 
     assert {"builtin", "graph", "shape_poly", "tensor_axes", "kernel"} <= set(make_context().registered_dialect_names)
 
@@ -381,7 +381,7 @@ def empty_mlir(tmp_path: Path) -> Path:
 def test_opt_registers_loam_on_top_of_xdsl() -> None:
     opt = loam_opt.LoamOptMain(args=[])
     from loam.dialects import get_all_dialects
-    from loam.passes import get_all_passes
+    from loam.driver.passes import get_all_passes
 
     assert set(get_all_passes()) <= set(opt.available_passes)
     assert "canonicalize" in opt.available_passes  # xDSL's passes stay

@@ -18,12 +18,12 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import load_external_data_for_model
 from safetensors.numpy import load_file
 
-from loam.errors import ModelError
-from loam.options import Options
-from loam.pipeline import build
-from loam.split import split_model
+from loam.core.errors import ModelError
+from loam.driver.options import Options
+from loam.driver.pipeline import build
 from loam.testing import assert_same, import_module_file, run_onnxruntime
 from loam.tools import loam_main
+from loam.tools.split import split_model
 
 ROOT = Path(__file__).resolve().parents[2]
 GPT2 = ROOT / "tests" / "models" / "tiny_gpt2"
@@ -151,7 +151,7 @@ def test_the_builders_int4_blocks_go_in_the_checkpoint_and_build(tmp_path: Path,
     """MatMulNBits' packed blocks (uint8) are weights, not graph: the split keeps them in the safetensors
     file as U8, the text holds no value of theirs, and the split pair computes onnxruntime's logits on
     the builder's own model (Qwen2's GatherBlockQuantized reads its tied head's blocks through them)."""
-    from loam.draft import draft_layout
+    from loam.driver.draft import draft_layout
     from loam.frontends.onnx_text import read_onnx_text
 
     folder = GENAI / name

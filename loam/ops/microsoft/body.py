@@ -11,15 +11,25 @@ kernels, both backends) sees only ONNX operators Loam already compiles.  The bod
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from onnx import NodeProto, TypeProto, helper, numpy_helper
 
-from loam.frontends.onnx_functions import Fresh, KnownType
 from loam.ops.base import Facts, NodeInfo, OpRule
 from loam.ops.microsoft.domain import DOMAIN
+
+Fresh = Callable[[str], str]
+"""A name no value or node of the model uses yet, from a hint (the importer's `fresh_name`)."""
+
+KnownType = Callable[[str], TypeProto | None]
+"""The type ONNX's shape inference gives a value, or None where it gives none."""
+
+DomainBody = Callable[[NodeProto, str, Fresh, KnownType, int], list[NodeProto]]
+"""Writes a node of another domain as default-domain nodes: (node, label, fresh, known type, the model's
+default-domain opset) -> the nodes, which read the node's inputs and write its outputs."""
+
 
 FIRST_BODY_OPSET = 13
 """The first default-domain opset a body's nodes are written for (Softmax over one axis, Unsqueeze's

@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from loam import dtypes, owed
+from loam.core import dtypes, owed
+from loam.core.poly import Poly
 from loam.dialects.expr import Expr
 from loam.dialects.tensor_axes import Axis
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, float_attr, require_arity, same_axis
@@ -30,7 +31,6 @@ from loam.ops.lowering import compute_elem, typed_expr
 from loam.ops.microsoft.domain import DOMAIN
 from loam.ops.normalization import emit_mean_square, stat_axes
 from loam.ops.operands import emit_library, require_elem
-from loam.poly import Poly
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue

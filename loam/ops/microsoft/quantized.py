@@ -28,11 +28,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from loam import dtypes, owed
+from loam.core import dtypes, owed
+from loam.core.poly import Poly
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.microsoft.domain import DOMAIN
 from loam.ops.operands import INDEX_TYPES, emit_library, given, norm_axis, optional, present_bits
-from loam.poly import Poly
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue

@@ -8,7 +8,7 @@ import numpy as np
 from loam.runtime.errors import DataError
 
 ROOM = 2**36
-"""The most elements a result whose extents the run decides may hold: `loam.limits.MAX_ELEMENTS`
+"""The most elements a result whose extents the run decides may hold: `loam.core.limits.MAX_ELEMENTS`
 (tests/runtime hold the two equal), which the module's prologue checks of every other buffer."""
 
 

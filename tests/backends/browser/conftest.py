@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from loam.browser_run import Browser, BrowserError, find_chromium
+from loam.tools.browser_run import Browser, BrowserError, find_chromium
 
 
 @pytest.fixture(scope="session")

@@ -19,9 +19,9 @@ from types import ModuleType
 
 import pytest
 
-from loam.browser_run import Browser
 from loam.testing import import_module_file
-from loam.tokenizer import Tokenizer
+from loam.text.tokenizer import Tokenizer
+from loam.tools.browser_run import Browser
 from tests.smollm2_file import smollm2_gguf
 
 pytestmark = pytest.mark.xdist_group("browser")

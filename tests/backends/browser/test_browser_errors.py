@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from loam.backends.browser_module import write_browser_module
-from loam.browser_run import Browser, ModuleError
-from loam.options import Options
-from loam.pipeline import build
+from loam.driver.options import Options
+from loam.driver.pipeline import build
+from loam.tools.browser_run import Browser, ModuleError
 
 pytestmark = pytest.mark.xdist_group("browser")
 
@@ -172,7 +172,7 @@ def test_int64_arithmetic_past_int32_on_the_device_is_a_device_error_not_a_wrapp
     browser: Browser, served: Path
 ) -> None:
     from loam.backends.wgsl_module import emit_wgsl
-    from loam.pipeline import import_source
+    from loam.driver.pipeline import import_source
     from tests.backends.wgsl.test_wgsl_module import _program
 
     source = emit_wgsl(_program(I64_CHECKED))
@@ -205,7 +205,7 @@ def test_names_from_the_model_file_stay_data_in_model_js(browser: Browser, serve
     )
     path = tmp_path / "hostile *_ globalThis.pwned = 6; x.onnx"
     onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    from loam.draft import draft_layout
+    from loam.driver.draft import draft_layout
 
     result = build(path, options=draft_layout(path).options(Options()), backend="wgsl", fuse="dispatch")
     write_browser_module(served / "hostile", result.source, result.module, [], path.stem)

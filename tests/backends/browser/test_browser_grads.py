@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loam.browser_run import Browser
+from loam.tools.browser_run import Browser
 
 pytestmark = pytest.mark.xdist_group("browser")
 

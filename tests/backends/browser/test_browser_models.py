@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from loam.backends.browser_module import write_browser_module
-from loam.browser_run import Browser
-from loam.options import Options
-from loam.pipeline import build
+from loam.driver.options import Options
+from loam.driver.pipeline import build
+from loam.tools.browser_run import Browser
 
 pytestmark = pytest.mark.xdist_group("browser")
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from loam.backends.browser_module import write_browser_module
-from loam.browser_run import Browser
-from loam.options import Options
-from loam.pipeline import build
+from loam.driver.options import Options
+from loam.driver.pipeline import build
+from loam.tools.browser_run import Browser
 from tests.backends.browser.test_browser_models import GREEDY
 from tests.smollm2_file import smollm2_gguf
 

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from loam.backends.browser_module import write_browser_module
-from loam.options import Options
-from loam.pipeline import build
+from loam.driver.options import Options
+from loam.driver.pipeline import build
 
 ROOT = Path(__file__).resolve().parents[3]
 MLP = ROOT / "examples" / "mlp"

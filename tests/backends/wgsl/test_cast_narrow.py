@@ -14,9 +14,9 @@ import ml_dtypes  # noqa: F401 - registers the narrow dtypes' names with numpy
 import numpy as np
 import pytest
 
-from loam import dtypes
 from loam.backends.wgsl_kernels import narrow
-from loam.errors import UnsupportedError
+from loam.core import dtypes
+from loam.core.errors import UnsupportedError
 from loam.runtime.kernels import PIECES as NP
 from tests.backends.wgsl.harness import run_kernel
 

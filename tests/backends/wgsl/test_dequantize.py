@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from loam.backends.wgsl_kernels import narrow
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 from loam.runtime.kernels import PIECES as NP
 from tests.backends.wgsl.harness import run_kernel
 from tests.backends.wgsl.test_cast_narrow import ELEM

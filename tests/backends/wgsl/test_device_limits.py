@@ -19,10 +19,10 @@ import pytest
 from onnx import TensorProto, helper
 
 from loam.backends.wgsl_limits import DEFAULT_LIMITS, DeviceLimits, fit_bindings, over_limits, storage_bindings
-from loam.draft import draft_layout
-from loam.errors import OptionsError, UnsupportedError
-from loam.options import Options
-from loam.pipeline import build
+from loam.core.errors import OptionsError, UnsupportedError
+from loam.driver.draft import draft_layout
+from loam.driver.options import Options
+from loam.driver.pipeline import build
 from loam.testing import build_for, run_onnxruntime
 
 pytest.importorskip("wgpu")

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from loam.backends.wgsl_kernels import conv, elementwise, reduce
+from loam.core.errors import UnsupportedError
+from loam.core.poly import Poly
 from loam.dialects.expr import Expr
-from loam.errors import UnsupportedError
-from loam.poly import Poly
 from loam.runtime.kernels import PIECES as NP
 from tests.backends.wgsl.harness import run_kernel
 from tests.backends.wgsl.test_library_kernels import check, floats, run

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from loam.backends.wgsl_kernels import conv, indexing, normalization, reduce, shape
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 from loam.runtime.kernels import PIECES as NP
 from tests.backends.wgsl.harness import run_kernel
 from tests.backends.wgsl.test_library_kernels import check, elem, floats, run

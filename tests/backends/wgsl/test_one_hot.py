@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from loam.backends.wgsl_kernels import indexing
-from loam.errors import UnsupportedError
+from loam.core.errors import UnsupportedError
 from loam.runtime.kernels import PIECES as NP
 from tests.backends.wgsl.test_library_kernels import check
 from tests.backends.wgsl.test_library_kernels_more import run_any

@@ -16,8 +16,8 @@ import onnxruntime as ort
 import pytest
 
 import loam
-from loam.draft import draft_layout
-from loam.options import Options
+from loam.driver.draft import draft_layout
+from loam.driver.options import Options
 from tests.backends.test_packed_weights import _kernels, _model, widened_oracle
 from tests.checkpoints.gguf_writer import Tensor, quantize, write_gguf
 

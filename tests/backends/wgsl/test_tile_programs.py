@@ -16,7 +16,6 @@ from xdsl.parser import Parser
 
 from loam.backends.numpy_tile import tile_function_source
 from loam.backends.wgsl_kernels.tile import _p_tile_program, source_tile
-from loam.context import make_context
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import MatmulOp, TileProgramAttr
 from loam.dialects.tile_program import (
@@ -33,9 +32,10 @@ from loam.dialects.tile_program import (
     Store,
     TileProgram,
 )
+from loam.frontends.context import make_context
+from loam.passes.tile_kernels import layernorm_rows, matmul_tiles, softmax_rows
 from loam.passes.tile_matmul import tiled_matmul
 from loam.runtime.kernels import PIECES as NUMPY
-from loam.tile_kernels import layernorm_rows, matmul_tiles, softmax_rows
 from tests.backends.wgsl.harness import run_kernel
 
 RNG = np.random.default_rng(5)

@@ -15,10 +15,10 @@ from xdsl.parser import Parser
 
 from loam.backends.numpy_module import emit_python
 from loam.backends.wgsl_module import emit_wgsl
-from loam.context import make_context
-from loam.errors import UnsupportedError
-from loam.options import Options
-from loam.pipeline import build, import_source
+from loam.core.errors import UnsupportedError
+from loam.driver.options import Options
+from loam.driver.pipeline import build, import_source
+from loam.frontends.context import make_context
 
 pytest.importorskip("wgpu")
 

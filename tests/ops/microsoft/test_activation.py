@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loam.errors import ShapeError
+from loam.core.errors import ShapeError
 from loam.testing import assert_same, run_loam, run_onnxruntime
 from tests.ops.microsoft.models import ms_model
 

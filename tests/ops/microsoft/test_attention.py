@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 import pytest
 
-from loam.errors import LoamError, UnsupportedError
+from loam.core.errors import LoamError, UnsupportedError
 from loam.testing import assert_same, build_for, run_built, run_loam, run_onnxruntime
 from tests.ops.microsoft.models import ms_model
 

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from loam.errors import ShapeError, UnsupportedError
+from loam.core.errors import ShapeError, UnsupportedError
 from loam.testing import assert_same, build_for, run_built, run_loam, run_onnxruntime
 from tests.ops.microsoft.models import ONNX_TYPE, ms_model
 

@@ -1,0 +1,1 @@
+"""Text generation over a compiled decoder: the tokenizer and the decode loop `loam generate` runs."""
