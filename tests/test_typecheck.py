@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("loam", "dialects", "passes", "frontends", "backends")
-IGNORE = re.compile(r"#\\s*type:\\s*ignore(?P<codes>\\[[^\\]]*\\])?(?P<rest>.*)$")
+IGNORE = re.compile(r"#\s*type:\s*ignore(?P<codes>\[[^\]]*\])?(?P<rest>.*)$")
 
 
 @pytest.mark.xfail(strict=True, reason="528 mypy errors left in the library; being fixed package by package")
@@ -47,15 +47,15 @@ def test_every_type_ignore_names_its_code_and_why() -> None:
     for folder in FOLDERS:
         for path in sorted((ROOT / folder).rglob("*.py")):
             offenders += unexplained_ignores(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
-    assert not offenders, "type: ignore without a code or a reason:\\n" + "\\n".join(offenders)
+    assert not offenders, "type: ignore without a code or a reason:\n" + "\n".join(offenders)
 
 
 def test_an_ignore_without_its_code_or_reason_is_named() -> None:
     source = (
-        "a = f()  # type: ignore\\n"
-        "b = f()  # type: ignore[arg-type]\\n"
-        "c = f()  # type: ignore[arg-type]  # xDSL's ArrayAttr is invariant\\n"
-        "d = 1  # a comment\\n"
+        "a = f()  # type: ignore\n"
+        "b = f()  # type: ignore[arg-type]\n"
+        "c = f()  # type: ignore[arg-type]  # xDSL's ArrayAttr is invariant\n"
+        "d = 1  # a comment\n"
     )
     assert unexplained_ignores(source, "m.py") == [
         "m.py:1: a = f()  # type: ignore",
