@@ -57,23 +57,11 @@ from loam.core.dtypes import ElementType
 from loam.core.errors import ModelError, UnsupportedError
 from loam.dialects import stablehlo as hlo
 from loam.dialects.graph import GraphOp, InitializerOp, ModelOp, NodeOp, ReturnOp, TensorType, set_name_hint
-
-# The window ops' rules (convolution, reduce_window) and the indexing ops' (dynamic_slice, gather,
-# scatter, sort, ...) live in their own modules, which register them in stablehlo_ops.RULES when
-# imported; the reader imports them so every rule is there.
-from loam.frontends import stablehlo_indexing as _indexing  # noqa: F401
-from loam.frontends import stablehlo_windows as _windows  # noqa: F401
 from loam.frontends.context import PARSE_FAILURES, check_lexable, parse_failure
+from loam.frontends.stablehlo_broadcast import full
+from loam.frontends.stablehlo_builder import GraphBuilder, LoweringError, Operand, element_type, shape_of
 from loam.frontends.stablehlo_control import lower_control
-from loam.frontends.stablehlo_ops import (
-    GraphBuilder,
-    LoweringError,
-    Operand,
-    element_type,
-    full,
-    lower_op,
-    shape_of,
-)
+from loam.frontends.stablehlo_ops import lower_op
 from loam.frontends.stablehlo_source import LocatedParser, SourceText, UnknownOpError, prepare
 
 __all__ = ["OPSET", "PARAMS", "import_stablehlo", "mlir_kind", "read_stablehlo"]

@@ -27,7 +27,8 @@ from loam.core.dtypes import ElementType, by_name
 from loam.dialects import stablehlo as hlo
 from loam.dialects.graph import NoneOp, ReturnOp, SubgraphAttr, SubgraphInfoOp, UnknownType, set_name_hint
 from loam.dialects.graph import TensorType as GraphTensorType
-from loam.frontends.stablehlo_ops import GraphBuilder, LoweringError, Operand, Shape, element_type, full, shape_of
+from loam.frontends.stablehlo_broadcast import full
+from loam.frontends.stablehlo_builder import GraphBuilder, LoweringError, Operand, Shape, element_type, shape_of
 
 __all__ = ["RegionLowering", "lower_control"]
 

@@ -29,7 +29,7 @@ under TOTALORDER: a stable ascending sort with -0.0 equal to 0.0 and NaNs last. 
 (numpy and WGSL) order the same way: ties go to the lower index and NaN lies above every number, so
 TopK with k = n is that sort (largest = 1, with GT, is the descending one, NaNs first; JAX's own
 descending sort reverses the operands around an ascending one: `stablehlo.reverse`, a Slice with
-step -1, in `loam.frontends.stablehlo_ops`).  Integer and
+step -1, in `loam.frontends.stablehlo_movement`).  Integer and
 boolean keys (booleans as i8) sort alike.  A comparator that compares other operands too, or in
 another way, is refused by name.
 
@@ -39,8 +39,8 @@ second argument returned), add, multiply, maximum, minimum, a float TOTALORDER c
 does not canonicalize -0.0 and NaN first, and an integer one comparing SIGNED or UNSIGNED against
 the type (booleans count as unsigned).
 
-The rules register themselves in `loam.frontends.stablehlo_ops.RULES` when this module is imported
-(the reader, `loam.frontends.stablehlo`, imports it).
+The rules register themselves in `loam.frontends.stablehlo_rules.RULES` when this module is imported
+(`loam.frontends.stablehlo_ops` imports it).
 """
 
 from __future__ import annotations
@@ -48,40 +48,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import IntAttr, IntegerAttr, StringAttr, i64
+from xdsl.dialects.builtin import IntegerAttr, StringAttr
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from loam.core.dtypes import by_name
 from loam.dialects import stablehlo as hlo
-from loam.dialects.graph import ListAttr, NodeOp, UnknownType, set_name_hint
-from loam.frontends.stablehlo_ops import (
+from loam.dialects.graph import NodeOp, UnknownType, set_name_hint
+from loam.frontends.stablehlo_broadcast import as_i64, full
+from loam.frontends.stablehlo_builder import (
     GraphBuilder,
     LoweringError,
     Operand,
     Shape,
-    _as_i64,
-    _result,
-    _spell,
-    full,
-    reduction_body,
-    rule,
+    int_attr,
+    ints_attr,
+    spell_shape,
 )
+from loam.frontends.stablehlo_reductions import reduction_body
+from loam.frontends.stablehlo_rules import result_of, rule
 
 I64 = by_name("i64")
-
-
-def _ints(values: Sequence[int]) -> ListAttr:
-    return ListAttr("ints", [IntAttr(v) for v in values])
-
-
-def _int(value: int) -> IntegerAttr:
-    return IntegerAttr(value, i64)
 
 
 def _static(shape: Shape, what: str) -> tuple[int, ...]:
     """`shape` without `?`s, or a LoweringError naming `what` has one."""
     if any(d is None for d in shape):
-        raise LoweringError(f"{what} has the shape {_spell(shape)}; Loam needs its extents known here")
+        raise LoweringError(f"{what} has the shape {spell_shape(shape)}; Loam needs its extents known here")
     return tuple(d for d in shape if d is not None)
 
 
@@ -110,19 +102,19 @@ def _along(values: np.ndarray, axis: int, rank: int) -> np.ndarray:
 def _index_vectors(b: GraphBuilder, ids: Operand, vector_dim: int) -> SSAValue:
     """The start indices as i64 with the index vectors along the last dim (one added when
     `vector_dim` is the rank: each index is a vector of one)."""
-    value = _as_i64(b, ids)
+    value = as_i64(b, ids)
     rank = len(ids.shape)
     if vector_dim == rank:
         return b.node("Unsqueeze", [value, b.ints([rank], "vector_axis")], what="vectors")
     if vector_dim != rank - 1:
         perm = [k for k in range(rank) if k != vector_dim] + [vector_dim]
-        return b.node("Transpose", [value], {"perm": _ints(perm)}, what="vectors")
+        return b.node("Transpose", [value], {"perm": ints_attr(perm)}, what="vectors")
     return value
 
 
 def _column(b: GraphBuilder, vectors: SSAValue, k: int) -> SSAValue:
     """Entry k of every index vector (the last dim dropped)."""
-    return b.node("Gather", [vectors, _scalar(b, k, f"entry{k}")], {"axis": _int(-1)}, what=f"start{k}")
+    return b.node("Gather", [vectors, _scalar(b, k, f"entry{k}")], {"axis": int_attr(-1)}, what=f"start{k}")
 
 
 def _flat_positions(
@@ -157,7 +149,7 @@ def _covers(grid: tuple[int, ...], shape: tuple[int, ...], window_dims: Sequence
 @rule(hlo.DynamicSliceOp)
 def _dynamic_slice(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
     assert isinstance(op, hlo.DynamicSliceOp)
-    shape, elem = _result(op)
+    shape, elem = result_of(op)
     x, starts = xs[0], xs[1:]
     value = full(b, x)
     for d, (size, extent, start) in enumerate(zip(op.sizes, x.shape, starts, strict=True)):
@@ -171,9 +163,9 @@ def _dynamic_slice(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Op
             bounds = [b.ints([first], f"start{d}"), b.ints([first + size], f"end{d}"), b.ints([d], f"axis{d}")]
             value = b.node("Slice", [value, *bounds], what=f"dim{d}")
             continue
-        first = _clamp(b, _as_i64(b, start), high, f"start{d}")
+        first = _clamp(b, as_i64(b, start), high, f"start{d}")
         positions = b.node("Add", [first, b.constant(np.arange(size), I64, f"range{d}")], what=f"positions{d}")
-        value = b.node("Gather", [value, positions], {"axis": _int(d)}, what=f"dim{d}")
+        value = b.node("Gather", [value, positions], {"axis": int_attr(d)}, what=f"dim{d}")
     if value is x.value and x.actual is None:
         return [x]
     return [Operand(value, shape, elem)]
@@ -181,7 +173,7 @@ def _dynamic_slice(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Op
 
 @rule(hlo.DynamicUpdateSliceOp)
 def _dynamic_update_slice(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
-    shape, elem = _result(op)
+    shape, elem = result_of(op)
     x, update, starts = xs[0], xs[1], xs[2:]
     dims = _static(x.shape, "the operand")
     extents = _static(update.shape, "the update")
@@ -190,9 +182,9 @@ def _dynamic_update_slice(b: GraphBuilder, op: Operation, xs: list[Operand]) -> 
         return [update]
     firsts = []
     for d, (start, extent, size) in enumerate(zip(starts, dims, extents, strict=True)):
-        first = _clamp(b, _as_i64(b, start), extent - size, f"start{d}")
+        first = _clamp(b, as_i64(b, start), extent - size, f"start{d}")
         firsts.append(b.node("Unsqueeze", [first, b.ints([0], f"axis{d}")], what=f"start{d}_vector"))
-    corner = b.node("Concat", firsts, {"axis": _int(0)}, what="corner") if rank > 1 else firsts[0]
+    corner = b.node("Concat", firsts, {"axis": int_attr(0)}, what="corner") if rank > 1 else firsts[0]
     grid = np.stack(np.indices(extents, dtype=np.int64), axis=-1)
     positions = b.node("Add", [b.constant(grid, I64, "grid"), corner], what="positions")
     value = b.node("ScatterND", [full(b, x), positions, full(b, update)])
@@ -225,7 +217,7 @@ def _is_embedding(op: hlo.GatherOp, table: Operand, ids: Operand) -> bool:
 @rule(hlo.GatherOp)
 def _gather(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
     assert isinstance(op, hlo.GatherOp)
-    shape, elem = _result(op)
+    shape, elem = result_of(op)
     table, ids = xs
     if _is_embedding(op, table, ids):
         rows = table.shape[0]
@@ -237,7 +229,7 @@ def _gather(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
         low = b.constant(np.array(0), ids.elem, "low")
         high = b.constant(np.array(rows - 1), ids.elem, "high")
         index = b.node("Clip", [index, low, high], what="clamp")
-        return [Operand(b.node("Gather", [full(b, table), index], {"axis": _int(0)}), shape, elem)]
+        return [Operand(b.node("Gather", [full(b, table), index], {"axis": int_attr(0)}), shape, elem)]
     return [Operand(_general_gather(b, op, table, ids, shape), shape, elem)]
 
 
@@ -277,7 +269,7 @@ def _general_gather(b: GraphBuilder, op: hlo.GatherOp, table: Operand, ids: Oper
             starts = term if starts is None else b.node("Add", [starts, term], what=f"sum{k}")
     positions = _flat_positions(b, starts, grid, offset_dims, out)
     flat = b.node("Reshape", [full(b, table), b.ints([int(np.prod(dims))], "flat_shape")], what="flat")
-    return b.node("Gather", [flat, positions], {"axis": _int(0)})
+    return b.node("Gather", [flat, positions], {"axis": int_attr(0)})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -313,7 +305,7 @@ def _scatter(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]
     if op.count != 1:
         raise LoweringError(f"a scatter of {op.count} operands at once is not supported")
     reduction = _scatter_reduction(op.update_computation.block)
-    shape, elem = _result(op)
+    shape, elem = result_of(op)
     x, ids, update = xs
     if reduction is None:
         return [x]
@@ -363,7 +355,7 @@ def _scatter(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]
     positions = b.node("Unsqueeze", [positions, b.ints([rank], "tuple_axis")], what="tuples")
     flat = b.node("Reshape", [full(b, x), b.ints([count], "flat_shape")], what="flat")
     trash = b.constant(np.zeros(1), elem, "trash_element")
-    padded = b.node("Concat", [flat, trash], {"axis": _int(0)}, what="padded")
+    padded = b.node("Concat", [flat, trash], {"axis": int_attr(0)}, what="padded")
     attrs: dict[str, Attribute] = {} if reduction == "none" else {"reduction": StringAttr(reduction)}
     scattered = b.node("ScatterND", [padded, positions, full(b, update)], attrs, what="scattered")
     kept = b.node("Slice", [scattered, b.ints([0], "keep_start"), b.ints([count], "keep_end")], what="kept")
@@ -427,7 +419,7 @@ def _sort_direction(op: hlo.SortOp) -> bool:
         raise refusal
     direction, left, _, how = result
     form, kind = how.split(":")
-    element = _result(op)[1]
+    element = result_of(op)[1]
     if element.is_float and kind == "TOTALORDER" and form != "canon":
         raise LoweringError(
             "its comparator orders floats by TOTALORDER without mapping -0.0 to 0.0 and NaNs to one NaN first "
@@ -449,8 +441,8 @@ def _sort(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
     if extent is None:
         raise LoweringError(f"the sorted dim {axis} has an extent only the run knows")
     if xs[0].elem.name == "bool":
-        keys = b.node("Cast", [keys], {"to": _int(by_name("i8").onnx)}, what="keys")
-    attrs = {"axis": _int(axis), "largest": _int(int(descending)), "sorted": _int(1)}
+        keys = b.node("Cast", [keys], {"to": int_attr(by_name("i8").onnx)}, what="keys")
+    attrs = {"axis": int_attr(axis), "largest": int_attr(int(descending)), "sorted": int_attr(1)}
     values, indices = _two_outputs(b, "TopK", [keys, b.ints([extent], "k")], attrs, ("sorted", "order"))
     results = []
     for i, x in enumerate(xs):
@@ -458,7 +450,7 @@ def _sort(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
         if i == 0 and x.elem.name != "bool":
             results.append(Operand(values, shape, elem))
             continue
-        value = b.node("GatherElements", [full(b, x), indices], {"axis": _int(axis)}, what=f"operand{i}")
+        value = b.node("GatherElements", [full(b, x), indices], {"axis": int_attr(axis)}, what=f"operand{i}")
         results.append(Operand(value, shape, elem))
     return results
 

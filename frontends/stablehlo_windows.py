@@ -34,8 +34,8 @@ body's identity, or windows over more than three dims or beside more than two ot
 select_and_scatter whose select region is not one compare GE, GT, LE or LT of its two arguments
 (or a TOTALORDER one), whose scatter region is not one add of its two arguments, over booleans,
 with an extent only the run knows, or with windows of more than `MAX_TAPS` elements.
-The rules register themselves in `loam.frontends.stablehlo_ops.RULES` when this module is imported
-(the reader, `loam.frontends.stablehlo`, imports it).
+The rules register themselves in `loam.frontends.stablehlo_rules.RULES` when this module is imported
+(`loam.frontends.stablehlo_ops` imports it).
 """
 
 from __future__ import annotations
@@ -43,34 +43,21 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from xdsl.dialects.builtin import IntAttr, IntegerAttr, StringAttr, i64
+from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
 from xdsl.ir import Block, Operation, SSAValue
 
 from loam.core.dtypes import by_name
 from loam.dialects import stablehlo as hlo
-from loam.dialects.graph import ListAttr
-from loam.frontends.stablehlo_ops import (
-    GraphBuilder,
-    LoweringError,
-    Operand,
-    _elementwise_result,
-    _identity,
-    _result,
-    _spell,
-    full,
-    reduction_body,
-    rule,
-)
-
-
-def _ints(values: list[int]) -> ListAttr:
-    return ListAttr("ints", [IntAttr(v) for v in values])
+from loam.frontends.stablehlo_broadcast import elementwise_result, full
+from loam.frontends.stablehlo_builder import GraphBuilder, LoweringError, Operand, ints_attr, spell_shape
+from loam.frontends.stablehlo_reductions import reduction_body, reduction_identity
+from loam.frontends.stablehlo_rules import result_of, rule
 
 
 def _transposed(b: GraphBuilder, value: SSAValue, perm: list[int], what: str) -> SSAValue:
     if perm == sorted(perm):
         return value
-    return b.node("Transpose", [value], {"perm": _ints(perm)}, what=what)
+    return b.node("Transpose", [value], {"perm": ints_attr(perm)}, what=what)
 
 
 def _inverse(perm: list[int]) -> list[int]:
@@ -83,7 +70,7 @@ def _inverse(perm: list[int]) -> list[int]:
 @rule(hlo.ConvolutionOp)
 def _convolution(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
     assert isinstance(op, hlo.ConvolutionOp)
-    shape, elem = _result(op)
+    shape, elem = result_of(op)
     lhs, rhs = xs
     if not elem.is_float or lhs.elem != elem or rhs.elem != elem:
         raise LoweringError(
@@ -109,9 +96,9 @@ def _convolution(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Oper
     x = _transposed(b, full(b, lhs), [lb, lf, *ls], "lhs_nchw")
     w = _transposed(b, full(b, rhs), [ro, ri, *rs], "rhs_oihw")
     attrs = {
-        "strides": _ints(list(op.window("window_strides"))),
-        "pads": _ints([lo for lo, _ in pads] + [hi for _, hi in pads]),
-        "dilations": _ints(list(op.window("rhs_dilation"))),
+        "strides": ints_attr(list(op.window("window_strides"))),
+        "pads": ints_attr([lo for lo, _ in pads] + [hi for _, hi in pads]),
+        "dilations": ints_attr(list(op.window("rhs_dilation"))),
         "group": IntegerAttr(op.feature_group_count.value.data, i64),
     }
     y = b.node("Conv", [x, w], attrs, what="conv")
@@ -132,7 +119,7 @@ def _reduce_window(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Op
     _, reduction = reduction_body(
         op.body.block, _POOLING, "stablehlo.maximum, minimum or add (max, min and sum pooling)"
     )
-    shape, elem = _result(op)
+    shape, elem = result_of(op)
     x, init = xs
     if not elem.is_float:
         raise LoweringError(f"a reduce_window over {elem.name} is not supported (floats only)")
@@ -142,7 +129,7 @@ def _reduce_window(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Op
         raise LoweringError(f"base_dilations = {list(op.window('base_dilations'))} is not supported")
     if any(lo < 0 or hi < 0 for lo, hi in pads):
         raise LoweringError(f"negative padding {pads} is not supported")
-    identity = init.known is not None and bool(np.all(init.known == _identity(reduction, elem)))
+    identity = init.known is not None and bool(np.all(init.known == reduction_identity(reduction, elem)))
     if not identity and any(p != (0, 0) for p in pads):
         raise LoweringError("padding with an init value that is not the body's identity is not supported")
     rank = len(shape)
@@ -161,10 +148,10 @@ def _reduce_window(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Op
             value = b.node("Unsqueeze", [value, b.ints(range(2 - len(outer)), "axes")], what="nc")
         kernel_shape = [window[d] for d in spatial]
         attrs = {
-            "kernel_shape": _ints(kernel_shape),
-            "strides": _ints([strides[d] for d in spatial]),
-            "pads": _ints([pads[d][0] for d in spatial] + [pads[d][1] for d in spatial]),
-            "dilations": _ints([dilations[d] for d in spatial]),
+            "kernel_shape": ints_attr(kernel_shape),
+            "strides": ints_attr([strides[d] for d in spatial]),
+            "pads": ints_attr([pads[d][0] for d in spatial] + [pads[d][1] for d in spatial]),
+            "dilations": ints_attr([dilations[d] for d in spatial]),
         }
         if reduction == "ReduceMax":
             value = b.node("MaxPool", [value], attrs, what="pool")
@@ -183,9 +170,9 @@ def _reduce_window(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Op
         value = _transposed(b, value, _inverse(perm), "back")
         held = [Operand(value, shape, elem)]
     if identity:
-        return [_elementwise_result(value, held, shape, elem)]
+        return [elementwise_result(value, held, shape, elem)]
     combined = b.node(_JOIN[reduction], [value, init.value], what="init")
-    return [_elementwise_result(combined, [*held, init], shape, elem)]
+    return [elementwise_result(combined, [*held, init], shape, elem)]
 
 
 MAX_TAPS = 64
@@ -246,7 +233,7 @@ def _scatter_is_add(block: Block) -> None:
 @rule(hlo.SelectAndScatterOp)
 def _select_and_scatter(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
     assert isinstance(op, hlo.SelectAndScatterOp)
-    shape, elem = _result(op)
+    shape, elem = result_of(op)
     x, source, init = xs
     compare = _SELECTS[_select_direction(op.select.block, elem.name)]
     _scatter_is_add(op.scatter.block)
@@ -254,7 +241,8 @@ def _select_and_scatter(b: GraphBuilder, op: Operation, xs: list[Operand]) -> li
         raise LoweringError("a select_and_scatter of booleans is not supported (its add has no ONNX counterpart)")
     if None in x.shape or None in source.shape:
         raise LoweringError(
-            f"a select_and_scatter of {_spell(x.shape)} into {_spell(source.shape)} windows: the extents must be static"
+            f"a select_and_scatter of {spell_shape(x.shape)} into {spell_shape(source.shape)} windows: "
+            "the extents must be static"
         )
     rank = len(shape)
     window, strides = op.window("window_dimensions"), op.window("window_strides")
