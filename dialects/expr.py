@@ -155,6 +155,17 @@ def format_float(value: float) -> str:
     return mantissa + sep + exponent
 
 
+def parse_float(parser: AttrParser) -> float:
+    """A number, or `inf` / `-inf` / `nan` (which MLIR's lexer reads as identifiers): what `format_float` prints."""
+    negative = parser.parse_optional_punctuation("-") is not None
+    word = parser.parse_optional_keyword_in(("inf", "nan"))
+    if word is not None:
+        value = math.inf if word == "inf" else math.nan
+    else:
+        value = float(parser.parse_number(context_msg=" (a constant)"))
+    return -value if negative else value
+
+
 def step_args(step: Step) -> tuple[int, ...]:
     """The earlier steps `step` reads, in order."""
     if isinstance(step, Unary):
@@ -440,7 +451,7 @@ def _parse_step(parser: AttrParser) -> Step:
     if word == "operand":
         return Operand(parser.parse_integer(allow_boolean=False, allow_negative=False))
     if word == "const":
-        value = _parse_float_word(parser)
+        value = parse_float(parser)
         parser.parse_punctuation(":")
         elem = parser.parse_identifier(context_msg=" (an element type)")
         if elem not in dtypes.BY_NAME:
@@ -462,17 +473,6 @@ def _parse_step(parser: AttrParser) -> Step:
             parser.raise_error(f"unknown element type '{elem}'", at, parser.pos)
         return Convert(arg, elem)
     parser.raise_error(f"unknown expression step '{word}'", at, parser.pos)
-
-
-def _parse_float_word(parser: AttrParser) -> float:
-    """A number, or `inf` / `-inf` / `nan` (which MLIR's lexer reads as identifiers)."""
-    negative = parser.parse_optional_punctuation("-") is not None
-    word = parser.parse_optional_keyword_in(("inf", "nan"))
-    if word is not None:
-        value = math.inf if word == "inf" else math.nan
-    else:
-        value = float(parser.parse_number(context_msg=" (a constant)"))
-    return -value if negative else value
 
 
 # -- types -------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ from functools import cached_property
 
 from xdsl.parser import AttrParser
 
-from loam.dialects.expr import Expr, _parse_float_word, format_float, step_types
+from loam.dialects.expr import Expr, format_float, parse_float, step_types
 
 REDUCTIONS = ("sum", "max", "min")
 GRID_AXES = 3
@@ -432,13 +432,13 @@ def _parse_step(parser: AttrParser) -> Step:
         shape = parser.parse_optional_comma_separated_list(parser.Delimiter.SQUARE, lambda: _int(parser))
         return Iota() if shape is None else Iota(tuple(shape), _int(parser))
     if word == "fill":
-        value = _parse_float_word(parser)
+        value = parse_float(parser)
         shape = _shape(parser)
         parser.parse_punctuation(":")
         return Fill(value, shape, parser.parse_identifier(context_msg=" (an element type)"))
     if word == "load":
         tensor, index, mask = _int(parser), _int(parser), _int(parser)
-        other = _parse_float_word(parser)
+        other = parse_float(parser)
         parser.parse_punctuation(":")
         return Load(tensor, index, mask, other, parser.parse_identifier(context_msg=" (an element type)"))
     if word == "map":
