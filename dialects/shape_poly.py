@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import NoReturn, Protocol, runtime_checkable
 
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
 from xdsl.ir import Attribute, Data, Dialect, ParametrizedAttribute, SSAValue, TypeAttribute
@@ -246,6 +246,18 @@ VALUES_TYPES = ("shape_poly.tensor", "tensor_axes.tensor")
 """The result types of `shape_poly.values`: its own before `name-axes`, a named-axes tensor after."""
 
 
+@runtime_checkable
+class ValuesType(Protocol):
+    """What `shape_poly.values` reads of its result type: both VALUES_TYPES have it (the named-axes
+    one lives in `loam.dialects.tensor_axes`, above this module)."""
+
+    @property
+    def elem(self) -> ElementType: ...
+
+    @property
+    def shape(self) -> tuple[Poly, ...]: ...
+
+
 @irdl_op_definition
 class ValuesOp(IRDLOperation):
     """An integer tensor stage 0 knows element by element as polynomials (a Shape of a symbolic tensor).
@@ -292,7 +304,7 @@ class ValuesOp(IRDLOperation):
         polys = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_poly_attr_text(parser))
         parser.parse_punctuation(":")
         t = parser.parse_type()
-        if t.name not in VALUES_TYPES:  # type: ignore[attr-defined]
+        if t.name not in VALUES_TYPES:
             parser.raise_error(
                 "shape_poly.values needs a !shape_poly.tensor (or, axes named, !tensor_axes.tensor) type"
             )
@@ -300,9 +312,9 @@ class ValuesOp(IRDLOperation):
 
     def verify_(self) -> None:
         t = self.result.type
-        if t.name not in VALUES_TYPES:  # type: ignore[attr-defined]
+        if t.name not in VALUES_TYPES:
             raise VerifyException(f"shape_poly.values: result type {t} is not one of {', '.join(VALUES_TYPES)}")
-        assert isinstance(t, PolyTensorType) or hasattr(t, "shape")
+        assert isinstance(t, ValuesType)
         count = 1
         for d in t.shape:
             if not d.is_const:

@@ -234,6 +234,13 @@ class TileProgram:
         uniform: list[bool] = []  # the same in every program (params and arithmetic over them)
         open_loops: list[int] = []
         carries: dict[int, list[int]] = {}
+
+        def known(r: int) -> Shape:
+            """The shape of step `r`, which a step reads: the check of its refs below says it has one."""
+            shape = shapes[r]
+            assert shape is not None
+            return shape
+
         for i, step in enumerate(self.steps):
             where = f"tile step {i} ({step})"
             for r in _refs(step):
@@ -255,7 +262,7 @@ class TileProgram:
             elif isinstance(step, Fill):
                 shape = step.shape
             elif isinstance(step, Load):
-                shape = broadcast(shapes[step.index], shapes[step.mask])  # type: ignore[arg-type]
+                shape = broadcast(known(step.index), known(step.mask))
                 if shape == ():
                     raise ValueError(f"{where}: a load reads a tile (its index or mask must be one)")
                 if not 0 <= step.tensor < self.operands:
@@ -265,7 +272,7 @@ class TileProgram:
                     raise ValueError(
                         f"tile step {i} maps an expression of {step.expr.arity} operands over {len(step.args)}"
                     )
-                shape = broadcast(*(shapes[a] for a in step.args))  # type: ignore[misc]
+                shape = broadcast(*(known(a) for a in step.args))
             elif isinstance(step, Reduce):
                 if shapes[step.arg] == ():
                     raise ValueError(f"{where}: reduces a scalar")
@@ -300,7 +307,7 @@ class TileProgram:
                 open_loops.pop()
                 shape = None
             elif isinstance(step, Store):
-                shape = broadcast(*(shapes[r] for r in (step.index, step.value, step.mask)))  # type: ignore[misc]
+                shape = broadcast(*(known(r) for r in (step.index, step.value, step.mask)))
                 if shape == ():
                     raise ValueError(f"{where}: a store writes a tile (its index, value or mask must be one)")
                 if not 0 <= step.result < self.results:
@@ -429,8 +436,8 @@ def _parse_step(parser: AttrParser) -> Step:
     if word == "param":
         return Param(_int(parser))
     if word == "iota":
-        shape = parser.parse_optional_comma_separated_list(parser.Delimiter.SQUARE, lambda: _int(parser))
-        return Iota() if shape is None else Iota(tuple(shape), _int(parser))
+        extents = parser.parse_optional_comma_separated_list(parser.Delimiter.SQUARE, lambda: _int(parser))
+        return Iota() if extents is None else Iota(tuple(extents), _int(parser))
     if word == "fill":
         value = parse_float(parser)
         shape = _shape(parser)

@@ -421,12 +421,12 @@ class NodeOp(IRDLOperation):
             if not isinstance(block.last_op, ReturnOp):
                 raise VerifyException(f"{where}: a subgraph region must end in graph.return")
             first = block.first_op
-            names = first.input_names if isinstance(first, SubgraphInfoOp) else ArrayAttr([])
-            if len(names.data) != len(block.args):
+            names = first.input_names.data if isinstance(first, SubgraphInfoOp) else ()
+            if len(names) != len(block.args):
                 raise VerifyException(
                     f"{where}: a subgraph with {len(block.args)} inputs needs graph.subgraph_info naming them"
                 )
-            _check_unique(_graph_names(block, [s.data for s in names.data]), where)
+            _check_unique(_graph_names(block, [s.data for s in names]), where)
 
 
 def _print_subgraph_region(printer: Printer, region: Region) -> None:

@@ -117,7 +117,7 @@ class _ShapedType(ParametrizedAttribute, TypeAttribute):
         _verify_dims(self.dims, self.name)
 
 
-@irdl_attr_definition
+@irdl_attr_definition(init=False)  # _ShapedType.__init__ builds the parameters
 class TensorType(_ShapedType):
     """
     A dense tensor: element type and, when known, one dim per axis.
@@ -137,7 +137,7 @@ class TensorType(_ShapedType):
     dims: ArrayAttr[Attribute]
 
 
-@irdl_attr_definition
+@irdl_attr_definition(init=False)  # _ShapedType.__init__ builds the parameters
 class SparseTensorType(_ShapedType):
     """
     A sparse tensor (ONNX `sparse_tensor_type`).

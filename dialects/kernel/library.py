@@ -47,11 +47,11 @@ def param_attr(value: Param) -> Attribute:
         return StringAttr(value)
     items = list(value)
     if any(isinstance(v, Poly) and not v.is_const for v in items):
-        return ArrayAttr([ExtentAttr(Poly.lift(v)) for v in items])  # type: ignore[arg-type]
-    items = [v.const_value if isinstance(v, Poly) else v for v in items]
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in items):
-        return DenseArrayBase.from_list(i64, [int(v) for v in items])
-    return DenseArrayBase.from_list(f64, [float(v) for v in items])
+        return ArrayAttr([ExtentAttr(Poly.lift(v)) for v in items])  # type: ignore[arg-type]  # Param mixes no float with an extent
+    numbers = [v.const_value if isinstance(v, Poly) else v for v in items]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in numbers):
+        return DenseArrayBase.from_list(i64, [int(v) for v in numbers])
+    return DenseArrayBase.from_list(f64, [float(v) for v in numbers])
 
 
 def _extent_value(p: Poly) -> int | Poly:
@@ -73,7 +73,7 @@ def param_value(attr: Attribute) -> Param:
         values = attr.get_values()
         return tuple(int(v) for v in values) if attr.elt_type == i64 else tuple(float(v) for v in values)
     if isinstance(attr, ArrayAttr) and all(isinstance(a, ExtentAttr) for a in attr.data):
-        return tuple(_extent_value(a.data) for a in attr.data)  # type: ignore[attr-defined]
+        return tuple(_extent_value(a.data) for a in attr.data)
     raise VerifyException(f"{attr} is not a kernel parameter (a number, a string, an extent or an array)")
 
 

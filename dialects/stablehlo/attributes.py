@@ -56,21 +56,27 @@ class PrecisionAttr(EnumAttr):
     value: StringAttr
 
 
-def _parse_keyed_lists(parser: AttrParser, keys: Sequence[str], scalars: Sequence[str] = ()) -> dict[str, object]:
-    """`<key = [ints], key = int, ...>`: the keys given, each at most once."""
-    found: dict[str, object] = {}
+def _parse_keyed_lists(
+    parser: AttrParser, keys: Sequence[str], scalars: Sequence[str] = ()
+) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """`<key = [ints], key = int, ...>`: the keys given, each at most once (the lists, and the scalars)."""
+    lists: dict[str, list[int]] = {}
+    numbers: dict[str, int] = {}
 
     def entry() -> None:
         key = parser.parse_identifier()
         if key not in keys and key not in scalars:
             parser.raise_error(f"unexpected key '{key}' (expected one of {', '.join([*keys, *scalars])})")
-        if key in found:
+        if key in lists or key in numbers:
             parser.raise_error(f"key '{key}' is given twice")
         parser.parse_punctuation("=")
-        found[key] = parser.parse_integer(allow_boolean=False) if key in scalars else parse_int_list(parser)
+        if key in scalars:
+            numbers[key] = parser.parse_integer(allow_boolean=False)
+        else:
+            lists[key] = parse_int_list(parser)
 
     parser.parse_comma_separated_list(parser.Delimiter.ANGLE, entry)
-    return found
+    return lists, numbers
 
 
 @irdl_attr_definition
@@ -111,20 +117,25 @@ class DotDimensionNumbersAttr(ParametrizedAttribute):
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
-        found = _parse_keyed_lists(parser, cls.KEYS)
-        return tuple(ArrayAttr([IntAttr(d) for d in found.get(key, [])]) for key in cls.KEYS)  # type: ignore[union-attr]
+        lists, _ = _parse_keyed_lists(parser, cls.KEYS)
+        return tuple(ArrayAttr([IntAttr(d) for d in lists.get(key, [])]) for key in cls.KEYS)
+
+    def _lists(self) -> tuple[ArrayAttr[IntAttr], ...]:
+        """The four lists, in KEYS' order."""
+        return (self.lhs_batching, self.rhs_batching, self.lhs_contracting, self.rhs_contracting)
 
     def print_parameters(self, printer: Printer) -> None:
         parts = [
             f"{key} = [{', '.join(str(d.data) for d in dims.data)}]"
-            for key, dims in zip(self.KEYS, self.parameters, strict=True)
+            for key, dims in zip(self.KEYS, self._lists(), strict=True)
             if dims.data
-        ]  # type: ignore[union-attr]
+        ]
         printer.print_string("<" + ", ".join(parts) + ">")
 
     def dims(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """(lhs batch, rhs batch, lhs contracting, rhs contracting)."""
-        return tuple(tuple(d.data for d in p.data) for p in self.parameters)  # type: ignore[return-value, union-attr]
+        lb, rb, lc, rc = (tuple(d.data for d in p.data) for p in self._lists())
+        return lb, rb, lc, rc
 
 
 @irdl_attr_definition
@@ -154,9 +165,11 @@ class GatherDimensionNumbersAttr(ParametrizedAttribute):
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
-        found = _parse_keyed_lists(parser, cls.KEYS, scalars=("index_vector_dim",))
-        lists = [ArrayAttr([IntAttr(d) for d in found.get(key, [])]) for key in cls.KEYS]  # type: ignore[union-attr]
-        return (*lists, IntAttr(found.get("index_vector_dim", 0)))  # type: ignore[arg-type]
+        lists, numbers = _parse_keyed_lists(parser, cls.KEYS, scalars=("index_vector_dim",))
+        return (
+            *(ArrayAttr([IntAttr(d) for d in lists.get(key, [])]) for key in cls.KEYS),
+            IntAttr(numbers.get("index_vector_dim", 0)),
+        )
 
     def print_parameters(self, printer: Printer) -> None:
         parts = [
@@ -199,9 +212,11 @@ class ScatterDimensionNumbersAttr(ParametrizedAttribute):
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
-        found = _parse_keyed_lists(parser, cls.KEYS, scalars=("index_vector_dim",))
-        lists = [ArrayAttr([IntAttr(d) for d in found.get(key, [])]) for key in cls.KEYS]  # type: ignore[union-attr]
-        return (*lists, IntAttr(found.get("index_vector_dim", 0)))  # type: ignore[arg-type]
+        lists, numbers = _parse_keyed_lists(parser, cls.KEYS, scalars=("index_vector_dim",))
+        return (
+            *(ArrayAttr([IntAttr(d) for d in lists.get(key, [])]) for key in cls.KEYS),
+            IntAttr(numbers.get("index_vector_dim", 0)),
+        )
 
     def print_parameters(self, printer: Printer) -> None:
         parts = [

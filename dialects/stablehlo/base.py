@@ -42,7 +42,7 @@ def ints(attr: Attribute | None) -> tuple[int, ...]:
     if isinstance(attr, DenseArrayBase):
         return tuple(int(v) for v in attr.get_values())
     if isinstance(attr, ArrayAttr):
-        return tuple(int(a.data if isinstance(a, IntAttr) else a.value.data) for a in attr.data)  # type: ignore[union-attr]
+        return tuple(int(a.data if isinstance(a, IntAttr) else a.value.data) for a in attr.data)
     raise VerifyException(f"expected a list of integers, got {attr}")
 
 
@@ -71,7 +71,7 @@ class EnumAttr(ParametrizedAttribute):
     value: StringAttr
 
     @classmethod
-    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+    def parse_parameters(cls, parser: AttrParser) -> tuple[StringAttr]:
         angled = parser.parse_optional_punctuation("<") is not None
         word = parser.parse_identifier()
         if word not in cls.VALUES:

@@ -14,6 +14,7 @@ added to its `custom_directives`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from xdsl.dialects.builtin import IntegerAttr, i64
 from xdsl.ir import Attribute
@@ -197,4 +198,12 @@ class StableHLOOp(IRDLOperation):
     available to every such op; one with a piece of its own adds it to `custom_directives`.
     """
 
-    custom_directives = (FunctionalType, SameOperandsAndResultType, OperandList, OperandTypes, IntList, I64, EnumWord)
+    custom_directives: ClassVar[tuple[type[CustomDirective], ...]] = (
+        FunctionalType,
+        SameOperandsAndResultType,
+        OperandList,
+        OperandTypes,
+        IntList,
+        I64,
+        EnumWord,
+    )

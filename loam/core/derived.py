@@ -424,7 +424,8 @@ def read_options(p: Poly) -> list[tuple[Poly, tuple[Poly, ...]]]:
         return [(p, ())]
     out: list[tuple[Poly, tuple[Poly, ...]]] = []
     for choice in itertools.islice(itertools.product(*[_read_options(n) for n in names]), 256):
-        read, owed = p, ()
+        read = p
+        owed: tuple[Poly, ...] = ()
         for name, (value, slacks) in zip(names, choice, strict=True):
             read = read.substitute(name, value)
             owed = owed + slacks

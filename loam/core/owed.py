@@ -58,7 +58,7 @@ def split_condition(slack: Poly) -> tuple[Poly, Poly]:
 
 def where(node: object) -> str:
     """How an owed condition names the node relying on it (`Slice node 'h.0/attn/Slice_3'`)."""
-    return node.where() if hasattr(node, "where") else str(node)  # type: ignore[no-any-return]
+    return node.where() if hasattr(node, "where") else str(node)
 
 
 def declarations(symbols: Sequence[str], declared: Mapping[str, Sequence[str]]) -> str:
