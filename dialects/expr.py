@@ -179,8 +179,8 @@ def step_args(step: Step) -> tuple[int, ...]:
     return ()
 
 
-def _shift(step: Step, mapping: Sequence[int]) -> Step:
-    """`step` with its step references renumbered through `mapping`."""
+def _shift(step: Step, mapping: Sequence[int] | Mapping[int, int]) -> Step:
+    """`step` with its step references renumbered through `mapping` (old index -> new)."""
     if isinstance(step, Unary):
         return Unary(step.op, mapping[step.arg])
     if isinstance(step, Binary):
@@ -232,7 +232,7 @@ class _Builder:
         kept: list[Step] = []
         for i, step in enumerate(self.steps):
             if i in live:
-                kept.append(_shift(step, renumber))  # type: ignore[arg-type]
+                kept.append(_shift(step, renumber))
                 renumber[i] = len(kept) - 1
         return Expr(tuple(kept))
 
@@ -411,7 +411,7 @@ class Expr:
         first = 0
         while first < len(steps) and isinstance(steps[first], Operand):
             first += 1
-        indices = [step.index for step in steps[:first]]  # type: ignore[union-attr]
+        indices = [step.index for step in steps[:first] if isinstance(step, Operand)]  # all, by the loop above
         if any(b <= a for a, b in itertools.pairwise(indices)) or any(isinstance(s, Operand) for s in steps[first:]):
             return False
         if len(set(steps)) != len(steps):

@@ -28,6 +28,7 @@ from xdsl.irdl import IRDLOperation, irdl_attr_definition, irdl_op_definition, o
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.mlir_lexer import MLIRTokenKind
 
 from loam.core.dtypes import BY_NAME, ElementType, by_name
 from loam.core.poly import Poly, is_plain_symbol, parse_poly
@@ -70,7 +71,8 @@ class XdslPolyTokens:
         return None
 
     def punct(self, spelling: str) -> bool:
-        return self.parser.parse_optional_punctuation(spelling) is not None  # type: ignore[arg-type]
+        assert MLIRTokenKind.is_spelling_of_punctuation(spelling)  # the polynomial grammar's are MLIR's
+        return self.parser.parse_optional_punctuation(spelling) is not None
 
     def error(self, message: str) -> NoReturn:
         self.parser.raise_error(message)

@@ -112,11 +112,11 @@ def _graph(
                 if out_name and not isinstance(result.type, UnknownType):
                     g.value_info.append(_value_info(out_name, result.type))
         elif isinstance(op, ReturnOp):
-            for value, out_name, declared in zip(op.values, op.output_names.data, op.declared_types.data, strict=True):
-                g.output.append(_value_info(out_name.data, declared))
-                if names[value] != out_name.data:
+            for value, output, declared in zip(op.values, op.output_names.data, op.declared_types.data, strict=True):
+                g.output.append(_value_info(output.data, declared))
+                if names[value] != output.data:
                     raise UnsupportedError(
-                        f"graph '{name}': output '{out_name.data}' returns value '{names[value]}'; "
+                        f"graph '{name}': output '{output.data}' returns value '{names[value]}'; "
                         "ONNX has no renaming output"
                     )
         else:

@@ -21,7 +21,8 @@ none; BODY the body node's name, or its op type and position), and a value inter
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol, cast
 
 import onnx
 from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, TypeProto
@@ -87,6 +88,26 @@ def fresh_name(used: set[str], name: str) -> str:
     return candidate
 
 
+class FunctionSchema(Protocol):
+    """What the expander reads of an `onnx.defs.OpSchema` whose operator has a body: its function API,
+    which onnx's type stubs leave out though every OpSchema has it."""
+
+    @property
+    def has_function(self) -> bool: ...
+    @property
+    def has_context_dependent_function(self) -> bool: ...
+    @property
+    def function_opset_versions(self) -> list[int]: ...
+    @property
+    def context_dependent_function_opset_versions(self) -> list[int]: ...
+    @property
+    def attributes(self) -> dict[str, onnx.defs.OpSchema.Attribute]: ...
+    def get_function_with_opset_version(self, opset: int, /) -> bytes: ...
+    def get_context_dependent_function_with_opset_version(
+        self, opset: int, node: bytes, inputs: Sequence[bytes], /
+    ) -> bytes: ...
+
+
 class _Expander:
     def __init__(
         self,
@@ -115,12 +136,13 @@ class _Expander:
             return self.domain_body is not None and self.domain_body(node) is not None
         return not self.has_rule(node.op_type) and self.schema(node) is not None
 
-    def schema(self, node: NodeProto) -> onnx.defs.OpSchema | None:
+    def schema(self, node: NodeProto) -> FunctionSchema | None:
         """The schema of a default-domain node at the model's opset, where it defines a body."""
         try:
-            schema = onnx.defs.get_schema(node.op_type, self.opsets.get("", 1), "")
+            found = onnx.defs.get_schema(node.op_type, self.opsets.get("", 1), "")
         except onnx.defs.SchemaError:
             return None
+        schema = cast(FunctionSchema, found)  # an OpSchema: onnx's stubs leave its function API out
         return schema if schema.has_function or schema.has_context_dependent_function else None
 
     def body(self, node: NodeProto, where: str) -> tuple[FunctionProto, dict[str, AttributeProto]] | None:

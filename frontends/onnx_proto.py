@@ -317,9 +317,9 @@ class _Importer:
                         f"{node_where}: input '{name}' is not defined earlier (ONNX nodes are in topological order)"
                     )
                 inputs.append(value)
-            op = self.node(node, inputs, scopes, value_types, node_where)
-            ops.append(op)
-            for name, result in zip(node.output, op.results, strict=True):
+            node_op = self.node(node, inputs, scopes, value_types, node_where)
+            ops.append(node_op)
+            for name, result in zip(node.output, node_op.results, strict=True):
                 define(name, result, f"value (output of node '{node.name}')")
         outputs: list[SSAValue] = []
         for vi in g.output:

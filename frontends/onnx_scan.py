@@ -29,6 +29,7 @@ names the iteration and the node the model wrote.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -131,7 +132,7 @@ class _Unroller:
         assert steps is not None
         out: list[NodeProto] = []
 
-        def make(op: str, inputs: list[str], name: str, **kw: object) -> str:
+        def make(op: str, inputs: list[str], name: str, **kw: Any) -> str:  # kw: attributes, as make_node takes them
             result = self.fresh(f"{label}/{name}")
             out.append(helper.make_node(op, inputs, [result], name=result, **kw))
             return result
@@ -212,7 +213,7 @@ class _Unroller:
             return None  # Slice takes no steps before opset 10
         out: list[NodeProto] = []
 
-        def make(op: str, inputs: list[str], name: str, into: list[NodeProto], **kw: object) -> str:
+        def make(op: str, inputs: list[str], name: str, into: list[NodeProto], **kw: Any) -> str:  # kw: as make_node
             result = self.fresh(f"{label}/{name}")
             into.append(helper.make_node(op, inputs, [result], name=result, **kw))
             return result
@@ -301,12 +302,11 @@ class _Unroller:
                 value = make("Slice", [value, starts, ends, axes, steps], f"output{e}_reversed", out)
             a = out_axes[e]
             perm = [*range(1, a + 1), 0, *range(a + 1, ranks[e] + 1)]
-            op = "Transpose" if a else "Identity"
-            out.append(
-                helper.make_node(
-                    op, [value], [name], name=self.fresh(f"{label}/{name}"), **({"perm": perm} if a else {})
-                )
-            )
+            node_name = self.fresh(f"{label}/{name}")
+            if a:
+                out.append(helper.make_node("Transpose", [value], [name], name=node_name, perm=perm))
+            else:
+                out.append(helper.make_node("Identity", [value], [name], name=node_name))
         return out
 
 

@@ -59,7 +59,7 @@ from loam.dialects import stablehlo as hlo
 from loam.dialects.graph import GraphOp, InitializerOp, ModelOp, NodeOp, ReturnOp, TensorType, set_name_hint
 from loam.frontends.context import PARSE_FAILURES, check_lexable, parse_failure
 from loam.frontends.stablehlo_broadcast import full
-from loam.frontends.stablehlo_builder import GraphBuilder, LoweringError, Operand, element_type, shape_of
+from loam.frontends.stablehlo_builder import GraphBuilder, LoweringError, Operand, shape_and_element, shape_of
 from loam.frontends.stablehlo_control import lower_control
 from loam.frontends.stablehlo_ops import lower_op
 from loam.frontends.stablehlo_source import LocatedParser, SourceText, UnknownOpError, prepare
@@ -268,8 +268,7 @@ class _Reader:
     def element(self, func: FuncOp, t: Attribute, name: str) -> ElementType:
         """The element type of an argument or result type (refused, naming it, when Loam has none)."""
         try:
-            shape_of(t)
-            return element_type(t.element_type)  # type: ignore[attr-defined]
+            return shape_and_element(t)[1]
         except LoweringError as err:
             raise UnsupportedError(f"{self.where(func)}: '{name}': {err}") from None
 

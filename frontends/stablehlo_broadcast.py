@@ -34,11 +34,12 @@ def full(b: GraphBuilder, x: Operand) -> SSAValue:
     """`x`'s value in its whole StableHLO shape: expanded when it is held smaller."""
     if x.actual is None:
         return x.value
-    static = all(d is not None for d in x.shape)
-    if x.known is not None and static and int(np.prod(x.shape)) <= 16:
-        return b.constant(np.broadcast_to(x.known, x.shape), x.elem, "expanded")  # type: ignore[arg-type]
+    extents = [d for d in x.shape if d is not None]
+    static = len(extents) == len(x.shape)
+    if x.known is not None and static and int(np.prod(extents)) <= 16:
+        return b.constant(np.broadcast_to(x.known, extents), x.elem, "expanded")
     if static:
-        target = b.ints([d for d in x.shape if d is not None], "shape")
+        target = b.ints(extents, "shape")
     elif x.target is not None:
         target = x.target
     else:
@@ -58,7 +59,7 @@ def broadcast_to(b: GraphBuilder, x: Operand, dims: Sequence[int], shape: Shape,
     """`broadcast_in_dim`: x's dim i becomes dim `dims[i]` of `shape`, kept lazy."""
     held = x.held_shape
     rank_in = len(x.shape)
-    padded: list[Dim] = [1] * (rank_in - len(held)) + list(held)
+    padded: list[Dim] = [*([1] * (rank_in - len(held))), *held]
     value, held_dims = x.value, list(dims[rank_in - len(held) :])
     known = x.known
     if list(dims) != sorted(dims):  # the operand's dims come in another order: transpose it first

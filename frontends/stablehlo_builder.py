@@ -8,7 +8,7 @@ per model; `LoweringError` is how any of them refuses an op.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -41,6 +41,7 @@ __all__ = [
     "element_type",
     "int_attr",
     "ints_attr",
+    "shape_and_element",
     "shape_of",
     "spell_shape",
 ]
@@ -76,6 +77,13 @@ def shape_of(t: Attribute) -> Shape:
     if not isinstance(t, TensorType):
         raise LoweringError(f"{t} is not a ranked tensor")
     return tuple(None if d == DYNAMIC_INDEX else int(d) for d in t.get_shape())
+
+
+def shape_and_element(t: Attribute) -> tuple[Shape, ElementType]:
+    """The StableHLO shape and Loam's element type of a ranked tensor type (a LoweringError otherwise)."""
+    if not isinstance(t, TensorType):
+        raise LoweringError(f"{t} is not a ranked tensor")
+    return shape_of(t), element_type(t.element_type)
 
 
 @dataclass(frozen=True)
@@ -145,7 +153,7 @@ class GraphBuilder:
             self.ops, self.base, self.doc = saved
 
     def node(
-        self, op_type: str, inputs: Sequence[SSAValue], attrs: dict[str, Attribute] | None = None, what: str = ""
+        self, op_type: str, inputs: Sequence[SSAValue], attrs: Mapping[str, Attribute] | None = None, what: str = ""
     ) -> SSAValue:
         """One ONNX node with one output, named after the StableHLO op being lowered (`self.base`)."""
         return self.nodes(op_type, inputs, 1, attrs, what=what)[0]
@@ -155,7 +163,7 @@ class GraphBuilder:
         op_type: str,
         inputs: Sequence[SSAValue],
         count: int,
-        attrs: dict[str, Attribute] | None = None,
+        attrs: Mapping[str, Attribute] | None = None,
         regions: Sequence[Region] = (),
         what: str = "",
         name: str | None = None,

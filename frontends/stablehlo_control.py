@@ -25,10 +25,10 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 
 from loam.core.dtypes import ElementType, by_name
 from loam.dialects import stablehlo as hlo
-from loam.dialects.graph import NoneOp, ReturnOp, SubgraphAttr, SubgraphInfoOp, UnknownType, set_name_hint
+from loam.dialects.graph import NodeOp, NoneOp, ReturnOp, SubgraphAttr, SubgraphInfoOp, UnknownType, set_name_hint
 from loam.dialects.graph import TensorType as GraphTensorType
 from loam.frontends.stablehlo_broadcast import full
-from loam.frontends.stablehlo_builder import GraphBuilder, LoweringError, Operand, Shape, element_type, shape_of
+from loam.frontends.stablehlo_builder import GraphBuilder, LoweringError, Operand, Shape, shape_and_element
 
 __all__ = ["RegionLowering", "lower_control"]
 
@@ -47,7 +47,14 @@ def lower_control(b: GraphBuilder, op: Operation, operands: list[Operand], regio
 
 def _results(op: Operation) -> list[tuple[Shape, ElementType]]:
     """Each result's shape and element type."""
-    return [(shape_of(r.type), element_type(r.type.element_type)) for r in op.results]  # type: ignore[attr-defined]
+    return [shape_and_element(r.type) for r in op.results]
+
+
+def _output_name(value: SSAValue) -> str:
+    """The ONNX name of a value a `GraphBuilder` node gives."""
+    node = value.owner
+    assert isinstance(node, NodeOp)
+    return node.output_names[0]
 
 
 def _operands(values: Sequence[SSAValue], results: Sequence[tuple[Shape, ElementType]]) -> list[Operand]:
@@ -72,7 +79,7 @@ def _subgraph(
         b.base = base
         returned = [b.node("Identity", [full(b, v)], what=f"{what}_out") for v in values]
         header = SubgraphInfoOp(b.unique(f"{base}_{what}"), names)
-    out_names = [r.owner.output_names[0] for r in returned]  # type: ignore[union-attr]
+    out_names = [_output_name(r) for r in returned]
     block.add_ops([header, *ops, ReturnOp(returned, out_names, [UnknownType()] * len(returned))])
     return Region(block)
 

@@ -159,8 +159,8 @@ def _dynamic_slice(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Op
             raise LoweringError(f"dim {d} of the operand has an extent only the run knows; Loam clamps into it")
         high = extent - size
         if start.known is not None:  # a constant start: a static Slice
-            first = int(np.clip(int(np.asarray(start.known)), 0, high))
-            bounds = [b.ints([first], f"start{d}"), b.ints([first + size], f"end{d}"), b.ints([d], f"axis{d}")]
+            begin = int(np.clip(int(np.asarray(start.known)), 0, high))
+            bounds = [b.ints([begin], f"start{d}"), b.ints([begin + size], f"end{d}"), b.ints([d], f"axis{d}")]
             value = b.node("Slice", [value, *bounds], what=f"dim{d}")
             continue
         first = _clamp(b, as_i64(b, start), high, f"start{d}")
@@ -185,7 +185,7 @@ def _dynamic_update_slice(b: GraphBuilder, op: Operation, xs: list[Operand]) -> 
         first = _clamp(b, as_i64(b, start), extent - size, f"start{d}")
         firsts.append(b.node("Unsqueeze", [first, b.ints([0], f"axis{d}")], what=f"start{d}_vector"))
     corner = b.node("Concat", firsts, {"axis": int_attr(0)}, what="corner") if rank > 1 else firsts[0]
-    grid = np.stack(np.indices(extents, dtype=np.int64), axis=-1)
+    grid = np.stack(list(np.indices(extents, dtype=np.int64)), axis=-1)
     positions = b.node("Add", [b.constant(grid, I64, "grid"), corner], what="positions")
     value = b.node("ScatterND", [full(b, x), positions, full(b, update)])
     return [Operand(value, shape, elem)]
@@ -371,7 +371,8 @@ def _sort_direction(op: hlo.SortOp) -> bool:
     operand 0's two elements, plain or canonicalized as JAX writes it (-0.0 to 0.0, NaN to one NaN)."""
     block = op.comparator.block
     first, second = block.args[0], block.args[1]
-    seen: dict[SSAValue, tuple[str, object]] = {first: ("arg", 0), second: ("arg", 1)}
+    # What each value of the comparator is: (kind, an argument's index or a constant's value).
+    seen: dict[SSAValue, tuple[str, float]] = {first: ("arg", 0), second: ("arg", 1)}
     ops = list(block.ops)
     names = ", ".join(o.name for o in ops[:-1]) or "nothing"
     refusal = LoweringError(
@@ -398,7 +399,7 @@ def _sort_direction(op: hlo.SortOp) -> bool:
             elif direction in ("LT", "GT") and lhs[0] in ("arg", "zeroed", "canon") and rhs[0] == lhs[0]:
                 if {lhs[1], rhs[1]} != {0, 1} or result is not None:  # one comparison of the pair
                     raise refusal
-                result = (direction, int(lhs[1]), int(rhs[1]), f"{lhs[0]}:{kind}")  # type: ignore[call-overload]
+                result = (direction, int(lhs[1]), int(rhs[1]), f"{lhs[0]}:{kind}")
                 seen[o.results[0]] = ("result", 0)
             else:
                 raise refusal

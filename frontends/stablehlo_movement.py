@@ -78,7 +78,8 @@ def _reshape(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]
         static = [d for d in shape if d is not None]
         target, zero = b.ints(static, "shape"), 0 in static
     attrs = {"allowzero": int_attr(1)} if zero else {}  # StableHLO's extents are literal: a 0 is a 0
-    known = None if x.known is None or None in shape else x.known.reshape(shape)  # type: ignore[arg-type]
+    extents = [d for d in shape if d is not None]
+    known = None if x.known is None or len(extents) < len(shape) else x.known.reshape(extents)
     return [Operand(b.node("Reshape", [full(b, x), target], attrs), shape, elem, known=known)]
 
 
@@ -94,13 +95,20 @@ def _transpose(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operan
     return [Operand(b.node("Transpose", [full(b, x)], {"perm": ints_attr(perm)}), shape, elem, known=known)]
 
 
+def _known_in_full(x: Operand) -> np.ndarray:
+    """The contents of a constant `x` in its whole StableHLO shape, which is static."""
+    extents = [d for d in x.shape if d is not None]
+    assert x.known is not None and len(extents) == len(x.shape)
+    return np.broadcast_to(x.known, extents)
+
+
 @rule(hlo.ConcatenateOp)
 def _concatenate(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Operand]:
     assert isinstance(op, hlo.ConcatenateOp)
     shape, elem = result_of(op)
     known = None
     if all(x.known is not None for x in xs) and None not in shape:
-        known = np.concatenate([np.broadcast_to(x.known, x.shape) for x in xs], axis=op.dim)  # type: ignore[arg-type]
+        known = np.concatenate([_known_in_full(x) for x in xs], axis=op.dim)
     value = b.node("Concat", [full(b, x) for x in xs], {"axis": int_attr(op.dim)})
     return [Operand(value, shape, elem, known=known)]
 

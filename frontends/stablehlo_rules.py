@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation
 
 from loam.core.dtypes import ElementType
-from loam.frontends.stablehlo_builder import GraphBuilder, Operand, Shape, element_type, shape_of
+from loam.frontends.stablehlo_builder import GraphBuilder, Operand, Shape, shape_and_element
 
 __all__ = ["RULES", "Rule", "result_of", "rule"]
 
@@ -34,7 +33,4 @@ def rule(*op_types: type[Operation]) -> Callable[[Rule], Rule]:
 
 def result_of(op: Operation) -> tuple[Shape, ElementType]:
     """The shape and element type of `op`'s first result (a LoweringError unless it is a ranked tensor)."""
-    t = op.results[0].type
-    shape = shape_of(t)
-    assert isinstance(t, TensorType)  # shape_of refuses every other type
-    return shape, element_type(t.element_type)
+    return shape_and_element(op.results[0].type)

@@ -76,11 +76,11 @@ def prepare(text: str, source: str) -> SourceText:
     """The text with its locations and hex float literals rewritten (see the module docstring)."""
     chars = list(text)
     aliases: dict[str, str] = {}
-    for m in _ALIAS_DEF.finditer(text):
-        end = _closing_paren(text, m.end(), source)
-        aliases[m.group(1)] = text[m.end() : end]
+    for alias in _ALIAS_DEF.finditer(text):
+        end = _closing_paren(text, alias.end(), source)
+        aliases[alias.group(1)] = text[alias.end() : end]
         line_end = text.find("\n", end)
-        for i in range(m.start(), len(text) if line_end < 0 else line_end):
+        for i in range(alias.start(), len(text) if line_end < 0 else line_end):
             chars[i] = " "
     blanked = "".join(chars)
     out = SourceText("", text)

@@ -107,7 +107,7 @@ def _convolution(b: GraphBuilder, op: Operation, xs: list[Operand]) -> list[Oper
     return [Operand(value, shape, elem)]
 
 
-_POOLING = {hlo.MaximumOp: "ReduceMax", hlo.MinimumOp: "ReduceMin", hlo.AddOp: "ReduceSum"}
+_POOLING: dict[type[Operation], str] = {hlo.MaximumOp: "ReduceMax", hlo.MinimumOp: "ReduceMin", hlo.AddOp: "ReduceSum"}
 _JOIN = {"ReduceMax": "Max", "ReduceMin": "Min", "ReduceSum": "Add"}
 
 
@@ -311,12 +311,12 @@ def _select_and_scatter(b: GraphBuilder, op: Operation, xs: list[Operand]) -> li
     pitch = [1] * len(spatial)
     for k in range(len(spatial) - 2, -1, -1):
         pitch[k] = pitch[k + 1] * extents[spatial[k + 1]]
-    offsets = np.array([sum(w * p for w, p in zip(o, pitch, strict=True)) for o in taps], dtype=np.int64)
+    positions = np.array([sum(w * p for w, p in zip(o, pitch, strict=True)) for o in taps], dtype=np.int64)
     base = np.zeros(grid, dtype=np.int64)
     for d, p in zip(spatial, pitch, strict=True):
         at = (np.arange(out[d]) * strides[d] - pads[d][0]) * p
         base = base + at.reshape([-1 if k == d else 1 for k in range(rank)])
-    table = b.constant(offsets, index, "offsets")
+    table = b.constant(positions, index, "offsets")
     picked = b.node("Gather", [table, tap], {"axis": IntegerAttr(0, i64)}, what="offset")
     where = b.node("Add", [b.constant(base, index, "base"), picked], what="position")
     updates = full(b, source)

@@ -8,7 +8,7 @@ every body ending in `graph.return`.  The value-defining ops it reads are in `va
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FloatAttr, IntAttr, IntegerAttr, StringAttr, i64
@@ -275,7 +275,7 @@ class NodeOp(IRDLOperation):
         node_name: str = "",
         domain: str = "",
         since: int = 0,
-        attrs: dict[str, Attribute] | None = None,
+        attrs: Mapping[str, Attribute] | None = None,
         regions: Sequence[Region] = (),
         doc_string: str | None = None,
     ) -> None:

@@ -18,7 +18,7 @@ from loam.dialects.kernel.library import LibraryOp, library_types, require
 
 def _is(extent: object, value: int) -> bool:
     """Whether `extent` (a Poly) is the number `value`."""
-    return bool(getattr(extent, "is_const", False)) and extent.const_value == value  # type: ignore[attr-defined]
+    return isinstance(extent, Poly) and extent.is_const and extent.const_value == value
 
 
 def _check_flags(op: LibraryOp, *names: str) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
+from numpy.typing import DTypeLike
 from onnx import TensorProto
 
 
@@ -33,8 +34,8 @@ class ElementType:
         return self.name.startswith(("f", "bf")) or self.name.startswith("c")
 
 
-def _dt(x: object) -> np.dtype:
-    return np.dtype(x)  # type: ignore[call-overload]
+def _dt(x: DTypeLike) -> np.dtype:
+    return np.dtype(x)
 
 
 _TABLE: tuple[ElementType, ...] = (
