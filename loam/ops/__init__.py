@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING
 
 from loam.core.errors import UnsupportedError
 from loam.ops import (
+    activations,
+    arithmetic,
+    cast,
     constant,
     control,
     conv,
     detection,
     einsum,
-    elementwise,
     indexing,
     losses,
     matmul,
@@ -43,7 +45,9 @@ if TYPE_CHECKING:
 # One module per operator family; each lists its rules in `RULES`.
 FAMILIES = (
     constant,
-    elementwise,
+    arithmetic,
+    activations,
+    cast,
     matmul,
     regroup,
     movement,
