@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam.core import dtypes
+from loam.core import dtypes, owed
 from loam.core.poly import Poly
 from loam.ops.base import Facts, LowerContext, NodeInfo
 
@@ -102,6 +102,34 @@ def polys_of(value: object) -> np.ndarray:
 def is_symbolic(f: Facts | None) -> bool:
     """Whether `f`'s value is known as polynomials rather than numbers (a Shape of a symbolic tensor)."""
     return f is not None and f.value is not None and np.asarray(f.value).dtype == object
+
+
+def is_symbolic_array(value: object) -> bool:
+    """Whether `value` holds polynomials (an object array) rather than numbers."""
+    return np.asarray(value).dtype == object
+
+
+def require_indices(node: NodeInfo, f: Facts) -> None:
+    """Indices of a gather or scatter are i32 or i64, as ONNX asks."""
+    if f.elem.name not in INDEX_TYPES:
+        raise node.fail(f"the indices have element type {f.elem.name}; ONNX needs i32 or i64")
+
+
+def require_within(node: NodeInfo, indices: np.ndarray | None, extent: Poly) -> None:
+    """Known indices must lie in [-extent, extent): the build says so rather than numpy at run time.
+
+    Over a symbolic extent, or with indices known only as polynomials, the inputs owe it."""
+    if indices is None or indices.size == 0:
+        return
+    if not extent.is_const or is_symbolic_array(indices):
+        for index in polys_of(indices).reshape(-1).tolist():
+            owed.owe(index + extent, node, f"index {index} lies within the extent {extent}")
+            owed.owe(extent - 1 - index, node, f"index {index} lies within the extent {extent}")
+        return
+    extent = extent.const_value  # type: ignore[assignment]
+    low, high = int(indices.min()), int(indices.max())
+    if low < -extent or high >= extent:
+        raise node.fail(f"index {low if low < -extent else high} is outside [{-extent}, {extent - 1}]")
 
 
 def ints_of(
