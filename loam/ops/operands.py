@@ -174,6 +174,28 @@ def require_elem(node: NodeInfo, f: Facts, allowed: Sequence[str], what: str = "
         )
 
 
+def required_inputs(node: NodeInfo, inputs: Sequence[Facts | None], names: Sequence[str]) -> list[Facts]:
+    """The inputs named in `names`, each required."""
+    found: list[Facts] = []
+    for f, name in zip(inputs, names, strict=False):
+        if f is None:
+            raise node.fail(f"input {name} is absent")
+        found.append(f)
+    if len(found) < len(names):
+        raise node.fail(f"takes inputs {', '.join(names)}, got {len(inputs)}")
+    return found
+
+
+def require_elem_of(node: NodeInfo, x: Facts, others: Sequence[Facts], names: Sequence[str]) -> None:
+    """Stop the build when one of `others` (named by `names`) has another element type than X, where
+    ONNX would allow it and Loam computes one type."""
+    for f, name in zip(others, names, strict=True):
+        if f.elem != x.elem:
+            raise node.unsupported(
+                f"{name} has element type {f.elem.name} and X {x.elem.name}; Loam needs one element type"
+            )
+
+
 def require_same_elem(node: NodeInfo, facts: Sequence[Facts]) -> None:
     """All of `facts` share one element type, as ONNX's type constraint asks."""
     elem = facts[0].elem

@@ -27,9 +27,9 @@ from loam.core.poly import Poly
 from loam.dialects.expr import Expr
 from loam.dialects.tensor_axes import Axis
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, float_attr, require_arity, same_axis
+from loam.ops.layer_norms import emit_mean_square, stat_axes
 from loam.ops.lowering import compute_elem, typed_expr
 from loam.ops.microsoft.domain import DOMAIN
-from loam.ops.normalization import emit_mean_square, stat_axes
 from loam.ops.operands import emit_library, require_elem
 
 if TYPE_CHECKING:
