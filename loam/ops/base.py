@@ -17,7 +17,7 @@ import contextvars
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, SupportsInt
 
 import numpy as np
 
@@ -209,11 +209,11 @@ def float_attr(node: NodeInfo, key: str, default: float) -> float:
     return float(value)
 
 
-def elem_of(node: NodeInfo, key: str, code: object) -> ElementType:
+def elem_of(node: NodeInfo, key: str, code: SupportsInt) -> ElementType:
     """The element type ONNX's enum number `code` (attribute `key`) names; a number naming none
     stops the build."""
     try:
-        return by_onnx(int(code))  # type: ignore[call-overload]
+        return by_onnx(int(code))
     except KeyError:
         raise node.fail(f"'{key}' is {code}, which is no ONNX element type") from None
 

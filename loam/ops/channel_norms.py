@@ -16,7 +16,7 @@ statistics; GroupNormalization's scale and bias were per group at opset 18 and p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -24,8 +24,10 @@ from loam.core import owed
 from loam.core.poly import Poly
 from loam.dialects.tensor_axes import Axis
 from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
+from loam.ops.layer_norms import NormalizeParams
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
-from loam.ops.operands import emit_library, require_elem, require_elem_of, required_inputs
+from loam.ops.lowering import axes_type
+from loam.ops.operands import emit_library, require_elem, require_elem_like, required_inputs
 from loam.ops.reduce import unit_axis
 from loam.runtime.kernels.normalization import kernel_group_norm, kernel_lrn, kernel_normalize
 
@@ -33,7 +35,31 @@ if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
     from loam.dialects.expr import Expr
-    from loam.dialects.tensor_axes import AxesTensorType
+
+
+class BatchNormTrainParams(TypedDict):
+    """`kernel.batch_norm_train`'s parameters."""
+
+    epsilon: float
+    momentum: float
+
+
+class GroupNormParams(TypedDict):
+    """`kernel.group_norm`'s parameters."""
+
+    num_groups: int
+    epsilon: float
+    per_group: int
+    stash: str
+
+
+class LrnParams(TypedDict):
+    """`kernel.lrn`'s parameters."""
+
+    size: int
+    alpha: float
+    beta: float
+    bias: float
 
 
 def _channel_vector(node: NodeInfo, f: Facts, channels: Poly, name: str) -> None:
@@ -106,7 +132,7 @@ class BatchNormRule(OpRule):
         if node.since < 9 and not int_attr(node, "spatial", 1, (0, 1)):
             raise node.unsupported("spatial 0 (per-activation statistics) is not supported")
 
-    def train_params(self, node: NodeInfo) -> dict[str, object]:
+    def train_params(self, node: NodeInfo) -> BatchNormTrainParams:
         """The `kernel.batch_norm_train` parameters."""
         momentum = float(node.attr("momentum", 0.9))
         if not np.isfinite(momentum):
@@ -130,7 +156,7 @@ class BatchNormRule(OpRule):
             values: Sequence[np.ndarray | None] = [None] * 3
             if known:
                 arrays = [np.asarray(f.value) for f in (x, scale, bias, mean, var)]
-                values = kernel_batch_norm_train(*arrays, **self.train_params(node))  # type: ignore[arg-type]
+                values = kernel_batch_norm_train(*arrays, **self.train_params(node))
             facts = [Facts(x.elem, x.shape, values[0]), Facts(mean.elem, mean.shape, values[1])]
             facts.append(Facts(var.elem, var.shape, values[2]))
             return facts
@@ -213,14 +239,14 @@ class BatchNormRule(OpRule):
         assert x is not None
         if self.training(node):
             present = [v for v in operands if v is not None]
-            op = BatchNormTrainOp(present, ctx.result_types, node.name, **self.train_params(node))  # type: ignore[arg-type]
-            return emit_library(ctx, op)
-        x_type: AxesTensorType = x.type  # type: ignore[assignment]
+            train = BatchNormTrainOp(present, ctx.result_types, node.name, **self.train_params(node))
+            return emit_library(ctx, train)
+        x_type = axes_type(x)
         trailing = x_type.rank - 2
         params: list[SSAValue] = []
         for p in operands[1:]:
             assert p is not None
-            p_type: AxesTensorType = p.type  # type: ignore[assignment]
+            p_type = axes_type(p)
             if trailing == 0:
                 params.append(p)
                 continue
@@ -233,7 +259,7 @@ class BatchNormRule(OpRule):
             op = RegroupOp(p, AxesTensorType(p_type.elem, [p_type.axes[0], *units]), node.name)
             ctx.emit(op)
             params.append(op.result)
-        elems = [x_type.elem.name] + [p.type.elem.name for p in params]  # type: ignore[attr-defined]
+        elems = [x_type.elem.name] + [axes_type(p).elem.name for p in params]
         return [emit_zip(ctx, node, [x, *params], self.affine(node, elems))]
 
 
@@ -250,7 +276,7 @@ class InstanceNormRule(OpRule):
     attributes = frozenset({"epsilon", "consumed_inputs"})
     elem_types = FLOATS
 
-    def params(self, node: NodeInfo, rank: int, stash: str) -> dict[str, object]:
+    def params(self, node: NodeInfo, rank: int, stash: str) -> NormalizeParams:
         return {
             "axes": tuple(range(2, rank)),
             "epsilon": float(node.attr("epsilon", 1e-5)),
@@ -263,15 +289,17 @@ class InstanceNormRule(OpRule):
         require_arity(node, inputs, 3)
         x, scale, bias = required_inputs(node, inputs, ("input", "scale", "B"))
         require_elem(node, x, self.elem_types, "the input")
-        require_elem_of(node, x, (scale, bias), ("scale", "B"))
+        require_elem_like(node, x, (scale, bias), ("scale", "B"))
         if x.rank < 3:
             raise node.fail(f"the input must have rank 3 or more, got {x.rank}")
         _channel_vector(node, scale, x.shape[1], "scale")
         _channel_vector(node, bias, x.shape[1], "B")
         value = None
-        if all(f.value is not None for f in (x, scale, bias)):
-            value = kernel_normalize(x.value, scale.value, bias.value, **self.params(node, x.rank, _stash(x)))  # type: ignore[arg-type]
-        return [Facts(x.elem, x.shape, value)]  # type: ignore[arg-type]
+        if x.value is not None and scale.value is not None and bias.value is not None:
+            y = kernel_normalize(x.value, scale.value, bias.value, **self.params(node, x.rank, _stash(x)))
+            assert isinstance(y, np.ndarray)  # stats 0: the kernel gives Y alone
+            value = y
+        return [Facts(x.elem, x.shape, value)]
 
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
@@ -283,9 +311,10 @@ class InstanceNormRule(OpRule):
 
         x = operands[0]
         assert x is not None
-        t: AxesTensorType = x.type  # type: ignore[assignment]
+        t = axes_type(x)
         params = self.params(node, t.rank, "float64" if t.elem.name == "f64" else "float32")
-        return emit_library(ctx, NormalizeOp(list(operands), ctx.result_types, node.name, **params))  # type: ignore[arg-type]
+        present = [v for v in operands if v is not None]  # all three: infer requires them
+        return emit_library(ctx, NormalizeOp(present, ctx.result_types, node.name, **params))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,7 +336,7 @@ class GroupNormRule(OpRule):
     elem_types = FLOATS
     limitations = "stash_type must be f32 (1); the channel extent must be a number"
 
-    def params(self, node: NodeInfo, elem: str) -> dict[str, object]:
+    def params(self, node: NodeInfo, elem: str) -> GroupNormParams:
         if int(node.attr("stash_type", 1)) != 1:
             raise node.unsupported(f"stash_type {node.attr('stash_type')} is not supported (f32 = 1)")
         return {
@@ -321,11 +350,11 @@ class GroupNormRule(OpRule):
         require_arity(node, inputs, 3)
         x, scale, bias = required_inputs(node, inputs, ("X", "scale", "bias"))
         require_elem(node, x, self.elem_types, "X")
-        require_elem_of(node, x, (scale, bias), ("scale", "bias"))
+        require_elem_like(node, x, (scale, bias), ("scale", "bias"))
         if node.attr("num_groups") is None:
             raise node.fail("has no num_groups attribute")
         params = self.params(node, x.elem.name)
-        groups = int(params["num_groups"])  # type: ignore[call-overload]
+        groups = params["num_groups"]
         if x.rank < 2:
             raise node.fail(f"X must have rank 2 or more, got {x.rank}")
         channels = x.shape[1]
@@ -340,8 +369,8 @@ class GroupNormRule(OpRule):
         _channel_vector(node, scale, per, "scale")
         _channel_vector(node, bias, per, "bias")
         value = None
-        if all(f.value is not None for f in (x, scale, bias)):
-            value = kernel_group_norm(x.value, scale.value, bias.value, **params)  # type: ignore[arg-type]
+        if x.value is not None and scale.value is not None and bias.value is not None:
+            value = kernel_group_norm(x.value, scale.value, bias.value, **params)
         return [Facts(x.elem, x.shape, value)]
 
     def axes(
@@ -360,8 +389,9 @@ class GroupNormRule(OpRule):
 
         x = operands[0]
         assert x is not None
-        params = self.params(node, x.type.elem.name)  # type: ignore[attr-defined]
-        return emit_library(ctx, GroupNormOp(list(operands), ctx.result_types, node.name, **params))  # type: ignore[arg-type]
+        params = self.params(node, axes_type(x).elem.name)
+        present = [v for v in operands if v is not None]  # all three: infer requires them
+        return emit_library(ctx, GroupNormOp(present, ctx.result_types, node.name, **params))
 
 
 class LrnRule(KeepsAxes):
@@ -372,7 +402,7 @@ class LrnRule(KeepsAxes):
     attributes = frozenset({"size", "alpha", "beta", "bias"})
     elem_types = FLOATS
 
-    def params(self, node: NodeInfo) -> dict[str, object]:
+    def params(self, node: NodeInfo) -> LrnParams:
         size = node.attr("size")
         if size is None or int(size) < 1:
             raise node.fail("needs a size attribute of 1 or more")
@@ -390,7 +420,7 @@ class LrnRule(KeepsAxes):
         if x.rank < 2:
             raise node.fail(f"X must have rank 2 or more, got {x.rank}")
         params = self.params(node)
-        value = kernel_lrn(x.value, **params) if x.value is not None else None  # type: ignore[arg-type]
+        value = kernel_lrn(x.value, **params) if x.value is not None else None
         return [Facts(x.elem, x.shape, value)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
@@ -398,7 +428,7 @@ class LrnRule(KeepsAxes):
 
         x = operands[0]
         assert x is not None
-        return emit_library(ctx, LrnOp([x], ctx.result_types, node.name, **self.params(node)))  # type: ignore[arg-type]
+        return emit_library(ctx, LrnOp([x], ctx.result_types, node.name, **self.params(node)))
 
 
 RULES: tuple[OpRule, ...] = (BatchNormRule(), InstanceNormRule(), GroupNormRule(), LrnRule())

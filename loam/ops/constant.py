@@ -69,7 +69,7 @@ class ConstantRule(OpRule):
         ):
             raise node.fail(f"attribute '{key}' must hold {'floats' if np_type is np.float32 else 'integers'}")
         try:
-            array = np.asarray(value, dtype=np_type)
+            array: np.ndarray = np.asarray(value, dtype=np_type)
         except OverflowError:
             raise node.fail(f"attribute '{key}' holds a value outside int64") from None
         return [facts_of_array(array, dtypes.by_name(elem_name))]

@@ -15,7 +15,7 @@ axis); otherwise it is new and the layout names it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -48,6 +48,37 @@ if TYPE_CHECKING:
     from loam.dialects.tensor_axes import Axis
 
 _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+class ConvParams(TypedDict):
+    """The window parameters of `kernel.conv` and of the integer and deformable convolutions."""
+
+    strides: tuple[int, ...]
+    pads: tuple[int, ...]
+    dilations: tuple[int, ...]
+    group: int
+
+
+class ConvTransposeParams(ConvParams):
+    """`kernel.conv_transpose`'s parameters: a convolution's, and the extra outputs at each axis' end."""
+
+    output_padding: tuple[int, ...]
+
+
+class DeformConvParams(ConvParams):
+    """`kernel.deform_conv`'s parameters: a convolution's, and how many groups of channels share an offset."""
+
+    offset_group: int
+
+
+class Col2ImParams(TypedDict, total=False):
+    """`kernel.col2im`'s parameters; image_shape and block_shape are absent where the run gives them."""
+
+    image_shape: tuple[int, ...]
+    block_shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    pads: tuple[int, ...]
+    dilations: tuple[int, ...]
 
 
 def spatial_attrs(node: NodeInfo, nsp: int, name: str, default: int) -> tuple[int, ...]:
@@ -171,7 +202,8 @@ class ConvRule(OpRule):
     elem_types = FLOATS
     limitations = "channel and spatial extents must be numbers (the batch may be symbolic); negative pads are refused"
 
-    def geometry(self, node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]) -> dict[str, object]:
+    def geometry(self, node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]) -> tuple[ConvParams, tuple[int, ...]]:
+        """The kernel's parameters and the output's spatial extents."""
         nsp, kernel, group = _frame(node, x, w)
         if group < 1 or x[1] % group or w[0] % group:
             raise node.fail(f"group {group} does not divide the {x[1]} input and {w[0]} output channels")
@@ -180,7 +212,7 @@ class ConvRule(OpRule):
         strides = spatial_attrs(node, nsp, "strides", 1)
         dilations = spatial_attrs(node, nsp, "dilations", 1)
         pads, out = window_geometry(node, x[2:], kernel, strides, dilations)
-        return {"strides": strides, "pads": pads, "dilations": dilations, "group": group, "out": out}
+        return {"strides": strides, "pads": pads, "dilations": dilations, "group": group}, out
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 2, 3)
@@ -191,10 +223,10 @@ class ConvRule(OpRule):
         require_same_elem(node, [f for f in (x, w, b) if f is not None])
         require_elem(node, x, FLOATS, "X")
         xs, ws = framed_extents(node, x.shape), static_extents(node, w, "W")
-        geo = self.geometry(node, xs, ws)
+        geo, spatial = self.geometry(node, xs, ws)
         if b is not None and static_extents(node, b, "B") != (ws[0],):
             raise node.fail(f"B has extents {list(b.shape)}, expected [{ws[0]}]")
-        out = (ws[0], *geo.pop("out"))  # type: ignore[misc]
+        out = (ws[0], *spatial)
         from loam.runtime.kernels.conv import kernel_conv
 
         value = fold_if_known(inputs, lambda *v: kernel_conv(*v, **geo))
@@ -216,9 +248,8 @@ class ConvRule(OpRule):
         from loam.dialects.kernel import ConvOp
 
         present = [v for v in operands if v is not None]
-        geo = self.geometry(node, framed_extents(node, axes_type(present[0]).shape), lowered_extents(present[1]))
-        geo.pop("out")
-        return emit_library(ctx, ConvOp(present, ctx.result_types[:1], node.name, **geo))  # type: ignore[arg-type]
+        geo, _ = self.geometry(node, framed_extents(node, axes_type(present[0]).shape), lowered_extents(present[1]))
+        return emit_library(ctx, ConvOp(present, ctx.result_types[:1], node.name, **geo))
 
 
 class ConvTransposeRule(OpRule):
@@ -236,7 +267,10 @@ class ConvTransposeRule(OpRule):
     elem_types = FLOATS
     limitations = "channel and spatial extents must be numbers (the batch may be symbolic); negative pads are refused"
 
-    def geometry(self, node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]) -> dict[str, object]:
+    def geometry(
+        self, node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]
+    ) -> tuple[ConvTransposeParams, tuple[int, ...], int]:
+        """The kernel's parameters, the output's spatial extents and its channel count."""
         nsp, kernel, group = _frame(node, x, w)
         if group < 1 or x[1] % group:
             raise node.fail(f"group {group} does not divide the {x[1]} input channels")
@@ -271,15 +305,14 @@ class ConvTransposeRule(OpRule):
         out = tuple(full[i] - pads[i] - pads[i + nsp] for i in range(nsp))
         if any(o < 1 for o in out):
             raise node.fail(f"pads {pads} leave no output (spatial extents {list(out)})")
-        return {
+        params: ConvTransposeParams = {
             "strides": strides,
             "pads": tuple(pads),
             "dilations": dilations,
             "group": group,
             "output_padding": out_pad,
-            "out": out,
-            "channels": w[1] * group,
         }
+        return params, out, w[1] * group
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 2, 3)
@@ -290,15 +323,14 @@ class ConvTransposeRule(OpRule):
         require_same_elem(node, [f for f in (x, w, b) if f is not None])
         require_elem(node, x, FLOATS, "X")
         xs, ws = framed_extents(node, x.shape), static_extents(node, w, "W")
-        geo = self.geometry(node, xs, ws)
-        channels = geo.pop("channels")
+        geo, spatial, channels = self.geometry(node, xs, ws)
         if b is not None and static_extents(node, b, "B") != (channels,):
             raise node.fail(f"B has extents {list(b.shape)}, expected [{channels}]")
-        out = (channels, *geo.pop("out"))  # type: ignore[misc]
+        out = (channels, *spatial)
         from loam.runtime.kernels.conv import kernel_conv_transpose
 
         value = fold_if_known(inputs, lambda *v: kernel_conv_transpose(*v, **geo))
-        return [Facts(x.elem, (x.shape[0], *(Poly.const(int(d)) for d in out)), value)]  # type: ignore[call-overload]
+        return [Facts(x.elem, (x.shape[0], *(Poly.const(int(d)) for d in out)), value)]
 
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
@@ -318,10 +350,8 @@ class ConvTransposeRule(OpRule):
         from loam.dialects.kernel import ConvTransposeOp
 
         present = [v for v in operands if v is not None]
-        geo = self.geometry(node, framed_extents(node, axes_type(present[0]).shape), lowered_extents(present[1]))
-        geo.pop("out")
-        geo.pop("channels")
-        return emit_library(ctx, ConvTransposeOp(present, ctx.result_types[:1], node.name, **geo))  # type: ignore[arg-type]
+        geo, _, _ = self.geometry(node, framed_extents(node, axes_type(present[0]).shape), lowered_extents(present[1]))
+        return emit_library(ctx, ConvTransposeOp(present, ctx.result_types[:1], node.name, **geo))
 
 
 QUANTIZED = ("i8", "ui8")
@@ -362,7 +392,7 @@ class ConvIntegerRule(ConvRule):
         _quantized(node, x, "x")
         _quantized(node, w, "w")
         xs, ws = framed_extents(node, x.shape, "x"), static_extents(node, w, "w")
-        geo = self.geometry(node, xs, ws)
+        geo, spatial = self.geometry(node, xs, ws)
         for k, what, of in ((2, "x_zero_point", x), (3, "w_zero_point", w)):
             zero = optional(inputs, k)
             if zero is None:
@@ -373,7 +403,7 @@ class ConvIntegerRule(ConvRule):
                 _scalar(node, zero, what)
             else:
                 _per_channel(node, zero, ws[0], what)
-        out = (ws[0], *geo.pop("out"))  # type: ignore[misc]
+        out = (ws[0], *spatial)
         zeros = present_bits(inputs[2:])
         value = fold_if_known(inputs, lambda *v: kernel_conv_integer(*v, zeros=zeros, **geo))
         return [Facts(dtypes.by_name("i32"), (x.shape[0], *(Poly.const(int(d)) for d in out)), value)]
@@ -387,9 +417,8 @@ class ConvIntegerRule(ConvRule):
         from loam.dialects.kernel import ConvIntegerOp
 
         present = [v for v in operands if v is not None]
-        geo = self.geometry(node, framed_extents(node, axes_type(present[0]).shape), lowered_extents(present[1]))
-        geo.pop("out")
-        op = ConvIntegerOp(present, ctx.result_types[:1], node.name, zeros=present_bits(operands[2:]), **geo)  # type: ignore[arg-type]
+        geo, _ = self.geometry(node, framed_extents(node, axes_type(present[0]).shape), lowered_extents(present[1]))
+        op = ConvIntegerOp(present, ctx.result_types[:1], node.name, zeros=present_bits(operands[2:]), **geo)
         return emit_library(ctx, op)
 
 
@@ -433,7 +462,7 @@ class QLinearConvRule(ConvRule):
             if f.elem.name != "f32":
                 raise node.fail(f"{what} has element type {f.elem.name}; ONNX takes f32 scales")
         xs, ws = framed_extents(node, x.shape, "x"), static_extents(node, w, "w")
-        geo = self.geometry(node, xs, ws)
+        geo, spatial = self.geometry(node, xs, ws)
         for what, f in (("x_scale", x_scale), ("x_zero_point", x_zero), ("y_scale", y_scale), ("y_zero_point", y_zero)):
             _scalar(node, f, what)
         _per_channel(node, w_scale, ws[0], "w_scale")
@@ -443,7 +472,7 @@ class QLinearConvRule(ConvRule):
                 raise node.fail(f"B has element type {b.elem.name}; ONNX takes i32")
             if static_extents(node, b, "B") != (ws[0],):
                 raise node.fail(f"B has extents {list(b.shape)}, expected [{ws[0]}]")
-        out = (ws[0], *geo.pop("out"))  # type: ignore[misc]
+        out = (ws[0], *spatial)
         value = fold_if_known(inputs, lambda *v: kernel_qlinear_conv(*v, **geo))
         return [Facts(y_zero.elem, (x.shape[0], *(Poly.const(int(d)) for d in out)), value)]
 
@@ -457,9 +486,8 @@ class QLinearConvRule(ConvRule):
         from loam.dialects.kernel import QLinearConvOp
 
         present = [v for v in operands if v is not None]
-        geo = self.geometry(node, framed_extents(node, axes_type(present[0]).shape), lowered_extents(present[3]))
-        geo.pop("out")
-        return emit_library(ctx, QLinearConvOp(present, ctx.result_types[:1], node.name, **geo))  # type: ignore[arg-type]
+        geo, _ = self.geometry(node, framed_extents(node, axes_type(present[0]).shape), lowered_extents(present[3]))
+        return emit_library(ctx, QLinearConvOp(present, ctx.result_types[:1], node.name, **geo))
 
 
 class DeformConvRule(ConvRule):
@@ -477,16 +505,17 @@ class DeformConvRule(ConvRule):
         "negative pads are refused"
     )
 
-    def settled(self, node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]) -> dict[str, object]:
-        """Conv's geometry for two spatial axes, and offset_group."""
+    def settled(
+        self, node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]
+    ) -> tuple[DeformConvParams, tuple[int, ...]]:
+        """Conv's geometry for two spatial axes, and offset_group; and the output's spatial extents."""
         if len(x) != 4:
             raise node.unsupported(f"X has rank {len(x)}; Loam computes DeformConv over two spatial axes (rank 4)")
-        geo = self.geometry(node, x, w)
+        geo, out = self.geometry(node, x, w)
         groups = int_attr(node, "offset_group", 1)
         if groups < 1 or x[1] % groups:
             raise node.fail(f"offset_group {groups} does not divide the {x[1]} input channels")
-        geo["offset_group"] = groups
-        return geo
+        return {**geo, "offset_group": groups}, out
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 3, 5)
@@ -495,9 +524,8 @@ class DeformConvRule(ConvRule):
         require_same_elem(node, [f for f in (x, w, offset, b, mask) if f is not None])
         require_elem(node, x, FLOATS, "X")
         xs, ws = framed_extents(node, x.shape), static_extents(node, w, "W")
-        geo = self.settled(node, xs, ws)
-        out = tuple(int(d) for d in geo.pop("out"))  # type: ignore[attr-defined]
-        taps = ws[2] * ws[3] * int(geo["offset_group"])  # type: ignore[call-overload]
+        geo, out = self.settled(node, xs, ws)
+        taps = ws[2] * ws[3] * geo["offset_group"]
         for what, f, per in (("offset", offset, 2 * taps), ("mask", mask, taps)):
             if f is None:
                 continue
@@ -521,9 +549,8 @@ class DeformConvRule(ConvRule):
         from loam.dialects.kernel import DeformConvOp
 
         present = [v for v in operands if v is not None]
-        geo = self.settled(node, framed_extents(node, axes_type(present[0]).shape), lowered_extents(present[1]))
-        geo.pop("out")
-        op = DeformConvOp(present, ctx.result_types[:1], node.name, given=present_bits(operands[3:]), **geo)  # type: ignore[arg-type]
+        geo, _ = self.settled(node, framed_extents(node, axes_type(present[0]).shape), lowered_extents(present[1]))
+        op = DeformConvOp(present, ctx.result_types[:1], node.name, given=present_bits(operands[3:]), **geo)
         return emit_library(ctx, op)
 
 
@@ -554,7 +581,7 @@ class Col2ImRule(OpRule):
 
     def plan(
         self, node: NodeInfo, inputs: Sequence[Facts | None], owe: bool = True
-    ) -> tuple[dict[str, object], tuple[Poly, ...]]:
+    ) -> tuple[Col2ImParams, tuple[Poly, ...]]:
         """The kernel's parameters (image_shape or block_shape only the run gives left out) and the
         output's extents; what is known is checked here, and (`owe`) L owed equal to the number of blocks."""
         x = given(node, inputs, 0, "input")
@@ -573,14 +600,14 @@ class Col2ImRule(OpRule):
         strides = spatial_attrs(node, nsp, "strides", 1)
         dilations = spatial_attrs(node, nsp, "dilations", 1)
         pads = explicit_pads(node, nsp)
-        params: dict[str, object] = {}
+        params: Col2ImParams = {}
         if image is not None:
             params["image_shape"] = tuple(image)
         if block is not None:
             params["block_shape"] = tuple(block)
             if channels % _prod(block):
                 raise node.fail(f"the input's axis 1 ({channels}) is no multiple of the block's {_prod(block)} taps")
-        params |= {"strides": strides, "pads": pads, "dilations": dilations}
+        params["strides"], params["pads"], params["dilations"] = strides, pads, dilations
         if image is not None and block is not None:
             count = 1
             for i in range(nsp):
@@ -602,7 +629,7 @@ class Col2ImRule(OpRule):
         params, shape = self.plan(node, inputs)
         value = None
         if x.value is not None and "image_shape" in params and "block_shape" in params:
-            value = kernel_col2im(np.asarray(x.value), **params)  # type: ignore[arg-type]
+            value = kernel_col2im(np.asarray(x.value), **params)
         return [Facts(x.elem, shape, value)]
 
     def axes(
@@ -620,7 +647,7 @@ class Col2ImRule(OpRule):
         params, _ = self.plan(node, operand_facts(operands), owe=False)
         run = [operands[k] for k, name in ((1, "image_shape"), (2, "block_shape")) if name not in params]
         present = [x, *(v for v in run if v is not None)]
-        return emit_library(ctx, Col2ImOp(present, ctx.result_types[:1], node.name, **params))  # type: ignore[arg-type]
+        return emit_library(ctx, Col2ImOp(present, ctx.result_types[:1], node.name, **params))
 
 
 def _prod(values: Sequence[int]) -> int:

@@ -53,11 +53,11 @@ class NonMaxSuppressionRule(OpRule):
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 2, 5)
         boxes, scores = given(node, inputs, 0, "boxes"), given(node, inputs, 1, "scores")
-        for what, f in (("boxes", boxes), ("scores", scores)):
-            if f.elem.name != "f32":
-                raise node.unsupported(f"{what} has element type {f.elem.name}; ONNX takes f32")
-            if f.rank != 3:
-                raise node.fail(f"{what} must have rank 3, got {f.rank}")
+        for what, box_or_score in (("boxes", boxes), ("scores", scores)):
+            if box_or_score.elem.name != "f32":
+                raise node.unsupported(f"{what} has element type {box_or_score.elem.name}; ONNX takes f32")
+            if box_or_score.rank != 3:
+                raise node.fail(f"{what} must have rank 3, got {box_or_score.rank}")
         owed.require_equal(boxes.shape[0], scores.shape[0], node, "the batches of boxes and scores")
         owed.require_equal(boxes.shape[1], scores.shape[2], node, "the boxes of boxes and scores")
         owed.require_equal(boxes.shape[2], Poly.const(4), node, "the coordinates of a box")

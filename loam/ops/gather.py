@@ -16,6 +16,7 @@ from loam.core import owed
 from loam.core.derived import from_end
 from loam.core.poly import Poly
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity
+from loam.ops.lowering import axes_type
 from loam.ops.movement import AxesIn, AxesOut, MovementRule, check_movable
 from loam.ops.operands import (
     emit_library,
@@ -102,7 +103,7 @@ class GatherRule(MovementRule):
 
         x, i = operands
         assert x is not None and i is not None
-        axis = norm_axis(node, int(node.attr("axis", 0)), len(x.type.axes))  # type: ignore[attr-defined]
+        axis = norm_axis(node, int(node.attr("axis", 0)), len(axes_type(x).axes))
         return emit_library(ctx, GatherOp([x, i], [ctx.result_types[0]], node.name, axis=axis))
 
 
@@ -146,7 +147,7 @@ class GatherElementsRule(MovementRule):
 
         x, i = operands
         assert x is not None and i is not None
-        axis = norm_axis(node, int(node.attr("axis", 0)), len(x.type.axes))  # type: ignore[attr-defined]
+        axis = norm_axis(node, int(node.attr("axis", 0)), len(axes_type(x).axes))
         return emit_library(ctx, GatherElementsOp([x, i], [ctx.result_types[0]], node.name, axis=axis))
 
 

@@ -79,7 +79,7 @@ class RangeRule(OpRule):
 
     def symbolic_plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[Poly, Poly, Poly, Poly]:
         """(start, limit, delta, count) of a Range over polynomials, with what the inputs owe for it."""
-        start, limit, delta = (polys_of(f.value).reshape(-1)[0] for f in self.operands(node, inputs))  # type: ignore[arg-type]
+        start, limit, delta = (polys_of(f.value).reshape(-1)[0] for f in self.operands(node, inputs))
         bounds = owed.bounds()
         if decide(delta - 1, bounds) is not Verdict.HOLDS and decide(-delta - 1, bounds) is not Verdict.HOLDS:
             if decide(delta, bounds) is Verdict.HOLDS:
@@ -101,16 +101,16 @@ class RangeRule(OpRule):
         if any(is_symbolic_array(f.value) for f in (start, limit, delta)):
             if elem.name not in ("i64", "i32"):
                 raise node.unsupported(f"a Range of element type {elem.name} over symbolic extents is not supported")
-            first, limit, step, count = self.symbolic_plan(node, inputs)
+            first, end, step, count = self.symbolic_plan(node, inputs)
             value = None
             if count.is_const:  # a known number of values, each a polynomial
                 value = np.array([first + step * k for k in range(count.const_value)], dtype=object)
             # Every element lies between start and the last step short of limit.
             up = decide(step - 1, owed.bounds()) is Verdict.HOLDS
-            span = (first, limit - 1) if up else (limit + 1, first)
+            span = (first, end - 1) if up else (end + 1, first)
             return [Facts(elem, (count,), value, None if value is not None else span)]
         assert elem.numpy is not None
-        s, lim, d = (np.asarray(f.value, dtype=elem.numpy).reshape(()) for f in (start, limit, delta))  # type: ignore[union-attr]
+        s, lim, d = (np.asarray(f.value, dtype=elem.numpy).reshape(()) for f in (start, limit, delta))
         if d == 0:
             raise node.fail("delta is 0")
         # ONNX: max(ceil((limit - start) / delta), 0) elements, element i being start + i * delta.
@@ -190,8 +190,10 @@ class ConstantOfShapeRule(OpRule):
         elem, fill = self.fill(node)
         scalar = ConstantOp(TensorDataAttr.from_numpy(fill.reshape(()), elem), AxesTensorType(elem, []), node.name)
         ctx.emit(scalar)
+        shape = operands[0]
+        assert shape is not None  # infer requires the shape input
         if from_run(operand_facts(operands)[0]):
-            return emit_library(ctx, ExpandToOp([scalar.result, operands[0]], [ctx.result_types[0]], node.name))
+            return emit_library(ctx, ExpandToOp([scalar.result, shape], [ctx.result_types[0]], node.name))
         op = ZipOp([scalar.result], Expr.operand(0), ctx.result_types[0], node.name)  # broadcasting is all it does
         ctx.emit(op)
         return [op.result]

@@ -12,7 +12,7 @@ and a quotient.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -21,7 +21,8 @@ from loam.core.poly import Poly
 from loam.dialects.tensor_axes import Axis
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
-from loam.ops.operands import emit_library, norm_axis, require_elem, require_elem_of, required_inputs
+from loam.ops.lowering import axes_type
+from loam.ops.operands import emit_library, norm_axis, require_elem, require_elem_like, required_inputs
 from loam.ops.reduce import kept_unit_axes, unit_axis
 from loam.runtime.kernels.normalization import kernel_normalize
 from loam.runtime.kernels.reduce import kernel_reduce
@@ -30,7 +31,17 @@ if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
     from loam.dialects.expr import Expr
-    from loam.dialects.tensor_axes import AxesTensorType
+
+
+class NormalizeParams(TypedDict):
+    """`kernel.normalize`'s parameters (LayerNormalization's here, InstanceNormalization's in
+    `loam.ops.channel_norms`)."""
+
+    axes: tuple[int, ...]
+    epsilon: float
+    channel_axis: int
+    stash: str
+    stats: int
 
 
 def _stretched_to_normalised(node: NodeInfo, x: Facts, axis: int, affine: Sequence[tuple[Facts | None, str]]) -> None:
@@ -90,7 +101,7 @@ class LayerNormRule(OpRule):
             return "float64", "f64"
         raise node.unsupported(f"stash_type {code} is not supported (f32 = 1 or f64 = 11)")
 
-    def params(self, node: NodeInfo, rank: int, elem: str, outputs: int) -> dict[str, object]:
+    def params(self, node: NodeInfo, rank: int, elem: str, outputs: int) -> NormalizeParams:
         axis = norm_axis(node, int(node.attr("axis", -1)), rank)
         return {
             "axes": tuple(range(axis, rank)),
@@ -105,7 +116,7 @@ class LayerNormRule(OpRule):
         x, scale = required_inputs(node, inputs, ("X", "Scale"))
         bias = inputs[2] if len(inputs) == 3 else None
         require_elem(node, x, self.elem_types, "X")
-        require_elem_of(node, x, [scale] + ([bias] if bias else []), ["Scale"] + (["B"] if bias else []))
+        require_elem_like(node, x, [scale] + ([bias] if bias else []), ["Scale"] + (["B"] if bias else []))
         if x.rank == 0:
             raise node.fail("X must have rank 1 or more")
         axis = norm_axis(node, int(node.attr("axis", -1)), x.rank)
@@ -114,9 +125,11 @@ class LayerNormRule(OpRule):
         stats_shape = tuple(d if i < axis else Poly.const(1) for i, d in enumerate(x.shape))
         y = Facts(x.elem, x.shape)
         facts = [y, Facts(stats_elem, stats_shape), Facts(stats_elem, stats_shape)]
-        if x.value is not None and scale.value is not None and (bias is None or bias.value is not None):
-            operands = [x.value, scale.value] + ([bias.value] if bias is not None else [])
-            y_value, mean, inv = kernel_normalize(*operands, **self.params(node, x.rank, x.elem.name, 3))  # type: ignore[misc]
+        b = None if bias is None else bias.value
+        if x.value is not None and scale.value is not None and (bias is None or b is not None):
+            computed = kernel_normalize(x.value, scale.value, b, **self.params(node, x.rank, x.elem.name, 3))
+            assert isinstance(computed, tuple)  # stats 1: the kernel gives (Y, Mean, InvStdDev)
+            y_value, mean, inv = computed
             facts = [
                 Facts(x.elem, x.shape, y_value),
                 Facts(stats_elem, stats_shape, np.asarray(mean, stats_elem.numpy)),
@@ -144,14 +157,15 @@ class LayerNormRule(OpRule):
             else:
                 stats.append(unit_axis(taken))
             taken.append(stats[-1].name)
-        return [x, tuple(stats), tuple(stats)][: len(outputs)]
+        results: list[tuple[Axis | None, ...]] = [x, tuple(stats), tuple(stats)]
+        return results[: len(outputs)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import NormalizeOp
 
         x = operands[0]
         assert x is not None
-        t: AxesTensorType = x.type  # type: ignore[assignment]
+        t = axes_type(x)
         present = [v for v in operands if v is not None]
         n = len(ctx.result_types)
         params = self.params(node, t.rank, t.elem.name, n)
@@ -159,7 +173,7 @@ class LayerNormRule(OpRule):
         if 1 < n < 3:
             # Mean alone: the kernel computes both statistics; InvStdDev's type is Mean's.
             types = [*ctx.result_types, ctx.result_types[1]]
-        results = emit_library(ctx, NormalizeOp(present, types, node.name, **params))  # type: ignore[arg-type]
+        results = emit_library(ctx, NormalizeOp(present, types, node.name, **params))
         return results[:n]
 
 
@@ -219,7 +233,7 @@ class RmsNormRule(OpRule):
         require_arity(node, inputs, 2)
         x, scale = required_inputs(node, inputs, ("X", "scale"))
         require_elem(node, x, self.elem_types, "X")
-        require_elem_of(node, x, [scale], ["scale"])
+        require_elem_like(node, x, [scale], ["scale"])
         if x.rank == 0:
             raise node.fail("X must have rank 1 or more")
         axis = norm_axis(node, int(node.attr("axis", -1)), x.rank)
@@ -319,7 +333,8 @@ class SimplifiedLayerNormRule(RmsNormRule):
         assert x is not None
         _meets_trailing_axes(node, x, (("scale", inputs[1]),))
         axis = norm_axis(node, int(node.attr("axis", -1)), len(x))
-        return [x, stat_axes(x, axis)][: len(outputs)]
+        results: list[tuple[Axis | None, ...]] = [x, stat_axes(x, axis)]
+        return results[: len(outputs)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import ZipOp
@@ -430,7 +445,9 @@ class LpNormRule(OpRule):
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
     ) -> list[tuple[Axis | None, ...]]:
-        return [inputs[0]]  # type: ignore[list-item]
+        x = inputs[0]
+        assert x is not None
+        return [x]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import ReduceOp, ZipOp

@@ -11,7 +11,7 @@ NegativeLogLikelihoodLoss is one library kernel (`kernel.nll_loss`, computed by
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from loam.core import owed
 from loam.core.poly import Poly
@@ -27,6 +27,14 @@ if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
 
+class NllLossParams(TypedDict):
+    """`kernel.nll_loss`'s parameters."""
+
+    reduction: str
+    ignore_index: int
+    ignores: int
+
+
 class NllLossRule(OpRule):
     """ONNX NegativeLogLikelihoodLoss (opset 12 on): loss = -x[n, target, d...] * weight[target]."""
 
@@ -38,7 +46,7 @@ class NllLossRule(OpRule):
     limitations = "a target outside [0, C) that is not ignore_index raises the module's DataError at run time"
     scores = "input"
 
-    def params(self, node: NodeInfo) -> dict[str, object]:
+    def params(self, node: NodeInfo) -> NllLossParams:
         reduction = node.attr("reduction", "mean")
         reduction = reduction.decode() if isinstance(reduction, bytes) else str(reduction)
         if reduction not in ("none", "sum", "mean"):
@@ -77,7 +85,7 @@ class NllLossRule(OpRule):
         value = None
         if x.value is not None and target.value is not None and (weight is None or weight.value is not None):
             try:
-                value = kernel_nll_loss(x.value, target.value, None if weight is None else weight.value, **params)  # type: ignore[arg-type]
+                value = kernel_nll_loss(x.value, target.value, None if weight is None else weight.value, **params)
             except DataError as err:  # constant targets outside the classes: the graph is wrong, not its input
                 raise node.fail(str(err)) from None
         return [Facts(x.elem, shape, value)]

@@ -27,7 +27,7 @@ from loam.ops.base import (
     require_arity,
     same_axis,
 )
-from loam.ops.lowering import HALF_TYPES
+from loam.ops.lowering import HALF_TYPES, axes_type
 from loam.ops.operands import emit_library, given, optional, present_bits
 from loam.runtime.kernels.common import narrowed, widened
 from loam.runtime.kernels.products import kernel_det, kernel_matmul_integer, kernel_qlinear_matmul
@@ -73,7 +73,7 @@ def _check_contracted_axes(node: NodeInfo, a: Axis, b: Axis) -> None:
 
 
 # Element types the products compute (ONNX also allows ui32/ui64, which Loam does not carry).
-PRODUCT_TYPES = ("f32", "f64", "f16", "bf16", "i32", "i64")
+PRODUCT_TYPES: tuple[str, ...] = ("f32", "f64", "f16", "bf16", "i32", "i64")
 
 
 def _float_operands(node: NodeInfo, facts: Sequence[Facts]) -> None:
@@ -93,7 +93,7 @@ def _widened_operand(ctx: LowerContext, node: NodeInfo, value: SSAValue) -> SSAV
     from loam.dialects.kernel import CastOp
     from loam.dialects.tensor_axes import AxesTensorType
 
-    t: AxesTensorType = value.type  # type: ignore[assignment]
+    t = axes_type(value)
     op = CastOp(value, AxesTensorType("f32", t.axes), node.name)
     ctx.emit(op)
     return op.result
@@ -290,7 +290,7 @@ class GemmRule(OpRule):
         return [emit_zip(ctx, node, inputs, expr)]
 
 
-QUANTIZED_FACTORS = ("i8", "ui8")
+QUANTIZED_FACTORS: tuple[str, ...] = ("i8", "ui8")
 
 
 def _zero_point(node: NodeInfo, zero: Facts | None, of: Facts, what: str, per: Poly | None) -> None:

@@ -293,8 +293,8 @@ class SplitRule(ResizesAxes):
             raise node.fail(f"num_outputs is {num}, but the node has {count} outputs")
         if extent.is_const:
             e = extent.const_value
-            chunk = -(-e // num)
-            return [Poly.const(min(chunk, max(e - chunk * i, 0))) for i in range(num)]
+            most = -(-e // num)
+            return [Poly.const(min(most, max(e - most * i, 0))) for i in range(num)]
         # ONNX 18: parts of ceil(extent / num), the last one what remains (which owes not to be negative).
         chunk = ceildiv(extent, num, owed.bounds())
         return [chunk] * (num - 1) + [extent - chunk * (num - 1)]
@@ -318,7 +318,8 @@ class SplitRule(ResizesAxes):
         axis, sizes = self.plan(node, facts_in)
         assert operands[0] is not None
         if len(facts_in) > 1 and from_run(facts_in[1]):
-            op = SplitByOp(list(operands[:2]), ctx.result_types, node.name, axis=axis, parts=len(sizes))
+            present = [v for v in operands[:2] if v is not None]  # the input and the split sizes the run gives
+            op = SplitByOp(present, ctx.result_types, node.name, axis=axis, parts=len(sizes))
             return emit_library(ctx, op)
         if len(sizes) == 1:
             return [operands[0]]
@@ -375,7 +376,8 @@ class TileRule(ResizesAxes):
         x = operands[0]
         assert x is not None
         if from_run(operand_facts(operands)[1]):
-            return emit_library(ctx, TileByOp(list(operands[:2]), [ctx.result_types[0]], node.name))
+            present = [v for v in operands[:2] if v is not None]  # the input and the repeats the run gives
+            return emit_library(ctx, TileByOp(present, [ctx.result_types[0]], node.name))
         reps = self.repeats(node, operand_facts(operands))
         if all(r == Poly.const(1) for r in reps):
             return [x]

@@ -11,7 +11,7 @@ refusals read alike in every family.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -22,7 +22,10 @@ from loam.ops.base import Facts, LowerContext, NodeInfo
 if TYPE_CHECKING:
     from xdsl.ir import Operation, SSAValue
 
+    from loam.dialects.kernel import ConstantOp
     from loam.dialects.tensor_axes import Axis
+
+T = TypeVar("T")
 
 # The element types an operand holding integers (a shape, axes, pads) may have.
 INTEGER_TYPES: tuple[str, ...] = ("i64", "i32", "i16", "i8", "ui8", "ui16", "ui32", "ui64")
@@ -126,10 +129,10 @@ def require_within(node: NodeInfo, indices: np.ndarray | None, extent: Poly) -> 
             owed.owe(index + extent, node, f"index {index} lies within the extent {extent}")
             owed.owe(extent - 1 - index, node, f"index {index} lies within the extent {extent}")
         return
-    extent = extent.const_value  # type: ignore[assignment]
+    n = extent.const_value
     low, high = int(indices.min()), int(indices.max())
-    if low < -extent or high >= extent:
-        raise node.fail(f"index {low if low < -extent else high} is outside [{-extent}, {extent - 1}]")
+    if low < -n or high >= n:
+        raise node.fail(f"index {low if low < -n else high} is outside [{-n}, {n - 1}]")
 
 
 def ints_of(
@@ -186,7 +189,7 @@ def required_inputs(node: NodeInfo, inputs: Sequence[Facts | None], names: Seque
     return found
 
 
-def require_elem_of(node: NodeInfo, x: Facts, others: Sequence[Facts], names: Sequence[str]) -> None:
+def require_elem_like(node: NodeInfo, x: Facts, others: Sequence[Facts], names: Sequence[str]) -> None:
     """Stop the build when one of `others` (named by `names`) has another element type than X, where
     ONNX would allow it and Loam computes one type."""
     for f, name in zip(others, names, strict=True):
@@ -214,7 +217,7 @@ def facts(elem: dtypes.ElementType, dims: Sequence[int], value: np.ndarray | Non
     return Facts(elem, tuple(Poly.const(int(d)) for d in dims), value)
 
 
-def fold_if_known(inputs: Sequence[Facts | None], compute: Callable[..., np.ndarray]) -> np.ndarray | None:
+def fold_if_known(inputs: Sequence[Facts | None], compute: Callable[..., T]) -> T | None:
     """The value `compute(*values)` when every present input is known, else None (stage 0 folding)."""
     present = [f for f in inputs if f is not None]
     if not all(f.value is not None for f in present):
@@ -232,32 +235,40 @@ def operand_facts(operands: Sequence[SSAValue | None]) -> list[Facts | None]:
 
     Lowering recomputes a kernel's parameters from these with the same code `infer` used.
     """
+    from loam.dialects.graph import TensorDataAttr
     from loam.dialects.kernel import ConstantOp, WeightOp
+    from loam.ops.lowering import axes_type
 
     out: list[Facts | None] = []
     for v in operands:
         if v is None:
             out.append(None)
             continue
-        t = v.type
+        t = axes_type(v)
         value = None
         if isinstance(v.owner, ConstantOp):
             value = constant_value(v.owner)
-        elif isinstance(v.owner, WeightOp) and v.owner.data is not None and v.type.elem.name in INTEGER_TYPES:  # type: ignore[attr-defined]
+        elif isinstance(v.owner, WeightOp) and v.owner.data is not None and t.elem.name in INTEGER_TYPES:
             # An integer initializer: stage 0 read it as known (weights are the float ones, never read).
-            value = np.asarray(v.owner.data.to_numpy())
-        out.append(Facts(t.elem, tuple(a.extent for a in t.axes), value))  # type: ignore[attr-defined]
+            data = v.owner.data
+            assert isinstance(data, TensorDataAttr)  # the data a weight carries is a #graph.data value
+            value = np.asarray(data.to_numpy())
+        out.append(Facts(t.elem, tuple(a.extent for a in t.axes), value))
     return out
 
 
-def constant_value(op: Operation) -> np.ndarray:
+def constant_value(op: ConstantOp) -> np.ndarray:
     """A `kernel.constant`'s value: numbers, or an object array of `Poly` for symbolic values."""
     from xdsl.dialects.builtin import ArrayAttr
 
-    value = op.value  # type: ignore[attr-defined]
+    from loam.dialects.graph import TensorDataAttr
+    from loam.ops.lowering import axes_type
+
+    value = op.value
     if isinstance(value, ArrayAttr):
-        shape = [a.extent.const_value for a in op.results[0].type.axes]  # type: ignore[attr-defined]
+        shape = [a.extent.const_value for a in axes_type(op.results[0]).axes]
         return np.array([e.data for e in value.data], dtype=object).reshape(shape)
+    assert isinstance(value, TensorDataAttr)  # a constant holds extents (an array) or a #graph.data value
     return np.asarray(value.to_numpy())
 
 

@@ -20,7 +20,7 @@ and GlobalLpPool before opset 2 take `p` as a float, read the same way.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Required, TypedDict
 
 import numpy as np
 
@@ -39,6 +39,34 @@ if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
     from loam.dialects.tensor_axes import Axis
+
+
+class PoolParams(TypedDict, total=False):
+    """`kernel.pool`'s parameters: the window geometry, then those only some modes read."""
+
+    mode: Required[str]
+    kernel_shape: Required[tuple[int, ...]]
+    strides: Required[tuple[int, ...]]
+    pads: Required[tuple[int, ...]]
+    dilations: Required[tuple[int, ...]]
+    out_shape: Required[tuple[int, ...]]
+    count_include_pad: int
+    p: float
+    nan_rule: str
+    storage_order: int
+    indices: int
+
+
+class RoiAlignParams(TypedDict):
+    """`kernel.roi_align`'s parameters."""
+
+    mode: str
+    output_height: int
+    output_width: int
+    sampling_ratio: int
+    spatial_scale: float
+    half_pixel: int
+
 
 _MODES = {
     "MaxPool": "max",
@@ -74,13 +102,12 @@ class PoolRule(OpRule):
         "negative pads are refused"
     )
 
-    def params(self, node: NodeInfo, x: tuple[int, ...], n_outputs: int, elem: str) -> dict[str, object]:
+    def params(self, node: NodeInfo, x: tuple[int, ...], n_outputs: int, elem: str) -> PoolParams:
         if len(x) < 3:
             raise node.fail(f"X has rank {len(x)}; pooling needs N, C and at least one spatial axis")
         mode = _MODES[node.op_type]
         nsp = len(x) - 2
         spatial = x[2:]
-        params: dict[str, object] = {"mode": mode}
         if node.op_type.startswith("Global"):
             kernel, strides, dilations = spatial, (1,) * nsp, (1,) * nsp
             pads, out = (0,) * (2 * nsp), (1,) * nsp
@@ -97,7 +124,14 @@ class PoolRule(OpRule):
             pads, out = window_geometry(
                 node, spatial, kernel, strides, dilations, ceil_mode=ceil_mode, negative_same=True
             )
-        params.update(kernel_shape=kernel, strides=strides, pads=pads, dilations=dilations, out_shape=out)
+        params: PoolParams = {
+            "mode": mode,
+            "kernel_shape": kernel,
+            "strides": strides,
+            "pads": pads,
+            "dilations": dilations,
+            "out_shape": out,
+        }
         if mode == "avg":
             params["count_include_pad"] = int_attr(node, "count_include_pad", 0, (0, 1))
         if mode == "lp":
@@ -114,7 +148,7 @@ class PoolRule(OpRule):
             storage_order = int_attr(node, "storage_order", 0, (0, 1))
             if storage_order not in (0, 1):
                 raise node.fail(f"storage_order must be 0 or 1, got {storage_order}")
-            params.update(storage_order=storage_order, indices=1)
+            params["storage_order"], params["indices"] = storage_order, 1
         return params
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
@@ -127,15 +161,17 @@ class PoolRule(OpRule):
         # MaxPool's optional Indices output: the graph names it, so the node's outputs decide.
         n_outputs = self.outputs_wanted(node)
         params = self.params(node, xs, n_outputs, x.elem.name)
-        shape = (x.shape[0], *(Poly.const(d) for d in (xs[1], *params["out_shape"])))  # type: ignore[misc]
+        shape = (x.shape[0], *(Poly.const(d) for d in (xs[1], *params["out_shape"])))
         from loam.runtime.kernels.conv import kernel_pool
 
         value = fold_if_known(inputs, lambda v: kernel_pool(v, **params))
         from loam.core import dtypes
 
         if n_outputs == 2:
+            assert not isinstance(value, np.ndarray)  # with indices=1 the kernel gives (Y, Indices)
             y, index = value if value is not None else (None, None)
             return [Facts(x.elem, shape, y), Facts(dtypes.by_name("i64"), shape, index)]
+        assert not isinstance(value, tuple)  # without indices the kernel gives Y alone
         return [Facts(x.elem, shape, value)]
 
     def outputs_wanted(self, node: NodeInfo) -> int:
@@ -161,7 +197,7 @@ class PoolRule(OpRule):
         params = self.params(
             node, framed_extents(node, axes_type(x).shape), len(ctx.result_types), ctx.result_types[0].elem.name
         )
-        return emit_library(ctx, PoolOp([x], ctx.result_types, node.name, **params))  # type: ignore[arg-type]
+        return emit_library(ctx, PoolOp([x], ctx.result_types, node.name, **params))
 
 
 class MaxUnpoolRule(OpRule):
@@ -259,7 +295,7 @@ class RoiAlignRule(OpRule):
     elem_types = FLOATS
     limitations = "max mode takes the largest weighted corner of each sample, as onnxruntime (and ONNX's reference) do"
 
-    def params(self, node: NodeInfo) -> dict[str, object]:
+    def params(self, node: NodeInfo) -> RoiAlignParams:
         """The kernel's parameters, from the attributes."""
         mode = str(node.attr("mode", "avg"))
         if mode not in ("avg", "max"):
@@ -303,10 +339,10 @@ class RoiAlignRule(OpRule):
         value = None
         if all(f.value is not None for f in (x, rois, b)):
             try:
-                value = kernel_roi_align(np.asarray(x.value), np.asarray(rois.value), np.asarray(b.value), **params)  # type: ignore[arg-type]
+                value = kernel_roi_align(np.asarray(x.value), np.asarray(rois.value), np.asarray(b.value), **params)
             except DataError as err:
                 raise node.fail(str(err)) from None
-        extents = (Poly.const(params["output_height"]), Poly.const(params["output_width"]))  # type: ignore[arg-type]
+        extents = (Poly.const(params["output_height"]), Poly.const(params["output_width"]))
         return [Facts(x.elem, (rois.shape[0], x.shape[1], *extents), value)]
 
     def axes(
@@ -321,7 +357,7 @@ class RoiAlignRule(OpRule):
         from loam.dialects.kernel import RoiAlignOp
 
         present = [v for v in operands if v is not None]
-        op = RoiAlignOp(present, ctx.result_types[:1], node.name, **self.params(node))  # type: ignore[arg-type]
+        op = RoiAlignOp(present, ctx.result_types[:1], node.name, **self.params(node))
         return emit_library(ctx, op)
 
 

@@ -11,7 +11,7 @@ terms, which the importer expands (`loam.frontends.onnx_functions`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -96,6 +96,16 @@ def _layout(node: NodeInfo, x: Facts, scale: Facts, zero: Facts | None) -> tuple
     return axis, block
 
 
+class QuantizeParams(TypedDict):
+    """`kernel.quantize_linear`'s parameters."""
+
+    axis: int
+    block_size: int
+    to: str
+    saturate: int
+    precision: str
+
+
 class QuantizeLinearRule(KeepsAxes):
     """ONNX QuantizeLinear (10; per axis 13; float8 and `saturate` 19; blocks, `output_dtype`, 4-bit 21;
     `precision` 23; 2-bit 25): y = saturate(round(x / scale) + zero point), rounding to nearest even.
@@ -141,7 +151,7 @@ class QuantizeLinearRule(KeepsAxes):
             value = kernel_quantize_linear(*operands, **self.params(node, result, axis, block))
         return [Facts(dtypes.by_name(result), x.shape, value)]
 
-    def params(self, node: NodeInfo, result: str, axis: int, block: int) -> dict[str, int | str]:
+    def params(self, node: NodeInfo, result: str, axis: int, block: int) -> QuantizeParams:
         precision = _elem_attr(node, "precision")
         return {
             "axis": axis,

@@ -16,7 +16,7 @@ refuses the node rather than pick one.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -230,7 +230,12 @@ class RecurrentRule(OpRule):
 
     def compute(self, inputs: Sequence[Facts | None], params: dict[str, Any]) -> tuple[np.ndarray, ...]:
         """The kernel over known operands (stage 0's fold)."""
-        kernel = {"RNN": kernel_rnn, "GRU": kernel_gru, "LSTM": kernel_lstm}[self.op_types[0]]
+        kernels: dict[str, Callable[..., tuple[np.ndarray, ...]]] = {
+            "RNN": kernel_rnn,
+            "GRU": kernel_gru,
+            "LSTM": kernel_lstm,
+        }
+        kernel = kernels[self.op_types[0]]
         operands = [np.asarray(f.value) for f in inputs if f is not None]
         return kernel(*operands, present=present_bits(inputs[3:]), **params)
 
@@ -264,7 +269,8 @@ class RecurrentRule(OpRule):
                 for i, (a, b) in enumerate(zip(axes, state, strict=True)):
                     meet(a, b, f"at {name}'s axis {i}")
         y = (batch, seq, directions, hidden) if layout else (seq, directions, batch, hidden)
-        return [y, *[state] * (self.outputs - 1)][: len(outputs)]
+        results: list[tuple[Axis | None, ...]] = [y, *[state] * (self.outputs - 1)]
+        return results[: len(outputs)]
 
     # -- lower-to-kernel -----------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import combinations
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from loam.core.poly import Poly
 from loam.dialects.tensor_axes import Axis
 from loam.ops.base import UNIT_AXIS, Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
+from loam.ops.lowering import axes_type
 from loam.ops.operands import (
     INDEX_TYPES,
     emit_library,
@@ -167,6 +168,24 @@ REDUCE_KINDS: dict[str, str] = {
 PASS_THROUGH_KINDS = frozenset({"sum", "mean", "max", "min", "prod"})
 
 
+class ArgReduceParams(TypedDict):
+    """`kernel.arg_reduce`'s parameters."""
+
+    kind: str
+    axis: int
+    keepdims: int
+    select_last_index: int
+
+
+class TopKParams(TypedDict):
+    """`kernel.topk`'s parameters; without `k` the kernel reads it from its second operand."""
+
+    k: NotRequired[int]
+    axis: int
+    largest: int
+    sorted: int
+
+
 class ReduceRule(OpRule):
     """ONNX Reduce*: axes (attribute, or input from opset 18 / ReduceSum 13), keepdims, noop_with_empty_axes."""
 
@@ -242,7 +261,7 @@ class ReduceRule(OpRule):
         x = operands[0]
         assert x is not None
         axes_in = ints_of(node, operand_facts(operands), 1, "axes", INDEX_TYPES)
-        rank = len(x.type.axes)  # type: ignore[attr-defined]
+        rank = len(axes_type(x).axes)
         axes = self.reduced_axes(node, axes_in, rank)
         kind = REDUCE_KINDS[node.op_type]
         if not axes and kind in PASS_THROUGH_KINDS:
@@ -276,7 +295,7 @@ class ArgReduceRule(OpRule):
             value = kernel_arg_reduce(x.value, **self.params(node, x.rank))
         return [Facts(dtypes.by_name("i64"), shape, value)]
 
-    def params(self, node: NodeInfo, rank: int) -> dict[str, int | str]:
+    def params(self, node: NodeInfo, rank: int) -> ArgReduceParams:
         return {
             "kind": "max" if node.op_type == "ArgMax" else "min",
             "axis": norm_axis(node, int(node.attr("axis", 0)), rank),
@@ -302,7 +321,7 @@ class ArgReduceRule(OpRule):
 
         x = operands[0]
         assert x is not None
-        params = self.params(node, len(x.type.axes))  # type: ignore[attr-defined]
+        params = self.params(node, len(axes_type(x).axes))
         return emit_library(ctx, ArgReduceOp([x], ctx.result_types, node.name, **params))
 
 
@@ -357,14 +376,13 @@ class TopKRule(OpRule):
             values, indices = kernel_topk(x.value, **self.params(node, k, x.rank))
         return [Facts(x.elem, shape, values), Facts(dtypes.by_name("i64"), shape, indices)]
 
-    def params(self, node: NodeInfo, k: int | None, rank: int) -> dict[str, int]:
+    def params(self, node: NodeInfo, k: int | None, rank: int) -> TopKParams:
         """The kernel's parameters; without `k` (None) the kernel reads it from its second operand."""
-        return {
-            **({} if k is None else {"k": k}),
-            "axis": norm_axis(node, int(node.attr("axis", -1)), rank),
-            "largest": int_attr(node, "largest", 1, (0, 1)),
-            "sorted": int_attr(node, "sorted", 1, (0, 1)),
-        }
+        axis = norm_axis(node, int(node.attr("axis", -1)), rank)
+        largest, ordered = int_attr(node, "largest", 1, (0, 1)), int_attr(node, "sorted", 1, (0, 1))
+        if k is None:
+            return {"axis": axis, "largest": largest, "sorted": ordered}
+        return {"k": k, "axis": axis, "largest": largest, "sorted": ordered}
 
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
@@ -382,7 +400,7 @@ class TopKRule(OpRule):
 
         x = operands[0]
         assert x is not None
-        rank = len(x.type.axes)  # type: ignore[attr-defined]
+        rank = len(axes_type(x).axes)
         axis = norm_axis(node, int(node.attr("axis", -1)), rank)
         k = ctx.result_types[0].shape[axis]
         if not k.is_const:  # k only the run gives: the kernel reads it
@@ -428,7 +446,9 @@ class CumSumRule(KeepsAxes):
 
         x = operands[0]
         assert x is not None
-        params = self.params(node, ints_of(node, operand_facts(operands), 1, "axis", INDEX_TYPES), len(x.type.axes))  # type: ignore[attr-defined]
+        params = self.params(
+            node, ints_of(node, operand_facts(operands), 1, "axis", INDEX_TYPES), len(axes_type(x).axes)
+        )
         kernel_op = CumProdOp if node.op_type == "CumProd" else CumSumOp
         return emit_library(ctx, kernel_op([x], ctx.result_types, node.name, **params))
 
@@ -474,7 +494,7 @@ class SoftmaxRule(KeepsAxes):
 
         x = operands[0]
         assert x is not None
-        axes = self.normalised_axes(node, len(x.type.axes))  # type: ignore[attr-defined]
+        axes = self.normalised_axes(node, len(axes_type(x).axes))
         kind = SOFTMAX_KINDS[node.op_type]
         return emit_library(ctx, SoftmaxOp([x], ctx.result_types, node.name, kind=kind, axes=axes))
 

@@ -27,6 +27,7 @@ from loam.core.derived import decide, exact_quotient, floordiv, reading_where, s
 from loam.core.errors import AxisError
 from loam.core.poly import Poly, poly_product
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
+from loam.ops.lowering import axes_type
 from loam.ops.movement import AxesIn, AxesOut, MovementRule, check_movable
 from loam.ops.operands import (
     emit_library,
@@ -279,7 +280,8 @@ class ReshapeRule(_RegroupRule):
         shape = operand_facts(operands[1:2])[0] if len(operands) > 1 else None
         if from_run(shape):
             allowzero = int_attr(node, "allowzero", 0, (0, 1))
-            op = ReshapeToOp(list(operands[:2]), [ctx.result_types[0]], node.name, allowzero=allowzero)
+            present = [v for v in operands[:2] if v is not None]  # the data and the shape the run gives
+            op = ReshapeToOp(present, [ctx.result_types[0]], node.name, allowzero=allowzero)
             return emit_library(ctx, op)
         return super().lower(ctx, node, operands)
 
@@ -348,9 +350,8 @@ def reshape_extents(node: NodeInfo, dims: Sequence[Poly], target: Sequence[Poly]
             rest = Poly.const(total.const_value // known.const_value)
         else:
             owed.owe(known - 1, node, "the extents beside -1 multiply to more than 0")
-            rest = exact_quotient(total, known) if known != zero else None
-            if rest is None:
-                rest = floordiv(total, known, owed.bounds())
+            exact = exact_quotient(total, known) if known != zero else None
+            rest = floordiv(total, known, owed.bounds()) if exact is None else exact
         out[out.index(None)] = rest
     final = [d for d in out if d is not None]
     count = poly_product(final)
@@ -521,7 +522,7 @@ class _BlockRule(MovementRule):
 
         x = operands[0]
         assert x is not None
-        xt: AxesTensorType = x.type  # type: ignore[assignment]
+        xt = axes_type(x)
         b, mode = self.params(node)
         grouped, perm = self.steps(lowered_extents(x), b, mode)
         names = [_fresh(node, str(k)) for k in range(len(grouped))]

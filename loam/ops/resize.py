@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Required, TypedDict, TypeVar
 
 import numpy as np
 
@@ -75,6 +75,30 @@ _ALL_TYPES = (*FLOATS, "i8", "i16", "i32", "i64", "ui8", "bool")
 _T = TypeVar("_T")
 
 
+class ResizeParams(TypedDict, total=False):
+    """`kernel.resize`'s parameters (`kernel.resize_to` takes the mode's alone): the mode, then those
+    only some modes read, then the geometry the build settles."""
+
+    mode: Required[str]
+    coordinate_mode: Required[str]
+    nearest_mode: Required[str]
+    antialias: int
+    cubic_coeff_a: float
+    exclude_outside: int
+    extrapolation_value: float
+    scales: tuple[float, ...]
+    sizes: tuple[int, ...]
+    roi: tuple[float, ...]
+
+
+class GridSampleParams(TypedDict):
+    """`kernel.grid_sample`'s parameters."""
+
+    mode: str
+    padding_mode: str
+    align_corners: int
+
+
 class ResizeRule(OpRule):
     """ONNX Resize (opsets 10-19) and Upsample (opsets 1-9, deprecated at 10)."""
 
@@ -105,7 +129,7 @@ class ResizeRule(OpRule):
 
     # -- settling the geometry -------------------------------------------------------------------
 
-    def attrs(self, node: NodeInfo, rank: int) -> tuple[dict[str, object], tuple[int, ...], str]:
+    def attrs(self, node: NodeInfo, rank: int) -> tuple[ResizeParams, tuple[int, ...], str]:
         """What the attributes settle: the kernel's mode parameters, the axes resized and the
         keep_aspect_ratio_policy (opsets before 11 restated as the current Resize)."""
         legacy = node.op_type == "Upsample" or node.since < 11
@@ -115,7 +139,7 @@ class ResizeRule(OpRule):
         if mode not in ("nearest", "linear", "cubic") or (legacy and mode == "cubic"):
             raise node.fail(f"mode {mode!r} is not defined at opset {node.since}")
         if legacy:
-            params: dict[str, object] = {
+            params: ResizeParams = {
                 "mode": mode,
                 "coordinate_mode": "asymmetric",
                 "nearest_mode": "simple",
@@ -162,7 +186,7 @@ class ResizeRule(OpRule):
         roi: np.ndarray | None,
         scales: np.ndarray | None,
         sizes: np.ndarray | None,
-    ) -> dict[str, object]:
+    ) -> ResizeParams:
         """The `kernel.resize` parameters: mode, mapping, output `sizes` and per-axis `scales`, from
         the values of roi, scales and sizes the build knows (the geometry is the run-time kernel's,
         `resize_geometry`)."""
@@ -250,10 +274,10 @@ class ResizeRule(OpRule):
             )
         runtime, _ = self.plan(node, inputs)
         if runtime:  # the run settles the extents of the axes resized: lengths only it knows
-            scales = self._operands(node, inputs)[1]
+            given_scales = self._operands(node, inputs)[1]
             kept: set[int] = set()  # an axis a known scale of 1 leaves alone keeps its extent
-            if scales is not None and scales.value is not None and np.size(scales.value) == len(axes):
-                factors = np.asarray(scales.value, np.float32).reshape(-1)
+            if given_scales is not None and given_scales.value is not None and np.size(given_scales.value) == len(axes):
+                factors = np.asarray(given_scales.value, np.float32).reshape(-1)
                 kept = {a for a, s in zip(axes, factors, strict=True) if s == 1}
             extents = tuple(
                 node.result_length(0, k) if k in axes and k not in kept else d for k, d in enumerate(x.shape)
@@ -264,8 +288,8 @@ class ResizeRule(OpRule):
         params = self.settle(node, shape, roi, scales, sizes)
         value = None
         if x.value is not None:
-            value = kernel_resize(np.asarray(x.value), **params)  # type: ignore[arg-type]
-        return [Facts(x.elem, tuple(Poly.const(d) for d in params["sizes"]), value)]  # type: ignore[attr-defined]
+            value = kernel_resize(np.asarray(x.value), **params)
+        return [Facts(x.elem, tuple(Poly.const(d) for d in params["sizes"]), value)]
 
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
@@ -292,12 +316,12 @@ class ResizeRule(OpRule):
                 axes=axes,
                 keep_aspect_ratio_policy=policy,
                 present=present_bits(given),
-                **params,  # type: ignore[arg-type]
+                **params,
             )
             return emit_library(ctx, op)
         roi, scales, sizes = (None if f is None else f.value for f in self._operands(node, facts))
         params = self.settle(node, lowered_extents(x), roi, scales, sizes)
-        return emit_library(ctx, ResizeOp([x], ctx.result_types[:1], node.name, **params))  # type: ignore[arg-type]
+        return emit_library(ctx, ResizeOp([x], ctx.result_types[:1], node.name, **params))
 
 
 # GridSample's modes by the opset that spells them, as the kernel names them.
@@ -322,7 +346,7 @@ class GridSampleRule(OpRule):
         "computes them; X and grid in floats"
     )
 
-    def params(self, node: NodeInfo, rank: int) -> dict[str, object]:
+    def params(self, node: NodeInfo, rank: int) -> GridSampleParams:
         """The `kernel.grid_sample` parameters, from the attributes and X's rank."""
         spelled = _GRID_MODES[20 if node.since >= 20 else 16]
         default = "linear" if node.since >= 20 else "bilinear"
@@ -366,7 +390,7 @@ class GridSampleRule(OpRule):
             if have != want:
                 owed.require_equal(have, want, node, what)
         try:
-            value = fold_if_known(inputs, lambda xv, gv: kernel_grid_sample(xv, gv, **params))  # type: ignore[arg-type]
+            value = fold_if_known(inputs, lambda xv, gv: kernel_grid_sample(xv, gv, **params))
         except DataError as err:  # known values the operator defines no result for
             raise node.fail(str(err)) from None
         return [Facts(x.elem, (x.shape[0], x.shape[1], *grid.shape[1:-1]), value)]
@@ -385,7 +409,7 @@ class GridSampleRule(OpRule):
         x, grid = operands
         assert x is not None and grid is not None
         params = self.params(node, len(axes_type(x).axes))
-        return emit_library(ctx, GridSampleOp([x, grid], ctx.result_types[:1], node.name, **params))  # type: ignore[arg-type]
+        return emit_library(ctx, GridSampleOp([x, grid], ctx.result_types[:1], node.name, **params))
 
 
 class AffineGridRule(OpRule):
@@ -483,11 +507,12 @@ class AffineGridRule(OpRule):
         assert theta is not None
         align = int_attr(node, "align_corners", 0, (0, 1))
         if self.run_time_rank(node, operand_facts(operands)) is not None:
-            op = AffineGridOp(list(operands[:2]), ctx.result_types[:1], node.name, align_corners=align)
+            present = [v for v in operands[:2] if v is not None]  # theta and size: infer requires both
+            op = AffineGridOp(present, ctx.result_types[:1], node.name, align_corners=align)
             return emit_library(ctx, op)
         spatial = tuple(d.const_value for d in ctx.result_types[0].shape[1:-1])
-        params = {"sizes": spatial, "align_corners": int_attr(node, "align_corners", 0, (0, 1))}
-        return emit_library(ctx, AffineGridOp([theta], ctx.result_types[:1], node.name, **params))  # type: ignore[arg-type]
+        op = AffineGridOp([theta], ctx.result_types[:1], node.name, sizes=spatial, align_corners=align)
+        return emit_library(ctx, op)
 
 
 RULES: tuple[OpRule, ...] = (ResizeRule(), GridSampleRule(), AffineGridRule())

@@ -13,6 +13,7 @@ import numpy as np
 
 from loam.core import owed
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity, same_axis
+from loam.ops.lowering import axes_type
 from loam.ops.movement import MOVABLE, AxesIn, AxesOut, MovementRule, check_movable
 from loam.ops.operands import (
     emit_library,
@@ -88,7 +89,7 @@ class ScatterElementsRule(MovementRule):
 
         x, i, u = operands
         assert x is not None and i is not None and u is not None
-        axis = norm_axis(node, int(node.attr("axis", 0)), len(x.type.axes))  # type: ignore[attr-defined]
+        axis = norm_axis(node, int(node.attr("axis", 0)), len(axes_type(x).axes))
         reduction = scatter_reduction(node)
         op = ScatterElementsOp([x, i, u], [ctx.result_types[0]], node.name, axis=axis, reduction=reduction)
         return emit_library(ctx, op)

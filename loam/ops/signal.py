@@ -19,7 +19,7 @@ known stage 0 folds the matrix into a constant.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
 
@@ -51,6 +51,31 @@ if TYPE_CHECKING:
 WINDOW_KINDS: dict[str, str] = {"HannWindow": "hann", "HammingWindow": "hamming", "BlackmanWindow": "blackman"}
 
 
+class WindowParams(TypedDict):
+    """`kernel.window`'s parameters."""
+
+    kind: str
+    periodic: int
+    to: str
+
+
+class StftParams(TypedDict, total=False):
+    """`kernel.stft`'s parameters; frame_step and frame_length are absent where the run gives them."""
+
+    frame_step: int
+    frame_length: int
+    onesided: int
+
+
+class MelWeightMatrixParams(TypedDict):
+    """`kernel.mel_weight_matrix`'s parameters; num_mel_bins and dft_length are absent where the run
+    gives either (the kernel reads both)."""
+
+    num_mel_bins: NotRequired[int]
+    dft_length: NotRequired[int]
+    dtype: str
+
+
 class WindowRule(OpRule):
     """ONNX HannWindow, HammingWindow, BlackmanWindow (opset 17): a window of the given length,
     periodic (default) or symmetric, of element type `output_datatype` (f32 by default).
@@ -66,7 +91,7 @@ class WindowRule(OpRule):
     elem_types = FLOAT_TYPES
     limitations = "a length from symbolic extents (a Shape) is refused"
 
-    def params(self, node: NodeInfo) -> dict[str, int | str]:
+    def params(self, node: NodeInfo) -> WindowParams:
         code = int(node.attr("output_datatype", 1))
         elem = dtypes.BY_ONNX.get(code)
         if elem is None or elem.name not in self.elem_types or elem.numpy is None:
@@ -96,7 +121,7 @@ class WindowRule(OpRule):
         length = int(flat[0])
         if not foldable([length], node.where()):
             raise node.unsupported(f"a window of {length} values is too long to carry as a constant")
-        return [Facts(elem, (Poly.const(length),), kernel_window(flat, **params))]  # type: ignore[arg-type]
+        return [Facts(elem, (Poly.const(length),), kernel_window(flat, **params))]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import WindowOp
@@ -243,7 +268,7 @@ class StftRule(OpRule):
         "refused; a window or frame_length must be given (without either onnxruntime fails); the signal has rank 3"
     )
 
-    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[dict[str, int], tuple[Poly, ...]]:
+    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[StftParams, tuple[Poly, ...]]:
         """The kernel's parameters and the output's extents (stage 0 and lowering both ask).
 
         frame_step or frame_length only the run gives is left out of the parameters (the kernel
@@ -279,17 +304,18 @@ class StftRule(OpRule):
         if length is not None and not 1 <= length <= size:
             raise node.fail(f"frame_length is {length}; it must lie in [1, {size}], the signal's length")
         onesided = int_attr(node, "onesided", 1, (0, 1))
-        params = {"onesided": onesided}
+        params: StftParams = {}
         if step is not None:
             params["frame_step"] = step
         if length is not None and not length_run:
             params["frame_length"] = length
+        params["onesided"] = onesided
         frames = node.result_length(0, 1)
         if step is not None and length is not None:
             frames = Poly.const((size - length) // step + 1)
         bins = node.result_length(0, 2) if length is None else Poly.const(length // 2 + 1 if onesided else length)
         shape = (signal.shape[0], frames, bins, Poly.const(2))
-        return {k: params[k] for k in ("frame_step", "frame_length", "onesided") if k in params}, shape
+        return params, shape
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 2, 4)
@@ -337,7 +363,7 @@ class MelWeightMatrixRule(OpRule):
     elem_types = tuple(_MEL_TYPES)
     limitations = "with every operand known the matrix is a constant of the module; output_datatype f32, f64 or f16"
 
-    def params(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> dict[str, object]:
+    def params(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> MelWeightMatrixParams:
         """The `kernel.mel_weight_matrix` parameters, from the extent operands and the attribute:
         without num_mel_bins and dft_length where the run gives either (the kernel reads both)."""
         mel = _one_int_or_run(node, given(node, inputs, 0, "num_mel_bins"), "num_mel_bins")
@@ -370,11 +396,11 @@ class MelWeightMatrixRule(OpRule):
             return [Facts(elem, (node.result_length(0, 0), node.result_length(0, 1)))]
         if all(f.value is not None and not is_symbolic(f) for f in scalars):
             try:
-                value = kernel_mel_weight_matrix(*(np.asarray(f.value) for f in scalars), **params)  # type: ignore[arg-type]
+                value = kernel_mel_weight_matrix(*(np.asarray(f.value) for f in scalars), **params)
             except DataError as err:
                 raise node.fail(str(err)) from None
         elem = dtypes.by_name(next(k for k, v in _MEL_TYPES.items() if v == params["dtype"]))
-        shape = (Poly.const(int(params["dft_length"]) // 2 + 1), Poly.const(int(params["num_mel_bins"])))  # type: ignore[call-overload]
+        shape = (Poly.const(int(params["dft_length"]) // 2 + 1), Poly.const(int(params["num_mel_bins"])))
         return [Facts(elem, shape, value)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
@@ -382,7 +408,7 @@ class MelWeightMatrixRule(OpRule):
 
         params = self.params(node, operand_facts(operands))
         scalars = [v for v in operands[0 if "num_mel_bins" not in params else 2 :] if v is not None]
-        return emit_library(ctx, MelWeightMatrixOp(scalars, ctx.result_types[:1], node.name, **params))  # type: ignore[arg-type]
+        return emit_library(ctx, MelWeightMatrixOp(scalars, ctx.result_types[:1], node.name, **params))
 
 
 RULES: tuple[OpRule, ...] = (WindowRule(), DftRule(), StftRule(), MelWeightMatrixRule())

@@ -124,7 +124,10 @@ class SliceRule(ResizesAxes):
     attributes = frozenset({"starts", "ends", "axes"})
     limitations = "bounds only the run gives need their length known; symbolic axes and steps are not read"
 
-    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[tuple[Poly, ...], ...]:
+    def plan(
+        self, node: NodeInfo, inputs: Sequence[Facts | None]
+    ) -> tuple[tuple[Poly, ...], tuple[Poly, ...], tuple[int, ...]]:
+        """Each sliced axis' (start, count, step), as `slice_plan` normalises them."""
         x = given(node, inputs, 0, "data")
         if node.since < 10:
             require_arity(node, inputs, 1)
@@ -181,7 +184,7 @@ class SliceRule(ResizesAxes):
                     np.asarray(x.value),
                     starts=tuple(p.const_value for p in starts),
                     counts=tuple(p.const_value for p in counts),
-                    steps=steps,  # type: ignore[arg-type]
+                    steps=steps,
                 )
             )
         return [Facts(x.elem, counts, value)]
@@ -192,11 +195,10 @@ class SliceRule(ResizesAxes):
         x = operands[0]
         assert x is not None
         if self.from_run(node, operand_facts(operands)):
+            required = [v for v in operands[:3] if v is not None]  # data, starts, ends: infer requires them
             present = [v for v in operands[3:5] if v is not None]
-            op = SliceByOp(
-                [*operands[:3], *present], [ctx.result_types[0]], node.name, present=present_bits(operands[3:5])
-            )
-            return emit_library(ctx, op)
+            by = SliceByOp([*required, *present], [ctx.result_types[0]], node.name, present=present_bits(operands[3:5]))
+            return emit_library(ctx, by)
         starts, counts, steps = self.plan(node, operand_facts(operands))
         if all(s == Poly() for s in starts) and all(p == 1 for p in steps) and x.type == ctx.result_types[0]:
             return [x]
@@ -329,18 +331,28 @@ class PadRule(ResizesAxes):
         facts_in = operand_facts(operands)
         fill = operands[2] if len(operands) > 2 and self.mode(node) == "constant" else None
         if self.from_run(node, facts_in):
-            axes = self.run_time_axes(node, facts_in[0], facts_in)  # type: ignore[arg-type]
-            kernel_inputs = [x, operands[1], *([fill] if fill is not None else [])]
-            params = {"present": present_bits([fill]), "mode": self.mode(node), "axes": tuple(axes)}
-            return emit_library(ctx, PadByOp(kernel_inputs, [ctx.result_types[0]], node.name, **params))  # type: ignore[arg-type]
+            x_facts, pads_in = facts_in[0], operands[1]
+            assert x_facts is not None and pads_in is not None  # the run gives the pads: an operand
+            axes = self.run_time_axes(node, x_facts, facts_in)
+            kernel_inputs = [x, pads_in, *([fill] if fill is not None else [])]
+            by = PadByOp(
+                kernel_inputs,
+                [ctx.result_types[0]],
+                node.name,
+                present=present_bits([fill]),
+                mode=self.mode(node),
+                axes=tuple(axes),
+            )
+            return emit_library(ctx, by)
         pads, mode, value = self.plan(node, facts_in)
         if not any(pads) and x.type == ctx.result_types[0]:
             return [x]
         kernel_inputs = [x] if fill is None else [x, fill]
-        params: dict[str, object] = {"pads": pads, "mode": mode}
         if fill is None and mode == "constant":
-            params["value"] = value
-        return emit_library(ctx, PadOp(kernel_inputs, [ctx.result_types[0]], node.name, **params))  # type: ignore[arg-type]
+            op = PadOp(kernel_inputs, [ctx.result_types[0]], node.name, pads=pads, mode=mode, value=value)
+        else:
+            op = PadOp(kernel_inputs, [ctx.result_types[0]], node.name, pads=pads, mode=mode)
+        return emit_library(ctx, op)
 
 
 RULES: tuple[OpRule, ...] = (SliceRule(), PadRule())

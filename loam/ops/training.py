@@ -311,6 +311,7 @@ class GradientRule(OpRule):
             )
         ops: list[Operation] = []
         if not isinstance(owner, Block):
+            assert block is not None  # y's op is one of the graph being lowered, so it sits in a block
             for op in block.ops:
                 ops.append(op)
                 if op is owner:

@@ -502,6 +502,7 @@ class AttentionRule(BodyRule):
             k = b.op("Slice", [qkv, d, d2, axis], "K")
             v = b.op("Slice", [qkv, d2, b.ints([INT64_MAX], "end"), axis], "V")
         present_out = b.output(1)
+        pasts: list[str | None]
         if past is not None or present_out is not None:
             if past is not None:
                 if sizes and sizes[1] != sizes[2]:

@@ -66,12 +66,16 @@ class SkipNormRule(OpRule):
             raise node.fail(f"attribute 'epsilon' must be 0 or more, got {value}")
         return value
 
-    def operands(self, operands: Sequence[object]) -> tuple[object, object, object, object | None, object | None]:
+    def operands(
+        self, operands: Sequence[SSAValue | None]
+    ) -> tuple[SSAValue, SSAValue, SSAValue, SSAValue | None, SSAValue | None]:
         """(input, skip, gamma, beta, bias) from the node's inputs; beta is None for the simplified one."""
         ops = list(operands) + [None] * (len(self.names) - len(operands))
+        x, skip, gamma = ops[0], ops[1], ops[2]
+        assert x is not None and skip is not None and gamma is not None  # infer requires all three
         if self.simplified:
-            return ops[0], ops[1], ops[2], None, ops[3]
-        return ops[0], ops[1], ops[2], ops[3], ops[4]
+            return x, skip, gamma, None, ops[3]
+        return x, skip, gamma, ops[3], ops[4]
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 3, len(self.names))
@@ -130,7 +134,8 @@ class SkipNormRule(OpRule):
             if p is not None:
                 same_axis(node, p[0], x[-1], f"between input's last axis and {name}")
         stats = stat_axes(x, len(x) - 1)
-        return [x, stats, stats, x][: len(outputs)]
+        results: list[tuple[Axis | None, ...]] = [x, stats, stats, x]
+        return results[: len(outputs)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import NormalizeOp, ZipOp
@@ -138,7 +143,7 @@ class SkipNormRule(OpRule):
         from loam.ops.lowering import axes_type
 
         x, skip, gamma, beta, bias = self.operands(operands)
-        t = axes_type(x)  # type: ignore[arg-type]
+        t = axes_type(x)
         elem = t.elem.name
         wide = compute_elem(elem)
         types = ctx.result_types
@@ -157,7 +162,7 @@ class SkipNormRule(OpRule):
             mean = emit_mean_square(ctx, node, summed, squares, t.rank - 1, wide)
             rms = (Expr.operand(1) + Expr.const(eps, wide)).unary("sqrt")
             y_expr = typed_expr(Expr.operand(0) / rms * Expr.operand(2), [wide, wide, elem], elem)
-            y = ZipOp([summed, mean, gamma], y_expr, types[0], node.name)  # type: ignore[list-item]
+            y = ZipOp([summed, mean, gamma], y_expr, types[0], node.name)
             ctx.emit(y)
             results.append(y.result)
             if n > 1:
@@ -178,7 +183,7 @@ class SkipNormRule(OpRule):
             normed = emit_library(
                 ctx,
                 NormalizeOp(
-                    affine,  # type: ignore[arg-type]
+                    affine,
                     norm_types,
                     node.name,
                     axes=(t.rank - 1,),
