@@ -446,7 +446,8 @@ class ReverseSequenceRule(MovementRule):
             raise node.fail(f"sequence_lens must be an i64 vector, got {lens.elem.name} of rank {lens.rank}")
         owed.require_equal(lens.shape[0], x.shape[batch], node, f"sequence_lens and the batch axis {batch}")
         value = None
-        if x.value is not None and lens.value is not None and foldable(x.shape):
+        dims = x.static_shape()
+        if x.value is not None and lens.value is not None and dims is not None and foldable(dims, node.where()):
             try:
                 value = kernel_reverse_sequence(np.asarray(x.value), np.asarray(lens.value), batch_axis=batch,
                                                 time_axis=time)  # fmt: skip

@@ -161,6 +161,26 @@ def test_folds_known_shapes() -> None:
     assert got[0].shape == (2, 12)
 
 
+def test_reverse_sequence_of_known_values_folds() -> None:
+    # Integer data and lengths as initializers: stage 0 knows both and computes the reversal itself.
+    data = np.arange(12, dtype=np.int64).reshape(3, 4)
+    nodes = [
+        helper.make_node("ReverseSequence", ["data", "lens"], ["r"], name="rev", batch_axis=1, time_axis=0),
+        helper.make_node("Add", ["r", "x"], ["y"], name="add"),
+    ]
+    inits = [numpy_helper.from_array(data, "data"), numpy_helper.from_array(i64(1, 2, 3, 3), "lens")]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.INT64, data.shape)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.INT64, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    (got,) = check(model, np.zeros_like(data))
+    assert got.tolist() == [[0, 5, 10, 11], [4, 1, 6, 7], [8, 9, 2, 3]]
+
+
 def refuse(model: onnx.ModelProto, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         run_loam(model, {"x": X})
