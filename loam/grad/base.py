@@ -1,12 +1,12 @@
 """What every grad clause is written with: the `Backward` it emits into, and the small pieces several
 clauses build (a permuted value, zeros, an extent as a scalar, a sum kept at extent 1, a forward op
-that also returns what its backward reads).
+that also returns what its backward reads, a kernel parameter read as the kind it is).
 """
 
 from __future__ import annotations
 
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -18,7 +18,7 @@ from loam.core.poly import Poly
 from loam.dialects.expr import Expr
 from loam.dialects.graph import TensorDataAttr
 from loam.dialects.kernel import ConstantOp, EinsumOp, PermuteOp, ReduceOp, SliceOp, ZipOp
-from loam.dialects.kernel.library import LibraryOp
+from loam.dialects.kernel.library import LibraryOp, Param
 from loam.dialects.shape_poly import ExtentAttr
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.grad.elementwise import FLOATS
@@ -95,6 +95,54 @@ def static_extent(op: Operation, t: AxesTensorType, axis: int) -> int:
     return t.shape[axis].const_value
 
 
+# A library kernel's parameters as its clause reads them (`LibraryOp.params`), each of the kind its op's PARAMS
+# declares and the verifier holds it to; a clause reads numbers, so an extent only the run knows is a TypeError.
+
+
+def param_int(params: Mapping[str, Param], key: str, default: int | None = None) -> int:
+    """The int parameter `key` (`default` where it is absent, if given)."""
+    value = params[key] if default is None else params.get(key, default)
+    if not isinstance(value, int):
+        raise TypeError(f"parameter '{key}' is {value!r}, not a number")
+    return value
+
+
+def param_float(params: Mapping[str, Param], key: str, default: float | None = None) -> float:
+    """The float parameter `key` (an int counts), as a float (`default` where it is absent, if given)."""
+    value = params[key] if default is None else params.get(key, default)
+    if not isinstance(value, int | float):
+        raise TypeError(f"parameter '{key}' is {value!r}, not a number")
+    return float(value)
+
+
+def param_str(params: Mapping[str, Param], key: str) -> str:
+    """The str parameter `key`."""
+    value = params[key]
+    if not isinstance(value, str):
+        raise TypeError(f"parameter '{key}' is {value!r}, not a word")
+    return value
+
+
+def param_ints(params: Mapping[str, Param], key: str) -> tuple[int, ...]:
+    """The tuple parameter `key`, every item a number."""
+    value = params[key]
+    if isinstance(value, tuple):
+        items = tuple(v for v in value if isinstance(v, int))
+        if len(items) == len(value):
+            return items
+    raise TypeError(f"parameter '{key}' is {value!r}, not a list of numbers")
+
+
+def param_floats(params: Mapping[str, Param], key: str, default: tuple[float, ...] | None = None) -> tuple[float, ...]:
+    """The tuple parameter `key`, every item a number (ints as they are), `default` where it is absent if given."""
+    value = params[key] if default is None else params.get(key, default)
+    if isinstance(value, tuple):
+        items = tuple(v for v in value if isinstance(v, int | float))
+        if len(items) == len(value):
+            return items
+    raise TypeError(f"parameter '{key}' is {value!r}, not a list of numbers")
+
+
 def permuted(b: Backward, value: SSAValue, perm: Sequence[int], node: str) -> SSAValue:
     """`value` with its axes permuted by `perm` (`kernel.permute`)."""
     t = type_of(value)
@@ -125,7 +173,7 @@ def sum_kept(b: Backward, value: SSAValue, axes: Sequence[int], node: str) -> SS
 
 
 def with_more_results(
-    b: Backward, op: LibraryOp, results: Sequence[AxesTensorType], node: str, **params: object
+    b: Backward, op: LibraryOp, results: Sequence[AxesTensorType], node: str, **params: Param
 ) -> LibraryOp:
     """`op` with `params` changed so that it also returns what its backward reads (`results`, its own first):
     put in the forward's place, so nothing is computed twice, or, where the forward is not the walk's to

@@ -102,6 +102,8 @@ from loam.grad.base import (
     extent_scalar,
     is_float,
     kept_type,
+    param_int,
+    param_ints,
     permuted,
     refuse,
     static_extent,
@@ -182,7 +184,7 @@ def _cast(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
 def _softmax(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, SoftmaxOp)
     x, y = op.inputs[0], op.outputs[0]
-    axes = tuple(op.param("axes"))  # type: ignore[arg-type]
+    axes = tuple(op.param("axes"))
     kind = op.param("kind")
     if kind == "hardmax":
         return  # piecewise constant: no gradient flows
@@ -214,7 +216,7 @@ def _reduce(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, ReduceOp)
     x = op.inputs[0]
     kind = str(op.param("kind"))
-    axes = tuple(op.param("axes"))  # type: ignore[arg-type]
+    axes = tuple(op.param("axes"))
     if kind not in ("sum", "mean", "max", "min", "prod", *_REDUCE_VJP):
         raise refuse(op, f"no grad clause for reduce {kind} yet")
     t = type_of(x)
@@ -252,7 +254,7 @@ def _cumsum(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     x = op.inputs[0]
     # Element i reaches the sums after it (before it, reversed): g summed the other way, as exclusive.
     back = CumSumOp([g], [type_of(x)], f"{node}.grad", axis=op.param("axis"), exclusive=op.param("exclusive"),
-                    reverse=1 - int(op.param("reverse")))  # type: ignore[call-overload]  # fmt: skip
+                    reverse=1 - int(op.param("reverse")))  # fmt: skip
     b.send(x, b.emit(back))
 
 
@@ -281,8 +283,8 @@ def _cumprod(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, CumProdOp)
     x = op.inputs[0]
     t = type_of(x)
-    axis = int(op.param("axis"))  # type: ignore[call-overload]
-    exclusive, reverse = int(op.param("exclusive")), int(op.param("reverse"))  # type: ignore[call-overload]
+    axis = int(op.param("axis"))
+    exclusive, reverse = int(op.param("exclusive")), int(op.param("reverse"))
     n = static_extent(op, t, axis)
     perm = [*(a for a in range(t.rank) if a != axis), axis]
     rows = [t.axes[a] for a in perm[:-1]]
@@ -313,9 +315,9 @@ def _conv(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, ConvOp)
     x, w = op.inputs[0], op.inputs[1]
     p = op.params
-    groups = int(p["group"])  # type: ignore[call-overload]
+    groups = param_int(p, "group")
     xs, ws, gs = static_extents(op, type_of(x), 1), static_extents(op, type_of(w)), static_extents(op, type_of(g), 1)
-    strides, pads, dilations = tuple(p["strides"]), tuple(p["pads"]), tuple(p["dilations"])  # type: ignore[arg-type]
+    strides, pads, dilations = param_ints(p, "strides"), param_ints(p, "pads"), param_ints(p, "dilations")
     nsp = len(xs) - 2
     if x in b.needed:  # dx = conv_transpose(g, w), its output padded to x's extents
         full = [(gs[2 + k] - 1) * strides[k] - pads[k] - pads[nsp + k] + dilations[k] * (ws[2 + k] - 1) + 1
@@ -338,8 +340,8 @@ def _conv_transpose(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, ConvTransposeOp)
     x, w = op.inputs[0], op.inputs[1]
     p = op.params
-    groups = int(p["group"])  # type: ignore[call-overload]
-    strides, pads, dilations = tuple(p["strides"]), tuple(p["pads"]), tuple(p["dilations"])  # type: ignore[arg-type]
+    groups = param_int(p, "group")
+    strides, pads, dilations = param_ints(p, "strides"), param_ints(p, "pads"), param_ints(p, "dilations")
     if x in b.needed:
         ws, gs = static_extents(op, type_of(w)), static_extents(op, type_of(g), 1)
         nsp = len(gs) - 2
@@ -361,14 +363,14 @@ def _conv_transpose(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
 
 
 def _weight_share(
-    b: Backward, op: Operation, images_grads: tuple[SSAValue, SSAValue], w: SSAValue, node: str
+    b: Backward, op: ConvOp | ConvTransposeOp, images_grads: tuple[SSAValue, SSAValue], w: SSAValue, node: str
 ) -> SSAValue:
     """dw[m, c, k] = sum over n, o of grads[n, m, o] images[n, c, o*s + k*d - p]: one convolution of the images
     (N and C exchanged) by the grads (N and M exchanged), strides and dilations exchanged, permuted back."""
     images, grads = images_grads
     p = op.params
-    groups = int(p["group"])  # type: ignore[call-overload]
-    strides, pads, dilations = tuple(p["strides"]), tuple(p["pads"]), tuple(p["dilations"])  # type: ignore[arg-type]
+    groups = param_int(p, "group")
+    strides, pads, dilations = param_ints(p, "strides"), param_ints(p, "pads"), param_ints(p, "dilations")
     xs, ws, gs = (static_extents(op, type_of(v), 1) for v in (images, w, grads))
     nsp = len(xs) - 2
     # The windows span (o - 1) s + (k - 1) d + 1 of the padded images: the end pads are cut to that, and images
@@ -453,8 +455,7 @@ def _pool_geometry(op: PoolOp) -> tuple[tuple[int, ...], ...]:
     p = op.params
     xs = static_extents(op, type_of(op.inputs[0]), 1)
     kernel, strides, dilations, pads, outs = (
-        tuple(int(v) for v in p[k])  # type: ignore[attr-defined]
-        for k in ("kernel_shape", "strides", "dilations", "pads", "out_shape")
+        param_ints(p, k) for k in ("kernel_shape", "strides", "dilations", "pads", "out_shape")
     )
     return xs, kernel, strides, dilations, pads, outs
 
@@ -482,7 +483,7 @@ def _lp_pool(b: Backward, op: PoolOp, g: SSAValue, node: str) -> None:
     to their taps (a window whose y is 0 has every tap 0 and sends nothing)."""
     x, y = op.inputs[0], op.outputs[0]
     t, elem = type_of(x), type_of(x).elem.name
-    p = float(op.param("p"))  # type: ignore[arg-type]
+    p = float(op.param("p"))
     o = Expr.operand
 
     def c(value: float) -> Expr:
@@ -522,7 +523,7 @@ def _spread_to_taps(b: Backward, op: PoolOp, per_window: SSAValue, node: str) ->
 def _gather(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, GatherOp)
     data, indices = op.inputs[0], op.inputs[1]
-    axis = int(op.param("axis"))  # type: ignore[call-overload]
+    axis = int(op.param("axis"))
     t, it = type_of(data), type_of(indices)
     # Along another axis, the same with that axis first: data [D_axis, the others], g [the picks, the others].
     data_perm = [axis, *range(axis), *range(axis + 1, t.rank)]

@@ -22,7 +22,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from loam.dialects.graph import TensorDataAttr
 from loam.dialects.kernel import ConcatOp, ConstantOp, IfOp, LoopOp, RegroupOp, YieldOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, is_float, known, refuse, type_of, zeros_like
+from loam.grad.base import Backward, Clause, is_float, known, refuse, type_of, zeros_like
 
 
 def captured(op: Operation) -> list[SSAValue]:
@@ -152,6 +152,6 @@ def _trip_count(op: LoopOp) -> int:
     return max(trips, 0)
 
 
-CLAUSES = {IfOp: _if, LoopOp: _loop}
+CLAUSES: dict[type[Operation], Clause] = {IfOp: _if, LoopOp: _loop}
 EVERY_RESULT = frozenset({IfOp, LoopOp})
 """The ops whose clause reads the adjoint of each result itself (a gradient may reach any of them)."""

@@ -22,7 +22,7 @@ from loam.core.poly import Poly
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import EinsumOp, RegroupOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, refuse, sum_kept, type_of
+from loam.grad.base import Backward, Clause, refuse, sum_kept, type_of
 
 ONE = Poly.const(1)
 
@@ -69,4 +69,4 @@ def _einsum(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         b.send(x, share)
 
 
-CLAUSES = {EinsumOp: _einsum}
+CLAUSES: dict[type[Operation], Clause] = {EinsumOp: _einsum}

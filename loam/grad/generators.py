@@ -15,7 +15,7 @@ from xdsl.ir import Operation, SSAValue
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import ConcatOp, EyeLikeOp, OneHotOp, RangeOfOp, RangeOp, ReduceOp, RegroupOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, constant, type_of, zeros_like
+from loam.grad.base import Backward, Clause, constant, type_of, zeros_like
 
 
 def _total(b: Backward, value: SSAValue, node: str) -> SSAValue:
@@ -41,6 +41,7 @@ def _one_hot(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
 
 
 def _eye_like(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, EyeLikeOp)
     b.send(op.inputs[0], zeros_like(b, op.inputs[0], node))
 
 
@@ -56,4 +57,4 @@ def _range_of(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         b.send(delta, b.zip([_total(b, weighted, node)], Expr.operand(0), type_of(delta), f"{node}.grad"))
 
 
-CLAUSES = {OneHotOp: _one_hot, EyeLikeOp: _eye_like, RangeOfOp: _range_of}
+CLAUSES: dict[type[Operation], Clause] = {OneHotOp: _one_hot, EyeLikeOp: _eye_like, RangeOfOp: _range_of}

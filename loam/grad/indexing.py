@@ -42,10 +42,10 @@ from loam.dialects.kernel import (
 )
 from loam.dialects.kernel.base import element_count
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, extent_scalar, refuse, type_of, zeros_like
+from loam.grad.base import Backward, Clause, extent_scalar, refuse, type_of, zeros_like
 
 
-def _scattered(b: Backward, x: SSAValue, indices: SSAValue, g: SSAValue, axis: object, node: str) -> SSAValue:
+def _scattered(b: Backward, x: SSAValue, indices: SSAValue, g: SSAValue, axis: int, node: str) -> SSAValue:
     """g added into zeros of x's type at `indices` along `axis`."""
     operands = [zeros_like(b, x, node), indices, g]
     return b.emit(ScatterElementsOp(operands, [type_of(x)], f"{node}.grad", axis=axis, reduction="add"))
@@ -66,7 +66,7 @@ def _topk(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
 def _gather_nd(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, GatherNDOp)
     x, indices = op.inputs[0], op.inputs[1]
-    batch = int(op.param("batch_dims"))  # type: ignore[call-overload]
+    batch = int(op.param("batch_dims"))
     if batch:  # each index tuple led by its batch coordinates: a gather_nd with batch_dims 0
         it = type_of(indices)
         unit = Axis.named("Unit", 1)
@@ -137,7 +137,7 @@ def last_writers(
     data: SSAValue,
     indices: SSAValue,
     updates: SSAValue,
-    axis: dict[str, object],
+    axis: dict[str, int],
     node: str,
 ) -> SSAValue:
     """Whether each update of a `kind` scatter (reduction none; `axis` its parameter, {} for scatter_nd) is the
@@ -167,9 +167,9 @@ def _compress(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, CompressOp)
     x, condition = op.inputs[0], op.inputs[1]
     t = type_of(x)
-    flat = int(op.param("flat"))  # type: ignore[call-overload]
+    flat = int(op.param("flat"))
     work = AxesTensorType(t.elem, [Axis.named("Flat", element_count(t.shape))]) if flat else t
-    axis = 0 if flat else int(op.param("axis"))  # type: ignore[call-overload]
+    axis = 0 if flat else int(op.param("axis"))
     n, kept = work.shape[axis], type_of(condition).shape[0]
     o = Expr.operand
     one, zero = Expr.const(1, "i64"), Expr.const(0, "i64")
@@ -200,7 +200,7 @@ def _tensor_scatter(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, TensorScatterOp)
     past, update = op.inputs[0], op.inputs[1]
     t, ut = type_of(past), type_of(update)
-    axis = int(op.param("axis")) % t.rank  # type: ignore[call-overload]
+    axis = int(op.param("axis")) % t.rank
     if past in b.needed:
         cleared = [g, zeros_like(b, update, node), *op.inputs[2:]]
         b.send(past, b.emit(TensorScatterOp(cleared, [t], f"{node}.grad", **op.params)))
@@ -234,7 +234,7 @@ def _tensor_scatter(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     b.send(update, b.emit(GatherElementsOp([g, at], [ut], f"{node}.grad", axis=axis)))
 
 
-CLAUSES = {
+CLAUSES: dict[type[Operation], Clause] = {
     TensorScatterOp: _tensor_scatter,
     CompressOp: _compress,
     GatherElementsOp: _gather_elements,

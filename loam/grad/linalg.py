@@ -15,7 +15,7 @@ from xdsl.ir import Operation, SSAValue
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import DetOp, GatherOp, RegroupOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, constant, permuted, static_extent, type_of
+from loam.grad.base import Backward, Clause, constant, permuted, static_extent, type_of
 
 
 def _det(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
@@ -49,4 +49,4 @@ def _det(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     b.send(x, b.zip([g_kept, dets, signs], o(0) * o(1) * o(2), t, f"{node}.grad"))
 
 
-CLAUSES = {DetOp: _det}
+CLAUSES: dict[type[Operation], Clause] = {DetOp: _det}

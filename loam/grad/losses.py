@@ -17,7 +17,7 @@ from loam.dialects.expr import Expr
 from loam.dialects.kernel import GatherElementsOp, GatherOp, NllLossOp, ReduceOp, RegroupOp, ScatterElementsOp
 from loam.dialects.kernel.base import element_count
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, type_of, zeros_like
+from loam.grad.base import Backward, Clause, type_of, zeros_like
 
 
 def _nll_loss(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
@@ -29,7 +29,7 @@ def _nll_loss(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     # Targets with the class axis kept at extent 1: [N, 1, d...], as the scatter along axis 1 reads them.
     picks_type = AxesTensorType(it.elem, [it.axes[0], Axis.named("Unit", 1), *it.axes[1:]])
     picks = b.emit(RegroupOp(target, picks_type, f"{node}.grad"))
-    ignore = Expr.const(op.param("ignore_index"), it.elem.name)  # type: ignore[arg-type]
+    ignore = Expr.const(op.param("ignore_index"), it.elem.name)
     taken = (o(0).binary("equal", ignore).unary("not")) if op.param("ignores") else None
     safe = picks if taken is None else b.zip([picks], Expr.select(taken, o(0), Expr.const(0, it.elem.name)), picks_type,
                                              f"{node}.grad")  # fmt: skip
@@ -73,4 +73,4 @@ def _nll_loss(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
                                                 f"{node}.grad", axis=0, reduction="add")))  # fmt: skip
 
 
-CLAUSES = {NllLossOp: _nll_loss}
+CLAUSES: dict[type[Operation], Clause] = {NllLossOp: _nll_loss}

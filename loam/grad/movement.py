@@ -17,6 +17,8 @@ Each sends every element of `g` back to the place it was read from, and zeros wh
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
@@ -34,13 +36,23 @@ from loam.dialects.kernel import (
     TriluOp,
 )
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, cut, refuse, static_extent, static_extents, through_matrix, type_of, zeros_like
+from loam.grad.base import (
+    Backward,
+    Clause,
+    cut,
+    refuse,
+    static_extent,
+    static_extents,
+    through_matrix,
+    type_of,
+    zeros_like,
+)
 from loam.runtime.kernels.movement import kernel_pad
 
 
-def _ints(op: Operation, values: object, what: str) -> list[int]:
+def _ints(op: Operation, values: Iterable[int | Poly], what: str) -> list[int]:
     """Slice bounds the clause needs known at build time."""
-    lifted = [Poly.lift(v) for v in values]  # type: ignore[attr-defined]
+    lifted = [Poly.lift(v) for v in values]
     if not all(p.is_const for p in lifted):
         raise refuse(op, f"its grad clause needs the {what} known at build time, and they are {lifted}")
     return [p.const_value for p in lifted]
@@ -52,7 +64,7 @@ def _slice(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     t = type_of(x)
     starts, counts = _ints(op, op.param("starts"), "starts"), _ints(op, op.param("counts"), "counts")
     dims = static_extents(op, t)
-    steps = [int(s) for s in op.param("steps")]  # type: ignore[attr-defined]
+    steps = [int(s) for s in op.param("steps")]
     # Axis by axis, g's elements go back to the places they were read: in reading order from the lowest
     # (a negative step read downwards), each followed by |step| - 1 zeros, then moved to that lowest place.
     pads: list[int] = []
@@ -95,7 +107,7 @@ def _spaced(b: Backward, g: SSAValue, axis: int, step: int, node: str) -> SSAVal
 def _pad(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, PadOp)
     x = op.inputs[0]
-    pads = list(op.param("pads"))  # type: ignore[call-overload]
+    pads = list(op.param("pads"))
     if len(op.inputs) > 1 and op.inputs[1] in b.needed:
         raise refuse(op, "no grad clause for a fill value computed from what the gradient is asked of yet")
     t = type_of(x)
@@ -127,12 +139,13 @@ def _reverse_sequence(b: Backward, op: Operation, g: SSAValue, node: str) -> Non
 
 def _dropout(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     """The kernel gives its data unchanged (dropping elements in training, it refuses), so g passes as it is."""
+    assert isinstance(op, DropoutOp)
     b.send(op.inputs[0], g)
 
 
 def _concat(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, ConcatOp)
-    axis = int(op.param("axis"))  # type: ignore[call-overload]
+    axis = int(op.param("axis"))
     offset = Poly.const(0)
     for part in op.inputs:
         t = type_of(part)
@@ -152,7 +165,7 @@ def _tile(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, TileOp)
     x = op.inputs[0]
     t = type_of(x)
-    repeats = [int(r) for r in op.param("repeats")]  # type: ignore[attr-defined]
+    repeats = [int(r) for r in op.param("repeats")]
     # y's axis a is repeats[a] copies of x's axis a one after another: (repeat, element) row-major.
     split = [ax for a, d in enumerate(t.axes) for ax in (Axis.named(f"Repeats{a}", repeats[a]), d)]
     blocks = b.emit(RegroupOp(g, AxesTensorType(t.elem, split), f"{node}.grad"))
@@ -169,7 +182,7 @@ def _trilu(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     b.send(x, b.emit(kept))
 
 
-CLAUSES = {
+CLAUSES: dict[type[Operation], Clause] = {
     SliceOp: _slice,
     PadOp: _pad,
     ConcatOp: _concat,

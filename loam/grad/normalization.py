@@ -30,7 +30,7 @@ from loam.dialects.kernel import (
     ZipOp,
 )
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, cut, kept_type, refuse, type_of, with_more_results
+from loam.grad.base import Backward, Clause, cut, kept_type, refuse, type_of, with_more_results
 
 _STASH = {"float32": "f32", "float64": "f64"}
 
@@ -39,9 +39,9 @@ def _normalize(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, NormalizeOp)
     x, scale, bias = (op.inputs[k] if k < len(op.inputs) else None for k in range(3))
     assert x is not None
-    axes = tuple(op.param("axes"))  # type: ignore[call-overload]
+    axes = tuple(op.param("axes"))
     mean, r = _statistics(b, op, node)
-    _normalized(b, (x, scale, bias), g, (mean, r), axes, int(op.param("channel_axis")), node)  # type: ignore[call-overload]
+    _normalized(b, (x, scale, bias), g, (mean, r), axes, int(op.param("channel_axis")), node)
 
 
 def _batch_norm_train(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
@@ -121,7 +121,7 @@ def _statistics(b: Backward, op: NormalizeOp, node: str) -> tuple[SSAValue, SSAV
     if op.param("stats"):
         return op.outputs[1], op.outputs[2]
     t = type_of(op.inputs[0])
-    stats = AxesTensorType(_STASH[str(op.param("stash"))], kept_type(t, tuple(op.param("axes"))).axes)  # type: ignore[call-overload]
+    stats = AxesTensorType(_STASH[str(op.param("stash"))], kept_type(t, tuple(op.param("axes"))).axes)
     with_stats = with_more_results(b, op, [type_of(op.outputs[0]), stats, stats], node, stats=1)
     return with_stats.outputs[1], with_stats.outputs[2]
 
@@ -135,7 +135,7 @@ def _group_norm(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     t = type_of(x)
     if not t.shape[1].is_const:
         raise refuse(op, f"its grad clause needs the channel count known at build time, and it is {t.shape[1]}")
-    groups = int(op.param("num_groups"))  # type: ignore[call-overload]
+    groups = int(op.param("num_groups"))
     group = Axis.named("Groups", groups)
     spatial = t.axes[2:]
     units = [Axis.named("Unit", 1) for _ in spatial]
@@ -176,8 +176,8 @@ def _lrn(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     x = op.inputs[0]
     t = type_of(x)
     elem = t.elem.name
-    size = int(op.param("size"))  # type: ignore[call-overload]
-    alpha, beta, bias = (float(op.param(k)) for k in ("alpha", "beta", "bias"))  # type: ignore[arg-type]
+    size = int(op.param("size"))
+    alpha, beta, bias = (float(op.param(k)) for k in ("alpha", "beta", "bias"))
     before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
     o = Expr.operand
 
@@ -209,4 +209,9 @@ def _window_sum(b: Backward, value: SSAValue, before: int, after: int, node: str
     return b.emit(ZipOp(shifted, total, t, f"{node}.grad"))
 
 
-CLAUSES = {NormalizeOp: _normalize, BatchNormTrainOp: _batch_norm_train, GroupNormOp: _group_norm, LrnOp: _lrn}
+CLAUSES: dict[type[Operation], Clause] = {
+    NormalizeOp: _normalize,
+    BatchNormTrainOp: _batch_norm_train,
+    GroupNormOp: _group_norm,
+    LrnOp: _lrn,
+}

@@ -57,7 +57,7 @@ FIXED = "the quantized weight is fixed: only the activations take a gradient her
 def _matmul_nbits(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, MatmulNbitsOp)
     a, packed, scales, *rest = op.inputs
-    present = int(op.param("present"))  # type: ignore[call-overload]
+    present = int(op.param("present"))
     zero = rest.pop(0) if present & 1 else None
     g_idx = rest.pop(0) if present & 2 else None
     bias = rest.pop(0) if present & 4 else None
@@ -71,7 +71,7 @@ def _matmul_nbits(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         return
     at, gt = type_of(a), type_of(g)
     e = at.elem.name
-    k = int(op.param("k"))  # type: ignore[call-overload]
+    k = int(op.param("k"))
     k_axis, n_axis, unit, inner = at.axes[-1], gt.axes[-1], Axis.named("Unit", 1), Axis.named("Identity", k)
     rows = constant(b, np.arange(k).reshape(k, 1), AxesTensorType("i64", [k_axis, unit]), node)
     columns = constant(b, np.arange(k).reshape(1, k), AxesTensorType("i64", [unit, inner]), node)
@@ -80,7 +80,7 @@ def _matmul_nbits(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     # I_K @ W^T = W^T [K, N], widened by the forward's kernel (no bias).
     operands = [identity, packed, scales, *(v for v in (zero, g_idx) if v is not None)]
     params = {**op.params, "present": present & 3}
-    w_t = b.emit(MatmulNbitsOp(operands, [AxesTensorType(e, [k_axis, n_axis])], f"{node}.grad", **params))  # type: ignore[arg-type]
+    w_t = b.emit(MatmulNbitsOp(operands, [AxesTensorType(e, [k_axis, n_axis])], f"{node}.grad", **params))
     w = permuted(b, w_t, [1, 0], node)
     b.send(a, b.emit(MatmulOp(g, w, AxesTensorType(e, [*gt.axes[:-1], k_axis]), f"{node}.grad")))
 
@@ -90,7 +90,7 @@ def _matmul_packed(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     x, w = op.inputs
     if w in b.needed:
         raise refuse(op, f"no grad clause for the packed weight's share ({FIXED})")
-    flipped = 1 - int(op.param("transposed"))  # type: ignore[call-overload]
+    flipped = 1 - int(op.param("transposed"))
     b.send(x, b.emit(MatmulPackedOp([g, w], [type_of(x)], f"{node}.grad", transposed=flipped)))
 
 
@@ -103,9 +103,9 @@ def _dequantize_linear(b: Backward, op: Operation, g: SSAValue, node: str) -> No
     e = yt.elem.name
     # x - zero point: the forward's kernel with ones for the scale.
     ones = b.zip([scale], Expr.const(1.0, st.elem.name), st, f"{node}.grad")
-    shifted = b.emit(DequantizeLinearOp([x, ones, *op.inputs[2:]], [yt], f"{node}.grad", **op.params))  # type: ignore[arg-type]
+    shifted = b.emit(DequantizeLinearOp([x, ones, *op.inputs[2:]], [yt], f"{node}.grad", **op.params))
     share = b.zip([g, shifted], Expr.operand(0) * Expr.operand(1), AxesTensorType(e, yt.axes), f"{node}.grad")
-    axis, block = int(op.param("axis")), int(op.param("block_size"))  # type: ignore[call-overload]
+    axis, block = int(op.param("axis")), int(op.param("block_size"))
     if block > 0:  # each scale multiplies a block of `block` along the axis (the last one cut short)
         extent = static_extent(op, yt, axis)
         blocks = static_extent(op, st, axis)
@@ -127,11 +127,13 @@ def _dequantize_linear(b: Backward, op: Operation, g: SSAValue, node: str) -> No
 
 
 def _gather_packed(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, GatherPackedOp)
     if op.inputs[0] in b.needed:
         raise refuse(op, f"no grad clause for the packed weight's share ({FIXED})")
 
 
 def _gather_block_quantized(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, GatherBlockQuantizedOp)
     if op.inputs[2] in b.needed:
         raise refuse(op, f"no grad clause for the scales' share ({FIXED})")
 

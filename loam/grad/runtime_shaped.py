@@ -60,11 +60,13 @@ def reshaped_to(b: Backward, value: SSAValue, t: AxesTensorType, node: str) -> S
 
 
 def _reshape_to(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, ReshapeToOp)
     x = op.inputs[0]
     b.send(x, reshaped_to(b, g, type_of(x), node))
 
 
 def _expand_to(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
+    assert isinstance(op, ExpandToOp)
     x = op.inputs[0]
     t, gt = type_of(x), type_of(g)
     lead = gt.rank - t.rank
@@ -99,7 +101,7 @@ def _slice_by(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, SliceByOp)
     x, starts, ends = op.inputs[0], op.inputs[1], op.inputs[2]
     t = type_of(x)
-    present = int(op.param("present"))  # type: ignore[call-overload]
+    present = int(op.param("present"))
     if present & 2:
         raise refuse(op, "no grad clause for steps only the run gives yet")
     count = type_of(starts).shape[0]
@@ -122,10 +124,10 @@ def _pad_by(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     x, pads = op.inputs[0], op.inputs[1]
     if op.param("mode") != "constant":
         raise refuse(op, f"no grad clause for {op.param('mode')} padding by widths only the run gives yet")
-    if int(op.param("present")) and op.inputs[2] in b.needed:  # type: ignore[call-overload]
+    if int(op.param("present")) and op.inputs[2] in b.needed:
         raise refuse(op, "no grad clause for a fill value computed from what the gradient is asked of yet")
     t = type_of(x)
-    axes = [int(a) for a in op.param("axes")]  # type: ignore[attr-defined]
+    axes = [int(a) for a in op.param("axes")]
     k = len(axes)
     o = Expr.operand
     zero = Expr.const(0, "i64")
@@ -148,7 +150,7 @@ def _split_by(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, SplitByOp)
     x = op.inputs[0]
     t = type_of(x)
-    axis = int(op.param("axis"))  # type: ignore[call-overload]
+    axis = int(op.param("axis"))
     parts = [b.adjoint.get(r) or zeros_like(b, r, node) for r in op.outputs]
     total = sum((type_of(p).shape[axis] for p in parts), Poly.const(0))
     joined = AxesTensorType(t.elem, [Axis.named("Joined", total) if a == axis else ax for a, ax in enumerate(t.axes)])

@@ -33,6 +33,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 from xdsl.ir import Operation, SSAValue
@@ -55,12 +56,18 @@ from loam.dialects.kernel import (
     RoiAlignOp,
     ScatterElementsOp,
 )
+from loam.dialects.kernel.library import Param
 from loam.dialects.tensor_axes import AxesTensorType, Axis
 from loam.grad.base import (
     Backward,
     Clause,
     cut,
     known,
+    param_float,
+    param_floats,
+    param_int,
+    param_ints,
+    param_str,
     permuted,
     refuse,
     static_extents,
@@ -83,26 +90,26 @@ def regrouped(b: Backward, value: SSAValue, axes: list[Axis], node: str) -> SSAV
 # -- resize ----------------------------------------------------------------------------------------------
 
 
-def resize_matrix(params: dict[str, object], shape: tuple[int, ...], axis: int) -> np.ndarray | None:
+def resize_matrix(params: Mapping[str, Param], shape: tuple[int, ...], axis: int) -> np.ndarray | None:
     """The forward's map along `axis` as a matrix (output positions by input positions), from its own
     kernel run on the identity; None where it leaves the axis alone."""
     n_in, rank = shape[axis], len(shape)
-    scales, sizes = tuple(params["scales"]), tuple(params["sizes"])  # type: ignore[call-overload]
-    roi = tuple(params.get("roi", ()))  # type: ignore[call-overload]
+    scales, sizes = param_floats(params, "scales"), param_ints(params, "sizes")
+    roi = param_floats(params, "roi", ())
     axis_roi = (0.0, float(roi[axis]), 1.0, float(roi[axis + rank])) if roi else ()
     # Rows of the identity as a batch axis the kernel leaves alone: column j of its result is row j of M.
     moved = kernel_resize(
         np.eye(n_in, dtype=np.float64),
-        mode=str(params["mode"]),
-        coordinate_mode=str(params["coordinate_mode"]),
-        nearest_mode=str(params["nearest_mode"]),
+        mode=param_str(params, "mode"),
+        coordinate_mode=param_str(params, "coordinate_mode"),
+        nearest_mode=param_str(params, "nearest_mode"),
         scales=(1.0, scales[axis]),
         sizes=(n_in, sizes[axis]),
         roi=axis_roi,
-        cubic_coeff_a=float(params.get("cubic_coeff_a", -0.75)),  # type: ignore[arg-type]
-        exclude_outside=int(params.get("exclude_outside", 0)),  # type: ignore[call-overload]
+        cubic_coeff_a=param_float(params, "cubic_coeff_a", -0.75),
+        exclude_outside=param_int(params, "exclude_outside", 0),
         extrapolation_value=0.0,  # a constant: the positions it fills take no gradient
-        antialias=int(params.get("antialias", 0)),  # type: ignore[call-overload]
+        antialias=param_int(params, "antialias", 0),
     )
     if moved.shape == (n_in, n_in) and np.array_equal(moved, np.eye(n_in)):
         return None
@@ -154,8 +161,8 @@ def _col2im(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         raise refuse(op, "no grad clause for a col2im whose image_shape or block_shape only the run gives")
     t, gt = type_of(x), type_of(g)
     static_extents(op, t, 1)
-    image, block = [int(v) for v in p["image_shape"]], [int(v) for v in p["block_shape"]]  # type: ignore[attr-defined]
-    strides, pads, dilations = (list(p[k]) for k in ("strides", "pads", "dilations"))  # type: ignore[call-overload]
+    image, block = list(param_ints(p, "image_shape")), list(param_ints(p, "block_shape"))
+    strides, pads, dilations = (list(param_ints(p, k)) for k in ("strides", "pads", "dilations"))
     nsp = len(image)
     padded = [image[i] + pads[i] + pads[nsp + i] for i in range(nsp)]
     blocks = [(padded[i] - (block[i] - 1) * dilations[i] - 1) // strides[i] + 1 for i in range(nsp)]
@@ -182,12 +189,12 @@ def _affine_grid(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         raise refuse(op, "no grad clause for an affine grid whose size only the run gives")
     theta = op.inputs[0]
     t = type_of(theta)
-    sizes = tuple(int(v) for v in op.param("sizes"))  # type: ignore[attr-defined]
+    sizes = tuple(int(v) for v in op.param("sizes"))
     r, points = len(sizes), math.prod(sizes)
     # The base positions H (points, r + 1): the forward run on thetas whose first row picks one of H's columns.
     units = np.zeros((r + 1, r, r + 1))
     units[np.arange(r + 1), 0, np.arange(r + 1)] = 1.0
-    base = kernel_affine_grid(units, sizes=sizes, align_corners=int(op.param("align_corners")))  # type: ignore[call-overload]
+    base = kernel_affine_grid(units, sizes=sizes, align_corners=int(op.param("align_corners")))
     h_t = base[..., 0].reshape(r + 1, points)
     flat_g = regrouped(b, g, [t.axes[0], Axis.named("Points", points), t.axes[1]], node)
     # dtheta^T = H^T g, as (N, r + 1, r), then theta's axes back.
@@ -210,7 +217,7 @@ def _roi_align(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     t, rt = type_of(x), type_of(rois)
     _, _, h, w = static_extents(op, t, 1)
     e = t.elem.name
-    ratio = int(p["sampling_ratio"])  # type: ignore[call-overload]
+    ratio = param_int(p, "sampling_ratio")
     # Samples per bin along each axis: `ratio`, or (0) each region's own count, which rois the build knows set.
     samples_h: int | np.ndarray = ratio
     samples_w: int | np.ndarray = ratio
@@ -218,8 +225,8 @@ def _roi_align(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         samples_h, samples_w = _adaptive_samples(op, rois, t)
     regions = rt.axes[0]
     # Each axis's samples (R, bins, taps): the two neighbours of each of its samples per bin.
-    rows = _roi_taps(b, op, rois, 1, h, int(p["output_height"]), samples_h, node)  # type: ignore[call-overload]
-    columns = _roi_taps(b, op, rois, 0, w, int(p["output_width"]), samples_w, node)  # type: ignore[call-overload]
+    rows = _roi_taps(b, op, rois, 1, h, param_int(p, "output_height"), samples_h, node)
+    columns = _roi_taps(b, op, rois, 0, w, param_int(p, "output_width"), samples_w, node)
     (row_at, row_weight), (column_at, column_weight) = rows, columns
     bins_h, bins_w = type_of(row_at).axes[1], type_of(column_at).axes[1]
     taps_h, taps_w = type_of(row_at).axes[2], type_of(column_at).axes[2]
@@ -267,8 +274,9 @@ def _roi_align(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         candidates = [read, weight]
         value = Expr.operand(0) * Expr.operand(1)
         if isinstance(samples_h, np.ndarray):  # a region's samples past its own count take no part
+            assert isinstance(samples_w, np.ndarray)  # both are set together, by _adaptive_samples
             live = _live_taps(samples_h, samples_w, ry, rx)
-            candidates.append(constant(b, live, [regions.name, "Unit", "Unit", "Taps"], e, node))  # type: ignore[arg-type]
+            candidates.append(constant(b, live, [regions.name, "Unit", "Unit", "Taps"], e, node))
             lowest = Expr.const(float(np.finfo(t.elem.numpy).min), e)
             value = Expr.select(Expr.operand(2).binary("greater", Expr.const(0.5, e)), value, lowest)
         weighed = b.zip(candidates, value, AxesTensorType(e, spread), f"{node}.grad")
@@ -298,7 +306,7 @@ def _adaptive_samples(op: RoiAlignOp, rois: SSAValue, t: AxesTensorType) -> tupl
     half = bool(op.param("half_pixel"))
     scale, shift = ct(op.param("spatial_scale")), ct(0.5 if half else 0.0)
     counts = []
-    for column, bins in ((1, int(op.param("output_height"))), (0, int(op.param("output_width")))):  # type: ignore[call-overload]
+    for column, bins in ((1, int(op.param("output_height"))), (0, int(op.param("output_width")))):
         extent = (r[:, column + 2] * scale - shift) - (r[:, column] * scale - shift)
         if not half:  # malformed regions become 1 pixel wide
             extent = np.maximum(extent, ct(1))
@@ -342,7 +350,7 @@ def _roi_taps(
     rt = type_of(rois)
     e = rt.elem.name
     regions = rt.axes[0]
-    scale, shift = float(op.param("spatial_scale")), 0.5 if op.param("half_pixel") else 0.0  # type: ignore[arg-type]
+    scale, shift = float(op.param("spatial_scale")), 0.5 if op.param("half_pixel") else 0.0
     ends = []
     for k in (column, column + 2):
         one = AxesTensorType(e, [regions, Axis.named("Unit", 1)])
@@ -361,7 +369,7 @@ def _roi_taps(
     else:  # each region's own count (operand 5), at least 1 where it divides (a region without samples reads none)
         ratio, count = max(1, int(samples.max(initial=0))), Expr.operand(5)
         per_region = np.maximum(samples, 1).astype(np.float64).reshape(-1, 1, 1, 1)
-        extra = [constant(b, per_region, [regions.name, "Unit", "Unit", "Unit"], e, node)]  # type: ignore[list-item]
+        extra = [constant(b, per_region, [regions.name, "Unit", "Unit", "Unit"], e, node)]
     ps = constant(b, np.arange(bins, dtype=np.float64).reshape(bins, 1, 1), [f"{name}Bins", "Unit", "Unit"], e, node)
     qs = constant(b, np.arange(ratio).reshape(ratio, 1) + 0.5, ["Samples", "Unit"], e, node)
     js = constant(b, np.array([0.0, 1.0]), ["Neighbours"], e, node)
@@ -381,7 +389,7 @@ def _roi_taps(
     )
     if extra:  # a sample past its region's own count
         limit = np.asarray(samples).astype(np.float64).reshape(-1, 1, 1, 1)
-        operands.append(constant(b, limit, [regions.name, "Unit", "Unit", "Unit"], e, node))  # type: ignore[arg-type]
+        operands.append(constant(b, limit, [regions.name, "Unit", "Unit", "Unit"], e, node))
         inside = inside.binary("and", Expr.operand(3).binary("less", Expr.operand(6)))
     weight = Expr.select(inside, j * frac + (one_e - j) * (one_e - frac), Expr.const(0.0, e))
     flat = [regions, Axis.named(f"{name}Bins", bins), Axis.named(f"{name}Taps", 2 * ratio)]

@@ -35,14 +35,14 @@ from loam.dialects.kernel import (
     ScatterElementsOp,
 )
 from loam.dialects.tensor_axes import AxesTensorType, Axis
-from loam.grad.base import Backward, cut, static_extents, type_of, zeros_like
+from loam.grad.base import Backward, cut, param_int, param_ints, static_extents, type_of, zeros_like
 from loam.grad.sampling_grid import constant
 
 
 def deform_conv(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, DeformConvOp)
     p = op.params
-    given = int(p["given"])  # type: ignore[call-overload]
+    given = param_int(p, "given")
     x, w, offset = op.inputs[0], op.inputs[1], op.inputs[2]
     rest = list(op.inputs[3:])
     bias = rest.pop(0) if given & 1 else None
@@ -51,8 +51,8 @@ def deform_conv(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     _, c, h, wd = static_extents(op, xt, 1)
     m, cg, kh, kw = static_extents(op, wt)
     _, _, oh, ow = static_extents(op, ot, 1)
-    groups, og = int(p["group"]), int(p["offset_group"])  # type: ignore[call-overload]
-    strides, pads, dilations = (tuple(p[k]) for k in ("strides", "pads", "dilations"))  # type: ignore[call-overload]
+    groups, og = param_int(p, "group"), param_int(p, "offset_group")
+    strides, pads, dilations = (param_ints(p, k) for k in ("strides", "pads", "dilations"))
     e = xt.elem.name
     k, points, co = kh * kw, oh * ow, c // og
     n_ax = xt.axes[0]

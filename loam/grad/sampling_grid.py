@@ -75,7 +75,7 @@ def grid_sample(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         raise refuse(op, f"no grad clause for a grid_sample of {xt.elem.name} X at a {gt.elem.name} grid")
     spatial = static_extents(op, xt, 2)[2:]
     out = static_extents(op, gt, 1)[1:-1]
-    mode, padding, align = str(op.param("mode")), str(op.param("padding_mode")), int(op.param("align_corners"))  # type: ignore[call-overload]
+    mode, padding, align = str(op.param("mode")), str(op.param("padding_mode")), int(op.param("align_corners"))
     r, points, size = len(spatial), math.prod(out), math.prod(spatial)
     e = xt.elem.name
     n_ax, c_ax = xt.axes[0], xt.axes[1]
@@ -131,7 +131,9 @@ def grid_sample(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     # dW/dc_a dc_a/dp for each grid component (component i is axis r - 1 - i), (N, P, K, r).
     slopes = []
     for a in reversed(range(r)):
-        factors = [on_axis(taps[a].slope if i == a else t.weight, i) for i, t in enumerate(taps)]  # type: ignore[arg-type]
+        slope_a = taps[a].slope
+        assert slope_a is not None  # only nearest's taps have none, and nearest returned above
+        factors = [on_axis(slope_a if i == a else t.weight, i) for i, t in enumerate(taps)]
         slope = combined(factors, product, e)
         unit_last = [n_ax, p_ax, Axis.named("Combos", combos), Axis.named("Unit", 1)]
         slopes.append(b.emit(RegroupOp(slope, AxesTensorType(e, unit_last), f"{node}.grad")))

@@ -60,14 +60,14 @@ def _dft(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
     assert isinstance(op, DftOp)
     x = op.inputs[0]
     t = type_of(x)
-    axis = int(op.param("axis"))  # type: ignore[call-overload]
+    axis = int(op.param("axis"))
     samples, parts = static_extent(op, t, axis), static_extent(op, t, t.rank - 1)
     table = dft_table(
         samples,
         parts,
-        dft_length=int(op.param("dft_length")),  # type: ignore[call-overload]
-        inverse=int(op.param("inverse")),  # type: ignore[call-overload]
-        onesided=int(op.param("onesided")),  # type: ignore[call-overload]
+        dft_length=int(op.param("dft_length")),
+        inverse=int(op.param("inverse")),
+        onesided=int(op.param("onesided")),
     )
     b.send(x, _through_table(b, g, axis, table, t, node))
 
@@ -78,13 +78,13 @@ def _stft(b: Backward, op: Operation, g: SSAValue, node: str) -> None:
         raise refuse(op, "no grad clause for an STFT whose frame_step or frame_length only the run gives")
     signal = op.inputs[0]
     window = op.inputs[1] if len(op.inputs) > 1 else None
-    step, length = int(op.param("frame_step")), int(op.param("frame_length"))  # type: ignore[call-overload]
+    step, length = int(op.param("frame_step")), int(op.param("frame_length"))
     st, gt = type_of(signal), type_of(g)
     size, parts = static_extent(op, st, 1), static_extent(op, st, 2)
     frames = (size - length) // step + 1
     batch, frame_axis, part_axis = st.axes[0], gt.axes[1], st.axes[2]
     taps = type_of(window).axes[0] if window is not None else Axis.named("FrameTaps", length)
-    table = dft_table(length, parts, dft_length=length, inverse=0, onesided=int(op.param("onesided")))  # type: ignore[call-overload]
+    table = dft_table(length, parts, dft_length=length, inverse=0, onesided=int(op.param("onesided")))
     per_tap = AxesTensorType(st.elem, [batch, frame_axis, taps, part_axis])
     h = _through_table(b, g, 2, table, per_tap, node)  # d loss / d (windowed frames)
     at = np.arange(frames)[:, None] * step + np.arange(length)  # where frame f's tap j reads the signal
