@@ -1,4 +1,4 @@
-"""Finite requests (embeddings): the guide's three-call contract between the server and a package's control.
+"""Finite requests (embeddings): the three-call contract between the server and a package's control.
 
     prepare_request(state, item) -> Prepared(data, units, tag)
     prepare_batch(state, ranges, data) -> Batch(stage, inputs, plan)
@@ -20,16 +20,16 @@ prepared bytes, right padding to the cohort's longest input, one output row per 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from loam.serve.flags import ADD_SPECIAL_TOKENS, NO_SPECIAL_TOKEN_MATCHING
 from loam.serve.metrics import ModelMetrics
-from loam.serve.package import Capacities, Package, Stage
-from loam.serve.scheduler import Event, Request, ServeError, Worker, failure
+from loam.serve.scheduler import Event, Request, ServeError, Worker
+from loam.serve.spec import Capacities, Control, Package, PackageError, PackageTokenizer, Stage, refuse_control
 
 
 @dataclass(frozen=True)
@@ -74,10 +74,10 @@ class Batch:
     plan: ResultPlan
 
 
-class FiniteControl(Protocol):
+@runtime_checkable
+class FiniteControl(Control, Protocol):
     """What a finite package's control provides (the built-in one is `EmbeddingControl`)."""
 
-    def prepare(self, package: Package) -> object: ...
     def prepare_request(self, state: object, item: EmbeddingInput) -> Prepared: ...
     def prepare_batch(self, state: object, ranges: Sequence[tuple[int, int]], data: bytes) -> Batch: ...
 
@@ -89,7 +89,7 @@ class EmbeddingState:
     stage: str
     order: tuple[str, ...]
     dtypes: dict[str, np.dtype]
-    tokenizer: object | None
+    tokenizer: PackageTokenizer | None
     context: int
     pad: int = 0
 
@@ -105,8 +105,6 @@ class EmbeddingControl:
         names = tuple(name for name, _, _ in stage.inputs)
         allowed = {"input_ids", "attention_mask", "token_type_ids"}
         if "input_ids" not in names or not set(names) <= allowed:
-            from loam.serve.package import PackageError
-
             raise PackageError(
                 f"{package.spec.folder / 'model.json'}: stage {stage.spec.name!r} takes {list(names)}; "
                 "the embedding control gives input_ids, attention_mask and token_type_ids"
@@ -123,7 +121,7 @@ class EmbeddingControl:
                 raise ServeError(
                     f"{item.param}: this model has no tokenizer; give token ids, not text", param=item.param
                 )
-            ids = state.tokenizer.encode(  # type: ignore[attr-defined]
+            ids = state.tokenizer.encode(
                 item.text or "",
                 add_special_tokens=bool(item.flags & ADD_SPECIAL_TOKENS),
                 special_token_matching=not item.flags & NO_SPECIAL_TOKEN_MATCHING,
@@ -179,7 +177,7 @@ class FiniteWorker(Worker):
         self.state = control.prepare(package)
         super().__init__(package.spec.name, metrics, capacities.output_bytes)
 
-    def prepare(self, item: EmbeddingInput, sink: object) -> FiniteRequest:
+    def prepare(self, item: EmbeddingInput, sink: Callable[[Event], None]) -> FiniteRequest:
         """Frame and check one input on the caller's thread (a refusal is the caller's 4xx)."""
         prepared = self.control.prepare_request(self.state, item)
         if prepared.units < 1:
@@ -191,7 +189,7 @@ class FiniteWorker(Worker):
                 f"{item.param} is {prepared.units} units; a cohort of this model holds {self.capacities.batch_units}",
                 param=item.param,
             )
-        return FiniteRequest(sink=sink, units=prepared.units, tag=prepared.tag, prepared=prepared)  # type: ignore[arg-type]
+        return FiniteRequest(sink=sink, units=prepared.units, tag=prepared.tag, prepared=prepared)
 
     def stalled(self, request: Request) -> bool:
         return False  # a finite request delivers once, after its cohort
@@ -209,42 +207,39 @@ class FiniteWorker(Worker):
             cohort.append(request)
             self.cohort.append(request)
             units += request.units
-        self._run(cohort)
+        self.run_cohort(cohort, self._compute, self._collect, self._fail)
         return True
 
-    def _run(self, cohort: list[FiniteRequest]) -> None:
+    def _compute(self, cohort: Sequence[FiniteRequest]) -> list[np.ndarray]:
+        """The cohort's results, in request order: its prepared bytes batched by the control, run through the
+        stage, and mapped back through the control's result plan."""
         ranges, offset = [], 0
         for request in cohort:
             assert request.prepared is not None
             ranges.append((offset, len(request.prepared.data)))
             offset += len(request.prepared.data)
         data = b"".join(r.prepared.data for r in cohort if r.prepared is not None)
-        try:
-            batch = self.control.prepare_batch(self.state, ranges, data)
-            stage: Stage = self.package.stages[batch.stage]
-            output = np.asarray(stage.forward(*batch.inputs)[batch.plan.output])
-            results = [self._rows(output, spans, batch) for spans in batch.plan.rows]
-            if len(results) != len(cohort):
-                raise ServeError(
-                    f"the result plan maps {len(results)} requests; the cohort has {len(cohort)}", status=500
-                )
-        except Exception as err:
-            if len(cohort) > 1:  # run each member alone, so that only the one at fault fails
-                for request in cohort:
-                    self._run([request])
-                return
-            status, message = failure(err)
-            cohort[0].deliver(Event("error", text=message, status=status))
-            self.metrics.finished("error")
-            return
+        batch = self.control.prepare_batch(self.state, ranges, data)
+        stage: Stage = self.package.stages[batch.stage]
+        output = np.asarray(stage.forward(*batch.inputs)[batch.plan.output])
+        results = [self._rows(output, spans, batch) for spans in batch.plan.rows]
+        if len(results) != len(cohort):
+            raise ServeError(f"the result plan maps {len(results)} requests; the cohort has {len(cohort)}", status=500)
+        return results
+
+    def _collect(self, cohort: Sequence[FiniteRequest], results: list[np.ndarray]) -> None:
         self.cohorts += 1
         self.metrics.cohort_size.observe(len(cohort))
         self.metrics.cohort_units.observe(sum(r.units for r in cohort))
         self.metrics.tokens(sum(r.units for r in cohort), 0)
         for request, result in zip(cohort, results, strict=True):
-            usage = {"prompt_tokens": request.units, "total_tokens": request.units}
+            usage: dict[str, object] = {"prompt_tokens": request.units, "total_tokens": request.units}
             request.deliver(Event("done", value=result, usage=usage, finish_reason="stop"))
             self.metrics.finished("stop")
+
+    def _fail(self, request: FiniteRequest, status: int, message: str) -> None:
+        request.deliver(Event("error", text=message, status=status))
+        self.metrics.finished("error")
 
     @staticmethod
     def _rows(output: np.ndarray, spans: tuple[RowSpan, ...], batch: Batch) -> np.ndarray:
@@ -256,6 +251,13 @@ class FiniteWorker(Worker):
             width = row.shape[0] - span.offset if span.width < 0 else span.width
             parts.append(row[span.offset : span.offset + width])
         return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
+
+
+def serve_finite(package: Package, control: Control, metrics: ModelMetrics) -> FiniteWorker:
+    """The embedding role's worker for `package`, once its control is seen to provide the finite contract."""
+    if not isinstance(control, FiniteControl):
+        raise refuse_control(package, FiniteControl)
+    return FiniteWorker(package, control, package.spec.capacities, metrics)
 
 
 def embed(worker: FiniteWorker, items: Sequence[EmbeddingInput], timeout: float = 600.0) -> list[np.ndarray]:

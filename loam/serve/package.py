@@ -1,9 +1,9 @@
-"""A serving package: the folder `loam serve` registers, and what registering it makes of it.
+"""A serving package: the folder `loam serve` registers, how its `model.json` is read, and registering it.
 
 A package is a folder holding `model.json` and the files it names.  `model.json` says which contract
-the model serves (`role`: `text` for a decoder whose conversations are retained rows of KV state,
-`embedding` for a finite encoder), its numerical stages (each a graph Loam builds, with build options),
-its checkpoint sources, its tokenizer and its capacities:
+the model serves (`role`, one of `loam.serve.roles.ROLES`: `text` for a decoder whose conversations are
+retained rows of KV state, `embedding` for a finite encoder), its numerical stages (each a graph Loam
+builds, with build options), its checkpoint sources, its tokenizer and its capacities:
 
     {
       "name": "smollm2",                                  # the id clients ask for (default: the folder's name)
@@ -16,12 +16,14 @@ its checkpoint sources, its tokenizer and its capacities:
                      "output_bytes": 65536, "block_tokens": 16}
     }
 
-A source is the guide's ordered shard list (`source` + `source_append`): one path or a list of paths,
-each a safetensors shard, a Hugging Face `*.index.json`, or a GGUF file.  Several stages may read one
-source; declaring a source reads no payload.  Paths resolve from the package folder.  `control`
-optionally names a Python file in the package whose `CONTROL` object replaces the role's built-in
-control (see `loam.serve.finite` and `loam.serve.text`): like the guide's control programs it is code
-the operator trusts, never something a client sends.
+A source is an ordered shard list: one path or a list of paths, each a safetensors shard, a Hugging
+Face `*.index.json`, or a GGUF file.  Several stages may read one source; declaring a source reads no
+payload.  Paths resolve from the package folder.  A stage takes `graph`, `source`, `options` and
+`packed`, and the keys its role's `PackageSchema` adds (an embedding stage's `pooling`, `normalize` and
+`output`).  `control` optionally names a Python file in the package whose `CONTROL` object replaces
+the role's built-in control (see `loam.serve.finite` and `loam.serve.text`): it is code the operator
+trusts, never something a client sends.  What a read spec and a registered package hold is
+`loam.serve.spec`'s.
 
 A folder as onnxruntime-genai's model builder writes it (`model.onnx`, `model.onnx.data`,
 `genai_config.json`, the tokenizer's files) and without a `model.json` is a package too: `genai_package`
@@ -44,93 +46,54 @@ registration naming the file, the tensor and the axis.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import json
-import math
 import re
 import sys
-import types
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
-from loam.core.errors import LoamError, ShapeError
+from loam.core.errors import LoamError
 from loam.driver.genai import CONFIG, decoder_config, read_config
 from loam.driver.options import Options
+from loam.serve.roles import ROLES
+from loam.serve.spec import (
+    Capacities,
+    Control,
+    Package,
+    PackageError,
+    PackageSchema,
+    PackageSpec,
+    PackageTokenizer,
+    Stage,
+    StageModule,
+    StageSpec,
+)
 
-ROLES = ("text", "embedding")
+if TYPE_CHECKING:
+    import onnx
+
+    from loam.driver.cache import CachedBuild
+
+__all__ = [
+    "Capacities",
+    "Package",
+    "PackageError",
+    "PackageSpec",
+    "Stage",
+    "StageSpec",
+    "genai_package",
+    "open_package",
+    "read_package",
+]
+
 POOLINGS = ("mean", "cls", "none")
 _KEYS = ("name", "role", "sources", "stages", "tokenizer", "control", "capacities", "description")
-_STAGE_KEYS = ("graph", "source", "options", "packed", "pooling", "normalize", "output")
+_STAGE_KEYS = ("graph", "source", "options", "packed")
+"""The keys of every stage; a role's `PackageSchema` names those it reads besides."""
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
-
-
-class PackageError(LoamError):
-    """A package folder or its `model.json` is malformed, names a missing file, or disagrees with its graphs."""
-
-
-@dataclass(frozen=True)
-class Capacities:
-    """What one model may hold and do at once (the guide's capacities).
-
-    - `batch_units`: units (tokens) one cohort may carry: the sum of its prompt spans and decode steps.
-    - `prefill_units`: prompt tokens one cohort may read while it also carries decode steps (text; 0:
-      `batch_units`).  A long prompt is then read in chunks this size beside the running streams, so
-      their time between tokens stays near a decode step's; a cohort without decode steps reads up to
-      `batch_units` of prompt, as no stream is waiting.
-    - `resident_requests`: requests holding rows of state at once (a cohort's rows are at most this many).
-    - `context_tokens`: tokens one request may reach: prompt plus generated, or one embedding input.
-    - `output_bytes`: bytes of output a request may have waiting for its reader; a reader that falls
-      this far behind makes only its own request wait.
-    - `block_tokens`: tokens per KV block (text); `kv_blocks`: the pool's blocks (default: enough for
-      every resident request at full context).
-    """
-
-    batch_units: int = 256
-    prefill_units: int = 0
-    resident_requests: int = 16
-    context_tokens: int = 2048
-    output_bytes: int = 1 << 16
-    block_tokens: int = 16
-    kv_blocks: int = 0
-
-    def blocks(self) -> int:
-        """The KV pool's block count."""
-        if self.kv_blocks:
-            return self.kv_blocks
-        return self.resident_requests * math.ceil(self.context_tokens / self.block_tokens) + self.resident_requests
-
-
-@dataclass(frozen=True)
-class StageSpec:
-    """One numerical stage as `model.json` declares it."""
-
-    name: str
-    graph: Path
-    source: str | None
-    options: Options
-    packed: bool = True
-    pooling: str | None = None  # embedding stages: appended to the graph (see loam.serve.pooling)
-    normalize: bool = False
-    output: str | None = None
-    draft: bool = False  # the layout is drafted at build time (an onnxruntime-genai folder's decoder)
-
-
-@dataclass(frozen=True)
-class PackageSpec:
-    """A checked `model.json`: every path resolved and seen to exist, every value of the right kind."""
-
-    folder: Path
-    name: str
-    role: str
-    sources: Mapping[str, tuple[Path, ...]]
-    stages: Mapping[str, StageSpec]
-    tokenizer: Path | str | None  # a tokenizer.json path, or the name of a GGUF source
-    control: Path | None
-    capacities: Capacities
-    description: str = ""
-    sampling: Mapping[str, float] = field(default_factory=dict)
-    """Defaults of the requests' `temperature` and `top_p` (absent: the API's, 1.0 and 1.0)."""
 
 
 def read_package(folder: str | Path) -> PackageSpec:
@@ -164,8 +127,9 @@ def read_package(folder: str | Path) -> PackageSpec:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise fail("name", f"must be 1-128 letters, digits or ._:/- (starting with a letter or digit), got {name!r}")
     role = table.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise fail("role", f"must be one of {', '.join(ROLES)}, got {role!r}")
+    schema = ROLES[role].schema
 
     def path(key: str, value: object) -> Path:
         if not isinstance(value, str) or not value:
@@ -188,7 +152,7 @@ def read_package(folder: str | Path) -> PackageSpec:
     stages_raw = table.get("stages")
     if not isinstance(stages_raw, dict) or not stages_raw:
         raise fail("stages", "must be a non-empty object of stage name -> {graph, source, options, ...}")
-    stages = {name_: _stage(name_, entry, fail, path, sources, where) for name_, entry in stages_raw.items()}
+    stages = {name_: _stage(name_, entry, schema, fail, path, sources, where) for name_, entry in stages_raw.items()}
 
     tokenizer_raw = table.get("tokenizer")
     tokenizer: Path | str | None
@@ -217,6 +181,7 @@ def read_package(folder: str | Path) -> PackageSpec:
 def _stage(
     name: str,
     entry: object,
+    schema: PackageSchema,
     fail: Callable[[str, str], PackageError],
     path: Callable[[str, object], Path],
     sources: Mapping[str, tuple[Path, ...]],
@@ -225,9 +190,10 @@ def _stage(
     key = f"stages.{name}"
     if not isinstance(entry, dict):
         raise fail(key, "must be an object with at least 'graph'")
-    unknown = [k for k in entry if k not in _STAGE_KEYS]
+    known = (*_STAGE_KEYS, *schema.stage_keys)
+    unknown = [k for k in entry if k not in known]
     if unknown:
-        raise fail(key, f"has unknown key {unknown[0]!r} (known keys: {', '.join(_STAGE_KEYS)})")
+        raise fail(key, f"has unknown key {unknown[0]!r} (known keys: {', '.join(known)})")
     graph = path(f"{key}.graph", entry.get("graph"))
     source = entry.get("source")
     if source is not None and source not in sources:
@@ -275,49 +241,6 @@ def _capacities(raw: object, fail: Callable[[str, str], PackageError]) -> Capaci
 # -- registration ---------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Stage:
-    """A built stage: its module, imported, and its weights, loaded and checked."""
-
-    spec: StageSpec
-    module: types.ModuleType
-    weights: object
-    cache_hit: bool
-    inputs: tuple[tuple[str, str, tuple[int | None, ...]], ...] = ()
-    outputs: tuple[str, ...] = ()
-
-    def forward(self, *inputs: object) -> tuple[object, ...]:
-        """Run the stage; always a tuple of outputs, in `outputs` order.  The module's own ShapeError (an input
-        that disagrees with the graph, an owed condition that fails) becomes Loam's, a refusal of the input."""
-        return self._call(self.module.forward, self.weights, *inputs)
-
-    def forward_in_place(self, state: object, *inputs: object) -> tuple[object, ...]:
-        """`forward` with the pasts kept in `state`, a module DecodeState (given every input but the pasts)."""
-        return self._call(self.module.forward_in_place, self.weights, state, *inputs)
-
-    def _call(self, entry: Callable[..., object], *args: object) -> tuple[object, ...]:
-        try:
-            result = entry(*args)
-        except self.module.ShapeError as err:
-            raise ShapeError(f"stage {self.spec.name!r}: {err}") from None
-        return tuple(result) if len(self.outputs) > 1 else (result,)  # type: ignore[arg-type]
-
-
-@dataclass
-class Package:
-    """A registered package: its checked spec, its built stages and its tokenizer."""
-
-    spec: PackageSpec
-    stages: dict[str, Stage]
-    tokenizer: object | None  # loam.text.tokenizer.Tokenizer
-    control: object | None  # the package's own CONTROL, when it has one
-
-    @property
-    def builds(self) -> dict[str, bool]:
-        """Each stage's name and whether its module came from the build cache."""
-        return {name: stage.cache_hit for name, stage in self.stages.items()}
-
-
 def open_package(
     folder: str | Path, progress: Callable[[str], None] = lambda _message: None, *, spec: PackageSpec | None = None
 ) -> Package:
@@ -341,11 +264,12 @@ def open_package(
             stage_spec.graph,
             stage_spec.options,
             flags,
-            lambda stage_spec=stage_spec: _build_stage(stage_spec, progress),  # type: ignore[misc]
+            functools.partial(_build_stage, stage_spec, progress),
             progress,
         )  # fmt: skip
         name = f"loam_serve_{_identifier(spec.name)}_{_identifier(stage_spec.name)}"
-        module = import_source(built.source, name, built.weights)
+        # The module Loam's numpy backend printed: it defines every name a StageModule declares.
+        module = cast(StageModule, import_source(built.source, name, built.weights))
         stages[stage_spec.name] = Stage(stage_spec, module, None, hit)
     # Each source is opened once; every stage reading it loads its weights from the same map.
     opened: dict[str, object] = {}
@@ -356,8 +280,9 @@ def open_package(
             target: object = [str(p) for p in paths] if len(paths) > 1 else str(paths[0])
             opened[source] = stage.module._mapped(target)  # the module runtime's own read-only map
         progress(f"{spec.name}: loading the weights of stage {stage.spec.name}")
+        external: tuple[object, ...] = getattr(stage.module.Weights, "_EXTERNAL", ())  # ONNX external data
         try:
-            if source is None and getattr(stage.module.Weights, "_EXTERNAL", ()):
+            if source is None and external:
                 # The graph's ONNX external data, in the files beside it (`model.onnx.data`).
                 stage.weights = stage.module.Weights.load_file(str(stage.spec.graph.parent), packed=stage.spec.packed)
             elif source is None:
@@ -383,11 +308,11 @@ def open_package(
     return Package(spec, stages, tokenizer, control)
 
 
-def _build_stage(stage: StageSpec, progress: Callable[[str], None]) -> object:
+def _build_stage(stage: StageSpec, progress: Callable[[str], None]) -> CachedBuild:
     from loam.driver import cache
     from loam.driver.pipeline import build
 
-    model: object = stage.graph
+    model: Path | onnx.ModelProto = stage.graph
     options = stage.options
     if stage.pooling is not None or stage.output is not None:
         from loam.serve.pooling import pooled_model
@@ -410,11 +335,11 @@ def _build_stage(stage: StageSpec, progress: Callable[[str], None]) -> object:
 
         progress(f"drafting the layout of {stage.graph}")
         options = draft_layout(stage.graph, options=options).options(options)
-    result = build(model, options=options, progress=progress)  # type: ignore[arg-type]
+    result = build(model, options=options, progress=progress)
     return cache.CachedBuild(result.source, result.report, tuple(result.notes), result.weights)
 
 
-def _tokenizer(spec: PackageSpec) -> object | None:
+def _tokenizer(spec: PackageSpec) -> PackageTokenizer | None:
     from loam.text.tokenizer import Tokenizer
 
     if spec.tokenizer is None:
@@ -424,7 +349,7 @@ def _tokenizer(spec: PackageSpec) -> object | None:
     return Tokenizer.from_gguf(spec.sources[spec.tokenizer][0])
 
 
-def _control(spec: PackageSpec) -> object | None:
+def _control(spec: PackageSpec) -> Control | None:
     if spec.control is None:
         return None
     name = f"loam_serve_control_{_identifier(spec.name)}"

@@ -1,9 +1,9 @@
 """Per-request token choice: greedy, temperature, top-p, a seed, stop strings and a token budget.
 
 Each request owns its random generator, seeded from its own `seed` (or from the server's entropy
-when it gives none), so a seeded request draws the same tokens whatever shares its cohort: the
-guide's rule that per-request RNG state never depends on neighbours.  Logits are read in float64
-so the choice does not depend on how float32 softmax rounds.
+when it gives none), so a seeded request draws the same tokens whatever shares its cohort: a
+request's RNG state never depends on its neighbours.  The choice itself is `loam.text.pick.pick_token`,
+the one `loam generate` makes.
 
 `StopMatcher` finds stop strings in the growing text and holds back what could still become the
 start of one, so a streamed reply never shows text that the stop later removes.
@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from loam.text.pick import pick_token
 
 
 @dataclass(frozen=True)
@@ -39,20 +41,7 @@ class Sampler:
 
     def pick(self, logits: np.ndarray) -> int:
         """The next token: the argmax when greedy, else a draw from the tempered, top-p-truncated softmax."""
-        if self.params.temperature == 0:
-            return int(np.argmax(logits))
-        scaled = np.asarray(logits, dtype=np.float64) / self.params.temperature
-        scaled -= scaled.max()
-        probs = np.exp(scaled)
-        probs /= probs.sum()
-        if self.params.top_p < 1.0:
-            order = np.argsort(-probs, kind="stable")
-            cumulative = np.cumsum(probs[order])
-            keep = order[: int(np.searchsorted(cumulative, self.params.top_p)) + 1]
-            kept = np.zeros_like(probs)
-            kept[keep] = probs[keep]
-            probs = kept / kept.sum()
-        return int(self.rng.choice(len(probs), p=probs))
+        return pick_token(logits, self.rng, self.params.temperature, self.params.top_p)
 
 
 class StopMatcher:

@@ -22,8 +22,9 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from loam.core.errors import LoamError
 from loam.serve.metrics import ModelMetrics
@@ -64,6 +65,9 @@ def failure(err: Exception) -> tuple[int, str]:
 
 
 _ids = itertools.count()
+
+Member = TypeVar("Member")
+Result = TypeVar("Result")
 
 
 @dataclass(eq=False)
@@ -113,7 +117,12 @@ class Request:
 
 
 class Worker:
-    """A model's worker thread: takes submitted requests, forms cohorts, runs them, delivers results."""
+    """A model's worker thread: takes submitted requests, forms cohorts, runs them, delivers results.
+
+    `state` is what the model's control settled at registration (its `prepare`), which the role's routes
+    give the control's other calls."""
+
+    state: object = None
 
     def __init__(self, name: str, metrics: ModelMetrics, output_bytes: int) -> None:
         self.name = name
@@ -169,6 +178,28 @@ class Worker:
 
     def retire(self, request: Request) -> None:
         """Release what `request` holds once it has finished or been cancelled."""
+
+    def run_cohort(
+        self,
+        members: Sequence[Member],
+        compute: Callable[[Sequence[Member]], Result],
+        collect: Callable[[Sequence[Member], Result], None],
+        fail: Callable[[Member, int, str], None],
+    ) -> None:
+        """Run `members` as one cohort: `compute` does the numerical work (and must leave nothing changed when it
+        raises), `collect` hands its result to the members.  Where `compute` raises, each member runs alone, so
+        that only the one at fault fails: `fail(member, status, message)`, as `failure` words the error."""
+        try:
+            result = compute(members)
+        except Exception as err:
+            if len(members) > 1:
+                for member in members:
+                    self.run_cohort([member], compute, collect, fail)
+                return
+            status, message = failure(err)
+            fail(members[0], status, message)
+            return
+        collect(members, result)
 
     # -- the loop -----------------------------------------------------------------------------------------------
 

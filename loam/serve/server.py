@@ -1,10 +1,11 @@
 """The server's models: registering a package makes a worker for it; unregistering stops that worker.
 
 `Server` is everything `loam serve` owns apart from HTTP: the registry of served models, their workers
-and the metrics.  Registration runs on the caller's thread (the HTTP layer hands it to a worker
-thread, since a first build takes seconds); a package is listed only once it is fully built, loaded
-and checked, so no request ever reaches a half-registered model.  HTTP registration takes a
-server-local folder, and only one under a `--package-root` the operator named.
+and the metrics; what a model's worker is, and which control it runs, is its role's (`loam.serve.roles`).
+Registration runs on the caller's thread (the HTTP layer hands it to a worker thread, since a first
+build takes seconds); a package is listed only once it is fully built, loaded and checked, so no
+request ever reaches a half-registered model.  HTTP registration takes a server-local folder, and
+only one under a `--package-root` the operator named.
 """
 
 from __future__ import annotations
@@ -15,20 +16,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loam.serve.finite import EmbeddingControl, FiniteWorker
 from loam.serve.metrics import Metrics
-from loam.serve.package import Package, open_package
+from loam.serve.package import open_package
+from loam.serve.roles import ROLES
 from loam.serve.scheduler import ServeError, Worker
-from loam.serve.text import DecoderStage, TextControl, TextWorker
+from loam.serve.spec import Control, Package
 
 
 @dataclass
 class ServedModel:
-    """A registered package and the worker that runs its requests."""
+    """A registered package, the worker that runs its requests, its control and the state the control settled."""
 
     package: Package
     worker: Worker
-    control: object
+    control: Control
     state: object = None
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -87,17 +88,11 @@ class Server:
         return served
 
     def _serve(self, package: Package) -> ServedModel:
-        spec = package.spec
-        model_metrics = self.metrics.model(spec.name)
-        if spec.role == "embedding":
-            control = package.control or EmbeddingControl()
-            worker: Worker = FiniteWorker(package, control, spec.capacities, model_metrics)  # type: ignore[arg-type]
-            return ServedModel(package, worker, control, worker.state)  # type: ignore[attr-defined]
-        control = package.control or TextControl()
-        state = control.prepare(package)  # type: ignore[attr-defined]
-        stage_spec = next(iter(spec.stages.values()))
-        stage = DecoderStage(package.stages[stage_spec.name], f"{spec.folder / 'model.json'} stage {stage_spec.name!r}")
-        return ServedModel(package, TextWorker(spec.name, stage, spec.capacities, model_metrics), control, state)
+        """Start `package`'s worker as its role says (`loam.serve.roles`), with its own control or the role's."""
+        role = ROLES[package.spec.role]
+        control = package.control or role.control()
+        worker = role.worker(package, control, self.metrics.model(package.spec.name))
+        return ServedModel(package, worker, control, worker.state)
 
     def unregister(self, name: str) -> None:
         """Stop serving `name`: requests not yet run fail with 503; the running cohort finishes first."""

@@ -30,7 +30,9 @@ truncates them, and a request on a session appends to it.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -38,53 +40,42 @@ from loam.core.errors import LoamError
 from loam.serve.flags import ADD_SPECIAL_TOKENS, NO_SPECIAL_TOKEN_MATCHING
 from loam.serve.kv import KvPool, KvSequence, PoolExhausted
 from loam.serve.metrics import ModelMetrics
-from loam.serve.package import Capacities, Package, PackageError, Stage
 from loam.serve.sampling import Sampler, SamplingParams, StopMatcher
-from loam.serve.scheduler import Event, Request, ServeError, Worker, failure
-from loam.text.generate import state_symbols
+from loam.serve.scheduler import Event, Request, ServeError, Worker
+from loam.serve.spec import (
+    Capacities,
+    Control,
+    Package,
+    PackageError,
+    PackageTokenizer,
+    Stage,
+    TextStream,
+    refuse_control,
+)
+from loam.text.decoder import DecoderInterface, DecodeState, state_symbols
 
 
 class DecoderStage:
     """A decoder module with its past: what it takes, and one call over a cohort of rows."""
 
     def __init__(self, stage: Stage, where: str) -> None:
-        inputs = {name: (dtype, extents) for name, dtype, extents in stage.inputs}
-        if not inputs or not stage.outputs:
-            raise PackageError(f"{where}: the module declares no INPUTS/OUTPUTS (rebuild it with this Loam)")
-        for needed in ("input_ids", "attention_mask"):
-            if needed not in inputs:
-                raise PackageError(f"{where}: the decoder has no input {needed!r}")
-        if "logits" not in stage.outputs:
-            raise PackageError(f"{where}: the decoder has no output 'logits'")
+        # Rows are padded to the longest in a call, so the decoder must take the mask that says which are real.
+        interface = DecoderInterface.of(
+            stage.inputs, stage.outputs, where, PackageError, needs=("input_ids", "attention_mask")
+        )
         self.stage = stage
-        self.order = [name for name, _, _ in stage.inputs]
-        self.dtypes = {name: np.dtype(dtype) for name, (dtype, _) in inputs.items()}
-        self.past_names = [n for n in self.order if n.startswith("past_key_values.")]
-        if not self.past_names:
-            raise PackageError(f"{where}: the decoder takes no past_key_values.*: export it with its past")
-        self.layers: dict[str, tuple[int, int, np.dtype]] = {}
-        self.present_index: dict[str, int] = {}
-        for name in self.past_names:
-            present = "present." + name.removeprefix("past_key_values.")
-            if present not in stage.outputs:
-                raise PackageError(f"{where}: input {name!r} has no output {present!r}")
-            extents = inputs[name][1]
-            if len(extents) != 4 or extents[1] is None or extents[3] is None:
-                raise PackageError(
-                    f"{where}: input {name!r} is not [batch, heads, past, head size] with fixed heads and size"
-                )
-            self.layers[name] = (int(extents[1]), int(extents[3]), self.dtypes[name])
-            self.present_index[name] = stage.outputs.index(present)
-        unknown = [n for n in self.order if n not in ("input_ids", "attention_mask", "position_ids", *self.past_names)]
-        if unknown:
-            raise PackageError(f"{where}: input {unknown[0]!r} is not one a decoder step knows how to give")
-        self.ragged = "position_ids" in inputs
+        self.order = list(interface.order)
+        self.dtypes = dict(interface.dtypes)
+        self.past_names = list(interface.past_names)
+        self.layers: dict[str, tuple[int, int, np.dtype]] = dict(interface.layers)
+        self.present_index = {name: stage.outputs.index(present) for name, present in interface.present_of.items()}
+        self.ragged = "position_ids" in self.dtypes
         # A module that keeps every past in place (decode-state-in-place) is given the gathered pasts as a
         # DecodeState's views, so its Concats write the new rows after them instead of copying the pasts.
         symbols = state_symbols(stage.module, self.past_names) or set()
         self.in_place = len(symbols) == 1  # every past in place, and one extent to give: the rows
         self.batch_symbol = next(iter(symbols), "")
-        self._scratch: dict[int, object] = {}  # rows -> the DecodeState of a recent call with that many rows
+        self._scratch: dict[int, DecodeState] = {}  # rows -> the DecodeState of a recent call with that many rows
         self.logits_index = stage.outputs.index("logits")
         # One token through an empty past before any request: the stage runs, and its vocabulary is known.
         probe = KvPool(self.layers, 1, 1)
@@ -162,7 +153,7 @@ class DecoderStage:
             for r, (_, span) in enumerate(rows)
         ]
 
-    def _state(self, count: int, capacity: int) -> object:
+    def _state(self, count: int, capacity: int) -> DecodeState:
         """A DecodeState for `count` rows with room for `capacity` positions, emptied: a recent call's when it had
         as many rows (grown by doubling where it must), so a step writes into memory already mapped instead of
         faulting in fresh pages for every past it gathers (84 ms of SmolLM2's 2,047-position step)."""
@@ -172,8 +163,8 @@ class DecoderStage:
         self._scratch[count] = state  # the most recent last; a cohort split in two calls reuses both sizes
         while len(self._scratch) > 2:
             del self._scratch[next(iter(self._scratch))]
-        state.rewind(0)  # type: ignore[attr-defined]
-        state.reserve(capacity)  # type: ignore[attr-defined]
+        state.rewind(0)
+        state.reserve(capacity)
         return state
 
 
@@ -181,13 +172,23 @@ class DecoderStage:
 class TextState:
     """What `TextControl.prepare` settles at registration."""
 
-    tokenizer: object | None  # a loam.text.tokenizer.Tokenizer
+    tokenizer: PackageTokenizer | None
     eos: frozenset[int]
+
+
+@runtime_checkable
+class GenerationControl(Control, Protocol):
+    """What a text package's control provides (the built-in one is `TextControl`): `prepare` settles a
+    `TextState`; `encode` and `encode_chat` give a request's prompt ids."""
+
+    def prepare(self, package: Package) -> TextState: ...
+    def encode(self, state: TextState, prompt: object, flags: int, param: str) -> list[int]: ...
+    def encode_chat(self, state: TextState, messages: list[dict[str, object]], param: str) -> list[int]: ...
 
 
 class TextControl:
     """The text role's built-in control: the request framing (prompt ids from text, token ids or chat messages,
-    with the guide's tokenizer flags) and the tokens that end a reply."""
+    with the tokenizer flags of `loam.serve.flags`) and the tokens that end a reply."""
 
     def prepare(self, package: Package) -> TextState:
         tokenizer = package.tokenizer
@@ -199,7 +200,7 @@ class TextControl:
         if isinstance(prompt, str):
             if state.tokenizer is None:
                 raise ServeError("this model has no tokenizer: give the prompt as token ids", param=param)
-            return state.tokenizer.encode(  # type: ignore[attr-defined]
+            return state.tokenizer.encode(
                 prompt,
                 add_special_tokens=bool(flags & ADD_SPECIAL_TOKENS),
                 special_token_matching=not flags & NO_SPECIAL_TOKEN_MATCHING,
@@ -213,7 +214,7 @@ class TextControl:
         if state.tokenizer is None or getattr(state.tokenizer, "chat_template", None) is None:
             raise ServeError("this model has no chat template: use /v1/completions", param=param)
         try:
-            return state.tokenizer.encode_chat(messages)  # type: ignore[attr-defined]
+            return state.tokenizer.encode_chat(messages)
         except LoamError as err:
             raise ServeError(str(err), param=param) from None
 
@@ -240,7 +241,7 @@ class TextRequest(Request):
     prompt: list[int] = field(default_factory=list)
     params: SamplingParams = field(default_factory=SamplingParams)
     eos: frozenset[int] = frozenset()
-    decode: object = None  # a loam.text.tokenizer.DecodeStream, or None: no text, token ids only
+    decode: TextStream | None = None  # None: no text, token ids only
     session: Session | None = None
     seq: KvSequence | None = None
     pending: list[int] = field(default_factory=list)
@@ -255,10 +256,22 @@ class TextRequest(Request):
 
 
 class TextWorker(Worker):
-    """Schedules a decoder's requests over one block pool."""
+    """Schedules a decoder's requests over one block pool; its control frames their prompts."""
 
-    def __init__(self, name: str, stage: DecoderStage, capacities: Capacities, metrics: ModelMetrics) -> None:
+    state: TextState
+
+    def __init__(
+        self,
+        name: str,
+        stage: DecoderStage,
+        capacities: Capacities,
+        metrics: ModelMetrics,
+        control: GenerationControl,
+        state: TextState,
+    ) -> None:
         self.stage = stage
+        self.control = control
+        self.state = state
         self.capacities = capacities
         self.pool = KvPool(stage.layers, capacities.block_tokens, capacities.blocks())
         self.sessions: dict[str, Session] = {}
@@ -403,20 +416,18 @@ class TextWorker(Worker):
             prefill -= len(span) if reading else 0
         if not rows:
             return False
-        self._run(rows)
+        self.run_cohort(rows, self._compute, self._collect, self._fail_row)
         return True
 
-    def _run(self, rows: list[tuple[TextRequest, list[int]]]) -> None:
-        try:
-            logits = self.stage.run(self.pool, [(r.seq, span) for r, span in rows])  # type: ignore[misc]
-        except Exception as err:
-            if len(rows) > 1:  # run each member alone, so that only the one at fault fails
-                for row in rows:
-                    self._run([row])
-                return
-            status, message = failure(err)
-            self._fail(rows[0][0], message, status)
-            return
+    def _compute(self, rows: Sequence[tuple[TextRequest, list[int]]]) -> list[np.ndarray]:
+        """Each row's logits at its last new position, its span's KV appended to its blocks."""
+        cohort = []
+        for request, span in rows:
+            assert request.seq is not None  # admitted before it joined the cohort
+            cohort.append((request.seq, span))
+        return self.stage.run(self.pool, cohort)
+
+    def _collect(self, rows: Sequence[tuple[TextRequest, list[int]]], logits: list[np.ndarray]) -> None:
         self.cohorts += 1
         self.widest = max(self.widest, len(rows))
         reading = [not r.generated for r, _ in rows]
@@ -459,7 +470,7 @@ class TextWorker(Worker):
         if token in request.eos and not params.ignore_eos:
             reason = "stop"
         else:
-            piece = request.decode.step(token) if request.decode is not None else ""  # type: ignore[attr-defined]
+            piece = request.decode.step(token) if request.decode is not None else ""
             shown = request.matcher.feed(piece)
             if request.matcher.stopped:
                 reason = "stop"
@@ -472,14 +483,14 @@ class TextWorker(Worker):
         request.pending = [token]
         if reason is not None:
             if request.decode is not None and not request.matcher.stopped:
-                rest = request.matcher.feed(request.decode.finish())  # type: ignore[attr-defined]
+                rest = request.matcher.feed(request.decode.finish())
                 rest += request.matcher.flush()
                 if rest:
                     request.deliver(Event("token", text=rest, token=-1))
             self._finish(request, reason)
 
     def _finish(self, request: TextRequest, reason: str) -> None:
-        usage = {
+        usage: dict[str, object] = {
             "prompt_tokens": len(request.prompt),
             "completion_tokens": len(request.generated),
             "total_tokens": len(request.prompt) + len(request.generated),
@@ -489,6 +500,9 @@ class TextWorker(Worker):
         self.retire(request)  # before the reply: a client's next call sees the session (and the pool) settled
         request.deliver(Event("done", finish_reason=reason, usage=usage, value=list(request.generated)))
         self.metrics.finished(reason)
+
+    def _fail_row(self, row: tuple[TextRequest, list[int]], status: int, message: str) -> None:
+        self._fail(row[0], message, status)
 
     def _fail(self, request: TextRequest, message: str, status: int) -> None:
         self.retire(request)
@@ -515,3 +529,15 @@ class TextWorker(Worker):
             self.pool.release(request.seq)
         request.seq = None
         self._gauge_pool()
+
+
+def serve_text(package: Package, control: Control, metrics: ModelMetrics) -> TextWorker:
+    """The text role's worker for `package`: its control (seen to provide the text contract) prepared, its
+    decoder stage checked and probed, and a block pool sized by its capacities."""
+    if not isinstance(control, GenerationControl):
+        raise refuse_control(package, GenerationControl)
+    state = control.prepare(package)
+    spec = package.spec
+    stage_spec = next(iter(spec.stages.values()))
+    stage = DecoderStage(package.stages[stage_spec.name], f"{spec.folder / 'model.json'} stage {stage_spec.name!r}")
+    return TextWorker(spec.name, stage, spec.capacities, metrics, control, state)

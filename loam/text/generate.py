@@ -17,14 +17,16 @@ from __future__ import annotations
 import importlib.util
 import sys
 import time
-import types
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
 from loam.core.errors import LoamError
+from loam.text.decoder import DecoderInterface, DecoderModule, DecodeState, state_symbols
+from loam.text.pick import pick_token
 from loam.text.tokenizer import Tokenizer
 
 
@@ -55,15 +57,6 @@ STATE_CAPACITY = 256
 """Positions a Decoder's DecodeState holds at first; it doubles whenever a step needs more."""
 
 
-def state_symbols(module: types.ModuleType, past_names: Sequence[str]) -> set[str] | None:
-    """The symbolic extents a DecodeState of `module` is given (its batch), when the module keeps every one of
-    `past_names` in place (`DECODE_STATE`, from decode-state-in-place); None when it does not."""
-    held = getattr(module, "DECODE_STATE", ())
-    if {past for past, *_ in held} != set(past_names):
-        return None
-    return {e for *_, extents in held for e in extents if isinstance(e, str)}
-
-
 class Decoder:
     """A compiled decoder module and its weights, with the past of the tokens it has read.
 
@@ -73,31 +66,16 @@ class Decoder:
     """
 
     def __init__(
-        self, module: types.ModuleType, weights: object, source: str = "the module", *, in_place: bool = True
+        self, module: DecoderModule, weights: object, source: str = "the module", *, in_place: bool = True
     ) -> None:
-        inputs = getattr(module, "INPUTS", None)
-        outputs = getattr(module, "OUTPUTS", None)
-        if not isinstance(inputs, tuple) or not isinstance(outputs, tuple):
-            raise GenerateError(f"{source}: no INPUTS/OUTPUTS: it was not built by this version of Loam")
+        self.interface = DecoderInterface.of(
+            getattr(module, "INPUTS", None), getattr(module, "OUTPUTS", None), source, GenerateError
+        )
         self.module, self.weights, self.source, self.in_place = module, weights, source, in_place
-        self.inputs = {name: (dtype, extents) for name, dtype, extents in inputs}
-        self.order = [name for name, _, _ in inputs]
-        self.outputs = list(outputs)
-        for needed, where in (("input_ids", self.order), ("logits", self.outputs)):
-            if needed not in where:
-                raise GenerateError(f"{source}: has no {needed!r}; a decoder takes input_ids and gives logits")
-        self.past_names = [n for n in self.order if n.startswith("past_key_values.")]
-        self.present_of = {}
-        for name in self.past_names:
-            present = "present." + name.removeprefix("past_key_values.")
-            if present not in self.outputs:
-                raise GenerateError(f"{source}: input {name!r} has no output {present!r} to carry it to the next step")
-            self.present_of[name] = present
-        if not self.past_names:
-            raise GenerateError(f"{source}: takes no past_key_values.*; build the decoder exported with its past")
-        unknown = [n for n in self.order if n not in ("input_ids", "attention_mask", "position_ids", *self.past_names)]
-        if unknown:
-            raise GenerateError(f"{source}: input {unknown[0]!r} is not one generate knows how to give")
+        self.order = list(self.interface.order)
+        self.outputs = list(self.interface.outputs)
+        self.past_names = list(self.interface.past_names)
+        self.present_of = dict(self.interface.present_of)
         self.reset()
 
     @classmethod
@@ -119,23 +97,19 @@ class Decoder:
             raise GenerateError(f"checkpoint {checkpoint}: {e}") from None
         if packed and hasattr(module, "set_compiled"):
             module.set_compiled(True)  # packed products' kernels compiled now, not in the first token
-        return cls(module, weights, str(path))
+        # A module Loam printed declares the decoder's names; __init__ checks that it is a decoder.
+        return cls(cast(DecoderModule, module), weights, str(path))
 
     def reset(self) -> None:
         """Forget the past: the next `step` reads a new prompt."""
-        self._past: dict[str, np.ndarray] = {}
-        for name in self.past_names:
-            dtype, extents = self.inputs[name]
-            if len(extents) != 4 or extents[1] is None or extents[3] is None:
-                raise GenerateError(
-                    f"{self.source}: input {name!r} is not [batch, heads, past, head size] with fixed heads and size"
-                )
-            self._past[name] = np.zeros((1, extents[1], 0, extents[3]), dtype=np.dtype(dtype))
+        self._past: dict[str, np.ndarray] = {
+            name: np.zeros((1, heads, 0, size), dtype) for name, (heads, size, dtype) in self.interface.layers.items()
+        }
         self.length = 0
         # A module that keeps its past in place (decode-state-in-place) for every past input steps
         # through forward_in_place: each step writes its new rows and copies no past.
         symbols = state_symbols(self.module, self.past_names) if self.in_place else None
-        self.state: object | None = None
+        self.state: DecodeState | None = None
         if symbols is not None:
             self.state = self.module.DecodeState(STATE_CAPACITY, **dict.fromkeys(symbols, 1))
 
@@ -143,7 +117,7 @@ class Decoder:
     def past(self) -> dict[str, np.ndarray]:
         """Each past input's value after the tokens read so far (the state's views when in place)."""
         if self.state is not None:
-            return {name: self.state.past(name) for name in self.past_names}  # type: ignore[attr-defined]
+            return {name: self.state.past(name) for name in self.past_names}
         return self._past
 
     def rewind(self, length: int) -> None:
@@ -151,7 +125,7 @@ class Decoder:
         if not 0 <= length <= self.length:
             raise GenerateError(f"cannot rewind {self.length} positions to {length}")
         if self.state is not None:
-            self.state.rewind(length)  # type: ignore[attr-defined]
+            self.state.rewind(length)
         else:
             self._past = {name: value[:, :, :length] for name, value in self._past.items()}
         self.length = length
@@ -159,15 +133,16 @@ class Decoder:
     def step(self, ids: Sequence[int]) -> np.ndarray:
         """Read `ids` after what was read before; return the logits of the last position (float32)."""
         count = len(ids)
-        feeds: dict[str, np.ndarray] = {"input_ids": np.asarray([ids], dtype=np.dtype(self.inputs["input_ids"][0]))}
-        if "attention_mask" in self.inputs:
-            feeds["attention_mask"] = np.ones((1, self.length + count), np.dtype(self.inputs["attention_mask"][0]))
-        if "position_ids" in self.inputs:
+        dtypes = self.interface.dtypes
+        feeds: dict[str, np.ndarray] = {"input_ids": np.asarray([ids], dtype=dtypes["input_ids"])}
+        if "attention_mask" in dtypes:
+            feeds["attention_mask"] = np.ones((1, self.length + count), dtypes["attention_mask"])
+        if "position_ids" in dtypes:
             positions = np.arange(self.length, self.length + count)[None, :]
-            feeds["position_ids"] = positions.astype(np.dtype(self.inputs["position_ids"][0]))
+            feeds["position_ids"] = positions.astype(dtypes["position_ids"])
         state = self.state
         if state is not None:
-            state.reserve(self.length + count)  # type: ignore[attr-defined]
+            state.reserve(self.length + count)
             step = [feeds[name] for name in self.order if name not in self.present_of]
             result = self.module.forward_in_place(self.weights, state, *step)
         else:
@@ -210,7 +185,7 @@ def generate(
     logits = decoder.step(list(prompt_ids))
     stats.prompt_tokens, stats.prompt_seconds = len(prompt_ids), time.perf_counter() - start
     for n in range(max_new_tokens):
-        token = _pick(logits, temperature, rng)
+        token = pick_token(logits, rng, temperature)
         if ids_out is not None:
             ids_out.append(token)
         stats.new_tokens += 1
@@ -227,13 +202,3 @@ def generate(
     rest = stream.finish()
     if rest:
         yield rest
-
-
-def _pick(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
-    """The greedy choice, or a draw from softmax(logits / temperature)."""
-    if temperature == 0:
-        return int(np.argmax(logits))
-    scaled = logits.astype(np.float64) / temperature
-    scaled -= scaled.max()
-    weights = np.exp(scaled)
-    return int(rng.choice(len(weights), p=weights / weights.sum()))

@@ -55,6 +55,8 @@ def bert_table(**changes: object) -> dict[str, object]:
         (bert_table(capacities={"rows": 4}), "'capacities.rows' is not a capacity"),
         (bert_table(tokenizer={"source": "hf"}), "which is not one GGUF file"),
         (bert_table(name="bad name!"), "key 'name' must be"),
+        (bert_table(role="text"),
+         "key 'stages.encoder' has unknown key 'pooling' (known keys: graph, source, options, packed)"),
     ],
 )  # fmt: skip
 def test_a_malformed_model_json_is_refused_naming_the_key(tmp_path: Path, table: object, words: str) -> None:
@@ -88,6 +90,20 @@ def test_a_tensor_of_the_wrong_extent_fails_registration_naming_file_tensor_and_
 def test_a_missing_shard_fails_registration_naming_the_file(tmp_path: Path) -> None:
     with pytest.raises(PackageError, match=r"sources.hf' names 'a.safetensors': no such file"):
         Server().register(write(tmp_path, bert_table(sources={"hf": ["a.safetensors"]})))
+
+
+def test_a_control_without_its_roles_calls_fails_registration_naming_them(tmp_path: Path) -> None:
+    (tmp_path / "control.py").write_text(
+        "class Half:\n    def prepare(self, package):\n        return None\n\n\nCONTROL = Half()\n", encoding="utf-8"
+    )
+    server = Server()
+    with pytest.raises(PackageError) as caught:
+        server.register(write(tmp_path, bert_table(control="control.py")))
+    message = str(caught.value)
+    assert str(tmp_path / "control.py") in message and "CONTROL lacks prepare_batch, prepare_request" in message, (
+        message
+    )
+    assert server.models == {}
 
 
 def test_stages_sharing_a_source_open_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

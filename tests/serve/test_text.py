@@ -22,7 +22,9 @@ from loam.serve.sampling import SamplingParams
 from loam.serve.scheduler import Event, Request
 from loam.serve.server import Server
 from loam.serve.text import DecoderStage, TextRequest, TextWorker
+from loam.text import generate as decode_loop
 from loam.text.generate import Decoder
+from loam.text.tokenizer import Tokenizer
 from tests.serve.serving import MODELS, PACKAGES, finish, generate, package_copy, serving, submit
 
 pytestmark = pytest.mark.xdist_group("serve-tiny-gpt2")
@@ -223,6 +225,26 @@ def test_a_seeded_sample_does_not_depend_on_its_cohort(worker: TextWorker, seed:
     assert list(finish(drain).value) == alone_tokens  # type: ignore[arg-type]
     for _, other in crowd:
         assert finish(other).kind == "done"
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_loam_generate_and_a_served_request_pick_the_same_tokens(
+    server: Server, worker: TextWorker, temperature: float
+) -> None:
+    # `loam generate DIR` drives the package's own decoder stage one token at a time; its picks and a served
+    # request's, from the same seed, are one picker's.
+    stage = worker.stage.stage
+    tokenizer = server.models["tiny-gpt2"].package.tokenizer
+    assert isinstance(tokenizer, Tokenizer)
+    prompt = prompts(1, seed=21)[0]
+    ids: list[int] = []
+    pieces = decode_loop.generate(
+        Decoder(stage.module, stage.weights, "the package's decoder"), tokenizer, prompt, max_new_tokens=10,
+        temperature=temperature, seed=5, stop_at_eos=False, ids_out=ids,
+    )  # fmt: skip
+    list(pieces)
+    assert len(ids) == 10
+    assert generate(worker, prompt, 10, temperature=temperature, seed=5, ignore_eos=True) == ids
 
 
 def test_a_prompt_that_extends_a_retained_one_skips_its_prefill(worker: TextWorker, reference: Decoder) -> None:

@@ -1,0 +1,75 @@
+"""`loam serve`'s roles: the contracts a package can serve, as one table.
+
+A package's `model.json` names its `role`, and `ROLES[role]` says everything the server does for it:
+
+- `schema`: what `model.json` says for the role beyond the keys every package has (`PackageSchema`:
+  the stage keys it reads), which `loam.serve.package.read_package` checks;
+- `control`: the role's built-in control, made for a package that names no `control` file of its own;
+- `worker`: given the registered package, its control (its own or the built-in one) and its metrics,
+  starts the model's worker (a `loam.serve.scheduler.Worker`): it refuses a control that lacks a call of
+  the role's contract (a `Control` Protocol of the role's module), settles the control's state
+  (`prepare`) and checks the stages against what the role runs;
+- `routes`: given the `Server` and the role's name, the HTTP routes that serve the role's models (they
+  find a model with `Server.model(name, role)`); `loam.serve.app` mounts every role's.
+
+    role        schema (stage keys)             control           worker (cohorts of)             routes
+    text        graph, source, options, packed  TextControl       TextWorker (prompt spans and    completions, chat
+                                                                  decode steps over a KV pool)    completions, sessions
+    embedding   the same, and pooling,          EmbeddingControl  FiniteWorker (finite requests)  embeddings
+                normalize, output
+
+Adding a role (audio, images, decisions, known-token stages) is one entry here plus its modules: the
+role's module (`loam.serve.text` and `loam.serve.finite` are the two to read) defines its control
+Protocol (extending `loam.serve.spec.Control`, `runtime_checkable`), its built-in control, its worker
+(a `Worker` subclass whose `step` forms and runs cohorts, with `run_cohort` so that only a member at
+fault fails) and the function that makes that worker for a package; its HTTP module defines the
+routes (paths no other role serves), built on `loam.serve.web`'s fields, errors and sinks.  A role's
+modules see packages through `loam.serve.spec` alone: `package`, `server` and `app` import this table,
+and the import test refuses a cycle.  Nothing else names a role: the server looks the package's role
+up here, and `model.json`'s `role` is checked against this table's names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from loam.serve import embedding_http, text_http
+from loam.serve.finite import EmbeddingControl, serve_finite
+from loam.serve.metrics import ModelMetrics
+from loam.serve.scheduler import Worker
+from loam.serve.spec import Control, Package, PackageSchema
+from loam.serve.text import TextControl, serve_text
+
+if TYPE_CHECKING:
+    from starlette.routing import Route
+
+    from loam.serve.server import Server
+
+
+@dataclass(frozen=True)
+class Role:
+    """One contract `loam serve` serves: how its package is read, controlled, scheduled and reached."""
+
+    name: str
+    schema: PackageSchema
+    control: Callable[[], Control]
+    worker: Callable[[Package, Control, ModelMetrics], Worker]
+    routes: Callable[[Server, str], Sequence[Route]]
+
+
+ROLES: dict[str, Role] = {
+    role.name: role
+    for role in (
+        Role("text", PackageSchema(), TextControl, serve_text, text_http.routes),
+        Role(
+            "embedding",
+            PackageSchema(stage_keys=("pooling", "normalize", "output")),
+            EmbeddingControl,
+            serve_finite,
+            embedding_http.routes,
+        ),
+    )
+}
+"""Each role by name, in the order `model.json`'s refusals list them."""

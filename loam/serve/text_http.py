@@ -1,0 +1,356 @@
+"""The text role's HTTP routes: OpenAI's completions and chat completions, and Loam's retained sessions.
+
+- `POST /v1/completions`, `POST /v1/chat/completions`: Server-Sent Events with `"stream": true`, one
+  `data: {json}` chunk per piece of text, ending with `data: [DONE]`; `stream_options.include_usage`
+  adds a last chunk with the usage.
+- `/v1/sessions...`: retained conversations (Loam's own): create, fork, rewind, delete; a completion
+  with `"session": ID` appends to one.  A session lives in its model's worker (`TextWorker.sessions`),
+  so it goes when its model is unregistered.
+
+Loam's request fields beside OpenAI's: `tokenizer_flags` (`loam.serve.flags`), `add_special_tokens`,
+`skip_special_tokens`, `ignore_eos`, `return_token_ids` (each choice gets its `token_ids`, as vLLM's
+field does) and `session`.  The prompt's ids come from the model's control (`GenerationControl`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from loam.serve import flags
+from loam.serve.sampling import SamplingParams
+from loam.serve.scheduler import Event, ServeError
+from loam.serve.text import Session, TextRequest, TextWorker
+from loam.serve.web import (
+    Fields,
+    error_body,
+    error_response,
+    event_sink,
+    read_fields,
+    tokenizer_flags,
+    watch_disconnect,
+)
+
+if TYPE_CHECKING:
+    from loam.serve.server import ServedModel, Server
+
+
+def routes(server: Server, role: str) -> list[Route]:
+    """The routes serving the models of `role` (the text role's entry in `loam.serve.roles.ROLES`)."""
+    return TextRoutes(server, role).routes()
+
+
+class TextRoutes:
+    """The text role's endpoints over `server`'s models of `role`."""
+
+    def __init__(self, server: Server, role: str) -> None:
+        self.server = server
+        self.role = role
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/sessions", self.open_session, methods=["POST"]),
+            Route("/v1/sessions/{id}", self.get_session, methods=["GET"]),
+            Route("/v1/sessions/{id}", self.close_session, methods=["DELETE"]),
+            Route("/v1/sessions/{id}/fork", self.fork_session, methods=["POST"]),
+            Route("/v1/sessions/{id}/rewind", self.rewind_session, methods=["POST"]),
+        ]
+
+    def _model(self, name: object) -> tuple[ServedModel, TextWorker]:
+        """The served text model `name` and its worker (a 404 or 400 naming `model` otherwise)."""
+        served = self.server.model(name, self.role)
+        worker = served.worker
+        assert isinstance(worker, TextWorker), "the text role's models run on a TextWorker"
+        return served, worker
+
+    # -- sessions -----------------------------------------------------------------------------------------------
+
+    def _session(self, request: HttpRequest) -> tuple[ServedModel, TextWorker, Session]:
+        """The session the path names, found in the worker of the served text model that holds it."""
+        session_id = request.path_params["id"]
+        for served in list(self.server.models.values()):
+            worker = served.worker
+            if isinstance(worker, TextWorker) and (session := worker.sessions.get(session_id)) is not None:
+                return served, worker, session
+        raise ServeError(f"no session {session_id!r}", status=404, param="session")
+
+    @staticmethod
+    def _session_object(served: ServedModel, session: Session) -> dict[str, Any]:
+        return {"id": session.id, "object": "session", "model": served.name, "tokens": len(session.tokens)}
+
+    async def open_session(self, request: HttpRequest) -> Response:
+        fields = await read_fields(request)
+        served, worker = self._model(fields.get("model", (str,)))
+        session = worker.open_session(f"sess-{uuid.uuid4().hex}")
+        return JSONResponse(self._session_object(served, session), status_code=201)
+
+    async def get_session(self, request: HttpRequest) -> Response:
+        served, _, session = self._session(request)
+        return JSONResponse({**self._session_object(served, session), "token_ids": session.tokens})
+
+    async def fork_session(self, request: HttpRequest) -> Response:
+        served, worker, session = self._session(request)
+        twin = await asyncio.to_thread(worker.fork, session, f"sess-{uuid.uuid4().hex}")
+        return JSONResponse(self._session_object(served, twin), status_code=201)
+
+    async def rewind_session(self, request: HttpRequest) -> Response:
+        served, worker, session = self._session(request)
+        fields = await read_fields(request)
+        length = fields.integer("tokens", None, 0)
+        if length is None:
+            raise ServeError("'tokens' (how many tokens to keep) is required", param="tokens")
+        await asyncio.to_thread(worker.rewind, session, length)
+        return JSONResponse(self._session_object(served, session))
+
+    async def close_session(self, request: HttpRequest) -> Response:
+        _, worker, session = self._session(request)
+        await asyncio.to_thread(worker.close, session)
+        return JSONResponse({"id": session.id, "object": "session", "deleted": True})
+
+    # -- generation ---------------------------------------------------------------------------------------------
+
+    def _sampling(
+        self, fields: Fields, max_tokens_name: str, default_max: int, defaults: Mapping[str, float]
+    ) -> SamplingParams:
+        """The request's sampling fields; `defaults` (the package's search defaults) stand in for the API's."""
+        fields.unsupported()
+        max_tokens = fields.integer(max_tokens_name, None, 1)
+        if max_tokens is None and max_tokens_name == "max_completion_tokens":
+            max_tokens = fields.integer("max_tokens", None, 1)
+        stop = fields.get("stop", (str, list), ())
+        stop = (stop,) if isinstance(stop, str) else stop
+        if not all(isinstance(s, str) and s for s in stop) or len(stop) > 16:
+            raise ServeError("'stop' must be a non-empty string or an array of at most 16 of them", param="stop")
+        return SamplingParams(
+            max_tokens=max_tokens if max_tokens is not None else default_max,
+            temperature=fields.number("temperature", defaults.get("temperature", 1.0), 0.0, 2.0),
+            top_p=fields.number("top_p", defaults.get("top_p", 1.0), 0.0, 1.0, open_low=True),
+            seed=fields.integer("seed", None, -(1 << 63)),
+            stop=tuple(stop),
+            ignore_eos=bool(fields.get("ignore_eos", (bool,), False)),
+        )
+
+    async def completions(self, request: HttpRequest) -> Response:
+        fields = await read_fields(request)
+        served, worker = self._model(fields.body.get("model"))
+        prompt = fields.body.get("prompt")
+        if prompt is None:
+            raise ServeError("'prompt' is required", param="prompt")
+        prompts: list[object]
+        if isinstance(prompt, list) and prompt and all(isinstance(p, str | list) for p in prompt):
+            prompts = list(prompt)
+        else:
+            prompts = [prompt]
+        flags_ = tokenizer_flags(fields, flags.ADD_SPECIAL_TOKENS | flags.SKIP_SPECIAL_TOKENS)
+        ids = [
+            worker.control.encode(worker.state, p, flags_, "prompt" if len(prompts) == 1 else f"prompt[{i}]")
+            for i, p in enumerate(prompts)
+        ]
+        params = self._sampling(fields, "max_tokens", 16, served.package.spec.sampling)
+        return await self._generate(request, fields, served, worker, ids, params, flags_, chat=False)
+
+    async def chat_completions(self, request: HttpRequest) -> Response:
+        fields = await read_fields(request)
+        served, worker = self._model(fields.body.get("model"))
+        messages = _messages(fields.body.get("messages"))
+        flags_ = tokenizer_flags(fields, flags.SKIP_SPECIAL_TOKENS)
+        ids = worker.control.encode_chat(worker.state, messages, "messages")
+        context = served.package.spec.capacities.context_tokens
+        defaults = served.package.spec.sampling
+        params = self._sampling(fields, "max_completion_tokens", max(1, context - len(ids) - 1), defaults)
+        return await self._generate(request, fields, served, worker, [ids], params, flags_, chat=True)
+
+    async def _generate(
+        self, http: HttpRequest, fields: Fields, served: ServedModel, worker: TextWorker, prompts: list[list[int]],
+        params: SamplingParams, flags_: int, *, chat: bool,
+    ) -> Response:  # fmt: skip
+        stream = bool(fields.get("stream", (bool,), False))
+        options = fields.get("stream_options", (dict,), {})
+        if options and not stream:
+            raise ServeError("'stream_options' is only allowed with 'stream': true", param="stream_options")
+        include_usage = bool(options.get("include_usage", False)) if options else False
+        return_ids = bool(fields.get("return_token_ids", (bool,), False))
+        session = None
+        session_id = fields.get("session", (str,))
+        if session_id is not None:
+            session = worker.sessions.get(session_id)
+            if session is None:
+                raise ServeError(f"no session {session_id!r} of model {served.name!r}", status=404, param="session")
+            if len(prompts) != 1:
+                raise ServeError("a request on a session has one prompt", param="prompt")
+        for i, ids in enumerate(prompts):
+            if any(not 0 <= t < worker.stage.vocab for t in ids):
+                bad = next(t for t in ids if not 0 <= t < worker.stage.vocab)
+                raise ServeError(
+                    f"token id {bad} is outside the model's vocabulary (0 to {worker.stage.vocab - 1})",
+                    param="prompt" if len(prompts) == 1 else f"prompt[{i}]",
+                )
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
+        tokenizer = worker.state.tokenizer
+        skip = bool(flags_ & flags.SKIP_SPECIAL_TOKENS)
+        requests: list[TextRequest] = []
+        try:
+            for index, ids in enumerate(prompts):
+                text_request = TextRequest(
+                    sink=event_sink(loop, events, index), prompt=ids, params=params, eos=worker.state.eos,
+                    decode=tokenizer.decode_stream(skip_special_tokens=skip) if tokenizer is not None else None,
+                    session=session,
+                )  # fmt: skip
+                worker.submit(text_request)
+                requests.append(text_request)
+        except BaseException:
+            for r in requests:
+                worker.cancel(r)
+            raise
+        meta = {
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
+            "created": int(time.time()),
+            "model": served.name,
+        }
+        if stream:
+            body = self._stream(http, worker, requests, events, meta, chat, include_usage, return_ids)
+            return StreamingResponse(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        return await self._complete(http, worker, requests, events, meta, chat, return_ids)
+
+    async def _complete(
+        self, http: HttpRequest, worker: TextWorker, requests: list[TextRequest],
+        events: asyncio.Queue[tuple[int, Event]], meta: dict[str, Any], chat: bool, return_ids: bool,
+    ) -> Response:  # fmt: skip
+        texts = ["" for _ in requests]
+        ends: dict[int, Event] = {}
+        watcher = asyncio.create_task(watch_disconnect(http, worker, requests))
+        try:
+            while len(ends) < len(requests):
+                index, event = await events.get()
+                if event.kind == "token":
+                    texts[index] += event.text
+                    worker.consumed(requests[index], len(event.text.encode("utf-8")))
+                elif event.kind == "error":
+                    for r in requests:
+                        worker.cancel(r)
+                    return error_response(event.text, event.status if event.status != 499 else 400)
+                else:
+                    ends[index] = event
+        finally:
+            watcher.cancel()
+        choices = []
+        for index, text in enumerate(texts):
+            end = ends[index]
+            choice: dict[str, Any] = {"index": index, "finish_reason": end.finish_reason, "logprobs": None}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            if return_ids:
+                choice["token_ids"] = end.value
+                choice["prompt_token_ids"] = requests[index].prompt
+            choices.append(choice)
+        usage = _total_usage([ends[i].usage for i in range(len(requests))])
+        kind = "chat.completion" if chat else "text_completion"
+        return JSONResponse({**meta, "object": kind, "choices": choices, "usage": usage})
+
+    async def _stream(
+        self, http: HttpRequest, worker: TextWorker, requests: list[TextRequest],
+        events: asyncio.Queue[tuple[int, Event]], meta: dict[str, Any], chat: bool, include_usage: bool,
+        return_ids: bool,
+    ) -> AsyncIterator[bytes]:  # fmt: skip
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        usages: dict[int, Any] = {}
+        watcher = asyncio.create_task(watch_disconnect(http, worker, requests))
+
+        def chunk(index: int, text: str | None, finish: str | None, extra: dict[str, Any] | None = None) -> bytes:
+            if chat:
+                delta: dict[str, Any] = {} if text is None else {"content": text}
+                choice: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": None}
+            else:
+                choice = {"index": index, "text": text or "", "finish_reason": finish, "logprobs": None}
+            choice.update(extra or {})
+            payload = {**meta, "object": kind, "choices": [choice]}
+            if include_usage:
+                payload["usage"] = None
+            return f"data: {json.dumps(payload)}\n\n".encode()
+
+        try:
+            if chat:
+                for index in range(len(requests)):
+                    first = json.loads(chunk(index, "", None)[6:])
+                    first["choices"][0]["delta"] = {"role": "assistant", "content": ""}
+                    yield f"data: {json.dumps(first)}\n\n".encode()
+            while len(usages) < len(requests):
+                index, event = await events.get()
+                if event.kind == "token":
+                    if event.text:
+                        yield chunk(index, event.text, None)
+                    # The write above returned: the client (or its socket buffer) took the bytes.
+                    worker.consumed(requests[index], len(event.text.encode("utf-8")))
+                elif event.kind == "error":
+                    for r in requests:
+                        worker.cancel(r)
+                    yield f"data: {json.dumps(error_body(event.text, event.status))}\n\n".encode()
+                    break
+                else:
+                    extra = {"token_ids": event.value} if return_ids else None
+                    yield chunk(index, None if chat else "", event.finish_reason, extra)
+                    usages[index] = event.usage
+            else:
+                if include_usage:
+                    final = {**meta, "object": kind, "choices": [], "usage": _total_usage(list(usages.values()))}
+                    yield f"data: {json.dumps(final)}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+        finally:
+            watcher.cancel()
+            for r in requests:
+                if not r.finished:
+                    worker.cancel(r)
+
+
+def _total_usage(usages: list[Any]) -> dict[str, Any]:
+    """The usage of several choices: their counts added."""
+    prompt = sum(u["prompt_tokens"] for u in usages)
+    completion = sum(u["completion_tokens"] for u in usages)
+    cached = sum(u["prompt_tokens_details"]["cached_tokens"] for u in usages)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
+
+
+def _messages(raw: object) -> list[dict[str, object]]:
+    """OpenAI chat messages as the chat template reads them: each content flattened to a string."""
+    if not isinstance(raw, list) or not raw:
+        raise ServeError("'messages' must be a non-empty array of {role, content}", param="messages")
+    out = []
+    for i, message in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise ServeError(f"'{where}' must be an object with 'role' and 'content'", param=where)
+        role = message.get("role")
+        if role not in ("system", "developer", "user", "assistant", "tool"):
+            raise ServeError(
+                f"'{where}.role' must be system, developer, user, assistant or tool, got {role!r}",
+                param=f"{where}.role",
+            )
+        content = message.get("content")
+        if isinstance(content, list):
+            parts = []
+            for j, part in enumerate(content):
+                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                    raise ServeError(
+                        f"'{where}.content[{j}]' must be a text part {{type: text, text}}",
+                        param=f"{where}.content[{j}]",
+                    )
+                parts.append(part["text"])
+            content = "".join(parts)
+        if not isinstance(content, str):
+            raise ServeError(f"'{where}.content' must be a string or an array of text parts", param=f"{where}.content")
+        out.append({"role": "system" if role == "developer" else role, "content": content})
+    return out
