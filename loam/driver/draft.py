@@ -76,6 +76,13 @@ def glob_escape(name: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", name)
 
 
+def _facts(value: SSAValue) -> base.Facts:
+    """What a rule's `axes` reads of a node's result: its element type and extents."""
+    t = value.type
+    assert isinstance(t, PolyTensorType)
+    return base.Facts(t.elem, t.shape)
+
+
 def draft_layout(
     model: str | Path | onnx.ModelProto, checkpoints: Sequence[str | Path] = (), options: Options | None = None
 ) -> LayoutDraft:
@@ -192,16 +199,17 @@ class _Drafter:
         low, high = min(ra, rb), max(ra, rb)  # the earlier variable stays the root: names stay stable
         self.parent[high] = low
         self.unions.append((low, high, self.node))
-        if fa or fb:
-            self.fixed[low] = fa or fb  # type: ignore[assignment]
+        fixed = fa or fb
+        if fixed:
+            self.fixed[low] = fixed
             self.fixed.pop(high, None)
         if ma and mb:
             self.merges.pop(high)
             self.merges[low] = ma if low == ra else mb
             self.alias_merge(f"{_VAR}{low}", mb if low == ra else ma)
-        elif ma or mb:
+        elif merged := ma or mb:
             self.merges.pop(high, None)
-            self.merges[low] = ma or mb  # type: ignore[assignment]
+            self.merges[low] = merged
 
     def unify(self, a: Axis, b: Axis) -> None:
         if a.parts and b.parts:
@@ -391,7 +399,8 @@ class _Drafter:
                 info = node_info(op)
                 self.node = info.where()
                 rule = rule_for(info, op.domain)
-                outputs = [base.Facts(r.type.elem, r.type.shape) for r in op.outs]  # type: ignore[attr-defined]
+                outputs = [_facts(r) for r in op.outs]
+                named: Sequence[Sequence[Axis | None]]
                 if isinstance(rule, IfRule):
                     outer = self.graph_name
                     returned = []
@@ -405,15 +414,18 @@ class _Drafter:
                     self.node = info.where()
                     # An axis both branches give one length is drafted as one axis (so the layout
                     # needs no rule for it); one they give two lengths gets the output's own rule.
-                    named = []
-                    for name, t, e, f in zip(op.output_names, returned[0], returned[1], outputs, strict=True):
-                        axes = merge_axes(info, name, t, e, f)
-                        for i, (a, b) in enumerate(zip(t, e, strict=True)):
-                            apart = f.shape[i] == result_length(name, i)
-                            if axes[i] is None and not apart and not a.parts and not b.parts:
+                    merged: list[list[Axis | None]] = []
+                    for output, then, other, facts in zip(
+                        op.output_names, returned[0], returned[1], outputs, strict=True
+                    ):
+                        merged_axes = merge_axes(info, output, then, other, facts)
+                        for i, (a, b) in enumerate(zip(then, other, strict=True)):
+                            apart = facts.shape[i] == result_length(output, i)
+                            if merged_axes[i] is None and not apart and not a.parts and not b.parts:
                                 self.unify(a, b)
-                                axes[i] = a
-                        named.append(axes)
+                                merged_axes[i] = a
+                        merged.append(merged_axes)
+                    named = merged
                 elif isinstance(rule, LoopRule):
                     named = self.loop_axes(op, outputs)
                 else:
@@ -425,9 +437,9 @@ class _Drafter:
                 # An outer value under the lengths the branch reads it at: the same axes.
                 t = op.result.type
                 assert isinstance(t, PolyTensorType)
-                axes = tuple(Axis(a.name, e, a.parts) for a, e in zip(axes_of[op.input], t.shape, strict=True))
-                axes_of[op.result] = axes
-                self.settled.append((op.tensor_name.data, self.graph_name, axes, t.shape))
+                aliased = tuple(Axis(a.name, e, a.parts) for a, e in zip(axes_of[op.input], t.shape, strict=True))
+                axes_of[op.result] = aliased
+                self.settled.append((op.tensor_name.data, self.graph_name, aliased, t.shape))
             elif not isinstance(op, NoneOp | ReturnOp | OweOp | SubgraphInfoOp):
                 raise AxisError(f"graph '{self.graph_name}': the layout drafter does not know {op.name}")
 

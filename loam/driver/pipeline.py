@@ -212,6 +212,7 @@ def build(
         from loam.passes.apply_options import declared_tensors
 
         declared = set().union(*declared_tensors(ir).values())
+        assert table is not None  # `draft` says there is one
         options = replace(options, layout=(*options.layout, *table.layout_for(declared)))
     # An initializer pointing at a raw data file of its own while a checkpoint also supplies it: which
     # one the graph meant is not for Loam to guess.
@@ -266,7 +267,7 @@ def build(
             say(f"running {p.name}")
             p.apply(ctx, ir)
             if isinstance(p, FusePass):
-                fusion = p.last_report  # type: ignore[attr-defined]
+                fusion = p.last_report  # type: ignore[attr-defined]  # FusePass sets last_report as it runs
             if dump_dir is not None:
                 _dump(ir, dump_dir / f"{i:02d}-{p.name}.mlir")
     except LoamError as err:
@@ -322,7 +323,7 @@ def import_source(source: str, name: str, weights: bytes | None = None) -> types
     sys.modules[name] = module  # NamedTuple and dataclass machinery look the module up by name
     exec(compile(source, f"<{name}>", "exec"), module.__dict__)
     if weights is not None:
-        module._BESIDE_DATA = weights  # type: ignore[attr-defined]
+        module._BESIDE_DATA = weights  # type: ignore[attr-defined]  # the generated source declares this global
     return module
 
 

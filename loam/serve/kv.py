@@ -160,6 +160,7 @@ class KvPool:
             if not shared and published and grow <= self.available():
                 # Only the cache can read the block: unpublishing it makes it ours without a copy (losing
                 # the cache entry beats failing the request).
+                assert partial is not None  # a published block is the partial one
                 self._unpublish(seq.blocks[partial])
                 copy = False
             else:
@@ -168,6 +169,7 @@ class KvPool:
                     f"of {self.capacity} ({len(self._free)} free, {len(self._lru)} cached)"
                 )
         if copy:
+            assert partial is not None  # only a partial block is copied
             old, new = seq.blocks[partial], self._allocate()
             used = length % self.block_tokens
             for array in self._arrays.values():

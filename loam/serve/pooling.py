@@ -100,8 +100,10 @@ def pooled_model(
         constants.append(numpy_helper.from_array(value, prefix + name))
         return prefix + name
 
-    def node(op: str, inputs: list[str], name: str, **attrs: object) -> str:
-        nodes.append(helper.make_node(op, inputs, [prefix + name], name=prefix + name, **attrs))
+    def node(op: str, inputs: list[str], name: str, **attrs: int) -> str:
+        made = helper.make_node(op, inputs, [prefix + name], name=prefix + name)
+        made.attribute.extend(helper.make_attribute(key, value) for key, value in sorted(attrs.items()))  # as make_node
+        nodes.append(made)
         return prefix + name
 
     value = chosen

@@ -41,8 +41,8 @@ try:
     import ray
     from ray import serve
 except ImportError:  # the `ray` extra is not installed: `serve_on_ray` says how to install it
-    ray = None  # type: ignore[assignment]
-    serve = None  # type: ignore[assignment]
+    ray = None  # type: ignore[assignment]  # None stands for the module where the extra is not installed
+    serve = None  # type: ignore[assignment]  # as `ray`
 
 APP_NAME = "loam"
 REPLICA_HEADER = "x-loam-replica"
@@ -246,7 +246,7 @@ def _name(state: object) -> str:
 
 def _log_folder() -> str:
     try:
-        return str(ray._private.worker._global_node.get_logs_dir_path())
+        return str(ray._private.worker._global_node.get_logs_dir_path())  # type: ignore[attr-defined]  # Ray declares the node None until ray.init sets it
     except Exception:  # a private attribute of Ray's: name the default place instead
         return "/tmp/ray/session_latest/logs"
 
@@ -272,8 +272,10 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def _proxy_address(host: str, port: int) -> tuple[str, int]:
     """Where Serve's HTTP proxies listen: `host:port` as asked, unless Serve already ran on the cluster with others."""
     try:
-        config = serve.context._get_global_client().http_config  # Ray's own record (a private attribute)
-        return str(config.host), int(config.port)
+        client = serve.context._get_global_client()  # Ray's own record (a private attribute)
+        if client is None:
+            return host, port
+        return str(client.http_config.host), int(client.http_config.port)
     except Exception:
         return host, port
 

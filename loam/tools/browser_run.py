@@ -20,6 +20,7 @@ import functools
 import http.server
 import json
 import os
+import posixpath
 import shutil
 import socket
 import subprocess
@@ -30,7 +31,7 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -106,14 +107,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+_TYPES = {
+    ".js": "text/javascript",  # a module script needs a JavaScript type
+    ".json": "application/json",
+}
+"""The types the handler gives beside http.server's."""
+
+
 class _Handler(http.server.SimpleHTTPRequestHandler):
     """Files under the served folder, the harness page, nothing else; no directory listings."""
 
-    extensions_map: ClassVar[dict[str, str]] = {
-        **http.server.SimpleHTTPRequestHandler.extensions_map,
-        ".js": "text/javascript",  # a module script needs a JavaScript type
-        ".json": "application/json",
-    }
+    def guess_type(self, path: str | os.PathLike[str]) -> str:
+        kind = _TYPES.get(posixpath.splitext(os.fspath(path))[1].lower())
+        return kind if kind is not None else super().guess_type(path)
 
     def do_GET(self) -> None:
         if self.path.split("?")[0] == HARNESS + "index.html":
@@ -220,14 +226,14 @@ class Browser:
         with contextlib.suppress(OSError, urllib.error.URLError, BrowserError):
             self._call("DELETE", f"/session/{self.session}", timeout=20)
 
-    def _call(self, method: str, path: str, body: object = None, timeout: float | None = None) -> dict:  # type: ignore[type-arg]
+    def _call(self, method: str, path: str, body: object = None, timeout: float | None = None) -> dict[str, Any]:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
         )
         try:
             with urllib.request.urlopen(request, timeout=timeout or self.timeout + 30) as response:
-                return json.loads(response.read())  # type: ignore[no-any-return]
+                return json.loads(response.read())
         except urllib.error.HTTPError as e:
             detail = json.loads(e.read() or b"{}").get("value", {})
             raise BrowserError(
@@ -301,7 +307,7 @@ def _encode(array: np.ndarray) -> dict[str, object]:
     }
 
 
-def _decode(t: dict) -> np.ndarray:  # type: ignore[type-arg]
+def _decode(t: dict[str, Any]) -> np.ndarray:
     dtype = np.dtype(np.bool_) if t["dtype"] == "bool" else np.dtype(t["dtype"]).newbyteorder("<")
     raw = base64.b64decode(t["b64"])
     return np.frombuffer(raw, dtype=dtype).reshape(t["shape"]).astype(dtype.newbyteorder("="))
@@ -326,7 +332,7 @@ def browser_run(folder: Path, inputs_npz: Path, output: Path, chromium: str | No
     with Browser(folder, chromium) as browser:
         outputs, ms = browser.forward([given[n] for n in names])
     tmp = output.with_name(output.name + f".{os.getpid()}.tmp.npz")
-    np.savez(tmp, **outputs)
+    np.savez(tmp, **outputs)  # type: ignore[arg-type]  # numpy's stub reads the arrays as perhaps allow_pickle
     tmp.replace(output)
     return list(outputs), ms
 

@@ -68,8 +68,8 @@ def render() -> str:
         module = importlib.import_module(_dialect_module(factory()))
         lines.append(f"- `{name}` ({module.__name__}): {_first_line(module)}")
     lines += ["", "### Passes (`loam.passes`; `loam-opt --help` lists their options)", ""]
-    for name, factory in get_all_passes().items():
-        lines.append(f"- `{name}`: {_first_line(factory())}")
+    for name, pass_class in get_all_passes().items():
+        lines.append(f"- `{name}`: {_first_line(pass_class())}")
     lines += ["", "### The build's pipelines (`loam build --print-pipeline`)", ""]
     for backend in ("numpy", "wgsl"):
         fuse = "dispatch" if backend == "wgsl" else "memory"

@@ -183,7 +183,7 @@ class LoamOptMain(xDSLOptMain):
             arg_parser.epilog = describe_loam_passes()
             return plain_format_help()
 
-        arg_parser.format_help = format_help  # type: ignore[method-assign]
+        arg_parser.format_help = format_help  # type: ignore[method-assign]  # this parser's help, built when shown
 
     def setup_pipeline(self) -> None:
         try:

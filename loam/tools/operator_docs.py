@@ -237,12 +237,12 @@ def kernel_ops_section() -> list[str]:
             continue
         short = name.split(".", 1)[1]
         piece = numpy_runtime.PIECES.get(f"kernel_{short}")
-        numpy_form = _NUMPY_FORMS.get(name) or (f"`kernel_{short}` (`{piece.__module__}`)" if piece is not None else "")  # type: ignore[attr-defined]
+        numpy_form = _NUMPY_FORMS.get(name) or (f"`kernel_{short}` (`{piece.__module__}`)" if piece is not None else "")
         if name == "kernel.slice":
             numpy_form = f"plain indexing for unit steps, else {numpy_form}"
         source = wgsl.get(short) if issubclass(op, LibraryOp) else None
         wgsl_form = _WGSL_FORMS.get(name) or (
-            f"`{source.__module__.removeprefix('loam.backends.')}.{source.__name__}`"  # type: ignore[attr-defined]
+            f"`{source.__module__.removeprefix('loam.backends.')}.{source.__name__}`"  # type: ignore[attr-defined]  # library_sources gives functions, typed object
             if source is not None
             else "none: the host computes it with `--host-fallback`"
         )

@@ -79,6 +79,7 @@ def generate_command(args: argparse.Namespace) -> None:
     elif tokenizer is None:
         from loam.frontends.gguf import is_gguf
 
+        assert args.checkpoint is not None  # a module (not a package) came with --checkpoint, as checked above
         if not is_gguf(args.checkpoint):
             raise GenerateError(f"{args.checkpoint}: not a GGUF file, so it carries no tokenizer; give --tokenizer")
         tokenizer = Tokenizer.from_gguf(args.checkpoint)
@@ -88,6 +89,7 @@ def generate_command(args: argparse.Namespace) -> None:
     else:
         prompt_ids = tokenizer.encode(args.prompt)
     if decoder is None:
+        assert args.checkpoint is not None  # a module (not a package) came with --checkpoint, as checked above
         decoder = Decoder.load(args.module, args.checkpoint, packed=not args.widen)
     stats = GenerationStats()
     pieces = generate(
@@ -108,6 +110,7 @@ def _package_decoder(folder: Path, packed: bool) -> tuple[Decoder, Tokenizer | N
 
     from loam.serve.package import open_package, read_package
     from loam.text.generate import Decoder, GenerateError
+    from loam.text.tokenizer import Tokenizer
 
     spec = read_package(folder)
     if spec.role != "text" or len(spec.stages) != 1:
@@ -116,4 +119,6 @@ def _package_decoder(folder: Path, packed: bool) -> tuple[Decoder, Tokenizer | N
         spec = replace(spec, stages={k: replace(v, packed=False) for k, v in spec.stages.items()})
     package = open_package(folder, progress, spec=spec)
     stage = next(iter(package.stages.values()))
-    return Decoder(stage.module, stage.weights, str(folder)), package.tokenizer, spec.sampling  # type: ignore[return-value]
+    tokenizer = package.tokenizer
+    assert tokenizer is None or isinstance(tokenizer, Tokenizer)  # a package's tokenizer is loam.text.tokenizer's
+    return Decoder(stage.module, stage.weights, str(folder)), tokenizer, spec.sampling
