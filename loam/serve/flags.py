@@ -1,4 +1,4 @@
-"""The guide's tokenizer flags, as requests give them (`tokenizer_flags`) and as the controls read them.
+"""The serving contract's tokenizer flags, as requests give them (`tokenizer_flags`) and as the controls read them.
 
 Encoding: ADD_SPECIAL_TOKENS adds the BOS/EOS framing the tokenizer asks for; NO_SPECIAL_TOKEN_MATCHING
 reads the text of special tokens (`<|im_start|>`) as plain text.  Decoding: SKIP_SPECIAL_TOKENS leaves

@@ -1,7 +1,7 @@
 """Pooling and normalization appended to an encoder's graph, so an embedding stage returns final vectors.
 
-The guide puts projection and normalization inside the numerical program: the server never pools
-hidden activations on the host.  An encoder export ends at `last_hidden_state` [batch, sequence,
+Projection and normalization belong inside the numerical program: the server never pools hidden
+activations on the host.  An encoder export ends at `last_hidden_state` [batch, sequence,
 hidden]; sentence-embedding models pool it (the mean over the attention mask, as sentence-transformers'
 `Pooling` does, or the first token's row) and often L2-normalize the result.  `pooled_model` writes
 those steps as ONNX nodes after the chosen output, and the stage's one output becomes

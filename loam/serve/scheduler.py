@@ -1,8 +1,8 @@
 """The cohort scheduler: one worker thread per model, forming cohorts oldest-first and never waiting.
 
-The guide's rule, which both contracts share: start from the oldest prepared request, fill the cohort
-from the compatible waiting requests (equal compatibility tags) up to the units capacity, and run it
-at once, without waiting for requests that might arrive.  Every member a cohort accepted is collected
+The rule every role shares: start from the oldest prepared request, fill the cohort from the
+compatible waiting requests (equal compatibility tags) up to the units capacity, and run it at once,
+without waiting for requests that might arrive.  Every member a cohort accepted is collected
 after the run, even one whose client has gone: cancellation takes effect at that boundary, never
 inside numerical work.  A request whose reader has fallen `output_bytes` behind is not eligible for
 the next cohort, so a stalled reader holds back only its own request.
@@ -12,7 +12,8 @@ Numerical work runs on the worker, never on the HTTP event loop; results reach a
 `call_soon_threadsafe`; `Request.events()` collects them on a plain thread).
 
 `Worker` owns the thread, the inbox and the waiting list; `loam.serve.text.TextWorker` and
-`loam.serve.finite.FiniteWorker` say what a cohort is and how it runs.
+`loam.serve.finite.FiniteWorker` say what a cohort is and how it runs, through `Worker.run_cohort`,
+which runs each member of a failing cohort alone so that only the one at fault fails.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ class PackageSchema:
 
 @dataclass(frozen=True)
 class Capacities:
-    """What one model may hold and do at once (the guide's capacities).
+    """What one model may hold and do at once.
 
     - `batch_units`: units (tokens) one cohort may carry: the sum of its prompt spans and decode steps.
     - `prefill_units`: prompt tokens one cohort may read while it also carries decode steps (text; 0:

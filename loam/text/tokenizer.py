@@ -15,7 +15,7 @@ typed control (3) or unknown (2) become special added tokens and user-defined on
 they match whole in text.  Every metadata value is checked before the engine sees it: `tokenizers` panics, past
 any `except Exception`, on a merge whose result is not in the vocabulary.
 
-The flags are the serving contract's (`seeds/serving-package-guide.txt`): `add_special_tokens`
+The flags are the serving contract's (`loam.serve.flags`): `add_special_tokens`
 (ADD_SPECIAL_TOKENS) adds BOS/EOS where the metadata asks for them (`tokenizer.ggml.add_bos_token`, absent means
 no, as transformers reads it), `special_token_matching=False` (NO_SPECIAL_TOKEN_MATCHING) encodes the text of a
 special token such as `<|im_start|>` as plain text, and `skip_special_tokens` (SKIP_SPECIAL_TOKENS) leaves

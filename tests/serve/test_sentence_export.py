@@ -1,5 +1,5 @@
 """A sentence-transformers export served as it is: a graph that pools and normalizes into its own output
-`sentence_embedding`, as all-MiniLM-L6-v2 exported the usual way does (issue 38, item 6).
+`sentence_embedding`, as all-MiniLM-L6-v2 exported the usual way does.
 
 The package appended its pooling under the name `sentence_embedding`, so such a graph failed registration
 ("... 'sentence_embedding' is defined twice") whatever the stage asked for.  Now `"pooling": "none"` serves the

@@ -1,6 +1,6 @@
 """A finite control that packs each cohort's requests into the stage's rows in reverse order.
 
-The serving guide's proof of result mapping: the physical output rows come back backwards, so a client
+The proof of result mapping: the physical output rows come back backwards, so a client
 that gets its own embedding proves the server maps rows through the control's result plan, not through
 a convenient layout.  Everything else is the built-in embedding control's.
 """
