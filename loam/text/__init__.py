@@ -1,1 +1,5 @@
-"""Text generation over a compiled decoder: the tokenizer and the decode loop `loam generate` runs."""
+"""Text generation over a compiled decoder: the tokenizer, the decoder check, the token picker, the decode loop.
+
+The decoder interface (`decoder`) and the token picker (`pick`) serve `loam generate` (`generate`) and
+`loam serve`'s text role alike.
+"""
