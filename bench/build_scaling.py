@@ -1,6 +1,6 @@
 """`python -m bench.build_scaling`: how `loam build`'s time grows with the graph's node count.
 
-What and why: every pass should be near-linear in nodes (issue 19, item 7), so a long graph must
+What and why: every pass should be near-linear in nodes, so a long graph must
 not build in quadratic time.  The graph is the case that stressed the fuse pass: a chain of
 elementwise nodes (Relu, Neg, Abs, Sigmoid in turn) over x [Batch, Feature], every node fusable into
 the next.  Each size is built once in this process, with the default pipeline, and timed per pass

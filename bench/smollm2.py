@@ -1,6 +1,6 @@
 """`python -m bench.smollm2`: SmolLM2-135M-Instruct, Loam's module on the packed GGUF against onnxruntime.
 
-What and why: issue 8's goal is a decode step at least as fast as onnxruntime running the same graph
+What and why: the goal is a decode step at least as fast as onnxruntime running the same graph
 over the widened float32 weights, with a quarter of its weight memory.  Each side runs in a child
 process of its own at one thread (onnxruntime's intra- and inter-op threads, numpy's BLAS threads),
 so each peak resident set (VmHWM) is that side's alone:

@@ -1,6 +1,6 @@
 """`python -m bench.soak`: N clients for M minutes against a real `loam serve`: nothing lost, memory flat.
 
-What and why: issue 22 asks whether the server holds up over time, not just for one burst.  A real `loam serve`
+What and why: the question is whether the server holds up over time, not just for one burst.  A real `loam serve`
 runs in a child process on 127.0.0.1 (one BLAS thread, a build cache of its own); N client threads loop until the
 time is up, each request of a random kind: a completion or a chat, streamed or not, a prompt of token ids (one of
 a few shared prefixes, so the prefix cache is used and evicted, then random tokens) or of words, a random reply

@@ -1,7 +1,7 @@
 """dim_param spellings: how a symbolic input extent reads, and where `forward` finds its symbols.
 
 An exporter writes the extent of a decoder's attention mask as `past_sequence_length + 1`, so a
-dim_param may spell arithmetic (the WEP, "The Graph Is ONNX"): one whose words are names and
+dim_param may spell arithmetic (the graph is ONNX as exporters write it): one whose words are names and
 integers separated by `+`, `-` and `*`, with one space on each side of each operator, reads as that
 polynomial, `*` binding first (`read_dim_param`).  Any other dim_param is one opaque name: `seq-len`,
 `a+1`, `N`.

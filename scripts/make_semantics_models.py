@@ -1,4 +1,4 @@
-"""Write the semantics suite of issue 4: one small ONNX model per shape-arithmetic construct, with the symbol
+"""Write the semantics suite: one small ONNX model per shape-arithmetic construct, with the symbol
 values to run it at.
 
     python scripts/make_semantics_models.py            # writes tests/semantics/models/*.onnxtext + cases.json

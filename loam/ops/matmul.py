@@ -2,7 +2,7 @@
 integer products of quantized models (MatMulInteger, QLinearMatMul) and the determinant (Det).
 
 A contraction meets two axes, so name-axes requires them to carry one name.  Gemm lowers to the
-product kernel followed by one `kernel.zip` for its scaling and bias, as the WEP's kernel set has no
+product kernel followed by one `kernel.zip` for its scaling and bias, as the kernel dialect has no
 Gemm of its own.
 """
 

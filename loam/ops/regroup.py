@@ -73,7 +73,8 @@ def _grows_first(a: Poly, b: Poly) -> bool | None:
 
 
 def regroup_axes(inp: tuple[Axis, ...], out_dims: Sequence[Poly | int]) -> tuple[Axis | None, ...]:
-    """Name a row-major regrouping's output axes from its input axes (the WEP's regrouping rule).
+    """Name a row-major regrouping's output axes from its input axes: a merged axis splits into its parts,
+    and parts merge back into one.
 
     Extent-1 axes hold nothing to regroup: an input one is dropped, an output one is new.  The
     other axes pair up in consecutive runs whose extents multiply alike (as polynomials, so

@@ -1,6 +1,6 @@
 """What the three command-line tools share: one error policy and an argument parser that keeps to it.
 
-The policy (DESIGN.md, "Errors are the product"): bad input prints one message,
+The policy (an error is part of the product): bad input prints one message,
 `PROG: error: ...`, and exits 1; bad usage (an unknown flag, a malformed flag value) exits 2; no
 traceback reaches the user unless `--debug` is given.  A failure that is not a `LoamError` (or one
 of xDSL's parse/verify errors, which are about the input IR) is a bug in Loam: it is reported as an

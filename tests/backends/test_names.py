@@ -1,6 +1,6 @@
 """The identifiers a printed module mints never shadow a builtin, a keyword or the module's own names.
 
-Issue 17: a `Not` whose output is named `bool` feeding an `If` built, then forward failed with
+The bug this guards against: a `Not` whose output is named `bool` feeding an `If` built, then forward failed with
 "'numpy.ndarray' object is not callable" (its local `bool` shadowed the `bool(...)` of the If's
 line).  Every model here names its tensors after Python's builtins and keywords, numpy, the module's
 own names (numpy and WGSL) or in non-ASCII text, and must give onnxruntime's outputs; `INPUTS` and

@@ -1,6 +1,6 @@
 """The named tuples a generated module returns (`Outputs`, `Grads`) behave as `collections.namedtuple`'s do.
 
-Issue 38, item 7: they had `_fields` but no `_asdict()`, so code written for a namedtuple (`out._asdict()`,
+Before: they had `_fields` but no `_asdict()`, so code written for a namedtuple (`out._asdict()`,
 `out._replace(y=...)`, pickling a result to send it elsewhere) broke on them.  The module imports nothing but
 numpy and the standard library, and a field may be any minted name (`_x`, `count`), which namedtuple itself
 refuses, so the class is written out by hand; here every namedtuple behaviour is held to a real namedtuple of

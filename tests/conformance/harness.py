@@ -14,7 +14,7 @@ What a case must do (`check_case`), decided from the model itself and `loam.ops.
 - inputs/outputs that are not tensors (sequences, optionals, maps, sparse tensors) or training info: the
   build refuses with a `LoamError`;
 - an operator outside `RULES`: the build fails with an `UnsupportedError` whose message names one of those
-  operators (or an element type outside issue 3's list, which the build may meet first);
+  operators (or an element type outside `SUPPORTED_TYPES`, which the build may meet first);
 - otherwise it builds, runs on every data set and matches every expected output: count, dtype, shape, NaN
   positions, values at the case's rtol/atol (integers and bools exactly).
 
@@ -58,7 +58,7 @@ run time as the case declares it (the `node` suite makes it a Constant): each su
 does not list."""
 SUITES = ("node", DECLARED, *FOLDER_SUITES, "operators")
 
-# Element types issue 3 asks Loam to compile.  A refusal of a case with an unsupported operator may name one of
+# The element types Loam compiles.  A refusal of a case with an unsupported operator may name one of
 # the other types instead (the build may meet it first); a case of supported operators must pass whatever its
 # types, or be listed (an operator may compute in more types than these, e.g. BitShift in ui16..ui64).
 SUPPORTED_TYPES = frozenset(

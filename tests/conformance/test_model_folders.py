@@ -1,5 +1,5 @@
-"""The pytorch-operator/, pytorch-converted/ and simple/ model folders of the installed onnx package
-(issue 3, item 4b), checked as the node cases are (harness.py)."""
+"""The pytorch-operator/, pytorch-converted/ and simple/ model folders of the installed onnx package,
+checked as the node cases are (harness.py)."""
 
 from __future__ import annotations
 

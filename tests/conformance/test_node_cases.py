@@ -1,9 +1,9 @@
-"""ONNX's backend node cases (issue 3, item 4a): each compiles, runs and matches, is a strict xfail, or is
+"""ONNX's backend node cases: each compiles, runs and matches, is a strict xfail, or is
 refused naming the operator (or element type) Loam does not compile.  See harness.py for the rules.
 
 Each case that reads a shape operand (a Reshape shape, Slice bounds, Pad widths, ...) from a graph input runs
 twice: with that input made a Constant, as an export carries it (`node`), and fed at run time as the case
-declares it (`node-declared`, issue 20)."""
+declares it (`node-declared`)."""
 
 from __future__ import annotations
 

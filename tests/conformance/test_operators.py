@@ -1,4 +1,4 @@
-"""The operators suite (issue 3, item 4c): one small model per operator x edge case, written by
+"""The operators suite: one small model per operator x edge case, written by
 make_operator_cases.py into operators/, compared with onnxruntime (harness.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The node and operators suites through the WGSL backend (issue 7): each case built with
+"""The node and operators suites through the WGSL backend: each case built with
 `--backend wgsl` (fused for dispatch) and run on the machine's WebGPU adapter (llvmpipe in CI),
 against the same oracle as the numpy module.  expected_failures_wgsl.toml lists what the WGSL
 backend refuses (a kernel or element type it has no WGSL for: the build must stop naming it) or

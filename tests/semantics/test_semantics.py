@@ -1,4 +1,4 @@
-"""The semantics suite (issue 4, item 9): every construct of exporters' shape arithmetic over symbolic extents,
+"""The semantics suite: every construct of exporters' shape arithmetic over symbolic extents,
 at several values of each symbol, against onnxruntime; and inputs violating an owed condition, which must
 raise the module's ShapeError naming the node.  What each run demands is in harness.py."""
 
