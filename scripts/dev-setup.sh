@@ -27,7 +27,9 @@ python3 scripts/dev_setup_python.py
 adapter() { python3 -c 'import sys, wgpu; sys.exit(wgpu.gpu.request_adapter_sync() is None)' >/dev/null 2>&1; }
 if adapter; then no_adapter=false; else no_adapter=true; fi
 wanted() {  # the packages that give what is missing now
-  if $no_adapter; then
+  # Mesa's drivers: where wgpu finds no adapter, and on Debian whatever wgpu finds, since Node's WebGPU
+  # (Dawn, for the browser module's tests) reads Vulkan only, where wgpu also takes OpenGL's llvmpipe.
+  if $no_adapter || have dpkg-query; then
     for p in mesa-vulkan-drivers libgl1-mesa-dri libegl1; do installed "$p" || echo "$p"; done
   fi
   have chromium || echo chromium

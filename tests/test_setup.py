@@ -37,8 +37,11 @@ def test_the_script_parses() -> None:
     assert done.returncode == 0, done.stderr
 
 
-def machine(tmp: Path, installed: list[str], uid: int = 0, sudo: bool = False, nodesource: bool = False) -> Path:
-    """A fake Debian machine under `tmp`: bin/ (its PATH), state/ (its installed packages), log (what ran)."""
+def machine(
+    tmp: Path, installed: list[str], uid: int = 0, sudo: bool = False, nodesource: bool = False, gl: bool = False
+) -> Path:
+    """A fake Debian machine under `tmp`: bin/ (its PATH), state/ (its installed packages), log (what ran);
+    `gl`: wgpu finds an adapter (OpenGL's) even without Mesa's Vulkan driver."""
     bin_, state, repo, log = tmp / "bin", tmp / "state", tmp / "repo", tmp / "log"
     for folder in (bin_, state, repo / "scripts"):
         folder.mkdir(parents=True)
@@ -68,8 +71,9 @@ def machine(tmp: Path, installed: list[str], uid: int = 0, sudo: bool = False, n
     for package in installed:
         subprocess.run([str(bin_ / "give"), package], check=True)
     stub("id", f"echo {uid}")
-    # The WebGPU adapter is there once mesa-vulkan-drivers is; the pip step only says it ran.
-    stub("python3", f'if [ "$1" = -c ]; then [ -e {state}/mesa-vulkan-drivers ]; exit; fi; echo python3 "$@" >> {log}')
+    # The WebGPU adapter is there once mesa-vulkan-drivers is (or, `gl`, always); the pip step only says it ran.
+    found = "true" if gl else f"[ -e {state}/mesa-vulkan-drivers ]"
+    stub("python3", f'if [ "$1" = -c ]; then {found}; exit; fi; echo python3 "$@" >> {log}')
     stub("dpkg-query", f'[ -e {state}/"${{@: -1}}" ] && echo -n "install ok installed"')
     npm = "echo 'nodejs : Conflicts: npm' >&2; exit 100" if nodesource else f"{bin_}/give npm"
     stub(
@@ -113,6 +117,13 @@ def test_a_fresh_debian_gets_every_package_then_npm_last_and_a_second_run_does_n
         NPM_CI,
     ]
     assert run(tmp_path) == (0, "", [PIP])
+
+
+def test_an_opengl_adapter_still_gets_mesas_vulkan_driver_for_node(tmp_path: Path) -> None:
+    """wgpu takes OpenGL's llvmpipe, but Node's WebGPU (Dawn) reads Vulkan only."""
+    status, said, ran = run(machine(tmp_path, ["libgl1-mesa-dri", "libegl1", *BRINGS], gl=True))
+    assert status == 0, said
+    assert ran == [PIP, "apt-get update -qq", f"{INSTALL} mesa-vulkan-drivers", NPM_CI]
 
 
 def test_nodesource_nodejs_is_never_asked_for_npm(tmp_path: Path) -> None:
