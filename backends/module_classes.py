@@ -19,6 +19,7 @@ from xdsl.ir import Attribute
 from loam.backends.module_text import axes_type, dtype_source, numpy_dtype, tuple_py
 from loam.core.dtypes import SAFETENSORS_NAMES
 from loam.core.errors import LoamError
+from loam.dialects.build_contract import PACKED
 from loam.dialects.kernel import WeightOp
 
 EMBED_ALIGN = 64
@@ -208,7 +209,7 @@ def weights_source(
     weights not in `embedded_rows` are in the safetensors file written beside the module (`_beside`).
     With `prepare`, `__init__` ends by calling `_prepare(self)` (`prepare_source`), which sets the
     attributes in `slots_more` that only the weights determine.  `external` says where the weights in
-    raw ONNX external data files lie (`loam.frontends.external_data`); `load` and `load_file` read those files
+    raw ONNX external data files lie (`loam.external_data`); `load` and `load_file` read those files
     by it (`_EXTERNAL`).
     """
     prepared = [(attr, prepared_names[attr]) for _, attr in weights if attr in prepared_names]
@@ -241,7 +242,7 @@ def weights_source(
     )
     lines.append(f"    _CHECKPOINT_NAMES = {checkpoint_names!r}")
     lines.append("")
-    packed = sorted(op.weight_name.data for op, _ in weights if "packed" in op.attributes)
+    packed = sorted(op.weight_name.data for op, _ in weights if PACKED.is_on(op))
     lines.append("    # Weights kept in the ggml blocks the checkpoint stores them in (packed kernels read them)")
     lines.append(f"    _PACKED = frozenset({packed!r})" if packed else "    _PACKED: frozenset = frozenset()")
     lines.append("")

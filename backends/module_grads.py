@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from loam.backends.module_classes import tuple_class_source
-from loam.passes.differentiate import GRAD
+from loam.dialects.build_contract import GRAD_PREFIX
 
 
 def grads_source(
@@ -24,10 +24,10 @@ def grads_source(
     mapping each weight's graph name to its `Weights` attribute in `Weights(...)`'s order,
     `input_params` each input's to its parameter of forward, and forward's parameters `params` (weights
     first).  A gradient's field in `Grads` is its weight's attribute or its input's parameter."""
-    first = next(i for i, n in enumerate(output_names) if n.startswith(GRAD))
+    first = next(i for i, n in enumerate(output_names) if n.startswith(GRAD_PREFIX))
     model = list(output_names[:first])
     grads = output_names[first:]
-    attrs = [{**input_params, **weight_attrs}[n[len(GRAD) :]] for n in grads]
+    attrs = [{**input_params, **weight_attrs}[n[len(GRAD_PREFIX) :]] for n in grads]
     call = ", ".join(params)
     doc = (
         "The gradients forward_backward computes, by Weights attribute (an input's: by forward's parameter): "

@@ -80,6 +80,7 @@ from loam.backends.module_text import (
 from loam.backends.names import PYTHON_NAMES, Names, identifier
 from loam.core.errors import AxisError, UnsupportedError
 from loam.core.poly import Poly, derived_call
+from loam.dialects.build_contract import GRAD_PREFIX, PACKED
 from loam.dialects.dim_params import binding_plan
 from loam.dialects.kernel import (
     ConstantOp,
@@ -92,7 +93,6 @@ from loam.dialects.kernel import (
 )
 from loam.dialects.shape_poly import ExtentAttr, OweOp
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.passes.differentiate import GRAD
 
 RUNTIME_BANNER = (
     "# " + "-" * 98 + "\n"
@@ -131,7 +131,7 @@ class ModulePrinter:
         self.weights_file: bytes | None = None
         self.checkpoint_names = checkpoint_names
         self.row_orders = row_orders
-        # Where the weights in raw ONNX external data files lie (`loam.frontends.external_data`: name, location,
+        # Where the weights in raw ONNX external data files lie (`loam.external_data`: name, location,
         # offset, length, dtype, shape); a backend sets it from the module attribute.
         self.external: tuple[tuple[str, str, int, int, str, tuple[int, ...]], ...] = ()
         self.names = Names()
@@ -468,7 +468,7 @@ class ModulePrinter:
             parts.append(outputs_source(out_fields, output_names))
         parts.append(self._signature_source(output_names))
         parts.append(self.forward_source(params, prologue, body, ret, out_fields))
-        if any(n.startswith(GRAD) for n in output_names):  # built with gradients (`differentiate`)
+        if any(n.startswith(GRAD_PREFIX) for n in output_names):  # built with gradients (`differentiate`)
             attrs = {op.weight_name.data: attr for op, attr in weights}
             inputs = dict(zip((n.data for n in self.program.input_names.data), params, strict=True))
             parts.append(grads_source(output_names, attrs, inputs, ["weights", *params]))
@@ -536,7 +536,7 @@ class ModulePrinter:
             features.add("renames")
         if self.row_orders:
             features.add("row_orders")
-        if any("packed" in op.attributes for op, _ in self.weights):
+        if any(PACKED.is_on(op) for op, _ in self.weights):
             features.add("packed")
         if self.external_read():
             features.add("external")

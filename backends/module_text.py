@@ -9,80 +9,44 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import ArrayAttr, IntAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.core.errors import UnsupportedError
+from loam.dialects import build_contract as contract
 from loam.dialects.tensor_axes import AxesTensorType
 
 
 def row_orders(module: ModuleOp) -> tuple[tuple[str, int], ...]:
-    """The module attribute `loam.row_orders` (an array of [checkpoint tensor, head count] pairs: the
-    tensors whose rows llama.cpp interleaved for its rotary embedding), for `Weights._ROW_ORDERS`."""
-    attr = module.attributes.get("loam.row_orders")
-    if attr is None:
-        return ()
-    pairs: list[tuple[str, int]] = []
-    for pair in attr.data if isinstance(attr, ArrayAttr) else ():
-        items = pair.data if isinstance(pair, ArrayAttr) else ()
-        if len(items) != 2 or not isinstance(items[0], StringAttr) or not isinstance(items[1], IntAttr):
-            raise UnsupportedError(f"loam.row_orders holds {pair}, not a [tensor name, head count] pair")
-        pairs.append((items[0].data, items[1].data))
-    return tuple(pairs)
+    """The tensors whose rows llama.cpp interleaved for its rotary embedding, with their head counts
+    (`loam.row_orders`), for `Weights._ROW_ORDERS`."""
+    return contract.ROW_ORDERS.get(module) or ()
 
 
-FORMATS_ATTR = "loam.checkpoint_formats"
-"""Module attribute: the checkpoint formats the build was given (absent: a module reads every format)."""
-
-CHECKPOINT_FORMATS = ("safetensors", "gguf")
+CHECKPOINT_FORMATS = contract.READABLE_FORMATS
 """Every checkpoint format a module can read."""
 
 
 def checkpoint_formats(module: ModuleOp) -> tuple[str, ...]:
     """The checkpoint formats the module's `Weights.load` reads: those of the checkpoints the build
     checked (`loam.checkpoint_formats`), or every format when it checked none."""
-    attr = module.attributes.get(FORMATS_ATTR)
-    if attr is None:
-        return CHECKPOINT_FORMATS
-    formats = tuple(item.data for item in attr.data) if isinstance(attr, ArrayAttr) else ()
-    if not formats or any(f not in CHECKPOINT_FORMATS for f in formats):
-        raise UnsupportedError(f"{FORMATS_ATTR} is {attr}, not a list of {', '.join(CHECKPOINT_FORMATS)}")
-    return formats
+    return contract.CHECKPOINT_FORMATS.get(module) or CHECKPOINT_FORMATS
 
-
-BESIDE_ATTR = "loam.weights_beside"
-"""Module attribute: the carried weights' total bytes past which the module keeps them in a safetensors
-file beside itself instead of a bytes literal in its source (absent: always the literal)."""
 
 INLINE_LIMIT = 1 << 20
-"""The bytes of carried weights a module holds in its own source by default (`BESIDE_ATTR`): a source
-of a few MiB still imports in milliseconds; past that, parsing the literal costs more than mapping a file."""
+"""The bytes of carried weights a module holds in its own source by default (`loam.weights_beside`): a
+source of a few MiB still imports in milliseconds; past that, parsing the literal costs more than mapping a
+file."""
 
 
 def weights_beside(module: ModuleOp) -> int | None:
-    """The byte count past which the module's carried weights go beside it (`BESIDE_ATTR`), or None."""
-    attr = module.attributes.get(BESIDE_ATTR)
-    if attr is None:
-        return None
-    if not isinstance(attr, IntAttr) or attr.data < 0:
-        raise UnsupportedError(f"{BESIDE_ATTR} is {attr}, not a non-negative #builtin.int")
-    return attr.data
+    """The byte count past which the module's carried weights go beside it (`loam.weights_beside`), or None."""
+    return contract.WEIGHTS_BESIDE.get(module)
 
 
 def checkpoint_names(module: ModuleOp) -> tuple[tuple[str, str], ...]:
     """The `[checkpoint_names]` rules the build attached to `module` (none: checkpoint names are the graph's)."""
-    attr = module.attributes.get("loam.checkpoint_names")
-    if attr is None:
-        return ()
-    if not isinstance(attr, ArrayAttr):
-        raise UnsupportedError(f"loam.checkpoint_names is {attr}, not an array of [pattern, template] pairs")
-    rules: list[tuple[str, str]] = []
-    for pair in attr.data:
-        items = pair.data if isinstance(pair, ArrayAttr) else ()
-        if len(items) != 2 or not isinstance(items[0], StringAttr) or not isinstance(items[1], StringAttr):
-            raise UnsupportedError(f"loam.checkpoint_names holds {pair}, not a [pattern, template] pair of strings")
-        rules.append((items[0].data, items[1].data))
-    return tuple(rules)
+    return contract.CHECKPOINT_NAMES.get(module) or ()
 
 
 def node_label(op: Operation) -> str:

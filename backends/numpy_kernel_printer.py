@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-from xdsl.dialects.builtin import ArrayAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.backends import numpy_runtime
@@ -29,6 +28,7 @@ from loam.backends.numpy_inplace import OUT, InPlacePlan, plan_in_place
 from loam.core.dtypes import by_name
 from loam.core.errors import UnsupportedError
 from loam.core.poly import Poly
+from loam.dialects.build_contract import FUSED
 from loam.dialects.expr import (
     Binary,
     Const,
@@ -138,8 +138,8 @@ class NumpyKernelPrinter:
         rhs = self.line(op, text)
         idents = [result_ident(op, result) for result in op.results]
         comment = node_label(op)
-        members = op.attributes.get("fused")
-        names = [m.data for m in members.data] if isinstance(members, ArrayAttr) else [comment]
+        members = FUSED.get(op)
+        names = list(members) if members is not None else [comment]
         if isinstance(op, MatmulOp) and op.epilogue is not None:
             # The product finished in its own buffer: the epilogue writes where np.matmul wrote.
             extras = [text[v] for v in op.extras]

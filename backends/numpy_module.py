@@ -96,7 +96,7 @@ def emit_python(module: ModuleOp) -> str:
 def numpy_module(module: ModuleOp, beside: bool = True) -> tuple[str, bytes | None]:
     """`emit_python`'s source, and the safetensors file to write beside it: with `beside`, the weights
     the graph carries go there once past the module attribute `loam.weights_beside`'s byte count
-    (`module_text.BESIDE_ATTR`); None when the source carries them all."""
+    (`loam.weights_beside`); None when the source carries them all."""
     programs = [op for op in module.walk() if isinstance(op, ProgramOp)]
     if len(programs) != 1:
         raise UnsupportedError(f"the numpy backend prints one kernel.program, found {len(programs)}")

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.backends.module_text import axes_type
@@ -28,10 +27,10 @@ from loam.backends.wgsl_kernels import common as wgsl_common
 from loam.backends.wgsl_kernels import elementwise, matmul, movement, tile
 from loam.core.errors import UnsupportedError
 from loam.core.poly import Poly
+from loam.dialects.build_contract import PACKED, STORED
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import CastOp, LibraryOp, MatmulOp, PermuteOp, TileProgramOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.passes.pack_quantized import PACKED_ATTR, STORED_ATTR
 
 if TYPE_CHECKING:
     from loam.backends.wgsl_module import WgslModulePrinter
@@ -292,10 +291,10 @@ class WgslKernelPrinter:
         """A product or gather over a weight uploaded as its ggml blocks: the library kernel, told the
         blocks' encoding (the weight's `stored`)."""
         weight = op.operands[1 if op.kernel_name == "matmul_packed" else 0].owner
-        stored = weight.attributes.get(STORED_ATTR) if isinstance(weight, WeightOp) else None
-        if not isinstance(stored, StringAttr) or PACKED_ATTR not in weight.attributes:  # type: ignore[union-attr]
+        stored = STORED.get(weight) if isinstance(weight, WeightOp) and PACKED.is_on(weight) else None
+        if stored is None:
             raise UnsupportedError(f"{op.name} '{node_of(op)}': its weight is not one kept in ggml blocks")
-        return self.library_kernel(op, {"encoding": stored.data})
+        return self.library_kernel(op, {"encoding": stored})
 
     def library_kernel(self, op: LibraryOp, extra: dict[str, object] | None = None) -> Dispatches:
         """A kernel its WGSL family writes the shader of, its params computed by `_p_NAME` (from the op's

@@ -32,18 +32,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from xdsl.dialects.builtin import DictionaryAttr, IntAttr, ModuleOp
+from xdsl.dialects.builtin import ModuleOp
 
-from loam.core.errors import OptionsError, UnsupportedError
+from loam.core.errors import OptionsError
+from loam.dialects import build_contract as contract
 
 __all__ = [
     "DEFAULT_LIMITS",
-    "LIMITS_ATTR",
     "DeviceLimits",
     "FittedShader",
     "device_limits",
     "fit_bindings",
-    "limits_attr",
     "over_limits",
     "storage_bindings",
 ]
@@ -124,24 +123,11 @@ DEFAULT_LIMITS = DeviceLimits()
 for _f in fields(DeviceLimits):
     assert _f.name in _WEBGPU_NAMES, _f.name
 
-LIMITS_ATTR = "loam.device_limits"
-"""Module attribute: the limits above WebGPU's defaults the WGSL module is built within, in WebGPU's
-names (absent: the defaults)."""
-
-
-def limits_attr(limits: DeviceLimits) -> DictionaryAttr:
-    """`limits`' raised entries as the module attribute `loam.device_limits`."""
-    return DictionaryAttr({k: IntAttr(v) for k, v in limits.raised().items()})
-
 
 def device_limits(module: ModuleOp) -> DeviceLimits:
     """The limits the build was given (`loam.device_limits`), WebGPU's defaults where it gave none."""
-    attr = module.attributes.get(LIMITS_ATTR)
-    if attr is None:
-        return DEFAULT_LIMITS
-    if not isinstance(attr, DictionaryAttr) or not all(isinstance(v, IntAttr) for v in attr.data.values()):
-        raise UnsupportedError(f"{LIMITS_ATTR} is {attr}, not a dictionary of WebGPU limit names to integers")
-    return DeviceLimits.from_mapping({k: v.data for k, v in attr.data.items()}, where=LIMITS_ATTR)  # type: ignore[attr-defined]
+    raised = contract.DEVICE_LIMITS.get(module)
+    return DEFAULT_LIMITS if raised is None else DeviceLimits.from_mapping(raised, where=contract.DEVICE_LIMITS.name)
 
 
 _BINDING = re.compile(r"@group\((\d+)\) @binding\((\d+)\) var<storage, (read|read_write)> (\w+): array<(\w+)>;\n?")

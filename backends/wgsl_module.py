@@ -42,7 +42,7 @@ import math
 from collections.abc import Sequence
 from typing import NoReturn
 
-from xdsl.dialects.builtin import ArrayAttr, StringAttr
+from xdsl.dialects.builtin import ArrayAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.backends import wgsl_runtime
@@ -75,6 +75,7 @@ from loam.backends.wgsl_limits import DEFAULT_LIMITS, DeviceLimits, device_limit
 from loam.core.errors import UnsupportedError
 from loam.core.limits import MAX_ELEMENTS
 from loam.core.poly import Poly
+from loam.dialects.build_contract import PACKED, STORED
 from loam.dialects.kernel import (
     ConstantOp,
     IfOp,
@@ -89,7 +90,6 @@ from loam.dialects.kernel import (
 )
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.frontends.external_data import external_table
-from loam.passes.pack_quantized import PACKED_ATTR, STORED_ATTR
 from loam.passes.report import DeviceSummary
 
 __all__ = ["emit_wgsl"]
@@ -624,7 +624,7 @@ class WgslModulePrinter(ModulePrinter):
             )
         if isinstance(op, WeightOp):
             self.collect_weight(op)
-            blocks = PACKED_ATTR in op.attributes  # uploaded as its ggml blocks (`pack-quantized`)
+            blocks = PACKED.is_on(op)  # uploaded as its ggml blocks (`pack-quantized`)
             self._resident_value(op.result, self.value_text[op.result], op.weight_name.data, blocks)
             return
         if isinstance(op, ConstantOp):
@@ -743,9 +743,9 @@ class WgslModulePrinter(ModulePrinter):
             if isinstance(op, (WeightOp, ConstantOp)) and op.result in self.device and "_w[" in self.device[op.result]:
                 t = axes_type(op.result, "resident")
                 count = math.prod(e.const_value if e.is_const else 0 for e in t.shape)
-                stored = op.attributes.get(STORED_ATTR)
-                if PACKED_ATTR in op.attributes and isinstance(stored, StringAttr):  # its blocks, byte for byte
-                    resident += -(-count // 32 * packed.BLOCK_BYTES[stored.data] // 4) * 4
+                stored = STORED.get(op)
+                if PACKED.is_on(op) and stored is not None:  # its blocks, byte for byte
+                    resident += -(-count // 32 * packed.BLOCK_BYTES[stored] // 4) * 4
                 else:
                     resident += 4 * count
         return DeviceSummary(

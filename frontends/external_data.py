@@ -4,7 +4,7 @@ onnxruntime-genai (`model.onnx` + `model.onnx.data`), optimum (`model.onnx_data`
 (`onnx.save_model(..., save_as_external_data=True, location=...)`) keep a model's initializers in raw
 data files that have no header: the graph's `external_data` entries (`location`, `offset`, `length`)
 say where each tensor lies.  The build never reads those bytes (as it never reads a checkpoint's
-payload); it takes the entries into a table, the module attribute `loam.frontends.external_data`, from which the
+payload); it takes the entries into a table, the module attribute `loam.external_data`, from which the
 module's `Weights.load_file(DATA_FILE)` reads each tensor at its offset and checks it against the graph
 (`loam.runtime.weights._read_external`).  A location inside a `.safetensors` file is a checkpoint
 reference instead (what `loam split` writes): the checkpoints the build is given supply those.
@@ -19,16 +19,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
-from xdsl.dialects.builtin import ArrayAttr, IntAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp
 
 from loam.core.dtypes import SAFETENSORS_NAMES
 from loam.core.errors import ModelError, UnsupportedError
+from loam.dialects import build_contract as contract
 
-EXTERNAL_ATTR = "loam.frontends.external_data"
-"""Module attribute: one [name, location, offset, length, encoding, shape] row per initializer whose
-bytes are ONNX external data in a file of their own (absent: none)."""
-
-Row = tuple[str, str, int, int, str, tuple[int, ...]]
+Row = contract.ExternalRow
 """(ONNX name, location relative to the model, byte offset, byte length, safetensors dtype, shape)."""
 
 _ENCODING = {elem: name for name, elem in SAFETENSORS_NAMES.items()}
@@ -87,37 +84,12 @@ def external_rows(ir: ModuleOp, where: str) -> list[Row]:
 def attach_external(ir: ModuleOp, rows: Sequence[Row]) -> None:
     """Record `rows` as the module attribute the emitter reads (`external_table`)."""
     if rows:
-        ir.attributes[EXTERNAL_ATTR] = ArrayAttr(
-            [
-                ArrayAttr(
-                    [
-                        StringAttr(name),
-                        StringAttr(location),
-                        IntAttr(offset),
-                        IntAttr(length),
-                        StringAttr(encoding),
-                        ArrayAttr([IntAttr(d) for d in shape]),
-                    ]
-                )
-                for name, location, offset, length, encoding, shape in rows
-            ]
-        )
+        contract.EXTERNAL_DATA.set(ir, tuple(rows))
 
 
 def external_table(module: ModuleOp) -> tuple[Row, ...]:
-    """The rows the build recorded in `module` (`EXTERNAL_ATTR`), for `Weights._EXTERNAL`."""
-    attr = module.attributes.get(EXTERNAL_ATTR)
-    if attr is None:
-        return ()
-    rows: list[Row] = []
-    for row in attr.data if isinstance(attr, ArrayAttr) else ():
-        items = row.data if isinstance(row, ArrayAttr) else ()
-        kinds = (StringAttr, StringAttr, IntAttr, IntAttr, StringAttr, ArrayAttr)
-        if len(items) != 6 or not all(isinstance(i, k) for i, k in zip(items, kinds, strict=True)):
-            raise UnsupportedError(f"{EXTERNAL_ATTR} holds {row}, not [name, location, offset, length, dtype, shape]")
-        shape = tuple(d.data for d in items[5].data if isinstance(d, IntAttr))
-        rows.append((items[0].data, items[1].data, items[2].data, items[3].data, items[4].data, shape))
-    return tuple(rows)
+    """The rows the build recorded in `module` (`loam.external_data`), for `Weights._EXTERNAL`."""
+    return contract.EXTERNAL_DATA.get(module) or ()
 
 
 def inline_external(ir: ModuleOp, rows: Sequence[Row], model: Path | None) -> None:

@@ -28,22 +28,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp
 from xdsl.ir import Attribute, Block
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from loam.core.errors import OptionsError
 from loam.core.layout import LayoutRule
+from loam.dialects import build_contract as contract
 from loam.dialects.dim_params import read_spelling
 from loam.dialects.graph import GraphOp, InitializerOp, ModelOp, NodeOp, ReturnOp, SubgraphInfoOp, TensorType
-from loam.dialects.tensor_axes import LayoutAttr
-
-DIMS_ATTR = "loam.dims"
-INTERFACE_ATTR = "loam.interface"
-OUTPUTS_ATTR = "loam.outputs"
-LAYOUT_ATTR = "loam.layout"
-INLINE_WEIGHTS_ATTR = "loam.inline_weights"
 
 
 def main_graph(module: ModuleOp) -> GraphOp:
@@ -61,18 +55,18 @@ class ApplyOptionsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         graph = main_graph(op)
-        interface = op.attributes.get(INTERFACE_ATTR)
-        if isinstance(interface, DictionaryAttr) and interface.data:
-            redeclare(graph, {k: _dims(v) for k, v in interface.data.items()})
-        dims = op.attributes.get(DIMS_ATTR)
-        if isinstance(dims, DictionaryAttr) and dims.data:
-            fix_dims(graph, {k: _int(v) for k, v in dims.data.items()})
-        layout = op.attributes.get(LAYOUT_ATTR)
-        if isinstance(layout, LayoutAttr):
-            check_layout_reaches(op, layout.rules)
-        outputs = op.attributes.get(OUTPUTS_ATTR)
-        if isinstance(outputs, ArrayAttr):
-            cut_outputs(graph, [s.data for s in outputs.data if isinstance(s, StringAttr)])
+        interface = contract.INTERFACE.get(op)
+        if interface:
+            redeclare(graph, interface)
+        dims = contract.DIMS.get(op)
+        if dims:
+            fix_dims(graph, dims)
+        layout = contract.LAYOUT.get(op)
+        if layout is not None:
+            check_layout_reaches(op, layout)
+        outputs = contract.OUTPUTS.get(op)
+        if outputs is not None:
+            cut_outputs(graph, list(outputs))
 
 
 def _tensor_names(block: Block) -> Iterator[str]:
@@ -123,11 +117,6 @@ def declared_tensors(module: ModuleOp) -> dict[str, set[str]]:
     return names
 
 
-def _dims(attr: Attribute) -> list[int | str]:
-    assert isinstance(attr, ArrayAttr)
-    return [int(d.value.data) if isinstance(d, IntegerAttr) else d.data for d in attr.data]  # type: ignore[attr-defined]
-
-
 def redeclare(graph: GraphOp, interface: dict[str, list[int | str]]) -> None:
     """Declare each named graph input or output with the given dims instead of its own (the element
     type kept); a name the graph neither takes nor returns, or another rank, stops the build."""
@@ -161,11 +150,6 @@ def redeclare(graph: GraphOp, interface: dict[str, list[int | str]]) -> None:
             types = list(ret.declared_types.data)
             types[k] = retyped(types[k], dims, f"graph output '{name}'")
             ret.declared_types = ArrayAttr(types)
-
-
-def _int(attr: Attribute) -> int:
-    assert isinstance(attr, IntegerAttr)
-    return int(attr.value.data)
 
 
 def _fixed_dim(dim: str, dims: dict[str, int], used: set[str], what: str) -> int | str:

@@ -34,15 +34,13 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from loam.core.errors import UnsupportedError
 from loam.core.poly import Poly
+from loam.dialects.build_contract import GRAD_PREFIX
 from loam.dialects.kernel import ProgramOp, ReturnOp, WeightOp
 from loam.dialects.kernel.base import element_count
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.grad.base import is_float, listed
 from loam.grad.reverse import Reverse, value_node
 from loam.passes.notes import add_notes
-
-GRAD = "grad."
-"""The prefix of an upstream gradient's input name and of a weight gradient's output name."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +110,7 @@ class _Differentiate:
         for value, name in zip(list(self.ret.outputs), names, strict=True):
             if is_float(value):
                 arg = self.block.insert_arg(value.type, len(self.block.args))
-                input_names.append(GRAD + name)
+                input_names.append(GRAD_PREFIX + name)
                 self.reverse.send(value, arg)
         self.reverse.run()
         outputs = list(self.ret.outputs)  # read again: a clause may have put a forward op in another's place
@@ -128,7 +126,7 @@ class _Differentiate:
                               f"Grads: {left} (the first: {why})")  # fmt: skip
             self.sources = [(n, v) for n, v in self.sources if v in self.reverse.adjoint]
         grads = [self.reverse.adjoint[v] for _, v in self.sources]
-        new_ret = ReturnOp([*outputs, *grads], [*names, *(GRAD + n for n, _ in self.sources)])
+        new_ret = ReturnOp([*outputs, *grads], [*names, *(GRAD_PREFIX + n for n, _ in self.sources)])
         Rewriter().replace_op(self.ret, new_ret)
         self.program.properties["input_names"] = ArrayAttr([StringAttr(n) for n in input_names])
         return self.reverse.saved()

@@ -32,12 +32,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from loam.core.poly import Poly
+from loam.dialects import build_contract as contract
 from loam.dialects.expr import Binary, Const, Convert, Expr, Operand, Select, Unary, step_args
 from loam.dialects.kernel import ConvOp, ProgramOp, RegroupOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis
@@ -274,12 +275,12 @@ def _fold(zip_op: ZipOp, c: int, fixed: set[SSAValue]) -> tuple[ZipOp, ConvOp, s
     tail, kept = tail.dedupe_operands([*tail_operands, *inputs])
     reads = [[*tail_operands, *inputs][k] for k in kept]
     new = ZipOp(reads, tail, out, node)
-    if "fused" in zip_op.attributes:  # the nodes the fuse pass composed into Z, as the report lists them
-        new.attributes["fused"] = zip_op.attributes["fused"]
+    members = contract.FUSED.get(zip_op)  # the nodes the fuse pass composed into Z, as the report lists them
+    if members is not None:
+        contract.FUSED.set(new, members)
     new.result.name_hint = zip_op.result.name_hint
     Rewriter.replace_op(zip_op, new)
-    members = zip_op.attributes.get("fused")
-    names = [m.data for m in members.data] if isinstance(members, ArrayAttr) else [node]
+    names = list(members) if members is not None else [node]
     listed = ", ".join(f"'{n}'" for n in names)
     note = (
         f"node{'s' * (len(names) > 1)} {listed}: the per-channel scale folded into Conv '{conv.node.data}''s "

@@ -45,13 +45,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from loam.core.errors import UsageError
 from loam.core.poly import Poly
+from loam.dialects import build_contract as contract
 from loam.dialects.kernel import (
     ArgReduceOp,
     CumSumOp,
@@ -70,11 +71,9 @@ from loam.dialects.kernel import (
     ZipOp,
 )
 from loam.dialects.tensor_axes import AxesTensorType
-from loam.passes.report import FOLDED, FUSED, KEPT, REPORT_FORMATS, FusionReport, NodeDecision, Reason, recorded_nodes
+from loam.passes.report import FOLDED, FUSED, KEPT, REPORT_FORMATS, FusionReport, NodeDecision, Reason
 
 OBJECTIVES: tuple[str, ...] = ("memory", "dispatch")
-FUSED_ATTR = "fused"
-"""Discardable attribute of a fused `kernel.zip` or `kernel.matmul`: the ONNX nodes it computes, the consumer last."""
 DUPLICATE_STEPS = 4
 """With `objective=dispatch`, a producer of at most this many non-operand steps is recomputed in each consumer."""
 MAX_FUSED_STEPS = 128
@@ -95,10 +94,10 @@ def _node(op: Operation) -> str:
 
 
 def _members(op: Operation) -> list[str]:
-    attr = op.attributes.get(FUSED_ATTR)
-    if isinstance(attr, ArrayAttr):
-        return [m.data for m in attr.data if isinstance(m, StringAttr)]
-    return [_node(op)]
+    """The ONNX nodes a kernel computes: those the fuse pass composed into it (`fused`, the consumer last),
+    else its own."""
+    members = contract.FUSED.get(op)
+    return list(members) if members is not None else [_node(op)]
 
 
 def _users(value: SSAValue) -> list[Operation]:
@@ -217,7 +216,7 @@ class _Fuser:
 
     def write_members(self) -> None:
         for op, members in self.members.items():
-            op.attributes[FUSED_ATTR] = ArrayAttr([StringAttr(m) for m in members])
+            contract.FUSED.set(op, tuple(members))
         self.members.clear()
 
     def run_block(self, block: Block) -> None:
@@ -343,7 +342,7 @@ def _report(
     for program in programs:
         for op in _kernel_ops(program):
             ops_of.setdefault(_node(op), []).append(op)
-            if isinstance(op, (ZipOp, MatmulOp)) and FUSED_ATTR in op.attributes:
+            if isinstance(op, (ZipOp, MatmulOp)) and contract.FUSED.is_on(op):
                 group = f"g{len(report.groups) + 1}"
                 report.groups[group] = _members(op)
                 why[group] = Reason.EPILOGUE if isinstance(op, MatmulOp) else Reason.CHAIN
@@ -360,7 +359,7 @@ def _report(
         if node in group_of:
             group = group_of[node]
             reason = why[group]
-            ends = [op for op in ops if isinstance(op, ZipOp) and FUSED_ATTR in op.attributes]
+            ends = [op for op in ops if isinstance(op, ZipOp) and contract.FUSED.is_on(op)]
             if ends and (found := refusal(ends[-1], objective)) is not None and found[0] is Reason.SIZE:
                 reason = Reason.SIZE  # the group's last node: its consumer starts the next kernel
             return NodeDecision(node, op_type, FUSED, reason.text(), group, bytes_text(node))
@@ -419,7 +418,7 @@ class FusePass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.format not in REPORT_FORMATS:
             raise UsageError(f"fuse: format '{self.format}' is not one of {', '.join(REPORT_FORMATS)}")
-        report = fuse_program(op, self.objective, recorded_nodes(op))
+        report = fuse_program(op, self.objective, contract.NODES.get(op) or ())
         # The report of the last run, for a caller holding this pass (`loam.driver.pipeline.build`); not an option.
         object.__setattr__(self, "last_report", report)
         if self.report:

@@ -22,13 +22,13 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from loam.core.errors import AxisError
 from loam.core.layout import LayoutMatcher, LayoutRule, parse_layout_flag
 from loam.core.poly import Poly
+from loam.dialects import build_contract as contract
 from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, NoneOp, ReturnOp, SubgraphInfoOp
 from loam.dialects.shape_poly import AliasOp, OweOp, PolyTensorType, ValuesOp
-from loam.dialects.tensor_axes import AxesTensorType, Axis, LayoutAttr, RelabelOp, axes_tensor_type
+from loam.dialects.tensor_axes import AxesTensorType, Axis, RelabelOp, axes_tensor_type
 from loam.ops import rule_for
 from loam.ops.base import Facts, NodeInfo, unit_axes
 from loam.ops.control import IfRule, LoopRule, merge_axes
-from loam.passes.apply_options import LAYOUT_ATTR
 from loam.passes.stage0 import node_info
 
 
@@ -53,8 +53,7 @@ class NameAxesPass(ModulePass):
 
     def rules(self, op: ModuleOp) -> tuple[LayoutRule, ...]:
         extra = tuple(parse_layout_flag(r) for r in self.layout.split(";") if r.strip())
-        attr = op.attributes.get(LAYOUT_ATTR)
-        return extra + (attr.rules if isinstance(attr, LayoutAttr) else ())
+        return extra + (contract.LAYOUT.get(op) or ())
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         rules = self.rules(op)

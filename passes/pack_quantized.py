@@ -28,23 +28,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr, UnitAttr
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
+from loam.dialects import build_contract as contract
 from loam.dialects.kernel import GatherOp, GatherPackedOp, MatmulOp, MatmulPackedOp, PermuteOp, WeightOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.passes.notes import add_notes
 
 PACKED_ENCODINGS = frozenset({"Q4_0", "Q4_1", "Q8_0"})
 """The ggml block encodings the packed kernels read."""
-
-STORED_ATTR = "stored"
-"""A `kernel.weight`'s attribute naming how the checkpoint stores it (set by the build)."""
-
-PACKED_ATTR = "packed"
-"""A `kernel.weight`'s attribute saying `Weights` keeps it in its stored blocks."""
 
 
 @dataclass(frozen=True)
@@ -54,12 +49,12 @@ class PackQuantizedPass(ModulePass):
     name = "pack-quantized"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        stored = stored_encodings(op)
+        stored = contract.STORED_ENCODINGS.get(op) or {}
         notes: list[str] = []
         for weight in [w for w in op.walk() if isinstance(w, WeightOp)]:
             name = weight.weight_name.data
-            if name in stored and STORED_ATTR not in weight.attributes:
-                weight.attributes[STORED_ATTR] = StringAttr(stored[name][0])
+            if name in stored and not contract.STORED.is_on(weight):
+                contract.STORED.set(weight, stored[name][0])
             if not _in_blocks(weight):
                 continue
             why = why_unpacked(weight)
@@ -75,38 +70,9 @@ class PackQuantizedPass(ModulePass):
             add_notes(op, notes)
 
 
-STORED_ENCODINGS_ATTR = "loam.stored_encodings"
-"""Module attribute: {weight name: [encoding, checkpoint path]} for each weight a checkpoint stores in ggml blocks
-(set by `loam build` from the headers it read; this pass marks those weights `stored` and packs them)."""
-
-
-def record_stored_encodings(module: ModuleOp, stored: dict[str, tuple[str, str]]) -> None:
-    if stored:
-        module.attributes[STORED_ENCODINGS_ATTR] = DictionaryAttr(
-            {
-                name: ArrayAttr([StringAttr(encoding), StringAttr(path)])
-                for name, (encoding, path) in sorted(stored.items())
-            }
-        )
-
-
-def stored_encodings(module: ModuleOp) -> dict[str, tuple[str, str]]:
-    found = module.attributes.get(STORED_ENCODINGS_ATTR)
-    if not isinstance(found, DictionaryAttr):
-        return {}
-    out = {}
-    for name, value in found.data.items():
-        assert isinstance(value, ArrayAttr)
-        encoding, path = value.data
-        assert isinstance(encoding, StringAttr) and isinstance(path, StringAttr)
-        out[name] = (encoding.data, path.data)
-    return out
-
-
 def _in_blocks(weight: WeightOp) -> bool:
     """Whether the checkpoint stores `weight` in ggml blocks (and the graph does not carry it)."""
-    stored = weight.attributes.get(STORED_ATTR)
-    return isinstance(stored, StringAttr) and stored.data in PACKED_ENCODINGS and weight.data is None
+    return contract.STORED.get(weight) in PACKED_ENCODINGS and weight.data is None
 
 
 def why_unpacked(weight: WeightOp) -> str | None:
@@ -166,4 +132,4 @@ def _pack(weight: WeightOp) -> None:
             packed = MatmulPackedOp([m.lhs, weight.result], [m.result.type], node.data, transposed=1)
             rewriter.replace_op(m, packed)
         rewriter.erase_op(user)
-    weight.attributes[PACKED_ATTR] = UnitAttr()
+    contract.PACKED.set(weight, True)

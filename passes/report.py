@@ -206,33 +206,3 @@ def node_list(before: dict[str, str], after: Iterable[str]) -> list[tuple[str, s
     """(name, op type, folded) for each node of `before`: those missing from `after` were folded."""
     remaining = set(after)
     return [(name, op_type, name not in remaining) for name, op_type in before.items()]
-
-
-NODES_ATTR = "loam.nodes"
-"""Module attribute stage 0 leaves: every ONNX node as [name, op type, folded], in graph order, so the fuse pass
-can report the nodes stage 0 folded away after the graph itself is gone."""
-
-
-def record_nodes(module: ModuleOp, nodes: Iterable[tuple[str, str, bool]]) -> None:
-    from xdsl.dialects.builtin import ArrayAttr, BoolAttr, StringAttr
-
-    module.attributes[NODES_ATTR] = ArrayAttr(
-        [ArrayAttr([StringAttr(n), StringAttr(t), BoolAttr.from_bool(f)]) for n, t, f in nodes]
-    )
-
-
-def recorded_nodes(module: ModuleOp) -> list[tuple[str, str, bool]]:
-    """The node list stage 0 recorded on `module` (empty when it ran on IR without one)."""
-    from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr
-
-    found = module.attributes.get(NODES_ATTR)
-    if not isinstance(found, ArrayAttr):
-        return []
-    nodes = []
-    for entry in found.data:
-        assert isinstance(entry, ArrayAttr)
-        name, op_type, folded = entry.data
-        assert isinstance(name, StringAttr) and isinstance(op_type, StringAttr)
-        assert isinstance(folded, IntegerAttr)  # a BoolAttr is an i1 IntegerAttr
-        nodes.append((name.data, op_type.data, bool(folded.value.data)))
-    return nodes

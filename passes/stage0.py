@@ -36,6 +36,7 @@ from loam.core.errors import PolyError, ShapeError, UnsupportedError
 from loam.core.limits import check_extents
 from loam.core.owed import Owed
 from loam.core.poly import Poly, poly_product
+from loam.dialects import build_contract as contract
 from loam.dialects.dim_params import read_dim_param, spell_graph_inputs
 from loam.dialects.graph import (
     ConstantOp,
@@ -147,7 +148,7 @@ class Stage0Pass(ModulePass):
     name = "stage0"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from loam.passes.report import graph_nodes, node_list, record_nodes
+        from loam.passes.report import graph_nodes, node_list
 
         before = graph_nodes(op)
         declared: dict[str, list[str]] = {}
@@ -158,7 +159,7 @@ class Stage0Pass(ModulePass):
             stage = Stage0Graph(graph.graph_name.data)
             stage.scope.declared = declared
             stage.run(graph.body.block, [s.data for s in graph.input_names.data])
-        record_nodes(op, node_list(before, graph_nodes(op)))
+        contract.NODES.set(op, tuple(node_list(before, graph_nodes(op))))
         add_notes(op, forced_extent_notes(op, declared))
 
 

@@ -28,12 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from loam.core.poly import poly_product
+from loam.dialects import build_contract as contract
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import MatmulOp, PermuteOp, SoftmaxOp, TileProgramOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
@@ -88,8 +89,8 @@ class Attention:
         """The ONNX nodes the chain computes, in order."""
         found: list[str] = []
         for op in (self.scores, *self.zips, self.softmax, self.output):
-            fused = op.attributes.get("fused")
-            names = [n.data for n in fused.data] if fused is not None else [op.node.data]  # type: ignore[attr-defined]
+            fused = contract.FUSED.get(op)
+            names = list(fused) if fused is not None else [op.node.data]  # type: ignore[attr-defined]
             found += [n for n in names if n not in found]
         return found
 
@@ -166,7 +167,7 @@ def tiled_attention(chain: Attention) -> TileProgramOp | None:
         [q, k, v, *extras], [o_t], output.node.data, program, grid if batch_rank else grid[0],
         tuple(_plain(x) for x in numbers),
     )  # fmt: skip
-    tiled.attributes["fused"] = ArrayAttr([StringAttr(n) for n in chain.nodes()])
+    contract.FUSED.set(tiled, tuple(chain.nodes()))
     return tiled
 
 

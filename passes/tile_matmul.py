@@ -34,6 +34,7 @@ from xdsl.rewriter import Rewriter
 
 from loam.core.derived import bounds_of, ceildiv
 from loam.core.poly import Poly, poly_product
+from loam.dialects import build_contract as contract
 from loam.dialects.kernel import MatmulOp, PermuteOp, TileProgramOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.passes.tile_kernels import matmul_tiles
@@ -161,8 +162,9 @@ def tiled_matmul(op: MatmulOp) -> TileProgramOp | None:
         [a, b, *op.extras], [r_t], op.node.data, program, _grid(m, n, batch, bm, bn),
         tuple(_plain(x) for x in numbers),
     )  # fmt: skip
-    if "fused" in op.attributes:  # the nodes the product and its epilogue compute, for the report
-        tiled.attributes["fused"] = op.attributes["fused"]
+    fused = contract.FUSED.get(op)  # the nodes the product and its epilogue compute, for the report
+    if fused is not None:
+        contract.FUSED.set(tiled, fused)
     return tiled
 
 

@@ -21,6 +21,7 @@ from xdsl.dialects.builtin import ArrayAttr
 from xdsl.ir import Operation, SSAValue
 
 from loam.core.poly import Poly
+from loam.dialects import build_contract as contract
 from loam.dialects.kernel import CastOp, ConstantOp, LibraryOp, MatmulOp, PermuteOp, RegroupOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
 
@@ -36,7 +37,7 @@ def weight_only(ops: Sequence[Operation], returned: Collection[SSAValue]) -> tup
     chosen: list[Operation] = []
     for op in ops:
         if isinstance(op, WeightOp):
-            if "packed" not in op.attributes:
+            if not contract.PACKED.is_on(op):
                 fixed.add(op.result)
         elif isinstance(op, ConstantOp):
             if not isinstance(op.value, ArrayAttr):  # an ArrayAttr holds polynomials of the inputs' extents

@@ -15,9 +15,9 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from loam.dialects.tensor_axes import LayoutAttr
+from loam.dialects import build_contract as contract
 from loam.driver.draft import draft_graph
-from loam.passes.apply_options import LAYOUT_ATTR, main_graph
+from loam.passes.apply_options import main_graph
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,6 @@ class DraftLayoutPass(ModulePass):
     name = "draft-layout"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        attr = op.attributes.get(LAYOUT_ATTR)
-        given = tuple(attr.rules) if isinstance(attr, LayoutAttr) else ()
+        given = contract.LAYOUT.get(op) or ()
         draft = draft_graph(main_graph(op), given)
-        op.attributes[LAYOUT_ATTR] = LayoutAttr((*given, *draft.rules))
+        contract.LAYOUT.set(op, (*given, *draft.rules))

@@ -416,23 +416,15 @@ def _layout_rule(entry: object, index: int, where: str) -> LayoutRule:
 
 def attach_options(module: ModuleOp, options: Options) -> None:
     """Record `options` on the top-level module, where the passes read them."""
-    from xdsl.dialects.builtin import ArrayAttr, BoolAttr, DictionaryAttr, IntegerAttr, StringAttr, i64
-
-    from loam.dialects.tensor_axes import LayoutAttr
-    from loam.passes.apply_options import DIMS_ATTR, INLINE_WEIGHTS_ATTR, INTERFACE_ATTR, LAYOUT_ATTR, OUTPUTS_ATTR
+    from loam.dialects import build_contract as contract
 
     if options.dims:
-        module.attributes[DIMS_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in options.dims.items()})
+        contract.DIMS.set(module, dict(options.dims))
     if options.interface:
-        module.attributes[INTERFACE_ATTR] = DictionaryAttr(
-            {
-                name: ArrayAttr([IntegerAttr(d, i64) if isinstance(d, int) else StringAttr(d) for d in dims])
-                for name, dims in options.interface.items()
-            }
-        )
+        contract.INTERFACE.set(module, {name: list(dims) for name, dims in options.interface.items()})
     if options.outputs is not None:
-        module.attributes[OUTPUTS_ATTR] = ArrayAttr([StringAttr(n) for n in options.outputs])
+        contract.OUTPUTS.set(module, options.outputs)
     if options.layout:
-        module.attributes[LAYOUT_ATTR] = LayoutAttr(options.layout)
+        contract.LAYOUT.set(module, options.layout)
     if options.inline_weights:
-        module.attributes[INLINE_WEIGHTS_ATTR] = BoolAttr.from_bool(True)
+        contract.INLINE_WEIGHTS.set(module, True)

@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import onnx
-from xdsl.dialects.builtin import ArrayAttr, IntAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 from xdsl.printer import Printer
 
 from loam.core.errors import CheckpointError, LoamError, UsageError
+from loam.dialects import build_contract as contract
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.driver.options import Options
 from loam.driver.registry import read_model
@@ -38,12 +39,6 @@ from loam.frontends.checkpoint import read_headers
 from loam.frontends.context import make_context
 from loam.frontends.headers import HeaderEntry
 from loam.frontends.onnx_proto import check_external_data_sources
-
-CHECKPOINT_NAMES_ATTR = "loam.checkpoint_names"
-"""Module attribute: the `[checkpoint_names]` rules, an array of [pattern, template] string pairs."""
-
-ROW_ORDERS_ATTR = "loam.row_orders"
-"""Module attribute: [checkpoint tensor, head count] pairs whose rows the module un-interleaves at load."""
 
 if TYPE_CHECKING:
     from loam.dialects.kernel import WeightOp
@@ -181,7 +176,7 @@ def build(
     from loam.driver.options import attach_options
     from loam.passes.fuse import FusePass
     from loam.passes.notes import build_notes
-    from loam.passes.pack_quantized import PACKED_ENCODINGS, record_stored_encodings
+    from loam.passes.pack_quantized import PACKED_ENCODINGS
 
     options = options or Options()
     # An onnxruntime-genai folder's config states extents the graph leaves symbolic (kv_cache_dim).
@@ -221,9 +216,9 @@ def build(
     )
     attach_options(ir, options)
     if backend == "wgsl" and options.device_limits:
-        from loam.backends.wgsl_limits import LIMITS_ATTR, DeviceLimits, limits_attr
+        from loam.backends.wgsl_limits import DeviceLimits
 
-        ir.attributes[LIMITS_ATTR] = limits_attr(DeviceLimits.from_mapping(options.device_limits))
+        contract.DEVICE_LIMITS.set(ir, DeviceLimits.from_mapping(options.device_limits).raised())
     # Initializers in raw ONNX external data files: the module reads them by this table at load.
     from loam.frontends.external_data import attach_external, external_rows
 
@@ -231,31 +226,27 @@ def build(
     attach_external(ir, external)
     # pack-quantized reads which weights the checkpoint keeps in ggml blocks from here.
     stored = {n: (e.encoding, str(p)) for n, (p, e) in headers.items() if e.encoding in PACKED_ENCODINGS}
-    record_stored_encodings(ir, stored)
+    if stored:
+        contract.STORED_ENCODINGS.set(ir, stored)
     if table is not None and table.rotary_rows:
         orders = rotary_row_orders(table.rotary_rows, headers)
         if orders:
-            ir.attributes[ROW_ORDERS_ATTR] = ArrayAttr(
-                [ArrayAttr([StringAttr(name), IntAttr(heads)]) for name, heads in orders]
-            )
+            contract.ROW_ORDERS.set(ir, tuple(orders))
     if not options.inline_weights:
         # Weights the graph carries past a few MiB go in a safetensors file beside the module.
-        from loam.backends.module_text import BESIDE_ATTR, INLINE_LIMIT
+        from loam.backends.module_text import INLINE_LIMIT
 
-        ir.attributes[BESIDE_ATTR] = IntAttr(INLINE_LIMIT)
+        contract.WEIGHTS_BESIDE.set(ir, INLINE_LIMIT)
     if all_checkpoints:
         # The module reads the formats it was checked against (a GGUF build carries the GGUF reader).
-        from loam.backends.module_text import FORMATS_ATTR
         from loam.frontends.gguf import is_gguf
 
         formats = sorted({"gguf" if is_gguf(p) else "safetensors" for p in all_checkpoints}, reverse=True)
-        ir.attributes[FORMATS_ATTR] = ArrayAttr([StringAttr(f) for f in formats])
+        contract.CHECKPOINT_FORMATS.set(ir, tuple(formats))
     if names:
         # The module renames checkpoint tensors at load time by the same rules (options' first, then
         # the architecture's), read from here by the emitter.
-        ir.attributes[CHECKPOINT_NAMES_ATTR] = ArrayAttr(
-            [ArrayAttr([StringAttr(pattern), StringAttr(template)]) for pattern, template in names]
-        )
+        contract.CHECKPOINT_NAMES.set(ir, tuple(names))
     ctx = make_context()
     dump_dir = Path(dump_ir) if dump_ir is not None else None
     if dump_dir is not None:
@@ -272,7 +263,7 @@ def build(
                 _dump(ir, dump_dir / f"{i:02d}-{p.name}.mlir")
     except LoamError as err:
         raise _naming_the_file(err, model) from None
-    pass_notes = [n.data for n in build_notes(ir)]
+    pass_notes = build_notes(ir)
     if all_checkpoints or options.inline_weights:
         say("checking the checkpoint" + (" and inlining its weights" if options.inline_weights else ""))
     own_files = {row[0] for row in external}
@@ -417,10 +408,10 @@ def node_kernels(ir: ModuleOp) -> dict[str, list[str]]:
         if isinstance(node, StringAttr):
             # A product finished by an epilogue the fuse pass gave it.
             name = f"{op.name}+epilogue" if op.properties.get("epilogue") is not None else op.name
-            fused = op.attributes.get("fused")  # a kernel the fuse pass composed: its producers' nodes
-            for member in fused.data if isinstance(fused, ArrayAttr) else ():
-                if isinstance(member, StringAttr) and member.data != node.data:
-                    kernels.setdefault(member.data, []).append(f"{name} (fused into {node.data})")
+            # A kernel the fuse pass composed: its producers' nodes.
+            for member in contract.FUSED.get(op) or ():
+                if member != node.data:
+                    kernels.setdefault(member, []).append(f"{name} (fused into {node.data})")
             kernels.setdefault(node.data, []).append(name)
     return kernels
 
