@@ -13,6 +13,7 @@ that left it) join `loam.notes`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -33,7 +34,7 @@ from loam.dialects.graph import (
     SubgraphInfoOp,
 )
 from loam.dialects.kernel import ConstantOp as KernelConstantOp
-from loam.dialects.kernel import IfOp, LoopOp, ProgramOp, RegroupOp, WeightOp, YieldOp
+from loam.dialects.kernel import ProgramOp, RegroupOp, WeightOp, YieldOp
 from loam.dialects.kernel import ReturnOp as KernelReturnOp
 from loam.dialects.shape_poly import AliasOp, OweOp, ValuesOp
 from loam.dialects.tensor_axes import AxesTensorType, RelabelOp
@@ -102,6 +103,23 @@ def lower_graph(graph: GraphOp, notes: dict[str, list[str]] | None = None) -> Pr
     )
 
 
+def _region_lowering(
+    node: NodeOp, mapping: dict[SSAValue, SSAValue], notes: dict[str, list[str]]
+) -> Callable[[str], Region]:
+    """What lowers the regions of `node` (`LowerContext.region`): region `key`'s block into a new block
+    whose arguments stand for its own, reading the enclosing scopes' values through `mapping`."""
+
+    def region(key: str) -> Region:
+        source = node.subgraph(key).block
+        inner = Block(arg_types=[_axes_type(a) for a in source.args])
+        for old, new in zip(source.args, inner.args, strict=True):
+            mapping[old] = _named(new, old)
+        lower_ops(source, inner, mapping, notes)
+        return Region(inner)
+
+    return region
+
+
 def lower_ops(source: Block, block: Block, mapping: dict[SSAValue, SSAValue], notes: dict[str, list[str]]) -> None:
     """Lower the ops of `source` into `block`; `mapping` carries values of the enclosing scopes, `notes`
     the rules' build notes."""
@@ -136,34 +154,12 @@ def lower_ops(source: Block, block: Block, mapping: dict[SSAValue, SSAValue], no
             r = emit(RegroupOp(mapping[op.input], _axes_type(op.result), f"alias {op.tensor_name.data}"))
             r.properties["owed_equal"] = UnitAttr()
             mapping[op.result] = _named(r.results[0], op.input)
-        elif isinstance(op, NodeOp) and op.op_type == "If":
-            info = node_info(op)
-            regions = []
-            for key in ("then_branch", "else_branch"):
-                branch = op.subgraph(key).block
-                inner = Block()
-                lower_ops(branch, inner, mapping, notes)
-                regions.append(Region(inner))
-            if_op = emit(IfOp(mapping[op.args[0]], [_axes_type(r) for r in op.outs], info.name, *regions))
-            for old, new in zip(op.outs, if_op.results, strict=True):
-                mapping[old] = _named(new, old)
-        elif isinstance(op, NodeOp) and op.op_type == "Loop":
-            info = node_info(op)
-            body = op.subgraph("body").block
-            inner = Block(arg_types=[_axes_type(a) for a in body.args])
-            for old, new in zip(body.args, inner.args, strict=True):
-                mapping[old] = _named(new, old)
-            lower_ops(body, inner, mapping, notes)
-            trip, cond = (None if isinstance(v.owner, NoneOp) else mapping[v] for v in op.args[:2])
-            carried = [mapping[v] for v in op.args[2:]]
-            loop = emit(LoopOp(trip, cond, carried, [_axes_type(r) for r in op.outs], info.name, Region(inner)))
-            for old, new in zip(op.outs, loop.results, strict=True):
-                mapping[old] = _named(new, old)
         elif isinstance(op, NodeOp):
             info = node_info(op)
             rule = rule_for(info, op.domain)
             operands = [None if isinstance(v.owner, NoneOp) else mapping[v] for v in op.args]
-            ctx = LowerContext(emit, [_axes_type(r) for r in op.outs], notes, Reverse)
+            regions = _region_lowering(op, mapping, notes)
+            ctx = LowerContext(emit, [_axes_type(r) for r in op.outs], notes, Reverse, regions)
             results = rule.lower(ctx, info, operands)
             for old, new in zip(op.outs, results, strict=True):
                 mapping[old] = _named(new, old)

@@ -4,8 +4,9 @@ The layout (ordered glob rules over tensor names, from the module's `loam.layout
 pass's `layout` option, which is consulted first) names the axes of the graph's inputs and
 initializers, and of any node output axis its operator leaves undetermined (a folded constant, a
 split, an inserted unit axis).  Every other axis is carried through each node by its operator rule
-(`loam.ops`), which also stops the build where two different names meet in a contraction or a
-broadcast.  A tensor that needs a name no rule gives stops the build naming the tensor.
+(`loam.ops`, through its `node_axes` hook: an If or a Loop names its regions there), which also stops
+the build where two different names meet in a contraction or a broadcast.  A tensor that needs a name
+no rule gives stops the build naming the tensor.
 """
 
 from __future__ import annotations
@@ -27,9 +28,14 @@ from loam.dialects.graph import ConstantOp, GraphOp, InitializerOp, NodeOp, None
 from loam.dialects.shape_poly import AliasOp, OweOp, PolyTensorType, ValuesOp
 from loam.dialects.tensor_axes import AxesTensorType, Axis, RelabelOp, axes_tensor_type
 from loam.ops import rule_for
-from loam.ops.base import Facts, NodeInfo, unit_axes
-from loam.ops.control import IfRule, LoopRule, merge_axes
+from loam.ops.base import Facts, unit_axes
 from loam.passes.stage0 import node_info
+
+
+def _axes_type(value: SSAValue) -> AxesTensorType:
+    t = value.type
+    assert isinstance(t, AxesTensorType), "name-axes names a value before any op reads it"
+    return t
 
 
 def _facts(value: SSAValue) -> Facts:
@@ -174,23 +180,14 @@ class NameAxesGraph:
     def node(self, op: NodeOp) -> None:
         info = node_info(op)
         rule = rule_for(info, op.domain)
-        if isinstance(rule, IfRule):
-            self.if_node(op, info)
-            return
-        if isinstance(rule, LoopRule):
-            self.loop_node(op, info)
-            return
-        inputs: list[tuple[Axis, ...] | None] = []
-        for v in op.args:
-            if isinstance(v.owner, NoneOp):
-                inputs.append(None)
-            else:
-                assert isinstance(v.type, AxesTensorType)
-                inputs.append(v.type.axes)
         outputs = [_facts(r) for r in op.outs]
-        named = rule.axes(info, inputs, outputs)
+        named = rule.node_axes(self, op, info, outputs)
         for result, name, facts, axes in zip(list(op.outs), op.output_names, outputs, named, strict=True):
             self.settle(result, self.from_layout(name, facts, axes, node=info.where()))
+
+    def input_axes(self, op: NodeOp) -> list[tuple[Axis, ...] | None]:
+        """The axes of each input of `op` (None: an absent optional input)."""
+        return [None if isinstance(v.owner, NoneOp) else _axes_type(v).axes for v in op.args]
 
     def relabel_inputs(self, block: Block) -> None:
         """Read a graph input under the axes a rule scoped to this branch's graph gives it."""
@@ -216,50 +213,34 @@ class NameAxesGraph:
             for use in uses:
                 use.operation.operands[use.index] = op.result
 
-    def if_node(self, op: NodeOp, info: NodeInfo) -> None:
-        """Name each branch with the rules that reach its graph; outputs take what both give."""
-        returned = []
-        for key in ("then_branch", "else_branch"):
-            graph_name, block, _ = branch_values(op, key)
-            branch = NameAxesGraph(self.rules, graph_name)
-            branch.inputs = self.inputs
-            branch.relabel_inputs(block)
-            branch.run_ops(block)
-            returned.append([v.type for v in branch_values(op, key)[2]])
-        for result, name, t, e in zip(list(op.outs), op.output_names, returned[0], returned[1], strict=True):
-            facts = _facts(result)
-            axes = merge_axes(info, name, t.axes, e.axes, facts)
-            self.settle(result, self.from_layout(name, facts, axes, node=info.where()))
+    def branch_axes(self, op: NodeOp, key: str) -> list[tuple[Axis, ...]]:
+        """Name region `key` of `op`, a branch reading the scope around it, with the rules that reach its
+        graph (one scoped to it may relabel a graph input there): the axes of the values it returns."""
+        graph_name, block, _ = branch_values(op, key)
+        branch = NameAxesGraph(self.rules, graph_name)
+        branch.inputs = self.inputs
+        branch.relabel_inputs(block)
+        branch.run_ops(block)
+        return [_axes_type(v).axes for v in branch_values(op, key)[2]]
 
-    def loop_node(self, op: NodeOp, info: NodeInfo) -> None:
-        """Name the body with the rules that reach its graph: each carried value enters it under the
-        axes of its initial value.  The final carried values keep those axes; a scan output keeps its
-        body value's axes behind a first axis the layout names."""
-        graph_name, block, values = branch_values(op, "body")
+    def body_axes(self, op: NodeOp, key: str, given: Sequence[SSAValue | None]) -> list[tuple[Axis, ...]]:
+        """Name region `key` of `op` with the rules that reach its graph, each argument of its block
+        entering under the type of the outer value `given` for it (None: as the layout names it): the
+        axes of the values it returns."""
+        graph_name, block, _ = branch_values(op, key)
         body = NameAxesGraph(self.rules, graph_name)
         body.inputs = self.inputs
         header = block.first_op
         assert isinstance(header, SubgraphInfoOp)
         names = [s.data for s in header.input_names.data]
-        for k, (arg, name) in enumerate(zip(list(block.args), names, strict=True)):
-            if k < 2:
-                body.settle(arg, body.from_layout(name, _facts(arg)))
-            else:
-                t = op.args[k].type
-                assert isinstance(t, AxesTensorType)
-                body.settle(arg, t)
+        for arg, name, outer in zip(list(block.args), names, given, strict=True):
+            body.settle(arg, body.from_layout(name, _facts(arg)) if outer is None else _axes_type(outer))
         body.run_ops(block)
-        values = branch_values(op, "body")[2]
-        carried = len(op.args) - 2
-        for k, (result, name) in enumerate(zip(list(op.outs), op.output_names, strict=True)):
-            facts = _facts(result)
-            source = op.args[2 + k].type if k < carried else values[1 + k].type
-            assert isinstance(source, AxesTensorType)
-            axes: list[Axis | None] = [Axis(a.name, a.extent, a.parts) for a in source.axes]
-            if k >= carried:
-                axes.insert(0, None)
-            given = [None if a is None else Axis(a.name, e, a.parts) for a, e in zip(axes, facts.shape, strict=True)]
-            self.settle(result, self.from_layout(name, facts, given, node=info.where()))
+        return [_axes_type(v).axes for v in branch_values(op, key)[2]]
+
+    def one_axis(self, a: Axis, b: Axis) -> Axis | None:
+        """None: two branches' axes under two names take the name the output's layout gives."""
+        return None
 
 
 def branch_values(op: NodeOp, key: str) -> tuple[str, Block, list[SSAValue]]:

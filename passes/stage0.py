@@ -7,7 +7,9 @@ here on as `!shape_poly.tensor`.  A node whose every input the build knows (a Co
 initializer, a value already folded) is evaluated by the same rule and replaced by `graph.constant`,
 so it emits no code.  A float initializer is never evaluated: weights belong to the checkpoint.
 Finally the graph's declared output shapes are merged with what the nodes produced (ONNX's
-mergeInDimensionInfo: two numbers that differ, or two ranks, are a conflict).
+mergeInDimensionInfo: two numbers that differ, or two ranks, are a conflict).  The node asks through
+its rule's `stage0` hook: an operator whose node holds regions (If, Loop) walks them there, with the
+steps `Stage0Graph` offers it (`loam.ops.base.Stage0Walk`).
 
 The build also knows integers it can only state as polynomials: Shape of a tensor with a symbolic
 extent.  A rule gives such a value as a numpy object array of `Poly`, and a node whose outputs are
@@ -24,14 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
-from xdsl.ir import Block, BlockArgument, OpResult, SSAValue
+from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from loam.core import owed
 from loam.core.bounds import Interval
 from loam.core.derived import I32, I64, bounds_of
-from loam.core.dtypes import by_name
 from loam.core.errors import PolyError, ShapeError, UnsupportedError
 from loam.core.limits import check_extents
 from loam.core.owed import Owed
@@ -42,21 +43,16 @@ from loam.dialects.graph import (
     ConstantOp,
     GraphOp,
     InitializerOp,
-    MapType,
     NodeOp,
     NoneOp,
-    OptType,
     ReturnOp,
-    SeqType,
-    SparseTensorType,
     SubgraphInfoOp,
     TensorDataAttr,
     TensorType,
 )
 from loam.dialects.shape_poly import AliasOp, OweOp, PolyTensorType, ValuesOp, poly_tensor_type
 from loam.ops import rule_for
-from loam.ops.base import Facts, NodeInfo
-from loam.ops.control import IfRule, LoopRule
+from loam.ops.base import Facts, NodeInfo, OpRule
 from loam.passes.forced import declared_axes, forced_extent_notes
 from loam.passes.notes import add_notes
 
@@ -249,15 +245,18 @@ class Stage0Graph:
         info = node_info(op)
         rule = rule_for(info, op.domain)
         rule.check_attributes(info, op.attr_names())
-        if isinstance(rule, IfRule):
-            self.if_node(op, info, rule)
-            return
-        if isinstance(rule, LoopRule):
-            self.loop_node(op, info, rule)
-            return
+        rule.stage0(self, op, info)
+
+    def inputs(self, op: NodeOp) -> list[Facts | None]:
+        """What stage 0 knows of each input of `op` (None: an absent optional input)."""
+        return [None if isinstance(v.owner, NoneOp) else self.facts[v] for v in op.args]
+
+    def infer(self, op: NodeOp, info: NodeInfo, rule: OpRule) -> None:
+        """`rule.infer` over the inputs' facts gives the outputs; a node whose every output it evaluates
+        folds to constants."""
         if op.subgraphs:
             raise UnsupportedError(f"{info.where()}: subgraphs are not compiled yet")
-        inputs = [None if isinstance(v.owner, NoneOp) else self.facts[v] for v in op.args]
+        inputs = self.inputs(op)
         try:
             outputs = [settled_value(info, f) for f in rule.infer(info, inputs)]
         except PolyError as e:
@@ -274,12 +273,16 @@ class Stage0Graph:
         if outputs and all(f.value is not None for f in outputs):
             for i, f in enumerate(outputs):
                 _check_folded(info, i, f)
-            self.fold(op, outputs)
+            self.replace_by_constants(op, outputs)
             return
         if rule.keeps_values and outputs and outputs[0].span is None and inputs and inputs[0] is not None:
             outputs[0] = Facts(outputs[0].elem, outputs[0].shape, outputs[0].value, inputs[0].span)
+        self.settle_results(op, info, [Facts(f.elem, f.shape, span=f.span) for f in outputs])
+
+    def settle_results(self, op: NodeOp, info: NodeInfo, outputs: Sequence[Facts]) -> None:
+        """Settle each result of `op` with its facts; bind the lengths only the run knows once it has run."""
         for result, facts in zip(list(op.outs), outputs, strict=True):
-            self.settle(result, Facts(facts.elem, facts.shape, span=facts.span))
+            self.settle(result, facts)
         self.bind_result_lengths(info, outputs)
 
     def bind_result_lengths(self, info: NodeInfo, outputs: Sequence[Facts]) -> None:
@@ -291,48 +294,59 @@ class Stage0Graph:
                 if extent == info.result_length(k, axis):
                     self.scope.bound.update(extent.symbols)
 
-    def if_node(self, op: NodeOp, info: NodeInfo, rule: IfRule) -> None:
-        """Check each branch in a copy of the scope around it; the outputs take what both give."""
-        cond = None if isinstance(op.args[0].owner, NoneOp) else self.facts.get(op.args[0])
-        rule.check_condition(info, cond)
-        returned: list[list[Facts]] = []
-        for key in ("then_branch", "else_branch"):
-            block = op.subgraph(key).block
+    def branch(self, op: NodeOp, key: str, info: NodeInfo) -> list[Facts]:
+        """Stage 0 over region `key` of `op`, a branch that reads the scope around it and takes no inputs
+        of its own, in a copy of this scope (what it owes is checked at its top): the facts of the values
+        it returns."""
+        block = op.subgraph(key).block
+        header = block.first_op
+        if not isinstance(header, SubgraphInfoOp):
+            raise AssertionError(f"{info.where()}: {key} has no graph.subgraph_info")
+        if block.args:
+            raise info.unsupported(f"{key} '{header.graph_name.data}' declares inputs of its own")
+        pristine = op.subgraph(key).clone()
+        branch = self.run_branch(block, header)
+        same = self.owed_same_symbols(branch.scope.owed)
+        if same:
+            # The branch owes two input symbols equal: reading one as the other everywhere in
+            # it gives an axis the operators make one a single length.  Run stage 0 again on
+            # the branch as it was, with that reading.
+            region = op.subgraph(key)
+            fresh = pristine.detach_block(pristine.block)
+            region.insert_block_before(fresh, block)
+            region.detach_block(block)
+            block.erase(safe_erase=False)
+            block = fresh
             header = block.first_op
-            if not isinstance(header, SubgraphInfoOp):
-                raise AssertionError(f"{info.where()}: {key} has no graph.subgraph_info")
-            if block.args:
-                raise info.unsupported(f"{key} '{header.graph_name.data}' declares inputs of its own")
-            pristine = op.subgraph(key).clone()
-            branch = self.run_branch(block, header)
-            same = self.owed_same_symbols(branch.scope.owed)
-            if same:
-                # The branch owes two input symbols equal: reading one as the other everywhere in
-                # it gives an axis the operators make one a single length.  Run stage 0 again on
-                # the branch as it was, with that reading.
-                region = op.subgraph(key)
-                fresh = pristine.detach_block(pristine.block)
-                region.insert_block_before(fresh, block)
-                region.detach_block(block)
-                block.erase(safe_erase=False)
-                block = fresh
-                header = block.first_op
-                assert isinstance(header, SubgraphInfoOp)
-                branch = self.run_branch(block, header, same)
-            pristine.erase()  # the copy's ops read outer values: drop those uses
-            checks = [OweOp(o.lhs, o.rhs, o.node, equal=o.equal) for o in branch.scope.owed]
-            if checks:
-                Rewriter.insert_op(checks, InsertPoint.after(header))
-            ret = block.last_op
-            assert isinstance(ret, ReturnOp)
-            returned.append([branch.facts[v] for v in ret.values])
-        outputs = rule.merge(info, op.output_names, returned[0], returned[1], cond)
-        if outputs and all(f.value is not None for f in outputs):
-            self.fold(op, [settled_value(info, f) for f in outputs])
-            return
-        for result, facts in zip(list(op.outs), outputs, strict=True):
-            self.settle(result, facts)
-        self.bind_result_lengths(info, outputs)
+            assert isinstance(header, SubgraphInfoOp)
+            branch = self.run_branch(block, header, same)
+        pristine.erase()  # the copy's ops read outer values: drop those uses
+        checks = [OweOp(o.lhs, o.rhs, o.node, equal=o.equal) for o in branch.scope.owed]
+        if checks:
+            Rewriter.insert_op(checks, InsertPoint.after(header))
+        ret = block.last_op
+        assert isinstance(ret, ReturnOp)
+        return [branch.facts[v] for v in ret.values]
+
+    def nested(self, graph_name: str, within: str = "") -> Stage0Graph:
+        """A walk over a region's block named `graph_name`, in a copy of this scope; `within` is how
+        its messages name the node that holds it."""
+        nested = Stage0Graph(graph_name)
+        nested.within = within
+        nested.facts = dict(self.facts)
+        outer = self.scope
+        nested.scope = owed.ExtentScope(
+            set(outer.bound), dict(outer.bounds), list(outer.sizes), declared=outer.declared
+        )
+        return nested
+
+    def close_region(self, block: Block, header: Operation) -> None:
+        """Drop the folded values nothing in `block` reads; check what the region owes right after its
+        `header`."""
+        remove_unread_constants(block)
+        checks = [OweOp(o.lhs, o.rhs, o.node, equal=o.equal) for o in self.scope.owed]
+        if checks:
+            Rewriter.insert_op(checks, InsertPoint.after(header))
 
     def run_branch(
         self, block: Block, header: SubgraphInfoOp, same: Sequence[tuple[Owed, str, str]] = ()
@@ -344,12 +358,7 @@ class Stage0Graph:
         and every outer value it reads whose extents name a read symbol is read through a
         `shape_poly.alias` after that check, typed with the symbol it is read as.
         """
-        branch = Stage0Graph(header.graph_name.data)
-        branch.facts = dict(self.facts)
-        outer = self.scope
-        branch.scope = owed.ExtentScope(
-            set(outer.bound), dict(outer.bounds), list(outer.sizes), declared=outer.declared
-        )
+        branch = self.nested(header.graph_name.data)
         for condition, _, _ in same:
             branch.scope.record(condition)
         if same:
@@ -413,109 +422,11 @@ class Stage0Graph:
             renamed.add(b)
         return found
 
-    def loop_node(self, op: NodeOp, info: NodeInfo, rule: LoopRule) -> None:
-        """Check the body once, in a copy of the scope around it, with what every iteration knows.
+    def fold(self, op: NodeOp, info: NodeInfo, outputs: Sequence[Facts]) -> None:
+        """Replace `op` by constants holding the values of `outputs` (every one known; `settled_value`)."""
+        self.replace_by_constants(op, [settled_value(info, f) for f in outputs])
 
-        The body's arguments are the iteration number, the condition and the carried values (their
-        extents, never their values: those change).  A carried value the body returns at other
-        extents owes their equality inside the body (checked each iteration).  The outputs: the
-        carried values as they came in, then each scan output with a first axis only the run knows.
-        Nothing of a Loop folds.
-        """
-        args = [None if isinstance(v.owner, NoneOp) else self.facts[v] for v in op.args]
-        if len(args) < 2:
-            raise info.fail(f"has {len(args)} inputs; Loop needs M and cond (either may be empty)")
-        rule.check_control(info, args[0], args[1])
-        initial = args[2:]
-        block = op.subgraph("body").block
-        header = block.first_op
-        if not isinstance(header, SubgraphInfoOp):
-            raise AssertionError(f"{info.where()}: body has no graph.subgraph_info")
-        body_name = header.graph_name.data
-        names = [s.data for s in header.input_names.data]
-        if len(block.args) != 2 + len(initial):
-            raise info.fail(
-                f"the body '{body_name}' takes {len(block.args)} inputs; Loop gives it the iteration number, "
-                f"the condition and {len(initial)} carried values"
-            )
-        carried = len(initial)
-        scans = len(op.outs) - carried
-        if scans < 0:
-            raise info.fail(f"names {len(op.outs)} outputs for {carried} carried values")
-        body = Stage0Graph(body_name)
-        body.within = f"{info.where()}: body '{body_name}' "
-        body.facts = dict(self.facts)
-        outer = self.scope
-        body.scope = owed.ExtentScope(set(outer.bound), dict(outer.bounds), list(outer.sizes), declared=outer.declared)
-        given = [Facts(by_name("i64"), ()), Facts(by_name("bool"), ())]
-        for k, (arg, name) in enumerate(zip(list(block.args), names, strict=True)):
-            declared = arg.type
-            if isinstance(declared, SeqType | OptType | MapType | SparseTensorType):
-                raise info.unsupported(f"body input '{name}' is a {_kind(declared)}; Loam loops over tensors only")
-            if k < 2:
-                facts = given[k]
-            else:
-                init = initial[k - 2]
-                if init is None:
-                    raise info.fail(f"loop-carried value {k - 2} is absent")
-                facts = rule.carried_in(info, name, init)
-            if isinstance(declared, TensorType) and declared.elem.name not in ("undefined", facts.elem.name):
-                raise info.fail(
-                    f"body input '{name}' is declared {declared.elem.name}; Loop gives it {facts.elem.name}"
-                )
-            body.settle(arg, facts)
-        with owed.scope(body.scope):
-            body.run_ops(block)
-            ret = block.last_op
-            assert isinstance(ret, ReturnOp)
-            returned = [body.facts[v] for v in ret.values]
-            if len(returned) != 1 + carried + scans:
-                raise info.fail(
-                    f"the body returns {len(returned)} values; the node's {len(op.outs)} outputs need "
-                    f"{1 + len(op.outs)} (the condition first)"
-                )
-            rule.check_returned(info, carried, returned)
-            body_in = [body.facts[a] for a in block.args[2:]]
-            for name, given_in, got in zip(names[2:], body_in, returned[1 : 1 + carried], strict=True):
-                if got.elem != given_in.elem or got.rank != given_in.rank:
-                    raise info.fail(
-                        f"loop-carried value '{name}' enters the body as {given_in.elem.name} of rank "
-                        f"{given_in.rank} and leaves it as {got.elem.name} of rank {got.rank}"
-                    )
-                for axis, (a, b) in enumerate(zip(given_in.shape, got.shape, strict=True)):
-                    owed.current().owe_equal(b, a, info, f"loop-carried value '{name}' axis {axis} keeps its extent")
-        remove_unread_constants(block)
-        checks = [OweOp(o.lhs, o.rhs, o.node, equal=o.equal) for o in body.scope.owed]
-        if checks:
-            Rewriter.insert_op(checks, InsertPoint.after(header))
-        # A length the body gives a scan output that is owed equal to an extent known outside the
-        # loop (a carried value's) is that extent.
-        known: dict[str, Poly] = {}
-        for o in body.scope.owed:
-            if not o.equal:
-                continue
-            for x, y in ((o.lhs, o.rhs), (o.rhs, o.lhs)):
-                name = x.lone_symbol
-                if name is not None and x == Poly.symbol(name) and outer.computable(y) and not outer.computable(x):
-                    known.setdefault(name, y)
-
-        def outer_form(p: Poly) -> Poly:
-            for name, value in known.items():
-                p = p.substitute(name, value)
-            return p
-
-        outputs = [Facts(f.elem, f.shape) for f in initial if f is not None]
-        for k, facts in enumerate(returned[1 + carried :]):
-            index = carried + k
-            shape = tuple(outer_form(e) for e in facts.shape)
-            outputs.append(
-                rule.scan_output(info, index, op.output_names[index], Facts(facts.elem, shape), outer.computable)
-            )
-        for result, facts in zip(list(op.outs), outputs, strict=True):
-            self.settle(result, facts)
-        self.bind_result_lengths(info, outputs)
-
-    def fold(self, op: NodeOp, outputs: list[Facts]) -> None:
+    def replace_by_constants(self, op: NodeOp, outputs: Sequence[Facts]) -> None:
         """Replace a node the build can evaluate by one `graph.constant` per output."""
         constants: list[ConstantOp | ValuesOp] = []
         for name, facts in zip(op.output_names, outputs, strict=True):
@@ -558,17 +469,6 @@ class Stage0Graph:
                 if not have.is_const:
                     with owed.scope(self.scope):
                         owed.current().owe_equal(have, Poly.const(want), where, f"axis {i} as declared")
-
-
-def _kind(t: object) -> str:
-    """How a message names a non-tensor ONNX type."""
-    if isinstance(t, SeqType):
-        return "sequence"
-    if isinstance(t, OptType):
-        return "optional"
-    if isinstance(t, MapType):
-        return "map"
-    return "sparse tensor"
 
 
 def tensor_name(value: SSAValue) -> str:

@@ -375,9 +375,7 @@ class _Drafter:
             self.wanted.append((tensor, axes, scoped))
 
     def walk(self, block: Block) -> None:
-        from loam.ops.base import result_length
-        from loam.ops.control import IfRule, LoopRule, merge_axes
-        from loam.passes.name_axes import branch_values, folded_name
+        from loam.passes.name_axes import folded_name
         from loam.passes.stage0 import node_info
 
         axes_of = self.axes_of
@@ -400,37 +398,7 @@ class _Drafter:
                 self.node = info.where()
                 rule = rule_for(info, op.domain)
                 outputs = [_facts(r) for r in op.outs]
-                named: Sequence[Sequence[Axis | None]]
-                if isinstance(rule, IfRule):
-                    outer = self.graph_name
-                    returned = []
-                    for key in ("then_branch", "else_branch"):
-                        self.graph_name, branch, values = branch_values(op, key)
-                        saved = self.relabel_in(branch)
-                        self.walk(branch)
-                        returned.append([axes_of[v] for v in values])
-                        axes_of.update(saved)
-                    self.graph_name = outer
-                    self.node = info.where()
-                    # An axis both branches give one length is drafted as one axis (so the layout
-                    # needs no rule for it); one they give two lengths gets the output's own rule.
-                    merged: list[list[Axis | None]] = []
-                    for output, then, other, facts in zip(
-                        op.output_names, returned[0], returned[1], outputs, strict=True
-                    ):
-                        merged_axes = merge_axes(info, output, then, other, facts)
-                        for i, (a, b) in enumerate(zip(then, other, strict=True)):
-                            apart = facts.shape[i] == result_length(output, i)
-                            if merged_axes[i] is None and not apart and not a.parts and not b.parts:
-                                self.unify(a, b)
-                                merged_axes[i] = a
-                        merged.append(merged_axes)
-                    named = merged
-                elif isinstance(rule, LoopRule):
-                    named = self.loop_axes(op, outputs)
-                else:
-                    inputs = [None if isinstance(v.owner, NoneOp) else axes_of[v] for v in op.args]
-                    named = rule.axes(info, inputs, outputs)
+                named = rule.node_axes(self, op, info, outputs)
                 for result, name, axes in zip(op.outs, op.output_names, named, strict=True):
                     self.settle(result, name, axes)
             elif isinstance(op, AliasOp):
@@ -443,26 +411,46 @@ class _Drafter:
             elif not isinstance(op, NoneOp | ReturnOp | OweOp | SubgraphInfoOp):
                 raise AxisError(f"graph '{self.graph_name}': the layout drafter does not know {op.name}")
 
-    def loop_axes(self, op: NodeOp, outputs: Sequence[base.Facts]) -> list[list[Axis | None]]:
-        """A Loop's outputs: the carried values keep their initial axes; a scan output keeps its body
-        value's axes behind a fresh first axis (the iterations)."""
+    def input_axes(self, op: NodeOp) -> list[tuple[Axis, ...] | None]:
+        """The axes of each input of `op` (None: an absent optional input)."""
+        return [None if isinstance(v.owner, NoneOp) else self.axes_of[v] for v in op.args]
+
+    def branch_axes(self, op: NodeOp, key: str) -> list[tuple[Axis, ...]]:
+        """Walk region `key` of `op`, a branch reading the scope around it (the inputs to relabel take
+        axes of their own there): the axes of the values it returns."""
         from loam.passes.name_axes import branch_values
 
-        outer = self.graph_name
-        self.graph_name, body, values = branch_values(op, "body")
-        for k, arg in enumerate(body.args):
-            self.axes_of[arg] = () if k < 2 else self.axes_of[op.args[k]]
+        outer, node = self.graph_name, self.node
+        self.graph_name, branch, values = branch_values(op, key)
+        saved = self.relabel_in(branch)
+        self.walk(branch)
+        returned = [self.axes_of[v] for v in values]
+        self.axes_of.update(saved)
+        self.graph_name, self.node = outer, node
+        return returned
+
+    def body_axes(self, op: NodeOp, key: str, given: Sequence[SSAValue | None]) -> list[tuple[Axis, ...]]:
+        """Walk region `key` of `op`, each argument of its block entering under the axes of the outer value
+        `given` for it (None: as a tensor of the argument's name): the axes of the values it returns."""
+        from loam.passes.name_axes import branch_values
+
+        outer, node = self.graph_name, self.node
+        self.graph_name, body, values = branch_values(op, key)
+        header = body.first_op
+        assert isinstance(header, SubgraphInfoOp)
+        for arg, name, value in zip(body.args, [s.data for s in header.input_names.data], given, strict=True):
+            if value is None:
+                self.settle(arg, name)
+            else:
+                self.axes_of[arg] = self.axes_of[value]
         self.walk(body)
-        self.graph_name = outer
-        carried = len(op.args) - 2
-        named: list[list[Axis | None]] = []
-        for k, facts in enumerate(outputs):
-            if k < carried:
-                named.append(list(self.axes_of[op.args[2 + k]]))
-                continue
-            inner = self.axes_of[values[1 + k]]
-            named.append([None, *(Axis(a.name, e, a.parts) for a, e in zip(inner, facts.shape[1:], strict=True))])
-        return named
+        self.graph_name, self.node = outer, node
+        return [self.axes_of[v] for v in values]
+
+    def one_axis(self, a: Axis, b: Axis) -> Axis | None:
+        """Two branches' axes of one length: one axis variable (so the layout needs no rule for it)."""
+        self.unify(a, b)
+        return a
 
     # -- naming ------------------------------------------------------------------------------------
 

@@ -8,6 +8,12 @@ in one place rather than spread across the passes:
 - `axes` (name-axes): the named axes of every output from those of the inputs, or `None` for an axis
   the operator leaves undetermined (the layout names it);
 - `lower` (lower-to-kernel): the kernel-dialect ops that compute the node.
+
+The passes ask through three hooks whose defaults are those questions: `stage0` (by default `infer`
+over the inputs' facts), `node_axes` (by default `axes` over the inputs' axes, for name-axes and the
+layout drafter alike) and `lower`.  An operator whose node holds regions (If, Loop) overrides the first
+two to walk its regions with the steps the pass offers it (`Stage0Walk`, `AxesWalk`), and lowers them
+through `LowerContext.region`, so no pass asks what operator a node is.
 """
 
 from __future__ import annotations
@@ -26,8 +32,10 @@ from loam.core.errors import ShapeError, UnsupportedError
 from loam.core.poly import Poly
 
 if TYPE_CHECKING:
-    from xdsl.ir import Operation, SSAValue
+    from xdsl.ir import Block, Operation, Region, SSAValue
 
+    from loam.core.owed import ExtentScope
+    from loam.dialects.graph import NodeOp
     from loam.dialects.tensor_axes import Axis
 
 
@@ -119,7 +127,8 @@ class LowerContext:
     `emit(op)` inserts `op` before the node being lowered and returns it; `result_types` are the
     node's outputs' `!tensor_axes.tensor` types after name-axes; `note(text, node)` leaves a build
     note (`loam build` prints it), one per distinct text, naming the nodes that left it;
-    `differentiate`, where the lowering pass gives one, starts a reverse-mode walk (`ReverseWalk`).
+    `differentiate`, where the lowering pass gives one, starts a reverse-mode walk (`ReverseWalk`);
+    `region(key)` lowers one of the node's regions (`regions`, where the node holds any).
     """
 
     def __init__(
@@ -128,15 +137,100 @@ class LowerContext:
         result_types: Sequence[Any],
         notes: dict[str, list[str]] | None = None,
         differentiate: Differentiator | None = None,
+        regions: Callable[[str], Region] | None = None,
     ) -> None:
         self.emit = emit
         self.result_types = list(result_types)
         self.notes = notes if notes is not None else {}
         self.differentiate = differentiate
+        self.regions = regions
 
     def note(self, text: str, node: NodeInfo) -> None:
         """Leave build note `text` for `node`; the nodes that leave one text share one note."""
         self.notes.setdefault(text, []).append(node.name)
+
+    def region(self, key: str) -> Region:
+        """The node's region `key` (an If's `then_branch`, a Loop's `body`) lowered to kernel ops: its
+        block takes arguments of the types the region's block has, and reads the enclosing scope's values
+        as the kernel ops that compute them."""
+        if self.regions is None:
+            raise AssertionError(f"lowering a node without regions asked for its region '{key}'")
+        return self.regions(key)
+
+
+class Stage0Walk(Protocol):
+    """Stage 0 over one graph's block (`loam.passes.stage0`), as a rule drives it for its node
+    (`OpRule.stage0`): what it knows of each value, the extent scope its conditions go to, and its steps."""
+
+    facts: dict[SSAValue, Facts]
+    scope: ExtentScope
+
+    def inputs(self, op: NodeOp) -> list[Facts | None]:
+        """What stage 0 knows of each input of `op` (None: an absent optional input)."""
+        ...
+
+    def infer(self, op: NodeOp, info: NodeInfo, rule: OpRule) -> None:
+        """`rule.infer` over the inputs' facts gives the outputs; a node whose every output it evaluates
+        folds to constants."""
+        ...
+
+    def branch(self, op: NodeOp, key: str, info: NodeInfo) -> list[Facts]:
+        """Stage 0 over region `key` of `op`, a branch that reads the scope around it and takes no inputs
+        of its own, in a copy of this scope (what it owes is checked at its top): the facts of the values
+        it returns."""
+        ...
+
+    def nested(self, graph_name: str, within: str) -> Stage0Walk:
+        """A walk over a region's block named `graph_name`, in a copy of this scope; `within` is how
+        its messages name the node that holds it."""
+        ...
+
+    def settle(self, value: SSAValue, facts: Facts) -> SSAValue:
+        """Record `facts` for `value` (retyped to say them); the value, retyped."""
+        ...
+
+    def run_ops(self, block: Block) -> None:
+        """Stage 0 over each op of `block`, in order."""
+        ...
+
+    def close_region(self, block: Block, header: Operation) -> None:
+        """Drop the folded values nothing in `block` reads; check what the region owes right after its
+        `header`."""
+        ...
+
+    def fold(self, op: NodeOp, info: NodeInfo, outputs: Sequence[Facts]) -> None:
+        """Replace `op` by constants holding the values of `outputs` (every one known)."""
+        ...
+
+    def settle_results(self, op: NodeOp, info: NodeInfo, outputs: Sequence[Facts]) -> None:
+        """Settle each result of `op` with its facts; bind the lengths only the run knows once it has run."""
+        ...
+
+
+class AxesWalk(Protocol):
+    """A walk giving every value named axes, as a rule drives it for its node (`OpRule.node_axes`):
+    name-axes (`loam.passes.name_axes`), and the layout drafter (`loam.driver.draft`), which takes axis
+    variables where name-axes takes names from the layout and unifies them."""
+
+    def input_axes(self, op: NodeOp) -> list[tuple[Axis, ...] | None]:
+        """The axes of each input of `op` (None: an absent optional input)."""
+        ...
+
+    def branch_axes(self, op: NodeOp, key: str) -> list[tuple[Axis, ...]]:
+        """Walk region `key` of `op`, a branch reading the scope around it (the rules scoped to its graph
+        may relabel a graph input there): the axes of the values it returns."""
+        ...
+
+    def body_axes(self, op: NodeOp, key: str, given: Sequence[SSAValue | None]) -> list[tuple[Axis, ...]]:
+        """Walk region `key` of `op`, whose block's arguments enter under the axes of the outer values
+        `given` (None: as the walk names a tensor of the arguments' own name): the axes of the values it
+        returns."""
+        ...
+
+    def one_axis(self, a: Axis, b: Axis) -> Axis | None:
+        """Axes `a` and `b`, of one length, made one axis where the walk can (the drafter unifies their
+        variables); None where a name is the layout's to give (name-axes)."""
+        ...
 
 
 class OpRule:
@@ -195,6 +289,19 @@ class OpRule:
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         raise node.unsupported("no kernel computes this operator yet")
+
+    def stage0(self, stage: Stage0Walk, op: NodeOp, info: NodeInfo) -> None:
+        """Stage 0 over node `op`: its outputs as `infer` gives them from its inputs' facts (folded where
+        it evaluates every one).  An operator whose node holds regions checks them first."""
+        stage.infer(op, info, self)
+
+    def node_axes(
+        self, walk: AxesWalk, op: NodeOp, info: NodeInfo, outputs: Sequence[Facts]
+    ) -> list[Sequence[Axis | None]]:
+        """Named axes of each output of node `op`, as name-axes and the layout drafter ask: `axes` over
+        its inputs' axes (`None` where the layout names the axis).  An operator whose node holds regions
+        walks them first."""
+        return list(self.axes(info, walk.input_axes(op), outputs))
 
 
 def float_attr(node: NodeInfo, key: str, default: float) -> float:

@@ -18,6 +18,9 @@ Loop is one `while` over its body block (`LoopRule`): stage 0 checks the body on
 iteration knows (the carried values' extents, never their values), a carried value keeps its
 extents (owed inside the body, so checked each iteration, where the build cannot show it), and each
 scan output gains a first axis as long as the iterations run, a length only the run knows.
+
+Each pass walks the regions through the rule's hooks (`stage0`, `node_axes`, `lower`), with the steps
+the pass offers (`loam.ops.base.Stage0Walk`, `AxesWalk`, `LowerContext.region`).
 """
 
 from __future__ import annotations
@@ -26,9 +29,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from loam.core.poly import Poly
-from loam.ops.base import Facts, NodeInfo, OpRule, result_length
+from loam.ops.base import AxesWalk, Facts, LowerContext, NodeInfo, OpRule, Stage0Walk, result_length
 
 if TYPE_CHECKING:
+    from xdsl.ir import SSAValue
+
+    from loam.dialects.graph import NodeOp
     from loam.dialects.tensor_axes import Axis
 
 
@@ -86,6 +92,44 @@ class IfRule(OpRule):
             taken = then if bool(np.asarray(cond.value).reshape(-1)[0]) else other
             out = [Facts(f.elem, t.shape, t.value) for f, t in zip(out, taken, strict=True)]
         return out
+
+    def stage0(self, stage: Stage0Walk, op: NodeOp, info: NodeInfo) -> None:
+        """Check each branch in a copy of the scope around it; the outputs take what both give (`merge`),
+        and the If folds where the branch the condition picks gives every output's value."""
+        cond = stage.inputs(op)[0]
+        self.check_condition(info, cond)
+        then, other = (stage.branch(op, key, info) for key in ("then_branch", "else_branch"))
+        outputs = self.merge(info, op.output_names, then, other, cond)
+        if outputs and all(f.value is not None for f in outputs):
+            stage.fold(op, info, outputs)
+        else:
+            stage.settle_results(op, info, outputs)
+
+    def node_axes(
+        self, walk: AxesWalk, op: NodeOp, info: NodeInfo, outputs: Sequence[Facts]
+    ) -> list[Sequence[Axis | None]]:
+        """Each branch walked with the rules that reach its graph; the outputs take what both give
+        (`merge_axes`).  An axis both give one length under two names is one axis where the walk can
+        make it one (the drafter's variables); else the output's layout names it."""
+        then, other = (walk.branch_axes(op, key) for key in ("then_branch", "else_branch"))
+        named: list[Sequence[Axis | None]] = []
+        for name, t, e, facts in zip(op.output_names, then, other, outputs, strict=True):
+            axes = merge_axes(info, name, t, e, facts)
+            for i, (a, b) in enumerate(zip(t, e, strict=True)):
+                apart = facts.shape[i] == result_length(name, i)
+                if axes[i] is None and not apart and not a.parts and not b.parts:
+                    axes[i] = walk.one_axis(a, b)
+            named.append(axes)
+        return named
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        """One `kernel.if` over the condition, a region per branch."""
+        from loam.dialects.kernel import IfOp
+
+        then, other = ctx.region("then_branch"), ctx.region("else_branch")
+        cond = operands[0]
+        assert cond is not None, "stage 0 refuses an If without its condition"
+        return list(ctx.emit(IfOp(cond, ctx.result_types, node.name, then, other)).results)
 
 
 def merge_axes(
@@ -167,6 +211,156 @@ class LoopRule(OpRule):
                     "Loam stacks scan outputs whose other extents are known before the loop"
                 )
         return Facts(facts.elem, (node.result_length(index, 0), *facts.shape))
+
+    def stage0(self, stage: Stage0Walk, op: NodeOp, info: NodeInfo) -> None:
+        """Check the body once, in a copy of the scope around it, with what every iteration knows.
+
+        The body's arguments are the iteration number, the condition and the carried values (their
+        extents, never their values: those change).  A carried value the body returns at other
+        extents owes their equality inside the body (checked each iteration).  The outputs: the
+        carried values as they came in, then each scan output with a first axis only the run knows.
+        Nothing of a Loop folds.
+        """
+        from loam.core import owed
+        from loam.core.dtypes import by_name
+        from loam.dialects.graph import (
+            MapType,
+            OptType,
+            ReturnOp,
+            SeqType,
+            SparseTensorType,
+            SubgraphInfoOp,
+            TensorType,
+        )
+
+        args = stage.inputs(op)
+        if len(args) < 2:
+            raise info.fail(f"has {len(args)} inputs; Loop needs M and cond (either may be empty)")
+        self.check_control(info, args[0], args[1])
+        initial = args[2:]
+        block = op.subgraph("body").block
+        header = block.first_op
+        if not isinstance(header, SubgraphInfoOp):
+            raise AssertionError(f"{info.where()}: body has no graph.subgraph_info")
+        body_name = header.graph_name.data
+        names = [s.data for s in header.input_names.data]
+        if len(block.args) != 2 + len(initial):
+            raise info.fail(
+                f"the body '{body_name}' takes {len(block.args)} inputs; Loop gives it the iteration number, "
+                f"the condition and {len(initial)} carried values"
+            )
+        carried = len(initial)
+        scans = len(op.outs) - carried
+        if scans < 0:
+            raise info.fail(f"names {len(op.outs)} outputs for {carried} carried values")
+        body = stage.nested(body_name, f"{info.where()}: body '{body_name}' ")
+        given = [Facts(by_name("i64"), ()), Facts(by_name("bool"), ())]
+        for k, (arg, name) in enumerate(zip(list(block.args), names, strict=True)):
+            declared = arg.type
+            if isinstance(declared, SeqType | OptType | MapType | SparseTensorType):
+                raise info.unsupported(f"body input '{name}' is a {_kind(declared)}; Loam loops over tensors only")
+            if k < 2:
+                facts = given[k]
+            else:
+                init = initial[k - 2]
+                if init is None:
+                    raise info.fail(f"loop-carried value {k - 2} is absent")
+                facts = self.carried_in(info, name, init)
+            if isinstance(declared, TensorType) and declared.elem.name not in ("undefined", facts.elem.name):
+                raise info.fail(
+                    f"body input '{name}' is declared {declared.elem.name}; Loop gives it {facts.elem.name}"
+                )
+            body.settle(arg, facts)
+        with owed.scope(body.scope):
+            body.run_ops(block)
+            ret = block.last_op
+            assert isinstance(ret, ReturnOp)
+            returned = [body.facts[v] for v in ret.values]
+            if len(returned) != 1 + carried + scans:
+                raise info.fail(
+                    f"the body returns {len(returned)} values; the node's {len(op.outs)} outputs need "
+                    f"{1 + len(op.outs)} (the condition first)"
+                )
+            self.check_returned(info, carried, returned)
+            body_in = [body.facts[a] for a in block.args[2:]]
+            for name, given_in, got in zip(names[2:], body_in, returned[1 : 1 + carried], strict=True):
+                if got.elem != given_in.elem or got.rank != given_in.rank:
+                    raise info.fail(
+                        f"loop-carried value '{name}' enters the body as {given_in.elem.name} of rank "
+                        f"{given_in.rank} and leaves it as {got.elem.name} of rank {got.rank}"
+                    )
+                for axis, (a, b) in enumerate(zip(given_in.shape, got.shape, strict=True)):
+                    owed.current().owe_equal(b, a, info, f"loop-carried value '{name}' axis {axis} keeps its extent")
+        body.close_region(block, header)
+        # A length the body gives a scan output that is owed equal to an extent known outside the
+        # loop (a carried value's) is that extent.
+        outer = stage.scope
+        known: dict[str, Poly] = {}
+        for o in body.scope.owed:
+            if not o.equal:
+                continue
+            for x, y in ((o.lhs, o.rhs), (o.rhs, o.lhs)):
+                symbol = x.lone_symbol
+                if symbol is not None and x == Poly.symbol(symbol) and outer.computable(y) and not outer.computable(x):
+                    known.setdefault(symbol, y)
+
+        def outer_form(p: Poly) -> Poly:
+            for symbol, value in known.items():
+                p = p.substitute(symbol, value)
+            return p
+
+        outputs = [Facts(f.elem, f.shape) for f in initial if f is not None]
+        for k, facts in enumerate(returned[1 + carried :]):
+            index = carried + k
+            shape = tuple(outer_form(e) for e in facts.shape)
+            outputs.append(
+                self.scan_output(info, index, op.output_names[index], Facts(facts.elem, shape), outer.computable)
+            )
+        stage.settle_results(op, info, outputs)
+
+    def node_axes(
+        self, walk: AxesWalk, op: NodeOp, info: NodeInfo, outputs: Sequence[Facts]
+    ) -> list[Sequence[Axis | None]]:
+        """The body walked with the rules that reach its graph, each carried value entering it under the
+        axes of its initial value.  The final carried values keep those axes; a scan output keeps its
+        body value's axes behind a first axis the layout names (the iterations)."""
+        from loam.dialects.tensor_axes import Axis as AxisType
+
+        carried = len(op.args) - 2
+        returned = walk.body_axes(op, "body", [None, None, *op.args[2:]])
+        inputs = walk.input_axes(op)
+        named: list[Sequence[Axis | None]] = []
+        for k, facts in enumerate(outputs):
+            source = inputs[2 + k] if k < carried else (None, *returned[1 + k])
+            assert source is not None, "stage 0 refuses an absent loop-carried value"
+            named.append(
+                [None if a is None else AxisType(a.name, e, a.parts) for a, e in zip(source, facts.shape, strict=True)]
+            )
+        return named
+
+    def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
+        """One `kernel.loop` over the trip count and the condition (either may be absent) and the carried
+        values, its region the body."""
+        from loam.dialects.kernel import LoopOp
+
+        body = ctx.region("body")
+        trip, cond, *initial = operands
+        carried = [v for v in initial if v is not None]
+        assert len(carried) == len(initial), "stage 0 refuses an absent loop-carried value"
+        return list(ctx.emit(LoopOp(trip, cond, carried, ctx.result_types, node.name, body)).results)
+
+
+def _kind(t: object) -> str:
+    """How a message names a non-tensor ONNX type."""
+    from loam.dialects.graph import MapType, OptType, SeqType
+
+    if isinstance(t, SeqType):
+        return "sequence"
+    if isinstance(t, OptType):
+        return "optional"
+    if isinstance(t, MapType):
+        return "map"
+    return "sparse tensor"
 
 
 def poly_count(shape: Sequence[Poly]) -> Poly:
