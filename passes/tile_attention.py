@@ -37,20 +37,23 @@ from loam.core.poly import poly_product
 from loam.dialects import build_contract as contract
 from loam.dialects.expr import Expr
 from loam.dialects.kernel import MatmulOp, PermuteOp, SoftmaxOp, TileProgramOp, ZipOp
-from loam.dialects.tensor_axes import AxesTensorType
 from loam.passes.notes import add_notes
 from loam.passes.tile_kernels import attention_rows
-from loam.passes.tile_matmul import Extent, _block, _broadcast_strides, _operand, _plain, _row_major, longest
+from loam.passes.tile_strides import (
+    Extent,
+    axes_type,
+    block,
+    broadcast_strides,
+    longest,
+    plain,
+    row_major,
+    strided_operand,
+)
 
 MAX_HEAD = 64
 """The longest row of Q (and of the result) one program holds."""
 KEY_TILE = 1024
 """The most elements of a [D, BN] block of K^T (or [BN, Dv] of V) one trip loads: BN = 1024 / D."""
-
-
-def _type(value: SSAValue) -> AxesTensorType | None:
-    t = value.type
-    return t if isinstance(t, AxesTensorType) else None
 
 
 def _only_reader(value: SSAValue) -> Operation | None:
@@ -119,7 +122,7 @@ def match(output: MatmulOp) -> Attention | None:
     softmax = output.lhs.owner
     if not isinstance(softmax, SoftmaxOp) or _only_reader(softmax.results[0]) is not output:
         return None
-    t = _type(softmax.operands[0])
+    t = axes_type(softmax.operands[0])
     if t is None or softmax.param("kind") != "softmax" or tuple(softmax.param("axes")) != (t.rank - 1,):
         return None
     found = _scores(softmax.operands[0], softmax)
@@ -133,7 +136,8 @@ def tiled_attention(chain: Attention) -> TileProgramOp | None:
     """The tile program computing `chain`, or None where its kernels stay."""
     scores, output = chain.scores, chain.output
     q_t, k_t, v_t, s_t, p_t, o_t = (
-        _type(v) for v in (scores.lhs, scores.rhs, output.rhs, scores.result, chain.softmax.operands[0], output.result)
+        axes_type(v)
+        for v in (scores.lhs, scores.rhs, output.rhs, scores.result, chain.softmax.operands[0], output.result)
     )
     if any(t is None or t.elem.name != "f32" for t in (q_t, k_t, v_t, s_t, p_t, o_t)):
         return None
@@ -146,26 +150,26 @@ def tiled_attention(chain: Attention) -> TileProgramOp | None:
     if max(longest(d), longest(dv)) > MAX_HEAD:
         return None
     score, extras = chain.score()
-    extra_types = [t for t in map(_type, extras) if t is not None and t.rank <= rank]
+    extra_types = [t for t in map(axes_type, extras) if t is not None and t.rank <= rank]
     if len(extra_types) != len(extras):
         return None
-    dq_tile, dv_tile = max(_block(d, MAX_HEAD), 1), max(_block(dv, MAX_HEAD), 1)
+    dq_tile, dv_tile = max(block(d, MAX_HEAD), 1), max(block(dv, MAX_HEAD), 1)
     key_block = KEY_TILE // max(dq_tile, dv_tile)
     sq, sk = p_t.shape[-2], p_t.shape[-1]
-    (q, q_str), (k, k_str), (v, v_str) = (_operand(x) for x in (scores.lhs, scores.rhs, output.rhs))
+    (q, q_str), (k, k_str), (v, v_str) = (strided_operand(x) for x in (scores.lhs, scores.rhs, output.rhs))
     batch = list(o_t.shape[:batch_rank])
     numbers: list[Extent] = [sq, sk, d, q_str[-2], q_str[-1], k_str[-2], k_str[-1], v_str[-2], v_str[-1], *batch]
     for t, strides in ((q_t, q_str), (k_t, k_str), (v_t, v_str)):
-        numbers += _broadcast_strides(t.shape[:batch_rank], strides[:batch_rank], batch_rank)
+        numbers += broadcast_strides(t.shape[:batch_rank], strides[:batch_rank], batch_rank)
     for t in extra_types:
-        along = _broadcast_strides(t.shape, _row_major(t.shape), rank)
+        along = broadcast_strides(t.shape, row_major(t.shape), rank)
         numbers += [along[-2], along[-1], *along[:batch_rank]]
     numbers.append(dv)
     program = attention_rows(dq_tile, dv_tile, key_block, batch_rank, score, [t.elem.name for t in extra_types])
-    grid: tuple[Extent, ...] = (_plain(sq),) + ((_plain(poly_product(batch)),) if batch_rank else ())
+    grid: tuple[Extent, ...] = (plain(sq),) + ((plain(poly_product(batch)),) if batch_rank else ())
     tiled = TileProgramOp(
         [q, k, v, *extras], [o_t], output.node.data, program, grid if batch_rank else grid[0],
-        tuple(_plain(x) for x in numbers),
+        tuple(plain(x) for x in numbers),
     )  # fmt: skip
     contract.FUSED.set(tiled, tuple(chain.nodes()))
     return tiled

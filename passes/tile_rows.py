@@ -29,7 +29,7 @@ from loam.dialects.kernel import NormalizeOp, SoftmaxOp, TileProgramOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.dialects.tile_program import TileProgram
 from loam.passes.tile_kernels import layernorm_rows, softmax_rows
-from loam.passes.tile_matmul import longest
+from loam.passes.tile_strides import longest
 
 
 def _type(value: object) -> AxesTensorType | None:
