@@ -197,8 +197,8 @@ def fix_dims(graph: GraphOp, dims: dict[str, int]) -> None:
             raise OptionsError(f"dims: '{name}' must not be negative, got {value}")
     used: set[str] = set()
     block = graph.body.block
-    for arg, name in zip(list(block.args), graph.input_names.data, strict=True):
-        new = _fixed(arg.type, dims, used, f"graph input '{name.data}'")
+    for arg, input_name in zip(list(block.args), graph.input_names.data, strict=True):
+        new = _fixed(arg.type, dims, used, f"graph input '{input_name.data}'")
         if new != arg.type:
             Rewriter.replace_value_with_new_type(arg, new)
     ret = block.last_op

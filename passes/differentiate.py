@@ -90,7 +90,9 @@ class _Differentiate:
                 f"or input (its float weights: {listed(names)}; its float inputs: {listed([n for n, _ in inputs])})"
             )
         # Asked for: the weights and inputs `of` names, or every float weight.
-        self.sources = [(w.weight_name.data, w.result) for w in weights if not of or w.weight_name.data in of]
+        self.sources: list[tuple[str, SSAValue]] = [
+            (w.weight_name.data, w.result) for w in weights if not of or w.weight_name.data in of
+        ]
         self.sources += [(n, a) for n, a in inputs if n in of]
         self.named = bool(of)
         self.notes: list[str] = []

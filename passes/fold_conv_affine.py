@@ -121,13 +121,13 @@ def _affine(expr: Expr, c: int, fixed: set[int], bias: int | None) -> list[_Affi
         if isinstance(step, Const):
             lin.append(_Affine(None, Expr.const(step.value, step.elem)))
             continue
-        args = [lin[i] for i in step_args(step)]
-        if any(a is None for a in args):
+        args = [a for i in step_args(step) if (a := lin[i]) is not None]
+        if len(args) != len(step_args(step)):
             lin.append(None)
-        elif all(a.scale is None for a in args):  # type: ignore[union-attr]
-            lin.append(_Affine(None, _fixed_step(step, [a.offset for a in args])))  # type: ignore[union-attr]
+        elif all(a.scale is None for a in args):
+            lin.append(_Affine(None, _fixed_step(step, [a.offset for a in args])))
         else:
-            lin.append(_linear_step(step, args))  # type: ignore[arg-type]
+            lin.append(_linear_step(step, args))
     return lin
 
 
@@ -150,7 +150,8 @@ def _linear_step(step: object, args: Sequence[_Affine]) -> _Affine | None:
         (a,) = args
         if step.op == "identity":
             return a
-        return _Affine(-a.scale, None if a.offset is None else -a.offset)  # type: ignore[operator]
+        assert a.scale is not None  # a step reading c reads it through its one operand
+        return _Affine(-a.scale, None if a.offset is None else -a.offset)
     if not isinstance(step, Binary):
         return None
     p, q = args
@@ -226,8 +227,9 @@ def _fold(zip_op: ZipOp, c: int, fixed: set[SSAValue]) -> tuple[ZipOp, ConvOp, s
     p = _pivot(expr, c, lin)
     if p is None:
         return None
-    scale, offset = lin[p].scale, lin[p].offset  # type: ignore[union-attr]
-    assert scale is not None
+    pivot = lin[p]
+    assert pivot is not None and pivot.scale is not None  # `_pivot` picks a step affine in c
+    scale, offset = pivot.scale, pivot.offset
     if not all(_per_channel(inputs[i].type, out) for i in scale.operand_indices):
         return None
     node = zip_op.node.data
@@ -263,7 +265,9 @@ def _fold(zip_op: ZipOp, c: int, fixed: set[SSAValue]) -> tuple[ZipOp, ConvOp, s
     by = Expr.operand(0)
     if offset is not None and offset.operand_indices:
         b_reads = sorted(offset.operand_indices)
-        b_type = _broadcast_type([inputs[i].type for i in b_reads], out)  # type: ignore[misc]
+        b_types = [t for i in b_reads if isinstance(t := inputs[i].type, AxesTensorType)]
+        assert len(b_types) == len(b_reads)  # a kernel op reads named-axes tensors only
+        b_type = _broadcast_type(b_types, out)
         b_expr = offset.remap_operands({i: k for k, i in enumerate(b_reads)})
         tail_operands.append(zip_of(b_expr, [inputs[i] for i in b_reads], b_type, f"{node}_offset"))
         by = by + Expr.operand(1)

@@ -138,7 +138,7 @@ def _reader_refusal(result: SSAValue, reader: Operation, objective: str) -> Refu
     """Why `reader` cannot compute inside the kernel producing `result` (the checks both fusions share)."""
     if not isinstance(reader, ZipOp):
         return (Reason.REDUCTION if isinstance(reader, _REDUCTIONS) else Reason.NO_NEIGHBOUR), None
-    if reader.parent_block() is not result.owner.parent_block():  # type: ignore[union-attr]
+    if reader.parent_block() is not result.owner.parent_block():
         return Reason.OTHER_BLOCK, None
     read = reader.expr.data.operand_indices
     if not any(v is result and i in read for i, v in enumerate(reader.inputs)):
@@ -415,11 +415,16 @@ class FusePass(ModulePass):
     format: str = "text"
     """The report's format: `text`, `json` or `dot`."""
 
+    @property
+    def last_report(self) -> FusionReport | None:
+        """The report of the last run, for a caller holding this pass (`loam.driver.pipeline.build`)."""
+        report = self.__dict__.get("_last_report")
+        return report if isinstance(report, FusionReport) else None
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.format not in REPORT_FORMATS:
             raise UsageError(f"fuse: format '{self.format}' is not one of {', '.join(REPORT_FORMATS)}")
         report = fuse_program(op, self.objective, contract.NODES.get(op) or ())
-        # The report of the last run, for a caller holding this pass (`loam.driver.pipeline.build`); not an option.
-        object.__setattr__(self, "last_report", report)
+        object.__setattr__(self, "_last_report", report)  # a frozen pass: not an option, so not a field
         if self.report:
             write_report(report, self.report, self.format)

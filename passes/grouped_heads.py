@@ -69,10 +69,10 @@ def _repeated(value: SSAValue) -> tuple[SSAValue, int, list[Operation]] | None:
     if not isinstance(unsqueeze, RegroupOp):
         return None
     x = unsqueeze.input
-    types = [v.type for v in (x, unsqueeze.result, expand.result, merge.result)]
-    if not all(isinstance(t, AxesTensorType) for t in types):
+    types = [t for v in (x, unsqueeze.result, expand.result, merge.result) if isinstance(t := v.type, AxesTensorType)]
+    if len(types) != 4:
         return None
-    xt, ut, et, mt = (t.shape for t in types)  # type: ignore[union-attr]
+    xt, ut, et, mt = (t.shape for t in types)
     if len(xt) != 4 or list(ut) != [xt[0], xt[1], Poly.lift(1), xt[2], xt[3]]:
         return None
     if len(et) != 5 or not et[2].is_const or [et[0], et[1], et[3], et[4]] != list(xt):
@@ -85,8 +85,9 @@ def _repeated(value: SSAValue) -> tuple[SSAValue, int, list[Operation]] | None:
 
 def _rewrite(matmul: MatmulOp) -> int:
     rhs = matmul.rhs
-    transposed = isinstance(rhs.owner, PermuteOp) and rhs.owner.permutation == (0, 1, 3, 2)
-    found = _repeated(rhs.owner.input if transposed else rhs)  # type: ignore[union-attr]
+    permute = rhs.owner if isinstance(rhs.owner, PermuteOp) and rhs.owner.permutation == (0, 1, 3, 2) else None
+    transposed = permute is not None
+    found = _repeated(permute.input if permute is not None else rhs)
     if found is None:
         return 0
     x, repeats, chain = found
@@ -95,7 +96,9 @@ def _rewrite(matmul: MatmulOp) -> int:
     if lhs_t.rank != 4 or out_t.rank != 4 or lhs_t.shape[1] != x_t.shape[1] * repeats:
         return 0
     batch, heads = x_t.axes[0], x_t.axes[1]
-    group = chain[1].result.type.axes[2]  # type: ignore[attr-defined]
+    expanded = chain[1].results[0].type
+    assert isinstance(expanded, AxesTensorType)  # `_repeated` read every type of the chain
+    group = expanded.axes[2]
     rows, k = lhs_t.axes[2], lhs_t.axes[3]
     node = matmul.node.data
     merged = Axis.merged((group.name, rows.name), rows.extent * repeats)
@@ -114,7 +117,7 @@ def _rewrite(matmul: MatmulOp) -> int:
     Rewriter.insert_op(ops, InsertPoint.before(matmul))
     matmul.result.replace_all_uses_with(ops[-1].results[0])
     Rewriter.erase_op(matmul)
-    for dead in ([rhs.owner] if transposed else []) + chain:  # type: ignore[list-item]
+    for dead in ([rhs.owner] if transposed else []) + chain:
         if isinstance(dead, Operation) and not any(True for r in dead.results for _ in r.uses):
             Rewriter.erase_op(dead)
     return 1

@@ -92,7 +92,7 @@ def settled_value(node: NodeInfo, facts: Facts) -> Facts:
     if not symbolic_value(facts.value):
         return facts
     value = np.asarray(facts.value)
-    polys = [Poly.lift(v) if isinstance(v, (int, np.integer)) else v for v in value.reshape(-1).tolist()]
+    polys = [Poly.lift(int(v)) if isinstance(v, (int, np.integer)) else v for v in value.reshape(-1).tolist()]
     if not all(isinstance(v, Poly) for v in polys):
         raise AssertionError(f"{node.where()}: a folded object array must hold polynomials")
     if all(v.is_const for v in polys):
@@ -383,7 +383,7 @@ class Stage0Graph:
                     seen = Facts(facts.elem, shape, span=span)
                     alias = AliasOp(v, tensor_name(v), poly_type(seen))
                     alias.result.name_hint = v.name_hint
-                    last = header
+                    last: Operation = header
                     while isinstance(last.next_op, AliasOp):
                         last = last.next_op
                     Rewriter.insert_op(alias, InsertPoint.after(last))

@@ -93,7 +93,7 @@ class Attention:
         found: list[str] = []
         for op in (self.scores, *self.zips, self.softmax, self.output):
             fused = contract.FUSED.get(op)
-            names = list(fused) if fused is not None else [op.node.data]  # type: ignore[attr-defined]
+            names = list(fused) if fused is not None else [op.node_name]
             found += [n for n in names if n not in found]
         return found
 

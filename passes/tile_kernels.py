@@ -236,8 +236,8 @@ def attention_rows(
         return s.map(lambda b, *es: _batch_offset(b, es[:batch_rank], es[batch_rank:]), pb, *extents, *strides)
 
     if batch_rank:
-        for key in ("q", "k", "v"):
-            offsets[key] = offset(s.params(batch_rank))
+        for operand in ("q", "k", "v"):
+            offsets[operand] = offset(s.params(batch_rank))
 
     def at(key: str, fn: Callable[..., Expr], *args: int) -> int:
         if key not in offsets:

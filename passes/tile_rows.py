@@ -67,13 +67,13 @@ def _rows(op: Operation, max_tile: int) -> tuple[TileProgram, Poly, Poly] | None
         return softmax_rows(tile), grid, length
     if isinstance(op, NormalizeOp):
         p = op.params
-        simple = tuple(p["axes"]) == (last,) and p["channel_axis"] == -1 and p["stash"] == "float32"  # type: ignore[arg-type]
+        simple = tuple(op.param("axes")) == (last,) and p["channel_axis"] == -1 and p["stash"] == "float32"
         affine = [_type(v) for v in op.operands[1:]]
         if not simple or p["stats"] or len(affine) != 2:
             return None
         if any(t is None or t.elem.name != "f32" or tuple(t.shape) != (length,) for t in affine):
             return None
-        return layernorm_rows(tile, float(p["epsilon"])), grid, length  # type: ignore[arg-type]
+        return layernorm_rows(tile, float(op.param("epsilon"))), grid, length
     return None
 
 

@@ -45,7 +45,7 @@ class TileProgramOp(LibraryOp):
         result_types: Sequence[Attribute],
         node: str,
         program: TileProgram,
-        grid: int | Poly,
+        grid: int | Poly | tuple[int | Poly, ...],
         numbers: tuple[int | Poly, ...],
     ) -> None:
         super().__init__(inputs, result_types, node, grid=grid, numbers=numbers)

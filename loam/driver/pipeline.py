@@ -258,7 +258,7 @@ def build(
             say(f"running {p.name}")
             p.apply(ctx, ir)
             if isinstance(p, FusePass):
-                fusion = p.last_report  # type: ignore[attr-defined]  # FusePass sets last_report as it runs
+                fusion = p.last_report
             if dump_dir is not None:
                 _dump(ir, dump_dir / f"{i:02d}-{p.name}.mlir")
     except LoamError as err:
