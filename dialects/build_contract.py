@@ -165,7 +165,7 @@ DIMS = BuildAttribute[DictionaryAttr, dict[str, int]](
     DictionaryAttr,
     lambda attr: _int_dictionary(attr, IntegerAttr),
     _dims_attr,
-    "a dictionary of dim_param names to integers (`{N = 4 : i64}`)",
+    "a dictionary of dim_param names to integers",
     "The `dims` option: each dim_param (or name inside one) the build fixes, and its extent.",
 )
 
