@@ -2,17 +2,20 @@
 
 The runtime is `loam.runtime`: plain functions (errors, checkpoint readers and checks, the `forward`
 prologue, the GGUF reader, dequantization, the library kernels) that read only numpy, the builtins
-and the other pieces they list in `DEPENDS`.  `backends/numpy_module.py` copies only the pieces a
-program uses (`pieces_for`, `source_of`), so the generated file imports nothing but numpy and
-carries no separate runtime package to drift out of date.  This module only chooses and prints;
-nothing in it is copied.
+and other pieces.  `backends/numpy_module.py` copies only the pieces a program uses (`pieces_for`,
+`source_of`), so the generated file imports nothing but numpy and carries no separate runtime package
+to drift out of date.  Which pieces a piece reads is found in its source text (`piece_reads.reads`),
+less those it reads only for a feature the module lacks (`FEATURES`).  This module only chooses and
+prints; nothing in it is copied.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable
+from functools import cache
 
+from loam.backends.piece_reads import closure, reads
 from loam.runtime import dequant, errors, gguf, kernels, prologue, threads, weights
 
 PIECES: dict[str, object] = {
@@ -26,16 +29,8 @@ PIECES: dict[str, object] = {
 }
 """Every piece that may be copied, in the order the module declares them."""
 
-DEPENDS: dict[str, tuple[str, ...]] = {
-    **errors.DEPENDS,
-    **weights.DEPENDS,
-    **prologue.DEPENDS,
-    **gguf.DEPENDS,
-    **dequant.DEPENDS,
-    **kernels.DEPENDS,
-    **threads.DEPENDS,
-}
-"""The other pieces (and the tables `SAFETENSORS_DTYPES` and `FORMATS`) each piece reads, whatever the model."""
+TABLES = ("SAFETENSORS_DTYPES", "FORMATS")
+"""The tables a module declares as literals (`source_of`), before every piece."""
 
 FEATURES: dict[str, dict[str, tuple[str, ...]]] = weights.FEATURES
 """What a piece reads only for a feature some models use (`loam.runtime.weights.FEATURES`)."""
@@ -46,21 +41,24 @@ FEATURES: dict[str, dict[str, tuple[str, ...]]] = weights.FEATURES
 WIDENED_OPERANDS: dict[str, tuple[int, ...]] = {"kernel_normalize": (1, 2), "kernel_conv": (1, 2)}
 
 
+@cache
+def piece_reads(name: str) -> frozenset[str]:
+    """The pieces and tables piece `name`'s source reads, with every feature."""
+    return reads(source_of(name)) & {*TABLES, *PIECES}
+
+
+def depends(name: str, features: Iterable[str] = FEATURES) -> frozenset[str]:
+    """The pieces and tables piece `name` reads in a module with `features`."""
+    features = set(features)
+    unreached = {dep for feature, table in FEATURES.items() if feature not in features for dep in table.get(name, ())}
+    return piece_reads(name) - unreached
+
+
 def pieces_for(names: Iterable[str], features: Iterable[str] = FEATURES) -> list[str]:
     """`names` and everything they read with `features`, in declaration order (the tables first)."""
-    depends = {name: list(deps) for name, deps in DEPENDS.items()}
-    for feature in features:
-        for name, deps in FEATURES[feature].items():
-            depends.setdefault(name, []).extend(deps)
-    wanted: set[str] = set()
-    stack = list(names)
-    while stack:
-        name = stack.pop()
-        if name not in wanted:
-            wanted.add(name)
-            stack.extend(depends.get(name, ()))
-    order = ["SAFETENSORS_DTYPES", "FORMATS", *PIECES]
-    return [n for n in order if n in wanted]
+    features = set(features)
+    wanted = closure(names, lambda name: depends(name, features))
+    return [n for n in (*TABLES, *PIECES) if n in wanted]
 
 
 def source_of(name: str, features: Iterable[str] = FEATURES) -> str:
@@ -72,4 +70,10 @@ def source_of(name: str, features: Iterable[str] = FEATURES) -> str:
         rows = "".join(f"    {k!r}: {v!r},\n" for k, v in weights.SAFETENSORS_DTYPES.items())
         head = "# safetensors dtype -> numpy dtype (None: not plain numpy)\nSAFETENSORS_DTYPES = {\n"
         return head + rows + "}\n"
+    return _piece_source(name)
+
+
+@cache
+def _piece_source(name: str) -> str:
+    """The source text of piece `name` (a function or class), read once."""
     return inspect.getsource(PIECES[name])  # type: ignore[arg-type]

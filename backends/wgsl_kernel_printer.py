@@ -57,14 +57,6 @@ def kernel_pieces() -> dict[str, object]:
     return pieces
 
 
-def kernel_depends() -> dict[str, tuple[str, ...]]:
-    """The other pieces each kernel piece reads."""
-    depends: dict[str, tuple[str, ...]] = {}
-    for family in (elementwise, matmul, movement, tile, *library_families()):
-        depends.update(family.DEPENDS)  # type: ignore[attr-defined]
-    return depends
-
-
 def library_sources() -> dict[str, object]:
     """The shader-writing function of each library kernel, by kernel name."""
     sources: dict[str, object] = {}

@@ -37,7 +37,6 @@ concat is a strided copy.  The shaders are module constants (`_SHADERS`), one pe
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Sequence
 from typing import NoReturn
@@ -45,7 +44,7 @@ from typing import NoReturn
 from xdsl.dialects.builtin import ArrayAttr
 from xdsl.ir import Operation, SSAValue
 
-from loam.backends import wgsl_runtime
+from loam.backends import wgsl_pieces, wgsl_runtime
 from loam.backends.module_blocks import IfBlock, LoopBlock, Scope, decided_on_host, loops_around, loops_of
 from loam.backends.module_printer import ModulePrinter, symbols_closure
 from loam.backends.module_text import (
@@ -63,12 +62,7 @@ from loam.backends.module_text import (
 from loam.backends.names import WGSL_MODULE_NAMES
 from loam.backends.numpy_kernel_printer import NumpyKernelPrinter
 from loam.backends.print_main import print_module
-from loam.backends.wgsl_kernel_printer import (
-    WgslKernelPrinter,
-    kernel_depends,
-    kernel_pieces,
-    node_of,
-)
+from loam.backends.wgsl_kernel_printer import WgslKernelPrinter, kernel_pieces, node_of
 from loam.backends.wgsl_kernels import common as wgsl_common
 from loam.backends.wgsl_kernels import elementwise, packed
 from loam.backends.wgsl_limits import DEFAULT_LIMITS, DeviceLimits, device_limits, fit_bindings, over_limits
@@ -176,22 +170,9 @@ class WgslModulePrinter(ModulePrinter):
         return "import threading\n\n" + super().imports() + "import wgpu\n"
 
     def runtime_sources(self) -> list[str]:
-        sources = super().runtime_sources()
-        pieces = {**wgsl_runtime.PIECES, **kernel_pieces()}
-        depends = {**wgsl_runtime.DEPENDS, **kernel_depends()}
-        wanted: set[str] = set()
-        stack = list(self.gpu_pieces)
-        while stack:
-            name = stack.pop()
-            if name not in wanted:
-                wanted.add(name)
-                stack.extend(d for d in depends.get(name, ()) if d in pieces)
-        for name in pieces:
-            if name in wanted:
-                piece = pieces[name]
-                constant = not callable(piece)  # a module constant: its value
-                sources.append(f"{name} = {piece!r}\n" if constant else inspect.getsource(piece))  # type: ignore[arg-type]
-        return sources
+        carried = wgsl_pieces.pieces_for(self.gpu_pieces)
+        self.pieces |= wgsl_pieces.numpy_pieces_read(carried)  # `ShapeError`: the numpy runtime's
+        return [*super().runtime_sources(), *(wgsl_pieces.source_of(name) for name in carried)]
 
     def declarations(self) -> list[str]:
         exprs = self.host.declarations()  # the host's zips, if any

@@ -1,9 +1,9 @@
 """The runtime a WGSL module carries: one device, its pipelines, resident buffers, and dispatch.
 
 Like `loam.runtime`'s pieces, each piece here is copied as source text into every generated module
-that uses it (`PIECES`, `DEPENDS`), so a module imports only numpy, `wgpu` and the standard
-library's `threading` (the device's lock: forward calls from several threads take turns).  `_Gpu` owns the
-process's adapter and device for one module: it compiles every shader of the module once, keeps
+that uses it (`PIECES`; `wgsl_pieces` chooses them), so a module imports only numpy, `wgpu` and the
+standard library's `threading` (the device's lock: forward calls from several threads take turns).
+`_Gpu` owns the process's adapter and device for one module: it compiles every shader of the module once, keeps
 the buffers a forward needs per binding of the extent symbols (`buffers`), caches each dispatch's
 parameter buffer and bind group (so after the first call with a binding only inputs go up and
 outputs come down), records one command encoder per forward, and counts what crosses between host
@@ -443,21 +443,4 @@ PIECES: dict[str, object] = {
     "_grid": _grid,
     "_limits_text": _limits_text,
     "_wgpu_limit": _wgpu_limit,
-}
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "_device_array": ("_device_dtype", "ShapeError"),
-    "_host_array": ("_device_dtype",),
-    "_loops_counted": ("DeviceError", "_after_header", "_declare_flags"),
-    "_declare_flags": ("_FLAGS",),
-    "_Gpu": (
-        "DeviceError",
-        "_device_array",
-        "_host_array",
-        "_device_dtype",
-        "_CACHE_LIMIT",
-        "_loops_counted",
-        "ShapeError",
-        "_limits_text",
-        "_wgpu_limit",
-    ),
 }

@@ -522,9 +522,6 @@ PIECES: dict[str, object] = {
     "cubic_taps": cubic_taps,
     "antialias_taps": antialias_taps,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "_p_resize": ("resize_coordinates", "nearest_taps", "cubic_taps", "antialias_taps")
-}
 SOURCES: dict[str, object] = {
     "conv": source_conv,
     "pool": source_pool,

@@ -364,4 +364,3 @@ def _p_zip(out_shape: tuple[int, ...], strided: tuple[tuple[int, ...], ...]) -> 
 
 
 PIECES: dict[str, object] = {"_p_zip": _p_zip}
-DEPENDS: dict[str, tuple[str, ...]] = {}

@@ -455,7 +455,6 @@ PIECES: dict[str, object] = {
     "_p_gather_nd": _p_gather_nd,
     "_p_one_hot": _p_one_hot,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {}
 SOURCES: dict[str, object] = {
     "gather": source_gather,
     "gather_elements": source_gather_elements,

@@ -93,5 +93,4 @@ def _p_nll_loss(
 
 
 PIECES: dict[str, object] = {"_p_nll_loss": _p_nll_loss}
-DEPENDS: dict[str, tuple[str, ...]] = {}
 SOURCES: dict[str, object] = {"nll_loss": source_nll_loss}

@@ -136,4 +136,3 @@ def _p_matmul(
 
 
 PIECES: dict[str, object] = {"_p_matmul": _p_matmul}
-DEPENDS: dict[str, tuple[str, ...]] = {}

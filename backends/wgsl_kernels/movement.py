@@ -100,8 +100,3 @@ PIECES: dict[str, object] = {
     "_p_place": _p_place,
     "_p_range": _p_range,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "_p_permute": ("_p_copy", "_row_major"),
-    "_p_slice": ("_p_copy", "_row_major"),
-    "_p_place": ("_p_copy", "_row_major"),
-}

@@ -316,10 +316,6 @@ PIECES: dict[str, object] = {
     "_p_quantize_linear": _p_quantize_linear,
     "_along_block": _along_block,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "_p_dequantize_linear": ("_along_block",),
-    "_p_quantize_linear": ("_along_block",),
-}
 SOURCES: dict[str, object] = {
     "cast_narrow": source_cast_narrow,
     "dequantize_linear": source_dequantize_linear,

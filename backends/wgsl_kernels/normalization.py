@@ -333,7 +333,6 @@ PIECES: dict[str, object] = {
     "_p_normalize": _p_normalize, "_p_group_norm": _p_group_norm, "_p_lrn": _p_lrn, "_einsum_axes": _einsum_axes,
     "_p_einsum": _p_einsum,
 }  # fmt: skip
-DEPENDS: dict[str, tuple[str, ...]] = {"_p_normalize": ("_row_block",), "_p_einsum": ("_einsum_axes",)}
 SOURCES: dict[str, object] = {
     "normalize": source_normalize, "group_norm": source_group_norm, "lrn": source_lrn, "einsum": source_einsum,
 }  # fmt: skip

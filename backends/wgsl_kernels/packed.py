@@ -155,4 +155,3 @@ def _p_gather_packed(shapes: tuple[tuple[int, ...], ...], axis: int, encoding: s
 
 SOURCES: dict[str, object] = {"matmul_packed": source_matmul_packed, "gather_packed": source_gather_packed}
 PIECES: dict[str, object] = {"_p_matmul_packed": _p_matmul_packed, "_p_gather_packed": _p_gather_packed}
-DEPENDS: dict[str, tuple[str, ...]] = {}

@@ -371,7 +371,6 @@ def _p_lstm(
 
 
 PIECES: dict[str, object] = {"_p_recurrent": _p_recurrent, "_p_rnn": _p_rnn, "_p_gru": _p_gru, "_p_lstm": _p_lstm}
-DEPENDS: dict[str, tuple[str, ...]] = {k: ("_p_recurrent",) for k in ("_p_rnn", "_p_gru", "_p_lstm")}
 SOURCES: dict[str, object] = {"rnn": source_rnn, "gru": source_gru, "lstm": source_lstm}
 STEPPED = frozenset(SOURCES)
 """The kernels whose `_p_NAME` gives a list of dispatches (params, workgroups) to record in order."""

@@ -538,10 +538,6 @@ PIECES: dict[str, object] = {
     "_p_cumprod": _p_cumprod,
     "_p_topk": _p_topk,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "_p_arg_reduce": ("_lines",), "_p_cumsum": ("_lines",), "_p_cumprod": ("_p_cumsum",), "_p_reduce": ("_row_block",),
-    "_p_softmax": ("_row_block",), "_p_topk": ("_lines",),
-}  # fmt: skip
 SOURCES: dict[str, object] = {
     "softmax": source_softmax,
     "reduce": source_reduce,

@@ -179,5 +179,4 @@ def _p_trilu(shapes: tuple[tuple[int, ...], ...], upper: int, offset: int = 0) -
 
 
 PIECES: dict[str, object] = {"_p_pad": _p_pad, "_p_tile": _p_tile, "_p_trilu": _p_trilu}
-DEPENDS: dict[str, tuple[str, ...]] = {}
 SOURCES: dict[str, object] = {"pad": source_pad, "tile": source_tile, "trilu": source_trilu}

@@ -288,4 +288,3 @@ def _p_tile_program(grid: int | tuple[int, ...], numbers: tuple[int, ...]) -> tu
 
 
 PIECES: dict[str, object] = {"_p_tile_program": _p_tile_program}
-DEPENDS: dict[str, tuple[str, ...]] = {}

@@ -11,9 +11,10 @@ GGUF header is read by `gguf.parse_gguf_header`, and a checkpoint tensor's encod
 a public name, in the runtime and so in every generated module; what only the module calls keeps
 an underscore (`_check_input`, `_load_weights`, `_relu`).
 
-Each module here defines `PIECES` (name -> function or class, copied into a module by source) and
-`DEPENDS` (name -> the other pieces it reads).  A piece reads only numpy, the builtins and the
-pieces it lists; this package imports nothing but numpy, the standard library and its own modules
-(tests/test_imports.py holds it to that).  Choosing the pieces a program needs and printing them
-is the backend's part (`backends/numpy_runtime.py`).
+Each module here defines `PIECES` (name -> function or class, copied into a module by source).  A
+piece reads only numpy, the builtins and other pieces, calling them by name; which others is read
+from its source, so no table lists them (`backends/piece_reads.py`), and `weights.FEATURES` names
+those a piece reads only for a feature some models use.  This package imports nothing but numpy,
+the standard library and its own modules (tests/test_imports.py holds it to that).  Choosing the
+pieces a program needs and printing them is the backend's part (`backends/numpy_runtime.py`).
 """

@@ -3,8 +3,8 @@
 `Weights.load` in a generated module reads a GGUF checkpoint whose tensors may be stored quantized;
 these pieces turn such a tensor's raw bytes into float32 once, when `Weights` is built (never per
 call to `forward`).  Like the rest of `loam.runtime`, each piece is a self-contained top-level
-function whose source is copied into the module, reading only numpy, the builtins and the pieces in
-`DEPENDS`; each is vectorised over whole blocks, with no loop per element.
+function whose source is copied into the module, reading only numpy, the builtins and the other
+pieces; each is vectorised over whole blocks, with no loop per element.
 
 The block formats, as ggml defines them (`ggml-quants.c`), 32 elements per block, little-endian:
 
@@ -86,11 +86,4 @@ PIECES: dict[str, object] = {
     "dequant_blocks": dequant_blocks,
     "_dequantized": _dequantized,
     "_bf16_to_f32": _bf16_to_f32,
-}
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "_block_dtype": (),
-    "block_integers": (),
-    "dequant_blocks": ("block_integers",),
-    "_dequantized": ("_block_dtype", "dequant_blocks"),
-    "_bf16_to_f32": (),
 }

@@ -23,4 +23,3 @@ class LoadError(ValueError):
 
 
 PIECES: dict[str, object] = {"ShapeError": ShapeError, "DataError": DataError, "LoadError": LoadError}
-DEPENDS: dict[str, tuple[str, ...]] = {}

@@ -11,7 +11,7 @@ GGUF lists a tensor's fastest-varying dimension first, so the numpy shape is the
 
 Like the rest of `loam.runtime`, each piece here is a self-contained top-level function whose source
 is copied into a generated module, so it imports nothing and reads only numpy, the builtins and the
-pieces it lists in `DEPENDS`.  It works on any bytes-like object (bytes, memoryview, mmap) and
+other pieces.  It works on any bytes-like object (bytes, memoryview, mmap) and
 touches only the header: the build maps the file and reads no tensor data, and a file whose data
 section is cut off still parses (the loader checks each tensor's bytes against `len(data)` itself).
 Malformed input raises `ValueError` naming what is wrong; callers wrap it into `CheckpointError` or
@@ -236,4 +236,3 @@ PIECES: dict[str, object] = {
     "parse_gguf_header": parse_gguf_header,
     "graph_name_of": graph_name_of,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {"_ggml_types": (), "parse_gguf_header": ("_ggml_types",), "graph_name_of": ()}

@@ -1,8 +1,7 @@
 """A generated module's `forward` prologue: its inputs checked, its symbols bound, its owed conditions.
 
 Every piece here is a plain top-level function whose source a generated numpy module copies in
-(`PIECES`, `DEPENDS`; `loam/runtime/__init__.py`), reading only numpy, the builtins and the pieces
-it lists.
+(`PIECES`; `loam/runtime/__init__.py`), reading only numpy, the builtins and other pieces.
 
 - `_check_input`: one `forward` input checked (ndarray, dtype, rank, extents, symbol binding).
 - `_read_back`, `_check_spelled`: a symbol read back from a spelled input axis (`past + 1`), and a
@@ -212,13 +211,4 @@ PIECES: dict[str, object] = {
     "derived_extent": derived_extent,
     "_keep": _keep,
     "_room": _room,
-}
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "_check_input": ("ShapeError",),
-    "_gives": (),
-    "_read_back": ("ShapeError",),
-    "_check_spelled": ("ShapeError", "_gives"),
-    "_owe": ("ShapeError", "_gives"),
-    "derived_extent": ("ShapeError",),
-    "_room": ("ShapeError", "_gives"),
 }

@@ -50,4 +50,3 @@ def set_threads(count: int) -> int:
 
 
 PIECES: dict[str, object] = {"set_threads": set_threads}
-DEPENDS: dict[str, tuple[str, ...]] = {}

@@ -1,9 +1,9 @@
 """A generated module's `Weights.load`: checkpoints read, checked against the graph and decoded.
 
 Every piece here is a plain top-level function whose source a generated numpy module copies in
-(`PIECES`, `DEPENDS`; `loam/runtime/__init__.py`), reading only numpy, the builtins and the pieces
-it lists.  The build runs `encoding_supplies` itself (`loam.frontends.checkpoint.supplies`), so the build
-and the load agree on what a checkpoint supplies.
+(`PIECES`; `loam/runtime/__init__.py`), reading only numpy, the builtins and other pieces (some only
+for a feature a model may lack: `FEATURES`).  The build runs `encoding_supplies` itself
+(`loam.frontends.checkpoint.supplies`), so the build and the load agree on what a checkpoint supplies.
 
 - `_parse_json`: a strict JSON reader (the safetensors header), since `json` is not numpy.
 - `_read_safetensors`, `_read_gguf` (over `loam.runtime.gguf.parse_gguf_header`),
@@ -699,24 +699,6 @@ PIECES: dict[str, object] = {
     "_beside": _beside,
     "_prepared": _prepared,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "_bytes_of": ("LoadError",),
-    "_read_safetensors": ("LoadError", "_bytes_of", "_parse_json", "SAFETENSORS_DTYPES"),
-    "_read_gguf": ("LoadError", "_bytes_of", "parse_gguf_header"),
-    "_read_checkpoint": ("LoadError", "_bytes_of", "_read_safetensors", "FORMATS"),
-    "_read_external": ("LoadError", "_bytes_of"),
-    "_mapped": ("LoadError", "_parse_json"),
-    "_check_index": ("LoadError", "_parse_json"),
-    "_unchanged": ("LoadError",),
-    "encoding_supplies": ("SAFETENSORS_DTYPES", "_convertible"),
-    "_check_weight": ("LoadError", "SAFETENSORS_DTYPES", "encoding_supplies"),
-    "_decoded": ("SAFETENSORS_DTYPES", "_bf16_to_f32"),
-    "_load_weights": ("LoadError", "_check_weight", "_decoded"),
-    "_packed_blocks": ("_block_dtype",),
-    "_rotary_rows": ("LoadError",),
-    "_beside": ("LoadError", "_read_checkpoint", "_unchanged", "_bytes_of", "_parse_json", "_check_weight", "_decoded"),
-}
-"""The other pieces (and the tables `SAFETENSORS_DTYPES` and `FORMATS`) each piece reads, whatever the model."""
 
 FEATURES: dict[str, dict[str, tuple[str, ...]]] = {
     "gguf": {"_read_checkpoint": ("_read_gguf",), "_decoded": ("_dequantized",)},

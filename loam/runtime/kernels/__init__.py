@@ -1,14 +1,14 @@
 """The library kernels a generated numpy module inlines, one module per kernel family.
 
-Each module defines `PIECES` (name -> function or class, copied into the module by source) and
-`DEPENDS` (name -> the other pieces it reads), exactly as the rest of `loam.runtime` does;
-`backends/numpy_runtime.py` merges them.  A kernel op `kernel.NAME` is computed by the piece
-`kernel_NAME`, called with the op's operands and then its parameters as keywords.  Stage 0 folds a
-node the build can evaluate with the same function (so the kernels have public names: the operator
-rules in `loam.ops` import them), and an operator's numeric meaning is written once.
+Each module defines `PIECES` (name -> function or class, copied into the module by source), exactly
+as the rest of `loam.runtime` does; `backends/numpy_runtime.py` merges them.  A kernel op
+`kernel.NAME` is computed by the piece `kernel_NAME`, called with the op's operands and then its
+parameters as keywords.  Stage 0 folds a node the build can evaluate with the same function (so the
+kernels have public names: the operator rules in `loam.ops` import them), and an operator's numeric
+meaning is written once.
 
 Pieces read only numpy (and ml_dtypes, which a module holding a narrow type imports), the builtins
-and the pieces they list, and compute each element type as ONNX defines it: halves (f16, bf16) are
+and the other pieces, and compute each element type as ONNX defines it: halves (f16, bf16) are
 widened to f32 for arithmetic and narrowed for the result.
 """
 
@@ -55,4 +55,3 @@ FAMILIES = (
 )
 
 PIECES: dict[str, object] = {name: piece for family in FAMILIES for name, piece in family.PIECES.items()}
-DEPENDS: dict[str, tuple[str, ...]] = {name: deps for family in FAMILIES for name, deps in family.DEPENDS.items()}

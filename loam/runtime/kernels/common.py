@@ -61,4 +61,3 @@ PIECES: dict[str, object] = {
     "integers": integers,
     "one_integer": one_integer,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {"room_for": ("DataError",), "one_integer": ("DataError",)}

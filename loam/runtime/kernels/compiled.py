@@ -294,8 +294,3 @@ PIECES: dict[str, object] = {
     "_matmul_packed_compiled": _matmul_packed_compiled,
     "set_compiled": set_compiled,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "_matmul_packed_compiled": ("_CompiledKernels",),
-    "_CompiledKernels": ("_rows_q4", "_rows_q8", "_cohort_rows", "_rows_nbits", "_widen_nbits"),
-    "set_compiled": ("_CompiledKernels",),
-}

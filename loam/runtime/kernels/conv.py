@@ -495,14 +495,3 @@ PIECES: dict[str, object] = {
     "kernel_max_unpool": kernel_max_unpool,
     "kernel_pool": kernel_pool,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "kernel_conv": ("widened", "narrowed", "_biased"),
-    "_biased": ("widened",),
-    "kernel_conv_transpose": ("widened", "narrowed"),
-    "_integer_conv": ("kernel_conv",),
-    "kernel_conv_integer": ("_integer_conv",),
-    "kernel_qlinear_conv": ("_integer_conv",),
-    "kernel_col2im": ("widened", "narrowed", "DataError"),
-    "kernel_max_unpool": ("DataError",),
-    "kernel_pool": ("_conv_windows", "widened", "narrowed"),
-}

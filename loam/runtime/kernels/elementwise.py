@@ -247,4 +247,3 @@ PIECES: dict[str, object] = {
     "_shl": _shl,
     "_shr": _shr,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {}

@@ -301,14 +301,3 @@ PIECES: dict[str, object] = {
     "kernel_gather_nd": kernel_gather_nd,
     "kernel_tensor_scatter": kernel_tensor_scatter,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "kernel_gather_elements": ("_element_index",),
-    "kernel_scatter_elements": ("_element_index", "widened", "narrowed"),
-    "kernel_scatter_nd": ("widened", "narrowed"),
-    "kernel_gather_nd": ("DataError",),
-    "kernel_range_of": ("DataError",),
-    "kernel_one_hot": ("DataError", "room_for"),
-    "kernel_compress": ("DataError",),
-    "kernel_tensor_scatter": ("DataError",),
-    "kernel_non_max_suppression": ("_box_sides", "DataError"),
-}

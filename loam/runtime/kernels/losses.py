@@ -47,4 +47,3 @@ def kernel_nll_loss(
 
 
 PIECES: dict[str, object] = {"kernel_nll_loss": kernel_nll_loss}
-DEPENDS: dict[str, tuple[str, ...]] = {"kernel_nll_loss": ("widened", "narrowed", "DataError")}

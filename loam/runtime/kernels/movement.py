@@ -279,13 +279,3 @@ PIECES: dict[str, object] = {
     "kernel_dropout": kernel_dropout,
     "kernel_bitcast": kernel_bitcast,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "kernel_reverse_sequence": ("DataError",),
-    "kernel_expand_to": ("DataError", "room_for", "integers"),
-    "kernel_reshape_to": ("DataError", "integers"),
-    "kernel_tile_by": ("DataError", "integers", "kernel_tile", "room_for"),
-    "kernel_slice_by": ("DataError", "integers", "slice_bounds", "kernel_slice"),
-    "kernel_split_by": ("DataError", "integers", "kernel_split"),
-    "kernel_pad_by": ("DataError", "integers", "pad_order_matters", "kernel_pad", "room_for"),
-    "kernel_dropout": ("DataError",),
-}

@@ -133,8 +133,3 @@ PIECES: dict[str, object] = {
     "kernel_quantize_linear": kernel_quantize_linear,
     "kernel_dequantize_linear": kernel_dequantize_linear,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "kernel_cast_narrow": ("_to_e8m0",),
-    "kernel_quantize_linear": ("_along", "_integer_range", "kernel_cast_narrow"),
-    "kernel_dequantize_linear": ("_along",),
-}

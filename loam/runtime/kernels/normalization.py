@@ -186,10 +186,3 @@ PIECES: dict[str, object] = {
     "kernel_lrn": kernel_lrn,
     "kernel_einsum": kernel_einsum,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "kernel_normalize": ("widened", "narrowed"),
-    "kernel_batch_norm_train": ("widened", "narrowed"),
-    "kernel_group_norm": ("narrowed",),
-    "kernel_lrn": ("widened", "narrowed"),
-    "kernel_einsum": ("widened", "narrowed"),
-}

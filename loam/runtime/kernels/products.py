@@ -81,8 +81,3 @@ PIECES: dict[str, object] = {
     "kernel_matmul_integer": kernel_matmul_integer,
     "kernel_qlinear_matmul": kernel_qlinear_matmul,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "kernel_det": ("widened", "narrowed"),
-    "kernel_matmul_integer": ("_minus_zero",),
-    "kernel_qlinear_matmul": ("_minus_zero",),
-}

@@ -262,9 +262,3 @@ PIECES: dict[str, object] = {
     "kernel_matmul_nbits": kernel_matmul_nbits,
     "kernel_gather_block_quantized": kernel_gather_block_quantized,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "kernel_matmul_packed": ("block_integers", "dequant_blocks", "_matmul_packed_compiled"),
-    "kernel_gather_packed": ("dequant_blocks",),
-    "kernel_matmul_nbits": ("nbits_codes", "_matmul_nbits_numpy", "_CompiledKernels"),
-    "kernel_gather_block_quantized": ("nbits_codes",),
-}

@@ -228,11 +228,3 @@ PIECES: dict[str, object] = {
     "kernel_gru": kernel_gru,
     "kernel_lstm": kernel_lstm,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "_rnn_act": ("_sigmoid", "_softplus", "_softsign"),
-    "_rnn_each": ("_rnn_act",),
-    "_recurrent": ("_rnn_each", "widened", "narrowed", "DataError"),
-    "kernel_rnn": ("_recurrent",),
-    "kernel_gru": ("_recurrent",),
-    "kernel_lstm": ("_recurrent",),
-}

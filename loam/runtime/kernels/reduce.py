@@ -196,12 +196,3 @@ PIECES: dict[str, object] = {
     "kernel_cumprod": kernel_cumprod,
     "kernel_softmax": kernel_softmax,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "kernel_reduce": ("widened", "narrowed"),
-    "kernel_arg_reduce": ("widened",),
-    "kernel_topk": ("widened", "DataError", "one_integer"),
-    "_cumulative": ("widened", "narrowed"),
-    "kernel_cumsum": ("_cumulative",),
-    "kernel_cumprod": ("_cumulative",),
-    "kernel_softmax": ("widened", "narrowed"),
-}

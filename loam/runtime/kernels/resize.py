@@ -488,17 +488,3 @@ PIECES: dict[str, object] = {
     "kernel_grid_sample": kernel_grid_sample,
     "kernel_affine_grid": kernel_affine_grid,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "kernel_resize": ("widened", "narrowed", "resize_coordinates", "nearest_taps", "cubic_taps", "antialias_taps"),
-    "resize_geometry": ("DataError", "integers"),
-    "kernel_resize_to": ("kernel_resize", "resize_geometry", "DataError", "room_for"),
-    "kernel_grid_sample": (
-        "widened",
-        "narrowed",
-        "DataError",
-        "grid_sample_taps",
-        "grid_sample_index",
-        "grid_sample_sum",
-    ),
-    "kernel_affine_grid": ("widened", "narrowed", "DataError", "integers"),
-}

@@ -188,7 +188,3 @@ PIECES: dict[str, object] = {
     "_bilinear_zero": _bilinear_zero,
     "kernel_deform_conv": kernel_deform_conv,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "kernel_roi_align": ("DataError", "widened", "narrowed", "_bilinear"),
-    "kernel_deform_conv": ("widened", "narrowed", "_bilinear_zero"),
-}

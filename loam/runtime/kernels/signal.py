@@ -164,11 +164,3 @@ PIECES: dict[str, object] = {
     "kernel_stft": kernel_stft,
     "kernel_mel_weight_matrix": kernel_mel_weight_matrix,
 }
-DEPENDS: dict[str, tuple[str, ...]] = {
-    "kernel_window": ("DataError", "room_for", "one_integer"),
-    "_complex_of": ("widened",),
-    "_pairs_of": ("narrowed",),
-    "kernel_dft": ("_complex_of", "_pairs_of", "narrowed"),
-    "kernel_stft": ("_complex_of", "_pairs_of", "widened", "one_integer", "DataError"),
-    "kernel_mel_weight_matrix": ("DataError", "one_integer"),
-}

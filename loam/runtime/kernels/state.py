@@ -169,4 +169,3 @@ def kernel_append_state(
 
 
 PIECES: dict[str, object] = {"DecodeState": DecodeState, "kernel_append_state": kernel_append_state}
-DEPENDS: dict[str, tuple[str, ...]] = {"DecodeState": ("ShapeError",), "kernel_append_state": ("DecodeState",)}
