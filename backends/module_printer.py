@@ -448,7 +448,7 @@ class ModulePrinter:
 
         self.ml_dtypes = self.ml_dtypes or any(t.elem.from_ml_dtypes for t in self._all_types())
         # The model first (its axes, Weights, forward), then, under a banner, what forward calls.
-        parts: list[str] = [self._docstring(output_names), self.imports()]
+        parts: list[str] = [self._docstring(output_names), ""]  # the imports, once the runtime pieces are known
         parts += [marker_source(name, extent) for name, extent in markers.items()]
         rows: list[str] = []
         blob = b""
@@ -492,6 +492,7 @@ class ModulePrinter:
                 "_BESIDE_DATA: object = None  # that file's bytes, set by whoever imports this source without it\n"
             )
         parts += self.runtime_sources()
+        parts[1] = self.imports()
         return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
 
     def _signature_source(self, output_names: Sequence[str]) -> str:
@@ -521,13 +522,25 @@ class ModulePrinter:
         """Lines ending forward's top-level block, after its kernels."""
 
     def imports(self) -> str:
-        return "import ml_dtypes\nimport numpy as np\n" if self.ml_dtypes else "import numpy as np\n"
+        """The module's imports: the standard library modules its runtime reads, then the libraries."""
+        standard = "".join(f"import {name}\n" for name in sorted(self.standard_modules()))
+        libraries = "import ml_dtypes\nimport numpy as np\n" if self.ml_dtypes else "import numpy as np\n"
+        return f"{standard}\n{libraries}" if standard else libraries
+
+    def standard_modules(self) -> set[str]:
+        """The standard library modules the runtime pieces the module carries read (`json`)."""
+        return numpy_runtime.standard_imports(self.runtime_pieces())
+
+    def runtime_pieces(self) -> list[str]:
+        """The runtime pieces the module carries, in the order it declares them."""
+        features = self.runtime_features()
+        wanted = self.pieces | ({"set_compiled"} if "packed" in features else set())  # its products' switch
+        return numpy_runtime.pieces_for(wanted, features)
 
     def runtime_sources(self) -> list[str]:
         """The runtime pieces the module carries, each as its source text."""
         features = self.runtime_features()
-        wanted = self.pieces | ({"set_compiled"} if "packed" in features else set())  # its products' switch
-        return [numpy_runtime.source_of(p, features) for p in numpy_runtime.pieces_for(wanted, features)]
+        return [numpy_runtime.source_of(p, features) for p in self.runtime_pieces()]
 
     def runtime_features(self) -> set[str]:
         """The runtime's optional features this module reaches (`numpy_runtime.FEATURES`)."""
@@ -736,8 +749,8 @@ class ModulePrinter:
         return (
             f'"""The model {model!r}, compiled by Loam: '
             f"forward(weights, {inputs}) -> {', '.join(outputs)}.\n\n"
-            "Generated code: imports only numpy and carries its own runtime.  Regenerate it from the\n"
-            'model rather than editing it.\n"""\n'
+            "Generated code: imports only numpy and the standard library, and carries its own runtime.\n"
+            'Regenerate it from the model rather than editing it.\n"""\n'
         )
 
     def forward_source(

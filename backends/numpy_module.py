@@ -1,4 +1,4 @@
-"""Print a `kernel.program` as one readable Python module that imports only numpy.
+"""Print a `kernel.program` as one readable Python module that imports only numpy and the standard library.
 
 `emit_python(module)` returns the module's source (`numpy_module` also the weights file written
 beside it, where the graph carries more weights than a source should hold): the structure every module shares

@@ -1,12 +1,13 @@
 """Which runtime pieces a generated numpy module declares, and their source text.
 
 The runtime is `loam.runtime`: plain functions (errors, checkpoint readers and checks, the `forward`
-prologue, the GGUF reader, dequantization, the library kernels) that read only numpy, the builtins
-and other pieces.  `backends/numpy_module.py` copies only the pieces a program uses (`pieces_for`,
-`source_of`), so the generated file imports nothing but numpy and carries no separate runtime package
-to drift out of date.  Which pieces a piece reads is found in its source text (`piece_reads.reads`),
-less those it reads only for a feature the module lacks (`FEATURES`).  This module only chooses and
-prints; nothing in it is copied.
+prologue, the GGUF reader, dequantization, the library kernels) that read only numpy, the standard
+library, the builtins and other pieces.  `backends/numpy_module.py` copies only the pieces a program
+uses (`pieces_for`, `source_of`), so the generated file imports nothing but numpy and the standard
+library modules those pieces read (`standard_imports`: `json`), and carries no separate runtime
+package to drift out of date.  Which pieces a piece reads is found in its source text
+(`piece_reads.reads`), less those it reads only for a feature the module lacks (`FEATURES`).  This
+module only chooses and prints; nothing in it is copied.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import inspect
 from collections.abc import Iterable
 from functools import cache
 
-from loam.backends.piece_reads import closure, reads
+from loam.backends.piece_reads import closure, reads, standard_modules
 from loam.runtime import dequant, errors, gguf, kernels, prologue, threads, weights
 
 PIECES: dict[str, object] = {
@@ -42,9 +43,14 @@ WIDENED_OPERANDS: dict[str, tuple[int, ...]] = {"kernel_normalize": (1, 2), "ker
 
 
 @cache
+def _reads(name: str) -> frozenset[str]:
+    """Every module-level name piece `name`'s source reads."""
+    return reads(source_of(name))
+
+
 def piece_reads(name: str) -> frozenset[str]:
     """The pieces and tables piece `name`'s source reads, with every feature."""
-    return reads(source_of(name)) & {*TABLES, *PIECES}
+    return _reads(name) & {*TABLES, *PIECES}
 
 
 def depends(name: str, features: Iterable[str] = FEATURES) -> frozenset[str]:
@@ -59,6 +65,11 @@ def pieces_for(names: Iterable[str], features: Iterable[str] = FEATURES) -> list
     features = set(features)
     wanted = closure(names, lambda name: depends(name, features))
     return [n for n in (*TABLES, *PIECES) if n in wanted]
+
+
+def standard_imports(names: Iterable[str]) -> set[str]:
+    """The standard library modules the pieces `names` read (`json`), which the module imports."""
+    return {module for name in names if name in PIECES for module in standard_modules(PIECES[name], _reads(name))}
 
 
 def source_of(name: str, features: Iterable[str] = FEATURES) -> str:

@@ -7,12 +7,15 @@ reads that no enclosing scope binds, and every name read where the definition ru
 default values, annotations: a generated module has no `from __future__ import annotations`, so its
 annotations are evaluated).  The dependencies of a piece are those names that are other pieces, so
 they cannot drift from the code.  The other names it reads are the module's imports (`np`, `json`),
-the builtins, and what the module itself declares (`INPUTS`, `forward`).
+the builtins, and what the module itself declares (`INPUTS`, `forward`); a standard library module
+a piece reads is one the module imports (`standard_modules`).
 """
 
 from __future__ import annotations
 
 import symtable
+import sys
+import types
 from collections.abc import Callable, Iterable
 
 
@@ -40,3 +43,15 @@ def closure(roots: Iterable[str], depends: Callable[[str], Iterable[str]]) -> se
             wanted.add(name)
             stack.extend(depends(name))
     return wanted
+
+
+def standard_modules(piece: object, names: Iterable[str]) -> set[str]:
+    """The standard library modules among `names` (those piece `piece` reads) that its own module
+    imports under their own names (`import json`): the generated module imports them so too."""
+    scope = vars(sys.modules[piece.__module__])
+    found: set[str] = set()
+    for name in names:
+        value = scope.get(name)
+        if isinstance(value, types.ModuleType) and value.__name__ == name and name in sys.stdlib_module_names:
+            found.add(name)
+    return found

@@ -167,7 +167,10 @@ class WgslModulePrinter(ModulePrinter):
         return {*super().declared_names(), *wgsl_runtime.PIECES, *kernel_pieces(), *WGSL_MODULE_NAMES}
 
     def imports(self) -> str:
-        return "import threading\n\n" + super().imports() + "import wgpu\n"
+        return super().imports() + "import wgpu\n"
+
+    def standard_modules(self) -> set[str]:
+        return {*super().standard_modules(), *wgsl_pieces.standard_imports(wgsl_pieces.pieces_for(self.gpu_pieces))}
 
     def runtime_sources(self) -> list[str]:
         carried = wgsl_pieces.pieces_for(self.gpu_pieces)

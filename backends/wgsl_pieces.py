@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from functools import cache
 
 from loam.backends import numpy_runtime, wgsl_runtime
-from loam.backends.piece_reads import closure, reads
+from loam.backends.piece_reads import closure, reads, standard_modules
 from loam.backends.wgsl_kernel_printer import kernel_pieces
 
 
@@ -36,9 +36,14 @@ def source_of(name: str) -> str:
 
 
 @cache
+def _reads(name: str) -> frozenset[str]:
+    """Every module-level name device piece `name`'s source reads."""
+    return reads(source_of(name))
+
+
 def piece_reads(name: str) -> frozenset[str]:
     """The device pieces and numpy runtime pieces device piece `name`'s source reads."""
-    return reads(source_of(name)) & {*pieces(), *numpy_runtime.PIECES}
+    return _reads(name) & {*pieces(), *numpy_runtime.PIECES}
 
 
 def pieces_for(names: Iterable[str]) -> list[str]:
@@ -53,3 +58,10 @@ def numpy_pieces_read(names: Iterable[str]) -> set[str]:
     kernel's host function may share the numpy kernel's, `cubic_taps`: the device pieces carry it)."""
     device = pieces()
     return {dep for name in names for dep in piece_reads(name) if dep in numpy_runtime.PIECES and dep not in device}
+
+
+def standard_imports(names: Iterable[str]) -> set[str]:
+    """The standard library modules the device pieces `names` read (`threading`), which the module imports."""
+    device = pieces()
+    callables = [name for name in names if callable(device[name])]  # a constant reads no name
+    return {module for name in callables for module in standard_modules(device[name], _reads(name))}

@@ -2,7 +2,7 @@
 
 Like `loam.runtime`'s pieces, each piece here is copied as source text into every generated module
 that uses it (`PIECES`; `wgsl_pieces` chooses them), so a module imports only numpy, `wgpu` and the
-standard library's `threading` (the device's lock: forward calls from several threads take turns).
+standard library (`threading` here: the device's lock, forward calls from several threads take turns).
 `_Gpu` owns the process's adapter and device for one module: it compiles every shader of the module once, keeps
 the buffers a forward needs per binding of the extent symbols (`buffers`), caches each dispatch's
 parameter buffer and bind group (so after the first call with a binding only inputs go up and

@@ -1,9 +1,9 @@
 """The runtime: the numpy code a generated module carries and the build runs, written once.
 
-A generated numpy module imports only numpy, so it carries the functions it calls as source text:
-its errors (`errors`), the checkpoint readers and checks behind `Weights.load` (`weights`, `gguf`,
-`dequant`), the checks `forward` makes before any kernel (`prologue`), the library kernels
-(`kernels`), and `set_threads` (`threads`), which bounds the BLAS under numpy's products.  The
+A generated numpy module imports only numpy and the standard library, so it carries the functions it
+calls as source text: its errors (`errors`), the checkpoint readers and checks behind `Weights.load`
+(`weights`, `gguf`, `dequant`), the checks `forward` makes before any kernel (`prologue`), the library
+kernels (`kernels`), and `set_threads` (`threads`), which bounds the BLAS under numpy's products.  The
 build runs the very same functions: stage 0 folds a node with its kernel
 (`kernels.conv.kernel_conv`, ...), a derived extent symbol's value is `prologue.derived_extent`, a
 GGUF header is read by `gguf.parse_gguf_header`, and a checkpoint tensor's encoding is accepted by

@@ -5,7 +5,8 @@ Every piece here is a plain top-level function whose source a generated numpy mo
 for a feature a model may lack: `FEATURES`).  The build runs `encoding_supplies` itself
 (`loam.frontends.checkpoint.supplies`), so the build and the load agree on what a checkpoint supplies.
 
-- `_parse_json`: a strict JSON reader (the safetensors header), since `json` is not numpy.
+- `_strict_json`: JSON read strictly (a safetensors header, a Hugging Face index) by `json`, which
+  the generated module imports.
 - `_read_safetensors`, `_read_gguf` (over `loam.runtime.gguf.parse_gguf_header`),
   `_read_checkpoint` (one file or a mapping of shard name -> bytes): every tensor's encoding, shape
   and raw bytes, refusing malformed headers, byte ranges that overlap, leave holes or pass the end
@@ -26,6 +27,8 @@ for a feature a model may lack: `FEATURES`).  The build runs `encoding_supplies`
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 
@@ -60,141 +63,26 @@ not import (tests/backends/test_weights_load.py holds the two together).  Public
 it (`backends/numpy_runtime.py`)."""
 
 
-def _parse_json(text: str) -> object:
-    """Parse strict JSON (RFC 8259) text; ValueError names the offset of the first fault."""
+def _strict_json(text: str) -> object:
+    """`text` read as JSON by the standard library, refusing with a ValueError what `json.loads` alone
+    takes: a key repeated in an object (Python would keep the last silently), NaN and the infinities
+    (not JSON), and nesting deeper than the interpreter recurses (a RecursionError)."""
 
-    def fail(pos: int, what: str) -> ValueError:
-        return ValueError(f"{what} at offset {pos}")
+    def unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        found: dict[str, object] = {}
+        for key, value in pairs:
+            if key in found:
+                raise ValueError(f"key '{key}' appears twice")
+            found[key] = value
+        return found
 
-    def skip(pos: int) -> int:
-        while pos < len(text) and text[pos] in " \t\n\r":
-            pos += 1
-        return pos
+    def not_json(literal: str) -> object:
+        raise ValueError(f"{literal} is not JSON")
 
-    def string(pos: int) -> tuple[str, int]:
-        out: list[str] = []
-        pos += 1  # the opening quote
-        while True:
-            if pos >= len(text):
-                raise fail(pos, "unterminated string")
-            ch = text[pos]
-            if ch == '"':
-                return "".join(out), pos + 1
-            if ch == "\\":
-                esc = text[pos + 1 : pos + 2]
-                simple = '"\\/bfnrt'
-                if esc and esc in simple:
-                    out.append('"\\/\b\f\n\r\t'[simple.index(esc)])
-                    pos += 2
-                elif esc == "u":
-                    digits = text[pos + 2 : pos + 6]
-                    if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
-                        raise fail(pos, "bad \\u escape")
-                    code = int(digits, 16)
-                    pos += 6
-                    low = text[pos : pos + 6]
-                    if 0xD800 <= code < 0xDC00 and low[:2] == "\\u":  # a surrogate pair
-                        tail = int(low[2:], 16) if all(c in "0123456789abcdefABCDEF" for c in low[2:]) else 0
-                        if 0xDC00 <= tail < 0xE000:
-                            code = 0x10000 + ((code - 0xD800) << 10) + (tail - 0xDC00)
-                            pos += 6
-                    out.append(chr(code))
-                else:
-                    raise fail(pos, "bad escape")
-            elif ch < " ":
-                raise fail(pos, "control character in string")
-            else:
-                out.append(ch)
-                pos += 1
-
-    def number(pos: int) -> tuple[int | float, int]:
-        start = pos
-        if text[pos : pos + 1] == "-":
-            pos += 1
-        digits_start = pos
-        while pos < len(text) and text[pos].isdigit() and text[pos].isascii():
-            pos += 1
-        if pos == digits_start or (text[digits_start] == "0" and pos - digits_start > 1):
-            raise fail(start, "bad number")
-        is_float = False
-        if text[pos : pos + 1] == ".":
-            is_float = True
-            pos += 1
-            frac = pos
-            while pos < len(text) and text[pos] in "0123456789":
-                pos += 1
-            if pos == frac:
-                raise fail(start, "bad number")
-        if text[pos : pos + 1] in ("e", "E"):
-            is_float = True
-            pos += 1
-            if text[pos : pos + 1] in ("+", "-"):
-                pos += 1
-            exp = pos
-            while pos < len(text) and text[pos] in "0123456789":
-                pos += 1
-            if pos == exp:
-                raise fail(start, "bad number")
-        literal = text[start:pos]
-        return (float(literal) if is_float else int(literal)), pos
-
-    def value(pos: int, depth: int) -> tuple[object, int]:
-        if depth > 64:
-            raise fail(pos, "nesting too deep")
-        pos = skip(pos)
-        ch = text[pos : pos + 1]
-        if ch == "{":
-            obj: dict[str, object] = {}
-            pos = skip(pos + 1)
-            if text[pos : pos + 1] == "}":
-                return obj, pos + 1
-            while True:
-                pos = skip(pos)
-                if text[pos : pos + 1] != '"':
-                    raise fail(pos, "expected a string key")
-                key, pos = string(pos)
-                pos = skip(pos)
-                if text[pos : pos + 1] != ":":
-                    raise fail(pos, "expected ':'")
-                if key in obj:
-                    raise fail(pos, f"duplicate key {key!r}")
-                obj[key], pos = value(pos + 1, depth + 1)
-                pos = skip(pos)
-                if text[pos : pos + 1] == ",":
-                    pos += 1
-                elif text[pos : pos + 1] == "}":
-                    return obj, pos + 1
-                else:
-                    raise fail(pos, "expected ',' or '}'")
-        if ch == "[":
-            arr: list[object] = []
-            pos = skip(pos + 1)
-            if text[pos : pos + 1] == "]":
-                return arr, pos + 1
-            while True:
-                item, pos = value(pos, depth + 1)
-                arr.append(item)
-                pos = skip(pos)
-                if text[pos : pos + 1] == ",":
-                    pos += 1
-                elif text[pos : pos + 1] == "]":
-                    return arr, pos + 1
-                else:
-                    raise fail(pos, "expected ',' or ']'")
-        if ch == '"':
-            return string(pos)
-        for word, result in (("true", True), ("false", False), ("null", None)):
-            if text.startswith(word, pos):
-                return result, pos + len(word)
-        if ch == "-" or ch.isdigit():
-            return number(pos)
-        raise fail(pos, "expected a value")
-
-    result, end = value(0, 0)
-    end = skip(end)
-    if end != len(text):
-        raise fail(end, "extra data")
-    return result
+    try:
+        return json.loads(text, object_pairs_hook=unique, parse_constant=not_json)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def _bytes_of(data: object, what: str) -> memoryview:
@@ -229,7 +117,7 @@ def _read_safetensors(data: object, where: str = "checkpoint") -> dict[str, tupl
             f"{where} header length {header_len} runs past the end of the data ({len(view) - 8} bytes follow)"
         )
     try:
-        header = _parse_json(bytes(view[8 : 8 + header_len]).decode("utf-8"))
+        header = _strict_json(bytes(view[8 : 8 + header_len]).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise LoadError(f"{where} header is not valid JSON: {e}") from None
     if not isinstance(header, dict):
@@ -408,7 +296,7 @@ def _mapped(path: object, external: tuple[tuple[str, str, int, int, str, tuple[i
         return one(path)
     try:
         with open(text, encoding="utf-8") as f:
-            index = _parse_json(f.read())
+            index = _strict_json(f.read())
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise LoadError(f"checkpoint index {text!r}: cannot read it: {e}") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
@@ -453,7 +341,7 @@ def _check_index(path: object, tensors: dict[str, tuple[str, tuple[int, ...], me
     if not text.endswith(".json"):
         return
     with open(text, encoding="utf-8") as f:
-        index = _parse_json(f.read())
+        index = _strict_json(f.read())
     assert isinstance(index, dict)
     for name, shard in index["weight_map"].items():
         got = tensors.get(name)
@@ -658,7 +546,7 @@ def _beside(
     tensors = _read_checkpoint({path: data})  # a shard named by its path: refusals name the file
     _unchanged(data)
     view = _bytes_of(data, path)
-    header = _parse_json(bytes(view[8 : 8 + int.from_bytes(view[:8], "little")]).decode("utf-8"))
+    header = _strict_json(bytes(view[8 : 8 + int.from_bytes(view[:8], "little")]).decode("utf-8"))
     metadata = header.get("__metadata__")
     found = metadata.get("loam_weights") if isinstance(metadata, dict) else None
     if found != digest:
@@ -680,7 +568,7 @@ def _prepared(weight: np.ndarray) -> np.ndarray:
 
 
 PIECES: dict[str, object] = {
-    "_parse_json": _parse_json,
+    "_strict_json": _strict_json,
     "_bytes_of": _bytes_of,
     "_read_safetensors": _read_safetensors,
     "_read_gguf": _read_gguf,

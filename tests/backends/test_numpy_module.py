@@ -12,7 +12,7 @@ from safetensors.numpy import save
 
 from loam.core.errors import AxisError
 from loam.dialects.graph import TensorDataAttr
-from loam.runtime.weights import _parse_json
+from loam.runtime.weights import _strict_json
 from tests.backends.printing import emit, load, t
 
 RNG = np.random.default_rng(0)
@@ -134,14 +134,15 @@ def test_embedded_only_when_every_weight_has_data(tmp_path: Path) -> None:
     assert not hasattr(load(MLP, tmp_path).Weights, "embedded")
 
 
-def test_imports_only_numpy() -> None:
+def test_imports_only_numpy_and_the_standard_library() -> None:
+    """numpy, and `json`, which the checkpoint readers read a safetensors header and an index with."""
     tree = ast.parse(emit(MLP))
     imported = [
         alias.name for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)
         for alias in node.names
     ]  # fmt: skip
     froms = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
-    assert imported == ["numpy"] and froms == []
+    assert imported == ["json", "numpy"] and froms == []
 
 
 def test_only_used_runtime_pieces_are_inlined() -> None:
@@ -284,13 +285,39 @@ def test_axis_named_like_a_declaration_stops_emission(axis: str) -> None:
 def test_json_reader_agrees_with_json(text: str) -> None:
     import json
 
-    assert _parse_json(text) == json.loads(text)
+    assert _strict_json(text) == json.loads(text)
 
 
-@pytest.mark.parametrize("text", ['{"a": 1,}', "[1 2]", '{"a": 01}', '"\\x"', "{} x", '{"a": 1, "a": 2}'])
-def test_json_reader_refuses(text: str) -> None:
-    with pytest.raises(ValueError, match="at offset"):
-        _parse_json(text)
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"a": 1,}', "Expecting property name"),
+        ("[1 2]", "Expecting ','"),
+        ('{"a": 01}', "Expecting ','"),
+        ('"\\x"', "Invalid \\\\escape"),
+        ("{} x", "Extra data"),
+        ("\ufeff{}", "BOM"),
+        ('{"a": 1, "a": 2}', "key 'a' appears twice"),
+        ('{"a": {"b": 1, "b": 1}}', "key 'b' appears twice"),
+        ("[NaN]", "NaN is not JSON"),
+        ('{"a": -Infinity}', "-Infinity is not JSON"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ],
+)
+def test_json_reader_refuses(text: str, message: str) -> None:
+    """What `json.loads` refuses, and what it takes and a strict reader must not: a repeated key (Python
+    would keep the last), NaN and the infinities (not JSON), nesting past the recursion limit."""
+    with pytest.raises(ValueError, match=message):
+        _strict_json(text)
+
+
+@pytest.mark.parametrize(
+    ("header", "message"), [(b'{"w": {}, "w": {}}', "key 'w' appears twice"), (b'{"a": NaN}', "NaN is not JSON")]
+)
+def test_a_safetensors_header_json_refuses_is_a_load_error(tmp_path: Path, header: bytes, message: str) -> None:
+    mod = load(MLP, tmp_path)
+    with pytest.raises(mod.LoadError, match=f"header is not valid JSON: {message}"):
+        mod.Weights.load(raw_checkpoint(header))
 
 
 @pytest.mark.parametrize(

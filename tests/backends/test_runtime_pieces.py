@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import builtins
 import dis
-import threading
+import importlib
 import types
 from collections.abc import Iterable
 
@@ -52,7 +52,12 @@ def unbound(sources: Iterable[str], imports: dict[str, object]) -> set[str]:
 
 
 NUMPY_IMPORTS: dict[str, object] = {"np": np}
-WGSL_IMPORTS: dict[str, object] = {**NUMPY_IMPORTS, "threading": threading, "wgpu": object()}
+WGSL_IMPORTS: dict[str, object] = {**NUMPY_IMPORTS, "wgpu": object()}  # only its name: wgpu is not called here
+
+
+def imported(modules: Iterable[str]) -> dict[str, object]:
+    """The standard library `modules` (`numpy_runtime.standard_imports`), as the module imports them."""
+    return {name: importlib.import_module(name) for name in modules}
 
 
 def feature_reads(names: Iterable[str]) -> set[str]:
@@ -66,7 +71,7 @@ def test_each_numpy_piece_is_carried_with_everything_it_reads() -> None:
         for features in (set(numpy_runtime.FEATURES), set()):
             carried = numpy_runtime.pieces_for([piece], features)
             sources = [numpy_runtime.source_of(name, features) for name in carried]
-            lacking = unbound(sources, NUMPY_IMPORTS)
+            lacking = unbound(sources, {**NUMPY_IMPORTS, **imported(numpy_runtime.standard_imports(carried))})
             if not features:  # without a feature, what a piece reads only for it is never reached
                 lacking -= feature_reads(carried)
             if lacking:
@@ -80,7 +85,8 @@ def test_each_device_piece_is_carried_with_everything_it_reads() -> None:
         carried = wgsl_pieces.pieces_for([piece])
         host = numpy_runtime.pieces_for(wgsl_pieces.numpy_pieces_read(carried))
         sources = [*map(numpy_runtime.source_of, host), *map(wgsl_pieces.source_of, carried)]
-        lacking = unbound(sources, WGSL_IMPORTS)
+        standard = {*numpy_runtime.standard_imports(host), *wgsl_pieces.standard_imports(carried)}
+        lacking = unbound(sources, {**WGSL_IMPORTS, **imported(standard)})
         if lacking:
             missing[piece] = lacking
     assert not missing, missing
@@ -140,6 +146,15 @@ def test_a_feature_a_module_lacks_leaves_its_pieces_out() -> None:
     assert "_read_gguf" not in numpy_runtime.pieces_for(["_read_checkpoint"], ())
     assert "_read_gguf" in numpy_runtime.pieces_for(["_read_checkpoint"], ("gguf",))
     assert "_read_safetensors" in numpy_runtime.pieces_for(["_read_checkpoint"], ())
+
+
+def test_the_standard_library_modules_a_piece_reads_are_imported() -> None:
+    """`_strict_json` reads `json`, which its runtime module imports: a module carrying it imports `json`."""
+    assert numpy_runtime.standard_imports(numpy_runtime.pieces_for(["_read_safetensors"])) == {"json"}
+    assert numpy_runtime.standard_imports(numpy_runtime.pieces_for(["_check_input"])) == set()
+    assert wgsl_pieces.standard_imports(wgsl_pieces.pieces_for(["_Gpu"])) == {"threading"}
+    carried = numpy_runtime.pieces_for(["_read_safetensors"])
+    assert unbound(map(numpy_runtime.source_of, carried), NUMPY_IMPORTS) == {"json"}  # left out: caught
 
 
 def test_a_device_piece_reads_the_numpy_runtime_s_pieces() -> None:

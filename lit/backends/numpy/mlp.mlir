@@ -37,4 +37,4 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) name
 // CHECK-NOT:  def graph_name_of(
 // CHECK-NOT:  def _rotary_rows(
 
-// IMPORTS: ['numpy']
+// IMPORTS: ['json', 'numpy']

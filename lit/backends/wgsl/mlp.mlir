@@ -43,4 +43,4 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [Batch: N, In: 8]>) name
 // CHECK-SAME:     let s1: f32 = round_f16(in0[i]);\n  out0[i] = s1;
 // CHECK-NEXT: }
 
-// IMPORTS: ['numpy', 'threading', 'wgpu']
+// IMPORTS: ['json', 'numpy', 'threading', 'wgpu']

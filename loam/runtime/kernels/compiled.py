@@ -4,7 +4,7 @@ A decode step multiplies a few rows of x by every 4-bit weight of the model.  In
 product (`loam/runtime/kernels/quantized.py`) spends most of its time making float32 temporaries of
 each block's integers; a loop compiled to machine code reads each block's bytes once and keeps the
 sums in registers, about ten times faster on SmolLM2's matrices at one thread.  numba compiles it
-where it is installed; where it is not, the module imports only numpy and computes the same product
+where it is installed; where it is not, the module imports nothing more and computes the same product
 with the numpy kernel, which is also the compiled kernels' test oracle (tests/runtime/test_compiled.py).
 
 - `_rows_q4(q, d, m, x, out)`: out[i, r] = sum over blocks b of d[r, b] * (q[r, b] . x[i, b])
