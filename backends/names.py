@@ -30,7 +30,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
-from loam.backends import numpy_runtime
+from loam.backends import numpy_runtime, wgsl_pieces
 
 __all__ = [
     "LIBRARY_NAMES",
@@ -81,13 +81,14 @@ WGSL_MODULE_NAMES = frozenset(
 )
 
 # The runtime pieces a module may declare under a public name: its errors, the library kernels
-# (`kernel_conv`), the pieces the build also calls (`widened`, `derived_extent`, ...).
-RUNTIME_NAMES = frozenset(name for name in numpy_runtime.PIECES if not name.startswith("_"))
+# (`kernel_conv`), the pieces the build or another runtime module also calls (`widened`,
+# `derived_extent`, ...), the WGSL module's device pieces so named (`DeviceError`, `row_block`).
+RUNTIME_NAMES = frozenset(name for name in (*numpy_runtime.PIECES, *wgsl_pieces.pieces()) if not name.startswith("_"))
 
 # What an axis marker class (a module-level class named after the axis) must not be named: a name
 # either printer reserves that does not start with `_` (an axis name never does).  The layout
 # drafter invents axis names clear of these; the printers refuse a layout's axis named so.
-MARKER_RESERVED = PYTHON_NAMES | LIBRARY_NAMES | MODULE_NAMES | WGSL_MODULE_NAMES | RUNTIME_NAMES | {"DeviceError"}
+MARKER_RESERVED = PYTHON_NAMES | LIBRARY_NAMES | MODULE_NAMES | WGSL_MODULE_NAMES | RUNTIME_NAMES
 
 _MARKS = re.compile(r"[^0-9A-Za-z_]")
 

@@ -379,7 +379,7 @@ class WgslModulePrinter(ModulePrinter):
         return self.device[self._root(value)]
 
     def shader(self, source: str, hint: str) -> str:
-        source = wgsl_runtime._declare_flags(source)  # a shader raising a flag binds the flags buffer
+        source = wgsl_runtime.declare_flags(source)  # a shader raising a flag binds the flags buffer
         fitted = fit_bindings(source, self.limits.storage_buffers)
         if fitted is not None:
             source = fitted.source

@@ -105,7 +105,7 @@ def _loops_counted(code: str) -> str:
         raise DeviceError("a shader without one `main` entry point cannot have its loops counted")
     brace = _after_header(counted, main)
     counted = counted[:brace] + " _ = _loam_flags[0];" + counted[brace:]
-    return _declare_flags(
+    return declare_flags(
         "var<private> _loam_iters: u32;\n"
         "fn _loam_count() {\n"
         "  _loam_iters = _loam_iters + 1u;\n"
@@ -121,7 +121,7 @@ loops ran into llvmpipe's cap (`_loops_counted`), element 1 where a checked i64 
 a raised flag says are wrong."""
 
 
-def _declare_flags(code: str) -> str:
+def declare_flags(code: str) -> str:
     """`code` with the flags buffer declared where it raises a flag and does not declare it yet (the
     printer's shaders with checked i64 steps, llvmpipe's counted loops, or both)."""
     if "_loam_flags[" in code and "var<storage, read_write> _loam_flags" not in code:
@@ -435,7 +435,7 @@ PIECES: dict[str, object] = {
     "_after_header": _after_header,
     "_loops_counted": _loops_counted,
     "_FLAGS": _FLAGS,
-    "_declare_flags": _declare_flags,
+    "declare_flags": declare_flags,
     "_device_dtype": _device_dtype,
     "_device_array": _device_array,
     "_host_array": _host_array,

@@ -151,7 +151,9 @@ _LOGIC = {"and": "&", "or": "|", "xor": "^"}
 _NARROW_INTS = {"i8": 8, "ui8": 8, "i16": 16, "ui16": 16}
 
 
-def _literal(value: float, elem: str) -> str:
+def literal(value: float, elem: str) -> str:
+    """Constant `value` of element type `elem` as a WGSL literal of its device type (an f32 by its bits
+    where it is NaN or infinite, which WGSL has no literal for)."""
     dtype = device_type(elem)
     if dtype == "u32":
         return "1u" if value else "0u"
@@ -243,7 +245,7 @@ def expr_lines(
             names.append(operands[step.index])
             continue
         if isinstance(step, Const):
-            rhs = _literal(step.value, step.elem)
+            rhs = literal(step.value, step.elem)
         elif isinstance(step, Unary):
             arg_elem = types[step.arg][1]
             table = _FLOAT_UNARY if device_type(arg_elem) == "f32" else _INT_UNARY

@@ -22,9 +22,9 @@ from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
 from loam.backends.wgsl_kernels.reduce import (
     ROW_HELPERS,
     ROW_START,
-    _row_block,
     accumulate,
     check_axes,
+    row_block,
     row_functions,
     tree,
 )
@@ -101,7 +101,7 @@ def _p_normalize(
     strides = [1] * rank
     for k in range(rank - 2, -1, -1):
         strides[k] = strides[k + 1] * shape[k + 1]
-    block = _row_block(shape, axes)
+    block = row_block(shape, axes)
     rows = block[0]
     block.append(int(np.array(epsilon, dtype=np.float32).view(np.uint32)))
     block += list(shape) + strides

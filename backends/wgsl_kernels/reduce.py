@@ -192,7 +192,7 @@ fn better(va: f32, ia: u32, vb: f32, ib: u32) -> bool {
 def _p_softmax(shapes: tuple[tuple[int, ...], ...], kind: str, axes: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
     """The softmax kernel's params (rows, row length, kept extents and strides, reduced extents and
     strides, the reduced axes in `axes` order) and its workgroups (one per row)."""
-    block = _row_block(tuple(shapes[0]), axes)
+    block = row_block(tuple(shapes[0]), axes)
     if block[1] == 0:  # an empty row: nothing to normalise
         block[0] = 0
     return tuple(block), block[0]
@@ -272,11 +272,11 @@ def _p_reduce(
 ) -> tuple[tuple[int, ...], int]:
     """The reduce kernel's params (rows = result elements, row length, kept extents and strides,
     reduced extents and strides) and its workgroups (one per result element)."""
-    block = _row_block(tuple(shapes[0]), axes)
+    block = row_block(tuple(shapes[0]), axes)
     return tuple(block), block[0]
 
 
-def _row_block(shape: tuple[int, ...], axes: tuple[int, ...]) -> list[int]:
+def row_block(shape: tuple[int, ...], axes: tuple[int, ...]) -> list[int]:
     """A row kernel's first params over a contiguous `shape` reduced along `axes`: the number of rows
     (kept elements), the row length, the kept extents and strides, the reduced extents and strides."""
     rank = len(shape)
@@ -529,7 +529,7 @@ def _p_topk(
 
 
 PIECES: dict[str, object] = {
-    "_row_block": _row_block,
+    "row_block": row_block,
     "_p_softmax": _p_softmax,
     "_p_reduce": _p_reduce,
     "_lines": _lines,

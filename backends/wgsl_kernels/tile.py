@@ -24,7 +24,7 @@ element type).
 from __future__ import annotations
 
 from loam.backends.wgsl_kernels.common import ENTRY, WORKGROUP, device_type, header
-from loam.backends.wgsl_kernels.elementwise import HELPERS, _literal, expr_lines
+from loam.backends.wgsl_kernels.elementwise import HELPERS, expr_lines, literal
 from loam.core.errors import UnsupportedError
 from loam.dialects.tile_program import (
     Carry,
@@ -177,11 +177,11 @@ def source_tile(program: TileProgram, operands: list[str], results: list[str]) -
             lines.append(f"var t{i}: array<i32, {chunks(n)}>;")
             lines.append(lanes(n, f"t{i}[j] = i32((p / {axis_stride}u) % {shape[step.axis]}u);"))
         elif isinstance(step, Fill) and shape == ():  # a scalar, as reductions and params are
-            lines.append(f"var t{i}: {dev} = {_literal(step.value, step.elem)};")
+            lines.append(f"var t{i}: {dev} = {literal(step.value, step.elem)};")
         elif isinstance(step, Fill):
             n = size(i)
             lines.append(f"var t{i}: array<{dev}, {chunks(n)}>;")
-            lines.append(lanes(n, f"t{i}[j] = {_literal(step.value, step.elem)};"))
+            lines.append(lanes(n, f"t{i}[j] = {literal(step.value, step.elem)};"))
         elif isinstance(step, Map):
             reader = shape if shape else ()
             refs = [at(a, reader) if reader else f"t{a}" for a in step.args]
@@ -202,7 +202,7 @@ def source_tile(program: TileProgram, operands: list[str], results: list[str]) -
             lines.append(
                 lanes(
                     n,
-                    f"t{i}[j] = {_literal(step.other, step.elem)}; "
+                    f"t{i}[j] = {literal(step.other, step.elem)}; "
                     f"if ({condition}) {{ t{i}[j] = in{step.tensor}[u32({at(step.index, shape)})]; }}",
                 )
             )

@@ -56,7 +56,7 @@ class _Reads:
 
 
 def _activation(op: Operation, v: Expr, name: str, alpha: float, beta: float, elem: str) -> Expr:
-    """ONNX's recurrent activation `name` of `v`, as the kernel computes it (`_rnn_act`)."""
+    """ONNX's recurrent activation `name` of `v`, as the kernel computes it (`rnn_activation`)."""
     a, b, zero, one = (Expr.const(c, elem) for c in (alpha, beta, 0.0, 1.0))
     if name == "Tanh":
         return v.unary("tanh")

@@ -7,9 +7,10 @@ kernels (`kernels`), and `set_threads` (`threads`), which bounds the BLAS under 
 build runs the very same functions: stage 0 folds a node with its kernel
 (`kernels.conv.kernel_conv`, ...), a derived extent symbol's value is `prologue.derived_extent`, a
 GGUF header is read by `gguf.parse_gguf_header`, and a checkpoint tensor's encoding is accepted by
-`weights.encoding_supplies`, so the build and the module cannot disagree.  What the build calls has
-a public name, in the runtime and so in every generated module; what only the module calls keeps
-an underscore (`_check_input`, `_load_weights`, `_relu`).
+`weights.encoding_supplies`, so the build and the module cannot disagree.  What the build or another
+runtime module calls has a public name, in the runtime and so in every generated module
+(`dequant.dequantized`, which `weights` reads); what only the module and the pieces beside it call
+keeps an underscore (`_check_input`, `_load_weights`, `_relu`).
 
 Each module here defines `PIECES` (name -> function or class, copied into a module by source).  A
 piece reads only numpy, the builtins and other pieces, calling them by name; which others is read

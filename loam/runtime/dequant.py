@@ -14,7 +14,7 @@ The block formats, as ggml defines them (`ggml-quants.c`), 32 elements per block
 - `Q4_1`: f16 `d`, f16 minimum `m`, then 16 bytes of nibbles as in Q4_0, each read as `d * nibble + m`.
 
 ggml computes each in float32 (the f16 scales widened first), and so do these pieces.
-`_bf16_to_f32` widens bfloat16 bits without ml_dtypes: a bfloat16 is the top half of a float32.
+`bf16_to_f32` widens bfloat16 bits without ml_dtypes: a bfloat16 is the top half of a float32.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def _block_dtype(encoding: str) -> np.dtype:
+def block_dtype(encoding: str) -> np.dtype:
     """The numpy dtype of one block of ggml encoding `encoding` (`Q8_0`, `Q4_0`, `Q4_1`)."""
     if encoding == "Q8_0":
         return np.dtype([("d", "<f2"), ("q", "i1", (32,))])
@@ -34,7 +34,7 @@ def _block_dtype(encoding: str) -> np.dtype:
 
 
 def block_integers(blocks: np.ndarray) -> np.ndarray:
-    """The integers of blocks [..., B] (a `_block_dtype` array) as float32 [..., B, 32]: Q8_0's int8,
+    """The integers of blocks [..., B] (a `block_dtype` array) as float32 [..., B, 32]: Q8_0's int8,
     Q4's nibbles (0..15); what each block's scale multiplies (and, for Q4_0, its offset 8 shifts)."""
     out = np.empty((*blocks.shape, 32), np.float32)
     if "q" in blocks.dtype.names:  # Q8_0
@@ -49,7 +49,7 @@ def block_integers(blocks: np.ndarray) -> np.ndarray:
 
 
 def dequant_blocks(blocks: np.ndarray) -> np.ndarray:
-    """Blocks of any shape [..., B] (a `_block_dtype` array) as float32 elements [..., B * 32]."""
+    """Blocks of any shape [..., B] (a `block_dtype` array) as float32 elements [..., B * 32]."""
     out = block_integers(blocks)
     d = blocks["d"].astype(np.float32)[..., None]
     if "m" in blocks.dtype.names:  # Q4_1: d * q + m
@@ -63,27 +63,27 @@ def dequant_blocks(blocks: np.ndarray) -> np.ndarray:
     return out.reshape(*blocks.shape[:-1], blocks.shape[-1] * 32)
 
 
-def _dequantized(encoding: str, raw: object, count: int) -> np.ndarray:
+def dequantized(encoding: str, raw: object, count: int) -> np.ndarray:
     """The `count` float32 elements of a ggml-quantized tensor (`Q8_0`, `Q4_0`, `Q4_1`) stored in `raw`.
 
     The caller has checked that `raw` holds exactly `count / 32` whole blocks.
     """
-    return dequant_blocks(np.frombuffer(raw, dtype=_block_dtype(encoding))).reshape(-1)[:count]
+    return dequant_blocks(np.frombuffer(raw, dtype=block_dtype(encoding))).reshape(-1)[:count]
 
 
-def _bf16_to_f32(raw: object) -> np.ndarray:
+def bf16_to_f32(raw: object) -> np.ndarray:
     """bfloat16 values stored in `raw` (little-endian), widened exactly to float32."""
     bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << np.uint32(16)
     return bits.view(np.float32)
 
 
-# Elements per block and bytes per block of the encodings `_dequantized` reads.
+# Elements per block and bytes per block of the encodings `dequantized` reads.
 QUANT_BLOCKS: dict[str, tuple[int, int]] = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20)}
 
 PIECES: dict[str, object] = {
-    "_block_dtype": _block_dtype,
+    "block_dtype": block_dtype,
     "block_integers": block_integers,
     "dequant_blocks": dequant_blocks,
-    "_dequantized": _dequantized,
-    "_bf16_to_f32": _bf16_to_f32,
+    "dequantized": dequantized,
+    "bf16_to_f32": bf16_to_f32,
 }

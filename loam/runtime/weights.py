@@ -32,7 +32,7 @@ import json
 
 import numpy as np
 
-from loam.runtime.dequant import _bf16_to_f32, _block_dtype, _dequantized
+from loam.runtime.dequant import bf16_to_f32, block_dtype, dequantized
 from loam.runtime.errors import LoadError
 from loam.runtime.gguf import graph_name_of, parse_gguf_header
 
@@ -44,7 +44,7 @@ SAFETENSORS_DTYPES: dict[str, str | None] = {
     "F64": "float64",
     "F32": "float32",
     "F16": "float16",
-    "BF16": None,  # read from its bits (`_bf16_to_f32`), or viewed as ml_dtypes.bfloat16 by the graph
+    "BF16": None,  # read from its bits (`bf16_to_f32`), or viewed as ml_dtypes.bfloat16 by the graph
     "I64": "int64",
     "I32": "int32",
     "I16": "int16",
@@ -433,14 +433,14 @@ def _decoded(entry: tuple[str, tuple[int, ...], memoryview, str], dtype: object)
         return np.zeros(shape, target), np.zeros(shape, target)
     if encoding in ("Q8_0", "Q4_0", "Q4_1"):
         stored = np.frombuffer(raw, dtype=np.uint8)
-        value = _dequantized(encoding, raw, count).reshape(shape)
+        value = dequantized(encoding, raw, count).reshape(shape)
     elif encoding == "BF16":
         stored = np.frombuffer(raw, dtype="<u2").reshape(shape)
         if target.name == "bfloat16":
             stored = stored.view(target)
             value = stored
         else:
-            value = _bf16_to_f32(raw).reshape(shape)
+            value = bf16_to_f32(raw).reshape(shape)
     else:
         stored = np.frombuffer(raw, dtype=np.dtype(SAFETENSORS_DTYPES[encoding]).newbyteorder("<")).reshape(shape)
         value = stored
@@ -502,7 +502,7 @@ def _load_weights(
 def _packed_blocks(entry: tuple[str, tuple[int, ...], memoryview, str]) -> np.ndarray:
     """A checked 2-D ggml-quantized tensor [N, K] as its blocks [N, K / 32] (a read-only view)."""
     encoding, shape, raw, _ = entry
-    blocks = np.frombuffer(raw, dtype=_block_dtype(encoding)).reshape(shape[0], shape[1] // 32)
+    blocks = np.frombuffer(raw, dtype=block_dtype(encoding)).reshape(shape[0], shape[1] // 32)
     blocks.flags.writeable = False
     return blocks
 
@@ -589,7 +589,7 @@ PIECES: dict[str, object] = {
 }
 
 FEATURES: dict[str, dict[str, tuple[str, ...]]] = {
-    "gguf": {"_read_checkpoint": ("_read_gguf",), "_decoded": ("_dequantized",)},
+    "gguf": {"_read_checkpoint": ("_read_gguf",), "_decoded": ("dequantized",)},
     "renames": {"_load_weights": ("graph_name_of",)},
     "packed": {"_load_weights": ("_packed_blocks",)},
     "row_orders": {"_load_weights": ("_rotary_rows",)},

@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from loam.runtime.dequant import _bf16_to_f32, _dequantized
+from loam.runtime.dequant import bf16_to_f32, dequantized
 from tests.backends.printing import load, t
 
 RNG = np.random.default_rng(7)
@@ -86,7 +86,7 @@ def dequantize_reference(kind: str, raw: bytes) -> np.ndarray:
 def test_dequantization_matches_the_block_definitions(kind: str) -> None:
     x = RNG.standard_normal(32 * 5).astype(np.float32)
     raw = quantize(kind, x)
-    got = _dequantized(kind, raw, x.size)
+    got = dequantized(kind, raw, x.size)
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, dequantize_reference(kind, raw))
     # and the quantization is real: within a step of the values it encodes
@@ -104,15 +104,15 @@ def test_the_gguf_package_agrees(kind: str) -> None:
     qtype = getattr(gguf.GGMLQuantizationType, kind)
     theirs = np.asarray(quants.quantize(x, qtype), np.uint8)
     np.testing.assert_array_equal(
-        _dequantized(kind, theirs.reshape(-1), x.size), quants.dequantize(theirs, qtype).reshape(-1)
+        dequantized(kind, theirs.reshape(-1), x.size), quants.dequantize(theirs, qtype).reshape(-1)
     )
     ours = np.frombuffer(quantize(kind, x.reshape(-1)), np.uint8)
-    np.testing.assert_array_equal(_dequantized(kind, ours, x.size), quants.dequantize(ours, qtype).reshape(-1))
+    np.testing.assert_array_equal(dequantized(kind, ours, x.size), quants.dequantize(ours, qtype).reshape(-1))
 
 
 def test_bf16_bits_widen_exactly() -> None:
     x = RNG.standard_normal(10).astype(ml_dtypes.bfloat16)
-    np.testing.assert_array_equal(_bf16_to_f32(x.tobytes()), x.astype(np.float32))
+    np.testing.assert_array_equal(bf16_to_f32(x.tobytes()), x.astype(np.float32))
 
 
 # -- a module loading a GGUF file ---------------------------------------------------------------

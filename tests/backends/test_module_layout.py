@@ -17,7 +17,7 @@ from tests.backends.test_gguf_load import gguf_file
 
 MLP = Path(__file__).resolve().parents[2] / "examples" / "mlp"
 
-GGUF_ONLY = ("def parse_gguf_header(", "def _read_gguf(", "def _dequantized(", "def _ggml_types(")
+GGUF_ONLY = ("def parse_gguf_header(", "def _read_gguf(", "def dequantized(", "def _ggml_types(")
 """The pieces a module needs only to read GGUF files."""
 
 

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 import loam
 from loam.driver.draft import draft_layout
 from loam.driver.options import Options
-from loam.runtime.dequant import _block_dtype
+from loam.runtime.dequant import block_dtype
 from loam.runtime.kernels.quantized import kernel_gather_packed, kernel_matmul_packed
 from loam.runtime.weights import _rotary_rows
 from tests.checkpoints.external import external_initializers
@@ -31,7 +31,7 @@ ENCODINGS = ("Q4_0", "Q4_1", "Q8_0")
 def _blocks(values: np.ndarray, encoding: str) -> tuple[np.ndarray, np.ndarray]:
     """`values` [R, C] quantized: (the blocks [R, C / 32], llama.cpp's widening of them)."""
     raw = quantize(values, encoding)
-    blocks = np.frombuffer(raw, dtype=_block_dtype(encoding)).reshape(values.shape[0], values.shape[1] // 32)
+    blocks = np.frombuffer(raw, dtype=block_dtype(encoding)).reshape(values.shape[0], values.shape[1] // 32)
     kind = getattr(GGMLQuantizationType, encoding)
     widened = quants.dequantize(np.frombuffer(raw, dtype=np.uint8).reshape(values.shape[0], -1), kind)
     return blocks, widened.astype(np.float32)

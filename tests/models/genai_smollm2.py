@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from loam.runtime.dequant import _dequantized
+from loam.runtime.dequant import dequantized
 from loam.runtime.gguf import parse_gguf_header
 from loam.runtime.weights import _rotary_rows
 
@@ -53,7 +53,7 @@ def _tensors(gguf: Path) -> dict[str, np.ndarray]:
         raw = mapped[start : start + nbytes]
         if encoding == "F32":
             return np.frombuffer(raw, "<f4").reshape(shape).astype(np.float32)
-        return _dequantized(encoding, raw, int(np.prod(shape))).reshape(shape)
+        return dequantized(encoding, raw, int(np.prod(shape))).reshape(shape)
 
     heads, kv_heads = int(metadata["llama.attention.head_count"]), int(metadata["llama.attention.head_count_kv"])
     layers, dim = int(metadata["llama.block_count"]), int(metadata["llama.rope.dimension_count"])

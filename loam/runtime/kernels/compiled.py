@@ -26,6 +26,8 @@ with the numpy kernel, which is also the compiled kernels' test oracle (tests/ru
 - `_CompiledKernels`: compiles them on first use in each process (about 1.5 s), and holds each packed
   weight's unpacked form (its integers contiguous, its f16 scales widened once: 24 bytes per Q4 block
   against the file's 18 or 20, 36 per Q8_0 block against 34), made on the weight's first product.
+- `compiled_kernels()`, `matmul_packed_compiled(rows, w)`: what the packed kernels
+  (`loam/runtime/kernels/quantized.py`) call, the kernels or a packed product, None where numba is not.
 - `set_compiled(enabled)`: turns the path off (or back on, compiling it then) for the process.
 
 Sums are float32 in a different order than the numpy kernel's, so the two agree within float32
@@ -256,7 +258,13 @@ class _CompiledKernels:
         return form
 
 
-def _matmul_packed_compiled(rows: np.ndarray, w: np.ndarray) -> np.ndarray | None:
+def compiled_kernels() -> dict | None:
+    """The compiled row kernels by name, compiling them on first use; None where they are off or numba
+    is not installed (the caller computes in numpy)."""
+    return _CompiledKernels.get()
+
+
+def matmul_packed_compiled(rows: np.ndarray, w: np.ndarray) -> np.ndarray | None:
     """rows [M, K] @ W^T for packed blocks W [N, K / 32] by the compiled kernels, or None where
     they are off or numba is not installed (the caller computes it in numpy)."""
     kernels = _CompiledKernels.get()
@@ -291,6 +299,7 @@ PIECES: dict[str, object] = {
     "_rows_nbits": _rows_nbits,
     "_widen_nbits": _widen_nbits,
     "_CompiledKernels": _CompiledKernels,
-    "_matmul_packed_compiled": _matmul_packed_compiled,
+    "compiled_kernels": compiled_kernels,
+    "matmul_packed_compiled": matmul_packed_compiled,
     "set_compiled": set_compiled,
 }

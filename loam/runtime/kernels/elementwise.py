@@ -10,6 +10,9 @@ whose meaning depends on the element type, as ONNX defines it:
 - `_pow`: the result has the base's type, whatever the exponent's (ONNX Pow's T and T1);
 - `_mod`: the divisor's sign (ONNX Mod with fmod=0);
 - `_shl`, `_shr`: ONNX BitShift, defined for shifts outside the type's width.
+
+`rnn_activation` applies the activation a recurrent operator names (`Sigmoid`, `Softsign`,
+`HardSigmoid`, ...) with these same pieces, for the recurrent kernels.
 """
 
 from __future__ import annotations
@@ -212,6 +215,36 @@ def _by_rows(fn: object, out: np.ndarray, *args: np.ndarray) -> np.ndarray:
     return out
 
 
+def rnn_activation(v: np.ndarray, name: str, alpha: float, beta: float) -> np.ndarray:
+    """ONNX's recurrent activation `name` (alpha and beta where it reads them) of `v`, in v's dtype: the
+    elementwise function an RNN, GRU or LSTM names for its gates (`loam.runtime.kernels.recurrent`)."""
+    a, b = v.dtype.type(alpha), v.dtype.type(beta)
+    zero = v.dtype.type(0)
+    if name == "Tanh":
+        return np.tanh(v)
+    if name == "Sigmoid":
+        return _sigmoid(v)
+    if name == "Relu":
+        return np.maximum(v, zero)
+    if name == "Affine":
+        return a * v + b
+    if name == "LeakyRelu":
+        return np.where(v >= zero, v, a * v)
+    if name == "ThresholdedRelu":
+        return np.where(v > a, v, zero)
+    if name == "ScaledTanh":
+        return a * np.tanh(b * v)
+    if name == "HardSigmoid":
+        return np.minimum(np.maximum(a * v + b, zero), v.dtype.type(1))
+    if name == "Elu":
+        return np.where(v >= zero, v, a * np.expm1(v))
+    if name == "Softsign":
+        return _softsign(v)
+    if name == "Softplus":
+        return _softplus(v)
+    raise ValueError(f"unknown recurrent activation {name!r}")
+
+
 # Step operator -> the numpy function or piece computing it ("" is the identity).
 UNARY_SOURCE: dict[str, str] = {
     "neg": "np.negative", "abs": "np.abs", "relu": "_relu", "sigmoid": "_sigmoid", "tanh": "np.tanh",
@@ -246,4 +279,5 @@ PIECES: dict[str, object] = {
     "_mod": _mod,
     "_shl": _shl,
     "_shr": _shr,
+    "rnn_activation": rnn_activation,
 }

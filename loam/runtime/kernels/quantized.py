@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from loam.runtime.dequant import block_integers, dequant_blocks
-from loam.runtime.kernels.compiled import _CompiledKernels, _matmul_packed_compiled
+from loam.runtime.kernels.compiled import compiled_kernels, matmul_packed_compiled
 
 
 def kernel_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int) -> np.ndarray:
@@ -76,7 +76,7 @@ def kernel_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int) -> np
         for s in range(0, k, step):
             out += rows[:, s : s + step] @ dequant_blocks(w[s : s + step])
         return out.reshape(*x.shape[:-1], n)
-    compiled = _matmul_packed_compiled(rows, w)  # numba's kernels, where installed
+    compiled = matmul_packed_compiled(rows, w)  # numba's kernels, where installed
     if compiled is not None:
         return compiled.reshape(*x.shape[:-1], n)
     out = np.empty((m, n), np.float32)
@@ -207,7 +207,7 @@ def kernel_matmul_nbits(
             x[:, :k] = rows
         if z is None:
             z = np.full((1, 1), 1 << (bits - 1), np.float32)  # one zero point for every block
-        kernels = _CompiledKernels.get()  # numba's kernels where installed (`loam/runtime/kernels/compiled.py`)
+        kernels = compiled_kernels()  # numba's kernels where installed (`loam/runtime/kernels/compiled.py`)
         if kernels is not None and m <= 2:  # a decode step: each block's bytes read once, no float W formed
             kernels["_rows_nbits"](packed, s, z, x, out, bits, block_size)
         elif kernels is not None:  # a bounded group of W's rows widened into scratch, then BLAS

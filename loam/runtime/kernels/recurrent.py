@@ -14,36 +14,7 @@ import numpy as np
 
 from loam.runtime.errors import DataError
 from loam.runtime.kernels.common import narrowed, widened
-from loam.runtime.kernels.elementwise import _sigmoid, _softplus, _softsign
-
-
-def _rnn_act(v: np.ndarray, name: str, alpha: float, beta: float) -> np.ndarray:
-    """ONNX's recurrent activation `name` (alpha and beta where it reads them) in v's dtype."""
-    a, b = v.dtype.type(alpha), v.dtype.type(beta)
-    zero = v.dtype.type(0)
-    if name == "Tanh":
-        return np.tanh(v)
-    if name == "Sigmoid":
-        return _sigmoid(v)
-    if name == "Relu":
-        return np.maximum(v, zero)
-    if name == "Affine":
-        return a * v + b
-    if name == "LeakyRelu":
-        return np.where(v >= zero, v, a * v)
-    if name == "ThresholdedRelu":
-        return np.where(v > a, v, zero)
-    if name == "ScaledTanh":
-        return a * np.tanh(b * v)
-    if name == "HardSigmoid":
-        return np.minimum(np.maximum(a * v + b, zero), v.dtype.type(1))
-    if name == "Elu":
-        return np.where(v >= zero, v, a * np.expm1(v))
-    if name == "Softsign":
-        return _softsign(v)
-    if name == "Softplus":
-        return _softplus(v)
-    raise ValueError(f"unknown recurrent activation {name!r}")
+from loam.runtime.kernels.elementwise import rnn_activation
 
 
 def _rnn_each(v: np.ndarray, acts: list[tuple[str, float, float]], clip: float) -> np.ndarray:
@@ -52,8 +23,8 @@ def _rnn_each(v: np.ndarray, acts: list[tuple[str, float, float]], clip: float) 
     if clip > 0:
         v = np.clip(v, v.dtype.type(-clip), v.dtype.type(clip))
     if all(a == acts[0] for a in acts):
-        return _rnn_act(v, *acts[0])
-    return np.stack([_rnn_act(v[d], *act) for d, act in enumerate(acts)])
+        return rnn_activation(v, *acts[0])
+    return np.stack([rnn_activation(v[d], *act) for d, act in enumerate(acts)])
 
 
 def _recurrent(
@@ -221,7 +192,6 @@ def kernel_lstm(
 
 
 PIECES: dict[str, object] = {
-    "_rnn_act": _rnn_act,
     "_rnn_each": _rnn_each,
     "_recurrent": _recurrent,
     "kernel_rnn": kernel_rnn,
