@@ -19,6 +19,8 @@ ggml computes each in float32 (the f16 scales widened first), and so do these pi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 
@@ -37,7 +39,9 @@ def block_integers(blocks: np.ndarray) -> np.ndarray:
     """The integers of blocks [..., B] (a `block_dtype` array) as float32 [..., B, 32]: Q8_0's int8,
     Q4's nibbles (0..15); what each block's scale multiplies (and, for Q4_0, its offset 8 shifts)."""
     out = np.empty((*blocks.shape, 32), np.float32)
-    if "q" in blocks.dtype.names:  # Q8_0
+    names = blocks.dtype.names
+    assert names is not None, "blocks of a block_dtype"
+    if "q" in names:  # Q8_0
         out[...] = blocks["q"]
     else:
         qs = blocks["qs"]
@@ -52,10 +56,12 @@ def dequant_blocks(blocks: np.ndarray) -> np.ndarray:
     """Blocks of any shape [..., B] (a `block_dtype` array) as float32 elements [..., B * 32]."""
     out = block_integers(blocks)
     d = blocks["d"].astype(np.float32)[..., None]
-    if "m" in blocks.dtype.names:  # Q4_1: d * q + m
+    names = blocks.dtype.names
+    assert names is not None, "blocks of a block_dtype"
+    if "m" in names:  # Q4_1: d * q + m
         out *= d
         out += blocks["m"].astype(np.float32)[..., None]
-    elif "qs" in blocks.dtype.names:  # Q4_0: d * (q - 8)
+    elif "qs" in names:  # Q4_0: d * (q - 8)
         out -= np.float32(8)
         out *= d
     else:  # Q8_0: d * q
@@ -63,7 +69,7 @@ def dequant_blocks(blocks: np.ndarray) -> np.ndarray:
     return out.reshape(*blocks.shape[:-1], blocks.shape[-1] * 32)
 
 
-def dequantized(encoding: str, raw: object, count: int) -> np.ndarray:
+def dequantized(encoding: str, raw: bytes | memoryview, count: int) -> np.ndarray:
     """The `count` float32 elements of a ggml-quantized tensor (`Q8_0`, `Q4_0`, `Q4_1`) stored in `raw`.
 
     The caller has checked that `raw` holds exactly `count / 32` whole blocks.
@@ -71,7 +77,7 @@ def dequantized(encoding: str, raw: object, count: int) -> np.ndarray:
     return dequant_blocks(np.frombuffer(raw, dtype=block_dtype(encoding))).reshape(-1)[:count]
 
 
-def bf16_to_f32(raw: object) -> np.ndarray:
+def bf16_to_f32(raw: bytes | memoryview) -> np.ndarray:
     """bfloat16 values stored in `raw` (little-endian), widened exactly to float32."""
     bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << np.uint32(16)
     return bits.view(np.float32)
@@ -80,7 +86,7 @@ def bf16_to_f32(raw: object) -> np.ndarray:
 # Elements per block and bytes per block of the encodings `dequantized` reads.
 QUANT_BLOCKS: dict[str, tuple[int, int]] = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20)}
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "block_dtype": block_dtype,
     "block_integers": block_integers,
     "dequant_blocks": dequant_blocks,

@@ -9,6 +9,8 @@ defines (a class index beyond the classes of a loss), found by the kernel that r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class ShapeError(ValueError):
     """`forward` was given an input that disagrees with the graph: kind, dtype, rank or an extent."""
@@ -22,4 +24,4 @@ class LoadError(ValueError):
     """`Weights.load` was given a checkpoint (safetensors or GGUF) that is malformed or disagrees with the graph."""
 
 
-PIECES: dict[str, object] = {"ShapeError": ShapeError, "DataError": DataError, "LoadError": LoadError}
+PIECES: dict[str, Callable[..., object]] = {"ShapeError": ShapeError, "DataError": DataError, "LoadError": LoadError}

@@ -25,6 +25,8 @@ them too (`loam.frontends.gguf`, `loam.frontends.checkpoint`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 
@@ -90,7 +92,7 @@ def parse_gguf_header(data: object) -> tuple[dict[str, object], dict[str, tuple[
         12: ("<f8", 8),
     }
     ggml = _ggml_types()
-    with memoryview(data).cast("B") as view:  # type: ignore[arg-type]
+    with memoryview(data).cast("B") as view:  # type: ignore[arg-type]  # bytes-like, or a TypeError
         size = len(view)
         pos = 0
 
@@ -231,7 +233,7 @@ def graph_name_of(name: str, rules: tuple[tuple[str, str], ...]) -> str:
     return name
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "_ggml_types": _ggml_types,
     "parse_gguf_header": parse_gguf_header,
     "graph_name_of": graph_name_of,

@@ -17,6 +17,8 @@ Every piece here is a plain top-level function whose source a generated numpy mo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.runtime.errors import ShapeError
@@ -146,7 +148,7 @@ def _room(
             )
 
 
-def _keep(pool: dict, key: tuple, buffers: tuple) -> None:  # type: ignore[type-arg]
+def _keep(pool: dict, key: tuple, buffers: tuple) -> None:
     """Give forward's preallocated buffers back to `pool` for the next call with the extents `key`.
 
     A call takes its buffers out of the pool (`pool.pop`) and puts them back when it returns, so two
@@ -202,7 +204,7 @@ def derived_extent(function: str, *args: int) -> int:
     raise ValueError(f"unknown derived operation {function!r}")
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "_check_input": _check_input,
     "_gives": _gives,
     "_read_back": _read_back,

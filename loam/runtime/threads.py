@@ -14,6 +14,8 @@ Python starts instead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 
@@ -21,7 +23,8 @@ def set_threads(count: int) -> int:
     """Let the BLAS under numpy's matrix products use `count` threads from now on, in the whole
     process; returns the count it used before.  RuntimeError where numpy's BLAS is not an OpenBLAS
     this process has loaded (set OMP_NUM_THREADS before Python starts instead)."""
-    ctypes = np.ctypeslib.ctypes  # the standard library's, through numpy: the module imports numpy alone
+    # The standard library's ctypes, through numpy, which imports it: no module imports it for this alone.
+    ctypes = np.ctypeslib.ctypes  # type: ignore[attr-defined]  # numpy.ctypeslib does not re-export it
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"set_threads: the thread count must be a positive int, not {count!r}")
     paths: list[str] = []
@@ -49,4 +52,4 @@ def set_threads(count: int) -> int:
     )
 
 
-PIECES: dict[str, object] = {"set_threads": set_threads}
+PIECES: dict[str, Callable[..., object]] = {"set_threads": set_threads}

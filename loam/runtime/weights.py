@@ -29,6 +29,7 @@ for a feature a model may lack: `FEATURES`).  The build runs `encoding_supplies`
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import numpy as np
 
@@ -93,7 +94,7 @@ def _bytes_of(data: object, what: str) -> memoryview:
             "sharded checkpoint, a mapping of shard name -> bytes also serve)"
         )
     try:
-        return memoryview(data).cast("B")
+        return memoryview(data).cast("B")  # type: ignore[arg-type]  # numpy's stubs do not call an ndarray a Buffer
     except (TypeError, ValueError) as e:
         raise LoadError(f"{what} is not one contiguous run of bytes: {e}") from None
 
@@ -270,7 +271,7 @@ def _mapped(path: object, external: tuple[tuple[str, str, int, int, str, tuple[i
 
     def one(p: object) -> np.ndarray:
         try:
-            return np.memmap(p, dtype=np.uint8, mode="r")
+            return np.memmap(p, dtype=np.uint8, mode="r")  # type: ignore[call-overload]  # a path as the caller gave it
         except (OSError, ValueError) as e:
             raise LoadError(f"checkpoint {str(p)!r}: cannot map the file: {e}") from None
 
@@ -302,13 +303,13 @@ def _mapped(path: object, external: tuple[tuple[str, str, int, int, str, tuple[i
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise LoadError(f"checkpoint index {text!r}: no 'weight_map' of tensor name -> shard file")
-    folder = text.rpartition("/")[0] or "."
+    base = text.rpartition("/")[0] or "."
     shards: dict[str, object] = {}
     for name, shard in weight_map.items():
         if shard.startswith("/") or ".." in shard.replace("\\", "/").split("/"):
             raise LoadError(f"checkpoint index {text!r}: tensor '{name}' names shard {shard!r}, outside its folder")
         if shard not in shards:
-            shards[shard] = one(f"{folder}/{shard}")
+            shards[shard] = one(f"{base}/{shard}")
     return shards
 
 
@@ -320,9 +321,9 @@ def _unchanged(data: object) -> None:
     end.  This runs after the header check, before any payload is read.  (Once loaded, the weights
     view the map: a checkpoint must not be cut short while a module uses it.)"""
     for m in data.values() if isinstance(data, dict) else (data,):
-        name = getattr(m, "filename", None)
-        if name is None:
+        if not isinstance(m, np.memmap) or m.filename is None:  # bytes given, not a file mapped
             continue
+        name = m.filename
         try:
             with open(name, "rb") as f:
                 size = f.seek(0, 2)
@@ -373,7 +374,7 @@ def encoding_supplies(encoding: str, target: np.dtype) -> bool | None:
 def _check_weight(
     entry: tuple[str, tuple[int, ...], memoryview, str] | None,
     name: str,
-    dtype: object,
+    dtype: str | type,
     axes: tuple[tuple[str, int | None], ...],
 ) -> None:
     """Refuse checkpoint tensor `entry` for graph weight `name` unless its encoding converts to
@@ -417,7 +418,7 @@ def _check_weight(
         raise LoadError(f"tensor '{name}' holds {len(raw)} bytes; shape {list(shape)} of {encoding} needs {need}")
 
 
-def _decoded(entry: tuple[str, tuple[int, ...], memoryview, str], dtype: object) -> tuple[np.ndarray, np.ndarray]:
+def _decoded(entry: tuple[str, tuple[int, ...], memoryview, str], dtype: str | type) -> tuple[np.ndarray, np.ndarray]:
     """A checked checkpoint tensor as (the array it stores, the array of graph dtype `dtype`).
 
     Both are zero-copy views of the checkpoint's bytes where the stored dtype is the graph's and
@@ -454,7 +455,7 @@ def _decoded(entry: tuple[str, tuple[int, ...], memoryview, str], dtype: object)
 
 def _load_weights(
     tensors: dict[str, tuple[str, tuple[int, ...], memoryview, str]],
-    specs: tuple[tuple[str, str, object, tuple[tuple[str, int | None], ...]], ...],
+    specs: tuple[tuple[str, str, str | type, tuple[tuple[str, int | None], ...]], ...],
     rules: tuple[tuple[str, str], ...],
     carried: dict[str, np.ndarray],
     packed: frozenset[str] = frozenset(),
@@ -522,7 +523,7 @@ def _beside(
     module_file: str,
     digest: str,
     data: object,
-    specs: tuple[tuple[str, str, object, tuple[tuple[str, int | None], ...]], ...],
+    specs: tuple[tuple[str, str, str | type, tuple[tuple[str, int | None], ...]], ...],
 ) -> dict[str, np.ndarray]:
     """The weights a module keeps in the safetensors file beside it, by ONNX name: read-only views of
     the file memory-mapped (`data`, where given, holds the same file's bytes: a module imported from its
@@ -547,6 +548,7 @@ def _beside(
     _unchanged(data)
     view = _bytes_of(data, path)
     header = _strict_json(bytes(view[8 : 8 + int.from_bytes(view[:8], "little")]).decode("utf-8"))
+    assert isinstance(header, dict), "_read_checkpoint refused any other header"
     metadata = header.get("__metadata__")
     found = metadata.get("loam_weights") if isinstance(metadata, dict) else None
     if found != digest:
@@ -567,7 +569,7 @@ def _prepared(weight: np.ndarray) -> np.ndarray:
     return np.asarray(weight).astype(np.float32)
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "_strict_json": _strict_json,
     "_bytes_of": _bytes_of,
     "_read_safetensors": _read_safetensors,

@@ -14,6 +14,8 @@ widened to f32 for arithmetic and narrowed for the result.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from loam.runtime.kernels import (
     common,
     compiled,
@@ -54,4 +56,4 @@ FAMILIES = (
     quantized,
 )
 
-PIECES: dict[str, object] = {name: piece for family in FAMILIES for name, piece in family.PIECES.items()}
+PIECES: dict[str, Callable[..., object]] = {name: piece for family in FAMILIES for name, piece in family.PIECES.items()}

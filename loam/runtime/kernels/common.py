@@ -3,6 +3,8 @@ the run decides may take, and the one integer an operand the run gives holds."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.runtime.errors import DataError
@@ -54,7 +56,7 @@ def one_integer(value: np.ndarray, what: str) -> int:
     return int(given[0])
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "widened": widened,
     "narrowed": narrowed,
     "room_for": room_for,

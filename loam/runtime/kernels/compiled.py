@@ -40,6 +40,8 @@ from a path under another name does not have.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 
@@ -233,9 +235,10 @@ class _CompiledKernels:
             except ImportError:
                 return None
             # Sums may be reassociated (so the loops vectorize); NaN and infinity keep IEEE meaning.
-            options = {"fastmath": {"reassoc", "contract"}, "nogil": True, "error_model": "numpy"}
-            kernels = (_rows_q4, _rows_q8, _cohort_rows, _rows_nbits, _widen_nbits)
-            cls.kernels = {fn.__name__: numba.njit(**options)(fn) for fn in kernels}
+            cls.kernels = {
+                fn.__name__: numba.njit(fastmath={"reassoc", "contract"}, nogil=True, error_model="numpy")(fn)
+                for fn in (_rows_q4, _rows_q8, _cohort_rows, _rows_nbits, _widen_nbits)
+            }
         return cls.kernels
 
     @classmethod
@@ -248,13 +251,19 @@ class _CompiledKernels:
 
         rows = w.shape[0]
         d = np.ascontiguousarray(w["d"], dtype=np.float32)
-        if "q" in w.dtype.names:  # Q8_0
+        names = w.dtype.names
+        assert names is not None, "blocks of a block_dtype"
+        if "q" in names:  # Q8_0
             form: tuple = (np.ascontiguousarray(w["q"]).reshape(rows, -1), d)
         else:
-            m = np.ascontiguousarray(w["m"], dtype=np.float32) if "m" in w.dtype.names else np.float32(-8) * d
+            m = np.ascontiguousarray(w["m"], dtype=np.float32) if "m" in names else np.float32(-8) * d
             form = (np.ascontiguousarray(w["qs"]).reshape(rows, -1), d, m)
         key = id(w)
-        cls.forms[key] = (weakref.ref(w, lambda _, key=key: cls.forms.pop(key, None)), form)
+
+        def forget(_: object, key: int = key) -> None:
+            cls.forms.pop(key, None)
+
+        cls.forms[key] = (weakref.ref(w, forget), form)
         return form
 
 
@@ -292,7 +301,7 @@ def set_compiled(enabled: bool) -> bool:
     return before
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "_rows_q4": _rows_q4,
     "_rows_q8": _rows_q8,
     "_cohort_rows": _cohort_rows,

@@ -12,6 +12,8 @@ Halves (f16, bf16) compute in f32 and are narrowed back, as ONNX defines them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.runtime.errors import DataError
@@ -396,7 +398,8 @@ def kernel_pool(
     if mode == "max":
         is_float = xc.dtype.kind == "f" or xc.dtype.type.__name__ == "bfloat16"
         if is_float:  # the largest finite value is the bit pattern below inf (f16, bf16, f32, f64 alike)
-            lowest = None  # computed below where needed
+            bits = np.asarray(np.inf).astype(xc.dtype).view(f"u{xc.dtype.itemsize}") - 1
+            lowest = -bits.view(xc.dtype)
         else:
             lowest = np.asarray(np.iinfo(xc.dtype).min).astype(xc.dtype)
         if not indices and taps:
@@ -421,14 +424,8 @@ def kernel_pool(
                     mask[interior] = True
                     any_inside = window_max(mask)
                     if not any_inside.all():
-                        if is_float:
-                            bits = np.asarray(np.inf).astype(xc.dtype).view(f"u{xc.dtype.itemsize}") - 1
-                            lowest = -bits.view(xc.dtype)
                         top = np.where(any_inside, top, lowest).astype(xc.dtype)
                 return top
-        if is_float:
-            bits = np.asarray(np.inf).astype(xc.dtype).view(f"u{xc.dtype.itemsize}") - 1
-            lowest = -bits.view(xc.dtype)
         floor = -np.inf if is_float else lowest
     # Which taps of each window lie inside the input: (1, 1, *out, taps).
     inside = windows(np.pad(np.ones((1, 1, *spatial), dtype=bool), widths))
@@ -447,10 +444,10 @@ def kernel_pool(
         if is_float and nan_rule == "first":
             fallback = fallback | (np.isnan(flat) & (np.arange(taps) == first_inside[..., None])).any(axis=-1)
         best = np.where(fallback, first_inside, best)
-        any_inside = inside.any(axis=-1)
+        some_inside = inside.any(axis=-1)
         arg = np.broadcast_to(best, flat.shape[:-1])
         y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
-        y = np.where(any_inside, y, lowest).astype(flat.dtype)
+        y = np.where(some_inside, y, lowest).astype(flat.dtype)
         if not indices:
             return y
         offsets = np.unravel_index(arg, kernel_shape)
@@ -461,7 +458,7 @@ def kernel_pool(
             grid = np.arange(out_shape[i], dtype=np.int64).reshape([-1 if j == i else 1 for j in range(nsp)])
             coord = grid * strides[i] - pads[i] + offsets[i].astype(np.int64) * dilations[i]
             # onnxruntime's index of a window with no tap inside reads coordinate -1 on every axis.
-            coord = np.where(any_inside, coord, -1)
+            coord = np.where(some_inside, coord, -1)
             index = index + coord * stride
             stride *= x.shape[2 + i]
         planes = np.arange(x.shape[0] * x.shape[1], dtype=np.int64).reshape(x.shape[0], x.shape[1], *([1] * nsp))
@@ -483,7 +480,7 @@ def kernel_pool(
     return narrowed(total / counts.astype(total.dtype), dtype)
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "_conv_windows": _conv_windows,
     "kernel_conv": kernel_conv,
     "_biased": _biased,

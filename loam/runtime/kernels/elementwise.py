@@ -17,6 +17,8 @@ whose meaning depends on the element type, as ONNX defines it:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 
@@ -198,7 +200,7 @@ def _by_rows(fn: object, out: np.ndarray, *args: np.ndarray) -> np.ndarray:
     width = out.shape[-1] if out.ndim >= 2 else 0
     chunk = 65536  # 4 x this is the printer's ROWS_MIN_ELEMENTS (backends/numpy_kernel_printer.py)
     if not width or out.size < 4 * chunk or not out.flags.c_contiguous:
-        return fn(*args, out=out)  # type: ignore[operator]
+        return fn(*args, out=out)  # type: ignore[operator]  # an expression function
     rows = out.size // width
     cut: list[tuple[bool, np.ndarray]] = []
     for a in args:
@@ -207,11 +209,11 @@ def _by_rows(fn: object, out: np.ndarray, *args: np.ndarray) -> np.ndarray:
         elif a.ndim == 0 or (a.shape[-1] in (1, width) and all(e == 1 for e in a.shape[:-1])):
             cut.append((False, a.reshape(a.shape[-1:])))
         else:
-            return fn(*args, out=out)  # type: ignore[operator]
+            return fn(*args, out=out)  # type: ignore[operator]  # an expression function
     flat = out.reshape(rows, width)
     step = max(1, chunk // width)
     for i in range(0, rows, step):
-        fn(*[a[i : i + step] if sliced else a for sliced, a in cut], out=flat[i : i + step])  # type: ignore[operator]
+        fn(*[a[i : i + step] if sliced else a for sliced, a in cut], out=flat[i : i + step])  # type: ignore[operator]  # an expression function
     return out
 
 
@@ -265,7 +267,7 @@ BINARY_SOURCE: dict[str, str] = {
 }  # fmt: skip
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "_finished": _finished,
     "_by_rows": _by_rows,
     "_reach": _reach,

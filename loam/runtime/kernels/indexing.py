@@ -7,6 +7,8 @@ move elements of any type as they are; a scatter's reduction computes halves in 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.runtime.errors import DataError
@@ -22,7 +24,7 @@ def _element_index(indices: np.ndarray, extent: int, axis: int) -> tuple[np.ndar
     """The numpy index that reads, at each position of `indices`, element `indices[...]` along `axis`."""
     idx = np.asarray(indices, dtype=np.int64)
     idx = np.where(idx < 0, idx + extent, idx)
-    grid = list(np.indices(idx.shape, sparse=True))
+    grid: list[np.ndarray] = list(np.indices(idx.shape, sparse=True))
     grid[axis] = idx
     return tuple(grid)
 
@@ -103,7 +105,7 @@ def kernel_range_of(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> 
         raise DataError(f"Range makes {n} elements, more than an extent holds")
     if exact:
         return (int(s) + np.arange(n, dtype=np.int64) * int(d)).astype(s.dtype)
-    wide = np.float64 if s.dtype == np.float64 else np.float32
+    wide: type[np.floating] = np.float64 if s.dtype == np.float64 else np.float32
     return (wide(s) + np.arange(n, dtype=wide) * wide(d)).astype(s.dtype)
 
 
@@ -283,7 +285,7 @@ def kernel_tensor_scatter(
     return out
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "kernel_range_of": kernel_range_of,
     "kernel_gather": kernel_gather,
     "kernel_range": kernel_range,

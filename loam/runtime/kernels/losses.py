@@ -6,6 +6,8 @@ first (`kernel.softmax`).  Halves are computed in f32 and the loss narrowed to t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.runtime.errors import DataError
@@ -46,4 +48,4 @@ def kernel_nll_loss(
     return narrowed(np.asarray(loss), x.dtype)
 
 
-PIECES: dict[str, object] = {"kernel_nll_loss": kernel_nll_loss}
+PIECES: dict[str, Callable[..., object]] = {"kernel_nll_loss": kernel_nll_loss}

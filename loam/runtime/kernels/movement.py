@@ -6,6 +6,8 @@ as it is (no widening).  Stage 0 folds known values through these same functions
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.runtime.errors import DataError
@@ -63,7 +65,7 @@ def kernel_pad(
         constant = np.asarray(value).astype(x.dtype) if fill is None or fill.size == 0 else fill.reshape(-1)[0]
         y = np.pad(x, widths, mode="constant", constant_values=constant)
     else:
-        y = np.pad(x, widths, mode=mode)
+        y = np.pad(x, widths, mode=mode)  # type: ignore[call-overload]  # numpy's stubs take a literal mode
     crop = tuple(slice(max(-b, 0), y.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(begins, ends, strict=True)))
     return np.asarray(y[crop], dtype=x.dtype)
 
@@ -260,7 +262,7 @@ def kernel_bitcast(x: np.ndarray, *, to: str) -> np.ndarray:
     return bits.view(dtype)
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "kernel_concat": kernel_concat,
     "kernel_split": kernel_split,
     "kernel_slice": kernel_slice,

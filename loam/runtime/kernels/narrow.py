@@ -9,6 +9,8 @@ names with numpy, so these pieces name them as strings and never import it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 
@@ -102,7 +104,7 @@ def kernel_quantize_linear(
         if dtype.name.startswith("float8"):
             return kernel_cast_narrow(q, to=to, saturate=saturate, round_mode="up")
         if zero_point is not None:
-            zero = _along(np.asarray(zero_point), x.shape, axis, block_size).astype(np.float64)
+            zero: np.ndarray | np.float64 = _along(np.asarray(zero_point), x.shape, axis, block_size).astype(np.float64)
         else:
             zero = np.float64(0)
         if dtype.name.startswith("float"):  # float4: no rounding of its own beyond the cast's
@@ -125,7 +127,7 @@ def kernel_dequantize_linear(
         return (wide * scale).astype(np.dtype(to))
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "kernel_cast_narrow": kernel_cast_narrow,
     "_to_e8m0": _to_e8m0,
     "_along": _along,

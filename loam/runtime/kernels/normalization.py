@@ -8,6 +8,8 @@ the input's element type.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.runtime.kernels.common import narrowed, widened
@@ -37,10 +39,10 @@ def kernel_normalize(
         # The arithmetic below without np.mean's wrapper: np.mean is the pairwise sum divided in place by
         # the count as a numpy intp (the same bits), and the full-size buffers are written in place; all
         # of them were allocated here (`w` is a copy of `x`).
-        count = 1
+        elements = 1
         for a in axes:
-            count *= w.shape[a]
-        count = np.intp(count)
+            elements *= w.shape[a]
+        count = np.intp(elements)
         mean = np.add.reduce(w, axis=axes, keepdims=True)
         mean /= count  # in place, as np.mean divides: the quotient is rounded to the sum's dtype
         np.subtract(w, mean, out=w)
@@ -178,7 +180,7 @@ def kernel_batch_norm_train(
     return narrowed(y, x.dtype), narrowed(running_mean, mean.dtype), narrowed(running_var, var.dtype)
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "kernel_normalize": kernel_normalize,
     "_layer_norm": _layer_norm,
     "kernel_batch_norm_train": kernel_batch_norm_train,

@@ -10,6 +10,8 @@ same dot product either way; only BLAS's blocking (and so the order of its float
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.runtime.kernels.common import narrowed, widened
@@ -74,7 +76,7 @@ def kernel_qlinear_matmul(
     return np.clip(scaled, info.min, info.max).astype(np.asarray(y_zero).dtype)
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "_matmul_rows": _matmul_rows,
     "kernel_det": kernel_det,
     "_minus_zero": _minus_zero,

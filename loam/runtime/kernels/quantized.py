@@ -44,6 +44,8 @@ holding `bits`-bit integers, low bits first, in blocks along K with a scale (and
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.runtime.dequant import block_integers, dequant_blocks
@@ -254,7 +256,7 @@ def kernel_gather_block_quantized(
     return q.astype(scales.dtype, copy=False)
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "kernel_matmul_packed": kernel_matmul_packed,
     "kernel_gather_packed": kernel_gather_packed,
     "nbits_codes": nbits_codes,

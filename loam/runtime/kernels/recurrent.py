@@ -10,6 +10,8 @@ length 0 has zero final states, as onnxruntime gives them.  Halves are computed 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.runtime.errors import DataError
@@ -62,9 +64,9 @@ def _recurrent(
         lens = np.asarray(given["lens"], dtype=np.int64)
         outside = np.flatnonzero((lens < 0) | (lens > steps))
         if outside.size:
-            i = int(outside[0])
+            first = int(outside[0])
             raise DataError(
-                f"{kind.upper()}: sequence_lens[{i}] is {int(lens[i])}; each length must lie in [0, {steps}]"
+                f"{kind.upper()}: sequence_lens[{first}] is {int(lens[first])}; each length must lie in [0, {steps}]"
             )
     else:
         lens = np.full(batch, steps, dtype=np.int64)
@@ -191,7 +193,7 @@ def kernel_lstm(
     )
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "_rnn_each": _rnn_each,
     "_recurrent": _recurrent,
     "kernel_rnn": kernel_rnn,

@@ -7,6 +7,8 @@ empty axes meaning all, opset differences) live in `loam/ops/reduce.py` alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.runtime.errors import DataError
@@ -35,24 +37,24 @@ def kernel_reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], keepdims: int
                 low, high = w.dtype.type(-np.inf), w.dtype.type(np.inf)
             # The ufunc reductions np.max / np.min / np.sum / np.prod call, without their wrappers.
             if kind == "max":
-                y = np.maximum.reduce(w, axis=axes, keepdims=keep, initial=low)
+                y = np.maximum.reduce(w, axis=axes, keepdims=keep, initial=low)  # type: ignore[call-overload]  # numpy's stubs take keepdims as a literal
             else:
-                y = np.minimum.reduce(w, axis=axes, keepdims=keep, initial=high)
+                y = np.minimum.reduce(w, axis=axes, keepdims=keep, initial=high)  # type: ignore[call-overload]  # numpy's stubs take keepdims as a literal
         elif kind == "sum":
-            y = np.add.reduce(w, axis=axes, dtype=w.dtype, keepdims=keep)
+            y = np.add.reduce(w, axis=axes, dtype=w.dtype, keepdims=keep)  # type: ignore[call-overload]  # numpy's stubs take keepdims as a literal
         elif kind == "prod":
-            y = np.multiply.reduce(w, axis=axes, dtype=w.dtype, keepdims=keep)
+            y = np.multiply.reduce(w, axis=axes, dtype=w.dtype, keepdims=keep)  # type: ignore[call-overload]  # numpy's stubs take keepdims as a literal
         elif kind == "mean":
-            total = np.add.reduce(w, axis=axes, dtype=w.dtype, keepdims=keep)
+            total = np.add.reduce(w, axis=axes, dtype=w.dtype, keepdims=keep)  # type: ignore[call-overload]  # numpy's stubs take keepdims as a literal
             if integer:
                 # Integer means divide the integer sum, truncating toward zero as C++ division does.
                 y = (np.sign(total) * (np.abs(total) // max(count, 1))).astype(w.dtype)
             else:
                 y = total / w.dtype.type(count)
         elif kind == "l1":
-            y = np.add.reduce(np.abs(w), axis=axes, dtype=w.dtype, keepdims=keep)
+            y = np.add.reduce(np.abs(w), axis=axes, dtype=w.dtype, keepdims=keep)  # type: ignore[call-overload]  # numpy's stubs take keepdims as a literal
         elif kind == "sum_square":
-            y = np.add.reduce(w * w, axis=axes, dtype=w.dtype, keepdims=keep)
+            y = np.add.reduce(w * w, axis=axes, dtype=w.dtype, keepdims=keep)  # type: ignore[call-overload]  # numpy's stubs take keepdims as a literal
         else:
             # Logarithms and roots of integers are taken in f64 and truncated back.
             f = w.astype(np.float64) if integer else w
@@ -186,7 +188,7 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return np.divide(shifted, np.add.reduce(shifted, axis=-1, keepdims=True), out=shifted)
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "kernel_reduce": kernel_reduce,
     "_softmax": _softmax,
     "kernel_arg_reduce": kernel_arg_reduce,

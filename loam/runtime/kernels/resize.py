@@ -10,6 +10,8 @@ over elements.  Halves (f16, bf16) compute in f32 and are narrowed back, as ONNX
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.runtime.errors import DataError
@@ -254,6 +256,7 @@ def kernel_resize(
         for tj, wj in zip(taps, weights, strict=True):
             term = np.take(y, tj, axis=axis) * wj.astype(y.dtype).reshape(shape)
             acc = term if acc is None else acc + term
+        assert acc is not None, "every mode reads a tap or more"
         y = acc
     if outside is not None:
         y = np.where(outside, np.asarray(extrapolation_value).astype(y.dtype), y)
@@ -432,8 +435,8 @@ def kernel_grid_sample(
             y = None
             for a, (row, row_ok) in enumerate(rows):
                 for b, (col, col_ok) in enumerate(cols):
-                    term = grid_sample_sum(flat, [], [], row + col, row_ok & col_ok)  # type: ignore[operator]
-                    term = term * (wy[a] * wx[b]).reshape(n, 1, points)  # type: ignore[index]
+                    term = grid_sample_sum(flat, [], [], row + col, row_ok & col_ok)  # type: ignore[operator]  # zeros padding: masks
+                    term = term * (wy[a] * wx[b]).reshape(n, 1, points)  # type: ignore[index]  # linear taps: weighted
                     y = term if y is None else y + term
             assert y is not None
         else:
@@ -474,7 +477,7 @@ def kernel_affine_grid(
     return narrowed(grid.reshape(theta.shape[0], *sizes, r), dtype)
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "resize_coordinates": resize_coordinates,
     "nearest_taps": nearest_taps,
     "cubic_taps": cubic_taps,

@@ -10,6 +10,8 @@ operations, so sums and products round as its CPU kernels do.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.runtime.errors import DataError
@@ -182,7 +184,7 @@ def kernel_deform_conv(
     return narrowed(out, dtype)
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "kernel_roi_align": kernel_roi_align,
     "_bilinear": _bilinear,
     "_bilinear_zero": _bilinear_zero,

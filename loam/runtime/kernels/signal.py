@@ -8,6 +8,8 @@ and f64 are transformed in their own precision (complex64, complex128).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.runtime.errors import DataError
@@ -156,7 +158,7 @@ def kernel_mel_weight_matrix(
     return out.astype(dtype)
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "kernel_window": kernel_window,
     "_complex_of": _complex_of,
     "_pairs_of": _pairs_of,

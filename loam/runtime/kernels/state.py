@@ -14,6 +14,8 @@ at a time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.runtime.errors import ShapeError
@@ -168,4 +170,4 @@ def kernel_append_state(
     return np.concatenate((past, new), axis=axis)
 
 
-PIECES: dict[str, object] = {"DecodeState": DecodeState, "kernel_append_state": kernel_append_state}
+PIECES: dict[str, Callable[..., object]] = {"DecodeState": DecodeState, "kernel_append_state": kernel_append_state}
