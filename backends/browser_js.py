@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from loam.backends.wgsl_kernel_printer import kernel_pieces
 from loam.core.errors import UnsupportedError
@@ -52,9 +52,9 @@ SAFE = 2**53
 
 def parameters() -> dict[str, list[str]]:
     """Each ported runtime function's Python parameters, in order."""
-    pieces: dict[str, object] = {**prologue.PIECES, **kernel_pieces()}
+    pieces: dict[str, Callable[..., object]] = {**prologue.PIECES, **kernel_pieces()}
     return {
-        name: [p.name for p in inspect.signature(pieces[name]).parameters.values() if p.kind is not p.VAR_POSITIONAL]  # type: ignore[arg-type]
+        name: [p.name for p in inspect.signature(pieces[name]).parameters.values() if p.kind is not p.VAR_POSITIONAL]
         for name in PORTED
     }
 
@@ -252,7 +252,7 @@ class ForwardTranslator:
         if func == "bool" and len(e.args) == 1 and ast.unparse(e.args[0]).startswith("np.asarray("):
             inner = e.args[0]
             while not (isinstance(inner, ast.Call) and ast.unparse(inner.func) == "np.asarray"):
-                inner = inner.value if isinstance(inner, ast.Subscript) else inner.func.value  # type: ignore[attr-defined]
+                inner = inner.value if isinstance(inner, ast.Subscript) else inner.func.value  # type: ignore[attr-defined]  # `.reshape(-1)`
             return f"_truth({self.expr(inner.args[0])})"
         if func in ("min", "max") and not e.keywords:
             return f"Math.{func}({', '.join(self.expr(a) for a in e.args)})"

@@ -24,7 +24,7 @@ def state_inputs(program: ProgramOp) -> list[StateInput]:
     """Each state input of the program's top-level block, in the order its ops hold them."""
     ret = program.return_op
     returned = {v: n.data for v, n in zip(ret.outputs, ret.output_names.data, strict=True)}
-    inputs = dict(zip(program.block.args, [n.data for n in program.input_names.data], strict=True))
+    inputs: dict[SSAValue, str] = dict(zip(program.block.args, [n.data for n in program.input_names.data], strict=True))
     found = []
     for op in program.block.ops:
         if isinstance(op, AppendStateOp) and op.results[0] in returned:
@@ -34,7 +34,7 @@ def state_inputs(program: ProgramOp) -> list[StateInput]:
                 None if i == axis else a.extent.const_value if a.extent.is_const else a.extent.lone_symbol
                 for i, a in enumerate(t.axes)
             )
-            name = inputs.get(op.operands[0])  # type: ignore[call-overload]
+            name = inputs.get(op.operands[0])
             if name is not None:
                 found.append((name, returned[op.results[0]], axis, extents))
     return found

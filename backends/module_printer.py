@@ -189,7 +189,7 @@ class ModulePrinter:
                     extents.setdefault(axis.name, set()).add(axis.extent)
         markers: dict[str, int | None] = {}
         for name, found in extents.items():
-            only = next(iter(found)) if len(found) == 1 else None  # type: ignore[misc]
+            only = next(iter(found)) if len(found) == 1 else None
             markers[name] = only.const_value if only is not None and only.is_const else None
         return markers
 

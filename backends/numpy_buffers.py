@@ -138,8 +138,8 @@ def plan_buffers(ops: Sequence[Operation], broadcast_zips: set[ZipOp]) -> Buffer
         if op in broadcast_zips or (not creates and any(v in broadcast_views for v in op.operands)):
             broadcast_views.update(op.results)
         if creates:
-            for r in op.results:
-                roots[r] = frozenset({i})
+            for produced in op.results:
+                roots[produced] = frozenset({i})
             continue
         seen: set[int] = set()
         reads = list(op.operands)
@@ -147,8 +147,8 @@ def plan_buffers(ops: Sequence[Operation], broadcast_zips: set[ZipOp]) -> Buffer
             reads += [v for inner in op.walk() if inner is not op for v in inner.operands]
         for v in reads:
             seen |= roots.get(v, frozenset())
-        for r in op.results:
-            roots[r] = frozenset(seen)
+        for produced in op.results:
+            roots[produced] = frozenset(seen)
     # Each root's last reader (forever when an output may view it).
     last: dict[int, int] = {}
     for value, found in roots.items():

@@ -80,7 +80,8 @@ def plan_in_place(
     origin = list(range(len(steps)))
     for i, step in enumerate(steps):
         identity = isinstance(step, Unary) and not UNARY_SOURCE[step.op]
-        prepared = isinstance(step, Convert) and isinstance(steps[step.arg], Operand) and steps[step.arg].index in wide
+        source = steps[step.arg] if isinstance(step, Convert) else None
+        prepared = isinstance(source, Operand) and source.index in wide
         if identity or prepared:
             origin[i] = origin[step_args(step)[0]]
     last_use = list(range(len(steps)))

@@ -75,7 +75,7 @@ def _plain_layer_norm(op: NormalizeOp) -> bool:
     params = op.params
     if (params["stats"], params["channel_axis"], params["stash"]) != (0, -1, "float32") or x.elem.name != "f32":
         return False
-    if tuple(params["axes"]) != (x.rank - 1,) or len(op.inputs) < 2:
+    if params["axes"] != (x.rank - 1,) or len(op.inputs) < 2:  # a tuple, as every axes parameter
         return False
     last = x.shape[-1]
     others = [axes_type(v, "kernel.normalize") for v in op.inputs[1:]]
@@ -283,20 +283,20 @@ class NumpyKernelPrinter:
         if isinstance(op, ZipOp):
             slot = self.buffers.slot_of.get(op.result)
             at = self.buffers.in_place.get(op)
-            out = axes_type(op.result, "kernel.zip")
+            zipped = axes_type(op.result, "kernel.zip")
             if at is not None:
                 call = self._zip_call(op, arg, arg[at], alias=at)  # computed in a dead operand
             elif slot is not None:
                 call = self._zip_call(op, arg, f"_buf[{slot}]")
             elif fills_result(op):
                 # The operands it reads (none: a constant) stop short of its extents: a new array.
-                dtype = dtype_source(numpy_dtype(out, f"kernel.zip '{op.node.data}'"))
-                call = self._zip_call(op, arg, f"np.empty({self.m.shape_py(out)}, {dtype})")
+                spelled = dtype_source(numpy_dtype(zipped, f"kernel.zip '{op.node.data}'"))
+                call = self._zip_call(op, arg, f"np.empty({self.m.shape_py(zipped)}, {spelled})")
             else:
                 call = self._zip_call(op, arg, None)
             if broadcast_afterwards(op):  # the operands alone may not reach the result's extents
                 self.m.pieces.add("_reach")
-                return f"_reach({call}, {self.m.shape_py(out)})"
+                return f"_reach({call}, {self.m.shape_py(zipped)})"
             return call
         if isinstance(op, LibraryOp) and op.kernel_name == "slice" and self._plain_slice(op):
             # A unit-step slice is plain indexing (a view), without the kernel's call.

@@ -13,13 +13,13 @@ module only chooses and prints; nothing in it is copied.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cache
 
 from loam.backends.piece_reads import closure, reads, standard_modules
 from loam.runtime import dequant, errors, gguf, kernels, prologue, threads, weights
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     **errors.PIECES,
     **weights.PIECES,
     **prologue.PIECES,
@@ -87,4 +87,4 @@ def source_of(name: str, features: Iterable[str] = FEATURES) -> str:
 @cache
 def _piece_source(name: str) -> str:
     """The source text of piece `name` (a function or class), read once."""
-    return inspect.getsource(PIECES[name])  # type: ignore[arg-type]
+    return inspect.getsource(PIECES[name])

@@ -126,7 +126,10 @@ def tile_function(name: str, program: TileProgram) -> tuple[str, set[str]]:
         elif isinstance(step, Dot):
             lines.append(f"{v} = np.matmul(t{step.lhs}, t{step.rhs}, dtype=np.float32)  # {step}")
         elif isinstance(step, Loop):
-            lines += [f"t{c} = t{program.steps[c].init}  # {program.steps[c]}" for c in program.carries(i)]  # type: ignore[union-attr]
+            for c in program.carries(i):
+                carry = program.steps[c]
+                assert isinstance(carry, Carry)
+                lines.append(f"t{c} = t{carry.init}  # {carry}")
             lines.append(f"for k{i} in range(0, int(t{step.stop}.reshape(-1)[0]), {step.step}):  # {step}")
             body += [indent + line for line in lines]
             indent += "    "
@@ -149,12 +152,13 @@ def tile_function(name: str, program: TileProgram) -> tuple[str, set[str]]:
         else:
             assert isinstance(step, Store)
             value = dtype_source(expr_dtype(elems[step.value]))
-            shape = full(broadcast(*(shapes[r] for r in (step.index, step.value, step.mask))))  # type: ignore[misc]
+            stored = broadcast(*(shapes[r] for r in (step.index, step.value, step.mask)))  # type: ignore[arg-type]  # values: each has a shape
+            extents = full(stored)
             lines += [
-                f"mask = np.broadcast_to(t{step.mask}, {shape})  # {step}",
-                f"where = np.broadcast_to(t{step.index}, {shape})[mask]",
+                f"mask = np.broadcast_to(t{step.mask}, {extents})  # {step}",
+                f"where = np.broadcast_to(t{step.index}, {extents})[mask]",
                 f"flat[{program.operands + step.result}][where] = "
-                f"np.broadcast_to(t{step.value}, {shape})[mask].astype({value})",
+                f"np.broadcast_to(t{step.value}, {extents})[mask].astype({value})",
             ]
         body += [indent + line for line in lines]
     head = [

@@ -18,6 +18,7 @@ refused, prints the kernel on the host with the numpy kernel printer.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from xdsl.ir import Operation, SSAValue
@@ -42,24 +43,24 @@ LIBRARY_FAMILIES = ("normalization", "reduce", "indexing", "conv", "shape", "rec
 """The WGSL kernel families with library kernels (`SOURCES`, the shader of each kernel by name)."""
 
 
-def library_families() -> list[object]:
+def library_families() -> list[ModuleType]:
     """The kernel families with library kernels, those that exist."""
     import importlib
 
     return [importlib.import_module(f"loam.backends.wgsl_kernels.{name}") for name in LIBRARY_FAMILIES]
 
 
-def kernel_pieces() -> dict[str, object]:
-    """Every piece (host function or constant) the WGSL kernels' dispatches call, by name."""
-    pieces: dict[str, object] = {}
+def kernel_pieces() -> dict[str, Callable[..., object]]:
+    """Every piece (a host function) the WGSL kernels' dispatches call, by name."""
+    pieces: dict[str, Callable[..., object]] = {}
     for family in (elementwise, matmul, movement, tile, *library_families()):
-        pieces.update(family.PIECES)  # type: ignore[attr-defined]
+        pieces.update(family.PIECES)
     return pieces
 
 
-def library_sources() -> dict[str, object]:
+def library_sources() -> dict[str, Callable[..., str]]:
     """The shader-writing function of each library kernel, by kernel name."""
-    sources: dict[str, object] = {}
+    sources: dict[str, Callable[..., str]] = {}
     for family in library_families():
         sources.update(getattr(family, "SOURCES", {}))
     return sources
@@ -82,10 +83,10 @@ class WgslKernelPrinter:
         self.library_sources = library_sources()
         self.stepped = library_stepped()
         self.printers: dict[type[Operation], Callable[[Operation], Dispatches]] = {
-            MatmulOp: self.matmul,  # type: ignore[dict-item]
-            ZipOp: self.zip,  # type: ignore[dict-item]
-            CastOp: self.cast,  # type: ignore[dict-item]
-            PermuteOp: self.permute,  # type: ignore[dict-item]
+            MatmulOp: self.matmul,  # type: ignore[dict-item]  # called with ops of its key's type only
+            ZipOp: self.zip,  # type: ignore[dict-item]  # called with ops of its key's type only
+            CastOp: self.cast,  # type: ignore[dict-item]  # called with ops of its key's type only
+            PermuteOp: self.permute,  # type: ignore[dict-item]  # called with ops of its key's type only
         }
         self.library: dict[str, Callable[[LibraryOp], Dispatches]] = {
             "slice": self.slice,
@@ -220,7 +221,7 @@ class WgslKernelPrinter:
     def split(self, op: LibraryOp) -> Dispatches:
         whole = op.operands[0]
         copies = [self._copy(op, axes_type(whole, "kernel.split operand").rank, r) for r in op.results]
-        axis = int(op.params["axis"])  # type: ignore[arg-type]
+        axis = int(op.param("axis"))
 
         def dispatches(at: int) -> None:
             at_axis: Poly | int = 0
@@ -236,7 +237,7 @@ class WgslKernelPrinter:
     def concat(self, op: LibraryOp) -> Dispatches:
         whole = op.results[0]
         copy = self._copy(op, axes_type(whole, "kernel.concat").rank)
-        axis = int(op.params["axis"])  # type: ignore[arg-type]
+        axis = int(op.param("axis"))
 
         def dispatches(at: int) -> None:
             out = self.m.slot(whole, at)
@@ -259,7 +260,7 @@ class WgslKernelPrinter:
 
         def dispatches(at: int) -> None:
             self.m.gpu_pieces.add("_p_tile_program")
-            numbers = self.m.param_py(tuple(p["numbers"]))  # type: ignore[arg-type]
+            numbers = self.m.param_py(tuple(op.param("numbers")))
             outs = [self.m.slot(r, at) for r in op.results]
             params = f"_p_tile_program({self.m.param_py(p['grid'])}, {numbers})"
             self._dispatch(op, source, "tile", outs, [self.m.buffer(v) for v in op.operands], params)
@@ -311,7 +312,7 @@ class WgslKernelPrinter:
         check_types(op, [*operands, *results])
         static = {k: (None if is_runtime(v) else v) for k, v in p.items()}
         try:
-            source = source_fn(  # type: ignore[operator]
+            source = source_fn(
                 [(t.elem.name, t.rank) for t in operands], [(t.elem.name, t.rank) for t in results], **static
             )
         except UnsupportedError as e:

@@ -41,7 +41,7 @@ import math
 from collections.abc import Sequence
 from typing import NoReturn
 
-from xdsl.dialects.builtin import ArrayAttr
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp
 from xdsl.ir import Operation, SSAValue
 
 from loam.backends import wgsl_pieces, wgsl_runtime
@@ -89,7 +89,7 @@ from loam.passes.report import DeviceSummary
 __all__ = ["emit_wgsl"]
 
 
-def emit_wgsl(module: object) -> str:
+def emit_wgsl(module: ModuleOp) -> str:
     """The Python source of the WebGPU module for the one `kernel.program` in `module`.
 
     Raises `UnsupportedError` naming the node for a kernel the printer has no WGSL for."""
@@ -97,24 +97,24 @@ def emit_wgsl(module: object) -> str:
 
 
 def wgsl_module(
-    module: object, host_fallback: bool = False, beside: bool = False
+    module: ModuleOp, host_fallback: bool = False, beside: bool = False
 ) -> tuple[str, DeviceSummary, bytes | None]:
     """`emit_wgsl`'s source, what the module does per forward (dispatches, bytes) and the weights file
     written beside it (`numpy_module`'s `beside`); with `host_fallback`, kernels with no WGSL form run
     on the host instead of stopping the build."""
-    programs = [op for op in module.walk() if isinstance(op, ProgramOp)]  # type: ignore[attr-defined]
+    programs = [op for op in module.walk() if isinstance(op, ProgramOp)]
     if len(programs) != 1:
         raise UnsupportedError(f"the WGSL backend prints one kernel.program, found {len(programs)}")
     emitter = WgslModulePrinter(
-        programs[0],  # type: ignore[arg-type]
-        checkpoint_names(module),  # type: ignore[arg-type]
-        row_orders(module),  # type: ignore[arg-type]
-        checkpoint_formats(module),  # type: ignore[arg-type]
-        weights_beside(module) if beside else None,  # type: ignore[arg-type]
+        programs[0],
+        checkpoint_names(module),
+        row_orders(module),
+        checkpoint_formats(module),
+        weights_beside(module) if beside else None,
         host_fallback=host_fallback,
-        limits=device_limits(module),  # type: ignore[arg-type]
+        limits=device_limits(module),
     )
-    emitter.external = external_table(module)  # type: ignore[arg-type]
+    emitter.external = external_table(module)
     source = emitter.emit()
     return source, emitter.summary(), emitter.weights_file
 
@@ -227,7 +227,9 @@ class WgslModulePrinter(ModulePrinter):
         self.index = {op: i for i, op in enumerate(self.ops)}
         for op in self.ops:
             if isinstance(op, LoopOp):
-                self.end[op] = self.index[op.body.block.last_op]  # type: ignore[index]
+                last = op.body.block.last_op
+                assert last is not None, "a Loop's body ends in kernel.yield (its verifier)"
+                self.end[op] = self.index[last]
         self.last_use: dict[SSAValue, int] = {}
         for i, op in enumerate(self.ops):
             for v in op.operands:
@@ -286,8 +288,9 @@ class WgslModulePrinter(ModulePrinter):
             size = size * e
         if not late and self.reads_result_symbol(size.symbols):
             known = sorted(n for n in symbols_closure(size.symbols) if n in self.result_symbols)
+            node = node_of(value.owner) if isinstance(value.owner, Operation) else ""
             raise UnsupportedError(
-                f"{node_of(value.owner) or 'a value'}: its size reads {known[0]}, a length only the run knows "  # type: ignore[arg-type]
+                f"{node or 'a value'}: its size reads {known[0]}, a length only the run knows "
                 f"({self.result_symbols[known[0]]} gives it); the WGSL module sizes every buffer before its first "
                 "dispatch"
             )
@@ -335,7 +338,7 @@ class WgslModulePrinter(ModulePrinter):
                 what = f"the result of '{node_of(owner)}'"
             else:
                 names = [n.data for n in self.program.input_names.data]
-                inputs = dict(zip(self.program.block.args, names, strict=True))
+                inputs: dict[SSAValue, str] = dict(zip(self.program.block.args, names, strict=True))
                 what = f"input '{inputs[value]}'" if value in inputs else "a block argument"
             self._refuse_past_a_binding(size, what)
         until = len(self.ops) + 1 if forever else self.last_use.get(value, at)
@@ -552,13 +555,13 @@ class WgslModulePrinter(ModulePrinter):
         texts: list[str] = []
         outer, self.scope = self.scope, body  # the extents read here are the body's
         for v in [yields[0], *yields[1 + carried :]]:
-            text = self._host_text(v)
-            if text is None:
+            spelled = self._host_text(v)
+            if spelled is None:
                 t = axes_type(v, "read-back value")
                 reads.append(f"({self.buffer(v)}, {_host_dtype(t)!r}, {self.kernels.shape_of(v)})")
-                text = self.names.mint("_read")
-                down.append(text)
-            texts.append(text)
+                spelled = self.names.mint("_read")
+                down.append(spelled)
+            texts.append(spelled)
         sizes = [self.poly_py(size) for _, _, _, size in pairs]
         self.scope = outer
         if reads:
@@ -738,9 +741,11 @@ class WgslModulePrinter(ModulePrinter):
 
     # -- forward --------------------------------------------------------------------------------------
 
-    def forward_source(self, params, checks, body, ret, out_fields) -> str:  # type: ignore[no-untyped-def]
-        checks = [*checks, *self.sizing]
-        text = super().forward_source(params, checks, body, ret, out_fields)
+    def forward_source(
+        self, params: Sequence[str], checks: Sequence[str], body: Sequence[str], ret: ReturnOp,
+        out_fields: Sequence[str],
+    ) -> str:  # fmt: skip
+        text = super().forward_source(params, [*checks, *self.sizing], body, ret, out_fields)
         # One forward at a time on the device (its encoder, pools and bind groups are shared): from
         # `g = _gpu()` to the last download, forward holds the device's lock.
         lines = text.split("\n")

@@ -25,7 +25,7 @@ from loam.runtime.errors import ShapeError
 try:  # the generated module imports wgpu at its top; here it is optional (tests skip without it)
     import wgpu
 except ImportError:  # pragma: no cover - exercised only where wgpu is missing
-    wgpu = None  # type: ignore[assignment]
+    wgpu = None
 
 
 class DeviceError(Exception):
@@ -163,7 +163,7 @@ class _Gpu:
                 # Exactly the module's limits, never the adapter's most: what runs here runs on any
                 # device offering them.
                 shared = (adapter.request_device_sync(required_limits=wanted), adapter.info.get("device", ""))
-                wgpu._loam_shared_device = shared  # type: ignore[attr-defined]
+                wgpu._loam_shared_device = shared
         device = shared[0]
         short = {k: v for k, v in limits.items() if device.limits.get(kebab[k], 0) < v}
         if short:
@@ -183,19 +183,20 @@ class _Gpu:
         self.flags = self.buffer(8)
         self.flagged: dict[str, object] = {}  # pipeline name -> its bind group 1 (the flags)
         self.unchecked: set[str] = set()  # flagged pipelines dispatched since the flags were last read
-        self.pipelines: dict[str, object] = {}
+        self.pipelines: dict[str, wgpu.GPUComputePipeline] = {}
         self.packed = packed or {}
         self.packs: dict[tuple[int, ...], tuple[object, tuple[int, ...], tuple[object, ...]]] = {}
         for name, code in shaders.items():
             self.add(name, code)
         self.params_cache: dict[tuple[int, ...], object] = {}
-        self.values_cache: dict[tuple, object] = {}  # type: ignore[type-arg]
-        self.groups: dict[tuple, tuple[object, tuple[object, ...]]] = {}  # type: ignore[type-arg]
+        self.values_cache: dict[tuple, object] = {}
+        self.groups: dict[tuple, tuple[object, tuple[object, ...]]] = {}
         self.pools: dict[tuple[int, ...], tuple[object, ...]] = {}
         self.lates: dict[str, tuple[object, int]] = {}  # tag -> (buffer, its bytes)
         self.stats = {"dispatches": 0, "bytes_up": 0, "bytes_down": 0, "forwards": 0}
-        self.encoder: object = None
-        self.compute: object = None
+        # The forward's command encoder and its compute pass, from `begin` (None between forwards).
+        self.encoder: wgpu.GPUCommandEncoder = None
+        self.compute: wgpu.GPUComputePassEncoder = None
 
     def add(self, name: str, code: str) -> None:
         """Compile shader `code` into pipeline `name` (its loops counted on llvmpipe); one that reads the
@@ -206,7 +207,7 @@ class _Gpu:
         self.pipelines[name] = pipeline
         if "_loam_flags" in counted:
             entries = [{"binding": 0, "resource": {"buffer": self.flags}}]
-            layout = pipeline.get_bind_group_layout(1)  # type: ignore[attr-defined]
+            layout = pipeline.get_bind_group_layout(1)
             self.flagged[name] = self.device.create_bind_group(layout=layout, entries=entries)
 
     # -- buffers --------------------------------------------------------------------------------------
@@ -298,7 +299,7 @@ class _Gpu:
 
     def begin(self) -> None:
         self.encoder = self.device.create_command_encoder()
-        self.compute = self.encoder.begin_compute_pass()  # type: ignore[attr-defined]
+        self.compute = self.encoder.begin_compute_pass()
         self.stats["forwards"] += 1
 
     def dispatch(self, name: str, buffers: tuple[object, ...], params: tuple[int, ...], grid: int) -> None:
@@ -328,54 +329,55 @@ class _Gpu:
                 self.stats["bytes_up"] += data.nbytes
             pipeline = self.pipelines[name]
             entries = [{"binding": i, "resource": {"buffer": b}} for i, b in enumerate((pbuf, *buffers))]
-            group = self.device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)  # type: ignore[attr-defined]
+            group = self.device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
             self.groups[key] = (group, buffers)
         compute = self.compute
-        compute.set_pipeline(self.pipelines[name])  # type: ignore[attr-defined]
-        compute.set_bind_group(0, group)  # type: ignore[attr-defined]
+        compute.set_pipeline(self.pipelines[name])
+        compute.set_bind_group(0, group)
         if name in self.flagged:
-            compute.set_bind_group(1, self.flagged[name])  # type: ignore[attr-defined]
+            compute.set_bind_group(1, self.flagged[name])
             self.unchecked.add(name)
         x = min(grid, 65535)
         if grid > 65535 * 65535:
             raise ShapeError(f"{name}: {grid} workgroups, more than one dispatch launches (65535 x 65535)")
-        compute.dispatch_workgroups(x, (grid + x - 1) // x)  # type: ignore[attr-defined]
+        compute.dispatch_workgroups(x, (grid + x - 1) // x)
         self.stats["dispatches"] += 1
 
     def pack(self, buffers: tuple[object, ...]) -> object:
         """One buffer holding `buffers`' words after a header of their offsets, copied in now (before
         the dispatch reading it: a shader past the storage-buffer budget reads its trailing operands
         from it, `wgsl_limits.fit_bindings`); made once per set of buffers."""
-        key = tuple(id(b) for b in buffers)
+        held: tuple[wgpu.GPUBuffer, ...] = buffers  # what `buffer` made
+        key = tuple(id(b) for b in held)
         found = self.packs.get(key)
         if found is None:
-            offsets, at = [], len(buffers)
-            for b in buffers:
+            offsets, at = [], len(held)
+            for b in held:
                 offsets.append(at)
-                at += b.size // 4  # type: ignore[attr-defined]
+                at += b.size // 4
             if at * 4 > self.device.limits["max-storage-buffer-binding-size"]:
                 raise ShapeError(f"operands packed into one buffer take {at * 4} bytes, more than one binding holds")
             packed = self.buffer(at * 4)
             self.device.queue.write_buffer(packed, 0, np.asarray(offsets, np.uint32))
-            found = (packed, tuple(offsets), buffers)  # the buffers kept alive: their ids stay theirs
+            found = (packed, tuple(offsets), held)  # the buffers kept alive: their ids stay theirs
             self.packs[key] = found
-        packed, offsets, _ = found
-        self.compute.end()  # type: ignore[attr-defined]
-        for b, at in zip(buffers, offsets, strict=True):
-            self.encoder.copy_buffer_to_buffer(b, 0, packed, at * 4, b.size)  # type: ignore[attr-defined]
-        self.compute = self.encoder.begin_compute_pass()  # type: ignore[attr-defined]
+        packed, starts, _ = found
+        self.compute.end()
+        for b, at in zip(held, starts, strict=True):
+            self.encoder.copy_buffer_to_buffer(b, 0, packed, at * 4, b.size)
+        self.compute = self.encoder.begin_compute_pass()
         return packed
 
     def copy(self, source: object, target: object, nbytes: int) -> None:
         """Record a device-side copy of `nbytes` (a value a branch yields, a regrouping kept apart)."""
-        self.compute.end()  # type: ignore[attr-defined]
+        self.compute.end()
         if nbytes:
-            self.encoder.copy_buffer_to_buffer(source, 0, target, 0, (nbytes + 3) // 4 * 4)  # type: ignore[attr-defined]
-        self.compute = self.encoder.begin_compute_pass()  # type: ignore[attr-defined]
+            self.encoder.copy_buffer_to_buffer(source, 0, target, 0, (nbytes + 3) // 4 * 4)
+        self.compute = self.encoder.begin_compute_pass()
 
     def end(self) -> None:
-        self.compute.end()  # type: ignore[attr-defined]
-        self.device.queue.submit([self.encoder.finish()])  # type: ignore[attr-defined]
+        self.compute.end()
+        self.device.queue.submit([self.encoder.finish()])
         self.encoder = self.compute = None
         if self.unchecked:
             names, self.unchecked = sorted(self.unchecked), set()
@@ -412,7 +414,7 @@ class _Gpu:
     def resume(self) -> None:
         """Record the forward's next dispatches (after a kernel the host computed)."""
         self.encoder = self.device.create_command_encoder()
-        self.compute = self.encoder.begin_compute_pass()  # type: ignore[attr-defined]
+        self.compute = self.encoder.begin_compute_pass()
 
 
 def _wgpu_limit(name: str) -> str:

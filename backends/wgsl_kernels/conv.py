@@ -29,6 +29,8 @@ the i64 result travels as i32.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
 from loam.core.errors import UnsupportedError
 from loam.runtime.errors import ShapeError
@@ -164,6 +166,7 @@ def source_pool(operands: list[tuple[str, int]], results: list[tuple[str, int]],
     p = params.get("p", 2.0)
     if mode == "lp" and p is None:
         raise UnsupportedError("WGSL pool: p known only at run time is not supported")
+    power = float(p) if mode == "lp" else 2.0  # type: ignore[arg-type]  # a number: None is refused above
     nsp = rank - 2
     if nsp < 1:
         raise UnsupportedError(f"WGSL pool: a rank-{rank} input has no spatial axis")
@@ -227,12 +230,12 @@ def source_pool(operands: list[tuple[str, int]], results: list[tuple[str, int]],
     else:
         if mode == "avg":
             body += f"{indent}  acc = acc + v;\n"
-        elif float(p) == 1.0:  # type: ignore[arg-type]
+        elif power == 1.0:
             body += f"{indent}  acc = acc + abs(v);\n"
-        elif float(p) == 2.0:  # type: ignore[arg-type]
+        elif power == 2.0:
             body += f"{indent}  acc = acc + v * v;\n"
         else:
-            body += f"{indent}  acc = acc + select(pow(abs(v), {_f32_literal(p)}), 0.0, v == 0.0);\n"  # type: ignore[arg-type]
+            body += f"{indent}  acc = acc + select(pow(abs(v), {_f32_literal(power)}), 0.0, v == 0.0);\n"
         body += f"{indent}  inside_n = inside_n + 1u;\n{indent}}}\n"
         body += f"{indent}if ({counted}) {{ counted_n = counted_n + 1u; }}\n"
     for _ in range(nsp):
@@ -253,8 +256,7 @@ def source_pool(operands: list[tuple[str, int]], results: list[tuple[str, int]],
         count = "counted_n" if include else "max(inside_n, 1u)"
         body += f"  out0[i] = {narrow(out_elem, f'acc / f32({count})')};\n"
     else:
-        pf = float(p)  # type: ignore[arg-type]
-        root = "acc" if pf == 1.0 else "sqrt(acc)" if pf == 2.0 else f"pow(acc, {_f32_literal(1.0 / pf)})"
+        root = "acc" if power == 1.0 else "sqrt(acc)" if power == 2.0 else f"pow(acc, {_f32_literal(1.0 / power)})"
         body += f"  out0[i] = {narrow(out_elem, root)};\n"
     return kernel([r for r, _ in results], [elem], body)
 
@@ -512,7 +514,7 @@ def _p_resize(
     return tuple(flat), (total + 63) // 64
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "_p_conv": _p_conv,
     "_p_pool": _p_pool,
     "_p_conv_transpose": _p_conv_transpose,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from loam.backends.wgsl_kernels.common import FLAT, device_type, f32_bits, kernel, narrow
 from loam.core.errors import UnsupportedError
@@ -217,10 +217,12 @@ def _refuse_unbounded_i64(step: object, types: Sequence[tuple[object, str]]) -> 
     """Refuse an i64 step whose result could leave the i32 range WGSL computes it in and that the
     shader cannot check (`_I64_CHECKED`): a wrap there would be a silent wrong number where numpy's
     i64 keeps the value."""
-    grows = isinstance(step, (Unary, Binary)) and step.op in _I64_GROWING and step.op not in _I64_CHECKED
-    from_float = isinstance(step, Convert) and device_type(types[step.arg][1]) == "f32"
-    if grows or from_float:
-        what = f"'{step.op}'" if isinstance(step, (Unary, Binary)) else f"a cast from {types[step.arg][1]}"  # type: ignore[union-attr]
+    what = None
+    if isinstance(step, (Unary, Binary)) and step.op in _I64_GROWING and step.op not in _I64_CHECKED:
+        what = f"'{step.op}'"
+    elif isinstance(step, Convert) and device_type(types[step.arg][1]) == "f32":
+        what = f"a cast from {types[step.arg][1]}"
+    if what is not None:
         raise UnboundedI64(
             f"i64 {what}: WGSL computes i64 in i32, and this result could leave the i32 range that numpy's "
             "i64 keeps; the WGSL backend runs no i64 arithmetic it cannot bound"
@@ -259,12 +261,13 @@ def expr_lines(
         elif isinstance(step, Binary):
             a, b = names[step.lhs], names[step.rhs]
             arg_dev = device_type(types[step.lhs][1])
+            right = expr.steps[step.rhs]
             if step.op in _COMPARE:
                 rhs = f"select(0u, 1u, {a} {_COMPARE[step.op]} {b})"
             elif step.op in _LOGIC:
                 rhs = f"({a} {_LOGIC[step.op]} {b})"
-            elif step.op == "pow" and isinstance(expr.steps[step.rhs], Const) and arg_dev == "f32":
-                n = expr.steps[step.rhs].value  # type: ignore[union-attr]
+            elif step.op == "pow" and isinstance(right, Const) and arg_dev == "f32":
+                n = right.value
                 rhs = {2.0: f"({a} * {a})", 3.0: f"({a} * {a} * {a})", 1.0: a, 0.5: f"sqrt({a})"}.get(
                     n, f"pow_({a}, {b})"
                 )
@@ -365,4 +368,4 @@ def _p_zip(out_shape: tuple[int, ...], strided: tuple[tuple[int, ...], ...]) -> 
     return tuple(params), (total + 63) // 64
 
 
-PIECES: dict[str, object] = {"_p_zip": _p_zip}
+PIECES: dict[str, Callable[..., object]] = {"_p_zip": _p_zip}

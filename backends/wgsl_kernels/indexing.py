@@ -14,6 +14,8 @@ layouts and params in their source functions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from loam.backends.wgsl_kernels.common import FLAT, WORKGROUP, device_type, kernel, narrow
 from loam.backends.wgsl_kernels.reduce import ROW_HELPERS
 from loam.core.errors import UnsupportedError
@@ -354,7 +356,8 @@ def source_gather_nd(operands: list[tuple[str, int]], results: list[tuple[str, i
     tuples index.
     """
     (elem, rank), (index_elem, index_rank) = operands[0], operands[1]
-    b = int(params.get("batch_dims") or 0)
+    b = params.get("batch_dims") or 0
+    assert isinstance(b, int), "batch_dims is an int parameter"
     k = index_rank - 1 + rank - b - results[0][1]
     if device_type(index_elem) != "i32":
         raise UnsupportedError(f"WGSL gather_nd: indices of element type {index_elem} (an integer type is needed)")
@@ -447,7 +450,7 @@ def _p_one_hot(shapes: tuple[tuple[int, ...], ...], depth: int, axis: int) -> tu
     return (total, max(inner, 1), max(result[axis], 1)), (total + 63) // 64
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "_p_gather": _p_gather,
     "_p_gather_elements": _p_gather_elements,
     "_p_scatter_elements": _p_scatter_elements,

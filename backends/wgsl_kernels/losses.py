@@ -19,6 +19,8 @@ Params: targets (N * D), C, D, ignore_index (its two's-complement bits), ignores
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
 from loam.core.errors import UnsupportedError
 
@@ -92,5 +94,5 @@ def _p_nll_loss(
     return block, ((targets + 63) // 64 if reduction == "none" else 1)
 
 
-PIECES: dict[str, object] = {"_p_nll_loss": _p_nll_loss}
+PIECES: dict[str, Callable[..., object]] = {"_p_nll_loss": _p_nll_loss}
 SOURCES: dict[str, object] = {"nll_loss": source_nll_loss}

@@ -15,7 +15,7 @@ then the result's extents and each strided extra's strides (as in the zip kernel
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from loam.backends.wgsl_kernels.common import device_type, kernel
 from loam.backends.wgsl_kernels.elementwise import HELPERS, expr_lines, index_lines
@@ -135,4 +135,4 @@ def _p_matmul(
     return tuple(params), count * tiles if m and n else 0
 
 
-PIECES: dict[str, object] = {"_p_matmul": _p_matmul}
+PIECES: dict[str, Callable[..., object]] = {"_p_matmul": _p_matmul}

@@ -12,6 +12,8 @@ Params: count, in_offset, out_offset, then the extents, the read strides and the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel
 
 
@@ -92,7 +94,7 @@ def _p_range(start: int, limit: int, delta: int) -> tuple[tuple[int, ...], int]:
     return (count, start & 0xFFFFFFFF, delta & 0xFFFFFFFF), (count + 63) // 64
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "_p_copy": _p_copy,
     "_row_major": _row_major,
     "_p_permute": _p_permute,

@@ -24,6 +24,8 @@ cast_narrow's params: the element count.  The quantization kernels say theirs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
 from loam.core.errors import UnsupportedError
 
@@ -310,7 +312,7 @@ def _p_cast_narrow(
     return (count,), (count + 63) // 64
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "_p_cast_narrow": _p_cast_narrow,
     "_p_dequantize_linear": _p_dequantize_linear,
     "_p_quantize_linear": _p_quantize_linear,

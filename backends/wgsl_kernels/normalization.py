@@ -16,6 +16,8 @@ and bias's strides over x's axes (for each present).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
@@ -50,7 +52,7 @@ def source_normalize(operands: list[tuple[str, int]], results: list[tuple[str, i
     if len(operands) > 3:
         raise UnsupportedError(f"WGSL normalize: {len(operands)} operands (x, scale, bias at most)")
     channel_axis = params.get("channel_axis")
-    if channel_axis is None or not -1 <= int(channel_axis) < rank:  # type: ignore[call-overload]
+    if channel_axis is None or not -1 <= int(channel_axis) < rank:  # type: ignore[call-overload]  # an int parameter
         raise UnsupportedError(f"WGSL normalize: channel_axis {channel_axis} is not supported")
     eps = 2 + 2 * rank
     xe, xs = eps + 1, eps + 1 + rank
@@ -329,7 +331,7 @@ def _p_einsum(shapes: tuple[tuple[int, ...], ...], equation: str) -> tuple[tuple
     return tuple(params), (total + 63) // 64
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "_p_normalize": _p_normalize, "_p_group_norm": _p_group_norm, "_p_lrn": _p_lrn, "_einsum_axes": _einsum_axes,
     "_p_einsum": _p_einsum,
 }  # fmt: skip

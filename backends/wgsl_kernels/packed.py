@@ -24,6 +24,8 @@ the row length D, the indices' count, the rows V, blocks per row.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from loam.backends.wgsl_kernels.common import ENTRY, FLAT, HELPERS, device_type
 from loam.core.errors import UnsupportedError
 
@@ -154,4 +156,4 @@ def _p_gather_packed(shapes: tuple[tuple[int, ...], ...], axis: int, encoding: s
 
 
 SOURCES: dict[str, object] = {"matmul_packed": source_matmul_packed, "gather_packed": source_gather_packed}
-PIECES: dict[str, object] = {"_p_matmul_packed": _p_matmul_packed, "_p_gather_packed": _p_gather_packed}
+PIECES: dict[str, Callable[..., object]] = {"_p_matmul_packed": _p_matmul_packed, "_p_gather_packed": _p_gather_packed}

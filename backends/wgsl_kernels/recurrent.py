@@ -29,6 +29,8 @@ input size.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.backends.wgsl_kernels.common import FLAT, device_type, f32_bits, kernel, narrow
@@ -288,7 +290,7 @@ def _source(
 ) -> str:
     def tup(key: str) -> tuple[float, ...] | None:
         value = params.get(key)
-        return None if value is None else tuple(float(v) for v in value)  # type: ignore[attr-defined]
+        return None if value is None else tuple(float(v) for v in value)  # type: ignore[attr-defined]  # a tuple
 
     clip = params.get("clip")
     return source_recurrent(
@@ -296,10 +298,10 @@ def _source(
         None if params.get("direction") is None else str(params["direction"]),
         None if params.get("activations") is None else str(params["activations"]),
         tup("alphas"), tup("betas"),
-        None if clip is None else float(clip),  # type: ignore[arg-type]
-        None if params.get("layout") is None else int(params["layout"]),  # type: ignore[call-overload]
-        None if flag is None else int(flag),  # type: ignore[call-overload]
-        None if params.get("present") is None else int(params["present"]),  # type: ignore[call-overload]
+        None if clip is None else float(clip),  # type: ignore[arg-type]  # a float parameter
+        None if params.get("layout") is None else int(params["layout"]),  # type: ignore[call-overload]  # an int
+        None if flag is None else int(flag),  # type: ignore[call-overload]  # an int parameter
+        None if params.get("present") is None else int(params["present"]),  # type: ignore[call-overload]  # an int
     )  # fmt: skip
 
 
@@ -370,7 +372,12 @@ def _p_lstm(
     return _p_recurrent(shapes, layout, False)
 
 
-PIECES: dict[str, object] = {"_p_recurrent": _p_recurrent, "_p_rnn": _p_rnn, "_p_gru": _p_gru, "_p_lstm": _p_lstm}
+PIECES: dict[str, Callable[..., object]] = {
+    "_p_recurrent": _p_recurrent,
+    "_p_rnn": _p_rnn,
+    "_p_gru": _p_gru,
+    "_p_lstm": _p_lstm,
+}
 SOURCES: dict[str, object] = {"rnn": source_rnn, "gru": source_gru, "lstm": source_lstm}
 STEPPED = frozenset(SOURCES)
 """The kernels whose `_p_NAME` gives a list of dispatches (params, workgroups) to record in order."""

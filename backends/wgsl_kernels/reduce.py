@@ -22,7 +22,7 @@ ufuncs do.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
 from loam.core.errors import UnsupportedError
@@ -55,7 +55,8 @@ def check_axes(kernel_name: str, axes: object, rank: int) -> tuple[int, ...]:
     """`axes` as a tuple of distinct axes in [0, rank), or UnsupportedError."""
     if axes is None:
         raise UnsupportedError(f"WGSL {kernel_name}: axes known only at run time are not supported")
-    axes = tuple(int(a) for a in axes)  # type: ignore[union-attr]
+    assert isinstance(axes, tuple), "an axes parameter is a tuple"
+    axes = tuple(int(a) for a in axes)
     if len(set(axes)) != len(axes) or any(not 0 <= a < rank for a in axes):
         raise UnsupportedError(f"WGSL {kernel_name}: axes {axes} are not distinct axes of a rank-{rank} input")
     return axes
@@ -237,7 +238,7 @@ def source_reduce(operands: list[tuple[str, int]], results: list[tuple[str, int]
             "prod": ("1", "mul_i", "x"),
             "l1": ("0", "add_i", "abs(x)"),
             "sum_square": ("0", "add_i", "x * x"),
-        }[kind]  # type: ignore[index]
+        }[kind]
         body += f"  var a: i32 = {init};\n" + accumulate("a", fn, value) + tree("a", fn)
         result = "a / max(i32(n), 1)" if kind == "mean" else "a"
         body += f"  if (live && lid == 0u) {{ out0[row] = {result}; }}\n"
@@ -260,9 +261,9 @@ def source_reduce(operands: list[tuple[str, int]], results: list[tuple[str, int]
             "l2": ("0.0", "add_f", "x * x"),
             "sum_square": ("0.0", "add_f", "x * x"),
             "log_sum": ("0.0", "add_f", "x"),
-        }[kind]  # type: ignore[index]
+        }[kind]
         body += f"  var a = {init};\n" + accumulate("a", fn, value) + tree("a", fn)
-        result = {"mean": "a / f32(params[1])", "l2": "sqrt(a)", "log_sum": "log(a)"}.get(kind, "a")  # type: ignore[arg-type]
+        result = {"mean": "a / f32(params[1])", "l2": "sqrt(a)", "log_sum": "log(a)"}.get(kind, "a")
     body += f"  if (live && lid == 0u) {{ out0[row] = {narrow(out_elem, result)}; }}\n"
     return kernel([out_elem], [elem], body, helpers)
 
@@ -528,7 +529,7 @@ def _p_topk(
     return (lines, extent, inner, int(k), 1 if largest else 0), lines
 
 
-PIECES: dict[str, object] = {
+PIECES: dict[str, Callable[..., object]] = {
     "row_block": row_block,
     "_p_softmax": _p_softmax,
     "_p_reduce": _p_reduce,

@@ -20,6 +20,8 @@ device), so every element type is served; nothing is rounded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from loam.backends.wgsl_kernels.common import FLAT, device_type, kernel, narrow
@@ -178,5 +180,5 @@ def _p_trilu(shapes: tuple[tuple[int, ...], ...], upper: int, offset: int = 0) -
     return (count, max(x[-2], 1), max(x[-1], 1), int(offset) & 0xFFFFFFFF), (count + 63) // 64
 
 
-PIECES: dict[str, object] = {"_p_pad": _p_pad, "_p_tile": _p_tile, "_p_trilu": _p_trilu}
+PIECES: dict[str, Callable[..., object]] = {"_p_pad": _p_pad, "_p_tile": _p_tile, "_p_trilu": _p_trilu}
 SOURCES: dict[str, object] = {"pad": source_pad, "tile": source_tile, "trilu": source_trilu}

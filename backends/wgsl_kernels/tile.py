@@ -23,6 +23,8 @@ element type).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from loam.backends.wgsl_kernels.common import ENTRY, WORKGROUP, device_type, header
 from loam.backends.wgsl_kernels.elementwise import HELPERS, expr_lines, literal
 from loam.core.errors import UnsupportedError
@@ -66,7 +68,7 @@ def _reader_shape(program: TileProgram, shapes: list[Shape | None], i: int) -> S
     if isinstance(step, (Map, Load)):
         return shapes[i]
     if isinstance(step, Store):
-        return broadcast(*(shapes[r] for r in (step.index, step.value, step.mask)))  # type: ignore[misc]
+        return broadcast(*(shapes[r] for r in (step.index, step.value, step.mask)))  # type: ignore[arg-type]  # values: each has a shape
     return None
 
 
@@ -230,7 +232,7 @@ def source_tile(program: TileProgram, operands: list[str], results: list[str]) -
         elif isinstance(step, Dot):
             assert shape
             n = size(i)
-            inner = shapes[step.lhs][1]  # type: ignore[index]
+            inner = shapes[step.lhs][1]  # type: ignore[index]  # a dot's operands are tiles, with shapes
             cols = shape[1]
             lines.append(f"var t{i}: array<f32, {chunks(n)}>;")
             lines.append(
@@ -244,9 +246,10 @@ def source_tile(program: TileProgram, operands: list[str], results: list[str]) -
             )
         elif isinstance(step, Loop):
             for c in program.carries(i):
-                init = program.steps[c].init  # type: ignore[union-attr]
+                carry = program.steps[c]
+                assert isinstance(carry, Carry)
                 kind = f"array<{device_type(elems[c])}, {chunks(size(c))}>" if shapes[c] else device_type(elems[c])
-                lines.append(f"var t{c}: {kind} = t{init};")
+                lines.append(f"var t{c}: {kind} = t{carry.init};")
             lines.append(f"for (var t{i}: i32 = 0; t{i} < t{step.stop}; t{i} = t{i} + {step.step}) {{")
         elif isinstance(step, Carry):
             pass  # declared before its loop
@@ -262,12 +265,12 @@ def source_tile(program: TileProgram, operands: list[str], results: list[str]) -
                     share(c)  # the last trip's value, for the readers after the loop
         else:
             assert isinstance(step, Store)
-            reader = _reader_shape(program, shapes, i)
-            assert reader
-            n = size_of(reader)
-            condition = f"{on(n)} && live_prog && {mask_on(step.mask, reader)}"
-            value = at(step.value, reader)
-            lines.append(lanes(n, f"if ({condition}) {{ out{step.result}[u32({at(step.index, reader)})] = {value}; }}"))
+            stored = _reader_shape(program, shapes, i)
+            assert stored
+            n = size_of(stored)
+            condition = f"{on(n)} && live_prog && {mask_on(step.mask, stored)}"
+            value = at(step.value, stored)
+            lines.append(lanes(n, f"if ({condition}) {{ out{step.result}[u32({at(step.index, stored)})] = {value}; }}"))
         if i in shared:
             share(i)
     if uses_reduce:
@@ -287,4 +290,4 @@ def _p_tile_program(grid: int | tuple[int, ...], numbers: tuple[int, ...]) -> tu
     return (count, *extents, *(n & 0xFFFFFFFF for n in numbers)), count
 
 
-PIECES: dict[str, object] = {"_p_tile_program": _p_tile_program}
+PIECES: dict[str, Callable[..., object]] = {"_p_tile_program": _p_tile_program}
