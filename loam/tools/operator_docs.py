@@ -242,7 +242,7 @@ def kernel_ops_section() -> list[str]:
             numpy_form = f"plain indexing for unit steps, else {numpy_form}"
         source = wgsl.get(short) if issubclass(op, LibraryOp) else None
         wgsl_form = _WGSL_FORMS.get(name) or (
-            f"`{source.__module__.removeprefix('loam.backends.')}.{source.__name__}`"  # type: ignore[attr-defined]  # library_sources gives functions, typed object
+            f"`{source.__module__.removeprefix('loam.backends.')}.{source.__name__}`"
             if source is not None
             else "none: the host computes it with `--host-fallback`"
         )
