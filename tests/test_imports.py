@@ -63,7 +63,6 @@ def test_the_scan_sees_every_package(modules: dict[str, Module]) -> None:
     assert len(modules) > 100
 
 
-@pytest.mark.xfail(strict=True, reason="24 private names still cross modules inside their packages; being renamed")
 def test_no_private_name_is_imported_across_modules(modules: dict[str, Module]) -> None:
     offenders = private_imports(modules)
     assert not offenders, "private names used across modules:\n" + "\n".join(offenders)
