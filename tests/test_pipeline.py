@@ -35,9 +35,9 @@ def test_inline_weights_embeds_the_checkpoint() -> None:
 def test_without_inline_weights_the_module_has_no_embedded_weights() -> None:
     result = loam.build(MLP / "mlp.onnxtext", options=mlp_options())
     assert not hasattr(result.module.Weights, "embedded")
-    # Only numpy is imported by the generated module.
+    # Only numpy and the standard library (json, for a safetensors header) are imported by the generated module.
     imports = [n for n in ast.walk(ast.parse(result.source)) if isinstance(n, ast.Import | ast.ImportFrom)]
-    assert {alias.name for n in imports for alias in n.names} == {"numpy"}
+    assert {alias.name for n in imports for alias in n.names} == {"numpy", "json"}
 
 
 def test_inline_weights_without_a_checkpoint_is_refused() -> None:

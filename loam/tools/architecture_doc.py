@@ -15,6 +15,7 @@ contract's attributes).  The prose around the two sections is the page's own; a 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import inspect
 import pkgutil
@@ -80,10 +81,15 @@ def render_layers() -> str:
     return "\n".join(out)
 
 
+@functools.cache
+def _paths() -> dict[str, str]:
+    """Each distribution module's repository path (read once: the scan reads every source)."""
+    return {name: module.path for name, module in distribution().items()}
+
+
 def _path(module: str) -> str:
     """The repository path of a distribution module."""
-    found = distribution().get(module)
-    return found.path if found is not None else module
+    return _paths().get(module, module)
 
 
 def _grouped(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:

@@ -11,6 +11,7 @@ layers (`loam.tools.layers`).  Reading a source checkout, not an installed packa
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
@@ -106,7 +107,7 @@ def imports(modules: Mapping[str, Module]) -> list[Import]:
 
 def _imports_of(module: Module, modules: Mapping[str, Module]) -> list[Import]:
     found: list[Import] = []
-    tree = ast.parse(module.source, module.path or module.name)
+    tree = _parsed(module.source, module.path or module.name)
     bound: dict[str, str] = {}  # a local name -> the distribution module an import bound it to
     for node in _nodes(tree):
         if isinstance(node, ast.Import):
@@ -134,6 +135,12 @@ def _imports_of(module: Module, modules: Mapping[str, Module]) -> list[Import]:
                 if target in modules:
                     found.append(Import(module.name, node.lineno, target, node.attr, attribute=True))
     return found
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(source: str, filename: str) -> ast.Module:
+    """`source` parsed once (each check reads every module's imports; the page runs them all)."""
+    return ast.parse(source, filename)
 
 
 def _private(name: str) -> bool:
