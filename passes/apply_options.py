@@ -19,11 +19,16 @@ This pass reads `loam.interface`, `loam.dims`, `loam.outputs` and `loam.layout`:
 - every `layout` rule must reach a tensor the graph declares (and a graph it names must exist),
   so a misspelt pattern stops the build instead of silently naming nothing.
 
+A graph input's dim that has neither a value nor a name (ONNX allows it; onnxruntime runs it at any
+extent) gets a dim_param of its own, `TENSOR_dimAXIS`, and a build note says so, before `dims` reads
+the dims: so `dims` can fix it and forward binds it from the input like any symbol.
+
 A name in any option that the graph does not declare stops the build naming it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -38,6 +43,7 @@ from loam.core.layout import LayoutRule
 from loam.dialects import build_contract as contract
 from loam.dialects.dim_params import read_spelling
 from loam.dialects.graph import GraphOp, InitializerOp, ModelOp, NodeOp, ReturnOp, SubgraphInfoOp, TensorType
+from loam.passes.notes import add_notes
 
 
 def main_graph(module: ModuleOp) -> GraphOp:
@@ -58,6 +64,9 @@ class ApplyOptionsPass(ModulePass):
         interface = contract.INTERFACE.get(op)
         if interface:
             redeclare(graph, interface)
+        named = name_unnamed_dims(graph)
+        if named:
+            add_notes(op, [_unnamed_note(named)])
         dims = contract.DIMS.get(op)
         if dims:
             fix_dims(graph, dims)
@@ -67,6 +76,47 @@ class ApplyOptionsPass(ModulePass):
         outputs = contract.OUTPUTS.get(op)
         if outputs is not None:
             cut_outputs(graph, list(outputs))
+
+
+def name_unnamed_dims(graph: GraphOp) -> list[tuple[str, int, str]]:
+    """Give each graph input's unnamed dim (neither a dim_value nor a dim_param, which ONNX allows and
+    onnxruntime runs at any extent) a dim_param of its own, `TENSOR_dimAXIS`, unlike every other the
+    graph declares; returns (input, axis, name) for each.  A symbol like any other from then on: forward
+    reads it from the input it is fed, `dims` may fix it, `loam layout` drafts an axis name for it."""
+    block = graph.body.block
+    ret = block.last_op
+    assert isinstance(ret, ReturnOp)
+    types = [arg.type for arg in block.args] + list(ret.declared_types.data)
+    taken = {
+        d for t in types if isinstance(t, TensorType) and t.shape is not None for d in t.shape if isinstance(d, str)
+    }
+    named: list[tuple[str, int, str]] = []
+    for arg, input_name in zip(list(block.args), graph.input_names.data, strict=True):
+        t = arg.type
+        if not isinstance(t, TensorType) or t.shape is None or None not in t.shape:
+            continue
+        shape: list[int | str] = []
+        for axis, dim in enumerate(t.shape):
+            if dim is None:
+                dim = f"{_UNSAFE.sub('_', input_name.data)}_dim{axis}"
+                while dim in taken:
+                    dim += "_"
+                taken.add(dim)
+                named.append((input_name.data, axis, dim))
+            shape.append(dim)
+        Rewriter.replace_value_with_new_type(arg, TensorType(t.elem, shape))
+    return named
+
+
+_UNSAFE = re.compile(r"[^0-9A-Za-z_]")
+
+
+def _unnamed_note(named: Sequence[tuple[str, int, str]]) -> str:
+    which = ", ".join(f"'{tensor}' axis {axis} is {name}" for tensor, axis, name in named)
+    return (
+        f"graph inputs declare dims with neither a value nor a name; each is a symbol of its own, read from "
+        f"the input at run time: {which} (fix one with the `dims` option, name it with `interface`)"
+    )
 
 
 def _tensor_names(block: Block) -> Iterator[str]:

@@ -250,16 +250,6 @@ def test_declared_output_extent_disagrees() -> None:
     )
 
 
-def test_input_dim_with_neither_value_nor_param() -> None:
-    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="act")], {"x": (3, None)}, {"y": None})
-    refused(
-        ShapeError,
-        "graph input 'x' axis 1 has an unknown extent; give it a dim_param or a dim_value",
-        model,
-        options=layout(x=("M", "N")),
-    )
-
-
 # -- options naming what the graph does not declare -------------------------------------------------------
 
 
