@@ -1,10 +1,13 @@
 """Convolutions: ONNX Conv and ConvTranspose over 1 to 3 spatial axes, the integer convolutions of
 quantized models (ConvInteger, QLinearConv), DeformConv and Col2Im, lowered to one library kernel each.
 
-The build settles the whole window geometry (auto_pad, output_shape and the output extents) from
-the static extents, so `kernel.conv` and `kernel.conv_transpose` carry explicit begin/end pads and
-the generated module does no shape reasoning.  The helpers here (`window_geometry`,
-`spatial_attrs`) are shared with the pooling rules, which read the same attributes.
+The build settles the whole window geometry (auto_pad, output_shape and the output extents), so
+`kernel.conv` and `kernel.conv_transpose` carry explicit begin/end pads and the generated module does
+no shape reasoning.  Over a symbolic spatial extent the pads and output extents are polynomials in
+the input's symbols, with derived symbols for the rounding divisions (`floordiv(L - 5, 2) + 1`),
+which the module computes before any kernel; the channel extent must be a number.  The helpers
+here (`window_geometry`, `spatial_attrs`) are shared with the pooling rules, which read the same
+attributes.
 
 Axes: N carries through from X; Conv's output channel axis is W's axis 0, and with group=1 X's
 channel axis must be W's axis 1 (the contraction).  A spatial output axis keeps X's axis when its
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
-from loam.core import dtypes, owed
+from loam.core import derived, dtypes, owed
 from loam.core.poly import Poly
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity, same_axis
 from loam.ops.elementwise import NUMERIC
@@ -54,7 +57,7 @@ class ConvParams(TypedDict):
     """The window parameters of `kernel.conv` and of the integer and deformable convolutions."""
 
     strides: tuple[int, ...]
-    pads: tuple[int, ...]
+    pads: tuple[Extent, ...]
     dilations: tuple[int, ...]
     group: int
 
@@ -107,16 +110,25 @@ def explicit_pads(node: NodeInfo, nsp: int) -> tuple[int, ...]:
     return pads
 
 
+Extent = int | Poly
+"""An extent as a kernel parameter: a number where the build knows it, else a polynomial the run evaluates."""
+
+
+def settled(p: Poly) -> Extent:
+    """`p` as a kernel parameter: a number where it is one (so a static model's parameters stay numbers)."""
+    return p.const_value if p.is_const else p
+
+
 def window_geometry(
     node: NodeInfo,
-    spatial: Sequence[int],
+    spatial: Sequence[Extent],
     kernel: Sequence[int],
     strides: Sequence[int],
     dilations: Sequence[int],
     *,
     ceil_mode: bool = False,
     negative_same: bool = False,
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
+) -> tuple[tuple[Extent, ...], tuple[Extent, ...]]:
     """The explicit pads (begins then ends) and output extents of a sliding window, as ONNX defines them.
 
     auto_pad SAME_* pads so the output has ceil(S / stride) positions, the odd pad at the end
@@ -128,50 +140,72 @@ def window_geometry(
     A window shorter than its stride leaves SAME a negative total pad.  Conv clamps it at 0 (as
     onnxruntime does); the pools pass `negative_same` and keep it, split as onnxruntime's pooling
     splits it (halves rounded toward zero), so the windows start past the input's first element.
+    The pools also pad for the undilated window, as onnxruntime's do.
+
+    A symbolic spatial extent S gives polynomial pads and output extents: `floor((S + pads - span) /
+    stride) + 1` is a derived symbol unless the stride divides it (`loam.core.derived`).  The input
+    then owes the window room (`S + pads >= span`), which the run checks before any kernel.
     """
     nsp = len(spatial)
     mode = auto_pad_of(node)
+    same = mode in ("SAME_UPPER", "SAME_LOWER")
     if mode != "NOTSET" and node.attr("pads") is not None:
         raise node.fail(f"gives both auto_pad {mode} and explicit pads")
-    pads = [0] * (2 * nsp) if mode != "NOTSET" else list(explicit_pads(node, nsp))
-    out: list[int] = []
+    pads = [Poly.const(p) for p in ((0,) * (2 * nsp) if mode != "NOTSET" else explicit_pads(node, nsp))]
+    out: list[Poly] = []
     for i in range(nsp):
+        extent = Poly.lift(spatial[i])
         span = (kernel[i] - 1) * dilations[i] + 1
-        if mode in ("SAME_UPPER", "SAME_LOWER"):
-            o = -(-spatial[i] // strides[i])
-            total = (o - 1) * strides[i] + span - spatial[i]
+        if same:
+            o = derived.ceildiv(extent, strides[i])
+            # onnxruntime's pools pad for the undilated window, then fit the dilated one into what
+            # that leaves (fewer than ceil(S / stride) outputs where dilation > 1).
+            total = (o - 1) * strides[i] + (kernel[i] if negative_same else span) - extent
             if not negative_same:
-                total = max(0, total)
+                total = derived.maximum(total, 0)
             # Halves rounded toward zero (C++ division): equal to floor for the usual total >= 0.
-            head = int(total / 2) if mode == "SAME_UPPER" else int((total + 1) / 2)
+            head = derived.truncdiv(total if mode == "SAME_UPPER" else total + 1, 2)
             pads[i], pads[i + nsp] = head, total - head
-        room = spatial[i] + pads[i] + pads[i + nsp] - span
-        if ceil_mode and mode not in ("SAME_UPPER", "SAME_LOWER"):
-            # ceil((S + pads - span) / stride) + 1 windows; the first may overrun a short padded input.
-            o = -(-room // strides[i]) + 1
-            if (o - 1) * strides[i] >= spatial[i] + pads[i]:
-                o -= 1
-        elif mode not in ("SAME_UPPER", "SAME_LOWER"):
-            o = room // strides[i] + 1
-        if o < 1:
+        room = extent + pads[i] + pads[i + nsp] - span
+        if same and negative_same and span != kernel[i]:
+            o = derived.floordiv(room, strides[i]) + 1
+        if ceil_mode and not same:
+            # ceil((S + pads - span) / stride) + 1 windows, less the last where it would start in
+            # the end pad (the first may overrun a short padded input).
+            o = derived.ceildiv(room, strides[i]) + 1
+            o = o - 1 + derived.less((o - 1) * strides[i], extent + pads[i])
+        elif not same:
+            o = derived.floordiv(room, strides[i]) + 1
+        if o.is_const and o.const_value < 1:
             raise node.fail(
                 f"spatial axis {i}: the window spans {span} but the padded input holds {room + span} elements"
             )
+        if not o.is_const:
+            # floor(room / stride) >= 0 exactly where room >= 0; SAME needs one element.
+            slack = o - 1 if ceil_mode and not same else extent - 1 if same else room
+            owed.owe(slack, node, f"spatial axis {i} must hold a window of {span}")
         out.append(o)
-    return tuple(pads), tuple(out)
+    return tuple(settled(p) for p in pads), tuple(settled(o) for o in out)
 
 
-def framed_extents(node: NodeInfo, shape: Sequence[Poly], what: str = "X") -> tuple[int, ...]:
-    """X's extents as the window geometry reads them: the channel and spatial extents as numbers (they
-    settle the pads and the kernel's parameters), the batch axis, which the geometry never reads and
-    the kernel takes from the data, as 0 where it is symbolic."""
-    if any(not d.is_const for d in shape[1:]):
+def framed_extents(node: NodeInfo, shape: Sequence[Poly], what: str = "X") -> tuple[Extent, ...]:
+    """X's extents as the window geometry reads them: the channel extent as a number (it settles the
+    groups and meets W's), the spatial extents as numbers or polynomials (the geometry follows them),
+    the batch axis, which the geometry never reads and the kernel takes from the data, as 0 where it
+    is symbolic."""
+    if len(shape) > 1 and not shape[1].is_const:
         raise node.unsupported(
-            f"{what} has symbolic extents [{', '.join(map(str, shape))}]; {node.op_type} needs its channel and "
-            "spatial extents as numbers at build time (only the batch axis may be symbolic), so fix them with "
-            "the `dims` option"
+            f"{what} has symbolic extents [{', '.join(map(str, shape))}]; {node.op_type} needs its channel extent "
+            f"({shape[1]}) as a number at build time, so fix it with the `dims` option"
         )
-    return tuple(d.const_value if d.is_const else 0 for d in shape)
+    return tuple(d.const_value if d.is_const else 0 if k == 0 else d for k, d in enumerate(shape))
+
+
+def channel_count(x: Sequence[Extent]) -> int:
+    """X's channel extent, which `framed_extents` made sure is a number."""
+    c = x[1]
+    assert isinstance(c, int), "framed_extents refuses a symbolic channel extent"
+    return c
 
 
 def kept_spatial_axes(x_axes: tuple[Axis, ...], out: Facts) -> tuple[Axis | None, ...]:
@@ -179,7 +213,7 @@ def kept_spatial_axes(x_axes: tuple[Axis, ...], out: Facts) -> tuple[Axis | None
     return keep_unchanged(x_axes, out)[2:]
 
 
-def _frame(node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]) -> tuple[int, tuple[int, ...], int]:
+def _frame(node: NodeInfo, x: tuple[Extent, ...], w: tuple[int, ...]) -> tuple[int, tuple[int, ...], int]:
     """What Conv and ConvTranspose check alike: the ranks, kernel_shape against W, and `group`;
     returns the number of spatial axes, the kernel extents and the group count."""
     if len(x) < 3 or len(x) > 5:
@@ -200,15 +234,18 @@ class ConvRule(OpRule):
     kernels: tuple[str, ...] = ("kernel.conv",)
     attributes = frozenset({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
     elem_types = FLOATS
-    limitations = "channel and spatial extents must be numbers (the batch may be symbolic); negative pads are refused"
+    limitations = "the channel extent must be a number; negative pads are refused"
 
-    def geometry(self, node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]) -> tuple[ConvParams, tuple[int, ...]]:
+    def geometry(
+        self, node: NodeInfo, x: tuple[Extent, ...], w: tuple[int, ...]
+    ) -> tuple[ConvParams, tuple[Extent, ...]]:
         """The kernel's parameters and the output's spatial extents."""
         nsp, kernel, group = _frame(node, x, w)
-        if group < 1 or x[1] % group or w[0] % group:
-            raise node.fail(f"group {group} does not divide the {x[1]} input and {w[0]} output channels")
-        if x[1] // group != w[1]:
-            raise node.fail(f"X has {x[1]} channels in {group} group(s), W expects {w[1]} per group")
+        c = channel_count(x)
+        if group < 1 or c % group or w[0] % group:
+            raise node.fail(f"group {group} does not divide the {c} input and {w[0]} output channels")
+        if c // group != w[1]:
+            raise node.fail(f"X has {c} channels in {group} group(s), W expects {w[1]} per group")
         strides = spatial_attrs(node, nsp, "strides", 1)
         dilations = spatial_attrs(node, nsp, "dilations", 1)
         pads, out = window_geometry(node, x[2:], kernel, strides, dilations)
@@ -230,7 +267,7 @@ class ConvRule(OpRule):
         from loam.runtime.kernels.conv import kernel_conv
 
         value = fold_if_known(inputs, lambda *v: kernel_conv(*v, **geo))
-        return [Facts(x.elem, (x.shape[0], *(Poly.const(int(d)) for d in out)), value)]
+        return [Facts(x.elem, (x.shape[0], *(Poly.lift(d) for d in out)), value)]
 
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
@@ -265,54 +302,63 @@ class ConvTransposeRule(OpRule):
         {"auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads", "strides"}
     )
     elem_types = FLOATS
-    limitations = "channel and spatial extents must be numbers (the batch may be symbolic); negative pads are refused"
+    limitations = "the channel extent must be a number; negative pads are refused"
 
     def geometry(
-        self, node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]
-    ) -> tuple[ConvTransposeParams, tuple[int, ...], int]:
+        self, node: NodeInfo, x: tuple[Extent, ...], w: tuple[int, ...]
+    ) -> tuple[ConvTransposeParams, tuple[Extent, ...], int]:
         """The kernel's parameters, the output's spatial extents and its channel count."""
         nsp, kernel, group = _frame(node, x, w)
-        if group < 1 or x[1] % group:
-            raise node.fail(f"group {group} does not divide the {x[1]} input channels")
-        if x[1] != w[0]:
-            raise node.fail(f"X has {x[1]} channels, W's first axis has {w[0]}; they must agree")
+        c = channel_count(x)
+        if group < 1 or c % group:
+            raise node.fail(f"group {group} does not divide the {c} input channels")
+        if c != w[0]:
+            raise node.fail(f"X has {c} channels, W's first axis has {w[0]}; they must agree")
         strides = spatial_attrs(node, nsp, "strides", 1)
         dilations = spatial_attrs(node, nsp, "dilations", 1)
         out_pad = tuple(int(v) for v in node.attr("output_padding", [0] * nsp))
         if len(out_pad) != nsp or any(p < 0 for p in out_pad):
             raise node.fail(f"output_padding {list(out_pad)} must hold {nsp} non-negative values")
         mode = auto_pad_of(node)
-        full = [(x[2 + i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 + out_pad[i] for i in range(nsp)]
-        target = node.attr("output_shape")
-        if target is not None:
-            target = [int(v) for v in target][-nsp:]
+        spatial = [Poly.lift(e) for e in x[2:]]
+        full = [(spatial[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 + out_pad[i] for i in range(nsp)]
+        given_shape = node.attr("output_shape")
+        target: list[Poly] | None = None
+        if given_shape is not None:
+            target = [Poly.const(int(v)) for v in given_shape][-nsp:]
             if len(target) != nsp:
-                raise node.fail(f"output_shape {list(target)} must give {nsp} spatial extents")
+                raise node.fail(f"output_shape {list(given_shape)} must give {nsp} spatial extents")
         elif mode in ("SAME_UPPER", "SAME_LOWER"):
-            target = [x[2 + i] * strides[i] for i in range(nsp)]
+            target = [spatial[i] * strides[i] for i in range(nsp)]
         if target is not None:
-            pads = [0] * (2 * nsp)
+            pads = [Poly()] * (2 * nsp)
             for i in range(nsp):
                 total = full[i] - target[i]
-                small, large = total // 2, total - total // 2
+                small = derived.floordiv(total, 2)
+                large = total - small
                 # The odd element goes to the end with SAME_UPPER, to the beginning otherwise (ONNX's
                 # text and onnxruntime; a negative total extends the output at the end).
                 pads[i], pads[i + nsp] = (small, large) if mode == "SAME_UPPER" else (large, small)
         elif mode == "VALID":
-            pads = [0] * (2 * nsp)
+            pads = [Poly()] * (2 * nsp)
         else:
-            pads = list(explicit_pads(node, nsp))
-        out = tuple(full[i] - pads[i] - pads[i + nsp] for i in range(nsp))
-        if any(o < 1 for o in out):
-            raise node.fail(f"pads {pads} leave no output (spatial extents {list(out)})")
+            pads = [Poly.const(p) for p in explicit_pads(node, nsp)]
+        out = [full[i] - pads[i] - pads[i + nsp] for i in range(nsp)]
+        for i, o in enumerate(out):
+            if o.is_const and o.const_value < 1:
+                raise node.fail(
+                    f"pads {[settled(p) for p in pads]} leave no output (spatial extents {[settled(o) for o in out]})"
+                )
+            if not o.is_const:
+                owed.owe(o - 1, node, f"spatial axis {i} of the output must hold an element")
         params: ConvTransposeParams = {
             "strides": strides,
-            "pads": tuple(pads),
+            "pads": tuple(settled(p) for p in pads),
             "dilations": dilations,
             "group": group,
             "output_padding": out_pad,
         }
-        return params, out, w[1] * group
+        return params, tuple(settled(o) for o in out), w[1] * group
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 2, 3)
@@ -330,7 +376,7 @@ class ConvTransposeRule(OpRule):
         from loam.runtime.kernels.conv import kernel_conv_transpose
 
         value = fold_if_known(inputs, lambda *v: kernel_conv_transpose(*v, **geo))
-        return [Facts(x.elem, (x.shape[0], *(Poly.const(int(d)) for d in out)), value)]
+        return [Facts(x.elem, (x.shape[0], *(Poly.lift(d) for d in out)), value)]
 
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
@@ -384,7 +430,7 @@ class ConvIntegerRule(ConvRule):
     kernels: tuple[str, ...] = ("kernel.conv_integer",)
     elem_types = QUANTIZED
     first_opset = 10
-    limitations = "channel and spatial extents must be numbers (the batch may be symbolic); negative pads are refused"
+    limitations = "the channel extent must be a number; negative pads are refused"
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         require_arity(node, inputs, 2, 4)
@@ -406,7 +452,7 @@ class ConvIntegerRule(ConvRule):
         out = (ws[0], *spatial)
         zeros = present_bits(inputs[2:])
         value = fold_if_known(inputs, lambda *v: kernel_conv_integer(*v, zeros=zeros, **geo))
-        return [Facts(dtypes.by_name("i32"), (x.shape[0], *(Poly.const(int(d)) for d in out)), value)]
+        return [Facts(dtypes.by_name("i32"), (x.shape[0], *(Poly.lift(d) for d in out)), value)]
 
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
@@ -444,7 +490,7 @@ class QLinearConvRule(ConvRule):
     kernels: tuple[str, ...] = ("kernel.qlinear_conv",)
     elem_types = QUANTIZED
     first_opset = 10
-    limitations = "channel and spatial extents must be numbers (the batch may be symbolic); negative pads are refused"
+    limitations = "the channel extent must be a number; negative pads are refused"
     NAMES = ("x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale", "y_zero_point")
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
@@ -474,7 +520,7 @@ class QLinearConvRule(ConvRule):
                 raise node.fail(f"B has extents {list(b.shape)}, expected [{ws[0]}]")
         out = (ws[0], *spatial)
         value = fold_if_known(inputs, lambda *v: kernel_qlinear_conv(*v, **geo))
-        return [Facts(y_zero.elem, (x.shape[0], *(Poly.const(int(d)) for d in out)), value)]
+        return [Facts(y_zero.elem, (x.shape[0], *(Poly.lift(d) for d in out)), value)]
 
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
@@ -500,20 +546,17 @@ class DeformConvRule(ConvRule):
     kernels: tuple[str, ...] = ("kernel.deform_conv",)
     attributes = frozenset({"dilations", "group", "kernel_shape", "offset_group", "pads", "strides"})
     first_opset = 19
-    limitations = (
-        "two spatial axes only; channel and spatial extents must be numbers (the batch may be symbolic); "
-        "negative pads are refused"
-    )
+    limitations = "two spatial axes only; the channel extent must be a number; negative pads are refused"
 
     def settled(
-        self, node: NodeInfo, x: tuple[int, ...], w: tuple[int, ...]
-    ) -> tuple[DeformConvParams, tuple[int, ...]]:
+        self, node: NodeInfo, x: tuple[Extent, ...], w: tuple[int, ...]
+    ) -> tuple[DeformConvParams, tuple[Extent, ...]]:
         """Conv's geometry for two spatial axes, and offset_group; and the output's spatial extents."""
         if len(x) != 4:
             raise node.unsupported(f"X has rank {len(x)}; Loam computes DeformConv over two spatial axes (rank 4)")
         geo, out = self.geometry(node, x, w)
         groups = int_attr(node, "offset_group", 1)
-        if groups < 1 or x[1] % groups:
+        if groups < 1 or channel_count(x) % groups:
             raise node.fail(f"offset_group {groups} does not divide the {x[1]} input channels")
         return {**geo, "offset_group": groups}, out
 
@@ -533,12 +576,12 @@ class DeformConvRule(ConvRule):
                 raise node.fail(f"{what} has rank {f.rank}; it must be (N, {per}, {out[0]}, {out[1]})")
             owed.require_equal(f.shape[0], x.shape[0], node, f"the batch axes of {what} and X")
             for k, e in ((1, per), (2, out[0]), (3, out[1])):
-                owed.require_equal(f.shape[k], Poly.const(e), node, f"{what}'s axis {k}")
+                owed.require_equal(f.shape[k], Poly.lift(e), node, f"{what}'s axis {k}")
         if b is not None and static_extents(node, b, "B") != (ws[0],):
             raise node.fail(f"B has extents {list(b.shape)}, expected [{ws[0]}]")
         extras = present_bits(inputs[3:])
         value = fold_if_known(inputs, lambda *v: kernel_deform_conv(*v, given=extras, **geo))
-        return [Facts(x.elem, (x.shape[0], Poly.const(ws[0]), *(Poly.const(d) for d in out)), value)]
+        return [Facts(x.elem, (x.shape[0], Poly.const(ws[0]), *(Poly.lift(d) for d in out)), value)]
 
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]

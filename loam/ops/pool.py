@@ -2,7 +2,8 @@
 MaxUnpool (`kernel.max_unpool`) and RoiAlign's region pooling (`kernel.roi_align`).
 
 The window geometry (auto_pad, ceil_mode, the output extents) is settled at build time by the
-helpers Conv uses; the kernel receives explicit pads and the output extents.  A Global pool is the
+helpers Conv uses, as numbers or as polynomials over symbolic spatial extents; the kernel receives
+explicit pads and the output extents.  A Global pool is the
 same kernel with one window covering all spatial axes.  N and C carry through from X; a spatial
 axis whose extent is unchanged keeps X's axis, any other is new (the layout names it).
 
@@ -27,7 +28,14 @@ import numpy as np
 from loam.core import owed
 from loam.core.poly import Poly
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, float_attr, int_attr, require_arity, same_axis
-from loam.ops.conv import explicit_pads, framed_extents, kept_spatial_axes, spatial_attrs, window_geometry
+from loam.ops.conv import (
+    Extent,
+    explicit_pads,
+    framed_extents,
+    kept_spatial_axes,
+    spatial_attrs,
+    window_geometry,
+)
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
 from loam.ops.lowering import axes_type
 from loam.ops.operands import emit_library, fold_if_known, given, ints_of, require_elem
@@ -45,11 +53,11 @@ class PoolParams(TypedDict, total=False):
     """`kernel.pool`'s parameters: the window geometry, then those only some modes read."""
 
     mode: Required[str]
-    kernel_shape: Required[tuple[int, ...]]
+    kernel_shape: Required[tuple[Extent, ...]]
     strides: Required[tuple[int, ...]]
-    pads: Required[tuple[int, ...]]
+    pads: Required[tuple[Extent, ...]]
     dilations: Required[tuple[int, ...]]
-    out_shape: Required[tuple[int, ...]]
+    out_shape: Required[tuple[Extent, ...]]
     count_include_pad: int
     p: float
     nan_rule: str
@@ -97,32 +105,34 @@ class PoolRule(OpRule):
         }
     )
     elem_types = (*FLOATS, "i8", "ui8")
-    limitations = (
-        "channel and spatial extents must be numbers (the batch may be symbolic); i8/ui8 for MaxPool only; "
-        "negative pads are refused"
-    )
+    limitations = "the channel extent must be a number; i8/ui8 for MaxPool only; negative pads are refused"
 
-    def params(self, node: NodeInfo, x: tuple[int, ...], n_outputs: int, elem: str) -> PoolParams:
+    def params(self, node: NodeInfo, x: tuple[Extent, ...], n_outputs: int, elem: str) -> PoolParams:
         if len(x) < 3:
             raise node.fail(f"X has rank {len(x)}; pooling needs N, C and at least one spatial axis")
         mode = _MODES[node.op_type]
         nsp = len(x) - 2
         spatial = x[2:]
+        kernel: tuple[Extent, ...]
+        pads: tuple[Extent, ...]
+        out: tuple[Extent, ...]
         if node.op_type.startswith("Global"):
+            # One window over the whole map: its extents are the input's, numbers or not.
             kernel, strides, dilations = spatial, (1,) * nsp, (1,) * nsp
             pads, out = (0,) * (2 * nsp), (1,) * nsp
         else:
             given = node.attr("kernel_shape")
             if given is None:
                 raise node.fail("kernel_shape is required")
-            kernel = tuple(int(k) for k in given)
-            if len(kernel) != nsp or any(k < 1 for k in kernel):
-                raise node.fail(f"kernel_shape {list(kernel)} must give {nsp} positive extents")
+            taps = tuple(int(k) for k in given)
+            if len(taps) != nsp or any(k < 1 for k in taps):
+                raise node.fail(f"kernel_shape {list(taps)} must give {nsp} positive extents")
+            kernel = taps
             strides = spatial_attrs(node, nsp, "strides", 1)
             dilations = spatial_attrs(node, nsp, "dilations", 1)
             ceil_mode = bool(int_attr(node, "ceil_mode", 0, (0, 1)))
             pads, out = window_geometry(
-                node, spatial, kernel, strides, dilations, ceil_mode=ceil_mode, negative_same=True
+                node, spatial, taps, strides, dilations, ceil_mode=ceil_mode, negative_same=True
             )
         params: PoolParams = {
             "mode": mode,
@@ -161,7 +171,7 @@ class PoolRule(OpRule):
         # MaxPool's optional Indices output: the graph names it, so the node's outputs decide.
         n_outputs = self.outputs_wanted(node)
         params = self.params(node, xs, n_outputs, x.elem.name)
-        shape = (x.shape[0], *(Poly.const(d) for d in (xs[1], *params["out_shape"])))
+        shape = (x.shape[0], *(Poly.lift(d) for d in (xs[1], *params["out_shape"])))
         from loam.runtime.kernels.conv import kernel_pool
 
         value = fold_if_known(inputs, lambda v: kernel_pool(v, **params))

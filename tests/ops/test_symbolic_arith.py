@@ -421,16 +421,16 @@ def test_conv_and_pool_with_a_symbolic_batch() -> None:
     check_model(CONV, [{"N": 1}, {"N": 3}], rtol=1e-4)
 
 
-def test_conv_with_symbolic_spatial_extents_is_refused_clearly() -> None:
+def test_conv_with_a_symbolic_channel_extent_is_refused_clearly() -> None:
     model = parse(
         HEADER
         + """
-conv (float[1, 2, H, 6] x, float[3, 2, 3, 3] w) => (float[1, 3, ?, 4] y) {
+conv (float[1, C, H, 6] x, float[3, 2, 3, 3] w) => (float[1, 3, ?, 4] y) {
     y = Conv (x, w)
 }
 """
     )
-    with pytest.raises(LoamError, match=r"Conv node.*channel and spatial extents as numbers"):
+    with pytest.raises(LoamError, match=r"Conv node.*needs its channel extent \(C\) as a number"):
         build_for(model)
 
 
