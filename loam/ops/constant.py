@@ -189,10 +189,22 @@ class DropoutRule(OpRule):
         if len(ctx.result_types) > 1:
             t = ctx.result_types[1]
             assert t.elem.numpy is not None
-            value = _mask(node, tuple(a.extent.const_value for a in t.axes), t.elem.numpy)
-            mask = KernelConstantOp(TensorDataAttr.from_numpy(value, t.elem), t, node.name)
-            ctx.emit(mask)
-            results.append(mask.result)
+            if all(a.extent.is_const for a in t.axes):
+                value = _mask(node, tuple(a.extent.const_value for a in t.axes), t.elem.numpy)
+                mask = KernelConstantOp(TensorDataAttr.from_numpy(value, t.elem), t, node.name)
+                ctx.emit(mask)
+                results.append(mask.result)
+            else:
+                # Over symbolic extents: the mask's one value, broadcast to the data's extents.
+                from loam.dialects.expr import Expr
+                from loam.dialects.kernel import ZipOp
+                from loam.dialects.tensor_axes import AxesTensorType
+
+                fill = TensorDataAttr.from_numpy(_mask(node, (), t.elem.numpy), t.elem)
+                scalar = ctx.emit(KernelConstantOp(fill, AxesTensorType(t.elem, []), node.name))
+                zipped = ZipOp([scalar.results[0]], Expr.operand(0), t, node.name)
+                ctx.emit(zipped)
+                results.append(zipped.result)
         return results
 
 
