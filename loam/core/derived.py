@@ -256,6 +256,14 @@ def _divide(function: str, a: Poly | int, b: Poly | int, bounds: Bounds | None) 
         # Rounding down over -k is rounding up over k with the sign turned, and so on.
         flipped = {"floordiv": "ceildiv", "ceildiv": "floordiv", "truncdiv": "truncdiv"}[function]
         return -_divide(flipped, a, -b, bounds)
+    if function in ("floordiv", "ceildiv") and b.is_const and b.const_value > 0 and a.lone_symbol is not None:
+        # floor(floor(x / m) / n) is floor(x / (m * n)) for positive m and n, and so is ceil's:
+        # a window's stride over a window's output reads as one division.
+        inner = derived_call(a.lone_symbol)
+        if a == Poly.symbol(a.lone_symbol) and inner is not None and inner.function == function:
+            x, m = inner.args
+            if m.is_const and m.const_value > 0:
+                return _divide(function, x, m.const_value * b.const_value, bounds)
     if function == "truncdiv" and _holds(b - 1, bounds):
         if _holds(a, bounds):  # a >= 0: toward zero is down
             return _divide("floordiv", a, b, bounds)

@@ -166,8 +166,9 @@ class ExtentScope:
         """Two extents that must be one length (a contraction, a broadcast, concat's other axes).
 
         Equal polynomials are equal.  Otherwise each derived symbol may be read as its unchanged
-        operand (owed); two symbolic lengths no reading makes equal are owed equal; a number meeting
-        a symbol stops the build (the `dims` option can fix the symbol).
+        operand (owed); two symbolic lengths no reading makes equal are owed equal, and so is a number
+        meeting derived arithmetic; a number meeting an input's symbol stops the build (the `dims`
+        option can fix the symbol).
         """
         if a == b:
             return a
@@ -178,6 +179,11 @@ class ExtentScope:
             return a if not derived_symbols(a) else b
         if a.is_const and b.is_const:
             raise ShapeError(f"{where(node)}: {what}: extents {a} and {b} differ")
+        if (a.is_const or b.is_const) and derived_symbols(a if b.is_const else b) and self.computable(a - b):
+            # A number meeting the arithmetic a window or a division leaves (`floordiv(H - 1, 32) - 6`
+            # meets 1 after a fixed pooling): many inputs give it, so the run checks it.
+            self.owe_equal(a, b, node, what)
+            return a if a.is_const else b
         if a.is_const or b.is_const:
             number, other = (a, b) if a.is_const else (b, a)
             symbol = other.lone_symbol
