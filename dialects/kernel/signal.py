@@ -45,7 +45,8 @@ class DftOp(LibraryOp):
         ins, outs = library_types(self)
         require(self, len(ins) == 1 and len(outs) == 1, "takes one operand and gives one result")
         _check_flags(self, "inverse", "onesided")
-        require(self, self.param("dft_length") >= 1, f"dft_length is {self.param('dft_length')}")
+        length = self.param("dft_length")  # over a symbolic axis, its extent (the run's)
+        require(self, isinstance(length, Poly) or length >= 1, f"dft_length is {length}")
         x, out = ins[0], outs[0]
         if x is None or out is None:
             return

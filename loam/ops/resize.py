@@ -28,13 +28,15 @@ the modes bilinear and bicubic, 20 on linear and cubic; onnxruntime is the oracl
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import TYPE_CHECKING, Required, TypedDict, TypeVar
 
 import numpy as np
 
-from loam.core import owed
+from loam.core import derived, owed
 from loam.core.poly import Poly
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, float_attr, int_attr, require_arity, same_axis
 from loam.ops.lowering import FLOAT_TYPES as FLOATS
@@ -46,15 +48,18 @@ from loam.ops.operands import (
     given,
     keep_unchanged,
     known_extents,
-    lowered_extents,
     operand_facts,
     present_bits,
     require_elem,
     run_time_length,
-    static_extents,
 )
 from loam.runtime.errors import DataError
-from loam.runtime.kernels.resize import kernel_affine_grid, kernel_grid_sample, kernel_resize, resize_geometry
+from loam.runtime.kernels.resize import (
+    kernel_affine_grid,
+    kernel_grid_sample,
+    kernel_resize,
+    resize_geometry,
+)
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -73,6 +78,25 @@ _COORDINATE_MODES = (
 _NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 _ALL_TYPES = (*FLOATS, "i8", "i16", "i32", "i64", "ui8", "bool")
 _T = TypeVar("_T")
+# A scale over a symbolic extent is read as a ratio p / q with q at most this (1.5 as 3 / 2, 0.7 as 7 / 10).
+_MAX_DENOMINATOR = 1024
+# The longest symbolic extent the build checks a scale's ratio against onnxruntime's f32 product for.
+_CHECKED_LENGTH = 1 << 22
+
+
+@functools.cache
+def scale_ratio(scale: float) -> tuple[int, int, int] | None:
+    """The ratio p / q a Resize scale spells (q <= 1024, p / q rounding to the scale in f32), and the
+    longest extent n up to which floor(p * n / q) is onnxruntime's truncated f32 product for every
+    extent (`scaled_extent`); None where no such ratio rounds to the scale."""
+    ratio = Fraction(scale).limit_denominator(_MAX_DENOMINATOR)
+    p, q = ratio.numerator, ratio.denominator
+    if p < 1 or np.float32(p / q) != np.float32(scale):
+        return None
+    n = np.arange(_CHECKED_LENGTH + 1, dtype=np.int64)
+    product = (np.float32(scale) * n.astype(np.float32)).astype(np.int64)  # `scaled_extent`, vectorised
+    wrong = np.flatnonzero(product != p * n // q)
+    return p, q, int(wrong[0]) - 1 if wrong.size else _CHECKED_LENGTH
 
 
 class ResizeParams(TypedDict, total=False):
@@ -87,7 +111,7 @@ class ResizeParams(TypedDict, total=False):
     exclude_outside: int
     extrapolation_value: float
     scales: tuple[float, ...]
-    sizes: tuple[int, ...]
+    sizes: tuple[int | Poly, ...]
     roi: tuple[float, ...]
 
 
@@ -182,15 +206,18 @@ class ResizeRule(OpRule):
     def settle(
         self,
         node: NodeInfo,
-        shape: tuple[int, ...],
+        dims: tuple[Poly, ...],
         roi: np.ndarray | None,
         scales: np.ndarray | None,
         sizes: np.ndarray | None,
     ) -> ResizeParams:
         """The `kernel.resize` parameters: mode, mapping, output `sizes` and per-axis `scales`, from
         the values of roi, scales and sizes the build knows (the geometry is the run-time kernel's,
-        `resize_geometry`)."""
-        params, axes, policy = self.attrs(node, len(shape))
+        `resize_geometry`).  Over X's symbolic extents (scales known: `symbolic_plan`) an output
+        extent is floor(extent * scale), a derived symbol (`scaled`)."""
+        params, axes, policy = self.attrs(node, len(dims))
+        # A symbolic extent stands in as a length no scale empties; `scaled` gives its output extent.
+        shape = tuple(d.const_value if d.is_const else _CHECKED_LENGTH for d in dims)
         if node.op_type == "Upsample" and node.since < 7:
             scales = np.array([1, 1, node.attr("height_scale", 1.0), node.attr("width_scale", 1.0)], dtype=np.float32)
         elif node.op_type == "Upsample" and node.since < 9:
@@ -200,10 +227,33 @@ class ResizeRule(OpRule):
             full_scales, out, full_roi = resize_geometry(shape, axes, roi, scales, sizes, policy, crop)
         except DataError as err:  # known values Resize defines no result for
             raise node.fail(str(err)) from None
-        params["scales"], params["sizes"] = full_scales, out
+        params["scales"] = full_scales
+        params["sizes"] = tuple(
+            n if d.is_const else self.scaled(node, k, d, full_scales[k])
+            for k, (d, n) in enumerate(zip(dims, out, strict=True))
+        )
         if crop:
             params["roi"] = full_roi
         return params
+
+    @staticmethod
+    def scaled(node: NodeInfo, axis: int, extent: Poly, scale: float) -> Poly:
+        """The output extent `scale` gives X's symbolic `extent` on `axis`: floor(extent * p / q), the
+        ratio the scale spells, which the inputs owe to be at least 1 and within the lengths where it is
+        onnxruntime's f32 product."""
+        if scale == 1:
+            return extent
+        ratio = scale_ratio(float(scale))
+        if ratio is None:
+            raise node.unsupported(
+                f"scale {scale} on axis {axis} of X ({extent}) is no ratio p / q with q <= {_MAX_DENOMINATOR}; "
+                "the output extent over a symbolic one needs such a ratio (fix the extent with the `dims` option)"
+            )
+        p, q, longest = ratio
+        owed.owe(Poly.const(longest) - extent, node, f"scale {scale} is {p}/{q} for axis {axis} of X up to {longest}")
+        out = derived.floordiv(extent * p, q)
+        owed.owe(out - 1, node, f"scale {scale} leaves axis {axis} of X ({extent}) at least 1")
+        return out
 
     def _operands(self, node: NodeInfo, items: Sequence[_T]) -> tuple[_T | None, _T | None, _T | None]:
         """(roi, scales, sizes) among the inputs after X, by opset."""
@@ -249,7 +299,11 @@ class ResizeRule(OpRule):
             raise node.fail("takes scales or sizes, not both")
         if node.op_type == "Upsample" and node.since < 9:
             return False, (False, False, False)
-        runtime = any(f is not None and f.value is None for f in used) or x.static_shape() is None
+        # Over X's symbolic extents known scales derive the output extents (`scaled`); sizes meet the
+        # extents at run time (`kernel.resize_to`), where the ratios they give are computed.
+        runtime = any(f is not None and f.value is None for f in used) or (
+            x.static_shape() is None and used[2] is not None
+        )
         return runtime, (used[0] is not None, used[1] is not None, used[2] is not None)
 
     # -- the three questions -----------------------------------------------------------------------
@@ -283,13 +337,12 @@ class ResizeRule(OpRule):
                 node.result_length(0, k) if k in axes and k not in kept else d for k, d in enumerate(x.shape)
             )
             return [Facts(x.elem, extents)]
-        shape = static_extents(node, x, "X")
         roi, scales, sizes = (f.value if isinstance(f, Facts) else None for f in self._operands(node, inputs))
-        params = self.settle(node, shape, roi, scales, sizes)
+        params = self.settle(node, x.shape, roi, scales, sizes)
         value = None
         if x.value is not None:
             value = kernel_resize(np.asarray(x.value), **params)
-        return [Facts(x.elem, tuple(Poly.const(d) for d in params["sizes"]), value)]
+        return [Facts(x.elem, tuple(Poly.lift(d) for d in params["sizes"]), value)]
 
     def axes(
         self, node: NodeInfo, inputs: Sequence[tuple[Axis, ...] | None], outputs: Sequence[Facts]
@@ -320,7 +373,7 @@ class ResizeRule(OpRule):
             )
             return emit_library(ctx, op)
         roi, scales, sizes = (None if f is None else f.value for f in self._operands(node, facts))
-        params = self.settle(node, lowered_extents(x), roi, scales, sizes)
+        params = self.settle(node, axes_type(x).shape, roi, scales, sizes)
         return emit_library(ctx, ResizeOp([x], ctx.result_types[:1], node.name, **params))
 
 

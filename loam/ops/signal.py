@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
 
-from loam.core import dtypes
+from loam.core import derived, dtypes, owed
 from loam.core.limits import foldable
 from loam.core.poly import Poly
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, int_attr, require_arity
@@ -185,9 +185,27 @@ class DftRule(OpRule):
         "from ONNX's definition)"
     )
 
-    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[dict[str, int], tuple[Poly, ...]]:
+    @staticmethod
+    def check_irfft_bins(node: NodeInfo, axis: int, bins: Poly, length: int) -> None:
+        """An inverse one-sided DFT of `length` samples reads length // 2 + 1 bins: the axis must hold
+        that many (a symbolic axis owes it)."""
+        if not bins.is_const:
+            owed.require_equal(
+                bins, Poly.const(length // 2 + 1), node, f"the bins axis {axis} holds for dft_length {length}"
+            )
+            return
+        if length // 2 + 1 != bins.const_value:
+            fits = " or ".join(str(n) for n in (2 * (bins.const_value - 1), 2 * bins.const_value - 1) if n >= 1)
+            raise node.unsupported(
+                f"dft_length {length} reads {length // 2 + 1} bins of a one-sided spectrum but axis {axis} holds "
+                f"{bins}; onnxruntime computes such an inverse differently from ONNX's definition, so Loam takes "
+                f"only dft_length {fits} here"
+            )
+
+    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[dict[str, int | Poly], tuple[Poly, ...]]:
         """The kernel's parameters and the output's extents, from the input and the operands the
-        build knows (stage 0 and lowering both ask)."""
+        build knows (stage 0 and lowering both ask).  Over a symbolic transformed axis without a
+        dft_length input, dft_length is that axis's extent (a `Poly` the module computes at run time)."""
         x = given(node, inputs, 0, "input")
         require_elem(node, x, self.elem_types)
         if x.rank < 2:
@@ -211,24 +229,24 @@ class DftRule(OpRule):
                 "(the trailing axis holds the real and imaginary parts)"
             )
         axis %= rank
-        bins = _static(node, x.shape[axis], f"the transformed axis {axis}")
+        bins = x.shape[axis]
         irfft = bool(inverse and onesided)
         length_input = optional(inputs, 1)
-        if length_input is None:
-            length = 2 * (bins - 1) if irfft else bins
-        else:
+        if length_input is not None:
             length = _one_int(node, length_input, "dft_length")
-        if length < 1:
-            raise node.fail(f"dft_length is {length}; it must be at least 1")
-        if irfft and length // 2 + 1 != bins:
-            fits = " or ".join(str(n) for n in (2 * (bins - 1), 2 * bins - 1) if n >= 1)
-            raise node.unsupported(
-                f"dft_length {length} reads {length // 2 + 1} bins of a one-sided spectrum but axis {axis} holds "
-                f"{bins}; onnxruntime computes such an inverse differently from ONNX's definition, so Loam takes "
-                f"only dft_length {fits} here"
-            )
-        out = length if irfft or not onesided else length // 2 + 1
-        shape = (*x.shape[:axis], Poly.const(out), *x.shape[axis + 1 : -1], Poly.const(1 if irfft else 2))
+            if length < 1:
+                raise node.fail(f"dft_length is {length}; it must be at least 1")
+            if irfft:
+                self.check_irfft_bins(node, axis, bins, length)
+        else:  # the axis's own samples: over a symbolic axis a length the run's input decides
+            whole = 2 * (bins - 1) if irfft else bins
+            if whole.is_const and whole.const_value < 1:
+                raise node.fail(f"dft_length is {whole}; it must be at least 1")
+            if not whole.is_const:
+                owed.owe(whole - 1, node, f"dft_length {whole} of axis {axis} is at least 1")
+            length = whole.const_value if whole.is_const else whole
+        out = Poly.lift(length) if irfft or not onesided else derived.floordiv(length, 2) + 1
+        shape = (*x.shape[:axis], out, *x.shape[axis + 1 : -1], Poly.const(1 if irfft else 2))
         return {"axis": axis, "dft_length": length, "inverse": inverse, "onesided": onesided}, shape
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
@@ -264,8 +282,8 @@ class StftRule(OpRule):
     first_opset = 17
     elem_types = FLOAT_TYPES
     limitations = (
-        "the signal's length must be a number; frame_step and frame_length from symbolic extents (a Shape) are "
-        "refused; a window or frame_length must be given (without either onnxruntime fails); the signal has rank 3"
+        "frame_step and frame_length from symbolic extents (a Shape) are refused, as is a window of a symbolic "
+        "extent; a window or frame_length must be given (without either onnxruntime fails); the signal has rank 3"
     )
 
     def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[StftParams, tuple[Poly, ...]]:
@@ -280,7 +298,7 @@ class StftRule(OpRule):
         if signal.rank != 3:
             raise node.fail(f"the signal has rank {signal.rank}; ONNX takes [batch, length, 1 or 2]")
         _trailing(node, signal, "the signal")
-        size = _static(node, signal.shape[1], "the signal's length (axis 1)")
+        size = signal.shape[1]
         step = _one_int_or_run(node, given(node, inputs, 1, "frame_step"), "frame_step")
         if step is not None and step < 1:
             raise node.fail(f"frame_step is {step}; it must be at least 1")
@@ -301,8 +319,12 @@ class StftRule(OpRule):
                 "neither a window nor frame_length is given: ONNX then frames the whole signal, which onnxruntime "
                 "refuses; give frame_length"
             )
-        if length is not None and not 1 <= length <= size:
+        if length is not None and length < 1:
+            raise node.fail(f"frame_length is {length}; it must be at least 1")
+        if length is not None and size.is_const and length > size.const_value:
             raise node.fail(f"frame_length is {length}; it must lie in [1, {size}], the signal's length")
+        if length is not None and not size.is_const:  # the run's signal must hold one frame
+            owed.owe(size - length, node, f"the signal's length (axis 1) holds a frame of {length} samples")
         onesided = int_attr(node, "onesided", 1, (0, 1))
         params: StftParams = {}
         if step is not None:
@@ -312,7 +334,7 @@ class StftRule(OpRule):
         params["onesided"] = onesided
         frames = node.result_length(0, 1)
         if step is not None and length is not None:
-            frames = Poly.const((size - length) // step + 1)
+            frames = derived.floordiv(size - length, step) + 1
         bins = node.result_length(0, 2) if length is None else Poly.const(length // 2 + 1 if onesided else length)
         shape = (signal.shape[0], frames, bins, Poly.const(2))
         return params, shape

@@ -310,8 +310,9 @@ def test_upsample_9_and_resize_10_with_scales_fed_at_run_time() -> None:
 
 
 def test_symbolic_input_with_known_scales() -> None:
-    # X's batch and width are symbolic: the resized width is a length only the run knows, the batch
-    # (scale 1) keeps its extent, and the Add after it owes nothing new.
+    # X's batch and width are symbolic: the resized width is floor(3 * W / 2), a derived extent the
+    # module computes before any kernel, the batch (scale 1) keeps its extent, and the Add after it
+    # owes nothing new.
     model = text_model("""
     g (float[B, 2, 4, W] x) => (float[?, ?, ?, ?] y) {
         s = Constant <value = float[4] {1, 1, 2, 1.5}> ()
@@ -319,7 +320,8 @@ def test_symbolic_input_with_known_scales() -> None:
         y = Add (r, r)
     }""")
     built = build_for(model)
-    assert "kernel_resize_to" in built.source
+    assert "kernel_resize_to" not in built.source
+    assert "sizes=(_env['B'], 2, 8, _env['floordiv(3*W, 2)'])" in built.source
     for b, w in ((1, 5), (3, 2)):
         x = RNG.standard_normal((b, 2, 4, w)).astype(np.float32)
         got = run_built(built, {"x": x})

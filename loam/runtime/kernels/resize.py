@@ -123,6 +123,13 @@ def antialias_taps(
     return [np.clip(t, 0, last) for t in taps], weights
 
 
+def scaled_extent(scale: np.float32, n: int) -> int:
+    """The extent Resize's `scale` gives an axis of extent `n`: scale * n in f32, rounded toward zero,
+    as onnxruntime computes it (ONNX's floor(n * scale), whose product onnxruntime rounds to f32:
+    0.7 over 10 gives 7, where the f64 product 6.99999988 would give 6)."""
+    return int(np.float32(scale) * np.float32(n))
+
+
 def resize_geometry(
     shape: tuple[int, ...],
     axes: tuple[int, ...],
@@ -152,7 +159,7 @@ def resize_geometry(
             if not (s > 0 and np.isfinite(s)):
                 raise DataError(f"scale {float(s)} on axis {a} must be positive and finite")
             full_scales[a] = s
-            out[a] = int(np.float64(s) * shape[a])
+            out[a] = scaled_extent(s, shape[a])
     elif sizes is not None and np.size(sizes):
         wanted = integers(sizes)
         if len(wanted) != len(axes):
@@ -484,6 +491,7 @@ PIECES: dict[str, Callable[..., object]] = {
     "antialias_taps": antialias_taps,
     "kernel_resize": kernel_resize,
     "resize_geometry": resize_geometry,
+    "scaled_extent": scaled_extent,
     "kernel_resize_to": kernel_resize_to,
     "grid_sample_index": grid_sample_index,
     "grid_sample_taps": grid_sample_taps,
