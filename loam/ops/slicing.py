@@ -221,8 +221,8 @@ class PadRule(ResizesAxes):
     kernels: tuple[str, ...] = ("kernel.pad", "kernel.pad_by")
     attributes = frozenset({"mode", "pads", "paddings", "value"})
     limitations = (
-        "pads known at build time must be numbers, and axes always; a symbolic axis is not both padded and "
-        "cropped outside constant mode"
+        "axes must be known at build time; pads may be extents a Shape gives; outside constant mode an axis "
+        "with a symbolic extent or pad is not both padded and cropped"
     )
 
     @staticmethod
@@ -249,7 +249,9 @@ class PadRule(ResizesAxes):
             raise node.fail(f"the pads input holds {count} entries; {len(axes)} axes need two each")
         return axes
 
-    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[tuple[int, ...], str, float]:
+    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[tuple[int | Poly, ...], str, float]:
+        """The pads over every axis (begins, then ends: numbers, or extents a Shape gave), the mode and
+        the constant value, with what each axis owes."""
         x = given(node, inputs, 0, "data")
         dims = x.shape
         rank = len(dims)
@@ -260,50 +262,59 @@ class PadRule(ResizesAxes):
             pads = node.attr("paddings" if node.since < 2 else "pads")
             if pads is None:
                 raise node.fail("has no pads attribute")
-            pads = [int(p) for p in pads]
+            pads = [Poly.const(int(p)) for p in pads]
             value = float(node.attr("value", 0.0))
             axes = list(range(rank))
         else:
             require_arity(node, inputs, 2, 4)
-            pads = known_ints(node, given(node, inputs, 1, "pads"), "pads")
+            pads = known_extents(node, given(node, inputs, 1, "pads"), "pads")
             given_axes = ints_of(node, inputs, 3, "axes")
             axes = norm_axes(node, given_axes, rank) if given_axes is not None else list(range(rank))
+        shown = "[" + ", ".join(map(str, pads)) + "]"  # as a list of numbers prints
         if len(pads) != 2 * len(axes):
-            raise node.fail(f"pads {pads} needs two entries for each of {len(axes)} axes")
-        full = [0] * (2 * rank)
+            raise node.fail(f"pads {shown} needs two entries for each of {len(axes)} axes")
+        full = [Poly()] * (2 * rank)
         for i, a in enumerate(axes):
             full[a], full[rank + a] = pads[i], pads[len(axes) + i]
         for a in range(rank):
             d, begin, end = dims[a], full[a], full[rank + a]
-            if not d.is_const:
+            if not (d.is_const and begin.is_const and end.is_const):
                 self.symbolic_axis(node, a, d, begin, end, mode)
                 continue
-            n = d.const_value
-            if n + begin + end < 0:
-                raise node.fail(f"pads {pads} crop axis {a} of extent {n} below nothing")
-            if mode != "constant" and (begin > 0 or end > 0) and n == 0:
+            n, low, high = d.const_value, begin.const_value, end.const_value
+            if n + low + high < 0:
+                raise node.fail(f"pads {shown} crop axis {a} of extent {n} below nothing")
+            if mode != "constant" and (low > 0 or high > 0) and n == 0:
                 raise node.fail(f"cannot pad the empty axis {a} in mode '{mode}'")
-            if pad_order_matters(n, begin, end, mode):
+            if pad_order_matters(n, low, high, mode):
                 # Padding that reads input the crop removes depends on whether the crop comes first (as in
                 # onnxruntime) or after; ONNX does not say, so no order is guessed where it matters.
                 raise node.unsupported(
-                    f"pads {pads} both pad and crop axis {a} in mode '{mode}', and the padding reads what "
+                    f"pads {shown} both pad and crop axis {a} in mode '{mode}', and the padding reads what "
                     "the crop removes; ONNX leaves their order open"
                 )
-        return tuple(full), mode, value
+        return tuple(p.const_value if p.is_const else p for p in full), mode, value
 
     @staticmethod
-    def symbolic_axis(node: NodeInfo, a: int, d: Poly, begin: int, end: int, mode: str) -> None:
-        """What padding a symbolic axis owes: a crop leaves something, a reading mode has something to read."""
+    def symbolic_axis(node: NodeInfo, a: int, d: Poly, begin: Poly, end: Poly, mode: str) -> None:
+        """What padding a symbolic axis, or an axis padded by symbolic pads, owes: a crop leaves
+        something, a reading mode has something to read (reflect: more than either pad)."""
         owed.owe(d + begin + end, node, f"the pads leave axis {a} a length")
-        if mode != "constant" and (begin > 0 or end > 0):
-            if min(begin, end) < 0:
-                raise node.unsupported(
-                    f"pads both pad and crop the symbolic axis {a} ({d}) in mode '{mode}'; ONNX leaves their order open"
-                )
-            owed.owe(d - 1, node, f"mode '{mode}' pads axis {a}, which must not be empty")
-            if mode == "reflect":
-                owed.owe(d - 1 - max(begin, end), node, f"mode 'reflect' reads within axis {a}")
+        if mode == "constant" or begin == end == Poly():
+            return
+        if decide(begin) is not Verdict.HOLDS or decide(end) is not Verdict.HOLDS:
+            if (begin.is_const and begin.const_value <= 0) and (end.is_const and end.const_value <= 0):
+                return  # a crop on both sides reads nothing beyond the axis
+            raise node.unsupported(
+                f"pads [{begin}, {end}] may both pad and crop axis {a} ({d}) in mode '{mode}'; ONNX leaves their "
+                "order open, so Loam pads symbolically only where neither pad is negative"
+            )
+        owed.owe(d - 1, node, f"mode '{mode}' pads axis {a}, which must not be empty")
+        if mode == "reflect" and begin.is_const and end.is_const:
+            owed.owe(d - 1 - max(begin.const_value, end.const_value), node, f"mode 'reflect' reads within axis {a}")
+        elif mode == "reflect":
+            for side, pad in (("begin", begin), ("end", end)):
+                owed.owe(d - 1 - pad, node, f"mode 'reflect' reads within axis {a}, longer than its {side} pad")
 
     def infer(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> list[Facts]:
         x = given(node, inputs, 0, "data")
@@ -318,7 +329,8 @@ class PadRule(ResizesAxes):
         rank = x.rank
         dims = tuple(d + pads[a] + pads[rank + a] for a, d in enumerate(x.shape))
         out = None
-        if x.value is not None and (fill is None or fill.value is not None):
+        numbers = all(isinstance(p, int) for p in pads)
+        if numbers and x.value is not None and (fill is None or fill.value is not None):
             fill_value = None if fill is None else np.asarray(fill.value)
             out = kernel_pad(np.asarray(x.value), fill_value, pads=pads, mode=mode, value=value)
         return [Facts(x.elem, dims, out)]
@@ -345,7 +357,7 @@ class PadRule(ResizesAxes):
             )
             return emit_library(ctx, by)
         pads, mode, value = self.plan(node, facts_in)
-        if not any(pads) and x.type == ctx.result_types[0]:
+        if all(p == 0 for p in pads) and x.type == ctx.result_types[0]:
             return [x]
         kernel_inputs = [x] if fill is None else [x, fill]
         if fill is None and mode == "constant":
