@@ -59,6 +59,15 @@ class WindowParams(TypedDict):
     to: str
 
 
+class DftParams(TypedDict):
+    """`kernel.dft`'s parameters; dft_length is an extent (a `Poly`) over a symbolic transformed axis."""
+
+    axis: int
+    dft_length: int | Poly
+    inverse: int
+    onesided: int
+
+
 class StftParams(TypedDict, total=False):
     """`kernel.stft`'s parameters; frame_step and frame_length are absent where the run gives them."""
 
@@ -202,7 +211,7 @@ class DftRule(OpRule):
                 f"only dft_length {fits} here"
             )
 
-    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[dict[str, int | Poly], tuple[Poly, ...]]:
+    def plan(self, node: NodeInfo, inputs: Sequence[Facts | None]) -> tuple[DftParams, tuple[Poly, ...]]:
         """The kernel's parameters and the output's extents, from the input and the operands the
         build knows (stage 0 and lowering both ask).  Over a symbolic transformed axis without a
         dft_length input, dft_length is that axis's extent (a `Poly` the module computes at run time)."""
@@ -232,6 +241,7 @@ class DftRule(OpRule):
         bins = x.shape[axis]
         irfft = bool(inverse and onesided)
         length_input = optional(inputs, 1)
+        length: int | Poly
         if length_input is not None:
             length = _one_int(node, length_input, "dft_length")
             if length < 1:
@@ -253,7 +263,12 @@ class DftRule(OpRule):
         require_arity(node, inputs, 1, 3 if node.since >= 20 else 2)
         params, shape = self.plan(node, inputs)
         x = given(node, inputs, 0, "input")
-        value = kernel_dft(x.value, **params) if x.value is not None and not is_symbolic(x) else None
+        value = None
+        length = params["dft_length"]
+        if x.value is not None and not is_symbolic(x) and isinstance(length, int):  # a value has numbers as extents
+            value = kernel_dft(
+                x.value, axis=params["axis"], dft_length=length, inverse=params["inverse"], onesided=params["onesided"]
+            )
         return [Facts(x.elem, shape, value)]
 
     def axes(

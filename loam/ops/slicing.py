@@ -329,10 +329,10 @@ class PadRule(ResizesAxes):
         rank = x.rank
         dims = tuple(d + pads[a] + pads[rank + a] for a, d in enumerate(x.shape))
         out = None
-        numbers = all(isinstance(p, int) for p in pads)
-        if numbers and x.value is not None and (fill is None or fill.value is not None):
+        numbers = tuple(p for p in pads if isinstance(p, int))
+        if len(numbers) == len(pads) and x.value is not None and (fill is None or fill.value is not None):
             fill_value = None if fill is None else np.asarray(fill.value)
-            out = kernel_pad(np.asarray(x.value), fill_value, pads=pads, mode=mode, value=value)
+            out = kernel_pad(np.asarray(x.value), fill_value, pads=numbers, mode=mode, value=value)
         return [Facts(x.elem, dims, out)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
