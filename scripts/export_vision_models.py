@@ -1,11 +1,12 @@
 """Export tiny random vision models to ONNX into tests/models/vision/ (dev-time only; files committed).
 
-Why this script exists: the models people serve for images are exported with a free image size, and
-every one of them runs windowed operators (Conv, pooling, Resize) over extents that are symbols at
-build time.  The tests in tests/models/vision/ build each graph once, with its height and width
-symbolic, and compare the module with onnxruntime at two sizes.  The models are those of a
-text-to-image diffusion pipeline (its CLIP text encoder, its UNet and its VAE's decoder) and a ViT
-image encoder, at configurations small enough to commit (each checkpoint under 2 MB).
+Why this script exists: the models people serve for images are exported with a free image size, so
+their windowed operators (Conv, Resize, and the attention over the pixels or patches after them) run
+over extents that are symbols at build time.  The tests in tests/models/vision/ build each graph
+once, with its height and width symbolic, and compare the module with onnxruntime at two sizes.
+The models are those of a text-to-image diffusion pipeline (its CLIP text encoder, its UNet and its
+VAE's decoder) and a ViT image encoder, at configurations small enough to commit (each checkpoint
+under 2 MB).
 
 Needs torch, transformers and diffusers, which are not project dependencies; CI never runs this
 script.  The dev-time environment it was last run in (a venv outside the repository):
@@ -13,7 +14,8 @@ script.  The dev-time environment it was last run in (a venv outside the reposit
     python3.11 -m venv /work/vision-venv
     /work/vision-venv/bin/pip install torch==2.13.0 transformers==4.46.3 diffusers==0.31.0 \
         onnx==1.23.2 onnxruntime==1.32.0 numpy==2.4.6 safetensors==0.8.0
-    /work/vision-venv/bin/python scripts/export_vision_models.py      # about a minute
+    /work/vision-venv/bin/python scripts/export_vision_models.py      # about 10 s
+    /work/vision-venv/bin/python scripts/export_vision_models.py vit   # only the models named
 
 transformers 4.46.3 is the release the other torch exports use; diffusers 0.31.0 is a release that
 imports with it and with torch 2.13 (neither package pulls in another torch).  Export:
@@ -24,17 +26,20 @@ which the exporter writes as MatMul/Softmax; transformers' eager attention).
 Weights: `torch.manual_seed(0)`, each model's own random init, then every normalization scale
 (1 + 0.1·N(0,1)), normalization shift (0.1·N(0,1)) and bias (0.02·N(0,1)) is redrawn: the libraries
 start the first two at ones and zeros, so a module that dropped one could still match, and the
-exporter would merge equal-valued initializers into one name.  Every float initializer that is a
-parameter, or its transpose (the exporter folds a Linear's `Transpose` into an initializer of its
-own), is renamed to the parameter's `state_dict()` name (`.T` appended for a transpose) and stored in
-the model's safetensors checkpoint, which the graph's text reads as external data.  Any other float
-initializer (a constant the exporter folded) stays in the graph's text; the script prints them.
+exporter would merge equal-valued initializers into one name.  Every float initializer is renamed
+after the parameter it holds, found by content, and stored in the model's safetensors checkpoint,
+which the graph's text reads as external data: a parameter under its `state_dict()` name; a
+transpose the exporter folded (a Linear's `Transpose`) as `NAME.T`; a parameter folded into another
+shape (a GroupNorm's scale and shift read as [C, 1, 1] by the exporter's InstanceNormalization
+spelling) under the parameter's own name, in the shape the graph reads; a slice of one along one axis
+(ViT's position embeddings, split into the class token's row and the patch grid) as
+`NAME.axisD_A_B`.  A float initializer that is none of these stops the script.
 
 Files written, for each MODEL in `text_encoder`, `unet`, `vae_decoder`, `vit` (the folder's
 README.md lists their inputs and outputs):
 
 - `MODEL.onnxtext`: the graph in ONNX's text form, its weights external data in `MODEL.safetensors`;
-- `MODEL.safetensors`: the float initializers that are parameters, by name.
+- `MODEL.safetensors`: every float initializer of the graph, by its (renamed) ONNX name.
 
 The script checks each graph (`onnx.checker`, full check), reads the text back with the external
 weights and checks that onnxruntime gives bit-identical outputs to the in-memory export, and checks
