@@ -46,9 +46,11 @@ from loam.ops.operands import (
     fold_if_known,
     from_run,
     given,
+    is_symbolic,
     keep_unchanged,
     known_extents,
     operand_facts,
+    polys_of,
     present_bits,
     require_elem,
     run_time_length,
@@ -301,7 +303,7 @@ class ResizeRule(OpRule):
             return False, (False, False, False)
         # Over X's symbolic extents known scales derive the output extents (`scaled`); sizes meet the
         # extents at run time (`kernel.resize_to`), where the ratios they give are computed.
-        runtime = any(f is not None and f.value is None for f in used) or (
+        runtime = any(f is not None and (f.value is None or is_symbolic(f)) for f in used) or (
             x.static_shape() is None and used[2] is not None
         )
         return runtime, (used[0] is not None, used[1] is not None, used[2] is not None)
@@ -336,6 +338,14 @@ class ResizeRule(OpRule):
             extents = tuple(
                 node.result_length(0, k) if k in axes and k not in kept else d for k, d in enumerate(x.shape)
             )
+            given_sizes = self._operands(node, inputs)[2]
+            _, _, policy = self.attrs(node, x.rank)
+            if policy == "stretch" and is_symbolic(given_sizes):
+                # Sizes a Shape computes (ViT's position embeddings resized to the image's patch
+                # grid): with the stretch policy each resized axis is its size, as a polynomial.
+                assert given_sizes is not None and given_sizes.value is not None
+                by_axis = dict(zip(axes, polys_of(given_sizes.value).reshape(-1).tolist(), strict=True))
+                extents = tuple(by_axis.get(k, d) for k, d in enumerate(x.shape))
             return [Facts(x.elem, extents)]
         roi, scales, sizes = (f.value if isinstance(f, Facts) else None for f in self._operands(node, inputs))
         params = self.settle(node, x.shape, roi, scales, sizes)
