@@ -106,7 +106,10 @@ def kept_unit_axes(x: Sequence[Axis], out: Sequence[Poly]) -> tuple[Axis, ...]:
 
 def symbolic_reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], keepdims: bool, elem: str) -> np.ndarray | None:
     """Reduce<kind> of an integer value known as polynomials (ReduceProd of a Shape is an element count),
-    as `kernel_reduce` computes it on numbers; None for the kinds with no integer meaning here (logs, roots)."""
+    as `kernel_reduce` computes it on numbers; None for the kinds with no integer meaning here (logs, roots).
+
+    An i32 result saturates at the type's range, as the kernel's does; an i64 one is left exact, since
+    a polynomial in extents (a count, a length) lies far inside it."""
     from loam.core import derived
 
     polys = polys_of(x)
@@ -143,7 +146,7 @@ def symbolic_reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], keepdims: b
                 total = derived.minimum(total, v)
         if kind == "mean":
             total = derived.truncdiv(total, max(count, 1))
-        out[index] = derived.wrap32(total) if elem == "i32" else total
+        out[index] = derived.clamp(total, -(2**31), 2**31 - 1) if elem == "i32" else total
     if keepdims:
         out = out.reshape([1 if i in axes else d for i, d in enumerate(polys.shape)])
     return out
@@ -195,7 +198,8 @@ class ReduceRule(OpRule):
     elem_types = (*FLOATS, *INTS, "i8", "ui8", "bool")
     limitations = (
         "the axes input must be known at build time; i8, ui8 and bool only for ReduceMax/ReduceMin; "
-        "integer ReduceL2/LogSum/LogSumExp computed in f64 and truncated"
+        "integers other than by ReduceMax/ReduceMin reduce in f64 and saturate at the type's range, as onnxruntime's "
+        "CPU kernels do"
     )
 
     @staticmethod

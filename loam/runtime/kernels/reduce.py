@@ -15,9 +15,61 @@ from loam.runtime.errors import DataError
 from loam.runtime.kernels.common import narrowed, one_integer, widened
 
 
+def saturated(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """An integer reduction's f64 result stored as the integer `dtype`, as onnxruntime's CPU kernels
+    store it: at or past the type's largest (lowest) value it is that value, else truncated toward
+    zero.  NaN (an f64 product past 1e308 times 0) becomes the lowest value, as x86's conversion gives."""
+    info = np.iinfo(dtype)
+    y = np.asarray(y, dtype=np.float64)
+    high = y >= float(info.max)
+    low = ~(y > float(info.min))  # NaN too
+    inside = np.where(high | low, 0.0, y).astype(dtype)
+    return np.where(high, dtype.type(info.max), np.where(low, dtype.type(info.min), inside))
+
+
+def integer_reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+    """Reduce<kind> of integers other than max and min, as onnxruntime's CPU kernels compute it: every
+    element taken to f64 (so a sum, product or square cannot wrap), the reduction and its final step
+    (mean's division, l2's root, log_sum's log) in f64, and the result `saturated` back.  Exact for
+    any i32 sum under 2**22 elements; an i64 sum past 2**53 is f64's rounding of it, as onnxruntime's.
+    ReduceLogSum of a sum at or below 0 is the lowest value; ReduceLogSumExp is the maximum plus the
+    log of how many elements equal it (every exp(x - max) of an integer truncates to 1 or 0)."""
+    f = x.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if kind == "sum":
+            y = np.add.reduce(f, axis=axes, keepdims=keep)  # type: ignore[call-overload]  # numpy's stubs take keepdims as a literal
+        elif kind == "mean":
+            count = 1
+            for a in axes:
+                count *= x.shape[a]
+            y = np.add.reduce(f, axis=axes, keepdims=keep) / max(count, 1)  # type: ignore[call-overload]  # numpy's stubs take keepdims as a literal
+        elif kind == "prod":
+            y = np.multiply.reduce(f, axis=axes, keepdims=keep)  # type: ignore[call-overload]  # numpy's stubs take keepdims as a literal
+        elif kind == "l1":
+            y = np.add.reduce(np.abs(f), axis=axes, keepdims=keep)  # type: ignore[call-overload]  # numpy's stubs take keepdims as a literal
+        elif kind in ("sum_square", "l2"):
+            y = np.add.reduce(f * f, axis=axes, keepdims=keep)  # type: ignore[call-overload]  # numpy's stubs take keepdims as a literal
+            if kind == "l2":
+                y = np.sqrt(y)
+        elif kind == "log_sum":
+            total = np.add.reduce(f, axis=axes, keepdims=keep)  # type: ignore[call-overload]  # numpy's stubs take keepdims as a literal
+            y = np.where(total > 0, np.log(total), -np.inf)
+        else:  # log_sum_exp
+            lowest = x.dtype.type(np.iinfo(x.dtype).min)
+            top = np.maximum.reduce(x, axis=axes, keepdims=True, initial=lowest)
+            hits = np.add.reduce(x == top, axis=axes, keepdims=True, dtype=np.float64)
+            y = top.astype(np.float64) + np.log(hits)
+            if not keep:
+                y = np.squeeze(y, axis=axes)
+    return saturated(y, x.dtype)
+
+
 def kernel_reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], keepdims: int) -> np.ndarray:
-    """ONNX Reduce<kind> over `axes`; a reduction over no element gives the reduction's identity."""
+    """ONNX Reduce<kind> over `axes`; a reduction over no element gives the reduction's identity.
+    Integers other than by max and min reduce in f64 and saturate (`integer_reduce`)."""
     x = np.asarray(x)
+    if x.dtype.kind in "iu" and kind not in ("max", "min"):
+        return integer_reduce(x, kind, tuple(axes), bool(keepdims))
     w = widened(x)
     axes = tuple(axes)
     keep = bool(keepdims)
@@ -46,30 +98,21 @@ def kernel_reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], keepdims: int
             y = np.multiply.reduce(w, axis=axes, dtype=w.dtype, keepdims=keep)  # type: ignore[call-overload]  # numpy's stubs take keepdims as a literal
         elif kind == "mean":
             total = np.add.reduce(w, axis=axes, dtype=w.dtype, keepdims=keep)  # type: ignore[call-overload]  # numpy's stubs take keepdims as a literal
-            if integer:
-                # Integer means divide the integer sum, truncating toward zero as C++ division does.
-                y = (np.sign(total) * (np.abs(total) // max(count, 1))).astype(w.dtype)
-            else:
-                y = total / w.dtype.type(count)
+            y = total / w.dtype.type(count)
         elif kind == "l1":
             y = np.add.reduce(np.abs(w), axis=axes, dtype=w.dtype, keepdims=keep)  # type: ignore[call-overload]  # numpy's stubs take keepdims as a literal
         elif kind == "sum_square":
             y = np.add.reduce(w * w, axis=axes, dtype=w.dtype, keepdims=keep)  # type: ignore[call-overload]  # numpy's stubs take keepdims as a literal
-        else:
-            # Logarithms and roots of integers are taken in f64 and truncated back.
-            f = w.astype(np.float64) if integer else w
-            if kind == "l2":
-                y = np.sqrt(np.sum(f * f, axis=axes, keepdims=keep))
-            elif kind == "log_sum":
-                y = np.log(np.sum(f, axis=axes, keepdims=keep))
-            else:  # log_sum_exp, shifted by the maximum so exp cannot overflow
-                top = np.max(f, axis=axes, keepdims=True, initial=-np.inf)
-                top = np.where(np.isfinite(top), top, np.zeros((), f.dtype))
-                y = np.log(np.sum(np.exp(f - top), axis=axes, keepdims=True)) + top
-                if not keep:
-                    y = np.squeeze(y, axis=axes)
-        # An integer ReduceLogSum of a negative number is NaN, whose conversion is the platform's (on
-        # x86 the lowest integer, as onnxruntime gives there); numpy would warn about that cast.
+        elif kind == "l2":
+            y = np.sqrt(np.sum(w * w, axis=axes, keepdims=keep))
+        elif kind == "log_sum":
+            y = np.log(np.sum(w, axis=axes, keepdims=keep))
+        else:  # log_sum_exp, shifted by the maximum so exp cannot overflow
+            top = np.max(w, axis=axes, keepdims=True, initial=-np.inf)
+            top = np.where(np.isfinite(top), top, np.zeros((), w.dtype))
+            y = np.log(np.sum(np.exp(w - top), axis=axes, keepdims=True)) + top
+            if not keep:
+                y = np.squeeze(y, axis=axes)
         return narrowed(np.asarray(y), x.dtype)
 
 
@@ -189,6 +232,8 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 
 PIECES: dict[str, Callable[..., object]] = {
+    "saturated": saturated,
+    "integer_reduce": integer_reduce,
     "kernel_reduce": kernel_reduce,
     "_softmax": _softmax,
     "kernel_arg_reduce": kernel_arg_reduce,
