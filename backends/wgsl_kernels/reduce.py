@@ -14,10 +14,9 @@ lid + 64, ... of its row, then a tree over `var<workgroup>` memory combines the 
 Compute is f32 for floats (halves rounded back with `narrow`), i32 for integers, u32 for bool.
 
 Reduce kinds: sum, mean, max, min, prod, l1, l2, sum_square, log_sum, log_sum_exp on floats;
-sum, mean (truncating), max, min, prod, l1, sum_square on integers (accumulated in i32: an 8- or
-16-bit integer sum that numpy wraps at its width is not wrapped here; the empty max / min of an
-i64 is the i32 extreme); max (any) and min (all) on bool.  max / min propagate NaN as numpy's
-ufuncs do.
+sum, mean (truncating), max, min, prod, l1, sum_square on integers, which saturate at the i32 range
+as onnxruntime's CPU kernels do (`SATURATING`; the empty max / min of an i64 is the i32 extreme);
+max (any) and min (all) on bool.  max / min propagate NaN as numpy's ufuncs do.
 """
 
 from __future__ import annotations
@@ -211,6 +210,75 @@ INT_LIMITS = {
 }
 
 
+SATURATING = """
+const I32_TOP: u32 = 0x7fffffffu;
+fn wide(x: i32) -> vec2<u32> { return vec2<u32>(bitcast<u32>(x), select(0u, 0xffffffffu, x < 0)); }
+fn add_w(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
+  let lo = a.x + b.x;
+  return vec2<u32>(lo, a.y + b.y + select(0u, 1u, lo < a.x));
+}
+fn saturate_w(s: vec2<u32>) -> i32 {
+  let hi = bitcast<i32>(s.y);
+  if (hi > 0 || (hi == 0 && s.x > I32_TOP)) { return 2147483647; }
+  if (hi < -1 || (hi == -1 && s.x <= I32_TOP)) { return -2147483647 - 1; }
+  return bitcast<i32>(s.x);
+}
+fn mean_w(s: vec2<u32>, count: u32) -> i32 {
+  let n = max(count, 1u);
+  let negative = bitcast<i32>(s.y) < 0;
+  var m = s;
+  if (negative) { m = add_w(vec2<u32>(~s.x, ~s.y), vec2<u32>(1u, 0u)); }
+  var r = m.y % n;
+  var q = 0u;
+  for (var b = 31; b >= 0; b = b - 1) {
+    let top = r >> 31u;
+    r = (r << 1u) | ((m.x >> u32(b)) & 1u);
+    if (top == 1u || r >= n) {
+      r = r - n;
+      q = q | (1u << u32(b));
+    }
+  }
+  return bitcast<i32>(select(q, 0u - q, negative));
+}
+fn magnitude(x: i32) -> u32 { return select(bitcast<u32>(x), 0u - bitcast<u32>(x), x < 0); }
+fn add_s(a: u32, b: u32) -> u32 { return select(a + b, I32_TOP, b > I32_TOP - a); }
+fn abs_s(x: i32) -> u32 { return min(magnitude(x), I32_TOP); }
+fn square_s(x: i32) -> u32 {
+  let m = magnitude(x);
+  return select(m * m, I32_TOP, m > 46340u);
+}
+fn mul_s(a: vec2<i32>, b: vec2<i32>) -> vec2<i32> {
+  if ((a.y == 0 && a.x == 0) || (b.y == 0 && b.x == 0)) { return vec2<i32>(0, 0); }
+  let negative = (a.x < 0) != (b.x < 0);
+  let past = vec2<i32>(select(1, -1, negative), 1);
+  if (a.y != 0 || b.y != 0) { return past; }
+  let limit = select(I32_TOP, I32_TOP + 1u, negative);
+  if (magnitude(a.x) > limit / magnitude(b.x)) { return past; }
+  return vec2<i32>(a.x * b.x, 0);
+}
+fn saturate_p(p: vec2<i32>) -> i32 {
+  if (p.y == 0) { return p.x; }
+  return select(2147483647, -2147483647 - 1, p.x < 0);
+}
+"""
+"""Integer reductions as onnxruntime's CPU kernels compute them (in f64, saturated back at the type's
+range): a sum or mean accumulates exactly in 64 bits (`vec2<u32>`: low word, high word) and saturates
+(a mean truncates toward zero, by long division); l1 and sum_square add non-negative terms, so adding
+them saturating at the i32 maximum is the same; a product is a value in range or, once past it, its
+sign (`vec2<i32>`: value or sign, past), a zero still making it 0 (in f64 a product past 1.8e308 is
+infinite, and times a later 0 NaN, whose conversion C++ leaves undefined: x86 gives the lowest value)."""
+
+INT_ACCUMULATORS: dict[str, tuple[str, str, str, str, str]] = {
+    "sum": ("vec2<u32>", "vec2<u32>(0u, 0u)", "add_w", "wide(x)", "saturate_w(a)"),
+    "mean": ("vec2<u32>", "vec2<u32>(0u, 0u)", "add_w", "wide(x)", "mean_w(a, n)"),
+    "l1": ("u32", "0u", "add_s", "abs_s(x)", "bitcast<i32>(a)"),
+    "sum_square": ("u32", "0u", "add_s", "square_s(x)", "bitcast<i32>(a)"),
+    "prod": ("vec2<i32>", "vec2<i32>(1, 0)", "mul_s", "vec2<i32>(x, 0)", "saturate_p(a)"),
+}
+"""Each integer kind's accumulator type, start, combining function, term of element `x` and result of
+the total `a` (SATURATING's functions)."""
+
+
 def source_reduce(operands: list[tuple[str, int]], results: list[tuple[str, int]], **params: object) -> str:
     """ONNX Reduce<kind> over `axes`, one workgroup per result element (a tree reduction)."""
     kind = params.get("kind")
@@ -229,18 +297,17 @@ def source_reduce(operands: list[tuple[str, int]], results: list[tuple[str, int]
     if dt == "i32":
         if kind not in INT_KINDS:
             raise UnsupportedError(f"WGSL reduce: kind {kind!r} of integers is not supported (it is computed in f64)")
-        low, high = INT_LIMITS.get(elem, (-(2**31), 2**31 - 1))
-        init, fn, value = {
-            "sum": ("0", "add_i", "x"),
-            "mean": ("0", "add_i", "x"),
-            "max": (f"i32({low})" if low > -(2**31) else "i32(-2147483647 - 1)", "max_i", "x"),
-            "min": (f"i32({high})", "min_i", "x"),
-            "prod": ("1", "mul_i", "x"),
-            "l1": ("0", "add_i", "abs(x)"),
-            "sum_square": ("0", "add_i", "x * x"),
-        }[kind]
-        body += f"  var a: i32 = {init};\n" + accumulate("a", fn, value) + tree("a", fn)
-        result = "a / max(i32(n), 1)" if kind == "mean" else "a"
+        if kind in ("max", "min"):
+            low, high = INT_LIMITS.get(elem, (-(2**31), 2**31 - 1))
+            init = f"i32({low})" if low > -(2**31) else "i32(-2147483647 - 1)"
+            if kind == "min":
+                init = f"i32({high})"
+            body += f"  var a: i32 = {init};\n" + accumulate("a", f"{kind}_i", "x") + tree("a", f"{kind}_i")
+            body += "  if (live && lid == 0u) { out0[row] = a; }\n"
+            return kernel([out_elem], [elem], body, helpers)
+        accumulator, init, fn, value, result = INT_ACCUMULATORS[kind]
+        helpers += SATURATING + f"var<workgroup> sa: array<{accumulator}, 64>;\n"
+        body += f"  var a = {init};\n" + accumulate("a", fn, value) + tree("a", fn, "sa")
         body += f"  if (live && lid == 0u) {{ out0[row] = {result}; }}\n"
         return kernel([out_elem], [elem], body, helpers)
     if kind not in FLOAT_KINDS:

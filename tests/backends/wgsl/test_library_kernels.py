@@ -146,6 +146,33 @@ def test_reduce_int(kind: str, dtype: str) -> None:
         check(got, want)
 
 
+@pytest.mark.parametrize("kind", ["sum", "mean", "prod", "l1", "sum_square"])
+def test_reduce_int_saturates_as_the_numpy_kernel(kind: str) -> None:
+    """i32 reductions past the type's range: the device saturates where the numpy kernel (onnxruntime's
+    f64 arithmetic) does, across the 64 invocations' partials, and is exact inside it."""
+    top, low = 2**31 - 1, -(2**31)
+    rng = np.random.default_rng(17)
+    rows = [
+        np.full(130, top),  # sums to 130 * top: the maximum
+        np.full(130, low),  # the lowest
+        np.concatenate([np.full(65, top), np.full(65, -top)]),  # 0: past the range and back, exactly
+        np.concatenate([[top, 1, -10], np.zeros(127, np.int64)]),  # top - 9
+        rng.integers(low, top, 130, endpoint=True),
+        rng.integers(-(2**20), 2**20, 130),
+        np.concatenate([[low, 46341, -46340, 3], np.ones(126, np.int64)]),  # |low| and squares past the top
+        np.concatenate([[2**16, 2**16, -1, 0], np.ones(126, np.int64)]),  # past the range, then 0
+        np.concatenate([[2**16, -(2**15)], np.ones(128, np.int64)]),  # exactly the lowest
+        np.concatenate([[2**16, -(2**15), -1], np.ones(127, np.int64)]),  # just past the top
+        np.concatenate([[-3, 7, -2], np.ones(127, np.int64)]),
+    ]
+    x = np.stack(rows).astype(np.int32)
+    # The whole array's product passes f64's range before its first 0: NaN, which only x86 makes the lowest.
+    for axes in ((1,),) if kind == "prod" else ((1,), (0, 1)):
+        want = NP["kernel_reduce"](x, kind, axes, 0)
+        (got,) = run(reduce, "reduce", [x], [want], kind=kind, axes=axes, keepdims=0)
+        check(got, want)
+
+
 def test_reduce_int_empty_identities() -> None:
     x = np.zeros((2, 0), dtype=np.int32)
     for kind in ("sum", "prod", "max", "min", "mean"):
