@@ -214,7 +214,8 @@ class MaxUnpoolRule(OpRule):
     """ONNX MaxUnpool (opsets 9-22): X (N, C, *S) written into zeros at the flat positions I gives
     (MaxPool's Indices), as onnxruntime reads them: row-major positions in the whole output.  The
     output's spatial extents are (S - 1) * stride - pads + kernel, or the optional output_shape, which
-    must be known at build time (it is an extent)."""
+    must be known at build time (it is an extent) and, as onnxruntime requires, hold at least as many
+    elements as those."""
 
     op_types = ("MaxUnpool",)
     kernels: tuple[str, ...] = ("kernel.max_unpool",)
@@ -239,13 +240,21 @@ class MaxUnpoolRule(OpRule):
             raise node.fail(f"kernel_shape {list(kernel)} must give {nsp} positive extents")
         strides = spatial_attrs(node, nsp, "strides", 1)
         pads = explicit_pads(node, nsp)
+        out = tuple((x[2 + i].const_value - 1) * strides[i] - pads[i] - pads[i + nsp] + kernel[i] for i in range(nsp))
         if output_shape is not None:
             if len(output_shape) != len(x):
                 raise node.fail(f"output_shape {output_shape} has {len(output_shape)} extents, X has rank {len(x)}")
             if any(e < 1 for e in output_shape[2:]):
                 raise node.fail(f"output_shape {output_shape} must have positive spatial extents")
+            # onnxruntime takes output_shape when it holds at least the elements the attributes infer
+            # (any extents: the indices are flat positions), and refuses it otherwise.
+            given_count, inferred_count = int(np.prod(output_shape[2:])), int(np.prod(out))
+            if given_count < inferred_count:
+                raise node.fail(
+                    f"output_shape {output_shape} holds fewer elements per channel ({given_count}) than the spatial "
+                    f"extents {list(out)} kernel_shape, strides and pads infer ({inferred_count})"
+                )
             return tuple(output_shape[2:])
-        out = tuple((x[2 + i].const_value - 1) * strides[i] - pads[i] - pads[i + nsp] + kernel[i] for i in range(nsp))
         if any(e < 1 for e in out):
             raise node.fail(f"the pads leave no output (spatial extents {list(out)})")
         return out
