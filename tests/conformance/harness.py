@@ -616,10 +616,18 @@ def _check_data(
                 raise CaseFailure(
                     f"build{how} stopped: {first_line(err)}", err, refusal=isinstance(err, UnsupportedError)
                 ) from err
-        want = ds.expected if ds.expected is not None else _oracle(model, ds.feeds)
+        stored = ds.expected is not None and case.name not in ONNXRUNTIME_OVER_STORED
+        want = ds.expected if stored else _oracle(model, ds.feeds)
         for built in builds[key]:
             check_lowered_kernels(special, built)
             compare(case, run_built(built, feeds), want)
+
+
+ONNXRUNTIME_OVER_STORED = frozenset({"test_maxunpool_export_with_output_shape"})
+"""Node cases whose stored outputs depart from onnxruntime, the oracle, which answers them otherwise
+on purpose: MaxUnpool with an output_shape larger than the inferred one places each index in the
+output's own grid (row-major over output_shape, as PyTorch's max_unpool does), where ONNX's stored
+answer places it in the inferred grid and pads afterwards.  These compare with onnxruntime."""
 
 
 _U8_BY_S8 = frozenset({"QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"})
