@@ -27,12 +27,14 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     BoolAttr,
     DictionaryAttr,
+    FloatAttr,
     IntAttr,
     IntegerAttr,
     IntegerType,
     ModuleOp,
     StringAttr,
     UnitAttr,
+    f64,
     i64,
 )
 from xdsl.ir import Attribute, Operation
@@ -167,6 +169,52 @@ DIMS = BuildAttribute[DictionaryAttr, dict[str, int]](
     _dims_attr,
     "a dictionary of dim_param names to integers",
     "The `dims` option: each dim_param (or name inside one) the build fixes, and its extent.",
+)
+
+
+Value = bool | int | float | tuple[int, ...]
+"""What the `values` option fixes a graph input to: a boolean, an integer, a float or a list of integers."""
+
+
+def _value(attr: Attribute) -> Value | None:
+    if isinstance(attr, IntegerAttr) and isinstance(attr.type, IntegerType):
+        return _bool(attr) if attr.type.width.data == 1 else _int(attr)
+    if isinstance(attr, FloatAttr):
+        return float(attr.value.data)
+    if isinstance(attr, ArrayAttr) and all(
+        isinstance(a, IntegerAttr) and isinstance(a.type, IntegerType) and a.type.width.data == 64 for a in attr.data
+    ):
+        return tuple(_int(a) for a in attr.data)
+    return None
+
+
+def _values(attr: DictionaryAttr) -> dict[str, Value] | None:
+    out: dict[str, Value] = {}
+    for name, value in attr.data.items():
+        decoded = _value(value)
+        if decoded is None:
+            return None
+        out[name] = decoded
+    return out
+
+
+def _value_attr(value: Value) -> Attribute:
+    if isinstance(value, bool):
+        return BoolAttr.from_bool(value)
+    if isinstance(value, int):
+        return IntegerAttr(value, i64)
+    if isinstance(value, float):
+        return FloatAttr(value, f64)
+    return ArrayAttr([IntegerAttr(v, i64) for v in value])
+
+
+VALUES = BuildAttribute[DictionaryAttr, dict[str, Value]](
+    "loam.values",
+    DictionaryAttr,
+    _values,
+    lambda values: DictionaryAttr({name: _value_attr(v) for name, v in values.items()}),
+    "a dictionary of graph input names to booleans, integers, floats or arrays of integers",
+    "The `values` option: each graph input the build fixes and its value (apply-options makes it a constant).",
 )
 
 
@@ -447,6 +495,7 @@ MODULE_ATTRIBUTES: Mapping[str, Registered] = {
     a.name: a
     for a in (
         DIMS,
+        VALUES,
         INTERFACE,
         OUTPUTS,
         LAYOUT,

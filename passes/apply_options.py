@@ -1,8 +1,9 @@
 """apply-options: fix what the build options fix in the graph, before stage 0 reads it.
 
-The options enter the IR as attributes of the top-level module (`loam.dims`, `loam.outputs`,
-`loam.layout`, `loam.inline_weights`), so any later pass can be replayed on a dumped `.mlir` file.
-This pass reads `loam.interface`, `loam.dims`, `loam.outputs` and `loam.layout`:
+The options enter the IR as attributes of the top-level module (`loam.dims`, `loam.values`,
+`loam.outputs`, `loam.layout`, `loam.inline_weights`), so any later pass can be replayed on a dumped
+`.mlir` file.  This pass reads `loam.interface`, `loam.dims`, `loam.values`, `loam.outputs` and
+`loam.layout`:
 
 - `interface` re-declares a graph input's or output's dims (before `dims` reads them), for an
   export whose declaration contradicts its own graph: optimum's merged decoder declares its
@@ -13,6 +14,12 @@ This pass reads `loam.interface`, `loam.dims`, `loam.outputs` and `loam.layout`:
   onnxruntime's free dimension overrides do; it also fixes a name inside a spelled dim_param
   (`past` in `past + 1`), which becomes a number once every name it reads is fixed (fixing some of
   them only, or to a negative extent, stops the build);
+- `values` fixes a graph input to one value, as a deployment that always feeds it that value does
+  (Silero VAD's sample rate): the input becomes a `graph.constant` holding it, `forward` no longer
+  takes it (a build note says so), and stage 0 folds what it decides (an If keeps the branch it takes,
+  a Reduce's `axes` become known).  The value must suit the input's declaration once `dims` has fixed
+  its extents: a boolean for bool, integers within an integer type's range, a number for a float, and
+  as many elements as the input holds;
 - `outputs` names the graph outputs `forward` returns; the graph is cut down to the nodes,
   initializers and inputs they read.
 
@@ -29,20 +36,31 @@ A name in any option that the graph does not declare stops the build naming it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp
-from xdsl.ir import Attribute, Block
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.ir import Attribute, Block, Operation
 from xdsl.passes import ModulePass
-from xdsl.rewriter import Rewriter
+from xdsl.rewriter import InsertPoint, Rewriter
 
 from loam.core.errors import OptionsError
 from loam.core.layout import LayoutRule
 from loam.dialects import build_contract as contract
 from loam.dialects.dim_params import read_spelling
-from loam.dialects.graph import GraphOp, InitializerOp, ModelOp, NodeOp, ReturnOp, SubgraphInfoOp, TensorType
+from loam.dialects.graph import (
+    ConstantOp,
+    GraphOp,
+    InitializerOp,
+    ModelOp,
+    NodeOp,
+    ReturnOp,
+    SubgraphInfoOp,
+    TensorDataAttr,
+    TensorType,
+)
 from loam.passes.notes import add_notes
 
 
@@ -70,6 +88,9 @@ class ApplyOptionsPass(ModulePass):
         dims = contract.DIMS.get(op)
         if dims:
             fix_dims(graph, dims)
+        values = contract.VALUES.get(op)
+        if values:
+            add_notes(op, [_values_note(fix_values(graph, values))])
         layout = contract.LAYOUT.get(op)
         if layout is not None:
             check_layout_reaches(op, layout)
@@ -264,6 +285,106 @@ def fix_dims(graph: GraphOp, dims: dict[str, int]) -> None:
         raise OptionsError(
             f"dims: the graph '{graph.graph_name.data}' declares no dim_param {', '.join(repr(n) for n in unknown)}"
         )
+
+
+def fix_values(graph: GraphOp, values: Mapping[str, contract.Value]) -> list[tuple[str, np.ndarray]]:
+    """Make each graph input `values` names a `graph.constant` holding its value, and drop it from the
+    graph's inputs; returns (input, value) for each, in the graph's input order.
+
+    A name the graph does not take, or a value its declaration refuses (another element type, another
+    element count, an extent still symbolic), stops the build naming the option and the input.
+    """
+    block = graph.body.block
+    names = [s.data for s in graph.input_names.data]
+    unknown = [n for n in values if n not in names]
+    if unknown:
+        raise OptionsError(
+            f"values: the graph '{graph.graph_name.data}' takes no input {', '.join(repr(n) for n in unknown)} "
+            f"(it takes {', '.join(names) or 'none'})"
+        )
+    fixed: list[tuple[str, np.ndarray]] = []
+    for index in reversed(range(len(names))):
+        name = names[index]
+        if name not in values:
+            continue
+        arg = block.args[index]
+        array = _value_array(name, arg.type, values[name])
+        t = arg.type
+        assert isinstance(t, TensorType)  # _value_array refuses anything else
+        constant = ConstantOp(TensorDataAttr.from_numpy(array, t.elem, name=name))
+        constant.result.name_hint = arg.name_hint
+        first = _first_non_initializer(block)
+        if first is None:
+            block.add_op(constant)
+        else:
+            Rewriter.insert_op(constant, InsertPoint.before(first))
+        for use in list(arg.uses):
+            owner = use.operation
+            if isinstance(owner, InitializerOp) and owner.default_of is arg:
+                # An initializer giving the input a default (ONNX before IR version 4): the value replaces it.
+                owner.result.replace_all_uses_with(constant.result)
+                Rewriter.erase_op(owner)
+        arg.replace_all_uses_with(constant.result)
+        block.erase_arg(arg)
+        del names[index]
+        fixed.append((name, array))
+    graph.input_names = ArrayAttr([StringAttr(n) for n in names])
+    return fixed[::-1]
+
+
+def _first_non_initializer(block: Block) -> Operation | None:
+    for op in block.ops:
+        if not isinstance(op, InitializerOp):
+            return op
+    return None
+
+
+def _value_array(name: str, t: Attribute, value: contract.Value) -> np.ndarray:
+    """`value` as the array graph input `name` of type `t` holds: its element type and extents."""
+    where = f"values: graph input '{name}'"
+    if not isinstance(t, TensorType) or t.shape is None:
+        raise OptionsError(f"{where} is not a tensor of known rank; only a tensor input can be fixed to a value")
+    declared = f"{t.elem.name} [{', '.join(map(str, t.shape))}]"
+    symbolic = [d for d in t.shape if not isinstance(d, int)]
+    if symbolic:
+        raise OptionsError(
+            f"{where} is declared {declared}; fix {', '.join(map(str, symbolic))} with the `dims` option too, "
+            "so the value's extents are known"
+        )
+    items = list(value) if isinstance(value, tuple) else [value]
+    elem = t.elem
+    if elem.name == "bool":
+        if not all(isinstance(v, bool) for v in items):
+            raise OptionsError(f"{where} is declared {declared}; give it true or false, not {value!r}")
+    elif elem.is_float and not elem.name.startswith("c") and elem.numpy is not None:
+        if any(isinstance(v, bool) for v in items):
+            raise OptionsError(f"{where} is declared {declared}; give it a number, not {value!r}")
+    elif elem.numpy is not None and np.issubdtype(elem.numpy, np.integer):
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+            raise OptionsError(f"{where} is declared {declared}; give it integers, not {value!r}")
+        info = np.iinfo(elem.numpy)
+        outside = [v for v in items if isinstance(v, int) and not info.min <= v <= info.max]
+        if outside:
+            raise OptionsError(f"{where} is declared {declared}; {outside[0]} lies outside [{info.min}, {info.max}]")
+    else:
+        raise OptionsError(f"{where} is declared {declared}; the `values` option fixes bool, integer and float inputs")
+    shape = tuple(int(d) for d in t.shape if isinstance(d, int))
+    count = int(np.prod(shape, dtype=np.int64))
+    if len(items) != count:
+        given = f"{len(items)} values" if isinstance(value, tuple) else "one value"
+        raise OptionsError(f"{where} is declared {declared}, {count} elements; the option gives {given}")
+    return np.array(items, dtype=elem.numpy).reshape(shape)
+
+
+def _values_note(fixed: Sequence[tuple[str, np.ndarray]]) -> str:
+    which = ", ".join(f"'{name}' = {_spelled(array)}" for name, array in fixed)
+    return f"the `values` option fixes graph inputs, which forward no longer takes: {which}"
+
+
+def _spelled(array: np.ndarray) -> str:
+    items = array.reshape(-1).tolist()
+    text = ", ".join("true" if v is True else "false" if v is False else str(v) for v in items)
+    return text if array.ndim == 0 else f"[{text}]"
 
 
 def cut_outputs(graph: GraphOp, wanted: list[str]) -> None:

@@ -16,6 +16,9 @@ The TOML form (paths are relative to the TOML file)::
     grad_of = ["fc1.weight"]         # with grad: only these weights (or float inputs); default: every float weight
     [dims]
     N = 4                            # fix a dim_param, or a name inside a spelled one (`N` in `N + 1`)
+    [values]
+    sr = 16000                       # fix a graph input's value: forward no longer takes it
+    axes = [0, 2]                    # an integer, a float, a boolean or a list of integers
     [interface]
     attention_mask = ["batch_size", "attention_length"]   # re-declare a graph input's or output's dims
     [[layout]]
@@ -49,13 +52,14 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from loam.core.errors import LoamError, OptionsError
+from loam.dialects.build_contract import Value
 
 if TYPE_CHECKING:
     from xdsl.dialects.builtin import ModuleOp
 
     from loam.core.layout import LayoutRule
 
-__all__ = ["Options"]
+__all__ = ["Options", "Value", "checked_value"]
 
 _TOP_LEVEL_KEYS = (
     "architecture",
@@ -66,6 +70,7 @@ _TOP_LEVEL_KEYS = (
     "grad",
     "grad_of",
     "dims",
+    "values",
     "interface",
     "layout",
     "device_limits",
@@ -84,6 +89,36 @@ def _check_dim(name: object, value: object, where: str) -> None:
         raise OptionsError(f"{where}: a dim name must be a non-empty string, got {name!r}")
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise OptionsError(f"{where}: dim {name!r} must be a non-negative integer, got {value!r}")
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def checked_value(name: object, value: object, where: str) -> Value:
+    """One `values` entry checked: a non-empty input name and a boolean, an int64, a finite float, or a
+    list of int64s (given as a list or a tuple), the list as a tuple.  Whether the input takes it is the
+    graph's to say (apply-options)."""
+    if not isinstance(name, str) or not name:
+        raise OptionsError(f"{where}: an input name must be a non-empty string, got {name!r}")
+    what = f"{where}: value of '{name}'"
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise OptionsError(f"{what} is {value}, outside int64")
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise OptionsError(f"{what} is {value}; give a finite number")
+        return value
+    if isinstance(value, list | tuple):
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, int) or not _INT64[0] <= item <= _INT64[1]:
+                raise OptionsError(f"{what} must be a list of int64 integers, got {_type_name(item)} ({item!r})")
+        return tuple(value)
+    raise OptionsError(
+        f"{what} must be a boolean, an integer, a float or a list of integers, got {_type_name(value)} ({value!r})"
+    )
 
 
 def _check_names(values: object, what: str) -> tuple[str, ...]:
@@ -107,6 +142,10 @@ class Options:
     - `outputs`: cut the graph at these tensor names (None: the graph's own outputs).
     - `dims`: fix a dim_param (a symbolic input extent) to a number, or a name inside a spelled
       one (`past` in `past + 1`); a spelling becomes a number once every name it reads is fixed.
+    - `values`: graph input name -> the value a deployment fixes it to (a boolean, an integer, a float
+      or a list of integers; `Value`): the input leaves `forward`'s signature and stage 0 folds what
+      it decides (an If over a sample rate keeps only the branch it takes; a Reduce's `axes` input
+      becomes known).
     - `interface`: graph input or output name -> the dims to declare it with instead of the model's
       own (a dim_param name, a spelling such as `past + 1`, or a number per axis; as many as it has
       axes), for an exporter that declared one wrongly: optimum's merged decoder gives its
@@ -131,6 +170,7 @@ class Options:
     inline_weights: bool = False
     outputs: tuple[str, ...] | None = None
     dims: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    values: Mapping[str, Value] = field(default_factory=lambda: MappingProxyType({}))
     interface: Mapping[str, tuple[int | str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     layout: tuple[LayoutRule, ...] = ()
     checkpoints: tuple[Path, ...] = ()
@@ -156,6 +196,13 @@ class Options:
         for name, value in self.dims.items():
             _check_dim(name, value, "options: 'dims'")
         object.__setattr__(self, "dims", MappingProxyType(dict(self.dims)))
+        if not isinstance(self.values, Mapping):
+            raise OptionsError(f"options: 'values' must be a mapping of input name to value, got {self.values!r}")
+        object.__setattr__(
+            self,
+            "values",
+            MappingProxyType({k: checked_value(k, v, "options: 'values'") for k, v in self.values.items()}),
+        )
         if not isinstance(self.interface, Mapping):
             raise OptionsError(f"options: 'interface' must map tensor names to lists of dims, got {self.interface!r}")
         object.__setattr__(
@@ -275,6 +322,10 @@ class Options:
                         f"integer, got {_type_name(value)} ({value!r})"
                     )
             kwargs["dims"] = dims
+        if "values" in table:
+            values = table["values"]
+            expect("values", values, dict, "a table of input name = value")
+            kwargs["values"] = {k: checked_value(k, v, f"{where}: [values]") for k, v in values.items()}
         if "interface" in table:
             interface = table["interface"]
             expect("interface", interface, dict, 'a table of tensor name = ["dim", ...]')
@@ -303,6 +354,7 @@ class Options:
         inline_weights: bool | None = None,
         outputs: Iterable[str] | None = None,
         dims: Mapping[str, int] | None = None,
+        values: Mapping[str, Value] | None = None,
         interface: Mapping[str, Iterable[int | str]] | None = None,
         layout: Iterable[LayoutRule] = (),
         checkpoints: Iterable[str | Path] = (),
@@ -312,7 +364,7 @@ class Options:
         """These options with command-line flags applied on top (None / empty: flag not given).
 
         `architecture`, `inline_weights` and `outputs` replace the file's value; `dims` entries
-        replace the file's entry of the same name and add the others; `layout` rules from flags
+        (and `values`) replace the file's entry of the same name and add the others; `layout` rules from flags
         are consulted *before* the file's rules; `checkpoints` from flags replace the file's list
         (name all shards on the command line when overriding a sharded checkpoint); `grad` (the
         weights to differentiate, empty for every float weight) replaces the file's; `device_limits`
@@ -327,6 +379,8 @@ class Options:
             changes["outputs"] = tuple(outputs)
         if dims:
             changes["dims"] = {**self.dims, **dims}
+        if values:
+            changes["values"] = {**self.values, **values}
         if interface:
             changes["interface"] = {**self.interface, **{k: tuple(v) for k, v in interface.items()}}
         flag_rules = tuple(layout)
@@ -420,6 +474,8 @@ def attach_options(module: ModuleOp, options: Options) -> None:
 
     if options.dims:
         contract.DIMS.set(module, dict(options.dims))
+    if options.values:
+        contract.VALUES.set(module, dict(options.values))
     if options.interface:
         contract.INTERFACE.set(module, {name: list(dims) for name, dims in options.interface.items()})
     if options.outputs is not None:

@@ -22,14 +22,14 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loam.core.errors import CheckpointError, LoamError, ModelError, UsageError
-from loam.driver.options import Options
+from loam.core.errors import CheckpointError, LoamError, ModelError, OptionsError, UsageError
+from loam.driver.options import Options, Value, checked_value
 from loam.tools._cli import EXIT_USAGE, CliParser, fail, run_guarded, wants_debug
 
 if TYPE_CHECKING:
     from loam.core.layout import LayoutRule
 
-__all__ = ["build_parser", "main", "options_from_args"]
+__all__ = ["build_parser", "main", "options_from_args", "value_flag"]
 
 PROG = "loam"
 
@@ -50,6 +50,35 @@ def _dims_flag(text: str) -> tuple[str, int]:
     if not sep or not name or not value.isdigit():
         raise argparse.ArgumentTypeError(f"expected NAME=N with N a non-negative integer, got {text!r}")
     return name, int(value)
+
+
+def value_flag(text: str) -> tuple[str, Value]:
+    """`--value NAME=V`: V is true or false, an integer, a float, or integers separated by commas (in
+    brackets for a list of one, `[2]`, or none, `[]`)."""
+    name, sep, raw = text.partition("=")
+    name, raw = name.strip(), raw.strip()
+    expected = (
+        f"expected NAME=V with V true, false, an integer, a float or a list of integers (1,2 or [1]), got {text!r}"
+    )
+    if not sep or not name or not raw:
+        raise argparse.ArgumentTypeError(expected)
+    value: Value
+    try:
+        if raw.startswith("[") and raw.endswith("]"):
+            inner = raw[1:-1].strip()
+            value = tuple(int(v) for v in inner.split(",")) if inner else ()
+        elif "," in raw:
+            value = tuple(int(v) for v in raw.split(","))
+        elif raw in ("true", "false"):
+            value = raw == "true"
+        else:
+            try:
+                value = int(raw)
+            except ValueError:
+                value = float(raw)
+        return name, checked_value(name, value, "--value")
+    except (ValueError, OptionsError):
+        raise argparse.ArgumentTypeError(expected) from None
 
 
 def _interface_flag(text: str) -> tuple[str, tuple[int | str, ...]]:
@@ -89,10 +118,19 @@ The options file (--options) holds the same settings as the flags:
   checkpoint = "weights.safetensors"   (or a list; relative to the file)
   grad = true                grad_of = ["fc1.weight"]
   [dims]      N = 4
+  [values]    sr = 16000     (a graph input's value: an integer, a float, true/false or [1, 2])
   [[layout]]  pattern = "fc1.weight"  axes = ["Hidden", "In"]  graph = "main" (optional)
 Flags override the file: --outputs, --architecture, --inline-weights and --grad replace its value,
---dims replaces the same name, --layout rules come before the file's rules, and
+--dims and --value replace the same name, --layout rules come before the file's rules, and
 --checkpoint replaces the file's checkpoint list.
+
+Values: --value NAME=V (or [values] NAME = V) fixes graph input NAME to V, as a deployment that
+always feeds it one value does (Silero VAD's sample rate: --value sr=16000).  The input leaves
+forward's signature (a build note says so) and the build folds what it decides: an If whose
+condition it fixes keeps only the branch taken, a Reduce's axes or a CumSum's axis input becomes
+known.  V must suit the input's declaration: true/false for a bool, an integer (or a list of
+integers, 0,2 or [1]) for an integer type, a number for a float; a list holds as many integers as
+the input has elements.
 
 Checkpoints: a .safetensors file (repeat --checkpoint for shards), a Hugging Face
 model.safetensors.index.json (its weight_map names each tensor's shard), or a .gguf file.
@@ -191,6 +229,15 @@ def build_parser() -> CliParser:
         default=[],
         metavar="NAME=N",
         help="fix the symbolic extent (dim_param) NAME to N; repeatable",
+    )
+    build.add_argument(
+        "--value",
+        action="append",
+        type=value_flag,
+        default=[],
+        metavar="NAME=V",
+        help="fix graph input NAME to the value V (true/false, an integer, a float, or integers 0,2); forward no "
+        "longer takes it and the build folds what it decides (see below); repeatable",
     )
     build.add_argument(
         "--interface",
@@ -342,6 +389,14 @@ def build_parser() -> CliParser:
         "--dims", action="append", type=_dims_flag, default=[], metavar="NAME=N", help="fix dim_param NAME to N"
     )
     layout.add_argument(
+        "--value",
+        action="append",
+        type=value_flag,
+        default=[],
+        metavar="NAME=V",
+        help="fix graph input NAME to the value V (as loam build)",
+    )
+    layout.add_argument(
         "--interface",
         action="append",
         type=_interface_flag,
@@ -461,6 +516,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         inline_weights=getattr(args, "inline_weights", None),
         outputs=getattr(args, "outputs", None),
         dims=dict(args.dims),
+        values=dict(getattr(args, "value", [])),
         interface=dict(getattr(args, "interface", [])),
         layout=args.layout,
         checkpoints=args.checkpoint,
