@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from loam.core.poly import Poly
 from loam.ops.base import AxesWalk, Facts, LowerContext, NodeInfo, OpRule, Stage0Walk, result_length
 
@@ -64,12 +66,14 @@ class IfRule(OpRule):
         names: Sequence[str],
         then: Sequence[Facts],
         other: Sequence[Facts],
-        cond: Facts | None = None,
+        chosen_by: str = "",
     ) -> list[Facts]:
-        """The node's outputs from what the then and else branches return.
+        """The node's outputs from what the then and else branches return, the condition known only at
+        run time (`chosen_by` says what decides it, for a refusal).
 
-        Where the build knows the condition, an output the branch it picks folds to a value has
-        that value (the If then folds away; both branches were still checked).
+        An extent the branches give apart is a length only the run knows (`result_length`): forward
+        binds it from the branch that ran.  A rank they give apart is refused: what reads the output
+        needs one rank at build time.
         """
         if len(then) != len(other) or len(then) != len(names):
             raise node.fail(
@@ -80,30 +84,54 @@ class IfRule(OpRule):
             if a.elem != b.elem:
                 raise node.fail(f"output '{name}' is {a.elem.name} in the then branch and {b.elem.name} in the else")
             if a.rank != b.rank:
-                raise node.fail(f"output '{name}' has rank {a.rank} in the then branch and {b.rank} in the else")
+                raise node.unsupported(
+                    f"output '{name}' has rank {a.rank} in the then branch and {b.rank} in the else, and the "
+                    f"condition is known only at run time{chosen_by}"
+                )
             shape = tuple(
                 x if x == y else result_length(name, axis)
                 for axis, (x, y) in enumerate(zip(a.shape, b.shape, strict=True))
             )
             out.append(Facts(a.elem, shape))
-        if cond is not None and cond.value is not None:
-            import numpy as np
-
-            taken = then if bool(np.asarray(cond.value).reshape(-1)[0]) else other
-            out = [Facts(f.elem, t.shape, t.value) for f, t in zip(out, taken, strict=True)]
         return out
 
     def stage0(self, stage: Stage0Walk, op: NodeOp, info: NodeInfo) -> None:
-        """Check each branch in a copy of the scope around it; the outputs take what both give (`merge`),
-        and the If folds where the branch the condition picks gives every output's value."""
+        """A condition the build knows (a Constant, a value the `values` option fixes, what stage 0 folds
+        from them) picks its branch now: that branch's nodes take the If's place (`inline`), and the
+        other is dropped unchecked, as a run never reaches it.  Otherwise each branch is checked in a copy
+        of the scope around it, and the outputs take what both give (`merge`)."""
         cond = stage.inputs(op)[0]
         self.check_condition(info, cond)
+        assert cond is not None  # check_condition refuses an absent condition
+        if cond.value is not None and np.asarray(cond.value).dtype != object:
+            taken = bool(np.asarray(cond.value).reshape(-1)[0])
+            self.inline(stage, op, info, "then_branch" if taken else "else_branch")
+            return
         then, other = (stage.branch(op, key, info) for key in ("then_branch", "else_branch"))
-        outputs = self.merge(info, op.output_names, then, other, cond)
-        if outputs and all(f.value is not None for f in outputs):
-            stage.fold(op, info, outputs)
-        else:
-            stage.settle_results(op, info, outputs)
+        outputs = self.merge(info, op.output_names, then, other, chosen_by(op))
+        stage.settle_results(op, info, outputs)
+
+    def inline(self, stage: Stage0Walk, op: NodeOp, info: NodeInfo, key: str) -> None:
+        """Put the nodes of branch `key` in the If's place, reading what the If's outputs read, and
+        run stage 0 over them as nodes of the graph around it (what they owe is owed there)."""
+        from xdsl.rewriter import InsertPoint, Rewriter
+
+        from loam.dialects.graph import ReturnOp
+
+        region = op.subgraph(key)
+        block = region.block
+        ret = block.last_op
+        assert isinstance(ret, ReturnOp)
+        if len(ret.values) != len(op.outs):
+            raise info.fail(f"the {key} returns {len(ret.values)} values; the node names {len(op.outs)} outputs")
+        for result, value in zip(op.outs, ret.values, strict=True):
+            result.replace_all_uses_with(value)
+        Rewriter.erase_op(ret)
+        stage.run_ops(block)  # folds replace the returned values' uses, which the If's readers are now
+        for inner in list(block.ops)[1:]:  # past the branch's graph.subgraph_info
+            inner.detach()
+            Rewriter.insert_op(inner, InsertPoint.before(op))
+        Rewriter.erase_op(op)
 
     def node_axes(
         self, walk: AxesWalk, op: NodeOp, info: NodeInfo, outputs: Sequence[Facts]
@@ -130,6 +158,51 @@ class IfRule(OpRule):
         cond = operands[0]
         assert cond is not None, "stage 0 refuses an If without its condition"
         return list(ctx.emit(IfOp(cond, ctx.result_types, node.name, then, other)).results)
+
+
+def chosen_by(op: NodeOp) -> str:
+    """What decides the condition of If `op`, as its refusal says it: the graph inputs whose values it is
+    computed from (which the `values` option can fix) and those whose extents it reads (`dims`)."""
+    by_value, by_extent = condition_inputs(op.args[0])
+    said: list[str] = []
+    if by_value:
+        names = ", ".join(f"'{n}'" for n in by_value)
+        fix = " ".join(f"--value {n}=..." for n in by_value)
+        said.append(f"it is computed from graph input {names}: fix it with {fix} (or [values])")
+    if by_extent:
+        names = ", ".join(f"'{n}'" for n in by_extent)
+        said.append(f"it reads the extents of graph input {names}: fix them with --dims (or [dims])")
+    if not said:
+        said.append("it is computed from no graph input's value")
+    return "; " + "; ".join(said)
+
+
+def condition_inputs(value: SSAValue) -> tuple[list[str], list[str]]:
+    """The graph inputs `value` is computed from: those whose values it reads, and those only whose
+    extents it reads (through Shape or Size), each in the order met."""
+    from xdsl.ir import BlockArgument
+
+    from loam.dialects.graph import GraphOp, NodeOp
+
+    by_value: dict[str, None] = {}
+    by_extent: dict[str, None] = {}
+    seen: set[SSAValue] = set()
+    todo: list[tuple[SSAValue, bool]] = [(value, True)]
+    while todo:
+        v, values = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if isinstance(v, BlockArgument):
+            graph = v.block.parent_op()
+            if isinstance(graph, GraphOp) and v.index < len(graph.input_names.data):
+                (by_value if values else by_extent)[graph.input_names.data[v.index].data] = None
+            continue
+        owner = v.owner
+        if isinstance(owner, NodeOp):
+            reads_values = values and owner.op_type not in ("Shape", "Size")
+            todo.extend((a, reads_values) for a in reversed(owner.args))
+    return list(by_value), [n for n in by_extent if n not in by_value]
 
 
 def merge_axes(
