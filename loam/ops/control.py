@@ -2,15 +2,18 @@
 
 If is one `if` over a one-element bool, a block of `forward` per branch.
 
-Both branches compile and the run takes one.  The passes walk the branch regions themselves (each
-branch is checked in a copy of the scope around it, so what one branch owes is checked at the top of
-its own block); this rule holds what the If itself means: how the two branches' outputs make the
-node's outputs.
+Where the build knows the condition (a Constant, a graph input the `values` option fixes, a value
+stage 0 folds from them), stage 0 picks the branch: its nodes take the If's place, and the other
+branch, which no run reaches, is dropped unchecked.  Otherwise both branches compile and the run
+takes one.  The passes walk the branch regions themselves (each branch is checked in a copy of the
+scope around it, so what one branch owes is checked at the top of its own block); this rule holds
+what the If itself means: how the two branches' outputs make the node's outputs.
 
-- Element type and rank must agree, or the build stops naming the output.
+- Element type and rank must agree, or the build stops naming the output; a rank the branches give
+  apart names what decides the condition (the graph inputs `--value` can fix).
 - An extent both branches give alike is the output's; one they give differently becomes a symbol of
-  its own (`"present.0.key[2]"`: the output's name and the axis), which only the run knows.  A kernel after the If that
-  needs that length stops the build, since no input binds it.
+  its own (`"present.0.key[2]"`: the output's name and the axis), which forward binds from the
+  branch that ran, and checks what is owed of it right there.
 - An axis both branches name alike keeps the name; one they name apart takes the name the output's
   layout rule gives it (the printer relabels each branch's value to the output's type).
 
