@@ -144,6 +144,8 @@ def _tensor_names(block: Block) -> Iterator[str]:
     for op in block.ops:
         if isinstance(op, InitializerOp):
             yield op.onnx_name.data
+        elif isinstance(op, ConstantOp):  # a graph input the `values` option fixed
+            yield op.value.tensor_name.data
         elif isinstance(op, NodeOp):
             yield from op.output_names
             for region in op.subgraphs:

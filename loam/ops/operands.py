@@ -56,7 +56,8 @@ def known_ints(node: NodeInfo, f: Facts | None, what: str, types: Sequence[str] 
     if f.value is None:
         raise node.unsupported(
             f"the {what} input must be known at build time (a Constant, an integer initializer, a Shape or "
-            "a value the build folds from them); this one is computed from a run-time value"
+            "a value the build folds from them); this one is computed from a run-time value: where a graph input "
+            "gives it, give its value with --value NAME=V or [values]"
         )
     if is_symbolic(f):
         values = ", ".join(str(v) for v in np.asarray(f.value).reshape(-1).tolist())

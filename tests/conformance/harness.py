@@ -34,13 +34,15 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import ml_dtypes
 import numpy as np
 import onnx
 import onnx.backend.test
 from onnx import numpy_helper
+
+T = TypeVar("T")
 
 HERE = Path(__file__).resolve().parent
 ONNX_DATA = Path(onnx.backend.test.__file__).resolve().parent / "data"
@@ -55,7 +57,8 @@ FOLDER_SUITES = ("pytorch-operator", "pytorch-converted", "simple")
 DECLARED = "node-declared"
 """The node cases that read a shape operand (SHAPE_OPERANDS) from a graph input, run with that input fed at
 run time as the case declares it (the `node` suite makes it a Constant): each such case the `node` suite
-does not list."""
+does not list.  An axes/axis operand, which the build needs known, is given with the `values` option where
+the build refuses it (`declared_build`)."""
 SUITES = ("node", DECLARED, *FOLDER_SUITES, "operators")
 
 # The element types Loam compiles.  A refusal of a case with an unsupported operator may name one of
@@ -334,6 +337,53 @@ def fixed(case: Case, model: onnx.ModelProto, feeds: dict[str, Any]) -> tuple[on
     return (model, feeds) if case.suite == DECLARED else specialize(model, feeds)
 
 
+_OPERAND_REFUSAL = re.compile(r"(\w+) node '(.*)': the (axes|axis) input must be known at build time .*--value NAME=V")
+"""A build's refusal of an axes/axis operand only the run gives, which names the `values` option."""
+
+
+def refused_operand(model: onnx.ModelProto, message: str, feeds: dict[str, Any]) -> str | None:
+    """The graph input a refusal of an axes/axis operand (`_OPERAND_REFUSAL`) names: the input of the node
+    it names at the operand it names (by the operator's schema), where that is a graph input whose integers
+    the data set holds; None for any other refusal."""
+    found = _OPERAND_REFUSAL.match(message)
+    if found is None:
+        return None
+    op_type, node_name, operand = found.groups()
+    opset = max((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS), default=1)
+    graph_inputs = {i.name for i in model.graph.input}
+    for node in model.graph.node:
+        if node.op_type != op_type or node.domain not in ONNX_DOMAINS or (node.name or node.output[0]) != node_name:
+            continue
+        names = [i.name for i in onnx.defs.get_schema(op_type, opset).inputs]
+        index = names.index(operand) if operand in names else len(node.input)
+        name = node.input[index] if index < len(node.input) else ""
+        value = feeds.get(name)
+        if name in graph_inputs and isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.integer):
+            return name
+    return None
+
+
+def declared_build(
+    case: Case, model: onnx.ModelProto, feeds: dict[str, Any], build: Callable[[Any], T]
+) -> tuple[T, dict[str, Any]]:
+    """`build(options)` of `model`, and the values it was built with.  In the DECLARED suite a refusal of an
+    axes/axis operand that a graph input feeds (`refused_operand`) is answered as a user would answer it:
+    that input's value from the data set goes into the `values` option, and the build runs again."""
+    from loam.core.errors import UnsupportedError
+    from loam.driver.options import Options
+
+    values: dict[str, Any] = {}
+    while True:
+        try:
+            return build(Options(values=values) if values else None), values
+        except UnsupportedError as err:
+            name = refused_operand(model, str(err), feeds) if case.suite == DECLARED else None
+            if name is None or name in values:
+                raise
+            array = np.asarray(feeds[name])
+            values[name] = int(array) if array.ndim == 0 else tuple(int(v) for v in array.reshape(-1))
+
+
 # ----------------------------------------------------------------------------------------------------------
 # What a model needs
 
@@ -533,23 +583,25 @@ def compare(case: Case, got: Sequence[Any], want: Sequence[Any]) -> None:
         raise CaseFailure(" ".join(line.strip() for line in text if line.strip())[:2000]) from None
 
 
-def _build(model: onnx.ModelProto, backend: str = "numpy", host_fallback: bool = False) -> Any:
+def _build(model: onnx.ModelProto, backend: str = "numpy", host_fallback: bool = False, options: Any = None) -> Any:
     from loam.testing import build_for
 
     if backend == "wgsl":
-        return build_for(model, fuse="dispatch", backend="wgsl", host_fallback=host_fallback)
-    return build_for(model)
+        return build_for(model, options, fuse="dispatch", backend="wgsl", host_fallback=host_fallback)
+    return build_for(model, options)
 
 
-def _builds(model: onnx.ModelProto, backend: str = "numpy", host_fallback: bool = False) -> list[Any]:
+def _builds(
+    model: onnx.ModelProto, backend: str = "numpy", host_fallback: bool = False, options: Any = None
+) -> list[Any]:
     """The fused build and, where the fuse pass fused anything, the unfused one too: fused code must
     compute what unfused code does, so every case runs both ways (the WGSL module: fused for dispatch)."""
     from loam.testing import build_for
 
-    fused = _build(model, backend, host_fallback)
+    fused = _build(model, backend, host_fallback, options)
     if backend == "wgsl" or fused.fusion is None or not fused.fusion.groups:
         return [fused]
-    return [fused, build_for(model, fuse=None)]
+    return [fused, build_for(model, options, fuse=None)]
 
 
 def check_case(case: Case, honour_refused: bool = True, backend: str = "numpy") -> str:
@@ -562,11 +614,11 @@ def check_case(case: Case, honour_refused: bool = True, backend: str = "numpy") 
 
     model, data = case.load()
     need = needs(model)
-    first = fixed(case, model, data[0].feeds)[0] if data else model  # what the refusals below are asked of
+    first, first_feeds = fixed(case, model, data[0].feeds) if data else (model, {})  # what the refusals ask
     listed = expectations(backend)["refused"].get(case.id) if honour_refused else None
     if listed is not None or need.refusals:
         try:
-            _build(first, backend)
+            declared_build(case, first, first_feeds, lambda options: _build(first, backend, options=options))
         except LoamError as err:
             numpy_refuses = case.id in expectations("numpy")["refused"]
             if backend == "wgsl" and isinstance(err, UnsupportedError) and not need.refusals and not numpy_refuses:
@@ -583,7 +635,7 @@ def check_case(case: Case, honour_refused: bool = True, backend: str = "numpy") 
     if need.unsupported_ops:
         culprits = ", ".join(sorted(need.unsupported_ops))
         try:
-            _build(first, backend)
+            declared_build(case, first, first_feeds, lambda options: _build(first, backend, options=options))
         except LoamError as err:
             if isinstance(err, UnsupportedError) and names_culprit(str(err), need):
                 return "refused"
@@ -608,9 +660,12 @@ def _check_data(
     for ds in data:
         special, feeds = fixed(case, model, ds.feeds)
         key = special.SerializeToString()
+        if case.suite == DECLARED:  # the values a build may take from the data set (`declared_build`)
+            key += b"".join(np.asarray(feeds[n]).tobytes() for n in shape_inputs(special) if n in feeds)
         if key not in builds:
             try:
-                builds[key] = _builds(special, backend, host_fallback)
+                build = functools.partial(_builds, special, backend, host_fallback)
+                builds[key], _ = declared_build(case, special, feeds, build)
             except LoamError as err:
                 how = " with the host fallback" if host_fallback else ""
                 raise CaseFailure(
