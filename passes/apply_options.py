@@ -73,7 +73,7 @@ def main_graph(module: ModuleOp) -> GraphOp:
 
 @dataclass(frozen=True)
 class ApplyOptionsPass(ModulePass):
-    """Fix dim_params (`loam.dims`), cut the graph to `loam.outputs`, check `loam.layout` reaches it."""
+    """Fix dim_params (`loam.dims`) and inputs (`loam.values`), cut to `loam.outputs`, check `loam.layout`."""
 
     name = "apply-options"
 
