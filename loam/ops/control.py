@@ -165,30 +165,36 @@ class IfRule(OpRule):
 
 def chosen_by(op: NodeOp) -> str:
     """What decides the condition of If `op`, as its refusal says it: the graph inputs whose values it is
-    computed from (which the `values` option can fix) and those whose extents it reads (`dims`)."""
-    by_value, by_extent = condition_inputs(op.args[0])
+    computed from (which the `values` option can fix) and the extents it reads (which `dims` can fix)."""
+    by_value, extents_of, symbols = condition_inputs(op.args[0])
     said: list[str] = []
     if by_value:
         names = ", ".join(f"'{n}'" for n in by_value)
         fix = " ".join(f"--value {n}=..." for n in by_value)
         said.append(f"it is computed from graph input {names}: fix it with {fix} (or [values])")
-    if by_extent:
-        names = ", ".join(f"'{n}'" for n in by_extent)
+    if symbols:
+        fix = " ".join(f"--dims {s}=..." for s in symbols)
+        said.append(f"it reads the extents {', '.join(symbols)}: fix them with {fix} (or [dims])")
+    elif extents_of:
+        names = ", ".join(f"'{n}'" for n in extents_of)
         said.append(f"it reads the extents of graph input {names}: fix them with --dims (or [dims])")
     if not said:
-        said.append("it is computed from no graph input's value")
+        said.append("it is computed from no graph input")
     return "; " + "; ".join(said)
 
 
-def condition_inputs(value: SSAValue) -> tuple[list[str], list[str]]:
-    """The graph inputs `value` is computed from: those whose values it reads, and those only whose
-    extents it reads (through Shape or Size), each in the order met."""
+def condition_inputs(value: SSAValue) -> tuple[list[str], list[str], list[str]]:
+    """What `value` is computed from: the graph inputs whose values it reads, those only whose extents it
+    reads (through Shape or Size), and the extent symbols of the values stage 0 knows as polynomials
+    (a Shape it folded), each in the order met."""
     from xdsl.ir import BlockArgument
 
     from loam.dialects.graph import GraphOp, NodeOp
+    from loam.dialects.shape_poly import ValuesOp
 
     by_value: dict[str, None] = {}
     by_extent: dict[str, None] = {}
+    symbols: dict[str, None] = {}
     seen: set[SSAValue] = set()
     todo: list[tuple[SSAValue, bool]] = [(value, True)]
     while todo:
@@ -202,10 +208,27 @@ def condition_inputs(value: SSAValue) -> tuple[list[str], list[str]]:
                 (by_value if values else by_extent)[graph.input_names.data[v.index].data] = None
             continue
         owner = v.owner
-        if isinstance(owner, NodeOp):
+        if isinstance(owner, ValuesOp):
+            symbols.update(dict.fromkeys(s for p in owner.polys for s in input_symbols(p)))
+        elif isinstance(owner, NodeOp):
             reads_values = values and owner.op_type not in ("Shape", "Size")
             todo.extend((a, reads_values) for a in reversed(owner.args))
-    return list(by_value), [n for n in by_extent if n not in by_value]
+    return list(by_value), [n for n in by_extent if n not in by_value], list(symbols)
+
+
+def input_symbols(p: Poly) -> list[str]:
+    """The symbols of the graph's declared extents `p` reads, through derived symbols (`eq(4, N)` reads N);
+    a length only the run knows (`y[0]`) is none of them."""
+    from loam.core.poly import derived_call
+
+    found: list[str] = []
+    for name in sorted(p.symbols):
+        call = derived_call(name)
+        if call is not None:
+            found += [s for a in call.args for s in input_symbols(a) if s not in found]
+        elif "[" not in name and name not in found:
+            found.append(name)
+    return found
 
 
 def merge_axes(
