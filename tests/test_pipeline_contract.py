@@ -27,6 +27,7 @@ Contracted = BuildAttribute[Any, Any]
 
 MODULE_VALUES: list[tuple[Contracted, object]] = [
     (contract.DIMS, {"N": 4, "past + 1": 7}),
+    (contract.VALUES, {"sr": 16000, "scale": 0.25, "flag": True, "axes": (0, -1), "none": ()}),
     (contract.INTERFACE, {"attention_mask": ["batch", 3], "logits": [1]}),
     (contract.OUTPUTS, ("y", "present.0.key")),
     (contract.LAYOUT, (LayoutRule("x", ("Batch", "In")), LayoutRule("mask", ("Seq", "(C H W)"), graph="then"))),
@@ -91,6 +92,7 @@ def test_absent_reads_none() -> None:
 
 MALFORMED: list[tuple[Contracted, Attribute]] = [
     (contract.DIMS, DictionaryAttr({"N": StringAttr("four")})),
+    (contract.VALUES, DictionaryAttr({"sr": StringAttr("16000")})),
     (contract.INTERFACE, DictionaryAttr({"x": ArrayAttr([IntAttr(1)])})),
     (contract.OUTPUTS, ArrayAttr([IntAttr(0)])),
     (contract.LAYOUT, StringAttr("x -> [Batch]")),
