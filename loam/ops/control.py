@@ -9,8 +9,10 @@ takes one.  The passes walk the branch regions themselves (each branch is checke
 scope around it, so what one branch owes is checked at the top of its own block); this rule holds
 what the If itself means: how the two branches' outputs make the node's outputs.
 
-- Element type and rank must agree, or the build stops naming the output; a rank the branches give
-  apart names what decides the condition (the graph inputs `--value` can fix).
+- Element type and rank must agree, or the build stops naming the output.  Two ranks chosen by a
+  condition on extents the run computes first (torch's `squeeze` of an axis that may be 1: Silero
+  VAD's decoder) make the module follow the then branch, the inputs owing the condition; chosen by
+  anything else, the refusal names what decides it (the graph inputs `--value` can fix).
 - An extent both branches give alike is the output's; one they give differently becomes a symbol of
   its own (`"present.0.key[2]"`: the output's name and the axis), which forward binds from the
   branch that ran, and checks what is owed of it right there.
@@ -33,11 +35,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loam.core.poly import Poly
+from loam.core import owed
+from loam.core.poly import Poly, derived_call
 from loam.ops.base import AxesWalk, Facts, LowerContext, NodeInfo, OpRule, Stage0Walk, result_length
 
 if TYPE_CHECKING:
-    from xdsl.ir import SSAValue
+    from xdsl.ir import Region, SSAValue
 
     from loam.dialects.graph import NodeOp
     from loam.dialects.tensor_axes import Axis
@@ -110,9 +113,35 @@ class IfRule(OpRule):
             taken = bool(np.asarray(cond.value).reshape(-1)[0])
             self.inline(stage, op, info, "then_branch" if taken else "else_branch")
             return
+        # An extent condition (`eq(floordiv(L - 3, 2) + 1, 1)`, torch's `squeeze` of a maybe-1 axis)
+        # keeps the then branch as it was, in case the branches give an output two ranks.
+        extent = owed_extent_condition(cond)
+        pristine = op.subgraph("then_branch").clone() if extent is not None else None
         then, other = (stage.branch(op, key, info) for key in ("then_branch", "else_branch"))
+        apart = [a.rank != b.rank for a, b in zip(then, other, strict=False)]
+        if pristine is not None and extent is not None and any(apart) and owed.current().computable(extent):
+            self.follow_then(stage, op, info, pristine, extent)
+            return
+        if pristine is not None:
+            pristine.erase()  # the copy's ops read outer values: drop those uses
         outputs = self.merge(info, op.output_names, then, other, chosen_by(op))
         stage.settle_results(op, info, outputs)
+
+    def follow_then(self, stage: Stage0Walk, op: NodeOp, info: NodeInfo, pristine: Region, condition: Poly) -> None:
+        """Branches giving an output two ranks, chosen by a condition on extents the run computes before
+        any kernel: the module follows the then branch, and the inputs owe the condition (a chunk of
+        another length is a ShapeError naming the input, never the other branch's rank).  What reads the
+        output needs one rank at build time; the then branch is the case a `squeeze` of an axis that
+        may be 1 was written for."""
+        region = op.subgraph("then_branch")
+        checked = region.block
+        fresh = pristine.detach_block(pristine.block)
+        region.insert_block_before(fresh, checked)
+        region.detach_block(checked)
+        checked.erase(safe_erase=False)
+        pristine.erase()
+        owed.current().owe_equal(Poly.const(1), condition, info, "the If follows its then branch")
+        self.inline(stage, op, info, "then_branch")
 
     def inline(self, stage: Stage0Walk, op: NodeOp, info: NodeInfo, key: str) -> None:
         """Put the nodes of branch `key` in the If's place, reading what the If's outputs read, and
@@ -161,6 +190,29 @@ class IfRule(OpRule):
         cond = operands[0]
         assert cond is not None, "stage 0 refuses an If without its condition"
         return list(ctx.emit(IfOp(cond, ctx.result_types, node.name, then, other)).results)
+
+
+def owed_extent_condition(cond: Facts) -> Poly | None:
+    """The condition as a polynomial (1 true, 0 false), where stage 0 knows it as one over the extents a
+    window or a division leaves (`eq(floordiv(L - 4, 4) + 1, 1)`), which many inputs satisfy.  One
+    comparing an input's own symbol with a number (`eq(4, N)`) is not: `--dims` says that better."""
+    if cond.value is None or np.asarray(cond.value).dtype != object:
+        return None
+    p = np.asarray(cond.value).reshape(-1)[0]
+    if not isinstance(p, Poly) or p.is_const or not reads_arithmetic(p):
+        return None
+    return p
+
+
+def reads_arithmetic(p: Poly) -> bool:
+    """Whether `p` reads a derived symbol other than a comparison or a choice (a division, a min)."""
+    for name in p.symbols:
+        call = derived_call(name)
+        if call is None:
+            continue
+        if call.function not in ("eq", "lt", "select") or any(reads_arithmetic(a) for a in call.args):
+            return True
+    return False
 
 
 def chosen_by(op: NodeOp) -> str:

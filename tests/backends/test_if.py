@@ -306,3 +306,36 @@ kernel.program "forward" (%x : !tensor_axes.tensor<f32, [N: N, D: 4]>, %c : !ten
 """
     with pytest.raises(UnsupportedError, match=r"y\[0\].*If node '/grow'"):
         _emit(text)
+
+
+def _squeeze_if_one_model() -> onnx.ModelProto:
+    """torch's `y.squeeze(-1)` of a strided Conv's output, exported as an If on that axis being 1:
+    Squeeze (rank 2) where it is, Identity (rank 3) where it is not; a ReduceSum over axis 1 follows."""
+    w = numpy_helper.from_array(np.random.default_rng(3).standard_normal((2, 1, 4)).astype(np.float32), "w")
+    axes = numpy_helper.from_array(np.array([-1], np.int64), "last")
+    one = numpy_helper.from_array(np.array(1, np.int64), "one")
+    then = _branch("squeezed", [helper.make_node("Squeeze", ["y", "last"], ["s"])], "s", ["N", 2])
+    other = _branch("kept", [helper.make_node("Identity", ["y"], ["k"])], "k", ["N", 2, "P"])
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["y"], strides=[4], name="conv"),
+        helper.make_node("Shape", ["y"], ["shape"], start=-1),
+        helper.make_node("Squeeze", ["shape"], ["length"]),
+        helper.make_node("Equal", ["length", "one"], ["c"]),
+        _if("c", "z", then, other, "squeeze_if_one"),
+    ]
+    inputs = [helper.make_tensor_value_info("x", F, ["N", 1, "L"])]
+    return _model(nodes, inputs, [helper.make_tensor_value_info("z", F, ["N", 2])], [w, axes, one])
+
+
+def test_branches_of_two_ranks_chosen_by_an_extent_follow_the_then_branch() -> None:
+    """The module follows the squeeze and owes its condition: every length the Conv leaves one position
+    (4 to 7 samples) matches onnxruntime; another is a ShapeError naming the input, not the other rank."""
+    model = _squeeze_if_one_model()
+    result = build_for(model)
+    for n, length in ((1, 4), (2, 7)):
+        x = np.random.default_rng(length).standard_normal((n, 1, length)).astype(np.float32)
+        got, want = run_built(result, {"x": x}), run_onnxruntime(model, {"x": x})
+        assert got[0].shape == want[0].shape == (n, 2)
+        assert_same(got, want, rtol=1e-6, atol=1e-6)
+    with pytest.raises(result.module.ShapeError, match=r"If node 'squeeze_if_one'.*x axis 2 gives L = 8"):
+        run_built(result, {"x": np.zeros((1, 1, 8), np.float32)})
