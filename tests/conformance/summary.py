@@ -7,6 +7,12 @@
     python -m tests.conformance.summary --write-manifest      # rewrite node_cases.json from onnx
     python -m tests.conformance.summary --write-docs          # put the summary into docs/conformance.md
     python -m tests.conformance.summary --backend wgsl        # the same cases through the WGSL module
+    python -m tests.conformance.summary real_exports          # only the real exports' table
+
+With every suite (or `real_exports` named) it also runs the real speech and vision exports
+(tests/models/real_exports) and gives their table: each model file, its family, whether it builds for
+numpy and WGSL, the extents tried, and the largest difference from onnxruntime or the first line of
+what stops it.
 
 It runs the same `harness.run_case` the pytest tests judge by, so its counts are pytest's.  Exit status 1
 when any case fails (a `fail` or an `xpass`), as `pytest tests/conformance` would.
@@ -33,6 +39,8 @@ DOCS_BEGIN = "<!-- summary: begin (written by `python -m tests.conformance.summa
 DOCS_END = "<!-- summary: end -->"
 # The folder suites hold whole models: per-case lines instead.
 PER_OPERATOR_SUITES = ("node", harness.DECLARED, "operators")
+REAL_EXPORTS = "real_exports"
+"""Not a conformance suite: the real exports' cases (tests/models/real_exports), with a table of their own."""
 
 
 def run_all(selected: Sequence[Case], jobs: int, backend: str = "numpy") -> list[Result]:
@@ -153,7 +161,7 @@ def write_docs(lines: Sequence[str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.conformance.summary", description=__doc__.splitlines()[0])
-    parser.add_argument("suites", nargs="*", help=f"suites to run: {', '.join(SUITES)} (default: all)")
+    parser.add_argument("suites", nargs="*", help=f"suites to run: {', '.join((*SUITES, REAL_EXPORTS))} (default: all)")
     parser.add_argument("-j", "--jobs", type=int, default=min(2, harness.cpu_count()), help="processes (2)")
     parser.add_argument("-k", dest="pattern", default="", help="only cases whose id contains this text")
     parser.add_argument("--cases", action="store_true", help="list every case that does not pass")
@@ -169,25 +177,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         harness.NODE_MANIFEST.write_text(manifest_text(manifest), encoding="utf-8")
         print(f"wrote {harness.NODE_MANIFEST} ({manifest['count']} node cases, onnx {manifest['onnx']})")
         return 0
-    suites = args.suites or list(SUITES)
-    unknown = sorted(set(suites) - set(SUITES))
+    suites = args.suites or [*SUITES, REAL_EXPORTS]
+    unknown = sorted(set(suites) - {*SUITES, REAL_EXPORTS})
     if unknown:
-        parser.error(f"unknown suite(s) {', '.join(unknown)}; the suites are {', '.join(SUITES)}")
-    selected = [c for s in suites for c in harness.cases(s) if args.pattern in c.id]
+        parser.error(f"unknown suite(s) {', '.join(unknown)}; the suites are {', '.join((*SUITES, REAL_EXPORTS))}")
+    conformance = [s for s in suites if s != REAL_EXPORTS]
+    selected = [c for s in conformance for c in harness.cases(s) if args.pattern in c.id]
     if args.write_expectations and args.pattern:
         parser.error("--write-expectations needs whole suites (no -k)")
     start = time.monotonic()
     results = run_all(selected, args.jobs, args.backend)
-    lines = report(results, args.cases)
-    print("\n".join(lines))
-    print(f"\n{len(results)} cases in {time.monotonic() - start:.0f} s", file=sys.stderr)
-    if args.write_expectations:
-        write_expectations(results, suites, args.backend)
+    failed = any(r.outcome in ("fail", "xpass") for r in results)
+    real: list[str] = []
+    if REAL_EXPORTS in suites:
+        real, real_failed = real_exports_report(args.pattern)
+        failed = failed or real_failed
+
+    def joined(conformance_lines: list[str]) -> list[str]:
+        return [*conformance_lines, *([""] if conformance_lines and real else []), *real]
+
+    print("\n".join(joined(report(results, args.cases) if conformance else [])))
+    print(f"\n{len(results)} conformance cases in {time.monotonic() - start:.0f} s", file=sys.stderr)
+    if args.write_expectations and conformance:
+        write_expectations(results, conformance, args.backend)
         print(f"wrote {harness.WGSL_EXPECTATIONS if args.backend == 'wgsl' else harness.EXPECTATIONS}", file=sys.stderr)
     if args.write_docs:
-        write_docs(report(results, False))
+        write_docs(joined(report(results, False) if conformance else []))
         print(f"wrote {DOCS}", file=sys.stderr)
-    return 1 if any(r.outcome in ("fail", "xpass") for r in results) else 0
+    return 1 if failed else 0
+
+
+def real_exports_report(pattern: str) -> tuple[list[str], bool]:
+    """The "real exports" table (every case run now, each export built once for numpy and for WGSL), and
+    whether any case fails as pytest would judge it (a `fail` or an `xpass`)."""
+    from tests.models.real_exports import listing
+
+    outcomes = listing.run_all(wgsl=True, pattern=pattern)
+    failed = any(listing.judged(o) in ("fail", "xpass") for o in outcomes)
+    return ["### Real exports", "", *listing.table(outcomes)], failed
 
 
 if __name__ == "__main__":
