@@ -49,12 +49,19 @@ def light_folder() -> str:
     return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 
 
-def seeded(name: str, shape: tuple[int, ...], role: int | None, rng: np.random.Generator) -> np.ndarray:
+BN_GAIN = {"shufflenet": 0.5}
+"""BatchNormalization scales drawn around this instead of 1: ShuffleNet's 16 residual sums otherwise grow its
+logits to 1e5, and its softmax to one-hot, where any two computations agree."""
+
+
+def seeded(
+    name: str, shape: tuple[int, ...], role: int | None, rng: np.random.Generator, gain: float = 1.0
+) -> np.ndarray:
     """A weight in place of a fill: `role` is its input position on a BatchNormalization (1 scale,
-    2 bias, 3 mean, 4 variance), else None."""
+    2 bias, 3 mean, 4 variance), else None; `gain` the scales' centre."""
     noise = rng.standard_normal(shape, dtype=np.float32)
-    if role == 1:
-        values = (0.2 if "branch2c" in name else 1.0) + 0.1 * noise  # a residual branch's last scale small
+    if role == 1:  # a ResNet residual branch's last scale small, so its 16 sums keep the activations tame
+        values = gain * (0.2 if "branch2c" in name else 1.0) + 0.1 * noise
     elif role == 4:
         values = 1.0 + 0.1 * np.abs(noise)
     elif role in (2, 3) or len(shape) < 2:
@@ -79,7 +86,8 @@ def redeclared(name: str) -> onnx.ModelProto:
     for node in [n for n in graph.node if n.op_type == "ConstantOfShape"]:
         shape = tuple(int(e) for e in numpy_helper.to_array(stored[node.input[0]]))
         out = node.output[0]
-        weights.append(numpy_helper.from_array(seeded(out, shape, role.get(out), rng), out))
+        values = seeded(out, shape, role.get(out), rng, BN_GAIN.get(name, 1.0))
+        weights.append(numpy_helper.from_array(values, out))
     nodes = [n for n in graph.node if n.op_type != "ConstantOfShape"]
     read = {inp for n in nodes for inp in n.input}
     kept = [t for t in graph.initializer if t.name in read]
