@@ -249,18 +249,21 @@ class Outcome:
     """None: the case did not complete."""
     stopped_by: str
     """The first line of what stopped the case ('' where it passed)."""
+    wgsl_refusal: str = ""
+    """The first line of the WGSL build's refusal ('' where it builds or was not tried)."""
 
     @property
     def passed(self) -> bool:
         return not self.stopped_by
 
 
-def builds(export: Export, backend: str) -> bool:
+def refusal(export: Export, backend: str) -> str:
+    """The first line of what stops `export`'s build for `backend` ('' where it builds)."""
     try:
         built(export, backend)
-    except Exception:
-        return False
-    return True
+    except Exception as err:
+        return first_line(err)
+    return ""
 
 
 def outcome(export: Export, run: Run, wgsl: bool = True) -> Outcome:
@@ -269,7 +272,9 @@ def outcome(export: Export, run: Run, wgsl: bool = True) -> Outcome:
         error, stopped = check(export, run), ""
     except Exception as err:
         error, stopped = None, first_line(err)
-    return Outcome(export, run, builds(export, "numpy"), builds(export, "wgsl") if wgsl else None, error, stopped)
+    on_device = refusal(export, "wgsl") if wgsl else ""
+    numpy_builds = not refusal(export, "numpy")
+    return Outcome(export, run, numpy_builds, None if not wgsl else not on_device, error, stopped, on_device)
 
 
 def expectations() -> dict[str, str]:

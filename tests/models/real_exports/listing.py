@@ -45,8 +45,13 @@ def built_cell(flag: bool | None) -> str:
     return "-" if flag is None else ("yes" if flag else "no")
 
 
+def quoted(text: str) -> str:
+    return "`" + text.replace("|", "\\|").replace("`", "'") + "`"
+
+
 def table(results: Sequence[Outcome]) -> list[str]:
-    """The "real exports" table: one row per case."""
+    """The "real exports" table: one row per case (where numpy's module builds and WGSL's is refused, the
+    refusal too)."""
     lines = [
         "| model file | family | case | builds (numpy / wgsl) | extents tried | outcome "
         "| max abs error vs onnxruntime, or what stops it |",
@@ -56,7 +61,9 @@ def table(results: Sequence[Outcome]) -> list[str]:
         if r.passed:
             detail = "refused as it must (ShapeError)" if r.run.wrong is not None else f"{r.max_error:.2e}"
         else:
-            detail = "`" + r.stopped_by.replace("|", "\\|").replace("`", "'") + "`"
+            detail = quoted(r.stopped_by)
+        if r.numpy_builds and r.wgsl_refusal:
+            detail += f"; WGSL: {quoted(r.wgsl_refusal)}"
         built = f"{built_cell(r.numpy_builds)} / {built_cell(r.wgsl_builds)}"
         lines.append(
             f"| {r.export.name}.onnx | {r.export.family} | {r.run.label} | {built} | {r.run.extents} "
