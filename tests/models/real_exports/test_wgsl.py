@@ -1,0 +1,32 @@
+"""The real exports on the WGSL module: every Silero VAD file and the light-zoo CNNs whose device run
+is quick on a CPU adapter (SqueezeNet, ShuffleNet), each built once with every kernel on the device and
+run as its numpy case runs, against onnxruntime.
+
+ResNet-50 and the Inceptions run too but take a minute or more per image on llvmpipe, so the suite
+leaves them to `python -m tests.conformance.summary real_exports`'s table, which builds every model for
+WGSL; AlexNet, VGG-19 and ZFNet-512 hold a weight over WebGPU's default 128 MiB binding, which the
+build refuses naming the weight.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.models.real_exports import exports, light_zoo, silero_vad
+
+pytestmark = pytest.mark.xdist_group("real_exports_wgsl")
+
+ON_THE_DEVICE = ("light_squeezenet", "light_shufflenet")
+
+
+def cases() -> list[exports.Export]:
+    return [*silero_vad.exports(), *(e for e in light_zoo.exports() if e.name in ON_THE_DEVICE)]
+
+
+@pytest.mark.parametrize(("export", "run"), exports.pytest_params(cases()))
+def test_matches_onnxruntime_on_the_device(export: exports.Export, run: exports.Run) -> None:
+    pytest.importorskip("wgpu")
+    exports.check(export, run, backend="wgsl")
+    result = exports.built(export, "wgsl")
+    assert result.fusion is not None and result.fusion.device is not None
+    assert not result.fusion.device.host, f"{export.name}: kernels on the host: {result.fusion.device.host}"
