@@ -32,6 +32,7 @@ PORTED = (
     "_row_major", "_p_tile_program", "_p_zip", "_p_copy", "_p_permute", "_p_slice", "_p_place", "_p_range",
     "_p_gather", "_p_conv", "_p_pool", "_p_softmax", "_p_reduce", "_p_matmul", "_p_matmul_packed",
     "_p_gather_packed", "_p_trilu", "_p_scatter_nd", "_p_conv_transpose", "_p_scatter_elements", "_p_normalize",
+    "_p_pad", "_p_recurrent", "_p_rnn", "_p_gru", "_p_lstm",
 )  # fmt: skip
 
 # JavaScript's reserved words: a Python identifier spelling one is renamed (`new` -> `new_`).

@@ -952,3 +952,44 @@ function _p_scatter_nd(shapes, reduction) {
   if (rows === 0) columns = 0;
   return [[columns, rows, tuples, ...data.slice(0, k)], columns];
 }
+
+function _p_pad(shapes, pads, mode, value = 0.0) {
+  const x = shapes[0], y = shapes[shapes.length - 1];
+  const count = _prod(y);
+  let useFill = 0;
+  if (shapes.length === 3) useFill = _prod(shapes[1]) > 0 ? 1 : 0;
+  _f32[0] = value;
+  const asInt = Number.isFinite(value) ? Math.trunc(value) : 0;
+  const block = [count, useFill, _u32[0], asInt >>> 0];
+  for (let k = 0; k < x.length; k++) block.push(y[k], x[k], pads[k] >>> 0);
+  return [block, _fdiv(count + 63, 64)];
+}
+
+/** A recurrent kernel's dispatches, in order: per step (phase 0 first where `twoPhase`) one invocation
+ * per (direction, batch entry, hidden unit), then the finals over the larger of that and Y. */
+function _p_recurrent(shapes, layout, twoPhase) {
+  const x = shapes[0], w = shapes[1], r = shapes[2];
+  const [steps, batch] = layout ? [x[1], x[0]] : [x[0], x[1]];
+  const hidden = r[2], size = x[2];
+  const count = w[0] * batch * hidden;
+  const grid = _fdiv(count + 63, 64);
+  const out = [];
+  for (let k = 0; k < steps; k++) {
+    if (twoPhase) out.push([[0, k, steps, batch, hidden, size], grid]);
+    out.push([[1, k, steps, batch, hidden, size], grid]);
+  }
+  out.push([[2, 0, steps, batch, hidden, size], _fdiv(Math.max(steps, 1) * count + 63, 64)]);
+  return out;
+}
+
+function _p_rnn(shapes, direction, activations, alphas, betas, clip, layout, present) {
+  return _p_recurrent(shapes, layout, false);
+}
+
+function _p_gru(shapes, direction, activations, alphas, betas, clip, layout, linear_before_reset, present) {
+  return _p_recurrent(shapes, layout, !linear_before_reset);
+}
+
+function _p_lstm(shapes, direction, activations, alphas, betas, clip, layout, input_forget, present) {
+  return _p_recurrent(shapes, layout, false);
+}

@@ -137,6 +137,25 @@ def _draw(name: str, r: random.Random) -> tuple[list[object], dict[str, object]]
         data = _shape(r, rank)
         indices = (*_shape(r, r.randint(0, 2)), r.randint(0, rank))
         return [(data, indices, ())], {"reduction": r.choice(["none", "add"])}
+    if name == "_p_pad":
+        x = _shape(r, rank)
+        pads = tuple(r.randint(-3, 4) for _ in range(2 * rank))
+        y = tuple(max(0, e + pads[k] + pads[k + rank]) for k, e in enumerate(x))
+        fill = [_shape(r, r.randint(0, 1))] if r.random() < 0.3 else []
+        value = r.choice([0.0, -1.5, 3.0, 1e10, -7.25, -3e9])
+        return [(x, *fill, y)], {"pads": pads, "mode": r.choice(["constant", "reflect", "edge"]), "value": value}
+    if name in ("_p_recurrent", "_p_rnn", "_p_gru", "_p_lstm"):
+        layout = r.choice([0, 1])
+        steps, batch, size = r.randint(0, 4), r.randint(1, 3), r.randint(1, 5)
+        hidden, dirs = r.randint(1, 6), r.randint(1, 2)
+        x = (batch, steps, size) if layout else (steps, batch, size)
+        shapes = (x, (dirs, 4 * hidden, size), (dirs, 4 * hidden, hidden), ())
+        if name == "_p_recurrent":
+            return [shapes, layout, r.random() < 0.5], {}
+        common = {"direction": "forward", "activations": "Sigmoid,Tanh,Tanh", "alphas": (), "betas": (), "clip": 0.0}
+        extra = {"linear_before_reset": r.choice([0, 1])} if name == "_p_gru" else {}
+        extra |= {"input_forget": 0} if name == "_p_lstm" else {}
+        return [shapes], {**common, "layout": layout, **extra, "present": 0}
     if name == "derived_extent":
         fn = r.choice(["min", "max", "floordiv", "ceildiv", "truncdiv", "mod", "fmod", "fromend", "wrap32",
                        "half", "select", "eq"])  # fmt: skip
