@@ -298,7 +298,7 @@ class Browser:
 
 
 def _encode(array: np.ndarray) -> dict[str, object]:
-    a = np.ascontiguousarray(array)
+    a = np.ascontiguousarray(array).reshape(np.shape(array))  # ascontiguousarray makes a scalar 1-D
     dtype = "bool" if a.dtype == np.bool_ else a.dtype.name
     return {
         "dtype": dtype,
