@@ -87,6 +87,7 @@ from loam.dialects.kernel import (
     IfOp,
     LoopOp,
     ProgramOp,
+    RandomOp,
     ReturnOp,
     WeightOp,
     YieldOp,
@@ -423,6 +424,10 @@ class ModulePrinter:
         self.decode_state = state_inputs(self.program)
         if self.decode_state:
             self.names.mint("decode_state")
+        # A program that draws (`kernel.random`) takes `seed` by keyword: its generator `_rng` feeds each draw.
+        self.draws = any(isinstance(op, RandomOp) for op in program.walk())
+        for name in ("seed", "_rng") if self.draws else ():
+            self.names.mint(name)
         # Inputs first: their names are forward's parameters, their symbols bind extents.
         params, checks = self._inputs()
 
@@ -760,15 +765,20 @@ class ModulePrinter:
         sig = "".join(f", {p}: np.ndarray" for p in params)
         if self.decode_state:
             sig += ', *, decode_state: "DecodeState | None" = None'
+        if self.draws:
+            sig += f"{'' if self.decode_state else ', *'}, seed: int | None = None"
         result_type = '"Outputs"' if out_fields else "np.ndarray"
         # inf and nan are results ONNX defines (IEEE arithmetic), not errors to warn about; the
         # decorator costs half of a `with np.errstate(...)` block per call.
         lines = ['@np.errstate(all="ignore")', f'def forward(weights: "Weights"{sig}) -> {result_type}:']
         ins = "; ".join(f"{n.data}: {type_text(axes_type(a, n.data))}" for a, n in
                         zip(self.program.block.args, self.program.input_names.data, strict=True))  # fmt: skip
-        lines.append(f'    """Run the model on {ins or "no inputs"}; ShapeError names a disagreeing input."""')
+        seeded = "; one seed repeats the random draws" if self.draws else ""
+        lines.append(f'    """Run the model on {ins or "no inputs"}{seeded}; ShapeError names a disagreeing input."""')
         lines.append("    _env: dict[str, int] = {}  # each extent symbol's value")
         lines.append("    _src: dict[str, str] = {}  # the input axis that gave it")
+        if self.draws:
+            lines.append("    _rng = None if seed is None else np.random.default_rng(seed)  # each draw reads it")
         lines += [f"    {line}" for c in checks for line in c.split("\n")]
         lines += [f"    {b}" for b in body]
         outs = [self.value_text[v] for v in ret.outputs]

@@ -47,6 +47,7 @@ from loam.dialects.kernel import (
     MatmulOp,
     NormalizeOp,
     PermuteOp,
+    RandomOp,
     RegroupOp,
     SoftmaxOp,
     ZipOp,
@@ -323,6 +324,8 @@ class NumpyKernelPrinter:
             params = [f"{k}={self.m.param_py(v)}" for k, v in op.params.items()]
             if isinstance(op, AppendStateOp):  # in place in the state forward_in_place passes, if any
                 arg.append("decode_state")
+            if isinstance(op, RandomOp):  # its operand (None for a shape) and forward's generator
+                arg = [*(arg or ["None"]), "_rng"]
             return f"{piece}({', '.join([*arg, *params])})"
         raise UnsupportedError(f"the numpy backend does not print {op.name}")
 

@@ -10,7 +10,8 @@ in `_prepare(weights)`, which `Weights.__init__` calls, so forward reads the res
 Only kernels whose extents and parameters are all constants qualify: `_prepare` runs before any
 input has bound a symbol.  A value a program output returns stays in forward (the caller owns what
 forward returns), and a kernel reading a packed weight stays there too (its blocks are widened by
-the kernel that reads them, `pack-quantized`).
+the kernel that reads them, `pack-quantized`); so does a random draw (`kernel.random`), the one
+library kernel that is no function of its operands.
 """
 
 from __future__ import annotations
@@ -22,11 +23,21 @@ from xdsl.ir import Operation, SSAValue
 
 from loam.core.poly import Poly
 from loam.dialects import build_contract as contract
-from loam.dialects.kernel import CastOp, ConstantOp, LibraryOp, MatmulOp, PermuteOp, RegroupOp, WeightOp, ZipOp
+from loam.dialects.kernel import (
+    CastOp,
+    ConstantOp,
+    LibraryOp,
+    MatmulOp,
+    PermuteOp,
+    RandomOp,
+    RegroupOp,
+    WeightOp,
+    ZipOp,
+)
 from loam.dialects.tensor_axes import AxesTensorType
 
 _AT_LOAD = (ZipOp, CastOp, PermuteOp, RegroupOp, MatmulOp, LibraryOp)
-"""The kernels `Weights` may compute: pure functions of their operands (every library kernel is)."""
+"""The kernels `Weights` may compute: pure functions of their operands (every library kernel but a draw)."""
 
 
 def weight_only(ops: Sequence[Operation], returned: Collection[SSAValue]) -> tuple[list[Operation], set[SSAValue]]:
@@ -44,6 +55,7 @@ def weight_only(ops: Sequence[Operation], returned: Collection[SSAValue]) -> tup
                 fixed.add(op.result)
         elif (
             isinstance(op, _AT_LOAD)
+            and not isinstance(op, RandomOp)
             and op.operands
             and all(v in fixed for v in op.operands)
             and not any(r in returned for r in op.results)

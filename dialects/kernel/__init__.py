@@ -28,9 +28,10 @@ The package splits the dialect by kernel family: `program` (the program, its ret
 constants), `elementwise` (zip, cast), `products` (matmul), `layout` (permute, regroup), `control`
 (if, yield), the library kernels (`library`, their base, then one module per family: `movement`,
 `indexing`, `packed`, `reductions`, `normalization`, `losses`, `narrow`, `linalg`, `convolution`,
-`signal` (Fourier transforms), `recurrent`, each listing its ops in a tuple the dialect collects)
-and `tile` (tile programs); `attributes` and `base` hold what the ops share.  Every public name is
-imported from here, `loam.dialects.kernel`, which also defines the `Kernel` dialect object.
+`signal` (Fourier transforms), `recurrent`, `stochastic` (random draws), each listing its ops in a
+tuple the dialect collects) and `tile` (tile programs); `attributes` and `base` hold what the ops
+share.  Every public name is imported from here, `loam.dialects.kernel`, which also defines the
+`Kernel` dialect object.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ from loam.dialects.kernel.reductions import (
     TopKOp,
 )
 from loam.dialects.kernel.signal import SIGNAL_OPS, DftOp, MelWeightMatrixOp, StftOp, WindowOp
+from loam.dialects.kernel.stochastic import DISTRIBUTIONS, STOCHASTIC_OPS, RandomOp
 from loam.dialects.kernel.tile import TileProgramOp
 
 Kernel = Dialect(
@@ -151,6 +153,7 @@ Kernel = Dialect(
         *CONV_OPS,
         *SIGNAL_OPS,
         *RECURRENT_OPS,
+        *STOCHASTIC_OPS,
         *CONTROL_OPS,
         TileProgramOp,
     ],
@@ -161,6 +164,7 @@ Kernel = Dialect(
 __all__ = [
     "CONTROL_OPS",
     "CONV_OPS",
+    "DISTRIBUTIONS",
     "INDEXING_OPS",
     "LINALG_OPS",
     "LOSS_OPS",
@@ -172,6 +176,7 @@ __all__ = [
     "REDUCE_KINDS",
     "REDUCE_OPS",
     "SIGNAL_OPS",
+    "STOCHASTIC_OPS",
     "AffineGridOp",
     "AppendStateOp",
     "ArgReduceOp",
@@ -231,6 +236,7 @@ __all__ = [
     "QLinearConvOp",
     "QLinearMatmulOp",
     "QuantizeLinearOp",
+    "RandomOp",
     "RangeOfOp",
     "RangeOp",
     "ReduceOp",

@@ -37,6 +37,7 @@ from loam.ops import (
     selection,
     signal,
     slicing,
+    stochastic,
     training,
 )
 from loam.ops.base import NodeInfo, OpRule
@@ -72,6 +73,7 @@ FAMILIES = (
     resize,
     signal,
     detection,
+    stochastic,
     control,
 )
 

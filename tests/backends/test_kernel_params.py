@@ -49,6 +49,7 @@ HOST_ONLY = {
     "pad_by",
     "qlinear_conv",
     "qlinear_matmul",
+    "random",
     "range_of",
     "reshape_to",
     "resize_to",

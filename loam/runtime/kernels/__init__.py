@@ -34,6 +34,7 @@ from loam.runtime.kernels import (
     sampling,
     signal,
     state,
+    stochastic,
 )
 
 FAMILIES = (
@@ -51,6 +52,7 @@ FAMILIES = (
     resize,
     recurrent,
     sampling,
+    stochastic,
     products,
     compiled,
     quantized,
