@@ -405,6 +405,12 @@ UNIT_AXIS = "Unit"
 """The stem of the names of extent-1 axes no layout names (`Unit`, `Unit1`, ...)."""
 
 
+def is_unit_axis(axis: Axis) -> bool:
+    """Whether `axis` is an extent-1 axis `unit_axes` named (`Unit`, `Unit1`, ...)."""
+    stem, digits = axis.name[: len(UNIT_AXIS)], axis.name[len(UNIT_AXIS) :]
+    return stem == UNIT_AXIS and (digits == "" or digits.isdigit()) and not axis.parts and axis.extent == Poly.const(1)
+
+
 def unit_axes(given: Sequence[Axis | None]) -> list[Axis]:
     """`given` with each open axis named by its position (`Unit`, `Unit1`, ...) and extent 1.
 

@@ -27,7 +27,17 @@ from loam.core import dtypes, owed
 from loam.core.derived import ceildiv, exact_quotient, floordiv
 from loam.core.limits import foldable
 from loam.core.poly import Poly, poly_product, poly_sum
-from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, elem_attr, int_attr, require_arity, same_axis
+from loam.ops.base import (
+    Facts,
+    LowerContext,
+    NodeInfo,
+    OpRule,
+    elem_attr,
+    int_attr,
+    is_unit_axis,
+    require_arity,
+    same_axis,
+)
 from loam.ops.lowering import COMPUTE_TYPES, NARROW_TYPES
 from loam.ops.operands import (
     emit_library,
@@ -210,8 +220,10 @@ class ConcatRule(MovementRule):
         axis = self.axis(node, len(first))
         for i, other in enumerate(parts[1:], start=1):
             for k in range(len(first)):
-                if k != axis:
-                    same_axis(node, first[k], other[k], f"axis {k} of input {i}")
+                a, b = first[k], other[k]
+                if k == axis or (a.extent == b.extent == Poly.const(1) and (is_unit_axis(a) or is_unit_axis(b))):
+                    continue  # an extent-1 axis no layout named (Unit, Unit1, ...) is one with any extent-1 axis
+                same_axis(node, first[k], other[k], f"axis {k} of input {i}")
         out = outputs[0].shape
         return [tuple(None if k == axis and a.extent != out[k] else a for k, a in enumerate(first))]
 

@@ -10,13 +10,13 @@ run gives make the extents they decide lengths only the run knows (`kernel.slice
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from loam.core import owed
-from loam.core.bounds import Verdict
+from loam.core.bounds import INPUT_INTERVAL, Interval, Verdict
 from loam.core.derived import ceildiv, clamp, decide, from_end, maximum, minimum
 from loam.core.poly import Poly, derived_call
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, require_arity
@@ -38,6 +38,27 @@ from loam.runtime.kernels.movement import kernel_pad, kernel_slice, pad_order_ma
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
+
+
+def extents_bounds(bounds: Mapping[str, Interval], dims: Sequence[Poly]) -> dict[str, Interval]:
+    """`bounds` narrowed by what the data's extents say of their symbols: each is a length, so an extent
+    `a*S + c` (a > 0) holds S >= ceil(-c / a).  A torch export slicing a [L, 2L - 1] table of relative
+    positions from L - 1 then knows L >= 1, so the start is L - 1 and the count L, not a derived
+    symbol only owed equal to L."""
+    narrowed = dict(bounds)
+    for d in dims:
+        name = next(iter(d.symbols)) if len(d.symbols) == 1 else None
+        if name is None or derived_call(name) is not None:
+            continue
+        slope = d.substitute(name, Poly.const(1)) - d.substitute(name, Poly.const(0))
+        rest = d - slope * Poly.symbol(name)
+        if not (slope.is_const and rest.is_const and slope.const_value > 0):
+            continue  # not linear in its one symbol
+        low = -(rest.const_value // slope.const_value)  # ceil(-c / a)
+        known = narrowed.get(name, INPUT_INTERVAL)
+        if low > known.lo:
+            narrowed[name] = Interval(low, max(low, known.hi))
+    return narrowed
 
 
 def slice_plan(
@@ -65,7 +86,7 @@ def slice_plan(
         )
     if len(axes) > rank:
         raise node.fail(f"slices {len(axes)} axes of a rank-{rank} input")
-    bounds = owed.bounds()
+    bounds = extents_bounds(owed.bounds(), dims)
     first = [Poly()] * rank
     counts = list(dims)
     strides = [1] * rank
@@ -75,31 +96,29 @@ def slice_plan(
             raise node.fail(f"step 0 at axis {axis}")
         s, e = from_end(s, d, bounds), from_end(e, d, bounds)
         if p > 0:
-            s, e = _clamp(s, 0, d), _clamp(e, 0, d)
+            s, e = _clamp(s, 0, d, bounds), _clamp(e, 0, d, bounds)
             span = ceildiv(e - s, p, bounds)
         else:
-            s, e = _clamp(s, 0, d - 1), _clamp(e, -1, d - 1)
+            s, e = _clamp(s, 0, d - 1, bounds), _clamp(e, -1, d - 1, bounds)
             span = ceildiv(s - e, -p, bounds)
-        count = span if _holds_by_cases(span) else maximum(0, span, bounds)
+        count = span if _holds_by_cases(span, bounds) else maximum(0, span, bounds)
         first[axis], counts[axis], strides[axis] = (Poly() if count == Poly() else s), count, p
     return tuple(first), tuple(counts), tuple(strides)
 
 
-def _clamp(x: Poly, lo: Poly | int, hi: Poly | int) -> Poly:
+def _clamp(x: Poly, lo: Poly | int, hi: Poly | int, bounds: Mapping[str, Interval]) -> Poly:
     """x clamped to [lo, hi], one side dropped where the build shows x within it (and lo <= hi)."""
-    bounds = owed.bounds()
-    if _holds_by_cases(Poly.lift(hi) - lo):
-        if _holds_by_cases(Poly.lift(hi) - x):
+    if _holds_by_cases(Poly.lift(hi) - lo, bounds):
+        if _holds_by_cases(Poly.lift(hi) - x, bounds):
             return maximum(x, lo, bounds)
-        if _holds_by_cases(x - lo):
+        if _holds_by_cases(x - lo, bounds):
             return minimum(x, hi, bounds)
     return clamp(x, lo, hi, bounds)
 
 
-def _holds_by_cases(p: Poly) -> bool:
-    """Whether `p >= 0` for every input, taking each min or max in `p` as each of its operands in
-    turn (it is one of them, so `N - max(0, N - 2)` holds: N - 0 and N - (N - 2) both do)."""
-    bounds = owed.bounds()
+def _holds_by_cases(p: Poly, bounds: Mapping[str, Interval]) -> bool:
+    """Whether `p >= 0` for every input within `bounds`, taking each min or max in `p` as each of its
+    operands in turn (it is one of them, so `N - max(0, N - 2)` holds: N - 0 and N - (N - 2) both do)."""
     if decide(p, bounds) is Verdict.HOLDS:
         return True
     names = [n for n in sorted(p.symbols) if (c := derived_call(n)) is not None and c.function in ("min", "max")]
@@ -107,7 +126,7 @@ def _holds_by_cases(p: Poly) -> bool:
         return False
     call = derived_call(names[0])
     assert call is not None
-    return all(_holds_by_cases(p.substitute(names[0], operand)) for operand in call.args)
+    return all(_holds_by_cases(p.substitute(names[0], operand), bounds) for operand in call.args)
 
 
 class SliceRule(ResizesAxes):
