@@ -1,5 +1,8 @@
 """The Piper voice (piper.py), built once, synthesizes two sentences of different lengths as onnxruntime
-does with the noise scales at 0."""
+does with the noise scales at 0; so it does a sentence of one phoneme (4 ids, fewer than the attention's
+relative-position window, whose pads then crop) and at another length scale, each waveform a length the
+durations give.  With the voice's own noise scales, forward's seed repeats a waveform and another
+changes it; the WGSL module, its draws on the host, speaks as onnxruntime does."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import json
 import numpy as np
 import pytest
 
+from loam.testing import build_for, forward_inputs
 from tests.models.real_exports import exports, piper
 
 pytestmark = pytest.mark.xdist_group("real_exports_piper")
@@ -44,3 +48,41 @@ def test_with_the_noise_scales_at_zero_onnxruntime_repeats_itself() -> None:
     noisy = {**feeds, "scales": np.array([0.667, 1.0, 0.8], np.float32)}
     a, b = (exports.call_onnxruntime(export, noisy)[0] for _ in range(2))
     assert a.shape != b.shape or not (a == b).all()
+
+
+@pytest.mark.parametrize(("phonemes", "length_scale"), [("ɐ", 1.0), ("ɐ", 1.5), (piper.SENTENCES["short"], 1.5)])
+def test_one_build_at_other_lengths_and_length_scales(phonemes: str, length_scale: float) -> None:
+    exports.require_installed(piper.PACKAGE, bool(piper.exports()))
+    (export,) = piper.exports()
+    feeds = {**piper.sentence_feeds(phonemes), "scales": np.array([0.0, length_scale, 0.0], np.float32)}
+    got, want = exports.call_loam(exports.built(export), feeds), exports.call_onnxruntime(export, feeds)
+    exports.compare(export, got, want, f"{phonemes!r} at length scale {length_scale}")
+    short = exports.call_loam(exports.built(export), piper.sentence_feeds(piper.SENTENCES["short"]))
+    assert got[0].shape != short[0].shape  # another waveform length from the same build
+
+
+def test_a_seed_repeats_the_noisy_voice() -> None:
+    exports.require_installed(piper.PACKAGE, bool(piper.exports()))
+    (export,) = piper.exports()
+    result = exports.built(export)
+    feeds = {**piper.sentence_feeds(piper.SENTENCES["short"]), "scales": np.array([0.667, 1.0, 0.8], np.float32)}
+    inputs = [feeds[name] for name in forward_inputs(result)]
+    weights = result.module.Weights.embedded()
+    first, again, other = (result.module.forward(weights, *inputs, seed=seed) for seed in (1, 1, 2))
+    np.testing.assert_array_equal(first, again)
+    assert first.shape != other.shape or not np.array_equal(first, other)
+
+
+def test_the_wgsl_module_with_its_draws_on_the_host_matches_onnxruntime() -> None:
+    """The device refuses the noise draws (kernel.random) and the lengths only the run knows; with the
+    host fallback the rest runs on the device."""
+    pytest.importorskip("wgpu")
+    exports.require_installed(piper.PACKAGE, bool(piper.exports()))
+    (export,) = piper.exports()
+    result = build_for(exports.model_of(export), fuse="dispatch", backend="wgsl", host_fallback=True)
+    assert result.fusion is not None and result.fusion.device is not None
+    on_host = {entry.split(" (", 1)[0] for entry in result.fusion.device.host}  # "NODE (why)"
+    assert {"/dp/RandomNormalLike", "/RandomNormalLike"} <= on_host
+    feeds = piper.sentence_feeds("ɐ")
+    got, want = exports.call_loam(result, feeds), exports.call_onnxruntime(export, feeds)
+    exports.compare(export, got, want, "the WGSL module")
