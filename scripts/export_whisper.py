@@ -186,13 +186,12 @@ def safetensors_offsets(path: Path) -> dict[str, tuple[int, int]]:
     }
 
 
-def write_text(name: str, model: onnx.ModelProto) -> onnx.ModelProto:
-    """Write the graph's text with its float initializers as external data in its checkpoint, read it
-    back, check it is the same model, and return the reread model with the weights loaded."""
-    weights = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer if i.data_type == TensorProto.FLOAT}
-    checkpoint = f"{name}.safetensors"
-    save_file(weights, str(OUT / checkpoint))
-    offsets = safetensors_offsets(OUT / checkpoint)
+def write_text(path: Path, model: onnx.ModelProto, checkpoint: Path, title: str) -> onnx.ModelProto:
+    """Write the graph's text to `path` with its float initializers as external data in `checkpoint` (a
+    safetensors file holding them, which the text names without its folder), read it back, check it is
+    the same model, and return the reread model with the weights loaded from `checkpoint`."""
+    weights = float_initializers(model)
+    offsets = safetensors_offsets(checkpoint)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     for init in out.graph.initializer:
@@ -200,20 +199,22 @@ def write_text(name: str, model: onnx.ModelProto) -> onnx.ModelProto:
             continue
         tensor = numpy_helper.from_array(weights[init.name], init.name)
         offset, length = offsets[init.name]
-        set_external_data(tensor, checkpoint, offset=offset, length=length)
+        set_external_data(tensor, checkpoint.name, offset=offset, length=length)
         tensor.ClearField("raw_data")
         init.CopyFrom(tensor)
     text = onnx.printer.to_text(out)
-    path = OUT / f"{name}.onnxtext"
-    header = f"# optimum's {name} of a tiny Whisper; written by scripts/export_whisper.py. Weights: external data in "
-    path.write_text(f"{header}{checkpoint}.\n" + text + ("" if text.endswith("\n") else "\n"), encoding="utf-8")
+    path.write_text(f"# {title}\n" + text + ("" if text.endswith("\n") else "\n"), encoding="utf-8")
     reread = onnx.parser.parse_model(path.read_text(encoding="utf-8"))
-    load_external_data_for_model(reread, str(OUT))
+    load_external_data_for_model(reread, str(checkpoint.parent))
     onnx.checker.check_model(reread, full_check=True)
     for init in reread.graph.initializer:
         if init.name in weights:
             np.testing.assert_array_equal(numpy_helper.to_array(init), weights[init.name])
     return reread
+
+
+def float_initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {i.name: numpy_helper.to_array(i) for i in model.graph.initializer if i.data_type == TensorProto.FLOAT}
 
 
 def session(model: onnx.ModelProto) -> ort.InferenceSession:
@@ -294,7 +295,10 @@ def main() -> int:
         original = session(proto)
         rename_initializers(proto, names)
         onnx.checker.check_model(proto, full_check=True)
-        sessions[name] = session(write_text(name, proto))
+        checkpoint = OUT / f"{name}.safetensors"
+        save_file(float_initializers(proto), str(checkpoint))
+        title = f"optimum's {name} of a tiny Whisper; written by scripts/export_whisper.py. Weights: external data in "
+        sessions[name] = session(write_text(OUT / f"{name}.onnxtext", proto, checkpoint, f"{title}{checkpoint.name}."))
         same_outputs(original, sessions[name])
         size = (OUT / f"{name}.safetensors").stat().st_size
         ops = sorted({node.op_type for node in proto.graph.node})
