@@ -214,14 +214,13 @@ def test_a_cache_position_the_mask_cannot_take_is_a_shape_error_where_onnxruntim
         run(result, "decoder_with_past_model", feeds)
 
 
-@pytest.mark.parametrize("backend", ["numpy", "wgsl"])
-def test_the_three_modules_decode_as_onnxruntime_does(backend: str) -> None:
+def test_the_three_modules_decode_as_onnxruntime_does() -> None:
     """A recognizer's loop: the encoder once, the decoder on the start token, then the decoder with past
-    on each greedy token.  Each step's logits are onnxruntime's and every token picked is the same."""
-    if backend == "wgsl":
-        pytest.importorskip("wgpu")
+    on each greedy token.  Each step's logits are onnxruntime's and every token picked is the same.
+    (Numpy only: the WGSL modules are each held to onnxruntime above, and their encoder's 30 s of
+    attention takes a minute a call on a CPU adapter.)"""
     names = list(CASES)
-    results = {name: built(name, backend) for name in names}
+    results = {name: built(name, "numpy") for name in names}
 
     def step(name: str, feeds: dict[str, np.ndarray], loam: bool) -> list[np.ndarray]:
         return run(results[name], name, feeds) if loam else run_onnxruntime(reference(name), feeds)
