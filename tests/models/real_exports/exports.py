@@ -300,9 +300,9 @@ def pytest_params(exports: Sequence[Export]) -> list[Any]:
 
 def all_exports() -> Iterator[Export]:
     """Every family's exports whose package is installed."""
-    from tests.models.real_exports import light_zoo, piper, silero_vad
+    from tests.models.real_exports import committed, light_zoo, piper, silero_vad
 
-    for family in (silero_vad, piper, light_zoo):
+    for family in (silero_vad, piper, light_zoo, committed):
         yield from family.exports()
 
 

@@ -90,12 +90,12 @@ CASES = {
 
 
 FAILS: dict[str, tuple[type[Exception], str]] = {}
+"""Where a build stops today, on both backends: the exception and its first line (the build's own message,
+less the graph's path before it), with what it is where the message does not say."""
 
 HOST = {"vit": ("/embeddings/Resize",)}
 """The nodes the WGSL module computes on the host today: the ViT's position embeddings resized to sizes
 the image's extents give (kernel.resize_to, which has no WGSL form yet)."""
-"""Where a build stops today, on both backends: the exception and its first line (the build's own message,
-less the graph's path before it), with what it is where the message does not say."""
 
 
 @functools.cache
