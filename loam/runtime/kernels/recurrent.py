@@ -52,15 +52,18 @@ def _recurrent(
     dtype = np.asarray(x).dtype
     xs = widened(x)
     ct = xs.dtype
-    states = [widened(given[n]).astype(ct) if n in given else None for n in ("h0", "c0")]
+    # astype(copy=False): operands are only read (each state is rebound, never written in place)
+    states = [widened(given[n]).astype(ct, copy=False) if n in given else None for n in ("h0", "c0")]
     if layout:
         xs = np.swapaxes(xs, 0, 1)
         states = [None if s is None else np.swapaxes(s, 0, 1) for s in states]
     steps, batch = xs.shape[0], xs.shape[1]
-    w, r = widened(w).astype(ct), widened(r).astype(ct)
+    w, r = widened(w).astype(ct, copy=False), widened(r).astype(ct, copy=False)
     dirs, hidden = w.shape[0], r.shape[-1]
-    h, c = (np.zeros((dirs, batch, hidden), ct) if s is None else s.copy() for s in states)
-    if "lens" in given:
+    h, c = (np.zeros((dirs, batch, hidden), ct) if s is None else s for s in states)
+    # Without sequence_lens every entry runs every step: no masks, and a reverse direction reads the steps backwards
+    ragged = "lens" in given
+    if ragged:
         lens = np.asarray(given["lens"], dtype=np.int64)
         outside = np.flatnonzero((lens < 0) | (lens > steps))
         if outside.size:
@@ -72,15 +75,16 @@ def _recurrent(
         lens = np.full(batch, steps, dtype=np.int64)
     # order[b, k]: the step a reverse direction reads k-th (its first lens[b] steps backwards)
     k = np.arange(steps)
-    order = np.where(k < lens[:, None], lens[:, None] - 1 - k, k)
+    order = np.where(k < lens[:, None], lens[:, None] - 1 - k, k) if ragged else k[::-1]
     entries = np.arange(batch)
     reverse = [direction == "reverse" or d == 1 for d in range(dirs)]
-    xd = np.stack([xs[order.T, entries] if rev else xs for rev in reverse])  # [D, S, B, I]
+    backwards = [(xs[order.T, entries] if ragged else xs[::-1]) if rev else xs for rev in reverse]
+    xd = backwards[0][None] if dirs == 1 else np.stack(backwards)  # [D, S, B, I]
     pre = np.matmul(xd, np.swapaxes(w, 1, 2)[:, None])  # [D, S, B, G*H]
     names = activations.split(",")
     per = len(names) // dirs
     acts = [[(names[d * per + j], alphas[d * per + j], betas[d * per + j]) for d in range(dirs)] for j in range(per)]
-    bias = widened(given["b"]).astype(ct) if "b" in given else np.zeros((dirs, 2 * w.shape[1]), ct)
+    bias = widened(given["b"]).astype(ct, copy=False) if "b" in given else np.zeros((dirs, 2 * w.shape[1]), ct)
     wb, rb = bias[:, : w.shape[1]], bias[:, w.shape[1] :]
     rb_h = rb[:, None, 2 * hidden :]
     if kind == "gru" and flag:  # linear_before_reset: Rb[h] is added to the state's product, inside r
@@ -89,13 +93,12 @@ def _recurrent(
         pre += (wb + rb)[:, None, None]
     rt = np.swapaxes(r, 1, 2)  # [D, H, G*H]
     if kind == "lstm":
-        p = widened(given["p"]).astype(ct) if "p" in given else np.zeros((dirs, 3 * hidden), ct)
+        p = widened(given["p"]).astype(ct, copy=False) if "p" in given else np.zeros((dirs, 3 * hidden), ct)
         p_i, p_o, p_f = (p[:, None, j * hidden : (j + 1) * hidden] for j in range(3))
     ys = np.zeros((dirs, steps, batch, hidden), ct)
     zero = ct.type(0)
     run = int(lens.max()) if batch else 0
     for t in range(run):
-        active = (t < lens)[None, :, None]
         if kind == "rnn":
             h_new = _rnn_each(pre[:, t] + np.matmul(h, rt), acts[0], clip)
         elif kind == "gru":
@@ -108,19 +111,31 @@ def _recurrent(
             h_new = (1 - z) * _rnn_each(hh, acts[1], clip) + z * h
         else:
             g = pre[:, t] + np.matmul(h, rt)  # gates i, o, f, c
-            i = _rnn_each(g[..., :hidden] + p_i * c, acts[0], clip)
-            f = 1 - i if flag else _rnn_each(g[..., 2 * hidden : 3 * hidden] + p_f * c, acts[0], clip)
-            c_new = f * c + i * _rnn_each(g[..., 3 * hidden :], acts[1], clip)
-            o = _rnn_each(g[..., hidden : 2 * hidden] + p_o * c_new, acts[0], clip)
+            if "p" in given:
+                i = _rnn_each(g[..., :hidden] + p_i * c, acts[0], clip)
+                f = 1 - i if flag else _rnn_each(g[..., 2 * hidden : 3 * hidden] + p_f * c, acts[0], clip)
+                c_new = f * c + i * _rnn_each(g[..., 3 * hidden :], acts[1], clip)
+                o = _rnn_each(g[..., hidden : 2 * hidden] + p_o * c_new, acts[0], clip)
+            else:  # no peepholes (as onnxruntime computes them): gates i, o, f through f in one call
+                iof = _rnn_each(g[..., : 3 * hidden], acts[0], clip)
+                i, o = iof[..., :hidden], iof[..., hidden : 2 * hidden]
+                f = 1 - i if flag else iof[..., 2 * hidden :]
+                c_new = f * c + i * _rnn_each(g[..., 3 * hidden :], acts[1], clip)
             h_new = o * _rnn_each(c_new, acts[2], 0.0)
-            c = np.where(active, c_new, c)
-        h = np.where(active, h_new, h)
-        ys[:, t] = np.where(active, h_new, zero)
+            c = np.where((t < lens)[None, :, None], c_new, c) if ragged else c_new
+        if ragged:
+            active = (t < lens)[None, :, None]
+            h = np.where(active, h_new, h)
+            ys[:, t] = np.where(active, h_new, zero)
+        else:
+            h = ys[:, t] = h_new
     for d, rev in enumerate(reverse):
         if rev:
-            ys[d] = ys[d][order.T, entries]
-    empty = (lens == 0)[None, :, None]
-    finals = [np.where(empty, zero, s) for s in ((h, c) if kind == "lstm" else (h,))]
+            ys[d] = ys[d][order.T, entries] if ragged else ys[d][::-1].copy()
+    finals = [h, c] if kind == "lstm" else [h]
+    if ragged or not steps:  # an entry of length 0 has zero final states
+        empty = (lens == 0)[None, :, None]
+        finals = [np.where(empty, zero, s) for s in finals]
     if layout:
         y = ys.transpose(2, 1, 0, 3)
         finals = [s.transpose(1, 0, 2) for s in finals]
