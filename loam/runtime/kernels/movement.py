@@ -60,6 +60,12 @@ def kernel_pad(
     """
     rank = x.ndim
     begins, ends = pads[:rank], pads[rank:]
+    if min(pads, default=0) >= 0 and mode in ("constant", "reflect", "edge"):
+        # np.pad's own work for these modes, without its per-call set-up (Silero VAD pads each chunk),
+        # where each padded axis can be read: reflect's pads shorter than the axis, edge's axis not empty
+        sized = zip(begins, ends, x.shape, strict=True)
+        if mode == "constant" or all(max(b, e) < n if mode == "reflect" else n > 0 for b, e, n in sized if b or e):
+            return _padded(x, fill, begins, ends, mode, value)
     widths = [(max(b, 0), max(e, 0)) for b, e in zip(begins, ends, strict=True)]
     if mode == "constant":
         constant = np.asarray(value).astype(x.dtype) if fill is None or fill.size == 0 else fill.reshape(-1)[0]
@@ -68,6 +74,35 @@ def kernel_pad(
         y = np.pad(x, widths, mode=mode)  # type: ignore[call-overload]  # numpy's stubs take a literal mode
     crop = tuple(slice(max(-b, 0), y.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(begins, ends, strict=True)))
     return np.asarray(y[crop], dtype=x.dtype)
+
+
+def _padded(
+    x: np.ndarray, fill: np.ndarray | None, begins: tuple[int, ...], ends: tuple[int, ...], mode: str, value: float
+) -> np.ndarray:
+    """`kernel_pad` with pads >= 0 in mode constant, or reflect / edge where each padded axis is long
+    enough to read (reflect: each pad shorter than its axis): the input copied into the result's middle,
+    then, axis by axis as np.pad fills them, each border read from the result itself (axes before the
+    current one whole, those after it over the input's extent)."""
+    shape = tuple(n + b + e for b, e, n in zip(begins, ends, x.shape, strict=True))
+    inner = tuple(slice(b, b + n) for b, n in zip(begins, x.shape, strict=True))
+    if mode == "constant":
+        constant = np.asarray(value).astype(x.dtype) if fill is None or fill.size == 0 else fill.reshape(-1)[0]
+        y = np.full(shape, constant, dtype=x.dtype)
+        y[inner] = x
+        return y
+    y = np.empty(shape, dtype=x.dtype)
+    y[inner] = x
+    for axis, (b, e, n) in enumerate(zip(begins, ends, x.shape, strict=True)):
+        lead, tail = (slice(None),) * axis, inner[axis + 1 :]
+        if b:
+            src = slice(2 * b, b, -1) if mode == "reflect" else slice(b, b + 1)
+            y[(*lead, slice(0, b), *tail)] = y[(*lead, src, *tail)]
+        if e:
+            last = b + n - 1
+            stop = last - 1 - e
+            src = slice(last - 1, stop if stop >= 0 else None, -1) if mode == "reflect" else slice(last, last + 1)
+            y[(*lead, slice(last + 1, last + 1 + e), *tail)] = y[(*lead, src, *tail)]
+    return y
 
 
 def kernel_tile(x: np.ndarray, *, repeats: tuple[int, ...]) -> np.ndarray:
@@ -267,6 +302,7 @@ PIECES: dict[str, Callable[..., object]] = {
     "kernel_split": kernel_split,
     "kernel_slice": kernel_slice,
     "kernel_pad": kernel_pad,
+    "_padded": _padded,
     "kernel_tile": kernel_tile,
     "kernel_trilu": kernel_trilu,
     "kernel_reverse_sequence": kernel_reverse_sequence,
