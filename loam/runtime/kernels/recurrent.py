@@ -73,12 +73,15 @@ def _recurrent(
             )
     else:
         lens = np.full(batch, steps, dtype=np.int64)
-    # order[b, k]: the step a reverse direction reads k-th (its first lens[b] steps backwards)
-    k = np.arange(steps)
-    order = np.where(k < lens[:, None], lens[:, None] - 1 - k, k) if ragged else k[::-1]
-    entries = np.arange(batch)
     reverse = [direction == "reverse" or d == 1 for d in range(dirs)]
-    backwards = [(xs[order.T, entries] if ragged else xs[::-1]) if rev else xs for rev in reverse]
+    if ragged:
+        # order[b, k]: the step a reverse direction reads k-th (its first lens[b] steps backwards)
+        k = np.arange(steps)
+        order = np.where(k < lens[:, None], lens[:, None] - 1 - k, k)
+        entries = np.arange(batch)
+        backwards = [xs[order.T, entries] if rev else xs for rev in reverse]
+    else:
+        backwards = [xs[::-1] if rev else xs for rev in reverse]
     xd = backwards[0][None] if dirs == 1 else np.stack(backwards)  # [D, S, B, I]
     pre = np.matmul(xd, np.swapaxes(w, 1, 2)[:, None])  # [D, S, B, G*H]
     names = activations.split(",")
@@ -92,12 +95,12 @@ def _recurrent(
     else:
         pre += (wb + rb)[:, None, None]
     rt = np.swapaxes(r, 1, 2)  # [D, H, G*H]
-    if kind == "lstm":
-        p = widened(given["p"]).astype(ct, copy=False) if "p" in given else np.zeros((dirs, 3 * hidden), ct)
+    if "p" in given:  # an LSTM's peepholes
+        p = widened(given["p"]).astype(ct, copy=False)
         p_i, p_o, p_f = (p[:, None, j * hidden : (j + 1) * hidden] for j in range(3))
     ys = np.zeros((dirs, steps, batch, hidden), ct)
     zero = ct.type(0)
-    run = int(lens.max()) if batch else 0
+    run = (int(lens.max()) if ragged else steps) if batch else 0
     for t in range(run):
         if kind == "rnn":
             h_new = _rnn_each(pre[:, t] + np.matmul(h, rt), acts[0], clip)
