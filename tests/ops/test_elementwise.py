@@ -681,3 +681,20 @@ def test_a_cube_is_the_correctly_rounded_cube() -> None:
     assert ulps.max() <= 1
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
+
+
+@pytest.mark.parametrize("alpha", [0.01, 0.2, 1.0, 0.0, 1.5, -0.3])
+def test_leaky_relu_at_special_values_is_onnxruntimes(alpha: float) -> None:
+    """LeakyRelu computes max(x, alpha * x) where 0 < alpha <= 1 and a select elsewhere: either way every
+    value, NaN, the infinities and both zeros included, is onnxruntime's, bit for bit."""
+    node = helper.make_node("LeakyRelu", ["x"], ["y"], alpha=alpha)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [10])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 3.5, -3.5, 1e-40, -1e-40, -2e38], np.float32)
+    got, want = run_loam(model, {"x": x})[0], run_onnxruntime(model, {"x": x})[0]
+    assert got.tobytes() == want.tobytes(), (got, want)
