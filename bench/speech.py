@@ -297,8 +297,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "",
         f"({time.monotonic() - started:.0f} s)",
     ]
-    publish("\n".join(lines) + "\n", args, RESULTS)
+    publish("\n".join(lines) + "\n" + notes_after_the_table(args.output or RESULTS), args, RESULTS)
     return 0
+
+
+def notes_after_the_table(path: Path) -> str:
+    """What a person wrote below the table of the file a run rewrites (from its first `## ` heading on),
+    kept, so a re-run replaces the measurements and leaves the profiles that explain them."""
+    if not path.is_file():
+        return ""
+    text = path.read_text(encoding="utf-8")
+    start = text.find("\n## ")
+    return "" if start < 0 else "\n" + text[start + 1 :]
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ is exercised.  A quick run writes no results file.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench import speech
@@ -57,3 +59,14 @@ def test_a_row_whose_model_builds_times_both_sides() -> None:
     assert measured.max_diff is not None and measured.max_diff < 1e-4
     line = speech.table([measured])[-1]
     assert "x |" in line and "does not build" not in line
+
+
+def test_a_rerun_keeps_the_notes_below_the_table(tmp_path: Path) -> None:
+    from bench.speech import notes_after_the_table
+
+    results = tmp_path / "RESULTS.md"
+    assert notes_after_the_table(results) == ""
+    results.write_text("# Table\n\n| a | b |\n\n(3 s)\n\n## Closing note\n\nConvs bound it.\n", encoding="utf-8")
+    assert notes_after_the_table(results) == "\n## Closing note\n\nConvs bound it.\n"
+    results.write_text("# Table\n\n| a | b |\n", encoding="utf-8")
+    assert notes_after_the_table(results) == ""
