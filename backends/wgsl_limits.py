@@ -36,6 +36,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from loam.core.errors import OptionsError
 from loam.dialects import build_contract as contract
+from loam.passes.split_wide_weights import WEBGPU_BINDING_SIZE, WEBGPU_BUFFER_SIZE
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -70,9 +71,12 @@ class DeviceLimits:
     workgroups_per_dimension: int = 65535
 
     @classmethod
-    def from_mapping(cls, table: Mapping[str, object], where: str = "device_limits") -> DeviceLimits:
+    def from_mapping(
+        cls, table: Mapping[str, object], where: str = "device_limits", *, lowered: bool = False
+    ) -> DeviceLimits:
         """Limits from WebGPU's names (`maxStorageBuffersPerShaderStage = 10`), the rest at their
-        defaults; an unknown name, a non-integer or a value under WebGPU's default is an OptionsError."""
+        defaults; an unknown name, a non-integer or (unless `lowered`) a value under WebGPU's default
+        is an OptionsError."""
         by_webgpu = {webgpu: name for name, webgpu in _WEBGPU_NAMES.items()}
         kwargs: dict[str, int] = {}
         for key, value in table.items():
@@ -83,7 +87,7 @@ class DeviceLimits:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise OptionsError(f"{where}: '{key}' must be an integer, got {value!r}")
             default = getattr(DEFAULT_LIMITS, name)
-            if value < default:
+            if value < default and not lowered:
                 raise OptionsError(
                     f"{where}: '{key}' is {value}, under WebGPU's default {default}, which every device offers"
                 )
@@ -114,6 +118,11 @@ class DeviceLimits:
         """These limits in WebGPU's names (what a page's `requestDevice` takes)."""
         return {webgpu: getattr(self, name) for name, webgpu in _WEBGPU_NAMES.items()}
 
+    def requested(self) -> dict[str, int]:
+        """What a module built within these limits asks of the adapter, in WebGPU's names: each at least
+        its default, which every device has (a limit lowered under it is the build's own bound)."""
+        return {k: max(v, DEFAULT_LIMITS.webgpu()[k]) for k, v in self.webgpu().items()}
+
     def raised(self) -> dict[str, int]:
         """The limits above WebGPU's defaults, in WebGPU's names."""
         return {k: v for k, v in self.webgpu().items() if v != DEFAULT_LIMITS.webgpu()[k]}
@@ -122,12 +131,18 @@ class DeviceLimits:
 DEFAULT_LIMITS = DeviceLimits()
 for _f in fields(DeviceLimits):
     assert _f.name in _WEBGPU_NAMES, _f.name
+# `split-wide-weights` reads the same defaults without the backends (a pass sits below them).
+assert (DEFAULT_LIMITS.binding_size, DEFAULT_LIMITS.buffer_size) == (WEBGPU_BINDING_SIZE, WEBGPU_BUFFER_SIZE)
 
 
 def device_limits(module: ModuleOp) -> DeviceLimits:
-    """The limits the build was given (`loam.device_limits`), WebGPU's defaults where it gave none."""
-    raised = contract.DEVICE_LIMITS.get(module)
-    return DEFAULT_LIMITS if raised is None else DeviceLimits.from_mapping(raised, where=contract.DEVICE_LIMITS.name)
+    """The limits the build was given (`loam.device_limits`), WebGPU's defaults where it gave none.  The
+    options raise limits only; IR written by hand may lower one, to see a bound hold at a small size
+    (what the module asks of the device stays at least the defaults: `DeviceLimits.requested`)."""
+    given = contract.DEVICE_LIMITS.get(module)
+    if given is None:
+        return DEFAULT_LIMITS
+    return DeviceLimits.from_mapping(given, where=contract.DEVICE_LIMITS.name, lowered=True)
 
 
 _BINDING = re.compile(r"@group\((\d+)\) @binding\((\d+)\) var<storage, (read|read_write)> (\w+): array<(\w+)>;\n?")

@@ -8,7 +8,8 @@ anything goes to the device) and differs in what forward does after the checks:
 - the weights' resident buffers (`_resident(weights, g)`: uploaded once per `Weights`, halves as
   f32, integers narrowed to i32 after a range check, a permuted weight uploaded permuted, a weight
   the checkpoint stores in ggml blocks uploaded as those blocks, byte for byte, for the packed
-  kernels to widen: `pack-quantized`);
+  kernels to widen: `pack-quantized`; a weight past one storage binding that products read in
+  parts uploaded as those parts: `split-wide-weights`, `wgsl_resident`);
 - the activation buffers of this binding of the extent symbols (`g.pool`: sizes planned at build
   time, reused by liveness, kept for the next call with the same extents), the inputs written in;
 - one command encoder: a dispatch per kernel (`g.dispatch(SHADER, buffers, params, workgroups)`),
@@ -37,7 +38,6 @@ concat is a strided copy.  The shaders are module constants (`_SHADERS`), one pe
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -64,12 +64,13 @@ from loam.backends.numpy_kernel_printer import NumpyKernelPrinter
 from loam.backends.print_main import print_module
 from loam.backends.wgsl_kernel_printer import WgslKernelPrinter, kernel_pieces, node_of
 from loam.backends.wgsl_kernels import common as wgsl_common
-from loam.backends.wgsl_kernels import elementwise, packed
+from loam.backends.wgsl_kernels import elementwise
 from loam.backends.wgsl_limits import DEFAULT_LIMITS, DeviceLimits, device_limits, fit_bindings, over_limits
+from loam.backends.wgsl_resident import part_index, read_in_parts, resident_bytes
 from loam.core.errors import UnsupportedError
 from loam.core.limits import MAX_ELEMENTS
 from loam.core.poly import Poly
-from loam.dialects.build_contract import PACKED, STORED
+from loam.dialects.build_contract import PACKED
 from loam.dialects.kernel import (
     ConstantOp,
     IfOp,
@@ -79,6 +80,7 @@ from loam.dialects.kernel import (
     ProgramOp,
     RegroupOp,
     ReturnOp,
+    SliceOp,
     WeightOp,
     YieldOp,
 )
@@ -147,6 +149,7 @@ class WgslModulePrinter(ModulePrinter):
         # uploads (host expression, name), and the activation slots (size in bytes, as a Poly).
         self.device: dict[SSAValue, str] = {}
         self.resident: list[tuple[str, str, bool]] = []  # (host expression, name, uploaded as ggml blocks)
+        self.in_parts: set[SSAValue] = set()  # weights past one binding, uploaded as their parts (`wgsl_resident`)
         self.slot_sizes: list[Poly] = []
         self.slot_of: dict[SSAValue, int] = {}
         self.folded: dict[SSAValue, tuple[SSAValue, tuple[int, ...]]] = {}  # permute -> (source, perm)
@@ -186,7 +189,7 @@ class WgslModulePrinter(ModulePrinter):
             "# The shaders reading their last operands from one packed buffer: how many (`_Gpu.pack`)\n"
             f"_PACKED_OPERANDS = {dict(sorted(self.packed.items()))!r}\n",
             "# The device limits the shaders were built within: what forward requests of the adapter\n"
-            f"_LIMITS = {self.limits.webgpu()!r}\n",
+            f"_LIMITS = {self.limits.requested()!r}\n",
             '_GPU: list = []  # the module\'s device, made on first use\n\n\ndef _gpu() -> "_Gpu":\n'
             '    """The device forward computes on: one per process, every pipeline compiled once."""\n'
             "    if not _GPU:\n        _GPU.append(_Gpu(_SHADERS, _PACKED_OPERANDS, _LIMITS))\n    return _GPU[0]\n",
@@ -609,6 +612,17 @@ class WgslModulePrinter(ModulePrinter):
                 f"{what}: element type {axes_type(op.result, 'value').elem.name} has no WGSL form "
                 f"({wgsl_common.NO_DEVICE_FORM}); build with --host-fallback to compute it on the host"
             )
+        if isinstance(op, WeightOp) and self._past_a_binding(self._size(op.result)) and read_in_parts(op.result):
+            self.collect_weight(op)  # held whole by the host, uploaded in the parts it is read in
+            self.in_parts.add(op.result)
+            return
+        if isinstance(op, SliceOp) and (whole := op.operands[0]) in self.in_parts:
+            weight = whole.owner
+            assert isinstance(weight, WeightOp)
+            part = op.results[0]
+            self.value_text[part] = self.value_text[whole] + part_index(op)
+            self._resident_value(part, self.value_text[part], weight.weight_name.data + part_index(op))
+            return
         if isinstance(op, WeightOp):
             self.collect_weight(op)
             blocks = PACKED.is_on(op)  # uploaded as its ggml blocks (`pack-quantized`)
@@ -727,14 +741,8 @@ class WgslModulePrinter(ModulePrinter):
             crossing = crossing + size
         resident = 0
         for op in self.ops:
-            if isinstance(op, (WeightOp, ConstantOp)) and op.result in self.device and "_w[" in self.device[op.result]:
-                t = axes_type(op.result, "resident")
-                count = math.prod(e.const_value if e.is_const else 0 for e in t.shape)
-                stored = STORED.get(op)
-                if PACKED.is_on(op) and stored is not None:  # its blocks, byte for byte
-                    resident += -(-count // 32 * packed.BLOCK_BYTES[stored] // 4) * 4
-                else:
-                    resident += 4 * count
+            if isinstance(op, (WeightOp, ConstantOp, SliceOp)) and "_w[" in self.device.get(op.results[0], ""):
+                resident += resident_bytes(op)
         return DeviceSummary(
             self.dispatches, str(crossing), str(device_bytes(self.slot_sizes)), str(resident), tuple(self.host_nodes)
         )

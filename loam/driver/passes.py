@@ -42,6 +42,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return DifferentiatePass
 
+    def get_split_wide_weights() -> type[ModulePass]:
+        from loam.passes.split_wide_weights import SplitWideWeightsPass
+
+        return SplitWideWeightsPass
+
     def get_fuse() -> type[ModulePass]:
         from loam.passes.fuse import FusePass
 
@@ -91,6 +96,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "differentiate": get_differentiate,
         "fuse": get_fuse,
         "pack-quantized": get_pack_quantized,
+        "split-wide-weights": get_split_wide_weights,
         "fold-conv-affine": get_fold_conv_affine,
         "decode-state-in-place": get_decode_state_in_place,
         "grouped-heads": get_grouped_heads,

@@ -4,7 +4,8 @@
 `pipeline_passes` gives (`loam build --print-pipeline` prints it as a `-p` string):
 
     read (frontends) -> apply-options -> stage0 -> name-axes -> lower-to-kernel
-        -> pack-quantized (numpy) -> fuse -> fold-conv-affine, decode-state-in-place, grouped-heads (numpy)
+        -> pack-quantized (numpy) -> split-wide-weights (wgsl) -> fuse
+        -> fold-conv-affine, decode-state-in-place, grouped-heads (numpy)
         -> tile-attention, tile-rows, tile-matmul (wgsl) -> emit (backends)
 
 `fuse` (objective `memory`) runs unless `build(..., fuse=None)` turns it off (`loam build --no-fuse`);
@@ -100,8 +101,9 @@ def pipeline_passes(
     attributes.  `fuse` is the fuse pass's objective, None to leave it out.  Both backends keep weights
     the checkpoint stores in ggml blocks packed (`pack-quantized`); the numpy backend keeps a decoder's
     past in place (`decode-state-in-place`) and multiplies repeated key/value heads once per group
-    (`grouped-heads`); the WGSL backend runs its attention, row kernels and float32 products as tile
-    programs (`tile-attention`, `tile-rows`, `tile-matmul`).  `draft` (an
+    (`grouped-heads`); the WGSL backend splits a weight past one storage binding that only products read
+    (`split-wide-weights`) and runs its attention, row kernels and float32 products as tile programs
+    (`tile-attention`, `tile-rows`, `tile-matmul`).  `draft` (an
     architecture table's build) names the axes the layout leaves open after stage 0 (`draft-layout`).
     `grad` (the weights to differentiate; empty: every float weight) adds the gradients of the weights
     to the program right after lowering (`differentiate`), so the later passes treat them as any kernel."""
@@ -124,6 +126,10 @@ def pipeline_passes(
     from loam.passes.pack_quantized import PackQuantizedPass
 
     passes.append(PackQuantizedPass())
+    if backend == "wgsl":
+        from loam.passes.split_wide_weights import SplitWideWeightsPass
+
+        passes.append(SplitWideWeightsPass())
     if fuse is not None:
         passes.append(FusePass(objective=fuse))
     if backend == "numpy":
