@@ -121,3 +121,17 @@ def test_a_weight_past_one_binding_that_another_op_reads_is_refused_naming_it(ta
     model = _product("Gemm", 128, 512, tail=tail)  # 256 KiB
     with pytest.raises(UnsupportedError, match=r"weight 'W': 262144 bytes on the device, over maxStorageBuffer"):
         _built(model)
+
+
+@pytest.mark.parametrize(("name", "weight", "parts"), [
+    ("light_bvlc_alexnet", "fc6_w_0", 2), ("light_vgg19", "fc6_w_0", 4), ("light_zfnet512", "gpu_0/fc6_w_0", 3),
+])  # fmt: skip
+def test_the_light_zoo_cnns_past_one_binding_build_with_fc6_in_parts(name: str, weight: str, parts: int) -> None:
+    from tests.models.real_exports import exports, light_zoo
+
+    (export,) = [e for e in light_zoo.exports() if e.name == name]
+    result = exports.built(export, "wgsl")
+    (note,) = [n for n in result.notes if n.startswith("split weights:")]
+    assert f"'{weight}' (" in note and f"in {parts} parts" in note
+    uploads = [u for u in _uploads(result.source) if u.startswith(weight)]
+    assert len(uploads) == parts and uploads[0] == f"{weight}[0:{4096 // parts + (4096 % parts > 0)}]"
