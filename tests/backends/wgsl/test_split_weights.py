@@ -9,6 +9,7 @@ stays WebGPU's defaults.
 from __future__ import annotations
 
 import re
+import types
 
 import numpy as np
 import onnx
@@ -58,7 +59,7 @@ def _product(op: str, k: int, n: int, tail: str | None = None) -> onnx.ModelProt
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _built(model: onnx.ModelProto, limit: int = LIMIT) -> tuple[str, object, list[str]]:
+def _built(model: onnx.ModelProto, limit: int = LIMIT) -> tuple[str, types.ModuleType, list[str]]:
     """The WGSL module of `model` (its source, the module and the build notes), built as `build` builds
     it but with one storage binding holding `limit` bytes."""
     ir = read_model(model)
@@ -135,3 +136,19 @@ def test_the_light_zoo_cnns_past_one_binding_build_with_fc6_in_parts(name: str, 
     assert f"'{weight}' (" in note and f"in {parts} parts" in note
     uploads = [u for u in _uploads(result.source) if u.startswith(weight)]
     assert len(uploads) == parts and uploads[0] == f"{weight}[0:{4096 // parts + (4096 % parts > 0)}]"
+
+
+def test_the_browser_weights_hold_each_part_as_a_tensor_of_its_own() -> None:
+    from loam.backends.browser_module import residents
+    from loam.backends.browser_weights import shard_files
+
+    model = _product("Gemm", 96, 256)
+    _, m, _ = _built(model)
+    weights = m.Weights.embedded()
+    found = {r.name: r.array for r in residents(m, weights)}
+    whole = weights.W
+    assert list(found) == ["W[0:128]", "W[128:256]", "b"]
+    np.testing.assert_array_equal(found["W[0:128]"], whole[:128])
+    np.testing.assert_array_equal(found["W[128:256]"], whole[128:])
+    (shard,) = shard_files(list(residents(m, weights)))
+    assert b'"W[0:128]"' in shard[1] and b'"W[128:256]"' in shard[1]
