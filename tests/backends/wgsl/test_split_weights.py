@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from xdsl.dialects.builtin import ModuleOp
 
 from loam.backends.wgsl_module import wgsl_module
 from loam.core.errors import UnsupportedError
@@ -23,7 +24,7 @@ from loam.driver.draft import draft_layout
 from loam.driver.options import attach_options
 from loam.driver.pipeline import BuildResult, build, import_source, pipeline_passes
 from loam.driver.registry import read_model
-from loam.frontends.context import make_context
+from loam.frontends.context import make_context, parse_ir
 from loam.passes.notes import build_notes
 from loam.passes.split_wide_weights import part_extents
 from loam.testing import run_onnxruntime
@@ -59,12 +60,18 @@ def _product(op: str, k: int, n: int, tail: str | None = None) -> onnx.ModelProt
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _built(model: onnx.ModelProto, limit: int = LIMIT) -> tuple[str, types.ModuleType, list[str]]:
-    """The WGSL module of `model` (its source, the module and the build notes), built as `build` builds
-    it but with one storage binding holding `limit` bytes."""
+def _read(model: onnx.ModelProto, limit: int = LIMIT) -> ModuleOp:
+    """The IR `build` reads `model` into, its options attached, with one storage binding holding `limit` bytes."""
     ir = read_model(model)
     attach_options(ir, draft_layout(model).options())
     contract.DEVICE_LIMITS.set(ir, {"maxStorageBufferBindingSize": limit})
+    return ir
+
+
+def _built(model: onnx.ModelProto | ModuleOp) -> tuple[str, types.ModuleType, list[str]]:
+    """The WGSL module of `model` or of its read IR (its source, the module and the build notes), built
+    as `build` builds it, one storage binding holding 64 KiB."""
+    ir = _read(model) if isinstance(model, onnx.ModelProto) else model
     ctx = make_context()
     for p in pipeline_passes(backend="wgsl"):
         p.apply(ctx, ir)
@@ -98,6 +105,12 @@ def test_a_weight_past_one_binding_feeding_a_product_is_uploaded_in_parts_and_ma
         x = RNG.standard_normal((batch, k)).astype(np.float32)
         (want,) = run_onnxruntime(model, {"x": x})
         np.testing.assert_allclose(m.forward(weights, x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_split_replays_from_the_ir_the_build_read() -> None:
+    model = _product("MatMul", 100, 400)
+    text = str(_read(model))  # the lowered binding is the IR's own: `loam-opt` replays what the build did
+    assert _built(parse_ir(text, "read.mlir"))[0] == _built(model)[0]
 
 
 def test_the_parts_are_the_fewest_that_fit_and_as_even_as_they_divide() -> None:
