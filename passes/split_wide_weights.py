@@ -127,21 +127,22 @@ def split_weight(op: WeightOp, limit: int) -> int:
     products = _products(op.result)
     if not products:
         return 0
-    permutes = {id(p): p for _, p in products if p is not None}.values()
-    if len(permutes) > 1 or (permutes and any(p is None for _, p in products)):
-        return 0  # read both as it is and permuted: the two readers' output axes differ
-    permute = next(iter(permutes), None)
-    # The weight axis that is the products' output axis (the right operand's last).
-    axis = 1 if permute is None else permute.permutation[-1]
+    # The weight axis that is the products' output axis (the right operand's last): one for all of them.
+    axes = {1 if p is None else p.permutation[-1] for _, p in products}
+    if len(axes) != 1:
+        return 0  # read as it is and transposed: the readers' output axes differ
+    (axis,) = axes
     other = t.shape[1 - axis].const_value
     extents = part_extents(t.shape[axis].const_value, other * DEVICE_ELEMENT_BYTES, limit)
     if len(extents) < 2:
         return 0
     parts = _slices(op, axis, extents)
-    readers = parts if permute is None else [_permuted(permute, part) for part in parts]
-    for product, _ in products:
-        _split_product(product, readers)
-    if permute is not None:
+    permuted: dict[PermuteOp, list[SSAValue]] = {}  # each permutation of the weight, of the parts
+    for product, permute in products:
+        if permute is not None and permute not in permuted:
+            permuted[permute] = [_permuted(permute, part) for part in parts]
+        _split_product(product, parts if permute is None else permuted[permute])
+    for permute in permuted:
         Rewriter.erase_op(permute)
     return len(extents)
 

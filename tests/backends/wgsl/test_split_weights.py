@@ -107,6 +107,23 @@ def test_a_weight_past_one_binding_feeding_a_product_is_uploaded_in_parts_and_ma
         np.testing.assert_allclose(m.forward(weights, x), want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_weight_two_products_read_transposed_is_split_once_for_both() -> None:
+    k, n = 96, 256
+    w = (RNG.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    nodes = [helper.make_node("Gemm", [x, "W"], [y], transB=1) for x, y in (("a", "p"), ("b", "q"))]
+    graph = helper.make_graph(
+        [*nodes, helper.make_node("Add", ["p", "q"], ["y"])], "tied",
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["batch", k]) for x in ("a", "b")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", n])], [_tensor("W", w)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    source, m, _ = _built(model)
+    assert _uploads(source) == ["W[0:128]", "W[128:256]"]
+    feeds = {x: RNG.standard_normal((3, k)).astype(np.float32) for x in ("a", "b")}
+    (want,) = run_onnxruntime(model, feeds)
+    np.testing.assert_allclose(m.forward(m.Weights.embedded(), *feeds.values()), want, rtol=1e-5, atol=1e-5)
+
+
 def test_the_split_replays_from_the_ir_the_build_read() -> None:
     model = _product("MatMul", 100, 400)
     text = str(_read(model))  # the lowered binding is the IR's own: `loam-opt` replays what the build did
