@@ -35,7 +35,7 @@ builtin.module attributes {loam.layout = #tensor_axes.layout<["x" -> [N], "q" ->
 // CHECK-SAME:  model = "halves"
 // CHECK:       %s = kernel.zip(%x, %h) #kernel.expr<[operand 0, operand 1, cast 0 : f32, cast 1 : f32, add 2 3, cast 4 : f16]> {node = "add"}
 // CHECK-SAME:    -> !tensor_axes.tensor<f16, [Batch: 2, C: 3, W: 4]>
-// CHECK:       %l = kernel.zip(%s) #kernel.expr<[operand 0, cast 0 : f32, const 0.0 : f32, less 1 2, const 0.5 : f32, mul 1 4, select 3 5 1, cast 6 : f16]> {node = "leaky"}
+// CHECK:       %l = kernel.zip(%s) #kernel.expr<[operand 0, cast 0 : f32, const 0.5 : f32, mul 1 2, max 1 3, cast 4 : f16]> {node = "leaky"}
 // CHECK:       %w = kernel.zip(%c, %l, %x) #kernel.expr<[{{.*}}select 0 3 4, cast 5 : f16]> {node = "where"}
 // CHECK:       %y = kernel.cast %w {node = "cast"} : !tensor_axes.tensor<f16, [Batch: 2, C: 3, W: 4]> -> !tensor_axes.tensor<f32, [Batch: 2, C: 3, W: 4]>
 builtin.module attributes {loam.layout = #tensor_axes.layout<["x" -> [Batch, C, W], "h" -> [W], "c" -> [Batch, C, W]]>} {
