@@ -9,15 +9,15 @@ this family puts them in `python -m tests.conformance.summary real_exports` besi
 from __future__ import annotations
 
 import functools
-from types import ModuleType
 
+from tests.models.graph_folder import GraphFolder
 from tests.models.real_exports.exports import Export, Run
 
 
-def family_exports(family: str, tests: ModuleType) -> tuple[Export, ...]:
-    """One export per graph of `tests` (a test module with CASES, `reference` and RTOL/ATOL)."""
+def family_exports(family: str, graphs: GraphFolder) -> tuple[Export, ...]:
+    """One export per graph of `graphs`, at the extents its cases give."""
     exports = []
-    for name, case in tests.CASES.items():
+    for name, case in graphs.cases.items():
         runs = tuple(
             Run(
                 "x".join(map(str, size)),
@@ -26,8 +26,8 @@ def family_exports(family: str, tests: ModuleType) -> tuple[Export, ...]:
             )
             for size in case.sizes
         )
-        load = functools.partial(tests.reference, name)
-        exports.append(Export(name, family, load, runs, rtol=tests.RTOL, atol=tests.ATOL))
+        load = functools.partial(graphs.reference, name)
+        exports.append(Export(name, family, load, runs, rtol=graphs.rtol, atol=graphs.atol))
     return tuple(exports)
 
 
@@ -36,4 +36,4 @@ def exports() -> tuple[Export, ...]:
     from tests.models.vision import test_vision_models
     from tests.models.whisper import test_whisper
 
-    return (*family_exports("vision", test_vision_models), *family_exports("whisper", test_whisper))
+    return (*family_exports("vision", test_vision_models.GRAPHS), *family_exports("whisper", test_whisper.GRAPHS))

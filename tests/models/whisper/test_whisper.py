@@ -21,21 +21,13 @@ so it fails (XPASS) the day the build goes through: then the case must match onn
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnx
-import onnx.parser
 import pytest
-from onnx.external_data_helper import load_external_data_for_model
 
-from loam.driver.draft import draft_layout
-from loam.driver.options import Options
-from loam.driver.pipeline import BuildResult, build
-from loam.testing import assert_same, forward_inputs, run_onnxruntime
+from loam.testing import assert_same, run_onnxruntime
+from tests.models.graph_folder import Case, GraphFolder
 
 HERE = Path(__file__).parent
 RTOL = ATOL = 1e-4
@@ -81,17 +73,6 @@ def with_past_feeds(rng: np.random.Generator, batch: int, past: int, states: int
     return feeds
 
 
-@dataclass(frozen=True)
-class Case:
-    """A graph, how to make its inputs at an extent, and the two extents (batch first) it runs at."""
-
-    feeds: Callable[..., dict[str, np.ndarray]]
-    sizes: tuple[tuple[int, ...], tuple[int, ...]]
-
-    def inputs(self, size: tuple[int, ...]) -> dict[str, np.ndarray]:
-        return self.feeds(np.random.default_rng(SEED), *size)
-
-
 CASES = {
     # The export fixes the frames at 3000: only the batch is free.
     "encoder_model": Case(encoder_feeds, ((1,), (2,))),
@@ -107,88 +88,30 @@ FAILS: dict[str, tuple[type[Exception], str]] = {}
 less the graph's path before it)."""
 
 
-@functools.cache
-def built(model: str, backend: str) -> BuildResult:
-    """`model` built once for `backend`: the drafted layout, unedited, and the graph's checkpoint.
-
-    A failure other than the one FAILS records is an AssertionError, not the expected failure: the
-    case's reason must say why the build stops."""
-    graph, checkpoint = HERE / f"{model}.onnxtext", HERE / f"{model}.safetensors"
-    options = Options(checkpoints=(checkpoint,))
-    try:
-        draft = draft_layout(graph, [checkpoint], options)
-        return build(graph, options=draft.options(options), backend=backend)
-    except Exception as failure:
-        first = str(failure).splitlines()[0].removeprefix(f"{graph}: ")
-        kind, recorded = FAILS.get(model, (None, ""))
-        assert type(failure) is kind and recorded.startswith(first), f"{model} ({backend}) stops otherwise now: {first}"
-        raise
+GRAPHS = GraphFolder(HERE, CASES, RTOL, ATOL, fails=FAILS)
 
 
-@functools.cache
-def reference(model: str) -> onnx.ModelProto:
-    """The graph as onnxruntime reads it: the text with its external weights loaded."""
-    proto = onnx.parser.parse_model((HERE / f"{model}.onnxtext").read_text(encoding="utf-8"))
-    load_external_data_for_model(proto, str(HERE))
-    return proto
-
-
-def run(result: BuildResult, model: str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    module = result.module
-    weights = module.Weights.load_file([str(HERE / f"{model}.safetensors")])
-    out = module.forward(weights, *(feeds[name] for name in forward_inputs(result)))
-    return list(out) if isinstance(out, tuple) else [out]
-
-
-def params() -> list[object]:
-    return [
-        pytest.param(
-            model,
-            id=model,
-            marks=[pytest.mark.xfail(strict=True, raises=FAILS[model][0], reason=FAILS[model][1])]
-            if model in FAILS
-            else [],
-        )
-        for model in CASES
-    ]
-
-
-def matches_onnxruntime(result: BuildResult, model: str) -> None:
-    """Both extents through the one build: every output's shape and values are onnxruntime's."""
-    case = CASES[model]
-    shapes = []
-    for size in case.sizes:
-        feeds = case.inputs(size)
-        want = run_onnxruntime(reference(model), feeds)
-        assert_same(run(result, model, feeds), want, rtol=RTOL, atol=ATOL)
-        shapes.append([w.shape for w in want])
-    assert shapes[0] != shapes[1]  # the two extents are two extents of the one module
-
-
-@pytest.mark.parametrize("model", params())
+@pytest.mark.parametrize("model", GRAPHS.params())
 def test_one_numpy_build_matches_onnxruntime_at_two_extents(model: str) -> None:
-    matches_onnxruntime(built(model, "numpy"), model)
+    GRAPHS.matches_onnxruntime(model, "numpy")
 
 
-@pytest.mark.parametrize("model", params())
+@pytest.mark.parametrize("model", GRAPHS.params())
 def test_one_wgsl_build_matches_onnxruntime_at_two_extents(model: str) -> None:
     """Every kernel on the device: the build's device summary lists none on the host."""
     pytest.importorskip("wgpu")
-    result = built(model, "wgsl")
-    assert result.fusion is not None and result.fusion.device is not None
-    assert result.fusion.device.host == ()
-    matches_onnxruntime(result, model)
+    GRAPHS.matches_onnxruntime(model, "wgsl")
 
 
 def test_audio_of_another_length_is_a_shape_error_naming_the_input() -> None:
     """The export fixes the frames at 3000 (transformers' encoder checks it; optimum declares it): 10 s
     of audio, unpadded, is refused naming input_features, as onnxruntime refuses it, not computed."""
-    result = built("encoder_model", "numpy")
+    result = GRAPHS.built("encoder_model", "numpy")
     feeds = {"input_features": np.zeros((1, MELS, FRAMES // 3), np.float32)}
     with pytest.raises(Exception, match="input_features"):
-        run_onnxruntime(reference("encoder_model"), feeds)
+        run_onnxruntime(GRAPHS.reference("encoder_model"), feeds)
     with pytest.raises(result.module.ShapeError, match="input_features"):
-        run(result, "encoder_model", feeds)
+        GRAPHS.run(result, "encoder_model", feeds)
 
 
 def test_a_cache_position_the_mask_cannot_take_is_a_shape_error_where_onnxruntime_stops() -> None:
@@ -196,22 +119,22 @@ def test_a_cache_position_the_mask_cannot_take_is_a_shape_error_where_onnxruntim
     its causal mask, built for the one new token, broadcasts against two positions (both Loam and
     onnxruntime then give two rows of logits) and not against three, where onnxruntime stops at
     '/model/decoder/layers.0/self_attn/Add'.  The module stops there too, naming cache_position."""
-    result = built("decoder_with_past_model", "numpy")
+    result = GRAPHS.built("decoder_with_past_model", "numpy")
     feeds = CASES["decoder_with_past_model"].inputs((1, 3, 1500))
     feeds["cache_position"] = np.array([3, 4])
     assert_same(
-        run(result, "decoder_with_past_model", feeds),
-        run_onnxruntime(reference("decoder_with_past_model"), feeds),
+        GRAPHS.run(result, "decoder_with_past_model", feeds),
+        run_onnxruntime(GRAPHS.reference("decoder_with_past_model"), feeds),
         rtol=RTOL,
         atol=ATOL,
     )
     feeds["cache_position"] = np.array([3, 4, 5])
     with pytest.raises(Exception, match=r"layers\.0/self_attn/Add"):
-        run_onnxruntime(reference("decoder_with_past_model"), feeds)
+        run_onnxruntime(GRAPHS.reference("decoder_with_past_model"), feeds)
     with pytest.raises(
         result.module.ShapeError, match=r"self_attn/Add.*cache_position axis 0 gives decoder_sequence_length = 3"
     ):
-        run(result, "decoder_with_past_model", feeds)
+        GRAPHS.run(result, "decoder_with_past_model", feeds)
 
 
 def test_the_three_modules_decode_as_onnxruntime_does() -> None:
@@ -220,10 +143,10 @@ def test_the_three_modules_decode_as_onnxruntime_does() -> None:
     (Numpy only: the WGSL modules are each held to onnxruntime above, and their encoder's 30 s of
     attention takes a minute a call on a CPU adapter.)"""
     names = list(CASES)
-    results = {name: built(name, "numpy") for name in names}
+    results = {name: GRAPHS.built(name, "numpy") for name in names}
 
     def step(name: str, feeds: dict[str, np.ndarray], loam: bool) -> list[np.ndarray]:
-        return run(results[name], name, feeds) if loam else run_onnxruntime(reference(name), feeds)
+        return GRAPHS.run(results[name], name, feeds) if loam else run_onnxruntime(GRAPHS.reference(name), feeds)
 
     def decode(loam: bool) -> tuple[list[int], list[np.ndarray]]:
         (states,) = step("encoder_model", encoder_feeds(np.random.default_rng(SEED), 1), loam)

