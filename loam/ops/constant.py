@@ -10,7 +10,7 @@ import numpy as np
 from loam.core import dtypes
 from loam.core.poly import Poly
 from loam.ops.base import Facts, KeepsAxes, LowerContext, NodeInfo, OpRule, int_attr, require_arity
-from loam.ops.lowering import FLOAT_TYPES
+from loam.ops.lowering import FLOAT_TYPES, filled, scalar_constant
 from loam.ops.movement import MOVABLE, check_movable
 from loam.ops.operands import emit_library, from_run, operand_facts, optional, present_bits
 
@@ -194,17 +194,8 @@ class DropoutRule(OpRule):
                 mask = KernelConstantOp(TensorDataAttr.from_numpy(value, t.elem), t, node.name)
                 ctx.emit(mask)
                 results.append(mask.result)
-            else:
-                # Over symbolic extents: the mask's one value, broadcast to the data's extents.
-                from loam.dialects.expr import Expr
-                from loam.dialects.kernel import ZipOp
-                from loam.dialects.tensor_axes import AxesTensorType
-
-                fill = TensorDataAttr.from_numpy(_mask(node, (), t.elem.numpy), t.elem)
-                scalar = ctx.emit(KernelConstantOp(fill, AxesTensorType(t.elem, []), node.name))
-                zipped = ZipOp([scalar.results[0]], Expr.operand(0), t, node.name)
-                ctx.emit(zipped)
-                results.append(zipped.result)
+            else:  # over symbolic extents: the mask's one value at every position
+                results.append(filled(ctx, scalar_constant(ctx, _mask(node, (), t.elem.numpy), t.elem, node), t, node))
         return results
 
 

@@ -271,8 +271,6 @@ def condition_inputs(value: SSAValue) -> tuple[list[str], list[str], list[str]]:
 def input_symbols(p: Poly) -> list[str]:
     """The symbols of the graph's declared extents `p` reads, through derived symbols (`eq(4, N)` reads N);
     a length only the run knows (`y[0]`) is none of them."""
-    from loam.core.poly import derived_call
-
     found: list[str] = []
     for name in sorted(p.symbols):
         call = derived_call(name)

@@ -21,6 +21,7 @@ from loam.core.derived import ceildiv, decide, maximum
 from loam.core.limits import MAX_FOLD_ELEMENTS, foldable
 from loam.core.poly import Poly
 from loam.ops.base import Facts, LowerContext, NodeInfo, OpRule, elem_attr, require_arity
+from loam.ops.lowering import filled, scalar_constant
 from loam.ops.movement import MOVABLE
 from loam.ops.operands import (
     emit_library,
@@ -182,21 +183,15 @@ class ConstantOfShapeRule(OpRule):
         return [Facts(elem, tuple(dims), value)]
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
-        from loam.dialects.expr import Expr
-        from loam.dialects.graph import TensorDataAttr
-        from loam.dialects.kernel import ConstantOp, ExpandToOp, ZipOp
-        from loam.dialects.tensor_axes import AxesTensorType
+        from loam.dialects.kernel import ExpandToOp
 
         elem, fill = self.fill(node)
-        scalar = ConstantOp(TensorDataAttr.from_numpy(fill.reshape(()), elem), AxesTensorType(elem, []), node.name)
-        ctx.emit(scalar)
+        scalar = scalar_constant(ctx, fill, elem, node)
         shape = operands[0]
         assert shape is not None  # infer requires the shape input
         if from_run(operand_facts(operands)[0]):
-            return emit_library(ctx, ExpandToOp([scalar.result, shape], [ctx.result_types[0]], node.name))
-        op = ZipOp([scalar.result], Expr.operand(0), ctx.result_types[0], node.name)  # broadcasting is all it does
-        ctx.emit(op)
-        return [op.result]
+            return emit_library(ctx, ExpandToOp([scalar, shape], [ctx.result_types[0]], node.name))
+        return [filled(ctx, scalar, ctx.result_types[0], node)]
 
 
 class OneHotRule(OpRule):

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 from xdsl.ir import SSAValue
 
+from loam.core.dtypes import ElementType
 from loam.dialects.expr import Convert, Expr
 from loam.dialects.kernel import ConstantOp, PermuteOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
@@ -112,6 +113,23 @@ def emit_zip(
     # Stage 0 folds a node whose operands are all known, so one operand is always left.
     assert kept, f"{node.where()}: every operand folded"
     op = ZipOp(kept, expr, result_type, node.name)
+    ctx.emit(op)
+    return op.result
+
+
+def scalar_constant(ctx: LowerContext, value: np.ndarray, elem: ElementType, node: NodeInfo) -> SSAValue:
+    """A rank-0 `kernel.constant` holding `value`'s one element."""
+    from loam.dialects.graph import TensorDataAttr
+
+    op = ConstantOp(TensorDataAttr.from_numpy(value.reshape(()), elem), AxesTensorType(elem, []), node.name)
+    ctx.emit(op)
+    return op.result
+
+
+def filled(ctx: LowerContext, scalar: SSAValue, result_type: AxesTensorType, node: NodeInfo) -> SSAValue:
+    """`scalar` at every position of `result_type`, whose extents may be symbolic: a `kernel.zip` whose
+    broadcasting is all it does."""
+    op = ZipOp([scalar], Expr.operand(0), result_type, node.name)
     ctx.emit(op)
     return op.result
 
