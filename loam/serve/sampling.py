@@ -58,17 +58,33 @@ class StopMatcher:
         """Add `piece`; return the text now safe to show (none of it can start a stop string)."""
         if self.stopped:
             return ""
-        start = max(0, len(self.text) - self.hold)
         self.text += piece
-        found = [at for at in (self.text.find(s, start) for s in self.stop) if at >= 0]
-        if found:  # the earliest stop string wins
-            self.text, self.stopped = self.text[: min(found)], True
+        found = self.found()
+        # The earliest stop string wins, once no longer one starting before it can still complete.
+        if found is not None and not any(at < found for at in self.open_starts()):
+            self.text, self.stopped = self.text[:found], True
             return self.flush()
         safe = max(self.sent, len(self.text) - self.hold)
         out, self.sent = self.text[self.sent : safe], safe
         return out
 
+    def found(self) -> int | None:
+        """Where the earliest stop string the text holds begins (None: it holds none)."""
+        starts = [at for at in (self.text.find(s, self.sent) for s in self.stop) if at >= 0]
+        return min(starts, default=None)
+
+    def open_starts(self) -> list[int]:
+        """Where a stop string begins that the text ends inside (more text could complete it)."""
+        return [
+            at
+            for at in range(max(self.sent, len(self.text) - self.hold), len(self.text))
+            if any(len(s) > len(self.text) - at and s.startswith(self.text[at:]) for s in self.stop)
+        ]
+
     def flush(self) -> str:
-        """The text held back, at the end of the reply."""
+        """The text held back, at the end of the reply (cut at a stop string it holds)."""
+        found = None if self.stopped else self.found()
+        if found is not None:
+            self.text, self.stopped = self.text[:found], True
         out, self.sent = self.text[self.sent :], len(self.text)
         return out
