@@ -388,12 +388,14 @@ class _Gpu {
     this.stats.bytes_up += device.byteLength;
   }
 
-  values(dtype, values) {
-    const key = `${dtype}:${values.join(",")}`;
+  /** A buffer holding tensor `value`, computed on the host from the bound extents: uploaded the first
+   * time these numbers appear, then reused. */
+  values(value) {
+    const key = `${value.dtype}:${Array.from(value.data).join(",")}`;
     let found = this.valuesCache.get(key);
     if (found === undefined) {
       if (this.valuesCache.size >= CACHE_LIMIT) this.valuesCache.clear();
-      found = this.upload("shape values", dtype, ARRAYS[dtype] === BigInt64Array ? BigInt64Array.from(values, BigInt) : ARRAYS[dtype].from(values));
+      found = this.upload("shape values", value.dtype, value.data);
       this.valuesCache.set(key, found);
     }
     return found;
@@ -586,7 +588,17 @@ class _Gpu {
     return pending.map((p) => p.tensor);
   }
 
-  /** Record the forward's next dispatches in a new encoder (after a `sync`). */
+  /** Submit what is recorded and download `buffers` ([buffer, dtype, shape]) for a kernel the page
+   * computes itself (host.js); `resume` records on after it. */
+  async host(buffers) {
+    this.compute.end();
+    const pending = buffers.map(([b, dtype, shape]) => this.read(b, dtype, shape));
+    await this.done();
+    this.stats.host_kernels = (this.stats.host_kernels ?? 0) + 1;
+    return pending.map((p) => p.tensor);
+  }
+
+  /** Record the forward's next dispatches in a new encoder (after a `sync` or a `host`). */
   resume() {
     this.device.pushErrorScope("validation");  // a refused shader or binding: a DeviceError, never zeros
     this.scoped = true;
@@ -866,6 +878,39 @@ function _p_softmax(shapes, kind, axes) {
   const block = _row_block(shapes[0], axes);
   if (block[1] === 0) block[0] = 0;
   return [block, block[0]];
+}
+
+/** `shape` read as (outer, extent, inner) around `axis`: [outer * inner, extent, inner]. */
+function _lines(shape, axis) {
+  const rank = shape.length;
+  axis = rank ? _mod(axis, rank) : 0;
+  const outer = _prod(shape.slice(0, axis));
+  const inner = _prod(shape.slice(axis + 1));
+  return [outer * inner, rank ? shape[axis] : 1, Math.max(inner, 1)];
+}
+
+function _p_cumsum(shapes, axis, exclusive, reverse) {
+  let [lines, extent, inner] = _lines(shapes[0], axis);
+  if (extent === 0) lines = 0;
+  return [[lines, extent, inner, exclusive ? 1 : 0, reverse ? 1 : 0], Math.floor((lines + 63) / 64)];
+}
+
+function _p_gather_elements(shapes, axis) {
+  const data = shapes[0];
+  const indices = shapes[1];
+  axis = _mod(axis, data.length);
+  const count = _prod(indices);
+  return [[count, axis, data[axis], ...indices, ..._row_major(data)], Math.floor((count + 63) / 64)];
+}
+
+function _p_gather_nd(shapes, batchDims) {
+  const [data, indices] = shapes;
+  const k = indices[indices.length - 1];
+  const b = batchDims;
+  const inner = _prod(data.slice(b + k));
+  const tuples = _prod(indices.slice(b, -1));
+  const total = _prod(data.slice(0, b)) * tuples * inner;
+  return [[total, Math.max(inner, 1), Math.max(tuples, 1), ...data.slice(b, b + k)], Math.floor((total + 63) / 64)];
 }
 
 function _p_reduce(shapes, kind, axes, keepdims) {

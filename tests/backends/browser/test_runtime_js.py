@@ -93,6 +93,18 @@ def _draw(name: str, r: random.Random) -> tuple[list[object], dict[str, object]]
             "axis": r.randint(-rank, rank - 1),
             "reduction": r.choice(["none", "add"]),
         }
+    if name == "_p_gather_elements":
+        data = _shape(r, rank, 1)
+        return [(data, tuple(r.randint(0, e) for e in data), ())], {"axis": r.randint(-rank, rank - 1)}
+    if name == "_p_gather_nd":
+        data = _shape(r, rank)
+        batch_dims = r.randint(0, rank - 1)
+        k = r.randint(1, rank - batch_dims)
+        indices = (*data[:batch_dims], *_shape(r, r.randint(0, 2)), k)
+        return [(data, indices, ())], {"batch_dims": batch_dims}
+    if name == "_p_cumsum":
+        return [(_shape(r, rank), ())], {"axis": r.randint(-rank, rank - 1), "exclusive": r.choice([0, 1]),
+                                          "reverse": r.choice([0, 1])}  # fmt: skip
     if name == "_p_normalize":
         shape = _shape(r, rank, 1)
         axes = tuple(sorted(r.sample(range(rank), r.randint(1, rank))))
