@@ -4,8 +4,9 @@ The browser module runs the plan the WGSL module's printer made (the same input 
 same buffers, the same dispatches with the same parameters), so rather than plan again, its printer
 translates the Python `forward` the WGSL printer wrote.  That function is Loam's own output in a
 small, closed vocabulary (`_env` bindings, `_check_input`/`_owe`/`derived_extent`, `g.write`,
-`g.dispatch(SHADER, buffers, *_p_NAME(...))`, `g.read`, `if`/`else` over a condition), and each form
-has one JavaScript spelling here; anything else stops the build naming what the browser target does
+`g.dispatch(SHADER, buffers, *_p_NAME(...))`, `g.read`, `if`/`else` over a condition; with host
+fallback, `g.host` downloads and the numpy kernels `HOST_KERNELS` lists, which host.js defines), and
+each form has one JavaScript spelling here; anything else stops the build naming what the browser target does
 not run yet, so a module is never printed with a statement it would get wrong.
 
 Python's integer semantics are kept where they differ: `//` and `%` floor (`_fdiv`, `_mod`), tuples
@@ -23,6 +24,7 @@ from collections.abc import Callable, Sequence
 
 from loam.backends.wgsl_kernel_printer import kernel_pieces
 from loam.core.errors import UnsupportedError
+from loam.runtime import kernels as library
 from loam.runtime import prologue
 
 # The runtime functions forward may call, each by its Python piece (whose parameters order a call's
@@ -30,7 +32,8 @@ from loam.runtime import prologue
 PORTED = (
     "_check_input", "_read_back", "_check_spelled", "_owe", "_room", "derived_extent",
     "_row_major", "_p_tile_program", "_p_zip", "_p_copy", "_p_permute", "_p_slice", "_p_place", "_p_range",
-    "_p_gather", "_p_conv", "_p_pool", "_p_softmax", "_p_reduce", "_p_matmul", "_p_matmul_packed",
+    "_p_gather", "_p_gather_elements",
+    "_p_gather_nd", "_p_cumsum", "_p_conv", "_p_pool", "_p_softmax", "_p_reduce", "_p_matmul", "_p_matmul_packed",
     "_p_gather_packed", "_p_trilu", "_p_scatter_nd", "_p_conv_transpose", "_p_scatter_elements", "_p_normalize",
     "_p_pad", "_p_recurrent", "_p_rnn", "_p_gru", "_p_lstm",
 )  # fmt: skip
@@ -43,6 +46,23 @@ RESERVED = frozenset(
     "with yield arguments eval undefined NaN Infinity".split()
 )
 
+# The numpy kernels the page computes itself (`--host-fallback`: backends/browser/host.js defines each
+# under the same name), with the values each keyword may take there (None: any).  A host kernel not
+# listed, or a keyword value outside its set, stops the build naming it.
+HOST_KERNELS: dict[str, dict[str, frozenset[object] | None]] = {
+    "kernel_nonzero": {},
+    "kernel_range_of": {},
+    "kernel_reduce": {"kind": frozenset({"sum", "prod", "mean", "max", "min"}), "axes": None, "keepdims": None},
+    "kernel_random": {
+        "dist": frozenset({"normal", "uniform", "bernoulli"}),
+        "a": None,
+        "b": None,
+        "shape": None,
+        "seed": None,
+        "to": frozenset({"float32", "float16", "int64", "int32", "bool"}),
+    },
+}
+
 NUMPY_DTYPES = {
     "float32": "float32", "float16": "float16", "int64": "int64", "int32": "int32", "int16": "int16",
     "int8": "int8", "uint8": "uint8", "uint16": "uint16", "bool_": "bool",
@@ -52,11 +72,11 @@ SAFE = 2**53
 
 
 def parameters() -> dict[str, list[str]]:
-    """Each ported runtime function's Python parameters, in order."""
-    pieces: dict[str, Callable[..., object]] = {**prologue.PIECES, **kernel_pieces()}
+    """Each ported runtime function's and host kernel's Python parameters, in order."""
+    pieces: dict[str, Callable[..., object]] = {**prologue.PIECES, **kernel_pieces(), **library.PIECES}
     return {
         name: [p.name for p in inspect.signature(pieces[name]).parameters.values() if p.kind is not p.VAR_POSITIONAL]
-        for name in PORTED
+        for name in (*PORTED, *HOST_KERNELS)
     }
 
 
@@ -86,7 +106,13 @@ class ForwardTranslator:
         args = [ident(a.arg) for a in fn.args.args]
         body = fn.body[1:] if _is_docstring(fn.body[0]) else fn.body
         lines = self.block(body, 1)
-        declared = sorted(self.locals - set(args))
+        declared = sorted(self.locals - set(args) - {ident(a.arg) for a in fn.args.kwonlyargs})
+        if fn.args.kwonlyargs:  # keyword-only parameters (`seed`): one options object, last
+            if any(d is None or not isinstance(d, ast.Constant) for d in fn.args.kw_defaults):
+                raise self.fail(fn.args, "a keyword-only parameter without a constant default")
+            pairs = zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True)
+            named = [f"{ident(a.arg)} = {self.expr(d)}" for a, d in pairs]  # type: ignore[arg-type]  # checked above
+            args.append("{ " + ", ".join(named) + " } = {}")
         head = [f"  let {', '.join(declared)};"] if declared else []
         doc = (ast.get_docstring(fn) or "").splitlines()
         comment = "/**\n * " + "\n * ".join(comment_safe(line) for line in doc) + "\n */\n"
@@ -181,6 +207,8 @@ class ForwardTranslator:
             return "(" + op.join(self.expr(v) for v in e.values) + ")"
         if isinstance(e, ast.Compare) and len(e.ops) == 1:
             return self.compare(e.left, e.ops[0], e.comparators[0])
+        if isinstance(e, ast.IfExp):
+            return f"({self.expr(e.test)} ? {self.expr(e.body)} : {self.expr(e.orelse)})"
         if isinstance(e, ast.Call):
             return self.call(e)
         if isinstance(e, ast.GeneratorExp) and len(e.generators) == 1 and not e.generators[0].ifs:
@@ -236,6 +264,8 @@ class ForwardTranslator:
 
     def compare(self, left: ast.expr, op: ast.cmpop, right: ast.expr) -> str:
         text = ast.unparse(left)
+        if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value is None:
+            return f"({self.expr(left)} {'==' if isinstance(op, ast.Is) else '!='} null)"  # null or undefined
         if isinstance(op, ast.Is) and text.endswith(".__class__") and ast.unparse(right) == "np.ndarray":
             assert isinstance(left, ast.Attribute)
             return f"_isTensor({self.expr(left.value)})"
@@ -265,8 +295,30 @@ class ForwardTranslator:
             return f"{self.expr(e.args[0])}.resident({self.expr(e.args[1])})"
         if func.startswith("g."):
             return self.gpu_call(e, func[2:])
+        if func in HOST_KERNELS:
+            return self.host_call(e, func)
         if func in self.params:
             return f"{func}({', '.join(self.arguments(e, func))})"
+        # Extents computed on the host: `np.array([...], dtype=np.int64).reshape(SHAPE)`, a `g.values` buffer.
+        if (
+            isinstance(e.func, ast.Attribute) and e.func.attr == "reshape" and len(e.args) == 1
+            and isinstance(made := e.func.value, ast.Call) and ast.unparse(made.func) == "np.array"
+            and len(made.args) == 1 and [k.arg for k in made.keywords] == ["dtype"]
+        ):  # fmt: skip
+            dtype = self.dtype(made.keywords[0].value)
+            return f"tensor({dtype}, {self.expr(made.args[0])}, {self.expr(e.args[0])})"
+        if func == "np.random.default_rng" and len(e.args) == 1 and not e.keywords:
+            return f"new _Rng({self.expr(e.args[0])})"
+        # A host kernel's cast: `x.astype(np.int64)`, `np.asarray(x, dtype='int64')`.
+        if isinstance(e.func, ast.Attribute) and e.func.attr == "astype" and len(e.args) == 1 and not e.keywords:
+            return f"_astype({self.expr(e.func.value)}, {self.dtype(e.args[0])})"
+        if func == "np.asarray" and len(e.args) == 1 and [k.arg for k in e.keywords] == ["dtype"]:
+            return f"_astype({self.expr(e.args[0])}, {self.dtype(e.keywords[0].value)})"
+        if func.startswith("kernel_"):
+            raise UnsupportedError(
+                f"the browser target has no JavaScript form of the host kernel {func} yet (`{ast.unparse(e)[:120]}`); "
+                "build with --backend wgsl --host-fallback to run this model through wgpu"
+            )
         if func.startswith("_p_"):
             raise UnsupportedError(
                 f"the browser target has no JavaScript form of the kernel parameters {func} yet "
@@ -286,12 +338,32 @@ class ForwardTranslator:
             args[at] = self.expr(kw.value)
         return ["undefined" if a is None else a for a in args]
 
+    def host_call(self, e: ast.Call, func: str) -> str:
+        """A numpy kernel the page computes (host.js), once each keyword it is given is one it computes."""
+        allowed = HOST_KERNELS[func]
+        for kw in e.keywords:
+            if kw.arg not in allowed:
+                raise self.fail(e, f"keyword {kw.arg} of the host kernel {func}")
+            values = allowed[kw.arg]
+            if values is not None and not (isinstance(kw.value, ast.Constant) and kw.value.value in values):
+                computed = ", ".join(sorted(map(str, values)))
+                raise self.fail(e, f"{func} with {kw.arg}={ast.unparse(kw.value)} (the page computes {computed})")
+        return f"{func}({', '.join(self.arguments(e, func))})"
+
+    def dtype(self, e: ast.expr) -> str:
+        """A dtype argument (`np.int64`, `'int64'`) as its numpy name, one a host tensor can hold."""
+        if isinstance(e, ast.Constant) and e.value in NUMPY_DTYPES.values():
+            return json.dumps(e.value)
+        if isinstance(e, ast.Attribute) and ast.unparse(e.value) == "np" and e.attr in NUMPY_DTYPES:
+            return json.dumps(NUMPY_DTYPES[e.attr])
+        raise self.fail(e, "this dtype")
+
     def gpu_call(self, e: ast.Call, method: str) -> str:
         args = ", ".join(self.expr(a) for a in e.args)
-        if method in ("write", "begin", "end", "dispatch", "copy", "late", "pool", "read", "resume"):
+        if method in ("write", "begin", "end", "dispatch", "copy", "late", "pool", "read", "resume", "values"):
             return f"g.{method}({args})"
-        if method == "sync":  # the one that waits: the device's values come down
-            return f"(await g.sync({args}))"
+        if method in ("sync", "host"):  # the ones that wait: the device's values come down
+            return f"(await g.{method}({args}))"
         raise self.fail(e, f"the device call g.{method}")
 
 

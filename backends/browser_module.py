@@ -6,7 +6,9 @@ same buffer plan) and spells it for a page:
 - `DIR/model.js`: the axis markers, `INPUTS`/`OUTPUTS`, the shaders, `Weights.load(source)` and
   `async forward(weights, ...inputs)`, translated statement by statement from the WGSL module's
   Python `forward` (`browser_js`), then the runtime (`browser/runtime.js`: the checks, the kernels'
-  parameter functions, the device).  It imports nothing.
+  parameter functions, the device) and, for a build with --host-fallback whose module computes
+  kernels on the host, `browser/host.js` (those kernels in JavaScript, on the page's CPU).  It
+  imports nothing.
 - `DIR/weights/`: the tensors forward uploads, in their device form (a weight the checkpoint stores
   in Q4_0, Q4_1 or Q8_0 as its blocks, byte for byte), as safetensors shards of at most 16 MiB (a
   larger tensor is split along its first axis into `NAME#0`, `NAME#1`, ...) and `manifest.json`
@@ -31,7 +33,7 @@ import numpy as np
 
 from loam.backends.browser_js import comment_safe, translate_forward
 from loam.backends.browser_weights import Resident, write_weights
-from loam.core.errors import CheckpointError, UnsupportedError
+from loam.core.errors import CheckpointError
 
 
 class _Recorder:
@@ -81,13 +83,13 @@ def runtime_source() -> str:
     return resources.files("loam.backends").joinpath("browser/runtime.js").read_text(encoding="utf-8")
 
 
+def host_source() -> str:
+    """The kernels a page computes on its CPU (`--host-fallback`), which a module carries when it uses them."""
+    return resources.files("loam.backends").joinpath("browser/host.js").read_text(encoding="utf-8")
+
+
 def browser_source(wgsl_source: str, module: ModuleType, resident: Sequence[Resident], model: str) -> str:
     """model.js for the WGSL module `module` (printed as `wgsl_source`) and its uploads `resident`."""
-    if "g.host(" in wgsl_source:
-        raise UnsupportedError(
-            "the browser target computes every kernel on the device; this model has kernels the WGSL module "
-            "runs on the host (see the build report)"
-        )
     outputs = list(module.OUTPUTS)
     forward = translate_forward(wgsl_source, outputs)
     inputs = [[name, dtype, list(extents)] for name, dtype, extents in module.INPUTS]
@@ -123,6 +125,7 @@ def browser_source(wgsl_source: str, module: ModuleType, resident: Sequence[Resi
         "  return await _GPU;\n}\n",
         "// " + "-" * 98 + "\n// What forward calls: Loam's browser runtime, copied in\n// " + "-" * 98 + "\n",
         runtime_source(),
+        *([host_source()] if "g.host(" in wgsl_source else []),
     ]
     return "\n".join(p.rstrip("\n") + "\n" for p in parts)
 

@@ -55,7 +55,7 @@ PAGE = b"<!doctype html><meta charset=utf-8><title>loam browser-run</title><body
 
 # Runs in the page: import the module, load its weights, call forward, return the outputs.
 RUN = """
-const [modelUrl, weightsUrl, given, repeat] = arguments;
+const [modelUrl, weightsUrl, given, repeat, options] = arguments;
 const done = arguments[arguments.length - 1];
 const ARRAYS = {float32: Float32Array, int64: BigInt64Array, int32: Int32Array, int16: Int16Array,
   int8: Int8Array, uint8: Uint8Array, uint16: Uint16Array, bool: Uint8Array, float16: Uint16Array};
@@ -77,7 +77,7 @@ function encode(t) {
   const ms = [];
   for (let k = 0; k < repeat; k++) {
     const start = performance.now();
-    out = await m.forward(weights, ...inputs);
+    out = await (options === null ? m.forward(weights, ...inputs) : m.forward(weights, ...inputs, options));
     ms.push(performance.now() - start);
   }
   const named = m.OUTPUTS.length === 1 ? {[m.OUTPUTS[0]]: out} : out;
@@ -280,14 +280,15 @@ class Browser:
         module: str = "model.js",
         weights: str = "weights/",
         repeat: int = 1,
+        options: Mapping[str, object] | None = None,
     ) -> tuple[dict[str, np.ndarray], float]:
         """Run the module at `module` (a path under the folder) on `inputs`, `repeat` times: its outputs
         by ONNX name, and forward's time in the page (ms): the first call's (its shaders compiled, its
-        weights uploaded), or with `repeat` > 1 the median of the later calls.  A module error raises
-        `ModuleError`."""
+        weights uploaded), or with `repeat` > 1 the median of the later calls.  `options` is forward's
+        last argument where given (`{"seed": 7}`).  A module error raises `ModuleError`."""
         given = list(inputs.values()) if isinstance(inputs, Mapping) else list(inputs)
         encoded = [_encode(a) for a in given]
-        result = self.script(RUN, self.base + module, self.base + weights, encoded, max(1, repeat))
+        result = self.script(RUN, self.base + module, self.base + weights, encoded, max(1, repeat), options)
         if not isinstance(result, dict):
             raise BrowserError(f"the page gave back {result!r}")
         if not result.get("ok"):
@@ -313,11 +314,16 @@ def _decode(t: dict[str, Any]) -> np.ndarray:
     return np.frombuffer(raw, dtype=dtype).reshape(t["shape"]).astype(dtype.newbyteorder("="))
 
 
-def browser_run(folder: Path, inputs_npz: Path, output: Path, chromium: str | None = None) -> tuple[list[str], float]:
-    """`loam browser-run`: forward once on the arrays of `inputs_npz` (by input name); writes the
-    outputs by output name to `output`; the names written and forward's time in the page (ms)."""
+def browser_run(
+    folder: Path, inputs_npz: Path, output: Path, chromium: str | None = None, seed: int | None = None
+) -> tuple[list[str], float]:
+    """`loam browser-run`: forward once on the arrays of `inputs_npz` (by input name), its draws seeded
+    by `seed` where given; writes the outputs by output name to `output`; the names written and
+    forward's time in the page (ms)."""
     if not (folder / "model.js").is_file():
         raise UsageError(f"{folder} holds no model.js: give the folder `loam build --target browser -o` wrote")
+    if seed is not None and "{ seed = null } = {}) {" not in (folder / "model.js").read_text(encoding="utf-8"):
+        raise UsageError(f"--seed {seed}: {folder}/model.js draws no random numbers, so its forward takes no seed")
     with np.load(inputs_npz, allow_pickle=False) as npz:
         given = {name: npz[name] for name in npz.files}
     names = _input_names(folder / "model.js")
@@ -330,7 +336,7 @@ def browser_run(folder: Path, inputs_npz: Path, output: Path, chromium: str | No
     if extra:
         raise UsageError(f"{inputs_npz}: array(s) {', '.join(extra)} name no input of the module ({', '.join(names)})")
     with Browser(folder, chromium) as browser:
-        outputs, ms = browser.forward([given[n] for n in names])
+        outputs, ms = browser.forward([given[n] for n in names], options=None if seed is None else {"seed": seed})
     tmp = output.with_name(output.name + f".{os.getpid()}.tmp.npz")
     np.savez(tmp, **outputs)  # type: ignore[arg-type]  # numpy's stub reads the arrays as perhaps allow_pickle
     tmp.replace(output)

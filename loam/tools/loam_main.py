@@ -157,6 +157,10 @@ Browser: --target browser -o DIR builds the WGSL module and writes it for a page
 (`await Weights.load(new URL('./weights/', import.meta.url))`, `await forward(weights, ...inputs)` on
 Tensor(dtype, typedArray, shape) values; ShapeError and LoadError name the input or tensor and the
 axis) and DIR/weights/ (the tensors forward uploads, checked against the checkpoint at build time).
+With --host-fallback the page computes the kernels that have no WGSL form yet on its own CPU, in
+JavaScript (NonZero, Range, an i64 reduction or cast, a random draw: what the WGSL module computes
+in numpy; another is refused naming it); forward then takes a last options object ({seed}) where the
+model draws random numbers, and a seed repeats the page's draws (not numpy's).
 `loam browser-run DIR --inputs IN.npz -o OUT.npz` runs it once in headless Chromium.  With --grad,
 forward takes the upstream gradients grad.O after the inputs and returns grad.W after the outputs.
 
@@ -286,7 +290,8 @@ def build_parser() -> CliParser:
     build.add_argument(
         "--host-fallback",
         action="store_true",
-        help="with --backend wgsl: compute kernels that have no WGSL form on the host instead of refusing them",
+        help="with --backend wgsl: compute kernels that have no WGSL form on the host (numpy) instead of refusing "
+        "them; with --target browser: on the page's CPU (JavaScript), for the kernels the browser runtime has",
     )
     build.add_argument(
         "--device-limits",
@@ -364,6 +369,13 @@ def build_parser() -> CliParser:
     )
     browser_run.add_argument(
         "--chromium", metavar="PATH", help="the Chromium executable (default: chromium on PATH; chromedriver beside it)"
+    )
+    browser_run.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="seed the page's random draws (a module built with --host-fallback whose model draws: forward's "
+        "{seed}); the same N repeats them",
     )
     browser_run.add_argument(
         "--debug", action="store_true", help="show the Python traceback of an error instead of one line"
@@ -666,8 +678,6 @@ def _build_browser(args: argparse.Namespace, fuse: str | None, options: Options)
     """`loam build --target browser -o DIR`: the WGSL module written as DIR/model.js and DIR/weights/."""
     if args.output == "-":
         raise UsageError("--target browser writes a folder: give -o DIR")
-    if args.host_fallback:
-        raise UsageError("--target browser computes every kernel on the device; it takes no --host-fallback")
     model, output = _checked_paths(args, options)
     assert output is not None
     if output.exists() and not output.is_dir():
@@ -679,8 +689,9 @@ def _build_browser(args: argparse.Namespace, fuse: str | None, options: Options)
     from loam.driver.pipeline import build
 
     result = build(
-        model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=_progress, fuse=fuse, backend="wgsl"
-    )
+        model, checkpoints=(), options=options, dump_ir=args.dump_ir, progress=_progress, fuse=fuse, backend="wgsl",
+        host_fallback=args.host_fallback,
+    )  # fmt: skip
     if args.report is not None and result.fusion is not None:
         from loam.passes.fuse import write_report
 
@@ -750,7 +761,7 @@ def _browser_run(args: argparse.Namespace) -> None:
     if not args.output.parent.is_dir():
         raise UsageError(f"-o {args.output}: folder '{args.output.parent}' does not exist")
     _progress(f"running {args.folder / 'model.js'} in headless Chromium")
-    names, ms = browser_run(args.folder, args.inputs, args.output, args.chromium)
+    names, ms = browser_run(args.folder, args.inputs, args.output, args.chromium, args.seed)
     print(f"{PROG}: forward took {ms:.1f} ms in the page; wrote {', '.join(names)} to {args.output}", file=sys.stderr)
 
 

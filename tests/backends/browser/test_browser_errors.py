@@ -134,6 +134,9 @@ def test_loam_build_target_browser_then_browser_run_give_the_numpy_modules_outpu
     assert refused.returncode == 1
     assert "ShapeError: input 'x' axis 1 (In) must be 8, got 7" in refused.stderr
     assert not (tmp_path / "o.npz").exists()
+    unseeded = loam("browser-run", str(folder), "--inputs", str(tmp_path / "in.npz"), "-o", str(tmp_path / "s.npz"),
+                    "--seed", "3")  # fmt: skip
+    assert unseeded.returncode == 2 and "draws no random numbers" in unseeded.stderr
     np.savez(tmp_path / "named.npz", z=x)
     misnamed = loam("browser-run", str(folder), "--inputs", str(tmp_path / "named.npz"), "-o", str(tmp_path / "o.npz"))
     assert misnamed.returncode != 0 and "no array for input(s) x" in misnamed.stderr

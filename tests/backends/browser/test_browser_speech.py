@@ -10,7 +10,9 @@ LSTM's state the page returned fed to the next call, and every call is held to o
 on the same file, carrying its own state, within the real exports' tolerance.  A chunk the file fixes
 otherwise (an 8 kHz chunk where it fixes 576 samples) is the page's ShapeError naming `input`.
 
-The Piper voice is listed too: a strict xfail while its build is refused.
+The Piper voice speaks its short sentence in the page as onnxruntime does: its page module is built with
+host fallback, so the page computes NonZero, Range, the i64 sums and cast and the draws itself
+(backends/browser/host.js), and each length they give sizes the device buffers after them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from loam.backends.browser_module import write_browser_module
-from loam.core.errors import UnsupportedError
 from loam.testing import forward_inputs
 from loam.tools.browser_run import Browser, ModuleError
 from tests.models.real_exports import exports, piper, silero_vad
@@ -32,11 +33,6 @@ WHEEL = (
     "silero_vad_openvino_16k",
 )  # fmt: skip
 """Every .onnx file of the silero-vad 6.2.3 wheel."""
-
-PIPER_REFUSAL = "node '/dp/RandomNormalLike'"
-"""What the refusal of the Piper voice's WGSL build names: today the operator Loam does not compile; once
-it lowers to kernel.random, the WGSL backend's missing kernel for it (the page computes every kernel on
-the device)."""
 
 
 def page_module(served: Path, export: exports.Export) -> list[str]:
@@ -86,14 +82,11 @@ def test_silero_vad_in_the_page_matches_onnxruntime_chunk_by_chunk(
     run_in_the_page(browser, served, export, run)
 
 
-@pytest.mark.xfail(strict=True, raises=UnsupportedError, reason=f"the WGSL build is refused at {PIPER_REFUSAL}")
 def test_the_piper_voice_speaks_a_sentence_in_the_page_as_onnxruntime_does(browser: Browser, served: Path) -> None:
     """One sentence, noise scales 0 (so onnxruntime's waveform repeats), through the voice's page module."""
     exports.require_installed(piper.PACKAGE, bool(piper.exports()))
     (export,) = piper.exports()
     run = next(r for r in export.runs if r.label == "sentence-short")
-    try:
-        run_in_the_page(browser, served, export, run)
-    except UnsupportedError as err:  # only the listed refusal is the expected failure
-        assert PIPER_REFUSAL in str(err), exports.first_line(err)
-        raise
+    run_in_the_page(browser, served, export, run)
+    model = (served / "speech" / export.name / "model.js").read_text(encoding="utf-8")
+    assert "function kernel_nonzero(" in model and model.count("await g.host(") == sum(piper.HOST_NODES.values())

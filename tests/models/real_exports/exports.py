@@ -99,6 +99,9 @@ class Export:
     runs: tuple[Run, ...]
     rtol: float = RTOL
     atol: float = ATOL
+    host_fallback: bool = False
+    """Its WGSL build (and its page) computes the kernels that have no device form yet on the host,
+    as `loam build --backend wgsl --host-fallback` does; the build report lists them."""
 
     def case_id(self, run: Run) -> str:
         return f"{self.name}/{run.label}"
@@ -127,7 +130,8 @@ _BUILDS: dict[tuple[str, str], BuildResult | BaseException] = {}
 def built(export: Export, backend: str = "numpy") -> BuildResult:
     """`export` built once per process and backend, as a user builds it: the layout `loam layout` drafts,
     unedited, then `loam build` with it (the WGSL module fused for dispatch, as the conformance cases
-    are).  A refusal is kept too, so every run of the export sees the same one without building again."""
+    are, and with --host-fallback where the export asks for it).  A refusal is kept too, so every run
+    of the export sees the same one without building again."""
     key = (export.name, backend)
     if key not in _BUILDS:
         for other in [k for k in _BUILDS if k[0] != export.name]:
@@ -136,7 +140,8 @@ def built(export: Export, backend: str = "numpy") -> BuildResult:
             model = model_of(export)
             options = draft_layout(model).options()
             fuse = "dispatch" if backend == "wgsl" else "memory"
-            _BUILDS[key] = build(model, options=options, fuse=fuse, backend=backend)
+            host = export.host_fallback and backend == "wgsl"
+            _BUILDS[key] = build(model, options=options, fuse=fuse, backend=backend, host_fallback=host)
         except Exception as err:  # kept, and raised again for each run
             _BUILDS[key] = err
     found = _BUILDS[key]
@@ -251,10 +256,22 @@ class Outcome:
     """The first line of what stopped the case ('' where it passed)."""
     wgsl_refusal: str = ""
     """The first line of the WGSL build's refusal ('' where it builds or was not tried)."""
+    wgsl_host: tuple[str, ...] = ()
+    """The nodes its WGSL build computes on the host (`host_fallback` exports), as the report lists them."""
 
     @property
     def passed(self) -> bool:
         return not self.stopped_by
+
+
+def host_counts(listed: Sequence[str]) -> dict[str, int]:
+    """A WGSL build's host nodes as its report lists them (`/dp/flows.7/NonZero_1 (reason)`), counted by
+    operator (the node name's last part without its `_N`)."""
+    found: dict[str, int] = {}
+    for line in listed:
+        op = re.sub(r"_\d+$", "", line.split(" ", 1)[0].rsplit("/", 1)[-1])
+        found[op] = found.get(op, 0) + 1
+    return found
 
 
 def refusal(export: Export, backend: str) -> str:
@@ -274,7 +291,10 @@ def outcome(export: Export, run: Run, wgsl: bool = True) -> Outcome:
         error, stopped = None, first_line(err)
     on_device = refusal(export, "wgsl") if wgsl else ""
     numpy_builds = not refusal(export, "numpy")
-    return Outcome(export, run, numpy_builds, None if not wgsl else not on_device, error, stopped, on_device)
+    host: tuple[str, ...] = ()
+    if wgsl and not on_device and (fusion := built(export, "wgsl").fusion) is not None and fusion.device is not None:
+        host = fusion.device.host
+    return Outcome(export, run, numpy_builds, None if not wgsl else not on_device, error, stopped, on_device, host)
 
 
 def expectations() -> dict[str, str]:

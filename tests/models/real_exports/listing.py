@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from tests.models.real_exports.exports import EXPECTATIONS, Outcome, all_exports, expectations, outcome
+from tests.models.real_exports.exports import EXPECTATIONS, Outcome, all_exports, expectations, host_counts, outcome
 
 
 def run_all(wgsl: bool = True, pattern: str = "") -> list[Outcome]:
@@ -45,6 +45,13 @@ def built_cell(flag: bool | None) -> str:
     return "-" if flag is None else ("yes" if flag else "no")
 
 
+def host_cell(nodes: Sequence[str]) -> str:
+    """The host nodes of a WGSL build, counted by operator: `20 nodes on the host (NonZero ×12, Range ×2)`."""
+    counts = sorted(host_counts(nodes).items(), key=lambda kv: (-kv[1], kv[0]))
+    each = ", ".join(f"{op} ×{n}" for op, n in counts)
+    return f"{len(nodes)} nodes on the host ({each})"
+
+
 def quoted(text: str) -> str:
     return "`" + text.replace("|", "\\|").replace("`", "'") + "`"
 
@@ -64,6 +71,8 @@ def table(results: Sequence[Outcome]) -> list[str]:
             detail = quoted(r.stopped_by)
         if r.numpy_builds and r.wgsl_refusal:
             detail += f"; WGSL: {quoted(r.wgsl_refusal)}"
+        if r.wgsl_host:
+            detail += f"; WGSL (--host-fallback): {host_cell(r.wgsl_host)}"
         built = f"{built_cell(r.numpy_builds)} / {built_cell(r.wgsl_builds)}"
         lines.append(
             f"| {r.export.name}.onnx | {r.export.family} | {r.run.label} | {built} | {r.run.extents} "

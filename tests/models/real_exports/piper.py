@@ -9,6 +9,10 @@ lengths run through one build.
 
 The model draws noise (RandomNormalLike) and scales it by noise_scale and noise_w: with both 0 the
 noise contributes nothing, so onnxruntime is deterministic and the waveforms compare.
+
+On WGSL (and in the page) the voice builds with host fallback: NonZero, Range over run-time values,
+the i64 ReduceSums and Cast and the two draws have no device form yet, and are computed on the host
+(`HOST_NODES`), each length they give sizing the device buffers after them.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ SENTENCES = {
     "long": "ðɪs ɪz ɐ lˈɑːŋɡɚ sˈɛntəns, spˈoʊkən æt ɐnˈʌðɚ lˈɛŋθ.",
 }
 LENGTH_SCALE = 1.0
+HOST_NODES = {"NonZero": 12, "Range": 2, "RandomNormalLike": 2, "ReduceSum": 3, "Cast": 1}
+"""The nodes the WGSL build computes on the host, by operator, and how many of each: every NonZero,
+Range and draw, and the i64 sums and cast the device's i32 could wrap."""
 
 
 def phoneme_ids(phonemes: str, id_map: dict[str, list[int]]) -> list[int]:
@@ -68,4 +75,5 @@ def exports() -> tuple[Export, ...]:
         )
         for label, text in SENTENCES.items()
     )
-    return (Export(path.stem, "piper", functools.partial(onnx.load, str(path)), runs, atol=ATOL),)
+    load = functools.partial(onnx.load, str(path))
+    return (Export(path.stem, "piper", load, runs, atol=ATOL, host_fallback=True),)
