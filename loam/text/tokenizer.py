@@ -216,6 +216,13 @@ class Tokenizer:
         with self._engine_panics():
             return engine.encode(text, add_special_tokens=add_special_tokens).ids
 
+    def encode_pair(self, text: str, pair: str) -> tuple[list[int], list[int]]:
+        """The ids of the pair (`text`, `pair`) as the tokenizer's pair template frames it (a BERT tokenizer's
+        `[CLS] text [SEP] pair [SEP]`), and each id's token type (0 for the first part, 1 for the second)."""
+        with self._engine_panics():
+            encoded = self.engine.encode(text, pair, add_special_tokens=True)
+        return encoded.ids, encoded.type_ids
+
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
         """The text of `ids`; bytes that do not form UTF-8 become U+FFFD."""
         checked = self._checked(ids)
