@@ -8,7 +8,6 @@ text is encoded.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from typing import TYPE_CHECKING, Any
 
@@ -18,9 +17,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from loam.serve import flags
-from loam.serve.finite import EmbeddingInput, FiniteRequest, FiniteWorker
-from loam.serve.scheduler import Event, ServeError
-from loam.serve.web import error_response, event_sink, read_fields, tokenizer_flags, watch_disconnect
+from loam.serve.finite import EmbeddingInput, FiniteWorker
+from loam.serve.scheduler import ServeError
+from loam.serve.web import finite_results, read_fields, tokenizer_flags
 
 if TYPE_CHECKING:
     from loam.serve.server import Server
@@ -51,26 +50,8 @@ class EmbeddingRoutes:
         if encoding not in ("float", "base64"):
             raise ServeError(f"'encoding_format' must be float or base64, got {encoding!r}", param="encoding_format")
         flags_ = tokenizer_flags(fields, flags.ADD_SPECIAL_TOKENS)
-        items = _embedding_inputs(fields.body.get("input"), flags_)
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
-        prepared: list[FiniteRequest] = [
-            worker.prepare(item, event_sink(loop, events, index)) for index, item in enumerate(items)
-        ]
-        for finite_request in prepared:
-            worker.submit(finite_request)
-        watcher = asyncio.create_task(watch_disconnect(request, worker, prepared))
-        results: dict[int, Event] = {}
-        try:
-            while len(results) < len(prepared):
-                index, event = await events.get()
-                if event.kind == "error":
-                    for r in prepared:
-                        worker.cancel(r)
-                    return error_response(event.text, event.status if event.status != 499 else 400, items[index].param)
-                results[index] = event
-        finally:
-            watcher.cancel()
+        items = embedding_inputs(fields.body.get("input"), flags_)
+        results, prepared = await finite_results(request, worker, items)
         data = []
         for index in range(len(prepared)):
             vector = np.asarray(results[index].value, dtype=np.float32)
@@ -83,7 +64,7 @@ class EmbeddingRoutes:
                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})  # fmt: skip
 
 
-def _embedding_inputs(raw: object, flags_: int) -> list[EmbeddingInput]:
+def embedding_inputs(raw: object, flags_: int) -> list[EmbeddingInput]:
     """OpenAI's `input`: a string, an array of strings, an array of token ids, or an array of arrays of them."""
 
     def ids(value: list[object], where: str) -> tuple[int, ...]:

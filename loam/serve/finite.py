@@ -144,19 +144,32 @@ class EmbeddingControl:
         inputs = self.pack(state, ranges, data)
         return self.batch(state, inputs, list(range(len(inputs))))
 
-    def batch(self, state: EmbeddingState, inputs: list[np.ndarray], row_of: list[int]) -> Batch:
-        """The stage's inputs with request i's ids in physical row `row_of[i]`, and the plan that says so."""
+    def batch(
+        self,
+        state: EmbeddingState,
+        inputs: list[np.ndarray],
+        row_of: list[int],
+        types: Sequence[np.ndarray] | None = None,
+    ) -> Batch:
+        """The stage's inputs with request i's ids (and its token types, where `types` gives them; else 0) in
+        physical row `row_of[i]`, and the plan that says so (each request's spans from `spans`)."""
         longest = max(len(ids) for ids in inputs)
         feeds = {
             "input_ids": np.full((len(inputs), longest), state.pad, state.dtypes["input_ids"]),
             "attention_mask": np.zeros((len(inputs), longest), state.dtypes.get("attention_mask", np.int64)),
             "token_type_ids": np.zeros((len(inputs), longest), state.dtypes.get("token_type_ids", np.int64)),
         }
-        for ids, row in zip(inputs, row_of, strict=True):
+        for i, (ids, row) in enumerate(zip(inputs, row_of, strict=True)):
             feeds["input_ids"][row, : len(ids)] = ids
             feeds["attention_mask"][row, : len(ids)] = 1
-        plan = ResultPlan(0, tuple((RowSpan(row, 0, -1),) for row in row_of))
+            if types is not None:
+                feeds["token_type_ids"][row, : len(ids)] = types[i]
+        plan = ResultPlan(0, tuple(self.spans(state, row, len(ids)) for ids, row in zip(inputs, row_of, strict=True)))
         return Batch(state.stage, tuple(feeds[name] for name in state.order), plan)
+
+    def spans(self, state: EmbeddingState, row: int, length: int) -> tuple[RowSpan, ...]:
+        """The output a request of `length` ids in physical row `row` owns: here the whole row (one pooled vector)."""
+        return (RowSpan(row, 0, -1),)
 
 
 @dataclass(eq=False)

@@ -5,7 +5,8 @@ between the event loop and a model's worker.
 read: a wrong one is a 400 naming it.  `error_body` and `error_response` are OpenAI's error shape;
 `guarded` wraps an endpoint so that any failure is one JSON error, never a traceback.  A request's
 events reach the event loop through `event_sink` (the worker thread hands each to the loop), and
-`watch_disconnect` cancels a request whose client went away.
+`watch_disconnect` cancels a request whose client went away; `finite_results` runs a request's finite items
+and waits for them all.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 
 from loam.core.errors import LoamError
 from loam.serve import flags
+from loam.serve.finite import EmbeddingInput, FiniteRequest, FiniteWorker
 from loam.serve.scheduler import Event, Request, ServeError, Worker
 
 Endpoint = Callable[[HttpRequest], Awaitable[Response]]
@@ -190,3 +192,31 @@ def event_sink(
         loop.call_soon_threadsafe(events.put_nowait, (index, event))
 
     return sink
+
+
+async def finite_results(
+    http: HttpRequest, worker: FiniteWorker, items: Sequence[EmbeddingInput]
+) -> tuple[list[Event], list[FiniteRequest]]:
+    """Run `items` on `worker` as finite requests (framed on this thread: a refusal is the caller's 4xx) and wait
+    for each one's result: their `done` events and the requests, in item order.  The first to fail cancels the
+    others and is raised, naming its item's field; a client that goes away cancels them all."""
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
+    prepared = [worker.prepare(item, event_sink(loop, events, index)) for index, item in enumerate(items)]
+    for finite_request in prepared:
+        worker.submit(finite_request)
+    watcher = asyncio.create_task(watch_disconnect(http, worker, prepared))
+    results: dict[int, Event] = {}
+    try:
+        while len(results) < len(prepared):
+            index, event = await events.get()
+            if event.kind == "error":
+                for r in prepared:
+                    worker.cancel(r)
+                status = event.status if event.status != 499 else 400
+                kind = "invalid_request_error" if status < 500 else "internal_error"  # as error_body says
+                raise ServeError(event.text, status=status, param=items[index].param, kind=kind)
+            results[index] = event
+    finally:
+        watcher.cancel()
+    return [results[index] for index in range(len(prepared))], prepared
