@@ -9,7 +9,8 @@ shape):
   package by a server-local folder under a `--package-root`.
 
 and each role's own (`loam.serve.roles.ROLES`' `routes`): the text role's completions, chat completions
-and sessions (`loam.serve.text_http`), the embedding role's embeddings (`loam.serve.embedding_http`).
+and sessions (`loam.serve.text_http`), the embedding role's embeddings (`loam.serve.embedding_http`), the
+sequence role's score, rerank and pooling (`loam.serve.sequence_http`).
 
 Every refusal is a 4xx JSON error `{"error": {"message", "type", "param", "code"}}` naming the field;
 anything else is a 500 with a one-line message, never a traceback (`loam.serve.web.guarded`).  Work runs

@@ -45,6 +45,7 @@ class Metrics:
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
         )  # fmt: skip
         self.requests = Counter("loam_requests", "Finished requests by outcome", ["model", "outcome"], registry=r)
+        self.scored_pairs = Counter("loam_scored_pairs", "Pairs scored (score, rerank)", ["model"], registry=r)
         self.kv_blocks_used = Gauge("loam_kv_blocks_used", "KV blocks held by requests", ["model"], registry=r)
         self.kv_blocks_cached = Gauge(
             "loam_kv_blocks_cached", "KV blocks retained for prefix reuse", ["model"], registry=r
@@ -71,6 +72,7 @@ class ModelMetrics:
         self._name = name
         self.kv_used = metrics.kv_blocks_used.labels(name)
         self.kv_cached = metrics.kv_blocks_cached.labels(name)
+        self._scored = metrics.scored_pairs.labels(name)
         self._lock = threading.Lock()
         self._recent: deque[tuple[float, int, int]] = deque()
 
@@ -86,6 +88,9 @@ class ModelMetrics:
             span = max(now - self._recent[0][0], 1.0)
             self._prompt_rate.set(sum(p for _, p, _ in self._recent) / span)
             self._generation_rate.set(sum(g for _, _, g in self._recent) / span)
+
+    def scored(self, pairs: int) -> None:
+        self._scored.inc(pairs)
 
     def finished(self, outcome: str) -> None:
         self._requests.labels(self._name, outcome).inc()

@@ -2,7 +2,8 @@
 
 A package is a folder holding `model.json` and the files it names.  `model.json` says which contract
 the model serves (`role`, one of `loam.serve.roles.ROLES`: `text` for a decoder whose conversations are
-retained rows of KV state, `embedding` for a finite encoder), its numerical stages (each a graph Loam
+retained rows of KV state, `embedding` for a finite encoder, `sequence` for an encoder over supplied ids
+that publishes a pair's score or its hidden rows), its numerical stages (each a graph Loam
 builds, with build options), its checkpoint sources, its tokenizer and its capacities:
 
     {
@@ -20,10 +21,10 @@ A source is an ordered shard list: one path or a list of paths, each a safetenso
 Face `*.index.json`, or a GGUF file.  Several stages may read one source; declaring a source reads no
 payload.  Paths resolve from the package folder.  A stage takes `graph`, `source`, `options` and
 `packed`, and the keys its role's `PackageSchema` adds (an embedding stage's `pooling`, `normalize` and
-`output`).  `control` optionally names a Python file in the package whose `CONTROL` object replaces
-the role's built-in control (see `loam.serve.finite` and `loam.serve.text`): it is code the operator
-trusts, never something a client sends.  What a read spec and a registered package hold is
-`loam.serve.spec`'s.
+`output`; a sequence stage's `publish`, `activation` and `output`).  `control` optionally names a Python
+file in the package whose `CONTROL` object replaces the role's built-in control (see `loam.serve.finite`
+and `loam.serve.text`): it is code the operator trusts, never something a client sends.  What a read spec
+and a registered package hold is `loam.serve.spec`'s.
 
 A folder as onnxruntime-genai's model builder writes it (`model.onnx`, `model.onnx.data`,
 `genai_config.json`, the tokenizer's files) and without a `model.json` is a package too: `genai_package`
@@ -90,6 +91,9 @@ __all__ = [
 ]
 
 POOLINGS = ("mean", "cls", "none")
+PUBLISHES = ("score", "rows")
+"""What a sequence stage's request publishes: a cross-encoder's score of a pair, or the encoder's rows."""
+ACTIVATIONS = ("sigmoid", "none")
 _KEYS = ("name", "role", "sources", "stages", "tokenizer", "control", "capacities", "description")
 _STAGE_KEYS = ("graph", "source", "options", "packed")
 """The keys of every stage; a role's `PackageSchema` names those it reads besides."""
@@ -221,7 +225,15 @@ def _stage(
     output = entry.get("output")
     if output is not None and (not isinstance(output, str) or not output):
         raise fail(f"{key}.output", f"must be an output name, got {output!r}")
-    return StageSpec(name, graph, source, options, packed, pooling, normalize, output)
+    publish = entry.get("publish")
+    if publish is not None and publish not in PUBLISHES:
+        raise fail(f"{key}.publish", f"must be one of {', '.join(PUBLISHES)}, got {publish!r}")
+    activation = entry.get("activation")
+    if activation is not None and activation not in ACTIVATIONS:
+        raise fail(f"{key}.activation", f"must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+    if activation is not None and publish != "score":
+        raise fail(f"{key}.activation", "applies to a score: the stage's 'publish' must be \"score\"")
+    return StageSpec(name, graph, source, options, packed, pooling, normalize, output, publish, activation)
 
 
 def _capacities(raw: object, fail: Callable[[str, str], PackageError]) -> Capacities:
@@ -256,6 +268,8 @@ def open_package(
         progress(f"{spec.name}: building stage {stage_spec.name} from {stage_spec.graph.name}")
         flags: dict[str, object] = {"backend": "numpy", "pooling": stage_spec.pooling,
                                     "normalize": stage_spec.normalize, "output": stage_spec.output}  # fmt: skip
+        if stage_spec.activation not in (None, "none"):  # absent from the key of every stage without one
+            flags["activation"] = stage_spec.activation
         if stage_spec.draft:  # the layout is the draft of the graph and its genai config: both are the key
             from loam.driver.genai import config_digest
 
@@ -314,7 +328,8 @@ def _build_stage(stage: StageSpec, progress: Callable[[str], None]) -> CachedBui
 
     model: Path | onnx.ModelProto = stage.graph
     options = stage.options
-    if stage.pooling is not None or stage.output is not None:
+    activated = stage.activation not in (None, "none")
+    if stage.pooling is not None or stage.output is not None or activated:
         from loam.serve.pooling import pooled_model
 
         key = f"stages.{stage.name}"
@@ -330,6 +345,10 @@ def _build_stage(stage: StageSpec, progress: Callable[[str], None]) -> CachedBui
                 )
             options = dataclasses.replace(options, outputs=None)
         model = pooled_model(stage.graph, stage.pooling or "none", stage.normalize, output, key=f"{key}.output")
+        if activated:
+            from loam.serve.activation import activated_model
+
+            model = activated_model(model, stage.activation or "none", stage.graph)
     if stage.draft:
         from loam.driver.draft import draft_layout
 

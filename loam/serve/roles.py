@@ -17,6 +17,8 @@ A package's `model.json` names its `role`, and `ROLES[role]` says everything the
                                                                   decode steps over a KV pool)    completions, sessions
     embedding   the same, and pooling,          EmbeddingControl  FiniteWorker (finite requests)  embeddings
                 normalize, output
+    sequence    the same, and publish,          SequenceControl   SequenceWorker (finite          score, rerank,
+                activation, output                                requests over supplied ids)     pooling
 
 Adding a role (audio, images, decisions, known-token stages) is one entry here plus its modules: the
 role's module (`loam.serve.text` and `loam.serve.finite` are the two to read) defines its control
@@ -35,10 +37,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from loam.serve import embedding_http, text_http
+from loam.serve import embedding_http, sequence_http, text_http
 from loam.serve.finite import EmbeddingControl, serve_finite
 from loam.serve.metrics import ModelMetrics
 from loam.serve.scheduler import Worker
+from loam.serve.sequence import SequenceControl, serve_sequence
 from loam.serve.spec import Control, Package, PackageSchema
 from loam.serve.text import TextControl, serve_text
 
@@ -69,6 +72,13 @@ ROLES: dict[str, Role] = {
             EmbeddingControl,
             serve_finite,
             embedding_http.routes,
+        ),
+        Role(
+            "sequence",
+            PackageSchema(stage_keys=("publish", "activation", "output")),
+            SequenceControl,
+            serve_sequence,
+            sequence_http.routes,
         ),
     )
 }

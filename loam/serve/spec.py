@@ -33,7 +33,8 @@ class PackageError(LoamError):
 @dataclass(frozen=True)
 class PackageSchema:
     """What a role reads of `model.json` beyond the keys every package has: the stage keys it takes besides
-    `graph`, `source`, `options` and `packed` (an embedding stage's `pooling`, `normalize` and `output`)."""
+    `graph`, `source`, `options` and `packed` (an embedding stage's `pooling`, `normalize` and `output`, a
+    sequence stage's `publish`, `activation` and `output`)."""
 
     stage_keys: tuple[str, ...] = ()
 
@@ -82,6 +83,8 @@ class StageSpec:
     pooling: str | None = None  # embedding stages: appended to the graph (see loam.serve.pooling)
     normalize: bool = False
     output: str | None = None
+    publish: str | None = None  # sequence stages: what each request publishes (see loam.serve.sequence)
+    activation: str | None = None  # a score's activation, appended to the graph (loam.serve.activation)
     draft: bool = False  # the layout is drafted at build time (an onnxruntime-genai folder's decoder)
 
 

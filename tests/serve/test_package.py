@@ -144,4 +144,4 @@ def test_a_warm_restart_compiles_nothing(
 def test_the_committed_packages_read(tmp_path: Path) -> None:
     for folder in sorted(PACKAGES.iterdir()):
         spec = read_package(folder)
-        assert spec.role in ("text", "embedding") and spec.description
+        assert spec.role in ("text", "embedding", "sequence") and spec.description
