@@ -477,7 +477,8 @@ def build_parser() -> CliParser:
         description="Serve the model packages in PACKAGE_DIR... (each a folder with a model.json, or an "
         "onnxruntime-genai folder as its model builder wrote it; see the README's Serving section) over HTTP: "
         "/v1/models, /v1/completions, /v1/chat/completions (with Server-Sent Events "
-        "streaming), /v1/embeddings, /health and Prometheus /metrics. Each package is built through the build "
+        "streaming), /v1/embeddings, /v1/score, /v1/rerank and /pooling (a sequence package: a cross-encoder's "
+        "scores, an encoder's rows), /health and Prometheus /metrics. Each package is built through the build "
         "cache, its checkpoints opened once and every header checked before the server accepts a request. "
         "Requests of one model run in cohorts, oldest first, on the model's own worker thread.",
     )
