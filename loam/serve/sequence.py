@@ -85,9 +85,12 @@ class SequenceControl(EmbeddingControl):
         if publish is None:
             raise PackageError(f"{where}: key '{key}.publish' is missing: a sequence stage publishes score or rows")
         base = super().prepare(package)
-        graph = read_onnx(stage.spec.graph)
-        chosen = stage.spec.output or graph.graph.output[0].name
-        dims = next(o for o in graph.graph.output if o.name == chosen).type.tensor_type.shape.dim
+        # The stage's output as the graph declares it (`output` and an activation keep the output's name).
+        declared = {o.name: o for o in read_onnx(stage.spec.graph).graph.output}
+        chosen = stage.outputs[0] if stage.outputs else stage.spec.output or next(iter(declared))
+        if chosen not in declared:
+            raise PackageError(f"{where}: key '{key}.output' names {chosen!r}, which is not one of the graph's outputs")
+        dims = declared[chosen].type.tensor_type.shape.dim
         last = dims[-1].dim_value if dims and dims[-1].HasField("dim_value") else None
         if publish == "score":
             if len(dims) != 2 or last != 1:

@@ -18,13 +18,16 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import onnx
+import onnx.checker
 import onnxruntime as ort
 import pytest
 import tokenizers
-from onnx import parser
+from onnx import TensorProto, helper, numpy_helper, parser
 from onnx.external_data_helper import load_external_data_for_model
 
 from loam.core.errors import LoamError
+from loam.serve.activation import activated_model
 from loam.serve.cli import Listener
 from loam.serve.finite import FiniteWorker, embed
 from loam.serve.sequence import PairInput
@@ -104,7 +107,7 @@ def test_rerank_orders_the_documents_as_onnxruntimes_scores_sort_them(http: http
     want = oracle([(QUERY, d) for d in DOCUMENTS])
     order = sorted(range(len(DOCUMENTS)), key=lambda i: -want[i])
     assert all(abs(want[a] - want[b]) > 1e-4 for a, b in itertools.pairwise(order))  # no near ties
-    for path in ("/v1/rerank", "/rerank"):
+    for path in ("/v1/rerank", "/rerank", "/v2/rerank"):
         reply = http.post(path, json={"model": SCORER, "query": QUERY, "documents": DOCUMENTS})
         assert reply.status_code == 200, reply.text
         data = reply.json()
@@ -259,3 +262,27 @@ def test_activation_none_scores_the_logit(tmp_path_factory: pytest.TempPathFacto
         assert isinstance(worker, FiniteWorker)
         got = [embed(worker, [PairInput(text=QUERY, pair=d)])[0][0] for d in DOCUMENTS[:3]]
     np.testing.assert_allclose(got, logits([(QUERY, d) for d in DOCUMENTS[:3]]), atol=1e-5)
+
+
+def test_the_appended_sigmoid_keeps_the_outputs_name_and_collides_with_nothing(tmp_path: Path) -> None:
+    """A graph whose own names start with the activation's prefix, and whose output another node also reads."""
+    taken = "loam_activation/logits"
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], [taken], name="loam_activation/sigmoid"),
+        helper.make_node("Neg", [taken], ["score"], name="head"),
+        helper.make_node("Identity", ["score"], ["also"], name="reader"),
+    ]
+    graph = helper.make_graph(
+        nodes, "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3])],
+        [helper.make_tensor_value_info("score", TensorProto.FLOAT, ["b", 1])],
+        initializer=[numpy_helper.from_array(np.array([[1.0], [-2.0], [0.5]], np.float32), "w")],
+    )  # fmt: skip
+    model = activated_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), "sigmoid", tmp_path)
+    onnx.checker.check_model(model, full_check=True)  # every value defined once
+    assert [o.name for o in model.graph.output] == ["score"]
+    assert model.graph.node[-1].op_type == "Sigmoid" and model.graph.node[-1].name == "loam_activation_2/sigmoid"
+    x = np.array([[1.0, 2.0, 3.0], [-1.0, 0.0, 4.0]], np.float32)
+    (got,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got, 1.0 / (1.0 + np.exp(x @ np.array([[1.0], [-2.0], [0.5]]))), rtol=1e-6)
+    with pytest.raises(LoamError, match="activation 'tanh' is not one of sigmoid, none"):
+        activated_model(model, "tanh", tmp_path)
