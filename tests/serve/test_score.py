@@ -238,12 +238,15 @@ def cross_stage(**keys: object) -> dict[str, object]:
         ({"publish": "score", "activation": "softmax"}, "key 'stages.encoder.activation' must be one of sigmoid, none"),
         ({"publish": "rows", "activation": "sigmoid"}, "key 'stages.encoder.activation' applies to a score"),
         ({"publish": "rows"}, "'stages.encoder.publish' is rows: output 'logits' must be [batch, sequence, hidden]"),
+        ({"publish": "score", "tokenizer": None}, "key 'tokenizer': a score frames text pairs"),
     ],
 )  # fmt: skip
 def test_a_package_the_role_cannot_serve_is_refused_naming_the_key(
     tmp_path_factory: pytest.TempPathFactory, keys: dict[str, object], words: str
 ) -> None:
-    folder = package_copy(tmp_path_factory, "tiny_cross_encoder", stages=cross_stage(**keys))
+    stage = {k: v for k, v in keys.items() if k != "tokenizer"}
+    changes = {"tokenizer": keys["tokenizer"]} if "tokenizer" in keys else {}
+    folder = package_copy(tmp_path_factory, "tiny_cross_encoder", stages=cross_stage(**stage), **changes)
     server = Server()
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("LOAM_CACHE_DIR", str(tmp_path_factory.mktemp("refused-cache")))
