@@ -42,6 +42,7 @@ from loam.serve.kv import KvPool, KvSequence, PoolExhausted
 from loam.serve.metrics import ModelMetrics
 from loam.serve.sampling import Sampler, SamplingParams, StopMatcher
 from loam.serve.scheduler import Event, Request, ServeError, Worker
+from loam.serve.scoring import TokenScore, log_softmax, score
 from loam.serve.spec import (
     Capacities,
     Control,
@@ -87,9 +88,12 @@ class DecoderStage:
         """Rows with equal tags can share a call: any rows when positions are an input, else equal pasts."""
         return "ragged" if self.ragged else f"past={seq.length}"
 
-    def run(self, pool: KvPool, rows: list[tuple[KvSequence, list[int]]]) -> list[np.ndarray]:
+    def run(
+        self, pool: KvPool, rows: list[tuple[KvSequence, list[int]]], every: frozenset[int] = frozenset()
+    ) -> list[np.ndarray]:
         """Read each row's span after its past; append the spans' KV to the rows' blocks; return each row's
-        logits at its last new position (float32 [vocab]).
+        logits at its last new position (float32 [vocab]), or at every new position for the rows whose
+        index is in `every` (float32 [span, vocab]: a scoring row's known tokens are scored from them).
 
         One call pads every row to the longest span and the longest past.  Where decode steps share the
         cohort with prompt spans and that padding would more than double the tokens computed (four streams
@@ -104,20 +108,25 @@ class DecoderStage:
             called = {
                 i: row
                 for group in (decode, spans)
-                for i, row in zip(group, self._call(pool, [rows[i] for i in group]), strict=True)
+                for i, row in zip(
+                    group,
+                    self._call(pool, [rows[i] for i in group], {group.index(i) for i in every if i in group}),
+                    strict=True,
+                )
             }
             results = [called[i] for i in range(len(rows))]
         else:
-            results = self._call(pool, rows)
+            results = self._call(pool, rows, set(every))
         for (seq, span), (_, values) in zip(rows, results, strict=True):
             pool.append(seq, span, values)
         return [logits for logits, _ in results]
 
     def _call(
-        self, pool: KvPool, rows: list[tuple[KvSequence, list[int]]]
+        self, pool: KvPool, rows: list[tuple[KvSequence, list[int]]], every: set[int]
     ) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
-        """One call of the module over `rows`: each row's logits at its last new position and the KV of its new
-        positions (copies: the call's outputs are views of a DecodeState the next call reuses)."""
+        """One call of the module over `rows`: each row's logits at its last new position (at every new position
+        for the rows in `every`) and the KV of its new positions (copies: the call's outputs are views of a
+        DecodeState the next call reuses)."""
         count = len(rows)
         longest = max(len(span) for _, span in rows)
         past = max(seq.length for seq, _ in rows)
@@ -144,7 +153,7 @@ class DecoderStage:
         logits = np.asarray(outputs[self.logits_index])
         return [
             (
-                logits[r, len(span) - 1].astype(np.float32),
+                np.array(logits[r, : len(span)] if r in every else logits[r, len(span) - 1], np.float32),
                 {
                     name: np.array(np.asarray(outputs[i])[r, :, past : past + len(span)])
                     for name, i in self.present_index.items()
@@ -253,6 +262,22 @@ class TextRequest(Request):
     retired: bool = False  # its state is released (or settled in its session)
     sampler: Sampler | None = None
     matcher: StopMatcher | None = None
+    # Known-token scoring (`loam.serve.scoring`).  `logprobs`: alternatives reported with each generated token's
+    # score (None: no scores).  `targets`: the tokens the logits at each position of `prompt` score (a prompt's
+    # own tokens after the first; a continuation's after its first); None: the prompt is read unscored.  Such a
+    # request reads its whole prompt (no cached prefix: the positions a cache skips have no logits).
+    logprobs: int | None = None
+    targets: list[int] | None = None
+    prompt_top: int = 0  # alternatives reported with each prompt token's score
+    prompt_scores: list[TokenScore] = field(default_factory=list)
+    scores: list[TokenScore] = field(default_factory=list)  # generated tokens' scores not yet delivered
+    # Multiple choice: each continuation's log-probability after the prompt, read as a branch (a child request
+    # on a fork of the prompt's blocks, `parent` set) in one cohort; the reply is their distribution.
+    continuations: list[list[int]] = field(default_factory=list)
+    branches: list[TextRequest] = field(default_factory=list)
+    continuation_logprobs: list[float] = field(default_factory=list)
+    parent: TextRequest | None = None
+    branch: int = 0  # a branch's index among its parent's continuations
 
 
 class TextWorker(Worker):
@@ -334,7 +359,9 @@ class TextWorker(Worker):
         held = len(request.session.tokens) if request.session is not None else 0
         if not request.prompt and not (request.session is not None and request.session.pending):
             raise ServeError("the prompt is empty: give at least one token", param="prompt")
-        total = held + len(request.prompt)
+        if request.session is not None and (request.targets is not None or request.continuations):
+            raise ServeError("a request on a session cannot score its prompt or choices", param="session")
+        total = held + len(request.prompt) + max((len(c) for c in request.continuations), default=0)
         context = self.capacities.context_tokens
         if total >= context:
             raise ServeError(
@@ -375,6 +402,9 @@ class TextWorker(Worker):
             request.pending = [*request.session.pending, *request.prompt]
             request.session.pending = []
             request.cached = request.seq.length
+        elif request.targets is not None:  # scored from its first token: every position's logits are wanted
+            request.seq = self.pool.new_sequence()
+            request.pending = list(request.prompt)
         else:
             request.seq = self.pool.match_prefix(request.prompt)
             request.pending = request.prompt[request.seq.length :]
@@ -393,6 +423,8 @@ class TextWorker(Worker):
             assert isinstance(request, TextRequest)
             if len(rows) >= self.capacities.resident_requests or units == 0:
                 break
+            if request.branches:  # its continuations are being read as branches of their own
+                continue
             if request.seq is None and not self._admit(request):
                 continue
             assert request.seq is not None
@@ -425,7 +457,8 @@ class TextWorker(Worker):
         for request, span in rows:
             assert request.seq is not None  # admitted before it joined the cohort
             cohort.append((request.seq, span))
-        return self.stage.run(self.pool, cohort)
+        scoring = frozenset(i for i, (r, _) in enumerate(rows) if r.targets is not None and not r.generated)
+        return self.stage.run(self.pool, cohort, scoring)
 
     def _collect(self, rows: Sequence[tuple[TextRequest, list[int]]], logits: list[np.ndarray]) -> None:
         self.cohorts += 1
@@ -437,17 +470,64 @@ class TextWorker(Worker):
         prompt_tokens = generated = cached = 0
         for (request, span), row_logits in zip(rows, logits, strict=True):
             reading_prompt = not request.generated
+            if request.targets is not None and reading_prompt:  # logits at every position of the span
+                self._score_span(request, len(request.prompt) - len(request.pending), row_logits)
+                row_logits = row_logits[-1]
             request.pending = request.pending[len(span) :]
             if reading_prompt:
                 prompt_tokens += len(span)
-            if request.pending or request.cancelled:  # more prompt to read, or collected only to be released
+            if request.pending or request.cancelled or request.finished:  # more to read, or only to be released
+                continue
+            if request.parent is not None:
+                self._branch_read(request)
                 continue
             if reading_prompt:
                 cached += request.cached
-            generated += 1
-            self._advance(request, row_logits)
+            if request.continuations:
+                self._branch(request, row_logits)
+            elif reading_prompt and request.params.max_tokens == 0:  # the prompt scored, nothing generated
+                self._finish(request, "length")
+            else:
+                generated += 1
+                self._advance(request, row_logits)
         self.metrics.tokens(prompt_tokens, generated, cached)
         self._gauge_pool()
+
+    def _score_span(self, request: TextRequest, read: int, logits: np.ndarray) -> None:
+        """Score the known tokens that the logits of a span starting at prompt position `read` predict."""
+        assert request.targets is not None
+        for k, position in enumerate(logits):
+            if read + k < len(request.targets):
+                request.prompt_scores.append(score(position, request.targets[read + k], request.prompt_top))
+
+    def _branch(self, request: TextRequest, logits: np.ndarray) -> None:
+        """The prompt of a multiple-choice request is read: `logits` score each continuation's first token, and
+        each longer continuation is read as a branch on a fork of the prompt's blocks (the prefix is computed
+        once and never copied), all of them together in the next cohort."""
+        first = log_softmax(logits)
+        request.continuation_logprobs = [float(first[c[0]]) for c in request.continuations]
+        assert request.seq is not None
+        for index, continuation in enumerate(request.continuations):
+            if len(continuation) > 1:
+                branch = TextRequest(
+                    sink=_unheard, prompt=continuation[:-1], params=request.params, seq=self.pool.fork(request.seq),
+                    pending=continuation[:-1], targets=continuation[1:], parent=request, branch=index,
+                )  # fmt: skip
+                request.branches.append(branch)
+                self.waiting.append(branch)
+        if not request.branches:
+            self._finish(request, "stop", {"logprobs": request.continuation_logprobs})
+
+    def _branch_read(self, branch: TextRequest) -> None:
+        """A branch has read its continuation: add its tokens' scores to its parent's, which ends with the last."""
+        parent = branch.parent
+        assert parent is not None
+        parent.continuation_logprobs[branch.branch] += sum(s.logprob for s in branch.prompt_scores)
+        parent.branches.remove(branch)
+        branch.finished = True
+        self.retire(branch)
+        if not parent.branches:
+            self._finish(parent, "stop", {"logprobs": parent.continuation_logprobs})
 
     def _gauge_pool(self) -> None:
         """Set the KV gauges from the pool: after each cohort, and whenever blocks go back outside one (a request
@@ -460,6 +540,8 @@ class TextWorker(Worker):
         """Sample `request`'s next token from `logits`, deliver it, and decide whether the request ends."""
         assert request.sampler is not None and request.matcher is not None and request.seq is not None
         token = request.sampler.pick(logits)
+        if request.logprobs is not None:
+            request.scores.append(score(logits, token, request.logprobs))
         now = time.monotonic()
         if request.first_token_at is None:
             request.first_token_at = now
@@ -469,13 +551,15 @@ class TextWorker(Worker):
         reason: str | None = None
         if token in request.eos and not params.ignore_eos:
             reason = "stop"
+            if request.logprobs is not None:
+                request.scores.pop()  # the token that ends the reply shows no text, so it has no entry
         else:
             piece = request.decode.step(token) if request.decode is not None else ""
             shown = request.matcher.feed(piece)
             if request.matcher.stopped:
                 reason = "stop"
             if shown or request.decode is None:
-                request.deliver(Event("token", text=shown, token=token))
+                request.deliver(Event("token", text=shown, token=token, value=_delivered(request)))
         if reason is None and len(request.generated) >= params.max_tokens:
             reason = "length"
         if reason is None and request.seq.length + 1 >= self.capacities.context_tokens:
@@ -485,24 +569,29 @@ class TextWorker(Worker):
             if request.decode is not None and not request.matcher.stopped:
                 rest = request.matcher.feed(request.decode.finish())
                 rest += request.matcher.flush()
-                if rest:
-                    request.deliver(Event("token", text=rest, token=-1))
+                if rest or request.scores:
+                    request.deliver(Event("token", text=rest, token=-1, value=_delivered(request)))
             self._finish(request, reason)
 
-    def _finish(self, request: TextRequest, reason: str) -> None:
+    def _finish(self, request: TextRequest, reason: str, value: object = None) -> None:
+        """End `request`: its usage, and `value` (default: the generated ids) with the done event."""
+        prompt = len(request.prompt) + sum(len(c) for c in request.continuations)
         usage: dict[str, object] = {
-            "prompt_tokens": len(request.prompt),
+            "prompt_tokens": prompt,
             "completion_tokens": len(request.generated),
-            "total_tokens": len(request.prompt) + len(request.generated),
+            "total_tokens": prompt + len(request.generated),
             "prompt_tokens_details": {"cached_tokens": request.cached},
         }
         request.done = True
         self.retire(request)  # before the reply: a client's next call sees the session (and the pool) settled
-        request.deliver(Event("done", finish_reason=reason, usage=usage, value=list(request.generated)))
+        done = list(request.generated) if value is None else value
+        request.deliver(Event("done", finish_reason=reason, usage=usage, value=done))
         self.metrics.finished(reason)
 
     def _fail_row(self, row: tuple[TextRequest, list[int]], status: int, message: str) -> None:
-        self._fail(row[0], message, status)
+        request = row[0].parent or row[0]  # a branch's failure is its parent's
+        if not request.finished:
+            self._fail(request, message, status)
 
     def _fail(self, request: TextRequest, message: str, status: int) -> None:
         self.retire(request)
@@ -514,6 +603,10 @@ class TextWorker(Worker):
         if request.retired:
             return
         request.retired = True
+        for branch in request.branches:  # a multiple-choice request that ended early takes its branches with it
+            branch.finished = True
+            self.retire(branch)
+        request.branches = []
         session = request.session
         if session is not None:
             # A request that ended keeps what it read and the token it sampled last, for the next request on the
@@ -529,6 +622,19 @@ class TextWorker(Worker):
             self.pool.release(request.seq)
         request.seq = None
         self._gauge_pool()
+
+
+def _unheard(event: Event) -> None:
+    """A branch's sink: its parent speaks for it."""
+
+
+def _delivered(request: TextRequest) -> list[TokenScore] | None:
+    """The scores of `request`'s tokens not delivered yet, taken for the event that delivers them (None: the
+    request asked for none)."""
+    if request.logprobs is None:
+        return None
+    scores, request.scores = request.scores, []
+    return scores
 
 
 def serve_text(package: Package, control: Control, metrics: ModelMetrics) -> TextWorker:
