@@ -14,7 +14,7 @@ role's own contract extending it (`loam.serve.finite.FiniteControl`, `loam.serve
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -146,6 +146,7 @@ class PackageTokenizer(Protocol):
 
     def encode(self, text: str, add_special_tokens: bool = True, special_token_matching: bool = True) -> list[int]: ...
     def encode_chat(self, messages: Sequence[Mapping[str, object]]) -> list[int]: ...
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str: ...
     def decode_stream(self, skip_special_tokens: bool = False) -> TextStream: ...
 
 

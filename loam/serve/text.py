@@ -110,19 +110,19 @@ class DecoderStage:
                 for group in (decode, spans)
                 for i, row in zip(
                     group,
-                    self._call(pool, [rows[i] for i in group], {group.index(i) for i in every if i in group}),
+                    self._call(pool, [rows[i] for i in group], frozenset(group.index(i) for i in every if i in group)),
                     strict=True,
                 )
             }
             results = [called[i] for i in range(len(rows))]
         else:
-            results = self._call(pool, rows, set(every))
+            results = self._call(pool, rows, every)
         for (seq, span), (_, values) in zip(rows, results, strict=True):
             pool.append(seq, span, values)
         return [logits for logits, _ in results]
 
     def _call(
-        self, pool: KvPool, rows: list[tuple[KvSequence, list[int]]], every: set[int]
+        self, pool: KvPool, rows: list[tuple[KvSequence, list[int]]], every: frozenset[int] = frozenset()
     ) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
         """One call of the module over `rows`: each row's logits at its last new position (at every new position
         for the rows in `every`) and the KV of its new positions (copies: the call's outputs are views of a

@@ -10,6 +10,12 @@
 Loam's request fields beside OpenAI's: `tokenizer_flags` (`loam.serve.flags`), `add_special_tokens`,
 `skip_special_tokens`, `ignore_eos`, `return_token_ids` (each choice gets its `token_ids`, as vLLM's
 field does) and `session`.  The prompt's ids come from the model's control (`GenerationControl`).
+
+Scores of known tokens (`loam.serve.scoring`) on `/v1/completions`: `logprobs` (0 to `MAX_LOGPROBS`
+alternatives per generated token, OpenAI's legacy object), `echo` (the prompt's text before the reply,
+and with `logprobs` its tokens' scores; `max_tokens` may then be 0), vLLM's `prompt_logprobs`, and
+`choices` (multiple choice: each continuation's log-probability after the prompt, read on forks of the
+prompt's state; the choice's `text` is the most probable, `choice_scores` the distribution over them).
 """
 
 from __future__ import annotations
@@ -18,16 +24,20 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from loam.core.errors import LoamError
 from loam.serve import flags
 from loam.serve.sampling import SamplingParams
 from loam.serve.scheduler import Event, ServeError
+from loam.serve.scores_json import LegacyLogprobs, prompt_logprobs
+from loam.serve.scoring import MAX_LOGPROBS, distribution
 from loam.serve.text import Session, TextRequest, TextWorker
 from loam.serve.web import (
     Fields,
@@ -41,6 +51,27 @@ from loam.serve.web import (
 
 if TYPE_CHECKING:
     from loam.serve.server import ServedModel, Server
+
+MAX_CHOICES = 16
+"""The most continuations one multiple-choice completion may weigh (each is a row of state while it is read)."""
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """What a completion asks to be scored: `logprobs` and `prompt_logprobs` (alternatives per token, None: no
+    scores), `echo`, and the multiple-choice `choices` with their ids (`continuations`).  `texts` are the prompts'
+    texts, which `echo` puts before each reply."""
+
+    logprobs: int | None = None
+    echo: bool = False
+    prompt_logprobs: int | None = None
+    choices: tuple[str, ...] = ()
+    continuations: tuple[list[int], ...] = ()
+    texts: tuple[str, ...] = ()
+
+    @property
+    def scores_prompt(self) -> bool:
+        return self.prompt_logprobs is not None or (self.echo and self.logprobs is not None)
 
 
 def routes(server: Server, role: str) -> list[Route]:
@@ -120,11 +151,13 @@ class TextRoutes:
     # -- generation ---------------------------------------------------------------------------------------------
 
     def _sampling(
-        self, fields: Fields, max_tokens_name: str, default_max: int, defaults: Mapping[str, float]
-    ) -> SamplingParams:
-        """The request's sampling fields; `defaults` (the package's search defaults) stand in for the API's."""
-        fields.unsupported()
-        max_tokens = fields.integer(max_tokens_name, None, 1)
+        self, fields: Fields, max_tokens_name: str, default_max: int, defaults: Mapping[str, float],
+        scoring: Scoring | None = None,
+    ) -> SamplingParams:  # fmt: skip
+        """The request's sampling fields; `defaults` (the package's search defaults) stand in for the API's.  A
+        completion that echoes its prompt may ask for no tokens (`max_tokens` 0: the prompt and its scores)."""
+        fields.unsupported(("logprobs", "echo") if scoring is not None else ())
+        max_tokens = fields.integer(max_tokens_name, None, 0 if scoring is not None and scoring.echo else 1)
         if max_tokens is None and max_tokens_name == "max_completion_tokens":
             max_tokens = fields.integer("max_tokens", None, 1)
         stop = fields.get("stop", (str, list), ())
@@ -156,8 +189,34 @@ class TextRoutes:
             worker.control.encode(worker.state, p, flags_, "prompt" if len(prompts) == 1 else f"prompt[{i}]")
             for i, p in enumerate(prompts)
         ]
-        params = self._sampling(fields, "max_tokens", 16, served.package.spec.sampling)
-        return await self._generate(request, fields, served, worker, ids, params, flags_, chat=False)
+        scoring = self._scoring(fields, worker, prompts, ids)
+        params = self._sampling(fields, "max_tokens", 16, served.package.spec.sampling, scoring)
+        return await self._generate(request, fields, served, worker, ids, params, flags_, chat=False, scoring=scoring)
+
+    def _scoring(self, fields: Fields, worker: TextWorker, prompts: list[object], ids: list[list[int]]) -> Scoring:
+        """The completion's scoring fields, checked: each a 400 naming it where it is wrong."""
+        logprobs, prompt_top = (_alternatives(fields, name) for name in ("logprobs", "prompt_logprobs"))
+        echo = bool(fields.get("echo", (bool,), False))
+        tokenizer = worker.state.tokenizer
+        texts = tuple(_echo_text(worker, p, i) for p, i in zip(prompts, ids, strict=True)) if echo else ()
+        raw = fields.get("choices", (list,))
+        if raw is None:
+            return Scoring(logprobs, echo, prompt_top, texts=texts)
+        if not 2 <= len(raw) <= MAX_CHOICES or not all(isinstance(c, str) and c for c in raw):
+            raise ServeError(f"'choices' must be an array of 2 to {MAX_CHOICES} non-empty strings", param="choices")
+        given = {"stream": fields.body.get("stream") is True, "n": fields.body.get("n") not in (None, 1), "echo": echo,
+                 "logprobs": logprobs is not None, "prompt_logprobs": prompt_top is not None}  # fmt: skip
+        for name in (name for name, used in given.items() if used):
+            raise ServeError(f"'choices' cannot be used with '{name}'", param="choices")
+        if tokenizer is None:
+            raise ServeError("this model has no tokenizer to read 'choices' with", param="choices")
+        continuations = []
+        for i, choice in enumerate(raw):
+            continuation = tokenizer.encode(choice, add_special_tokens=False)
+            if not continuation:
+                raise ServeError(f"'choices[{i}]' has no tokens", param=f"choices[{i}]")
+            continuations.append(continuation)
+        return Scoring(choices=tuple(raw), continuations=tuple(continuations), texts=texts)
 
     async def chat_completions(self, request: HttpRequest) -> Response:
         fields = await read_fields(request)
@@ -172,8 +231,9 @@ class TextRoutes:
 
     async def _generate(
         self, http: HttpRequest, fields: Fields, served: ServedModel, worker: TextWorker, prompts: list[list[int]],
-        params: SamplingParams, flags_: int, *, chat: bool,
+        params: SamplingParams, flags_: int, *, chat: bool, scoring: Scoring | None = None,
     ) -> Response:  # fmt: skip
+        scoring = scoring or Scoring()
         stream = bool(fields.get("stream", (bool,), False))
         options = fields.get("stream_options", (dict,), {})
         if options and not stream:
@@ -205,7 +265,9 @@ class TextRoutes:
                 text_request = TextRequest(
                     sink=event_sink(loop, events, index), prompt=ids, params=params, eos=worker.state.eos,
                     decode=tokenizer.decode_stream(skip_special_tokens=skip) if tokenizer is not None else None,
-                    session=session,
+                    session=session, logprobs=scoring.logprobs, prompt_top=scoring.prompt_logprobs or 0,
+                    targets=ids[1:] if scoring.scores_prompt else None,
+                    continuations=[list(c) for c in scoring.continuations],
                 )  # fmt: skip
                 worker.submit(text_request)
                 requests.append(text_request)
@@ -219,15 +281,17 @@ class TextRoutes:
             "model": served.name,
         }
         if stream:
-            body = self._stream(http, worker, requests, events, meta, chat, include_usage, return_ids)
+            body = self._stream(http, worker, requests, events, meta, chat, include_usage, return_ids, scoring)
             return StreamingResponse(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        return await self._complete(http, worker, requests, events, meta, chat, return_ids)
+        return await self._complete(http, worker, requests, events, meta, chat, return_ids, scoring)
 
     async def _complete(
         self, http: HttpRequest, worker: TextWorker, requests: list[TextRequest],
         events: asyncio.Queue[tuple[int, Event]], meta: dict[str, Any], chat: bool, return_ids: bool,
+        scoring: Scoring,
     ) -> Response:  # fmt: skip
         texts = ["" for _ in requests]
+        logprobs = [self._legacy(worker, scoring, r, i) for i, r in enumerate(requests)]
         ends: dict[int, Event] = {}
         watcher = asyncio.create_task(watch_disconnect(http, worker, requests))
         try:
@@ -235,6 +299,7 @@ class TextRoutes:
                 index, event = await events.get()
                 if event.kind == "token":
                     texts[index] += event.text
+                    _add_scores(logprobs[index], event)
                     worker.consumed(requests[index], len(event.text.encode("utf-8")))
                 elif event.kind == "error":
                     for r in requests:
@@ -251,7 +316,8 @@ class TextRoutes:
             if chat:
                 choice["message"] = {"role": "assistant", "content": text}
             else:
-                choice["text"] = text
+                choice["text"] = scoring.texts[index] + text if scoring.echo else text
+                choice.update(self._scores(worker, scoring, requests[index], logprobs[index], end))
             if return_ids:
                 choice["token_ids"] = end.value
                 choice["prompt_token_ids"] = requests[index].prompt
@@ -263,9 +329,11 @@ class TextRoutes:
     async def _stream(
         self, http: HttpRequest, worker: TextWorker, requests: list[TextRequest],
         events: asyncio.Queue[tuple[int, Event]], meta: dict[str, Any], chat: bool, include_usage: bool,
-        return_ids: bool,
+        return_ids: bool, scoring: Scoring,
     ) -> AsyncIterator[bytes]:  # fmt: skip
         kind = "chat.completion.chunk" if chat else "text_completion"
+        logprobs = [self._legacy(worker, scoring, r, i) for i, r in enumerate(requests)]
+        started: set[int] = set()
         usages: dict[int, Any] = {}
         watcher = asyncio.create_task(watch_disconnect(http, worker, requests))
 
@@ -289,9 +357,16 @@ class TextRoutes:
                     yield f"data: {json.dumps(first)}\n\n".encode()
             while len(usages) < len(requests):
                 index, event = await events.get()
+                if index not in started and event.kind != "error":
+                    started.add(index)  # the prompt is read: its echo and scores lead the choice's chunks
+                    first = self._scores(worker, scoring, requests[index], logprobs[index], None)
+                    if scoring.echo or first:
+                        yield chunk(index, scoring.texts[index] if scoring.echo else "", None, first)
                 if event.kind == "token":
-                    if event.text:
-                        yield chunk(index, event.text, None)
+                    scored = _add_scores(logprobs[index], event)
+                    if event.text or scored:
+                        extra: dict[str, Any] | None = {"logprobs": logprobs[index].take()} if scored else None
+                        yield chunk(index, event.text, None, extra)
                     # The write above returned: the client (or its socket buffer) took the bytes.
                     worker.consumed(requests[index], len(event.text.encode("utf-8")))
                 elif event.kind == "error":
@@ -313,6 +388,95 @@ class TextRoutes:
             for r in requests:
                 if not r.finished:
                     worker.cancel(r)
+
+    @staticmethod
+    def _legacy(worker: TextWorker, scoring: Scoring, request: TextRequest, index: int) -> LegacyLogprobs:
+        """The choice's legacy `logprobs` object, its offsets after the echoed prompt's text."""
+        legacy = LegacyLogprobs(_token_text(worker))
+        if scoring.echo:
+            legacy.offset = len(scoring.texts[index])
+        return legacy
+
+    @staticmethod
+    def _scores(
+        worker: TextWorker, scoring: Scoring, request: TextRequest, legacy: LegacyLogprobs, end: Event | None
+    ) -> dict[str, Any]:
+        """A completion choice's score fields: `logprobs` (the echoed prompt's tokens first), `prompt_logprobs`,
+        and for multiple choice the chosen text and `choice_scores`.  `end` is None for a stream's first chunk,
+        which carries the prompt's scores (the reply's come with its tokens)."""
+        out: dict[str, Any] = {}
+        if scoring.logprobs is not None and (scoring.echo or end is not None):
+            generated = legacy.take()
+            after = legacy.offset
+            if scoring.echo:
+                legacy.offset = 0
+                legacy.add_prompt(request.prompt, request.prompt_scores)
+                legacy.offset = after  # the reply's tokens start after the prompt's text
+            out["logprobs"] = _joined(legacy.take(), generated)
+        if scoring.prompt_logprobs is not None:
+            out["prompt_logprobs"] = prompt_logprobs(request.prompt, request.prompt_scores, _token_text(worker))
+        if scoring.choices and end is not None and isinstance(end.value, dict):
+            scores = [float(v) for v in end.value["logprobs"]]
+            probabilities = distribution(scores)
+            best = max(range(len(scores)), key=scores.__getitem__)
+            out["text"] = scoring.choices[best]
+            out["choice_scores"] = [
+                {"index": k, "text": text, "logprob": scores[k], "probability": probabilities[k]}
+                for k, text in enumerate(scoring.choices)
+            ]
+        return out
+
+
+def _alternatives(fields: Fields, name: str) -> int | None:
+    """A count of alternatives per token (`logprobs`, `prompt_logprobs`): None, or 0 to MAX_LOGPROBS."""
+    if fields.body.get(name) is False:  # the legacy API's "no scores"
+        return None
+    value = fields.integer(name, None, 0)
+    if value is not None and value > MAX_LOGPROBS:
+        raise ServeError(f"'{name}' must be at most {MAX_LOGPROBS}, got {value}", param=name)
+    return value
+
+
+def _echo_text(worker: TextWorker, prompt: object, ids: list[int]) -> str:
+    """The text `echo` puts before a reply: the prompt as given, or its ids decoded."""
+    if isinstance(prompt, str):
+        return prompt
+    tokenizer = worker.state.tokenizer
+    if tokenizer is None:
+        return ""
+    try:
+        return tokenizer.decode(ids)
+    except LoamError as err:
+        raise ServeError(str(err), param="prompt") from None
+
+
+def _token_text(worker: TextWorker) -> Callable[[int], str]:
+    """A token's text: the tokenizer's decoding of it alone (`token_id:N` where the tokenizer has none)."""
+    tokenizer = worker.state.tokenizer
+
+    def text(token: int) -> str:
+        if tokenizer is not None:
+            try:
+                return tokenizer.decode([token])
+            except LoamError:  # an id the model has and its tokenizer lacks
+                pass
+        return f"token_id:{token}"
+
+    return text
+
+
+def _add_scores(legacy: LegacyLogprobs, event: Event) -> bool:
+    """Add the scores a token event carries to the choice's `logprobs`; whether it carried any."""
+    if not isinstance(event.value, list) or not event.value:
+        return False
+    for scored in event.value:
+        legacy.add(scored.token, scored)
+    return True
+
+
+def _joined(first: dict[str, list[Any]], then: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """Two runs of a legacy `logprobs` object, one after the other."""
+    return {key: [*first[key], *then[key]] for key in first}
 
 
 def _total_usage(usages: list[Any]) -> dict[str, Any]:

@@ -95,9 +95,10 @@ class Fields:
             raise ServeError(f"'{name}' must be at least {low}, got {value}", param=name)
         return value
 
-    def unsupported(self) -> None:
+    def unsupported(self, allowed: tuple[str, ...] = ()) -> None:
+        """Refuse a field Loam does not implement (except those the endpoint reads itself: `allowed`)."""
         for name, neutral in _UNSUPPORTED.items():
-            if name in self.body and self.body[name] not in neutral:
+            if name in self.body and name not in allowed and self.body[name] not in neutral:
                 raise ServeError(f"'{name}' is not supported by this server", param=name)
 
 

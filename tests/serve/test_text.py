@@ -118,7 +118,7 @@ def test_decode_steps_beside_a_long_prompt_span_run_as_their_own_call(worker: Te
     stage = DecoderStage(worker.stage.stage, "the test's own stage")
     calls: list[int] = []
     call = stage._call
-    stage._call = lambda pool, rows: (calls.append(len(rows)), call(pool, rows))[1]  # type: ignore[method-assign]
+    stage._call = lambda pool, rows, *every: (calls.append(len(rows)), call(pool, rows, *every))[1]  # type: ignore[method-assign]
     results = []
     for split in (True, False):
         pool = KvPool(stage.layers, 4, 64)
@@ -188,11 +188,11 @@ def test_a_long_prompt_arriving_mid_stream_is_read_in_prefill_units_chunks(
     real_run = worker.stage.run
     late_submitted = threading.Event()
 
-    def recording_run(pool: object, rows: list[tuple[object, list[int]]]) -> list[np.ndarray]:
+    def recording_run(pool: object, rows: list[tuple[object, list[int]]], *every: frozenset[int]) -> list[np.ndarray]:
         calls.append([len(span) for _, span in rows])
         if len(calls) == 2:  # the stream's first decode step waits for the long prompt, however fast the CPU
             assert late_submitted.wait(60)
-        return real_run(pool, rows)  # type: ignore[arg-type]
+        return real_run(pool, rows, *every)  # type: ignore[arg-type]
 
     capacities = worker.capacities
     with worker.lock:
