@@ -46,6 +46,7 @@ class Metrics:
         )  # fmt: skip
         self.requests = Counter("loam_requests", "Finished requests by outcome", ["model", "outcome"], registry=r)
         self.scored_pairs = Counter("loam_scored_pairs", "Pairs scored (score, rerank)", ["model"], registry=r)
+        self.decisions = Counter("loam_decisions", "Inputs a decision model answered", ["model"], registry=r)
         self.kv_blocks_used = Gauge("loam_kv_blocks_used", "KV blocks held by requests", ["model"], registry=r)
         self.kv_blocks_cached = Gauge(
             "loam_kv_blocks_cached", "KV blocks retained for prefix reuse", ["model"], registry=r
@@ -70,6 +71,7 @@ class ModelMetrics:
         self.ttft = metrics.ttft.labels(name)
         self._requests = metrics.requests
         self._name = name
+        self.decisions = metrics.decisions.labels(name)
         self.kv_used = metrics.kv_blocks_used.labels(name)
         self.kv_cached = metrics.kv_blocks_cached.labels(name)
         self._scored = metrics.scored_pairs.labels(name)

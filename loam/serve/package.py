@@ -3,7 +3,8 @@
 A package is a folder holding `model.json` and the files it names.  `model.json` says which contract
 the model serves (`role`, one of `loam.serve.roles.ROLES`: `text` for a decoder whose conversations are
 retained rows of KV state, `embedding` for a finite encoder, `sequence` for an encoder over supplied ids
-that publishes a pair's score or its hidden rows), its numerical stages (each a graph Loam
+that publishes a pair's score or its hidden rows, `decision` for a question answered over a closed set,
+whose own keys `PackageSpec.role_keys` holds), its numerical stages (each a graph Loam
 builds, with build options), its checkpoint sources, its tokenizer and its capacities:
 
     {
@@ -120,20 +121,21 @@ def read_package(folder: str | Path) -> PackageSpec:
         raise PackageError(f"{where}: not valid JSON ({err})") from None
     if not isinstance(table, dict):
         raise PackageError(f"{where}: must hold a JSON object, not {type(table).__name__}")
-    unknown = [key for key in table if key not in _KEYS]
-    if unknown:
-        raise PackageError(f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(_KEYS)})")
 
     def fail(key: str, problem: str) -> PackageError:
         return PackageError(f"{where}: key {key!r} {problem}")
 
-    name = table.get("name", folder.resolve().name)
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise fail("name", f"must be 1-128 letters, digits or ._:/- (starting with a letter or digit), got {name!r}")
     role = table.get("role")
     if not isinstance(role, str) or role not in ROLES:
         raise fail("role", f"must be one of {', '.join(ROLES)}, got {role!r}")
     schema = ROLES[role].schema
+    known = (*_KEYS, *schema.keys)
+    unknown = [key for key in table if key not in known]
+    if unknown:
+        raise PackageError(f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(known)})")
+    name = table.get("name", folder.resolve().name)
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise fail("name", f"must be 1-128 letters, digits or ._:/- (starting with a letter or digit), got {name!r}")
 
     def path(key: str, value: object) -> Path:
         if not isinstance(value, str) or not value:
@@ -179,7 +181,10 @@ def read_package(folder: str | Path) -> PackageSpec:
     description = table.get("description", "")
     if not isinstance(description, str):
         raise fail("description", "must be a string")
-    return PackageSpec(folder, name, role, sources, stages, tokenizer, control, capacities, description)
+    role_keys = {key: table[key] for key in schema.keys if key in table}
+    return PackageSpec(
+        folder, name, role, sources, stages, tokenizer, control, capacities, description, role_keys=role_keys
+    )
 
 
 def _stage(

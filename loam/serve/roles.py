@@ -19,6 +19,8 @@ A package's `model.json` names its `role`, and `ROLES[role]` says everything the
                 normalize, output
     sequence    the same, and publish,          SequenceControl   SequenceWorker (finite          score, rerank,
                 activation, output                                requests over supplied ids)     pooling
+    decision    the same; framing, answers and  FramedDecisions   DecisionTextWorker (a decoder)  classify
+                scores (top-level keys)                           or ClassifierWorker (finite)
 
 Adding a role (audio, images, decisions, known-token stages) is one entry here plus its modules: the
 role's module (`loam.serve.text` and `loam.serve.finite` are the two to read) defines its control
@@ -37,7 +39,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from loam.serve import embedding_http, sequence_http, text_http
+from loam.serve import decision_http, embedding_http, sequence_http, text_http
+from loam.serve.decision import FramedDecisions, serve_decision
 from loam.serve.finite import EmbeddingControl, serve_finite
 from loam.serve.metrics import ModelMetrics
 from loam.serve.scheduler import Worker
@@ -79,6 +82,13 @@ ROLES: dict[str, Role] = {
             SequenceControl,
             serve_sequence,
             sequence_http.routes,
+        ),
+        Role(
+            "decision",
+            PackageSchema(keys=("framing", "answers", "scores")),
+            FramedDecisions,
+            serve_decision,
+            decision_http.routes,
         ),
     )
 }

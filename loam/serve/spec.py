@@ -34,9 +34,12 @@ class PackageError(LoamError):
 class PackageSchema:
     """What a role reads of `model.json` beyond the keys every package has: the stage keys it takes besides
     `graph`, `source`, `options` and `packed` (an embedding stage's `pooling`, `normalize` and `output`, a
-    sequence stage's `publish`, `activation` and `output`)."""
+    sequence stage's `publish`, `activation` and `output`), and the top-level keys of its own (`keys`: a
+    decision package's `framing`, `answers` and `scores`), which `PackageSpec.role_keys` holds as written
+    for the role's control to check."""
 
     stage_keys: tuple[str, ...] = ()
+    keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,8 @@ class PackageSpec:
     description: str = ""
     sampling: Mapping[str, float] = field(default_factory=dict)
     """Defaults of the requests' `temperature` and `top_p` (absent: the API's, 1.0 and 1.0)."""
+    role_keys: Mapping[str, object] = field(default_factory=dict)
+    """The values of the role's own top-level keys (`PackageSchema.keys`) that `model.json` gives, as written."""
 
 
 # -- the seams ---------------------------------------------------------------------------------------------------
