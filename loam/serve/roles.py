@@ -22,7 +22,7 @@ A package's `model.json` names its `role`, and `ROLES[role]` says everything the
     decision    the same; framing, answers and  FramedDecisions   DecisionTextWorker (a decoder)  classify
                 scores (top-level keys)                           or ClassifierWorker (finite)
 
-Adding a role (audio, images, decisions, known-token stages) is one entry here plus its modules: the
+Adding a role (audio, images, known-token stages) is one entry here plus its modules: the
 role's module (`loam.serve.text` and `loam.serve.finite` are the two to read) defines its control
 Protocol (extending `loam.serve.spec.Control`, `runtime_checkable`), its built-in control, its worker
 (a `Worker` subclass whose `step` forms and runs cohorts, with `run_cohort` so that only a member at

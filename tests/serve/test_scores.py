@@ -5,6 +5,7 @@ streamed and whole; a wrong field is a 400 naming it."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -129,6 +130,20 @@ def test_generated_token_scores_are_the_greedy_steps_and_a_stream_sends_the_same
             streamed[key] += (getattr(piece, key) or []) if piece is not None else []
     assert streamed["tokens"] == logprobs["tokens"] and streamed["text_offset"] == logprobs["text_offset"]
     np.testing.assert_allclose(streamed["token_logprobs"], logprobs["token_logprobs"], atol=1e-6)
+
+
+def test_a_stream_echoes_the_prompt_with_its_scores_first(http: httpx.Client) -> None:
+    body = {"model": TEXT, "prompt": "Beautiful is better than", "max_tokens": 3, "temperature": 0, "echo": True,
+            "logprobs": 1, "prompt_logprobs": 2, "ignore_eos": True}  # fmt: skip
+    whole = complete(http, **{k: v for k, v in body.items() if k != "model"})["choices"][0]
+    reply = http.post("/v1/completions", json={**body, "stream": True})
+    chunks = [json.loads(line[6:]) for line in reply.text.split("\n\n") if line.startswith("data: {")]
+    first = chunks[0]["choices"][0]
+    assert first["text"] == body["prompt"] and first["prompt_logprobs"] == whole["prompt_logprobs"]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == whole["text"]
+    tokens = [t for c in chunks if c["choices"][0]["logprobs"] for t in c["choices"][0]["logprobs"]["tokens"]]
+    offsets = [t for c in chunks if c["choices"][0]["logprobs"] for t in c["choices"][0]["logprobs"]["text_offset"]]
+    assert tokens == whole["logprobs"]["tokens"] and offsets == whole["logprobs"]["text_offset"]
 
 
 def test_choices_weigh_each_continuation_by_its_log_probability_alone_and_in_a_cohort(
