@@ -61,9 +61,6 @@ class DecisionState:
     tokenizer: PackageTokenizer | None = None
     image: tuple[str, np.dtype, tuple[int | None, ...]] | None = None  # a classifier's input: name, dtype, shape
 
-    def labels(self) -> list[str]:
-        return [answer.label for answer in self.answers]
-
 
 @runtime_checkable
 class DecisionControl(Control, Protocol):

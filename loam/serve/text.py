@@ -25,6 +25,12 @@ prompt starts with tokens some earlier request read (a chat's next turn, a fork 
 rewind to an earlier point) skips that prefill and reports them as `cached_tokens`.  A `Session`
 keeps a conversation's state explicitly: `fork` shares its blocks without copying them, `rewind`
 truncates them, and a request on a session appends to it.
+
+Known tokens are scored without sampling (`loam.serve.scoring`): a request with `targets` keeps its logits at
+every position of its prompt spans and scores the token each position precedes (teacher forcing), reading its
+prompt whole since a cached prefix has no logits; `logprobs` scores each sampled token.  A multiple-choice
+request (`continuations`) reads its prompt once, then each continuation as a branch on a fork of the prompt's
+blocks (shared, never copied), all in the next cohort, and ends with each continuation's log-probability.
 """
 
 from __future__ import annotations
