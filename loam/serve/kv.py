@@ -52,18 +52,19 @@ class KvSequence:
         return len(self.tokens)
 
 
-def _untouched_zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+def _untouched_zeros(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, mmap.mmap | None]:
     """Zeros in an anonymous mapping of their own, whose pages the kernel provides only as they are first written.
 
     np.zeros usually gives the same, but through the C allocator, which may hand back memory it had given before
     and must then clear, page by page: a pool sized for every row at full context would be resident from the
     start (a test saw all 260 MiB of one so).  A pool's memory must grow with the blocks written, whatever the
-    allocator did before.
+    allocator did before.  The mapping is returned too: `KvPool.trim` gives its unused pages back.
     """
     nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
     if nbytes == 0:
-        return np.zeros(shape, dtype)
-    return np.frombuffer(mmap.mmap(-1, nbytes), dtype).reshape(shape)
+        return np.zeros(shape, dtype), None
+    pages = mmap.mmap(-1, nbytes)
+    return np.frombuffer(pages, dtype).reshape(shape), pages
 
 
 class KvPool:
@@ -77,10 +78,12 @@ class KvPool:
         self.block_tokens = block_tokens
         self.capacity = blocks
         self._layers = {name: (heads, size, np.dtype(dtype)) for name, (heads, size, dtype) in layers.items()}
-        self._arrays = {
+        mapped = {
             name: _untouched_zeros((blocks, heads, block_tokens, size), dtype)
             for name, (heads, size, dtype) in self._layers.items()
         }
+        self._arrays = {name: array for name, (array, _) in mapped.items()}
+        self._maps = {name: pages for name, (_, pages) in mapped.items()}
         self._refs = [0] * blocks
         # Popped from the end, so block 0 goes first: deterministic and easy to read in a debugger.
         self._free = list(range(blocks - 1, -1, -1))
@@ -93,6 +96,43 @@ class KvPool:
     def available(self) -> int:
         """Blocks allocatable now: the free ones plus the cached ones no sequence holds (evictable)."""
         return len(self._free) + len(self._lru)
+
+    @property
+    def block_bytes(self) -> int:
+        """The bytes of one block over every past input."""
+        return sum(heads * self.block_tokens * size * dtype.itemsize for heads, size, dtype in self._layers.values())
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the whole pool, every block written."""
+        return self.capacity * self.block_bytes
+
+    def trim(self) -> int:
+        """Give the pages of every block no sequence holds back to the system: cached blocks are evicted (their
+        prefix entries go) and every free block's pages are released (`madvise(MADV_DONTNEED)`: the mapping
+        stays, and reads as zeros until written).  Held blocks, a session's included, are untouched.  Returns
+        how many blocks are free."""
+        while self._lru:
+            block, _ = self._lru.popitem(last=False)
+            self._unpublish(block)
+            self._free.append(block)
+        self._free.sort(reverse=True)  # the lowest block goes first, as at the start
+        runs: list[tuple[int, int]] = []  # [first, end) runs of free blocks
+        for block in sorted(self._free):
+            if runs and runs[-1][1] == block:
+                runs[-1] = (runs[-1][0], block + 1)
+            else:
+                runs.append((block, block + 1))
+        for name, pages in self._maps.items():
+            if pages is None or not hasattr(pages, "madvise"):
+                continue
+            size = self._arrays[name][0].nbytes
+            for first, end in runs:
+                start = -(-first * size // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages inside the run only
+                stop = end * size // mmap.PAGESIZE * mmap.PAGESIZE
+                if stop > start:
+                    pages.madvise(mmap.MADV_DONTNEED, start, stop - start)
+        return len(self._free)
 
     def stats(self) -> dict[str, int]:
         used = sum(1 for r in self._refs if r)

@@ -354,3 +354,30 @@ def test_random_operations_match_model(ops: list[tuple[str, int, int, list[int]]
                 for r, q in enumerate(live):
                     want[r, :, : q.length] = model.values(q.tokens, 0)[name]
                 np.testing.assert_array_equal(got[name], want)
+
+
+def test_trim_frees_every_unheld_block_and_keeps_the_held_ones() -> None:
+    # One position of 1024 float32 per block: each block is a page of its own, so trimming releases whole pages.
+    layers = {"past_key_values.0.key": (1, 1024, np.dtype(np.float32))}
+    pool = KvPool(layers, 1, 8)
+    rng = np.random.default_rng(7)
+    kept, dropped = KvSequence(), KvSequence()
+    kept_values = {"past_key_values.0.key": rng.standard_normal((1, 3, 1024)).astype(np.float32)}
+    pool.reserve(kept, 3)
+    pool.append(kept, [1, 2, 3], kept_values)
+    pool.reserve(dropped, 4)
+    pool.append(dropped, [9, 8, 7, 6], {"past_key_values.0.key": np.ones((1, 4, 1024), np.float32)})
+    pool.release(dropped)
+    assert pool.stats() == {"blocks": 8, "used": 3, "cached": 4, "free": 1}
+    assert pool.block_bytes == 4096 and pool.nbytes == 8 * 4096
+    assert pool.trim() == 5
+    assert pool.stats() == {"blocks": 8, "used": 3, "cached": 0, "free": 5}
+    assert pool.match_prefix([9, 8, 7, 6, 5]).length == 0  # the released prefix is forgotten with its pages
+    np.testing.assert_array_equal(
+        pool.gather([kept], 3)["past_key_values.0.key"][0], kept_values["past_key_values.0.key"]
+    )
+    again = KvSequence()
+    pool.reserve(again, 5)  # every trimmed block is allocatable, and reads what is written into it
+    fresh = {"past_key_values.0.key": rng.standard_normal((1, 5, 1024)).astype(np.float32)}
+    pool.append(again, [4, 4, 4, 4, 4], fresh)
+    np.testing.assert_array_equal(pool.gather([again], 5)["past_key_values.0.key"][0], fresh["past_key_values.0.key"])
