@@ -6,7 +6,8 @@ shape):
 - `GET /v1/models`, `GET /v1/models/{model}`
 - `GET /health`, `GET /metrics` (Prometheus text).
 - `POST /v1/packages` `{"path": DIR}` and `DELETE /v1/packages/{name}`: register and unregister a
-  package by a server-local folder under a `--package-root`.
+  package by a server-local folder under a `--package-root`; `"active": false` registers it inactive
+  (`loam.serve.residency`).
 
 and each role's own (`loam.serve.roles.ROLES`' `routes`): the text role's completions, chat completions
 and sessions (`loam.serve.text_http`), the embedding role's embeddings (`loam.serve.embedding_http`), the
@@ -70,7 +71,7 @@ class App:
         spec = served.package.spec
         return {
             "id": served.name, "object": "model", "created": served.created, "owned_by": "loam",
-            "role": served.role, "context_tokens": spec.capacities.context_tokens,
+            "role": served.role, "context_tokens": spec.capacities.context_tokens, "active": served.active,
         }  # fmt: skip
 
     async def list_models(self, request: HttpRequest) -> Response:
@@ -84,7 +85,8 @@ class App:
         path = fields.get("path", (str,))
         if not path:
             raise ServeError("'path' must name a package folder on the server", param="path")
-        served = await asyncio.to_thread(self.server.register, path, over_http=True)
+        active = bool(fields.get("active", (bool,), True))
+        served = await asyncio.to_thread(self.server.register, path, over_http=True, active=active)
         return JSONResponse(self._model_object(served), status_code=201)
 
     async def unregister(self, request: HttpRequest) -> Response:

@@ -24,11 +24,14 @@ def _config(server: Server, host: str, port: int) -> uvicorn.Config:
     return uvicorn.Config(make_app(server), host=host, port=port, log_level="warning", lifespan="off")
 
 
-def serve(packages: Sequence[Path], *, host: str, port: int, package_roots: Sequence[Path] = ()) -> None:
+def serve(
+    packages: Sequence[Path], *, host: str, port: int, package_roots: Sequence[Path] = (),
+    memory_limit: int | None = None, idle_deactivate: float | None = None,
+) -> None:  # fmt: skip
     def progress(message: str) -> None:
         print(f"loam serve: {message}", file=sys.stderr, flush=True)
 
-    server = Server(package_roots, progress)
+    server = Server(package_roots, progress, memory_limit=memory_limit, idle_deactivate=idle_deactivate)
     try:
         for folder in packages:
             server.register(folder)

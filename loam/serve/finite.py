@@ -207,6 +207,26 @@ class FiniteWorker(Worker):
     def stalled(self, request: Request) -> bool:
         return False  # a finite request delivers once, after its cohort
 
+    def workspace_bytes(self) -> int:
+        """The largest cohort's input arrays: `batch_units` tokens, 8 bytes each per input its stage takes (the
+        stage's own intermediates are the module's, which declares none)."""
+        return self.capacities.batch_units * self._token_bytes()
+
+    def request_bytes(self, units: int) -> int:
+        """What one request of `units` tokens in all needs besides the weights: its prepared ids (4 bytes a
+        token), held until its last input runs, and the input arrays of its largest cohort."""
+        return 4 * units + min(self.capacities.batch_units, units) * self._token_bytes()
+
+    def _token_bytes(self) -> int:
+        return 8 * max((len(stage.inputs) for stage in self.package.stages.values()), default=1)
+
+    def trim(self) -> None:
+        """Drop the modules' pooled intermediates (made again by the next call)."""
+        for stage in self.package.stages.values():
+            pool = getattr(stage.module, "_POOL", None)
+            if isinstance(pool, dict):
+                pool.clear()
+
     def step(self, eligible: list[Request]) -> bool:
         oldest = eligible[0]
         cohort: list[FiniteRequest] = []

@@ -11,8 +11,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 _WINDOW = 10.0
 
@@ -54,6 +57,28 @@ class Metrics:
 
     def model(self, name: str) -> ModelMetrics:
         return ModelMetrics(self, name)
+
+    def watch_memory(self, rows: Callable[[], Iterable[tuple[str, str, int]]], limit: int | None) -> None:
+        """Report, at each scrape, `rows()`' resident bytes by model and kind, and the memory budget."""
+        self.registry.register(_MemoryCollector(rows, limit))
+
+
+class _MemoryCollector(Collector):
+    """`loam_resident_bytes{model, kind}` read when scraped, and `loam_memory_limit_bytes` (absent: no limit)."""
+
+    def __init__(self, rows: Callable[[], Iterable[tuple[str, str, int]]], limit: int | None) -> None:
+        self.rows = rows
+        self.limit = limit
+
+    def collect(self) -> Iterator[Metric]:
+        resident = GaugeMetricFamily(
+            "loam_resident_bytes", "Bytes a model holds by kind (weights, kv, workspace)", labels=["model", "kind"]
+        )
+        for model, kind, count in self.rows():
+            resident.add_metric([model, kind], count)
+        yield resident
+        if self.limit is not None:
+            yield GaugeMetricFamily("loam_memory_limit_bytes", "The memory budget (--memory-limit)", self.limit)
 
 
 class ModelMetrics:

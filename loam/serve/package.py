@@ -290,6 +290,23 @@ def open_package(
         # The module Loam's numpy backend printed: it defines every name a StageModule declares.
         module = cast(StageModule, import_source(built.source, name, built.weights))
         stages[stage_spec.name] = Stage(stage_spec, module, None, hit)
+    load_weights(spec, stages, progress)
+    for stage in stages.values():
+        if stage.spec.packed and hasattr(stage.module, "set_compiled"):
+            progress(f"{spec.name}: compiling stage {stage.spec.name}'s packed products (numba, where installed)")
+            stage.module.set_compiled(True)  # before the first request, not in it
+        stage.inputs = tuple(getattr(stage.module, "INPUTS", ()))
+        outputs = getattr(stage.module, "OUTPUTS", None)
+        stage.outputs = tuple(outputs) if outputs else ()
+    tokenizer = _tokenizer(spec)
+    control = _control(spec)
+    return Package(spec, stages, tokenizer, control)
+
+
+def load_weights(spec: PackageSpec, stages: Mapping[str, Stage], progress: Callable[[str], None]) -> None:
+    """Load every stage's weights, checking each tensor's header against its graph: at registration, and again
+    when an inactive model is reactivated (`loam.serve.residency`).  A failure is a PackageError naming the
+    stage, the checkpoint, the tensor and the axis."""
     # Each source is opened once; every stage reading it loads its weights from the same map.
     opened: dict[str, object] = {}
     for stage in stages.values():
@@ -316,15 +333,6 @@ def open_package(
         except ValueError as err:  # the module's LoadError names the tensor and the axis
             shown = ", ".join(str(p) for p in spec.sources[source]) if source else str(stage.spec.graph.parent)
             raise PackageError(f"stage {stage.spec.name!r}, checkpoint {shown}: {err}") from None
-        if stage.spec.packed and hasattr(stage.module, "set_compiled"):
-            progress(f"{spec.name}: compiling stage {stage.spec.name}'s packed products (numba, where installed)")
-            stage.module.set_compiled(True)  # before the first request, not in it
-        stage.inputs = tuple(getattr(stage.module, "INPUTS", ()))
-        outputs = getattr(stage.module, "OUTPUTS", None)
-        stage.outputs = tuple(outputs) if outputs else ()
-    tokenizer = _tokenizer(spec)
-    control = _control(spec)
-    return Package(spec, stages, tokenizer, control)
 
 
 def _build_stage(stage: StageSpec, progress: Callable[[str], None]) -> CachedBuild:

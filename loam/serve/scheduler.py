@@ -137,6 +137,13 @@ class Worker:
         self.cohort: list[Request] = []
         self._stopping = False
         self.cohorts = 0
+        self.last_active = time.monotonic()  # when a request last arrived or a step last ran
+        # Called on this thread, under `lock`, before a step with eligible requests: the server sets it to
+        # reactivate a model whose weights it released (`loam.serve.residency`); raising fails those requests.
+        self.before_step: Callable[[], None] = lambda: None
+        # Called on the caller's thread with what a request needs besides the weights and the request field to name: the
+        # server sets it to refuse one that could not fit its memory budget even alone (`Server.admit_request`).
+        self.fits: Callable[[int, str], None] = lambda _need, _param: None
         self._thread = threading.Thread(target=self._loop, name=f"loam-serve-{name}", daemon=True)
         self._thread.start()
 
@@ -147,6 +154,7 @@ class Worker:
             if self._stopping:
                 raise ServeError(f"model {self.name!r} is being unregistered", status=503)
             self._inbox.append(request)
+            self.last_active = time.monotonic()
             self._wake.notify()
 
     def cancel(self, request: Request) -> None:
@@ -179,6 +187,29 @@ class Worker:
 
     def retire(self, request: Request) -> None:
         """Release what `request` holds once it has finished or been cancelled."""
+
+    # -- memory (loam.serve.residency) ---------------------------------------------------------------------------
+
+    def idle(self) -> bool:
+        """Whether no request is waiting or running (its caller holds `lock`)."""
+        with self._wake:
+            return not self._inbox and not self.waiting
+
+    def kv_bytes(self) -> int:
+        """The bytes of the model's retained state at its capacities (a text model's KV pool)."""
+        return 0
+
+    def workspace_bytes(self) -> int:
+        """The bytes of the working storage the model's largest cohort uses besides its weights and state."""
+        return 0
+
+    def resident_bytes(self) -> dict[str, int]:
+        """The bytes the model holds now besides its weights, by kind (`kv`, `workspace`)."""
+        return {"kv": 0, "workspace": 0}
+
+    def trim(self) -> None:
+        """Give back the pages of storage no request holds (unused KV blocks, pooled workspace); run under `lock`
+        when the model is idle."""
 
     def run_cohort(
         self,
@@ -217,6 +248,21 @@ class Worker:
                 request.deliver(Event("error", text=message, status=500))
                 self.metrics.finished("error")
 
+    def _ready(self, eligible: list[Request]) -> bool:
+        """Run `before_step`; where it raises (the model cannot be made ready), fail the eligible requests with its
+        status and message, and say so."""
+        try:
+            self.before_step()
+        except Exception as err:
+            status, message = failure(err)
+            for request in eligible:
+                self.waiting.remove(request)
+                request.deliver(Event("error", text=message, status=status))
+                self.metrics.finished("error")
+                self.retire(request)
+            return False
+        return True
+
     def _loop(self) -> None:
         while True:
             with self._wake:
@@ -239,6 +285,8 @@ class Worker:
                 self.metrics.queue_depth.set(len(self.waiting))
                 eligible = [r for r in self.waiting if not self.stalled(r)]
                 ran = False
+                if eligible and not self._ready(eligible):
+                    continue
                 if eligible:
                     self.cohort = []
                     try:
@@ -248,6 +296,7 @@ class Worker:
                         self._fail_step(err, eligible)
                         ran = True
                     self.cohort = []
+                    self.last_active = time.monotonic()
             if not ran:
                 with self._wake:
                     if not self._inbox and not self._stopping:

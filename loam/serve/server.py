@@ -6,18 +6,24 @@ Registration runs on the caller's thread (the HTTP layer hands it to a worker th
 build takes seconds); a package is listed only once it is fully built, loaded and checked, so no
 request ever reaches a half-registered model.  HTTP registration takes a server-local folder, and
 only one under a `--package-root` the operator named.
+
+Each model is active or inactive (`loam.serve.residency`): registration can ask for inactive, a model idle
+for `idle_deactivate` seconds is deactivated by the server's residency thread, and the next request
+reactivates it on its worker.  `memory_limit` bounds the active models' forecasts together.
 """
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from loam.serve.metrics import Metrics
-from loam.serve.package import open_package
+from loam.serve.package import load_weights, open_package
+from loam.serve.residency import Budget, Forecast, array_bytes, weight_arrays
 from loam.serve.roles import ROLES
 from loam.serve.scheduler import ServeError, Worker
 from loam.serve.spec import Control, Package
@@ -32,6 +38,8 @@ class ServedModel:
     control: Control
     state: object = None
     created: int = field(default_factory=lambda: int(time.time()))
+    forecast: Forecast = field(default_factory=Forecast)
+    active: bool = True  # its weights loaded (`loam.serve.residency`)
 
     @property
     def name(self) -> str:
@@ -46,7 +54,12 @@ class Server:
     """The registry of served models."""
 
     def __init__(
-        self, package_roots: Sequence[str | Path] = (), progress: Callable[[str], None] = lambda _m: None
+        self,
+        package_roots: Sequence[str | Path] = (),
+        progress: Callable[[str], None] = lambda _m: None,
+        *,
+        memory_limit: int | None = None,
+        idle_deactivate: float | None = None,
     ) -> None:
         self.package_roots = tuple(Path(p).resolve() for p in package_roots)
         self.progress = progress
@@ -54,9 +67,17 @@ class Server:
         self.models: dict[str, ServedModel] = {}
         self._lock = threading.Lock()
         self._registering: set[str] = set()
+        self.budget = Budget(memory_limit)
+        self.idle_deactivate = idle_deactivate
+        self._reserved: dict[str, Forecast] = {}  # models being registered or reactivated, counted in the budget
+        self.metrics.watch_memory(self._memory_rows, memory_limit)
+        self._closing = threading.Event()
+        if idle_deactivate is not None:
+            threading.Thread(target=self._deactivate_idle, name="loam-serve-residency", daemon=True).start()
 
-    def register(self, folder: str | Path, *, over_http: bool = False) -> ServedModel:
-        """Build, load and check the package in `folder`, then serve it."""
+    def register(self, folder: str | Path, *, over_http: bool = False, active: bool = True) -> ServedModel:
+        """Build, load and check the package in `folder`, then serve it (`active` false: its weights released
+        until its first request)."""
         path = Path(folder)
         if over_http:
             if not self.package_roots:
@@ -75,9 +96,17 @@ class Server:
             self._registering.add(name)
         try:
             served = self._serve(package)
+            try:
+                self._admit(served, f"registering {name!r}", counted=served.forecast if active else self._idle(served))
+            except ServeError:
+                served.worker.stop()
+                raise
+            if not active:
+                self._release(served)
         finally:
             with self._lock:
                 self._registering.discard(name)
+                self._reserved.pop(name, None)
         with self._lock:
             self.models[name] = served
         self.progress(
@@ -92,7 +121,88 @@ class Server:
         role = ROLES[package.spec.role]
         control = package.control or role.control()
         worker = role.worker(package, control, self.metrics.model(package.spec.name))
-        return ServedModel(package, worker, control, worker.state)
+        weights = array_bytes(value for stage in package.stages.values() for value in weight_arrays(stage.weights))
+        forecast = Forecast(weights, worker.kv_bytes(), worker.workspace_bytes())
+        served = ServedModel(package, worker, control, worker.state, forecast=forecast)
+        worker.before_step = lambda: self._activate(served)
+        worker.fits = lambda need, param: self.admit_request(served, need, param)
+        return served
+
+    # -- residency ------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _idle(served: ServedModel) -> Forecast:
+        """What an inactive model counts against the budget: its KV pool, which its retained sessions hold."""
+        return Forecast(kv=served.forecast.kv)
+
+    def _counted(self, exclude: str) -> int:
+        """The bytes the models but `exclude` count against the budget (an inactive one: its KV pool alone)."""
+        held = {name: (m.forecast if m.active else self._idle(m)) for name, m in self.models.items()}
+        held.update(self._reserved)
+        return sum(f.total for name, f in held.items() if name != exclude)
+
+    def _admit(self, served: ServedModel, what: str, counted: Forecast) -> None:
+        """Refuse `what` unless `served`, counting `counted`, fits the budget beside the other models; reserve it."""
+        with self._lock:
+            self.budget.admit(what, counted, self._counted(served.name))
+            self._reserved[served.name] = counted
+
+    def _release(self, served: ServedModel) -> None:
+        """Deactivate `served` (its worker's lock held, the worker idle): drop its weights (the arrays and the
+        checkpoint maps they view, so their pages go) and trim its KV pool and workspace."""
+        for stage in served.package.stages.values():
+            stage.weights = None
+        served.worker.trim()
+        served.active = False
+        gc.collect()  # a cycle holding a map would keep its pages until the next collection
+
+    def deactivate(self, name: str) -> bool:
+        """Deactivate the model `name` if it is active and idle; whether it was."""
+        served = self.model(name)
+        with served.worker.lock:
+            if not served.active or not served.worker.idle():
+                return False
+            self._release(served)
+        self.progress(f"deactivated {name}: its weights released, its KV pool's unused blocks trimmed")
+        return True
+
+    def _activate(self, served: ServedModel) -> None:
+        """Reactivate `served` before its worker's next step (on that worker, under its lock): admitted by the
+        budget, its weights loaded and checked again as registration does."""
+        if served.active:
+            return
+        self._admit(served, f"reactivating {served.name!r}", served.forecast)
+        try:
+            load_weights(served.package.spec, served.package.stages, self.progress)
+            served.active = True
+        finally:
+            with self._lock:
+                self._reserved.pop(served.name, None)
+        self.progress(f"reactivated {served.name}")
+
+    def _deactivate_idle(self) -> None:
+        """The residency thread: deactivate each model idle for `idle_deactivate` seconds."""
+        assert self.idle_deactivate is not None
+        while not self._closing.wait(min(1.0, self.idle_deactivate / 4)):
+            now = time.monotonic()
+            for served in list(self.models.values()):
+                if served.active and now - served.worker.last_active >= self.idle_deactivate:
+                    try:
+                        self.deactivate(served.name)
+                    except ServeError:  # unregistered meanwhile
+                        continue
+
+    def admit_request(self, served: ServedModel, need: int, param: str) -> None:
+        """Refuse a request of `served` needing `need` bytes besides the weights that could not fit the budget even
+        alone (a 413 naming the budget, before any work)."""
+        self.budget.admit_request(served.name, served.forecast.weights, need, param)
+
+    def _memory_rows(self) -> Iterator[tuple[str, str, int]]:
+        """Each model's resident bytes by kind (weights, kv, workspace), for /metrics."""
+        for served in list(self.models.values()):
+            yield served.name, "weights", served.forecast.weights if served.active else 0
+            for kind, count in served.worker.resident_bytes().items():
+                yield served.name, kind, count
 
     def unregister(self, name: str) -> None:
         """Stop serving `name`: requests not yet run fail with 503; the running cohort finishes first."""
@@ -117,5 +227,6 @@ class Server:
         return served
 
     def close(self) -> None:
+        self._closing.set()
         for name in list(self.models):
             self.unregister(name)

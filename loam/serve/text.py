@@ -83,6 +83,7 @@ class DecoderStage:
         self.in_place = len(symbols) == 1  # every past in place, and one extent to give: the rows
         self.batch_symbol = next(iter(symbols), "")
         self._scratch: dict[int, DecodeState] = {}  # rows -> the DecodeState of a recent call with that many rows
+        self._room: dict[int, int] = {}  # rows -> the most positions its DecodeState was given room for
         self.logits_index = stage.outputs.index("logits")
         # One token through an empty past before any request: the stage runs, and its vocabulary is known.
         probe = KvPool(self.layers, 1, 1)
@@ -168,6 +169,18 @@ class DecoderStage:
             for r, (_, span) in enumerate(rows)
         ]
 
+    def scratch_extents(self) -> list[tuple[int, int]]:
+        """The rows and positions (at least) of each DecodeState kept for the next calls: this stage's workspace."""
+        return [(rows, self._room.get(rows, 0)) for rows in self._scratch]
+
+    def trim(self) -> None:
+        """Drop the kept DecodeStates and the module's pooled intermediates (made again by the next call)."""
+        self._scratch.clear()
+        self._room.clear()
+        pool = getattr(self.stage.module, "_POOL", None)
+        if isinstance(pool, dict):
+            pool.clear()
+
     def _state(self, count: int, capacity: int) -> DecodeState:
         """A DecodeState for `count` rows with room for `capacity` positions, emptied: a recent call's when it had
         as many rows (grown by doubling where it must), so a step writes into memory already mapped instead of
@@ -180,6 +193,7 @@ class DecoderStage:
             del self._scratch[next(iter(self._scratch))]
         state.rewind(0)
         state.reserve(capacity)
+        self._room[count] = max(self._room.get(count, 0), capacity)
         return state
 
 
@@ -347,6 +361,42 @@ class TextWorker(Worker):
             self.pool.release(session.seq)
             self.sessions.pop(session.id, None)
             self._gauge_pool()
+
+    # -- memory (loam.serve.residency) ---------------------------------------------------------------------------
+
+    def kv_bytes(self) -> int:
+        return self.pool.nbytes
+
+    def workspace_bytes(self) -> int:
+        """The largest cohort's working storage: the past of every row it can carry gathered at full context
+        (the DecodeState or arrays a step gathers into) and the float32 logits of its units."""
+        rows = min(self.capacities.resident_requests, self.capacities.batch_units)
+        return self._row_bytes(self.capacities.context_tokens) * rows + self._logits_bytes(self.capacities.batch_units)
+
+    def request_bytes(self, tokens: int, prompt: int) -> int:
+        """What one request alone needs besides the weights: the KV blocks of `tokens` positions, its row's past
+        gathered at that length and the logits of its prompt's span."""
+        blocks = -(-tokens // self.capacities.block_tokens)
+        span = min(prompt, self.capacities.batch_units)
+        return blocks * self.pool.block_bytes + self._row_bytes(tokens) + self._logits_bytes(span)
+
+    def _row_bytes(self, positions: int) -> int:
+        layers = self.stage.layers.values()
+        return sum(heads * positions * size * np.dtype(dtype).itemsize for heads, size, dtype in layers)
+
+    def _logits_bytes(self, units: int) -> int:
+        return units * self.stage.vocab * 4
+
+    def resident_bytes(self) -> dict[str, int]:
+        """The blocks holding state (held or cached) and the gathered pasts kept for the next step."""
+        stats = self.pool.stats()
+        scratch = sum(rows * self._row_bytes(positions) for rows, positions in self.stage.scratch_extents())
+        return {"kv": (stats["used"] + stats["cached"]) * self.pool.block_bytes, "workspace": scratch}
+
+    def trim(self) -> None:
+        self.pool.trim()
+        self.stage.trim()
+        self._gauge_pool()
 
     def _check_idle(self, session: Session) -> None:
         if session.busy:

@@ -255,6 +255,10 @@ class TextRoutes:
                     f"token id {bad} is outside the model's vocabulary (0 to {worker.stage.vocab - 1})",
                     param="prompt" if len(prompts) == 1 else f"prompt[{i}]",
                 )
+        held = len(session.tokens) if session is not None else 0
+        context = worker.capacities.context_tokens
+        need = sum(worker.request_bytes(min(held + len(ids) + params.max_tokens, context), len(ids)) for ids in prompts)
+        self.server.admit_request(served, need, "prompt")  # one that cannot fit the memory budget alone: a 413
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
         tokenizer = worker.state.tokenizer

@@ -204,6 +204,8 @@ async def finite_results(
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
     prepared = [worker.prepare(item, event_sink(loop, events, index)) for index, item in enumerate(items)]
+    # A request that cannot fit the memory budget even alone is refused before any of it runs.
+    worker.fits(worker.request_bytes(sum(r.units for r in prepared)), items[0].param.partition("[")[0] if items else "")
     for finite_request in prepared:
         worker.submit(finite_request)
     watcher = asyncio.create_task(watch_disconnect(http, worker, prepared))

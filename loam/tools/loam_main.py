@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from loam.core.errors import CheckpointError, LoamError, ModelError, OptionsError, UsageError
 from loam.driver.options import Options, Value, checked_value
 from loam.tools._cli import EXIT_USAGE, CliParser, fail, run_guarded, wants_debug
+from loam.tools.text_commands import add_memory_flags
 
 if TYPE_CHECKING:
     from loam.core.layout import LayoutRule
@@ -494,6 +495,7 @@ def build_parser() -> CliParser:
         help="allow POST /v1/packages to register folders under DIR (repeatable); without it, HTTP registration "
         "is refused",
     )
+    add_memory_flags(serve)
     ray = serve.add_argument_group(
         "on Ray Serve (several processes or machines)",
         "With --ray the same server runs as a Ray Serve deployment: each replica is a process that registers the "

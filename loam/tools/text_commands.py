@@ -20,13 +20,31 @@ if TYPE_CHECKING:
     from loam.text.generate import Decoder
     from loam.text.tokenizer import Tokenizer
 
-__all__ = ["generate_command", "serve_command"]
+__all__ = ["add_memory_flags", "generate_command", "serve_command"]
 
 PROG = "loam"
 
 
 def progress(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def add_memory_flags(serve: argparse.ArgumentParser) -> None:
+    """`loam serve`'s flags for the memory its models hold (`loam.serve.residency`)."""
+    serve.add_argument(
+        "--memory-limit",
+        metavar="BYTES",
+        help="the server's memory budget (digits with an optional K, M or G, powers of 1024: 512M, 2G): registering "
+        "or reactivating a model whose forecast (weights, KV pool, largest cohort's workspace) would pass it beside "
+        "the active models is refused, and so is a request that could not fit it alone (default: no limit)",
+    )
+    serve.add_argument(
+        "--idle-deactivate",
+        type=float,
+        metavar="SECONDS",
+        help="deactivate a model idle this long: its weights and its KV pool's unused blocks are released, its "
+        "compiled modules and retained sessions kept; its next request reactivates it (default: never)",
+    )
 
 
 def serve_command(args: argparse.Namespace) -> None:
@@ -37,6 +55,9 @@ def serve_command(args: argparse.Namespace) -> None:
 
         if args.package_root:
             raise UsageError("--package-root cannot be used with --ray: registration over HTTP would reach one replica")
+        for flag, given in (("--memory-limit", args.memory_limit), ("--idle-deactivate", args.idle_deactivate)):
+            if given is not None:
+                raise UsageError(f"{flag} cannot be used with --ray: each replica is a server of its own")
         serve_on_ray(
             args.packages, host=args.host, port=args.port, address=args.ray_address,
             replicas=1 if args.replicas is None else args.replicas,
@@ -49,7 +70,18 @@ def serve_command(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} needs --ray (it says how to serve on Ray Serve)")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: give a port from 0 to 65535")
-    serve(args.packages, host=args.host, port=args.port, package_roots=args.package_root)
+    from loam.serve.residency import parse_bytes
+
+    try:
+        limit = None if args.memory_limit is None else parse_bytes(args.memory_limit)
+    except ValueError as err:
+        raise UsageError(f"--memory-limit: {err}") from None
+    if args.idle_deactivate is not None and not args.idle_deactivate > 0:
+        raise UsageError(f"--idle-deactivate {args.idle_deactivate}: give a number of seconds above 0")
+    serve(
+        args.packages, host=args.host, port=args.port, package_roots=args.package_root, memory_limit=limit,
+        idle_deactivate=args.idle_deactivate,
+    )  # fmt: skip
 
 
 def generate_command(args: argparse.Namespace) -> None:

@@ -68,8 +68,15 @@ def test_loam_serve_refuses_a_bad_package_in_one_line(tmp_path: Path) -> None:
 def test_loam_serve_help_explains_every_flag() -> None:
     done = subprocess.run([*LOAM, "serve", "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
-    for flag in ("--host", "--port", "--package-root", "--debug", "PACKAGE_DIR"):
+    for flag in ("--host", "--port", "--package-root", "--debug", "PACKAGE_DIR", "--memory-limit", "--idle-deactivate"):
         assert flag in done.stdout
+
+
+def test_loam_serve_refuses_a_memory_limit_it_cannot_read_in_one_line() -> None:
+    done = subprocess.run([*LOAM, "serve", "--memory-limit", "2T"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "--memory-limit" in done.stderr and "'2T' is not a byte count" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_the_serving_bench_runs_end_to_end_on_a_small_package() -> None:
