@@ -7,7 +7,8 @@ shape):
 - `GET /health`, `GET /metrics` (Prometheus text).
 - `POST /v1/packages` `{"path": DIR}` and `DELETE /v1/packages/{name}`: register and unregister a
   package by a server-local folder under a `--package-root`; `"active": false` registers it inactive
-  (`loam.serve.residency`).
+  (`loam.serve.residency`).  The same route takes a multipart/form-data upload of the package's files
+  (`loam.serve.upload`).
 
 and each role's own (`loam.serve.roles.ROLES`' `routes`): the text role's completions, chat completions
 and sessions (`loam.serve.text_http`), the embedding role's embeddings (`loam.serve.embedding_http`), the
@@ -33,6 +34,7 @@ from starlette.routing import Route
 from loam.serve.roles import ROLES
 from loam.serve.scheduler import ServeError
 from loam.serve.server import ServedModel, Server
+from loam.serve.upload_http import is_multipart, read_upload
 from loam.serve.web import error_response, guarded, read_fields
 
 
@@ -81,6 +83,10 @@ class App:
         return JSONResponse(self._model_object(self.server.model(request.path_params["model"])))
 
     async def register(self, request: HttpRequest) -> Response:
+        if is_multipart(request):
+            upload = await read_upload(request)
+            served = await asyncio.to_thread(self.server.register_upload, upload)
+            return JSONResponse(self._model_object(served), status_code=201)
         fields = await read_fields(request)
         path = fields.get("path", (str,))
         if not path:

@@ -26,12 +26,14 @@ def _config(server: Server, host: str, port: int) -> uvicorn.Config:
 
 def serve(
     packages: Sequence[Path], *, host: str, port: int, package_roots: Sequence[Path] = (),
-    memory_limit: int | None = None, idle_deactivate: float | None = None,
+    memory_limit: int | None = None, idle_deactivate: float | None = None, state_dir: Path | None = None,
 ) -> None:  # fmt: skip
     def progress(message: str) -> None:
         print(f"loam serve: {message}", file=sys.stderr, flush=True)
 
-    server = Server(package_roots, progress, memory_limit=memory_limit, idle_deactivate=idle_deactivate)
+    server = Server(
+        package_roots, progress, memory_limit=memory_limit, idle_deactivate=idle_deactivate, state_dir=state_dir
+    )
     try:
         for folder in packages:
             server.register(folder)

@@ -15,6 +15,8 @@ reactivates it on its worker.  `memory_limit` bounds the active models' forecast
 from __future__ import annotations
 
 import gc
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +29,7 @@ from loam.serve.residency import Budget, Forecast, array_bytes, weight_arrays
 from loam.serve.roles import ROLES
 from loam.serve.scheduler import ServeError, Worker
 from loam.serve.spec import Control, Package
+from loam.serve.upload import Upload, stage_upload
 
 
 @dataclass
@@ -40,6 +43,7 @@ class ServedModel:
     created: int = field(default_factory=lambda: int(time.time()))
     forecast: Forecast = field(default_factory=Forecast)
     active: bool = True  # its weights loaded (`loam.serve.residency`)
+    uploaded: Path | None = None  # the folder under the state directory a multipart upload was written to
 
     @property
     def name(self) -> str:
@@ -60,6 +64,7 @@ class Server:
         *,
         memory_limit: int | None = None,
         idle_deactivate: float | None = None,
+        state_dir: str | Path | None = None,
     ) -> None:
         self.package_roots = tuple(Path(p).resolve() for p in package_roots)
         self.progress = progress
@@ -67,6 +72,8 @@ class Server:
         self.models: dict[str, ServedModel] = {}
         self._lock = threading.Lock()
         self._registering: set[str] = set()
+        self.state_dir = Path(state_dir).resolve() if state_dir is not None else None
+        self._own_state_dir = False  # made here (a temporary folder), so removed at close
         self.budget = Budget(memory_limit)
         self.idle_deactivate = idle_deactivate
         self._reserved: dict[str, Forecast] = {}  # models being registered or reactivated, counted in the budget
@@ -114,6 +121,28 @@ class Server:
             + ", ".join(f"{s} {'from the cache' if hit else 'now'}" for s, hit in package.builds.items())
             + ")"
         )
+        return served
+
+    def register_upload(self, upload: Upload) -> ServedModel:
+        """Register a multipart upload (`loam.serve.upload`): checked, written to a fresh folder under the state
+        directory, and registered from there; its parameter files are named relative to the first package root.
+        A failure leaves the state directory as it was."""
+        if not self.package_roots:
+            raise ServeError(
+                "multipart registration is off: start the server with --package-root DIR (an upload's parameter "
+                "files are named relative to it)", status=403, param="files",
+            )  # fmt: skip
+        with self._lock:
+            if self.state_dir is None:
+                self.state_dir = Path(tempfile.mkdtemp(prefix="loam-serve-state-")).resolve()
+                self._own_state_dir = True
+        folder = stage_upload(upload, self.package_roots[0], self.state_dir)
+        try:
+            served = self.register(folder, active=upload.active)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        served.uploaded = folder
         return served
 
     def _serve(self, package: Package) -> ServedModel:
@@ -211,6 +240,8 @@ class Server:
         if served is None:
             raise ServeError(f"no model named {name!r} is registered", status=404, param="model")
         served.worker.stop()
+        if served.uploaded is not None:
+            shutil.rmtree(served.uploaded, ignore_errors=True)
         self.progress(f"unregistered {name}")
 
     def model(self, name: object, role: str | None = None) -> ServedModel:
@@ -230,3 +261,5 @@ class Server:
         self._closing.set()
         for name in list(self.models):
             self.unregister(name)
+        if self._own_state_dir and self.state_dir is not None:
+            shutil.rmtree(self.state_dir, ignore_errors=True)

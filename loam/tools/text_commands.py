@@ -30,7 +30,7 @@ def progress(message: str) -> None:
 
 
 def add_memory_flags(serve: argparse.ArgumentParser) -> None:
-    """`loam serve`'s flags for the memory its models hold (`loam.serve.residency`)."""
+    """`loam serve`'s flags for the memory its models hold (`loam.serve.residency`) and for package uploads."""
     serve.add_argument(
         "--memory-limit",
         metavar="BYTES",
@@ -45,6 +45,14 @@ def add_memory_flags(serve: argparse.ArgumentParser) -> None:
         help="deactivate a model idle this long: its weights and its KV pool's unused blocks are released, its "
         "compiled modules and retained sessions kept; its next request reactivates it (default: never)",
     )
+    serve.add_argument(
+        "--state-dir",
+        type=Path,
+        metavar="DIR",
+        help="where packages uploaded to POST /v1/packages as multipart/form-data are written, each in a fresh "
+        "folder (default: a temporary folder removed at exit); their parameter files are named relative to the "
+        "first --package-root",
+    )
 
 
 def serve_command(args: argparse.Namespace) -> None:
@@ -55,7 +63,8 @@ def serve_command(args: argparse.Namespace) -> None:
 
         if args.package_root:
             raise UsageError("--package-root cannot be used with --ray: registration over HTTP would reach one replica")
-        for flag, given in (("--memory-limit", args.memory_limit), ("--idle-deactivate", args.idle_deactivate)):
+        for flag, given in (("--memory-limit", args.memory_limit), ("--idle-deactivate", args.idle_deactivate),
+                            ("--state-dir", args.state_dir)):  # fmt: skip
             if given is not None:
                 raise UsageError(f"{flag} cannot be used with --ray: each replica is a server of its own")
         serve_on_ray(
@@ -80,7 +89,7 @@ def serve_command(args: argparse.Namespace) -> None:
         raise UsageError(f"--idle-deactivate {args.idle_deactivate}: give a number of seconds above 0")
     serve(
         args.packages, host=args.host, port=args.port, package_roots=args.package_root, memory_limit=limit,
-        idle_deactivate=args.idle_deactivate,
+        idle_deactivate=args.idle_deactivate, state_dir=args.state_dir,
     )  # fmt: skip
 
 

@@ -68,7 +68,8 @@ def test_loam_serve_refuses_a_bad_package_in_one_line(tmp_path: Path) -> None:
 def test_loam_serve_help_explains_every_flag() -> None:
     done = subprocess.run([*LOAM, "serve", "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
-    for flag in ("--host", "--port", "--package-root", "--debug", "PACKAGE_DIR", "--memory-limit", "--idle-deactivate"):
+    for flag in ("--host", "--port", "--package-root", "--debug", "PACKAGE_DIR", "--memory-limit", "--idle-deactivate",
+                 "--state-dir"):  # fmt: skip
         assert flag in done.stdout
 
 
