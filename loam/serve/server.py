@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loam.core.errors import LoamError
 from loam.serve.metrics import Metrics
 from loam.serve.package import load_weights, open_package
 from loam.serve.residency import Budget, Forecast, array_bytes, weight_arrays
@@ -110,11 +111,14 @@ class Server:
                 raise
             if not active:
                 self._release(served)
-        finally:
+        except BaseException:
             with self._lock:
                 self._registering.discard(name)
                 self._reserved.pop(name, None)
-        with self._lock:
+            raise
+        with self._lock:  # listed as its reservation ends, so the budget never misses it
+            self._registering.discard(name)
+            self._reserved.pop(name, None)
             self.models[name] = served
         self.progress(
             f"serving {name} ({package.spec.role}; stages built: "
@@ -204,6 +208,10 @@ class Server:
         try:
             load_weights(served.package.spec, served.package.stages, self.progress)
             served.active = True
+        except LoamError as err:  # a checkpoint changed or gone since registration: the server's fault
+            for stage in served.package.stages.values():
+                stage.weights = None
+            raise ServeError(f"model {served.name!r} cannot be reactivated: {err}", status=503) from None
         finally:
             with self._lock:
                 self._reserved.pop(served.name, None)

@@ -16,7 +16,7 @@ from loam.serve.cli import Listener
 from loam.serve.residency import Forecast, parse_bytes
 from loam.serve.scheduler import ServeError
 from loam.serve.server import Server
-from tests.serve.serving import MODELS, PACKAGES, minilm_folder
+from tests.serve.serving import MODELS, PACKAGES, minilm_folder, package_copy
 
 pytestmark = pytest.mark.xdist_group("serve-residency")
 TEXT = "tiny-gpt2"
@@ -99,6 +99,30 @@ def test_an_idle_model_is_deactivated_and_resumes_its_sessions_unchanged(cache: 
             assert resumed == complete([*held, 21, 22])  # the same as a full replay
             wait_inactive(http, TEXT)
             assert complete([31, 32, 33]) == complete([31, 32, 33])
+    finally:
+        server.close()
+
+
+def test_reactivation_checks_the_weights_again(cache: None, tmp_path_factory: pytest.TempPathFactory) -> None:
+    checkpoint = tmp_path_factory.mktemp("weights") / "tiny_gpt2.safetensors"
+    original = (MODELS / "tiny_gpt2" / "tiny_gpt2.safetensors").read_bytes()
+    checkpoint.write_bytes(original)
+    server = Server()
+    try:
+        server.register(package_copy(tmp_path_factory, "tiny_gpt2", sources={"weights": str(checkpoint)}))
+        server.register(PACKAGES / "tiny_bert")
+        with Listener(server) as listener, httpx.Client(base_url=listener.url, timeout=60) as http:
+            body = {"model": TEXT, "prompt": [5, 6, 7], "max_tokens": 3, "temperature": 0}
+            before = http.post("/v1/completions", json=body).json()["choices"][0]["text"]
+            assert server.deactivate(TEXT)
+            checkpoint.write_bytes((MODELS / "tiny_bert" / "hf_model.safetensors").read_bytes())  # another model's
+            refused = http.post("/v1/completions", json=body)
+            assert refused.status_code == 503, refused.text
+            assert "cannot be reactivated" in refused.json()["error"]["message"]
+            assert str(checkpoint) in refused.json()["error"]["message"]
+            assert http.post("/v1/embeddings", json={"model": EMBEDDING, "input": [[1, 2]]}).status_code == 200
+            checkpoint.write_bytes(original)
+            assert http.post("/v1/completions", json=body).json()["choices"][0]["text"] == before
     finally:
         server.close()
 
