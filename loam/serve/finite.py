@@ -28,6 +28,7 @@ import numpy as np
 
 from loam.serve.flags import ADD_SPECIAL_TOKENS, NO_SPECIAL_TOKEN_MATCHING
 from loam.serve.metrics import ModelMetrics
+from loam.serve.residency import array_bytes, module_pool
 from loam.serve.scheduler import Event, Request, ServeError, Worker
 from loam.serve.spec import Capacities, Control, Package, PackageError, PackageTokenizer, Stage, refuse_control
 
@@ -223,9 +224,12 @@ class FiniteWorker(Worker):
     def trim(self) -> None:
         """Drop the modules' pooled intermediates (made again by the next call)."""
         for stage in self.package.stages.values():
-            pool = getattr(stage.module, "_POOL", None)
-            if isinstance(pool, dict):
-                pool.clear()
+            module_pool(stage.module).clear()
+
+    def resident_bytes(self) -> dict[str, int]:
+        """The stages' intermediates their modules keep for the next call."""
+        pooled = (array_bytes(module_pool(stage.module).values()) for stage in self.package.stages.values())
+        return {"kv": 0, "workspace": sum(pooled)}
 
     def step(self, eligible: list[Request]) -> bool:
         oldest = eligible[0]

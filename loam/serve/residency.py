@@ -107,6 +107,13 @@ def weight_arrays(weights: object) -> list[object]:
     return [getattr(weights, name, None) for name in names]
 
 
+def module_pool(module: object) -> dict[object, object]:
+    """A generated numpy module's pool of forward's preallocated intermediates (`_POOL`: the buffers of the
+    latest extents it ran at, kept for the next call), or an empty dict where it keeps none."""
+    pool = getattr(module, "_POOL", None)
+    return pool if isinstance(pool, dict) else {}
+
+
 class Budget:
     """`--memory-limit`: the bytes the active models' forecasts may hold together (None: no limit)."""
 

@@ -46,6 +46,7 @@ from loam.core.errors import LoamError
 from loam.serve.flags import ADD_SPECIAL_TOKENS, NO_SPECIAL_TOKEN_MATCHING
 from loam.serve.kv import KvPool, KvSequence, PoolExhausted
 from loam.serve.metrics import ModelMetrics
+from loam.serve.residency import array_bytes, module_pool
 from loam.serve.sampling import Sampler, SamplingParams, StopMatcher
 from loam.serve.scheduler import Event, Request, ServeError, Worker
 from loam.serve.scoring import TokenScore, log_softmax, score
@@ -177,9 +178,7 @@ class DecoderStage:
         """Drop the kept DecodeStates and the module's pooled intermediates (made again by the next call)."""
         self._scratch.clear()
         self._room.clear()
-        pool = getattr(self.stage.module, "_POOL", None)
-        if isinstance(pool, dict):
-            pool.clear()
+        module_pool(self.stage.module).clear()
 
     def _state(self, count: int, capacity: int) -> DecodeState:
         """A DecodeState for `count` rows with room for `capacity` positions, emptied: a recent call's when it had
@@ -388,10 +387,12 @@ class TextWorker(Worker):
         return units * self.stage.vocab * 4
 
     def resident_bytes(self) -> dict[str, int]:
-        """The blocks holding state (held or cached) and the gathered pasts kept for the next step."""
+        """The blocks holding state (held or cached); the gathered pasts and the module's intermediates kept for the
+        next step."""
         stats = self.pool.stats()
         scratch = sum(rows * self._row_bytes(positions) for rows, positions in self.stage.scratch_extents())
-        return {"kv": (stats["used"] + stats["cached"]) * self.pool.block_bytes, "workspace": scratch}
+        pooled = array_bytes(module_pool(self.stage.stage.module).values())
+        return {"kv": (stats["used"] + stats["cached"]) * self.pool.block_bytes, "workspace": scratch + pooled}
 
     def trim(self) -> None:
         self.pool.trim()
