@@ -27,7 +27,10 @@ role's module (`loam.serve.text` and `loam.serve.finite` are the two to read) de
 Protocol (extending `loam.serve.spec.Control`, `runtime_checkable`), its built-in control, its worker
 (a `Worker` subclass whose `step` forms and runs cohorts, with `run_cohort` so that only a member at
 fault fails) and the function that makes that worker for a package; its HTTP module defines the
-routes (paths no other role serves), built on `loam.serve.web`'s fields, errors and sinks.  A role's
+routes (paths no other role serves), built on `loam.serve.web`'s fields, errors and sinks.  A worker
+says what memory its model holds by overriding `Worker.kv_bytes`, `workspace_bytes`, `resident_bytes`
+and `trim` (`loam.serve.residency`), and a route refuses a request too big for the memory budget with
+`Server.admit_request` before submitting it.  A role's
 modules see packages through `loam.serve.spec` alone: `package`, `server` and `app` import this table,
 and the import test refuses a cycle.  Nothing else names a role: the server looks the package's role
 up here, and `model.json`'s `role` is checked against this table's names.
