@@ -76,7 +76,7 @@ def array_bytes(values: Iterable[object]) -> int:
     """The bytes of memory the arrays among `values` (and in the dicts, lists and tuples among them) span, memory
     that several share counted once: a checkpoint's map and the weights viewing it are the map's bytes."""
     spans: list[tuple[int, int]] = []
-    pending = list(values)
+    pending = list(values)  # one step, so a dict's values read while its owner changes it (a module's pool) are whole
     while pending:
         value = pending.pop()
         if isinstance(value, np.ndarray):

@@ -171,8 +171,10 @@ class DecoderStage:
         ]
 
     def scratch_extents(self) -> list[tuple[int, int]]:
-        """The rows and positions (at least) of each DecodeState kept for the next calls: this stage's workspace."""
-        return [(rows, self._room.get(rows, 0)) for rows in self._scratch]
+        """The rows and positions (at least) of each DecodeState kept for the next calls: this stage's workspace.
+        Read while the worker runs (a /metrics scrape), so from copies, each made in one step."""
+        room = dict(self._room)
+        return [(rows, room.get(rows, 0)) for rows in list(self._scratch)]
 
     def trim(self) -> None:
         """Drop the kept DecodeStates and the module's pooled intermediates (made again by the next call)."""
