@@ -1,7 +1,8 @@
 """The decision role with a classifier stage, against a real server on 127.0.0.1: the light zoo's SqueezeNet
 (seeded weights, a free image size; `tests.models.real_exports.light_zoo`) answers /v1/classify with
 onnxruntime's softmax on the same image, renormalized over the labels asked about, alone and in a cohort; its
-1000 labels are numbered (`class 0` ...: no ImageNet label list is installed here).  A malformed decision
+labels are ImageNet's 1000 class names (imagenet_labels.txt, written by scripts/write_imagenet_labels.py from
+torchvision's list).  A malformed decision
 package is a PackageError naming the key; a malformed request a 400 naming the field."""
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tests.serve.serving import PACKAGES, serving
 
 pytestmark = pytest.mark.xdist_group("serve-decisions")
 NAME = "squeezenet"
-LABELS = [f"class {i}" for i in range(1000)]
+LABELS = (Path(__file__).parent / "imagenet_labels.txt").read_text(encoding="utf-8").splitlines()
 
 
 def classifier_package(folder: Path, **changes: object) -> Path:
@@ -132,8 +133,8 @@ def test_inputs_of_a_request_and_of_concurrent_requests_get_the_same_numbers_as_
         ({"input": {"b64": "AAAA", "shape": [3, 8, 8]}}, "input.b64"),
         ({"input": {"b64": "AAAA", "shape": "3x8x8"}}, "input.shape"),
         ({"input": np.zeros((4, 32, 32)).tolist()}, "input"),
-        ({"input": np.zeros((3, 32, 32)).tolist(), "labels": ["class 1", "cat"]}, "labels"),
-        ({"input": np.zeros((3, 32, 32)).tolist(), "labels": ["class 1"]}, "labels"),
+        ({"input": np.zeros((3, 32, 32)).tolist(), "labels": [LABELS[1], "cat"]}, "labels"),
+        ({"input": np.zeros((3, 32, 32)).tolist(), "labels": [LABELS[1]]}, "labels"),
     ],
 )
 def test_a_wrong_field_is_a_400_naming_it(http: httpx.Client, body: dict[str, Any], param: str) -> None:
