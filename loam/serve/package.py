@@ -238,7 +238,27 @@ def _stage(
         raise fail(f"{key}.activation", f"must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
     if activation is not None and publish != "score":
         raise fail(f"{key}.activation", "applies to a score: the stage's 'publish' must be \"score\"")
-    return StageSpec(name, graph, source, options, packed, pooling, normalize, output, publish, activation)
+    specialize = _specialize(entry["specialize"], f"{key}.specialize", fail) if "specialize" in entry else {}
+    return StageSpec(
+        name, graph, source, options, packed, pooling, normalize, output, publish, activation, specialize=specialize
+    )
+
+
+_AXIS = re.compile(r"(.+)\[(\d+)\]")
+
+
+def _specialize(raw: object, key: str, fail: Callable[[str, str], PackageError]) -> dict[str, tuple[str, int]]:
+    """A stage's `specialize`: `{"dims": {SYMBOL: "INPUT[AXIS]", ...}}`, each symbol a dim_param the stage's graph
+    leaves free, fixed per request to the extent of the graph input's axis."""
+    if not isinstance(raw, dict) or set(raw) != {"dims"} or not isinstance(raw["dims"], dict) or not raw["dims"]:
+        raise fail(key, f'must be {{"dims": {{SYMBOL: "INPUT[AXIS]", ...}}}} with at least one symbol, got {raw!r}')
+    dims: dict[str, tuple[str, int]] = {}
+    for symbol, where in raw["dims"].items():
+        found = _AXIS.fullmatch(where) if isinstance(where, str) else None
+        if not symbol or found is None:
+            raise fail(f"{key}.dims.{symbol}", f'must name a graph input\'s axis as "INPUT[AXIS]", got {where!r}')
+        dims[symbol] = (found[1], int(found[2]))
+    return dims
 
 
 def _capacities(raw: object, fail: Callable[[str, str], PackageError]) -> Capacities:
@@ -264,43 +284,66 @@ def open_package(
     """Register `folder`: read model.json, build every stage (through the build cache), open each source
     once and load every stage's weights.  Any failure is a LoamError naming the file, tensor and axis.
     `spec`, where given, is the folder's spec as read (and changed) by the caller."""
+    spec = read_package(folder) if spec is None else spec
+    stages = {stage_spec.name: build_stage(spec, stage_spec, progress) for stage_spec in spec.stages.values()}
+    load_weights(spec, stages, progress)
+    for stage in stages.values():
+        _ready(spec, stage, progress)
+    tokenizer = _tokenizer(spec)
+    control = _control(spec)
+    return Package(spec, stages, tokenizer, control, functools.partial(specialized_stage, spec))
+
+
+def build_stage(
+    spec: PackageSpec, stage_spec: StageSpec, progress: Callable[[str], None], dims: Mapping[str, int] | None = None
+) -> Stage:
+    """Build `stage_spec` through the build cache (with `dims` added to its options, where given) and import its
+    module; its weights are not loaded yet."""
     from loam.driver import cache
     from loam.driver.pipeline import import_source
 
-    spec = read_package(folder) if spec is None else spec
-    stages: dict[str, Stage] = {}
-    for stage_spec in spec.stages.values():
-        progress(f"{spec.name}: building stage {stage_spec.name} from {stage_spec.graph.name}")
-        flags: dict[str, object] = {"backend": "numpy", "pooling": stage_spec.pooling,
-                                    "normalize": stage_spec.normalize, "output": stage_spec.output}  # fmt: skip
-        if stage_spec.activation not in (None, "none"):  # absent from the key of every stage without one
-            flags["activation"] = stage_spec.activation
-        if stage_spec.draft:  # the layout is the draft of the graph and its genai config: both are the key
-            from loam.driver.genai import config_digest
+    if dims:
+        stage_spec = dataclasses.replace(stage_spec, options=stage_spec.options.merged(dims=dims))
+    progress(f"{spec.name}: building stage {stage_spec.name} from {stage_spec.graph.name}")
+    flags: dict[str, object] = {"backend": "numpy", "pooling": stage_spec.pooling,
+                                "normalize": stage_spec.normalize, "output": stage_spec.output}  # fmt: skip
+    if stage_spec.activation not in (None, "none"):  # absent from the key of every stage without one
+        flags["activation"] = stage_spec.activation
+    if stage_spec.draft:  # the layout is the draft of the graph and its genai config: both are the key
+        from loam.driver.genai import config_digest
 
-            flags.update(draft=True, genai_config=config_digest(stage_spec.graph))
-        built, hit = cache.cached(
-            stage_spec.graph,
-            stage_spec.options,
-            flags,
-            functools.partial(_build_stage, stage_spec, progress),
-            progress,
-        )  # fmt: skip
-        name = f"loam_serve_{_identifier(spec.name)}_{_identifier(stage_spec.name)}"
-        # The module Loam's numpy backend printed: it defines every name a StageModule declares.
-        module = cast(StageModule, import_source(built.source, name, built.weights))
-        stages[stage_spec.name] = Stage(stage_spec, module, None, hit)
-    load_weights(spec, stages, progress)
-    for stage in stages.values():
-        if stage.spec.packed and hasattr(stage.module, "set_compiled"):
-            progress(f"{spec.name}: compiling stage {stage.spec.name}'s packed products (numba, where installed)")
-            stage.module.set_compiled(True)  # before the first request, not in it
-        stage.inputs = tuple(getattr(stage.module, "INPUTS", ()))
-        outputs = getattr(stage.module, "OUTPUTS", None)
-        stage.outputs = tuple(outputs) if outputs else ()
-    tokenizer = _tokenizer(spec)
-    control = _control(spec)
-    return Package(spec, stages, tokenizer, control)
+        flags.update(draft=True, genai_config=config_digest(stage_spec.graph))
+    built, hit = cache.cached(
+        stage_spec.graph,
+        stage_spec.options,
+        flags,
+        functools.partial(_build_stage, stage_spec, progress),
+        progress,
+    )  # fmt: skip
+    name = f"loam_serve_{_identifier(spec.name)}_{_identifier(stage_spec.name)}"
+    if dims:
+        name += "".join(f"_{_identifier(symbol)}{value}" for symbol, value in sorted(dims.items()))
+    # The module Loam's numpy backend printed: it defines every name a StageModule declares.
+    module = cast(StageModule, import_source(built.source, name, built.weights))
+    return Stage(stage_spec, module, None, hit)
+
+
+def specialized_stage(spec: PackageSpec, name: str, dims: Mapping[str, int]) -> Stage:
+    """Stage `name` built for `dims` (`StageSpec.specialize`), its weights loaded and checked, ready to run."""
+    stage = build_stage(spec, spec.stages[name], lambda _message: None, dims)
+    load_weights(spec, {name: stage}, lambda _message: None)
+    _ready(spec, stage, lambda _message: None)
+    return stage
+
+
+def _ready(spec: PackageSpec, stage: Stage, progress: Callable[[str], None]) -> None:
+    """Compile a built stage's packed products and read its inputs and outputs."""
+    if stage.spec.packed and hasattr(stage.module, "set_compiled"):
+        progress(f"{spec.name}: compiling stage {stage.spec.name}'s packed products (numba, where installed)")
+        stage.module.set_compiled(True)  # before the first request, not in it
+    stage.inputs = tuple(getattr(stage.module, "INPUTS", ()))
+    outputs = getattr(stage.module, "OUTPUTS", None)
+    stage.outputs = tuple(outputs) if outputs else ()
 
 
 def load_weights(spec: PackageSpec, stages: Mapping[str, Stage], progress: Callable[[str], None]) -> None:

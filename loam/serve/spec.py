@@ -57,6 +57,8 @@ class Capacities:
       this far behind makes only its own request wait.
     - `block_tokens`: tokens per KV block (text); `kv_blocks`: the pool's blocks (default: enough for
       every resident request at full context).
+    - `specialization_cache`: builds of a stage specialized to a request's dims (`StageSpec.specialize`)
+      the model keeps at once, least recently used evicted first (`loam.serve.specialize`).
     """
 
     batch_units: int = 256
@@ -66,6 +68,7 @@ class Capacities:
     output_bytes: int = 1 << 16
     block_tokens: int = 16
     kv_blocks: int = 0
+    specialization_cache: int = 4
 
     def blocks(self) -> int:
         """The KV pool's block count."""
@@ -89,6 +92,8 @@ class StageSpec:
     publish: str | None = None  # sequence stages: what each request publishes (see loam.serve.sequence)
     activation: str | None = None  # a score's activation, appended to the graph (loam.serve.activation)
     draft: bool = False  # the layout is drafted at build time (an onnxruntime-genai folder's decoder)
+    specialize: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    """Symbol -> (graph input, axis): the dim_params a request's input fixes in a build made for it (its `dims`)."""
 
 
 @dataclass(frozen=True)
@@ -215,6 +220,9 @@ class Package:
     stages: dict[str, Stage]
     tokenizer: PackageTokenizer | None
     control: Control | None  # the package's own CONTROL, when it has one
+    specialize: Callable[[str, Mapping[str, int]], Stage] | None = None
+    """Build stage NAME with these `dims` added to its options, through the build cache, and load its weights
+    (registration sets it; `loam.serve.specialize` calls it off the worker's thread)."""
 
     @property
     def builds(self) -> dict[str, bool]:
