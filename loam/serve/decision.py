@@ -34,6 +34,7 @@ import numpy as np
 from loam.serve.metrics import ModelMetrics
 from loam.serve.scheduler import Event, Request, ServeError, Worker
 from loam.serve.spec import Capacities, Control, Package, PackageError, PackageTokenizer, Stage, refuse_control
+from loam.serve.specialize import Specialization, SpecializationCache, request_axes
 from loam.serve.text import DecoderStage, TextControl, TextWorker
 
 SCORES = ("logits", "probabilities")
@@ -195,11 +196,16 @@ class ClassifyRequest(Request):
 
     pixels: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
     indices: tuple[int, ...] = ()
+    param: str = "input"
+    dims: dict[str, int] = field(default_factory=dict)  # the stage's specialization for this input, if it has one
+    specialization: Specialization | None = None  # held from the request's first step until it is retired
 
 
 class ClassifierWorker(Worker):
     """A classifier decision package's worker: cohorts of inputs of one shape (at most `resident_requests`),
-    stacked on the stage's batch axis where it is free, else run one call each."""
+    stacked on the stage's batch axis where it is free, else run one call each.  A stage that `specialize`s
+    runs each shape on its own build, made on first use (`loam.serve.specialize`): the cohort waits for it
+    while the worker runs the shapes that are built."""
 
     def __init__(self, package: Package, control: DecisionControl, state: DecisionState, metrics: ModelMetrics) -> None:
         assert state.image is not None
@@ -208,7 +214,13 @@ class ClassifierWorker(Worker):
         self.decision_control = control
         self.capacities: Capacities = package.spec.capacities
         self.batched = state.image[2][:1] == (None,)
+        self.axes = request_axes(package, self.stage)
         super().__init__(package.spec.name, metrics, self.capacities.output_bytes)
+        self.specializations: SpecializationCache | None = None
+        if self.axes:
+            assert package.specialize is not None, "registration gives a package its specialized builds"
+            capacity = self.capacities.specialization_cache
+            self.specializations = SpecializationCache(package.specialize, capacity, metrics, self.poke)
 
     def prepare(
         self, pixels: np.ndarray, indices: tuple[int, ...], param: str, sink: Callable[[Event], None]
@@ -224,12 +236,29 @@ class ClassifierWorker(Worker):
             raise ServeError(
                 f"'{param}' has shape {list(pixels.shape)}; the model's {name!r} takes {wanted}", param=param
             )
-        return ClassifyRequest(sink=sink, tag=str(pixels.shape), pixels=pixels.astype(dtype), indices=indices)
+        dims = {symbol: int(pixels.shape[axis - 1]) for symbol, (_, axis) in self.axes.items()}
+        return ClassifyRequest(
+            sink=sink, tag=str(pixels.shape), pixels=pixels.astype(dtype), indices=indices, param=param, dims=dims
+        )
 
     def stalled(self, request: Request) -> bool:
         return False  # a decision delivers once, after its cohort
 
+    def retire(self, request: Request) -> None:
+        assert isinstance(request, ClassifyRequest)
+        if request.specialization is not None and self.specializations is not None:
+            self.specializations.release(request.specialization)
+            request.specialization = None
+
+    def trim(self) -> None:
+        if self.specializations is not None:
+            self.specializations.trim()
+
     def step(self, eligible: list[Request]) -> bool:
+        if self.specializations is not None:
+            eligible = list(self._built(eligible, self.specializations))
+            if not eligible:
+                return False
         oldest = eligible[0]
         cohort: list[ClassifyRequest] = []
         for request in eligible:
@@ -243,12 +272,35 @@ class ClassifierWorker(Worker):
         self.run_cohort(cohort, self._compute, self._collect, self._fail)
         return True
 
+    def _built(self, eligible: list[Request], cache: SpecializationCache) -> list[ClassifyRequest]:
+        """The eligible requests whose specialization is built, each holding its own (acquired on its first step);
+        a request whose build failed fails with the refusal, naming its input."""
+        built = []
+        for request in eligible:
+            assert isinstance(request, ClassifyRequest)
+            if request.specialization is None:
+                request.specialization = cache.acquire(self.stage.spec.name, request.dims)
+            entry = request.specialization
+            if not entry.done.is_set():
+                continue
+            if entry.stage is None:
+                shown = ", ".join(f"{symbol} {value}" for symbol, value in request.dims.items())
+                message = f"'{request.param}' asks for {shown}, which the model cannot be built for: {entry.error}"
+                request.deliver(Event("error", text=message, status=entry.status, param=request.param))
+                self.metrics.finished("error")
+                continue
+            built.append(request)
+        return built
+
     def _compute(self, cohort: Sequence[ClassifyRequest]) -> list[np.ndarray]:
-        """Each input's scores over every class (float64), from the stage's first output."""
+        """Each input's scores over every class (float64), from the stage's first output (the cohort's
+        specialized build, where the stage has them)."""
+        entry = cohort[0].specialization
+        stage = entry.stage if entry is not None and entry.stage is not None else self.stage
         if self.batched:
-            outputs = [np.asarray(self.stage.forward(np.stack([r.pixels for r in cohort]))[0])]
+            outputs = [np.asarray(stage.forward(np.stack([r.pixels for r in cohort]))[0])]
         else:
-            outputs = [np.asarray(self.stage.forward(r.pixels[None])[0]) for r in cohort]
+            outputs = [np.asarray(stage.forward(r.pixels[None])[0]) for r in cohort]
         rows = np.concatenate([o.reshape(o.shape[0], -1) for o in outputs]).astype(np.float64)
         if rows.shape[0] != len(cohort):
             raise ServeError(f"the classifier gave {rows.shape[0]} rows for {len(cohort)} inputs", status=500)
@@ -293,6 +345,11 @@ def serve_decision(package: Package, control: Control, metrics: ModelMetrics) ->
     if state.kind == "classifier":
         return ClassifierWorker(package, control, state, metrics)
     stage_spec = next(iter(spec.stages.values()))
+    if stage_spec.specialize:
+        raise PackageError(
+            f"{spec.folder / 'model.json'}: key 'stages.{stage_spec.name}.specialize' is for a classifier stage; "
+            "a language model's cohorts run one build"
+        )
     stage = DecoderStage(package.stages[stage_spec.name], f"{spec.folder / 'model.json'} stage {stage_spec.name!r}")
     text = TextControl()
     worker = DecisionTextWorker(spec.name, stage, spec.capacities, metrics, text, text.prepare(package))

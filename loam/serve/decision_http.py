@@ -90,7 +90,7 @@ class DecisionRoutes:
                 if event.kind == "error":
                     for r in requests:
                         worker.cancel(r)
-                    return error_response(event.text, event.status if event.status != 499 else 400)
+                    return error_response(event.text, event.status if event.status != 499 else 400, event.param)
                 if event.kind == "done":
                     results[index] = event
         finally:

@@ -50,6 +50,22 @@ class Metrics:
         self.requests = Counter("loam_requests", "Finished requests by outcome", ["model", "outcome"], registry=r)
         self.scored_pairs = Counter("loam_scored_pairs", "Pairs scored (score, rerank)", ["model"], registry=r)
         self.decisions = Counter("loam_decisions", "Inputs a decision model answered", ["model"], registry=r)
+        self.specialization_hits = Counter(
+            "loam_specialization_hits", "Requests finding their specialized build kept", ["model"], registry=r
+        )
+        self.specialization_misses = Counter(
+            "loam_specialization_misses", "Specialized builds started for a request", ["model"], registry=r
+        )
+        self.specialization_evictions = Counter(
+            "loam_specialization_evictions", "Specialized builds evicted from the cache", ["model"], registry=r
+        )
+        self.specialization_entries = Gauge(
+            "loam_specialization_entries", "Specialized builds held, compiling included", ["model"], registry=r
+        )
+        self.compile_seconds = Histogram(
+            "loam_specialization_compile_seconds", "Time to build a specialized stage", ["model"], registry=r,
+            buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+        )  # fmt: skip
         self.kv_blocks_used = Gauge("loam_kv_blocks_used", "KV blocks held by requests", ["model"], registry=r)
         self.kv_blocks_cached = Gauge(
             "loam_kv_blocks_cached", "KV blocks retained for prefix reuse", ["model"], registry=r
@@ -100,6 +116,11 @@ class ModelMetrics:
         self.kv_used = metrics.kv_blocks_used.labels(name)
         self.kv_cached = metrics.kv_blocks_cached.labels(name)
         self._scored = metrics.scored_pairs.labels(name)
+        self.specialization_hits = metrics.specialization_hits.labels(name)
+        self.specialization_misses = metrics.specialization_misses.labels(name)
+        self.specialization_evictions = metrics.specialization_evictions.labels(name)
+        self.specialization_entries = metrics.specialization_entries.labels(name)
+        self.compile_seconds = metrics.compile_seconds.labels(name)
         self._lock = threading.Lock()
         self._recent: deque[tuple[float, int, int]] = deque()
 

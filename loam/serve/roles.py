@@ -88,7 +88,7 @@ ROLES: dict[str, Role] = {
         ),
         Role(
             "decision",
-            PackageSchema(keys=("framing", "answers", "scores")),
+            PackageSchema(stage_keys=("specialize",), keys=("framing", "answers", "scores")),
             FramedDecisions,
             serve_decision,
             decision_http.routes,

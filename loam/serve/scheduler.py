@@ -42,6 +42,7 @@ class Event:
     finish_reason: str | None = None
     usage: dict[str, object] | None = None
     status: int = 400
+    param: str | None = None  # an error's request field, where the worker knows it
 
 
 class ServeError(LoamError):
