@@ -14,7 +14,8 @@ A decision package's `model.json` declares, besides its one stage:
 The stage kind follows from the graph: a decoder (`input_ids`, `logits`, pasts) is scored as the text role
 reads it (`loam.serve.text`: the framed question once, each answer's continuation on a fork of its state,
 all in one cohort); any other graph is a classifier over one image (or feature) input, run on a cohort of
-inputs of one shape.  Either way the answer is computed from final outputs only: an LM answer's
+inputs of one shape (a classifier stage may `specialize`: each shape runs on a build made for its dims,
+`loam.serve.specialize`).  Either way the answer is computed from final outputs only: an LM answer's
 probability is the softmax over the answers' sequence log-probabilities given the question, a
 classifier's is the head's probability (a softmax of its logits, in float64) renormalized over the
 declared answers.  `FramedDecisions` is the role's built-in control; a package's own CONTROL provides

@@ -22,7 +22,8 @@ A source is an ordered shard list: one path or a list of paths, each a safetenso
 Face `*.index.json`, or a GGUF file.  Several stages may read one source; declaring a source reads no
 payload.  Paths resolve from the package folder.  A stage takes `graph`, `source`, `options` and
 `packed`, and the keys its role's `PackageSchema` adds (an embedding stage's `pooling`, `normalize` and
-`output`; a sequence stage's `publish`, `activation` and `output`).  `control` optionally names a Python
+`output`; a sequence stage's `publish`, `activation` and `output`; a decision stage's `specialize`, the dims a
+request's input fixes in a build made for it, `loam.serve.specialize`).  `control` optionally names a Python
 file in the package whose `CONTROL` object replaces the role's built-in control (see `loam.serve.finite`
 and `loam.serve.text`): it is code the operator trusts, never something a client sends.  What a read spec
 and a registered package hold is `loam.serve.spec`'s.

@@ -19,8 +19,9 @@ A package's `model.json` names its `role`, and `ROLES[role]` says everything the
                 normalize, output
     sequence    the same, and publish,          SequenceControl   SequenceWorker (finite          score, rerank,
                 activation, output                                requests over supplied ids)     pooling
-    decision    the same; framing, answers and  FramedDecisions   DecisionTextWorker (a decoder)  classify
-                scores (top-level keys)                           or ClassifierWorker (finite)
+    decision    the same, and specialize;       FramedDecisions   DecisionTextWorker (a decoder)  classify
+                framing, answers and scores                       or ClassifierWorker (finite,
+                (top-level keys)                                  a build per shape, on demand)
 
 Adding a role (audio, images, known-token stages) is one entry here plus its modules: the
 role's module (`loam.serve.text` and `loam.serve.finite` are the two to read) defines its control
