@@ -33,6 +33,7 @@ from typing import Protocol, cast, runtime_checkable
 import numpy as np
 
 from loam.serve.metrics import ModelMetrics
+from loam.serve.residency import array_bytes, module_pool, weight_arrays
 from loam.serve.scheduler import Event, Request, ServeError, Worker
 from loam.serve.spec import Capacities, Control, Package, PackageError, PackageTokenizer, Stage, refuse_control
 from loam.serve.specialize import Specialization, SpecializationCache, request_axes
@@ -252,8 +253,22 @@ class ClassifierWorker(Worker):
             request.specialization = None
 
     def trim(self) -> None:
+        """Drop the kept specialized builds no request holds, and the modules' pooled intermediates."""
         if self.specializations is not None:
             self.specializations.trim()
+        for stage in self._stages():
+            module_pool(stage.module).clear()
+
+    def resident_bytes(self) -> dict[str, int]:
+        """The stages' pooled intermediates, and the kept specialized builds' weights (the registered stage's are
+        the model's `weights`)."""
+        stages = self._stages()
+        built = [weight_arrays(stage.weights) for stage in stages[1:]]
+        return {"kv": 0, "workspace": array_bytes([*built, *(module_pool(stage.module) for stage in stages)])}
+
+    def _stages(self) -> list[Stage]:
+        """The registered stage, then the specialized builds kept."""
+        return [self.stage, *(self.specializations.stages() if self.specializations is not None else [])]
 
     def step(self, eligible: list[Request]) -> bool:
         if self.specializations is not None:

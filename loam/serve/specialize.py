@@ -137,6 +137,11 @@ class SpecializationCache:
         with self.lock:
             return list(self.entries)
 
+    def stages(self) -> list[Stage]:
+        """The built stages kept."""
+        with self.lock:
+            return [entry.stage for entry in self.entries.values() if entry.stage is not None]
+
     def trim(self) -> None:
         """Drop every built specialization no request holds (their modules and weights)."""
         with self.lock:

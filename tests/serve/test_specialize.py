@@ -26,6 +26,7 @@ import pytest
 
 from loam.serve.cli import Listener
 from loam.serve.decision import ClassifierWorker
+from loam.serve.residency import array_bytes, weight_arrays
 from loam.serve.scheduler import Request
 from loam.serve.server import Server
 from loam.serve.spec import PackageError
@@ -88,9 +89,9 @@ def classify(http: httpx.Client, pixels: np.ndarray) -> list[float]:
     return list(reply.json()["data"][0]["probs"])
 
 
-def metric(http: httpx.Client, name: str) -> float:
+def metric(http: httpx.Client, name: str, labels: str = "") -> float:
     for line in http.get("/metrics").text.splitlines():
-        if line.startswith(f'{name}{{model="{NAME}"}}'):
+        if line.startswith(f'{name}{{{labels}model="{NAME}"}}'):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"/metrics has no {name} for {NAME}")
 
@@ -129,7 +130,8 @@ def test_each_size_answers_as_onnxruntime_and_the_unspecialized_build(
         np.testing.assert_allclose(got, unspecialized / unspecialized.sum(), atol=1e-6)
         assert key(side) in cache.keys()
         entry = cache.entries[key(side)]
-        assert entry.stage is not None and entry.stage is not worker.stage and entry.users == 0
+        assert entry.stage is not None and entry.users == 0
+        assert worker.stage.inputs[0][2] == (1, 3, None, None) and entry.stage.inputs[0][2] == (1, 3, side, side)
 
 
 def test_requests_of_one_size_share_one_build(http: httpx.Client, cache: SpecializationCache) -> None:
@@ -156,15 +158,21 @@ def test_requests_of_one_size_share_one_build(http: httpx.Client, cache: Special
 
 
 def test_the_cache_keeps_its_bound_evicting_the_least_recently_used(
-    http: httpx.Client, cache: SpecializationCache
+    http: httpx.Client, worker: ClassifierWorker, cache: SpecializationCache
 ) -> None:
-    cache.trim()  # what earlier tests built, dropped as an idle model's trim drops it
+    with worker.lock:  # what earlier tests built, dropped as an idle model's trim drops it
+        worker.trim()
     evictions = metric(http, "loam_specialization_evictions_total")
     for side in (112, 128, 112, 144):  # 112 used again after 128: 128 is the least recently used when 144 arrives
         classify(http, image(side, side))
     assert cache.keys() == [key(112), key(144)]
     assert metric(http, "loam_specialization_evictions_total") == evictions + 1
     assert metric(http, "loam_specialization_entries") == 2
+    kept = array_bytes(weight_arrays(stage.weights) for stage in cache.stages())
+    assert metric(http, "loam_resident_bytes", 'kind="workspace",') >= kept > 0
+    with worker.lock:
+        worker.trim()
+    assert cache.keys() == [] and metric(http, "loam_resident_bytes", 'kind="workspace",') == 0
 
 
 def test_other_models_and_built_sizes_answer_while_a_size_builds(
@@ -202,6 +210,21 @@ def test_a_request_cancelled_while_its_size_builds_joins_the_build_which_keeps_n
         gate.set()
         wait_for(entry.done.is_set, "the build to end")
     assert key(152) not in cache.keys() and entry.users == 0
+
+
+def test_a_client_gone_while_its_size_builds_frees_the_entry_once_the_build_ends(
+    server: Server, http: httpx.Client, cache: SpecializationCache
+) -> None:
+    with held_compiler() as gate, Listener(server) as listener:
+        with httpx.Client(base_url=listener.url, timeout=1.0) as client, pytest.raises(httpx.ReadTimeout):
+            client.post("/v1/classify", json={"model": NAME, "input": b64(image(14, 160))})
+        wait_for(lambda: key(160) in cache.keys() and cache.entries[key(160)].leaving == 1, "the disconnect")
+        entry = cache.entries[key(160)]
+        assert not entry.done.is_set()
+        gate.set()
+        wait_for(entry.done.is_set, "the build to end")
+    assert key(160) not in cache.keys() and entry.users == 0
+    assert len(classify(http, image(15, 160))) == 1000  # the size builds again for the next request
 
 
 def test_a_size_the_graph_refuses_is_a_400_naming_the_input_and_keeps_nothing(
