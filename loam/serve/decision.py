@@ -199,7 +199,7 @@ class ClassifyRequest(Request):
     pixels: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
     indices: tuple[int, ...] = ()
     param: str = "input"
-    dims: dict[str, int] = field(default_factory=dict)  # the stage's specialization for this input, if it has one
+    dims: dict[str, int] = field(default_factory=dict)  # the dims this input fixes (StageSpec.specialize), if any
     specialization: Specialization | None = None  # held from the request's first step until it is retired
 
 
@@ -222,7 +222,7 @@ class ClassifierWorker(Worker):
         if self.axes:
             assert package.specialize is not None, "registration gives a package its specialized builds"
             capacity = self.capacities.specialization_cache
-            self.specializations = SpecializationCache(package.specialize, capacity, metrics, self.poke)
+            self.specializations = SpecializationCache(package.specialize, self.stage, capacity, metrics, self.poke)
 
     def prepare(
         self, pixels: np.ndarray, indices: tuple[int, ...], param: str, sink: Callable[[Event], None]
@@ -335,7 +335,7 @@ class ClassifierWorker(Worker):
             self.metrics.finished("stop")
 
     def _fail(self, request: ClassifyRequest, status: int, message: str) -> None:
-        request.deliver(Event("error", text=message, status=status))
+        request.deliver(Event("error", text=message, status=status, param=request.param if status < 500 else None))
         self.metrics.finished("error")
 
 

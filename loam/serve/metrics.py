@@ -59,6 +59,12 @@ class Metrics:
         self.specialization_evictions = Counter(
             "loam_specialization_evictions", "Specialized builds evicted from the cache", ["model"], registry=r
         )
+        self.specialization_fallbacks = Counter(
+            "loam_specialization_fallbacks",
+            "Specialized builds that failed for another reason than their dims, served by the registered build",
+            ["model"],
+            registry=r,
+        )
         self.specialization_entries = Gauge(
             "loam_specialization_entries", "Specialized builds held, compiling included", ["model"], registry=r
         )
@@ -120,6 +126,7 @@ class ModelMetrics:
         self.specialization_misses = metrics.specialization_misses.labels(name)
         self.specialization_evictions = metrics.specialization_evictions.labels(name)
         self.specialization_entries = metrics.specialization_entries.labels(name)
+        self.specialization_fallbacks = metrics.specialization_fallbacks.labels(name)
         self.compile_seconds = metrics.compile_seconds.labels(name)
         self._lock = threading.Lock()
         self._recent: deque[tuple[float, int, int]] = deque()

@@ -18,7 +18,10 @@ kept: a miss beyond them evicts the least recently used key no request holds.
 A request holds its key from its first step until it is retired.  A request retired while its key is
 still building (cancelled by its client, or failed) lets go only once the build has ended (it joins the
 build); a build that ends with no request holding its key is dropped rather than kept, and a build that
-fails (a dims value the graph refuses) is dropped too, every request holding it failing with the refusal.
+fails because the graph refuses the dims (a ShapeError: an image too small for its pooling) is dropped
+too, every request holding it failing with the refusal.  A build that fails otherwise (a layout that
+cannot name the specialized graph's axes, or a fault in Loam) is no fault of the request: its key runs on
+the registered build, which serves every extent the graph allows, and is kept as such.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from loam.core.errors import ShapeError
 from loam.serve.metrics import ModelMetrics
 from loam.serve.scheduler import failure
 from loam.serve.spec import Package, PackageError, Stage
@@ -74,7 +78,8 @@ def request_axes(package: Package, stage: Stage) -> dict[str, tuple[int, int]]:
 
 @dataclass(eq=False)
 class Specialization:
-    """One key's build: compiling until `done` is set, then its `stage` or its failure (`status`, `error`)."""
+    """One key's build: compiling until `done` is set, then its `stage` (the registered one where the build
+    failed for a reason other than the request's dims, `error` saying why) or its refusal (`status`, `error`)."""
 
     key: Key
     done: threading.Event = field(default_factory=threading.Event)
@@ -88,17 +93,20 @@ class Specialization:
 class SpecializationCache:
     """A model's specialized builds, at most `capacity` kept, least recently used evicted first.
 
-    `build(stage, dims)` makes a stage (the package's `Package.specialize`); `wake()` is called when a build ends,
-    so the model's worker steps again."""
+    `build(stage, dims)` makes a stage (the package's `Package.specialize`); `registered` is the stage as registration
+    built it, which a key whose build fails for another reason than its dims runs on; `wake()` is called when a
+    build ends, so the model's worker steps again."""
 
     def __init__(
         self,
         build: Callable[[str, Mapping[str, int]], Stage],
+        registered: Stage,
         capacity: int,
         metrics: ModelMetrics,
         wake: Callable[[], None],
     ) -> None:
         self.build = build
+        self.registered = registered
         self.capacity = capacity
         self.metrics = metrics
         self.wake = wake
@@ -138,9 +146,10 @@ class SpecializationCache:
             return list(self.entries)
 
     def stages(self) -> list[Stage]:
-        """The built stages kept."""
+        """The specialized stages kept (not the registered one)."""
         with self.lock:
-            return [entry.stage for entry in self.entries.values() if entry.stage is not None]
+            stages = [entry.stage for entry in self.entries.values()]
+        return [stage for stage in stages if stage is not None and stage is not self.registered]
 
     def trim(self) -> None:
         """Drop every built specialization no request holds (their modules and weights)."""
@@ -155,9 +164,12 @@ class SpecializationCache:
         stage: Stage | None = None
         try:
             stage = self.build(entry.key[0], dict(entry.key[1]))
-        except Exception as err:  # a dims value the graph refuses (400), or a bug (500): the requests' failure
-            status, message = failure(err)
-            entry.status, entry.error = status, message
+        except ShapeError as err:  # the graph refuses these dims: the requests' refusal
+            entry.status, entry.error = 400, str(err)
+        except Exception as err:  # the build's fault, not the request's: the registered build serves the key
+            entry.error = failure(err)[1]  # a fault in Loam's own code is logged with its traceback
+            stage = self.registered
+            self.metrics.specialization_fallbacks.inc()
         self.metrics.compile_seconds.observe(time.monotonic() - start)
         with self.lock:
             entry.stage = stage

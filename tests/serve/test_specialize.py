@@ -239,6 +239,23 @@ def test_a_size_the_graph_refuses_is_a_400_naming_the_input_and_keeps_nothing(
     assert len(classify(http, image(13, 112))) == 1000
 
 
+def test_a_size_whose_build_fails_for_another_reason_runs_on_the_registered_build(
+    http: httpx.Client, worker: ClassifierWorker, cache: SpecializationCache, oracle: ort.InferenceSession
+) -> None:
+    # The layout drafted for the free-sized graph cannot name the axes of SqueezeNet's 40 x 40 build, whose last
+    # feature maps pool down to 1 x 1 (an AxisError): the request is not at fault, and the registered build serves it.
+    fallbacks = metric(http, "loam_specialization_fallbacks_total")
+    pixels = image(16, 40)
+    want = oracle.run(None, {"data_0": pixels[None]})[0].reshape(-1).astype(np.float64)
+    np.testing.assert_allclose(classify(http, pixels), want / want.sum(), atol=1e-5)
+    entry = cache.entries[key(40)]
+    assert entry.stage is worker.stage and "layout rule" in entry.error
+    assert metric(http, "loam_specialization_fallbacks_total") == fallbacks + 1
+    classify(http, image(17, 40))
+    assert metric(http, "loam_specialization_fallbacks_total") == fallbacks + 1  # kept: not built again
+    assert worker.stage not in cache.stages()
+
+
 @pytest.mark.parametrize(
     ("specialize", "words"),
     [
