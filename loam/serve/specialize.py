@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from loam.core.errors import ShapeError
 from loam.serve.metrics import ModelMetrics
 from loam.serve.scheduler import failure
-from loam.serve.spec import Package, PackageError, Stage
+from loam.serve.spec import Package, PackageError, Stage, StageSpec
 
 Key = tuple[str, tuple[tuple[str, int], ...]]
 """A specialization's key: the stage's name and its dims, sorted by symbol."""
@@ -55,10 +55,13 @@ def compiler() -> ThreadPoolExecutor:
 
 
 def request_axes(package: Package, stage: Stage) -> dict[str, tuple[int, int]]:
-    """Symbol -> (input position, axis) for `stage`'s `specialize`, each checked against the built stage: a graph
-    input it takes, an axis it has besides the batch axis, an extent its graph leaves free.  A wrong one is a
-    PackageError naming the key."""
+    """Symbol -> (input position, axis) for `stage`'s `specialize`, each checked against the built stage and its
+    graph: a graph input the stage takes, an axis it has besides the batch axis, an extent the stage leaves free
+    and the graph declares by that dim_param.  A wrong one is a PackageError naming the key."""
+    if not stage.spec.specialize:
+        return {}
     names = [name for name, _, _ in stage.inputs]
+    declared = _declared(stage.spec)
     axes: dict[str, tuple[int, int]] = {}
     for symbol, (name, axis) in stage.spec.specialize.items():
         key = f"stages.{stage.spec.name}.specialize.dims.{symbol}"
@@ -72,8 +75,28 @@ def request_axes(package: Package, stage: Stage) -> dict[str, tuple[int, int]]:
                 f"{where}: key {key!r} names axis {axis} of {name!r}, whose extents are "
                 f"{['?' if n is None else n for n in shape]}: a request fixes a free extent, not the batch axis"
             )
+        dims = declared.get(name, ())
+        if axis >= len(dims) or dims[axis] != symbol:
+            raise PackageError(
+                f"{where}: key {key!r} names axis {axis} of {name!r}, which the graph declares as {list(dims)}: "
+                f"the symbol is the dim_param of that axis"
+            )
         axes[symbol] = (position, axis)
     return axes
+
+
+def _declared(stage: StageSpec) -> dict[str, tuple[int | str | None, ...]]:
+    """Each graph input's declared dims (a dim_param's name, an extent, or None), as the stage's options'
+    `interface` re-declares them."""
+    from loam.serve.pooling import read_onnx
+
+    graph = read_onnx(stage.graph).graph
+    declared: dict[str, tuple[int | str | None, ...]] = {}
+    for value in graph.input:
+        shape = value.type.tensor_type.shape.dim
+        declared[value.name] = tuple(d.dim_param or (d.dim_value if d.HasField("dim_value") else None) for d in shape)
+    declared.update(stage.options.interface)
+    return declared
 
 
 @dataclass(eq=False)

@@ -264,6 +264,7 @@ def test_a_size_whose_build_fails_for_another_reason_runs_on_the_registered_buil
         ({"dims": {"height": "pixels[2]"}}, "key 'stages.classifier.specialize.dims.height' names input 'pixels'"),
         ({"dims": {"height": "data_0[1]"}}, "key 'stages.classifier.specialize.dims.height' names axis 1"),
         ({"dims": {"height": "data_0[0]"}}, "key 'stages.classifier.specialize.dims.height' names axis 0"),
+        ({"dims": {"side": "data_0[2]"}}, r"key 'stages.classifier.specialize.dims.side' names axis 2 .* 'height'"),
     ],
 )
 def test_a_malformed_specialize_is_refused_naming_the_key(
