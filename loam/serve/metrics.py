@@ -72,6 +72,12 @@ class Metrics:
             "loam_specialization_compile_seconds", "Time to build a specialized stage", ["model"], registry=r,
             buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
         )  # fmt: skip
+        self.proposed_tokens = Counter(
+            "loam_speculative_proposed_tokens", "Tokens a proposer guessed for verification", ["model"], registry=r
+        )
+        self.accepted_tokens = Counter(
+            "loam_speculative_accepted_tokens", "Proposed tokens the decoder accepted", ["model"], registry=r
+        )
         self.kv_blocks_used = Gauge("loam_kv_blocks_used", "KV blocks held by requests", ["model"], registry=r)
         self.kv_blocks_cached = Gauge(
             "loam_kv_blocks_cached", "KV blocks retained for prefix reuse", ["model"], registry=r
@@ -128,6 +134,8 @@ class ModelMetrics:
         self.specialization_entries = metrics.specialization_entries.labels(name)
         self.specialization_fallbacks = metrics.specialization_fallbacks.labels(name)
         self.compile_seconds = metrics.compile_seconds.labels(name)
+        self._proposed = metrics.proposed_tokens.labels(name)
+        self._accepted = metrics.accepted_tokens.labels(name)
         self._lock = threading.Lock()
         self._recent: deque[tuple[float, int, int]] = deque()
 
@@ -146,6 +154,11 @@ class ModelMetrics:
 
     def scored(self, pairs: int) -> None:
         self._scored.inc(pairs)
+
+    def speculated(self, proposed: int, accepted: int) -> None:
+        """A verifier span read `proposed` guessed tokens, of which the decoder accepted `accepted`."""
+        self._proposed.inc(proposed)
+        self._accepted.inc(accepted)
 
     def finished(self, outcome: str) -> None:
         self._requests.labels(self._name, outcome).inc()

@@ -13,8 +13,8 @@ A package's `model.json` names its `role`, and `ROLES[role]` says everything the
   find a model with `Server.model(name, role)`); `loam.serve.app` mounts every role's.
 
     role        schema (stage keys)             control           worker (cohorts of)             routes
-    text        graph, source, options, packed  TextControl       TextWorker (prompt spans and    completions, chat
-                                                                  decode steps over a KV pool)    completions, sessions
+    text        graph, source, options, packed; TextControl       TextWorker (prompt spans and    completions, chat
+                speculative (top-level key)                       decode steps over a KV pool)    completions, sessions
     embedding   the same, and pooling,          EmbeddingControl  FiniteWorker (finite requests)  embeddings
                 normalize, output
     sequence    the same, and publish,          SequenceControl   SequenceWorker (finite          score, rerank,
@@ -72,7 +72,7 @@ class Role:
 ROLES: dict[str, Role] = {
     role.name: role
     for role in (
-        Role("text", PackageSchema(), TextControl, serve_text, text_http.routes),
+        Role("text", PackageSchema(keys=("speculative",)), TextControl, serve_text, text_http.routes),
         Role(
             "embedding",
             PackageSchema(stage_keys=("pooling", "normalize", "output")),

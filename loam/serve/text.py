@@ -31,6 +31,10 @@ every position of its prompt spans and scores the token each position precedes (
 prompt whole since a cached prefix has no logits; `logprobs` scores each sampled token.  A multiple-choice
 request (`continuations`) reads its prompt once, then each continuation as a branch on a fork of the prompt's
 blocks (shared, never copied), all in the next cohort, and ends with each continuation's log-probability.
+
+A package that names a proposer (`loam.serve.speculative`) has a decoding row read its last token and the tokens
+proposed after it as one verifier span, its logits kept at every position as a scored prompt's are; the tokens
+the decoder accepts are delivered one by one, as a plain step delivers its one, and the rest roll back.
 """
 
 from __future__ import annotations
@@ -60,7 +64,9 @@ from loam.serve.spec import (
     TextStream,
     refuse_control,
 )
+from loam.serve.speculative import Speculation, accept_greedy, accept_sampled, prompt_lookup, read_speculation
 from loam.text.decoder import DecoderInterface, DecodeState, state_symbols
+from loam.text.pick import token_probs
 
 
 class DecoderStage:
@@ -299,6 +305,8 @@ class TextRequest(Request):
     continuation_logprobs: list[float] = field(default_factory=list)
     parent: TextRequest | None = None
     branch: int = 0  # a branch's index among its parent's continuations
+    speculative: bool = True  # False: never read proposed tokens, though the package names a proposer
+    proposal: list[int] = field(default_factory=list)  # the tokens read after `pending` in the running step
 
 
 class TextWorker(Worker):
@@ -314,8 +322,10 @@ class TextWorker(Worker):
         metrics: ModelMetrics,
         control: GenerationControl,
         state: TextState,
+        speculation: Speculation | None = None,
     ) -> None:
         self.stage = stage
+        self.speculation = speculation
         self.control = control
         self.state = state
         self.capacities = capacities
@@ -493,8 +503,16 @@ class TextWorker(Worker):
             if reading and prefill == 0:
                 continue
             span = request.pending[: min(units, prefill) if reading else units]
+            request.proposal = [] if reading else self._propose(request, units)
             try:
-                self.pool.reserve(request.seq, len(span))
+                try:
+                    self.pool.reserve(request.seq, len(span) + len(request.proposal))
+                    span = [*span, *request.proposal]
+                except PoolExhausted:
+                    if not request.proposal:
+                        raise
+                    request.proposal = []  # no room to guess ahead: the plain step
+                    self.pool.reserve(request.seq, len(span))
             except PoolExhausted as err:
                 if not rows and all(r.seq is None or r is request for r in self.waiting if isinstance(r, TextRequest)):
                     self._fail(request, f"no room for its state: {err}", 507)
@@ -516,7 +534,9 @@ class TextWorker(Worker):
         for request, span in rows:
             assert request.seq is not None  # admitted before it joined the cohort
             cohort.append((request.seq, span))
-        scoring = frozenset(i for i, (r, _) in enumerate(rows) if r.targets is not None and not r.generated)
+        scoring = frozenset(
+            i for i, (r, _) in enumerate(rows) if (r.targets is not None and not r.generated) or r.proposal
+        )
         return self.stage.run(self.pool, cohort, scoring)
 
     def _collect(self, rows: Sequence[tuple[TextRequest, list[int]]], logits: list[np.ndarray]) -> None:
@@ -528,6 +548,11 @@ class TextWorker(Worker):
         self.metrics.cohort_units.observe(sum(len(span) for _, span in rows))
         prompt_tokens = generated = cached = 0
         for (request, span), row_logits in zip(rows, logits, strict=True):
+            if request.proposal:  # a verifier span: its logits at every position
+                if not (request.cancelled or request.finished):
+                    generated += self._verify(request, len(span), row_logits)
+                request.proposal = []
+                continue
             reading_prompt = not request.generated
             if request.targets is not None and reading_prompt:  # logits at every position of the span
                 self._score_span(request, len(request.prompt) - len(request.pending), row_logits)
@@ -595,10 +620,57 @@ class TextWorker(Worker):
         self.metrics.kv_used.set(stats["used"])
         self.metrics.kv_cached.set(stats["cached"])
 
+    def _propose(self, request: TextRequest, units: int) -> list[int]:
+        """The tokens `request`'s proposer guesses after its pending one ([]: none, or a plain step): no more than
+        the cohort's units, the tokens it may still generate and its context leave room for beside that one."""
+        spec = self.speculation
+        if spec is None or not request.speculative or request.seq is None:
+            return []
+        room = min(
+            spec.tokens,
+            units - 1,
+            request.params.max_tokens - len(request.generated) - 1,
+            self.capacities.context_tokens - request.seq.length - 2,
+        )
+        if room <= 0:
+            return []
+        return prompt_lookup([*request.seq.tokens, *request.pending], room, spec.ngram, spec.min_ngram)
+
+    def _verify(self, request: TextRequest, span: int, logits: np.ndarray) -> int:
+        """Take what the decoder accepts of `request`'s proposal from the verifier span's `logits` ([span, vocab]),
+        roll back the KV of the positions after it, and deliver the tokens one by one until one ends the request.
+        Returns how many were delivered."""
+        assert request.sampler is not None and request.seq is not None
+        proposal, params = request.proposal, request.params
+        start = request.seq.length - span  # where the span began: its first token is the one sampled last
+        if params.temperature == 0:
+            tokens = accept_greedy(logits, proposal)
+        else:
+            tokens = accept_sampled(
+                lambda i: token_probs(logits[i], params.temperature, params.top_p), proposal, request.sampler.rng
+            )
+        self.metrics.speculated(len(proposal), len(tokens) - 1)
+        self.pool.rewind(request.seq, start + len(tokens))  # the rejected positions' KV goes
+        for m, token in enumerate(tokens, 1):
+            reason = self._deliver(request, token, logits[m - 1], start + m)
+            if reason is not None:
+                self.pool.rewind(request.seq, start + m)  # what a plain run holds when it ends at this token
+                self._finish(request, reason)
+                return m
+        return len(tokens)
+
     def _advance(self, request: TextRequest, logits: np.ndarray) -> None:
         """Sample `request`'s next token from `logits`, deliver it, and decide whether the request ends."""
-        assert request.sampler is not None and request.matcher is not None and request.seq is not None
+        assert request.sampler is not None and request.seq is not None
         token = request.sampler.pick(logits)
+        reason = self._deliver(request, token, logits, request.seq.length)
+        if reason is not None:
+            self._finish(request, reason)
+
+    def _deliver(self, request: TextRequest, token: int, logits: np.ndarray, length: int) -> str | None:
+        """Deliver `token`, picked from `logits` when `request` had read `length` tokens; the reason the request
+        ends with it (None: it goes on), its held-back text delivered."""
+        assert request.matcher is not None
         if request.logprobs is not None:
             request.scores.append(score(logits, token, request.logprobs))
         now = time.monotonic()
@@ -621,7 +693,7 @@ class TextWorker(Worker):
                 request.deliver(Event("token", text=shown, token=token, value=_delivered(request)))
         if reason is None and len(request.generated) >= params.max_tokens:
             reason = "length"
-        if reason is None and request.seq.length + 1 >= self.capacities.context_tokens:
+        if reason is None and length + 1 >= self.capacities.context_tokens:
             reason = "length"
         request.pending = [token]
         if reason is not None:
@@ -630,7 +702,7 @@ class TextWorker(Worker):
                 rest += request.matcher.flush()
                 if rest or request.scores:
                     request.deliver(Event("token", text=rest, token=-1, value=_delivered(request)))
-            self._finish(request, reason)
+        return reason
 
     def _finish(self, request: TextRequest, reason: str, value: object = None) -> None:
         """End `request`: its usage, and `value` (default: the generated ids) with the done event."""
@@ -704,5 +776,7 @@ def serve_text(package: Package, control: Control, metrics: ModelMetrics) -> Tex
     state = control.prepare(package)
     spec = package.spec
     stage_spec = next(iter(spec.stages.values()))
-    stage = DecoderStage(package.stages[stage_spec.name], f"{spec.folder / 'model.json'} stage {stage_spec.name!r}")
-    return TextWorker(spec.name, stage, spec.capacities, metrics, control, state)
+    where = str(spec.folder / "model.json")
+    speculation = read_speculation(spec.role_keys.get("speculative"), where, list(spec.stages))
+    stage = DecoderStage(package.stages[stage_spec.name], f"{where} stage {stage_spec.name!r}")
+    return TextWorker(spec.name, stage, spec.capacities, metrics, control, state, speculation)

@@ -9,7 +9,8 @@
 
 Loam's request fields beside OpenAI's: `tokenizer_flags` (`loam.serve.flags`), `add_special_tokens`,
 `skip_special_tokens`, `ignore_eos`, `return_token_ids` (each choice gets its `token_ids`, as vLLM's
-field does) and `session`.  The prompt's ids come from the model's control (`GenerationControl`).
+field does), `session` and `speculative` (false: no proposed tokens for this request, where the package
+names a proposer; `loam.serve.speculative`).  The prompt's ids come from the model's control (`GenerationControl`).
 
 Scores of known tokens (`loam.serve.scoring`) on `/v1/completions`: `logprobs` (0 to `MAX_LOGPROBS`
 alternatives per generated token, OpenAI's legacy object), `echo` (the prompt's text before the reply,
@@ -240,6 +241,7 @@ class TextRoutes:
             raise ServeError("'stream_options' is only allowed with 'stream': true", param="stream_options")
         include_usage = bool(options.get("include_usage", False)) if options else False
         return_ids = bool(fields.get("return_token_ids", (bool,), False))
+        speculative = bool(fields.get("speculative", (bool,), True))
         session = None
         session_id = fields.get("session", (str,))
         if session_id is not None:
@@ -271,7 +273,7 @@ class TextRoutes:
                     decode=tokenizer.decode_stream(skip_special_tokens=skip) if tokenizer is not None else None,
                     session=session, logprobs=scoring.logprobs, prompt_top=scoring.prompt_logprobs or 0,
                     targets=ids[1:] if scoring.scores_prompt else None,
-                    continuations=[list(c) for c in scoring.continuations],
+                    continuations=[list(c) for c in scoring.continuations], speculative=speculative,
                 )  # fmt: skip
                 worker.submit(text_request)
                 requests.append(text_request)

@@ -15,6 +15,13 @@ def pick_token(logits: np.ndarray, rng: np.random.Generator, temperature: float,
     """The next token: the argmax when `temperature` is 0, else a draw from the tempered, top-p-truncated softmax."""
     if temperature == 0:
         return int(np.argmax(logits))
+    probs = token_probs(logits, temperature, top_p)
+    return int(rng.choice(len(probs), p=probs))
+
+
+def token_probs(logits: np.ndarray, temperature: float, top_p: float = 1.0) -> np.ndarray:
+    """The distribution `pick_token` draws from (`temperature` above 0): float64, summing to 1.  A speculative
+    verifier weighs proposed tokens by it."""
     scaled = np.asarray(logits, dtype=np.float64) / temperature
     scaled -= scaled.max()
     probs = np.exp(scaled)
@@ -26,4 +33,4 @@ def pick_token(logits: np.ndarray, rng: np.random.Generator, temperature: float,
         kept = np.zeros_like(probs)
         kept[keep] = probs[keep]
         probs = kept / kept.sum()
-    return int(rng.choice(len(probs), p=probs))
+    return probs
