@@ -30,11 +30,15 @@ back (`KvPool.rewind`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
+from loam.serve.kv import KvSequence
+from loam.serve.sampling import SamplingParams
 from loam.serve.spec import PackageError
+from loam.text.pick import token_probs
 
 PROPOSERS = ("prompt_lookup", "draft")
 MAX_TOKENS = 16
@@ -92,6 +96,44 @@ def read_speculation(raw: object, where: str, stages: Sequence[str]) -> Speculat
     return Speculation(proposer, tokens, stage=stage)
 
 
+@dataclass(eq=False)
+class Guess:
+    """One row's request to its proposer: its `context` (every token it holds, the last one sampled and not yet
+    read), the most tokens to guess (`room`), how it samples, and what the proposer fills in: the `tokens` and,
+    for sampled tokens, the distributions they were drawn from (`probs`; None: point masses or greedy guesses).
+    `draft` is a draft model's rows of state for the request, kept by the request between steps."""
+
+    context: list[int]
+    room: int
+    params: SamplingParams
+    rng: np.random.Generator
+    draft: KvSequence | None = None
+    tokens: list[int] = field(default_factory=list)
+    probs: list[np.ndarray] | None = None
+
+
+class Proposer(Protocol):
+    """What guesses tokens for a cohort's decoding rows."""
+
+    def propose(self, guesses: Sequence[Guess]) -> None: ...
+    def release(self, draft: KvSequence) -> None: ...
+
+
+class PromptLookup:
+    """Guesses from the row's own context (`prompt_lookup`): no state, no model."""
+
+    def __init__(self, speculation: Speculation) -> None:
+        self.speculation = speculation
+
+    def propose(self, guesses: Sequence[Guess]) -> None:
+        spec = self.speculation
+        for guess in guesses:
+            guess.tokens = prompt_lookup(guess.context, guess.room, spec.ngram, spec.min_ngram)
+
+    def release(self, draft: KvSequence) -> None:
+        """A prompt lookup keeps no state."""
+
+
 def prompt_lookup(context: Sequence[int], tokens: int, ngram: int, min_ngram: int = 1) -> list[int]:
     """At most `tokens` tokens that followed the latest earlier occurrence of `context`'s last n tokens, for the
     longest n from `ngram` down to `min_ngram` that occurs earlier; [] where none does."""
@@ -102,6 +144,20 @@ def prompt_lookup(context: Sequence[int], tokens: int, ngram: int, min_ngram: in
             if context[start] == suffix[0] and list(context[start : start + n]) == suffix:
                 return list(context[start + n : start + n + tokens])
     return []
+
+
+def accept(
+    logits: np.ndarray,
+    proposal: Sequence[int],
+    params: SamplingParams,
+    rng: np.random.Generator,
+    proposer: Sequence[np.ndarray] | None = None,
+) -> list[int]:
+    """The tokens a row takes from its verifier span's `logits` ([k + 1, vocab]): `accept_greedy`'s at temperature
+    0, else `accept_sampled`'s against the tempered, top-p distribution `loam.text.pick.pick_token` draws from."""
+    if params.temperature == 0:
+        return accept_greedy(logits, proposal)
+    return accept_sampled(lambda i: token_probs(logits[i], params.temperature, params.top_p), proposal, rng, proposer)
 
 
 def accept_greedy(logits: np.ndarray, proposal: Sequence[int]) -> list[int]:

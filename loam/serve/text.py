@@ -47,6 +47,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from loam.core.errors import LoamError
+from loam.serve.draft import make_proposer
 from loam.serve.flags import ADD_SPECIAL_TOKENS, NO_SPECIAL_TOKEN_MATCHING
 from loam.serve.kv import KvPool, KvSequence, PoolExhausted
 from loam.serve.metrics import ModelMetrics
@@ -64,9 +65,8 @@ from loam.serve.spec import (
     TextStream,
     refuse_control,
 )
-from loam.serve.speculative import Speculation, accept_greedy, accept_sampled, prompt_lookup, read_speculation
+from loam.serve.speculative import Guess, Proposer, accept, read_speculation
 from loam.text.decoder import DecoderInterface, DecodeState, state_symbols
-from loam.text.pick import token_probs
 
 
 class DecoderStage:
@@ -307,6 +307,8 @@ class TextRequest(Request):
     branch: int = 0  # a branch's index among its parent's continuations
     speculative: bool = True  # False: never read proposed tokens, though the package names a proposer
     proposal: list[int] = field(default_factory=list)  # the tokens read after `pending` in the running step
+    proposal_probs: list[np.ndarray] | None = None  # the distributions they were drawn from (None: point masses)
+    draft: KvSequence | None = None  # a draft model's rows of state (`loam.serve.draft`)
 
 
 class TextWorker(Worker):
@@ -322,10 +324,12 @@ class TextWorker(Worker):
         metrics: ModelMetrics,
         control: GenerationControl,
         state: TextState,
-        speculation: Speculation | None = None,
+        proposer: Proposer | None = None,
+        speculate: int = 0,
     ) -> None:
         self.stage = stage
-        self.speculation = speculation
+        self.proposer = proposer
+        self.speculate = speculate  # the most tokens the proposer guesses per step
         self.control = control
         self.state = state
         self.capacities = capacities
@@ -487,6 +491,7 @@ class TextWorker(Worker):
         decoding = any(isinstance(r, TextRequest) and r.generated for r in eligible)
         prefill = self.capacities.prefill_units if decoding and self.capacities.prefill_units else units
         rows: list[tuple[TextRequest, list[int]]] = []
+        guesses: list[tuple[TextRequest, Guess]] = []  # decoding rows whose proposer may guess ahead
         tag: str | None = None
         for request in eligible:
             assert isinstance(request, TextRequest)
@@ -503,16 +508,8 @@ class TextWorker(Worker):
             if reading and prefill == 0:
                 continue
             span = request.pending[: min(units, prefill) if reading else units]
-            request.proposal = [] if reading else self._propose(request, units)
             try:
-                try:
-                    self.pool.reserve(request.seq, len(span) + len(request.proposal))
-                    span = [*span, *request.proposal]
-                except PoolExhausted:
-                    if not request.proposal:
-                        raise
-                    request.proposal = []  # no room to guess ahead: the plain step
-                    self.pool.reserve(request.seq, len(span))
+                self.pool.reserve(request.seq, len(span))
             except PoolExhausted as err:
                 if not rows and all(r.seq is None or r is request for r in self.waiting if isinstance(r, TextRequest)):
                     self._fail(request, f"no room for its state: {err}", 507)
@@ -521,10 +518,16 @@ class TextWorker(Worker):
             tag = self.stage.tag(request.seq)
             rows.append((request, span))
             self.cohort.append(request)
-            units -= len(span)
+            room = 0 if reading else self._room(request, units - len(span))
+            if room and request.sampler is not None:
+                context = [*request.seq.tokens, *span]
+                guesses.append((request, Guess(context, room, request.params, request.sampler.rng, request.draft)))
+            units -= len(span) + room
             prefill -= len(span) if reading else 0
         if not rows:
             return False
+        if guesses:
+            rows = self._guess(rows, guesses)
         self.run_cohort(rows, self._compute, self._collect, self._fail_row)
         return True
 
@@ -620,21 +623,30 @@ class TextWorker(Worker):
         self.metrics.kv_used.set(stats["used"])
         self.metrics.kv_cached.set(stats["cached"])
 
-    def _propose(self, request: TextRequest, units: int) -> list[int]:
-        """The tokens `request`'s proposer guesses after its pending one ([]: none, or a plain step): no more than
-        the cohort's units, the tokens it may still generate and its context leave room for beside that one."""
-        spec = self.speculation
-        if spec is None or not request.speculative or request.seq is None:
-            return []
-        room = min(
-            spec.tokens,
-            units - 1,
-            request.params.max_tokens - len(request.generated) - 1,
-            self.capacities.context_tokens - request.seq.length - 2,
-        )
-        if room <= 0:
-            return []
-        return prompt_lookup([*request.seq.tokens, *request.pending], room, spec.ngram, spec.min_ngram)
+    def _room(self, request: TextRequest, units: int) -> int:
+        """How many tokens `request`'s proposer may guess after its pending one: no more than the cohort's `units`
+        left, the tokens it may still generate and its context leave room for beside that one."""
+        if self.proposer is None or not request.speculative or request.seq is None:
+            return 0
+        left = request.params.max_tokens - len(request.generated)
+        return max(0, min(self.speculate, units, left - 1, self.capacities.context_tokens - request.seq.length - 2))
+
+    def _guess(
+        self, rows: list[tuple[TextRequest, list[int]]], guesses: list[tuple[TextRequest, Guess]]
+    ) -> list[tuple[TextRequest, list[int]]]:
+        """`rows` with the proposer's guesses read after each guessing row's token (a verifier span), where the
+        pool has room for them; a row without is a plain step."""
+        assert self.proposer is not None
+        self.proposer.propose([guess for _, guess in guesses])
+        for request, guess in guesses:
+            request.draft = guess.draft
+            assert request.seq is not None
+            try:
+                self.pool.reserve(request.seq, 1 + len(guess.tokens))
+            except PoolExhausted:
+                continue
+            request.proposal, request.proposal_probs = guess.tokens, guess.probs
+        return [(request, [*span, *request.proposal]) for request, span in rows]
 
     def _verify(self, request: TextRequest, span: int, logits: np.ndarray) -> int:
         """Take what the decoder accepts of `request`'s proposal from the verifier span's `logits` ([span, vocab]),
@@ -643,12 +655,7 @@ class TextWorker(Worker):
         assert request.sampler is not None and request.seq is not None
         proposal, params = request.proposal, request.params
         start = request.seq.length - span  # where the span began: its first token is the one sampled last
-        if params.temperature == 0:
-            tokens = accept_greedy(logits, proposal)
-        else:
-            tokens = accept_sampled(
-                lambda i: token_probs(logits[i], params.temperature, params.top_p), proposal, request.sampler.rng
-            )
+        tokens = accept(logits, proposal, params, request.sampler.rng, request.proposal_probs)
         self.metrics.speculated(len(proposal), len(tokens) - 1)
         self.pool.rewind(request.seq, start + len(tokens))  # the rejected positions' KV goes
         for m, token in enumerate(tokens, 1):
@@ -738,6 +745,9 @@ class TextWorker(Worker):
             branch.finished = True
             self.retire(branch)
         request.branches = []
+        if request.draft is not None and self.proposer is not None:
+            self.proposer.release(request.draft)
+            request.draft = None
         session = request.session
         if session is not None:
             # A request that ended keeps what it read and the token it sampled last, for the next request on the
@@ -775,8 +785,12 @@ def serve_text(package: Package, control: Control, metrics: ModelMetrics) -> Tex
         raise refuse_control(package, GenerationControl)
     state = control.prepare(package)
     spec = package.spec
-    stage_spec = next(iter(spec.stages.values()))
     where = str(spec.folder / "model.json")
     speculation = read_speculation(spec.role_keys.get("speculative"), where, list(spec.stages))
-    stage = DecoderStage(package.stages[stage_spec.name], f"{where} stage {stage_spec.name!r}")
-    return TextWorker(spec.name, stage, spec.capacities, metrics, control, state, speculation)
+    name = next(name for name in spec.stages if speculation is None or name != speculation.stage)
+    stage = DecoderStage(package.stages[name], f"{where} stage {name!r}")
+    draft = None if speculation is None else speculation.stage
+    reader = None if draft is None else DecoderStage(package.stages[draft], f"{where} stage {draft!r}")
+    proposer = make_proposer(speculation, reader, stage.vocab, where, spec.capacities)
+    tokens = speculation.tokens if speculation is not None else 0
+    return TextWorker(spec.name, stage, spec.capacities, metrics, control, state, proposer, tokens)
