@@ -73,6 +73,9 @@ class DraftModel:
     def release(self, draft: KvSequence) -> None:
         self.pool.release(draft)
 
+    def nbytes(self) -> int:
+        return self.pool.nbytes
+
     def _catch_up(self, guess: Guess) -> list[int]:
         """The tokens the row's draft state has yet to read ([]: it cannot guess): its state cut to the longest
         prefix it shares with the context, at most all but the last token."""

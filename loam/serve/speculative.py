@@ -117,6 +117,9 @@ class Proposer(Protocol):
 
     def propose(self, guesses: Sequence[Guess]) -> None: ...
     def release(self, draft: KvSequence) -> None: ...
+    def nbytes(self) -> int:
+        """The bytes of the proposer's own KV pool (0: it keeps none)."""
+        ...
 
 
 class PromptLookup:
@@ -132,6 +135,9 @@ class PromptLookup:
 
     def release(self, draft: KvSequence) -> None:
         """A prompt lookup keeps no state."""
+
+    def nbytes(self) -> int:
+        return 0
 
 
 def prompt_lookup(context: Sequence[int], tokens: int, ngram: int, min_ngram: int = 1) -> list[int]:

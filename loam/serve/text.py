@@ -380,7 +380,7 @@ class TextWorker(Worker):
     # -- memory (loam.serve.residency) ---------------------------------------------------------------------------
 
     def kv_bytes(self) -> int:
-        return self.pool.nbytes
+        return self.pool.nbytes + (self.proposer.nbytes() if self.proposer is not None else 0)
 
     def workspace_bytes(self) -> int:
         """The largest cohort's working storage: the past of every row it can carry gathered at full context
