@@ -31,6 +31,7 @@ class DraftReader(Protocol):
     def vocab(self) -> int: ...
 
     def tag(self, seq: KvSequence) -> str: ...
+    def trim(self) -> None: ...
     def run(
         self, pool: KvPool, rows: list[tuple[KvSequence, list[int]]], every: frozenset[int] = frozenset()
     ) -> list[np.ndarray]: ...
@@ -75,6 +76,11 @@ class DraftModel:
 
     def nbytes(self) -> int:
         return self.pool.nbytes
+
+    def trim(self) -> None:
+        """The draft pool's unheld blocks and the draft stage's kept DecodeStates and pooled intermediates."""
+        self.pool.trim()
+        self.stage.trim()
 
     def _catch_up(self, guess: Guess) -> list[int]:
         """The tokens the row's draft state has yet to read ([]: it cannot guess): its state cut to the longest

@@ -121,6 +121,10 @@ class Proposer(Protocol):
         """The bytes of the proposer's own KV pool (0: it keeps none)."""
         ...
 
+    def trim(self) -> None:
+        """Give back what the proposer keeps for its next guesses and does not hold (`loam.serve.residency`)."""
+        ...
+
 
 class PromptLookup:
     """Guesses from the row's own context (`prompt_lookup`): no state, no model."""
@@ -138,6 +142,9 @@ class PromptLookup:
 
     def nbytes(self) -> int:
         return 0
+
+    def trim(self) -> None:
+        """A prompt lookup keeps nothing."""
 
 
 def prompt_lookup(context: Sequence[int], tokens: int, ngram: int, min_ngram: int = 1) -> list[int]:

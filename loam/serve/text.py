@@ -413,6 +413,8 @@ class TextWorker(Worker):
     def trim(self) -> None:
         self.pool.trim()
         self.stage.trim()
+        if self.proposer is not None:
+            self.proposer.trim()
         self._gauge_pool()
 
     def _check_idle(self, session: Session) -> None:
@@ -518,6 +520,7 @@ class TextWorker(Worker):
             tag = self.stage.tag(request.seq)
             rows.append((request, span))
             self.cohort.append(request)
+            request.proposal = []  # none yet: the proposer fills it in once the rows are chosen
             room = 0 if reading else self._room(request, units - len(span))
             if room and request.sampler is not None:
                 context = [*request.seq.tokens, *span]

@@ -17,6 +17,7 @@ import pytest
 
 from loam.driver.draft import draft_layout
 from loam.serve.cli import Listener
+from loam.serve.draft import DraftModel
 from loam.serve.package import PackageError
 from loam.serve.sampling import SamplingParams
 from loam.serve.scheduler import Request
@@ -235,7 +236,8 @@ def test_rollback_leaves_the_pool_as_a_plain_run_leaves_it(server: Server) -> No
     assert worker.pool.stats()["used"] == 0  # nothing held once both are closed
     draft = worker_of(server, DRAFT)
     tokens(send(draft, PROMPTS[2], speculative=True))
-    stats = draft.proposer.pool.stats()  # type: ignore[union-attr]  # the draft package's proposer has a pool
+    assert isinstance(draft.proposer, DraftModel)
+    stats = draft.proposer.pool.stats()
     assert stats["used"] == 0 and draft.pool.stats()["used"] == 0  # the draft's rows went with the request
 
 
