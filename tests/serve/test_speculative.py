@@ -1,5 +1,6 @@
 """Speculative decoding (`loam.serve.speculative`, `loam.serve.draft`): the proposers and the verifier's kernels
-alone, then the tiny GPT-2 served with a prompt lookup and with a draft stage: greedy tokens equal a plain run's,
+alone, then the tiny GPT-2 served with a prompt lookup and with a draft stage (its own graph and weights, so every
+guess is right, or its graph over noisy weights, so some are rejected): greedy tokens equal a plain run's,
 alone and in cohorts beside plain requests, a seeded sample keeps the decoder's distribution, rejected positions
 leave the KV pool as a plain run leaves it, and a package naming a proposer wrongly is refused naming the key."""
 
@@ -14,6 +15,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+import safetensors.numpy
 
 from loam.driver.draft import draft_layout
 from loam.serve.cli import Listener
@@ -29,7 +31,7 @@ from loam.text.pick import token_probs
 from tests.serve.serving import MODELS, PACKAGES, package_copy, serving
 
 pytestmark = pytest.mark.xdist_group("serve-speculative")
-LOOKUP, DRAFT = "tiny-lookup", "tiny-draft"
+LOOKUP, DRAFT, NOISY = "tiny-lookup", "tiny-draft", "tiny-noisy-draft"
 # Code-like: a snippet the prompt repeats, so a prompt lookup finds long matches; and two with few repeats.
 PROMPTS = [[5, 9, 13, 22, 7, 31], [5, 9, 13, 22, 5, 9, 13, 22, 5, 9, 13], [*range(3, 40), *range(3, 30)], [17] * 9]
 
@@ -52,7 +54,21 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         tmp_path_factory, "tiny_gpt2", name=DRAFT, stages={"decoder": _stage("decoder"), "draft": _stage("decoder")},
         speculative={"proposer": "draft", "stage": "draft", "tokens": 3},
     )  # fmt: skip
-    with serving(tmp_path_factory, lookup, draft) as server:
+    # A draft that disagrees: the same graph over the weights with noise added, so some guesses are rejected and
+    # the draft's rows roll back, and its sampled guesses come from a distribution that is not the decoder's.
+    rng = np.random.default_rng(3)
+    weights = safetensors.numpy.load_file(MODELS / "tiny_gpt2" / "tiny_gpt2.safetensors")
+    noisy = tmp_path_factory.mktemp("noisy") / "noisy.safetensors"
+    safetensors.numpy.save_file(
+        {k: (v + 0.3 * v.std() * rng.standard_normal(v.shape)).astype(v.dtype) for k, v in weights.items()}, noisy
+    )
+    sources = {"weights": str(MODELS / "tiny_gpt2" / "tiny_gpt2.safetensors"), "noisy": str(noisy)}
+    noisy_draft = package_copy(
+        tmp_path_factory, "tiny_gpt2", name=NOISY, sources=sources,
+        stages={"decoder": _stage("decoder"), "draft": {**_stage("decoder"), "source": "noisy"}},
+        speculative={"proposer": "draft", "stage": "draft", "tokens": 3},
+    )  # fmt: skip
+    with serving(tmp_path_factory, lookup, draft, noisy_draft) as server:
         yield server
 
 
@@ -188,7 +204,7 @@ def test_a_draft_of_another_vocabulary_is_refused_naming_the_key(tmp_path_factor
 # -- served ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [LOOKUP, DRAFT])
+@pytest.mark.parametrize("name", [LOOKUP, DRAFT, NOISY])
 def test_greedy_tokens_are_a_plain_runs_alone_and_in_cohorts(server: Server, name: str) -> None:
     worker = worker_of(server, name)
     plain = [tokens(send(worker, p, speculative=False)) for p in PROMPTS]
@@ -204,7 +220,7 @@ def test_greedy_tokens_are_a_plain_runs_alone_and_in_cohorts(server: Server, nam
 
 def test_proposals_are_accepted_and_counted(server: Server) -> None:
     """The draft (the decoder's own graph) guesses every token right: 3 accepted per verifier span, so 21 tokens
-    take a prompt call and 5 spans of 4 tokens; the prompt lookup's guesses are counted too."""
+    take a prompt call and 5 spans of 4 tokens; the prompt lookup's and the noisy draft's guesses are counted."""
     worker = worker_of(server, DRAFT)
     proposed, accepted, cohorts = counted(server, DRAFT, "proposed"), counted(server, DRAFT, "accepted"), worker.cohorts
     plain = tokens(send(worker, PROMPTS[0], speculative=False, max_tokens=21))
@@ -217,6 +233,12 @@ def test_proposals_are_accepted_and_counted(server: Server) -> None:
     before = counted(server, LOOKUP, "proposed")
     tokens(send(lookup, PROMPTS[1], speculative=True))
     assert counted(server, LOOKUP, "proposed") > before
+    noisy = worker_of(server, NOISY)
+    proposed, accepted = counted(server, NOISY, "proposed"), counted(server, NOISY, "accepted")
+    for prompt in PROMPTS:
+        tokens(send(noisy, prompt, speculative=True))
+    proposed, accepted = counted(server, NOISY, "proposed") - proposed, counted(server, NOISY, "accepted") - accepted
+    assert 0 < accepted < proposed  # the noisy draft is right often, not always: its rows roll back
 
 
 def test_rollback_leaves_the_pool_as_a_plain_run_leaves_it(server: Server) -> None:
@@ -241,16 +263,18 @@ def test_rollback_leaves_the_pool_as_a_plain_run_leaves_it(server: Server) -> No
     assert stats["used"] == 0 and draft.pool.stats()["used"] == 0  # the draft's rows went with the request
 
 
-def test_a_seeded_sample_keeps_the_decoders_distribution(server: Server) -> None:
-    """Sampled at temperature 0.5 and top_p 0.8, the prompt's likely next tokens appear in it, so the second step
-    guesses what followed them: each second token, by the first, is distributed as the decoder's draw."""
-    worker = worker_of(server, LOOKUP)
+@pytest.mark.parametrize("name", [LOOKUP, NOISY])
+def test_a_seeded_sample_keeps_the_decoders_distribution(server: Server, name: str) -> None:
+    """Sampled at temperature 0.5 and top_p 0.8, the second step is a verifier span (the prompt's likely next
+    tokens appear in it, so a prompt lookup guesses what followed them; the noisy draft guesses from its own
+    distribution): each second token, by the first, is distributed as the decoder's draw."""
+    worker = worker_of(server, name)
     prompt = [522, 820, 5, 9, 13, 22]
-    proposed = counted(server, LOOKUP, "proposed")
+    proposed = counted(server, name, "proposed")
     trials = 1200
     drains = [send(worker, prompt, True, max_tokens=3, temperature=0.5, top_p=0.8, seed=s) for s in range(trials)]
     replies = [tokens(d) for d in drains]
-    assert counted(server, LOOKUP, "proposed") - proposed >= trials // 2  # most second steps were verifier spans
+    assert counted(server, name, "proposed") - proposed >= trials // 2  # most second steps were verifier spans
     stage = worker.stage.stage
     reference = Decoder(stage.module, stage.weights, "decoder_positions")
     firsts = Counter(reply[0] for reply in replies)
