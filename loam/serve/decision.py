@@ -32,12 +32,13 @@ from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 
+from loam.serve.decoder_stage import DecoderStage
 from loam.serve.metrics import ModelMetrics
 from loam.serve.residency import array_bytes, module_pool, weight_arrays
 from loam.serve.scheduler import Event, Request, ServeError, Worker
 from loam.serve.spec import Capacities, Control, Package, PackageError, PackageTokenizer, Stage, refuse_control
 from loam.serve.specialize import Specialization, SpecializationCache, request_axes
-from loam.serve.text import DecoderStage, TextControl, TextWorker
+from loam.serve.text import TextControl, TextWorker
 
 SCORES = ("logits", "probabilities")
 

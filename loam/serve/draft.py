@@ -23,7 +23,7 @@ from loam.text.pick import token_probs
 
 
 class DraftReader(Protocol):
-    """A decoder stage as the draft calls it (`loam.serve.text.DecoderStage`)."""
+    """A decoder stage as the draft calls it (`loam.serve.decoder_stage.DecoderStage`)."""
 
     @property
     def layers(self) -> Mapping[str, tuple[int, int, np.dtype]]: ...

@@ -17,11 +17,12 @@ import pytest
 
 import loam
 from loam.driver.options import Options
+from loam.serve.decoder_stage import DecoderStage
 from loam.serve.kv import KvPool
 from loam.serve.sampling import SamplingParams
 from loam.serve.scheduler import Event, Request
 from loam.serve.server import Server
-from loam.serve.text import DecoderStage, TextRequest, TextWorker
+from loam.serve.text import TextRequest, TextWorker
 from loam.text import generate as decode_loop
 from loam.text.generate import Decoder
 from loam.text.tokenizer import Tokenizer
