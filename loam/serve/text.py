@@ -54,7 +54,7 @@ from loam.serve.spec import (
     TextStream,
     refuse_control,
 )
-from loam.serve.speculative import Guess, Proposer, accept, read_speculation
+from loam.serve.speculative import Guess, GuessBudget, Proposer, accept, read_speculation
 
 
 @dataclass(frozen=True)
@@ -162,6 +162,7 @@ class TextRequest(Request):
     proposal: list[int] = field(default_factory=list)  # the tokens read after `pending` in the running step
     proposal_probs: list[np.ndarray] | None = None  # the distributions they were drawn from (None: point masses)
     draft: KvSequence | None = None  # a draft model's rows of state (`loam.serve.draft`)
+    budget: GuessBudget = field(default_factory=GuessBudget)  # how many tokens its proposer guesses next
 
 
 class TextWorker(Worker):
@@ -485,7 +486,8 @@ class TextWorker(Worker):
         if self.proposer is None or not request.speculative or request.seq is None:
             return 0
         left = request.params.max_tokens - len(request.generated)
-        return max(0, min(self.speculate, units, left - 1, self.capacities.context_tokens - request.seq.length - 2))
+        room = request.budget.room(self.speculate)
+        return max(0, min(room, units, left - 1, self.capacities.context_tokens - request.seq.length - 2))
 
     def _guess(
         self, rows: list[tuple[TextRequest, list[int]]], guesses: list[tuple[TextRequest, Guess]]
@@ -513,6 +515,7 @@ class TextWorker(Worker):
         start = request.seq.length - span  # where the span began: its first token is the one sampled last
         tokens = accept(logits, proposal, params, request.sampler.rng, request.proposal_probs)
         self.metrics.speculated(len(proposal), len(tokens) - 1)
+        request.budget.kept(len(proposal), len(tokens) - 1, self.speculate)
         self.pool.rewind(request.seq, start + len(tokens))  # the rejected positions' KV goes
         for m, token in enumerate(tokens, 1):
             reason = self._deliver(request, token, logits[m - 1], start + m)

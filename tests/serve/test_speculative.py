@@ -24,7 +24,7 @@ from loam.serve.package import PackageError
 from loam.serve.sampling import SamplingParams
 from loam.serve.scheduler import Request
 from loam.serve.server import Server
-from loam.serve.speculative import accept_greedy, accept_sampled, prompt_lookup, read_speculation
+from loam.serve.speculative import GuessBudget, accept_greedy, accept_sampled, prompt_lookup, read_speculation
 from loam.serve.text import TextRequest, TextWorker
 from loam.text.generate import Decoder
 from loam.text.pick import token_probs
@@ -115,6 +115,24 @@ def test_greedy_acceptance_takes_the_agreeing_prefix_and_the_decoders_next_token
     assert accept_greedy(logits, [2, 3, 4]) == [2, 3, 0]  # the third guess is rejected: the decoder's 0 instead
     assert accept_greedy(logits, [2, 3, 0]) == [2, 3, 0, 5]  # all accepted, and the next token after them
     assert accept_greedy(logits, [1, 3, 0]) == [2]
+
+
+def test_a_rows_guess_budget_grows_while_guesses_are_kept_and_pauses_when_they_are_not() -> None:
+    budget = GuessBudget()
+    assert budget.room(6) == 6  # the first guess may take them all
+    budget.kept(6, 6, 6)
+    assert budget.room(6) == 6  # all kept: it stays at the most
+    budget.kept(6, 2, 6)
+    assert budget.room(6) == 5  # one rejected: one fewer
+    for left in (4, 3, 2, 1):
+        budget.kept(budget.room(6) if left < 4 else 5, 0, 6)
+        assert budget.room(6) == left
+    budget.kept(1, 0, 6)  # down to 0: plain steps for a while, then 1 again
+    assert [budget.room(6) for _ in range(GuessBudget.PAUSE)] == [0] * (GuessBudget.PAUSE - 1) + [1]
+    budget.kept(1, 1, 6)
+    assert budget.room(6) == 3  # kept: it grows by 2
+    budget.kept(0, 0, 6)  # nothing was proposed (no n-gram matched): no change
+    assert budget.room(6) == 3 and budget.room(2) == 2  # never past the room the worker gives
 
 
 def chi_square(counts: Counter[Any], probs: dict[Any, float], total: int) -> tuple[float, int]:
