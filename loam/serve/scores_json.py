@@ -48,9 +48,11 @@ class LegacyLogprobs:
         self.top_logprobs.append(top)
 
     def add_prompt(self, prompt: Sequence[int], scores: Sequence[TokenScore]) -> None:
-        """The prompt's tokens (`echo`): the first unscored, each other with its score."""
+        """The prompt's tokens (`echo`), each with its score: the first unscored unless `scores` holds one for
+        every token (a prompt appended to a session, whose first token its history predicts)."""
+        lead = len(prompt) - len(scores)
         for k, token in enumerate(prompt):
-            self.add(token, scores[k - 1] if k else None)
+            self.add(token, scores[k - lead] if k >= lead else None)
 
     def take(self) -> dict[str, Any]:
         """The entries added since the last `take`, as the JSON object (the offsets go on from there)."""
@@ -65,8 +67,9 @@ class LegacyLogprobs:
 
 
 def prompt_logprobs(prompt: Sequence[int], scores: Sequence[TokenScore], text: TokenText) -> list[Any]:
-    """vLLM's `prompt_logprobs` for `prompt`, whose tokens after the first are scored by `scores`."""
-    out: list[Any] = [None] if prompt else []
+    """vLLM's `prompt_logprobs` for `prompt`, whose tokens after the first are scored by `scores` (every token,
+    the first with null, unless `scores` holds one for each: a prompt appended to a session)."""
+    out: list[Any] = [None] * (len(prompt) - len(scores))
     for scored in scores:
         entry = {str(t): {"logprob": lp, "rank": rank, "decoded_token": text(t)} for rank, (t, lp) in
                  enumerate(scored.top, start=1)}  # fmt: skip

@@ -144,11 +144,13 @@ class TextRequest(Request):
     matcher: StopMatcher | None = None
     # Known-token scoring (`loam.serve.scoring`).  `logprobs`: alternatives reported with each generated token's
     # score (None: no scores).  `targets`: the tokens the logits at each position of `prompt` score (a prompt's
-    # own tokens after the first; a continuation's after its first); None: the prompt is read unscored.  Such a
-    # request reads its whole prompt (no cached prefix: the positions a cache skips have no logits).
+    # own tokens after the first, or all of them after a session's history, `lead`; a continuation's after its
+    # first); None: the prompt is read unscored.  Such a request reads its whole prompt (no cached prefix: the
+    # positions a cache skips have no logits).
     logprobs: int | None = None
     targets: list[int] | None = None
     prompt_top: int = 0  # alternatives reported with each prompt token's score
+    lead: int = 0  # 1: a session's read-again token comes first, so the span's first logits score `targets[0]`
     prompt_scores: list[TokenScore] = field(default_factory=list)
     scores: list[TokenScore] = field(default_factory=list)  # generated tokens' scores not yet delivered
     # Multiple choice: each continuation's log-probability after the prompt, read as a branch (a child request
@@ -288,8 +290,8 @@ class TextWorker(Worker):
         held = len(request.session.tokens) if request.session is not None else 0
         if not request.prompt and not (request.session is not None and request.session.pending):
             raise ServeError("the prompt is empty: give at least one token", param="prompt")
-        if request.session is not None and (request.targets is not None or request.continuations):
-            raise ServeError("a request on a session cannot score its prompt or choices", param="session")
+        if request.session is not None and request.continuations:
+            raise ServeError("a request on a session cannot weigh choices", param="session")
         total = held + len(request.prompt) + max((len(c) for c in request.continuations), default=0)
         context = self.capacities.context_tokens
         if total >= context:
@@ -326,10 +328,16 @@ class TextWorker(Worker):
         if request.session is None and held + len(self.sessions) >= self.capacities.resident_requests:
             return False
         if request.session is not None:
-            request.seq = request.session.seq
-            request.admitted_at = (request.seq.length, list(request.session.pending))
-            request.pending = [*request.session.pending, *request.prompt]
-            request.session.pending = []
+            request.seq, session = request.session.seq, request.session
+            if request.targets is not None and not session.pending and request.seq.length:
+                # The logits that score the prompt's first token are its last read token's: read it again.
+                session.pending = [request.seq.tokens[-1]]
+                self.pool.rewind(request.seq, request.seq.length - 1)
+            if request.targets is not None and session.pending:  # every token of the prompt scored
+                request.targets, request.lead = list(request.prompt), 1
+            request.admitted_at = (request.seq.length, list(session.pending))
+            request.pending = [*session.pending, *request.prompt]
+            session.pending = []
             request.cached = request.seq.length
         elif request.targets is not None:  # scored from its first token: every position's logits are wanted
             request.seq = self.pool.new_sequence()
@@ -441,8 +449,9 @@ class TextWorker(Worker):
         """Score the known tokens that the logits of a span starting at prompt position `read` predict."""
         assert request.targets is not None
         for k, position in enumerate(logits):
-            if read + k < len(request.targets):
-                request.prompt_scores.append(score(position, request.targets[read + k], request.prompt_top))
+            if 0 <= read + k + request.lead < len(request.targets):
+                target = request.targets[read + k + request.lead]
+                request.prompt_scores.append(score(position, target, request.prompt_top))
 
     def _branch(self, request: TextRequest, logits: np.ndarray) -> None:
         """The prompt of a multiple-choice request is read: `logits` score each continuation's first token, and

@@ -107,6 +107,44 @@ def test_echoed_prompt_scores_are_the_decoders_log_probabilities(http: httpx.Cli
         assert {int(t) for t, v in entry.items() if v["rank"] <= 3} == set(best)
 
 
+def test_prompts_appended_to_a_session_score_as_a_full_replay_after_append_fork_and_rewind(
+    http: httpx.Client, reference: Decoder
+) -> None:
+    """Known tokens on retained rows: each prompt appended to a session is scored from the session's history
+    (its first token too), as the whole conversation read one token at a time scores it, after a plain
+    append, after a reply the session sampled, on a fork and after a rewind."""
+
+    def session() -> str:
+        return str(http.post("/v1/sessions", json={"model": TEXT}).json()["id"])
+
+    def append(sid: str, ids: list[int], max_tokens: int = 0) -> tuple[list[float | None], list[int]]:
+        body = {"prompt": ids, "session": sid, "max_tokens": max_tokens, "prompt_logprobs": 1, "echo": True,
+                "logprobs": 1, "ignore_eos": True, "return_token_ids": True}  # fmt: skip
+        choice = complete(http, **body)["choices"][0]
+        scores = [None if entry is None else entry[str(ids[k])]["logprob"]
+                  for k, entry in enumerate(choice["prompt_logprobs"])]  # fmt: skip
+        assert choice["logprobs"]["token_logprobs"][: len(ids)] == pytest.approx(scores, abs=1e-6)  # echo's too
+        return scores, list(choice["token_ids"])
+
+    def replay(history: list[int], ids: list[int]) -> list[float]:
+        want = alone(reference, [*history, *ids])
+        return [float(want[len(history) + k - 1][t]) for k, t in enumerate(ids)]
+
+    first, more, other = PROMPT[:3], PROMPT[3:], [17, 4, 29]
+    sid = session()
+    scores, _ = append(sid, first)  # no history: the first token has nothing to be scored from
+    assert scores[0] is None and scores[1:] == pytest.approx(replay(first[:1], first[1:]), abs=1e-5)
+    scores, reply = append(sid, more, max_tokens=2)  # every token scored, the first from the session's history
+    np.testing.assert_allclose(scores, replay(first, more), atol=1e-5)
+    history = [*first, *more, *reply]
+    twin = http.post(f"/v1/sessions/{sid}/fork").json()["id"]
+    np.testing.assert_allclose(append(twin, other)[0], replay(history, other), atol=1e-5)  # after a sampled token
+    assert http.post(f"/v1/sessions/{sid}/rewind", json={"tokens": 4}).status_code == 200
+    np.testing.assert_allclose(append(sid, other)[0], replay(history[:4], other), atol=1e-5)  # after a rewind
+    # The session read again its last token to score the next prompt's first: it holds what it held.
+    assert http.get(f"/v1/sessions/{sid}").json()["token_ids"] == [*history[:4], *other]
+
+
 def test_generated_token_scores_are_the_greedy_steps_and_a_stream_sends_the_same(
     http: httpx.Client, url: str, reference: Decoder
 ) -> None:
