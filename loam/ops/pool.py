@@ -196,6 +196,10 @@ class PoolRule(OpRule):
     ) -> list[tuple[Axis | None, ...]]:
         x = inputs[0]
         assert x is not None
+        if node.op_type.startswith("Global"):
+            # Every spatial axis is reduced to 1: a new axis, even where the input's extent is 1 already (an
+            # image small enough to reach 1 before the pool), as it is at every other size of the input.
+            return [(x[0], x[1], *(None for _ in x[2:])) for _ in outputs]
         axes = (x[0], x[1], *kept_spatial_axes(x, outputs[0]))
         return [axes for _ in outputs]
 
