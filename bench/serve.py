@@ -1,4 +1,4 @@
-"""`python -m bench.serve`: `loam serve` under 1 to 32 concurrent streaming clients, against llama.cpp's server.
+"""`python -m bench.serve`: `loam serve` under 1 to 32 concurrent streaming clients, against llama.cpp's servers.
 
 What and why: serving is where batching pays, and users judge a server as vLLM's `bench serve` and
 llama.cpp's own bench do: time to first token, time per output token, the gaps between tokens (their
@@ -8,22 +8,28 @@ clients grow.  One client program measures every server the same way, over plain
 - Loam: a real `loam serve` (uvicorn, a child process) serving SmolLM2-135M-Instruct from its GGUF
   file (the package `_package` writes), its weights widened to float32 at load, and, with `--packed`,
   a second run with the Q4_1/Q8_0 blocks kept packed;
-- the peer: llama.cpp's server on the same GGUF file, as `llama-cpp-python[server]` runs it
-  (`python -m llama_cpp.server`), in an interpreter that has it (`--peer-python`, default
-  $LOAM_LLAMACPP_PYTHON, else /work/venvs/llamacpp/bin/python; built at dev time, outside CI, see
-  bench/RESULTS-serve.md for the build flags).  Without one the bench measures Loam alone and says so.
+- the peer `llama-server`: llama.cpp's own server on the same GGUF file (`--llama-server PATH`, default
+  what scripts/build_llama_server.py builds, else $LOAM_LLAMA_SERVER; built at dev time, outside CI),
+  started once per client count with as many parallel slots (`-np`), each slot the context a request
+  of the run needs, and continuous batching on (this version's default, passed explicitly): it decodes
+  every busy slot in one batch and admits a new request into a free slot between steps, as Loam does;
+- the peer `llama-cpp-python`: llama.cpp's server as `llama-cpp-python[server]` runs it
+  (`python -m llama_cpp.server`), one request at a time, in an interpreter that has it
+  (`--peer-python`, default $LOAM_LLAMACPP_PYTHON, else /work/venvs/llamacpp/bin/python; built at dev
+  time, outside CI, see bench/RESULTS-serve.md for the build flags).
 
-Both servers get the same cores (`--threads`, default all of them: Loam's BLAS threads, llama.cpp's
-`n_threads` and `n_threads_batch`).  Each run starts `clients` threads at once; each sends
+`--peers` picks the servers (default all three); a peer that is not installed here is skipped and the
+results say so.  Every server gets the same cores (`--threads`, default all of them: Loam's BLAS
+threads, llama.cpp's threads for decoding and for prompts).  Each run starts `clients` threads at once; each sends
 `--requests` streamed completions one after the other, of a prompt drawn from a fixed text (prompt
 lengths cycle through `PROMPT_WORDS`) and `--tokens` new tokens, greedy, with the end of text
-suppressed (Loam: `ignore_eos`; llama.cpp: a logit bias on its EOS id) so every answer has its full
+suppressed (Loam: `ignore_eos`; both llama.cpp servers: a logit bias on its EOS id) so every answer has its full
 length.  Reported per run: output tokens/s and requests/s over the run's wall time, TTFT, TPOT
 (a request's time after its first token over its other tokens) and inter-token latency (every gap
 between two streamed tokens of one request) at p50 and p99.
 
 Writes bench/RESULTS-serve.md (`--output FILE` elsewhere; `--quick` writes nothing).  `--package DIR`
-serves another text package (then no peer: the peer runs SmolLM2's GGUF).
+serves another text package (then no peer: the peers run SmolLM2's GGUF).
 """
 
 from __future__ import annotations
@@ -48,6 +54,9 @@ from bench.publish import publish
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "RESULTS-serve.md"
 PEER_PYTHON = "/work/venvs/llamacpp/bin/python"
+LLAMA_SERVER = Path.home() / ".cache" / "loam" / "llama-server" / "build" / "bin" / "llama-server"
+PEERS = ("loam", "llama-server", "llama-cpp-python")
+LLAMA_SERVER_LABEL = "llama-server"
 TEXT = (
     "The river bends twice before it reaches the old mill, where the water slows and the light turns green "
     "under the willows. Children used to swim there in summer, daring each other to touch the wheel, while "
@@ -130,6 +139,62 @@ def _peer_server(python: str, gguf: Path, threads: int) -> tuple[subprocess.Pope
     )  # fmt: skip
     _wait_for(process, "Uvicorn running on", "llama.cpp's server")
     return process, f"http://127.0.0.1:{port}"
+
+
+def slot_context(words: int, tokens: int) -> int:
+    """The context one llama-server slot needs for a prompt of `words` words of TEXT and `tokens` new tokens:
+    at most 2 tokens a word (TEXT reads as about 4/3) and a margin, in whole 256-token pages."""
+    need = 2 * words + tokens + 64
+    return -(-need // 256) * 256
+
+
+def llama_server_command(binary: str, gguf: Path, threads: int, slots: int, context: int, port: int) -> list[str]:
+    """llama-server on 127.0.0.1:`port` with `slots` parallel slots of `context` tokens each (`-c` is their
+    sum: this version splits it evenly between the slots) and continuous batching."""
+    return [binary, "--model", str(gguf), "--alias", "smollm2", "--host", "127.0.0.1", "--port", str(port),
+            "--threads", str(threads), "--threads-batch", str(threads), "--parallel", str(slots),
+            "--ctx-size", str(slots * context), "--cont-batching", "--no-webui"]  # fmt: skip
+
+
+def _llama_server(
+    binary: str, gguf: Path, threads: int, slots: int, context: int, log: Path
+) -> tuple[subprocess.Popen[str], str]:
+    """A started llama-server (its output in `log`) and its URL, once its /health answers 200."""
+    import httpx
+
+    port = _free_port()
+    command = llama_server_command(binary, gguf, threads, slots, context, port)
+    with log.open("w", encoding="utf-8") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, text=True, env=_thread_env(threads))
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while process.poll() is None and time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            pass  # not listening yet
+        time.sleep(0.2)
+    _stop(process)
+    tail = log.read_text(encoding="utf-8", errors="replace")[-1500:]
+    raise SystemExit(f"bench.serve: llama-server did not start (exit {process.returncode}):\n{tail}")
+
+
+def llama_server_binary(choice: str | None) -> str | None:
+    """llama-server: `choice`, else LLAMA_SERVER (scripts/build_llama_server.py's output), else $LOAM_LLAMA_SERVER."""
+    for path in [choice] if choice else [str(LLAMA_SERVER), os.environ.get("LOAM_LLAMA_SERVER")]:
+        if path and Path(path).is_file() and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def peers(choice: str, no_peer: bool = False) -> list[str]:
+    """The servers `--peers` names, in PEERS' order (`--no-peer`: Loam alone); an unknown name is an error."""
+    names = [name.strip() for name in choice.split(",") if name.strip()]
+    unknown = [name for name in names if name not in PEERS]
+    if unknown:
+        raise ValueError(f"--peers: unknown server {unknown[0]!r} (choose from {', '.join(PEERS)})")
+    return [name for name in PEERS if name in names and (name == "loam" or not no_peer)]
 
 
 def _stop(process: subprocess.Popen[str]) -> None:
@@ -343,11 +408,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--long-words", type=int, default=LONG_WORDS,
         help=f"words of the long prompt that arrives mid-stream (default {LONG_WORDS}; 0: no long-prompt runs)",
     )  # fmt: skip
-    parser.add_argument("--peer-python", help="the interpreter that runs llama_cpp.server")
-    parser.add_argument("--no-peer", action="store_true", help="measure Loam alone")
+    parser.add_argument(
+        "--peers", default=",".join(PEERS),
+        help=f"servers to measure, of {', '.join(PEERS)} (default all; one not installed here is skipped)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--llama-server",
+        help=f"llama.cpp's llama-server binary (default {LLAMA_SERVER}, scripts/build_llama_server.py's output, "
+        "else $LOAM_LLAMA_SERVER)",
+    )  # fmt: skip
+    parser.add_argument("--peer-python", help="the interpreter that runs llama_cpp.server (llama-cpp-python)")
+    parser.add_argument("--no-peer", action="store_true", help="measure Loam alone (as --peers loam)")
     parser.add_argument("--quick", action="store_true", help="1 and 2 clients, 4 tokens, nothing written")
     parser.add_argument("--output", type=Path, help=f"where to write the table (default {RESULTS})")
     args = parser.parse_args(argv)
+    try:
+        servers = peers(args.peers, args.no_peer or args.package is not None)
+    except ValueError as err:
+        parser.error(str(err))
     clients = [1, 2] if args.quick else [int(c) for c in args.clients.split(",")]
     tokens, requests = (4, 1) if args.quick else (args.tokens, args.requests)
     lengths = PROMPT_WORDS[:1] if args.quick else PROMPT_WORDS
@@ -366,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="loam-bench-serve-") as scratch:
         cache = Path(scratch) / "cache"
         units = f"prefill_units {args.prefill_units}"
-        variants = [("Loam, given package", args.package, True)] if args.package else [
+        variants = [] if "loam" not in servers else [("Loam, given package", args.package, True)] if args.package else [
             ("Loam, widened", _package(Path(scratch) / "widened", False), True),
             *([("Loam, packed", _package(Path(scratch) / "packed", True), True)] if args.packed else []),
             *([(f"Loam, widened, {units}", _package(Path(scratch) / "chunked", False, args.prefill_units), False)]
@@ -381,8 +459,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                 beside_a_long_prompt(label, url, loam_body)
             finally:
                 _stop(process)
-    python = None if args.no_peer or args.package else peer_python(args.peer_python)
-    version = "absent"
+        peer_body = {**body, "logit_bias": {str(EOS_ID): -1e9}}  # EOS suppressed as a logit bias in both peers
+        binary = llama_server_binary(args.llama_server) if "llama-server" in servers else None
+        if binary is not None:
+            from bench.smollm2 import _gguf
+
+            log = Path(scratch) / "llama-server.log"
+            context = slot_context(max(lengths), tokens)
+            for count in clients:  # one server a row, as many slots as clients
+                process, url = _llama_server(binary, _gguf(), args.threads, count, context, log)
+                try:
+                    rows += _measure(LLAMA_SERVER_LABEL, url, peer_body, [count], requests, lengths)
+                finally:
+                    _stop(process)
+            if long_words:  # a slot for each stream and one for the long prompt
+                context = slot_context(long_words, STREAM_TOKENS)
+                process, url = _llama_server(binary, _gguf(), args.threads, STREAMS + 1, context, log)
+                try:
+                    beside_a_long_prompt(LLAMA_SERVER_LABEL, url, peer_body)
+                finally:
+                    _stop(process)
+    python = peer_python(args.peer_python) if "llama-cpp-python" in servers else None
     if python is not None:
         from bench.smollm2 import _gguf
 
@@ -391,13 +488,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         ).stdout.strip()
         process, url = _peer_server(python, _gguf(), args.threads)
         try:
-            peer_body = {**body, "logit_bias": {str(EOS_ID): -1e9}}
-            rows += _measure(f"llama.cpp server {version}", url, peer_body, clients, requests, lengths)
-            beside_a_long_prompt(f"llama.cpp server {version}", url, peer_body)
+            label = f"llama-cpp-python server {version}"
+            rows += _measure(label, url, peer_body, clients, requests, lengths)
+            beside_a_long_prompt(label, url, peer_body)
         finally:
             _stop(process)
     lines = [
-        "# `loam serve` under concurrent streaming clients, against llama.cpp's server",
+        "# `loam serve` under concurrent streaming clients, against llama.cpp's servers",
         "",
         f"Written by `python -m bench.serve {' '.join(argv if argv is not None else sys.argv[1:])}` on "
         f"{datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}; {platform.machine()}, {os.cpu_count()} cores, "
@@ -429,16 +526,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     short = sum(r["short"] for _, r in rows)
     if short:
         lines.append(f"- {short} requests ended before {tokens} tokens (their tokens are counted as they came).")
-    if python is None and not args.package:
-        lines.append("- llama.cpp's server: not measured (`--no-peer`, or no interpreter here has llama_cpp.server).")
-    peers = {r["clients"]: r for label, r in rows if label.startswith("llama.cpp")}
-    for label, r in rows:
-        peer = peers.get(r["clients"])
-        if label.startswith("Loam") and peer:
-            lines.append(
-                f"- {label} / llama.cpp at {r['clients']:.0f} clients: output tokens/s "
-                f"{r['output_tps'] / peer['output_tps']:.2f}x, ITL p99 {r['itl_p99'] / peer['itl_p99']:.2f}x"
-            )
+    if binary is not None:
+        lines.append(
+            f"- llama-server: started for each row with `--parallel` its clients, `--ctx-size` "
+            f"{slot_context(max(lengths), tokens)} tokens a slot times them, `--threads` and `--threads-batch` "
+            f"{args.threads}, `--cont-batching`."
+        )
+    for name, missing in (("llama-server", binary is None), ("llama-cpp-python", python is None)):
+        if missing and not args.package:
+            lines.append(f"- {name}: not measured (not in `--peers`, or not installed here).")
+    for prefix in (LLAMA_SERVER_LABEL, "llama-cpp-python"):
+        by_clients = {r["clients"]: r for label, r in rows if label.startswith(prefix)}
+        for label, r in rows:
+            peer = by_clients.get(r["clients"])
+            if label.startswith("Loam") and peer:
+                lines.append(
+                    f"- {label} / {prefix} at {r['clients']:.0f} clients: output tokens/s "
+                    f"{r['output_tps'] / peer['output_tps']:.2f}x, ITL p99 {r['itl_p99'] / peer['itl_p99']:.2f}x"
+                )
     text = "\n".join(lines) + "\n"
     publish(text, args, RESULTS)
     return 0
