@@ -1,6 +1,6 @@
 """Build llama.cpp's own `llama-server` from the llama.cpp source that the llama-cpp-python 0.3.36 sdist vendors.
 
-Usage: python scripts/build_llama_server.py [--sdist FILE] [--prefix DIR] [--jobs N]
+Usage: python scripts/build_llama_server.py [--sdist FILE] [--prefix DIR] [--jobs N] [--amx]
 
 What and why: `python -m bench.serve` compares `loam serve` with llama.cpp's own server, which batches its
 parallel slots continuously (`-np N`), beside llama-cpp-python's server, which runs one request at a time.
@@ -8,9 +8,10 @@ Both peers then run the same llama.cpp: the one pinned by the sdist `pip downloa
 llama-cpp-python==0.3.36` fetches.  This checks the sdist's SHA-256, extracts only its `vendor/llama.cpp`
 under `--prefix` (default ~/.cache/loam/llama-server), and builds only the `llama-server` target with CMake:
 Release, tuned for this CPU (`GGML_NATIVE`), no network at configure or build time (no curl, no OpenSSL, no
-prebuilt web UI), tests and examples off.  It prints the binary's path, `PREFIX/build/bin/llama-server`,
-where bench.serve looks for it.  A rerun rebuilds incrementally.  Nothing under the repository is written.
-Standard library only; needs cmake and a C++ compiler (it says which is missing).
+prebuilt web UI), tests and examples off, AMX off (see NO_AMX).  It prints the binary's path,
+`PREFIX/build/bin/llama-server`, where bench.serve looks for it.  A rerun rebuilds incrementally.  Nothing
+under the repository is written.  Standard library only; needs cmake and a C++ compiler (it says which is
+missing).
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ CMAKE_OPTIONS = (
     "-DLLAMA_BUILD_UI=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",  # otherwise configure fetches the web UI
 )
+# GCC keeps an explicit -mno-* whatever -march=native says.  ggml's AMX kernels trap (SIGILL on `tilezero`) where
+# a virtual machine advertises AMX that it does not run, as on the 2-core VM the bench ran on; without AMX, ggml
+# multiplies with its AVX-512 kernels.  `--amx` keeps them.
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
 
 def refuse(message: str) -> SystemExit:
@@ -92,9 +97,11 @@ def extract(sdist: Path, prefix: Path) -> Path:
     return source
 
 
-def build(source: Path, prefix: Path, jobs: int, generator: list[str]) -> Path:
+def build(source: Path, prefix: Path, jobs: int, generator: list[str], amx: bool) -> Path:
     folder = prefix / "build"
-    configure = ["cmake", "-S", str(source), "-B", str(folder), *generator, *CMAKE_OPTIONS]
+    flags = "" if amx else NO_AMX
+    configure = ["cmake", "-S", str(source), "-B", str(folder), *generator, *CMAKE_OPTIONS,
+                 f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]  # fmt: skip
     steps = [configure, ["cmake", "--build", str(folder), "--target", "llama-server", "-j", str(jobs)]]
     for step in steps:
         print("build_llama_server: $ " + " ".join(step), flush=True)
@@ -111,12 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sdist", type=Path, help=f"the {SDIST} (default: ./{SDIST}, else /tmp/lcpp/{SDIST})")
     parser.add_argument("--prefix", type=Path, default=PREFIX, help=f"build folder (default {PREFIX})")
     parser.add_argument("--jobs", type=int, default=2, help="parallel compile jobs (default 2)")
+    parser.add_argument("--amx", action="store_true", help="keep ggml's AMX kernels where the CPU advertises AMX")
     args = parser.parse_args(argv)
     generator = tools()
     sdist = find_sdist(args.sdist)
     check(sdist)
     args.prefix.mkdir(parents=True, exist_ok=True)
-    binary = build(extract(sdist, args.prefix), args.prefix, args.jobs, generator)
+    binary = build(extract(sdist, args.prefix), args.prefix, args.jobs, generator, args.amx)
     print(f"build_llama_server: built {binary}", flush=True)
     print(binary)
     return 0
