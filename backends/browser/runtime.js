@@ -580,21 +580,17 @@ class _Gpu {
 
   /** Submit what is recorded and download `buffers` ([buffer, dtype, shape]) for the host to decide on
    * (an If's condition computed on the device); `resume` records on after it. */
-  async sync(buffers) {
-    this.compute.end();
-    const pending = buffers.map(([b, dtype, shape]) => this.read(b, dtype, shape));
-    await this.done();
-    this.stats.syncs = (this.stats.syncs ?? 0) + 1;
-    return pending.map((p) => p.tensor);
-  }
+  async sync(buffers) { return this.download(buffers, "syncs"); }
 
-  /** Submit what is recorded and download `buffers` ([buffer, dtype, shape]) for a kernel the page
-   * computes itself (host.js); `resume` records on after it. */
-  async host(buffers) {
+  /** `sync`'s download for a kernel the page computes itself (host.js), counted apart. */
+  async host(buffers) { return this.download(buffers, "host_kernels"); }
+
+  /** Submit what is recorded and download `buffers`, counting the stop in `stats[counter]`. */
+  async download(buffers, counter) {
     this.compute.end();
     const pending = buffers.map(([b, dtype, shape]) => this.read(b, dtype, shape));
     await this.done();
-    this.stats.host_kernels = (this.stats.host_kernels ?? 0) + 1;
+    this.stats[counter] = (this.stats[counter] ?? 0) + 1;
     return pending.map((p) => p.tensor);
   }
 
