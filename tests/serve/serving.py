@@ -10,8 +10,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
+from loam.serve.cli import Listener
 from loam.serve.sampling import SamplingParams
 from loam.serve.scheduler import Event, Request
 from loam.serve.server import Server
@@ -47,6 +49,13 @@ def serving(factory: pytest.TempPathFactory, *folders: Path) -> Iterator[Server]
             yield server
         finally:
             server.close()
+
+
+@contextmanager
+def http_client(server: Server, timeout: float) -> Iterator[httpx.Client]:
+    """An HTTP client of `server` listening on 127.0.0.1 (a real socket), each request waiting `timeout` seconds."""
+    with Listener(server) as listener, httpx.Client(base_url=listener.url, timeout=timeout) as client:
+        yield client
 
 
 def package_copy(factory: pytest.TempPathFactory, name: str, /, **changes: object) -> Path:

@@ -21,11 +21,10 @@ import onnxruntime as ort
 import pytest
 
 from loam.driver.draft import draft_layout
-from loam.serve.cli import Listener
 from loam.serve.server import Server
 from loam.serve.spec import PackageError
 from tests.models.real_exports.light_zoo import redeclared
-from tests.serve.serving import PACKAGES, serving
+from tests.serve.serving import PACKAGES, http_client, serving
 
 pytestmark = pytest.mark.xdist_group("serve-decisions")
 NAME = "squeezenet"
@@ -60,7 +59,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, folder: Path) -> Iterator[S
 
 @pytest.fixture(scope="module")
 def http(server: Server) -> Iterator[httpx.Client]:
-    with Listener(server) as listener, httpx.Client(base_url=listener.url, timeout=300) as client:
+    with http_client(server, timeout=300) as client:
         yield client
 
 

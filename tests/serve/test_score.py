@@ -28,11 +28,10 @@ from onnx.external_data_helper import load_external_data_for_model
 
 from loam.core.errors import LoamError
 from loam.serve.activation import activated_model
-from loam.serve.cli import Listener
 from loam.serve.finite import FiniteWorker, embed
 from loam.serve.sequence import PairInput
 from loam.serve.server import Server
-from tests.serve.serving import MODELS, PACKAGES, package_copy, serving
+from tests.serve.serving import MODELS, PACKAGES, http_client, package_copy, serving
 
 pytestmark = pytest.mark.xdist_group("serve-score")
 SCORER = "tiny-cross-encoder"
@@ -57,7 +56,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def http(server: Server) -> Iterator[httpx.Client]:
-    with Listener(server) as listener, httpx.Client(base_url=listener.url, timeout=120) as client:
+    with http_client(server, timeout=120) as client:
         yield client
 
 

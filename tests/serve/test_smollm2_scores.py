@@ -17,10 +17,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from loam.serve.cli import Listener
 from loam.serve.scoring import log_softmax
 from loam.serve.server import Server
-from tests.serve.serving import serving
+from tests.serve.serving import http_client, serving
 from tests.serve.test_smollm2 import NAME, smollm2_package
 from tests.smollm2_file import onnxruntime_decoder, smollm2_gguf
 
@@ -52,7 +51,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def http(server: Server) -> Iterator[httpx.Client]:
-    with Listener(server) as listener, httpx.Client(base_url=listener.url, timeout=300) as client:
+    with http_client(server, timeout=300) as client:
         yield client
 
 

@@ -31,7 +31,7 @@ from loam.serve.scheduler import Request
 from loam.serve.server import Server
 from loam.serve.spec import PackageError
 from loam.serve.specialize import SpecializationCache, compiler
-from tests.serve.serving import PACKAGES, serving
+from tests.serve.serving import PACKAGES, http_client, serving
 from tests.serve.test_decisions import NAME, b64, classifier_package, image
 
 pytestmark = pytest.mark.xdist_group("serve-specialize")
@@ -59,7 +59,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, folder: Path) -> Iterator[S
 
 @pytest.fixture(scope="module")
 def http(server: Server) -> Iterator[httpx.Client]:
-    with Listener(server) as listener, httpx.Client(base_url=listener.url, timeout=300) as client:
+    with http_client(server, timeout=300) as client:
         yield client
 
 

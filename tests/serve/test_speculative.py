@@ -18,7 +18,6 @@ import pytest
 import safetensors.numpy
 
 from loam.driver.draft import draft_layout
-from loam.serve.cli import Listener
 from loam.serve.draft import DraftModel
 from loam.serve.package import PackageError
 from loam.serve.sampling import SamplingParams
@@ -28,7 +27,7 @@ from loam.serve.speculative import GuessBudget, accept_greedy, accept_sampled, p
 from loam.serve.text import TextRequest, TextWorker
 from loam.text.generate import Decoder
 from loam.text.pick import token_probs
-from tests.serve.serving import MODELS, PACKAGES, package_copy, serving
+from tests.serve.serving import MODELS, PACKAGES, http_client, package_copy, serving
 
 pytestmark = pytest.mark.xdist_group("serve-speculative")
 LOOKUP, DRAFT, NOISY = "tiny-lookup", "tiny-draft", "tiny-noisy-draft"
@@ -312,7 +311,7 @@ def test_a_seeded_sample_keeps_the_decoders_distribution(server: Server, name: s
 
 @pytest.fixture(scope="module")
 def http(server: Server) -> Iterator[httpx.Client]:
-    with Listener(server) as listener, httpx.Client(base_url=listener.url, timeout=120) as client:
+    with http_client(server, timeout=120) as client:
         yield client
 
 

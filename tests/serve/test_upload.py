@@ -13,7 +13,7 @@ import pytest
 from loam.serve.cli import Listener
 from loam.serve.server import Server
 from loam.serve.upload import MAX_FILE
-from tests.serve.serving import MODELS, PACKAGES, serving
+from tests.serve.serving import MODELS, PACKAGES, http_client, serving
 
 pytestmark = pytest.mark.xdist_group("serve-upload")
 GPT2 = MODELS / "tiny_gpt2"
@@ -63,7 +63,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def http(server: Server) -> Iterator[httpx.Client]:
-    with Listener(server) as listener, httpx.Client(base_url=listener.url, timeout=120) as client:
+    with http_client(server, timeout=120) as client:
         yield client
 
 
