@@ -24,7 +24,8 @@ A package's `model.json` names its `role`, and `ROLES[role]` says everything the
                 (top-level keys)                                  a build per shape, on demand)
 
 Adding a role (audio, images, known-token stages) is one entry here plus its modules: the
-role's module (`loam.serve.text` and `loam.serve.finite` are the two to read) defines its control
+role's module (`loam.serve.text` and `loam.serve.finite` are the two to read, and `loam.serve.stream` for a role
+whose requests advance step by step over continuing input or stages) defines its control
 Protocol (extending `loam.serve.spec.Control`, `runtime_checkable`), its built-in control, its worker
 (a `Worker` subclass whose `step` forms and runs cohorts, with `run_cohort` so that only a member at
 fault fails) and the function that makes that worker for a package; its HTTP module defines the

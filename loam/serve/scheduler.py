@@ -35,7 +35,8 @@ from loam.serve.metrics import ModelMetrics
 class Event:
     """What a request's sink receives: a piece of output, its end, or its failure."""
 
-    kind: str  # "token" (text + token id), "result" (finite: the request's output), "done", "error"
+    kind: str  # "token" (text + token id), "result" (finite: the request's output), "event" (a continuing role's
+    # event, in `value`), "credit" (continuing: `value` input items acknowledged), "done", "error"
     text: str = ""
     token: int = -1
     value: object = None
@@ -43,6 +44,7 @@ class Event:
     usage: dict[str, object] | None = None
     status: int = 400
     param: str | None = None  # an error's request field, where the worker knows it
+    size: int = 0  # the output credit an "event" takes
 
 
 class ServeError(LoamError):
@@ -96,6 +98,8 @@ class Request:
     def deliver(self, event: Event) -> None:
         if event.kind == "token":
             self.delivered += len(event.text.encode("utf-8"))
+        elif event.kind == "event":
+            self.delivered += event.size
         if event.kind in ("done", "error"):
             self.finished = True
         try:
