@@ -78,6 +78,11 @@ class Metrics:
         self.accepted_tokens = Counter(
             "loam_speculative_accepted_tokens", "Proposed tokens the decoder accepted", ["model"], registry=r
         )
+        self.images = Counter("loam_images_generated", "Images generated", ["model"], registry=r)
+        self.denoising_steps = Counter("loam_denoising_steps", "Denoising steps run (per image)", ["model"], registry=r)
+        self.denoising_rate = Gauge(
+            "loam_denoising_steps_per_second", "Denoising steps/s, last 10 s", ["model"], registry=r
+        )
         self.kv_blocks_used = Gauge("loam_kv_blocks_used", "KV blocks held by requests", ["model"], registry=r)
         self.kv_blocks_cached = Gauge(
             "loam_kv_blocks_cached", "KV blocks retained for prefix reuse", ["model"], registry=r
@@ -138,6 +143,10 @@ class ModelMetrics:
         self._accepted = metrics.accepted_tokens.labels(name)
         self._lock = threading.Lock()
         self._recent: deque[tuple[float, int, int]] = deque()
+        self._images = metrics.images.labels(name)
+        self._steps = metrics.denoising_steps.labels(name)
+        self._step_rate = metrics.denoising_rate.labels(name)
+        self._recent_steps: deque[tuple[float, int]] = deque()
 
     def tokens(self, prompt: int, generated: int, cached: int = 0) -> None:
         self._prompt.inc(prompt)
@@ -162,3 +171,17 @@ class ModelMetrics:
 
     def finished(self, outcome: str) -> None:
         self._requests.labels(self._name, outcome).inc()
+
+    def images_generated(self, count: int) -> None:
+        self._images.inc(count)
+
+    def denoised(self, steps: int) -> None:
+        """`steps` denoising steps ran (one per image per step)."""
+        self._steps.inc(steps)
+        now = time.monotonic()
+        with self._lock:
+            self._recent_steps.append((now, steps))
+            while self._recent_steps and self._recent_steps[0][0] < now - _WINDOW:
+                self._recent_steps.popleft()
+            span = max(now - self._recent_steps[0][0], 1.0)
+            self._step_rate.set(sum(s for _, s in self._recent_steps) / span)

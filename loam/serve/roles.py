@@ -22,6 +22,9 @@ A package's `model.json` names its `role`, and `ROLES[role]` says everything the
     decision    the same, and specialize;       FramedDecisions   DecisionTextWorker (a decoder)  classify
                 framing, answers and scores                       or ClassifierWorker (finite,
                 (top-level keys)                                  a build per shape, on demand)
+    image       the same; image, scheduler and  ImageControl      StreamWorker (continuing        images
+                adapters (top-level keys)                         requests: encode, denoising
+                                                                  steps, decode)
 
 Adding a role (audio, images, known-token stages) is one entry here plus its modules: the
 role's module (`loam.serve.text` and `loam.serve.finite` are the two to read, and `loam.serve.stream` for a role
@@ -44,9 +47,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from loam.serve import decision_http, embedding_http, sequence_http, text_http
+from loam.serve import decision_http, embedding_http, image_http, sequence_http, text_http
 from loam.serve.decision import FramedDecisions, serve_decision
 from loam.serve.finite import EmbeddingControl, serve_finite
+from loam.serve.image import ImageControl, serve_image
 from loam.serve.metrics import ModelMetrics
 from loam.serve.scheduler import Worker
 from loam.serve.sequence import SequenceControl, serve_sequence
@@ -94,6 +98,13 @@ ROLES: dict[str, Role] = {
             FramedDecisions,
             serve_decision,
             decision_http.routes,
+        ),
+        Role(
+            "image",
+            PackageSchema(keys=("image", "scheduler", "adapters")),
+            ImageControl,
+            serve_image,
+            image_http.routes,
         ),
     )
 }

@@ -200,6 +200,10 @@ class Stage:
         that disagrees with the graph, an owed condition that fails) becomes Loam's, a refusal of the input."""
         return self._call(lambda: self.module.forward(self.weights, *inputs))
 
+    def forward_with(self, weights: object, *inputs: np.ndarray) -> tuple[object, ...]:
+        """`forward` on other weights of this stage's graph (an image model's UNet with adapters merged in)."""
+        return self._call(lambda: self.module.forward(weights, *inputs))
+
     def forward_in_place(self, state: DecodeState, *inputs: np.ndarray) -> tuple[object, ...]:
         """`forward` with the pasts kept in `state`, a module DecodeState (given every input but the pasts)."""
         return self._call(lambda: self.module.forward_in_place(self.weights, state, *inputs))
