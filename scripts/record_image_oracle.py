@@ -17,7 +17,9 @@ naming as the package's `style_lora.safetensors`, and loaded back by the pipelin
 `load_lora_weights` and `set_adapters`.
 
 Writes tests/serve/packages/tiny_diffusion/style_lora.safetensors and tests/serve/image_oracle.npz: for each
-case, its parameters (JSON) and the pipeline's image (`output_type="np"`: height x width x RGB in [0, 1]).
+case, its parameters (JSON) and the pipeline's image (`output_type="np"`: height x width x RGB in [0, 1]); and
+the two schedulers' own plans (timesteps, sigmas, cumulative alphas) for several step counts under the package's
+settings with each timestep spacing (`schedule.SPACING.STEPS.*`).
 Needs torch, transformers 4.46.3, diffusers 0.31.0 and peft 0.13.2 (the venv of export_vision_models.py):
 
     /work/vision-venv/bin/python scripts/record_image_oracle.py
@@ -153,10 +155,40 @@ def run(case: dict[str, object]) -> np.ndarray:
     return np.asarray(out.images[0], np.float32)
 
 
+SPACINGS = ("leading", "trailing", "linspace")
+SCHEDULE_STEPS = (1, 2, 3, 4, 7, 8, 50)
+
+
+def schedules() -> dict[str, np.ndarray]:
+    """diffusers' own plans under the package's settings and each timestep spacing: Euler's timesteps, sigmas and
+    initial noise scale, and DDIM's timesteps and the cumulative alphas each step moves between."""
+    config = json.loads((PACKAGE / "model.json").read_text(encoding="utf-8"))["scheduler"]
+    settings = {k: v for k, v in config.items() if k not in ("default", "set_alpha_to_one", "timestep_spacing")}
+    out: dict[str, np.ndarray] = {}
+    for spacing in SPACINGS:
+        for steps in SCHEDULE_STEPS:
+            euler = EulerDiscreteScheduler(**settings, timestep_spacing=spacing)
+            euler.set_timesteps(steps)
+            key = f"schedule.{spacing}.{steps}"
+            out[f"{key}.euler.timesteps"] = euler.timesteps.numpy().astype(np.float32)
+            out[f"{key}.euler.sigmas"] = euler.sigmas.numpy().astype(np.float32)
+            out[f"{key}.euler.init_noise_sigma"] = np.float32(euler.init_noise_sigma).reshape(1)
+            ddim = DDIMScheduler(**settings, timestep_spacing=spacing, set_alpha_to_one=config["set_alpha_to_one"])
+            ddim.set_timesteps(steps)
+            pairs = []
+            for t in ddim.timesteps.tolist():
+                previous = t - ddim.config.num_train_timesteps // steps
+                prev_alpha = ddim.alphas_cumprod[previous] if previous >= 0 else ddim.final_alpha_cumprod
+                pairs.append((float(ddim.alphas_cumprod[t]), float(prev_alpha)))
+            out[f"{key}.ddim.timesteps"] = ddim.timesteps.numpy().astype(np.float32)
+            out[f"{key}.ddim.alphas"] = np.array(pairs, np.float32)
+    return out
+
+
 def main() -> int:
     torch.set_num_threads(1)
     make_lora(pipeline("euler"))
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, np.ndarray] = schedules()
     for case in CASES:
         image = run(case)
         arrays[f"{case['name']}.image"] = image

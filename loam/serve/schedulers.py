@@ -139,7 +139,7 @@ def make_schedule(config: SchedulerConfig, name: str, steps: int) -> Schedule:
         init = top if config.timestep_spacing in ("linspace", "trailing") else (top**2 + 1) ** 0.5
         return Schedule(name, steps, timesteps.astype(np.float32), init, sigmas, np.zeros(0, np.float32))
     # ddim: integer timesteps; step i moves from timestep t_i to t_i - num_train_timesteps // steps
-    ints = timesteps.astype(np.int64)
+    ints = timesteps.round().astype(np.int64)  # linspace's are rounded (leading and trailing are whole already)
     final = np.float32(1.0) if config.set_alpha_to_one else alphas_cumprod[0]
     previous = ints - config.num_train_timesteps // steps
     alphas = np.array(

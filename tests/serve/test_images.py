@@ -58,7 +58,7 @@ def client(server: Server) -> Iterator[httpx.Client]:
 
 def oracle_cases() -> list[str]:
     with np.load(ORACLE) as data:
-        return sorted({key.split(".")[0] for key in data.files})
+        return sorted(key.removesuffix(".image") for key in data.files if key.endswith(".image"))
 
 
 def oracle(name: str) -> tuple[dict[str, object], np.ndarray]:
