@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -41,10 +40,11 @@ import numpy as np
 
 from loam.serve.lora import AdapterBanks
 from loam.serve.metrics import ModelMetrics
+from loam.serve.residency import array_bytes
 from loam.serve.scheduler import ServeError
 from loam.serve.schedulers import SCHEDULERS, Schedule, SchedulerConfig, make_schedule
 from loam.serve.spec import Control, Package, PackageError, PackageTokenizer, Stage, refuse_control
-from loam.serve.stream import Completion, InputView, Member, StreamControl, StreamWorker, Work
+from loam.serve.stream import Completion, InputView, Member, StreamControl, StreamRequest, StreamWorker, Work
 
 STAGES = ("text_encoder", "unet", "vae_decoder")
 """The stages an image package declares, by these names."""
@@ -201,7 +201,6 @@ class ImageState:
     metrics: ModelMetrics | None = None
     schedules: dict[tuple[str, int], Schedule] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    started: float = field(default_factory=time.monotonic)
 
     def schedule(self, name: str, steps: int) -> Schedule:
         with self.lock:
@@ -400,6 +399,22 @@ def _pad_id(tokenizer: PackageTokenizer, eos: int) -> int:
     return ids[0] if len(ids) == 1 else eos
 
 
+class ImageWorker(StreamWorker):
+    """The continuing-request worker, saying what the image model holds besides its weights: each resident
+    request's latents and text states (`kv`: retained per request) and the merged adapter banks (`workspace`),
+    which `trim` drops when the model is deactivated."""
+
+    def resident_bytes(self) -> dict[str, int]:
+        jobs = [r.state for r in list(self.waiting) if isinstance(r, StreamRequest) and isinstance(r.state, ImageJob)]
+        retained = sum(array_bytes((job.latents, job.states)) for job in jobs)
+        banks = self.state.banks.nbytes() if isinstance(self.state, ImageState) else 0
+        return {"kv": retained, "workspace": banks}
+
+    def trim(self) -> None:
+        if isinstance(self.state, ImageState):
+            self.state.banks.drop()
+
+
 def serve_image(package: Package, control: Control, metrics: ModelMetrics) -> StreamWorker:
     """The image role's worker for `package`, once its control is seen to provide the continuing contract."""
     if not isinstance(control, StreamControl):
@@ -407,4 +422,4 @@ def serve_image(package: Package, control: Control, metrics: ModelMetrics) -> St
     state = control.prepare(package)
     if isinstance(state, ImageState):
         state.metrics = metrics
-    return StreamWorker(package.spec.name, metrics, control, state, package.spec.capacities)
+    return ImageWorker(package.spec.name, metrics, control, state, package.spec.capacities)

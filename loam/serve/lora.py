@@ -17,7 +17,8 @@ merged bank: each affected initializer W becomes W + sum(scale * alpha / rank * 
 adapters.  A bank is made the first time a cohort needs its adapter set, through the stage module's own
 weight loading (so every tensor is checked as the registered weights were), and kept for the next
 cohorts, the least recently used dropped beyond `BANKS`.  The set is part of the UNet's cohort tag, so
-rows with different sets never share a bank.
+rows with different sets never share a bank.  The banks kept count in the model's resident `workspace`
+bytes, and a model deactivated for idleness drops them (its worker's `trim`).
 """
 
 from __future__ import annotations
@@ -59,11 +60,9 @@ class Update:
 class AdapterBanks:
     """The package's adapters and the merged banks made from them."""
 
-    def __init__(
-        self, stage: Stage, base: Mapping[str, np.ndarray], adapters: Mapping[str, tuple[Update, ...]]
-    ) -> None:
+    def __init__(self, stage: Stage, shards: Sequence[Path], adapters: Mapping[str, tuple[Update, ...]]) -> None:
         self.stage = stage
-        self.base = base
+        self.shards = tuple(shards)  # the UNet's checkpoint, read again for each bank made (never kept whole)
         self.adapters = adapters
         self._banks: OrderedDict[str, object] = OrderedDict()
         self._lock = threading.Lock()
@@ -72,23 +71,26 @@ class AdapterBanks:
     def read(package: Package, unet: Stage, raw: object, where: str) -> AdapterBanks:
         """The package's `adapters` key, each checkpoint checked against the UNet's initializers."""
         if raw is None or raw == {}:
-            return AdapterBanks(unet, {}, {})
+            return AdapterBanks(unet, (), {})
         if not isinstance(raw, Mapping):
             raise PackageError(f"{where}: key 'adapters' must be an object of adapter id -> safetensors file")
         if unet.spec.source is None:
             raise PackageError(f"{where}: key 'adapters' needs the unet stage's weights as a 'source'")
-        from safetensors.numpy import load_file
+        from safetensors import safe_open
 
-        base: dict[str, np.ndarray] = {}
-        for shard in package.spec.sources[unet.spec.source]:
-            base.update(load_file(str(shard)))
+        shards = package.spec.sources[unet.spec.source]
+        shapes: dict[str, tuple[int, ...]] = {}
+        for shard in shards:  # the headers only: the payload is read when a bank is made
+            with safe_open(str(shard), framework="numpy") as opened:
+                for key in opened.keys():
+                    shapes[key] = tuple(opened.get_slice(key).get_shape())
         adapters: dict[str, tuple[Update, ...]] = {}
         for name, file in raw.items():
             key = f"adapters.{name}"
             if not isinstance(file, str) or not (package.spec.folder / file).is_file():
                 raise PackageError(f"{where}: key {key!r} must name a safetensors file in the package, got {file!r}")
-            adapters[name] = _updates(package.spec.folder / file, base)
-        return AdapterBanks(unet, base, adapters)
+            adapters[name] = _updates(package.spec.folder / file, shapes)
+        return AdapterBanks(unet, shards, adapters)
 
     def check(self, chosen: Sequence[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
         """A request's adapters, each registered and given once (a ServeError names `adapters`), sorted by id."""
@@ -119,9 +121,11 @@ class AdapterBanks:
             if key in self._banks:
                 self._banks.move_to_end(key)
                 return self._banks[key]
-        from safetensors.numpy import save
+        from safetensors.numpy import load_file, save
 
-        merged = dict(self.base)
+        merged: dict[str, np.ndarray] = {}
+        for shard in self.shards:
+            merged.update(load_file(str(shard)))
         for name, scale in chosen:
             for update in self.adapters[name]:
                 target = merged[update.target]
@@ -138,9 +142,23 @@ class AdapterBanks:
         with self._lock:
             return list(self._banks)
 
+    def nbytes(self) -> int:
+        """The bytes the merged banks kept hold (each its own copy of the UNet's weights)."""
+        from loam.serve.residency import array_bytes, weight_arrays
 
-def _updates(path: Path, base: Mapping[str, np.ndarray]) -> tuple[Update, ...]:
-    """The updates of one LoRA checkpoint, each pair's target found among `base`'s initializers."""
+        with self._lock:
+            banks = list(self._banks.values())
+        return sum(array_bytes(weight_arrays(bank)) for bank in banks)
+
+    def drop(self) -> None:
+        """Forget every merged bank (the next cohort that needs one makes it again)."""
+        with self._lock:
+            self._banks.clear()
+
+
+def _updates(path: Path, base: Mapping[str, tuple[int, ...]]) -> tuple[Update, ...]:
+    """The updates of one LoRA checkpoint, each pair's target found among the UNet's initializers (`base`: their
+    shapes by name)."""
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
@@ -178,7 +196,7 @@ def _updates(path: Path, base: Mapping[str, np.ndarray]) -> tuple[Update, ...]:
         alpha_key = f"{module}.alpha"
         alpha = float(np.asarray(tensors[alpha_key]).reshape(-1)[0]) if alpha_key in tensors else float(rank)
         update = Update(f"{target}.T" if transposed else target, down, up, alpha / rank, transposed)
-        shape = base[update.target].shape
+        shape = base[update.target]
         wanted = (up.shape[0], *down.shape[1:])
         if (wanted[::-1] if transposed else wanted) != shape:
             raise PackageError(

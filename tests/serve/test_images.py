@@ -414,3 +414,18 @@ def test_an_adapter_that_disagrees_with_the_unet_refuses_the_package(
             server.register(folder)
     finally:
         server.close()
+
+
+def test_merged_banks_count_as_workspace_and_go_with_deactivation(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """An adapter set's merged bank is resident workspace while the model is active; deactivating the model drops
+    it, and the next request with the adapter makes it again, giving diffusers' image still."""
+    params, want = oracle("lora")
+    with serving(tmp_path_factory, PACKAGE) as server, http_client(server, 120.0) as client:
+        worker = server.models[MODEL].worker
+        assert worker.resident_bytes()["workspace"] == 0
+        f32_images(client, request_body(params))
+        assert worker.resident_bytes()["workspace"] > 0
+        server.deactivate(MODEL)
+        assert worker.resident_bytes() == {"kv": 0, "workspace": 0}
+        (rgb,) = f32_images(client, request_body(params))
+        np.testing.assert_allclose(as_pipeline_output(rgb), want, rtol=0, atol=ATOL)
