@@ -15,6 +15,7 @@ import io
 import json
 import shutil
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -243,6 +244,7 @@ def test_concurrent_requests_are_their_isolated_images(server: Server, client: h
     results: dict[int, np.ndarray] = {}
 
     def run(i: int) -> None:
+        time.sleep(0.03 * i)  # staggered: each arrives while the ones before it are at some stage
         results[i] = f32_images(client, bodies[i])[0]
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(bodies))]
