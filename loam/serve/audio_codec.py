@@ -40,7 +40,7 @@ PCM_ENCODINGS = ("s16le", "f32le")
 # libsndfile's major formats a request may upload, by the name a refusal gives them.
 _ACCEPTED = {"WAV": "WAV", "WAVEX": "WAV", "RF64": "WAV", "FLAC": "FLAC", "MP3": "MP3", "OGG": "Ogg"}
 _UNKNOWN_LENGTH = 2**62  # libsndfile reports a stream of unknown length as SF_COUNT_MAX frames
-_BLOCK = 1 << 16  # frames decoded per read, so a file of unknown length is refused as soon as it runs long
+_BLOCK = 1 << 16  # samples decoded per read (over all channels), so a long file is refused as soon as it runs long
 _OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 _MP3_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
 
@@ -85,9 +85,9 @@ def decode_audio(data: bytes, rate: int, *, param: str = "file", max_seconds: fl
             limit = None if max_seconds is None else int(max_seconds * source_rate)
             if known and limit is not None and sound.frames > limit:
                 raise _too_long(param, sound.frames / source_rate, max_seconds)
-            blocks, frames = [], 0
+            blocks, frames, block_frames = [], 0, max(_BLOCK // sound.channels, 1024)
             while True:
-                block = sound.read(_BLOCK, dtype="float32", always_2d=True)
+                block = sound.read(block_frames, dtype="float32", always_2d=True)
                 if not np.isfinite(block).all():
                     raise ServeError(
                         f"{param} holds samples that are not finite numbers (NaN or infinity)", param=param
@@ -96,7 +96,7 @@ def decode_audio(data: bytes, rate: int, *, param: str = "file", max_seconds: fl
                 frames += len(block)
                 if limit is not None and frames > limit:
                     raise _too_long(param, frames / source_rate, max_seconds)
-                if len(block) < _BLOCK:
+                if len(block) < block_frames:
                     break
     except soundfile.SoundFileError as err:
         raise _refuse_file(data, param, getattr(err, "error_string", str(err)).rstrip(".")) from None

@@ -5,6 +5,7 @@ scipy's polyphase resampler, soundfile's own reader and writer."""
 from __future__ import annotations
 
 import io
+import re
 import struct
 
 import numpy as np
@@ -158,6 +159,20 @@ def test_the_limit_is_read_from_the_header_before_the_samples() -> None:
     rather than as corrupt (which decoding its samples would find)."""
     assert refusal(corrupt_flac()).status == 400
     assert refusal(corrupt_flac(), max_seconds=1.0).status == 413
+
+
+def test_a_file_of_unknown_length_is_refused_once_its_samples_pass_the_limit() -> None:
+    """A FLAC header whose total sample count is 0 ("unknown", as a streamed FLAC's is): the limit is
+    checked as the samples are decoded, block by block (65536 samples, 4.1 s here), so twenty seconds are
+    refused within a block of the limit."""
+    data = bytearray(written(sine(TARGET, 20.0), TARGET, "FLAC", "PCM_16"))
+    data[21] &= 0xF0  # STREAMINFO's 36-bit total sample count: the low nibble of byte 21, then bytes 22-25
+    data[22:26] = bytes(4)
+    assert soundfile.info(io.BytesIO(bytes(data))).frames > 2**62  # libsndfile reads the length as unknown
+    error = refusal(bytes(data), max_seconds=2.0)
+    assert error.status == 413
+    said = re.search(r"holds ([\d.]+) s", str(error))
+    assert said is not None and 2.0 < float(said.group(1)) <= 2.0 + 65536 / TARGET
 
 
 def test_raw_pcm_reads_both_encodings_and_interleaved_channels() -> None:
