@@ -37,8 +37,8 @@ has no AAC encoder). `pcm` is headerless 16-bit little-endian samples, as OpenAI
 PCM_ENCODINGS = ("s16le", "f32le")
 """The raw PCM sample encodings `pcm_to_float` reads."""
 
-# libsndfile's major formats a request may upload, by the name a refusal gives them.
-_ACCEPTED = {"WAV": "WAV", "WAVEX": "WAV", "RF64": "WAV", "FLAC": "FLAC", "MP3": "MP3", "OGG": "Ogg"}
+# libsndfile's major formats a request may upload, as a refusal names them.
+_ACCEPTED = {"WAV": "a WAV", "WAVEX": "a WAV", "RF64": "a WAV", "FLAC": "a FLAC", "MP3": "an MP3", "OGG": "an Ogg"}
 _UNKNOWN_LENGTH = 2**62  # libsndfile reports a stream of unknown length as SF_COUNT_MAX frames
 _BLOCK = 1 << 16  # samples decoded per read (over all channels), so a long file is refused as soon as it runs long
 _OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
@@ -48,19 +48,19 @@ _MP3_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
 def _container(data: bytes) -> str | None:
     """The container a file's first bytes announce, for a refusal to say what it recognised."""
     if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
-        return "WAV"
+        return "a WAV"
     if data[:4] == b"fLaC":
-        return "FLAC"
+        return "a FLAC"
     if data[:4] == b"OggS":
-        return "Ogg"
+        return "an Ogg"
     if data[:3] == b"ID3" or (len(data) > 1 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0):
-        return "MP3"
+        return "an MP3"
     return None
 
 
 def _refuse_file(data: bytes, param: str, reason: str) -> ServeError:
     found = _container(data)
-    what = f"a {found} file" if found else f"no audio container (the file begins {data[:8]!r})"
+    what = f"{found} file" if found else f"no audio container (the file begins {data[:8]!r})"
     return ServeError(
         f"{param} could not be decoded: {reason}; it looks like {what} (WAV, FLAC, MP3 and Ogg are read)", param=param
     )
@@ -71,7 +71,9 @@ def decode_audio(data: bytes, rate: int, *, param: str = "file", max_seconds: fl
     channels are averaged, the rate converted by `soxr`'s HQ filter, and the result clipped (a float file
     may hold samples past full scale, and a filter's ringing may overshoot it).  A file longer than
     `max_seconds` is refused with 413 from its header's frame count before any sample is decoded where the
-    header says it, and otherwise as soon as the decoded samples pass the limit."""
+    header says it, and otherwise as soon as the decoded samples pass the limit.  A file with fewer samples
+    than its header announces is refused as cut short; an Ogg stream, or an MP3 without a Xing header,
+    announces no exact length, so one cut at a page or frame reads as a shorter recording."""
     if not data:
         raise ServeError(f"{param} is empty: send an audio file", param=param)
     try:
@@ -81,10 +83,10 @@ def decode_audio(data: bytes, rate: int, *, param: str = "file", max_seconds: fl
                 raise ServeError(
                     f"{param} is {sound.format_info}, which is not accepted (WAV, FLAC, MP3 and Ogg are)", param=param
                 )
-            source_rate, known = sound.samplerate, sound.frames < _UNKNOWN_LENGTH
+            source_rate, declared = sound.samplerate, (sound.frames if sound.frames < _UNKNOWN_LENGTH else None)
             limit = None if max_seconds is None else int(max_seconds * source_rate)
-            if known and limit is not None and sound.frames > limit:
-                raise _too_long(param, sound.frames / source_rate, max_seconds)
+            if declared is not None and limit is not None and declared > limit:
+                raise _too_long(param, declared / source_rate, max_seconds)
             blocks, frames, block_frames = [], 0, max(_BLOCK // sound.channels, 1024)
             while True:
                 block = sound.read(block_frames, dtype="float32", always_2d=True)
@@ -99,13 +101,33 @@ def decode_audio(data: bytes, rate: int, *, param: str = "file", max_seconds: fl
                 if len(block) < block_frames:
                     break
     except soundfile.SoundFileError as err:
-        raise _refuse_file(data, param, getattr(err, "error_string", str(err)).rstrip(".")) from None
+        raise _refuse_file(
+            data, param, getattr(err, "error_string", str(err)).removeprefix("Error : ").rstrip(".")
+        ) from None
     if frames == 0:
-        raise ServeError(f"{param} is a {kind} file that holds no samples", param=param)
+        raise _refuse_file(data, param, "no samples decode from it (it is empty or cut short)")
+    # An MP3's count may be an estimate from its bitrate; an exact one (its Xing header's) is within a frame.
+    slack = 0 if declared is None or kind != "an MP3" else declared // 100 + 1152
+    if (declared is not None and frames < declared - slack) or _wav_cut_short(data):
+        raise _refuse_file(data, param, f"it is cut short (its header announces more than the {frames} frames present)")
     mono = np.concatenate(blocks)
     if source_rate != rate:
         mono = soxr.resample(mono, source_rate, rate, quality="HQ")
     return np.clip(mono, -1.0, 1.0).astype(np.float32, copy=False)
+
+
+def _wav_cut_short(data: bytes) -> bool:
+    """Whether a RIFF WAV's data chunk announces more bytes than the file holds (libsndfile reads what is
+    there without a word).  A streamed WAV's size, 0 or 0xFFFFFFFF, announces nothing."""
+    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        return False
+    position = 12
+    while position + 8 <= len(data):
+        chunk, size = data[position : position + 4], int.from_bytes(data[position + 4 : position + 8], "little")
+        if chunk == b"data":
+            return size not in (0, 0xFFFFFFFF) and position + 8 + size > len(data)
+        position += 8 + size + (size & 1)
+    return False
 
 
 def _too_long(param: str, seconds: float, max_seconds: float | None) -> ServeError:
