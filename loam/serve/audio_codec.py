@@ -32,7 +32,8 @@ AUDIO_TYPES: dict[str, str] = {
     "pcm": "audio/pcm",
 }
 """The content type of each response format `encode_audio` writes (OpenAI's `aac` is absent: libsndfile
-has no AAC encoder). `pcm` is headerless 16-bit little-endian samples, as OpenAI's `pcm` is."""
+has no AAC encoder). `opus` is Ogg Opus, whose type RFC 7845 makes audio/ogg; `pcm` is headerless 16-bit
+little-endian samples, as OpenAI's `pcm` is."""
 
 PCM_ENCODINGS = ("s16le", "f32le")
 """The raw PCM sample encodings `pcm_to_float` reads."""
