@@ -12,9 +12,15 @@ compatibility tag is their past length).  From `present.*` the step keeps row r'
 its pasts in place (`forward_in_place`) is given them gathered into a `DecodeState` with room for the
 new positions, so the gather is the step's one copy of the past (the model's Concats write only the
 new rows); the model's attention reads the past as one dense tensor, so a paged pool needs that gather.
+
+A decoder exported over `inputs_embeds` instead of `input_ids` (an image-conditioned model's language model,
+`loam.serve.image_text`) is given its spans' embeddings by the `embed` hook its role passes, which maps the
+[rows, span] ids the call would have given to [rows, span, hidden]; everything else is the same.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -23,14 +29,24 @@ from loam.serve.residency import module_pool
 from loam.serve.spec import PackageError, Stage
 from loam.text.decoder import DecoderInterface, DecodeState, state_symbols
 
+EMBEDS = "inputs_embeds"
+
 
 class DecoderStage:
     """A decoder module with its past: what it takes, and one call over a cohort of rows."""
 
-    def __init__(self, stage: Stage, where: str) -> None:
+    def __init__(self, stage: Stage, where: str, embed: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+        inputs = stage.inputs
+        self.embed = None  # the hook that gives a decoder over inputs_embeds its spans' embeddings
+        if any(name == EMBEDS for name, _, _ in inputs):
+            if embed is None:
+                raise PackageError(f"{where}: the decoder takes {EMBEDS!r}: its package names no stage to embed ids")
+            self.embed = embed
+            # The interface checks the embeddings as the ids they are made from, in the same place of the call.
+            inputs = tuple((("input_ids", "int64", e[:2]) if n == EMBEDS else (n, d, e)) for n, d, e in inputs)
         # Rows are padded to the longest in a call, so the decoder must take the mask that says which are real.
         interface = DecoderInterface.of(
-            stage.inputs, stage.outputs, where, PackageError, needs=("input_ids", "attention_mask")
+            inputs, stage.outputs, where, PackageError, needs=("input_ids", "attention_mask")
         )
         self.stage = stage
         self.order = list(interface.order)
@@ -107,7 +123,10 @@ class DecoderStage:
             mask[r, : seq.length] = 1
             mask[r, past : past + len(span)] = 1
             positions[r, : len(span)] = np.arange(seq.length, seq.length + len(span))
-        feeds: dict[str, np.ndarray] = {"input_ids": ids, "attention_mask": mask}
+        feeds: dict[str, np.ndarray] = {
+            "input_ids": ids if self.embed is None else self.embed(ids),
+            "attention_mask": mask,
+        }
         if self.ragged:
             feeds["position_ids"] = positions.astype(self.dtypes["position_ids"])
         seqs = [seq for seq, _ in rows]

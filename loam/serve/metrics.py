@@ -83,6 +83,18 @@ class Metrics:
         self.denoising_rate = Gauge(
             "loam_denoising_steps_per_second", "Denoising steps/s, last 10 s", ["model"], registry=r
         )
+        self.projector_calls = Counter(
+            "loam_image_projector_calls",
+            "Calls of a text model's image projector (a cohort of images)",
+            ["model"],
+            registry=r,
+        )
+        self.projected_images = Counter(
+            "loam_image_projected",
+            "Images a text model's projector read (not found in retained state)",
+            ["model"],
+            registry=r,
+        )
         self.kv_blocks_used = Gauge("loam_kv_blocks_used", "KV blocks held by requests", ["model"], registry=r)
         self.kv_blocks_cached = Gauge(
             "loam_kv_blocks_cached", "KV blocks retained for prefix reuse", ["model"], registry=r
@@ -141,6 +153,8 @@ class ModelMetrics:
         self.compile_seconds = metrics.compile_seconds.labels(name)
         self._proposed = metrics.proposed_tokens.labels(name)
         self._accepted = metrics.accepted_tokens.labels(name)
+        self.projector_calls = metrics.projector_calls.labels(name)
+        self.projected_images = metrics.projected_images.labels(name)
         self._lock = threading.Lock()
         self._recent: deque[tuple[float, int, int]] = deque()
         self._images = metrics.images.labels(name)

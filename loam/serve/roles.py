@@ -14,7 +14,8 @@ A package's `model.json` names its `role`, and `ROLES[role]` says everything the
 
     role        schema (stage keys)             control           worker (cohorts of)             routes
     text        graph, source, options, packed; TextControl       TextWorker (prompt spans and    completions, chat
-                speculative (top-level key)                       decode steps over a KV pool)    completions, sessions
+                speculative, image (top-level                     decode steps over a KV pool)    completions, sessions
+                keys)
     embedding   the same, and pooling,          EmbeddingControl  FiniteWorker (finite requests)  embeddings
                 normalize, output
     sequence    the same, and publish,          SequenceControl   SequenceWorker (finite          score, rerank,
@@ -77,7 +78,7 @@ class Role:
 ROLES: dict[str, Role] = {
     role.name: role
     for role in (
-        Role("text", PackageSchema(keys=("speculative",)), TextControl, serve_text, text_http.routes),
+        Role("text", PackageSchema(keys=("speculative", "image")), TextControl, serve_text, text_http.routes),
         Role(
             "embedding",
             PackageSchema(stage_keys=("pooling", "normalize", "output")),

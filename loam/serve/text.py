@@ -40,6 +40,7 @@ from loam.core.errors import LoamError
 from loam.serve.decoder_stage import DecoderStage
 from loam.serve.draft import make_proposer
 from loam.serve.flags import ADD_SPECIAL_TOKENS, NO_SPECIAL_TOKEN_MATCHING
+from loam.serve.image_text import ImageInput, ImageText, image_component
 from loam.serve.kv import KvPool, KvSequence, PoolExhausted
 from loam.serve.metrics import ModelMetrics
 from loam.serve.residency import array_bytes, module_pool
@@ -165,6 +166,7 @@ class TextRequest(Request):
     proposal_probs: list[np.ndarray] | None = None  # the distributions they were drawn from (None: point masses)
     draft: KvSequence | None = None  # a draft model's rows of state (`loam.serve.draft`)
     budget: GuessBudget = field(default_factory=GuessBudget)  # how many tokens its proposer guesses next
+    images: list[ImageInput] = field(default_factory=list)  # the chat's images (`loam.serve.image_text`), held
 
 
 class TextWorker(Worker):
@@ -182,8 +184,10 @@ class TextWorker(Worker):
         state: TextState,
         proposer: Proposer | None = None,
         speculate: int = 0,
+        images: ImageText | None = None,
     ) -> None:
         self.stage = stage
+        self.images = images  # the package's image component, when it has one
         self.proposer = proposer
         self.speculate = speculate  # the most tokens the proposer guesses per step
         self.control = control
@@ -310,11 +314,15 @@ class TextWorker(Worker):
         self.check(request)
         request.sampler = Sampler(request.params)
         request.matcher = StopMatcher(request.params.stop)
+        if self.images is not None:
+            self.images.hold(request.images)  # until it retires: its images' rows stay for its spans
         try:
             super().submit(request)
         except ServeError:
             if request.session is not None:
                 request.session.busy = False
+            if self.images is not None:
+                self.images.release(request.images)
             raise
 
     # -- one step -------------------------------------------------------------------------------------------------
@@ -616,6 +624,9 @@ class TextWorker(Worker):
         if request.draft is not None and self.proposer is not None:
             self.proposer.release(request.draft)
             request.draft = None
+        if self.images is not None:
+            self.images.release(request.images)
+            request.images = []
         session = request.session
         if session is not None:
             # A request that ended keeps what it read and the token it sampled last, for the next request on the
@@ -655,10 +666,12 @@ def serve_text(package: Package, control: Control, metrics: ModelMetrics) -> Tex
     spec = package.spec
     where = str(spec.folder / "model.json")
     speculation = read_speculation(spec.role_keys.get("speculative"), where, list(spec.stages))
-    name = next(name for name in spec.stages if speculation is None or name != speculation.stage)
-    stage = DecoderStage(package.stages[name], f"{where} stage {name!r}")
+    images = image_component(package, metrics)
+    others = {speculation.stage if speculation is not None else "", *(images.stages if images is not None else ())}
+    name = next(name for name in spec.stages if name not in others)
+    stage = DecoderStage(package.stages[name], f"{where} stage {name!r}", images.embed if images is not None else None)
     draft = None if speculation is None else speculation.stage
     reader = None if draft is None else DecoderStage(package.stages[draft], f"{where} stage {draft!r}")
     proposer = make_proposer(speculation, reader, stage.vocab, where, spec.capacities)
     tokens = speculation.tokens if speculation is not None else 0
-    return TextWorker(spec.name, stage, spec.capacities, metrics, control, state, proposer, tokens)
+    return TextWorker(spec.name, stage, spec.capacities, metrics, control, state, proposer, tokens, images)

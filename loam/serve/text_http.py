@@ -25,7 +25,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,7 @@ from starlette.routing import Route
 
 from loam.core.errors import LoamError
 from loam.serve import flags
+from loam.serve.image_text import ImageInput
 from loam.serve.sampling import SamplingParams
 from loam.serve.scheduler import Event, ServeError
 from loam.serve.scores_json import LegacyLogprobs, prompt_logprobs
@@ -222,17 +223,26 @@ class TextRoutes:
     async def chat_completions(self, request: HttpRequest) -> Response:
         fields = await read_fields(request)
         served, worker = self._model(fields.body.get("model"))
-        messages = _messages(fields.body.get("messages"))
+        component = worker.images
+        messages = _messages(fields.body.get("messages"), None if component is None else component.spec.token)
+        images = [] if component is None else component.read_parts(fields.body.get("messages"))
+        if component is not None and images:  # refused by its images' forecast before a pixel is decoded
+            forecast = component.forecast_memory([image.header for image in images])
+            self.server.admit_request(served, forecast.alone, "messages")
+            component.decode(images)
         flags_ = tokenizer_flags(fields, flags.SKIP_SPECIAL_TOKENS)
         ids = worker.control.encode_chat(worker.state, messages, "messages")
+        if component is not None:
+            ids = component.expand(ids, images)
         context = served.package.spec.capacities.context_tokens
         defaults = served.package.spec.sampling
         params = self._sampling(fields, "max_completion_tokens", max(1, context - len(ids) - 1), defaults)
-        return await self._generate(request, fields, served, worker, [ids], params, flags_, chat=True)
+        return await self._generate(request, fields, served, worker, [ids], params, flags_, chat=True, images=images)
 
     async def _generate(
         self, http: HttpRequest, fields: Fields, served: ServedModel, worker: TextWorker, prompts: list[list[int]],
         params: SamplingParams, flags_: int, *, chat: bool, scoring: Scoring | None = None,
+        images: Sequence[ImageInput] = (),
     ) -> Response:  # fmt: skip
         scoring = scoring or Scoring()
         stream = bool(fields.get("stream", (bool,), False))
@@ -250,9 +260,10 @@ class TextRoutes:
                 raise ServeError(f"no session {session_id!r} of model {served.name!r}", status=404, param="session")
             if len(prompts) != 1:
                 raise ServeError("a request on a session has one prompt", param="prompt")
+        image_ids = {t for image in images for t in worker.images.token_ids(image)} if worker.images else set()
         for i, ids in enumerate(prompts):
-            if any(not 0 <= t < worker.stage.vocab for t in ids):
-                bad = next(t for t in ids if not 0 <= t < worker.stage.vocab)
+            if any(not 0 <= t < worker.stage.vocab and t not in image_ids for t in ids):
+                bad = next(t for t in ids if not 0 <= t < worker.stage.vocab and t not in image_ids)
                 raise ServeError(
                     f"token id {bad} is outside the model's vocabulary (0 to {worker.stage.vocab - 1})",
                     param="prompt" if len(prompts) == 1 else f"prompt[{i}]",
@@ -274,6 +285,7 @@ class TextRoutes:
                     session=session, logprobs=scoring.logprobs, prompt_top=scoring.prompt_logprobs or 0,
                     targets=ids[1:] if scoring.scores_prompt else None,
                     continuations=[list(c) for c in scoring.continuations], speculative=speculative,
+                    images=list(images),
                 )  # fmt: skip
                 worker.submit(text_request)
                 requests.append(text_request)
@@ -494,8 +506,9 @@ def _total_usage(usages: list[Any]) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
 
 
-def _messages(raw: object) -> list[dict[str, object]]:
-    """OpenAI chat messages as the chat template reads them: each content flattened to a string."""
+def _messages(raw: object, image: str | None = None) -> list[dict[str, object]]:
+    """OpenAI chat messages as the chat template reads them: each content flattened to a string, an image part
+    written as `image` (the image token of a model that takes images; None: image parts are refused)."""
     if not isinstance(raw, list) or not raw:
         raise ServeError("'messages' must be a non-empty array of {role, content}", param="messages")
     out = []
@@ -513,6 +526,9 @@ def _messages(raw: object) -> list[dict[str, object]]:
         if isinstance(content, list):
             parts = []
             for j, part in enumerate(content):
+                if image is not None and isinstance(part, dict) and part.get("type") == "image_url":
+                    parts.append(image)  # read by loam.serve.image_text
+                    continue
                 if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                     raise ServeError(
                         f"'{where}.content[{j}]' must be a text part {{type: text, text}}",
