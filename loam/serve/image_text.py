@@ -41,6 +41,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from loam.serve.metrics import ModelMetrics
+from loam.serve.residency import array_bytes, module_pool
 from loam.serve.scheduler import ServeError
 from loam.serve.spec import Package, PackageError, Stage
 
@@ -313,13 +314,18 @@ class ImageText:
         with self._lock:
             return len(self._held)
 
-    def held_bytes(self) -> int:
-        """The bytes the held images keep: decoded pixels not yet projected, projected rows."""
+    def resident_bytes(self) -> int:
+        """The bytes the component keeps: the held images' decoded pixels not yet projected and projected rows, and
+        its stages' pooled intermediates (made by their first call: the projector's on the first image read)."""
         with self._lock:
-            return sum(
-                h.rows.nbytes if h.rows is not None else (h.image.pixels.nbytes if h.image.pixels is not None else 0)
-                for h in self._held.values()
-            )
+            held = [h.rows if h.rows is not None else h.image.pixels for h in self._held.values()]
+        pools = [module_pool(stage.module).values() for stage in (self.projector, self.embed_stage)]
+        return array_bytes([*held, *(list(pool) for pool in pools)])
+
+    def trim(self) -> None:
+        """Drop the stages' pooled intermediates (an idle model's trim; the next call makes them again)."""
+        for stage in (self.projector, self.embed_stage):
+            module_pool(stage.module).clear()
 
     def embed(self, ids: np.ndarray) -> np.ndarray:
         """The embeddings of a decoder call's ids [rows, span] (float32 [rows, span, hidden]): ordinary ids through

@@ -268,13 +268,17 @@ class TextWorker(Worker):
         stats = self.pool.stats()
         scratch = sum(rows * self._row_bytes(positions) for rows, positions in self.stage.scratch_extents())
         pooled = array_bytes(module_pool(self.stage.stage.module).values())
-        return {"kv": (stats["used"] + stats["cached"]) * self.pool.block_bytes, "workspace": scratch + pooled}
+        images = self.images.resident_bytes() if self.images is not None else 0  # their pixels, rows and stages' pools
+        kv = (stats["used"] + stats["cached"]) * self.pool.block_bytes
+        return {"kv": kv, "workspace": scratch + pooled + images}
 
     def trim(self) -> None:
         self.pool.trim()
         self.stage.trim()
         if self.proposer is not None:
             self.proposer.trim()
+        if self.images is not None:
+            self.images.trim()
         self._gauge_pool()
 
     def _check_idle(self, session: Session) -> None:

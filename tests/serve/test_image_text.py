@@ -205,6 +205,10 @@ def test_two_images_of_two_requests_share_one_projector_call(server: Server, htt
     assert metric(http, "loam_image_projector_calls_total") == calls + 1
     assert metric(http, "loam_image_projected_total") == images + 2
     assert worker.images is not None and worker.images.held() == 0  # each image went with its last request
+    assert worker.images.resident_bytes() > 0  # the projector's pooled intermediates, made by its first call
+    with worker.lock:
+        worker.trim()
+    assert worker.images.resident_bytes() == 0
 
 
 def test_a_retained_image_prefix_skips_the_projector(server: Server, client: openai.OpenAI, http: httpx.Client) -> None:
