@@ -8,10 +8,11 @@ parts (`{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}
 nothing, so a remote URL is refused).  Each image is written into the rendered conversation as the package's
 image token, which is then expanded to the projector's row count, as LLaVA's processor does.
 
-An image's positions carry ids of their own outside the vocabulary (`ImageText.token_ids`): a digest of the
-image's bytes and the row's index.  The decoder never sees them: the embedding hook (`ImageText.embed`, which
-`DecoderStage` calls for every span it reads) looks ordinary ids up through the embed stage and writes each
-image's projected rows over its positions.  Because the ids name the image, the text role's prefix retention
+An image's positions carry ids of their own outside the vocabulary (`ImageText.token_ids`): a serial number
+the component gives the image's bytes (by their SHA-256, never reused for other bytes) and the row's index.
+The decoder never sees them: the embedding hook (`ImageText.embed`, which `DecoderStage` calls for every
+span it reads) looks ordinary ids up through the embed stage and writes each image's projected rows over
+its positions.  Because the ids name the image, the text role's prefix retention
 works unchanged: a prompt whose first blocks hold the same image bytes at the same positions as a retained
 prefix finds them cached, and no span of it reaches the hook, so the projector never runs for it.  An image
 is projected only when a span being read holds one of its rows: the images a cohort needs, from one request
@@ -34,6 +35,7 @@ import binascii
 import hashlib
 import io
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -46,9 +48,9 @@ from loam.serve.scheduler import ServeError
 from loam.serve.spec import Package, PackageError, Stage
 
 IMAGE_IDS = 1 << 40
-"""The first id of an image position: ids from here on name (image digest, row), never a vocabulary entry."""
-_ROW_BITS = 12  # an image's rows are at most 4096
-_DIGEST_BYTES = 6  # 48 bits of the image's SHA-256: IMAGE_IDS + (digest << 12) + row stays below 2**63
+"""The first id of an image position: ids from here on name (image serial, row), never a vocabulary entry."""
+_ROW_BITS = 12  # an image's rows are at most 4096; IMAGE_IDS + (serial << 12) + row stays below 2**63 for 2**50 serials
+_SERIALS = 1 << 16  # the image digests whose serials are remembered (least recently seen forgotten first)
 _PNG = b"\x89PNG\r\n\x1a\n"
 _JPEG_FRAMES = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 _KEYS = ("projector", "embed", "token", "rows", "shortest_edge", "crop", "mean", "std", "max_images", "max_pixels")
@@ -150,17 +152,14 @@ def read_header(data: bytes) -> ImageHeader | None:
 
 @dataclass(eq=False)
 class ImageInput:
-    """One image of a request: its bytes, where the request gave it (`param`), its header and, once decoded, its
-    RGB8 pixels [height, width, 3]; `key` names it among the images (a digest of its bytes)."""
+    """One image of a request: where the request gave it (`param`), its bytes, its header, the serial number its
+    component gave its bytes (`key`) and, once decoded, its RGB8 pixels [height, width, 3]."""
 
     param: str
     data: bytes
     header: ImageHeader
-    key: int = 0
+    key: int
     pixels: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        self.key = int.from_bytes(hashlib.sha256(self.data).digest()[:_DIGEST_BYTES], "big")
 
 
 @dataclass(eq=False)
@@ -200,7 +199,9 @@ class ImageText:
     hidden: int  # the language model's embedding width
     metrics: ModelMetrics
     _held: dict[int, _Held] = field(default_factory=dict)
+    _serials: OrderedDict[bytes, int] = field(default_factory=OrderedDict)  # SHA-256 of an image's bytes -> serial
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _next: int = 0
 
     @property
     def stages(self) -> tuple[str, str]:
@@ -254,7 +255,21 @@ class ImageText:
                 f"the image is {header.width} x {header.height} pixels; this model takes 1 to {self.spec.max_pixels}",
                 param=where,
             )
-        return ImageInput(where, data, header)
+        return ImageInput(where, data, header, self._serial(hashlib.sha256(data).digest()))
+
+    def _serial(self, digest: bytes) -> int:
+        """The serial number of the image bytes whose SHA-256 is `digest`: the same while it is remembered, never
+        another image's (serials are not reused), so equal image ids at a position are equal image bytes.  A
+        digest forgotten gets a new serial: its retained prefixes are then missed, never mistaken."""
+        with self._lock:
+            serial = self._serials.pop(digest, None)
+            if serial is None:
+                serial = self._next
+                self._next += 1
+            self._serials[digest] = serial
+            while len(self._serials) > _SERIALS:
+                self._serials.popitem(last=False)
+            return serial
 
     def forecast_memory(self, headers: Sequence[ImageHeader]) -> MemoryForecast:
         """A request's images' memory from their headers alone (see `MemoryForecast`)."""
@@ -286,7 +301,7 @@ class ImageText:
         return out
 
     def token_ids(self, image: ImageInput) -> list[int]:
-        """The ids of `image`'s positions: its digest and each row's index."""
+        """The ids of `image`'s positions: its serial and each row's index."""
         base = IMAGE_IDS + (image.key << _ROW_BITS)
         return list(range(base, base + self.spec.rows))
 

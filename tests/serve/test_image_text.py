@@ -20,7 +20,7 @@ from PIL import Image
 
 from loam.core.errors import LoamError
 from loam.serve.cli import Listener
-from loam.serve.image_text import decode_rgb8, preprocess, read_header, read_image_spec
+from loam.serve.image_text import IMAGE_IDS, decode_rgb8, preprocess, read_header, read_image_spec
 from loam.serve.sampling import SamplingParams
 from loam.serve.scheduler import Request
 from loam.serve.server import Server
@@ -164,6 +164,20 @@ def test_a_text_only_chat_on_the_same_package_is_the_language_model_alone(client
     assert tokens == CHATS["text"]["tokens"]
     tokens, _ = ask(client, [{"type": "text", "text": CHATS["text"]["text"]}])
     assert tokens == CHATS["text"]["tokens"]
+
+
+def test_image_positions_name_the_image_bytes(server: Server) -> None:
+    component = worker_of(server).images
+    assert component is not None
+
+    def read(name: str) -> list[int]:
+        content = [{"type": "image_url", "image_url": {"url": image_url(name)}}]
+        (image,) = component.read_parts([{"role": "user", "content": content}])
+        return component.token_ids(image)
+
+    red, again, noise = read("red.png"), read("red.png"), read("noise.png")
+    assert red == again and len(red) == ORACLE["rows"]
+    assert not set(red) & set(noise) and min(red + noise) >= IMAGE_IDS
 
 
 def image_request(worker: TextWorker, content: list[dict[str, object]]) -> tuple[TextRequest, object]:
