@@ -180,8 +180,11 @@ def test_image_positions_name_the_image_bytes(server: Server) -> None:
     assert not set(red) & set(noise) and min(red + noise) >= IMAGE_IDS
 
 
-def image_request(worker: TextWorker, content: list[dict[str, object]]) -> tuple[TextRequest, object]:
-    """Submit a greedy chat with images straight to the worker, framed as the chat route frames it."""
+def image_request(
+    worker: TextWorker, content: list[dict[str, object]], submit: bool = True
+) -> tuple[TextRequest, object]:
+    """A greedy chat with images for the worker, framed as the chat route frames it, and submitted unless not
+    `submit`; returns it and the iterator over its events."""
     component = worker.images
     assert component is not None
     messages = [{"role": "user", "content": content}]
@@ -192,11 +195,14 @@ def image_request(worker: TextWorker, content: list[dict[str, object]]) -> tuple
     sink, drain = Request.collector()
     params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0)
     request = TextRequest(sink=sink, prompt=ids, params=params, eos=worker.state.eos, images=images)
-    worker.submit(request)
+    if submit:
+        worker.submit(request)
     return request, drain
 
 
-def test_two_images_of_two_requests_share_one_projector_call(server: Server, http: httpx.Client) -> None:
+def test_two_images_of_two_requests_share_one_projector_call(
+    server: Server, http: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
     worker = worker_of(server)
     # A question no other test asks about each image, each request alone first, its retained prefix then dropped.
     chats = {
@@ -212,8 +218,19 @@ def test_two_images_of_two_requests_share_one_projector_call(server: Server, htt
             worker.trim()
     assert alone["red"] != alone["noise"]
     calls, images = metric(http, "loam_image_projector_calls_total"), metric(http, "loam_image_projected_total")
-    with worker.lock:  # both submitted before the worker's next step (it steps under its lock): one cohort
-        pending = [image_request(worker, content) for content in chats.values()]
+    pending = [image_request(worker, content, submit=False) for content in chats.values()]
+    staged = [request for request, _ in pending]
+    step = worker.step
+
+    def together(eligible: list[Request]) -> bool:
+        """The worker's step, waiting while only one of the two has arrived (it takes the rest as they come)."""
+        if sum(1 for r in eligible if r in staged) == 1:
+            return False  # nothing ran: the worker takes its inbox again
+        return step(eligible)
+
+    monkeypatch.setattr(worker, "step", together)
+    for request in staged:
+        worker.submit(request)
     ends = [finish(drain) for _, drain in pending]
     assert [end.value for end in ends] == list(alone.values())
     assert metric(http, "loam_image_projector_calls_total") == calls + 1
