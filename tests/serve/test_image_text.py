@@ -147,6 +147,10 @@ def test_a_malformed_image_key_is_refused_naming_it(tmp_path_factory: pytest.Tem
     with pytest.raises(LoamError, match=r"'image\.std' must be positive"):
         with serving(tmp_path_factory, folder):
             pass
+    folder = package_copy(tmp_path_factory, "tiny_vlm", image=None)  # a decoder over embeddings, none to embed ids
+    with pytest.raises(LoamError, match=r"model\.json stage 'decoder': the decoder takes 'inputs_embeds'"):
+        with serving(tmp_path_factory, folder):
+            pass
 
 
 # -- served ---------------------------------------------------------------------------------------------------------
@@ -157,6 +161,17 @@ def test_a_chat_with_an_image_answers_as_transformers_does(client: openai.OpenAI
         tokens, usage = ask(client, parts(chat))
         assert tokens == CHATS[chat]["tokens"], chat
         assert usage["prompt_tokens"] == len(CHATS[chat]["prompt"])
+    messages = [{"role": "user", "content": parts("red")}]
+    whole = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=MAX_TOKENS, temperature=0)  # type: ignore[arg-type]
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=messages,
+        max_tokens=MAX_TOKENS,
+        temperature=0,
+        stream=True,  # type: ignore[arg-type]
+    )
+    streamed = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert streamed == whole.choices[0].message.content and streamed
 
 
 def test_a_text_only_chat_on_the_same_package_is_the_language_model_alone(client: openai.OpenAI) -> None:
