@@ -182,9 +182,14 @@ class MemoryForecast:
     gathered: int
 
     @property
-    def alone(self) -> int:
-        """The most the request's images hold at once: the projector's phase or the language model's."""
-        return max(self.private_peak + self.retained, self.retained + self.gathered)
+    def producer(self) -> int:
+        """What the projector's phase holds: its private peak and the rows it leaves."""
+        return self.private_peak + self.retained
+
+    @property
+    def consumer(self) -> int:
+        """What the images add to the language model's phase: the rows held and those a call gathers."""
+        return self.retained + self.gathered
 
 
 @dataclass

@@ -226,9 +226,11 @@ class TextRoutes:
         component = worker.images
         messages = _messages(fields.body.get("messages"), None if component is None else component.spec.token)
         images = [] if component is None else component.read_parts(fields.body.get("messages"))
-        if component is not None and images:  # refused by its images' forecast before a pixel is decoded
+        consumer = 0  # what the images add to the language model's phase, which _generate checks with the text's
+        if component is not None and images:  # the projector's phase, refused from the headers before decoding
             forecast = component.forecast_memory([image.header for image in images])
-            self.server.admit_request(served, forecast.alone, "messages")
+            self.server.admit_request(served, forecast.producer, "messages")
+            consumer = forecast.consumer
             component.decode(images)
         flags_ = tokenizer_flags(fields, flags.SKIP_SPECIAL_TOKENS)
         ids = worker.control.encode_chat(worker.state, messages, "messages")
@@ -237,12 +239,14 @@ class TextRoutes:
         context = served.package.spec.capacities.context_tokens
         defaults = served.package.spec.sampling
         params = self._sampling(fields, "max_completion_tokens", max(1, context - len(ids) - 1), defaults)
-        return await self._generate(request, fields, served, worker, [ids], params, flags_, chat=True, images=images)
+        return await self._generate(
+            request, fields, served, worker, [ids], params, flags_, chat=True, images=images, image_bytes=consumer
+        )
 
     async def _generate(
         self, http: HttpRequest, fields: Fields, served: ServedModel, worker: TextWorker, prompts: list[list[int]],
         params: SamplingParams, flags_: int, *, chat: bool, scoring: Scoring | None = None,
-        images: Sequence[ImageInput] = (),
+        images: Sequence[ImageInput] = (), image_bytes: int = 0,
     ) -> Response:  # fmt: skip
         scoring = scoring or Scoring()
         stream = bool(fields.get("stream", (bool,), False))
@@ -271,6 +275,7 @@ class TextRoutes:
         held = len(session.tokens) if session is not None else 0
         context = worker.capacities.context_tokens
         need = sum(worker.request_bytes(min(held + len(ids) + params.max_tokens, context), len(ids)) for ids in prompts)
+        need += image_bytes
         self.server.admit_request(served, need, "prompt")  # one that cannot fit the memory budget alone: a 413
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
