@@ -99,6 +99,13 @@ class Metrics:
         self.kv_blocks_cached = Gauge(
             "loam_kv_blocks_cached", "KV blocks retained for prefix reuse", ["model"], registry=r
         )
+        self.audio_input_seconds = Counter(
+            "loam_audio_input_seconds", "Seconds of audio a model has finished hearing", ["model"], registry=r
+        )
+        self.audio_real_time_factor = Histogram(
+            "loam_audio_real_time_factor", "Processing seconds per second of audio, per transcribed window",
+            ["model"], registry=r, buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
+        )  # fmt: skip
 
     def model(self, name: str) -> ModelMetrics:
         return ModelMetrics(self, name)
@@ -155,6 +162,8 @@ class ModelMetrics:
         self._accepted = metrics.accepted_tokens.labels(name)
         self.projector_calls = metrics.projector_calls.labels(name)
         self.projected_images = metrics.projected_images.labels(name)
+        self._audio_in = metrics.audio_input_seconds.labels(name)
+        self._audio_rtf = metrics.audio_real_time_factor.labels(name)
         self._lock = threading.Lock()
         self._recent: deque[tuple[float, int, int]] = deque()
         self._images = metrics.images.labels(name)
@@ -182,6 +191,12 @@ class ModelMetrics:
         """A verifier span read `proposed` guessed tokens, of which the decoder accepted `accepted`."""
         self._proposed.inc(proposed)
         self._accepted.inc(accepted)
+
+    def audio_input(self, seconds: float, processing: float) -> None:
+        """A model finished hearing `seconds` of audio, which took it `processing` seconds of work."""
+        self._audio_in.inc(seconds)
+        if seconds > 0:
+            self._audio_rtf.observe(processing / seconds)
 
     def finished(self, outcome: str) -> None:
         self._requests.labels(self._name, outcome).inc()

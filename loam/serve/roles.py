@@ -26,6 +26,9 @@ A package's `model.json` names its `role`, and `ROLES[role]` says everything the
     image       the same; image, scheduler and  ImageControl      StreamWorker (continuing        images
                 adapters (top-level keys)                         requests: encode, denoising
                                                                   steps, decode)
+    recognition the same; generation and        WhisperRecognition StreamWorker (30 s windows  audio
+                recording_seconds (top-level                       and decoder steps of         transcriptions
+                keys)                                              continuing audio)
 
 Adding a role (audio, images, known-token stages) is one entry here plus its modules: the
 role's module (`loam.serve.text` and `loam.serve.finite` are the two to read, and `loam.serve.stream` for a role
@@ -48,11 +51,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from loam.serve import decision_http, embedding_http, image_http, sequence_http, text_http
+from loam.serve import decision_http, embedding_http, image_http, recognition_http, sequence_http, text_http
 from loam.serve.decision import FramedDecisions, serve_decision
 from loam.serve.finite import EmbeddingControl, serve_finite
 from loam.serve.image import ImageControl, serve_image
 from loam.serve.metrics import ModelMetrics
+from loam.serve.recognition import WhisperRecognition, serve_recognition
 from loam.serve.scheduler import Worker
 from loam.serve.sequence import SequenceControl, serve_sequence
 from loam.serve.spec import Control, Package, PackageSchema
@@ -106,6 +110,13 @@ ROLES: dict[str, Role] = {
             ImageControl,
             serve_image,
             image_http.routes,
+        ),
+        Role(
+            "recognition",
+            PackageSchema(keys=("generation", "recording_seconds")),
+            WhisperRecognition,
+            serve_recognition,
+            recognition_http.routes,
         ),
     )
 }

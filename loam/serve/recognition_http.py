@@ -1,0 +1,282 @@
+"""The recognition role's HTTP route: OpenAI's `POST /v1/audio/transcriptions`.
+
+The body is multipart, as OpenAI's: `file` (the recording), `model`, `language` (a code such as "en";
+absent: Whisper detects it in the first window), `prompt` (previous text, which conditions the
+transcript), `response_format` (json, text, verbose_json, srt, vtt), `temperature` (0: greedy),
+`timestamp_granularities[]` (segment only: a window's interval) and `stream` (true: server-sent
+`transcript.text.delta` events, one per final segment, then `transcript.text.done`).  The file is decoded
+to 16 kHz mono samples, then fed to the model's continuing request in packets as its input credit allows,
+the way a live client feeds it; the reply is rendered from the final segments.  A refusal is a 4xx naming
+the field: a file that is not audio, one past the recording limit, an unknown format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import wave
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from starlette.datastructures import UploadFile
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from loam.serve.recognition import RecognitionParams, RecognitionState, TranscriptEvent
+from loam.serve.scheduler import Event, ServeError
+from loam.serve.stream import StreamRequest, StreamWorker
+from loam.serve.web import error_body, watch_disconnect
+from loam.serve.whisper_features import SAMPLE_RATE
+
+if TYPE_CHECKING:
+    from loam.serve.server import Server
+
+FORMATS = ("json", "text", "verbose_json", "srt", "vtt")
+MAX_FILE = 256 << 20
+"""The largest recording file a request may upload."""
+FIELDS = (
+    "file",
+    "model",
+    "language",
+    "prompt",
+    "response_format",
+    "temperature",
+    "stream",
+    "timestamp_granularities[]",
+)
+
+
+def routes(server: Server, role: str) -> list[Route]:
+    """The routes serving the models of `role` (the recognition role's entry in `loam.serve.roles.ROLES`)."""
+    return [Route("/v1/audio/transcriptions", TranscriptionRoute(server, role).transcribe, methods=["POST"])]
+
+
+def decode_audio(data: bytes, rate: int, *, param: str = "file", max_seconds: float | None = None) -> np.ndarray:
+    """A WAV file's samples as mono float32 at `rate` (16-bit or 32-bit PCM, any channel count, averaged); a file
+    that is not such a WAV, or at another rate, is a 400 naming `param`, one past `max_seconds` a 413."""
+    try:
+        with wave.open(io.BytesIO(data)) as wav:
+            channels, width, frames_rate = wav.getnchannels(), wav.getsampwidth(), wav.getframerate()
+            frames = wav.readframes(wav.getnframes())
+    except (wave.Error, EOFError) as err:
+        raise ServeError(f"'{param}' is not a WAV file this server reads ({err})", param=param) from None
+    if width not in (2, 4) or frames_rate != rate:
+        raise ServeError(
+            f"'{param}' is {8 * width}-bit audio at {frames_rate} Hz; give 16- or 32-bit PCM at {rate} Hz", param=param
+        )
+    pcm = np.frombuffer(frames, "<i2" if width == 2 else "<i4")
+    samples = pcm[: len(pcm) // channels * channels].reshape(-1, channels).astype(np.float32) / float(
+        2 ** (8 * width - 1)
+    )
+    if max_seconds is not None and len(samples) > max_seconds * rate:
+        raise ServeError(
+            f"'{param}' is {len(samples) / rate:.1f} s long; this model takes at most {max_seconds:g} s",
+            status=413,
+            param=param,
+        )
+    return samples.mean(axis=1).astype(np.float32)
+
+
+class TranscriptionRoute:
+    """`POST /v1/audio/transcriptions` over `server`'s models of `role`."""
+
+    def __init__(self, server: Server, role: str) -> None:
+        self.server = server
+        self.role = role
+
+    async def transcribe(self, http: HttpRequest) -> Response:
+        if not http.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+            raise ServeError("a transcription request is multipart/form-data with a 'file' part", param="file")
+        try:
+            form = await http.form(max_files=1, max_fields=len(FIELDS) + 8)
+        except Exception as err:  # Starlette's parser refuses a malformed body or too many parts
+            raise ServeError(f"the multipart body cannot be read: {err}", param="file") from None
+        try:
+            fields: dict[str, list[str]] = {}
+            upload: UploadFile | None = None
+            for name, value in form.multi_items():
+                if name not in FIELDS:
+                    raise ServeError(f"unknown field {name!r} (known: {', '.join(FIELDS)})", param=name)
+                if isinstance(value, UploadFile):
+                    if name != "file":
+                        raise ServeError(f"{name!r} must be a form field, not a file", param=name)
+                    upload = value
+                else:
+                    fields.setdefault(name, []).append(value)
+            if upload is None:
+                raise ServeError("'file' is required: the recording to transcribe", param="file")
+            data = await upload.read(MAX_FILE + 1)
+        finally:
+            await form.close()
+        if len(data) > MAX_FILE:
+            raise ServeError(f"'file' is over the {MAX_FILE} bytes a recording may be", status=413, param="file")
+
+        def field(name: str, default: str | None = None) -> str | None:
+            values = fields.get(name, [])
+            if len(values) > 1:
+                raise ServeError(f"{name!r} is given {len(values)} times", param=name)
+            return values[0] if values else default
+
+        served = self.server.model(field("model"), self.role)
+        worker = served.worker
+        assert isinstance(worker, StreamWorker) and isinstance(worker.state, RecognitionState)
+        response_format = field("response_format", "json")
+        if response_format not in FORMATS:
+            raise ServeError(
+                f"'response_format' must be one of {', '.join(FORMATS)}, got {response_format!r}",
+                param="response_format",
+            )
+        for granularity in fields.get("timestamp_granularities[]", []):
+            if granularity != "segment":
+                raise ServeError(
+                    f"'timestamp_granularities[]' may only be segment (a window's interval), got {granularity!r}",
+                    param="timestamp_granularities[]",
+                )
+        stream = field("stream", "false")
+        if stream not in ("true", "false"):
+            raise ServeError(f"'stream' must be true or false, got {stream!r}", param="stream")
+        if stream == "true" and response_format != "json" and "response_format" in fields:
+            raise ServeError("a streamed transcription's events are JSON: leave 'response_format' json", param="stream")
+        temperature_text = field("temperature", "0")
+        try:
+            temperature = float(temperature_text or "0")
+        except ValueError:
+            raise ServeError(f"'temperature' must be a number, got {temperature_text!r}", param="temperature") from None
+        params = RecognitionParams(
+            language=field("language"), prompt=field("prompt", "") or "", temperature=temperature
+        )
+        samples = decode_audio(data, SAMPLE_RATE, max_seconds=worker.state.recording_seconds)
+        session = Transcription(http, worker, params, samples)
+        session.open()
+        if stream == "true":
+            return StreamingResponse(self._events(session), media_type="text/event-stream")
+        segments = [event async for event in session.finals()]
+        return render(response_format or "json", segments, worker.state, session.language(), len(samples))
+
+    async def _events(self, session: Transcription) -> AsyncIterator[str]:
+        text = ""
+        try:
+            async for event in session.finals():
+                delta = event.text.lstrip() if not text else event.text
+                text += delta
+                yield sse({"type": "transcript.text.delta", "delta": delta})
+            yield sse({"type": "transcript.text.done", "text": text.strip()})
+        except ServeError as err:
+            yield sse(error_body(str(err), err.status, err.param))
+
+
+def sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+class Transcription:
+    """One transcription request on the event loop: the recording fed in packets as its input credit returns, and
+    its events read back."""
+
+    def __init__(self, http: HttpRequest, worker: StreamWorker, params: RecognitionParams, samples: np.ndarray) -> None:
+        self.http = http
+        self.worker = worker
+        self.params = params
+        self.samples = samples
+        self.fed = 0
+        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self.request: StreamRequest | None = None
+
+    def open(self) -> None:
+        """Prepare the request (a refusal is the caller's 4xx) and feed what its credit allows."""
+        loop = asyncio.get_running_loop()
+
+        def sink(event: Event) -> None:
+            loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+        self.request = self.worker.open(self.params, sink, param="file")
+        self.feed()
+
+    def feed(self) -> None:
+        request = self.request
+        assert request is not None
+        if request.eof:
+            return
+        count = min(self.worker.credit(request), len(self.samples) - self.fed)
+        end = self.fed + count
+        if count > 0 or end == len(self.samples):
+            self.worker.feed(request, self.samples[self.fed : end], eof=end == len(self.samples))
+            self.fed = end
+
+    def language(self) -> str | None:
+        """The request's language code (given, or detected in its first window)."""
+        request = self.request
+        assert request is not None and isinstance(self.worker.state, RecognitionState)
+        token = getattr(request.state, "language", None)
+        return self.worker.state.tokens.language_name(token) if isinstance(token, int) else None
+
+    async def finals(self) -> AsyncIterator[TranscriptEvent]:
+        """Each segment's final transcript, in order, until the request is done (an error is raised as a 4xx/5xx
+        naming the file)."""
+        request = self.request
+        assert request is not None
+        watcher = asyncio.create_task(watch_disconnect(self.http, self.worker, [request]))
+        try:
+            while True:
+                event = await self.events.get()
+                if event.kind == "credit":
+                    self.feed()
+                elif event.kind == "event":
+                    self.worker.consumed(request, event.size)
+                    if isinstance(event.value, TranscriptEvent) and event.value.final:
+                        yield event.value
+                elif event.kind == "done":
+                    return
+                elif event.kind == "error":
+                    status = event.status if event.status != 499 else 400
+                    raise ServeError(event.text, status=status, param=event.param or "file")
+        finally:
+            watcher.cancel()
+            if not request.finished:
+                self.worker.cancel(request)
+
+
+def render(
+    response_format: str, segments: list[TranscriptEvent], state: RecognitionState, language: str | None, samples: int
+) -> Response:
+    """The reply in `response_format`, from the final segments in order."""
+    text = "".join(s.text for s in segments).strip()
+    if response_format == "json":
+        return JSONResponse({"text": text})
+    if response_format == "text":
+        return PlainTextResponse(text + "\n")
+    spoken = [s for s in segments if s.text.strip()]
+    if response_format == "verbose_json":
+        return JSONResponse(
+            {
+                "task": "transcribe",
+                "language": language,
+                "duration": samples / SAMPLE_RATE,
+                "text": text,
+                "segments": [
+                    {"id": i, "seek": s.start // 160, "start": s.start / SAMPLE_RATE, "end": s.end / SAMPLE_RATE,
+                     "text": s.text.strip()}
+                    for i, s in enumerate(spoken)
+                ],
+            }
+        )  # fmt: skip
+    cues = []
+    for i, s in enumerate(spoken):
+        span = f"{clock(s.start, response_format)} --> {clock(s.end, response_format)}"
+        cues.append(
+            f"{i + 1}\n{span}\n{s.text.strip()}\n" if response_format == "srt" else f"{span}\n{s.text.strip()}\n"
+        )
+    body = "\n".join(cues)
+    return PlainTextResponse(body if response_format == "srt" else "WEBVTT\n\n" + body, media_type="text/plain")
+
+
+def clock(sample: int, response_format: str) -> str:
+    """A sample index as SubRip's HH:MM:SS,mmm or WebVTT's HH:MM:SS.mmm."""
+    millis = round(sample * 1000 / SAMPLE_RATE)
+    hours, rest = divmod(millis, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    seconds, millis = divmod(rest, 1000)
+    return f"{hours:02}:{minutes:02}:{seconds:02}{',' if response_format == 'srt' else '.'}{millis:03}"

@@ -1,0 +1,433 @@
+"""The recognition role (loam.serve.recognition): Whisper transcribing continuing audio, alone and in cohorts.
+
+Oracles: onnxruntime running the same three graphs with the same greedy loop (tests/serve/recognizing.py),
+for the tiny random Whisper and for Whisper base; and for Whisper base, transformers' own `generate`
+(greedy, recorded by scripts/record_whisper_oracles.py) on the Piper voice's sentences, which these tests
+transcribe through the server.  The scheduling cases use the tiny model (its transcripts are arbitrary
+tokens, but fixed), and every surviving request's transcripts must equal its isolated run's: batched rows
+and changing cohorts leave each request's greedy tokens unchanged.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import wave
+from collections.abc import Iterator
+
+import httpx
+import numpy as np
+import openai
+import pytest
+
+from loam.serve.metrics import Metrics
+from loam.serve.package import open_package
+from loam.serve.recognition import (
+    INPUT_WINDOW,
+    RecognitionParams,
+    TranscriptEvent,
+    WhisperRecognition,
+    serve_recognition,
+)
+from loam.serve.scheduler import Event, ServeError
+from loam.serve.server import Server
+from loam.serve.spec import Capacities, Package
+from loam.serve.stream import StreamWorker
+from tests.serve.recognizing import (
+    DATA,
+    TINY,
+    OnnxWhisper,
+    fed,
+    noise,
+    read_wav,
+    tiny_oracle,
+    transcripts,
+    whisper_base_folder,
+)
+from tests.serve.serving import http_client, serving
+
+pytestmark = pytest.mark.xdist_group("recognition")
+
+WINDOW = 480_000
+
+
+def wav_bytes(samples: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16000)
+        out.writeframes(np.clip(np.round(samples * 32768.0), -32768, 32767).astype("<i2").tobytes())
+    return buffer.getvalue()
+
+
+def as_wav(samples: np.ndarray) -> np.ndarray:
+    """`samples` as a 16-bit WAV carries them (what the server hears of an upload)."""
+    return np.clip(np.round(samples * 32768.0), -32768, 32767).astype(np.float32) / 32768.0
+
+
+@pytest.fixture(scope="module")
+def tiny_package(tmp_path_factory: pytest.TempPathFactory) -> Package:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LOAM_CACHE_DIR", str(tmp_path_factory.mktemp("recognition-cache")))
+        return open_package(TINY)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_package: Package) -> Iterator[StreamWorker]:
+    """The tiny package's worker, driven directly."""
+    worker = serve_recognition(tiny_package, WhisperRecognition(), Metrics().model("tiny-whisper"))
+    yield worker
+    worker.stop()
+
+
+def isolated_text(samples: np.ndarray) -> list[str]:
+    """Each window's text as onnxruntime's greedy loop over the tiny graphs transcribes it."""
+    from loam.text.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.from_file(TINY.parent / "tiny_gpt2" / "tokenizer.json")
+    oracle = tiny_oracle()
+    return [
+        tokenizer.decode(t, skip_special_tokens=True) for t in oracle.recording(samples, oracle.tokens.languages["en"])
+    ]
+
+
+def finals(events: list[TranscriptEvent]) -> list[tuple[int, int, int, str]]:
+    out = [(e.segment, e.start, e.end, e.text) for e in events if e.final]
+    assert [e.segment for e in events if e.final] == list(range(len(out)))
+    return out
+
+
+def test_windows_transcribe_as_onnxruntime_does_and_packets_change_nothing(tiny: StreamWorker) -> None:
+    """35 s: a full window and a final partial one (zero-padded), fed whole and in ragged packets."""
+    audio = noise(35.0, seed=1)
+    want = isolated_text(audio)
+    whole = fed(tiny, audio)
+    assert finals(whole) == [(0, 0, WINDOW, want[0]), (1, WINDOW, len(audio), want[1])]
+    assert all(e.final and e.revision == 0 for e in whole)
+    assert fed(tiny, audio, packets=(1, 4999, 160_003, 77)) == whole
+
+
+@pytest.mark.parametrize("seconds", [0.0, 30.0, 2.5])
+def test_a_recording_of_any_length_ends_with_its_last_window(tiny: StreamWorker, seconds: float) -> None:
+    """No input: no segment; exactly one window: one segment, no empty second one; a short one: one partial."""
+    audio = noise(seconds, seed=2)
+    events = fed(tiny, audio, packets=(8000,))
+    want = isolated_text(audio) if len(audio) else []
+    assert [e.text for e in events] == want
+    assert [e.end for e in events] == ([] if not len(audio) else [len(audio)])
+
+
+def test_revisions_come_before_the_window_completes_and_the_final_one_never_changes(tiny: StreamWorker) -> None:
+    """A live client feeding 4 s at a time reads a revision of the open window after each packet (each the
+    isolated transcription of the audio so far), then the window's final transcript, then the next window's."""
+    audio = noise(33.0, seed=3)
+    events: list[Event] = []
+    arrived = threading.Condition()
+
+    def sink(event: Event) -> None:
+        with arrived:
+            events.append(event)
+            arrived.notify()
+
+    def transcripts_() -> list[TranscriptEvent]:
+        return [e.value for e in events if e.kind == "event" and isinstance(e.value, TranscriptEvent)]
+
+    request = tiny.open(RecognitionParams(language="en", revision_seconds=4.0), sink)
+    step = 64_000
+    for count, end in enumerate(range(step, 7 * step + 1, step), start=1):
+        tiny.feed(request, audio[end - step : end])
+        with arrived:
+            assert arrived.wait_for(lambda count=count: len(transcripts_()) == count, 60)
+        revision = transcripts_()[-1]
+        assert (revision.segment, revision.revision, revision.start, revision.end, revision.final) == (
+            0, count - 1, 0, end, False
+        )  # fmt: skip
+        assert revision.text == isolated_text(audio[:end])[0]
+    tiny.feed(request, audio[7 * step :], eof=True)
+    with arrived:
+        assert arrived.wait_for(lambda: events[-1].kind == "done", 60)
+    got = transcripts_()
+    assert [(e.segment, e.revision, e.final) for e in got[7:]] == [(0, 7, True), (1, 0, True)]
+    assert finals(got) == finals(fed(tiny, audio))
+
+
+def test_cohorts_of_staggered_requests_equal_their_isolated_runs(tiny: StreamWorker) -> None:
+    """Requests of different lengths arriving at different times, fed in different packets, share encoder
+    and decoder cohorts as their positions allow; each one's transcripts are its isolated run's."""
+    lengths = [31.0, 4.0, 62.0, 12.0, 45.0, 0.5]
+    audios = [noise(s, seed=10 + i) for i, s in enumerate(lengths)]
+    alone = [finals(fed(tiny, a)) for a in audios]
+    cohorts = tiny.cohorts
+    results: dict[int, list[TranscriptEvent]] = {}
+
+    def client(i: int) -> None:
+        threading.Event().wait(0.03 * i)
+        results[i] = fed(tiny, audios[i], packets=(3200 * (i + 1), 48_000))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(audios))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert [finals(results[i]) for i in range(len(audios))] == alone
+    # Fewer cohorts than the requests' steps taken one by one: some ran together.
+    steps = sum(len(alone[i]) for i in range(len(audios))) * 22
+    assert tiny.cohorts - cohorts < steps
+
+
+class Gated(WhisperRecognition):
+    """The built-in control, holding its decoder steps at a gate the test opens: a cohort can be cancelled while
+    it is accepted and running."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def generate(self, state: object, plan: object) -> object:
+        if getattr(plan, "phase", "") == "decode":
+            self.entered.set()
+            assert self.gate.wait(60)
+        return super().generate(state, plan)
+
+
+def test_cancelling_an_accepted_cohort_member_frees_its_row_for_the_next_request(tiny_package: Package) -> None:
+    control = Gated()
+    worker = serve_recognition(tiny_package, control, Metrics().model("gated"))
+    try:
+        audio = noise(3.0, seed=20)
+        doomed_events: list[Event] = []
+        doomed = worker.open(RecognitionParams(language="en"), doomed_events.append)
+        worker.feed(doomed, audio, eof=True)
+        assert control.entered.wait(60)
+        row = doomed.row
+        worker.cancel(doomed)
+        control.gate.set()
+        for _ in range(200):
+            if doomed.released:
+                break
+            threading.Event().wait(0.05)
+        assert doomed.released and not any(e.kind == "event" for e in doomed_events)
+        other = noise(5.0, seed=21)
+        after = fed(worker, other)
+        assert [e.text for e in after] == isolated_text(other)
+        assert row in worker.free_rows
+    finally:
+        worker.stop()
+
+
+def test_a_stalled_reader_holds_back_only_its_own_request(tiny_package: Package) -> None:
+    """A reader that takes nothing stops its request once `output_bytes` are waiting (here one transcript);
+    the others go on; once it reads, its request finishes as its isolated run."""
+    control = WhisperRecognition()
+    capacities = Capacities(resident_requests=4, output_bytes=100)
+    worker = StreamWorker("stalled", Metrics().model("stalled"), control, control.prepare(tiny_package), capacities,
+                          input_limit=INPUT_WINDOW)  # fmt: skip
+    try:
+        stalled_events: list[Event] = []
+        stalled = worker.open(RecognitionParams(language="en"), stalled_events.append)
+        audio = noise(60.0, seed=30)
+        worker.feed(stalled, audio, eof=True)
+        others = [noise(6.0, seed=31 + i) for i in range(2)]
+        for other in others:
+            assert [e.text for e in fed(worker, other)] == isolated_text(other)
+        for _ in range(400):
+            if stalled.unread >= worker.output_bytes:
+                break
+            threading.Event().wait(0.05)
+        threading.Event().wait(0.3)
+        published = [e.value for e in stalled_events if e.kind == "event" and isinstance(e.value, TranscriptEvent)]
+        assert [e.segment for e in published] == [0]
+        worker.consumed(stalled, stalled.unread)
+        for _ in range(400):
+            if stalled.finished:
+                break
+            threading.Event().wait(0.05)
+        texts = [e.value.text for e in stalled_events if e.kind == "event" and isinstance(e.value, TranscriptEvent)]
+        assert texts == isolated_text(audio)
+    finally:
+        worker.stop()
+
+
+def test_a_request_is_refused_naming_its_field(tiny: StreamWorker) -> None:
+    for params, field in [
+        (RecognitionParams(language="xx"), "language"),
+        (RecognitionParams(temperature=0.4), "temperature"),
+        (RecognitionParams(revision_seconds=0.01), "revision_seconds"),
+    ]:
+        with pytest.raises(ServeError) as refused:
+            tiny.open(params, lambda _event: None)
+        assert refused.value.param == field and refused.value.status == 400
+
+
+# -- HTTP -----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with serving(tmp_path_factory, TINY) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def client(server: Server) -> Iterator[httpx.Client]:
+    with http_client(server, timeout=300) as http:
+        yield http
+
+
+def post(client: httpx.Client, audio: bytes, **fields: str) -> httpx.Response:
+    return client.post(
+        "/v1/audio/transcriptions",
+        files={"file": ("audio.wav", audio, "audio/wav")},
+        data={"model": "tiny-whisper", "language": "en"} | fields,
+    )
+
+
+def test_http_transcripts_equal_the_isolated_run_in_every_format(client: httpx.Client) -> None:
+    audio = as_wav(noise(34.0, seed=40))
+    want = isolated_text(audio)
+    text = "".join(want).strip()
+    data = wav_bytes(audio)
+    assert post(client, data).json() == {"text": text}
+    assert post(client, data, response_format="text").text == text + "\n"
+    verbose = post(client, data, response_format="verbose_json", **{"timestamp_granularities[]": "segment"}).json()
+    assert verbose["language"] == "en" and verbose["duration"] == len(audio) / 16000
+    assert [(s["start"], s["end"], s["text"]) for s in verbose["segments"]] == [
+        (0.0, 30.0, want[0].strip()),
+        (30.0, len(audio) / 16000, want[1].strip()),
+    ]
+    srt = post(client, data, response_format="srt").text
+    assert srt.startswith(f"1\n00:00:00,000 --> 00:00:30,000\n{want[0].strip()}\n\n2\n00:00:30,000 --> 00:00:34,000\n")
+    vtt = post(client, data, response_format="vtt").text
+    assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> 00:00:30.000\n")
+
+
+def test_http_streams_one_delta_per_final_segment(client: httpx.Client) -> None:
+    audio = as_wav(noise(31.0, seed=41))
+    want = isolated_text(audio)
+    reply = post(client, wav_bytes(audio), stream="true")
+    lines = [line.removeprefix("data: ") for line in reply.text.splitlines() if line.startswith("data: ")]
+    import json
+
+    events = [json.loads(line) for line in lines]
+    assert [e["type"] for e in events] == ["transcript.text.delta"] * 2 + ["transcript.text.done"]
+    assert events[0]["delta"] == want[0].lstrip() and events[1]["delta"] == want[1]
+    assert events[-1]["text"] == "".join(want).strip()
+
+
+def test_the_openai_client_transcribes_concurrent_uploads(server: Server, client: httpx.Client) -> None:
+    audios = [as_wav(noise(s, seed=50 + i)) for i, s in enumerate([3.0, 31.0, 8.0])]
+    api = openai.OpenAI(base_url=str(client.base_url) + "/v1", api_key="unused", timeout=300)
+    results: dict[int, str] = {}
+
+    def ask(i: int) -> None:
+        results[i] = api.audio.transcriptions.create(
+            model="tiny-whisper", file=("a.wav", wav_bytes(audios[i])), language="en"
+        ).text
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(audios))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert [results[i] for i in range(len(audios))] == ["".join(isolated_text(a)).strip() for a in audios]
+    assert "tiny-whisper" in {m.id for m in api.models.list()}
+    metrics = client.get("/metrics").text
+    assert 'loam_audio_input_seconds_total{model="tiny-whisper"}' in metrics
+    assert 'loam_audio_real_time_factor_count{model="tiny-whisper"}' in metrics
+
+
+@pytest.mark.parametrize(
+    ("fields", "audio", "param", "status"),
+    [
+        ({"temperature": "0.7"}, None, "temperature", 400),
+        ({"language": "klingon"}, None, "language", 400),
+        ({"response_format": "mp4"}, None, "response_format", 400),
+        ({"timestamp_granularities[]": "word"}, None, "timestamp_granularities[]", 400),
+        ({}, b"RIFF\x00\x00not a wav", "file", 400),
+        ({}, "long", "file", 413),
+        ({"model": "nope"}, None, "model", 404),
+    ],
+)
+def test_http_refusals_name_the_field(
+    client: httpx.Client, fields: dict[str, str], audio: bytes | str | None, param: str, status: int
+) -> None:
+    data = wav_bytes(noise(121.0, seed=60)) if audio == "long" else audio or wav_bytes(noise(1.0, seed=61))
+    reply = post(client, data if isinstance(data, bytes) else b"", **fields)
+    assert reply.status_code == status, reply.text
+    assert reply.json()["error"]["param"] == param
+
+
+def test_unregister_and_register_again(server: Server, client: httpx.Client) -> None:
+    audio = as_wav(noise(2.0, seed=70))
+    before = post(client, wav_bytes(audio)).json()
+    server.unregister("tiny-whisper")
+    assert post(client, wav_bytes(audio)).status_code == 404
+    server.register(TINY)
+    assert post(client, wav_bytes(audio)).json() == before
+
+
+# -- Whisper base: real words -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Client, OnnxWhisper]]:
+    folder = whisper_base_folder(tmp_path_factory.mktemp("whisper-base"))
+    oracle = OnnxWhisper(folder, folder / "generation_config.json")
+    with serving(tmp_path_factory, folder) as served, http_client(served, timeout=300) as http:
+        yield http, oracle
+
+
+def test_whisper_base_transcribes_speech_it_never_saw_as_transformers_and_onnxruntime_do(
+    base: tuple[httpx.Client, OnnxWhisper],
+) -> None:
+    """The Piper voice's two sentences over HTTP: the text transformers' generate recorded, and onnxruntime's
+    greedy tokens over the same graphs; the language detected is English; a prompt gives transformers' tokens."""
+    http, oracle = base
+    recorded = transcripts()
+    speech = read_wav("speech.wav")
+    data = (DATA / "speech.wav").read_bytes()
+    english = oracle.tokens.languages["en"]
+    tokens = oracle.window(speech, english)
+    assert [50258, english, 50359, 50363, *tokens] == recorded["speech"]["tokens"]
+    reply = http.post(
+        "/v1/audio/transcriptions",
+        files={"file": ("speech.wav", data)},
+        data={"model": "whisper-base", "language": "en", "response_format": "verbose_json"},
+    ).json()
+    assert reply["text"] == str(recorded["speech"]["text"]).strip()
+    assert reply["text"] == "The quick brown fox jumps over the lazy dog. Please call me tomorrow morning."
+    detected = http.post(
+        "/v1/audio/transcriptions",
+        files={"file": ("speech.wav", data)},
+        data={"model": "whisper-base", "response_format": "verbose_json"},
+    ).json()
+    assert detected["language"] == "en" and detected["text"] == reply["text"]
+    prompted = recorded["speech_prompted"]
+    assert isinstance(prompted["prompt_ids"], list)
+    want = oracle.window(speech, english, previous=prompted["prompt_ids"])
+    assert [*prompted["prompt_ids"], 50258, english, 50359, 50363, *want] == prompted["tokens"]
+    answer = http.post(
+        "/v1/audio/transcriptions",
+        files={"file": ("speech.wav", data)},
+        data={"model": "whisper-base", "language": "en", "prompt": str(prompted["prompt"])},
+    ).json()
+    assert answer["text"] == str(prompted["text"]).strip()
+
+
+def test_whisper_base_hears_a_second_window_after_silence(base: tuple[httpx.Client, OnnxWhisper]) -> None:
+    """31 s: the sentences, silence to the window's end, then "Hello world." in a final partial window."""
+    http, _ = base
+    recorded = transcripts()
+    speech, hello = read_wav("speech.wav"), read_wav("hello.wav")
+    audio = np.concatenate([speech, np.zeros(WINDOW - len(speech), np.float32), hello])
+    reply = http.post(
+        "/v1/audio/transcriptions",
+        files={"file": ("two.wav", wav_bytes(audio))},
+        data={"model": "whisper-base", "language": "en", "response_format": "verbose_json"},
+    ).json()
+    assert [s["text"] for s in reply["segments"]] == [
+        str(recorded["speech"]["text"]).strip(),
+        str(recorded["hello"]["text"]).strip(),
+    ]
+    assert reply["segments"][1]["start"] == 30.0
