@@ -289,7 +289,10 @@ class WhisperRecognition:
             past = len(passes[0].prompt) + len(passes[0].tokens) - 1
             plan.feeds = {"input_ids": np.array([[p.tokens[-1]] for p in passes], np.int64)}
             for name in past_names(state.layers):
-                plan.feeds[name] = np.stack([p.cache[name] for p in passes])
+                # One member reads its cache in place (a view with the batch axis added); a cohort copies its
+                # members' side by side, the cross-attention's 1500 rows included.
+                caches = [p.cache[name] for p in passes]
+                plan.feeds[name] = caches[0][None] if len(caches) == 1 else np.stack(caches)
             plan.feeds["cache_position"] = np.array([past], np.int64)
         return plan
 

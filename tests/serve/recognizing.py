@@ -98,6 +98,7 @@ class OnnxWhisper:
                 proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
             )
         self.tokens: WhisperTokens = read_whisper_tokens(generation)
+        self.encoded: dict[bytes, np.ndarray] = {}  # the encoder's states of each window seen
         names = [i.name for i in self.sessions["decoder_with_past_model"].get_inputs()]
         self.layers = sum(1 for name in names if name.endswith(".decoder.key"))
 
@@ -111,7 +112,10 @@ class OnnxWhisper:
     def window(self, samples: np.ndarray, language: int | None = None, previous: Sequence[int] = ()) -> list[int]:
         """The tokens one window's samples transcribe to (the prompt's excluded, the end of text too)."""
         tokens = self.tokens
-        (states,) = self.sessions["encoder_model"].run(None, {"input_features": log_mel(samples)[None]})
+        key = samples.tobytes()
+        if key not in self.encoded:
+            self.encoded[key] = self.sessions["encoder_model"].run(None, {"input_features": log_mel(samples)[None]})[0]
+        states = self.encoded[key]
         decoder = self.sessions["decoder_model"]
         if language is None:
             logits = decoder.run(None, {"input_ids": np.array([[tokens.start]]), "encoder_hidden_states": states})[0]

@@ -378,56 +378,53 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Clien
         yield http, oracle
 
 
+def transcribe(http: httpx.Client, audio: bytes, **fields: str) -> dict[str, object]:
+    reply = http.post(
+        "/v1/audio/transcriptions",
+        files={"file": ("speech.wav", audio)},
+        data={"model": "whisper-base", "response_format": "verbose_json"} | fields,
+    )
+    assert reply.status_code == 200, reply.text
+    return dict(reply.json())
+
+
 def test_whisper_base_transcribes_speech_it_never_saw_as_transformers_and_onnxruntime_do(
     base: tuple[httpx.Client, OnnxWhisper],
 ) -> None:
-    """The Piper voice's two sentences over HTTP: the text transformers' generate recorded, and onnxruntime's
-    greedy tokens over the same graphs; the language detected is English; a prompt gives transformers' tokens."""
+    """31 s over HTTP: the Piper voice's two sentences, silence to the window's end, then "Hello world." in a
+    final partial window.  Each segment is the text transformers' generate recorded for its sentence, and
+    onnxruntime's greedy tokens over the same graphs are transformers' tokens."""
     http, oracle = base
     recorded = transcripts()
-    speech = read_wav("speech.wav")
-    data = (DATA / "speech.wav").read_bytes()
-    english = oracle.tokens.languages["en"]
-    tokens = oracle.window(speech, english)
-    assert [50258, english, 50359, 50363, *tokens] == recorded["speech"]["tokens"]
-    reply = http.post(
-        "/v1/audio/transcriptions",
-        files={"file": ("speech.wav", data)},
-        data={"model": "whisper-base", "language": "en", "response_format": "verbose_json"},
-    ).json()
-    assert reply["text"] == str(recorded["speech"]["text"]).strip()
-    assert reply["text"] == "The quick brown fox jumps over the lazy dog. Please call me tomorrow morning."
-    detected = http.post(
-        "/v1/audio/transcriptions",
-        files={"file": ("speech.wav", data)},
-        data={"model": "whisper-base", "response_format": "verbose_json"},
-    ).json()
-    assert detected["language"] == "en" and detected["text"] == reply["text"]
-    prompted = recorded["speech_prompted"]
-    assert isinstance(prompted["prompt_ids"], list)
-    want = oracle.window(speech, english, previous=prompted["prompt_ids"])
-    assert [*prompted["prompt_ids"], 50258, english, 50359, 50363, *want] == prompted["tokens"]
-    answer = http.post(
-        "/v1/audio/transcriptions",
-        files={"file": ("speech.wav", data)},
-        data={"model": "whisper-base", "language": "en", "prompt": str(prompted["prompt"])},
-    ).json()
-    assert answer["text"] == str(prompted["text"]).strip()
-
-
-def test_whisper_base_hears_a_second_window_after_silence(base: tuple[httpx.Client, OnnxWhisper]) -> None:
-    """31 s: the sentences, silence to the window's end, then "Hello world." in a final partial window."""
-    http, _ = base
-    recorded = transcripts()
     speech, hello = read_wav("speech.wav"), read_wav("hello.wav")
+    english = oracle.tokens.languages["en"]
+    assert [*oracle.tokens.prompt(english), *oracle.window(speech, english)] == recorded["speech"]["tokens"]
     audio = np.concatenate([speech, np.zeros(WINDOW - len(speech), np.float32), hello])
-    reply = http.post(
-        "/v1/audio/transcriptions",
-        files={"file": ("two.wav", wav_bytes(audio))},
-        data={"model": "whisper-base", "language": "en", "response_format": "verbose_json"},
-    ).json()
-    assert [s["text"] for s in reply["segments"]] == [
-        str(recorded["speech"]["text"]).strip(),
-        str(recorded["hello"]["text"]).strip(),
+    reply = transcribe(http, wav_bytes(audio), language="en")
+    segments = reply["segments"]
+    assert isinstance(segments, list)
+    assert [(s["start"], s["end"], s["text"]) for s in segments] == [
+        (0.0, 30.0, str(recorded["speech"]["text"]).strip()),
+        (30.0, len(audio) / 16000, str(recorded["hello"]["text"]).strip()),
     ]
-    assert reply["segments"][1]["start"] == 30.0
+    assert segments[0]["text"] == "The quick brown fox jumps over the lazy dog. Please call me tomorrow morning."
+
+
+def test_whisper_base_detects_english_and_follows_a_prompt_as_transformers_does(
+    base: tuple[httpx.Client, OnnxWhisper],
+) -> None:
+    """Without a language, the first window's language token is English's and the text is the same; after a
+    prompt (<|startofprev|> and its tokens), the tokens are transformers' and onnxruntime's."""
+    http, oracle = base
+    recorded = transcripts()
+    data = (DATA / "speech.wav").read_bytes()
+    detected = transcribe(http, data)
+    assert detected["language"] == "en" and detected["text"] == str(recorded["speech_detected"]["text"]).strip()
+    prompted = recorded["speech_prompted"]
+    previous = prompted["prompt_ids"]
+    assert isinstance(previous, list)
+    english = oracle.tokens.languages["en"]
+    want = oracle.window(read_wav("speech.wav"), english, previous=previous)
+    assert [*previous, *oracle.tokens.prompt(english), *want] == prompted["tokens"]
+    answer = transcribe(http, data, language="en", prompt=str(prompted["prompt"]))
+    assert answer["text"] == str(prompted["text"]).strip()
