@@ -168,6 +168,19 @@ class TranscriptionRoute:
             yield sse(error_body(str(err), err.status, err.param))
 
 
+def transcript_message(event: TranscriptEvent) -> dict[str, Any]:
+    """A transcript event as the live audio WebSocket sends it: every revision, the final one included."""
+    return {
+        "type": "transcript",
+        "segment": event.segment,
+        "revision": event.revision,
+        "start": event.start,
+        "end": event.end,
+        "text": event.text,
+        "final": event.final,
+    }
+
+
 def sse(payload: dict[str, Any]) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
