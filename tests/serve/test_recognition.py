@@ -10,7 +10,9 @@ and changing cohorts leave each request's greedy tokens unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import json
 import threading
 import wave
 from collections.abc import Iterator
@@ -21,7 +23,7 @@ import openai
 import pytest
 
 from loam.serve.metrics import Metrics
-from loam.serve.package import open_package
+from loam.serve.package import PackageError, open_package, read_package
 from loam.serve.recognition import (
     INPUT_WINDOW,
     RecognitionParams,
@@ -44,7 +46,7 @@ from tests.serve.recognizing import (
     transcripts,
     whisper_base_folder,
 )
-from tests.serve.serving import http_client, serving
+from tests.serve.serving import http_client, package_copy, serving
 
 pytestmark = pytest.mark.xdist_group("recognition")
 
@@ -307,8 +309,6 @@ def test_http_streams_one_delta_per_final_segment(client: httpx.Client) -> None:
     want = isolated_text(audio)
     reply = post(client, wav_bytes(audio), stream="true")
     lines = [line.removeprefix("data: ") for line in reply.text.splitlines() if line.startswith("data: ")]
-    import json
-
     events = [json.loads(line) for line in lines]
     assert [e["type"] for e in events] == ["transcript.text.delta"] * 2 + ["transcript.text.done"]
     assert events[0]["delta"] == want[0].lstrip() and events[1]["delta"] == want[1]
@@ -428,3 +428,29 @@ def test_whisper_base_detects_english_and_follows_a_prompt_as_transformers_does(
     assert [*previous, *oracle.tokens.prompt(english), *want] == prompted["tokens"]
     answer = transcribe(http, data, language="en", prompt=str(prompted["prompt"]))
     assert answer["text"] == str(prompted["text"]).strip()
+
+
+@pytest.mark.parametrize(
+    ("generation", "named"),
+    [
+        ({"decoder_start_token_id"}, "key 'decoder_start_token_id' must be a token id"),
+        (None, "key 'suppress_tokens' must be a list of token ids"),
+        ("not json", "cannot read it as JSON"),
+    ],
+)
+def test_a_malformed_generation_config_is_refused_naming_its_key(
+    tmp_path_factory: pytest.TempPathFactory, tiny_package: Package, generation: object, named: str
+) -> None:
+    folder = package_copy(tmp_path_factory, "tiny_whisper", generation="bad.json")
+    good = json.loads((TINY / "generation_config.json").read_text(encoding="utf-8"))
+    if generation is None:
+        text = json.dumps(good | {"suppress_tokens": "9, 10"})
+    elif isinstance(generation, set):
+        text = json.dumps({key: value for key, value in good.items() if key not in generation})
+    else:
+        text = str(generation)
+    (folder / "bad.json").write_text(text, encoding="utf-8")
+    package = dataclasses.replace(tiny_package, spec=read_package(folder))
+    with pytest.raises(PackageError) as refused:
+        WhisperRecognition().prepare(package)
+    assert str(folder / "bad.json") in str(refused.value) and named in str(refused.value)
