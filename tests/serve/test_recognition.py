@@ -121,7 +121,7 @@ def test_a_recording_of_any_length_ends_with_its_last_window(tiny: StreamWorker,
 
 
 def test_revisions_come_before_the_window_completes_and_the_final_one_never_changes(tiny: StreamWorker) -> None:
-    """A live client feeding 4 s at a time reads a revision of the open window after each packet (each the
+    """A live client feeding 5 s at a time reads a revision of the open window after each packet (each the
     isolated transcription of the audio so far), then the window's final transcript, then the next window's."""
     audio = noise(33.0, seed=3)
     events: list[Event] = []
@@ -135,9 +135,9 @@ def test_revisions_come_before_the_window_completes_and_the_final_one_never_chan
     def transcripts_() -> list[TranscriptEvent]:
         return [e.value for e in events if e.kind == "event" and isinstance(e.value, TranscriptEvent)]
 
-    request = tiny.open(RecognitionParams(language="en", revision_seconds=4.0), sink)
-    step = 64_000
-    for count, end in enumerate(range(step, 7 * step + 1, step), start=1):
+    request = tiny.open(RecognitionParams(language="en", revision_seconds=5.0), sink)
+    step = 80_000
+    for count, end in enumerate(range(step, 5 * step + 1, step), start=1):
         tiny.feed(request, audio[end - step : end])
         with arrived:
             assert arrived.wait_for(lambda count=count: len(transcripts_()) == count, 60)
@@ -146,18 +146,18 @@ def test_revisions_come_before_the_window_completes_and_the_final_one_never_chan
             0, count - 1, 0, end, False
         )  # fmt: skip
         assert revision.text == isolated_text(audio[:end])[0]
-    tiny.feed(request, audio[7 * step :], eof=True)
+    tiny.feed(request, audio[5 * step :], eof=True)
     with arrived:
         assert arrived.wait_for(lambda: events[-1].kind == "done", 60)
     got = transcripts_()
-    assert [(e.segment, e.revision, e.final) for e in got[7:]] == [(0, 7, True), (1, 0, True)]
+    assert [(e.segment, e.revision, e.final) for e in got[5:]] == [(0, 5, True), (1, 0, True)]
     assert finals(got) == finals(fed(tiny, audio))
 
 
 def test_cohorts_of_staggered_requests_equal_their_isolated_runs(tiny: StreamWorker) -> None:
     """Requests of different lengths arriving at different times, fed in different packets, share encoder
     and decoder cohorts as their positions allow; each one's transcripts are its isolated run's."""
-    lengths = [31.0, 4.0, 62.0, 12.0, 45.0, 0.5]
+    lengths = [31.0, 4.0, 45.0, 12.0, 0.5]
     audios = [noise(s, seed=10 + i) for i, s in enumerate(lengths)]
     alone = [finals(fed(tiny, a)) for a in audios]
     cohorts = tiny.cohorts
@@ -286,12 +286,13 @@ def post(client: httpx.Client, audio: bytes, **fields: str) -> httpx.Response:
 
 
 def test_http_transcripts_equal_the_isolated_run_in_every_format(client: httpx.Client) -> None:
+    short = as_wav(noise(3.0, seed=42))
+    text = isolated_text(short)[0].strip()
+    assert post(client, wav_bytes(short)).json() == {"text": text}
+    assert post(client, wav_bytes(short), response_format="text").text == text + "\n"
     audio = as_wav(noise(34.0, seed=40))
     want = isolated_text(audio)
-    text = "".join(want).strip()
     data = wav_bytes(audio)
-    assert post(client, data).json() == {"text": text}
-    assert post(client, data, response_format="text").text == text + "\n"
     verbose = post(client, data, response_format="verbose_json", **{"timestamp_granularities[]": "segment"}).json()
     assert verbose["language"] == "en" and verbose["duration"] == len(audio) / 16000
     assert [(s["start"], s["end"], s["text"]) for s in verbose["segments"]] == [
