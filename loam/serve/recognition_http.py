@@ -28,7 +28,7 @@ from starlette.routing import Route
 from loam.serve.recognition import RecognitionParams, RecognitionState, TranscriptEvent
 from loam.serve.scheduler import Event, ServeError
 from loam.serve.stream import StreamRequest, StreamWorker
-from loam.serve.web import error_body, watch_disconnect
+from loam.serve.web import Fields, error_body, watch_disconnect
 from loam.serve.whisper_features import SAMPLE_RATE
 
 if TYPE_CHECKING:
@@ -166,6 +166,21 @@ class TranscriptionRoute:
             yield sse({"type": "transcript.text.done", "text": text.strip()})
         except ServeError as err:
             yield sse(error_body(str(err), err.status, err.param))
+
+
+def live_params(fields: Fields, rate: int) -> RecognitionParams:
+    """A live audio stream's start message as a recognition request: `language`, `prompt`, `temperature`,
+    `revision_seconds` (provisional transcripts of the open window, each that much new audio) and `activity`
+    (the VAD's events too, where the model has an activity stage); the audio must be 16 kHz."""
+    if rate != SAMPLE_RATE:
+        raise ServeError(f"'sample_rate' must be {SAMPLE_RATE} (Whisper's), got {rate}", param="sample_rate")
+    revision = fields.get("revision_seconds", (int, float), None, "a number of seconds")
+    return RecognitionParams(
+        language=fields.get("language", (str,), None),
+        prompt=fields.get("prompt", (str,), ""),
+        temperature=fields.number("temperature", 0.0, 0.0, 2.0),
+        revision_seconds=None if revision is None else float(revision),
+    )
 
 
 def transcript_message(event: TranscriptEvent) -> dict[str, Any]:

@@ -31,10 +31,12 @@ from loam.serve.recognition import (
     WhisperRecognition,
     serve_recognition,
 )
+from loam.serve.recognition_http import live_params, transcript_message
 from loam.serve.scheduler import Event, ServeError
 from loam.serve.server import Server
 from loam.serve.spec import Capacities, Package
 from loam.serve.stream import StreamWorker
+from loam.serve.web import Fields
 from tests.serve.recognizing import (
     DATA,
     TINY,
@@ -455,3 +457,17 @@ def test_a_malformed_generation_config_is_refused_naming_its_key(
     with pytest.raises(PackageError) as refused:
         WhisperRecognition().prepare(package)
     assert str(folder / "bad.json") in str(refused.value) and named in str(refused.value)
+
+
+def test_a_live_stream_start_message_is_a_recognition_request() -> None:
+    params = live_params(Fields({"language": "en", "revision_seconds": 2, "prompt": "Hi."}), 16000)
+    assert params == RecognitionParams(language="en", prompt="Hi.", revision_seconds=2.0)
+    for body, rate, field in [({}, 8000, "sample_rate"), ({"revision_seconds": "soon"}, 16000, "revision_seconds")]:
+        with pytest.raises(ServeError) as refused:
+            live_params(Fields(body), rate)
+        assert refused.value.param == field
+    event = TranscriptEvent(3, 1, 960_000, 1_000_000, " Hello.", False)
+    assert transcript_message(event) == {
+        "type": "transcript", "segment": 3, "revision": 1, "start": 960_000, "end": 1_000_000, "text": " Hello.",
+        "final": False,
+    }  # fmt: skip
