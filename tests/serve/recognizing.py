@@ -62,7 +62,7 @@ def whisper_base_folder(root: Path) -> Path:
     parts = base_weights.part_files()
     assert parts is not None
     shutil.copy(parts[0].parent / "tokenizer.json", root / "tokenizer.json")
-    template = PACKAGES / "whisper_base"
+    template = DATA / "whisper_base"
     for extra in template.iterdir():
         shutil.copy(extra, root / extra.name)
     stages = {
