@@ -32,7 +32,7 @@ from loam.serve.recognition import (
     serve_recognition,
 )
 from loam.serve.recognition_http import live_params, transcript_message
-from loam.serve.scheduler import Event, ServeError
+from loam.serve.scheduler import Event, Request, ServeError
 from loam.serve.server import Server
 from loam.serve.spec import Capacities, Package
 from loam.serve.stream import StreamWorker
@@ -178,6 +178,42 @@ def test_cohorts_of_staggered_requests_equal_their_isolated_runs(tiny: StreamWor
     # Fewer cohorts than the requests' steps taken one by one: some ran together.
     steps = sum(len(alone[i]) for i in range(len(audios))) * 22
     assert tiny.cohorts - cohorts < steps
+
+
+class Cohorts(WhisperRecognition):
+    """The built-in control, recording each cohort's phase and size."""
+
+    def __init__(self) -> None:
+        self.sizes: list[tuple[str, int]] = []
+
+    def generate(self, state: object, plan: object) -> object:
+        self.sizes.append((str(getattr(plan, "phase", "")), len(getattr(plan, "requests", []))))
+        return super().generate(state, plan)
+
+
+def test_requests_in_step_share_every_call_and_pick_their_isolated_tokens(tiny_package: Package) -> None:
+    """Three requests fed at once run every phase together (one encoder call over their windows, one decoder call
+    a step over their rows): the batched products' last bits leave each one's greedy tokens its own."""
+    control = Cohorts()
+    worker = serve_recognition(tiny_package, control, Metrics().model("cohorts"))
+    try:
+        audios = [noise(5.0, seed=90 + i) for i in range(3)]
+        requests = []
+        for _ in audios:
+            sink, drain = Request.collector()
+            request = worker.open(RecognitionParams(language="en"), sink)
+            requests.append((request, drain))
+        with worker.lock:  # the three arrive before any cohort forms
+            for (request, _), audio in zip(requests, audios, strict=True):
+                worker.feed(request, audio, eof=True)
+        texts = [
+            [e.value.text for e in drain(120) if e.kind == "event" and isinstance(e.value, TranscriptEvent)]
+            for _, drain in requests
+        ]
+        assert texts == [isolated_text(audio) for audio in audios]
+        assert ("encode", 3) in control.sizes and ("decode", 3) in control.sizes
+    finally:
+        worker.stop()
 
 
 class Gated(WhisperRecognition):
