@@ -4,37 +4,46 @@ The body is multipart, as OpenAI's: `file` (the recording), `model`, `language` 
 absent: Whisper detects it in the first window), `prompt` (previous text, which conditions the
 transcript), `response_format` (json, text, verbose_json, srt, vtt), `temperature` (0: greedy),
 `timestamp_granularities[]` (segment only: a window's interval) and `stream` (true: server-sent
-`transcript.text.delta` events, one per final segment, then `transcript.text.done`).  The file is decoded
-to 16 kHz mono samples, then fed to the model's continuing request in packets as its input credit allows,
-the way a live client feeds it; the reply is rendered from the final segments.  A refusal is a 4xx naming
-the field: a file that is not audio, one past the recording limit, an unknown format.
+`transcript.text.delta` events, one per final segment, then `transcript.text.done`).  The file (WAV, FLAC,
+MP3 or Ogg) is decoded to 16 kHz mono samples (`loam.serve.audio_codec`), then fed to the model's
+continuing request in packets as its input credit allows, the way a live client feeds it; the reply is
+rendered from the final segments that hold text (`loam.serve.transcript_formats`), the language as its code.
+A refusal is a 4xx naming the field: a file that is not audio, one past the recording limit, an unknown
+format.
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
-import json
-import wave
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from starlette.datastructures import UploadFile
 from starlette.requests import Request as HttpRequest
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from loam.serve.audio_codec import decode_audio
 from loam.serve.recognition import RecognitionParams, RecognitionState, TranscriptEvent
 from loam.serve.scheduler import Event, ServeError
 from loam.serve.stream import StreamRequest, StreamWorker
+from loam.serve.transcript_formats import (
+    TRANSCRIPT_TYPES,
+    Segment,
+    Transcript,
+    TranscriptStream,
+    render_transcript,
+    sse,
+    transcript_format,
+)
 from loam.serve.web import Fields, error_body, watch_disconnect
 from loam.serve.whisper_features import SAMPLE_RATE
 
 if TYPE_CHECKING:
     from loam.serve.server import Server
 
-FORMATS = ("json", "text", "verbose_json", "srt", "vtt")
 MAX_FILE = 256 << 20
 """The largest recording file a request may upload."""
 FIELDS = (
@@ -52,32 +61,6 @@ FIELDS = (
 def routes(server: Server, role: str) -> list[Route]:
     """The routes serving the models of `role` (the recognition role's entry in `loam.serve.roles.ROLES`)."""
     return [Route("/v1/audio/transcriptions", TranscriptionRoute(server, role).transcribe, methods=["POST"])]
-
-
-def decode_audio(data: bytes, rate: int, *, param: str = "file", max_seconds: float | None = None) -> np.ndarray:
-    """A WAV file's samples as mono float32 at `rate` (16-bit or 32-bit PCM, any channel count, averaged); a file
-    that is not such a WAV, or at another rate, is a 400 naming `param`, one past `max_seconds` a 413."""
-    try:
-        with wave.open(io.BytesIO(data)) as wav:
-            channels, width, frames_rate = wav.getnchannels(), wav.getsampwidth(), wav.getframerate()
-            frames = wav.readframes(wav.getnframes())
-    except (wave.Error, EOFError) as err:
-        raise ServeError(f"'{param}' is not a WAV file this server reads ({err})", param=param) from None
-    if width not in (2, 4) or frames_rate != rate:
-        raise ServeError(
-            f"'{param}' is {8 * width}-bit audio at {frames_rate} Hz; give 16- or 32-bit PCM at {rate} Hz", param=param
-        )
-    pcm = np.frombuffer(frames, "<i2" if width == 2 else "<i4")
-    samples = pcm[: len(pcm) // channels * channels].reshape(-1, channels).astype(np.float32) / float(
-        2 ** (8 * width - 1)
-    )
-    if max_seconds is not None and len(samples) > max_seconds * rate:
-        raise ServeError(
-            f"'{param}' is {len(samples) / rate:.1f} s long; this model takes at most {max_seconds:g} s",
-            status=413,
-            param=param,
-        )
-    return samples.mean(axis=1).astype(np.float32)
 
 
 class TranscriptionRoute:
@@ -123,12 +106,7 @@ class TranscriptionRoute:
         served = self.server.model(field("model"), self.role)
         worker = served.worker
         assert isinstance(worker, StreamWorker) and isinstance(worker.state, RecognitionState)
-        response_format = field("response_format", "json")
-        if response_format not in FORMATS:
-            raise ServeError(
-                f"'response_format' must be one of {', '.join(FORMATS)}, got {response_format!r}",
-                param="response_format",
-            )
+        response_format = transcript_format(field("response_format", "json") or "json")
         for granularity in fields.get("timestamp_granularities[]", []):
             if granularity != "segment":
                 raise ServeError(
@@ -153,19 +131,24 @@ class TranscriptionRoute:
         session.open()
         if stream == "true":
             return StreamingResponse(self._events(session), media_type="text/event-stream")
-        segments = [event async for event in session.finals()]
-        return render(response_format or "json", segments, worker.state, session.language(), len(samples))
+        segments = [segment(event) async for event in session.finals()]
+        spoken = [dataclasses.replace(s, id=i) for i, s in enumerate(s for s in segments if s.text.strip())]
+        transcript = Transcript(spoken, session.language() or "", len(samples) / SAMPLE_RATE, temperature)
+        return Response(render_transcript(transcript, response_format), media_type=TRANSCRIPT_TYPES[response_format])
 
-    async def _events(self, session: Transcription) -> AsyncIterator[str]:
-        text = ""
+    async def _events(self, session: Transcription) -> AsyncIterator[bytes]:
+        stream = TranscriptStream()
         try:
             async for event in session.finals():
-                delta = event.text.lstrip() if not text else event.text
-                text += delta
-                yield sse({"type": "transcript.text.delta", "delta": delta})
-            yield sse({"type": "transcript.text.done", "text": text.strip()})
+                yield stream.segment(segment(event))
+            yield stream.done()
         except ServeError as err:
             yield sse(error_body(str(err), err.status, err.param))
+
+
+def segment(event: TranscriptEvent) -> Segment:
+    """A final transcript event as a transcript's segment: its window's interval in seconds, its text as decoded."""
+    return Segment(event.segment, event.start / SAMPLE_RATE, event.end / SAMPLE_RATE, event.text)
 
 
 def live_params(fields: Fields, rate: int) -> RecognitionParams:
@@ -194,10 +177,6 @@ def transcript_message(event: TranscriptEvent) -> dict[str, Any]:
         "text": event.text,
         "final": event.final,
     }
-
-
-def sse(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
 class Transcription:
@@ -265,46 +244,3 @@ class Transcription:
             watcher.cancel()
             if not request.finished:
                 self.worker.cancel(request)
-
-
-def render(
-    response_format: str, segments: list[TranscriptEvent], state: RecognitionState, language: str | None, samples: int
-) -> Response:
-    """The reply in `response_format`, from the final segments in order."""
-    text = "".join(s.text for s in segments).strip()
-    if response_format == "json":
-        return JSONResponse({"text": text})
-    if response_format == "text":
-        return PlainTextResponse(text + "\n")
-    spoken = [s for s in segments if s.text.strip()]
-    if response_format == "verbose_json":
-        return JSONResponse(
-            {
-                "task": "transcribe",
-                "language": language,
-                "duration": samples / SAMPLE_RATE,
-                "text": text,
-                "segments": [
-                    {"id": i, "seek": s.start // 160, "start": s.start / SAMPLE_RATE, "end": s.end / SAMPLE_RATE,
-                     "text": s.text.strip()}
-                    for i, s in enumerate(spoken)
-                ],
-            }
-        )  # fmt: skip
-    cues = []
-    for i, s in enumerate(spoken):
-        span = f"{clock(s.start, response_format)} --> {clock(s.end, response_format)}"
-        cues.append(
-            f"{i + 1}\n{span}\n{s.text.strip()}\n" if response_format == "srt" else f"{span}\n{s.text.strip()}\n"
-        )
-    body = "\n".join(cues)
-    return PlainTextResponse(body if response_format == "srt" else "WEBVTT\n\n" + body, media_type="text/plain")
-
-
-def clock(sample: int, response_format: str) -> str:
-    """A sample index as SubRip's HH:MM:SS,mmm or WebVTT's HH:MM:SS.mmm."""
-    millis = round(sample * 1000 / SAMPLE_RATE)
-    hours, rest = divmod(millis, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    seconds, millis = divmod(rest, 1000)
-    return f"{hours:02}:{minutes:02}:{seconds:02}{',' if response_format == 'srt' else '.'}{millis:03}"
