@@ -111,7 +111,7 @@ def _wait_for(process: subprocess.Popen[str], marker: str, what: str) -> str:
     raise SystemExit(f"bench.serve: {what} did not start (exit {process.wait()})")
 
 
-def _loam_server(package: Path, cache: Path, threads: int) -> tuple[subprocess.Popen[str], str]:
+def loam_server(package: Path, cache: Path, threads: int) -> tuple[subprocess.Popen[str], str]:
     env = {**_thread_env(threads), "LOAM_CACHE_DIR": str(cache)}
     process = subprocess.Popen(
         [sys.executable, "-m", "loam.tools.loam_main", "serve", str(package), "--port", "0"],
@@ -175,7 +175,7 @@ def _llama_server(
         except httpx.HTTPError:
             pass  # not listening yet
         time.sleep(0.2)
-    _stop(process)
+    stop(process)
     tail = log.read_text(encoding="utf-8", errors="replace")[-1500:]
     raise SystemExit(f"bench.serve: llama-server did not start (exit {process.returncode}):\n{tail}")
 
@@ -197,7 +197,7 @@ def peers(choice: str, no_peer: bool = False) -> list[str]:
     return [name for name in PEERS if name in names and (name == "loam" or not no_peer)]
 
 
-def _stop(process: subprocess.Popen[str]) -> None:
+def stop(process: subprocess.Popen[str]) -> None:
     process.terminate()
     try:
         process.wait(60)
@@ -453,12 +453,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for label, folder, sweep in variants:
             name = json.loads((folder / "model.json").read_text(encoding="utf-8")).get("name", folder.name)
             loam_body = {**body, "model": name, "ignore_eos": True, "stream_options": {"include_usage": True}}
-            process, url = _loam_server(folder, cache, args.threads)
+            process, url = loam_server(folder, cache, args.threads)
             try:
                 rows += _measure(label, url, loam_body, clients if sweep else [], requests, lengths)
                 beside_a_long_prompt(label, url, loam_body)
             finally:
-                _stop(process)
+                stop(process)
         peer_body = {**body, "logit_bias": {str(EOS_ID): -1e9}}  # EOS suppressed as a logit bias in both peers
         binary = llama_server_binary(args.llama_server) if "llama-server" in servers else None
         if binary is not None:
@@ -471,14 +471,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 try:
                     rows += _measure(LLAMA_SERVER_LABEL, url, peer_body, [count], requests, lengths)
                 finally:
-                    _stop(process)
+                    stop(process)
             if long_words:  # a slot for each stream and one for the long prompt
                 context = slot_context(long_words, STREAM_TOKENS)
                 process, url = _llama_server(binary, _gguf(), args.threads, STREAMS + 1, context, log)
                 try:
                     beside_a_long_prompt(LLAMA_SERVER_LABEL, url, peer_body)
                 finally:
-                    _stop(process)
+                    stop(process)
     python = peer_python(args.peer_python) if "llama-cpp-python" in servers else None
     if python is not None:
         from bench.smollm2 import _gguf
@@ -492,7 +492,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows += _measure(label, url, peer_body, clients, requests, lengths)
             beside_a_long_prompt(label, url, peer_body)
         finally:
-            _stop(process)
+            stop(process)
     lines = [
         "# `loam serve` under concurrent streaming clients, against llama.cpp's servers",
         "",
