@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import wave
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -159,11 +160,15 @@ def one_at_a_time(requests: int, call: Call) -> tuple[float, list[Stream]]:
     return time.perf_counter() - start, streams
 
 
+class BenchError(Exception):
+    """A run whose requests failed: its workload's rows say so, and the bench goes on."""
+
+
 def checked(workload: str, server: str, clients: int, run: tuple[float, list[Stream]]) -> Row:
     wall, streams = run
     failed = [s.error for s in streams if s.error]
     if failed:
-        raise SystemExit(f"bench.audio: {workload}, {server}: {len(failed)} of {clients} requests failed: {failed[0]}")
+        raise BenchError(f"{workload}, {server}: {len(failed)} of {clients} requests failed: {failed[0]}")
     return Row(workload, server, clients, streams, wall)
 
 
@@ -220,6 +225,7 @@ def recognition_package(folder: Path, clients: int, base: bool) -> tuple[Path, P
     from tests.serve.serving import MODELS
 
     if base:
+        folder.mkdir(parents=True, exist_ok=True)
         source = whisper_base_folder(folder)
         graphs = source
     else:
@@ -492,6 +498,45 @@ def load_average() -> str:
         return "unknown"
 
 
+def measure_speech(folder: Path, counts: Sequence[int], threads: int, quick: bool) -> tuple[list[Row], str]:
+    """The speech rows: Loam, then each peer; and the line saying what was spoken."""
+    paragraph = QUICK_TEXT if quick else PARAGRAPH
+    package = speech_package(folder / "speech", max(counts))
+    rows = loam_rows("speech", package, folder / "cache", threads, counts, lambda url: speech_call(url, paragraph))
+    rows += peer_rows("speech", "onnxruntime", counts, ort_piper_call(paragraph, threads))
+    rows += peer_rows("speech", "piper-tts", counts, piper_tts_call(paragraph, threads))
+    rows.append(missing("speech", "sherpa-onnx", SHERPA))
+    return rows, f"- speech: a paragraph of {len(paragraph.split())} words, {paragraph.count('.')} sentences"
+
+
+def measure_recognition(folder: Path, counts: Sequence[int], threads: int, quick: bool) -> tuple[list[Row], str]:
+    """The recognition rows: Loam, then onnxruntime; and the line saying what was transcribed and what Loam heard."""
+    from loam.serve.whisper_tokens import read_whisper_tokens
+
+    text = QUICK_TEXT if quick else CLIP
+    package, graphs = recognition_package(folder / "recognition", max(counts), not quick and whisper_base_available())
+    served = json.loads((package / "model.json").read_text(encoding="utf-8"))
+    name, generation = str(served["name"]), Path(str(served["generation"]))
+    wav, samples = spoken_clip(text)
+    seconds = len(samples) / 16000
+    codes = read_whisper_tokens(generation).languages
+    language = "en" if "en" in codes else next(iter(codes))
+    rows = loam_rows(
+        "recognition", package, folder / "cache", threads, counts,
+        lambda url: transcription_call(url, name, wav, seconds, language),
+    )  # fmt: skip
+    heard = rows[0].streams[0].text.strip()
+    rows += peer_rows(
+        "recognition", "onnxruntime", counts, ort_whisper_call(graphs, generation, samples, language, threads)
+    )
+    rows.append(missing("recognition", "sherpa-onnx", SHERPA))
+    fact = (
+        f"- recognition: {name}, a clip of {seconds:.1f} s ({len(text.split())} words spoken by the Piper voice "
+        f'through onnxruntime), language {language!r}; Loam heard: "{heard[:160]}"'
+    )
+    return rows, fact
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.audio", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--clients", default=",".join(map(str, CLIENTS)), help="concurrent streams per run")
@@ -504,55 +549,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not workloads <= {"speech", "recognition"}:
         parser.error(f"--workloads: unknown workload {sorted(workloads - {'speech', 'recognition'})[0]!r}")
     counts = list(QUICK_CLIENTS) if args.quick else [int(c) for c in args.clients.split(",")]
-    paragraph, clip_text = (QUICK_TEXT, QUICK_TEXT) if args.quick else (PARAGRAPH, CLIP)
     load_start, started = load_average(), time.monotonic()
     os.environ.setdefault("LOAM_CACHE_DIR", tempfile.mkdtemp(prefix="loam-bench-audio-"))
-    speech_rows: list[Row] = []
-    recognition_rows: list[Row] = []
+    rows: dict[str, list[Row]] = {}
     facts: list[str] = []
     with tempfile.TemporaryDirectory(prefix="loam-bench-audio-") as scratch:
-        cache, top = Path(scratch) / "cache", max(counts)
-        voice = voice_paths()
-        if voice is None:
-            note = f"not measured: the {VOICE_PACKAGE} wheel is not installed"
-            speech_rows = [missing("speech", "Loam", note)]
-            recognition_rows = [missing("recognition", "Loam", note + " (it speaks the clip)")]
-            workloads = set()
-        if "speech" in workloads:
-            package = speech_package(Path(scratch) / "speech", top)
-            speech_rows += loam_rows(
-                "speech", package, cache, args.threads, counts, lambda url: speech_call(url, paragraph)
-            )
-            speech_rows += peer_rows("speech", "onnxruntime", counts, ort_piper_call(paragraph, args.threads))
-            speech_rows += peer_rows("speech", "piper-tts", counts, piper_tts_call(paragraph, args.threads))
-            speech_rows.append(missing("speech", "sherpa-onnx", SHERPA))
-            facts.append(f"- speech: a paragraph of {len(paragraph.split())} words, {paragraph.count('.')} sentences")
-        if "recognition" in workloads:
-            base = not args.quick and whisper_base_available()
-            package, graphs = recognition_package(Path(scratch) / "recognition", top, base)
-            name = json.loads((package / "model.json").read_text(encoding="utf-8"))["name"]
-            wav, samples = spoken_clip(clip_text)
-            seconds = len(samples) / 16000
-            from loam.serve.whisper_tokens import read_whisper_tokens
-
-            generation = Path(str(json.loads((package / "model.json").read_text(encoding="utf-8"))["generation"]))
-            codes = read_whisper_tokens(generation).languages
-            language = "en" if "en" in codes else next(iter(codes))
-            request = transcription_call
-            recognition_rows += loam_rows(
-                "recognition", package, cache, args.threads, counts,
-                lambda url: request(url, name, wav, seconds, language),
-            )  # fmt: skip
-            heard = next(s.text for r in recognition_rows for s in r.streams)
-            recognition_rows += peer_rows(
-                "recognition", "onnxruntime", counts,
-                ort_whisper_call(graphs, generation, samples, language, args.threads),
-            )  # fmt: skip
-            recognition_rows.append(missing("recognition", "sherpa-onnx", SHERPA))
-            facts.append(
-                f"- recognition: {name}, a clip of {seconds:.1f} s ({len(clip_text.split())} words spoken by the Piper "
-                f'voice through onnxruntime), language {language!r}; Loam heard: "{heard.strip()[:160]}"'
-            )
+        folder = Path(scratch)
+        for workload, measure in (("speech", measure_speech), ("recognition", measure_recognition)):
+            if workload not in workloads:
+                continue
+            if voice_paths() is None:  # the voice speaks the recognition clip too
+                rows[workload] = [missing(workload, "Loam", f"not measured: {VOICE_PACKAGE} is not installed")]
+                continue
+            try:
+                rows[workload], fact = measure(folder, counts, args.threads, args.quick)
+                facts.append(fact)
+            except Exception as err:  # the other workload's rows are still reported, and this one says why not
+                traceback.print_exc()
+                rows[workload] = [missing(workload, "Loam", f"failed: {type(err).__name__}: {err}")]
     from bench.run import machine
 
     command = "python -m bench.audio" + ("" if argv is None else "".join(f" {a}" for a in argv))
@@ -573,10 +587,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "requests one after another, in this process.",
         "",
     ]
-    if speech_rows:
-        lines += ["## Speech", "", *table(speech_rows, True), "", *ratios(speech_rows, True), ""]
-    if recognition_rows:
-        lines += ["## Recognition", "", *table(recognition_rows, False), "", *ratios(recognition_rows, False), ""]
+    for workload, found in rows.items():
+        speech = workload == "speech"
+        lines += [f"## {workload.capitalize()}", "", *table(found, speech), "", *ratios(found, speech), ""]
     publish("\n".join(lines), args, RESULTS)
     return 0
 

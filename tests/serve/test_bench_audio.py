@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.audio import Row, Stream, checked, concurrent, missing, one_at_a_time, ratios, relocated, table
+from bench.audio import BenchError, Row, Stream, checked, concurrent, missing, one_at_a_time, ratios, relocated, table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,7 +54,7 @@ def test_concurrent_starts_every_client_before_the_clock_and_keeps_a_failure_as_
 
     wall, streams = concurrent(3, call)
     assert wall > 0 and streams[1].error == "ConnectionError: refused" and streams[0].error is None
-    with pytest.raises(SystemExit, match=r"speech, Loam: 1 of 3 requests failed: ConnectionError: refused"):
+    with pytest.raises(BenchError, match=r"speech, Loam: 1 of 3 requests failed: ConnectionError: refused"):
         checked("speech", "Loam", 3, (wall, streams))
 
 
