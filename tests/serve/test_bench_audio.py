@@ -98,7 +98,8 @@ def test_an_unknown_workload_is_a_usage_error() -> None:
 
 def test_quick_recognition_end_to_end_writes_nothing(tmp_path: Path) -> None:
     pytest.importorskip("loam.serve.recognition")
-    pytest.importorskip("piper.espeakbridge")  # the clip is spoken by the Piper voice
+    pytest.importorskip("loam.serve.speech")  # the clip is spoken by the Piper voice, read as the speech role reads it
+    pytest.importorskip("piper.espeakbridge")
     from bench.audio import voice_paths
 
     if voice_paths() is None:
