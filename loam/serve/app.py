@@ -12,7 +12,9 @@ shape):
 
 and each role's own (`loam.serve.roles.ROLES`' `routes`): the text role's completions, chat completions
 and sessions (`loam.serve.text_http`), the embedding role's embeddings (`loam.serve.embedding_http`), the
-sequence role's score, rerank and pooling (`loam.serve.sequence_http`).
+sequence role's score, rerank and pooling (`loam.serve.sequence_http`), the activity role's audio activity
+(`loam.serve.activity_http`); and the live audio WebSocket `/v1/audio/stream` (`loam.serve.live_http`) for the
+roles whose requests continue over PCM input.
 
 Every refusal is a 4xx JSON error `{"error": {"message", "type", "param", "code"}}` naming the field;
 anything else is a 500 with a one-line message, never a traceback (`loam.serve.web.guarded`).  Work runs
@@ -29,8 +31,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
+from loam.serve import live_http
 from loam.serve.roles import ROLES
 from loam.serve.scheduler import ServeError
 from loam.serve.server import ServedModel, Server
@@ -52,8 +55,11 @@ class App:
             Route("/v1/packages/{name:path}", self.unregister, methods=["DELETE"]),
             *(route for role in ROLES.values() for route in role.routes(server, role.name)),
         ]
+        # The live audio WebSocket serves every role that says how (`Role.live`); a WebSocket answers its own errors.
+        lives = {role.name: role.live for role in ROLES.values() if role.live is not None}
+        sockets: list[WebSocketRoute] = live_http.routes(server, lives)
         self.asgi = Starlette(
-            routes=[Route(r.path, guarded(r.endpoint), methods=r.methods) for r in routes],
+            routes=[*(Route(r.path, guarded(r.endpoint), methods=r.methods) for r in routes), *sockets],
             exception_handlers={404: self._not_found, 405: self._not_allowed},
         )
 

@@ -29,6 +29,8 @@ A package's `model.json` names its `role`, and `ROLES[role]` says everything the
     recognition the same; generation and        WhisperRecognition StreamWorker (30 s windows  audio
                 recording_seconds (top-level                       and decoder steps of         transcriptions
                 keys)                                              continuing audio)
+    activity    the same; recording_seconds     SileroActivity    StreamWorker (chunks of         audio activity,
+                (top-level key)                                   continuing audio)               live audio
 
 Adding a role (audio, images, known-token stages) is one entry here plus its modules: the
 role's module (`loam.serve.text` and `loam.serve.finite` are the two to read, and `loam.serve.stream` for a role
@@ -51,10 +53,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from loam.serve import decision_http, embedding_http, image_http, recognition_http, sequence_http, text_http
+from loam.serve import (
+    activity_http,
+    decision_http,
+    embedding_http,
+    image_http,
+    recognition_http,
+    sequence_http,
+    text_http,
+)
+from loam.serve.activity import SileroActivity, serve_activity
 from loam.serve.decision import FramedDecisions, serve_decision
 from loam.serve.finite import EmbeddingControl, serve_finite
 from loam.serve.image import ImageControl, serve_image
+from loam.serve.live_http import Live
 from loam.serve.metrics import ModelMetrics
 from loam.serve.recognition import WhisperRecognition, serve_recognition
 from loam.serve.scheduler import Worker
@@ -77,6 +89,8 @@ class Role:
     control: Callable[[], Control]
     worker: Callable[[Package, Control, ModelMetrics], Worker]
     routes: Callable[[Server, str], Sequence[Route]]
+    live: Live | None = None
+    """How the live audio WebSocket reaches the role's models (`loam.serve.live_http`), where it does."""
 
 
 ROLES: dict[str, Role] = {
@@ -117,6 +131,14 @@ ROLES: dict[str, Role] = {
             WhisperRecognition,
             serve_recognition,
             recognition_http.routes,
+        ),
+        Role(
+            "activity",
+            PackageSchema(keys=("recording_seconds",)),
+            SileroActivity,
+            serve_activity,
+            activity_http.routes,
+            activity_http.LIVE,
         ),
     )
 }
