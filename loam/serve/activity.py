@@ -143,12 +143,11 @@ class SileroActivity:
     def prepare_request(self, state: object, params: object) -> ActivityRequest:
         assert isinstance(params, ActivityParams)
         rate = params.sample_rate
-        if isinstance(rate, bool) or rate not in CHUNK:
+        if not isinstance(rate, int) or isinstance(rate, bool) or rate not in CHUNK:
             raise ServeError(
                 f"'sample_rate' must be one of {', '.join(map(str, CHUNK))} (the rates Silero VAD takes), got {rate!r}",
                 param="sample_rate",
             )
-        assert isinstance(rate, int)
         return ActivityRequest(rate)
 
     def prepare_work(self, state: object, request: object, view: InputView) -> Work:
