@@ -109,6 +109,8 @@ class Plan:
 
 @dataclass(frozen=True)
 class Result:
+    """The batched call's outputs, by batch index."""
+
     probabilities: np.ndarray  # [n]
     states: np.ndarray  # [2, n, 128]
 
@@ -159,6 +161,10 @@ class SileroActivity:
                 "the longest this model takes",
                 status=413,
                 param="input",
+            )
+        if view.position != request.covered:
+            raise ServeError(
+                f"the input view starts at {view.position}; the request covered {request.covered}", status=500
             )
         size, tag = CHUNK[request.rate], str(request.rate)
         held = len(view.data)

@@ -68,7 +68,7 @@ class ActivityRoute:
         worker = served.worker
         assert isinstance(worker, StreamWorker), "the activity role's models run on a StreamWorker"
         policy = _policy(fields) if "threshold" in fields else None
-        events = await run_stream(worker, ActivityParams(rate), samples, param)
+        events = await run_stream(request, worker, ActivityParams(rate), samples, param)
         intervals = [e for e in events if isinstance(e, ActivityEvent)]
         body: dict[str, Any] = {
             "model": served.name,

@@ -30,12 +30,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from starlette.requests import Request as HttpRequest
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from loam.serve.scheduler import Event, ServeError
+from loam.serve.scheduler import Event, ServeError, failure
 from loam.serve.stream import StreamRequest, StreamWorker
-from loam.serve.web import Fields
+from loam.serve.web import Fields, watch_disconnect
 
 if TYPE_CHECKING:
     from loam.serve.server import Server
@@ -103,11 +104,14 @@ class Credit:
             offset += len(piece)
 
 
-async def run_stream(worker: StreamWorker, params: object, samples: np.ndarray, param: str) -> list[object]:
-    """One request over a whole recording: its events, in order (its error raised as a ServeError naming `param`
-    where it concerns the input).  A caller cancelled while waiting cancels the request."""
+async def run_stream(
+    http: HttpRequest, worker: StreamWorker, params: object, samples: np.ndarray, param: str
+) -> list[object]:
+    """One request over a whole recording, for `http` (whose body has been read): its events, in order; its error
+    raised as a ServeError, naming `param` where it concerns the input.  A client that goes away cancels it."""
     credit = Credit(asyncio.get_running_loop())
     request = worker.open(params, credit.sink, param=param)
+    watcher = asyncio.create_task(watch_disconnect(http, worker, [request]))
     try:
         await credit.feed(worker, request, samples)
         if not request.finished:
@@ -119,10 +123,12 @@ async def run_stream(worker: StreamWorker, params: object, samples: np.ndarray, 
                 out.append(event.value)
                 worker.consumed(request, event.size)
             elif event.kind == "error":
-                raise ServeError(event.text, status=event.status, param=event.param)
+                named = param if event.param == "input" else event.param  # the control names the samples "input"
+                raise ServeError(event.text, status=event.status, param=named)
             elif event.kind == "done":
                 return out
     finally:
+        watcher.cancel()
         if not request.finished:
             worker.cancel(request)
 
@@ -144,10 +150,10 @@ class LiveAudio:
         credit = Credit(asyncio.get_running_loop())
         try:
             worker, live, encoding, request = await self.start(socket, credit)
-        except ServeError as err:
-            await self.refuse(socket, err.status, str(err), err.param)
-            return
         except WebSocketDisconnect:
+            return
+        except Exception as err:  # a refusal names its field; a bug is one 500 message, never a traceback
+            await self.refuse(socket, *_failure(err))
             return
         await socket.send_json({"type": "ready", "credit": worker.credit(request)})
         reader = asyncio.create_task(self.read(socket, credit, worker, request, encoding))
@@ -202,9 +208,12 @@ class LiveAudio:
                 if fields.body.get("type") != "end":
                     raise ServeError('after the start, a text message must be {"type": "end"}', param="type")
                 worker.feed(request, np.zeros(0, np.float32), eof=True)
-        except ServeError as err:
+        except WebSocketDisconnect:
             worker.cancel(request)
-            credit.events.put_nowait(Event("error", text=str(err), status=err.status, param=err.param))
+        except Exception as err:  # the writer sends the error and closes
+            worker.cancel(request)
+            status, text, param = _failure(err)
+            credit.events.put_nowait(Event("error", text=text, status=status, param=param))
 
     async def write(
         self, socket: WebSocket, credit: Credit, worker: StreamWorker, request: StreamRequest, live: Live
@@ -232,6 +241,14 @@ class LiveAudio:
             await socket.close(code=1008 if status < 500 else 1011)
         except (WebSocketDisconnect, RuntimeError):
             pass
+
+
+def _failure(err: Exception) -> tuple[int, str, str | None]:
+    """The status, message and field of an error message for `err`: a refusal's, or a 500 naming a bug."""
+    if isinstance(err, ServeError):
+        return err.status, str(err), err.param
+    status, text = failure(err)
+    return status, text, None
 
 
 def _message(message: Mapping[str, Any]) -> Fields:

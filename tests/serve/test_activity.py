@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from loam.serve.activity import ActivityEvent, ActivityParams, SileroActivity
+from loam.serve.activity import ActivityEvent, ActivityParams, ActivityRequest, SileroActivity
 from loam.serve.metrics import Metrics
 from loam.serve.scheduler import Request, ServeError
 from loam.serve.server import Server
@@ -165,7 +165,8 @@ def test_a_released_row_starts_from_silence_in_the_control(server: Server) -> No
     def probabilities(pairs: list[tuple[int, np.ndarray]], requests: list[object]) -> list[float]:
         members = []
         for (row, samples), request in zip(pairs, requests, strict=True):
-            work = control.prepare_work(state, request, InputView(samples, 0, False))
+            assert isinstance(request, ActivityRequest)
+            work = control.prepare_work(state, request, InputView(samples, request.covered, False))
             members.append(Member(row, request, work))
         plan = control.prepare_batch(state, members)
         result = control.generate(state, plan)
