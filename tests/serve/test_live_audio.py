@@ -9,8 +9,9 @@ import json
 import threading
 import time
 import wave
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -58,20 +59,22 @@ def worker_of(server: Server) -> StreamWorker:
     return worker
 
 
-def socket(url: str, model: str = "silero", **options: object) -> ClientConnection:
-    return connect(url.replace("http://", "ws://") + f"/v1/audio/stream?model={model}", open_timeout=30, **options)  # type: ignore[arg-type]  # websockets' keyword options are typed one by one
+def socket(url: str, model: str = "silero", max_queue: int = 16) -> ClientConnection:
+    """A WebSocket client of the live audio stream; `max_queue` messages are read ahead of the test's `recv`."""
+    return connect(url.replace("http://", "ws://") + f"/v1/audio/stream?model={model}", open_timeout=30,
+                   max_queue=max_queue)  # fmt: skip
 
 
 def stream(
     url: str, samples: np.ndarray, packet: int = 4000, delay: float = 0.0, encoding: str = "f32le"
-) -> list[dict[str, object]]:
+) -> list[dict[str, Any]]:
     """One live stream: start, `samples` in packets of `packet`, end; every message the server sent up to `done`."""
     time.sleep(delay)
     with socket(url) as ws:
         ws.send(json.dumps({"type": "start", "sample_rate": RATE, "encoding": encoding}))
         ready = json.loads(ws.recv(timeout=30))
         assert ready["type"] == "ready" and ready["credit"] > 0, ready
-        messages: list[dict[str, object]] = []
+        messages: list[dict[str, Any]] = []
         reader = threading.Thread(target=lambda: messages.extend(receive_all(ws)))
         reader.start()
         for start in range(0, len(samples), packet):
@@ -83,7 +86,7 @@ def stream(
     return messages
 
 
-def receive_all(ws: ClientConnection) -> Iterator[dict[str, object]]:
+def receive_all(ws: ClientConnection) -> Iterator[dict[str, Any]]:
     while True:
         message = json.loads(ws.recv(timeout=120))
         yield message
@@ -91,9 +94,9 @@ def receive_all(ws: ClientConnection) -> Iterator[dict[str, object]]:
             return
 
 
-def activity(messages: list[dict[str, object]]) -> list[ActivityEvent]:
+def activity(messages: list[dict[str, Any]]) -> list[ActivityEvent]:
     assert messages[-1] == {"type": "done"}, messages[-1]
-    return [ActivityEvent(int(m["start"]), int(m["end"]), float(m["probability"]))  # type: ignore[call-overload]  # JSON values, typed object
+    return [ActivityEvent(int(m["start"]), int(m["end"]), float(m["probability"]))
             for m in messages if m["type"] == "activity"]  # fmt: skip
 
 
@@ -110,7 +113,7 @@ def test_staggered_streams_of_different_lengths_equal_their_isolated_runs(
     server, url = listening
     worker = worker_of(server)
     cohorts = worker.cohorts
-    results: dict[int, list[dict[str, object]]] = {}
+    results: dict[int, list[dict[str, Any]]] = {}
     packets = [4000, 333, 1024, 700, 2500]
 
     def run(index: int, samples: np.ndarray) -> None:
@@ -130,7 +133,7 @@ def test_staggered_streams_of_different_lengths_equal_their_isolated_runs(
         got = activity(results[index])
         assert_partition(got, len(samples), RATE)
         assert_same(got, isolated[index])
-        credited = sum(int(m["samples"]) for m in results[index] if m["type"] == "credit")  # type: ignore[call-overload]  # JSON
+        credited = sum(int(m["samples"]) for m in results[index] if m["type"] == "credit")
         assert credited == len(samples)
     # Five streams on three rows: they waited for rows and shared cohorts, whose membership changed as they came
     # and went.
@@ -186,7 +189,7 @@ def test_a_client_that_leaves_is_cancelled_and_its_row_serves_the_next(
         assert_same(activity(stream(url, recordings(RATE)[index])), isolated[index])
 
 
-def refusal(url: str, start: object, frames: list[bytes | str] = (), model: str = "silero") -> dict[str, object]:  # type: ignore[assignment]  # an empty tuple is an empty list here
+def refusal(url: str, start: object, frames: Sequence[bytes | str] = (), model: str = "silero") -> dict[str, Any]:
     with socket(url, model) as ws:
         try:
             ws.send(json.dumps(start) if not isinstance(start, str) else start)
@@ -282,13 +285,17 @@ def test_post_activity_answers_a_wav_file_and_raw_pcm(
     ],
 )  # fmt: skip
 def test_a_malformed_activity_request_is_a_4xx_naming_the_field(
-    listening: tuple[Server, str], params: dict[str, object], content: bytes | None, files: object, param: str
+    listening: tuple[Server, str],
+    params: dict[str, str | int | float],
+    content: bytes | None,
+    files: dict[str, tuple[str, bytes, str]] | None,
+    param: str,
 ) -> None:
     with httpx.Client(base_url=listening[1], timeout=60) as client:
         if files is None:
-            reply = client.post("/v1/audio/activity", params=params, content=content)  # type: ignore[arg-type]  # httpx's query values
+            reply = client.post("/v1/audio/activity", params=params, content=content)
         else:
-            reply = client.post("/v1/audio/activity", data=params, files=files)  # type: ignore[arg-type]  # httpx's form values
+            reply = client.post("/v1/audio/activity", data=params, files=files)
     assert 400 <= reply.status_code < 500 and reply.json()["error"]["param"] == param, reply.text
 
 

@@ -22,11 +22,12 @@ def silero_segments() -> Callable[..., list[dict[str, int]]]:
     if path is None:
         pytest.skip("silero-vad is not installed (scripts/dev-setup.sh installs it)")
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    found = [node for node in tree.body if isinstance(node, ast.FunctionDef)
-             and node.name == "get_speech_timestamps_from_probs"]  # fmt: skip
+    found: list[ast.stmt] = [node for node in tree.body if isinstance(node, ast.FunctionDef)
+                             and node.name == "get_speech_timestamps_from_probs"]  # fmt: skip
     namespace: dict[str, Any] = {"List": list}
     exec(compile(ast.Module(found, []), str(path), "exec"), namespace)  # the wheel's own code, as written
-    return namespace["get_speech_timestamps_from_probs"]  # type: ignore[no-any-return]  # the function just compiled
+    function: Callable[..., list[dict[str, int]]] = namespace["get_speech_timestamps_from_probs"]
+    return function
 
 
 def probabilities(count: int, seed: int) -> list[float]:
