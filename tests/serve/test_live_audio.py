@@ -23,7 +23,16 @@ from loam.serve.activity import ActivityEvent
 from loam.serve.cli import Listener
 from loam.serve.server import Server
 from loam.serve.stream import StreamWorker
-from tests.serve.activity_audio import activity_package, assert_partition, noise, recordings, run_alone, spoken
+from tests.serve.activity_audio import (
+    activity_package,
+    assert_partition,
+    noise,
+    recordings,
+    reference,
+    run_alone,
+    silero_path,
+    spoken,
+)
 from tests.serve.serving import PACKAGES, serving
 
 pytestmark = pytest.mark.xdist_group("serve-activity")
@@ -66,12 +75,12 @@ def socket(url: str, model: str = "silero", max_queue: int = 16) -> ClientConnec
 
 
 def stream(
-    url: str, samples: np.ndarray, packet: int = 4000, delay: float = 0.0, encoding: str = "f32le"
+    url: str, samples: np.ndarray, packet: int = 4000, delay: float = 0.0, encoding: str = "f32le", rate: int = RATE
 ) -> list[dict[str, Any]]:
     """One live stream: start, `samples` in packets of `packet`, end; every message the server sent up to `done`."""
     time.sleep(delay)
     with socket(url) as ws:
-        ws.send(json.dumps({"type": "start", "sample_rate": RATE, "encoding": encoding}))
+        ws.send(json.dumps({"type": "start", "sample_rate": rate, "encoding": encoding}))
         ready = json.loads(ws.recv(timeout=30))
         assert ready["type"] == "ready" and ready["credit"] > 0, ready
         messages: list[dict[str, Any]] = []
@@ -133,6 +142,8 @@ def test_staggered_streams_of_different_lengths_equal_their_isolated_runs(
         got = activity(results[index])
         assert_partition(got, len(samples), RATE)
         assert_same(got, isolated[index])
+        want = reference(silero_path(), samples, RATE)  # onnxruntime under silero-vad's loop, one stream alone
+        np.testing.assert_allclose([e.probability for e in got], want, rtol=0, atol=1e-5)
         credited = sum(int(m["samples"]) for m in results[index] if m["type"] == "credit")
         assert credited == len(samples)
     # Five streams on three rows: they waited for rows and shared cohorts, whose membership changed as they came
@@ -147,6 +158,14 @@ def test_packet_boundaries_change_nothing(listening: tuple[Server, str]) -> None
     assert all(run == runs[0] for run in runs[1:])  # one row alone each time: equal exactly
     s16 = activity(stream(url, np.round(samples * 32768) / 32768, 4000, encoding="s16le"))
     assert [(e.start, e.end) for e in s16] == [(e.start, e.end) for e in runs[0]]
+
+
+def test_an_8khz_stream_equals_its_isolated_run(listening: tuple[Server, str]) -> None:
+    server, url = listening
+    samples = recordings(8000)[1]
+    got = activity(stream(url, samples, 1500, rate=8000))
+    assert_partition(got, len(samples), 8000)
+    assert got == run_alone(worker_of(server), samples, 8000)  # one row alone each time: equal exactly
 
 
 def test_a_stalled_reader_holds_back_only_its_own_stream(
