@@ -22,7 +22,7 @@ from websockets.sync.client import ClientConnection, connect
 from loam.serve.activity import ActivityEvent
 from loam.serve.cli import Listener
 from loam.serve.server import Server
-from loam.serve.stream import StreamWorker
+from loam.serve.stream import StreamRequest, StreamWorker
 from tests.serve.activity_audio import (
     activity_package,
     assert_partition,
@@ -158,6 +158,36 @@ def test_packet_boundaries_change_nothing(listening: tuple[Server, str]) -> None
     assert all(run == runs[0] for run in runs[1:])  # one row alone each time: equal exactly
     s16 = activity(stream(url, np.round(samples * 32768) / 32768, 4000, encoding="s16le"))
     assert [(e.start, e.end) for e in s16] == [(e.start, e.end) for e in runs[0]]
+
+
+def newest(worker: StreamWorker) -> StreamRequest:
+    request = worker.waiting[-1]
+    assert isinstance(request, StreamRequest)
+    return request
+
+
+def test_the_server_reads_no_frame_past_the_input_credit(listening: tuple[Server, str]) -> None:
+    server, url = listening
+    worker = worker_of(server)
+    samples = np.concatenate([noise(RATE * 5, 4, 0.02), spoken(RATE)[: RATE * 2]])  # past three credits
+    with socket(url) as ws:
+        with worker.lock:  # the model runs nothing while the lock is held here
+            ws.send(json.dumps({"type": "start", "sample_rate": RATE}))
+            credit = json.loads(ws.recv(timeout=30))["credit"]
+            assert credit == worker.input_limit
+            for start in range(0, len(samples), 3000):
+                ws.send(samples[start : start + 3000].tobytes())
+            ws.send(json.dumps({"type": "end"}))
+            deadline = time.monotonic() + 30
+            while not (worker.waiting and newest(worker).buffered == credit):
+                assert time.monotonic() < deadline, "the server did not fill the request's credit"
+                time.sleep(0.01)
+            time.sleep(0.2)
+            assert newest(worker).buffered == credit  # no more was read
+        messages = list(receive_all(ws))
+    got = activity(messages)
+    assert_partition(got, len(samples), RATE)
+    assert got == run_alone(worker, samples, RATE)
 
 
 def test_an_8khz_stream_equals_its_isolated_run(listening: tuple[Server, str]) -> None:
