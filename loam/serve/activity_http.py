@@ -1,9 +1,10 @@
 """The activity role's HTTP face: `POST /v1/audio/activity` (Loam's own endpoint; OpenAI has none) and its
 events on the live audio WebSocket (`LIVE`, `loam.serve.live_http`).
 
-`POST /v1/audio/activity` takes a whole recording, either as multipart/form-data (`file`: a WAV file; the
-other fields as form fields) or as a raw PCM body (`?model=NAME&sample_rate=16000&encoding=f32le|s16le`,
-the other fields as query parameters), and answers with the model's speech probability of each chunk:
+`POST /v1/audio/activity` takes a whole recording, either as multipart/form-data (`file`: WAV, FLAC, MP3 or
+Ogg, decoded, mixed to mono and resampled to `sample_rate`, default 16000, by `loam.serve.audio_codec`; the
+other fields as form fields) or as a raw PCM body (`?model=NAME&sample_rate=16000&encoding=f32le|s16le`, the
+other fields as query parameters), and answers with the model's speech probability of each chunk:
 
     {"model": NAME, "sample_rate": 16000, "samples": N,
      "intervals": [{"start": 0, "end": 512, "probability": 0.02}, ...],
@@ -15,8 +16,6 @@ the other fields as query parameters), and answers with the model's speech proba
 
 from __future__ import annotations
 
-import io
-import wave
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -26,15 +25,19 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from loam.serve.activity import ActivityEvent, ActivityParams
-from loam.serve.live_http import ENCODINGS, Live, pcm_samples, run_stream
+from loam.serve.activity import CHUNK, ActivityEvent, ActivityParams, ActivityState
+from loam.serve.audio_codec import decode_audio, pcm_to_float
+from loam.serve.live_http import Live, run_stream
 from loam.serve.scheduler import ServeError
 from loam.serve.speech_segments import SegmentPolicy, speech_segments
 from loam.serve.stream import StreamWorker
 from loam.serve.web import MAX_BODY, Fields
 
 if TYPE_CHECKING:
-    from loam.serve.server import Server
+    from loam.serve.server import ServedModel, Server
+
+RATE = 16000
+"""The rate an uploaded file is decoded to where the request names none."""
 
 
 def encode_event(event: object) -> dict[str, Any]:
@@ -61,12 +64,21 @@ class ActivityRoute:
 
     async def activity(self, request: HttpRequest) -> Response:
         if request.headers.get("content-type", "").startswith("multipart/form-data"):
-            fields, samples, rate, param = await _upload(request)
+            fields, data = await _upload(request)
+            served, worker = self.model(fields)
+            rate = _rate(fields, RATE)
+            samples = decode_audio(data, rate, param="file", max_seconds=_recording_seconds(worker))
+            param = "file"
         else:
-            fields, samples, rate, param = await _raw(request)
-        served = self.server.model(fields.get("model"), self.role)
-        worker = served.worker
-        assert isinstance(worker, StreamWorker), "the activity role's models run on a StreamWorker"
+            fields = FormFields(dict(request.query_params))
+            served, worker = self.model(fields)
+            if fields.get("sample_rate") is None:
+                raise ServeError(
+                    "'sample_rate' is required with a raw PCM body (or send a multipart 'file')", param="sample_rate"
+                )
+            rate = _rate(fields, RATE)
+            samples = await _raw(request, fields)
+            param = "input"
         policy = _policy(fields) if "threshold" in fields else None
         events = await run_stream(request, worker, ActivityParams(rate), samples, param)
         intervals = [e for e in events if isinstance(e, ActivityEvent)]
@@ -82,6 +94,12 @@ class ActivityRoute:
             )
             body["segments"] = [{"start": a, "end": b} for a, b in found]
         return JSONResponse(body)
+
+    def model(self, fields: FormFields) -> tuple[ServedModel, StreamWorker]:
+        served = self.server.model(fields.get("model"), self.role)
+        worker = served.worker
+        assert isinstance(worker, StreamWorker), "the activity role's models run on a StreamWorker"
+        return served, worker
 
 
 class FormFields:
@@ -127,50 +145,39 @@ def _policy(fields: FormFields) -> SegmentPolicy:
     )
 
 
-async def _upload(request: HttpRequest) -> tuple[FormFields, np.ndarray, int, str]:
-    """A multipart request's fields and its `file`'s samples and rate."""
+async def _upload(request: HttpRequest) -> tuple[FormFields, bytes]:
+    """A multipart request's fields and its `file`'s bytes."""
     async with request.form(max_part_size=MAX_BODY) as form:
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
             raise ServeError("'file' is required: the recording, as a multipart file field", param="file")
         data = await upload.read()
         values = {k: v for k, v in form.items() if isinstance(v, str)}
-    samples, rate = read_audio(data, "file")
-    return FormFields(values), samples, rate, "file"
+    return FormFields(values), data
 
 
-async def _raw(request: HttpRequest) -> tuple[FormFields, np.ndarray, int, str]:
-    """A raw PCM body's samples, its query's fields and its `sample_rate`."""
-    fields = FormFields(dict(request.query_params))
-    if fields.get("sample_rate") is None:
-        raise ServeError(
-            "'sample_rate' is required with a raw PCM body (or send a multipart 'file')", param="sample_rate"
-        )
-    rate = fields.integer("sample_rate", 0, 1)
+async def _raw(request: HttpRequest, fields: FormFields) -> np.ndarray:
+    """A raw PCM body's samples, in the query's `encoding` (default f32le)."""
     encoding = fields.get("encoding") or "f32le"
-    if encoding not in ENCODINGS:
-        raise ServeError(f"'encoding' must be one of {', '.join(ENCODINGS)}, got {encoding!r}", param="encoding")
     raw = b""
     async for piece in request.stream():
         raw += piece
         if len(raw) > MAX_BODY:
             raise ServeError(f"the request body is over {MAX_BODY} bytes", status=413)
-    return fields, pcm_samples(raw, encoding), rate, "input"
+    return pcm_to_float(raw, encoding, 1, "input")[:, 0]
 
 
-def read_audio(data: bytes, param: str) -> tuple[np.ndarray, int]:
-    """A WAV file's samples (mono: the mean of its channels) and rate (a 400 naming `param` where it is not PCM
-    WAV of 8, 16 or 32 bits)."""
-    try:
-        with wave.open(io.BytesIO(data)) as reader:
-            channels, width, rate = reader.getnchannels(), reader.getsampwidth(), reader.getframerate()
-            frames = reader.readframes(reader.getnframes())
-    except (wave.Error, EOFError) as err:
-        raise ServeError(f"'{param}' is not a PCM WAV file ({err})", param=param) from None
-    kinds = {1: ("u1", 128.0, 128.0), 2: ("<i2", 0.0, 32768.0), 4: ("<i4", 0.0, 2147483648.0)}
-    if width not in kinds:
-        raise ServeError(f"'{param}' has {8 * width}-bit samples; 8, 16 and 32-bit PCM are read", param=param)
-    dtype, offset, scale = kinds[width]
-    raw = np.frombuffer(frames[: len(frames) - len(frames) % (width * channels)], dtype)
-    samples = (raw.astype(np.float64) - offset) / scale
-    return samples.reshape(-1, channels).mean(axis=1).astype(np.float32), rate
+def _rate(fields: FormFields, default: int) -> int:
+    """The request's `sample_rate`: one Silero VAD takes, refused naming it before any audio is decoded."""
+    rate = fields.integer("sample_rate", default, 1)
+    if rate not in CHUNK:
+        raise ServeError(
+            f"'sample_rate' must be one of {', '.join(map(str, CHUNK))} (the rates Silero VAD takes), got {rate}",
+            param="sample_rate",
+        )
+    return rate
+
+
+def _recording_seconds(worker: StreamWorker) -> float | None:
+    state = worker.state
+    return state.recording_seconds if isinstance(state, ActivityState) else None

@@ -34,15 +34,13 @@ from starlette.requests import Request as HttpRequest
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from loam.serve.audio_codec import PCM_ENCODINGS, pcm_to_float
 from loam.serve.scheduler import Event, ServeError, failure
 from loam.serve.stream import StreamRequest, StreamWorker
 from loam.serve.web import Fields, watch_disconnect
 
 if TYPE_CHECKING:
     from loam.serve.server import Server
-
-ENCODINGS: dict[str, np.dtype[np.float32] | np.dtype[np.int16]] = {"f32le": np.dtype("<f4"), "s16le": np.dtype("<i2")}
-"""The PCM encodings a client may send: little-endian float32 in [-1, 1], or 16-bit integers."""
 
 
 @dataclass(frozen=True)
@@ -53,21 +51,6 @@ class Live:
     """The start message's fields and its sample rate -> the params `StreamWorker.open` gives the control."""
     encode: Callable[[object], dict[str, Any]]
     """One of the role's events -> its JSON message (with its `type`)."""
-
-
-def pcm_samples(data: bytes, encoding: str, param: str = "input") -> np.ndarray:
-    """Mono float32 samples from PCM bytes (a 400 naming `param` where they are not whole, finite samples)."""
-    dtype = ENCODINGS[encoding]
-    if len(data) % dtype.itemsize:
-        raise ServeError(
-            f"'{param}': {len(data)} bytes are not whole {encoding} samples ({dtype.itemsize} bytes each)", param=param
-        )
-    raw = np.frombuffer(data, dtype)
-    if dtype.kind == "i":
-        return raw.astype(np.float32) / 32768.0
-    if not np.isfinite(raw).all():
-        raise ServeError(f"'{param}' holds a sample that is not a finite number", param=param)
-    return raw.astype(np.float32)
 
 
 class Credit:
@@ -186,8 +169,10 @@ class LiveAudio:
         if rate is None:
             raise ServeError("'sample_rate' is required: the samples per second of the PCM frames", param="sample_rate")
         encoding = fields.get("encoding", (str,), "f32le")
-        if encoding not in ENCODINGS:
-            raise ServeError(f"'encoding' must be one of {', '.join(ENCODINGS)}, got {encoding!r}", param="encoding")
+        if encoding not in PCM_ENCODINGS:
+            raise ServeError(
+                f"'encoding' must be one of {', '.join(PCM_ENCODINGS)}, got {encoding!r}", param="encoding"
+            )
         request = worker.open(live.params(fields, rate), credit.sink, param="input")
         return worker, live, encoding, request
 
@@ -202,7 +187,8 @@ class LiveAudio:
                     worker.cancel(request)
                     return
                 if message.get("bytes") is not None:
-                    await credit.feed(worker, request, pcm_samples(message["bytes"], encoding))
+                    samples = pcm_to_float(message["bytes"], encoding, 1, "input")[:, 0]
+                    await credit.feed(worker, request, samples)
                     continue
                 fields = _message(message)
                 if fields.body.get("type") != "end":

@@ -20,6 +20,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from loam.serve.activity import ActivityEvent
+from loam.serve.audio_codec import decode_audio
 from loam.serve.cli import Listener
 from loam.serve.server import Server
 from loam.serve.stream import StreamRequest, StreamWorker
@@ -314,6 +315,15 @@ def test_post_activity_answers_a_wav_file_and_raw_pcm(
         assert upload.status_code == 200, upload.text
         segments = upload.json()["segments"]
         assert segments and all(0 <= s["start"] < s["end"] <= len(samples) for s in segments)
+        # A file at the voice's own 22050 Hz, decoded and resampled to the 8 kHz the request asks for.
+        voice = wav(spoken(22050), 22050)
+        resampled = client.post("/v1/audio/activity", data={"model": "silero", "sample_rate": "8000"},
+                                files={"file": ("voice.wav", voice, "audio/wav")})  # fmt: skip
+        assert resampled.status_code == 200, resampled.text
+        decoded = decode_audio(voice, 8000)
+        assert resampled.json()["samples"] == len(decoded)
+        got = [ActivityEvent(i["start"], i["end"], i["probability"]) for i in resampled.json()["intervals"]]
+        assert got == run_alone(worker_of(listening[0]), decoded, 8000)
 
 
 @pytest.mark.parametrize(
@@ -330,6 +340,9 @@ def test_post_activity_answers_a_wav_file_and_raw_pcm(
         ({"model": "absent", "sample_rate": RATE}, b"\x00" * 8, None, "model"),
         ({"model": "tiny-gpt2", "sample_rate": RATE}, b"\x00" * 8, None, "model"),
         ({"model": "silero"}, None, {"file": ("a.wav", b"RIFF....", "audio/wav")}, "file"),
+        ({"model": "silero", "sample_rate": "44100"}, None, {"file": ("a.wav", b"RIFF....", "audio/wav")},
+         "sample_rate"),
+        ({"model": "silero"}, None, {"file": ("long.wav", wav(np.zeros(RATE * 9), RATE), "audio/wav")}, "file"),
         ({"model": "silero"}, None, {"other": ("a.wav", b"x", "audio/wav")}, "file"),
     ],
 )  # fmt: skip
