@@ -43,11 +43,14 @@ import numpy as np
 from loam.serve.metrics import ModelMetrics
 from loam.serve.scheduler import ServeError
 from loam.serve.spec import Control, Package, PackageError, PackageTokenizer, Stage, refuse_control
+from loam.serve.speech_gate import Heard, SpeechGate
 from loam.serve.stream import Completion, InputView, Member, StreamControl, StreamWorker, Work
 from loam.serve.whisper_features import SAMPLE_RATE, WINDOW_SAMPLES, log_mel
 from loam.serve.whisper_tokens import WhisperTokens, read_whisper_tokens
 
 STAGES = ("encoder", "decoder", "decoder_with_past")
+ACTIVITY = "activity"
+"""The optional fourth stage: Silero VAD, which gates each window (`loam.serve.speech_gate`)."""
 INPUT_WINDOW = 2 * WINDOW_SAMPLES
 """Unacknowledged samples a request may hold (its input credit): the window being transcribed and the next."""
 RECORDING_SECONDS = 3600.0
@@ -59,13 +62,15 @@ PROMPT_TOKENS = 223
 @dataclass(frozen=True)
 class RecognitionParams:
     """What a transcription request asks: `language` a code such as "en" (None: detect it in the first window),
-    `prompt` previous text, `temperature` (0 only: greedy), `revision_seconds` (None: final transcripts only)."""
+    `prompt` previous text, `temperature` (0 only: greedy), `revision_seconds` (None: final transcripts only),
+    `activity` (publish the VAD's activity events too, before each window's final transcript)."""
 
     language: str | None = None
     prompt: str = ""
     temperature: float = 0.0
     revision_seconds: float | None = None
     task: str = "transcribe"
+    activity: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,7 @@ class Pass:
     final: bool  # the window is complete (or the input has ended): this transcript is the segment's last
     last: bool  # the input ends with this window: the request is done once it is published
     phase: str = "encode"
+    samples: np.ndarray | None = None  # the window's samples, kept from the VAD's phase to the encoder's
     states: np.ndarray | None = None  # the encoder's [frames, width]
     language: int = -1
     prompt: list[int] = field(default_factory=list)  # the decoder's input before the first pick
@@ -111,11 +117,15 @@ class RecognitionRequest:
     previous: list[int]  # <|startofprev|> and the prompt's tokens (empty without a prompt)
     task: str
     revision_samples: int  # 0: no provisional transcripts
+    activity: bool = False  # the request asked for the VAD's events
     window: int = 0  # the window whose final transcript comes next
     acknowledged: int = 0  # samples acknowledged (the start of that window)
     revisions: int = 0  # transcripts published of that window
     revised: int = 0  # the end of the last provisional transcript's samples
     current: Pass | None = None
+    heard: int = 0  # samples the VAD has read (with a gate, the next acknowledgement ends there)
+    pending: tuple[object, ...] = ()  # activity events published with the window's final transcript
+    row: int = -1  # the resident row it holds once it has run
 
 
 @dataclass
@@ -127,6 +137,7 @@ class RecognitionState:
     tokenizer: PackageTokenizer
     layers: int
     recording_seconds: float
+    gate: SpeechGate | None = None
     metrics: ModelMetrics | None = None
 
 
@@ -138,7 +149,9 @@ class Plan:
     requests: list[RecognitionRequest]
     passes: list[Pass]
     feeds: dict[str, np.ndarray] = field(default_factory=dict)
-    samples: list[np.ndarray] = field(default_factory=list)  # encode: each window's samples
+    samples: list[np.ndarray] = field(default_factory=list)  # encode: each window's samples; activity: the VAD's
+    starts: list[int] = field(default_factory=list)  # activity: the absolute position of each member's samples
+    rows: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -147,19 +160,21 @@ class Result:
 
     outputs: dict[str, np.ndarray]
     picks: np.ndarray  # [n]: the token each member picks (detect: its language)
+    heard: list[Heard] = field(default_factory=list)  # activity: what the VAD made of each member's samples
 
 
-def encode_window(segment: int, start: int, final: bool, last: bool, samples: np.ndarray) -> bytes:
-    """`Work.data` of an encode: the pass's header and its samples, which the request's input lends only to
-    `prepare_work`."""
-    header = np.array([segment, start, int(final), int(last)], "<i8").tobytes()
+def encode_window(segment: int, start: int, final: bool, last: bool, origin: int, samples: np.ndarray) -> bytes:
+    """`Work.data` of a window's first phase: the pass's header and its samples from `origin` (the window's start,
+    or for the VAD the first sample it has not read), which the request's input lends only to `prepare_work`.
+    Segment -1 is no window: the VAD's last samples at the end of input."""
+    header = np.array([segment, start, int(final), int(last), origin], "<i8").tobytes()
     return header + np.ascontiguousarray(samples, "<f4").tobytes()
 
 
-def decode_window(data: bytes) -> tuple[Pass, np.ndarray]:
-    segment, start, final, last = (int(v) for v in np.frombuffer(data, "<i8", count=4))
-    samples = np.frombuffer(data, "<f4", offset=32)
-    return Pass(segment, start, start + len(samples), bool(final), bool(last)), samples
+def decode_window(data: bytes) -> tuple[Pass, int, np.ndarray]:
+    segment, start, final, last, origin = (int(v) for v in np.frombuffer(data, "<i8", count=5))
+    samples = np.frombuffer(data, "<f4", offset=40)
+    return Pass(segment, start, origin + len(samples), bool(final), bool(last)), origin, samples
 
 
 class WhisperRecognition:
@@ -167,10 +182,11 @@ class WhisperRecognition:
 
     def prepare(self, package: Package) -> RecognitionState:
         where = package.spec.folder / "model.json"
-        if set(package.stages) != set(STAGES):
+        if set(package.stages) - {ACTIVITY} != set(STAGES):
             raise PackageError(
                 f"{where}: key 'stages' names {sorted(package.stages)}; a recognition package has the stages "
-                f"{', '.join(STAGES)} (optimum's encoder_model, decoder_model and decoder_with_past_model)"
+                f"{', '.join(STAGES)} (optimum's encoder_model, decoder_model and decoder_with_past_model), and "
+                f"optionally {ACTIVITY} (Silero VAD)"
             )
         generation = package.spec.role_keys.get("generation")
         if not isinstance(generation, str) or not (package.spec.folder / generation).is_file():
@@ -192,7 +208,8 @@ class WhisperRecognition:
                 f"{where}: stage 'decoder_with_past' takes {names}; optimum's decoder with past takes input_ids, "
                 "past_key_values.L.decoder/encoder.key/value and cache_position"
             )
-        return RecognitionState(dict(package.stages), tokens, package.tokenizer, layers, float(seconds))
+        gate = SpeechGate(package, ACTIVITY) if ACTIVITY in package.stages else None
+        return RecognitionState(dict(package.stages), tokens, package.tokenizer, layers, float(seconds), gate)
 
     def prepare_request(self, state: object, params: object) -> RecognitionRequest:
         assert isinstance(state, RecognitionState) and isinstance(params, RecognitionParams)
@@ -226,7 +243,9 @@ class WhisperRecognition:
                     param="revision_seconds",
                 )
             revision = round(params.revision_seconds * SAMPLE_RATE)
-        return RecognitionRequest(language, previous, params.task, revision)
+        if params.activity and state.gate is None:
+            raise ServeError("'activity': this model has no activity stage (Silero VAD)", param="activity")
+        return RecognitionRequest(language, previous, params.task, revision, params.activity)
 
     def prepare_work(self, state: object, request: object, view: InputView) -> Work:
         assert isinstance(state, RecognitionState) and isinstance(request, RecognitionRequest)
@@ -247,16 +266,22 @@ class WhisperRecognition:
             return Work(b"", 1, current.phase)
         assert view.position == request.acknowledged, "only a window's final transcript acknowledges input"
         start = request.window * WINDOW_SAMPLES
-        held = len(view.data)
-        if held >= WINDOW_SAMPLES:
-            last = view.eof and held == WINDOW_SAMPLES
-            return Work(encode_window(request.window, start, True, last, view.data[:WINDOW_SAMPLES]), 1, "encode")
+        offset = start - view.position  # with a gate, samples the VAD left before the window (fewer than a chunk)
+        held = len(view.data) - offset
+        gated = state.gate is not None
+        if held >= WINDOW_SAMPLES or (view.eof and held > 0):
+            end = offset + min(held, WINDOW_SAMPLES)
+            last = view.eof and end == len(view.data)
+            if gated:
+                data = encode_window(request.window, start, True, last, view.position, view.data[:end])
+                return Work(data, 1, ACTIVITY)
+            return Work(encode_window(request.window, start, True, last, start, view.data[offset:end]), 1, "encode")
         if view.eof:
-            if held == 0:
-                return Work(b"", 1, "end")  # nothing left to transcribe: the work only ends the request
-            return Work(encode_window(request.window, start, True, True, view.data), 1, "encode")
+            if gated and len(view.data):  # the VAD's last samples, after the last window
+                return Work(encode_window(-1, start, True, True, view.position, view.data), 1, ACTIVITY)
+            return Work(b"", 1, "end")  # nothing left to transcribe: the work only ends the request
         if request.revision_samples and held - request.revised >= request.revision_samples:
-            return Work(encode_window(request.window, start, False, False, view.data), 1, "encode")
+            return Work(encode_window(request.window, start, False, False, start, view.data[offset:]), 1, "encode")
         return Work(b"", 0, "encode")
 
     def prepare_batch(self, state: object, members: Sequence[Member]) -> Plan:
@@ -268,9 +293,22 @@ class WhisperRecognition:
         phase = members[0].work.tag.split(":")[0]
         if phase == "end":
             return Plan(phase, requests, [])
-        if phase == "encode":
+        rows = [member.row for member in members]
+        if phase == ACTIVITY:
             decoded = [decode_window(member.work.data) for member in members]
-            return Plan(phase, requests, [p for p, _ in decoded], samples=[s for _, s in decoded])
+            return Plan(phase, requests, [p for p, _, _ in decoded], samples=[s for _, _, s in decoded],
+                        starts=[o for _, o, _ in decoded], rows=rows)  # fmt: skip
+        if phase == "encode":
+            passes, samples = [], []
+            for member, request in zip(members, requests, strict=True):
+                if member.work.data:
+                    current, _, window = decode_window(member.work.data)
+                else:  # a window the VAD heard speech in: the request keeps its samples
+                    assert request.current is not None and request.current.samples is not None
+                    current, window = request.current, request.current.samples
+                passes.append(current)
+                samples.append(window)
+            return Plan(phase, requests, passes, samples=samples, rows=rows)
         passes = []
         for request in requests:
             assert request.current is not None and request.current.phase == phase
@@ -300,6 +338,10 @@ class WhisperRecognition:
         assert isinstance(state, RecognitionState) and isinstance(plan, Plan)
         if plan.phase == "end":
             return None
+        if plan.phase == ACTIVITY:
+            assert state.gate is not None
+            eof = [current.last for current in plan.passes]
+            return Result({}, np.zeros(0, np.int64), state.gate.run(plan.rows, plan.samples, plan.starts, eof))
         if plan.phase == "encode":
             features = np.stack([log_mel(samples) for samples in plan.samples])
             return Result(run(state.stages["encoder"], {"input_features": features}), np.zeros(0, np.int64))
@@ -318,8 +360,13 @@ class WhisperRecognition:
             return Completion(0, (), True)
         assert isinstance(result, Result)
         tokens = state.tokens
+        if plan.rows:
+            request.row = plan.rows[ordinal]
+        if plan.phase == ACTIVITY:
+            return self._heard(state, request, plan, result.heard[ordinal], ordinal)
         if plan.phase == "encode":
             current = plan.passes[ordinal]
+            current.samples = None
             current.states = np.asarray(result.outputs["last_hidden_state"][ordinal])
             current.language = request.language if request.language is not None else -1
             current.phase = "detect" if request.language is None else "prompt"
@@ -349,6 +396,25 @@ class WhisperRecognition:
             return self._publish(state, request, current)
         return Completion()
 
+    def _heard(
+        self, state: RecognitionState, request: RecognitionRequest, plan: Plan, heard: Heard, ordinal: int
+    ) -> Completion:
+        """Keep what the VAD heard; a window with speech goes on to the encoder, one without is final and empty."""
+        assert state.gate is not None
+        state.gate.commit(request.row, heard)
+        request.heard = plan.starts[ordinal] + heard.covered
+        if request.activity:
+            request.pending += heard.events
+        current = plan.passes[ordinal]
+        if current.segment < 0:  # the samples after the last window: only the VAD's events
+            return self._acknowledge(state, request, current, ())
+        if heard.speech:
+            current.samples = plan.samples[ordinal][current.start - plan.starts[ordinal] :].copy()
+            current.phase = "encode"
+            request.current = current
+            return Completion()
+        return self._publish(state, request, current)
+
     def _publish(self, state: RecognitionState, request: RecognitionRequest, current: Pass) -> Completion:
         """The pass's transcript as the segment's next revision; a final one acknowledges the window."""
         text = state.tokenizer.decode(current.tokens, skip_special_tokens=True)
@@ -358,18 +424,29 @@ class WhisperRecognition:
             request.revisions += 1
             request.revised = current.end - current.start
             return Completion(0, (event,))
-        consumed = current.end - request.acknowledged
-        request.acknowledged = current.end
+        return self._acknowledge(state, request, current, (event,))
+
+    def _acknowledge(
+        self, state: RecognitionState, request: RecognitionRequest, current: Pass, events: tuple[object, ...]
+    ) -> Completion:
+        """A window is final: acknowledge its samples (with a gate, those the VAD has read, whose events go first)."""
+        end = request.heard if state.gate is not None else current.end
+        consumed = end - request.acknowledged
+        request.acknowledged = end
         request.window += 1
         request.revisions = request.revised = 0
         if state.metrics is not None:
             state.metrics.audio_input(consumed / SAMPLE_RATE, time.monotonic() - current.began)
-        return Completion(consumed, (event,), current.last)
+        events, request.pending = (*request.pending, *events), ()
+        return Completion(consumed, events, current.last)
 
     def release(self, state: object, request: object) -> None:
-        """Drop the request's cache and encoder states (its rows hold nothing else)."""
-        assert isinstance(request, RecognitionRequest)
+        """Drop the request's cache and encoder states, and clear its row's VAD state."""
+        assert isinstance(state, RecognitionState) and isinstance(request, RecognitionRequest)
         request.current = None
+        if state.gate is not None and request.row >= 0:
+            state.gate.clear(request.row)
+            request.row = -1
 
 
 def past_names(layers: int, sides: tuple[str, ...] = ("decoder", "encoder")) -> list[str]:

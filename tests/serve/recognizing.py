@@ -138,6 +138,28 @@ class OnnxWhisper:
         return [self.window(samples[s : s + WINDOW_SAMPLES], language) for s in starts]
 
 
+def gated_tiny_folder(folder: Path) -> Path:
+    """The tiny package with Silero VAD as its `activity` stage (the `silero-vad` wheel's graph, its layout drafted
+    beside it) in `folder`: the test is skipped where the wheel is not installed."""
+    from loam.driver.draft import draft_layout
+    from tests.models.real_exports.exports import package_file
+
+    graph = package_file("silero-vad", "silero_vad.onnx")
+    require_installed("silero-vad", graph is not None)
+    assert graph is not None
+    (folder / "silero.loam.toml").write_text(draft_layout(graph).toml(), encoding="utf-8")
+    table = json.loads((TINY / "model.json").read_text(encoding="utf-8"))
+    for key in ("sources", "tokenizer", "generation"):
+        value = table[key]
+        table[key] = {k: str(TINY / v) for k, v in value.items()} if isinstance(value, dict) else str(TINY / value)
+    for stage in table["stages"].values():
+        stage["graph"], stage["options"] = str(TINY / stage["graph"]), str(TINY / stage["options"])
+    table["stages"]["activity"] = {"graph": str(graph), "options": "silero.loam.toml"}
+    table["name"] = "gated-whisper"
+    (folder / "model.json").write_text(json.dumps(table, indent=1), encoding="utf-8")
+    return folder
+
+
 @functools.cache
 def tiny_oracle() -> OnnxWhisper:
     return OnnxWhisper(MODELS / "whisper", TINY / "generation_config.json")
@@ -151,6 +173,18 @@ def fed(
     timeout: float = 120.0,
     pause: float = 0.0,
 ) -> list[TranscriptEvent]:
+    """The transcripts of one request fed `samples` (see `fed_events`)."""
+    return [e for e in fed_events(worker, samples, packets, params, timeout, pause) if isinstance(e, TranscriptEvent)]
+
+
+def fed_events(
+    worker: StreamWorker,
+    samples: np.ndarray,
+    packets: Sequence[int] = (),
+    params: object = None,
+    timeout: float = 120.0,
+    pause: float = 0.0,
+) -> list[object]:
     """Every event of one request fed `samples` as a live client feeds them: in packets of the sizes `packets`
     cycles through (default: as much as its credit allows), each as its credit allows, `pause` seconds apart (as
     audio arrives from a microphone), the last with the end of input.  The request must succeed."""
@@ -165,7 +199,7 @@ def fed(
     request = worker.open(params or RecognitionParams(language="en"), sink)
     sizes = list(packets)
     fed_, seen, index = 0, 0, 0
-    out: list[TranscriptEvent] = []
+    out: list[object] = []
     while True:
         while not request.eof:
             size = min(sizes[index % len(sizes)] if packets else worker.credit(request), len(samples) - fed_)
@@ -183,7 +217,6 @@ def fed(
             new, seen = events[seen:], len(events)
         for event in new:
             if event.kind == "event":
-                assert isinstance(event.value, TranscriptEvent)
                 out.append(event.value)
                 worker.consumed(request, event.size)
             elif event.kind == "error":

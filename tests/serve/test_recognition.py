@@ -22,6 +22,7 @@ import numpy as np
 import openai
 import pytest
 
+from loam.serve.activity import ActivityEvent, ActivityParams, SileroActivity
 from loam.serve.metrics import Metrics
 from loam.serve.package import PackageError, open_package, read_package
 from loam.serve.recognition import (
@@ -35,6 +36,7 @@ from loam.serve.recognition_http import live_params, transcript_message
 from loam.serve.scheduler import Event, Request, ServeError
 from loam.serve.server import Server
 from loam.serve.spec import Capacities, Package
+from loam.serve.speech_gate import SpeechGate
 from loam.serve.stream import StreamWorker
 from loam.serve.web import Fields
 from tests.serve.recognizing import (
@@ -42,6 +44,8 @@ from tests.serve.recognizing import (
     TINY,
     OnnxWhisper,
     fed,
+    fed_events,
+    gated_tiny_folder,
     noise,
     read_wav,
     tiny_oracle,
@@ -508,3 +512,77 @@ def test_a_live_stream_start_message_is_a_recognition_request() -> None:
         "type": "transcript", "segment": 3, "revision": 1, "start": 960_000, "end": 1_000_000, "text": " Hello.",
         "final": False,
     }  # fmt: skip
+
+
+# -- speech activity: Silero VAD gating the windows --------------------------------------------------------------
+
+
+class Counting(WhisperRecognition):
+    """The built-in control, counting the members each phase's numerical work ran for."""
+
+    def __init__(self) -> None:
+        self.ran: dict[str, int] = {}
+
+    def generate(self, state: object, plan: object) -> object:
+        phase = str(getattr(plan, "phase", ""))
+        self.ran[phase] = self.ran.get(phase, 0) + len(getattr(plan, "requests", []))
+        return super().generate(state, plan)
+
+
+@pytest.fixture(scope="module")
+def gated_package(tmp_path_factory: pytest.TempPathFactory) -> Package:
+    folder = gated_tiny_folder(tmp_path_factory.mktemp("gated"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LOAM_CACHE_DIR", str(tmp_path_factory.mktemp("gated-cache")))
+        return open_package(folder)
+
+
+@pytest.fixture(scope="module")
+def gated(gated_package: Package) -> Iterator[tuple[StreamWorker, Counting]]:
+    control = Counting()
+    worker = serve_recognition(gated_package, control, Metrics().model("gated"))
+    yield worker, control
+    worker.stop()
+
+
+def test_windows_without_speech_cost_no_decoder_work(gated: tuple[StreamWorker, Counting]) -> None:
+    """65 s: silence, then the Piper voice's sentences in the second window, then trailing silence.  The silent
+    windows are final and empty without an encoder or decoder call; the spoken one is the plain tiny run's."""
+    worker, control = gated
+    speech = read_wav("speech.wav")
+    audio = np.zeros(65 * 16000, np.float32)
+    audio[WINDOW + 16000 : WINDOW + 16000 + len(speech)] = speech
+    control.ran.clear()
+    events = fed(worker, audio, packets=(48_000, 7))
+    assert [(e.segment, e.start, e.end, e.final) for e in events] == [
+        (0, 0, WINDOW, True), (1, WINDOW, 2 * WINDOW, True), (2, 2 * WINDOW, len(audio), True)
+    ]  # fmt: skip
+    assert [e.text for e in events] == ["", isolated_text(audio[WINDOW : 2 * WINDOW])[0], ""]
+    assert control.ran["activity"] == 3 and control.ran["encode"] == 1 and control.ran["prompt"] == 1
+
+
+def test_activity_events_cover_the_input_in_order_before_each_final_transcript(
+    gated: tuple[StreamWorker, Counting], gated_package: Package
+) -> None:
+    """With `activity`, each window's final transcript comes after the VAD's events for the samples it
+    acknowledges: the events partition the input in order (512 samples each, the last one shorter), and
+    their probabilities are the activity role's for the same audio fed to it alone."""
+    worker, _ = gated
+    speech = read_wav("speech.wav")
+    audio = np.concatenate([np.zeros(WINDOW - 8000, np.float32), speech, np.zeros(1001, np.float32)])
+    events = fed_events(worker, audio, packets=(30_000,), params=RecognitionParams(language="en", activity=True))
+    kinds = [type(e).__name__ for e in events]
+    assert kinds.count("TranscriptEvent") == 2 and kinds[-1] == "TranscriptEvent"
+    first = kinds.index("TranscriptEvent")
+    assert all(isinstance(e, ActivityEvent) and e.end <= WINDOW for e in events[:first])
+    activity = [e for e in events if isinstance(e, ActivityEvent)]
+    assert [(a.start, a.end) for a in activity] == [(s, min(s + 512, len(audio))) for s in range(0, len(audio), 512)]
+    gate = SpeechGate(gated_package, "activity")
+    alone = StreamWorker("silero", Metrics().model("silero"), SileroActivity(), gate.state,
+                         gated_package.spec.capacities, input_limit=1 << 20)  # fmt: skip
+    try:
+        want = [e for e in fed_events(alone, audio, params=ActivityParams(16000)) if isinstance(e, ActivityEvent)]
+    finally:
+        alone.stop()
+    assert activity == want
+    assert any(a.probability >= 0.5 for a in activity) and activity[0].probability < 0.5
