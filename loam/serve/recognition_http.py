@@ -25,7 +25,9 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from loam.serve import activity_http
 from loam.serve.audio_codec import decode_audio
+from loam.serve.live_http import Live
 from loam.serve.recognition import RecognitionParams, RecognitionState, TranscriptEvent
 from loam.serve.scheduler import Event, ServeError
 from loam.serve.stream import StreamRequest, StreamWorker
@@ -163,7 +165,15 @@ def live_params(fields: Fields, rate: int) -> RecognitionParams:
         prompt=fields.get("prompt", (str,), ""),
         temperature=fields.number("temperature", 0.0, 0.0, 2.0),
         revision_seconds=None if revision is None else float(revision),
+        activity=fields.get("activity", (bool,), False),
     )
+
+
+def live_message(event: object) -> dict[str, Any]:
+    """A recognition request's event as the live audio WebSocket sends it: a transcript, or the VAD's activity."""
+    if isinstance(event, TranscriptEvent):
+        return transcript_message(event)
+    return activity_http.encode_event(event)
 
 
 def transcript_message(event: TranscriptEvent) -> dict[str, Any]:
@@ -244,3 +254,7 @@ class Transcription:
             watcher.cancel()
             if not request.finished:
                 self.worker.cancel(request)
+
+
+LIVE = Live(live_params, live_message)
+"""How the live audio WebSocket (`/v1/audio/stream`) reaches recognition models."""

@@ -131,6 +131,7 @@ ROLES: dict[str, Role] = {
             WhisperRecognition,
             serve_recognition,
             recognition_http.routes,
+            recognition_http.LIVE,
         ),
         Role(
             "activity",

@@ -586,3 +586,36 @@ def test_activity_events_cover_the_input_in_order_before_each_final_transcript(
         alone.stop()
     assert activity == want
     assert any(a.probability >= 0.5 for a in activity) and activity[0].probability < 0.5
+
+
+def test_the_live_audio_websocket_streams_revisions_and_final_transcripts(server: Server) -> None:
+    """PCM frames over `/v1/audio/stream`: every transcript revision as a message, each segment's final one the
+    isolated run's text, then `done`."""
+    from websockets.sync.client import connect
+
+    from loam.serve.cli import Listener
+
+    audio = noise(33.0, seed=80)
+    want = isolated_text(audio)
+    with Listener(server) as listener:
+        url = listener.url.replace("http://", "ws://") + "/v1/audio/stream?model=tiny-whisper"
+        with connect(url, open_timeout=30) as ws:
+            start = {"type": "start", "sample_rate": 16000, "encoding": "f32le", "language": "en"}
+            ws.send(json.dumps(start | {"revision_seconds": 10}))
+            ready = json.loads(ws.recv(timeout=30))
+            assert ready["type"] == "ready" and ready["credit"] > 0
+            for offset in range(0, len(audio), 16000):
+                ws.send(audio[offset : offset + 16000].astype("<f4").tobytes())
+            ws.send(json.dumps({"type": "end"}))
+            messages = []
+            while not messages or messages[-1]["type"] not in ("done", "error"):
+                messages.append(json.loads(ws.recv(timeout=120)))
+    assert messages[-1] == {"type": "done"}
+    transcripts_ = [m for m in messages if m["type"] == "transcript"]
+    finals_ = [m for m in transcripts_ if m["final"]]
+    assert [(m["segment"], m["start"], m["end"], m["text"]) for m in finals_] == [
+        (0, 0, WINDOW, want[0]), (1, WINDOW, len(audio), want[1])
+    ]  # fmt: skip
+    for segment in (0, 1):
+        revisions = [m["revision"] for m in transcripts_ if m["segment"] == segment]
+        assert revisions == list(range(len(revisions)))
