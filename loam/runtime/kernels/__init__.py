@@ -22,6 +22,7 @@ from loam.runtime.kernels import (
     conv,
     elementwise,
     indexing,
+    int8_products,
     losses,
     movement,
     narrow,
@@ -55,6 +56,7 @@ FAMILIES = (
     stochastic,
     products,
     compiled,
+    int8_products,
     quantized,
 )
 

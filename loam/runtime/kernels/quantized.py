@@ -50,11 +50,16 @@ import numpy as np
 
 from loam.runtime.dequant import block_integers, dequant_blocks
 from loam.runtime.kernels.compiled import compiled_kernels, matmul_packed_compiled
+from loam.runtime.kernels.int8_products import matmul_nbits_int8, matmul_packed_int8
 
 
-def kernel_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int) -> np.ndarray:
+def kernel_matmul_packed(x: np.ndarray, w: np.ndarray, *, transposed: int, int8: int = 0) -> np.ndarray:
     """x [..., K] @ W^T for W [N, K] (`transposed`), else x @ W for W [K, N]; W is blocks [rows,
-    row length / 32] of a ggml encoding, or a plain array."""
+    row length / 32] of a ggml encoding, or a plain array.  `int8`: x @ W^T over blocks rounds x to
+    llama.cpp's q8 blocks and multiplies integers (`loam/runtime/kernels/int8_products.py`)."""
+    if int8 and transposed and w.dtype.names is not None:
+        flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
+        return matmul_packed_int8(flat, w).reshape(*x.shape[:-1], w.shape[0])
     if w.dtype.names is None:
         plain = np.asarray(w, dtype=np.float32)
         # One product over every row (np.matmul would multiply each leading index of x apart, reading W each time).
@@ -170,10 +175,12 @@ def _matmul_nbits_numpy(
 
 def kernel_matmul_nbits(
     a: np.ndarray, b: np.ndarray, scales: np.ndarray, *given: np.ndarray, k: int, n: int, bits: int, block_size: int,
-    present: int,
+    present: int, int8: int = 0,
 ) -> np.ndarray:  # fmt: skip
     """onnxruntime's MatMulNBits: A [.., K] @ W^T (+ bias), W [N, K] = (q - zero point) * scale per block
-    of K; `present` says which of zero points (1), g_idx (2) and bias (4) follow `scales`."""
+    of K; `present` says which of zero points (1), g_idx (2) and bias (4) follow `scales`.  `int8` (without
+    g_idx, zero points uint8 or none): A rounded to int8 per block and multiplied as integers, as
+    onnxruntime does at accuracy_level 4 (`loam/runtime/kernels/int8_products.py`)."""
     rest = list(given)
     zero = rest.pop(0) if present & 1 else None
     g_idx = rest.pop(0) if present & 2 else None
@@ -210,7 +217,9 @@ def kernel_matmul_nbits(
         if z is None:
             z = np.full((1, 1), 1 << (bits - 1), np.float32)  # one zero point for every block
         kernels = compiled_kernels()  # numba's kernels where installed (`loam/runtime/kernels/compiled.py`)
-        if kernels is not None and m <= 2:  # a decode step: each block's bytes read once, no float W formed
+        if int8:
+            matmul_nbits_int8(packed, s, z, x, out, bits, block_size)
+        elif kernels is not None and m <= 2:  # a decode step: each block's bytes read once, no float W formed
             kernels["_rows_nbits"](packed, s, z, x, out, bits, block_size)
         elif kernels is not None:  # a bounded group of W's rows widened into scratch, then BLAS
             scratch = np.empty((min(step, n), width), np.float32)
