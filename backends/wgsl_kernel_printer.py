@@ -282,18 +282,21 @@ class WgslKernelPrinter:
 
     def packed(self, op: LibraryOp) -> Dispatches:
         """A product or gather over a weight uploaded as its ggml blocks: the library kernel, told the
-        blocks' encoding (the weight's `stored`)."""
+        blocks' encoding (the weight's `stored`).  The shader multiplies in float32 whatever `int8` says
+        (the numpy kernel's integer products are not ported; pack-quantized's build note says so)."""
         weight = op.operands[1 if op.kernel_name == "matmul_packed" else 0].owner
         stored = STORED.get(weight) if isinstance(weight, WeightOp) and PACKED.is_on(weight) else None
         if stored is None:
             raise UnsupportedError(f"{op.name} '{node_of(op)}': its weight is not one kept in ggml blocks")
-        return self.library_kernel(op, {"encoding": stored})
+        return self.library_kernel(op, {"encoding": stored}, omit=("int8",))
 
-    def library_kernel(self, op: LibraryOp, extra: dict[str, object] | None = None) -> Dispatches:
+    def library_kernel(
+        self, op: LibraryOp, extra: dict[str, object] | None = None, omit: tuple[str, ...] = ()
+    ) -> Dispatches:
         """A kernel its WGSL family writes the shader of, its params computed by `_p_NAME` (from the op's
-        params and `extra`)."""
+        params but `omit`, and `extra`)."""
         name = op.kernel_name
-        p = {**op.params, **(extra or {})}
+        p = {**{k: v for k, v in op.params.items() if k not in omit}, **(extra or {})}
         # The values a kernel sums or multiplies (a scatter's indices are not among them).
         summed = [op.operands[0], op.operands[2]] if name == "scatter_elements" else [*op.operands, *op.results]
         if any(axes_type(v, "operand").elem.name == "i64" for v in summed) and (

@@ -289,6 +289,17 @@ INLINE_WEIGHTS = BuildAttribute[IntegerAttr, bool](
     "The `inline_weights` option: the module carries every weight the graph reads.",
 )
 
+INT8_ACTIVATIONS = BuildAttribute[IntegerAttr, bool](
+    "loam.int8_activations",
+    IntegerAttr,
+    _bool,
+    BoolAttr.from_bool,
+    "a bool (`true` or `false`)",
+    "The `int8_activations` option, where given: packed products round their activations to int8 per block "
+    "and multiply integers (true) or multiply in float32 (false); absent, each MatMulNBits does as its "
+    "accuracy_level asks.",
+)
+
 # -- what `loam build` read of the checkpoints and the model -----------------------------------------
 
 CHECKPOINT_NAMES = BuildAttribute[ArrayAttr[Attribute], tuple[tuple[str, str], ...]](
@@ -500,6 +511,7 @@ MODULE_ATTRIBUTES: Mapping[str, Registered] = {
         OUTPUTS,
         LAYOUT,
         INLINE_WEIGHTS,
+        INT8_ACTIVATIONS,
         CHECKPOINT_NAMES,
         ROW_ORDERS,
         CHECKPOINT_FORMATS,

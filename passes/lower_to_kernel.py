@@ -8,7 +8,8 @@ a `kernel.zip`, each elementwise operator one `kernel.zip` whose `Expr` is data.
 replaces the `graph.model`; nothing after this pass reads the graph dialect.
 
 The build notes rules leave through `LowerContext.note` (one per distinct text, naming the nodes
-that left it) join `loam.notes`.
+that left it) join `loam.notes`.  The module's `loam.int8_activations` (the option, where given) reaches
+the rules as `LowerContext.int8_activations`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from loam.core.errors import AxisError, UnsupportedError
+from loam.dialects import build_contract as contract
 from loam.dialects.graph import (
     ConstantOp,
     GraphOp,
@@ -66,8 +68,9 @@ class LowerToKernelPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         notes: dict[str, list[str]] = {}
+        int8 = contract.INT8_ACTIVATIONS.get(op)
         for model in [m for m in op.ops if isinstance(m, ModelOp)]:
-            program = lower_graph(model.graph, notes)
+            program = lower_graph(model.graph, notes, int8)
             Rewriter.replace_op(model, program, new_results=[])
         if notes:
             add_notes(op, [f"{text} ({_nodes(names)})" for text, names in notes.items()])
@@ -79,16 +82,18 @@ def _nodes(names: list[str]) -> str:
     return f"node{'s' if len(names) > 1 else ''} {shown}{more}"
 
 
-def lower_graph(graph: GraphOp, notes: dict[str, list[str]] | None = None) -> ProgramOp:
+def lower_graph(
+    graph: GraphOp, notes: dict[str, list[str]] | None = None, int8_activations: bool | None = None
+) -> ProgramOp:
     """The program computing `graph` (a main graph: no outer scope); the rules' build notes go in
-    `notes` (text -> the nodes that left it)."""
+    `notes` (text -> the nodes that left it); `int8_activations` is the option (None: not given)."""
     source = graph.body.block
     block = Block(arg_types=[_axes_type(a) for a in source.args])
     mapping: dict[SSAValue, SSAValue] = {}
     for old, new in zip(source.args, block.args, strict=True):
         mapping[old] = new
         new.name_hint = old.name_hint
-    lower_ops(source, block, mapping, {} if notes is None else notes)
+    lower_ops(source, block, mapping, {} if notes is None else notes, int8_activations)
     # A constant folded into every Expr that read it, or a weight no kernel reads, is not kept:
     # Weights must not ask the checkpoint for a tensor forward never reads.
     for op in reversed(list(block.walk())):
@@ -104,7 +109,7 @@ def lower_graph(graph: GraphOp, notes: dict[str, list[str]] | None = None) -> Pr
 
 
 def _region_lowering(
-    node: NodeOp, mapping: dict[SSAValue, SSAValue], notes: dict[str, list[str]]
+    node: NodeOp, mapping: dict[SSAValue, SSAValue], notes: dict[str, list[str]], int8_activations: bool | None
 ) -> Callable[[str], Region]:
     """What lowers the regions of `node` (`LowerContext.region`): region `key`'s block into a new block
     whose arguments stand for its own, reading the enclosing scopes' values through `mapping`."""
@@ -114,15 +119,21 @@ def _region_lowering(
         inner = Block(arg_types=[_axes_type(a) for a in source.args])
         for old, new in zip(source.args, inner.args, strict=True):
             mapping[old] = _named(new, old)
-        lower_ops(source, inner, mapping, notes)
+        lower_ops(source, inner, mapping, notes, int8_activations)
         return Region(inner)
 
     return region
 
 
-def lower_ops(source: Block, block: Block, mapping: dict[SSAValue, SSAValue], notes: dict[str, list[str]]) -> None:
+def lower_ops(
+    source: Block,
+    block: Block,
+    mapping: dict[SSAValue, SSAValue],
+    notes: dict[str, list[str]],
+    int8_activations: bool | None = None,
+) -> None:
     """Lower the ops of `source` into `block`; `mapping` carries values of the enclosing scopes, `notes`
-    the rules' build notes."""
+    the rules' build notes, `int8_activations` the option (`LowerContext.int8_activations`)."""
 
     def emit(op: Operation) -> Operation:
         block.add_op(op)
@@ -158,8 +169,8 @@ def lower_ops(source: Block, block: Block, mapping: dict[SSAValue, SSAValue], no
             info = node_info(op)
             rule = rule_for(info, op.domain)
             operands = [None if isinstance(v.owner, NoneOp) else mapping[v] for v in op.args]
-            regions = _region_lowering(op, mapping, notes)
-            ctx = LowerContext(emit, [_axes_type(r) for r in op.outs], notes, Reverse, regions)
+            regions = _region_lowering(op, mapping, notes, int8_activations)
+            ctx = LowerContext(emit, [_axes_type(r) for r in op.outs], notes, Reverse, regions, int8_activations)
             results = rule.lower(ctx, info, operands)
             for old, new in zip(op.outs, results, strict=True):
                 mapping[old] = _named(new, old)

@@ -17,7 +17,11 @@ A 2-D weight W with rows of whole 32-element blocks is packed when every reader 
   becomes `kernel.matmul_packed(x, W) {transposed = 0}`;
 - `kernel.gather(W, ids) {axis = 0}` (an embedding lookup), which becomes `kernel.gather_packed`;
 
-and then carries `packed`, which tells the numpy module's `Weights` to keep its blocks.  A weight with
+and then carries `packed`, which tells the numpy module's `Weights` to keep its blocks.  Where the build
+sets `int8_activations` (the module's `loam.int8_activations`; off unless given, for a GGUF), each
+`transposed = 1` product also gets `int8 = 1`: x is rounded to llama.cpp's q8 blocks and multiplied as
+integers (`loam/runtime/kernels/int8_products.py`); x @ W runs in float32 either way, its blocks lying
+across K.  A weight with
 any other reader stays as it was (dequantized to float32 at load); `unpacked_reasons` says why for
 the build's notes.  Both backends run this pass: the numpy module's `Weights` views the blocks in the
 checkpoint's memory map, the WGSL module uploads them byte for byte and its shaders widen them.
@@ -50,6 +54,7 @@ class PackQuantizedPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         stored = contract.STORED_ENCODINGS.get(op) or {}
+        int8 = bool(contract.INT8_ACTIVATIONS.get(op))
         notes: list[str] = []
         for weight in [w for w in op.walk() if isinstance(w, WeightOp)]:
             name = weight.weight_name.data
@@ -59,13 +64,19 @@ class PackQuantizedPass(ModulePass):
                 continue
             why = why_unpacked(weight)
             if why is None:
-                _pack(weight)
+                _pack(weight, int8)
             elif name in stored:
                 encoding, path = stored[name]
                 notes.append(
                     f"checkpoint {path}: tensor '{name}' is {encoding}; {why}, "
                     "so Weights dequantizes it to float32 at load"
                 )
+        if int8 and any(isinstance(m, MatmulPackedOp) and m.params.get("int8") for m in op.walk()):
+            notes.append(
+                "int8_activations: products over the checkpoint's packed blocks round x to int8 per block of 32 "
+                "(q8_0, q8_1 for Q4_1) and multiply integers, as llama.cpp does (a WGSL module's shaders multiply "
+                "in float32)"
+            )
         if notes:
             add_notes(op, notes)
 
@@ -108,7 +119,7 @@ def _packable_reader(weight: WeightOp, user: Operation) -> bool:
     return False
 
 
-def _pack(weight: WeightOp) -> None:
+def _pack(weight: WeightOp, int8: bool) -> None:
     rewriter = Rewriter()
     for use in list(weight.result.uses):
         user = use.operation
@@ -129,7 +140,8 @@ def _pack(weight: WeightOp) -> None:
             assert isinstance(m, MatmulOp)
             node = m.properties["node"]
             assert isinstance(node, StringAttr)
-            packed = MatmulPackedOp([m.lhs, weight.result], [m.result.type], node.data, transposed=1)
+            params = {"transposed": 1, **({"int8": 1} if int8 else {})}
+            packed = MatmulPackedOp([m.lhs, weight.result], [m.result.type], node.data, **params)
             rewriter.replace_op(m, packed)
         rewriter.erase_op(user)
     contract.PACKED.set(weight, True)

@@ -74,6 +74,7 @@ def test_empty_file_gives_defaults(tmp_path: Path) -> None:
     [
         ("archtecture = 'x'\n", "unknown key 'archtecture'"),
         ("inline_weights = 1\n", "key 'inline_weights' must be true or false, got an integer"),
+        ("int8_activations = 'yes'\n", "key 'int8_activations' must be true or false, got a string"),
         ("architecture = 3\n", "key 'architecture' must be a string, got an integer"),
         ("outputs = 'y'\n", "key 'outputs' must be an array of strings, got a string"),
         ("outputs = ['y', 2]\n", "key 'outputs' must be an array of strings, got an integer"),
@@ -147,6 +148,7 @@ def test_python_api_normalizes_and_freezes() -> None:
         ({"dims": {"N": -2}}, "dim 'N' must be a non-negative integer"),
         ({"dims": {"N": True}}, "dim 'N' must be a non-negative integer"),
         ({"inline_weights": "yes"}, "'inline_weights' must be True or False"),
+        ({"int8_activations": 1}, "'int8_activations' must be True, False or None"),
         ({"outputs": "y"}, "'outputs' must be a list of strings"),
         ({"outputs": ()}, "'outputs' is empty"),
         ({"checkpoints": "w.safetensors"}, "write [path] for one file"),
@@ -184,6 +186,16 @@ def test_merged_flags_override_and_extend(tmp_path: Path) -> None:
 def test_merged_without_flags_keeps_everything(tmp_path: Path) -> None:
     base = Options.from_toml(write(tmp_path, FULL))
     assert base.merged() == base
+
+
+def test_int8_activations_is_absent_unless_given_and_a_flag_replaces_the_files(tmp_path: Path) -> None:
+    """Absent, each node does as its model asks (None); the file's true or false, then a flag's, decide."""
+    assert Options().int8_activations is None
+    assert Options.from_toml(write(tmp_path, FULL)).int8_activations is None
+    on = Options.from_toml(write(tmp_path, "int8_activations = true\n"))
+    assert on.int8_activations is True
+    assert on.merged().int8_activations is True
+    assert on.merged(int8_activations=False).int8_activations is False
 
 
 def test_merged_validates_flag_values() -> None:

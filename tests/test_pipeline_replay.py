@@ -47,8 +47,12 @@ def test_tiny_gpt2_replays_to_the_same_module(tmp_path: Path, backend: str) -> N
 
 
 @pytest.mark.xdist_group("smollm2")
-def test_smollm2_with_its_architecture_table_replays_to_the_same_module(tmp_path: Path) -> None:
-    options = Options(checkpoints=(smollm2_gguf(),), architecture="llama")
+@pytest.mark.parametrize("int8", [None, True])
+def test_smollm2_with_its_architecture_table_replays_to_the_same_module(tmp_path: Path, int8: bool | None) -> None:
+    """The replay packs what the build packed, from the IR alone; with `int8_activations` the module's
+    `loam.int8_activations` makes the replay's packed products integer ones too."""
+    options = Options(checkpoints=(smollm2_gguf(),), architecture="llama", int8_activations=int8)
     built = loam.build(MODELS / "smollm2" / "decoder_with_past.onnxtext", options=options, dump_ir=tmp_path)
-    assert "matmul_packed" in built.source  # the replay packs what the build packed, from the IR alone
+    assert "matmul_packed" in built.source
+    assert ("int8=1" in built.source) == bool(int8)
     assert replayed(tmp_path, "numpy", "memory", draft=True) == built.source

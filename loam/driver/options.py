@@ -10,6 +10,7 @@ The TOML form (paths are relative to the TOML file)::
 
     architecture = "bert"            # optional, a built-in architecture table
     inline_weights = false
+    int8_activations = true          # packed products multiply int8 activations (default: as the model asks)
     outputs = ["logits"]             # cut the graph at these outputs
     checkpoint = "model.safetensors" # or a list of shards, a .gguf, or a model.safetensors.index.json
     grad = true                      # forward also returns the weights' gradients (`differentiate`)
@@ -59,7 +60,14 @@ if TYPE_CHECKING:
 
     from loam.core.layout import LayoutRule
 
-__all__ = ["Options", "Value", "checked_value"]
+__all__ = ["INT8_ACTIVATIONS_HELP", "Options", "Value", "checked_value"]
+
+INT8_ACTIVATIONS_HELP = (
+    "products over packed weights (MatMulNBits, a GGUF's Q4_0/Q4_1/Q8_0) round their activations to int8 per "
+    "block and multiply integers, as onnxruntime (accuracy_level 4) and llama.cpp do (--no-int8-activations: "
+    "float32 products); default: as the model asks, on for MatMulNBits at accuracy_level 4 without g_idx"
+)
+"""What `loam build --help` says of `--int8-activations` (the `int8_activations` option)."""
 
 _TOP_LEVEL_KEYS = (
     "architecture",
@@ -74,6 +82,7 @@ _TOP_LEVEL_KEYS = (
     "interface",
     "layout",
     "device_limits",
+    "int8_activations",
 )
 _LAYOUT_KEYS = ("pattern", "axes", "graph")
 
@@ -161,6 +170,10 @@ class Options:
       empty: every float weight).  TOML says `grad = true` and `grad_of = [...]`.
     - `device_limits`: WebGPU limit name -> value, for a WGSL module whose target device offers more
       than WebGPU's defaults (`loam.backends.wgsl_limits`; the numpy backend has no use for them).
+    - `int8_activations`: whether products over packed weights (MatMulNBits, a GGUF's Q4_0, Q4_1 and
+      Q8_0 blocks) round their activations to int8 per block and multiply integers, as onnxruntime's
+      accuracy_level 4 and llama.cpp do (`loam/runtime/kernels/int8_products.py`); None (absent): as the
+      model asks, on for a MatMulNBits at accuracy_level 4 without g_idx, off for the rest.
 
     Lists given through the Python API are normalized to tuples and `dims` to a read-only mapping,
     so an `Options` never changes after it is made.
@@ -177,12 +190,17 @@ class Options:
     checkpoint_names: tuple[tuple[str, str], ...] = ()
     grad: tuple[str, ...] | None = None
     device_limits: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    int8_activations: bool | None = None
 
     def __post_init__(self) -> None:
         if self.architecture is not None and (not isinstance(self.architecture, str) or not self.architecture):
             raise OptionsError(f"options: 'architecture' must be a non-empty string, got {self.architecture!r}")
         if not isinstance(self.inline_weights, bool):
             raise OptionsError(f"options: 'inline_weights' must be True or False, got {self.inline_weights!r}")
+        if self.int8_activations is not None and not isinstance(self.int8_activations, bool):
+            raise OptionsError(
+                f"options: 'int8_activations' must be True, False or None, got {self.int8_activations!r}"
+            )
         if self.outputs is not None:
             outputs = _check_names(self.outputs, "options: 'outputs'")
             if not outputs:
@@ -279,6 +297,9 @@ class Options:
         if "inline_weights" in table:
             expect("inline_weights", table["inline_weights"], bool, "true or false")
             kwargs["inline_weights"] = table["inline_weights"]
+        if "int8_activations" in table:
+            expect("int8_activations", table["int8_activations"], bool, "true or false")
+            kwargs["int8_activations"] = table["int8_activations"]
         if "outputs" in table:
             outputs = table["outputs"]
             expect("outputs", outputs, list, "an array of strings")
@@ -360,6 +381,7 @@ class Options:
         checkpoints: Iterable[str | Path] = (),
         grad: Iterable[str] | None = None,
         device_limits: Mapping[str, int] | None = None,
+        int8_activations: bool | None = None,
     ) -> Options:
         """These options with command-line flags applied on top (None / empty: flag not given).
 
@@ -368,7 +390,7 @@ class Options:
         are consulted *before* the file's rules; `checkpoints` from flags replace the file's list
         (name all shards on the command line when overriding a sharded checkpoint); `grad` (the
         weights to differentiate, empty for every float weight) replaces the file's; `device_limits`
-        entries replace the file's entry of the same name.
+        entries replace the file's entry of the same name; `int8_activations` replaces the file's.
         """
         changes: dict[str, Any] = {}
         if architecture is not None:
@@ -393,6 +415,8 @@ class Options:
             changes["grad"] = tuple(grad)
         if device_limits:
             changes["device_limits"] = {**self.device_limits, **device_limits}
+        if int8_activations is not None:
+            changes["int8_activations"] = int8_activations
         return dataclasses.replace(self, **changes)
 
 
@@ -484,3 +508,5 @@ def attach_options(module: ModuleOp, options: Options) -> None:
         contract.LAYOUT.set(module, options.layout)
     if options.inline_weights:
         contract.INLINE_WEIGHTS.set(module, True)
+    if options.int8_activations is not None:
+        contract.INT8_ACTIVATIONS.set(module, options.int8_activations)

@@ -128,7 +128,8 @@ class LowerContext:
     node's outputs' `!tensor_axes.tensor` types after name-axes; `note(text, node)` leaves a build
     note (`loam build` prints it), one per distinct text, naming the nodes that left it;
     `differentiate`, where the lowering pass gives one, starts a reverse-mode walk (`ReverseWalk`);
-    `region(key)` lowers one of the node's regions (`regions`, where the node holds any).
+    `region(key)` lowers one of the node's regions (`regions`, where the node holds any);
+    `int8_activations` is the build's option of that name (None: not given, each rule's default).
     """
 
     def __init__(
@@ -138,12 +139,14 @@ class LowerContext:
         notes: dict[str, list[str]] | None = None,
         differentiate: Differentiator | None = None,
         regions: Callable[[str], Region] | None = None,
+        int8_activations: bool | None = None,
     ) -> None:
         self.emit = emit
         self.result_types = list(result_types)
         self.notes = notes if notes is not None else {}
         self.differentiate = differentiate
         self.regions = regions
+        self.int8_activations = int8_activations
 
     def note(self, text: str, node: NodeInfo) -> None:
         """Leave build note `text` for `node`; the nodes that leave one text share one note."""

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loam.core.errors import CheckpointError, LoamError, ModelError, OptionsError, UsageError
-from loam.driver.options import Options, Value, checked_value
+from loam.driver.options import INT8_ACTIVATIONS_HELP, Options, Value, checked_value
 from loam.tools._cli import EXIT_USAGE, CliParser, fail, run_guarded, wants_debug
 from loam.tools.text_commands import add_memory_flags
 
@@ -117,7 +117,7 @@ _EPILOG = """\
 The options file (--options) holds the same settings as the flags:
   architecture = "NAME"      inline_weights = true      outputs = ["y"]
   checkpoint = "weights.safetensors"   (or a list; relative to the file)
-  grad = true                grad_of = ["fc1.weight"]
+  grad = true                grad_of = ["fc1.weight"]     int8_activations = true (or false)
   [dims]      N = 4
   [values]    sr = 16000     (a graph input's value: an integer, a float, true/false or [1, 2])
   [[layout]]  pattern = "fc1.weight"  axes = ["Hidden", "In"]  graph = "main" (optional)
@@ -315,6 +315,7 @@ def build_parser() -> CliParser:
         help="with --grad: only these weights, and these float inputs too (comma-separated graph names)",
     )
     build.add_argument("--no-fuse", action="store_true", help="build without the fuse pass (see below)")
+    build.add_argument("--int8-activations", action=argparse.BooleanOptionalAction, help=INT8_ACTIVATIONS_HELP)
     build.add_argument(
         "--print-pipeline",
         action="store_true",
@@ -537,6 +538,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         checkpoints=args.checkpoint,
         grad=tuple(args.grad_of or ()) if getattr(args, "grad", False) else None,
         device_limits=_device_limits(getattr(args, "device_limits", None)),
+        int8_activations=getattr(args, "int8_activations", None),
     )
 
 

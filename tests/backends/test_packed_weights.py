@@ -6,6 +6,7 @@ same blocks, and onnxruntime runs the graph over those widened weights.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 import loam
 from loam.driver.draft import draft_layout
 from loam.driver.options import Options
-from loam.runtime.dequant import block_dtype
+from loam.runtime.dequant import block_dtype, dequant_blocks
 from loam.runtime.kernels.quantized import kernel_gather_packed, kernel_matmul_packed
 from loam.runtime.weights import _rotary_rows
 from tests.checkpoints.external import external_initializers
@@ -142,6 +143,32 @@ def test_a_quantized_checkpoint_stays_packed_and_computes_what_onnxruntime_does(
         want = session.run(None, {"ids": ids})[0]
         np.testing.assert_allclose(module.forward(loaded, ids), want, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(module.forward(widened_at_load, ids), want, rtol=1e-4, atol=1e-4)
+
+
+def test_int8_activations_rounds_x_to_q8_blocks_for_the_transposed_products(tmp_path: Path) -> None:
+    """With the option, x @ W^T over a GGUF's blocks multiplies integers (llama.cpp's q8 blocks), a note
+    says so, and the module computes `kernel_matmul_packed(..., int8=1)`; x @ W stays float32.  Without
+    it the module is the one built before the option existed: no `int8` in it."""
+    path, weights = _model(tmp_path)
+    kinds = {"embed": "Q8_0", "proj": "Q4_1", "head": "Q4_0"}
+    tensors = {name: Tensor(kinds[name], value.shape, quantize(value, kinds[name])) for name, value in weights.items()}
+    gguf = write_gguf(tmp_path / "weights.gguf", tensors)
+    options = draft_layout(path).options(Options(checkpoints=(gguf,)))
+    plain = loam.build(path, options=options)
+    assert "int8=" not in plain.source
+    result = loam.build(path, options=dataclasses.replace(options, int8_activations=True))
+    assert len(result.notes) == 1 and "round x to int8 per block of 32" in result.notes[0]
+    assert result.source.count("int8=1") == 1  # the linear layer; the [K, N] head stays float32
+    module = result.module
+    loaded = module.Weights.load_file(str(gguf))
+    for shape in [(1, 1), (2, 7)]:
+        ids = RNG.integers(0, 50, shape).astype(np.int64)
+        h = dequant_blocks(loaded.embed[ids.reshape(-1)])
+        p = kernel_matmul_packed(h, loaded.proj, transposed=1, int8=1)
+        want = kernel_matmul_packed(p, loaded.head, transposed=0).reshape(*shape, 32)
+        np.testing.assert_allclose(module.forward(loaded, ids), want, rtol=1e-5, atol=1e-4)
+        float_product = plain.module.forward(plain.module.Weights.load_file(str(gguf)), ids)
+        assert np.abs(module.forward(loaded, ids) - float_product).max() > 1e-4  # the rounding of x shows
 
 
 def test_a_weight_another_kernel_reads_is_widened_at_load_and_the_notes_say_why(tmp_path: Path) -> None:

@@ -12,11 +12,12 @@ uint8 bytes (or int4/uint4 elements), and the library kernels `kernel.matmul_nbi
   type ([N, blocks]), else 2^(bits - 1); g_idx [K] names the block each k reads its scale and zero
   point from.  `accuracy_level` 4 lets onnxruntime round A to int8 in blocks of `block_size` (one
   scale, max|a| / 127, a block) and multiply integers (unless it reads g_idx or zero points of A's
-  type); Loam multiplies in f32 whatever it says, and a build note names the nodes where the two
-  differ.  Emulating the rounding was tried and dropped: it matches onnxruntime's node to 1e-7 given
-  the same A, but the rounding is discontinuous, so the 1e-7 that float summation order leaves in
-  A (an attention's output, a norm's) flips codes, and a model's logits end no nearer onnxruntime's
-  than the float product's (bench/RESULTS-genai.md).
+  type).  Loam does the same there (`int8 = 1` on the kernel, `loam/runtime/kernels/int8_products.py`):
+  the build option `int8_activations` decides for every node where it is given (true: int8 wherever
+  no g_idx or zero points of A's type are read; false: float32 products everywhere), and a build note
+  names the nodes and what they compute.  The rounding is discontinuous, so a code may flip where
+  the float32 sums before the product (an attention's output, a norm's) leave A 1e-7 from
+  onnxruntime's; onnxruntime's batched and unbatched runs differ the same way.
 - GatherBlockQuantized: a Gather along axis 0 of data quantized in blocks along its last axis;
   uint8 data packs `bits`-bit integers along that axis (default zero point 2^(bits - 1)), int4 and
   uint4 data hold one integer an element (default zero point 0).  An index outside the rows gives
@@ -81,8 +82,8 @@ class MatMulNBitsRule(OpRule):
     attributes = frozenset({"K", "N", "bits", "block_size", "accuracy_level", "weight_prepacked"})
     elem_types = ACTIVATIONS
     limitations = (
-        "bits 2, 4 or 8; Loam widens W and multiplies in f32, halves too, at any accuracy_level (onnxruntime "
-        "rounds A to int8 at 4: a build note says so); no bf16 A, no "
+        "bits 2, 4 or 8; at accuracy_level 4 (or with int8_activations) A is rounded to int8 per block and "
+        "multiplied as integers, as onnxruntime does, else W is widened and multiplied in f32; no bf16 A, no "
         "prepacked B (weight_prepacked), no empty B (an omitted projection); g_idx only with bits 4 and "
         "without uint8 zero points; no 8-bit B with zero points of A's type; WGSL only with --host-fallback"
     )
@@ -163,30 +164,54 @@ class MatMulNBitsRule(OpRule):
 
     def lower(self, ctx: LowerContext, node: NodeInfo, operands: Sequence[SSAValue | None]) -> list[SSAValue]:
         from loam.dialects.kernel import MatmulNbitsOp
-        from loam.ops.lowering import axes_type
 
         k, n, bits, block = self.params(node)
         optional_operands = [operands[i] if i < len(operands) else None for i in (3, 4, 5)]
         present = [v for v in operands if v is not None]
-        # onnxruntime's CPU kernel rounds A to int8 at accuracy_level 4 unless it reads g_idx or zero
-        # points of A's type (then it multiplies in float, as Loam does).
-        zero, g_idx = optional_operands[0], optional_operands[1]
-        if (
-            int_attr(node, "accuracy_level", 0) == 4
-            and g_idx is None
-            and (zero is None or axes_type(zero).elem.name == "ui8")
-        ):
-            ctx.note(
-                "MatMulNBits at accuracy_level 4 multiplies in float32, where onnxruntime rounds A to int8 in "
-                "blocks: expect logits to differ from onnxruntime's by about 1e-1, and greedy picks between "
-                "near-tied tokens",
-                node,
-            )
+        int8 = self._int8(ctx, node, *optional_operands[:2])
         op = MatmulNbitsOp(
             present, [ctx.result_types[0]], node.name, k=k, n=n, bits=bits, block_size=block,
-            present=present_bits(optional_operands),
+            present=present_bits(optional_operands), **({"int8": 1} if int8 else {}),
         )  # fmt: skip
         return emit_library(ctx, op)
+
+    @staticmethod
+    def _int8(ctx: LowerContext, node: NodeInfo, zero: SSAValue | None, g_idx: SSAValue | None) -> bool:
+        """Whether the node rounds A to int8 (`int8_activations`, else accuracy_level 4), with its build note.
+
+        onnxruntime's CPU kernel rounds A at accuracy_level 4 unless it reads g_idx or zero points of A's
+        type (then it multiplies in float, as Loam does there whatever the option says)."""
+        from loam.ops.lowering import axes_type
+
+        asked = int_attr(node, "accuracy_level", 0) == 4
+        can = g_idx is None and (zero is None or axes_type(zero).elem.name == "ui8")
+        option = ctx.int8_activations
+        if not can:
+            if option:
+                ctx.note(
+                    "int8_activations: MatMulNBits reading g_idx or zero points of A's type multiplies in float32, "
+                    "as onnxruntime does",
+                    node,
+                )
+            return False
+        if option is None and asked:
+            ctx.note(
+                "MatMulNBits at accuracy_level 4 rounds A to int8 per block and multiplies integers, as onnxruntime "
+                "does (--no-int8-activations: float32 products)",
+                node,
+            )
+        elif option and not asked:
+            ctx.note("int8_activations: MatMulNBits rounds A to int8 per block and multiplies integers", node)
+        elif option is False and asked:
+            ctx.note(
+                "MatMulNBits at accuracy_level 4 multiplies in float32 (int8_activations = false), where onnxruntime "
+                "rounds A to int8 per block: expect logits to differ from onnxruntime's by about 1e-1, and greedy "
+                "picks between near-tied tokens",
+                node,
+            )
+        elif option:
+            ctx.note("MatMulNBits at accuracy_level 4 rounds A to int8 per block and multiplies integers", node)
+        return asked if option is None else option
 
 
 # GatherBlockQuantized's data types Loam reads (onnxruntime's float8 and float4 forms are refused).

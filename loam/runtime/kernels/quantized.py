@@ -17,6 +17,8 @@ packing is the checkpoint's choice, and the module computes the same product eit
   with its integers and scaled after, so
   W x = sum over blocks of d * (q . x) (+ m * sum(x) for Q4_1, - 8 d * sum(x) for Q4_0); more rows
   (a prefill) dequantize a bounded group of W's rows into scratch and multiply it by BLAS.
+  With `int8=1` (the `int8_activations` option) x @ W^T rounds x to llama.cpp's q8 blocks and
+  multiplies integers instead (`loam/runtime/kernels/int8_products.py`).
 - `kernel_gather_packed(w, indices, axis=0)`: the rows of W at `indices` (an embedding lookup),
   dequantized after they are picked.
 
@@ -36,7 +38,9 @@ holding `bits`-bit integers, low bits first, in blocks along K with a scale (and
   time) into scratch by a compiled loop and multiply by BLAS.  In numpy alone, each byte's p-th
   integers are widened (contiguous) and scaled for a group of rows and multiplied by BLAS with the
   matching elements of A, the zero points' share subtracted once.  With g_idx (each k reading another
-  block's scale) W's rows are widened a group at a time in numpy.
+  block's scale) W's rows are widened a group at a time in numpy.  With `int8=1` (accuracy_level 4, or
+  the `int8_activations` option) A is rounded to int8 per block and multiplied as integers, as
+  onnxruntime does (`loam/runtime/kernels/int8_products.py`).
 - `kernel_gather_block_quantized(data, indices, scales, [zero points], bits, block_size, zeros)`:
   GatherBlockQuantized along axis 0 (an embedding lookup), the rows picked, then widened; an index
   outside the rows gives a row of zeros, as onnxruntime's kernel does.
