@@ -317,7 +317,7 @@ class NumpyKernelPrinter:
             piece = f"kernel_{op.kernel_name}"
             if piece not in numpy_runtime.PIECES:
                 raise UnsupportedError(f"the numpy backend has no kernel for {op.name} (node '{op.node.data}')")
-            self.m.pieces.add(piece)
+            self.m.pieces.update({piece, *numpy_runtime.parameter_pieces(piece, op.params)})
             for i in numpy_runtime.WIDENED_OPERANDS.get(piece, ()):
                 if i < len(op.operands) and op.operands[i] in self.m.half_weights:
                     arg[i] = self.prepared_text(op.operands[i])

@@ -6,18 +6,20 @@ library, the builtins and other pieces.  `backends/numpy_module.py` copies only 
 uses (`pieces_for`, `source_of`), so the generated file imports nothing but numpy and the standard
 library modules those pieces read (`standard_imports`: `json`), and carries no separate runtime
 package to drift out of date.  Which pieces a piece reads is found in its source text
-(`piece_reads.reads`), less those it reads only for a feature the module lacks (`FEATURES`).  This
+(`piece_reads.reads`), less those it reads only for a feature the module lacks (`FEATURES`) or only
+where a call sets a parameter (`PARAMETER_PIECES`: the printer names those where a call does).  This
 module only chooses and prints; nothing in it is copied.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 
 from loam.backends.piece_reads import closure, reads, standard_modules
 from loam.runtime import dequant, errors, gguf, kernels, prologue, threads, weights
+from loam.runtime.kernels import int8_products
 
 PIECES: dict[str, Callable[..., object]] = {
     **errors.PIECES,
@@ -35,6 +37,9 @@ TABLES = ("SAFETENSORS_DTYPES", "FORMATS")
 
 FEATURES: dict[str, dict[str, tuple[str, ...]]] = weights.FEATURES
 """What a piece reads only for a feature some models use (`loam.runtime.weights.FEATURES`)."""
+
+PARAMETER_PIECES: dict[tuple[str, str], tuple[str, ...]] = int8_products.PARAMETER_PIECES
+"""(kernel, parameter) -> what the kernel reads only where a call sets the parameter (`int8 = 1`)."""
 
 # Library kernels that read these operands (by position) only through `widened`: where such an
 # operand is a half weight, forward passes the float32 form `Weights` prepared once instead, which
@@ -57,7 +62,14 @@ def depends(name: str, features: Iterable[str] = FEATURES) -> frozenset[str]:
     """The pieces and tables piece `name` reads in a module with `features`."""
     features = set(features)
     unreached = {dep for feature, table in FEATURES.items() if feature not in features for dep in table.get(name, ())}
+    unreached.update(dep for (kernel, _), deps in PARAMETER_PIECES.items() if kernel == name for dep in deps)
     return piece_reads(name) - unreached
+
+
+def parameter_pieces(kernel: str, params: Mapping[str, object]) -> set[str]:
+    """The pieces `kernel` reads for the parameters a call sets (`PARAMETER_PIECES`), which a module
+    calling it so carries."""
+    return {dep for (k, key), deps in PARAMETER_PIECES.items() if k == kernel and params.get(key) for dep in deps}
 
 
 def pieces_for(names: Iterable[str], features: Iterable[str] = FEATURES) -> list[str]:

@@ -293,8 +293,8 @@ def _target(imp: Import, modules: Mapping[str, Module]) -> str | None:
     return imp.module if imp.module in modules else None
 
 
-OPTIONAL_RUNTIME_IMPORTS = {"loam.runtime.kernels.compiled": "numba"}
-"""The runtime module that may also import an optional package (tried, and done without when absent)."""
+OPTIONAL_RUNTIME_IMPORTS = {"loam.runtime.kernels.compiled": "numba", "loam.runtime.kernels.int8_compiled": "numba"}
+"""The runtime modules that may also import an optional package (tried, and done without when absent)."""
 
 
 def runtime_offenders(modules: Mapping[str, Module]) -> list[str]:

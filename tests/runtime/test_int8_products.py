@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loam.runtime.dequant import block_integers, dequant_blocks
-from loam.runtime.kernels.compiled import compiled_kernels, set_compiled
+from loam.runtime.kernels.compiled import set_compiled
+from loam.runtime.kernels.int8_compiled import int8_kernels
 from loam.runtime.kernels.int8_products import (
     matmul_nbits_int8,
     matmul_nbits_int8_numpy,
@@ -64,7 +65,7 @@ def test_the_compiled_nbits_kernel_gives_the_numpy_kernels_bits(
     packed, s, z = _nbits(rng, n, blocks * block, bits, block, zero)
     x = (rng.standard_normal((rows, blocks * block)) * rng.choice([1e-3, 1.0, 50.0])).astype(np.float32)
     qa, sa = quantize_int8_blocks(x, block)
-    kernels = compiled_kernels()
+    kernels = int8_kernels()
     assert kernels is not None
     compiled, oracle = np.empty((rows, n), np.float32), np.empty((rows, n), np.float32)
     kernels["_nbits_int8"](packed, s, z, qa, sa, compiled, bits, block)

@@ -22,6 +22,7 @@ from loam.runtime.kernels import (
     conv,
     elementwise,
     indexing,
+    int8_compiled,
     int8_products,
     losses,
     movement,
@@ -56,6 +57,7 @@ FAMILIES = (
     stochastic,
     products,
     compiled,
+    int8_compiled,
     int8_products,
     quantized,
 )

@@ -23,16 +23,12 @@ with the numpy kernel, which is also the compiled kernels' test oracle (tests/ru
   kernel at one row of 576 x 1536 (bench/RESULTS-matmul-nbits.md); from three rows BLAS wins.
 - `_widen_nbits(packed, s, z, bits, block, dst)`: (q - z) * s for a group of those rows, into scratch
   for BLAS (a prefill, or more than two rows).  Both read B as the file stores it: nothing is cached.
-- `_nbits_int8(packed, s, z, qa, sa, out, bits, block)`, `_packed_int8(q, d, m, qx, dx, sx, out, kind)`:
-  the integer products of `int8_activations` (`loam/runtime/kernels/int8_products.py`), MatMulNBits'
-  blocks and ggml's: a cohort's rows rounded to int8 per block, each weight block's bytes read once
-  for all of them and dotted in int32, scaled per block in float32 in the numpy kernel's order.
 - `_CompiledKernels`: compiles them on first use in each process (about 1.5 s), and holds each packed
   weight's unpacked form (its integers contiguous, its f16 scales widened once: 24 bytes per Q4 block
   against the file's 18 or 20, 36 per Q8_0 block against 34), made on the weight's first product.
-- `compiled_kernels()`, `matmul_packed_compiled(rows, w)`, `packed_int8_compiled(...)`: what the packed
-  kernels (`loam/runtime/kernels/quantized.py`, `int8_products.py`) call, the kernels or a packed
-  product, None (False) where numba is not.
+- `compiled_kernels()`, `matmul_packed_compiled(rows, w)`: what the packed kernels
+  (`loam/runtime/kernels/quantized.py`) call, the kernels or a packed product, None where numba is not;
+  `packed_form(w)`: a weight's unpacked form, for the integer kernels (`int8_compiled.py`).
 - `set_compiled(enabled)`: turns the path off (or back on, compiling it then) for the process.
 
 Sums are float32 in a different order than the numpy kernel's, so the two agree within float32
@@ -216,84 +212,6 @@ def _widen_nbits(packed: np.ndarray, s: np.ndarray, z: np.ndarray, bits: int, bl
                         db[j * per + p] = np.float32((v >> (p * bits)) & mask) * sb - offset
 
 
-def _nbits_int8(packed: np.ndarray, s: np.ndarray, z: np.ndarray, qa: np.ndarray, sa: np.ndarray, out: np.ndarray,
-                bits: int, block: int) -> None:  # fmt: skip
-    """out [M, N] = the integer products of int8 rows qa [M, W] (per-block scales sa [M, W / block]) and
-    onnxruntime's n-bit blocks (as `_rows_nbits` takes them, z holding integers), the cohort's rows in one
-    pass over B: each block's integers are unpacked once (less its zero point) and dotted with every row
-    in int32, then acc += dot * (sa * s), block after block (`loam/runtime/kernels/int8_products.py`)."""
-    rows = qa.shape[0]
-    per = 8 // bits
-    blob = block // per
-    nb = s.shape[1]
-    mask = (1 << bits) - 1
-    shared = z.size == 1
-    codes = np.empty(block, np.int32)
-    acc = np.empty(rows, np.float32)
-    for r in range(packed.shape[0]):
-        acc[:] = 0
-        qr = packed[r]
-        for b in range(nb):
-            zb = np.int32(z[0, 0] if shared else z[r, b])
-            qb = qr[b * blob : (b + 1) * blob]
-            if bits == 4:
-                for j in range(blob):
-                    v = np.int32(qb[j])
-                    codes[2 * j] = (v & 15) - zb
-                    codes[2 * j + 1] = (v >> 4) - zb
-            else:
-                for j in range(blob):
-                    v = np.int32(qb[j])
-                    for p in range(per):
-                        codes[j * per + p] = ((v >> (p * bits)) & mask) - zb
-            sb = s[r, b]
-            for i in range(rows):
-                xa = qa[i, b * block : (b + 1) * block]
-                dot = np.int32(0)
-                for j in range(block):
-                    dot += codes[j] * np.int32(xa[j])
-                acc[i] += np.float32(dot) * (sa[i, b] * sb)
-        for i in range(rows):
-            out[i, r] = acc[i]
-
-
-def _packed_int8(q: np.ndarray, d: np.ndarray, m: np.ndarray, qx: np.ndarray, dx: np.ndarray, sx: np.ndarray,
-                 out: np.ndarray, kind: int) -> None:  # fmt: skip
-    """out [M, N] = the integer products of q8 rows qx [M, K] (dx, sx [M, K / 32]) and ggml blocks in the
-    row kernels' form (`kind` 0 Q4_0, 1 Q4_1, 2 Q8_0; m read for Q4_1 only), in one pass over W: each
-    block's 32 integers unpacked once (Q4_0 less 8) and dotted with every row in int32, then
-    acc += dot * (dx * d) (+ sx * m for Q4_1), block after block."""
-    rows = qx.shape[0]
-    nb = qx.shape[1] // 32
-    codes = np.empty(32, np.int32)
-    acc = np.empty(rows, np.float32)
-    offset = np.int32(8 if kind == 0 else 0)
-    for r in range(q.shape[0]):
-        acc[:] = 0
-        qr = q[r]
-        for b in range(nb):
-            if kind == 2:
-                for j in range(32):
-                    codes[j] = np.int32(qr[b * 32 + j])
-            else:
-                for j in range(16):
-                    v = np.int32(qr[b * 16 + j])
-                    codes[j] = (v & 15) - offset
-                    codes[16 + j] = (v >> 4) - offset
-            db = d[r, b]
-            for i in range(rows):
-                xa = qx[i, b * 32 : (b + 1) * 32]
-                dot = np.int32(0)
-                for j in range(32):
-                    dot += codes[j] * np.int32(xa[j])
-                if kind == 1:
-                    acc[i] += np.float32(dot) * (dx[i, b] * db) + sx[i, b] * m[r, b]
-                else:
-                    acc[i] += np.float32(dot) * (dx[i, b] * db)
-        for i in range(rows):
-            out[i, r] = acc[i]
-
-
 class _CompiledKernels:
     """The process's compiled row kernels (None until numba has compiled them, and where it is not
     installed), whether products use them, and each packed weight's unpacked form by the weight's id."""
@@ -322,11 +240,6 @@ class _CompiledKernels:
                 fn.__name__: numba.njit(fastmath={"reassoc", "contract"}, nogil=True, error_model="numpy")(fn)
                 for fn in (_rows_q4, _rows_q8, _cohort_rows, _rows_nbits, _widen_nbits)
             }
-            # The integer kernels' sums are exact; their float32 scaling keeps the numpy kernel's order
-            # and roundings (no reassociation, no fused multiply-add), so the two give the same bits.
-            cls.kernels.update(
-                {fn.__name__: numba.njit(nogil=True, error_model="numpy")(fn) for fn in (_nbits_int8, _packed_int8)}
-            )
         return cls.kernels
 
     @classmethod
@@ -377,17 +290,10 @@ def matmul_packed_compiled(rows: np.ndarray, w: np.ndarray) -> np.ndarray | None
     return out
 
 
-def packed_int8_compiled(
-    w: np.ndarray, qx: np.ndarray, dx: np.ndarray, sx: np.ndarray, out: np.ndarray, kind: int
-) -> bool:
-    """out = the integer products of q8 rows and ggml blocks W by `_packed_int8` (W's unpacked form made
-    once, as for the float products); False where the compiled kernels are off or numba is not installed."""
-    kernels = _CompiledKernels.get()
-    if kernels is None:
-        return False
-    form = _CompiledKernels.form(w)
-    kernels["_packed_int8"](form[0], form[1], form[2] if len(form) == 3 else form[1], qx, dx, sx, out, kind)
-    return True
+def packed_form(w: np.ndarray) -> tuple:
+    """W's ggml blocks unpacked for the compiled kernels, made once per weight (`_CompiledKernels.form`):
+    (q, d) for Q8_0, (q, d, m) for Q4 (m = -8 d for Q4_0)."""
+    return _CompiledKernels.form(w)
 
 
 def set_compiled(enabled: bool) -> bool:
@@ -408,11 +314,9 @@ PIECES: dict[str, Callable[..., object]] = {
     "_cohort_rows": _cohort_rows,
     "_rows_nbits": _rows_nbits,
     "_widen_nbits": _widen_nbits,
-    "_nbits_int8": _nbits_int8,
-    "_packed_int8": _packed_int8,
     "_CompiledKernels": _CompiledKernels,
     "compiled_kernels": compiled_kernels,
     "matmul_packed_compiled": matmul_packed_compiled,
-    "packed_int8_compiled": packed_int8_compiled,
+    "packed_form": packed_form,
     "set_compiled": set_compiled,
 }

@@ -27,9 +27,8 @@ What both kernels here compute, in this order: each block's integer dot product 
 and |qw - zp| <= 255 make each product at most 32385 and a block's sum, of at most 128 products,
 below 2^24, so float32 holds every partial sum exactly and BLAS may add them in any order), then, row
 by row, acc += dot * (sa * sb) block after block from the first (`+ s * m` inside the parenthesis's
-sum for Q4_1).  The compiled kernels (`loam/runtime/kernels/compiled.py`: `_nbits_int8`,
-`_packed_int8`) run the same float32 operations in the same order, so they give the numpy kernels'
-bits.
+sum for Q4_1).  The compiled kernels (`loam/runtime/kernels/int8_compiled.py`) run the same float32
+operations in the same order, so they give the numpy kernels' bits.
 
 - `quantize_int8_blocks(x, block)`: the codes (int8) and float32 scales of x [M, W] per block.
 - `matmul_nbits_int8(packed, s, z, x, out, bits, block)`: MatMulNBits' product by those integer
@@ -44,7 +43,8 @@ from collections.abc import Callable
 import numpy as np
 
 from loam.runtime.dequant import block_integers
-from loam.runtime.kernels.compiled import compiled_kernels, packed_int8_compiled
+from loam.runtime.kernels.compiled import packed_form
+from loam.runtime.kernels.int8_compiled import int8_kernels
 
 
 def quantize_int8_blocks(x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
@@ -95,7 +95,7 @@ def matmul_nbits_int8(
     """out [M, N] = x [M, W] @ W^T for MatMulNBits' blocks (`matmul_nbits_int8_numpy`'s B), x rounded to
     int8 per block first (`quantize_int8_blocks`); compiled where numba is, for a few rows."""
     qa, sa = quantize_int8_blocks(x, block)
-    kernels = compiled_kernels()
+    kernels = int8_kernels()
     # Up to 64 rows the compiled kernel reads each weight block once for all of them; more (a prefill)
     # go through BLAS, whose float32 sums of integers are exact: the same bits either way.
     if kernels is not None and x.shape[0] <= 64:
@@ -155,11 +155,22 @@ def matmul_packed_int8(rows: np.ndarray, w: np.ndarray) -> np.ndarray:
     kind = ggml_kind(w)
     qx, dx, sx = quantize_q8_blocks(rows, kind == 1)
     out = np.empty((rows.shape[0], w.shape[0]), np.float32)
-    # As for MatMulNBits: the compiled kernel up to 64 rows, BLAS's exact integer sums beyond.
-    if rows.shape[0] > 64 or not packed_int8_compiled(w, qx, dx, sx, out, kind):
+    kernels = int8_kernels()
+    if kernels is not None and rows.shape[0] <= 64:  # as for MatMulNBits: BLAS's exact sums beyond
+        form = packed_form(w)  # the weight's integers contiguous, made once
+        kernels["_packed_int8"](form[0], form[1], form[2] if len(form) == 3 else form[1], qx, dx, sx, out, kind)
+    else:
         matmul_packed_int8_numpy(w, qx, dx, sx, out)
     return out
 
+
+PARAMETER_PIECES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("kernel_matmul_nbits", "int8"): ("matmul_nbits_int8",),
+    ("kernel_matmul_packed", "int8"): ("matmul_packed_int8",),
+}
+"""(kernel, parameter) -> the pieces the kernel reads only where that parameter is set: a generated module
+carries them (and what they read) only where one of its calls sets it, so a module without
+`int8_activations` carries no integer product."""
 
 PIECES: dict[str, Callable[..., object]] = {
     "quantize_int8_blocks": quantize_int8_blocks,

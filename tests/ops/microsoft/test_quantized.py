@@ -123,7 +123,8 @@ def test_a_build_note_says_what_each_node_multiplies(
 ) -> None:
     """Where the option or the model's accuracy_level 4 makes a node's products integer ones, or where
     the option keeps float32 products that onnxruntime would round, a build note says so, naming the node
-    (and the kernel carries `int8 = 1` exactly where A is rounded); elsewhere nothing is said."""
+    (and the kernel carries `int8 = 1`, the module the integer kernels, exactly where A is rounded);
+    elsewhere nothing is said."""
     a = RNG.standard_normal((2, 64)).astype(np.float32)
     model, _ = nbits_model(a, 64, 16, 4, 32, zero, g_idx=g_idx, accuracy_level=level)
     model.graph.node[0].name = "proj"
@@ -134,6 +135,8 @@ def test_a_build_note_says_what_each_node_multiplies(
         assert said in notes[0] and "node 'proj'" in notes[0]
     rounded = (option if option is not None else level == 4) and not g_idx and zero != "float"
     assert ("int8=1" in built.source) == rounded
+    # The integer kernels are carried only by a module that calls them.
+    assert ("def matmul_nbits_int8(" in built.source) == ("def _nbits_int8(" in built.source) == rounded
 
 
 def test_the_weights_keep_b_packed() -> None:
