@@ -82,14 +82,23 @@ def _tensors(gguf: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def make_folder(gguf: Path, folder: Path) -> Path:
-    """Write the genai folder for the GGUF at `gguf` into `folder` (made); returns `folder`."""
+def make_folder(gguf: Path, folder: Path, accuracy_level: int = 1) -> Path:
+    """Write the genai folder for the GGUF at `gguf` into `folder` (made); returns `folder`.  Its
+    MatMulNBits have `accuracy_level` (4: the builder's default `-p int4`, where onnxruntime rounds their
+    activations to int8; the graph is otherwise the committed one)."""
     from loam.text.tokenizer import Tokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("model.onnx", "genai_config.json"):
-        shutil.copy(GRAPH / name, folder / name)
+    shutil.copy(GRAPH / "genai_config.json", folder / "genai_config.json")
     proto = onnx.load(str(GRAPH / "model.onnx"), load_external_data=False)
+    if accuracy_level == 1:
+        shutil.copy(GRAPH / "model.onnx", folder / "model.onnx")
+    else:
+        for node in proto.graph.node:
+            for attr in node.attribute:
+                if node.op_type == "MatMulNBits" and attr.name == "accuracy_level":
+                    attr.i = accuracy_level
+        onnx.save_model(proto, str(folder / "model.onnx"))
     values = _tensors(gguf)
     layout: list[tuple[int, bytes, str]] = []
     for t in proto.graph.initializer:
