@@ -18,6 +18,11 @@ onnxruntime's accuracy_level 0 output relative to its largest magnitude (a guard
     python -m bench.matmul_nbits             # writes bench/RESULTS-matmul-nbits.md
     python -m bench.matmul_nbits --quick     # fewer repeats, nothing written
     python -m bench.matmul_nbits --output FILE
+    python -m bench.matmul_nbits --int8 --rows 1,16 --threads 1   # prints float32 against int8 products
+
+`--int8` times the kernel's integer products too (`int8=1`, what `int8_activations` and accuracy_level 4
+build, compiled), beside its float32 ones, and gives their largest difference from onnxruntime's
+accuracy_level 4 output relative to its largest magnitude; it prints its table and writes nothing.
 """
 
 from __future__ import annotations
@@ -79,11 +84,18 @@ for k, n in spec["shapes"]:
         def loam():
             return kernel_matmul_nbits(a, weights["B"], weights["scales"], weights["zero_points"],
                                        k=k, n=n, bits=bits, block_size=block, present=1)
+        def loam_int8():
+            return kernel_matmul_nbits(a, weights["B"], weights["scales"], weights["zero_points"],
+                                       k=k, n=n, bits=bits, block_size=block, present=1, int8=1)
         row = {"k": k, "n": n, "m": m, "threads": threads}
         for name, compiled in (("compiled", True), ("numpy", False)):
             set_compiled(compiled)
             got[m, name] = loam()
             row[name] = timed(loam)
+        if spec["int8"]:
+            set_compiled(True)
+            got[m, "int8"] = loam_int8()
+            row["int8"] = timed(loam_int8)
         shape_rows.append(row)
     sessions = {level: session(k, n, weights, level) for level in (0, 4)}
     for row in shape_rows:
@@ -91,6 +103,10 @@ for k, n in spec["shapes"]:
         want = sessions[0].run(None, {"A": a})[0]
         for name in ("compiled", "numpy"):
             row[name + "_err"] = float(np.abs(got[row["m"], name] - want).max() / np.abs(want).max())
+        if spec["int8"]:
+            want4 = sessions[4].run(None, {"A": a})[0]
+            row["int8_err"] = float(np.abs(got[row["m"], "int8"] - want4).max() / np.abs(want4).max())
+            row["float_err4"] = float(np.abs(got[row["m"], "compiled"] - want4).max() / np.abs(want4).max())
         for level, s in sessions.items():
             row[f"ort{level}"] = timed(lambda s=s: s.run(None, {"A": a}))
     del sessions
@@ -99,10 +115,10 @@ print(json.dumps(rows_out))
 """
 
 
-def measure(threads: int, repeats: int, budget: float) -> list[dict]:
+def measure(threads: int, repeats: int, budget: float, rows: Sequence[int] = ROWS, int8: bool = False) -> list[dict]:
     """Every shape and row count at `threads`, in a child process whose thread settings are its own."""
-    spec = {"shapes": SHAPES, "rows": ROWS, "threads": threads, "bits": BITS, "block": BLOCK}
-    spec |= {"repeats": repeats, "budget": budget}
+    spec = {"shapes": SHAPES, "rows": list(rows), "threads": threads, "bits": BITS, "block": BLOCK}
+    spec |= {"repeats": repeats, "budget": budget, "int8": int8}
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
         env[name] = str(threads)
@@ -112,6 +128,10 @@ def measure(threads: int, repeats: int, budget: float) -> list[dict]:
     if done.returncode:
         raise SystemExit(f"the {threads}-thread child failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(",") if v)
 
 
 def table(rows: list[dict]) -> str:
@@ -130,13 +150,33 @@ def table(rows: list[dict]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def int8_table(rows: list[dict]) -> str:
+    """The float32 products against the integer ones (`--int8`), with their distances from accuracy_level 4."""
+    head = (
+        "| K x N | rows | threads | Loam float32 ms | Loam int8 ms | int8 / float32 | ORT acc 4 ms "
+        "| float32 rel. diff from ORT 4 | int8 rel. diff from ORT 4 |\n|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = [
+        f"| {r['k']} x {r['n']} | {r['m']} | {r['threads']} | {r['compiled'] * 1e3:.3f} | {r['int8'] * 1e3:.3f} "
+        f"| {r['int8'] / r['compiled']:.2f}x | {r['ort4'] * 1e3:.3f} | {r['float_err4']:.1e} | {r['int8_err']:.1e} |"
+        for r in rows
+    ]
+    return head + "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.matmul_nbits", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats; write nothing")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--int8", action="store_true", help="time the integer products too; print, write nothing")
+    parser.add_argument("--rows", type=_counts, default=ROWS, help="rows of A, comma-separated (default 1,64)")
+    parser.add_argument("--threads", type=_counts, default=THREADS, help="thread counts (default 1,2)")
     args = parser.parse_args(argv)
     repeats, budget = (5, 0.05) if args.quick else (20, 0.5)
-    rows = [row for threads in THREADS for row in measure(threads, repeats, budget)]
+    if args.int8:
+        print(int8_table([row for t in args.threads for row in measure(t, repeats, budget, args.rows, True)]))
+        return 0
+    rows = [row for threads in args.threads for row in measure(threads, repeats, budget, args.rows)]
     text = table(rows)
     print(text)
     if not args.quick:

@@ -96,9 +96,9 @@ def matmul_nbits_int8(
     int8 per block first (`quantize_int8_blocks`); compiled where numba is, for a few rows."""
     qa, sa = quantize_int8_blocks(x, block)
     kernels = int8_kernels()
-    # Up to 64 rows the compiled kernel reads each weight block once for all of them; more (a prefill)
-    # go through BLAS, whose float32 sums of integers are exact: the same bits either way.
-    if kernels is not None and x.shape[0] <= 64:
+    # Up to 8 rows the compiled kernel reads each weight block once for all of them; more go through
+    # BLAS (faster from about 12 rows here), whose float32 sums of integers are exact: the same bits.
+    if kernels is not None and x.shape[0] <= 8:
         kernels["_nbits_int8"](packed, s, z, qa, sa, out, bits, block)
     else:
         matmul_nbits_int8_numpy(packed, s, z, qa, sa, out, bits, block)
@@ -156,7 +156,7 @@ def matmul_packed_int8(rows: np.ndarray, w: np.ndarray) -> np.ndarray:
     qx, dx, sx = quantize_q8_blocks(rows, kind == 1)
     out = np.empty((rows.shape[0], w.shape[0]), np.float32)
     kernels = int8_kernels()
-    if kernels is not None and rows.shape[0] <= 64:  # as for MatMulNBits: BLAS's exact sums beyond
+    if kernels is not None and rows.shape[0] <= 8:  # as for MatMulNBits: BLAS's exact sums beyond
         form = packed_form(w)  # the weight's integers contiguous, made once
         kernels["_packed_int8"](form[0], form[1], form[2] if len(form) == 3 else form[1], qx, dx, sx, out, kind)
     else:
