@@ -6,7 +6,8 @@ scale each block's integer sum once.  These kernels do the same, so a build that
 what those runtimes compute.
 
 How onnxruntime rounds A (MLAS's `QuantizeARow_CompInt8`, the AVX2 form `QuantizeARow_CompInt8_avx2`,
-for MatMulNBits' CompInt8 products `SQ4BitGemm_CompInt8`/`SQ8BitGemm_CompInt8`): for each block of
+for MatMulNBits' CompInt8 products `SQ4BitGemm_CompInt8`; the onnxruntime 1.32 here rounds 8-bit and
+2-bit weights' products the same way, measured against its node): for each block of
 `block_size` elements of a row of A (the last one short where K is not a multiple, as if padded with
 zeros), amax = max |a|, the block's scale sa = amax / 127 (float32, kept in float32) and its codes
 qa = round(a * (127 / amax)) (0 where amax is 0), rounded half to even (`_mm256_round_ps` with
@@ -17,8 +18,9 @@ where none is given).  That is sa * sb * (qa . (qb - zp)), an integer dot produc
 float32 results differ from Loam's only in the order and grouping of the float32 operations.
 
 How llama.cpp rounds x for GGUF's blocks (ggml's `quantize_row_q8_0`, `quantize_row_q8_1`): blocks
-of 32 along K, d = amax / 127, codes round(x * (127 / amax)) (the x86 form rounds half to even, as
-above), and d stored as float16, so the product reads d rounded to half.  Q4_0 and Q8_0 weights take
+of 32 along K, d = amax / 127, codes round(x * (127 / amax)) (ggml's reference C rounds halves away
+from zero, its x86 SIMD form to even, as above; Loam follows the latter), and d stored as float16, so
+the product reads d rounded to half.  Q4_0 and Q8_0 weights take
 q8_0 blocks: `ggml_vec_dot_q4_0_q8_0` adds dw * dx * ((qw - 8) . qx) per block (`..._q8_0_q8_0`:
 dw * dx * (qw . qx)); Q4_1 takes q8_1 blocks, which keep s = d * sum(qx) as float16 too, and
 `ggml_vec_dot_q4_1_q8_1` adds dw * dx * (qw . qx) + mw * s, the block's offset m times x's block sum.

@@ -98,6 +98,19 @@ def test_accuracy_level_4_rounds_a_to_int8_as_onnxruntime_does(
     assert np.abs(f32 - want).max() > 100 * max(float(np.abs(got - want).max()), 1e-9 * scale)
 
 
+@pytest.mark.parametrize("zero", [None, "packed"])
+def test_half_activations_at_accuracy_level_4_round_to_int8_too(zero: str | None) -> None:
+    """onnxruntime rounds f16 A to int8 at accuracy_level 4 as well; Loam widens A to f32, rounds it the
+    same way and narrows the result: onnxruntime's halves, where the float32 product is 5e-2 away."""
+    a = RNG.standard_normal((3, 128)).astype(np.float16)
+    model, _ = nbits_model(a, 128, 32, 4, 32, zero, accuracy_level=4)
+    want = run_onnxruntime(model, {"A": a})[0]
+    scale = float(np.abs(want).max())
+    assert_same(run_loam(model, {"A": a}), [want], rtol=0, atol=1e-3 * scale)
+    f32 = run_loam(model, {"A": a}, Options(int8_activations=False))[0]
+    assert np.abs(f32.astype(np.float32) - want).max() > 2e-3 * scale
+
+
 def test_int8_activations_rounds_a_where_the_model_does_not_ask() -> None:
     """The option on, a node at accuracy_level 0 rounds A too: the same numbers as at accuracy_level 4."""
     a = RNG.standard_normal((3, 64)).astype(np.float32)
