@@ -103,8 +103,16 @@ class Metrics:
             "loam_audio_input_seconds", "Seconds of audio a model has finished hearing", ["model"], registry=r
         )
         self.audio_real_time_factor = Histogram(
-            "loam_audio_real_time_factor", "Processing seconds per second of audio, per transcribed window",
+            "loam_audio_real_time_factor",
+            "Processing seconds per second of audio, per transcribed window or spoken sentence",
             ["model"], registry=r, buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
+        )  # fmt: skip
+        self.audio_output_seconds = Counter(
+            "loam_audio_output_seconds", "Seconds of audio produced", ["model"], registry=r
+        )
+        self.time_to_first_audio = Histogram(
+            "loam_audio_time_to_first_audio_seconds", "Arrival to first audio", ["model"], registry=r,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
         )  # fmt: skip
 
     def model(self, name: str) -> ModelMetrics:
@@ -164,6 +172,8 @@ class ModelMetrics:
         self.projected_images = metrics.projected_images.labels(name)
         self._audio_in = metrics.audio_input_seconds.labels(name)
         self._audio_rtf = metrics.audio_real_time_factor.labels(name)
+        self._audio_out = metrics.audio_output_seconds.labels(name)
+        self.time_to_first_audio = metrics.time_to_first_audio.labels(name)
         self._lock = threading.Lock()
         self._recent: deque[tuple[float, int, int]] = deque()
         self._images = metrics.images.labels(name)
@@ -197,6 +207,12 @@ class ModelMetrics:
         self._audio_in.inc(seconds)
         if seconds > 0:
             self._audio_rtf.observe(processing / seconds)
+
+    def audio_out(self, seconds: float, compute: float) -> None:
+        """`seconds` of audio were produced in `compute` seconds of numerical work."""
+        self._audio_out.inc(seconds)
+        if seconds > 0:
+            self._audio_rtf.observe(compute / seconds)
 
     def finished(self, outcome: str) -> None:
         self._requests.labels(self._name, outcome).inc()

@@ -31,6 +31,8 @@ A package's `model.json` names its `role`, and `ROLES[role]` says everything the
                 keys)                                              continuing audio)
     activity    the same; recording_seconds     SileroActivity    StreamWorker (chunks of         audio activity,
                 (top-level key)                                   continuing audio)               live audio
+    speech      the same; voice and             PiperSpeech       StreamWorker (continuing        audio speech
+                max_characters (top-level keys)                   requests: a sentence a cohort)
 
 Adding a role (audio, images, known-token stages) is one entry here plus its modules: the
 role's module (`loam.serve.text` and `loam.serve.finite` are the two to read, and `loam.serve.stream` for a role
@@ -60,6 +62,7 @@ from loam.serve import (
     image_http,
     recognition_http,
     sequence_http,
+    speech_http,
     text_http,
 )
 from loam.serve.activity import SileroActivity, serve_activity
@@ -72,6 +75,7 @@ from loam.serve.recognition import WhisperRecognition, serve_recognition
 from loam.serve.scheduler import Worker
 from loam.serve.sequence import SequenceControl, serve_sequence
 from loam.serve.spec import Control, Package, PackageSchema
+from loam.serve.speech import PiperSpeech, serve_speech
 from loam.serve.text import TextControl, serve_text
 
 if TYPE_CHECKING:
@@ -141,6 +145,7 @@ ROLES: dict[str, Role] = {
             activity_http.routes,
             activity_http.LIVE,
         ),
+        Role("speech", PackageSchema(keys=("voice", "max_characters")), PiperSpeech, serve_speech, speech_http.routes),
     )
 }
 """Each role by name, in the order `model.json`'s refusals list them."""
