@@ -18,12 +18,22 @@ import numpy as np
 import onnx
 import pytest
 
+from loam.core.errors import LoamError
 from loam.driver.draft import draft_layout
 from loam.serve import phonemes
 from loam.serve.cli import Listener
-from loam.serve.scheduler import Event, Request
+from loam.serve.scheduler import Event, Request, ServeError
 from loam.serve.server import Server
-from loam.serve.speech import AudioBlock, SpeechParams, SpeechRequest, SpeechState, sentence_seed, speak
+from loam.serve.spec import PackageError
+from loam.serve.speech import (
+    AudioBlock,
+    SpeechParams,
+    SpeechRequest,
+    SpeechState,
+    read_voice,
+    sentence_seed,
+    speak,
+)
 from loam.serve.stream import StreamRequest, StreamWorker
 from tests.models.real_exports import exports, piper
 from tests.serve.serving import serving
@@ -346,3 +356,66 @@ def test_metrics_count_audio_out(server: Server, url: str) -> None:
     assert seconds and float(seconds[0].split()[-1]) > 0.5
     assert f'loam_audio_time_to_first_audio_seconds_count{{model="{NAME}"}}' in text
     assert f'loam_audio_real_time_factor_count{{model="{NAME}"}}' in text
+
+
+def test_a_client_that_goes_away_cancels_its_request_and_frees_its_row(server: Server, url: str) -> None:
+    worker = worker_of(server)
+    text = " ".join(["A client leaves before this long text is spoken to its end."] * 4)
+    with httpx.stream(
+        "POST", f"{url}/v1/audio/speech", json={"model": NAME, "input": text, "seed": 2}, timeout=120
+    ) as response:
+        assert response.status_code == 200
+        next(response.iter_raw(1024))
+    deadline = time.monotonic() + 60
+    while worker.waiting or len(worker.free_rows) < 4:
+        assert time.monotonic() < deadline, "the abandoned request still holds its row"
+        time.sleep(0.01)
+    np.testing.assert_array_equal(alone(worker, TEXTS[0], 5), alone(worker, TEXTS[0], 5))
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"voice": "missing.onnx.json"}, "missing.onnx.json"),
+        ({"max_characters": 0}, "'max_characters'"),
+        ({"stages": {"speaker": {"graph": piper.MODEL, "options": "loam.toml"}}}, "'voice'"),
+    ],
+)
+def test_a_malformed_package_is_refused_naming_the_key(
+    server: Server, voice_folder: Path, tmp_path: Path, change: dict[str, object], named: str
+) -> None:
+    for entry in voice_folder.iterdir():
+        if entry.name != "model.json":
+            (tmp_path / entry.name).symlink_to(entry.resolve())
+    table = {**json.loads((voice_folder / "model.json").read_text(encoding="utf-8")), "name": "bad-voice", **change}
+    (tmp_path / "model.json").write_text(json.dumps(table), encoding="utf-8")
+    with pytest.raises(LoamError, match=named):
+        server.register(tmp_path)
+    assert "bad-voice" not in server.models
+
+
+def test_a_voice_config_is_read_and_its_speakers_named(tmp_path: Path) -> None:
+    """A voice of several speakers takes a speaker's name or id; one of one speaker, its own name; a config
+    missing a key is refused naming it."""
+    model = exports.package_file(piper.PACKAGE, piper.MODEL + ".json")
+    exports.require_installed(piper.PACKAGE, model is not None)
+    assert model is not None
+    table = json.loads(model.read_text(encoding="utf-8"))
+    single = read_voice(model, "fallback")
+    assert (single.name, single.sample_rate, single.espeak, single.speakers) == ("joe", 22050, "en-us", 1)
+    assert single.speaker("joe") is None
+    with pytest.raises(ServeError, match="'joe'") as refused:
+        single.speaker("alloy")
+    assert refused.value.param == "voice"
+    several = tmp_path / "several.onnx.json"
+    several.write_text(json.dumps({**table, "num_speakers": 3, "speaker_id_map": {"ann": 0, "bo": 2}}))
+    voice = read_voice(several, "fallback")
+    assert [voice.speaker(v) for v in ("ann", "bo", "1")] == [0, 2, 1]
+    for wrong in ("3", "cy", ""):
+        with pytest.raises(ServeError) as refused:
+            voice.speaker(wrong)
+        assert refused.value.param == "voice"
+    broken = tmp_path / "broken.onnx.json"
+    broken.write_text(json.dumps({k: v for k, v in table.items() if k != "audio"}))
+    with pytest.raises(PackageError, match=r"broken\.onnx\.json: key 'audio'"):
+        read_voice(broken, "fallback")
