@@ -28,7 +28,7 @@ _SWITCH = re.compile(r"\([^)]+\)")
 _CONTINUING = (",", ":", ";")
 """Terminators of a clause that does not end its sentence: a space follows them."""
 _LOCK = threading.Lock()
-_READY: list[bool] = []
+_initialized = False
 
 
 class PhonemizerError(LoamError):
@@ -38,6 +38,7 @@ class PhonemizerError(LoamError):
 def sentences(text: str, voice: str) -> list[list[str]]:
     """`text`'s phonemes in espeak-ng's `voice` (a voice config's `espeak.voice`), one list per sentence, each
     phoneme one code point."""
+    global _initialized
     with _LOCK:
         try:
             from piper import espeakbridge
@@ -47,9 +48,9 @@ def sentences(text: str, voice: str) -> list[list[str]]:
                 f"espeak-ng is not installed ({err}): the speech role reads phonemes through the piper-tts wheel "
                 "(pip install 'loam[speech]')"
             ) from None
-        if not _READY:
+        if not _initialized:
             espeakbridge.initialize(str(ESPEAK_DATA_DIR))
-            _READY.append(True)
+            _initialized = True
         espeakbridge.set_voice(voice)
         clauses = espeakbridge.get_phonemes(text)
     found: list[list[str]] = []

@@ -85,7 +85,7 @@ class Voice:
             return None
         if voice in self.speaker_ids:
             return self.speaker_ids[voice]
-        if voice.isdigit() and int(voice) < self.speakers:
+        if voice.isascii() and voice.isdigit() and int(voice) < self.speakers:
             return int(voice)
         names = ", ".join(sorted(self.speaker_ids)[:8])
         raise ServeError(

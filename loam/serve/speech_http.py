@@ -9,7 +9,7 @@ says the request's seed (`x-loam-seed`, the same seed repeats the same waveform)
 rate (`x-loam-sample-rate`; `pcm` is headerless 16-bit samples at that rate).
 
 The first sentence is awaited before the response starts, so a request that fails before any audio is a
-JSON error; one that fails later ends its stream early.  Each block's output credit returns once its bytes
+JSON error; one that fails later ends its stream early (an SSE stream with OpenAI's error object).  Each block's output credit returns once its bytes
 are written, so a client that stops reading holds back only its own request.
 """
 
@@ -31,7 +31,7 @@ from starlette.routing import Route
 from loam.serve.scheduler import Event, ServeError
 from loam.serve.speech import AudioBlock, SpeechParams, SpeechRequest, SpeechState
 from loam.serve.stream import StreamRequest, StreamWorker
-from loam.serve.web import error_response, event_sink, read_fields, watch_disconnect
+from loam.serve.web import error_body, error_response, event_sink, read_fields, watch_disconnect
 
 if TYPE_CHECKING:
     from loam.serve.server import Server
@@ -156,7 +156,9 @@ class SpeechRoute:
                         yield f"data: {json.dumps(done)}\n\n".encode()
                     return
                 elif event.kind == "error":
-                    return  # the audio so far was sent: the stream ends short
+                    if sse:  # the audio so far was sent: the stream ends with the error
+                        yield f"data: {json.dumps(error_body(event.text, event.status, event.param))}\n\n".encode()
+                    return  # an audio stream ends short
                 event = await _next(events)
         finally:
             watcher.cancel()
