@@ -6,11 +6,14 @@ The body is OpenAI's: `model`, `input` (the text), `voice`, `response_format`, `
 time (chunked transfer): `stream_format` "audio" sends the encoded bytes as they are made, "sse" sends
 OpenAI's `speech.audio.delta` events (the bytes in base64) and a last `speech.audio.done`.  The response
 says the request's seed (`x-loam-seed`, the same seed repeats the same waveform) and the voice's sample
-rate (`x-loam-sample-rate`; `pcm` is headerless 16-bit samples at that rate).
+rate (`x-loam-sample-rate`; `pcm` is headerless 16-bit samples at that rate).  The formats are
+`loam.serve.audio_codec`'s (`wav`, `pcm`, `flac`, `mp3`, `opus`), encoded as the blocks come
+(`StreamingEncoder`: `flac` whole at the end).
 
 The first sentence is awaited before the response starts, so a request that fails before any audio is a
-JSON error; one that fails later ends its stream early (an SSE stream with OpenAI's error object).  Each block's output credit returns once its bytes
-are written, so a client that stops reading holds back only its own request.
+JSON error; one that fails later ends its stream early (an SSE stream with OpenAI's error object).  Each
+block's output credit returns once its bytes are written, so a client that stops reading holds back only
+its own request.
 """
 
 from __future__ import annotations
@@ -18,16 +21,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import struct
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-import numpy as np
 from starlette.requests import Request as HttpRequest
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from loam.serve.audio_codec import AUDIO_TYPES, StreamingEncoder
 from loam.serve.scheduler import Event, ServeError
 from loam.serve.speech import AudioBlock, SpeechParams, SpeechRequest, SpeechState
 from loam.serve.stream import StreamRequest, StreamWorker
@@ -37,30 +39,6 @@ if TYPE_CHECKING:
     from loam.serve.server import Server
 
 STREAM_FORMATS = ("audio", "sse")
-AUDIO_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm"}
-"""The response formats this route encodes, with their content types."""
-
-
-class Encoder:
-    """Samples to a response format's bytes as they are made: 16-bit WAV (its sizes 0xFFFFFFFF, a stream of
-    unknown length) or headerless 16-bit PCM."""
-
-    def __init__(self, rate: int, fmt: str) -> None:
-        self.rate, self.fmt = rate, fmt
-        self._header = fmt == "wav"
-
-    def push(self, samples: np.ndarray) -> bytes:
-        scaled = np.round(np.clip(np.asarray(samples, np.float64), -1.0, 1.0) * 32768.0)
-        return self.close() + np.clip(scaled, -32768, 32767).astype("<i2").tobytes()
-
-    def close(self) -> bytes:
-        if not self._header:
-            return b""
-        self._header = False
-        fields = (self.rate, self.rate * 2, 2, 16)  # sample rate, byte rate, frame bytes, sample bits
-        return struct.pack(
-            "<4sI4s4sIHHIIHH4sI", b"RIFF", 0xFFFFFFFF, b"WAVE", b"fmt ", 16, 1, 1, *fields, b"data", 0xFFFFFFFF
-        )
 
 
 def routes(server: Server, role: str) -> list[Route]:
@@ -90,9 +68,7 @@ class SpeechRoute:
             raise ServeError("'input' is required: the text to speak", param="input")
         voice = fields.get("voice", (str,), state.voice.name if state.voice.speakers <= 1 else "0")
         fmt = fields.get("response_format", (str,), "wav")
-        if fmt not in AUDIO_TYPES:
-            formats = ", ".join(AUDIO_TYPES)
-            raise ServeError(f"'response_format' must be one of {formats}, got {fmt!r}", param="response_format")
+        encoder = StreamingEncoder(state.voice.sample_rate, fmt)  # an unknown format: a 400 naming response_format
         stream_format = fields.get("stream_format", (str,), "audio")
         if stream_format not in STREAM_FORMATS:
             raise ServeError(f"'stream_format' must be 'audio' or 'sse', got {stream_format!r}", param="stream_format")
@@ -118,14 +94,14 @@ class SpeechRoute:
             return error_response(first.text, first.status if first.status != 499 else 400, first.param)
         worker.metrics.time_to_first_audio.observe(time.monotonic() - arrival)
         rate = state.voice.sample_rate
-        body = self._stream(worker, request, events, watcher, first, Encoder(rate, fmt), stream_format)
+        body = self._stream(worker, request, events, watcher, first, encoder, stream_format)
         headers = {"x-loam-seed": str(request.state.seed), "x-loam-sample-rate": str(rate), "Cache-Control": "no-cache"}
         media = "text/event-stream" if stream_format == "sse" else AUDIO_TYPES[fmt]
         return StreamingResponse(body, media_type=media, headers=headers)
 
     async def _stream(
         self, worker: StreamWorker, request: StreamRequest, events: asyncio.Queue[tuple[int, Event]],
-        watcher: asyncio.Task[None], first: Event, encoder: Encoder, stream_format: str,
+        watcher: asyncio.Task[None], first: Event, encoder: StreamingEncoder, stream_format: str,
     ) -> AsyncIterator[bytes]:  # fmt: skip
         rate = encoder.rate
         frames = 0
@@ -144,7 +120,9 @@ class SpeechRoute:
                     block = event.value
                     worker.metrics.audio_out(block.frames / rate, block.seconds)
                     frames += block.frames
-                    yield frame(encoder.push(block.samples))
+                    data = encoder.push(block.samples)
+                    if data:  # flac's encoder holds every block until the end
+                        yield frame(data)
                     # The write returned: the client (or its socket buffer) took the bytes.
                     worker.consumed(request, event.size)
                 elif event.kind == "done":

@@ -7,6 +7,7 @@ field."""
 from __future__ import annotations
 
 import base64
+import io
 import json
 import threading
 import time
@@ -419,3 +420,24 @@ def test_a_voice_config_is_read_and_its_speakers_named(tmp_path: Path) -> None:
     broken.write_text(json.dumps({k: v for k, v in table.items() if k != "audio"}))
     with pytest.raises(PackageError, match=r"broken\.onnx\.json: key 'audio'"):
         read_voice(broken, "fallback")
+
+
+@pytest.mark.parametrize("fmt", ["flac", "mp3", "opus"])
+def test_encoded_formats_carry_the_waveform(server: Server, url: str, fmt: str) -> None:
+    """FLAC is the 16-bit samples exactly; MP3 and Opus (at 24 kHz, the Opus rate above the voice's) decode to
+    about the same length of audio."""
+    import soundfile
+
+    response = httpx.post(
+        f"{url}/v1/audio/speech",
+        json={"model": NAME, "input": TEXTS[2], "seed": 4, "response_format": fmt},
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+    samples, rate = soundfile.read(io.BytesIO(response.content), dtype="int16")
+    want = alone(worker_of(server), TEXTS[2], 4)
+    if fmt == "flac":
+        assert rate == 22050
+        np.testing.assert_array_equal(samples, np.clip(np.round(np.clip(want, -1, 1) * 32768.0), -32768, 32767))
+    else:
+        assert abs(len(samples) / rate - len(want) / 22050) < 0.1
