@@ -189,23 +189,38 @@ def test_a_seed_repeats_a_request_and_another_changes_it(server: Server) -> None
 
 
 def test_staggered_requests_of_other_lengths_and_speeds_equal_their_isolated_runs(server: Server) -> None:
-    """Requests arrive while others speak, so cohorts gain and lose members; each waveform is its own alone."""
+    """Each request arrives once the one before it has spoken its first sentence, so cohorts gain and lose
+    members as requests of other lengths, speeds and seeds come and go; each waveform is its own alone."""
     worker = worker_of(server)
-    cases = [(TEXTS[i % len(TEXTS)], 10 + i, (1.0, 1.5, 0.8)[i % 3]) for i in range(6)]
+    cases = [(" ".join(TEXTS), 10, 1.0)] + [
+        (TEXTS[i % len(TEXTS)], 10 + i, (1.0, 1.5, 0.8)[i % 3]) for i in range(1, 6)
+    ]
     isolated = [alone(worker, *case) for case in cases]
     cohorts = worker.cohorts
     results: dict[int, np.ndarray] = {}
+    spoke = [threading.Event() for _ in cases]
 
     def run(index: int) -> None:
-        results[index] = alone(worker, *cases[index])
+        text, seed, speed = cases[index]
+        request, events = open_request(worker, text, seed, speed)
+        found: list[AudioBlock] = []
+        for event in events:
+            if event.kind == "event" and isinstance(event.value, AudioBlock):
+                found.append(event.value)
+                worker.consumed(request, event.size)
+                spoke[index].set()
+            elif event.kind in ("done", "error"):
+                assert event.kind == "done", event.text
+                break
+        results[index] = waveform(found)
 
-    threads = []
-    for index in range(len(cases)):
-        threads.append(threading.Thread(target=run, args=(index,)))
-        threads[-1].start()
-        time.sleep(0.05 * index)
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(len(cases))]
+    for index, thread in enumerate(threads):
+        if index:
+            assert spoke[index - 1].wait(600)
+        thread.start()
     for thread in threads:
-        thread.join(120)
+        thread.join(600)
     for index, want in enumerate(isolated):
         np.testing.assert_array_equal(results[index], want)
     sentences = sum(len(phonemes.sentences(text, "en-us")) for text, _, _ in cases)
@@ -232,7 +247,7 @@ def test_sixteen_concurrent_streams_over_http_equal_their_isolated_waveforms(ser
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(120)
+        thread.join(600)
     for case in cases:
         np.testing.assert_array_equal(results[case], isolated[case])
     assert not np.array_equal(isolated[cases[0]], isolated[cases[2]])  # another seed, another waveform
