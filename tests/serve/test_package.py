@@ -41,7 +41,7 @@ def bert_table(**changes: object) -> dict[str, object]:
     [
         ([1, 2], "must hold a JSON object"),
         (bert_table(weights="x"), "unknown key 'weights'"),
-        (bert_table(role="speech"), "key 'role' must be one of text, embedding"),
+        (bert_table(role="singing"), "key 'role' must be one of text, embedding"),
         (bert_table(sources={"hf": ["gone.safetensors"]}), "key 'sources.hf' names 'gone.safetensors': no such file"),
         (bert_table(sources={"hf": []}), "'sources.hf' is an empty list"),
         (bert_table(stages={}), "key 'stages' must be a non-empty object"),

@@ -49,7 +49,7 @@ TEXTS = [
     "Is it seven?",
     "Numbers like 42 and 3.5 are spoken too.",
 ]
-HOP = 256  # samples per spectrogram frame: the decoder's upsampling (8 x 8 x 2 x 2)
+HOP = 256  # samples per latent frame: the decoder's three ConvTransposes, strides 8, 8 and 4
 LATENT = 192  # the flow's channels, which the second noise draw covers
 
 
