@@ -65,6 +65,11 @@ def feature_reads(names: Iterable[str]) -> set[str]:
     return {dep for table in numpy_runtime.FEATURES.values() for name in names for dep in table.get(name, ())}
 
 
+def parameter_reads(names: Iterable[str]) -> set[str]:
+    """What the kernels `names` read only where a call sets a parameter (`numpy_runtime.PARAMETER_PIECES`)."""
+    return {dep for (kernel, _), deps in numpy_runtime.PARAMETER_PIECES.items() if kernel in names for dep in deps}
+
+
 def test_each_numpy_piece_is_carried_with_everything_it_reads() -> None:
     missing: dict[str, set[str]] = {}
     for piece in numpy_runtime.PIECES:
@@ -74,8 +79,22 @@ def test_each_numpy_piece_is_carried_with_everything_it_reads() -> None:
             lacking = unbound(sources, {**NUMPY_IMPORTS, **imported(numpy_runtime.standard_imports(carried))})
             if not features:  # without a feature, what a piece reads only for it is never reached
                 lacking -= feature_reads(carried)
+            lacking -= parameter_reads(carried)  # carried where a call sets the parameter: checked below
             if lacking:
                 missing[f"{piece} ({'every feature' if features else 'no feature'})"] = lacking
+    assert not missing, missing
+
+
+def test_a_kernel_called_with_a_parameter_is_carried_with_what_it_reads_for_it() -> None:
+    missing: dict[str, set[str]] = {}
+    assert numpy_runtime.PARAMETER_PIECES
+    for (kernel, parameter), deps in numpy_runtime.PARAMETER_PIECES.items():
+        carried = numpy_runtime.pieces_for([kernel, *numpy_runtime.parameter_pieces(kernel, {parameter: 1})])
+        assert set(deps) <= set(carried)
+        sources = [numpy_runtime.source_of(name) for name in carried]
+        lacking = unbound(sources, {**NUMPY_IMPORTS, **imported(numpy_runtime.standard_imports(carried))})
+        if lacking:
+            missing[f"{kernel} ({parameter})"] = lacking
     assert not missing, missing
 
 
