@@ -32,7 +32,7 @@ from loam.serve.metrics import Metrics
 from loam.serve.scheduler import Event, Request
 from loam.serve.server import Server
 from loam.serve.spec import Package, PackageError
-from loam.serve.stream import StreamRequest, StreamWorker
+from loam.serve.stream import InputView, StreamRequest, StreamWorker, Work
 from tests.serve.serving import PACKAGES, http_client, serving
 
 pytestmark = pytest.mark.xdist_group("images")
@@ -230,7 +230,9 @@ def test_metrics_count_images_and_steps(client: httpx.Client) -> None:
 
 def test_concurrent_requests_are_their_isolated_images(server: Server, client: httpx.Client) -> None:
     """Staggered requests of different sizes, steps and schedulers at once: each is byte for byte what it is
-    alone, and requests of one geometry did share cohorts."""
+    alone, and no stage ran twice.  (Whether two requests share a cohort depends on when each arrives: the oldest
+    request's work goes first, and a newer one joins only where its next stage has the same tag; the cancellation
+    test below holds the worker so that three requests deterministically share cohorts.)"""
     bodies = [
         {"model": MODEL, "prompt": f"fox {i}", "size": size, "steps": steps, "seed": i, "scheduler": sched}
         for i, (size, steps, sched) in enumerate([
@@ -255,7 +257,7 @@ def test_concurrent_requests_are_their_isolated_images(server: Server, client: h
     for i, image in enumerate(alone):
         assert np.array_equal(results[i], image), bodies[i]
     stages = sum(2 + int(str(b["steps"])) for b in bodies)  # encode, each step, decode
-    assert worker.cohorts - cohorts_before < stages
+    assert worker.cohorts - cohorts_before <= stages
 
 
 def test_unregister_then_register_again(tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -272,9 +274,9 @@ def test_unregister_then_register_again(tmp_path_factory: pytest.TempPathFactory
 
 
 class GatedImages(ImageControl):
-    """The image control, pausing in its first cohort until `opened` is set (where `hold`), and in the first cohort
-    of `gate_at` or more members until `gate` is set; a request whose prompt is "poison" makes any cohort holding
-    it fail."""
+    """The image control, offering no work until `opened` is set (where `hold`: requests submitted meanwhile then
+    start together, whatever the worker's timing), pausing in the first cohort of `gate_at` or more members until
+    `gate` is set; a request whose prompt is "poison" makes any cohort holding it fail."""
 
     def __init__(self, gate_at: int = 1 << 30, hold: bool = False) -> None:
         self.gate_at = gate_at
@@ -291,11 +293,15 @@ class GatedImages(ImageControl):
             self.poisoned.add(id(job))
         return job
 
+    def prepare_work(self, state: object, request: object, view: InputView) -> Work:
+        if not self.opened.is_set():
+            return Work(b"", 0, "")
+        return super().prepare_work(state, request, view)
+
     def generate(self, state: object, plan: object) -> np.ndarray:
         assert isinstance(plan, Plan)
         if any(id(part.job) in self.poisoned for part in plan.parts):
             raise LoamError("a poisoned request")
-        assert self.opened.wait(60)
         if len(plan.parts) >= self.gate_at and not self.entered.is_set():
             self.entered.set()
             assert self.gate.wait(60)
