@@ -183,33 +183,17 @@ def package_file(package: str, name: str) -> Path | None:
 
 def voice_paths() -> tuple[Path, Path] | None:
     """The Piper voice's graph and config (None where the wheel is not installed)."""
-    model = package_file(VOICE_PACKAGE, VOICE_MODEL)
-    return None if model is None else (model, model.with_name(VOICE_MODEL + ".json"))
+    from tests.serve.audio_packages import voice_paths as found
+
+    return found()
 
 
 def speech_package(folder: Path, clients: int) -> Path:
-    """A speech package over the installed Piper voice, as the speech role's tests write it (the layout Loam
-    drafts for the voice), with a row for each client."""
-    import onnx
+    """A speech package over the installed Piper voice, as the speech role's tests write it, with a row for each
+    client."""
+    from tests.serve.audio_packages import speech_package as write
 
-    from loam.driver.draft import draft_layout
-
-    found = voice_paths()
-    assert found is not None
-    model, config = found
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / model.name).symlink_to(model)
-    (folder / config.name).symlink_to(config)
-    (folder / "loam.toml").write_text(draft_layout(onnx.load(str(model))).toml(), encoding="utf-8")
-    table = {
-        "name": "joe",
-        "role": "speech",
-        "stages": {"voice": {"graph": model.name, "options": "loam.toml"}},
-        "max_characters": 1000,
-        "capacities": {"batch_units": 400 * clients, "resident_requests": clients, "output_bytes": 1 << 18},
-    }
-    (folder / "model.json").write_text(json.dumps(table), encoding="utf-8")
-    return folder
+    return write(folder, name="joe", max_characters=1000, batch_units=400 * clients, resident_requests=clients)
 
 
 def whisper_base_available() -> bool:

@@ -20,7 +20,6 @@ import onnx
 import pytest
 
 from loam.core.errors import LoamError
-from loam.driver.draft import draft_layout
 from loam.serve import phonemes
 from loam.serve.cli import Listener
 from loam.serve.scheduler import Event, Request, ServeError
@@ -37,6 +36,7 @@ from loam.serve.speech import (
 )
 from loam.serve.stream import StreamRequest, StreamWorker
 from tests.models.real_exports import exports, piper
+from tests.serve.audio_packages import speech_package
 from tests.serve.serving import serving
 
 pytestmark = pytest.mark.xdist_group("speech")
@@ -56,22 +56,7 @@ LATENT = 192  # the flow's channels, which the second noise draw covers
 @pytest.fixture(scope="module")
 def voice_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A speech package over the installed Piper voice: its graph and config, and the layout Loam drafts."""
-    model = exports.package_file(piper.PACKAGE, piper.MODEL)
-    exports.require_installed(piper.PACKAGE, model is not None)
-    assert model is not None
-    folder = tmp_path_factory.mktemp("piper")
-    (folder / piper.MODEL).symlink_to(model)
-    (folder / (piper.MODEL + ".json")).symlink_to(model.with_name(piper.MODEL + ".json"))
-    (folder / "loam.toml").write_text(draft_layout(onnx.load(str(model))).toml(), encoding="utf-8")
-    table = {
-        "name": NAME,
-        "role": "speech",
-        "stages": {"voice": {"graph": piper.MODEL, "options": "loam.toml"}},
-        "max_characters": 400,
-        "capacities": {"batch_units": 400, "resident_requests": 4, "output_bytes": 1 << 18},
-    }
-    (folder / "model.json").write_text(json.dumps(table), encoding="utf-8")
-    return folder
+    return speech_package(tmp_path_factory.mktemp("piper"), name=NAME, max_characters=400)
 
 
 @pytest.fixture(scope="module")
