@@ -249,16 +249,15 @@ class StreamWorker(Worker):
                 self.metrics.finished("stop")
                 self._retire_now(request)
 
-    def _refuse(self, request: StreamRequest, status: int, message: str) -> None:
-        request.deliver(Event("error", text=message, status=status))
+    def _refuse(self, request: StreamRequest, status: int, message: str, param: str | None = None) -> None:
+        """End `request` with an error (`run_cohort`'s `fail`, and `_fail`'s end)."""
+        request.deliver(Event("error", text=message, status=status, param=param))
         self.metrics.finished("error")
         self._retire_now(request)
 
     def _fail(self, request: StreamRequest, err: Exception) -> None:
         status, message = failure(err)
-        request.deliver(Event("error", text=message, status=status, param=getattr(err, "param", None)))
-        self.metrics.finished("error")
-        self._retire_now(request)
+        self._refuse(request, status, message, getattr(err, "param", None))
 
     def _retire_now(self, request: StreamRequest) -> None:
         if request in self.waiting:
