@@ -58,8 +58,6 @@ repository so the committed text does not depend on where it was written.
 
 from __future__ import annotations
 
-import json
-import struct
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -80,6 +78,7 @@ from jaxlib.mlir import ir
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from safetensors.numpy import save_file
+from safetensors_layout import safetensors_offsets
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP_DIR = ROOT / "examples" / "jax_mlp"
@@ -172,19 +171,6 @@ def mlp_params(rng: np.random.Generator) -> Params:
         "fc2.bias": uniform(rng, (HIDDEN2,), HIDDEN),
         "fc3.weight": uniform(rng, (HIDDEN2, OUT), HIDDEN2),
         "fc3.bias": uniform(rng, (OUT,), HIDDEN2),
-    }
-
-
-def safetensors_offsets(path: Path) -> dict[str, tuple[int, int]]:
-    """Each tensor's (absolute byte offset, length) inside a safetensors file."""
-    data = path.read_bytes()
-    (header_len,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + header_len])
-    start = 8 + header_len
-    return {
-        name: (start + info["data_offsets"][0], info["data_offsets"][1] - info["data_offsets"][0])
-        for name, info in header.items()
-        if name != "__metadata__"
     }
 
 

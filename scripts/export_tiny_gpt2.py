@@ -54,8 +54,6 @@ Files written (see the folder's README.md for the oracle's keys):
 from __future__ import annotations
 
 import io
-import json
-import struct
 import sys
 import warnings
 from pathlib import Path
@@ -72,6 +70,7 @@ import transformers
 from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import load_external_data_for_model, set_external_data
 from safetensors.numpy import save_file
+from safetensors_layout import safetensors_offsets
 from transformers import GPT2Config, GPT2LMHeadModel
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "models" / "tiny_gpt2"
@@ -356,19 +355,6 @@ def with_initializers(model: onnx.ModelProto, initializers: list[TensorProto]) -
     del out.graph.initializer[:]
     out.graph.initializer.extend(initializers)
     return out
-
-
-def safetensors_offsets(path: Path) -> dict[str, tuple[int, int]]:
-    """Each tensor's (absolute byte offset, length) inside a safetensors file."""
-    data = path.read_bytes()
-    (header_len,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + header_len])
-    start = 8 + header_len
-    return {
-        name: (start + info["data_offsets"][0], info["data_offsets"][1] - info["data_offsets"][0])
-        for name, info in header.items()
-        if name != "__metadata__"
-    }
 
 
 HEADERS = {

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import io
 import json
-import struct
 import warnings
 from pathlib import Path
 
@@ -74,6 +73,7 @@ from onnx import TensorProto, numpy_helper
 from onnx.external_data_helper import load_external_data_for_model, set_external_data
 from PIL import Image
 from safetensors.numpy import save_file
+from safetensors_layout import safetensors_offsets
 from tokenizers import AddedToken, Tokenizer
 from transformers import (
     CLIPImageProcessor,
@@ -207,18 +207,6 @@ def export(module: torch.nn.Module, args: tuple[torch.Tensor, ...], inputs: list
                 dim.dim_value = value.shape[axis]
     onnx.checker.check_model(exported, full_check=True)
     return exported
-
-
-def safetensors_offsets(path: Path) -> dict[str, tuple[int, int]]:
-    data = path.read_bytes()
-    (header_len,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + header_len])
-    start = 8 + header_len
-    return {
-        name: (start + info["data_offsets"][0], info["data_offsets"][1] - info["data_offsets"][0])
-        for name, info in header.items()
-        if name != "__metadata__"
-    }
 
 
 def write_text(name: str, title: str, model: onnx.ModelProto) -> onnx.ModelProto:

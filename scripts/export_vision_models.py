@@ -51,9 +51,7 @@ onnxruntime themselves.
 from __future__ import annotations
 
 import io
-import json
 import re
-import struct
 import sys
 import warnings
 from collections.abc import Callable
@@ -74,6 +72,7 @@ from diffusers import AutoencoderKL, UNet2DConditionModel
 from onnx import TensorProto, numpy_helper
 from onnx.external_data_helper import load_external_data_for_model, set_external_data
 from safetensors.numpy import save_file
+from safetensors_layout import safetensors_offsets
 from transformers import CLIPTextConfig, CLIPTextModel, ViTConfig, ViTModel
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "models" / "vision"
@@ -398,19 +397,6 @@ def rename_initializers(model: onnx.ModelProto, torch_model: torch.nn.Module) ->
     for info in model.graph.value_info:
         info.name = renamed.get(info.name, info.name)
     return folded
-
-
-def safetensors_offsets(path: Path) -> dict[str, tuple[int, int]]:
-    """Each tensor's (absolute byte offset, length) inside a safetensors file."""
-    data = path.read_bytes()
-    (header_len,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + header_len])
-    start = 8 + header_len
-    return {
-        name: (start + info["data_offsets"][0], info["data_offsets"][1] - info["data_offsets"][0])
-        for name, info in header.items()
-        if name != "__metadata__"
-    }
 
 
 def write_text(spec: Spec, model: onnx.ModelProto, weights: dict[str, np.ndarray]) -> onnx.ModelProto:

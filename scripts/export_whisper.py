@@ -60,8 +60,6 @@ written: the tests run onnxruntime themselves.
 from __future__ import annotations
 
 import functools
-import json
-import struct
 import sys
 import tempfile
 import warnings
@@ -79,6 +77,7 @@ import transformers
 from onnx import TensorProto, numpy_helper
 from onnx.external_data_helper import load_external_data_for_model, set_external_data
 from safetensors.numpy import save_file
+from safetensors_layout import safetensors_offsets
 from transformers import WhisperConfig, WhisperForConditionalGeneration
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "models" / "whisper"
@@ -171,19 +170,6 @@ def rename_initializers(model: onnx.ModelProto, names: dict[tuple[tuple[int, ...
         init.name = new
     for node in model.graph.node:
         node.input[:] = [renamed.get(name, name) for name in node.input]
-
-
-def safetensors_offsets(path: Path) -> dict[str, tuple[int, int]]:
-    """Each tensor's (absolute byte offset, length) inside a safetensors file."""
-    data = path.read_bytes()
-    (header_len,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + header_len])
-    start = 8 + header_len
-    return {
-        name: (start + info["data_offsets"][0], info["data_offsets"][1] - info["data_offsets"][0])
-        for name, info in header.items()
-        if name != "__metadata__"
-    }
 
 
 def write_text(path: Path, model: onnx.ModelProto, checkpoint: Path, title: str) -> onnx.ModelProto:

@@ -26,8 +26,6 @@ Run: `python scripts/train_digits.py` (about 5 s).
 
 from __future__ import annotations
 
-import json
-import struct
 import sys
 from pathlib import Path
 
@@ -40,6 +38,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import load_external_data_for_model, set_external_data
 from safetensors.numpy import save_file
+from safetensors_layout import safetensors_offsets
 
 OUT = Path(__file__).resolve().parent.parent / "examples" / "digits"
 SEED = 20240611
@@ -328,19 +327,6 @@ def make_model(initializers: list[TensorProto], batch: int) -> onnx.ModelProto:
     return helper.make_model(
         graph, producer_name="loam-example", ir_version=8, opset_imports=[helper.make_opsetid("", 17)]
     )
-
-
-def safetensors_offsets(path: Path) -> dict[str, tuple[int, int]]:
-    """Each tensor's (absolute byte offset, length) inside a safetensors file."""
-    data = path.read_bytes()
-    (header_len,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + header_len])
-    start = 8 + header_len
-    return {
-        name: (start + info["data_offsets"][0], info["data_offsets"][1] - info["data_offsets"][0])
-        for name, info in header.items()
-        if name != "__metadata__"
-    }
 
 
 LOAM_TOML = """\
