@@ -74,17 +74,22 @@ def _erf(x: np.ndarray) -> np.ndarray:
     """
     x = np.asarray(x)
     if x.dtype != np.float64:
-        z = np.clip(x.astype(np.float32), np.float32(-4), np.float32(4))
-        z2 = z * z
-        p = np.full_like(z2, np.float32(-2.72614225801306e-10))
+        # Horner's first step as one product (c0 * z2, not a buffer filled with c0 and then scaled: the
+        # same bits, a pass less), and a float32 x clamped without a copy first: every pass here is one
+        # over the whole operand (MiniLM's GELU runs this over 9.4M elements a forward).
+        z = np.clip(x.astype(np.float32, copy=False), np.float32(-4), np.float32(4))
+        z2 = np.multiply(z, z)
+        p = np.multiply(z2, np.float32(-2.72614225801306e-10))
         for c in (2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05, -7.34990630326855e-04,
-                  -2.95459980854025e-03, -1.60960333262415e-02):  # fmt: skip
-            p *= z2
+                  -2.95459980854025e-03):  # fmt: skip
             p += np.float32(c)
-        q = np.full_like(z2, np.float32(-1.45660718464996e-05))
-        for c in (-2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03, -1.42647390514189e-02):
-            q *= z2
+            p *= z2
+        p += np.float32(-1.60960333262415e-02)
+        q = np.multiply(z2, np.float32(-1.45660718464996e-05))
+        for c in (-2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03):
             q += np.float32(c)
+            q *= z2
+        q += np.float32(-1.42647390514189e-02)
         p /= q
         p *= z  # last: z P would pass through subnormals for z near the smallest normal float32
         return p.astype(x.dtype, copy=False)
