@@ -175,6 +175,15 @@ def test_pow_keeps_the_base_type(base: str, exponent: str) -> None:
     check("Pow", {"a": a, "b": b}, opset=15, **tolerance(base))
 
 
+@pytest.mark.parametrize("shapes", [((), ()), ((1,), ()), ((), (1, 1)), ((2, 3), (1,)), ((1, 1, 257), ())], ids=str)
+def test_pow_by_three_of_any_rank(shapes: tuple[tuple[int, ...], tuple[int, ...]]) -> None:
+    """GELU's cube (a float32 base, exponent 3) is computed in float64 without np.power: a 0-d base
+    too, where numpy's product of two 0-d arrays is a scalar, not an array."""
+    a = np.asarray(data("f32", shapes[0], 9) * 3, np.float32)
+    b = np.full(shapes[1], 3, np.float32)
+    check("Pow", {"a": a, "b": b}, opset=15)
+
+
 @pytest.mark.parametrize("elem", ["i8", "i32", "i64", "ui8", "f32", "f64", "f16"])
 @pytest.mark.parametrize("fmod", [0, 1])
 def test_mod(elem: str, fmod: int) -> None:

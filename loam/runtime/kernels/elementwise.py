@@ -145,7 +145,7 @@ def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             # the square is exact and the cube rounds once before the narrowing, as close as powf
             # gets, at a twentieth of the time.
             w = a.astype(np.float64)
-            cube = np.multiply(w, w)
+            cube = np.multiply(w, w, out=np.empty_like(w))  # an array even for a 0-d base (not a scalar)
             cube = np.multiply(cube, w, out=cube).astype(np.float32)
             if b.ndim > a.ndim:  # the exponent's extra (unit) axes lead the result's shape
                 cube = cube.reshape((1,) * (b.ndim - a.ndim) + cube.shape)
