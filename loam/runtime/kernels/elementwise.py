@@ -141,12 +141,12 @@ def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = np.asarray(a), np.asarray(b)
     if a.dtype == b.dtype and a.dtype.kind == "f":
         if a.dtype == np.float32 and b.size == 1 and b.reshape(-1)[0] == 3:
-            # GELU's cube: numpy's power calls libm per element for any exponent but 2.  In float64
-            # the square is exact and the cube rounds once before the narrowing, as close as powf
-            # gets, at a twentieth of the time.
-            w = a.astype(np.float64)
-            cube = np.multiply(w, w, out=np.empty_like(w))  # an array even for a 0-d base (not a scalar)
-            cube = np.multiply(cube, w, out=cube).astype(np.float32)
+            # GELU's cube as (a * a) * a in float32: onnxruntime's Pow takes an exponent of 3 so too
+            # (its bits, every one of a million normal samples), where numpy's power calls libm per
+            # element, and at a fifth of the time of a float64 cube narrowed (GPT-2's [64, 256]: 7 us
+            # against 36).  `out` keeps a 0-d base's cube an array (a product of 0-d arrays is a scalar).
+            cube = np.multiply(a, a, out=np.empty(a.shape, np.float32))
+            cube = np.multiply(cube, a, out=cube)
             if b.ndim > a.ndim:  # the exponent's extra (unit) axes lead the result's shape
                 cube = cube.reshape((1,) * (b.ndim - a.ndim) + cube.shape)
             return cube
