@@ -79,8 +79,8 @@ _SLOT_MIN = 16384
 _BROADCAST_MAX = 16384
 
 # The most elements a transposed weight copied once into the layout its products read may take
-# (`prepacked`): 2 MiB of float32, every Linear of the MLPs and the tiny GPT-2 and MiniLM's square
-# projections, not its 384 x 1536 ones (held beside the checkpoint's map, each copy costs its size).
+# (`prepacked`): 2 MiB of float32, every Linear of the bench's MLPs and MiniLM's square projections,
+# not its 384 x 1536 ones (held beside the checkpoint's map, each copy costs its size).
 _PREPACK_MAX = 1 << 19
 
 
