@@ -11,6 +11,8 @@ from collections.abc import Mapping
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
 from loam.core.errors import ShapeError, UnsupportedError
@@ -71,6 +73,37 @@ def data(*shape: int, dtype: type = np.float32) -> np.ndarray:
 )
 @pytest.mark.parametrize("bias", [False, True])
 def test_conv(x_shape: tuple[int, ...], w_shape: tuple[int, ...], attrs: dict[str, object], bias: bool) -> None:
+    weights = {"w": data(*w_shape)}
+    if bias:
+        weights["b"] = data(w_shape[0])
+    check(one_node("Conv", data(*x_shape), weights, **attrs), data(*x_shape))
+
+
+@st.composite
+def conv_nodes(draw: st.DrawFn) -> tuple:
+    """A 2-D Conv's shapes and attributes: kernels 1 to 7, strides 1 and 2, pads or an auto_pad,
+    dilations, groups, odd extents, batches of 1 and 3 (each of kernel_conv's paths)."""
+    group = draw(st.sampled_from([1, 1, 2]))
+    kernel = [draw(st.sampled_from([1, 3, 5, 7])) for _ in range(2)]
+    auto_pad = draw(st.sampled_from(["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
+    # onnxruntime refuses dilations with a SAME auto_pad
+    dilations = [draw(st.sampled_from([1, 1, 2])) if auto_pad[:4] != "SAME" else 1 for _ in range(2)]
+    strides = [draw(st.sampled_from([1, 2])) for _ in range(2)]
+    attrs: dict[str, object] = {"kernel_shape": kernel, "group": group, "strides": strides, "dilations": dilations}
+    if auto_pad == "NOTSET":
+        attrs["pads"] = [draw(st.integers(0, 3)) for _ in range(4)]
+    else:
+        attrs["auto_pad"] = auto_pad
+    spatial = [draw(st.integers(s, s + 9)) for s in ((k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True))]
+    x_shape = (draw(st.sampled_from([1, 3])), group * draw(st.integers(1, 4)), *spatial)
+    w_shape = (group * draw(st.integers(1, 4)), x_shape[1] // group, *kernel)
+    return x_shape, w_shape, attrs
+
+
+@settings(max_examples=25, deadline=None)
+@given(conv_nodes(), st.booleans())
+def test_conv_of_drawn_shapes(node: tuple, bias: bool) -> None:
+    x_shape, w_shape, attrs = node
     weights = {"w": data(*w_shape)}
     if bias:
         weights["b"] = data(w_shape[0])

@@ -3,10 +3,10 @@ MaxUnpool (resize, grid sampling and affine grids: `kernels/resize.py`).
 
 Each kernel takes its geometry fully resolved by the operator rule (explicit begin/end pads, the
 output extents ceil_mode or auto_pad chose), so the
-generated module does no shape reasoning of its own.  Windows are read as strided views (the
-reshape that flattens them is the im2col copy) and contracted with one `matmul` per call; MaxPool
-takes running maxima over strided views; loops run over kernel offsets or axes only, never over
-elements.
+generated module does no shape reasoning of its own.  Windows are read as strided views, copied
+into an im2col (whole, or a block of columns at a time where it outgrows the cache; a pointwise
+Conv's is the input itself) and contracted with `matmul`; MaxPool takes running maxima over strided
+views; loops run over kernel offsets, axes or blocks only, never over elements.
 Halves (f16, bf16) compute in f32 and are narrowed back, as ONNX defines them.
 """
 
@@ -42,76 +42,181 @@ def kernel_conv(
 ) -> np.ndarray:
     """ONNX Conv: x (N, C, *S) with w (M, C/group, *K), zero pads `pads` (begins then ends), bias b (M).
 
-    im2col into the layout a batched matmul wants, (N, group, C/group * taps, points), so that
-    w (group, M/group, C/group * taps) times it gives (N, group, M/group, points): the output's
-    layout.  With unit strides the points of each row are taken across the whole padded row (the
-    surplus columns are computed, then dropped by one compacting copy), which makes every window
-    a contiguous run of the padded input.
+    One product of w (group, M/group, C/group * taps) with the taps each output point reads, by one of
+    three paths chosen by shape: a pointwise Conv multiplies the input itself (`_conv_pointwise`); a
+    unit-stride one copies the taps as shifted runs of the padded input (`_conv_on_planes`), where that
+    costs less than gathering each window's taps (`_conv_on_windows`, every other Conv).
     """
     dtype = x.dtype
     xw = widened(x)
     if x.ndim == 3 and group == 1:
         return narrowed(_conv_1d(xw, widened(w), b, strides[0], dilations[0], pads[0], pads[1]), dtype)
-    nsp = x.ndim - 2
-    kernel = tuple(w.shape[2:])
-    if min(pads, default=0) < 0:
-        raise ValueError("Conv pads must not be negative")
-    n, c = x.shape[0], x.shape[1]
-    m = w.shape[0]
-    cg, mg = c // group, m // group
-    spatial = tuple(x.shape[2:])
-    padded = tuple(spatial[i] + pads[i] + pads[i + nsp] for i in range(nsp))
-    out = tuple((padded[i] - (kernel[i] - 1) * dilations[i] - 1) // strides[i] + 1 for i in range(nsp))
-    if min(out, default=1) < 1:
-        raise ValueError("Conv kernel larger than the padded input")
-    # The padded input lies in one flat buffer (element strides `pitch`), with room after its end
-    # for the reads of the surplus columns.
-    pitch = [1] * nsp
-    for i in range(nsp - 2, -1, -1):
-        pitch[i] = pitch[i + 1] * padded[i + 1]
-    plane = pitch[0] * padded[0] if nsp else 1
-    # With unit strides, each window may read a contiguous run across whole padded rows, computing
-    # the padded columns too and dropping them after: cheaper than gathering exact windows unless
-    # those columns are a large share (a 7 x 7 image padded to 9 computes 29% more).
-    computed = exact = 1
-    for i in range(1, nsp):
-        computed, exact = computed * padded[i], exact * out[i]
-    unit = nsp > 0 and all(s == 1 for s in strides) and 10 * computed <= 11 * exact
-    if all(k == 1 for k in kernel) and not any(pads):
-        # A pointwise Conv (ResNet's 1x1s) is a product over the channels: the input, strided where the
-        # Conv strides, is already its own im2col.
-        picked = xw[(slice(None), slice(None), *(slice(None, None, st) for st in strides))]
-        cols = picked.reshape(n, group, cg, -1)
-        y = np.matmul(widened(w).reshape(group, mg, cg), cols).reshape(n, m, *out)
-        return narrowed(_biased(y, b, nsp), dtype)
-    if unit:
-        # Points on the grid (out[0], *padded[1:]): one run of out[0] * pitch[0] elements per window.
-        grid = (out[0], *padded[1:])
-        extent, walk = (out[0] * pitch[0],), (1,)
-        room = sum((kernel[i] - 1) * dilations[i] * pitch[i] for i in range(1, nsp))
+    g = _ConvGeometry(x.shape, w.shape, strides, pads, dilations, group)
+    ww = widened(w)
+    if all(k == 1 for k in g.kernel) and not any(pads):
+        y = _conv_pointwise(xw, ww, g)
+    elif _on_planes(g):
+        y = _conv_on_planes(xw, ww, g)
     else:
-        grid, extent, walk, room = out, out, tuple(strides[i] * pitch[i] for i in range(nsp)), 0
-    buf = np.zeros(n * c * plane + room, dtype=xw.dtype)
-    xp = buf[: n * c * plane].reshape(n, c, *padded)
-    xp[(slice(None), slice(None), *(slice(pads[i], pads[i] + spatial[i]) for i in range(nsp)))] = xw
+        y = _conv_on_windows(xw, ww, g)
+    return narrowed(_biased(y, b, len(g.kernel)), dtype)
+
+
+class _ConvGeometry:
+    """A Conv's extents (`kernel_conv`'s x and w shapes, its window parameters), settled once for the
+    path that computes it: the padded input's extents and the output's, checked."""
+
+    __slots__ = ("c", "dilations", "group", "kernel", "m", "n", "out", "padded", "pads", "spatial", "strides")
+
+    def __init__(
+        self, x_shape: tuple, w_shape: tuple, strides: tuple, pads: tuple, dilations: tuple, group: int
+    ) -> None:
+        nsp = len(x_shape) - 2
+        if min(pads, default=0) < 0:
+            raise ValueError("Conv pads must not be negative")
+        self.n, self.c, self.m, self.group = x_shape[0], x_shape[1], w_shape[0], group
+        self.kernel, self.spatial = tuple(w_shape[2:]), tuple(x_shape[2:])
+        self.strides, self.pads, self.dilations = tuple(strides), tuple(pads), tuple(dilations)
+        self.padded = tuple(self.spatial[i] + pads[i] + pads[i + nsp] for i in range(nsp))
+        self.out = tuple(
+            (self.padded[i] - (self.kernel[i] - 1) * dilations[i] - 1) // strides[i] + 1 for i in range(nsp)
+        )
+        if min(self.out, default=1) < 1:
+            raise ValueError("Conv kernel larger than the padded input")
+
+
+def _pitches(extents: tuple) -> tuple[list[int], int]:
+    """Row-major element strides of a block of `extents`, and its size."""
+    pitch = [1] * len(extents)
+    for i in range(len(extents) - 2, -1, -1):
+        pitch[i] = pitch[i + 1] * extents[i + 1]
+    return pitch, (pitch[0] * extents[0] if extents else 1)
+
+
+def _product(extents: tuple) -> int:
+    """The product of `extents` (1 for none), as a Python int."""
+    total = 1
+    for e in extents:
+        total *= e
+    return total
+
+
+def _on_planes(g: _ConvGeometry, loop_multiply_adds: int = 500) -> bool:
+    """Whether `_conv_on_planes` computes this Conv (unit strides) faster than `_conv_on_windows`.
+
+    It computes the padded columns (and, with a batch, the rows between images) too, then drops
+    them in a compacting copy of one loop per output row; `_conv_on_windows` computes only the
+    outputs, but its im2col copy runs one loop per output row of each channel and tap.  The first wins
+    where the surplus products and the compaction cost less than those loops: large planes with few
+    channels (ResNet's 56 x 56 and 28 x 28) and small images in a batch (the digits CNN's 4 x 4).
+    `loop_multiply_adds` is what one loop of a numpy copy costs in multiply-adds of the product
+    (about 10 ns on short rows against 0.02 ns for OpenBLAS's sgemm at one thread); the compaction's
+    loops, which move the batch back outside the channels, count twice.
+    """
+    nsp = len(g.kernel)
+    if not nsp or any(s != 1 for s in g.strides) or not g.n * g.c:
+        return False
+    pitch, plane = _pitches(g.padded)
+    computed = (g.n - 1) * plane + g.out[0] * pitch[0]
+    taps = _product(g.kernel)
+    surplus = (computed - g.n * _product(g.out)) * g.m * (g.c // g.group) * taps
+    rows = g.n * _product(g.out[:-1])
+    return surplus // loop_multiply_adds + 2 * rows * g.m < rows * g.c * taps
+
+
+def _conv_pointwise(xw: np.ndarray, ww: np.ndarray, g: _ConvGeometry) -> np.ndarray:
+    """A 1 x 1 Conv without pads (ResNet's 1x1s): a product over the channels, whose im2col is the
+    input itself, read in place with unit strides and sliced where the Conv strides."""
+    cg, mg = g.c // g.group, g.m // g.group
+    picked = xw[(slice(None), slice(None), *(slice(None, None, st) for st in g.strides))]
+    cols = picked.reshape(g.n, g.group, cg, -1)
+    return np.matmul(ww.reshape(g.group, mg, cg), cols).reshape(g.n, g.m, *g.out)
+
+
+def _conv_on_planes(xw: np.ndarray, ww: np.ndarray, g: _ConvGeometry) -> np.ndarray:
+    """A unit-stride Conv as one product over the padded planes, laid out channel by channel with
+    the batch inside (C, N, *padded): output point p of image i is column i * plane + p (a point of
+    the padded grid; those past the output's extents are computed, then dropped), and the tap at
+    kernel offset o reads column p + shift(o) of each channel's run.  So each channel's tap is one
+    contiguous run over the whole batch, and the im2col (C/group * taps rows per group) is C * taps
+    copies of long runs, where gathering windows takes one per output row of each.  (Copying and
+    multiplying a block of columns at a time, in cache, measured no faster on ResNet-50's 56 x 56 and
+    28 x 28 3x3s: the product then reads its whole weight once a block.)
+    """
+    nsp = len(g.kernel)
+    cg, mg = g.c // g.group, g.m // g.group
+    pitch, plane = _pitches(g.padded)
+    taps = _product(g.kernel)
+    shifts = [g.dilations[i] * pitch[i] for i in range(nsp)]
+    room = sum((g.kernel[i] - 1) * shifts[i] for i in range(nsp))  # the last channel's surplus reads
+    run = g.n * plane
+    points = (g.n - 1) * plane + g.out[0] * pitch[0]
+    buf = np.zeros(g.c * run + room, dtype=xw.dtype)
+    xp = buf[: g.c * run].reshape(g.c, g.n, *g.padded)
+    interior = tuple(slice(g.pads[i], g.pads[i] + g.spatial[i]) for i in range(nsp))
+    xp[(slice(None), slice(None), *interior)] = np.swapaxes(xw, 0, 1)
     size = buf.itemsize
-    # (N, C, *K, *extent): the taps each point reads, a view of the padded input (never written).
+    # (C, *K, points): each channel's taps at every point, a view of the padded input (never written).
     win = np.ndarray(
-        (n, c, *kernel, *extent),
+        (g.c, *g.kernel, points), dtype=buf.dtype, buffer=buf, strides=tuple(e * size for e in (run, *shifts, 1))
+    )
+    cols = win.reshape(g.group, cg * taps, points)  # the im2col copy
+    y = np.matmul(ww.reshape(g.group, mg, cg * taps), cols)
+    # (N, M, *out): each image's outputs, a view of the product's columns.
+    kept = np.ndarray(
+        (g.n, g.m, *g.out), dtype=y.dtype, buffer=y, strides=tuple(e * size for e in (plane, points, *pitch))
+    )
+    return np.ascontiguousarray(kept)
+
+
+def _conv_on_windows(
+    xw: np.ndarray, ww: np.ndarray, g: _ConvGeometry, blocked_from: int = 1 << 20, block_bytes: int = 1 << 19
+) -> np.ndarray:
+    """A Conv as one batched product over exactly the output points: im2col into the layout a batched
+    matmul wants, (N, group, C/group * taps, points), so that w (group, M/group, C/group * taps) times
+    it gives (N, group, M/group, points): the output's layout.
+
+    An im2col of more than `blocked_from` bytes per image (one group) whose weight is at most an
+    eighth of `block_bytes` is copied and multiplied a block of output rows of about `block_bytes` at
+    a time, each block still in cache when the product reads it: ResNet-50's 7x7 stride-2 stem (7.4
+    MiB whole, its weight 37 KiB) takes about a tenth less time.  The product reads its whole weight
+    once a block, so a large weight (ResNet-50's stride-2 3x3s) is multiplied whole.
+    """
+    nsp = len(g.kernel)
+    cg, mg = g.c // g.group, g.m // g.group
+    pitch, plane = _pitches(g.padded)
+    buf = np.zeros(g.n * g.c * plane, dtype=xw.dtype)
+    xp = buf.reshape(g.n, g.c, *g.padded)
+    xp[(slice(None), slice(None), *(slice(g.pads[i], g.pads[i] + g.spatial[i]) for i in range(nsp)))] = xw
+    size = buf.itemsize
+    steps = (*(g.dilations[i] * pitch[i] for i in range(nsp)), *(g.strides[i] * pitch[i] for i in range(nsp)))
+    # (N, C, *K, *out): the taps each point reads, a view of the padded input (never written).
+    win = np.ndarray(
+        (g.n, g.c, *g.kernel, *g.out),
         dtype=buf.dtype,
         buffer=buf,
-        strides=tuple(e * size for e in (c * plane, plane, *(dilations[i] * pitch[i] for i in range(nsp)), *walk)),
+        strides=tuple(e * size for e in (g.c * plane, plane, *steps)),
     )
-    taps = points = 1
-    for e in kernel:
-        taps *= e
-    for e in extent:
-        points *= e
-    cols = win.reshape(n, group, cg * taps, points)  # the im2col copy
-    y = np.matmul(widened(w).reshape(group, mg, cg * taps), cols).reshape(n, m, *grid)
-    if grid != out:
-        y = np.ascontiguousarray(y[(Ellipsis, *(slice(0, o) for o in out))])
-    return narrowed(_biased(y, b, nsp), dtype)
+    rows, points = cg * _product(g.kernel), _product(g.out)
+    if g.group > 1 or not nsp or rows * points * size <= blocked_from or 8 * g.m * rows * size > block_bytes:
+        cols = win.reshape(g.n, g.group, rows, points)  # the im2col copy
+        return np.matmul(ww.reshape(g.group, mg, rows), cols).reshape(g.n, g.m, *g.out)
+    inner = points // g.out[0]  # the points of one output row
+    block = max(-(-128 // inner), block_bytes // (rows * inner * size))  # at least 128 columns a product
+    scratch = np.empty(rows * inner * min(2 * block, g.out[0]), dtype=xw.dtype)  # room for the longest block
+    y = np.empty((g.n, g.m, g.out[0], inner), dtype=xw.dtype)
+    w2 = ww.reshape(g.m, rows)
+    lead = (slice(None),) * nsp  # the kernel offsets
+    for i in range(g.n):
+        start = 0
+        while start < g.out[0]:
+            stop = g.out[0] if g.out[0] - start < 2 * block else start + block  # no short last block
+            cols = scratch[: rows * inner * (stop - start)].reshape(g.c, *g.kernel, stop - start, *g.out[1:])
+            rows_taps: tuple[int | slice, ...] = (i, slice(None), *lead, slice(start, stop))
+            np.copyto(cols, win[rows_taps])  # the im2col copy of these rows
+            np.matmul(w2, cols.reshape(rows, -1), out=y[i, :, start:stop].reshape(g.m, -1))
+            start = stop
+    return y.reshape(g.n, g.m, *g.out)
 
 
 def _conv_1d(
@@ -534,6 +639,13 @@ def kernel_pool(
 PIECES: dict[str, Callable[..., object]] = {
     "_conv_windows": _conv_windows,
     "kernel_conv": kernel_conv,
+    "_ConvGeometry": _ConvGeometry,
+    "_pitches": _pitches,
+    "_product": _product,
+    "_on_planes": _on_planes,
+    "_conv_pointwise": _conv_pointwise,
+    "_conv_on_planes": _conv_on_planes,
+    "_conv_on_windows": _conv_on_windows,
     "_conv_1d": _conv_1d,
     "_biased": _biased,
     "kernel_conv_transpose": kernel_conv_transpose,
