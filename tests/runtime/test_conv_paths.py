@@ -4,7 +4,9 @@ direct convolution in f64: every tap's product summed in turn, the windows slice
 The f32 result is within 1e-5 of the reference's scale at each output, where the scale is the same
 convolution of |x| with |w| (the sum of the magnitudes an f32 sum accumulates); hypothesis draws the
 shapes (kernels 1 to 7, strides, pads, dilations, groups, odd extents, batches of 1 and 3), and fixed
-cases cross the sizes where the windows path copies its im2col in blocks.
+cases cross the sizes where the windows path copies its im2col in blocks.  MaxPool over windows that tile its
+input (the digits CNN's 2 x 2 pools) is each window's largest element, NaN taps ignored as `nan_rule`
+"ignore" says.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loam.runtime.kernels.conv import _ConvGeometry, _on_planes, kernel_conv
+from loam.runtime.kernels.conv import _ConvGeometry, _on_planes, kernel_conv, kernel_pool
 
 
 def reference(
@@ -124,3 +126,37 @@ def test_an_empty_batch_and_halves() -> None:
     want = reference(x.astype(np.float32), w16.astype(np.float32), None, (1, 1), (1, 1, 1, 1), (1, 1), 1)
     assert got.dtype == np.float16
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 4), st.integers(1, 5)), min_size=1, max_size=3),
+    st.sampled_from([1, 3]),
+    st.sampled_from([np.float32, np.float64, np.float16]),
+    st.sampled_from(["none", "some", "a whole window"]),
+    st.integers(0, 2**16),
+)
+def test_max_pool_over_tiles_is_each_windows_largest(
+    axes: list[tuple[int, int]], n: int, dtype: type, nans: str, seed: int
+) -> None:
+    kernel = tuple(k for k, _ in axes)
+    out = tuple(o for _, o in axes)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 2, *(k * o for k, o in axes))).astype(dtype)
+    if nans == "some":
+        x.reshape(-1)[:: 1 + seed % 5] = np.nan
+    elif nans == "a whole window":
+        x[(slice(None), slice(None), *(slice(0, k) for k in kernel))] = np.nan
+    got = kernel_pool(
+        x,
+        mode="max",
+        kernel_shape=kernel,
+        strides=kernel,
+        pads=(0,) * (2 * len(axes)),
+        dilations=(1,) * len(axes),
+        out_shape=out,
+    )
+    split = x.reshape(n, 2, *(e for k, o in axes for e in (o, k)))
+    want = np.fmax.reduce(split, axis=tuple(3 + 2 * i for i in range(len(axes))))
+    assert isinstance(got, np.ndarray) and got.dtype == x.dtype and got.flags.c_contiguous
+    assert got.shape == want.shape and np.array_equal(got, want, equal_nan=True)
