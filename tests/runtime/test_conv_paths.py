@@ -6,10 +6,13 @@ convolution of |x| with |w| (the sum of the magnitudes an f32 sum accumulates); 
 shapes (kernels 1 to 7, strides, pads, dilations, groups, odd extents, batches of 1 and 3), and fixed
 cases cross the sizes where the windows path copies its im2col in blocks.  MaxPool over windows that tile its
 input (the digits CNN's 2 x 2 pools) is each window's largest element, NaN taps ignored as `nan_rule`
-"ignore" says.
+"ignore" says.  What a path writes before it returns (its im2col, its padded input) lives in
+buffers each thread reuses: no result shares them, and threads computing at once do not meet.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import pytest
@@ -160,3 +163,53 @@ def test_max_pool_over_tiles_is_each_windows_largest(
     want = np.fmax.reduce(split, axis=tuple(3 + 2 * i for i in range(len(axes))))
     assert isinstance(got, np.ndarray) and got.dtype == x.dtype and got.flags.c_contiguous
     assert got.shape == want.shape and np.array_equal(got, want, equal_nan=True)
+
+
+CASES = [  # a strided pointwise Conv, one on planes, one on windows, one on windows in blocks
+    ((2, 6, 9, 8), (4, 6, 1, 1), (2, 2), (0, 0, 0, 0)),
+    ((1, 16, 47, 45), (8, 16, 3, 3), (1, 1), (1, 1, 1, 1)),
+    ((1, 96, 7, 7), (256, 96, 3, 3), (1, 1), (1, 1, 1, 1)),
+    ((1, 3, 99, 101), (16, 3, 7, 7), (2, 2), (3, 3, 3, 3)),
+]
+
+
+def test_a_result_never_shares_the_reused_scratch() -> None:
+    """Each path's im2col and padded input are buffers the thread reuses: a later call, of the same
+    shape or another, leaves an earlier result as it was."""
+    rng = np.random.default_rng(13)
+    kept = []
+    for x_shape, w_shape, strides, pads in CASES * 2:
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        y = kernel_conv(x, w, strides=strides, pads=pads, dilations=(1, 1), group=1)
+        kept.append((y, y.copy(), reference(x, w, None, strides, pads, (1, 1), 1)))
+    for y, copy, want in kept:
+        assert np.array_equal(y, copy)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+def test_threads_computing_at_once_each_get_their_own() -> None:
+    rng = np.random.default_rng(17)
+    jobs = []
+    for i in range(16):
+        x_shape, w_shape, strides, pads = CASES[i % len(CASES)]
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        jobs.append((x, w, strides, pads, reference(x, w, None, strides, pads, (1, 1), 1)))
+    barrier = threading.Barrier(4)
+    failures: list[str] = []
+
+    def run(mine: list) -> None:
+        barrier.wait()
+        for _ in range(5):
+            for x, w, strides, pads, want in mine:
+                y = kernel_conv(x, w, strides=strides, pads=pads, dilations=(1, 1), group=1)
+                if not np.allclose(y, want, rtol=1e-4, atol=1e-4):
+                    failures.append(f"{x.shape} x {w.shape}")
+
+    threads = [threading.Thread(target=run, args=(jobs[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
