@@ -54,7 +54,7 @@ class GroupedHeadsPass(ModulePass):
                            "instead of a repeated copy (grouped-query attention's Expand)"])  # fmt: skip
 
 
-def _repeated(value: SSAValue) -> tuple[SSAValue, int, list[Operation]] | None:
+def repeated(value: SSAValue) -> tuple[SSAValue, int, list[Operation]] | None:
     """(X, R, the chain's ops) when `value` is X [B, G, L, D] with each head repeated R times as axis 1."""
     merge = value.owner
     if not isinstance(merge, RegroupOp):
@@ -87,7 +87,7 @@ def _rewrite(matmul: MatmulOp) -> int:
     rhs = matmul.rhs
     permute = rhs.owner if isinstance(rhs.owner, PermuteOp) and rhs.owner.permutation == (0, 1, 3, 2) else None
     transposed = permute is not None
-    found = _repeated(permute.input if permute is not None else rhs)
+    found = repeated(permute.input if permute is not None else rhs)
     if found is None:
         return 0
     x, repeats, chain = found
@@ -97,7 +97,7 @@ def _rewrite(matmul: MatmulOp) -> int:
         return 0
     batch, heads = x_t.axes[0], x_t.axes[1]
     expanded = chain[1].results[0].type
-    assert isinstance(expanded, AxesTensorType)  # `_repeated` read every type of the chain
+    assert isinstance(expanded, AxesTensorType)  # `repeated` read every type of the chain
     group = expanded.axes[2]
     rows, k = lhs_t.axes[2], lhs_t.axes[3]
     node = matmul.node.data

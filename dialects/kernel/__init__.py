@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from xdsl.ir import Dialect
 
+from loam.dialects.kernel.attention import ATTENTION_OPS, AttentionOp
 from loam.dialects.kernel.attributes import ExprAttr, TileProgramAttr
 from loam.dialects.kernel.control import CONTROL_OPS, IfOp, LoopOp, YieldOp
 from loam.dialects.kernel.convolution import (
@@ -143,6 +144,7 @@ Kernel = Dialect(
         CastOp,
         RegroupOp,
         *MOVEMENT_OPS,
+        *ATTENTION_OPS,
         *INDEXING_OPS,
         *PACKED_OPS,
         *REDUCE_OPS,
@@ -162,6 +164,7 @@ Kernel = Dialect(
 """The `kernel` dialect."""
 
 __all__ = [
+    "ATTENTION_OPS",
     "CONTROL_OPS",
     "CONV_OPS",
     "DISTRIBUTIONS",
@@ -180,6 +183,7 @@ __all__ = [
     "AffineGridOp",
     "AppendStateOp",
     "ArgReduceOp",
+    "AttentionOp",
     "BatchNormTrainOp",
     "BitCastOp",
     "CastNarrowOp",

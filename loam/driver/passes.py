@@ -67,6 +67,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return DecodeStateInPlacePass
 
+    def get_fuse_attention() -> type[ModulePass]:
+        from loam.passes.fuse_attention import FuseAttentionPass
+
+        return FuseAttentionPass
+
     def get_grouped_heads() -> type[ModulePass]:
         from loam.passes.grouped_heads import GroupedHeadsPass
 
@@ -99,6 +104,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "split-wide-weights": get_split_wide_weights,
         "fold-conv-affine": get_fold_conv_affine,
         "decode-state-in-place": get_decode_state_in_place,
+        "fuse-attention": get_fuse_attention,
         "grouped-heads": get_grouped_heads,
         "tile-attention": get_tile_attention,
         "tile-rows": get_tile_rows,

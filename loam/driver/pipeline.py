@@ -5,7 +5,7 @@
 
     read (frontends) -> apply-options -> stage0 -> name-axes -> lower-to-kernel
         -> pack-quantized (numpy) -> split-wide-weights (wgsl) -> fuse
-        -> fold-conv-affine, decode-state-in-place, grouped-heads (numpy)
+        -> fold-conv-affine, decode-state-in-place, fuse-attention, grouped-heads (numpy)
         -> tile-attention, tile-rows, tile-matmul (wgsl) -> emit (backends)
 
 `fuse` (objective `memory`) runs unless `build(..., fuse=None)` turns it off (`loam build --no-fuse`);
@@ -100,11 +100,12 @@ def pipeline_passes(
     `loam-opt -p`.  They read the options (and the checkpoint's stored encodings) from the module's
     attributes.  `fuse` is the fuse pass's objective, None to leave it out.  Both backends keep weights
     the checkpoint stores in ggml blocks packed (`pack-quantized`); the numpy backend keeps a decoder's
-    past in place (`decode-state-in-place`) and multiplies repeated key/value heads once per group
-    (`grouped-heads`); the WGSL backend splits a weight past one storage binding that only products read
-    (`split-wide-weights`) and runs its attention, row kernels and float32 products as tile programs
-    (`tile-attention`, `tile-rows`, `tile-matmul`).  `draft` (an
-    architecture table's build) names the axes the layout leaves open after stage 0 (`draft-layout`).
+    past in place (`decode-state-in-place`), computes attention as one kernel (`fuse-attention`) and
+    multiplies the repeated key/value heads left once per group (`grouped-heads`); the WGSL backend
+    splits a weight past one storage binding that only products read (`split-wide-weights`) and runs its
+    attention, row kernels and float32 products as tile programs (`tile-attention`, `tile-rows`,
+    `tile-matmul`).  `draft` (an architecture table's build) names the axes the layout leaves open after
+    stage 0 (`draft-layout`).
     `grad` (the weights to differentiate; empty: every float weight) adds the gradients of the weights
     to the program right after lowering (`differentiate`), so the later passes treat them as any kernel."""
     from loam.passes.apply_options import ApplyOptionsPass
@@ -135,9 +136,10 @@ def pipeline_passes(
     if backend == "numpy":
         from loam.passes.decode_state_in_place import DecodeStateInPlacePass
         from loam.passes.fold_conv_affine import FoldConvAffinePass
+        from loam.passes.fuse_attention import FuseAttentionPass
         from loam.passes.grouped_heads import GroupedHeadsPass
 
-        passes += [FoldConvAffinePass(), DecodeStateInPlacePass(), GroupedHeadsPass()]
+        passes += [FoldConvAffinePass(), DecodeStateInPlacePass(), FuseAttentionPass(), GroupedHeadsPass()]
     if backend == "wgsl":
         from loam.passes.tile_attention import TileAttentionPass
         from loam.passes.tile_matmul import TileMatmulPass

@@ -20,10 +20,11 @@ from loam.testing import assert_same, build_for, run_built, run_onnxruntime
 GROUPS, REPEATS, HEAD = 2, 3, 8
 
 
-def attention_block(repeat_axis: int = 2) -> onnx.ModelProto:
+def attention_block(repeat_axis: int = 2, probs_out: bool = False) -> onnx.ModelProto:
     """softmax(Q K^T / sqrt(HEAD) + mask) V with K and V [B, GROUPS, L, HEAD] repeated to GROUPS*REPEATS heads:
     each head REPEATS times in a row (`repeat_axis` 2, repeat_kv's order), or the whole set of heads REPEATS
-    times over (`repeat_axis` 1)."""
+    times over (`repeat_axis` 1).  `probs_out` returns the probabilities too (so the chain is not one
+    attention kernel: `fuse-attention` leaves the products to this pass)."""
     heads = GROUPS * REPEATS
     unit = [1, 1, 1, 1, 1]
     unit[repeat_axis] = REPEATS
@@ -56,7 +57,8 @@ def attention_block(repeat_axis: int = 2) -> onnx.ModelProto:
             helper.make_tensor_value_info("v", f32, ["B", GROUPS, "L", HEAD]),
             helper.make_tensor_value_info("mask", f32, ["B", 1, "S", "L"]),
         ],
-        [helper.make_tensor_value_info("y", f32, ["B", heads, "S", HEAD])],
+        [helper.make_tensor_value_info("y", f32, ["B", heads, "S", HEAD])]
+        + ([helper.make_tensor_value_info("probs", f32, ["B", heads, "S", "L"])] if probs_out else []),
         initializer=[
             helper.make_tensor("unsqueeze_at", TensorProto.INT64, [1], [repeat_axis]),
             helper.make_tensor("repeats", TensorProto.INT64, [5], unit),
@@ -79,7 +81,7 @@ def feeds_for(batch: int, queries: int, keys: int) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize(("batch", "queries", "keys"), [(1, 1, 7), (2, 1, 33), (2, 5, 5), (1, 4, 12)])
 def test_grouped_products_give_onnxruntimes_attention(batch: int, queries: int, keys: int) -> None:
-    model = attention_block()
+    model = attention_block(probs_out=True)
     result = build_for(model)
     assert any(n.startswith("grouped heads: 2 attention product(s)") for n in result.notes), result.notes
     assert "_reach(" not in result.source  # the Expand's broadcast copy is gone

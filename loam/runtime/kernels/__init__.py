@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from loam.runtime.kernels import (
+    attention,
     common,
     compiled,
     conv,
@@ -60,6 +61,7 @@ FAMILIES = (
     int8_compiled,
     int8_products,
     quantized,
+    attention,
 )
 
 PIECES: dict[str, Callable[..., object]] = {name: piece for family in FAMILIES for name, piece in family.PIECES.items()}

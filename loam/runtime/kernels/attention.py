@@ -1,0 +1,145 @@
+"""`kernel.attention`: softmax(score(Q K^T)) V in one call, a numpy kernel and its compiled form.
+
+`fuse-attention` replaces an export's attention chain (the scores' product, its scale, mask and bias,
+the row softmax, the product with V) by one `kernel.attention`.  Both forms read each key and value
+head once for its group of query heads (grouped-query attention needs no repeated copy) and read the
+keys and values where they are: a DecodeState's view of the past is read in place.
+
+- `attention_numpy`: the chain's own arithmetic in the chain's order (the products as `grouped-heads`
+  batches them, the score elementwise, the module's row softmax), so it gives the unfused module's bits;
+  it is the compiled kernel's test oracle and what runs where numba is not, or for many queries
+  (a prefill), where BLAS's products win.
+- `_attention_rows`: a numba loop per (batch, head, query): one pass over the keys computes each
+  score and the row's maximum, a second the exponentials, their sum and the weighted sum of V's rows
+  (a two-pass softmax over one scratch row of scores).  A decode step's attention becomes one compiled
+  call per layer where the chain took five numpy calls and three temporaries of [B, H, Sq, Sk].
+  Sums are float32 in another order than BLAS's and numpy's pairwise sums: the two forms agree to
+  float32 rounding (tests/runtime/test_attention.py states the bound), not bit for bit.
+- `kernel_attention`: the compiled kernel for up to `_CompiledAttention.rows` queries, where the
+  compiled path is on (`set_compiled`) and numba is installed; else the numpy kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from loam.runtime.kernels.compiled import compiled_kernels
+
+
+def attention_numpy(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, masks: tuple[np.ndarray, ...], *,
+    scale: float, divide: int, masked: int, fill: float, biased: int,
+) -> np.ndarray:  # fmt: skip
+    """softmax(select(keep, Q K^T / scale (or * scale), fill) + bias) V over numpy and BLAS, Q [B, H, Sq, D],
+    K [B, G, Sk, D], V [B, G, Sk, Dv], `masks` the keep mask (where `masked`) then the bias (where `biased`)."""
+    b, h, sq, d = q.shape
+    g, sk, dv = k.shape[1], k.shape[2], v.shape[3]
+    rows = h // g * sq  # a key head's query rows, [B, G, R * Sq] in the scores' row-major order
+    s = np.matmul(q.reshape(b, g, rows, d), np.swapaxes(k, 2, 3)).reshape(b, h, sq, sk)
+    c = np.float32(scale)
+    s = np.divide(s, c, out=s) if divide else np.multiply(s, c, out=s)
+    if masked:
+        s = np.where(masks[0], s, np.float32(fill))
+    if biased:
+        s = np.add(s, masks[masked], dtype=np.float32)
+    # The row softmax as `_softmax` computes it (the chain's own arithmetic, so its bits).
+    p = np.subtract(s, np.maximum.reduce(s, axis=-1, keepdims=True)) if s.size else s
+    if s.size:
+        np.exp(p, out=p)
+        np.divide(p, np.add.reduce(p, axis=-1, keepdims=True), out=p)
+    return np.matmul(p.reshape(b, g, rows, sk), v).reshape(b, h, sq, dv)
+
+
+def _attention_rows(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray, bias: np.ndarray,
+    scale: float, divide: bool, masked: bool, biased: bool, fill: float, out: np.ndarray,
+) -> None:  # fmt: skip
+    """out [B, H, Sq, Dv] = attention_numpy's value, one (batch, head, query) row at a time; `keep` and
+    `bias` are broadcast to the scores [B, H, Sq, Sk] (read only where `masked`, `biased`)."""
+    nb, nh, sq, d = q.shape
+    groups, sk, dv = k.shape[1], k.shape[2], v.shape[3]
+    repeats = nh // groups
+    s = np.empty(sk, np.float32)
+    acc = np.empty(dv, np.float32)
+    c, f = np.float32(scale), np.float32(fill)
+    for b in range(nb):
+        for h in range(nh):
+            kh = h // repeats
+            for i in range(sq):
+                qi = q[b, h, i]
+                top = np.float32(-np.inf)
+                for j in range(sk):
+                    kj = k[b, kh, j]
+                    t = np.float32(0)
+                    for e in range(d):
+                        t += qi[e] * kj[e]
+                    t = t / c if divide else t * c
+                    if masked and not keep[b, h, i, j]:
+                        t = f
+                    if biased:
+                        t = t + bias[b, h, i, j]
+                    s[j] = t
+                    if t > top or t != t:  # NaN wins, as np.maximum's does
+                        top = t if top == top else top
+                total = np.float32(0)
+                for j in range(sk):
+                    s[j] = np.exp(s[j] - top)
+                    total += s[j]
+                acc[:] = 0
+                for j in range(sk):
+                    p = s[j] / total
+                    vj = v[b, kh, j]
+                    for e in range(dv):
+                        acc[e] += p * vj[e]
+                out[b, h, i, :] = acc
+
+
+class _CompiledAttention:
+    """The process's compiled attention kernel by name (None until first used)."""
+
+    kernels: dict | None = None
+    # Queries up to which the compiled kernel runs; a prefill's many queries run BLAS's products.
+    rows: int = 16
+
+    @classmethod
+    def get(cls) -> dict | None:
+        """The compiled kernel by name, compiling it on first use; None where the compiled path is off or
+        numba is not installed."""
+        if compiled_kernels() is None:
+            return None
+        if cls.kernels is None:
+            import numba  # compiled_kernels() found it
+
+            # Sums may be reassociated (so the dot products vectorize); NaN and infinity keep IEEE meaning.
+            fast = numba.njit(fastmath={"reassoc", "contract"}, nogil=True, error_model="numpy")
+            cls.kernels = {"_attention_rows": fast(_attention_rows)}
+        return cls.kernels
+
+
+def kernel_attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *masks: np.ndarray,
+    scale: float, divide: int, masked: int, fill: float, biased: int,
+) -> np.ndarray:  # fmt: skip
+    """`kernel.attention` (see `attention_numpy`): compiled for a few queries where numba is, else numpy."""
+    b, h, sq, _ = q.shape
+    sk = k.shape[2]
+    kernels = _CompiledAttention.get() if sq <= _CompiledAttention.rows and sk else None
+    if kernels is None:
+        return attention_numpy(q, k, v, masks, scale=scale, divide=divide, masked=masked, fill=fill, biased=biased)
+    scores = (b, h, sq, sk)
+    keep = np.broadcast_to(masks[0], scores) if masked else np.ones((1, 1, 1, 1), np.bool_)
+    bias = np.broadcast_to(masks[masked], scores) if biased else np.zeros((1, 1, 1, 1), np.float32)
+    out = np.empty((b, h, sq, v.shape[3]), np.float32)
+    flags = (bool(divide), bool(masked), bool(biased))
+    kernels["_attention_rows"](q, k, v, keep, bias, float(scale), *flags, float(fill), out)
+    return out
+
+
+PIECES: dict[str, Callable[..., object]] = {
+    "attention_numpy": attention_numpy,
+    "_attention_rows": _attention_rows,
+    "_CompiledAttention": _CompiledAttention,
+    "kernel_attention": kernel_attention,
+}
