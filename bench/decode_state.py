@@ -50,7 +50,7 @@ if spec["side"] == "onnxruntime":
     import onnx, onnx.parser, onnxruntime as ort
     from onnx import numpy_helper
     sys.path.insert(0, spec["root"])
-    from tests.models.test_smollm2 import _widened_weights
+    from tests.smollm2_file import widened_weights as _widened_weights
     from pathlib import Path
     widened = _widened_weights(Path(spec["gguf"]))
     options = ort.SessionOptions()

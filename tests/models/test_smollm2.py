@@ -47,11 +47,14 @@ def decoder(with_past: loam.BuildResult, gguf: Path) -> Decoder:
 
 
 def test_the_llama_table_builds_smollm2_with_every_linear_weight_packed(with_past: loam.BuildResult) -> None:
-    # Every tensor read, none widened at load; the 60 pasts kept in place, the 60 attention products grouped.
-    in_place, grouped = with_past.notes
+    # Every tensor read, none widened at load; the 60 pasts kept in place, each layer's attention one kernel
+    # that reads its key/value heads once per group (no product left for grouped-heads).
+    in_place, *fused = with_past.notes
     assert in_place.startswith("decode state in place: 60 past input(s)")
-    assert grouped.startswith("grouped heads: 60 attention product(s)")
+    assert len(fused) == 30 and all(n.endswith("each key/value head read once per group)") for n in fused), fused
+    assert "'/model/layers.0/self_attn/Softmax', '/model/layers.0/self_attn/MatMul_1'" in fused[0]
     kernels = dict(line.split(None, 1) for line in with_past.report.splitlines()[1:] if line.strip())
+    assert kernels["/model/layers.29/self_attn/MatMul_1"] == "kernel.attention"
     for layer in (0, 29):
         for node in ("self_attn/q_proj", "self_attn/k_proj", "self_attn/o_proj", "mlp/gate_proj", "mlp/down_proj"):
             assert kernels[f"/model/layers.{layer}/{node}/MatMul"] == "kernel.matmul_packed"

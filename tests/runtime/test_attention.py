@@ -53,6 +53,8 @@ def problems(draw: st.DrawFn) -> dict:
     keep = rng.random((1, 1, queries, keys)) < 0.7 if masked else None
     if keep is not None and draw(st.booleans()):
         keep[..., 0, :] = False  # a query row whose every key is masked
+    if keep is not None and draw(st.booleans()):
+        keep = keep[0, 0]  # rank 2, broadcast
     bias = np.where(rng.random((batch, 1, queries, keys)) < 0.2, FLOAT_MIN, 0).astype(np.float32) if biased else None
     return {"q": q, "k": k, "v": v, "keep": keep, "bias": bias, "scale": float(np.sqrt(d))}
 
