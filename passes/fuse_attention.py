@@ -10,7 +10,7 @@ once per group of query heads, and reads the keys and values where they are (a D
 Input: kernel IR after `fuse` (and `decode-state-in-place`), before `grouped-heads`.  The chain is
 `tile-attention`'s (`match`): a product of Q by K^T, zips each read by the next alone, a softmax over
 the last axis, the product with V.  It is rewritten when, besides:
-- Q, K^T, V and the scores are float32 and rank 4, Q [B, H, Sq, D];
+- Q, K^T, V and the scores are float32 and rank 4, Q [B, H, Sq, D], the same B for Q, K and V;
 - K^T is `permute [0, 1, 3, 2]` of the keys K [B, G, Sk, D], and K and V are each a head repeated R
   times (`grouped-heads`' `repeated`, G = H / R) or plain (G = H);
 - the score expression is select(keep, product / c (or * c, or the product alone), fill) + bias
@@ -110,7 +110,11 @@ def fused_attention(chain: Attention) -> AttentionOp | None:
     if not isinstance(transpose, PermuteOp) or transpose.permutation != (0, 1, 3, 2):
         return None
     (k, k_repeats), (v, v_repeats) = _heads(transpose.input), _heads(output.rhs)
-    if k_repeats != v_repeats or _f32(k) is None or _f32(v) is None:
+    q_t, k_t, v_t = _f32(scores.lhs), _f32(k), _f32(v)
+    if k_repeats != v_repeats or q_t is None or k_t is None or v_t is None:
+        return None
+    # One batch (no broadcast between Q, K and V), and each key head read by `repeats` query heads.
+    if not q_t.shape[0] == k_t.shape[0] == v_t.shape[0] or q_t.shape[1] != k_t.shape[1] * k_repeats:
         return None
     score, extras = chain.score()
     form = score_form(score)
@@ -143,15 +147,12 @@ def fuse_attention(module: ModuleOp) -> int:
         if chain is None or fused is None:
             continue
         transpose = chain.scores.rhs.owner
-        kv = [x for x in (chain.scores.rhs, op.rhs) if x.owner is not None]
+        assert isinstance(transpose, PermuteOp)  # `fused_attention` read the keys through it
+        # The repeats of the keys and values (none: plain heads), erased where nothing else reads them.
+        repeats = [found[2] for found in (repeated(transpose.input), repeated(op.rhs)) if found is not None]
         Rewriter.replace_op(op, fused)
-        dead: list[Operation] = [chain.softmax, *reversed(chain.zips), chain.scores]
-        if isinstance(transpose, PermuteOp):
-            dead.append(transpose)
-            found = repeated(transpose.input)
-            dead += found[2] if found is not None else []
-        found = repeated(kv[-1])
-        dead += found[2] if found is not None else []
+        dead: list[Operation] = [chain.softmax, *reversed(chain.zips), chain.scores, transpose]
+        dead += [o for chain_ops in repeats for o in chain_ops]
         for erased in dict.fromkeys(dead):
             if erased.parent is not None and not any(r.uses for r in erased.results):
                 Rewriter.erase_op(erased)

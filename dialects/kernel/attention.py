@@ -46,6 +46,7 @@ class AttentionOp(LibraryOp):
         require(self, q[3] == k[3] and k[2] == v[2], "Q and K share D, K and V share the keys' axis")
         require(self, o[:3] == q[:3] and o[3] == v[3], "the result is [B, H, Sq, Dv]")
         require(self, k[1] == v[1], "K and V have the same heads")
+        require(self, q[0] == k[0] == v[0], "Q, K and V have the same batch")
 
 
 ATTENTION_OPS: tuple[type[LibraryOp], ...] = (AttentionOp,)

@@ -128,7 +128,8 @@ def _storage(x: np.ndarray) -> np.ndarray:
     if (
         isinstance(base, np.ndarray) and base.flags.c_contiguous and base.ndim == 4 and base.dtype == x.dtype
         and base.shape[:2] == x.shape[:2] and base.shape[3] == x.shape[3] and base.strides == x.strides
-        and base.shape[2] >= x.shape[2] and base.ctypes.data == x.ctypes.data
+        and base.shape[2] >= x.shape[2]
+        and base.__array_interface__["data"][0] == x.__array_interface__["data"][0]  # (`ctypes` costs 10 us)
     ):  # fmt: skip
         return base
     return np.ascontiguousarray(x)
