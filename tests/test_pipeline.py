@@ -59,7 +59,8 @@ def test_dump_ir_writes_every_stage(tmp_path: Path) -> None:
         "06-fuse.mlir",
         "07-fold-conv-affine.mlir",
         "08-decode-state-in-place.mlir",
-        "09-grouped-heads.mlir",
+        "09-fuse-attention.mlir",
+        "10-grouped-heads.mlir",
     ]
     assert 'graph.node "Gemm"' in (tmp_path / "00-read.mlir").read_text()
     assert "!shape_poly.tensor<f32, [4, 16]>" in (tmp_path / "02-stage0.mlir").read_text()
@@ -81,6 +82,7 @@ def test_progress_names_each_stage() -> None:
         "running fuse",
         "running fold-conv-affine",
         "running decode-state-in-place",
+        "running fuse-attention",
         "running grouped-heads",
     ]
 

@@ -155,7 +155,7 @@ def test_build_writes_a_module_matching_onnxruntime(tmp_path: Path, capsys: pyte
     assert code == 0, err
     assert out == ""
     assert "loam: running stage0" in err and f"loam: wrote {output}" in err
-    assert sorted(p.name for p in (tmp_path / "ir").iterdir())[-1] == "09-grouped-heads.mlir"
+    assert sorted(p.name for p in (tmp_path / "ir").iterdir())[-1] == "10-grouped-heads.mlir"
     module = import_module_file(output, "cli_mlp_mod")
     weights = module.Weights.load((MLP / "mlp.safetensors").read_bytes())
     got = module.forward(weights, np.load(MLP / "input.npy"))
