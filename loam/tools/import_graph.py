@@ -293,7 +293,11 @@ def _target(imp: Import, modules: Mapping[str, Module]) -> str | None:
     return imp.module if imp.module in modules else None
 
 
-OPTIONAL_RUNTIME_IMPORTS = {"loam.runtime.kernels.compiled": "numba", "loam.runtime.kernels.int8_compiled": "numba"}
+OPTIONAL_RUNTIME_IMPORTS = {
+    "loam.runtime.kernels.compiled": "numba",
+    "loam.runtime.kernels.int8_compiled": "numba",
+    "loam.runtime.kernels.attention": "numba",
+}
 """The runtime modules that may also import an optional package (tried, and done without when absent)."""
 
 

@@ -10,6 +10,11 @@ mean where only the Where masks it (every score -FLT_MAX), NaN where the padding
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -137,6 +142,39 @@ def test_fully_masked_rows_are_onnxruntimes(compiled: bool) -> None:
     np.testing.assert_allclose(got[0, :, 0], feeds["v"][0].mean(axis=1), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)  # NaN exactly where onnxruntime's is
     assert np.isnan(got[1]).all() == np.isnan(want[1]).all()
+
+
+RUN_WITHOUT_NUMBA = r"""
+import importlib.util, json, sys
+sys.modules["numba"] = None  # `import numba` raises ImportError, as where it is not installed
+import numpy as np
+spec = importlib.util.spec_from_file_location("fused_attention_module", sys.argv[1])
+module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
+feeds = {k: np.array(v, dtype=d) for k, (v, d) in json.loads(sys.argv[2]).items()}
+y = module.forward(module.Weights(), *(feeds[name] for name, _, _ in module.INPUTS))
+print(json.dumps({"y": y.tolist(), "compiled": module._CompiledAttention.get() is not None,
+                  "imported": sorted({m.split(".")[0] for m, v in sys.modules.items() if v is not None}
+                                     - set(sys.stdlib_module_names))}))
+"""
+
+
+def test_a_fused_module_runs_on_numpy_alone_where_numba_is_absent(tmp_path: Path) -> None:
+    """The module imports only numpy there, computes with the numpy kernel, and gives the compiled numbers."""
+    model = causal_block()
+    result = build_for(model)
+    path = tmp_path / "fused_attention_module.py"
+    path.write_text(result.source, encoding="utf-8")
+    feeds = causal_feeds(2, 1, 9, 3)
+    given = json.dumps({k: (v.tolist(), str(v.dtype)) for k, v in feeds.items()})
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_WITHOUT_NUMBA, str(path), given], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not report["compiled"]
+    assert [name for name in report["imported"] if not name.startswith("_")] == ["numpy"]
+    (compiled,) = run_built(result, feeds)
+    np.testing.assert_allclose(np.array(report["y"], np.float32), compiled, rtol=1e-5, atol=2e-6)
 
 
 def test_score_forms() -> None:

@@ -7,6 +7,8 @@ the program's numpy form in its place.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -19,7 +21,7 @@ from loam.dialects.kernel import SoftmaxOp, TileProgramOp
 from loam.driver.options import Options
 from loam.driver.pipeline import build, import_source
 from loam.passes.tile_attention import tile_attention
-from tests.passes.test_tile_matmul import GPT2
+from tests.passes.test_tile_matmul import GPT2, gpt2_with_attention_kernels
 
 pytest.importorskip("wgpu")
 RNG = np.random.default_rng(8)
@@ -109,12 +111,13 @@ def test_a_chain_the_program_cannot_take_keeps_its_kernels(change: dict, why: st
 
 
 @pytest.mark.parametrize("graph", ["decoder", "decoder_with_past"])
-def test_the_gpt2_decoders_attention_runs_as_tile_programs_with_the_library_kernels_numbers(graph: str) -> None:
-    options = Options.from_toml(GPT2 / f"{graph}.loam.toml")
-    result = build(GPT2 / f"{graph}.onnxtext", checkpoints=[GPT2 / "tiny_gpt2.safetensors"], options=options)
+def test_the_gpt2_decoders_attention_runs_as_tile_programs_with_the_library_kernels_numbers(
+    graph: str, tmp_path: Path
+) -> None:
+    result, ir = gpt2_with_attention_kernels(graph, tmp_path)
     plain = result.module
-    assert tile_attention(result.ir) == 2  # one per layer, the causal mask (a bool Where) inside the score
-    tiled = import_source(emit_python(result.ir), f"loam_tiled_attention_{graph}")
+    assert tile_attention(ir) == 2  # one per layer, the causal mask (a bool Where) inside the score
+    tiled = import_source(emit_python(ir), f"loam_tiled_attention_{graph}")
     checkpoint = str(GPT2 / "tiny_gpt2.safetensors")
     weights_tiled, weights_plain = tiled.Weights.load_file(checkpoint), plain.Weights.load_file(checkpoint)
     rng = np.random.default_rng(4)

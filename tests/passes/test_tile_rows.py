@@ -12,22 +12,21 @@ import numpy as np
 
 from loam.backends.numpy_module import emit_python
 from loam.dialects.kernel import NormalizeOp, SoftmaxOp, TileProgramOp
-from loam.driver.options import Options
-from loam.driver.pipeline import build, import_source
+from loam.driver.pipeline import import_source
 from loam.passes.tile_rows import tile_rows
+from tests.passes.test_tile_matmul import gpt2_with_attention_kernels
 
 GPT2 = Path(__file__).resolve().parents[1] / "models" / "tiny_gpt2"
 
 
-def test_the_gpt2_decoder_through_tile_programs_matches_its_library_kernels() -> None:
-    options = Options.from_toml(GPT2 / "decoder_with_past.loam.toml")
-    result = build(GPT2 / "decoder_with_past.onnxtext", checkpoints=[GPT2 / "tiny_gpt2.safetensors"], options=options)
-    assert tile_rows(result.ir) == 7  # 2 attention softmaxes (rows of min(128, past + 1)) and 5 LayerNorms
-    ops = list(result.ir.walk())
+def test_the_gpt2_decoder_through_tile_programs_matches_its_library_kernels(tmp_path: Path) -> None:
+    result, ir = gpt2_with_attention_kernels("decoder_with_past", tmp_path)
+    assert tile_rows(ir) == 7  # 2 attention softmaxes (rows of min(128, past + 1)) and 5 LayerNorms
+    ops = list(ir.walk())
     assert not any(isinstance(op, (SoftmaxOp, NormalizeOp)) for op in ops)
     tiles = [op for op in ops if isinstance(op, TileProgramOp)]
     assert {op.program.data.tile for op in tiles} == {64, 128}
-    source = emit_python(result.ir)
+    source = emit_python(ir)
     assert "def _tile_0(grid: int | tuple[int, ...], params: tuple[int, ...], *tensors: np.ndarray) -> None:" in source
     tiled = import_source(source, "loam_tiled_gpt2")
     plain = result.module
