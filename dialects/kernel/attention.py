@@ -12,6 +12,7 @@ from typing import ClassVar
 
 from xdsl.irdl import irdl_op_definition
 
+from loam.core.poly import Poly
 from loam.dialects.kernel.library import LibraryOp, library_types, require
 
 
@@ -32,6 +33,7 @@ class AttentionOp(LibraryOp):
 
     name = "kernel.attention"
     PARAMS: ClassVar[dict[str, type]] = {"scale": float, "divide": int, "masked": int, "fill": float, "biased": int}
+    FUSES: ClassVar[bool] = True  # `fuse-attention` names the chain's nodes on it (`fused`)
 
     def verify_kernel(self) -> None:
         ins, outs = library_types(self)
@@ -43,10 +45,24 @@ class AttentionOp(LibraryOp):
         if q is None or k is None or v is None or o is None:
             return
         require(self, len(q) == len(k) == len(v) == len(o) == 4, "Q, K, V and the result are rank 4")
-        require(self, q[3] == k[3] and k[2] == v[2], "Q and K share D, K and V share the keys' axis")
-        require(self, o[:3] == q[:3] and o[3] == v[3], "the result is [B, H, Sq, Dv]")
-        require(self, k[1] == v[1], "K and V have the same heads")
-        require(self, q[0] == k[0] == v[0], "Q, K and V have the same batch")
+        # Extents are compared where both are numbers: the graph may spell one extent two ways (GPT-2's query
+        # rows are `sequence_length` in Q and a min/max of the lengths in the scores).
+        for a, b, what in (
+            (q[3], k[3], "Q and K share D"),
+            (k[2], v[2], "K and V share the keys' axis"),
+            (k[1], v[1], "K and V have the same heads"),
+            (q[0], k[0], "Q and K have the same batch"),
+            (k[0], v[0], "K and V have the same batch"),
+            (o[1], q[1], "the result has Q's heads"),
+            (o[3], v[3], "the result's rows are V's width"),
+        ):
+            require(self, not _both_numbers(a, b) or a == b, what)
+        if _both_numbers(q[1], k[1]):
+            require(self, q[1].const_value % k[1].const_value == 0, "Q's heads are a multiple of K's")
+
+
+def _both_numbers(a: Poly, b: Poly) -> bool:
+    return a.is_const and b.is_const
 
 
 ATTENTION_OPS: tuple[type[LibraryOp], ...] = (AttentionOp,)

@@ -101,6 +101,8 @@ class LibraryOp(KernelOp):
 
     PARAMS: ClassVar[dict[str, type]] = {}
     OPTIONAL: ClassVar[frozenset[str]] = frozenset()
+    # Whether a pass may leave the ONNX nodes the kernel computes on it (`fused`, for the build report).
+    FUSES: ClassVar[bool] = False
 
     inputs = var_operand_def()
     outputs = var_result_def()
@@ -140,7 +142,7 @@ class LibraryOp(KernelOp):
     def verify_(self) -> None:
         where = f"{self.name} '{self.node.data}'"
         for key in self.attributes:
-            if key not in self.PARAMS:
+            if key not in self.PARAMS and not (self.FUSES and key == "fused"):
                 raise VerifyException(f"{where}: unknown parameter '{key}'")
         for key, kind in self.PARAMS.items():
             if key not in self.attributes:
