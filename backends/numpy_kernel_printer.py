@@ -71,7 +71,8 @@ a result the build knows to be smaller calls the expression directly, without th
 
 def _plain_layer_norm(op: NormalizeOp) -> bool:
     """Whether `op` is a float32 LayerNormalization over the last axis with float32 scale (and bias)
-    along it and no statistics: what `_layer_norm` computes, with `kernel_normalize`'s bits."""
+    along it and no statistics: what `layer_norm_rows` computes (compiled where numba is, else
+    `layer_norm`, with `kernel_normalize`'s bits)."""
     x = axes_type(op.inputs[0], "kernel.normalize")
     params = op.params
     if (params["stats"], params["channel_axis"], params["stash"]) != (0, -1, "float32") or x.elem.name != "f32":
@@ -315,9 +316,9 @@ class NumpyKernelPrinter:
             self.m.pieces.add("_softmax")  # the build knows the dtype and the axis: no dispatch per call
             return f"_softmax({arg[0]})"
         if isinstance(op, NormalizeOp) and _plain_layer_norm(op):
-            self.m.pieces.add("_layer_norm")  # the build knows the dtypes and the axis: no dispatch per call
+            self.m.pieces.add("layer_norm_rows")  # the build knows the dtypes and the axis: no dispatch per call
             bias = arg[2] if len(arg) > 2 else "None"
-            return f"_layer_norm({arg[0]}, {arg[1]}, {bias}, {self.m.param_py(op.param('epsilon'))})"
+            return f"layer_norm_rows({arg[0]}, {arg[1]}, {bias}, {self.m.param_py(op.param('epsilon'))})"
         if isinstance(op, LibraryOp):
             piece = f"kernel_{op.kernel_name}"
             if piece not in numpy_runtime.PIECES:

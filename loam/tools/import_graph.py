@@ -297,6 +297,7 @@ OPTIONAL_RUNTIME_IMPORTS = {
     "loam.runtime.kernels.compiled": "numba",
     "loam.runtime.kernels.int8_compiled": "numba",
     "loam.runtime.kernels.attention": "numba",
+    "loam.runtime.kernels.norm_compiled": "numba",
 }
 """The runtime modules that may also import an optional package (tried, and done without when absent)."""
 

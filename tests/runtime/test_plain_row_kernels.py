@@ -1,5 +1,5 @@
 """The row kernels the numpy module calls where the build knows a float32 row over the last axis:
-`_layer_norm` gives `kernel_normalize`'s bits and `_softmax` gives `kernel_softmax`'s, the same
+`layer_norm` gives `kernel_normalize`'s bits and `_softmax` gives `kernel_softmax`'s, the same
 arithmetic in the same order, without their dispatch."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loam.runtime.kernels.normalization import _layer_norm, kernel_normalize
+from loam.runtime.kernels.normalization import kernel_normalize, layer_norm
 from loam.runtime.kernels.reduce import _softmax, kernel_softmax
 
 RNG = np.random.default_rng(5)
@@ -26,7 +26,7 @@ def test_layer_norm_is_kernel_normalize_bit_for_bit(shape: tuple[int, ...], with
     with np.errstate(all="ignore"):
         want = kernel_normalize(x, scale, bias, axes=(len(shape) - 1,), epsilon=1e-5, channel_axis=-1, stash="float32",
                                 stats=0)  # fmt: skip
-        got = _layer_norm(x, scale, bias, 1e-5)
+        got = layer_norm(x, scale, bias, 1e-5)
     assert got.dtype == np.float32 and got.shape == want.shape
     assert got.tobytes() == np.ascontiguousarray(want).tobytes()
     assert not np.shares_memory(got, x)

@@ -83,7 +83,7 @@ def kernel_normalize(
     return y
 
 
-def _layer_norm(x: np.ndarray, scale: np.ndarray | None, bias: np.ndarray | None, epsilon: float) -> np.ndarray:
+def layer_norm(x: np.ndarray, scale: np.ndarray | None, bias: np.ndarray | None, epsilon: float) -> np.ndarray:
     """`kernel_normalize` over the last axis of a float32 `x` (of any layout), with float32 `scale` and
     `bias` along that axis (or None): the same arithmetic in the same order, so the same bits, without
     the piece's dispatch on dtypes (the printer calls this where the build knows them)."""
@@ -182,7 +182,7 @@ def kernel_batch_norm_train(
 
 PIECES: dict[str, Callable[..., object]] = {
     "kernel_normalize": kernel_normalize,
-    "_layer_norm": _layer_norm,
+    "layer_norm": layer_norm,
     "kernel_batch_norm_train": kernel_batch_norm_train,
     "kernel_group_norm": kernel_group_norm,
     "kernel_lrn": kernel_lrn,
