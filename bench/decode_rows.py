@@ -1,0 +1,138 @@
+"""`python -m bench.decode_rows`: where SmolLM2-135M's served decode step spends its time, by cohort rows.
+
+What and why: sixteen concurrent streams give eight times one stream's tokens/s only if a 16-row decode
+step costs at most twice a 1-row step.  This opens the package `bench.serve` writes (the GGUF's Q4_1/Q8_0
+blocks kept packed, or widened with `--widened`) as `loam serve` does, gives each of M rows a past of
+`--past` positions, and times decode steps of all M rows through `DecoderStage.run` (the server's own
+call), at one thread (the child's BLAS, OpenMP and numba threads set to 1).
+
+Each kernel the generated module calls is timed where it is called (its global name wrapped), so the
+breakdown is: the packed products (`kernel_matmul_packed`) of the layers, the LM head (the one product
+whose output has the vocabulary's width), attention (the module's attention kernels), the rest of the
+module's kernels, and what is outside them (Python and the stage's gather of the past).  Reported: the
+median step and each part's median share, per row count, and each step's time over the 1-row step's.
+
+    python -m bench.decode_rows                    # packed, rows 1,4,16,32, past 64
+    python -m bench.decode_rows --rows 1,16 --repeats 20 --widened
+
+It prints its table and writes nothing (bench/RESULTS-serve.md quotes it by hand, with the load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ROWS = (1, 4, 16, 32)
+ATTENTION = ("attention", "softmax", "rotary")  # kernel names holding one of these count as attention
+VOCAB = 49152  # SmolLM2's vocabulary: the product of this width is the LM head
+
+
+def _timed_kernels(module: object, spent: dict[str, float]) -> None:
+    """Wrap every `kernel_*` global of `module` so each call adds its seconds to spent[part]."""
+    names = [name for name in vars(module) if name.startswith("kernel_") and callable(getattr(module, name))]
+    for name in names:
+        fn = getattr(module, name)
+
+        def timed(*args: object, _fn: Callable[..., object] = fn, _name: str = name, **kwargs: object) -> object:
+            start = time.perf_counter()
+            out = _fn(*args, **kwargs)
+            seconds = time.perf_counter() - start
+            if _name == "kernel_matmul_packed" or _name == "kernel_matmul":
+                width = getattr(out, "shape", (0,))[-1]
+                part = "LM head" if width == VOCAB else "products"
+            elif any(word in _name for word in ATTENTION):
+                part = "attention"
+            else:
+                part = "other kernels"
+            spent[part] = spent.get(part, 0.0) + seconds
+            return out
+
+        setattr(module, name, timed)
+
+
+def measure(packed: bool, rows: Sequence[int], past: int, repeats: int) -> list[dict[str, float]]:
+    """Median decode-step seconds and each part's, per row count, in this process."""
+    from bench.serve import _package
+    from loam.serve.decoder_stage import DecoderStage
+    from loam.serve.kv import KvPool
+    from loam.serve.package import open_package
+
+    with tempfile.TemporaryDirectory(prefix="loam-bench-rows-") as scratch:
+        folder = _package(Path(scratch) / "pkg", packed)
+        package = open_package(folder)
+    stage = DecoderStage(next(iter(package.stages.values())), "bench")
+    spent: dict[str, float] = {}
+    _timed_kernels(stage.stage.module, spent)
+    results = []
+    for count in rows:
+        pool = KvPool(stage.layers, 16, count * (past // 16 + repeats // 16 + 4))
+        seqs = [pool.new_sequence() for _ in range(count)]
+        for r, seq in enumerate(seqs):
+            pool.reserve(seq, past)
+            stage.run(pool, [(seq, [(100 + 7 * r + j) % 40000 for j in range(past)])])
+        steps: list[dict[str, float]] = []
+        for i in range(repeats + 1):
+            for seq in seqs:
+                pool.reserve(seq, 1)
+            spent.clear()
+            start = time.perf_counter()
+            stage.run(pool, [(seq, [500 + i]) for seq in seqs])
+            total = time.perf_counter() - start
+            if i:  # the first step at a row count warms its scratch
+                steps.append({**spent, "outside kernels": total - sum(spent.values()), "step": total})
+        parts = {key for step in steps for key in step}
+        results.append({"rows": count, **{key: statistics.median(s.get(key, 0.0) for s in steps) for key in parts}})
+    return results
+
+
+def table(results: list[dict[str, float]], load: str) -> str:
+    parts = ["products", "LM head", "attention", "other kernels", "outside kernels"]
+    lines = [
+        f"load average {load}",
+        "| rows | step ms | x 1 row | " + " | ".join(f"{p} ms" for p in parts) + " |",
+        "|---" * (3 + len(parts)) + "|",
+    ]
+    one = results[0]["step"]
+    for r in results:
+        cells = [f"{r.get(p, 0.0) * 1e3:.1f}" for p in parts]
+        head = f"| {int(r['rows'])} | {r['step'] * 1e3:.1f} | {r['step'] / one:.2f} | "
+        lines.append(head + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.decode_rows", description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="cohort rows, comma-separated")
+    parser.add_argument("--past", type=int, default=64, help="positions each row holds before the steps")
+    parser.add_argument("--repeats", type=int, default=10, help="timed steps per row count")
+    parser.add_argument("--widened", action="store_true", help="the weights widened to float32 (default packed)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    rows = [int(r) for r in args.rows.split(",")]
+    if args.child:
+        print(json.dumps(measure(not args.widened, rows, args.past, args.repeats)))
+        return 0
+    env = dict(os.environ)
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        env[name] = "1"
+    command = [sys.executable, "-m", "bench.decode_rows", "--child", *(argv if argv is not None else sys.argv[1:])]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"bench.decode_rows: the child failed:\n{done.stderr}")
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    print(table(json.loads(done.stdout.strip().splitlines()[-1]), load))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
