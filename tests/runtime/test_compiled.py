@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import loam
 from loam.driver.draft import draft_layout
@@ -51,19 +53,63 @@ def _numpy_product(x: np.ndarray, blocks: np.ndarray) -> np.ndarray:
         set_compiled(before)
 
 
-@pytest.mark.parametrize("encoding", ENCODINGS)
-@pytest.mark.parametrize(("rows", "k"), [(1, 32), (2, 96), (3, 64), (5, 576), (8, 64), (16, 128), (33, 96)])
-def test_a_compiled_product_is_the_numpy_kernels_within_float32_rounding(encoding: str, rows: int, k: int) -> None:
-    blocks, widened = _blocks((RNG.standard_normal((41, k)) * 3).astype(np.float32), encoding)
-    x = RNG.standard_normal((rows, k)).astype(np.float32)
+def _assert_within_rounding(encoding: str, rows: int, k: int, n: int, seed: int = 11) -> None:
+    """A compiled product of `rows` rows by an [n, k] weight equals the numpy kernel's and the exact
+    product over the widened weight, each within 8 k float32 epsilons of the sum of |terms|."""
+    rng = np.random.default_rng(seed)
+    blocks, widened = _blocks((rng.standard_normal((n, k)) * 3).astype(np.float32), encoding)
+    x = rng.standard_normal((rows, k)).astype(np.float32)
     got = kernel_matmul_packed(x, blocks, transposed=1)
     assert _CompiledKernels.get() is not None and id(blocks) in _CompiledKernels.forms  # the compiled path ran
     want = _numpy_product(x, blocks)
     # Each differs from the exact sum by a few float32 roundings of the sum of |terms|.
     bound = 8 * k * np.finfo(np.float32).eps * (np.abs(x).astype(np.float64) @ np.abs(widened.T).astype(np.float64))
-    assert got.dtype == np.float32 and got.shape == (rows, 41)
+    assert got.dtype == np.float32 and got.shape == (rows, n)
     assert np.all(np.abs(got.astype(np.float64) - want) <= bound)
     assert np.all(np.abs(got.astype(np.float64) - x.astype(np.float64) @ widened.T.astype(np.float64)) <= bound)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize(
+    ("rows", "k"), [(1, 32), (2, 96), (3, 64), (5, 576), (7, 64), (8, 64), (16, 128), (17, 96), (33, 96), (64, 64)]
+)
+def test_a_compiled_product_is_the_numpy_kernels_within_float32_rounding(encoding: str, rows: int, k: int) -> None:
+    _assert_within_rounding(encoding, rows, k, 41)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    encoding=st.sampled_from(ENCODINGS),
+    rows=st.integers(1, 70),
+    blocks=st.integers(1, 12),
+    n=st.integers(1, 70),
+    seed=st.integers(0, 2**16),
+)
+def test_a_compiled_product_within_float32_rounding_on_chosen_shapes(
+    encoding: str, rows: int, blocks: int, n: int, seed: int
+) -> None:
+    """Any rows (the row kernels' few, the cohort kernel's tiles of 4 with a ragged last tile) by any N
+    (groups of 4 of W's rows with a ragged last group) and K of whole blocks."""
+    _assert_within_rounding(encoding, rows, 32 * blocks, n, seed)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("rows", [5, 17, 64])
+def test_a_cohort_split_over_threads_is_the_one_thread_product_bit_for_bit(encoding: str, rows: int) -> None:
+    """W's rows spread over several threads (runs of whole groups of 4, the last ragged) give every element
+    the sum one call gives, in the same order: the outputs are equal, not only close."""
+    blocks, _ = _blocks(RNG.standard_normal((262, 96)).astype(np.float32), encoding)
+    x = RNG.standard_normal((rows, 96)).astype(np.float32)
+    before = _CompiledKernels.threads
+    try:
+        _CompiledKernels.threads = 1
+        alone = kernel_matmul_packed(x, blocks, transposed=1)
+        _CompiledKernels.threads = 3
+        split = kernel_matmul_packed(x, blocks, transposed=1)
+    finally:
+        _CompiledKernels.threads = before
+    assert _CompiledKernels.pool is not None  # the split ran
+    np.testing.assert_array_equal(split, alone)
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)

@@ -96,44 +96,56 @@ def _rows_q8(q: np.ndarray, d: np.ndarray, x: np.ndarray, out: np.ndarray) -> No
 def _cohort_rows(q: np.ndarray, d: np.ndarray, m: np.ndarray, x: np.ndarray, out: np.ndarray, q8: bool) -> None:
     """out [M, N] = x [M, K] @ W^T over packed blocks in the row kernels' form, Q4 (`_rows_q4`: q, d, m) or
     Q8_0 (`q8`; `_rows_q8`: q, d, and m unread), for a cohort's rows: each group of 4 of W's rows is
-    widened once, into a few KiB that stay in cache, and dotted with every row of x, four sums sharing
-    each load of x (the row kernels unpack each weight again for each row)."""
-    n, k = q.shape[0], x.shape[1]
+    widened once, into a few KiB that stay in cache, and dotted with the rows of x 4 at a time, 16 sums
+    sharing each load (4 of x, 4 of W) where one row of x at a time loaded W's 4 again for each row.
+    A group or tile past the last row repeats the last row (its sums computed and not stored), so every
+    element is one sum in the same order whatever M and N are."""
+    n, k, rows = q.shape[0], x.shape[1], x.shape[0]
     w = np.zeros((4, k), np.float32)
     for r0 in range(0, n, 4):
         t_rows = min(4, n - r0)
-        for t in range(t_rows):
-            qr, wr = q[r0 + t], w[t]
+        for t in range(4):
+            r = min(r0 + t, n - 1)
+            qr, wr = q[r], w[t]
             if q8:
                 for j in range(k):
-                    wr[j] = np.float32(qr[j]) * d[r0 + t, j >> 5]
+                    wr[j] = np.float32(qr[j]) * d[r, j >> 5]
             else:
                 for b in range(k // 32):
-                    scale, offset = d[r0 + t, b], m[r0 + t, b]
+                    scale, offset = d[r, b], m[r, b]
                     for j in range(16):  # low nibbles, then high ones: two runs that vectorize
                         wr[b * 32 + j] = np.float32(np.int32(qr[b * 16 + j]) & 15) * scale + offset
                     for j in range(16):
                         wr[b * 32 + 16 + j] = np.float32(np.int32(qr[b * 16 + j]) >> 4) * scale + offset
         w0, w1, w2, w3 = w[0], w[1], w[2], w[3]
-        for i in range(x.shape[0]):
-            xi = x[i]
-            a0 = np.float32(0)
-            a1 = np.float32(0)
-            a2 = np.float32(0)
-            a3 = np.float32(0)
+        for i0 in range(0, rows, 4):
+            x0, x1 = x[i0], x[min(i0 + 1, rows - 1)]
+            x2, x3 = x[min(i0 + 2, rows - 1)], x[min(i0 + 3, rows - 1)]
+            a00 = a01 = a02 = a03 = a10 = a11 = a12 = a13 = np.float32(0)
+            a20 = a21 = a22 = a23 = a30 = a31 = a32 = a33 = np.float32(0)
             for j in range(k):
-                v = xi[j]
-                a0 += w0[j] * v
-                a1 += w1[j] * v
-                a2 += w2[j] * v
-                a3 += w3[j] * v
-            out[i, r0] = a0
-            if t_rows > 1:
-                out[i, r0 + 1] = a1
-            if t_rows > 2:
-                out[i, r0 + 2] = a2
-            if t_rows > 3:
-                out[i, r0 + 3] = a3
+                v0, v1, v2, v3 = x0[j], x1[j], x2[j], x3[j]
+                u0, u1, u2, u3 = w0[j], w1[j], w2[j], w3[j]
+                a00 += u0 * v0
+                a01 += u1 * v0
+                a02 += u2 * v0
+                a03 += u3 * v0
+                a10 += u0 * v1
+                a11 += u1 * v1
+                a12 += u2 * v1
+                a13 += u3 * v1
+                a20 += u0 * v2
+                a21 += u1 * v2
+                a22 += u2 * v2
+                a23 += u3 * v2
+                a30 += u0 * v3
+                a31 += u1 * v3
+                a32 += u2 * v3
+                a33 += u3 * v3
+            sums = ((a00, a01, a02, a03), (a10, a11, a12, a13), (a20, a21, a22, a23), (a30, a31, a32, a33))
+            for a in range(min(4, rows - i0)):
+                for t in range(t_rows):
+                    out[i0 + a, r0 + t] = sums[a][t]
 
 
 def _rows_nbits(packed: np.ndarray, s: np.ndarray, z: np.ndarray, x: np.ndarray, out: np.ndarray, bits: int,
@@ -223,6 +235,10 @@ class _CompiledKernels:
     # Rows of x up to which a packed product runs the row kernels; more run `_cohort_rows`, which widens
     # each group of W's rows once for all of them.
     row_kernel_rows: int = 4
+    # Threads a cohort's product spreads W's rows over (numba.get_num_threads(), NUMBA_NUM_THREADS, when
+    # the kernels compile), and the pool that runs all but the caller's share; 1: the caller alone.
+    threads: int = 1
+    pool: object = None
 
     @classmethod
     def get(cls) -> dict | None:
@@ -240,7 +256,34 @@ class _CompiledKernels:
                 fn.__name__: numba.njit(fastmath={"reassoc", "contract"}, nogil=True, error_model="numpy")(fn)
                 for fn in (_rows_q4, _rows_q8, _cohort_rows, _rows_nbits, _widen_nbits)
             }
+            cls.threads = max(1, numba.get_num_threads())
         return cls.kernels
+
+    @classmethod
+    def cohort(cls, kernel: Callable[..., None], form: tuple, x: np.ndarray, out: np.ndarray) -> None:
+        """out = x @ W^T by `_cohort_rows` (compiled as `kernel`), W's rows split into `threads` runs of whole
+        groups of 4, each run on its own thread (the caller's the first): each element is the same sum in
+        the same order as in one call over every row, so the split changes no bit of `out`."""
+        q8 = len(form) == 2
+        given = (*form, *(form[1:2] if q8 else ()))  # Q8_0 passes d for the unread m
+        groups = -(-out.shape[1] // 4)
+        parts = min(cls.threads, groups // 16)  # at least 64 of W's rows a thread, else one call
+        if parts <= 1:
+            kernel(*given, x, out, q8)
+            return
+        from concurrent.futures import ThreadPoolExecutor  # only where a cohort runs on several threads
+
+        pool = cls.pool
+        if not isinstance(pool, ThreadPoolExecutor):
+            pool = cls.pool = ThreadPoolExecutor(cls.threads - 1, thread_name_prefix="loam-cohort")
+        edges = [4 * (groups * p // parts) for p in range(parts)] + [out.shape[1]]
+        pending = [
+            pool.submit(kernel, *(a[edges[p] : edges[p + 1]] for a in given), x, out[:, edges[p] : edges[p + 1]], q8)
+            for p in range(1, parts)
+        ]
+        kernel(*(a[: edges[1]] for a in given), x, out[:, : edges[1]], q8)
+        for done in pending:
+            done.result()
 
     @classmethod
     def form(cls, w: np.ndarray) -> tuple:
@@ -285,8 +328,7 @@ def matmul_packed_compiled(rows: np.ndarray, w: np.ndarray) -> np.ndarray | None
     if rows.shape[0] <= _CompiledKernels.row_kernel_rows:
         kernels["_rows_q8" if len(form) == 2 else "_rows_q4"](*form, rows, out)
         return out
-    q8 = len(form) == 2
-    kernels["_cohort_rows"](*form, *(form[1:2] if q8 else ()), rows, out, q8)  # Q8_0 passes d for the unread m
+    _CompiledKernels.cohort(kernels["_cohort_rows"], form, rows, out)
     return out
 
 
