@@ -4,12 +4,13 @@ What and why: sixteen concurrent streams give eight times one stream's tokens/s 
 step costs at most twice a 1-row step.  This opens the package `bench.serve` writes (the GGUF's Q4_1/Q8_0
 blocks kept packed, or widened with `--widened`) as `loam serve` does, gives each of M rows a past of
 `--past` positions, and times decode steps of all M rows through `DecoderStage.run` (the server's own
-call), at one thread (the child's BLAS, OpenMP and numba threads set to 1).
+call), at one thread (the child's BLAS, OpenMP and numba threads set to 1), the row counts in turn.
 
 Each kernel the generated module calls is timed where it is called (its global name wrapped), so the
 breakdown is: the packed products (`kernel_matmul_packed`) of the layers, the LM head (the one product
-whose output has the vocabulary's width), attention (the module's attention kernels), the rest of the
-module's kernels, and what is outside them (Python and the stage's gather of the past).  Reported: the
+whose output has the vocabulary's width), the module's other kernels, and what runs outside them
+(attention's products and softmax, which the module computes inline, the elementwise work, Python and
+the stage's gather of the past).  Reported: the
 median step and each part's median share, per row count, and each step's time over the 1-row step's.
 
     python -m bench.decode_rows                    # packed, rows 1,4,16,32, past 64
@@ -33,7 +34,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = (1, 4, 16, 32)
-ATTENTION = ("attention", "softmax", "rotary")  # kernel names holding one of these count as attention
 VOCAB = 49152  # SmolLM2's vocabulary: the product of this width is the LM head
 
 
@@ -50,8 +50,6 @@ def _timed_kernels(module: object, spent: dict[str, float]) -> None:
             if _name == "kernel_matmul_packed" or _name == "kernel_matmul":
                 width = getattr(out, "shape", (0,))[-1]
                 part = "LM head" if width == VOCAB else "products"
-            elif any(word in _name for word in ATTENTION):
-                part = "attention"
             else:
                 part = "other kernels"
             spent[part] = spent.get(part, 0.0) + seconds
@@ -73,15 +71,17 @@ def measure(packed: bool, rows: Sequence[int], past: int, repeats: int) -> list[
     stage = DecoderStage(next(iter(package.stages.values())), "bench")
     spent: dict[str, float] = {}
     _timed_kernels(stage.stage.module, spent)
-    results = []
+    cohorts = []
     for count in rows:
-        pool = KvPool(stage.layers, 16, count * (past // 16 + repeats // 16 + 4))
+        pool = KvPool(stage.layers, 16, count * ((past + repeats) // 16 + 4))
         seqs = [pool.new_sequence() for _ in range(count)]
         for r, seq in enumerate(seqs):
             pool.reserve(seq, past)
             stage.run(pool, [(seq, [(100 + 7 * r + j) % 40000 for j in range(past)])])
-        steps: list[dict[str, float]] = []
-        for i in range(repeats + 1):
+        cohorts.append((pool, seqs))
+    steps: list[list[dict[str, float]]] = [[] for _ in rows]
+    for i in range(repeats + 1):  # the row counts in turn, so a change in the machine's load meets each alike
+        for (pool, seqs), timed in zip(cohorts, steps, strict=True):
             for seq in seqs:
                 pool.reserve(seq, 1)
             spent.clear()
@@ -89,14 +89,16 @@ def measure(packed: bool, rows: Sequence[int], past: int, repeats: int) -> list[
             stage.run(pool, [(seq, [500 + i]) for seq in seqs])
             total = time.perf_counter() - start
             if i:  # the first step at a row count warms its scratch
-                steps.append({**spent, "outside kernels": total - sum(spent.values()), "step": total})
-        parts = {key for step in steps for key in step}
-        results.append({"rows": count, **{key: statistics.median(s.get(key, 0.0) for s in steps) for key in parts}})
+                timed.append({**spent, "outside kernels": total - sum(spent.values()), "step": total})
+    results = []
+    for count, timed in zip(rows, steps, strict=True):
+        parts = {key for step in timed for key in step}
+        results.append({"rows": count, **{key: statistics.median(s.get(key, 0.0) for s in timed) for key in parts}})
     return results
 
 
 def table(results: list[dict[str, float]], load: str) -> str:
-    parts = ["products", "LM head", "attention", "other kernels", "outside kernels"]
+    parts = ["products", "LM head", "other kernels", "outside kernels"]
     lines = [
         f"load average {load}",
         "| rows | step ms | x 1 row | " + " | ".join(f"{p} ms" for p in parts) + " |",

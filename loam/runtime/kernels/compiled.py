@@ -13,10 +13,15 @@ with the numpy kernel, which is also the compiled kernels' test oracle (tests/ru
 - `_rows_q8(q, d, x, out)`: out[i, r] = sum over k of q[r, k] * x[i, k] * d[r, k // 32] for Q8_0.
 - `_cohort_rows(q, d, m, x, out, q8)`: the same products for a cohort's rows (more than
   `_CompiledKernels.row_kernel_rows`): each group of 4 of W's rows is widened once into a few KiB of
-  cache and dotted with every row of x, four sums sharing each load of x.  On SmolLM2's 1536 x 576
-  matrix at one thread: 0.45 ms for 1 row (widening at about 2 G elements/s costs 4.5 row-kernel
-  rows), 0.76 ms for 16 (the row kernels: 1.56 ms) and 1.2 ms for 32 (3.2 ms); from 16 rows the step
-  is bound by one core's multiply-adds, about 19 G a second.
+  cache and dotted with x's rows 4 at a time, 16 sums sharing each load of 4 elements of x and 4 of W.
+  Widening stays the cost: numba compiles a block's 16-element loops to scalar code (its assembly
+  converts one integer at a time; numba leaves LLVM's SLP vectorizer off, and its loop vectorizer
+  declines loops this short that store), so on SmolLM2's 1536 x 576 matrix at one thread widening
+  takes about 0.26 ms and the dot about 0.025 ms a row: widening costs about ten rows.
+- `_CompiledKernels.cohort`: spreads a cohort's product over numba's thread count
+  (`numba.get_num_threads()`, NUMBA_NUM_THREADS), W's rows in runs of whole groups of 4, one run on the
+  caller's thread and the others on a pool; each element is the sum one call computes, in its order, so
+  the split changes no bit.  One thread (or fewer than 64 of W's rows a thread): one call, no pool.
 - `_rows_nbits(packed, s, z, x, out, bits, block)`: onnxruntime's MatMulNBits blocks (`kernel_matmul_nbits`)
   for a decode step, out[i, r] = sum over blocks b of s[r, b] * (q[r, b] . x[i, b] - z[r, b] * sum(x[i, b]));
   x is first regrouped so each byte's p-th integers meet a contiguous run of it.  About 4x the numpy
@@ -33,10 +38,10 @@ with the numpy kernel, which is also the compiled kernels' test oracle (tests/ru
 
 Sums are float32 in a different order than the numpy kernel's, so the two agree within float32
 rounding, not bit for bit.  A kernel runs on its caller's thread and releases the GIL, so products
-called from several threads run side by side; within one call it uses one core (spreading a decode
-step's rows over two cores measured no faster on SmolLM2).  numba's on-disk cache stays off: its
-cached code re-imports the module by the name it had when compiled, which a generated module loaded
-from a path under another name does not have.
+called from several threads run side by side; a row kernel uses one core (spreading a decode step's
+one or two rows over two cores measured no faster on SmolLM2), a cohort's product all of numba's.
+numba's on-disk cache stays off: its cached code re-imports the module by the name it had when
+compiled, which a generated module loaded from a path under another name does not have.
 """
 
 from __future__ import annotations
@@ -107,9 +112,13 @@ def _cohort_rows(q: np.ndarray, d: np.ndarray, m: np.ndarray, x: np.ndarray, out
         for t in range(4):
             r = min(r0 + t, n - 1)
             qr, wr = q[r], w[t]
-            if q8:
+            if q8:  # the integers widened in one run (which vectorizes), then scaled block by block in place
                 for j in range(k):
-                    wr[j] = np.float32(qr[j]) * d[r, j >> 5]
+                    wr[j] = np.float32(qr[j])
+                for b in range(k // 32):
+                    scale = d[r, b]
+                    for j in range(32):
+                        wr[b * 32 + j] *= scale
             else:
                 for b in range(k // 32):
                     scale, offset = d[r, b], m[r, b]
@@ -260,10 +269,12 @@ class _CompiledKernels:
         return cls.kernels
 
     @classmethod
-    def cohort(cls, kernel: Callable[..., None], form: tuple, x: np.ndarray, out: np.ndarray) -> None:
-        """out = x @ W^T by `_cohort_rows` (compiled as `kernel`), W's rows split into `threads` runs of whole
-        groups of 4, each run on its own thread (the caller's the first): each element is the same sum in
-        the same order as in one call over every row, so the split changes no bit of `out`."""
+    def cohort(cls, form: tuple, x: np.ndarray, out: np.ndarray) -> None:
+        """out = x @ W^T by the compiled `_cohort_rows`, W's rows split into `threads` runs of whole groups
+        of 4, each run on its own thread (the caller's the first): each element is the same sum in the
+        same order as in one call over every row, so the split changes no bit of `out`."""
+        assert cls.kernels is not None, "the kernels are compiled before a product calls them"
+        kernel = cls.kernels["_cohort_rows"]
         q8 = len(form) == 2
         given = (*form, *(form[1:2] if q8 else ()))  # Q8_0 passes d for the unread m
         groups = -(-out.shape[1] // 4)
@@ -277,11 +288,10 @@ class _CompiledKernels:
         if not isinstance(pool, ThreadPoolExecutor):
             pool = cls.pool = ThreadPoolExecutor(cls.threads - 1, thread_name_prefix="loam-cohort")
         edges = [4 * (groups * p // parts) for p in range(parts)] + [out.shape[1]]
-        pending = [
-            pool.submit(kernel, *(a[edges[p] : edges[p + 1]] for a in given), x, out[:, edges[p] : edges[p + 1]], q8)
-            for p in range(1, parts)
-        ]
-        kernel(*(a[: edges[1]] for a in given), x, out[:, : edges[1]], q8)
+        spans = [slice(edges[p], edges[p + 1]) for p in range(parts)]
+        runs = [(*(a[span] for a in given), x, out[:, span], q8) for span in spans]
+        pending = [pool.submit(kernel, *run) for run in runs[1:]]
+        kernel(*runs[0])
         for done in pending:
             done.result()
 
@@ -328,7 +338,7 @@ def matmul_packed_compiled(rows: np.ndarray, w: np.ndarray) -> np.ndarray | None
     if rows.shape[0] <= _CompiledKernels.row_kernel_rows:
         kernels["_rows_q8" if len(form) == 2 else "_rows_q4"](*form, rows, out)
         return out
-    _CompiledKernels.cohort(kernels["_cohort_rows"], form, rows, out)
+    _CompiledKernels.cohort(form, rows, out)
     return out
 
 
