@@ -95,6 +95,21 @@ def test_a_compiled_product_within_float32_rounding_on_chosen_shapes(
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("rows", [0, 3, 17])
+def test_empty_and_strided_rows_give_the_numpy_kernels_product(encoding: str, rows: int) -> None:
+    """No rows give an empty product; rows that are a strided, transposed view (a slice of a wider
+    activation) give what their contiguous copy gives, within the same float32 bound."""
+    blocks, widened = _blocks(RNG.standard_normal((37, 96)).astype(np.float32), encoding)
+    wide = RNG.standard_normal((96 * 2, rows)).astype(np.float32)
+    x = wide[::2].T  # [rows, 96], neither C- nor F-contiguous
+    got = kernel_matmul_packed(x, blocks, transposed=1)
+    assert got.shape == (rows, 37)
+    want = _numpy_product(np.ascontiguousarray(x), blocks)
+    bound = 8 * 96 * np.finfo(np.float32).eps * (np.abs(x).astype(np.float64) @ np.abs(widened.T).astype(np.float64))
+    assert np.all(np.abs(got.astype(np.float64) - want) <= bound)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
 @pytest.mark.parametrize("rows", [9, 17, 64])
 def test_a_cohort_split_over_threads_is_the_one_thread_product_bit_for_bit(encoding: str, rows: int) -> None:
     """W's rows spread over several threads (runs of whole groups of 4, the last ragged) give every element
