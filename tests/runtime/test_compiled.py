@@ -27,6 +27,7 @@ from loam.runtime.kernels.compiled import (
     _rows_nbits,
     _rows_q4,
     _tiles_q4,
+    _tiles_q8,
     _widen_nbits,
     set_compiled,
 )
@@ -140,7 +141,7 @@ def test_nan_and_infinity_in_x_come_out_where_the_kernels_meaning_puts_them(enco
     x[0, 5] = np.nan
     x[1, 40] = np.inf
     got = kernel_matmul_packed(x, blocks, transposed=1)
-    if rows <= (_CompiledKernels.row_kernel_rows if encoding == "Q8_0" else _CompiledKernels.tile_rows):
+    if rows <= _CompiledKernels.tile_rows:
         want = _numpy_product(x, blocks)
     else:
         with np.errstate(invalid="ignore"):
@@ -160,26 +161,26 @@ def test_the_row_kernels_source_computes_the_same_in_plain_python() -> None:
     np.testing.assert_allclose(out, kernel_matmul_packed(x, blocks[:5], transposed=1), rtol=1e-5, atol=1e-5)
 
 
-def test_the_tile_kernels_source_computes_the_same_in_plain_python() -> None:
-    """3 to `tile_rows` rows of x by Q4 blocks take `_tiles_q4`: as plain Python, with neither W's rows nor x's
-    a multiple of its tiles of 4, it gives the compiled numbers."""
-    blocks, _ = _blocks(RNG.standard_normal((7, 64)).astype(np.float32), "Q4_1")
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_the_tile_kernels_source_computes_the_same_in_plain_python(encoding: str) -> None:
+    """3 to `tile_rows` rows of x take `_tiles_q4` or `_tiles_q8`: as plain Python, with neither W's rows nor
+    x's a multiple of its tiles of 4, it gives the compiled numbers."""
+    blocks, _ = _blocks(RNG.standard_normal((7, 64)).astype(np.float32), encoding)
     x = RNG.standard_normal((5, 64)).astype(np.float32)
-    assert 2 < x.shape[0] <= _CompiledKernels.tile_rows
+    assert _CompiledKernels.row_kernel_rows < x.shape[0] <= _CompiledKernels.tile_rows
     out = np.empty((5, 7), np.float32)
-    _tiles_q4(*_CompiledKernels.form(blocks), x, out)
+    (_tiles_q8 if encoding == "Q8_0" else _tiles_q4)(*_CompiledKernels.form(blocks), x, out)
     np.testing.assert_allclose(out, kernel_matmul_packed(x, blocks, transposed=1), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out, _numpy_product(x, blocks), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_the_cohort_kernels_source_computes_the_same_in_plain_python(encoding: str) -> None:
-    """A cohort's rows (more than `row_kernel_rows` of Q8_0, `tile_rows` of Q4) take `_cohort_rows`: as plain
-    Python, with W's row count not a multiple of its groups of 4 and x's not of its tiles, it gives the
-    compiled numbers."""
+    """A cohort's rows (more than `tile_rows`) take `_cohort_rows`: as plain Python, with W's row count not a
+    multiple of its groups of 4 and x's not of its tiles, it gives the compiled numbers."""
     blocks, _ = _blocks(RNG.standard_normal((7, 64)).astype(np.float32), encoding)
     x = RNG.standard_normal((9, 64)).astype(np.float32)
-    assert x.shape[0] > max(_CompiledKernels.row_kernel_rows, _CompiledKernels.tile_rows)
+    assert x.shape[0] > _CompiledKernels.tile_rows
     form = _CompiledKernels.form(blocks)
     q8 = encoding == "Q8_0"
     out = np.empty((9, 7), np.float32)

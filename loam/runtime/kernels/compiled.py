@@ -12,12 +12,12 @@ with the numpy kernel, which is also the compiled kernels' test oracle (tests/ru
   times the block's first 16 elements of x, high nibbles times its last 16.
 - `_tiles_q4(q, d, m, x, out)`: `_rows_q4`'s sums for 3 to `_CompiledKernels.tile_rows` rows: 4 of W's
   rows unpacked and scaled once for 4 rows of x (`_rows_q4` unpacks them again for each row); at 3 and 4
-  rows of SmolLM2's matrices 1.2-2x `_rows_q4`, at 2 no faster, at 8 faster than `_cohort_rows`.
+  rows of SmolLM2's matrices 1.2-2x `_rows_q4`, at 2 no faster, at 8 as fast as `_cohort_rows`.
 - `_rows_q8(q, d, x, out)`: out[i, r] = sum over k of q[r, k] * x[i, k] * d[r, k // 32] for Q8_0.
+- `_tiles_q8(q, d, x, out)`: `_rows_q8`'s sums for 3 to `tile_rows` rows, as `_tiles_q4` for Q8_0.
 - `_cohort_rows(q, d, m, x, out, q8)`: the same products for a cohort's rows (more than
-  `_CompiledKernels.row_kernel_rows` of Q8_0, `tile_rows` of Q4): each group of 4 of W's rows is
-  widened once into a few KiB of cache and dotted with x's rows 4 at a time, 16 sums sharing each load
-  of 4 elements of x and 4 of W.
+  `_CompiledKernels.tile_rows`): each group of 4 of W's rows is widened once into a few KiB of cache
+  and dotted with x's rows 4 at a time, 16 sums sharing each load of 4 elements of x and 4 of W.
   Widening stays the cost: numba compiles a block's 16-element loops to scalar code (its assembly
   converts one integer at a time; numba leaves LLVM's SLP vectorizer off, and its loop vectorizer
   declines loops this short that store), so on SmolLM2's 1536 x 576 matrix at one thread widening
@@ -167,6 +167,50 @@ def _rows_q8(q: np.ndarray, d: np.ndarray, x: np.ndarray, out: np.ndarray) -> No
             out[i, r] = acc
 
 
+def _tiles_q8(q: np.ndarray, d: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+    """out [M, N] = x [M, K] @ W^T over Q8_0 blocks in `_rows_q8`'s form, summed as it sums, for 3 to
+    `_CompiledKernels.tile_rows` rows: 4 of W's rows converted and scaled once for 4 rows of x (`_rows_q8`
+    converts each weight again for each row).  A tile past the last row of W or x repeats that row (its
+    sums computed and not stored)."""
+    rows, k = x.shape
+    n = q.shape[0]
+    for r0 in range(0, n, 4):
+        ra, rb, rc, rd = r0, min(r0 + 1, n - 1), min(r0 + 2, n - 1), min(r0 + 3, n - 1)
+        qa, qb, qc, qd = q[ra], q[rb], q[rc], q[rd]
+        da, db, dc, dd = d[ra], d[rb], d[rc], d[rd]
+        for i0 in range(0, rows, 4):
+            x0, x1 = x[i0], x[min(i0 + 1, rows - 1)]
+            x2, x3 = x[min(i0 + 2, rows - 1)], x[min(i0 + 3, rows - 1)]
+            a00 = a01 = a02 = a03 = a10 = a11 = a12 = a13 = np.float32(0)
+            a20 = a21 = a22 = a23 = a30 = a31 = a32 = a33 = np.float32(0)
+            for j in range(k):
+                ua = np.float32(qa[j]) * da[j >> 5]
+                ub = np.float32(qb[j]) * db[j >> 5]
+                uc = np.float32(qc[j]) * dc[j >> 5]
+                ud = np.float32(qd[j]) * dd[j >> 5]
+                v0, v1, v2, v3 = x0[j], x1[j], x2[j], x3[j]
+                a00 += ua * v0
+                a01 += ub * v0
+                a02 += uc * v0
+                a03 += ud * v0
+                a10 += ua * v1
+                a11 += ub * v1
+                a12 += uc * v1
+                a13 += ud * v1
+                a20 += ua * v2
+                a21 += ub * v2
+                a22 += uc * v2
+                a23 += ud * v2
+                a30 += ua * v3
+                a31 += ub * v3
+                a32 += uc * v3
+                a33 += ud * v3
+            sums = ((a00, a01, a02, a03), (a10, a11, a12, a13), (a20, a21, a22, a23), (a30, a31, a32, a33))
+            for a in range(min(4, rows - i0)):
+                for t in range(min(4, n - r0)):
+                    out[i0 + a, r0 + t] = sums[a][t]
+
+
 def _cohort_rows(q: np.ndarray, d: np.ndarray, m: np.ndarray, x: np.ndarray, out: np.ndarray, q8: bool) -> None:
     """out [M, N] = x [M, K] @ W^T over packed blocks in the row kernels' form, Q4 (`_rows_q4`: q, d, m) or
     Q8_0 (`q8`; `_rows_q8`: q, d, and m unread), for a cohort's rows: each group of 4 of W's rows is
@@ -310,9 +354,9 @@ class _CompiledKernels:
     tried: bool = False
     enabled: bool = True
     forms: dict = {}  # noqa: RUF012 (the one table of the process, on purpose)
-    # Rows of x up to which a packed product runs the row kernels (Q4: up to 2; from 3 to `tile_rows`,
-    # `_tiles_q4`); more run `_cohort_rows`, which widens each group of W's rows once for all of them.
-    row_kernel_rows: int = 4
+    # Rows of x up to which a packed product runs the row kernels, then the tile kernels (`_tiles_q4`,
+    # `_tiles_q8`); more run `_cohort_rows`, which widens each group of W's rows once for all of them.
+    row_kernel_rows: int = 2
     tile_rows: int = 8
     # Threads a cohort's product spreads W's rows over (numba.get_num_threads(), NUMBA_NUM_THREADS, when
     # the kernels compile), and the pool that runs all but the caller's share; 1: the caller alone.
@@ -333,7 +377,7 @@ class _CompiledKernels:
             # Sums may be reassociated (so the loops vectorize); NaN and infinity keep IEEE meaning.
             cls.kernels = {
                 fn.__name__: numba.njit(fastmath={"reassoc", "contract"}, nogil=True, error_model="numpy")(fn)
-                for fn in (_rows_q4, _tiles_q4, _rows_q8, _cohort_rows, _rows_nbits, _widen_nbits)
+                for fn in (_rows_q4, _tiles_q4, _rows_q8, _tiles_q8, _cohort_rows, _rows_nbits, _widen_nbits)
             }
             cls.threads = max(1, numba.get_num_threads())
         return cls.kernels
@@ -406,11 +450,11 @@ def matmul_packed_compiled(rows: np.ndarray, w: np.ndarray) -> np.ndarray | None
     form = _CompiledKernels.form(w)
     out = np.empty((rows.shape[0], w.shape[0]), np.float32)
     count, q8 = rows.shape[0], len(form) == 2
-    if count <= (_CompiledKernels.row_kernel_rows if q8 else 2):
+    if count <= _CompiledKernels.row_kernel_rows:
         kernels["_rows_q8" if q8 else "_rows_q4"](*form, rows, out)
         return out
-    if not q8 and count <= _CompiledKernels.tile_rows:
-        kernels["_tiles_q4"](*form, rows, out)
+    if count <= _CompiledKernels.tile_rows:
+        kernels["_tiles_q8" if q8 else "_tiles_q4"](*form, rows, out)
         return out
     _CompiledKernels.cohort(form, rows, out)
     return out
@@ -438,6 +482,7 @@ PIECES: dict[str, Callable[..., object]] = {
     "_rows_q4": _rows_q4,
     "_tiles_q4": _tiles_q4,
     "_rows_q8": _rows_q8,
+    "_tiles_q8": _tiles_q8,
     "_cohort_rows": _cohort_rows,
     "_rows_nbits": _rows_nbits,
     "_widen_nbits": _widen_nbits,
