@@ -9,9 +9,9 @@ the row counts in turn.
 
 Each kernel the generated module calls is timed where it is called (its global name wrapped), so the
 breakdown is: the packed products (`kernel_matmul_packed`) of the layers, the LM head (the one product
-whose output has the vocabulary's width), the module's other kernels, and what runs outside them
-(attention's products and softmax, which the module computes inline, the elementwise work, Python and
-the stage's gather of the past).  Reported: the
+whose output has the vocabulary's width), the module's other kernels (its fused attention, where the
+build fuses it), and what runs outside them (attention's products and softmax where the module computes
+them inline, the elementwise work, Python and the stage's gather of the past).  Reported: the
 median step and each part's median share, per row count, and each step's time over the 1-row step's.
 
     python -m bench.decode_rows                    # packed, rows 1,4,16,32, past 64
