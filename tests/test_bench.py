@@ -77,6 +77,15 @@ def test_build_scaling_reports_each_size() -> None:
     )
     assert done.returncode == 0, done.stderr
     table = [line.strip("|").split("|") for line in done.stdout.splitlines() if line.startswith("| ")]
-    assert [int(cells[0]) for cells in table] == [100, 200]
-    assert all(number(cells[1]) > 0 and number(cells[2]) > 0 and number(cells[4]) >= 0 for cells in table)
+    table = [cells for cells in table if cells[1].strip().isdigit()]  # the headers aside
+    runs = [cells for cells in table if len(cells) == 6]  # the totals; the breakdown's rows have a cell per step
+    assert [(cells[0].strip(), int(cells[1])) for cells in runs] == [
+        ("chain", 100),
+        ("chain", 200),
+        ("transformer", 99),
+        ("transformer", 198),
+    ]
+    assert all(number(cells[2]) > 0 and number(cells[3]) > 0 and number(cells[5]) >= 0 for cells in runs)
+    steps = [cells for cells in table if len(cells) > 6]
+    assert len(steps) == 4 and all(number(cell) >= 0 for cells in steps for cell in cells[2:])
     assert (results.read_bytes() if results.is_file() else None) == before
