@@ -195,9 +195,10 @@ def _shift(step: Step, mapping: Sequence[int] | Mapping[int, int]) -> Step:
 class _Builder:
     """Appends steps with sharing: a step equal to an existing one reuses its index."""
 
-    def __init__(self) -> None:
-        self.steps: list[Step] = []
-        self._index: dict[Step, int] = {}
+    def __init__(self, start: Expr | None = None) -> None:
+        """An empty builder, or one holding `start`'s steps (a canonical expression: no step twice)."""
+        self.steps: list[Step] = list(start.steps) if start is not None else []
+        self._index: dict[Step, int] = dict(start.step_index) if start is not None else {}
 
     def add(self, step: Step) -> int:
         found = self._index.get(step)
@@ -369,6 +370,8 @@ class Expr:
         arity = self.arity
         if not 0 <= index < arity:
             raise ValueError(f"operand {index} is not read by an expression of arity {arity}")
+        if arity == 1 and self._canonical and producer._canonical:
+            return self._appended_to(producer)
         # One builder walk, operands first: the result is already in the builders' form, so the
         # fuse pass's later remapping of it (`dedupe_operands`) is no second rebuild.
         b = _Builder()
@@ -376,6 +379,30 @@ class Expr:
         inlined = b.splice(producer, operands[arity - 1 :])
         own = [inlined if i == index else operands[i if i < index else i - 1] for i in range(arity)]
         return b.finish(b.splice(self, own))
+
+    def _appended_to(self, producer: Expr) -> Expr:
+        """`inline_operand(0, producer)` for this expression reading operand 0 alone, both canonical:
+        the producer's steps as they are, then this expression's steps that are new.
+
+        What the general walk gives, without walking the producer (a fused chain's producer grows
+        with every fusion, the consumer stays a few steps): the producer's operands keep their numbers
+        (this expression reads no other), so its steps keep their places; every step of the result is
+        read, since a step of this expression that reads a step not in the producer is not in it
+        either, and the first ones read the producer's last.  So the result is canonical, as its steps
+        and their index are already known."""
+        b = _Builder(producer)
+        root = b.splice(self, [len(producer.steps) - 1])
+        assert root == len(b.steps) - 1
+        # Both sides' steps were checked when they were made, and splicing only renumbers their reads
+        # to earlier steps: the result needs no second check (`__post_init__` walks every step).
+        expr = object.__new__(Expr)
+        object.__setattr__(expr, "steps", tuple(b.steps))
+        known = expr.__dict__  # the cached properties, known without another walk
+        known["step_index"] = b._index
+        known["_canonical"] = True
+        known["operand_indices"] = producer.operand_indices
+        known["computed_steps"] = producer.computed_steps + len(b.steps) - len(producer.steps)
+        return expr
 
     def dedupe_operands(self, keys: Sequence[object]) -> tuple[Expr, list[int]]:
         """Merge operands whose `keys` are equal and drop operands no step reads.
@@ -419,10 +446,19 @@ class Expr:
         read = {arg for step in steps for arg in step_args(step)}
         return all(i in read for i in range(len(steps) - 1))
 
-    @property
+    @functools.cached_property
     def operand_indices(self) -> frozenset[int]:
         """The operand indices the steps read."""
         return frozenset(s.index for s in self.steps if isinstance(s, Operand))
+
+    @functools.cached_property
+    def step_index(self) -> dict[Step, int]:
+        """Each step's index (the first, where a step appears twice): what a builder starting from this
+        expression shares against.  Not to be changed."""
+        index: dict[Step, int] = {}
+        for i, step in enumerate(self.steps):
+            index.setdefault(step, i)
+        return index
 
     @property
     def arity(self) -> int:

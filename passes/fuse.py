@@ -56,6 +56,7 @@ from loam.dialects import build_contract as contract
 from loam.dialects.kernel import (
     ArgReduceOp,
     CumSumOp,
+    ExprAttr,
     GroupNormOp,
     IfOp,
     LrnOp,
@@ -272,18 +273,18 @@ class _Fuser:
         expr = own.inline_operand(index, producer.expr.data)
         values = [v for i, v in enumerate(own_inputs) if i != index] + list(producer.inputs)
         expr, kept = expr.dedupe_operands(values)
-        inputs = [values[i] for i in kept]
-        fused = ZipOp(inputs, expr, consumer.result.type, _node(consumer))
-        fused.attributes.update(consumer.attributes)
+        # The consumer becomes the fused zip in place (its result, node and attributes stay): a new op
+        # for every fusion of a long chain cost more than the fusion itself.
+        consumer.operands = [values[i] for i in kept]
+        consumer.properties["expr"] = ExprAttr(expr)
         # A producer duplicated into several consumers (objective dispatch) keeps its own entry.
         mine = self.members.get(producer) or _members(producer)
-        self.members[fused] = list(dict.fromkeys([*mine, *self.members_of(consumer)]))
-        Rewriter.replace_op(consumer, fused)
+        self.members[consumer] = list(dict.fromkeys([*mine, *self.members_of(consumer)]))
         if not producer.result.uses:  # a producer duplicated into several consumers goes with the last
             self._saved(_node(producer), _bytes(producer.result))
             self.members.pop(producer, None)
             Rewriter.erase_op(producer)
-        return fused
+        return consumer
 
 
 def _programs(module: ModuleOp) -> list[ProgramOp]:

@@ -164,3 +164,37 @@ def test_verifiers(op: str, message: str) -> None:
     module = Parser(make_context(), text).parse_module()
     with pytest.raises(VerifyException, match=message):
         module.verify()
+
+
+def canonical(expr: Expr, operands: int) -> Expr:
+    """`expr` reading its operand `i` as operand `i % operands`, in the builders' form."""
+    return expr.substitute([Expr.operand(i % operands) for i in range(expr.arity)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(exprs(), exprs(), st.integers(1, 4))
+def test_inlining_into_a_one_operand_consumer_is_the_general_walk(consumer: Expr, producer: Expr, arity: int) -> None:
+    # The shortcut for a chain (the consumer reads one operand, both in the builders' form) gives the steps
+    # the general walk gives, and the facts it carries over without a walk are the ones a walk finds.
+    own, made = canonical(consumer, 1), canonical(producer, arity)
+    if own.arity != 1:
+        return  # a constant consumer reads no operand to inline
+    fused = own.inline_operand(0, made)
+    assert fused.steps == own.substitute([made]).steps
+    fresh = Expr(fused.steps)  # checked, with nothing cached
+    assert fused.computed_steps == fresh.computed_steps
+    assert fused.operand_indices == fresh.operand_indices
+    assert fused.step_index == fresh.step_index
+    assert fused.substitute([Expr.operand(i) for i in range(fused.arity)]).steps == fused.steps  # the builders' form
+
+
+def test_a_long_chain_of_inlined_steps_is_the_general_walk() -> None:
+    chain = Expr.operand(0).binary("add", Expr.operand(1))
+    for i in range(200):
+        step = Expr.operand(0).unary(("neg", "abs", "relu")[i % 3])
+        if i % 7 == 0:
+            step = step.binary("mul", Expr.const(0.5))  # a constant the chain already holds after the first
+        expected = step.substitute([chain])
+        chain = step.inline_operand(0, chain)
+        assert chain.steps == expected.steps
+    assert chain.computed_steps == Expr(chain.steps).computed_steps
