@@ -19,6 +19,7 @@ UnsupportedError naming it (IR edited by hand and given to `loam-opt`, say).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
@@ -435,6 +436,10 @@ EXTERNAL_DATA = BuildAttribute[ArrayAttr[Attribute], tuple[ExternalRow, ...]](
 # -- what passes leave on the module --------------------------------------------------------------
 
 
+_FLAGS: Mapping[bool, BoolAttr] = {False: BoolAttr.from_bool(False), True: BoolAttr.from_bool(True)}
+"""The two flags, made once: making an IntegerAttr checks its value, a cost per node of a large graph."""
+
+
 def _nodes(attr: ArrayAttr[Attribute]) -> tuple[tuple[str, str, bool], ...] | None:
     rows = _rows(attr, (StringAttr, StringAttr, IntegerAttr))
     if rows is None:
@@ -453,7 +458,7 @@ NODES = BuildAttribute[ArrayAttr[Attribute], tuple[tuple[str, str, bool], ...]](
     "loam.nodes",
     ArrayAttr,
     _nodes,
-    lambda nodes: ArrayAttr([ArrayAttr([StringAttr(n), StringAttr(t), BoolAttr.from_bool(f)]) for n, t, f in nodes]),
+    lambda nodes: ArrayAttr([ArrayAttr([StringAttr(n), StringAttr(t), _FLAGS[f]]) for n, t, f in nodes]),
     "an array of [name, op type, folded] rows",
     "Every ONNX node as [name, op type, folded], in graph order (stage 0 leaves it), so the fuse pass reports "
     "the nodes stage 0 folded away after the graph itself is gone.",
@@ -529,11 +534,17 @@ OP_ATTRIBUTES: Mapping[str, Registered] = {a.name: a for a in (PACKED, STORED, F
 """The attributes passes leave on kernel ops, by name."""
 
 
+_VERIFIED: weakref.WeakValueDictionary[str, Attribute] = weakref.WeakValueDictionary()
+"""The module attribute each name last passed its verifier with.  Attributes are immutable, so the same
+object needs no second check: every read of a module attribute checks the whole module, and decoding
+the node list again at each pass's reads made a large graph's build spend seconds here."""
+
+
 def verify_module(module: ModuleOp) -> None:
     """Refuse a `loam.` attribute of `module` the contract does not register, or a registered one its
     verifier refuses, naming it (UnsupportedError)."""
     for name, attr in module.attributes.items():
-        if not name.startswith(PREFIX):
+        if not name.startswith(PREFIX) or _VERIFIED.get(name) is attr:
             continue
         registered = MODULE_ATTRIBUTES.get(name)
         if registered is None:
@@ -542,3 +553,4 @@ def verify_module(module: ModuleOp) -> None:
                 f"({', '.join(sorted(MODULE_ATTRIBUTES))})"
             )
         registered.verify(attr)
+        _VERIFIED[name] = attr
