@@ -33,6 +33,7 @@ on equal operands is the same symbol, and its meaning travels with every extent 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -146,6 +147,26 @@ def _mul_monomials(a: Monomial, b: Monomial) -> Monomial:
     return tuple(sorted(exps.items()))
 
 
+# A graph's extents are a few polynomials combined again and again (every node's shape, every byte count),
+# so the ring operations remember their recent results: Polys are immutable and hash by their terms.
+@functools.lru_cache(maxsize=1 << 14)
+def _sum(a: Poly, b: Poly | int) -> Poly:
+    coeffs = dict(a.terms)
+    for mono, c in Poly.lift(b).terms:
+        coeffs[mono] = coeffs.get(mono, 0) + c
+    return Poly._from_map(coeffs)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _product(a: Poly, b: Poly | int) -> Poly:
+    coeffs: dict[Monomial, int] = {}
+    for ma, ca in a.terms:
+        for mb, cb in Poly.lift(b).terms:
+            mono = _mul_monomials(ma, mb)
+            coeffs[mono] = coeffs.get(mono, 0) + ca * cb
+    return Poly._from_map(coeffs)
+
+
 @dataclass(frozen=True)
 class Poly:
     """An integer polynomial over named symbols, in canonical form.
@@ -243,10 +264,7 @@ class Poly:
     def __add__(self, other: Poly | int) -> Poly:
         if not isinstance(other, Poly | int) or isinstance(other, bool):
             return NotImplemented
-        coeffs = dict(self.terms)
-        for mono, c in Poly.lift(other).terms:
-            coeffs[mono] = coeffs.get(mono, 0) + c
-        return Poly._from_map(coeffs)
+        return _sum(self, other)
 
     __radd__ = __add__
 
@@ -266,12 +284,7 @@ class Poly:
     def __mul__(self, other: Poly | int) -> Poly:
         if not isinstance(other, Poly | int) or isinstance(other, bool):
             return NotImplemented
-        coeffs: dict[Monomial, int] = {}
-        for ma, ca in self.terms:
-            for mb, cb in Poly.lift(other).terms:
-                mono = _mul_monomials(ma, mb)
-                coeffs[mono] = coeffs.get(mono, 0) + ca * cb
-        return Poly._from_map(coeffs)
+        return _product(self, other)
 
     __rmul__ = __mul__
 
