@@ -19,12 +19,15 @@ dumped after any pass (`dump_ir`) can be replayed with `loam-opt` without the or
 
 from __future__ import annotations
 
+import functools
+import gc
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import onnx
 from xdsl.dialects.builtin import ModuleOp, StringAttr
@@ -40,6 +43,9 @@ from loam.frontends.checkpoint import read_headers
 from loam.frontends.context import make_context
 from loam.frontends.headers import HeaderEntry
 from loam.frontends.onnx_proto import check_external_data_sources
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 if TYPE_CHECKING:
     from loam.dialects.kernel import WeightOp
@@ -156,6 +162,39 @@ def pipeline_text(
     return ",".join(str(p.pipeline_pass_spec()) for p in pipeline_passes(fuse, backend, draft, grad))
 
 
+_PAUSED_BUILDS = 0
+_PAUSE_LOCK = threading.Lock()
+_COLLECTING = True
+
+
+def collections_paused(run: Callable[P, R]) -> Callable[P, R]:
+    """`run` with Python's cyclic garbage collector paused while it runs (and while any other paused
+    run does), restored as it was after the last one.
+
+    Why: a build makes a few objects per node and frees few of them until it ends, so the collector's
+    passes over the growing heap found little and took about a fifth of a large graph's build (measured
+    with `gc.callbacks` on a 16,000-node graph); reference counting still frees what it can."""
+
+    @functools.wraps(run)
+    def paused(*args: P.args, **kwargs: P.kwargs) -> R:
+        global _PAUSED_BUILDS, _COLLECTING
+        with _PAUSE_LOCK:
+            if _PAUSED_BUILDS == 0:
+                _COLLECTING = gc.isenabled()
+                gc.disable()
+            _PAUSED_BUILDS += 1
+        try:
+            return run(*args, **kwargs)
+        finally:
+            with _PAUSE_LOCK:
+                _PAUSED_BUILDS -= 1
+                if _PAUSED_BUILDS == 0 and _COLLECTING:
+                    gc.enable()
+
+    return paused
+
+
+@collections_paused
 def build(
     model: str | Path | onnx.ModelProto,
     checkpoints: Sequence[str | Path] = (),
