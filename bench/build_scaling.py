@@ -185,6 +185,17 @@ def step_name(message: str) -> str:
     return message.removeprefix("running ")
 
 
+NOTES = "## Notes"
+"""The heading of the results file's written part (what was measured before, what bounds each step): a run
+rewrites the tables above it and keeps it."""
+
+
+def kept_notes(results: Path) -> list[str]:
+    """The lines of `results` from its `NOTES` heading on (none when it has none), after a blank line."""
+    lines = results.read_text(encoding="utf-8").splitlines() if results.is_file() else []
+    return ["", *lines[lines.index(NOTES) :]] if NOTES in lines else []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.build_scaling", description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -231,7 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "",
         ]
         tail = ["", "Seconds in each step (`emit` includes importing the module):", "", *breakdown]
-        args.output.write_text("\n".join([*head, *lines, *tail]) + "\n", encoding="utf-8")
+        notes = kept_notes(args.output)
+        args.output.write_text("\n".join([*head, *lines, *tail, *notes]) + "\n", encoding="utf-8")
         print(f"wrote {args.output}")
     return 0
 
