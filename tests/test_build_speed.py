@@ -1,6 +1,7 @@
-"""What the build's speed-ups must keep: a long graph builds (no recursion past Python's limit), the
-module attributes are checked once per value yet still refused when malformed, and the collector is
-restored after a build, whether it succeeded or failed."""
+"""What the build's speed-ups must keep: a long graph builds (no recursion past Python's limit) and computes
+what onnxruntime does, the module attributes are checked once per value yet still refused when malformed,
+the collector is restored after a build whether it succeeded or failed, remembered polynomial arithmetic
+is the arithmetic, and the ops made without IRDL's generic constructor are the ops it makes."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ import gc
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
-from xdsl.dialects.builtin import ArrayAttr, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, StringAttr, i64
+from xdsl.ir import Block
 
 from bench.build_scaling import CHAIN_LAYOUT, TRANSFORMER_LAYOUT, chain, transformer
 from loam.core.errors import LoamError, UnsupportedError
 from loam.core.layout import LayoutRule
 from loam.core.poly import Poly
 from loam.dialects import build_contract as contract
+from loam.dialects.expr import Expr
+from loam.dialects.graph import NodeOp, UnknownType
+from loam.dialects.kernel import ExprAttr, ZipOp
+from loam.dialects.tensor_axes import Axis, axes_tensor_type
 from loam.driver.options import Options
 from loam.driver.pipeline import build
 from loam.testing import run_onnxruntime
@@ -83,3 +89,32 @@ def test_remembered_polynomial_arithmetic_is_the_arithmetic() -> None:
         assert (n * 2) + 0 == 2 * n and str(n * 0) == "0" and str(1 + n) == "N + 1"
     with pytest.raises(TypeError):
         _ = n * True  # a bool is refused, not read as the integer 1
+
+
+def test_the_fast_constructors_make_the_ops_irdl_makes() -> None:
+    # ZipOp and NodeOp skip IRDL's generic argument building: the op must be the one it builds, and verify.
+    t = axes_tensor_type("f32", (Axis.named("N", Poly.symbol("N")), Axis.named("C", Poly.const(3))))
+    block = Block(arg_types=[t, t])
+    expr = ExprAttr(Expr.operand(0).binary("add", Expr.operand(1)).unary("relu"))
+    for inputs in ([block.args[0], block.args[1]], [block.args[1], block.args[1]]):
+        fast = ZipOp(inputs, expr, t, "n")
+        irdl = ZipOp.build(operands=[inputs], result_types=[t], properties={"expr": expr, "node": StringAttr("n")})
+        fast.verify()
+        assert str(fast) == str(irdl) and list(fast.operands) == inputs
+    args = list(Block(arg_types=[UnknownType(), UnknownType()]).args)
+    for outputs in (["y"], ["y", "z"]):
+        node = NodeOp("Relu", args, [UnknownType()] * len(outputs), outputs, node_name="n", since=17)
+        irdl = NodeOp.build(
+            operands=[args],
+            result_types=[[UnknownType()] * len(outputs)],
+            properties={
+                "op_type": StringAttr("Relu"),
+                "node_name": StringAttr("n"),
+                "domain": StringAttr(""),
+                "since": IntegerAttr(17, i64),
+                "attrs": DictionaryAttr({}),
+                "output_names": ArrayAttr([StringAttr(o) for o in outputs]),
+            },
+            regions=[[]],
+        )
+        assert str(node) == str(irdl) and len(node.outs) == len(outputs) and node.since == 17

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FloatAttr, IntAttr, IntegerAttr, StringAttr, i64
-from xdsl.ir import Attribute, Block, Region, SSAValue, TypeAttribute
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue, TypeAttribute
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
@@ -297,11 +297,12 @@ class NodeOp(IRDLOperation):
         }
         if doc_string:
             props["doc_string"] = StringAttr(doc_string)
-        super().__init__(
-            operands=[list(inputs)],
-            result_types=[list(output_types)],
-            properties=props,
-            regions=[list(regions)],
+        # Operation's own constructor: IRDL's generic one checks every argument against the definition
+        # first, about three times the cost of the op, at every node of a large graph; these are the
+        # definition's already (one group each of operands, results and regions: no segment sizes), and
+        # `verify` checks them as before.
+        Operation.__init__(
+            self, operands=list(inputs), result_types=list(output_types), properties=props, regions=list(regions)
         )
 
     # ---- Python API

@@ -51,8 +51,14 @@ class ZipOp(KernelOp):
     ) -> None:
         if isinstance(expr, Expr):
             expr = ExprAttr(expr)
-        super().__init__(
-            operands=[inputs], properties={"expr": expr, "node": StringAttr(node)}, result_types=[result_type]
+        # Operation's own constructor: IRDL's generic one checks every argument against the definition
+        # first, about three times the cost of the op, at every node of a large graph; these are the
+        # definition's already (one operand group, no segment sizes), and `verify` checks them as before.
+        Operation.__init__(
+            self,
+            operands=[SSAValue.get(v) for v in inputs],
+            result_types=[result_type],
+            properties={"expr": expr, "node": StringAttr(node)},
         )
 
     def verify_(self) -> None:
