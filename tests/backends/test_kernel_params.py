@@ -27,6 +27,7 @@ SPELLED = {name for name in vars(WgslKernelPrinter) if not name.startswith("_")}
 HOST_ONLY = {
     "affine_grid",
     "append_state",  # made by decode-state-in-place, a pass of numpy builds only
+    "attention",  # made by fuse-attention, which only the numpy pipeline runs (WGSL has its tile program)
     "batch_norm_train",
     "bitcast",
     "col2im",

@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
+from loam.runtime.kernels.compiled import set_compiled
 from loam.runtime.kernels.norm_compiled import _CompiledNorms, layer_norm_rows, set_compiled_norms
 from loam.runtime.kernels.normalization import layer_norm
 from loam.testing import build_for, run_built
@@ -120,6 +121,21 @@ def test_with_the_compiled_path_off_it_is_the_numpy_kernel_bit_for_bit(shape: tu
     assert got.tobytes() == want.tobytes() and got.shape == want.shape
 
 
+def test_set_compiled_false_turns_the_compiled_layer_norm_off_too() -> None:
+    """The process's one switch governs every compiled kernel: a packed model's `set_compiled(False)` runs
+    its LayerNorms in numpy as well."""
+    x = np.random.default_rng(5).standard_normal((3, 1, 64)).astype(np.float32) + np.float32(7)
+    scale = np.random.default_rng(6).standard_normal(64).astype(np.float32)
+    before = set_compiled(False)
+    try:
+        off = _CompiledNorms.get()
+        got = layer_norm_rows(x, scale, None, 1e-5)
+    finally:
+        set_compiled(before)
+    assert off is None and _CompiledNorms.get() is not None  # off with the switch, on again after it
+    assert got.tobytes() == layer_norm(x, scale, None, 1e-5).tobytes()
+
+
 def test_a_row_holding_infinity_or_nan_becomes_nan_as_in_the_numpy_kernel() -> None:
     x = np.random.default_rng(3).standard_normal((4, 17)).astype(np.float32)
     x[1, 5], x[2, 0] = np.inf, np.nan
@@ -177,7 +193,7 @@ module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
 x = np.array(json.loads(sys.argv[2]), np.float32)
 weights = module.Weights.embedded() if hasattr(module.Weights, "embedded") else module.Weights()
 y = module.forward(weights, x)
-print(json.dumps({"y": y.tolist(), "tried": module._CompiledNorms.tried,
+print(json.dumps({"y": y.tolist(), "numba_found": module._CompiledKernels.numba_found,
                   "compiled": module._CompiledNorms.kernels is not None,
                   "imported": sorted({m.split(".")[0] for m, v in sys.modules.items() if v is not None}
                                      - set(sys.stdlib_module_names))}))
@@ -191,7 +207,7 @@ def test_a_module_runs_on_numpy_alone_where_numba_is_absent(tmp_path: Path) -> N
     done = subprocess.run([sys.executable, "-c", RUN_WITHOUT_NUMBA, str(module_path), json.dumps(x.tolist())],
                           capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["tried"] and not report["compiled"]
+    assert report["numba_found"] is False and not report["compiled"]
     # Beyond the standard library (and site's own hooks, `_...`), only numpy came in.
     assert [name for name in report["imported"] if not name.startswith("_")] == ["numpy"]
     scale, bias = (onnx.numpy_helper.to_array(t) for t in model.graph.initializer)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from loam.runtime.kernels.compiled import compiled_kernels
+from loam.runtime.kernels.compiled import compiled_path
 
 
 def attention_numpy(
@@ -146,10 +146,10 @@ class _CompiledAttention:
     def get(cls) -> dict | None:
         """The compiled kernel by name, compiling it on first use; None where the compiled path is off or
         numba is not installed."""
-        if compiled_kernels() is None:
+        if not compiled_path():
             return None
         if cls.kernels is None:
-            import numba  # compiled_kernels() found it
+            import numba  # compiled_path() found it
 
             # Sums may be reassociated (so the dot products vectorize); NaN and infinity keep IEEE meaning.
             fast = numba.njit(fastmath={"reassoc", "contract"}, nogil=True, error_model="numpy")

@@ -353,6 +353,7 @@ class _CompiledKernels:
     kernels: dict | None = None
     tried: bool = False
     enabled: bool = True
+    numba_found: bool | None = None  # whether `import numba` works (None until first asked)
     forms: dict = {}  # noqa: RUF012 (the one table of the process, on purpose)
     # Rows of x up to which a packed product runs the row kernels, then the tile kernels (`_tiles_q4`,
     # `_tiles_q8`); more run `_cohort_rows`, which widens each group of W's rows once for all of them.
@@ -434,6 +435,27 @@ class _CompiledKernels:
         cls.forms[key] = (weakref.ref(w, forget), form)
         return form
 
+    @classmethod
+    def available(cls) -> bool:
+        """Whether compiled kernels may run: the path is on and numba imports (compiling nothing)."""
+        if not cls.enabled:
+            return False
+        if cls.numba_found is None:
+            try:
+                import numba  # noqa: F401  # optional: without it the module imports only numpy
+            except ImportError:
+                cls.numba_found = False
+            else:
+                cls.numba_found = True
+        return cls.numba_found
+
+
+def compiled_path() -> bool:
+    """Whether compiled kernels may run from now on: the process's one switch (`set_compiled`) is on and
+    numba is installed.  Each family of kernels (packed products, attention, LayerNorm) asks this, then
+    compiles its own on first use, so a module compiles only the kernels it calls."""
+    return _CompiledKernels.available()
+
 
 def compiled_kernels() -> dict | None:
     """The compiled row kernels by name, compiling them on first use; None where they are off or numba
@@ -467,8 +489,8 @@ def packed_form(w: np.ndarray) -> tuple:
 
 
 def set_compiled(enabled: bool) -> bool:
-    """Let packed products use the compiled kernels (numba, where installed) from now on, in the whole
-    process, or not; returns whether they were on before.  Turning them on compiles them now (about
+    """Let the compiled kernels (numba, where installed: packed products, attention, LayerNorm) run from now
+    on, in the whole process, or not; returns whether they were on before.  Turning them on compiles them now (about
     1.5 s, once per process) rather than in the first product: a server calls it before its first
     request.  Without numba the numpy kernel runs either way."""
     if not isinstance(enabled, bool):
@@ -488,6 +510,7 @@ PIECES: dict[str, Callable[..., object]] = {
     "_widen_nbits": _widen_nbits,
     "_CompiledKernels": _CompiledKernels,
     "compiled_kernels": compiled_kernels,
+    "compiled_path": compiled_path,
     "matmul_packed_compiled": matmul_packed_compiled,
     "packed_form": packed_form,
     "set_compiled": set_compiled,

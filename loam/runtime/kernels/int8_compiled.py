@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from loam.runtime.kernels.compiled import compiled_kernels
+from loam.runtime.kernels.compiled import compiled_path
 
 
 def _nbits_int8(packed: np.ndarray, s: np.ndarray, z: np.ndarray, qa: np.ndarray, sa: np.ndarray, out: np.ndarray,
@@ -112,10 +112,10 @@ class _Int8Kernels:
     def get(cls) -> dict | None:
         """The compiled kernels, compiling them on first use; None where the compiled path is off or
         numba is not installed."""
-        if compiled_kernels() is None:
+        if not compiled_path():
             return None
         if cls.kernels is None:
-            import numba  # compiled_kernels() found it
+            import numba  # compiled_path() found it
 
             # No fast-math: the float32 scaling keeps the numpy kernels' order and roundings, so their bits.
             cls.kernels = {

@@ -17,7 +17,8 @@ the compiled kernel's test oracle (tests/runtime/test_norm_compiled.py).
   LayerNorms use it.
 - `layer_norm_rows(x, scale, bias, epsilon)`: what the numpy module calls for a float32 LayerNorm
   over the last axis (`layer_norm`'s operands).
-- `set_compiled_norms(enabled)`: turns the path off (or back on) for the process.
+- `set_compiled_norms(enabled)`: turns LayerNorm's compiled path off (or back on) for the process;
+  `set_compiled(False)` turns every compiled kernel off, this one included.
 
 Sums are float32 in another order than numpy's pairwise ones, so the two agree within float32
 rounding of the statistics, not bit for bit (the bound is stated in the tests).  The kernel runs on
@@ -30,6 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from loam.runtime.kernels.compiled import compiled_path
 from loam.runtime.kernels.normalization import layer_norm
 
 
@@ -64,20 +66,17 @@ class _CompiledNorms:
     has no `from __future__ import annotations`): builtins only."""
 
     kernels: dict | None = None
-    tried: bool = False
-    enabled: bool = True
+    enabled: bool = True  # this family's own switch (bench.norms times the module with it off and on)
 
     @classmethod
     def get(cls) -> dict | None:
-        """The compiled kernel by name, made on first use; None where it is off or numba is not installed."""
-        if not cls.enabled:
+        """The compiled kernel by name, made on first use; None where it or the process's compiled path
+        (`set_compiled`) is off, or numba is not installed."""
+        if not cls.enabled or not compiled_path():
             return None
-        if not cls.tried:
-            cls.tried = True
-            try:
-                import numba  # optional: without it the module imports only numpy
-            except ImportError:
-                return None
+        if cls.kernels is None:
+            import numba  # compiled_path() found it
+
             # Sums may be reassociated (so the loops vectorize); NaN and infinity keep IEEE meaning.
             jit = numba.njit(fastmath={"reassoc", "contract"}, nogil=True, error_model="numpy")
             cls.kernels = {"_layer_norm_rows": jit(_layer_norm_rows)}
