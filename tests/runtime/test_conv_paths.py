@@ -100,8 +100,10 @@ def test_every_path_is_the_direct_convolution(case: tuple, bias: bool, strided: 
         ((1, 3, 99, 101), (16, 3, 7, 7), (2, 2), (3, 3, 3, 3), (1, 1), False),
         ((3, 3, 97, 91), (4, 3, 7, 5), (2, 1), (3, 2, 1, 0), (1, 2), False),
         ((1, 64, 61, 60), (64, 64, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False),
-        # Small images in a batch (the digits CNN's second Conv) on planes, its first on windows.
-        ((64, 8, 4, 4), (16, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True),
+        # Small images in a batch (the digits CNN's Convs) stay on windows, one batched product; a
+        # batch of large ones goes on planes, a product per image.
+        ((64, 8, 4, 4), (16, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False),
+        ((3, 16, 30, 29), (8, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True),
         ((64, 1, 8, 8), (8, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False),
         # Few points and many channels (ResNet's 7 x 7 3x3s) stay on windows.
         ((1, 96, 7, 7), (256, 96, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False),
@@ -116,6 +118,27 @@ def test_the_blocked_and_batched_paths(
     b = rng.standard_normal(w_shape[0]).astype(np.float32)
     assert _on_planes(_ConvGeometry(x_shape, w_shape, strides, pads, dilations, 1)) is planes
     check(x, w, b, strides, pads, dilations, 1)
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "pads"),
+    [
+        ((5, 16, 30, 29), (8, 16, 3, 3), (1, 1, 1, 1)),  # planes
+        ((5, 8, 4, 4), (16, 8, 3, 3), (1, 1, 1, 1)),  # windows
+        ((5, 16, 9, 9), (8, 16, 1, 1), (0, 0, 0, 0)),  # pointwise
+        ((5, 3, 40, 41), (16, 3, 7, 7), (3, 3, 3, 3)),  # windows, a large image's im2col in blocks
+    ],
+)
+def test_an_image_in_a_batch_is_the_image_alone_bit_for_bit(x_shape: tuple, w_shape: tuple, pads: tuple) -> None:
+    """A served model computes a cohort's images in one call: each must be what it is alone, to the bit."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    params = {"strides": (1, 1), "pads": pads, "dilations": (1, 1), "group": 1}
+    batch = kernel_conv(x, w, None, **params)
+    for i in range(x_shape[0]):
+        assert kernel_conv(x[i : i + 1], w, None, **params).tobytes() == batch[i : i + 1].tobytes()
+    assert kernel_conv(x[1:4], w, None, **params).tobytes() == batch[1:4].tobytes()
 
 
 def test_an_empty_batch_and_halves() -> None:

@@ -86,6 +86,15 @@ class _ConvGeometry:
             raise ValueError("Conv kernel larger than the padded input")
 
 
+def _one_image(g: _ConvGeometry) -> _ConvGeometry:
+    """The same Conv over one image of g's batch."""
+    one = _ConvGeometry.__new__(_ConvGeometry)
+    for name in _ConvGeometry.__slots__:
+        setattr(one, name, getattr(g, name))
+    one.n = 1
+    return one
+
+
 def _pitches(extents: tuple) -> tuple[list[int], int]:
     """Row-major element strides of a block of `extents`, and its size."""
     pitch = [1] * len(extents)
@@ -102,7 +111,7 @@ def _product(extents: tuple) -> int:
     return total
 
 
-def _on_planes(g: _ConvGeometry, loop_multiply_adds: int = 500) -> bool:
+def _on_planes(g: _ConvGeometry, loop_multiply_adds: int = 500, planes_from: int = 256) -> bool:
     """Whether `_conv_on_planes` computes this Conv (unit strides) faster than `_conv_on_windows`.
 
     It computes the padded columns (and, with a batch, the rows between images) too, then drops
@@ -116,6 +125,12 @@ def _on_planes(g: _ConvGeometry, loop_multiply_adds: int = 500) -> bool:
     """
     nsp = len(g.kernel)
     if not nsp or any(s != 1 for s in g.strides) or not g.n * g.c:
+        return False
+    # Chosen for one image, as it computes one image a product: an image's path and its rounding never
+    # depend on the batch it came in.  A product per image repays its numpy calls (about 10 us) only
+    # over large planes, so small images (the digits CNN's) stay on windows, one batched product.
+    g = _one_image(g)
+    if _product(g.out) < planes_from:  # the fewest output points of an image it computes
         return False
     pitch, plane = _pitches(g.padded)
     computed = (g.n - 1) * plane + g.out[0] * pitch[0]
@@ -163,15 +178,20 @@ def _conv_pointwise(xw: np.ndarray, ww: np.ndarray, g: _ConvGeometry) -> np.ndar
 
 
 def _conv_on_planes(xw: np.ndarray, ww: np.ndarray, g: _ConvGeometry) -> np.ndarray:
-    """A unit-stride Conv as one product over the padded planes, laid out channel by channel with
-    the batch inside (C, N, *padded): output point p of image i is column i * plane + p (a point of
-    the padded grid; those past the output's extents are computed, then dropped), and the tap at
-    kernel offset o reads column p + shift(o) of each channel's run.  So each channel's tap is one
-    contiguous run over the whole batch, and the im2col (C/group * taps rows per group) is C * taps
-    copies of long runs, where gathering windows takes one per output row of each.  (Copying and
-    multiplying a block of columns at a time, in cache, measured no faster on ResNet-50's 56 x 56 and
-    28 x 28 3x3s: the product then reads its whole weight once a block.)
+    """A unit-stride Conv as one product per image over its padded planes, laid out channel by channel
+    (C, *padded): output point p is column p (a point of the padded grid; those past the output's
+    extents are computed, then dropped), and the tap at kernel offset o reads column p + shift(o) of
+    each channel's run.  So each channel's tap is one contiguous run, and the im2col (C/group * taps
+    rows per group) is C * taps copies of long runs, where gathering windows takes one per output row
+    of each.  (Copying and multiplying a block of columns at a time, in cache, measured no faster on
+    ResNet-50's 56 x 56 and 28 x 28 3x3s: the product then reads its whole weight once a block.)
     """
+    if g.n != 1:
+        # Each image is a product of its own: one product over the whole batch would give an image's
+        # outputs in another rounding as its neighbours change (BLAS blocks its columns by their count),
+        # and a served image must not depend on the requests it shares a call with.
+        one = _one_image(g)
+        return np.concatenate([_conv_on_planes(xw[i : i + 1], ww, one) for i in range(g.n)])
     nsp = len(g.kernel)
     cg, mg = g.c // g.group, g.m // g.group
     pitch, plane = _pitches(g.padded)
@@ -710,6 +730,7 @@ PIECES: dict[str, Callable[..., object]] = {
     "_conv_windows": _conv_windows,
     "kernel_conv": kernel_conv,
     "_ConvGeometry": _ConvGeometry,
+    "_one_image": _one_image,
     "_pitches": _pitches,
     "_product": _product,
     "_on_planes": _on_planes,
