@@ -539,10 +539,8 @@ class ModulePrinter:
     def runtime_pieces(self) -> list[str]:
         """The runtime pieces the module carries, in the order it declares them."""
         features = self.runtime_features()
-        pieces = numpy_runtime.pieces_for(self.pieces, features)
-        if "packed" in features or "_CompiledKernels" in pieces:  # it has compiled kernels: carry their switch
-            pieces = numpy_runtime.pieces_for(self.pieces | {"set_compiled"}, features)
-        return pieces
+        compiled = "packed" in features or "_CompiledKernels" in numpy_runtime.pieces_for(self.pieces, features)
+        return numpy_runtime.pieces_for(self.pieces | ({"set_compiled"} if compiled else set()), features)
 
     def runtime_sources(self) -> list[str]:
         """The runtime pieces the module carries, each as its source text."""

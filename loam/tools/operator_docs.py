@@ -191,6 +191,7 @@ _WGSL_FORMS = {
     "kernel.split": "`wgsl_kernels.movement.source_copy`, one copy per piece",
     "kernel.concat": "`wgsl_kernels.movement.source_copy`, one copy per operand",
     "kernel.append_state": "none: numpy builds only (the WGSL module keeps no host-side past)",
+    "kernel.attention": "none: numpy builds only (a WGSL build runs the chain as the `attention_rows` tile program)",
     "kernel.range": "`wgsl_kernels.movement.source_range`",
     "kernel.tile_program": "`wgsl_kernels.tile.source_tile` (workgroup-memory tiles)",
     "kernel.rnn": "`wgsl_kernels.recurrent.source_rnn` (one dispatch per time step)",
@@ -203,6 +204,8 @@ _FROM_PASSES = {
     "kernel.gather_packed": "the `pack-quantized` pass: a gather from a weight kept in ggml blocks",
     "kernel.append_state": "the `decode-state-in-place` pass (numpy builds): a Concat of a decoder's past and "
     "its new rows, returned as an output",
+    "kernel.attention": "the `fuse-attention` pass (numpy builds): a scaled dot-product attention chain "
+    "(Q K^T, its scale and masks, the row softmax, the product with V) as one call",
     "kernel.tile_program": "the `tile-attention`, `tile-rows` and `tile-matmul` passes (WGSL builds)",
 }
 _STRUCTURE = ("kernel.program", "kernel.return", "kernel.yield")
