@@ -132,17 +132,12 @@ class NumpyKernelPrinter:
         op: Operation,
         result_ident: Callable[[Operation, SSAValue], str],
         operand_text: Mapping[SSAValue, str] | None = None,
-        contiguous: bool = False,
     ) -> list[str]:
         """The statements computing `op` into the identifiers `result_ident` gives its results, each
         commented with the ONNX node (or the nodes the fuse pass composed into it).  `operand_text`
-        spells operands another way than the module does (the WGSL module's downloaded copies);
-        `contiguous` makes the result a row-major copy where it would be a view (a weight prepacked once)."""
+        spells operands another way than the module does (the WGSL module's downloaded copies)."""
         text = ChainMap(dict(operand_text or {}), self.m.value_text)
         rhs = self.line(op, text)
-        note = ""
-        if contiguous:
-            rhs, note = f"np.ascontiguousarray({rhs})", ": row-major once, as its products read it"
         idents = [result_ident(op, result) for result in op.results]
         comment = node_label(op)
         members = FUSED.get(op)
@@ -152,7 +147,7 @@ class NumpyKernelPrinter:
             extras = [text[v] for v in op.extras]
             call = self._zip_call(op, [idents[0], *extras], idents[0], alias=0)
             return [f"{idents[0]} = {rhs}  # {names[0]}", f"{call}  # {', '.join(names[1:] or names)}: epilogue"]
-        return [f"{', '.join(idents)} = {rhs}  # {comment}{note}"]
+        return [f"{', '.join(idents)} = {rhs}  # {comment}"]
 
     def declarations(self) -> list[str]:
         """The source of each expression function the lines call."""

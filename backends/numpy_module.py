@@ -65,7 +65,7 @@ from loam.backends.print_main import print_module
 from loam.core.errors import UnsupportedError
 from loam.core.limits import MAX_ELEMENTS
 from loam.core.poly import Poly
-from loam.dialects.kernel import ConstantOp, MatmulOp, PermuteOp, ProgramOp, TileProgramOp, WeightOp, ZipOp
+from loam.dialects.kernel import ConstantOp, ProgramOp, TileProgramOp, WeightOp, ZipOp
 from loam.dialects.tensor_axes import AxesTensorType
 from loam.frontends.external_data import external_table
 from loam.passes.weight_only import kept_results, weight_only
@@ -77,11 +77,6 @@ _SLOT_MIN = 16384
 
 # The most elements a weight broadcast once to its reader's extents may take (`broadcast_at_load`).
 _BROADCAST_MAX = 16384
-
-# The most elements a transposed weight copied once into the layout its products read may take
-# (`prepacked`): 2 MiB of float32, every Linear of the bench's MLPs and MiniLM's square projections,
-# not its 384 x 1536 ones (held beside the checkpoint's map, each copy costs its size).
-_PREPACK_MAX = 1 << 19
 
 
 def emit_python(module: ModuleOp) -> str:
@@ -151,7 +146,7 @@ class NumpyModulePrinter(ModulePrinter):
         elif isinstance(op, TileProgramOp):
             self._tile_line(op)
         elif op in self.at_load:
-            self.load_lines += self.kernels.lines(op, self._load_ident, contiguous=self.prepacked(op))
+            self.load_lines += self.kernels.lines(op, self._load_ident)
         else:
             scope.items += self.kernels.lines(op, self.result_ident)
 
@@ -173,19 +168,6 @@ class NumpyModulePrinter(ModulePrinter):
             self.load_slots[ident] = "a weight broadcast to the extents of the kernel reading it, made once"
             self.broadcasts[key] = f"weights.{ident}"
         return self.broadcasts[key]
-
-    def prepacked(self, op: Operation) -> bool:
-        """Whether `_prepare` makes a contiguous copy of weight-only transpose `op` rather than a view:
-        where forward reads it only as the right operand of products and it holds at most `_PREPACK_MAX`
-        elements.  OpenBLAS packs a transposed right operand more slowly than a row-major one, on every
-        call: x @ W^T over 64 rows of [64, 1000] took 93 us against 70 with the copy, over 8 rows of
-        [784, 512] 272 against 198; a single row (a matrix-vector product) runs as fast either way."""
-        if not isinstance(op, PermuteOp) or not fewer_than(axes_type(op.result, op.name).shape, _PREPACK_MAX + 1):
-            return False
-        uses = list(op.result.uses)
-        return bool(uses) and all(
-            isinstance(u.operation, MatmulOp) and u.index == 1 and u.operation not in self.at_load for u in uses
-        )
 
     def _load_ident(self, op: Operation, result: SSAValue) -> str:
         """Where `_prepare` puts a result: an attribute of `weights` if forward reads it, else a local."""

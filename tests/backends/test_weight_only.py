@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from loam.testing import assert_same, build_for, run_onnxruntime
@@ -77,59 +76,3 @@ def test_a_returned_value_is_not_kept_in_weights() -> None:
     if first.t.flags.writeable:
         first.t[...] = 0.0
     np.testing.assert_array_equal(module.forward(weights, x).t, expected)
-
-
-def _product_model(rows: int, inner: int, cols: int, also_added: bool) -> object:
-    """x [rows, inner] @ Transpose(W [cols, inner]) (+ the transposed weight itself, where `also_added`)."""
-    rng = np.random.default_rng(inner * cols + rows)
-    nodes = [
-        helper.make_node("Transpose", ["W"], ["Wt"], name="wt", perm=[1, 0]),
-        helper.make_node("MatMul", ["x", "Wt"], ["y"], name="product"),
-    ]
-    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, cols])]
-    if also_added:  # a reader other than a product: the transpose stays the view it reads
-        nodes.append(helper.make_node("Add", ["Wt", "Wt"], ["twice"], name="twice"))
-        outputs.append(helper.make_tensor_value_info("twice", TensorProto.FLOAT, [inner, cols]))
-    graph = helper.make_graph(
-        nodes,
-        "prepacked",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, inner])],
-        outputs,
-        [numpy_helper.from_array(rng.standard_normal((cols, inner)).astype(np.float32), "W")],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-@pytest.mark.parametrize(
-    ("rows", "inner", "cols", "also_added", "packed"),
-    [
-        (1, 7, 5, True, False),
-        (1, 1, 1, False, True),
-        (3, 17, 9, False, True),
-        (64, 64, 1000, False, True),
-        (2, 1024, 512, False, True),  # 2^19 elements: the most a copy may hold
-        (2, 1025, 512, False, False),  # one row of W more: read through the view
-    ],
-)
-def test_a_transposed_weight_only_products_read_is_prepacked(
-    rows: int, inner: int, cols: int, also_added: bool, packed: bool
-) -> None:
-    """`_prepare` copies a small transposed weight row-major once where only products read it (OpenBLAS
-    packs a transposed operand more slowly on every call); the products equal onnxruntime's either way."""
-    model = _product_model(rows, inner, cols, also_added)
-    result = build_for(model)  # type: ignore[arg-type]
-    module = result.module
-    weights = module.Weights.embedded()
-    x = (np.random.default_rng(rows).standard_normal((rows, inner)) / np.sqrt(inner)).astype(np.float32)
-    got = module.forward(weights, x)
-    outputs = list(got) if isinstance(got, tuple) else [got]  # the Outputs tuple, or the one output
-    assert_same(outputs, run_onnxruntime(model, {"x": x}))  # type: ignore[arg-type]
-    prepare = result.source.split("def _prepare(")[1].split("\n\n\n")[0]
-    assert ("np.ascontiguousarray(weights.W.transpose((1, 0)))" in prepare) == packed, prepare
-    if packed:
-        held = [getattr(weights, a) for a in type(weights).__slots__]
-        copies = [h for h in held if isinstance(h, np.ndarray) and h.shape == (inner, cols) and h is not weights.W]
-        assert len(copies) == 1 and copies[0].flags.c_contiguous and not copies[0].flags.writeable
-        # a copy, unless the transposed view is row-major already (a unit extent): then it is the view
-        assert np.shares_memory(copies[0], weights.W) == weights.W.T.flags.c_contiguous
-        np.testing.assert_array_equal(copies[0], weights.W.T)
