@@ -4,6 +4,11 @@
 returned as an output.  The module then declares which inputs those are (`DECODE_STATE`, which the
 runtime's `DecodeState` reads to allocate its buffers) and `forward_in_place(weights, state, ...)`, which
 takes every other input and runs forward on the state's views of the pasts.
+
+`PAGED_PASTS` says whether a state may keep the pasts in pages instead (a server's block pool): true when
+each past input is read only by its `kernel.append_state` and each joined past only by `kernel.attention`
+as its keys or values (and by the return), the one kernel that reads keys and values through a state's
+block table (`DecodeState.pages`).  Any other reader would see the placeholder a paged state passes.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from xdsl.ir import SSAValue
 
 from loam.backends.module_text import axes_type, tuple_py
-from loam.dialects.kernel import AppendStateOp, ProgramOp
+from loam.dialects.kernel import AppendStateOp, AttentionOp, ProgramOp, ReturnOp
 
 StateInput = tuple[str, str, int, tuple[int | str | None, ...]]
 """A state input: its name, its output's name, its growing axis, and its extents (a number, a symbol's
@@ -40,6 +45,27 @@ def state_inputs(program: ProgramOp) -> list[StateInput]:
     return found
 
 
+def paged_pasts(program: ProgramOp, states: Sequence[StateInput]) -> bool:
+    """Whether every state input is read only by its append and every joined past only as an attention's keys
+    or values, or returned: what a paged state's placeholders allow (see the module docstring)."""
+    pasts = {name for name, *_ in states}
+    if not pasts:
+        return False
+    for arg, name in zip(program.block.args, program.input_names.data, strict=True):
+        if name.data not in pasts:
+            continue
+        for use in arg.uses:
+            append = use.operation
+            if not (isinstance(append, AppendStateOp) and use.index == 0):
+                return False
+            for read in append.results[0].uses:
+                if not (isinstance(read.operation, ReturnOp) or (
+                    isinstance(read.operation, AttentionOp) and read.index in (1, 2)
+                )):  # fmt: skip
+                    return False
+    return True
+
+
 def decode_state_source(
     program: ProgramOp, states: Sequence[StateInput], idents: Mapping[SSAValue, str], out_fields: Sequence[str]
 ) -> str:
@@ -54,7 +80,10 @@ def decode_state_source(
     return (
         "# Each input forward_in_place keeps in a DecodeState: its name, the output that is it joined with the\n"
         "# step's new rows, the axis it grows along, and its other extents (a number, or a symbol to give)\n"
-        f"DECODE_STATE = {tuple_py(states)}\n\n\n"
+        f"DECODE_STATE = {tuple_py(states)}\n"
+        "# Whether a state may keep the pasts in pages: each is read only by kernel.attention, which reads\n"
+        "# them through the state's block table (DecodeState.pages)\n"
+        f"PAGED_PASTS = {paged_pasts(program, states)}\n\n\n"
         f'def forward_in_place(weights: "Weights", state: "DecodeState"{sig}) -> {result_type}:\n'
         f'    """forward on {names or "no inputs"} and the pasts kept in `state`: each step writes only its new\n'
         "    rows into the state, and the outputs that join a past with them are the state's views (a rewound\n"

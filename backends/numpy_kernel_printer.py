@@ -42,6 +42,7 @@ from loam.dialects.expr import (
 )
 from loam.dialects.kernel import (
     AppendStateOp,
+    AttentionOp,
     CastOp,
     LibraryOp,
     MatmulOp,
@@ -325,6 +326,8 @@ class NumpyKernelPrinter:
             params = [f"{k}={self.m.param_py(v)}" for k, v in op.params.items()]
             if isinstance(op, AppendStateOp):  # in place in the state forward_in_place passes, if any
                 arg.append("decode_state")
+            if isinstance(op, AttentionOp) and self.m.decode_state:  # keys and values paged in the state, if so
+                params.append("into=decode_state")
             if isinstance(op, RandomOp):  # its operand (None for a shape) and forward's generator
                 arg = [*(arg or ["None"]), "_rng"]
             return f"{piece}({', '.join([*arg, *params])})"

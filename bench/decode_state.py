@@ -15,7 +15,8 @@ own at one thread:
   stepped in turn with the fused one in the same process;
 - the attention kernel alone, numpy's against the compiled one, on one layer's shapes;
 - serve's gather alone: the past gathered from `loam serve`'s block pool into a DecodeState, the
-  copy a served step adds;
+  copy a gathered served step adds; and a served step both ways in turn: gathered then stepped in
+  place, against paged (a `PagedState`: the attention reads the pool's blocks where they are);
 - onnxruntime on the same graph (`decoder_with_past.onnxtext`, every optimisation on), the GGUF's
   weights widened to float32 by llama.cpp's `gguf` package, fed the same past: the peer.
 
@@ -149,7 +150,7 @@ else:
             # What loam serve adds to a step: the row's past gathered from the block pool into the state.
             from loam.serve.kv import KvPool
             layers = {name: (axes[1], axes[3], np.dtype(np.float32)) for name, _, _, axes in module.DECODE_STATE}
-            pool = KvPool(layers, 16, -(-past // 16))
+            pool = KvPool(layers, 16, -(-(past + 1) // 16))  # room for the step's own row
             seq = pool.new_sequence()
             pool.reserve(seq, past)
             pool.append(seq, [0] * past, {name: state.past(name)[0] for name in layers})
@@ -158,6 +159,18 @@ else:
                 scratch.rewind(0)
                 scratch.length = past
                 pool.gather([seq], past, into={name: scratch.past(name) for name in layers})
+            # A served step both ways, in turn: the gather then the in-place step, against the step reading the
+            # pool's blocks (a PagedState; its new row is written at the reserved position each time, uncounted).
+            from loam.serve.paged_state import PagedState
+            pool.reserve(seq, 1)
+            given = [step[n] for n in names if n in step]
+            def gathered():
+                run()
+                return module.forward_in_place(weights, scratch, *given)
+            def paged():
+                return module.forward_in_place(weights, PagedState(module, pool, [(seq, 1)], past), *given)
+            results[f"gap {past}"] = float(np.abs(gathered()[0] - paged()[0]).max())
+            results[f"gathered {past}"], results[f"paged {past}"] = interleaved(gathered, paged, spec["repeats"])
         else:
             feeds = {**step, **{name: state.past(name).copy() for name, *_ in module.DECODE_STATE}}
             args = [feeds[n] for n in names]
@@ -221,14 +234,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "Q4_1/Q8_0 blocks packed, compiled kernels.  onnxruntime: the same graph over the widened float32 weights.",
         "",
         "| past | Loam plain ms | Loam in place, attention unfused ms | Loam in place ms | in place / unfused "
-        "| in place / plain | onnxruntime ms | Loam in place / onnxruntime | serve's gather ms |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| in place / plain | onnxruntime ms | Loam in place / onnxruntime | serve's gather ms "
+        "| served step, gathered ms | served step, paged ms | paged / gathered |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for past in PASTS:
         lines.append(
             f"| {past} | {plain[past] * 1e3:.1f} | {unfused[past] * 1e3:.1f} | {in_place[past] * 1e3:.1f} | "
             f"{in_place[past] / unfused[past]:.2f}x | {in_place[past] / plain[past]:.2f}x | {peer[past] * 1e3:.1f} | "
-            f"{in_place[past] / peer[past]:.2f}x | {gather[past] * 1e3:.1f} |"
+            f"{in_place[past] / peer[past]:.2f}x | {gather[past] * 1e3:.1f} | {gather[f'gathered {past}'] * 1e3:.1f} | "
+            f"{gather[f'paged {past}'] * 1e3:.1f} | {gather[f'paged {past}'] / gather[f'gathered {past}']:.2f}x |"
         )
     lines += [
         "",
@@ -275,10 +290,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "at a long past), and the packed products' and the layer's other kernels as fewer compiled calls.",
         "",
         "Serve's gather: `loam serve` keeps conversations in a pool of 16-token blocks (shared between",
-        "conversations, cached for prefixes) and gathers a cohort's pasts into a DecodeState before each step;",
-        "this column is that copy for one row.  The fused attention reads the past where the DecodeState holds",
-        "it, so a paged form of it reading the pool's blocks through each row's block table would remove the",
-        "gather; that form is not built yet.",
+        "conversations, cached for prefixes).  Gathered, a served step copies a cohort's pasts into a",
+        "DecodeState and steps it in place (the gather column is that copy alone, for one row).  Paged (what",
+        "`loam serve` runs where the module's PAGED_PASTS allows, as SmolLM2's does), the step is given a",
+        "PagedState: each layer's new row is written into the row's pool block and the fused attention reads",
+        "keys and values through the row's block table, so no past is copied.  The two served steps ran in",
+        f"turn in one process; their logits differ by at most {max(gather[f'gap {p}'] for p in PASTS):.1e}.",
     ]
     text = "\n".join(lines) + "\n"
     publish(text, args, RESULTS)

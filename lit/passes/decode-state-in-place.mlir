@@ -13,10 +13,12 @@
 // CHECK:       %fixed = kernel.concat(%short, %new)
 
 // The module's forward takes the state by keyword and hands it to the op; forward_in_place takes every
-// input but the past, and DECODE_STATE names the batch extent to give.
+// input but the past, and DECODE_STATE names the batch extent to give.  PAGED_PASTS: the past is read
+// only by its append and the joined past only by the return, so a state may keep it in pages.
 // MODULE:      def forward(weights: "Weights", new: np.ndarray, past: np.ndarray, short: np.ndarray, other: np.ndarray, *, decode_state: "DecodeState | None" = None)
 // MODULE:      present = kernel_append_state(past, new, decode_state, axis=1, state='past')
 // MODULE:      DECODE_STATE = (('past', 'present', 1, ('b', None, 4)),)
+// MODULE:      PAGED_PASTS = True
 // MODULE:      def forward_in_place(weights: "Weights", state: "DecodeState", new: np.ndarray, short: np.ndarray, other: np.ndarray)
 // MODULE-NEXT: """forward on new, short, other and the pasts kept in `state`
 // MODULE:      return state.step(weights, (new, short, other, ))

@@ -11,7 +11,10 @@ compatibility tag is their past length).  From `present.*` the step keeps row r'
 [Pmax, Pmax + s_r) and appends them to its blocks; the padding is never stored.  A module that keeps
 its pasts in place (`forward_in_place`) is given them gathered into a `DecodeState` with room for the
 new positions, so the gather is the step's one copy of the past (the model's Concats write only the
-new rows); the model's attention reads the past as one dense tensor, so a paged pool needs that gather.
+new rows).  A module whose pasts only its fused attention reads (`PAGED_PASTS`) is given no past at all:
+a `PagedState` has its appends write the new rows into the rows' pool blocks and its attention read every
+row's keys and values through the cohort's block table, so the step copies no past
+(`loam.serve.paged_state`).
 
 A decoder exported over `inputs_embeds` instead of `input_ids` (an image-conditioned model's language model,
 `loam.serve.image_text`) is given its spans' embeddings by the `embed` hook its role passes, which maps the
@@ -21,10 +24,12 @@ A decoder exported over `inputs_embeds` instead of `input_ids` (an image-conditi
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 
 from loam.serve.kv import KvPool, KvSequence
+from loam.serve.paged_state import PagedModule, PagedState
 from loam.serve.residency import module_pool
 from loam.serve.spec import PackageError, Stage
 from loam.text.decoder import DecoderInterface, DecodeState, state_symbols
@@ -59,6 +64,8 @@ class DecoderStage:
         # DecodeState's views, so its Concats write the new rows after them instead of copying the pasts.
         symbols = state_symbols(stage.module, self.past_names) or set()
         self.in_place = len(symbols) == 1  # every past in place, and one extent to give: the rows
+        # Only the fused attention reads the pasts: they are read where the pool keeps them (`PagedState`).
+        self.paged = self.in_place and getattr(stage.module, "PAGED_PASTS", False) is True
         self.batch_symbol = next(iter(symbols), "")
         self._scratch: dict[int, DecodeState] = {}  # rows -> the DecodeState of a recent call with that many rows
         self._room: dict[int, int] = {}  # rows -> the most positions its DecodeState was given room for
@@ -103,15 +110,18 @@ class DecoderStage:
         else:
             results = self._call(pool, rows, every)
         for (seq, span), (_, values) in zip(rows, results, strict=True):
-            pool.append(seq, span, values)
+            if values is None:  # a paged call wrote them in place
+                pool.record(seq, span)
+            else:
+                pool.append(seq, span, values)
         return [logits for logits, _ in results]
 
     def _call(
         self, pool: KvPool, rows: list[tuple[KvSequence, list[int]]], every: frozenset[int] = frozenset()
-    ) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
+    ) -> list[tuple[np.ndarray, dict[str, np.ndarray] | None]]:
         """One call of the module over `rows`: each row's logits at its last new position (at every new position
         for the rows in `every`) and the KV of its new positions (copies: the call's outputs are views of a
-        DecodeState the next call reuses)."""
+        DecodeState the next call reuses), None where a paged call wrote them into the rows' blocks."""
         count = len(rows)
         longest = max(len(span) for _, span in rows)
         past = max(seq.length for seq, _ in rows)
@@ -130,6 +140,15 @@ class DecoderStage:
         if self.ragged:
             feeds["position_ids"] = positions.astype(self.dtypes["position_ids"])
         seqs = [seq for seq, _ in rows]
+        if self.paged:
+            module = cast(PagedModule, self.stage.module)  # it declares DECODE_STATE (in_place) and PAGED_PASTS
+            paged = PagedState(module, pool, [(seq, len(span)) for seq, span in rows], past)
+            outputs = self.stage.forward_in_place(paged, *(feeds[name] for name in self.order if name in feeds))
+            logits = np.asarray(outputs[self.logits_index])
+            return [
+                (np.array(logits[r, : len(span)] if r in every else logits[r, len(span) - 1], np.float32), None)
+                for r, (_, span) in enumerate(rows)
+            ]
         if self.in_place:
             state = self._state(count, past + longest)
             state.length = past

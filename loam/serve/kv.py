@@ -4,7 +4,9 @@ A decoder module takes, per layer, `past_key_values.N.key` / `.value` inputs sha
 and returns `present.N.*` with the new positions appended.  Keeping each conversation's past as one growing array
 would copy it on every step and waste the tail of every over-allocation; instead (vLLM's PagedAttention idea, on
 numpy) the state lives in a pool of fixed-size blocks of `block_tokens` positions, a `KvSequence` lists the blocks
-that hold its positions in order, and `KvPool.gather` assembles a zero-padded past for a cohort of rows per step.
+that hold its positions in order.  A step either reads the blocks in place (`storage`: a paged step's attention
+reads them through each row's block table and its appends write the new positions, which `record` then counts) or
+has `gather` assemble a zero-padded past for its cohort of rows.
 
 Blocks are reference counted, so a forked conversation (beam, retry, branch) shares its parent's blocks until it
 writes: writing into a block anyone else can read first copies it (copy-on-write).  Every block that fills up is
@@ -232,12 +234,7 @@ class KvPool:
                 raise ValueError(f"values[{name!r}] has shape {values[name].shape}, expected {(heads, n, size)}")
         if n == 0:
             return
-        if len(seq.blocks) < self._blocks_for(start + n):
-            raise ValueError(f"append of {n} token(s) without reserve(): {len(seq.blocks)} block(s) held")
-        if start % bt:
-            block = seq.blocks[start // bt]
-            if self._refs[block] != 1 or block in self._key_of:
-                raise ValueError("append into a shared or published block without reserve()")
+        self._check_reserved(seq, n)
         pos = start
         while pos < start + n:
             block, offset = seq.blocks[pos // bt], pos % bt
@@ -247,6 +244,35 @@ class KvPool:
             pos += m
         seq.tokens.extend(tokens)
         self._publish(seq, start // bt, (start + n) // bt)
+
+    def record(self, seq: KvSequence, tokens: Sequence[int]) -> None:
+        """`append` of `tokens` whose KV a paged call already wrote into seq's reserved positions (through
+        `storage` and seq's blocks): seq's tokens grow and every block they fill is published."""
+        bt, start, n = self.block_tokens, seq.length, len(tokens)
+        if n == 0:
+            return
+        self._check_reserved(seq, n)
+        seq.tokens.extend(tokens)
+        self._publish(seq, start // bt, (start + n) // bt)
+
+    def layer(self, name: str) -> tuple[int, int, np.dtype]:
+        """Layer `name`'s heads, head size and dtype."""
+        return self._layers[name]
+
+    def storage(self, name: str) -> np.ndarray:
+        """The pool's blocks of layer `name`, [blocks, heads, block_tokens, head_size] (C-contiguous): position p
+        of a sequence is row p % block_tokens of block seq.blocks[p // block_tokens]."""
+        return self._arrays[name]
+
+    def _check_reserved(self, seq: KvSequence, n: int) -> None:
+        """Raise unless seq may write n positions after its last: reserved blocks, its partial one its own."""
+        bt, start = self.block_tokens, seq.length
+        if len(seq.blocks) < self._blocks_for(start + n):
+            raise ValueError(f"append of {n} token(s) without reserve(): {len(seq.blocks)} block(s) held")
+        if start % bt:
+            block = seq.blocks[start // bt]
+            if self._refs[block] != 1 or block in self._key_of:
+                raise ValueError("append into a shared or published block without reserve()")
 
     def gather(
         self, rows: Sequence[KvSequence], past: int, into: Mapping[str, np.ndarray] | None = None

@@ -23,7 +23,7 @@ import numpy as np
 
 from loam.core.errors import LoamError, ShapeError
 from loam.driver.options import Options
-from loam.text.decoder import DecoderModule, DecodeState
+from loam.text.decoder import DecoderModule, SteppedState
 
 
 class PackageError(LoamError):
@@ -204,8 +204,9 @@ class Stage:
         """`forward` on other weights of this stage's graph (an image model's UNet with adapters merged in)."""
         return self._call(lambda: self.module.forward(weights, *inputs))
 
-    def forward_in_place(self, state: DecodeState, *inputs: np.ndarray) -> tuple[object, ...]:
-        """`forward` with the pasts kept in `state`, a module DecodeState (given every input but the pasts)."""
+    def forward_in_place(self, state: SteppedState, *inputs: np.ndarray) -> tuple[object, ...]:
+        """`forward` with the pasts kept in `state`, a module DecodeState or a pool's `PagedState` (given every
+        input but the pasts)."""
         return self._call(lambda: self.module.forward_in_place(self.weights, state, *inputs))
 
     def _call(self, run: Callable[[], np.ndarray | tuple[np.ndarray, ...]]) -> tuple[object, ...]:

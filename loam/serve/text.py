@@ -243,8 +243,8 @@ class TextWorker(Worker):
         return self.pool.nbytes + (self.proposer.nbytes() if self.proposer is not None else 0)
 
     def workspace_bytes(self) -> int:
-        """The largest cohort's working storage: the past of every row it can carry gathered at full context
-        (the DecodeState or arrays a step gathers into) and the float32 logits of its units."""
+        """The largest cohort's working storage: the past of every row it can carry at full context as a step holds
+        it outside the pool (`_row_bytes`) and the float32 logits of its units."""
         rows = min(self.capacities.resident_requests, self.capacities.batch_units)
         return self._row_bytes(self.capacities.context_tokens) * rows + self._logits_bytes(self.capacities.batch_units)
 
@@ -256,8 +256,12 @@ class TextWorker(Worker):
         return blocks * self.pool.block_bytes + self._row_bytes(tokens) + self._logits_bytes(span)
 
     def _row_bytes(self, positions: int) -> int:
+        """A row's past at `positions` as a step holds it outside the pool: every layer's, gathered; where the step
+        reads the pool in place (`DecoderStage.paged`), the one key and value layer a prefill's attention reads
+        gathered at a time."""
         layers = self.stage.layers.values()
-        return sum(heads * positions * size * np.dtype(dtype).itemsize for heads, size, dtype in layers)
+        sizes = sorted(heads * positions * size * np.dtype(dtype).itemsize for heads, size, dtype in layers)
+        return sum(sizes[-2:] if self.stage.paged else sizes)
 
     def _logits_bytes(self, units: int) -> int:
         return units * self.stage.vocab * 4

@@ -31,7 +31,14 @@ Extents = tuple[int | None, ...]
 """A declared input's extents: a number, or None where the call decides."""
 
 
-class DecodeState(Protocol):
+class SteppedState(Protocol):
+    """What `forward_in_place` steps: `step` runs forward on the inputs but the pasts, the pasts from the state
+    (the module's `DecodeState`, or a server's state that keeps them in its block pool)."""
+
+    def step(self, weights: object, inputs: tuple[np.ndarray, ...]) -> object: ...
+
+
+class DecodeState(SteppedState, Protocol):
     """A decoder's past kept in place, as the generated module's `DecodeState` is: `past(name)` is the state's
     view of a past input's first `length` positions; `reserve` grows the buffers; `rewind` keeps a prefix."""
 
@@ -60,12 +67,8 @@ class DecoderModule(Protocol):
 
     def forward(self, weights: object, *inputs: np.ndarray) -> np.ndarray | tuple[np.ndarray, ...]: ...
     def forward_in_place(
-        self, weights: object, state: PastState, *inputs: np.ndarray
+        self, weights: object, state: SteppedState, *inputs: np.ndarray
     ) -> np.ndarray | tuple[np.ndarray, ...]: ...
-
-
-PastState = DecodeState
-"""`DecodeState`, by a name that `DecoderModule`'s own `DecodeState` attribute does not hide in its body."""
 
 
 @dataclass(frozen=True)

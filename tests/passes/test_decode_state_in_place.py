@@ -177,3 +177,44 @@ def test_generate_s_decoder_steps_in_place_growing_its_state_and_equals_the_plai
         assert decoder.length == 9 and decoder.past[PASTS[0]].shape == (1, 4, 9, 16)
         logits[in_place] = steps
     assert all(np.array_equal(a, b) for a, b in zip(logits[True], logits[False], strict=True))
+
+
+PAST_READ_ELSEWHERE = """<ir_version: 8, opset_import: ["" : 17]>
+g (float[b, 2, p, 4] "past_key_values.0.key", float[b, 2, 1, 4] new)
+    => (float[b, 2, "p + 1", 4] "present.0.key", float[b] total) {
+    "present.0.key" = Concat <axis = 2> ("past_key_values.0.key", new)
+    total = ReduceMax <axes = [1, 2, 3], keepdims = 0> ("present.0.key")
+}
+"""
+
+LAYOUT = """[[layout]]
+pattern = "past_key_values.0.key"
+axes = ["b", "Heads", "p", "Size"]
+
+[[layout]]
+pattern = "new"
+axes = ["b", "Heads", "New", "Size"]
+
+[[layout]]
+pattern = "present.0.key"
+axes = ["b", "Heads", "Joined", "Size"]
+"""
+
+
+def test_a_module_lets_a_state_page_its_pasts_only_where_the_fused_attention_alone_reads_them(
+    tmp_path: Path,
+) -> None:
+    """PAGED_PASTS: true for the tiny GPT-2 (each joined past read only by its kernel.attention), false for a
+    decoder whose joined past a ReduceMax also reads (a paged state's placeholders would give it zeros)."""
+    assert built("decoder_with_past")[0].PAGED_PASTS is True
+    graph = tmp_path / "summed.onnxtext"
+    graph.write_text(PAST_READ_ELSEWHERE, encoding="utf-8")
+    (tmp_path / "summed.loam.toml").write_text(LAYOUT, encoding="utf-8")
+    module = build(graph, options=Options.from_toml(tmp_path / "summed.loam.toml")).module
+    assert [name for name, *_ in module.DECODE_STATE] == ["past_key_values.0.key"]
+    assert module.PAGED_PASTS is False
+    past = np.arange(24, dtype=np.float32).reshape(1, 2, 3, 4)
+    new = np.ones((1, 2, 1, 4), np.float32)
+    weights = module.Weights()  # a graph of inputs only
+    _, total = module.forward(weights, past, new)
+    assert float(total[0]) == 23.0  # the past's largest value, read by the ReduceMax

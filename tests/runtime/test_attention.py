@@ -135,3 +135,59 @@ def test_without_the_compiled_path_the_kernel_is_the_numpy_kernel_bit_for_bit() 
         assert np.array_equal(run(problem), run(problem, attention_numpy))
     finally:
         set_compiled(before)
+
+
+class Paged:
+    """Keys and values in a pool of blocks of `tokens` positions, as a server's paged state holds them: what
+    `kernel_attention` is given as `into`, answering `pages` for its own placeholders (zeros of K's and V's
+    shapes that own no memory)."""
+
+    def __init__(self, k: np.ndarray, v: np.ndarray, absent: np.ndarray, tokens: int, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        batch, groups, keys = k.shape[:3]
+        per_row = -(-keys // tokens)
+        order = rng.permutation(batch * per_row + 3)  # the blocks in a shuffled order, some unused
+        self.k_pool = rng.standard_normal((len(order), groups, tokens, k.shape[3])).astype(np.float32)
+        self.v_pool = rng.standard_normal((len(order), groups, tokens, v.shape[3])).astype(np.float32)
+        self.slots = np.full((batch, keys), -1, np.int64)
+        self.tokens = tokens
+        for b in range(batch):
+            for j in range(keys):
+                block = order[b * per_row + j // tokens]
+                self.k_pool[block, :, j % tokens], self.v_pool[block, :, j % tokens] = k[b, :, j], v[b, :, j]
+                if not absent[b, j]:
+                    self.slots[b, j] = block * tokens + j % tokens
+        self.k, self.v = (np.broadcast_to(np.float32(0), x.shape) for x in (k, v))
+
+    def pages(self, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        assert k is self.k and v is self.v
+        blocks = np.where(self.slots >= 0, self.slots // self.tokens, -1)
+        return self.k_pool, self.v_pool, blocks, self.slots % self.tokens
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(problem=problems(), tokens=st.sampled_from([1, 3, 16]), seed=st.integers(0, 2**16))
+def test_keys_and_values_read_through_a_block_table_are_the_dense_ones(
+    problem: dict, tokens: int, seed: int, every_query_compiled: None
+) -> None:
+    """Both kernels read paged K and V (shuffled blocks, absent slots: a padded past's zero rows) as the dense
+    K and V with zeros where a slot is absent: the compiled kernel bit for bit its dense reads, the numpy
+    kernel bit for bit the numpy kernel on the dense operands."""
+    k, v = problem["k"].copy(), problem["v"].copy()
+    absent = np.random.default_rng(seed).random(k.shape[0:1] + k.shape[2:3]) < 0.2
+    k[np.nonzero(absent)[0], :, np.nonzero(absent)[1]] = 0
+    v[np.nonzero(absent)[0], :, np.nonzero(absent)[1]] = 0
+    paged = Paged(k, v, absent, tokens, seed)
+    masks = tuple(m for m in (problem["keep"], problem["bias"]) if m is not None)
+    params = {"scale": problem["scale"], "divide": 1, "masked": int(problem["keep"] is not None),
+              "fill": FLOAT_MIN, "biased": int(problem["bias"] is not None)}  # fmt: skip
+    with np.errstate(all="ignore"):
+        dense = kernel_attention(problem["q"], k, v, *masks, **params)
+        got = kernel_attention(problem["q"], paged.k, paged.v, *masks, **params, into=paged)
+        assert np.array_equal(got, dense, equal_nan=True)
+        before = set_compiled(False)
+        try:
+            numpy_paged = kernel_attention(problem["q"], paged.k, paged.v, *masks, **params, into=paged)
+        finally:
+            set_compiled(before)
+        assert np.array_equal(numpy_paged, attention_numpy(problem["q"], k, v, masks, **params), equal_nan=True)

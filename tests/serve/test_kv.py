@@ -381,3 +381,32 @@ def test_trim_frees_every_unheld_block_and_keeps_the_held_ones() -> None:
     fresh = {"past_key_values.0.key": rng.standard_normal((1, 5, 1024)).astype(np.float32)}
     pool.append(again, [4, 4, 4, 4, 4], fresh)
     np.testing.assert_array_equal(pool.gather([again], 5)["past_key_values.0.key"][0], fresh["past_key_values.0.key"])
+
+
+def test_record_counts_positions_written_in_place_as_append_does() -> None:
+    """A paged step writes its new positions through `storage` and the row's blocks, then `record` counts them:
+    the pool then holds what `append` of the same values gives, prefix cache included; both need reserve()."""
+    rng = np.random.default_rng(7)
+    parts = [_values(rng, n) for n in (3, 6, 1)]
+    pools = [KvPool(LAYERS, block_tokens=4, blocks=8) for _ in range(2)]
+    rows = [pool.new_sequence() for pool in pools]
+    tokens = list(range(10))
+    start = 0
+    for part in parts:
+        n = next(iter(part.values())).shape[1]
+        span = tokens[start : start + n]
+        _add(pools[0], rows[0], span, part)
+        pool, seq = pools[1], rows[1]
+        if len(seq.blocks) * 4 < seq.length + n:  # no room reserved yet
+            with pytest.raises(ValueError, match="reserve"):
+                pool.record(seq, span)
+        pool.reserve(seq, n)
+        for name, values in part.items():
+            for k in range(n):
+                position = seq.length + k
+                pool.storage(name)[seq.blocks[position // 4], :, position % 4] = values[:, k]
+        pool.record(seq, span)
+        start += n
+    _assert_equal(_row(pools[1], rows[1]), _row(pools[0], rows[0]))
+    assert rows[1].tokens == rows[0].tokens == tokens
+    assert pools[1].match_prefix(tokens).length == pools[0].match_prefix(tokens).length == 8  # two full blocks

@@ -19,6 +19,7 @@ import loam
 from loam.driver.options import Options
 from loam.serve.decoder_stage import DecoderStage
 from loam.serve.kv import KvPool
+from loam.serve.paged_state import PagedState
 from loam.serve.sampling import SamplingParams
 from loam.serve.scheduler import Event, Request
 from loam.serve.server import Server
@@ -89,27 +90,51 @@ def test_the_reference_decoder_agrees_with_onnxruntime(reference: Decoder) -> No
 
 
 def test_a_cohort_step_with_its_pasts_in_place_equals_the_plain_step(worker: TextWorker) -> None:
-    """Rows at different positions, prompt spans and decode steps together: the step that gathers the pasts
-    into a DecodeState (forward_in_place) and the one that feeds them as arrays (forward) agree bit for bit,
-    logits and the KV they append."""
-    assert worker.stage.in_place  # the module keeps its pasts in place: the server steps through forward_in_place
+    """Rows at different positions, prompt spans and decode steps together: the step that reads the pasts in
+    the pool's blocks (a PagedState), the one that gathers them into a DecodeState (forward_in_place) and the
+    one that feeds them as arrays (forward) agree bit for bit, logits and the KV they keep; rows that share
+    blocks (a fork) and rows whose past ends inside a block are among them."""
+    assert worker.stage.paged  # only the fused attention reads the pasts: the server steps them in the pool
     stage = DecoderStage(worker.stage.stage, "the test's own stage")  # not the one the worker's thread runs
     results = []
-    for in_place in (True, False):
+    for mode in ("paged", "in place", "plain"):
         pool = KvPool(stage.layers, 4, 64)
         rows = [pool.new_sequence() for _ in range(3)]
         spans = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14], [15]]
         for seq, span in zip(rows, spans, strict=True):
             pool.reserve(seq, len(span))
-        stage.in_place = in_place
+        stage.paged, stage.in_place = mode == "paged", mode != "plain"
         first = stage.run(pool, list(zip(rows, spans, strict=True)))
+        rows.append(pool.fork(rows[0]))  # shares row 0's blocks: its first write copies the partial one
         for seq in rows:
             pool.reserve(seq, 1)
         second = stage.run(pool, [(seq, [20 + r]) for r, seq in enumerate(rows)])
-        results.append((first, second, pool.gather(rows, 8)))
-    (first, second, kv), (plain_first, plain_second, plain_kv) = results
-    assert all(np.array_equal(a, b) for a, b in zip([*first, *second], [*plain_first, *plain_second], strict=True))
-    assert all(np.array_equal(kv[name], plain_kv[name]) for name in kv)
+        results.append((first + second, pool.gather(rows, 8)))
+    (logits, kv), *others = results
+    for other_logits, other_kv in others:
+        assert all(np.array_equal(a, b) for a, b in zip(logits, other_logits, strict=True))
+        assert all(np.array_equal(kv[name], other_kv[name]) for name in kv)
+    assert not np.array_equal(kv[stage.past_names[0]][0], kv[stage.past_names[0]][3])  # the fork wrote its own
+
+
+def test_a_paged_state_refuses_a_past_it_did_not_give_rather_than_join_its_placeholder(worker: TextWorker) -> None:
+    """A paged state's placeholders are zeros: an append of any other array, or an attention over paged keys and
+    unpaged values, is an error, never a Concat or a read of them."""
+    module = worker.stage.stage.module
+    pool = KvPool(worker.stage.layers, 4, 8)
+    seq = pool.new_sequence()
+    pool.reserve(seq, 2)
+    paged = PagedState(module, pool, [(seq, 2)], 0)
+    name = worker.stage.past_names[0]
+    heads, size, dtype = pool.layer(name)
+    new = np.ones((1, heads, 2, size), dtype)
+    with pytest.raises(ValueError, match="not the paged past"):
+        module.kernel_append_state(np.zeros((1, heads, 0, size), dtype), new, paged, axis=2, state=name)
+    assert not pool.storage(name).any()  # nothing was written
+    joined = module.kernel_append_state(paged.past(name), new, paged, axis=2, state=name)
+    assert paged.pages(joined, joined) is not None and pool.storage(name).any()  # the new rows, in the block
+    with pytest.raises(ValueError, match="not paged"):
+        paged.pages(joined, np.zeros(joined.shape, dtype))
 
 
 def test_decode_steps_beside_a_long_prompt_span_run_as_their_own_call(worker: TextWorker) -> None:
@@ -137,7 +162,7 @@ def test_decode_steps_beside_a_long_prompt_span_run_as_their_own_call(worker: Te
         else:  # the same rows as one call
             called = stage._call(pool, cohort)
             for (seq, span), (_, values) in zip(cohort, called, strict=True):
-                pool.append(seq, span, values)
+                pool.record(seq, span) if values is None else pool.append(seq, span, values)
             logits = [row_logits for row_logits, _ in called]
         results.append((logits, pool.gather(rows, 17), list(calls)))
     (logits, kv, split_calls), (one_logits, one_kv, one_call) = results

@@ -3,7 +3,8 @@
 `fuse-attention` replaces an export's attention chain (the scores' product, its scale, mask and bias,
 the row softmax, the product with V) by one `kernel.attention`.  Both forms read each key and value
 head once for its group of query heads (grouped-query attention needs no repeated copy) and read the
-keys and values where they are: a DecodeState's view of the past is read in place.
+keys and values where they are: a DecodeState's view of the past is read in place, and a state that
+keeps them in a pool of blocks (a server's paged state, `pages`) is read through its block table.
 
 - `attention_numpy`: the chain's own arithmetic in the chain's order (the products as `grouped-heads`
   batches them, the score elementwise, the module's row softmax), so it gives the unfused module's bits;
@@ -20,7 +21,8 @@ keys and values where they are: a DecodeState's view of the past is read in plac
   Sums are float32 in another order than BLAS's and numpy's pairwise sums: the two forms agree to
   float32 rounding (tests/runtime/test_attention.py states the bound), not bit for bit.
 - `kernel_attention`: the compiled kernel for up to `_CompiledAttention.rows` queries, where the
-  compiled path is on (`set_compiled`) and numba is installed; else the numpy kernel.
+  compiled path is on (`set_compiled`) and numba is installed; else the numpy kernel (over paged keys
+  and values gathered dense for the call, `_paged_rows`: a prefill's chunk, or numba absent).
 """
 
 from __future__ import annotations
@@ -57,16 +59,21 @@ def attention_numpy(
 
 
 def _attention_rows(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, sk: int, keep: np.ndarray, bias: np.ndarray,
-    scale: float, divide: bool, masked: bool, biased: bool, fill: float, out: np.ndarray,
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, sk: int, blocks: np.ndarray, offsets: np.ndarray,
+    keep: np.ndarray, bias: np.ndarray, scale: float, divide: bool, masked: bool, biased: bool, fill: float,
+    out: np.ndarray,
 ) -> None:  # fmt: skip
-    """out [B, H, Sq, Dv] = attention_numpy's value over the first `sk` keys of K [B, G, >= sk, D] and V
-    [B, G, >= sk, Dv] (C-contiguous: a DecodeState's whole buffer, so the dot products vectorize), Q
-    [B, H, Sq, D] C-contiguous; `keep` and `bias` are rank 4, each axis the scores' extent or 1 (numpy's
-    broadcast, read only where `masked`, `biased`).  Per key head, its group's R * Sq query rows share each
-    load of a key and of a value row; a scratch [R * Sq, Sk] holds the scores, then the probabilities."""
+    """out [B, H, Sq, Dv] = attention_numpy's value over `sk` keys and values of K [N, G, T, D] and V
+    [N, G, T, Dv] (C-contiguous, so the dot products vectorize).  Paged (`blocks` and `offsets` [B, sk], a
+    pool's blocks of T positions): key j of batch row b is K[blocks[b, j], :, offsets[b, j]], a zero row where
+    the block is negative (as a zero-padded past reads).  Dense (`blocks` [B, 0]): it is K[b, :, j], the
+    first sk of T positions (a DecodeState's whole buffer, of which the past is a prefix).  Q [B, H, Sq, D]
+    C-contiguous; `keep` and `bias` are rank 4, each axis the scores' extent or 1 (numpy's broadcast, read
+    only where `masked`, `biased`).  Per key head, its group's R * Sq query rows share each load of a key and
+    of a value row; a scratch [R * Sq, Sk] holds the scores, then the probabilities."""
     nb, nh, sq, d = q.shape
     groups, dv = k.shape[1], v.shape[3]
+    paged = blocks.shape[1] > 0
     repeats = nh // groups
     rows = repeats * sq
     s = np.empty((rows, sk), np.float32)
@@ -76,7 +83,11 @@ def _attention_rows(
         for g in range(groups):
             qg = q[b, g * repeats : (g + 1) * repeats].reshape(rows, d)  # the group's query rows, in order
             for j in range(sk):
-                kj = k[b, g, j]
+                block = blocks[b, j] if paged else b
+                if block < 0:
+                    s[:, j] = 0
+                    continue
+                kj = k[block, g, offsets[b, j] if paged else j]
                 for row in range(rows):
                     qr = qg[row]
                     t = np.float32(0)
@@ -106,7 +117,12 @@ def _attention_rows(
                     s[row, j] = s[row, j] / total
             acc[:] = 0
             for j in range(sk):
-                vj = v[b, g, j]
+                block = blocks[b, j] if paged else b
+                if block < 0:  # a zero row: p * 0 adds nothing, but a NaN p (a fully masked row) must spread
+                    for row in range(rows):
+                        acc[row] += s[row, j] * np.float32(0)
+                    continue
+                vj = v[block, g, offsets[b, j] if paged else j]
                 for row in range(rows):
                     p = s[row, j]
                     ar = acc[row]
@@ -159,22 +175,52 @@ class _CompiledAttention:
 
 def kernel_attention(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, *masks: np.ndarray,
-    scale: float, divide: int, masked: int, fill: float, biased: int,
+    scale: float, divide: int, masked: int, fill: float, biased: int, into: object = None,
 ) -> np.ndarray:  # fmt: skip
-    """`kernel.attention` (see `attention_numpy`): compiled for a few queries where numba is, else numpy."""
+    """`kernel.attention` (see `attention_numpy`): compiled for a few queries where numba is, else numpy.
+    `into` is the state forward_in_place passes (None without one): where it holds K and V in pages
+    (`pages`: their pools and each key's block and offset), both kernels read them there."""
     b, h, sq, _ = q.shape
+    pages = None if into is None else into.pages(k, v)  # type: ignore[attr-defined]  # a DecodeState, duck-typed
     sk = k.shape[2]
     kernels = _CompiledAttention.get() if sq <= _CompiledAttention.rows and sk else None
     if kernels is None:
+        if pages is not None:
+            k, v = _paged_rows(pages[0], pages[2], pages[3]), _paged_rows(pages[1], pages[2], pages[3])
         return attention_numpy(q, k, v, masks, scale=scale, divide=divide, masked=masked, fill=fill, biased=biased)
+    if pages is None:
+        k_store, v_store = _storage(k), _storage(v)
+        blocks = offsets = np.empty((b, 0), np.int64)  # dense: key j of row b is K[b, :, j]
+    else:
+        k_store, v_store, blocks, offsets = pages
     keep = _rank4(masks[0]) if masked else np.ones((1, 1, 1, 1), np.bool_)
     bias = _rank4(masks[masked]) if biased else np.zeros((1, 1, 1, 1), np.float32)
     out = np.empty((b, h, sq, v.shape[3]), np.float32)
     flags = (bool(divide), bool(masked), bool(biased))
     kernels["_attention_rows"](
-        np.ascontiguousarray(q), _storage(k), _storage(v), sk, keep, bias, float(scale), *flags, float(fill), out
+        np.ascontiguousarray(q),
+        k_store,
+        v_store,
+        sk,
+        blocks,
+        offsets,
+        keep,
+        bias,
+        float(scale),
+        *flags,
+        float(fill),
+        out,
     )
     return out
+
+
+def _paged_rows(pool: np.ndarray, blocks: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The dense [B, G, Sk, D] that `blocks` and `offsets` [B, Sk] pick from `pool` [N, G, T, D] (see
+    `_attention_rows`): zero rows where a block is negative, as a zero-padded past holds."""
+    dense = np.zeros((blocks.shape[0], pool.shape[1], blocks.shape[1], pool.shape[3]), pool.dtype)
+    rows, keys = np.nonzero(blocks >= 0)
+    dense[rows, :, keys] = pool[blocks[rows, keys], :, offsets[rows, keys]]
+    return dense
 
 
 PIECES: dict[str, Callable[..., object]] = {
@@ -184,4 +230,5 @@ PIECES: dict[str, Callable[..., object]] = {
     "_storage": _storage,
     "_CompiledAttention": _CompiledAttention,
     "kernel_attention": kernel_attention,
+    "_paged_rows": _paged_rows,
 }

@@ -121,6 +121,13 @@ class DecodeState:
         buffer[(*lead, slice(start, start + count))] = new
         return buffer[(*lead, slice(0, start + count))]
 
+    def pages(self, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """Where a state keeps the joined keys `k` and values `v` in pages: their pools [N, heads, T, size] and
+        each key's block and offset in them ([batch, keys], block -1 for a zero row), which `kernel_attention`
+        reads them through.  None here: a DecodeState keeps each past dense (a server's
+        paged state, given to a module whose PAGED_PASTS allows it, answers for its block pool)."""
+        return None
+
     def step(self, weights: object, inputs: tuple[np.ndarray, ...]) -> object:
         """`forward` on `inputs` (every input but the pasts, in order) and the state's pasts; the new
         rows end in the state and `length` counts them."""
