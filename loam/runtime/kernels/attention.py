@@ -174,8 +174,8 @@ class _CompiledAttention:
 
 
 def kernel_attention(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, *masks: np.ndarray,
-    scale: float, divide: int, masked: int, fill: float, biased: int, into: object = None,
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *masks: np.ndarray, into: object = None,
+    scale: float, divide: int, masked: int, fill: float, biased: int,
 ) -> np.ndarray:  # fmt: skip
     """`kernel.attention` (see `attention_numpy`): compiled for a few queries where numba is, else numpy.
     `into` is the state forward_in_place passes (None without one): where it holds K and V in pages
