@@ -19,7 +19,9 @@ those under `if TYPE_CHECKING:` (annotations only: they never run).  Five rules,
   `loam.dialects.get_all_dialects` does).  `importlib.import_module` is not seen.
 - `loam.runtime`, the code generated modules carry and the build runs, imports only numpy, the
   standard library and its own modules; the one exception is `OPTIONAL_RUNTIME_IMPORTS`, numba,
-  which `loam.runtime.kernels.compiled` tries (inside a function) for the packed products.
+  which `loam.runtime.kernels.compiled` alone imports (inside functions, where it is installed):
+  every family of compiled kernels (packed and integer products, attention, LayerNorm) compiles
+  through its `jitted`.
 
 Each rule is a function of `loam.tools.import_graph` over a set of modules (docs/architecture.md prints
 the same measurements), so the tests at the end feed it small synthetic

@@ -293,13 +293,9 @@ def _target(imp: Import, modules: Mapping[str, Module]) -> str | None:
     return imp.module if imp.module in modules else None
 
 
-OPTIONAL_RUNTIME_IMPORTS = {
-    "loam.runtime.kernels.compiled": "numba",
-    "loam.runtime.kernels.int8_compiled": "numba",
-    "loam.runtime.kernels.attention": "numba",
-    "loam.runtime.kernels.norm_compiled": "numba",
-}
-"""The runtime modules that may also import an optional package (tried, and done without when absent)."""
+OPTIONAL_RUNTIME_IMPORTS = {"loam.runtime.kernels.compiled": "numba"}
+"""The runtime modules that may also import an optional package (tried, and done without when absent):
+every family of compiled kernels compiles through `compiled.jitted`."""
 
 
 def runtime_offenders(modules: Mapping[str, Module]) -> list[str]:

@@ -26,9 +26,11 @@ from loam.runtime.kernels.compiled import (
     _CompiledKernels,
     _rows_nbits,
     _rows_q4,
+    _rows_q8,
     _tiles_q4,
     _tiles_q8,
     _widen_nbits,
+    jitted,
     set_compiled,
 )
 from loam.runtime.kernels.quantized import kernel_matmul_nbits, kernel_matmul_packed, nbits_codes
@@ -195,13 +197,37 @@ def test_set_compiled_turns_the_path_off_and_on(numpy_only: None) -> None:
     assert _CompiledKernels.enabled is False and _CompiledKernels.get() is None
     off = kernel_matmul_packed(x, blocks, transposed=1)
     assert id(blocks) not in _CompiledKernels.forms
-    assert set_compiled(True) is False and _CompiledKernels.kernels is not None  # compiled then, not later
+    assert set_compiled(True) is False  # compiled then, not later:
+    assert any("_rows_q4" in made for made in _CompiledKernels.made.values())
     assert set_compiled(True) is True
     on = kernel_matmul_packed(x, blocks, transposed=1)
     assert id(blocks) in _CompiledKernels.forms
     np.testing.assert_allclose(on, off, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="enabled must be True or False, not 1"):
         set_compiled(1)  # type: ignore[arg-type]
+
+
+def test_jitted_compiles_a_family_once_for_each_choice_of_fast_math() -> None:
+    """`jitted` gives the same compiled functions again for the same functions and the same choice (a
+    family compiles once a process), others for the other choice, and None while the path is off; without
+    fast-math the compiled function keeps the source's order and roundings: the Python function's bits."""
+    fast = jitted((_rows_q8,))
+    assert fast is not None and set(fast) == {"_rows_q8"} and jitted((_rows_q8,), fastmath=True) is fast
+    exact = jitted((_rows_q8,), fastmath=False)
+    assert exact is not None and exact is not fast and jitted((_rows_q8,), fastmath=False) is exact
+    before = set_compiled(False)
+    try:
+        assert jitted((_rows_q8,)) is None and jitted((_rows_q8,), fastmath=False) is None
+    finally:
+        set_compiled(before)
+    assert jitted((_rows_q8,)) is fast
+    q = RNG.integers(-128, 128, (5, 64)).astype(np.int8)
+    d = RNG.random((5, 2)).astype(np.float32)
+    x = RNG.standard_normal((3, 64)).astype(np.float32)
+    want, got = np.empty((3, 5), np.float32), np.empty((3, 5), np.float32)
+    _rows_q8(q, d, x, want)  # the plain Python function, each step rounded to float32 as numpy rounds it
+    exact["_rows_q8"](q, d, x, got)
+    assert got.tobytes() == want.tobytes()
 
 
 def test_a_weights_unpacked_form_goes_when_the_weight_does() -> None:
@@ -232,8 +258,8 @@ spec = importlib.util.spec_from_file_location("packed_module", sys.argv[1])
 module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
 weights = module.Weights.load_file(sys.argv[2])
 y = module.forward(weights, np.array([[3, 17]], np.int64))
-print(json.dumps({"y": y.tolist(), "tried": module._CompiledKernels.tried,
-                  "compiled": module._CompiledKernels.kernels is not None,
+print(json.dumps({"y": y.tolist(), "numba_found": module._CompiledKernels.numba_found,
+                  "compiled": bool(module._CompiledKernels.made),
                   "imported": sorted({m.split(".")[0] for m, v in sys.modules.items() if v is not None}
                                      - set(sys.stdlib_module_names))}))
 """
@@ -251,7 +277,7 @@ def test_a_module_runs_on_numpy_alone_where_numba_is_absent(tmp_path: Path) -> N
         check=True,
     )
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["tried"] and not report["compiled"]
+    assert report["numba_found"] is False and not report["compiled"]  # numba was asked for, nothing compiled
     # Beyond the standard library (and site's own hooks, `_...`), only numpy came in.
     assert [name for name in report["imported"] if not name.startswith("_")] == ["numpy"]
     # The same module with numba, in this process: the same numbers within float32 rounding.
@@ -260,7 +286,7 @@ def test_a_module_runs_on_numpy_alone_where_numba_is_absent(tmp_path: Path) -> N
     compiled_kernels = namespace["_CompiledKernels"]
     assert callable(namespace["set_compiled"])  # a module with packed products lets its user turn them off
     y = namespace["forward"](namespace["Weights"].load_file(str(gguf)), np.array([[3, 17]], np.int64))  # type: ignore[operator]
-    assert compiled_kernels.kernels  # type: ignore[attr-defined]
+    assert compiled_kernels.made  # type: ignore[attr-defined]
     np.testing.assert_allclose(y, np.array(report["y"], np.float32), rtol=1e-5, atol=1e-4)
 
 

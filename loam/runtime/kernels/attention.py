@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from loam.runtime.kernels.compiled import compiled_path
+from loam.runtime.kernels.compiled import jitted
 
 
 def attention_numpy(
@@ -152,25 +152,16 @@ def _storage(x: np.ndarray) -> np.ndarray:
 
 
 class _CompiledAttention:
-    """The process's compiled attention kernel by name (None until first used)."""
+    """The compiled attention kernel, and the queries up to which it runs."""
 
-    kernels: dict | None = None
     # Queries up to which the compiled kernel runs; a prefill's many queries run BLAS's products.
     rows: int = 16
 
     @classmethod
     def get(cls) -> dict | None:
-        """The compiled kernel by name, compiling it on first use; None where the compiled path is off or
-        numba is not installed."""
-        if not compiled_path():
-            return None
-        if cls.kernels is None:
-            import numba  # compiled_path() found it
-
-            # Sums may be reassociated (so the dot products vectorize); NaN and infinity keep IEEE meaning.
-            fast = numba.njit(fastmath={"reassoc", "contract"}, nogil=True, error_model="numpy")
-            cls.kernels = {"_attention_rows": fast(_attention_rows)}
-        return cls.kernels
+        """The compiled kernel by name, compiling it on first use (`jitted`, sums reassociated so the dot
+        products vectorize); None where the compiled path is off or numba is not installed."""
+        return jitted((_attention_rows,))
 
 
 def kernel_attention(

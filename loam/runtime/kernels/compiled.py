@@ -34,7 +34,11 @@ with the numpy kernel, which is also the compiled kernels' test oracle (tests/ru
   for BLAS (a prefill, or more than two rows).  Both read B as the file stores it: nothing is cached.
 - `_CompiledKernels`: compiles them on first use in each process (about 1.5 s), and holds each packed
   weight's unpacked form (its integers contiguous, its f16 scales widened once: 24 bytes per Q4 block
-  against the file's 18 or 20, 36 per Q8_0 block against 34), made on the weight's first product.
+  against the file's 18 or 20, 36 per Q8_0 block against 34), made on the weight's first product; it
+  also holds the process's switch and every family's compiled functions.
+- `jitted(functions, fastmath)`: numba's compiled forms of a family's functions, made on first use and
+  kept by the functions' identity; what every family (these products, `int8_compiled.py`,
+  `norm_compiled.py`, `attention.py`) compiles through, and the one place that imports numba.
 - `compiled_kernels()`, `matmul_packed_compiled(rows, w)`: what the packed kernels
   (`loam/runtime/kernels/quantized.py`) call, the kernels or a packed product, None where numba is not;
   `packed_form(w)`: a weight's unpacked form, for the integer kernels (`int8_compiled.py`).
@@ -347,49 +351,43 @@ def _widen_nbits(packed: np.ndarray, s: np.ndarray, z: np.ndarray, bits: int, bl
 
 
 class _CompiledKernels:
-    """The process's compiled row kernels (None until numba has compiled them, and where it is not
-    installed), whether products use them, and each packed weight's unpacked form by the weight's id."""
+    """The process's compiled path: its one switch (`set_compiled`), whether numba imports, every family's
+    compiled functions (`jitted`), and the packed products' own state: each packed weight's unpacked form
+    by the weight's id, the row counts that choose a kernel, the cohort's threads."""
 
-    kernels: dict | None = None
-    tried: bool = False
     enabled: bool = True
     numba_found: bool | None = None  # whether `import numba` works (None until first asked)
+    # (functions, fastmath) -> those functions compiled, by name (`jitted`); the one table of the process.
+    made: dict = {}  # noqa: RUF012 (the one table of the process, on purpose)
     forms: dict = {}  # noqa: RUF012 (the one table of the process, on purpose)
     # Rows of x up to which a packed product runs the row kernels, then the tile kernels (`_tiles_q4`,
     # `_tiles_q8`); more run `_cohort_rows`, which widens each group of W's rows once for all of them.
     row_kernel_rows: int = 2
     tile_rows: int = 8
     # Threads a cohort's product spreads W's rows over (numba.get_num_threads(), NUMBA_NUM_THREADS, when
-    # the kernels compile), and the pool that runs all but the caller's share; 1: the caller alone.
-    threads: int = 1
+    # the kernels compile; 0 before), and the pool that runs all but the caller's share; 1: the caller alone.
+    threads: int = 0
     pool: object = None
 
     @classmethod
     def get(cls) -> dict | None:
-        """The compiled kernels, compiling them on first use; None where they are off or unavailable."""
-        if not cls.enabled:
-            return None
-        if not cls.tried:
-            cls.tried = True
-            try:
-                import numba  # optional: without it the module imports only numpy
-            except ImportError:
-                return None
-            # Sums may be reassociated (so the loops vectorize); NaN and infinity keep IEEE meaning.
-            cls.kernels = {
-                fn.__name__: numba.njit(fastmath={"reassoc", "contract"}, nogil=True, error_model="numpy")(fn)
-                for fn in (_rows_q4, _tiles_q4, _rows_q8, _tiles_q8, _cohort_rows, _rows_nbits, _widen_nbits)
-            }
+        """The packed products' compiled kernels by name, compiling them on first use; None where the
+        compiled path is off or numba is not installed."""
+        kernels = jitted((_rows_q4, _tiles_q4, _rows_q8, _tiles_q8, _cohort_rows, _rows_nbits, _widen_nbits))
+        if kernels is not None and not cls.threads:
+            import numba  # jitted found it
+
             cls.threads = max(1, numba.get_num_threads())
-        return cls.kernels
+        return kernels
 
     @classmethod
     def cohort(cls, form: tuple, x: np.ndarray, out: np.ndarray) -> None:
         """out = x @ W^T by the compiled `_cohort_rows`, W's rows split into `threads` runs of whole groups
         of 4, each run on its own thread (the caller's the first): each element is the same sum in the
         same order as in one call over every row, so the split changes no bit of `out`."""
-        assert cls.kernels is not None, "the kernels are compiled before a product calls them"
-        kernel = cls.kernels["_cohort_rows"]
+        kernels = cls.get()
+        assert kernels is not None, "the kernels are compiled before a product calls them"
+        kernel = kernels["_cohort_rows"]
         q8 = len(form) == 2
         given = (*form, *(form[1:2] if q8 else ()))  # Q8_0 passes d for the unread m
         groups = -(-out.shape[1] // 4)
@@ -452,9 +450,30 @@ class _CompiledKernels:
 
 def compiled_path() -> bool:
     """Whether compiled kernels may run from now on: the process's one switch (`set_compiled`) is on and
-    numba is installed.  Each family of kernels (packed products, attention, LayerNorm) asks this, then
-    compiles its own on first use, so a module compiles only the kernels it calls."""
+    numba is installed.  Each family of kernels (packed products, integer products, attention, LayerNorm)
+    compiles its own on first use (`jitted`), so a module compiles only the kernels it calls."""
     return _CompiledKernels.available()
+
+
+def jitted(functions: tuple, fastmath: bool = True) -> dict | None:
+    """`functions` compiled by numba, by name, on their first use in the process (each tuple of functions
+    once, found again by the functions' identity); None where the compiled path is off (`set_compiled`) or
+    numba is not installed.  `fastmath`: sums may be reassociated and products fused into sums (so the
+    loops vectorize), NaN and infinity keeping their IEEE meaning; False keeps the source's order and
+    roundings (the integer kernels give their numpy oracle's bits).  Every family of kernels compiles
+    through this, so the switch, numba's options and the cache are written once."""
+    if not _CompiledKernels.enabled:
+        return None
+    made = _CompiledKernels.made.get((functions, fastmath))  # once made, numba is known to be installed
+    if made is None:
+        if not compiled_path():
+            return None
+        import numba  # compiled_path() found it
+
+        flags = {"reassoc", "contract"} if fastmath else False
+        made = {fn.__name__: numba.njit(fastmath=flags, nogil=True, error_model="numpy")(fn) for fn in functions}
+        _CompiledKernels.made[(functions, fastmath)] = made
+    return made
 
 
 def compiled_kernels() -> dict | None:
@@ -511,6 +530,7 @@ PIECES: dict[str, Callable[..., object]] = {
     "_CompiledKernels": _CompiledKernels,
     "compiled_kernels": compiled_kernels,
     "compiled_path": compiled_path,
+    "jitted": jitted,
     "matmul_packed_compiled": matmul_packed_compiled,
     "packed_form": packed_form,
     "set_compiled": set_compiled,

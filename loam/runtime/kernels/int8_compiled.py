@@ -10,8 +10,8 @@ without fast-math (no reassociation, no fused multiply-add), so they give the nu
 - `_nbits_int8(packed, s, z, qa, sa, out, bits, block)`: onnxruntime's n-bit blocks (MatMulNBits).
 - `_packed_int8(q, d, m, qx, dx, sx, out, kind)`: ggml's Q4_0 (`kind` 0), Q4_1 (1) and Q8_0 (2) blocks
   in the compiled kernels' unpacked form (`compiled.packed_form`), against q8_0 (q8_1) rows.
-- `int8_kernels()`: the two compiled on first use (about a second), None where the compiled path is
-  off (`set_compiled(False)`) or numba is not installed.
+- `int8_kernels()`: the two compiled on first use (`compiled.jitted`, about a second), None where the
+  compiled path is off (`set_compiled(False)`) or numba is not installed.
 
 A generated module carries these only where a product asks for int8 (`int8_products.PARAMETER_PIECES`).
 """
@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from loam.runtime.kernels.compiled import compiled_path
+from loam.runtime.kernels.compiled import jitted
 
 
 def _nbits_int8(packed: np.ndarray, s: np.ndarray, z: np.ndarray, qa: np.ndarray, sa: np.ndarray, out: np.ndarray,
@@ -103,35 +103,15 @@ def _packed_int8(q: np.ndarray, d: np.ndarray, m: np.ndarray, qx: np.ndarray, dx
             out[i, r] = acc[i]
 
 
-class _Int8Kernels:
-    """The process's compiled integer kernels (None until first used)."""
-
-    kernels: dict | None = None
-
-    @classmethod
-    def get(cls) -> dict | None:
-        """The compiled kernels, compiling them on first use; None where the compiled path is off or
-        numba is not installed."""
-        if not compiled_path():
-            return None
-        if cls.kernels is None:
-            import numba  # compiled_path() found it
-
-            # No fast-math: the float32 scaling keeps the numpy kernels' order and roundings, so their bits.
-            cls.kernels = {
-                fn.__name__: numba.njit(nogil=True, error_model="numpy")(fn) for fn in (_nbits_int8, _packed_int8)
-            }
-        return cls.kernels
-
-
 def int8_kernels() -> dict | None:
-    """The compiled integer kernels by name; None where the compiled path is off or numba is not installed."""
-    return _Int8Kernels.get()
+    """The compiled integer kernels by name, compiled on first use (`jitted`) without fast-math: the
+    float32 scaling keeps the numpy kernels' order and roundings, so their bits.  None where the compiled
+    path is off or numba is not installed."""
+    return jitted((_nbits_int8, _packed_int8), fastmath=False)
 
 
 PIECES: dict[str, Callable[..., object]] = {
     "_nbits_int8": _nbits_int8,
     "_packed_int8": _packed_int8,
-    "_Int8Kernels": _Int8Kernels,
     "int8_kernels": int8_kernels,
 }

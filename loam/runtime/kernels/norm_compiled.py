@@ -12,9 +12,9 @@ the compiled kernel's test oracle (tests/runtime/test_norm_compiled.py).
 - `_layer_norm_rows(x, scale, bias, epsilon, has_bias, out)`: out[i] = (x[i] - mean) * inv * scale
   (+ bias) over each row of a float32 x [M, N], its mean and variance accumulated in float32 as
   onnxruntime's float kernel accumulates them.
-- `_CompiledNorms`: compiles the kernel on first use in each process (0.9 s with numba's import,
-  measured at load 5; 0.3 s more for each further layout of x, such as a strided view), and whether
-  LayerNorms use it.
+- `_CompiledNorms`: the kernel, compiled on first use in each process (`compiled.jitted`: 0.9 s with
+  numba's import, measured at load 5; 0.3 s more for each further layout of x, such as a strided view),
+  and whether LayerNorms use it.
 - `layer_norm_rows(x, scale, bias, epsilon)`: what the numpy module calls for a float32 LayerNorm
   over the last axis (`layer_norm`'s operands).
 - `set_compiled_norms(enabled)`: turns LayerNorm's compiled path off (or back on) for the process;
@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from loam.runtime.kernels.compiled import compiled_path
+from loam.runtime.kernels.compiled import jitted
 from loam.runtime.kernels.normalization import layer_norm
 
 
@@ -61,26 +61,17 @@ def _layer_norm_rows(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, epsilon
 
 
 class _CompiledNorms:
-    """The process's compiled LayerNorm kernel by name (None until numba has compiled it, and where it is
-    not installed), and whether LayerNorms use it.  A generated module evaluates these annotations (it
-    has no `from __future__ import annotations`): builtins only."""
+    """Whether LayerNorms use the compiled kernel, and the kernel.  A generated module evaluates these
+    annotations (it has no `from __future__ import annotations`): builtins only."""
 
-    kernels: dict | None = None
     enabled: bool = True  # this family's own switch (bench.norms times the module with it off and on)
 
     @classmethod
     def get(cls) -> dict | None:
-        """The compiled kernel by name, made on first use; None where it or the process's compiled path
-        (`set_compiled`) is off, or numba is not installed."""
-        if not cls.enabled or not compiled_path():
-            return None
-        if cls.kernels is None:
-            import numba  # compiled_path() found it
-
-            # Sums may be reassociated (so the loops vectorize); NaN and infinity keep IEEE meaning.
-            jit = numba.njit(fastmath={"reassoc", "contract"}, nogil=True, error_model="numpy")
-            cls.kernels = {"_layer_norm_rows": jit(_layer_norm_rows)}
-        return cls.kernels
+        """The compiled kernel by name, made on first use (`jitted`, sums reassociated so the loops
+        vectorize); None where it or the process's compiled path (`set_compiled`) is off, or numba is not
+        installed."""
+        return jitted((_layer_norm_rows,)) if cls.enabled else None
 
 
 def layer_norm_rows(x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, epsilon: float) -> np.ndarray:
