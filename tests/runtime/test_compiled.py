@@ -24,6 +24,7 @@ from loam.driver.options import Options
 from loam.runtime.kernels.compiled import (
     _cohort_rows,
     _CompiledKernels,
+    _halves_q4,
     _rows_nbits,
     _rows_q4,
     _rows_q8,
@@ -228,6 +229,22 @@ def test_jitted_compiles_a_family_once_for_each_choice_of_fast_math() -> None:
     _rows_q8(q, d, x, want)  # the plain Python function, each step rounded to float32 as numpy rounds it
     exact["_rows_q8"](q, d, x, got)
     assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8])
+def test_the_q4_kernels_halves_of_x_are_its_blocks_halves_and_sums(rows: int) -> None:
+    """`_halves_q4`, as Python and as the compiled helper the Q4 kernels call: each block's first and last 16
+    elements exactly, and each block's sum within float32 rounding of the sum of |x| (also of a strided x)."""
+    x = RNG.standard_normal((rows, 2 * 96)).astype(np.float32)[:, ::2]  # [rows, 96], strided
+    blocks = x.reshape(rows, 3, 2, 16).astype(np.float64)
+    kernels = _CompiledKernels.get()
+    assert kernels is not None
+    for halves in (_halves_q4, kernels["_halves_q4"]):
+        xl, xh, xs = halves(x)
+        assert xl.tobytes() == np.ascontiguousarray(x.reshape(rows, 3, 2, 16)[:, :, 0]).reshape(rows, 48).tobytes()
+        assert xh.tobytes() == np.ascontiguousarray(x.reshape(rows, 3, 2, 16)[:, :, 1]).reshape(rows, 48).tobytes()
+        bound = 32 * np.finfo(np.float32).eps * np.abs(blocks).sum(axis=(2, 3))
+        assert np.all(np.abs(xs - blocks.sum(axis=(2, 3))) <= bound)
 
 
 def test_a_weights_unpacked_form_goes_when_the_weight_does() -> None:

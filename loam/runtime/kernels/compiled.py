@@ -7,6 +7,8 @@ sums in registers, about ten times faster on SmolLM2's matrices at one thread.  
 where it is installed; where it is not, the module imports nothing more and computes the same product
 with the numpy kernel, which is also the compiled kernels' test oracle (tests/runtime/test_compiled.py).
 
+- `_halves_q4(x)`: x regrouped for the Q4 kernels (each block's first 16 elements, its last 16, its sum),
+  a jitted helper both Q4 kernels call (`jitted` binds it to its compiled form).
 - `_rows_q4(q, d, m, x, out)`: out[i, r] = sum over blocks b of d[r, b] * (q[r, b] . x[i, b])
   + m[r, b] * sum(x[i, b]) for Q4_0 (m = -8 d) and Q4_1; q holds each block's 16 bytes, low nibbles
   times the block's first 16 elements of x, high nibbles times its last 16.
@@ -59,13 +61,13 @@ from collections.abc import Callable
 import numpy as np
 
 
-def _rows_q4(q: np.ndarray, d: np.ndarray, m: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
-    """out [M, N] = x [M, K] @ W^T over Q4 blocks: q uint8 [N, K / 2] (each block's 16 bytes: low nibbles
-    times its first 16 elements of x, high nibbles its last 16), d and m float32 [N, K / 32]."""
+def _halves_q4(x: np.ndarray) -> tuple:
+    """x [M, K] regrouped for the Q4 kernels: each block's first 16 elements (what its low nibbles multiply),
+    its last 16 (the high nibbles'), each [M, K / 2], and each block's sum [M, K / 32] (what m multiplies)."""
     rows, half = x.shape[0], x.shape[1] // 2
-    xl = np.empty((rows, half), np.float32)  # each block's first 16 elements of x, then its last 16
+    xl = np.empty((rows, half), np.float32)
     xh = np.empty((rows, half), np.float32)
-    xs = np.empty((rows, half // 16), np.float32)  # each block's sum of x, what m multiplies
+    xs = np.empty((rows, half // 16), np.float32)
     for i in range(rows):
         for b in range(half // 16):
             total = np.float32(0)
@@ -74,6 +76,14 @@ def _rows_q4(q: np.ndarray, d: np.ndarray, m: np.ndarray, x: np.ndarray, out: np
                 xh[i, b * 16 + j] = x[i, b * 32 + 16 + j]
                 total += x[i, b * 32 + j] + x[i, b * 32 + 16 + j]
             xs[i, b] = total
+    return xl, xh, xs
+
+
+def _rows_q4(q: np.ndarray, d: np.ndarray, m: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+    """out [M, N] = x [M, K] @ W^T over Q4 blocks: q uint8 [N, K / 2] (each block's 16 bytes: low nibbles
+    times its first 16 elements of x, high nibbles its last 16), d and m float32 [N, K / 32]."""
+    rows, half = x.shape[0], x.shape[1] // 2
+    xl, xh, xs = _halves_q4(x)
     n = q.shape[0]
     for pair in range((n + 1) // 2):
         r0, r1 = 2 * pair, min(2 * pair + 1, n - 1)  # two rows share each load of x (odd n: the last twice)
@@ -101,17 +111,7 @@ def _tiles_q4(q: np.ndarray, d: np.ndarray, m: np.ndarray, x: np.ndarray, out: n
     past the last row of W or x repeats that row (its sums computed and not stored)."""
     rows, half = x.shape[0], x.shape[1] // 2
     nb = half // 16
-    xl = np.empty((rows, half), np.float32)  # each block's first 16 elements of x, then its last 16
-    xh = np.empty((rows, half), np.float32)
-    xs = np.empty((rows, nb), np.float32)  # each block's sum of x, what m multiplies
-    for i in range(rows):
-        for b in range(nb):
-            total = np.float32(0)
-            for j in range(16):
-                xl[i, b * 16 + j] = x[i, b * 32 + j]
-                xh[i, b * 16 + j] = x[i, b * 32 + 16 + j]
-                total += x[i, b * 32 + j] + x[i, b * 32 + 16 + j]
-            xs[i, b] = total
+    xl, xh, xs = _halves_q4(x)
     n = q.shape[0]
     for r0 in range(0, n, 4):
         ra, rb, rc, rd = r0, min(r0 + 1, n - 1), min(r0 + 2, n - 1), min(r0 + 3, n - 1)
@@ -373,7 +373,9 @@ class _CompiledKernels:
     def get(cls) -> dict | None:
         """The packed products' compiled kernels by name, compiling them on first use; None where the
         compiled path is off or numba is not installed."""
-        kernels = jitted((_rows_q4, _tiles_q4, _rows_q8, _tiles_q8, _cohort_rows, _rows_nbits, _widen_nbits))
+        kernels = jitted(
+            (_halves_q4, _rows_q4, _tiles_q4, _rows_q8, _tiles_q8, _cohort_rows, _rows_nbits, _widen_nbits)
+        )
         if kernels is not None and not cls.threads:
             import numba  # jitted found it
 
@@ -471,7 +473,18 @@ def jitted(functions: tuple, fastmath: bool = True) -> dict | None:
         import numba  # compiled_path() found it
 
         flags = {"reassoc", "contract"} if fastmath else False
-        made = {fn.__name__: numba.njit(fastmath=flags, nogil=True, error_model="numpy")(fn) for fn in functions}
+        # Each function is compiled from a copy whose globals name the others' compiled forms, so one may
+        # call another (a jitted helper, as the Q4 kernels call `_halves_q4`); numba compiles each on its
+        # first call, when every name is bound.
+        scopes: dict = {}  # id of a module's globals -> their copy
+        made = {}
+        for fn in functions:
+            scope = scopes.setdefault(id(fn.__globals__), dict(fn.__globals__))
+            twin = type(fn)(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+            twin.__kwdefaults__ = fn.__kwdefaults__
+            made[fn.__name__] = numba.njit(fastmath=flags, nogil=True, error_model="numpy")(twin)
+        for scope in scopes.values():
+            scope.update((name, kernel) for name, kernel in made.items() if name in scope)
         _CompiledKernels.made[(functions, fastmath)] = made
     return made
 
@@ -520,6 +533,7 @@ def set_compiled(enabled: bool) -> bool:
 
 
 PIECES: dict[str, Callable[..., object]] = {
+    "_halves_q4": _halves_q4,
     "_rows_q4": _rows_q4,
     "_tiles_q4": _tiles_q4,
     "_rows_q8": _rows_q8,
