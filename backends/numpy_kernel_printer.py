@@ -54,6 +54,7 @@ from loam.dialects.kernel import (
     ZipOp,
 )
 from loam.runtime.kernels import elementwise as elementwise_kernels
+from loam.runtime.kernels import zip_compiled
 
 if TYPE_CHECKING:
     from loam.backends.module_printer import ModulePrinter
@@ -63,7 +64,8 @@ _UNARY: dict[str, str] = elementwise_kernels.UNARY_SOURCE
 _BINARY: dict[str, str] = elementwise_kernels.BINARY_SOURCE
 
 ROWS_AT_A_TIME = 3
-"""An expression of at least this many computing steps, written into a buffer, runs `_by_rows`."""
+"""An expression of at least this many computing steps, written into a buffer, runs `_by_rows` (through
+`zip_rows`, which runs one compiled loop instead where numba is, when `compiled_steps` takes the expression)."""
 
 ROWS_MIN_ELEMENTS = 4 * 65536
 """The result size from which `_by_rows` splits an expression (the piece checks it again at run time);
@@ -124,6 +126,9 @@ class NumpyKernelPrinter:
         self.m = module
         # Each expression function, keyed by the expression and the operands given in prepared f32.
         self.exprs: dict[tuple[Expr, frozenset[int], InPlacePlan, bool], str] = {}
+        # The steps constant of each expression function `zip_rows` calls, and its declaration.
+        self.steps_names: dict[str, str] = {}
+        self.steps_source: dict[str, str] = {}
         # Where forward's top-level block stores its intermediates (`loam.backends.numpy_buffers`):
         # the numpy module plans it; a host kernel of the WGSL module has none.
         self.buffers = BufferPlan()
@@ -151,8 +156,17 @@ class NumpyKernelPrinter:
         return [f"{', '.join(idents)} = {rhs}  # {comment}"]
 
     def declarations(self) -> list[str]:
-        """The source of each expression function the lines call."""
-        return [self._expr_source(key, name) for key, name in self.exprs.items()]
+        """The source of each expression function the lines call (and its steps, where `zip_rows` reads them)."""
+        return [self._expr_source(key, name) + self.steps_source.get(name, "") for key, name in self.exprs.items()]
+
+    def _steps_name(self, function: str, steps: tuple) -> str:
+        """The module constant holding expression function `function`'s `steps`, declared after it."""
+        name = self.steps_names.get(function)
+        if name is None:
+            name = self.steps_names[function] = self.m.names.mint(f"{function.upper()}_STEPS")
+            note = f"# {function}'s steps, from which zip_rows compiles one loop"
+            self.steps_source[function] = f"\n\n{note}\n{name} = {steps!r}\n"
+        return name
 
     def prepared_text(self, value: SSAValue) -> str:
         """`weights.ATTR_f32`: the float32 form `Weights` prepares once for half weight `value`."""
@@ -206,6 +220,10 @@ class NumpyKernelPrinter:
         function = self._expr_function(expr, wide, plan, fewer_than(result.shape, TINY_ELEMENTS))
         computing = sum(not isinstance(step, (Operand, Const)) for step in expr.steps)
         if out is not None and computing >= ROWS_AT_A_TIME and not fewer_than(result.shape, ROWS_MIN_ELEMENTS):
+            steps = None if wide else compiled_steps(expr, [t.elem.name for t in (*types, result)])
+            if steps is not None:  # one compiled loop where numba is, else `_by_rows`
+                self.m.pieces.add("zip_rows")
+                return f"zip_rows({function}, {self._steps_name(function, steps)}, {out}, {', '.join(args)})"
             self.m.pieces.add("_by_rows")  # a long chain: evaluated a cache-sized block of rows at a time
             return f"_by_rows({function}, {out}, {', '.join(args)})"
         args = args[: expr.arity]  # the function's parameters: up to the last operand its Expr reads
@@ -391,6 +409,28 @@ def step_source(step: object, refs: Sequence[str], target: str = "", prepared: b
     if prepared:
         return refs[step.arg]  # already the float32 this cast makes, prepared once by Weights
     return f"np.asarray({refs[step.arg]}).astype({dtype_source(expr_dtype(step.elem))})"
+
+
+def compiled_steps(expr: Expr, elems: Sequence[str]) -> tuple | None:
+    """`expr`'s steps as the data `zip_rows` compiles a loop from (`("operand", i)`, `("const", value)`,
+    `(op, arg)`, `(op, lhs, rhs)`), or None where the loop cannot give the numpy function's bits: an
+    operand or the result (`elems`, the result's last) not float32, a step outside `STEP_OPS`, a cast,
+    a select, or a constant that is not a finite float32."""
+    if any(elem != "f32" for elem in elems):
+        return None
+    steps: list[tuple] = []
+    for step in expr.steps:
+        if isinstance(step, Operand):
+            steps.append(("operand", step.index))
+        elif isinstance(step, Const) and step.elem == "f32" and math.isfinite(step.value):
+            steps.append(("const", float(format_float(step.value))))  # the number the numpy function spells
+        elif isinstance(step, Unary) and step.op in zip_compiled.STEP_OPS:
+            steps.append((step.op, step.arg))
+        elif isinstance(step, Binary) and step.op in zip_compiled.STEP_OPS:
+            steps.append((step.op, step.lhs, step.rhs))
+        else:
+            return None
+    return tuple(steps)
 
 
 def expr_dtype(elem: str) -> np.dtype:

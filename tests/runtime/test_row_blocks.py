@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loam.runtime.kernels.elementwise import _by_rows, _erf
+from loam.runtime.kernels.elementwise import _erf
 from loam.runtime.kernels.products import _matmul_rows
+from loam.runtime.kernels.zip_compiled import _by_rows
 
 
 def _gelu(a0: np.ndarray, a1: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -39,11 +39,13 @@ from loam.runtime.kernels import (
     signal,
     state,
     stochastic,
+    zip_compiled,
 )
 
 FAMILIES = (
     common,
     elementwise,
+    zip_compiled,
     movement,
     state,
     indexing,

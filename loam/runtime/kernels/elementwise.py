@@ -192,36 +192,6 @@ def _reach(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return value if value.shape == shape else np.broadcast_to(value, shape)
 
 
-def _by_rows(fn: object, out: np.ndarray, *args: np.ndarray) -> np.ndarray:
-    """fn(*args, out=out), an expression function, evaluated a block of out's rows at a time.
-
-    A chain of whole-array ufunc calls streams every temporary through memory once per step; over
-    rows of 64K elements (256 KiB of float32) the temporaries stay in cache (MiniLM's bias-GELU
-    epilogue: 12.7 ms whole, 5.0 ms by rows).  Operands shaped like `out` are cut as it is; an
-    operand that repeats along out's leading axes (a bias [N] or [1, 1, N]) goes whole to each
-    block.  Anything else, or an `out` too small to gain, is one call.  Every element is computed by
-    the same steps either way: the numbers are the same.
-    """
-    width = out.shape[-1] if out.ndim >= 2 else 0
-    chunk = 65536  # 4 x this is the printer's ROWS_MIN_ELEMENTS (backends/numpy_kernel_printer.py)
-    if not width or out.size < 4 * chunk or not out.flags.c_contiguous:
-        return fn(*args, out=out)  # type: ignore[operator]  # an expression function
-    rows = out.size // width
-    cut: list[tuple[bool, np.ndarray]] = []
-    for a in args:
-        if a.shape == out.shape and a.flags.c_contiguous:
-            cut.append((True, a.reshape(rows, width)))
-        elif a.ndim == 0 or (a.shape[-1] in (1, width) and all(e == 1 for e in a.shape[:-1])):
-            cut.append((False, a.reshape(a.shape[-1:])))
-        else:
-            return fn(*args, out=out)  # type: ignore[operator]  # an expression function
-    flat = out.reshape(rows, width)
-    step = max(1, chunk // width)
-    for i in range(0, rows, step):
-        fn(*[a[i : i + step] if sliced else a for sliced, a in cut], out=flat[i : i + step])  # type: ignore[operator]  # an expression function
-    return out
-
-
 def rnn_activation(v: np.ndarray, name: str, alpha: float, beta: float) -> np.ndarray:
     """ONNX's recurrent activation `name` (alpha and beta where it reads them) of `v`, in v's dtype: the
     elementwise function an RNN, GRU or LSTM names for its gates (`loam.runtime.kernels.recurrent`)."""
@@ -274,7 +244,6 @@ BINARY_SOURCE: dict[str, str] = {
 
 PIECES: dict[str, Callable[..., object]] = {
     "_finished": _finished,
-    "_by_rows": _by_rows,
     "_reach": _reach,
     "_relu": _relu,
     "_sigmoid": _sigmoid,
