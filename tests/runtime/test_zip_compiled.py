@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +100,30 @@ def _gelu_operands(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, bool]:
     bias = {"row": bias[:width], "row3": bias[:width].reshape(1, 1, width), "scalar": bias[:1],
             "strided": bias[::2]}[kind]  # fmt: skip
     return x, bias, draw(st.booleans())
+
+
+@pytest.fixture(autouse=True, scope="module")
+def every_size_compiled() -> Iterator[None]:
+    """The loop for zips of any size here (a module runs it from `_CompiledZips.elements`)."""
+    before, _CompiledZips.elements = _CompiledZips.elements, 0
+    yield
+    _CompiledZips.elements = before
+
+
+def test_a_zip_smaller_than_the_threshold_stays_in_numpy() -> None:
+    fn = _numpy_function(GELU)
+    x, bias = np.linspace(-3, 3, 6, dtype=np.float32).reshape(2, 3), np.float32([0.5, -1, 2])
+    want = np.empty((2, 3), np.float32)
+    fn(x, bias, out=want)
+    kept, threshold = _CompiledZips.kernels, _CompiledZips.elements
+    try:
+        for elements, compiled in ((7, False), (6, True)):
+            _CompiledZips.kernels, _CompiledZips.elements = {}, elements
+            out = np.empty((2, 3), np.float32)
+            assert zip_rows(fn, GELU, out, x, bias) is out and _same_bits(out, want)
+            assert bool(_CompiledZips.kernels) is compiled
+    finally:
+        _CompiledZips.kernels, _CompiledZips.elements = kept, threshold
 
 
 @given(_gelu_operands())

@@ -23,7 +23,7 @@ So the compiled loop gives the numpy function's bits, and the tests hold it to t
   buffer itself, read before it is written), `full` (out's extents, as [rows, width]), `row` (one
   value per column, as a bias [width]) or `scalar` (one value).
 - `_CompiledZips`: the loops compiled so far by (steps, kinds), made on first use (about 0.3 s each),
-  and whether zips use them.
+  whether zips use them, and from how many elements (smaller zips, a decode step's, stay in numpy).
 - `zip_rows(fn, steps, out, *args)`: what the numpy module calls where it would call
   `_by_rows(fn, out, *args)`.
 - `set_compiled_zips(enabled)`: turns the compiled zips off (or back on) for the process;
@@ -139,6 +139,9 @@ class _CompiledZips:
 
     kernels: dict | None = None
     enabled: bool = True  # this family's own switch (bench.epilogues times the module with it off and on)
+    # Elements from which a zip runs compiled: below, the call's checks cost more than the numpy passes save
+    # (a decode step's zips of one token, [1, 1, 576] to [1, 1, 1536], ran 1 to 2% slower compiled).
+    elements: int = 8192
 
     @classmethod
     def get(cls) -> dict | None:
@@ -170,6 +173,8 @@ def zip_rows(fn: object, steps: tuple, out: np.ndarray, *args: np.ndarray) -> np
     """out = fn(*args) for the float32 expression function `fn` whose steps are `steps`: the compiled
     loop where numba is and the operands allow it (float32; each of out's extents, a row along its last
     axis, or one value; none overlapping out but out itself), else `_by_rows(fn, out, *args)`, its oracle."""
+    if out.size < _CompiledZips.elements:
+        return _by_rows(fn, out, *args)
     kernels = _CompiledZips.get()
     if kernels is None or out.dtype != np.float32 or not out.ndim or not out.size or not out.flags.c_contiguous:
         return _by_rows(fn, out, *args)
