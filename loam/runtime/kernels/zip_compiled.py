@@ -165,8 +165,14 @@ class _CompiledZips:
             return None
         kernel = made["_zip_kernel"]
         if cls.kernels is not None:
-            cls.kernels[(steps, kinds)] = kernel
+            cls.kernels[_zip_key(steps, kinds)] = kernel
         return kernel
+
+
+def _zip_key(steps: tuple, kinds: tuple) -> tuple:
+    """What a compiled loop is kept by: its steps with each constant by its repr, since -0.0 == 0.0 (and they
+    hash alike) would give a loop made for one the other's sign, and its operands' kinds."""
+    return tuple(("const", repr(step[1])) if step[0] == "const" else step for step in steps), kinds
 
 
 def zip_rows(fn: object, steps: tuple, out: np.ndarray, *args: np.ndarray) -> np.ndarray:
@@ -200,7 +206,7 @@ def zip_rows(fn: object, steps: tuple, out: np.ndarray, *args: np.ndarray) -> np
             operands.append(a.reshape(width))
         else:
             return _by_rows(fn, out, *args)
-    key = (steps, tuple(kinds))
+    key = _zip_key(steps, tuple(kinds))
     kernel = kernels.get(key)
     if kernel is None:
         kernel = _CompiledZips.compile(steps, key[1])
@@ -223,6 +229,7 @@ PIECES: dict[str, Callable[..., object]] = {
     "_by_rows": _by_rows,
     "_zip_source": _zip_source,
     "_CompiledZips": _CompiledZips,
+    "_zip_key": _zip_key,
     "zip_rows": zip_rows,
     "set_compiled_zips": set_compiled_zips,
 }
