@@ -20,62 +20,18 @@ import argparse
 import cProfile
 import os
 import pstats
-import statistics
-import time
 from collections.abc import Sequence
 
 from bench.cases import all_cases
-from bench.norms import block_median
-from bench.run import Built, blas_threads, build_case, largest_difference, loam_call, ort_call, ort_session
+from bench.norms import switched_medians
+from bench.run import Built, blas_threads, build_case, loam_call
 
 CASES = ("minilm-b8-s128",)
 
 
-def zip_share(built: Built, calls: int) -> tuple[float, int]:
-    """Seconds a forward spends in `zip_rows` (the median over `calls` forwards) and its calls."""
-    module = built.module
-    inner = module.zip_rows  # type: ignore[attr-defined]
-    spent: list[float] = []
-
-    def timed(*args: object) -> object:
-        start = time.perf_counter()
-        out = inner(*args)
-        spent.append(time.perf_counter() - start)
-        return out
-
-    module.zip_rows = timed  # type: ignore[attr-defined]
-    forward = loam_call(built)
-    try:
-        totals = []
-        for _ in range(calls):
-            spent.clear()
-            forward()
-            totals.append(sum(spent))
-        count = len(spent)
-    finally:
-        module.zip_rows = inner  # type: ignore[attr-defined]
-    return statistics.median(totals), count
-
-
 def measure(built: Built, rounds: int) -> dict[str, float]:
     """The medians (seconds) of the numpy-zip module, the compiled one and onnxruntime, interleaved."""
-    zips = built.module._CompiledZips  # type: ignore[attr-defined]
-    forward = loam_call(built)
-    ort = ort_call(built, ort_session(built, 1))
-    zips.enabled = True
-    assert largest_difference(forward(), ort()) < 1e-3, "a wrong module is not timed"
-    calls = max(5, min(200, int(0.2 / max(block_median(forward, 5), 1e-6))))
-    sides: dict[str, list[float]] = {"numpy": [], "compiled": [], "onnxruntime": []}
-    for _ in range(rounds):
-        for side in sides:
-            zips.enabled = side == "compiled"
-            sides[side].append(block_median(ort if side == "onnxruntime" else forward, calls))
-    result = {side: statistics.median(times) for side, times in sides.items()}
-    for side in ("numpy", "compiled"):
-        zips.enabled = side == "compiled"
-        result[f"{side} zips"], result["zip calls"] = zip_share(built, calls)
-    zips.enabled = True
-    return result
+    return switched_medians(built, "_CompiledZips", "zip_rows", "zips", rounds)
 
 
 def profile(built: Built, compiled: bool, forwards: int = 10, top: int = 10) -> list[str]:
@@ -119,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{case.name}: onnxruntime {r['onnxruntime'] * 1e3:.2f} ms; numpy zips {r['numpy'] * 1e3:.2f} ms "
                 f"({r['numpy'] / r['onnxruntime']:.2f}x), compiled {r['compiled'] * 1e3:.2f} ms "
                 f"({r['compiled'] / r['onnxruntime']:.2f}x); compiled/numpy {r['compiled'] / r['numpy']:.3f}; "
-                f"{int(r['zip calls'])} long zips: {r['numpy zips'] * 1e3:.2f} ms "
+                f"{int(r['zips calls'])} long zips: {r['numpy zips'] * 1e3:.2f} ms "
                 f"({r['numpy zips'] / r['numpy']:.0%} of the numpy forward) -> {r['compiled zips'] * 1e3:.2f} ms "
                 f"({r['compiled zips'] / r['compiled']:.0%}); load {load:.1f}"
             )

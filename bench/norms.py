@@ -36,10 +36,11 @@ def block_median(call: Callable[[], object], calls: int) -> float:
     return statistics.median(times)
 
 
-def layer_norm_share(built: Built, calls: int) -> tuple[float, int]:
-    """Seconds a forward spends in `layer_norm_rows` (the median over `calls` forwards) and its calls."""
+def piece_share(built: Built, piece: str, calls: int) -> tuple[float, int]:
+    """Seconds a forward spends in the module's function `piece` (the median over `calls` forwards) and its
+    calls a forward."""
     module = built.module
-    inner = module.layer_norm_rows  # type: ignore[attr-defined]
+    inner = getattr(module, piece)
     spent: list[float] = []
 
     def timed(*args: object) -> object:
@@ -48,7 +49,7 @@ def layer_norm_share(built: Built, calls: int) -> tuple[float, int]:
         spent.append(time.perf_counter() - start)
         return out
 
-    module.layer_norm_rows = timed  # type: ignore[attr-defined]
+    setattr(module, piece, timed)
     forward = loam_call(built)
     try:
         totals = []
@@ -58,29 +59,36 @@ def layer_norm_share(built: Built, calls: int) -> tuple[float, int]:
             totals.append(sum(spent))
         count = len(spent)
     finally:
-        module.layer_norm_rows = inner  # type: ignore[attr-defined]
+        setattr(module, piece, inner)
     return statistics.median(totals), count
 
 
-def measure(built: Built, rounds: int) -> dict[str, float]:
-    """The medians (seconds) of the numpy-LayerNorm module, the compiled one and onnxruntime, interleaved."""
-    norms = built.module._CompiledNorms  # type: ignore[attr-defined]
+def switched_medians(built: Built, family: str, piece: str, label: str, rounds: int) -> dict[str, float]:
+    """The medians (seconds) of the module with its compiled `family` (a class with an `enabled` switch) off
+    ("numpy") and on ("compiled"), and onnxruntime, interleaved; then each side's time in `piece` a forward
+    ("numpy LABEL", "compiled LABEL") and its calls ("LABEL calls")."""
+    switch = getattr(built.module, family)
     forward = loam_call(built)
     ort = ort_call(built, ort_session(built, 1))
-    norms.enabled = True
+    switch.enabled = True
     assert largest_difference(forward(), ort()) < 1e-3, "a wrong module is not timed"
     calls = max(5, min(200, int(0.2 / max(block_median(forward, 5), 1e-6))))
     sides: dict[str, list[float]] = {"numpy": [], "compiled": [], "onnxruntime": []}
     for _ in range(rounds):
         for side in sides:
-            norms.enabled = side == "compiled"
+            switch.enabled = side == "compiled"
             sides[side].append(block_median(ort if side == "onnxruntime" else forward, calls))
     result = {side: statistics.median(times) for side, times in sides.items()}
     for side in ("numpy", "compiled"):
-        norms.enabled = side == "compiled"
-        result[f"{side} layernorm"], result["layernorm calls"] = layer_norm_share(built, calls)
-    norms.enabled = True
+        switch.enabled = side == "compiled"
+        result[f"{side} {label}"], result[f"{label} calls"] = piece_share(built, piece, calls)
+    switch.enabled = True
     return result
+
+
+def measure(built: Built, rounds: int) -> dict[str, float]:
+    """The medians (seconds) of the numpy-LayerNorm module, the compiled one and onnxruntime, interleaved."""
+    return switched_medians(built, "_CompiledNorms", "layer_norm_rows", "layernorm", rounds)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
