@@ -53,7 +53,7 @@ class PagedState:
         self.length = past  # the padded past forward sees, as a DecodeState's length
         count, longest = len(rows), max((span for _, span in rows), default=0)
         bt = pool.block_tokens
-        self.slots = np.full((count, past + longest), -1, np.int64)  # the keys' block table (see the docstring)
+        slots = np.full((count, past + longest), -1, np.int64)  # the keys' block table (see the docstring)
         writes: list[tuple[int, np.ndarray, np.ndarray]] = []  # row, its new rows' span indices, their slots
         for r, (seq, span) in enumerate(rows):
             if seq.length > past:
@@ -63,8 +63,8 @@ class PagedState:
             table = np.asarray(seq.blocks, np.int64)
             held = np.arange(seq.length + span, dtype=np.int64)
             where = table[held // bt] * bt + held % bt
-            self.slots[r, : seq.length] = where[: seq.length]
-            self.slots[r, past : past + span] = where[seq.length :]
+            slots[r, : seq.length] = where[: seq.length]
+            slots[r, past : past + span] = where[seq.length :]
             writes.append((r, np.arange(span), where[seq.length :]))
         self._rows = np.concatenate([np.full(len(k), r, np.int64) for r, k, _ in writes] or [np.zeros(0, np.int64)])
         self._span = np.concatenate([k for _, k, _ in writes] or [np.zeros(0, np.int64)])
@@ -82,8 +82,8 @@ class PagedState:
             self._joined[name] = np.broadcast_to(zero, (count, heads, past + longest, size))
         self._names = {id(joined): name for name, joined in self._joined.items()}
         # The table as kernel_attention reads it: each key's block (-1: a zero row) and offset in it.
-        self.blocks = np.where(self.slots >= 0, self.slots // bt, -1)
-        self.offsets = self.slots % bt
+        self.blocks = np.where(slots >= 0, slots // bt, -1)
+        self.offsets = slots % bt
 
     def past(self, name: str) -> np.ndarray:
         """The placeholder forward is given for past input `name`: the padded past's shape, no memory."""
